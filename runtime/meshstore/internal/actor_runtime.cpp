@@ -1,0 +1,104 @@
+#include "meshstore/internal/actor_runtime.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "meshstore/internal/caf_glue.hpp"
+
+namespace meshstore::internal {
+
+caf::error to_caf_error(const Status& s) {
+  if (s.ok()) return caf::error();
+  return caf::error(static_cast<std::uint8_t>(s.code()), kErrorCategory, caf::make_message(s.message()));
+}
+
+Status from_caf_error(const caf::error& e, std::string_view context) {
+  if (!e) return Status();
+  const std::string ctx(context);
+  if (e.category() == kErrorCategory) {
+    std::string msg;
+    if (e.context().match_elements<std::string>()) msg = e.context().get_as<std::string>(0);
+    const auto code = e.code();
+    if (code > static_cast<std::uint8_t>(Errc::internal)) {
+      return Status(Errc::internal, ctx + ": unknown meshstore error code " + std::to_string(code) + ": " + msg);
+    }
+    return Status(static_cast<Errc>(code), msg);
+  }
+  const std::string rendered = caf::to_string(e);
+  if (e.category() == caf::atom("system")) {
+    switch (static_cast<caf::sec>(e.code())) {
+      case caf::sec::request_timeout:
+        return Status(Errc::timeout, ctx + ": no answer in time (" + rendered + ")");
+      case caf::sec::request_receiver_down:
+      case caf::sec::remote_linking_failed:
+      case caf::sec::cannot_connect_to_node:
+      case caf::sec::no_route_to_receiving_node:
+      case caf::sec::cannot_forward_to_invalid_actor:
+      case caf::sec::connection_timeout:
+        return Status(Errc::unavailable, ctx + ": peer unavailable (" + rendered + ")");
+      case caf::sec::unexpected_message:
+      case caf::sec::unexpected_response:
+      case caf::sec::unexpected_actor_messaging_interface:
+      case caf::sec::malformed_basp_message:
+        return Status(Errc::protocol_error, ctx + ": unexpected message (" + rendered + ")");
+      default:
+        break;
+    }
+  }
+  return Status(Errc::internal, ctx + ": " + rendered);
+}
+
+namespace {
+
+struct MeshstoreConfig : caf::actor_system_config {
+  MeshstoreConfig(int threads, bool with_middleman) {
+    set("scheduler.max-threads", threads);
+    set("logger.verbosity", caf::atom("quiet"));
+    add_error_category(kErrorCategory,
+                       [](std::uint8_t code, caf::atom_value, const caf::message& ctx) -> std::string {
+                         std::string msg;
+                         if (ctx.match_elements<std::string>()) msg = ctx.get_as<std::string>(0);
+                         return "meshstore(" + std::string(errc_name(static_cast<Errc>(code))) +
+                                ": " + msg + ")";
+                       });
+    add_message_type<wire::KeyRecord>("meshstore::wire::KeyRecord");
+    add_message_type<wire::StageRequest>("meshstore::wire::StageRequest");
+    add_message_type<wire::RegionRef>("meshstore::wire::RegionRef");
+    add_message_type<wire::ReadLease>("meshstore::wire::ReadLease");
+    add_message_type<wire::RemoveReply>("meshstore::wire::RemoveReply");
+    add_message_type<wire::VolumeInfo>("meshstore::wire::VolumeInfo");
+    add_message_type<wire::VolumeStat>("meshstore::wire::VolumeStat");
+    add_message_type<wire::ClientInfo>("meshstore::wire::ClientInfo");
+    add_message_type<std::vector<std::uint64_t>>("std::vector<uint64_t>");
+    add_message_type<std::vector<char>>("std::vector<char>");
+    if (with_middleman) load<caf::io::middleman>();
+  }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions& options) {
+  if (options.scheduler_threads < 0 || options.scheduler_threads > 256) {
+    return Status(Errc::invalid_argument, "scheduler_threads must be in [0, 256], got " +
+                                              std::to_string(options.scheduler_threads));
+  }
+  int threads = options.scheduler_threads;
+  if (threads == 0) {
+    threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+  }
+  std::unique_ptr<ActorRuntime> rt(new ActorRuntime());
+  rt->threads_ = threads;
+  rt->config_ = std::make_unique<MeshstoreConfig>(threads, options.with_middleman);
+  rt->system_ = std::make_unique<caf::actor_system>(*rt->config_);
+  return rt;
+}
+
+ActorRuntime::~ActorRuntime() {
+  system_.reset();
+  config_.reset();
+}
+
+}  // namespace meshstore::internal

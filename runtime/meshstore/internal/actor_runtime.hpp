@@ -1,0 +1,50 @@
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "meshstore/result.hpp"
+
+namespace meshstore::internal {
+
+/// Settings of the CAF actor system a store or mesh runs on.
+struct RuntimeOptions {
+  /// Scheduler worker threads; 0 picks max(2, hardware threads), capped at 8.
+  int scheduler_threads = 0;
+  /// Load CAF's middleman (network layer) for cross-process actors.
+  bool with_middleman = false;
+};
+
+/// Owns a CAF actor system configured for meshstore: thread count, the
+/// meshstore error category, and every wire type registered under a stable
+/// name so typed interfaces match across processes.
+/// Destroy every actor handle before the ActorRuntime: CAF waits for live
+/// actors when the system goes away. Thread-safe after construction.
+class ActorRuntime {
+ public:
+  /// Fails with Errc::invalid_argument on a bad option.
+  static Result<std::unique_ptr<ActorRuntime>> create(const RuntimeOptions& options);
+  ~ActorRuntime();
+
+  caf::actor_system& system() noexcept { return *system_; }
+  int scheduler_threads() const noexcept { return threads_; }
+
+ private:
+  ActorRuntime() = default;
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;
+  int threads_ = 0;
+};
+
+/// A closure run inside an actor (continuations of futures that must touch
+/// actor state). Local only: never crosses a process.
+struct Closure {
+  std::function<void()> fn;
+};
+
+}  // namespace meshstore::internal
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::internal::Closure)

@@ -1,0 +1,156 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshstore/dtype.hpp"
+#include "meshstore/result.hpp"
+
+namespace meshstore {
+
+/// Sizes of each dimension. An empty Shape is a 0-dim scalar (one element).
+using Shape = std::vector<std::int64_t>;
+/// Steps between neighbouring elements of each dimension, in elements.
+using Strides = std::vector<std::int64_t>;
+
+/// Where a tensor's memory lives.
+enum class DeviceType : std::uint8_t { cpu = 0, cuda = 1 };
+
+/// A device: the CPU, or a CUDA device by index.
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = 0;
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index) { return {DeviceType::cuda, index}; }
+  /// "cpu" or "cuda:N".
+  std::string to_string() const;
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && (a.type == DeviceType::cpu || a.index == b.index);
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
+};
+
+/// Number of elements of `shape` (1 for a 0-dim shape, 0 if any dim is 0).
+std::int64_t shape_numel(const Shape& shape) noexcept;
+/// Row-major (C order) strides of `shape`, in elements.
+Strides contiguous_strides(const Shape& shape);
+/// "[2, 3]"; "[]" for a scalar.
+std::string shape_to_string(const Shape& shape);
+
+/// The DType of a C++ element type (float -> float32, ...).
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::uint8; }
+template <> constexpr DType dtype_of<std::int8_t>() { return DType::int8; }
+template <> constexpr DType dtype_of<std::int16_t>() { return DType::int16; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::int32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::int64; }
+template <> constexpr DType dtype_of<std::uint16_t>() { return DType::uint16; }
+template <> constexpr DType dtype_of<std::uint32_t>() { return DType::uint32; }
+template <> constexpr DType dtype_of<std::uint64_t>() { return DType::uint64; }
+template <> constexpr DType dtype_of<float>() { return DType::float32; }
+template <> constexpr DType dtype_of<double>() { return DType::float64; }
+
+/// A non-owning view of tensor memory: data pointer, dtype, shape, strides
+/// (in elements; may be non-contiguous) and device. The caller keeps the
+/// memory alive while any operation using the view runs.
+/// A value type; thread-compatible.
+class TensorView {
+ public:
+  /// A view of nothing: null data, 0-dim float32 (validate() rejects it).
+  TensorView() = default;
+  /// A view of `data`. Empty `strides` means contiguous row-major.
+  TensorView(void* data, DType dtype, Shape shape, Strides strides = {}, Device device = {});
+
+  /// A contiguous view of `data` typed by T.
+  template <class T>
+  static TensorView of(T* data, Shape shape) {
+    return TensorView(static_cast<void*>(data), dtype_of<T>(), std::move(shape));
+  }
+
+  void* data() const noexcept { return data_; }
+  DType dtype() const noexcept { return dtype_; }
+  const Shape& shape() const noexcept { return shape_; }
+  const Strides& strides() const noexcept { return strides_; }
+  Device device() const noexcept { return device_; }
+  std::int64_t ndim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
+  std::int64_t numel() const noexcept { return shape_numel(shape_); }
+  /// Bytes the elements occupy when packed: numel() * dtype_size().
+  std::size_t nbytes() const noexcept;
+  /// True when the elements are laid out row-major with no gaps.
+  bool is_contiguous() const noexcept;
+
+  /// Checks the view is usable: non-negative dims, one stride per dim,
+  /// non-negative strides, data present when numel() > 0, no size overflow.
+  /// `what` names the view in the message ("put 'w'").
+  Status validate(std::string_view what) const;
+
+  /// The sub-view [start, start + length) along `dim` (like torch.narrow).
+  Result<TensorView> narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const;
+  /// The view with dims `a` and `b` swapped (non-contiguous in general).
+  Result<TensorView> transpose(std::int64_t a, std::int64_t b) const;
+
+ private:
+  void* data_ = nullptr;
+  DType dtype_ = DType::float32;
+  Shape shape_;
+  Strides strides_;
+  Device device_;
+};
+
+/// An owning, contiguous, CPU tensor. Copies share the same bytes (like a
+/// torch.Tensor); clone() makes an independent copy. Memory is 64-byte
+/// aligned, and large tensors ask the kernel for huge pages.
+/// Thread-compatible: concurrent reads are fine, writes need coordination.
+class Tensor {
+ public:
+  /// An undefined tensor (no storage); defined() is false.
+  Tensor() = default;
+
+  /// Allocates an uninitialised tensor. Fails with Errc::invalid_argument on
+  /// a negative dim, Errc::out_of_capacity when memory cannot be had.
+  static Result<Tensor> empty(DType dtype, Shape shape);
+  /// Allocates a zero-filled tensor.
+  static Result<Tensor> zeros(DType dtype, Shape shape);
+
+  bool defined() const noexcept { return defined_; }
+  void* data() const noexcept { return storage_.get(); }
+  template <class T>
+  T* data_as() const noexcept {
+    return static_cast<T*>(data());
+  }
+  DType dtype() const noexcept { return dtype_; }
+  const Shape& shape() const noexcept { return shape_; }
+  std::int64_t ndim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
+  std::int64_t numel() const noexcept { return shape_numel(shape_); }
+  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  /// A contiguous view of this tensor's memory.
+  TensorView view() const { return TensorView(data(), dtype_, shape_); }
+  /// An independent deep copy.
+  Tensor clone() const;
+
+ private:
+  std::shared_ptr<std::byte> storage_;
+  DType dtype_ = DType::float32;
+  Shape shape_;
+  bool defined_ = false;
+};
+
+/// Copies the elements of `src` into `dst`, honouring both views' strides.
+/// Fails with Errc::dtype_mismatch or Errc::shape_mismatch (naming both
+/// sides) before touching `dst`. Overlapping views are not supported.
+Status copy_into(const TensorView& src, const TensorView& dst);
+
+/// Packs `src` into `nbytes` of contiguous memory at `dst` (no checks beyond
+/// the size; the caller validated `src`).
+void pack_to(const TensorView& src, void* dst) noexcept;
+/// Scatters contiguous bytes at `src` into the (maybe strided) `dst`.
+void unpack_from(const void* src, const TensorView& dst) noexcept;
+
+}  // namespace meshstore

@@ -1,0 +1,240 @@
+#include "meshstore/wire/control.hpp"
+
+#include "meshstore/wire/control.pb.h"
+
+namespace meshstore::wire {
+namespace {
+
+Status malformed(const char* what, const std::string& why = "not a valid encoding") {
+  return Status(Errc::protocol_error, std::string("decode ") + what + ": " + why);
+}
+
+template <class Proto>
+Status parse(const std::string& bytes, Proto& p, const char* what) {
+  if (!p.ParseFromString(bytes)) return malformed(what);
+  return Status();
+}
+
+template <class Proto>
+std::string serialize(const Proto& p) {
+  std::string out;
+  p.SerializeToString(&out);
+  return out;
+}
+
+void to_proto(const TensorSlice& s, pb::Slice* p) {
+  for (auto v : s.global_shape()) p->add_global_shape(v);
+  for (auto v : s.offsets()) p->add_offsets(v);
+  for (auto v : s.local_shape()) p->add_local_shape(v);
+}
+
+Status from_proto(const pb::Slice& p, TensorSlice& s) {
+  auto r = TensorSlice::make(Shape(p.global_shape().begin(), p.global_shape().end()),
+                             Shape(p.offsets().begin(), p.offsets().end()),
+                             Shape(p.local_shape().begin(), p.local_shape().end()));
+  if (!r.ok()) return malformed("Slice", r.status().message());
+  s = std::move(r).value();
+  return Status();
+}
+
+void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
+  p->set_key(x.key);
+  p->set_kind(x.kind == ObjectKind::object ? pb::OBJECT : pb::TENSOR);
+  p->set_dtype(static_cast<std::uint32_t>(x.dtype));
+  for (auto d : x.shape) p->add_shape(d);
+  p->set_version(x.version);
+  for (const auto& s : x.shards) {
+    auto* ps = p->add_shards();
+    to_proto(s.slice, ps->mutable_slice());
+    ps->set_volume_id(s.volume_id);
+    ps->set_object_id(s.object_id);
+    ps->set_nbytes(s.nbytes);
+  }
+}
+
+Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
+  if (!is_valid_dtype(p.dtype())) {
+    return malformed("KeyRecord", "unknown dtype value " + std::to_string(p.dtype()) +
+                                      " for key '" + p.key() + "'");
+  }
+  x.key = p.key();
+  x.kind = p.kind() == pb::OBJECT ? ObjectKind::object : ObjectKind::tensor;
+  x.dtype = static_cast<DType>(p.dtype());
+  x.shape.assign(p.shape().begin(), p.shape().end());
+  x.version = p.version();
+  x.shards.clear();
+  for (const auto& ps : p.shards()) {
+    ShardRecord s;
+    MESHSTORE_RETURN_IF_ERROR(from_proto(ps.slice(), s.slice));
+    s.volume_id = ps.volume_id();
+    s.object_id = ps.object_id();
+    s.nbytes = ps.nbytes();
+    x.shards.push_back(std::move(s));
+  }
+  return Status();
+}
+
+void to_proto(const RegionRef& x, pb::RegionRef* p) {
+  p->set_region_id(x.region_id);
+  p->set_nbytes(x.nbytes);
+}
+
+RegionRef from_proto(const pb::RegionRef& p) { return RegionRef{p.region_id(), p.nbytes()}; }
+
+}  // namespace
+
+std::uint64_t KeyRecord::nbytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& s : shards) n += s.nbytes;
+  return n;
+}
+
+std::string encode(const KeyRecord& x) {
+  pb::KeyRecord p;
+  to_proto(x, &p);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, KeyRecord& x) {
+  pb::KeyRecord p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "KeyRecord"));
+  return from_proto(p, x);
+}
+
+std::string encode(const StageRequest& x) {
+  pb::StageRequest p;
+  p.set_key(x.key);
+  p.set_nbytes(x.nbytes);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, StageRequest& x) {
+  pb::StageRequest p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "StageRequest"));
+  x.key = p.key();
+  x.nbytes = p.nbytes();
+  return Status();
+}
+
+std::string encode(const RegionRef& x) {
+  pb::RegionRef p;
+  to_proto(x, &p);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, RegionRef& x) {
+  pb::RegionRef p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "RegionRef"));
+  x = from_proto(p);
+  return Status();
+}
+
+std::string encode(const ReadLease& x) {
+  pb::ReadLease p;
+  p.set_lease_id(x.lease_id);
+  for (const auto& r : x.regions) to_proto(r, p.add_regions());
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, ReadLease& x) {
+  pb::ReadLease p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "ReadLease"));
+  x.lease_id = p.lease_id();
+  x.regions.clear();
+  for (const auto& r : p.regions()) x.regions.push_back(from_proto(r));
+  return Status();
+}
+
+std::string encode(const RemoveReply& x) {
+  pb::RemoveReply p;
+  p.set_removed(x.removed);
+  for (const auto& k : x.missing) p.add_missing(k);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, RemoveReply& x) {
+  pb::RemoveReply p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "RemoveReply"));
+  x.removed = p.removed();
+  x.missing.assign(p.missing().begin(), p.missing().end());
+  return Status();
+}
+
+std::string encode(const VolumeInfo& x) {
+  pb::VolumeInfo p;
+  p.set_volume_id(x.volume_id);
+  p.set_host(x.host);
+  p.set_capacity_bytes(x.capacity_bytes);
+  for (const auto& t : x.transports) p.add_transports(t);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, VolumeInfo& x) {
+  pb::VolumeInfo p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "VolumeInfo"));
+  x.volume_id = p.volume_id();
+  x.host = p.host();
+  x.capacity_bytes = p.capacity_bytes();
+  x.transports.assign(p.transports().begin(), p.transports().end());
+  return Status();
+}
+
+std::string encode(const VolumeStat& x) {
+  pb::VolumeStat p;
+  p.set_volume_id(x.volume_id);
+  p.set_bytes_held(x.bytes_held);
+  p.set_capacity_bytes(x.capacity_bytes);
+  p.set_objects(x.objects);
+  p.set_staged(x.staged);
+  p.set_leases(x.leases);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, VolumeStat& x) {
+  pb::VolumeStat p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "VolumeStat"));
+  x.volume_id = p.volume_id();
+  x.bytes_held = p.bytes_held();
+  x.capacity_bytes = p.capacity_bytes();
+  x.objects = p.objects();
+  x.staged = p.staged();
+  x.leases = p.leases();
+  return Status();
+}
+
+std::string encode(const ClientInfo& x) {
+  pb::ClientInfo p;
+  p.set_rank(x.rank);
+  p.set_local_rank(x.local_rank);
+  p.set_host(x.host);
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, ClientInfo& x) {
+  pb::ClientInfo p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "ClientInfo"));
+  x.rank = p.rank();
+  x.local_rank = p.local_rank();
+  x.host = p.host();
+  return Status();
+}
+
+std::string encode(const Status& x) {
+  pb::StatusProto p;
+  p.set_code(static_cast<std::int32_t>(x.code()));
+  p.set_message(x.message());
+  return serialize(p);
+}
+
+Status decode(const std::string& bytes, Status& x) {
+  pb::StatusProto p;
+  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "Status"));
+  if (p.code() < 0 || p.code() > static_cast<std::int32_t>(Errc::internal)) {
+    x = Status(Errc::internal, "unknown error code " + std::to_string(p.code()) + ": " + p.message());
+  } else {
+    x = Status(static_cast<Errc>(p.code()), p.message());
+  }
+  return Status();
+}
+
+}  // namespace meshstore::wire

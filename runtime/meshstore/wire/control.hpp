@@ -1,0 +1,114 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshstore/dtype.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/tensor.hpp"
+#include "meshstore/tensor_slice.hpp"
+
+/// The control-plane vocabulary: plain C++ structs that actors exchange.
+/// In-process they travel as they are; across processes each is encoded with
+/// its Protobuf twin in control.proto (see codec functions below).
+namespace meshstore::wire {
+
+/// What a key holds.
+enum class ObjectKind : std::uint8_t { tensor = 0, object = 1 };
+
+/// One stored shard of a key: the box it covers and where its bytes live.
+struct ShardRecord {
+  TensorSlice slice;
+  std::string volume_id;
+  std::uint64_t object_id = 0;
+  std::uint64_t nbytes = 0;
+};
+
+/// Tensor metadata plus placement. version is assigned by the controller at
+/// commit (from 1); a record with version 0 means "no such key".
+struct KeyRecord {
+  std::string key;
+  ObjectKind kind = ObjectKind::tensor;
+  DType dtype = DType::uint8;
+  Shape shape;
+  std::uint64_t version = 0;
+  std::vector<ShardRecord> shards;
+
+  bool found() const noexcept { return version != 0; }
+  /// Total stored bytes over all shards.
+  std::uint64_t nbytes() const noexcept;
+};
+
+/// A request to stage (allocate, not yet visible) an object at a volume.
+struct StageRequest {
+  std::string key;
+  std::uint64_t nbytes = 0;
+};
+
+/// A memory region of a volume; its id is also the stored object's id.
+struct RegionRef {
+  std::uint64_t region_id = 0;
+  std::uint64_t nbytes = 0;
+};
+
+/// Objects pinned for reading until close_read(lease_id).
+struct ReadLease {
+  std::uint64_t lease_id = 0;
+  std::vector<RegionRef> regions;
+};
+
+/// remove_batch's answer.
+struct RemoveReply {
+  std::uint64_t removed = 0;
+  std::vector<std::string> missing;
+};
+
+/// A volume as it registers with the controller and strategy.
+struct VolumeInfo {
+  std::string volume_id;
+  std::string host;
+  std::uint64_t capacity_bytes = 0;  // 0 = unlimited
+  std::vector<std::string> transports;
+};
+
+/// A volume's usage.
+struct VolumeStat {
+  std::string volume_id;
+  std::uint64_t bytes_held = 0;
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t objects = 0;
+  std::uint64_t staged = 0;
+  std::uint64_t leases = 0;
+};
+
+/// Who a client is, for the strategy.
+struct ClientInfo {
+  std::int32_t rank = 0;
+  std::int32_t local_rank = 0;
+  std::string host;
+};
+
+// Codec: each struct to and from its Protobuf encoding. decode() validates
+// (known dtype, well-formed slices) and fails with Errc::protocol_error.
+std::string encode(const KeyRecord& x);
+std::string encode(const StageRequest& x);
+std::string encode(const RegionRef& x);
+std::string encode(const ReadLease& x);
+std::string encode(const RemoveReply& x);
+std::string encode(const VolumeInfo& x);
+std::string encode(const VolumeStat& x);
+std::string encode(const ClientInfo& x);
+std::string encode(const Status& x);
+
+Status decode(const std::string& bytes, KeyRecord& x);
+Status decode(const std::string& bytes, StageRequest& x);
+Status decode(const std::string& bytes, RegionRef& x);
+Status decode(const std::string& bytes, ReadLease& x);
+Status decode(const std::string& bytes, RemoveReply& x);
+Status decode(const std::string& bytes, VolumeInfo& x);
+Status decode(const std::string& bytes, VolumeStat& x);
+Status decode(const std::string& bytes, ClientInfo& x);
+Status decode(const std::string& bytes, Status& x);
+
+}  // namespace meshstore::wire

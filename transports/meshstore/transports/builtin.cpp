@@ -1,0 +1,17 @@
+// The transports built into this binary. Each transport target contributes
+// one factory; optional ones (rdma, cuda) join here through CMake when built.
+#include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/rpc/rpc_transport.hpp"
+
+namespace meshstore::transports {
+
+TransportRegistry& builtin_registry() {
+  static TransportRegistry* registry = [] {
+    auto* r = new TransportRegistry();  // never destroyed: used until exit
+    (void)r->add(rpc::rpc_factory());
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace meshstore::transports

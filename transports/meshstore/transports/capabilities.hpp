@@ -1,0 +1,19 @@
+#pragma once
+
+#include <cstddef>
+
+namespace meshstore::transports {
+
+/// What a transport can do; selection and the client read these.
+struct Capabilities {
+  /// Reads and writes need no code on the volume's side per byte (shm, cma, rdma).
+  bool one_sided = false;
+  /// Works only when client and volume share a host.
+  bool same_host_only = false;
+  /// Moves device (GPU) memory without staging through the host.
+  bool device_memory = false;
+  /// Largest single piece moved at once (0 = no limit).
+  std::size_t max_chunk_bytes = 0;
+};
+
+}  // namespace meshstore::transports

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace meshstore::transports {
+
+/// A block of memory a storage volume exposes to transports: a stored (or
+/// staged) object's bytes. Owned through shared_ptr: the volume's object
+/// table and every open read lease hold one, so a region stays valid for
+/// exactly as long as someone may still read or write it.
+/// Thread-safe for concurrent byte access to disjoint ranges; the protocol
+/// (stage, write, commit, lease) orders the rest.
+class Region {
+ public:
+  /// A region of `nbytes` at `memory`; `memory`'s deleter runs when the last
+  /// owner lets go.
+  Region(std::uint64_t id, std::shared_ptr<std::byte> memory, std::size_t nbytes) noexcept
+      : id_(id), memory_(std::move(memory)), nbytes_(nbytes) {}
+
+  std::uint64_t id() const noexcept { return id_; }
+  std::byte* data() const noexcept { return memory_.get(); }
+  std::size_t size() const noexcept { return nbytes_; }
+
+ private:
+  std::uint64_t id_;
+  std::shared_ptr<std::byte> memory_;
+  std::size_t nbytes_;
+};
+
+/// The regions of one volume, by id, as its transport endpoints see them.
+/// Holds weak references: a region the volume released and no lease pins is
+/// gone, and find() says so. Thread-safe.
+class RegionTable {
+ public:
+  /// Makes `region` findable by its id.
+  void add(const std::shared_ptr<Region>& region);
+  /// The live region with `id`, or nullptr.
+  std::shared_ptr<Region> find(std::uint64_t id) const;
+  /// Forgets entries whose region is gone.
+  void prune();
+  /// Entries, live or not yet pruned.
+  std::size_t size() const;
+
+ private:
+  mutable std::mutex mu_;  // guards regions_
+  std::unordered_map<std::uint64_t, std::weak_ptr<Region>> regions_;
+};
+
+}  // namespace meshstore::transports

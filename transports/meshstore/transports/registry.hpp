@@ -1,0 +1,54 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "meshstore/result.hpp"
+#include "meshstore/transports/transport.hpp"
+
+namespace meshstore::transports {
+
+/// How to make both halves of one transport.
+struct TransportFactory {
+  /// Unique name, for example "rpc"; what MESHSTORE_TRANSPORT and options name.
+  std::string name;
+  /// Higher wins when several transports can serve a pair.
+  int priority = 0;
+  Capabilities capabilities;
+  std::function<Result<std::unique_ptr<TransportServer>>(const ServerContext&)> make_server;
+  std::function<Result<std::unique_ptr<Transport>>(const ClientContext&, const EndpointInfo&)>
+      make_client;
+};
+
+/// The transports a process knows. Transports register themselves here (see
+/// builtin_registry()); core code never names a transport. Thread-safe.
+class TransportRegistry {
+ public:
+  /// Adds a factory. Errc::invalid_argument if the name is empty or taken or
+  /// a maker is missing.
+  Status add(TransportFactory factory);
+  /// The factory named `name`, or Errc::not_found listing the known names.
+  Result<TransportFactory> find(const std::string& name) const;
+  /// Registered names, highest priority first.
+  std::vector<std::string> names() const;
+
+ private:
+  mutable std::mutex mu_;  // guards factories_
+  std::vector<TransportFactory> factories_;
+};
+
+/// The registry holding every transport built into this binary.
+TransportRegistry& builtin_registry();
+
+/// Picks the transport a client uses for a volume offering `offered`:
+/// `forced` when non-empty (Errc::unsupported if the volume does not offer it
+/// or this binary lacks it: never a silent fallback), else the offered
+/// transport with the highest priority.
+Result<EndpointInfo> select_transport(const TransportRegistry& registry,
+                                      const std::vector<EndpointInfo>& offered,
+                                      const std::string& forced, const std::string& volume_id);
+
+}  // namespace meshstore::transports

@@ -1,0 +1,106 @@
+#pragma once
+
+// The transport contract: how payload bytes move between a client and a
+// storage volume. Every transport (rpc now; shm, tcp, cma, rdma, cuda later)
+// implements the same two halves: a TransportServer that lives with a volume
+// and exposes its regions, and a Transport that a client uses to write into
+// and read from those regions. Control (which region, when it is valid)
+// travels in actor messages; a transport only moves bytes.
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "meshstore/future.hpp"
+#include "meshstore/transports/capabilities.hpp"
+#include "meshstore/transports/region.hpp"
+#include "meshstore/wire/control.hpp"
+
+namespace meshstore::transports {
+
+/// How a client reaches one transport of one volume. CAF-native (it may hold
+/// an actor handle), so it is inspected field by field, not as Protobuf.
+struct EndpointInfo {
+  /// The transport's registered name, for example "rpc".
+  std::string transport;
+  /// The endpoint actor, for transports that have one.
+  caf::strong_actor_ptr actor;
+  /// Transport-specific address (host:port, segment prefix, ...).
+  std::string address;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, EndpointInfo& x) {
+  return f(caf::meta::type_name("meshstore::transports::EndpointInfo"), x.transport, x.actor,
+           x.address);
+}
+
+/// Tunables shared by every transport.
+struct TransportConfig {
+  /// Largest rpc chunk (one CAF message). Must stay far below CAF's 4 GiB
+  /// message limit; validated to [4 KiB, 1 GiB].
+  std::size_t rpc_chunk_bytes = std::size_t{64} << 20;
+  /// rpc chunks in flight per transfer.
+  int rpc_chunks_in_flight = 4;
+  /// Deadline of each request a transport makes.
+  std::chrono::milliseconds request_timeout{30000};
+
+  /// Checks the ranges above; Errc::invalid_argument names the bad field.
+  Status validate() const;
+};
+
+/// What a volume gives its transport servers.
+struct ServerContext {
+  caf::actor_system* system = nullptr;
+  std::shared_ptr<RegionTable> regions;
+  TransportConfig config;
+  std::string volume_id;
+};
+
+/// What a client gives the transports it creates.
+struct ClientContext {
+  caf::actor_system* system = nullptr;
+  TransportConfig config;
+};
+
+/// The volume side of a transport: serves reads and writes of the volume's
+/// regions. Created by the volume, one per transport it offers.
+/// Thread-safe; shutdown() is called once, by the owning volume.
+class TransportServer {
+ public:
+  virtual ~TransportServer() = default;
+  /// The transport's registered name.
+  virtual std::string_view name() const noexcept = 0;
+  /// How clients reach this server.
+  virtual EndpointInfo endpoint() const = 0;
+  /// Stops serving and releases every actor handle it holds.
+  virtual void shutdown() = 0;
+};
+
+/// The client side of a transport, bound to one volume's endpoint.
+/// Thread-safe: transfers may be started from any thread, concurrently.
+/// The memory passed to write()/read() must stay valid until the returned
+/// future completes; after an error no further byte of it is touched.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  /// The transport's registered name.
+  virtual std::string_view name() const noexcept = 0;
+  virtual Capabilities capabilities() const noexcept = 0;
+  /// Copies `n` bytes from `src` into [offset, offset + n) of region `dst`.
+  /// Errc::out_of_range if that range leaves the region, Errc::not_found if
+  /// the region is gone, Errc::transport_error / timeout / unavailable when
+  /// the bytes cannot move.
+  virtual Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
+                             std::size_t n) = 0;
+  /// Copies [offset, offset + n) of region `src` into `dst`. Same errors.
+  virtual Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
+                            std::size_t n) = 0;
+};
+
+}  // namespace meshstore::transports
