@@ -25,7 +25,7 @@ Status from_caf_error(const caf::error& e, std::string_view context) {
     if (code > static_cast<std::uint8_t>(Errc::internal)) {
       return Status(Errc::internal, ctx + ": unknown meshstore error code " + std::to_string(code) + ": " + msg);
     }
-    return Status(static_cast<Errc>(code), msg);
+    return Status(static_cast<Errc>(code), ctx.empty() ? msg : ctx + ": " + msg);
   }
   const std::string rendered = caf::to_string(e);
   if (e.category() == caf::atom("system")) {
@@ -54,7 +54,7 @@ Status from_caf_error(const caf::error& e, std::string_view context) {
 namespace {
 
 struct MeshstoreConfig : caf::actor_system_config {
-  MeshstoreConfig(int threads, bool with_middleman) {
+  MeshstoreConfig(int threads, const RuntimeOptions& options) {
     set("scheduler.max-threads", threads);
     set("logger.verbosity", caf::atom("quiet"));
     add_error_category(kErrorCategory,
@@ -74,7 +74,8 @@ struct MeshstoreConfig : caf::actor_system_config {
     add_message_type<wire::ClientInfo>("meshstore::wire::ClientInfo");
     add_message_type<std::vector<std::uint64_t>>("std::vector<uint64_t>");
     add_message_type<std::vector<char>>("std::vector<char>");
-    if (with_middleman) load<caf::io::middleman>();
+    if (options.add_types) options.add_types(*this);
+    if (options.with_middleman) load<caf::io::middleman>();
   }
 };
 
@@ -91,7 +92,7 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
   }
   std::unique_ptr<ActorRuntime> rt(new ActorRuntime());
   rt->threads_ = threads;
-  rt->config_ = std::make_unique<MeshstoreConfig>(threads, options.with_middleman);
+  rt->config_ = std::make_unique<MeshstoreConfig>(threads, options);
   rt->system_ = std::make_unique<caf::actor_system>(*rt->config_);
   return rt;
 }

@@ -16,6 +16,8 @@ struct RuntimeOptions {
   int scheduler_threads = 0;
   /// Load CAF's middleman (network layer) for cross-process actors.
   bool with_middleman = false;
+  /// Registers the message types of higher layers (transports, actors).
+  std::function<void(caf::actor_system_config&)> add_types;
 };
 
 /// Owns a CAF actor system configured for meshstore: thread count, the

@@ -22,7 +22,8 @@ constexpr caf::atom_value kErrorCategory = caf::atom("meshstore");
 /// the message as context). An ok Status becomes an empty error.
 caf::error to_caf_error(const Status& s);
 
-/// A caf::error as a Status. meshstore errors keep their code and message;
+/// A caf::error as a Status, its message prefixed by `context`. meshstore
+/// errors keep their code;
 /// CAF's own system errors map to the closest Errc (request_timeout ->
 /// timeout, request_receiver_down -> unavailable, ...) with `context` and
 /// CAF's rendering in the message.

@@ -1,0 +1,36 @@
+#pragma once
+
+// Message atoms of the store's actors. Atoms are verbs; CAF limits their
+// text to 10 characters, so the C++ names are longer than the atom text.
+
+#include <caf/all.hpp>
+
+namespace meshstore::actors {
+
+using register_volume_atom = caf::atom_constant<caf::atom("reg_volume")>;
+using volume_atom = caf::atom_constant<caf::atom("volume")>;
+using volumes_atom = caf::atom_constant<caf::atom("volumes")>;
+using notify_put_atom = caf::atom_constant<caf::atom("notify_put")>;
+using notify_put_batch_atom = caf::atom_constant<caf::atom("notify_pb")>;
+using locate_atom = caf::atom_constant<caf::atom("locate")>;
+using keys_atom = caf::atom_constant<caf::atom("keys")>;
+using exists_atom = caf::atom_constant<caf::atom("exists")>;
+using remove_atom = caf::atom_constant<caf::atom("remove")>;
+using remove_batch_atom = caf::atom_constant<caf::atom("remove_b")>;
+using stage_atom = caf::atom_constant<caf::atom("stage")>;
+using commit_atom = caf::atom_constant<caf::atom("commit")>;
+using release_atom = caf::atom_constant<caf::atom("release")>;
+using open_read_atom = caf::atom_constant<caf::atom("open_read")>;
+using close_read_atom = caf::atom_constant<caf::atom("close_read")>;
+using stat_atom = caf::atom_constant<caf::atom("stat")>;
+using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
+using select_atom = caf::atom_constant<caf::atom("select")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
+using store_get_atom = caf::atom_constant<caf::atom("s_get")>;
+using store_keys_atom = caf::atom_constant<caf::atom("s_keys")>;
+using store_exists_atom = caf::atom_constant<caf::atom("s_exists")>;
+using store_remove_atom = caf::atom_constant<caf::atom("s_remove")>;
+using store_stat_atom = caf::atom_constant<caf::atom("s_stat")>;
+
+}  // namespace meshstore::actors

@@ -1,0 +1,520 @@
+#include "meshstore/actors/client.hpp"
+
+#include <cstring>
+#include <map>
+#include <unordered_map>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/transports/registry.hpp"
+
+namespace meshstore::actors {
+namespace {
+
+using internal::from_caf_error;
+
+/// A volume the client can move bytes to and from.
+struct VolumeConn {
+  wire::VolumeInfo info;
+  storage_volume_actor handle;
+  std::shared_ptr<transports::Transport> transport;
+};
+
+using ConnResult = Result<std::shared_ptr<VolumeConn>>;
+using ConnCallback = std::function<void(const ConnResult&)>;
+
+struct ClientState {
+  static inline const char* name = "meshstore.client";
+
+  ClientConfig cfg;
+  controller_actor controller;
+  strategy_actor strategy;
+  // Volume connections by id, and callers waiting for one being set up.
+  std::unordered_map<std::string, std::shared_ptr<VolumeConn>> conns;
+  std::unordered_map<std::string, std::vector<ConnCallback>> conn_waiters;
+  // The strategy's answer for this client (the volume puts go to).
+  std::string home_volume;
+  std::vector<ConnCallback> home_waiters;
+  bool home_pending = false;
+  // key -> last record seen; validated by the volume on every read.
+  std::unordered_map<std::string, wire::KeyRecord> locations;
+  std::shared_ptr<spdlog::logger> log = log::get("client");
+};
+
+using client_pointer = caf::stateful_actor<ClientState>*;
+
+/// Runs `k(result)` inside the client actor once `fut` completes, whatever
+/// thread completes it. Dropped (with its captures) if the client is gone.
+template <class T, class F>
+void await(client_pointer self, Future<T> fut, F k) {
+  caf::actor_addr addr = self->address();
+  fut.on_complete([addr, k](const Result<T>& r) {
+    auto hdl = caf::actor_cast<caf::actor>(addr);
+    if (!hdl) return;
+    caf::anon_send(hdl, run_atom::value, internal::Closure{[k, r]() mutable { k(r); }});
+  });
+}
+
+std::string describe(const std::string& op, const std::vector<std::string>& keys) {
+  if (keys.size() == 1) return op + " '" + keys.front() + "'";
+  return op + " of " + std::to_string(keys.size()) + " keys" +
+         (keys.empty() ? std::string() : " (first '" + keys.front() + "')");
+}
+
+// -- volume connections --------------------------------------------------
+
+void finish_conn(client_pointer self, const std::string& id, const ConnResult& r) {
+  auto waiters = std::move(self->state.conn_waiters[id]);
+  self->state.conn_waiters.erase(id);
+  if (r.ok()) self->state.conns[id] = *r;
+  for (auto& w : waiters) w(r);
+}
+
+// Asks the volume for its endpoints and opens the chosen transport.
+void connect(client_pointer self, const wire::VolumeInfo& info, const storage_volume_actor& handle) {
+  const auto& cfg = self->state.cfg;
+  self->request(handle, cfg.request_timeout, endpoints_atom::value)
+      .then(
+          [=](const std::vector<transports::EndpointInfo>& offered) {
+            auto& st = self->state;
+            auto& registry = transports::builtin_registry();
+            auto chosen = transports::select_transport(registry, offered, st.cfg.forced_transport, info.volume_id);
+            if (!chosen.ok()) return finish_conn(self, info.volume_id, chosen.status());
+            auto factory = registry.find(chosen->transport);
+            if (!factory.ok()) return finish_conn(self, info.volume_id, factory.status());
+            transports::ClientContext ctx{&self->system(), st.cfg.transport_config};
+            auto transport = factory->make_client(ctx, *chosen);
+            if (!transport.ok()) {
+              return finish_conn(self, info.volume_id,
+                                 transport.status().with_context("volume '" + info.volume_id + "'"));
+            }
+            st.log->info("client rank {} -> volume '{}': transport {}", st.cfg.me.rank, info.volume_id,
+                         chosen->transport);
+            auto conn = std::make_shared<VolumeConn>();
+            conn->info = info;
+            conn->handle = handle;
+            conn->transport = std::shared_ptr<transports::Transport>(std::move(transport).value());
+            finish_conn(self, info.volume_id, conn);
+          },
+          [=](caf::error& e) {
+            finish_conn(self, info.volume_id,
+                        from_caf_error(e, "endpoints of volume '" + info.volume_id + "'"));
+          });
+}
+
+// Calls `k` with the connection to volume `id`, setting it up on first use.
+void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
+  auto& st = self->state;
+  if (auto it = st.conns.find(id); it != st.conns.end()) return k(it->second);
+  auto& waiters = st.conn_waiters[id];
+  waiters.push_back(std::move(k));
+  if (waiters.size() > 1) return;  // already being set up
+  self->request(st.controller, st.cfg.request_timeout, volume_atom::value, id)
+      .then([=](const wire::VolumeInfo& info, const storage_volume_actor& handle) { connect(self, info, handle); },
+            [=](caf::error& e) { finish_conn(self, id, from_caf_error(e, "volume '" + id + "'")); });
+}
+
+// Calls `k` with the connection to the volume the strategy picks for us.
+void with_home_volume(client_pointer self, ConnCallback k) {
+  auto& st = self->state;
+  if (!st.home_volume.empty()) return with_volume(self, st.home_volume, std::move(k));
+  st.home_waiters.push_back(std::move(k));
+  if (st.home_pending) return;
+  st.home_pending = true;
+  auto finish = [self](const ConnResult& r) {
+    auto& st = self->state;
+    st.home_pending = false;
+    auto waiters = std::move(st.home_waiters);
+    st.home_waiters.clear();
+    for (auto& w : waiters) w(r);
+  };
+  self->request(st.strategy, st.cfg.request_timeout, select_atom::value, st.cfg.me)
+      .then(
+          [=](const wire::VolumeInfo& info, const storage_volume_actor&) {
+            self->state.home_volume = info.volume_id;
+            with_volume(self, info.volume_id, finish);
+          },
+          [=](caf::error& e) { finish(from_caf_error(e, "strategy select")); });
+}
+
+// -- put -----------------------------------------------------------------
+
+struct PutOp {
+  PutCall call;
+  std::string what;
+  std::shared_ptr<VolumeConn> conn;
+  std::vector<wire::RegionRef> regions;
+  std::vector<Tensor> packed;  // contiguous copies of strided sources
+
+  void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
+};
+
+void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& r : op->regions) ids.push_back(r.region_id);
+  if (!ids.empty() && op->conn) self->send(op->conn->handle, release_atom::value, ids);
+}
+
+void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  std::vector<wire::KeyRecord> records;
+  records.reserve(op->call.items.size());
+  for (std::size_t i = 0; i < op->call.items.size(); ++i) {
+    const auto& item = op->call.items[i];
+    wire::KeyRecord r;
+    r.key = item.key;
+    r.kind = item.kind;
+    r.dtype = item.view.dtype();
+    r.shape = item.view.shape();
+    r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), op->conn->info.volume_id,
+                                         op->regions[i].region_id, op->regions[i].nbytes});
+    records.push_back(std::move(r));
+  }
+  auto& st = self->state;
+  self->request(st.controller, st.cfg.request_timeout, notify_put_batch_atom::value, records)
+      .then(
+          [=](const std::vector<std::uint64_t>& versions) mutable {
+            auto& st = self->state;
+            if (st.locations.size() + records.size() > st.cfg.max_cached_locations) st.locations.clear();
+            for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
+              records[i].version = versions[i];
+              st.locations[records[i].key] = std::move(records[i]);
+            }
+            op->call.promise->set_value(versions);
+          },
+          [=](caf::error& e) {
+            release_staged(self, op);
+            op->fail(from_caf_error(e, "commit at controller"));
+          });
+}
+
+void handle_put(client_pointer self, PutCall call) {
+  auto op = std::make_shared<PutOp>();
+  std::vector<std::string> keys;
+  for (const auto& i : call.items) keys.push_back(i.key);
+  op->what = describe(call.op, keys);
+  op->call = std::move(call);
+  with_home_volume(self, [=](const ConnResult& conn) {
+    if (!conn.ok()) return op->fail(conn.status());
+    op->conn = *conn;
+    std::vector<wire::StageRequest> reqs;
+    for (const auto& item : op->call.items) reqs.push_back(wire::StageRequest{item.key, item.view.nbytes()});
+    self->request(op->conn->handle, self->state.cfg.request_timeout, stage_atom::value, reqs)
+        .then(
+            [=](const std::vector<wire::RegionRef>& regions) {
+              op->regions = regions;
+              if (regions.size() != op->call.items.size()) {
+                release_staged(self, op);
+                return op->fail(Status(Errc::protocol_error, "volume staged " + std::to_string(regions.size()) +
+                                                                 " objects for " +
+                                                                 std::to_string(op->call.items.size()) + " keys"));
+              }
+              std::vector<Future<void>> writes;
+              writes.reserve(regions.size());
+              for (std::size_t i = 0; i < regions.size(); ++i) {
+                const auto& view = op->call.items[i].view;
+                const void* src = view.data();
+                if (!view.is_contiguous()) {
+                  auto tmp = Tensor::empty(view.dtype(), view.shape());
+                  if (!tmp.ok()) {
+                    writes.push_back(make_error_future<void>(tmp.status()));
+                    continue;
+                  }
+                  pack_to(view, tmp->data());
+                  src = tmp->data();
+                  op->packed.push_back(std::move(tmp).value());
+                }
+                writes.push_back(op->conn->transport->write(regions[i], 0, static_cast<const std::byte*>(src),
+                                                            view.nbytes()));
+              }
+              await(self, gather(std::move(writes)), [=](const Result<void>& r) {
+                op->packed.clear();
+                if (!r.ok()) {
+                  release_staged(self, op);
+                  return op->fail(r.status());
+                }
+                commit_put(self, op);
+              });
+            },
+            [=](caf::error& e) {
+              op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
+            });
+  });
+}
+
+// -- get -----------------------------------------------------------------
+
+struct ReadTarget {
+  std::uint64_t object_id = 0;
+  std::byte* dst = nullptr;
+  std::size_t nbytes = 0;
+};
+
+struct GetOp {
+  GetCall call;
+  std::string what;
+  int attempt = 0;
+  bool use_cache = true;
+  GetOutput out;
+  // For strided destinations: the contiguous staging tensor and its target.
+  std::vector<std::pair<Tensor, TensorView>> unpack;
+
+  void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
+  // For errors whose message already names the key.
+  void fail_named(const Status& s) { call.promise->set_error(s.with_context(call.op)); }
+};
+
+// Calls `k` with the records of `keys`: from the cache when allowed and
+// complete, else from the controller.
+void locate(client_pointer self, const std::vector<std::string>& keys, bool use_cache,
+            std::function<void(Result<std::vector<wire::KeyRecord>>)> k) {
+  auto& st = self->state;
+  if (use_cache) {
+    std::vector<wire::KeyRecord> cached;
+    for (const auto& key : keys) {
+      auto it = st.locations.find(key);
+      if (it == st.locations.end()) break;
+      cached.push_back(it->second);
+    }
+    if (cached.size() == keys.size()) return k(std::move(cached));
+  }
+  self->request(st.controller, st.cfg.request_timeout, locate_atom::value, keys)
+      .then(
+          [=](std::vector<wire::KeyRecord>& records) {
+            auto& st = self->state;
+            if (st.locations.size() + records.size() > st.cfg.max_cached_locations) st.locations.clear();
+            for (const auto& r : records) {
+              if (r.found()) {
+                st.locations[r.key] = r;
+              } else {
+                st.locations.erase(r.key);
+              }
+            }
+            k(std::move(records));
+          },
+          [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });
+}
+
+// Pins the objects at one volume, reads them, unpins.
+Future<void> read_from_volume(client_pointer self, const std::string& volume_id, std::vector<ReadTarget> targets) {
+  auto promise = std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
+  auto fut = promise->future();
+  with_volume(self, volume_id, [=](const ConnResult& conn) {
+    if (!conn.ok()) return (void)promise->set_error(conn.status());
+    auto c = *conn;
+    std::vector<std::uint64_t> ids;
+    for (const auto& t : targets) ids.push_back(t.object_id);
+    self->request(c->handle, self->state.cfg.request_timeout, open_read_atom::value, ids)
+        .then(
+            [=](const wire::ReadLease& lease) {
+              std::vector<Future<void>> reads;
+              for (std::size_t i = 0; i < targets.size() && i < lease.regions.size(); ++i) {
+                const auto& t = targets[i];
+                if (lease.regions[i].nbytes != t.nbytes) {
+                  reads.push_back(make_error_future<void>(
+                      Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
+                                                       std::to_string(lease.regions[i].nbytes) +
+                                                       " bytes, the index says " + std::to_string(t.nbytes))));
+                  continue;
+                }
+                reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
+              }
+              await(self, gather(std::move(reads)), [=](const Result<void>& r) {
+                self->send(c->handle, close_read_atom::value, lease.lease_id);
+                promise->set(r);
+              });
+            },
+            [=](caf::error& e) { promise->set_error(from_caf_error(e, "open_read at volume '" + volume_id + "'")); });
+  });
+  return fut;
+}
+
+Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
+  const auto& key = op.call.keys[i];
+  if (!r.found()) return Status(Errc::not_found, "no key '" + key + "'");
+  const bool want_object = op.call.mode == GetMode::object;
+  if (want_object && r.kind != wire::ObjectKind::object) {
+    return Status(Errc::wrong_kind, "'" + key + "' holds a tensor, not an object (use get)");
+  }
+  if (!want_object && r.kind != wire::ObjectKind::tensor) {
+    return Status(Errc::wrong_kind, "'" + key + "' holds an object, not a tensor (use get_object)");
+  }
+  if (op.call.mode == GetMode::into) {
+    const auto& dst = op.call.dsts[i];
+    if (dst.dtype() != r.dtype) {
+      return Status(Errc::dtype_mismatch, "dtype mismatch for '" + key + "': stored " +
+                                              std::string(dtype_name(r.dtype)) + ", destination " +
+                                              std::string(dtype_name(dst.dtype())));
+    }
+    if (dst.shape() != r.shape) {
+      return Status(Errc::shape_mismatch, "shape mismatch for '" + key + "': stored " +
+                                              shape_to_string(r.shape) + ", destination " +
+                                              shape_to_string(dst.shape()));
+    }
+  }
+  if (r.shards.size() != 1 || !r.shards.front().slice.is_full()) {
+    return Status(Errc::unsupported, "'" + key + "' is stored in " + std::to_string(r.shards.size()) +
+                                         " shards; sharded reads are not supported by this client yet");
+  }
+  return Status();
+}
+
+void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
+
+void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Result<void>& r) {
+  auto& st = self->state;
+  if (!r.ok()) {
+    // not_found from a volume means a concurrent overwrite or remove
+    // released what we located: locate afresh and read again.
+    if (r.status().code() == Errc::not_found && op->attempt < st.cfg.max_read_attempts) {
+      for (const auto& k : op->call.keys) st.locations.erase(k);
+      op->use_cache = false;
+      return start_get(self, op);
+    }
+    if (r.status().code() == Errc::not_found) {
+      return op->fail(Status(Errc::conflict, "gave up after " + std::to_string(op->attempt) +
+                                                 " attempts: every located version was replaced before it could be read"));
+    }
+    return op->fail(r.status());
+  }
+  for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
+  op->unpack.clear();
+  op->call.promise->set_value(std::move(op->out));
+}
+
+void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
+  ++op->attempt;
+  locate(self, op->call.keys, op->use_cache, [=](Result<std::vector<wire::KeyRecord>> records) {
+    if (!records.ok()) return op->fail(records.status());
+    if (records->size() != op->call.keys.size()) {
+      return op->fail(Status(Errc::protocol_error, "controller answered " + std::to_string(records->size()) +
+                                                       " records for " + std::to_string(op->call.keys.size()) +
+                                                       " keys"));
+    }
+    // Check everything before any byte moves: a failed check leaves the
+    // caller's destinations untouched.
+    for (std::size_t i = 0; i < records->size(); ++i) {
+      if (auto s = check_record(*op, i, (*records)[i]); !s.ok()) return op->fail_named(s);
+    }
+    op->out = GetOutput{};
+    op->unpack.clear();
+    std::map<std::string, std::vector<ReadTarget>> by_volume;
+    for (std::size_t i = 0; i < records->size(); ++i) {
+      const auto& rec = (*records)[i];
+      const auto& shard = rec.shards.front();
+      std::byte* dst = nullptr;
+      if (op->call.mode == GetMode::object) {
+        op->out.object.assign(shard.nbytes, '\0');
+        dst = reinterpret_cast<std::byte*>(op->out.object.data());
+      } else if (op->call.mode == GetMode::tensor) {
+        auto t = Tensor::empty(rec.dtype, rec.shape);
+        if (!t.ok()) return op->fail(t.status());
+        dst = static_cast<std::byte*>(t->data());
+        op->out.tensors.push_back(std::move(t).value());
+      } else {
+        const auto& view = op->call.dsts[i];
+        if (view.is_contiguous()) {
+          dst = static_cast<std::byte*>(view.data());
+        } else {
+          auto tmp = Tensor::empty(rec.dtype, rec.shape);
+          if (!tmp.ok()) return op->fail(tmp.status());
+          dst = static_cast<std::byte*>(tmp->data());
+          op->unpack.emplace_back(std::move(tmp).value(), view);
+        }
+      }
+      by_volume[shard.volume_id].push_back(ReadTarget{shard.object_id, dst, shard.nbytes});
+    }
+    std::vector<Future<void>> groups;
+    for (auto& [vid, targets] : by_volume) groups.push_back(read_from_volume(self, vid, std::move(targets)));
+    await(self, gather(std::move(groups)), [=](const Result<void>& r) { finish_get(self, op, r); });
+  });
+}
+
+void handle_get(client_pointer self, GetCall call) {
+  auto op = std::make_shared<GetOp>();
+  op->what = describe(call.op, call.keys);
+  op->call = std::move(call);
+  start_get(self, op);
+}
+
+// -- key space -----------------------------------------------------------
+
+void handle_remove(client_pointer self, RemoveCall call) {
+  auto& st = self->state;
+  for (const auto& k : call.keys) st.locations.erase(k);
+  auto promise = call.promise;
+  if (call.single) {
+    const auto key = call.keys.front();
+    self->request(st.controller, st.cfg.request_timeout, remove_atom::value, key)
+        .then([=](caf::ok_atom) { promise->set_value(1); },
+              [=](caf::error& e) { promise->set_error(from_caf_error(e, "remove '" + key + "'")); });
+    return;
+  }
+  const auto what = describe("remove_batch", call.keys);
+  self->request(st.controller, st.cfg.request_timeout, remove_batch_atom::value, call.keys)
+      .then([=](const wire::RemoveReply& r) { promise->set_value(static_cast<std::size_t>(r.removed)); },
+            [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
+}
+
+void handle_stat(client_pointer self, StatCall call) {
+  auto promise = call.promise;
+  auto& st = self->state;
+  self->request(st.controller, st.cfg.request_timeout, volumes_atom::value)
+      .then(
+          [=](const std::vector<wire::VolumeInfo>& infos) {
+            std::vector<Future<wire::VolumeStat>> stats;
+            for (const auto& info : infos) {
+              auto p = std::make_shared<Promise<wire::VolumeStat>>(Status(Errc::shutdown, "client stopped"));
+              stats.push_back(p->future());
+              with_volume(self, info.volume_id, [=](const ConnResult& conn) {
+                if (!conn.ok()) return (void)p->set_error(conn.status());
+                self->request((*conn)->handle, self->state.cfg.request_timeout, stat_atom::value)
+                    .then([=](const wire::VolumeStat& s) { p->set_value(s); },
+                          [=](caf::error& e) {
+                            p->set_error(from_caf_error(e, "stat of volume '" + info.volume_id + "'"));
+                          });
+              });
+            }
+            gather(std::move(stats)).on_complete([promise](const Result<std::vector<wire::VolumeStat>>& r) {
+              promise->set(r);
+            });
+          },
+          [=](caf::error& e) { promise->set_error(from_caf_error(e, "stats")); });
+}
+
+caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_actor controller,
+                          strategy_actor strategy) {
+  self->state.cfg = std::move(cfg);
+  self->state.controller = std::move(controller);
+  self->state.strategy = std::move(strategy);
+  return {
+      [=](run_atom, internal::Closure& c) { c.fn(); },
+      [=](store_put_atom, PutCall& call) { handle_put(self, std::move(call)); },
+      [=](store_get_atom, GetCall& call) { handle_get(self, std::move(call)); },
+      [=](store_keys_atom, KeysCall& call) {
+        auto promise = call.promise;
+        const auto prefix = call.prefix;
+        self->request(self->state.controller, self->state.cfg.request_timeout, keys_atom::value, prefix)
+            .then([=](std::vector<std::string>& keys) { promise->set_value(std::move(keys)); },
+                  [=](caf::error& e) { promise->set_error(from_caf_error(e, "keys '" + prefix + "'")); });
+      },
+      [=](store_exists_atom, ExistsCall& call) {
+        auto promise = call.promise;
+        const auto what = describe("exists", call.keys);
+        self->request(self->state.controller, self->state.cfg.request_timeout, exists_atom::value, call.keys)
+            .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
+                  [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
+      },
+      [=](store_remove_atom, RemoveCall& call) { handle_remove(self, std::move(call)); },
+      [=](store_stat_atom, StatCall& call) { handle_stat(self, std::move(call)); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
+                        strategy_actor strategy) {
+  return sys.spawn(client_impl, std::move(config), std::move(controller), std::move(strategy));
+}
+
+}  // namespace meshstore::actors

@@ -1,0 +1,98 @@
+#pragma once
+
+// The client actor: one per Store. It turns facade calls into the store's
+// protocol (strategy -> stage -> transport -> commit; locate -> lease ->
+// transport), runs transfers in parallel, and caches volume connections and
+// key locations. Its messages carry promises, so they are local-only.
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/strategy_actor.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/tensor.hpp"
+#include "meshstore/transports/transport.hpp"
+#include "meshstore/wire/control.hpp"
+
+namespace meshstore::actors {
+
+/// One tensor (or object) of a put.
+struct PutItem {
+  std::string key;
+  TensorView view;
+  wire::ObjectKind kind = wire::ObjectKind::tensor;
+  /// Keeps an object's bytes alive while they move (put_object).
+  std::shared_ptr<const std::string> owned_bytes;
+};
+
+struct PutCall {
+  std::string op;  // "put", "put_batch", "put_object": for messages
+  std::vector<PutItem> items;
+  std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
+};
+
+enum class GetMode { tensor, into, object };
+
+struct GetOutput {
+  std::vector<Tensor> tensors;  // GetMode::tensor
+  std::string object;           // GetMode::object
+};
+
+struct GetCall {
+  std::string op;
+  GetMode mode = GetMode::tensor;
+  std::vector<std::string> keys;
+  std::vector<TensorView> dsts;  // GetMode::into, one per key
+  std::shared_ptr<Promise<GetOutput>> promise;
+};
+
+struct KeysCall {
+  std::string prefix;
+  std::shared_ptr<Promise<std::vector<std::string>>> promise;
+};
+
+struct ExistsCall {
+  std::vector<std::string> keys;
+  std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
+};
+
+struct RemoveCall {
+  std::vector<std::string> keys;
+  bool single = false;  // remove(): a missing key is an error
+  std::shared_ptr<Promise<std::size_t>> promise;
+};
+
+struct StatCall {
+  std::shared_ptr<Promise<std::vector<wire::VolumeStat>>> promise;
+};
+
+/// What a client is created with.
+struct ClientConfig {
+  wire::ClientInfo me;
+  /// Force this transport for every volume ("" = best available).
+  std::string forced_transport;
+  transports::TransportConfig transport_config;
+  std::chrono::milliseconds request_timeout{30000};
+  /// Reads retried after a concurrent overwrite released what they located.
+  int max_read_attempts = 8;
+  /// Key locations cached at most (the cache is dropped when full).
+  std::size_t max_cached_locations = 1 << 16;
+};
+
+/// Spawns a client actor bound to a controller and strategy.
+caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
+                        strategy_actor strategy);
+
+}  // namespace meshstore::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ExistsCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::RemoveCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StatCall)

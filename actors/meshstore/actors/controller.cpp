@@ -1,0 +1,219 @@
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore::actors {
+namespace {
+
+using internal::to_caf_error;
+
+struct ControllerState {
+  static inline const char* name = "meshstore.controller";
+
+  std::map<std::string, wire::KeyRecord> index;  // ordered: keys(prefix) is a range scan
+  std::vector<wire::VolumeInfo> volume_infos;
+  std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::uint64_t last_version = 0;  // store-wide commit sequence
+  std::shared_ptr<spdlog::logger> log = log::get("controller");
+};
+
+using controller_pointer = controller_actor::stateful_pointer<ControllerState>;
+
+Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
+  const std::string ctx = "notify_put '" + r.key + "'";
+  if (r.key.empty()) return Status(Errc::invalid_argument, "notify_put: empty key");
+  if (r.shards.empty()) return Status(Errc::invalid_argument, ctx + ": no shards");
+  const auto elsize = dtype_size(r.dtype);
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < r.shards.size(); ++i) {
+    const auto& s = r.shards[i];
+    if (st.volumes.count(s.volume_id) == 0) {
+      return Status(Errc::not_found, ctx + ": unknown volume '" + s.volume_id + "'");
+    }
+    if (s.slice.global_shape() != r.shape) {
+      return Status(Errc::shape_mismatch, ctx + ": shard " + s.slice.to_string() +
+                                              " is not in global shape " + shape_to_string(r.shape));
+    }
+    if (s.nbytes != static_cast<std::uint64_t>(s.slice.numel()) * elsize) {
+      return Status(Errc::invalid_argument, ctx + ": shard " + s.slice.to_string() + " holds " +
+                                                std::to_string(s.nbytes) + " bytes, expected " +
+                                                std::to_string(s.slice.numel() * elsize));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (s.slice.intersect(r.shards[j].slice)) {
+        return Status(Errc::invalid_argument, ctx + ": shards " + r.shards[j].slice.to_string() +
+                                                  " and " + s.slice.to_string() + " overlap");
+      }
+    }
+    covered += s.slice.numel();
+  }
+  if (covered != shape_numel(r.shape)) {
+    return Status(Errc::partially_committed,
+                  ctx + ": shards cover " + std::to_string(covered) + " of " +
+                      std::to_string(shape_numel(r.shape)) + " elements");
+  }
+  return Status();
+}
+
+// Tells each volume which of its objects a commit adopted or dropped.
+void send_to_volumes(controller_pointer self, const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
+                     bool commit) {
+  for (const auto& [vid, ids] : by_volume) {
+    auto it = self->state.volumes.find(vid);
+    if (it == self->state.volumes.end() || ids.empty()) continue;
+    if (commit) {
+      self->send(it->second, commit_atom::value, ids);
+    } else {
+      self->send(it->second, release_atom::value, ids);
+    }
+  }
+}
+
+void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out) {
+  for (const auto& s : r.shards) out[s.volume_id].push_back(s.object_id);
+}
+
+Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
+                                                const std::vector<wire::KeyRecord>& records) {
+  auto& st = self->state;
+  std::set<std::string> seen;
+  for (const auto& r : records) {
+    MESHSTORE_RETURN_IF_ERROR(validate_record(st, r));
+    if (!seen.insert(r.key).second) {
+      return Status(Errc::invalid_argument, "notify_put_batch: key '" + r.key + "' appears twice");
+    }
+  }
+  // Validated as a whole, applied as a whole: no reader sees half a batch,
+  // since this handler runs to completion before the next message.
+  std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+  std::vector<std::uint64_t> versions;
+  versions.reserve(records.size());
+  for (const auto& r : records) {
+    auto& slot = st.index[r.key];
+    if (slot.found()) collect(slot, released);
+    slot = r;
+    slot.version = ++st.last_version;
+    versions.push_back(slot.version);
+    collect(slot, adopted);
+  }
+  send_to_volumes(self, adopted, true);
+  send_to_volumes(self, released, false);
+  return versions;
+}
+
+controller_actor::behavior_type controller_impl(controller_pointer self) {
+  return {
+      [=](register_volume_atom, const wire::VolumeInfo& info, storage_volume_actor v) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (info.volume_id.empty()) return to_caf_error(Status(Errc::invalid_argument, "register_volume: empty id"));
+        if (st.volumes.count(info.volume_id)) {
+          return to_caf_error(Status(Errc::invalid_argument, "register_volume: volume '" + info.volume_id +
+                                                                 "' is already registered"));
+        }
+        st.volumes.emplace(info.volume_id, std::move(v));
+        st.volume_infos.push_back(info);
+        st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
+        return caf::ok_atom::value;
+      },
+      [=](volume_atom, const std::string& id) -> caf::result<wire::VolumeInfo, storage_volume_actor> {
+        auto& st = self->state;
+        auto it = st.volumes.find(id);
+        if (it == st.volumes.end()) return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
+        for (const auto& info : st.volume_infos) {
+          if (info.volume_id == id) return {info, it->second};
+        }
+        return to_caf_error(Status(Errc::internal, "volume '" + id + "' has no info"));
+      },
+      [=](volumes_atom) { return self->state.volume_infos; },
+      [=](notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
+        auto versions = commit_batch(self, {r});
+        if (!versions.ok()) return to_caf_error(versions.status());
+        return versions->front();
+      },
+      [=](notify_put_batch_atom,
+          const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
+        auto versions = commit_batch(self, records);
+        if (!versions.ok()) return to_caf_error(versions.status());
+        return std::move(versions).value();
+      },
+      [=](locate_atom, const std::vector<std::string>& keys) {
+        std::vector<wire::KeyRecord> out;
+        out.reserve(keys.size());
+        for (const auto& k : keys) {
+          auto it = self->state.index.find(k);
+          if (it != self->state.index.end()) {
+            out.push_back(it->second);
+          } else {
+            wire::KeyRecord missing;
+            missing.key = k;
+            out.push_back(std::move(missing));
+          }
+        }
+        return out;
+      },
+      [=](keys_atom, const std::string& prefix) {
+        std::vector<std::string> out;
+        const auto& index = self->state.index;
+        for (auto it = index.lower_bound(prefix); it != index.end(); ++it) {
+          if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+          if (key_matches_prefix(it->first, prefix)) out.push_back(it->first);
+        }
+        return out;
+      },
+      [=](exists_atom, const std::vector<std::string>& keys) {
+        std::vector<std::uint64_t> out;
+        for (const auto& k : keys) {
+          auto it = self->state.index.find(k);
+          out.push_back(it == self->state.index.end() ? 0 : it->second.version);
+        }
+        return out;
+      },
+      [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        auto it = st.index.find(key);
+        if (it == st.index.end()) return to_caf_error(Status(Errc::not_found, "remove: no key '" + key + "'"));
+        std::map<std::string, std::vector<std::uint64_t>> released;
+        collect(it->second, released);
+        st.index.erase(it);
+        send_to_volumes(self, released, false);
+        return caf::ok_atom::value;
+      },
+      [=](remove_batch_atom, const std::vector<std::string>& keys) {
+        auto& st = self->state;
+        wire::RemoveReply reply;
+        std::map<std::string, std::vector<std::uint64_t>> released;
+        for (const auto& k : keys) {
+          auto it = st.index.find(k);
+          if (it == st.index.end()) {
+            reply.missing.push_back(k);
+            continue;
+          }
+          collect(it->second, released);
+          st.index.erase(it);
+          ++reply.removed;
+        }
+        send_to_volumes(self, released, false);
+        return reply;
+      },
+  };
+}
+
+}  // namespace
+
+bool key_matches_prefix(const std::string& key, const std::string& prefix) noexcept {
+  if (prefix.empty()) return true;
+  if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) return false;
+  if (key.size() == prefix.size()) return true;
+  const char last = prefix.back();
+  if (last == '/' || last == '.') return true;
+  const char next = key[prefix.size()];
+  return next == '/' || next == '.';
+}
+
+controller_actor spawn_controller(caf::actor_system& sys) { return sys.spawn(controller_impl); }
+
+}  // namespace meshstore::actors

@@ -1,0 +1,51 @@
+#pragma once
+
+// The controller's typed interface: the store's index. key -> kind, dtype,
+// global shape, version and the shards that hold it (volume + object). It
+// never touches payload bytes. Every batch commits atomically: one message,
+// one handler run, so a reader sees the old complete entry or the new one.
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshstore/actors/atoms.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/wire/control.hpp"
+
+namespace meshstore::actors {
+
+using controller_actor = caf::typed_actor<
+    // A volume joins; the controller tells it about commits and releases.
+    caf::replies_to<register_volume_atom, wire::VolumeInfo, storage_volume_actor>::with<caf::ok_atom>,
+    // A volume by id (Errc::not_found if unknown).
+    caf::replies_to<volume_atom, std::string>::with<wire::VolumeInfo, storage_volume_actor>,
+    // Every registered volume.
+    caf::replies_to<volumes_atom>::with<std::vector<wire::VolumeInfo>>,
+    // Commits one key; answers its new version.
+    caf::replies_to<notify_put_atom, wire::KeyRecord>::with<std::uint64_t>,
+    // Commits many keys at once (a whole state dict), all or none; answers
+    // their versions in order.
+    caf::replies_to<notify_put_batch_atom, std::vector<wire::KeyRecord>>::with<std::vector<std::uint64_t>>,
+    // The records of these keys; a missing key comes back with version 0.
+    caf::replies_to<locate_atom, std::vector<std::string>>::with<std::vector<wire::KeyRecord>>,
+    // Keys under a prefix (whole '/'- or '.'-separated components), sorted.
+    caf::replies_to<keys_atom, std::string>::with<std::vector<std::string>>,
+    // The version of each key, 0 where it does not exist.
+    caf::replies_to<exists_atom, std::vector<std::string>>::with<std::vector<std::uint64_t>>,
+    // Removes one key; Errc::not_found if it does not exist.
+    caf::replies_to<remove_atom, std::string>::with<caf::ok_atom>,
+    // Removes keys, ignoring missing ones (listed in the reply).
+    caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>>;
+
+/// Spawns a controller.
+controller_actor spawn_controller(caf::actor_system& sys);
+
+/// True when `key` lies under `prefix` by whole components: "a.b" is under
+/// "a" and "a.b" but not under "a.bc"; '/' and '.' separate components; an
+/// empty prefix matches everything.
+bool key_matches_prefix(const std::string& key, const std::string& prefix) noexcept;
+
+}  // namespace meshstore::actors

@@ -1,0 +1,57 @@
+#pragma once
+
+// The storage volume's typed interface. A volume holds payload bytes as
+// objects, each in one memory region that its transport servers expose.
+// Objects are immutable once written: a put stages a new object, the
+// controller's commit makes it part of a key, and the controller releases
+// the object a newer version (or a remove) replaced. Readers pin objects
+// with a read lease, so a region never goes away under a reader.
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshstore/actors/atoms.hpp"
+#include "meshstore/transports/transport.hpp"
+#include "meshstore/wire/control.hpp"
+
+namespace meshstore::actors {
+
+using storage_volume_actor = caf::typed_actor<
+    // Allocates one staged object per request, all or none: fails with
+    // Errc::out_of_capacity (nothing staged) when they do not fit.
+    caf::replies_to<stage_atom, std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
+    // From the controller: these objects now back committed keys.
+    caf::reacts_to<commit_atom, std::vector<std::uint64_t>>,
+    // These objects are no longer referenced (superseded, removed, or a
+    // failed put's staging); their memory goes once no lease pins it.
+    caf::reacts_to<release_atom, std::vector<std::uint64_t>>,
+    // Pins objects for reading; Errc::not_found if any is gone.
+    caf::replies_to<open_read_atom, std::vector<std::uint64_t>>::with<wire::ReadLease>,
+    // Unpins a lease.
+    caf::reacts_to<close_read_atom, std::uint64_t>,
+    // Bytes held, objects, capacity.
+    caf::replies_to<stat_atom>::with<wire::VolumeStat>,
+    // How clients reach this volume's transports.
+    caf::replies_to<endpoints_atom>::with<std::vector<transports::EndpointInfo>>>;
+
+/// What a volume is created with.
+struct VolumeConfig {
+  std::string volume_id;
+  std::string host;
+  /// Bytes the volume may hold; 0 = unlimited.
+  std::uint64_t capacity_bytes = 0;
+  /// Released region memory kept for reuse by later puts of the same size.
+  std::uint64_t pool_bytes = std::uint64_t{1} << 30;
+  /// Transports to offer (registered names); empty = every built one.
+  std::vector<std::string> transports;
+  transports::TransportConfig transport_config;
+};
+
+/// Spawns a storage volume. Fails if a requested transport is not built or
+/// its server cannot start.
+Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys, const VolumeConfig& config);
+
+}  // namespace meshstore::actors

@@ -1,0 +1,156 @@
+#pragma once
+
+// meshstore's public API: a distributed tensor store whose every call
+// returns a Future at once. Include this header only; CAF stays hidden.
+//
+//   auto store = meshstore::Store::embedded().value();
+//   std::vector<float> w(1024, 1.0f);
+//   store.put("layer0.w", meshstore::TensorView::of(w.data(), {32, 32})).get().value();
+//   meshstore::Tensor t = store.get("layer0.w").get().value();
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/dtype.hpp"
+#include "meshstore/errc.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
+#include "meshstore/tensor.hpp"
+
+namespace meshstore {
+
+/// How a store is built. Every field is validated by Store::embedded().
+struct StoreOptions {
+  /// Storage volumes to create (embedded store); at least 1.
+  int num_volumes = 1;
+  /// Bytes each volume may hold; 0 = unlimited. A put that does not fit
+  /// fails with Errc::out_of_capacity and stores nothing.
+  std::uint64_t volume_capacity_bytes = 0;
+  /// Placement strategy: "singleton" (every client writes to volume 0).
+  std::string strategy = "singleton";
+  /// This process's rank (what the strategy sees).
+  int rank = 0;
+  /// Force a transport by name ("rpc"); empty = best available. A forced
+  /// transport that cannot serve a volume is an error, never a fallback.
+  std::string transport;
+  /// Largest rpc chunk (one actor message), in [4 KiB, 1 GiB].
+  std::size_t rpc_chunk_bytes = std::size_t{64} << 20;
+  /// rpc chunks in flight per transfer, in [1, 64].
+  int rpc_chunks_in_flight = 4;
+  /// Deadline of every control request (and every rpc chunk).
+  std::chrono::milliseconds request_timeout{30000};
+  /// Actor scheduler threads; 0 = max(2, hardware threads) capped at 8.
+  int scheduler_threads = 0;
+  /// Log level (trace, debug, info, warn, error, critical, off); empty
+  /// keeps MESHSTORE_LOG_LEVEL or the default "warn".
+  std::string log_level;
+
+  /// Checks every field; Errc::invalid_argument names the bad one.
+  Status validate() const;
+};
+
+/// One volume's usage, as stats() reports it.
+struct VolumeStats {
+  std::string volume_id;
+  std::uint64_t bytes_held = 0;      ///< payload bytes in memory, staged and leased included
+  std::uint64_t capacity_bytes = 0;  ///< 0 = unlimited
+  std::uint64_t objects = 0;         ///< committed objects
+  std::uint64_t staged = 0;          ///< objects of puts still in flight
+  std::uint64_t leases = 0;          ///< open read leases
+};
+
+/// A tensor store. Keys name tensors or byte objects; a put of an existing
+/// key replaces it atomically (readers see the old complete value or the
+/// new one, never a mix).
+///
+/// Every call validates its input, returns a Future immediately and runs
+/// in the background; errors arrive in the future as a Status naming the
+/// key. Buffers passed in (TensorView) must stay valid until the returned
+/// future completes.
+///
+/// Thread-safe: any number of threads may call any method concurrently,
+/// including threads the store's runtime does not own. Move-only.
+class Store {
+ public:
+  /// A whole store inside this process: controller, strategy, volumes and
+  /// client actors on a private actor system. Fails with
+  /// Errc::invalid_argument on a bad option.
+  static Result<Store> embedded(StoreOptions options = {});
+
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  /// Closes the store (see close()).
+  ~Store();
+
+  // -- tensors -------------------------------------------------------------
+
+  /// Stores a copy of `tensor` under `key` (any strides; packed on the way).
+  Future<void> put(std::string key, const TensorView& tensor);
+  /// Stores several tensors; they move in parallel and become visible
+  /// together, with one notification to the controller. Keys must be unique.
+  Future<void> put_batch(std::vector<std::pair<std::string, TensorView>> items);
+
+  /// Fetches `key` into a newly allocated contiguous Tensor.
+  /// Errc::not_found if there is no such key; Errc::wrong_kind for an object.
+  Future<Tensor> get(std::string key);
+  /// Fetches several keys, in parallel.
+  Future<std::vector<Tensor>> get_batch(std::vector<std::string> keys);
+
+  /// Copies `key` into the caller's `dst` (any strides) without allocating
+  /// a tensor. dtype and shape must match: Errc::dtype_mismatch or
+  /// Errc::shape_mismatch otherwise, with `dst` untouched.
+  Future<void> get_into(std::string key, const TensorView& dst);
+  /// get_into for several keys, in parallel; every destination is checked
+  /// before any byte moves.
+  Future<void> get_into_batch(std::vector<std::pair<std::string, TensorView>> items);
+
+  // -- byte objects --------------------------------------------------------
+
+  /// Stores `bytes` under `key` as an object (not a tensor).
+  Future<void> put_object(std::string key, std::string bytes);
+  /// Fetches an object. Errc::wrong_kind if `key` holds a tensor.
+  Future<std::string> get_object(std::string key);
+
+  // -- the key space -------------------------------------------------------
+
+  /// Keys under `prefix`, sorted. The prefix matches whole components
+  /// separated by '/' or '.': "model.layers" matches "model.layers.0.w" but
+  /// not "model.layers_extra". An empty prefix lists every key.
+  Future<std::vector<std::string>> keys(std::string prefix = "");
+  /// True when `key` exists.
+  Future<bool> exists(std::string key);
+  /// Removes `key`; Errc::not_found if it does not exist. Readers holding
+  /// the old value finish their read; its memory goes after them.
+  Future<void> remove(std::string key);
+  /// Removes the keys that exist, ignores the others; answers how many were
+  /// removed.
+  Future<std::size_t> remove_batch(std::vector<std::string> keys);
+
+  // -- operations ----------------------------------------------------------
+
+  /// Usage of every volume.
+  Future<std::vector<VolumeStats>> stats();
+  /// Names of the transports built into this binary, preferred first.
+  static std::vector<std::string> available_transports();
+
+  /// Stops the store. Calls still in flight end with Errc::shutdown (never a
+  /// hang); later calls fail with Errc::shutdown at once. Idempotent.
+  /// Blocks until the store's actors have stopped; do not call it from a
+  /// future continuation.
+  void close();
+  /// True after close().
+  bool closed() const noexcept;
+
+ private:
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace meshstore
