@@ -1,0 +1,192 @@
+#include "meshstore/actors/actor_types.hpp"
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore::actors {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Asks `h` and waits for a single-value reply.
+template <class R, class Handle, class... Ts>
+Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
+  Result<R> out = Status(Errc::internal, "no reply");
+  self->request(h, 30s, std::forward<Ts>(xs)...)
+      .receive([&](R& r) { out = std::move(r); },
+               [&](caf::error& e) { out = internal::from_caf_error(e, "ask"); });
+  return out;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    internal::RuntimeOptions ro;
+    ro.add_types = add_actor_types;
+    runtime_ = internal::ActorRuntime::create(ro).value();
+    auto& sys = runtime_->system();
+    controller_ = spawn_controller(sys);
+    VolumeConfig vc;
+    vc.volume_id = "volume-0";
+    vc.capacity_bytes = 1 << 20;
+    volume_ = spawn_storage_volume(sys, vc).value();
+    self_ = std::make_unique<caf::scoped_actor>(sys);
+    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, register_volume_atom::value,
+                                 wire::VolumeInfo{"volume-0", "h", 1 << 20, {"rpc"}}, volume_)));
+  }
+  void TearDown() override {
+    caf::anon_send_exit(controller_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(volume_, caf::exit_reason::user_shutdown);
+    self_.reset();
+    controller_ = nullptr;
+    volume_ = nullptr;
+    runtime_.reset();
+  }
+
+  // Stages an object of `n` bytes at the volume; returns its id.
+  std::uint64_t stage(std::uint64_t n) {
+    auto r = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+                                               std::vector<wire::StageRequest>{{"k", n}});
+    EXPECT_OK(r);
+    return r.ok() ? r->front().region_id : 0;
+  }
+
+  wire::KeyRecord record(const std::string& key, Shape shape, std::uint64_t object) {
+    wire::KeyRecord r;
+    r.key = key;
+    r.dtype = DType::float32;
+    r.shape = shape;
+    r.shards.push_back({TensorSlice::full(shape), "volume-0", object,
+                        static_cast<std::uint64_t>(shape_numel(shape)) * 4});
+    return r;
+  }
+
+  wire::VolumeStat stat() { return ask<wire::VolumeStat>(*self_, volume_, stat_atom::value).value(); }
+
+  std::unique_ptr<internal::ActorRuntime> runtime_;
+  controller_actor controller_;
+  storage_volume_actor volume_;
+  std::unique_ptr<caf::scoped_actor> self_;
+};
+
+TEST_F(ControllerTest, CommittedKeyIsLocatedWithItsVersion) {
+  auto v = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("a", {2, 2}, stage(16)));
+  ASSERT_OK(v);
+  auto recs = ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+                                                std::vector<std::string>{"a", "missing"});
+  ASSERT_OK(recs);
+  ASSERT_EQ(recs->size(), 2u);
+  EXPECT_EQ((*recs)[0].version, *v);
+  EXPECT_EQ((*recs)[0].shape, (Shape{2, 2}));
+  EXPECT_FALSE((*recs)[1].found());
+  EXPECT_EQ((*recs)[1].key, "missing");
+}
+
+TEST_F(ControllerTest, BatchIsAllOrNothing) {
+  auto good = record("good", {4}, stage(16));
+  auto bad = record("bad", {4}, stage(16));
+  bad.shards.front().nbytes = 3;  // does not match 4 x float32
+  auto r = ask<std::vector<std::uint64_t>>(*self_, controller_, notify_put_batch_atom::value,
+                                           std::vector<wire::KeyRecord>{good, bad});
+  EXPECT_ERROR(r, Errc::invalid_argument, "'bad'");
+  auto exists = ask<std::vector<std::uint64_t>>(*self_, controller_, exists_atom::value,
+                                                std::vector<std::string>{"good", "bad"});
+  EXPECT_EQ(*exists, (std::vector<std::uint64_t>{0, 0}));
+}
+
+TEST_F(ControllerTest, BatchRejectsDuplicateKeysAndUnknownVolumes) {
+  auto a = record("a", {1}, stage(4));
+  EXPECT_ERROR((ask<std::vector<std::uint64_t>>(*self_, controller_, notify_put_batch_atom::value,
+                                                std::vector<wire::KeyRecord>{a, a})),
+               Errc::invalid_argument, "appears twice");
+  auto b = record("b", {1}, stage(4));
+  b.shards.front().volume_id = "volume-9";
+  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, b)), Errc::not_found,
+               "volume-9");
+}
+
+TEST_F(ControllerTest, ShardsMustCoverTheTensor) {
+  auto r = record("half", {4, 4}, stage(32));
+  r.shards.front().slice = TensorSlice::make({4, 4}, {0, 0}, {2, 4}).value();
+  r.shards.front().nbytes = 32;
+  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, r)), Errc::partially_committed,
+               "cover 8 of 16");
+}
+
+TEST_F(ControllerTest, OverwriteBumpsVersionAndReleasesTheOldObject) {
+  auto v1 = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {4}, stage(16)));
+  auto v2 = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {8}, stage(32)));
+  ASSERT_OK(v1);
+  ASSERT_OK(v2);
+  EXPECT_GT(*v2, *v1);
+  // The release travels to the volume ahead of this stat request.
+  auto s = stat();
+  EXPECT_EQ(s.objects, 1u);
+  EXPECT_EQ(s.bytes_held, 32u);
+}
+
+TEST_F(ControllerTest, KeysMatchWholeComponents) {
+  for (const char* k : {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb", "other"}) {
+    ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record(k, {1}, stage(4)))));
+  }
+  auto keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string("model.layers"));
+  EXPECT_EQ(*keys, (std::vector<std::string>{"model.layers.0.w", "model.layers.1.w"}));
+  keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string("model"));
+  EXPECT_EQ(keys->size(), 4u);
+  keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string(""));
+  EXPECT_EQ(keys->size(), 5u);
+}
+
+TEST(KeyMatchesPrefix, Components) {
+  EXPECT_TRUE(key_matches_prefix("a.b", "a"));
+  EXPECT_TRUE(key_matches_prefix("a/b", "a"));
+  EXPECT_TRUE(key_matches_prefix("a.b", "a."));
+  EXPECT_TRUE(key_matches_prefix("a.b", "a.b"));
+  EXPECT_FALSE(key_matches_prefix("a.bc", "a.b"));
+  EXPECT_FALSE(key_matches_prefix("ab", "a"));
+  EXPECT_FALSE(key_matches_prefix("a", "a.b"));
+  EXPECT_TRUE(key_matches_prefix("anything", ""));
+}
+
+TEST_F(ControllerTest, RemoveAndRemoveBatch) {
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("x", {1}, stage(4)))));
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("y", {1}, stage(4)))));
+  EXPECT_OK((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))));
+  EXPECT_ERROR((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))), Errc::not_found,
+               "'x'");
+  auto reply = ask<wire::RemoveReply>(*self_, controller_, remove_batch_atom::value,
+                                      std::vector<std::string>{"y", "nope"});
+  ASSERT_OK(reply);
+  EXPECT_EQ(reply->removed, 1u);
+  EXPECT_EQ(reply->missing, std::vector<std::string>{"nope"});
+  EXPECT_EQ(stat().objects, 0u);
+  EXPECT_EQ(stat().bytes_held, 0u);
+}
+
+TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
+  auto r = ask<std::vector<wire::RegionRef>>(
+      *self_, volume_, stage_atom::value,
+      std::vector<wire::StageRequest>{{"a", 600 << 10}, {"b", 600 << 10}});
+  EXPECT_ERROR(r, Errc::out_of_capacity, "volume 'volume-0' is full");
+  EXPECT_EQ(stat().staged, 0u);
+  EXPECT_EQ(stat().bytes_held, 0u);
+}
+
+TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
+  const auto id = stage(1000);
+  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id});
+  ASSERT_OK(lease);
+  (*self_)->send(volume_, release_atom::value, std::vector<std::uint64_t>{id});
+  auto s = stat();
+  EXPECT_EQ(s.staged + s.objects, 0u);
+  EXPECT_EQ(s.bytes_held, 1000u);  // still pinned by the lease
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id})),
+               Errc::not_found, "is gone");
+  (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
+  EXPECT_EQ(stat().bytes_held, 0u);
+}
+
+}  // namespace
+}  // namespace meshstore::actors

@@ -1,0 +1,47 @@
+#pragma once
+
+// Helpers shared by meshstore's tests.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
+
+namespace meshstore::testing {
+
+/// How long a test waits on any future before calling it a hang.
+constexpr std::chrono::seconds kWait{60};
+
+inline ::testing::AssertionResult is_ok(const Status& s) {
+  if (s.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << s.to_string();
+}
+template <class T>
+::testing::AssertionResult is_ok(const Result<T>& r) {
+  return is_ok(r.status());
+}
+
+/// Asserts `status` is an error with `code` whose message contains `needle`.
+inline ::testing::AssertionResult is_error(const Status& s, Errc code, const std::string& needle = "") {
+  if (s.ok()) return ::testing::AssertionFailure() << "expected " << errc_name(code) << ", got ok";
+  if (s.code() != code) {
+    return ::testing::AssertionFailure() << "expected " << errc_name(code) << ", got " << s.to_string();
+  }
+  if (!needle.empty() && s.message().find(needle) == std::string::npos) {
+    return ::testing::AssertionFailure() << "message lacks '" << needle << "': " << s.to_string();
+  }
+  return ::testing::AssertionSuccess();
+}
+template <class T>
+::testing::AssertionResult is_error(const Result<T>& r, Errc code, const std::string& needle = "") {
+  return is_error(r.status(), code, needle);
+}
+
+}  // namespace meshstore::testing
+
+#define ASSERT_OK(expr) ASSERT_TRUE(::meshstore::testing::is_ok(expr))
+#define EXPECT_OK(expr) EXPECT_TRUE(::meshstore::testing::is_ok(expr))
+#define EXPECT_ERROR(expr, code, needle) EXPECT_TRUE(::meshstore::testing::is_error((expr), (code), (needle)))

@@ -1,0 +1,148 @@
+#include <cstring>
+#include <numeric>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/memory.hpp"
+#include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/rpc/rpc_transport.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore::transports {
+namespace {
+
+using testing::kWait;
+
+// A volume's side without the volume actor: regions in a table, served by
+// the rpc server; the client talks to it through the rpc transport.
+class RpcTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    runtime_ = internal::ActorRuntime::create({}).value();
+    regions_ = std::make_shared<RegionTable>();
+    config_.rpc_chunk_bytes = 4096;  // small chunks so every test crosses chunk edges
+    config_.rpc_chunks_in_flight = 3;
+    auto factory = rpc::rpc_factory();
+    server_ = factory.make_server(ServerContext{&runtime_->system(), regions_, config_, "v"}).value();
+    client_ = factory.make_client(ClientContext{&runtime_->system(), config_}, server_->endpoint()).value();
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    runtime_.reset();
+  }
+  std::shared_ptr<Region> add_region(std::uint64_t id, std::size_t n) {
+    auto r = std::make_shared<Region>(id, internal::allocate_aligned(n), n);
+    std::memset(r->data(), 0, n);
+    regions_->add(r);
+    return r;
+  }
+
+  std::unique_ptr<internal::ActorRuntime> runtime_;
+  std::shared_ptr<RegionTable> regions_;
+  TransportConfig config_;
+  std::unique_ptr<TransportServer> server_;
+  std::unique_ptr<Transport> client_;
+};
+
+TEST_F(RpcTransportTest, OddSizesRoundTrip) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097},
+                        std::size_t{3 * 4096 + 17}, std::size_t{1} << 20}) {
+    auto region = add_region(n, n);
+    std::vector<std::byte> src(n), dst(n);
+    for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
+    ASSERT_OK(client_->write({region->id(), n}, 0, src.data(), n).get(kWait)) << n;
+    EXPECT_EQ(std::memcmp(region->data(), src.data(), n), 0) << n;
+    ASSERT_OK(client_->read({region->id(), n}, 0, dst.data(), n).get(kWait)) << n;
+    EXPECT_EQ(src, dst) << n;
+  }
+}
+
+TEST_F(RpcTransportTest, WritesAtAnOffset) {
+  auto region = add_region(1, 10000);
+  std::vector<std::byte> src(5000, std::byte{0x5a});
+  ASSERT_OK(client_->write({1, 10000}, 3000, src.data(), src.size()).get(kWait));
+  EXPECT_EQ(region->data()[2999], std::byte{0});
+  EXPECT_EQ(region->data()[3000], std::byte{0x5a});
+  EXPECT_EQ(region->data()[7999], std::byte{0x5a});
+  EXPECT_EQ(region->data()[8000], std::byte{0});
+}
+
+TEST_F(RpcTransportTest, ManyTransfersInFlight) {
+  constexpr int kN = 32;
+  std::vector<std::shared_ptr<Region>> regions;
+  std::vector<std::vector<std::byte>> srcs;
+  std::vector<Future<void>> writes;
+  for (int i = 0; i < kN; ++i) {
+    regions.push_back(add_region(100 + i, 9000));
+    srcs.emplace_back(9000, static_cast<std::byte>(i));
+  }
+  for (int i = 0; i < kN; ++i) writes.push_back(client_->write({100u + i, 9000}, 0, srcs[i].data(), 9000));
+  ASSERT_OK(gather(std::move(writes)).get(kWait));
+  for (int i = 0; i < kN; ++i) EXPECT_EQ(std::memcmp(regions[i]->data(), srcs[i].data(), 9000), 0) << i;
+}
+
+TEST_F(RpcTransportTest, OutOfRangeIsRejectedBeforeAnyByteMoves) {
+  auto region = add_region(1, 100);
+  std::vector<std::byte> buf(200);
+  EXPECT_ERROR(client_->write({1, 100}, 50, buf.data(), 60).get(kWait), Errc::out_of_range, "outside region 1");
+  EXPECT_ERROR(client_->read({1, 100}, 0, buf.data(), 200).get(kWait), Errc::out_of_range, "outside region 1");
+}
+
+TEST_F(RpcTransportTest, TheServerChecksBoundsToo) {
+  // A client that believes the region is larger than it is.
+  auto region = add_region(1, 100);
+  std::vector<std::byte> buf(200);
+  EXPECT_ERROR(client_->write({1, 200}, 0, buf.data(), 200).get(kWait), Errc::out_of_range, "of 100 bytes");
+}
+
+TEST_F(RpcTransportTest, GoneRegionIsNotFound) {
+  std::vector<std::byte> buf(10);
+  { add_region(9, 10); }  // dropped at once: nobody owns it
+  EXPECT_ERROR(client_->read({9, 10}, 0, buf.data(), 10).get(kWait), Errc::not_found, "region 9");
+}
+
+TEST_F(RpcTransportTest, ZeroBytesCompleteAtOnce) {
+  EXPECT_OK(client_->write({1, 0}, 0, nullptr, 0).get(kWait));
+}
+
+TEST_F(RpcTransportTest, StoppedServerTurnsTransfersIntoErrors) {
+  auto region = add_region(1, 1 << 16);
+  server_->shutdown();
+  std::vector<std::byte> buf(1 << 16);
+  auto r = client_->read({1, 1 << 16}, 0, buf.data(), buf.size()).get(kWait);
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().code() == Errc::unavailable || r.status().code() == Errc::transport_error)
+      << r.status().to_string();
+}
+
+TEST(TransportConfig, ValidatesRanges) {
+  TransportConfig c;
+  EXPECT_OK(c.validate());
+  c.rpc_chunk_bytes = std::size_t{2} << 30;
+  EXPECT_ERROR(c.validate(), Errc::invalid_argument, "rpc_chunk_bytes");
+  c = TransportConfig{};
+  c.rpc_chunks_in_flight = 0;
+  EXPECT_ERROR(c.validate(), Errc::invalid_argument, "rpc_chunks_in_flight");
+}
+
+TEST(TransportRegistry, RejectsDuplicatesAndNamesWhatItHas) {
+  TransportRegistry reg;
+  ASSERT_OK(reg.add(rpc::rpc_factory()));
+  EXPECT_ERROR(reg.add(rpc::rpc_factory()), Errc::invalid_argument, "already registered");
+  TransportFactory nameless;
+  EXPECT_ERROR(reg.add(nameless), Errc::invalid_argument, "empty");
+  EXPECT_ERROR(reg.find("carrier-pigeon"), Errc::not_found, "built: rpc");
+  EXPECT_EQ(builtin_registry().names(), std::vector<std::string>{"rpc"});
+}
+
+TEST(SelectTransport, ForcedTransportNeverFallsBack) {
+  auto& reg = builtin_registry();
+  std::vector<EndpointInfo> offered{{"rpc", nullptr, ""}};
+  EXPECT_EQ(select_transport(reg, offered, "", "volume-0")->transport, "rpc");
+  EXPECT_EQ(select_transport(reg, offered, "rpc", "volume-0")->transport, "rpc");
+  EXPECT_ERROR(select_transport(reg, offered, "shm", "volume-0"), Errc::unsupported, "forced");
+  EXPECT_ERROR(select_transport(reg, {}, "", "volume-7"), Errc::unsupported, "volume-7");
+}
+
+}  // namespace
+}  // namespace meshstore::transports
