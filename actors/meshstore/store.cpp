@@ -72,7 +72,7 @@ std::string hostname() {
 
 template <class T>
 Future<T> closed_future(const std::string& what) {
-  return make_error_future<T>(Status(Errc::shutdown, what + ": the store is closed"));
+  return make_error_future<T>(Status(Errc::shutdown, what + ": the store is closed (or moved from)"));
 }
 
 template <class T>
@@ -122,32 +122,41 @@ struct Store::Impl {
   ~Impl() { close(); }
 
   // Sends a call to the client actor; false when the store is closed.
+  // Static so a moved-from Store (null impl) answers like a closed one.
   template <class Atom, class Call>
-  bool send(Atom atom, Call call) {
-    std::shared_lock<std::shared_mutex> lock(mu);
-    if (closed) return false;
-    caf::anon_send(client, atom, std::move(call));
+  static bool send(Impl* impl, Atom atom, Call call) {
+    if (impl == nullptr) return false;
+    std::shared_lock<std::shared_mutex> lock(impl->mu);
+    if (impl->closed) return false;
+    caf::anon_send(impl->client, atom, std::move(call));
     return true;
   }
 
-  Future<actors::GetOutput> get(actors::GetCall call, const std::string& what);
+  static Future<actors::GetOutput> get(Impl* impl, actors::GetCall call, const std::string& what);
 
   void close() {
-    std::unique_lock<std::shared_mutex> lock(mu);
-    if (closed) return;
-    closed = true;
-    // Stop the client first so no new transfer starts, then the rest. Each
-    // actor's pending work ends with an error as its peers go away.
-    if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
-    for (auto& v : volumes) caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
-    if (strategy) caf::anon_send_exit(strategy, caf::exit_reason::user_shutdown);
-    if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
-    // Handles must be gone before the actor system, or its shutdown waits forever.
-    client = nullptr;
-    volumes.clear();
-    strategy = nullptr;
-    controller = nullptr;
-    runtime.reset();
+    std::unique_ptr<internal::ActorRuntime> doomed;
+    {
+      std::unique_lock<std::shared_mutex> lock(mu);
+      if (closed) return;
+      closed = true;
+      // Stop the client first so no new transfer starts, then the rest.
+      // Each actor's pending work ends with an error as its peers go away.
+      if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+      for (auto& v : volumes) caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
+      if (strategy) caf::anon_send_exit(strategy, caf::exit_reason::user_shutdown);
+      if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
+      // Handles must be gone before the actor system, or its shutdown waits forever.
+      client = nullptr;
+      volumes.clear();
+      strategy = nullptr;
+      controller = nullptr;
+      doomed = std::move(runtime);
+    }
+    // Outside the lock: a continuation running on an actor thread may call
+    // into the store meanwhile (and get Errc::shutdown) instead of blocking
+    // a thread this shutdown waits for.
+    doomed.reset();
   }
 };
 
@@ -224,7 +233,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   const std::string what = "put '" + call_items.front().first + "'";
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
@@ -242,14 +251,14 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
-Future<actors::GetOutput> Store::Impl::get(actors::GetCall call, const std::string& what) {
+Future<actors::GetOutput> Store::Impl::get(Impl* impl, actors::GetCall call, const std::string& what) {
   call.promise = make_promise<actors::GetOutput>(what);
   auto fut = call.promise->future();
-  if (!send(actors::store_get_atom::value, std::move(call))) return closed_future<actors::GetOutput>(what);
+  if (!send(impl, actors::store_get_atom::value, std::move(call))) return closed_future<actors::GetOutput>(what);
   return fut;
 }
 
@@ -259,7 +268,7 @@ Future<Tensor> Store::get(std::string key) {
   call.op = "get";
   call.mode = actors::GetMode::tensor;
   call.keys.push_back(key);
-  return impl_->get(std::move(call), "get '" + key + "'").then([](const actors::GetOutput& out) {
+  return Impl::get(impl_.get(), std::move(call), "get '" + key + "'").then([](const actors::GetOutput& out) {
     return out.tensors.front();
   });
 }
@@ -271,7 +280,7 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   call.op = "get_batch";
   call.mode = actors::GetMode::tensor;
   call.keys = std::move(keys);
-  return impl_->get(std::move(call), "get_batch").then([](const actors::GetOutput& out) {
+  return Impl::get(impl_.get(), std::move(call), "get_batch").then([](const actors::GetOutput& out) {
     return out.tensors;
   });
 }
@@ -297,7 +306,7 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
   }
   if (call.keys.empty()) return make_ready_future();
   const std::string what = items.size() == 1 ? op + " '" + call.keys.front() + "'" : op;
-  return impl_->get(std::move(call), what).then([](const actors::GetOutput&) {});
+  return Impl::get(impl_.get(), std::move(call), what).then([](const actors::GetOutput&) {});
 }
 
 // -- objects -------------------------------------------------------------
@@ -312,7 +321,7 @@ Future<void> Store::put_object(std::string key, std::string bytes) {
   const std::string what = "put_object '" + key + "'";
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
@@ -322,7 +331,7 @@ Future<std::string> Store::get_object(std::string key) {
   call.op = "get_object";
   call.mode = actors::GetMode::object;
   call.keys.push_back(key);
-  return impl_->get(std::move(call), "get_object '" + key + "'").then([](const actors::GetOutput& out) {
+  return Impl::get(impl_.get(), std::move(call), "get_object '" + key + "'").then([](const actors::GetOutput& out) {
     return out.object;
   });
 }
@@ -339,7 +348,7 @@ Future<std::vector<std::string>> Store::keys(std::string prefix) {
   call.prefix = std::move(prefix);
   call.promise = make_promise<std::vector<std::string>>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_keys_atom::value, std::move(call))) {
+  if (!Impl::send(impl_.get(), actors::store_keys_atom::value, std::move(call))) {
     return closed_future<std::vector<std::string>>(what);
   }
   return fut;
@@ -352,7 +361,7 @@ Future<bool> Store::exists(std::string key) {
   call.keys.push_back(std::move(key));
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_exists_atom::value, std::move(call))) return closed_future<bool>(what);
+  if (!Impl::send(impl_.get(), actors::store_exists_atom::value, std::move(call))) return closed_future<bool>(what);
   return fut.then([](const std::vector<std::uint64_t>& v) { return !v.empty() && v.front() != 0; });
 }
 
@@ -364,7 +373,7 @@ Future<void> Store::remove(std::string key) {
   call.single = true;
   call.promise = make_promise<std::size_t>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_remove_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call))) return closed_future<void>(what);
   return fut.then([](std::size_t) {});
 }
 
@@ -376,7 +385,7 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
   call.keys = std::move(keys);
   call.promise = make_promise<std::size_t>(what);
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_remove_atom::value, std::move(call))) return closed_future<std::size_t>(what);
+  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call))) return closed_future<std::size_t>(what);
   return fut;
 }
 
@@ -386,7 +395,7 @@ Future<std::vector<VolumeStats>> Store::stats() {
   actors::StatCall call;
   call.promise = make_promise<std::vector<wire::VolumeStat>>("stats");
   auto fut = call.promise->future();
-  if (!impl_->send(actors::store_stat_atom::value, std::move(call))) {
+  if (!Impl::send(impl_.get(), actors::store_stat_atom::value, std::move(call))) {
     return closed_future<std::vector<VolumeStats>>("stats");
   }
   return fut.then([](const std::vector<wire::VolumeStat>& in) {

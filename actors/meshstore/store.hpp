@@ -75,7 +75,8 @@ struct VolumeStats {
 /// future completes.
 ///
 /// Thread-safe: any number of threads may call any method concurrently,
-/// including threads the store's runtime does not own. Move-only.
+/// including threads the store's runtime does not own. Move-only; a
+/// moved-from Store answers every call with Errc::shutdown.
 class Store {
  public:
   /// A whole store inside this process: controller, strategy, volumes and

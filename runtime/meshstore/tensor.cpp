@@ -30,7 +30,10 @@ std::string Device::to_string() const {
 
 std::int64_t shape_numel(const Shape& shape) noexcept {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) {
+    // Saturate: a hostile shape must not overflow before validate() sees it.
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<std::int64_t>::max();
+  }
   return n;
 }
 

@@ -35,7 +35,8 @@ struct Device {
   friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
 };
 
-/// Number of elements of `shape` (1 for a 0-dim shape, 0 if any dim is 0).
+/// Number of elements of `shape` (1 for a 0-dim shape, 0 if any dim is 0;
+/// saturates at INT64_MAX instead of overflowing).
 std::int64_t shape_numel(const Shape& shape) noexcept;
 /// Row-major (C order) strides of `shape`, in elements.
 Strides contiguous_strides(const Shape& shape);

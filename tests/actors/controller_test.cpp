@@ -139,6 +139,15 @@ TEST_F(ControllerTest, KeysMatchWholeComponents) {
   EXPECT_EQ(keys->size(), 5u);
 }
 
+TEST_F(ControllerTest, VolumeWithAnUnknownTransportDoesNotStart) {
+  VolumeConfig vc;
+  vc.volume_id = "volume-x";
+  vc.transports = {"rpc", "smoke-signals"};
+  EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::not_found, "smoke-signals");
+  vc.volume_id = "";
+  EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::invalid_argument, "volume id is empty");
+}
+
 TEST(KeyMatchesPrefix, Components) {
   EXPECT_TRUE(key_matches_prefix("a.b", "a"));
   EXPECT_TRUE(key_matches_prefix("a/b", "a"));

@@ -1,6 +1,7 @@
 #include "meshstore/store.hpp"
 
 #include <atomic>
+#include <mutex>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -299,12 +300,37 @@ TEST(StoreLifecycle, CloseWithRequestsInFlightEndsThemWithAnError) {
   }
 }
 
-TEST(StoreLifecycle, MovedStoreKeepsWorking) {
+TEST(StoreLifecycle, MovedStoreKeepsWorkingAndTheHuskAnswersShutdown) {
   auto a = Store::embedded().value();
   Store b = std::move(a);
   float x = 4;
   ASSERT_OK(b.put("k", TensorView::of(&x, {})).get(kWait));
   EXPECT_EQ(*b.get("k").get(kWait)->data_as<float>(), 4.0f);
+  EXPECT_TRUE(a.closed());  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_ERROR(a.get("k").get(kWait), Errc::shutdown, "moved from");
+  EXPECT_ERROR(a.stats().get(kWait), Errc::shutdown, "moved from");
+  a.close();
+}
+
+TEST(StoreLifecycle, ContinuationsMayCallTheStoreWhileItCloses) {
+  // A continuation that runs on the store's threads during close() must get
+  // an answer (Errc::shutdown), not block the shutdown it runs inside.
+  auto store = Store::embedded().value();
+  float x = 1;
+  std::vector<Future<std::vector<std::string>>> nested;
+  std::mutex mu;  // guards nested
+  std::vector<Future<void>> chained;
+  for (int i = 0; i < 16; ++i) {
+    chained.push_back(store.put("k" + std::to_string(i), TensorView::of(&x, {})).then([&] {
+      auto f = store.keys();
+      std::lock_guard<std::mutex> lock(mu);
+      nested.push_back(f);
+    }));
+  }
+  store.close();
+  for (auto& f : chained) EXPECT_TRUE(f.wait_for(kWait));
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& f : nested) EXPECT_TRUE(f.wait_for(kWait));
 }
 
 TEST_F(StoreTest, FuturesAreUsableFromForeignThreads) {

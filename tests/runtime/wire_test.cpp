@@ -58,11 +58,6 @@ TEST(Wire, OtherStructsRoundTrip) {
   ASSERT_OK(wire::decode(wire::encode(info), info_back));
   EXPECT_EQ(info_back.volume_id, "volume-3");
   EXPECT_EQ(info_back.transports, std::vector<std::string>{"rpc"});
-
-  Status s(Errc::out_of_capacity, "volume full");
-  Status s_back;
-  ASSERT_OK(wire::decode(wire::encode(s), s_back));
-  EXPECT_EQ(s_back, s);
 }
 
 TEST(Wire, MalformedBytesAreAProtocolError) {

@@ -56,6 +56,17 @@ void await(client_pointer self, Future<T> fut, F k) {
   });
 }
 
+/// Completes once every input has completed (so no transfer still touches
+/// a caller's buffer), with the first error in input order, if any.
+Future<void> settle_all(std::vector<Future<void>> futures) {
+  return when_all(std::move(futures)).then([](const std::vector<Result<void>>& results) -> Status {
+    for (const auto& r : results) {
+      if (!r.ok()) return r.status();
+    }
+    return Status();
+  });
+}
+
 std::string describe(const std::string& op, const std::vector<std::string>& keys) {
   if (keys.size() == 1) return op + " '" + keys.front() + "'";
   return op + " of " + std::to_string(keys.size()) + " keys" +
@@ -183,7 +194,12 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             op->call.promise->set_value(versions);
           },
           [=](caf::error& e) {
-            release_staged(self, op);
+            // Release the staged objects only when the controller answered
+            // and refused. After a timeout it may still have committed them,
+            // and releasing would leave the key pointing at freed objects;
+            // they stay staged instead (reclaimed with the lease expiry that
+            // cross-process stores bring).
+            if (e.category() == internal::kErrorCategory) release_staged(self, op);
             op->fail(from_caf_error(e, "commit at controller"));
           });
 }
@@ -227,7 +243,7 @@ void handle_put(client_pointer self, PutCall call) {
                 writes.push_back(op->conn->transport->write(regions[i], 0, static_cast<const std::byte*>(src),
                                                             view.nbytes()));
               }
-              await(self, gather(std::move(writes)), [=](const Result<void>& r) {
+              await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
                 op->packed.clear();
                 if (!r.ok()) {
                   release_staged(self, op);
@@ -256,6 +272,9 @@ struct GetOp {
   int attempt = 0;
   bool use_cache = true;
   GetOutput out;
+  // Set when a volume no longer had an object we located: a concurrent
+  // overwrite or remove released it, so locating afresh will help.
+  bool stale = false;
   // For strided destinations: the contiguous staging tensor and its target.
   std::vector<std::pair<Tensor, TensorView>> unpack;
 
@@ -295,8 +314,10 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
           [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });
 }
 
-// Pins the objects at one volume, reads them, unpins.
-Future<void> read_from_volume(client_pointer self, const std::string& volume_id, std::vector<ReadTarget> targets) {
+// Pins the objects at one volume, reads them, unpins. Sets `*stale` when the
+// volume no longer has one of them.
+Future<void> read_from_volume(client_pointer self, const std::string& volume_id, std::vector<ReadTarget> targets,
+                              std::shared_ptr<bool> stale) {
   auto promise = std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
   auto fut = promise->future();
   with_volume(self, volume_id, [=](const ConnResult& conn) {
@@ -319,12 +340,16 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                 }
                 reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
               }
-              await(self, gather(std::move(reads)), [=](const Result<void>& r) {
+              await(self, settle_all(std::move(reads)), [=](const Result<void>& r) {
                 self->send(c->handle, close_read_atom::value, lease.lease_id);
                 promise->set(r);
               });
             },
-            [=](caf::error& e) { promise->set_error(from_caf_error(e, "open_read at volume '" + volume_id + "'")); });
+            [=](caf::error& e) {
+              auto s = from_caf_error(e, "open_read at volume '" + volume_id + "'");
+              if (s.code() == Errc::not_found) *stale = true;
+              promise->set_error(std::move(s));
+            });
   });
   return fut;
 }
@@ -364,14 +389,14 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
 void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Result<void>& r) {
   auto& st = self->state;
   if (!r.ok()) {
-    // not_found from a volume means a concurrent overwrite or remove
-    // released what we located: locate afresh and read again.
-    if (r.status().code() == Errc::not_found && op->attempt < st.cfg.max_read_attempts) {
+    // A volume no longer had what we located: a concurrent overwrite or
+    // remove released it. Locate afresh and read again.
+    if (op->stale && op->attempt < st.cfg.max_read_attempts) {
       for (const auto& k : op->call.keys) st.locations.erase(k);
       op->use_cache = false;
       return start_get(self, op);
     }
-    if (r.status().code() == Errc::not_found) {
+    if (op->stale) {
       return op->fail(Status(Errc::conflict, "gave up after " + std::to_string(op->attempt) +
                                                  " attempts: every located version was replaced before it could be read"));
     }
@@ -398,6 +423,8 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     }
     op->out = GetOutput{};
     op->unpack.clear();
+    op->stale = false;
+    auto stale = std::make_shared<bool>(false);
     std::map<std::string, std::vector<ReadTarget>> by_volume;
     for (std::size_t i = 0; i < records->size(); ++i) {
       const auto& rec = (*records)[i];
@@ -425,8 +452,13 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       by_volume[shard.volume_id].push_back(ReadTarget{shard.object_id, dst, shard.nbytes});
     }
     std::vector<Future<void>> groups;
-    for (auto& [vid, targets] : by_volume) groups.push_back(read_from_volume(self, vid, std::move(targets)));
-    await(self, gather(std::move(groups)), [=](const Result<void>& r) { finish_get(self, op, r); });
+    for (auto& [vid, targets] : by_volume) {
+      groups.push_back(read_from_volume(self, vid, std::move(targets), stale));
+    }
+    await(self, settle_all(std::move(groups)), [=](const Result<void>& r) {
+      op->stale = *stale;
+      finish_get(self, op, r);
+    });
   });
 }
 

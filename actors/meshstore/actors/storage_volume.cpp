@@ -59,7 +59,7 @@ struct VolumeState {
   static inline const char* name = "meshstore.volume";
 
   VolumeConfig config;
-  std::shared_ptr<transports::RegionTable> regions = std::make_shared<transports::RegionTable>();
+  std::shared_ptr<transports::RegionTable> regions;
   // Decremented by region deleters, which may run on any thread (the last
   // lease can be dropped by a transport's actor), hence atomic and shared.
   std::shared_ptr<std::atomic<std::uint64_t>> bytes_held =
@@ -96,21 +96,20 @@ struct VolumeState {
 
 using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
 
+// What spawn_storage_volume prepared before the actor exists: the region
+// table and the transport servers serving it.
+struct VolumeSetup {
+  std::shared_ptr<transports::RegionTable> regions;
+  std::vector<std::unique_ptr<transports::TransportServer>> servers;
+};
+
 storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
-                                                std::vector<transports::TransportFactory> factories) {
+                                                std::shared_ptr<VolumeSetup> setup) {
   auto& st = self->state;
   st.config = std::move(config);
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
-  for (auto& f : factories) {
-    transports::ServerContext ctx{&self->system(), st.regions, st.config.transport_config, st.config.volume_id};
-    auto server = f.make_server(ctx);
-    if (!server.ok()) {
-      st.log->error("volume '{}': transport '{}' failed to start: {}", st.config.volume_id, f.name,
-                    server.status().to_string());
-      continue;
-    }
-    st.servers.push_back(std::move(server).value());
-  }
+  st.regions = setup->regions;
+  st.servers = std::move(setup->servers);
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs) -> caf::result<std::vector<wire::RegionRef>> {
         auto& st = self->state;
@@ -200,14 +199,22 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys, const 
   if (config.volume_id.empty()) return Status(Errc::invalid_argument, "volume id is empty");
   MESHSTORE_RETURN_IF_ERROR(config.transport_config.validate());
   auto& registry = transports::builtin_registry();
-  std::vector<transports::TransportFactory> factories;
+  auto setup = std::make_shared<VolumeSetup>();
+  setup->regions = std::make_shared<transports::RegionTable>();
+  auto abandon = [&](Status s) {
+    for (auto& server : setup->servers) server->shutdown();
+    return s.with_context("volume '" + config.volume_id + "'");
+  };
   const auto names = config.transports.empty() ? registry.names() : config.transports;
   for (const auto& name : names) {
     auto f = registry.find(name);
-    if (!f.ok()) return f.status().with_context("volume '" + config.volume_id + "'");
-    factories.push_back(std::move(f).value());
+    if (!f.ok()) return abandon(f.status());
+    auto server = f->make_server(
+        transports::ServerContext{&sys, setup->regions, config.transport_config, config.volume_id});
+    if (!server.ok()) return abandon(server.status().with_context("transport '" + name + "' failed to start"));
+    setup->servers.push_back(std::move(server).value());
   }
-  return sys.spawn(volume_impl, config, std::move(factories));
+  return sys.spawn(volume_impl, config, std::move(setup));
 }
 
 }  // namespace meshstore::actors

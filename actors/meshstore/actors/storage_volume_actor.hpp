@@ -50,8 +50,8 @@ struct VolumeConfig {
   transports::TransportConfig transport_config;
 };
 
-/// Spawns a storage volume. Fails if a requested transport is not built or
-/// its server cannot start.
+/// Spawns a storage volume. Fails, with nothing left running, if a requested
+/// transport is not built or its server cannot start.
 Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys, const VolumeConfig& config);
 
 }  // namespace meshstore::actors

@@ -219,22 +219,4 @@ Status decode(const std::string& bytes, ClientInfo& x) {
   return Status();
 }
 
-std::string encode(const Status& x) {
-  pb::StatusProto p;
-  p.set_code(static_cast<std::int32_t>(x.code()));
-  p.set_message(x.message());
-  return serialize(p);
-}
-
-Status decode(const std::string& bytes, Status& x) {
-  pb::StatusProto p;
-  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "Status"));
-  if (p.code() < 0 || p.code() > static_cast<std::int32_t>(Errc::internal)) {
-    x = Status(Errc::internal, "unknown error code " + std::to_string(p.code()) + ": " + p.message());
-  } else {
-    x = Status(static_cast<Errc>(p.code()), p.message());
-  }
-  return Status();
-}
-
 }  // namespace meshstore::wire

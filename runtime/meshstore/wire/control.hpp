@@ -99,7 +99,6 @@ std::string encode(const RemoveReply& x);
 std::string encode(const VolumeInfo& x);
 std::string encode(const VolumeStat& x);
 std::string encode(const ClientInfo& x);
-std::string encode(const Status& x);
 
 Status decode(const std::string& bytes, KeyRecord& x);
 Status decode(const std::string& bytes, StageRequest& x);
@@ -109,6 +108,5 @@ Status decode(const std::string& bytes, RemoveReply& x);
 Status decode(const std::string& bytes, VolumeInfo& x);
 Status decode(const std::string& bytes, VolumeStat& x);
 Status decode(const std::string& bytes, ClientInfo& x);
-Status decode(const std::string& bytes, Status& x);
 
 }  // namespace meshstore::wire

@@ -29,6 +29,7 @@ class ChunkPool {
       if (it->capacity() >= n) {
         std::vector<char> v = std::move(*it);
         free_.erase(it);
+        free_bytes_ -= v.capacity();
         return v;
       }
     }
@@ -40,13 +41,19 @@ class ChunkPool {
     if (v.capacity() == 0) return;
     v.clear();
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() < kMaxFree) free_.push_back(std::move(v));
+    if (free_.size() >= kMaxFree || free_bytes_ + v.capacity() > kMaxFreeBytes) return;  // freed now
+    free_bytes_ += v.capacity();
+    free_.push_back(std::move(v));
   }
 
  private:
-  static constexpr std::size_t kMaxFree = 8;
-  std::mutex mu_;  // guards free_
+  // At most 4 idle buffers and 256 MiB: the window of one transfer at the
+  // default chunk size. Memory past that is freed at once.
+  static constexpr std::size_t kMaxFree = 4;
+  static constexpr std::size_t kMaxFreeBytes = std::size_t{256} << 20;
+  std::mutex mu_;  // guards free_ and free_bytes_
   std::vector<std::vector<char>> free_;
+  std::size_t free_bytes_ = 0;
 };
 
 Result<std::shared_ptr<Region>> checked_region(const RegionTable& table, std::uint64_t id,
