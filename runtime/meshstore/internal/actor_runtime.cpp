@@ -10,6 +10,15 @@
 
 namespace meshstore::internal {
 
+namespace {
+
+// The message a meshstore error carries as its CAF context.
+std::string context_message(const caf::message& ctx) {
+  return ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0) : std::string();
+}
+
+}  // namespace
+
 caf::error to_caf_error(const Status& s) {
   if (s.ok()) return caf::error();
   return caf::error(static_cast<std::uint8_t>(s.code()), kErrorCategory, caf::make_message(s.message()));
@@ -19,8 +28,7 @@ Status from_caf_error(const caf::error& e, std::string_view context) {
   if (!e) return Status();
   const std::string ctx(context);
   if (e.category() == kErrorCategory) {
-    std::string msg;
-    if (e.context().match_elements<std::string>()) msg = e.context().get_as<std::string>(0);
+    const std::string msg = context_message(e.context());
     const auto code = e.code();
     if (code > static_cast<std::uint8_t>(Errc::internal)) {
       return Status(Errc::internal, ctx + ": unknown meshstore error code " + std::to_string(code) + ": " + msg);
@@ -59,10 +67,8 @@ struct MeshstoreConfig : caf::actor_system_config {
     set("logger.verbosity", caf::atom("quiet"));
     add_error_category(kErrorCategory,
                        [](std::uint8_t code, caf::atom_value, const caf::message& ctx) -> std::string {
-                         std::string msg;
-                         if (ctx.match_elements<std::string>()) msg = ctx.get_as<std::string>(0);
                          return "meshstore(" + std::string(errc_name(static_cast<Errc>(code))) +
-                                ": " + msg + ")";
+                                ": " + context_message(ctx) + ")";
                        });
     add_message_type<wire::KeyRecord>("meshstore::wire::KeyRecord");
     add_message_type<wire::StageRequest>("meshstore::wire::StageRequest");
