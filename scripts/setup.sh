@@ -11,7 +11,6 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libibverbs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev
 )
 
 missing=()
