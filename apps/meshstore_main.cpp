@@ -1,10 +1,10 @@
 // meshstore: the command-line tool. Subcommands grow with the project; each
 // is listed by --help.
 
-#include <caf/config.hpp>
 #include <google/protobuf/stubs/common.h>
 #include <spdlog/version.h>
 
+#include <caf/config.hpp>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -33,15 +33,18 @@ void print_help(std::FILE* out) {
 
 void print_info() {
   std::printf("meshstore %s\n", meshstore::version());
-  std::printf("  CAF         %d.%d.%d\n", CAF_VERSION / 10000, (CAF_VERSION / 100) % 100, CAF_VERSION % 100);
+  std::printf("  CAF         %d.%d.%d\n", CAF_VERSION / 10000, (CAF_VERSION / 100) % 100,
+              CAF_VERSION % 100);
   std::printf("  Protobuf    %s\n",
               google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION).c_str());
   std::printf("  spdlog      %d.%d.%d\n", SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
   std::printf("  transports ");
   for (const auto& t : meshstore::Store::available_transports()) std::printf(" %s", t.c_str());
   std::printf("\n");
-  std::printf("  RDMA build  %s\n", MESHSTORE_BUILD_RDMA ? "libibverbs found (transport not written yet)" : "off");
-  std::printf("  CUDA build  %s\n", MESHSTORE_BUILD_CUDA ? "toolkit found (transport not written yet)" : "off");
+  std::printf("  RDMA build  %s\n",
+              MESHSTORE_BUILD_RDMA ? "libibverbs found (transport not written yet)" : "off");
+  std::printf("  CUDA build  %s\n",
+              MESHSTORE_BUILD_CUDA ? "toolkit found (transport not written yet)" : "off");
 }
 
 }  // namespace

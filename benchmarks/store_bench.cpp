@@ -37,11 +37,12 @@ struct Args {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "store_bench: %s\n"
-               "usage: store_bench [--scenario single|small] [--transport NAME] [--bytes N[KiB|MiB|GiB]]\n"
-               "                   [--iters N] [--json] [--smoke]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "store_bench: %s\n"
+      "usage: store_bench [--scenario single|small] [--transport NAME] [--bytes N[KiB|MiB|GiB]]\n"
+      "                   [--iters N] [--json] [--smoke]\n",
+      why);
   std::exit(2);
 }
 
@@ -50,10 +51,14 @@ std::size_t parse_bytes(const std::string& s) {
   const double v = std::strtod(s.c_str(), &end);
   const std::string unit(end);
   double mul = 1;
-  if (unit == "KiB" || unit == "K") mul = 1024.0;
-  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B") usage(("bad size unit in '" + s + "'").c_str());
+  if (unit == "KiB" || unit == "K")
+    mul = 1024.0;
+  else if (unit == "MiB" || unit == "M")
+    mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G")
+    mul = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B")
+    usage(("bad size unit in '" + s + "'").c_str());
   if (!(v > 0)) usage(("bad size '" + s + "'").c_str());
   return static_cast<std::size_t>(v * mul);
 }
@@ -66,16 +71,25 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage((arg + " needs a value").c_str());
       return argv[++i];
     };
-    if (arg == "--scenario") a.scenario = next();
-    else if (arg == "--transport") a.transport = next();
-    else if (arg == "--bytes") a.bytes = parse_bytes(next());
-    else if (arg == "--iters") a.iters = std::atoi(next().c_str());
-    else if (arg == "--json") a.json = true;
-    else if (arg == "--smoke") a.smoke = true;
-    else if (arg == "--help" || arg == "-h") usage("help");
-    else usage(("unknown argument '" + arg + "'").c_str());
+    if (arg == "--scenario")
+      a.scenario = next();
+    else if (arg == "--transport")
+      a.transport = next();
+    else if (arg == "--bytes")
+      a.bytes = parse_bytes(next());
+    else if (arg == "--iters")
+      a.iters = std::atoi(next().c_str());
+    else if (arg == "--json")
+      a.json = true;
+    else if (arg == "--smoke")
+      a.smoke = true;
+    else if (arg == "--help" || arg == "-h")
+      usage("help");
+    else
+      usage(("unknown argument '" + arg + "'").c_str());
   }
-  if (a.scenario != "single" && a.scenario != "small") usage(("unknown scenario '" + a.scenario + "'").c_str());
+  if (a.scenario != "single" && a.scenario != "small")
+    usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
   return a;
 }
@@ -95,7 +109,9 @@ void must(meshstore::Result<void> r, const char* what) {
   }
 }
 
-double secs(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double secs(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -155,13 +171,17 @@ void run_single(const Args& a) {
   if (a.json) {
     std::printf(
         "{\"scenario\":\"single\",\"transport\":\"%s\",\"bytes\":%zu,\"iters\":%d,\"processes\":1,"
-        "\"memcpy_gbps\":%.3f,\"put_gbps\":%.3f,\"put_cold_gbps\":%.3f,\"get_into_gbps\":%.3f,\"get_gbps\":%.3f,"
-        "\"put_vs_memcpy\":%.3f,\"get_into_vs_memcpy\":%.3f,\"get_vs_memcpy\":%.3f,\"put_cold_vs_memcpy\":%.3f}\n",
-        a.transport.c_str(), n, iters, gb / m, gb / p, gb / cold, gb / gi, gb / g, m / p, m / gi, m / g, m / cold);
+        "\"memcpy_gbps\":%.3f,\"put_gbps\":%.3f,\"put_cold_gbps\":%.3f,\"get_into_gbps\":%.3f,"
+        "\"get_gbps\":%.3f,"
+        "\"put_vs_memcpy\":%.3f,\"get_into_vs_memcpy\":%.3f,\"get_vs_memcpy\":%.3f,\"put_cold_vs_"
+        "memcpy\":%.3f}\n",
+        a.transport.c_str(), n, iters, gb / m, gb / p, gb / cold, gb / gi, gb / g, m / p, m / gi,
+        m / g, m / cold);
     return;
   }
-  std::printf("scenario single: %zu bytes, transport %s, embedded store (1 process), median of %d\n", n,
-              a.transport.c_str(), iters);
+  std::printf(
+      "scenario single: %zu bytes, transport %s, embedded store (1 process), median of %d\n", n,
+      a.transport.c_str(), iters);
   std::printf("  %-14s %10s %10s %12s\n", "operation", "seconds", "GB/s", "vs memcpy");
   std::printf("  %-14s %10.4f %10.2f %12s\n", "memcpy", m, gb / m, "1.00");
   std::printf("  %-14s %10.4f %10.2f %12.2f\n", "put (cold)", cold, gb / cold, m / cold);
@@ -187,19 +207,22 @@ void run_small(const Args& a) {
     must(store.get_into("small", out).get(60s), "get_into");
     put_get.push_back(secs(t0) * 1e6);
   }
-  const double rtt50 = percentile(rtt, 0.5), pg50 = percentile(put_get, 0.5), pg99 = percentile(put_get, 0.99);
+  const double rtt50 = percentile(rtt, 0.5), pg50 = percentile(put_get, 0.5),
+               pg99 = percentile(put_get, 0.99);
   if (a.json) {
     std::printf(
         "{\"scenario\":\"small\",\"transport\":\"%s\",\"bytes\":4096,\"iters\":%d,\"processes\":1,"
-        "\"rtt_p50_us\":%.2f,\"put_get_p50_us\":%.2f,\"put_get_p99_us\":%.2f,\"small_put_get_vs_rtt\":%.2f}\n",
+        "\"rtt_p50_us\":%.2f,\"put_get_p50_us\":%.2f,\"put_get_p99_us\":%.2f,\"small_put_get_vs_"
+        "rtt\":%.2f}\n",
         a.transport.c_str(), iters, rtt50, pg50, pg99, pg50 / rtt50);
     return;
   }
-  std::printf("scenario small: 4 KiB put + get_into, transport %s, embedded store (1 process), %d rounds\n",
-              a.transport.c_str(), iters);
+  std::printf(
+      "scenario small: 4 KiB put + get_into, transport %s, embedded store (1 process), %d rounds\n",
+      a.transport.c_str(), iters);
   std::printf("  bare round trip (exists) p50 %8.1f us\n", rtt50);
-  std::printf("  put + get_into           p50 %8.1f us   p99 %8.1f us   (%.1f round trips)\n", pg50, pg99,
-              pg50 / rtt50);
+  std::printf("  put + get_into           p50 %8.1f us   p99 %8.1f us   (%.1f round trips)\n", pg50,
+              pg99, pg50 / rtt50);
 }
 
 }  // namespace
@@ -214,7 +237,9 @@ int main(int argc, char** argv) {
     run_small(s);
     return 0;
   }
-  if (a.scenario == "single") run_single(a);
-  else run_small(a);
+  if (a.scenario == "single")
+    run_single(a);
+  else
+    run_small(a);
   return 0;
 }

@@ -75,20 +75,23 @@ int main(int argc, char** argv) {
 
   // 2. get_into a buffer the caller owns: no allocation.
   std::vector<float> mine(32, -1.0f);
-  check(store.get_into("model.layers.0.weight", TensorView::of(mine.data(), {4, 8})).get(10s), "get_into");
+  check(store.get_into("model.layers.0.weight", TensorView::of(mine.data(), {4, 8})).get(10s),
+        "get_into");
   std::printf("get_into caller buffer -> mine[31] = %.0f\n", mine[31]);
 
   // 3. a batch: many tensors, one commit.
   std::vector<std::int64_t> ids(16, 7);
   std::vector<double> bias(8, 0.5);
-  check(store.put_batch({{"model.layers.1.ids", TensorView::of(ids.data(), {16})},
-                         {"model.layers.1.bias", TensorView::of(bias.data(), {8})}})
+  check(store
+            .put_batch({{"model.layers.1.ids", TensorView::of(ids.data(), {16})},
+                        {"model.layers.1.bias", TensorView::of(bias.data(), {8})}})
             .get(10s),
         "put_batch");
 
   // 4. objects and the key space.
   check(store.put_object("run/config", "{\"lr\": 0.001}").get(10s), "put_object");
-  std::printf("get_object run/config -> %s\n", check(store.get_object("run/config").get(10s), "get_object").c_str());
+  std::printf("get_object run/config -> %s\n",
+              check(store.get_object("run/config").get(10s), "get_object").c_str());
   auto keys = check(store.keys("model.layers").get(10s), "keys");
   std::printf("keys under 'model.layers': ");
   for (const auto& k : keys) std::printf("%s  ", k.c_str());
@@ -135,17 +138,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double gb = static_cast<double>(n) / 1e9;
-  std::printf("moved %zu MiB through the rpc transport (in-process actors), median of 5 rounds\n", mib);
+  std::printf("moved %zu MiB through the rpc transport (in-process actors), median of 5 rounds\n",
+              mib);
   std::printf("  %-10s %8.3f s  %7.2f GB/s\n", "memcpy", memcpy_s, gb / memcpy_s);
-  std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy; first touch of new memory)\n", "cold put", cold_s,
-              gb / cold_s, memcpy_s / cold_s);
-  std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy)\n", "put", put_s, gb / put_s, memcpy_s / put_s);
-  std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy)\n", "get_into", get_s, gb / get_s, memcpy_s / get_s);
+  std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy; first touch of new memory)\n",
+              "cold put", cold_s, gb / cold_s, memcpy_s / cold_s);
+  std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy)\n", "put", put_s, gb / put_s,
+              memcpy_s / put_s);
+  std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy)\n", "get_into", get_s, gb / get_s,
+              memcpy_s / get_s);
 
   auto stats = check(store.stats().get(10s), "stats");
   for (const auto& s : stats) {
     std::printf("volume %s holds %llu bytes in %llu objects\n", s.volume_id.c_str(),
-                static_cast<unsigned long long>(s.bytes_held), static_cast<unsigned long long>(s.objects));
+                static_cast<unsigned long long>(s.bytes_held),
+                static_cast<unsigned long long>(s.objects));
   }
   store.close();
   std::printf("store closed cleanly\n");

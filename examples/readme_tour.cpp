@@ -20,7 +20,8 @@ int main() {
   auto r = store.get("no.such.key").get(10s);
   // r.status().to_string() == "not_found: get: no key 'no.such.key'"
 
-  store.put("step", view).then([&] { return store.keys("model"); })
+  store.put("step", view)
+      .then([&] { return store.keys("model"); })
       .on_complete([](const meshstore::Result<std::vector<std::string>>& keys) { /* ... */ });
   // --- README snippet ends ---
   if (t.numel() != 32 * 32 || r.status().to_string() != "not_found: get: no key 'no.such.key'") {

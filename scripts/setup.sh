@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config
+  build-essential cmake ninja-build ccache pkg-config clang-format git
   libcaf-dev
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev

@@ -1,8 +1,9 @@
 #include "meshstore/store.hpp"
 
+#include <unistd.h>
+
 #include <set>
 #include <shared_mutex>
-#include <unistd.h>
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
@@ -34,11 +35,12 @@ Status check_key(const std::string& op, const std::string& key) {
   if (key.size() > kMaxKeyBytes) {
     return Status(Errc::invalid_argument, op + ": key of " + std::to_string(key.size()) +
                                               " bytes is longer than the limit of " +
-                                              std::to_string(kMaxKeyBytes) + " (starts '" + key.substr(0, 32) + "')");
+                                              std::to_string(kMaxKeyBytes) + " (starts '" +
+                                              key.substr(0, 32) + "')");
   }
   if (key.find('\0') != std::string::npos) {
-    return Status(Errc::invalid_argument, op + ": key '" + key.substr(0, key.find('\0')) +
-                                              "...' contains a NUL byte");
+    return Status(Errc::invalid_argument,
+                  op + ": key '" + key.substr(0, key.find('\0')) + "...' contains a NUL byte");
   }
   return Status();
 }
@@ -72,7 +74,8 @@ std::string hostname() {
 
 template <class T>
 Future<T> closed_future(const std::string& what) {
-  return make_error_future<T>(Status(Errc::shutdown, what + ": the store is closed (or moved from)"));
+  return make_error_future<T>(
+      Status(Errc::shutdown, what + ": the store is closed (or moved from)"));
 }
 
 template <class T>
@@ -84,7 +87,9 @@ std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
 }  // namespace
 
 Status StoreOptions::validate() const {
-  auto bad = [](const std::string& m) { return Status(Errc::invalid_argument, "StoreOptions: " + m); };
+  auto bad = [](const std::string& m) {
+    return Status(Errc::invalid_argument, "StoreOptions: " + m);
+  };
   if (num_volumes < 1 || num_volumes > 1024) {
     return bad("num_volumes must be in [1, 1024], got " + std::to_string(num_volumes));
   }
@@ -197,12 +202,17 @@ Result<Store> Store::embedded(StoreOptions options) {
       vc.transport_config = tc;
       auto volume = actors::spawn_storage_volume(sys, vc);
       if (!volume.ok()) return volume.status();
-      wire::VolumeInfo info{vc.volume_id, host, vc.capacity_bytes, transports::builtin_registry().names()};
+      wire::VolumeInfo info{vc.volume_id, host, vc.capacity_bytes,
+                            transports::builtin_registry().names()};
       Status registered;
-      for (auto target : {caf::actor_cast<caf::actor>(impl->controller), caf::actor_cast<caf::actor>(impl->strategy)}) {
-        self->request(target, options.request_timeout, actors::register_volume_atom::value, info, *volume)
+      for (auto target : {caf::actor_cast<caf::actor>(impl->controller),
+                          caf::actor_cast<caf::actor>(impl->strategy)}) {
+        self->request(target, options.request_timeout, actors::register_volume_atom::value, info,
+                      *volume)
             .receive([](caf::ok_atom) {},
-                     [&](caf::error& e) { registered = internal::from_caf_error(e, "register " + vc.volume_id); });
+                     [&](caf::error& e) {
+                       registered = internal::from_caf_error(e, "register " + vc.volume_id);
+                     });
         if (!registered.ok()) return registered;
       }
       impl->volumes.push_back(std::move(volume).value());
@@ -215,7 +225,8 @@ Result<Store> Store::embedded(StoreOptions options) {
   cc.request_timeout = options.request_timeout;
   impl->client = actors::spawn_client(sys, cc, impl->controller, impl->strategy);
   log::get("store")->info("embedded store up: {} volume(s), strategy {}, {} scheduler threads",
-                          options.num_volumes, options.strategy, impl->runtime->scheduler_threads());
+                          options.num_volumes, options.strategy,
+                          impl->runtime->scheduler_threads());
   return Store(std::move(impl));
 }
 
@@ -225,15 +236,19 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   std::vector<std::pair<std::string, TensorView>> items;
   items.emplace_back(std::move(key), tensor);
   auto call_items = std::move(items);
-  if (auto s = check_key("put", call_items.front().first); !s.ok()) return make_error_future<void>(s);
-  if (auto s = check_view("put", call_items.front().first, tensor); !s.ok()) return make_error_future<void>(s);
+  if (auto s = check_key("put", call_items.front().first); !s.ok())
+    return make_error_future<void>(s);
+  if (auto s = check_view("put", call_items.front().first, tensor); !s.ok())
+    return make_error_future<void>(s);
   actors::PutCall call;
   call.op = "put";
-  call.items.push_back(actors::PutItem{call_items.front().first, tensor, wire::ObjectKind::tensor, nullptr});
+  call.items.push_back(
+      actors::PutItem{call_items.front().first, tensor, wire::ObjectKind::tensor, nullptr});
   const std::string what = "put '" + call_items.front().first + "'";
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call)))
+    return closed_future<void>(what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
@@ -251,14 +266,17 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call)))
+    return closed_future<void>(what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
-Future<actors::GetOutput> Store::Impl::get(Impl* impl, actors::GetCall call, const std::string& what) {
+Future<actors::GetOutput> Store::Impl::get(Impl* impl, actors::GetCall call,
+                                           const std::string& what) {
   call.promise = make_promise<actors::GetOutput>(what);
   auto fut = call.promise->future();
-  if (!send(impl, actors::store_get_atom::value, std::move(call))) return closed_future<actors::GetOutput>(what);
+  if (!send(impl, actors::store_get_atom::value, std::move(call)))
+    return closed_future<actors::GetOutput>(what);
   return fut;
 }
 
@@ -268,21 +286,20 @@ Future<Tensor> Store::get(std::string key) {
   call.op = "get";
   call.mode = actors::GetMode::tensor;
   call.keys.push_back(key);
-  return Impl::get(impl_.get(), std::move(call), "get '" + key + "'").then([](const actors::GetOutput& out) {
-    return out.tensors.front();
-  });
+  return Impl::get(impl_.get(), std::move(call), "get '" + key + "'")
+      .then([](const actors::GetOutput& out) { return out.tensors.front(); });
 }
 
 Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
-  if (auto s = check_keys("get_batch", keys, false); !s.ok()) return make_error_future<std::vector<Tensor>>(s);
+  if (auto s = check_keys("get_batch", keys, false); !s.ok())
+    return make_error_future<std::vector<Tensor>>(s);
   if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
   actors::GetCall call;
   call.op = "get_batch";
   call.mode = actors::GetMode::tensor;
   call.keys = std::move(keys);
-  return Impl::get(impl_.get(), std::move(call), "get_batch").then([](const actors::GetOutput& out) {
-    return out.tensors;
-  });
+  return Impl::get(impl_.get(), std::move(call), "get_batch")
+      .then([](const actors::GetOutput& out) { return out.tensors; });
 }
 
 Future<void> Store::get_into(std::string key, const TensorView& dst) {
@@ -302,7 +319,8 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
   }
   if (auto s = check_keys(op, call.keys, false); !s.ok()) return make_error_future<void>(s);
   for (std::size_t i = 0; i < call.keys.size(); ++i) {
-    if (auto s = check_view(op, call.keys[i], call.dsts[i]); !s.ok()) return make_error_future<void>(s);
+    if (auto s = check_view(op, call.keys[i], call.dsts[i]); !s.ok())
+      return make_error_future<void>(s);
   }
   if (call.keys.empty()) return make_ready_future();
   const std::string what = items.size() == 1 ? op + " '" + call.keys.front() + "'" : op;
@@ -314,14 +332,16 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
 Future<void> Store::put_object(std::string key, std::string bytes) {
   if (auto s = check_key("put_object", key); !s.ok()) return make_error_future<void>(s);
   auto owned = std::make_shared<const std::string>(std::move(bytes));
-  TensorView view(const_cast<char*>(owned->data()), DType::uint8, {static_cast<std::int64_t>(owned->size())});
+  TensorView view(const_cast<char*>(owned->data()), DType::uint8,
+                  {static_cast<std::int64_t>(owned->size())});
   actors::PutCall call;
   call.op = "put_object";
   call.items.push_back(actors::PutItem{key, view, wire::ObjectKind::object, owned});
   const std::string what = "put_object '" + key + "'";
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call)))
+    return closed_future<void>(what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
@@ -331,9 +351,8 @@ Future<std::string> Store::get_object(std::string key) {
   call.op = "get_object";
   call.mode = actors::GetMode::object;
   call.keys.push_back(key);
-  return Impl::get(impl_.get(), std::move(call), "get_object '" + key + "'").then([](const actors::GetOutput& out) {
-    return out.object;
-  });
+  return Impl::get(impl_.get(), std::move(call), "get_object '" + key + "'")
+      .then([](const actors::GetOutput& out) { return out.object; });
 }
 
 // -- key space -----------------------------------------------------------
@@ -361,7 +380,8 @@ Future<bool> Store::exists(std::string key) {
   call.keys.push_back(std::move(key));
   call.promise = make_promise<std::vector<std::uint64_t>>(what);
   auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_exists_atom::value, std::move(call))) return closed_future<bool>(what);
+  if (!Impl::send(impl_.get(), actors::store_exists_atom::value, std::move(call)))
+    return closed_future<bool>(what);
   return fut.then([](const std::vector<std::uint64_t>& v) { return !v.empty() && v.front() != 0; });
 }
 
@@ -373,19 +393,22 @@ Future<void> Store::remove(std::string key) {
   call.single = true;
   call.promise = make_promise<std::size_t>(what);
   auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call))) return closed_future<void>(what);
+  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call)))
+    return closed_future<void>(what);
   return fut.then([](std::size_t) {});
 }
 
 Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
-  if (auto s = check_keys("remove_batch", keys, false); !s.ok()) return make_error_future<std::size_t>(s);
+  if (auto s = check_keys("remove_batch", keys, false); !s.ok())
+    return make_error_future<std::size_t>(s);
   if (keys.empty()) return make_ready_future<std::size_t>(0);
   actors::RemoveCall call;
   const std::string what = "remove_batch of " + std::to_string(keys.size()) + " keys";
   call.keys = std::move(keys);
   call.promise = make_promise<std::size_t>(what);
   auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call))) return closed_future<std::size_t>(what);
+  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call)))
+    return closed_future<std::size_t>(what);
   return fut;
 }
 
@@ -401,13 +424,16 @@ Future<std::vector<VolumeStats>> Store::stats() {
   return fut.then([](const std::vector<wire::VolumeStat>& in) {
     std::vector<VolumeStats> out;
     for (const auto& s : in) {
-      out.push_back(VolumeStats{s.volume_id, s.bytes_held, s.capacity_bytes, s.objects, s.staged, s.leases});
+      out.push_back(
+          VolumeStats{s.volume_id, s.bytes_held, s.capacity_bytes, s.objects, s.staged, s.leases});
     }
     return out;
   });
 }
 
-std::vector<std::string> Store::available_transports() { return transports::builtin_registry().names(); }
+std::vector<std::string> Store::available_transports() {
+  return transports::builtin_registry().names();
+}
 
 void Store::close() {
   if (impl_) impl_->close();

@@ -52,9 +52,8 @@ std::shared_ptr<spdlog::logger> get(std::string_view component) {
 Result<spdlog::level::level_enum> parse_level(std::string_view text) {
   using spdlog::level::level_enum;
   static const std::pair<std::string_view, level_enum> kLevels[] = {
-      {"trace", level_enum::trace}, {"debug", level_enum::debug},
-      {"info", level_enum::info},   {"warn", level_enum::warn},
-      {"warning", level_enum::warn}, {"error", level_enum::err},
+      {"trace", level_enum::trace},       {"debug", level_enum::debug},  {"info", level_enum::info},
+      {"warn", level_enum::warn},         {"warning", level_enum::warn}, {"error", level_enum::err},
       {"critical", level_enum::critical}, {"off", level_enum::off}};
   for (const auto& [name, level] : kLevels) {
     if (text == name) return level;

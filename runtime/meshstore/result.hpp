@@ -29,7 +29,8 @@ class [[nodiscard]] Result {
   /// An error result. `status` must not be ok.
   Result(Status status) : v_(std::in_place_index<1>, std::move(status)) {  // NOLINT
     if (std::get<1>(v_).ok()) {
-      v_.template emplace<1>(Errc::internal, "Result constructed from an ok Status without a value");
+      v_.template emplace<1>(Errc::internal,
+                             "Result constructed from an ok Status without a value");
     }
   }
 
@@ -97,8 +98,8 @@ Status status_of(const Result<T>& r) {
 
 /// Returns early from the enclosing function with the Status of `expr` when
 /// it is an error. Works with Status and Result<T> expressions.
-#define MESHSTORE_RETURN_IF_ERROR(expr)                                       \
-  do {                                                                        \
+#define MESHSTORE_RETURN_IF_ERROR(expr)                                             \
+  do {                                                                              \
     ::meshstore::Status meshstore_status_ = ::meshstore::internal::status_of(expr); \
-    if (!meshstore_status_.ok()) return meshstore_status_;                    \
+    if (!meshstore_status_.ok()) return meshstore_status_;                          \
   } while (0)

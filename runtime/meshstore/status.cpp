@@ -4,25 +4,44 @@ namespace meshstore {
 
 std::string_view errc_name(Errc code) noexcept {
   switch (code) {
-    case Errc::ok: return "ok";
-    case Errc::invalid_argument: return "invalid_argument";
-    case Errc::not_found: return "not_found";
-    case Errc::dtype_mismatch: return "dtype_mismatch";
-    case Errc::shape_mismatch: return "shape_mismatch";
-    case Errc::out_of_range: return "out_of_range";
-    case Errc::out_of_capacity: return "out_of_capacity";
-    case Errc::timeout: return "timeout";
-    case Errc::shutdown: return "shutdown";
-    case Errc::broken_promise: return "broken_promise";
-    case Errc::unavailable: return "unavailable";
-    case Errc::partially_committed: return "partially_committed";
-    case Errc::transport_error: return "transport_error";
-    case Errc::protocol_error: return "protocol_error";
-    case Errc::io_error: return "io_error";
-    case Errc::wrong_kind: return "wrong_kind";
-    case Errc::unsupported: return "unsupported";
-    case Errc::conflict: return "conflict";
-    case Errc::internal: return "internal";
+    case Errc::ok:
+      return "ok";
+    case Errc::invalid_argument:
+      return "invalid_argument";
+    case Errc::not_found:
+      return "not_found";
+    case Errc::dtype_mismatch:
+      return "dtype_mismatch";
+    case Errc::shape_mismatch:
+      return "shape_mismatch";
+    case Errc::out_of_range:
+      return "out_of_range";
+    case Errc::out_of_capacity:
+      return "out_of_capacity";
+    case Errc::timeout:
+      return "timeout";
+    case Errc::shutdown:
+      return "shutdown";
+    case Errc::broken_promise:
+      return "broken_promise";
+    case Errc::unavailable:
+      return "unavailable";
+    case Errc::partially_committed:
+      return "partially_committed";
+    case Errc::transport_error:
+      return "transport_error";
+    case Errc::protocol_error:
+      return "protocol_error";
+    case Errc::io_error:
+      return "io_error";
+    case Errc::wrong_kind:
+      return "wrong_kind";
+    case Errc::unsupported:
+      return "unsupported";
+    case Errc::conflict:
+      return "conflict";
+    case Errc::internal:
+      return "internal";
   }
   return "unknown_error";
 }

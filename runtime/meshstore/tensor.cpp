@@ -93,17 +93,20 @@ Status TensorView::validate(std::string_view what) const {
   for (std::size_t i = 0; i < shape_.size(); ++i) {
     if (shape_[i] < 0) return fail("negative dimension in shape " + shape_to_string(shape_));
     if (strides_[i] < 0) return fail("negative stride in strides " + shape_to_string(strides_));
-    if (shape_[i] != 0 && n > kMax / shape_[i]) return fail("shape " + shape_to_string(shape_) + " overflows");
+    if (shape_[i] != 0 && n > kMax / shape_[i])
+      return fail("shape " + shape_to_string(shape_) + " overflows");
     n *= shape_[i];
   }
   if (n > kMax / static_cast<std::int64_t>(dtype_size(dtype_))) {
     return fail("shape " + shape_to_string(shape_) + " overflows in bytes");
   }
-  if (n > 0 && data_ == nullptr) return fail("null data pointer for " + std::to_string(n) + " elements");
+  if (n > 0 && data_ == nullptr)
+    return fail("null data pointer for " + std::to_string(n) + " elements");
   return Status();
 }
 
-Result<TensorView> TensorView::narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const {
+Result<TensorView> TensorView::narrow(std::int64_t dim, std::int64_t start,
+                                      std::int64_t length) const {
   if (dim < 0 || dim >= ndim()) {
     return Status(Errc::out_of_range, "narrow: dim " + std::to_string(dim) + " outside a " +
                                           std::to_string(ndim()) + "-dim view");
@@ -207,8 +210,9 @@ void strided_copy(const std::byte* src, const Strides& ss, std::byte* dst, const
 
 Status copy_into(const TensorView& src, const TensorView& dst) {
   if (src.dtype() != dst.dtype()) {
-    return Status(Errc::dtype_mismatch, "copy_into: source is " + std::string(dtype_name(src.dtype())) +
-                                            ", destination " + std::string(dtype_name(dst.dtype())));
+    return Status(Errc::dtype_mismatch,
+                  "copy_into: source is " + std::string(dtype_name(src.dtype())) +
+                      ", destination " + std::string(dtype_name(dst.dtype())));
   }
   if (src.shape() != dst.shape()) {
     return Status(Errc::shape_mismatch, "copy_into: source shape " + shape_to_string(src.shape()) +
@@ -223,8 +227,9 @@ Status copy_into(const TensorView& src, const TensorView& dst) {
 }
 
 void pack_to(const TensorView& src, void* dst) noexcept {
-  strided_copy(static_cast<const std::byte*>(src.data()), src.strides(), static_cast<std::byte*>(dst),
-               contiguous_strides(src.shape()), src.shape(), dtype_size(src.dtype()));
+  strided_copy(static_cast<const std::byte*>(src.data()), src.strides(),
+               static_cast<std::byte*>(dst), contiguous_strides(src.shape()), src.shape(),
+               dtype_size(src.dtype()));
 }
 
 void unpack_from(const void* src, const TensorView& dst) noexcept {

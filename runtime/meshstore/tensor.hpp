@@ -46,6 +46,7 @@ std::string shape_to_string(const Shape& shape);
 /// The DType of a C++ element type (float -> float32, ...).
 template <class T>
 constexpr DType dtype_of();
+// clang-format off
 template <> constexpr DType dtype_of<bool>() { return DType::boolean; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::uint8; }
 template <> constexpr DType dtype_of<std::int8_t>() { return DType::int8; }
@@ -57,6 +58,7 @@ template <> constexpr DType dtype_of<std::uint32_t>() { return DType::uint32; }
 template <> constexpr DType dtype_of<std::uint64_t>() { return DType::uint64; }
 template <> constexpr DType dtype_of<float>() { return DType::float32; }
 template <> constexpr DType dtype_of<double>() { return DType::float64; }
+// clang-format on
 
 /// A non-owning view of tensor memory: data pointer, dtype, shape, strides
 /// (in elements; may be non-contiguous) and device. The caller keeps the
@@ -130,7 +132,9 @@ class Tensor {
   const Shape& shape() const noexcept { return shape_; }
   std::int64_t ndim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
   std::int64_t numel() const noexcept { return shape_numel(shape_); }
-  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  std::size_t nbytes() const noexcept {
+    return static_cast<std::size_t>(numel()) * dtype_size(dtype_);
+  }
   /// A contiguous view of this tensor's memory.
   TensorView view() const { return TensorView(data(), dtype_, shape_); }
   /// An independent deep copy.

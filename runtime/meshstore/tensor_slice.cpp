@@ -8,23 +8,22 @@ Result<TensorSlice> TensorSlice::make(Shape global_shape, Shape offsets, Shape l
   if (offsets.size() != global_shape.size() || local_shape.size() != global_shape.size()) {
     return Status(Errc::invalid_argument,
                   "TensorSlice: global shape " + shape_to_string(global_shape) + ", offsets " +
-                      shape_to_string(offsets) + " and local shape " + shape_to_string(local_shape) +
-                      " must have the same number of dims");
+                      shape_to_string(offsets) + " and local shape " +
+                      shape_to_string(local_shape) + " must have the same number of dims");
   }
   for (std::size_t i = 0; i < global_shape.size(); ++i) {
     if (global_shape[i] < 0 || offsets[i] < 0 || local_shape[i] < 0) {
-      return Status(Errc::invalid_argument,
-                    "TensorSlice: negative value in global shape " + shape_to_string(global_shape) +
-                        ", offsets " + shape_to_string(offsets) + " or local shape " +
-                        shape_to_string(local_shape));
+      return Status(Errc::invalid_argument, "TensorSlice: negative value in global shape " +
+                                                shape_to_string(global_shape) + ", offsets " +
+                                                shape_to_string(offsets) + " or local shape " +
+                                                shape_to_string(local_shape));
     }
     if (offsets[i] + local_shape[i] > global_shape[i]) {
-      return Status(Errc::out_of_range,
-                    "TensorSlice: dim " + std::to_string(i) + " spans [" +
-                        std::to_string(offsets[i]) + ", " +
-                        std::to_string(offsets[i] + local_shape[i]) + ") beyond size " +
-                        std::to_string(global_shape[i]) + " of global shape " +
-                        shape_to_string(global_shape));
+      return Status(Errc::out_of_range, "TensorSlice: dim " + std::to_string(i) + " spans [" +
+                                            std::to_string(offsets[i]) + ", " +
+                                            std::to_string(offsets[i] + local_shape[i]) +
+                                            ") beyond size " + std::to_string(global_shape[i]) +
+                                            " of global shape " + shape_to_string(global_shape));
     }
   }
   return TensorSlice(std::move(global_shape), std::move(offsets), std::move(local_shape));
@@ -55,7 +54,8 @@ std::optional<TensorSlice> TensorSlice::intersect(const TensorSlice& other) cons
   Shape off(global_shape_.size()), len(global_shape_.size());
   for (std::size_t i = 0; i < global_shape_.size(); ++i) {
     const auto lo = std::max(offsets_[i], other.offsets_[i]);
-    const auto hi = std::min(offsets_[i] + local_shape_[i], other.offsets_[i] + other.local_shape_[i]);
+    const auto hi =
+        std::min(offsets_[i] + local_shape_[i], other.offsets_[i] + other.local_shape_[i]);
     if (hi <= lo) return std::nullopt;
     off[i] = lo;
     len[i] = hi - lo;

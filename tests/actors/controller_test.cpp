@@ -63,7 +63,9 @@ class ControllerTest : public ::testing::Test {
     return r;
   }
 
-  wire::VolumeStat stat() { return ask<wire::VolumeStat>(*self_, volume_, stat_atom::value).value(); }
+  wire::VolumeStat stat() {
+    return ask<wire::VolumeStat>(*self_, volume_, stat_atom::value).value();
+  }
 
   std::unique_ptr<internal::ActorRuntime> runtime_;
   controller_actor controller_;
@@ -72,7 +74,8 @@ class ControllerTest : public ::testing::Test {
 };
 
 TEST_F(ControllerTest, CommittedKeyIsLocatedWithItsVersion) {
-  auto v = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("a", {2, 2}, stage(16)));
+  auto v = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                              record("a", {2, 2}, stage(16)));
   ASSERT_OK(v);
   auto recs = ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
                                                 std::vector<std::string>{"a", "missing"});
@@ -103,21 +106,23 @@ TEST_F(ControllerTest, BatchRejectsDuplicateKeysAndUnknownVolumes) {
                Errc::invalid_argument, "appears twice");
   auto b = record("b", {1}, stage(4));
   b.shards.front().volume_id = "volume-9";
-  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, b)), Errc::not_found,
-               "volume-9");
+  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, b)),
+               Errc::not_found, "volume-9");
 }
 
 TEST_F(ControllerTest, ShardsMustCoverTheTensor) {
   auto r = record("half", {4, 4}, stage(32));
   r.shards.front().slice = TensorSlice::make({4, 4}, {0, 0}, {2, 4}).value();
   r.shards.front().nbytes = 32;
-  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, r)), Errc::partially_committed,
-               "cover 8 of 16");
+  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, r)),
+               Errc::partially_committed, "cover 8 of 16");
 }
 
 TEST_F(ControllerTest, OverwriteBumpsVersionAndReleasesTheOldObject) {
-  auto v1 = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {4}, stage(16)));
-  auto v2 = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {8}, stage(32)));
+  auto v1 =
+      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {4}, stage(16)));
+  auto v2 =
+      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {8}, stage(32)));
   ASSERT_OK(v1);
   ASSERT_OK(v2);
   EXPECT_GT(*v2, *v1);
@@ -128,10 +133,13 @@ TEST_F(ControllerTest, OverwriteBumpsVersionAndReleasesTheOldObject) {
 }
 
 TEST_F(ControllerTest, KeysMatchWholeComponents) {
-  for (const char* k : {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb", "other"}) {
-    ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record(k, {1}, stage(4)))));
+  for (const char* k :
+       {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb", "other"}) {
+    ASSERT_OK((
+        ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record(k, {1}, stage(4)))));
   }
-  auto keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string("model.layers"));
+  auto keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value,
+                                            std::string("model.layers"));
   EXPECT_EQ(*keys, (std::vector<std::string>{"model.layers.0.w", "model.layers.1.w"}));
   keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string("model"));
   EXPECT_EQ(keys->size(), 4u);
@@ -145,7 +153,8 @@ TEST_F(ControllerTest, VolumeWithAnUnknownTransportDoesNotStart) {
   vc.transports = {"rpc", "smoke-signals"};
   EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::not_found, "smoke-signals");
   vc.volume_id = "";
-  EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::invalid_argument, "volume id is empty");
+  EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::invalid_argument,
+               "volume id is empty");
 }
 
 TEST(KeyMatchesPrefix, Components) {
@@ -160,11 +169,13 @@ TEST(KeyMatchesPrefix, Components) {
 }
 
 TEST_F(ControllerTest, RemoveAndRemoveBatch) {
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("x", {1}, stage(4)))));
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("y", {1}, stage(4)))));
+  ASSERT_OK((
+      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("x", {1}, stage(4)))));
+  ASSERT_OK((
+      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("y", {1}, stage(4)))));
   EXPECT_OK((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))));
-  EXPECT_ERROR((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))), Errc::not_found,
-               "'x'");
+  EXPECT_ERROR((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))),
+               Errc::not_found, "'x'");
   auto reply = ask<wire::RemoveReply>(*self_, controller_, remove_batch_atom::value,
                                       std::vector<std::string>{"y", "nope"});
   ASSERT_OK(reply);
@@ -185,13 +196,15 @@ TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
 
 TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
   const auto id = stage(1000);
-  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id});
+  auto lease =
+      ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id});
   ASSERT_OK(lease);
   (*self_)->send(volume_, release_atom::value, std::vector<std::uint64_t>{id});
   auto s = stat();
   EXPECT_EQ(s.staged + s.objects, 0u);
   EXPECT_EQ(s.bytes_held, 1000u);  // still pinned by the lease
-  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id})),
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+                                     std::vector<std::uint64_t>{id})),
                Errc::not_found, "is gone");
   (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
   EXPECT_EQ(stat().bytes_held, 0u);

@@ -1,8 +1,8 @@
 #include "meshstore/store.hpp"
 
 #include <atomic>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -45,7 +45,8 @@ TEST_F(StoreTest, PutThenGetRoundTripsEveryDType) {
 TEST_F(StoreTest, GetUnknownKeyNamesTheKey) {
   EXPECT_ERROR(store().get("no/such/key").get(kWait), Errc::not_found, "'no/such/key'");
   std::vector<float> dst(4);
-  EXPECT_ERROR(store().get_into("ghost", TensorView::of(dst.data(), {4})).get(kWait), Errc::not_found, "'ghost'");
+  EXPECT_ERROR(store().get_into("ghost", TensorView::of(dst.data(), {4})).get(kWait),
+               Errc::not_found, "'ghost'");
   EXPECT_ERROR(store().get_object("ghost").get(kWait), Errc::not_found, "'ghost'");
 }
 
@@ -62,7 +63,8 @@ TEST_F(StoreTest, GetIntoWithWrongDTypeFailsAndLeavesDestinationUntouched) {
   ASSERT_OK(store().put("layers.3.w", TensorView::of(w.data(), {3, 4})).get(kWait));
   std::vector<std::int32_t> dst(12, 77);
   auto r = store().get_into("layers.3.w", TensorView::of(dst.data(), {3, 4})).get(kWait);
-  EXPECT_ERROR(r, Errc::dtype_mismatch, "get_into: dtype mismatch for 'layers.3.w': stored float32, destination int32");
+  EXPECT_ERROR(r, Errc::dtype_mismatch,
+               "get_into: dtype mismatch for 'layers.3.w': stored float32, destination int32");
   EXPECT_EQ(dst, std::vector<std::int32_t>(12, 77));
 }
 
@@ -70,18 +72,24 @@ TEST_F(StoreTest, GetIntoWithWrongShapeFailsAndLeavesDestinationUntouched) {
   auto w = iota_floats(12);
   ASSERT_OK(store().put("w", TensorView::of(w.data(), {3, 4})).get(kWait));
   std::vector<float> dst(12, 5.0f);
-  EXPECT_ERROR(store().get_into("w", TensorView::of(dst.data(), {4, 3})).get(kWait), Errc::shape_mismatch,
-               "stored [3, 4], destination [4, 3]");
+  EXPECT_ERROR(store().get_into("w", TensorView::of(dst.data(), {4, 3})).get(kWait),
+               Errc::shape_mismatch, "stored [3, 4], destination [4, 3]");
   EXPECT_EQ(dst, std::vector<float>(12, 5.0f));
 }
 
 TEST_F(StoreTest, BatchGetIntoChecksEveryDestinationBeforeMovingBytes) {
   auto a = iota_floats(4);
   auto b = iota_floats(4, 10.0f);
-  ASSERT_OK(store().put_batch({{"a", TensorView::of(a.data(), {4})}, {"b", TensorView::of(b.data(), {4})}}).get(kWait));
+  ASSERT_OK(
+      store()
+          .put_batch({{"a", TensorView::of(a.data(), {4})}, {"b", TensorView::of(b.data(), {4})}})
+          .get(kWait));
   std::vector<float> da(4, -1.0f);
   std::vector<double> db(4, -1.0);
-  auto r = store().get_into_batch({{"a", TensorView::of(da.data(), {4})}, {"b", TensorView::of(db.data(), {4})}}).get(kWait);
+  auto r = store()
+               .get_into_batch(
+                   {{"a", TensorView::of(da.data(), {4})}, {"b", TensorView::of(db.data(), {4})}})
+               .get(kWait);
   EXPECT_ERROR(r, Errc::dtype_mismatch, "'b'");
   EXPECT_EQ(da, std::vector<float>(4, -1.0f));  // 'a' was fine, but nothing moved
 }
@@ -105,7 +113,7 @@ TEST_F(StoreTest, EmptyTensorsAndScalars) {
 }
 
 TEST_F(StoreTest, NonContiguousPutIsPacked) {
-  auto base = iota_floats(24);  // 4x6
+  auto base = iota_floats(24);                                              // 4x6
   auto cols = TensorView::of(base.data(), {4, 6}).narrow(1, 1, 3).value();  // 4x3, strided
   ASSERT_OK(store().put("cols", cols).get(kWait));
   auto t = store().get("cols").get(kWait);
@@ -187,24 +195,28 @@ TEST_F(StoreTest, BatchPutAndGet) {
 
 TEST_F(StoreTest, BadInputIsRejectedAtOnceWithTheKeyNamed) {
   float x = 1;
-  EXPECT_ERROR(store().put("", TensorView::of(&x, {})).get(kWait), Errc::invalid_argument, "key is empty");
-  EXPECT_ERROR(store().put(std::string("a\0b", 3), TensorView::of(&x, {})).get(kWait), Errc::invalid_argument,
-               "NUL");
-  EXPECT_ERROR(store().put(std::string(5000, 'k'), TensorView::of(&x, {})).get(kWait), Errc::invalid_argument,
-               "longer than");
+  EXPECT_ERROR(store().put("", TensorView::of(&x, {})).get(kWait), Errc::invalid_argument,
+               "key is empty");
+  EXPECT_ERROR(store().put(std::string("a\0b", 3), TensorView::of(&x, {})).get(kWait),
+               Errc::invalid_argument, "NUL");
+  EXPECT_ERROR(store().put(std::string(5000, 'k'), TensorView::of(&x, {})).get(kWait),
+               Errc::invalid_argument, "longer than");
   EXPECT_ERROR(store().put("nulldata", TensorView(nullptr, DType::float32, {4})).get(kWait),
                Errc::invalid_argument, "put 'nulldata': null data");
-  EXPECT_ERROR(store().put("gpu", TensorView(&x, DType::float32, {}, {}, Device::cuda(0))).get(kWait),
-               Errc::unsupported, "cuda:0");
-  EXPECT_ERROR(store().put_batch({{"d", TensorView::of(&x, {})}, {"d", TensorView::of(&x, {})}}).get(kWait),
-               Errc::invalid_argument, "'d' appears twice");
+  EXPECT_ERROR(
+      store().put("gpu", TensorView(&x, DType::float32, {}, {}, Device::cuda(0))).get(kWait),
+      Errc::unsupported, "cuda:0");
+  EXPECT_ERROR(
+      store().put_batch({{"d", TensorView::of(&x, {})}, {"d", TensorView::of(&x, {})}}).get(kWait),
+      Errc::invalid_argument, "'d' appears twice");
   EXPECT_ERROR(store().get("").get(kWait), Errc::invalid_argument, "get: key is empty");
   EXPECT_FALSE(*store().exists("nulldata").get(kWait));
 }
 
 TEST_F(StoreTest, KeysExistsAndRemove) {
   float x = 1;
-  for (const char* k : {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb"}) {
+  for (const char* k :
+       {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb"}) {
     ASSERT_OK(store().put(k, TensorView::of(&x, {})).get(kWait));
   }
   EXPECT_EQ(*store().keys("model.layers").get(kWait),
@@ -215,7 +227,8 @@ TEST_F(StoreTest, KeysExistsAndRemove) {
   EXPECT_FALSE(*store().exists("model/emb").get(kWait));
   EXPECT_ERROR(store().get("model/emb").get(kWait), Errc::not_found, "model/emb");
   EXPECT_ERROR(store().remove("model/emb").get(kWait), Errc::not_found, "'model/emb'");
-  EXPECT_EQ(*store().remove_batch({"model.layers.0.w", "missing", "model.layers.1.w"}).get(kWait), 2u);
+  EXPECT_EQ(*store().remove_batch({"model.layers.0.w", "missing", "model.layers.1.w"}).get(kWait),
+            2u);
   EXPECT_EQ(*store().keys().get(kWait), std::vector<std::string>{"model.layers_extra"});
 }
 
@@ -229,7 +242,9 @@ class SmallStoreTest : public StoreTest {
 
 TEST_F(SmallStoreTest, FullVolumeAnswersOutOfCapacityAndStaysUsable) {
   std::vector<std::uint8_t> big(2 << 20), small(1000, 3);
-  auto r = store().put("big", TensorView::of(big.data(), {static_cast<std::int64_t>(big.size())})).get(kWait);
+  auto r = store()
+               .put("big", TensorView::of(big.data(), {static_cast<std::int64_t>(big.size())}))
+               .get(kWait);
   EXPECT_ERROR(r, Errc::out_of_capacity, "volume 'volume-0' is full");
   EXPECT_FALSE(*store().exists("big").get(kWait));
   ASSERT_OK(store().put("small", TensorView::of(small.data(), {1000})).get(kWait));
@@ -287,7 +302,9 @@ TEST(StoreLifecycle, CloseWithRequestsInFlightEndsThemWithAnError) {
   std::vector<std::uint8_t> data(32 << 20, 1);
   std::vector<Future<void>> puts;
   for (int i = 0; i < 8; ++i) {
-    puts.push_back(store.put("k" + std::to_string(i), TensorView::of(data.data(), {static_cast<std::int64_t>(data.size())})));
+    puts.push_back(
+        store.put("k" + std::to_string(i),
+                  TensorView::of(data.data(), {static_cast<std::int64_t>(data.size())})));
   }
   store.close();
   for (auto& f : puts) {
@@ -342,7 +359,9 @@ TEST_F(StoreTest, FuturesAreUsableFromForeignThreads) {
     threads.emplace_back([&, t] {
       std::vector<float> v(64, static_cast<float>(t));
       const std::string key = "thread." + std::to_string(t);
-      auto chained = store().put(key, TensorView::of(v.data(), {64})).then([this, key] { return store().get(key); });
+      auto chained = store().put(key, TensorView::of(v.data(), {64})).then([this, key] {
+        return store().get(key);
+      });
       auto r = chained.get(kWait);
       if (r.ok() && r->data_as<float>()[63] == static_cast<float>(t)) ++done;
     });

@@ -84,7 +84,8 @@ TEST(Future, ThenFlattensReturnedFuture) {
 }
 
 TEST(Future, ThenMayReturnResultStatusOrNothing) {
-  auto a = make_ready_future(1).then([](const int&) -> Result<int> { return Status(Errc::out_of_range, "r"); });
+  auto a = make_ready_future(1).then(
+      [](const int&) -> Result<int> { return Status(Errc::out_of_range, "r"); });
   EXPECT_ERROR(a.get(kWait), Errc::out_of_range, "r");
   auto b = make_ready_future(1).then([](const int&) { return Status(Errc::conflict, "c"); });
   EXPECT_ERROR(b.get(kWait), Errc::conflict, "c");

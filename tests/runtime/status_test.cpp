@@ -1,7 +1,8 @@
-#include "meshstore/result.hpp"
 #include "meshstore/status.hpp"
+
 #include <set>
 
+#include "meshstore/result.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

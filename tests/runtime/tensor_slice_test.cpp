@@ -10,7 +10,8 @@ TensorSlice box(Shape g, Shape o, Shape l) { return TensorSlice::make(g, o, l).v
 TEST(TensorSlice, MakeValidatesBounds) {
   EXPECT_OK(TensorSlice::make({4, 8}, {2, 0}, {2, 8}));
   EXPECT_ERROR(TensorSlice::make({4, 8}, {3, 0}, {2, 8}), Errc::out_of_range, "dim 0");
-  EXPECT_ERROR(TensorSlice::make({4, 8}, {0}, {2, 8}), Errc::invalid_argument, "same number of dims");
+  EXPECT_ERROR(TensorSlice::make({4, 8}, {0}, {2, 8}), Errc::invalid_argument,
+               "same number of dims");
   EXPECT_ERROR(TensorSlice::make({4, 8}, {-1, 0}, {2, 8}), Errc::invalid_argument, "negative");
 }
 

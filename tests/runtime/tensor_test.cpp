@@ -28,8 +28,8 @@ TEST(TensorView, ValidateRejectsBadViews) {
   std::vector<float> data(4);
   EXPECT_ERROR(TensorView(nullptr, DType::float32, {2}).validate("put 'x'"), Errc::invalid_argument,
                "null data");
-  EXPECT_ERROR(TensorView(data.data(), DType::float32, {-1}).validate("put 'x'"), Errc::invalid_argument,
-               "negative dimension");
+  EXPECT_ERROR(TensorView(data.data(), DType::float32, {-1}).validate("put 'x'"),
+               Errc::invalid_argument, "negative dimension");
   EXPECT_ERROR(TensorView(data.data(), DType::float32, {2, 2}, {1}).validate("put 'x'"),
                Errc::invalid_argument, "strides");
   EXPECT_ERROR(TensorView(data.data(), DType::float32, {1LL << 40, 1LL << 40}).validate("put 'x'"),
@@ -66,10 +66,10 @@ TEST(CopyInto, MismatchFailsAndLeavesDestinationUntouched) {
   std::vector<float> a(4, 1.0f);
   std::vector<float> b(6, 2.0f);
   std::vector<double> c(4, 3.0);
-  EXPECT_ERROR(copy_into(TensorView::of(a.data(), {4}), TensorView::of(b.data(), {6})), Errc::shape_mismatch,
-               "[4]");
-  EXPECT_ERROR(copy_into(TensorView::of(a.data(), {4}), TensorView::of(c.data(), {4})), Errc::dtype_mismatch,
-               "float64");
+  EXPECT_ERROR(copy_into(TensorView::of(a.data(), {4}), TensorView::of(b.data(), {6})),
+               Errc::shape_mismatch, "[4]");
+  EXPECT_ERROR(copy_into(TensorView::of(a.data(), {4}), TensorView::of(c.data(), {4})),
+               Errc::dtype_mismatch, "float64");
   EXPECT_EQ(b, std::vector<float>(6, 2.0f));
   EXPECT_EQ(c, std::vector<double>(4, 3.0));
 }
@@ -97,7 +97,7 @@ TEST(Tensor, EmptyZerosAndClone) {
   EXPECT_EQ(t->nbytes(), 24u);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->data()) % 64, 0u);
   t->data_as<float>()[5] = 7.0f;
-  Tensor copy = *t;        // shares bytes
+  Tensor copy = *t;          // shares bytes
   Tensor deep = t->clone();  // does not
   t->data_as<float>()[0] = 1.0f;
   EXPECT_EQ(copy.data_as<float>()[0], 1.0f);

@@ -1,6 +1,5 @@
-#include <caf/all.hpp>
-
 #include <algorithm>
+#include <caf/all.hpp>
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
@@ -62,7 +61,8 @@ TEST(Wire, OtherStructsRoundTrip) {
 
 TEST(Wire, MalformedBytesAreAProtocolError) {
   wire::KeyRecord r;
-  EXPECT_ERROR(wire::decode(std::string("\xff\xff\xff\xff garbage", 12), r), Errc::protocol_error, "KeyRecord");
+  EXPECT_ERROR(wire::decode(std::string("\xff\xff\xff\xff garbage", 12), r), Errc::protocol_error,
+               "KeyRecord");
 }
 
 TEST(Wire, UnknownDTypeOrBadSliceIsRejected) {
@@ -71,7 +71,8 @@ TEST(Wire, UnknownDTypeOrBadSliceIsRejected) {
   // Corrupt the dtype by re-encoding with an out-of-range value.
   rec.dtype = static_cast<DType>(99);
   wire::KeyRecord back;
-  EXPECT_ERROR(wire::decode(wire::encode(rec), back), Errc::protocol_error, "unknown dtype value 99");
+  EXPECT_ERROR(wire::decode(wire::encode(rec), back), Errc::protocol_error,
+               "unknown dtype value 99");
 }
 
 TEST(Wire, CafSerializationGoesThroughProtobuf) {
@@ -100,8 +101,8 @@ TEST(Errors, MeshstoreErrorsSurviveTheCafRoundTrip) {
 }
 
 TEST(Errors, CafSystemErrorsMapToMeshstoreCodes) {
-  EXPECT_ERROR(internal::from_caf_error(caf::make_error(caf::sec::request_timeout), "locate"), Errc::timeout,
-               "locate");
+  EXPECT_ERROR(internal::from_caf_error(caf::make_error(caf::sec::request_timeout), "locate"),
+               Errc::timeout, "locate");
   EXPECT_ERROR(internal::from_caf_error(caf::make_error(caf::sec::request_receiver_down), "stage"),
                Errc::unavailable, "stage");
 }

@@ -25,10 +25,12 @@ template <class T>
 }
 
 /// Asserts `status` is an error with `code` whose message contains `needle`.
-inline ::testing::AssertionResult is_error(const Status& s, Errc code, const std::string& needle = "") {
+inline ::testing::AssertionResult is_error(const Status& s, Errc code,
+                                           const std::string& needle = "") {
   if (s.ok()) return ::testing::AssertionFailure() << "expected " << errc_name(code) << ", got ok";
   if (s.code() != code) {
-    return ::testing::AssertionFailure() << "expected " << errc_name(code) << ", got " << s.to_string();
+    return ::testing::AssertionFailure()
+           << "expected " << errc_name(code) << ", got " << s.to_string();
   }
   if (!needle.empty() && s.message().find(needle) == std::string::npos) {
     return ::testing::AssertionFailure() << "message lacks '" << needle << "': " << s.to_string();
@@ -44,4 +46,5 @@ template <class T>
 
 #define ASSERT_OK(expr) ASSERT_TRUE(::meshstore::testing::is_ok(expr))
 #define EXPECT_OK(expr) EXPECT_TRUE(::meshstore::testing::is_ok(expr))
-#define EXPECT_ERROR(expr, code, needle) EXPECT_TRUE(::meshstore::testing::is_error((expr), (code), (needle)))
+#define EXPECT_ERROR(expr, code, needle) \
+  EXPECT_TRUE(::meshstore::testing::is_error((expr), (code), (needle)))

@@ -1,10 +1,11 @@
+#include "meshstore/transports/rpc/rpc_transport.hpp"
+
 #include <cstring>
 #include <numeric>
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/transports/registry.hpp"
-#include "meshstore/transports/rpc/rpc_transport.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::transports {
@@ -22,8 +23,10 @@ class RpcTransportTest : public ::testing::Test {
     config_.rpc_chunk_bytes = 4096;  // small chunks so every test crosses chunk edges
     config_.rpc_chunks_in_flight = 3;
     auto factory = rpc::rpc_factory();
-    server_ = factory.make_server(ServerContext{&runtime_->system(), regions_, config_, "v"}).value();
-    client_ = factory.make_client(ClientContext{&runtime_->system(), config_}, server_->endpoint()).value();
+    server_ =
+        factory.make_server(ServerContext{&runtime_->system(), regions_, config_, "v"}).value();
+    client_ = factory.make_client(ClientContext{&runtime_->system(), config_}, server_->endpoint())
+                  .value();
   }
   void TearDown() override {
     client_.reset();
@@ -76,23 +79,28 @@ TEST_F(RpcTransportTest, ManyTransfersInFlight) {
     regions.push_back(add_region(100 + i, 9000));
     srcs.emplace_back(9000, static_cast<std::byte>(i));
   }
-  for (int i = 0; i < kN; ++i) writes.push_back(client_->write({100u + i, 9000}, 0, srcs[i].data(), 9000));
+  for (int i = 0; i < kN; ++i)
+    writes.push_back(client_->write({100u + i, 9000}, 0, srcs[i].data(), 9000));
   ASSERT_OK(gather(std::move(writes)).get(kWait));
-  for (int i = 0; i < kN; ++i) EXPECT_EQ(std::memcmp(regions[i]->data(), srcs[i].data(), 9000), 0) << i;
+  for (int i = 0; i < kN; ++i)
+    EXPECT_EQ(std::memcmp(regions[i]->data(), srcs[i].data(), 9000), 0) << i;
 }
 
 TEST_F(RpcTransportTest, OutOfRangeIsRejectedBeforeAnyByteMoves) {
   auto region = add_region(1, 100);
   std::vector<std::byte> buf(200);
-  EXPECT_ERROR(client_->write({1, 100}, 50, buf.data(), 60).get(kWait), Errc::out_of_range, "outside region 1");
-  EXPECT_ERROR(client_->read({1, 100}, 0, buf.data(), 200).get(kWait), Errc::out_of_range, "outside region 1");
+  EXPECT_ERROR(client_->write({1, 100}, 50, buf.data(), 60).get(kWait), Errc::out_of_range,
+               "outside region 1");
+  EXPECT_ERROR(client_->read({1, 100}, 0, buf.data(), 200).get(kWait), Errc::out_of_range,
+               "outside region 1");
 }
 
 TEST_F(RpcTransportTest, TheServerChecksBoundsToo) {
   // A client that believes the region is larger than it is.
   auto region = add_region(1, 100);
   std::vector<std::byte> buf(200);
-  EXPECT_ERROR(client_->write({1, 200}, 0, buf.data(), 200).get(kWait), Errc::out_of_range, "of 100 bytes");
+  EXPECT_ERROR(client_->write({1, 200}, 0, buf.data(), 200).get(kWait), Errc::out_of_range,
+               "of 100 bytes");
 }
 
 TEST_F(RpcTransportTest, GoneRegionIsNotFound) {

@@ -83,25 +83,28 @@ void finish_conn(client_pointer self, const std::string& id, const ConnResult& r
 }
 
 // Asks the volume for its endpoints and opens the chosen transport.
-void connect(client_pointer self, const wire::VolumeInfo& info, const storage_volume_actor& handle) {
+void connect(client_pointer self, const wire::VolumeInfo& info,
+             const storage_volume_actor& handle) {
   const auto& cfg = self->state.cfg;
   self->request(handle, cfg.request_timeout, endpoints_atom::value)
       .then(
           [=](const std::vector<transports::EndpointInfo>& offered) {
             auto& st = self->state;
             auto& registry = transports::builtin_registry();
-            auto chosen = transports::select_transport(registry, offered, st.cfg.forced_transport, info.volume_id);
+            auto chosen = transports::select_transport(registry, offered, st.cfg.forced_transport,
+                                                       info.volume_id);
             if (!chosen.ok()) return finish_conn(self, info.volume_id, chosen.status());
             auto factory = registry.find(chosen->transport);
             if (!factory.ok()) return finish_conn(self, info.volume_id, factory.status());
             transports::ClientContext ctx{&self->system(), st.cfg.transport_config};
             auto transport = factory->make_client(ctx, *chosen);
             if (!transport.ok()) {
-              return finish_conn(self, info.volume_id,
-                                 transport.status().with_context("volume '" + info.volume_id + "'"));
+              return finish_conn(
+                  self, info.volume_id,
+                  transport.status().with_context("volume '" + info.volume_id + "'"));
             }
-            st.log->info("client rank {} -> volume '{}': transport {}", st.cfg.me.rank, info.volume_id,
-                         chosen->transport);
+            st.log->info("client rank {} -> volume '{}': transport {}", st.cfg.me.rank,
+                         info.volume_id, chosen->transport);
             auto conn = std::make_shared<VolumeConn>();
             conn->info = info;
             conn->handle = handle;
@@ -122,8 +125,11 @@ void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
   waiters.push_back(std::move(k));
   if (waiters.size() > 1) return;  // already being set up
   self->request(st.controller, st.cfg.request_timeout, volume_atom::value, id)
-      .then([=](const wire::VolumeInfo& info, const storage_volume_actor& handle) { connect(self, info, handle); },
-            [=](caf::error& e) { finish_conn(self, id, from_caf_error(e, "volume '" + id + "'")); });
+      .then(
+          [=](const wire::VolumeInfo& info, const storage_volume_actor& handle) {
+            connect(self, info, handle);
+          },
+          [=](caf::error& e) { finish_conn(self, id, from_caf_error(e, "volume '" + id + "'")); });
 }
 
 // Calls `k` with the connection to the volume the strategy picks for us.
@@ -186,7 +192,8 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
       .then(
           [=](const std::vector<std::uint64_t>& versions) mutable {
             auto& st = self->state;
-            if (st.locations.size() + records.size() > st.cfg.max_cached_locations) st.locations.clear();
+            if (st.locations.size() + records.size() > st.cfg.max_cached_locations)
+              st.locations.clear();
             for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
               records[i].version = versions[i];
               st.locations[records[i].key] = std::move(records[i]);
@@ -214,16 +221,18 @@ void handle_put(client_pointer self, PutCall call) {
     if (!conn.ok()) return op->fail(conn.status());
     op->conn = *conn;
     std::vector<wire::StageRequest> reqs;
-    for (const auto& item : op->call.items) reqs.push_back(wire::StageRequest{item.key, item.view.nbytes()});
+    for (const auto& item : op->call.items)
+      reqs.push_back(wire::StageRequest{item.key, item.view.nbytes()});
     self->request(op->conn->handle, self->state.cfg.request_timeout, stage_atom::value, reqs)
         .then(
             [=](const std::vector<wire::RegionRef>& regions) {
               op->regions = regions;
               if (regions.size() != op->call.items.size()) {
                 release_staged(self, op);
-                return op->fail(Status(Errc::protocol_error, "volume staged " + std::to_string(regions.size()) +
-                                                                 " objects for " +
-                                                                 std::to_string(op->call.items.size()) + " keys"));
+                return op->fail(Status(Errc::protocol_error,
+                                       "volume staged " + std::to_string(regions.size()) +
+                                           " objects for " + std::to_string(op->call.items.size()) +
+                                           " keys"));
               }
               std::vector<Future<void>> writes;
               writes.reserve(regions.size());
@@ -240,8 +249,8 @@ void handle_put(client_pointer self, PutCall call) {
                   src = tmp->data();
                   op->packed.push_back(std::move(tmp).value());
                 }
-                writes.push_back(op->conn->transport->write(regions[i], 0, static_cast<const std::byte*>(src),
-                                                            view.nbytes()));
+                writes.push_back(op->conn->transport->write(
+                    regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
               }
               await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
                 op->packed.clear();
@@ -301,7 +310,8 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
       .then(
           [=](std::vector<wire::KeyRecord>& records) {
             auto& st = self->state;
-            if (st.locations.size() + records.size() > st.cfg.max_cached_locations) st.locations.clear();
+            if (st.locations.size() + records.size() > st.cfg.max_cached_locations)
+              st.locations.clear();
             for (const auto& r : records) {
               if (r.found()) {
                 st.locations[r.key] = r;
@@ -316,9 +326,10 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
 
 // Pins the objects at one volume, reads them, unpins. Sets `*stale` when the
 // volume no longer has one of them.
-Future<void> read_from_volume(client_pointer self, const std::string& volume_id, std::vector<ReadTarget> targets,
-                              std::shared_ptr<bool> stale) {
-  auto promise = std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
+Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
+                              std::vector<ReadTarget> targets, std::shared_ptr<bool> stale) {
+  auto promise =
+      std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
   auto fut = promise->future();
   with_volume(self, volume_id, [=](const ConnResult& conn) {
     if (!conn.ok()) return (void)promise->set_error(conn.status());
@@ -332,10 +343,11 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
               for (std::size_t i = 0; i < targets.size() && i < lease.regions.size(); ++i) {
                 const auto& t = targets[i];
                 if (lease.regions[i].nbytes != t.nbytes) {
-                  reads.push_back(make_error_future<void>(
-                      Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
-                                                       std::to_string(lease.regions[i].nbytes) +
-                                                       " bytes, the index says " + std::to_string(t.nbytes))));
+                  reads.push_back(make_error_future<void>(Status(
+                      Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
+                                                std::to_string(lease.regions[i].nbytes) +
+                                                " bytes, the index says " +
+                                                std::to_string(t.nbytes))));
                   continue;
                 }
                 reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
@@ -378,8 +390,9 @@ Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
     }
   }
   if (r.shards.size() != 1 || !r.shards.front().slice.is_full()) {
-    return Status(Errc::unsupported, "'" + key + "' is stored in " + std::to_string(r.shards.size()) +
-                                         " shards; sharded reads are not supported by this client yet");
+    return Status(Errc::unsupported,
+                  "'" + key + "' is stored in " + std::to_string(r.shards.size()) +
+                      " shards; sharded reads are not supported by this client yet");
   }
   return Status();
 }
@@ -397,8 +410,10 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
       return start_get(self, op);
     }
     if (op->stale) {
-      return op->fail(Status(Errc::conflict, "gave up after " + std::to_string(op->attempt) +
-                                                 " attempts: every located version was replaced before it could be read"));
+      return op->fail(
+          Status(Errc::conflict,
+                 "gave up after " + std::to_string(op->attempt) +
+                     " attempts: every located version was replaced before it could be read"));
     }
     return op->fail(r.status());
   }
@@ -412,9 +427,9 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
   locate(self, op->call.keys, op->use_cache, [=](Result<std::vector<wire::KeyRecord>> records) {
     if (!records.ok()) return op->fail(records.status());
     if (records->size() != op->call.keys.size()) {
-      return op->fail(Status(Errc::protocol_error, "controller answered " + std::to_string(records->size()) +
-                                                       " records for " + std::to_string(op->call.keys.size()) +
-                                                       " keys"));
+      return op->fail(Status(Errc::protocol_error,
+                             "controller answered " + std::to_string(records->size()) +
+                                 " records for " + std::to_string(op->call.keys.size()) + " keys"));
     }
     // Check everything before any byte moves: a failed check leaves the
     // caller's destinations untouched.
@@ -478,14 +493,18 @@ void handle_remove(client_pointer self, RemoveCall call) {
   if (call.single) {
     const auto key = call.keys.front();
     self->request(st.controller, st.cfg.request_timeout, remove_atom::value, key)
-        .then([=](caf::ok_atom) { promise->set_value(1); },
-              [=](caf::error& e) { promise->set_error(from_caf_error(e, "remove '" + key + "'")); });
+        .then(
+            [=](caf::ok_atom) { promise->set_value(1); },
+            [=](caf::error& e) { promise->set_error(from_caf_error(e, "remove '" + key + "'")); });
     return;
   }
   const auto what = describe("remove_batch", call.keys);
   self->request(st.controller, st.cfg.request_timeout, remove_batch_atom::value, call.keys)
-      .then([=](const wire::RemoveReply& r) { promise->set_value(static_cast<std::size_t>(r.removed)); },
-            [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
+      .then(
+          [=](const wire::RemoveReply& r) {
+            promise->set_value(static_cast<std::size_t>(r.removed));
+          },
+          [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
 }
 
 void handle_stat(client_pointer self, StatCall call) {
@@ -496,20 +515,22 @@ void handle_stat(client_pointer self, StatCall call) {
           [=](const std::vector<wire::VolumeInfo>& infos) {
             std::vector<Future<wire::VolumeStat>> stats;
             for (const auto& info : infos) {
-              auto p = std::make_shared<Promise<wire::VolumeStat>>(Status(Errc::shutdown, "client stopped"));
+              auto p = std::make_shared<Promise<wire::VolumeStat>>(
+                  Status(Errc::shutdown, "client stopped"));
               stats.push_back(p->future());
               with_volume(self, info.volume_id, [=](const ConnResult& conn) {
                 if (!conn.ok()) return (void)p->set_error(conn.status());
                 self->request((*conn)->handle, self->state.cfg.request_timeout, stat_atom::value)
                     .then([=](const wire::VolumeStat& s) { p->set_value(s); },
                           [=](caf::error& e) {
-                            p->set_error(from_caf_error(e, "stat of volume '" + info.volume_id + "'"));
+                            p->set_error(
+                                from_caf_error(e, "stat of volume '" + info.volume_id + "'"));
                           });
               });
             }
-            gather(std::move(stats)).on_complete([promise](const Result<std::vector<wire::VolumeStat>>& r) {
-              promise->set(r);
-            });
+            gather(std::move(stats))
+                .on_complete(
+                    [promise](const Result<std::vector<wire::VolumeStat>>& r) { promise->set(r); });
           },
           [=](caf::error& e) { promise->set_error(from_caf_error(e, "stats")); });
 }
@@ -526,14 +547,18 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
       [=](store_keys_atom, KeysCall& call) {
         auto promise = call.promise;
         const auto prefix = call.prefix;
-        self->request(self->state.controller, self->state.cfg.request_timeout, keys_atom::value, prefix)
+        self->request(self->state.controller, self->state.cfg.request_timeout, keys_atom::value,
+                      prefix)
             .then([=](std::vector<std::string>& keys) { promise->set_value(std::move(keys)); },
-                  [=](caf::error& e) { promise->set_error(from_caf_error(e, "keys '" + prefix + "'")); });
+                  [=](caf::error& e) {
+                    promise->set_error(from_caf_error(e, "keys '" + prefix + "'"));
+                  });
       },
       [=](store_exists_atom, ExistsCall& call) {
         auto promise = call.promise;
         const auto what = describe("exists", call.keys);
-        self->request(self->state.controller, self->state.cfg.request_timeout, exists_atom::value, call.keys)
+        self->request(self->state.controller, self->state.cfg.request_timeout, exists_atom::value,
+                      call.keys)
             .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
                   [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
       },

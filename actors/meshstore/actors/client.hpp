@@ -6,7 +6,6 @@
 // key locations. Its messages carry promises, so they are local-only.
 
 #include <caf/all.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>

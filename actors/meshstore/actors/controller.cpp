@@ -36,7 +36,8 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
     }
     if (s.slice.global_shape() != r.shape) {
       return Status(Errc::shape_mismatch, ctx + ": shard " + s.slice.to_string() +
-                                              " is not in global shape " + shape_to_string(r.shape));
+                                              " is not in global shape " +
+                                              shape_to_string(r.shape));
     }
     if (s.nbytes != static_cast<std::uint64_t>(s.slice.numel()) * elsize) {
       return Status(Errc::invalid_argument, ctx + ": shard " + s.slice.to_string() + " holds " +
@@ -52,15 +53,16 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
     covered += s.slice.numel();
   }
   if (covered != shape_numel(r.shape)) {
-    return Status(Errc::partially_committed,
-                  ctx + ": shards cover " + std::to_string(covered) + " of " +
-                      std::to_string(shape_numel(r.shape)) + " elements");
+    return Status(Errc::partially_committed, ctx + ": shards cover " + std::to_string(covered) +
+                                                 " of " + std::to_string(shape_numel(r.shape)) +
+                                                 " elements");
   }
   return Status();
 }
 
 // Tells each volume which of its objects a commit adopted or dropped.
-void send_to_volumes(controller_pointer self, const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
+void send_to_volumes(controller_pointer self,
+                     const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
                      bool commit) {
   for (const auto& [vid, ids] : by_volume) {
     auto it = self->state.volumes.find(vid);
@@ -107,22 +109,27 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
 
 controller_actor::behavior_type controller_impl(controller_pointer self) {
   return {
-      [=](register_volume_atom, const wire::VolumeInfo& info, storage_volume_actor v) -> caf::result<caf::ok_atom> {
+      [=](register_volume_atom, const wire::VolumeInfo& info,
+          storage_volume_actor v) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        if (info.volume_id.empty()) return to_caf_error(Status(Errc::invalid_argument, "register_volume: empty id"));
+        if (info.volume_id.empty())
+          return to_caf_error(Status(Errc::invalid_argument, "register_volume: empty id"));
         if (st.volumes.count(info.volume_id)) {
-          return to_caf_error(Status(Errc::invalid_argument, "register_volume: volume '" + info.volume_id +
-                                                                 "' is already registered"));
+          return to_caf_error(
+              Status(Errc::invalid_argument,
+                     "register_volume: volume '" + info.volume_id + "' is already registered"));
         }
         st.volumes.emplace(info.volume_id, std::move(v));
         st.volume_infos.push_back(info);
         st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
         return caf::ok_atom::value;
       },
-      [=](volume_atom, const std::string& id) -> caf::result<wire::VolumeInfo, storage_volume_actor> {
+      [=](volume_atom,
+          const std::string& id) -> caf::result<wire::VolumeInfo, storage_volume_actor> {
         auto& st = self->state;
         auto it = st.volumes.find(id);
-        if (it == st.volumes.end()) return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
+        if (it == st.volumes.end())
+          return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
         for (const auto& info : st.volume_infos) {
           if (info.volume_id == id) return {info, it->second};
         }
@@ -175,7 +182,8 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto it = st.index.find(key);
-        if (it == st.index.end()) return to_caf_error(Status(Errc::not_found, "remove: no key '" + key + "'"));
+        if (it == st.index.end())
+          return to_caf_error(Status(Errc::not_found, "remove: no key '" + key + "'"));
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
         st.index.erase(it);

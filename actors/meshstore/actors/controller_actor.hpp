@@ -6,7 +6,6 @@
 // one handler run, so a reader sees the old complete entry or the new one.
 
 #include <caf/all.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +18,8 @@ namespace meshstore::actors {
 
 using controller_actor = caf::typed_actor<
     // A volume joins; the controller tells it about commits and releases.
-    caf::replies_to<register_volume_atom, wire::VolumeInfo, storage_volume_actor>::with<caf::ok_atom>,
+    caf::replies_to<register_volume_atom, wire::VolumeInfo,
+                    storage_volume_actor>::with<caf::ok_atom>,
     // A volume by id (Errc::not_found if unknown).
     caf::replies_to<volume_atom, std::string>::with<wire::VolumeInfo, storage_volume_actor>,
     // Every registered volume.
@@ -28,7 +28,8 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<notify_put_atom, wire::KeyRecord>::with<std::uint64_t>,
     // Commits many keys at once (a whole state dict), all or none; answers
     // their versions in order.
-    caf::replies_to<notify_put_batch_atom, std::vector<wire::KeyRecord>>::with<std::vector<std::uint64_t>>,
+    caf::replies_to<notify_put_batch_atom,
+                    std::vector<wire::KeyRecord>>::with<std::vector<std::uint64_t>>,
     // The records of these keys; a missing key comes back with version 0.
     caf::replies_to<locate_atom, std::vector<std::string>>::with<std::vector<wire::KeyRecord>>,
     // Keys under a prefix (whole '/'- or '.'-separated components), sorted.

@@ -85,11 +85,13 @@ struct VolumeState {
     std::weak_ptr<RegionPool> weak_pool = pool;
     // When the last owner (object table or lease) lets go: account the bytes
     // back and offer the memory to the pool.
-    std::shared_ptr<std::byte> accounted(memory.get(), [memory, counter, weak_pool, nbytes](std::byte*) mutable {
-      if (auto c = counter.lock()) c->fetch_sub(nbytes);
-      if (auto p = weak_pool.lock()) p->give(nbytes, std::move(memory));
-      memory.reset();
-    });
+    std::shared_ptr<std::byte> accounted(memory.get(),
+                                         [memory, counter, weak_pool, nbytes](std::byte*) mutable {
+                                           if (auto c = counter.lock()) c->fetch_sub(nbytes);
+                                           if (auto p = weak_pool.lock())
+                                             p->give(nbytes, std::move(memory));
+                                           memory.reset();
+                                         });
     return std::make_shared<transports::Region>(id, std::move(accounted), nbytes);
   }
 };
@@ -111,19 +113,20 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
   return {
-      [=](stage_atom, const std::vector<wire::StageRequest>& reqs) -> caf::result<std::vector<wire::RegionRef>> {
+      [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
+          -> caf::result<std::vector<wire::RegionRef>> {
         auto& st = self->state;
         std::uint64_t total = 0;
         for (const auto& r : reqs) total += r.nbytes;
         const auto held = st.bytes_held->load();
         if (st.config.capacity_bytes != 0 && held + total > st.config.capacity_bytes) {
           std::string first = reqs.empty() ? std::string() : reqs.front().key;
-          return to_caf_error(Status(
-              Errc::out_of_capacity,
-              "volume '" + st.config.volume_id + "' is full: it holds " + std::to_string(held) +
-                  " of " + std::to_string(st.config.capacity_bytes) + " bytes and cannot stage " +
-                  std::to_string(total) + " more for " + std::to_string(reqs.size()) + " key(s) (first '" +
-                  first + "')"));
+          return to_caf_error(
+              Status(Errc::out_of_capacity,
+                     "volume '" + st.config.volume_id + "' is full: it holds " +
+                         std::to_string(held) + " of " + std::to_string(st.config.capacity_bytes) +
+                         " bytes and cannot stage " + std::to_string(total) + " more for " +
+                         std::to_string(reqs.size()) + " key(s) (first '" + first + "')"));
         }
         std::vector<wire::RegionRef> out;
         std::vector<std::uint64_t> staged;
@@ -161,8 +164,9 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         for (auto id : ids) {
           auto it = st.objects.find(id);
           if (it == st.objects.end()) {
-            return to_caf_error(Status(Errc::not_found, "volume '" + st.config.volume_id + "': object " +
-                                                            std::to_string(id) + " is gone (replaced or removed)"));
+            return to_caf_error(Status(Errc::not_found, "volume '" + st.config.volume_id +
+                                                            "': object " + std::to_string(id) +
+                                                            " is gone (replaced or removed)"));
           }
           pinned.push_back(it->second.region);
           lease.regions.push_back(wire::RegionRef{id, it->second.region->size()});
@@ -195,7 +199,8 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
 
 }  // namespace
 
-Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys, const VolumeConfig& config) {
+Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
+                                                  const VolumeConfig& config) {
   if (config.volume_id.empty()) return Status(Errc::invalid_argument, "volume id is empty");
   MESHSTORE_RETURN_IF_ERROR(config.transport_config.validate());
   auto& registry = transports::builtin_registry();
@@ -211,7 +216,8 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys, const 
     if (!f.ok()) return abandon(f.status());
     auto server = f->make_server(
         transports::ServerContext{&sys, setup->regions, config.transport_config, config.volume_id});
-    if (!server.ok()) return abandon(server.status().with_context("transport '" + name + "' failed to start"));
+    if (!server.ok())
+      return abandon(server.status().with_context("transport '" + name + "' failed to start"));
     setup->servers.push_back(std::move(server).value());
   }
   return sys.spawn(volume_impl, config, std::move(setup));

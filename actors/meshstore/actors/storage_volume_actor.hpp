@@ -8,7 +8,6 @@
 // with a read lease, so a region never goes away under a reader.
 
 #include <caf/all.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,7 +21,8 @@ namespace meshstore::actors {
 using storage_volume_actor = caf::typed_actor<
     // Allocates one staged object per request, all or none: fails with
     // Errc::out_of_capacity (nothing staged) when they do not fit.
-    caf::replies_to<stage_atom, std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
+    caf::replies_to<stage_atom,
+                    std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
     // From the controller: these objects now back committed keys.
     caf::reacts_to<commit_atom, std::vector<std::uint64_t>>,
     // These objects are no longer referenced (superseded, removed, or a
@@ -52,6 +52,7 @@ struct VolumeConfig {
 
 /// Spawns a storage volume. Fails, with nothing left running, if a requested
 /// transport is not built or its server cannot start.
-Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys, const VolumeConfig& config);
+Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
+                                                  const VolumeConfig& config);
 
 }  // namespace meshstore::actors

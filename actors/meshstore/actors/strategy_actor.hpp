@@ -5,7 +5,6 @@
 // per-host and user-defined strategies share one actor.
 
 #include <caf/all.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,14 +17,15 @@
 namespace meshstore::actors {
 
 using strategy_actor = caf::typed_actor<
-    caf::replies_to<register_volume_atom, wire::VolumeInfo, storage_volume_actor>::with<caf::ok_atom>,
+    caf::replies_to<register_volume_atom, wire::VolumeInfo,
+                    storage_volume_actor>::with<caf::ok_atom>,
     // The volume for this client (Errc::unavailable if none fits).
     caf::replies_to<select_atom, wire::ClientInfo>::with<wire::VolumeInfo, storage_volume_actor>>;
 
 /// A placement policy: picks a volume id for a client among the registered
 /// volumes (in registration order).
-using StrategyPolicy =
-    std::function<Result<std::string>(const wire::ClientInfo&, const std::vector<wire::VolumeInfo>&)>;
+using StrategyPolicy = std::function<Result<std::string>(const wire::ClientInfo&,
+                                                         const std::vector<wire::VolumeInfo>&)>;
 
 /// Every client uses the first registered volume.
 StrategyPolicy singleton_policy();

@@ -1,8 +1,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 
-#include <caf/io/all.hpp>
-
 #include <algorithm>
+#include <caf/io/all.hpp>
 #include <thread>
 #include <vector>
 
@@ -21,7 +20,8 @@ std::string context_message(const caf::message& ctx) {
 
 caf::error to_caf_error(const Status& s) {
   if (s.ok()) return caf::error();
-  return caf::error(static_cast<std::uint8_t>(s.code()), kErrorCategory, caf::make_message(s.message()));
+  return caf::error(static_cast<std::uint8_t>(s.code()), kErrorCategory,
+                    caf::make_message(s.message()));
 }
 
 Status from_caf_error(const caf::error& e, std::string_view context) {
@@ -31,7 +31,8 @@ Status from_caf_error(const caf::error& e, std::string_view context) {
     const std::string msg = context_message(e.context());
     const auto code = e.code();
     if (code > static_cast<std::uint8_t>(Errc::internal)) {
-      return Status(Errc::internal, ctx + ": unknown meshstore error code " + std::to_string(code) + ": " + msg);
+      return Status(Errc::internal,
+                    ctx + ": unknown meshstore error code " + std::to_string(code) + ": " + msg);
     }
     return Status(static_cast<Errc>(code), ctx.empty() ? msg : ctx + ": " + msg);
   }
@@ -65,11 +66,12 @@ struct MeshstoreConfig : caf::actor_system_config {
   MeshstoreConfig(int threads, const RuntimeOptions& options) {
     set("scheduler.max-threads", threads);
     set("logger.verbosity", caf::atom("quiet"));
-    add_error_category(kErrorCategory,
-                       [](std::uint8_t code, caf::atom_value, const caf::message& ctx) -> std::string {
-                         return "meshstore(" + std::string(errc_name(static_cast<Errc>(code))) +
-                                ": " + context_message(ctx) + ")";
-                       });
+    add_error_category(
+        kErrorCategory,
+        [](std::uint8_t code, caf::atom_value, const caf::message& ctx) -> std::string {
+          return "meshstore(" + std::string(errc_name(static_cast<Errc>(code))) + ": " +
+                 context_message(ctx) + ")";
+        });
     add_message_type<wire::KeyRecord>("meshstore::wire::KeyRecord");
     add_message_type<wire::StageRequest>("meshstore::wire::StageRequest");
     add_message_type<wire::RegionRef>("meshstore::wire::RegionRef");

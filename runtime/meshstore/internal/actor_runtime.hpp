@@ -1,7 +1,6 @@
 #pragma once
 
 #include <caf/all.hpp>
-
 #include <functional>
 #include <memory>
 #include <string>

@@ -5,7 +5,6 @@
 // headers stay out of the public API.
 
 #include <caf/all.hpp>
-
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -49,10 +48,10 @@ typename Inspector::result_type inspect_as_proto(Inspector& f, T& x, const char*
 
 namespace meshstore::wire {
 
-#define MESHSTORE_WIRE_INSPECT(T)                                                   \
-  template <class Inspector>                                                        \
-  typename Inspector::result_type inspect(Inspector& f, T& x) {                     \
-    return ::meshstore::internal::inspect_as_proto(f, x, "meshstore::wire::" #T);   \
+#define MESHSTORE_WIRE_INSPECT(T)                                                 \
+  template <class Inspector>                                                      \
+  typename Inspector::result_type inspect(Inspector& f, T& x) {                   \
+    return ::meshstore::internal::inspect_as_proto(f, x, "meshstore::wire::" #T); \
   }
 MESHSTORE_WIRE_INSPECT(KeyRecord)
 MESHSTORE_WIRE_INSPECT(StageRequest)

@@ -30,7 +30,8 @@ Status TransportRegistry::add(TransportFactory factory) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& f : factories_) {
     if (f.name == factory.name) {
-      return Status(Errc::invalid_argument, "transport '" + factory.name + "' is already registered");
+      return Status(Errc::invalid_argument,
+                    "transport '" + factory.name + "' is already registered");
     }
   }
   factories_.push_back(std::move(factory));
@@ -46,7 +47,8 @@ Result<TransportFactory> TransportRegistry::find(const std::string& name) const 
     if (f.name == name) return f;
     known += (known.empty() ? "" : ", ") + f.name;
   }
-  return Status(Errc::not_found, "no transport named '" + name + "' in this build (built: " + known + ")");
+  return Status(Errc::not_found,
+                "no transport named '" + name + "' in this build (built: " + known + ")");
 }
 
 std::vector<std::string> TransportRegistry::names() const {
@@ -63,13 +65,14 @@ Result<EndpointInfo> select_transport(const TransportRegistry& registry,
   for (const auto& e : offered) offered_names += (offered_names.empty() ? "" : ", ") + e.transport;
   if (!forced.empty()) {
     if (auto f = registry.find(forced); !f.ok()) {
-      return Status(Errc::unsupported, "transport '" + forced + "' was forced but " + f.status().message());
+      return Status(Errc::unsupported,
+                    "transport '" + forced + "' was forced but " + f.status().message());
     }
     for (const auto& e : offered) {
       if (e.transport == forced) return e;
     }
-    return Status(Errc::unsupported, "transport '" + forced + "' was forced but volume '" + volume_id +
-                                         "' offers only [" + offered_names + "]");
+    return Status(Errc::unsupported, "transport '" + forced + "' was forced but volume '" +
+                                         volume_id + "' offers only [" + offered_names + "]");
   }
   for (const auto& name : registry.names()) {
     for (const auto& e : offered) {

@@ -8,7 +8,6 @@
 // travels in actor messages; a transport only moves bytes.
 
 #include <caf/all.hpp>
-
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

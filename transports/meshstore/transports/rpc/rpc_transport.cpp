@@ -41,7 +41,8 @@ class ChunkPool {
     if (v.capacity() == 0) return;
     v.clear();
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() >= kMaxFree || free_bytes_ + v.capacity() > kMaxFreeBytes) return;  // freed now
+    if (free_.size() >= kMaxFree || free_bytes_ + v.capacity() > kMaxFreeBytes)
+      return;  // freed now
     free_bytes_ += v.capacity();
     free_.push_back(std::move(v));
   }
@@ -65,9 +66,9 @@ Result<std::shared_ptr<Region>> checked_region(const RegionTable& table, std::ui
                                        " does not exist (released or never staged)");
   }
   if (offset > region->size() || length > region->size() - offset) {
-    return Status(Errc::out_of_range, std::string(op) + ": bytes [" + std::to_string(offset) + ", " +
-                                          std::to_string(offset + length) + ") outside region " +
-                                          std::to_string(id) + " of " +
+    return Status(Errc::out_of_range, std::string(op) + ": bytes [" + std::to_string(offset) +
+                                          ", " + std::to_string(offset + length) +
+                                          ") outside region " + std::to_string(id) + " of " +
                                           std::to_string(region->size()) + " bytes");
   }
   return region;
@@ -173,8 +174,8 @@ void pump(caf::event_based_actor* self, const std::shared_ptr<Transfer>& t) {
       const auto* p = reinterpret_cast<const char*>(t->src + pos);
       auto chunk = ChunkPool::instance().acquire(len);
       chunk.assign(p, p + len);
-      self->request(t->endpoint, t->timeout, write_atom::value, t->region.region_id, t->offset + pos,
-                    std::move(chunk))
+      self->request(t->endpoint, t->timeout, write_atom::value, t->region.region_id,
+                    t->offset + pos, std::move(chunk))
           .then([=](caf::ok_atom) { chunk_done(self, t, len); },
                 [=](caf::error& e) { fail(self, t, e); });
     } else {
@@ -186,8 +187,8 @@ void pump(caf::event_based_actor* self, const std::shared_ptr<Transfer>& t) {
                 if (bytes.size() != len) {
                   fail(self, t,
                        to_caf_error(Status(Errc::protocol_error,
-                                           "rpc read: asked " + std::to_string(len) + " bytes, got " +
-                                               std::to_string(bytes.size()))));
+                                           "rpc read: asked " + std::to_string(len) +
+                                               " bytes, got " + std::to_string(bytes.size()))));
                   return;
                 }
                 std::memcpy(t->dst + pos, bytes.data(), len);
@@ -237,18 +238,19 @@ class RpcTransport final : public Transport {
     t->endpoint = endpoint_;
     t->promise = std::make_shared<Promise<void>>(
         Status(Errc::shutdown, std::string(is_write ? "rpc write" : "rpc read") + " of region " +
-                                   std::to_string(region.region_id) + " stopped: the actor system is shutting down"));
+                                   std::to_string(region.region_id) +
+                                   " stopped: the actor system is shutting down"));
     return t;
   }
 
   Future<void> start(const std::shared_ptr<Transfer>& t) {
     auto fut = t->promise->future();
     if (t->offset > t->region.nbytes || t->n > t->region.nbytes - t->offset) {
-      t->promise->set_error(Status(Errc::out_of_range,
-                                   "rpc: bytes [" + std::to_string(t->offset) + ", " +
-                                       std::to_string(t->offset + t->n) + ") outside region " +
-                                       std::to_string(t->region.region_id) + " of " +
-                                       std::to_string(t->region.nbytes) + " bytes"));
+      t->promise->set_error(
+          Status(Errc::out_of_range, "rpc: bytes [" + std::to_string(t->offset) + ", " +
+                                         std::to_string(t->offset + t->n) + ") outside region " +
+                                         std::to_string(t->region.region_id) + " of " +
+                                         std::to_string(t->region.nbytes) + " bytes"));
       return fut;
     }
     if (t->n == 0) {
@@ -272,7 +274,8 @@ TransportFactory rpc_factory() {
   f.priority = 0;
   f.capabilities.max_chunk_bytes = TransportConfig{}.rpc_chunk_bytes;
   f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
-    if (!ctx.system || !ctx.regions) return Status(Errc::invalid_argument, "rpc server: incomplete context");
+    if (!ctx.system || !ctx.regions)
+      return Status(Errc::invalid_argument, "rpc server: incomplete context");
     return std::unique_ptr<TransportServer>(std::make_unique<RpcServer>(ctx));
   };
   f.make_client = [](const ClientContext& ctx,

@@ -6,7 +6,6 @@
 // network layer reaches: the universal fallback and the small-payload path.
 
 #include <caf/all.hpp>
-
 #include <vector>
 
 #include "meshstore/transports/registry.hpp"
@@ -17,11 +16,11 @@ using write_atom = caf::atom_constant<caf::atom("rpc_write")>;
 using read_atom = caf::atom_constant<caf::atom("rpc_read")>;
 
 /// The volume-side endpoint: writes a chunk into a region, or reads one out.
-using rpc_endpoint_actor = caf::typed_actor<
-    caf::replies_to<write_atom, std::uint64_t /*region*/, std::uint64_t /*offset*/,
-                    std::vector<char>>::with<caf::ok_atom>,
-    caf::replies_to<read_atom, std::uint64_t /*region*/, std::uint64_t /*offset*/,
-                    std::uint64_t /*length*/>::with<std::vector<char>>>;
+using rpc_endpoint_actor =
+    caf::typed_actor<caf::replies_to<write_atom, std::uint64_t /*region*/, std::uint64_t /*offset*/,
+                                     std::vector<char>>::with<caf::ok_atom>,
+                     caf::replies_to<read_atom, std::uint64_t /*region*/, std::uint64_t /*offset*/,
+                                     std::uint64_t /*length*/>::with<std::vector<char>>>;
 
 /// The rpc transport's factory (name "rpc", lowest priority: the fallback).
 TransportFactory rpc_factory();
