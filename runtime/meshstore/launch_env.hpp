@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "meshstore/result.hpp"
+
+namespace meshstore {
+
+/// Where this process sits in a multi-process run, as launchers describe
+/// it: torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT), else Open MPI's (OMPI_COMM_WORLD_RANK, _SIZE,
+/// _LOCAL_RANK, _LOCAL_SIZE), else Slurm's (SLURM_PROCID, SLURM_NTASKS,
+/// SLURM_LOCALID, SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE). MASTER_ADDR
+/// and MASTER_PORT are read under every launcher (mpirun and srun do not set
+/// them: export them yourself). meshrun sets all of torchrun's.
+/// A value type; thread-compatible.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  /// Which launcher's variables were used: "torchrun", "openmpi" or "slurm".
+  std::string source;
+
+  /// Reads the process environment. Fails with Errc::invalid_argument
+  /// naming the variable that is missing or malformed, for example
+  /// "LOCAL_RANK is not set (RANK and WORLD_SIZE are: torchrun-style launch)".
+  static Result<LaunchEnv> from_env();
+  /// The same, reading variables through `lookup` (nullptr = unset).
+  static Result<LaunchEnv> from_lookup(const std::function<const char*(const char*)>& lookup);
+
+  /// Checks the ranks are consistent (0 <= rank < world_size, ...).
+  Status validate() const;
+};
+
+}  // namespace meshstore
