@@ -2,18 +2,26 @@
 
 #include <unistd.h>
 
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdlib>
 #include <set>
 #include <shared_mutex>
+#include <thread>
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
 #include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/directory_actor.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/rpc/rpc_transport.hpp"
+#include "meshstore/version.hpp"
 
 namespace meshstore {
 
@@ -22,6 +30,18 @@ namespace actors {
 void add_actor_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<transports::EndpointInfo>("meshstore::transports::EndpointInfo");
   cfg.add_message_type<storage_volume_actor>("meshstore::actors::storage_volume_actor");
+  cfg.add_message_type<controller_actor>("meshstore::actors::controller_actor");
+  cfg.add_message_type<strategy_actor>("meshstore::actors::strategy_actor");
+  cfg.add_message_type<directory_actor>("meshstore::actors::directory_actor");
+  cfg.add_message_type<transports::rpc::rpc_endpoint_actor>(
+      "meshstore::transports::rpc::rpc_endpoint_actor");
+  cfg.add_message_type<std::vector<wire::VolumeInfo>>("std::vector<meshstore::wire::VolumeInfo>");
+  cfg.add_message_type<std::vector<wire::KeyRecord>>("std::vector<meshstore::wire::KeyRecord>");
+  cfg.add_message_type<std::vector<wire::StageRequest>>(
+      "std::vector<meshstore::wire::StageRequest>");
+  cfg.add_message_type<std::vector<wire::RegionRef>>("std::vector<meshstore::wire::RegionRef>");
+  cfg.add_message_type<std::vector<transports::EndpointInfo>>(
+      "std::vector<meshstore::transports::EndpointInfo>");
 }
 
 }  // namespace actors
@@ -66,10 +86,37 @@ Status check_view(const std::string& op, const std::string& key, const TensorVie
   return Status();
 }
 
-std::string hostname() {
+// This process's host identity: StoreOptions::host, else MESHSTORE_HOST,
+// else the hostname.
+std::string resolve_host(const StoreOptions& o) {
+  if (!o.host.empty()) return o.host;
+  if (const char* h = std::getenv("MESHSTORE_HOST"); h && *h) return h;
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
+}
+
+struct Address {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// "host:port" or "[v6]:port"; port 0 (listen only) picks a free port.
+Result<Address> parse_address(const std::string& text) {
+  const auto colon = text.rfind(':');
+  auto bad = [&](const std::string& why) {
+    return Status(Errc::invalid_argument,
+                  "address '" + text + "' " + why + " (expected HOST:PORT)");
+  };
+  if (colon == std::string::npos || colon == 0) return bad("has no host");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  const long v = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || v < 0 || v > 65535) return bad("has no valid port");
+  return Address{host, static_cast<std::uint16_t>(v)};
 }
 
 template <class T>
@@ -94,6 +141,11 @@ Status StoreOptions::validate() const {
     return bad("num_volumes must be in [1, 1024], got " + std::to_string(num_volumes));
   }
   if (rank < 0) return bad("rank must be >= 0, got " + std::to_string(rank));
+  if (local_rank < -1) return bad("local_rank must be >= -1, got " + std::to_string(local_rank));
+  if (connect_timeout.count() <= 0) {
+    return bad("connect_timeout must be positive, got " + std::to_string(connect_timeout.count()) +
+               " ms");
+  }
   if (auto p = actors::policy_by_name(strategy); !p.ok()) return bad(p.status().message());
   if (!transport.empty()) {
     if (auto f = transports::builtin_registry().find(transport); !f.ok()) {
@@ -116,13 +168,25 @@ Status StoreOptions::validate() const {
 
 struct Store::Impl {
   StoreOptions options;
+  std::string host;
+  std::string strategy_name;
+  std::uint16_t port = 0;  // where this store listens; 0 = not listening
+  std::string address;
   std::unique_ptr<internal::ActorRuntime> runtime;
   mutable std::shared_mutex mu;  // guards closed and the handles below
   bool closed = false;
   caf::actor client;
-  actors::controller_actor controller;
+  actors::controller_actor controller;  // local, or a proxy of a remote one
   actors::strategy_actor strategy;
-  std::vector<actors::storage_volume_actor> volumes;
+  actors::directory_actor directory;
+  std::vector<actors::storage_volume_actor> volumes;  // hosted in this process
+  std::vector<caf::actor> owned;                      // actors of this process, stopped by close()
+
+  // A runtime (with the network layer when `network`) and validated options.
+  static Result<std::unique_ptr<Impl>> start(const StoreOptions& options, bool network);
+  // Spawns and registers the volumes the strategy places in this process.
+  Status host_volumes(bool is_server);
+  void start_client();
 
   ~Impl() { close(); }
 
@@ -145,15 +209,15 @@ struct Store::Impl {
       std::unique_lock<std::shared_mutex> lock(mu);
       if (closed) return;
       closed = true;
-      // Stop the client first so no new transfer starts, then the rest.
+      // Stop this process's actors, the client first so no new transfer
+      // starts (remote controllers and strategies are not ours to stop).
       // Each actor's pending work ends with an error as its peers go away.
-      if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
-      for (auto& v : volumes) caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
-      if (strategy) caf::anon_send_exit(strategy, caf::exit_reason::user_shutdown);
-      if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
+      for (auto& a : owned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       // Handles must be gone before the actor system, or its shutdown waits forever.
+      owned.clear();
       client = nullptr;
       volumes.clear();
+      directory = nullptr;
       strategy = nullptr;
       controller = nullptr;
       doomed = std::move(runtime);
@@ -170,65 +234,201 @@ Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
-Result<Store> Store::embedded(StoreOptions options) {
+namespace {
+
+transports::TransportConfig transport_config(const StoreOptions& o) {
+  transports::TransportConfig tc;
+  tc.rpc_chunk_bytes = o.rpc_chunk_bytes;
+  tc.rpc_chunks_in_flight = o.rpc_chunks_in_flight;
+  tc.request_timeout = o.request_timeout;
+  return tc;
+}
+
+// Asks `target` (local or remote) and waits for an ok_atom.
+template <class Handle, class... Ts>
+Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
+              const std::string& what, Ts&&... xs) {
+  caf::scoped_actor self{sys};
+  Status out;
+  self->request(target, timeout, std::forward<Ts>(xs)...)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& e) { out = internal::from_caf_error(e, what); });
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& options, bool network) {
   MESHSTORE_RETURN_IF_ERROR(options.validate());
   if (!options.log_level.empty()) MESHSTORE_RETURN_IF_ERROR(log::set_level(options.log_level));
   internal::RuntimeOptions ro;
   ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = network;
   ro.add_types = actors::add_actor_types;
   auto runtime = internal::ActorRuntime::create(ro);
   if (!runtime.ok()) return runtime.status();
-
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->host = resolve_host(options);
   impl->runtime = std::move(runtime).value();
+  return impl;
+}
+
+Status Store::Impl::host_volumes(bool is_server) {
+  auto& sys = runtime->system();
+  actors::ProcessRole role{is_server, options.local_rank, host};
+  for (auto info : actors::volumes_for(strategy_name, role, options.num_volumes)) {
+    actors::VolumeConfig vc;
+    vc.volume_id = info.volume_id;
+    vc.host = host;
+    vc.capacity_bytes = options.volume_capacity_bytes;
+    vc.transport_config = transport_config(options);
+    auto volume = actors::spawn_storage_volume(sys, vc);
+    if (!volume.ok()) return volume.status();
+    owned.push_back(caf::actor_cast<caf::actor>(*volume));
+    info.capacity_bytes = vc.capacity_bytes;
+    info.transports = transports::builtin_registry().names();
+    const std::string what = "register volume '" + info.volume_id + "'";
+    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
+                                     actors::register_volume_atom::value, info, *volume));
+    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.request_timeout, what,
+                                     actors::register_volume_atom::value, info, *volume));
+    volumes.push_back(std::move(volume).value());
+  }
+  return Status();
+}
+
+void Store::Impl::start_client() {
+  actors::ClientConfig cc;
+  cc.me = wire::ClientInfo{options.rank, options.local_rank, host};
+  cc.forced_transport = options.transport;
+  cc.transport_config = transport_config(options);
+  cc.request_timeout = options.request_timeout;
+  client = actors::spawn_client(runtime->system(), cc, controller, strategy);
+  owned.push_back(client);
+}
+
+Result<Store> Store::embedded(StoreOptions options) {
+  Address listen;
+  if (!options.listen.empty()) {
+    auto a = parse_address(options.listen);
+    if (!a.ok()) return a.status().with_context("StoreOptions: listen");
+    listen = *a;
+  }
+  auto started = Impl::start(options, !options.listen.empty());
+  if (!started.ok()) return started.status();
+  auto impl = std::move(started).value();
   auto& sys = impl->runtime->system();
-
-  transports::TransportConfig tc;
-  tc.rpc_chunk_bytes = options.rpc_chunk_bytes;
-  tc.rpc_chunks_in_flight = options.rpc_chunks_in_flight;
-  tc.request_timeout = options.request_timeout;
-
+  impl->strategy_name = options.strategy;
   impl->controller = actors::spawn_controller(sys);
   impl->strategy = actors::spawn_strategy(sys, actors::policy_by_name(options.strategy).value());
-  const std::string host = hostname();
-  {
-    caf::scoped_actor self{sys};
-    for (int i = 0; i < options.num_volumes; ++i) {
-      actors::VolumeConfig vc;
-      vc.volume_id = "volume-" + std::to_string(i);
-      vc.host = host;
-      vc.capacity_bytes = options.volume_capacity_bytes;
-      vc.transport_config = tc;
-      auto volume = actors::spawn_storage_volume(sys, vc);
-      if (!volume.ok()) return volume.status();
-      wire::VolumeInfo info{vc.volume_id, host, vc.capacity_bytes,
-                            transports::builtin_registry().names()};
-      Status registered;
-      for (auto target : {caf::actor_cast<caf::actor>(impl->controller),
-                          caf::actor_cast<caf::actor>(impl->strategy)}) {
-        self->request(target, options.request_timeout, actors::register_volume_atom::value, info,
-                      *volume)
-            .receive([](caf::ok_atom) {},
-                     [&](caf::error& e) {
-                       registered = internal::from_caf_error(e, "register " + vc.volume_id);
-                     });
-        if (!registered.ok()) return registered;
-      }
-      impl->volumes.push_back(std::move(volume).value());
+  impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
+  impl->owned.push_back(caf::actor_cast<caf::actor>(impl->strategy));
+  MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(true));
+  if (!options.listen.empty()) {
+    impl->directory =
+        actors::spawn_directory(sys, impl->controller, impl->strategy, options.strategy);
+    impl->owned.push_back(caf::actor_cast<caf::actor>(impl->directory));
+    auto port = sys.middleman().publish(impl->directory, listen.port, listen.host.c_str(), true);
+    if (!port) {
+      return Status(Errc::unavailable,
+                    "cannot listen on " + options.listen + ": " + sys.render(port.error()));
     }
+    impl->port = *port;
+    impl->address = listen.host + ":" + std::to_string(*port);
   }
-  actors::ClientConfig cc;
-  cc.me = wire::ClientInfo{options.rank, options.rank, host};
-  cc.forced_transport = options.transport;
-  cc.transport_config = tc;
-  cc.request_timeout = options.request_timeout;
-  impl->client = actors::spawn_client(sys, cc, impl->controller, impl->strategy);
-  log::get("store")->info("embedded store up: {} volume(s), strategy {}, {} scheduler threads",
-                          options.num_volumes, options.strategy,
-                          impl->runtime->scheduler_threads());
+  impl->start_client();
+  log::get("store")->info(
+      "store up: strategy {}, {} volume(s) here, {}", options.strategy, impl->volumes.size(),
+      impl->address.empty() ? std::string("not listening") : "listening on " + impl->address);
   return Store(std::move(impl));
 }
+
+Result<Store> Store::connect(const std::string& address, StoreOptions options) {
+  auto target = parse_address(address);
+  if (!target.ok()) return target.status().with_context("connect");
+  auto started = Impl::start(options, true);
+  if (!started.ok()) return started.status();
+  auto impl = std::move(started).value();
+  auto& sys = impl->runtime->system();
+  auto log = log::get("store");
+
+  // The server may still be starting (rank 0 of the same launch): retry
+  // with backoff until the deadline, then say what went wrong last.
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  auto backoff = std::chrono::milliseconds(50);
+  int attempts = 0;
+  std::string last_error;
+  actors::directory_actor directory;
+  for (;;) {
+    ++attempts;
+    auto d = sys.middleman().remote_actor<actors::directory_actor>(target->host, target->port);
+    if (d) {
+      directory = std::move(*d);
+      break;
+    }
+    last_error = sys.render(d.error());
+    if (std::chrono::steady_clock::now() + backoff > deadline) {
+      return Status(Errc::unavailable, "connect: no meshstore answered at " + address + " after " +
+                                           std::to_string(attempts) + " attempts over " +
+                                           std::to_string(options.connect_timeout.count()) +
+                                           " ms (last error: " + last_error + ")");
+    }
+    log->debug("connect {}: attempt {} failed ({}), retrying in {} ms", address, attempts,
+               last_error, backoff.count());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  Status hello;
+  {
+    caf::scoped_actor self{sys};
+    self->request(directory, options.request_timeout, actors::hello_atom::value,
+                  std::string(meshstore::version()))
+        .receive(
+            [&](actors::controller_actor& c, actors::strategy_actor& s, std::string& name) {
+              impl->controller = std::move(c);
+              impl->strategy = std::move(s);
+              impl->strategy_name = std::move(name);
+            },
+            [&](caf::error& e) { hello = internal::from_caf_error(e, "connect to " + address); });
+  }
+  directory = nullptr;
+  if (!hello.ok()) return hello;
+  if (options.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
+  impl->start_client();
+  log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address, options.rank,
+            impl->strategy_name, impl->volumes.size());
+  return Store(std::move(impl));
+}
+
+Result<Store> Store::from_env(StoreOptions options) {
+  auto env = LaunchEnv::from_env();
+  if (!env.ok()) return env.status().with_context("Store::from_env");
+  options.rank = env->rank;
+  options.local_rank = env->local_rank;
+  int port = env->master_port + 1;
+  if (const char* p = std::getenv("MESHSTORE_PORT"); p && *p) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || *end != '\0' || v < 1 || v > 65535) {
+      return Status(Errc::invalid_argument, "Store::from_env: MESHSTORE_PORT='" + std::string(p) +
+                                                "' is not a port in [1, 65535]");
+    }
+    port = static_cast<int>(v);
+  } else if (port > 65535) {
+    return Status(Errc::invalid_argument,
+                  "Store::from_env: MASTER_PORT + 1 is not a port; set MESHSTORE_PORT");
+  }
+  const std::string address = env->master_addr + ":" + std::to_string(port);
+  if (env->rank == 0) {
+    options.listen = address;
+    return embedded(std::move(options));
+  }
+  return connect(address, std::move(options));
+}
+
+std::uint16_t Store::port() const noexcept { return impl_ ? impl_->port : 0; }
+std::string Store::address() const { return impl_ ? impl_->address : std::string(); }
 
 // -- tensors -------------------------------------------------------------
 

@@ -32,10 +32,28 @@ struct StoreOptions {
   /// Bytes each volume may hold; 0 = unlimited. A put that does not fit
   /// fails with Errc::out_of_capacity and stores nothing.
   std::uint64_t volume_capacity_bytes = 0;
-  /// Placement strategy: "singleton" (every client writes to volume 0).
+  /// Placement strategy of a store this process creates (embedded, rank 0,
+  /// meshstore serve): "singleton", "controller_colocated", "per_host" or
+  /// "per_local_rank" (docs/meshes.md). A connecting process follows the
+  /// strategy of the store it connects to.
   std::string strategy = "singleton";
   /// This process's rank (what the strategy sees).
   int rank = 0;
+  /// This process's rank on its host; -1 when it is not a rank (a
+  /// standalone server or a tool), so no per-rank volume is placed here.
+  int local_rank = 0;
+  /// This process's host identity for placement; empty = MESHSTORE_HOST,
+  /// else the hostname.
+  std::string host;
+  /// Publish this store on "HOST:PORT" (port 0 picks a free one) so other
+  /// processes can Store::connect() to it; empty = private to this process.
+  /// Binds exactly HOST: keep 127.0.0.1 unless other hosts must reach it.
+  std::string listen;
+  /// Store::connect(): keep retrying an unreachable store this long.
+  std::chrono::milliseconds connect_timeout{30000};
+  /// Store::connect(): host the volumes the store's strategy places in this
+  /// process (per_host, per_local_rank). Tools that only look set false.
+  bool host_volumes = true;
   /// Force a transport by name ("rpc"); empty = best available. A forced
   /// transport that cannot serve a volume is an error, never a fallback.
   std::string transport;
@@ -83,6 +101,19 @@ class Store {
   /// client actors on a private actor system. Fails with
   /// Errc::invalid_argument on a bad option.
   static Result<Store> embedded(StoreOptions options = {});
+
+  /// Joins the store published at `address` ("HOST:PORT") by another
+  /// process, retrying with backoff up to options.connect_timeout; hosts the
+  /// volumes the store's strategy places here. Fails with Errc::unavailable
+  /// naming the address and the last error, or Errc::protocol_error when the
+  /// versions cannot talk.
+  static Result<Store> connect(const std::string& address, StoreOptions options = {});
+
+  /// A store for a launched rank (meshrun, torchrun, mpirun, srun; see
+  /// LaunchEnv): rank 0 creates the store and listens on MASTER_ADDR at
+  /// MESHSTORE_PORT (default MASTER_PORT + 1, so it never collides with
+  /// torch.distributed on MASTER_PORT); every other rank connects to it.
+  static Result<Store> from_env(StoreOptions options = {});
 
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
@@ -137,6 +168,11 @@ class Store {
 
   /// Usage of every volume.
   Future<std::vector<VolumeStats>> stats();
+  /// The port this store listens on (0 when it does not listen).
+  std::uint16_t port() const noexcept;
+  /// "HOST:PORT" this store listens on, or "" when it does not listen.
+  std::string address() const;
+
   /// Names of the transports built into this binary, preferred first.
   static std::vector<std::string> available_transports();
 

@@ -275,6 +275,7 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
 TEST(StoreOptions, ForcedRpcTransportWorks) {
   StoreOptions o;
   o.transport = "rpc";
+  o.strategy = "controller_colocated";
   o.num_volumes = 2;
   auto store = Store::embedded(o);
   ASSERT_OK(store);

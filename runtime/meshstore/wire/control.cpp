@@ -166,6 +166,7 @@ std::string encode(const VolumeInfo& x) {
   p.set_host(x.host);
   p.set_capacity_bytes(x.capacity_bytes);
   for (const auto& t : x.transports) p.add_transports(t);
+  p.set_local_rank(x.local_rank);
   return serialize(p);
 }
 
@@ -176,6 +177,7 @@ Status decode(const std::string& bytes, VolumeInfo& x) {
   x.host = p.host();
   x.capacity_bytes = p.capacity_bytes();
   x.transports.assign(p.transports().begin(), p.transports().end());
+  x.local_rank = p.local_rank();
   return Status();
 }
 

@@ -70,6 +70,8 @@ struct VolumeInfo {
   std::string host;
   std::uint64_t capacity_bytes = 0;  // 0 = unlimited
   std::vector<std::string> transports;
+  /// The local rank of the process hosting it; -1 for a server's volumes.
+  std::int32_t local_rank = -1;
 };
 
 /// A volume's usage.

@@ -1,0 +1,168 @@
+// Stores on different actor systems (CAF nodes) talking over loopback TCP:
+// one listens, others connect. Each Store has its own actor system, so this
+// crosses CAF's network layer exactly as separate processes do.
+
+#include <numeric>
+
+#include "meshstore/actors/directory_actor.hpp"
+#include "meshstore/store.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kWait;
+
+StoreOptions server_options(const std::string& strategy = "singleton") {
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  o.strategy = strategy;
+  o.request_timeout = 10s;
+  return o;
+}
+
+StoreOptions rank_options(int rank, int local_rank, const std::string& host = "") {
+  StoreOptions o;
+  o.rank = rank;
+  o.local_rank = local_rank;
+  o.host = host;
+  o.request_timeout = 10s;
+  o.connect_timeout = 10s;
+  return o;
+}
+
+TEST(RemoteStore, ListeningStoreReportsItsAddress) {
+  auto server = Store::embedded(server_options());
+  ASSERT_OK(server);
+  EXPECT_GT(server->port(), 0);
+  EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
+  auto plain = Store::embedded();
+  EXPECT_EQ(plain->port(), 0);
+  EXPECT_EQ(plain->address(), "");
+}
+
+TEST(RemoteStore, ConnectedRanksSeeEachOthersKeys) {
+  auto server = Store::embedded(server_options()).value();
+  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
+  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  std::vector<float> w(1000);
+  std::iota(w.begin(), w.end(), 0.5f);
+  ASSERT_OK(a.put("from_a", TensorView::of(w.data(), {10, 100})).get(kWait));
+  auto t = b.get("from_a").get(kWait);
+  ASSERT_OK(t);
+  EXPECT_EQ(t->shape(), (Shape{10, 100}));
+  EXPECT_EQ(t->data_as<float>()[999], 999.5f);
+  ASSERT_OK(b.put_object("from_b", "hello").get(kWait));
+  EXPECT_EQ(*server.get_object("from_b").get(kWait), "hello");
+  EXPECT_EQ(*a.keys().get(kWait), (std::vector<std::string>{"from_a", "from_b"}));
+  ASSERT_OK(server.remove("from_a").get(kWait));
+  EXPECT_FALSE(*a.exists("from_a").get(kWait));
+  EXPECT_ERROR(b.get("from_a").get(kWait), Errc::not_found, "'from_a'");
+}
+
+TEST(RemoteStore, LargeTensorCrossesTheNetworkInChunks) {
+  auto server = Store::embedded(server_options()).value();
+  auto opts = rank_options(1, 1);
+  opts.rpc_chunk_bytes = 1 << 20;  // many chunks
+  auto a = Store::connect(server.address(), opts).value();
+  std::vector<std::uint8_t> big(24 << 20);
+  for (std::size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<std::uint8_t>(i * 7 + (i >> 20));
+  const auto n = static_cast<std::int64_t>(big.size());
+  ASSERT_OK(a.put("big", TensorView::of(big.data(), {n})).get(kWait));
+  std::vector<std::uint8_t> back(big.size());
+  ASSERT_OK(a.get_into("big", TensorView::of(back.data(), {n})).get(kWait));
+  EXPECT_EQ(back, big);
+}
+
+TEST(RemoteStore, PerLocalRankPlacesAVolumeInEveryRank) {
+  auto server = Store::embedded([] {
+                  auto o = server_options("per_local_rank");
+                  o.host = "hostA";
+                  return o;
+                }())
+                    .value();
+  auto r1 = Store::connect(server.address(), rank_options(1, 1, "hostA")).value();
+  auto r2 = Store::connect(server.address(), rank_options(2, 0, "hostB")).value();
+  auto stats = server.stats().get(kWait);
+  ASSERT_OK(stats);
+  std::vector<std::string> ids;
+  for (const auto& s : *stats) ids.push_back(s.volume_id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"host:hostA/lr0", "host:hostA/lr1", "host:hostB/lr0"}));
+  // Each rank writes to its own volume; every rank reads all of them.
+  float x = 1, y = 2;
+  ASSERT_OK(r1.put("x", TensorView::of(&x, {})).get(kWait));
+  ASSERT_OK(r2.put("y", TensorView::of(&y, {})).get(kWait));
+  auto after = server.stats().get(kWait);
+  ASSERT_OK(after);
+  for (const auto& s : *after) {
+    if (s.volume_id == "host:hostA/lr1" || s.volume_id == "host:hostB/lr0") {
+      EXPECT_EQ(s.objects, 1u) << s.volume_id;
+    }
+  }
+  EXPECT_EQ(*r2.get("x").get(kWait)->data_as<float>(), 1.0f);
+  EXPECT_EQ(*r1.get("y").get(kWait)->data_as<float>(), 2.0f);
+}
+
+TEST(RemoteStore, PerHostPlacesOneVolumePerHost) {
+  auto server = Store::embedded([] {
+                  auto o = server_options("per_host");
+                  o.host = "hostA";
+                  return o;
+                }())
+                    .value();
+  auto a1 = Store::connect(server.address(), rank_options(1, 1, "hostA")).value();
+  auto b0 = Store::connect(server.address(), rank_options(2, 0, "hostB")).value();
+  auto b1 = Store::connect(server.address(), rank_options(3, 1, "hostB")).value();
+  auto before = server.stats().get(kWait);
+  ASSERT_OK(before);
+  std::vector<std::string> ids;
+  for (const auto& s : *before) ids.push_back(s.volume_id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"host:hostA", "host:hostB"}));
+  float v = 3;
+  ASSERT_OK(b1.put("on_b", TensorView::of(&v, {})).get(kWait));
+  auto after = server.stats().get(kWait);
+  ASSERT_OK(after);
+  for (const auto& s : *after) {
+    EXPECT_EQ(s.objects, s.volume_id == "host:hostB" ? 1u : 0u) << s.volume_id;
+  }
+  EXPECT_EQ(*a1.get("on_b").get(kWait)->data_as<float>(), 3.0f);
+}
+
+TEST(RemoteStore, LateJoinerFindsExistingKeys) {
+  auto server = Store::embedded(server_options()).value();
+  {
+    auto early = Store::connect(server.address(), rank_options(1, 1)).value();
+    std::int64_t v = 42;
+    ASSERT_OK(early.put("early", TensorView::of(&v, {})).get(kWait));
+  }
+  auto late = Store::connect(server.address(), rank_options(2, 2)).value();
+  EXPECT_EQ(*late.get("early").get(kWait)->data_as<std::int64_t>(), 42);
+}
+
+TEST(RemoteStore, ConnectToNothingFailsWithinTheDeadline) {
+  auto opts = rank_options(1, 1);
+  opts.connect_timeout = 500ms;
+  // Port 1 on loopback: nothing listens there.
+  EXPECT_ERROR(Store::connect("127.0.0.1:1", opts), Errc::unavailable,
+               "no meshstore answered at 127.0.0.1:1 after");
+  EXPECT_ERROR(Store::connect("nonsense", opts), Errc::invalid_argument, "expected HOST:PORT");
+}
+
+TEST(RemoteStore, ListeningOnABadAddressIsAnError) {
+  auto o = server_options();
+  o.listen = "127.0.0.1:99999";
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "no valid port");
+}
+
+TEST(Versions, CompatibleWhenMajorAndMinorMatch) {
+  EXPECT_TRUE(actors::versions_compatible("0.1.0", "0.1.7"));
+  EXPECT_FALSE(actors::versions_compatible("0.2.0", "0.1.0"));
+  EXPECT_FALSE(actors::versions_compatible("", "0.1.0"));
+}
+
+}  // namespace
+}  // namespace meshstore
