@@ -2,17 +2,234 @@
 // is listed by --help.
 
 #include <google/protobuf/stubs/common.h>
+#include <signal.h>
 #include <spdlog/version.h>
 
 #include <caf/config.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "meshstore/store.hpp"
 #include "meshstore/version.hpp"
 
 namespace {
+
+using namespace std::chrono_literals;
+
+// Flags of one subcommand: --name value pairs and positional arguments.
+struct Args {
+  std::map<std::string, std::string> flags;
+  std::vector<std::string> positional;
+  std::string get(const std::string& name, const std::string& fallback) const {
+    auto it = flags.find(name);
+    return it == flags.end() ? fallback : it->second;
+  }
+};
+
+int usage_error(const std::string& cmd, const std::string& why) {
+  std::fprintf(stderr, "meshstore %s: %s (see meshstore --help)\n", cmd.c_str(), why.c_str());
+  return 2;
+}
+
+// Parses argv[2...] allowing only `allowed` flags (each takes a value).
+bool parse_args(const std::string& cmd, int argc, char** argv,
+                const std::vector<std::string>& allowed, Args& out, int& rc) {
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      std::string value;
+      const auto eq = a.find('=');
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        rc = usage_error(cmd, a + " needs a value");
+        return false;
+      }
+      bool known = false;
+      for (const auto& f : allowed) known |= (a == "--" + f);
+      if (!known) {
+        rc = usage_error(cmd, "unknown option '" + a + "'");
+        return false;
+      }
+      out.flags[a.substr(2)] = value;
+    } else {
+      out.positional.push_back(a);
+    }
+  }
+  return true;
+}
+
+bool parse_number(const std::string& text, long long lo, long long hi, long long& out) {
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtoll(text.c_str(), &end, 10);
+  return !text.empty() && *end == '\0' && errno == 0 && out >= lo && out <= hi;
+}
+
+std::string default_store() {
+  if (const char* a = std::getenv("MESHSTORE_ADDR"); a && *a) return a;
+  return "127.0.0.1:" + std::to_string(meshstore::kDefaultStorePort);
+}
+
+// A store connection for the tools: hosts no volume, fails fast.
+meshstore::Result<meshstore::Store> dial(const Args& args) {
+  meshstore::StoreOptions o;
+  o.local_rank = -1;
+  o.host_volumes = false;
+  o.connect_timeout = 5s;
+  o.request_timeout = 10s;
+  if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
+  return meshstore::Store::connect(args.get("store", default_store()), o);
+}
+
+std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+int cmd_serve(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("serve", argc, argv,
+                  {"host", "port", "strategy", "volumes", "capacity", "log-level"}, args, rc)) {
+    return rc;
+  }
+  if (!args.positional.empty())
+    return usage_error("serve", "unexpected argument '" + args.positional[0] + "'");
+  long long port = 0, volumes = 0, capacity = 0;
+  if (!parse_number(args.get("port", std::to_string(meshstore::kDefaultStorePort)), 0, 65535,
+                    port)) {
+    return usage_error("serve", "--port wants a number in [0, 65535]");
+  }
+  if (!parse_number(args.get("volumes", "1"), 1, 1024, volumes)) {
+    return usage_error("serve", "--volumes wants a number in [1, 1024]");
+  }
+  if (!parse_number(args.get("capacity", "0"), 0, 1LL << 62, capacity)) {
+    return usage_error("serve", "--capacity wants a byte count (0 = unlimited)");
+  }
+  meshstore::StoreOptions o;
+  o.listen = args.get("host", "127.0.0.1") + ":" + std::to_string(port);
+  o.strategy = args.get("strategy", "singleton");
+  o.num_volumes = static_cast<int>(volumes);
+  o.volume_capacity_bytes = static_cast<std::uint64_t>(capacity);
+  o.log_level = args.get("log-level", "");
+  o.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
+  // Block the stop signals before any thread exists, then wait for one.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  auto store = meshstore::Store::embedded(o);
+  if (!store.ok()) {
+    std::fprintf(stderr, "meshstore serve: %s\n", store.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("meshstore %s serving on %s (strategy %s); stop with SIGTERM or Ctrl-C\n",
+              meshstore::version(), store->address().c_str(), o.strategy.c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::printf("meshstore serve: got %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  store->close();
+  std::printf("meshstore serve: stopped\n");
+  return 0;
+}
+
+int cmd_ls(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("ls", argc, argv, {"store", "log-level"}, args, rc)) return rc;
+  if (args.positional.size() > 1) return usage_error("ls", "takes at most one prefix");
+  auto store = dial(args);
+  if (!store.ok()) {
+    std::fprintf(stderr, "meshstore ls: %s\n", store.status().to_string().c_str());
+    return 1;
+  }
+  auto keys = store->list(args.positional.empty() ? "" : args.positional[0]).get(30s);
+  if (!keys.ok()) {
+    std::fprintf(stderr, "meshstore ls: %s\n", keys.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("%-48s %-10s %-20s %12s %8s\n", "KEY", "DTYPE", "SHAPE", "BYTES", "VERSION");
+  for (const auto& k : *keys) {
+    std::printf("%-48s %-10s %-20s %12llu %8llu\n", k.key.c_str(),
+                k.is_object ? "object" : std::string(meshstore::dtype_name(k.dtype)).c_str(),
+                k.is_object ? "-" : meshstore::shape_to_string(k.shape).c_str(),
+                static_cast<unsigned long long>(k.nbytes),
+                static_cast<unsigned long long>(k.version));
+  }
+  return 0;
+}
+
+int cmd_rm(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("rm", argc, argv, {"store", "log-level"}, args, rc)) return rc;
+  if (args.positional.empty()) return usage_error("rm", "names no key");
+  auto store = dial(args);
+  if (!store.ok()) {
+    std::fprintf(stderr, "meshstore rm: %s\n", store.status().to_string().c_str());
+    return 1;
+  }
+  int failures = 0;
+  for (const auto& key : args.positional) {
+    auto r = store->remove(key).get(30s);
+    if (!r.ok()) {
+      std::fprintf(stderr, "meshstore rm: %s\n", r.status().to_string().c_str());
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+int cmd_stat(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("stat", argc, argv, {"store", "log-level"}, args, rc)) return rc;
+  auto store = dial(args);
+  if (!store.ok()) {
+    std::fprintf(stderr, "meshstore stat: %s\n", store.status().to_string().c_str());
+    return 1;
+  }
+  auto stats = store->stats().get(30s);
+  auto keys = store->keys().get(30s);
+  if (!stats.ok() || !keys.ok()) {
+    std::fprintf(stderr, "meshstore stat: %s\n",
+                 (stats.ok() ? keys.status() : stats.status()).to_string().c_str());
+    return 1;
+  }
+  std::printf("store %s: %zu keys, %zu volumes\n", args.get("store", default_store()).c_str(),
+              keys->size(), stats->size());
+  std::printf("%-32s %14s %14s %8s %7s %7s\n", "VOLUME", "HELD", "CAPACITY", "OBJECTS", "STAGED",
+              "LEASES");
+  for (const auto& s : *stats) {
+    std::printf("%-32s %14s %14s %8llu %7llu %7llu\n", s.volume_id.c_str(),
+                human_bytes(s.bytes_held).c_str(),
+                s.capacity_bytes ? human_bytes(s.capacity_bytes).c_str() : "unlimited",
+                static_cast<unsigned long long>(s.objects),
+                static_cast<unsigned long long>(s.staged),
+                static_cast<unsigned long long>(s.leases));
+  }
+  return 0;
+}
 
 void print_help(std::FILE* out) {
   std::fprintf(out,
@@ -22,13 +239,21 @@ void print_help(std::FILE* out) {
                "       meshstore --version | --help\n"
                "\n"
                "commands:\n"
+               "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
+               "        [--capacity BYTES] [--log-level warn]\n"
+               "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C\n"
+               "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
+               "  rm KEY... [--store HOST:PORT]     remove keys\n"
+               "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
                "  version   print the version\n"
                "  info      print the build: dependencies, transports, optional features\n"
                "  help      print this help\n"
                "\n"
-               "Programs next to this one in build/bin: hello_store (the embedded-store demo),\n"
-               "store_bench (benchmarks). Docs: docs/architecture.md, docs/errors.md.\n",
-               meshstore::version());
+               "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Strategies: singleton,\n"
+               "controller_colocated, per_host, per_local_rank (docs/meshes.md).\n"
+               "Programs next to this one in build/bin: meshrun (the launcher), hello_store (the\n"
+               "embedded-store demo), store_bench (benchmarks). Docs: docs/.\n",
+               meshstore::version(), meshstore::kDefaultStorePort, meshstore::kDefaultStorePort);
 }
 
 void print_info() {
@@ -67,6 +292,10 @@ int main(int argc, char** argv) {
     print_info();
     return 0;
   }
+  if (cmd == "serve") return cmd_serve(argc, argv);
+  if (cmd == "ls") return cmd_ls(argc, argv);
+  if (cmd == "rm") return cmd_rm(argc, argv);
+  if (cmd == "stat") return cmd_stat(argc, argv);
   std::fprintf(stderr, "meshstore: unknown command '%s'\n\n", cmd.c_str());
   print_help(stderr);
   return 2;

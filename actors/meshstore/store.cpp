@@ -573,6 +573,30 @@ Future<std::vector<std::string>> Store::keys(std::string prefix) {
   return fut;
 }
 
+Future<std::vector<KeyInfo>> Store::list(std::string prefix) {
+  if (prefix.find('\0') != std::string::npos) {
+    return make_error_future<std::vector<KeyInfo>>(
+        Status(Errc::invalid_argument, "list: prefix contains a NUL byte"));
+  }
+  actors::ListCall call;
+  const std::string what = "list '" + prefix + "'";
+  call.prefix = std::move(prefix);
+  call.promise = make_promise<std::vector<wire::KeyRecord>>(what);
+  auto fut = call.promise->future();
+  if (!Impl::send(impl_.get(), actors::store_list_atom::value, std::move(call))) {
+    return closed_future<std::vector<KeyInfo>>(what);
+  }
+  return fut.then([](const std::vector<wire::KeyRecord>& records) {
+    std::vector<KeyInfo> out;
+    out.reserve(records.size());
+    for (const auto& r : records) {
+      out.push_back(KeyInfo{r.key, r.kind == wire::ObjectKind::object, r.dtype, r.shape, r.nbytes(),
+                            r.version, r.shards.size()});
+    }
+    return out;
+  });
+}
+
 Future<bool> Store::exists(std::string key) {
   if (auto s = check_key("exists", key); !s.ok()) return make_error_future<bool>(s);
   actors::ExistsCall call;

@@ -73,6 +73,20 @@ struct StoreOptions {
   Status validate() const;
 };
 
+/// The port `meshstore serve` listens on and the tools dial by default.
+constexpr std::uint16_t kDefaultStorePort = 29517;
+
+/// A key's metadata, as list() reports it.
+struct KeyInfo {
+  std::string key;
+  bool is_object = false;  ///< a byte object (put_object), not a tensor
+  DType dtype = DType::uint8;
+  Shape shape;
+  std::uint64_t nbytes = 0;
+  std::uint64_t version = 0;  ///< store-wide commit sequence number of its current value
+  std::size_t shards = 0;
+};
+
 /// One volume's usage, as stats() reports it.
 struct VolumeStats {
   std::string volume_id;
@@ -155,6 +169,8 @@ class Store {
   /// separated by '/' or '.': "model.layers" matches "model.layers.0.w" but
   /// not "model.layers_extra". An empty prefix lists every key.
   Future<std::vector<std::string>> keys(std::string prefix = "");
+  /// Metadata of the keys under `prefix` (same matching as keys()), sorted.
+  Future<std::vector<KeyInfo>> list(std::string prefix = "");
   /// True when `key` exists.
   Future<bool> exists(std::string key);
   /// Removes `key`; Errc::not_found if it does not exist. Readers holding

@@ -175,7 +175,7 @@ TEST_F(ControllerTest, RemoveAndRemoveBatch) {
       ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("y", {1}, stage(4)))));
   EXPECT_OK((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))));
   EXPECT_ERROR((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))),
-               Errc::not_found, "'x'");
+               Errc::not_found, "no such key");
   auto reply = ask<wire::RemoveReply>(*self_, controller_, remove_batch_atom::value,
                                       std::vector<std::string>{"y", "nope"});
   ASSERT_OK(reply);

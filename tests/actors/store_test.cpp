@@ -222,6 +222,16 @@ TEST_F(StoreTest, KeysExistsAndRemove) {
   EXPECT_EQ(*store().keys("model.layers").get(kWait),
             (std::vector<std::string>{"model.layers.0.w", "model.layers.1.w"}));
   EXPECT_EQ(store().keys().get(kWait)->size(), 4u);
+  auto listed = store().list("model.layers").get(kWait);
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].key, "model.layers.0.w");
+  EXPECT_EQ((*listed)[0].dtype, DType::float32);
+  EXPECT_EQ((*listed)[0].shape, Shape{});
+  EXPECT_EQ((*listed)[0].nbytes, 4u);
+  EXPECT_EQ((*listed)[0].shards, 1u);
+  EXPECT_FALSE((*listed)[0].is_object);
+  EXPECT_GT((*listed)[1].version, (*listed)[0].version);
   EXPECT_TRUE(*store().exists("model/emb").get(kWait));
   ASSERT_OK(store().remove("model/emb").get(kWait));
   EXPECT_FALSE(*store().exists("model/emb").get(kWait));

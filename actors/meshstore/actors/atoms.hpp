@@ -29,6 +29,7 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
 using store_get_atom = caf::atom_constant<caf::atom("s_get")>;
 using store_keys_atom = caf::atom_constant<caf::atom("s_keys")>;
+using store_list_atom = caf::atom_constant<caf::atom("s_list")>;
 using store_exists_atom = caf::atom_constant<caf::atom("s_exists")>;
 using store_remove_atom = caf::atom_constant<caf::atom("s_remove")>;
 using store_stat_atom = caf::atom_constant<caf::atom("s_stat")>;

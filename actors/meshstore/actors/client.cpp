@@ -1,5 +1,6 @@
 #include "meshstore/actors/client.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -553,6 +554,32 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
                   [=](caf::error& e) {
                     promise->set_error(from_caf_error(e, "keys '" + prefix + "'"));
                   });
+      },
+      [=](store_list_atom, ListCall& call) {
+        auto promise = call.promise;
+        const auto prefix = call.prefix;
+        const auto timeout = self->state.cfg.request_timeout;
+        self->request(self->state.controller, timeout, keys_atom::value, prefix)
+            .then(
+                [=](std::vector<std::string>& keys) {
+                  // Keys removed between the two requests come back unfound
+                  // and are left out.
+                  self->request(self->state.controller, timeout, locate_atom::value, keys)
+                      .then(
+                          [=](std::vector<wire::KeyRecord>& records) {
+                            records.erase(
+                                std::remove_if(records.begin(), records.end(),
+                                               [](const wire::KeyRecord& r) { return !r.found(); }),
+                                records.end());
+                            promise->set_value(std::move(records));
+                          },
+                          [=](caf::error& e) {
+                            promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
+                          });
+                },
+                [=](caf::error& e) {
+                  promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
+                });
       },
       [=](store_exists_atom, ExistsCall& call) {
         auto promise = call.promise;

@@ -55,6 +55,12 @@ struct KeysCall {
   std::shared_ptr<Promise<std::vector<std::string>>> promise;
 };
 
+/// keys(prefix) with each key's record (metadata and placement).
+struct ListCall {
+  std::string prefix;
+  std::shared_ptr<Promise<std::vector<wire::KeyRecord>>> promise;
+};
+
 struct ExistsCall {
   std::vector<std::string> keys;
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
@@ -92,6 +98,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ListCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ExistsCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::RemoveCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StatCall)

@@ -183,7 +183,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         auto& st = self->state;
         auto it = st.index.find(key);
         if (it == st.index.end())
-          return to_caf_error(Status(Errc::not_found, "remove: no key '" + key + "'"));
+          return to_caf_error(Status(Errc::not_found, "no such key"));
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
         st.index.erase(it);
