@@ -182,8 +182,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto it = st.index.find(key);
-        if (it == st.index.end())
-          return to_caf_error(Status(Errc::not_found, "no such key"));
+        if (it == st.index.end()) return to_caf_error(Status(Errc::not_found, "no such key"));
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
         st.index.erase(it);
