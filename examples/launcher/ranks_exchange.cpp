@@ -27,26 +27,31 @@ int fail(int rank, const std::string& what, const meshstore::Status& s) {
   return 1;
 }
 
-// Waits until every rank has put "barrier/<name>/<rank>": a bounded wait on
-// a condition (polling exists-style metadata with backoff), not a sleep.
-meshstore::Status barrier(meshstore::Store& store, const std::string& name, int rank, int world) {
-  const std::string prefix = "barrier/" + name;
-  auto s = store.put_object(prefix + "/" + std::to_string(rank), "").get(30s);
-  if (!s.ok()) return s.status();
+// Waits until exactly `n` keys lie under `prefix`: a bounded wait on a
+// condition (polling the key space with backoff), not a sleep.
+meshstore::Status wait_count(meshstore::Store& store, const std::string& prefix, int n) {
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   auto backoff = 1ms;
   for (;;) {
     auto keys = store.keys(prefix).get(30s);
     if (!keys.ok()) return keys.status();
-    if (static_cast<int>(keys->size()) == world) return meshstore::Status();
+    if (static_cast<int>(keys->size()) == n) return meshstore::Status();
     if (std::chrono::steady_clock::now() > deadline) {
       return meshstore::Status(meshstore::Errc::timeout,
-                               "barrier '" + name + "': " + std::to_string(keys->size()) + " of " +
-                                   std::to_string(world) + " ranks after 60 s");
+                               "'" + prefix + "' holds " + std::to_string(keys->size()) +
+                                   " keys, not " + std::to_string(n) + ", after 60 s");
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
   }
+}
+
+// Every rank puts "barrier/<name>/<rank>" and waits for all of them.
+meshstore::Status barrier(meshstore::Store& store, const std::string& name, int rank, int world) {
+  const std::string prefix = "barrier/" + name;
+  auto s = store.put_object(prefix + "/" + std::to_string(rank), "").get(30s);
+  if (!s.ok()) return s.status();
+  return wait_count(store, prefix, world);
 }
 
 }  // namespace
@@ -114,12 +119,26 @@ int main(int argc, char** argv) {
     return fail(rank, "keys after remove",
                 meshstore::Status(meshstore::Errc::internal, "not empty"));
 
-  // Rank 0 hosts the controller: it leaves only after everyone is done.
-  if (auto s = barrier(store, "done", rank, world); !s.ok()) return fail(rank, "barrier", s);
+  // Leaving: rank 0 hosts the controller, so it goes last. The others check
+  // in, wait for its release, withdraw their check-in and leave; rank 0
+  // waits until every check-in is gone. (Under per_local_rank a rank's keys
+  // live in its own volume and vanish with it, so no rank may count on
+  // another's keys after that rank has left.)
   if (rank == 0) {
-    if (auto s = barrier(store, "closed", rank, world); !s.ok()) return fail(rank, "barrier", s);
+    if (auto s = wait_count(store, "leaving", world - 1); !s.ok())
+      return fail(rank, "wait for check-ins", s);
+    if (auto s = store.put_object("released", "").get(30s); !s.ok())
+      return fail(rank, "release", s.status());
+    if (auto s = wait_count(store, "leaving", 0); !s.ok())
+      return fail(rank, "wait for departures", s);
   } else {
-    (void)store.put_object("barrier/closed/" + std::to_string(rank), "").get(30s);
+    const std::string mine_key = "leaving/" + std::to_string(rank);
+    if (auto s = store.put_object(mine_key, "").get(30s); !s.ok())
+      return fail(rank, "check in", s.status());
+    if (auto s = wait_count(store, "released", 1); !s.ok())
+      return fail(rank, "wait for release", s);
+    if (auto s = store.remove(mine_key).get(30s); !s.ok())
+      return fail(rank, "check out", s.status());
   }
   std::printf("rank %d of %d: ok (read %d tensors, strategy %s)\n", rank, world, world,
               options.strategy.c_str());

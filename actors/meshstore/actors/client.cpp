@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "meshstore/internal/actor_runtime.hpp"
@@ -40,6 +42,13 @@ struct ClientState {
   bool home_pending = false;
   // key -> last record seen; validated by the volume on every read.
   std::unordered_map<std::string, wire::KeyRecord> locations;
+  // Requests waiting on each peer, failed at once if the peer goes down
+  // (CAF 0.17 itself would only time them out).
+  std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void(caf::error&)>>> waiting;
+  std::set<caf::actor_addr> monitored;
+  std::uint64_t next_wait = 1;
+  // Why the controller or strategy is gone; empty while they live.
+  std::string control_down;
   std::shared_ptr<spdlog::logger> log = log::get("client");
 };
 
@@ -68,6 +77,110 @@ Future<void> settle_all(std::vector<Future<void>> futures) {
   });
 }
 
+// Calls `f` with a reply's values, once: the first of reply, error or
+// peer-down wins; later ones are dropped.
+template <class F, class Args>
+struct OnReply;
+template <class F, class... Args>
+struct OnReply<F, caf::detail::type_list<Args...>> {
+  std::shared_ptr<bool> done;
+  std::function<void()> settle;
+  F f;
+  void operator()(Args... xs) {
+    if (*done) return;
+    *done = true;
+    settle();
+    f(std::forward<Args>(xs)...);
+  }
+};
+
+/// A request to `peer` that fails with Errc::unavailable as soon as the
+/// peer is known to be down, instead of waiting for its timeout. Used as
+/// `ask(self, peer, args...).then(on_reply, on_error)`, like CAF's request.
+template <class Handle, class... Ts>
+struct Ask {
+  client_pointer self;
+  Handle peer;
+  std::tuple<Ts...> args;
+
+  template <class F, class G>
+  void then(F on_reply, G on_error) {
+    auto& st = self->state;
+    auto done = std::make_shared<bool>(false);
+    const caf::actor_addr addr = peer.address();
+    if (st.monitored.insert(addr).second) self->monitor(peer);
+    const auto token = st.next_wait++;
+    st.waiting[addr][token] = [done, on_error](caf::error& e) mutable {
+      if (*done) return;
+      *done = true;
+      on_error(e);
+    };
+    auto client = self;
+    auto settle = [client, addr, token] {
+      auto it = client->state.waiting.find(addr);
+      if (it == client->state.waiting.end()) return;
+      it->second.erase(token);
+      if (it->second.empty()) client->state.waiting.erase(it);
+    };
+    using Traits = caf::detail::get_callable_trait<F>;
+    std::apply(
+        [&](auto&... xs) {
+          self->request(peer, st.cfg.request_timeout, xs...)
+              .then(OnReply<F, typename Traits::arg_types>{done, settle, std::move(on_reply)},
+                    [done, settle, on_error](caf::error& e) mutable {
+                      if (*done) return;
+                      *done = true;
+                      settle();
+                      on_error(e);
+                    });
+        },
+        args);
+  }
+};
+
+template <class Handle, class... Ts>
+Ask<Handle, std::decay_t<Ts>...> ask(client_pointer self, const Handle& peer, Ts&&... xs) {
+  return Ask<Handle, std::decay_t<Ts>...>{self, peer, std::make_tuple(std::forward<Ts>(xs)...)};
+}
+
+// A monitored peer went down: fail what waits on it, forget connections and
+// locations through it.
+void peer_down(client_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  st.monitored.erase(msg.source);
+  std::string name = "peer";
+  if (msg.source == st.controller.address()) {
+    name = "the controller";
+  } else if (msg.source == st.strategy.address()) {
+    name = "the strategy";
+  }
+  for (auto it = st.conns.begin(); it != st.conns.end();) {
+    if (it->second->handle.address() != msg.source) {
+      ++it;
+      continue;
+    }
+    const std::string id = it->first;
+    name = "volume '" + id + "'";
+    if (st.home_volume == id) st.home_volume.clear();
+    for (auto loc = st.locations.begin(); loc != st.locations.end();) {
+      const auto& shards = loc->second.shards;
+      const bool there = std::any_of(shards.begin(), shards.end(),
+                                     [&](const wire::ShardRecord& s) { return s.volume_id == id; });
+      loc = there ? st.locations.erase(loc) : std::next(loc);
+    }
+    it = st.conns.erase(it);
+  }
+  const std::string why = name + " went down (" + caf::to_string(msg.reason) + ")";
+  if (name == "the controller" || name == "the strategy") st.control_down = why;
+  st.log->warn("client rank {}: {}", st.cfg.me.rank, why);
+  auto w = st.waiting.find(msg.source);
+  if (w == st.waiting.end()) return;
+  auto waiters = std::move(w->second);
+  st.waiting.erase(w);
+  auto err = internal::to_caf_error(Status(Errc::unavailable, why));
+  for (auto& [token, fail] : waiters) fail(err);
+}
+
 std::string describe(const std::string& op, const std::vector<std::string>& keys) {
   if (keys.size() == 1) return op + " '" + keys.front() + "'";
   return op + " of " + std::to_string(keys.size()) + " keys" +
@@ -87,7 +200,7 @@ void finish_conn(client_pointer self, const std::string& id, const ConnResult& r
 void connect(client_pointer self, const wire::VolumeInfo& info,
              const storage_volume_actor& handle) {
   const auto& cfg = self->state.cfg;
-  self->request(handle, cfg.request_timeout, endpoints_atom::value)
+  ask(self, handle, endpoints_atom::value)
       .then(
           [=](const std::vector<transports::EndpointInfo>& offered) {
             auto& st = self->state;
@@ -125,7 +238,7 @@ void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
   auto& waiters = st.conn_waiters[id];
   waiters.push_back(std::move(k));
   if (waiters.size() > 1) return;  // already being set up
-  self->request(st.controller, st.cfg.request_timeout, volume_atom::value, id)
+  ask(self, st.controller, volume_atom::value, id)
       .then(
           [=](const wire::VolumeInfo& info, const storage_volume_actor& handle) {
             connect(self, info, handle);
@@ -147,7 +260,7 @@ void with_home_volume(client_pointer self, ConnCallback k) {
     st.home_waiters.clear();
     for (auto& w : waiters) w(r);
   };
-  self->request(st.strategy, st.cfg.request_timeout, select_atom::value, st.cfg.me)
+  ask(self, st.strategy, select_atom::value, st.cfg.me)
       .then(
           [=](const wire::VolumeInfo& info, const storage_volume_actor&) {
             self->state.home_volume = info.volume_id;
@@ -189,7 +302,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     records.push_back(std::move(r));
   }
   auto& st = self->state;
-  self->request(st.controller, st.cfg.request_timeout, notify_put_batch_atom::value, records)
+  ask(self, st.controller, notify_put_batch_atom::value, records)
       .then(
           [=](const std::vector<std::uint64_t>& versions) mutable {
             auto& st = self->state;
@@ -207,8 +320,10 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             // and releasing would leave the key pointing at freed objects;
             // they stay staged instead (reclaimed with the lease expiry that
             // cross-process stores bring).
-            if (e.category() == internal::kErrorCategory) release_staged(self, op);
-            op->fail(from_caf_error(e, "commit at controller"));
+            auto s = from_caf_error(e, "commit at controller");
+            if (s.code() != Errc::timeout && s.code() != Errc::unavailable)
+              release_staged(self, op);
+            op->fail(s);
           });
 }
 
@@ -224,7 +339,7 @@ void handle_put(client_pointer self, PutCall call) {
     std::vector<wire::StageRequest> reqs;
     for (const auto& item : op->call.items)
       reqs.push_back(wire::StageRequest{item.key, item.view.nbytes()});
-    self->request(op->conn->handle, self->state.cfg.request_timeout, stage_atom::value, reqs)
+    ask(self, op->conn->handle, stage_atom::value, reqs)
         .then(
             [=](const std::vector<wire::RegionRef>& regions) {
               op->regions = regions;
@@ -307,7 +422,7 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
     }
     if (cached.size() == keys.size()) return k(std::move(cached));
   }
-  self->request(st.controller, st.cfg.request_timeout, locate_atom::value, keys)
+  ask(self, st.controller, locate_atom::value, keys)
       .then(
           [=](std::vector<wire::KeyRecord>& records) {
             auto& st = self->state;
@@ -337,7 +452,7 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
     auto c = *conn;
     std::vector<std::uint64_t> ids;
     for (const auto& t : targets) ids.push_back(t.object_id);
-    self->request(c->handle, self->state.cfg.request_timeout, open_read_atom::value, ids)
+    ask(self, c->handle, open_read_atom::value, ids)
         .then(
             [=](const wire::ReadLease& lease) {
               std::vector<Future<void>> reads;
@@ -369,7 +484,13 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
 
 Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
   const auto& key = op.call.keys[i];
-  if (!r.found()) return Status(Errc::not_found, "no key '" + key + "'");
+  if (!r.found()) {
+    if (!r.lost_on.empty()) {
+      return Status(Errc::unavailable, "'" + key + "' was stored on volume '" + r.lost_on +
+                                           "', which went down; put it again");
+    }
+    return Status(Errc::not_found, "no key '" + key + "'");
+  }
   const bool want_object = op.call.mode == GetMode::object;
   if (want_object && r.kind != wire::ObjectKind::object) {
     return Status(Errc::wrong_kind, "'" + key + "' holds a tensor, not an object (use get)");
@@ -493,14 +614,14 @@ void handle_remove(client_pointer self, RemoveCall call) {
   auto promise = call.promise;
   if (call.single) {
     const auto key = call.keys.front();
-    self->request(st.controller, st.cfg.request_timeout, remove_atom::value, key)
+    ask(self, st.controller, remove_atom::value, key)
         .then(
             [=](caf::ok_atom) { promise->set_value(1); },
             [=](caf::error& e) { promise->set_error(from_caf_error(e, "remove '" + key + "'")); });
     return;
   }
   const auto what = describe("remove_batch", call.keys);
-  self->request(st.controller, st.cfg.request_timeout, remove_batch_atom::value, call.keys)
+  ask(self, st.controller, remove_batch_atom::value, call.keys)
       .then(
           [=](const wire::RemoveReply& r) {
             promise->set_value(static_cast<std::size_t>(r.removed));
@@ -511,7 +632,7 @@ void handle_remove(client_pointer self, RemoveCall call) {
 void handle_stat(client_pointer self, StatCall call) {
   auto promise = call.promise;
   auto& st = self->state;
-  self->request(st.controller, st.cfg.request_timeout, volumes_atom::value)
+  ask(self, st.controller, volumes_atom::value)
       .then(
           [=](const std::vector<wire::VolumeInfo>& infos) {
             std::vector<Future<wire::VolumeStat>> stats;
@@ -521,7 +642,7 @@ void handle_stat(client_pointer self, StatCall call) {
               stats.push_back(p->future());
               with_volume(self, info.volume_id, [=](const ConnResult& conn) {
                 if (!conn.ok()) return (void)p->set_error(conn.status());
-                self->request((*conn)->handle, self->state.cfg.request_timeout, stat_atom::value)
+                ask(self, (*conn)->handle, stat_atom::value)
                     .then([=](const wire::VolumeStat& s) { p->set_value(s); },
                           [=](caf::error& e) {
                             p->set_error(
@@ -541,30 +662,44 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.cfg = std::move(cfg);
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
+  self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
+  // Once the controller or strategy is gone, every call fails at once.
+  auto refused = [self](auto& call) {
+    if (self->state.control_down.empty()) return false;
+    call.promise->set_error(
+        Status(Errc::unavailable, "the store is unreachable: " + self->state.control_down));
+    return true;
+  };
   return {
       [=](run_atom, internal::Closure& c) { c.fn(); },
-      [=](store_put_atom, PutCall& call) { handle_put(self, std::move(call)); },
-      [=](store_get_atom, GetCall& call) { handle_get(self, std::move(call)); },
+      [=](store_put_atom, PutCall& call) {
+        if (refused(call)) return;
+        handle_put(self, std::move(call));
+      },
+      [=](store_get_atom, GetCall& call) {
+        if (refused(call)) return;
+        handle_get(self, std::move(call));
+      },
       [=](store_keys_atom, KeysCall& call) {
+        if (refused(call)) return;
         auto promise = call.promise;
         const auto prefix = call.prefix;
-        self->request(self->state.controller, self->state.cfg.request_timeout, keys_atom::value,
-                      prefix)
+        ask(self, self->state.controller, keys_atom::value, prefix)
             .then([=](std::vector<std::string>& keys) { promise->set_value(std::move(keys)); },
                   [=](caf::error& e) {
                     promise->set_error(from_caf_error(e, "keys '" + prefix + "'"));
                   });
       },
       [=](store_list_atom, ListCall& call) {
+        if (refused(call)) return;
         auto promise = call.promise;
         const auto prefix = call.prefix;
-        const auto timeout = self->state.cfg.request_timeout;
-        self->request(self->state.controller, timeout, keys_atom::value, prefix)
+        ask(self, self->state.controller, keys_atom::value, prefix)
             .then(
                 [=](std::vector<std::string>& keys) {
                   // Keys removed between the two requests come back unfound
                   // and are left out.
-                  self->request(self->state.controller, timeout, locate_atom::value, keys)
+                  ask(self, self->state.controller, locate_atom::value, keys)
                       .then(
                           [=](std::vector<wire::KeyRecord>& records) {
                             records.erase(
@@ -582,15 +717,21 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
                 });
       },
       [=](store_exists_atom, ExistsCall& call) {
+        if (refused(call)) return;
         auto promise = call.promise;
         const auto what = describe("exists", call.keys);
-        self->request(self->state.controller, self->state.cfg.request_timeout, exists_atom::value,
-                      call.keys)
+        ask(self, self->state.controller, exists_atom::value, call.keys)
             .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
                   [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
       },
-      [=](store_remove_atom, RemoveCall& call) { handle_remove(self, std::move(call)); },
-      [=](store_stat_atom, StatCall& call) { handle_stat(self, std::move(call)); },
+      [=](store_remove_atom, RemoveCall& call) {
+        if (refused(call)) return;
+        handle_remove(self, std::move(call));
+      },
+      [=](store_stat_atom, StatCall& call) {
+        if (refused(call)) return;
+        handle_stat(self, std::move(call));
+      },
   };
 }
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -17,6 +18,9 @@ struct ControllerState {
   std::map<std::string, wire::KeyRecord> index;  // ordered: keys(prefix) is a range scan
   std::vector<wire::VolumeInfo> volume_infos;
   std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::map<caf::actor_addr, std::string> volume_by_addr;  // monitored volumes
+  // Keys whose volume died, with that volume's id, until put or removed again.
+  std::map<std::string, std::string> lost;
   std::uint64_t last_version = 0;  // store-wide commit sequence
   std::shared_ptr<spdlog::logger> log = log::get("controller");
 };
@@ -95,6 +99,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   std::vector<std::uint64_t> versions;
   versions.reserve(records.size());
   for (const auto& r : records) {
+    st.lost.erase(r.key);
     auto& slot = st.index[r.key];
     if (slot.found()) collect(slot, released);
     slot = r;
@@ -107,7 +112,39 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   return versions;
 }
 
+// A volume went down: its bytes are gone, so are the keys it held.
+void volume_down(controller_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  auto it = st.volume_by_addr.find(msg.source);
+  if (it == st.volume_by_addr.end()) return;
+  const std::string id = it->second;
+  st.volume_by_addr.erase(it);
+  st.volumes.erase(id);
+  st.volume_infos.erase(
+      std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
+                     [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),
+      st.volume_infos.end());
+  std::map<std::string, std::vector<std::uint64_t>> released;
+  std::size_t lost = 0;
+  for (auto k = st.index.begin(); k != st.index.end();) {
+    const bool on_dead = std::any_of(k->second.shards.begin(), k->second.shards.end(),
+                                     [&](const wire::ShardRecord& s) { return s.volume_id == id; });
+    if (!on_dead) {
+      ++k;
+      continue;
+    }
+    collect(k->second, released);  // shards on surviving volumes are freed
+    st.lost[k->first] = id;
+    k = st.index.erase(k);
+    ++lost;
+  }
+  send_to_volumes(self, released, false);
+  st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
+               caf::to_string(msg.reason), lost);
+}
+
 controller_actor::behavior_type controller_impl(controller_pointer self) {
+  self->set_down_handler([=](caf::down_msg& msg) { volume_down(self, msg); });
   return {
       [=](register_volume_atom, const wire::VolumeInfo& info,
           storage_volume_actor v) -> caf::result<caf::ok_atom> {
@@ -119,6 +156,8 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
               Status(Errc::invalid_argument,
                      "register_volume: volume '" + info.volume_id + "' is already registered"));
         }
+        self->monitor(v);
+        st.volume_by_addr[v.address()] = info.volume_id;
         st.volumes.emplace(info.volume_id, std::move(v));
         st.volume_infos.push_back(info);
         st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
@@ -157,6 +196,8 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           } else {
             wire::KeyRecord missing;
             missing.key = k;
+            if (auto l = self->state.lost.find(k); l != self->state.lost.end())
+              missing.lost_on = l->second;
             out.push_back(std::move(missing));
           }
         }
@@ -182,7 +223,11 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         auto it = st.index.find(key);
-        if (it == st.index.end()) return to_caf_error(Status(Errc::not_found, "no such key"));
+        if (it == st.index.end()) {
+          // Removing a key lost with its volume acknowledges the loss.
+          if (st.lost.erase(key) != 0) return caf::ok_atom::value;
+          return to_caf_error(Status(Errc::not_found, "no such key"));
+        }
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
         st.index.erase(it);
@@ -196,7 +241,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         for (const auto& k : keys) {
           auto it = st.index.find(k);
           if (it == st.index.end()) {
-            reply.missing.push_back(k);
+            if (st.lost.erase(k) == 0) reply.missing.push_back(k);
             continue;
           }
           collect(it->second, released);

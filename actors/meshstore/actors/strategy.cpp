@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "meshstore/actors/strategy_actor.hpp"
@@ -13,15 +15,30 @@ struct StrategyState {
   StrategyPolicy policy;
   std::vector<wire::VolumeInfo> infos;
   std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::map<caf::actor_addr, std::string> by_addr;  // monitored volumes
 };
 
 strategy_actor::behavior_type strategy_impl(strategy_actor::stateful_pointer<StrategyState> self,
                                             StrategyPolicy policy) {
   self->state.policy = std::move(policy);
+  // A dead volume leaves the choice: new puts go to a live one or fail clearly.
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    auto it = st.by_addr.find(msg.source);
+    if (it == st.by_addr.end()) return;
+    st.volumes.erase(it->second);
+    st.infos.erase(
+        std::remove_if(st.infos.begin(), st.infos.end(),
+                       [&](const wire::VolumeInfo& v) { return v.volume_id == it->second; }),
+        st.infos.end());
+    st.by_addr.erase(it);
+  });
   return {
       [=](register_volume_atom, const wire::VolumeInfo& info,
           storage_volume_actor v) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        self->monitor(v);
+        st.by_addr[v.address()] = info.volume_id;
         if (!st.volumes.emplace(info.volume_id, std::move(v)).second) {
           return to_caf_error(Status(Errc::invalid_argument, "strategy: volume '" + info.volume_id +
                                                                  "' is already registered"));

@@ -43,6 +43,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_dtype(static_cast<std::uint32_t>(x.dtype));
   for (auto d : x.shape) p->add_shape(d);
   p->set_version(x.version);
+  p->set_lost_on(x.lost_on);
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -62,6 +63,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.dtype = static_cast<DType>(p.dtype());
   x.shape.assign(p.shape().begin(), p.shape().end());
   x.version = p.version();
+  x.lost_on = p.lost_on();
   x.shards.clear();
   for (const auto& ps : p.shards()) {
     ShardRecord s;

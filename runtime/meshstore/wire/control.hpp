@@ -34,6 +34,8 @@ struct KeyRecord {
   Shape shape;
   std::uint64_t version = 0;
   std::vector<ShardRecord> shards;
+  /// For a key that is gone because its volume died: that volume's id.
+  std::string lost_on;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.

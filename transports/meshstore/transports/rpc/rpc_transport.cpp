@@ -257,7 +257,17 @@ class RpcTransport final : public Transport {
       t->promise->set_value();
       return fut;
     }
-    system_->spawn([t](caf::event_based_actor* self) { pump(self, t); });
+    system_->spawn([t](caf::event_based_actor* self) {
+      // A dead endpoint (its volume's process died) fails the transfer at
+      // once; CAF alone would wait for every chunk's timeout.
+      self->monitor(t->endpoint);
+      self->set_down_handler([self, t](caf::down_msg& msg) {
+        fail(self, t,
+             to_caf_error(Status(Errc::unavailable, "the volume's rpc endpoint went down (" +
+                                                        caf::to_string(msg.reason) + ")")));
+      });
+      pump(self, t);
+    });
     return fut;
   }
 
