@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config clang-format git
+  build-essential cmake ninja-build ccache pkg-config clang-format git iproute2
   libcaf-dev
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
