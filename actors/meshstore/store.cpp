@@ -147,6 +147,11 @@ Status StoreOptions::validate() const {
                " ms");
   }
   if (auto p = actors::policy_by_name(strategy); !p.ok()) return bad(p.status().message());
+  if (custom_strategy.select) {
+    if (auto p = actors::policy_by_name(custom_strategy.placement); !p.ok()) {
+      return bad("custom_strategy.placement: " + p.status().message());
+    }
+  }
   if (!transport.empty()) {
     if (auto f = transports::builtin_registry().find(transport); !f.ok()) {
       return bad("transport: " + f.status().message());
@@ -319,9 +324,29 @@ Result<Store> Store::embedded(StoreOptions options) {
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
   auto& sys = impl->runtime->system();
-  impl->strategy_name = options.strategy;
+  actors::StrategyPolicy policy;
+  if (options.custom_strategy.select) {
+    // The placement is a built-in one; only the choice of volume is the user's.
+    impl->strategy_name = options.custom_strategy.placement;
+    policy = [select = options.custom_strategy.select](
+                 const wire::ClientInfo& c,
+                 const std::vector<wire::VolumeInfo>& volumes) -> Result<std::string> {
+      std::vector<VolumeDesc> descs;
+      for (const auto& v : volumes) descs.push_back(VolumeDesc{v.volume_id, v.host, v.local_rank});
+      auto chosen = select(ClientDesc{c.rank, c.local_rank, c.host}, descs);
+      if (!chosen.ok()) return chosen.status().with_context("custom strategy");
+      for (const auto& v : volumes) {
+        if (v.volume_id == *chosen) return chosen;
+      }
+      return Status(Errc::invalid_argument,
+                    "custom strategy chose volume '" + *chosen + "', which is not registered");
+    };
+  } else {
+    impl->strategy_name = options.strategy;
+    policy = actors::policy_by_name(options.strategy).value();
+  }
   impl->controller = actors::spawn_controller(sys);
-  impl->strategy = actors::spawn_strategy(sys, actors::policy_by_name(options.strategy).value());
+  impl->strategy = actors::spawn_strategy(sys, std::move(policy));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->strategy));
   MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(true));

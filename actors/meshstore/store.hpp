@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,6 +26,35 @@
 
 namespace meshstore {
 
+/// A volume as a placement strategy sees it.
+struct VolumeDesc {
+  std::string volume_id;
+  std::string host;
+  int local_rank = -1;  ///< the local rank hosting it; -1 for the server's volumes
+};
+
+/// A client as a placement strategy sees it.
+struct ClientDesc {
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+};
+
+/// A user-defined strategy: a built-in placement decides which processes
+/// host volumes (connecting processes follow it), and `select` decides which
+/// of the live volumes each client writes to. `select` runs in the store's
+/// strategy actor, one call at a time, on the process that created the
+/// store; it must not block.
+struct CustomStrategy {
+  /// A built-in strategy name whose volume placement to use.
+  std::string placement = "controller_colocated";
+  /// The volume id for `client` among `volumes` (registration order), or an
+  /// error (Errc::unavailable when none fits yet: the client retries).
+  std::function<Result<std::string>(const ClientDesc& client,
+                                    const std::vector<VolumeDesc>& volumes)>
+      select;
+};
+
 /// How a store is built. Every field is validated by Store::embedded().
 struct StoreOptions {
   /// Storage volumes to create (embedded store); at least 1.
@@ -37,6 +67,9 @@ struct StoreOptions {
   /// "per_local_rank" (docs/meshes.md). A connecting process follows the
   /// strategy of the store it connects to.
   std::string strategy = "singleton";
+  /// A user-defined strategy; when its `select` is set it replaces
+  /// `strategy` (examples/strategies/custom_strategy.cpp).
+  CustomStrategy custom_strategy;
   /// This process's rank (what the strategy sees).
   int rank = 0;
   /// This process's rank on its host; -1 when it is not a rank (a

@@ -158,6 +158,39 @@ TEST(RemoteStore, ListeningOnABadAddressIsAnError) {
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "no valid port");
 }
 
+TEST(CustomStrategy, BadChoicesAreClearErrors) {
+  auto o = server_options();
+  o.custom_strategy.placement = "scatter";
+  o.custom_strategy.select = [](const ClientDesc&,
+                                const std::vector<VolumeDesc>&) -> Result<std::string> {
+    return std::string("volume-0");
+  };
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "custom_strategy.placement");
+  o.custom_strategy.placement = "controller_colocated";
+  o.custom_strategy.select = [](const ClientDesc&,
+                                const std::vector<VolumeDesc>&) -> Result<std::string> {
+    return std::string("volume-42");
+  };
+  auto store = Store::embedded(o).value();
+  float x = 1;
+  EXPECT_ERROR(store.put("k", TensorView::of(&x, {})).get(kWait), Errc::invalid_argument,
+               "custom strategy chose volume 'volume-42', which is not registered");
+}
+
+TEST(CustomStrategy, ClientsWaitForTheirVolumeToRegister) {
+  // per_host placement: host B's volume arrives only when its local rank 0
+  // connects; a rank 1 of host B that connects first waits for it.
+  auto o = server_options("per_host");
+  o.host = "hostA";
+  auto server = Store::embedded(o).value();
+  auto early = Store::connect(server.address(), rank_options(3, 1, "hostB")).value();
+  float x = 5;
+  auto put = early.put("early", TensorView::of(&x, {}));  // no volume for hostB yet
+  auto b0 = Store::connect(server.address(), rank_options(2, 0, "hostB")).value();
+  ASSERT_OK(put.get(kWait));
+  EXPECT_EQ(*server.get("early").get(kWait)->data_as<float>(), 5.0f);
+}
+
 TEST(Versions, CompatibleWhenMajorAndMinorMatch) {
   EXPECT_TRUE(actors::versions_compatible("0.1.0", "0.1.7"));
   EXPECT_FALSE(actors::versions_compatible("0.2.0", "0.1.0"));

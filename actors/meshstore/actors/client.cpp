@@ -199,7 +199,6 @@ void finish_conn(client_pointer self, const std::string& id, const ConnResult& r
 // Asks the volume for its endpoints and opens the chosen transport.
 void connect(client_pointer self, const wire::VolumeInfo& info,
              const storage_volume_actor& handle) {
-  const auto& cfg = self->state.cfg;
   ask(self, handle, endpoints_atom::value)
       .then(
           [=](const std::vector<transports::EndpointInfo>& offered) {
@@ -246,6 +245,9 @@ void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
           [=](caf::error& e) { finish_conn(self, id, from_caf_error(e, "volume '" + id + "'")); });
 }
 
+void select_home(client_pointer self, std::function<void(const ConnResult&)> finish,
+                 std::chrono::steady_clock::time_point deadline);
+
 // Calls `k` with the connection to the volume the strategy picks for us.
 void with_home_volume(client_pointer self, ConnCallback k) {
   auto& st = self->state;
@@ -260,13 +262,30 @@ void with_home_volume(client_pointer self, ConnCallback k) {
     st.home_waiters.clear();
     for (auto& w : waiters) w(r);
   };
+  select_home(self, finish, std::chrono::steady_clock::now() + st.cfg.request_timeout);
+}
+
+// Asks the strategy for this client's volume. While the strategy answers
+// Errc::unavailable (the volume this client should use has not registered
+// yet: ranks start in any order), asks again every 50 ms until `deadline`.
+void select_home(client_pointer self, std::function<void(const ConnResult&)> finish,
+                 std::chrono::steady_clock::time_point deadline) {
+  auto& st = self->state;
   ask(self, st.strategy, select_atom::value, st.cfg.me)
       .then(
           [=](const wire::VolumeInfo& info, const storage_volume_actor&) {
             self->state.home_volume = info.volume_id;
             with_volume(self, info.volume_id, finish);
           },
-          [=](caf::error& e) { finish(from_caf_error(e, "strategy select")); });
+          [=](caf::error& e) {
+            auto s = from_caf_error(e, "strategy select");
+            const bool retry =
+                s.code() == Errc::unavailable && self->state.control_down.empty() &&
+                std::chrono::steady_clock::now() + std::chrono::milliseconds(50) < deadline;
+            if (!retry) return finish(s);
+            self->delayed_send(self, std::chrono::milliseconds(50), run_atom::value,
+                               internal::Closure{[=] { select_home(self, finish, deadline); }});
+          });
 }
 
 // -- put -----------------------------------------------------------------
