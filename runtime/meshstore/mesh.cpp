@@ -1,0 +1,258 @@
+#include "meshstore/mesh.hpp"
+
+#include <algorithm>
+#include <caf/io/all.hpp>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore {
+namespace {
+
+using mesh_join_atom = caf::atom_constant<caf::atom("mesh_join")>;
+using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
+
+// Rank 0's registry: collects each mesh's actors by rank and answers every
+// joiner once all ranks are in (or, after the timeout, an error naming the
+// ranks still missing).
+using registry_actor =
+    caf::typed_actor<caf::replies_to<mesh_join_atom, std::string, std::int32_t,
+                                     std::vector<caf::actor>>::with<std::vector<caf::actor>>,
+                     caf::reacts_to<mesh_expire_atom, std::string>>;
+
+struct Pending {
+  std::vector<caf::actor> slots;
+  std::vector<caf::typed_response_promise<std::vector<caf::actor>>> waiting;
+};
+
+struct RegistryState {
+  static inline const char* name = "meshstore.mesh_registry";
+  std::map<std::string, Pending> pending;
+  std::map<std::string, std::vector<caf::actor>> complete;
+};
+
+registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,
+                                            int world, std::chrono::milliseconds timeout) {
+  return {
+      [=](mesh_join_atom, const std::string& name, std::int32_t first,
+          const std::vector<caf::actor>& actors) -> caf::result<std::vector<caf::actor>> {
+        auto& st = self->state;
+        if (st.complete.count(name) != 0) {
+          return internal::to_caf_error(
+              Status(Errc::invalid_argument, "mesh '" + name + "' is already complete"));
+        }
+        auto [it, fresh] = st.pending.try_emplace(name);
+        auto& p = it->second;
+        if (fresh) {
+          p.slots.resize(static_cast<std::size_t>(world));
+          self->delayed_send(self, timeout, mesh_expire_atom::value, name);
+        }
+        for (std::size_t i = 0; i < actors.size(); ++i) {
+          const auto r = static_cast<std::size_t>(first) + i;
+          if (r >= p.slots.size()) {
+            return internal::to_caf_error(
+                Status(Errc::out_of_range, "mesh '" + name + "': rank " + std::to_string(r) +
+                                               " outside a world of " + std::to_string(world)));
+          }
+          if (p.slots[r]) {
+            return internal::to_caf_error(
+                Status(Errc::invalid_argument,
+                       "mesh '" + name + "': rank " + std::to_string(r) + " joined twice"));
+          }
+          p.slots[r] = actors[i];
+        }
+        auto rp = self->make_response_promise<std::vector<caf::actor>>();
+        p.waiting.push_back(rp);
+        if (std::all_of(p.slots.begin(), p.slots.end(),
+                        [](const caf::actor& a) { return static_cast<bool>(a); })) {
+          auto all = std::move(p.slots);
+          for (auto& w : p.waiting) w.deliver(all);
+          st.complete.emplace(name, std::move(all));
+          st.pending.erase(it);
+        }
+        return rp;
+      },
+      [=](mesh_expire_atom, const std::string& name) {
+        auto it = self->state.pending.find(name);
+        if (it == self->state.pending.end()) return;
+        std::string missing;
+        for (std::size_t r = 0; r < it->second.slots.size(); ++r) {
+          if (!it->second.slots[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        }
+        auto err = internal::to_caf_error(Status(
+            Errc::timeout, "mesh '" + name + "': ranks " + missing + " did not join in time"));
+        for (auto& w : it->second.waiting) w.deliver(err);
+        self->state.pending.erase(it);
+      },
+  };
+}
+
+void add_mesh_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<std::vector<caf::actor>>("std::vector<caf::actor>");
+  cfg.add_message_type<registry_actor>("meshstore::mesh_registry_actor");
+}
+
+}  // namespace
+
+namespace internal {
+Status mesh_rank_error(int rank, const caf::error& e) {
+  return from_caf_error(e, "rank " + std::to_string(rank));
+}
+}  // namespace internal
+
+struct Mesh::Impl {
+  MeshOptions options;
+  int rank = 0;
+  int world = 1;
+  bool local = false;
+  std::unique_ptr<internal::ActorRuntime> runtime;
+  std::mutex mu;  // guards registry, owned and names
+  registry_actor registry;
+  std::vector<caf::actor> owned;
+  std::set<std::string> names;
+
+  static Result<std::unique_ptr<Impl>> start(const MeshOptions& options, bool network);
+  ~Impl() { close(); }
+  void close() {
+    std::unique_ptr<internal::ActorRuntime> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& a : owned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      owned.clear();
+      registry = nullptr;
+      doomed = std::move(runtime);
+    }
+    doomed.reset();
+  }
+};
+
+Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options, bool network) {
+  if (options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status(Errc::invalid_argument,
+                  "MeshOptions: request_timeout and connect_timeout must be positive");
+  }
+  internal::RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = network;
+  ro.add_types = add_mesh_types;
+  auto rt = internal::ActorRuntime::create(ro);
+  if (!rt.ok()) return rt.status();
+  auto impl = std::make_unique<Mesh::Impl>();
+  impl->options = options;
+  impl->runtime = std::move(rt).value();
+  return impl;
+}
+
+Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
+  if (world_size < 1 || world_size > 4096) {
+    return Status(Errc::invalid_argument, "Mesh::local: world size must be in [1, 4096], got " +
+                                              std::to_string(world_size));
+  }
+  auto impl = Impl::start(options, false);
+  if (!impl.ok()) return impl.status();
+  auto& m = **impl;
+  m.world = world_size;
+  m.local = true;
+  m.registry = m.runtime->system().spawn(registry_impl, world_size, options.request_timeout);
+  m.owned.push_back(caf::actor_cast<caf::actor>(m.registry));
+  return Mesh(std::move(impl).value());
+}
+
+Result<Mesh> Mesh::from_env(MeshOptions options) {
+  auto env = LaunchEnv::from_env();
+  if (!env.ok()) return env.status().with_context("Mesh::from_env");
+  int port = env->master_port + 2;
+  if (const char* p = std::getenv("MESHSTORE_MESH_PORT"); p && *p) port = std::atoi(p);
+  if (port < 1 || port > 65535) {
+    return Status(Errc::invalid_argument, "Mesh::from_env: mesh port " + std::to_string(port) +
+                                              " is not in [1, 65535]; set MESHSTORE_MESH_PORT");
+  }
+  auto started = Impl::start(options, true);
+  if (!started.ok()) return started.status();
+  auto impl = std::move(started).value();
+  impl->rank = env->rank;
+  impl->world = env->world_size;
+  auto& sys = impl->runtime->system();
+  const std::string address = env->master_addr + ":" + std::to_string(port);
+  if (env->rank == 0) {
+    impl->registry = sys.spawn(registry_impl, env->world_size, options.request_timeout);
+    impl->owned.push_back(caf::actor_cast<caf::actor>(impl->registry));
+    auto bound = sys.middleman().publish(impl->registry, static_cast<std::uint16_t>(port),
+                                         env->master_addr.c_str(), true);
+    if (!bound) {
+      return Status(Errc::unavailable, "Mesh::from_env: cannot listen on " + address + ": " +
+                                           sys.render(bound.error()));
+    }
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+    auto backoff = std::chrono::milliseconds(50);
+    for (int attempt = 1;; ++attempt) {
+      auto r = sys.middleman().remote_actor<registry_actor>(env->master_addr,
+                                                            static_cast<std::uint16_t>(port));
+      if (r) {
+        impl->registry = std::move(*r);
+        break;
+      }
+      if (std::chrono::steady_clock::now() + backoff > deadline) {
+        return Status(Errc::unavailable, "Mesh::from_env: no mesh registry answered at " + address +
+                                             " after " + std::to_string(attempt) +
+                                             " attempts (last error: " + sys.render(r.error()) +
+                                             ")");
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    }
+  }
+  return Mesh(std::move(impl));
+}
+
+Mesh::Mesh(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Mesh::Mesh(Mesh&&) noexcept = default;
+Mesh& Mesh::operator=(Mesh&&) noexcept = default;
+Mesh::~Mesh() = default;
+
+int Mesh::rank() const noexcept { return impl_ ? impl_->rank : 0; }
+int Mesh::world_size() const noexcept { return impl_ ? impl_->world : 0; }
+caf::actor_system& Mesh::system() { return impl_->runtime->system(); }
+bool Mesh::is_local() const noexcept { return impl_ && impl_->local; }
+std::chrono::milliseconds Mesh::timeout() const noexcept {
+  return impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(30000);
+}
+
+void Mesh::close() {
+  if (impl_) impl_->close();
+}
+
+Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<caf::actor> mine) {
+  registry_actor registry;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& a : mine) impl_->owned.push_back(a);
+    if (!impl_->runtime) return Status(Errc::shutdown, "mesh '" + name + "': the mesh is closed");
+    if (name.empty()) return Status(Errc::invalid_argument, "Mesh::spawn: mesh name is empty");
+    if (!impl_->names.insert(name).second) {
+      return Status(Errc::invalid_argument,
+                    "Mesh::spawn: mesh '" + name + "' was already spawned here");
+    }
+    registry = impl_->registry;
+  }
+  Result<std::vector<caf::actor>> out = Status(Errc::internal, "no answer");
+  caf::scoped_actor self{system()};
+  // A little longer than the registry's own timeout, so its error (naming
+  // the missing ranks) arrives first.
+  const auto wait = impl_->options.request_timeout + std::chrono::seconds(5);
+  self->request(registry, wait, mesh_join_atom::value, name,
+                static_cast<std::int32_t>(is_local() ? 0 : rank()), std::move(mine))
+      .receive(
+          [&](std::vector<caf::actor>& all) { out = std::move(all); },
+          [&](caf::error& e) { out = internal::from_caf_error(e, "Mesh::spawn '" + name + "'"); });
+  return out;
+}
+
+}  // namespace meshstore

@@ -1,0 +1,70 @@
+#include "meshstore/mesh.hpp"
+
+#include "meshstore/internal/caf_glue.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kWait;
+
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using die_atom = caf::atom_constant<caf::atom("die")>;
+using adder_actor =
+    caf::typed_actor<caf::replies_to<add_atom, int>::with<int>, caf::reacts_to<die_atom>>;
+
+// Answers x + its rank; rank `bad_rank` refuses.
+adder_actor::behavior_type adder(adder_actor::pointer self, int rank, int bad_rank) {
+  return {
+      [=](add_atom, int x) -> caf::result<int> {
+        if (rank == bad_rank) {
+          return internal::to_caf_error(Status(Errc::out_of_capacity, "this rank is full"));
+        }
+        return x + rank;
+      },
+      [=](die_atom) { self->quit(); },
+  };
+}
+
+TEST(Mesh, LocalMeshSpawnsOneActorPerRank) {
+  auto mesh = Mesh::local(4);
+  ASSERT_OK(mesh);
+  EXPECT_EQ(mesh->world_size(), 4);
+  auto adders = mesh->spawn<adder_actor>("adders", adder, -1);
+  ASSERT_OK(adders);
+  EXPECT_EQ(adders->size(), 4);
+  EXPECT_EQ(*adders->broadcast<int>(add_atom::value, 10).get(kWait),
+            (std::vector<int>{10, 11, 12, 13}));
+  EXPECT_EQ(*adders->ask<int>(2, add_atom::value, 1).get(kWait), 3);
+}
+
+TEST(Mesh, ErrorOfOneRankSurfacesWithTheRankNamed) {
+  auto mesh = Mesh::local(3).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, 2).value();
+  EXPECT_ERROR(adders.broadcast<int>(add_atom::value, 1).get(kWait), Errc::out_of_capacity,
+               "rank 2: this rank is full");
+  EXPECT_ERROR(adders.ask<int>(7, add_atom::value, 1).get(kWait), Errc::out_of_range,
+               "rank 7 outside [0, 3)");
+}
+
+TEST(Mesh, DeadRankIsReportedNotAwaited) {
+  MeshOptions o;
+  o.request_timeout = 60s;  // far above what the test waits: the error must not be a timeout
+  auto mesh = Mesh::local(2, o).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
+  caf::anon_send(adders.at(1), die_atom::value);
+  EXPECT_ERROR(adders.ask<int>(1, add_atom::value, 1).get(10s), Errc::unavailable,
+               "rank 1 went down");
+}
+
+TEST(Mesh, NamesAreUniqueAndChecked) {
+  auto mesh = Mesh::local(2).value();
+  ASSERT_OK(mesh.spawn<adder_actor>("a", adder, -1));
+  EXPECT_ERROR(mesh.spawn<adder_actor>("a", adder, -1), Errc::invalid_argument, "already spawned");
+  EXPECT_ERROR(mesh.spawn<adder_actor>("", adder, -1), Errc::invalid_argument, "name is empty");
+  EXPECT_ERROR(Mesh::local(0), Errc::invalid_argument, "world size");
+}
+
+}  // namespace
+}  // namespace meshstore
