@@ -206,7 +206,16 @@ struct Store::Impl {
     return true;
   }
 
-  static Future<actors::GetOutput> get(Impl* impl, actors::GetCall call, const std::string& what);
+  // Gives `call` a promise, sends it to the client actor and returns the
+  // future; a closed (or moved-from) store answers Errc::shutdown at once.
+  template <class Atom, class Call>
+  static auto call(Impl* impl, Atom atom, Call c, const std::string& what) {
+    using T = typename decltype(c.promise)::element_type::value_type;
+    c.promise = make_promise<T>(what);
+    auto fut = c.promise->future();
+    if (!send(impl, atom, std::move(c))) return closed_future<T>(what);
+    return fut;
+  }
 
   void close() {
     std::unique_ptr<internal::ActorRuntime> doomed;
@@ -470,10 +479,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   call.items.push_back(
       actors::PutItem{call_items.front().first, tensor, wire::ObjectKind::tensor, nullptr});
   const std::string what = "put '" + call_items.front().first + "'";
-  call.promise = make_promise<std::vector<std::uint64_t>>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call)))
-    return closed_future<void>(what);
+  auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
@@ -489,20 +495,8 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   }
   if (call.items.empty()) return make_ready_future();
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
-  call.promise = make_promise<std::vector<std::uint64_t>>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call)))
-    return closed_future<void>(what);
+  auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
-}
-
-Future<actors::GetOutput> Store::Impl::get(Impl* impl, actors::GetCall call,
-                                           const std::string& what) {
-  call.promise = make_promise<actors::GetOutput>(what);
-  auto fut = call.promise->future();
-  if (!send(impl, actors::store_get_atom::value, std::move(call)))
-    return closed_future<actors::GetOutput>(what);
-  return fut;
 }
 
 Future<Tensor> Store::get(std::string key) {
@@ -511,7 +505,8 @@ Future<Tensor> Store::get(std::string key) {
   call.op = "get";
   call.mode = actors::GetMode::tensor;
   call.keys.push_back(key);
-  return Impl::get(impl_.get(), std::move(call), "get '" + key + "'")
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
+                    "get '" + key + "'")
       .then([](const actors::GetOutput& out) { return out.tensors.front(); });
 }
 
@@ -523,7 +518,7 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   call.op = "get_batch";
   call.mode = actors::GetMode::tensor;
   call.keys = std::move(keys);
-  return Impl::get(impl_.get(), std::move(call), "get_batch")
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), "get_batch")
       .then([](const actors::GetOutput& out) { return out.tensors; });
 }
 
@@ -549,7 +544,8 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
   }
   if (call.keys.empty()) return make_ready_future();
   const std::string what = items.size() == 1 ? op + " '" + call.keys.front() + "'" : op;
-  return Impl::get(impl_.get(), std::move(call), what).then([](const actors::GetOutput&) {});
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
+      .then([](const actors::GetOutput&) {});
 }
 
 // -- objects -------------------------------------------------------------
@@ -563,10 +559,7 @@ Future<void> Store::put_object(std::string key, std::string bytes) {
   call.op = "put_object";
   call.items.push_back(actors::PutItem{key, view, wire::ObjectKind::object, owned});
   const std::string what = "put_object '" + key + "'";
-  call.promise = make_promise<std::vector<std::uint64_t>>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_put_atom::value, std::move(call)))
-    return closed_future<void>(what);
+  auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
@@ -576,7 +569,8 @@ Future<std::string> Store::get_object(std::string key) {
   call.op = "get_object";
   call.mode = actors::GetMode::object;
   call.keys.push_back(key);
-  return Impl::get(impl_.get(), std::move(call), "get_object '" + key + "'")
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
+                    "get_object '" + key + "'")
       .then([](const actors::GetOutput& out) { return out.object; });
 }
 
@@ -590,11 +584,7 @@ Future<std::vector<std::string>> Store::keys(std::string prefix) {
   actors::KeysCall call;
   const std::string what = "keys '" + prefix + "'";
   call.prefix = std::move(prefix);
-  call.promise = make_promise<std::vector<std::string>>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_keys_atom::value, std::move(call))) {
-    return closed_future<std::vector<std::string>>(what);
-  }
+  auto fut = Impl::call(impl_.get(), actors::store_keys_atom::value, std::move(call), what);
   return fut;
 }
 
@@ -606,11 +596,7 @@ Future<std::vector<KeyInfo>> Store::list(std::string prefix) {
   actors::ListCall call;
   const std::string what = "list '" + prefix + "'";
   call.prefix = std::move(prefix);
-  call.promise = make_promise<std::vector<wire::KeyRecord>>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_list_atom::value, std::move(call))) {
-    return closed_future<std::vector<KeyInfo>>(what);
-  }
+  auto fut = Impl::call(impl_.get(), actors::store_list_atom::value, std::move(call), what);
   return fut.then([](const std::vector<wire::KeyRecord>& records) {
     std::vector<KeyInfo> out;
     out.reserve(records.size());
@@ -627,10 +613,7 @@ Future<bool> Store::exists(std::string key) {
   actors::ExistsCall call;
   const std::string what = "exists '" + key + "'";
   call.keys.push_back(std::move(key));
-  call.promise = make_promise<std::vector<std::uint64_t>>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_exists_atom::value, std::move(call)))
-    return closed_future<bool>(what);
+  auto fut = Impl::call(impl_.get(), actors::store_exists_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>& v) { return !v.empty() && v.front() != 0; });
 }
 
@@ -640,10 +623,7 @@ Future<void> Store::remove(std::string key) {
   const std::string what = "remove '" + key + "'";
   call.keys.push_back(std::move(key));
   call.single = true;
-  call.promise = make_promise<std::size_t>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call)))
-    return closed_future<void>(what);
+  auto fut = Impl::call(impl_.get(), actors::store_remove_atom::value, std::move(call), what);
   return fut.then([](std::size_t) {});
 }
 
@@ -654,10 +634,7 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
   actors::RemoveCall call;
   const std::string what = "remove_batch of " + std::to_string(keys.size()) + " keys";
   call.keys = std::move(keys);
-  call.promise = make_promise<std::size_t>(what);
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_remove_atom::value, std::move(call)))
-    return closed_future<std::size_t>(what);
+  auto fut = Impl::call(impl_.get(), actors::store_remove_atom::value, std::move(call), what);
   return fut;
 }
 
@@ -665,11 +642,7 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
 
 Future<std::vector<VolumeStats>> Store::stats() {
   actors::StatCall call;
-  call.promise = make_promise<std::vector<wire::VolumeStat>>("stats");
-  auto fut = call.promise->future();
-  if (!Impl::send(impl_.get(), actors::store_stat_atom::value, std::move(call))) {
-    return closed_future<std::vector<VolumeStats>>("stats");
-  }
+  auto fut = Impl::call(impl_.get(), actors::store_stat_atom::value, std::move(call), "stats");
   return fut.then([](const std::vector<wire::VolumeStat>& in) {
     std::vector<VolumeStats> out;
     for (const auto& s : in) {

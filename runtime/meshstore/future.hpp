@@ -276,6 +276,8 @@ Future<U> make_future_from_state(std::shared_ptr<internal::FutureState<U>> s) {
 template <class T>
 class Promise {
  public:
+  using value_type = T;
+
   /// A promise whose drop reports Errc::broken_promise.
   Promise() : state_(internal::make_state<T>()) {}
   /// A promise whose drop reports `if_dropped` (for example Errc::shutdown).
