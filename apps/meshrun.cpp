@@ -150,9 +150,14 @@ int main(int argc, char** argv) {
       master_port = parse_int(a, value(), 1, 65535);
     else if (a == "--grace")
       grace = parse_int(a, value(), 0, 3600);
-    else if (a == "-h" || a == "--help")
-      usage("help");
-    else if (a == "--") {
+    else if (a == "-h" || a == "--help") {
+      std::printf(
+          "usage: meshrun -n N [--master-addr ADDR] [--master-port PORT] [--grace SECONDS] [--] "
+          "program "
+          "[args...]\nStarts N ranks of program on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+          "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun does.\n");
+      return 0;
+    } else if (a == "--") {
       ++i;
       break;
     } else if (!a.empty() && a[0] == '-')

@@ -108,7 +108,8 @@ Result<Address> parse_address(const std::string& text) {
     return Status(Errc::invalid_argument,
                   "address '" + text + "' " + why + " (expected HOST:PORT)");
   };
-  if (colon == std::string::npos || colon == 0) return bad("has no host");
+  if (colon == std::string::npos) return bad("has no port");
+  if (colon == 0) return bad("has no host");
   std::string host = text.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
@@ -226,7 +227,10 @@ struct Store::Impl {
       // Stop this process's actors, the client first so no new transfer
       // starts (remote controllers and strategies are not ours to stop).
       // Each actor's pending work ends with an error as its peers go away.
-      for (auto& a : owned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      // `owned` is in spawn order (client last): stop in reverse.
+      for (auto a = owned.rbegin(); a != owned.rend(); ++a) {
+        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      }
       // Handles must be gone before the actor system, or its shutdown waits forever.
       owned.clear();
       client = nullptr;
@@ -361,7 +365,7 @@ Result<Store> Store::embedded(StoreOptions options) {
   MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(true));
   if (!options.listen.empty()) {
     impl->directory =
-        actors::spawn_directory(sys, impl->controller, impl->strategy, options.strategy);
+        actors::spawn_directory(sys, impl->controller, impl->strategy, impl->strategy_name);
     impl->owned.push_back(caf::actor_cast<caf::actor>(impl->directory));
     auto port = sys.middleman().publish(impl->directory, listen.port, listen.host.c_str(), true);
     if (!port) {
@@ -381,6 +385,8 @@ Result<Store> Store::embedded(StoreOptions options) {
 Result<Store> Store::connect(const std::string& address, StoreOptions options) {
   auto target = parse_address(address);
   if (!target.ok()) return target.status().with_context("connect");
+  if (target->port == 0)
+    return Status(Errc::invalid_argument, "connect: address '" + address + "' has port 0");
   auto started = Impl::start(options, true);
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();

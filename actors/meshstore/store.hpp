@@ -57,7 +57,8 @@ struct CustomStrategy {
 
 /// How a store is built. Every field is validated by Store::embedded().
 struct StoreOptions {
-  /// Storage volumes to create (embedded store); at least 1.
+  /// Volumes the server hosts under "controller_colocated" (1 to 1024);
+  /// the other strategies place their volumes themselves.
   int num_volumes = 1;
   /// Bytes each volume may hold; 0 = unlimited. A put that does not fit
   /// fails with Errc::out_of_capacity and stores nothing.

@@ -28,7 +28,7 @@ struct LaunchEnv {
 
   /// Reads the process environment. Fails with Errc::invalid_argument
   /// naming the variable that is missing or malformed, for example
-  /// "LOCAL_RANK is not set (RANK and WORLD_SIZE are: torchrun-style launch)".
+  /// "LOCAL_RANK is not set (RANK is: torchrun-style launch)".
   static Result<LaunchEnv> from_env();
   /// The same, reading variables through `lookup` (nullptr = unset).
   static Result<LaunchEnv> from_lookup(const std::function<const char*(const char*)>& lookup);

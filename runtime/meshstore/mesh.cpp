@@ -167,11 +167,16 @@ Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
 Result<Mesh> Mesh::from_env(MeshOptions options) {
   auto env = LaunchEnv::from_env();
   if (!env.ok()) return env.status().with_context("Mesh::from_env");
-  int port = env->master_port + 2;
-  if (const char* p = std::getenv("MESHSTORE_MESH_PORT"); p && *p) port = std::atoi(p);
+  long port = env->master_port + 2;
+  if (const char* p = std::getenv("MESHSTORE_MESH_PORT"); p && *p) {
+    char* end = nullptr;
+    port = std::strtol(p, &end, 10);
+    if (end == p || *end != '\0') port = -1;
+  }
   if (port < 1 || port > 65535) {
-    return Status(Errc::invalid_argument, "Mesh::from_env: mesh port " + std::to_string(port) +
-                                              " is not in [1, 65535]; set MESHSTORE_MESH_PORT");
+    return Status(Errc::invalid_argument,
+                  "Mesh::from_env: the mesh port (MESHSTORE_MESH_PORT, default MASTER_PORT + 2) is "
+                  "not in [1, 65535]");
   }
   auto started = Impl::start(options, true);
   if (!started.ok()) return started.status();
@@ -229,17 +234,25 @@ void Mesh::close() {
   if (impl_) impl_->close();
 }
 
+Status Mesh::reserve(const std::string& name) {
+  if (!impl_) return Status(Errc::shutdown, "Mesh::spawn: the mesh was moved from");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->runtime)
+    return Status(Errc::shutdown, "Mesh::spawn '" + name + "': the mesh is closed");
+  if (name.empty()) return Status(Errc::invalid_argument, "Mesh::spawn: mesh name is empty");
+  if (!impl_->names.insert(name).second) {
+    return Status(Errc::invalid_argument,
+                  "Mesh::spawn: mesh '" + name + "' was already spawned here");
+  }
+  return Status();
+}
+
 Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<caf::actor> mine) {
   registry_actor registry;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     for (auto& a : mine) impl_->owned.push_back(a);
     if (!impl_->runtime) return Status(Errc::shutdown, "mesh '" + name + "': the mesh is closed");
-    if (name.empty()) return Status(Errc::invalid_argument, "Mesh::spawn: mesh name is empty");
-    if (!impl_->names.insert(name).second) {
-      return Status(Errc::invalid_argument,
-                    "Mesh::spawn: mesh '" + name + "' was already spawned here");
-    }
     registry = impl_->registry;
   }
   Result<std::vector<caf::actor>> out = Status(Errc::internal, "no answer");

@@ -132,6 +132,8 @@ class Mesh {
   /// missing after the request timeout.
   template <class Handle, class F, class... Ts>
   Result<ActorMesh<Handle>> spawn(const std::string& name, F fun, Ts&&... xs) {
+    // Checked before any actor exists: an open mesh, a fresh name.
+    if (auto s = reserve(name); !s.ok()) return s;
     std::vector<caf::actor> mine;
     const int copies = is_local() ? world_size() : 1;
     for (int i = 0; i < copies; ++i) {
@@ -152,6 +154,9 @@ class Mesh {
   struct Impl;
   explicit Mesh(std::unique_ptr<Impl> impl);
   bool is_local() const noexcept;
+  // Errc::shutdown when closed or moved from; Errc::invalid_argument for an
+  // empty or already used name; else records the name.
+  Status reserve(const std::string& name);
   std::chrono::milliseconds timeout() const noexcept;
   // Registers this rank's actors of mesh `name`; answers every rank's.
   Result<std::vector<caf::actor>> join(const std::string& name, std::vector<caf::actor> mine);

@@ -149,7 +149,8 @@ TEST(RemoteStore, ConnectToNothingFailsWithinTheDeadline) {
   // Port 1 on loopback: nothing listens there.
   EXPECT_ERROR(Store::connect("127.0.0.1:1", opts), Errc::unavailable,
                "no meshstore answered at 127.0.0.1:1 after");
-  EXPECT_ERROR(Store::connect("nonsense", opts), Errc::invalid_argument, "expected HOST:PORT");
+  EXPECT_ERROR(Store::connect("nonsense", opts), Errc::invalid_argument, "has no port");
+  EXPECT_ERROR(Store::connect("127.0.0.1:0", opts), Errc::invalid_argument, "has port 0");
 }
 
 TEST(RemoteStore, ListeningOnABadAddressIsAnError) {
@@ -175,6 +176,31 @@ TEST(CustomStrategy, BadChoicesAreClearErrors) {
   float x = 1;
   EXPECT_ERROR(store.put("k", TensorView::of(&x, {})).get(kWait), Errc::invalid_argument,
                "custom strategy chose volume 'volume-42', which is not registered");
+}
+
+TEST(CustomStrategy, JoinersFollowTheCustomPlacement) {
+  // A joining process learns the placement (per_host), not the default
+  // strategy name, so host B's local rank 0 hosts host B's volume.
+  auto o = server_options();  // strategy stays "singleton": ignored here
+  o.host = "hostA";
+  o.custom_strategy.placement = "per_host";
+  o.custom_strategy.select = [](const ClientDesc& c,
+                                const std::vector<VolumeDesc>& volumes) -> Result<std::string> {
+    for (const auto& v : volumes) {
+      if (v.host == c.host) return v.volume_id;
+    }
+    return Status(Errc::unavailable, "no volume on " + c.host);
+  };
+  auto server = Store::embedded(o).value();
+  auto b0 = Store::connect(server.address(), rank_options(1, 0, "hostB")).value();
+  float x = 2;
+  ASSERT_OK(b0.put("on_b", TensorView::of(&x, {})).get(kWait));
+  auto stats = server.stats().get(kWait);
+  ASSERT_OK(stats);
+  std::vector<std::string> ids;
+  for (const auto& s : *stats) ids.push_back(s.volume_id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"host:hostA", "host:hostB"}));
 }
 
 TEST(CustomStrategy, ClientsWaitForTheirVolumeToRegister) {

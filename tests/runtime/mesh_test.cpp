@@ -65,6 +65,8 @@ TEST(Mesh, NamesAreUniqueAndChecked) {
   EXPECT_ERROR(mesh.spawn<adder_actor>("a", adder, -1), Errc::invalid_argument, "already spawned");
   EXPECT_ERROR(mesh.spawn<adder_actor>("", adder, -1), Errc::invalid_argument, "name is empty");
   EXPECT_ERROR(Mesh::local(0), Errc::invalid_argument, "world size");
+  mesh.close();
+  EXPECT_ERROR(mesh.spawn<adder_actor>("b", adder, -1), Errc::shutdown, "closed");
 }
 
 }  // namespace

@@ -337,8 +337,8 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             // Release the staged objects only when the controller answered
             // and refused. After a timeout it may still have committed them,
             // and releasing would leave the key pointing at freed objects;
-            // they stay staged instead (reclaimed with the lease expiry that
-            // cross-process stores bring).
+            // they stay staged instead, until the volume's process ends (staging
+            // expiry is not built yet).
             auto s = from_caf_error(e, "commit at controller");
             if (s.code() != Errc::timeout && s.code() != Errc::unavailable)
               release_staged(self, op);

@@ -37,12 +37,13 @@ strategy_actor::behavior_type strategy_impl(strategy_actor::stateful_pointer<Str
       [=](register_volume_atom, const wire::VolumeInfo& info,
           storage_volume_actor v) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        self->monitor(v);
-        st.by_addr[v.address()] = info.volume_id;
-        if (!st.volumes.emplace(info.volume_id, std::move(v)).second) {
+        if (st.volumes.count(info.volume_id) != 0) {
           return to_caf_error(Status(Errc::invalid_argument, "strategy: volume '" + info.volume_id +
                                                                  "' is already registered"));
         }
+        self->monitor(v);
+        st.by_addr[v.address()] = info.volume_id;
+        st.volumes.emplace(info.volume_id, std::move(v));
         st.infos.push_back(info);
         return caf::ok_atom::value;
       },
