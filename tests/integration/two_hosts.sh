@@ -2,7 +2,8 @@
 # Two hosts on one machine: network namespaces joined by a veth pair. A
 # store server runs in host A; a rank in host B hosts host B's volume
 # (per_host strategy) and puts a tensor; a reader in host A reads it across
-# the link. Traffic stays inside the namespaces this script creates.
+# the link; then it cuts the link silently and checks host A notices.
+# Traffic stays inside the namespaces this script creates.
 # Exit 77 (ctest: skipped) when namespaces cannot be made here.
 set -u
 TOOL=$1 PEER=$2
@@ -42,7 +43,7 @@ wait_for() {
   echo "timed out waiting for '$2' in $1:"; cat "$1"; return 1
 }
 
-MESHSTORE_HOST=hostA ip netns exec "$A" "$TOOL" serve --host "$ADDR_A" --port "$PORT" --strategy per_host \
+MESHSTORE_LOG_LEVEL=warn MESHSTORE_HOST=hostA ip netns exec "$A" "$TOOL" serve --host "$ADDR_A" --port "$PORT" --strategy per_host \
   >"$LOG/serve" 2>&1 &
 pids+=($!)
 wait_for "$LOG/serve" "serving on $ADDR_A:$PORT" || exit 1
@@ -56,4 +57,18 @@ grep -q "host:hostB" "$LOG/stat" || { echo "host B's volume is not registered"; 
 if ! ip netns exec "$A" "$PEER" read "$ADDR_A:$PORT" from_host_b; then
   echo "reading host B's tensor from host A failed"; cat "$LOG/peer"; exit 1
 fi
-echo "two hosts: ok"
+# Cut the link silently (host B's side goes down: no RST, no FIN). BASP
+# heartbeats stop, and host A must declare host B's volume down within the
+# connection timeout (10 s) instead of never.
+ip -n "$B" link set "$VB" down
+deadline=$(( $(date +%s) + 40 ))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+  ip netns exec "$A" "$TOOL" stat --store "$ADDR_A:$PORT" >"$LOG/stat2" 2>&1
+  grep -q "host:hostB" "$LOG/stat2" || break
+  sleep 0.2
+done
+if grep -q "host:hostB" "$LOG/stat2"; then
+  echo "host B vanished silently but its volume is still registered after 40 s"; cat "$LOG/serve"; exit 1
+fi
+grep -q "volume 'host:hostB' went down" "$LOG/serve" || { echo "no loss reported:"; cat "$LOG/serve"; exit 1; }
+echo "two hosts: ok (a silent cut was detected)"

@@ -83,7 +83,11 @@ struct MeshstoreConfig : caf::actor_system_config {
     add_message_type<std::vector<std::uint64_t>>("std::vector<uint64_t>");
     add_message_type<std::vector<char>>("std::vector<char>");
     if (options.add_types) options.add_types(*this);
-    if (options.with_middleman) load<caf::io::middleman>();
+    if (options.with_middleman) {
+      load<caf::io::middleman>();
+      set("middleman.heartbeat-interval", caf::timespan{options.heartbeat_interval});
+      set("middleman.connection-timeout", caf::timespan{options.connection_timeout});
+    }
   }
 };
 

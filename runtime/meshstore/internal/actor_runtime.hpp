@@ -1,6 +1,7 @@
 #pragma once
 
 #include <caf/all.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,12 @@ struct RuntimeOptions {
   int scheduler_threads = 0;
   /// Load CAF's middleman (network layer) for cross-process actors.
   bool with_middleman = false;
+  /// With the middleman: BASP heartbeats to every connected node, and how
+  /// long a silent connection may stay open. A host that vanishes without
+  /// closing its sockets (power loss, a cut link) is then declared down
+  /// (its actors' monitors fire) after `connection_timeout`, not never.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds connection_timeout{10000};
   /// Registers the message types of higher layers (transports, actors).
   std::function<void(caf::actor_system_config&)> add_types;
 };
