@@ -1,3 +1,5 @@
+#include <thread>
+
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/controller_actor.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
@@ -155,6 +157,37 @@ TEST_F(ControllerTest, VolumeWithAnUnknownTransportDoesNotStart) {
   vc.volume_id = "";
   EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::invalid_argument,
                "volume id is empty");
+}
+
+TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
+  VolumeConfig vc;
+  vc.volume_id = "volume-g";
+  vc.orphan_grace = 50ms;
+  auto volume = spawn_storage_volume(runtime_->system(), vc).value();
+  std::uint64_t committed_id = 0;
+  {
+    // A short-lived client: stages two objects, opens a lease on one, dies.
+    caf::scoped_actor client{runtime_->system()};
+    auto regions = ask<std::vector<wire::RegionRef>>(
+        client, volume, stage_atom::value, std::vector<wire::StageRequest>{{"a", 100}, {"b", 200}});
+    ASSERT_OK(regions);
+    committed_id = regions->at(0).region_id;
+    client->send(volume, commit_atom::value, std::vector<std::uint64_t>{committed_id});
+    ASSERT_OK((ask<wire::ReadLease>(client, volume, open_read_atom::value,
+                                    std::vector<std::uint64_t>{committed_id})));
+  }
+  // Bounded wait for the volume to process the client's death and the grace.
+  wire::VolumeStat s;
+  for (int i = 0; i < 200; ++i) {
+    s = ask<wire::VolumeStat>(*self_, volume, stat_atom::value).value();
+    if (s.leases == 0 && s.staged == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(s.leases, 0u);
+  EXPECT_EQ(s.staged, 0u);   // "b" was never committed: dropped
+  EXPECT_EQ(s.objects, 1u);  // "a" was committed: kept
+  EXPECT_EQ(s.bytes_held, 100u);
+  caf::anon_send_exit(volume, caf::exit_reason::user_shutdown);
 }
 
 TEST(KeyMatchesPrefix, Components) {

@@ -22,6 +22,7 @@ using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using open_read_atom = caf::atom_constant<caf::atom("open_read")>;
 using close_read_atom = caf::atom_constant<caf::atom("close_read")>;
+using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;
 using stat_atom = caf::atom_constant<caf::atom("stat")>;
 using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
 using select_atom = caf::atom_constant<caf::atom("select")>;

@@ -337,8 +337,8 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             // Release the staged objects only when the controller answered
             // and refused. After a timeout it may still have committed them,
             // and releasing would leave the key pointing at freed objects;
-            // they stay staged instead, until the volume's process ends (staging
-            // expiry is not built yet).
+            // they stay staged instead, and the volume drops them once this
+            // client is gone (VolumeConfig::orphan_grace).
             auto s = from_caf_error(e, "commit at controller");
             if (s.code() != Errc::timeout && s.code() != Errc::unavailable)
               release_staged(self, op);

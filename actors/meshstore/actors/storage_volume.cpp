@@ -2,6 +2,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "meshstore/actors/storage_volume_actor.hpp"
@@ -19,6 +20,12 @@ struct StoredObject {
   std::shared_ptr<transports::Region> region;
   std::string key;  // for logs and stats
   bool committed = false;
+  caf::actor_addr owner;  // the client that staged it
+};
+
+struct Lease {
+  std::vector<std::shared_ptr<transports::Region>> pinned;
+  caf::actor_addr owner;  // the client that opened it
 };
 
 // Memory of released regions, kept for the next region of the same size: a
@@ -67,7 +74,8 @@ struct VolumeState {
   std::shared_ptr<RegionPool> pool;
   std::vector<std::unique_ptr<transports::TransportServer>> servers;
   std::unordered_map<std::uint64_t, StoredObject> objects;
-  std::unordered_map<std::uint64_t, std::vector<std::shared_ptr<transports::Region>>> leases;
+  std::unordered_map<std::uint64_t, Lease> leases;
+  std::set<caf::actor_addr> watched;  // clients monitored for their leases and staging
   std::uint64_t next_object_id = 1;
   std::uint64_t next_lease_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
@@ -98,6 +106,29 @@ struct VolumeState {
 
 using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
 
+// The client behind the current request, monitored so its leases and
+// staging do not outlive it.
+caf::actor_addr watch_sender(volume_pointer self) {
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!sender) return caf::actor_addr();
+  auto addr = sender.address();
+  if (self->state.watched.insert(addr).second) self->monitor(sender);
+  return addr;
+}
+
+// A client died: its read leases go now; its staged objects go after the
+// grace period, unless the controller's commit (already on its way,
+// perhaps) adopts them first.
+void client_down(volume_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  st.watched.erase(msg.source);
+  for (auto it = st.leases.begin(); it != st.leases.end();) {
+    it = it->second.owner == msg.source ? st.leases.erase(it) : std::next(it);
+  }
+  st.regions->prune();
+  self->delayed_send(self, st.config.orphan_grace, reclaim_atom::value, msg.source);
+}
+
 // What spawn_storage_volume prepared before the actor exists: the region
 // table and the transport servers serving it.
 struct VolumeSetup {
@@ -112,6 +143,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
+  self->set_down_handler([=](caf::down_msg& msg) { client_down(self, msg); });
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
           -> caf::result<std::vector<wire::RegionRef>> {
@@ -128,6 +160,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                          " bytes and cannot stage " + std::to_string(total) + " more for " +
                          std::to_string(reqs.size()) + " key(s) (first '" + first + "')"));
         }
+        const caf::actor_addr owner = watch_sender(self);
         std::vector<wire::RegionRef> out;
         std::vector<std::uint64_t> staged;
         for (const auto& r : reqs) {
@@ -141,7 +174,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                                                                   " bytes for '" + r.key + "'"));
           }
           st.regions->add(region);
-          st.objects.emplace(id, StoredObject{region, r.key, false});
+          st.objects.emplace(id, StoredObject{region, r.key, false, owner});
           staged.push_back(id);
           out.push_back(wire::RegionRef{id, r.nbytes});
         }
@@ -172,8 +205,24 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           lease.regions.push_back(wire::RegionRef{id, it->second.region->size()});
         }
         lease.lease_id = st.next_lease_id++;
-        st.leases.emplace(lease.lease_id, std::move(pinned));
+        st.leases.emplace(lease.lease_id, Lease{std::move(pinned), watch_sender(self)});
         return lease;
+      },
+      [=](reclaim_atom, const caf::actor_addr& owner) {
+        auto& st = self->state;
+        std::size_t dropped = 0;
+        for (auto it = st.objects.begin(); it != st.objects.end();) {
+          if (!it->second.committed && it->second.owner == owner) {
+            it = st.objects.erase(it);
+            ++dropped;
+          } else {
+            ++it;
+          }
+        }
+        st.regions->prune();
+        if (dropped)
+          st.log->warn("volume '{}': dropped {} object(s) staged by a client that died",
+                       st.config.volume_id, dropped);
       },
       [=](close_read_atom, std::uint64_t lease_id) {
         self->state.leases.erase(lease_id);

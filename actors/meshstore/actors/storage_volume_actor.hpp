@@ -8,6 +8,7 @@
 // with a read lease, so a region never goes away under a reader.
 
 #include <caf/all.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ using storage_volume_actor = caf::typed_actor<
     caf::replies_to<open_read_atom, std::vector<std::uint64_t>>::with<wire::ReadLease>,
     // Unpins a lease.
     caf::reacts_to<close_read_atom, std::uint64_t>,
+    // (to itself) Drops what a dead client staged and nobody committed.
+    caf::reacts_to<reclaim_atom, caf::actor_addr>,
     // Bytes held, objects, capacity.
     caf::replies_to<stat_atom>::with<wire::VolumeStat>,
     // How clients reach this volume's transports.
@@ -43,6 +46,9 @@ struct VolumeConfig {
   std::string host;
   /// Bytes the volume may hold; 0 = unlimited.
   std::uint64_t capacity_bytes = 0;
+  /// How long objects staged by a client that died wait for a commit that
+  /// may already be on its way before they are dropped.
+  std::chrono::milliseconds orphan_grace{30000};
   /// Released region memory kept for reuse by later puts of the same size.
   std::uint64_t pool_bytes = std::uint64_t{1} << 30;
   /// Transports to offer (registered names); empty = every built one.
