@@ -22,6 +22,14 @@ Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
   return out;
 }
 
+// A stage request without inline data.
+wire::StageRequest stage_req(const std::string& key, std::uint64_t n) {
+  wire::StageRequest r;
+  r.key = key;
+  r.nbytes = n;
+  return r;
+}
+
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -50,7 +58,7 @@ class ControllerTest : public ::testing::Test {
   // Stages an object of `n` bytes at the volume; returns its id.
   std::uint64_t stage(std::uint64_t n) {
     auto r = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
-                                               std::vector<wire::StageRequest>{{"k", n}});
+                                               std::vector<wire::StageRequest>{stage_req("k", n)});
     EXPECT_OK(r);
     return r.ok() ? r->front().region_id : 0;
   }
@@ -169,7 +177,8 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
     // A short-lived client: stages two objects, opens a lease on one, dies.
     caf::scoped_actor client{runtime_->system()};
     auto regions = ask<std::vector<wire::RegionRef>>(
-        client, volume, stage_atom::value, std::vector<wire::StageRequest>{{"a", 100}, {"b", 200}});
+        client, volume, stage_atom::value,
+        std::vector<wire::StageRequest>{stage_req("a", 100), stage_req("b", 200)});
     ASSERT_OK(regions);
     committed_id = regions->at(0).region_id;
     client->send(volume, commit_atom::value, std::vector<std::uint64_t>{committed_id});
@@ -221,26 +230,48 @@ TEST_F(ControllerTest, RemoveAndRemoveBatch) {
 TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
   auto r = ask<std::vector<wire::RegionRef>>(
       *self_, volume_, stage_atom::value,
-      std::vector<wire::StageRequest>{{"a", 600 << 10}, {"b", 600 << 10}});
+      std::vector<wire::StageRequest>{stage_req("a", 600 << 10), stage_req("b", 600 << 10)});
   EXPECT_ERROR(r, Errc::out_of_capacity, "volume 'volume-0' is full");
   EXPECT_EQ(stat().staged, 0u);
   EXPECT_EQ(stat().bytes_held, 0u);
 }
 
 TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
-  const auto id = stage(1000);
+  const std::uint64_t n = 2 * wire::kInlineBytes;  // large: read through a lease
+  const auto id = stage(n);
   auto lease =
       ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id});
   ASSERT_OK(lease);
+  EXPECT_NE(lease->lease_id, 0u);
+  EXPECT_TRUE(lease->data.empty());
   (*self_)->send(volume_, release_atom::value, std::vector<std::uint64_t>{id});
   auto s = stat();
   EXPECT_EQ(s.staged + s.objects, 0u);
-  EXPECT_EQ(s.bytes_held, 1000u);  // still pinned by the lease
+  EXPECT_EQ(s.bytes_held, n);  // still pinned by the lease
   EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
                                      std::vector<std::uint64_t>{id})),
                Errc::not_found, "is gone");
   (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
   EXPECT_EQ(stat().bytes_held, 0u);
+}
+
+TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
+  wire::StageRequest r = stage_req("small", 5);
+  r.has_data = true;
+  r.data = "hello";
+  auto regions = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+                                                   std::vector<wire::StageRequest>{r});
+  ASSERT_OK(regions);
+  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+                                    std::vector<std::uint64_t>{regions->front().region_id});
+  ASSERT_OK(lease);
+  EXPECT_EQ(lease->lease_id, 0u);  // nothing pinned
+  EXPECT_EQ(lease->data, std::vector<std::string>{"hello"});
+  EXPECT_EQ(stat().leases, 0u);
+  r.data = "too long";
+  EXPECT_ERROR((ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+                                                  std::vector<wire::StageRequest>{r})),
+               Errc::protocol_error, "inline data of 8 bytes for 5 announced");
 }
 
 }  // namespace

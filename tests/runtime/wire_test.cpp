@@ -45,12 +45,16 @@ TEST(Wire, KeyRecordRoundTripsThroughProtobuf) {
 }
 
 TEST(Wire, OtherStructsRoundTrip) {
-  wire::ReadLease lease{7, {{1, 100}, {2, 200}}};
+  wire::ReadLease lease;
+  lease.lease_id = 7;
+  lease.regions = {{1, 100}, {2, 200}};
+  lease.data = {"ab", std::string("\0c", 2)};
   wire::ReadLease lease_back;
   ASSERT_OK(wire::decode(wire::encode(lease), lease_back));
   EXPECT_EQ(lease_back.lease_id, 7u);
   ASSERT_EQ(lease_back.regions.size(), 2u);
   EXPECT_EQ(lease_back.regions[1].nbytes, 200u);
+  EXPECT_EQ(lease_back.data, lease.data);
 
   wire::VolumeInfo info{"volume-3", "hostA", 1 << 20, {"rpc"}};
   wire::VolumeInfo info_back;

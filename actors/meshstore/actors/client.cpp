@@ -356,8 +356,21 @@ void handle_put(client_pointer self, PutCall call) {
     if (!conn.ok()) return op->fail(conn.status());
     op->conn = *conn;
     std::vector<wire::StageRequest> reqs;
-    for (const auto& item : op->call.items)
-      reqs.push_back(wire::StageRequest{item.key, item.view.nbytes()});
+    std::uint64_t total = 0;
+    for (const auto& item : op->call.items) total += item.view.nbytes();
+    // Small calls carry their bytes in the stage request: no transfer.
+    const bool inline_data = total <= wire::kInlineBytes;
+    for (const auto& item : op->call.items) {
+      wire::StageRequest r;
+      r.key = item.key;
+      r.nbytes = item.view.nbytes();
+      if (inline_data) {
+        r.has_data = true;
+        r.data.resize(r.nbytes);
+        if (r.nbytes > 0) pack_to(item.view, r.data.data());
+      }
+      reqs.push_back(std::move(r));
+    }
     ask(self, op->conn->handle, stage_atom::value, reqs)
         .then(
             [=](const std::vector<wire::RegionRef>& regions) {
@@ -369,6 +382,7 @@ void handle_put(client_pointer self, PutCall call) {
                                            " objects for " + std::to_string(op->call.items.size()) +
                                            " keys"));
               }
+              if (inline_data) return commit_put(self, op);  // the bytes came with the stage
               std::vector<Future<void>> writes;
               writes.reserve(regions.size());
               for (std::size_t i = 0; i < regions.size(); ++i) {
@@ -474,6 +488,19 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
     ask(self, c->handle, open_read_atom::value, ids)
         .then(
             [=](const wire::ReadLease& lease) {
+              if (!lease.data.empty()) {
+                // A small read: the bytes came inline and nothing is pinned.
+                for (std::size_t i = 0; i < targets.size(); ++i) {
+                  if (i >= lease.data.size() || lease.data[i].size() != targets[i].nbytes) {
+                    return (void)promise->set_error(
+                        Status(Errc::protocol_error, "volume '" + volume_id + "' answered " +
+                                                         std::to_string(lease.data.size()) +
+                                                         " inline objects of the wrong size"));
+                  }
+                  std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
+                }
+                return (void)promise->set_value();
+              }
               std::vector<Future<void>> reads;
               for (std::size_t i = 0; i < targets.size() && i < lease.regions.size(); ++i) {
                 const auto& t = targets[i];

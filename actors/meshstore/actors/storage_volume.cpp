@@ -1,5 +1,6 @@
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -173,6 +174,16 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                                                                   std::to_string(r.nbytes) +
                                                                   " bytes for '" + r.key + "'"));
           }
+          if (r.has_data) {
+            if (r.data.size() != r.nbytes) {
+              for (auto id2 : staged) st.objects.erase(id2);
+              return to_caf_error(
+                  Status(Errc::protocol_error, "stage '" + r.key + "': inline data of " +
+                                                   std::to_string(r.data.size()) + " bytes for " +
+                                                   std::to_string(r.nbytes) + " announced"));
+            }
+            std::memcpy(region->data(), r.data.data(), r.nbytes);
+          }
           st.regions->add(region);
           st.objects.emplace(id, StoredObject{region, r.key, false, owner});
           staged.push_back(id);
@@ -203,6 +214,16 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           }
           pinned.push_back(it->second.region);
           lease.regions.push_back(wire::RegionRef{id, it->second.region->size()});
+        }
+        std::uint64_t total = 0;
+        for (const auto& r : lease.regions) total += r.nbytes;
+        if (total <= wire::kInlineBytes) {
+          // Small: answer with the bytes, pin nothing (copied in this handler,
+          // so no release can tear them).
+          for (const auto& region : pinned) {
+            lease.data.emplace_back(reinterpret_cast<const char*>(region->data()), region->size());
+          }
+          return lease;
         }
         lease.lease_id = st.next_lease_id++;
         st.leases.emplace(lease.lease_id, Lease{std::move(pinned), watch_sender(self)});

@@ -107,6 +107,8 @@ std::string encode(const StageRequest& x) {
   pb::StageRequest p;
   p.set_key(x.key);
   p.set_nbytes(x.nbytes);
+  p.set_has_data(x.has_data);
+  if (x.has_data) p.set_data(x.data);
   return serialize(p);
 }
 
@@ -115,6 +117,12 @@ Status decode(const std::string& bytes, StageRequest& x) {
   MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "StageRequest"));
   x.key = p.key();
   x.nbytes = p.nbytes();
+  x.has_data = p.has_data();
+  x.data = p.data();
+  if (x.has_data && x.data.size() != x.nbytes) {
+    return malformed("StageRequest", "inline data of " + std::to_string(x.data.size()) +
+                                         " bytes for " + std::to_string(x.nbytes) + " announced");
+  }
   return Status();
 }
 
@@ -135,6 +143,7 @@ std::string encode(const ReadLease& x) {
   pb::ReadLease p;
   p.set_lease_id(x.lease_id);
   for (const auto& r : x.regions) to_proto(r, p.add_regions());
+  for (const auto& d : x.data) p.add_data(d);
   return serialize(p);
 }
 
@@ -144,6 +153,7 @@ Status decode(const std::string& bytes, ReadLease& x) {
   x.lease_id = p.lease_id();
   x.regions.clear();
   for (const auto& r : p.regions()) x.regions.push_back(from_proto(r));
+  x.data.assign(p.data().begin(), p.data().end());
   return Status();
 }
 

@@ -42,10 +42,19 @@ struct KeyRecord {
   std::uint64_t nbytes() const noexcept;
 };
 
+/// Calls moving at most this many bytes in total carry them inside the
+/// control messages (stage, open_read) instead of using a transport: one
+/// round trip each way instead of three.
+constexpr std::uint64_t kInlineBytes = std::uint64_t{64} << 10;
+
 /// A request to stage (allocate, not yet visible) an object at a volume.
 struct StageRequest {
   std::string key;
   std::uint64_t nbytes = 0;
+  /// When set, `data` (nbytes long) is the object's content: the volume
+  /// fills the object at once and no transport write follows.
+  bool has_data = false;
+  std::string data;
 };
 
 /// A memory region of a volume; its id is also the stored object's id.
@@ -54,10 +63,12 @@ struct RegionRef {
   std::uint64_t nbytes = 0;
 };
 
-/// Objects pinned for reading until close_read(lease_id).
+/// Objects pinned for reading until close_read(lease_id); or, for a small
+/// read, their bytes inline (`data`, one per region) and lease_id 0.
 struct ReadLease {
   std::uint64_t lease_id = 0;
   std::vector<RegionRef> regions;
+  std::vector<std::string> data;
 };
 
 /// remove_batch's answer.
