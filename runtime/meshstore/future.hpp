@@ -186,7 +186,16 @@ class [[nodiscard]] Future {
   /// Blocks until ready or until `timeout` passes; true when ready.
   template <class Rep, class Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
-    return state_ && state_->wait_until(std::chrono::steady_clock::now() + timeout);
+    if (!state_) return false;
+    // A huge timeout would overflow the deadline: treat it as "forever".
+    const auto now = std::chrono::steady_clock::now();
+    const auto room = std::chrono::steady_clock::time_point::max() - now;
+    // Compared in floating-point seconds: no cast between them can overflow.
+    if (std::chrono::duration<long double>(timeout) >= std::chrono::duration<long double>(room)) {
+      state_->wait();
+      return true;
+    }
+    return state_->wait_until(now + timeout);
   }
 
   /// Blocks until ready and returns the result.

@@ -53,9 +53,10 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
           p.slots.resize(static_cast<std::size_t>(world));
           self->delayed_send(self, timeout, mesh_expire_atom::value, name);
         }
+        // Check every slot first: a rejected join leaves nothing behind.
         for (std::size_t i = 0; i < actors.size(); ++i) {
           const auto r = static_cast<std::size_t>(first) + i;
-          if (r >= p.slots.size()) {
+          if (first < 0 || r >= p.slots.size()) {
             return internal::to_caf_error(
                 Status(Errc::out_of_range, "mesh '" + name + "': rank " + std::to_string(r) +
                                                " outside a world of " + std::to_string(world)));
@@ -65,8 +66,9 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
                 Status(Errc::invalid_argument,
                        "mesh '" + name + "': rank " + std::to_string(r) + " joined twice"));
           }
-          p.slots[r] = actors[i];
         }
+        for (std::size_t i = 0; i < actors.size(); ++i)
+          p.slots[static_cast<std::size_t>(first) + i] = actors[i];
         auto rp = self->make_response_promise<std::vector<caf::actor>>();
         p.waiting.push_back(rp);
         if (std::all_of(p.slots.begin(), p.slots.end(),

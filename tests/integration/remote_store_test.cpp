@@ -132,6 +132,25 @@ TEST(RemoteStore, PerHostPlacesOneVolumePerHost) {
   EXPECT_EQ(*a1.get("on_b").get(kWait)->data_as<float>(), 3.0f);
 }
 
+TEST(RemoteStore, ACachedLocationNeverHidesAnotherRanksChange) {
+  // Rank a reads k (and caches where and what it is); rank b replaces k with
+  // a different shape, then with an object. a's next reads follow.
+  auto server = Store::embedded(server_options()).value();
+  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
+  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  std::vector<float> four(4, 1.0f), eight(8, 2.0f);
+  ASSERT_OK(b.put("k", TensorView::of(four.data(), {4})).get(kWait));
+  ASSERT_OK(a.get("k").get(kWait));
+  ASSERT_OK(b.put("k", TensorView::of(eight.data(), {8})).get(kWait));
+  std::vector<float> dst(8, 0.0f);
+  ASSERT_OK(a.get_into("k", TensorView::of(dst.data(), {8})).get(kWait));
+  EXPECT_EQ(dst, eight);
+  ASSERT_OK(b.put_object("k", "now an object").get(kWait));
+  EXPECT_EQ(*a.get_object("k").get(kWait), "now an object");
+  ASSERT_OK(b.remove("k").get(kWait));
+  EXPECT_ERROR(a.get_object("k").get(kWait), Errc::not_found, "no key 'k'");
+}
+
 TEST(RemoteStore, LateJoinerFindsExistingKeys) {
   auto server = Store::embedded(server_options()).value();
   {

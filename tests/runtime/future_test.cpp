@@ -26,6 +26,17 @@ TEST(Future, GetWithTimeoutReportsTimeoutThenStillCompletes) {
   EXPECT_EQ(*f.get(kWait), 9);
 }
 
+TEST(Future, HugeTimeoutsMeanForever) {
+  Promise<int> p;
+  auto f = p.future();
+  std::thread t([&] { p.set_value(1); });
+  // A deadline of now + max() would overflow; it must wait, not time out.
+  auto r = f.get(std::chrono::hours::max());
+  t.join();
+  EXPECT_EQ(*r, 1);
+  EXPECT_TRUE(make_ready_future(2).wait_for(std::chrono::milliseconds::max()));
+}
+
 TEST(Future, CompletedFromForeignThreadWakesWaiter) {
   Promise<std::string> p;
   auto f = p.future();

@@ -251,7 +251,12 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
 // Calls `k` with the connection to the volume the strategy picks for us.
 void with_home_volume(client_pointer self, ConnCallback k) {
   auto& st = self->state;
-  if (!st.home_volume.empty()) return with_volume(self, st.home_volume, std::move(k));
+  if (!st.home_volume.empty()) {
+    return with_volume(self, st.home_volume, [self, k = std::move(k)](const ConnResult& r) {
+      if (!r.ok()) self->state.home_volume.clear();  // ask the strategy next time
+      k(r);
+    });
+  }
   st.home_waiters.push_back(std::move(k));
   if (st.home_pending) return;
   st.home_pending = true;
@@ -274,8 +279,13 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
   ask(self, st.strategy, select_atom::value, st.cfg.me)
       .then(
           [=](const wire::VolumeInfo& info, const storage_volume_actor&) {
-            self->state.home_volume = info.volume_id;
-            with_volume(self, info.volume_id, finish);
+            // Remembered only once connected: a volume that died in the
+            // meantime must not stay this client's home.
+            with_volume(self, info.volume_id,
+                        [self, finish, id = info.volume_id](const ConnResult& r) {
+                          if (r.ok()) self->state.home_volume = id;
+                          finish(r);
+                        });
           },
           [=](caf::error& e) {
             auto s = from_caf_error(e, "strategy select");
@@ -340,8 +350,11 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             // they stay staged instead, and the volume drops them once this
             // client is gone (VolumeConfig::orphan_grace).
             auto s = from_caf_error(e, "commit at controller");
-            if (s.code() != Errc::timeout && s.code() != Errc::unavailable)
-              release_staged(self, op);
+            // Only the controller's own refusal (a meshstore error other than
+            // our peer-down/timeout verdicts) proves nothing was committed.
+            const bool refused = e.category() == internal::kErrorCategory &&
+                                 s.code() != Errc::timeout && s.code() != Errc::unavailable;
+            if (refused) release_staged(self, op);
             op->fail(s);
           });
 }
@@ -488,6 +501,14 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
     ask(self, c->handle, open_read_atom::value, ids)
         .then(
             [=](const wire::ReadLease& lease) {
+              if (lease.regions.size() != targets.size()) {
+                if (lease.lease_id != 0)
+                  self->send(c->handle, close_read_atom::value, lease.lease_id);
+                return (void)promise->set_error(Status(
+                    Errc::protocol_error,
+                    "volume '" + volume_id + "' answered " + std::to_string(lease.regions.size()) +
+                        " regions for " + std::to_string(targets.size()) + " objects"));
+              }
               if (!lease.data.empty()) {
                 // A small read: the bytes came inline and nothing is pinned.
                 for (std::size_t i = 0; i < targets.size(); ++i) {
@@ -583,6 +604,8 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
                  "gave up after " + std::to_string(op->attempt) +
                      " attempts: every located version was replaced before it could be read"));
     }
+    // Whatever failed, the cached locations of these keys are suspect.
+    for (const auto& k : op->call.keys) st.locations.erase(k);
     return op->fail(r.status());
   }
   for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
@@ -602,7 +625,18 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     // Check everything before any byte moves: a failed check leaves the
     // caller's destinations untouched.
     for (std::size_t i = 0; i < records->size(); ++i) {
-      if (auto s = check_record(*op, i, (*records)[i]); !s.ok()) return op->fail_named(s);
+      if (auto s = check_record(*op, i, (*records)[i]); !s.ok()) {
+        // A cached record may be stale (another process changed the key's
+        // shape, dtype or kind, or removed it): ask the controller once
+        // before reporting.
+        if (op->use_cache) {
+          for (const auto& k : op->call.keys) self->state.locations.erase(k);
+          op->use_cache = false;
+          --op->attempt;
+          return start_get(self, op);
+        }
+        return op->fail_named(s);
+      }
     }
     op->out = GetOutput{};
     op->unpack.clear();
@@ -614,7 +648,13 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       const auto& shard = rec.shards.front();
       std::byte* dst = nullptr;
       if (op->call.mode == GetMode::object) {
-        op->out.object.assign(shard.nbytes, '\0');
+        try {
+          op->out.object.assign(shard.nbytes, '\0');
+        } catch (const std::bad_alloc&) {
+          return op->fail(
+              Status(Errc::out_of_capacity,
+                     "cannot allocate " + std::to_string(shard.nbytes) + " bytes for the object"));
+        }
         dst = reinterpret_cast<std::byte*>(op->out.object.data());
       } else if (op->call.mode == GetMode::tensor) {
         auto t = Tensor::empty(rec.dtype, rec.shape);

@@ -150,7 +150,11 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           -> caf::result<std::vector<wire::RegionRef>> {
         auto& st = self->state;
         std::uint64_t total = 0;
-        for (const auto& r : reqs) total += r.nbytes;
+        for (const auto& r : reqs) {
+          if (__builtin_add_overflow(total, r.nbytes, &total)) {
+            return to_caf_error(Status(Errc::invalid_argument, "stage: sizes overflow 64 bits"));
+          }
+        }
         const auto held = st.bytes_held->load();
         if (st.config.capacity_bytes != 0 && held + total > st.config.capacity_bytes) {
           std::string first = reqs.empty() ? std::string() : reqs.front().key;
