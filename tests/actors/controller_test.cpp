@@ -172,18 +172,24 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
   vc.volume_id = "volume-g";
   vc.orphan_grace = 50ms;
   auto volume = spawn_storage_volume(runtime_->system(), vc).value();
-  std::uint64_t committed_id = 0;
+  const std::uint64_t big = 2 * wire::kInlineBytes;  // read through a real lease
   {
-    // A short-lived client: stages two objects, opens a lease on one, dies.
+    // A short-lived client: stages two objects, has one committed, opens a
+    // lease on it, and dies.
     caf::scoped_actor client{runtime_->system()};
     auto regions = ask<std::vector<wire::RegionRef>>(
         client, volume, stage_atom::value,
-        std::vector<wire::StageRequest>{stage_req("a", 100), stage_req("b", 200)});
+        std::vector<wire::StageRequest>{stage_req("a", big), stage_req("b", 200)});
     ASSERT_OK(regions);
-    committed_id = regions->at(0).region_id;
+    const auto committed_id = regions->at(0).region_id;
     client->send(volume, commit_atom::value, std::vector<std::uint64_t>{committed_id});
-    ASSERT_OK((ask<wire::ReadLease>(client, volume, open_read_atom::value,
-                                    std::vector<std::uint64_t>{committed_id})));
+    auto lease = ask<wire::ReadLease>(client, volume, open_read_atom::value,
+                                      std::vector<std::uint64_t>{committed_id}, std::uint64_t{1});
+    ASSERT_OK(lease);
+    ASSERT_NE(lease->lease_id, 0u);
+    auto alive = ask<wire::VolumeStat>(*self_, volume, stat_atom::value).value();
+    EXPECT_EQ(alive.leases, 1u);
+    EXPECT_EQ(alive.staged, 1u);
   }
   // Bounded wait for the volume to process the client's death and the grace.
   wire::VolumeStat s;
@@ -195,8 +201,18 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
   EXPECT_EQ(s.leases, 0u);
   EXPECT_EQ(s.staged, 0u);   // "b" was never committed: dropped
   EXPECT_EQ(s.objects, 1u);  // "a" was committed: kept
-  EXPECT_EQ(s.bytes_held, 100u);
+  EXPECT_EQ(s.bytes_held, big);
   caf::anon_send_exit(volume, caf::exit_reason::user_shutdown);
+}
+
+TEST_F(ControllerTest, ClosingALeaseThatNeverOpenedIsHarmless) {
+  // What a client does after its open_read timed out: close the id it chose.
+  (*self_)->send(volume_, close_read_atom::value, std::uint64_t{424242});
+  EXPECT_EQ(stat().leases, 0u);
+  const auto id = stage(2 * wire::kInlineBytes);  // large enough to need a lease
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+                                     std::vector<std::uint64_t>{id}, std::uint64_t{0})),
+               Errc::protocol_error, "lease id 0");
 }
 
 TEST(KeyMatchesPrefix, Components) {
@@ -239,8 +255,8 @@ TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
 TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
   const std::uint64_t n = 2 * wire::kInlineBytes;  // large: read through a lease
   const auto id = stage(n);
-  auto lease =
-      ask<wire::ReadLease>(*self_, volume_, open_read_atom::value, std::vector<std::uint64_t>{id});
+  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+                                    std::vector<std::uint64_t>{id}, std::uint64_t{7});
   ASSERT_OK(lease);
   EXPECT_NE(lease->lease_id, 0u);
   EXPECT_TRUE(lease->data.empty());
@@ -249,7 +265,7 @@ TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
   EXPECT_EQ(s.staged + s.objects, 0u);
   EXPECT_EQ(s.bytes_held, n);  // still pinned by the lease
   EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
-                                     std::vector<std::uint64_t>{id})),
+                                     std::vector<std::uint64_t>{id}, std::uint64_t{8})),
                Errc::not_found, "is gone");
   (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
   EXPECT_EQ(stat().bytes_held, 0u);
@@ -263,7 +279,8 @@ TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
                                                    std::vector<wire::StageRequest>{r});
   ASSERT_OK(regions);
   auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
-                                    std::vector<std::uint64_t>{regions->front().region_id});
+                                    std::vector<std::uint64_t>{regions->front().region_id},
+                                    std::uint64_t{9});
   ASSERT_OK(lease);
   EXPECT_EQ(lease->lease_id, 0u);  // nothing pinned
   EXPECT_EQ(lease->data, std::vector<std::string>{"hello"});

@@ -31,6 +31,7 @@ struct ClientState {
   static inline const char* name = "meshstore.client";
 
   ClientConfig cfg;
+  std::uint64_t next_lease_id = 1;  // lease ids are this client's to choose
   controller_actor controller;
   strategy_actor strategy;
   // Volume connections by id, and callers waiting for one being set up.
@@ -498,7 +499,8 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
     auto c = *conn;
     std::vector<std::uint64_t> ids;
     for (const auto& t : targets) ids.push_back(t.object_id);
-    ask(self, c->handle, open_read_atom::value, ids)
+    const std::uint64_t lease_id = self->state.next_lease_id++;
+    ask(self, c->handle, open_read_atom::value, ids, lease_id)
         .then(
             [=](const wire::ReadLease& lease) {
               if (lease.regions.size() != targets.size()) {
@@ -543,6 +545,10 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
             [=](caf::error& e) {
               auto s = from_caf_error(e, "open_read at volume '" + volume_id + "'");
               if (s.code() == Errc::not_found) *stale = true;
+              // The volume may still grant the lease after our timeout: close
+              // it (messages between two actors stay in order).
+              if (s.code() == Errc::timeout)
+                self->send(c->handle, close_read_atom::value, lease_id);
               promise->set_error(std::move(s));
             });
   });

@@ -75,10 +75,10 @@ struct VolumeState {
   std::shared_ptr<RegionPool> pool;
   std::vector<std::unique_ptr<transports::TransportServer>> servers;
   std::unordered_map<std::uint64_t, StoredObject> objects;
-  std::unordered_map<std::uint64_t, Lease> leases;
+  // Leases by (client, the client's lease id).
+  std::map<std::pair<caf::actor_addr, std::uint64_t>, Lease> leases;
   std::set<caf::actor_addr> watched;  // clients monitored for their leases and staging
   std::uint64_t next_object_id = 1;
-  std::uint64_t next_lease_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
   ~VolumeState() {
@@ -205,7 +205,8 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         for (auto id : ids) self->state.objects.erase(id);
         self->state.regions->prune();
       },
-      [=](open_read_atom, const std::vector<std::uint64_t>& ids) -> caf::result<wire::ReadLease> {
+      [=](open_read_atom, const std::vector<std::uint64_t>& ids,
+          std::uint64_t lease_id) -> caf::result<wire::ReadLease> {
         auto& st = self->state;
         wire::ReadLease lease;
         std::vector<std::shared_ptr<transports::Region>> pinned;
@@ -229,8 +230,14 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           }
           return lease;
         }
-        lease.lease_id = st.next_lease_id++;
-        st.leases.emplace(lease.lease_id, Lease{std::move(pinned), watch_sender(self)});
+        const auto owner = watch_sender(self);
+        if (lease_id == 0 || st.leases.count({owner, lease_id}) != 0) {
+          return to_caf_error(Status(
+              Errc::protocol_error,
+              "open_read: lease id " + std::to_string(lease_id) + " is zero or already open"));
+        }
+        lease.lease_id = lease_id;
+        st.leases.emplace(std::make_pair(owner, lease_id), Lease{std::move(pinned), owner});
         return lease;
       },
       [=](reclaim_atom, const caf::actor_addr& owner) {
@@ -250,7 +257,9 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                        st.config.volume_id, dropped);
       },
       [=](close_read_atom, std::uint64_t lease_id) {
-        self->state.leases.erase(lease_id);
+        // Closing a lease that was never opened (its open_read failed) is fine.
+        const auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+        self->state.leases.erase({owner ? owner.address() : caf::actor_addr(), lease_id});
         self->state.regions->prune();
       },
       [=](stat_atom) -> wire::VolumeStat {

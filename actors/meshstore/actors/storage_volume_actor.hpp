@@ -30,7 +30,10 @@ using storage_volume_actor = caf::typed_actor<
     // failed put's staging); their memory goes once no lease pins it.
     caf::reacts_to<release_atom, std::vector<std::uint64_t>>,
     // Pins objects for reading; Errc::not_found if any is gone.
-    caf::replies_to<open_read_atom, std::vector<std::uint64_t>>::with<wire::ReadLease>,
+    // The lease id is the client's choice (unique per client), so a client
+    // whose open_read timed out can still close the lease it may have got.
+    caf::replies_to<open_read_atom, std::vector<std::uint64_t>,
+                    std::uint64_t /*lease id*/>::with<wire::ReadLease>,
     // Unpins a lease.
     caf::reacts_to<close_read_atom, std::uint64_t>,
     // (to itself) Drops what a dead client staged and nobody committed.
