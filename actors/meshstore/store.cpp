@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <set>
 #include <shared_mutex>
-#include <thread>
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
@@ -17,6 +16,7 @@
 #include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -393,32 +393,11 @@ Result<Store> Store::connect(const std::string& address, StoreOptions options) {
   auto& sys = impl->runtime->system();
   auto log = log::get("store");
 
-  // The server may still be starting (rank 0 of the same launch): retry
-  // with backoff until the deadline, then say what went wrong last.
-  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
-  auto backoff = std::chrono::milliseconds(50);
-  int attempts = 0;
-  std::string last_error;
-  actors::directory_actor directory;
-  for (;;) {
-    ++attempts;
-    auto d = sys.middleman().remote_actor<actors::directory_actor>(target->host, target->port);
-    if (d) {
-      directory = std::move(*d);
-      break;
-    }
-    last_error = sys.render(d.error());
-    if (std::chrono::steady_clock::now() + backoff > deadline) {
-      return Status(Errc::unavailable, "connect: no meshstore answered at " + address + " after " +
-                                           std::to_string(attempts) + " attempts over " +
-                                           std::to_string(options.connect_timeout.count()) +
-                                           " ms (last error: " + last_error + ")");
-    }
-    log->debug("connect {}: attempt {} failed ({}), retrying in {} ms", address, attempts,
-               last_error, backoff.count());
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-  }
+  // The server may still be starting (rank 0 of the same launch).
+  auto reached = internal::connect_with_retry<actors::directory_actor>(
+      sys, target->host, target->port, options.connect_timeout, "meshstore");
+  if (!reached.ok()) return reached.status().with_context("connect");
+  actors::directory_actor directory = std::move(reached).value();
   Status hello;
   {
     caf::scoped_actor self{sys};
@@ -446,20 +425,9 @@ Result<Store> Store::from_env(StoreOptions options) {
   if (!env.ok()) return env.status().with_context("Store::from_env");
   options.rank = env->rank;
   options.local_rank = env->local_rank;
-  int port = env->master_port + 1;
-  if (const char* p = std::getenv("MESHSTORE_PORT"); p && *p) {
-    char* end = nullptr;
-    const long v = std::strtol(p, &end, 10);
-    if (end == p || *end != '\0' || v < 1 || v > 65535) {
-      return Status(Errc::invalid_argument, "Store::from_env: MESHSTORE_PORT='" + std::string(p) +
-                                                "' is not a port in [1, 65535]");
-    }
-    port = static_cast<int>(v);
-  } else if (port > 65535) {
-    return Status(Errc::invalid_argument,
-                  "Store::from_env: MASTER_PORT + 1 is not a port; set MESHSTORE_PORT");
-  }
-  const std::string address = env->master_addr + ":" + std::to_string(port);
+  auto port = env->service_port("MESHSTORE_PORT", 1);
+  if (!port.ok()) return port.status().with_context("Store::from_env");
+  const std::string address = env->master_addr + ":" + std::to_string(*port);
   if (env->rank == 0) {
     options.listen = address;
     return embedded(std::move(options));

@@ -110,6 +110,26 @@ Result<LaunchEnv> LaunchEnv::from_env() {
   return from_lookup([](const char* name) -> const char* { return std::getenv(name); });
 }
 
+Result<std::uint16_t> LaunchEnv::service_port(const char* var, int offset,
+                                              const Lookup& get) const {
+  if (const char* v = get(var); v != nullptr && *v != '\0') {
+    auto port = parse_int(var, v, 1, 65535);
+    if (!port.ok()) return port.status();
+    return static_cast<std::uint16_t>(*port);
+  }
+  const long port = static_cast<long>(master_port) + offset;
+  if (port < 1 || port > 65535) {
+    return bad("MASTER_PORT + " + std::to_string(offset) + " = " + std::to_string(port) +
+               " is not a port; set " + var);
+  }
+  return static_cast<std::uint16_t>(port);
+}
+
+Result<std::uint16_t> LaunchEnv::service_port(const char* var, int offset) const {
+  return service_port(var, offset,
+                      [](const char* name) -> const char* { return std::getenv(name); });
+}
+
 Status LaunchEnv::validate() const {
   if (world_size < 1) return bad("world size " + std::to_string(world_size) + " is below 1");
   if (rank < 0 || rank >= world_size) {

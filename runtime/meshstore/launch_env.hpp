@@ -35,6 +35,14 @@ struct LaunchEnv {
 
   /// Checks the ranks are consistent (0 <= rank < world_size, ...).
   Status validate() const;
+
+  /// The port of a service rank 0 runs next to MASTER_PORT: the variable
+  /// `var` when set (strictly parsed, in [1, 65535]), else MASTER_PORT +
+  /// `offset`. Fails with Errc::invalid_argument naming the variable.
+  Result<std::uint16_t> service_port(const char* var, int offset) const;
+  /// The same, reading `var` through `lookup` (nullptr = unset).
+  Result<std::uint16_t> service_port(const char* var, int offset,
+                                     const std::function<const char*(const char*)>& lookup) const;
 };
 
 }  // namespace meshstore

@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <caf/io/all.hpp>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore {
@@ -169,17 +168,9 @@ Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
 Result<Mesh> Mesh::from_env(MeshOptions options) {
   auto env = LaunchEnv::from_env();
   if (!env.ok()) return env.status().with_context("Mesh::from_env");
-  long port = env->master_port + 2;
-  if (const char* p = std::getenv("MESHSTORE_MESH_PORT"); p && *p) {
-    char* end = nullptr;
-    port = std::strtol(p, &end, 10);
-    if (end == p || *end != '\0') port = -1;
-  }
-  if (port < 1 || port > 65535) {
-    return Status(Errc::invalid_argument,
-                  "Mesh::from_env: the mesh port (MESHSTORE_MESH_PORT, default MASTER_PORT + 2) is "
-                  "not in [1, 65535]");
-  }
+  auto service = env->service_port("MESHSTORE_MESH_PORT", 2);
+  if (!service.ok()) return service.status().with_context("Mesh::from_env");
+  const std::uint16_t port = *service;
   auto started = Impl::start(options, true);
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
@@ -190,31 +181,16 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
   if (env->rank == 0) {
     impl->registry = sys.spawn(registry_impl, env->world_size, options.request_timeout);
     impl->owned.push_back(caf::actor_cast<caf::actor>(impl->registry));
-    auto bound = sys.middleman().publish(impl->registry, static_cast<std::uint16_t>(port),
-                                         env->master_addr.c_str(), true);
+    auto bound = sys.middleman().publish(impl->registry, port, env->master_addr.c_str(), true);
     if (!bound) {
       return Status(Errc::unavailable, "Mesh::from_env: cannot listen on " + address + ": " +
                                            sys.render(bound.error()));
     }
   } else {
-    const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
-    auto backoff = std::chrono::milliseconds(50);
-    for (int attempt = 1;; ++attempt) {
-      auto r = sys.middleman().remote_actor<registry_actor>(env->master_addr,
-                                                            static_cast<std::uint16_t>(port));
-      if (r) {
-        impl->registry = std::move(*r);
-        break;
-      }
-      if (std::chrono::steady_clock::now() + backoff > deadline) {
-        return Status(Errc::unavailable, "Mesh::from_env: no mesh registry answered at " + address +
-                                             " after " + std::to_string(attempt) +
-                                             " attempts (last error: " + sys.render(r.error()) +
-                                             ")");
-      }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-    }
+    auto reached = internal::connect_with_retry<registry_actor>(
+        sys, env->master_addr, port, options.connect_timeout, "mesh registry");
+    if (!reached.ok()) return reached.status().with_context("Mesh::from_env");
+    impl->registry = std::move(reached).value();
   }
   return Mesh(std::move(impl));
 }

@@ -92,6 +92,21 @@ TEST(LaunchEnv, FallsBackToSlurm) {
   EXPECT_EQ(env->local_world_size, 4);
 }
 
+TEST(LaunchEnv, ServicePortsSitNextToMasterPortUnlessSet) {
+  auto env = parse(kTorchrun).value();  // MASTER_PORT 29500
+  auto none = [](const char*) -> const char* { return nullptr; };
+  EXPECT_EQ(*env.service_port("MESHSTORE_PORT", 1, none), 29501);
+  auto set = [](const char* v) { return [v](const char*) -> const char* { return v; }; };
+  EXPECT_EQ(*env.service_port("MESHSTORE_PORT", 1, set("4000")), 4000);
+  EXPECT_ERROR(env.service_port("MESHSTORE_PORT", 1, set("40x")), Errc::invalid_argument,
+               "MESHSTORE_PORT='40x' is not an integer");
+  EXPECT_ERROR(env.service_port("MESHSTORE_MESH_PORT", 2, set("0")), Errc::invalid_argument,
+               "MESHSTORE_MESH_PORT=0 is outside [1, 65535]");
+  env.master_port = 65535;
+  EXPECT_ERROR(env.service_port("MESHSTORE_PORT", 1, none), Errc::invalid_argument,
+               "MASTER_PORT + 1 = 65536 is not a port; set MESHSTORE_PORT");
+}
+
 TEST(LaunchEnv, TorchrunWinsOverOthers) {
   auto vars = kTorchrun;
   vars["SLURM_PROCID"] = "0";
