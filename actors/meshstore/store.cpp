@@ -1,5 +1,7 @@
 #include "meshstore/store.hpp"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <caf/io/all.hpp>
@@ -175,6 +177,9 @@ Status StoreOptions::validate() const {
 struct Store::Impl {
   StoreOptions options;
   std::string host;
+  // The interface this process's network data plane (tcp) listens on: the
+  // one its control plane uses.
+  std::string data_host = "127.0.0.1";
   std::string strategy_name;
   std::uint16_t port = 0;  // where this store listens; 0 = not listening
   std::string address;
@@ -262,6 +267,31 @@ transports::TransportConfig transport_config(const StoreOptions& o) {
   return tc;
 }
 
+// The address of this host's interface that reaches `host` (the one the
+// control plane uses), found by routing a connected UDP socket there (no
+// packet is sent). Loopback when it cannot be found.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      out = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
 // Asks `target` (local or remote) and waits for an ok_atom.
 template <class Handle, class... Ts>
 Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
@@ -287,6 +317,15 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& opti
   if (!runtime.ok()) return runtime.status();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (impl->options.transport.empty()) {
+    const std::string forced = transports::transport_from_env();
+    if (!forced.empty()) {
+      if (auto f = transports::builtin_registry().find(forced); !f.ok()) {
+        return Status(Errc::invalid_argument, "MESHSTORE_TRANSPORT: " + f.status().message());
+      }
+      impl->options.transport = forced;
+    }
+  }
   impl->host = resolve_host(options);
   impl->runtime = std::move(runtime).value();
   return impl;
@@ -301,6 +340,7 @@ Status Store::Impl::host_volumes(bool is_server) {
     vc.host = host;
     vc.capacity_bytes = options.volume_capacity_bytes;
     vc.transport_config = transport_config(options);
+    vc.bind_host = data_host;
     auto volume = actors::spawn_storage_volume(sys, vc);
     if (!volume.ok()) return volume.status();
     owned.push_back(caf::actor_cast<caf::actor>(*volume));
@@ -336,6 +376,7 @@ Result<Store> Store::embedded(StoreOptions options) {
   auto started = Impl::start(options, !options.listen.empty());
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
+  if (!listen.host.empty()) impl->data_host = listen.host;
   auto& sys = impl->runtime->system();
   actors::StrategyPolicy policy;
   if (options.custom_strategy.select) {
@@ -390,6 +431,7 @@ Result<Store> Store::connect(const std::string& address, StoreOptions options) {
   auto started = Impl::start(options, true);
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
+  impl->data_host = local_address_towards(target->host);
   auto& sys = impl->runtime->system();
   auto log = log::get("store");
 

@@ -20,6 +20,7 @@ using remove_batch_atom = caf::atom_constant<caf::atom("remove_b")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using discard_atom = caf::atom_constant<caf::atom("discard")>;
 using open_read_atom = caf::atom_constant<caf::atom("open_read")>;
 using close_read_atom = caf::atom_constant<caf::atom("close_read")>;
 using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;

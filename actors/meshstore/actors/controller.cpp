@@ -64,17 +64,28 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
   return Status();
 }
 
-// Tells each volume which of its objects a commit adopted or dropped.
+// What a volume is told about some of its objects.
+enum class Verdict { commit, release, discard };
+
+// Tells each volume which of its objects a commit adopted or dropped
+// (release: superseded, the memory may serve the next version) or a remove
+// dropped (discard: the memory goes back at once).
 void send_to_volumes(controller_pointer self,
                      const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
-                     bool commit) {
+                     Verdict verdict) {
   for (const auto& [vid, ids] : by_volume) {
     auto it = self->state.volumes.find(vid);
     if (it == self->state.volumes.end() || ids.empty()) continue;
-    if (commit) {
-      self->send(it->second, commit_atom::value, ids);
-    } else {
-      self->send(it->second, release_atom::value, ids);
+    switch (verdict) {
+      case Verdict::commit:
+        self->send(it->second, commit_atom::value, ids);
+        break;
+      case Verdict::release:
+        self->send(it->second, release_atom::value, ids);
+        break;
+      case Verdict::discard:
+        self->send(it->second, discard_atom::value, ids);
+        break;
     }
   }
 }
@@ -107,8 +118,8 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     versions.push_back(slot.version);
     collect(slot, adopted);
   }
-  send_to_volumes(self, adopted, true);
-  send_to_volumes(self, released, false);
+  send_to_volumes(self, adopted, Verdict::commit);
+  send_to_volumes(self, released, Verdict::release);
   return versions;
 }
 
@@ -138,7 +149,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     k = st.index.erase(k);
     ++lost;
   }
-  send_to_volumes(self, released, false);
+  send_to_volumes(self, released, Verdict::discard);
   st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
                caf::to_string(msg.reason), lost);
 }
@@ -231,7 +242,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
         st.index.erase(it);
-        send_to_volumes(self, released, false);
+        send_to_volumes(self, released, Verdict::discard);
         return caf::ok_atom::value;
       },
       [=](remove_batch_atom, const std::vector<std::string>& keys) {
@@ -248,7 +259,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           st.index.erase(it);
           ++reply.removed;
         }
-        send_to_volumes(self, released, false);
+        send_to_volumes(self, released, Verdict::discard);
         return reply;
       },
   };

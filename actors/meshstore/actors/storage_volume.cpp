@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -31,21 +32,22 @@ struct Lease {
 
 // Memory of released regions, kept for the next region of the same size: a
 // key's next version then lands in memory that is already faulted in
-// (first touch runs at 1-2 GB/s on the reference VM, reuse at memcpy speed).
+// (first touch runs at 1-2 GB/s on the reference VM, reuse at memcpy speed)
+// and, for shared memory, already mapped by the clients that wrote it.
 // Bounded; shared with region deleters, which run on any thread.
 class RegionPool {
  public:
   explicit RegionPool(std::uint64_t max_bytes) : max_bytes_(max_bytes) {}
-  std::shared_ptr<std::byte> take(std::uint64_t nbytes) {
+  std::optional<transports::RegionMemory> take(std::uint64_t nbytes) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(nbytes);
-    if (it == free_.end()) return nullptr;
+    if (it == free_.end()) return std::nullopt;
     auto memory = std::move(it->second);
     free_.erase(it);
     free_bytes_ -= nbytes;
     return memory;
   }
-  void give(std::uint64_t nbytes, std::shared_ptr<std::byte> memory) {
+  void give(std::uint64_t nbytes, transports::RegionMemory memory) {
     std::lock_guard<std::mutex> lock(mu_);
     if (nbytes == 0 || free_bytes_ + nbytes > max_bytes_) return;  // dropped: freed now
     free_bytes_ += nbytes;
@@ -58,7 +60,7 @@ class RegionPool {
 
  private:
   mutable std::mutex mu_;  // guards free_ and free_bytes_
-  std::multimap<std::uint64_t, std::shared_ptr<std::byte>> free_;
+  std::multimap<std::uint64_t, transports::RegionMemory> free_;
   std::uint64_t free_bytes_ = 0;
   const std::uint64_t max_bytes_;
 };
@@ -85,24 +87,59 @@ struct VolumeState {
     for (auto& s : servers) s->shutdown();
   }
 
-  std::shared_ptr<transports::Region> allocate(std::uint64_t id, std::uint64_t nbytes) {
-    auto memory = pool->take(nbytes);
-    if (!memory) memory = internal::allocate_aligned(nbytes);
-    if (!memory) return nullptr;
+  // Where region memory comes from: the first transport server that needs
+  // it in a particular place (shm), else process memory.
+  std::shared_ptr<transports::RegionAllocator> allocator;
+
+  // Memory for a new region: reused from the pool, else freshly allocated.
+  Result<transports::RegionMemory> fresh_memory(std::uint64_t nbytes) {
+    if (auto m = pool->take(nbytes)) return std::move(*m);
+    if (allocator) return allocator->allocate(nbytes);
+    auto memory = internal::allocate_aligned(nbytes);
+    if (!memory) {
+      return Status(Errc::out_of_capacity, "cannot allocate " + std::to_string(nbytes) + " bytes");
+    }
+    return transports::RegionMemory{std::move(memory), "", 0};
+  }
+
+  Result<std::shared_ptr<transports::Region>> allocate(std::uint64_t id, std::uint64_t nbytes) {
+    auto fresh = fresh_memory(nbytes);
+    if (!fresh.ok()) return fresh.status();
+    transports::RegionMemory memory = std::move(fresh).value();
+    std::byte* data = memory.memory.get();
+    std::string segment = memory.segment;
+    const std::uint64_t segment_offset = memory.segment_offset;
     bytes_held->fetch_add(nbytes);
     std::weak_ptr<std::atomic<std::uint64_t>> counter = bytes_held;
     std::weak_ptr<RegionPool> weak_pool = pool;
+    auto reusable = std::make_shared<std::atomic<bool>>(true);
     // When the last owner (object table or lease) lets go: account the bytes
-    // back and offer the memory to the pool.
-    std::shared_ptr<std::byte> accounted(memory.get(),
-                                         [memory, counter, weak_pool, nbytes](std::byte*) mutable {
-                                           if (auto c = counter.lock()) c->fetch_sub(nbytes);
-                                           if (auto p = weak_pool.lock())
-                                             p->give(nbytes, std::move(memory));
-                                           memory.reset();
-                                         });
-    return std::make_shared<transports::Region>(id, std::move(accounted), nbytes);
+    // back and offer the memory to the pool, unless it was discarded.
+    std::shared_ptr<std::byte> accounted(data, [memory = std::move(memory), counter, weak_pool,
+                                                nbytes, reusable](std::byte*) mutable {
+      if (auto c = counter.lock()) c->fetch_sub(nbytes);
+      if (reusable->load()) {
+        if (auto p = weak_pool.lock()) p->give(nbytes, std::move(memory));
+      }
+      memory.memory.reset();
+    });
+    discard_flags[id] = reusable;
+    return std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
+                                                std::move(segment), segment_offset);
   }
+
+  // Drops object `id`; its memory is freed rather than pooled when `reuse`
+  // is false. Readers holding a lease keep it until they close.
+  void drop(std::uint64_t id, bool reuse) {
+    if (auto f = discard_flags.find(id); f != discard_flags.end()) {
+      if (!reuse) f->second->store(false);
+      discard_flags.erase(f);
+    }
+    objects.erase(id);
+  }
+
+  // Per object: whether its memory may go to the pool when freed.
+  std::unordered_map<std::uint64_t, std::shared_ptr<std::atomic<bool>>> discard_flags;
 };
 
 using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
@@ -144,6 +181,12 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
+  for (const auto& server : st.servers) {
+    if (auto a = server->allocator()) {
+      st.allocator = std::move(a);
+      break;
+    }
+  }
   self->set_down_handler([=](caf::down_msg& msg) { client_down(self, msg); });
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
@@ -170,17 +213,17 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         std::vector<std::uint64_t> staged;
         for (const auto& r : reqs) {
           const auto id = st.next_object_id++;
-          auto region = st.allocate(id, r.nbytes);
-          if (!region) {
-            for (auto s : staged) st.objects.erase(s);  // all or nothing
-            return to_caf_error(Status(Errc::out_of_capacity, "volume '" + st.config.volume_id +
-                                                                  "': cannot allocate " +
-                                                                  std::to_string(r.nbytes) +
-                                                                  " bytes for '" + r.key + "'"));
+          auto allocated = st.allocate(id, r.nbytes);
+          if (!allocated.ok()) {
+            for (auto s : staged) st.drop(s, true);  // all or nothing
+            return to_caf_error(allocated.status().with_context(
+                "volume '" + st.config.volume_id + "': cannot allocate " +
+                std::to_string(r.nbytes) + " bytes for '" + r.key + "'"));
           }
+          auto region = std::move(allocated).value();
           if (r.has_data) {
             if (r.data.size() != r.nbytes) {
-              for (auto id2 : staged) st.objects.erase(id2);
+              for (auto id2 : staged) st.drop(id2, true);
               return to_caf_error(
                   Status(Errc::protocol_error, "stage '" + r.key + "': inline data of " +
                                                    std::to_string(r.data.size()) + " bytes for " +
@@ -191,7 +234,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           st.regions->add(region);
           st.objects.emplace(id, StoredObject{region, r.key, false, owner});
           staged.push_back(id);
-          out.push_back(wire::RegionRef{id, r.nbytes});
+          out.push_back(wire::RegionRef{id, r.nbytes, region->segment(), region->segment_offset()});
         }
         return out;
       },
@@ -202,7 +245,11 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         }
       },
       [=](release_atom, const std::vector<std::uint64_t>& ids) {
-        for (auto id : ids) self->state.objects.erase(id);
+        for (auto id : ids) self->state.drop(id, true);
+        self->state.regions->prune();
+      },
+      [=](discard_atom, const std::vector<std::uint64_t>& ids) {
+        for (auto id : ids) self->state.drop(id, false);
         self->state.regions->prune();
       },
       [=](open_read_atom, const std::vector<std::uint64_t>& ids,
@@ -218,7 +265,9 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                                                             " is gone (replaced or removed)"));
           }
           pinned.push_back(it->second.region);
-          lease.regions.push_back(wire::RegionRef{id, it->second.region->size()});
+          const auto& region = it->second.region;
+          lease.regions.push_back(
+              wire::RegionRef{id, region->size(), region->segment(), region->segment_offset()});
         }
         std::uint64_t total = 0;
         for (const auto& r : lease.regions) total += r.nbytes;
@@ -245,6 +294,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         std::size_t dropped = 0;
         for (auto it = st.objects.begin(); it != st.objects.end();) {
           if (!it->second.committed && it->second.owner == owner) {
+            st.discard_flags.erase(it->first);
             it = st.objects.erase(it);
             ++dropped;
           } else {
@@ -297,8 +347,8 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
   for (const auto& name : names) {
     auto f = registry.find(name);
     if (!f.ok()) return abandon(f.status());
-    auto server = f->make_server(
-        transports::ServerContext{&sys, setup->regions, config.transport_config, config.volume_id});
+    auto server = f->make_server(transports::ServerContext{
+        &sys, setup->regions, config.transport_config, config.volume_id, config.bind_host});
     if (!server.ok())
       return abandon(server.status().with_context("transport '" + name + "' failed to start"));
     setup->servers.push_back(std::move(server).value());

@@ -29,6 +29,9 @@ using storage_volume_actor = caf::typed_actor<
     // These objects are no longer referenced (superseded, removed, or a
     // failed put's staging); their memory goes once no lease pins it.
     caf::reacts_to<release_atom, std::vector<std::uint64_t>>,
+    // These objects were removed: like release, but their memory is freed
+    // (shared-memory segments unlinked) instead of kept for reuse.
+    caf::reacts_to<discard_atom, std::vector<std::uint64_t>>,
     // Pins objects for reading; Errc::not_found if any is gone.
     // The lease id is the client's choice (unique per client), so a client
     // whose open_read timed out can still close the lease it may have got.
@@ -57,6 +60,8 @@ struct VolumeConfig {
   /// Transports to offer (registered names); empty = every built one.
   std::vector<std::string> transports;
   transports::TransportConfig transport_config;
+  /// The interface network transports (tcp) listen on.
+  std::string bind_host = "127.0.0.1";
 };
 
 /// Spawns a storage volume. Fails, with nothing left running, if a requested

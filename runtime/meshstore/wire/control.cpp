@@ -79,9 +79,13 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
 void to_proto(const RegionRef& x, pb::RegionRef* p) {
   p->set_region_id(x.region_id);
   p->set_nbytes(x.nbytes);
+  p->set_segment(x.segment);
+  p->set_segment_offset(x.segment_offset);
 }
 
-RegionRef from_proto(const pb::RegionRef& p) { return RegionRef{p.region_id(), p.nbytes()}; }
+RegionRef from_proto(const pb::RegionRef& p) {
+  return RegionRef{p.region_id(), p.nbytes(), p.segment(), p.segment_offset()};
+}
 
 }  // namespace
 

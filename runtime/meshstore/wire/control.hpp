@@ -61,6 +61,11 @@ struct StageRequest {
 struct RegionRef {
   std::uint64_t region_id = 0;
   std::uint64_t nbytes = 0;
+  /// The shared-memory segment holding the region ("" = process memory):
+  /// same-host clients map it (the shm transport).
+  std::string segment;
+  /// Where the region starts inside `segment`.
+  std::uint64_t segment_offset = 0;
 };
 
 /// Objects pinned for reading until close_read(lease_id); or, for a small

@@ -2,6 +2,8 @@
 // one factory; optional ones (rdma, cuda) join here through CMake when built.
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/rpc/rpc_transport.hpp"
+#include "meshstore/transports/shm/shm_transport.hpp"
+#include "meshstore/transports/tcp/tcp_transport.hpp"
 
 namespace meshstore::transports {
 
@@ -9,6 +11,8 @@ TransportRegistry& builtin_registry() {
   static TransportRegistry* registry = [] {
     auto* r = new TransportRegistry();  // never destroyed: used until exit
     (void)r->add(rpc::rpc_factory());
+    (void)r->add(shm::shm_factory());
+    (void)r->add(tcp::tcp_factory());
     return r;
   }();
   return *registry;

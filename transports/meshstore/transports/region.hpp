@@ -4,9 +4,34 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
+#include "meshstore/result.hpp"
+
 namespace meshstore::transports {
+
+/// Memory backing a region: process memory, or a slice of a shared-memory
+/// segment that same-host clients can map by name.
+struct RegionMemory {
+  /// The bytes; the deleter returns them to whoever allocated them.
+  std::shared_ptr<std::byte> memory;
+  /// The shared-memory segment holding them ("" = process memory).
+  std::string segment;
+  /// Where `memory` starts inside `segment`.
+  std::uint64_t segment_offset = 0;
+};
+
+/// Where a volume's region memory comes from when a transport needs it in a
+/// particular place (the shm transport: POSIX shared memory). Thread-safe:
+/// memory may be released on any thread.
+class RegionAllocator {
+ public:
+  virtual ~RegionAllocator() = default;
+  /// `nbytes` of memory, prefaulted; Errc::out_of_capacity when it cannot
+  /// be had (the message says why: no space in /dev/shm, too many maps).
+  virtual Result<RegionMemory> allocate(std::size_t nbytes) = 0;
+};
 
 /// A block of memory a storage volume exposes to transports: a stored (or
 /// staged) object's bytes. Owned through shared_ptr: the volume's object
@@ -20,15 +45,28 @@ class Region {
   /// owner lets go.
   Region(std::uint64_t id, std::shared_ptr<std::byte> memory, std::size_t nbytes) noexcept
       : id_(id), memory_(std::move(memory)), nbytes_(nbytes) {}
+  /// A region inside shared-memory segment `segment` at `segment_offset`.
+  Region(std::uint64_t id, std::shared_ptr<std::byte> memory, std::size_t nbytes,
+         std::string segment, std::uint64_t segment_offset) noexcept
+      : id_(id),
+        memory_(std::move(memory)),
+        nbytes_(nbytes),
+        segment_(std::move(segment)),
+        segment_offset_(segment_offset) {}
 
   std::uint64_t id() const noexcept { return id_; }
   std::byte* data() const noexcept { return memory_.get(); }
   std::size_t size() const noexcept { return nbytes_; }
+  /// The shared-memory segment holding the bytes, "" for process memory.
+  const std::string& segment() const noexcept { return segment_; }
+  std::uint64_t segment_offset() const noexcept { return segment_offset_; }
 
  private:
   std::uint64_t id_;
   std::shared_ptr<std::byte> memory_;
   std::size_t nbytes_;
+  std::string segment_;
+  std::uint64_t segment_offset_ = 0;
 };
 
 /// The regions of one volume, by id, as its transport endpoints see them.

@@ -1,6 +1,7 @@
 #include "meshstore/transports/registry.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace meshstore::transports {
 
@@ -19,7 +20,29 @@ Status TransportConfig::validate() const {
     return Status(Errc::invalid_argument, "request_timeout must be positive, got " +
                                               std::to_string(request_timeout.count()) + " ms");
   }
+  if (tcp_streams < 1 || tcp_streams > 16) {
+    return Status(Errc::invalid_argument,
+                  "tcp_streams must be in [1, 16], got " + std::to_string(tcp_streams));
+  }
+  if (tcp_chunk_bytes < (std::size_t{64} << 10) || tcp_chunk_bytes > kMaxChunk) {
+    return Status(Errc::invalid_argument, "tcp_chunk_bytes must be in [64 KiB, 1 GiB], got " +
+                                              std::to_string(tcp_chunk_bytes));
+  }
+  if (shm_max_mappings < 1 || shm_max_mappings > 60000) {
+    return Status(Errc::invalid_argument, "shm_max_mappings must be in [1, 60000], got " +
+                                              std::to_string(shm_max_mappings));
+  }
+  if (shm_parallel_copy_bytes < kMinChunk || shm_parallel_copy_bytes > kMaxChunk) {
+    return Status(Errc::invalid_argument,
+                  "shm_parallel_copy_bytes must be in [4 KiB, 1 GiB], got " +
+                      std::to_string(shm_parallel_copy_bytes));
+  }
   return Status();
+}
+
+std::string transport_from_env() {
+  const char* t = std::getenv("MESHSTORE_TRANSPORT");
+  return t ? std::string(t) : std::string();
 }
 
 Status TransportRegistry::add(TransportFactory factory) {
@@ -63,24 +86,40 @@ Result<EndpointInfo> select_transport(const TransportRegistry& registry,
                                       const std::string& forced, const std::string& volume_id) {
   std::string offered_names;
   for (const auto& e : offered) offered_names += (offered_names.empty() ? "" : ", ") + e.transport;
+  auto usable = [&](const EndpointInfo& e) -> Status {
+    auto f = registry.find(e.transport);
+    if (!f.ok()) return f.status();
+    if (f->can_serve) return f->can_serve(e);
+    return Status();
+  };
   if (!forced.empty()) {
     if (auto f = registry.find(forced); !f.ok()) {
       return Status(Errc::unsupported,
                     "transport '" + forced + "' was forced but " + f.status().message());
     }
     for (const auto& e : offered) {
-      if (e.transport == forced) return e;
+      if (e.transport != forced) continue;
+      if (auto s = usable(e); !s.ok()) {
+        return Status(Errc::unsupported, "transport '" + forced +
+                                             "' was forced but cannot reach volume '" + volume_id +
+                                             "': " + s.message());
+      }
+      return e;
     }
     return Status(Errc::unsupported, "transport '" + forced + "' was forced but volume '" +
                                          volume_id + "' offers only [" + offered_names + "]");
   }
+  std::string refused;
   for (const auto& name : registry.names()) {
     for (const auto& e : offered) {
-      if (e.transport == name) return e;
+      if (e.transport != name) continue;
+      auto s = usable(e);
+      if (s.ok()) return e;
+      refused += "; " + name + ": " + s.message();
     }
   }
   return Status(Errc::unsupported, "no transport of this build can reach volume '" + volume_id +
-                                       "' (it offers [" + offered_names + "])");
+                                       "' (it offers [" + offered_names + "]" + refused + ")");
 }
 
 }  // namespace meshstore::transports

@@ -21,6 +21,9 @@ struct TransportFactory {
   std::function<Result<std::unique_ptr<TransportServer>>(const ServerContext&)> make_server;
   std::function<Result<std::unique_ptr<Transport>>(const ClientContext&, const EndpointInfo&)>
       make_client;
+  /// Whether a client in this process can use `endpoint` (shm: same host
+  /// and user). Empty = always. The error says why not.
+  std::function<Status(const EndpointInfo& endpoint)> can_serve;
 };
 
 /// The transports a process knows. Transports register themselves here (see
@@ -43,10 +46,14 @@ class TransportRegistry {
 /// The registry holding every transport built into this binary.
 TransportRegistry& builtin_registry();
 
+/// The transport name forced by the environment (MESHSTORE_TRANSPORT), or "".
+std::string transport_from_env();
+
 /// Picks the transport a client uses for a volume offering `offered`:
-/// `forced` when non-empty (Errc::unsupported if the volume does not offer it
-/// or this binary lacks it: never a silent fallback), else the offered
-/// transport with the highest priority.
+/// `forced` when non-empty (Errc::unsupported if the volume does not offer it,
+/// this binary lacks it or it cannot serve this pair, e.g. shm across hosts:
+/// never a silent fallback), else the offered transport with the highest
+/// priority that can serve the pair.
 Result<EndpointInfo> select_transport(const TransportRegistry& registry,
                                       const std::vector<EndpointInfo>& offered,
                                       const std::string& forced, const std::string& volume_id);

@@ -31,12 +31,18 @@ struct EndpointInfo {
   caf::strong_actor_ptr actor;
   /// Transport-specific address (host:port, segment prefix, ...).
   std::string address;
+  /// The host identity of the volume's process (host_identity()); transports
+  /// that work only on one host compare it with the client's.
+  std::string host_id;
+  /// A per-server secret a client presents when it opens a connection (tcp);
+  /// it travels only in control messages.
+  std::string secret;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EndpointInfo& x) {
   return f(caf::meta::type_name("meshstore::transports::EndpointInfo"), x.transport, x.actor,
-           x.address);
+           x.address, x.host_id, x.secret);
 }
 
 /// Tunables shared by every transport.
@@ -48,6 +54,17 @@ struct TransportConfig {
   int rpc_chunks_in_flight = 4;
   /// Deadline of each request a transport makes.
   std::chrono::milliseconds request_timeout{30000};
+  /// tcp: connections (streams) per client-volume pair; a large transfer
+  /// is spread over them. In [1, 16].
+  int tcp_streams = 2;
+  /// tcp: bytes per request on one stream; in [64 KiB, 1 GiB].
+  std::size_t tcp_chunk_bytes = std::size_t{16} << 20;
+  /// shm: segments a client keeps mapped (least recently used unmapped
+  /// first); in [1, 60000].
+  int shm_max_mappings = 4096;
+  /// shm: copies of at least this many bytes are split over the copy
+  /// threads; in [4 KiB, 1 GiB].
+  std::size_t shm_parallel_copy_bytes = std::size_t{8} << 20;
 
   /// Checks the ranges above; Errc::invalid_argument names the bad field.
   Status validate() const;
@@ -59,6 +76,9 @@ struct ServerContext {
   std::shared_ptr<RegionTable> regions;
   TransportConfig config;
   std::string volume_id;
+  /// The interface network transports (tcp) listen on: the one the store's
+  /// control plane uses. Default loopback.
+  std::string bind_host = "127.0.0.1";
 };
 
 /// What a client gives the transports it creates.
@@ -77,6 +97,9 @@ class TransportServer {
   virtual std::string_view name() const noexcept = 0;
   /// How clients reach this server.
   virtual EndpointInfo endpoint() const = 0;
+  /// Where the volume must allocate region memory for this transport to
+  /// reach it (shm: shared memory), or nullptr when any memory will do.
+  virtual std::shared_ptr<RegionAllocator> allocator() const { return nullptr; }
   /// Stops serving and releases every actor handle it holds.
   virtual void shutdown() = 0;
 };

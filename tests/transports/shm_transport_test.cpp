@@ -1,0 +1,130 @@
+// The shm transport's own promises, beyond the conformance suite: segment
+// reuse across versions, a bounded client mapping cache, and no leaks (what a
+// crashed process leaves is collected).
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore::transports::shm {
+namespace {
+
+using testing::kWait;
+
+// Lines of /proc/self/maps that map a meshstore segment.
+int mapped_segments() {
+  std::ifstream in("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (line.find("/dev/shm/meshstore.") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+void make_segment_file(const std::string& name) {
+  const int fd = shm_open(("/" + name).c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << name;
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+}
+
+TEST(ShmTransport, NextVersionOfTheSameSizeReusesTheSegment) {
+  StoreOptions o;
+  o.transport = "shm";
+  auto store = Store::embedded(o).value();
+  std::vector<float> w(1 << 18, 1.0f);
+  auto view = TensorView::of(w.data(), {1 << 18});
+  for (int i = 0; i < 10; ++i) ASSERT_OK(store.put("w", view).get(kWait));
+  // Ten versions, two segments: the current version and the one it replaced,
+  // alternating through the volume's pool.
+  EXPECT_EQ(own_segments().size(), 2u);
+  // A different size needs new memory.
+  std::vector<float> big(1 << 19, 2.0f);
+  ASSERT_OK(store.put("w", TensorView::of(big.data(), {1 << 19})).get(kWait));
+  std::vector<float> back(1 << 19, 0.0f);
+  ASSERT_OK(store.get_into("w", TensorView::of(back.data(), {1 << 19})).get(kWait));
+  EXPECT_EQ(back, big);
+  EXPECT_EQ(own_segments().size(), 3u);  // the old size stays pooled for reuse
+  ASSERT_OK(store.remove("w").get(kWait));
+}
+
+TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
+  auto runtime = internal::ActorRuntime::create({}).value();
+  auto regions = std::make_shared<RegionTable>();
+  TransportConfig config;
+  config.shm_max_mappings = 2;
+  auto factory = builtin_registry().find("shm").value();
+  auto server =
+      factory.make_server(ServerContext{&runtime->system(), regions, config, "v"}).value();
+  auto client =
+      factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
+  std::vector<std::shared_ptr<Region>> held;
+  const int before = mapped_segments();
+  std::vector<std::byte> buf(1 << 16, std::byte{3});
+  for (int round = 0; round < 3; ++round) {
+    for (std::uint64_t id = 1; id <= 5; ++id) {
+      if (round == 0) {
+        auto m = server->allocator()->allocate(buf.size()).value();
+        held.push_back(std::make_shared<Region>(id, m.memory, buf.size(), m.segment, 0));
+        regions->add(held.back());
+      }
+      const auto& r = held[id - 1];
+      ASSERT_OK(
+          client->write({id, buf.size(), r->segment(), 0}, 0, buf.data(), buf.size()).get(kWait));
+      EXPECT_EQ(r->data()[100], std::byte{3});
+    }
+  }
+  // The volume side maps its 5 segments; the client at most 2 of them.
+  EXPECT_LE(mapped_segments() - before, 5 + 2);
+  client.reset();
+  server.reset();
+  held.clear();
+  EXPECT_EQ(mapped_segments(), before);
+}
+
+TEST(ShmTransport, GarbageCollectRemovesOnlyWhatDeadProcessesLeft) {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  // A dead owner; our own pid with another start time (a reused pid); ours.
+  const std::string dead = std::string(kSegmentPrefix) + std::to_string(child) + "-1.1.1";
+  const std::string reused = std::string(kSegmentPrefix) + std::to_string(getpid()) + "-1.1.1";
+  const std::string mine = process_prefix() + "999.1";
+  make_segment_file(dead);
+  make_segment_file(reused);
+  make_segment_file(mine);
+  const auto report = garbage_collect();
+  EXPECT_FALSE(segment_exists(dead));
+  EXPECT_FALSE(segment_exists(reused));
+  EXPECT_TRUE(segment_exists(mine));
+  EXPECT_GE(report.removed.size(), 2u);
+  EXPECT_GE(report.live, 1u);
+  shm_unlink(("/" + mine).c_str());
+}
+
+TEST(ShmTransport, FullSharedMemoryIsOutOfCapacityNotACrash) {
+  // Larger than /dev/shm can hold: posix_fallocate refuses, no SIGBUS later.
+  auto seg = Segment::create(process_prefix() + "huge.1", std::size_t{1} << 50);
+  EXPECT_ERROR(seg, Errc::out_of_capacity, "/dev/shm");
+  EXPECT_FALSE(segment_exists(process_prefix() + "huge.1"));
+}
+
+TEST(ShmTransport, SegmentThatVanishedIsNotFound) {
+  EXPECT_ERROR(Segment::open("meshstore.0-0.0.does-not-exist"), Errc::not_found, "gone");
+}
+
+}  // namespace
+}  // namespace meshstore::transports::shm

@@ -1,0 +1,86 @@
+#include "meshstore/transports/copy_engine.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace meshstore::transports {
+
+struct CopyEngine::Impl {
+  std::mutex mu;  // guards jobs
+  std::condition_variable cv;
+  std::deque<std::function<void()>> jobs;
+  std::vector<std::thread> workers;
+
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !jobs.empty(); });
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      job();
+    }
+  }
+};
+
+CopyEngine& CopyEngine::instance() {
+  static CopyEngine* engine = new CopyEngine();  // never destroyed: used until exit
+  return *engine;
+}
+
+CopyEngine::CopyEngine() : impl_(new Impl()) {
+  const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
+  const unsigned n = std::min(hw, 8u);
+  for (unsigned i = 0; i < n; ++i) {
+    impl_->workers.emplace_back([this] { impl_->run(); });
+    // Detached: the engine outlives main's return; the OS ends the threads.
+    impl_->workers.back().detach();
+  }
+}
+
+int CopyEngine::threads() const noexcept { return static_cast<int>(impl_->workers.size()); }
+
+Future<void> CopyEngine::copy(std::byte* dst, const std::byte* src, std::size_t n,
+                              std::size_t split_from) noexcept {
+  if (n < kInlineBelow) {
+    if (n) std::memcpy(dst, src, n);
+    return make_ready_future();
+  }
+  auto promise =
+      std::make_shared<Promise<void>>(Status(Errc::internal, "copy engine dropped a copy"));
+  auto fut = promise->future();
+  std::size_t pieces = 1;
+  if (n >= split_from) {
+    pieces = std::min<std::size_t>(impl_->workers.size(), n / (std::size_t{1} << 20));
+    pieces = std::max<std::size_t>(pieces, 1);
+  }
+  // Piece boundaries on 4 KiB so no two threads share a page.
+  const std::size_t step = ((n / pieces) + 4095) & ~std::size_t{4095};
+  auto left = std::make_shared<std::atomic<std::size_t>>(0);
+  std::vector<std::function<void()>> jobs;
+  for (std::size_t pos = 0; pos < n; pos += step) {
+    const std::size_t len = std::min(step, n - pos);
+    left->fetch_add(1);
+    jobs.emplace_back([=] {
+      std::memcpy(dst + pos, src + pos, len);
+      if (left->fetch_sub(1) == 1) promise->set_value();
+    });
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& j : jobs) impl_->jobs.push_back(std::move(j));
+  }
+  impl_->cv.notify_all();
+  return fut;
+}
+
+}  // namespace meshstore::transports

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstddef>
+
+#include "meshstore/future.hpp"
+
+namespace meshstore::transports {
+
+/// Runs memory copies off the caller's thread, so an actor that starts a
+/// transfer is never blocked by it, and splits a large copy over several
+/// threads (two cores copy faster than one). One per process, started on
+/// first use; its threads end at exit. Thread-safe.
+class CopyEngine {
+ public:
+  /// The process's engine.
+  static CopyEngine& instance();
+
+  /// Copies `n` bytes from `src` to `dst`; the future completes when every
+  /// byte is copied. A copy below `inline_below` bytes runs on the calling
+  /// thread; one of at least `split_from` bytes is split over the threads.
+  /// Both buffers must stay valid until the future completes.
+  Future<void> copy(std::byte* dst, const std::byte* src, std::size_t n,
+                    std::size_t split_from) noexcept;
+
+  /// Worker threads.
+  int threads() const noexcept;
+
+  /// Copies below this size run on the calling thread.
+  static constexpr std::size_t kInlineBelow = std::size_t{256} << 10;
+
+ private:
+  CopyEngine();
+  struct Impl;
+  Impl* impl_;  // never destroyed: the engine lives until exit
+};
+
+}  // namespace meshstore::transports

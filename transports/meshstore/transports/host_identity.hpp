@@ -1,0 +1,14 @@
+#pragma once
+
+#include <string>
+
+namespace meshstore::transports {
+
+/// This process's host identity for transport selection: two processes with
+/// the same identity share a kernel, a network namespace and a /dev/shm, so
+/// shared memory and loopback reach between them. Built from the kernel's
+/// boot id, the network namespace and the /dev/shm mount (not the hostname,
+/// which containers and misconfigured hosts share). Computed once; cheap.
+const std::string& host_identity();
+
+}  // namespace meshstore::transports

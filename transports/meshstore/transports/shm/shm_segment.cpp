@@ -1,0 +1,173 @@
+#include "meshstore/transports/shm/shm_segment.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace meshstore::transports::shm {
+namespace {
+
+constexpr const char* kShmDir = "/dev/shm/";
+
+// Field 22 of /proc/<pid>/stat: the process's start time in clock ticks
+// since boot. With the pid it names a process uniquely (pids are reused).
+std::string start_time_of(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  // The command name (field 2) may hold spaces; it ends at the last ')'.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    if (!(rest >> field)) return "";
+  }
+  return field;
+}
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+// The owner of segment `name` ("meshstore.<pid>-<start>...") is alive.
+// Unparseable names count as alive: never remove what we do not understand.
+bool owner_alive(const std::string& name) {
+  const std::string rest = name.substr(std::strlen(kSegmentPrefix));
+  const auto dash = rest.find('-');
+  const auto dot = rest.find('.');
+  if (dash == std::string::npos || dot == std::string::npos || dash > dot) return true;
+  char* end = nullptr;
+  const long pid = std::strtol(rest.c_str(), &end, 10);
+  if (end != rest.c_str() + dash || pid <= 0) return true;
+  const std::string start = rest.substr(dash + 1, dot - dash - 1);
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  const std::string now = start_time_of(pid);
+  // A live pid with another start time is a reused pid: the owner is gone.
+  return now.empty() || now == start;
+}
+
+}  // namespace
+
+const std::string& process_prefix() {
+  static const std::string prefix =
+      std::string(kSegmentPrefix) + std::to_string(getpid()) + "-" + start_time_of(getpid()) + ".";
+  return prefix;
+}
+
+Result<std::unique_ptr<Segment>> Segment::create(const std::string& name, std::size_t nbytes) {
+  const std::size_t size = nbytes == 0 ? 1 : nbytes;
+  const std::string path = "/" + name;
+  const int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int e = errno;
+    return Status(
+        e == ENOSPC || e == EMFILE || e == ENFILE ? Errc::out_of_capacity : Errc::io_error,
+        "shm_open('" + name + "'): " + errno_text(e));
+  }
+  // posix_fallocate, not ftruncate alone: it reserves the pages now, so a
+  // full /dev/shm is an error here instead of a SIGBUS at the first write.
+  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
+    close(fd);
+    shm_unlink(path.c_str());
+    return Status(e == ENOSPC ? Errc::out_of_capacity : Errc::io_error,
+                  "cannot reserve " + std::to_string(size) + " bytes in /dev/shm for segment '" +
+                      name + "': " + errno_text(e));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(path.c_str());
+    return Status(
+        e == ENOMEM ? Errc::out_of_capacity : Errc::io_error,
+        "mmap of segment '" + name + "' (" + std::to_string(size) + " bytes): " + errno_text(e));
+  }
+  return std::unique_ptr<Segment>(new Segment(name, static_cast<std::byte*>(p), size, true));
+}
+
+Result<std::unique_ptr<Segment>> Segment::open(const std::string& name) {
+  const std::string path = "/" + name;
+  const int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) {
+      return Status(Errc::not_found, "shm segment '" + name + "' is gone");
+    }
+    if (e == EACCES || e == EPERM) {
+      return Status(Errc::unavailable,
+                    "shm segment '" + name + "' belongs to another user: " + errno_text(e));
+    }
+    return Status(Errc::io_error, "shm_open('" + name + "'): " + errno_text(e));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    const int e = errno;
+    close(fd);
+    return Status(Errc::io_error, "fstat of shm segment '" + name + "': " + errno_text(e));
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    return Status(e == ENOMEM ? Errc::out_of_capacity : Errc::io_error,
+                  "mmap of shm segment '" + name + "': " + errno_text(e));
+  }
+  return std::unique_ptr<Segment>(new Segment(name, static_cast<std::byte*>(p), size, false));
+}
+
+Segment::~Segment() {
+  munmap(data_, size_);
+  if (owner_) shm_unlink(("/" + name_).c_str());
+}
+
+bool segment_exists(const std::string& name) {
+  struct stat st {};
+  return stat((kShmDir + name).c_str(), &st) == 0;
+}
+
+GcReport garbage_collect() {
+  GcReport report;
+  DIR* dir = opendir(kShmDir);
+  if (!dir) return report;
+  const std::size_t plen = std::strlen(kSegmentPrefix);
+  while (dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, plen, kSegmentPrefix) != 0) continue;
+    if (owner_alive(name)) {
+      ++report.live;
+      continue;
+    }
+    struct stat st {};
+    const std::uint64_t bytes =
+        stat((kShmDir + name).c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+    if (shm_unlink(("/" + name).c_str()) == 0) {
+      report.removed.push_back(name);
+      report.bytes_freed += bytes;
+    }
+  }
+  closedir(dir);
+  return report;
+}
+
+std::vector<std::string> own_segments() {
+  std::vector<std::string> out;
+  DIR* dir = opendir(kShmDir);
+  if (!dir) return out;
+  const std::string& prefix = process_prefix();
+  while (dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) == 0) out.push_back(name);
+  }
+  closedir(dir);
+  return out;
+}
+
+}  // namespace meshstore::transports::shm

@@ -1,0 +1,234 @@
+#include "meshstore/transports/shm/shm_transport.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "meshstore/logging.hpp"
+#include "meshstore/transports/copy_engine.hpp"
+#include "meshstore/transports/host_identity.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
+
+namespace meshstore::transports::shm {
+namespace {
+
+std::string uid_tag() { return "uid=" + std::to_string(geteuid()); }
+
+// Hands out segments named "<process prefix><server number>.<n>". One
+// segment per region: the volume's RegionPool reuses a released segment for
+// the next region of the same size, so a key's next version lands in memory
+// that is already faulted in and already mapped by its clients.
+class ShmAllocator final : public RegionAllocator {
+ public:
+  explicit ShmAllocator(std::string prefix) : prefix_(std::move(prefix)) {}
+  Result<RegionMemory> allocate(std::size_t nbytes) override {
+    const std::string name = prefix_ + std::to_string(next_.fetch_add(1));
+    auto seg = Segment::create(name, nbytes);
+    if (!seg.ok()) return seg.status();
+    std::shared_ptr<Segment> owned(std::move(seg).value());
+    std::byte* data = owned->data();
+    // The segment is unmapped and unlinked when the last owner lets go.
+    return RegionMemory{
+        std::shared_ptr<std::byte>(data, [owned](std::byte*) mutable { owned.reset(); }), name, 0};
+  }
+  const std::string& prefix() const noexcept { return prefix_; }
+
+ private:
+  const std::string prefix_;
+  std::atomic<std::uint64_t> next_{1};
+};
+
+class ShmServer final : public TransportServer {
+ public:
+  explicit ShmServer(std::string prefix)
+      : allocator_(std::make_shared<ShmAllocator>(std::move(prefix))) {}
+  std::string_view name() const noexcept override { return "shm"; }
+  EndpointInfo endpoint() const override {
+    EndpointInfo e;
+    e.transport = "shm";
+    e.address = allocator_->prefix() + ";" + uid_tag();
+    e.host_id = host_identity();
+    return e;
+  }
+  std::shared_ptr<RegionAllocator> allocator() const override { return allocator_; }
+  void shutdown() override {}
+
+ private:
+  std::shared_ptr<ShmAllocator> allocator_;
+};
+
+// A client's mapped segments, least recently used evicted first. A mapping
+// in use by a copy is kept alive by that copy (shared_ptr), so eviction
+// never unmaps memory under a transfer. Segments the volume unlinked (it
+// freed them) are dropped by a periodic sweep, so their memory is returned.
+class MappingCache {
+ public:
+  explicit MappingCache(std::size_t max_entries) : max_(max_entries) {}
+
+  Result<std::shared_ptr<Segment>> get(const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(name);
+      if (it != map_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second.pos);
+        return it->second.segment;
+      }
+    }
+    // Mapped outside the lock: MAP_POPULATE of a large segment takes a while.
+    auto opened = Segment::open(name);
+    if (!opened.ok()) return opened.status();
+    std::shared_ptr<Segment> seg(std::move(opened).value());
+    std::vector<std::shared_ptr<Segment>> doomed;  // unmapped outside the lock
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(name);
+    if (it != map_.end()) return it->second.segment;  // another thread won
+    lru_.push_front(name);
+    map_.emplace(name, Entry{seg, lru_.begin()});
+    while (map_.size() > max_) {
+      auto victim = map_.find(lru_.back());
+      doomed.push_back(std::move(victim->second.segment));
+      map_.erase(victim);
+      lru_.pop_back();
+    }
+    if (++inserts_since_sweep_ >= std::max<std::size_t>(64, map_.size() / 4)) {
+      inserts_since_sweep_ = 0;
+      for (auto e = map_.begin(); e != map_.end();) {
+        if (e->first != name && !segment_exists(e->first)) {
+          doomed.push_back(std::move(e->second.segment));
+          lru_.erase(e->second.pos);
+          e = map_.erase(e);
+        } else {
+          ++e;
+        }
+      }
+    }
+    return seg;
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<Segment> segment;
+    std::list<std::string>::iterator pos;
+  };
+  const std::size_t max_;
+  std::mutex mu_;  // guards map_, lru_, inserts_since_sweep_
+  std::unordered_map<std::string, Entry> map_;
+  std::list<std::string> lru_;
+  std::size_t inserts_since_sweep_ = 0;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(const TransportConfig& config)
+      : config_(config), cache_(static_cast<std::size_t>(config.shm_max_mappings)) {}
+
+  std::string_view name() const noexcept override { return "shm"; }
+  Capabilities capabilities() const noexcept override {
+    Capabilities c;
+    c.one_sided = true;
+    c.same_host_only = true;
+    return c;
+  }
+  Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
+                     std::size_t n) override {
+    auto at = locate(dst, offset, n, "shm write");
+    if (!at.ok()) return make_error_future<void>(at.status());
+    return hold(CopyEngine::instance().copy(at->second, src, n, config_.shm_parallel_copy_bytes),
+                std::move(at->first));
+  }
+  Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
+                    std::size_t n) override {
+    auto at = locate(src, offset, n, "shm read");
+    if (!at.ok()) return make_error_future<void>(at.status());
+    return hold(CopyEngine::instance().copy(dst, at->second, n, config_.shm_parallel_copy_bytes),
+                std::move(at->first));
+  }
+
+ private:
+  // The mapped segment of `ref` and the address of byte `offset` of it.
+  Result<std::pair<std::shared_ptr<Segment>, std::byte*>> locate(const wire::RegionRef& ref,
+                                                                 std::uint64_t offset,
+                                                                 std::size_t n, const char* op) {
+    const std::string where = std::string(op) + " of region " + std::to_string(ref.region_id);
+    if (offset > ref.nbytes || n > ref.nbytes - offset) {
+      return Status(Errc::out_of_range, where + ": bytes [" + std::to_string(offset) + ", " +
+                                            std::to_string(offset + n) + ") outside a region of " +
+                                            std::to_string(ref.nbytes) + " bytes");
+    }
+    if (ref.segment.empty()) {
+      return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
+    }
+    auto seg = cache_.get(ref.segment);
+    if (!seg.ok()) return seg.status().with_context(where);
+    const auto& s = *seg;
+    if (ref.segment_offset > s->size() || ref.nbytes > s->size() - ref.segment_offset) {
+      return Status(Errc::protocol_error, where + ": segment '" + ref.segment + "' holds " +
+                                              std::to_string(s->size()) + " bytes, too few");
+    }
+    std::byte* p = s->data() + ref.segment_offset + offset;
+    return std::make_pair(std::move(seg).value(), p);
+  }
+  // Keeps the mapping alive until the copy is done.
+  static Future<void> hold(Future<void> copy, std::shared_ptr<Segment> seg) {
+    if (copy.ready()) return copy;
+    return copy.then([seg] {});
+  }
+
+  const TransportConfig config_;
+  MappingCache cache_;
+};
+
+}  // namespace
+
+TransportFactory shm_factory() {
+  TransportFactory f;
+  f.name = "shm";
+  f.priority = 20;
+  f.capabilities.one_sided = true;
+  f.capabilities.same_host_only = true;
+  f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
+    static std::atomic<std::uint64_t> servers{1};
+    // The first server of a process clears what crashed processes left.
+    static const bool collected = [] {
+      auto report = garbage_collect();
+      if (!report.removed.empty()) {
+        log::get("shm")->warn(
+            "removed {} shared-memory segment(s) ({} bytes) left by processes that died",
+            report.removed.size(), report.bytes_freed);
+      }
+      return true;
+    }();
+    (void)collected;
+    (void)ctx;
+    return std::unique_ptr<TransportServer>(
+        std::make_unique<ShmServer>(process_prefix() + std::to_string(servers.fetch_add(1)) + "."));
+  };
+  f.make_client = [](const ClientContext& ctx,
+                     const EndpointInfo& ep) -> Result<std::unique_ptr<Transport>> {
+    MESHSTORE_RETURN_IF_ERROR(ctx.config.validate());
+    if (ep.transport != "shm") {
+      return Status(Errc::invalid_argument, "shm client: endpoint is not an shm endpoint");
+    }
+    return std::unique_ptr<Transport>(std::make_unique<ShmTransport>(ctx.config));
+  };
+  f.can_serve = [](const EndpointInfo& ep) -> Status {
+    if (ep.host_id != host_identity()) {
+      return Status(Errc::unsupported, "the volume is on another host (host identity '" +
+                                           ep.host_id + "', this process '" + host_identity() +
+                                           "')");
+    }
+    const auto semi = ep.address.rfind(';');
+    const std::string their_uid = semi == std::string::npos ? "" : ep.address.substr(semi + 1);
+    if (their_uid != uid_tag()) {
+      return Status(Errc::unsupported, "the volume runs as another user (" + their_uid +
+                                           ", this process " + uid_tag() + ")");
+    }
+    return Status();
+  };
+  return f;
+}
+
+}  // namespace meshstore::transports::shm
