@@ -1,16 +1,27 @@
 // store_bench: user-level figures of the store, each next to a baseline
 // measured in the same run (never a bare absolute time).
 //
-//   store_bench --scenario single --transport rpc --bytes 1GiB [--iters 5] [--json]
+//   store_bench --scenario single --transport shm --bytes 1GiB [--iters 5] [--json]
 //       put / get_into / get of one tensor, warm (the same key reused) and
-//       cold (first put), against memcpy of the same bytes.
-//   store_bench --scenario small [--iters 2000] [--json]
-//       p50/p99 of a 4 KiB put + get, against the round trip of a bare
-//       request (exists) through the same store.
-//   store_bench --smoke      both scenarios, tiny, for CI (checks they run)
+//       cold (first put), between two processes: this one is the client, a
+//       peer process it starts holds the store and its volume. Baselines:
+//       memcpy of the same bytes, and (tcp, rpc) a raw TCP stream of the same
+//       bytes between the same two processes.
+//   store_bench --scenario small --transport shm [--iters 2000] [--json]
+//       p50/p99 of a 4 KiB put + get_into across the two processes, against
+//       the round trip of a bare request (exists) to the same peer.
+//   --processes 1     everything in one process (an embedded store)
+//   store_bench --smoke      both scenarios over shm and tcp, tiny, for CI
 //
-// Scenarios run on an embedded store (one process); cross-process scenarios
-// join with the meshes and data-plane transports.
+// Progress goes to stderr; the table or the JSON object to stdout.
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshstore/store.hpp"
@@ -29,20 +41,22 @@ namespace {
 
 struct Args {
   std::string scenario = "single";
-  std::string transport = "rpc";
+  std::string transport = "shm";
   std::size_t bytes = std::size_t{256} << 20;
   int iters = 0;  // 0 = scenario default
   bool json = false;
   bool smoke = false;
+  int processes = 2;
+  std::string peer;  // internal: run as the peer process ("serve")
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(
-      stderr,
-      "store_bench: %s\n"
-      "usage: store_bench [--scenario single|small] [--transport NAME] [--bytes N[KiB|MiB|GiB]]\n"
-      "                   [--iters N] [--json] [--smoke]\n",
-      why);
+  std::fprintf(stderr,
+               "store_bench: %s\n"
+               "usage: store_bench [--scenario single|small] [--transport shm|tcp|rpc]\n"
+               "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
+               "[--smoke]\n",
+               why);
   std::exit(2);
 }
 
@@ -83,6 +97,10 @@ Args parse(int argc, char** argv) {
       a.json = true;
     else if (arg == "--smoke")
       a.smoke = true;
+    else if (arg == "--processes")
+      a.processes = std::atoi(next().c_str());
+    else if (arg == "--peer")
+      a.peer = next();
     else if (arg == "--help" || arg == "-h")
       usage("help");
     else
@@ -91,6 +109,7 @@ Args parse(int argc, char** argv) {
   if (a.scenario != "single" && a.scenario != "small")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
+  if (a.processes != 1 && a.processes != 2) usage("--processes must be 1 or 2");
   return a;
 }
 
@@ -121,16 +140,208 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
 }
 
-meshstore::Store open_store(const Args& a) {
+// -- raw TCP: the baseline for bytes between two processes ---------------
+
+bool send_all(int fd, const void* p, std::size_t n) {
+  const auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+bool recv_all(int fd, void* p, std::size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, c, n, MSG_WAITALL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+// Peer side: per connection, requests {u64 bytes, u64 mode}: mode 0 = take
+// the bytes then answer one byte, mode 1 = send the bytes. One warm buffer.
+void raw_serve(int lfd) {
+  std::vector<char> buf;
+  for (;;) {
+    const int fd = accept(lfd, nullptr, nullptr);
+    if (fd < 0) return;
+    std::uint64_t req[2];
+    while (recv_all(fd, req, sizeof(req))) {
+      if (buf.size() < req[0]) {
+        buf.resize(req[0]);
+        std::memset(buf.data(), 1, buf.size());
+      }
+      if (req[1] == 0) {
+        const char ack = 1;
+        if (!recv_all(fd, buf.data(), req[0]) || !send_all(fd, &ack, 1)) break;
+      } else if (!send_all(fd, buf.data(), req[0])) {
+        break;
+      }
+    }
+    close(fd);
+  }
+}
+
+int raw_listen(std::uint16_t& port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 4) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("store_bench peer: raw tcp listen");
+    std::exit(1);
+  }
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// Client side: a raw stream to the peer, timed one way at a time.
+class RawTcp {
+ public:
+  explicit RawTcp(std::uint16_t port) : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      std::perror("store_bench: raw tcp connect");
+      std::exit(1);
+    }
+  }
+  ~RawTcp() { close(fd_); }
+  // Seconds to send `n` bytes and hear they all arrived.
+  double send(const void* p, std::size_t n) {
+    std::uint64_t req[2] = {n, 0};
+    char ack = 0;
+    auto t0 = Clock::now();
+    if (!send_all(fd_, req, sizeof(req)) || !send_all(fd_, p, n) || !recv_all(fd_, &ack, 1))
+      fail("raw tcp send");
+    return secs(t0);
+  }
+  // Seconds to ask for and receive `n` bytes.
+  double recv(void* p, std::size_t n) {
+    std::uint64_t req[2] = {n, 1};
+    auto t0 = Clock::now();
+    if (!send_all(fd_, req, sizeof(req)) || !recv_all(fd_, p, n)) fail("raw tcp recv");
+    return secs(t0);
+  }
+
+ private:
+  [[noreturn]] static void fail(const char* what) {
+    std::fprintf(stderr, "store_bench: %s failed\n", what);
+    std::exit(1);
+  }
+  int fd_;
+};
+
+// -- the peer process: holds the store and its volume ----------------------
+
+int run_peer() {
+  meshstore::StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  o.local_rank = -1;
+  auto store = must(meshstore::Store::embedded(o), "peer: Store::embedded");
+  std::uint16_t raw_port = 0;
+  const int lfd = raw_listen(raw_port);
+  std::thread(raw_serve, lfd).detach();
+  std::printf("ready %u %u\n", static_cast<unsigned>(store.port()),
+              static_cast<unsigned>(raw_port));
+  std::fflush(stdout);
+  // Until the bench closes our stdin (or dies).
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  store.close();
+  std::_Exit(0);  // the raw server thread still blocks in accept
+}
+
+struct Peer {
+  pid_t pid = -1;
+  int to_child = -1;
+  std::uint16_t store_port = 0;
+  std::uint16_t raw_port = 0;
+  ~Peer() {
+    if (to_child >= 0) close(to_child);
+    if (pid > 0) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+    }
+  }
+};
+
+std::unique_ptr<Peer> start_peer() {
+  int in[2], out[2];
+  if (pipe(in) != 0 || pipe(out) != 0) {
+    std::perror("store_bench: pipe");
+    std::exit(1);
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, in[1]);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  char exe[] = "/proc/self/exe";
+  char flag[] = "--peer";
+  char role[] = "serve";
+  char* argv[] = {exe, flag, role, nullptr};
+  auto peer = std::make_unique<Peer>();
+  if (posix_spawn(&peer->pid, exe, &fa, nullptr, argv, environ) != 0) {
+    std::perror("store_bench: spawning the peer");
+    std::exit(1);
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  peer->to_child = in[1];
+  FILE* from = fdopen(out[0], "r");
+  unsigned sp = 0, rp = 0;
+  if (std::fscanf(from, "ready %u %u", &sp, &rp) != 2) {
+    std::fprintf(stderr, "store_bench: the peer process did not start\n");
+    std::exit(1);
+  }
+  std::fclose(from);
+  peer->store_port = static_cast<std::uint16_t>(sp);
+  peer->raw_port = static_cast<std::uint16_t>(rp);
+  return peer;
+}
+
+// The store this run measures: embedded (one process), or a connection to
+// the peer process that holds the store and its volume.
+struct Session {
+  std::unique_ptr<Peer> peer;
+  meshstore::Store store;
+};
+
+Session open_session(const Args& a) {
   meshstore::StoreOptions o;
   o.transport = a.transport;
-  return must(meshstore::Store::embedded(o), "Store::embedded");
+  if (a.processes == 1) return Session{nullptr, must(meshstore::Store::embedded(o), "embedded")};
+  auto peer = start_peer();
+  o.host_volumes = false;
+  o.local_rank = -1;
+  o.rank = 1;
+  auto store = must(meshstore::Store::connect("127.0.0.1:" + std::to_string(peer->store_port), o),
+                    "connect");
+  return Session{std::move(peer), std::move(store)};
 }
 
 void run_single(const Args& a) {
   const std::size_t n = a.smoke ? (std::size_t{4} << 20) : a.bytes;
   const int iters = a.iters ? a.iters : (a.smoke ? 2 : 5);
-  auto store = open_store(a);
+  auto session = open_session(a);
+  auto& store = session.store;
   std::vector<std::uint8_t> src(n), dst(n), scratch(n);
   for (std::size_t i = 0; i < n; i += 4096) src[i] = static_cast<std::uint8_t>(i >> 12);
   std::memset(dst.data(), 0, n);
@@ -139,11 +350,19 @@ void run_single(const Args& a) {
   const meshstore::TensorView in(src.data(), meshstore::DType::uint8, {len});
   const meshstore::TensorView out(dst.data(), meshstore::DType::uint8, {len});
 
-  std::vector<double> memcpy_t, put_t, get_into_t, get_t;
+  std::vector<double> memcpy_t, put_t, get_into_t, get_t, tcp_send_t, tcp_recv_t;
   for (int i = 0; i < iters; ++i) {
     auto t0 = Clock::now();
     std::memcpy(scratch.data(), src.data(), n);
     memcpy_t.push_back(secs(t0));
+  }
+  if (session.peer) {
+    RawTcp raw(session.peer->raw_port);
+    raw.send(src.data(), n);  // warms the peer's buffer
+    for (int i = 0; i < iters; ++i) {
+      tcp_send_t.push_back(raw.send(src.data(), n));
+      tcp_recv_t.push_back(raw.recv(scratch.data(), n));
+    }
   }
   auto t0 = Clock::now();
   must(store.put("bench", in).get(600s), "cold put");
@@ -168,31 +387,51 @@ void run_single(const Args& a) {
   }
   const double gb = static_cast<double>(n) / 1e9;
   const double m = median(memcpy_t), p = median(put_t), gi = median(get_into_t), g = median(get_t);
+  const bool two = session.peer != nullptr;
+  const double ts = two ? median(tcp_send_t) : 0, tr = two ? median(tcp_recv_t) : 0;
   if (a.json) {
     std::printf(
-        "{\"scenario\":\"single\",\"transport\":\"%s\",\"bytes\":%zu,\"iters\":%d,\"processes\":1,"
+        "{\"scenario\":\"single\",\"transport\":\"%s\",\"bytes\":%zu,\"iters\":%d,\"processes\":%d,"
         "\"memcpy_gbps\":%.3f,\"put_gbps\":%.3f,\"put_cold_gbps\":%.3f,\"get_into_gbps\":%.3f,"
         "\"get_gbps\":%.3f,"
         "\"put_vs_memcpy\":%.3f,\"get_into_vs_memcpy\":%.3f,\"get_vs_memcpy\":%.3f,\"put_cold_vs_"
-        "memcpy\":%.3f}\n",
-        a.transport.c_str(), n, iters, gb / m, gb / p, gb / cold, gb / gi, gb / g, m / p, m / gi,
-        m / g, m / cold);
+        "memcpy\":%.3f",
+        a.transport.c_str(), n, iters, a.processes, gb / m, gb / p, gb / cold, gb / gi, gb / g,
+        m / p, m / gi, m / g, m / cold);
+    if (two) {
+      std::printf(
+          ",\"raw_tcp_send_gbps\":%.3f,\"raw_tcp_recv_gbps\":%.3f,\"put_vs_raw_tcp\":%.3f,"
+          "\"get_into_vs_raw_tcp\":%.3f",
+          gb / ts, gb / tr, ts / p, tr / gi);
+    }
+    std::printf("}\n");
     return;
   }
   std::printf(
-      "scenario single: %zu bytes, transport %s, embedded store (1 process), median of %d\n", n,
-      a.transport.c_str(), iters);
-  std::printf("  %-14s %10s %10s %12s\n", "operation", "seconds", "GB/s", "vs memcpy");
-  std::printf("  %-14s %10.4f %10.2f %12s\n", "memcpy", m, gb / m, "1.00");
-  std::printf("  %-14s %10.4f %10.2f %12.2f\n", "put (cold)", cold, gb / cold, m / cold);
-  std::printf("  %-14s %10.4f %10.2f %12.2f\n", "put (warm)", p, gb / p, m / p);
-  std::printf("  %-14s %10.4f %10.2f %12.2f\n", "get_into", gi, gb / gi, m / gi);
-  std::printf("  %-14s %10.4f %10.2f %12.2f\n", "get (allocates)", g, gb / g, m / g);
+      "scenario single: %zu bytes, transport %s, %s, median of %d\n", n, a.transport.c_str(),
+      two ? "client process -> store in a peer process" : "embedded store (1 process)", iters);
+  std::printf("  %-16s %10s %10s %10s %12s\n", "operation", "seconds", "GB/s", "vs memcpy",
+              two ? "vs raw tcp" : "");
+  auto row = [&](const char* name, double t, double tcp) {
+    std::printf("  %-16s %10.4f %10.2f %10.2f", name, t, gb / t, m / t);
+    if (tcp > 0) std::printf(" %12.2f", tcp / t);
+    std::printf("\n");
+  };
+  row("memcpy", m, 0);
+  if (two) {
+    row("raw tcp send", ts, ts);
+    row("raw tcp recv", tr, tr);
+  }
+  row("put (cold)", cold, ts);
+  row("put (warm)", p, ts);
+  row("get_into", gi, tr);
+  row("get (allocates)", g, tr);
 }
 
 void run_small(const Args& a) {
   const int iters = a.iters ? a.iters : (a.smoke ? 50 : 2000);
-  auto store = open_store(a);
+  auto session = open_session(a);
+  auto& store = session.store;
   std::vector<std::uint8_t> src(4096, 7), dst(4096);
   const meshstore::TensorView in(src.data(), meshstore::DType::uint8, {4096});
   const meshstore::TensorView out(dst.data(), meshstore::DType::uint8, {4096});
@@ -211,15 +450,15 @@ void run_small(const Args& a) {
                pg99 = percentile(put_get, 0.99);
   if (a.json) {
     std::printf(
-        "{\"scenario\":\"small\",\"transport\":\"%s\",\"bytes\":4096,\"iters\":%d,\"processes\":1,"
+        "{\"scenario\":\"small\",\"transport\":\"%s\",\"bytes\":4096,\"iters\":%d,\"processes\":%d,"
         "\"rtt_p50_us\":%.2f,\"put_get_p50_us\":%.2f,\"put_get_p99_us\":%.2f,\"small_put_get_vs_"
         "rtt\":%.2f}\n",
-        a.transport.c_str(), iters, rtt50, pg50, pg99, pg50 / rtt50);
+        a.transport.c_str(), iters, a.processes, rtt50, pg50, pg99, pg50 / rtt50);
     return;
   }
   std::printf(
-      "scenario small: 4 KiB put + get_into, transport %s, embedded store (1 process), %d rounds\n",
-      a.transport.c_str(), iters);
+      "scenario small: 4 KiB put + get_into, transport %s, %s, %d rounds\n", a.transport.c_str(),
+      a.processes == 2 ? "client process -> store in a peer process" : "embedded store", iters);
   std::printf("  bare round trip (exists) p50 %8.1f us\n", rtt50);
   std::printf("  put + get_into           p50 %8.1f us   p99 %8.1f us   (%.1f round trips)\n", pg50,
               pg99, pg50 / rtt50);
@@ -229,12 +468,19 @@ void run_small(const Args& a) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
+  if (a.peer == "serve") return run_peer();
+  if (!a.peer.empty()) usage("unknown --peer role");
+  signal(SIGPIPE, SIG_IGN);
   if (a.smoke) {
-    Args s = a;
-    s.scenario = "single";
-    run_single(s);
-    s.scenario = "small";
-    run_small(s);
+    // Every scenario over the same-host and the cross-host data planes.
+    for (const char* transport : {"shm", "tcp"}) {
+      Args s = a;
+      s.transport = transport;
+      s.scenario = "single";
+      run_single(s);
+      s.scenario = "small";
+      run_small(s);
+    }
     return 0;
   }
   if (a.scenario == "single")
