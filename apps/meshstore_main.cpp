@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "meshstore/store.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/version.hpp"
 
 namespace {
@@ -231,6 +232,32 @@ int cmd_stat(int argc, char** argv) {
   return 0;
 }
 
+// Removes shared-memory segments that crashed meshstore processes left in
+// /dev/shm. Segments of live processes are never touched.
+int cmd_gc(int argc, char** argv) {
+  bool dry_run = false;
+  long pid = 0;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--dry-run") == 0) {
+      dry_run = true;
+    } else if (std::strcmp(argv[i], "--pid") == 0 && i + 1 < argc) {
+      char* end = nullptr;
+      pid = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || pid <= 0) return usage_error("gc", "--pid wants a process id");
+    } else {
+      return usage_error("gc", std::string("unknown option '") + argv[i] + "'");
+    }
+  }
+  const auto report = meshstore::transports::shm::garbage_collect(dry_run, pid);
+  for (const auto& name : report.removed) {
+    std::printf("%s /dev/shm/%s\n", dry_run ? "would remove" : "removed", name.c_str());
+  }
+  std::printf("meshstore gc: %s %zu segment(s) of dead processes (%s); %zu of live ones kept\n",
+              dry_run ? "found" : "removed", report.removed.size(),
+              human_bytes(report.bytes_freed).c_str(), report.live);
+  return 0;
+}
+
 void print_help(std::FILE* out) {
   std::fprintf(out,
                "meshstore %s: a distributed tensor store on CAF actors\n"
@@ -245,6 +272,8 @@ void print_help(std::FILE* out) {
                "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
                "  rm KEY... [--store HOST:PORT]     remove keys\n"
                "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
+               "  gc [--dry-run] [--pid PID]\n"
+               "            remove shared memory that crashed (killed) meshstore processes left\n"
                "  version   print the version\n"
                "  info      print the build: dependencies, transports, optional features\n"
                "  help      print this help\n"
@@ -296,6 +325,7 @@ int main(int argc, char** argv) {
   if (cmd == "ls") return cmd_ls(argc, argv);
   if (cmd == "rm") return cmd_rm(argc, argv);
   if (cmd == "stat") return cmd_stat(argc, argv);
+  if (cmd == "gc") return cmd_gc(argc, argv);
   std::fprintf(stderr, "meshstore: unknown command '%s'\n\n", cmd.c_str());
   print_help(stderr);
   return 2;

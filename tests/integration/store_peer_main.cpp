@@ -1,18 +1,20 @@
 // meshstore_test_peer: store processes for the failure and two-host tests.
 //
-//   meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK]
+//   meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK [ELEMENTS]]
 //     connects as a rank (local rank 1 unless given) hosting the volume the
-//     store's strategy places here, puts KEY (a float 7), prints "ready",
-//     then waits to be killed.
+//     store's strategy places here, puts KEY (a float 7, or ELEMENTS floats
+//     of 7: large enough and it moves through a transport, not inline),
+//     prints "ready", then waits to be killed.
 //   meshstore_test_peer read ADDRESS KEY
-//     connects as a tool (no volume), reads KEY, checks it is the float 7,
-//     prints "read ok" and exits 0 (1 with the error otherwise).
+//     connects as a tool (no volume), reads KEY, checks every element is the
+//     float 7, prints "read ok" and exits 0 (1 with the error otherwise).
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "meshstore/store.hpp"
 
@@ -21,9 +23,12 @@ using namespace std::chrono_literals;
 int main(int argc, char** argv) {
   const bool hold = argc >= 4 && std::strcmp(argv[1], "hold") == 0;
   const bool read = argc == 4 && std::strcmp(argv[1], "read") == 0;
+  const long elements = hold && argc > 5 ? std::atol(argv[5]) : 0;
   if (!hold && !read) {
-    std::fprintf(stderr,
-                 "usage: meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK] | read ADDRESS KEY\n");
+    std::fprintf(
+        stderr,
+        "usage: meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK [ELEMENTS]] | read ADDRESS "
+        "KEY\n");
     return 2;
   }
   meshstore::StoreOptions o;
@@ -38,7 +43,10 @@ int main(int argc, char** argv) {
   }
   if (read) {
     auto t = store->get(argv[3]).get(30s);
-    if (!t.ok() || t->numel() != 1 || *t->data_as<float>() != 7.0f) {
+    bool all_seven = t.ok() && t->numel() >= 1;
+    for (std::int64_t i = 0; all_seven && i < t->numel(); ++i)
+      all_seven = t->data_as<float>()[i] == 7.0f;
+    if (!all_seven) {
       std::fprintf(stderr, "peer: read %s: %s\n", argv[3],
                    t.ok() ? "wrong value" : t.status().to_string().c_str());
       return 1;
@@ -47,7 +55,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   float x = 7;
-  auto put = store->put(argv[3], meshstore::TensorView::of(&x, {})).get(30s);
+  std::vector<float> many(elements > 0 ? static_cast<std::size_t>(elements) : 0, 7.0f);
+  auto view = elements > 0 ? meshstore::TensorView::of(many.data(), {elements})
+                           : meshstore::TensorView::of(&x, {});
+  auto put = store->put(argv[3], view).get(30s);
   if (!put.ok()) {
     std::fprintf(stderr, "peer: %s\n", put.status().to_string().c_str());
     return 1;

@@ -17,6 +17,8 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   wait 2>/dev/null
+  # Killed processes cannot unlink their shared memory: collect it.
+  for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
   ip netns del "$A" 2>/dev/null
   ip netns del "$B" 2>/dev/null
   rm -rf "$LOG"
@@ -48,15 +50,19 @@ MESHSTORE_LOG_LEVEL=warn MESHSTORE_HOST=hostA ip netns exec "$A" "$TOOL" serve -
 pids+=($!)
 wait_for "$LOG/serve" "serving on $ADDR_A:$PORT" || exit 1
 
-MESHSTORE_HOST=hostB ip netns exec "$B" "$PEER" hold "$ADDR_A:$PORT" from_host_b 0 >"$LOG/peer" 2>&1 &
+MESHSTORE_HOST=hostB ip netns exec "$B" "$PEER" hold "$ADDR_A:$PORT" from_host_b 0 1048576 >"$LOG/peer" 2>&1 &
 pids+=($!)
 wait_for "$LOG/peer" "ready" || exit 1
 
 ip netns exec "$A" "$TOOL" stat --store "$ADDR_A:$PORT" | tee "$LOG/stat"
 grep -q "host:hostB" "$LOG/stat" || { echo "host B's volume is not registered"; exit 1; }
-if ! ip netns exec "$A" "$PEER" read "$ADDR_A:$PORT" from_host_b; then
-  echo "reading host B's tensor from host A failed"; cat "$LOG/peer"; exit 1
+# 4 MiB across the link: the bytes move over the tcp data plane (the two
+# namespaces have different host identities, so shm is never chosen).
+if ! MESHSTORE_LOG_LEVEL=info ip netns exec "$A" "$PEER" read "$ADDR_A:$PORT" from_host_b >"$LOG/read" 2>&1; then
+  echo "reading host B's tensor from host A failed"; cat "$LOG/read" "$LOG/peer"; exit 1
 fi
+grep -q "volume 'host:hostB': transport tcp" "$LOG/read" ||
+  { echo "host A did not pick the tcp transport for host B's volume:"; cat "$LOG/read"; exit 1; }
 # Cut the link silently (host B's side goes down: no RST, no FIN). BASP
 # heartbeats stop, and host A must declare host B's volume down within the
 # connection timeout (10 s) instead of never.

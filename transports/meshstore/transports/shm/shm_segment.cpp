@@ -133,14 +133,17 @@ bool segment_exists(const std::string& name) {
   return stat((kShmDir + name).c_str(), &st) == 0;
 }
 
-GcReport garbage_collect() {
+GcReport garbage_collect(bool dry_run, long only_pid) {
   GcReport report;
   DIR* dir = opendir(kShmDir);
   if (!dir) return report;
   const std::size_t plen = std::strlen(kSegmentPrefix);
+  const std::string pid_prefix =
+      only_pid > 0 ? std::string(kSegmentPrefix) + std::to_string(only_pid) + "-" : "";
   while (dirent* e = readdir(dir)) {
     const std::string name = e->d_name;
     if (name.compare(0, plen, kSegmentPrefix) != 0) continue;
+    if (!pid_prefix.empty() && name.compare(0, pid_prefix.size(), pid_prefix) != 0) continue;
     if (owner_alive(name)) {
       ++report.live;
       continue;
@@ -148,7 +151,7 @@ GcReport garbage_collect() {
     struct stat st {};
     const std::uint64_t bytes =
         stat((kShmDir + name).c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
-    if (shm_unlink(("/" + name).c_str()) == 0) {
+    if (dry_run || shm_unlink(("/" + name).c_str()) == 0) {
       report.removed.push_back(name);
       report.bytes_freed += bytes;
     }

@@ -67,8 +67,10 @@ struct GcReport {
 
 /// Removes every meshstore segment in /dev/shm whose creating process is no
 /// longer alive (a crash, kill -9). Segments of live processes are kept.
-/// Called when an shm server starts and by `meshstore gc`.
-GcReport garbage_collect();
+/// Called when an shm server starts and by `meshstore gc`. With `dry_run`
+/// nothing is removed: `removed` lists what would be. With `only_pid`, only
+/// segments created by that (dead) process are considered.
+GcReport garbage_collect(bool dry_run = false, long only_pid = 0);
 
 /// The meshstore segments this process created and still holds: names.
 std::vector<std::string> own_segments();
