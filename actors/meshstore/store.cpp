@@ -164,6 +164,9 @@ Status StoreOptions::validate() const {
   tc.rpc_chunk_bytes = rpc_chunk_bytes;
   tc.rpc_chunks_in_flight = rpc_chunks_in_flight;
   tc.request_timeout = request_timeout;
+  tc.tcp_streams = tcp_streams;
+  tc.tcp_chunk_bytes = tcp_chunk_bytes;
+  tc.shm_max_mappings = shm_max_mappings;
   if (auto s = tc.validate(); !s.ok()) return bad(s.message());
   if (scheduler_threads < 0 || scheduler_threads > 256) {
     return bad("scheduler_threads must be in [0, 256], got " + std::to_string(scheduler_threads));
@@ -264,6 +267,9 @@ transports::TransportConfig transport_config(const StoreOptions& o) {
   tc.rpc_chunk_bytes = o.rpc_chunk_bytes;
   tc.rpc_chunks_in_flight = o.rpc_chunks_in_flight;
   tc.request_timeout = o.request_timeout;
+  tc.tcp_streams = o.tcp_streams;
+  tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
+  tc.shm_max_mappings = o.shm_max_mappings;
   return tc;
 }
 

@@ -88,9 +88,18 @@ struct StoreOptions {
   /// Store::connect(): host the volumes the store's strategy places in this
   /// process (per_host, per_local_rank). Tools that only look set false.
   bool host_volumes = true;
-  /// Force a transport by name ("rpc"); empty = best available. A forced
-  /// transport that cannot serve a volume is an error, never a fallback.
+  /// Force a transport by name ("shm", "tcp", "rpc"); empty =
+  /// MESHSTORE_TRANSPORT, else the best one for each client-volume pair
+  /// (shm on one host, tcp across hosts, rpc as the fallback). A forced
+  /// transport that cannot serve a pair is an error, never a fallback.
   std::string transport;
+  /// tcp: connections per client-volume pair, in [1, 16].
+  int tcp_streams = 2;
+  /// tcp: bytes per request on one connection, in [64 KiB, 1 GiB].
+  std::size_t tcp_chunk_bytes = std::size_t{16} << 20;
+  /// shm: segments a client keeps mapped (least recently used go first),
+  /// in [1, 60000]. Each mapping counts against vm.max_map_count (65530).
+  int shm_max_mappings = 4096;
   /// Largest rpc chunk (one actor message), in [4 KiB, 1 GiB].
   std::size_t rpc_chunk_bytes = std::size_t{64} << 20;
   /// rpc chunks in flight per transfer, in [1, 64].

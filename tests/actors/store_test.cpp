@@ -280,6 +280,30 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   o = StoreOptions{};
   o.request_timeout = 0ms;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "request_timeout");
+  o = StoreOptions{};
+  o.tcp_streams = 0;
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "tcp_streams");
+  o = StoreOptions{};
+  o.tcp_chunk_bytes = 1000;
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "tcp_chunk_bytes");
+  o = StoreOptions{};
+  o.shm_max_mappings = 70000;
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "shm_max_mappings");
+}
+
+TEST(StoreOptions, EnvironmentForcesATransportAndIsValidated) {
+  ::setenv("MESHSTORE_TRANSPORT", "carrier-pigeon", 1);
+  EXPECT_ERROR(Store::embedded(), Errc::invalid_argument, "MESHSTORE_TRANSPORT");
+  ::setenv("MESHSTORE_TRANSPORT", "tcp", 1);
+  {
+    auto store = Store::embedded().value();
+    std::vector<float> w(1 << 16, 3.0f);  // 256 KiB: moved by the transport
+    ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 16})).get(kWait));
+    std::vector<float> back(1 << 16, 0.0f);
+    ASSERT_OK(store.get_into("w", TensorView::of(back.data(), {1 << 16})).get(kWait));
+    EXPECT_EQ(back, w);
+  }
+  ::unsetenv("MESHSTORE_TRANSPORT");
 }
 
 TEST(StoreOptions, ForcedRpcTransportWorks) {
