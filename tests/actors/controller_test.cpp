@@ -293,3 +293,103 @@ TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
 
 }  // namespace
 }  // namespace meshstore::actors
+
+namespace meshstore::actors {
+namespace {
+
+// stage_commit: a small put in one round trip to the volume.
+class StageCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    internal::RuntimeOptions ro;
+    ro.add_types = add_actor_types;
+    runtime_ = internal::ActorRuntime::create(ro).value();
+    auto& sys = runtime_->system();
+    controller_ = spawn_controller(sys);
+    VolumeConfig vc;
+    vc.volume_id = "volume-0";
+    volume_ = spawn_storage_volume(sys, vc).value();
+    self_ = std::make_unique<caf::scoped_actor>(sys);
+    (*self_)
+        ->request(controller_, 30s, register_volume_atom::value,
+                  wire::VolumeInfo{"volume-0", "h", 0, {"rpc"}}, volume_)
+        .receive([](caf::ok_atom) {}, [](caf::error&) { ADD_FAILURE() << "register"; });
+  }
+  void TearDown() override {
+    caf::anon_send_exit(controller_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(volume_, caf::exit_reason::user_shutdown);
+    self_.reset();
+    controller_ = nullptr;
+    volume_ = nullptr;
+    runtime_.reset();
+  }
+  // Sends stage_commit of one 4-float object for `rec`.
+  Status stage_commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr) {
+    wire::StageRequest req;
+    req.key = rec.key;
+    req.nbytes = 16;
+    req.has_data = true;
+    req.data.assign(16, '\x01');
+    Status out = Status(Errc::internal, "no reply");
+    (*self_)
+        ->request(volume_, 30s, stage_commit_atom::value, std::vector<wire::StageRequest>{req},
+                  std::vector<wire::KeyRecord>{rec}, caf::actor_cast<caf::actor>(controller_))
+        .receive(
+            [&](std::vector<std::uint64_t>& versions, std::vector<std::uint64_t>& ids) {
+              out = versions.size() == 1 && ids.size() == 1
+                        ? Status()
+                        : Status(Errc::protocol_error, "wrong reply sizes");
+              if (objects) *objects = ids;
+            },
+            [&](caf::error& e) { out = internal::from_caf_error(e, "stage_commit"); });
+    return out;
+  }
+  wire::VolumeStat stat() {
+    wire::VolumeStat s;
+    (*self_)
+        ->request(volume_, 30s, stat_atom::value)
+        .receive([&](wire::VolumeStat& v) { s = v; }, [](caf::error&) {});
+    return s;
+  }
+  wire::KeyRecord record(const std::string& key, Shape covered) {
+    wire::KeyRecord r;
+    r.key = key;
+    r.dtype = DType::float32;
+    r.shape = {4};
+    r.shards.push_back({TensorSlice::full(covered), "", 0, 16});
+    return r;
+  }
+
+  std::unique_ptr<internal::ActorRuntime> runtime_;
+  controller_actor controller_;
+  storage_volume_actor volume_;
+  std::unique_ptr<caf::scoped_actor> self_;
+};
+
+TEST_F(StageCommitTest, CommitsInOneCallAndNamesTheObject) {
+  std::vector<std::uint64_t> objects;
+  ASSERT_OK(stage_commit(record("k", {4}), &objects));
+  auto s = stat();
+  EXPECT_EQ(s.objects, 1u);
+  EXPECT_EQ(s.staged, 0u);
+  std::vector<wire::KeyRecord> located;
+  (*self_)
+      ->request(controller_, 30s, locate_atom::value, std::vector<std::string>{"k"})
+      .receive([&](std::vector<wire::KeyRecord>& r) { located = r; }, [](caf::error&) {});
+  ASSERT_EQ(located.size(), 1u);
+  ASSERT_TRUE(located[0].found());
+  EXPECT_EQ(located[0].shards.front().volume_id, "volume-0");
+  EXPECT_EQ(located[0].shards.front().object_id, objects.front());
+}
+
+TEST_F(StageCommitTest, ControllerRefusalLeavesNothingStaged) {
+  // A shard of another global shape: the controller refuses the record.
+  EXPECT_ERROR(stage_commit(record("k", {2})), Errc::shape_mismatch, "not in global shape");
+  // The refusal reached the volume before our reply did: nothing is left.
+  auto s = stat();
+  EXPECT_EQ(s.objects + s.staged, 0u);
+  EXPECT_EQ(s.bytes_held, 0u);
+}
+
+}  // namespace
+}  // namespace meshstore::actors

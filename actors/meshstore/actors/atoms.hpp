@@ -18,6 +18,7 @@ using exists_atom = caf::atom_constant<caf::atom("exists")>;
 using remove_atom = caf::atom_constant<caf::atom("remove")>;
 using remove_batch_atom = caf::atom_constant<caf::atom("remove_b")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
+using stage_commit_atom = caf::atom_constant<caf::atom("stage_cmt")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using discard_atom = caf::atom_constant<caf::atom("discard")>;

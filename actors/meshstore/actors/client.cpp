@@ -103,25 +103,41 @@ struct Ask {
   client_pointer self;
   Handle peer;
   std::tuple<Ts...> args;
+  caf::actor also;  // a second peer whose death fails the request too
+
+  /// Fails the request at once also if `other` goes down (the peer will
+  /// ask it on our behalf).
+  Ask& also_watch(caf::actor other) {
+    also = std::move(other);
+    return *this;
+  }
 
   template <class F, class G>
   void then(F on_reply, G on_error) {
     auto& st = self->state;
     auto done = std::make_shared<bool>(false);
-    const caf::actor_addr addr = peer.address();
-    if (st.monitored.insert(addr).second) self->monitor(peer);
+    std::vector<caf::actor_addr> addrs{peer.address()};
+    if (st.monitored.insert(addrs.front()).second) self->monitor(peer);
+    if (also) {
+      addrs.push_back(also.address());
+      if (st.monitored.insert(addrs.back()).second) self->monitor(also);
+    }
     const auto token = st.next_wait++;
-    st.waiting[addr][token] = [done, on_error](caf::error& e) mutable {
-      if (*done) return;
-      *done = true;
-      on_error(e);
-    };
+    for (const auto& addr : addrs) {
+      st.waiting[addr][token] = [done, on_error](caf::error& e) mutable {
+        if (*done) return;
+        *done = true;
+        on_error(e);
+      };
+    }
     auto client = self;
-    auto settle = [client, addr, token] {
-      auto it = client->state.waiting.find(addr);
-      if (it == client->state.waiting.end()) return;
-      it->second.erase(token);
-      if (it->second.empty()) client->state.waiting.erase(it);
+    auto settle = [client, addrs, token] {
+      for (const auto& addr : addrs) {
+        auto it = client->state.waiting.find(addr);
+        if (it == client->state.waiting.end()) continue;
+        it->second.erase(token);
+        if (it->second.empty()) client->state.waiting.erase(it);
+      }
     };
     using Traits = caf::detail::get_callable_trait<F>;
     std::apply(
@@ -141,7 +157,8 @@ struct Ask {
 
 template <class Handle, class... Ts>
 Ask<Handle, std::decay_t<Ts>...> ask(client_pointer self, const Handle& peer, Ts&&... xs) {
-  return Ask<Handle, std::decay_t<Ts>...>{self, peer, std::make_tuple(std::forward<Ts>(xs)...)};
+  return Ask<Handle, std::decay_t<Ts>...>{self, peer, std::make_tuple(std::forward<Ts>(xs)...),
+                                          caf::actor()};
 }
 
 // A monitored peer went down: fail what waits on it, forget connections and
@@ -317,7 +334,9 @@ void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (!ids.empty() && op->conn) self->send(op->conn->handle, release_atom::value, ids);
 }
 
-void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
+// The records a put commits; the shards' objects are op->regions when
+// staged already, else left for the volume to fill (stage_commit).
+std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
   std::vector<wire::KeyRecord> records;
   records.reserve(op->call.items.size());
   for (std::size_t i = 0; i < op->call.items.size(); ++i) {
@@ -327,21 +346,33 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     r.kind = item.kind;
     r.dtype = item.view.dtype();
     r.shape = item.view.shape();
+    const bool staged = i < op->regions.size();
     r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), op->conn->info.volume_id,
-                                         op->regions[i].region_id, op->regions[i].nbytes});
+                                         staged ? op->regions[i].region_id : 0,
+                                         staged ? op->regions[i].nbytes : item.view.nbytes()});
     records.push_back(std::move(r));
   }
+  return records;
+}
+
+// Remembers where the committed keys live, so a get of them locates nothing.
+void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
+                     const std::vector<std::uint64_t>& versions) {
+  auto& st = self->state;
+  if (st.locations.size() + records.size() > st.cfg.max_cached_locations) st.locations.clear();
+  for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
+    records[i].version = versions[i];
+    st.locations[records[i].key] = std::move(records[i]);
+  }
+}
+
+void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  auto records = put_records(op);
   auto& st = self->state;
   ask(self, st.controller, notify_put_batch_atom::value, records)
       .then(
           [=](const std::vector<std::uint64_t>& versions) mutable {
-            auto& st = self->state;
-            if (st.locations.size() + records.size() > st.cfg.max_cached_locations)
-              st.locations.clear();
-            for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
-              records[i].version = versions[i];
-              st.locations[records[i].key] = std::move(records[i]);
-            }
+            cache_committed(self, std::move(records), versions);
             op->call.promise->set_value(versions);
           },
           [=](caf::error& e) {
@@ -384,6 +415,34 @@ void handle_put(client_pointer self, PutCall call) {
         if (r.nbytes > 0) pack_to(item.view, r.data.data());
       }
       reqs.push_back(std::move(r));
+    }
+    if (inline_data) {
+      // One round trip: the volume stages the bytes and commits at the
+      // controller; a refusal leaves nothing staged.
+      auto records = put_records(op);
+      ask(self, op->conn->handle, stage_commit_atom::value, reqs, records,
+          caf::actor_cast<caf::actor>(self->state.controller))
+          .also_watch(caf::actor_cast<caf::actor>(self->state.controller))
+          .then(
+              [=](const std::vector<std::uint64_t>& versions,
+                  const std::vector<std::uint64_t>& objects) mutable {
+                if (versions.size() != records.size() || objects.size() != records.size()) {
+                  return op->fail(Status(Errc::protocol_error,
+                                         "volume committed " + std::to_string(versions.size()) +
+                                             " versions for " + std::to_string(records.size()) +
+                                             " keys"));
+                }
+                for (std::size_t i = 0; i < records.size(); ++i) {
+                  records[i].shards.front().object_id = objects[i];
+                }
+                cache_committed(self, std::move(records), versions);
+                op->call.promise->set_value(versions);
+              },
+              [=](caf::error& e) {
+                op->fail(from_caf_error(
+                    e, "stage and commit at volume '" + op->conn->info.volume_id + "'"));
+              });
+      return;
     }
     ask(self, op->conn->handle, stage_atom::value, reqs)
         .then(

@@ -167,6 +167,105 @@ void client_down(volume_pointer self, const caf::down_msg& msg) {
   self->delayed_send(self, st.config.orphan_grace, reclaim_atom::value, msg.source);
 }
 
+// Allocates one staged object per request, all or none.
+Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
+                                           const std::vector<wire::StageRequest>& reqs) {
+  auto& st = self->state;
+  std::uint64_t total = 0;
+  for (const auto& r : reqs) {
+    if (__builtin_add_overflow(total, r.nbytes, &total)) {
+      return Status(Errc::invalid_argument, "stage: sizes overflow 64 bits");
+    }
+  }
+  const auto held = st.bytes_held->load();
+  if (st.config.capacity_bytes != 0 && held + total > st.config.capacity_bytes) {
+    std::string first = reqs.empty() ? std::string() : reqs.front().key;
+    return Status(Errc::out_of_capacity,
+                  "volume '" + st.config.volume_id + "' is full: it holds " + std::to_string(held) +
+                      " of " + std::to_string(st.config.capacity_bytes) +
+                      " bytes and cannot stage " + std::to_string(total) + " more for " +
+                      std::to_string(reqs.size()) + " key(s) (first '" + first + "')");
+  }
+  const caf::actor_addr owner = watch_sender(self);
+  std::vector<wire::RegionRef> out;
+  std::vector<std::uint64_t> staged;
+  for (const auto& r : reqs) {
+    const auto id = st.next_object_id++;
+    auto allocated = st.allocate(id, r.nbytes);
+    if (!allocated.ok()) {
+      for (auto s : staged) st.drop(s, true);  // all or nothing
+      return allocated.status().with_context("volume '" + st.config.volume_id +
+                                             "': cannot allocate " + std::to_string(r.nbytes) +
+                                             " bytes for '" + r.key + "'");
+    }
+    auto region = std::move(allocated).value();
+    if (r.has_data) {
+      if (r.data.size() != r.nbytes) {
+        for (auto id2 : staged) st.drop(id2, true);
+        return Status(Errc::protocol_error, "stage '" + r.key + "': inline data of " +
+                                                std::to_string(r.data.size()) + " bytes for " +
+                                                std::to_string(r.nbytes) + " announced");
+      }
+      std::memcpy(region->data(), r.data.data(), r.nbytes);
+    }
+    st.regions->add(region);
+    st.objects.emplace(id, StoredObject{region, r.key, false, owner});
+    staged.push_back(id);
+    out.push_back(wire::RegionRef{id, r.nbytes, region->segment(), region->segment_offset()});
+  }
+  return out;
+}
+
+// Stages small objects whose bytes came with the request and commits them
+// at the controller in the same call: a small put costs one round trip to
+// the volume (the controller usually sits in the volume's process) instead
+// of one to the volume and one to the controller.
+caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> stage_commit(
+    volume_pointer self, const std::vector<wire::StageRequest>& reqs,
+    std::vector<wire::KeyRecord> records, const caf::actor& controller) {
+  auto& st = self->state;
+  if (!controller || reqs.size() != records.size()) {
+    return to_caf_error(Status(Errc::protocol_error,
+                               "stage_commit: " + std::to_string(reqs.size()) + " objects for " +
+                                   std::to_string(records.size()) + " records, or no controller"));
+  }
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    if (!reqs[i].has_data || records[i].shards.size() != 1 || records[i].key != reqs[i].key) {
+      return to_caf_error(Status(
+          Errc::protocol_error,
+          "stage_commit: '" + reqs[i].key + "' lacks its bytes or does not match its record"));
+    }
+  }
+  auto staged = stage(self, reqs);
+  if (!staged.ok()) return to_caf_error(staged.status());
+  std::vector<std::uint64_t> ids;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto& shard = records[i].shards.front();
+    shard.volume_id = st.config.volume_id;
+    shard.object_id = (*staged)[i].region_id;
+    shard.nbytes = (*staged)[i].nbytes;
+    ids.push_back(shard.object_id);
+  }
+  auto rp = self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>>();
+  self->request(controller, st.config.transport_config.request_timeout,
+                notify_put_batch_atom::value, std::move(records))
+      .then([=](const std::vector<std::uint64_t>& versions) mutable { rp.deliver(versions, ids); },
+            [=](caf::error& e) mutable {
+              // The controller answered and refused: nothing was committed,
+              // so the staged objects go. After a timeout it may still have
+              // committed them; they stay, and go with their client.
+              const bool refused = e.category() == internal::kErrorCategory &&
+                                   e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
+                                   e.code() != static_cast<std::uint8_t>(Errc::unavailable);
+              if (refused) {
+                for (auto id : ids) self->state.drop(id, true);
+                self->state.regions->prune();
+              }
+              rp.deliver(std::move(e));
+            });
+  return rp;
+}
+
 // What spawn_storage_volume prepared before the actor exists: the region
 // table and the transport servers serving it.
 struct VolumeSetup {
@@ -191,52 +290,14 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
           -> caf::result<std::vector<wire::RegionRef>> {
-        auto& st = self->state;
-        std::uint64_t total = 0;
-        for (const auto& r : reqs) {
-          if (__builtin_add_overflow(total, r.nbytes, &total)) {
-            return to_caf_error(Status(Errc::invalid_argument, "stage: sizes overflow 64 bits"));
-          }
-        }
-        const auto held = st.bytes_held->load();
-        if (st.config.capacity_bytes != 0 && held + total > st.config.capacity_bytes) {
-          std::string first = reqs.empty() ? std::string() : reqs.front().key;
-          return to_caf_error(
-              Status(Errc::out_of_capacity,
-                     "volume '" + st.config.volume_id + "' is full: it holds " +
-                         std::to_string(held) + " of " + std::to_string(st.config.capacity_bytes) +
-                         " bytes and cannot stage " + std::to_string(total) + " more for " +
-                         std::to_string(reqs.size()) + " key(s) (first '" + first + "')"));
-        }
-        const caf::actor_addr owner = watch_sender(self);
-        std::vector<wire::RegionRef> out;
-        std::vector<std::uint64_t> staged;
-        for (const auto& r : reqs) {
-          const auto id = st.next_object_id++;
-          auto allocated = st.allocate(id, r.nbytes);
-          if (!allocated.ok()) {
-            for (auto s : staged) st.drop(s, true);  // all or nothing
-            return to_caf_error(allocated.status().with_context(
-                "volume '" + st.config.volume_id + "': cannot allocate " +
-                std::to_string(r.nbytes) + " bytes for '" + r.key + "'"));
-          }
-          auto region = std::move(allocated).value();
-          if (r.has_data) {
-            if (r.data.size() != r.nbytes) {
-              for (auto id2 : staged) st.drop(id2, true);
-              return to_caf_error(
-                  Status(Errc::protocol_error, "stage '" + r.key + "': inline data of " +
-                                                   std::to_string(r.data.size()) + " bytes for " +
-                                                   std::to_string(r.nbytes) + " announced"));
-            }
-            std::memcpy(region->data(), r.data.data(), r.nbytes);
-          }
-          st.regions->add(region);
-          st.objects.emplace(id, StoredObject{region, r.key, false, owner});
-          staged.push_back(id);
-          out.push_back(wire::RegionRef{id, r.nbytes, region->segment(), region->segment_offset()});
-        }
-        return out;
+        auto staged = stage(self, reqs);
+        if (!staged.ok()) return to_caf_error(staged.status());
+        return std::move(staged).value();
+      },
+      [=](stage_commit_atom, const std::vector<wire::StageRequest>& reqs,
+          std::vector<wire::KeyRecord>& records, const caf::actor& controller)
+          -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> {
+        return stage_commit(self, reqs, std::move(records), controller);
       },
       [=](commit_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) {

@@ -24,6 +24,14 @@ using storage_volume_actor = caf::typed_actor<
     // Errc::out_of_capacity (nothing staged) when they do not fit.
     caf::replies_to<stage_atom,
                     std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
+    // Small puts in one round trip: stages objects whose bytes come inline,
+    // fills each record's shard with its object, and commits the records at
+    // `controller` (the controller actor); answers the committed versions
+    // and the objects holding them. Staged objects go again if the
+    // controller refuses.
+    caf::replies_to<stage_commit_atom, std::vector<wire::StageRequest>,
+                    std::vector<wire::KeyRecord>, caf::actor>::
+        with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/>,
     // From the controller: these objects now back committed keys.
     caf::reacts_to<commit_atom, std::vector<std::uint64_t>>,
     // These objects are no longer referenced (superseded, removed, or a
