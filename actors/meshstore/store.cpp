@@ -532,6 +532,17 @@ Future<Tensor> Store::get(std::string key) {
       .then([](const actors::GetOutput& out) { return out.tensors.front(); });
 }
 
+Future<Tensor> Store::get_view(std::string key) {
+  if (auto s = check_key("get_view", key); !s.ok()) return make_error_future<Tensor>(s);
+  actors::GetCall call;
+  call.op = "get_view";
+  call.mode = actors::GetMode::view;
+  call.keys.push_back(key);
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
+                    "get_view '" + key + "'")
+      .then([](const actors::GetOutput& out) { return out.tensors.front(); });
+}
+
 Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   if (auto s = check_keys("get_batch", keys, false); !s.ok())
     return make_error_future<std::vector<Tensor>>(s);

@@ -188,6 +188,15 @@ class Store {
   /// Fetches `key` into a newly allocated contiguous Tensor.
   /// Errc::not_found if there is no such key; Errc::wrong_kind for an object.
   Future<Tensor> get(std::string key);
+  /// Reads `key` without copying where it can: on a volume this process
+  /// reaches through shared memory (the shm transport), the tensor is a
+  /// read-only mapping of the stored bytes (Tensor::read_only() is true;
+  /// writing through it faults), and it keeps that version pinned in the
+  /// volume until its last copy is destroyed, even if the key is replaced or
+  /// removed meanwhile (the memory is then freed). Elsewhere, and for small
+  /// tensors that travel inline, it is a copy like get(). Same errors as get().
+  /// The tensor may outlive the store.
+  Future<Tensor> get_view(std::string key);
   /// Fetches several keys, in parallel.
   Future<std::vector<Tensor>> get_batch(std::vector<std::string> keys);
 

@@ -152,6 +152,16 @@ Result<Tensor> Tensor::empty(DType dtype, Shape shape) {
   return t;
 }
 
+Tensor Tensor::wrap(std::shared_ptr<std::byte> storage, DType dtype, Shape shape, bool read_only) {
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.defined_ = true;
+  t.read_only_ = read_only;
+  return t;
+}
+
 Result<Tensor> Tensor::zeros(DType dtype, Shape shape) {
   auto t = empty(dtype, std::move(shape));
   if (t.ok()) std::memset(t->data(), 0, t->nbytes());

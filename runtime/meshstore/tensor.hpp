@@ -121,6 +121,10 @@ class Tensor {
   static Result<Tensor> empty(DType dtype, Shape shape);
   /// Allocates a zero-filled tensor.
   static Result<Tensor> zeros(DType dtype, Shape shape);
+  /// A tensor over memory someone else owns: `storage`'s deleter runs when
+  /// the last copy of the tensor goes. `read_only` marks memory that must not
+  /// be written (a store's zero-copy view: writing it faults).
+  static Tensor wrap(std::shared_ptr<std::byte> storage, DType dtype, Shape shape, bool read_only);
 
   bool defined() const noexcept { return defined_; }
   void* data() const noexcept { return storage_.get(); }
@@ -135,6 +139,8 @@ class Tensor {
   std::size_t nbytes() const noexcept {
     return static_cast<std::size_t>(numel()) * dtype_size(dtype_);
   }
+  /// True for memory that must not be written (Store::get_view on shared memory).
+  bool read_only() const noexcept { return read_only_; }
   /// A contiguous view of this tensor's memory.
   TensorView view() const { return TensorView(data(), dtype_, shape_); }
   /// An independent deep copy.
@@ -145,6 +151,7 @@ class Tensor {
   DType dtype_ = DType::float32;
   Shape shape_;
   bool defined_ = false;
+  bool read_only_ = false;
 };
 
 /// Copies the elements of `src` into `dst`, honouring both views' strides.

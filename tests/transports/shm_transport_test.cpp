@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/store.hpp"
@@ -124,6 +125,77 @@ TEST(ShmTransport, FullSharedMemoryIsOutOfCapacityNotACrash) {
 
 TEST(ShmTransport, SegmentThatVanishedIsNotFound) {
   EXPECT_ERROR(Segment::open("meshstore.0-0.0.does-not-exist"), Errc::not_found, "gone");
+}
+
+}  // namespace
+}  // namespace meshstore::transports::shm
+
+namespace meshstore::transports::shm {
+namespace {
+
+std::uint64_t leases_of(Store& store) {
+  auto stats = store.stats().get(testing::kWait);
+  return stats.ok() && !stats->empty() ? stats->front().leases : 999;
+}
+
+TEST(GetView, ZeroCopyReadOnlyAndPinsItsVersion) {
+  StoreOptions o;
+  o.transport = "shm";
+  auto store = Store::embedded(o).value();
+  std::vector<float> v1(1 << 18, 1.0f), v2(1 << 18, 2.0f);
+  ASSERT_OK(store.put("w", TensorView::of(v1.data(), {1 << 18})).get(testing::kWait));
+  auto view = store.get_view("w").get(testing::kWait);
+  ASSERT_OK(view);
+  EXPECT_TRUE(view->read_only());
+  EXPECT_EQ(view->shape(), (Shape{1 << 18}));
+  EXPECT_EQ(view->data_as<float>()[12345], 1.0f);
+  EXPECT_EQ(leases_of(store), 1u);
+  // A new version and a remove do not touch what the view shows.
+  ASSERT_OK(store.put("w", TensorView::of(v2.data(), {1 << 18})).get(testing::kWait));
+  ASSERT_OK(store.remove("w").get(testing::kWait));
+  EXPECT_EQ(view->data_as<float>()[(1 << 18) - 1], 1.0f);
+  // The last copy going closes the lease (through the client actor).
+  Tensor copy = *view;
+  view = Result<Tensor>(Status(Errc::not_found, "dropped"));
+  EXPECT_EQ(copy.data_as<float>()[0], 1.0f);
+  copy = Tensor();
+  for (int i = 0; i < 500 && leases_of(store) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // bounded poll of a stat
+  }
+  EXPECT_EQ(leases_of(store), 0u);
+}
+
+TEST(GetView, WritingThroughAViewFaults) {
+  StoreOptions o;
+  o.transport = "shm";
+  auto store = Store::embedded(o).value();
+  std::vector<float> w(1 << 18, 1.0f);
+  ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
+  auto view = store.get_view("w").get(testing::kWait).value();
+  EXPECT_DEATH(view.data_as<float>()[0] = 5.0f, "");
+}
+
+TEST(GetView, CopiesWhereNoMappingIsPossible) {
+  for (const char* transport : {"tcp", "rpc"}) {
+    StoreOptions o;
+    o.transport = transport;
+    auto store = Store::embedded(o).value();
+    std::vector<float> w(1 << 18, 4.0f);
+    ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
+    auto view = store.get_view("w").get(testing::kWait);
+    ASSERT_OK(view) << transport;
+    EXPECT_FALSE(view->read_only()) << transport;
+    EXPECT_EQ(view->data_as<float>()[777], 4.0f);
+    EXPECT_EQ(leases_of(store), 0u) << transport;
+  }
+  // Small tensors travel inline: a copy too.
+  auto store = Store::embedded().value();
+  float x = 3;
+  ASSERT_OK(store.put("x", TensorView::of(&x, {})).get(testing::kWait));
+  auto v = store.get_view("x").get(testing::kWait);
+  ASSERT_OK(v);
+  EXPECT_EQ(*v->data_as<float>(), 3.0f);
+  EXPECT_ERROR(store.get_view("nope").get(testing::kWait), Errc::not_found, "nope");
 }
 
 }  // namespace

@@ -495,7 +495,58 @@ struct ReadTarget {
   std::uint64_t object_id = 0;
   std::byte* dst = nullptr;
   std::size_t nbytes = 0;
+  // GetMode::view: where the tensor goes (dst is then null), and its type.
+  Tensor* view = nullptr;
+  DType dtype = DType::uint8;
+  Shape shape;
 };
+
+// Closes a read lease when the last zero-copy view of it goes, from any
+// thread: the close goes through the client actor (leases are keyed by
+// their client). Holds only weak references: views may outlive the store.
+struct LeaseGuard {
+  caf::actor_addr client;
+  caf::actor_addr volume;
+  std::uint64_t lease_id = 0;
+  ~LeaseGuard() {
+    auto hdl = caf::actor_cast<caf::actor>(client);
+    if (!hdl) return;
+    auto self = caf::actor_cast<client_pointer>(hdl);  // runs only inside that actor
+    caf::anon_send(hdl, run_atom::value, internal::Closure{[self, volume = volume, id = lease_id] {
+                     auto v = caf::actor_cast<storage_volume_actor>(volume);
+                     if (v) self->send(v, close_read_atom::value, id);
+                   }});
+  }
+};
+
+// Fills each view target with a read-only tensor over the mapped region, or
+// returns false (nothing filled) when the transport cannot map.
+Result<bool> map_views(client_pointer self, const std::shared_ptr<VolumeConn>& c,
+                       const wire::ReadLease& lease, std::vector<ReadTarget>& targets) {
+  std::vector<std::shared_ptr<std::byte>> mapped;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    auto m = c->transport->map_read_only(lease.regions[i]);
+    if (!m.ok()) {
+      if (m.status().code() == Errc::unsupported) return false;
+      return m.status();
+    }
+    mapped.push_back(std::move(m).value());
+  }
+  auto guard = std::make_shared<LeaseGuard>();
+  guard->client = self->address();
+  guard->volume = c->handle.address();
+  guard->lease_id = lease.lease_id;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    auto memory = std::move(mapped[i]);
+    std::byte* p = memory.get();
+    std::shared_ptr<std::byte> storage(p, [memory, guard](std::byte*) mutable {
+      memory.reset();
+      guard.reset();
+    });
+    *targets[i].view = Tensor::wrap(std::move(storage), targets[i].dtype, targets[i].shape, true);
+  }
+  return true;
+}
 
 struct GetOp {
   GetCall call;
@@ -561,7 +612,7 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
     const std::uint64_t lease_id = self->state.next_lease_id++;
     ask(self, c->handle, open_read_atom::value, ids, lease_id)
         .then(
-            [=](const wire::ReadLease& lease) {
+            [=](const wire::ReadLease& lease) mutable {
               if (lease.regions.size() != targets.size()) {
                 if (lease.lease_id != 0)
                   self->send(c->handle, close_read_atom::value, lease.lease_id);
@@ -579,9 +630,33 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                                                          std::to_string(lease.data.size()) +
                                                          " inline objects of the wrong size"));
                   }
+                  if (targets[i].view) {
+                    auto t = Tensor::empty(targets[i].dtype, targets[i].shape);
+                    if (!t.ok()) return (void)promise->set_error(t.status());
+                    *targets[i].view = std::move(t).value();
+                    targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
+                  }
                   std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
                 }
                 return (void)promise->set_value();
+              }
+              if (!targets.empty() && targets.front().view) {
+                // Zero-copy where the transport maps regions; the lease stays
+                // open until the last view goes. Else a copy, like get().
+                auto views = map_views(self, c, lease, targets);
+                if (!views.ok() || *views) {
+                  if (!views.ok()) self->send(c->handle, close_read_atom::value, lease.lease_id);
+                  return (void)promise->set(views.ok() ? Result<void>() : views.status());
+                }
+                for (auto& t : targets) {
+                  auto copy = Tensor::empty(t.dtype, t.shape);
+                  if (!copy.ok()) {
+                    self->send(c->handle, close_read_atom::value, lease.lease_id);
+                    return (void)promise->set_error(copy.status());
+                  }
+                  *t.view = std::move(copy).value();
+                  t.dst = static_cast<std::byte*>(t.view->data());
+                }
               }
               std::vector<Future<void>> reads;
               for (std::size_t i = 0; i < targets.size() && i < lease.regions.size(); ++i) {
@@ -704,6 +779,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       }
     }
     op->out = GetOutput{};
+    op->out.tensors.reserve(records->size());  // view targets point into it
     op->unpack.clear();
     op->stale = false;
     auto stale = std::make_shared<bool>(false);
@@ -721,6 +797,8 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
                      "cannot allocate " + std::to_string(shard.nbytes) + " bytes for the object"));
         }
         dst = reinterpret_cast<std::byte*>(op->out.object.data());
+      } else if (op->call.mode == GetMode::view) {
+        op->out.tensors.emplace_back();  // filled by the read
       } else if (op->call.mode == GetMode::tensor) {
         auto t = Tensor::empty(rec.dtype, rec.shape);
         if (!t.ok()) return op->fail(t.status());
@@ -737,7 +815,13 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
           op->unpack.emplace_back(std::move(tmp).value(), view);
         }
       }
-      by_volume[shard.volume_id].push_back(ReadTarget{shard.object_id, dst, shard.nbytes});
+      ReadTarget target{shard.object_id, dst, shard.nbytes};
+      if (op->call.mode == GetMode::view) {
+        target.view = &op->out.tensors.back();
+        target.dtype = rec.dtype;
+        target.shape = rec.shape;
+      }
+      by_volume[shard.volume_id].push_back(std::move(target));
     }
     std::vector<Future<void>> groups;
     for (auto& [vid, targets] : by_volume) {

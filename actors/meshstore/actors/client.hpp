@@ -35,10 +35,13 @@ struct PutCall {
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
-enum class GetMode { tensor, into, object };
+/// tensor: a new Tensor; into: the caller's buffers; object: bytes; view:
+/// read-only tensors over the volume's shared memory where the transport
+/// can map it (a copy otherwise), each pinning its version while it lives.
+enum class GetMode { tensor, into, object, view };
 
 struct GetOutput {
-  std::vector<Tensor> tensors;  // GetMode::tensor
+  std::vector<Tensor> tensors;  // GetMode::tensor and GetMode::view
   std::string object;           // GetMode::object
 };
 

@@ -123,6 +123,14 @@ class Transport {
   /// Copies [offset, offset + n) of region `src` into `dst`. Same errors.
   virtual Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
                             std::size_t n) = 0;
+  /// Maps region `src` read-only into this process, without copying: the
+  /// memory stays mapped until the returned pointer's last owner lets go
+  /// (the caller keeps the region leased meanwhile). Errc::unsupported for
+  /// transports that cannot (only shm can today).
+  virtual Result<std::shared_ptr<std::byte>> map_read_only(const wire::RegionRef& src) {
+    (void)src;
+    return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
+  }
 };
 
 }  // namespace meshstore::transports

@@ -92,9 +92,9 @@ Result<std::unique_ptr<Segment>> Segment::create(const std::string& name, std::s
   return std::unique_ptr<Segment>(new Segment(name, static_cast<std::byte*>(p), size, true));
 }
 
-Result<std::unique_ptr<Segment>> Segment::open(const std::string& name) {
+Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, bool read_only) {
   const std::string path = "/" + name;
-  const int fd = shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+  const int fd = shm_open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) {
@@ -113,7 +113,8 @@ Result<std::unique_ptr<Segment>> Segment::open(const std::string& name) {
     return Status(Errc::io_error, "fstat of shm segment '" + name + "': " + errno_text(e));
   }
   const auto size = static_cast<std::size_t>(st.st_size);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int prot = read_only ? PROT_READ : PROT_READ | PROT_WRITE;
+  void* p = mmap(nullptr, size, prot, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int e = errno;
   close(fd);
   if (p == MAP_FAILED) {

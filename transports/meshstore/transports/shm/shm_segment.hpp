@@ -32,9 +32,10 @@ class Segment {
   /// least one page is used for 0), mapped read-write and prefaulted.
   /// Errc::out_of_capacity when /dev/shm is full, Errc::io_error otherwise.
   static Result<std::unique_ptr<Segment>> create(const std::string& name, std::size_t nbytes);
-  /// Maps an existing segment read-write. Errc::not_found when it is gone,
-  /// Errc::unavailable when permission is denied (another user's segment).
-  static Result<std::unique_ptr<Segment>> open(const std::string& name);
+  /// Maps an existing segment read-write (or read-only). Errc::not_found
+  /// when it is gone, Errc::unavailable when permission is denied (another
+  /// user's segment).
+  static Result<std::unique_ptr<Segment>> open(const std::string& name, bool read_only = false);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;

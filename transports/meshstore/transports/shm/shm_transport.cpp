@@ -147,6 +147,22 @@ class ShmTransport final : public Transport {
                 std::move(at->first));
   }
 
+  Result<std::shared_ptr<std::byte>> map_read_only(const wire::RegionRef& ref) override {
+    const std::string where = "shm view of region " + std::to_string(ref.region_id);
+    if (ref.segment.empty()) {
+      return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
+    }
+    // Its own read-only mapping, apart from the cache: writes through it fault.
+    auto seg = Segment::open(ref.segment, true);
+    if (!seg.ok()) return seg.status().with_context(where);
+    std::shared_ptr<Segment> owned(std::move(seg).value());
+    if (ref.segment_offset > owned->size() || ref.nbytes > owned->size() - ref.segment_offset) {
+      return Status(Errc::protocol_error, where + ": segment '" + ref.segment + "' is too small");
+    }
+    std::byte* p = owned->data() + ref.segment_offset;
+    return std::shared_ptr<std::byte>(p, [owned](std::byte*) mutable { owned.reset(); });
+  }
+
  private:
   // The mapped segment of `ref` and the address of byte `offset` of it.
   Result<std::pair<std::shared_ptr<Segment>, std::byte*>> locate(const wire::RegionRef& ref,
