@@ -1,8 +1,6 @@
 // kill -9 of a process in a running store: the others get clear errors
 // within a bound, nothing hangs.
 
-#include <dirent.h>
-
 #include <regex>
 
 #include "meshstore/store.hpp"
@@ -69,53 +67,6 @@ TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   EXPECT_ERROR(client.put("k2", TensorView::of(&x, {})).get(kBound), Errc::unavailable,
                "unreachable");
   transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
-}
-
-// Names of /dev/shm segments created by process `pid`.
-std::vector<std::string> segments_of(pid_t pid) {
-  std::vector<std::string> out;
-  const std::string prefix = "meshstore." + std::to_string(pid) + "-";
-  DIR* dir = opendir("/dev/shm");
-  if (!dir) return out;
-  while (dirent* e = readdir(dir)) {
-    if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
-  }
-  closedir(dir);
-  return out;
-}
-
-TEST(Failure, SharedMemoryOfAKilledServerIsCollected) {
-  Child serve({kTool, "serve", "--port", "0"});
-  ASSERT_TRUE(serve.wait_for_output("serving on", 60s)) << serve.output();
-  std::smatch m;
-  const std::string out = serve.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)")));
-  {
-    StoreOptions o;
-    o.host_volumes = false;
-    o.local_rank = -1;
-    auto client = Store::connect(m[1], o).value();
-    std::vector<float> w(1 << 18, 2.0f);  // 1 MiB: lands in a shared-memory segment
-    ASSERT_OK(client.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait));
-  }
-  const auto left = segments_of(serve.pid());
-  ASSERT_FALSE(left.empty()) << "the server holds no shared-memory segment";
-  serve.signal(SIGKILL);
-  ASSERT_TRUE(serve.wait(kWait));
-  EXPECT_EQ(segments_of(serve.pid()), left);  // a crash leaves them behind...
-
-  Child dry({kTool, "gc", "--dry-run"});
-  ASSERT_TRUE(dry.wait(kWait));
-  EXPECT_EQ(dry.exit_code(), 0);
-  EXPECT_NE(dry.output().find("would remove /dev/shm/" + left.front()), std::string::npos)
-      << dry.output();
-  EXPECT_EQ(segments_of(serve.pid()), left);
-
-  Child gc({kTool, "gc"});  // ...and meshstore gc (or the next store) removes them
-  ASSERT_TRUE(gc.wait(kWait));
-  EXPECT_EQ(gc.exit_code(), 0);
-  EXPECT_NE(gc.output().find("removed /dev/shm/" + left.front()), std::string::npos) << gc.output();
-  EXPECT_TRUE(segments_of(serve.pid()).empty());
 }
 
 TEST(Failure, MeshrunExitsNonZeroWhenARankIsKilled) {

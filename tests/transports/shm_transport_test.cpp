@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -31,13 +30,6 @@ int mapped_segments() {
     if (line.find("/dev/shm/meshstore.") != std::string::npos) ++n;
   }
   return n;
-}
-
-void make_segment_file(const std::string& name) {
-  const int fd = shm_open(("/" + name).c_str(), O_CREAT | O_RDWR, 0600);
-  ASSERT_GE(fd, 0) << name;
-  ASSERT_EQ(ftruncate(fd, 4096), 0);
-  close(fd);
 }
 
 TEST(ShmTransport, NextVersionOfTheSameSizeReusesTheSegment) {
@@ -92,28 +84,6 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
   server.reset();
   held.clear();
   EXPECT_EQ(mapped_segments(), before);
-}
-
-TEST(ShmTransport, GarbageCollectRemovesOnlyWhatDeadProcessesLeft) {
-  const pid_t child = fork();
-  if (child == 0) _exit(0);
-  ASSERT_GT(child, 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  // A dead owner; our own pid with another start time (a reused pid); ours.
-  const std::string dead = std::string(kSegmentPrefix) + std::to_string(child) + "-1.1.1";
-  const std::string reused = std::string(kSegmentPrefix) + std::to_string(getpid()) + "-1.1.1";
-  const std::string mine = process_prefix() + "999.1";
-  make_segment_file(dead);
-  make_segment_file(reused);
-  make_segment_file(mine);
-  const auto report = garbage_collect();
-  EXPECT_FALSE(segment_exists(dead));
-  EXPECT_FALSE(segment_exists(reused));
-  EXPECT_TRUE(segment_exists(mine));
-  EXPECT_GE(report.removed.size(), 2u);
-  EXPECT_GE(report.live, 1u);
-  shm_unlink(("/" + mine).c_str());
 }
 
 TEST(ShmTransport, FullSharedMemoryIsOutOfCapacityNotACrash) {
