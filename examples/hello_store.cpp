@@ -138,8 +138,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double gb = static_cast<double>(n) / 1e9;
-  std::printf("moved %zu MiB through the rpc transport (in-process actors), median of 5 rounds\n",
-              mib);
+  const char* forced = std::getenv("MESHSTORE_TRANSPORT");
+  std::printf("moved %zu MiB through the %s transport (in-process actors), median of 5 rounds\n",
+              mib, forced && *forced ? forced : "shm");
   std::printf("  %-10s %8.3f s  %7.2f GB/s\n", "memcpy", memcpy_s, gb / memcpy_s);
   std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy; first touch of new memory)\n",
               "cold put", cold_s, gb / cold_s, memcpy_s / cold_s);

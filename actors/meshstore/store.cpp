@@ -347,11 +347,17 @@ Status Store::Impl::host_volumes(bool is_server) {
     vc.capacity_bytes = options.volume_capacity_bytes;
     vc.transport_config = transport_config(options);
     vc.bind_host = data_host;
+    if (!options.shared_memory_volumes) {
+      for (const auto& name : transports::builtin_registry().names()) {
+        if (name != "shm") vc.transports.push_back(name);
+      }
+    }
     auto volume = actors::spawn_storage_volume(sys, vc);
     if (!volume.ok()) return volume.status();
     owned.push_back(caf::actor_cast<caf::actor>(*volume));
     info.capacity_bytes = vc.capacity_bytes;
-    info.transports = transports::builtin_registry().names();
+    info.transports =
+        vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
     const std::string what = "register volume '" + info.volume_id + "'";
     MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
                                      actors::register_volume_atom::value, info, *volume));

@@ -97,9 +97,15 @@ struct StoreOptions {
   int tcp_streams = 2;
   /// tcp: bytes per request on one connection, in [64 KiB, 1 GiB].
   std::size_t tcp_chunk_bytes = std::size_t{16} << 20;
-  /// shm: segments a client keeps mapped (least recently used go first),
-  /// in [1, 60000]. Each mapping counts against vm.max_map_count (65530).
+  /// shm: segments a client keeps mapped per volume it talks to (least
+  /// recently used go first), in [1, 60000]. Each mapping counts against
+  /// vm.max_map_count (65530).
   int shm_max_mappings = 4096;
+  /// Volumes of this process keep their bytes in shared memory (/dev/shm),
+  /// so same-host clients reach them through the shm transport. false keeps
+  /// them in process memory and offers no shm (for hosts or containers whose
+  /// /dev/shm is small: Docker's default is 64 MiB); clients then use tcp.
+  bool shared_memory_volumes = true;
   /// Largest rpc chunk (one actor message), in [4 KiB, 1 GiB].
   std::size_t rpc_chunk_bytes = std::size_t{64} << 20;
   /// rpc chunks in flight per transfer, in [1, 64].

@@ -86,6 +86,22 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
   EXPECT_EQ(mapped_segments(), before);
 }
 
+TEST(ShmTransport, VolumesCanStayOutOfSharedMemory) {
+  StoreOptions o;
+  o.shared_memory_volumes = false;  // a container with a tiny /dev/shm
+  auto store = Store::embedded(o).value();
+  std::vector<float> w(1 << 18, 6.0f);
+  ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait));
+  std::vector<float> back(1 << 18, 0.0f);
+  ASSERT_OK(store.get_into("w", TensorView::of(back.data(), {1 << 18})).get(kWait));
+  EXPECT_EQ(back, w);
+  EXPECT_TRUE(own_segments().empty());
+  o.transport = "shm";
+  auto forced = Store::embedded(o).value();
+  EXPECT_ERROR(forced.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait), Errc::unsupported,
+               "offers only [tcp, rpc]");
+}
+
 TEST(ShmTransport, FullSharedMemoryIsOutOfCapacityNotACrash) {
   // Larger than /dev/shm can hold: posix_fallocate refuses, no SIGBUS later.
   auto seg = Segment::create(process_prefix() + "huge.1", std::size_t{1} << 50);

@@ -97,6 +97,16 @@ void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+// Probes an idle connection, so a server thread waiting on a client whose
+// host vanished (no FIN, no RST) gives up after about a minute.
+void set_keepalive(int fd) {
+  int one = 1, idle = 30, interval = 5, count = 6;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
 std::string random_secret() {
   std::random_device rd;
   static const char* hex = "0123456789abcdef";
@@ -125,6 +135,11 @@ bool split_address(const std::string& a, std::string& host, std::string& port) {
 // -- server ---------------------------------------------------------------
 
 class TcpServer final : public TransportServer {
+  struct Connection {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+
  public:
   static Result<std::unique_ptr<TcpServer>> start(const ServerContext& ctx) {
     addrinfo hints{};
@@ -152,6 +167,12 @@ class TcpServer final : public TransportServer {
     getnameinfo(reinterpret_cast<sockaddr*>(&local), len, host, sizeof(host), port, sizeof(port),
                 NI_NUMERICHOST | NI_NUMERICSERV);
     std::string h = host;
+    if (h == "0.0.0.0" || h == "::") {
+      // Bound to every interface: advertise this host's name, which other
+      // hosts can resolve, rather than an address nobody can dial.
+      char name[256] = {};
+      if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') h = name;
+    }
     if (h.find(':') != std::string::npos) h = "[" + h + "]";
     int wake[2];
     if (pipe2(wake, O_CLOEXEC) != 0) {
@@ -176,7 +197,7 @@ class TcpServer final : public TransportServer {
     return e;
   }
   void shutdown() override {
-    std::list<std::thread> threads;
+    std::list<Connection> threads;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return;
@@ -187,7 +208,7 @@ class TcpServer final : public TransportServer {
     const char x = 1;
     (void)!write(wake_[1], &x, 1);
     if (acceptor_.joinable()) acceptor_.join();
-    for (auto& t : threads) t.join();
+    for (auto& t : threads) t.thread.join();
     close(listen_fd_);
     close(wake_[0]);
     close(wake_[1]);
@@ -219,14 +240,30 @@ class TcpServer final : public TransportServer {
         close(fd);
         return;
       }
+      // Join connections that ended, so a long-lived volume keeps no dead
+      // threads around.
+      for (auto it = conn_threads_.begin(); it != conn_threads_.end();) {
+        if (it->done->load()) {
+          it->thread.join();
+          it = conn_threads_.erase(it);
+        } else {
+          ++it;
+        }
+      }
       conn_fds_.push_back(fd);
-      conn_threads_.emplace_back([this, fd] { serve(fd); });
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      conn_threads_.push_back(Connection{std::thread([this, fd, done] {
+                                           serve(fd);
+                                           done->store(true);
+                                         }),
+                                         done});
     }
   }
 
   // One connection: the hello, then requests until the client closes.
   void serve(int fd) {
     set_nodelay(fd);
+    set_keepalive(fd);
     set_timeouts(fd, timeout_);
     char hello[sizeof(kMagic) + 4 + kSecretBytes];
     std::uint32_t version = 0;
@@ -308,7 +345,7 @@ class TcpServer final : public TransportServer {
   std::mutex mu_;  // guards stopped_, conn_fds_, conn_threads_
   bool stopped_ = false;
   std::vector<int> conn_fds_;
-  std::list<std::thread> conn_threads_;
+  std::list<Connection> conn_threads_;
 };
 
 // -- client ---------------------------------------------------------------
@@ -538,9 +575,12 @@ class TcpTransport final : public Transport {
     std::string msg(r.message_length, '\0');
     if (!recv_all(fd, msg.data(), msg.size())) return io_error(job, "receiving the reply");
     if (r.code != 0) {
+      if (r.code > static_cast<std::uint32_t>(Errc::internal)) {
+        return Status(Errc::protocol_error,
+                      "tcp: the volume answered unknown error code " + std::to_string(r.code));
+      }
       broken = false;
-      const auto code = static_cast<Errc>(r.code);
-      return Status(code == Errc::ok ? Errc::protocol_error : code, msg);
+      return Status(static_cast<Errc>(r.code), msg);
     }
     if (job.op == kOpRead && !recv_all(fd, job.data, job.length)) {
       return io_error(job, "receiving the bytes");
