@@ -49,7 +49,13 @@ TEST(ShmTransport, NextVersionOfTheSameSizeReusesTheSegment) {
   ASSERT_OK(store.get_into("w", TensorView::of(back.data(), {1 << 19})).get(kWait));
   EXPECT_EQ(back, big);
   EXPECT_EQ(own_segments().size(), 3u);  // the old size stays pooled for reuse
+  // remove() frees the removed version's segment at once (no reader holds it).
   ASSERT_OK(store.remove("w").get(kWait));
+  // The controller tells the volume after answering us: poll, bounded.
+  for (int i = 0; i < 500 && own_segments().size() != 2u; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(own_segments().size(), 2u) << "remove left its segment behind";
 }
 
 TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
