@@ -47,7 +47,8 @@ struct Args {
   bool json = false;
   bool smoke = false;
   int processes = 2;
-  std::string peer;  // internal: run as the peer process ("serve")
+  int tcp_streams = 2;  // StoreOptions::tcp_streams
+  std::string peer;     // internal: run as the peer process ("serve")
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -99,6 +100,8 @@ Args parse(int argc, char** argv) {
       a.smoke = true;
     else if (arg == "--processes")
       a.processes = std::atoi(next().c_str());
+    else if (arg == "--tcp-streams")
+      a.tcp_streams = std::atoi(next().c_str());
     else if (arg == "--peer")
       a.peer = next();
     else if (arg == "--help" || arg == "-h")
@@ -327,6 +330,7 @@ struct Session {
 Session open_session(const Args& a) {
   meshstore::StoreOptions o;
   o.transport = a.transport;
+  o.tcp_streams = a.tcp_streams;
   if (a.processes == 1) return Session{nullptr, must(meshstore::Store::embedded(o), "embedded")};
   auto peer = start_peer();
   o.host_volumes = false;
@@ -391,13 +395,15 @@ void run_single(const Args& a) {
   const double ts = two ? median(tcp_send_t) : 0, tr = two ? median(tcp_recv_t) : 0;
   if (a.json) {
     std::printf(
-        "{\"scenario\":\"single\",\"transport\":\"%s\",\"bytes\":%zu,\"iters\":%d,\"processes\":%d,"
+        "{\"scenario\":\"single\",\"transport\":\"%s\",\"tcp_streams\":%d,\"bytes\":%zu,\"iters\":%"
+        "d,"
+        "\"processes\":%d,"
         "\"memcpy_gbps\":%.3f,\"put_gbps\":%.3f,\"put_cold_gbps\":%.3f,\"get_into_gbps\":%.3f,"
         "\"get_gbps\":%.3f,"
         "\"put_vs_memcpy\":%.3f,\"get_into_vs_memcpy\":%.3f,\"get_vs_memcpy\":%.3f,\"put_cold_vs_"
         "memcpy\":%.3f",
-        a.transport.c_str(), n, iters, a.processes, gb / m, gb / p, gb / cold, gb / gi, gb / g,
-        m / p, m / gi, m / g, m / cold);
+        a.transport.c_str(), a.tcp_streams, n, iters, a.processes, gb / m, gb / p, gb / cold,
+        gb / gi, gb / g, m / p, m / gi, m / g, m / cold);
     if (two) {
       std::printf(
           ",\"raw_tcp_send_gbps\":%.3f,\"raw_tcp_recv_gbps\":%.3f,\"put_vs_raw_tcp\":%.3f,"
