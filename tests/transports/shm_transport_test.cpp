@@ -157,6 +157,21 @@ TEST(GetView, ZeroCopyReadOnlyAndPinsItsVersion) {
   EXPECT_EQ(leases_of(store), 0u);
 }
 
+TEST(GetView, AViewOutlivesItsStore) {
+  Tensor view;
+  {
+    StoreOptions o;
+    o.transport = "shm";
+    auto store = Store::embedded(o).value();
+    std::vector<float> w(1 << 18, 9.0f);
+    ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
+    view = store.get_view("w").get(testing::kWait).value();
+    ASSERT_TRUE(view.read_only());
+  }  // the store shuts down (without waiting for the view) and unlinks its segments
+  EXPECT_TRUE(own_segments().empty());
+  EXPECT_EQ(view.data_as<float>()[(1 << 18) - 1], 9.0f);  // the mapping is still ours
+}
+
 TEST(GetView, WritingThroughAViewFaults) {
   StoreOptions o;
   o.transport = "shm";
