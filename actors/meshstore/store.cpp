@@ -527,25 +527,32 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
+namespace {
+
+// One key read into a Tensor: get (a copy) or get_view (zero-copy if it can).
+actors::GetCall single_get(const std::string& op, actors::GetMode mode, std::string key) {
+  actors::GetCall call;
+  call.op = op;
+  call.mode = mode;
+  call.keys.push_back(std::move(key));
+  return call;
+}
+
+}  // namespace
+
 Future<Tensor> Store::get(std::string key) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
-  actors::GetCall call;
-  call.op = "get";
-  call.mode = actors::GetMode::tensor;
-  call.keys.push_back(key);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
-                    "get '" + key + "'")
+  const std::string what = "get '" + key + "'";
+  return Impl::call(impl_.get(), actors::store_get_atom::value,
+                    single_get("get", actors::GetMode::tensor, std::move(key)), what)
       .then([](const actors::GetOutput& out) { return out.tensors.front(); });
 }
 
 Future<Tensor> Store::get_view(std::string key) {
   if (auto s = check_key("get_view", key); !s.ok()) return make_error_future<Tensor>(s);
-  actors::GetCall call;
-  call.op = "get_view";
-  call.mode = actors::GetMode::view;
-  call.keys.push_back(key);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
-                    "get_view '" + key + "'")
+  const std::string what = "get_view '" + key + "'";
+  return Impl::call(impl_.get(), actors::store_get_atom::value,
+                    single_get("get_view", actors::GetMode::view, std::move(key)), what)
       .then([](const actors::GetOutput& out) { return out.tensors.front(); });
 }
 

@@ -298,31 +298,8 @@ namespace meshstore::actors {
 namespace {
 
 // stage_commit: a small put in one round trip to the volume.
-class StageCommitTest : public ::testing::Test {
+class StageCommitTest : public ControllerTest {
  protected:
-  void SetUp() override {
-    internal::RuntimeOptions ro;
-    ro.add_types = add_actor_types;
-    runtime_ = internal::ActorRuntime::create(ro).value();
-    auto& sys = runtime_->system();
-    controller_ = spawn_controller(sys);
-    VolumeConfig vc;
-    vc.volume_id = "volume-0";
-    volume_ = spawn_storage_volume(sys, vc).value();
-    self_ = std::make_unique<caf::scoped_actor>(sys);
-    (*self_)
-        ->request(controller_, 30s, register_volume_atom::value,
-                  wire::VolumeInfo{"volume-0", "h", 0, {"rpc"}}, volume_)
-        .receive([](caf::ok_atom) {}, [](caf::error&) { ADD_FAILURE() << "register"; });
-  }
-  void TearDown() override {
-    caf::anon_send_exit(controller_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(volume_, caf::exit_reason::user_shutdown);
-    self_.reset();
-    controller_ = nullptr;
-    volume_ = nullptr;
-    runtime_.reset();
-  }
   // Sends stage_commit of one 4-float object for `rec`.
   Status stage_commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr) {
     wire::StageRequest req;
@@ -359,11 +336,6 @@ class StageCommitTest : public ::testing::Test {
     r.shards.push_back({TensorSlice::full(covered), "", 0, 16});
     return r;
   }
-
-  std::unique_ptr<internal::ActorRuntime> runtime_;
-  controller_actor controller_;
-  storage_volume_actor volume_;
-  std::unique_ptr<caf::scoped_actor> self_;
 };
 
 TEST_F(StageCommitTest, CommitsInOneCallAndNamesTheObject) {
