@@ -215,6 +215,14 @@ struct Store::Impl {
     return true;
   }
 
+  // The client actor's address (weak), null once closed: what calls that
+  // chain several client calls hold instead of the store.
+  static caf::actor_addr client_address(Impl* impl) {
+    if (impl == nullptr) return caf::actor_addr();
+    std::shared_lock<std::shared_mutex> lock(impl->mu);
+    return impl->closed ? caf::actor_addr() : impl->client.address();
+  }
+
   // Gives `call` a promise, sends it to the client actor and returns the
   // future; a closed (or moved-from) store answers Errc::shutdown at once.
   template <class Atom, class Call>
@@ -682,6 +690,363 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
   call.keys = std::move(keys);
   auto fut = Impl::call(impl_.get(), actors::store_remove_atom::value, std::move(call), what);
   return fut;
+}
+
+// -- state dicts ------------------------------------------------------------
+//
+// These calls chain several client calls. Their continuations hold only a
+// weak address of the client actor (never the Store or its Impl, which the
+// caller may destroy meanwhile): a call after the store closed fails with
+// Errc::shutdown.
+
+namespace {
+
+constexpr char kManifestMagic[] = "meshstore.state_dict.v1";
+constexpr int kMaxStateDictAttempts = 8;
+
+struct Manifest {
+  std::vector<std::string> names;
+  std::vector<bool> is_value;
+};
+
+std::string entry_key(const std::string& key, const std::string& name) { return key + "/" + name; }
+
+void put_u32(std::string& out, std::uint32_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// Magic, count, then per entry: a kind byte (0 tensor, 1 value), a length
+// and the name.
+std::string encode_manifest(const StateDict& sd) {
+  std::string out(kManifestMagic, sizeof(kManifestMagic));
+  put_u32(out, static_cast<std::uint32_t>(sd.size()));
+  for (const auto& e : sd.entries()) {
+    out.push_back(e.is_tensor() ? '\0' : '\1');
+    put_u32(out, static_cast<std::uint32_t>(e.name.size()));
+    out += e.name;
+  }
+  return out;
+}
+
+Result<Manifest> decode_manifest(const std::string& bytes, const std::string& key) {
+  auto bad = [&](const std::string& why) {
+    return Status(Errc::wrong_kind, "'" + key + "' does not hold a state dict (" + why + ")");
+  };
+  std::size_t pos = sizeof(kManifestMagic);
+  if (bytes.size() < pos + 4 || bytes.compare(0, pos, std::string(kManifestMagic, pos)) != 0) {
+    return bad("no manifest");
+  }
+  auto u32 = [&](std::uint32_t& v) {
+    if (bytes.size() - pos < 4) return false;
+    std::memcpy(&v, bytes.data() + pos, 4);
+    pos += 4;
+    return true;
+  };
+  std::uint32_t n = 0;
+  if (!u32(n)) return bad("truncated");
+  Manifest m;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint32_t len = 0;
+    if (pos >= bytes.size()) return bad("truncated");
+    const char kind = bytes[pos++];
+    if (!u32(len) || bytes.size() - pos < len || (kind != '\0' && kind != '\1')) {
+      return bad("malformed entry");
+    }
+    m.names.push_back(bytes.substr(pos, len));
+    m.is_value.push_back(kind == '\1');
+    pos += len;
+  }
+  if (pos != bytes.size()) return bad("trailing bytes");
+  return m;
+}
+
+// Sends `c` to the client actor at `client` with a fresh promise.
+template <class Atom, class Call>
+auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::string& what) {
+  using T = typename decltype(c.promise)::element_type::value_type;
+  c.promise = make_promise<T>(what);
+  auto fut = c.promise->future();
+  auto hdl = caf::actor_cast<caf::actor>(client);
+  if (!hdl) return closed_future<T>(what);
+  caf::anon_send(hdl, atom, std::move(c));
+  return fut;
+}
+
+// The commit version of `key` (0: no such key).
+Future<std::uint64_t> version_of(const caf::actor_addr& client, const std::string& key) {
+  actors::ExistsCall call;
+  call.keys.push_back(key);
+  return call_client(client, actors::store_exists_atom::value, std::move(call),
+                     "version of '" + key + "'")
+      .then([](const std::vector<std::uint64_t>& v) -> std::uint64_t {
+        return v.empty() ? 0 : v.front();
+      });
+}
+
+Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
+                              const std::string& op) {
+  actors::GetCall call;
+  call.op = op;
+  call.mode = actors::GetMode::object;
+  call.keys.push_back(key);
+  return call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
+      .then([](const actors::GetOutput& out) { return out.object; });
+}
+
+// The manifest of `key` and the version it was read at.
+struct Snapshot {
+  std::uint64_t version = 0;
+  Manifest manifest;
+};
+
+Future<Snapshot> snapshot_of(const caf::actor_addr& client, const std::string& key,
+                             const std::string& op) {
+  return version_of(client, key).then([=](std::uint64_t v) -> Future<Snapshot> {
+    if (v == 0) {
+      return make_error_future<Snapshot>(
+          Status(Errc::not_found, op + ": no state dict '" + key + "'"));
+    }
+    return object_of(client, key, op).then([=](const std::string& bytes) -> Result<Snapshot> {
+      auto m = decode_manifest(bytes, key);
+      if (!m.ok()) return m.status().with_context(op);
+      return Snapshot{v, std::move(m).value()};
+    });
+  });
+}
+
+// Reads the values of `names` (objects), in parallel.
+Future<std::vector<Value>> values_of(const caf::actor_addr& client, const std::string& key,
+                                     const std::vector<std::string>& names, const std::string& op) {
+  std::vector<Future<Value>> reads;
+  for (const auto& name : names) {
+    reads.push_back(object_of(client, entry_key(key, name), op)
+                        .then([name](const std::string& bytes) -> Result<Value> {
+                          auto v = Value::decode(bytes);
+                          if (!v.ok()) return v.status().with_context("value '" + name + "'");
+                          return v;
+                        }));
+  }
+  return gather(std::move(reads));
+}
+
+// Runs `attempt` until the state dict's version is the same before and
+// after it (no writer committed in between), at most kMaxStateDictAttempts.
+template <class T>
+Future<T> consistent(const caf::actor_addr& client, const std::string& key, const std::string& op,
+                     std::function<Future<std::pair<std::uint64_t, T>>()> attempt, int tries) {
+  return attempt().then([=](const std::pair<std::uint64_t, T>& got) -> Future<T> {
+    return version_of(client, key).then([=](std::uint64_t now) -> Future<T> {
+      if (now == got.first) return make_ready_future<T>(got.second);
+      if (tries + 1 >= kMaxStateDictAttempts) {
+        return make_error_future<T>(
+            Status(Errc::conflict, op + " '" + key + "': a writer replaced it during each of " +
+                                       std::to_string(kMaxStateDictAttempts) + " attempts"));
+      }
+      return consistent<T>(client, key, op, attempt, tries + 1);
+    });
+  });
+}
+
+// The names of the state dict now under `key`; none when there is none (or
+// the key holds something else, which the put then replaces).
+Future<std::vector<std::string>> previous_names(const caf::actor_addr& client,
+                                                const std::string& key, const std::string& op) {
+  return version_of(client, key).then([=](std::uint64_t v) -> Future<std::vector<std::string>> {
+    if (v == 0) return make_ready_future(std::vector<std::string>{});
+    auto p = std::make_shared<Promise<std::vector<std::string>>>();
+    object_of(client, key, op).on_complete([p, key](const Result<std::string>& r) {
+      auto m = r.ok() ? decode_manifest(*r, key) : Result<Manifest>(r.status());
+      p->set_value(m.ok() ? m->names : std::vector<std::string>{});
+    });
+    return p->future();
+  });
+}
+
+// "a, b, c and 4 more".
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(names.size(), 8);
+  for (std::size_t i = 0; i < shown; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+}  // namespace
+
+Future<void> Store::put_state_dict(std::string key, const StateDict& sd) {
+  const std::string op = "put_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  actors::PutCall call;
+  call.op = op;
+  auto manifest = std::make_shared<const std::string>(encode_manifest(sd));
+  call.items.push_back(actors::PutItem{key,
+                                       TensorView(const_cast<char*>(manifest->data()), DType::uint8,
+                                                  {static_cast<std::int64_t>(manifest->size())}),
+                                       wire::ObjectKind::object, manifest});
+  std::set<std::string> names;
+  for (const auto& e : sd.entries()) {
+    const std::string k = entry_key(key, e.name);
+    if (auto s = check_key(op, k); !s.ok()) return make_error_future<void>(s);
+    names.insert(e.name);
+    if (e.is_tensor()) {
+      call.items.push_back(actors::PutItem{k, e.view, wire::ObjectKind::tensor, nullptr});
+      continue;
+    }
+    auto bytes = std::make_shared<const std::string>(e.value->encode());
+    call.items.push_back(actors::PutItem{k,
+                                         TensorView(const_cast<char*>(bytes->data()), DType::uint8,
+                                                    {static_cast<std::int64_t>(bytes->size())}),
+                                         wire::ObjectKind::object, bytes});
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  const std::string what = op + " '" + key + "'";
+  return previous_names(client, key, op)
+      .then([=, call = std::move(call)](const std::vector<std::string>& old) mutable {
+        return call_client(client, actors::store_put_atom::value, std::move(call), what)
+            .then([=](const std::vector<std::uint64_t>&) -> Future<void> {
+              actors::RemoveCall gone;
+              for (const auto& n : old) {
+                if (names.count(n) == 0) gone.keys.push_back(entry_key(key, n));
+              }
+              if (gone.keys.empty()) return make_ready_future();
+              return call_client(client, actors::store_remove_atom::value, std::move(gone),
+                                 what + ": removing names the new version lacks")
+                  .then([](std::size_t) {});
+            });
+      });
+}
+
+Future<StateDict> Store::get_state_dict(std::string key) {
+  const std::string op = "get_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  using Got = std::pair<std::uint64_t, StateDict>;
+  std::function<Future<Got>()> attempt = [=]() {
+    return snapshot_of(client, key, op).then([=](const Snapshot& snap) -> Future<Got> {
+      actors::GetCall tensors;
+      tensors.op = op;
+      tensors.mode = actors::GetMode::tensor;
+      std::vector<std::string> value_names;
+      for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
+        if (snap.manifest.is_value[i]) {
+          value_names.push_back(snap.manifest.names[i]);
+        } else {
+          tensors.keys.push_back(entry_key(key, snap.manifest.names[i]));
+        }
+      }
+      Future<actors::GetOutput> got_tensors =
+          tensors.keys.empty() ? make_ready_future(actors::GetOutput{})
+                               : call_client(client, actors::store_get_atom::value,
+                                             std::move(tensors), op + " '" + key + "'");
+      auto got_values = values_of(client, key, value_names, op);
+      return got_tensors.then([=](const actors::GetOutput& out) {
+        return got_values.then([=](const std::vector<Value>& values) -> Result<Got> {
+          StateDict sd;
+          std::size_t t = 0, v = 0;
+          for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
+            const auto& name = snap.manifest.names[i];
+            if (snap.manifest.is_value[i]) {
+              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, values.at(v++)));
+            } else {
+              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, out.tensors.at(t++)));
+            }
+          }
+          return Got{snap.version, std::move(sd)};
+        });
+      });
+    });
+  };
+  return consistent<StateDict>(client, key, op, attempt, 0);
+}
+
+Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
+  const std::string op = "get_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  StateDict* dst = &sd;
+  using Got = std::pair<std::uint64_t, bool>;
+  std::function<Future<Got>()> attempt = [=]() {
+    return snapshot_of(client, key, op).then([=](const Snapshot& snap) -> Future<Got> {
+      actors::ListCall list;
+      list.prefix = key + "/";
+      return call_client(client, actors::store_list_atom::value, std::move(list),
+                         op + " '" + key + "'")
+          .then([=](const std::vector<wire::KeyRecord>& records) -> Future<Got> {
+            std::map<std::string, const wire::KeyRecord*> stored;
+            for (const auto& r : records) stored[r.key.substr(key.size() + 1)] = &r;
+            // Check every name before any byte moves: a failure leaves `sd` as it was.
+            std::vector<std::string> missing, extra, mismatched;
+            bool dtype_off = false, shape_off = false;
+            std::set<std::string> in_manifest(snap.manifest.names.begin(),
+                                              snap.manifest.names.end());
+            actors::GetCall into;
+            into.op = op;
+            into.mode = actors::GetMode::into;
+            std::vector<std::string> value_names;
+            for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
+              const auto& name = snap.manifest.names[i];
+              const auto* e = dst->find(name);
+              if (!e) {
+                missing.push_back(name);
+                continue;
+              }
+              if (snap.manifest.is_value[i]) {
+                if (e->is_tensor())
+                  mismatched.push_back(name + " (stored a value, destination a tensor)");
+                else
+                  value_names.push_back(name);
+                continue;
+              }
+              auto r = stored.find(name);
+              if (!e->is_tensor()) {
+                mismatched.push_back(name + " (stored a tensor, destination a value)");
+              } else if (r != stored.end() && r->second->dtype != e->view.dtype()) {
+                dtype_off = true;
+                mismatched.push_back(name + " (stored " +
+                                     std::string(dtype_name(r->second->dtype)) + ", destination " +
+                                     std::string(dtype_name(e->view.dtype())) + ")");
+              } else if (r != stored.end() && r->second->shape != e->view.shape()) {
+                shape_off = true;
+                mismatched.push_back(name + " (stored " + shape_to_string(r->second->shape) +
+                                     ", destination " + shape_to_string(e->view.shape()) + ")");
+              } else {
+                into.keys.push_back(entry_key(key, name));
+                into.dsts.push_back(e->view);
+              }
+            }
+            for (const auto& e : dst->entries()) {
+              if (in_manifest.count(e.name) == 0) extra.push_back(e.name);
+            }
+            if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
+              std::string msg =
+                  op + " '" + key + "': the destination does not match the stored " + "state dict:";
+              if (!missing.empty()) msg += " missing " + name_list(missing) + ";";
+              if (!extra.empty()) msg += " extra " + name_list(extra) + ";";
+              if (!mismatched.empty()) msg += " mismatched " + name_list(mismatched) + ";";
+              msg.pop_back();
+              const Errc code = dtype_off                            ? Errc::dtype_mismatch
+                                : shape_off                          ? Errc::shape_mismatch
+                                : !missing.empty() || !extra.empty() ? Errc::not_found
+                                                                     : Errc::wrong_kind;
+              return make_error_future<Got>(Status(code, msg));
+            }
+            Future<actors::GetOutput> got_tensors =
+                into.keys.empty() ? make_ready_future(actors::GetOutput{})
+                                  : call_client(client, actors::store_get_atom::value,
+                                                std::move(into), op + " '" + key + "'");
+            auto got_values = values_of(client, key, value_names, op);
+            return got_tensors.then([=](const actors::GetOutput&) {
+              return got_values.then([=](const std::vector<Value>& values) -> Result<Got> {
+                for (std::size_t i = 0; i < values.size(); ++i) {
+                  MESHSTORE_RETURN_IF_ERROR(dst->set_value(value_names[i], values[i]));
+                }
+                return Got{snap.version, true};
+              });
+            });
+          });
+    });
+  };
+  return consistent<bool>(client, key, op, attempt, 0).then([](bool) {});
 }
 
 // -- operations ----------------------------------------------------------

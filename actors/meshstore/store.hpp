@@ -21,6 +21,7 @@
 #include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/result.hpp"
+#include "meshstore/state_dict.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
@@ -182,6 +183,30 @@ class Store {
   Store& operator=(Store&&) noexcept;
   /// Closes the store (see close()).
   ~Store();
+
+  // -- state dicts -----------------------------------------------------------
+  //
+  // A state dict stored under `key` is a manifest at `key` (the names in
+  // order, and which are values) and one entry per name at "key/name": a
+  // tensor, or a value stored as an object. The whole state dict commits at
+  // once (one notify_put_batch), and readers see one complete version:
+  // never a mix of two. One writer per key at a time.
+
+  /// Stores every entry of `sd` under `key`, moving tensors in parallel, and
+  /// makes the new version visible atomically; names the previous version
+  /// had and this one lacks are removed. The tensors' memory must stay valid
+  /// until the future completes.
+  Future<void> put_state_dict(std::string key, const StateDict& sd);
+  /// Reads the state dict under `key` into new tensors and values, in its
+  /// order. Errc::not_found when there is none.
+  Future<StateDict> get_state_dict(std::string key);
+  /// Reads the state dict under `key` into `sd`'s own tensors (in place, no
+  /// allocation) and values. `sd` must hold exactly the stored names, each
+  /// with the stored dtype and shape; otherwise the error lists every
+  /// missing, extra and mismatched name and `sd` is untouched. If a writer
+  /// commits a new version during the read, the read starts over, so `sd`
+  /// ends holding one complete version. `sd` must outlive the future.
+  Future<void> get_state_dict_into(std::string key, StateDict& sd);
 
   // -- tensors -------------------------------------------------------------
 

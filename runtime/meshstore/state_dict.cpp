@@ -151,6 +151,17 @@ const StateDict::Entry* StateDict::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
+Status StateDict::set_value(const std::string& name, Value value) {
+  auto it = index_.find(name);
+  if (it == index_.end()) return Status(Errc::not_found, "state dict: no entry '" + name + "'");
+  auto& e = entries_[it->second];
+  if (e.is_tensor()) {
+    return Status(Errc::wrong_kind, "state dict: '" + name + "' holds a tensor, not a value");
+  }
+  e.value = std::move(value);
+  return Status();
+}
+
 std::uint64_t StateDict::tensor_bytes() const noexcept {
   std::uint64_t n = 0;
   for (const auto& e : entries_) {

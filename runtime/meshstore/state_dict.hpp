@@ -91,6 +91,9 @@ class StateDict {
   const std::vector<Entry>& entries() const noexcept { return entries_; }
   /// The entry named `name`, or nullptr.
   const Entry* find(const std::string& name) const;
+  /// Replaces the value of value entry `name` (what get_state_dict_into
+  /// does for values). Errc::not_found or Errc::wrong_kind otherwise.
+  Status set_value(const std::string& name, Value value);
   /// Bytes of all tensors.
   std::uint64_t tensor_bytes() const noexcept;
 

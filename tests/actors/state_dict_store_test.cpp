@@ -1,0 +1,210 @@
+// State dicts through the store: put_state_dict, get_state_dict and
+// get_state_dict_into, with the errors and races users rely on.
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "meshstore/store.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using testing::kWait;
+
+class StateDictStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { store_ = std::make_unique<Store>(Store::embedded().value()); }
+  Store& store() { return *store_; }
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StateDictStoreTest, RoundTripsTensorsValuesAndOddNames) {
+  std::vector<float> w(300 * 257);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  std::vector<std::int32_t> ids(7, 3);
+  StateDict sd;
+  ASSERT_OK(
+      sd.insert("model.layers.0.self_attn.q_proj.weight", TensorView::of(w.data(), {300, 257})));
+  ASSERT_OK(sd.insert("a\\.dotted\\.key/with/slashes", TensorView::of(ids.data(), {7})));
+  ASSERT_OK(sd.insert("step", Value::int64(1234)));
+  ASSERT_OK(sd.insert("lr", Value::float64(3e-4)));
+  ASSERT_OK(sd.insert("note", Value::string("héllo")));
+  ASSERT_OK(sd.insert("blob", Value::bytes(std::string("\0\1", 2))));
+  ASSERT_OK(sd.insert("done", Value::boolean(true)));
+  ASSERT_OK(store().put_state_dict("ckpt", sd).get(kWait));
+
+  auto got = store().get_state_dict("ckpt").get(kWait);
+  ASSERT_OK(got);
+  ASSERT_EQ(got->size(), sd.size());
+  for (std::size_t i = 0; i < sd.size(); ++i) {
+    const auto& a = sd.entries()[i];
+    const auto& b = got->entries()[i];
+    EXPECT_EQ(a.name, b.name);  // the writer's order
+    ASSERT_EQ(a.is_tensor(), b.is_tensor()) << a.name;
+    if (a.is_tensor()) {
+      EXPECT_EQ(b.view.dtype(), a.view.dtype());
+      EXPECT_EQ(b.view.shape(), a.view.shape());
+      EXPECT_EQ(std::memcmp(b.view.data(), a.view.data(), a.view.nbytes()), 0) << a.name;
+    } else {
+      EXPECT_EQ(*b.value, *a.value) << a.name;
+    }
+  }
+}
+
+TEST_F(StateDictStoreTest, EveryDTypeAndEmptyStateDicts) {
+  StateDict sd;
+  std::vector<Tensor> keep;
+  for (DType dt : all_dtypes()) {
+    auto t = Tensor::empty(dt, {5, 3}).value();
+    auto* p = static_cast<unsigned char*>(t.data());
+    for (std::size_t i = 0; i < t.nbytes(); ++i) p[i] = static_cast<unsigned char>(i * 7 + 1);
+    ASSERT_OK(sd.insert(std::string("t.") + std::string(dtype_name(dt)), t));
+    keep.push_back(t);
+  }
+  ASSERT_OK(store().put_state_dict("all", sd).get(kWait));
+  auto got = store().get_state_dict("all").get(kWait);
+  ASSERT_OK(got);
+  for (std::size_t i = 0; i < keep.size(); ++i) {
+    EXPECT_EQ(got->entries()[i].view.dtype(), keep[i].dtype());
+    EXPECT_EQ(std::memcmp(got->entries()[i].view.data(), keep[i].data(), keep[i].nbytes()), 0);
+  }
+  ASSERT_OK(store().put_state_dict("empty", StateDict()).get(kWait));
+  auto empty = store().get_state_dict("empty").get(kWait);
+  ASSERT_OK(empty);
+  EXPECT_TRUE(empty->empty());
+  EXPECT_ERROR(store().get_state_dict("none").get(kWait), Errc::not_found, "no state dict 'none'");
+  float x = 1;
+  ASSERT_OK(store().put("plain", TensorView::of(&x, {})).get(kWait));
+  EXPECT_ERROR(store().get_state_dict("plain").get(kWait), Errc::wrong_kind, "");
+}
+
+TEST_F(StateDictStoreTest, GetIntoFillsTheCallersBuffersInPlace) {
+  std::vector<float> a(1 << 16, 1.0f), b(100, 2.0f);
+  StateDict src;
+  ASSERT_OK(src.insert("a", TensorView::of(a.data(), {1 << 16})));
+  ASSERT_OK(src.insert("b", TensorView::of(b.data(), {10, 10})));
+  ASSERT_OK(src.insert("step", Value::int64(9)));
+  ASSERT_OK(store().put_state_dict("sd", src).get(kWait));
+
+  std::vector<float> a2(1 << 16, 0.0f), b2(100, 0.0f);
+  StateDict dst;
+  ASSERT_OK(dst.insert("b", TensorView::of(b2.data(), {10, 10})));  // any order
+  ASSERT_OK(dst.insert("a", TensorView::of(a2.data(), {1 << 16})));
+  ASSERT_OK(dst.insert("step", Value::int64(0)));
+  ASSERT_OK(store().get_state_dict_into("sd", dst).get(kWait));
+  EXPECT_EQ(a2, a);
+  EXPECT_EQ(b2, b);
+  EXPECT_EQ(dst.find("a")->view.data(), static_cast<void*>(a2.data()));  // in place
+  EXPECT_EQ(*dst.find("step")->value, Value::int64(9));
+}
+
+TEST_F(StateDictStoreTest, MismatchesAreListedAndTheDestinationIsUntouched) {
+  std::vector<float> a(64, 1.0f), b(64, 2.0f), c(64, 3.0f);
+  StateDict src;
+  ASSERT_OK(src.insert("a", TensorView::of(a.data(), {64})));
+  ASSERT_OK(src.insert("b", TensorView::of(b.data(), {8, 8})));
+  ASSERT_OK(src.insert("c", TensorView::of(c.data(), {64})));
+  ASSERT_OK(store().put_state_dict("sd", src).get(kWait));
+
+  std::vector<float> a2(64, 0.0f), b2(64, 0.0f);
+  std::vector<double> c2(64, 0.0);
+  StateDict dst;
+  ASSERT_OK(dst.insert("a", TensorView::of(a2.data(), {64})));
+  ASSERT_OK(dst.insert("b", TensorView::of(b2.data(), {64})));    // shape differs
+  ASSERT_OK(dst.insert("zzz", TensorView::of(a2.data(), {64})));  // extra, "c" missing
+  auto r = store().get_state_dict_into("sd", dst).get(kWait);
+  EXPECT_ERROR(r, Errc::shape_mismatch, "missing 'c'");
+  EXPECT_ERROR(r, Errc::shape_mismatch, "extra 'zzz'");
+  EXPECT_ERROR(r, Errc::shape_mismatch, "'b (stored [8, 8], destination [64])'");
+  EXPECT_EQ(a2, std::vector<float>(64, 0.0f)) << "a failed get_state_dict_into wrote bytes";
+
+  StateDict wrong_dtype;
+  ASSERT_OK(wrong_dtype.insert("a", TensorView::of(a2.data(), {64})));
+  ASSERT_OK(wrong_dtype.insert("b", TensorView::of(b2.data(), {8, 8})));
+  ASSERT_OK(wrong_dtype.insert("c", TensorView::of(c2.data(), {64})));
+  EXPECT_ERROR(store().get_state_dict_into("sd", wrong_dtype).get(kWait), Errc::dtype_mismatch,
+               "'c (stored float32, destination float64)'");
+  EXPECT_EQ(a2, std::vector<float>(64, 0.0f));
+}
+
+TEST_F(StateDictStoreTest, ANewVersionWithFewerNamesRemovesTheRest) {
+  std::vector<float> w(1000, 1.0f);
+  StateDict v1;
+  ASSERT_OK(v1.insert("keep", TensorView::of(w.data(), {1000})));
+  ASSERT_OK(v1.insert("drop", TensorView::of(w.data(), {1000})));
+  ASSERT_OK(store().put_state_dict("m", v1).get(kWait));
+  StateDict v2;
+  ASSERT_OK(v2.insert("keep", TensorView::of(w.data(), {1000})));
+  ASSERT_OK(store().put_state_dict("m", v2).get(kWait));
+  EXPECT_EQ(*store().keys("m/").get(kWait), std::vector<std::string>{"m/keep"});
+  auto got = store().get_state_dict("m").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->size(), 1u);
+}
+
+// A reader racing a writer of the next version sees one whole version.
+TEST_F(StateDictStoreTest, ReadersNeverSeeAMixOfTwoVersions) {
+  constexpr int kTensors = 8;
+  constexpr int kVersions = 30;
+  std::vector<std::vector<float>> bufs(kTensors, std::vector<float>(20000));
+  auto publish = [&](int v) {
+    StateDict sd;
+    for (int t = 0; t < kTensors; ++t) {
+      std::fill(bufs[t].begin(), bufs[t].end(), static_cast<float>(v));
+      EXPECT_OK(sd.insert("w" + std::to_string(t), TensorView::of(bufs[t].data(), {20000})));
+    }
+    EXPECT_OK(sd.insert("version", Value::int64(v)));
+    return store().put_state_dict("live", sd).get(kWait);
+  };
+  ASSERT_OK(publish(0));
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int v = 1; v <= kVersions; ++v) EXPECT_OK(publish(v));
+    done = true;
+  });
+  int reads = 0;
+  while (!done || reads < 5) {
+    auto got = store().get_state_dict("live").get(kWait);
+    ASSERT_OK(got);
+    const auto version = static_cast<float>(got->find("version")->value->as_int64());
+    for (const auto& e : got->entries()) {
+      if (!e.is_tensor()) continue;
+      const float* p = static_cast<const float*>(e.view.data());
+      ASSERT_EQ(p[0], version) << e.name << " is from another version";
+      ASSERT_EQ(p[19999], version) << e.name;
+    }
+    ++reads;
+    if (reads > 2000) break;  // bounded
+  }
+  writer.join();
+}
+
+TEST_F(StateDictStoreTest, RemovingAVersionWhileAReaderReadsIt) {
+  std::vector<float> w(1 << 16, 5.0f);
+  StateDict v0;
+  for (int t = 0; t < 4; ++t)
+    ASSERT_OK(v0.insert("w" + std::to_string(t), TensorView::of(w.data(), {1 << 16})));
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_OK(store().put_state_dict("v0", v0).get(kWait));
+    auto reading = store().get_state_dict("v0");
+    std::vector<std::string> keys{"v0"};
+    for (int t = 0; t < 4; ++t) keys.push_back("v0/w" + std::to_string(t));
+    ASSERT_OK(store().remove_batch(keys).get(kWait));
+    auto got = reading.get(kWait);
+    // Whole or not at all.
+    if (got.ok()) {
+      ASSERT_EQ(got->size(), 4u);
+      for (const auto& e : got->entries()) {
+        EXPECT_EQ(static_cast<const float*>(e.view.data())[(1 << 16) - 1], 5.0f);
+      }
+    } else {
+      EXPECT_TRUE(got.status().code() == Errc::not_found || got.status().code() == Errc::wrong_kind)
+          << got.status().to_string();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meshstore
