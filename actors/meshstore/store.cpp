@@ -873,96 +873,88 @@ std::string name_list(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Future<void> Store::put_state_dict(std::string key, const StateDict& sd) {
-  const std::string op = "put_state_dict";
-  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+namespace {
+
+// A state dict's put, built while the caller's call runs (the views are the
+// caller's) and sent later: item keys are relative ("" for the manifest,
+// "/NAME" for entries) until put_prepared() gives them their key.
+struct PreparedPut {
   actors::PutCall call;
-  call.op = op;
-  auto manifest = std::make_shared<const std::string>(encode_manifest(sd));
-  call.items.push_back(actors::PutItem{key,
-                                       TensorView(const_cast<char*>(manifest->data()), DType::uint8,
-                                                  {static_cast<std::int64_t>(manifest->size())}),
-                                       wire::ObjectKind::object, manifest});
   std::set<std::string> names;
-  for (const auto& e : sd.entries()) {
-    const std::string k = entry_key(key, e.name);
-    if (auto s = check_key(op, k); !s.ok()) return make_error_future<void>(s);
-    names.insert(e.name);
-    if (e.is_tensor()) {
-      call.items.push_back(actors::PutItem{k, e.view, wire::ObjectKind::tensor, nullptr});
-      continue;
-    }
-    auto bytes = std::make_shared<const std::string>(e.value->encode());
-    call.items.push_back(actors::PutItem{k,
-                                         TensorView(const_cast<char*>(bytes->data()), DType::uint8,
-                                                    {static_cast<std::int64_t>(bytes->size())}),
-                                         wire::ObjectKind::object, bytes});
-  }
-  const caf::actor_addr client = Impl::client_address(impl_.get());
-  const std::string what = op + " '" + key + "'";
-  return previous_names(client, key, op)
-      .then([=, call = std::move(call)](const std::vector<std::string>& old) mutable {
-        return call_client(client, actors::store_put_atom::value, std::move(call), what)
-            .then([=](const std::vector<std::uint64_t>&) -> Future<void> {
-              actors::RemoveCall gone;
-              for (const auto& n : old) {
-                if (names.count(n) == 0) gone.keys.push_back(entry_key(key, n));
-              }
-              if (gone.keys.empty()) return make_ready_future();
-              return call_client(client, actors::store_remove_atom::value, std::move(gone),
-                                 what + ": removing names the new version lacks")
-                  .then([](std::size_t) {});
-            });
-      });
-}
+};
 
-Future<StateDict> Store::get_state_dict(std::string key) {
-  const std::string op = "get_state_dict";
-  if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
-  const caf::actor_addr client = Impl::client_address(impl_.get());
-  using Got = std::pair<std::uint64_t, StateDict>;
-  std::function<Future<Got>()> attempt = [=]() {
-    return snapshot_of(client, key, op).then([=](const Snapshot& snap) -> Future<Got> {
-      actors::GetCall tensors;
-      tensors.op = op;
-      tensors.mode = actors::GetMode::tensor;
-      std::vector<std::string> value_names;
-      for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
-        if (snap.manifest.is_value[i]) {
-          value_names.push_back(snap.manifest.names[i]);
-        } else {
-          tensors.keys.push_back(entry_key(key, snap.manifest.names[i]));
-        }
-      }
-      Future<actors::GetOutput> got_tensors =
-          tensors.keys.empty() ? make_ready_future(actors::GetOutput{})
-                               : call_client(client, actors::store_get_atom::value,
-                                             std::move(tensors), op + " '" + key + "'");
-      auto got_values = values_of(client, key, value_names, op);
-      return got_tensors.then([=](const actors::GetOutput& out) {
-        return got_values.then([=](const std::vector<Value>& values) -> Result<Got> {
-          StateDict sd;
-          std::size_t t = 0, v = 0;
-          for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
-            const auto& name = snap.manifest.names[i];
-            if (snap.manifest.is_value[i]) {
-              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, values.at(v++)));
-            } else {
-              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, out.tensors.at(t++)));
-            }
-          }
-          return Got{snap.version, std::move(sd)};
-        });
-      });
-    });
+std::shared_ptr<PreparedPut> prepare_put(const StateDict& sd, const std::string& op) {
+  auto p = std::make_shared<PreparedPut>();
+  p->call.op = op;
+  auto object_item = [](std::string key, std::string bytes) {
+    auto owned = std::make_shared<const std::string>(std::move(bytes));
+    return actors::PutItem{std::move(key),
+                           TensorView(const_cast<char*>(owned->data()), DType::uint8,
+                                      {static_cast<std::int64_t>(owned->size())}),
+                           wire::ObjectKind::object, owned};
   };
-  return consistent<StateDict>(client, key, op, attempt, 0);
+  p->call.items.push_back(object_item("", encode_manifest(sd)));
+  for (const auto& e : sd.entries()) {
+    p->names.insert(e.name);
+    if (e.is_tensor()) {
+      p->call.items.push_back(
+          actors::PutItem{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr});
+    } else {
+      p->call.items.push_back(object_item("/" + e.name, e.value->encode()));
+    }
+  }
+  return p;
 }
 
-Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
-  const std::string op = "get_state_dict_into";
-  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  const caf::actor_addr client = Impl::client_address(impl_.get());
+// Puts a prepared state dict under `key`, then removes the names the
+// previous version there had and this one lacks.
+Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
+                          std::shared_ptr<PreparedPut> p) {
+  const std::string op = p->call.op;
+  for (auto& item : p->call.items) {
+    item.key = key + item.key;
+    if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
+  }
+  const std::string what = op + " '" + key + "'";
+  return previous_names(client, key, op).then([=](const std::vector<std::string>& old) {
+    return call_client(client, actors::store_put_atom::value, std::move(p->call), what)
+        .then([=](const std::vector<std::uint64_t>&) -> Future<void> {
+          actors::RemoveCall gone;
+          for (const auto& n : old) {
+            if (p->names.count(n) == 0) gone.keys.push_back(entry_key(key, n));
+          }
+          if (gone.keys.empty()) return make_ready_future();
+          return call_client(client, actors::store_remove_atom::value, std::move(gone),
+                             what + ": removing names the new version lacks")
+              .then([](std::size_t) {});
+        });
+  });
+}
+
+std::string version_key(const std::string& prefix, std::uint64_t v) {
+  return prefix + "/v" + std::to_string(v);
+}
+
+// The version `prefix` points at (0 when it was never published).
+Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
+                                 const std::string& op) {
+  return version_of(client, prefix).then([=](std::uint64_t v) -> Future<std::uint64_t> {
+    if (v == 0) return make_ready_future<std::uint64_t>(0);
+    return object_of(client, prefix, op)
+        .then([=](const std::string& text) -> Result<std::uint64_t> {
+          char* end = nullptr;
+          const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+          if (text.empty() || *end != '\0' || n == 0) {
+            return Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer");
+          }
+          return static_cast<std::uint64_t>(n);
+        });
+  });
+}
+
+// Reads the state dict under `key` into `sd` (get_state_dict_into).
+Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
+                                  StateDict& sd, const std::string& op) {
   StateDict* dst = &sd;
   using Got = std::pair<std::uint64_t, bool>;
   std::function<Future<Got>()> attempt = [=]() {
@@ -1047,6 +1039,142 @@ Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
     });
   };
   return consistent<bool>(client, key, op, attempt, 0).then([](bool) {});
+}
+
+// Reads the version `prefix` points at into `dst`; when that version was
+// retired before it could be read, follows the pointer again.
+Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
+                                       StateDict* dst, const std::string& op, int tries) {
+  return pointer_of(client, prefix, op).then([=](std::uint64_t v) -> Future<std::uint64_t> {
+    if (v == 0) {
+      return make_error_future<std::uint64_t>(
+          Status(Errc::not_found, op + ": nothing published under '" + prefix + "'"));
+    }
+    auto p = std::make_shared<Promise<std::uint64_t>>();
+    read_state_dict_into(client, version_key(prefix, v), *dst, op)
+        .on_complete([=](const Result<void>& r) {
+          if (!r.ok() && r.status().code() == Errc::not_found &&
+              tries + 1 < kMaxStateDictAttempts) {
+            read_latest_into(client, prefix, dst, op, tries + 1)
+                .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
+            return;
+          }
+          if (!r.ok()) return (void)p->set_error(r.status());
+          p->set_value(v);
+        });
+    return p->future();
+  });
+}
+}  // namespace
+
+Future<void> Store::put_state_dict(std::string key, const StateDict& sd) {
+  const std::string op = "put_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  return put_prepared(Impl::client_address(impl_.get()), key, prepare_put(sd, op));
+}
+
+Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateDict& sd, int keep) {
+  const std::string op = "publish_state_dict";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  if (keep < 1) {
+    return make_error_future<std::uint64_t>(
+        Status(Errc::invalid_argument,
+               op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  auto prepared = prepare_put(sd, op);
+  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
+    const std::uint64_t next = latest + 1;
+    return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
+      // Readers find the new version from now on.
+      actors::PutCall point;
+      point.op = op;
+      auto text = std::make_shared<const std::string>(std::to_string(next));
+      point.items.push_back(
+          actors::PutItem{prefix,
+                          TensorView(const_cast<char*>(text->data()), DType::uint8,
+                                     {static_cast<std::int64_t>(text->size())}),
+                          wire::ObjectKind::object, text});
+      return call_client(client, actors::store_put_atom::value, std::move(point),
+                         op + " '" + prefix + "'")
+          .then([=](const std::vector<std::uint64_t>&) -> Future<std::uint64_t> {
+            if (next <= static_cast<std::uint64_t>(keep)) return make_ready_future(next);
+            // Retire the version that fell out of the window; its memory
+            // stays with the volumes for the next version's tensors.
+            const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
+            return previous_names(client, old, op).then([=](const std::vector<std::string>& names) {
+              actors::RemoveCall retire;
+              retire.reuse = true;
+              retire.keys.push_back(old);
+              for (const auto& n : names) retire.keys.push_back(entry_key(old, n));
+              return call_client(client, actors::store_remove_atom::value, std::move(retire),
+                                 op + " '" + prefix + "': retiring '" + old + "'")
+                  .then([next](std::size_t) { return next; });
+            });
+          });
+    });
+  });
+}
+
+Future<std::uint64_t> Store::latest_version(std::string prefix) {
+  if (auto s = check_key("latest_version", prefix); !s.ok())
+    return make_error_future<std::uint64_t>(s);
+  return pointer_of(Impl::client_address(impl_.get()), prefix, "latest_version");
+}
+
+Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
+  const std::string op = "get_latest_state_dict_into";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  return read_latest_into(Impl::client_address(impl_.get()), prefix, &sd, op, 0);
+}
+
+Future<StateDict> Store::get_state_dict(std::string key) {
+  const std::string op = "get_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  using Got = std::pair<std::uint64_t, StateDict>;
+  std::function<Future<Got>()> attempt = [=]() {
+    return snapshot_of(client, key, op).then([=](const Snapshot& snap) -> Future<Got> {
+      actors::GetCall tensors;
+      tensors.op = op;
+      tensors.mode = actors::GetMode::tensor;
+      std::vector<std::string> value_names;
+      for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
+        if (snap.manifest.is_value[i]) {
+          value_names.push_back(snap.manifest.names[i]);
+        } else {
+          tensors.keys.push_back(entry_key(key, snap.manifest.names[i]));
+        }
+      }
+      Future<actors::GetOutput> got_tensors =
+          tensors.keys.empty() ? make_ready_future(actors::GetOutput{})
+                               : call_client(client, actors::store_get_atom::value,
+                                             std::move(tensors), op + " '" + key + "'");
+      auto got_values = values_of(client, key, value_names, op);
+      return got_tensors.then([=](const actors::GetOutput& out) {
+        return got_values.then([=](const std::vector<Value>& values) -> Result<Got> {
+          StateDict sd;
+          std::size_t t = 0, v = 0;
+          for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
+            const auto& name = snap.manifest.names[i];
+            if (snap.manifest.is_value[i]) {
+              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, values.at(v++)));
+            } else {
+              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, out.tensors.at(t++)));
+            }
+          }
+          return Got{snap.version, std::move(sd)};
+        });
+      });
+    });
+  };
+  return consistent<StateDict>(client, key, op, attempt, 0);
+}
+
+Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
+  const std::string op = "get_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op);
 }
 
 // -- operations ----------------------------------------------------------

@@ -208,6 +208,22 @@ class Store {
   /// ends holding one complete version. `sd` must outlive the future.
   Future<void> get_state_dict_into(std::string key, StateDict& sd);
 
+  /// Publishes `sd` as the next version under `prefix`: stores it as the
+  /// state dict "PREFIX/vN" (N = the previous version + 1, from 1), then
+  /// points the object "PREFIX" at N, then retires the version that fell
+  /// out of the newest `keep` (>= 1). A retired version's memory stays with
+  /// the volumes for the next version of the same shapes, so publishing
+  /// every step reuses the same shared-memory segments instead of faulting
+  /// in new ones. Answers N. One writer per prefix.
+  Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1);
+  /// The newest version published under `prefix`; 0 when none is.
+  Future<std::uint64_t> latest_version(std::string prefix);
+  /// Reads the newest complete version under `prefix` into `sd` (as
+  /// get_state_dict_into does); if the writer retires it before it is read,
+  /// follows the pointer to the newer one. Answers the version read.
+  /// Errc::not_found when nothing was published. `sd` must outlive the future.
+  Future<std::uint64_t> get_latest_state_dict_into(std::string prefix, StateDict& sd);
+
   // -- tensors -------------------------------------------------------------
 
   /// Stores a copy of `tensor` under `key` (any strides; packed on the way).

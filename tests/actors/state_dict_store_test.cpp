@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "meshstore/store.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -204,6 +206,96 @@ TEST_F(StateDictStoreTest, RemovingAVersionWhileAReaderReadsIt) {
           << got.status().to_string();
     }
   }
+}
+
+TEST_F(StateDictStoreTest, PublishedVersionsReuseTheRetiredOnesMemory) {
+  constexpr int kTensors = 4;
+  std::vector<std::vector<float>> w(kTensors, std::vector<float>(1 << 18));
+  StateDict sd;
+  for (int t = 0; t < kTensors; ++t) {
+    ASSERT_OK(sd.insert("layer" + std::to_string(t), TensorView::of(w[t].data(), {1 << 18})));
+  }
+  ASSERT_OK(sd.insert("step", Value::int64(0)));
+  std::set<std::string> steady, later;
+  for (std::uint64_t v = 1; v <= 10; ++v) {
+    for (auto& buf : w) std::fill(buf.begin(), buf.end(), static_cast<float>(v));
+    auto published = store().publish_state_dict("weights", sd).get(kWait);
+    ASSERT_OK(published);
+    ASSERT_EQ(*published, v);
+    auto names = transports::shm::own_segments();
+    if (v == 3) steady = std::set<std::string>(names.begin(), names.end());
+    if (v == 9) later = std::set<std::string>(names.begin(), names.end());
+  }
+  // From the third version on, each one lands in the segments a retired
+  // version left: the very same segments, nothing new is allocated (until
+  // the pointer's text grows from "9" to "10": a different size).
+  EXPECT_FALSE(steady.empty());
+  EXPECT_EQ(later, steady);
+  EXPECT_EQ(*store().latest_version("weights").get(kWait), 10u);
+  EXPECT_FALSE(*store().exists("weights/v9").get(kWait));  // retired (keep = 1)
+
+  std::vector<std::vector<float>> got(kTensors, std::vector<float>(1 << 18, 0.0f));
+  StateDict dst;
+  for (int t = 0; t < kTensors; ++t) {
+    ASSERT_OK(dst.insert("layer" + std::to_string(t), TensorView::of(got[t].data(), {1 << 18})));
+  }
+  ASSERT_OK(dst.insert("step", Value::int64(-1)));
+  auto read = store().get_latest_state_dict_into("weights", dst).get(kWait);
+  ASSERT_OK(read);
+  EXPECT_EQ(*read, 10u);
+  EXPECT_EQ(got[3][(1 << 18) - 1], 10.0f);
+}
+
+TEST_F(StateDictStoreTest, LatestPointerErrors) {
+  StateDict sd;
+  EXPECT_ERROR(store().publish_state_dict("p", sd, 0).get(kWait), Errc::invalid_argument, "keep");
+  EXPECT_EQ(*store().latest_version("p").get(kWait), 0u);
+  EXPECT_ERROR(store().get_latest_state_dict_into("p", sd).get(kWait), Errc::not_found,
+               "nothing published under 'p'");
+  ASSERT_OK(store().put_object("notapointer", "hello").get(kWait));
+  EXPECT_ERROR(store().latest_version("notapointer").get(kWait), Errc::wrong_kind,
+               "not a version pointer");
+}
+
+// Workers pulling the newest version while the trainer publishes get one
+// whole version each time, whichever it is.
+TEST_F(StateDictStoreTest, ReadersFollowTheLatestPointerWhileAWriterPublishes) {
+  constexpr int kTensors = 4;
+  std::vector<std::vector<float>> w(kTensors, std::vector<float>(50000));
+  StateDict sd;
+  for (int t = 0; t < kTensors; ++t) {
+    ASSERT_OK(sd.insert("w" + std::to_string(t), TensorView::of(w[t].data(), {50000})));
+  }
+  auto fill = [&](int v) {
+    for (auto& buf : w) std::fill(buf.begin(), buf.end(), static_cast<float>(v));
+  };
+  fill(1);
+  ASSERT_OK(store().publish_state_dict("live", sd).get(kWait));
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    for (int v = 2; v <= 25; ++v) {
+      fill(v);
+      EXPECT_OK(store().publish_state_dict("live", sd).get(kWait));
+    }
+    done = true;
+  });
+  std::vector<std::vector<float>> got(kTensors, std::vector<float>(50000));
+  StateDict dst;
+  for (int t = 0; t < kTensors; ++t) {
+    ASSERT_OK(dst.insert("w" + std::to_string(t), TensorView::of(got[t].data(), {50000})));
+  }
+  std::uint64_t last = 0;
+  for (int i = 0; i < 2000 && !(done && last == 25); ++i) {
+    auto v = store().get_latest_state_dict_into("live", dst).get(kWait);
+    ASSERT_OK(v);
+    EXPECT_GE(*v, last);  // never goes back
+    last = *v;
+    for (const auto& g : got) {
+      ASSERT_EQ(g.front(), static_cast<float>(*v));
+      ASSERT_EQ(g.back(), static_cast<float>(*v));
+    }
+  }
+  trainer.join();
 }
 
 }  // namespace

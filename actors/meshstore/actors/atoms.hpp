@@ -17,6 +17,7 @@ using keys_atom = caf::atom_constant<caf::atom("keys")>;
 using exists_atom = caf::atom_constant<caf::atom("exists")>;
 using remove_atom = caf::atom_constant<caf::atom("remove")>;
 using remove_batch_atom = caf::atom_constant<caf::atom("remove_b")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
 using stage_commit_atom = caf::atom_constant<caf::atom("stage_cmt")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;

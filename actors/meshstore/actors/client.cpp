@@ -856,12 +856,18 @@ void handle_remove(client_pointer self, RemoveCall call) {
     return;
   }
   const auto what = describe("remove_batch", call.keys);
-  ask(self, st.controller, remove_batch_atom::value, call.keys)
-      .then(
-          [=](const wire::RemoveReply& r) {
-            promise->set_value(static_cast<std::size_t>(r.removed));
-          },
-          [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
+  auto on_reply = [=](const wire::RemoveReply& r) {
+    promise->set_value(static_cast<std::size_t>(r.removed));
+  };
+  if (call.reuse) {
+    ask(self, st.controller, retire_atom::value, call.keys).then(on_reply, [=](caf::error& e) {
+      promise->set_error(from_caf_error(e, what));
+    });
+    return;
+  }
+  ask(self, st.controller, remove_batch_atom::value, call.keys).then(on_reply, [=](caf::error& e) {
+    promise->set_error(from_caf_error(e, what));
+  });
 }
 
 void handle_stat(client_pointer self, StatCall call) {

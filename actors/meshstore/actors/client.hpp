@@ -72,6 +72,7 @@ struct ExistsCall {
 struct RemoveCall {
   std::vector<std::string> keys;
   bool single = false;  // remove(): a missing key is an error
+  bool reuse = false;   // retire: the volumes keep the memory for the next version
   std::shared_ptr<Promise<std::size_t>> promise;
 };
 

@@ -123,6 +123,27 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   return versions;
 }
 
+// Removes `keys`; the volumes free the objects (discard) or keep their
+// memory for the next version (release).
+wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
+                              Verdict verdict) {
+  auto& st = self->state;
+  wire::RemoveReply reply;
+  std::map<std::string, std::vector<std::uint64_t>> released;
+  for (const auto& k : keys) {
+    auto it = st.index.find(k);
+    if (it == st.index.end()) {
+      if (st.lost.erase(k) == 0) reply.missing.push_back(k);
+      continue;
+    }
+    collect(it->second, released);
+    st.index.erase(it);
+    ++reply.removed;
+  }
+  send_to_volumes(self, released, verdict);
+  return reply;
+}
+
 // A volume went down: its bytes are gone, so are the keys it held.
 void volume_down(controller_pointer self, const caf::down_msg& msg) {
   auto& st = self->state;
@@ -246,21 +267,10 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         return caf::ok_atom::value;
       },
       [=](remove_batch_atom, const std::vector<std::string>& keys) {
-        auto& st = self->state;
-        wire::RemoveReply reply;
-        std::map<std::string, std::vector<std::uint64_t>> released;
-        for (const auto& k : keys) {
-          auto it = st.index.find(k);
-          if (it == st.index.end()) {
-            if (st.lost.erase(k) == 0) reply.missing.push_back(k);
-            continue;
-          }
-          collect(it->second, released);
-          st.index.erase(it);
-          ++reply.removed;
-        }
-        send_to_volumes(self, released, Verdict::discard);
-        return reply;
+        return remove_keys(self, keys, Verdict::discard);
+      },
+      [=](retire_atom, const std::vector<std::string>& keys) {
+        return remove_keys(self, keys, Verdict::release);
       },
   };
 }

@@ -39,7 +39,10 @@ using controller_actor = caf::typed_actor<
     // Removes one key; Errc::not_found if it does not exist.
     caf::replies_to<remove_atom, std::string>::with<caf::ok_atom>,
     // Removes keys, ignoring missing ones (listed in the reply).
-    caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>>;
+    caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>,
+    // Like remove_batch, but the volumes keep the objects' memory for reuse
+    // (release, not discard): an old version retired so the next reuses it.
+    caf::replies_to<retire_atom, std::vector<std::string>>::with<wire::RemoveReply>>;
 
 /// Spawns a controller.
 controller_actor spawn_controller(caf::actor_system& sys);
