@@ -355,6 +355,7 @@ Status Store::Impl::host_volumes(bool is_server) {
     vc.capacity_bytes = options.volume_capacity_bytes;
     vc.transport_config = transport_config(options);
     vc.bind_host = data_host;
+    vc.pool_bytes = options.volume_pool_bytes;
     if (!options.shared_memory_volumes) {
       for (const auto& name : transports::builtin_registry().names()) {
         if (name != "shm") vc.transports.push_back(name);

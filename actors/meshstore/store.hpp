@@ -102,6 +102,11 @@ struct StoreOptions {
   /// recently used go first), in [1, 60000]. Each mapping counts against
   /// vm.max_map_count (65530).
   int shm_max_mappings = 4096;
+  /// Memory each volume keeps, once released (a replaced or retired
+  /// version), for the next objects of the same sizes: a state dict
+  /// published every step then reuses the same segments. Up to this many
+  /// bytes per volume; 0 keeps none.
+  std::uint64_t volume_pool_bytes = std::uint64_t{8} << 30;
   /// Volumes of this process keep their bytes in shared memory (/dev/shm),
   /// so same-host clients reach them through the shm transport. false keeps
   /// them in process memory and offers no shm (for hosts or containers whose
