@@ -10,6 +10,11 @@
 //   store_bench --scenario small --transport shm [--iters 2000] [--json]
 //       p50/p99 of a 4 KiB put + get_into across the two processes, against
 //       the round trip of a bare request (exists) to the same peer.
+//   store_bench --scenario weight-sync --model qwen3-0.6b --transport shm [--json]
+//       put_state_dict and get_state_dict_into of a Qwen3-shaped bf16 state
+//       dict (the exact names and shapes) against memcpy of the same bytes;
+//       the per-tensor overhead fitted from a second workload (1,000 tensors
+//       of 4 KiB); the end-to-end put then get.
 //   --processes 1     everything in one process (an embedded store)
 //   store_bench --smoke      both scenarios over shm and tcp, tiny, for CI
 //
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "meshstore/store.hpp"
+#include "qwen3_shapes.hpp"
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -49,15 +55,18 @@ struct Args {
   int processes = 2;
   int tcp_streams = 2;  // StoreOptions::tcp_streams
   std::string peer;     // internal: run as the peer process ("serve")
+  std::string model = "qwen3-0.6b";
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "store_bench: %s\n"
-               "usage: store_bench [--scenario single|small] [--transport shm|tcp|rpc]\n"
-               "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
-               "[--smoke]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "store_bench: %s\n"
+      "usage: store_bench [--scenario single|small|weight-sync] [--transport shm|tcp|rpc]\n"
+      "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
+      "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
+      "[--smoke]\n",
+      why);
   std::exit(2);
 }
 
@@ -100,6 +109,8 @@ Args parse(int argc, char** argv) {
       a.smoke = true;
     else if (arg == "--processes")
       a.processes = std::atoi(next().c_str());
+    else if (arg == "--model")
+      a.model = next();
     else if (arg == "--tcp-streams")
       a.tcp_streams = std::atoi(next().c_str());
     else if (arg == "--peer")
@@ -109,7 +120,7 @@ Args parse(int argc, char** argv) {
     else
       usage(("unknown argument '" + arg + "'").c_str());
   }
-  if (a.scenario != "single" && a.scenario != "small")
+  if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
   if (a.processes != 1 && a.processes != 2) usage("--processes must be 1 or 2");
@@ -470,6 +481,126 @@ void run_small(const Args& a) {
               pg99, pg50 / rtt50);
 }
 
+// -- weight sync: state dicts ------------------------------------------------
+
+// Buffers and their state dict.
+struct Dict {
+  std::vector<std::vector<std::uint16_t>> buffers;
+  meshstore::StateDict sd;
+  std::uint64_t bytes = 0;
+};
+
+Dict make_dict(const qwen3::Tensors& shapes, std::uint16_t fill) {
+  Dict d;
+  d.buffers.reserve(shapes.size());
+  for (const auto& [name, shape] : shapes) {
+    d.buffers.emplace_back(static_cast<std::size_t>(qwen3::numel(shape)), fill);
+    must(d.sd.insert(name, meshstore::TensorView(d.buffers.back().data(),
+                                                 meshstore::DType::bfloat16, shape)),
+         "state dict");
+    d.bytes += d.buffers.back().size() * 2;
+  }
+  return d;
+}
+
+struct SyncTimes {
+  double put = 0, get = 0;
+};
+
+// Median put_state_dict and get_state_dict_into seconds over `iters`, warm.
+SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, Dict& dst,
+                    int iters, bool progress) {
+  must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict (cold)");
+  must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict (warm-up)");
+  must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into (warm-up)");
+  std::vector<double> put_t, get_t;
+  for (int i = 0; i < iters; ++i) {
+    if (progress)
+      std::fprintf(stderr, "\rstore_bench weight-sync %s: round %d/%d", key.c_str(), i + 1, iters);
+    auto t0 = Clock::now();
+    must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict");
+    put_t.push_back(secs(t0));
+    t0 = Clock::now();
+    must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into");
+    get_t.push_back(secs(t0));
+  }
+  if (progress) std::fprintf(stderr, "\n");
+  return SyncTimes{median(put_t), median(get_t)};
+}
+
+void run_weight_sync(const Args& a) {
+  qwen3::Config config;
+  if (!qwen3::find(a.model, config)) usage(("unknown model '" + a.model + "'").c_str());
+  if (a.smoke) config.layers = 1;  // the real shapes, fewer layers
+  const int iters = a.iters ? a.iters : (a.smoke ? 2 : 5);
+  auto session = open_session(a);
+  auto& store = session.store;
+  const auto shapes = qwen3::tensors(config);
+  Dict src = make_dict(shapes, 0x3f80), dst = make_dict(shapes, 0);
+  // memcpy of the same bytes, tensor by tensor, warm.
+  Dict scratch = make_dict(shapes, 0);
+  std::vector<double> memcpy_t;
+  for (int i = 0; i < iters + 1; ++i) {
+    auto t0 = Clock::now();
+    for (std::size_t t = 0; t < src.buffers.size(); ++t) {
+      std::memcpy(scratch.buffers[t].data(), src.buffers[t].data(), src.buffers[t].size() * 2);
+    }
+    if (i > 0) memcpy_t.push_back(secs(t0));
+  }
+  scratch = Dict();
+  const SyncTimes big = time_sync(store, "ws", src, dst, iters, !a.json);
+  for (std::size_t t = 0; t < src.buffers.size(); ++t) {
+    if (src.buffers[t] != dst.buffers[t]) {
+      std::fprintf(stderr, "store_bench: get_state_dict_into returned different bytes\n");
+      std::exit(1);
+    }
+  }
+  // A second workload for the fit: 1,000 tensors of 4 KiB.
+  qwen3::Tensors small_shapes;
+  for (int i = 0; i < 1000; ++i) small_shapes.push_back({"t." + std::to_string(i), {2048}});
+  Dict small_src = make_dict(small_shapes, 0x4000), small_dst = make_dict(small_shapes, 0);
+  const SyncTimes small = time_sync(store, "ws_small", small_src, small_dst, iters, !a.json);
+  // time = tensors * per_tensor + bytes / bandwidth, from the two workloads.
+  const double n1 = static_cast<double>(shapes.size()), b1 = static_cast<double>(src.bytes);
+  const double n2 = 1000.0, b2 = static_cast<double>(small_src.bytes);
+  auto per_tensor_us = [&](double t1, double t2) {
+    return std::max(0.0, (t1 * b2 - t2 * b1) / (n1 * b2 - n2 * b1)) * 1e6;
+  };
+  const double put_op = per_tensor_us(big.put, small.put),
+               get_op = per_tensor_us(big.get, small.get);
+  const double m = median(memcpy_t), gb = b1 / 1e9;
+  const double e2e = big.put + big.get;
+  if (a.json) {
+    std::printf(
+        "{\"scenario\":\"weight-sync\",\"model\":\"%s\",\"transport\":\"%s\",\"processes\":%d,"
+        "\"tensors\":%zu,\"bytes\":%llu,\"iters\":%d,\"memcpy_gbps\":%.3f,"
+        "\"put_state_dict_gbps\":%.3f,\"get_state_dict_into_gbps\":%.3f,"
+        "\"put_state_dict_vs_memcpy\":%.3f,\"get_state_dict_into_vs_memcpy\":%.3f,"
+        "\"put_per_tensor_us\":%.2f,\"get_per_tensor_us\":%.2f,\"per_tensor_overhead_us\":%.2f,"
+        "\"small_1000x4KiB_sync_ms\":%.3f,\"end_to_end_gbps\":%.3f,\"end_to_end_vs_memcpy\":%.3f,"
+        "\"end_to_end_mode\":\"sequential\"}\n",
+        config.name.c_str(), a.transport.c_str(), a.processes, shapes.size(),
+        static_cast<unsigned long long>(src.bytes), iters, gb / m, gb / big.put, gb / big.get,
+        m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
+        (small.put + small.get) * 1e3, gb / e2e, m / e2e);
+    return;
+  }
+  std::printf(
+      "scenario weight-sync: %s (%zu tensors, %.2f GB bf16), transport %s, %s, median of %d\n",
+      config.name.c_str(), shapes.size(), gb, a.transport.c_str(),
+      a.processes == 2 ? "client process -> store in a peer process" : "embedded store", iters);
+  std::printf("  %-24s %10s %10s %10s\n", "operation", "seconds", "GB/s", "vs memcpy");
+  std::printf("  %-24s %10.4f %10.2f %10.2f\n", "memcpy", m, gb / m, 1.0);
+  std::printf("  %-24s %10.4f %10.2f %10.2f\n", "put_state_dict", big.put, gb / big.put,
+              m / big.put);
+  std::printf("  %-24s %10.4f %10.2f %10.2f\n", "get_state_dict_into", big.get, gb / big.get,
+              m / big.get);
+  std::printf("  %-24s %10.4f %10.2f %10.2f   (put then get; no streaming yet)\n", "end to end",
+              e2e, gb / e2e, m / e2e);
+  std::printf("  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put + get: %.2f ms\n",
+              put_op, get_op, (small.put + small.get) * 1e3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -487,11 +618,17 @@ int main(int argc, char** argv) {
       s.scenario = "small";
       run_small(s);
     }
+    Args w = a;
+    w.transport = "shm";
+    w.scenario = "weight-sync";
+    run_weight_sync(w);
     return 0;
   }
   if (a.scenario == "single")
     run_single(a);
-  else
+  else if (a.scenario == "small")
     run_small(a);
+  else
+    run_weight_sync(a);
   return 0;
 }
