@@ -702,29 +702,53 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
 
 namespace {
 
-constexpr char kManifestMagic[] = "meshstore.state_dict.v1";
+constexpr char kManifestMagic[] = "meshstore.state_dict.v2";
 constexpr int kMaxStateDictAttempts = 8;
+// Packed tensors start at multiples of this inside the blob.
+constexpr std::uint64_t kPackAlign = 64;
 
+// How a state dict entry is stored.
+enum class EntryKind : std::uint8_t { tensor = 0, value = 1, packed = 2 };
+
+struct ManifestEntry {
+  std::string name;
+  EntryKind kind = EntryKind::tensor;
+  DType dtype = DType::uint8;
+  Shape shape;
+  std::uint64_t offset = 0;  // packed: where it starts in the blob
+
+  std::uint64_t nbytes() const {
+    return static_cast<std::uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+  }
+};
+
+// The names in order, how each is stored, and the packed blob's size.
 struct Manifest {
-  std::vector<std::string> names;
-  std::vector<bool> is_value;
+  std::vector<ManifestEntry> entries;
+  std::uint64_t packed_bytes = 0;
 };
 
 std::string entry_key(const std::string& key, const std::string& name) { return key + "/" + name; }
+// The key of a state dict's packed blob ('#' keeps it apart from entry keys).
+std::string blob_key(const std::string& key) { return key + "#packed"; }
 
-void put_u32(std::string& out, std::uint32_t v) {
+template <class T>
+void put_pod(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 
-// Magic, count, then per entry: a kind byte (0 tensor, 1 value), a length
-// and the name.
-std::string encode_manifest(const StateDict& sd) {
+std::string encode_manifest(const Manifest& m) {
   std::string out(kManifestMagic, sizeof(kManifestMagic));
-  put_u32(out, static_cast<std::uint32_t>(sd.size()));
-  for (const auto& e : sd.entries()) {
-    out.push_back(e.is_tensor() ? '\0' : '\1');
-    put_u32(out, static_cast<std::uint32_t>(e.name.size()));
+  put_pod<std::uint64_t>(out, m.packed_bytes);
+  put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    put_pod<std::uint8_t>(out, static_cast<std::uint8_t>(e.kind));
+    put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(e.name.size()));
     out += e.name;
+    put_pod<std::uint8_t>(out, static_cast<std::uint8_t>(e.dtype));
+    put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(e.shape.size()));
+    for (auto d : e.shape) put_pod<std::int64_t>(out, d);
+    put_pod<std::uint64_t>(out, e.offset);
   }
   return out;
 }
@@ -734,31 +758,54 @@ Result<Manifest> decode_manifest(const std::string& bytes, const std::string& ke
     return Status(Errc::wrong_kind, "'" + key + "' does not hold a state dict (" + why + ")");
   };
   std::size_t pos = sizeof(kManifestMagic);
-  if (bytes.size() < pos + 4 || bytes.compare(0, pos, std::string(kManifestMagic, pos)) != 0) {
+  if (bytes.size() < pos || bytes.compare(0, pos, std::string(kManifestMagic, pos)) != 0) {
     return bad("no manifest");
   }
-  auto u32 = [&](std::uint32_t& v) {
-    if (bytes.size() - pos < 4) return false;
-    std::memcpy(&v, bytes.data() + pos, 4);
-    pos += 4;
+  auto get = [&](auto& v) {
+    if (bytes.size() - pos < sizeof(v)) return false;
+    std::memcpy(&v, bytes.data() + pos, sizeof(v));
+    pos += sizeof(v);
     return true;
   };
-  std::uint32_t n = 0;
-  if (!u32(n)) return bad("truncated");
   Manifest m;
+  std::uint32_t n = 0;
+  if (!get(m.packed_bytes) || !get(n)) return bad("truncated");
   for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint32_t len = 0;
-    if (pos >= bytes.size()) return bad("truncated");
-    const char kind = bytes[pos++];
-    if (!u32(len) || bytes.size() - pos < len || (kind != '\0' && kind != '\1')) {
+    ManifestEntry e;
+    std::uint8_t kind = 0, dtype = 0;
+    std::uint32_t len = 0, ndim = 0;
+    if (!get(kind) || kind > 2 || !get(len) || bytes.size() - pos < len)
       return bad("malformed entry");
-    }
-    m.names.push_back(bytes.substr(pos, len));
-    m.is_value.push_back(kind == '\1');
+    e.kind = static_cast<EntryKind>(kind);
+    e.name = bytes.substr(pos, len);
     pos += len;
+    if (!get(dtype) || !is_valid_dtype(dtype) || !get(ndim) || ndim > 64)
+      return bad("malformed entry");
+    e.dtype = static_cast<DType>(dtype);
+    for (std::uint32_t d = 0; d < ndim; ++d) {
+      std::int64_t dim = 0;
+      if (!get(dim) || dim < 0) return bad("malformed shape");
+      e.shape.push_back(dim);
+    }
+    if (!get(e.offset)) return bad("truncated");
+    if (e.kind == EntryKind::packed &&
+        (e.offset > m.packed_bytes || e.nbytes() > m.packed_bytes - e.offset)) {
+      return bad("packed entry outside the blob");
+    }
+    m.entries.push_back(std::move(e));
   }
   if (pos != bytes.size()) return bad("trailing bytes");
   return m;
+}
+
+// The keys a stored state dict owns besides its manifest.
+std::vector<std::string> owned_keys(const std::string& key, const Manifest& m) {
+  std::vector<std::string> out;
+  for (const auto& e : m.entries) {
+    if (e.kind != EntryKind::packed) out.push_back(entry_key(key, e.name));
+  }
+  if (m.packed_bytes > 0) out.push_back(blob_key(key));
+  return out;
 }
 
 // Sends `c` to the client actor at `client` with a fresh promise.
@@ -794,73 +841,57 @@ Future<std::string> object_of(const caf::actor_addr& client, const std::string& 
       .then([](const actors::GetOutput& out) { return out.object; });
 }
 
-// The manifest of `key` and the version it was read at.
+// A state dict's manifest as stored (its bytes) and decoded.
 struct Snapshot {
-  std::uint64_t version = 0;
+  std::string bytes;
   Manifest manifest;
 };
 
-Future<Snapshot> snapshot_of(const caf::actor_addr& client, const std::string& key,
+Result<Snapshot> decode_snapshot(const Tensor& t, const std::string& key, const std::string& op) {
+  Snapshot snap;
+  snap.bytes.assign(static_cast<const char*>(t.data()), t.nbytes());
+  auto m = decode_manifest(snap.bytes, key);
+  if (!m.ok()) return m.status().with_context(op);
+  snap.manifest = std::move(m).value();
+  return snap;
+}
+
+// Reads the manifest of the state dict under `key`.
+Future<Snapshot> manifest_of(const caf::actor_addr& client, const std::string& key,
                              const std::string& op) {
-  return version_of(client, key).then([=](std::uint64_t v) -> Future<Snapshot> {
-    if (v == 0) {
-      return make_error_future<Snapshot>(
-          Status(Errc::not_found, op + ": no state dict '" + key + "'"));
-    }
-    return object_of(client, key, op).then([=](const std::string& bytes) -> Result<Snapshot> {
-      auto m = decode_manifest(bytes, key);
-      if (!m.ok()) return m.status().with_context(op);
-      return Snapshot{v, std::move(m).value()};
-    });
-  });
+  auto p = std::make_shared<Promise<Snapshot>>(Status(Errc::shutdown, op + ": dropped"));
+  call_client(client, actors::store_get_atom::value, single_get(op, actors::GetMode::tensor, key),
+              op + " '" + key + "'")
+      .on_complete([=](const Result<actors::GetOutput>& r) {
+        if (r.ok()) return (void)p->set(decode_snapshot(r->tensors.front(), key, op));
+        if (r.status().code() == Errc::not_found) {
+          return (void)p->set_error(Status(Errc::not_found, op + ": no state dict '" + key + "'"));
+        }
+        if (r.status().code() == Errc::wrong_kind) {
+          return (void)p->set_error(
+              Status(Errc::wrong_kind, op + ": '" + key + "' holds an object, not a state dict"));
+        }
+        p->set_error(r.status());
+      });
+  return p->future();
 }
 
-// Reads the values of `names` (objects), in parallel.
-Future<std::vector<Value>> values_of(const caf::actor_addr& client, const std::string& key,
-                                     const std::vector<std::string>& names, const std::string& op) {
-  std::vector<Future<Value>> reads;
-  for (const auto& name : names) {
-    reads.push_back(object_of(client, entry_key(key, name), op)
-                        .then([name](const std::string& bytes) -> Result<Value> {
-                          auto v = Value::decode(bytes);
-                          if (!v.ok()) return v.status().with_context("value '" + name + "'");
-                          return v;
-                        }));
-  }
-  return gather(std::move(reads));
+// What a read does when the structure it planned for changed under it.
+Status gave_up(const std::string& op, const std::string& key) {
+  return Status(Errc::conflict, op + " '" + key + "': a writer changed its layout during each of " +
+                                    std::to_string(kMaxStateDictAttempts) + " attempts");
 }
 
-// Runs `attempt` until the state dict's version is the same before and
-// after it (no writer committed in between), at most kMaxStateDictAttempts.
-template <class T>
-Future<T> consistent(const caf::actor_addr& client, const std::string& key, const std::string& op,
-                     std::function<Future<std::pair<std::uint64_t, T>>()> attempt, int tries) {
-  return attempt().then([=](const std::pair<std::uint64_t, T>& got) -> Future<T> {
-    return version_of(client, key).then([=](std::uint64_t now) -> Future<T> {
-      if (now == got.first) return make_ready_future<T>(got.second);
-      if (tries + 1 >= kMaxStateDictAttempts) {
-        return make_error_future<T>(
-            Status(Errc::conflict, op + " '" + key + "': a writer replaced it during each of " +
-                                       std::to_string(kMaxStateDictAttempts) + " attempts"));
-      }
-      return consistent<T>(client, key, op, attempt, tries + 1);
-    });
+// The keys the state dict now under `key` owns besides its manifest; none
+// when there is none (or the key holds something else, which the put then
+// replaces).
+Future<std::vector<std::string>> previous_keys(const caf::actor_addr& client,
+                                               const std::string& key, const std::string& op) {
+  auto p = std::make_shared<Promise<std::vector<std::string>>>();
+  manifest_of(client, key, op).on_complete([p, key](const Result<Snapshot>& r) {
+    p->set_value(r.ok() ? owned_keys(key, r->manifest) : std::vector<std::string>{});
   });
-}
-
-// The names of the state dict now under `key`; none when there is none (or
-// the key holds something else, which the put then replaces).
-Future<std::vector<std::string>> previous_names(const caf::actor_addr& client,
-                                                const std::string& key, const std::string& op) {
-  return version_of(client, key).then([=](std::uint64_t v) -> Future<std::vector<std::string>> {
-    if (v == 0) return make_ready_future(std::vector<std::string>{});
-    auto p = std::make_shared<Promise<std::vector<std::string>>>();
-    object_of(client, key, op).on_complete([p, key](const Result<std::string>& r) {
-      auto m = r.ok() ? decode_manifest(*r, key) : Result<Manifest>(r.status());
-      p->set_value(m.ok() ? m->names : std::vector<std::string>{});
-    });
-    return p->future();
-  });
+  return p->future();
 }
 
 // "a, b, c and 4 more".
@@ -877,56 +908,102 @@ std::string name_list(const std::vector<std::string>& names) {
 namespace {
 
 // A state dict's put, built while the caller's call runs (the views are the
-// caller's) and sent later: item keys are relative ("" for the manifest,
-// "/NAME" for entries) until put_prepared() gives them their key.
+// caller's; small tensors are packed now) and sent later: item keys are
+// relative ("" for the manifest, "/NAME" for entries, "#packed" for the
+// blob) until put_prepared() gives them their key.
 struct PreparedPut {
   actors::PutCall call;
-  std::set<std::string> names;
 };
 
-std::shared_ptr<PreparedPut> prepare_put(const StateDict& sd, const std::string& op) {
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options) {
   auto p = std::make_shared<PreparedPut>();
   p->call.op = op;
-  auto object_item = [](std::string key, std::string bytes) {
+  // The manifest and values are stored as uint8 tensors, so one read
+  // (one snapshot of the index) fetches them with the tensors.
+  auto bytes_item = [](std::string key, std::string bytes) {
     auto owned = std::make_shared<const std::string>(std::move(bytes));
     return actors::PutItem{std::move(key),
                            TensorView(const_cast<char*>(owned->data()), DType::uint8,
                                       {static_cast<std::int64_t>(owned->size())}),
-                           wire::ObjectKind::object, owned};
+                           wire::ObjectKind::tensor, owned};
   };
-  p->call.items.push_back(object_item("", encode_manifest(sd)));
+  Manifest m;
   for (const auto& e : sd.entries()) {
-    p->names.insert(e.name);
-    if (e.is_tensor()) {
+    ManifestEntry me;
+    me.name = e.name;
+    if (!e.is_tensor()) {
+      me.kind = EntryKind::value;
+      me.dtype = DType::uint8;
+      me.shape = {static_cast<std::int64_t>(e.value->encode().size())};
+    } else {
+      me.dtype = e.view.dtype();
+      me.shape = e.view.shape();
+      if (e.view.nbytes() <= options.pack_max_tensor_bytes) {
+        me.kind = EntryKind::packed;
+        me.offset = (m.packed_bytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+        m.packed_bytes = me.offset + e.view.nbytes();
+      }
+    }
+    m.entries.push_back(std::move(me));
+  }
+  p->call.items.push_back(bytes_item("", encode_manifest(m)));
+  if (m.packed_bytes > 0) {
+    // Small tensors travel as one blob: one object, one transfer, one
+    // region at the volume instead of one each.
+    std::string blob;
+    try {
+      blob.assign(m.packed_bytes, '\0');
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::out_of_capacity,
+                    op + ": cannot allocate " + std::to_string(m.packed_bytes) + " bytes to pack");
+    }
+    for (std::size_t i = 0; i < m.entries.size(); ++i) {
+      if (m.entries[i].kind == EntryKind::packed && m.entries[i].nbytes() > 0) {
+        pack_to(sd.entries()[i].view, blob.data() + m.entries[i].offset);
+      }
+    }
+    auto owned = std::make_shared<const std::string>(std::move(blob));
+    p->call.items.push_back(
+        actors::PutItem{"#packed",
+                        TensorView(const_cast<char*>(owned->data()), DType::uint8,
+                                   {static_cast<std::int64_t>(owned->size())}),
+                        wire::ObjectKind::tensor, owned});
+  }
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
+    const auto& e = sd.entries()[i];
+    if (m.entries[i].kind == EntryKind::tensor) {
       p->call.items.push_back(
           actors::PutItem{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr});
-    } else {
-      p->call.items.push_back(object_item("/" + e.name, e.value->encode()));
+    } else if (m.entries[i].kind == EntryKind::value) {
+      p->call.items.push_back(bytes_item("/" + e.name, e.value->encode()));
     }
   }
   return p;
 }
 
-// Puts a prepared state dict under `key`, then removes the names the
-// previous version there had and this one lacks.
+// Puts a prepared state dict under `key`, then removes the keys the
+// previous version there owned and this one does not.
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p) {
   const std::string op = p->call.op;
+  std::set<std::string> keys;
   for (auto& item : p->call.items) {
     item.key = key + item.key;
     if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
+    keys.insert(item.key);
   }
   const std::string what = op + " '" + key + "'";
-  return previous_names(client, key, op).then([=](const std::vector<std::string>& old) {
+  return previous_keys(client, key, op).then([=](const std::vector<std::string>& old) {
     return call_client(client, actors::store_put_atom::value, std::move(p->call), what)
         .then([=](const std::vector<std::uint64_t>&) -> Future<void> {
           actors::RemoveCall gone;
-          for (const auto& n : old) {
-            if (p->names.count(n) == 0) gone.keys.push_back(entry_key(key, n));
+          for (const auto& k : old) {
+            if (keys.count(k) == 0) gone.keys.push_back(k);
           }
           if (gone.keys.empty()) return make_ready_future();
           return call_client(client, actors::store_remove_atom::value, std::move(gone),
-                             what + ": removing names the new version lacks")
+                             what + ": removing entries the new version lacks")
               .then([](std::size_t) {});
         });
   });
@@ -953,93 +1030,143 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
   });
 }
 
+// One planned read of a state dict into a destination: what it checked and
+// the scratch memory it reads into besides the caller's tensors.
+struct IntoPlan {
+  Snapshot snap;
+  Tensor manifest_copy;  // the manifest read with the entries (one snapshot)
+  Tensor blob;           // the packed tensors, unpacked into the destination after
+  std::vector<std::pair<std::uint64_t, TensorView>> unpack;  // blob offset -> destination
+  std::vector<std::pair<std::string, Tensor>> values;        // name -> encoded value
+};
+
+Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
+                               StateDict* dst, const std::string& op, Snapshot snap, int tries);
+
 // Reads the state dict under `key` into `sd` (get_state_dict_into).
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op) {
   StateDict* dst = &sd;
-  using Got = std::pair<std::uint64_t, bool>;
-  std::function<Future<Got>()> attempt = [=]() {
-    return snapshot_of(client, key, op).then([=](const Snapshot& snap) -> Future<Got> {
-      actors::ListCall list;
-      list.prefix = key + "/";
-      return call_client(client, actors::store_list_atom::value, std::move(list),
-                         op + " '" + key + "'")
-          .then([=](const std::vector<wire::KeyRecord>& records) -> Future<Got> {
-            std::map<std::string, const wire::KeyRecord*> stored;
-            for (const auto& r : records) stored[r.key.substr(key.size() + 1)] = &r;
-            // Check every name before any byte moves: a failure leaves `sd` as it was.
-            std::vector<std::string> missing, extra, mismatched;
-            bool dtype_off = false, shape_off = false;
-            std::set<std::string> in_manifest(snap.manifest.names.begin(),
-                                              snap.manifest.names.end());
-            actors::GetCall into;
-            into.op = op;
-            into.mode = actors::GetMode::into;
-            std::vector<std::string> value_names;
-            for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
-              const auto& name = snap.manifest.names[i];
-              const auto* e = dst->find(name);
-              if (!e) {
-                missing.push_back(name);
-                continue;
-              }
-              if (snap.manifest.is_value[i]) {
-                if (e->is_tensor())
-                  mismatched.push_back(name + " (stored a value, destination a tensor)");
-                else
-                  value_names.push_back(name);
-                continue;
-              }
-              auto r = stored.find(name);
-              if (!e->is_tensor()) {
-                mismatched.push_back(name + " (stored a tensor, destination a value)");
-              } else if (r != stored.end() && r->second->dtype != e->view.dtype()) {
-                dtype_off = true;
-                mismatched.push_back(name + " (stored " +
-                                     std::string(dtype_name(r->second->dtype)) + ", destination " +
-                                     std::string(dtype_name(e->view.dtype())) + ")");
-              } else if (r != stored.end() && r->second->shape != e->view.shape()) {
-                shape_off = true;
-                mismatched.push_back(name + " (stored " + shape_to_string(r->second->shape) +
-                                     ", destination " + shape_to_string(e->view.shape()) + ")");
-              } else {
-                into.keys.push_back(entry_key(key, name));
-                into.dsts.push_back(e->view);
-              }
-            }
-            for (const auto& e : dst->entries()) {
-              if (in_manifest.count(e.name) == 0) extra.push_back(e.name);
-            }
-            if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
-              std::string msg =
-                  op + " '" + key + "': the destination does not match the stored " + "state dict:";
-              if (!missing.empty()) msg += " missing " + name_list(missing) + ";";
-              if (!extra.empty()) msg += " extra " + name_list(extra) + ";";
-              if (!mismatched.empty()) msg += " mismatched " + name_list(mismatched) + ";";
-              msg.pop_back();
-              const Errc code = dtype_off                            ? Errc::dtype_mismatch
-                                : shape_off                          ? Errc::shape_mismatch
-                                : !missing.empty() || !extra.empty() ? Errc::not_found
-                                                                     : Errc::wrong_kind;
-              return make_error_future<Got>(Status(code, msg));
-            }
-            Future<actors::GetOutput> got_tensors =
-                into.keys.empty() ? make_ready_future(actors::GetOutput{})
-                                  : call_client(client, actors::store_get_atom::value,
-                                                std::move(into), op + " '" + key + "'");
-            auto got_values = values_of(client, key, value_names, op);
-            return got_tensors.then([=](const actors::GetOutput&) {
-              return got_values.then([=](const std::vector<Value>& values) -> Result<Got> {
-                for (std::size_t i = 0; i < values.size(); ++i) {
-                  MESHSTORE_RETURN_IF_ERROR(dst->set_value(value_names[i], values[i]));
-                }
-                return Got{snap.version, true};
-              });
-            });
+  return manifest_of(client, key, op).then([=](const Snapshot& snap) {
+    return read_into_attempt(client, key, dst, op, snap, 0);
+  });
+}
+
+// Checks the destination against `snap`'s manifest, then reads the manifest
+// again together with every entry in one call (one snapshot of the index).
+// If that manifest differs from `snap`'s, a writer changed the layout in
+// between: plan again with the new one.
+Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
+                               StateDict* dst, const std::string& op, Snapshot snap, int tries) {
+  if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
+  auto plan = std::make_shared<IntoPlan>();
+  plan->snap = std::move(snap);
+  const Manifest& m = plan->snap.manifest;
+  // Every name is checked before any byte moves: a failure leaves `sd` as it was.
+  std::vector<std::string> missing, extra, mismatched;
+  bool dtype_off = false, shape_off = false;
+  std::set<std::string> stored;
+  actors::GetCall into;
+  into.op = op;
+  into.mode = actors::GetMode::into;
+  for (const auto& me : m.entries) {
+    stored.insert(me.name);
+    const auto* e = dst->find(me.name);
+    if (!e) {
+      missing.push_back(me.name);
+    } else if (me.kind == EntryKind::value && e->is_tensor()) {
+      mismatched.push_back(me.name + " (stored a value, destination a tensor)");
+    } else if (me.kind != EntryKind::value && !e->is_tensor()) {
+      mismatched.push_back(me.name + " (stored a tensor, destination a value)");
+    } else if (me.kind != EntryKind::value && me.dtype != e->view.dtype()) {
+      dtype_off = true;
+      mismatched.push_back(me.name + " (stored " + std::string(dtype_name(me.dtype)) +
+                           ", destination " + std::string(dtype_name(e->view.dtype())) + ")");
+    } else if (me.kind != EntryKind::value && me.shape != e->view.shape()) {
+      shape_off = true;
+      mismatched.push_back(me.name + " (stored " + shape_to_string(me.shape) + ", destination " +
+                           shape_to_string(e->view.shape()) + ")");
+    }
+  }
+  for (const auto& e : dst->entries()) {
+    if (stored.count(e.name) == 0) extra.push_back(e.name);
+  }
+  if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
+    std::string msg = op + " '" + key + "': the destination does not match the stored state dict:";
+    if (!missing.empty()) msg += " missing " + name_list(missing) + ";";
+    if (!extra.empty()) msg += " extra " + name_list(extra) + ";";
+    if (!mismatched.empty()) msg += " mismatched " + name_list(mismatched) + ";";
+    msg.pop_back();
+    const Errc code = dtype_off                            ? Errc::dtype_mismatch
+                      : shape_off                          ? Errc::shape_mismatch
+                      : !missing.empty() || !extra.empty() ? Errc::not_found
+                                                           : Errc::wrong_kind;
+    return make_error_future<void>(Status(code, msg));
+  }
+  auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };
+  auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap.bytes.size()));
+  if (!manifest_copy.ok()) return make_error_future<void>(manifest_copy.status());
+  plan->manifest_copy = std::move(manifest_copy).value();
+  into.keys.push_back(key);
+  into.dsts.push_back(plan->manifest_copy.view());
+  if (m.packed_bytes > 0) {
+    auto blob = scratch(static_cast<std::int64_t>(m.packed_bytes));
+    if (!blob.ok()) return make_error_future<void>(blob.status());
+    plan->blob = std::move(blob).value();
+    into.keys.push_back(blob_key(key));
+    into.dsts.push_back(plan->blob.view());
+  }
+  for (const auto& me : m.entries) {
+    const auto* e = dst->find(me.name);
+    if (me.kind == EntryKind::packed) {
+      if (me.nbytes() > 0) plan->unpack.emplace_back(me.offset, e->view);
+    } else if (me.kind == EntryKind::value) {
+      auto v = scratch(me.shape.empty() ? 0 : me.shape.front());
+      if (!v.ok()) return make_error_future<void>(v.status());
+      plan->values.emplace_back(me.name, std::move(v).value());
+      into.keys.push_back(entry_key(key, me.name));
+      into.dsts.push_back(plan->values.back().second.view());
+    } else {
+      into.keys.push_back(entry_key(key, me.name));
+      into.dsts.push_back(e->view);
+    }
+  }
+  auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
+  call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
+      .on_complete([=](const Result<actors::GetOutput>& r) {
+        auto again = [=](const Snapshot& fresh) {
+          read_into_attempt(client, key, dst, op, fresh, tries + 1)
+              .on_complete([done](const Result<void>& x) { done->set(x); });
+        };
+        if (!r.ok()) {
+          // A layout change between our two reads shows as a mismatch or a
+          // missing key: if the manifest moved on, plan again; else report.
+          const auto code = r.status().code();
+          if (code != Errc::shape_mismatch && code != Errc::dtype_mismatch &&
+              code != Errc::not_found && code != Errc::wrong_kind) {
+            return (void)done->set_error(r.status());
+          }
+          manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
+            if (fresh.ok() && fresh->bytes != plan->snap.bytes) return again(*fresh);
+            done->set_error(r.status());
           });
-    });
-  };
-  return consistent<bool>(client, key, op, attempt, 0).then([](bool) {});
+          return;
+        }
+        auto now = decode_snapshot(plan->manifest_copy, key, op);
+        if (!now.ok()) return (void)done->set_error(now.status());
+        if (now->bytes != plan->snap.bytes) return again(*now);
+        const auto* base = static_cast<const std::byte*>(plan->blob.data());
+        for (const auto& [offset, view] : plan->unpack) unpack_from(base + offset, view);
+        for (const auto& [name, bytes] : plan->values) {
+          auto v =
+              Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
+          if (!v.ok())
+            return (void)done->set_error(v.status().with_context("value '" + name + "'"));
+          if (auto st = dst->set_value(name, *v); !st.ok()) return (void)done->set_error(st);
+        }
+        done->set_value();
+      });
+  return done->future();
 }
 
 // Reads the version `prefix` points at into `dst`; when that version was
@@ -1068,13 +1195,17 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
 }
 }  // namespace
 
-Future<void> Store::put_state_dict(std::string key, const StateDict& sd) {
+Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
+                                   const StateDictPutOptions& options) {
   const std::string op = "put_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  return put_prepared(Impl::client_address(impl_.get()), key, prepare_put(sd, op));
+  auto prepared = prepare_put(sd, op, options);
+  if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
+  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value());
 }
 
-Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateDict& sd, int keep) {
+Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateDict& sd, int keep,
+                                                const StateDictPutOptions& options) {
   const std::string op = "publish_state_dict";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
   if (keep < 1) {
@@ -1083,7 +1214,11 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
                op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
-  auto prepared = prepare_put(sd, op);
+  auto prepared_or = prepare_put(sd, op, options);
+  if (!prepared_or.ok()) {
+    return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
+  }
+  auto prepared = std::move(prepared_or).value();
   return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
     const std::uint64_t next = latest + 1;
     return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
@@ -1103,11 +1238,11 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
             // Retire the version that fell out of the window; its memory
             // stays with the volumes for the next version's tensors.
             const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
-            return previous_names(client, old, op).then([=](const std::vector<std::string>& names) {
+            return previous_keys(client, old, op).then([=](const std::vector<std::string>& keys) {
               actors::RemoveCall retire;
               retire.reuse = true;
               retire.keys.push_back(old);
-              for (const auto& n : names) retire.keys.push_back(entry_key(old, n));
+              for (const auto& k : keys) retire.keys.push_back(k);
               return call_client(client, actors::store_remove_atom::value, std::move(retire),
                                  op + " '" + prefix + "': retiring '" + old + "'")
                   .then([next](std::size_t) { return next; });
@@ -1129,47 +1264,72 @@ Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, Stat
   return read_latest_into(Impl::client_address(impl_.get()), prefix, &sd, op, 0);
 }
 
+namespace {
+
+Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::string& key,
+                                  const std::string& op, Snapshot snap, int tries) {
+  if (tries >= kMaxStateDictAttempts) return make_error_future<StateDict>(gave_up(op, key));
+  const Manifest m = snap.manifest;
+  actors::GetCall call;
+  call.op = op;
+  call.mode = actors::GetMode::tensor;
+  call.keys.push_back(key);  // the manifest again, read in the same snapshot as the entries
+  const bool packed = m.packed_bytes > 0;
+  if (packed) call.keys.push_back(blob_key(key));
+  for (const auto& me : m.entries) {
+    if (me.kind != EntryKind::packed) call.keys.push_back(entry_key(key, me.name));
+  }
+  return call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
+      .then([=](const actors::GetOutput& out) -> Future<StateDict> {
+        auto now = decode_snapshot(out.tensors.front(), key, op);
+        if (!now.ok()) return make_error_future<StateDict>(now.status());
+        // A writer changed the layout between our reads: plan again.
+        if (now->bytes != snap.bytes) return read_state_dict(client, key, op, *now, tries + 1);
+        StateDict sd;
+        std::size_t t = packed ? 2 : 1;
+        // Packed tensors are views into the one blob allocation.
+        std::shared_ptr<Tensor> blob;
+        if (packed) {
+          if (out.tensors.size() < 2 || out.tensors[1].nbytes() < m.packed_bytes) {
+            return make_error_future<StateDict>(
+                Status(Errc::protocol_error,
+                       op + " '" + key + "': the packed blob is shorter than its table"));
+          }
+          blob = std::make_shared<Tensor>(out.tensors[1]);
+        }
+        for (const auto& me : m.entries) {
+          Status st;
+          if (me.kind == EntryKind::value) {
+            const Tensor& bytes = out.tensors.at(t++);
+            auto v =
+                Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
+            st = v.ok() ? sd.insert(me.name, *v)
+                        : v.status().with_context("value '" + me.name + "'");
+          } else if (me.kind == EntryKind::packed && !blob) {
+            auto empty = Tensor::empty(me.dtype, me.shape);  // 0 bytes: no blob was stored
+            st = empty.ok() ? sd.insert(me.name, std::move(empty).value()) : empty.status();
+          } else if (me.kind == EntryKind::packed) {
+            std::shared_ptr<std::byte> alias(blob,
+                                             static_cast<std::byte*>(blob->data()) + me.offset);
+            st = sd.insert(me.name, Tensor::wrap(std::move(alias), me.dtype, me.shape, false));
+          } else {
+            st = sd.insert(me.name, out.tensors.at(t++));
+          }
+          if (!st.ok()) return make_error_future<StateDict>(st);
+        }
+        return make_ready_future(std::move(sd));
+      });
+}
+
+}  // namespace
+
 Future<StateDict> Store::get_state_dict(std::string key) {
   const std::string op = "get_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
   const caf::actor_addr client = Impl::client_address(impl_.get());
-  using Got = std::pair<std::uint64_t, StateDict>;
-  std::function<Future<Got>()> attempt = [=]() {
-    return snapshot_of(client, key, op).then([=](const Snapshot& snap) -> Future<Got> {
-      actors::GetCall tensors;
-      tensors.op = op;
-      tensors.mode = actors::GetMode::tensor;
-      std::vector<std::string> value_names;
-      for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
-        if (snap.manifest.is_value[i]) {
-          value_names.push_back(snap.manifest.names[i]);
-        } else {
-          tensors.keys.push_back(entry_key(key, snap.manifest.names[i]));
-        }
-      }
-      Future<actors::GetOutput> got_tensors =
-          tensors.keys.empty() ? make_ready_future(actors::GetOutput{})
-                               : call_client(client, actors::store_get_atom::value,
-                                             std::move(tensors), op + " '" + key + "'");
-      auto got_values = values_of(client, key, value_names, op);
-      return got_tensors.then([=](const actors::GetOutput& out) {
-        return got_values.then([=](const std::vector<Value>& values) -> Result<Got> {
-          StateDict sd;
-          std::size_t t = 0, v = 0;
-          for (std::size_t i = 0; i < snap.manifest.names.size(); ++i) {
-            const auto& name = snap.manifest.names[i];
-            if (snap.manifest.is_value[i]) {
-              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, values.at(v++)));
-            } else {
-              MESHSTORE_RETURN_IF_ERROR(sd.insert(name, out.tensors.at(t++)));
-            }
-          }
-          return Got{snap.version, std::move(sd)};
-        });
-      });
-    });
-  };
-  return consistent<StateDict>(client, key, op, attempt, 0);
+  return manifest_of(client, key, op).then([=](const Snapshot& snap) {
+    return read_state_dict(client, key, op, snap, 0);
+  });
 }
 
 Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {

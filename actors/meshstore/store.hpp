@@ -152,6 +152,15 @@ struct VolumeStats {
   std::uint64_t leases = 0;          ///< open read leases
 };
 
+/// How put_state_dict and publish_state_dict store a state dict.
+struct StateDictPutOptions {
+  /// Tensors of at most this many bytes are packed into one blob (one
+  /// object, one transfer) with a table of where each lies; larger ones are
+  /// stored one object each. Many small tensors then cost one transfer, not
+  /// one each. 0 packs none; UINT64_MAX packs the whole state dict.
+  std::uint64_t pack_max_tensor_bytes = std::uint64_t{64} << 10;
+};
+
 /// A tensor store. Keys name tensors or byte objects; a put of an existing
 /// key replaces it atomically (readers see the old complete value or the
 /// new one, never a mix).
@@ -201,7 +210,8 @@ class Store {
   /// makes the new version visible atomically; names the previous version
   /// had and this one lacks are removed. The tensors' memory must stay valid
   /// until the future completes.
-  Future<void> put_state_dict(std::string key, const StateDict& sd);
+  Future<void> put_state_dict(std::string key, const StateDict& sd,
+                              const StateDictPutOptions& options = {});
   /// Reads the state dict under `key` into new tensors and values, in its
   /// order. Errc::not_found when there is none.
   Future<StateDict> get_state_dict(std::string key);
@@ -220,7 +230,8 @@ class Store {
   /// the volumes for the next version of the same shapes, so publishing
   /// every step reuses the same shared-memory segments instead of faulting
   /// in new ones. Answers N. One writer per prefix.
-  Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1);
+  Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1,
+                                           const StateDictPutOptions& options = {});
   /// The newest version published under `prefix`; 0 when none is.
   Future<std::uint64_t> latest_version(std::string prefix);
   /// Reads the newest complete version under `prefix` into `sd` (as

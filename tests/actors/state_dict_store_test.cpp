@@ -136,11 +136,17 @@ TEST_F(StateDictStoreTest, ANewVersionWithFewerNamesRemovesTheRest) {
   StateDict v1;
   ASSERT_OK(v1.insert("keep", TensorView::of(w.data(), {1000})));
   ASSERT_OK(v1.insert("drop", TensorView::of(w.data(), {1000})));
-  ASSERT_OK(store().put_state_dict("m", v1).get(kWait));
+  StateDictPutOptions unpacked;
+  unpacked.pack_max_tensor_bytes = 0;  // one key per tensor, to see them
+  ASSERT_OK(store().put_state_dict("m", v1, unpacked).get(kWait));
   StateDict v2;
   ASSERT_OK(v2.insert("keep", TensorView::of(w.data(), {1000})));
-  ASSERT_OK(store().put_state_dict("m", v2).get(kWait));
+  ASSERT_OK(store().put_state_dict("m", v2, unpacked).get(kWait));
   EXPECT_EQ(*store().keys("m/").get(kWait), std::vector<std::string>{"m/keep"});
+  // Packed again: the per-tensor keys go, the blob comes.
+  ASSERT_OK(store().put_state_dict("m", v2).get(kWait));
+  EXPECT_TRUE(store().keys("m/").get(kWait)->empty());
+  EXPECT_TRUE(*store().exists("m#packed").get(kWait));
   auto got = store().get_state_dict("m").get(kWait);
   ASSERT_OK(got);
   EXPECT_EQ(got->size(), 1u);
@@ -167,19 +173,22 @@ TEST_F(StateDictStoreTest, ReadersNeverSeeAMixOfTwoVersions) {
     done = true;
   });
   int reads = 0;
-  while (!done || reads < 5) {
-    auto got = store().get_state_dict("live").get(kWait);
-    ASSERT_OK(got);
-    const auto version = static_cast<float>(got->find("version")->value->as_int64());
-    for (const auto& e : got->entries()) {
-      if (!e.is_tensor()) continue;
-      const float* p = static_cast<const float*>(e.view.data());
-      ASSERT_EQ(p[0], version) << e.name << " is from another version";
-      ASSERT_EQ(p[19999], version) << e.name;
+  // In a lambda, so a failed ASSERT returns here and the writer is joined.
+  [&] {
+    while (!done || reads < 5) {
+      auto got = store().get_state_dict("live").get(kWait);
+      ASSERT_OK(got);
+      const auto version = static_cast<float>(got->find("version")->value->as_int64());
+      for (const auto& e : got->entries()) {
+        if (!e.is_tensor()) continue;
+        const float* p = static_cast<const float*>(e.view.data());
+        ASSERT_EQ(p[0], version) << e.name << " is from another version";
+        ASSERT_EQ(p[19999], version) << e.name;
+      }
+      ++reads;
+      if (reads > 2000) break;  // bounded
     }
-    ++reads;
-    if (reads > 2000) break;  // bounded
-  }
+  }();
   writer.join();
 }
 
@@ -285,17 +294,74 @@ TEST_F(StateDictStoreTest, ReadersFollowTheLatestPointerWhileAWriterPublishes) {
     ASSERT_OK(dst.insert("w" + std::to_string(t), TensorView::of(got[t].data(), {50000})));
   }
   std::uint64_t last = 0;
-  for (int i = 0; i < 2000 && !(done && last == 25); ++i) {
-    auto v = store().get_latest_state_dict_into("live", dst).get(kWait);
-    ASSERT_OK(v);
-    EXPECT_GE(*v, last);  // never goes back
-    last = *v;
-    for (const auto& g : got) {
-      ASSERT_EQ(g.front(), static_cast<float>(*v));
-      ASSERT_EQ(g.back(), static_cast<float>(*v));
+  [&] {
+    for (int i = 0; i < 2000 && !(done && last == 25); ++i) {
+      auto v = store().get_latest_state_dict_into("live", dst).get(kWait);
+      ASSERT_OK(v);
+      EXPECT_GE(*v, last);  // never goes back
+      last = *v;
+      for (const auto& g : got) {
+        ASSERT_EQ(g.front(), static_cast<float>(*v));
+        ASSERT_EQ(g.back(), static_cast<float>(*v));
+      }
     }
-  }
+  }();
   trainer.join();
+}
+
+TEST_F(StateDictStoreTest, PackedModeMovesSmallTensorsAsOneBlob) {
+  std::vector<float> big(1 << 16, 7.0f);  // 256 KiB: its own object
+  std::vector<std::int32_t> small(3 * 5);
+  for (std::size_t i = 0; i < small.size(); ++i) small[i] = static_cast<std::int32_t>(i);
+  auto strided = TensorView::of(small.data(), {3, 5}).transpose(0, 1).value();  // 5 x 3
+  std::uint16_t scalar = 0x3f80;
+  for (std::uint64_t pack : {std::uint64_t{0}, std::uint64_t{64} << 10, ~std::uint64_t{0}}) {
+    StateDict sd;
+    ASSERT_OK(sd.insert("big", TensorView::of(big.data(), {1 << 16})));
+    ASSERT_OK(sd.insert("strided", strided));
+    ASSERT_OK(sd.insert("scalar", TensorView(&scalar, DType::bfloat16, {})));
+    ASSERT_OK(sd.insert("empty", TensorView(nullptr, DType::float32, {0, 4})));
+    ASSERT_OK(sd.insert("step", Value::int64(3)));
+    StateDictPutOptions options;
+    options.pack_max_tensor_bytes = pack;
+    const std::string key = "packed" + std::to_string(pack & 0xffff);
+    ASSERT_OK(store().put_state_dict(key, sd, options).get(kWait)) << pack;
+    // Packed entries have no key of their own; the blob holds them.
+    EXPECT_EQ(*store().exists(key + "/strided").get(kWait), pack == 0) << pack;
+    EXPECT_EQ(*store().exists(key + "#packed").get(kWait), pack != 0) << pack;
+
+    auto got = store().get_state_dict(key).get(kWait);
+    ASSERT_OK(got) << pack;
+    const auto* s = got->find("strided");
+    ASSERT_EQ(s->view.shape(), (Shape{5, 3}));
+    EXPECT_EQ(static_cast<const std::int32_t*>(s->view.data())[1],
+              small[5]);  // [0][1] of the transpose
+    EXPECT_EQ(*static_cast<const std::uint16_t*>(got->find("scalar")->view.data()), scalar);
+    EXPECT_EQ(got->find("empty")->view.shape(), (Shape{0, 4}));
+    EXPECT_EQ(static_cast<const float*>(got->find("big")->view.data())[(1 << 16) - 1], 7.0f);
+    if (pack == ~std::uint64_t{0}) {
+      // Everything in one allocation: the tensors are views into it.
+      const auto* a = static_cast<const std::byte*>(got->find("big")->view.data());
+      const auto* b = static_cast<const std::byte*>(s->view.data());
+      EXPECT_LT(static_cast<std::size_t>(b > a ? b - a : a - b), std::size_t{1} << 20);
+    }
+
+    std::vector<float> big2(1 << 16, 0.0f);
+    std::vector<std::int32_t> small2(15, -1);
+    std::uint16_t scalar2 = 0;
+    StateDict into;
+    ASSERT_OK(into.insert("big", TensorView::of(big2.data(), {1 << 16})));
+    ASSERT_OK(
+        into.insert("strided", TensorView::of(small2.data(), {3, 5}).transpose(0, 1).value()));
+    ASSERT_OK(into.insert("scalar", TensorView(&scalar2, DType::bfloat16, {})));
+    ASSERT_OK(into.insert("empty", TensorView(nullptr, DType::float32, {0, 4})));
+    ASSERT_OK(into.insert("step", Value::int64(0)));
+    ASSERT_OK(store().get_state_dict_into(key, into).get(kWait)) << pack;
+    EXPECT_EQ(small2, small) << pack;
+    EXPECT_EQ(big2, big) << pack;
+    EXPECT_EQ(scalar2, scalar);
+    EXPECT_EQ(*into.find("step")->value, Value::int64(3));
+  }
 }
 
 }  // namespace
