@@ -219,6 +219,15 @@ int cmd_stat(int argc, char** argv) {
   }
   std::printf("store %s: %zu keys, %zu volumes\n", args.get("store", default_store()).c_str(),
               keys->size(), stats->size());
+  if (auto c = store->controller_counters().get(30s); c.ok()) {
+    std::printf(
+        "controller messages: notify_put %llu, notify_put_batch %llu, locate %llu, exists %llu, "
+        "keys %llu, remove %llu\n",
+        static_cast<unsigned long long>(c->notify_put),
+        static_cast<unsigned long long>(c->notify_put_batch),
+        static_cast<unsigned long long>(c->locate), static_cast<unsigned long long>(c->exists),
+        static_cast<unsigned long long>(c->keys), static_cast<unsigned long long>(c->remove));
+  }
   std::printf("%-32s %14s %14s %8s %7s %7s\n", "VOLUME", "HELD", "CAPACITY", "OBJECTS", "STAGED",
               "LEASES");
   for (const auto& s : *stats) {

@@ -1353,6 +1353,23 @@ Future<std::vector<VolumeStats>> Store::stats() {
   });
 }
 
+Future<ControllerCounters> Store::controller_counters() {
+  actors::CountersCall call;
+  auto fut =
+      Impl::call(impl_.get(), actors::store_counters_atom::value, std::move(call), "counters");
+  return fut.then([](const std::vector<std::uint64_t>& v) -> Result<ControllerCounters> {
+    using C = actors::ControllerCounter;
+    if (v.size() < static_cast<std::size_t>(C::count_)) {
+      return Status(Errc::protocol_error,
+                    "controller answered " + std::to_string(v.size()) + " counters");
+    }
+    auto at = [&](C c) { return v[static_cast<std::size_t>(c)]; };
+    return ControllerCounters{at(C::notify_put), at(C::notify_put_batch),
+                              at(C::locate),     at(C::exists),
+                              at(C::keys),       at(C::remove)};
+  });
+}
+
 std::vector<std::string> Store::available_transports() {
   return transports::builtin_registry().names();
 }

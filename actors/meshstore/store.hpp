@@ -152,6 +152,18 @@ struct VolumeStats {
   std::uint64_t leases = 0;          ///< open read leases
 };
 
+/// Control messages the store's controller has handled since it started:
+/// how many round trips to it the calls cost (a state dict's put commits with
+/// one notify_put_batch, whatever its size).
+struct ControllerCounters {
+  std::uint64_t notify_put = 0;
+  std::uint64_t notify_put_batch = 0;
+  std::uint64_t locate = 0;
+  std::uint64_t exists = 0;
+  std::uint64_t keys = 0;
+  std::uint64_t remove = 0;  ///< remove, remove_batch and retiring versions
+};
+
 /// How put_state_dict and publish_state_dict store a state dict.
 struct StateDictPutOptions {
   /// Tensors of at most this many bytes are packed into one blob (one
@@ -299,6 +311,8 @@ class Store {
 
   /// Usage of every volume.
   Future<std::vector<VolumeStats>> stats();
+  /// The controller's message counters (ControllerCounters).
+  Future<ControllerCounters> controller_counters();
   /// The port this store listens on (0 when it does not listen).
   std::uint16_t port() const noexcept;
   /// "HOST:PORT" this store listens on, or "" when it does not listen.

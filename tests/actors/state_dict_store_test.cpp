@@ -364,5 +364,25 @@ TEST_F(StateDictStoreTest, PackedModeMovesSmallTensorsAsOneBlob) {
   }
 }
 
+TEST_F(StateDictStoreTest, AWholeStateDictCommitsWithOneControlMessage) {
+  constexpr int kTensors = 100;
+  std::vector<std::vector<float>> w(kTensors, std::vector<float>(20000, 1.0f));  // 80 KB each
+  StateDict sd;
+  for (int t = 0; t < kTensors; ++t) {
+    ASSERT_OK(sd.insert("layer." + std::to_string(t), TensorView::of(w[t].data(), {20000})));
+  }
+  StateDictPutOptions unpacked;
+  unpacked.pack_max_tensor_bytes = 0;  // 100 objects, moved in parallel
+  for (const auto& options : {unpacked, StateDictPutOptions{}}) {
+    auto before = store().controller_counters().get(kWait);
+    ASSERT_OK(before);
+    ASSERT_OK(store().put_state_dict("sd", sd, options).get(kWait));
+    auto after = store().controller_counters().get(kWait);
+    ASSERT_OK(after);
+    EXPECT_EQ(after->notify_put_batch - before->notify_put_batch, 1u);
+    EXPECT_EQ(after->notify_put - before->notify_put, 0u);
+  }
+}
+
 }  // namespace
 }  // namespace meshstore

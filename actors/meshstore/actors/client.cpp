@@ -969,6 +969,13 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         if (refused(call)) return;
         handle_remove(self, std::move(call));
       },
+      [=](store_counters_atom, CountersCall& call) {
+        if (refused(call)) return;
+        auto promise = call.promise;
+        ask(self, self->state.controller, counters_atom::value)
+            .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
+                  [=](caf::error& e) { promise->set_error(from_caf_error(e, "counters")); });
+      },
       [=](store_stat_atom, StatCall& call) {
         if (refused(call)) return;
         handle_stat(self, std::move(call));

@@ -76,6 +76,10 @@ struct RemoveCall {
   std::shared_ptr<Promise<std::size_t>> promise;
 };
 
+struct CountersCall {
+  std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
+};
+
 struct StatCall {
   std::shared_ptr<Promise<std::vector<wire::VolumeStat>>> promise;
 };
@@ -106,3 +110,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ListCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ExistsCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::RemoveCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StatCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::CountersCall)

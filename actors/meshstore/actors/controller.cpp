@@ -22,6 +22,9 @@ struct ControllerState {
   // Keys whose volume died, with that volume's id, until put or removed again.
   std::map<std::string, std::string> lost;
   std::uint64_t last_version = 0;  // store-wide commit sequence
+  std::vector<std::uint64_t> counters =
+      std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
+  void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
   std::shared_ptr<spdlog::logger> log = log::get("controller");
 };
 
@@ -128,6 +131,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
                               Verdict verdict) {
   auto& st = self->state;
+  st.count(ControllerCounter::remove);
   wire::RemoveReply reply;
   std::map<std::string, std::vector<std::uint64_t>> released;
   for (const auto& k : keys) {
@@ -208,17 +212,20 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       },
       [=](volumes_atom) { return self->state.volume_infos; },
       [=](notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
+        self->state.count(ControllerCounter::notify_put);
         auto versions = commit_batch(self, {r});
         if (!versions.ok()) return to_caf_error(versions.status());
         return versions->front();
       },
       [=](notify_put_batch_atom,
           const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
+        self->state.count(ControllerCounter::notify_put_batch);
         auto versions = commit_batch(self, records);
         if (!versions.ok()) return to_caf_error(versions.status());
         return std::move(versions).value();
       },
       [=](locate_atom, const std::vector<std::string>& keys) {
+        self->state.count(ControllerCounter::locate);
         std::vector<wire::KeyRecord> out;
         out.reserve(keys.size());
         for (const auto& k : keys) {
@@ -236,6 +243,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         return out;
       },
       [=](keys_atom, const std::string& prefix) {
+        self->state.count(ControllerCounter::keys);
         std::vector<std::string> out;
         const auto& index = self->state.index;
         for (auto it = index.lower_bound(prefix); it != index.end(); ++it) {
@@ -245,6 +253,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         return out;
       },
       [=](exists_atom, const std::vector<std::string>& keys) {
+        self->state.count(ControllerCounter::exists);
         std::vector<std::uint64_t> out;
         for (const auto& k : keys) {
           auto it = self->state.index.find(k);
@@ -254,6 +263,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       },
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
+        st.count(ControllerCounter::remove);
         auto it = st.index.find(key);
         if (it == st.index.end()) {
           // Removing a key lost with its volume acknowledges the loss.
@@ -272,6 +282,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](retire_atom, const std::vector<std::string>& keys) {
         return remove_keys(self, keys, Verdict::release);
       },
+      [=](counters_atom) { return self->state.counters; },
   };
 }
 

@@ -42,7 +42,20 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>,
     // Like remove_batch, but the volumes keep the objects' memory for reuse
     // (release, not discard): an old version retired so the next reuses it.
-    caf::replies_to<retire_atom, std::vector<std::string>>::with<wire::RemoveReply>>;
+    caf::replies_to<retire_atom, std::vector<std::string>>::with<wire::RemoveReply>,
+    // Control messages handled so far, in ControllerCounter order.
+    caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>>;
+
+/// What the controller counts (indices into counters_atom's reply).
+enum class ControllerCounter : std::size_t {
+  notify_put = 0,
+  notify_put_batch,
+  locate,
+  exists,
+  keys,
+  remove,  // remove, remove_batch and retire
+  count_
+};
 
 /// Spawns a controller.
 controller_actor spawn_controller(caf::actor_system& sys);
