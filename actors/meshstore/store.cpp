@@ -16,6 +16,7 @@
 #include "meshstore/actors/directory_actor.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/actors/strategy_actor.hpp"
+#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
@@ -928,6 +929,17 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
                                       {static_cast<std::int64_t>(owned->size())}),
                            wire::ObjectKind::tensor, owned};
   };
+  if (options.transfer_dtype && (*options.transfer_dtype == DType::float32 ||
+                                 !can_cast(DType::float32, *options.transfer_dtype))) {
+    return Status(Errc::invalid_argument, op +
+                                              ": transfer_dtype must be bfloat16 or float16, got " +
+                                              std::string(dtype_name(*options.transfer_dtype)));
+  }
+  // The dtype a tensor is stored in.
+  auto stored_dtype = [&](const TensorView& v) {
+    return options.transfer_dtype && v.dtype() == DType::float32 ? *options.transfer_dtype
+                                                                 : v.dtype();
+  };
   Manifest m;
   for (const auto& e : sd.entries()) {
     ManifestEntry me;
@@ -937,12 +949,12 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
       me.dtype = DType::uint8;
       me.shape = {static_cast<std::int64_t>(e.value->encode().size())};
     } else {
-      me.dtype = e.view.dtype();
+      me.dtype = stored_dtype(e.view);
       me.shape = e.view.shape();
-      if (e.view.nbytes() <= options.pack_max_tensor_bytes) {
+      if (me.nbytes() <= options.pack_max_tensor_bytes) {
         me.kind = EntryKind::packed;
         me.offset = (m.packed_bytes + kPackAlign - 1) / kPackAlign * kPackAlign;
-        m.packed_bytes = me.offset + e.view.nbytes();
+        m.packed_bytes = me.offset + me.nbytes();
       }
     }
     m.entries.push_back(std::move(me));
@@ -960,7 +972,8 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
     }
     for (std::size_t i = 0; i < m.entries.size(); ++i) {
       if (m.entries[i].kind == EntryKind::packed && m.entries[i].nbytes() > 0) {
-        pack_to(sd.entries()[i].view, blob.data() + m.entries[i].offset);
+        MESHSTORE_RETURN_IF_ERROR(
+            cast_to(sd.entries()[i].view, m.entries[i].dtype, blob.data() + m.entries[i].offset));
       }
     }
     auto owned = std::make_shared<const std::string>(std::move(blob));
@@ -972,7 +985,23 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];
-    if (m.entries[i].kind == EntryKind::tensor) {
+    if (m.entries[i].kind == EntryKind::tensor && m.entries[i].dtype != e.view.dtype()) {
+      // Cast on the way: the narrower copy is what moves.
+      std::string cast;
+      try {
+        cast.assign(m.entries[i].nbytes(), '\0');
+      } catch (const std::bad_alloc&) {
+        return Status(Errc::out_of_capacity, op + ": cannot allocate " +
+                                                 std::to_string(m.entries[i].nbytes()) +
+                                                 " bytes to cast '" + e.name + "'");
+      }
+      MESHSTORE_RETURN_IF_ERROR(cast_to(e.view, m.entries[i].dtype, cast.data()));
+      auto owned = std::make_shared<const std::string>(std::move(cast));
+      p->call.items.push_back(actors::PutItem{
+          "/" + e.name,
+          TensorView(const_cast<char*>(owned->data()), m.entries[i].dtype, e.view.shape()),
+          wire::ObjectKind::tensor, owned});
+    } else if (m.entries[i].kind == EntryKind::tensor) {
       p->call.items.push_back(
           actors::PutItem{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr});
     } else if (m.entries[i].kind == EntryKind::value) {

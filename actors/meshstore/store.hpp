@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -171,6 +172,11 @@ struct StateDictPutOptions {
   /// stored one object each. Many small tensors then cost one transfer, not
   /// one each. 0 packs none; UINT64_MAX packs the whole state dict.
   std::uint64_t pack_max_tensor_bytes = std::uint64_t{64} << 10;
+  /// When set (bfloat16 or float16), float32 tensors are stored in this
+  /// dtype, rounded to nearest even (fp32 master weights published as bf16:
+  /// half the bytes to move). Readers see the stored dtype. Other dtypes are
+  /// stored as they are.
+  std::optional<DType> transfer_dtype;
 };
 
 /// A tensor store. Keys name tensors or byte objects; a put of an existing

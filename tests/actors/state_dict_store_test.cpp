@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <random>
 #include <set>
 #include <thread>
 
+#include "meshstore/dtype_cast.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/test_util.hpp"
@@ -382,6 +384,44 @@ TEST_F(StateDictStoreTest, AWholeStateDictCommitsWithOneControlMessage) {
     EXPECT_EQ(after->notify_put_batch - before->notify_put_batch, 1u);
     EXPECT_EQ(after->notify_put - before->notify_put, 0u);
   }
+}
+
+TEST_F(StateDictStoreTest, Float32IsPublishedAsBFloat16RoundedToNearestEven) {
+  std::vector<float> big(1 << 15), small(100);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  for (auto& x : big) x = dist(gen);
+  for (auto& x : small) x = dist(gen);
+  std::vector<std::int32_t> ids(10, 7);
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", TensorView::of(big.data(), {1 << 15})));     // its own object
+  ASSERT_OK(sd.insert("small", TensorView::of(small.data(), {10, 10})));  // packed
+  ASSERT_OK(sd.insert("ids", TensorView::of(ids.data(), {10})));          // not a float: as is
+  StateDictPutOptions options;
+  options.transfer_dtype = DType::bfloat16;
+  ASSERT_OK(store().put_state_dict("cast", sd, options).get(kWait));
+  auto got = store().get_state_dict("cast").get(kWait);
+  ASSERT_OK(got);
+  for (const auto& [name, src] : {std::make_pair("big", &big), std::make_pair("small", &small)}) {
+    const auto& e = *got->find(name);
+    ASSERT_EQ(e.view.dtype(), DType::bfloat16) << name;
+    const auto* h = static_cast<const std::uint16_t*>(e.view.data());
+    for (std::size_t i = 0; i < src->size(); ++i) {
+      ASSERT_EQ(h[i], float_to_bfloat16((*src)[i])) << name << "[" << i << "]";
+    }
+  }
+  EXPECT_EQ(got->find("ids")->view.dtype(), DType::int32);
+  // A float32 destination is told the stored dtype.
+  std::vector<float> dst(1 << 15);
+  StateDict wrong;
+  ASSERT_OK(wrong.insert("big", TensorView::of(dst.data(), {1 << 15})));
+  ASSERT_OK(wrong.insert("small", TensorView::of(small.data(), {10, 10})));
+  ASSERT_OK(wrong.insert("ids", TensorView::of(ids.data(), {10})));
+  EXPECT_ERROR(store().get_state_dict_into("cast", wrong).get(kWait), Errc::dtype_mismatch,
+               "stored bfloat16, destination float32");
+  options.transfer_dtype = DType::int8;
+  EXPECT_ERROR(store().put_state_dict("cast2", sd, options).get(kWait), Errc::invalid_argument,
+               "transfer_dtype");
 }
 
 }  // namespace
