@@ -799,16 +799,6 @@ Result<Manifest> decode_manifest(const std::string& bytes, const std::string& ke
   return m;
 }
 
-// The keys a stored state dict owns besides its manifest.
-std::vector<std::string> owned_keys(const std::string& key, const Manifest& m) {
-  std::vector<std::string> out;
-  for (const auto& e : m.entries) {
-    if (e.kind != EntryKind::packed) out.push_back(entry_key(key, e.name));
-  }
-  if (m.packed_bytes > 0) out.push_back(blob_key(key));
-  return out;
-}
-
 // Sends `c` to the client actor at `client` with a fresh promise.
 template <class Atom, class Call>
 auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::string& what) {
@@ -881,18 +871,6 @@ Future<Snapshot> manifest_of(const caf::actor_addr& client, const std::string& k
 Status gave_up(const std::string& op, const std::string& key) {
   return Status(Errc::conflict, op + " '" + key + "': a writer changed its layout during each of " +
                                     std::to_string(kMaxStateDictAttempts) + " attempts");
-}
-
-// The keys the state dict now under `key` owns besides its manifest; none
-// when there is none (or the key holds something else, which the put then
-// replaces).
-Future<std::vector<std::string>> previous_keys(const caf::actor_addr& client,
-                                               const std::string& key, const std::string& op) {
-  auto p = std::make_shared<Promise<std::vector<std::string>>>();
-  manifest_of(client, key, op).on_complete([p, key](const Result<Snapshot>& r) {
-    p->set_value(r.ok() ? owned_keys(key, r->manifest) : std::vector<std::string>{});
-  });
-  return p->future();
 }
 
 // "a, b, c and 4 more".
@@ -1011,31 +989,20 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   return p;
 }
 
-// Puts a prepared state dict under `key`, then removes the keys the
-// previous version there owned and this one does not.
+// Puts a prepared state dict under `key`. The commit also removes, in the
+// same step, every key the previous version owned and this one does not
+// (replace_atom), so no reader sees stale names next to new ones.
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p) {
   const std::string op = p->call.op;
-  std::set<std::string> keys;
   for (auto& item : p->call.items) {
     item.key = key + item.key;
     if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
-    keys.insert(item.key);
   }
-  const std::string what = op + " '" + key + "'";
-  return previous_keys(client, key, op).then([=](const std::vector<std::string>& old) {
-    return call_client(client, actors::store_put_atom::value, std::move(p->call), what)
-        .then([=](const std::vector<std::uint64_t>&) -> Future<void> {
-          actors::RemoveCall gone;
-          for (const auto& k : old) {
-            if (keys.count(k) == 0) gone.keys.push_back(k);
-          }
-          if (gone.keys.empty()) return make_ready_future();
-          return call_client(client, actors::store_remove_atom::value, std::move(gone),
-                             what + ": removing entries the new version lacks")
-              .then([](std::size_t) {});
-        });
-  });
+  p->call.replace_under = {key};
+  return call_client(client, actors::store_put_atom::value, std::move(p->call),
+                     op + " '" + key + "'")
+      .then([](const std::vector<std::uint64_t>&) {});
 }
 
 std::string version_key(const std::string& prefix, std::uint64_t v) {
@@ -1267,15 +1234,13 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
             // Retire the version that fell out of the window; its memory
             // stays with the volumes for the next version's tensors.
             const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
-            return previous_keys(client, old, op).then([=](const std::vector<std::string>& keys) {
-              actors::RemoveCall retire;
-              retire.reuse = true;
-              retire.keys.push_back(old);
-              for (const auto& k : keys) retire.keys.push_back(k);
-              return call_client(client, actors::store_remove_atom::value, std::move(retire),
-                                 op + " '" + prefix + "': retiring '" + old + "'")
-                  .then([next](std::size_t) { return next; });
-            });
+            actors::RemoveCall retire;
+            retire.reuse = true;
+            retire.under = true;
+            retire.keys.push_back(old);
+            return call_client(client, actors::store_remove_atom::value, std::move(retire),
+                               op + " '" + prefix + "': retiring '" + old + "'")
+                .then([next](std::size_t) { return next; });
           });
     });
   });

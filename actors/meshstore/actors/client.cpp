@@ -369,26 +369,42 @@ void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
 void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   auto records = put_records(op);
   auto& st = self->state;
+  auto on_error = [=](caf::error& e) {
+    // Release the staged objects only when the controller answered
+    // and refused. After a timeout it may still have committed them,
+    // and releasing would leave the key pointing at freed objects;
+    // they stay staged instead, and the volume drops them once this
+    // client is gone (VolumeConfig::orphan_grace).
+    auto s = from_caf_error(e, "commit at controller");
+    // Only the controller's own refusal (a meshstore error other than our
+    // peer-down/timeout verdicts) proves nothing was committed.
+    const bool refused = e.category() == internal::kErrorCategory && s.code() != Errc::timeout &&
+                         s.code() != Errc::unavailable;
+    if (refused) release_staged(self, op);
+    op->fail(s);
+  };
+  if (!op->call.replace_under.empty()) {
+    for (const auto& p : op->call.replace_under) {
+      for (auto it = st.locations.begin(); it != st.locations.end();) {
+        it = it->first.compare(0, p.size(), p) == 0 ? st.locations.erase(it) : std::next(it);
+      }
+    }
+    ask(self, st.controller, replace_atom::value, records, op->call.replace_under, true)
+        .then(
+            [=](const std::vector<std::uint64_t>& versions) mutable {
+              cache_committed(self, std::move(records), versions);
+              op->call.promise->set_value(versions);
+            },
+            on_error);
+    return;
+  }
   ask(self, st.controller, notify_put_batch_atom::value, records)
       .then(
           [=](const std::vector<std::uint64_t>& versions) mutable {
             cache_committed(self, std::move(records), versions);
             op->call.promise->set_value(versions);
           },
-          [=](caf::error& e) {
-            // Release the staged objects only when the controller answered
-            // and refused. After a timeout it may still have committed them,
-            // and releasing would leave the key pointing at freed objects;
-            // they stay staged instead, and the volume drops them once this
-            // client is gone (VolumeConfig::orphan_grace).
-            auto s = from_caf_error(e, "commit at controller");
-            // Only the controller's own refusal (a meshstore error other than
-            // our peer-down/timeout verdicts) proves nothing was committed.
-            const bool refused = e.category() == internal::kErrorCategory &&
-                                 s.code() != Errc::timeout && s.code() != Errc::unavailable;
-            if (refused) release_staged(self, op);
-            op->fail(s);
-          });
+          on_error);
 }
 
 void handle_put(client_pointer self, PutCall call) {
@@ -416,7 +432,7 @@ void handle_put(client_pointer self, PutCall call) {
       }
       reqs.push_back(std::move(r));
     }
-    if (inline_data) {
+    if (inline_data && op->call.replace_under.empty()) {
       // One round trip: the volume stages the bytes and commits at the
       // controller; a refusal leaves nothing staged.
       auto records = put_records(op);
@@ -859,10 +875,16 @@ void handle_remove(client_pointer self, RemoveCall call) {
   auto on_reply = [=](const wire::RemoveReply& r) {
     promise->set_value(static_cast<std::size_t>(r.removed));
   };
-  if (call.reuse) {
-    ask(self, st.controller, retire_atom::value, call.keys).then(on_reply, [=](caf::error& e) {
-      promise->set_error(from_caf_error(e, what));
-    });
+  if (call.under) {
+    for (const auto& p : call.keys) {
+      for (auto it = st.locations.begin(); it != st.locations.end();) {
+        it = it->first.compare(0, p.size(), p) == 0 ? st.locations.erase(it) : std::next(it);
+      }
+    }
+    ask(self, st.controller, replace_atom::value, std::vector<wire::KeyRecord>{}, call.keys,
+        call.reuse)
+        .then([=](const std::vector<std::uint64_t>&) { promise->set_value(call.keys.size()); },
+              [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
     return;
   }
   ask(self, st.controller, remove_batch_atom::value, call.keys).then(on_reply, [=](caf::error& e) {

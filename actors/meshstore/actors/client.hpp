@@ -32,6 +32,9 @@ struct PutItem {
 struct PutCall {
   std::string op;  // "put", "put_batch", "put_object": for messages
   std::vector<PutItem> items;
+  /// When set, the commit also removes every other key equal to one of
+  /// these or under it (replace_atom): a state dict replaced as a whole.
+  std::vector<std::string> replace_under;
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
@@ -72,7 +75,8 @@ struct ExistsCall {
 struct RemoveCall {
   std::vector<std::string> keys;
   bool single = false;  // remove(): a missing key is an error
-  bool reuse = false;   // retire: the volumes keep the memory for the next version
+  bool under = false;   // keys are prefixes: remove each and everything under it
+  bool reuse = false;   // with under: the volumes keep the memory (a retired version)
   std::shared_ptr<Promise<std::size_t>> promise;
 };
 

@@ -279,10 +279,35 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_batch_atom, const std::vector<std::string>& keys) {
         return remove_keys(self, keys, Verdict::discard);
       },
-      [=](retire_atom, const std::vector<std::string>& keys) {
-        return remove_keys(self, keys, Verdict::release);
-      },
       [=](counters_atom) { return self->state.counters; },
+      [=](replace_atom, const std::vector<wire::KeyRecord>& records,
+          const std::vector<std::string>& prefixes,
+          bool reuse) -> caf::result<std::vector<std::uint64_t>> {
+        auto& st = self->state;
+        std::vector<std::uint64_t> versions;
+        if (!records.empty()) {
+          st.count(ControllerCounter::notify_put_batch);
+          auto committed = commit_batch(self, records);
+          if (!committed.ok()) return to_caf_error(committed.status());
+          versions = std::move(committed).value();
+        }
+        // One handler run: no reader sees the new keys next to stale ones.
+        std::set<std::string> kept;
+        for (const auto& r : records) kept.insert(r.key);
+        std::vector<std::string> doomed;
+        for (const auto& p : prefixes) {
+          for (const std::string& k : {p, p + "#packed"}) {
+            if (st.index.count(k) != 0 && kept.count(k) == 0) doomed.push_back(k);
+          }
+          const std::string under = p + "/";
+          for (auto it = st.index.lower_bound(under);
+               it != st.index.end() && it->first.compare(0, under.size(), under) == 0; ++it) {
+            if (kept.count(it->first) == 0) doomed.push_back(it->first);
+          }
+        }
+        if (!doomed.empty()) remove_keys(self, doomed, reuse ? Verdict::release : Verdict::discard);
+        return versions;
+      },
   };
 }
 

@@ -40,9 +40,14 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<remove_atom, std::string>::with<caf::ok_atom>,
     // Removes keys, ignoring missing ones (listed in the reply).
     caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>,
-    // Like remove_batch, but the volumes keep the objects' memory for reuse
-    // (release, not discard): an old version retired so the next reuses it.
-    caf::replies_to<retire_atom, std::vector<std::string>>::with<wire::RemoveReply>,
+    // Commits `records` (all or none, like notify_put_batch; may be empty)
+    // and, in the same step, removes every other key equal to a prefix P of
+    // the list or under it ("P/..." or "P#packed"): a state dict replaced
+    // as a whole, or a retired version. The volumes release the removed
+    // objects for reuse when the flag is true, else discard them. Answers
+    // the new versions.
+    caf::replies_to<replace_atom, std::vector<wire::KeyRecord>, std::vector<std::string>,
+                    bool>::with<std::vector<std::uint64_t>>,
     // Control messages handled so far, in ControllerCounter order.
     caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>>;
 
