@@ -1093,10 +1093,10 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
     if (!extra.empty()) msg += " extra " + name_list(extra) + ";";
     if (!mismatched.empty()) msg += " mismatched " + name_list(mismatched) + ";";
     msg.pop_back();
-    const Errc code = dtype_off                            ? Errc::dtype_mismatch
-                      : shape_off                          ? Errc::shape_mismatch
-                      : !missing.empty() || !extra.empty() ? Errc::not_found
-                                                           : Errc::wrong_kind;
+    // A destination that does not fit is bad input, whatever else differs.
+    const Errc code = dtype_off   ? Errc::dtype_mismatch
+                      : shape_off ? Errc::shape_mismatch
+                                  : Errc::invalid_argument;
     return make_error_future<void>(Status(code, msg));
   }
   auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };

@@ -162,7 +162,7 @@ struct ControllerCounters {
   std::uint64_t locate = 0;
   std::uint64_t exists = 0;
   std::uint64_t keys = 0;
-  std::uint64_t remove = 0;  ///< remove, remove_batch and retiring versions
+  std::uint64_t remove = 0;  ///< remove, remove_batch, replacing a state dict, retiring a version
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.
@@ -219,10 +219,12 @@ class Store {
   // -- state dicts -----------------------------------------------------------
   //
   // A state dict stored under `key` is a manifest at `key` (the names in
-  // order, and which are values) and one entry per name at "key/name": a
-  // tensor, or a value stored as an object. The whole state dict commits at
-  // once (one notify_put_batch), and readers see one complete version:
-  // never a mix of two. One writer per key at a time.
+  // order, each one's dtype and shape), small tensors packed into one blob
+  // at "key#packed", and the other entries at "key/name" (tensors, and
+  // values as uint8 tensors); docs/state_dicts.md. The whole state dict
+  // commits at once (one controller message), and readers see one complete
+  // version: never a mix of two. One writer per key at a time. Keys put on
+  // their own under "key/" are not part of it and are left alone.
 
   /// Stores every entry of `sd` under `key`, moving tensors in parallel, and
   /// makes the new version visible atomically; names the previous version
@@ -236,9 +238,11 @@ class Store {
   /// Reads the state dict under `key` into `sd`'s own tensors (in place, no
   /// allocation) and values. `sd` must hold exactly the stored names, each
   /// with the stored dtype and shape; otherwise the error lists every
-  /// missing, extra and mismatched name and `sd` is untouched. If a writer
-  /// commits a new version during the read, the read starts over, so `sd`
-  /// ends holding one complete version. `sd` must outlive the future.
+  /// missing, extra and mismatched name (Errc::dtype_mismatch or
+  /// shape_mismatch when one differs, else invalid_argument) and `sd` is
+  /// untouched. The entries are read in one snapshot of the index, so `sd`
+  /// ends holding one complete version (if a writer changed the layout in
+  /// between, the read starts over). `sd` must outlive the future.
   Future<void> get_state_dict_into(std::string key, StateDict& sd);
 
   /// Publishes `sd` as the next version under `prefix`: stores it as the

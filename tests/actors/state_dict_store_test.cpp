@@ -424,5 +424,25 @@ TEST_F(StateDictStoreTest, Float32IsPublishedAsBFloat16RoundedToNearestEven) {
                "transfer_dtype");
 }
 
+TEST_F(StateDictStoreTest, ReplacingAStateDictLeavesOtherKeysUnderItsName) {
+  std::vector<float> w(1 << 15, 1.0f);  // 128 KiB: its own key
+  float x = 2;
+  ASSERT_OK(store().put("m/own", TensorView::of(&x, {})).get(kWait));  // not part of the dict
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {1 << 15})));
+  ASSERT_OK(store().publish_state_dict("m", sd).get(kWait));  // m/v1, pointer at m
+  ASSERT_OK(store().put_state_dict("m", sd).get(kWait));      // replaces the pointer object m
+  ASSERT_OK(store().put_state_dict("m", sd).get(kWait));      // and itself
+  EXPECT_TRUE(*store().exists("m/own").get(kWait));
+  EXPECT_TRUE(*store().exists("m/v1/w").get(kWait));  // the published version survives
+  EXPECT_TRUE(*store().exists("m/w").get(kWait));
+  StateDict other;
+  ASSERT_OK(other.insert("w2", TensorView::of(w.data(), {1 << 15})));
+  ASSERT_OK(store().put_state_dict("m", other).get(kWait));
+  EXPECT_FALSE(*store().exists("m/w").get(kWait));  // the dict's own stale entry went
+  EXPECT_TRUE(*store().exists("m/own").get(kWait));
+  EXPECT_TRUE(*store().exists("m/v1").get(kWait));
+}
+
 }  // namespace
 }  // namespace meshstore

@@ -346,6 +346,7 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     r.kind = item.kind;
     r.dtype = item.view.dtype();
     r.shape = item.view.shape();
+    if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
     const bool staged = i < op->regions.size();
     r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), op->conn->info.volume_id,
                                          staged ? op->regions[i].region_id : 0,

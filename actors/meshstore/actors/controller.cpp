@@ -292,17 +292,22 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           versions = std::move(committed).value();
         }
         // One handler run: no reader sees the new keys next to stale ones.
+        // Only keys of the same group (written with the state dict P, or
+        // the manifest P itself) go: keys put on their own under P/ stay.
         std::set<std::string> kept;
         for (const auto& r : records) kept.insert(r.key);
         std::vector<std::string> doomed;
+        auto consider = [&](const std::string& k, const wire::KeyRecord& r, const std::string& p) {
+          if (kept.count(k) == 0 && (r.group == p || k == p)) doomed.push_back(k);
+        };
         for (const auto& p : prefixes) {
           for (const std::string& k : {p, p + "#packed"}) {
-            if (st.index.count(k) != 0 && kept.count(k) == 0) doomed.push_back(k);
+            if (auto it = st.index.find(k); it != st.index.end()) consider(k, it->second, p);
           }
           const std::string under = p + "/";
           for (auto it = st.index.lower_bound(under);
                it != st.index.end() && it->first.compare(0, under.size(), under) == 0; ++it) {
-            if (kept.count(it->first) == 0) doomed.push_back(it->first);
+            consider(it->first, it->second, p);
           }
         }
         if (!doomed.empty()) remove_keys(self, doomed, reuse ? Verdict::release : Verdict::discard);

@@ -41,9 +41,10 @@ using controller_actor = caf::typed_actor<
     // Removes keys, ignoring missing ones (listed in the reply).
     caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>,
     // Commits `records` (all or none, like notify_put_batch; may be empty)
-    // and, in the same step, removes every other key equal to a prefix P of
-    // the list or under it ("P/..." or "P#packed"): a state dict replaced
-    // as a whole, or a retired version. The volumes release the removed
+    // and, in the same step, removes every other key of the group P (the
+    // state dict whose manifest is P: "P", "P#packed" and its "P/..." keys,
+    // but not keys put on their own under P/) for each P of the list: a
+    // state dict replaced as a whole, or a retired version. The volumes release the removed
     // objects for reuse when the flag is true, else discard them. Answers
     // the new versions.
     caf::replies_to<replace_atom, std::vector<wire::KeyRecord>, std::vector<std::string>,
@@ -58,7 +59,7 @@ enum class ControllerCounter : std::size_t {
   locate,
   exists,
   keys,
-  remove,  // remove, remove_batch and retire
+  remove,  // remove, remove_batch, and the removals of a replace
   count_
 };
 

@@ -44,6 +44,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   for (auto d : x.shape) p->add_shape(d);
   p->set_version(x.version);
   p->set_lost_on(x.lost_on);
+  p->set_group(x.group);
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -64,6 +65,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.shape.assign(p.shape().begin(), p.shape().end());
   x.version = p.version();
   x.lost_on = p.lost_on();
+  x.group = p.group();
   x.shards.clear();
   for (const auto& ps : p.shards()) {
     ShardRecord s;

@@ -36,6 +36,9 @@ struct KeyRecord {
   std::vector<ShardRecord> shards;
   /// For a key that is gone because its volume died: that volume's id.
   std::string lost_on;
+  /// The state dict this key belongs to (its manifest key), "" for a key
+  /// put on its own. Replacing a state dict removes its group's other keys.
+  std::string group;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.
