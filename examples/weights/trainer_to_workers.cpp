@@ -8,7 +8,7 @@
 //   build/bin/meshrun -n 3 -- build/bin/trainer_to_workers --model qwen3-0.6b --steps 5
 //
 // Models: qwen3-0.6b (1.2 GB), qwen3-1.7b (3.4 GB), qwen3-4b-8layers
-// (2.2 GB). The trainer prints one line per step: its put and the slowest
+// (2.4 GB). The trainer prints one line per step: its put and the slowest
 // worker's get, in seconds and GB/s, next to memcpy of the same bytes
 // measured in the same run. Workers on the trainer's host read through
 // shared memory, others over tcp.
