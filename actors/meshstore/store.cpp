@@ -1273,46 +1273,63 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
   for (const auto& me : m.entries) {
     if (me.kind != EntryKind::packed) call.keys.push_back(entry_key(key, me.name));
   }
-  return call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
-      .then([=](const actors::GetOutput& out) -> Future<StateDict> {
-        auto now = decode_snapshot(out.tensors.front(), key, op);
-        if (!now.ok()) return make_error_future<StateDict>(now.status());
-        // A writer changed the layout between our reads: plan again.
-        if (now->bytes != snap.bytes) return read_state_dict(client, key, op, *now, tries + 1);
-        StateDict sd;
-        std::size_t t = packed ? 2 : 1;
-        // Packed tensors are views into the one blob allocation.
-        std::shared_ptr<Tensor> blob;
-        if (packed) {
-          if (out.tensors.size() < 2 || out.tensors[1].nbytes() < m.packed_bytes) {
-            return make_error_future<StateDict>(
-                Status(Errc::protocol_error,
-                       op + " '" + key + "': the packed blob is shorter than its table"));
-          }
-          blob = std::make_shared<Tensor>(out.tensors[1]);
+  // Builds the state dict from one snapshot's read.
+  auto build = [=](const actors::GetOutput& out) -> Future<StateDict> {
+    auto now = decode_snapshot(out.tensors.front(), key, op);
+    if (!now.ok()) return make_error_future<StateDict>(now.status());
+    // A writer changed the layout between our reads: plan again.
+    if (now->bytes != snap.bytes) return read_state_dict(client, key, op, *now, tries + 1);
+    StateDict sd;
+    std::size_t t = packed ? 2 : 1;
+    // Packed tensors are views into the one blob allocation.
+    std::shared_ptr<Tensor> blob;
+    if (packed) {
+      if (out.tensors.size() < 2 || out.tensors[1].nbytes() < m.packed_bytes) {
+        return make_error_future<StateDict>(
+            Status(Errc::protocol_error,
+                   op + " '" + key + "': the packed blob is shorter than its table"));
+      }
+      blob = std::make_shared<Tensor>(out.tensors[1]);
+    }
+    for (const auto& me : m.entries) {
+      Status st;
+      if (me.kind == EntryKind::value) {
+        const Tensor& bytes = out.tensors.at(t++);
+        auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
+        st = v.ok() ? sd.insert(me.name, *v) : v.status().with_context("value '" + me.name + "'");
+      } else if (me.kind == EntryKind::packed && !blob) {
+        auto empty = Tensor::empty(me.dtype, me.shape);  // 0 bytes: no blob was stored
+        st = empty.ok() ? sd.insert(me.name, std::move(empty).value()) : empty.status();
+      } else if (me.kind == EntryKind::packed) {
+        std::shared_ptr<std::byte> alias(blob, static_cast<std::byte*>(blob->data()) + me.offset);
+        st = sd.insert(me.name, Tensor::wrap(std::move(alias), me.dtype, me.shape, false));
+      } else {
+        st = sd.insert(me.name, out.tensors.at(t++));
+      }
+      if (!st.ok()) return make_error_future<StateDict>(st);
+    }
+    return make_ready_future(std::move(sd));
+  };
+  // An entry that vanished between our reads (a writer dropped it, or
+  // replaced the key's kind) shows as an error: if the manifest moved on,
+  // plan again with it; else the error stands.
+  auto result = std::make_shared<Promise<StateDict>>(Status(Errc::shutdown, op + ": dropped"));
+  auto finish = [result](const Result<StateDict>& x) { result->set(x); };
+  call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
+      .on_complete([=](const Result<actors::GetOutput>& r) {
+        if (r.ok()) return build(*r).on_complete(finish);
+        const auto code = r.status().code();
+        if (code != Errc::not_found && code != Errc::wrong_kind) {
+          return (void)result->set_error(r.status());
         }
-        for (const auto& me : m.entries) {
-          Status st;
-          if (me.kind == EntryKind::value) {
-            const Tensor& bytes = out.tensors.at(t++);
-            auto v =
-                Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
-            st = v.ok() ? sd.insert(me.name, *v)
-                        : v.status().with_context("value '" + me.name + "'");
-          } else if (me.kind == EntryKind::packed && !blob) {
-            auto empty = Tensor::empty(me.dtype, me.shape);  // 0 bytes: no blob was stored
-            st = empty.ok() ? sd.insert(me.name, std::move(empty).value()) : empty.status();
-          } else if (me.kind == EntryKind::packed) {
-            std::shared_ptr<std::byte> alias(blob,
-                                             static_cast<std::byte*>(blob->data()) + me.offset);
-            st = sd.insert(me.name, Tensor::wrap(std::move(alias), me.dtype, me.shape, false));
-          } else {
-            st = sd.insert(me.name, out.tensors.at(t++));
+        manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
+          if (fresh.ok() && fresh->bytes != snap.bytes) {
+            return read_state_dict(client, key, op, *fresh, tries + 1).on_complete(finish);
           }
-          if (!st.ok()) return make_error_future<StateDict>(st);
-        }
-        return make_ready_future(std::move(sd));
+          result->set_error(r.status());
+        });
       });
+  return result->future();
 }
 
 }  // namespace
