@@ -832,7 +832,10 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
           op->unpack.emplace_back(std::move(tmp).value(), view);
         }
       }
-      ReadTarget target{shard.object_id, dst, shard.nbytes};
+      ReadTarget target;
+      target.object_id = shard.object_id;
+      target.dst = dst;
+      target.nbytes = shard.nbytes;
       if (op->call.mode == GetMode::view) {
         target.view = &op->out.tensors.back();
         target.dtype = rec.dtype;

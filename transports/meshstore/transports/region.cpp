@@ -13,6 +13,27 @@ std::shared_ptr<Region> RegionTable::find(std::uint64_t id) const {
   return it == regions_.end() ? nullptr : it->second.lock();
 }
 
+Status check_range(std::uint64_t id, std::uint64_t size, std::uint64_t offset, std::uint64_t length,
+                   const std::string& op) {
+  if (offset <= size && length <= size - offset) return Status();
+  return Status(Errc::out_of_range, op + ": bytes [" + std::to_string(offset) + ", " +
+                                        std::to_string(offset + length) + ") outside region " +
+                                        std::to_string(id) + " of " + std::to_string(size) +
+                                        " bytes");
+}
+
+Result<std::shared_ptr<Region>> RegionTable::checked(std::uint64_t id, std::uint64_t offset,
+                                                     std::uint64_t length,
+                                                     const std::string& op) const {
+  auto region = find(id);
+  if (!region) {
+    return Status(Errc::not_found, op + ": region " + std::to_string(id) +
+                                       " does not exist (released or never staged)");
+  }
+  MESHSTORE_RETURN_IF_ERROR(check_range(id, region->size(), offset, length, op));
+  return region;
+}
+
 void RegionTable::prune() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = regions_.begin(); it != regions_.end();) {

@@ -69,6 +69,12 @@ class Region {
   std::uint64_t segment_offset_ = 0;
 };
 
+/// Errc::out_of_range unless [offset, offset + length) lies inside region
+/// `id` of `size` bytes; `op` names the operation. The one range check of
+/// every transport, client side and server side.
+Status check_range(std::uint64_t id, std::uint64_t size, std::uint64_t offset, std::uint64_t length,
+                   const std::string& op);
+
 /// The regions of one volume, by id, as its transport endpoints see them.
 /// Holds weak references: a region the volume released and no lease pins is
 /// gone, and find() says so. Thread-safe.
@@ -78,6 +84,12 @@ class RegionTable {
   void add(const std::shared_ptr<Region>& region);
   /// The live region with `id`, or nullptr.
   std::shared_ptr<Region> find(std::uint64_t id) const;
+  /// The live region with `id` when [offset, offset + length) lies inside
+  /// it: what a transport server checks before touching bytes. `op` names
+  /// the operation in the message. Errc::not_found when the region is gone,
+  /// Errc::out_of_range when the bytes leave it.
+  Result<std::shared_ptr<Region>> checked(std::uint64_t id, std::uint64_t offset,
+                                          std::uint64_t length, const std::string& op) const;
   /// Forgets entries whose region is gone.
   void prune();
   /// Entries, live or not yet pruned.

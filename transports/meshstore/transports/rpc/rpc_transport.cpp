@@ -57,29 +57,12 @@ class ChunkPool {
   std::size_t free_bytes_ = 0;
 };
 
-Result<std::shared_ptr<Region>> checked_region(const RegionTable& table, std::uint64_t id,
-                                               std::uint64_t offset, std::uint64_t length,
-                                               const char* op) {
-  auto region = table.find(id);
-  if (!region) {
-    return Status(Errc::not_found, std::string(op) + ": region " + std::to_string(id) +
-                                       " does not exist (released or never staged)");
-  }
-  if (offset > region->size() || length > region->size() - offset) {
-    return Status(Errc::out_of_range, std::string(op) + ": bytes [" + std::to_string(offset) +
-                                          ", " + std::to_string(offset + length) +
-                                          ") outside region " + std::to_string(id) + " of " +
-                                          std::to_string(region->size()) + " bytes");
-  }
-  return region;
-}
-
 rpc_endpoint_actor::behavior_type endpoint_impl(rpc_endpoint_actor::pointer self,
                                                 std::shared_ptr<RegionTable> regions) {
   return {
       [=](write_atom, std::uint64_t id, std::uint64_t offset,
           std::vector<char>& bytes) -> caf::result<caf::ok_atom> {
-        auto region = checked_region(*regions, id, offset, bytes.size(), "rpc write");
+        auto region = regions->checked(id, offset, bytes.size(), "rpc write");
         if (!region.ok()) return to_caf_error(region.status());
         std::memcpy((*region)->data() + offset, bytes.data(), bytes.size());
         ChunkPool::instance().release(std::move(bytes));
@@ -87,7 +70,7 @@ rpc_endpoint_actor::behavior_type endpoint_impl(rpc_endpoint_actor::pointer self
       },
       [=](read_atom, std::uint64_t id, std::uint64_t offset,
           std::uint64_t length) -> caf::result<std::vector<char>> {
-        auto region = checked_region(*regions, id, offset, length, "rpc read");
+        auto region = regions->checked(id, offset, length, "rpc read");
         if (!region.ok()) return to_caf_error(region.status());
         const auto* p = reinterpret_cast<const char*>((*region)->data() + offset);
         auto out = ChunkPool::instance().acquire(length);
@@ -105,7 +88,10 @@ class RpcServer final : public TransportServer {
 
   std::string_view name() const noexcept override { return "rpc"; }
   EndpointInfo endpoint() const override {
-    return EndpointInfo{"rpc", caf::actor_cast<caf::strong_actor_ptr>(endpoint_), ""};
+    EndpointInfo e;
+    e.transport = "rpc";
+    e.actor = caf::actor_cast<caf::strong_actor_ptr>(endpoint_);
+    return e;
   }
   void shutdown() override {
     if (endpoint_) {
@@ -245,12 +231,10 @@ class RpcTransport final : public Transport {
 
   Future<void> start(const std::shared_ptr<Transfer>& t) {
     auto fut = t->promise->future();
-    if (t->offset > t->region.nbytes || t->n > t->region.nbytes - t->offset) {
-      t->promise->set_error(
-          Status(Errc::out_of_range, "rpc: bytes [" + std::to_string(t->offset) + ", " +
-                                         std::to_string(t->offset + t->n) + ") outside region " +
-                                         std::to_string(t->region.region_id) + " of " +
-                                         std::to_string(t->region.nbytes) + " bytes"));
+    if (auto s = check_range(t->region.region_id, t->region.nbytes, t->offset, t->n,
+                             t->is_write ? "rpc write" : "rpc read");
+        !s.ok()) {
+      t->promise->set_error(std::move(s));
       return fut;
     }
     if (t->n == 0) {

@@ -168,12 +168,8 @@ class ShmTransport final : public Transport {
   Result<std::pair<std::shared_ptr<Segment>, std::byte*>> locate(const wire::RegionRef& ref,
                                                                  std::uint64_t offset,
                                                                  std::size_t n, const char* op) {
+    MESHSTORE_RETURN_IF_ERROR(check_range(ref.region_id, ref.nbytes, offset, n, op));
     const std::string where = std::string(op) + " of region " + std::to_string(ref.region_id);
-    if (offset > ref.nbytes || n > ref.nbytes - offset) {
-      return Status(Errc::out_of_range, where + ": bytes [" + std::to_string(offset) + ", " +
-                                            std::to_string(offset + n) + ") outside a region of " +
-                                            std::to_string(ref.nbytes) + " bytes");
-    }
     if (ref.segment.empty()) {
       return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
     }

@@ -314,15 +314,11 @@ class TcpServer final : public TransportServer {
       reply(fd, Status(Errc::protocol_error, "tcp: unknown op " + std::to_string(h.op)));
       return false;  // the stream cannot be trusted any more
     }
-    region = regions_->find(h.region);
-    if (!region) {
-      s = Status(Errc::not_found, std::string(op) + ": region " + std::to_string(h.region) +
-                                      " does not exist (released or never staged)");
-    } else if (h.offset > region->size() || h.length > region->size() - h.offset) {
-      s = Status(Errc::out_of_range, std::string(op) + ": bytes [" + std::to_string(h.offset) +
-                                         ", " + std::to_string(h.offset + h.length) +
-                                         ") outside region " + std::to_string(h.region) + " of " +
-                                         std::to_string(region->size()) + " bytes");
+    auto checked = regions_->checked(h.region, h.offset, h.length, op);
+    if (checked.ok()) {
+      region = std::move(checked).value();
+    } else {
+      s = checked.status();
     }
     bool alive = true;
     if (h.op == kOpWrite) {
@@ -430,12 +426,8 @@ class TcpTransport final : public Transport {
   Future<void> submit(std::uint32_t op, const wire::RegionRef& ref, std::uint64_t offset,
                       std::byte* data, std::size_t n) {
     const char* what = op == kOpWrite ? "tcp write" : "tcp read";
-    if (offset > ref.nbytes || n > ref.nbytes - offset) {
-      return make_error_future<void>(
-          Status(Errc::out_of_range, std::string(what) + ": bytes [" + std::to_string(offset) +
-                                         ", " + std::to_string(offset + n) + ") outside region " +
-                                         std::to_string(ref.region_id) + " of " +
-                                         std::to_string(ref.nbytes) + " bytes"));
+    if (auto s = check_range(ref.region_id, ref.nbytes, offset, n, what); !s.ok()) {
+      return make_error_future<void>(std::move(s));
     }
     if (n == 0) return make_ready_future();
     auto t = std::make_shared<Transfer>();
