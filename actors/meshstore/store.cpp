@@ -18,6 +18,7 @@
 #include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/launch_env.hpp"
@@ -99,29 +100,8 @@ std::string resolve_host(const StoreOptions& o) {
   return buf;
 }
 
-struct Address {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-// "host:port" or "[v6]:port"; port 0 (listen only) picks a free port.
-Result<Address> parse_address(const std::string& text) {
-  const auto colon = text.rfind(':');
-  auto bad = [&](const std::string& why) {
-    return Status(Errc::invalid_argument,
-                  "address '" + text + "' " + why + " (expected HOST:PORT)");
-  };
-  if (colon == std::string::npos) return bad("has no port");
-  if (colon == 0) return bad("has no host");
-  std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  const std::string port = text.substr(colon + 1);
-  char* end = nullptr;
-  const long v = std::strtol(port.c_str(), &end, 10);
-  if (port.empty() || *end != '\0' || v < 0 || v > 65535) return bad("has no valid port");
-  return Address{host, static_cast<std::uint16_t>(v)};
-}
+using internal::Address;
+using internal::parse_address;
 
 template <class T>
 Future<T> closed_future(const std::string& what) {
@@ -133,6 +113,23 @@ template <class T>
 std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
   return std::make_shared<Promise<T>>(
       Status(Errc::shutdown, what + ": the store was closed before the operation completed"));
+}
+
+}  // namespace
+
+namespace {
+
+// The transport settings of StoreOptions; validate() checks them and the
+// volumes and client get them.
+transports::TransportConfig transport_config(const StoreOptions& o) {
+  transports::TransportConfig tc;
+  tc.rpc_chunk_bytes = o.rpc_chunk_bytes;
+  tc.rpc_chunks_in_flight = o.rpc_chunks_in_flight;
+  tc.request_timeout = o.request_timeout;
+  tc.tcp_streams = o.tcp_streams;
+  tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
+  tc.shm_max_mappings = o.shm_max_mappings;
+  return tc;
 }
 
 }  // namespace
@@ -161,14 +158,7 @@ Status StoreOptions::validate() const {
       return bad("transport: " + f.status().message());
     }
   }
-  transports::TransportConfig tc;
-  tc.rpc_chunk_bytes = rpc_chunk_bytes;
-  tc.rpc_chunks_in_flight = rpc_chunks_in_flight;
-  tc.request_timeout = request_timeout;
-  tc.tcp_streams = tcp_streams;
-  tc.tcp_chunk_bytes = tcp_chunk_bytes;
-  tc.shm_max_mappings = shm_max_mappings;
-  if (auto s = tc.validate(); !s.ok()) return bad(s.message());
+  if (auto s = transport_config(*this).validate(); !s.ok()) return bad(s.message());
   if (scheduler_threads < 0 || scheduler_threads > 256) {
     return bad("scheduler_threads must be in [0, 256], got " + std::to_string(scheduler_threads));
   }
@@ -270,17 +260,6 @@ Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
 namespace {
-
-transports::TransportConfig transport_config(const StoreOptions& o) {
-  transports::TransportConfig tc;
-  tc.rpc_chunk_bytes = o.rpc_chunk_bytes;
-  tc.rpc_chunks_in_flight = o.rpc_chunks_in_flight;
-  tc.request_timeout = o.request_timeout;
-  tc.tcp_streams = o.tcp_streams;
-  tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
-  tc.shm_max_mappings = o.shm_max_mappings;
-  return tc;
-}
 
 // The address of this host's interface that reaches `host` (the one the
 // control plane uses), found by routing a connected UDP socket there (no

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "meshstore/internal/address.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/host_identity.hpp"
 
@@ -119,17 +120,6 @@ bool same_secret(const char* a, const std::string& b) {
   unsigned diff = 0;
   for (std::size_t i = 0; i < kSecretBytes; ++i) diff |= static_cast<unsigned>(a[i] ^ b[i]);
   return diff == 0;
-}
-
-// "host:port" or "[v6]:port" -> (host, port).
-bool split_address(const std::string& a, std::string& host, std::string& port) {
-  const auto colon = a.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  host = a.substr(0, colon);
-  port = a.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return !port.empty();
 }
 
 // -- server ---------------------------------------------------------------
@@ -607,16 +597,16 @@ TransportFactory tcp_factory() {
   f.make_client = [](const ClientContext& ctx,
                      const EndpointInfo& ep) -> Result<std::unique_ptr<Transport>> {
     MESHSTORE_RETURN_IF_ERROR(ctx.config.validate());
-    std::string host, port;
-    if (ep.transport != "tcp" || !split_address(ep.address, host, port)) {
+    auto address = internal::parse_address(ep.address);
+    if (ep.transport != "tcp" || !address.ok()) {
       return Status(Errc::invalid_argument,
                     "tcp client: endpoint '" + ep.address + "' is not a tcp endpoint");
     }
     if (ep.secret.size() != kSecretBytes) {
       return Status(Errc::invalid_argument, "tcp client: endpoint carries no valid secret");
     }
-    return std::unique_ptr<Transport>(
-        std::make_unique<TcpTransport>(ctx.config, host, port, ep.secret));
+    return std::unique_ptr<Transport>(std::make_unique<TcpTransport>(
+        ctx.config, address->host, std::to_string(address->port), ep.secret));
   };
   return f;
 }
