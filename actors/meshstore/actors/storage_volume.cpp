@@ -23,6 +23,9 @@ struct StoredObject {
   std::string key;  // for logs and stats
   bool committed = false;
   caf::actor_addr owner;  // the client that staged it
+  // Whether the region's memory goes to the pool when freed; shared with
+  // the region's deleter (discard clears it).
+  std::shared_ptr<std::atomic<bool>> reusable;
 };
 
 struct Lease {
@@ -102,7 +105,9 @@ struct VolumeState {
     return transports::RegionMemory{std::move(memory), "", 0};
   }
 
-  Result<std::shared_ptr<transports::Region>> allocate(std::uint64_t id, std::uint64_t nbytes) {
+  // A new object's region (not yet in `objects`); `reusable` tells its
+  // deleter whether to pool the memory.
+  Result<StoredObject> allocate(std::uint64_t id, std::uint64_t nbytes) {
     auto fresh = fresh_memory(nbytes);
     if (!fresh.ok()) return fresh.status();
     transports::RegionMemory memory = std::move(fresh).value();
@@ -123,23 +128,21 @@ struct VolumeState {
       }
       memory.memory.reset();
     });
-    discard_flags[id] = reusable;
-    return std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
-                                                std::move(segment), segment_offset);
+    StoredObject object;
+    object.region = std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
+                                                         std::move(segment), segment_offset);
+    object.reusable = std::move(reusable);
+    return object;
   }
 
   // Drops object `id`; its memory is freed rather than pooled when `reuse`
   // is false. Readers holding a lease keep it until they close.
   void drop(std::uint64_t id, bool reuse) {
-    if (auto f = discard_flags.find(id); f != discard_flags.end()) {
-      if (!reuse) f->second->store(false);
-      discard_flags.erase(f);
-    }
-    objects.erase(id);
+    auto it = objects.find(id);
+    if (it == objects.end()) return;
+    if (!reuse) it->second.reusable->store(false);
+    objects.erase(it);
   }
-
-  // Per object: whether its memory may go to the pool when freed.
-  std::unordered_map<std::uint64_t, std::shared_ptr<std::atomic<bool>>> discard_flags;
 };
 
 using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
@@ -198,7 +201,8 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                                              "': cannot allocate " + std::to_string(r.nbytes) +
                                              " bytes for '" + r.key + "'");
     }
-    auto region = std::move(allocated).value();
+    StoredObject object = std::move(allocated).value();
+    const auto& region = object.region;
     if (r.has_data) {
       if (r.data.size() != r.nbytes) {
         for (auto id2 : staged) st.drop(id2, true);
@@ -209,9 +213,11 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
       std::memcpy(region->data(), r.data.data(), r.nbytes);
     }
     st.regions->add(region);
-    st.objects.emplace(id, StoredObject{region, r.key, false, owner});
-    staged.push_back(id);
     out.push_back(wire::RegionRef{id, r.nbytes, region->segment(), region->segment_offset()});
+    object.key = r.key;
+    object.owner = owner;
+    st.objects.emplace(id, std::move(object));
+    staged.push_back(id);
   }
   return out;
 }
@@ -355,7 +361,6 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         std::size_t dropped = 0;
         for (auto it = st.objects.begin(); it != st.objects.end();) {
           if (!it->second.committed && it->second.owner == owner) {
-            st.discard_flags.erase(it->first);
             it = st.objects.erase(it);
             ++dropped;
           } else {
