@@ -256,11 +256,19 @@ void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
   waiters.push_back(std::move(k));
   if (waiters.size() > 1) return;  // already being set up
   ask(self, st.controller, volume_atom::value, id)
-      .then(
-          [=](const wire::VolumeInfo& info, const storage_volume_actor& handle) {
-            connect(self, info, handle);
-          },
-          [=](caf::error& e) { finish_conn(self, id, from_caf_error(e, "volume '" + id + "'")); });
+      .then([=](const wire::VolumeInfo& info,
+                const storage_volume_actor& handle) { connect(self, info, handle); },
+            [=](caf::error& e) {
+              auto s = from_caf_error(e, "volume '" + id + "'");
+              // Every caller learnt the id from the controller or the strategy
+              // moments ago: a volume the controller no longer knows went down
+              // (its down message reached the controller before ours reached
+              // us) or left.
+              if (s.code() == Errc::not_found) {
+                s = Status(Errc::unavailable, "volume '" + id + "' went down or left the store");
+              }
+              finish_conn(self, id, s);
+            });
 }
 
 void select_home(client_pointer self, std::function<void(const ConnResult&)> finish,
