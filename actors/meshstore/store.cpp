@@ -585,14 +585,24 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
 
 // -- objects -------------------------------------------------------------
 
-Future<void> Store::put_object(std::string key, std::string bytes) {
-  if (auto s = check_key("put_object", key); !s.ok()) return make_error_future<void>(s);
+namespace {
+
+// A put item whose bytes the item owns (an object, or a uint8 tensor of
+// bytes the store made: a manifest, a packed blob, a value).
+actors::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind) {
   auto owned = std::make_shared<const std::string>(std::move(bytes));
   TensorView view(const_cast<char*>(owned->data()), DType::uint8,
                   {static_cast<std::int64_t>(owned->size())});
+  return actors::PutItem{std::move(key), view, kind, std::move(owned)};
+}
+
+}  // namespace
+
+Future<void> Store::put_object(std::string key, std::string bytes) {
+  if (auto s = check_key("put_object", key); !s.ok()) return make_error_future<void>(s);
   actors::PutCall call;
   call.op = "put_object";
-  call.items.push_back(actors::PutItem{key, view, wire::ObjectKind::object, owned});
+  call.items.push_back(bytes_item(key, std::move(bytes), wire::ObjectKind::object));
   const std::string what = "put_object '" + key + "'";
   auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
@@ -879,13 +889,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   p->call.op = op;
   // The manifest and values are stored as uint8 tensors, so one read
   // (one snapshot of the index) fetches them with the tensors.
-  auto bytes_item = [](std::string key, std::string bytes) {
-    auto owned = std::make_shared<const std::string>(std::move(bytes));
-    return actors::PutItem{std::move(key),
-                           TensorView(const_cast<char*>(owned->data()), DType::uint8,
-                                      {static_cast<std::int64_t>(owned->size())}),
-                           wire::ObjectKind::tensor, owned};
-  };
+  const auto tensor = wire::ObjectKind::tensor;
   if (options.transfer_dtype && (*options.transfer_dtype == DType::float32 ||
                                  !can_cast(DType::float32, *options.transfer_dtype))) {
     return Status(Errc::invalid_argument, op +
@@ -916,7 +920,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
     }
     m.entries.push_back(std::move(me));
   }
-  p->call.items.push_back(bytes_item("", encode_manifest(m)));
+  p->call.items.push_back(bytes_item("", encode_manifest(m), tensor));
   if (m.packed_bytes > 0) {
     // Small tensors travel as one blob: one object, one transfer, one
     // region at the volume instead of one each.
@@ -933,12 +937,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
             cast_to(sd.entries()[i].view, m.entries[i].dtype, blob.data() + m.entries[i].offset));
       }
     }
-    auto owned = std::make_shared<const std::string>(std::move(blob));
-    p->call.items.push_back(
-        actors::PutItem{"#packed",
-                        TensorView(const_cast<char*>(owned->data()), DType::uint8,
-                                   {static_cast<std::int64_t>(owned->size())}),
-                        wire::ObjectKind::tensor, owned});
+    p->call.items.push_back(bytes_item("#packed", std::move(blob), tensor));
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];
@@ -962,7 +961,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
       p->call.items.push_back(
           actors::PutItem{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr});
     } else if (m.entries[i].kind == EntryKind::value) {
-      p->call.items.push_back(bytes_item("/" + e.name, e.value->encode()));
+      p->call.items.push_back(bytes_item("/" + e.name, e.value->encode(), tensor));
     }
   }
   return p;
@@ -1200,12 +1199,7 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
       // Readers find the new version from now on.
       actors::PutCall point;
       point.op = op;
-      auto text = std::make_shared<const std::string>(std::to_string(next));
-      point.items.push_back(
-          actors::PutItem{prefix,
-                          TensorView(const_cast<char*>(text->data()), DType::uint8,
-                                     {static_cast<std::int64_t>(text->size())}),
-                          wire::ObjectKind::object, text});
+      point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
       return call_client(client, actors::store_put_atom::value, std::move(point),
                          op + " '" + prefix + "'")
           .then([=](const std::vector<std::uint64_t>&) -> Future<std::uint64_t> {

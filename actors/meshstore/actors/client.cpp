@@ -336,6 +336,16 @@ struct PutOp {
   void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
 };
 
+// Drops the cached locations of every key starting with one of `prefixes`
+// (a state dict's keys, about to be replaced or retired).
+void forget_locations_under(ClientState& st, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes) {
+    for (auto it = st.locations.begin(); it != st.locations.end();) {
+      it = it->first.compare(0, p.size(), p) == 0 ? st.locations.erase(it) : std::next(it);
+    }
+  }
+}
+
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   std::vector<std::uint64_t> ids;
   for (const auto& r : op->regions) ids.push_back(r.region_id);
@@ -393,11 +403,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     op->fail(s);
   };
   if (!op->call.replace_under.empty()) {
-    for (const auto& p : op->call.replace_under) {
-      for (auto it = st.locations.begin(); it != st.locations.end();) {
-        it = it->first.compare(0, p.size(), p) == 0 ? st.locations.erase(it) : std::next(it);
-      }
-    }
+    forget_locations_under(st, op->call.replace_under);
     ask(self, st.controller, replace_atom::value, records, op->call.replace_under, true)
         .then(
             [=](const std::vector<std::uint64_t>& versions) mutable {
@@ -888,11 +894,7 @@ void handle_remove(client_pointer self, RemoveCall call) {
     promise->set_value(static_cast<std::size_t>(r.removed));
   };
   if (call.under) {
-    for (const auto& p : call.keys) {
-      for (auto it = st.locations.begin(); it != st.locations.end();) {
-        it = it->first.compare(0, p.size(), p) == 0 ? st.locations.erase(it) : std::next(it);
-      }
-    }
+    forget_locations_under(st, call.keys);
     ask(self, st.controller, replace_atom::value, std::vector<wire::KeyRecord>{}, call.keys,
         call.reuse)
         .then([=](const std::vector<std::uint64_t>&) { promise->set_value(call.keys.size()); },
