@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <set>
 #include <shared_mutex>
+#include <unordered_set>
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
@@ -718,6 +719,31 @@ struct Manifest {
   std::uint64_t packed_bytes = 0;
 };
 
+// Appends a tensor entry, packed into the blob when it has at most
+// `pack_max` bytes (at a kPackAlign-aligned offset), else stored alone.
+void lay_out(Manifest& m, std::string name, DType dtype, Shape shape, std::uint64_t pack_max) {
+  ManifestEntry me;
+  me.name = std::move(name);
+  me.dtype = dtype;
+  me.shape = std::move(shape);
+  if (me.nbytes() <= pack_max) {
+    me.kind = EntryKind::packed;
+    me.offset = (m.packed_bytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+    m.packed_bytes = me.offset + me.nbytes();
+  }
+  m.entries.push_back(std::move(me));
+}
+
+// Appends a value entry: stored alone as the uint8 tensor of its encoding.
+void lay_out_value(Manifest& m, std::string name, const Value& v) {
+  ManifestEntry me;
+  me.name = std::move(name);
+  me.kind = EntryKind::value;
+  me.dtype = DType::uint8;
+  me.shape = {static_cast<std::int64_t>(v.encode().size())};
+  m.entries.push_back(std::move(me));
+}
+
 std::string entry_key(const std::string& key, const std::string& name) { return key + "/" + name; }
 // The key of a state dict's packed blob ('#' keeps it apart from entry keys).
 std::string blob_key(const std::string& key) { return key + "#packed"; }
@@ -903,22 +929,11 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   };
   Manifest m;
   for (const auto& e : sd.entries()) {
-    ManifestEntry me;
-    me.name = e.name;
-    if (!e.is_tensor()) {
-      me.kind = EntryKind::value;
-      me.dtype = DType::uint8;
-      me.shape = {static_cast<std::int64_t>(e.value->encode().size())};
+    if (e.is_tensor()) {
+      lay_out(m, e.name, stored_dtype(e.view), e.view.shape(), options.pack_max_tensor_bytes);
     } else {
-      me.dtype = stored_dtype(e.view);
-      me.shape = e.view.shape();
-      if (me.nbytes() <= options.pack_max_tensor_bytes) {
-        me.kind = EntryKind::packed;
-        me.offset = (m.packed_bytes + kPackAlign - 1) / kPackAlign * kPackAlign;
-        m.packed_bytes = me.offset + me.nbytes();
-      }
+      lay_out_value(m, e.name, *e.value);
     }
-    m.entries.push_back(std::move(me));
   }
   p->call.items.push_back(bytes_item("", encode_manifest(m), tensor));
   if (m.packed_bytes > 0) {
@@ -985,6 +1000,30 @@ Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
 
 std::string version_key(const std::string& prefix, std::uint64_t v) {
   return prefix + "/v" + std::to_string(v);
+}
+
+// The last steps of a publish, once version `next` is stored: point the
+// prefix at it (readers find it from now on), then retire the version that
+// fell out of the newest `keep`; its memory stays with the volumes for the
+// next version's tensors.
+Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
+                                       std::uint64_t next, int keep, const std::string& op) {
+  actors::PutCall point;
+  point.op = op;
+  point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
+  return call_client(client, actors::store_put_atom::value, std::move(point),
+                     op + " '" + prefix + "'")
+      .then([=](const std::vector<std::uint64_t>&) -> Future<std::uint64_t> {
+        if (next <= static_cast<std::uint64_t>(keep)) return make_ready_future(next);
+        const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
+        actors::RemoveCall retire;
+        retire.reuse = true;
+        retire.under = true;
+        retire.keys.push_back(old);
+        return call_client(client, actors::store_remove_atom::value, std::move(retire),
+                           op + " '" + prefix + "': retiring '" + old + "'")
+            .then([next](std::size_t) { return next; });
+      });
 }
 
 // The version `prefix` points at (0 when it was never published).
@@ -1196,26 +1235,342 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
     const std::uint64_t next = latest + 1;
     return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
-      // Readers find the new version from now on.
-      actors::PutCall point;
-      point.op = op;
-      point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
-      return call_client(client, actors::store_put_atom::value, std::move(point),
-                         op + " '" + prefix + "'")
-          .then([=](const std::vector<std::uint64_t>&) -> Future<std::uint64_t> {
-            if (next <= static_cast<std::uint64_t>(keep)) return make_ready_future(next);
-            // Retire the version that fell out of the window; its memory
-            // stays with the volumes for the next version's tensors.
-            const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
-            actors::RemoveCall retire;
-            retire.reuse = true;
-            retire.under = true;
-            retire.keys.push_back(old);
-            return call_client(client, actors::store_remove_atom::value, std::move(retire),
-                               op + " '" + prefix + "': retiring '" + old + "'")
-                .then([next](std::size_t) { return next; });
-          });
+      return point_and_retire(client, prefix, next, keep, op);
     });
+  });
+}
+
+// -- zero-copy publishing ---------------------------------------------------
+
+struct StagedStateDict::Impl {
+  caf::actor_addr client;  // weak: the staged state dict may outlive the store
+  std::string op;
+  std::string key;
+  // stage_publish: where the version goes; prefix is empty otherwise.
+  std::string prefix;
+  std::uint64_t version = 0;
+  int keep = 1;
+  Manifest layout;  // the tensors only, in the caller's order
+  StateDict sd;
+  bool zero_copy = false;
+  // The tensors' objects ("#packed" first when there is a blob, then one
+  // per tensor stored alone), full keys, views into the memory below.
+  std::vector<actors::PutItem> items;
+  actors::StagedRegions staged;  // zero_copy: the volume's regions, mapped
+  std::vector<Tensor> owned;     // otherwise: private buffers, one per item
+  enum class State { open, committed, aborted };
+  std::mutex mu;  // guards state
+  State state = State::open;
+
+  ~Impl() { abort(); }
+
+  void abort() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (state != State::open) return;
+      state = State::aborted;
+    }
+    if (!zero_copy) return;
+    // A closed store's volume reclaimed the regions (or is gone) already.
+    if (auto hdl = caf::actor_cast<caf::actor>(client)) {
+      caf::anon_send(hdl, actors::store_release_atom::value, actors::ReleaseStagedCall{staged});
+    }
+  }
+
+  // A commit refused before anything moved: the memory goes back.
+  void give_back() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      state = State::open;
+    }
+    abort();
+  }
+
+  Future<std::uint64_t> commit(const std::shared_ptr<Impl>& self) {
+    const std::string what = op + " '" + key + "': commit";
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (state != State::open) {
+        return make_error_future<std::uint64_t>(Status(
+            Errc::invalid_argument,
+            what + ": the state dict was " +
+                (state == State::committed ? "committed already" : "aborted") + "; stage anew"));
+      }
+      state = State::committed;
+    }
+    // The manifest in the state dict's current order: the staged tensors
+    // where they lie, the values inserted since.
+    std::unordered_map<std::string, const ManifestEntry*> staged_entry;
+    for (const auto& e : layout.entries) staged_entry.emplace(e.name, &e);
+    Manifest m;
+    m.packed_bytes = layout.packed_bytes;
+    actors::PutCall call;
+    call.op = op;
+    for (const auto& e : sd.entries()) {
+      if (!e.is_tensor()) {
+        lay_out_value(m, e.name, *e.value);
+        call.items.push_back(
+            bytes_item(entry_key(key, e.name), e.value->encode(), wire::ObjectKind::tensor));
+        continue;
+      }
+      auto it = staged_entry.find(e.name);
+      if (it == staged_entry.end()) {
+        give_back();
+        return make_error_future<std::uint64_t>(
+            Status(Errc::invalid_argument, what + ": tensor '" + e.name +
+                                               "' was not staged (stage every tensor; insert "
+                                               "only values after staging)"));
+      }
+      m.entries.push_back(*it->second);
+    }
+    for (auto& item : call.items) {
+      if (auto s = check_key(op, item.key); !s.ok()) {
+        give_back();
+        return make_error_future<std::uint64_t>(s);
+      }
+    }
+    call.items.insert(call.items.begin(),
+                      bytes_item(key, encode_manifest(m), wire::ObjectKind::tensor));
+    if (zero_copy) {
+      call.staged_items = items;
+      call.staged = staged;
+    } else {
+      call.items.insert(call.items.end(), items.begin(), items.end());
+    }
+    call.replace_under = {key};
+    auto put =
+        call_client(client, actors::store_put_atom::value, std::move(call), op + " '" + key + "'");
+    const caf::actor_addr c = client;
+    const std::string pre = prefix, o = op;
+    const std::uint64_t v = version;
+    const int k = keep;
+    // `self` keeps private buffers alive until the put has read them.
+    return put.then([self, c, pre, o, v, k](const std::vector<std::uint64_t>&) {
+      if (pre.empty()) return make_ready_future<std::uint64_t>(0);
+      return point_and_retire(c, pre, v, k, o);
+    });
+  }
+};
+
+StagedStateDict::StagedStateDict() = default;
+StagedStateDict::~StagedStateDict() = default;
+StagedStateDict::StagedStateDict(const StagedStateDict&) = default;
+StagedStateDict& StagedStateDict::operator=(const StagedStateDict&) = default;
+StagedStateDict::StagedStateDict(StagedStateDict&&) noexcept = default;
+StagedStateDict& StagedStateDict::operator=(StagedStateDict&&) noexcept = default;
+
+StateDict& StagedStateDict::state_dict() {
+  static thread_local StateDict empty;
+  if (!impl_) {
+    empty = StateDict();
+    return empty;
+  }
+  return impl_->sd;
+}
+
+const std::string& StagedStateDict::key() const {
+  static const std::string none;
+  return impl_ ? impl_->key : none;
+}
+
+bool StagedStateDict::zero_copy() const noexcept { return impl_ && impl_->zero_copy; }
+
+Future<std::uint64_t> StagedStateDict::commit() {
+  if (!impl_) {
+    return make_error_future<std::uint64_t>(
+        Status(Errc::invalid_argument, "commit: an empty StagedStateDict (not from a stage call)"));
+  }
+  return impl_->commit(impl_);
+}
+
+void StagedStateDict::abort() {
+  if (impl_) impl_->abort();
+}
+
+namespace {
+
+// Checks the specs and lays them out as put_state_dict would.
+Result<Manifest> plan_staging(const std::string& op, const std::string& key,
+                              const std::vector<TensorSpec>& tensors,
+                              const StateDictPutOptions& options) {
+  const std::string where = op + " '" + key + "'";
+  if (options.transfer_dtype) {
+    return Status(Errc::invalid_argument,
+                  where +
+                      ": transfer_dtype does not apply to staged tensors (they are "
+                      "written in their stored dtype)");
+  }
+  Manifest m;
+  std::unordered_set<std::string> names;
+  for (const auto& t : tensors) {
+    if (t.name.empty()) return Status(Errc::invalid_argument, where + ": a tensor with no name");
+    if (!names.insert(t.name).second) {
+      return Status(Errc::invalid_argument, where + ": name '" + t.name + "' appears twice");
+    }
+    if (!is_valid_dtype(static_cast<std::uint8_t>(t.dtype))) {
+      return Status(Errc::invalid_argument, where + ": tensor '" + t.name + "' has no valid dtype");
+    }
+    if (t.shape.size() > 64) {
+      return Status(Errc::invalid_argument, where + ": tensor '" + t.name + "' has " +
+                                                std::to_string(t.shape.size()) +
+                                                " dims, more than 64");
+    }
+    std::uint64_t bytes = dtype_size(t.dtype);
+    for (auto d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes) ||
+          bytes > (std::uint64_t{1} << 62)) {
+        return Status(Errc::invalid_argument, where + ": tensor '" + t.name + "' has shape " +
+                                                  shape_to_string(t.shape) +
+                                                  " (a negative dim, or too many bytes)");
+      }
+    }
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, entry_key(key, t.name)));
+    lay_out(m, t.name, t.dtype, t.shape, options.pack_max_tensor_bytes);
+  }
+  if (m.packed_bytes > 0) MESHSTORE_RETURN_IF_ERROR(check_key(op, blob_key(key)));
+  return m;
+}
+
+}  // namespace
+
+// Builds staged state dicts; a friend of StagedStateDict.
+struct internal::StagedAccess {
+  using Impl = StagedStateDict::Impl;
+
+  // Allocates the staged state dict of `layout` under `key`: the volume's
+  // memory when this process can map it, private buffers otherwise.
+  static Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op,
+                                          std::string key, Manifest layout, std::string prefix,
+                                          std::uint64_t version, int keep) {
+    auto impl = std::make_shared<Impl>();
+    impl->client = client;
+    impl->op = std::move(op);
+    impl->key = std::move(key);
+    impl->prefix = std::move(prefix);
+    impl->version = version;
+    impl->keep = keep;
+    impl->layout = std::move(layout);
+    actors::StageCall call;
+    call.op = impl->op;
+    // The objects, in the order of Impl::items.
+    if (impl->layout.packed_bytes > 0) {
+      call.keys.push_back(blob_key(impl->key));
+      call.nbytes.push_back(impl->layout.packed_bytes);
+    }
+    for (const auto& e : impl->layout.entries) {
+      if (e.kind != EntryKind::tensor) continue;
+      call.keys.push_back(entry_key(impl->key, e.name));
+      call.nbytes.push_back(e.nbytes());
+    }
+    auto keys = std::make_shared<const std::vector<std::string>>(call.keys);
+    auto sizes = std::make_shared<const std::vector<std::uint64_t>>(call.nbytes);
+    const std::string what = impl->op + " '" + impl->key + "'";
+    auto out = std::make_shared<Promise<StagedStateDict>>(
+        Status(Errc::shutdown, what + ": the store was closed before the staging completed"));
+    auto fut = out->future();
+    call_client(client, actors::store_stage_atom::value, std::move(call), what)
+        .on_complete([impl, keys, sizes, out, what](const Result<actors::StagedRegions>& r) {
+          std::vector<std::byte*> memory;
+          if (r.ok()) {
+            impl->zero_copy = true;
+            impl->staged = r.value();
+            for (const auto& m : impl->staged.memory) memory.push_back(m.get());
+          } else if (r.status().code() == Errc::unsupported) {
+            // The volume's memory is out of reach (another host, shm off):
+            // private buffers, put at commit().
+            for (auto n : *sizes) {
+              auto t = Tensor::empty(DType::uint8, {static_cast<std::int64_t>(n)});
+              if (!t.ok()) {
+                out->set_error(Status(Errc::out_of_capacity,
+                                      what + ": cannot allocate " + std::to_string(n) +
+                                          " bytes of private buffers: " + t.status().message()));
+                return;
+              }
+              memory.push_back(static_cast<std::byte*>(t->data()));
+              impl->owned.push_back(std::move(t).value());
+            }
+          } else {
+            out->set_error(r.status());
+            return;
+          }
+          auto s = fill(*impl, *keys, *sizes, memory);
+          if (!s.ok()) {
+            impl->abort();
+            out->set_error(s);
+            return;
+          }
+          StagedStateDict staged;
+          staged.impl_ = impl;
+          out->set_value(std::move(staged));
+        });
+    return fut;
+  }
+
+  // Points the items and the state dict's tensors into `memory` (one
+  // pointer per staged object, in Impl::items order).
+  static Status fill(Impl& impl, const std::vector<std::string>& keys,
+                     const std::vector<std::uint64_t>& sizes,
+                     const std::vector<std::byte*>& memory) {
+    std::size_t next = 0;
+    std::byte* blob = nullptr;
+    if (impl.layout.packed_bytes > 0) {
+      blob = memory[next];
+      impl.items.push_back(actors::PutItem{
+          keys[next], TensorView(blob, DType::uint8, {static_cast<std::int64_t>(sizes[next])}),
+          wire::ObjectKind::tensor, nullptr});
+      ++next;
+    }
+    for (const auto& e : impl.layout.entries) {
+      std::byte* at = nullptr;
+      if (e.kind == EntryKind::tensor) {
+        // Stored alone: the object carries the tensor's own dtype and shape.
+        at = memory[next];
+        impl.items.push_back(actors::PutItem{keys[next], TensorView(at, e.dtype, e.shape),
+                                             wire::ObjectKind::tensor, nullptr});
+        ++next;
+      } else {
+        // Packed; a tensor with no elements gets the blob (or any) address.
+        at = blob != nullptr ? blob + e.offset : reinterpret_cast<std::byte*>(&impl);
+      }
+      MESHSTORE_RETURN_IF_ERROR(impl.sd.insert(e.name, TensorView(at, e.dtype, e.shape)));
+    }
+    return Status();
+  }
+};
+
+Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
+                                                const StateDictPutOptions& options) {
+  const std::string op = "stage_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<StagedStateDict>(s);
+  auto layout = plan_staging(op, key, tensors, options);
+  if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  if (!client) return closed_future<StagedStateDict>(op + " '" + key + "'");
+  return internal::StagedAccess::stage_at(client, op, key, std::move(layout).value(), "", 0, 1);
+}
+
+Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
+                                             int keep, const StateDictPutOptions& options) {
+  const std::string op = "stage_publish";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<StagedStateDict>(s);
+  if (keep < 1) {
+    return make_error_future<StagedStateDict>(
+        Status(Errc::invalid_argument,
+               op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
+  }
+  // The specs are checked now for the errors that do not depend on N.
+  if (auto s = plan_staging(op, prefix, tensors, options); !s.ok()) {
+    return make_error_future<StagedStateDict>(s.status());
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  auto specs = std::make_shared<const std::vector<TensorSpec>>(std::move(tensors));
+  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
+    const std::uint64_t next = latest + 1;
+    const std::string key = version_key(prefix, next);
+    auto layout = plan_staging(op, key, *specs, options);
+    if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
+    return internal::StagedAccess::stage_at(client, op, key, std::move(layout).value(), prefix,
+                                            next, keep);
   });
 }
 

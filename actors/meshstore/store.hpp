@@ -28,6 +28,10 @@
 
 namespace meshstore {
 
+namespace internal {
+struct StagedAccess;
+}  // namespace internal
+
 /// A volume as a placement strategy sees it.
 struct VolumeDesc {
   std::string volume_id;
@@ -179,6 +183,59 @@ struct StateDictPutOptions {
   std::optional<DType> transfer_dtype;
 };
 
+/// A tensor a writer fills in place: what stage_state_dict allocates.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::float32;
+  Shape shape;
+};
+
+/// A state dict whose tensors were allocated by the store, to be filled in
+/// place and committed (zero-copy publishing; docs/state_dicts.md). On a
+/// volume this process reaches through shared memory, the tensors *are* the
+/// volume's memory: commit() moves no tensor byte. Elsewhere they are
+/// private buffers and commit() puts them as put_state_dict does.
+///
+/// A handle: copies share one staged state dict. When the last copy goes
+/// before commit(), the memory is given back (abort()). Thread-compatible:
+/// fill disjoint tensors from any threads, but call commit() and abort()
+/// from one.
+class StagedStateDict {
+ public:
+  /// An empty handle (every call fails or is empty).
+  StagedStateDict();
+  ~StagedStateDict();
+  StagedStateDict(const StagedStateDict&);
+  StagedStateDict& operator=(const StagedStateDict&);
+  StagedStateDict(StagedStateDict&&) noexcept;
+  StagedStateDict& operator=(StagedStateDict&&) noexcept;
+
+  /// The entries: one tensor per TensorSpec, in order, writable, with
+  /// uninitialised contents (the memory of a retired version, perhaps).
+  /// Values (step counters, ...) may be inserted before commit(); tensors
+  /// may not. After commit() the tensors are the stored version: readers see
+  /// every byte, so they must not be written again.
+  StateDict& state_dict();
+  /// The key the state dict commits under ("PREFIX/vN" for stage_publish).
+  const std::string& key() const;
+  /// True when the tensors are the volume's shared memory.
+  bool zero_copy() const noexcept;
+  /// Makes the state dict visible as a whole, exactly as put_state_dict
+  /// would (names the previous version had and this one lacks go). Answers
+  /// the version number for stage_publish, 0 for stage_state_dict. Once
+  /// only: a second call is Errc::invalid_argument. If the commit fails, the
+  /// memory is given back and nothing changed.
+  Future<std::uint64_t> commit();
+  /// Gives the memory back uncommitted; the tensors must not be touched
+  /// afterwards. Idempotent; nothing after commit().
+  void abort();
+
+ private:
+  friend struct internal::StagedAccess;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
 /// A tensor store. Keys name tensors or byte objects; a put of an existing
 /// key replaces it atomically (readers see the old complete value or the
 /// new one, never a mix).
@@ -254,6 +311,22 @@ class Store {
   /// in new ones. Answers N. One writer per prefix.
   Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1,
                                            const StateDictPutOptions& options = {});
+  /// Allocates a state dict of `tensors` for the caller to fill in place,
+  /// then commit() under `key` (StagedStateDict): on a volume in shared
+  /// memory, no byte is copied in. Packing follows
+  /// options.pack_max_tensor_bytes (small tensors are views into one blob);
+  /// options.transfer_dtype must be unset (the tensors are written in their
+  /// stored dtype). Names must be unique and non-empty. Errc::out_of_capacity
+  /// when the volume cannot hold them.
+  Future<StagedStateDict> stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
+                                           const StateDictPutOptions& options = {});
+  /// stage_state_dict for the next version under `prefix`: commit() stores
+  /// it as "PREFIX/vN", points "PREFIX" at N and retires the version that
+  /// fell out of the newest `keep`, as publish_state_dict does, and answers
+  /// N. The staged memory is a retired version's when the shapes repeat.
+  Future<StagedStateDict> stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
+                                        int keep = 1, const StateDictPutOptions& options = {});
+
   /// The newest version published under `prefix`; 0 when none is.
   Future<std::uint64_t> latest_version(std::string prefix);
   /// Reads the newest complete version under `prefix` into `sd` (as

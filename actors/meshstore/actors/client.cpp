@@ -346,30 +346,38 @@ void forget_locations_under(ClientState& st, const std::vector<std::string>& pre
   }
 }
 
+// Gives a put's staged regions back to the volume: its own and the ones
+// written in place (PutCall::staged_items), which share its volume.
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   std::vector<std::uint64_t> ids;
   for (const auto& r : op->regions) ids.push_back(r.region_id);
+  for (const auto& r : op->call.staged.regions) ids.push_back(r.region_id);
   if (!ids.empty() && op->conn) self->send(op->conn->handle, release_atom::value, ids);
 }
 
-// The records a put commits; the shards' objects are op->regions when
-// staged already, else left for the volume to fill (stage_commit).
+// The records a put commits: the items written in place first, then the
+// others, whose objects are op->regions when staged already, else left for
+// the volume to fill (stage_commit).
 std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
   std::vector<wire::KeyRecord> records;
-  records.reserve(op->call.items.size());
-  for (std::size_t i = 0; i < op->call.items.size(); ++i) {
-    const auto& item = op->call.items[i];
+  records.reserve(op->call.staged_items.size() + op->call.items.size());
+  auto add = [&](const PutItem& item, const wire::RegionRef* region) {
     wire::KeyRecord r;
     r.key = item.key;
     r.kind = item.kind;
     r.dtype = item.view.dtype();
     r.shape = item.view.shape();
     if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
-    const bool staged = i < op->regions.size();
     r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), op->conn->info.volume_id,
-                                         staged ? op->regions[i].region_id : 0,
-                                         staged ? op->regions[i].nbytes : item.view.nbytes()});
+                                         region ? region->region_id : 0,
+                                         region ? region->nbytes : item.view.nbytes()});
     records.push_back(std::move(r));
+  };
+  for (std::size_t i = 0; i < op->call.staged_items.size(); ++i) {
+    add(op->call.staged_items[i], &op->call.staged.regions[i]);
+  }
+  for (std::size_t i = 0; i < op->call.items.size(); ++i) {
+    add(op->call.items[i], i < op->regions.size() ? &op->regions[i] : nullptr);
   }
   return records;
 }
@@ -431,6 +439,16 @@ void handle_put(client_pointer self, PutCall call) {
   with_home_volume(self, [=](const ConnResult& conn) {
     if (!conn.ok()) return op->fail(conn.status());
     op->conn = *conn;
+    if (op->call.staged_items.size() != op->call.staged.regions.size()) {
+      return op->fail(Status(Errc::internal, "staged items and regions differ in number"));
+    }
+    if (!op->call.staged_items.empty() && op->conn->info.volume_id != op->call.staged.volume_id) {
+      // This client's volume changed (the old one went down) since the
+      // staging; its regions cannot be committed elsewhere.
+      return op->fail(Status(Errc::unavailable, "the staged memory lies on volume '" +
+                                                    op->call.staged.volume_id +
+                                                    "', no longer this client's volume"));
+    }
     std::vector<wire::StageRequest> reqs;
     std::uint64_t total = 0;
     for (const auto& item : op->call.items) total += item.view.nbytes();
@@ -518,6 +536,79 @@ void handle_put(client_pointer self, PutCall call) {
               op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
             });
   });
+}
+
+// Stages regions at the home volume and maps them writable (zero-copy
+// publishing); all or nothing.
+void handle_stage(client_pointer self, StageCall call) {
+  const std::string what = describe(call.op, call.keys);
+  auto promise = call.promise;
+  auto c = std::make_shared<StageCall>(std::move(call));
+  with_home_volume(self, [=](const ConnResult& conn_or) {
+    if (!conn_or.ok()) {
+      promise->set_error(conn_or.status().with_context(what));
+      return;
+    }
+    auto conn = *conn_or;
+    if (!conn->transport->capabilities().maps_memory) {
+      promise->set_error(Status(Errc::unsupported,
+                                what + ": volume '" + conn->info.volume_id + "' is reached over " +
+                                    std::string(conn->transport->name()) +
+                                    ", which cannot map its memory into this process"));
+      return;
+    }
+    std::vector<wire::StageRequest> reqs;
+    for (std::size_t i = 0; i < c->keys.size(); ++i) {
+      wire::StageRequest r;
+      r.key = c->keys[i];
+      r.nbytes = c->nbytes[i];
+      reqs.push_back(std::move(r));
+    }
+    ask(self, conn->handle, stage_atom::value, reqs)
+        .then(
+            [=](const std::vector<wire::RegionRef>& regions) {
+              StagedRegions out;
+              out.volume_id = conn->info.volume_id;
+              out.regions = regions;
+              auto give_back = [&] {
+                std::vector<std::uint64_t> ids;
+                for (const auto& r : regions) ids.push_back(r.region_id);
+                if (!ids.empty()) self->send(conn->handle, release_atom::value, ids);
+              };
+              if (regions.size() != reqs.size()) {
+                give_back();
+                promise->set_error(Status(Errc::protocol_error,
+                                          what + ": volume staged " +
+                                              std::to_string(regions.size()) + " objects for " +
+                                              std::to_string(reqs.size()) + " keys"));
+                return;
+              }
+              for (const auto& r : regions) {
+                auto mem = conn->transport->map_writable(r);
+                if (!mem.ok()) {
+                  give_back();
+                  promise->set_error(mem.status().with_context(what));
+                  return;
+                }
+                out.memory.push_back(std::move(mem).value());
+              }
+              promise->set_value(std::move(out));
+            },
+            [=](caf::error& e) {
+              promise->set_error(
+                  from_caf_error(e, what + ": stage at volume '" + conn->info.volume_id + "'"));
+            });
+  });
+}
+
+// Gives staged regions back uncommitted. A volume this client no longer
+// talks to reclaims them itself when the client goes.
+void handle_release_staged(client_pointer self, const ReleaseStagedCall& call) {
+  auto it = self->state.conns.find(call.staged.volume_id);
+  if (it == self->state.conns.end() || !it->second) return;
+  std::vector<std::uint64_t> ids;
+  for (const auto& r : call.staged.regions) ids.push_back(r.region_id);
+  if (!ids.empty()) self->send(it->second->handle, release_atom::value, ids);
 }
 
 // -- get -----------------------------------------------------------------
@@ -953,6 +1044,11 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         if (refused(call)) return;
         handle_put(self, std::move(call));
       },
+      [=](store_stage_atom, StageCall& call) {
+        if (refused(call)) return;
+        handle_stage(self, std::move(call));
+      },
+      [=](store_release_atom, const ReleaseStagedCall& call) { handle_release_staged(self, call); },
       [=](store_get_atom, GetCall& call) {
         if (refused(call)) return;
         handle_get(self, std::move(call));

@@ -29,9 +29,38 @@ struct PutItem {
   std::shared_ptr<const std::string> owned_bytes;
 };
 
+/// Regions staged at the client's volume and mapped writable into this
+/// process (zero-copy publishing): the caller fills them in place and
+/// commits them with a PutCall's `staged_items`.
+struct StagedRegions {
+  std::string volume_id;
+  std::vector<wire::RegionRef> regions;
+  std::vector<std::shared_ptr<std::byte>> memory;  // one writable mapping per region
+};
+
+/// Stages one region per size at the client's volume and maps them.
+/// Errc::unsupported, with nothing staged, when the volume's transport
+/// cannot map memory (it is on another host, or shm is off).
+struct StageCall {
+  std::string op;
+  std::vector<std::string> keys;
+  std::vector<std::uint64_t> nbytes;
+  std::shared_ptr<Promise<StagedRegions>> promise;
+};
+
+/// Gives staged regions back to their volume uncommitted (fire and forget).
+struct ReleaseStagedCall {
+  StagedRegions staged;
+};
+
 struct PutCall {
   std::string op;  // "put", "put_batch", "put_object": for messages
   std::vector<PutItem> items;
+  /// Items already written in place into `staged` (one region each, in
+  /// order): committed together with `items`, moved by nobody. If the
+  /// commit is refused, their regions are released with the others.
+  std::vector<PutItem> staged_items;
+  StagedRegions staged;
   /// When set, the commit also removes every other key equal to one of
   /// these or under it (replace_atom): a state dict replaced as a whole.
   std::vector<std::string> replace_under;
@@ -108,6 +137,8 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StageCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ReleaseStagedCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ListCall)

@@ -12,6 +12,9 @@ struct Capabilities {
   bool same_host_only = false;
   /// Moves device (GPU) memory without staging through the host.
   bool device_memory = false;
+  /// Can map a volume's region into the client's address space
+  /// (map_read_only, map_writable): shm.
+  bool maps_memory = false;
   /// Largest single piece moved at once (0 = no limit).
   std::size_t max_chunk_bytes = 0;
 };

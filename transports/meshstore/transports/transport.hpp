@@ -131,6 +131,15 @@ class Transport {
     (void)src;
     return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
   }
+  /// Maps staged region `dst` writable into this process, so the caller
+  /// fills it in place (zero-copy publishing) instead of write()-ing a copy.
+  /// The memory stays mapped until the returned pointer's last owner lets go.
+  /// Errc::unsupported for transports that cannot (only shm can today);
+  /// capabilities().maps_memory says which can.
+  virtual Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& dst) {
+    (void)dst;
+    return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
+  }
 };
 
 }  // namespace meshstore::transports

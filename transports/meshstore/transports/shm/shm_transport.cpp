@@ -130,6 +130,7 @@ class ShmTransport final : public Transport {
     Capabilities c;
     c.one_sided = true;
     c.same_host_only = true;
+    c.maps_memory = true;
     return c;
   }
   Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
@@ -161,6 +162,15 @@ class ShmTransport final : public Transport {
     }
     std::byte* p = owned->data() + ref.segment_offset;
     return std::shared_ptr<std::byte>(p, [owned](std::byte*) mutable { owned.reset(); });
+  }
+
+  Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& ref) override {
+    // The cached mapping: already populated, so filling it costs no faults;
+    // the region is staged, so nobody reads it before the commit.
+    auto at = locate(ref, 0, ref.nbytes, "shm in-place write");
+    if (!at.ok()) return at.status();
+    std::shared_ptr<Segment> seg = std::move(at->first);
+    return std::shared_ptr<std::byte>(at->second, [seg](std::byte*) mutable { seg.reset(); });
   }
 
  private:
@@ -201,6 +211,7 @@ TransportFactory shm_factory() {
   f.priority = 20;
   f.capabilities.one_sided = true;
   f.capabilities.same_host_only = true;
+  f.capabilities.maps_memory = true;
   f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
     static std::atomic<std::uint64_t> servers{1};
     // The first server of a process clears what crashed processes left.

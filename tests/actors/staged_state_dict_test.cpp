@@ -1,0 +1,241 @@
+// Zero-copy publishing: stage_state_dict and stage_publish allocate a state
+// dict in the store's memory, the writer fills it in place and commits it.
+
+#include <cstring>
+#include <set>
+
+#include "meshstore/store.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using testing::kWait;
+
+// A big tensor (stored alone), two small ones (packed) and an empty one.
+std::vector<TensorSpec> specs() {
+  return {{"model.embed.weight", DType::float32, {256, 128}},
+          {"model.norm.weight", DType::float32, {128}},
+          {"model.bias", DType::int64, {3}},
+          {"model.empty", DType::float16, {0, 4}}};
+}
+
+// Fills every staged tensor with a pattern of (step, entry, byte).
+void fill(StateDict& sd, int step) {
+  int e = 0;
+  for (auto& entry : sd.entries()) {
+    if (!entry.is_tensor()) continue;
+    auto* p = static_cast<unsigned char*>(const_cast<void*>(entry.view.data()));
+    for (std::size_t i = 0; i < entry.view.nbytes(); ++i) {
+      p[i] = static_cast<unsigned char>(step * 31 + e * 7 + i);
+    }
+    ++e;
+  }
+}
+
+// True when `got` holds `step`'s pattern for `specs()`.
+::testing::AssertionResult holds(const StateDict& got, int step) {
+  const auto want = specs();
+  if (got.size() < want.size()) return ::testing::AssertionFailure() << "too few entries";
+  for (std::size_t e = 0; e < want.size(); ++e) {
+    const auto& entry = got.entries()[e];
+    if (entry.name != want[e].name || entry.view.shape() != want[e].shape ||
+        entry.view.dtype() != want[e].dtype) {
+      return ::testing::AssertionFailure() << "entry " << e << " is '" << entry.name << "'";
+    }
+    const auto* p = static_cast<const unsigned char*>(entry.view.data());
+    for (std::size_t i = 0; i < entry.view.nbytes(); ++i) {
+      if (p[i] != static_cast<unsigned char>(step * 31 + static_cast<int>(e) * 7 + i)) {
+        return ::testing::AssertionFailure() << "'" << entry.name << "' byte " << i;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::uint64_t staged_objects(Store& store) {
+  std::uint64_t n = 0;
+  for (const auto& v : store.stats().get(kWait).value()) n += v.staged;
+  return n;
+}
+
+TEST(StagedStateDictTest, FilledInPlaceThenCommittedWithOneControlMessage) {
+  auto store = Store::embedded().value();
+  auto staged = store.stage_state_dict("ckpt", specs()).get(kWait);
+  ASSERT_OK(staged);
+  EXPECT_TRUE(staged->zero_copy());
+  EXPECT_EQ(staged->key(), "ckpt");
+  EXPECT_EQ(staged_objects(store), 2u);            // the blob and the big tensor
+  EXPECT_FALSE(*store.exists("ckpt").get(kWait));  // nothing visible before the commit
+  fill(staged->state_dict(), 1);
+  ASSERT_OK(staged->state_dict().insert("step", Value::int64(41)));
+
+  auto before = store.controller_counters().get(kWait).value();
+  auto committed = staged->commit().get(kWait);
+  ASSERT_OK(committed);
+  EXPECT_EQ(*committed, 0u);
+  auto after = store.controller_counters().get(kWait).value();
+  EXPECT_EQ(after.notify_put_batch - before.notify_put_batch, 1u);
+  EXPECT_EQ(after.notify_put - before.notify_put, 0u);
+  EXPECT_EQ(staged_objects(store), 0u);
+
+  auto got = store.get_state_dict("ckpt").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_TRUE(holds(*got, 1));
+  ASSERT_EQ(got->size(), 5u);
+  EXPECT_EQ(got->entries()[4].value->as_int64(), 41);
+
+  // The staged tensor *is* the stored object, not a copy of it: a byte
+  // changed through it after the commit (which users must not do) shows in
+  // the next read.
+  auto* big = static_cast<unsigned char*>(
+      const_cast<void*>(staged->state_dict().find("model.embed.weight")->view.data()));
+  big[5] = static_cast<unsigned char>(big[5] + 1);
+  auto again = store.get("ckpt/model.embed.weight").get(kWait);
+  ASSERT_OK(again);
+  EXPECT_EQ(static_cast<const unsigned char*>(again->data())[5], big[5]);
+}
+
+TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
+  auto store = Store::embedded().value();
+  std::set<std::string> steady, later;
+  for (int v = 1; v <= 6; ++v) {
+    auto staged = store.stage_publish("weights", specs()).get(kWait);
+    ASSERT_OK(staged);
+    EXPECT_EQ(staged->key(), "weights/v" + std::to_string(v));
+    fill(staged->state_dict(), v);
+    auto version = staged->commit().get(kWait);
+    ASSERT_OK(version);
+    EXPECT_EQ(*version, static_cast<std::uint64_t>(v));
+    auto names = transports::shm::own_segments();
+    if (v == 3) steady = std::set<std::string>(names.begin(), names.end());
+    if (v == 6) later = std::set<std::string>(names.begin(), names.end());
+  }
+  // From the third version on, the staging lands in the retired version's
+  // segments: nothing new is allocated.
+  EXPECT_FALSE(steady.empty());
+  EXPECT_EQ(later, steady);
+  EXPECT_FALSE(*store.exists("weights/v5").get(kWait));  // retired (keep = 1)
+
+  StateDict dst;
+  std::vector<Tensor> bufs;
+  for (const auto& s : specs()) {
+    bufs.push_back(Tensor::zeros(s.dtype, s.shape).value());
+    ASSERT_OK(dst.insert(s.name, bufs.back()));
+  }
+  auto read = store.get_latest_state_dict_into("weights", dst).get(kWait);
+  ASSERT_OK(read);
+  EXPECT_EQ(*read, 6u);
+  EXPECT_TRUE(holds(dst, 6));
+}
+
+TEST(StagedStateDictTest, AbortAndDroppingGiveTheMemoryBack) {
+  auto store = Store::embedded().value();
+  {
+    auto staged = store.stage_state_dict("a", specs()).get(kWait);
+    ASSERT_OK(staged);
+    EXPECT_EQ(staged_objects(store), 2u);
+    StagedStateDict copy = *staged;  // copies share one staging
+    staged->abort();
+    staged->abort();  // idempotent
+    EXPECT_EQ(staged_objects(store), 0u);
+    EXPECT_ERROR(copy.commit().get(kWait), Errc::invalid_argument, "aborted");
+  }
+  {
+    auto staged = store.stage_state_dict("b", specs()).get(kWait);
+    ASSERT_OK(staged);
+    EXPECT_EQ(staged_objects(store), 2u);
+  }  // the last copy goes uncommitted
+  EXPECT_EQ(staged_objects(store), 0u);
+  EXPECT_FALSE(*store.exists("a").get(kWait));
+  EXPECT_FALSE(*store.exists("b").get(kWait));
+
+  auto staged = store.stage_state_dict("c", specs()).get(kWait);
+  ASSERT_OK(staged);
+  fill(staged->state_dict(), 2);
+  ASSERT_OK(staged->commit().get(kWait));
+  EXPECT_ERROR(staged->commit().get(kWait), Errc::invalid_argument, "committed already");
+  staged->abort();  // nothing after a commit
+  auto got = store.get_state_dict("c").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_TRUE(holds(*got, 2));
+}
+
+TEST(StagedStateDictTest, ATensorInsertedAfterStagingIsRefused) {
+  auto store = Store::embedded().value();
+  auto staged = store.stage_state_dict("x", specs()).get(kWait);
+  ASSERT_OK(staged);
+  std::vector<float> extra(4, 1.0f);
+  ASSERT_OK(staged->state_dict().insert("extra", TensorView::of(extra.data(), {4})));
+  EXPECT_ERROR(staged->commit().get(kWait), Errc::invalid_argument,
+               "tensor 'extra' was not staged");
+  EXPECT_EQ(staged_objects(store), 0u);  // given back
+  EXPECT_FALSE(*store.exists("x").get(kWait));
+}
+
+TEST(StagedStateDictTest, WithoutSharedMemoryTheTensorsArePrivateAndCommitPutsThem) {
+  StoreOptions o;
+  o.shared_memory_volumes = false;  // the volume is out of this process's reach
+  auto store = Store::embedded(o).value();
+  auto staged = store.stage_publish("w", specs()).get(kWait);
+  ASSERT_OK(staged);
+  EXPECT_FALSE(staged->zero_copy());
+  EXPECT_EQ(staged_objects(store), 0u);  // nothing at the volume until the commit
+  fill(staged->state_dict(), 3);
+  auto version = staged->commit().get(kWait);
+  ASSERT_OK(version);
+  EXPECT_EQ(*version, 1u);
+  auto got = store.get_state_dict("w/v1").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_TRUE(holds(*got, 3));
+}
+
+TEST(StagedStateDictTest, BadSpecsAreRefusedBeforeAnythingIsStaged) {
+  auto store = Store::embedded().value();
+  auto stage = [&](std::vector<TensorSpec> s, StateDictPutOptions o = {}) {
+    return store.stage_state_dict("k", std::move(s), o).get(kWait);
+  };
+  EXPECT_ERROR(stage({{"", DType::float32, {1}}}), Errc::invalid_argument, "a tensor with no name");
+  EXPECT_ERROR(stage({{"a", DType::float32, {1}}, {"a", DType::int8, {2}}}), Errc::invalid_argument,
+               "name 'a' appears twice");
+  EXPECT_ERROR(stage({{"a", DType::float32, {2, -1}}}), Errc::invalid_argument,
+               "tensor 'a' has shape [2, -1]");
+  EXPECT_ERROR(stage({{"a", DType::float32, {1LL << 40, 1LL << 40}}}), Errc::invalid_argument,
+               "too many bytes");
+  EXPECT_ERROR(stage({{"a", static_cast<DType>(200), {1}}}), Errc::invalid_argument,
+               "no valid dtype");
+  StateDictPutOptions cast;
+  cast.transfer_dtype = DType::bfloat16;
+  EXPECT_ERROR(stage(specs(), cast), Errc::invalid_argument, "transfer_dtype does not apply");
+  EXPECT_ERROR(store.stage_state_dict("", specs()).get(kWait), Errc::invalid_argument, "key");
+  EXPECT_ERROR(store.stage_publish("p", specs(), 0).get(kWait), Errc::invalid_argument,
+               "keep must be at least 1, got 0");
+  StoreOptions small;
+  small.volume_capacity_bytes = 1 << 16;
+  auto tiny = Store::embedded(small).value();
+  EXPECT_ERROR(tiny.stage_state_dict("big", specs()).get(kWait), Errc::out_of_capacity, "is full");
+  EXPECT_EQ(staged_objects(store), 0u);
+  EXPECT_EQ(staged_objects(tiny), 0u);
+  StagedStateDict empty;
+  EXPECT_ERROR(empty.commit().get(kWait), Errc::invalid_argument, "empty StagedStateDict");
+  EXPECT_TRUE(empty.state_dict().empty());
+  EXPECT_FALSE(empty.zero_copy());
+}
+
+TEST(StagedStateDictTest, AStagingMayOutliveItsStore) {
+  StagedStateDict staged;
+  {
+    auto store = Store::embedded().value();
+    staged = store.stage_state_dict("k", specs()).get(kWait).value();
+    fill(staged.state_dict(), 4);
+    store.close();
+    EXPECT_ERROR(store.stage_state_dict("k2", specs()).get(kWait), Errc::shutdown, "closed");
+  }
+  // The store is gone: the commit fails cleanly and the handle goes
+  // without touching the dead actors (no hang, no crash).
+  EXPECT_ERROR(staged.commit().get(kWait), Errc::shutdown, "");
+}
+
+}  // namespace
+}  // namespace meshstore
