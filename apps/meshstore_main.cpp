@@ -227,6 +227,9 @@ int cmd_stat(int argc, char** argv) {
         static_cast<unsigned long long>(c->notify_put_batch),
         static_cast<unsigned long long>(c->locate), static_cast<unsigned long long>(c->exists),
         static_cast<unsigned long long>(c->keys), static_cast<unsigned long long>(c->remove));
+    std::printf("streams: %llu state dict puts streamed, %llu readers followed one\n",
+                static_cast<unsigned long long>(c->streams),
+                static_cast<unsigned long long>(c->stream_readers));
   }
   std::printf("%-32s %14s %14s %8s %7s %7s\n", "VOLUME", "HELD", "CAPACITY", "OBJECTS", "STAGED",
               "LEASES");

@@ -695,6 +695,8 @@ namespace {
 
 constexpr char kManifestMagic[] = "meshstore.state_dict.v2";
 constexpr int kMaxStateDictAttempts = 8;
+// A reader waiting for the next version looks at the pointer again this often.
+constexpr std::chrono::milliseconds kStreamWaitSlice{1000};
 // Packed tensors start at multiples of this inside the blob.
 constexpr std::uint64_t kPackAlign = 64;
 
@@ -935,7 +937,8 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
       lay_out_value(m, e.name, *e.value);
     }
   }
-  p->call.items.push_back(bytes_item("", encode_manifest(m), tensor));
+  p->call.stream_manifest = encode_manifest(m);
+  p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
   if (m.packed_bytes > 0) {
     // Small tensors travel as one blob: one object, one transfer, one
     // region at the volume instead of one each.
@@ -1065,21 +1068,18 @@ Future<void> read_state_dict_into(const caf::actor_addr& client, const std::stri
   });
 }
 
-// Checks the destination against `snap`'s manifest, then reads the manifest
-// again together with every entry in one call (one snapshot of the index).
-// If that manifest differs from `snap`'s, a writer changed the layout in
-// between: plan again with the new one.
-Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
-                               StateDict* dst, const std::string& op, Snapshot snap, int tries) {
-  if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
+// Checks `dst` against `snap`'s manifest (every name, before any byte
+// moves: a failure leaves `dst` as it was) and plans the read: the keys to
+// fetch with their destinations in `into`, scratch memory in the plan.
+Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
+                                            const std::string& op, Snapshot snap,
+                                            actors::GetCall& into) {
   auto plan = std::make_shared<IntoPlan>();
   plan->snap = std::move(snap);
   const Manifest& m = plan->snap.manifest;
-  // Every name is checked before any byte moves: a failure leaves `sd` as it was.
   std::vector<std::string> missing, extra, mismatched;
   bool dtype_off = false, shape_off = false;
   std::set<std::string> stored;
-  actors::GetCall into;
   into.op = op;
   into.mode = actors::GetMode::into;
   for (const auto& me : m.entries) {
@@ -1114,17 +1114,17 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
     const Errc code = dtype_off   ? Errc::dtype_mismatch
                       : shape_off ? Errc::shape_mismatch
                                   : Errc::invalid_argument;
-    return make_error_future<void>(Status(code, msg));
+    return Status(code, msg);
   }
   auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };
   auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap.bytes.size()));
-  if (!manifest_copy.ok()) return make_error_future<void>(manifest_copy.status());
+  if (!manifest_copy.ok()) return manifest_copy.status();
   plan->manifest_copy = std::move(manifest_copy).value();
   into.keys.push_back(key);
   into.dsts.push_back(plan->manifest_copy.view());
   if (m.packed_bytes > 0) {
     auto blob = scratch(static_cast<std::int64_t>(m.packed_bytes));
-    if (!blob.ok()) return make_error_future<void>(blob.status());
+    if (!blob.ok()) return blob.status();
     plan->blob = std::move(blob).value();
     into.keys.push_back(blob_key(key));
     into.dsts.push_back(plan->blob.view());
@@ -1135,7 +1135,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
       if (me.nbytes() > 0) plan->unpack.emplace_back(me.offset, e->view);
     } else if (me.kind == EntryKind::value) {
       auto v = scratch(me.shape.empty() ? 0 : me.shape.front());
-      if (!v.ok()) return make_error_future<void>(v.status());
+      if (!v.ok()) return v.status();
       plan->values.emplace_back(me.name, std::move(v).value());
       into.keys.push_back(entry_key(key, me.name));
       into.dsts.push_back(plan->values.back().second.view());
@@ -1144,6 +1144,32 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
       into.dsts.push_back(e->view);
     }
   }
+  return plan;
+}
+
+// After the read: the packed tensors and the values into `dst`.
+Status finish_into(const IntoPlan& plan, StateDict* dst) {
+  const auto* base = static_cast<const std::byte*>(plan.blob.data());
+  for (const auto& [offset, view] : plan.unpack) unpack_from(base + offset, view);
+  for (const auto& [name, bytes] : plan.values) {
+    auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
+    if (!v.ok()) return v.status().with_context("value '" + name + "'");
+    MESHSTORE_RETURN_IF_ERROR(dst->set_value(name, *v));
+  }
+  return Status();
+}
+
+// Plans the read against `snap`'s manifest, then reads the manifest again
+// together with every entry in one call (one snapshot of the index). If that
+// manifest differs from `snap`'s, a writer changed the layout in between:
+// plan again with the new one.
+Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
+                               StateDict* dst, const std::string& op, Snapshot snap, int tries) {
+  if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
+  actors::GetCall into;
+  auto planned = plan_into(key, dst, op, std::move(snap), into);
+  if (!planned.ok()) return make_error_future<void>(planned.status());
+  auto plan = std::move(planned).value();
   auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
   call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
       .on_complete([=](const Result<actors::GetOutput>& r) {
@@ -1168,16 +1194,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
         auto now = decode_snapshot(plan->manifest_copy, key, op);
         if (!now.ok()) return (void)done->set_error(now.status());
         if (now->bytes != plan->snap.bytes) return again(*now);
-        const auto* base = static_cast<const std::byte*>(plan->blob.data());
-        for (const auto& [offset, view] : plan->unpack) unpack_from(base + offset, view);
-        for (const auto& [name, bytes] : plan->values) {
-          auto v =
-              Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
-          if (!v.ok())
-            return (void)done->set_error(v.status().with_context("value '" + name + "'"));
-          if (auto st = dst->set_value(name, *v); !st.ok()) return (void)done->set_error(st);
-        }
-        done->set_value();
+        done->set(finish_into(*plan, dst));
       });
   return done->future();
 }
@@ -1206,6 +1223,89 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
     return p->future();
   });
 }
+
+// Waits up to `wait` for `key` to be written or committed and reads it into
+// `dst`: streamed while its writer fills it, or as usual once committed.
+Future<void> stream_into(const caf::actor_addr& client, const std::string& key, StateDict* dst,
+                         const std::string& op, std::chrono::milliseconds wait) {
+  auto planned = std::make_shared<std::shared_ptr<IntoPlan>>();
+  actors::StreamCall c;
+  c.op = op;
+  c.key = key;
+  c.wait = wait;
+  // Runs in the client actor once the writer's manifest is known.
+  c.plan = [=](const std::string& manifest,
+               const std::vector<wire::KeyRecord>& records) -> Result<std::vector<TensorView>> {
+    Snapshot snap;
+    snap.bytes = manifest;
+    auto m = decode_manifest(manifest, key);
+    if (!m.ok()) return m.status().with_context(op);
+    snap.manifest = std::move(m).value();
+    actors::GetCall into;
+    auto plan = plan_into(key, dst, op, std::move(snap), into);
+    if (!plan.ok()) return plan.status();
+    *planned = std::move(plan).value();
+    std::unordered_map<std::string, TensorView> where;
+    for (std::size_t i = 0; i < into.keys.size(); ++i) where.emplace(into.keys[i], into.dsts[i]);
+    std::vector<TensorView> out;
+    std::size_t matched = 0;
+    for (const auto& r : records) {
+      auto it = where.find(r.key);
+      if (it != where.end()) ++matched;
+      out.push_back(it == where.end() ? TensorView() : it->second);
+    }
+    if (matched != where.size()) {
+      return Status(Errc::protocol_error,
+                    op + " '" + key + "': the writer's records lack entries of its manifest");
+    }
+    return out;
+  };
+  return call_client(client, actors::store_stream_atom::value, std::move(c), op + " '" + key + "'")
+      .then([=](std::uint32_t kind) -> Future<void> {
+        if (kind == static_cast<std::uint32_t>(actors::StreamKind::committed)) {
+          return read_state_dict_into(client, key, *dst, op);
+        }
+        auto s = finish_into(**planned, dst);
+        if (!s.ok()) return make_error_future<void>(s);
+        return make_ready_future();
+      });
+}
+
+// Waits for a version newer than `after` under `prefix` and reads it (the
+// newest, when several are) into `dst`; answers its number. The wait
+// follows version `latest + 1` in slices, so a version published and
+// retired between two looks is not waited for in vain.
+Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
+                                     StateDict* dst, std::uint64_t after, const std::string& op,
+                                     std::chrono::steady_clock::time_point deadline) {
+  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) -> Future<std::uint64_t> {
+    if (latest > after) return read_latest_into(client, prefix, dst, op, 0);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return make_error_future<std::uint64_t>(
+          Status(Errc::timeout, op + " '" + prefix + "': no version after " +
+                                    std::to_string(after) + " was published in time"));
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    const auto slice = std::min<std::chrono::milliseconds>(left, kStreamWaitSlice);
+    const std::uint64_t next = latest + 1;
+    auto p = std::make_shared<Promise<std::uint64_t>>(
+        Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
+    stream_into(client, version_key(prefix, next), dst, op, slice)
+        .on_complete([=](const Result<void>& r) {
+          if (r.ok()) return (void)p->set_value(next);
+          // Nothing yet, or the version went before it could be read: look again.
+          const auto code = r.status().code();
+          if (code == Errc::timeout || code == Errc::not_found) {
+            return read_next_into(client, prefix, dst, after, op, deadline)
+                .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
+          }
+          p->set_error(r.status());
+        });
+    return p->future();
+  });
+}
+
 }  // namespace
 
 Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
@@ -1336,6 +1436,7 @@ struct StagedStateDict::Impl {
       call.staged = staged;
     } else {
       call.items.insert(call.items.end(), items.begin(), items.end());
+      call.stream_manifest = encode_manifest(m);  // readers may stream the copy-in
     }
     call.replace_under = {key};
     auto put =
@@ -1574,6 +1675,32 @@ Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<Ten
   });
 }
 
+Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
+                                           std::chrono::milliseconds timeout) {
+  const std::string op = "stream_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  if (timeout.count() < 0) {
+    return make_error_future<void>(
+        Status(Errc::invalid_argument, op + " '" + key + "': negative timeout"));
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  if (!client) return closed_future<void>(op + " '" + key + "'");
+  return stream_into(client, key, &sd, op, timeout);
+}
+
+Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
+                                                      std::uint64_t after,
+                                                      std::chrono::milliseconds timeout) {
+  const std::string op = "get_next_state_dict_into";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  if (timeout.count() < 0) {
+    return make_error_future<std::uint64_t>(
+        Status(Errc::invalid_argument, op + " '" + prefix + "': negative timeout"));
+  }
+  return read_next_into(Impl::client_address(impl_.get()), prefix, &sd, after, op,
+                        std::chrono::steady_clock::now() + timeout);
+}
+
 Future<std::uint64_t> Store::latest_version(std::string prefix) {
   if (auto s = check_key("latest_version", prefix); !s.ok())
     return make_error_future<std::uint64_t>(s);
@@ -1703,9 +1830,17 @@ Future<ControllerCounters> Store::controller_counters() {
                     "controller answered " + std::to_string(v.size()) + " counters");
     }
     auto at = [&](C c) { return v[static_cast<std::size_t>(c)]; };
-    return ControllerCounters{at(C::notify_put), at(C::notify_put_batch),
-                              at(C::locate),     at(C::exists),
-                              at(C::keys),       at(C::remove)};
+    ControllerCounters out;
+    out.notify_put = at(C::notify_put);
+    out.notify_put_batch = at(C::notify_put_batch);
+    out.locate = at(C::locate);
+    out.exists = at(C::exists);
+    out.keys = at(C::keys);
+    out.remove = at(C::remove);
+    out.streams = at(C::streams);
+    out.stream_readers = at(C::stream_readers);
+    out.stream_subscribes = at(C::stream_subscribe);
+    return out;
   });
 }
 

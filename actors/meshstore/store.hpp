@@ -166,7 +166,10 @@ struct ControllerCounters {
   std::uint64_t locate = 0;
   std::uint64_t exists = 0;
   std::uint64_t keys = 0;
-  std::uint64_t remove = 0;  ///< remove, remove_batch, replacing a state dict, retiring a version
+  std::uint64_t remove = 0;   ///< remove, remove_batch, replacing a state dict, retiring a version
+  std::uint64_t streams = 0;  ///< state dict puts readers could stream
+  std::uint64_t stream_readers = 0;     ///< reads that streamed one (overlapping its put)
+  std::uint64_t stream_subscribes = 0;  ///< reads that waited for or looked for a stream
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.
@@ -311,6 +314,27 @@ class Store {
   /// in new ones. Answers N. One writer per prefix.
   Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1,
                                            const StateDictPutOptions& options = {});
+  /// Waits up to `timeout` for the state dict `key` to be written or
+  /// committed, then reads it into `sd` as get_state_dict_into does. While
+  /// a writer is still putting it, the read streams: each tensor (and the
+  /// packed blob) is copied into `sd` as soon as the writer has filled it,
+  /// so the writer's copy-in and this copy-out overlap; the call completes
+  /// when that version commits. Errc::timeout when nothing is written in
+  /// time; Errc::unavailable when the writer fails before its commit (the
+  /// contents of `sd` are then unspecified). A destination that does not
+  /// match is reported before any byte moves, as by get_state_dict_into.
+  /// `sd` must outlive the future.
+  Future<void> stream_state_dict_into(std::string key, StateDict& sd,
+                                      std::chrono::milliseconds timeout);
+  /// Waits up to `timeout` for a version newer than `after` under `prefix`
+  /// (publish_state_dict), reads it into `sd` (streamed while its writer
+  /// still puts it, the newest complete one when the writer is ahead) and
+  /// answers its number. The worker loop:
+  /// `v = store.get_next_state_dict_into("weights", sd, v, 60s).get()`.
+  Future<std::uint64_t> get_next_state_dict_into(std::string prefix, StateDict& sd,
+                                                 std::uint64_t after,
+                                                 std::chrono::milliseconds timeout);
+
   /// Allocates a state dict of `tensors` for the caller to fill in place,
   /// then commit() under `key` (StagedStateDict): on a volume in shared
   /// memory, no byte is copied in. Packing follows

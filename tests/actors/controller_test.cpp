@@ -363,5 +363,143 @@ TEST_F(StageCommitTest, ControllerRefusalLeavesNothingStaged) {
   EXPECT_EQ(s.bytes_held, 0u);
 }
 
+// -- streams: readers follow a state dict while its writer puts it ------------
+
+namespace streams {
+
+struct Subscribed {
+  std::uint32_t kind = 99;
+  std::string manifest;
+  std::vector<wire::KeyRecord> records;
+  std::vector<std::uint64_t> filled;
+};
+
+Subscribed subscribe(caf::scoped_actor& self, const controller_actor& c, const std::string& key,
+                     std::uint64_t wait_ms) {
+  Subscribed out;
+  self->request(c, 30s, stream_subscribe_atom::value, key, wait_ms)
+      .receive(
+          [&](std::uint32_t kind, std::string& manifest, std::vector<wire::KeyRecord>& records,
+              std::vector<std::uint64_t>& filled) {
+            out = Subscribed{kind, std::move(manifest), std::move(records), std::move(filled)};
+          },
+          [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return out;
+}
+
+struct Event {
+  std::vector<std::uint64_t> filled;
+  std::uint32_t end = 99;
+  std::string why;
+};
+
+// The next stream event this actor receives (a failure after 10 s).
+Event next_event(caf::scoped_actor& self, const std::string& key) {
+  Event out;
+  self->receive(
+      [&](stream_event_atom, const std::string& k, std::vector<std::uint64_t>& filled,
+          std::uint32_t end, std::string& why) {
+        EXPECT_EQ(k, key);
+        out = Event{std::move(filled), end, std::move(why)};
+      },
+      caf::after(std::chrono::seconds(10)) >> [&] { ADD_FAILURE() << "no stream event"; });
+  return out;
+}
+
+constexpr auto kCommitted = static_cast<std::uint32_t>(StreamEnd::committed);
+constexpr auto kAborted = static_cast<std::uint32_t>(StreamEnd::aborted);
+constexpr auto kNone = static_cast<std::uint32_t>(StreamEnd::none);
+
+}  // namespace streams
+
+TEST_F(ControllerTest, StreamReadersFollowProgressThenTheCommit) {
+  using namespace streams;
+  caf::scoped_actor writer{runtime_->system()}, reader{runtime_->system()};
+  const auto a = stage(64), b = stage(64);
+  std::vector<wire::KeyRecord> records{record("sd", {16}, a), record("sd/w", {16}, b)};
+  writer->send(controller_, stream_open_atom::value, std::string("sd"), std::string("manifest"),
+               records, std::vector<std::uint64_t>{0});
+  auto sub = subscribe(reader, controller_, "sd", 0);
+  ASSERT_EQ(sub.kind, static_cast<std::uint32_t>(StreamKind::streaming));
+  EXPECT_EQ(sub.manifest, "manifest");
+  ASSERT_EQ(sub.records.size(), 2u);
+  EXPECT_EQ(sub.records[1].shards.front().object_id, b);
+  EXPECT_EQ(sub.filled, (std::vector<std::uint64_t>{0}));
+
+  writer->send(controller_, stream_progress_atom::value, std::string("sd"),
+               std::vector<std::uint64_t>{1});
+  auto e = next_event(reader, "sd");
+  EXPECT_EQ(e.filled, (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(e.end, kNone);
+
+  // The commit ends the stream; a later subscriber reads it as committed.
+  ASSERT_OK((ask<std::vector<std::uint64_t>>(writer, controller_, replace_atom::value, records,
+                                             std::vector<std::string>{"sd"}, true)));
+  EXPECT_EQ(next_event(reader, "sd").end, kCommitted);
+  EXPECT_EQ(subscribe(reader, controller_, "sd", 0).kind,
+            static_cast<std::uint32_t>(StreamKind::committed));
+}
+
+TEST_F(ControllerTest, StreamReadersLearnOfAbortsAndOfTheWritersDeath) {
+  using namespace streams;
+  caf::scoped_actor reader{runtime_->system()};
+  std::vector<wire::KeyRecord> records{record("p", {16}, stage(64))};
+  {
+    caf::scoped_actor writer{runtime_->system()};
+    writer->send(controller_, stream_open_atom::value, std::string("p"), std::string("m"), records,
+                 std::vector<std::uint64_t>{});
+    ASSERT_EQ(subscribe(reader, controller_, "p", 0).kind,
+              static_cast<std::uint32_t>(StreamKind::streaming));
+    // Only the stream's own writer may abort it.
+    caf::anon_send(controller_, stream_abort_atom::value, std::string("p"), std::string("forged"));
+    writer->send(controller_, stream_abort_atom::value, std::string("p"),
+                 std::string("transport_error: disk on fire"));
+    auto e = next_event(reader, "p");
+    EXPECT_EQ(e.end, kAborted);
+    EXPECT_EQ(e.why, "transport_error: disk on fire");
+
+    writer->send(controller_, stream_open_atom::value, std::string("p"), std::string("m"), records,
+                 std::vector<std::uint64_t>{});
+    ASSERT_EQ(subscribe(reader, controller_, "p", 0).kind,
+              static_cast<std::uint32_t>(StreamKind::streaming));
+  }  // the writer dies with its stream open
+  auto e = next_event(reader, "p");
+  EXPECT_EQ(e.end, kAborted);
+  EXPECT_NE(e.why.find("its writer went down"), std::string::npos) << e.why;
+  EXPECT_EQ(subscribe(reader, controller_, "p", 0).kind,
+            static_cast<std::uint32_t>(StreamKind::absent));
+}
+
+TEST_F(ControllerTest, AWaitingSubscriberIsAnsweredByTheStreamTheCommitOrItsDeadline) {
+  using namespace streams;
+  caf::scoped_actor writer{runtime_->system()};
+  // Nothing happens to "late" within the wait.
+  EXPECT_EQ(subscribe(*self_, controller_, "late", 50).kind,
+            static_cast<std::uint32_t>(StreamKind::absent));
+
+  // A waiter is answered when the stream opens...
+  std::vector<wire::KeyRecord> records{record("s", {16}, stage(64))};
+  auto pending = (*self_)->request(controller_, 30s, stream_subscribe_atom::value, std::string("s"),
+                                   std::uint64_t{20000});
+  writer->send(controller_, stream_open_atom::value, std::string("s"), std::string("m"), records,
+               std::vector<std::uint64_t>{});
+  std::uint32_t kind = 99;
+  pending.receive([&](std::uint32_t k, std::string&, std::vector<wire::KeyRecord>&,
+                      std::vector<std::uint64_t>&) { kind = k; },
+                  [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  EXPECT_EQ(kind, static_cast<std::uint32_t>(StreamKind::streaming));
+
+  // ... or when the key commits without a stream (a small put).
+  auto pending2 = (*self_)->request(controller_, 30s, stream_subscribe_atom::value,
+                                    std::string("plain"), std::uint64_t{20000});
+  ASSERT_OK((ask<std::uint64_t>(writer, controller_, notify_put_atom::value,
+                                record("plain", {4}, stage(16)))));
+  kind = 99;
+  pending2.receive([&](std::uint32_t k, std::string&, std::vector<wire::KeyRecord>&,
+                       std::vector<std::uint64_t>&) { kind = k; },
+                   [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  EXPECT_EQ(kind, static_cast<std::uint32_t>(StreamKind::committed));
+}
+
 }  // namespace
 }  // namespace meshstore::actors

@@ -50,6 +50,8 @@ struct ClientState {
   std::uint64_t next_wait = 1;
   // Why the controller or strategy is gone; empty while they live.
   std::string control_down;
+  // Streamed reads following a writer, by state dict key.
+  std::multimap<std::string, std::shared_ptr<struct StreamOp>> streams;
   std::shared_ptr<spdlog::logger> log = log::get("client");
 };
 
@@ -103,7 +105,14 @@ struct Ask {
   client_pointer self;
   Handle peer;
   std::tuple<Ts...> args;
-  caf::actor also;  // a second peer whose death fails the request too
+  caf::actor also;                       // a second peer whose death fails the request too
+  std::chrono::milliseconds timeout{0};  // 0: the configured request timeout
+
+  /// A deadline other than the configured request timeout.
+  Ask& within(std::chrono::milliseconds t) {
+    timeout = t;
+    return *this;
+  }
 
   /// Fails the request at once also if `other` goes down (the peer will
   /// ask it on our behalf).
@@ -142,7 +151,7 @@ struct Ask {
     using Traits = caf::detail::get_callable_trait<F>;
     std::apply(
         [&](auto&... xs) {
-          self->request(peer, st.cfg.request_timeout, xs...)
+          self->request(peer, timeout.count() > 0 ? timeout : st.cfg.request_timeout, xs...)
               .then(OnReply<F, typename Traits::arg_types>{done, settle, std::move(on_reply)},
                     [done, settle, on_error](caf::error& e) mutable {
                       if (*done) return;
@@ -158,8 +167,10 @@ struct Ask {
 template <class Handle, class... Ts>
 Ask<Handle, std::decay_t<Ts>...> ask(client_pointer self, const Handle& peer, Ts&&... xs) {
   return Ask<Handle, std::decay_t<Ts>...>{self, peer, std::make_tuple(std::forward<Ts>(xs)...),
-                                          caf::actor()};
+                                          caf::actor(), std::chrono::milliseconds(0)};
 }
+
+void controller_gone(client_pointer self, const std::string& why);
 
 // A monitored peer went down: fail what waits on it, forget connections and
 // locations through it.
@@ -190,6 +201,7 @@ void peer_down(client_pointer self, const caf::down_msg& msg) {
   }
   const std::string why = name + " went down (" + caf::to_string(msg.reason) + ")";
   if (name == "the controller" || name == "the strategy") st.control_down = why;
+  if (name == "the controller") controller_gone(self, why);
   st.log->warn("client rank {}: {}", st.cfg.me.rank, why);
   auto w = st.waiting.find(msg.source);
   if (w == st.waiting.end()) return;
@@ -332,6 +344,9 @@ struct PutOp {
   std::shared_ptr<VolumeConn> conn;
   std::vector<wire::RegionRef> regions;
   std::vector<Tensor> packed;  // contiguous copies of strided sources
+  // A put announced as a stream: which records' fills were reported.
+  bool streaming = false;
+  std::vector<bool> reported;
 
   void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
 };
@@ -393,6 +408,32 @@ void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
   }
 }
 
+// The stream of a put that will not commit ends; its readers are told why.
+void abort_stream(client_pointer self, const std::shared_ptr<PutOp>& op, const Status& why) {
+  if (!op->streaming) return;
+  op->streaming = false;
+  self->send(self->state.controller, stream_abort_atom::value, op->call.replace_under.front(),
+             why.to_string());
+}
+
+// Tells the controller (and so the stream's readers) that record `i` of a
+// streamed put is filled; each record once.
+void report_filled(client_pointer self, const std::shared_ptr<PutOp>& op,
+                   std::vector<std::uint64_t> records) {
+  if (!op->streaming) return;
+  std::vector<std::uint64_t> fresh;
+  for (auto i : records) {
+    if (i < op->reported.size() && !op->reported[i]) {
+      op->reported[i] = true;
+      fresh.push_back(i);
+    }
+  }
+  if (!fresh.empty()) {
+    self->send(self->state.controller, stream_progress_atom::value, op->call.replace_under.front(),
+               fresh);
+  }
+}
+
 void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   auto records = put_records(op);
   auto& st = self->state;
@@ -408,6 +449,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     const bool refused = e.category() == internal::kErrorCategory && s.code() != Errc::timeout &&
                          s.code() != Errc::unavailable;
     if (refused) release_staged(self, op);
+    abort_stream(self, op, s);
     op->fail(s);
   };
   if (!op->call.replace_under.empty()) {
@@ -505,6 +547,22 @@ void handle_put(client_pointer self, PutCall call) {
                                            " keys"));
               }
               if (inline_data) return commit_put(self, op);  // the bytes came with the stage
+              // The records index the items after the ones written in place.
+              const std::uint64_t first = op->call.staged_items.size();
+              if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
+                // Readers may copy each object as soon as it is filled.
+                op->streaming = true;
+                op->reported.assign(first + regions.size(), false);
+                std::vector<std::uint64_t> filled;
+                for (std::uint64_t i = 0; i < first; ++i) filled.push_back(i);
+                for (std::size_t i = 0; i < regions.size(); ++i) {
+                  if (op->call.items[i].view.nbytes() == 0) filled.push_back(first + i);
+                }
+                for (auto i : filled) op->reported[i] = true;
+                self->send(self->state.controller, stream_open_atom::value,
+                           op->call.replace_under.front(), op->call.stream_manifest,
+                           put_records(op), filled);
+              }
               std::vector<Future<void>> writes;
               writes.reserve(regions.size());
               for (std::size_t i = 0; i < regions.size(); ++i) {
@@ -522,13 +580,24 @@ void handle_put(client_pointer self, PutCall call) {
                 }
                 writes.push_back(op->conn->transport->write(
                     regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
+                if (op->streaming) {
+                  // Registered before settle_all's own callback, so this
+                  // report reaches the actor before the commit does.
+                  await(self, writes.back(), [=](const Result<void>& r) {
+                    if (r.ok()) report_filled(self, op, {first + i});
+                  });
+                }
               }
               await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
                 op->packed.clear();
                 if (!r.ok()) {
                   release_staged(self, op);
+                  abort_stream(self, op, r.status().with_context(op->what));
                   return op->fail(r.status());
                 }
+                std::vector<std::uint64_t> all;
+                for (std::uint64_t i = 0; i < op->reported.size(); ++i) all.push_back(i);
+                report_filled(self, op, std::move(all));
                 commit_put(self, op);
               });
             },
@@ -968,6 +1037,248 @@ void handle_get(client_pointer self, GetCall call) {
 
 // -- key space -----------------------------------------------------------
 
+// -- streamed reads ------------------------------------------------------
+
+struct StreamOp {
+  StreamCall call;
+  std::string what;
+  std::vector<wire::KeyRecord> records;
+  std::vector<std::byte*> targets;                    // per record; null: not read
+  std::vector<std::pair<Tensor, TensorView>> unpack;  // strided destinations
+  bool small = false;  // little to read: read as usual once committed
+  std::shared_ptr<VolumeConn> conn;
+  std::uint64_t lease_id = 0;
+  bool leased = false;
+  std::vector<wire::RegionRef> regions;  // per record, from the lease
+  std::vector<bool> filled, started;
+  int in_flight = 0;
+  StreamEnd end = StreamEnd::none;
+  std::string why;  // the writer's abort
+  Status failure;   // the first read error
+  bool finished = false;
+};
+
+void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op);
+
+void finish_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
+                   const Result<std::uint32_t>& r) {
+  op->finished = true;
+  auto& st = self->state;
+  auto range = st.streams.equal_range(op->call.key);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (it->second == op) {
+      st.streams.erase(it);
+      break;
+    }
+  }
+  if (op->leased && op->conn) self->send(op->conn->handle, close_read_atom::value, op->lease_id);
+  if (r.ok()) {
+    for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
+  }
+  op->unpack.clear();
+  if (r.ok()) {
+    op->call.promise->set_value(*r);
+  } else {
+    op->call.promise->set_error(r.status().with_context(op->what));
+  }
+}
+
+// Starts the reads the writer's progress allows, and ends the call once the
+// version committed and every read is done, or after a failure once no read
+// touches the destinations any more.
+void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op) {
+  if (op->finished) return;
+  const bool failed = !op->failure.ok() || op->end == StreamEnd::aborted;
+  if (failed) {
+    if (op->in_flight > 0) return;  // the destinations are still being written
+    if (!op->failure.ok()) return finish_stream(self, op, op->failure);
+    return finish_stream(
+        self, op, Status(Errc::unavailable, "the writer aborted before its commit: " + op->why));
+  }
+  if (op->small) {
+    if (op->end == StreamEnd::committed)
+      finish_stream(self, op, static_cast<std::uint32_t>(StreamKind::committed));
+    return;
+  }
+  if (!op->leased) return;
+  bool all_started = true;
+  for (std::size_t i = 0; i < op->records.size(); ++i) {
+    if (op->targets[i] == nullptr || op->started[i]) continue;
+    if (!op->filled[i]) {
+      all_started = false;
+      continue;
+    }
+    op->started[i] = true;
+    ++op->in_flight;
+    auto read = op->conn->transport->read(op->regions[i], 0, op->targets[i], op->regions[i].nbytes);
+    await(self, read, [=](const Result<void>& r) {
+      --op->in_flight;
+      if (!r.ok() && op->failure.ok()) op->failure = r.status();
+      stream_progress(self, op);
+    });
+  }
+  if (op->end == StreamEnd::committed && all_started && op->in_flight == 0) {
+    finish_stream(self, op, static_cast<std::uint32_t>(StreamKind::streaming));
+  }
+}
+
+void stream_event(client_pointer self, const std::string& key,
+                  const std::vector<std::uint64_t>& filled, std::uint32_t end,
+                  const std::string& why) {
+  auto range = self->state.streams.equal_range(key);
+  std::vector<std::shared_ptr<StreamOp>> ops;
+  for (auto it = range.first; it != range.second; ++it) ops.push_back(it->second);
+  for (auto& op : ops) {
+    for (auto i : filled) {
+      if (i < op->filled.size()) op->filled[i] = true;
+    }
+    if (end == static_cast<std::uint32_t>(StreamEnd::committed)) {
+      // Committed means filled, reported or not.
+      op->filled.assign(op->filled.size(), true);
+      op->end = StreamEnd::committed;
+    } else if (end == static_cast<std::uint32_t>(StreamEnd::aborted)) {
+      op->end = StreamEnd::aborted;
+      op->why = why;
+    }
+    stream_progress(self, op);
+  }
+}
+
+void controller_gone(client_pointer self, const std::string& why) {
+  std::vector<std::shared_ptr<StreamOp>> ops;
+  for (auto& [key, op] : self->state.streams) ops.push_back(op);
+  for (auto& op : ops) {
+    if (op->failure.ok()) op->failure = Status(Errc::unavailable, why);
+    stream_progress(self, op);
+  }
+}
+
+// The stream is known: plan the destinations, pin the staged objects, and
+// follow the writer.
+void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
+                   const std::string& manifest, std::vector<wire::KeyRecord> records,
+                   const std::vector<std::uint64_t>& filled) {
+  auto dsts = op->call.plan(manifest, records);
+  if (!dsts.ok()) return finish_stream(self, op, dsts.status());
+  if (dsts->size() != records.size()) {
+    return finish_stream(
+        self, op,
+        Status(Errc::internal, "planned " + std::to_string(dsts->size()) + " destinations for " +
+                                   std::to_string(records.size()) + " records"));
+  }
+  std::string volume;
+  std::uint64_t total = 0;
+  op->targets.assign(records.size(), nullptr);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    const auto& dst = (*dsts)[i];
+    if (dst.data() == nullptr || dst.nbytes() == 0) continue;
+    if (r.shards.size() != 1 || r.shards.front().nbytes != dst.nbytes()) {
+      return finish_stream(self, op,
+                           Status(Errc::protocol_error,
+                                  "stream record '" + r.key + "' does not match its destination"));
+    }
+    if (!volume.empty() && volume != r.shards.front().volume_id) {
+      return finish_stream(self, op,
+                           Status(Errc::unsupported, "a streamed state dict spread over volumes"));
+    }
+    volume = r.shards.front().volume_id;
+    total += dst.nbytes();
+    if (dst.is_contiguous()) {
+      op->targets[i] = static_cast<std::byte*>(dst.data());
+    } else {
+      auto tmp = Tensor::empty(dst.dtype(), dst.shape());
+      if (!tmp.ok()) return finish_stream(self, op, tmp.status());
+      op->targets[i] = static_cast<std::byte*>(tmp->data());
+      op->unpack.emplace_back(std::move(tmp).value(), dst);
+    }
+  }
+  op->records = std::move(records);
+  op->filled.assign(op->records.size(), false);
+  op->started.assign(op->records.size(), false);
+  for (auto i : filled) {
+    if (i < op->filled.size()) op->filled[i] = true;
+  }
+  self->state.streams.emplace(op->call.key, op);
+  // A small state dict gains nothing from overlap (and the volume would
+  // answer a small pin with bytes not written yet): read it once committed.
+  op->small = total <= wire::kInlineBytes;
+  if (op->small) return stream_progress(self, op);
+  with_volume(self, volume, [=](const ConnResult& conn) {
+    if (op->finished) return;
+    if (!conn.ok()) {
+      op->failure = conn.status();
+      return stream_progress(self, op);
+    }
+    op->conn = *conn;
+    std::vector<std::uint64_t> ids;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < op->records.size(); ++i) {
+      if (op->targets[i] == nullptr) continue;
+      ids.push_back(op->records[i].shards.front().object_id);
+      which.push_back(i);
+    }
+    op->lease_id = self->state.next_lease_id++;
+    // Pins the staged objects: a writer's abort, a retire or a replace
+    // cannot free them under the reads.
+    ask(self, op->conn->handle, open_read_atom::value, ids, op->lease_id)
+        .then(
+            [=](const wire::ReadLease& lease) {
+              op->leased = lease.lease_id != 0;
+              if (!op->leased || lease.regions.size() != which.size()) {
+                op->failure = Status(Errc::protocol_error,
+                                     "volume '" + volume + "' did not pin the stream's " +
+                                         std::to_string(which.size()) + " objects");
+                return stream_progress(self, op);
+              }
+              op->regions.assign(op->records.size(), wire::RegionRef{});
+              for (std::size_t k = 0; k < which.size(); ++k) {
+                op->regions[which[k]] = lease.regions[k];
+              }
+              stream_progress(self, op);
+            },
+            [=](caf::error& e) {
+              auto s = from_caf_error(e, "open_read at volume '" + volume + "'");
+              if (s.code() == Errc::timeout)
+                self->send(op->conn->handle, close_read_atom::value, op->lease_id);
+              if (s.code() == Errc::not_found) {
+                // The writer gave its objects back already: it aborted.
+                s = Status(Errc::unavailable,
+                           "the writer aborted before its commit (its objects are gone)");
+              }
+              op->failure = s;
+              stream_progress(self, op);
+            });
+  });
+}
+
+void handle_stream(client_pointer self, StreamCall call) {
+  auto op = std::make_shared<StreamOp>();
+  op->what = call.op + " '" + call.key + "'";
+  op->call = std::move(call);
+  auto& st = self->state;
+  const auto wait_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(0, op->call.wait.count()));
+  ask(self, st.controller, stream_subscribe_atom::value, op->call.key, wait_ms)
+      .within(op->call.wait + st.cfg.request_timeout)
+      .then(
+          [=](std::uint32_t kind, const std::string& manifest,
+              const std::vector<wire::KeyRecord>& records,
+              const std::vector<std::uint64_t>& filled) {
+            if (kind == static_cast<std::uint32_t>(StreamKind::committed)) {
+              return (void)op->call.promise->set_value(kind);
+            }
+            if (kind != static_cast<std::uint32_t>(StreamKind::streaming)) {
+              return (void)op->call.promise->set_error(
+                  Status(Errc::timeout, op->what + ": nothing was written within " +
+                                            std::to_string(op->call.wait.count()) + " ms"));
+            }
+            follow_stream(self, op, manifest, records, filled);
+          },
+          [=](caf::error& e) {
+            op->call.promise->set_error(from_caf_error(e, op->what + ": subscribe at controller"));
+          });
+}
+
 void handle_remove(client_pointer self, RemoveCall call) {
   auto& st = self->state;
   for (const auto& k : call.keys) st.locations.erase(k);
@@ -1049,6 +1360,12 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         handle_stage(self, std::move(call));
       },
       [=](store_release_atom, const ReleaseStagedCall& call) { handle_release_staged(self, call); },
+      [=](store_stream_atom, StreamCall& call) {
+        if (refused(call)) return;
+        handle_stream(self, std::move(call));
+      },
+      [=](stream_event_atom, const std::string& key, const std::vector<std::uint64_t>& filled,
+          std::uint32_t end, const std::string& why) { stream_event(self, key, filled, end, why); },
       [=](store_get_atom, GetCall& call) {
         if (refused(call)) return;
         handle_get(self, std::move(call));

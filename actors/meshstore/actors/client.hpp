@@ -64,6 +64,10 @@ struct PutCall {
   /// When set, the commit also removes every other key equal to one of
   /// these or under it (replace_atom): a state dict replaced as a whole.
   std::vector<std::string> replace_under;
+  /// With replace_under: the manifest's bytes, to announce the put as a
+  /// stream of replace_under.front() (readers copy each object as soon as
+  /// it is filled). Empty: no stream.
+  std::string stream_manifest;
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
@@ -83,6 +87,26 @@ struct GetCall {
   std::vector<std::string> keys;
   std::vector<TensorView> dsts;  // GetMode::into, one per key
   std::shared_ptr<Promise<GetOutput>> promise;
+};
+
+/// Waits up to `wait` for state dict `key` to be written or committed. If it
+/// is being written, `plan` gets the manifest's bytes and the records the
+/// writer will commit and answers one destination per record (a null view:
+/// not read); each record is then read into its destination as soon as the
+/// writer has filled it, and the call answers StreamKind::streaming once
+/// the version committed and every read finished. It answers
+/// StreamKind::committed, having read nothing, when `key` was committed
+/// without a stream to follow (read it as usual), and fails with
+/// Errc::timeout when nothing happened in time, Errc::unavailable when the
+/// writer failed before its commit (the destinations then hold part of it).
+struct StreamCall {
+  std::string op;
+  std::string key;
+  std::chrono::milliseconds wait{0};
+  std::function<Result<std::vector<TensorView>>(const std::string& manifest,
+                                                const std::vector<wire::KeyRecord>& records)>
+      plan;
+  std::shared_ptr<Promise<std::uint32_t>> promise;
 };
 
 struct KeysCall {
@@ -138,6 +162,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StageCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StreamCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ReleaseStagedCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)

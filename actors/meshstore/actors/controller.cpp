@@ -22,6 +22,27 @@ struct ControllerState {
   // Keys whose volume died, with that volume's id, until put or removed again.
   std::map<std::string, std::string> lost;
   std::uint64_t last_version = 0;  // store-wide commit sequence
+  // State dicts being written, by manifest key, and readers waiting for
+  // one to be written or committed.
+  struct Stream {
+    caf::actor_addr writer;
+    std::string manifest;
+    std::vector<wire::KeyRecord> records;
+    std::vector<std::uint64_t> filled;
+    std::set<caf::actor_addr> readers;
+  };
+  using SubscribeReply =
+      caf::typed_response_promise<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                                  std::vector<std::uint64_t>>;
+  struct Waiter {
+    std::uint64_t id = 0;
+    caf::actor_addr reader;
+    SubscribeReply reply;
+  };
+  std::map<std::string, Stream> streams;
+  std::map<std::string, std::vector<Waiter>> waiters;
+  std::uint64_t next_waiter = 1;
+  std::set<caf::actor_addr> writers;  // monitored stream writers
   std::vector<std::uint64_t> counters =
       std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
   void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
@@ -97,6 +118,54 @@ void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::ui
   for (const auto& s : r.shards) out[s.volume_id].push_back(s.object_id);
 }
 
+// -- streams -----------------------------------------------------------------
+
+void send_event(controller_pointer self, const caf::actor_addr& reader, const std::string& key,
+                const std::vector<std::uint64_t>& filled, StreamEnd end, const std::string& why) {
+  if (auto hdl = caf::actor_cast<caf::actor>(reader)) {
+    caf::anon_send(hdl, stream_event_atom::value, key, filled, static_cast<std::uint32_t>(end),
+                   why);
+  }
+}
+
+// Ends `key`'s stream, telling its readers how.
+void end_stream(controller_pointer self, const std::string& key, StreamEnd end,
+                const std::string& why) {
+  auto& st = self->state;
+  auto it = st.streams.find(key);
+  if (it == st.streams.end()) return;
+  for (const auto& reader : it->second.readers) send_event(self, reader, key, {}, end, why);
+  st.streams.erase(it);
+}
+
+// `key` committed: its stream ends, and readers waiting for it read it.
+void streams_committed(controller_pointer self, const std::string& key) {
+  auto& st = self->state;
+  end_stream(self, key, StreamEnd::committed, "");
+  auto w = st.waiters.find(key);
+  if (w == st.waiters.end()) return;
+  for (auto& waiter : w->second) {
+    waiter.reply.deliver(static_cast<std::uint32_t>(StreamKind::committed), std::string(),
+                         std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>());
+  }
+  st.waiters.erase(w);
+}
+
+// A stream writer went down before committing: its streams are aborted.
+bool writer_down(controller_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  if (st.writers.erase(msg.source) == 0) return false;
+  std::vector<std::string> doomed;
+  for (const auto& [key, stream] : st.streams) {
+    if (stream.writer == msg.source) doomed.push_back(key);
+  }
+  for (const auto& key : doomed) {
+    end_stream(self, key, StreamEnd::aborted,
+               "its writer went down (" + caf::to_string(msg.reason) + ")");
+  }
+  return true;
+}
+
 Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
                                                 const std::vector<wire::KeyRecord>& records) {
   auto& st = self->state;
@@ -123,6 +192,9 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   }
   send_to_volumes(self, adopted, Verdict::commit);
   send_to_volumes(self, released, Verdict::release);
+  if (!st.streams.empty() || !st.waiters.empty()) {
+    for (const auto& r : records) streams_committed(self, r.key);
+  }
   return versions;
 }
 
@@ -180,7 +252,9 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
 }
 
 controller_actor::behavior_type controller_impl(controller_pointer self) {
-  self->set_down_handler([=](caf::down_msg& msg) { volume_down(self, msg); });
+  self->set_down_handler([=](caf::down_msg& msg) {
+    if (!writer_down(self, msg)) volume_down(self, msg);
+  });
   return {
       [=](register_volume_atom, const wire::VolumeInfo& info,
           storage_volume_actor v) -> caf::result<caf::ok_atom> {
@@ -280,6 +354,88 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         return remove_keys(self, keys, Verdict::discard);
       },
       [=](counters_atom) { return self->state.counters; },
+      [=](stream_open_atom, const std::string& key, std::string& manifest,
+          std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {
+        auto& st = self->state;
+        // A second write of the same state dict ends the first one's stream.
+        end_stream(self, key, StreamEnd::aborted, "a newer write of it began");
+        auto writer = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!writer) return;  // already gone
+        if (st.writers.insert(writer.address()).second) self->monitor(writer);
+        st.count(ControllerCounter::streams);
+        auto& stream = st.streams[key];
+        stream.writer = writer.address();
+        stream.manifest = std::move(manifest);
+        stream.records = std::move(records);
+        stream.filled = std::move(filled);
+        auto w = st.waiters.find(key);
+        if (w == st.waiters.end()) return;
+        for (auto& waiter : w->second) {
+          waiter.reply.deliver(static_cast<std::uint32_t>(StreamKind::streaming), stream.manifest,
+                               stream.records, stream.filled);
+          stream.readers.insert(waiter.reader);
+          st.count(ControllerCounter::stream_readers);
+        }
+        st.waiters.erase(w);
+      },
+      [=](stream_progress_atom, const std::string& key, const std::vector<std::uint64_t>& filled) {
+        auto it = self->state.streams.find(key);
+        if (it == self->state.streams.end()) return;
+        auto& stream = it->second;
+        stream.filled.insert(stream.filled.end(), filled.begin(), filled.end());
+        for (const auto& reader : stream.readers) {
+          send_event(self, reader, key, filled, StreamEnd::none, "");
+        }
+      },
+      [=](stream_abort_atom, const std::string& key, const std::string& why) {
+        auto it = self->state.streams.find(key);
+        const auto& sender = self->current_sender();
+        if (it == self->state.streams.end() || !sender || it->second.writer != sender->address()) {
+          return;  // ended already, or another writer's
+        }
+        end_stream(self, key, StreamEnd::aborted, why);
+      },
+      [=](stream_subscribe_atom, const std::string& key, std::uint64_t wait_ms)
+          -> caf::result<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                         std::vector<std::uint64_t>> {
+        auto& st = self->state;
+        st.count(ControllerCounter::stream_subscribe);
+        auto reader = caf::actor_cast<caf::actor>(self->current_sender());
+        if (auto it = st.streams.find(key); it != st.streams.end()) {
+          if (reader) it->second.readers.insert(reader.address());
+          st.count(ControllerCounter::stream_readers);
+          return {static_cast<std::uint32_t>(StreamKind::streaming), it->second.manifest,
+                  it->second.records, it->second.filled};
+        }
+        const bool committed = st.index.count(key) != 0;
+        if (committed || wait_ms == 0 || !reader) {
+          return {
+              static_cast<std::uint32_t>(committed ? StreamKind::committed : StreamKind::absent),
+              std::string(), std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>()};
+        }
+        const auto id = st.next_waiter++;
+        auto rp =
+            self->make_response_promise<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                                        std::vector<std::uint64_t>>();
+        st.waiters[key].push_back(ControllerState::Waiter{id, reader.address(), rp});
+        self->delayed_send(self, std::chrono::milliseconds(wait_ms), stream_expire_atom::value, key,
+                           id);
+        return rp;
+      },
+      [=](stream_expire_atom, const std::string& key, std::uint64_t id) {
+        auto& st = self->state;
+        auto w = st.waiters.find(key);
+        if (w == st.waiters.end()) return;
+        auto& list = w->second;
+        for (auto it = list.begin(); it != list.end(); ++it) {
+          if (it->id != id) continue;
+          it->reply.deliver(static_cast<std::uint32_t>(StreamKind::absent), std::string(),
+                            std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>());
+          list.erase(it);
+          break;
+        }
+        if (list.empty()) st.waiters.erase(w);
+      },
       [=](replace_atom, const std::vector<wire::KeyRecord>& records,
           const std::vector<std::string>& prefixes,
           bool reuse) -> caf::result<std::vector<std::uint64_t>> {

@@ -50,7 +50,36 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<replace_atom, std::vector<wire::KeyRecord>, std::vector<std::string>,
                     bool>::with<std::vector<std::uint64_t>>,
     // Control messages handled so far, in ControllerCounter order.
-    caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>>;
+    caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>,
+    // -- streams: readers copy a state dict while its writer puts it --
+    // The sender began writing state dict P: its manifest's bytes, the
+    // records its commit will carry (staged objects, not yet filled) and
+    // the indices of those already filled. A stream ends when P commits
+    // (readers are told), on stream_abort, or when its writer goes down.
+    caf::reacts_to<stream_open_atom, std::string, std::string, std::vector<wire::KeyRecord>,
+                   std::vector<std::uint64_t>>,
+    // More records of P's stream are filled.
+    caf::reacts_to<stream_progress_atom, std::string, std::vector<std::uint64_t>>,
+    // P's writer failed before committing: why.
+    caf::reacts_to<stream_abort_atom, std::string, std::string>,
+    // Subscribes the sender to P, waiting up to wait_ms for P to be written
+    // or committed. Answers a StreamKind, with (kind streaming) the manifest,
+    // the records and the indices filled so far; from then on the sender
+    // gets (stream_event_atom, P, indices filled, StreamEnd, why) messages.
+    caf::replies_to<stream_subscribe_atom, std::string, std::uint64_t>::with<
+        std::uint32_t, std::string, std::vector<wire::KeyRecord>, std::vector<std::uint64_t>>,
+    // A subscription's wait is over (sent by the controller to itself).
+    caf::reacts_to<stream_expire_atom, std::string, std::uint64_t>>;
+
+/// What stream_subscribe answers.
+enum class StreamKind : std::uint32_t {
+  committed = 0,  ///< P is committed and not being written: read it as usual
+  streaming = 1,  ///< P is being written: follow the events
+  absent = 2,     ///< nothing happened to P within the wait
+};
+
+/// How a stream ended, in stream_event messages.
+enum class StreamEnd : std::uint32_t { none = 0, committed = 1, aborted = 2 };
 
 /// What the controller counts (indices into counters_atom's reply).
 enum class ControllerCounter : std::size_t {
@@ -59,7 +88,10 @@ enum class ControllerCounter : std::size_t {
   locate,
   exists,
   keys,
-  remove,  // remove, remove_batch, and the removals of a replace
+  remove,            // remove, remove_batch, and the removals of a replace
+  streams,           // puts announced as streams (stream_open)
+  stream_readers,    // readers that followed a stream instead of waiting for its commit
+  stream_subscribe,  // stream_subscribe messages
   count_
 };
 
