@@ -54,8 +54,10 @@ struct Args {
   bool smoke = false;
   int processes = 2;
   int tcp_streams = 2;  // StoreOptions::tcp_streams
-  std::string peer;     // internal: run as the peer process ("serve")
+  std::string peer;     // internal: run as a peer process ("serve", "read")
   std::string model = "qwen3-0.6b";
+  int port = 0;                // internal: the store a "read" peer connects to
+  std::string prefix = "e2e";  // internal: what a "read" peer follows
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -115,6 +117,10 @@ Args parse(int argc, char** argv) {
       a.tcp_streams = std::atoi(next().c_str());
     else if (arg == "--peer")
       a.peer = next();
+    else if (arg == "--port")
+      a.port = std::atoi(next().c_str());
+    else if (arg == "--prefix")
+      a.prefix = next();
     else if (arg == "--help" || arg == "-h")
       usage("help");
     else
@@ -294,7 +300,9 @@ struct Peer {
   }
 };
 
-std::unique_ptr<Peer> start_peer() {
+// Spawns this binary as a peer: `args` after the program name. Its stdin
+// is `to_child` (closing it stops the peer); its stdout comes back in `from`.
+std::unique_ptr<Peer> spawn_peer(std::vector<std::string> args, FILE** from_out) {
   int in[2], out[2];
   if (pipe(in) != 0 || pipe(out) != 0) {
     std::perror("store_bench: pipe");
@@ -306,12 +314,13 @@ std::unique_ptr<Peer> start_peer() {
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   posix_spawn_file_actions_addclose(&fa, in[1]);
   posix_spawn_file_actions_addclose(&fa, out[0]);
-  char exe[] = "/proc/self/exe";
-  char flag[] = "--peer";
-  char role[] = "serve";
-  char* argv[] = {exe, flag, role, nullptr};
+  args.insert(args.begin(), "/proc/self/exe");
+  std::vector<char*> argv;
+  for (auto& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  char* exe = argv.front();
   auto peer = std::make_unique<Peer>();
-  if (posix_spawn(&peer->pid, exe, &fa, nullptr, argv, environ) != 0) {
+  if (posix_spawn(&peer->pid, exe, &fa, nullptr, argv.data(), environ) != 0) {
     std::perror("store_bench: spawning the peer");
     std::exit(1);
   }
@@ -319,7 +328,13 @@ std::unique_ptr<Peer> start_peer() {
   close(in[0]);
   close(out[1]);
   peer->to_child = in[1];
-  FILE* from = fdopen(out[0], "r");
+  *from_out = fdopen(out[0], "r");
+  return peer;
+}
+
+std::unique_ptr<Peer> start_peer() {
+  FILE* from = nullptr;
+  auto peer = spawn_peer({"--peer", "serve"}, &from);
   unsigned sp = 0, rp = 0;
   if (std::fscanf(from, "ready %u %u", &sp, &rp) != 2) {
     std::fprintf(stderr, "store_bench: the peer process did not start\n");
@@ -528,6 +543,144 @@ SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, 
   return SyncTimes{median(put_t), median(get_t)};
 }
 
+// The pattern of version `v` (bf16 bits), every element alike.
+std::uint16_t pattern_of(std::uint64_t v) { return static_cast<std::uint16_t>(0x3f80 + v * 7); }
+
+// The reader peer of the end-to-end figure: connects to the store, then for
+// each round waits for the next version under "e2e" (streamed while the
+// writer puts it), notes when its last byte arrived, checks it, and reports
+// "done VERSION STEADY_NS OK" on stdout.
+int run_reader(const Args& a) {
+  qwen3::Config config;
+  if (!qwen3::find(a.model, config)) usage(("unknown model '" + a.model + "'").c_str());
+  if (a.smoke) config.layers = 1;
+  meshstore::StoreOptions o;
+  o.transport = a.transport;
+  o.tcp_streams = a.tcp_streams;
+  o.host_volumes = false;
+  o.local_rank = -1;
+  o.rank = 2;
+  auto store =
+      must(meshstore::Store::connect("127.0.0.1:" + std::to_string(a.port), o), "reader: connect");
+  Dict dst = make_dict(qwen3::tensors(config), 0);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  std::uint64_t seen = 0;
+  for (int r = 0; r < a.iters; ++r) {
+    seen = must(store.get_next_state_dict_into(a.prefix, dst.sd, seen, 600s).get(),
+                "reader: get_next_state_dict_into");
+    const auto end =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count();
+    bool ok = true;
+    for (const auto& b : dst.buffers) {
+      for (std::size_t i = 0; i < b.size() && ok; i += 4099) ok = b[i] == pattern_of(seen);
+      ok = ok && b.back() == pattern_of(seen);
+    }
+    std::printf("done %llu %lld %d\n", static_cast<unsigned long long>(seen),
+                static_cast<long long>(end), ok ? 1 : 0);
+    std::fflush(stdout);
+  }
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  store.close();
+  return 0;
+}
+
+struct EndToEnd {
+  double seconds = 0;  // median, first byte put to last byte read
+  double put = 0;      // median publish_state_dict
+  int rounds = 0;
+};
+
+// The trainer publishes, a worker in another process reads it into its own
+// buffers, timed to the reader's last byte (steady clock, one host). Each
+// round waits until the reader is subscribed to the next version first.
+//  - copy: publish_state_dict of the trainer's buffers, timed from before
+//    its first byte; the reader streams it while it is put.
+//  - in place: the trainer writes the version straight into tensors from
+//    stage_publish (as its update step would; not timed, like filling its
+//    own buffers in the copy mode), then commit() is timed and the reader
+//    reads it.
+EndToEnd time_end_to_end(const Args& a, meshstore::Store& store, std::uint16_t store_port,
+                         Dict& src, const qwen3::Tensors& shapes, int iters, bool in_place) {
+  const std::string prefix = in_place ? "e2e_in_place" : "e2e";
+  std::vector<meshstore::TensorSpec> specs;
+  for (const auto& [name, shape] : shapes)
+    specs.push_back({name, meshstore::DType::bfloat16, shape});
+  const int warm = 2;  // the first versions fault in fresh segments
+  const int rounds = iters + warm;
+  auto subscribes = [&] {
+    return must(store.controller_counters().get(30s), "counters").stream_subscribes;
+  };
+  std::uint64_t last = subscribes();
+  std::vector<std::string> args{"--peer",        "read",
+                                "--port",        std::to_string(store_port),
+                                "--model",       a.model,
+                                "--transport",   a.transport,
+                                "--tcp-streams", std::to_string(a.tcp_streams),
+                                "--iters",       std::to_string(rounds),
+                                "--prefix",      prefix};
+  if (a.smoke) args.push_back("--smoke");
+  FILE* from = nullptr;
+  auto reader = spawn_peer(args, &from);
+  char line[256];
+  if (!std::fgets(line, sizeof(line), from) || std::strncmp(line, "ready", 5) != 0) {
+    std::fprintf(stderr, "store_bench: the reader process did not start\n");
+    std::exit(1);
+  }
+  std::vector<double> e2e, put;
+  for (int r = 0; r < rounds; ++r) {
+    if (!a.json) {
+      std::fprintf(stderr, "\rstore_bench weight-sync end to end (%s): round %d/%d",
+                   in_place ? "in place" : "copy", r + 1, rounds);
+    }
+    const std::uint64_t version = static_cast<std::uint64_t>(r) + 1;
+    meshstore::StagedStateDict staged;
+    if (in_place) {
+      staged = must(store.stage_publish(prefix, specs).get(600s), "stage_publish");
+      for (auto& e : staged.state_dict().entries()) {
+        auto* p = static_cast<std::uint16_t*>(e.view.data());
+        std::fill(p, p + e.view.numel(), pattern_of(version));
+      }
+    } else {
+      for (auto& b : src.buffers) std::fill(b.begin(), b.end(), pattern_of(version));
+    }
+    // Bounded wait until the reader waits for this version.
+    for (int i = 0; i < 60000 && subscribes() <= last; ++i) std::this_thread::sleep_for(1ms);
+    last = subscribes();
+    const auto t0 = Clock::now();
+    const auto published =
+        in_place ? must(staged.commit().get(600s), "commit")
+                 : must(store.publish_state_dict(prefix, src.sd).get(600s), "publish");
+    const double put_s = secs(t0);
+    unsigned long long v = 0;
+    long long end_ns = 0;
+    int ok = 0;
+    if (!std::fgets(line, sizeof(line), from) ||
+        std::sscanf(line, "done %llu %lld %d", &v, &end_ns, &ok) != 3 || v != published || !ok) {
+      std::fprintf(stderr, "store_bench: the reader read version %llu (%s), expected %llu\n", v,
+                   ok ? "intact" : "corrupt", static_cast<unsigned long long>(published));
+      std::exit(1);
+    }
+    const double e =
+        static_cast<double>(
+            end_ns -
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count()) /
+        1e9;
+    if (r >= warm) {
+      e2e.push_back(e);
+      put.push_back(put_s);
+    }
+  }
+  if (!a.json) std::fprintf(stderr, "\n");
+  std::fclose(from);
+  reader.reset();  // closes its stdin and reaps it
+  must(store.remove_batch({prefix}).get(60s), "cleanup");
+  return EndToEnd{median(e2e), median(put), iters};
+}
+
 void run_weight_sync(const Args& a) {
   qwen3::Config config;
   if (!qwen3::find(a.model, config)) usage(("unknown model '" + a.model + "'").c_str());
@@ -569,7 +722,18 @@ void run_weight_sync(const Args& a) {
   const double put_op = per_tensor_us(big.put, small.put),
                get_op = per_tensor_us(big.get, small.get);
   const double m = median(memcpy_t), gb = b1 / 1e9;
-  const double e2e = big.put + big.get;
+  const double sequential = big.put + big.get;
+  // Streaming needs a reader in a third process, so a store it can reach.
+  EndToEnd streamed, in_place;
+  if (session.peer) {
+    small_src = Dict();
+    small_dst = Dict();
+    dst = Dict();
+    streamed = time_end_to_end(a, store, session.peer->store_port, src, shapes, iters, false);
+    in_place = time_end_to_end(a, store, session.peer->store_port, src, shapes, iters, true);
+  }
+  const bool have_stream = streamed.seconds > 0;
+  const double e2e = have_stream ? streamed.seconds : sequential;
   if (a.json) {
     std::printf(
         "{\"scenario\":\"weight-sync\",\"model\":\"%s\",\"transport\":\"%s\",\"processes\":%d,"
@@ -578,11 +742,16 @@ void run_weight_sync(const Args& a) {
         "\"put_state_dict_vs_memcpy\":%.3f,\"get_state_dict_into_vs_memcpy\":%.3f,"
         "\"put_per_tensor_us\":%.2f,\"get_per_tensor_us\":%.2f,\"per_tensor_overhead_us\":%.2f,"
         "\"small_1000x4KiB_sync_ms\":%.3f,\"end_to_end_gbps\":%.3f,\"end_to_end_vs_memcpy\":%.3f,"
-        "\"end_to_end_mode\":\"sequential\"}\n",
+        "\"end_to_end_mode\":\"%s\",\"end_to_end_sequential_vs_memcpy\":%.3f,"
+        "\"end_to_end_publish_vs_memcpy\":%.3f,\"end_to_end_in_place_vs_memcpy\":%.3f,"
+        "\"in_place_commit_ms\":%.3f}\n",
         config.name.c_str(), a.transport.c_str(), a.processes, shapes.size(),
         static_cast<unsigned long long>(src.bytes), iters, gb / m, gb / big.put, gb / big.get,
         m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
-        (small.put + small.get) * 1e3, gb / e2e, m / e2e);
+        (small.put + small.get) * 1e3, gb / e2e, m / e2e,
+        have_stream ? "streamed to a reader process" : "sequential", m / sequential,
+        have_stream ? m / streamed.put : 0.0, have_stream ? m / in_place.seconds : 0.0,
+        in_place.put * 1e3);
     return;
   }
   std::printf(
@@ -595,8 +764,16 @@ void run_weight_sync(const Args& a) {
               m / big.put);
   std::printf("  %-24s %10.4f %10.2f %10.2f\n", "get_state_dict_into", big.get, gb / big.get,
               m / big.get);
-  std::printf("  %-24s %10.4f %10.2f %10.2f   (put then get; no streaming yet)\n", "end to end",
-              e2e, gb / e2e, m / e2e);
+  std::printf("  %-24s %10.4f %10.2f %10.2f   (put, then get, one process)\n",
+              "end to end, sequential", sequential, gb / sequential, m / sequential);
+  if (have_stream) {
+    std::printf("  %-24s %10.4f %10.2f %10.2f   (publish; a reader process streams it)\n",
+                "end to end, streamed", streamed.seconds, gb / streamed.seconds,
+                m / streamed.seconds);
+    std::printf("  %-24s %10.4f %10.2f %10.2f   (written in place; commit %.2f ms, then read)\n",
+                "end to end, in place", in_place.seconds, gb / in_place.seconds,
+                m / in_place.seconds, in_place.put * 1e3);
+  }
   std::printf(
       "  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put %.2f ms + get %.2f ms\n",
       put_op, get_op, small.put * 1e3, small.get * 1e3);
@@ -607,6 +784,7 @@ void run_weight_sync(const Args& a) {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.peer == "serve") return run_peer();
+  if (a.peer == "read") return run_reader(a);
   if (!a.peer.empty()) usage("unknown --peer role");
   signal(SIGPIPE, SIG_IGN);
   if (a.smoke) {
