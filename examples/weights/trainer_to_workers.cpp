@@ -8,10 +8,14 @@
 //   build/bin/meshrun -n 3 -- build/bin/trainer_to_workers --model qwen3-0.6b --steps 5
 //
 // Models: qwen3-0.6b (1.2 GB), qwen3-1.7b (3.4 GB), qwen3-4b-8layers
-// (2.4 GB). The trainer prints one line per step: its put and the slowest
-// worker's get, in seconds and GB/s, next to memcpy of the same bytes
-// measured in the same run. Workers on the trainer's host read through
-// shared memory, others over tcp.
+// (2.4 GB). Workers wait for each version with get_next_state_dict_into,
+// which streams it while the trainer still puts it. With --publish in-place
+// the trainer writes each version straight into the store's shared memory
+// (stage_publish) and commits it: no copy in at all. The trainer prints one
+// line per step: its publish, and the end-to-end time from its first byte
+// to the slowest worker's last, in seconds, GB/s and x memcpy of the same
+// bytes measured in the same run. Workers on the trainer's host read
+// through shared memory, others over tcp.
 
 #include <algorithm>
 #include <chrono>
@@ -35,14 +39,16 @@ struct Args {
   std::string model = "qwen3-0.6b";
   int steps = 5;
   std::int64_t stride = 4099;  // elements between checked ones
+  bool in_place = false;       // --publish in-place
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "trainer_to_workers: %s\n"
-               "usage: trainer_to_workers [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
-               "                          [--steps N] [--check-stride N]\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "trainer_to_workers: %s\n"
+      "usage: trainer_to_workers [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
+      "                          [--steps N] [--check-stride N] [--publish copy|in-place]\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -60,6 +66,10 @@ Args parse(int argc, char** argv) {
       a.steps = std::atoi(next().c_str());
     } else if (arg == "--check-stride") {
       a.stride = std::atoll(next().c_str());
+    } else if (arg == "--publish") {
+      const std::string mode = next();
+      if (mode != "copy" && mode != "in-place") usage("--publish is copy or in-place");
+      a.in_place = mode == "in-place";
     } else {
       usage("unknown argument '" + arg + "'");
     }
@@ -94,6 +104,22 @@ meshstore::Status wait_count(meshstore::Store& store, const std::string& prefix,
     std::this_thread::sleep_for(backoff);
     backoff = std::min<std::chrono::microseconds>(backoff * 2, 20ms);
   }
+}
+
+// This boot's id: steady-clock times compare only within one boot.
+std::string boot_id() {
+  std::string id;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {0};
+    if (std::fgets(buf, sizeof(buf), f)) id = buf;
+    std::fclose(f);
+  }
+  while (!id.empty() && id.back() == '\n') id.pop_back();
+  return id;
+}
+
+long long steady_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 int fail(int rank, const std::string& what, const meshstore::Status& s) {
@@ -149,29 +175,66 @@ int main(int argc, char** argv) {
     const double memcpy_s = secs(t0);
     scratch.clear();
     std::printf("memcpy of the same bytes: %.3f s (%.2f GB/s)\n", memcpy_s, gb / memcpy_s);
+    std::vector<meshstore::TensorSpec> specs;
+    for (const auto& [name, shape] : shapes) {
+      specs.push_back({name, meshstore::DType::bfloat16, shape});
+    }
+    const std::string here = boot_id();
     for (int step = 1; step <= args.steps; ++step) {
-      for (std::size_t t = 0; t < buffers.size(); ++t) {
-        std::fill(buffers[t].begin(), buffers[t].end(), pattern(step, t));
+      meshstore::Result<std::uint64_t> v = std::uint64_t{0};
+      double put_s = 0;
+      if (args.in_place) {
+        // The update step writes straight into the store's memory.
+        auto staged = store->stage_publish("weights", specs).get(600s);
+        if (!staged.ok()) return fail(rank, "stage step " + std::to_string(step), staged.status());
+        const auto& entries = staged->state_dict().entries();
+        for (std::size_t t = 0; t < entries.size(); ++t) {
+          auto* p = static_cast<std::uint16_t*>(entries[t].view.data());
+          std::fill(p, p + entries[t].view.numel(), pattern(step, t));
+        }
+        t0 = Clock::now();
+        v = staged->commit().get(600s);
+      } else {
+        for (std::size_t t = 0; t < buffers.size(); ++t) {
+          std::fill(buffers[t].begin(), buffers[t].end(), pattern(step, t));
+        }
+        t0 = Clock::now();
+        v = store->publish_state_dict("weights", sd).get(600s);
       }
-      t0 = Clock::now();
-      auto v = store->publish_state_dict("weights", sd).get(600s);
-      const double put_s = secs(t0);
+      put_s = secs(t0);
       if (!v.ok()) return fail(rank, "publish step " + std::to_string(step), v.status());
       const std::string acks = "ack/" + std::to_string(step) + "/";
       if (auto s = wait_count(*store, acks, static_cast<std::size_t>(world - 1)); !s.ok()) {
         return fail(rank, "waiting for the workers", s);
       }
-      double slowest = 0;
+      // Each ack holds when the worker's last byte arrived and its boot id.
+      double e2e = 0;
+      bool same_host = true;
       for (int w = 1; w < world; ++w) {
         auto text = store->get_object(acks + std::to_string(w)).get(30s);
         if (!text.ok()) return fail(rank, "reading an ack", text.status());
-        slowest = std::max(slowest, std::atof(text->c_str()));
+        char boot[64] = {0};
+        long long end_ns = 0;
+        if (std::sscanf(text->c_str(), "%lld %63s", &end_ns, boot) != 2 || here != boot) {
+          same_host = false;
+          continue;
+        }
+        e2e = std::max(e2e, static_cast<double>(end_ns - steady_ns(t0)) / 1e9);
       }
-      std::printf(
-          "step %d/%d: version %llu put %.3f s %.2f GB/s (%.2f x memcpy) | slowest worker "
-          "get_into %.3f s %.2f GB/s (%.2f x memcpy) | checked\n",
-          step, args.steps, static_cast<unsigned long long>(*v), put_s, gb / put_s,
-          memcpy_s / put_s, slowest, gb / slowest, memcpy_s / slowest);
+      char e2e_text[96] = "end to end n/a (workers on other hosts)";
+      if (same_host) {
+        std::snprintf(e2e_text, sizeof(e2e_text), "end to end %.3f s %.2f GB/s (%.2f x memcpy)",
+                      e2e, gb / e2e, memcpy_s / e2e);
+      }
+      char put_text[96];
+      if (args.in_place) {
+        std::snprintf(put_text, sizeof(put_text), "commit %.2f ms", put_s * 1e3);
+      } else {
+        std::snprintf(put_text, sizeof(put_text), "publish %.3f s %.2f GB/s (%.2f x memcpy)", put_s,
+                      gb / put_s, memcpy_s / put_s);
+      }
+      std::printf("step %d/%d: version %llu %s | %s | checked\n", step, args.steps,
+                  static_cast<unsigned long long>(*v), put_text, e2e_text);
       std::fflush(stdout);
     }
     // The workers are done once they acked the last step; wait for their exit notes.
@@ -182,22 +245,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // A worker: pull each version in place and check it.
+  // A worker: wait for each version and pull it in place (streamed while
+  // the trainer still puts it), then check it.
+  const std::string here = boot_id();
   for (int step = 1; step <= args.steps; ++step) {
-    const auto deadline = Clock::now() + 300s;
-    for (auto backoff = 200us;; backoff = std::min<std::chrono::microseconds>(backoff * 2, 20ms)) {
-      auto latest = store->latest_version("weights").get(30s);
-      if (!latest.ok()) return fail(rank, "latest_version", latest.status());
-      if (*latest >= static_cast<std::uint64_t>(step)) break;
-      if (Clock::now() > deadline) {
-        return fail(rank, "waiting for step " + std::to_string(step),
-                    meshstore::Status(meshstore::Errc::timeout, "no new version in 300 s"));
-      }
-      std::this_thread::sleep_for(backoff);
-    }
-    auto t0 = Clock::now();
-    auto v = store->get_latest_state_dict_into("weights", sd).get(600s);
-    const double get_s = secs(t0);
+    auto v =
+        store->get_next_state_dict_into("weights", sd, static_cast<std::uint64_t>(step - 1), 300s)
+            .get(600s);
+    const long long end_ns = steady_ns(Clock::now());
     if (!v.ok()) return fail(rank, "get step " + std::to_string(step), v.status());
     const int version = static_cast<int>(*v);
     for (std::size_t t = 0; t < buffers.size(); ++t) {
@@ -211,8 +266,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.6f", get_s);
+    char text[96];
+    std::snprintf(text, sizeof(text), "%lld %s", end_ns, here.c_str());
     auto ack = store->put_object("ack/" + std::to_string(step) + "/" + std::to_string(rank), text)
                    .get(30s);
     if (!ack.ok()) return fail(rank, "ack", ack.status());
