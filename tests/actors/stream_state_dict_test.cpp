@@ -137,7 +137,9 @@ TEST(StreamStateDictTest, AMismatchedDestinationFailsBeforeAnyByteMoves) {
   await_subscribes(store, before.stream_subscribes + 1);
   ASSERT_OK(store.put_state_dict("sd", src.sd).get(kWait));
   EXPECT_ERROR(read.get(kWait), Errc::shape_mismatch,
-               "mismatched 'layer.0.weight (stored [1048576], destination [524288])'");
+               "stream_state_dict_into 'sd': the destination does not match the stored state dict: "
+               "missing 'norm', 'step'; mismatched 'layer.0.weight (stored [1048576], destination "
+               "[524288])'");
   EXPECT_EQ(wrong.front(), -5.0f);
   EXPECT_EQ(wrong.back(), -5.0f);
 }

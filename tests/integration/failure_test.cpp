@@ -2,6 +2,7 @@
 // within a bound, nothing hangs.
 
 #include <regex>
+#include <thread>
 
 #include "meshstore/store.hpp"
 #include "testing/subprocess.hpp"
@@ -18,6 +19,45 @@ const std::string kMeshrun = MESHRUN_PATH;
 
 // The bound within which a dead peer must turn into an error.
 constexpr auto kBound = 10s;
+
+TEST(Failure, AStreamingReaderLearnsThatItsWriterDied) {
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  o.request_timeout = 60s;  // far above the bound: the error must not come from a timeout
+  auto server = Store::embedded(o).value();
+  constexpr std::int64_t kPer = (std::int64_t{256} << 20) / 8 / 4;
+  std::vector<std::vector<float>> bufs(8, std::vector<float>(kPer, 0.0f));
+  StateDict dst;
+  for (std::size_t t = 0; t < bufs.size(); ++t) {
+    ASSERT_OK(dst.insert("w" + std::to_string(t), TensorView::of(bufs[t].data(), {kPer})));
+  }
+  auto read = server.stream_state_dict_into("sd", dst, 60s);
+  // The writer: 256 MiB over rpc, 1 MiB at a time, in another process.
+  Child writer({kPeer, "write-state-dict", server.address(), "sd", "256"});
+  // Bounded wait until its put is announced, then freeze it mid-put.
+  for (int i = 0; i < 60000 && server.controller_counters().get(kWait)->streams < 1; ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
+  writer.signal(SIGSTOP);
+  ASSERT_GE(server.controller_counters().get(kWait)->streams, 1u);
+  ASSERT_EQ(server.controller_counters().get(kWait)->stream_readers, 1u);
+  if (writer.wait_for_output("committed", 10ms) || read.ready()) {
+    GTEST_SKIP() << "the writer committed before it could be stopped";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  writer.signal(SIGKILL);
+  ASSERT_TRUE(writer.wait(kWait));
+  auto r = read.get(kBound);
+  EXPECT_NE(r.status().code(), Errc::timeout) << "the read hung until its timeout";
+  EXPECT_ERROR(r, Errc::unavailable,
+               "stream_state_dict_into 'sd': the writer aborted before its commit: its writer went "
+               "down");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kBound);
+  // Nothing of the dead writer's version is visible; the store still works.
+  EXPECT_FALSE(*server.exists("sd").get(kBound));
+  float y = 1;
+  ASSERT_OK(server.put("fresh", TensorView::of(&y, {})).get(kBound));
+}
 
 TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
   StoreOptions o;

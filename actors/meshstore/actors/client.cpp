@@ -1159,7 +1159,11 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
                    const std::string& manifest, std::vector<wire::KeyRecord> records,
                    const std::vector<std::uint64_t>& filled) {
   auto dsts = op->call.plan(manifest, records);
-  if (!dsts.ok()) return finish_stream(self, op, dsts.status());
+  if (!dsts.ok()) {
+    // The plan's errors name the call and the key already.
+    op->finished = true;
+    return (void)op->call.promise->set_error(dsts.status());
+  }
   if (dsts->size() != records.size()) {
     return finish_stream(
         self, op,
