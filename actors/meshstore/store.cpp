@@ -7,6 +7,8 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <unordered_set>
@@ -169,6 +171,10 @@ Status StoreOptions::validate() const {
   return Status();
 }
 
+// The state-dict reads' manifest cache (section -- state dicts --).
+struct ManifestCache;
+std::shared_ptr<ManifestCache> make_manifest_cache();
+
 struct Store::Impl {
   StoreOptions options;
   std::string host;
@@ -187,6 +193,9 @@ struct Store::Impl {
   actors::directory_actor directory;
   std::vector<actors::storage_volume_actor> volumes;  // hosted in this process
   std::vector<caf::actor> owned;                      // actors of this process, stopped by close()
+  // Manifests the state-dict reads planned with; plain data, so the read
+  // chains may hold it past close().
+  std::shared_ptr<ManifestCache> manifests = make_manifest_cache();
 
   // A runtime (with the network layer when `network`) and validated options.
   static Result<std::unique_ptr<Impl>> start(const StoreOptions& options, bool network);
@@ -213,6 +222,10 @@ struct Store::Impl {
     if (impl == nullptr) return caf::actor_addr();
     std::shared_lock<std::shared_mutex> lock(impl->mu);
     return impl->closed ? caf::actor_addr() : impl->client.address();
+  }
+
+  static std::shared_ptr<ManifestCache> manifest_cache(Impl* impl) {
+    return impl == nullptr ? nullptr : impl->manifests;
   }
 
   // Gives `call` a promise, sends it to the client actor and returns the
@@ -828,17 +841,6 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
   return fut;
 }
 
-// The commit version of `key` (0: no such key).
-Future<std::uint64_t> version_of(const caf::actor_addr& client, const std::string& key) {
-  actors::ExistsCall call;
-  call.keys.push_back(key);
-  return call_client(client, actors::store_exists_atom::value, std::move(call),
-                     "version of '" + key + "'")
-      .then([](const std::vector<std::uint64_t>& v) -> std::uint64_t {
-        return v.empty() ? 0 : v.front();
-      });
-}
-
 Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
                               const std::string& op) {
   actors::GetCall call;
@@ -1030,20 +1032,24 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
 }
 
 // The version `prefix` points at (0 when it was never published).
+// One object read: a missing pointer is 0.
 Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
                                  const std::string& op) {
-  return version_of(client, prefix).then([=](std::uint64_t v) -> Future<std::uint64_t> {
-    if (v == 0) return make_ready_future<std::uint64_t>(0);
-    return object_of(client, prefix, op)
-        .then([=](const std::string& text) -> Result<std::uint64_t> {
-          char* end = nullptr;
-          const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
-          if (text.empty() || *end != '\0' || n == 0) {
-            return Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer");
-          }
-          return static_cast<std::uint64_t>(n);
-        });
+  auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+  object_of(client, prefix, op).on_complete([=](const Result<std::string>& text) {
+    if (!text.ok()) {
+      if (text.status().code() == Errc::not_found) return (void)p->set_value(0);
+      return (void)p->set_error(text.status());
+    }
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(text->c_str(), &end, 10);
+    if (text->empty() || *end != '\0' || n == 0) {
+      return (void)p->set_error(
+          Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer"));
+    }
+    p->set_value(static_cast<std::uint64_t>(n));
   });
+  return p->future();
 }
 
 // One planned read of a state dict into a destination: what it checked and
@@ -1056,15 +1062,56 @@ struct IntoPlan {
   std::vector<std::pair<std::string, Tensor>> values;        // name -> encoded value
 };
 
+}  // namespace
+
+// The manifests a store's reads planned with last, by key (or by prefix for
+// versions, whose keys change every time but whose layout rarely does). A
+// read of the same layout plans with the cached manifest and skips reading
+// it first: its single call reads the manifest anyway and plans again if it
+// differs, so a stale entry costs a round trip, never a wrong read.
+struct ManifestCache {
+  std::mutex mu;  // guards map
+  std::unordered_map<std::string, Snapshot> map;
+
+  std::optional<Snapshot> find(const std::string& k) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = map.find(k);
+    if (it == map.end()) return std::nullopt;
+    return it->second;
+  }
+  void put(const std::string& k, const Snapshot& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (map.size() >= 256 && map.count(k) == 0) map.clear();
+    map[k] = s;
+  }
+};
+
+std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<ManifestCache>(); }
+
+namespace {
+
+// Where a read may find and leave its plan's manifest.
+struct CacheSlot {
+  std::shared_ptr<ManifestCache> cache;  // null: none
+  std::string key;
+};
+
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
-                               StateDict* dst, const std::string& op, Snapshot snap, int tries);
+                               StateDict* dst, const std::string& op, Snapshot snap, int tries,
+                               const CacheSlot& slot, bool guess);
 
 // Reads the state dict under `key` into `sd` (get_state_dict_into).
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
-                                  StateDict& sd, const std::string& op) {
+                                  StateDict& sd, const std::string& op,
+                                  const CacheSlot& slot = {}) {
   StateDict* dst = &sd;
+  if (slot.cache) {
+    if (auto snap = slot.cache->find(slot.key)) {
+      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true);
+    }
+  }
   return manifest_of(client, key, op).then([=](const Snapshot& snap) {
-    return read_into_attempt(client, key, dst, op, snap, 0);
+    return read_into_attempt(client, key, dst, op, snap, 0, slot, false);
   });
 }
 
@@ -1164,17 +1211,26 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
 // manifest differs from `snap`'s, a writer changed the layout in between:
 // plan again with the new one.
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
-                               StateDict* dst, const std::string& op, Snapshot snap, int tries) {
+                               StateDict* dst, const std::string& op, Snapshot snap, int tries,
+                               const CacheSlot& slot, bool guess) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
   actors::GetCall into;
   auto planned = plan_into(key, dst, op, std::move(snap), into);
-  if (!planned.ok()) return make_error_future<void>(planned.status());
+  if (!planned.ok()) {
+    // A cached layout may be stale: check against the stored one first.
+    if (guess) {
+      return manifest_of(client, key, op).then([=](const Snapshot& fresh) {
+        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false);
+      });
+    }
+    return make_error_future<void>(planned.status());
+  }
   auto plan = std::move(planned).value();
   auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
   call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
       .on_complete([=](const Result<actors::GetOutput>& r) {
         auto again = [=](const Snapshot& fresh) {
-          read_into_attempt(client, key, dst, op, fresh, tries + 1)
+          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false)
               .on_complete([done](const Result<void>& x) { done->set(x); });
         };
         if (!r.ok()) {
@@ -1187,33 +1243,42 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
           }
           manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
             if (fresh.ok() && fresh->bytes != plan->snap.bytes) return again(*fresh);
-            done->set_error(r.status());
+            // A guess read keys that may never have existed: the stored
+            // manifest's own error names the problem better.
+            done->set_error(guess && !fresh.ok() ? fresh.status() : r.status());
           });
           return;
         }
         auto now = decode_snapshot(plan->manifest_copy, key, op);
         if (!now.ok()) return (void)done->set_error(now.status());
         if (now->bytes != plan->snap.bytes) return again(*now);
+        if (slot.cache) slot.cache->put(slot.key, plan->snap);
         done->set(finish_into(*plan, dst));
       });
   return done->future();
 }
 
+// The cache slot of the versions under `prefix` (no key holds a NUL).
+CacheSlot versions_slot(const std::shared_ptr<ManifestCache>& cache, const std::string& prefix) {
+  return CacheSlot{cache, std::string(1, '\0') + prefix};
+}
+
 // Reads the version `prefix` points at into `dst`; when that version was
 // retired before it could be read, follows the pointer again.
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
-                                       StateDict* dst, const std::string& op, int tries) {
+                                       StateDict* dst, const std::string& op, int tries,
+                                       const std::shared_ptr<ManifestCache>& cache) {
   return pointer_of(client, prefix, op).then([=](std::uint64_t v) -> Future<std::uint64_t> {
     if (v == 0) {
       return make_error_future<std::uint64_t>(
           Status(Errc::not_found, op + ": nothing published under '" + prefix + "'"));
     }
     auto p = std::make_shared<Promise<std::uint64_t>>();
-    read_state_dict_into(client, version_key(prefix, v), *dst, op)
+    read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix))
         .on_complete([=](const Result<void>& r) {
           if (!r.ok() && r.status().code() == Errc::not_found &&
               tries + 1 < kMaxStateDictAttempts) {
-            read_latest_into(client, prefix, dst, op, tries + 1)
+            read_latest_into(client, prefix, dst, op, tries + 1, cache)
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
             return;
           }
@@ -1227,7 +1292,8 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
 // Waits up to `wait` for `key` to be written or committed and reads it into
 // `dst`: streamed while its writer fills it, or as usual once committed.
 Future<void> stream_into(const caf::actor_addr& client, const std::string& key, StateDict* dst,
-                         const std::string& op, std::chrono::milliseconds wait) {
+                         const std::string& op, std::chrono::milliseconds wait,
+                         const CacheSlot& slot) {
   auto planned = std::make_shared<std::shared_ptr<IntoPlan>>();
   actors::StreamCall c;
   c.op = op;
@@ -1263,7 +1329,7 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
   return call_client(client, actors::store_stream_atom::value, std::move(c), op + " '" + key + "'")
       .then([=](std::uint32_t kind) -> Future<void> {
         if (kind == static_cast<std::uint32_t>(actors::StreamKind::committed)) {
-          return read_state_dict_into(client, key, *dst, op);
+          return read_state_dict_into(client, key, *dst, op, slot);
         }
         auto s = finish_into(**planned, dst);
         if (!s.ok()) return make_error_future<void>(s);
@@ -1277,9 +1343,10 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
 // retired between two looks is not waited for in vain.
 Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
                                      StateDict* dst, std::uint64_t after, const std::string& op,
-                                     std::chrono::steady_clock::time_point deadline) {
+                                     std::chrono::steady_clock::time_point deadline,
+                                     const std::shared_ptr<ManifestCache>& cache) {
   return pointer_of(client, prefix, op).then([=](std::uint64_t latest) -> Future<std::uint64_t> {
-    if (latest > after) return read_latest_into(client, prefix, dst, op, 0);
+    if (latest > after) return read_latest_into(client, prefix, dst, op, 0, cache);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       return make_error_future<std::uint64_t>(
@@ -1291,13 +1358,13 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
     const std::uint64_t next = latest + 1;
     auto p = std::make_shared<Promise<std::uint64_t>>(
         Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
-    stream_into(client, version_key(prefix, next), dst, op, slice)
+    stream_into(client, version_key(prefix, next), dst, op, slice, versions_slot(cache, prefix))
         .on_complete([=](const Result<void>& r) {
           if (r.ok()) return (void)p->set_value(next);
           // Nothing yet, or the version went before it could be read: look again.
           const auto code = r.status().code();
           if (code == Errc::timeout || code == Errc::not_found) {
-            return read_next_into(client, prefix, dst, after, op, deadline)
+            return read_next_into(client, prefix, dst, after, op, deadline, cache)
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
           }
           p->set_error(r.status());
@@ -1685,7 +1752,8 @@ Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return closed_future<void>(op + " '" + key + "'");
-  return stream_into(client, key, &sd, op, timeout);
+  return stream_into(client, key, &sd, op, timeout,
+                     CacheSlot{Impl::manifest_cache(impl_.get()), key});
 }
 
 Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
@@ -1698,7 +1766,8 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
         Status(Errc::invalid_argument, op + " '" + prefix + "': negative timeout"));
   }
   return read_next_into(Impl::client_address(impl_.get()), prefix, &sd, after, op,
-                        std::chrono::steady_clock::now() + timeout);
+                        std::chrono::steady_clock::now() + timeout,
+                        Impl::manifest_cache(impl_.get()));
 }
 
 Future<std::uint64_t> Store::latest_version(std::string prefix) {
@@ -1710,7 +1779,8 @@ Future<std::uint64_t> Store::latest_version(std::string prefix) {
 Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
   const std::string op = "get_latest_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
-  return read_latest_into(Impl::client_address(impl_.get()), prefix, &sd, op, 0);
+  return read_latest_into(Impl::client_address(impl_.get()), prefix, &sd, op, 0,
+                          Impl::manifest_cache(impl_.get()));
 }
 
 namespace {
@@ -1801,7 +1871,8 @@ Future<StateDict> Store::get_state_dict(std::string key) {
 Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op);
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op,
+                              CacheSlot{Impl::manifest_cache(impl_.get()), key});
 }
 
 // -- operations ----------------------------------------------------------

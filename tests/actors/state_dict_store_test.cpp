@@ -446,3 +446,47 @@ TEST_F(StateDictStoreTest, ReplacingAStateDictLeavesOtherKeysUnderItsName) {
 
 }  // namespace
 }  // namespace meshstore
+
+namespace meshstore {
+namespace {
+
+// Reads plan with the manifest they read last for the same key (or prefix);
+// a layout changed since must still be read right, and a destination that
+// fits only the old layout must be refused against the new one.
+TEST_F(StateDictStoreTest, ACachedLayoutNeverMisleadsALaterRead) {
+  std::vector<float> a(1000, 1.0f), b(3000, 2.0f);
+  StateDict one, two;
+  ASSERT_OK(one.insert("w", TensorView::of(a.data(), {1000})));
+  ASSERT_OK(two.insert("w", TensorView::of(b.data(), {3000})));
+  ASSERT_OK(two.insert("extra", Value::int64(5)));
+  std::vector<float> got_a(1000), got_b(3000);
+  StateDict dst_one, dst_two;
+  ASSERT_OK(dst_one.insert("w", TensorView::of(got_a.data(), {1000})));
+  ASSERT_OK(dst_two.insert("w", TensorView::of(got_b.data(), {3000})));
+  ASSERT_OK(dst_two.insert("extra", Value::int64(0)));
+
+  ASSERT_OK(store().put_state_dict("sd", one).get(kWait));
+  ASSERT_OK(store().get_state_dict_into("sd", dst_one).get(kWait));  // caches layout one
+  ASSERT_OK(store().put_state_dict("sd", two).get(kWait));
+  EXPECT_ERROR(store().get_state_dict_into("sd", dst_one).get(kWait), Errc::shape_mismatch,
+               "missing 'extra'; mismatched 'w (stored [3000], destination [1000])'");
+  ASSERT_OK(store().get_state_dict_into("sd", dst_two).get(kWait));
+  EXPECT_EQ(got_b[2999], 2.0f);
+  EXPECT_EQ(dst_two.find("extra")->value->as_int64(), 5);
+  ASSERT_OK(store().remove_batch({"sd", "sd/w", "sd/extra"}).get(kWait));
+  EXPECT_ERROR(store().get_state_dict_into("sd", dst_two).get(kWait), Errc::not_found,
+               "no state dict 'sd'");
+
+  // Versions: the layout cached for the prefix, then a new layout.
+  ASSERT_OK(store().publish_state_dict("p", one).get(kWait));
+  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst_one).get(kWait), 1u);
+  ASSERT_OK(store().publish_state_dict("p", two).get(kWait));
+  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst_two).get(kWait), 2u);
+  std::fill(b.begin(), b.end(), 3.0f);
+  ASSERT_OK(store().publish_state_dict("p", two).get(kWait));
+  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst_two).get(kWait), 3u);
+  EXPECT_EQ(got_b[0], 3.0f);
+}
+
+}  // namespace
+}  // namespace meshstore
