@@ -706,7 +706,7 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
 
 namespace {
 
-constexpr char kManifestMagic[] = "meshstore.state_dict.v2";
+constexpr char kManifestMagic[] = "meshstore.state_dict.v3";
 constexpr int kMaxStateDictAttempts = 8;
 // A reader waiting for the next version looks at the pointer again this often.
 constexpr std::chrono::milliseconds kStreamWaitSlice{1000};
@@ -728,15 +728,34 @@ struct ManifestEntry {
   }
 };
 
-// The names in order, how each is stored, and the packed blob's size.
+// The names in order, how each is stored, and the packed tensors' bytes:
+// offsets run over all of them, cut into buckets (one object each) that
+// start at `bucket_starts`. No packed tensor straddles two buckets.
 struct Manifest {
   std::vector<ManifestEntry> entries;
   std::uint64_t packed_bytes = 0;
+  std::vector<std::uint64_t> bucket_starts;  // starts at 0; empty when nothing is packed
+
+  // The buckets that hold bytes (none when packed_bytes is 0).
+  std::size_t buckets() const { return packed_bytes == 0 ? 0 : bucket_starts.size(); }
+  std::uint64_t bucket_begin(std::size_t b) const { return bucket_starts[b]; }
+  std::uint64_t bucket_end(std::size_t b) const {
+    return b + 1 < bucket_starts.size() ? bucket_starts[b + 1] : packed_bytes;
+  }
+  std::uint64_t bucket_bytes(std::size_t b) const { return bucket_end(b) - bucket_begin(b); }
+  // The bucket holding offset `at`.
+  std::size_t bucket_of(std::uint64_t at) const {
+    auto it = std::upper_bound(bucket_starts.begin(), bucket_starts.end(), at);
+    return it == bucket_starts.begin() ? 0
+                                       : static_cast<std::size_t>(it - bucket_starts.begin()) - 1;
+  }
 };
 
-// Appends a tensor entry, packed into the blob when it has at most
-// `pack_max` bytes (at a kPackAlign-aligned offset), else stored alone.
-void lay_out(Manifest& m, std::string name, DType dtype, Shape shape, std::uint64_t pack_max) {
+// Appends a tensor entry, packed when it has at most `pack_max` bytes (at
+// a kPackAlign-aligned offset; in a new bucket when it would take the
+// current one past `bucket_max` bytes, 0 = no limit), else stored alone.
+void lay_out(Manifest& m, std::string name, DType dtype, Shape shape, std::uint64_t pack_max,
+             std::uint64_t bucket_max) {
   ManifestEntry me;
   me.name = std::move(name);
   me.dtype = dtype;
@@ -744,6 +763,11 @@ void lay_out(Manifest& m, std::string name, DType dtype, Shape shape, std::uint6
   if (me.nbytes() <= pack_max) {
     me.kind = EntryKind::packed;
     me.offset = (m.packed_bytes + kPackAlign - 1) / kPackAlign * kPackAlign;
+    if (m.bucket_starts.empty()) m.bucket_starts.push_back(0);
+    if (bucket_max > 0 && me.nbytes() > 0 && me.offset > m.bucket_starts.back() &&
+        me.offset + me.nbytes() - m.bucket_starts.back() > bucket_max) {
+      m.bucket_starts.push_back(me.offset);
+    }
     m.packed_bytes = me.offset + me.nbytes();
   }
   m.entries.push_back(std::move(me));
@@ -760,8 +784,11 @@ void lay_out_value(Manifest& m, std::string name, const Value& v) {
 }
 
 std::string entry_key(const std::string& key, const std::string& name) { return key + "/" + name; }
-// The key of a state dict's packed blob ('#' keeps it apart from entry keys).
-std::string blob_key(const std::string& key) { return key + "#packed"; }
+// The key of a state dict's packed bucket `b` ('#' keeps it apart from
+// entry keys): "KEY#packed", then "KEY#packed.1", "KEY#packed.2", ...
+std::string blob_key(const std::string& key, std::size_t b = 0) {
+  return b == 0 ? key + "#packed" : key + "#packed." + std::to_string(b);
+}
 
 template <class T>
 void put_pod(std::string& out, T v) {
@@ -771,6 +798,9 @@ void put_pod(std::string& out, T v) {
 std::string encode_manifest(const Manifest& m) {
   std::string out(kManifestMagic, sizeof(kManifestMagic));
   put_pod<std::uint64_t>(out, m.packed_bytes);
+  const std::size_t buckets = m.buckets();
+  put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(buckets));
+  for (std::size_t b = 0; b < buckets; ++b) put_pod<std::uint64_t>(out, m.bucket_starts[b]);
   put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(m.entries.size()));
   for (const auto& e : m.entries) {
     put_pod<std::uint8_t>(out, static_cast<std::uint8_t>(e.kind));
@@ -800,7 +830,20 @@ Result<Manifest> decode_manifest(const std::string& bytes, const std::string& ke
   };
   Manifest m;
   std::uint32_t n = 0;
-  if (!get(m.packed_bytes) || !get(n)) return bad("truncated");
+  std::uint32_t buckets = 0;
+  if (!get(m.packed_bytes) || !get(buckets)) return bad("truncated");
+  if ((m.packed_bytes == 0) != (buckets == 0) || buckets > bytes.size() / 8) {
+    return bad("malformed buckets");
+  }
+  for (std::uint32_t b = 0; b < buckets; ++b) {
+    std::uint64_t start = 0;
+    if (!get(start)) return bad("truncated");
+    if (b == 0 ? start != 0 : (start <= m.bucket_starts.back() || start >= m.packed_bytes)) {
+      return bad("malformed buckets");
+    }
+    m.bucket_starts.push_back(start);
+  }
+  if (!get(n)) return bad("truncated");
   for (std::uint32_t i = 0; i < n; ++i) {
     ManifestEntry e;
     std::uint8_t kind = 0, dtype = 0;
@@ -822,6 +865,10 @@ Result<Manifest> decode_manifest(const std::string& bytes, const std::string& ke
     if (e.kind == EntryKind::packed &&
         (e.offset > m.packed_bytes || e.nbytes() > m.packed_bytes - e.offset)) {
       return bad("packed entry outside the blob");
+    }
+    if (e.kind == EntryKind::packed && e.nbytes() > 0 &&
+        e.offset + e.nbytes() > m.bucket_end(m.bucket_of(e.offset))) {
+      return bad("packed entry across two buckets");
     }
     m.entries.push_back(std::move(e));
   }
@@ -934,30 +981,35 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   Manifest m;
   for (const auto& e : sd.entries()) {
     if (e.is_tensor()) {
-      lay_out(m, e.name, stored_dtype(e.view), e.view.shape(), options.pack_max_tensor_bytes);
+      lay_out(m, e.name, stored_dtype(e.view), e.view.shape(), options.pack_max_tensor_bytes,
+              options.pack_bucket_bytes);
     } else {
       lay_out_value(m, e.name, *e.value);
     }
   }
   p->call.stream_manifest = encode_manifest(m);
   p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
-  if (m.packed_bytes > 0) {
-    // Small tensors travel as one blob: one object, one transfer, one
-    // region at the volume instead of one each.
-    std::string blob;
+  // Small tensors travel packed into buckets: one object, one transfer and
+  // one region at the volume per bucket instead of one each.
+  std::vector<std::string> blobs(m.buckets());
+  for (std::size_t b = 0; b < blobs.size(); ++b) {
     try {
-      blob.assign(m.packed_bytes, '\0');
+      blobs[b].assign(m.bucket_bytes(b), '\0');
     } catch (const std::bad_alloc&) {
-      return Status(Errc::out_of_capacity,
-                    op + ": cannot allocate " + std::to_string(m.packed_bytes) + " bytes to pack");
+      return Status(
+          Errc::out_of_capacity,
+          op + ": cannot allocate " + std::to_string(m.bucket_bytes(b)) + " bytes to pack");
     }
-    for (std::size_t i = 0; i < m.entries.size(); ++i) {
-      if (m.entries[i].kind == EntryKind::packed && m.entries[i].nbytes() > 0) {
-        MESHSTORE_RETURN_IF_ERROR(
-            cast_to(sd.entries()[i].view, m.entries[i].dtype, blob.data() + m.entries[i].offset));
-      }
-    }
-    p->call.items.push_back(bytes_item("#packed", std::move(blob), tensor));
+  }
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
+    const auto& me = m.entries[i];
+    if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
+    const std::size_t b = m.bucket_of(me.offset);
+    MESHSTORE_RETURN_IF_ERROR(
+        cast_to(sd.entries()[i].view, me.dtype, blobs[b].data() + (me.offset - m.bucket_begin(b))));
+  }
+  for (std::size_t b = 0; b < blobs.size(); ++b) {
+    p->call.items.push_back(bytes_item(blob_key("", b), std::move(blobs[b]), tensor));
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];
@@ -1170,11 +1222,15 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   into.keys.push_back(key);
   into.dsts.push_back(plan->manifest_copy.view());
   if (m.packed_bytes > 0) {
+    // One scratch blob; each bucket is read into its range of it.
     auto blob = scratch(static_cast<std::int64_t>(m.packed_bytes));
     if (!blob.ok()) return blob.status();
     plan->blob = std::move(blob).value();
-    into.keys.push_back(blob_key(key));
-    into.dsts.push_back(plan->blob.view());
+    for (std::size_t b = 0; b < m.buckets(); ++b) {
+      into.keys.push_back(blob_key(key, b));
+      into.dsts.push_back(TensorView(static_cast<std::byte*>(plan->blob.data()) + m.bucket_begin(b),
+                                     DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}));
+    }
   }
   for (const auto& me : m.entries) {
     const auto* e = dst->find(me.name);
@@ -1471,6 +1527,7 @@ struct StagedStateDict::Impl {
     for (const auto& e : layout.entries) staged_entry.emplace(e.name, &e);
     Manifest m;
     m.packed_bytes = layout.packed_bytes;
+    m.bucket_starts = layout.bucket_starts;
     actors::PutCall call;
     call.op = op;
     for (const auto& e : sd.entries()) {
@@ -1593,9 +1650,11 @@ Result<Manifest> plan_staging(const std::string& op, const std::string& key,
       }
     }
     MESHSTORE_RETURN_IF_ERROR(check_key(op, entry_key(key, t.name)));
-    lay_out(m, t.name, t.dtype, t.shape, options.pack_max_tensor_bytes);
+    lay_out(m, t.name, t.dtype, t.shape, options.pack_max_tensor_bytes, options.pack_bucket_bytes);
   }
-  if (m.packed_bytes > 0) MESHSTORE_RETURN_IF_ERROR(check_key(op, blob_key(key)));
+  for (std::size_t b = 0; b < m.buckets(); ++b) {
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, blob_key(key, b)));
+  }
   return m;
 }
 
@@ -1620,10 +1679,11 @@ struct internal::StagedAccess {
     impl->layout = std::move(layout);
     actors::StageCall call;
     call.op = impl->op;
-    // The objects, in the order of Impl::items.
-    if (impl->layout.packed_bytes > 0) {
-      call.keys.push_back(blob_key(impl->key));
-      call.nbytes.push_back(impl->layout.packed_bytes);
+    // The objects, in the order of Impl::items: the buckets, then the
+    // tensors stored alone.
+    for (std::size_t b = 0; b < impl->layout.buckets(); ++b) {
+      call.keys.push_back(blob_key(impl->key, b));
+      call.nbytes.push_back(impl->layout.bucket_bytes(b));
     }
     for (const auto& e : impl->layout.entries) {
       if (e.kind != EntryKind::tensor) continue;
@@ -1679,14 +1739,15 @@ struct internal::StagedAccess {
   static Status fill(Impl& impl, const std::vector<std::string>& keys,
                      const std::vector<std::uint64_t>& sizes,
                      const std::vector<std::byte*>& memory) {
+    const Manifest& m = impl.layout;
     std::size_t next = 0;
-    std::byte* blob = nullptr;
-    if (impl.layout.packed_bytes > 0) {
-      blob = memory[next];
+    std::vector<std::byte*> buckets;
+    for (std::size_t b = 0; b < m.buckets(); ++b, ++next) {
+      buckets.push_back(memory[next]);
       impl.items.push_back(actors::PutItem{
-          keys[next], TensorView(blob, DType::uint8, {static_cast<std::int64_t>(sizes[next])}),
+          keys[next],
+          TensorView(memory[next], DType::uint8, {static_cast<std::int64_t>(sizes[next])}),
           wire::ObjectKind::tensor, nullptr});
-      ++next;
     }
     for (const auto& e : impl.layout.entries) {
       std::byte* at = nullptr;
@@ -1696,9 +1757,11 @@ struct internal::StagedAccess {
         impl.items.push_back(actors::PutItem{keys[next], TensorView(at, e.dtype, e.shape),
                                              wire::ObjectKind::tensor, nullptr});
         ++next;
+      } else if (e.nbytes() > 0) {
+        const std::size_t b = m.bucket_of(e.offset);
+        at = buckets[b] + (e.offset - m.bucket_begin(b));
       } else {
-        // Packed; a tensor with no elements gets the blob (or any) address.
-        at = blob != nullptr ? blob + e.offset : reinterpret_cast<std::byte*>(&impl);
+        at = reinterpret_cast<std::byte*>(&impl);  // no elements: any address will do
       }
       MESHSTORE_RETURN_IF_ERROR(impl.sd.insert(e.name, TensorView(at, e.dtype, e.shape)));
     }
@@ -1793,8 +1856,8 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
   call.op = op;
   call.mode = actors::GetMode::tensor;
   call.keys.push_back(key);  // the manifest again, read in the same snapshot as the entries
-  const bool packed = m.packed_bytes > 0;
-  if (packed) call.keys.push_back(blob_key(key));
+  const std::size_t buckets = m.buckets();
+  for (std::size_t b = 0; b < buckets; ++b) call.keys.push_back(blob_key(key, b));
   for (const auto& me : m.entries) {
     if (me.kind != EntryKind::packed) call.keys.push_back(entry_key(key, me.name));
   }
@@ -1805,16 +1868,16 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
     // A writer changed the layout between our reads: plan again.
     if (now->bytes != snap.bytes) return read_state_dict(client, key, op, *now, tries + 1);
     StateDict sd;
-    std::size_t t = packed ? 2 : 1;
-    // Packed tensors are views into the one blob allocation.
-    std::shared_ptr<Tensor> blob;
-    if (packed) {
-      if (out.tensors.size() < 2 || out.tensors[1].nbytes() < m.packed_bytes) {
+    std::size_t t = 1 + buckets;
+    // Packed tensors are views into their bucket's allocation.
+    std::vector<std::shared_ptr<Tensor>> blobs;
+    for (std::size_t b = 0; b < buckets; ++b) {
+      if (out.tensors.size() <= 1 + b || out.tensors[1 + b].nbytes() < m.bucket_bytes(b)) {
         return make_error_future<StateDict>(
             Status(Errc::protocol_error,
                    op + " '" + key + "': the packed blob is shorter than its table"));
       }
-      blob = std::make_shared<Tensor>(out.tensors[1]);
+      blobs.push_back(std::make_shared<Tensor>(out.tensors[1 + b]));
     }
     for (const auto& me : m.entries) {
       Status st;
@@ -1822,11 +1885,14 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
         const Tensor& bytes = out.tensors.at(t++);
         auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
         st = v.ok() ? sd.insert(me.name, *v) : v.status().with_context("value '" + me.name + "'");
-      } else if (me.kind == EntryKind::packed && !blob) {
-        auto empty = Tensor::empty(me.dtype, me.shape);  // 0 bytes: no blob was stored
+      } else if (me.kind == EntryKind::packed && (blobs.empty() || me.nbytes() == 0)) {
+        auto empty = Tensor::empty(me.dtype, me.shape);  // 0 bytes: nothing stored
         st = empty.ok() ? sd.insert(me.name, std::move(empty).value()) : empty.status();
       } else if (me.kind == EntryKind::packed) {
-        std::shared_ptr<std::byte> alias(blob, static_cast<std::byte*>(blob->data()) + me.offset);
+        const std::size_t b = m.bucket_of(me.offset);
+        const auto& blob = blobs[b];
+        std::shared_ptr<std::byte> alias(
+            blob, static_cast<std::byte*>(blob->data()) + (me.offset - m.bucket_begin(b)));
         st = sd.insert(me.name, Tensor::wrap(std::move(alias), me.dtype, me.shape, false));
       } else {
         st = sd.insert(me.name, out.tensors.at(t++));

@@ -179,6 +179,11 @@ struct StateDictPutOptions {
   /// stored one object each. Many small tensors then cost one transfer, not
   /// one each. 0 packs none; UINT64_MAX packs the whole state dict.
   std::uint64_t pack_max_tensor_bytes = std::uint64_t{64} << 10;
+  /// Packed tensors go into buckets of at most this many bytes (a tensor
+  /// larger than that gets a bucket of its own), each one object: buckets
+  /// move in parallel, and a streaming reader starts on each as soon as it
+  /// is written. 0 = one bucket for the whole state dict.
+  std::uint64_t pack_bucket_bytes = 0;
   /// When set (bfloat16 or float16), float32 tensors are stored in this
   /// dtype, rounded to nearest even (fp32 master weights published as bf16:
   /// half the bytes to move). Readers see the stored dtype. Other dtypes are

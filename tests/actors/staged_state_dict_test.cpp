@@ -56,7 +56,8 @@ void fill(StateDict& sd, int step) {
 
 std::uint64_t staged_objects(Store& store) {
   std::uint64_t n = 0;
-  for (const auto& v : store.stats().get(kWait).value()) n += v.staged;
+  const auto stats = store.stats().get(kWait).value();
+  for (const auto& v : stats) n += v.staged;
   return n;
 }
 

@@ -490,3 +490,106 @@ TEST_F(StateDictStoreTest, ACachedLayoutNeverMisleadsALaterRead) {
 
 }  // namespace
 }  // namespace meshstore
+
+namespace meshstore {
+namespace {
+
+// Keys of the packed buckets of state dict `key`.
+std::vector<std::string> buckets_of(Store& store, const std::string& key) {
+  std::vector<std::string> out;
+  const auto keys = store.keys("").get(kWait).value();
+  for (const auto& k : keys) {
+    if (k.rfind(key + "#packed", 0) == 0) out.push_back(k);
+  }
+  return out;
+}
+
+TEST_F(StateDictStoreTest, PackedBucketsOfAConfigurableSize) {
+  // 50 tensors of 4000 bytes and one of 40,000: packed (under 64 KiB) into
+  // buckets of at most 16 KiB; the big one takes a bucket of its own.
+  std::vector<std::vector<float>> w(50, std::vector<float>(1000));
+  std::vector<float> big(10000);
+  StateDict sd;
+  for (std::size_t t = 0; t < w.size(); ++t) {
+    for (std::size_t i = 0; i < w[t].size(); ++i) w[t][i] = static_cast<float>(t * 1000 + i);
+    ASSERT_OK(sd.insert("t" + std::to_string(t), TensorView::of(w[t].data(), {1000})));
+    if (t == 20) {
+      ASSERT_OK(sd.insert("big", TensorView::of(big.data(), {10000})));
+    }
+  }
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = -static_cast<float>(i);
+  ASSERT_OK(sd.insert("step", Value::int64(9)));
+  StateDictPutOptions o;
+  o.pack_bucket_bytes = 16 << 10;
+  ASSERT_OK(store().put_state_dict("sd", sd, o).get(kWait));
+  const auto buckets = buckets_of(store(), "sd");
+  EXPECT_GE(buckets.size(), 14u);  // 4 small tensors per bucket, and the big one alone
+  EXPECT_EQ(buckets.front(), "sd#packed");
+
+  auto check = [&](const StateDict& got) {
+    ASSERT_EQ(got.size(), sd.size());
+    for (const auto& e : sd.entries()) {
+      const auto* g = got.find(e.name);
+      ASSERT_NE(g, nullptr) << e.name;
+      if (!e.is_tensor()) {
+        EXPECT_EQ(*g->value, *e.value);
+        continue;
+      }
+      EXPECT_EQ(std::memcmp(g->view.data(), e.view.data(), e.view.nbytes()), 0) << e.name;
+    }
+  };
+  auto got = store().get_state_dict("sd").get(kWait);  // views into each bucket
+  ASSERT_OK(got);
+  check(*got);
+  std::vector<std::vector<float>> into_w(50, std::vector<float>(1000));
+  std::vector<float> into_big(10000);
+  StateDict into;
+  for (std::size_t t = 0; t < w.size(); ++t) {
+    ASSERT_OK(into.insert("t" + std::to_string(t), TensorView::of(into_w[t].data(), {1000})));
+    if (t == 20) {
+      ASSERT_OK(into.insert("big", TensorView::of(into_big.data(), {10000})));
+    }
+  }
+  ASSERT_OK(into.insert("step", Value::int64(0)));
+  ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
+  check(into);
+
+  // Streamed bucket by bucket.
+  auto before = store().controller_counters().get(kWait).value();
+  auto streamed = store().stream_state_dict_into("sd2", into, kWait);
+  for (int i = 0; i < 2000 && store().controller_counters().get(kWait)->stream_subscribes <=
+                                  before.stream_subscribes;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_OK(store().put_state_dict("sd2", sd, o).get(kWait));
+  ASSERT_OK(streamed.get(kWait));
+  check(into);
+
+  // Written in place, bucket by bucket.
+  std::vector<TensorSpec> specs;
+  for (const auto& e : sd.entries()) {
+    if (e.is_tensor()) specs.push_back({e.name, e.view.dtype(), e.view.shape()});
+  }
+  auto staged = store().stage_state_dict("sd3", specs, o).get(kWait);
+  ASSERT_OK(staged);
+  for (auto& e : staged->state_dict().entries()) {
+    std::memcpy(e.view.data(), sd.find(e.name)->view.data(), e.view.nbytes());
+  }
+  ASSERT_OK(staged->state_dict().insert("step", Value::int64(9)));
+  ASSERT_OK(staged->commit().get(kWait));
+  auto got3 = store().get_state_dict("sd3").get(kWait);
+  ASSERT_OK(got3);
+  EXPECT_EQ(buckets_of(store(), "sd3").size(), buckets.size());  // the same layout
+  check(*got3);
+
+  // One bucket again: the replace removes the others.
+  ASSERT_OK(store().put_state_dict("sd", sd).get(kWait));
+  EXPECT_EQ(buckets_of(store(), "sd"), std::vector<std::string>{"sd#packed"});
+  auto again = store().get_state_dict("sd").get(kWait);
+  ASSERT_OK(again);
+  check(*again);
+}
+
+}  // namespace
+}  // namespace meshstore

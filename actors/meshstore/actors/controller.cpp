@@ -457,8 +457,12 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           if (kept.count(k) == 0 && (r.group == p || k == p)) doomed.push_back(k);
         };
         for (const auto& p : prefixes) {
-          for (const std::string& k : {p, p + "#packed"}) {
-            if (auto it = st.index.find(k); it != st.index.end()) consider(k, it->second, p);
+          if (auto it = st.index.find(p); it != st.index.end()) consider(p, it->second, p);
+          // The packed buckets: "P#packed", "P#packed.1", ...
+          const std::string packed = p + "#packed";
+          for (auto it = st.index.lower_bound(packed);
+               it != st.index.end() && it->first.compare(0, packed.size(), packed) == 0; ++it) {
+            consider(it->first, it->second, p);
           }
           const std::string under = p + "/";
           for (auto it = st.index.lower_bound(under);

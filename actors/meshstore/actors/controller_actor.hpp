@@ -42,7 +42,7 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<remove_batch_atom, std::vector<std::string>>::with<wire::RemoveReply>,
     // Commits `records` (all or none, like notify_put_batch; may be empty)
     // and, in the same step, removes every other key of the group P (the
-    // state dict whose manifest is P: "P", "P#packed" and its "P/..." keys,
+    // state dict whose manifest is P: "P", its packed buckets "P#packed..." and its "P/..." keys,
     // but not keys put on their own under P/) for each P of the list: a
     // state dict replaced as a whole, or a retired version. The volumes release the removed
     // objects for reuse when the flag is true, else discard them. Answers
