@@ -514,6 +514,26 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
+Future<void> Store::put(std::string key, const TensorView& shard, const TensorSlice& slice) {
+  const std::string op = "put";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  if (auto s = check_view(op, key, shard); !s.ok()) return make_error_future<void>(s);
+  if (shard.shape() != slice.local_shape()) {
+    return make_error_future<void>(Status(
+        Errc::shape_mismatch,
+        "put '" + key + "': the shard has shape " + shape_to_string(shard.shape()) +
+            ", its slice " + slice.to_string() + " needs " + shape_to_string(slice.local_shape())));
+  }
+  actors::PutCall call;
+  call.op = op;
+  actors::PutItem item{key, shard, wire::ObjectKind::tensor, nullptr};
+  item.slice = slice;
+  call.items.push_back(std::move(item));
+  const std::string what = "put '" + key + "' slice " + slice.to_string();
+  return Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what)
+      .then([](const std::vector<std::uint64_t>&) {});
+}
+
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {
   std::vector<std::string> keys;
   for (const auto& [k, v] : items) keys.push_back(k);
@@ -549,6 +569,27 @@ Future<Tensor> Store::get(std::string key) {
   return Impl::call(impl_.get(), actors::store_get_atom::value,
                     single_get("get", actors::GetMode::tensor, std::move(key)), what)
       .then([](const actors::GetOutput& out) { return out.tensors.front(); });
+}
+
+Future<Tensor> Store::get(std::string key, const TensorSlice& slice) {
+  if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
+  const std::string what = "get '" + key + "' slice " + slice.to_string();
+  auto call = single_get("get", actors::GetMode::tensor, std::move(key));
+  call.slices.push_back(slice);
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
+      .then([](const actors::GetOutput& out) { return out.tensors.front(); });
+}
+
+Future<void> Store::get_into(std::string key, const TensorView& dst, const TensorSlice& slice) {
+  const std::string op = "get_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  if (auto s = check_view(op, key, dst); !s.ok()) return make_error_future<void>(s);
+  const std::string what = "get_into '" + key + "' slice " + slice.to_string();
+  auto call = single_get(op, actors::GetMode::into, std::move(key));
+  call.dsts.push_back(dst);
+  call.slices.push_back(slice);
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
+      .then([](const actors::GetOutput&) {});
 }
 
 Future<Tensor> Store::get_view(std::string key) {

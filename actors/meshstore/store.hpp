@@ -25,6 +25,7 @@
 #include "meshstore/state_dict.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
+#include "meshstore/tensor_slice.hpp"
 
 namespace meshstore {
 
@@ -368,6 +369,16 @@ class Store {
 
   /// Stores a copy of `tensor` under `key` (any strides; packed on the way).
   Future<void> put(std::string key, const TensorView& tensor);
+  /// Stores one shard of a sharded tensor: `shard` is the box `slice` of the
+  /// key's global tensor (Placement::slice_for gives a rank's box). Every
+  /// rank puts its own; the key becomes visible, with all its shards at
+  /// once, when they cover the global tensor. Until then exists() is false
+  /// and get() fails with Errc::partially_committed naming the regions
+  /// still missing. Identical boxes from several ranks are replicas (read
+  /// once). Ranks disagreeing on the global shape or dtype, and boxes that
+  /// overlap without being identical, are refused. The next complete set
+  /// of shards replaces the key as a whole. docs/sharding.md.
+  Future<void> put(std::string key, const TensorView& shard, const TensorSlice& slice);
   /// Stores several tensors; they move in parallel and become visible
   /// together, with one notification to the controller. Keys must be unique.
   Future<void> put_batch(std::vector<std::pair<std::string, TensorView>> items);
@@ -375,6 +386,12 @@ class Store {
   /// Fetches `key` into a newly allocated contiguous Tensor.
   /// Errc::not_found if there is no such key; Errc::wrong_kind for an object.
   Future<Tensor> get(std::string key);
+  /// Fetches the box `slice` of `key` (sharded or not) into a new tensor of
+  /// the box's shape, reading only the shards that overlap it, each once.
+  /// Errc::out_of_range when the slice is not in the key's global shape.
+  Future<Tensor> get(std::string key, const TensorSlice& slice);
+  /// Fetches the box `slice` of `key` into `dst` (shape: the box's).
+  Future<void> get_into(std::string key, const TensorView& dst, const TensorSlice& slice);
   /// Reads `key` without copying where it can: on a volume this process
   /// reaches through shared memory (the shm transport), the tensor is a
   /// read-only mapping of the stored bytes (Tensor::read_only() is true;

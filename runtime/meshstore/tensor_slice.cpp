@@ -63,6 +63,33 @@ std::optional<TensorSlice> TensorSlice::intersect(const TensorSlice& other) cons
   return TensorSlice(global_shape_, std::move(off), std::move(len));
 }
 
+std::vector<TensorSlice> TensorSlice::minus(const TensorSlice& other) const {
+  if (empty()) return {};
+  auto both = intersect(other);
+  if (!both) return {*this};
+  // Peel off, dimension by dimension, the parts below and above the
+  // overlap; what is left at the end is the overlap itself.
+  std::vector<TensorSlice> out;
+  Shape off = offsets_, len = local_shape_;
+  for (std::size_t d = 0; d < offsets_.size(); ++d) {
+    const auto lo = both->offsets_[d], hi = lo + both->local_shape_[d];
+    if (off[d] < lo) {
+      Shape o = off, l = len;
+      l[d] = lo - off[d];
+      out.push_back(TensorSlice(global_shape_, std::move(o), std::move(l)));
+    }
+    if (off[d] + len[d] > hi) {
+      Shape o = off, l = len;
+      o[d] = hi;
+      l[d] = off[d] + len[d] - hi;
+      out.push_back(TensorSlice(global_shape_, std::move(o), std::move(l)));
+    }
+    off[d] = lo;
+    len[d] = hi - lo;
+  }
+  return out;
+}
+
 bool TensorSlice::is_contiguous_in_global() const noexcept {
   if (empty()) return true;
   // Skip leading dims of extent 1; the first dim with extent > 1 may be

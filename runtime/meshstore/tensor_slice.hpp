@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "meshstore/result.hpp"
 #include "meshstore/tensor.hpp"
@@ -46,6 +47,11 @@ class TensorSlice {
   /// The overlap of two boxes, or nullopt when they are disjoint (or live in
   /// different global shapes).
   std::optional<TensorSlice> intersect(const TensorSlice& other) const;
+
+  /// This box minus `other`: disjoint boxes covering exactly the elements of
+  /// this one that `other` lacks (this box itself when they do not overlap;
+  /// none when `other` contains it).
+  std::vector<TensorSlice> minus(const TensorSlice& other) const;
 
   /// True when the box's elements form one contiguous run of the row-major
   /// global tensor (so it can be moved with one memcpy).

@@ -68,5 +68,23 @@ TEST(TensorSlice, ScalarSliceHasOneElement) {
   EXPECT_EQ(box({4, 8}, {1, 2}, {2, 3}).to_string(), "[1:3, 2:5] of [4, 8]");
 }
 
+TEST(TensorSlice, MinusLeavesDisjointBoxesCoveringTheRest) {
+  const auto whole = box({4, 6}, {0, 0}, {4, 6});
+  EXPECT_TRUE(whole.minus(whole).empty());
+  const auto away = box({4, 6}, {0, 0}, {1, 1});
+  EXPECT_EQ(box({4, 6}, {2, 2}, {2, 2}).minus(away),
+            std::vector<TensorSlice>{box({4, 6}, {2, 2}, {2, 2})});
+  // A hole in the middle: the rest in disjoint boxes, counted element by element.
+  const auto hole = box({4, 6}, {1, 2}, {2, 2});
+  auto rest = whole.minus(hole);
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    n += rest[i].numel();
+    EXPECT_FALSE(rest[i].intersect(hole).has_value());
+    for (std::size_t j = 0; j < i; ++j) EXPECT_FALSE(rest[i].intersect(rest[j]).has_value());
+  }
+  EXPECT_EQ(n, whole.numel() - hole.numel());
+}
+
 }  // namespace
 }  // namespace meshstore

@@ -19,6 +19,7 @@ using remove_atom = caf::atom_constant<caf::atom("remove")>;
 using remove_batch_atom = caf::atom_constant<caf::atom("remove_b")>;
 using counters_atom = caf::atom_constant<caf::atom("counters")>;
 using replace_atom = caf::atom_constant<caf::atom("replace")>;
+using put_shards_atom = caf::atom_constant<caf::atom("put_shard")>;
 using stream_open_atom = caf::atom_constant<caf::atom("st_open")>;
 using stream_progress_atom = caf::atom_constant<caf::atom("st_prog")>;
 using stream_abort_atom = caf::atom_constant<caf::atom("st_abort")>;

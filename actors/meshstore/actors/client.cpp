@@ -381,10 +381,10 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     r.key = item.key;
     r.kind = item.kind;
     r.dtype = item.view.dtype();
-    r.shape = item.view.shape();
+    r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
     if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
-    r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), op->conn->info.volume_id,
-                                         region ? region->region_id : 0,
+    r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
+                                         op->conn->info.volume_id, region ? region->region_id : 0,
                                          region ? region->nbytes : item.view.nbytes()});
     records.push_back(std::move(r));
   };
@@ -452,6 +452,19 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     abort_stream(self, op, s);
     op->fail(s);
   };
+  const bool sharded = std::any_of(op->call.items.begin(), op->call.items.end(),
+                                   [](const PutItem& i) { return i.slice.has_value(); });
+  if (sharded) {
+    // Shards commit at the controller once they cover their keys.
+    for (const auto& r : records) st.locations.erase(r.key);
+    ask(self, st.controller, put_shards_atom::value, records)
+        .then(
+            [=](const std::vector<std::uint64_t>& versions) {
+              op->call.promise->set_value(versions);
+            },
+            on_error);
+    return;
+  }
   if (!op->call.replace_under.empty()) {
     forget_locations_under(st, op->call.replace_under);
     ask(self, st.controller, replace_atom::value, records, op->call.replace_under, true)
@@ -507,7 +520,9 @@ void handle_put(client_pointer self, PutCall call) {
       }
       reqs.push_back(std::move(r));
     }
-    if (inline_data && op->call.replace_under.empty()) {
+    const bool sharded = std::any_of(op->call.items.begin(), op->call.items.end(),
+                                     [](const PutItem& i) { return i.slice.has_value(); });
+    if (inline_data && op->call.replace_under.empty() && !sharded) {
       // One round trip: the volume stages the bytes and commits at the
       // controller; a refusal leaves nothing staged.
       auto records = put_records(op);
@@ -750,6 +765,15 @@ struct GetOp {
   bool stale = false;
   // For strided destinations: the contiguous staging tensor and its target.
   std::vector<std::pair<Tensor, TensorView>> unpack;
+  // Sharded keys and boxes: each shard read whole, then its overlap with
+  // the box asked for copied into the destination.
+  struct Assemble {
+    Tensor shard;
+    TensorSlice shard_box;
+    std::byte* dst = nullptr;
+    TensorSlice dst_box;
+  };
+  std::vector<Assemble> assemble;
 
   void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
   // For errors whose message already names the key.
@@ -887,6 +911,32 @@ Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
       return Status(Errc::unavailable, "'" + key + "' was stored on volume '" + r.lost_on +
                                            "', which went down; put it again");
     }
+    if (!r.shards.empty()) {
+      // A sharded put in progress: name what its shards do not cover yet.
+      std::vector<TensorSlice> missing{TensorSlice::full(r.shape)};
+      for (const auto& shard : r.shards) {
+        std::vector<TensorSlice> rest;
+        for (const auto& m : missing) {
+          for (auto& part : m.minus(shard.slice)) rest.push_back(std::move(part));
+        }
+        missing = std::move(rest);
+      }
+      std::int64_t absent = 0;
+      std::string regions;
+      for (std::size_t m = 0; m < missing.size(); ++m) {
+        absent += missing[m].numel();
+        if (m < 4) {
+          auto text = missing[m].to_string();
+          regions += (m ? ", " : "") + text.substr(0, text.find(" of "));
+        }
+      }
+      if (missing.size() > 4) regions += " and " + std::to_string(missing.size() - 4) + " more";
+      return Status(Errc::partially_committed,
+                    "'" + key + "' is partially committed: its shards cover " +
+                        std::to_string(shape_numel(r.shape) - absent) + " of " +
+                        std::to_string(shape_numel(r.shape)) + " elements of " +
+                        shape_to_string(r.shape) + "; missing " + regions);
+    }
     return Status(Errc::not_found, "no key '" + key + "'");
   }
   const bool want_object = op.call.mode == GetMode::object;
@@ -896,25 +946,71 @@ Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
   if (!want_object && r.kind != wire::ObjectKind::tensor) {
     return Status(Errc::wrong_kind, "'" + key + "' holds an object, not a tensor (use get_object)");
   }
+  const auto* box = i < op.call.slices.size() && op.call.slices[i] ? &*op.call.slices[i] : nullptr;
+  if (box && box->global_shape() != r.shape) {
+    return Status(Errc::out_of_range, "slice " + box->to_string() + " of '" + key +
+                                          "' is not in its global shape " +
+                                          shape_to_string(r.shape));
+  }
   if (op.call.mode == GetMode::into) {
     const auto& dst = op.call.dsts[i];
+    const Shape& want = box ? box->local_shape() : r.shape;
     if (dst.dtype() != r.dtype) {
       return Status(Errc::dtype_mismatch, "dtype mismatch for '" + key + "': stored " +
                                               std::string(dtype_name(r.dtype)) + ", destination " +
                                               std::string(dtype_name(dst.dtype())));
     }
-    if (dst.shape() != r.shape) {
-      return Status(Errc::shape_mismatch, "shape mismatch for '" + key + "': stored " +
-                                              shape_to_string(r.shape) + ", destination " +
-                                              shape_to_string(dst.shape()));
+    if (dst.shape() != want) {
+      return Status(Errc::shape_mismatch,
+                    "shape mismatch for '" + key + "': " + (box ? "slice " : "stored ") +
+                        shape_to_string(want) + ", destination " + shape_to_string(dst.shape()));
     }
   }
-  if (r.shards.size() != 1 || !r.shards.front().slice.is_full()) {
-    return Status(Errc::unsupported,
-                  "'" + key + "' is stored in " + std::to_string(r.shards.size()) +
-                      " shards; sharded reads are not supported by this client yet");
+  if (r.shards.empty()) {
+    return Status(Errc::protocol_error, "'" + key + "' has a record without shards");
   }
   return Status();
+}
+
+// True when key i must be read shard by shard and assembled: a box was
+// asked for, or the key is stored in shards.
+bool assembled(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
+  const bool boxed =
+      i < op.call.slices.size() && op.call.slices[i] && !op.call.slices[i]->is_full();
+  return boxed || r.shards.size() != 1 || !r.shards.front().slice.is_full();
+}
+
+// Copies the elements of `region` (a box inside both) from a row-major
+// buffer holding box `from` to one holding box `to`.
+void copy_box(const std::byte* src, const TensorSlice& from, std::byte* dst, const TensorSlice& to,
+              const TensorSlice& region, std::size_t elsize) {
+  const std::size_t nd = region.global_shape().size();
+  if (region.empty()) return;
+  if (nd == 0) {
+    std::memcpy(dst, src, elsize);
+    return;
+  }
+  const auto sstr = contiguous_strides(from.local_shape());
+  const auto dstr = contiguous_strides(to.local_shape());
+  const std::size_t run = static_cast<std::size_t>(region.local_shape()[nd - 1]) * elsize;
+  Shape idx(nd, 0);  // position inside `region`, the last dim fixed at 0
+  for (;;) {
+    std::int64_t so = 0, d = 0;
+    for (std::size_t k = 0; k < nd; ++k) {
+      const auto g = region.offsets()[k] + idx[k];
+      so += (g - from.offsets()[k]) * sstr[k];
+      d += (g - to.offsets()[k]) * dstr[k];
+    }
+    std::memcpy(dst + d * static_cast<std::int64_t>(elsize),
+                src + so * static_cast<std::int64_t>(elsize), run);
+    std::size_t k = nd - 1;
+    for (;;) {
+      if (k == 0) return;
+      --k;
+      if (++idx[k] < region.local_shape()[k]) break;
+      idx[k] = 0;
+    }
+  }
 }
 
 void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
@@ -939,6 +1035,13 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
     for (const auto& k : op->call.keys) st.locations.erase(k);
     return op->fail(r.status());
   }
+  for (auto& a : op->assemble) {
+    if (auto both = a.shard_box.intersect(a.dst_box)) {
+      copy_box(static_cast<const std::byte*>(a.shard.data()), a.shard_box, a.dst, a.dst_box, *both,
+               dtype_size(a.shard.dtype()));
+    }
+  }
+  op->assemble.clear();
   for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
   op->unpack.clear();
   op->call.promise->set_value(std::move(op->out));
@@ -975,8 +1078,45 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     op->stale = false;
     auto stale = std::make_shared<bool>(false);
     std::map<std::string, std::vector<ReadTarget>> by_volume;
+    op->assemble.clear();
     for (std::size_t i = 0; i < records->size(); ++i) {
       const auto& rec = (*records)[i];
+      if (assembled(*op, i, rec)) {
+        const TensorSlice want = i < op->call.slices.size() && op->call.slices[i]
+                                     ? *op->call.slices[i]
+                                     : TensorSlice::full(rec.shape);
+        std::byte* dst = nullptr;
+        if (op->call.mode == GetMode::into && op->call.dsts[i].is_contiguous()) {
+          dst = static_cast<std::byte*>(op->call.dsts[i].data());
+        } else {
+          auto t = Tensor::empty(rec.dtype, want.local_shape());
+          if (!t.ok()) return op->fail(t.status());
+          dst = static_cast<std::byte*>(t->data());
+          if (op->call.mode == GetMode::into) {
+            op->unpack.emplace_back(std::move(t).value(), op->call.dsts[i]);
+          } else {
+            op->out.tensors.push_back(std::move(t).value());
+          }
+        }
+        // Each distinct box once (replicas are not read twice), and only
+        // the shards that overlap the box asked for.
+        std::vector<TensorSlice> seen;
+        for (const auto& shard : rec.shards) {
+          if (std::find(seen.begin(), seen.end(), shard.slice) != seen.end()) continue;
+          seen.push_back(shard.slice);
+          auto both = shard.slice.intersect(want);
+          if (!both || both->empty()) continue;
+          auto tmp = Tensor::empty(rec.dtype, shard.slice.local_shape());
+          if (!tmp.ok()) return op->fail(tmp.status());
+          ReadTarget target;
+          target.object_id = shard.object_id;
+          target.dst = static_cast<std::byte*>(tmp->data());
+          target.nbytes = shard.nbytes;
+          op->assemble.push_back(GetOp::Assemble{std::move(tmp).value(), shard.slice, dst, want});
+          by_volume[shard.volume_id].push_back(std::move(target));
+        }
+        continue;
+      }
       const auto& shard = rec.shards.front();
       std::byte* dst = nullptr;
       if (op->call.mode == GetMode::object) {

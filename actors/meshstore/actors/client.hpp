@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/tensor.hpp"
+#include "meshstore/tensor_slice.hpp"
 #include "meshstore/transports/transport.hpp"
 #include "meshstore/wire/control.hpp"
 
@@ -27,6 +29,9 @@ struct PutItem {
   wire::ObjectKind kind = wire::ObjectKind::tensor;
   /// Keeps an object's bytes alive while they move (put_object).
   std::shared_ptr<const std::string> owned_bytes;
+  /// A shard: `view` is this box of the key's global tensor. The key
+  /// commits once its shards cover the tensor (the controller's put_shards).
+  std::optional<TensorSlice> slice = std::nullopt;
 };
 
 /// Regions staged at the client's volume and mapped writable into this
@@ -86,6 +91,9 @@ struct GetCall {
   GetMode mode = GetMode::tensor;
   std::vector<std::string> keys;
   std::vector<TensorView> dsts;  // GetMode::into, one per key
+  /// Per key, the box to read (empty, or nullopt: the whole tensor). Boxes
+  /// and sharded keys are read shard by shard and assembled.
+  std::vector<std::optional<TensorSlice>> slices;
   std::shared_ptr<Promise<GetOutput>> promise;
 };
 

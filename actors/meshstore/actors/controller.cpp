@@ -22,6 +22,9 @@ struct ControllerState {
   // Keys whose volume died, with that volume's id, until put or removed again.
   std::map<std::string, std::string> lost;
   std::uint64_t last_version = 0;  // store-wide commit sequence
+  // Sharded keys whose shards do not cover their tensor yet: the shards so
+  // far (adopted by their volumes, so no reclaim takes them).
+  std::map<std::string, wire::KeyRecord> pending;
   // State dicts being written, by manifest key, and readers waiting for
   // one to be written or committed.
   struct Stream {
@@ -198,6 +201,63 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   return versions;
 }
 
+// Elements the distinct boxes of `shards` cover (identical boxes, replicas,
+// count once; the boxes are known not to overlap otherwise).
+std::int64_t covered_elements(const std::vector<wire::ShardRecord>& shards) {
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    bool replica = false;
+    for (std::size_t j = 0; j < i && !replica; ++j) replica = shards[j].slice == shards[i].slice;
+    if (!replica) n += shards[i].slice.numel();
+  }
+  return n;
+}
+
+// Checks one shard of a sharded put against the key's pending shards.
+Status validate_shard(const ControllerState& st, const wire::KeyRecord& r) {
+  const std::string ctx = "put shard of '" + r.key + "'";
+  if (r.key.empty()) return Status(Errc::invalid_argument, "put shard: empty key");
+  if (r.shards.size() != 1) {
+    return Status(Errc::invalid_argument, ctx + ": " + std::to_string(r.shards.size()) +
+                                              " shards in one record, expected 1");
+  }
+  const auto& s = r.shards.front();
+  if (st.volumes.count(s.volume_id) == 0) {
+    return Status(Errc::not_found, ctx + ": unknown volume '" + s.volume_id + "'");
+  }
+  if (s.slice.global_shape() != r.shape) {
+    return Status(Errc::shape_mismatch, ctx + ": shard " + s.slice.to_string() +
+                                            " is not in global shape " + shape_to_string(r.shape));
+  }
+  if (s.nbytes != static_cast<std::uint64_t>(s.slice.numel()) * dtype_size(r.dtype)) {
+    return Status(Errc::invalid_argument,
+                  ctx + ": shard " + s.slice.to_string() + " holds " + std::to_string(s.nbytes) +
+                      " bytes, expected " + std::to_string(s.slice.numel() * dtype_size(r.dtype)));
+  }
+  auto it = st.pending.find(r.key);
+  if (it == st.pending.end()) return Status();
+  const auto& p = it->second;
+  if (p.shape != r.shape) {
+    return Status(Errc::shape_mismatch, "ranks disagree on the global shape of '" + r.key +
+                                            "': " + shape_to_string(p.shape) + " and " +
+                                            shape_to_string(r.shape));
+  }
+  if (p.dtype != r.dtype) {
+    return Status(Errc::dtype_mismatch, "ranks disagree on the dtype of '" + r.key +
+                                            "': " + std::string(dtype_name(p.dtype)) + " and " +
+                                            std::string(dtype_name(r.dtype)));
+  }
+  for (const auto& other : p.shards) {
+    if (other.slice == s.slice) continue;  // a replica
+    if (auto both = other.slice.intersect(s.slice); both && !both->empty()) {
+      return Status(Errc::invalid_argument, ctx + ": shard " + s.slice.to_string() +
+                                                " overlaps shard " + other.slice.to_string() +
+                                                " without being the same box");
+    }
+  }
+  return Status();
+}
+
 // Removes `keys`; the volumes free the objects (discard) or keep their
 // memory for the next version (release).
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
@@ -207,6 +267,10 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
   wire::RemoveReply reply;
   std::map<std::string, std::vector<std::uint64_t>> released;
   for (const auto& k : keys) {
+    if (auto p = st.pending.find(k); p != st.pending.end()) {
+      collect(p->second, released);  // a sharded put in progress goes too
+      st.pending.erase(p);
+    }
     auto it = st.index.find(k);
     if (it == st.index.end()) {
       if (st.lost.erase(k) == 0) reply.missing.push_back(k);
@@ -245,6 +309,17 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     st.lost[k->first] = id;
     k = st.index.erase(k);
     ++lost;
+  }
+  // A sharded put in progress with a shard there cannot complete.
+  for (auto p = st.pending.begin(); p != st.pending.end();) {
+    const auto& shards = p->second.shards;
+    if (std::none_of(shards.begin(), shards.end(),
+                     [&](const wire::ShardRecord& s) { return s.volume_id == id; })) {
+      ++p;
+      continue;
+    }
+    collect(p->second, released);
+    p = st.pending.erase(p);
   }
   send_to_volumes(self, released, Verdict::discard);
   st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
@@ -311,6 +386,10 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
             missing.key = k;
             if (auto l = self->state.lost.find(k); l != self->state.lost.end())
               missing.lost_on = l->second;
+            if (auto p = self->state.pending.find(k); p != self->state.pending.end()) {
+              missing = p->second;  // partial: its shards so far, version 0
+              missing.version = 0;
+            }
             out.push_back(std::move(missing));
           }
         }
@@ -338,6 +417,13 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         st.count(ControllerCounter::remove);
+        if (auto p = st.pending.find(key); p != st.pending.end()) {
+          std::map<std::string, std::vector<std::uint64_t>> doomed;
+          collect(p->second, doomed);
+          st.pending.erase(p);
+          send_to_volumes(self, doomed, Verdict::discard);
+          if (st.index.count(key) == 0) return caf::ok_atom::value;
+        }
         auto it = st.index.find(key);
         if (it == st.index.end()) {
           // Removing a key lost with its volume acknowledges the loss.
@@ -354,6 +440,63 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         return remove_keys(self, keys, Verdict::discard);
       },
       [=](counters_atom) { return self->state.counters; },
+      [=](put_shards_atom,
+          const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
+        auto& st = self->state;
+        st.count(ControllerCounter::notify_put_batch);
+        // Validated as a whole (against each other too), then applied.
+        {
+          auto saved = st.pending;
+          for (const auto& r : records) {
+            auto s = validate_shard(st, r);
+            if (s.ok()) {
+              auto& p = st.pending[r.key];
+              if (p.shards.empty())
+                p = r;
+              else
+                p.shards.push_back(r.shards.front());
+              continue;
+            }
+            st.pending = std::move(saved);
+            return to_caf_error(s);
+          }
+          st.pending = std::move(saved);
+        }
+        std::vector<std::uint64_t> versions;
+        std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+        for (const auto& r : records) {
+          auto& p = st.pending[r.key];
+          if (p.shards.empty()) {
+            p = r;
+            p.version = 0;
+          } else {
+            p.shards.push_back(r.shards.front());
+          }
+          collect(r, adopted);  // the volume keeps it even if its writer dies
+          versions.push_back(0);
+        }
+        // Keys whose shards now cover them commit, all shards at once.
+        for (std::size_t i = 0; i < records.size(); ++i) {
+          auto it = st.pending.find(records[i].key);
+          if (it == st.pending.end()) {
+            // Committed by an earlier record of this batch.
+            versions[i] = st.index.at(records[i].key).version;
+            continue;
+          }
+          if (covered_elements(it->second.shards) != shape_numel(it->second.shape)) continue;
+          st.lost.erase(it->first);
+          auto& slot = st.index[it->first];
+          if (slot.found()) collect(slot, released);
+          slot = std::move(it->second);
+          slot.version = ++st.last_version;
+          versions[i] = slot.version;
+          st.pending.erase(it);
+          if (!st.streams.empty() || !st.waiters.empty()) streams_committed(self, slot.key);
+        }
+        send_to_volumes(self, adopted, Verdict::commit);
+        send_to_volumes(self, released, Verdict::release);
+        return versions;
+      },
       [=](stream_open_atom, const std::string& key, std::string& manifest,
           std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {
         auto& st = self->state;

@@ -49,6 +49,15 @@ using controller_actor = caf::typed_actor<
     // the new versions.
     caf::replies_to<replace_atom, std::vector<wire::KeyRecord>, std::vector<std::string>,
                     bool>::with<std::vector<std::uint64_t>>,
+    // Adds shards (one record of one shard each) to their keys' pending
+    // versions; a key commits, with all its shards at once, when they cover
+    // its global tensor (identical boxes are replicas). Validated as a
+    // whole. Answers, per record, the key's new version, or 0 while it is
+    // still partial. A partial key is not found by locate, which answers
+    // its pending shards (version 0, shards set) so readers can name what
+    // is missing.
+    caf::replies_to<put_shards_atom,
+                    std::vector<wire::KeyRecord>>::with<std::vector<std::uint64_t>>,
     // Control messages handled so far, in ControllerCounter order.
     caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>,
     // -- streams: readers copy a state dict while its writer puts it --

@@ -1,0 +1,223 @@
+// Sharded tensors through one store: shards put by the ranks of one
+// placement, read back whole, by any box, or as another placement's shards.
+// (The multi-process version of these cases is still to come.)
+
+#include <algorithm>
+#include <cstring>
+
+#include "meshstore/placement.hpp"
+#include "meshstore/store.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using testing::kWait;
+using P = DimPlacement;
+
+// The reference tensor: element i holds i.
+Tensor reference(const Shape& shape) {
+  auto t = Tensor::empty(DType::float32, shape).value();
+  auto* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(i);
+  return t;
+}
+
+// The box `s` of `whole` as a new tensor.
+Tensor cut(const Tensor& whole, const TensorSlice& s) {
+  auto out = Tensor::empty(DType::float32, s.local_shape()).value();
+  const auto strides = contiguous_strides(s.global_shape());
+  Shape idx(s.local_shape().size(), 0);
+  for (std::int64_t n = 0; n < out.numel(); ++n) {
+    std::int64_t flat = 0, rem = n;
+    for (std::size_t k = idx.size(); k-- > 0;) {
+      idx[k] = rem % s.local_shape()[k];
+      rem /= s.local_shape()[k];
+    }
+    for (std::size_t k = 0; k < idx.size(); ++k) flat += (s.offsets()[k] + idx[k]) * strides[k];
+    out.data_as<float>()[n] = whole.data_as<float>()[flat];
+  }
+  return out;
+}
+
+::testing::AssertionResult same(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) {
+    return ::testing::AssertionFailure()
+           << shape_to_string(a.shape()) << " vs " << shape_to_string(b.shape());
+  }
+  if (std::memcmp(a.data(), b.data(), a.nbytes()) != 0) {
+    return ::testing::AssertionFailure() << "different elements";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Every rank of `put` puts its shard of `whole`, in rank order. The key is
+// visible exactly from the put that completes the cover (a replica put
+// after that starts the next version, which the complete one stands for).
+void put_all(Store& store, const std::string& key, const Tensor& whole, const Placement& put) {
+  std::vector<TensorSlice> boxes;
+  std::int64_t covered = 0;
+  for (std::int64_t r = 0; r < put.world_size(); ++r) {
+    auto slice = put.slice_for(whole.shape(), r).value();
+    auto shard = cut(whole, slice);
+    ASSERT_OK(store.put(key, shard.view(), slice).get(kWait));
+    if (std::find(boxes.begin(), boxes.end(), slice) == boxes.end()) {
+      boxes.push_back(slice);
+      covered += slice.numel();
+    }
+    EXPECT_EQ(*store.exists(key).get(kWait), covered == whole.numel()) << "after rank " << r;
+  }
+}
+
+struct Case {
+  Shape mesh_put;
+  std::vector<P> put;
+  Shape mesh_get;
+  std::vector<P> get;
+};
+
+TEST(ShardedStore, ReshardsBetweenPlacements) {
+  auto store = Store::embedded().value();
+  const std::vector<Case> cases = {
+      {{4}, {P::shard(0)}, {2}, {P::shard(0)}},                                  // shrink 4 -> 2
+      {{2}, {P::shard(0)}, {4}, {P::shard(0)}},                                  // grow 2 -> 4
+      {{4}, {P::shard(1)}, {2}, {P::shard(0)}},                                  // columns -> rows
+      {{2}, {P::shard(0)}, {4}, {P::shard(1)}},                                  // rows -> columns
+      {{2, 2}, {P::shard(0), P::shard(1)}, {2, 2}, {P::shard(1), P::shard(0)}},  // 2D -> 2D
+      {{4}, {P::shard(0)}, {2, 2}, {P::shard(0), P::shard(1)}},                  // 1D -> 2D
+      {{2, 2}, {P::shard(0), P::shard(1)}, {4}, {P::shard(1)}},                  // 2D -> 1D
+      {{2}, {P::replicate()}, {4}, {P::replicate()}},                            // replicas
+      {{2, 2}, {P::replicate(), P::shard(0)}, {4}, {P::shard(1)}},
+  };
+  int n = 0;
+  for (const Shape& shape : {Shape{8, 12}, Shape{7, 10}}) {  // even, and uneven (7 rows over 4)
+    const Tensor whole = reference(shape);
+    for (const auto& c : cases) {
+      const auto put = Placement::make(c.mesh_put, c.put).value();
+      const auto get = Placement::make(c.mesh_get, c.get).value();
+      const std::string key = "w" + std::to_string(n++);
+      SCOPED_TRACE(put.to_string() + " -> " + get.to_string() + " of " + shape_to_string(shape));
+      put_all(store, key, whole, put);
+      for (std::int64_t r = 0; r < get.world_size(); ++r) {
+        const auto slice = get.slice_for(shape, r).value();
+        auto got = store.get(key, slice).get(kWait);
+        ASSERT_OK(got);
+        EXPECT_TRUE(same(*got, cut(whole, slice))) << "rank " << r;
+      }
+      auto full = store.get(key).get(kWait);
+      ASSERT_OK(full);
+      EXPECT_TRUE(same(*full, whole));
+    }
+  }
+}
+
+TEST(ShardedStore, LargeShardsMoveThroughEveryTransport) {
+  // 4 MiB: the shards travel through the data plane, not inside messages.
+  const Tensor whole = reference({1024, 1024});
+  const auto rows = Placement::make({2}, {P::shard(0)}).value();
+  const auto cols = Placement::make({4}, {P::shard(1)}).value();
+  for (const char* transport : {"shm", "tcp", "rpc"}) {
+    SCOPED_TRACE(transport);
+    StoreOptions o;
+    o.transport = transport;
+    auto store = Store::embedded(o).value();
+    put_all(store, "w", whole, rows);
+    for (std::int64_t r = 0; r < cols.world_size(); ++r) {
+      const auto slice = cols.slice_for(whole.shape(), r).value();
+      auto dst = Tensor::zeros(DType::float32, slice.local_shape()).value();
+      ASSERT_OK(store.get_into("w", dst.view(), slice).get(kWait));
+      EXPECT_TRUE(same(dst, cut(whole, slice))) << "rank " << r;
+    }
+  }
+}
+
+TEST(ShardedStore, SlicesInsideOneShardAndAcrossShards) {
+  auto store = Store::embedded().value();
+  const Tensor whole = reference({100, 100});
+  put_all(store, "big", whole, Placement::make({2, 2}, {P::shard(0), P::shard(1)}).value());
+  for (const auto& s : {TensorSlice::make({100, 100}, {10, 10}, {20, 30}).value(),    // inside one
+                        TensorSlice::make({100, 100}, {40, 45}, {20, 10}).value(),    // across four
+                        TensorSlice::make({100, 100}, {0, 0}, {1, 100}).value(),      // one row
+                        TensorSlice::make({100, 100}, {99, 99}, {1, 1}).value(),      // one element
+                        TensorSlice::make({100, 100}, {50, 0}, {0, 100}).value()}) {  // empty
+    auto got = store.get("big", s).get(kWait);
+    ASSERT_OK(got);
+    EXPECT_TRUE(same(*got, cut(whole, s))) << s.to_string();
+  }
+  // Into a caller's buffer, contiguous or strided.
+  const auto s = TensorSlice::make({100, 100}, {45, 45}, {10, 10}).value();
+  auto dst = Tensor::zeros(DType::float32, {10, 10}).value();
+  ASSERT_OK(store.get_into("big", dst.view(), s).get(kWait));
+  EXPECT_TRUE(same(dst, cut(whole, s)));
+  auto wide = Tensor::zeros(DType::float32, {10, 20}).value();
+  const TensorView strided(wide.data(), DType::float32, {10, 10}, {20, 2});
+  ASSERT_OK(store.get_into("big", strided, s).get(kWait));
+  EXPECT_EQ(wide.data_as<float>()[0], whole.data_as<float>()[45 * 100 + 45]);
+  EXPECT_EQ(wide.data_as<float>()[2], whole.data_as<float>()[45 * 100 + 46]);
+  EXPECT_EQ(wide.data_as<float>()[1], 0.0f);
+}
+
+TEST(ShardedStore, APartialKeyNamesWhatIsMissingAndANewVersionReplacesTheOldWhole) {
+  auto store = Store::embedded().value();
+  const Tensor v1 = reference({4, 6});
+  const auto rows = Placement::make({2}, {P::shard(0)}).value();
+  auto top = rows.slice_for({4, 6}, 0).value();
+  ASSERT_OK(store.put("k", cut(v1, top).view(), top).get(kWait));
+  EXPECT_FALSE(*store.exists("k").get(kWait));
+  EXPECT_ERROR(store.get("k").get(kWait), Errc::partially_committed,
+               "'k' is partially committed: its shards cover 12 of 24 elements of [4, 6]; "
+               "missing [2:4, 0:6]");
+  auto bottom = rows.slice_for({4, 6}, 1).value();
+  ASSERT_OK(store.put("k", cut(v1, bottom).view(), bottom).get(kWait));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), v1));
+
+  // A second version: readers keep seeing the first until it is complete.
+  Tensor v2 = reference({4, 6});
+  for (std::int64_t i = 0; i < v2.numel(); ++i) v2.data_as<float>()[i] += 1000;
+  ASSERT_OK(store.put("k", cut(v2, top).view(), top).get(kWait));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), v1));
+  ASSERT_OK(store.put("k", cut(v2, bottom).view(), bottom).get(kWait));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), v2));
+
+  // Removing a key drops a sharded put in progress too.
+  ASSERT_OK(store.put("p", cut(v1, top).view(), top).get(kWait));
+  ASSERT_OK(store.remove("p").get(kWait));
+  ASSERT_OK(store.put("p", cut(v1, bottom).view(), bottom).get(kWait));
+  EXPECT_ERROR(store.get("p").get(kWait), Errc::partially_committed, "missing [0:2, 0:6]");
+}
+
+TEST(ShardedStore, DisagreementsAndBadSlicesAreRefused) {
+  auto store = Store::embedded().value();
+  const Tensor a = reference({4, 4});
+  auto top = TensorSlice::make({4, 4}, {0, 0}, {2, 4}).value();
+  ASSERT_OK(store.put("k", cut(a, top).view(), top).get(kWait));
+  // Another rank with another global shape.
+  auto other = TensorSlice::make({4, 8}, {2, 0}, {2, 8}).value();
+  auto wide = reference({2, 8});
+  EXPECT_ERROR(store.put("k", wide.view(), other).get(kWait), Errc::shape_mismatch,
+               "ranks disagree on the global shape of 'k': [4, 4] and [4, 8]");
+  // Another dtype.
+  auto bottom = TensorSlice::make({4, 4}, {2, 0}, {2, 4}).value();
+  std::vector<double> d(8, 1.0);
+  EXPECT_ERROR(store.put("k", TensorView::of(d.data(), {2, 4}), bottom).get(kWait),
+               Errc::dtype_mismatch, "ranks disagree on the dtype of 'k': float32 and float64");
+  // A box overlapping a stored one without being the same box.
+  auto middle = TensorSlice::make({4, 4}, {1, 0}, {2, 4}).value();
+  EXPECT_ERROR(store.put("k", cut(a, middle).view(), middle).get(kWait), Errc::invalid_argument,
+               "overlaps shard [0:2, 0:4]");
+  // A shard whose shape is not its slice's.
+  EXPECT_ERROR(store.put("k", reference({3, 4}).view(), bottom).get(kWait), Errc::shape_mismatch,
+               "the shard has shape [3, 4], its slice [2:4, 0:4] of [4, 4] needs [2, 4]");
+  // The refused shards changed nothing: the right one still completes it.
+  ASSERT_OK(store.put("k", cut(a, bottom).view(), bottom).get(kWait));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), a));
+  // A slice outside the key's global shape.
+  EXPECT_ERROR(store.get("k", TensorSlice::make({8, 8}, {0, 0}, {1, 1}).value()).get(kWait),
+               Errc::out_of_range, "is not in its global shape [4, 4]");
+  auto small = Tensor::zeros(DType::float32, {1, 1}).value();
+  EXPECT_ERROR(store.get_into("k", small.view(), top).get(kWait), Errc::shape_mismatch,
+               "slice [2, 4], destination [1, 1]");
+}
+
+}  // namespace
+}  // namespace meshstore
