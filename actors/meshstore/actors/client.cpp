@@ -10,6 +10,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
 
 namespace meshstore::actors {
@@ -697,10 +698,59 @@ void handle_release_staged(client_pointer self, const ReleaseStagedCall& call) {
 
 // -- get -----------------------------------------------------------------
 
+// Copies the elements of `region` (a box inside both) from a row-major
+// buffer holding box `from` to one holding box `to`.
+// `src` holds box `from` minus its first `skip` elements (a range read of it).
+void copy_box(const std::byte* src, const TensorSlice& from, std::byte* dst, const TensorSlice& to,
+              const TensorSlice& region, std::size_t elsize, std::int64_t skip = 0) {
+  const std::size_t nd = region.global_shape().size();
+  if (region.empty()) return;
+  if (nd == 0) {
+    std::memcpy(dst, src, elsize);
+    return;
+  }
+  const auto sstr = contiguous_strides(from.local_shape());
+  const auto dstr = contiguous_strides(to.local_shape());
+  const std::size_t run = static_cast<std::size_t>(region.local_shape()[nd - 1]) * elsize;
+  Shape idx(nd, 0);  // position inside `region`, the last dim fixed at 0
+  for (;;) {
+    std::int64_t so = 0, d = 0;
+    for (std::size_t k = 0; k < nd; ++k) {
+      const auto g = region.offsets()[k] + idx[k];
+      so += (g - from.offsets()[k]) * sstr[k];
+      d += (g - to.offsets()[k]) * dstr[k];
+    }
+    std::memcpy(dst + d * static_cast<std::int64_t>(elsize),
+                src + (so - skip) * static_cast<std::int64_t>(elsize), run);
+    std::size_t k = nd - 1;
+    for (;;) {
+      if (k == 0) return;
+      --k;
+      if (++idx[k] < region.local_shape()[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+// Element offset, in the row-major box `from`, of global position `at`.
+std::int64_t offset_in(const TensorSlice& from, const Shape& at) {
+  const auto strides = contiguous_strides(from.local_shape());
+  std::int64_t off = 0;
+  for (std::size_t k = 0; k < at.size(); ++k) off += (at[k] - from.offsets()[k]) * strides[k];
+  return off;
+}
+
 struct ReadTarget {
   std::uint64_t object_id = 0;
   std::byte* dst = nullptr;
   std::size_t nbytes = 0;
+  // Sharded reads: copy only `region` of this shard (box `from`) into
+  // `dst`, which is laid out as box `to`, instead of the whole object.
+  struct Box {
+    TensorSlice from, to, region;
+    std::size_t elsize = 1;
+  };
+  std::optional<Box> box;
   // GetMode::view: where the tensor goes (dst is then null), and its type.
   Tensor* view = nullptr;
   DType dtype = DType::uint8;
@@ -765,15 +815,6 @@ struct GetOp {
   bool stale = false;
   // For strided destinations: the contiguous staging tensor and its target.
   std::vector<std::pair<Tensor, TensorView>> unpack;
-  // Sharded keys and boxes: each shard read whole, then its overlap with
-  // the box asked for copied into the destination.
-  struct Assemble {
-    Tensor shard;
-    TensorSlice shard_box;
-    std::byte* dst = nullptr;
-    TensorSlice dst_box;
-  };
-  std::vector<Assemble> assemble;
 
   void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
   // For errors whose message already names the key.
@@ -810,6 +851,37 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
             k(std::move(records));
           },
           [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });
+}
+
+// Copies a target's box out of its (leased) region: straight from the
+// mapping where the transport maps memory, else through a range read of
+// the bytes from the box's first element to its last.
+Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                      const ReadTarget& t) {
+  const auto b = *t.box;
+  std::byte* dst = t.dst;
+  if (c->transport->capabilities().maps_memory) {
+    auto mem = c->transport->map_writable(region);
+    if (!mem.ok()) return make_error_future<void>(mem.status());
+    auto src = std::move(mem).value();
+    return transports::CopyEngine::instance().run(
+        [src, b, dst] { copy_box(src.get(), b.from, dst, b.to, b.region, b.elsize); });
+  }
+  Shape last = b.region.offsets();
+  for (std::size_t k = 0; k < last.size(); ++k) last[k] += b.region.local_shape()[k] - 1;
+  const std::int64_t lo = offset_in(b.from, b.region.offsets());
+  const std::int64_t hi = offset_in(b.from, last) + 1;
+  const auto n = static_cast<std::size_t>(hi - lo) * b.elsize;
+  auto tmp = std::make_shared<std::vector<std::byte>>();
+  try {
+    tmp->resize(n);
+  } catch (const std::bad_alloc&) {
+    return make_error_future<void>(Status(
+        Errc::out_of_capacity, "cannot allocate " + std::to_string(n) + " bytes to read a box"));
+  }
+  return c->transport->read(region, static_cast<std::uint64_t>(lo) * b.elsize, tmp->data(), n)
+      .then(
+          [tmp, b, dst, lo] { copy_box(tmp->data(), b.from, dst, b.to, b.region, b.elsize, lo); });
 }
 
 // Pins the objects at one volume, reads them, unpins. Sets `*stale` when the
@@ -851,7 +923,12 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                     *targets[i].view = std::move(t).value();
                     targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
                   }
-                  std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
+                  if (const auto& b = targets[i].box) {
+                    copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
+                             targets[i].dst, b->to, b->region, b->elsize);
+                  } else {
+                    std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
+                  }
                 }
                 return (void)promise->set_value();
               }
@@ -882,6 +959,10 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                                                 std::to_string(lease.regions[i].nbytes) +
                                                 " bytes, the index says " +
                                                 std::to_string(t.nbytes))));
+                  continue;
+                }
+                if (t.box) {
+                  reads.push_back(read_box(c, lease.regions[i], t));
                   continue;
                 }
                 reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
@@ -980,39 +1061,6 @@ bool assembled(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
   return boxed || r.shards.size() != 1 || !r.shards.front().slice.is_full();
 }
 
-// Copies the elements of `region` (a box inside both) from a row-major
-// buffer holding box `from` to one holding box `to`.
-void copy_box(const std::byte* src, const TensorSlice& from, std::byte* dst, const TensorSlice& to,
-              const TensorSlice& region, std::size_t elsize) {
-  const std::size_t nd = region.global_shape().size();
-  if (region.empty()) return;
-  if (nd == 0) {
-    std::memcpy(dst, src, elsize);
-    return;
-  }
-  const auto sstr = contiguous_strides(from.local_shape());
-  const auto dstr = contiguous_strides(to.local_shape());
-  const std::size_t run = static_cast<std::size_t>(region.local_shape()[nd - 1]) * elsize;
-  Shape idx(nd, 0);  // position inside `region`, the last dim fixed at 0
-  for (;;) {
-    std::int64_t so = 0, d = 0;
-    for (std::size_t k = 0; k < nd; ++k) {
-      const auto g = region.offsets()[k] + idx[k];
-      so += (g - from.offsets()[k]) * sstr[k];
-      d += (g - to.offsets()[k]) * dstr[k];
-    }
-    std::memcpy(dst + d * static_cast<std::int64_t>(elsize),
-                src + so * static_cast<std::int64_t>(elsize), run);
-    std::size_t k = nd - 1;
-    for (;;) {
-      if (k == 0) return;
-      --k;
-      if (++idx[k] < region.local_shape()[k]) break;
-      idx[k] = 0;
-    }
-  }
-}
-
 void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
 
 void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Result<void>& r) {
@@ -1035,13 +1083,6 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
     for (const auto& k : op->call.keys) st.locations.erase(k);
     return op->fail(r.status());
   }
-  for (auto& a : op->assemble) {
-    if (auto both = a.shard_box.intersect(a.dst_box)) {
-      copy_box(static_cast<const std::byte*>(a.shard.data()), a.shard_box, a.dst, a.dst_box, *both,
-               dtype_size(a.shard.dtype()));
-    }
-  }
-  op->assemble.clear();
   for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
   op->unpack.clear();
   op->call.promise->set_value(std::move(op->out));
@@ -1078,7 +1119,6 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     op->stale = false;
     auto stale = std::make_shared<bool>(false);
     std::map<std::string, std::vector<ReadTarget>> by_volume;
-    op->assemble.clear();
     for (std::size_t i = 0; i < records->size(); ++i) {
       const auto& rec = (*records)[i];
       if (assembled(*op, i, rec)) {
@@ -1106,13 +1146,11 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
           seen.push_back(shard.slice);
           auto both = shard.slice.intersect(want);
           if (!both || both->empty()) continue;
-          auto tmp = Tensor::empty(rec.dtype, shard.slice.local_shape());
-          if (!tmp.ok()) return op->fail(tmp.status());
           ReadTarget target;
           target.object_id = shard.object_id;
-          target.dst = static_cast<std::byte*>(tmp->data());
+          target.dst = dst;
           target.nbytes = shard.nbytes;
-          op->assemble.push_back(GetOp::Assemble{std::move(tmp).value(), shard.slice, dst, want});
+          target.box = ReadTarget::Box{shard.slice, want, *both, dtype_size(rec.dtype)};
           by_volume[shard.volume_id].push_back(std::move(target));
         }
         continue;

@@ -49,6 +49,21 @@ CopyEngine::CopyEngine() : impl_(new Impl()) {
 
 int CopyEngine::threads() const noexcept { return static_cast<int>(impl_->workers.size()); }
 
+Future<void> CopyEngine::run(std::function<void()> job) noexcept {
+  auto promise =
+      std::make_shared<Promise<void>>(Status(Errc::internal, "copy engine dropped a job"));
+  auto fut = promise->future();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->jobs.push_back([job = std::move(job), promise] {
+      job();
+      promise->set_value();
+    });
+  }
+  impl_->cv.notify_one();
+  return fut;
+}
+
 Future<void> CopyEngine::copy(std::byte* dst, const std::byte* src, std::size_t n,
                               std::size_t split_from) noexcept {
   if (n < kInlineBelow) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "meshstore/future.hpp"
 
@@ -21,6 +22,10 @@ class CopyEngine {
   /// Both buffers must stay valid until the future completes.
   Future<void> copy(std::byte* dst, const std::byte* src, std::size_t n,
                     std::size_t split_from) noexcept;
+
+  /// Runs `job` (a copy of some other shape: a box out of a shard) on a
+  /// worker thread; the future completes when it returns.
+  Future<void> run(std::function<void()> job) noexcept;
 
   /// Worker threads.
   int threads() const noexcept;

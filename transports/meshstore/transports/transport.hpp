@@ -131,8 +131,10 @@ class Transport {
     (void)src;
     return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
   }
-  /// Maps staged region `dst` writable into this process, so the caller
-  /// fills it in place (zero-copy publishing) instead of write()-ing a copy.
+  /// Maps region `dst` into this process through the client's shared
+  /// mapping (read-write), so the caller fills a staged region in place
+  /// (zero-copy publishing) instead of write()-ing a copy, or copies a box
+  /// straight out of a leased region (sharded reads).
   /// The memory stays mapped until the returned pointer's last owner lets go.
   /// Errc::unsupported for transports that cannot (only shm can today);
   /// capabilities().maps_memory says which can.
