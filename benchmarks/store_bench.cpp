@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "meshstore/placement.hpp"
 #include "meshstore/store.hpp"
 #include "qwen3_shapes.hpp"
 
@@ -49,6 +50,7 @@ struct Args {
   std::string scenario = "single";
   std::string transport = "shm";
   std::size_t bytes = std::size_t{256} << 20;
+  bool bytes_given = false;
   int iters = 0;  // 0 = scenario default
   bool json = false;
   bool smoke = false;
@@ -64,7 +66,7 @@ struct Args {
   std::fprintf(
       stderr,
       "store_bench: %s\n"
-      "usage: store_bench [--scenario single|small|weight-sync] [--transport shm|tcp|rpc]\n"
+      "usage: store_bench [--scenario single|small|weight-sync|reshard] [--transport shm|tcp|rpc]\n"
       "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
       "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
       "[--smoke]\n",
@@ -101,9 +103,10 @@ Args parse(int argc, char** argv) {
       a.scenario = next();
     else if (arg == "--transport")
       a.transport = next();
-    else if (arg == "--bytes")
+    else if (arg == "--bytes") {
       a.bytes = parse_bytes(next());
-    else if (arg == "--iters")
+      a.bytes_given = true;
+    } else if (arg == "--iters")
       a.iters = std::atoi(next().c_str());
     else if (arg == "--json")
       a.json = true;
@@ -126,7 +129,8 @@ Args parse(int argc, char** argv) {
     else
       usage(("unknown argument '" + arg + "'").c_str());
   }
-  if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync")
+  if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync" &&
+      a.scenario != "reshard")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
   if (a.processes != 1 && a.processes != 2) usage("--processes must be 1 or 2");
@@ -458,6 +462,101 @@ void run_single(const Args& a) {
   row("put (warm)", p, ts);
   row("get_into", gi, tr);
   row("get (allocates)", g, tr);
+}
+
+// -- reshard: a tensor put as 2 row shards, read as 4 column shards --------
+
+void run_reshard(const Args& a) {
+  // bf16, 4096 columns; rows from the size (1 GiB unless --bytes says).
+  const std::int64_t cols = 4096;
+  const std::size_t want =
+      a.smoke ? (std::size_t{8} << 20) : (a.bytes_given ? a.bytes : (std::size_t{1} << 30));
+  const std::int64_t rows =
+      std::max<std::int64_t>(4, static_cast<std::int64_t>(want / (cols * 2)) / 4 * 4);
+  const std::size_t n = static_cast<std::size_t>(rows * cols) * 2;
+  const int iters = a.iters ? a.iters : (a.smoke ? 2 : 5);
+  auto session = open_session(a);
+  auto& store = session.store;
+  std::vector<std::uint16_t> whole(static_cast<std::size_t>(rows * cols)), scratch(whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<std::uint16_t>(i * 7 + 3);
+  const meshstore::Shape global{rows, cols};
+  auto put_rows = meshstore::Placement::make({2}, {meshstore::DimPlacement::shard(0)}).value();
+  auto get_cols = meshstore::Placement::make({4}, {meshstore::DimPlacement::shard(1)}).value();
+  std::vector<std::vector<std::uint16_t>> parts(4, std::vector<std::uint16_t>(whole.size() / 4));
+  std::vector<double> memcpy_t, put_t, get_t;
+  for (int i = 0; i < iters + 1; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(scratch.data(), whole.data(), n);
+    if (i > 0) memcpy_t.push_back(secs(t0));
+  }
+  scratch = {};
+  for (int i = 0; i < iters + 2; ++i) {  // two warm-up rounds: fresh segments
+    if (!a.json) std::fprintf(stderr, "\rstore_bench reshard: round %d/%d", i + 1, iters + 2);
+    auto t0 = Clock::now();
+    std::vector<meshstore::Future<void>> puts;
+    for (std::int64_t r = 0; r < 2; ++r) {
+      auto box = put_rows.slice_for(global, r).value();
+      puts.push_back(store.put("reshard",
+                               meshstore::TensorView(whole.data() + box.offsets()[0] * cols,
+                                                     meshstore::DType::bfloat16, box.local_shape()),
+                               box));
+    }
+    for (auto& f : puts) must(f.get(600s), "put shard");
+    const double put_s = secs(t0);
+    t0 = Clock::now();
+    std::vector<meshstore::Future<void>> gets;
+    for (std::int64_t r = 0; r < 4; ++r) {
+      auto box = get_cols.slice_for(global, r).value();
+      gets.push_back(
+          store.get_into("reshard",
+                         meshstore::TensorView(parts[static_cast<std::size_t>(r)].data(),
+                                               meshstore::DType::bfloat16, box.local_shape()),
+                         box));
+    }
+    for (auto& f : gets) must(f.get(600s), "get_into column shard");
+    const double get_s = secs(t0);
+    if (i >= 2) {
+      put_t.push_back(put_s);
+      get_t.push_back(get_s);
+    }
+  }
+  if (!a.json) std::fprintf(stderr, "\n");
+  for (std::int64_t r = 0; r < 4; ++r) {
+    const auto& part = parts[static_cast<std::size_t>(r)];
+    const std::int64_t w = cols / 4;
+    for (std::int64_t row = 0; row < rows; row += 97) {
+      for (std::int64_t c = 0; c < w; c += 131) {
+        if (part[static_cast<std::size_t>(row * w + c)] !=
+            whole[static_cast<std::size_t>(row * cols + r * w + c)]) {
+          std::fprintf(stderr, "store_bench: column shard %lld holds the wrong bytes\n",
+                       static_cast<long long>(r));
+          std::exit(1);
+        }
+      }
+    }
+  }
+  must(store.remove("reshard").get(60s), "cleanup");
+  const double m = median(memcpy_t), p = median(put_t), g = median(get_t);
+  const double gb = static_cast<double>(n) / 1e9;
+  if (a.json) {
+    std::printf(
+        "{\"scenario\":\"reshard\",\"transport\":\"%s\",\"processes\":%d,\"bytes\":%zu,"
+        "\"shape\":[%lld,%lld],\"dtype\":\"bfloat16\",\"put\":\"2 row shards\","
+        "\"get\":\"4 column shards\",\"iters\":%d,\"memcpy_gbps\":%.3f,\"put_gbps\":%.3f,"
+        "\"reshard_gbps\":%.3f,\"put_vs_memcpy\":%.3f,\"reshard_vs_memcpy\":%.3f}\n",
+        a.transport.c_str(), a.processes, n, static_cast<long long>(rows),
+        static_cast<long long>(cols), iters, gb / m, gb / p, gb / g, m / p, m / g);
+    return;
+  }
+  std::printf(
+      "scenario reshard: [%lld, %lld] bf16 (%.2f GB), 2 row shards -> 4 column shards, "
+      "transport %s, %s, median of %d\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), gb, a.transport.c_str(),
+      a.processes == 2 ? "client process -> store in a peer process" : "embedded store", iters);
+  std::printf("  %-24s %10s %10s %10s\n", "operation", "seconds", "GB/s", "vs memcpy");
+  std::printf("  %-24s %10.4f %10.2f %10.2f\n", "memcpy", m, gb / m, 1.0);
+  std::printf("  %-24s %10.4f %10.2f %10.2f\n", "put 2 row shards", p, gb / p, m / p);
+  std::printf("  %-24s %10.4f %10.2f %10.2f\n", "get 4 column shards", g, gb / g, m / g);
 }
 
 void run_small(const Args& a) {
@@ -801,12 +900,16 @@ int main(int argc, char** argv) {
     w.transport = "shm";
     w.scenario = "weight-sync";
     run_weight_sync(w);
+    w.scenario = "reshard";
+    run_reshard(w);
     return 0;
   }
   if (a.scenario == "single")
     run_single(a);
   else if (a.scenario == "small")
     run_small(a);
+  else if (a.scenario == "reshard")
+    run_reshard(a);
   else
     run_weight_sync(a);
   return 0;
