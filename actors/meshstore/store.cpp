@@ -514,7 +514,23 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
+Future<void> Store::put(std::string key, const TensorView& shard, const Shape& global_shape,
+                        const Placement& placement, std::int64_t rank) {
+  auto slice = placement.slice_for(global_shape, rank);
+  if (!slice.ok()) return make_error_future<void>(slice.status().with_context("put '" + key + "'"));
+  std::uint32_t replicas = 0;
+  for (std::int64_t r = 0; r < placement.world_size(); ++r) {
+    if (placement.slice_for(global_shape, r).value() == *slice) ++replicas;
+  }
+  return put_shard(std::move(key), shard, *slice, replicas);
+}
+
 Future<void> Store::put(std::string key, const TensorView& shard, const TensorSlice& slice) {
+  return put_shard(std::move(key), shard, slice, 1);
+}
+
+Future<void> Store::put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
+                              std::uint32_t replicas) {
   const std::string op = "put";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   if (auto s = check_view(op, key, shard); !s.ok()) return make_error_future<void>(s);
@@ -528,6 +544,7 @@ Future<void> Store::put(std::string key, const TensorView& shard, const TensorSl
   call.op = op;
   actors::PutItem item{key, shard, wire::ObjectKind::tensor, nullptr};
   item.slice = slice;
+  item.replicas = replicas;
   call.items.push_back(std::move(item));
   const std::string what = "put '" + key + "' slice " + slice.to_string();
   return Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what)

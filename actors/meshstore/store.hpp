@@ -21,6 +21,7 @@
 #include "meshstore/dtype.hpp"
 #include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
+#include "meshstore/placement.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/status.hpp"
@@ -374,11 +375,20 @@ class Store {
   /// rank puts its own; the key becomes visible, with all its shards at
   /// once, when they cover the global tensor. Until then exists() is false
   /// and get() fails with Errc::partially_committed naming the regions
-  /// still missing. Identical boxes from several ranks are replicas (read
-  /// once). Ranks disagreeing on the global shape or dtype, and boxes that
-  /// overlap without being identical, are refused. The next complete set
-  /// of shards replaces the key as a whole. docs/sharding.md.
+  /// still missing. A box put this way has one copy per version: put it
+  /// again before the version is complete and it is refused (replicated
+  /// boxes: use the placement overload below). Ranks disagreeing on the
+  /// global shape or dtype, and boxes that overlap without being
+  /// identical, are refused. The next complete set of shards replaces the
+  /// key as a whole. docs/sharding.md.
   Future<void> put(std::string key, const TensorView& shard, const TensorSlice& slice);
+  /// put() of rank `rank`'s shard under `placement` of a tensor of
+  /// `global_shape`: its slice is placement.slice_for(global_shape, rank),
+  /// and its box counts as many replicas as ranks hold that box, so the
+  /// version commits once every replica is in (a replica put again for the
+  /// same version is refused, not taken for the next one).
+  Future<void> put(std::string key, const TensorView& shard, const Shape& global_shape,
+                   const Placement& placement, std::int64_t rank);
   /// Stores several tensors; they move in parallel and become visible
   /// together, with one notification to the controller. Keys must be unique.
   Future<void> put_batch(std::vector<std::pair<std::string, TensorView>> items);
@@ -459,6 +469,8 @@ class Store {
   bool closed() const noexcept;
 
  private:
+  Future<void> put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
+                         std::uint32_t replicas);
   struct Impl;
   explicit Store(std::unique_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;

@@ -51,21 +51,15 @@ Tensor cut(const Tensor& whole, const TensorSlice& s) {
   return ::testing::AssertionSuccess();
 }
 
-// Every rank of `put` puts its shard of `whole`, in rank order. The key is
-// visible exactly from the put that completes the cover (a replica put
-// after that starts the next version, which the complete one stands for).
+// Every rank of `put` puts its shard of `whole`, in rank order (the
+// placement overload: replicated boxes wait for all their copies). The key
+// is visible exactly from the last rank's put.
 void put_all(Store& store, const std::string& key, const Tensor& whole, const Placement& put) {
-  std::vector<TensorSlice> boxes;
-  std::int64_t covered = 0;
   for (std::int64_t r = 0; r < put.world_size(); ++r) {
     auto slice = put.slice_for(whole.shape(), r).value();
     auto shard = cut(whole, slice);
-    ASSERT_OK(store.put(key, shard.view(), slice).get(kWait));
-    if (std::find(boxes.begin(), boxes.end(), slice) == boxes.end()) {
-      boxes.push_back(slice);
-      covered += slice.numel();
-    }
-    EXPECT_EQ(*store.exists(key).get(kWait), covered == whole.numel()) << "after rank " << r;
+    ASSERT_OK(store.put(key, shard.view(), whole.shape(), put, r).get(kWait));
+    EXPECT_EQ(*store.exists(key).get(kWait), r + 1 == put.world_size()) << "after rank " << r;
   }
 }
 
@@ -186,6 +180,33 @@ TEST(ShardedStore, APartialKeyNamesWhatIsMissingAndANewVersionReplacesTheOldWhol
   EXPECT_ERROR(store.get("p").get(kWait), Errc::partially_committed, "missing [0:2, 0:6]");
 }
 
+TEST(ShardedStore, ReplicasInAnyOrderNeverMixTwoVersions) {
+  // [Replicate, Shard(0)] on (2, 2): ranks 0 and 2 hold rows [0:2], ranks 1
+  // and 3 rows [2:4]. A version commits only with all four copies in, in
+  // any order; a copy too many is refused, never taken for the next version.
+  auto store = Store::embedded().value();
+  const auto p = Placement::make({2, 2}, {P::replicate(), P::shard(0)}).value();
+  Tensor v1 = reference({4, 3}), v2 = reference({4, 3});
+  for (std::int64_t i = 0; i < v2.numel(); ++i) v2.data_as<float>()[i] += 100;
+  auto put = [&](const Tensor& t, std::int64_t r) {
+    return store.put("k", cut(t, p.slice_for({4, 3}, r).value()).view(), {4, 3}, p, r).get(kWait);
+  };
+  ASSERT_OK(put(v1, 0));
+  ASSERT_OK(put(v1, 1));
+  ASSERT_OK(put(v1, 2));
+  EXPECT_FALSE(*store.exists("k").get(kWait));  // rows [2:4] have 1 of 2 copies
+  ASSERT_OK(put(v1, 3));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), v1));
+  // Version 2 in another order; a third copy of a box is refused.
+  ASSERT_OK(put(v2, 3));
+  ASSERT_OK(put(v2, 1));
+  EXPECT_ERROR(put(v2, 1), Errc::invalid_argument, "is in already (2 of 2 replicas)");
+  EXPECT_TRUE(same(*store.get("k").get(kWait), v1));  // still version 1, whole
+  ASSERT_OK(put(v2, 2));
+  ASSERT_OK(put(v2, 0));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), v2));
+}
+
 TEST(ShardedStore, DisagreementsAndBadSlicesAreRefused) {
   auto store = Store::embedded().value();
   const Tensor a = reference({4, 4});
@@ -205,6 +226,9 @@ TEST(ShardedStore, DisagreementsAndBadSlicesAreRefused) {
   auto middle = TensorSlice::make({4, 4}, {1, 0}, {2, 4}).value();
   EXPECT_ERROR(store.put("k", cut(a, middle).view(), middle).get(kWait), Errc::invalid_argument,
                "overlaps shard [0:2, 0:4]");
+  // A box put twice for one version (one copy per version with a slice).
+  EXPECT_ERROR(store.put("k", cut(a, top).view(), top).get(kWait), Errc::invalid_argument,
+               "shard [0:2, 0:4] of [4, 4] is in already (1 of 1 replicas)");
   // A shard whose shape is not its slice's.
   EXPECT_ERROR(store.put("k", reference({3, 4}).view(), bottom).get(kWait), Errc::shape_mismatch,
                "the shard has shape [3, 4], its slice [2:4, 0:4] of [4, 4] needs [2, 4]");

@@ -386,7 +386,8 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
     r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
                                          op->conn->info.volume_id, region ? region->region_id : 0,
-                                         region ? region->nbytes : item.view.nbytes()});
+                                         region ? region->nbytes : item.view.nbytes(),
+                                         item.replicas});
     records.push_back(std::move(r));
   };
   for (std::size_t i = 0; i < op->call.staged_items.size(); ++i) {

@@ -32,6 +32,8 @@ struct PutItem {
   /// A shard: `view` is this box of the key's global tensor. The key
   /// commits once its shards cover the tensor (the controller's put_shards).
   std::optional<TensorSlice> slice = std::nullopt;
+  /// With `slice`: the copies of this box one version gets (replicas).
+  std::uint32_t replicas = 1;
 };
 
 /// Regions staged at the client's volume and mapped writable into this

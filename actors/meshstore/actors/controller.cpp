@@ -201,14 +201,20 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   return versions;
 }
 
-// Elements the distinct boxes of `shards` cover (identical boxes, replicas,
-// count once; the boxes are known not to overlap otherwise).
+// Elements the distinct boxes of `shards` cover, counting only boxes that
+// have all their replicas (identical boxes count once; the boxes are known
+// not to overlap otherwise).
 std::int64_t covered_elements(const std::vector<wire::ShardRecord>& shards) {
   std::int64_t n = 0;
   for (std::size_t i = 0; i < shards.size(); ++i) {
-    bool replica = false;
-    for (std::size_t j = 0; j < i && !replica; ++j) replica = shards[j].slice == shards[i].slice;
-    if (!replica) n += shards[i].slice.numel();
+    bool seen = false;
+    std::uint32_t copies = 0;
+    for (std::size_t j = 0; j < shards.size(); ++j) {
+      if (shards[j].slice != shards[i].slice) continue;
+      if (j < i) seen = true;
+      ++copies;
+    }
+    if (!seen && copies >= shards[i].replicas) n += shards[i].slice.numel();
   }
   return n;
 }
@@ -247,13 +253,30 @@ Status validate_shard(const ControllerState& st, const wire::KeyRecord& r) {
                                             "': " + std::string(dtype_name(p.dtype)) + " and " +
                                             std::string(dtype_name(r.dtype)));
   }
+  std::uint32_t copies = 0;
   for (const auto& other : p.shards) {
-    if (other.slice == s.slice) continue;  // a replica
+    if (other.slice == s.slice) {  // a replica
+      if (other.replicas != s.replicas) {
+        return Status(Errc::invalid_argument, ctx + ": ranks disagree on the replicas of shard " +
+                                                  s.slice.to_string() + ": " +
+                                                  std::to_string(other.replicas) + " and " +
+                                                  std::to_string(s.replicas));
+      }
+      ++copies;
+      continue;
+    }
     if (auto both = other.slice.intersect(s.slice); both && !both->empty()) {
       return Status(Errc::invalid_argument, ctx + ": shard " + s.slice.to_string() +
                                                 " overlaps shard " + other.slice.to_string() +
                                                 " without being the same box");
     }
+  }
+  if (copies >= s.replicas) {
+    return Status(Errc::invalid_argument,
+                  ctx + ": shard " + s.slice.to_string() + " is in already (" +
+                      std::to_string(copies) + " of " + std::to_string(s.replicas) +
+                      " replicas); the next version's shards must wait until this one is "
+                      "complete");
   }
   return Status();
 }

@@ -51,6 +51,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
     ps->set_volume_id(s.volume_id);
     ps->set_object_id(s.object_id);
     ps->set_nbytes(s.nbytes);
+    ps->set_replicas(s.replicas);
   }
 }
 
@@ -73,6 +74,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
     s.volume_id = ps.volume_id();
     s.object_id = ps.object_id();
     s.nbytes = ps.nbytes();
+    s.replicas = ps.replicas() == 0 ? 1 : ps.replicas();
     x.shards.push_back(std::move(s));
   }
   return Status();

@@ -23,6 +23,10 @@ struct ShardRecord {
   std::string volume_id;
   std::uint64_t object_id = 0;
   std::uint64_t nbytes = 0;
+  /// Sharded puts: how many copies of this box (replicas, one per rank
+  /// holding it) make one version; the version commits when each box has
+  /// all its copies.
+  std::uint32_t replicas = 1;
 };
 
 /// Tensor metadata plus placement. version is assigned by the controller at
