@@ -10,6 +10,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/placement.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
 
@@ -865,8 +866,40 @@ Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRe
     auto mem = c->transport->map_writable(region);
     if (!mem.ok()) return make_error_future<void>(mem.status());
     auto src = std::move(mem).value();
-    return transports::CopyEngine::instance().run(
-        [src, b, dst] { copy_box(src.get(), b.from, dst, b.to, b.region, b.elsize); });
+    auto& engine = transports::CopyEngine::instance();
+    auto in_src = b.region.relative_to(b.from);
+    auto in_dst = b.region.relative_to(b.to);
+    if (in_src.ok() && in_dst.ok() && in_src->is_contiguous_in_global() &&
+        in_dst->is_contiguous_in_global()) {
+      // One run in both (whole rows of a row shard): one copy, split over
+      // the engine's threads.
+      const auto n = static_cast<std::size_t>(b.region.numel()) * b.elsize;
+      const auto from = static_cast<std::size_t>(in_src->global_flat_offset()) * b.elsize;
+      const auto to = static_cast<std::size_t>(in_dst->global_flat_offset()) * b.elsize;
+      return engine.copy(dst + to, src.get() + from, n, std::size_t{8} << 20).then([src] {});
+    }
+    // Strided: the rows (first dimension) split over the engine's threads.
+    const std::int64_t rows = b.region.local_shape().empty() ? 1 : b.region.local_shape()[0];
+    const std::int64_t pieces = std::max<std::int64_t>(
+        1, std::min<std::int64_t>(engine.threads(),
+                                  static_cast<std::int64_t>(b.region.numel() * b.elsize >> 20)));
+    std::vector<Future<void>> parts;
+    for (std::int64_t p = 0; p < pieces && !b.region.local_shape().empty(); ++p) {
+      const auto [lo, hi] = chunk_range(rows, pieces, p);
+      if (lo == hi) continue;
+      Shape off = b.region.offsets(), len = b.region.local_shape();
+      off[0] += lo;
+      len[0] = hi - lo;
+      auto part = TensorSlice::make(b.region.global_shape(), off, len);
+      if (!part.ok()) return make_error_future<void>(part.status());
+      parts.push_back(engine.run(
+          [src, b, dst, part = *part] { copy_box(src.get(), b.from, dst, b.to, part, b.elsize); }));
+    }
+    if (parts.empty()) {
+      return engine.run(
+          [src, b, dst] { copy_box(src.get(), b.from, dst, b.to, b.region, b.elsize); });
+    }
+    return settle_all(std::move(parts));
   }
   Shape last = b.region.offsets();
   for (std::size_t k = 0; k < last.size(); ++k) last[k] += b.region.local_shape()[k] - 1;
