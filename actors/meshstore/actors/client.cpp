@@ -346,6 +346,8 @@ struct PutOp {
   std::shared_ptr<VolumeConn> conn;
   std::vector<wire::RegionRef> regions;
   std::vector<Tensor> packed;  // contiguous copies of strided sources
+  // Shards of sharded keys (PutItem::slice): committed with put_shards.
+  bool sharded = false;
   // A put announced as a stream: which records' fills were reported.
   bool streaming = false;
   std::vector<bool> reported;
@@ -363,13 +365,20 @@ void forget_locations_under(ClientState& st, const std::vector<std::string>& pre
   }
 }
 
+// Gives staged (uncommitted) regions back to their volume for reuse.
+void give_back(client_pointer self, const storage_volume_actor& volume,
+               const std::vector<wire::RegionRef>& regions,
+               const std::vector<wire::RegionRef>& more = {}) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& r : regions) ids.push_back(r.region_id);
+  for (const auto& r : more) ids.push_back(r.region_id);
+  if (!ids.empty()) self->send(volume, release_atom::value, ids);
+}
+
 // Gives a put's staged regions back to the volume: its own and the ones
 // written in place (PutCall::staged_items), which share its volume.
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
-  std::vector<std::uint64_t> ids;
-  for (const auto& r : op->regions) ids.push_back(r.region_id);
-  for (const auto& r : op->call.staged.regions) ids.push_back(r.region_id);
-  if (!ids.empty() && op->conn) self->send(op->conn->handle, release_atom::value, ids);
+  if (op->conn) give_back(self, op->conn->handle, op->regions, op->call.staged.regions);
 }
 
 // The records a put commits: the items written in place first, then the
@@ -455,9 +464,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     abort_stream(self, op, s);
     op->fail(s);
   };
-  const bool sharded = std::any_of(op->call.items.begin(), op->call.items.end(),
-                                   [](const PutItem& i) { return i.slice.has_value(); });
-  if (sharded) {
+  if (op->sharded) {
     // Shards commit at the controller once they cover their keys.
     for (const auto& r : records) st.locations.erase(r.key);
     ask(self, st.controller, put_shards_atom::value, records)
@@ -494,6 +501,8 @@ void handle_put(client_pointer self, PutCall call) {
   for (const auto& i : call.items) keys.push_back(i.key);
   op->what = describe(call.op, keys);
   op->call = std::move(call);
+  op->sharded = std::any_of(op->call.items.begin(), op->call.items.end(),
+                            [](const PutItem& i) { return i.slice.has_value(); });
   with_home_volume(self, [=](const ConnResult& conn) {
     if (!conn.ok()) return op->fail(conn.status());
     op->conn = *conn;
@@ -523,9 +532,7 @@ void handle_put(client_pointer self, PutCall call) {
       }
       reqs.push_back(std::move(r));
     }
-    const bool sharded = std::any_of(op->call.items.begin(), op->call.items.end(),
-                                     [](const PutItem& i) { return i.slice.has_value(); });
-    if (inline_data && op->call.replace_under.empty() && !sharded) {
+    if (inline_data && op->call.replace_under.empty() && !op->sharded) {
       // One round trip: the volume stages the bytes and commits at the
       // controller; a refusal leaves nothing staged.
       auto records = put_records(op);
@@ -657,13 +664,8 @@ void handle_stage(client_pointer self, StageCall call) {
               StagedRegions out;
               out.volume_id = conn->info.volume_id;
               out.regions = regions;
-              auto give_back = [&] {
-                std::vector<std::uint64_t> ids;
-                for (const auto& r : regions) ids.push_back(r.region_id);
-                if (!ids.empty()) self->send(conn->handle, release_atom::value, ids);
-              };
               if (regions.size() != reqs.size()) {
-                give_back();
+                give_back(self, conn->handle, regions);
                 promise->set_error(Status(Errc::protocol_error,
                                           what + ": volume staged " +
                                               std::to_string(regions.size()) + " objects for " +
@@ -673,7 +675,7 @@ void handle_stage(client_pointer self, StageCall call) {
               for (const auto& r : regions) {
                 auto mem = conn->transport->map_writable(r);
                 if (!mem.ok()) {
-                  give_back();
+                  give_back(self, conn->handle, regions);
                   promise->set_error(mem.status().with_context(what));
                   return;
                 }
@@ -692,10 +694,9 @@ void handle_stage(client_pointer self, StageCall call) {
 // talks to reclaims them itself when the client goes.
 void handle_release_staged(client_pointer self, const ReleaseStagedCall& call) {
   auto it = self->state.conns.find(call.staged.volume_id);
-  if (it == self->state.conns.end() || !it->second) return;
-  std::vector<std::uint64_t> ids;
-  for (const auto& r : call.staged.regions) ids.push_back(r.region_id);
-  if (!ids.empty()) self->send(it->second->handle, release_atom::value, ids);
+  if (it != self->state.conns.end() && it->second) {
+    give_back(self, it->second->handle, call.staged.regions);
+  }
 }
 
 // -- get -----------------------------------------------------------------
@@ -740,6 +741,18 @@ std::int64_t offset_in(const TensorSlice& from, const Shape& at) {
   std::int64_t off = 0;
   for (std::size_t k = 0; k < at.size(); ++k) off += (at[k] - from.offsets()[k]) * strides[k];
   return off;
+}
+
+// Where a read into `dst` lands: `dst` itself when contiguous, else a
+// contiguous temporary queued in `unpack` to be copied into it afterwards.
+Result<std::byte*> contiguous_target(const TensorView& dst,
+                                     std::vector<std::pair<Tensor, TensorView>>& unpack) {
+  if (dst.is_contiguous()) return static_cast<std::byte*>(dst.data());
+  auto tmp = Tensor::empty(dst.dtype(), dst.shape());
+  if (!tmp.ok()) return tmp.status();
+  auto* p = static_cast<std::byte*>(tmp->data());
+  unpack.emplace_back(std::move(tmp).value(), dst);
+  return p;
 }
 
 struct ReadTarget {
@@ -879,12 +892,13 @@ Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRe
       return engine.copy(dst + to, src.get() + from, n, std::size_t{8} << 20).then([src] {});
     }
     // Strided: the rows (first dimension) split over the engine's threads.
-    const std::int64_t rows = b.region.local_shape().empty() ? 1 : b.region.local_shape()[0];
+    // (A 0-dim box is one run, copied above.)
+    const std::int64_t rows = b.region.local_shape()[0];
     const std::int64_t pieces = std::max<std::int64_t>(
         1, std::min<std::int64_t>(engine.threads(),
                                   static_cast<std::int64_t>(b.region.numel() * b.elsize >> 20)));
     std::vector<Future<void>> parts;
-    for (std::int64_t p = 0; p < pieces && !b.region.local_shape().empty(); ++p) {
+    for (std::int64_t p = 0; p < pieces; ++p) {
       const auto [lo, hi] = chunk_range(rows, pieces, p);
       if (lo == hi) continue;
       Shape off = b.region.offsets(), len = b.region.local_shape();
@@ -894,10 +908,6 @@ Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRe
       if (!part.ok()) return make_error_future<void>(part.status());
       parts.push_back(engine.run(
           [src, b, dst, part = *part] { copy_box(src.get(), b.from, dst, b.to, part, b.elsize); }));
-    }
-    if (parts.empty()) {
-      return engine.run(
-          [src, b, dst] { copy_box(src.get(), b.from, dst, b.to, b.region, b.elsize); });
     }
     return settle_all(std::move(parts));
   }
@@ -1160,17 +1170,15 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
                                      ? *op->call.slices[i]
                                      : TensorSlice::full(rec.shape);
         std::byte* dst = nullptr;
-        if (op->call.mode == GetMode::into && op->call.dsts[i].is_contiguous()) {
-          dst = static_cast<std::byte*>(op->call.dsts[i].data());
+        if (op->call.mode == GetMode::into) {
+          auto at = contiguous_target(op->call.dsts[i], op->unpack);
+          if (!at.ok()) return op->fail(at.status());
+          dst = *at;
         } else {
           auto t = Tensor::empty(rec.dtype, want.local_shape());
           if (!t.ok()) return op->fail(t.status());
           dst = static_cast<std::byte*>(t->data());
-          if (op->call.mode == GetMode::into) {
-            op->unpack.emplace_back(std::move(t).value(), op->call.dsts[i]);
-          } else {
-            op->out.tensors.push_back(std::move(t).value());
-          }
+          op->out.tensors.push_back(std::move(t).value());
         }
         // Each distinct box once (replicas are not read twice), and only
         // the shards that overlap the box asked for.
@@ -1208,15 +1216,9 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         dst = static_cast<std::byte*>(t->data());
         op->out.tensors.push_back(std::move(t).value());
       } else {
-        const auto& view = op->call.dsts[i];
-        if (view.is_contiguous()) {
-          dst = static_cast<std::byte*>(view.data());
-        } else {
-          auto tmp = Tensor::empty(rec.dtype, rec.shape);
-          if (!tmp.ok()) return op->fail(tmp.status());
-          dst = static_cast<std::byte*>(tmp->data());
-          op->unpack.emplace_back(std::move(tmp).value(), view);
-        }
+        auto at = contiguous_target(op->call.dsts[i], op->unpack);
+        if (!at.ok()) return op->fail(at.status());
+        dst = *at;
       }
       ReadTarget target;
       target.object_id = shard.object_id;
@@ -1271,6 +1273,13 @@ struct StreamOp {
 };
 
 void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op);
+
+// Records the writer's report that these records are filled.
+void mark_filled(StreamOp& op, const std::vector<std::uint64_t>& filled) {
+  for (auto i : filled) {
+    if (i < op.filled.size()) op.filled[i] = true;
+  }
+}
 
 void finish_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
                    const Result<std::uint32_t>& r) {
@@ -1341,9 +1350,7 @@ void stream_event(client_pointer self, const std::string& key,
   std::vector<std::shared_ptr<StreamOp>> ops;
   for (auto it = range.first; it != range.second; ++it) ops.push_back(it->second);
   for (auto& op : ops) {
-    for (auto i : filled) {
-      if (i < op->filled.size()) op->filled[i] = true;
-    }
+    mark_filled(*op, filled);
     if (end == static_cast<std::uint32_t>(StreamEnd::committed)) {
       // Committed means filled, reported or not.
       op->filled.assign(op->filled.size(), true);
@@ -1400,21 +1407,14 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
     }
     volume = r.shards.front().volume_id;
     total += dst.nbytes();
-    if (dst.is_contiguous()) {
-      op->targets[i] = static_cast<std::byte*>(dst.data());
-    } else {
-      auto tmp = Tensor::empty(dst.dtype(), dst.shape());
-      if (!tmp.ok()) return finish_stream(self, op, tmp.status());
-      op->targets[i] = static_cast<std::byte*>(tmp->data());
-      op->unpack.emplace_back(std::move(tmp).value(), dst);
-    }
+    auto at = contiguous_target(dst, op->unpack);
+    if (!at.ok()) return finish_stream(self, op, at.status());
+    op->targets[i] = *at;
   }
   op->records = std::move(records);
   op->filled.assign(op->records.size(), false);
   op->started.assign(op->records.size(), false);
-  for (auto i : filled) {
-    if (i < op->filled.size()) op->filled[i] = true;
-  }
+  mark_filled(*op, filled);
   self->state.streams.emplace(op->call.key, op);
   // A small state dict gains nothing from overlap (and the volume would
   // answer a small pin with bytes not written yet): read it once committed.

@@ -219,8 +219,10 @@ std::int64_t covered_elements(const std::vector<wire::ShardRecord>& shards) {
   return n;
 }
 
-// Checks one shard of a sharded put against the key's pending shards.
-Status validate_shard(const ControllerState& st, const wire::KeyRecord& r) {
+// Checks one shard of a sharded put against the pending shards of its key.
+Status validate_shard(const ControllerState& st,
+                      const std::map<std::string, wire::KeyRecord>& pending,
+                      const wire::KeyRecord& r) {
   const std::string ctx = "put shard of '" + r.key + "'";
   if (r.key.empty()) return Status(Errc::invalid_argument, "put shard: empty key");
   if (r.shards.size() != 1) {
@@ -240,8 +242,8 @@ Status validate_shard(const ControllerState& st, const wire::KeyRecord& r) {
                   ctx + ": shard " + s.slice.to_string() + " holds " + std::to_string(s.nbytes) +
                       " bytes, expected " + std::to_string(s.slice.numel() * dtype_size(r.dtype)));
   }
-  auto it = st.pending.find(r.key);
-  if (it == st.pending.end()) return Status();
+  auto it = pending.find(r.key);
+  if (it == pending.end()) return Status();
   const auto& p = it->second;
   if (p.shape != r.shape) {
     return Status(Errc::shape_mismatch, "ranks disagree on the global shape of '" + r.key +
@@ -281,6 +283,27 @@ Status validate_shard(const ControllerState& st, const wire::KeyRecord& r) {
   return Status();
 }
 
+// Adds a validated shard to its key's pending set.
+void add_shard(std::map<std::string, wire::KeyRecord>& pending, const wire::KeyRecord& r) {
+  auto& p = pending[r.key];
+  if (p.shards.empty()) {
+    p = r;
+  } else {
+    p.shards.push_back(r.shards.front());
+  }
+}
+
+// Drops `key`'s pending shards (a sharded put in progress), collecting
+// their objects; false when it has none.
+bool drop_pending(ControllerState& st, const std::string& key,
+                  std::map<std::string, std::vector<std::uint64_t>>& objects) {
+  auto p = st.pending.find(key);
+  if (p == st.pending.end()) return false;
+  collect(p->second, objects);
+  st.pending.erase(p);
+  return true;
+}
+
 // Removes `keys`; the volumes free the objects (discard) or keep their
 // memory for the next version (release).
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
@@ -290,10 +313,7 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
   wire::RemoveReply reply;
   std::map<std::string, std::vector<std::uint64_t>> released;
   for (const auto& k : keys) {
-    if (auto p = st.pending.find(k); p != st.pending.end()) {
-      collect(p->second, released);  // a sharded put in progress goes too
-      st.pending.erase(p);
-    }
+    drop_pending(st, k, released);  // a sharded put in progress goes too
     auto it = st.index.find(k);
     if (it == st.index.end()) {
       if (st.lost.erase(k) == 0) reply.missing.push_back(k);
@@ -440,10 +460,8 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         st.count(ControllerCounter::remove);
-        if (auto p = st.pending.find(key); p != st.pending.end()) {
-          std::map<std::string, std::vector<std::uint64_t>> doomed;
-          collect(p->second, doomed);
-          st.pending.erase(p);
+        std::map<std::string, std::vector<std::uint64_t>> doomed;
+        if (drop_pending(st, key, doomed)) {
           send_to_volumes(self, doomed, Verdict::discard);
           if (st.index.count(key) == 0) return caf::ok_atom::value;
         }
@@ -468,36 +486,16 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         auto& st = self->state;
         st.count(ControllerCounter::notify_put_batch);
         // Validated as a whole (against each other too), then applied.
-        {
-          auto saved = st.pending;
-          for (const auto& r : records) {
-            auto s = validate_shard(st, r);
-            if (s.ok()) {
-              auto& p = st.pending[r.key];
-              if (p.shards.empty())
-                p = r;
-              else
-                p.shards.push_back(r.shards.front());
-              continue;
-            }
-            st.pending = std::move(saved);
-            return to_caf_error(s);
-          }
-          st.pending = std::move(saved);
-        }
-        std::vector<std::uint64_t> versions;
-        std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+        auto pending = st.pending;
         for (const auto& r : records) {
-          auto& p = st.pending[r.key];
-          if (p.shards.empty()) {
-            p = r;
-            p.version = 0;
-          } else {
-            p.shards.push_back(r.shards.front());
-          }
-          collect(r, adopted);  // the volume keeps it even if its writer dies
-          versions.push_back(0);
+          if (auto s = validate_shard(st, pending, r); !s.ok()) return to_caf_error(s);
+          add_shard(pending, r);
         }
+        st.pending = std::move(pending);
+        std::vector<std::uint64_t> versions(records.size(), 0);
+        std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+        // The volumes keep them even if their writers die.
+        for (const auto& r : records) collect(r, adopted);
         // Keys whose shards now cover them commit, all shards at once.
         for (std::size_t i = 0; i < records.size(); ++i) {
           auto it = st.pending.find(records[i].key);
