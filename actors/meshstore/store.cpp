@@ -1534,8 +1534,8 @@ struct StagedStateDict::Impl {
   Manifest layout;  // the tensors only, in the caller's order
   StateDict sd;
   bool zero_copy = false;
-  // The tensors' objects ("#packed" first when there is a blob, then one
-  // per tensor stored alone), full keys, views into the memory below.
+  // The tensors' objects (the packed buckets first, then one per tensor
+  // stored alone), full keys, views into the memory below.
   std::vector<actors::PutItem> items;
   actors::StagedRegions staged;  // zero_copy: the volume's regions, mapped
   std::vector<Tensor> owned;     // otherwise: private buffers, one per item
@@ -1611,26 +1611,22 @@ struct StagedStateDict::Impl {
         return make_error_future<std::uint64_t>(s);
       }
     }
-    call.items.insert(call.items.begin(),
-                      bytes_item(key, encode_manifest(m), wire::ObjectKind::tensor));
+    const std::string manifest = encode_manifest(m);
+    call.items.insert(call.items.begin(), bytes_item(key, manifest, wire::ObjectKind::tensor));
     if (zero_copy) {
       call.staged_items = items;
       call.staged = staged;
     } else {
       call.items.insert(call.items.end(), items.begin(), items.end());
-      call.stream_manifest = encode_manifest(m);  // readers may stream the copy-in
+      call.stream_manifest = manifest;  // readers may stream the copy-in
     }
     call.replace_under = {key};
     auto put =
         call_client(client, actors::store_put_atom::value, std::move(call), op + " '" + key + "'");
-    const caf::actor_addr c = client;
-    const std::string pre = prefix, o = op;
-    const std::uint64_t v = version;
-    const int k = keep;
     // `self` keeps private buffers alive until the put has read them.
-    return put.then([self, c, pre, o, v, k](const std::vector<std::uint64_t>&) {
-      if (pre.empty()) return make_ready_future<std::uint64_t>(0);
-      return point_and_retire(c, pre, v, k, o);
+    return put.then([self](const std::vector<std::uint64_t>&) {
+      if (self->prefix.empty()) return make_ready_future<std::uint64_t>(0);
+      return point_and_retire(self->client, self->prefix, self->version, self->keep, self->op);
     });
   }
 };
