@@ -1460,7 +1460,29 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
                                      std::chrono::steady_clock::time_point deadline,
                                      const std::shared_ptr<ManifestCache>& cache) {
   return pointer_of(client, prefix, op).then([=](std::uint64_t latest) -> Future<std::uint64_t> {
-    if (latest > after) return read_latest_into(client, prefix, dst, op, 0, cache);
+    auto p = std::make_shared<Promise<std::uint64_t>>(
+        Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
+    auto again = [=] {
+      read_next_into(client, prefix, dst, after, op, deadline, cache)
+          .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
+    };
+    if (latest > after) {
+      // Read the version this look named, not the pointer again: a second
+      // look may be served from a location cached before the pointer moved,
+      // and name an older version.
+      read_state_dict_into(client, version_key(prefix, latest), *dst, op,
+                           versions_slot(cache, prefix))
+          .on_complete([=](const Result<void>& r) {
+            if (r.ok()) return (void)p->set_value(latest);
+            // Retired before it could be read: a newer one exists.
+            if (r.status().code() == Errc::not_found &&
+                std::chrono::steady_clock::now() < deadline) {
+              return again();
+            }
+            p->set_error(r.status());
+          });
+      return p->future();
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       return make_error_future<std::uint64_t>(
@@ -1469,18 +1491,14 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     const auto slice = std::min<std::chrono::milliseconds>(left, kStreamWaitSlice);
-    const std::uint64_t next = latest + 1;
-    auto p = std::make_shared<Promise<std::uint64_t>>(
-        Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
+    // Never a version the caller has seen, even if this look lagged behind.
+    const std::uint64_t next = std::max(latest, after) + 1;
     stream_into(client, version_key(prefix, next), dst, op, slice, versions_slot(cache, prefix))
         .on_complete([=](const Result<void>& r) {
           if (r.ok()) return (void)p->set_value(next);
           // Nothing yet, or the version went before it could be read: look again.
           const auto code = r.status().code();
-          if (code == Errc::timeout || code == Errc::not_found) {
-            return read_next_into(client, prefix, dst, after, op, deadline, cache)
-                .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
-          }
+          if (code == Errc::timeout || code == Errc::not_found) return again();
           p->set_error(r.status());
         });
     return p->future();
