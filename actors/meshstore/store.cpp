@@ -516,13 +516,9 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
 
 Future<void> Store::put(std::string key, const TensorView& shard, const Shape& global_shape,
                         const Placement& placement, std::int64_t rank) {
-  auto slice = placement.slice_for(global_shape, rank);
-  if (!slice.ok()) return make_error_future<void>(slice.status().with_context("put '" + key + "'"));
-  std::uint32_t replicas = 0;
-  for (std::int64_t r = 0; r < placement.world_size(); ++r) {
-    if (placement.slice_for(global_shape, r).value() == *slice) ++replicas;
-  }
-  return put_shard(std::move(key), shard, *slice, replicas);
+  auto mine = placement.shard_for(global_shape, rank);
+  if (!mine.ok()) return make_error_future<void>(mine.status().with_context("put '" + key + "'"));
+  return put_shard(std::move(key), shard, mine->slice, mine->replicas);
 }
 
 Future<void> Store::put(std::string key, const TensorView& shard, const TensorSlice& slice) {
@@ -545,6 +541,9 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
   actors::PutItem item{key, shard, wire::ObjectKind::tensor, nullptr};
   item.slice = slice;
   item.replicas = replicas;
+  // Replicas are compared by the controller: ranks holding the same box
+  // must put the same bytes.
+  if (replicas > 1) item.checksum = content_checksum(shard);
   call.items.push_back(std::move(item));
   const std::string what = "put '" + key + "' slice " + slice.to_string();
   return Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what)
@@ -1018,8 +1017,42 @@ struct PreparedPut {
   actors::PutCall call;
 };
 
+// One rank's part of a sharded state dict (put_sharded_state_dict).
+struct ShardedPart {
+  const std::map<std::string, RankShard>* layout = nullptr;
+  std::int64_t rank = 0;
+};
+
+// Checks a sharded state dict's layout against the rank's entries.
+Status check_layout(const StateDict& sd, const ShardedPart& part, const std::string& op) {
+  if (part.rank < 0) {
+    return Status(Errc::invalid_argument,
+                  op + ": rank must be >= 0, got " + std::to_string(part.rank));
+  }
+  for (const auto& [name, shard] : *part.layout) {
+    const auto* e = sd.find(name);
+    if (!e || !e->is_tensor()) {
+      return Status(Errc::invalid_argument, op + ": the layout names '" + name + "', " +
+                                                (e ? "a value" : "no entry") +
+                                                " of the state dict; it must name tensors");
+    }
+    if (shard.replicas < 1) {
+      return Status(Errc::invalid_argument,
+                    op + ": entry '" + name + "' has 0 replicas; a box has at least one");
+    }
+    if (e->view.shape() != shard.slice.local_shape()) {
+      return Status(Errc::shape_mismatch, op + ": entry '" + name + "' has shape " +
+                                              shape_to_string(e->view.shape()) + ", its slice " +
+                                              shard.slice.to_string() + " needs " +
+                                              shape_to_string(shard.slice.local_shape()));
+    }
+  }
+  return Status();
+}
+
 Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
-                                                 const StateDictPutOptions& options) {
+                                                 const StateDictPutOptions& options,
+                                                 const ShardedPart& part = {}) {
   auto p = std::make_shared<PreparedPut>();
   p->call.op = op;
   // The manifest and values are stored as uint8 tensors, so one read
@@ -1031,6 +1064,16 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
                                               ": transfer_dtype must be bfloat16 or float16, got " +
                                               std::string(dtype_name(*options.transfer_dtype)));
   }
+  if (part.layout) MESHSTORE_RETURN_IF_ERROR(check_layout(sd, part, op));
+  // The box an entry is of its global tensor (nullptr: whole).
+  auto shard_of = [&](const std::string& name) -> const RankShard* {
+    if (!part.layout) return nullptr;
+    auto it = part.layout->find(name);
+    return it == part.layout->end() ? nullptr : &it->second;
+  };
+  // Whole entries, values, the manifest and the packed buckets are rank
+  // 0's to store; every rank stores its boxes.
+  const bool whole_too = part.rank == 0;
   // The dtype a tensor is stored in.
   auto stored_dtype = [&](const TensorView& v) {
     return options.transfer_dtype && v.dtype() == DType::float32 ? *options.transfer_dtype
@@ -1038,7 +1081,11 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   };
   Manifest m;
   for (const auto& e : sd.entries()) {
-    if (e.is_tensor()) {
+    if (const auto* shard = shard_of(e.name)) {
+      // Never packed (but an empty tensor holds nothing to store).
+      lay_out(m, e.name, stored_dtype(e.view), shard->slice.global_shape(), 0,
+              options.pack_bucket_bytes);
+    } else if (e.is_tensor()) {
       lay_out(m, e.name, stored_dtype(e.view), e.view.shape(), options.pack_max_tensor_bytes,
               options.pack_bucket_bytes);
     } else {
@@ -1046,10 +1093,21 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
     }
   }
   p->call.stream_manifest = encode_manifest(m);
-  p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
+  if (part.layout) {
+    // What every rank must agree on; the keys that commit together.
+    const auto& bytes = p->call.stream_manifest;
+    p->call.group_layout = content_checksum(TensorView(
+        const_cast<char*>(bytes.data()), DType::uint8, {static_cast<std::int64_t>(bytes.size())}));
+    p->call.group_members.push_back("");
+    for (std::size_t b = 0; b < m.buckets(); ++b) p->call.group_members.push_back(blob_key("", b));
+    for (const auto& me : m.entries) {
+      if (me.kind != EntryKind::packed) p->call.group_members.push_back("/" + me.name);
+    }
+  }
+  if (whole_too) p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
   // Small tensors travel packed into buckets: one object, one transfer and
   // one region at the volume per bucket instead of one each.
-  std::vector<std::string> blobs(m.buckets());
+  std::vector<std::string> blobs(whole_too ? m.buckets() : 0);
   for (std::size_t b = 0; b < blobs.size(); ++b) {
     try {
       blobs[b].assign(m.bucket_bytes(b), '\0');
@@ -1059,7 +1117,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
           op + ": cannot allocate " + std::to_string(m.bucket_bytes(b)) + " bytes to pack");
     }
   }
-  for (std::size_t i = 0; i < m.entries.size(); ++i) {
+  for (std::size_t i = 0; i < m.entries.size() && whole_too; ++i) {
     const auto& me = m.entries[i];
     if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
     const std::size_t b = m.bucket_of(me.offset);
@@ -1071,29 +1129,40 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];
-    if (m.entries[i].kind == EntryKind::tensor && m.entries[i].dtype != e.view.dtype()) {
+    const auto& me = m.entries[i];
+    const RankShard* shard = shard_of(e.name);
+    if (me.kind == EntryKind::packed) continue;
+    if (!shard && !whole_too) continue;
+    // An empty box adds nothing to the cover (the other ranks' boxes
+    // cover the tensor); the entry's key is not empty, or it would be packed.
+    if (shard && shard->slice.empty()) continue;
+    actors::PutItem item{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr};
+    if (me.kind == EntryKind::value) {
+      item = bytes_item("/" + e.name, e.value->encode(), tensor);
+    } else if (me.dtype != e.view.dtype()) {
       // Cast on the way: the narrower copy is what moves.
+      const std::uint64_t nbytes =
+          static_cast<std::uint64_t>(shape_numel(e.view.shape())) * dtype_size(me.dtype);
       std::string cast;
       try {
-        cast.assign(m.entries[i].nbytes(), '\0');
+        cast.assign(nbytes, '\0');
       } catch (const std::bad_alloc&) {
-        return Status(Errc::out_of_capacity, op + ": cannot allocate " +
-                                                 std::to_string(m.entries[i].nbytes()) +
+        return Status(Errc::out_of_capacity, op + ": cannot allocate " + std::to_string(nbytes) +
                                                  " bytes to cast '" + e.name + "'");
       }
-      MESHSTORE_RETURN_IF_ERROR(cast_to(e.view, m.entries[i].dtype, cast.data()));
+      MESHSTORE_RETURN_IF_ERROR(cast_to(e.view, me.dtype, cast.data()));
       auto owned = std::make_shared<const std::string>(std::move(cast));
-      p->call.items.push_back(actors::PutItem{
-          "/" + e.name,
-          TensorView(const_cast<char*>(owned->data()), m.entries[i].dtype, e.view.shape()),
-          wire::ObjectKind::tensor, owned});
-    } else if (m.entries[i].kind == EntryKind::tensor) {
-      p->call.items.push_back(
-          actors::PutItem{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr});
-    } else if (m.entries[i].kind == EntryKind::value) {
-      p->call.items.push_back(bytes_item("/" + e.name, e.value->encode(), tensor));
+      item.view = TensorView(const_cast<char*>(owned->data()), me.dtype, e.view.shape());
+      item.owned_bytes = std::move(owned);
     }
+    if (shard) {
+      item.slice = shard->slice;
+      item.replicas = shard->replicas;
+      if (shard->replicas > 1) item.checksum = content_checksum(item.view);
+    }
+    p->call.items.push_back(std::move(item));
   }
+  if (part.layout) p->call.stream_manifest.clear();  // no stream of a sharded put
   return p;
 }
 
@@ -1107,6 +1176,11 @@ Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
     item.key = key + item.key;
     if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
   }
+  for (auto& m : p->call.group_members) {
+    m = key + m;
+    if (auto s = check_key(op, m); !s.ok()) return make_error_future<void>(s);
+  }
+  std::sort(p->call.group_members.begin(), p->call.group_members.end());
   p->call.replace_under = {key};
   return call_client(client, actors::store_put_atom::value, std::move(p->call),
                      op + " '" + key + "'")
@@ -1162,14 +1236,29 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
   return p->future();
 }
 
+// The boxes a read of a state dict wants of some entries, by name.
+using Boxes = std::map<std::string, TensorSlice>;
+
+const TensorSlice* box_of(const Boxes* boxes, const std::string& name) {
+  if (!boxes) return nullptr;
+  auto it = boxes->find(name);
+  return it == boxes->end() ? nullptr : &it->second;
+}
+
 // One planned read of a state dict into a destination: what it checked and
 // the scratch memory it reads into besides the caller's tensors.
 struct IntoPlan {
   Snapshot snap;
   Tensor manifest_copy;  // the manifest read with the entries (one snapshot)
   Tensor blob;           // the packed tensors, unpacked into the destination after
-  std::vector<std::pair<std::uint64_t, TensorView>> unpack;  // blob offset -> destination
-  std::vector<std::pair<std::string, Tensor>> values;        // name -> encoded value
+  struct Unpack {
+    std::uint64_t offset;            // where the entry starts in the blob
+    TensorView dst;                  // the destination
+    const ManifestEntry* entry;      // with a box: the whole entry's dtype and shape
+    std::optional<TensorSlice> box;  // the part of it wanted (none: all)
+  };
+  std::vector<Unpack> unpack;
+  std::vector<std::pair<std::string, Tensor>> values;  // name -> encoded value
 };
 
 }  // namespace
@@ -1208,20 +1297,22 @@ struct CacheSlot {
 
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
                                StateDict* dst, const std::string& op, Snapshot snap, int tries,
-                               const CacheSlot& slot, bool guess);
+                               const CacheSlot& slot, bool guess,
+                               std::shared_ptr<const Boxes> boxes = nullptr);
 
-// Reads the state dict under `key` into `sd` (get_state_dict_into).
+// Reads the state dict under `key` into `sd` (get_state_dict_into), the
+// entries named in `boxes` as those boxes.
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
-                                  StateDict& sd, const std::string& op,
-                                  const CacheSlot& slot = {}) {
+                                  StateDict& sd, const std::string& op, const CacheSlot& slot = {},
+                                  std::shared_ptr<const Boxes> boxes = nullptr) {
   StateDict* dst = &sd;
   if (slot.cache) {
     if (auto snap = slot.cache->find(slot.key)) {
-      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true);
+      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true, boxes);
     }
   }
   return manifest_of(client, key, op).then([=](const Snapshot& snap) {
-    return read_into_attempt(client, key, dst, op, snap, 0, slot, false);
+    return read_into_attempt(client, key, dst, op, snap, 0, slot, false, boxes);
   });
 }
 
@@ -1230,7 +1321,7 @@ Future<void> read_state_dict_into(const caf::actor_addr& client, const std::stri
 // fetch with their destinations in `into`, scratch memory in the plan.
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
                                             const std::string& op, Snapshot snap,
-                                            actors::GetCall& into) {
+                                            actors::GetCall& into, const Boxes* boxes) {
   auto plan = std::make_shared<IntoPlan>();
   plan->snap = std::move(snap);
   const Manifest& m = plan->snap.manifest;
@@ -1252,6 +1343,18 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
       dtype_off = true;
       mismatched.push_back(me.name + " (stored " + std::string(dtype_name(me.dtype)) +
                            ", destination " + std::string(dtype_name(e->view.dtype())) + ")");
+    } else if (const TensorSlice* box = box_of(boxes, me.name);
+               box && me.kind != EntryKind::value) {
+      if (box->global_shape() != me.shape) {
+        shape_off = true;
+        mismatched.push_back(me.name + " (stored " + shape_to_string(me.shape) + ", box " +
+                             box->to_string() + ")");
+      } else if (box->local_shape() != e->view.shape()) {
+        shape_off = true;
+        mismatched.push_back(me.name + " (box " + box->to_string() + " has shape " +
+                             shape_to_string(box->local_shape()) + ", destination " +
+                             shape_to_string(e->view.shape()) + ")");
+      }
     } else if (me.kind != EntryKind::value && me.shape != e->view.shape()) {
       shape_off = true;
       mismatched.push_back(me.name + " (stored " + shape_to_string(me.shape) + ", destination " +
@@ -1260,6 +1363,16 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   }
   for (const auto& e : dst->entries()) {
     if (stored.count(e.name) == 0) extra.push_back(e.name);
+  }
+  if (boxes) {
+    for (const auto& [name, box] : *boxes) {
+      const auto* e = dst->find(name);
+      if (!e || !e->is_tensor()) {
+        mismatched.push_back(name + " (a box for " + (e ? "a value" : "no destination") + ")");
+      } else if (stored.count(name) == 0) {
+        extra.push_back(name);
+      }
+    }
   }
   if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
     std::string msg = op + " '" + key + "': the destination does not match the stored state dict:";
@@ -1292,8 +1405,11 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   }
   for (const auto& me : m.entries) {
     const auto* e = dst->find(me.name);
+    const TensorSlice* box = box_of(boxes, me.name);
     if (me.kind == EntryKind::packed) {
-      if (me.nbytes() > 0) plan->unpack.emplace_back(me.offset, e->view);
+      if (e->view.numel() == 0) continue;
+      plan->unpack.push_back(IntoPlan::Unpack{me.offset, e->view, &me, std::nullopt});
+      if (box) plan->unpack.back().box = *box;
     } else if (me.kind == EntryKind::value) {
       auto v = scratch(me.shape.empty() ? 0 : me.shape.front());
       if (!v.ok()) return v.status();
@@ -1301,6 +1417,10 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
       into.keys.push_back(entry_key(key, me.name));
       into.dsts.push_back(plan->values.back().second.view());
     } else {
+      if (box) {
+        into.slices.resize(into.keys.size());
+        into.slices.push_back(*box);
+      }
       into.keys.push_back(entry_key(key, me.name));
       into.dsts.push_back(e->view);
     }
@@ -1311,7 +1431,20 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
 // After the read: the packed tensors and the values into `dst`.
 Status finish_into(const IntoPlan& plan, StateDict* dst) {
   const auto* base = static_cast<const std::byte*>(plan.blob.data());
-  for (const auto& [offset, view] : plan.unpack) unpack_from(base + offset, view);
+  for (const auto& u : plan.unpack) {
+    if (!u.box) {
+      unpack_from(base + u.offset, u.dst);
+      continue;
+    }
+    // The box of the whole (contiguous) entry, as a strided view.
+    const Strides whole = contiguous_strides(u.entry->shape);
+    std::int64_t first = 0;
+    for (std::size_t d = 0; d < whole.size(); ++d) first += u.box->offsets()[d] * whole[d];
+    const TensorView src(const_cast<std::byte*>(base + u.offset) +
+                             first * static_cast<std::int64_t>(dtype_size(u.entry->dtype)),
+                         u.entry->dtype, u.box->local_shape(), whole);
+    MESHSTORE_RETURN_IF_ERROR(copy_into(src, u.dst));
+  }
   for (const auto& [name, bytes] : plan.values) {
     auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
     if (!v.ok()) return v.status().with_context("value '" + name + "'");
@@ -1326,15 +1459,16 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
 // plan again with the new one.
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
                                StateDict* dst, const std::string& op, Snapshot snap, int tries,
-                               const CacheSlot& slot, bool guess) {
+                               const CacheSlot& slot, bool guess,
+                               std::shared_ptr<const Boxes> boxes) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
   actors::GetCall into;
-  auto planned = plan_into(key, dst, op, std::move(snap), into);
+  auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get());
   if (!planned.ok()) {
     // A cached layout may be stale: check against the stored one first.
     if (guess) {
       return manifest_of(client, key, op).then([=](const Snapshot& fresh) {
-        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false);
+        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false, boxes);
       });
     }
     return make_error_future<void>(planned.status());
@@ -1344,7 +1478,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
   call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
       .on_complete([=](const Result<actors::GetOutput>& r) {
         auto again = [=](const Snapshot& fresh) {
-          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false)
+          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false, boxes)
               .on_complete([done](const Result<void>& x) { done->set(x); });
         };
         if (!r.ok()) {
@@ -1422,7 +1556,7 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
     if (!m.ok()) return m.status().with_context(op);
     snap.manifest = std::move(m).value();
     actors::GetCall into;
-    auto plan = plan_into(key, dst, op, std::move(snap), into);
+    auto plan = plan_into(key, dst, op, std::move(snap), into, nullptr);
     if (!plan.ok()) return plan.status();
     *planned = std::move(plan).value();
     std::unordered_map<std::string, TensorView> where;
@@ -1512,6 +1646,16 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   const std::string op = "put_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   auto prepared = prepare_put(sd, op, options);
+  if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
+  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value());
+}
+
+Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,
+                                           const std::map<std::string, RankShard>& layout,
+                                           std::int64_t rank, const StateDictPutOptions& options) {
+  const std::string op = "put_sharded_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  auto prepared = prepare_put(local, op, options, ShardedPart{&layout, rank});
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value());
 }
@@ -2011,6 +2155,15 @@ Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op,
                               CacheSlot{Impl::manifest_cache(impl_.get()), key});
+}
+
+Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
+                                        const std::map<std::string, TensorSlice>& boxes) {
+  const std::string op = "get_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op,
+                              CacheSlot{Impl::manifest_cache(impl_.get()), key},
+                              std::make_shared<const Boxes>(boxes));
 }
 
 // -- operations ----------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -365,6 +366,35 @@ class Store {
   /// follows the pointer to the newer one. Answers the version read.
   /// Errc::not_found when nothing was published. `sd` must outlive the future.
   Future<std::uint64_t> get_latest_state_dict_into(std::string prefix, StateDict& sd);
+
+  // -- sharded state dicts (docs/sharding.md) ---------------------------------
+
+  /// Puts rank `rank`'s part of a sharded state dict under `key`. Every rank
+  /// of the writing mesh calls it with the same names, dtypes and global
+  /// shapes. For an entry named in `layout`, `local` holds this rank's box
+  /// of the global tensor (RankShard: Placement::shard_for gives it); the
+  /// other entries (whole tensors and values, alike on every rank) are
+  /// stored from rank 0's call only. The state dict becomes visible as a
+  /// whole, replacing the previous version, when every entry's shards cover
+  /// it; until then the previous version stays readable and `key` reads as
+  /// partially committed if there is none. Ranks that disagree on the
+  /// entries or their layout, replicas that differ in their bytes and
+  /// overlapping boxes are refused. remove(key) drops a put that will never
+  /// complete (a rank died). The options apply as for put_state_dict, but
+  /// sharded entries are never packed and no stream is announced.
+  Future<void> put_sharded_state_dict(std::string key, const StateDict& local,
+                                      const std::map<std::string, RankShard>& layout,
+                                      std::int64_t rank, const StateDictPutOptions& options = {});
+  /// get_state_dict_into where some destinations are boxes: for an entry
+  /// named in `boxes`, the destination in `sd` receives that box of the
+  /// stored global tensor (Placement::slice_for gives a rank's), read from
+  /// only the shards that overlap it; the others receive the whole entry.
+  /// Works for any stored state dict, sharded or not, so a mesh reads what
+  /// another mesh put under a different sharding. Errc::shape_mismatch when
+  /// a box is not in its entry's global shape or the destination's shape is
+  /// not the box's.
+  Future<void> get_state_dict_into(std::string key, StateDict& sd,
+                                   const std::map<std::string, TensorSlice>& boxes);
 
   // -- tensors -------------------------------------------------------------
 

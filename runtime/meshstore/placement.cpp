@@ -88,6 +88,16 @@ Result<TensorSlice> Placement::slice_for(const Shape& global_shape, std::int64_t
   return TensorSlice::make(global_shape, std::move(offsets), std::move(local));
 }
 
+Result<RankShard> Placement::shard_for(const Shape& global_shape, std::int64_t rank) const {
+  auto slice = slice_for(global_shape, rank);
+  if (!slice.ok()) return slice.status();
+  RankShard out{*slice, 0};
+  for (std::int64_t r = 0; r < world_size(); ++r) {
+    if (slice_for(global_shape, r).value() == *slice) ++out.replicas;
+  }
+  return out;
+}
+
 Result<bool> Placement::is_primary(std::int64_t rank) const {
   auto coords = coordinates(rank);
   if (!coords.ok()) return coords.status();

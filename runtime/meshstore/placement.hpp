@@ -44,6 +44,14 @@ struct DimPlacement {
   friend bool operator!=(const DimPlacement& a, const DimPlacement& b) { return !(a == b); }
 };
 
+/// The box of a global tensor one rank holds, and how many ranks (this one
+/// included) hold that same box: what a sharded put of the rank's piece
+/// needs (Store::put, Store::put_sharded_state_dict).
+struct RankShard {
+  TensorSlice slice;
+  std::uint32_t replicas = 1;
+};
+
 /// A tensor's layout over a mesh: the mesh's shape and one DimPlacement per
 /// mesh dimension. A value type; thread-compatible.
 class Placement {
@@ -69,6 +77,10 @@ class Placement {
   /// bad rank; Errc::invalid_argument when a shard dim is not a dimension
   /// of the tensor.
   Result<TensorSlice> slice_for(const Shape& global_shape, std::int64_t rank) const;
+
+  /// slice_for() with the number of ranks whose box is the same (the ranks
+  /// along the Replicate mesh dimensions). Same errors.
+  Result<RankShard> shard_for(const Shape& global_shape, std::int64_t rank) const;
 
   /// True when `rank` is the first holder of its box: its coordinate is 0
   /// along every Replicate mesh dimension. Readers need only the primary

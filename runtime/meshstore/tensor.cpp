@@ -2,9 +2,11 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "meshstore/internal/memory.hpp"
 
@@ -246,6 +248,102 @@ void unpack_from(const void* src, const TensorView& dst) noexcept {
   strided_copy(static_cast<const std::byte*>(src), contiguous_strides(dst.shape()),
                static_cast<std::byte*>(dst.data()), dst.strides(), dst.shape(),
                dtype_size(dst.dtype()));
+}
+
+namespace {
+
+// Four independent lanes of a multiply-rotate round over 8-byte words, so
+// the multiplies overlap; the lanes, the tail and the length are folded and
+// avalanched at the end.
+constexpr std::uint64_t kMix1 = 0x9E3779B185EBCA87ULL;
+constexpr std::uint64_t kMix2 = 0xC2B2AE3D27D4EB4FULL;
+
+std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+std::uint64_t round_of(std::uint64_t acc, std::uint64_t word) {
+  return rotl(acc + word * kMix2, 31) * kMix1;
+}
+std::uint64_t load64(const std::byte* p) {
+  std::uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+struct Checksum {
+  std::uint64_t lane[4] = {kMix1 + kMix2, kMix2, 0, 0 - kMix1};
+  std::uint64_t total = 0;
+  std::byte tail[32];
+  std::size_t tail_len = 0;
+
+  void add(const std::byte* p, std::size_t n) {
+    total += n;
+    if (tail_len > 0) {
+      const std::size_t take = std::min(n, sizeof(tail) - tail_len);
+      std::memcpy(tail + tail_len, p, take);
+      tail_len += take;
+      p += take;
+      n -= take;
+      if (tail_len < sizeof(tail)) return;
+      block(tail);
+      tail_len = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) block(p);
+    std::memcpy(tail, p, n);
+    tail_len = n;
+  }
+  void block(const std::byte* p) {
+    for (int i = 0; i < 4; ++i) lane[i] = round_of(lane[i], load64(p + 8 * i));
+  }
+  std::uint64_t finish() const {
+    std::uint64_t h = rotl(lane[0], 1) + rotl(lane[1], 7) + rotl(lane[2], 12) + rotl(lane[3], 18);
+    h ^= total * kMix1;
+    for (std::size_t i = 0; i < tail_len; ++i) {
+      h = rotl(h ^ (static_cast<std::uint64_t>(tail[i]) * kMix2), 11) * kMix1;
+    }
+    h ^= h >> 33;
+    h *= kMix2;
+    h ^= h >> 29;
+    h *= kMix1;
+    h ^= h >> 32;
+    return h == 0 ? 1 : h;
+  }
+};
+
+}  // namespace
+
+std::uint64_t content_checksum(const TensorView& view) {
+  Checksum c;
+  const std::size_t elsize = dtype_size(view.dtype());
+  if (view.numel() == 0) return c.finish();
+  if (view.is_contiguous()) {
+    c.add(static_cast<const std::byte*>(view.data()), view.nbytes());
+    return c.finish();
+  }
+  // Strided: the rows of the innermost dimension, in row-major order.
+  const auto& shape = view.shape();
+  const auto& strides = view.strides();
+  const std::size_t nd = shape.size();
+  const std::int64_t inner = shape[nd - 1];
+  const bool inner_dense = strides[nd - 1] == 1;
+  std::vector<std::int64_t> idx(nd, 0);
+  const auto* base = static_cast<const std::byte*>(view.data());
+  const std::int64_t rows = view.numel() / inner;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t off = 0;
+    for (std::size_t d = 0; d + 1 < nd; ++d) off += idx[d] * strides[d];
+    if (inner_dense) {
+      c.add(base + off * static_cast<std::int64_t>(elsize),
+            static_cast<std::size_t>(inner) * elsize);
+    } else {
+      for (std::int64_t i = 0; i < inner; ++i) {
+        c.add(base + (off + i * strides[nd - 1]) * static_cast<std::int64_t>(elsize), elsize);
+      }
+    }
+    for (std::size_t d = nd - 1; d-- > 0;) {  // next row
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return c.finish();
 }
 
 }  // namespace meshstore

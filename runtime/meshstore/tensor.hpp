@@ -165,4 +165,10 @@ void pack_to(const TensorView& src, void* dst) noexcept;
 /// Scatters contiguous bytes at `src` into the (maybe strided) `dst`.
 void unpack_from(const void* src, const TensorView& dst) noexcept;
 
+/// A 64-bit checksum of the bytes of `view`'s elements in row-major order
+/// (strides do not matter: a strided view and its contiguous copy agree).
+/// Not cryptographic: it tells replicas whose bytes differ apart. Never 0,
+/// so 0 can mean "not computed".
+std::uint64_t content_checksum(const TensorView& view);
+
 }  // namespace meshstore

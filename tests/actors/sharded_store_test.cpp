@@ -1,9 +1,12 @@
-// Sharded tensors through one store: shards put by the ranks of one
-// placement, read back whole, by any box, or as another placement's shards.
-// (The multi-process version of these cases is still to come.)
+// Sharded tensors and sharded state dicts through one store: shards put by
+// the ranks of one placement, read back whole, by any box, or as another
+// placement's shards. The multi-process versions are in
+// tests/integration/reshard_worlds.sh.
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <optional>
 
 #include "meshstore/placement.hpp"
 #include "meshstore/store.hpp"
@@ -241,6 +244,262 @@ TEST(ShardedStore, DisagreementsAndBadSlicesAreRefused) {
   auto small = Tensor::zeros(DType::float32, {1, 1}).value();
   EXPECT_ERROR(store.get_into("k", small.view(), top).get(kWait), Errc::shape_mismatch,
                "slice [2, 4], destination [1, 1]");
+}
+
+// -- sharded state dicts ---------------------------------------------------------
+
+// A model whose entries are sharded differently: the writer's layout.
+struct Model {
+  std::map<std::string, Tensor> whole;  // name -> global tensor
+  std::map<std::string, Placement> placement;
+  std::int64_t step = 0;
+};
+
+Model model(float base, std::int64_t step) {
+  Model m;
+  auto add = [&](const std::string& name, Shape shape, std::optional<Placement> p) {
+    Tensor t = reference(shape);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] += base;
+    m.whole.emplace(name, std::move(t));
+    if (p) m.placement.emplace(name, *p);
+  };
+  add("embed", {10, 8}, Placement::make({4}, {P::shard(0)}).value());      // uneven rows
+  add("proj", {6, 12}, Placement::make({4}, {P::shard(1)}).value());       // columns
+  add("tiny", {3, 4}, Placement::make({4}, {P::shard(0)}).value());        // rank 3's box is empty
+  add("none", {0, 4}, Placement::make({4}, {P::shard(0)}).value());        // nothing at all
+  add("norm", {8}, std::nullopt);                                          // whole, packed
+  add("head", {64, 300}, Placement::make({4}, {P::replicate()}).value());  // replicas, 75 KiB
+  m.step = step;
+  return m;
+}
+
+// Rank `rank`'s part of `m`: its local state dict (owning the boxes) and layout.
+struct Part {
+  StateDict sd;
+  std::map<std::string, RankShard> layout;
+};
+
+Part part_of(const Model& m, std::int64_t rank) {
+  Part p;
+  for (const auto& [name, t] : m.whole) {
+    auto it = m.placement.find(name);
+    if (it == m.placement.end()) {
+      EXPECT_OK(p.sd.insert(name, t));
+      continue;
+    }
+    const RankShard mine = it->second.shard_for(t.shape(), rank).value();
+    EXPECT_OK(p.sd.insert(name, cut(t, mine.slice)));
+    p.layout.emplace(name, mine);
+  }
+  EXPECT_OK(p.sd.insert("step", Value::int64(m.step)));
+  return p;
+}
+
+// The reader's placements: another mesh, another sharding of every entry.
+std::map<std::string, Placement> reader_placements() {
+  const auto cols = Placement::make({2, 2}, {P::shard(1), P::replicate()}).value();
+  const auto rows2d = Placement::make({2, 2}, {P::shard(0), P::shard(0)}).value();
+  return {{"embed", cols},  {"proj", rows2d},
+          {"tiny", cols},   {"none", rows2d},
+          {"norm", rows2d}, {"head", Placement::make({2, 2}, {P::shard(0), P::shard(1)}).value()}};
+}
+
+// Reads `key` as reader rank `rank` of reader_placements() and checks every
+// box against `m`.
+void expect_reads_as(Store& store, const std::string& key, const Model& m, std::int64_t rank) {
+  StateDict sd;
+  std::map<std::string, TensorSlice> boxes;
+  std::map<std::string, Tensor> want;
+  for (const auto& [name, p] : reader_placements()) {
+    const Tensor& whole = m.whole.at(name);
+    const auto box = p.slice_for(whole.shape(), rank).value();
+    boxes.emplace(name, box);
+    want.emplace(name, cut(whole, box));
+    ASSERT_OK(sd.insert(name, Tensor::zeros(DType::float32, box.local_shape()).value()));
+  }
+  ASSERT_OK(sd.insert("step", Value::int64(-1)));
+  ASSERT_OK(store.get_state_dict_into(key, sd, boxes).get(kWait));
+  for (const auto& [name, t] : want) {
+    const auto* e = sd.find(name);
+    EXPECT_TRUE(same(e->owned, t)) << name << " on reader rank " << rank;
+  }
+  EXPECT_EQ(sd.find("step")->value->as_int64(), m.step);
+}
+
+void expect_whole(Store& store, const std::string& key, const Model& m) {
+  auto got = store.get_state_dict(key).get(kWait);
+  ASSERT_OK(got);
+  for (const auto& [name, t] : m.whole) {
+    const auto* e = got->find(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_TRUE(same(e->owned, t)) << name;
+  }
+  EXPECT_EQ(got->find("step")->value->as_int64(), m.step);
+}
+
+TEST(ShardedStateDict, PutByOneMeshIsReadByAnotherWithOtherShapes) {
+  auto store = Store::embedded().value();
+  const Model v1 = model(0, 1);
+  for (std::int64_t r = 0; r < 4; ++r) {
+    // Ranks in an odd order: 3, 1, 0, 2. Nothing is visible before the last.
+    const std::int64_t rank = (r * 3 + 3) % 4;
+    Part p = part_of(v1, rank);
+    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    EXPECT_EQ(*store.exists("m").get(kWait), r == 3) << "after rank " << rank;
+    if (r < 3) {
+      EXPECT_ERROR(store.get_state_dict("m").get(kWait), Errc::partially_committed,
+                   "'m' is partially committed: it is sharded state dict 'm', which commits once "
+                   "all its 7 keys are complete; ");
+      EXPECT_ERROR(store.get("m/embed").get(kWait), Errc::partially_committed,
+                   "'m/embed' is partially committed: it belongs to sharded state dict 'm'");
+    }
+  }
+  expect_whole(store, "m", v1);
+  for (std::int64_t r = 0; r < 4; ++r) expect_reads_as(store, "m", v1, r);
+
+  // Version 2 drops "tiny": readers see version 1 whole until every rank
+  // is in, then version 2 whole, and "m/tiny" is gone with the old version.
+  Model v2 = model(1000, 2);
+  v2.whole.erase("tiny");
+  v2.placement.erase("tiny");
+  for (std::int64_t rank = 0; rank < 4; ++rank) {
+    Part p = part_of(v2, rank);
+    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    if (rank < 3) expect_whole(store, "m", v1);
+  }
+  expect_whole(store, "m", v2);
+  EXPECT_FALSE(*store.exists("m/tiny").get(kWait));
+  auto keys = store.keys("m").get(kWait);
+  ASSERT_OK(keys);
+  // Sharded entries stand alone however small; "norm" is packed (m#packed).
+  EXPECT_EQ(*keys, (std::vector<std::string>{"m", "m/embed", "m/head", "m/proj", "m/step"}));
+  EXPECT_TRUE(*store.exists("m#packed").get(kWait));
+}
+
+TEST(ShardedStateDict, PlainStateDictsAreReadByBoxesToo) {
+  // A state dict put whole by one process is read as shards by a mesh.
+  auto store = Store::embedded().value();
+  const Model m = model(5, 7);
+  StateDict sd;
+  for (const auto& [name, t] : m.whole) ASSERT_OK(sd.insert(name, t.view()));
+  ASSERT_OK(sd.insert("step", Value::int64(m.step)));
+  ASSERT_OK(store.put_state_dict("plain", sd).get(kWait));
+  for (std::int64_t r = 0; r < 4; ++r) expect_reads_as(store, "plain", m, r);
+}
+
+TEST(ShardedStateDict, DisagreementsAndBadLayoutsAreRefusedWithNothingVisible) {
+  auto store = Store::embedded().value();
+  const Model m = model(0, 1);
+  Part p0 = part_of(m, 0);
+  ASSERT_OK(store.put_sharded_state_dict("m", p0.sd, p0.layout, 0).get(kWait));
+
+  // A rank with an entry the others lack.
+  Part extra = part_of(m, 1);
+  ASSERT_OK(extra.sd.insert("extra", Tensor::zeros(DType::float32, {200, 200}).value()));
+  EXPECT_ERROR(store.put_sharded_state_dict("m", extra.sd, extra.layout, 1).get(kWait),
+               Errc::invalid_argument,
+               "ranks disagree on its entries: keys only earlier ranks put: none; keys only this "
+               "rank puts: 'm/extra'");
+  // A rank whose global shape of an entry differs (its layout differs).
+  Part shape = part_of(m, 1);
+  shape.layout.at("proj").slice = TensorSlice::make({6, 16}, {0, 3}, {6, 3}).value();
+  EXPECT_ERROR(store.put_sharded_state_dict("m", shape.sd, shape.layout, 1).get(kWait),
+               Errc::invalid_argument, "ranks disagree on its layout");
+  // A replica whose bytes differ from rank 0's.
+  Part odd = part_of(m, 1);
+  Tensor head = reference({64, 300});
+  head.data_as<float>()[17] = -1;
+  StateDict odd_sd;
+  for (const auto& e : odd.sd.entries()) {
+    if (e.name == "head") {
+      ASSERT_OK(odd_sd.insert("head", head));
+    } else if (e.is_tensor()) {
+      ASSERT_OK(odd_sd.insert(e.name, e.owned));
+    } else {
+      ASSERT_OK(odd_sd.insert(e.name, *e.value));
+    }
+  }
+  EXPECT_ERROR(store.put_sharded_state_dict("m", odd_sd, odd.layout, 1).get(kWait),
+               Errc::invalid_argument,
+               "put shard of 'm/head': replicas of shard [0:64, 0:300] of [64, 300] hold "
+               "different bytes");
+  // Bad input caught before anything moves.
+  Part bad = part_of(m, 2);
+  bad.layout.at("embed").slice = TensorSlice::make({10, 8}, {0, 0}, {2, 8}).value();
+  EXPECT_ERROR(store.put_sharded_state_dict("m", bad.sd, bad.layout, 2).get(kWait),
+               Errc::shape_mismatch,
+               "entry 'embed' has shape [3, 8], its slice [0:2, 0:8] of [10, 8] needs [2, 8]");
+  Part ghost = part_of(m, 2);
+  ghost.layout.emplace("ghost", RankShard{TensorSlice::full({2}), 1});
+  EXPECT_ERROR(store.put_sharded_state_dict("m", ghost.sd, ghost.layout, 2).get(kWait),
+               Errc::invalid_argument, "the layout names 'ghost', no entry of the state dict");
+  EXPECT_ERROR(store.put_sharded_state_dict("m", p0.sd, p0.layout, -1).get(kWait),
+               Errc::invalid_argument, "rank must be >= 0, got -1");
+  EXPECT_FALSE(*store.exists("m").get(kWait));
+
+  // The refusals changed nothing: the right ranks complete it.
+  for (std::int64_t rank = 1; rank < 4; ++rank) {
+    Part p = part_of(m, rank);
+    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+  }
+  expect_whole(store, "m", m);
+
+  // A reader's box outside an entry, or a destination of another shape.
+  StateDict sd;
+  for (const auto& [name, t] : m.whole) {
+    ASSERT_OK(sd.insert(name, Tensor::zeros(DType::float32, t.shape()).value()));
+  }
+  ASSERT_OK(sd.insert("step", Value::int64(0)));
+  const std::map<std::string, TensorSlice> outside = {
+      {"embed", TensorSlice::make({20, 8}, {0, 0}, {10, 8}).value()}};
+  EXPECT_ERROR(store.get_state_dict_into("m", sd, outside).get(kWait), Errc::shape_mismatch,
+               "embed (stored [10, 8], box [0:10, 0:8] of [20, 8])");
+  const std::map<std::string, TensorSlice> smaller = {
+      {"embed", TensorSlice::make({10, 8}, {0, 0}, {5, 8}).value()}};
+  EXPECT_ERROR(store.get_state_dict_into("m", sd, smaller).get(kWait), Errc::shape_mismatch,
+               "embed (box [0:5, 0:8] of [10, 8] has shape [5, 8], destination [10, 8])");
+  const std::map<std::string, TensorSlice> on_value = {{"step", TensorSlice::full({1})}};
+  EXPECT_ERROR(store.get_state_dict_into("m", sd, on_value).get(kWait), Errc::invalid_argument,
+               "step (a box for a value)");
+}
+
+TEST(ShardedStateDict, RemoveDropsAPutThatWillNeverComplete) {
+  // A writer mesh died after two ranks: remove() clears the partial put,
+  // and a new mesh puts the state dict from scratch.
+  auto store = Store::embedded().value();
+  const Model m = model(0, 3);
+  for (std::int64_t rank : {0, 1}) {
+    Part p = part_of(m, rank);
+    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+  }
+  Part again = part_of(m, 1);
+  EXPECT_ERROR(store.put_sharded_state_dict("m", again.sd, again.layout, 1).get(kWait),
+               Errc::invalid_argument, "is in already");
+  ASSERT_OK(store.remove("m").get(kWait));
+  for (std::int64_t rank = 0; rank < 4; ++rank) {
+    Part p = part_of(m, rank);
+    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+  }
+  expect_whole(store, "m", m);
+}
+
+TEST(ShardedStore, ReplicasWithDifferentBytesAreRefused) {
+  auto store = Store::embedded().value();
+  const auto p = Placement::make({2}, {P::replicate()}).value();
+  const Tensor a = reference({4, 4});
+  Tensor b = reference({4, 4});
+  b.data_as<float>()[15] = 0.5f;
+  ASSERT_OK(store.put("k", a.view(), {4, 4}, p, 0).get(kWait));
+  EXPECT_ERROR(store.put("k", b.view(), {4, 4}, p, 1).get(kWait), Errc::invalid_argument,
+               "replicas of shard [0:4, 0:4] of [4, 4] hold different bytes");
+  // A strided view of the same bytes is the same replica.
+  Tensor wide = reference({4, 8});
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 4; ++c) wide.data_as<float>()[r * 8 + c] = a.data_as<float>()[r * 4 + c];
+  }
+  TensorView strided(wide.data(), DType::float32, {4, 4}, {8, 1});
+  ASSERT_OK(store.put("k", strided, {4, 4}, p, 1).get(kWait));
+  EXPECT_TRUE(same(*store.get("k").get(kWait), a));
 }
 
 }  // namespace

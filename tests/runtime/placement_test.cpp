@@ -112,7 +112,27 @@ TEST(Placement, PrimariesTileTheTensorExactly) {
       primaries.push_back(*s);
     }
     EXPECT_EQ(covered, shape_numel(global)) << p.to_string() << " of " << shape_to_string(global);
+    // shard_for counts the ranks holding each box: over all ranks, every
+    // box appears exactly as often as its replica count says.
+    for (std::int64_t r = 0; r < p.world_size(); ++r) {
+      auto mine = p.shard_for(global, r);
+      ASSERT_OK(mine);
+      EXPECT_EQ(mine->slice, *p.slice_for(global, r));
+      std::uint32_t same = 0;
+      for (std::int64_t q = 0; q < p.world_size(); ++q)
+        same += *p.slice_for(global, q) == mine->slice;
+      EXPECT_EQ(mine->replicas, same);
+    }
   }
+}
+
+TEST(Placement, ShardForCountsTheReplicatedRanks) {
+  auto p = Placement::make({2, 3}, {P::replicate(), P::shard(0)}).value();
+  auto mine = p.shard_for({6, 2}, 4).value();
+  EXPECT_EQ(mine.slice, box({6, 2}, {2, 0}, {2, 2}));
+  EXPECT_EQ(mine.replicas, 2u);
+  EXPECT_EQ(Placement::make({4}, {P::shard(0)})->shard_for({8}, 1)->replicas, 1u);
+  EXPECT_ERROR(p.shard_for({6, 2}, 6), Errc::out_of_range, "rank 6 is not in [0, 6)");
 }
 
 TEST(Placement, BadInputIsNamed) {

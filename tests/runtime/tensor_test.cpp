@@ -90,6 +90,38 @@ TEST(PackUnpack, RoundTripThroughContiguousBytes) {
   }
 }
 
+TEST(ContentChecksum, DependsOnTheElementsNotTheirLayout) {
+  std::vector<std::uint8_t> bytes(1000);
+  std::iota(bytes.begin(), bytes.end(), 0);
+  const auto whole = TensorView::of(bytes.data(), {1000});
+  const auto sum = content_checksum(whole);
+  EXPECT_NE(sum, 0u);
+  EXPECT_EQ(sum, content_checksum(TensorView::of(bytes.data(), {10, 100})));
+  // Any one bit flipped, at any position (lanes, tail), changes it.
+  for (std::size_t i : {0, 7, 31, 32, 500, 991, 999}) {
+    bytes[i] ^= 1;
+    EXPECT_NE(content_checksum(whole), sum) << "byte " << i;
+    bytes[i] ^= 1;
+  }
+  EXPECT_EQ(content_checksum(whole), sum);
+  // Length counts: a prefix differs from the whole, even with zeros.
+  std::vector<std::uint8_t> zeros(64, 0);
+  EXPECT_NE(content_checksum(TensorView::of(zeros.data(), {63})),
+            content_checksum(TensorView::of(zeros.data(), {64})));
+  // A strided view and its contiguous copy agree.
+  std::vector<float> grid(6 * 8);
+  std::iota(grid.begin(), grid.end(), 0.0f);
+  const TensorView cols(grid.data(), DType::float32, {6, 3}, {8, 1});  // 3 of 8 columns
+  std::vector<float> packed(18);
+  pack_to(cols, packed.data());
+  EXPECT_EQ(content_checksum(cols), content_checksum(TensorView::of(packed.data(), {6, 3})));
+  const TensorView transposed(grid.data(), DType::float32, {8, 6}, {1, 8});
+  std::vector<float> t(48);
+  pack_to(transposed, t.data());
+  EXPECT_EQ(content_checksum(transposed), content_checksum(TensorView::of(t.data(), {8, 6})));
+  EXPECT_NE(content_checksum(transposed), content_checksum(TensorView::of(grid.data(), {8, 6})));
+}
+
 TEST(Tensor, EmptyZerosAndClone) {
   auto t = Tensor::zeros(DType::float32, {2, 3});
   ASSERT_OK(t);

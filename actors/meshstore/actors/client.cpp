@@ -397,7 +397,7 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
                                          op->conn->info.volume_id, region ? region->region_id : 0,
                                          region ? region->nbytes : item.view.nbytes(),
-                                         item.replicas});
+                                         item.replicas, item.checksum});
     records.push_back(std::move(r));
   };
   for (std::size_t i = 0; i < op->call.staged_items.size(); ++i) {
@@ -467,7 +467,11 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (op->sharded) {
     // Shards commit at the controller once they cover their keys.
     for (const auto& r : records) st.locations.erase(r.key);
-    ask(self, st.controller, put_shards_atom::value, records)
+    const bool group = !op->call.group_members.empty();
+    if (group) forget_locations_under(st, op->call.replace_under);
+    ask(self, st.controller, put_shards_atom::value, records,
+        group ? op->call.replace_under.front() : std::string(), op->call.group_members,
+        op->call.group_layout)
         .then(
             [=](const std::vector<std::uint64_t>& versions) {
               op->call.promise->set_value(versions);
@@ -501,7 +505,8 @@ void handle_put(client_pointer self, PutCall call) {
   for (const auto& i : call.items) keys.push_back(i.key);
   op->what = describe(call.op, keys);
   op->call = std::move(call);
-  op->sharded = std::any_of(op->call.items.begin(), op->call.items.end(),
+  op->sharded = !op->call.group_members.empty() ||
+                std::any_of(op->call.items.begin(), op->call.items.end(),
                             [](const PutItem& i) { return i.slice.has_value(); });
   with_home_volume(self, [=](const ConnResult& conn) {
     if (!conn.ok()) return op->fail(conn.status());
@@ -1035,6 +1040,10 @@ Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
     if (!r.lost_on.empty()) {
       return Status(Errc::unavailable, "'" + key + "' was stored on volume '" + r.lost_on +
                                            "', which went down; put it again");
+    }
+    if (!r.pending.empty()) {
+      return Status(Errc::partially_committed,
+                    "'" + key + "' is partially committed: " + r.pending);
     }
     if (!r.shards.empty()) {
       // A sharded put in progress: name what its shards do not cover yet.

@@ -34,6 +34,8 @@ struct PutItem {
   std::optional<TensorSlice> slice = std::nullopt;
   /// With `slice`: the copies of this box one version gets (replicas).
   std::uint32_t replicas = 1;
+  /// With replicas > 1: content_checksum() of the bytes (0 = none).
+  std::uint64_t checksum = 0;
 };
 
 /// Regions staged at the client's volume and mapped writable into this
@@ -75,6 +77,11 @@ struct PutCall {
   /// stream of replace_under.front() (readers copy each object as soon as
   /// it is filled). Empty: no stream.
   std::string stream_manifest;
+  /// A rank's part of the sharded state dict replace_under.front(): every
+  /// key of it (sorted; committed together by put_shards once all are
+  /// covered) and the digest of its layout. Empty: not one.
+  std::vector<std::string> group_members;
+  std::uint64_t group_layout = 0;
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 

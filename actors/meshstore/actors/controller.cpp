@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdio>
+#include <iterator>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -25,6 +27,14 @@ struct ControllerState {
   // Sharded keys whose shards do not cover their tensor yet: the shards so
   // far (adopted by their volumes, so no reclaim takes them).
   std::map<std::string, wire::KeyRecord> pending;
+  // Sharded state dicts being put, by manifest key: the keys that commit
+  // together (sorted) and the digest of the layout every rank computed.
+  // Their keys' shards are in `pending` (record group = the manifest key).
+  struct Group {
+    std::vector<std::string> members;
+    std::uint64_t layout = 0;
+  };
+  std::map<std::string, Group> groups;
   // State dicts being written, by manifest key, and readers waiting for
   // one to be written or committed.
   struct Stream {
@@ -219,6 +229,12 @@ std::int64_t covered_elements(const std::vector<wire::ShardRecord>& shards) {
   return n;
 }
 
+std::string hex64(std::uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof(buf), "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 // Checks one shard of a sharded put against the pending shards of its key.
 Status validate_shard(const ControllerState& st,
                       const std::map<std::string, wire::KeyRecord>& pending,
@@ -245,6 +261,13 @@ Status validate_shard(const ControllerState& st,
   auto it = pending.find(r.key);
   if (it == pending.end()) return Status();
   const auto& p = it->second;
+  if (p.group != r.group) {
+    auto part = [](const std::string& g) {
+      return g.empty() ? std::string("on its own") : "as part of state dict '" + g + "'";
+    };
+    return Status(Errc::invalid_argument, ctx + ": it is being put " + part(p.group) +
+                                              ", this shard comes " + part(r.group));
+  }
   if (p.shape != r.shape) {
     return Status(Errc::shape_mismatch, "ranks disagree on the global shape of '" + r.key +
                                             "': " + shape_to_string(p.shape) + " and " +
@@ -263,6 +286,14 @@ Status validate_shard(const ControllerState& st,
                                                   s.slice.to_string() + ": " +
                                                   std::to_string(other.replicas) + " and " +
                                                   std::to_string(s.replicas));
+      }
+      if (other.checksum != 0 && s.checksum != 0 && other.checksum != s.checksum) {
+        return Status(Errc::invalid_argument,
+                      ctx + ": replicas of shard " + s.slice.to_string() +
+                          " hold different bytes (checksums " + hex64(other.checksum) + " and " +
+                          hex64(s.checksum) +
+                          "); every rank holding a replica must put the same "
+                          "data");
       }
       ++copies;
       continue;
@@ -293,15 +324,130 @@ void add_shard(std::map<std::string, wire::KeyRecord>& pending, const wire::KeyR
   }
 }
 
+// Checks a put_shards call's state dict (group): every rank names the same
+// keys and computed the same layout, and every record belongs to it.
+Status validate_group(const ControllerState& st, const std::vector<wire::KeyRecord>& records,
+                      const std::string& group, const std::vector<std::string>& members,
+                      std::uint64_t layout) {
+  if (group.empty()) {
+    for (const auto& r : records) {
+      if (!r.group.empty()) {
+        return Status(Errc::invalid_argument, "put shard of '" + r.key + "': record names group '" +
+                                                  r.group + "' outside a state dict put");
+      }
+    }
+    return Status();
+  }
+  const std::string ctx = "put_sharded_state_dict '" + group + "'";
+  if (!std::is_sorted(members.begin(), members.end()) ||
+      std::adjacent_find(members.begin(), members.end()) != members.end() ||
+      !std::binary_search(members.begin(), members.end(), group)) {
+    return Status(Errc::invalid_argument,
+                  ctx + ": its keys must be sorted, unique and include the manifest");
+  }
+  for (const auto& r : records) {
+    if (r.group != group || !std::binary_search(members.begin(), members.end(), r.key)) {
+      return Status(Errc::invalid_argument,
+                    ctx + ": '" + r.key + "' is not one of the state dict's keys");
+    }
+  }
+  auto g = st.groups.find(group);
+  if (g == st.groups.end()) return Status();
+  if (g->second.members != members) {
+    std::vector<std::string> only_before, only_now;
+    std::set_difference(g->second.members.begin(), g->second.members.end(), members.begin(),
+                        members.end(), std::back_inserter(only_before));
+    std::set_difference(members.begin(), members.end(), g->second.members.begin(),
+                        g->second.members.end(), std::back_inserter(only_now));
+    auto first = [](const std::vector<std::string>& v) {
+      return v.empty() ? std::string("none")
+                       : "'" + v.front() + "'" +
+                             (v.size() > 1 ? " and " + std::to_string(v.size() - 1) + " more" : "");
+    };
+    return Status(Errc::invalid_argument, ctx +
+                                              ": ranks disagree on its entries: keys only earlier "
+                                              "ranks put: " +
+                                              first(only_before) +
+                                              "; keys only this rank puts: " + first(only_now));
+  }
+  if (g->second.layout != layout) {
+    return Status(Errc::invalid_argument,
+                  ctx +
+                      ": ranks disagree on its layout (the dtype, global shape or packing of "
+                      "an entry, or a value's size)");
+  }
+  return Status();
+}
+
+// True when `key`'s pending shards cover its tensor with all replicas.
+bool pending_complete(const ControllerState& st, const std::string& key) {
+  auto it = st.pending.find(key);
+  return it != st.pending.end() &&
+         covered_elements(it->second.shards) == shape_numel(it->second.shape);
+}
+
+// What the sharded state dict `group` being put waits for, as seen from its
+// key `key`: "it belongs to sharded state dict 'P', which commits once all
+// its 5 keys are complete; 3 are; waiting for 'P/a', 'P/b'".
+std::string group_progress(const ControllerState& st, const std::string& group,
+                           const std::string& key) {
+  const auto& members = st.groups.at(group).members;
+  std::vector<std::string> waiting;
+  for (const auto& m : members) {
+    if (!pending_complete(st, m)) waiting.push_back(m);
+  }
+  std::string out =
+      (key == group ? "it is sharded state dict '" : "it belongs to sharded state dict '") + group +
+      "', which commits once all its " + std::to_string(members.size()) + " keys are complete; " +
+      std::to_string(members.size() - waiting.size()) + " are; waiting for ";
+  for (std::size_t i = 0; i < waiting.size() && i < 4; ++i)
+    out += (i ? ", '" : "'") + waiting[i] + "'";
+  if (waiting.size() > 4) out += " and " + std::to_string(waiting.size() - 4) + " more";
+  return out;
+}
+
 // Drops `key`'s pending shards (a sharded put in progress), collecting
 // their objects; false when it has none.
 bool drop_pending(ControllerState& st, const std::string& key,
                   std::map<std::string, std::vector<std::uint64_t>>& objects) {
   auto p = st.pending.find(key);
   if (p == st.pending.end()) return false;
+  const std::string group = p->second.group;
   collect(p->second, objects);
   st.pending.erase(p);
+  // A sharded state dict's keys commit together or not at all.
+  if (auto g = st.groups.find(group); g != st.groups.end()) {
+    const auto members = std::move(g->second.members);
+    st.groups.erase(g);
+    for (const auto& m : members) drop_pending(st, m, objects);
+  }
   return true;
+}
+
+// The keys of the group P (the state dict whose manifest is P: "P", its
+// packed buckets "P#packed..." and the "P/..." keys written with it, not
+// keys put on their own under P/) for each P of `prefixes`, except `kept`.
+std::vector<std::string> group_keys(const ControllerState& st,
+                                    const std::vector<std::string>& prefixes,
+                                    const std::set<std::string>& kept) {
+  std::vector<std::string> out;
+  auto consider = [&](const std::string& k, const wire::KeyRecord& r, const std::string& p) {
+    if (kept.count(k) == 0 && (r.group == p || k == p)) out.push_back(k);
+  };
+  for (const auto& p : prefixes) {
+    if (auto it = st.index.find(p); it != st.index.end()) consider(p, it->second, p);
+    const std::string packed = p + "#packed";
+    for (auto it = st.index.lower_bound(packed);
+         it != st.index.end() && it->first.compare(0, packed.size(), packed) == 0; ++it) {
+      consider(it->first, it->second, p);
+    }
+    const std::string under = p + "/";
+    for (auto it = st.index.lower_bound(under);
+         it != st.index.end() && it->first.compare(0, under.size(), under) == 0; ++it) {
+      consider(it->first, it->second, p);
+    }
+  }
+  return out;
 }
 
 // Removes `keys`; the volumes free the objects (discard) or keep their
@@ -353,17 +499,16 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     k = st.index.erase(k);
     ++lost;
   }
-  // A sharded put in progress with a shard there cannot complete.
-  for (auto p = st.pending.begin(); p != st.pending.end();) {
-    const auto& shards = p->second.shards;
-    if (std::none_of(shards.begin(), shards.end(),
-                     [&](const wire::ShardRecord& s) { return s.volume_id == id; })) {
-      ++p;
-      continue;
+  // A sharded put in progress with a shard there cannot complete (nor can
+  // the rest of its state dict).
+  std::vector<std::string> doomed;
+  for (const auto& [key, p] : st.pending) {
+    if (std::any_of(p.shards.begin(), p.shards.end(),
+                    [&](const wire::ShardRecord& s) { return s.volume_id == id; })) {
+      doomed.push_back(key);
     }
-    collect(p->second, released);
-    p = st.pending.erase(p);
   }
+  for (const auto& key : doomed) drop_pending(st, key, released);
   send_to_volumes(self, released, Verdict::discard);
   st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
                caf::to_string(msg.reason), lost);
@@ -433,6 +578,12 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
               missing = p->second;  // partial: its shards so far, version 0
               missing.version = 0;
             }
+            // A key of a sharded state dict being put (the manifest's key
+            // too, before rank 0 put it).
+            const std::string& group = missing.group.empty() ? k : missing.group;
+            if (self->state.groups.count(group) != 0) {
+              missing.pending = group_progress(self->state, group, k);
+            }
             out.push_back(std::move(missing));
           }
         }
@@ -481,41 +632,66 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         return remove_keys(self, keys, Verdict::discard);
       },
       [=](counters_atom) { return self->state.counters; },
-      [=](put_shards_atom,
-          const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
+      [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
+          const std::vector<std::string>& members,
+          std::uint64_t layout) -> caf::result<std::vector<std::uint64_t>> {
         auto& st = self->state;
         st.count(ControllerCounter::notify_put_batch);
         // Validated as a whole (against each other too), then applied.
+        if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
+          return to_caf_error(s);
+        }
         auto pending = st.pending;
         for (const auto& r : records) {
           if (auto s = validate_shard(st, pending, r); !s.ok()) return to_caf_error(s);
           add_shard(pending, r);
         }
         st.pending = std::move(pending);
-        std::vector<std::uint64_t> versions(records.size(), 0);
+        if (!group.empty() && st.groups.count(group) == 0) {
+          st.groups[group] = ControllerState::Group{members, layout};
+        }
         std::map<std::string, std::vector<std::uint64_t>> adopted, released;
         // The volumes keep them even if their writers die.
         for (const auto& r : records) collect(r, adopted);
-        // Keys whose shards now cover them commit, all shards at once.
-        for (std::size_t i = 0; i < records.size(); ++i) {
-          auto it = st.pending.find(records[i].key);
-          if (it == st.pending.end()) {
-            // Committed by an earlier record of this batch.
-            versions[i] = st.index.at(records[i].key).version;
-            continue;
-          }
-          if (covered_elements(it->second.shards) != shape_numel(it->second.shape)) continue;
-          st.lost.erase(it->first);
-          auto& slot = st.index[it->first];
+        send_to_volumes(self, adopted, Verdict::commit);
+        // Commits `key`'s pending shards, all at once.
+        std::vector<std::string> committed;
+        auto commit = [&](const std::string& key) {
+          auto it = st.pending.find(key);
+          st.lost.erase(key);
+          auto& slot = st.index[key];
           if (slot.found()) collect(slot, released);
           slot = std::move(it->second);
           slot.version = ++st.last_version;
-          versions[i] = slot.version;
           st.pending.erase(it);
-          if (!st.streams.empty() || !st.waiters.empty()) streams_committed(self, slot.key);
+          committed.push_back(key);
+        };
+        auto complete = [&](const std::string& key) { return pending_complete(st, key); };
+        if (group.empty()) {
+          // Keys whose shards now cover them commit.
+          for (const auto& r : records) {
+            if (complete(r.key)) commit(r.key);
+          }
+        } else if (std::all_of(members.begin(), members.end(), complete)) {
+          // The whole state dict commits in this handler run, and the keys
+          // its previous version had and this one has not go with it.
+          for (const auto& m : members) commit(m);
+          st.groups.erase(group);
+          const auto stale =
+              group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
+          if (!stale.empty()) remove_keys(self, stale, Verdict::release);
         }
-        send_to_volumes(self, adopted, Verdict::commit);
         send_to_volumes(self, released, Verdict::release);
+        if (!st.streams.empty() || !st.waiters.empty()) {
+          for (const auto& k : committed) streams_committed(self, k);
+        }
+        std::vector<std::uint64_t> versions;
+        versions.reserve(records.size());
+        for (const auto& r : records) {
+          auto it = st.index.find(r.key);
+          const bool now = std::find(committed.begin(), committed.end(), r.key) != committed.end();
+          versions.push_back(now ? it->second.version : 0);
+        }
         return versions;
       },
       [=](stream_open_atom, const std::string& key, std::string& manifest,
@@ -616,24 +792,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         // the manifest P itself) go: keys put on their own under P/ stay.
         std::set<std::string> kept;
         for (const auto& r : records) kept.insert(r.key);
-        std::vector<std::string> doomed;
-        auto consider = [&](const std::string& k, const wire::KeyRecord& r, const std::string& p) {
-          if (kept.count(k) == 0 && (r.group == p || k == p)) doomed.push_back(k);
-        };
-        for (const auto& p : prefixes) {
-          if (auto it = st.index.find(p); it != st.index.end()) consider(p, it->second, p);
-          // The packed buckets: "P#packed", "P#packed.1", ...
-          const std::string packed = p + "#packed";
-          for (auto it = st.index.lower_bound(packed);
-               it != st.index.end() && it->first.compare(0, packed.size(), packed) == 0; ++it) {
-            consider(it->first, it->second, p);
-          }
-          const std::string under = p + "/";
-          for (auto it = st.index.lower_bound(under);
-               it != st.index.end() && it->first.compare(0, under.size(), under) == 0; ++it) {
-            consider(it->first, it->second, p);
-          }
-        }
+        const auto doomed = group_keys(st, prefixes, kept);
         if (!doomed.empty()) remove_keys(self, doomed, reuse ? Verdict::release : Verdict::discard);
         return versions;
       },

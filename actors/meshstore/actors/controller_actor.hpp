@@ -56,8 +56,13 @@ using controller_actor = caf::typed_actor<
     // still partial. A partial key is not found by locate, which answers
     // its pending shards (version 0, shards set) so readers can name what
     // is missing.
-    caf::replies_to<put_shards_atom,
-                    std::vector<wire::KeyRecord>>::with<std::vector<std::uint64_t>>,
+    // With a group P (else ""): the records are one rank's part of the
+    // sharded state dict P, whose keys (`members`, sorted, P among them)
+    // commit together once every one is covered, removing the keys P's
+    // previous version had and this one has not (as replace_atom does).
+    // Every rank names the same members and layout digest, else refused.
+    caf::replies_to<put_shards_atom, std::vector<wire::KeyRecord>, std::string,
+                    std::vector<std::string>, std::uint64_t>::with<std::vector<std::uint64_t>>,
     // Control messages handled so far, in ControllerCounter order.
     caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>,
     // -- streams: readers copy a state dict while its writer puts it --

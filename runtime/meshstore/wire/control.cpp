@@ -45,6 +45,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_version(x.version);
   p->set_lost_on(x.lost_on);
   p->set_group(x.group);
+  p->set_pending(x.pending);
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -52,6 +53,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
     ps->set_object_id(s.object_id);
     ps->set_nbytes(s.nbytes);
     ps->set_replicas(s.replicas);
+    ps->set_checksum(s.checksum);
   }
 }
 
@@ -67,6 +69,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.version = p.version();
   x.lost_on = p.lost_on();
   x.group = p.group();
+  x.pending = p.pending();
   x.shards.clear();
   for (const auto& ps : p.shards()) {
     ShardRecord s;
@@ -75,6 +78,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
     s.object_id = ps.object_id();
     s.nbytes = ps.nbytes();
     s.replicas = ps.replicas() == 0 ? 1 : ps.replicas();
+    s.checksum = ps.checksum();
     x.shards.push_back(std::move(s));
   }
   return Status();

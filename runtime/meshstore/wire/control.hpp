@@ -27,6 +27,9 @@ struct ShardRecord {
   /// holding it) make one version; the version commits when each box has
   /// all its copies.
   std::uint32_t replicas = 1;
+  /// Sharded puts of a box with replicas: content_checksum() of its bytes,
+  /// so replicas that differ are refused (0 = not computed).
+  std::uint64_t checksum = 0;
 };
 
 /// Tensor metadata plus placement. version is assigned by the controller at
@@ -43,6 +46,9 @@ struct KeyRecord {
   /// The state dict this key belongs to (its manifest key), "" for a key
   /// put on its own. Replacing a state dict removes its group's other keys.
   std::string group;
+  /// In a locate reply (version 0): why a key of a sharded state dict being
+  /// put is not visible yet (what the state dict still waits for).
+  std::string pending;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.
