@@ -117,6 +117,26 @@ TEST_P(TransportConformance, PartialRangesAtOffsets) {
   EXPECT_EQ(back[10], std::byte{0});
 }
 
+TEST_P(TransportConformance, TheLastOwnerMayLetGoInsideACompletion) {
+  // A store's client drops its connection (and with it the transport) in
+  // whatever continuation runs last, which may run on the transport's own
+  // thread: destroying the transport there must neither hang nor abort
+  // (tcp once joined its worker from that worker: std::terminate).
+  const std::size_t n = std::size_t{3} << 20;  // many chunks: not done at once
+  auto [region, ref] = add_region(n);
+  std::vector<std::byte> dst(n);
+  std::shared_ptr<Transport> owner(std::move(client_));
+  Promise<void> released;
+  auto done = released.future();
+  auto fut = owner->read(ref, 0, dst.data(), n);
+  fut.on_complete([owner, &released](const Result<void>& r) mutable {
+    owner.reset();  // not the last owner yet: the test still holds one
+    released.set(r);
+  });
+  owner.reset();  // now the callback's copy is the last one
+  ASSERT_OK(done.get(kWait));
+}
+
 TEST_P(TransportConformance, ManyTransfersInFlight) {
   constexpr int kN = 48;
   std::vector<std::pair<std::shared_ptr<Region>, wire::RegionRef>> regions;

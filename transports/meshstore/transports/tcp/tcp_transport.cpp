@@ -370,19 +370,22 @@ struct Job {
   std::shared_ptr<Transfer> transfer;
 };
 
-class TcpTransport final : public Transport {
+// The connections of a client-volume pair and their worker threads. Shared
+// by the transport and its workers: the last owner of the transport may be
+// a transfer's continuation running on a worker, so a worker must never
+// need the transport object itself (see ~TcpTransport).
+class TcpConnections {
  public:
-  TcpTransport(const TransportConfig& config, std::string host, std::string port,
-               std::string secret)
+  TcpConnections(const TransportConfig& config, std::string host, std::string port,
+                 std::string secret)
       : config_(config),
         host_(std::move(host)),
         port_(std::move(port)),
-        secret_(std::move(secret)) {
-    for (int i = 0; i < config_.tcp_streams; ++i) {
-      workers_.emplace_back([this] { work(); });
-    }
-  }
-  ~TcpTransport() override {
+        secret_(std::move(secret)) {}
+
+  // Stops the workers: queued chunks fail with Errc::shutdown; a chunk in
+  // flight ends when its socket is shut down.
+  std::deque<Job> stop() {
     std::deque<Job> orphans;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -391,28 +394,11 @@ class TcpTransport final : public Transport {
       for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
     }
     cv_.notify_all();
-    for (auto& t : workers_) t.join();
-    for (auto& j : orphans) {
-      j.transfer->chunk_done(Status(Errc::shutdown, "tcp transport closed during a transfer"));
-    }
+    return orphans;
   }
 
-  std::string_view name() const noexcept override { return "tcp"; }
-  Capabilities capabilities() const noexcept override {
-    Capabilities c;
-    c.max_chunk_bytes = config_.tcp_chunk_bytes;
-    return c;
-  }
-  Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
-                     std::size_t n) override {
-    return submit(kOpWrite, dst, offset, const_cast<std::byte*>(src), n);
-  }
-  Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
-                    std::size_t n) override {
-    return submit(kOpRead, src, offset, dst, n);
-  }
+  const TransportConfig& config() const noexcept { return config_; }
 
- private:
   Future<void> submit(std::uint32_t op, const wire::RegionRef& ref, std::uint64_t offset,
                       std::byte* data, std::size_t n) {
     const char* what = op == kOpWrite ? "tcp write" : "tcp read";
@@ -479,6 +465,7 @@ class TcpTransport final : public Transport {
     if (fd >= 0) forget(fd);
   }
 
+ private:
   void forget(int fd) {
     std::lock_guard<std::mutex> lock(mu_);
     fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
@@ -578,6 +565,52 @@ class TcpTransport final : public Transport {
   std::deque<Job> jobs_;
   std::vector<int> fds_;
   bool stopping_ = false;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(const TransportConfig& config, std::string host, std::string port,
+               std::string secret)
+      : connections_(std::make_shared<TcpConnections>(config, std::move(host), std::move(port),
+                                                      std::move(secret))) {
+    for (int i = 0; i < config.tcp_streams; ++i) {
+      workers_.emplace_back([c = connections_] { c->work(); });
+    }
+  }
+  ~TcpTransport() override {
+    auto orphans = connections_->stop();
+    for (auto& t : workers_) {
+      // The last owner may be a continuation of one of our own transfers,
+      // run by a worker: that worker cannot join itself; it holds the
+      // connections and leaves once it sees them stopped.
+      if (t.get_id() == std::this_thread::get_id()) {
+        t.detach();
+      } else {
+        t.join();
+      }
+    }
+    for (auto& j : orphans) {
+      j.transfer->chunk_done(Status(Errc::shutdown, "tcp transport closed during a transfer"));
+    }
+  }
+
+  std::string_view name() const noexcept override { return "tcp"; }
+  Capabilities capabilities() const noexcept override {
+    Capabilities c;
+    c.max_chunk_bytes = connections_->config().tcp_chunk_bytes;
+    return c;
+  }
+  Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
+                     std::size_t n) override {
+    return connections_->submit(kOpWrite, dst, offset, const_cast<std::byte*>(src), n);
+  }
+  Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
+                    std::size_t n) override {
+    return connections_->submit(kOpRead, src, offset, dst, n);
+  }
+
+ private:
+  std::shared_ptr<TcpConnections> connections_;
   std::vector<std::thread> workers_;
 };
 
