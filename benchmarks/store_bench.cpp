@@ -484,15 +484,13 @@ void run_reshard(const Args& a) {
   auto get_cols = meshstore::Placement::make({4}, {meshstore::DimPlacement::shard(1)}).value();
   std::vector<std::vector<std::uint16_t>> parts(4, std::vector<std::uint16_t>(whole.size() / 4));
   std::vector<double> memcpy_t, put_t, get_t;
-  for (int i = 0; i < iters + 1; ++i) {
-    auto t0 = Clock::now();
-    std::memcpy(scratch.data(), whole.data(), n);
-    if (i > 0) memcpy_t.push_back(secs(t0));
-  }
-  scratch = {};
   for (int i = 0; i < iters + 2; ++i) {  // two warm-up rounds: fresh segments
     if (!a.json) std::fprintf(stderr, "\rstore_bench reshard: round %d/%d", i + 1, iters + 2);
+    // The baseline in every round: this VM's memory bandwidth drifts.
     auto t0 = Clock::now();
+    std::memcpy(scratch.data(), whole.data(), n);
+    if (i >= 2) memcpy_t.push_back(secs(t0));
+    t0 = Clock::now();
     std::vector<meshstore::Future<void>> puts;
     for (std::int64_t r = 0; r < 2; ++r) {
       auto box = put_rows.slice_for(global, r).value();
