@@ -4,16 +4,21 @@
 #include <google/protobuf/stubs/common.h>
 #include <signal.h>
 #include <spdlog/version.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <caf/config.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "meshstore/checkpoint.hpp"
+#include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/version.hpp"
@@ -270,6 +275,127 @@ int cmd_gc(int argc, char** argv) {
   return 0;
 }
 
+// A progress bar on stderr when it is a terminal, else a line at every
+// quarter: "load: 50% (1.2 GiB of 2.4 GiB)".
+meshstore::safetensors::Progress progress_bar(const std::string& what) {
+  const bool tty = ::isatty(2) != 0;
+  auto last = std::make_shared<int>(-1);
+  return [what, tty, last](std::uint64_t done, std::uint64_t total) {
+    const int pct = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+    if (tty) {
+      const int filled = pct * 30 / 100;
+      std::fprintf(stderr, "\r%s [%s%s] %3d%% %s of %s", what.c_str(),
+                   std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                   std::string(static_cast<std::size_t>(30 - filled), '.').c_str(), pct,
+                   human_bytes(done).c_str(), human_bytes(total).c_str());
+      if (done >= total) std::fprintf(stderr, "\n");
+    } else if (pct / 25 != *last / 25 || (done >= total && *last != 100)) {
+      std::fprintf(stderr, "%s: %d%% (%s of %s)\n", what.c_str(), pct, human_bytes(done).c_str(),
+                   human_bytes(total).c_str());
+    }
+    *last = pct;
+  };
+}
+
+int cmd_inspect(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("inspect", argc, argv, {}, args, rc)) return rc;
+  if (args.positional.size() != 1) return usage_error("inspect", "names one file or directory");
+  auto c = meshstore::safetensors::open_checkpoint(args.positional[0]);
+  if (!c.ok()) {
+    std::fprintf(stderr, "meshstore inspect: %s\n", c.status().to_string().c_str());
+    return 1;
+  }
+  std::size_t tensors = 0;
+  for (const auto& f : c->files) {
+    std::printf("%s (%s)\n", f.path().c_str(), human_bytes(f.size()).c_str());
+    for (const auto& [k, v] : f.header().metadata) {
+      std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
+    }
+    std::printf("  %-56s %-8s %-20s %12s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES");
+    // In name order, as users look them up.
+    std::vector<const meshstore::safetensors::TensorInfo*> sorted;
+    for (const auto& t : f.header().tensors) sorted.push_back(&t);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto* a, const auto* b) { return a->name < b->name; });
+    for (const auto* t : sorted) {
+      std::printf("  %-56s %-8s %-20s %12llu\n", t->name.c_str(),
+                  std::string(meshstore::dtype_safetensors_name(t->dtype)).c_str(),
+                  meshstore::shape_to_string(t->shape).c_str(),
+                  static_cast<unsigned long long>(t->nbytes()));
+    }
+    tensors += f.header().tensors.size();
+  }
+  std::printf("total: %zu tensor(s) in %zu file(s), %s (%llu bytes)\n", tensors, c->files.size(),
+              human_bytes(c->total_bytes).c_str(), static_cast<unsigned long long>(c->total_bytes));
+  return 0;
+}
+
+// A store connection for load and save: longer requests than the tools'.
+meshstore::Result<meshstore::Store> dial_for_data(const Args& args) {
+  meshstore::StoreOptions o;
+  o.local_rank = -1;
+  o.host_volumes = false;
+  o.connect_timeout = 5s;
+  o.request_timeout = 120s;
+  if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
+  return meshstore::Store::connect(args.get("store", default_store()), o);
+}
+
+int cmd_load(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("load", argc, argv, {"store", "prefix", "log-level"}, args, rc)) return rc;
+  if (args.positional.size() != 1) return usage_error("load", "names one file or directory");
+  auto store = dial_for_data(args);
+  if (!store.ok()) {
+    std::fprintf(stderr, "meshstore load: %s\n", store.status().to_string().c_str());
+    return 1;
+  }
+  meshstore::LoadOptions o;
+  o.prefix = args.get("prefix", "");
+  o.progress = progress_bar("load");
+  auto r = meshstore::load_checkpoint(*store, args.positional[0], o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "meshstore load: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("loaded %zu tensor(s), %s, from %zu file(s)%s\n", r->tensors,
+              human_bytes(r->bytes).c_str(), r->files,
+              o.prefix.empty() ? "" : (" under '" + o.prefix + "/'").c_str());
+  return 0;
+}
+
+int cmd_save(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("save", argc, argv, {"store", "max-shard-size", "log-level"}, args, rc)) {
+    return rc;
+  }
+  if (args.positional.size() != 2) return usage_error("save", "wants PREFIX DIR");
+  meshstore::SaveCheckpointOptions o;
+  if (auto m = args.get("max-shard-size", ""); !m.empty()) {
+    auto size = meshstore::safetensors::parse_size(m);
+    if (!size.ok()) return usage_error("save", "--max-shard-size: " + size.status().message());
+    o.max_shard_bytes = *size;
+  }
+  auto store = dial_for_data(args);
+  if (!store.ok()) {
+    std::fprintf(stderr, "meshstore save: %s\n", store.status().to_string().c_str());
+    return 1;
+  }
+  o.progress = progress_bar("save");
+  auto r = meshstore::save_checkpoint(*store, args.positional[0], args.positional[1], o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "meshstore save: %s\n", r.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("saved %zu tensor(s), %s, into %zu file(s) in %s\n", r->tensors,
+              human_bytes(r->bytes).c_str(), r->files, args.positional[1].c_str());
+  return 0;
+}
+
 void print_help(std::FILE* out) {
   std::fprintf(out,
                "meshstore %s: a distributed tensor store on CAF actors\n"
@@ -284,6 +410,12 @@ void print_help(std::FILE* out) {
                "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
                "  rm KEY... [--store HOST:PORT]     remove keys\n"
                "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
+               "  inspect FILE|DIR                  a safetensors checkpoint: tensors, dtypes,\n"
+               "                                    shapes, bytes, metadata, total\n"
+               "  load FILE|DIR [--prefix P] [--store HOST:PORT]\n"
+               "            put a safetensors checkpoint's tensors (tensor T as key P/T)\n"
+               "  save PREFIX DIR [--max-shard-size 5GB] [--store HOST:PORT]\n"
+               "            write the tensors under PREFIX as a checkpoint (key P/T as T)\n"
                "  gc [--dry-run] [--pid PID]\n"
                "            remove shared memory that crashed (killed) meshstore processes left\n"
                "  version   print the version\n"
@@ -338,6 +470,9 @@ int main(int argc, char** argv) {
   if (cmd == "rm") return cmd_rm(argc, argv);
   if (cmd == "stat") return cmd_stat(argc, argv);
   if (cmd == "gc") return cmd_gc(argc, argv);
+  if (cmd == "inspect") return cmd_inspect(argc, argv);
+  if (cmd == "load") return cmd_load(argc, argv);
+  if (cmd == "save") return cmd_save(argc, argv);
   std::fprintf(stderr, "meshstore: unknown command '%s'\n\n", cmd.c_str());
   print_help(stderr);
   return 2;

@@ -11,6 +11,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libibverbs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev
+  python3 python3-numpy
 )
 
 missing=()

@@ -1,7 +1,10 @@
 // The meshstore command-line tool against a real `meshstore serve` process.
 
+#include <cstdlib>
+#include <cstring>
 #include <regex>
 
+#include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/test_util.hpp"
@@ -63,6 +66,60 @@ TEST_F(ServeTest, ToolsListRemoveAndReportOnARunningStore) {
   EXPECT_EQ(server_->exit_code(), 0) << server_->output();
   EXPECT_NE(server_->output().find("meshstore serve: stopped"), std::string::npos)
       << server_->output();
+}
+
+TEST_F(ServeTest, InspectLoadAndSaveCheckpoints) {
+  char tmpl[] = "/tmp/meshstore-cli-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  std::vector<float> w(16);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) / 4;
+  std::vector<std::uint16_t> b{0x3f80, 0x4000, 0xc040};
+  const std::string file = dir + "/in.safetensors";
+  ASSERT_OK(safetensors::write_file(file,
+                                    {{"layers.0.w", TensorView::of(w.data(), {4, 4})},
+                                     {"b", TensorView(b.data(), DType::bfloat16, {3})}},
+                                    {{"format", "pt"}}));
+  auto inspect = run({"inspect", file}, 0);
+  EXPECT_TRUE(std::regex_search(inspect, std::regex("layers\\.0\\.w +F32 +\\[4, 4\\] +64")))
+      << inspect;
+  EXPECT_TRUE(std::regex_search(inspect, std::regex("  b +BF16 +\\[3\\] +6"))) << inspect;
+  EXPECT_NE(inspect.find("metadata format = pt"), std::string::npos) << inspect;
+  EXPECT_NE(inspect.find("total: 2 tensor(s) in 1 file(s), 70 B (70 bytes)"), std::string::npos)
+      << inspect;
+
+  auto load = run({"load", file, "--prefix", "ckpt", "--store", address_}, 0);
+  EXPECT_NE(load.find("loaded 2 tensor(s), 70 B, from 1 file(s) under 'ckpt/'"), std::string::npos)
+      << load;
+  EXPECT_NE(load.find("load: 100% (70 B of 70 B)"), std::string::npos) << load;
+  auto ls = run({"ls", "ckpt", "--store", address_}, 0);
+  EXPECT_TRUE(std::regex_search(ls, std::regex("ckpt/layers\\.0\\.w +float32 +\\[4, 4\\]"))) << ls;
+
+  // Saved back in shards of at most 64 bytes: two files and the index,
+  // with the original names and bytes.
+  auto save =
+      run({"save", "ckpt", dir + "/out", "--max-shard-size", "64B", "--store", address_}, 0);
+  EXPECT_NE(save.find("saved 2 tensor(s), 70 B, into 2 file(s)"), std::string::npos) << save;
+  auto out = safetensors::open_checkpoint(dir + "/out");
+  ASSERT_OK(out);
+  EXPECT_EQ(out->files.size(), 2u);
+  auto back = out->files[out->weight_map.at("layers.0.w")].view("layers.0.w");
+  ASSERT_OK(back);
+  EXPECT_EQ(std::memcmp(back->data(), w.data(), 64), 0);
+  auto again = run({"inspect", dir + "/out"}, 0);
+  EXPECT_NE(again.find("total: 2 tensor(s) in 2 file(s)"), std::string::npos) << again;
+
+  // Errors: a malformed file, a bad size, a prefix with nothing under it.
+  std::FILE* f = std::fopen((dir + "/bad.safetensors").c_str(), "wb");
+  const std::string truncated = std::string("\x05", 1) + std::string(7, '\0') + "{\"a\":";
+  std::fwrite(truncated.data(), 1, truncated.size(), f);
+  std::fclose(f);
+  auto bad = run({"inspect", dir + "/bad.safetensors"}, 1);
+  EXPECT_NE(bad.find("bad.safetensors': the header is not valid JSON"), std::string::npos) << bad;
+  run({"save", "ckpt", dir + "/x", "--max-shard-size", "lots", "--store", address_}, 2);
+  auto none = run({"save", "nothing", dir + "/y", "--store", address_}, 1);
+  EXPECT_NE(none.find("not_found: save 'nothing': no tensor keys under it"), std::string::npos)
+      << none;
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST_F(ServeTest, ToolsNameAnUnreachableStore) {
