@@ -14,6 +14,9 @@
 // Element i of the global float32 tensor holds i, so every reader checks
 // the box it got, element by element. Each rank prints one line.
 //
+// --box B0:E0,B1:E1 reads that box (rows B0 to E0, columns B1 to E1) on
+// every rank instead of the placement's.
+//
 // --state-dict puts and reads a state dict instead: "w" (the tensor above,
 // sharded), "norm" (a whole float32 tensor of the last dimension's size)
 // and "step" (a value); a reader gets its box of "w" and the whole rest.
@@ -49,7 +52,7 @@ namespace {
       "usage: reshard --store HOST:PORT --mode put|get --shape AxB[xC...] --mesh N[,M...]\n"
       "               --placement S0|S1|R[,...] [--key NAME] [--state-dict]\n"
       "               [--rank R] [--skip-rank R] [--odd dtype|shape|bytes|entries]\n"
-      "               [--expect-error CODE]\n",
+      "               [--expect-error CODE] [--box B0:E0,B1:E1]\n",
       why.c_str());
   std::exit(2);
 }
@@ -134,7 +137,7 @@ meshstore::Tensor norm_of(std::int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string store_addr, mode, shape_s, mesh_s, place_s, key = "resharded", odd, expect;
+  std::string store_addr, mode, shape_s, mesh_s, place_s, key = "resharded", odd, expect, box_s;
   bool state_dict = false;
   int as_rank = -1, skip_rank = -1;
   for (int i = 1; i < argc; ++i) {
@@ -172,6 +175,8 @@ int main(int argc, char** argv) {
       odd = next();
     else if (arg == "--expect-error")
       expect = next();
+    else if (arg == "--box")
+      box_s = next();
     else
       usage("unknown argument '" + arg + "'");
   }
@@ -254,7 +259,18 @@ int main(int argc, char** argv) {
     std::printf("rank %d put %s\n", rank, mine->slice.to_string().c_str());
     return 0;
   }
+  // The box to read: this rank's under the placement, or --box for all.
   auto slice = placement->slice_for(shape, rank);
+  if (!box_s.empty()) {
+    meshstore::Shape offsets, lengths;
+    for (const auto& range : split(box_s, ',')) {
+      const auto ends = dims(range, ':', "box");
+      if (ends.size() != 2 || ends[1] < ends[0]) usage("bad --box range '" + range + "'");
+      offsets.push_back(ends[0]);
+      lengths.push_back(ends[1] - ends[0]);
+    }
+    slice = meshstore::TensorSlice::make(shape, offsets, lengths);
+  }
   if (!slice.ok()) return fail(rank, "slice", slice.status());
   // get: wait (bounded) until the put world's shards cover the tensor,
   // unless an error is what this run is after.

@@ -62,6 +62,16 @@ reshard 4 2,2 S0,S1 4 4 S1 8x12       # 2D -> 1D
 reshard 2 2 R 4 4 R 5x3               # replicated -> replicated
 reshard 4 2,2 R,S0 4 4 S1 8x12        # [Replicate, Shard(0)] on (2, 2) -> Shard(1) on (4)
 
+echo "== 100x100 put by (2, 2) [S0,S1]: boxes inside one shard and across shards"
+"$MESHRUN" -n 4 -- "$RESHARD" --store "$ADDR" --mode put --key h --shape 100x100 --mesh 2,2 \
+  --placement S0,S1 || { echo "put world failed"; exit 1; }
+for box in 10:20,10:30 60:90,51:99 45:55,45:55 0:100,48:52 99:100,0:100 0:100,0:100; do
+  "$RESHARD" --store "$ADDR" --mode get --key h --shape 100x100 --mesh 1 --placement R \
+    --rank 0 --box $box >"$LOG/box" 2>&1 || { cat "$LOG/box"; echo "box $box failed"; exit 1; }
+  cat "$LOG/box"
+  grep -q ' ok$' "$LOG/box" || { echo "box $box was not checked"; exit 1; }
+done
+
 SD=--state-dict reshard 4 2,2 S0,S1 2 2 S1 7x10   # a sharded state dict, 2D -> 1D
 SD=--state-dict reshard 2 2 R 4 2,2 S1,S0 8x12    # replicated -> 2D
 
