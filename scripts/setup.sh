@@ -12,6 +12,7 @@ PACKAGES=(
   libibverbs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
+  clang libclang-rt-dev
   python3 python3-numpy
 )
 
