@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshstore/safetensors.hpp"
+#include "meshstore/state_dict.hpp"
 #include "meshstore/store.hpp"
 
 namespace meshstore {
@@ -69,6 +70,34 @@ struct SaveCheckpointOptions {
 Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix,
                                          const std::string& dir,
                                          const SaveCheckpointOptions& options = {});
+
+// -- state dicts --------------------------------------------------------------
+
+/// Writes a state dict as a checkpoint at `path`: with max_shard_bytes 0 the
+/// file `path` itself, else the directory `path` with shards and the index
+/// (as save_checkpoint). Tensors keep their names. Values, which
+/// safetensors has no type for, are stored as tensors (int64, float64 and
+/// bool as 0-dim I64, F64 and BOOL; bytes and strings as U8) and marked in
+/// the metadata ("meshstore.value.NAME" = "int64", "float64", "bool",
+/// "bytes" or "string"), so load_state_dict gives them back as values
+/// while other readers see plain tensors.
+Result<CheckpointReport> save_state_dict(const StateDict& sd, const std::string& path,
+                                         const SaveCheckpointOptions& options = {});
+
+/// Reads a whole checkpoint (safetensors::open_checkpoint) into a state
+/// dict of owned tensors, in file and offset order, and the values
+/// save_state_dict marked. One copy from the page cache; pages released
+/// as it goes.
+Result<StateDict> load_state_dict(const std::string& path);
+
+/// Fills the caller's state dict from a checkpoint: every entry of `sd`
+/// by name (a tensor: its bytes, or with `boxes` only that box of the
+/// stored tensor; a value: a value save_state_dict marked). Entries are
+/// checked first (missing names, dtypes, shapes, all named in one error)
+/// and nothing is written on error. Names the checkpoint has and `sd` has
+/// not are left alone.
+Status read_state_dict_into(const safetensors::Checkpoint& checkpoint, StateDict& sd,
+                            const std::map<std::string, TensorSlice>& boxes = {});
 
 /// Copies tensor `name` of `checkpoint` into `dst` (shape and dtype of the
 /// tensor, any strides), or with `box` only that box of it (dst: the box's

@@ -158,6 +158,72 @@ TEST(Checkpoint, LoadsChosenTensorsAndReadsBoxesIntoCallerBuffers) {
   EXPECT_ERROR(read_tensor_into(c, "x", dst.view()), Errc::not_found, "has no tensor 'x'");
 }
 
+TEST(Checkpoint, StateDictsRoundTripWithTheirValues) {
+  TempDir dir;
+  const Tensor w = filled(DType::bfloat16, {16, 8}, "w");
+  const Tensor b = filled(DType::float32, {8}, "b");
+  StateDict sd;
+  ASSERT_OK(sd.insert("layer.w", w.view()));
+  ASSERT_OK(sd.insert("layer.b", b.view()));
+  ASSERT_OK(sd.insert("step", Value::int64(1234)));
+  ASSERT_OK(sd.insert("lr", Value::float64(3e-4)));
+  ASSERT_OK(sd.insert("frozen", Value::boolean(true)));
+  ASSERT_OK(sd.insert("config", Value::string("{\"layers\": 1}")));
+  ASSERT_OK(sd.insert("blob", Value::bytes(std::string("\0\1\2", 3))));
+  auto check = [&](const StateDict& got) {
+    ASSERT_EQ(got.size(), sd.size());
+    EXPECT_TRUE(same_bytes(w, got.find("layer.w")->view));
+    EXPECT_TRUE(same_bytes(b, got.find("layer.b")->view));
+    for (const char* v : {"step", "lr", "frozen", "config", "blob"}) {
+      ASSERT_NE(got.find(v), nullptr) << v;
+      ASSERT_FALSE(got.find(v)->is_tensor()) << v;
+      EXPECT_EQ(*got.find(v)->value, *sd.find(v)->value) << v;
+    }
+  };
+  // One file: other readers see the values as plain tensors.
+  const std::string file = dir.path() + "/sd.safetensors";
+  ASSERT_OK(save_state_dict(sd, file));
+  auto loaded = load_state_dict(file);
+  ASSERT_OK(loaded);
+  check(*loaded);
+  auto plain = st::File::open(file).value();
+  EXPECT_EQ(plain.view("step")->dtype(), DType::int64);
+  EXPECT_EQ(plain.view("step")->shape(), Shape{});
+  EXPECT_EQ(plain.header().metadata.at("meshstore.value.step"), "int64");
+  // Shards of at most 64 bytes: every value's mark lies in its own file.
+  SaveCheckpointOptions o;
+  o.max_shard_bytes = 64;
+  auto report = save_state_dict(sd, dir.path() + "/shards", o);
+  ASSERT_OK(report);
+  EXPECT_GT(report->files, 2u);
+  auto sharded = load_state_dict(dir.path() + "/shards");
+  ASSERT_OK(sharded);
+  check(*sharded);
+
+  // Into the caller's state dict, a box of one tensor; errors first.
+  auto c = st::open_checkpoint(file).value();
+  auto rows = Tensor::zeros(DType::bfloat16, {4, 8}).value();
+  StateDict into;
+  ASSERT_OK(into.insert("layer.w", rows));
+  ASSERT_OK(into.insert("step", Value::int64(0)));
+  ASSERT_OK(read_state_dict_into(
+      c, into, {{"layer.w", TensorSlice::make({16, 8}, {4, 0}, {4, 8}).value()}}));
+  EXPECT_EQ(std::memcmp(into.find("layer.w")->view.data(),
+                        static_cast<const std::byte*>(w.data()) + 4 * 8 * 2, 4 * 8 * 2),
+            0);
+  EXPECT_EQ(into.find("step")->value->as_int64(), 1234);
+  StateDict wrong;
+  auto f16 = Tensor::zeros(DType::float16, {8}).value();
+  ASSERT_OK(wrong.insert("layer.b", f16));
+  ASSERT_OK(wrong.insert("ghost", Value::int64(0)));
+  ASSERT_OK(wrong.insert("lr", Tensor::zeros(DType::float64, {}).value()));
+  EXPECT_ERROR(read_state_dict_into(c, wrong), Errc::dtype_mismatch,
+               "'layer.b': stored F32, destination float16; 'ghost' is not in the checkpoint; "
+               "'lr' is a tensor here, a value there");
+  const auto* zero = static_cast<const std::uint16_t*>(wrong.find("layer.b")->view.data());
+  EXPECT_EQ(zero[0], 0);  // untouched
+}
+
 TEST(Checkpoint, SaveRefusesWhatItCannotName) {
   auto store = Store::embedded().value();
   TempDir dir;
