@@ -103,6 +103,15 @@ Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix
   for (auto& k : *listed) {
     if (k.is_object) continue;
     if (k.key == prefix) {
+      // A state dict (put_state_dict) under the prefix: saved as one, by
+      // its entries' names, values and packed entries included.
+      auto sd = store.get_state_dict(prefix).get(options.timeout);
+      if (sd.ok()) {
+        MESHSTORE_RETURN_IF_ERROR(make_dirs(dir));
+        const std::string path = options.max_shard_bytes == 0 ? dir + "/model.safetensors" : dir;
+        return save_state_dict(*sd, path, options);
+      }
+      if (sd.status().code() != Errc::wrong_kind) return sd.status().with_context("save");
       return Status(Errc::invalid_argument,
                     "save '" + prefix + "': key '" + k.key +
                         "' is the prefix itself and has no tensor name relative to it");

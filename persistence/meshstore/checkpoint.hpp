@@ -65,8 +65,11 @@ struct SaveCheckpointOptions {
 /// "P/T" becomes tensor "T", so load then save returns the original names.
 /// Each file is written under a temporary name and renamed when complete;
 /// each tensor is read by get_into straight into the file's pages. Byte
-/// objects are skipped; a key equal to the prefix is refused (it has no
-/// name relative to it). Errc::not_found when no tensor is under `prefix`.
+/// objects are skipped. When `prefix` holds a state dict (put_state_dict),
+/// it is saved as one (save_state_dict of get_state_dict(prefix): entry
+/// names, values and packed entries included; one copy in memory); any
+/// other key equal to the prefix is refused (it has no name relative to
+/// it). Errc::not_found when no tensor is under `prefix`.
 Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix,
                                          const std::string& dir,
                                          const SaveCheckpointOptions& options = {});

@@ -224,6 +224,28 @@ TEST(Checkpoint, StateDictsRoundTripWithTheirValues) {
   EXPECT_EQ(zero[0], 0);  // untouched
 }
 
+TEST(Checkpoint, AStateDictInTheStoreIsSavedAsOne) {
+  // put_state_dict packs small tensors and stores values: the save writes
+  // its entries under their own names, and load_state_dict gives them back.
+  auto store = Store::embedded().value();
+  const Tensor big = filled(DType::float32, {256, 128}, "big");  // stored alone
+  const Tensor small = filled(DType::float32, {4}, "small");     // packed
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", big.view()));
+  ASSERT_OK(sd.insert("small", small.view()));
+  ASSERT_OK(sd.insert("step", Value::int64(9)));
+  ASSERT_OK(store.put_state_dict("opt", sd).get(kWait));
+  TempDir dir;
+  auto r = save_checkpoint(store, "opt", dir.path());
+  ASSERT_OK(r);
+  auto back = load_state_dict(dir.path());
+  ASSERT_OK(back);
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_TRUE(same_bytes(big, back->find("big")->view));
+  EXPECT_TRUE(same_bytes(small, back->find("small")->view));
+  EXPECT_EQ(back->find("step")->value->as_int64(), 9);
+}
+
 TEST(Checkpoint, SaveRefusesWhatItCannotName) {
   auto store = Store::embedded().value();
   TempDir dir;
