@@ -85,13 +85,15 @@ std::string default_store() {
   return "127.0.0.1:" + std::to_string(meshstore::kDefaultStorePort);
 }
 
-// A store connection for the tools: hosts no volume, fails fast.
-meshstore::Result<meshstore::Store> dial(const Args& args) {
+// A store connection for the tools: hosts no volume, fails fast (requests
+// moving data, as load and save make, get `request_timeout`).
+meshstore::Result<meshstore::Store> dial(const Args& args,
+                                         std::chrono::milliseconds request_timeout = 10s) {
   meshstore::StoreOptions o;
   o.local_rank = -1;
   o.host_volumes = false;
   o.connect_timeout = 5s;
-  o.request_timeout = 10s;
+  o.request_timeout = request_timeout;
   if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
   return meshstore::Store::connect(args.get("store", default_store()), o);
 }
@@ -332,23 +334,12 @@ int cmd_inspect(int argc, char** argv) {
   return 0;
 }
 
-// A store connection for load and save: longer requests than the tools'.
-meshstore::Result<meshstore::Store> dial_for_data(const Args& args) {
-  meshstore::StoreOptions o;
-  o.local_rank = -1;
-  o.host_volumes = false;
-  o.connect_timeout = 5s;
-  o.request_timeout = 120s;
-  if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
-  return meshstore::Store::connect(args.get("store", default_store()), o);
-}
-
 int cmd_load(int argc, char** argv) {
   Args args;
   int rc = 0;
   if (!parse_args("load", argc, argv, {"store", "prefix", "log-level"}, args, rc)) return rc;
   if (args.positional.size() != 1) return usage_error("load", "names one file or directory");
-  auto store = dial_for_data(args);
+  auto store = dial(args, 120s);
   if (!store.ok()) {
     std::fprintf(stderr, "meshstore load: %s\n", store.status().to_string().c_str());
     return 1;
@@ -380,7 +371,7 @@ int cmd_save(int argc, char** argv) {
     if (!size.ok()) return usage_error("save", "--max-shard-size: " + size.status().message());
     o.max_shard_bytes = *size;
   }
-  auto store = dial_for_data(args);
+  auto store = dial(args, 120s);
   if (!store.ok()) {
     std::fprintf(stderr, "meshstore save: %s\n", store.status().to_string().c_str());
     return 1;

@@ -652,6 +652,18 @@ SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, 
 // The pattern of version `v` (bf16 bits), every element alike.
 std::uint16_t pattern_of(std::uint64_t v) { return static_cast<std::uint16_t>(0x3f80 + v * 7); }
 
+// A helper process's store: joins the peer's store at --port as rank `rank`,
+// hosting no volume, over the bench's transport.
+meshstore::Store connect_helper(const Args& a, std::int64_t rank, const char* what) {
+  meshstore::StoreOptions o;
+  o.transport = a.transport;
+  o.tcp_streams = a.tcp_streams;
+  o.host_volumes = false;
+  o.local_rank = -1;
+  o.rank = rank;
+  return must(meshstore::Store::connect("127.0.0.1:" + std::to_string(a.port), o), what);
+}
+
 // The reader peer of the end-to-end figure: connects to the store, then for
 // each round waits for the next version under "e2e" (streamed while the
 // writer puts it), notes when its last byte arrived, checks it, and reports
@@ -660,14 +672,7 @@ int run_reader(const Args& a) {
   qwen3::Config config;
   if (!qwen3::find(a.model, config)) usage(("unknown model '" + a.model + "'").c_str());
   if (a.smoke) config.layers = 1;
-  meshstore::StoreOptions o;
-  o.transport = a.transport;
-  o.tcp_streams = a.tcp_streams;
-  o.host_volumes = false;
-  o.local_rank = -1;
-  o.rank = 2;
-  auto store =
-      must(meshstore::Store::connect("127.0.0.1:" + std::to_string(a.port), o), "reader: connect");
+  auto store = connect_helper(a, 2, "reader: connect");
   Dict dst = make_dict(qwen3::tensors(config), 0);
   std::printf("ready\n");
   std::fflush(stdout);
@@ -942,13 +947,7 @@ int run_loader(const Args& a) {
     std::printf("rss %llu\n", static_cast<unsigned long long>(peak_rss()));
     return 0;
   }
-  meshstore::StoreOptions o;
-  o.transport = a.transport;
-  o.host_volumes = false;
-  o.local_rank = -1;
-  o.rank = 3;
-  auto store =
-      must(meshstore::Store::connect("127.0.0.1:" + std::to_string(a.port), o), "loader: connect");
+  auto store = connect_helper(a, 3, "loader: connect");
   meshstore::LoadOptions lo;
   lo.prefix = "ckpt";
   lo.batch_bytes = std::uint64_t{64} << 20;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -17,18 +18,7 @@ namespace {
 namespace st = safetensors;
 using testing::kWait;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/meshstore-ckpt-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // Distinct bytes for every tensor: byte j of a tensor named n holds
 // (j * 13 + n.size()) % 253.

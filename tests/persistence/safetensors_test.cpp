@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "testing/subprocess.hpp"
+#include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -25,20 +26,7 @@ namespace {
 namespace st = safetensors;
 using namespace std::chrono_literals;
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/meshstore-st-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -95,6 +83,18 @@ Tensor reference_tensor(const Ref& r) {
     if (r.dtype == DType::boolean) p[j] &= 1;
   }
   return t;
+}
+
+// Every reference tensor, owned by `tensors`, named.
+std::vector<st::NamedTensor> reference_tensors(std::vector<Tensor>& tensors) {
+  tensors.clear();
+  tensors.reserve(reference().size());
+  std::vector<st::NamedTensor> named;
+  for (const auto& r : reference()) {
+    tensors.push_back(reference_tensor(r));
+    named.push_back(st::NamedTensor{r.name, tensors.back().view()});
+  }
+  return named;
 }
 
 std::string python() { return MESHSTORE_PYTHON; }
@@ -203,11 +203,7 @@ TEST(SafetensorsFile, OpenNamesMissingAndTruncatedFiles) {
 TEST(SafetensorsFile, EveryDtypeRoundTripsBitExact) {
   TempDir dir;
   std::vector<Tensor> tensors;
-  std::vector<st::NamedTensor> named;
-  for (const auto& r : reference()) {
-    tensors.push_back(reference_tensor(r));
-    named.push_back(st::NamedTensor{r.name, tensors.back().view()});
-  }
+  const std::vector<st::NamedTensor> named = reference_tensors(tensors);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> progress;
   const std::string path = dir.file("all.safetensors");
   ASSERT_OK(st::write_file(path, named, kRefMetadata,
@@ -348,11 +344,7 @@ TEST(SafetensorsInterop, FilesWrittenHereReadInTheReferenceReader) {
   if (!have_numpy()) GTEST_SKIP() << python() << " with numpy is not available";
   TempDir dir;
   std::vector<Tensor> tensors;
-  std::vector<st::NamedTensor> named;
-  for (const auto& r : reference()) {
-    tensors.push_back(reference_tensor(r));
-    named.push_back(st::NamedTensor{r.name, tensors.back().view()});
-  }
+  const std::vector<st::NamedTensor> named = reference_tensors(tensors);
   const std::string path = dir.file("cpp.safetensors");
   ASSERT_OK(st::write_file(path, named, kRefMetadata));
   std::string out;
