@@ -105,7 +105,7 @@ TEST(ShmTransport, VolumesCanStayOutOfSharedMemory) {
   o.transport = "shm";
   auto forced = Store::embedded(o).value();
   EXPECT_ERROR(forced.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait), Errc::unsupported,
-               "offers only [tcp, rpc]");
+               "offers only [cma, tcp, rpc]");
 }
 
 TEST(ShmTransport, FullSharedMemoryIsOutOfCapacityNotACrash) {

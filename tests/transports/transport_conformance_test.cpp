@@ -69,7 +69,9 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
     }
     if (n) std::memset(r->data(), 0, n);
     regions_->add(r);
-    return {r, wire::RegionRef{id, n, r->segment(), r->segment_offset()}};
+    wire::RegionRef ref{id, n, r->segment(), r->segment_offset()};
+    EXPECT_OK(server_->describe(*r, ref));  // one-sided transports: the address
+    return {r, ref};
   }
 
   std::unique_ptr<internal::ActorRuntime> runtime_;

@@ -135,6 +135,12 @@ struct VolumeState {
     return object;
   }
 
+  // Lets every one-sided transport server describe `region` in `ref`.
+  Status describe(const transports::Region& region, wire::RegionRef& ref) {
+    for (auto& s : servers) MESHSTORE_RETURN_IF_ERROR(s->describe(region, ref));
+    return Status();
+  }
+
   // Drops object `id`; its memory is freed rather than pooled when `reuse`
   // is false. Readers holding a lease keep it until they close.
   void drop(std::uint64_t id, bool reuse) {
@@ -212,8 +218,13 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
       }
       std::memcpy(region->data(), r.data.data(), r.nbytes);
     }
+    wire::RegionRef ref{id, r.nbytes, region->segment(), region->segment_offset()};
+    if (auto s = st.describe(*region, ref); !s.ok()) {
+      for (auto id2 : staged) st.drop(id2, true);
+      return s.with_context("volume '" + st.config.volume_id + "': stage '" + r.key + "'");
+    }
     st.regions->add(region);
-    out.push_back(wire::RegionRef{id, r.nbytes, region->segment(), region->segment_offset()});
+    out.push_back(std::move(ref));
     object.key = r.key;
     object.owner = owner;
     st.objects.emplace(id, std::move(object));
@@ -335,6 +346,9 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           const auto& region = it->second.region;
           lease.regions.push_back(
               wire::RegionRef{id, region->size(), region->segment(), region->segment_offset()});
+          if (auto s = st.describe(*region, lease.regions.back()); !s.ok()) {
+            return to_caf_error(s.with_context("volume '" + st.config.volume_id + "': open_read"));
+          }
         }
         std::uint64_t total = 0;
         for (const auto& r : lease.regions) total += r.nbytes;

@@ -89,10 +89,13 @@ void to_proto(const RegionRef& x, pb::RegionRef* p) {
   p->set_nbytes(x.nbytes);
   p->set_segment(x.segment);
   p->set_segment_offset(x.segment_offset);
+  p->set_address(x.address);
+  p->set_rkey(x.rkey);
 }
 
 RegionRef from_proto(const pb::RegionRef& p) {
-  return RegionRef{p.region_id(), p.nbytes(), p.segment(), p.segment_offset()};
+  return RegionRef{p.region_id(),      p.nbytes(),  p.segment(),
+                   p.segment_offset(), p.address(), p.rkey()};
 }
 
 }  // namespace

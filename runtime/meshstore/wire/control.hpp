@@ -79,6 +79,11 @@ struct RegionRef {
   std::string segment;
   /// Where the region starts inside `segment`.
   std::uint64_t segment_offset = 0;
+  /// One-sided transports (cma, rdma): the region's address in the
+  /// volume's process, set by TransportServer::describe (0 = not described).
+  std::uint64_t address = 0;
+  /// rdma: the remote key of the region's memory registration.
+  std::uint64_t rkey = 0;
 };
 
 /// Objects pinned for reading until close_read(lease_id); or, for a small

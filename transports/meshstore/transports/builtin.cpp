@@ -1,5 +1,6 @@
 // The transports built into this binary. Each transport target contributes
 // one factory; optional ones (rdma, cuda) join here through CMake when built.
+#include "meshstore/transports/cma/cma_transport.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/rpc/rpc_transport.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
@@ -13,6 +14,7 @@ TransportRegistry& builtin_registry() {
     (void)r->add(rpc::rpc_factory());
     (void)r->add(shm::shm_factory());
     (void)r->add(tcp::tcp_factory());
+    (void)r->add(cma::cma_factory());
     return r;
   }();
   return *registry;

@@ -100,6 +100,17 @@ class TransportServer {
   /// Where the volume must allocate region memory for this transport to
   /// reach it (shm: shared memory), or nullptr when any memory will do.
   virtual std::shared_ptr<RegionAllocator> allocator() const { return nullptr; }
+  /// One-sided transports: fills in what a client needs to reach `region`
+  /// directly (its address; rdma: the key of its registration) in the
+  /// descriptor `ref` the volume is about to send. The volume calls it for
+  /// every region it hands out (stage, open_read), and keeps the region
+  /// alive as long as the protocol lets a client touch it (staged until
+  /// commit or release, leased until close_read). Others leave it alone.
+  virtual Status describe(const Region& region, wire::RegionRef& ref) {
+    (void)region;
+    (void)ref;
+    return Status();
+  }
   /// Stops serving and releases every actor handle it holds.
   virtual void shutdown() = 0;
 };

@@ -1,0 +1,132 @@
+#include "meshstore/transports/one_sided.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
+#include "meshstore/transports/copy_engine.hpp"
+#include "meshstore/transports/region.hpp"
+
+namespace meshstore::transports::one_sided {
+
+Result<std::vector<Piece>> plan(const wire::RegionRef& ref, std::uint64_t offset, std::byte* local,
+                                std::size_t n, std::size_t chunk, const char* what) {
+  MESHSTORE_RETURN_IF_ERROR(check_range(ref.region_id, ref.nbytes, offset, n, what));
+  std::vector<Piece> out;
+  if (n == 0) return out;
+  if (ref.address == 0) {
+    // The volume describes every region it hands out (stage, open_read).
+    return Status(Errc::not_found,
+                  std::string(what) + " of region " + std::to_string(ref.region_id) +
+                      ": the volume never described it (gone, or never handed out)");
+  }
+  if (chunk == 0) chunk = n;
+  out.reserve((n + chunk - 1) / chunk);
+  for (std::size_t at = 0; at < n; at += chunk) {
+    out.push_back(Piece{local + at, ref.address + offset + at, ref.rkey, std::min(chunk, n - at)});
+  }
+  return out;
+}
+
+namespace {
+
+// The state of one transfer run over several batches.
+struct Run {
+  std::vector<Piece> pieces;
+  MoveBatch move;
+  Promise<void> promise{Status(Errc::internal, "one-sided transfer dropped")};
+  std::atomic<std::size_t> left{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;  // guards error
+  Status error;
+
+  void batch_done(const Status& s) {
+    if (!s.ok() && !failed.exchange(true)) {
+      std::lock_guard<std::mutex> lock(mu);
+      error = s;
+    }
+    if (left.fetch_sub(1) != 1) return;
+    if (failed.load()) {
+      std::lock_guard<std::mutex> lock(mu);
+      promise.set_error(error);
+    } else {
+      promise.set_value();
+    }
+  }
+};
+
+}  // namespace
+
+Future<void> run(std::vector<Piece> pieces, std::size_t batch, std::size_t inline_below,
+                 MoveBatch move) {
+  if (pieces.empty()) return make_ready_future();
+  if (batch == 0) batch = 1;
+  std::size_t total = 0;
+  for (const auto& p : pieces) total += p.length;
+  if (total < inline_below) {
+    for (std::size_t i = 0; i < pieces.size(); i += batch) {
+      auto s = move(pieces.data() + i, std::min(batch, pieces.size() - i));
+      if (!s.ok()) return make_error_future<void>(std::move(s));
+    }
+    return make_ready_future();
+  }
+  auto r = std::make_shared<Run>();
+  r->pieces = std::move(pieces);
+  r->move = std::move(move);
+  auto fut = r->promise.future();
+  const std::size_t batches = (r->pieces.size() + batch - 1) / batch;
+  r->left.store(batches);
+  auto& engine = CopyEngine::instance();
+  for (std::size_t i = 0; i < r->pieces.size(); i += batch) {
+    const std::size_t count = std::min(batch, r->pieces.size() - i);
+    (void)engine.run([r, i, count] {
+      // After a failure the remaining batches are skipped: the caller's
+      // memory is not touched once the error is known.
+      r->batch_done(r->failed.load() ? Status() : r->move(r->pieces.data() + i, count));
+    });
+  }
+  return fut;
+}
+
+RegistrationCache::RegistrationCache(Register reg, Deregister dereg)
+    : register_(std::move(reg)), deregister_(std::move(dereg)) {}
+
+RegistrationCache::~RegistrationCache() {
+  for (const auto& [data, e] : entries_) deregister_(e.key);
+}
+
+Result<std::uint64_t> RegistrationCache::key_for(std::byte* data, std::size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(data);
+  if (it != entries_.end()) {
+    if (it->second.length == n) return it->second.key;
+    // The same start with another length: memory reused for another size.
+    deregister_(it->second.key);
+    entries_.erase(it);
+  }
+  auto key = register_(data, n);
+  if (!key.ok()) return key.status();
+  entries_.emplace(data, Entry{n, *key});
+  ++made_;
+  return *key;
+}
+
+void RegistrationCache::forget(std::byte* data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(data);
+  if (it == entries_.end()) return;
+  deregister_(it->second.key);
+  entries_.erase(it);
+}
+
+std::size_t RegistrationCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::uint64_t RegistrationCache::registrations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return made_;
+}
+
+}  // namespace meshstore::transports::one_sided
