@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -280,7 +281,7 @@ class RawTcp {
 
 // -- the peer process: holds the store and its volume ----------------------
 
-int run_peer() {
+int run_peer(const Args& a) {
   meshstore::StoreOptions o;
   o.listen = "127.0.0.1:0";
   o.local_rank = -1;
@@ -288,8 +289,11 @@ int run_peer() {
   std::uint16_t raw_port = 0;
   const int lfd = raw_listen(raw_port);
   std::thread(raw_serve, lfd).detach();
-  std::printf("ready %u %u\n", static_cast<unsigned>(store.port()),
-              static_cast<unsigned>(raw_port));
+  // The bare cross-memory-attach baseline reads and writes this buffer.
+  std::vector<std::uint8_t> cma_buffer(a.bytes_given ? a.bytes : 0, 1);
+  std::printf("ready %u %u %lld %llu\n", static_cast<unsigned>(store.port()),
+              static_cast<unsigned>(raw_port), static_cast<long long>(getpid()),
+              static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(cma_buffer.data())));
   std::fflush(stdout);
   // Until the bench closes our stdin (or dies).
   char c;
@@ -304,6 +308,8 @@ struct Peer {
   int to_child = -1;
   std::uint16_t store_port = 0;
   std::uint16_t raw_port = 0;
+  pid_t cma_pid = 0;  // the peer's process and its baseline buffer
+  std::uint64_t cma_address = 0;
   ~Peer() {
     if (to_child >= 0) close(to_child);
     if (pid > 0) {
@@ -345,17 +351,28 @@ std::unique_ptr<Peer> spawn_peer(std::vector<std::string> args, FILE** from_out)
   return peer;
 }
 
-std::unique_ptr<Peer> start_peer() {
+// The peer holds a buffer of `cma_bytes` for the bare cross-memory-attach
+// baseline (0: none).
+std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0) {
   FILE* from = nullptr;
-  auto peer = spawn_peer({"--peer", "serve"}, &from);
+  std::vector<std::string> args{"--peer", "serve"};
+  if (cma_bytes > 0) {
+    args.push_back("--bytes");
+    args.push_back(std::to_string(cma_bytes) + "B");
+  }
+  auto peer = spawn_peer(args, &from);
   unsigned sp = 0, rp = 0;
-  if (std::fscanf(from, "ready %u %u", &sp, &rp) != 2) {
+  long long pid = 0;
+  unsigned long long address = 0;
+  if (std::fscanf(from, "ready %u %u %lld %llu", &sp, &rp, &pid, &address) != 4) {
     std::fprintf(stderr, "store_bench: the peer process did not start\n");
     std::exit(1);
   }
   std::fclose(from);
   peer->store_port = static_cast<std::uint16_t>(sp);
   peer->raw_port = static_cast<std::uint16_t>(rp);
+  peer->cma_pid = static_cast<pid_t>(pid);
+  peer->cma_address = address;
   return peer;
 }
 
@@ -371,7 +388,8 @@ Session open_session(const Args& a) {
   o.transport = a.transport;
   o.tcp_streams = a.tcp_streams;
   if (a.processes == 1) return Session{nullptr, must(meshstore::Store::embedded(o), "embedded")};
-  auto peer = start_peer();
+  const std::size_t n = a.smoke ? (std::size_t{4} << 20) : a.bytes;
+  auto peer = start_peer(a.transport == "cma" && a.scenario == "single" ? n : 0);
   o.host_volumes = false;
   o.local_rank = -1;
   o.rank = 1;
@@ -405,6 +423,34 @@ void run_single(const Args& a) {
     for (int i = 0; i < iters; ++i) {
       tcp_send_t.push_back(raw.send(src.data(), n));
       tcp_recv_t.push_back(raw.recv(scratch.data(), n));
+    }
+  }
+  // cma: bare process_vm_writev / readv of the same bytes to and from the
+  // peer's buffer, one call each, as a program without a store would.
+  std::vector<double> cma_write_t, cma_read_t;
+  if (session.peer && session.peer->cma_address != 0) {
+    auto bare = [&](bool write) {
+      iovec local{write ? static_cast<void*>(src.data()) : static_cast<void*>(scratch.data()), n};
+      iovec remote{reinterpret_cast<void*>(session.peer->cma_address), n};
+      const auto t0 = Clock::now();
+      std::size_t done = 0;
+      while (done < n) {
+        iovec l{static_cast<char*>(local.iov_base) + done, n - done};
+        iovec r{static_cast<char*>(remote.iov_base) + done, n - done};
+        const ssize_t got = write ? process_vm_writev(session.peer->cma_pid, &l, 1, &r, 1, 0)
+                                  : process_vm_readv(session.peer->cma_pid, &l, 1, &r, 1, 0);
+        if (got <= 0) {
+          std::perror("store_bench: bare process_vm_readv/writev");
+          std::exit(1);
+        }
+        done += static_cast<std::size_t>(got);
+      }
+      return secs(t0);
+    };
+    bare(true);  // the peer's buffer is touched already; this warms ours
+    for (int i = 0; i < iters; ++i) {
+      cma_write_t.push_back(bare(true));
+      cma_read_t.push_back(bare(false));
     }
   }
   auto t0 = Clock::now();
@@ -449,6 +495,13 @@ void run_single(const Args& a) {
           "\"get_into_vs_raw_tcp\":%.3f",
           gb / ts, gb / tr, ts / p, tr / gi);
     }
+    if (!cma_read_t.empty()) {
+      const double cw = median(cma_write_t), cr = median(cma_read_t);
+      std::printf(
+          ",\"process_vm_writev_gbps\":%.3f,\"process_vm_readv_gbps\":%.3f,"
+          "\"put_vs_process_vm_writev\":%.3f,\"get_into_vs_process_vm_readv\":%.3f",
+          gb / cw, gb / cr, cw / p, cr / gi);
+    }
     std::printf("}\n");
     return;
   }
@@ -471,6 +524,13 @@ void run_single(const Args& a) {
   row("put (warm)", p, ts);
   row("get_into", gi, tr);
   row("get (allocates)", g, tr);
+  if (!cma_read_t.empty()) {
+    const double cw = median(cma_write_t), cr = median(cma_read_t);
+    std::printf("  bare process_vm_writev %.4f s (%.2f GB/s): put (warm) %.2f x of it\n", cw,
+                gb / cw, cw / p);
+    std::printf("  bare process_vm_readv  %.4f s (%.2f GB/s): get_into %.2f x of it\n", cr, gb / cr,
+                cr / gi);
+  }
 }
 
 // -- reshard: a tensor put as 2 row shards, read as 4 column shards --------
@@ -1100,14 +1160,14 @@ void run_safetensors_load(const Args& a) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  if (a.peer == "serve") return run_peer();
+  if (a.peer == "serve") return run_peer(a);
   if (a.peer == "read") return run_reader(a);
   if (a.peer == "load") return run_loader(a);
   if (!a.peer.empty()) usage("unknown --peer role");
   signal(SIGPIPE, SIG_IGN);
   if (a.smoke) {
     // Every scenario over the same-host and the cross-host data planes.
-    for (const char* transport : {"shm", "tcp"}) {
+    for (const char* transport : {"shm", "tcp", "cma"}) {
       Args s = a;
       s.transport = transport;
       s.scenario = "single";
