@@ -208,6 +208,8 @@ int cmd_rm(int argc, char** argv) {
   return failures == 0 ? 0 : 1;
 }
 
+void print_transport_status(const char* indent);
+
 int cmd_stat(int argc, char** argv) {
   Args args;
   int rc = 0;
@@ -238,6 +240,7 @@ int cmd_stat(int argc, char** argv) {
                 static_cast<unsigned long long>(c->streams),
                 static_cast<unsigned long long>(c->stream_readers));
   }
+  print_transport_status("");
   std::printf("%-32s %14s %14s %8s %7s %7s\n", "VOLUME", "HELD", "CAPACITY", "OBJECTS", "STAGED",
               "LEASES");
   for (const auto& s : *stats) {
@@ -420,6 +423,17 @@ void print_help(std::FILE* out) {
                meshstore::version(), meshstore::kDefaultStorePort, meshstore::kDefaultStorePort);
 }
 
+// The transports that cannot run in this process, and why (rdma without
+// a device).
+void print_transport_status(const char* indent) {
+  for (const auto& [name, status] : meshstore::Store::transport_status()) {
+    if (!status.ok()) {
+      std::printf("%s%s unavailable on this host: %s\n", indent, name.c_str(),
+                  status.message().c_str());
+    }
+  }
+}
+
 void print_info() {
   std::printf("meshstore %s\n", meshstore::version());
   std::printf("  CAF         %d.%d.%d\n", CAF_VERSION / 10000, (CAF_VERSION / 100) % 100,
@@ -430,8 +444,9 @@ void print_info() {
   std::printf("  transports ");
   for (const auto& t : meshstore::Store::available_transports()) std::printf(" %s", t.c_str());
   std::printf("\n");
+  print_transport_status("  ");
   std::printf("  RDMA build  %s\n",
-              MESHSTORE_BUILD_RDMA ? "libibverbs found (transport not written yet)" : "off");
+              MESHSTORE_BUILD_RDMA ? "libibverbs found: the rdma transport is built" : "off");
   std::printf("  CUDA build  %s\n",
               MESHSTORE_BUILD_CUDA ? "toolkit found (transport not written yet)" : "off");
 }

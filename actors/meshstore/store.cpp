@@ -157,8 +157,13 @@ Status StoreOptions::validate() const {
     }
   }
   if (!transport.empty()) {
-    if (auto f = transports::builtin_registry().find(transport); !f.ok()) {
-      return bad("transport: " + f.status().message());
+    auto f = transports::builtin_registry().find(transport);
+    if (!f.ok()) return bad("transport: " + f.status().message());
+    if (f->available) {
+      if (auto s = f->available(); !s.ok()) {
+        return Status(Errc::unsupported, "StoreOptions: transport '" + transport +
+                                             "' is unavailable here: " + s.message());
+      }
     }
   }
   if (auto s = transport_config(*this).validate(); !s.ok()) return bad(s.message());
@@ -2208,6 +2213,16 @@ Future<ControllerCounters> Store::controller_counters() {
 
 std::vector<std::string> Store::available_transports() {
   return transports::builtin_registry().names();
+}
+
+std::vector<std::pair<std::string, Status>> Store::transport_status() {
+  std::vector<std::pair<std::string, Status>> out;
+  const auto& registry = transports::builtin_registry();
+  for (const auto& name : registry.names()) {
+    auto f = registry.find(name);
+    out.emplace_back(name, f.ok() && f->available ? f->available() : f.status());
+  }
+  return out;
 }
 
 void Store::close() {

@@ -489,6 +489,9 @@ class Store {
 
   /// Names of the transports built into this binary, preferred first.
   static std::vector<std::string> available_transports();
+  /// Each transport built into this binary with whether it can run in this
+  /// process: ok, or why not (rdma: "no RDMA device: ...").
+  static std::vector<std::pair<std::string, Status>> transport_status();
 
   /// Stops the store. Calls still in flight end with Errc::shutdown (never a
   /// hang); later calls fail with Errc::shutdown at once. Idempotent.

@@ -272,8 +272,15 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   o.strategy = "random";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "unknown strategy 'random'");
   o = StoreOptions{};
-  o.transport = "rdma";
-  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "no transport named 'rdma'");
+  o.transport = "carrier-pigeon";
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "no transport named 'carrier-pigeon'");
+  for (const auto& [name, status] : Store::transport_status()) {
+    if (status.ok()) continue;  // rdma on a host without a device
+    o = StoreOptions{};
+    o.transport = name;
+    EXPECT_ERROR(Store::embedded(o), Errc::unsupported,
+                 "transport '" + name + "' is unavailable here: " + status.message());
+  }
   o = StoreOptions{};
   o.log_level = "chatty";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "chatty");

@@ -43,6 +43,9 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
     config_.shm_parallel_copy_bytes = 1 << 20;
     config_.request_timeout = 20s;
     auto factory = builtin_registry().find(GetParam()).value();
+    if (factory.available) {
+      if (auto s = factory.available(); !s.ok()) GTEST_SKIP() << GetParam() << ": " << s.message();
+    }
     one_sided_ = factory.capabilities.one_sided;
     ServerContext sc{&runtime_->system(), regions_, config_, "v", "127.0.0.1"};
     server_ = factory.make_server(sc).value();
@@ -225,6 +228,9 @@ INSTANTIATE_TEST_SUITE_P(Built, TransportConformance,
 class StoreOverTransport : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    for (const auto& [name, status] : Store::transport_status()) {
+      if (name == GetParam() && !status.ok()) GTEST_SKIP() << name << ": " << status.message();
+    }
     StoreOptions o;
     o.transport = GetParam();
     store_ = std::make_unique<Store>(Store::embedded(o).value());

@@ -68,6 +68,18 @@ class RegionPool {
   const std::uint64_t max_bytes_;
 };
 
+// The servers to tell when region memory is freed for good (rdma drops its
+// registration); the memory's deleters hold this weakly, since they may run
+// after the volume is gone.
+struct FreeHooks {
+  std::mutex mu;                                      // guards servers
+  std::vector<transports::TransportServer*> servers;  // cleared before they go
+  void forget(const std::byte* data) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto* s : servers) s->forget(data);
+  }
+};
+
 struct VolumeState {
   static inline const char* name = "meshstore.volume";
 
@@ -86,7 +98,13 @@ struct VolumeState {
   std::uint64_t next_object_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
+  std::shared_ptr<FreeHooks> free_hooks = std::make_shared<FreeHooks>();
+
   ~VolumeState() {
+    {
+      std::lock_guard<std::mutex> lock(free_hooks->mu);
+      free_hooks->servers.clear();
+    }
     for (auto& s : servers) s->shutdown();
   }
 
@@ -95,14 +113,31 @@ struct VolumeState {
   std::shared_ptr<transports::RegionAllocator> allocator;
 
   // Memory for a new region: reused from the pool, else freshly allocated.
+  // Pooled memory keeps what one-sided servers registered for it; memory
+  // freed for good tells them first (FreeHooks).
   Result<transports::RegionMemory> fresh_memory(std::uint64_t nbytes) {
     if (auto m = pool->take(nbytes)) return std::move(*m);
-    if (allocator) return allocator->allocate(nbytes);
-    auto memory = internal::allocate_aligned(nbytes);
-    if (!memory) {
-      return Status(Errc::out_of_capacity, "cannot allocate " + std::to_string(nbytes) + " bytes");
+    transports::RegionMemory m;
+    if (allocator) {
+      auto a = allocator->allocate(nbytes);
+      if (!a.ok()) return a.status();
+      m = std::move(a).value();
+    } else {
+      auto memory = internal::allocate_aligned(nbytes);
+      if (!memory) {
+        return Status(Errc::out_of_capacity,
+                      "cannot allocate " + std::to_string(nbytes) + " bytes");
+      }
+      m = transports::RegionMemory{std::move(memory), "", 0};
     }
-    return transports::RegionMemory{std::move(memory), "", 0};
+    std::weak_ptr<FreeHooks> hooks = free_hooks;
+    std::byte* raw = m.memory.get();
+    m.memory =
+        std::shared_ptr<std::byte>(raw, [inner = std::move(m.memory), hooks](std::byte* p) mutable {
+          if (auto h = hooks.lock()) h->forget(p);
+          inner.reset();
+        });
+    return m;
   }
 
   // A new object's region (not yet in `objects`); `reusable` tells its
@@ -297,6 +332,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
+  for (const auto& server : st.servers) st.free_hooks->servers.push_back(server.get());
   for (const auto& server : st.servers) {
     if (auto a = server->allocator()) {
       st.allocator = std::move(a);
@@ -427,6 +463,19 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
   for (const auto& name : names) {
     auto f = registry.find(name);
     if (!f.ok()) return abandon(f.status());
+    if (f->available) {
+      // An unavailable transport (rdma without a device) is not offered,
+      // and said so once per process; clients that force it are told why.
+      if (auto s = f->available(); !s.ok()) {
+        static std::mutex mu;
+        static std::set<std::string> told;
+        std::lock_guard<std::mutex> lock(mu);
+        if (told.insert(name).second) {
+          log::get("volume")->info("transport '{}' is not offered: {}", name, s.message());
+        }
+        continue;
+      }
+    }
     auto server = f->make_server(transports::ServerContext{
         &sys, setup->regions, config.transport_config, config.volume_id, config.bind_host});
     if (!server.ok())

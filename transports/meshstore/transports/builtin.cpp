@@ -5,6 +5,9 @@
 #include "meshstore/transports/rpc/rpc_transport.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
 #include "meshstore/transports/tcp/tcp_transport.hpp"
+#if MESHSTORE_HAVE_RDMA
+#include "meshstore/transports/rdma/rdma_transport.hpp"
+#endif
 
 namespace meshstore::transports {
 
@@ -15,6 +18,9 @@ TransportRegistry& builtin_registry() {
     (void)r->add(shm::shm_factory());
     (void)r->add(tcp::tcp_factory());
     (void)r->add(cma::cma_factory());
+#if MESHSTORE_HAVE_RDMA
+    (void)r->add(rdma::rdma_factory());
+#endif
     return r;
   }();
   return *registry;

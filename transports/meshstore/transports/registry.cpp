@@ -93,9 +93,16 @@ Result<EndpointInfo> select_transport(const TransportRegistry& registry,
     return Status();
   };
   if (!forced.empty()) {
-    if (auto f = registry.find(forced); !f.ok()) {
+    auto f = registry.find(forced);
+    if (!f.ok()) {
       return Status(Errc::unsupported,
                     "transport '" + forced + "' was forced but " + f.status().message());
+    }
+    if (f->available) {
+      if (auto s = f->available(); !s.ok()) {
+        return Status(Errc::unsupported,
+                      "transport '" + forced + "' was forced but is unavailable: " + s.message());
+      }
     }
     for (const auto& e : offered) {
       if (e.transport != forced) continue;

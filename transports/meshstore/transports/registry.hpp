@@ -24,6 +24,10 @@ struct TransportFactory {
   /// Whether a client in this process can use `endpoint` (shm: same host
   /// and user). Empty = always. The error says why not.
   std::function<Status(const EndpointInfo& endpoint)> can_serve;
+  /// Whether the transport can run in this process at all (rdma: a device
+  /// exists). Empty = always. Volumes skip an unavailable transport unless
+  /// it was asked for by name; the error says why.
+  std::function<Status()> available;
 };
 
 /// The transports a process knows. Transports register themselves here (see

@@ -111,6 +111,10 @@ class TransportServer {
     (void)ref;
     return Status();
   }
+  /// The memory starting at `data` is about to be freed for good (not
+  /// pooled): a one-sided server drops what it registered for it (rdma:
+  /// the memory registration). May be called from any thread.
+  virtual void forget(const std::byte* data) { (void)data; }
   /// Stops serving and releases every actor handle it holds.
   virtual void shutdown() = 0;
 };

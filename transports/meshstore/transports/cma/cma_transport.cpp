@@ -204,7 +204,7 @@ class CmaTransport final : public Transport {
 TransportFactory cma_factory() {
   TransportFactory f;
   f.name = "cma";
-  f.priority = 15;
+  f.priority = 18;
   f.capabilities.one_sided = true;
   f.capabilities.same_host_only = true;
   f.capabilities.max_chunk_bytes = kChunk;

@@ -12,7 +12,7 @@
 // namespace, running as the same user; the kernel must let the client
 // attach (ptrace access: kernel.yama.ptrace_scope 0, or 1 with the
 // volume's PR_SET_PTRACER_ANY, which the server sets). Selected when shm
-// is off or cannot serve (priority 15: below shm, above tcp), or forced.
+// is off or cannot serve (priority 18: below shm, above rdma and tcp), or forced.
 // Errors: EPERM (another user, a ptrace policy) -> Errc::unavailable naming
 // the cause; ESRCH (the volume's process is gone, or a new process has its
 // pid) -> Errc::unavailable; EFAULT on the volume's side (a region no longer

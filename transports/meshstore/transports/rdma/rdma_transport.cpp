@@ -1,0 +1,533 @@
+#include "meshstore/transports/rdma/rdma_transport.hpp"
+
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "meshstore/logging.hpp"
+#include "meshstore/transports/host_identity.hpp"
+#include "meshstore/transports/one_sided.hpp"
+
+namespace meshstore::transports::rdma {
+namespace {
+
+using rdma_connect_atom = caf::atom_constant<caf::atom("rdma_conn")>;
+
+// Bytes per work request, requests per post, queue pairs per client-volume
+// pair and the depth of each queue.
+constexpr std::size_t kChunk = std::size_t{1} << 20;
+constexpr std::size_t kBatch = 16;
+constexpr int kQueuePairs = 2;
+constexpr int kDepth = 64;
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+// The device, port and GID index this process uses, from the environment.
+struct Choice {
+  std::string device;  // "" = the first
+  int port = 1;
+  int gid_index = 0;
+};
+
+Choice choice() {
+  Choice c;
+  c.device = env_or("MESHSTORE_RDMA_DEVICE", "");
+  c.port = std::atoi(env_or("MESHSTORE_RDMA_PORT", "1").c_str());
+  c.gid_index = std::atoi(env_or("MESHSTORE_RDMA_GID_INDEX", "0").c_str());
+  return c;
+}
+
+// An opened device: context and protection domain, shared by every server
+// and client of the process. Closed with its last user.
+class Device {
+ public:
+  static Result<std::shared_ptr<Device>> shared() {
+    static std::mutex mu;
+    static std::weak_ptr<Device> cached;
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto d = cached.lock()) return d;
+    auto d = open();
+    if (!d.ok()) return d.status();
+    cached = *d;
+    return d;
+  }
+  ~Device() {
+    if (pd) ibv_dealloc_pd(pd);
+    if (ctx) ibv_close_device(ctx);
+  }
+
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_port_attr port_attr{};
+  ibv_gid gid{};
+  Choice where;
+  std::string name;
+
+ private:
+  static Result<std::shared_ptr<Device>> open() {
+    const Choice c = choice();
+    int n = 0;
+    errno = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    const int e = errno;
+    if (!list || n == 0) {
+      if (list) ibv_free_device_list(list);
+      return Status(Errc::unavailable,
+                    std::string("no RDMA device: ibv_get_device_list found none") +
+                        (e ? " (" + std::string(std::strerror(e)) + ")" : ""));
+    }
+    ibv_device* dev = nullptr;
+    for (int i = 0; i < n && !dev; ++i) {
+      if (c.device.empty() || c.device == ibv_get_device_name(list[i])) dev = list[i];
+    }
+    if (!dev) {
+      ibv_free_device_list(list);
+      return Status(Errc::unavailable, "no RDMA device named '" + c.device + "'");
+    }
+    auto d = std::make_shared<Device>();
+    d->where = c;
+    d->name = ibv_get_device_name(dev);
+    d->ctx = ibv_open_device(dev);
+    ibv_free_device_list(list);
+    if (!d->ctx) return Status(Errc::unavailable, "rdma: cannot open device '" + d->name + "'");
+    if (ibv_query_port(d->ctx, static_cast<std::uint8_t>(c.port), &d->port_attr) != 0) {
+      return Status(Errc::unavailable,
+                    "rdma: cannot query port " + std::to_string(c.port) + " of '" + d->name + "'");
+    }
+    if (d->port_attr.state != IBV_PORT_ACTIVE) {
+      return Status(Errc::unavailable, "rdma: port " + std::to_string(c.port) + " of '" + d->name +
+                                           "' is not active (" +
+                                           ibv_port_state_str(d->port_attr.state) + ")");
+    }
+    if (ibv_query_gid(d->ctx, static_cast<std::uint8_t>(c.port), c.gid_index, &d->gid) != 0) {
+      return Status(Errc::unavailable, "rdma: no GID " + std::to_string(c.gid_index) + " on port " +
+                                           std::to_string(c.port) + " of '" + d->name + "'");
+    }
+    d->pd = ibv_alloc_pd(d->ctx);
+    if (!d->pd) return Status(Errc::unavailable, "rdma: cannot allocate a protection domain");
+    return d;
+  }
+};
+
+// Memory registrations of the device's protection domain, by buffer; the
+// cache's key is the ibv_mr pointer (lkey and rkey live in it).
+std::unique_ptr<one_sided::RegistrationCache> make_registrations(std::shared_ptr<Device> d) {
+  return std::make_unique<one_sided::RegistrationCache>(
+      [d](std::byte* data, std::size_t n) -> Result<std::uint64_t> {
+        ibv_mr* mr = ibv_reg_mr(d->pd, data, n, kAccess);
+        if (!mr) {
+          const int e = errno;
+          return Status(Errc::out_of_capacity,
+                        "rdma: cannot register " + std::to_string(n) + " bytes (" +
+                            std::strerror(e) + "; raise the memlock limit: ulimit -l unlimited)");
+        }
+        return reinterpret_cast<std::uint64_t>(mr);
+      },
+      [d](std::uint64_t key) { ibv_dereg_mr(reinterpret_cast<ibv_mr*>(key)); });
+}
+
+const ibv_mr* mr_of(std::uint64_t key) { return reinterpret_cast<const ibv_mr*>(key); }
+
+// One queue pair with its own completion queue.
+struct QueuePair {
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  std::uint32_t psn = 0;
+  ~QueuePair() {
+    if (qp) ibv_destroy_qp(qp);
+    if (cq) ibv_destroy_cq(cq);
+  }
+};
+
+// What one side tells the other of a queue pair: qpn, lid, psn, gid (two
+// halves), as five numbers.
+std::vector<std::uint64_t> describe_qp(const Device& d, const QueuePair& q) {
+  std::uint64_t hi = 0, lo = 0;
+  std::memcpy(&hi, d.gid.raw, 8);
+  std::memcpy(&lo, d.gid.raw + 8, 8);
+  return {q.qp->qp_num, d.port_attr.lid, q.psn, hi, lo};
+}
+
+Result<std::unique_ptr<QueuePair>> make_qp(const Device& d) {
+  auto q = std::make_unique<QueuePair>();
+  q->cq = ibv_create_cq(d.ctx, kDepth, nullptr, nullptr, 0);
+  if (!q->cq) return Status(Errc::unavailable, "rdma: cannot create a completion queue");
+  ibv_qp_init_attr init{};
+  init.send_cq = q->cq;
+  init.recv_cq = q->cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = kDepth;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  q->qp = ibv_create_qp(d.pd, &init);
+  if (!q->qp) return Status(Errc::unavailable, "rdma: cannot create a queue pair");
+  static std::mt19937 rng(std::random_device{}());
+  q->psn = rng() & 0xffffff;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = static_cast<std::uint8_t>(d.where.port);
+  a.qp_access_flags = kAccess;
+  if (ibv_modify_qp(q->qp, &a,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+    return Status(Errc::unavailable, "rdma: queue pair to INIT failed");
+  }
+  return q;
+}
+
+// Connects `q` to the peer's queue pair `peer` (describe_qp's five numbers).
+Status connect_qp(const Device& d, QueuePair& q, const std::uint64_t* peer) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = d.port_attr.active_mtu;
+  a.dest_qp_num = static_cast<std::uint32_t>(peer[0]);
+  a.rq_psn = static_cast<std::uint32_t>(peer[2]);
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 12;
+  a.ah_attr.dlid = static_cast<std::uint16_t>(peer[1]);
+  a.ah_attr.port_num = static_cast<std::uint8_t>(d.where.port);
+  if (d.port_attr.link_layer == IBV_LINK_LAYER_ETHERNET) {  // RoCE: routed by GID
+    a.ah_attr.is_global = 1;
+    std::memcpy(a.ah_attr.grh.dgid.raw, &peer[3], 8);
+    std::memcpy(a.ah_attr.grh.dgid.raw + 8, &peer[4], 8);
+    a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(d.where.gid_index);
+    a.ah_attr.grh.hop_limit = 64;
+  }
+  if (ibv_modify_qp(q.qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+    return Status(Errc::unavailable, "rdma: queue pair to RTR failed");
+  }
+  ibv_qp_attr r{};
+  r.qp_state = IBV_QPS_RTS;
+  r.timeout = 14;
+  r.retry_cnt = 7;
+  r.rnr_retry = 7;
+  r.sq_psn = q.psn;
+  r.max_rd_atomic = 16;
+  if (ibv_modify_qp(q.qp, &r,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)) {
+    return Status(Errc::unavailable, "rdma: queue pair to RTS failed");
+  }
+  return Status();
+}
+
+// -- the volume's side -------------------------------------------------------------
+
+// Answers a client's queue pairs with its own, connected to them. The
+// responder's queue pairs need no polling: READ and WRITE complete in the
+// NIC. They live until the server shuts down.
+struct ServerState {
+  std::shared_ptr<Device> device;
+  std::mutex mu;  // guards qps
+  std::deque<std::unique_ptr<QueuePair>> qps;
+};
+
+caf::behavior connector(caf::event_based_actor* self, std::shared_ptr<ServerState> st) {
+  (void)self;
+  return {
+      [st](rdma_connect_atom,
+           const std::vector<std::uint64_t>& theirs) -> caf::result<std::vector<std::uint64_t>> {
+        if (theirs.empty() || theirs.size() % 5 != 0) {
+          return caf::make_error(caf::sec::invalid_argument, "rdma_connect: malformed");
+        }
+        std::vector<std::uint64_t> ours;
+        std::lock_guard<std::mutex> lock(st->mu);
+        for (std::size_t i = 0; i < theirs.size(); i += 5) {
+          auto q = make_qp(*st->device);
+          if (!q.ok()) return caf::make_error(caf::sec::runtime_error, q.status().message());
+          if (auto s = connect_qp(*st->device, **q, &theirs[i]); !s.ok()) {
+            return caf::make_error(caf::sec::runtime_error, s.message());
+          }
+          auto mine = describe_qp(*st->device, **q);
+          ours.insert(ours.end(), mine.begin(), mine.end());
+          st->qps.push_back(std::move(q).value());
+        }
+        return ours;
+      },
+  };
+}
+
+class RdmaServer final : public TransportServer {
+ public:
+  RdmaServer(caf::actor_system& sys, std::shared_ptr<Device> device)
+      : state_(std::make_shared<ServerState>()), registrations_(make_registrations(device)) {
+    state_->device = std::move(device);
+    actor_ = sys.spawn(connector, state_);
+    endpoint_.transport = "rdma";
+    endpoint_.actor = caf::actor_cast<caf::strong_actor_ptr>(actor_);
+    endpoint_.host_id = host_identity();
+    endpoint_.address = state_->device->name;
+  }
+  std::string_view name() const noexcept override { return "rdma"; }
+  EndpointInfo endpoint() const override { return endpoint_; }
+  Status describe(const Region& region, wire::RegionRef& ref) override {
+    if (region.size() == 0) return Status();
+    auto key = registrations_->key_for(region.data(), region.size());
+    if (!key.ok()) return key.status();
+    ref.address = reinterpret_cast<std::uint64_t>(region.data());
+    ref.rkey = mr_of(*key)->rkey;
+    return Status();
+  }
+  void forget(const std::byte* data) override {
+    registrations_->forget(const_cast<std::byte*>(data));
+  }
+  void shutdown() override {
+    if (actor_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+    actor_ = nullptr;
+    endpoint_.actor = nullptr;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->qps.clear();
+  }
+
+ private:
+  std::shared_ptr<ServerState> state_;
+  std::unique_ptr<one_sided::RegistrationCache> registrations_;
+  caf::actor actor_;
+  EndpointInfo endpoint_;
+};
+
+// -- the client's side ---------------------------------------------------------------
+
+class RdmaTransport final : public Transport {
+ public:
+  RdmaTransport(const ClientContext& ctx, std::shared_ptr<Device> device, EndpointInfo ep)
+      : system_(ctx.system),
+        config_(ctx.config),
+        device_(std::move(device)),
+        endpoint_(std::move(ep)),
+        registrations_(make_registrations(device_)) {}
+  ~RdmaTransport() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.clear();
+    qps_.clear();
+  }
+
+  std::string_view name() const noexcept override { return "rdma"; }
+  Capabilities capabilities() const noexcept override {
+    Capabilities c;
+    c.one_sided = true;
+    c.max_chunk_bytes = kChunk;
+    return c;
+  }
+  Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
+                     std::size_t n) override {
+    return transfer(IBV_WR_RDMA_WRITE, dst, offset, const_cast<std::byte*>(src), n);
+  }
+  Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
+                    std::size_t n) override {
+    return transfer(IBV_WR_RDMA_READ, src, offset, dst, n);
+  }
+
+ private:
+  Future<void> transfer(ibv_wr_opcode op, const wire::RegionRef& ref, std::uint64_t offset,
+                        std::byte* local, std::size_t n) {
+    const char* what = op == IBV_WR_RDMA_WRITE ? "rdma write" : "rdma read";
+    auto pieces = one_sided::plan(ref, offset, local, n, kChunk, what);
+    if (!pieces.ok()) return make_error_future<void>(pieces.status());
+    if (pieces->empty()) return make_ready_future();
+    // The caller's buffer, registered once (cached by buffer).
+    auto key = registrations_->key_for(local, n);
+    if (!key.ok()) return make_error_future<void>(key.status());
+    const std::uint32_t lkey = mr_of(*key)->lkey;
+    const std::uint64_t region = ref.region_id;
+    // Always on the copy engine's threads: connecting blocks, polling spins.
+    return one_sided::run(std::move(pieces).value(), kBatch, 0,
+                          [this, op, lkey, region, what](const one_sided::Piece* p, std::size_t k) {
+                            return post_and_wait(op, lkey, region, what, p, k);
+                          });
+  }
+
+  // A connected queue pair for this batch (connecting them on first use).
+  Result<QueuePair*> acquire() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (qps_.empty()) {
+      lock.unlock();
+      MESHSTORE_RETURN_IF_ERROR(connect());
+      lock.lock();
+    }
+    cv_.wait(lock, [&] { return !idle_.empty(); });
+    QueuePair* q = idle_.front();
+    idle_.pop_front();
+    return q;
+  }
+  void release(QueuePair* q) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle_.push_back(q);
+    }
+    cv_.notify_one();
+  }
+
+  // Creates kQueuePairs queue pairs and connects them to the volume's,
+  // exchanging their descriptions through the volume's server actor.
+  Status connect() {
+    std::lock_guard<std::mutex> once(connect_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!qps_.empty()) return Status();
+    }
+    std::vector<std::unique_ptr<QueuePair>> made;
+    std::vector<std::uint64_t> mine;
+    for (int i = 0; i < kQueuePairs; ++i) {
+      auto q = make_qp(*device_);
+      if (!q.ok()) return q.status();
+      auto d = describe_qp(*device_, **q);
+      mine.insert(mine.end(), d.begin(), d.end());
+      made.push_back(std::move(q).value());
+    }
+    auto server = caf::actor_cast<caf::actor>(endpoint_.actor);
+    if (!server || !system_)
+      return Status(Errc::unavailable, "rdma: the volume's endpoint is gone");
+    std::vector<std::uint64_t> theirs;
+    Status failed;
+    {
+      caf::scoped_actor self{*system_};
+      self->request(server, config_.request_timeout, rdma_connect_atom::value, mine)
+          .receive([&](const std::vector<std::uint64_t>& r) { theirs = r; },
+                   [&](caf::error& e) {
+                     failed = Status(
+                         Errc::unavailable,
+                         "rdma: connecting queue pairs to the volume failed: " + caf::to_string(e));
+                   });
+    }
+    if (!failed.ok()) return failed;
+    if (theirs.size() != mine.size()) {
+      return Status(Errc::protocol_error, "rdma: the volume answered " +
+                                              std::to_string(theirs.size() / 5) +
+                                              " queue pairs for " + std::to_string(made.size()));
+    }
+    for (std::size_t i = 0; i < made.size(); ++i) {
+      MESHSTORE_RETURN_IF_ERROR(connect_qp(*device_, *made[i], &theirs[5 * i]));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& q : made) {
+      idle_.push_back(q.get());
+      qps_.push_back(std::move(q));
+    }
+    cv_.notify_all();
+    return Status();
+  }
+
+  // Posts one batch of work requests (only the last signalled) and polls
+  // its completion queue until they are done.
+  Status post_and_wait(ibv_wr_opcode op, std::uint32_t lkey, std::uint64_t region, const char* what,
+                       const one_sided::Piece* p, std::size_t k) {
+    auto q = acquire();
+    if (!q.ok()) return q.status();
+    std::vector<ibv_sge> sge(k);
+    std::vector<ibv_send_wr> wr(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      sge[i].addr = reinterpret_cast<std::uint64_t>(p[i].local);
+      sge[i].length = static_cast<std::uint32_t>(p[i].length);
+      sge[i].lkey = lkey;
+      wr[i] = ibv_send_wr{};
+      wr[i].wr_id = i;
+      wr[i].sg_list = &sge[i];
+      wr[i].num_sge = 1;
+      wr[i].opcode = op;
+      wr[i].send_flags = i + 1 == k ? IBV_SEND_SIGNALED : 0;
+      wr[i].wr.rdma.remote_addr = p[i].remote;
+      wr[i].wr.rdma.rkey = static_cast<std::uint32_t>(p[i].key);
+      wr[i].next = i + 1 < k ? &wr[i + 1] : nullptr;
+    }
+    ibv_send_wr* bad = nullptr;
+    Status s;
+    if (ibv_post_send((*q)->qp, wr.data(), &bad) != 0) {
+      s = Status(Errc::transport_error, std::string(what) + " of region " + std::to_string(region) +
+                                            ": ibv_post_send failed");
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + config_.request_timeout;
+      for (;;) {
+        ibv_wc wc{};
+        const int got = ibv_poll_cq((*q)->cq, 1, &wc);
+        if (got < 0) {
+          s = Status(Errc::transport_error, std::string(what) + ": ibv_poll_cq failed");
+          break;
+        }
+        if (got == 1) {
+          if (wc.status != IBV_WC_SUCCESS) {
+            s = Status(wc.status == IBV_WC_REM_ACCESS_ERR ? Errc::not_found : Errc::transport_error,
+                       std::string(what) + " of region " + std::to_string(region) +
+                           ": completion failed: " + ibv_wc_status_str(wc.status));
+          }
+          break;
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          s = Status(Errc::timeout, std::string(what) + " of region " + std::to_string(region) +
+                                        ": no completion within the request timeout");
+          break;
+        }
+      }
+    }
+    release(*q);
+    return s;
+  }
+
+  caf::actor_system* system_;
+  TransportConfig config_;
+  std::shared_ptr<Device> device_;
+  EndpointInfo endpoint_;
+  std::unique_ptr<one_sided::RegistrationCache> registrations_;
+  std::mutex connect_mu_;
+  std::mutex mu_;  // guards qps_, idle_
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<QueuePair>> qps_;
+  std::deque<QueuePair*> idle_;
+};
+
+}  // namespace
+
+Status availability() {
+  static const Status status = [] {
+    auto d = Device::shared();
+    return d.ok() ? Status() : d.status();
+  }();
+  return status;
+}
+
+TransportFactory rdma_factory() {
+  TransportFactory f;
+  f.name = "rdma";
+  f.priority = 16;
+  f.capabilities.one_sided = true;
+  f.capabilities.max_chunk_bytes = kChunk;
+  f.available = [] { return availability(); };
+  f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
+    if (!ctx.system) return Status(Errc::invalid_argument, "rdma server: incomplete context");
+    auto d = Device::shared();
+    if (!d.ok()) return d.status();
+    return std::unique_ptr<TransportServer>(std::make_unique<RdmaServer>(*ctx.system, *d));
+  };
+  f.make_client = [](const ClientContext& ctx,
+                     const EndpointInfo& ep) -> Result<std::unique_ptr<Transport>> {
+    MESHSTORE_RETURN_IF_ERROR(ctx.config.validate());
+    if (ep.transport != "rdma" || !ep.actor) {
+      return Status(Errc::invalid_argument, "rdma client: endpoint is not an rdma endpoint");
+    }
+    auto d = Device::shared();
+    if (!d.ok()) return d.status();
+    return std::unique_ptr<Transport>(std::make_unique<RdmaTransport>(ctx, *d, ep));
+  };
+  // On one host shm and cma rank higher; forced, rdma runs there too (the
+  // NIC loops back), which is how its tests run on one machine.
+  f.can_serve = [](const EndpointInfo&) -> Status { return availability(); };
+  return f;
+}
+
+}  // namespace meshstore::transports::rdma
