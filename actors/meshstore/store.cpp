@@ -7,6 +7,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -24,6 +25,7 @@
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/memory.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -663,6 +665,51 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
 
 namespace {
 
+// Large scratch buffers (a state dict's packed buckets when putting, the
+// scratch it is read into when getting), reused by the next call of the
+// same size: a fresh 40 MB buffer costs a page fault per 4 KiB on every
+// call (the first touch of memory runs at about 1 GB/s on the reference
+// VM). Process-wide, bounded; a buffer goes back when its last user lets go.
+class ScratchPool {
+ public:
+  static ScratchPool& instance() {
+    static auto* pool = new ScratchPool();  // never destroyed: buffers may come back late
+    return *pool;
+  }
+  // A buffer of `n` bytes (contents unspecified), or nullptr.
+  std::shared_ptr<std::byte> take(std::size_t n) {
+    std::shared_ptr<std::byte> raw;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(n);
+      if (it != free_.end()) {
+        raw = std::move(it->second);
+        free_.erase(it);
+        free_bytes_ -= n;
+      }
+    }
+    if (!raw) raw = internal::allocate_aligned(n);
+    if (!raw) return nullptr;
+    std::byte* p = raw.get();
+    return std::shared_ptr<std::byte>(
+        p, [this, raw, n](std::byte*) mutable { give(n, std::move(raw)); });
+  }
+
+ private:
+  void give(std::size_t n, std::shared_ptr<std::byte> raw) {
+    if (n < kMinBytes) return;  // small: malloc is cheap, nothing to keep
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_bytes_ + n > kMaxBytes) return;  // freed now
+    free_bytes_ += n;
+    free_.emplace(n, std::move(raw));
+  }
+  static constexpr std::size_t kMinBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxBytes = std::size_t{1} << 30;
+  std::mutex mu_;  // guards free_, free_bytes_
+  std::multimap<std::size_t, std::shared_ptr<std::byte>> free_;
+  std::size_t free_bytes_ = 0;
+};
+
 // A put item whose bytes the item owns (an object, or a uint8 tensor of
 // bytes the store made: a manifest, a packed blob, a value).
 actors::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind) {
@@ -1112,11 +1159,13 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   if (whole_too) p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
   // Small tensors travel packed into buckets: one object, one transfer and
   // one region at the volume per bucket instead of one each.
-  std::vector<std::string> blobs(whole_too ? m.buckets() : 0);
+  // Buckets come from the scratch pool; every byte of them is written
+  // (the alignment gaps zeroed), so a reused buffer leaks nothing stale.
+  std::vector<std::shared_ptr<std::byte>> blobs(whole_too ? m.buckets() : 0);
+  std::vector<std::uint64_t> filled(blobs.size(), 0);  // bytes written so far, per bucket
   for (std::size_t b = 0; b < blobs.size(); ++b) {
-    try {
-      blobs[b].assign(m.bucket_bytes(b), '\0');
-    } catch (const std::bad_alloc&) {
+    blobs[b] = ScratchPool::instance().take(m.bucket_bytes(b));
+    if (!blobs[b]) {
       return Status(
           Errc::out_of_capacity,
           op + ": cannot allocate " + std::to_string(m.bucket_bytes(b)) + " bytes to pack");
@@ -1126,11 +1175,17 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
     const auto& me = m.entries[i];
     if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
     const std::size_t b = m.bucket_of(me.offset);
-    MESHSTORE_RETURN_IF_ERROR(
-        cast_to(sd.entries()[i].view, me.dtype, blobs[b].data() + (me.offset - m.bucket_begin(b))));
+    const std::uint64_t at = me.offset - m.bucket_begin(b);
+    if (at > filled[b]) std::memset(blobs[b].get() + filled[b], 0, at - filled[b]);
+    MESHSTORE_RETURN_IF_ERROR(cast_to(sd.entries()[i].view, me.dtype, blobs[b].get() + at));
+    filled[b] = at + me.nbytes();
   }
   for (std::size_t b = 0; b < blobs.size(); ++b) {
-    p->call.items.push_back(bytes_item(blob_key("", b), std::move(blobs[b]), tensor));
+    const std::uint64_t n = m.bucket_bytes(b);
+    if (n > filled[b]) std::memset(blobs[b].get() + filled[b], 0, n - filled[b]);
+    TensorView view(blobs[b].get(), DType::uint8, {static_cast<std::int64_t>(n)});
+    p->call.items.push_back(
+        actors::PutItem{blob_key("", b), view, tensor, std::shared_ptr<const void>(blobs[b])});
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];
@@ -1399,9 +1454,14 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   into.dsts.push_back(plan->manifest_copy.view());
   if (m.packed_bytes > 0) {
     // One scratch blob; each bucket is read into its range of it.
-    auto blob = scratch(static_cast<std::int64_t>(m.packed_bytes));
-    if (!blob.ok()) return blob.status();
-    plan->blob = std::move(blob).value();
+    // Reused from call to call (ScratchPool): no page faults per read.
+    auto storage = ScratchPool::instance().take(m.packed_bytes);
+    if (!storage) {
+      return Status(Errc::out_of_capacity, op + ": cannot allocate " +
+                                               std::to_string(m.packed_bytes) + " bytes to unpack");
+    }
+    plan->blob = Tensor::wrap(std::move(storage), DType::uint8,
+                              {static_cast<std::int64_t>(m.packed_bytes)}, false);
     for (std::size_t b = 0; b < m.buckets(); ++b) {
       into.keys.push_back(blob_key(key, b));
       into.dsts.push_back(TensorView(static_cast<std::byte*>(plan->blob.data()) + m.bucket_begin(b),

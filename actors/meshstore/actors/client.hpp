@@ -27,8 +27,9 @@ struct PutItem {
   std::string key;
   TensorView view;
   wire::ObjectKind kind = wire::ObjectKind::tensor;
-  /// Keeps an object's bytes alive while they move (put_object).
-  std::shared_ptr<const std::string> owned_bytes;
+  /// Keeps the bytes the item owns alive while they move (put_object, a
+  /// packed bucket, a cast copy).
+  std::shared_ptr<const void> owned_bytes;
   /// A shard: `view` is this box of the key's global tensor. The key
   /// commits once its shards cover the tensor (the controller's put_shards).
   std::optional<TensorSlice> slice = std::nullopt;
