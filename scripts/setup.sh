@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   clang libclang-rt-dev
+  redis-server libhiredis-dev
   python3 python3-numpy
 )
 

@@ -41,6 +41,11 @@
 #include "meshstore/store.hpp"
 #include "qwen3_shapes.hpp"
 
+#if MESHSTORE_HAVE_HIREDIS
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#endif
+
 extern char** environ;
 
 using namespace std::chrono_literals;
@@ -50,15 +55,20 @@ namespace {
 
 struct Args {
   std::vector<std::string> workloads{"tensor", "qwen", "small"};
-  std::vector<std::string> contenders{"memcpy",        "tcp",           "safetensors-shm",
-                                      "meshstore-shm", "meshstore-cma", "meshstore-tcp",
-                                      "meshstore-rpc"};
+  std::vector<std::string> contenders {
+    "memcpy", "tcp", "safetensors-shm",
+#if MESHSTORE_HAVE_HIREDIS
+        "redis",
+#endif
+        "meshstore-shm", "meshstore-cma", "meshstore-tcp", "meshstore-rpc"
+  };
   int iters = 3;
   bool smoke = false;
   std::string out = "peer_bench_results";
   // internal: the reader's part
   std::string role, contender, workload;
   int port = 0;
+  std::string redis_socket;
 };
 
 [[noreturn]] void die(const std::string& why) {
@@ -113,6 +123,8 @@ Args parse(int argc, char** argv) {
       a.workload = next();
     else if (arg == "--port")
       a.port = std::atoi(next().c_str());
+    else if (arg == "--redis-socket")
+      a.redis_socket = next();
     else
       die("unknown argument '" + arg + "' (see the comment at the top of peer_bench.cpp)");
   }
@@ -189,6 +201,115 @@ std::string shm_path(const std::string& workload, pid_t writer) {
   return "/dev/shm/peer_bench." + std::to_string(writer) + "." + workload + ".safetensors";
 }
 
+// -- redis ------------------------------------------------------------------------
+
+#if MESHSTORE_HAVE_HIREDIS
+// Values go to Redis in pieces of this size (Redis caps a value at 512 MB;
+// its users split tensors into pieces of a few MiB), pipelined in windows.
+constexpr std::size_t kRedisPiece = std::size_t{4} << 20;
+constexpr std::size_t kRedisWindow = 16;
+
+// A Redis server the benchmark starts for itself on a unix socket in a
+// temporary directory, persistence off; stopped and removed with this.
+struct RedisServer {
+  pid_t pid = -1;
+  std::string dir, socket;
+  RedisServer() {
+    char tmpl[] = "/tmp/peer_bench-redis-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    socket = dir + "/redis.sock";
+    std::vector<std::string> args{"redis-server",
+                                  "--port",
+                                  "0",
+                                  "--unixsocket",
+                                  socket,
+                                  "--unixsocketperm",
+                                  "700",
+                                  "--save",
+                                  "",
+                                  "--appendonly",
+                                  "no",
+                                  "--dir",
+                                  dir,
+                                  "--logfile",
+                                  dir + "/redis.log",
+                                  "--daemonize",
+                                  "no"};
+    std::vector<char*> argv;
+    for (auto& x : args) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    if (posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
+      die("cannot start redis-server (apt-get install redis-server)");
+    }
+    for (int i = 0; i < 1000; ++i) {  // bounded: 10 s
+      if (redisContext* c = redisConnectUnix(socket.c_str()); c && !c->err) {
+        redisFree(c);
+        return;
+      } else if (c) {
+        redisFree(c);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    die("redis-server did not come up on " + socket);
+  }
+  ~RedisServer() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+    std::system(("rm -rf '" + dir + "'").c_str());
+  }
+};
+
+redisContext* redis_connect(const std::string& socket) {
+  redisContext* c = redisConnectUnix(socket.c_str());
+  if (!c || c->err) die("redis connect: " + std::string(c ? c->errstr : "no context"));
+  return c;
+}
+
+// SETs (write) or GETs every piece of `w`'s tensors, pipelined in windows.
+void redis_move(redisContext* c, Workload& w, bool write) {
+  struct Piece {
+    std::string key;
+    char* data;
+    std::size_t n;
+  };
+  std::vector<Piece> window;
+  auto flush = [&] {
+    for (const auto& p : window) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK || !r) die("redis reply: " + std::string(c->errstr));
+      auto* reply = static_cast<redisReply*>(r);
+      if (write && reply->type != REDIS_REPLY_STATUS) die("redis SET " + p.key + " failed");
+      if (!write) {
+        if (reply->type != REDIS_REPLY_STRING || static_cast<std::size_t>(reply->len) != p.n) {
+          die("redis GET " + p.key + " returned no value of the right size");
+        }
+        std::memcpy(p.data, reply->str, p.n);  // hiredis's reply buffer -> ours
+      }
+      freeReplyObject(reply);
+    }
+    window.clear();
+  };
+  for (std::size_t t = 0; t < w.buffers.size(); ++t) {
+    auto* base = reinterpret_cast<char*>(w.buffers[t].data());
+    const std::size_t bytes = w.buffers[t].size() * 2;
+    for (std::size_t at = 0, i = 0; at < bytes; at += kRedisPiece, ++i) {
+      Piece p{"t" + std::to_string(t) + "." + std::to_string(i), base + at,
+              std::min(kRedisPiece, bytes - at)};
+      if (write) {
+        redisAppendCommand(c, "SET %b %b", p.key.data(), p.key.size(), p.data, p.n);
+      } else {
+        redisAppendCommand(c, "GET %b", p.key.data(), p.key.size());
+      }
+      window.push_back(std::move(p));
+      if (window.size() == kRedisWindow) flush();
+    }
+  }
+  flush();
+}
+#endif
+
 // -- the reader process (B) ------------------------------------------------------
 
 bool read_exact(int fd, void* p, std::size_t n) {
@@ -249,6 +370,9 @@ int run_reader(const Args& a) {
     std::printf("ready\n");
     std::fflush(stdout);
   }
+#if MESHSTORE_HAVE_HIREDIS
+  redisContext* redis = a.contender == "redis" ? redis_connect(a.redis_socket) : nullptr;
+#endif
   char line[256];
   std::uint64_t seen = 0;
   while (std::fgets(line, sizeof(line), stdin)) {
@@ -258,6 +382,10 @@ int run_reader(const Args& a) {
       for (auto& b : w.buffers) {
         if (!read_exact(conn, b.data(), b.size() * 2)) die("reader: tcp recv");
       }
+#if MESHSTORE_HAVE_HIREDIS
+    } else if (a.contender == "redis") {
+      redis_move(redis, w, false);
+#endif
     } else if (a.contender == "safetensors-shm") {
       auto f =
           must(meshstore::safetensors::File::open(shm_path(a.workload, getppid())), "reader: open");
@@ -276,6 +404,9 @@ int run_reader(const Args& a) {
   if (conn >= 0) ::close(conn);
   if (listener >= 0) ::close(listener);
   if (store) store->close();
+#if MESHSTORE_HAVE_HIREDIS
+  if (redis) redisFree(redis);
+#endif
   return 0;
 }
 
@@ -293,13 +424,18 @@ struct Reader {
 };
 
 std::unique_ptr<Reader> spawn_reader(const Args& a, const std::string& contender,
-                                     const std::string& workload, int port) {
+                                     const std::string& workload, int port,
+                                     const std::string& redis_socket) {
   int in[2], out[2];
   if (::pipe(in) != 0 || ::pipe(out) != 0) die("pipe");
   std::vector<std::string> args{"/proc/self/exe", "--role",  "reader",
                                 "--contender",    contender, "--workload",
                                 workload,         "--port",  std::to_string(port)};
   if (a.smoke) args.push_back("--smoke");
+  if (!redis_socket.empty()) {
+    args.push_back("--redis-socket");
+    args.push_back(redis_socket);
+  }
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -362,7 +498,17 @@ double run_contender(const Args& a, const std::string& contender, Workload& w) {
     store = std::make_unique<meshstore::Store>(must(meshstore::Store::embedded(o), "A: store"));
     port = store->port();
   }
-  auto reader = spawn_reader(a, contender, w.name, port);
+  std::string redis_socket;
+#if MESHSTORE_HAVE_HIREDIS
+  std::unique_ptr<RedisServer> redis_server;
+  redisContext* redis = nullptr;
+  if (contender == "redis") {
+    redis_server = std::make_unique<RedisServer>();
+    redis_socket = redis_server->socket;
+    redis = redis_connect(redis_socket);
+  }
+#endif
+  auto reader = spawn_reader(a, contender, w.name, port, redis_socket);
   const std::string ready = read_line(reader->from, "ready");
   int conn = -1;
   if (contender == "tcp") {
@@ -383,7 +529,15 @@ double run_contender(const Args& a, const std::string& contender, Workload& w) {
     if (store)
       subscribes = must(store->controller_counters().get(30s), "counters").stream_subscribes;
     std::int64_t t0 = 0;
-    if (contender == "safetensors-shm") {
+    if (contender == "redis") {
+      // Every piece SET (pipelined), then the reader GETs them.
+      t0 = now_ns();
+#if MESHSTORE_HAVE_HIREDIS
+      redis_move(redis, w, true);
+#endif
+      std::fprintf(reader->to, "round %d\n", r);
+      std::fflush(reader->to);
+    } else if (contender == "safetensors-shm") {
       // The file is written first, then the reader is told to read it.
       t0 = now_ns();
       std::vector<meshstore::safetensors::NamedTensor> named;
@@ -425,6 +579,9 @@ double run_contender(const Args& a, const std::string& contender, Workload& w) {
   if (conn >= 0) ::close(conn);
   reader.reset();
   if (store) store->close();
+#if MESHSTORE_HAVE_HIREDIS
+  if (redis) redisFree(redis);
+#endif
   std::remove(shm_path(w.name, getpid()).c_str());
   return median(times);
 }
@@ -434,6 +591,10 @@ std::string describe(const std::string& contender) {
   if (contender == "tcp") return "raw TCP stream on loopback, TCP_NODELAY, one send per tensor";
   if (contender == "safetensors-shm") {
     return "A writes a safetensors file in /dev/shm (meshstore's writer), B maps it and copies";
+  }
+  if (contender == "redis") {
+    return "Redis 7 on a unix socket, persistence off: A SETs 4 MiB pieces, B GETs them, both "
+           "pipelined 16 at a time (hiredis)";
   }
   return "meshstore over " + contender.substr(10) +
          ": A publishes (publish_state_dict), B streams it (get_next_state_dict_into)";
@@ -445,6 +606,15 @@ int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.role == "reader") return run_reader(a);
   if (!a.role.empty()) die("unknown --role");
+  for (const auto& c : a.contenders) {
+    const bool known = c == "memcpy" || c == "tcp" || c == "safetensors-shm" ||
+                       c.rfind("meshstore-", 0) == 0
+#if MESHSTORE_HAVE_HIREDIS
+                       || c == "redis"
+#endif
+        ;
+    if (!known) die("unknown or unbuilt contender '" + c + "'");
+  }
   std::map<std::string, std::map<std::string, double>> seconds;  // workload -> contender -> s
   std::map<std::string, std::uint64_t> bytes;
   for (const auto& wname : a.workloads) {
