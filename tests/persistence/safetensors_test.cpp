@@ -219,7 +219,9 @@ TEST(SafetensorsFile, EveryDtypeRoundTripsBitExact) {
     ASSERT_OK(v);
     EXPECT_EQ(v->dtype(), tensors[i].dtype()) << named[i].name;
     EXPECT_EQ(v->shape(), tensors[i].shape()) << named[i].name;
-    EXPECT_EQ(std::memcmp(v->data(), tensors[i].data(), tensors[i].nbytes()), 0) << named[i].name;
+    EXPECT_TRUE(tensors[i].nbytes() == 0 ||
+                std::memcmp(v->data(), tensors[i].data(), tensors[i].nbytes()) == 0)
+        << named[i].name;
     // Aligned to its element size within the file.
     const auto* info = f->header().find(named[i].name);
     EXPECT_EQ((f->header().data_start + info->begin) % dtype_size(info->dtype), 0u);
@@ -367,7 +369,8 @@ TEST(SafetensorsInterop, FilesTheReferenceWriterWritesLoadHere) {
     EXPECT_EQ(v->dtype(), r.dtype) << r.name;
     EXPECT_EQ(v->shape(), r.shape) << r.name;
     const Tensor want = reference_tensor(r);
-    EXPECT_EQ(std::memcmp(v->data(), want.data(), want.nbytes()), 0) << r.name;
+    EXPECT_TRUE(want.nbytes() == 0 || std::memcmp(v->data(), want.data(), want.nbytes()) == 0)
+        << r.name;
   }
 }
 
