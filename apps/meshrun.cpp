@@ -16,12 +16,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -54,21 +56,45 @@ int parse_int(const std::string& flag, const char* text, int lo, int hi) {
 }
 
 // A free TCP port on 127.0.0.1 (the kernel picks it; released for the ranks).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
+// Whether a listener could bind 127.0.0.1:`port` now (as CAF binds, with
+// SO_REUSEADDR, so a port in TIME_WAIT counts as free).
+bool bindable(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 29500;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   close(fd);
-  return port;
+  return ok;
+}
+
+// A MASTER_PORT for this launch. Ranks derive service ports from it (the
+// store listens at MASTER_PORT + 1), so the next few ports must be free
+// too, and all of them below the kernel's ephemeral range, where no
+// outgoing connection can take one between now and the ranks' bind (an
+// ephemeral MASTER_PORT once collided that way under parallel tests).
+int free_port() {
+  constexpr int kServices = 4;  // MASTER_PORT .. MASTER_PORT + 3
+  int ephemeral_low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    std::fclose(f);
+  }
+  const int lo = 20000, hi = std::max(lo + 1000, ephemeral_low - kServices - 1);
+  std::mt19937 rng(
+      static_cast<unsigned>(getpid()) ^
+      static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    const int port = lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo));
+    bool all = true;
+    for (int k = 0; k < kServices && all; ++k) all = bindable(port + k);
+    if (all) return port;
+  }
+  return 29500;
 }
 
 struct Stream {
