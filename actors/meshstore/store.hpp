@@ -97,10 +97,12 @@ struct StoreOptions {
   /// Store::connect(): host the volumes the store's strategy places in this
   /// process (per_host, per_local_rank). Tools that only look set false.
   bool host_volumes = true;
-  /// Force a transport by name ("shm", "tcp", "rpc"); empty =
+  /// Force a transport by name ("shm", "cma", "rdma", "tcp", "rpc"); empty =
   /// MESHSTORE_TRANSPORT, else the best one for each client-volume pair
-  /// (shm on one host, tcp across hosts, rpc as the fallback). A forced
-  /// transport that cannot serve a pair is an error, never a fallback.
+  /// (shm, else cma, on one host; rdma, else tcp, across hosts; rpc as the
+  /// fallback). A forced transport that cannot serve a pair is an error,
+  /// never a fallback; one that cannot run here (rdma without a device) is
+  /// Errc::unsupported at the store's start.
   std::string transport;
   /// tcp: connections per client-volume pair, in [1, 16].
   int tcp_streams = 2;
