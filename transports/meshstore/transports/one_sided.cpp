@@ -1,9 +1,9 @@
 #include "meshstore/transports/one_sided.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <memory>
 
+#include "meshstore/transports/completion.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/region.hpp"
 
@@ -30,29 +30,15 @@ Result<std::vector<Piece>> plan(const wire::RegionRef& ref, std::uint64_t offset
 
 namespace {
 
-// The state of one transfer run over several batches.
+// One transfer run over several batches.
 struct Run {
+  Run(std::vector<Piece> p, MoveBatch m, std::size_t batches)
+      : pieces(std::move(p)),
+        move(std::move(m)),
+        done(batches, Status(Errc::internal, "one-sided transfer dropped")) {}
   std::vector<Piece> pieces;
   MoveBatch move;
-  Promise<void> promise{Status(Errc::internal, "one-sided transfer dropped")};
-  std::atomic<std::size_t> left{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;  // guards error
-  Status error;
-
-  void batch_done(const Status& s) {
-    if (!s.ok() && !failed.exchange(true)) {
-      std::lock_guard<std::mutex> lock(mu);
-      error = s;
-    }
-    if (left.fetch_sub(1) != 1) return;
-    if (failed.load()) {
-      std::lock_guard<std::mutex> lock(mu);
-      promise.set_error(error);
-    } else {
-      promise.set_value();
-    }
-  }
+  PartedTransfer done;
 };
 
 }  // namespace
@@ -70,19 +56,16 @@ Future<void> run(std::vector<Piece> pieces, std::size_t batch, std::size_t inlin
     }
     return make_ready_future();
   }
-  auto r = std::make_shared<Run>();
-  r->pieces = std::move(pieces);
-  r->move = std::move(move);
-  auto fut = r->promise.future();
-  const std::size_t batches = (r->pieces.size() + batch - 1) / batch;
-  r->left.store(batches);
+  const std::size_t batches = (pieces.size() + batch - 1) / batch;
+  auto r = std::make_shared<Run>(std::move(pieces), std::move(move), batches);
+  auto fut = r->done.future();
   auto& engine = CopyEngine::instance();
   for (std::size_t i = 0; i < r->pieces.size(); i += batch) {
     const std::size_t count = std::min(batch, r->pieces.size() - i);
     (void)engine.run([r, i, count] {
       // After a failure the remaining batches are skipped: the caller's
       // memory is not touched once the error is known.
-      r->batch_done(r->failed.load() ? Status() : r->move(r->pieces.data() + i, count));
+      r->done.part_done(r->done.failed() ? Status() : r->move(r->pieces.data() + i, count));
     });
   }
   return fut;

@@ -22,6 +22,7 @@
 
 #include "meshstore/internal/address.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/transports/completion.hpp"
 #include "meshstore/transports/host_identity.hpp"
 
 namespace meshstore::transports::tcp {
@@ -336,38 +337,13 @@ class TcpServer final : public TransportServer {
 
 // -- client ---------------------------------------------------------------
 
-// One transfer split into chunks; completes when every chunk is done, with
-// the first error.
-struct Transfer {
-  std::shared_ptr<Promise<void>> promise;
-  std::atomic<std::size_t> left{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;  // guards error
-  Status error;
-
-  void chunk_done(const Status& s) {
-    if (!s.ok() && !failed.exchange(true)) {
-      std::lock_guard<std::mutex> lock(mu);
-      error = s;
-    }
-    if (left.fetch_sub(1) == 1) {
-      if (failed.load()) {
-        std::lock_guard<std::mutex> lock(mu);
-        promise->set_error(error);
-      } else {
-        promise->set_value();
-      }
-    }
-  }
-};
-
 struct Job {
   std::uint32_t op = 0;
   std::uint64_t region = 0;
   std::uint64_t offset = 0;
   std::byte* data = nullptr;
   std::size_t length = 0;
-  std::shared_ptr<Transfer> transfer;
+  std::shared_ptr<PartedTransfer> transfer;  // the chunks of one transfer
 };
 
 // The connections of a client-volume pair and their worker threads. Shared
@@ -406,13 +382,11 @@ class TcpConnections {
       return make_error_future<void>(std::move(s));
     }
     if (n == 0) return make_ready_future();
-    auto t = std::make_shared<Transfer>();
-    t->promise = std::make_shared<Promise<void>>(
-        Status(Errc::shutdown, std::string(what) + " stopped: the transport closed"));
-    auto fut = t->promise->future();
     const std::size_t chunk = config_.tcp_chunk_bytes;
     const std::size_t pieces = (n + chunk - 1) / chunk;
-    t->left.store(pieces);
+    auto t = std::make_shared<PartedTransfer>(
+        pieces, Status(Errc::shutdown, std::string(what) + " stopped: the transport closed"));
+    auto fut = t->future();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) {
@@ -443,20 +417,20 @@ class TcpConnections {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      if (job.transfer->failed.load()) {
-        job.transfer->chunk_done(Status());  // another chunk failed: skip
+      if (job.transfer->failed()) {
+        job.transfer->part_done(Status());  // another chunk failed: skip
         continue;
       }
       if (fd < 0) {
         auto c = connect_stream();
         if (!c.ok()) {
-          job.transfer->chunk_done(c.status());
+          job.transfer->part_done(c.status());
           continue;
         }
         fd = *c;
       }
       bool broken = false;
-      job.transfer->chunk_done(run(fd, job, broken));
+      job.transfer->part_done(run(fd, job, broken));
       if (broken) {
         forget(fd);
         fd = -1;
@@ -590,7 +564,7 @@ class TcpTransport final : public Transport {
       }
     }
     for (auto& j : orphans) {
-      j.transfer->chunk_done(Status(Errc::shutdown, "tcp transport closed during a transfer"));
+      j.transfer->part_done(Status(Errc::shutdown, "tcp transport closed during a transfer"));
     }
   }
 
