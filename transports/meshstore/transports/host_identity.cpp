@@ -41,4 +41,10 @@ const std::string& host_identity() {
   return id;
 }
 
+Status same_host(const std::string& host_id) {
+  if (host_id == host_identity()) return Status();
+  return Status(Errc::unsupported, "the volume is on another host (host identity '" + host_id +
+                                       "', this process '" + host_identity() + "')");
+}
+
 }  // namespace meshstore::transports

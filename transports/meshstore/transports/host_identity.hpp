@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "meshstore/status.hpp"
+
 namespace meshstore::transports {
 
 /// This process's host identity for transport selection: two processes with
@@ -10,5 +12,10 @@ namespace meshstore::transports {
 /// boot id, the network namespace and the /dev/shm mount (not the hostname,
 /// which containers and misconfigured hosts share). Computed once; cheap.
 const std::string& host_identity();
+
+/// Ok when `host_id` (an endpoint's) is this process's host identity, else
+/// Errc::unsupported saying the volume is on another host: the check of
+/// the transports that serve one host only (shm, cma).
+Status same_host(const std::string& host_id);
 
 }  // namespace meshstore::transports

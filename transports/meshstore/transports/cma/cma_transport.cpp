@@ -223,11 +223,7 @@ TransportFactory cma_factory() {
     return std::unique_ptr<Transport>(std::make_unique<CmaTransport>(ctx.config, *peer));
   };
   f.can_serve = [](const EndpointInfo& ep) -> Status {
-    if (ep.host_id != host_identity()) {
-      return Status(Errc::unsupported, "the volume is on another host (host identity '" +
-                                           ep.host_id + "', this process '" + host_identity() +
-                                           "')");
-    }
+    MESHSTORE_RETURN_IF_ERROR(same_host(ep.host_id));
     auto peer = decode_peer(ep.address);
     if (!peer.ok()) return peer.status();
     if (peer->pidns != pid_namespace()) {

@@ -238,11 +238,7 @@ TransportFactory shm_factory() {
     return std::unique_ptr<Transport>(std::make_unique<ShmTransport>(ctx.config));
   };
   f.can_serve = [](const EndpointInfo& ep) -> Status {
-    if (ep.host_id != host_identity()) {
-      return Status(Errc::unsupported, "the volume is on another host (host identity '" +
-                                           ep.host_id + "', this process '" + host_identity() +
-                                           "')");
-    }
+    MESHSTORE_RETURN_IF_ERROR(same_host(ep.host_id));
     const auto semi = ep.address.rfind(';');
     const std::string their_uid = semi == std::string::npos ? "" : ep.address.substr(semi + 1);
     if (their_uid != uid_tag()) {
