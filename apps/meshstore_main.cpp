@@ -231,11 +231,12 @@ int cmd_stat(int argc, char** argv) {
   if (auto c = store->controller_counters().get(30s); c.ok()) {
     std::printf(
         "controller messages: notify_put %llu, notify_put_batch %llu, locate %llu, exists %llu, "
-        "keys %llu, remove %llu\n",
+        "keys %llu, remove %llu, pinned locate %llu\n",
         static_cast<unsigned long long>(c->notify_put),
         static_cast<unsigned long long>(c->notify_put_batch),
         static_cast<unsigned long long>(c->locate), static_cast<unsigned long long>(c->exists),
-        static_cast<unsigned long long>(c->keys), static_cast<unsigned long long>(c->remove));
+        static_cast<unsigned long long>(c->keys), static_cast<unsigned long long>(c->remove),
+        static_cast<unsigned long long>(c->pinned_locates));
     std::printf("streams: %llu state dict puts streamed, %llu readers followed one\n",
                 static_cast<unsigned long long>(c->streams),
                 static_cast<unsigned long long>(c->stream_readers));

@@ -2267,6 +2267,7 @@ Future<ControllerCounters> Store::controller_counters() {
     out.streams = at(C::streams);
     out.stream_readers = at(C::stream_readers);
     out.stream_subscribes = at(C::stream_subscribe);
+    out.pinned_locates = at(C::pinned_locate);
     return out;
   });
 }

@@ -175,6 +175,10 @@ struct ControllerCounters {
   std::uint64_t streams = 0;  ///< state dict puts readers could stream
   std::uint64_t stream_readers = 0;     ///< reads that streamed one (overlapping its put)
   std::uint64_t stream_subscribes = 0;  ///< reads that waited for or looked for a stream
+  /// Reads that lost the race to a writer (the version they located was
+  /// replaced before they opened it) and then located with a pin, which
+  /// holds the located version's memory until they have read it.
+  std::uint64_t pinned_locates = 0;
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

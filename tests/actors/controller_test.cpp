@@ -215,6 +215,103 @@ TEST_F(ControllerTest, ClosingALeaseThatNeverOpenedIsHarmless) {
                Errc::protocol_error, "lease id 0");
 }
 
+// Locates `keys` pinned for `ttl_ms`; answers the pin and the records.
+std::pair<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
+    caf::scoped_actor& self, const controller_actor& controller, std::vector<std::string> keys,
+    std::uint64_t ttl_ms) {
+  std::pair<std::uint64_t, std::vector<wire::KeyRecord>> out{0, {}};
+  self->request(controller, 30s, locate_pinned_atom::value, std::move(keys), ttl_ms)
+      .receive(
+          [&](std::uint64_t pin, std::vector<wire::KeyRecord>& records) {
+            out = {pin, std::move(records)};
+          },
+          [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+  return out;
+}
+
+TEST_F(ControllerTest, PinnedLocateHoldsTheReleaseOfAReplacedVersionUntilUnpinned) {
+  // A reader that keeps losing the race to writers locates pinned: the
+  // version it located stays readable however often the key is replaced.
+  const std::uint64_t n = 2 * wire::kInlineBytes;
+  const auto old_id = stage(n);
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                                record("hot", {static_cast<std::int64_t>(n / 4)}, old_id))));
+  auto [pin, records] = locate_pinned(*self_, controller_, {"hot", "absent"}, 30000);
+  ASSERT_NE(pin, 0u);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].shards.at(0).object_id, old_id);
+  EXPECT_FALSE(records[1].found());
+  // Two overwrites and a remove commit as usual...
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                                  record("hot", {static_cast<std::int64_t>(n / 4)}, stage(n)))));
+  }
+  ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("hot"))));
+  EXPECT_FALSE((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+                                                  std::vector<std::string>{"hot"}))
+                   ->front()
+                   .found());
+  // ...but the located object is still there to be read; the unpinned
+  // second version is gone.
+  EXPECT_EQ(stat().bytes_held, n);
+  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+                                    std::vector<std::uint64_t>{old_id}, std::uint64_t{1});
+  ASSERT_OK(lease);
+  (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
+  // Unpinning lets it go (a locate after it orders the volume's messages).
+  (*self_)->send(controller_, unpin_atom::value, pin);
+  (*self_)->send(controller_, unpin_atom::value, pin);  // a second unpin is harmless
+  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+                                               std::vector<std::string>{"hot"})));
+  EXPECT_EQ(stat().bytes_held, 0u);
+  EXPECT_EQ(stat().objects, 0u);
+}
+
+TEST_F(ControllerTest, OverlappingPinsEachHoldTheObject) {
+  const std::uint64_t n = 2 * wire::kInlineBytes;
+  const std::int64_t elems = static_cast<std::int64_t>(n / 4);
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                                record("k", {elems}, stage(n)))));
+  EXPECT_EQ(locate_pinned(*self_, controller_, {"nothing"}, 30000).first, 0u);  // nothing to pin
+  const auto first = locate_pinned(*self_, controller_, {"k"}, 30000).first;
+  const auto second = locate_pinned(*self_, controller_, {"k"}, 30000).first;
+  ASSERT_NE(first, 0u);
+  ASSERT_NE(second, first);
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                                record("k", {elems}, stage(n)))));
+  (*self_)->send(controller_, unpin_atom::value, first);
+  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+                                               std::vector<std::string>{"k"})));
+  EXPECT_EQ(stat().bytes_held, 2 * n);  // the second pin still holds the old version
+  (*self_)->send(controller_, unpin_atom::value, second);
+  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+                                               std::vector<std::string>{"k"})));
+  EXPECT_EQ(stat().bytes_held, n);
+  EXPECT_EQ(stat().objects, 1u);
+}
+
+TEST_F(ControllerTest, APinEndsAtItsDeadline) {
+  // A reader that died holding a pin holds the memory only until the pin's
+  // deadline.
+  const std::uint64_t n = 2 * wire::kInlineBytes;
+  const std::int64_t elems = static_cast<std::int64_t>(n / 4);
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                                record("k", {elems}, stage(n)))));
+  ASSERT_NE(locate_pinned(*self_, controller_, {"k"}, 50).first, 0u);
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+                                record("k", {elems}, stage(n)))));
+  // Polls (bounded) until the controller's own timer ends the pin.
+  bool freed = false;
+  for (int i = 0; i < 1000 && !freed; ++i) {
+    ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+                                                 std::vector<std::string>{"k"})));
+    freed = stat().bytes_held == n;
+    if (!freed) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(freed) << "the pin's deadline did not release the replaced version";
+  EXPECT_EQ(stat().objects, 1u);
+}
+
 TEST(KeyMatchesPrefix, Components) {
   EXPECT_TRUE(key_matches_prefix("a.b", "a"));
   EXPECT_TRUE(key_matches_prefix("a/b", "a"));

@@ -833,12 +833,30 @@ struct GetOp {
   // Set when a volume no longer had an object we located: a concurrent
   // overwrite or remove released it, so locating afresh will help.
   bool stale = false;
+  // Once a read has lost that race, it locates with a pin (the controller
+  // holds the located objects back from release until it unpins), so
+  // writers replacing the key continuously cannot starve it.
+  bool pin_next = false;
+  std::uint64_t pin = 0;           // the pin held, 0 for none
+  client_pointer owner = nullptr;  // the client running it, which holds the pin
   // For strided destinations: the contiguous staging tensor and its target.
   std::vector<std::pair<Tensor, TensorView>> unpack;
 
-  void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
+  // Ends the pin, if any (the controller would end it at its deadline).
+  void unpin() {
+    if (pin == 0) return;
+    owner->send(owner->state.controller, unpin_atom::value, pin);
+    pin = 0;
+  }
+  void fail(const Status& s) {
+    unpin();
+    call.promise->set_error(s.with_context(what));
+  }
   // For errors whose message already names the key.
-  void fail_named(const Status& s) { call.promise->set_error(s.with_context(call.op)); }
+  void fail_named(const Status& s) {
+    unpin();
+    call.promise->set_error(s.with_context(call.op));
+  }
 };
 
 // Calls `k` with the records of `keys`: from the cache when allowed and
@@ -1118,12 +1136,14 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
 
 void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Result<void>& r) {
   auto& st = self->state;
+  op->unpin();
   if (!r.ok()) {
     // A volume no longer had what we located: a concurrent overwrite or
-    // remove released it. Locate afresh and read again.
+    // remove released it. Locate afresh, pinned this time, and read again.
     if (op->stale && op->attempt < st.cfg.max_read_attempts) {
       for (const auto& k : op->call.keys) st.locations.erase(k);
       op->use_cache = false;
+      op->pin_next = true;
       return start_get(self, op);
     }
     if (op->stale) {
@@ -1141,9 +1161,24 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
   op->call.promise->set_value(std::move(op->out));
 }
 
+// Asks the controller for the records of `keys`, pinning the objects
+// found until `op` unpins (or the request timeout passes).
+void locate_pinned(client_pointer self, const std::shared_ptr<GetOp>& op,
+                   std::function<void(Result<std::vector<wire::KeyRecord>>)> k) {
+  const auto ttl = static_cast<std::uint64_t>(self->state.cfg.request_timeout.count());
+  ask(self, self->state.controller, locate_pinned_atom::value, op->call.keys, ttl)
+      .then(
+          [=](std::uint64_t pin, std::vector<wire::KeyRecord>& records) {
+            op->pin = pin;
+            k(std::move(records));  // not cached: the next read needs no pin
+          },
+          [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });
+}
+
 void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
   ++op->attempt;
-  locate(self, op->call.keys, op->use_cache, [=](Result<std::vector<wire::KeyRecord>> records) {
+  op->owner = self;
+  auto on_records = [=](Result<std::vector<wire::KeyRecord>> records) {
     if (!records.ok()) return op->fail(records.status());
     if (records->size() != op->call.keys.size()) {
       return op->fail(Status(Errc::protocol_error,
@@ -1248,7 +1283,9 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       op->stale = *stale;
       finish_get(self, op, r);
     });
-  });
+  };
+  if (op->pin_next) return locate_pinned(self, op, std::move(on_records));
+  locate(self, op->call.keys, op->use_cache, std::move(on_records));
 }
 
 void handle_get(client_pointer self, GetCall call) {

@@ -56,6 +56,13 @@ struct ControllerState {
   std::map<std::string, std::vector<Waiter>> waiters;
   std::uint64_t next_waiter = 1;
   std::set<caf::actor_addr> writers;  // monitored stream writers
+  // Pinned locates: objects a starved reader is about to open. Their
+  // release (or discard) is held back until every pin on them ends.
+  using ObjectRef = std::pair<std::string, std::uint64_t>;  // volume id, object id
+  std::map<std::uint64_t, std::vector<ObjectRef>> pins;
+  std::map<ObjectRef, std::uint32_t> pinned;  // pins per object
+  std::map<ObjectRef, bool> held_back;        // object -> discard (else release)
+  std::uint64_t next_pin = 1;
   std::vector<std::uint64_t> counters =
       std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
   void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
@@ -107,12 +114,28 @@ enum class Verdict { commit, release, discard };
 // Tells each volume which of its objects a commit adopted or dropped
 // (release: superseded, the memory may serve the next version) or a remove
 // dropped (discard: the memory goes back at once).
+// A release or discard of a pinned object is held back until its pins end.
 void send_to_volumes(controller_pointer self,
                      const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
                      Verdict verdict) {
-  for (const auto& [vid, ids] : by_volume) {
-    auto it = self->state.volumes.find(vid);
-    if (it == self->state.volumes.end() || ids.empty()) continue;
+  auto& st = self->state;
+  for (const auto& [vid, all] : by_volume) {
+    auto it = st.volumes.find(vid);
+    if (it == st.volumes.end() || all.empty()) continue;
+    std::vector<std::uint64_t> ids;
+    if (verdict == Verdict::commit || st.pinned.empty()) {
+      ids = all;
+    } else {
+      for (auto id : all) {
+        ControllerState::ObjectRef ref{vid, id};
+        if (st.pinned.count(ref) != 0) {
+          st.held_back[ref] = verdict == Verdict::discard;
+        } else {
+          ids.push_back(id);
+        }
+      }
+      if (ids.empty()) continue;
+    }
     switch (verdict) {
       case Verdict::commit:
         self->send(it->second, commit_atom::value, ids);
@@ -129,6 +152,27 @@ void send_to_volumes(controller_pointer self,
 
 void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out) {
   for (const auto& s : r.shards) out[s.volume_id].push_back(s.object_id);
+}
+
+// Ends pin `id`: objects no other pin holds and whose release was held
+// back go to their volumes now.
+void unpin(controller_pointer self, std::uint64_t id) {
+  auto& st = self->state;
+  auto p = st.pins.find(id);
+  if (p == st.pins.end()) return;  // ended already (unpinned, or expired)
+  std::map<std::string, std::vector<std::uint64_t>> released, discarded;
+  for (const auto& ref : p->second) {
+    auto n = st.pinned.find(ref);
+    if (n == st.pinned.end() || --n->second > 0) continue;
+    st.pinned.erase(n);
+    auto h = st.held_back.find(ref);
+    if (h == st.held_back.end()) continue;
+    (h->second ? discarded : released)[ref.first].push_back(ref.second);
+    st.held_back.erase(h);
+  }
+  st.pins.erase(p);
+  send_to_volumes(self, released, Verdict::release);
+  send_to_volumes(self, discarded, Verdict::discard);
 }
 
 // -- streams -----------------------------------------------------------------
@@ -509,9 +553,41 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     }
   }
   for (const auto& key : doomed) drop_pending(st, key, released);
+  // Its objects need no release any more; pins on them end with the pin.
+  for (auto h = st.held_back.begin(); h != st.held_back.end();) {
+    h = h->first.first == id ? st.held_back.erase(h) : std::next(h);
+  }
   send_to_volumes(self, released, Verdict::discard);
   st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
                caf::to_string(msg.reason), lost);
+}
+
+// The records of `keys`: a missing key comes back with version 0, naming
+// why when it is known (its volume died, or it is partially committed).
+std::vector<wire::KeyRecord> locate(const ControllerState& st,
+                                    const std::vector<std::string>& keys) {
+  std::vector<wire::KeyRecord> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) {
+    auto it = st.index.find(k);
+    if (it != st.index.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    wire::KeyRecord missing;
+    missing.key = k;
+    if (auto l = st.lost.find(k); l != st.lost.end()) missing.lost_on = l->second;
+    if (auto p = st.pending.find(k); p != st.pending.end()) {
+      missing = p->second;  // partial: its shards so far, version 0
+      missing.version = 0;
+    }
+    // A key of a sharded state dict being put (the manifest's key too,
+    // before rank 0 put it).
+    const std::string& group = missing.group.empty() ? k : missing.group;
+    if (st.groups.count(group) != 0) missing.pending = group_progress(st, group, k);
+    out.push_back(std::move(missing));
+  }
+  return out;
 }
 
 controller_actor::behavior_type controller_impl(controller_pointer self) {
@@ -563,32 +639,27 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       },
       [=](locate_atom, const std::vector<std::string>& keys) {
         self->state.count(ControllerCounter::locate);
-        std::vector<wire::KeyRecord> out;
-        out.reserve(keys.size());
-        for (const auto& k : keys) {
-          auto it = self->state.index.find(k);
-          if (it != self->state.index.end()) {
-            out.push_back(it->second);
-          } else {
-            wire::KeyRecord missing;
-            missing.key = k;
-            if (auto l = self->state.lost.find(k); l != self->state.lost.end())
-              missing.lost_on = l->second;
-            if (auto p = self->state.pending.find(k); p != self->state.pending.end()) {
-              missing = p->second;  // partial: its shards so far, version 0
-              missing.version = 0;
-            }
-            // A key of a sharded state dict being put (the manifest's key
-            // too, before rank 0 put it).
-            const std::string& group = missing.group.empty() ? k : missing.group;
-            if (self->state.groups.count(group) != 0) {
-              missing.pending = group_progress(self->state, group, k);
-            }
-            out.push_back(std::move(missing));
-          }
-        }
-        return out;
+        return locate(self->state, keys);
       },
+      [=](locate_pinned_atom, const std::vector<std::string>& keys,
+          std::uint64_t ttl_ms) -> caf::result<std::uint64_t, std::vector<wire::KeyRecord>> {
+        auto& st = self->state;
+        st.count(ControllerCounter::locate);
+        st.count(ControllerCounter::pinned_locate);
+        auto out = locate(st, keys);
+        std::vector<ControllerState::ObjectRef> refs;
+        for (const auto& r : out) {
+          if (!r.found()) continue;
+          for (const auto& shard : r.shards) refs.emplace_back(shard.volume_id, shard.object_id);
+        }
+        if (refs.empty()) return {std::uint64_t{0}, std::move(out)};
+        const auto id = st.next_pin++;
+        for (const auto& ref : refs) ++st.pinned[ref];
+        st.pins.emplace(id, std::move(refs));
+        self->delayed_send(self, std::chrono::milliseconds(ttl_ms), unpin_atom::value, id);
+        return {id, std::move(out)};
+      },
+      [=](unpin_atom, std::uint64_t id) { unpin(self, id); },
       [=](keys_atom, const std::string& prefix) {
         self->state.count(ControllerCounter::keys);
         std::vector<std::string> out;

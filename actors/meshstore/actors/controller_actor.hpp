@@ -32,6 +32,16 @@ using controller_actor = caf::typed_actor<
                     std::vector<wire::KeyRecord>>::with<std::vector<std::uint64_t>>,
     // The records of these keys; a missing key comes back with version 0.
     caf::replies_to<locate_atom, std::vector<std::string>>::with<std::vector<wire::KeyRecord>>,
+    // Like locate, and pins the objects of the keys found: while pinned,
+    // an overwrite or remove commits as usual but the volumes are told to
+    // release (or discard) those objects only on unpin, or when ttl_ms
+    // have passed. A reader starved by writers (every located version
+    // replaced before it could open it) locates pinned to make progress.
+    // Answers the pin's id (0 when nothing was found to pin).
+    caf::replies_to<locate_pinned_atom, std::vector<std::string>,
+                    std::uint64_t /*ttl_ms*/>::with<std::uint64_t, std::vector<wire::KeyRecord>>,
+    // Ends a pin (harmless when it has already expired).
+    caf::reacts_to<unpin_atom, std::uint64_t>,
     // Keys under a prefix (whole '/'- or '.'-separated components), sorted.
     caf::replies_to<keys_atom, std::string>::with<std::vector<std::string>>,
     // The version of each key, 0 where it does not exist.
@@ -106,6 +116,7 @@ enum class ControllerCounter : std::size_t {
   streams,           // puts announced as streams (stream_open)
   stream_readers,    // readers that followed a stream instead of waiting for its commit
   stream_subscribe,  // stream_subscribe messages
+  pinned_locate,     // locates that pinned what they found (starved readers)
   count_
 };
 
