@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/placement.hpp"
 #include "meshstore/safetensors.hpp"
@@ -147,27 +148,11 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-template <class T>
-T must(meshstore::Result<T> r, const char* what) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "store_bench: %s: %s\n", what, r.status().to_string().c_str());
-    std::exit(1);
-  }
-  return std::move(r).value();
-}
-void must(meshstore::Result<void> r, const char* what) {
-  if (!r.ok()) {
-    std::fprintf(stderr, "store_bench: %s: %s\n", what, r.status().to_string().c_str());
-    std::exit(1);
-  }
-}
+using meshstore::bench::median;
+using meshstore::bench::must;
 
 double secs(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
@@ -304,71 +289,29 @@ int run_peer(const Args& a) {
 }
 
 struct Peer {
-  pid_t pid = -1;
-  int to_child = -1;
+  std::unique_ptr<meshstore::bench::Child> child;  // closing its stdin stops it
   std::uint16_t store_port = 0;
   std::uint16_t raw_port = 0;
   pid_t cma_pid = 0;  // the peer's process and its baseline buffer
   std::uint64_t cma_address = 0;
-  ~Peer() {
-    if (to_child >= 0) close(to_child);
-    if (pid > 0) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-    }
-  }
 };
-
-// Spawns this binary as a peer: `args` after the program name. Its stdin
-// is `to_child` (closing it stops the peer); its stdout comes back in `from`.
-std::unique_ptr<Peer> spawn_peer(std::vector<std::string> args, FILE** from_out) {
-  int in[2], out[2];
-  if (pipe(in) != 0 || pipe(out) != 0) {
-    std::perror("store_bench: pipe");
-    std::exit(1);
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, in[1]);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  args.insert(args.begin(), "/proc/self/exe");
-  std::vector<char*> argv;
-  for (auto& x : args) argv.push_back(x.data());
-  argv.push_back(nullptr);
-  char* exe = argv.front();
-  auto peer = std::make_unique<Peer>();
-  if (posix_spawn(&peer->pid, exe, &fa, nullptr, argv.data(), environ) != 0) {
-    std::perror("store_bench: spawning the peer");
-    std::exit(1);
-  }
-  posix_spawn_file_actions_destroy(&fa);
-  close(in[0]);
-  close(out[1]);
-  peer->to_child = in[1];
-  *from_out = fdopen(out[0], "r");
-  return peer;
-}
 
 // The peer holds a buffer of `cma_bytes` for the bare cross-memory-attach
 // baseline (0: none).
 std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0) {
-  FILE* from = nullptr;
   std::vector<std::string> args{"--peer", "serve"};
   if (cma_bytes > 0) {
     args.push_back("--bytes");
     args.push_back(std::to_string(cma_bytes) + "B");
   }
-  auto peer = spawn_peer(args, &from);
+  auto peer = std::make_unique<Peer>();
+  peer->child = meshstore::bench::spawn_self(args);
   unsigned sp = 0, rp = 0;
   long long pid = 0;
   unsigned long long address = 0;
-  if (std::fscanf(from, "ready %u %u %lld %llu", &sp, &rp, &pid, &address) != 4) {
-    std::fprintf(stderr, "store_bench: the peer process did not start\n");
-    std::exit(1);
+  if (std::fscanf(peer->child->from, "ready %u %u %lld %llu", &sp, &rp, &pid, &address) != 4) {
+    meshstore::bench::die("the peer process did not start");
   }
-  std::fclose(from);
   peer->store_port = static_cast<std::uint16_t>(sp);
   peer->raw_port = static_cast<std::uint16_t>(rp);
   peer->cma_pid = static_cast<pid_t>(pid);
@@ -794,8 +737,8 @@ EndToEnd time_end_to_end(const Args& a, meshstore::Store& store, std::uint16_t s
                                 "--iters",       std::to_string(rounds),
                                 "--prefix",      prefix};
   if (a.smoke) args.push_back("--smoke");
-  FILE* from = nullptr;
-  auto reader = spawn_peer(args, &from);
+  auto reader = meshstore::bench::spawn_self(args);
+  FILE* from = reader->from;
   char line[256];
   if (!std::fgets(line, sizeof(line), from) || std::strncmp(line, "ready", 5) != 0) {
     std::fprintf(stderr, "store_bench: the reader process did not start\n");
@@ -846,7 +789,6 @@ EndToEnd time_end_to_end(const Args& a, meshstore::Store& store, std::uint16_t s
     }
   }
   if (!a.json) std::fprintf(stderr, "\n");
-  std::fclose(from);
   reader.reset();  // closes its stdin and reaps it
   must(store.remove_batch({prefix}).get(60s), "cleanup");
   return EndToEnd{median(e2e), median(put), iters};
@@ -1106,15 +1048,12 @@ void run_safetensors_load(const Args& a) {
                                   "--load-mode", mode,
                                   "--iters",     std::to_string(iters),
                                   "--transport", a.transport};
-    FILE* from = nullptr;
-    auto loader = spawn_peer(args, &from);
+    auto loader = meshstore::bench::spawn_self(args);
     char line[256] = {0};
-    if (!std::fgets(line, sizeof(line), from)) {
-      std::fprintf(stderr, "store_bench: the loader (%s) failed\n", mode.c_str());
-      std::exit(1);
+    if (!std::fgets(line, sizeof(line), loader->from)) {
+      meshstore::bench::die("the loader (" + mode + ") failed");
     }
     loader.reset();  // closes its stdin, waits for it
-    std::fclose(from);
     return std::string(line);
   };
   if (!a.json) std::fprintf(stderr, "store_bench safetensors-load: timing\n");

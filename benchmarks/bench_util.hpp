@@ -1,0 +1,97 @@
+#pragma once
+// What the benchmarks share: failing loudly, medians, and starting this
+// program again as the other process of a measurement.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshstore/result.hpp"
+
+extern char** environ;
+
+namespace meshstore::bench {
+
+/// Prints "PROGRAM: why" and exits with 1.
+[[noreturn]] inline void die(const std::string& why) {
+  std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, why.c_str());
+  std::exit(1);
+}
+
+/// The value of `r`, or die naming `what` and the status.
+template <class T>
+T must(Result<T> r, const char* what) {
+  if (!r.ok()) die(std::string(what) + ": " + r.status().to_string());
+  return std::move(r).value();
+}
+inline void must(Result<void> r, const char* what) {
+  if (!r.ok()) die(std::string(what) + ": " + r.status().to_string());
+}
+
+/// The median (the upper one of an even count); `v` must not be empty.
+inline double median(std::vector<double> v) {
+  if (v.empty()) die("median of no samples");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// A child process whose stdin and stdout are pipes to this one. Dropping
+/// it closes its stdin (the child's cue to stop), reaps it, then closes its
+/// stdout.
+struct Child {
+  pid_t pid = -1;
+  FILE* to = nullptr;    ///< the child's stdin
+  FILE* from = nullptr;  ///< the child's stdout
+  Child() = default;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (to) std::fclose(to);
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+    if (from) std::fclose(from);
+  }
+};
+
+/// Starts `program` with `args` (after the program name) as a Child.
+inline std::unique_ptr<Child> spawn(const std::string& program, std::vector<std::string> args) {
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) die("pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  args.insert(args.begin(), program);
+  std::vector<char*> argv;
+  for (auto& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  auto child = std::make_unique<Child>();
+  const int rc = posix_spawn(&child->pid, program.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(in[0]);
+  ::close(out[1]);
+  if (rc != 0) {
+    ::close(in[1]);
+    ::close(out[0]);
+    child->pid = -1;
+    die("starting " + program + ": " + std::strerror(rc));
+  }
+  child->to = ::fdopen(in[1], "w");
+  child->from = ::fdopen(out[0], "r");
+  return child;
+}
+
+/// Starts this program again with `args`.
+inline std::unique_ptr<Child> spawn_self(std::vector<std::string> args) {
+  return spawn("/proc/self/exe", std::move(args));
+}
+
+}  // namespace meshstore::bench
