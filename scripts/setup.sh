@@ -13,8 +13,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   clang libclang-rt-dev
-  redis-server libhiredis-dev
   python3 python3-numpy
+  # peer_bench's contenders (docs/performance.md) and its chart
+  redis-server libhiredis-dev
+  python3-torch
+  openmpi-bin libopenmpi-dev
+  gnuplot-nox
 )
 
 missing=()
