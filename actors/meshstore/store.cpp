@@ -25,6 +25,7 @@
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"
@@ -89,10 +90,118 @@ Status check_view(const std::string& op, const std::string& key, const TensorVie
   const std::string what = op + " '" + key + "'";
   MESHSTORE_RETURN_IF_ERROR(view.validate(what));
   if (view.device().type != DeviceType::cpu) {
-    return Status(Errc::unsupported, what + ": device " + view.device().to_string() +
-                                         " tensors are not supported yet (CPU only)");
+    return internal::cuda::check_device_view(view, what);
   }
   return Status();
+}
+
+// -- device tensors ----------------------------------------------------------
+//
+// A call's CUDA tensors travel through page-locked host memory
+// (docs/gpu.md): a put copies each to the host before the call goes out; a
+// get reads into host memory, then copies to the devices once the read has
+// completed. CPU tensors pass untouched, at no cost.
+
+bool on_device(const TensorView& v) { return v.device().type != DeviceType::cpu; }
+
+struct DeviceStaging {
+  std::vector<std::shared_ptr<std::byte>> buffers;      // host copies
+  std::vector<std::pair<TensorView, std::byte*>> back;  // a get's device targets and their bytes
+  std::unique_ptr<StateDict> sd;                        // a state dict's host stand-in
+  StateDict* caller = nullptr;                          // whose values a get fills
+  std::string what;
+
+  // The host view a put sends for `v`.
+  Result<TensorView> source(const TensorView& v, const std::string& name) {
+    if (!on_device(v)) return v;
+    auto buf = internal::cuda::pinned(v.nbytes());
+    if (!buf) return no_memory(v, name);
+    if (auto s = internal::cuda::to_host(buf.get(), v); !s.ok()) {
+      return s.with_context(what + " '" + name + "' from " + v.device().to_string());
+    }
+    buffers.push_back(buf);
+    return TensorView(buf.get(), v.dtype(), v.shape());
+  }
+  // The host view a get fills for `v`.
+  Result<TensorView> target(const TensorView& v, const std::string& name) {
+    if (!on_device(v)) return v;
+    auto buf = internal::cuda::pinned(v.nbytes());
+    if (!buf) return no_memory(v, name);
+    buffers.push_back(buf);
+    back.emplace_back(v, buf.get());
+    return TensorView(buf.get(), v.dtype(), v.shape());
+  }
+  // After a get: the bytes to their devices, the values to the caller's
+  // state dict.
+  Status finish() const {
+    for (const auto& [dst, src] : back) {
+      if (auto s = internal::cuda::to_device(dst, src); !s.ok()) {
+        return s.with_context(what + " to " + dst.device().to_string());
+      }
+    }
+    if (sd && caller) {
+      for (const auto& e : sd->entries()) {
+        if (!e.is_tensor()) MESHSTORE_RETURN_IF_ERROR(caller->set_value(e.name, *e.value));
+      }
+    }
+    return Status();
+  }
+  Status no_memory(const TensorView& v, const std::string& name) const {
+    return Status(Errc::out_of_capacity, what + " '" + name + "': no host memory for the " +
+                                             std::to_string(v.nbytes()) + " bytes of its " +
+                                             v.device().to_string() + " tensor");
+  }
+};
+
+bool has_device_tensors(const StateDict& sd) {
+  return std::any_of(sd.entries().begin(), sd.entries().end(),
+                     [](const StateDict::Entry& e) { return e.is_tensor() && on_device(e.view); });
+}
+
+// When `sd` holds CUDA tensors: `st` gets a stand-in with host tensors in
+// their place (copies for a put, empty buffers for a get: `for_get`), which
+// the call uses instead of `sd`. Device views are checked first.
+Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get) {
+  for (const auto& e : sd.entries()) {
+    if (e.is_tensor() && on_device(e.view)) {
+      MESHSTORE_RETURN_IF_ERROR(
+          internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'"));
+    }
+  }
+  auto host = std::make_unique<StateDict>();
+  for (const auto& e : sd.entries()) {
+    if (!e.is_tensor()) {
+      MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *e.value));
+      continue;
+    }
+    auto view = for_get ? st.target(e.view, e.name) : st.source(e.view, e.name);
+    if (!view.ok()) return view.status();
+    MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *view));
+  }
+  st.sd = std::move(host);
+  return Status();
+}
+
+std::shared_ptr<DeviceStaging> staging(std::string what) {
+  auto st = std::make_shared<DeviceStaging>();
+  st->what = std::move(what);
+  return st;
+}
+
+// The state dict a put sends: `sd`, or its host stand-in.
+Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st) {
+  if (!has_device_tensors(sd)) return &sd;
+  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, false));
+  return st.sd.get();
+}
+
+// The state dict a get fills: `sd`, or its host stand-in (st.finish() then
+// fills `sd`).
+Result<StateDict*> get_target(StateDict& sd, DeviceStaging& st) {
+  if (!has_device_tensors(sd)) return &sd;
+  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, true));
+  st.caller = &sd;
+  return st.sd.get();
 }
 
 // This process's host identity: StoreOptions::host, else MESHSTORE_HOST,
@@ -512,13 +621,16 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
     return make_error_future<void>(s);
   if (auto s = check_view("put", call_items.front().first, tensor); !s.ok())
     return make_error_future<void>(s);
+  auto st = staging("put");
+  auto host = st->source(tensor, call_items.front().first);
+  if (!host.ok()) return make_error_future<void>(host.status());
   actors::PutCall call;
   call.op = "put";
   call.items.push_back(
-      actors::PutItem{call_items.front().first, tensor, wire::ObjectKind::tensor, nullptr});
+      actors::PutItem{call_items.front().first, *host, wire::ObjectKind::tensor, nullptr});
   const std::string what = "put '" + call_items.front().first + "'";
   auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
-  return fut.then([](const std::vector<std::uint64_t>&) {});
+  return fut.then([st](const std::vector<std::uint64_t>&) {});
 }
 
 Future<void> Store::put(std::string key, const TensorView& shard, const Shape& global_shape,
@@ -543,18 +655,21 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
         "put '" + key + "': the shard has shape " + shape_to_string(shard.shape()) +
             ", its slice " + slice.to_string() + " needs " + shape_to_string(slice.local_shape())));
   }
+  auto st = staging(op);
+  auto host = st->source(shard, key);
+  if (!host.ok()) return make_error_future<void>(host.status());
   actors::PutCall call;
   call.op = op;
-  actors::PutItem item{key, shard, wire::ObjectKind::tensor, nullptr};
+  actors::PutItem item{key, *host, wire::ObjectKind::tensor, nullptr};
   item.slice = slice;
   item.replicas = replicas;
   // Replicas are compared by the controller: ranks holding the same box
   // must put the same bytes.
-  if (replicas > 1) item.checksum = content_checksum(shard);
+  if (replicas > 1) item.checksum = content_checksum(*host);
   call.items.push_back(std::move(item));
   const std::string what = "put '" + key + "' slice " + slice.to_string();
   return Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what)
-      .then([](const std::vector<std::uint64_t>&) {});
+      .then([st](const std::vector<std::uint64_t>&) {});
 }
 
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {
@@ -565,12 +680,17 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   call.op = "put_batch";
   for (auto& [k, v] : items) {
     if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
-    call.items.push_back(actors::PutItem{std::move(k), v, wire::ObjectKind::tensor, nullptr});
+  }
+  auto st = staging("put_batch");
+  for (auto& [k, v] : items) {
+    auto host = st->source(v, k);
+    if (!host.ok()) return make_error_future<void>(host.status());
+    call.items.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, nullptr});
   }
   if (call.items.empty()) return make_ready_future();
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
   auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
-  return fut.then([](const std::vector<std::uint64_t>&) {});
+  return fut.then([st](const std::vector<std::uint64_t>&) {});
 }
 
 namespace {
@@ -608,11 +728,14 @@ Future<void> Store::get_into(std::string key, const TensorView& dst, const Tenso
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   if (auto s = check_view(op, key, dst); !s.ok()) return make_error_future<void>(s);
   const std::string what = "get_into '" + key + "' slice " + slice.to_string();
+  auto st = staging(op);
+  auto host = st->target(dst, key);
+  if (!host.ok()) return make_error_future<void>(host.status());
   auto call = single_get(op, actors::GetMode::into, std::move(key));
-  call.dsts.push_back(dst);
+  call.dsts.push_back(*host);
   call.slices.push_back(slice);
   return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([](const actors::GetOutput&) {});
+      .then([st](const actors::GetOutput&) { return st->finish(); });
 }
 
 Future<Tensor> Store::get_view(std::string key) {
@@ -656,9 +779,15 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
       return make_error_future<void>(s);
   }
   if (call.keys.empty()) return make_ready_future();
+  auto st = staging(op);
+  for (std::size_t i = 0; i < call.keys.size(); ++i) {
+    auto host = st->target(call.dsts[i], call.keys[i]);
+    if (!host.ok()) return make_error_future<void>(host.status());
+    call.dsts[i] = *host;
+  }
   const std::string what = items.size() == 1 ? op + " '" + call.keys.front() + "'" : op;
   return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([](const actors::GetOutput&) {});
+      .then([st](const actors::GetOutput&) { return st->finish(); });
 }
 
 // -- objects -------------------------------------------------------------
@@ -1710,9 +1839,13 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
                                    const StateDictPutOptions& options) {
   const std::string op = "put_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto prepared = prepare_put(sd, op, options);
+  auto st = staging(op);
+  auto use = put_source(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  auto prepared = prepare_put(**use, op, options);
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
-  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value());
+  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
+      .then([st] {});
 }
 
 Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,
@@ -1720,9 +1853,13 @@ Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& loc
                                            std::int64_t rank, const StateDictPutOptions& options) {
   const std::string op = "put_sharded_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto prepared = prepare_put(local, op, options, ShardedPart{&layout, rank});
+  auto st = staging(op);
+  auto use = put_source(local, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  auto prepared = prepare_put(**use, op, options, ShardedPart{&layout, rank});
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
-  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value());
+  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
+      .then([st] {});
 }
 
 Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateDict& sd, int keep,
@@ -1735,17 +1872,22 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
                op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
-  auto prepared_or = prepare_put(sd, op, options);
+  auto st = staging(op);
+  auto use = put_source(sd, *st);
+  if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  auto prepared_or = prepare_put(**use, op, options);
   if (!prepared_or.ok()) {
     return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
   }
   auto prepared = std::move(prepared_or).value();
-  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
-    const std::uint64_t next = latest + 1;
-    return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
-      return point_and_retire(client, prefix, next, keep, op);
-    });
-  });
+  return pointer_of(client, prefix, op)
+      .then([=](std::uint64_t latest) {
+        const std::uint64_t next = latest + 1;
+        return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
+          return point_and_retire(client, prefix, next, keep, op);
+        });
+      })
+      .then([st](std::uint64_t version) { return version; });  // host copies live till then
 }
 
 // -- zero-copy publishing ---------------------------------------------------
@@ -2096,8 +2238,12 @@ Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return closed_future<void>(op + " '" + key + "'");
-  return stream_into(client, key, &sd, op, timeout,
-                     CacheSlot{Impl::manifest_cache(impl_.get()), key});
+  auto st = staging(op);
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  return stream_into(client, key, *use, op, timeout,
+                     CacheSlot{Impl::manifest_cache(impl_.get()), key})
+      .then([st] { return st->finish(); });
 }
 
 Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
@@ -2109,9 +2255,16 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
     return make_error_future<std::uint64_t>(
         Status(Errc::invalid_argument, op + " '" + prefix + "': negative timeout"));
   }
-  return read_next_into(Impl::client_address(impl_.get()), prefix, &sd, after, op,
+  auto st = staging(op);
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  return read_next_into(Impl::client_address(impl_.get()), prefix, *use, after, op,
                         std::chrono::steady_clock::now() + timeout,
-                        Impl::manifest_cache(impl_.get()));
+                        Impl::manifest_cache(impl_.get()))
+      .then([st](std::uint64_t version) -> Result<std::uint64_t> {
+        MESHSTORE_RETURN_IF_ERROR(st->finish());
+        return version;
+      });
 }
 
 Future<std::uint64_t> Store::latest_version(std::string prefix) {
@@ -2123,8 +2276,15 @@ Future<std::uint64_t> Store::latest_version(std::string prefix) {
 Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
   const std::string op = "get_latest_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
-  return read_latest_into(Impl::client_address(impl_.get()), prefix, &sd, op, 0,
-                          Impl::manifest_cache(impl_.get()));
+  auto st = staging(op);
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, 0,
+                          Impl::manifest_cache(impl_.get()))
+      .then([st](std::uint64_t version) -> Result<std::uint64_t> {
+        MESHSTORE_RETURN_IF_ERROR(st->finish());
+        return version;
+      });
 }
 
 namespace {
@@ -2218,17 +2378,25 @@ Future<StateDict> Store::get_state_dict(std::string key) {
 Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op,
-                              CacheSlot{Impl::manifest_cache(impl_.get()), key});
+  auto st = staging(op);
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
+                              CacheSlot{Impl::manifest_cache(impl_.get()), key})
+      .then([st] { return st->finish(); });
 }
 
 Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
                                         const std::map<std::string, TensorSlice>& boxes) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  return read_state_dict_into(Impl::client_address(impl_.get()), key, sd, op,
+  auto st = staging(op);
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
                               CacheSlot{Impl::manifest_cache(impl_.get()), key},
-                              std::make_shared<const Boxes>(boxes));
+                              std::make_shared<const Boxes>(boxes))
+      .then([st] { return st->finish(); });
 }
 
 // -- operations ----------------------------------------------------------

@@ -1,0 +1,167 @@
+// cuda_bench: device tensors through the store against the bare CUDA copy
+// of the same bytes in the same run (docs/gpu.md).
+//
+//   build/bin/cuda_bench [--bytes 1GiB] [--iters 5] [--transport NAME] [--json] [--smoke]
+//
+// One process hosts an embedded store (the client reaches its volume over
+// `--transport`, by default the store's choice). Figures, medians of
+// --iters after a warm-up:
+//   put_from_device_vs_d2h     cudaMemcpy device -> page-locked host / put of a device tensor
+//   get_into_device_vs_h2d     cudaMemcpy page-locked host -> device / get_into a device tensor
+//   round_trip_vs_d2d          cudaMemcpy device -> device / (put + get_into), both on the device
+// Above 1 the store is faster than the bare copy. Built with the CUDA
+// toolkit; where CUDA cannot be used it prints why and exits 0.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "meshstore/cuda.hpp"
+#include "meshstore/store.hpp"
+
+using namespace std::chrono_literals;
+using meshstore::bench::die;
+using meshstore::bench::median;
+using meshstore::bench::must;
+
+namespace {
+
+std::size_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string unit = end ? end : "";
+  double mul = 1;
+  if (unit == "KiB")
+    mul = 1024.0;
+  else if (unit == "MiB")
+    mul = 1024.0 * 1024;
+  else if (unit == "GiB")
+    mul = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B")
+    die("--bytes: unknown unit '" + unit + "'");
+  return static_cast<std::size_t>(v * mul);
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+double time_it(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t bytes = std::size_t{1} << 30;
+  int iters = 5;
+  bool json = false, smoke = false;
+  std::string transport;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--bytes")
+      bytes = parse_bytes(next());
+    else if (a == "--iters")
+      iters = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--transport")
+      transport = next();
+    else if (a == "--json")
+      json = true;
+    else if (a == "--smoke")
+      smoke = true;
+    else
+      die("unknown argument '" + a + "' (see the comment at the top of cuda_bench.cpp)");
+  }
+  if (smoke) {
+    bytes = std::size_t{8} << 20;
+    iters = 2;
+  }
+  if (auto s = meshstore::cuda::status(); !s.ok()) {
+    std::printf("cuda_bench: skipped: %s\n", s.message().c_str());
+    return 0;
+  }
+  bytes = bytes / 4 * 4;
+  const std::int64_t n = static_cast<std::int64_t>(bytes / 4);
+  void *dev_a = nullptr, *dev_b = nullptr, *host = nullptr;
+  check(cudaMalloc(&dev_a, bytes), "cudaMalloc");
+  check(cudaMalloc(&dev_b, bytes), "cudaMalloc");
+  check(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  std::memset(host, 0x5a, bytes);
+  check(cudaMemcpy(dev_a, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+
+  meshstore::StoreOptions o;
+  o.transport = transport;
+  auto store = must(meshstore::Store::embedded(o), "Store::embedded");
+  const meshstore::TensorView a(dev_a, meshstore::DType::float32, {n}, {},
+                                meshstore::Device::cuda(0));
+  const meshstore::TensorView b(dev_b, meshstore::DType::float32, {n}, {},
+                                meshstore::Device::cuda(0));
+  std::vector<double> d2h, h2d, d2d, put, get;
+  for (int r = 0; r < iters + 1; ++r) {
+    const double t_d2h = time_it(
+        [&] { check(cudaMemcpy(host, dev_a, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H"); });
+    const double t_h2d = time_it(
+        [&] { check(cudaMemcpy(dev_b, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D"); });
+    const double t_d2d = time_it([&] {
+      check(cudaMemcpy(dev_b, dev_a, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    });
+    const double t_put = time_it([&] { must(store.put("bench", a).get(600s), "put"); });
+    check(cudaMemset(dev_b, 0, bytes), "cudaMemset");
+    const double t_get = time_it([&] { must(store.get_into("bench", b).get(600s), "get_into"); });
+    if (r == 0) continue;  // warm-up: page-locked pools and store memory fault in
+    d2h.push_back(t_d2h);
+    h2d.push_back(t_h2d);
+    d2d.push_back(t_d2d);
+    put.push_back(t_put);
+    get.push_back(t_get);
+  }
+  // The bytes made it: compare what came back with what went in.
+  std::vector<unsigned char> back(std::min<std::size_t>(bytes, 1 << 20));
+  check(cudaMemcpy(back.data(), dev_b, back.size(), cudaMemcpyDeviceToHost), "cudaMemcpy check");
+  for (auto c : back) {
+    if (c != 0x5a) die("get_into a device tensor returned the wrong bytes");
+  }
+  const double gb = static_cast<double>(bytes) / 1e9;
+  const double m_d2h = median(d2h), m_h2d = median(h2d), m_d2d = median(d2d), m_put = median(put),
+               m_get = median(get);
+  if (json) {
+    std::printf(
+        "{\"bytes\":%zu,\"transport\":\"%s\",\"d2h_gbps\":%.2f,\"h2d_gbps\":%.2f,\"d2d_gbps\":%.2f,"
+        "\"put_from_device_gbps\":%.2f,\"get_into_device_gbps\":%.2f,"
+        "\"put_from_device_vs_d2h\":%.3f,\"get_into_device_vs_h2d\":%.3f,"
+        "\"round_trip_vs_d2d\":%.4f}\n",
+        bytes, transport.empty() ? "chosen" : transport.c_str(), gb / m_d2h, gb / m_h2d, gb / m_d2d,
+        gb / m_put, gb / m_get, m_d2h / m_put, m_h2d / m_get, m_d2d / (m_put + m_get));
+  } else {
+    std::printf("cuda_bench: %.2f GB, transport %s, median of %d\n", gb,
+                transport.empty() ? "(the store's choice)" : transport.c_str(), iters);
+    std::printf("  cudaMemcpy D2H (page-locked)   %8.2f GB/s\n", gb / m_d2h);
+    std::printf("  cudaMemcpy H2D (page-locked)   %8.2f GB/s\n", gb / m_h2d);
+    std::printf("  cudaMemcpy D2D                 %8.2f GB/s\n", gb / m_d2d);
+    std::printf("  put from the device            %8.2f GB/s  put_from_device_vs_d2h %.3f\n",
+                gb / m_put, m_d2h / m_put);
+    std::printf("  get_into the device            %8.2f GB/s  get_into_device_vs_h2d %.3f\n",
+                gb / m_get, m_h2d / m_get);
+    std::printf("  round trip vs one D2D copy     round_trip_vs_d2d %.4f\n",
+                m_d2d / (m_put + m_get));
+  }
+  store.close();
+  cudaFree(dev_a);
+  cudaFree(dev_b);
+  cudaFreeHost(host);
+  return 0;
+}

@@ -1,0 +1,233 @@
+// CUDA support, built when MESHSTORE_WITH_CUDA finds a toolkit
+// (cuda_none.cpp otherwise). Host API only, linked with the static CUDA
+// runtime; the one kernel is in strided.cu.
+#include "meshstore/cuda.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "meshstore/cuda/strided.cuh"
+#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/memory.hpp"
+
+namespace meshstore {
+namespace cuda {
+
+bool built() noexcept { return true; }
+
+namespace {
+struct Probe {
+  Status status;
+  int count = 0;
+};
+const Probe& probe() {
+  static const Probe p = [] {
+    Probe out;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky, but clear it anyway
+      out.status = Status(Errc::unavailable, std::string("CUDA is not usable here: "
+                                                         "cudaGetDeviceCount: ") +
+                                                 cudaGetErrorString(e));
+      return out;
+    }
+    if (n == 0) {
+      out.status = Status(Errc::unavailable, "CUDA is not usable here: no CUDA device");
+      return out;
+    }
+    out.count = n;
+    return out;
+  }();
+  return p;
+}
+}  // namespace
+
+Status status() { return probe().status; }
+int device_count() { return probe().count; }
+
+}  // namespace cuda
+
+namespace internal::cuda {
+namespace {
+
+std::string error_text(const char* call, cudaError_t e) {
+  return std::string(call) + ": " + cudaGetErrorString(e);
+}
+
+// Makes `index` the calling thread's current device for a scope.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int index) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != index) ok_ = cudaSetDevice(index);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0 && ok_ == cudaSuccess) cudaSetDevice(previous_);
+  }
+  cudaError_t error() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t ok_ = cudaSuccess;
+};
+
+// Page-locked host buffers by size, reused by the next copy of the same
+// size: page-locking costs about as much as copying the memory once.
+// Process-wide and never destroyed (buffers may come back during exit);
+// at most kMaxIdle bytes wait in it.
+class PinnedPool {
+ public:
+  static PinnedPool& instance() {
+    static auto* pool = new PinnedPool();
+    return *pool;
+  }
+  std::shared_ptr<std::byte> take(std::size_t n) {
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(n);
+      if (it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+        idle_ -= n;
+      }
+    }
+    if (!p && cudaHostAlloc(&p, n, cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();
+      return internal::allocate_aligned(n);  // pageable: slower, still correct
+    }
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                      [this, n](std::byte* b) { give(n, b); });
+  }
+
+ private:
+  static constexpr std::size_t kMaxIdle = std::size_t{4} << 30;
+  void give(std::size_t n, void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (idle_ + n <= kMaxIdle) {
+        free_.emplace(n, p);
+        idle_ += n;
+        return;
+      }
+    }
+    cudaFreeHost(p);
+  }
+  std::mutex mu_;  // guards free_ and idle_
+  std::multimap<std::size_t, void*> free_;
+  std::size_t idle_ = 0;
+};
+
+Result<StridedLayout> layout_of(const TensorView& v) {
+  if (v.ndim() > kMaxStridedDims) {
+    return Status(Errc::unsupported, "a non-contiguous device view of " + std::to_string(v.ndim()) +
+                                         " dims (at most " + std::to_string(kMaxStridedDims) + ")");
+  }
+  StridedLayout l;
+  l.ndim = static_cast<int>(v.ndim());
+  l.numel = v.numel();
+  for (int d = 0; d < l.ndim; ++d) {
+    l.shape[d] = v.shape()[static_cast<std::size_t>(d)];
+    l.strides[d] = v.strides()[static_cast<std::size_t>(d)];
+  }
+  return l;
+}
+
+// Copies between device view `v` and contiguous memory `flat` (host or
+// device) on the calling thread's stream; `to_flat` packs v into flat.
+Status copy(const TensorView& v, void* flat, bool to_flat) {
+  const std::size_t n = v.nbytes();
+  if (n == 0) return Status();
+  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  DeviceScope scope(v.device().index);
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::invalid_argument, error_text("cudaSetDevice", scope.error()));
+  }
+  cudaStream_t stream = cudaStreamPerThread;
+  // Unified addressing: cudaMemcpyDefault tells host from device memory.
+  cudaError_t e = cudaSuccess;
+  if (v.is_contiguous()) {
+    e = to_flat ? cudaMemcpyAsync(flat, v.data(), n, cudaMemcpyDefault, stream)
+                : cudaMemcpyAsync(v.data(), flat, n, cudaMemcpyDefault, stream);
+    if (e != cudaSuccess) return Status(Errc::internal, error_text("cudaMemcpyAsync", e));
+  } else {
+    auto layout = layout_of(v);
+    if (!layout.ok()) return layout.status();
+    void* tmp = nullptr;
+    e = cudaMallocAsync(&tmp, n, stream);
+    if (e != cudaSuccess) {
+      return Status(Errc::out_of_capacity, error_text("cudaMallocAsync", e) + " (" +
+                                               std::to_string(n) +
+                                               " bytes to pack a non-contiguous view)");
+    }
+    const std::size_t elsize = dtype_size(v.dtype());
+    if (to_flat) {
+      e = launch_strided_copy(tmp, v.data(), *layout, elsize, true, stream);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(flat, tmp, n, cudaMemcpyDefault, stream);
+    } else {
+      e = cudaMemcpyAsync(tmp, flat, n, cudaMemcpyDefault, stream);
+      if (e == cudaSuccess) e = launch_strided_copy(tmp, v.data(), *layout, elsize, false, stream);
+    }
+    cudaFreeAsync(tmp, stream);
+    if (e != cudaSuccess) return Status(Errc::internal, error_text("strided device copy", e));
+  }
+  e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return Status(Errc::internal, error_text("cudaStreamSynchronize", e));
+  return Status();
+}
+
+}  // namespace
+
+Status check_device_view(const TensorView& view, const std::string& what) {
+  const std::string dev = view.device().to_string();
+  if (auto s = meshstore::cuda::status(); !s.ok()) {
+    return Status(s.code(), what + ": device " + dev + ": " + s.message());
+  }
+  const int count = meshstore::cuda::device_count();
+  if (view.device().index < 0 || view.device().index >= count) {
+    return Status(Errc::invalid_argument,
+                  what + ": device " + dev + " does not exist (this process sees " +
+                      std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
+  }
+  if (view.numel() == 0) return Status();  // no memory to check
+  cudaPointerAttributes a{};
+  const cudaError_t e = cudaPointerGetAttributes(&a, view.data());
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status(Errc::invalid_argument, what + ": " + error_text("cudaPointerGetAttributes", e));
+  }
+  char at[32];
+  std::snprintf(at, sizeof(at), "%p", view.data());
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+    return Status(Errc::invalid_argument, what + ": the memory at " + at +
+                                              " is not CUDA device memory (host memory, "
+                                              "or device memory already freed), yet the "
+                                              "view says " +
+                                              dev);
+  }
+  if (a.device != view.device().index) {
+    return Status(Errc::invalid_argument, what + ": the memory at " + at + " lies on cuda:" +
+                                              std::to_string(a.device) + ", the view says " + dev);
+  }
+  return Status();
+}
+
+std::shared_ptr<std::byte> pinned(std::size_t n) {
+  if (n == 0) n = 1;
+  if (!meshstore::cuda::status().ok()) return internal::allocate_aligned(n);
+  return PinnedPool::instance().take(n);
+}
+
+Status to_host(std::byte* dst, const TensorView& src) { return copy(src, dst, true); }
+
+Status to_device(const TensorView& dst, const std::byte* src) {
+  return copy(dst, const_cast<std::byte*>(src), false);
+}
+
+}  // namespace internal::cuda
+}  // namespace meshstore

@@ -1,0 +1,35 @@
+#pragma once
+// Moving tensors between CUDA device memory and host memory, for the
+// store's device paths (docs/gpu.md). Every function is safe to call in a
+// build without CUDA: it answers Errc::unavailable.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "meshstore/result.hpp"
+#include "meshstore/tensor.hpp"
+
+namespace meshstore::internal::cuda {
+
+/// Checks that device view `view` (device cuda:N) can be used: CUDA works
+/// here, device N exists, and the view's first byte is live device memory
+/// on device N (not freed, not host memory, not another device's). `what`
+/// names the view ("put 'w'"). Errc::unavailable when CUDA cannot be used,
+/// Errc::invalid_argument otherwise.
+Status check_device_view(const TensorView& view, const std::string& what);
+
+/// `n` bytes of page-locked host memory (the fast path for device copies)
+/// from a process-wide pool, given back to it when the last owner lets go;
+/// plain host memory when page-locked memory cannot be had. nullptr only
+/// when no memory at all can be had.
+std::shared_ptr<std::byte> pinned(std::size_t n);
+
+/// Copies the elements of device view `src` (any strides) into `dst`, host
+/// memory of src.nbytes() bytes, row-major. Returns when the bytes are there.
+Status to_host(std::byte* dst, const TensorView& src);
+
+/// Copies `src`, host memory holding dst.nbytes() bytes row-major, into
+/// device view `dst` (any strides). Returns when the bytes are there.
+Status to_device(const TensorView& dst, const std::byte* src);
+
+}  // namespace meshstore::internal::cuda

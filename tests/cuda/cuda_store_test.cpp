@@ -1,0 +1,334 @@
+// CUDA device tensors through the store (docs/gpu.md). Built when CMake
+// finds the CUDA toolkit; every test skips, naming the reason, where CUDA
+// cannot be used (no driver, no device).
+//
+// The binary is also its own peer process: `meshstore_cuda_tests --peer-get
+// ADDRESS KEY N` connects to the store at ADDRESS, reads KEY (N float32s)
+// into device memory and checks it holds 0.5 * i.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "meshstore/cuda.hpp"
+#include "meshstore/store.hpp"
+#include "testing/subprocess.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kWait;
+
+#define SKIP_WITHOUT_CUDA()                                            \
+  do {                                                                 \
+    if (auto s = cuda::status(); !s.ok()) GTEST_SKIP() << s.message(); \
+  } while (0)
+
+// Device memory for a test, freed at the end of its scope.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t n) : n_(n) {
+    if (cudaMalloc(&p_, n ? n : 1) != cudaSuccess) p_ = nullptr;
+  }
+  ~DeviceBuffer() { free(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  void free() {
+    if (p_) cudaFree(p_);
+    p_ = nullptr;
+  }
+  void upload(const void* src) const {
+    ASSERT_EQ(cudaMemcpy(p_, src, n_, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<std::uint8_t> download() const {
+    std::vector<std::uint8_t> out(n_);
+    EXPECT_EQ(cudaMemcpy(out.data(), p_, n_, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  TensorView view(DType d, Shape shape, Strides strides = {}, int device = 0) const {
+    return TensorView(p_, d, std::move(shape), std::move(strides), Device::cuda(device));
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_;
+};
+
+std::vector<std::uint8_t> random_bytes(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::uint8_t> out(n);
+  for (auto& b : out) b = static_cast<std::uint8_t>(rng());
+  return out;
+}
+
+// The store under test, with each transport the client may be forced to.
+class CudaStoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_CUDA();
+    StoreOptions o;
+    o.transport = GetParam();
+    auto s = Store::embedded(o);
+    if (!s.ok() && s.status().code() == Errc::unsupported) GTEST_SKIP() << s.status().message();
+    ASSERT_OK(s);
+    store_ = std::make_unique<Store>(std::move(s).value());
+  }
+  Store& store() { return *store_; }
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(CudaStoreTest, DeviceRoundTripsEveryDType) {
+  for (DType d : all_dtypes()) {
+    const std::string key = "dev/" + std::string(dtype_name(d));
+    const Shape shape{37, 29};  // odd sizes: no accidental alignment
+    const std::size_t n = 37 * 29 * dtype_size(d);
+    const auto bytes = random_bytes(n, static_cast<unsigned>(d) + 1);
+    DeviceBuffer src(n), dst(n);
+    src.upload(bytes.data());
+    ASSERT_OK(store().put(key, src.view(d, shape)).get(kWait)) << key;
+    ASSERT_OK(store().get_into(key, dst.view(d, shape)).get(kWait)) << key;
+    EXPECT_EQ(dst.download(), bytes) << key;
+    // The stored bytes are the device's, as a CPU reader sees them.
+    auto host = store().get(key).get(kWait);
+    ASSERT_OK(host);
+    EXPECT_EQ(std::memcmp(host->data(), bytes.data(), n), 0) << key;
+  }
+}
+
+TEST_P(CudaStoreTest, DeviceAndHostMix) {
+  const auto bytes = random_bytes(4096 * 4, 7);
+  // CPU in, GPU out.
+  ASSERT_OK(
+      store()
+          .put("h2d", TensorView(const_cast<std::uint8_t*>(bytes.data()), DType::float32, {4096}))
+          .get(kWait));
+  DeviceBuffer dst(bytes.size());
+  ASSERT_OK(store().get_into("h2d", dst.view(DType::float32, {4096})).get(kWait));
+  EXPECT_EQ(dst.download(), bytes);
+  // GPU in, CPU out (get_into and get).
+  DeviceBuffer src(bytes.size());
+  src.upload(bytes.data());
+  ASSERT_OK(store().put("d2h", src.view(DType::float32, {4096})).get(kWait));
+  std::vector<std::uint8_t> back(bytes.size());
+  ASSERT_OK(store().get_into("d2h", TensorView(back.data(), DType::float32, {4096})).get(kWait));
+  EXPECT_EQ(back, bytes);
+  // A batch with both kinds of destination.
+  std::vector<std::uint8_t> cpu_dst(bytes.size());
+  DeviceBuffer gpu_dst(bytes.size());
+  ASSERT_OK(store()
+                .get_into_batch({{"h2d", gpu_dst.view(DType::float32, {4096})},
+                                 {"d2h", TensorView(cpu_dst.data(), DType::float32, {4096})}})
+                .get(kWait));
+  EXPECT_EQ(gpu_dst.download(), bytes);
+  EXPECT_EQ(cpu_dst, bytes);
+}
+
+TEST_P(CudaStoreTest, NonContiguousDeviceViews) {
+  // A 64 x 48 float32 matrix on the device; its transpose is a strided view.
+  constexpr std::int64_t R = 64, C = 48;
+  std::vector<float> m(R * C);
+  std::iota(m.begin(), m.end(), 0.0f);
+  DeviceBuffer src(m.size() * 4);
+  src.upload(m.data());
+  const TensorView t = src.view(DType::float32, {C, R}, {1, C});  // transposed
+  ASSERT_FALSE(t.is_contiguous());
+  ASSERT_OK(store().put("t", t).get(kWait));
+  auto got = store().get("t").get(kWait);
+  ASSERT_OK(got);
+  ASSERT_EQ(got->shape(), (Shape{C, R}));
+  const float* g = got->data_as<float>();
+  for (std::int64_t i = 0; i < C; ++i) {
+    for (std::int64_t j = 0; j < R; ++j) ASSERT_EQ(g[i * R + j], m[j * C + i]) << i << "," << j;
+  }
+  // get_into a strided device destination: columns 8..23 of a 64 x 48
+  // buffer filled with -1; nothing outside them may change.
+  std::vector<float> cols(R * 16);
+  for (std::size_t i = 0; i < cols.size(); ++i) cols[i] = static_cast<float>(i) + 0.25f;
+  ASSERT_OK(store().put("cols", TensorView::of(cols.data(), {R, 16})).get(kWait));
+  std::vector<float> minus(R * C, -1.0f);
+  DeviceBuffer dst(minus.size() * 4);
+  dst.upload(minus.data());
+  auto narrowed = dst.view(DType::float32, {R, C}).narrow(1, 8, 16);
+  ASSERT_OK(narrowed);
+  ASSERT_OK(store().get_into("cols", *narrowed).get(kWait));
+  const auto raw = dst.download();
+  std::vector<float> after(R * C);
+  std::memcpy(after.data(), raw.data(), raw.size());
+  for (std::int64_t i = 0; i < R; ++i) {
+    for (std::int64_t j = 0; j < C; ++j) {
+      const float want = (j >= 8 && j < 24) ? cols[i * 16 + (j - 8)] : -1.0f;
+      ASSERT_EQ(after[i * C + j], want) << i << "," << j;
+    }
+  }
+}
+
+TEST_P(CudaStoreTest, StateDictsWithDeviceTensors) {
+  const auto a = random_bytes(1 << 20, 11), b = random_bytes(4096, 12);
+  DeviceBuffer da(a.size());
+  da.upload(a.data());
+  StateDict sd;
+  ASSERT_OK(sd.insert("a", da.view(DType::bfloat16, {512, 1024})));  // on the device
+  ASSERT_OK(sd.insert("b", TensorView(const_cast<std::uint8_t*>(b.data()), DType::uint8, {4096})));
+  ASSERT_OK(sd.insert("step", Value::int64(42)));
+  ASSERT_OK(store().put_state_dict("sd", sd).get(kWait));
+
+  DeviceBuffer ra(a.size()), rb(b.size());
+  StateDict into;
+  ASSERT_OK(into.insert("a", ra.view(DType::bfloat16, {512, 1024})));
+  ASSERT_OK(into.insert("b", rb.view(DType::uint8, {4096})));
+  ASSERT_OK(into.insert("step", Value::int64(0)));
+  ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
+  EXPECT_EQ(ra.download(), a);
+  EXPECT_EQ(rb.download(), b);
+  EXPECT_EQ(into.find("step")->value->as_int64(), 42);
+
+  // Versions: publish from the device, follow into the device.
+  ASSERT_OK(store().publish_state_dict("w", sd).get(kWait));
+  DeviceBuffer na(a.size()), nb(b.size());
+  StateDict next;
+  ASSERT_OK(next.insert("a", na.view(DType::bfloat16, {512, 1024})));
+  ASSERT_OK(next.insert("b", nb.view(DType::uint8, {4096})));
+  ASSERT_OK(next.insert("step", Value::int64(0)));
+  auto v = store().get_next_state_dict_into("w", next, 0, 30s).get(kWait);
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, 1u);
+  EXPECT_EQ(na.download(), a);
+  EXPECT_EQ(nb.download(), b);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CudaStoreTest,
+                         ::testing::Values("", "rpc", "tcp", "shm", "cma"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param.empty() ? std::string("chosen") : p.param;
+                         });
+
+class CudaErrorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_CUDA();
+    store_ = std::make_unique<Store>(Store::embedded().value());
+  }
+  Store& store() { return *store_; }
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(CudaErrorsTest, BadDeviceViewsAreRefusedAndNothingIsStored) {
+  DeviceBuffer buf(1024);
+  // A device that does not exist.
+  const int n = cuda::device_count();
+  EXPECT_ERROR(store().put("w", buf.view(DType::float32, {256}, {}, n)).get(kWait),
+               Errc::invalid_argument, "device cuda:" + std::to_string(n) + " does not exist");
+  // Host memory labelled as device memory.
+  std::vector<float> host(256);
+  EXPECT_ERROR(store()
+                   .put("w", TensorView(host.data(), DType::float32, {256}, {}, Device::cuda(0)))
+                   .get(kWait),
+               Errc::invalid_argument, "is not CUDA device memory");
+  // Freed device memory.
+  void* stale = buf.get();
+  buf.free();
+  EXPECT_ERROR(
+      store().put("w", TensorView(stale, DType::float32, {256}, {}, Device::cuda(0))).get(kWait),
+      Errc::invalid_argument, "is not CUDA device memory");
+  EXPECT_ERROR(store()
+                   .get_into("w", TensorView(stale, DType::float32, {256}, {}, Device::cuda(0)))
+                   .get(kWait),
+               Errc::invalid_argument, "get_into 'w'");
+  StateDict sd;
+  ASSERT_OK(sd.insert("x", TensorView(stale, DType::float32, {256}, {}, Device::cuda(0))));
+  EXPECT_ERROR(store().put_state_dict("sd", sd).get(kWait), Errc::invalid_argument,
+               "put_state_dict 'x'");
+  // None of it stored anything.
+  auto exists = store().exists("w").get(kWait);
+  ASSERT_OK(exists);
+  EXPECT_FALSE(*exists);
+  EXPECT_FALSE(*store().exists("sd").get(kWait));
+}
+
+TEST_F(CudaErrorsTest, AFailedReadLeavesTheDeviceDestinationUntouched) {
+  std::vector<float> ones(64, 1.0f);
+  DeviceBuffer dst(ones.size() * 4);
+  dst.upload(ones.data());
+  EXPECT_ERROR(store().get_into("ghost", dst.view(DType::float32, {64})).get(kWait),
+               Errc::not_found, "'ghost'");
+  std::vector<float> wrong(32);
+  ASSERT_OK(store().put("short", TensorView::of(wrong.data(), {32})).get(kWait));
+  EXPECT_ERROR(store().get_into("short", dst.view(DType::float32, {64})).get(kWait),
+               Errc::shape_mismatch, "'short'");
+  const auto raw = dst.download();
+  std::vector<float> after(64);
+  std::memcpy(after.data(), raw.data(), raw.size());
+  EXPECT_EQ(after, ones);
+}
+
+// Two processes: this one puts from its GPU into the store it hosts; the
+// peer (this binary, --peer-get) reads into its own GPU memory.
+TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
+  SKIP_WITHOUT_CUDA();
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  constexpr std::int64_t n = (std::int64_t{64} << 20) / 4;  // 64 MiB: several transport pieces
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i % 4096);
+  DeviceBuffer src(v.size() * 4);
+  src.upload(v.data());
+  ASSERT_OK(store->put("big", src.view(DType::float32, {n})).get(kWait));
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  for (const std::string transport : {"", "tcp"}) {
+    testing::Child peer(
+        {self, "--peer-get", store->address(), "big", std::to_string(n), transport});
+    ASSERT_TRUE(peer.wait(120s)) << peer.output();
+    EXPECT_EQ(peer.exit_code(), 0) << "transport '" << transport << "': " << peer.output();
+  }
+}
+
+int peer_get(const std::string& address, const std::string& key, std::int64_t n,
+             const std::string& transport) {
+  StoreOptions o;
+  o.transport = transport;
+  o.host_volumes = false;
+  auto store = Store::connect(address, o);
+  if (!store.ok()) {
+    std::fprintf(stderr, "peer: %s\n", store.status().to_string().c_str());
+    return 2;
+  }
+  DeviceBuffer dst(static_cast<std::size_t>(n) * 4);
+  if (auto s = store->get_into(key, dst.view(DType::float32, {n})).get(kWait); !s.ok()) {
+    std::fprintf(stderr, "peer: %s\n", s.status().to_string().c_str());
+    return 3;
+  }
+  const auto raw = dst.download();
+  const float* f = reinterpret_cast<const float*>(raw.data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (f[i] != 0.5f * static_cast<float>(i % 4096)) {
+      std::fprintf(stderr, "peer: element %lld is %f\n", static_cast<long long>(i), f[i]);
+      return 4;
+    }
+  }
+  store->close();
+  return 0;
+}
+
+}  // namespace
+}  // namespace meshstore
+
+int main(int argc, char** argv) {
+  if (argc >= 5 && std::string(argv[1]) == "--peer-get") {
+    return meshstore::peer_get(argv[2], argv[3], std::atoll(argv[4]), argc >= 6 ? argv[5] : "");
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
