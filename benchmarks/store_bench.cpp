@@ -1103,6 +1103,33 @@ int main(int argc, char** argv) {
   if (a.peer == "read") return run_reader(a);
   if (a.peer == "load") return run_loader(a);
   if (!a.peer.empty()) usage("unknown --peer role");
+  if (a.transport == "cuda-ipc") {
+    // GPU memory: cuda_bench (built with the CUDA toolkit) measures it
+    // against cudaMemcpy in the same run.
+    if (a.scenario != "single") usage("--transport cuda-ipc measures --scenario single only");
+    std::string exe(4096, '\0');
+    const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+    if (n <= 0) usage("cannot find this program's directory");
+    exe.resize(static_cast<std::size_t>(n));
+    const std::string cuda_bench = exe.substr(0, exe.rfind('/')) + "/cuda_bench";
+    std::vector<std::string> args{cuda_bench, "--transport", "cuda-ipc", "--bytes",
+                                  std::to_string(a.bytes) + "B"};
+    if (a.iters > 0) {
+      args.push_back("--iters");
+      args.push_back(std::to_string(a.iters));
+    }
+    if (a.json) args.push_back("--json");
+    if (a.smoke) args.push_back("--smoke");
+    std::vector<char*> argv2;
+    for (auto& s : args) argv2.push_back(s.data());
+    argv2.push_back(nullptr);
+    execv(cuda_bench.c_str(), argv2.data());
+    std::fprintf(stderr,
+                 "store_bench: --transport cuda-ipc runs %s, which this build lacks (%s): build "
+                 "with the CUDA toolkit (MESHSTORE_WITH_CUDA=AUTO finds /usr/local/cuda)\n",
+                 cuda_bench.c_str(), std::strerror(errno));
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
   if (a.smoke) {
     // Every scenario over the same-host and the cross-host data planes.

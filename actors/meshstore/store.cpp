@@ -110,10 +110,13 @@ struct DeviceStaging {
   std::unique_ptr<StateDict> sd;                        // a state dict's host stand-in
   StateDict* caller = nullptr;                          // whose values a get fills
   std::string what;
+  // The client's transport moves device memory itself (cuda-ipc): contiguous
+  // device views go to it as they are.
+  bool direct = false;
 
   // The host view a put sends for `v`.
   Result<TensorView> source(const TensorView& v, const std::string& name) {
-    if (!on_device(v)) return v;
+    if (!on_device(v) || (direct && v.is_contiguous())) return v;
     auto buf = internal::cuda::pinned(v.nbytes());
     if (!buf) return no_memory(v, name);
     if (auto s = internal::cuda::to_host(buf.get(), v); !s.ok()) {
@@ -124,7 +127,7 @@ struct DeviceStaging {
   }
   // The host view a get fills for `v`.
   Result<TensorView> target(const TensorView& v, const std::string& name) {
-    if (!on_device(v)) return v;
+    if (!on_device(v) || (direct && v.is_contiguous())) return v;
     auto buf = internal::cuda::pinned(v.nbytes());
     if (!buf) return no_memory(v, name);
     buffers.push_back(buf);
@@ -182,9 +185,10 @@ Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get) {
   return Status();
 }
 
-std::shared_ptr<DeviceStaging> staging(std::string what) {
+std::shared_ptr<DeviceStaging> staging(std::string what, bool direct = false) {
   auto st = std::make_shared<DeviceStaging>();
   st->what = std::move(what);
+  st->direct = direct;
   return st;
 }
 
@@ -293,6 +297,9 @@ std::shared_ptr<ManifestCache> make_manifest_cache();
 
 struct Store::Impl {
   StoreOptions options;
+  // The forced transport moves device memory (cuda-ipc): plain device puts
+  // and gets skip host staging.
+  bool device_direct = false;
   std::string host;
   // The interface this process's network data plane (tcp) listens on: the
   // one its control plane uses.
@@ -449,6 +456,9 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& opti
       }
       impl->options.transport = forced;
     }
+  }
+  if (auto f = transports::builtin_registry().find(impl->options.transport); f.ok()) {
+    impl->device_direct = f->capabilities.device_memory;
   }
   impl->host = resolve_host(options);
   impl->runtime = std::move(runtime).value();
@@ -621,7 +631,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
     return make_error_future<void>(s);
   if (auto s = check_view("put", call_items.front().first, tensor); !s.ok())
     return make_error_future<void>(s);
-  auto st = staging("put");
+  auto st = staging("put", impl_ && impl_->device_direct);
   auto host = st->source(tensor, call_items.front().first);
   if (!host.ok()) return make_error_future<void>(host.status());
   actors::PutCall call;
@@ -681,7 +691,7 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   for (auto& [k, v] : items) {
     if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
   }
-  auto st = staging("put_batch");
+  auto st = staging("put_batch", impl_ && impl_->device_direct);
   for (auto& [k, v] : items) {
     auto host = st->source(v, k);
     if (!host.ok()) return make_error_future<void>(host.status());
@@ -779,7 +789,7 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
       return make_error_future<void>(s);
   }
   if (call.keys.empty()) return make_ready_future();
-  auto st = staging(op);
+  auto st = staging(op, impl_ && impl_->device_direct);
   for (std::size_t i = 0; i < call.keys.size(); ++i) {
     auto host = st->target(call.dsts[i], call.keys[i]);
     if (!host.ok()) return make_error_future<void>(host.status());

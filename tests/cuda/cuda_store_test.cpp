@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -204,9 +205,11 @@ TEST_P(CudaStoreTest, StateDictsWithDeviceTensors) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CudaStoreTest,
-                         ::testing::Values("", "rpc", "tcp", "shm", "cma"),
+                         ::testing::Values("", "rpc", "tcp", "shm", "cma", "cuda-ipc"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
-                           return p.param.empty() ? std::string("chosen") : p.param;
+                           std::string name = p.param.empty() ? "chosen" : p.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
                          });
 
 class CudaErrorsTest : public ::testing::Test {
@@ -287,12 +290,63 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   ASSERT_GT(len, 0);
   self[len] = '\0';
-  for (const std::string transport : {"", "tcp"}) {
+  // The object is host memory (a put over shm stages it): every transport
+  // reads it, cuda-ipc straight from the mapping into the peer's GPU.
+  for (const std::string transport : {"", "tcp", "cuda-ipc"}) {
     testing::Child peer(
         {self, "--peer-get", store->address(), "big", std::to_string(n), transport});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
     EXPECT_EQ(peer.exit_code(), 0) << "transport '" << transport << "': " << peer.output();
   }
+}
+
+// Over cuda-ipc a device put stays in GPU memory of the volume's process;
+// a peer on the host reads it with one device-to-device copy through a
+// CUDA IPC handle. Transports that only reach host memory refuse it.
+TEST(CudaTwoProcesses, CudaIpcKeepsDeviceObjectsOnTheGpu) {
+  SKIP_WITHOUT_CUDA();
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  o.transport = "cuda-ipc";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  constexpr std::int64_t n = (std::int64_t{64} << 20) / 4;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i % 4096);
+  }
+  DeviceBuffer src(v.size() * 4);
+  src.upload(v.data());
+  // Twice: the second version is a new allocation with its own IPC handle.
+  ASSERT_OK(store->put("gpu", src.view(DType::float32, {n})).get(kWait));
+  ASSERT_OK(store->put("gpu", src.view(DType::float32, {n})).get(kWait));
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  {
+    testing::Child peer(
+        {self, "--peer-get", store->address(), "gpu", std::to_string(n), "cuda-ipc"});
+    ASSERT_TRUE(peer.wait(120s)) << peer.output();
+    EXPECT_EQ(peer.exit_code(), 0) << peer.output();
+  }
+  for (const std::string transport : {"tcp", "shm"}) {
+    testing::Child peer(
+        {self, "--peer-get", store->address(), "gpu", std::to_string(n), transport});
+    ASSERT_TRUE(peer.wait(120s)) << peer.output();
+    EXPECT_EQ(peer.exit_code(), 3) << transport << ": " << peer.output();
+    EXPECT_NE(peer.output().find("lives in GPU memory"), std::string::npos)
+        << transport << ": " << peer.output();
+  }
+  // In the volume's own process cuda-ipc uses the device pointer itself.
+  DeviceBuffer back(v.size() * 4);
+  ASSERT_OK(store->get_into("gpu", back.view(DType::float32, {n})).get(kWait));
+  std::vector<std::uint8_t> expect(v.size() * 4);
+  std::memcpy(expect.data(), v.data(), expect.size());
+  EXPECT_EQ(back.download(), expect);
+  auto host = store->get("gpu").get(kWait);
+  ASSERT_OK(host);
+  EXPECT_EQ(std::memcmp(host->data(), v.data(), expect.size()), 0);
 }
 
 int peer_get(const std::string& address, const std::string& key, std::int64_t n,

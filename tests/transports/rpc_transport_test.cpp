@@ -141,10 +141,21 @@ TEST(TransportRegistry, RejectsDuplicatesAndNamesWhatItHas) {
   TransportFactory nameless;
   EXPECT_ERROR(reg.add(nameless), Errc::invalid_argument, "empty");
   EXPECT_ERROR(reg.find("carrier-pigeon"), Errc::not_found, "built: rpc");
-  // Built-in transports, best first: shm and cma on one host, rdma (when
-  // built) and tcp across hosts, rpc everywhere.
+  // Built-in transports, best first: shm, cuda-ipc (when built: below shm,
+  // so asked for by name) and cma on one host, rdma (when built) and tcp
+  // across hosts, rpc everywhere.
   auto names = builtin_registry().names();
-  names.erase(std::remove(names.begin(), names.end(), "rdma"), names.end());
+  const auto optional = [&](const std::string& n) {
+    names.erase(std::remove(names.begin(), names.end(), n), names.end());
+  };
+  const auto at = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) - names.begin();
+  };
+  if (std::find(names.begin(), names.end(), "cuda-ipc") != names.end()) {
+    EXPECT_EQ(at("cuda-ipc"), at("shm") + 1);
+  }
+  optional("rdma");
+  optional("cuda-ipc");
   EXPECT_EQ(names, (std::vector<std::string>{"shm", "cma", "tcp", "rpc"}));
 }
 

@@ -4,6 +4,7 @@
 // bytes in and out of them), and the store forced onto each transport, so
 // every user-visible tensor shape goes through every byte path.
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -21,7 +22,12 @@ namespace {
 using testing::kWait;
 using namespace std::chrono_literals;
 
-std::string param_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+// A test-name-safe transport name ("cuda-ipc" -> "cuda_ipc").
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 void fill(std::vector<std::byte>& v, unsigned seed) {
   std::mt19937 gen(seed);

@@ -9,6 +9,7 @@
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/placement.hpp"
 #include "meshstore/transports/copy_engine.hpp"
@@ -523,13 +524,25 @@ void handle_put(client_pointer self, PutCall call) {
     }
     std::vector<wire::StageRequest> reqs;
     std::uint64_t total = 0;
-    for (const auto& item : op->call.items) total += item.view.nbytes();
+    bool device = false;  // device views come only over cuda-ipc (Store stages the rest)
+    for (const auto& item : op->call.items) {
+      total += item.view.nbytes();
+      if (item.view.device().type == DeviceType::cuda) device = true;
+    }
+    if (device && !op->conn->transport->capabilities().device_memory) {
+      return op->fail(
+          Status(Errc::unsupported, "a device tensor needs the cuda-ipc transport, and volume '" +
+                                        op->conn->info.volume_id + "' is reached over " +
+                                        std::string(op->conn->transport->name())));
+    }
     // Small calls carry their bytes in the stage request: no transfer.
-    const bool inline_data = total <= wire::kInlineBytes;
+    const bool inline_data = total <= wire::kInlineBytes && !device;
     for (const auto& item : op->call.items) {
       wire::StageRequest r;
       r.key = item.key;
       r.nbytes = item.view.nbytes();
+      // cuda-ipc: a device tensor's object goes to the same GPU of the volume.
+      if (item.view.device().type == DeviceType::cuda) r.device = item.view.device().index;
       if (inline_data) {
         r.has_data = true;
         r.data.resize(r.nbytes);
@@ -993,6 +1006,13 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                   if (const auto& b = targets[i].box) {
                     copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
                              targets[i].dst, b->to, b->region, b->elsize);
+                  } else if (c->transport->capabilities().device_memory) {
+                    // cuda-ipc: the destination may be device memory.
+                    if (auto s = internal::cuda::copy_bytes(targets[i].dst, lease.data[i].data(),
+                                                            targets[i].nbytes);
+                        !s.ok()) {
+                      return (void)promise->set_error(s);
+                    }
                   } else {
                     std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
                   }
@@ -1214,6 +1234,14 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
                                      ? *op->call.slices[i]
                                      : TensorSlice::full(rec.shape);
         std::byte* dst = nullptr;
+        if (op->call.mode == GetMode::into && op->call.dsts[i].device().type == DeviceType::cuda) {
+          // Boxes are cut out of their shards by host copies.
+          return op->fail_named(Status(
+              Errc::unsupported, "'" + op->call.keys[i] +
+                                     "' is stored in shards: reading it straight into GPU "
+                                     "memory over cuda-ipc is not supported yet (read it with "
+                                     "another transport, which stages through host memory)"));
+        }
         if (op->call.mode == GetMode::into) {
           auto at = contiguous_target(op->call.dsts[i], op->unpack);
           if (!at.ok()) return op->fail(at.status());

@@ -9,6 +9,7 @@
 
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -140,12 +141,27 @@ struct VolumeState {
     return m;
   }
 
+  // Device memory on GPU `device` from the first server that holds it
+  // (cuda-ipc); never pooled: a device region must not serve a host stage.
+  Result<transports::RegionMemory> device_memory(std::uint64_t nbytes, int device) {
+    Status why(Errc::unsupported,
+               "no transport of this volume holds GPU memory (cuda-ipc is "
+               "not offered: a build without CUDA, or no usable GPU)");
+    for (auto& s : servers) {
+      auto m = s->allocate_device(nbytes, device);
+      if (m.ok()) return m;
+      if (m.status().code() != Errc::unsupported) return m.status();
+    }
+    return why;
+  }
+
   // A new object's region (not yet in `objects`); `reusable` tells its
-  // deleter whether to pool the memory.
-  Result<StoredObject> allocate(std::uint64_t id, std::uint64_t nbytes) {
-    auto fresh = fresh_memory(nbytes);
+  // deleter whether to pool the memory. `device` >= 0: device memory.
+  Result<StoredObject> allocate(std::uint64_t id, std::uint64_t nbytes, int device = -1) {
+    auto fresh = device >= 0 ? device_memory(nbytes, device) : fresh_memory(nbytes);
     if (!fresh.ok()) return fresh.status();
     transports::RegionMemory memory = std::move(fresh).value();
+    const int on_device = memory.device;
     std::byte* data = memory.memory.get();
     std::string segment = memory.segment;
     const std::uint64_t segment_offset = memory.segment_offset;
@@ -166,6 +182,8 @@ struct VolumeState {
     StoredObject object;
     object.region = std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
                                                          std::move(segment), segment_offset);
+    object.region->set_device(on_device);
+    if (on_device >= 0) reusable->store(false);
     object.reusable = std::move(reusable);
     return object;
   }
@@ -235,7 +253,7 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
   std::vector<std::uint64_t> staged;
   for (const auto& r : reqs) {
     const auto id = st.next_object_id++;
-    auto allocated = st.allocate(id, r.nbytes);
+    auto allocated = st.allocate(id, r.nbytes, r.device);
     if (!allocated.ok()) {
       for (auto s : staged) st.drop(s, true);  // all or nothing
       return allocated.status().with_context("volume '" + st.config.volume_id +
@@ -251,9 +269,17 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                                                 std::to_string(r.data.size()) + " bytes for " +
                                                 std::to_string(r.nbytes) + " announced");
       }
-      std::memcpy(region->data(), r.data.data(), r.nbytes);
+      if (region->device() >= 0) {
+        if (auto s = internal::cuda::copy_bytes(region->data(), r.data.data(), r.nbytes); !s.ok()) {
+          for (auto id2 : staged) st.drop(id2, true);
+          return s.with_context("stage '" + r.key + "'");
+        }
+      } else {
+        std::memcpy(region->data(), r.data.data(), r.nbytes);
+      }
     }
     wire::RegionRef ref{id, r.nbytes, region->segment(), region->segment_offset()};
+    ref.device = region->device();
     if (auto s = st.describe(*region, ref); !s.ok()) {
       for (auto id2 : staged) st.drop(id2, true);
       return s.with_context("volume '" + st.config.volume_id + "': stage '" + r.key + "'");
@@ -382,6 +408,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           const auto& region = it->second.region;
           lease.regions.push_back(
               wire::RegionRef{id, region->size(), region->segment(), region->segment_offset()});
+          lease.regions.back().device = region->device();
           if (auto s = st.describe(*region, lease.regions.back()); !s.ok()) {
             return to_caf_error(s.with_context("volume '" + st.config.volume_id + "': open_read"));
           }
@@ -392,7 +419,18 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           // Small: answer with the bytes, pin nothing (copied in this handler,
           // so no release can tear them).
           for (const auto& region : pinned) {
-            lease.data.emplace_back(reinterpret_cast<const char*>(region->data()), region->size());
+            if (region->device() < 0) {
+              lease.data.emplace_back(reinterpret_cast<const char*>(region->data()),
+                                      region->size());
+              continue;
+            }
+            std::string bytes(region->size(), '\0');
+            if (auto s = internal::cuda::copy_bytes(bytes.data(), region->data(), bytes.size());
+                !s.ok()) {
+              return to_caf_error(
+                  s.with_context("volume '" + st.config.volume_id + "': open_read"));
+            }
+            lease.data.push_back(std::move(bytes));
           }
           return lease;
         }

@@ -225,6 +225,25 @@ std::shared_ptr<std::byte> pinned(std::size_t n) {
 
 Status to_host(std::byte* dst, const TensorView& src) { return copy(src, dst, true); }
 
+Status copy_bytes(void* dst, const void* src, std::size_t n) {
+  if (n == 0) return Status();
+  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, cudaStreamPerThread);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
+  if (e != cudaSuccess) return Status(Errc::internal, error_text("cudaMemcpyAsync", e));
+  return Status();
+}
+
+bool is_device_pointer(const void* p) {
+  if (!p || !meshstore::cuda::status().ok()) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 Status to_device(const TensorView& dst, const std::byte* src) {
   return copy(dst, const_cast<std::byte*>(src), false);
 }

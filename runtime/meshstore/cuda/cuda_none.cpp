@@ -29,6 +29,8 @@ Status check_device_view(const TensorView& view, const std::string& what) {
 std::shared_ptr<std::byte> pinned(std::size_t n) { return internal::allocate_aligned(n ? n : 1); }
 
 Status to_host(std::byte*, const TensorView&) { return meshstore::cuda::status(); }
+Status copy_bytes(void*, const void*, std::size_t) { return meshstore::cuda::status(); }
+bool is_device_pointer(const void*) { return false; }
 Status to_device(const TensorView&, const std::byte*) { return meshstore::cuda::status(); }
 
 }  // namespace internal::cuda

@@ -28,6 +28,14 @@ std::shared_ptr<std::byte> pinned(std::size_t n);
 /// memory of src.nbytes() bytes, row-major. Returns when the bytes are there.
 Status to_host(std::byte* dst, const TensorView& src);
 
+/// Copies `n` bytes from `src` to `dst`, each host or device memory (the
+/// runtime tells which). Returns when the bytes are there.
+Status copy_bytes(void* dst, const void* src, std::size_t n);
+
+/// True when `p` is CUDA device (or managed) memory; false for host memory,
+/// and always false where CUDA cannot be used.
+bool is_device_pointer(const void* p);
+
 /// Copies `src`, host memory holding dst.nbytes() bytes row-major, into
 /// device view `dst` (any strides). Returns when the bytes are there.
 Status to_device(const TensorView& dst, const std::byte* src);

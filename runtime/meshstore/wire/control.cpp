@@ -91,11 +91,13 @@ void to_proto(const RegionRef& x, pb::RegionRef* p) {
   p->set_segment_offset(x.segment_offset);
   p->set_address(x.address);
   p->set_rkey(x.rkey);
+  p->set_ipc_handle(x.ipc_handle);
+  p->set_device_plus_one(x.device + 1);
 }
 
 RegionRef from_proto(const pb::RegionRef& p) {
-  return RegionRef{p.region_id(),      p.nbytes(),  p.segment(),
-                   p.segment_offset(), p.address(), p.rkey()};
+  return RegionRef{p.region_id(), p.nbytes(), p.segment(),    p.segment_offset(),
+                   p.address(),   p.rkey(),   p.ipc_handle(), p.device_plus_one() - 1};
 }
 
 }  // namespace
@@ -124,6 +126,7 @@ std::string encode(const StageRequest& x) {
   p.set_nbytes(x.nbytes);
   p.set_has_data(x.has_data);
   if (x.has_data) p.set_data(x.data);
+  p.set_device_plus_one(x.device + 1);
   return serialize(p);
 }
 
@@ -134,6 +137,7 @@ Status decode(const std::string& bytes, StageRequest& x) {
   x.nbytes = p.nbytes();
   x.has_data = p.has_data();
   x.data = p.data();
+  x.device = p.device_plus_one() - 1;
   if (x.has_data && x.data.size() != x.nbytes) {
     return malformed("StageRequest", "inline data of " + std::to_string(x.data.size()) +
                                          " bytes for " + std::to_string(x.nbytes) + " announced");

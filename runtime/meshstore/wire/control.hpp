@@ -68,6 +68,9 @@ struct StageRequest {
   /// fills the object at once and no transport write follows.
   bool has_data = false;
   std::string data;
+  /// cuda-ipc: the object's memory is to be device memory on this GPU of
+  /// the volume (-1: host memory).
+  int device = -1;
 };
 
 /// A memory region of a volume; its id is also the stored object's id.
@@ -84,6 +87,11 @@ struct RegionRef {
   std::uint64_t address = 0;
   /// rdma: the remote key of the region's memory registration.
   std::uint64_t rkey = 0;
+  /// cuda-ipc: the CUDA IPC handle of the region's device memory.
+  std::string ipc_handle;
+  /// The GPU of the volume holding the region's memory; -1 for host memory
+  /// (only cuda-ipc reaches device regions).
+  int device = -1;
 };
 
 /// Objects pinned for reading until close_read(lease_id); or, for a small

@@ -8,6 +8,9 @@
 #if MESHSTORE_HAVE_RDMA
 #include "meshstore/transports/rdma/rdma_transport.hpp"
 #endif
+#if MESHSTORE_HAVE_CUDA
+#include "meshstore/transports/cuda/cuda_ipc_transport.hpp"
+#endif
 
 namespace meshstore::transports {
 
@@ -20,6 +23,9 @@ TransportRegistry& builtin_registry() {
     (void)r->add(cma::cma_factory());
 #if MESHSTORE_HAVE_RDMA
     (void)r->add(rdma::rdma_factory());
+#endif
+#if MESHSTORE_HAVE_CUDA
+    (void)r->add(cuda_ipc::cuda_ipc_factory());
 #endif
     return r;
   }();

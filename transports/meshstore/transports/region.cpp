@@ -22,6 +22,14 @@ Status check_range(std::uint64_t id, std::uint64_t size, std::uint64_t offset, s
                                         " bytes");
 }
 
+Status device_region_error(std::uint64_t id, int device, const std::string& op) {
+  return Status(Errc::unsupported,
+                op + ": region " + std::to_string(id) +
+                    " lives in GPU memory (cuda:" + std::to_string(device) +
+                    " of its volume: it was put over cuda-ipc); only the cuda-ipc transport, "
+                    "on the volume's host, reads it");
+}
+
 Result<std::shared_ptr<Region>> RegionTable::checked(std::uint64_t id, std::uint64_t offset,
                                                      std::uint64_t length,
                                                      const std::string& op) const {
@@ -31,6 +39,7 @@ Result<std::shared_ptr<Region>> RegionTable::checked(std::uint64_t id, std::uint
                                        " does not exist (released or never staged)");
   }
   MESHSTORE_RETURN_IF_ERROR(check_range(id, region->size(), offset, length, op));
+  if (region->device() >= 0) return device_region_error(id, region->device(), op);
   return region;
 }
 

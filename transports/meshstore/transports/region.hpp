@@ -20,6 +20,8 @@ struct RegionMemory {
   std::string segment;
   /// Where `memory` starts inside `segment`.
   std::uint64_t segment_offset = 0;
+  /// The GPU whose device memory `memory` is (cuda-ipc), -1 for host memory.
+  int device = -1;
 };
 
 /// Where a volume's region memory comes from when a transport needs it in a
@@ -60,6 +62,10 @@ class Region {
   /// The shared-memory segment holding the bytes, "" for process memory.
   const std::string& segment() const noexcept { return segment_; }
   std::uint64_t segment_offset() const noexcept { return segment_offset_; }
+  /// The GPU holding the bytes (device memory: only cuda-ipc touches it),
+  /// -1 for host memory.
+  int device() const noexcept { return device_; }
+  void set_device(int device) noexcept { device_ = device; }
 
  private:
   std::uint64_t id_;
@@ -67,6 +73,7 @@ class Region {
   std::size_t nbytes_;
   std::string segment_;
   std::uint64_t segment_offset_ = 0;
+  int device_ = -1;
 };
 
 /// Errc::out_of_range unless [offset, offset + length) lies inside region
@@ -78,16 +85,21 @@ Status check_range(std::uint64_t id, std::uint64_t size, std::uint64_t offset, s
 /// The regions of one volume, by id, as its transport endpoints see them.
 /// Holds weak references: a region the volume released and no lease pins is
 /// gone, and find() says so. Thread-safe.
+/// Errc::unsupported naming device region `id` (on GPU `device`), which
+/// transport operation `op` cannot touch.
+Status device_region_error(std::uint64_t id, int device, const std::string& op);
+
 class RegionTable {
  public:
   /// Makes `region` findable by its id.
   void add(const std::shared_ptr<Region>& region);
   /// The live region with `id`, or nullptr.
   std::shared_ptr<Region> find(std::uint64_t id) const;
-  /// The live region with `id` when [offset, offset + length) lies inside
-  /// it: what a transport server checks before touching bytes. `op` names
-  /// the operation in the message. Errc::not_found when the region is gone,
-  /// Errc::out_of_range when the bytes leave it.
+  /// The live host-memory region with `id` when [offset, offset + length)
+  /// lies inside it: what a transport server checks before touching bytes.
+  /// `op` names the operation in the message. Errc::not_found when the
+  /// region is gone, Errc::out_of_range when the bytes leave it,
+  /// Errc::unsupported when it is device memory (only cuda-ipc moves that).
   Result<std::shared_ptr<Region>> checked(std::uint64_t id, std::uint64_t offset,
                                           std::uint64_t length, const std::string& op) const;
   /// Forgets entries whose region is gone.

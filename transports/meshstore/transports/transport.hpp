@@ -100,6 +100,13 @@ class TransportServer {
   /// Where the volume must allocate region memory for this transport to
   /// reach it (shm: shared memory), or nullptr when any memory will do.
   virtual std::shared_ptr<RegionAllocator> allocator() const { return nullptr; }
+  /// Device memory for a region on GPU `device` of the volume's process
+  /// (cuda-ipc); Errc::unsupported from transports that cannot serve it.
+  virtual Result<RegionMemory> allocate_device(std::size_t nbytes, int device) {
+    (void)nbytes;
+    return Status(Errc::unsupported, std::string(name()) + " cannot hold GPU memory (cuda:" +
+                                         std::to_string(device) + ")");
+  }
   /// One-sided transports: fills in what a client needs to reach `region`
   /// directly (its address; rdma: the key of its registration) in the
   /// descriptor `ref` the volume is about to send. The volume calls it for

@@ -89,6 +89,7 @@ class CmaServer final : public TransportServer {
   std::string_view name() const noexcept override { return "cma"; }
   EndpointInfo endpoint() const override { return endpoint_; }
   Status describe(const Region& region, wire::RegionRef& ref) override {
+    if (region.device() >= 0) return Status();  // GPU memory: cuda-ipc's to describe
     ref.address = reinterpret_cast<std::uint64_t>(region.data());
     return Status();
   }
@@ -124,6 +125,14 @@ class CmaTransport final : public Transport {
  private:
   Future<void> transfer(bool write, const wire::RegionRef& ref, std::uint64_t offset,
                         std::byte* local, std::size_t n) {
+    if (ref.device >= 0) {
+      return make_error_future<void>(
+          device_region_error(ref.region_id, ref.device, write ? "cma write" : "cma read"));
+    }
+    return transfer_host(write, ref, offset, local, n);
+  }
+  Future<void> transfer_host(bool write, const wire::RegionRef& ref, std::uint64_t offset,
+                             std::byte* local, std::size_t n) {
     const char* what = write ? "cma write" : "cma read";
     auto pieces = one_sided::plan(ref, offset, local, n, kChunk, what);
     if (!pieces.ok()) return make_error_future<void>(pieces.status());

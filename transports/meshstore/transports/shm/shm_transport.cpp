@@ -150,6 +150,7 @@ class ShmTransport final : public Transport {
 
   Result<std::shared_ptr<std::byte>> map_read_only(const wire::RegionRef& ref) override {
     const std::string where = "shm view of region " + std::to_string(ref.region_id);
+    if (ref.device >= 0) return device_region_error(ref.region_id, ref.device, "shm view");
     if (ref.segment.empty()) {
       return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
     }
@@ -179,6 +180,7 @@ class ShmTransport final : public Transport {
                                                                  std::uint64_t offset,
                                                                  std::size_t n, const char* op) {
     MESHSTORE_RETURN_IF_ERROR(check_range(ref.region_id, ref.nbytes, offset, n, op));
+    if (ref.device >= 0) return device_region_error(ref.region_id, ref.device, op);
     const std::string where = std::string(op) + " of region " + std::to_string(ref.region_id);
     if (ref.segment.empty()) {
       return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");

@@ -1,0 +1,297 @@
+#include "meshstore/transports/cuda/cuda_ipc_transport.hpp"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "meshstore/cuda.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/transports/host_identity.hpp"
+#include "meshstore/transports/shm/shm_transport.hpp"
+
+namespace meshstore::transports::cuda_ipc {
+namespace {
+
+std::string uid_tag() { return "uid=" + std::to_string(geteuid()); }
+
+std::string cuda_error(const char* call, cudaError_t e) {
+  return std::string(call) + ": " + cudaGetErrorString(e);
+}
+
+// Makes `device` the calling thread's current GPU for a scope.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) error_ = cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0 && error_ == cudaSuccess) cudaSetDevice(previous_);
+  }
+  cudaError_t error() const { return error_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t error_ = cudaSuccess;
+};
+
+// The volume's side: allocates device regions and describes them by their
+// IPC handle (and, for a client in this very process, their address).
+class CudaIpcServer final : public TransportServer {
+ public:
+  CudaIpcServer() {
+    endpoint_.transport = "cuda-ipc";
+    endpoint_.address = "pid=" + std::to_string(getpid()) + ";" + uid_tag();
+    endpoint_.host_id = host_identity();
+  }
+  std::string_view name() const noexcept override { return "cuda-ipc"; }
+  EndpointInfo endpoint() const override { return endpoint_; }
+
+  Result<RegionMemory> allocate_device(std::size_t nbytes, int device) override {
+    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+    const int count = meshstore::cuda::device_count();
+    if (device < 0 || device >= count) {
+      return Status(Errc::invalid_argument, "cuda:" + std::to_string(device) +
+                                                " does not exist in the volume's process (" +
+                                                std::to_string(count) + " GPU(s) visible there)");
+    }
+    DeviceScope scope(device);
+    if (scope.error() != cudaSuccess) {
+      return Status(Errc::unavailable, cuda_error("cudaSetDevice", scope.error()));
+    }
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, nbytes == 0 ? 1 : nbytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Status(Errc::out_of_capacity, cuda_error("cudaMalloc", e) + " (" +
+                                               std::to_string(nbytes) +
+                                               " bytes on cuda:" + std::to_string(device) + ")");
+    }
+    RegionMemory m;
+    m.memory = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [device](std::byte* q) {
+      DeviceScope s(device);
+      cudaFree(q);  // at exit the runtime may be gone: nothing to do then
+    });
+    m.device = device;
+    return m;
+  }
+
+  Status describe(const Region& region, wire::RegionRef& ref) override {
+    if (region.device() < 0) return Status();  // host memory: shm describes it
+    cudaIpcMemHandle_t handle;
+    const cudaError_t e = cudaIpcGetMemHandle(&handle, region.data());
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Status(Errc::internal, cuda_error("cudaIpcGetMemHandle", e) + " (region " +
+                                        std::to_string(region.id()) + ")");
+    }
+    ref.ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    ref.address = reinterpret_cast<std::uint64_t>(region.data());
+    ref.device = region.device();
+    return Status();
+  }
+  void shutdown() override {}
+
+ private:
+  EndpointInfo endpoint_;
+};
+
+// Device memory of other processes, opened through IPC handles: one
+// opening per allocation (a handle names one), kept for the next transfer
+// of the same object, least recently used closed first. A transfer holds
+// its opening, so closing never pulls memory from under a copy.
+class OpenedHandles {
+ public:
+  static constexpr std::size_t kMax = 256;
+  ~OpenedHandles() = default;  // the shared_ptrs close what they opened
+
+  Result<std::shared_ptr<std::byte>> open(const std::string& handle, int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(handle);
+    if (it != map_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.pos);
+      return it->second.memory;
+    }
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof(h));
+    DeviceScope scope(device);
+    if (scope.error() != cudaSuccess) {
+      return Status(Errc::unavailable, cuda_error("cudaSetDevice", scope.error()));
+    }
+    void* p = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return Status(Errc::unavailable, cuda_error("cudaIpcOpenMemHandle", e) +
+                                           " (cuda:" + std::to_string(device) + ")");
+    }
+    std::shared_ptr<std::byte> memory(static_cast<std::byte*>(p),
+                                      [](std::byte* q) { cudaIpcCloseMemHandle(q); });
+    lru_.push_front(handle);
+    map_.emplace(handle, Entry{memory, lru_.begin()});
+    while (map_.size() > kMax) {
+      map_.erase(lru_.back());
+      lru_.pop_back();
+    }
+    return memory;
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<std::byte> memory;
+    std::list<std::string>::iterator pos;
+  };
+  std::mutex mu_;  // guards map_ and lru_
+  std::unordered_map<std::string, Entry> map_;
+  std::list<std::string> lru_;
+};
+
+class CudaIpcTransport final : public Transport {
+ public:
+  CudaIpcTransport(std::unique_ptr<Transport> shm, bool same_process)
+      : shm_(std::move(shm)), same_process_(same_process) {}
+
+  std::string_view name() const noexcept override { return "cuda-ipc"; }
+  Capabilities capabilities() const noexcept override {
+    Capabilities c;
+    c.one_sided = true;
+    c.same_host_only = true;
+    c.device_memory = true;
+    c.maps_memory = true;  // host objects, as shm maps them
+    return c;
+  }
+
+  // Device objects: one copy from wherever `src` is (the runtime tells GPU
+  // from host memory). Host objects: as shm, unless `src` is GPU memory.
+  Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
+                     std::size_t n) override {
+    return transfer(dst, offset, const_cast<std::byte*>(src), n, true);
+  }
+  Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
+                    std::size_t n) override {
+    return transfer(src, offset, dst, n, false);
+  }
+
+  Result<std::shared_ptr<std::byte>> map_read_only(const wire::RegionRef& ref) override {
+    if (ref.device >= 0) return unmappable(ref);
+    return shm_->map_read_only(ref);
+  }
+  Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& ref) override {
+    if (ref.device >= 0) return unmappable(ref);
+    return shm_->map_writable(ref);
+  }
+
+ private:
+  static Status unmappable(const wire::RegionRef& ref) {
+    return Status(Errc::unsupported, "cuda-ipc: region " + std::to_string(ref.region_id) +
+                                         " is GPU memory (cuda:" + std::to_string(ref.device) +
+                                         "), which cannot be mapped into host memory");
+  }
+
+  Future<void> transfer(const wire::RegionRef& ref, std::uint64_t offset, std::byte* local,
+                        std::size_t n, bool write) {
+    const char* op = write ? "cuda-ipc write" : "cuda-ipc read";
+    if (auto s = check_range(ref.region_id, ref.nbytes, offset, n, op); !s.ok()) {
+      return make_error_future<void>(s);
+    }
+    if (ref.device >= 0) {
+      auto memory = device_memory(ref);
+      if (!memory.ok()) return make_error_future<void>(memory.status().with_context(op));
+      std::byte* remote = memory->get() + offset;
+      return done(write ? internal::cuda::copy_bytes(remote, local, n)
+                        : internal::cuda::copy_bytes(local, remote, n),
+                  op);
+    }
+    if (n > 0 && internal::cuda::is_device_pointer(local)) {
+      // GPU memory to or from a host object: one copy through its mapping.
+      auto mapped = shm_->map_writable(ref);
+      if (!mapped.ok()) return make_error_future<void>(mapped.status().with_context(op));
+      std::byte* remote = mapped->get() + offset;
+      return done(write ? internal::cuda::copy_bytes(remote, local, n)
+                        : internal::cuda::copy_bytes(local, remote, n),
+                  op);
+    }
+    return write ? shm_->write(ref, offset, local, n) : shm_->read(ref, offset, local, n);
+  }
+
+  static Future<void> done(const Status& s, const char* op) {
+    if (!s.ok()) return make_error_future<void>(s.with_context(op));
+    return make_ready_future();
+  }
+
+  // The object's device memory in this process: the volume's own pointer
+  // when it lives here (a process cannot open its own IPC handles), else
+  // the opened handle.
+  Result<std::shared_ptr<std::byte>> device_memory(const wire::RegionRef& ref) {
+    if (same_process_) {
+      if (ref.address == 0) return Status(Errc::protocol_error, "device region without address");
+      return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(ref.address),
+                                        [](std::byte*) {});
+    }
+    if (ref.ipc_handle.size() != sizeof(cudaIpcMemHandle_t)) {
+      return Status(Errc::protocol_error, "device region " + std::to_string(ref.region_id) +
+                                              " came without a CUDA IPC handle");
+    }
+    return handles_.open(ref.ipc_handle, ref.device);
+  }
+
+  std::unique_ptr<Transport> shm_;
+  const bool same_process_;
+  OpenedHandles handles_;
+};
+
+// The pid and uid tags of a cuda-ipc endpoint address ("pid=P;uid=U").
+std::pair<std::string, std::string> tags(const std::string& address) {
+  const auto semi = address.find(';');
+  if (semi == std::string::npos) return {address, ""};
+  return {address.substr(0, semi), address.substr(semi + 1)};
+}
+
+}  // namespace
+
+TransportFactory cuda_ipc_factory() {
+  TransportFactory f;
+  f.name = "cuda-ipc";
+  // Below shm: automatic selection keeps shm (device tensors then stage
+  // through host memory); StoreOptions::transport = "cuda-ipc" asks for it.
+  f.priority = 19;
+  f.capabilities.one_sided = true;
+  f.capabilities.same_host_only = true;
+  f.capabilities.device_memory = true;
+  f.capabilities.maps_memory = true;
+  f.available = [] { return meshstore::cuda::status(); };
+  f.make_server = [](const ServerContext&) -> Result<std::unique_ptr<TransportServer>> {
+    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+    return std::unique_ptr<TransportServer>(std::make_unique<CudaIpcServer>());
+  };
+  f.make_client = [](const ClientContext& ctx,
+                     const EndpointInfo& ep) -> Result<std::unique_ptr<Transport>> {
+    if (ep.transport != "cuda-ipc") {
+      return Status(Errc::invalid_argument, "cuda-ipc client: not a cuda-ipc endpoint");
+    }
+    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+    EndpointInfo host = ep;
+    host.transport = "shm";  // host objects: the shm client
+    auto shm = shm::shm_factory().make_client(ctx, host);
+    if (!shm.ok()) return shm.status();
+    const bool same_process = tags(ep.address).first == "pid=" + std::to_string(getpid());
+    return std::unique_ptr<Transport>(
+        std::make_unique<CudaIpcTransport>(std::move(shm).value(), same_process));
+  };
+  f.can_serve = [](const EndpointInfo& ep) -> Status {
+    MESHSTORE_RETURN_IF_ERROR(same_host(ep.host_id));
+    const std::string their_uid = tags(ep.address).second;
+    if (their_uid != uid_tag()) {
+      return Status(Errc::unsupported, "the volume runs as another user (" + their_uid +
+                                           ", this process " + uid_tag() + ")");
+    }
+    return meshstore::cuda::status();
+  };
+  return f;
+}
+
+}  // namespace meshstore::transports::cuda_ipc
