@@ -449,7 +449,9 @@ void print_info() {
   std::printf("  RDMA build  %s\n",
               MESHSTORE_BUILD_RDMA ? "libibverbs found: the rdma transport is built" : "off");
   std::printf("  CUDA build  %s\n",
-              MESHSTORE_BUILD_CUDA ? "toolkit found (transport not written yet)" : "off");
+              MESHSTORE_BUILD_CUDA ? "toolkit found: device tensors and the cuda-ipc transport "
+                                     "are built (meshstore::cuda::status() says if they run)"
+                                   : "off");
 }
 
 }  // namespace
