@@ -206,6 +206,17 @@ struct VolumeState {
 
 using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
 
+// What a client is told of object `id` (transport servers add to it).
+wire::RegionRef region_ref(std::uint64_t id, const transports::Region& region) {
+  wire::RegionRef ref;
+  ref.region_id = id;
+  ref.nbytes = region.size();
+  ref.segment = region.segment();
+  ref.segment_offset = region.segment_offset();
+  ref.device = region.device();
+  return ref;
+}
+
 // The client behind the current request, monitored so its leases and
 // staging do not outlive it.
 caf::actor_addr watch_sender(volume_pointer self) {
@@ -278,8 +289,7 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
         std::memcpy(region->data(), r.data.data(), r.nbytes);
       }
     }
-    wire::RegionRef ref{id, r.nbytes, region->segment(), region->segment_offset()};
-    ref.device = region->device();
+    wire::RegionRef ref = region_ref(id, *region);
     if (auto s = st.describe(*region, ref); !s.ok()) {
       for (auto id2 : staged) st.drop(id2, true);
       return s.with_context("volume '" + st.config.volume_id + "': stage '" + r.key + "'");
@@ -406,9 +416,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           }
           pinned.push_back(it->second.region);
           const auto& region = it->second.region;
-          lease.regions.push_back(
-              wire::RegionRef{id, region->size(), region->segment(), region->segment_offset()});
-          lease.regions.back().device = region->device();
+          lease.regions.push_back(region_ref(id, *region));
           if (auto s = st.describe(*region, lease.regions.back()); !s.ok()) {
             return to_caf_error(s.with_context("volume '" + st.config.volume_id + "': open_read"));
           }
