@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/cuda/strided.cuh"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
@@ -58,23 +59,6 @@ namespace {
 std::string error_text(const char* call, cudaError_t e) {
   return std::string(call) + ": " + cudaGetErrorString(e);
 }
-
-// Makes `index` the calling thread's current device for a scope.
-class DeviceScope {
- public:
-  explicit DeviceScope(int index) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != index) ok_ = cudaSetDevice(index);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0 && ok_ == cudaSuccess) cudaSetDevice(previous_);
-  }
-  cudaError_t error() const { return ok_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t ok_ = cudaSuccess;
-};
 
 // Page-locked host buffers by size, reused by the next copy of the same
 // size: page-locking costs about as much as copying the memory once.

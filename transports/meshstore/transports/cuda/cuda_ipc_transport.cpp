@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "meshstore/cuda.hpp"
+#include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
@@ -22,22 +23,7 @@ std::string cuda_error(const char* call, cudaError_t e) {
   return std::string(call) + ": " + cudaGetErrorString(e);
 }
 
-// Makes `device` the calling thread's current GPU for a scope.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) error_ = cudaSetDevice(device);
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0 && error_ == cudaSuccess) cudaSetDevice(previous_);
-  }
-  cudaError_t error() const { return error_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t error_ = cudaSuccess;
-};
+using internal::cuda::DeviceScope;
 
 // The volume's side: allocates device regions and describes them by their
 // IPC handle (and, for a client in this very process, their address).
