@@ -97,10 +97,14 @@ Status check_view(const std::string& op, const std::string& key, const TensorVie
 
 // -- device tensors ----------------------------------------------------------
 //
-// A call's CUDA tensors travel through page-locked host memory
-// (docs/gpu.md): a put copies each to the host before the call goes out; a
-// get reads into host memory, then copies to the devices once the read has
-// completed. CPU tensors pass untouched, at no cost.
+// Contiguous CUDA tensors go to the client as they are: per volume, it
+// copies them in one CUDA copy where the transport can (shm, cuda-ipc),
+// else through page-locked host memory in pipelined pieces. What the store
+// itself must touch on the host (strided views, state dict entries it
+// packs or casts, replicated boxes it checksums, boxes it cuts) is staged
+// here instead (docs/gpu.md): a put copies it to the host before the call
+// goes out; a get reads into host memory, then copies to the devices once
+// the read has completed. CPU tensors pass untouched, at no cost.
 
 bool on_device(const TensorView& v) { return v.device().type != DeviceType::cpu; }
 
@@ -110,13 +114,12 @@ struct DeviceStaging {
   std::unique_ptr<StateDict> sd;                        // a state dict's host stand-in
   StateDict* caller = nullptr;                          // whose values a get fills
   std::string what;
-  // The client's transport moves device memory itself (cuda-ipc): contiguous
-  // device views go to it as they are.
+  // Contiguous device views go to the client as they are.
   bool direct = false;
 
-  // The host view a put sends for `v`.
-  Result<TensorView> source(const TensorView& v, const std::string& name) {
-    if (!on_device(v) || (direct && v.is_contiguous())) return v;
+  // The host view a put sends for `v` (`v` itself when `pass`).
+  Result<TensorView> source(const TensorView& v, const std::string& name, bool pass = false) {
+    if (!on_device(v) || pass || (direct && v.is_contiguous())) return v;
     auto buf = internal::cuda::pinned(v.nbytes());
     if (!buf) return no_memory(v, name);
     if (auto s = internal::cuda::to_host(buf.get(), v); !s.ok()) {
@@ -163,8 +166,10 @@ bool has_device_tensors(const StateDict& sd) {
 
 // When `sd` holds CUDA tensors: `st` gets a stand-in with host tensors in
 // their place (copies for a put, empty buffers for a get: `for_get`), which
-// the call uses instead of `sd`. Device views are checked first.
-Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get) {
+// the call uses instead of `sd`; a put's entries for which `pass` says so
+// stay the device views they are. Device views are checked first.
+Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
+                        const std::function<bool(const StateDict::Entry&)>& pass = {}) {
   for (const auto& e : sd.entries()) {
     if (e.is_tensor() && on_device(e.view)) {
       MESHSTORE_RETURN_IF_ERROR(
@@ -177,7 +182,8 @@ Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get) {
       MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *e.value));
       continue;
     }
-    auto view = for_get ? st.target(e.view, e.name) : st.source(e.view, e.name);
+    auto view = for_get ? st.target(e.view, e.name)
+                        : st.source(e.view, e.name, on_device(e.view) && pass && pass(e));
     if (!view.ok()) return view.status();
     MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *view));
   }
@@ -185,17 +191,31 @@ Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get) {
   return Status();
 }
 
-std::shared_ptr<DeviceStaging> staging(std::string what, bool direct = false) {
+std::shared_ptr<DeviceStaging> staging(std::string what, bool direct = true) {
   auto st = std::make_shared<DeviceStaging>();
   st->what = std::move(what);
   st->direct = direct;
   return st;
 }
 
-// The state dict a put sends: `sd`, or its host stand-in.
-Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st) {
+// The state dict a put sends: `sd`, or its stand-in. Device entries the
+// client moves as they are (contiguous, stored whole or as a box with one
+// replica, neither packed nor cast) stay device views; the store packs,
+// casts or checksums the rest on the host.
+Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st,
+                                    const StateDictPutOptions& options,
+                                    const std::map<std::string, RankShard>* layout = nullptr) {
   if (!has_device_tensors(sd)) return &sd;
-  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, false));
+  auto pass = [&](const StateDict::Entry& e) {
+    if (!e.view.is_contiguous()) return false;
+    if (options.transfer_dtype && e.view.dtype() == DType::float32) return false;  // cast
+    if (layout) {
+      auto it = layout->find(e.name);
+      if (it != layout->end()) return it->second.replicas == 1;  // boxes are never packed
+    }
+    return e.view.nbytes() > options.pack_max_tensor_bytes;  // else packed
+  };
+  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, false, pass));
   return st.sd.get();
 }
 
@@ -299,7 +319,6 @@ struct Store::Impl {
   StoreOptions options;
   // The forced transport moves device memory (cuda-ipc): plain device puts
   // and gets skip host staging.
-  bool device_direct = false;
   std::string host;
   // The interface this process's network data plane (tcp) listens on: the
   // one its control plane uses.
@@ -456,9 +475,6 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& opti
       }
       impl->options.transport = forced;
     }
-  }
-  if (auto f = transports::builtin_registry().find(impl->options.transport); f.ok()) {
-    impl->device_direct = f->capabilities.device_memory;
   }
   impl->host = resolve_host(options);
   impl->runtime = std::move(runtime).value();
@@ -631,7 +647,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
     return make_error_future<void>(s);
   if (auto s = check_view("put", call_items.front().first, tensor); !s.ok())
     return make_error_future<void>(s);
-  auto st = staging("put", impl_ && impl_->device_direct);
+  auto st = staging("put");
   auto host = st->source(tensor, call_items.front().first);
   if (!host.ok()) return make_error_future<void>(host.status());
   actors::PutCall call;
@@ -665,7 +681,8 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
         "put '" + key + "': the shard has shape " + shape_to_string(shard.shape()) +
             ", its slice " + slice.to_string() + " needs " + shape_to_string(slice.local_shape())));
   }
-  auto st = staging(op);
+  // A replicated box is checksummed on the host.
+  auto st = staging(op, replicas == 1);
   auto host = st->source(shard, key);
   if (!host.ok()) return make_error_future<void>(host.status());
   actors::PutCall call;
@@ -691,7 +708,7 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   for (auto& [k, v] : items) {
     if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
   }
-  auto st = staging("put_batch", impl_ && impl_->device_direct);
+  auto st = staging("put_batch");
   for (auto& [k, v] : items) {
     auto host = st->source(v, k);
     if (!host.ok()) return make_error_future<void>(host.status());
@@ -789,7 +806,7 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
       return make_error_future<void>(s);
   }
   if (call.keys.empty()) return make_ready_future();
-  auto st = staging(op, impl_ && impl_->device_direct);
+  auto st = staging(op);
   for (std::size_t i = 0; i < call.keys.size(); ++i) {
     auto host = st->target(call.dsts[i], call.keys[i]);
     if (!host.ok()) return make_error_future<void>(host.status());
@@ -1637,7 +1654,11 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
   const auto* base = static_cast<const std::byte*>(plan.blob.data());
   for (const auto& u : plan.unpack) {
     if (!u.box) {
-      unpack_from(base + u.offset, u.dst);
+      if (on_device(u.dst)) {
+        MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_device(u.dst, base + u.offset));
+      } else {
+        unpack_from(base + u.offset, u.dst);
+      }
       continue;
     }
     // The box of the whole (contiguous) entry, as a strided view.
@@ -1647,6 +1668,15 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
     const TensorView src(const_cast<std::byte*>(base + u.offset) +
                              first * static_cast<std::int64_t>(dtype_size(u.entry->dtype)),
                          u.entry->dtype, u.box->local_shape(), whole);
+    if (on_device(u.dst)) {
+      // Cut on the host, then one copy to the device.
+      auto cut = Tensor::empty(u.dst.dtype(), u.dst.shape());
+      if (!cut.ok()) return cut.status();
+      MESHSTORE_RETURN_IF_ERROR(copy_into(src, cut->view()));
+      MESHSTORE_RETURN_IF_ERROR(
+          internal::cuda::to_device(u.dst, static_cast<const std::byte*>(cut->data())));
+      continue;
+    }
     MESHSTORE_RETURN_IF_ERROR(copy_into(src, u.dst));
   }
   for (const auto& [name, bytes] : plan.values) {
@@ -1849,8 +1879,8 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
                                    const StateDictPutOptions& options) {
   const std::string op = "put_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto st = staging(op);
-  auto use = put_source(sd, *st);
+  auto st = staging(op, false);  // put_source decides per entry
+  auto use = put_source(sd, *st, options);
   if (!use.ok()) return make_error_future<void>(use.status());
   auto prepared = prepare_put(**use, op, options);
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
@@ -1863,8 +1893,8 @@ Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& loc
                                            std::int64_t rank, const StateDictPutOptions& options) {
   const std::string op = "put_sharded_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto st = staging(op);
-  auto use = put_source(local, *st);
+  auto st = staging(op, false);  // put_source decides per entry
+  auto use = put_source(local, *st, options, &layout);
   if (!use.ok()) return make_error_future<void>(use.status());
   auto prepared = prepare_put(**use, op, options, ShardedPart{&layout, rank});
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
@@ -1882,8 +1912,8 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
                op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
-  auto st = staging(op);
-  auto use = put_source(sd, *st);
+  auto st = staging(op, false);  // put_source decides per entry
+  auto use = put_source(sd, *st, options);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   auto prepared_or = prepare_put(**use, op, options);
   if (!prepared_or.ok()) {
@@ -2248,7 +2278,7 @@ Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return closed_future<void>(op + " '" + key + "'");
-  auto st = staging(op);
+  auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<void>(use.status());
   return stream_into(client, key, *use, op, timeout,
@@ -2265,7 +2295,7 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
     return make_error_future<std::uint64_t>(
         Status(Errc::invalid_argument, op + " '" + prefix + "': negative timeout"));
   }
-  auto st = staging(op);
+  auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   return read_next_into(Impl::client_address(impl_.get()), prefix, *use, after, op,
@@ -2286,7 +2316,7 @@ Future<std::uint64_t> Store::latest_version(std::string prefix) {
 Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
   const std::string op = "get_latest_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
-  auto st = staging(op);
+  auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, 0,
@@ -2388,7 +2418,7 @@ Future<StateDict> Store::get_state_dict(std::string key) {
 Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto st = staging(op);
+  auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<void>(use.status());
   return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
@@ -2400,7 +2430,7 @@ Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
                                         const std::map<std::string, TensorSlice>& boxes) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto st = staging(op);
+  auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<void>(use.status());
   return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,

@@ -204,6 +204,115 @@ TEST_P(CudaStoreTest, StateDictsWithDeviceTensors) {
   EXPECT_EQ(nb.download(), b);
 }
 
+// Bigger than one staging piece (64 MiB) and not a multiple of it: over
+// tcp, rpc and cma the bytes go through page-locked host memory in pieces;
+// over shm and cuda-ipc in one CUDA copy, through a mapping that is
+// page-locked from its second GPU copy on (the overwrite below reuses the
+// segment of the first version).
+TEST_P(CudaStoreTest, LargeTensorsMoveWholeEveryTime) {
+  const std::size_t n = (std::size_t{150} << 20) + 3;
+  for (unsigned round = 0; round < 3; ++round) {
+    const auto bytes = random_bytes(n, 100 + round);
+    DeviceBuffer src(n), dst(n);
+    src.upload(bytes.data());
+    const Shape shape{static_cast<std::int64_t>(n)};
+    ASSERT_OK(store().put("big", src.view(DType::uint8, shape)).get(kWait)) << round;
+    ASSERT_OK(store().get_into("big", dst.view(DType::uint8, shape)).get(kWait)) << round;
+    EXPECT_TRUE(dst.download() == bytes) << "round " << round;
+  }
+}
+
+// Boxes are cut out of their shards on the host, then copied to the GPU:
+// whole tensors and boxes of them, into device memory, over every transport.
+TEST_P(CudaStoreTest, ShardedTensorsReadIntoDeviceMemory) {
+  constexpr std::int64_t R = 8, C = 6;
+  std::vector<float> m(R * C);
+  std::iota(m.begin(), m.end(), 0.0f);
+  // Two row shards, the second put from the GPU.
+  DeviceBuffer lower(R / 2 * C * 4);
+  lower.upload(m.data() + R / 2 * C);
+  auto top = TensorSlice::make({R, C}, {0, 0}, {R / 2, C});
+  auto bottom = TensorSlice::make({R, C}, {R / 2, 0}, {R / 2, C});
+  ASSERT_OK(top);
+  ASSERT_OK(bottom);
+  ASSERT_OK(store().put("m", TensorView::of(m.data(), {R / 2, C}), *top).get(kWait));
+  ASSERT_OK(store().put("m", lower.view(DType::float32, {R / 2, C}), *bottom).get(kWait));
+  DeviceBuffer whole(m.size() * 4);
+  ASSERT_OK(store().get_into("m", whole.view(DType::float32, {R, C})).get(kWait));
+  auto raw = whole.download();
+  std::vector<float> got(m.size());
+  std::memcpy(got.data(), raw.data(), raw.size());
+  EXPECT_EQ(got, m);
+  // A box across both shards: rows 2..5, columns 1..3.
+  auto box = TensorSlice::make({R, C}, {2, 1}, {4, 3});
+  ASSERT_OK(box);
+  DeviceBuffer part(4 * 3 * 4);
+  ASSERT_OK(store().get_into("m", part.view(DType::float32, {4, 3}), *box).get(kWait));
+  raw = part.download();
+  std::vector<float> cut(12);
+  std::memcpy(cut.data(), raw.data(), raw.size());
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(cut[r * 3 + c], m[(2 + r) * C + 1 + c]) << r << "," << c;
+  }
+}
+
+// A state dict wholly on the GPU: large entries go to the client as they
+// are, small ones are packed on the host, float32 ones cast to bfloat16 on
+// the host; read back whole and as boxes into device memory.
+TEST_P(CudaStoreTest, DeviceStateDictEntriesPackedCastAndWhole) {
+  const auto big = random_bytes(std::size_t{4} << 20, 21), small = random_bytes(1024, 22);
+  std::vector<float> f(1 << 16);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = 0.25f * static_cast<float>(i % 1000);
+  DeviceBuffer dbig(big.size()), dsmall(small.size()), df(f.size() * 4);
+  dbig.upload(big.data());
+  dsmall.upload(small.data());
+  df.upload(f.data());
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", dbig.view(DType::uint8, {1024, 4096})));
+  ASSERT_OK(sd.insert("small", dsmall.view(DType::uint8, {1024})));
+  ASSERT_OK(sd.insert("f", df.view(DType::float32, {256, 256})));
+  StateDictPutOptions cast;
+  cast.transfer_dtype = DType::bfloat16;
+  ASSERT_OK(store().put_state_dict("sd", sd, cast).get(kWait));
+
+  DeviceBuffer rbig(big.size()), rsmall(small.size()), rf(f.size() * 2);
+  StateDict into;
+  ASSERT_OK(into.insert("big", rbig.view(DType::uint8, {1024, 4096})));
+  ASSERT_OK(into.insert("small", rsmall.view(DType::uint8, {1024})));
+  ASSERT_OK(into.insert("f", rf.view(DType::bfloat16, {256, 256})));
+  ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
+  EXPECT_TRUE(rbig.download() == big);
+  EXPECT_EQ(rsmall.download(), small);
+  // 0.25 * k (k < 1000) is exact in bfloat16: the top half of the float32.
+  const auto fb = rf.download();
+  for (std::size_t i = 0; i < f.size(); i += 997) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &f[i], 4);
+    std::uint16_t top = 0;
+    std::memcpy(&top, fb.data() + 2 * i, 2);
+    EXPECT_EQ(top, bits >> 16) << i;
+  }
+
+  // Boxes: rows 100..109 of the big entry, bytes 10..29 of the packed one.
+  auto big_box = TensorSlice::make({1024, 4096}, {100, 0}, {10, 4096});
+  auto small_box = TensorSlice::make({1024}, {10}, {20});
+  ASSERT_OK(big_box);
+  ASSERT_OK(small_box);
+  DeviceBuffer bb(10 * 4096), sb(20), fa(f.size() * 2);
+  StateDict boxes_into;
+  ASSERT_OK(boxes_into.insert("big", bb.view(DType::uint8, {10, 4096})));
+  ASSERT_OK(boxes_into.insert("small", sb.view(DType::uint8, {20})));
+  ASSERT_OK(boxes_into.insert("f", fa.view(DType::bfloat16, {256, 256})));
+  ASSERT_OK(store()
+                .get_state_dict_into("sd", boxes_into, {{"big", *big_box}, {"small", *small_box}})
+                .get(kWait));
+  const auto bbytes = bb.download();
+  EXPECT_TRUE(std::equal(bbytes.begin(), bbytes.end(), big.begin() + 100 * 4096));
+  const auto sbytes = sb.download();
+  EXPECT_TRUE(std::equal(sbytes.begin(), sbytes.end(), small.begin() + 10));
+  EXPECT_EQ(fa.download(), fb);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, CudaStoreTest,
                          ::testing::Values("", "rpc", "tcp", "shm", "cma", "cuda-ipc"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
@@ -234,6 +343,11 @@ TEST_F(CudaErrorsTest, BadDeviceViewsAreRefusedAndNothingIsStored) {
                    .put("w", TensorView(host.data(), DType::float32, {256}, {}, Device::cuda(0)))
                    .get(kWait),
                Errc::invalid_argument, "is not CUDA device memory");
+  // A view far longer than its allocation (4 MiB, viewed as 64 MiB): its
+  // last byte lies in no allocation.
+  DeviceBuffer four(std::size_t{4} << 20);
+  EXPECT_ERROR(store().put("w", four.view(DType::float32, {std::int64_t{16} << 20})).get(kWait),
+               Errc::invalid_argument, "runs past the end of its allocation on cuda:0");
   // Freed device memory.
   void* stale = buf.get();
   buf.free();

@@ -83,6 +83,76 @@ Future<void> settle_all(std::vector<Future<void>> futures) {
   });
 }
 
+bool on_device(const TensorView& v) { return v.device().type == DeviceType::cuda; }
+
+// -- GPU memory over transports that cannot copy it ----------------------
+//
+// For such transports (tcp, rpc, cma, rdma) a caller's GPU tensor moves
+// through page-locked host memory in pieces: each piece's device copy runs
+// on a copy engine thread and its transfer starts as soon as it is done, so
+// the device copy of one piece overlaps the transfer of another
+// (docs/gpu.md). shm and cuda-ipc copy GPU memory themselves, in one copy.
+
+constexpr std::size_t kDevicePiece = std::size_t{64} << 20;
+
+Status no_pinned_memory(std::size_t n) {
+  return Status(Errc::out_of_capacity,
+                "no host memory for " + std::to_string(n) + " bytes to stage a GPU tensor through");
+}
+
+// Writes `n` bytes of GPU memory at `src` into `region` over `c`.
+Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                               const std::byte* src, std::size_t n) {
+  std::vector<Future<void>> parts;
+  for (std::size_t off = 0; off < n; off += kDevicePiece) {
+    const std::size_t len = std::min(kDevicePiece, n - off);
+    auto buf = internal::cuda::pinned(len);
+    if (!buf) {
+      parts.push_back(make_error_future<void>(no_pinned_memory(len)));
+      break;
+    }
+    auto status = std::make_shared<Status>();
+    const std::byte* from = src + off;
+    parts.push_back(transports::CopyEngine::instance()
+                        .run([buf, from, len, status] {
+                          *status = internal::cuda::copy_bytes(buf.get(), from, len);
+                        })
+                        .then([c, region, off, buf, len, status]() -> Future<void> {
+                          if (!status->ok())
+                            return make_error_future<void>(status->with_context("GPU to host"));
+                          return c->transport->write(region, off, buf.get(), len).then([buf] {});
+                        }));
+  }
+  return settle_all(std::move(parts));
+}
+
+// Reads `n` bytes of `region` over `c` into GPU memory at `dst`.
+Future<void> read_into_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                              std::byte* dst, std::size_t n) {
+  std::vector<Future<void>> parts;
+  for (std::size_t off = 0; off < n; off += kDevicePiece) {
+    const std::size_t len = std::min(kDevicePiece, n - off);
+    auto buf = internal::cuda::pinned(len);
+    if (!buf) {
+      parts.push_back(make_error_future<void>(no_pinned_memory(len)));
+      break;
+    }
+    std::byte* to = dst + off;
+    parts.push_back(
+        c->transport->read(region, off, buf.get(), len).then([buf, to, len]() -> Future<void> {
+          auto status = std::make_shared<Status>();
+          return transports::CopyEngine::instance()
+              .run([buf, to, len, status] {
+                *status = internal::cuda::copy_bytes(to, buf.get(), len);
+              })
+              .then([buf, status]() -> Status {
+                return status->ok() ? Status() : status->with_context("host to GPU");
+              });
+        }));
+  }
+  return settle_all(std::move(parts));
+}
+
 // Calls `f` with a reply's values, once: the first of reply, error or
 // peer-down wins; later ones are dropped.
 template <class F, class Args>
@@ -524,17 +594,12 @@ void handle_put(client_pointer self, PutCall call) {
     }
     std::vector<wire::StageRequest> reqs;
     std::uint64_t total = 0;
-    bool device = false;  // device views come only over cuda-ipc (Store stages the rest)
+    bool device = false;  // GPU tensors never travel inline
     for (const auto& item : op->call.items) {
       total += item.view.nbytes();
-      if (item.view.device().type == DeviceType::cuda) device = true;
+      if (on_device(item.view)) device = true;
     }
-    if (device && !op->conn->transport->capabilities().device_memory) {
-      return op->fail(
-          Status(Errc::unsupported, "a device tensor needs the cuda-ipc transport, and volume '" +
-                                        op->conn->info.volume_id + "' is reached over " +
-                                        std::string(op->conn->transport->name())));
-    }
+    const auto caps = op->conn->transport->capabilities();
     // Small calls carry their bytes in the stage request: no transfer.
     const bool inline_data = total <= wire::kInlineBytes && !device;
     for (const auto& item : op->call.items) {
@@ -542,7 +607,7 @@ void handle_put(client_pointer self, PutCall call) {
       r.key = item.key;
       r.nbytes = item.view.nbytes();
       // cuda-ipc: a device tensor's object goes to the same GPU of the volume.
-      if (item.view.device().type == DeviceType::cuda) r.device = item.view.device().index;
+      if (caps.device_memory && on_device(item.view)) r.device = item.view.device().index;
       if (inline_data) {
         r.has_data = true;
         r.data.resize(r.nbytes);
@@ -611,18 +676,29 @@ void handle_put(client_pointer self, PutCall call) {
               for (std::size_t i = 0; i < regions.size(); ++i) {
                 const auto& view = op->call.items[i].view;
                 const void* src = view.data();
-                if (!view.is_contiguous()) {
-                  auto tmp = Tensor::empty(view.dtype(), view.shape());
-                  if (!tmp.ok()) {
-                    writes.push_back(make_error_future<void>(tmp.status()));
-                    continue;
-                  }
-                  pack_to(view, tmp->data());
-                  src = tmp->data();
-                  op->packed.push_back(std::move(tmp).value());
+                if (on_device(view) && !view.is_contiguous()) {
+                  // The store packs these on their device before the call.
+                  writes.push_back(make_error_future<void>(
+                      Status(Errc::internal, "a non-contiguous GPU view reached the client")));
+                  continue;
                 }
-                writes.push_back(op->conn->transport->write(
-                    regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
+                if (on_device(view) && !caps.device_copies) {
+                  writes.push_back(write_from_device(
+                      op->conn, regions[i], static_cast<const std::byte*>(src), view.nbytes()));
+                } else {
+                  if (!view.is_contiguous()) {
+                    auto tmp = Tensor::empty(view.dtype(), view.shape());
+                    if (!tmp.ok()) {
+                      writes.push_back(make_error_future<void>(tmp.status()));
+                      continue;
+                    }
+                    pack_to(view, tmp->data());
+                    src = tmp->data();
+                    op->packed.push_back(std::move(tmp).value());
+                  }
+                  writes.push_back(op->conn->transport->write(
+                      regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
+                }
                 if (op->streaming) {
                   // Registered before settle_all's own callback, so this
                   // report reaches the actor before the commit does.
@@ -761,11 +837,15 @@ std::int64_t offset_in(const TensorSlice& from, const Shape& at) {
   return off;
 }
 
-// Where a read into `dst` lands: `dst` itself when contiguous, else a
-// contiguous temporary queued in `unpack` to be copied into it afterwards.
+// Where a read into `dst` lands: `dst` itself when contiguous (and, with
+// `host_only`, in host memory), else a contiguous host temporary queued in
+// `unpack`, copied into `dst` afterwards by finish_unpack().
 Result<std::byte*> contiguous_target(const TensorView& dst,
-                                     std::vector<std::pair<Tensor, TensorView>>& unpack) {
-  if (dst.is_contiguous()) return static_cast<std::byte*>(dst.data());
+                                     std::vector<std::pair<Tensor, TensorView>>& unpack,
+                                     bool host_only = false) {
+  if (dst.is_contiguous() && !(host_only && on_device(dst))) {
+    return static_cast<std::byte*>(dst.data());
+  }
   auto tmp = Tensor::empty(dst.dtype(), dst.shape());
   if (!tmp.ok()) return tmp.status();
   auto* p = static_cast<std::byte*>(tmp->data());
@@ -773,10 +853,28 @@ Result<std::byte*> contiguous_target(const TensorView& dst,
   return p;
 }
 
+// Copies the temporaries of contiguous_target() into their destinations:
+// GPU ones with CUDA (strided views by a kernel), the others by the CPU.
+Status finish_unpack(std::vector<std::pair<Tensor, TensorView>>& unpack) {
+  Status first;
+  for (auto& [tmp, dst] : unpack) {
+    if (on_device(dst)) {
+      auto s = internal::cuda::to_device(dst, static_cast<const std::byte*>(tmp.data()));
+      if (!s.ok() && first.ok()) first = s.with_context("host to " + dst.device().to_string());
+    } else {
+      unpack_from(tmp.data(), dst);
+    }
+  }
+  unpack.clear();
+  return first;
+}
+
 struct ReadTarget {
   std::uint64_t object_id = 0;
   std::byte* dst = nullptr;
   std::size_t nbytes = 0;
+  // `dst` is GPU memory.
+  bool device = false;
   // Sharded reads: copy only `region` of this shard (box `from`) into
   // `dst`, which is laid out as box `to`, instead of the whole object.
   struct Box {
@@ -1006,8 +1104,7 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                   if (const auto& b = targets[i].box) {
                     copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
                              targets[i].dst, b->to, b->region, b->elsize);
-                  } else if (c->transport->capabilities().device_memory) {
-                    // cuda-ipc: the destination may be device memory.
+                  } else if (targets[i].device) {
                     if (auto s = internal::cuda::copy_bytes(targets[i].dst, lease.data[i].data(),
                                                             targets[i].nbytes);
                         !s.ok()) {
@@ -1050,6 +1147,10 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                 }
                 if (t.box) {
                   reads.push_back(read_box(c, lease.regions[i], t));
+                  continue;
+                }
+                if (t.device && !c->transport->capabilities().device_copies) {
+                  reads.push_back(read_into_device(c, lease.regions[i], t.dst, t.nbytes));
                   continue;
                 }
                 reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
@@ -1176,8 +1277,7 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
     for (const auto& k : op->call.keys) st.locations.erase(k);
     return op->fail(r.status());
   }
-  for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
-  op->unpack.clear();
+  if (auto s = finish_unpack(op->unpack); !s.ok()) return op->fail(s);
   op->call.promise->set_value(std::move(op->out));
 }
 
@@ -1234,16 +1334,10 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
                                      ? *op->call.slices[i]
                                      : TensorSlice::full(rec.shape);
         std::byte* dst = nullptr;
-        if (op->call.mode == GetMode::into && op->call.dsts[i].device().type == DeviceType::cuda) {
-          // Boxes are cut out of their shards by host copies.
-          return op->fail_named(Status(
-              Errc::unsupported, "'" + op->call.keys[i] +
-                                     "' is stored in shards: reading it straight into GPU "
-                                     "memory over cuda-ipc is not supported yet (read it with "
-                                     "another transport, which stages through host memory)"));
-        }
         if (op->call.mode == GetMode::into) {
-          auto at = contiguous_target(op->call.dsts[i], op->unpack);
+          // Boxes are cut out of their shards by host copies: a GPU
+          // destination is assembled in host memory, then copied over.
+          auto at = contiguous_target(op->call.dsts[i], op->unpack, true);
           if (!at.ok()) return op->fail(at.status());
           dst = *at;
         } else {
@@ -1296,6 +1390,10 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       target.object_id = shard.object_id;
       target.dst = dst;
       target.nbytes = shard.nbytes;
+      // Straight into GPU memory (a strided GPU view was given a host
+      // temporary instead).
+      target.device = op->call.mode == GetMode::into && on_device(op->call.dsts[i]) &&
+                      dst == static_cast<std::byte*>(op->call.dsts[i].data());
       if (op->call.mode == GetMode::view) {
         target.view = &op->out.tensors.back();
         target.dtype = rec.dtype;
@@ -1367,14 +1465,13 @@ void finish_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
     }
   }
   if (op->leased && op->conn) self->send(op->conn->handle, close_read_atom::value, op->lease_id);
-  if (r.ok()) {
-    for (auto& [tmp, dst] : op->unpack) unpack_from(tmp.data(), dst);
-  }
+  Status unpacked;
+  if (r.ok()) unpacked = finish_unpack(op->unpack);
   op->unpack.clear();
-  if (r.ok()) {
+  if (r.ok() && unpacked.ok()) {
     op->call.promise->set_value(*r);
   } else {
-    op->call.promise->set_error(r.status().with_context(op->what));
+    op->call.promise->set_error((r.ok() ? unpacked : r.status()).with_context(op->what));
   }
 }
 
@@ -1481,7 +1578,7 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
     }
     volume = r.shards.front().volume_id;
     total += dst.nbytes();
-    auto at = contiguous_target(dst, op->unpack);
+    auto at = contiguous_target(dst, op->unpack, true);
     if (!at.ok()) return finish_stream(self, op, at.status());
     op->targets[i] = *at;
   }

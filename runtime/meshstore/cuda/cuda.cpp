@@ -60,6 +60,18 @@ std::string error_text(const char* call, cudaError_t e) {
   return std::string(call) + ": " + cudaGetErrorString(e);
 }
 
+// The GPU that holds `p` (device or managed memory), or -1 for host memory
+// and addresses CUDA does not know.
+int device_of(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return -1;
+  return a.device;
+}
+
 // Page-locked host buffers by size, reused by the next copy of the same
 // size: page-locking costs about as much as copying the memory once.
 // Process-wide and never destroyed (buffers may come back during exit);
@@ -198,6 +210,27 @@ Status check_device_view(const TensorView& view, const std::string& what) {
     return Status(Errc::invalid_argument, what + ": the memory at " + at + " lies on cuda:" +
                                               std::to_string(a.device) + ", the view says " + dev);
   }
+  // The last byte too: a view longer than its allocation ends in unmapped
+  // addresses (or in another allocation, which this cannot tell apart).
+  std::int64_t last_element = 0;  // in elements from the first
+  for (std::size_t d = 0; d < static_cast<std::size_t>(view.ndim()); ++d) {
+    last_element += (view.shape()[d] - 1) * view.strides()[d];
+  }
+  const std::size_t elsize = dtype_size(view.dtype());
+  const std::size_t span = static_cast<std::size_t>(last_element + 1) * elsize;
+  if (span > 1) {
+    const auto* last = static_cast<const std::byte*>(view.data()) + span - 1;
+    const int on = device_of(last);
+    if (on != view.device().index) {
+      std::snprintf(at, sizeof(at), "%p", static_cast<const void*>(last));
+      return Status(
+          Errc::invalid_argument,
+          what + ": the view's last byte, at " + at + ", is " +
+              (on < 0 ? std::string("not device memory") : "on cuda:" + std::to_string(on)) +
+              ": the view (spanning " + std::to_string(span) +
+              " bytes) runs past the end of its allocation on " + dev);
+    }
+  }
   return Status();
 }
 
@@ -212,6 +245,14 @@ Status to_host(std::byte* dst, const TensorView& src) { return copy(src, dst, tr
 Status copy_bytes(void* dst, const void* src, std::size_t n) {
   if (n == 0) return Status();
   MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  // The stream of the device that holds the memory: no detour through
+  // another GPU's context.
+  int device = device_of(dst);
+  if (device < 0) device = device_of(src);
+  DeviceScope scope(device < 0 ? 0 : device);
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::internal, error_text("cudaSetDevice", scope.error()));
+  }
   cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, cudaStreamPerThread);
   if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
   if (e != cudaSuccess) return Status(Errc::internal, error_text("cudaMemcpyAsync", e));
@@ -220,12 +261,20 @@ Status copy_bytes(void* dst, const void* src, std::size_t n) {
 
 bool is_device_pointer(const void* p) {
   if (!p || !meshstore::cuda::status().ok()) return false;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+  return device_of(p) >= 0;
+}
+
+Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
+  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  if (n == 0 || p == nullptr) return std::shared_ptr<void>();
+  const cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return Status(Errc::internal, error_text("cudaHostRegister", e) + " (" + std::to_string(n) +
+                                      " bytes of host memory)");
   }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  // At exit the runtime may be gone before the last owner: nothing to undo then.
+  return std::shared_ptr<void>(p, [](void* q) { cudaHostUnregister(q); });
 }
 
 Status to_device(const TensorView& dst, const std::byte* src) {

@@ -31,6 +31,9 @@ std::shared_ptr<std::byte> pinned(std::size_t n) { return internal::allocate_ali
 Status to_host(std::byte*, const TensorView&) { return meshstore::cuda::status(); }
 Status copy_bytes(void*, const void*, std::size_t) { return meshstore::cuda::status(); }
 bool is_device_pointer(const void*) { return false; }
+Result<std::shared_ptr<void>> register_host(void*, std::size_t) {
+  return meshstore::cuda::status();
+}
 Status to_device(const TensorView&, const std::byte*) { return meshstore::cuda::status(); }
 
 }  // namespace internal::cuda

@@ -12,8 +12,10 @@
 namespace meshstore::internal::cuda {
 
 /// Checks that device view `view` (device cuda:N) can be used: CUDA works
-/// here, device N exists, and the view's first byte is live device memory
-/// on device N (not freed, not host memory, not another device's). `what`
+/// here, device N exists, and the view's first and last bytes are live
+/// device memory on device N (not freed, not host memory, not another
+/// device's, not running past the end of an allocation into unmapped
+/// addresses). `what`
 /// names the view ("put 'w'"). Errc::unavailable when CUDA cannot be used,
 /// Errc::invalid_argument otherwise.
 Status check_device_view(const TensorView& view, const std::string& what);
@@ -29,8 +31,18 @@ std::shared_ptr<std::byte> pinned(std::size_t n);
 Status to_host(std::byte* dst, const TensorView& src);
 
 /// Copies `n` bytes from `src` to `dst`, each host or device memory (the
-/// runtime tells which). Returns when the bytes are there.
+/// runtime tells which), on the device that holds either (for a device to
+/// device copy, the destination's). Returns when the bytes are there.
 Status copy_bytes(void* dst, const void* src, std::size_t n);
+
+/// Page-locks the host memory [p, p + n) (cudaHostRegister, portable to
+/// every device), so device copies to and from it run at the DMA engines'
+/// speed instead of through the driver's own bounce buffers. It stays
+/// page-locked until the returned handle's last owner lets go, which must
+/// happen before the memory is unmapped. Errc::unavailable without CUDA,
+/// Errc::internal when the driver refuses (the memory then still works for
+/// copies, only slower).
+Result<std::shared_ptr<void>> register_host(void* p, std::size_t n);
 
 /// True when `p` is CUDA device (or managed) memory; false for host memory,
 /// and always false where CUDA cannot be used.

@@ -10,8 +10,14 @@ struct Capabilities {
   bool one_sided = false;
   /// Works only when client and volume share a host.
   bool same_host_only = false;
-  /// Moves device (GPU) memory without staging through the host.
+  /// Objects may live in device (GPU) memory of the volume's process, and
+  /// move without staging through the host (cuda-ipc).
   bool device_memory = false;
+  /// The caller's buffer in write()/read() may be device memory: the
+  /// transport copies it with CUDA itself, in one copy (shm, cuda-ipc).
+  /// The client stages device memory through page-locked host memory for
+  /// the others.
+  bool device_copies = false;
   /// Can map a volume's region into the client's address space
   /// (map_read_only, map_writable): shm.
   bool maps_memory = false;

@@ -11,6 +11,7 @@
 #include "meshstore/cuda.hpp"
 #include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
 
@@ -147,6 +148,7 @@ class CudaIpcTransport final : public Transport {
     c.one_sided = true;
     c.same_host_only = true;
     c.device_memory = true;
+    c.device_copies = true;
     c.maps_memory = true;  // host objects, as shm maps them
     return c;
   }
@@ -187,26 +189,22 @@ class CudaIpcTransport final : public Transport {
     if (ref.device >= 0) {
       auto memory = device_memory(ref);
       if (!memory.ok()) return make_error_future<void>(memory.status().with_context(op));
-      std::byte* remote = memory->get() + offset;
-      return done(write ? internal::cuda::copy_bytes(remote, local, n)
-                        : internal::cuda::copy_bytes(local, remote, n),
-                  op);
+      std::shared_ptr<std::byte> opened = std::move(memory).value();
+      std::byte* remote = opened.get() + offset;
+      std::byte* to = write ? remote : local;
+      const std::byte* from = write ? local : remote;
+      // On a copy engine thread: the copy blocks until the bytes are there,
+      // and the caller is an actor. The opening stays held until then.
+      auto status = std::make_shared<Status>();
+      return CopyEngine::instance()
+          .run([opened, to, from, n, status] { *status = internal::cuda::copy_bytes(to, from, n); })
+          .then([opened, status, op]() -> Status {
+            return status->ok() ? Status() : status->with_context(op);
+          });
     }
-    if (n > 0 && internal::cuda::is_device_pointer(local)) {
-      // GPU memory to or from a host object: one copy through its mapping.
-      auto mapped = shm_->map_writable(ref);
-      if (!mapped.ok()) return make_error_future<void>(mapped.status().with_context(op));
-      std::byte* remote = mapped->get() + offset;
-      return done(write ? internal::cuda::copy_bytes(remote, local, n)
-                        : internal::cuda::copy_bytes(local, remote, n),
-                  op);
-    }
+    // A host object: as shm moves it (in one CUDA copy through the mapping
+    // when `local` is GPU memory).
     return write ? shm_->write(ref, offset, local, n) : shm_->read(ref, offset, local, n);
-  }
-
-  static Future<void> done(const Status& s, const char* op) {
-    if (!s.ok()) return make_error_future<void>(s.with_context(op));
-    return make_ready_future();
   }
 
   // The object's device memory in this process: the volume's own pointer
@@ -248,6 +246,7 @@ TransportFactory cuda_ipc_factory() {
   f.capabilities.one_sided = true;
   f.capabilities.same_host_only = true;
   f.capabilities.device_memory = true;
+  f.capabilities.device_copies = true;
   f.capabilities.maps_memory = true;
   f.available = [] { return meshstore::cuda::status(); };
   f.make_server = [](const ServerContext&) -> Result<std::unique_ptr<TransportServer>> {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
@@ -60,6 +61,45 @@ class ShmServer final : public TransportServer {
   std::shared_ptr<ShmAllocator> allocator_;
 };
 
+// One segment as a client maps it. GPU copies to and from it (the caller's
+// tensor in device memory) go through the mapping in one copy; from the
+// second such copy on, the mapping is page-locked for CUDA, so they run at
+// the DMA engines' speed. Not the first: page-locking costs about as much
+// as a copy, and a segment that serves one device copy may never serve
+// another, while one the volume reuses for a key's next version (its pool
+// keeps segments by size) serves every step's.
+class Mapping {
+ public:
+  explicit Mapping(std::shared_ptr<Segment> segment) : segment_(std::move(segment)) {}
+  ~Mapping() { pin_.reset(); }  // unregistered before the segment unmaps
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+
+  Segment& segment() const noexcept { return *segment_; }
+
+  // Called before each device copy through this mapping.
+  void before_device_copy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pin_ || pin_failed_ || ++device_copies_ < kPinFrom) return;
+    auto pinned = internal::cuda::register_host(segment_->data(), segment_->size());
+    if (pinned.ok()) {
+      pin_ = std::move(pinned).value();
+      return;
+    }
+    pin_failed_ = true;  // device copies still work, through bounce buffers
+    log::get("shm")->info("segment '{}' stays pageable for GPU copies: {}", segment_->name(),
+                          pinned.status().message());
+  }
+
+ private:
+  static constexpr int kPinFrom = 2;
+  std::shared_ptr<Segment> segment_;
+  std::mutex mu_;  // guards the three below
+  int device_copies_ = 0;
+  bool pin_failed_ = false;
+  std::shared_ptr<void> pin_;
+};
+
 // A client's mapped segments, least recently used evicted first. A mapping
 // in use by a copy is kept alive by that copy (shared_ptr), so eviction
 // never unmaps memory under a transfer. Segments the volume unlinked (it
@@ -68,7 +108,7 @@ class MappingCache {
  public:
   explicit MappingCache(std::size_t max_entries) : max_(max_entries) {}
 
-  Result<std::shared_ptr<Segment>> get(const std::string& name) {
+  Result<std::shared_ptr<Mapping>> get(const std::string& name) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = map_.find(name);
@@ -80,8 +120,8 @@ class MappingCache {
     // Mapped outside the lock: MAP_POPULATE of a large segment takes a while.
     auto opened = Segment::open(name);
     if (!opened.ok()) return opened.status();
-    std::shared_ptr<Segment> seg(std::move(opened).value());
-    std::vector<std::shared_ptr<Segment>> doomed;  // unmapped outside the lock
+    auto seg = std::make_shared<Mapping>(std::shared_ptr<Segment>(std::move(opened).value()));
+    std::vector<std::shared_ptr<Mapping>> doomed;  // unmapped outside the lock
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(name);
     if (it != map_.end()) return it->second.segment;  // another thread won
@@ -110,7 +150,7 @@ class MappingCache {
 
  private:
   struct Entry {
-    std::shared_ptr<Segment> segment;
+    std::shared_ptr<Mapping> segment;
     std::list<std::string>::iterator pos;
   };
   const std::size_t max_;
@@ -131,12 +171,18 @@ class ShmTransport final : public Transport {
     c.one_sided = true;
     c.same_host_only = true;
     c.maps_memory = true;
+    c.device_copies = true;
     return c;
   }
+  // `src` (write) or `dst` (read) may be GPU memory: then one CUDA copy
+  // through the mapping, on a copy engine thread.
   Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
                      std::size_t n) override {
     auto at = locate(dst, offset, n, "shm write");
     if (!at.ok()) return make_error_future<void>(at.status());
+    if (n > 0 && internal::cuda::is_device_pointer(src)) {
+      return device_copy(std::move(at->first), at->second, src, n, "shm write from GPU memory");
+    }
     return hold(CopyEngine::instance().copy(at->second, src, n, config_.shm_parallel_copy_bytes),
                 std::move(at->first));
   }
@@ -144,6 +190,9 @@ class ShmTransport final : public Transport {
                     std::size_t n) override {
     auto at = locate(src, offset, n, "shm read");
     if (!at.ok()) return make_error_future<void>(at.status());
+    if (n > 0 && internal::cuda::is_device_pointer(dst)) {
+      return device_copy(std::move(at->first), dst, at->second, n, "shm read into GPU memory");
+    }
     return hold(CopyEngine::instance().copy(dst, at->second, n, config_.shm_parallel_copy_bytes),
                 std::move(at->first));
   }
@@ -170,13 +219,13 @@ class ShmTransport final : public Transport {
     // the region is staged, so nobody reads it before the commit.
     auto at = locate(ref, 0, ref.nbytes, "shm in-place write");
     if (!at.ok()) return at.status();
-    std::shared_ptr<Segment> seg = std::move(at->first);
+    std::shared_ptr<Mapping> seg = std::move(at->first);
     return std::shared_ptr<std::byte>(at->second, [seg](std::byte*) mutable { seg.reset(); });
   }
 
  private:
   // The mapped segment of `ref` and the address of byte `offset` of it.
-  Result<std::pair<std::shared_ptr<Segment>, std::byte*>> locate(const wire::RegionRef& ref,
+  Result<std::pair<std::shared_ptr<Mapping>, std::byte*>> locate(const wire::RegionRef& ref,
                                                                  std::uint64_t offset,
                                                                  std::size_t n, const char* op) {
     MESHSTORE_RETURN_IF_ERROR(check_range(ref.region_id, ref.nbytes, offset, n, op));
@@ -187,18 +236,32 @@ class ShmTransport final : public Transport {
     }
     auto seg = cache_.get(ref.segment);
     if (!seg.ok()) return seg.status().with_context(where);
-    const auto& s = *seg;
-    if (ref.segment_offset > s->size() || ref.nbytes > s->size() - ref.segment_offset) {
+    const Segment& s = (*seg)->segment();
+    if (ref.segment_offset > s.size() || ref.nbytes > s.size() - ref.segment_offset) {
       return Status(Errc::protocol_error, where + ": segment '" + ref.segment + "' holds " +
-                                              std::to_string(s->size()) + " bytes, too few");
+                                              std::to_string(s.size()) + " bytes, too few");
     }
-    std::byte* p = s->data() + ref.segment_offset + offset;
+    std::byte* p = s.data() + ref.segment_offset + offset;
     return std::make_pair(std::move(seg).value(), p);
   }
   // Keeps the mapping alive until the copy is done.
-  static Future<void> hold(Future<void> copy, std::shared_ptr<Segment> seg) {
+  static Future<void> hold(Future<void> copy, std::shared_ptr<Mapping> seg) {
     if (copy.ready()) return copy;
     return copy.then([seg] {});
+  }
+  // A CUDA copy between the mapping and GPU memory, off the caller's thread
+  // (an actor's): the copy blocks until the bytes are there.
+  static Future<void> device_copy(std::shared_ptr<Mapping> seg, std::byte* dst,
+                                  const std::byte* src, std::size_t n, const char* what) {
+    auto status = std::make_shared<Status>();
+    return CopyEngine::instance()
+        .run([seg, dst, src, n, status] {
+          seg->before_device_copy();
+          *status = internal::cuda::copy_bytes(dst, src, n);
+        })
+        .then([seg, status, what]() -> Status {
+          return status->ok() ? Status() : status->with_context(what);
+        });
   }
 
   const TransportConfig config_;
@@ -214,6 +277,7 @@ TransportFactory shm_factory() {
   f.capabilities.one_sided = true;
   f.capabilities.same_host_only = true;
   f.capabilities.maps_memory = true;
+  f.capabilities.device_copies = true;
   f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
     static std::atomic<std::uint64_t> servers{1};
     // The first server of a process clears what crashed processes left.
