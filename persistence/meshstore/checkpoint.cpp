@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "meshstore/internal/cuda_copy.hpp"
+
 namespace meshstore {
 
 namespace st = safetensors;
@@ -360,6 +362,7 @@ Status read_state_dict_into(const st::Checkpoint& checkpoint, StateDict& sd,
   // Everything checked before any byte moves.
   std::vector<std::string> problems;
   bool dtype_off = false, shape_off = false;
+  bool cuda_off = false;  // a device entry, and CUDA cannot be used here
   for (const auto& e : sd.entries()) {
     auto it = checkpoint.weight_map.find(e.name);
     if (it == checkpoint.weight_map.end()) {
@@ -378,6 +381,13 @@ Status read_state_dict_into(const st::Checkpoint& checkpoint, StateDict& sd,
     }
     const auto box = boxes.find(e.name);
     const Shape want = box == boxes.end() ? info->shape : box->second.local_shape();
+    if (e.view.device().type != DeviceType::cpu) {
+      if (auto s = internal::cuda::check_device_view(e.view, "'" + e.name + "'"); !s.ok()) {
+        if (s.code() == Errc::unavailable) cuda_off = true;
+        problems.push_back(s.message());
+        continue;
+      }
+    }
     if (box != boxes.end() && box->second.global_shape() != info->shape) {
       shape_off = true;
       problems.push_back("'" + e.name + "': box " + box->second.to_string() +
@@ -402,7 +412,8 @@ Status read_state_dict_into(const st::Checkpoint& checkpoint, StateDict& sd,
     for (std::size_t i = 0; i < problems.size() && i < 8; ++i)
       msg += (i ? "; " : " ") + problems[i];
     if (problems.size() > 8) msg += "; and " + std::to_string(problems.size() - 8) + " more";
-    return Status(dtype_off   ? Errc::dtype_mismatch
+    return Status(cuda_off    ? Errc::unavailable
+                  : dtype_off ? Errc::dtype_mismatch
                   : shape_off ? Errc::shape_mismatch
                               : Errc::invalid_argument,
                   msg);
@@ -435,7 +446,11 @@ Status read_tensor_into(const st::Checkpoint& checkpoint, const std::string& nam
   auto src = checkpoint.files[it->second].view(name);
   if (!src.ok()) return src.status();
   const std::string ctx = "read '" + name + "'";
-  if (!box) return copy_into(*src, dst).with_context(ctx);
+  if (dst.device().type != DeviceType::cpu) {
+    // GPU memory: one copy from the file's pages (a box is cut on the host first).
+    MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(dst, ctx));
+  }
+  if (!box) return internal::cuda::copy_view(*src, dst).with_context(ctx);
   if (box->global_shape() != src->shape()) {
     return Status(Errc::out_of_range, ctx + ": box " + box->to_string() +
                                           " is not in the tensor's shape " +
@@ -449,7 +464,7 @@ Status read_tensor_into(const st::Checkpoint& checkpoint, const std::string& nam
   const TensorView part(
       box->empty() ? nullptr : base + first * static_cast<std::int64_t>(dtype_size(src->dtype())),
       src->dtype(), box->local_shape(), strides);
-  return copy_into(part, dst).with_context(ctx);
+  return internal::cuda::copy_view(part, dst).with_context(ctx);
 }
 
 }  // namespace meshstore

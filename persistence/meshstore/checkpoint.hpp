@@ -83,7 +83,8 @@ Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix
 /// bool as 0-dim I64, F64 and BOOL; bytes and strings as U8) and marked in
 /// the metadata ("meshstore.value.NAME" = "int64", "float64", "bool",
 /// "bytes" or "string"), so load_state_dict gives them back as values
-/// while other readers see plain tensors.
+/// while other readers see plain tensors. GPU tensors are copied straight
+/// into the file's pages.
 Result<CheckpointReport> save_state_dict(const StateDict& sd, const std::string& path,
                                          const SaveCheckpointOptions& options = {});
 
@@ -98,13 +99,15 @@ Result<StateDict> load_state_dict(const std::string& path);
 /// stored tensor; a value: a value save_state_dict marked). Entries are
 /// checked first (missing names, dtypes, shapes, all named in one error)
 /// and nothing is written on error. Names the checkpoint has and `sd` has
-/// not are left alone.
+/// not are left alone. Entries may be GPU memory (docs/gpu.md): each is
+/// one copy from the file's pages (a box is cut on the host first);
+/// Errc::unavailable where CUDA cannot be used.
 Status read_state_dict_into(const safetensors::Checkpoint& checkpoint, StateDict& sd,
                             const std::map<std::string, TensorSlice>& boxes = {});
 
 /// Copies tensor `name` of `checkpoint` into `dst` (shape and dtype of the
-/// tensor, any strides), or with `box` only that box of it (dst: the box's
-/// shape): a rank loads just its shard. Errc::not_found, dtype_mismatch,
+/// tensor, any strides, host or GPU memory), or with `box` only that box of
+/// it (dst: the box's shape): a rank loads just its shard. Errc::not_found, dtype_mismatch,
 /// shape_mismatch or out_of_range, naming the tensor.
 Status read_tensor_into(const safetensors::Checkpoint& checkpoint, const std::string& name,
                         const TensorView& dst, const TensorSlice* box = nullptr);

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "meshstore/internal/cuda_copy.hpp"
+
 namespace meshstore::safetensors {
 namespace {
 
@@ -487,8 +489,9 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   for (const auto& t : tensors) {
     MESHSTORE_RETURN_IF_ERROR(t.view.validate("write '" + path + "': tensor '" + t.name + "'"));
     if (t.view.device().type != DeviceType::cpu) {
-      return Status(Errc::unsupported,
-                    "write '" + path + "': tensor '" + t.name + "' is not in host memory");
+      // A GPU tensor is copied straight into the file's pages.
+      MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(
+          t.view, "write '" + path + "': tensor '" + t.name + "'"));
     }
     specs.push_back(Writer::Spec{t.name, t.view.dtype(), t.view.shape()});
     total += t.view.nbytes();
@@ -498,7 +501,12 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   std::uint64_t done = 0;
   for (const auto& t : tensors) {
     auto dst = w->tensor(t.name).value();
-    if (t.view.nbytes() > 0) pack_to(t.view, dst.data());
+    if (t.view.nbytes() > 0 && t.view.device().type != DeviceType::cpu) {
+      MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_host(static_cast<std::byte*>(dst.data()), t.view)
+                                    .with_context("write '" + path + "': tensor '" + t.name + "'"));
+    } else if (t.view.nbytes() > 0) {
+      pack_to(t.view, dst.data());
+    }
     done += t.view.nbytes();
     if (progress) progress(done, total);
   }

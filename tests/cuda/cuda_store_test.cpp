@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "meshstore/checkpoint.hpp"
 #include "meshstore/cuda.hpp"
 #include "meshstore/store.hpp"
 #include "testing/subprocess.hpp"
+#include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -383,6 +385,68 @@ TEST_F(CudaErrorsTest, AFailedReadLeavesTheDeviceDestinationUntouched) {
   std::vector<float> after(64);
   std::memcpy(after.data(), raw.data(), raw.size());
   EXPECT_EQ(after, ones);
+}
+
+// Checkpoints straight from and into GPU memory: a state dict of device
+// tensors (one strided) saved as safetensors, read back whole, as a box and
+// one tensor at a time into device memory; a freed destination is refused
+// before anything is written.
+TEST(CudaPersistence, DeviceStateDictsSaveAndLoad) {
+  SKIP_WITHOUT_CUDA();
+  testing::TempDir dir;
+  constexpr std::int64_t R = 64, C = 48;
+  std::vector<float> m(R * C);
+  std::iota(m.begin(), m.end(), 0.0f);
+  DeviceBuffer dm(m.size() * 4);
+  dm.upload(m.data());
+  StateDict sd;
+  ASSERT_OK(sd.insert("m", dm.view(DType::float32, {R, C})));
+  ASSERT_OK(sd.insert("mt", dm.view(DType::float32, {C, R}, {1, C})));  // the transpose
+  ASSERT_OK(sd.insert("step", Value::int64(7)));
+  const std::string file = dir.path() + "/gpu.safetensors";
+  ASSERT_OK(save_state_dict(sd, file));
+
+  auto ck = safetensors::open_checkpoint(file);
+  ASSERT_OK(ck);
+  DeviceBuffer rm(m.size() * 4), rmt(m.size() * 4);
+  StateDict into;
+  ASSERT_OK(into.insert("m", rm.view(DType::float32, {R, C})));
+  ASSERT_OK(into.insert("mt", rmt.view(DType::float32, {C, R})));
+  ASSERT_OK(into.insert("step", Value::int64(0)));
+  ASSERT_OK(read_state_dict_into(*ck, into));
+  auto as_floats = [](const std::vector<std::uint8_t>& raw) {
+    std::vector<float> out(raw.size() / 4);
+    std::memcpy(out.data(), raw.data(), raw.size());
+    return out;
+  };
+  EXPECT_EQ(as_floats(rm.download()), m);
+  const auto mt = as_floats(rmt.download());
+  for (std::int64_t r = 0; r < C; ++r) {
+    for (std::int64_t c = 0; c < R; ++c) ASSERT_EQ(mt[r * R + c], m[c * C + r]) << r << "," << c;
+  }
+  EXPECT_EQ(into.find("step")->value->as_int64(), 7);
+
+  // A rank's box, into a strided device view (every other column).
+  auto box = TensorSlice::make({R, C}, {8, 0}, {4, C});
+  ASSERT_OK(box);
+  DeviceBuffer wide(4 * 2 * C * 4);
+  ASSERT_OK(read_tensor_into(*ck, "m", wide.view(DType::float32, {4, C}, {2 * C, 2}), &*box));
+  const auto w = as_floats(wide.download());
+  for (std::int64_t r = 0; r < 4; ++r) {
+    for (std::int64_t c = 0; c < C; ++c) ASSERT_EQ(w[r * 2 * C + 2 * c], m[(8 + r) * C + c]);
+  }
+
+  // A freed destination: refused, naming it, and nothing else written.
+  std::vector<float> ones(m.size(), 1.0f);
+  rm.upload(ones.data());
+  DeviceBuffer gone(m.size() * 4);
+  void* stale = gone.get();
+  gone.free();
+  StateDict bad;
+  ASSERT_OK(bad.insert("m", rm.view(DType::float32, {R, C})));
+  ASSERT_OK(bad.insert("mt", TensorView(stale, DType::float32, {C, R}, {}, Device::cuda(0))));
+  EXPECT_ERROR(read_state_dict_into(*ck, bad), Errc::invalid_argument, "'mt'");
+  EXPECT_EQ(as_floats(rm.download()), ones);
 }
 
 // Two processes: this one puts from its GPU into the store it hosts; the

@@ -4,11 +4,14 @@
 
 #include "meshstore/checkpoint.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "meshstore/cuda.hpp"
 #include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 
@@ -251,6 +254,33 @@ TEST(Checkpoint, SaveRefusesWhatItCannotName) {
   std::fclose(f);
   EXPECT_ERROR(load_checkpoint(store, dir.path() + "/bad.safetensors"), Errc::invalid_argument,
                "bad.safetensors");
+}
+
+// Host memory labelled cuda:0, given to save and load: refused, naming the
+// tensor, before any file is written or any byte read (tests/cuda covers
+// real device memory, where a GPU is lent).
+TEST(Checkpoint, DeviceViewsAreCheckedFirst) {
+  TempDir dir;
+  std::vector<float> x(16, 2.0f);
+  const TensorView labelled(x.data(), DType::float32, {16}, {}, Device::cuda(0));
+  const Errc code = cuda::status().ok() ? Errc::invalid_argument : Errc::unavailable;
+  const std::string why = cuda::status().ok() ? "is not CUDA device memory" : "CUDA is not usable";
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", labelled));
+  const std::string file = dir.path() + "/w.safetensors";
+  EXPECT_ERROR(save_state_dict(sd, file), code, "tensor 'w'");
+  EXPECT_ERROR(save_state_dict(sd, file), code, why);
+  struct stat info;
+  EXPECT_NE(::stat(file.c_str(), &info), 0) << "a refused save left " << file;
+  // A real file to read from.
+  StateDict host;
+  ASSERT_OK(host.insert("w", TensorView::of(x.data(), {16})));
+  ASSERT_OK(save_state_dict(host, file));
+  auto ck = safetensors::open_checkpoint(file);
+  ASSERT_OK(ck);
+  EXPECT_ERROR(read_tensor_into(*ck, "w", labelled), code, "read 'w'");
+  EXPECT_ERROR(read_state_dict_into(*ck, sd), code, "'w'");
+  EXPECT_EQ(x, std::vector<float>(16, 2.0f));
 }
 
 }  // namespace

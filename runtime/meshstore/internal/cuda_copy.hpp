@@ -52,4 +52,11 @@ bool is_device_pointer(const void* p);
 /// device view `dst` (any strides). Returns when the bytes are there.
 Status to_device(const TensorView& dst, const std::byte* src);
 
+/// copy_into() for views anywhere: each of `src` and `dst` may be host or
+/// device memory, with any strides. Mismatched dtypes or shapes fail as
+/// copy_into() fails, before `dst` is touched; a device side is staged
+/// through host memory where a single CUDA copy cannot do it. Built with or
+/// without CUDA (without, a device side answers Errc::unavailable).
+Status copy_view(const TensorView& src, const TensorView& dst);
+
 }  // namespace meshstore::internal::cuda
