@@ -452,6 +452,13 @@ void print_info() {
               MESHSTORE_BUILD_CUDA ? "toolkit found: device tensors and the cuda-ipc transport "
                                      "are built (meshstore::cuda::status() says if they run)"
                                    : "off");
+  // Where GPU tensors move in one copy, and why not elsewhere.
+  std::printf("  GPU tensors\n");
+  for (const auto& [name, status] : meshstore::Store::gpu_transport_status()) {
+    std::printf("    %-9s %s\n", name.c_str(),
+                status.ok() ? "moved directly (no host staging)"
+                            : ("staged through host memory: " + status.message()).c_str());
+  }
 }
 
 }  // namespace

@@ -2494,6 +2494,22 @@ std::vector<std::pair<std::string, Status>> Store::transport_status() {
   return out;
 }
 
+std::vector<std::pair<std::string, Status>> Store::gpu_transport_status() {
+  std::vector<std::pair<std::string, Status>> out;
+  const auto& registry = transports::builtin_registry();
+  for (const auto& name : registry.names()) {
+    auto f = registry.find(name);
+    if (!f.ok()) {
+      out.emplace_back(name, f.status());
+    } else if (!f->gpu_direct) {
+      out.emplace_back(name, Status(Errc::unsupported, name + " copies host memory only"));
+    } else {
+      out.emplace_back(name, f->gpu_direct());
+    }
+  }
+  return out;
+}
+
 void Store::close() {
   if (impl_) impl_->close();
 }

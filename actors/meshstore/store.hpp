@@ -498,6 +498,12 @@ class Store {
   /// Each transport built into this binary with whether it can run in this
   /// process: ok, or why not (rdma: "no RDMA device: ...").
   static std::vector<std::pair<std::string, Status>> transport_status();
+  /// Each transport built into this binary with whether it moves a
+  /// caller's GPU tensors itself, without staging them through host memory
+  /// (docs/gpu.md): ok, or why not ("tcp: copies host memory only", rdma:
+  /// why GPUDirect RDMA is off). Over the others the client stages GPU
+  /// tensors through page-locked host memory in pipelined pieces.
+  static std::vector<std::pair<std::string, Status>> gpu_transport_status();
 
   /// Stops the store. Calls still in flight end with Errc::shutdown (never a
   /// hang); later calls fail with Errc::shutdown at once. Idempotent.

@@ -290,6 +290,20 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
     EXPECT_ERROR(Store::embedded(o), Errc::unsupported,
                  "transport '" + name + "' is unavailable here: " + status.message());
   }
+  // Which transports move GPU tensors without host staging, and why not:
+  // every transport is listed; those that copy host memory only say so;
+  // shm and cuda-ipc follow CUDA itself.
+  const auto gpu = Store::gpu_transport_status();
+  EXPECT_EQ(gpu.size(), Store::transport_status().size());
+  for (const auto& [name, status] : gpu) {
+    if (name == "tcp" || name == "rpc" || name == "cma") {
+      EXPECT_ERROR(status, Errc::unsupported, name + " copies host memory only");
+    } else if (name == "shm" || name == "cuda-ipc") {
+      EXPECT_EQ(status.ok(), cuda::status().ok()) << name << ": " << status.message();
+    } else if (name == "rdma" && !cuda::status().ok()) {
+      EXPECT_FALSE(status.ok()) << "GPUDirect RDMA without CUDA";
+    }
+  }
   o = StoreOptions{};
   o.log_level = "chatty";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "chatty");

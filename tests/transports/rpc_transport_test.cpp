@@ -12,6 +12,21 @@
 namespace meshstore::transports {
 namespace {
 
+// An rpc endpoint with no actor (selection looks at the name only).
+EndpointInfo rpc_endpoint() {
+  EndpointInfo e;
+  e.transport = "rpc";
+  return e;
+}
+
+// A descriptor naming region `id` of `n` bytes (the other fields unused by rpc).
+wire::RegionRef ref(std::uint64_t id, std::uint64_t n) {
+  wire::RegionRef r;
+  r.region_id = id;
+  r.nbytes = n;
+  return r;
+}
+
 using testing::kWait;
 
 // A volume's side without the volume actor: regions in a table, served by
@@ -54,9 +69,9 @@ TEST_F(RpcTransportTest, OddSizesRoundTrip) {
     auto region = add_region(n, n);
     std::vector<std::byte> src(n), dst(n);
     for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<std::byte>(i * 131 + 7);
-    ASSERT_OK(client_->write({region->id(), n}, 0, src.data(), n).get(kWait)) << n;
+    ASSERT_OK(client_->write(ref(region->id(), n), 0, src.data(), n).get(kWait)) << n;
     EXPECT_EQ(std::memcmp(region->data(), src.data(), n), 0) << n;
-    ASSERT_OK(client_->read({region->id(), n}, 0, dst.data(), n).get(kWait)) << n;
+    ASSERT_OK(client_->read(ref(region->id(), n), 0, dst.data(), n).get(kWait)) << n;
     EXPECT_EQ(src, dst) << n;
   }
 }
@@ -64,7 +79,7 @@ TEST_F(RpcTransportTest, OddSizesRoundTrip) {
 TEST_F(RpcTransportTest, WritesAtAnOffset) {
   auto region = add_region(1, 10000);
   std::vector<std::byte> src(5000, std::byte{0x5a});
-  ASSERT_OK(client_->write({1, 10000}, 3000, src.data(), src.size()).get(kWait));
+  ASSERT_OK(client_->write(ref(1, 10000), 3000, src.data(), src.size()).get(kWait));
   EXPECT_EQ(region->data()[2999], std::byte{0});
   EXPECT_EQ(region->data()[3000], std::byte{0x5a});
   EXPECT_EQ(region->data()[7999], std::byte{0x5a});
@@ -81,7 +96,7 @@ TEST_F(RpcTransportTest, ManyTransfersInFlight) {
     srcs.emplace_back(9000, static_cast<std::byte>(i));
   }
   for (int i = 0; i < kN; ++i)
-    writes.push_back(client_->write({100u + i, 9000}, 0, srcs[i].data(), 9000));
+    writes.push_back(client_->write(ref(100u + i, 9000), 0, srcs[i].data(), 9000));
   ASSERT_OK(gather(std::move(writes)).get(kWait));
   for (int i = 0; i < kN; ++i)
     EXPECT_EQ(std::memcmp(regions[i]->data(), srcs[i].data(), 9000), 0) << i;
@@ -90,9 +105,9 @@ TEST_F(RpcTransportTest, ManyTransfersInFlight) {
 TEST_F(RpcTransportTest, OutOfRangeIsRejectedBeforeAnyByteMoves) {
   auto region = add_region(1, 100);
   std::vector<std::byte> buf(200);
-  EXPECT_ERROR(client_->write({1, 100}, 50, buf.data(), 60).get(kWait), Errc::out_of_range,
+  EXPECT_ERROR(client_->write(ref(1, 100), 50, buf.data(), 60).get(kWait), Errc::out_of_range,
                "outside region 1");
-  EXPECT_ERROR(client_->read({1, 100}, 0, buf.data(), 200).get(kWait), Errc::out_of_range,
+  EXPECT_ERROR(client_->read(ref(1, 100), 0, buf.data(), 200).get(kWait), Errc::out_of_range,
                "outside region 1");
 }
 
@@ -100,25 +115,26 @@ TEST_F(RpcTransportTest, TheServerChecksBoundsToo) {
   // A client that believes the region is larger than it is.
   auto region = add_region(1, 100);
   std::vector<std::byte> buf(200);
-  EXPECT_ERROR(client_->write({1, 200}, 0, buf.data(), 200).get(kWait), Errc::out_of_range,
+  EXPECT_ERROR(client_->write(ref(1, 200), 0, buf.data(), 200).get(kWait), Errc::out_of_range,
                "of 100 bytes");
 }
 
 TEST_F(RpcTransportTest, GoneRegionIsNotFound) {
   std::vector<std::byte> buf(10);
   { add_region(9, 10); }  // dropped at once: nobody owns it
-  EXPECT_ERROR(client_->read({9, 10}, 0, buf.data(), 10).get(kWait), Errc::not_found, "region 9");
+  EXPECT_ERROR(client_->read(ref(9, 10), 0, buf.data(), 10).get(kWait), Errc::not_found,
+               "region 9");
 }
 
 TEST_F(RpcTransportTest, ZeroBytesCompleteAtOnce) {
-  EXPECT_OK(client_->write({1, 0}, 0, nullptr, 0).get(kWait));
+  EXPECT_OK(client_->write(ref(1, 0), 0, nullptr, 0).get(kWait));
 }
 
 TEST_F(RpcTransportTest, StoppedServerTurnsTransfersIntoErrors) {
   auto region = add_region(1, 1 << 16);
   server_->shutdown();
   std::vector<std::byte> buf(1 << 16);
-  auto r = client_->read({1, 1 << 16}, 0, buf.data(), buf.size()).get(kWait);
+  auto r = client_->read(ref(1, 1 << 16), 0, buf.data(), buf.size()).get(kWait);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(r.status().code() == Errc::unavailable || r.status().code() == Errc::transport_error)
       << r.status().to_string();
@@ -161,7 +177,7 @@ TEST(TransportRegistry, RejectsDuplicatesAndNamesWhatItHas) {
 
 TEST(SelectTransport, ForcedTransportNeverFallsBack) {
   auto& reg = builtin_registry();
-  std::vector<EndpointInfo> offered{{"rpc", nullptr, ""}};
+  std::vector<EndpointInfo> offered{rpc_endpoint()};
   EXPECT_EQ(select_transport(reg, offered, "", "volume-0")->transport, "rpc");
   EXPECT_EQ(select_transport(reg, offered, "rpc", "volume-0")->transport, "rpc");
   EXPECT_ERROR(select_transport(reg, offered, "shm", "volume-0"), Errc::unsupported, "forced");
@@ -172,7 +188,7 @@ TEST(SelectTransport, ShmOnlyForTheSameHostAndUser) {
   auto& reg = builtin_registry();
   auto server = reg.find("shm")->make_server(ServerContext{}).value();
   EndpointInfo here = server->endpoint();
-  EndpointInfo rpc{"rpc", nullptr, ""};
+  EndpointInfo rpc = rpc_endpoint();
   // Same host: shm wins over rpc.
   EXPECT_EQ(select_transport(reg, {rpc, here}, "", "v")->transport, "shm");
   // Another host (same hostname is not enough: the identity differs).

@@ -3,7 +3,9 @@
 // runtime; the one kernel is in strided.cu.
 #include "meshstore/cuda.hpp"
 
+#include <cuda.h>  // driver API types; its functions come through the runtime
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <map>
@@ -275,6 +277,98 @@ Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
   }
   // At exit the runtime may be gone before the last owner: nothing to undo then.
   return std::shared_ptr<void>(p, [](void* q) { cudaHostUnregister(q); });
+}
+
+Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device) {
+  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  DeviceScope scope(device);
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::invalid_argument, error_text("cudaSetDevice", scope.error()));
+  }
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, n ? n : 1);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status(Errc::out_of_capacity, error_text("cudaMalloc", e) + " (" + std::to_string(n) +
+                                             " bytes on cuda:" + std::to_string(device) + ")");
+  }
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [device](std::byte* q) {
+    DeviceScope s(device);
+    cudaFree(q);
+  });
+}
+
+namespace {
+
+// cuMemGetHandleForAddressRange (driver API, CUDA 11.7+), looked up once
+// through the runtime: the binary does not link libcuda itself.
+using GetHandleFn = CUresult (*)(void*, CUdeviceptr, std::size_t, CUmemRangeHandleType,
+                                 unsigned long long);
+struct HandleEntry {
+  GetHandleFn fn = nullptr;
+  std::string why;  // when fn is null
+};
+const HandleEntry& handle_entry() {
+  static const HandleEntry entry = [] {
+    HandleEntry out;
+    void* f = nullptr;
+#if CUDART_VERSION >= 12050
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &f,
+                                                           11070, cudaEnableDefault, &q);
+    const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
+#elif CUDART_VERSION >= 12000
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e =
+        cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &f, cudaEnableDefault, &q);
+    const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
+#else
+    const cudaError_t e = cudaErrorNotSupported;
+    const bool found = false;
+#endif
+    if (!found) {
+      cudaGetLastError();
+      out.why =
+          "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf export needs "
+          "driver and toolkit 11.7 or later)";
+      if (e != cudaSuccess) out.why += ": " + error_text("cudaGetDriverEntryPoint", e);
+      return out;
+    }
+    out.fn = reinterpret_cast<GetHandleFn>(f);
+    return out;
+  }();
+  return entry;
+}
+
+}  // namespace
+
+Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
+  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  const int device = device_of(p);
+  if (device < 0) {
+    return Status(Errc::invalid_argument, "export_dmabuf: the memory is not CUDA device memory");
+  }
+  const auto& entry = handle_entry();
+  if (!entry.fn) return Status(Errc::unsupported, entry.why);
+  DeviceScope scope(device);  // the driver call needs the device's context current
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::internal, error_text("cudaSetDevice", scope.error()));
+  }
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t base = at & ~(page - 1);
+  const std::uintptr_t end = (at + n + page - 1) & ~(page - 1);
+  int fd = -1;
+  const CUresult r = entry.fn(&fd, static_cast<CUdeviceptr>(base), end - base,
+                              CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (r != CUDA_SUCCESS || fd < 0) {
+    return Status(Errc::unsupported,
+                  "cuMemGetHandleForAddressRange (dma-buf) failed with CUresult " +
+                      std::to_string(static_cast<int>(r)) + " for " + std::to_string(end - base) +
+                      " bytes on cuda:" + std::to_string(device));
+  }
+  *offset = at - base;
+  return fd;
 }
 
 Status to_device(const TensorView& dst, const std::byte* src) {

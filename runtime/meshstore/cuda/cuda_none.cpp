@@ -34,6 +34,12 @@ bool is_device_pointer(const void*) { return false; }
 Result<std::shared_ptr<void>> register_host(void*, std::size_t) {
   return meshstore::cuda::status();
 }
+Result<std::shared_ptr<std::byte>> device_alloc(std::size_t, int) {
+  return meshstore::cuda::status();
+}
+Result<int> export_dmabuf(const void*, std::size_t, std::uint64_t*) {
+  return meshstore::cuda::status();
+}
 Status to_device(const TensorView&, const std::byte*) { return meshstore::cuda::status(); }
 
 }  // namespace internal::cuda

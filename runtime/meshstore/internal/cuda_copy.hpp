@@ -3,6 +3,7 @@
 // store's device paths (docs/gpu.md). Every function is safe to call in a
 // build without CUDA: it answers Errc::unavailable.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,19 @@ bool is_device_pointer(const void* p);
 /// Copies `src`, host memory holding dst.nbytes() bytes row-major, into
 /// device view `dst` (any strides). Returns when the bytes are there.
 Status to_device(const TensorView& dst, const std::byte* src);
+
+/// `n` bytes of GPU memory on `device` (at least one), freed when the last
+/// owner lets go. Errc::unavailable without CUDA, Errc::out_of_capacity
+/// when the device is full.
+Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device);
+
+/// A dma-buf file descriptor exporting the GPU memory around [p, p + n)
+/// (the range widened to whole host pages), for an RDMA device to register
+/// (GPUDirect RDMA: ibv_reg_dmabuf_mr); `*offset` receives p's offset in
+/// the exported range. The caller closes it. Errc::unsupported where the
+/// driver cannot export it (no cuMemGetHandleForAddressRange, or no dma-buf
+/// support for this memory), Errc::unavailable without CUDA.
+Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset);
 
 /// copy_into() for views anywhere: each of `src` and `dst` may be host or
 /// device memory, with any strides. Mismatched dtypes or shapes fail as

@@ -28,6 +28,10 @@ struct TransportFactory {
   /// exists). Empty = always. Volumes skip an unavailable transport unless
   /// it was asked for by name; the error says why.
   std::function<Status()> available;
+  /// Whether the transport moves a caller's GPU memory itself, in this
+  /// process, without staging it through host memory (Capabilities::
+  /// device_copies): ok or why not. Empty = never (the client stages it).
+  std::function<Status()> gpu_direct;
 };
 
 /// The transports a process knows. Transports register themselves here (see

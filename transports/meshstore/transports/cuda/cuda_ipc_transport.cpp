@@ -249,6 +249,7 @@ TransportFactory cuda_ipc_factory() {
   f.capabilities.device_copies = true;
   f.capabilities.maps_memory = true;
   f.available = [] { return meshstore::cuda::status(); };
+  f.gpu_direct = [] { return meshstore::cuda::status(); };
   f.make_server = [](const ServerContext&) -> Result<std::unique_ptr<TransportServer>> {
     MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
     return std::unique_ptr<TransportServer>(std::make_unique<CudaIpcServer>());

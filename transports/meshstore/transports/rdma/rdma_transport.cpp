@@ -13,6 +13,8 @@
 #include <mutex>
 #include <random>
 
+#include "meshstore/cuda.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/one_sided.hpp"
@@ -124,19 +126,64 @@ class Device {
 
 // Memory registrations of the device's protection domain, by buffer; the
 // cache's key is the ibv_mr pointer (lkey and rkey live in it).
-std::unique_ptr<one_sided::RegistrationCache> make_registrations(std::shared_ptr<Device> d) {
+Result<ibv_mr*> register_host(const Device& d, std::byte* data, std::size_t n, int access) {
+  ibv_mr* mr = ibv_reg_mr(d.pd, data, n, access);
+  if (!mr) {
+    const int e = errno;
+    return Status(Errc::out_of_capacity, "rdma: cannot register " + std::to_string(n) + " bytes (" +
+                                             std::strerror(e) +
+                                             "; raise the memlock limit: ulimit -l unlimited)");
+  }
+  return mr;
+}
+
+std::unique_ptr<one_sided::RegistrationCache> make_registrations(std::shared_ptr<Device> d,
+                                                                 int access = kAccess) {
   return std::make_unique<one_sided::RegistrationCache>(
-      [d](std::byte* data, std::size_t n) -> Result<std::uint64_t> {
-        ibv_mr* mr = ibv_reg_mr(d->pd, data, n, kAccess);
-        if (!mr) {
-          const int e = errno;
-          return Status(Errc::out_of_capacity,
-                        "rdma: cannot register " + std::to_string(n) + " bytes (" +
-                            std::strerror(e) + "; raise the memlock limit: ulimit -l unlimited)");
-        }
-        return reinterpret_cast<std::uint64_t>(mr);
+      [d, access](std::byte* data, std::size_t n) -> Result<std::uint64_t> {
+        auto mr = register_host(*d, data, n, access);
+        if (!mr.ok()) return mr.status();
+        return reinterpret_cast<std::uint64_t>(*mr);
       },
       [d](std::uint64_t key) { ibv_dereg_mr(reinterpret_cast<ibv_mr*>(key)); });
+}
+
+// Whether the device's memory registrations can be on-demand-paging ones
+// for RC RDMA READ and WRITE: such a registration follows the process's
+// page tables, so it stays right when the memory behind an address
+// changes (a buffer freed and another allocated at the same address).
+bool supports_odp(const Device& d) {
+  ibv_device_attr_ex attr{};
+  if (ibv_query_device_ex(d.ctx, nullptr, &attr) != 0) return false;
+  const std::uint32_t need = IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_WRITE;
+  return (attr.odp_caps.general_caps & IBV_ODP_SUPPORT) != 0 &&
+         (attr.odp_caps.per_transport_caps.rc_odp_caps & need) == need;
+}
+
+// GPU memory (GPUDirect RDMA): exported by the CUDA driver as a dma-buf and
+// registered with ibv_reg_dmabuf_mr; where that fails, ibv_reg_mr of the
+// device address, which works where the nvidia-peermem module is loaded.
+Result<ibv_mr*> register_gpu(const Device& d, std::byte* data, std::size_t n) {
+  std::string why;
+  std::uint64_t offset = 0;
+  auto fd = internal::cuda::export_dmabuf(data, n, &offset);
+  if (fd.ok()) {
+    errno = 0;
+    ibv_mr* mr =
+        ibv_reg_dmabuf_mr(d.pd, offset, n, reinterpret_cast<std::uint64_t>(data), *fd, kAccess);
+    const int e = errno;
+    ::close(*fd);  // the registration holds the buffer
+    if (mr) return mr;
+    why = std::string("ibv_reg_dmabuf_mr: ") + std::strerror(e);
+  } else {
+    why = fd.status().message();
+  }
+  errno = 0;
+  if (ibv_mr* mr = ibv_reg_mr(d.pd, data, n, kAccess)) return mr;
+  why += std::string("; ibv_reg_mr of the GPU address (needs the nvidia-peermem module): ") +
+         std::strerror(errno);
+  return Status(Errc::unsupported, "GPUDirect RDMA cannot register " + std::to_string(n) +
+                                       " bytes of GPU memory with '" + d.name + "': " + why);
 }
 
 const ibv_mr* mr_of(std::uint64_t key) { return reinterpret_cast<const ibv_mr*>(key); }
@@ -311,7 +358,28 @@ class RdmaTransport final : public Transport {
         config_(ctx.config),
         device_(std::move(device)),
         endpoint_(std::move(ep)),
-        registrations_(make_registrations(device_)) {}
+        odp_(supports_odp(*device_)),
+        gpu_direct_(gpudirect_availability().ok()) {
+    if (odp_) registrations_ = make_registrations(device_, kAccess | IBV_ACCESS_ON_DEMAND);
+    static std::once_flag said;
+    std::call_once(said, [this] {
+      auto log = log::get("rdma");
+      if (!odp_) {
+        log->info(
+            "'{}' has no on-demand paging: the caller's memory is registered for each "
+            "transfer",
+            device_->name);
+      }
+      if (meshstore::cuda::status().ok()) {
+        const Status g = gpudirect_availability();
+        if (g.ok()) {
+          log->info("GPUDirect RDMA on '{}': GPU tensors move without host staging", device_->name);
+        } else {
+          log->info("GPU tensors stage through host memory over rdma: {}", g.message());
+        }
+      }
+    });
+  }
   ~RdmaTransport() override {
     std::lock_guard<std::mutex> lock(mu_);
     idle_.clear();
@@ -323,6 +391,7 @@ class RdmaTransport final : public Transport {
     Capabilities c;
     c.one_sided = true;
     c.max_chunk_bytes = kChunk;
+    c.device_copies = gpu_direct_;  // else the client stages GPU memory
     return c;
   }
   Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
@@ -341,16 +410,43 @@ class RdmaTransport final : public Transport {
     auto pieces = one_sided::plan(ref, offset, local, n, kChunk, what);
     if (!pieces.ok()) return make_error_future<void>(pieces.status());
     if (pieces->empty()) return make_ready_future();
-    // The caller's buffer, registered once (cached by buffer).
-    auto key = registrations_->key_for(local, n);
-    if (!key.ok()) return make_error_future<void>(key.status());
-    const std::uint32_t lkey = mr_of(*key)->lkey;
+    // The caller's buffer: with on-demand paging registered once (cached
+    // by buffer); else registered for this transfer only, since a cached
+    // registration pins the pages the buffer had then, and a buffer freed
+    // and allocated again at the same address has other pages. GPU memory
+    // is registered for each transfer too.
+    std::uint32_t lkey = 0;
+    std::shared_ptr<ibv_mr> scoped;
+    if (internal::cuda::is_device_pointer(local)) {
+      if (!gpu_direct_) {
+        return make_error_future<void>(
+            Status(Errc::unsupported, std::string(what) + ": the buffer is GPU memory and " +
+                                          gpudirect_availability().message()));
+      }
+      auto mr = register_gpu(*device_, local, n);
+      if (!mr.ok()) return make_error_future<void>(mr.status().with_context(what));
+      scoped.reset(*mr, [](ibv_mr* m) { ibv_dereg_mr(m); });
+      lkey = scoped->lkey;
+    } else if (registrations_) {
+      auto key = registrations_->key_for(local, n);
+      if (!key.ok()) return make_error_future<void>(key.status());
+      lkey = mr_of(*key)->lkey;
+    } else {
+      auto mr = register_host(*device_, local, n, kAccess);
+      if (!mr.ok()) return make_error_future<void>(mr.status().with_context(what));
+      scoped.reset(*mr, [](ibv_mr* m) { ibv_dereg_mr(m); });
+      lkey = scoped->lkey;
+    }
     const std::uint64_t region = ref.region_id;
     // Always on the copy engine's threads: connecting blocks, polling spins.
-    return one_sided::run(std::move(pieces).value(), kBatch, 0,
-                          [this, op, lkey, region, what](const one_sided::Piece* p, std::size_t k) {
-                            return post_and_wait(op, lkey, region, what, p, k);
-                          });
+    auto moved =
+        one_sided::run(std::move(pieces).value(), kBatch, 0,
+                       [this, op, lkey, region, what](const one_sided::Piece* p, std::size_t k) {
+                         return post_and_wait(op, lkey, region, what, p, k);
+                       });
+    if (!scoped) return moved;
+    // Deregistered once every batch is done (run() completes only then).
+    return moved.then([scoped] {});
   }
 
   // A connected queue pair for this batch (connecting them on first use).
@@ -483,7 +579,9 @@ class RdmaTransport final : public Transport {
   TransportConfig config_;
   std::shared_ptr<Device> device_;
   EndpointInfo endpoint_;
-  std::unique_ptr<one_sided::RegistrationCache> registrations_;
+  const bool odp_;         // the device registers on-demand-paging memory
+  const bool gpu_direct_;  // GPU memory registers here (GPUDirect RDMA)
+  std::unique_ptr<one_sided::RegistrationCache> registrations_;  // with odp_ only
   std::mutex connect_mu_;
   std::mutex mu_;  // guards qps_, idle_
   std::condition_variable cv_;
@@ -492,6 +590,23 @@ class RdmaTransport final : public Transport {
 };
 
 }  // namespace
+
+Status gpudirect_availability() {
+  static const Status status = []() -> Status {
+    MESHSTORE_RETURN_IF_ERROR(availability());
+    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+    auto d = Device::shared();
+    if (!d.ok()) return d.status();
+    constexpr std::size_t kProbe = std::size_t{2} << 20;
+    auto mem = internal::cuda::device_alloc(kProbe, 0);
+    if (!mem.ok()) return mem.status();
+    auto mr = register_gpu(**d, mem->get(), kProbe);
+    if (!mr.ok()) return mr.status();
+    ibv_dereg_mr(*mr);
+    return Status();
+  }();
+  return status;
+}
 
 Status availability() {
   static const Status status = [] {
@@ -508,6 +623,7 @@ TransportFactory rdma_factory() {
   f.capabilities.one_sided = true;
   f.capabilities.max_chunk_bytes = kChunk;
   f.available = [] { return availability(); };
+  f.gpu_direct = [] { return gpudirect_availability(); };
   f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
     if (!ctx.system) return Status(Errc::invalid_argument, "rdma server: incomplete context");
     auto d = Device::shared();

@@ -29,6 +29,13 @@ namespace meshstore::transports::rdma {
 /// implemented)"). Probed once.
 Status availability();
 
+/// Whether this process moves GPU memory over RDMA without staging it
+/// through host memory (GPUDirect RDMA): ok when RDMA and CUDA work and
+/// the device registers GPU memory (a dma-buf exported by the CUDA driver,
+/// or the nvidia-peermem module); else Errc::unavailable or unsupported
+/// with the reason. Probed once, by registering 2 MiB of cuda:0.
+Status gpudirect_availability();
+
 /// The rdma transport's factory (name "rdma", priority 16: below shm and
 /// cma, which serve pairs on one host, above tcp, so it carries pairs on
 /// different hosts when both have a device).

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/copy_engine.hpp"
@@ -278,6 +279,7 @@ TransportFactory shm_factory() {
   f.capabilities.same_host_only = true;
   f.capabilities.maps_memory = true;
   f.capabilities.device_copies = true;
+  f.gpu_direct = [] { return meshstore::cuda::status(); };
   f.make_server = [](const ServerContext& ctx) -> Result<std::unique_ptr<TransportServer>> {
     static std::atomic<std::uint64_t> servers{1};
     // The first server of a process clears what crashed processes left.
