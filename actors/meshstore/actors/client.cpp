@@ -100,9 +100,10 @@ Status no_pinned_memory(std::size_t n) {
                 "no host memory for " + std::to_string(n) + " bytes to stage a GPU tensor through");
 }
 
-// Writes `n` bytes of GPU memory at `src` into `region` over `c`.
-Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
-                               const std::byte* src, std::size_t n) {
+// Runs `move(offset, length, buffer)` for each piece of `n` bytes, each with
+// its own page-locked buffer; completes once every piece has settled.
+template <class F>
+Future<void> by_pieces(std::size_t n, F move) {
   std::vector<Future<void>> parts;
   for (std::size_t off = 0; off < n; off += kDevicePiece) {
     const std::size_t len = std::min(kDevicePiece, n - off);
@@ -111,46 +112,40 @@ Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire:
       parts.push_back(make_error_future<void>(no_pinned_memory(len)));
       break;
     }
-    auto status = std::make_shared<Status>();
-    const std::byte* from = src + off;
-    parts.push_back(transports::CopyEngine::instance()
-                        .run([buf, from, len, status] {
-                          *status = internal::cuda::copy_bytes(buf.get(), from, len);
-                        })
-                        .then([c, region, off, buf, len, status]() -> Future<void> {
-                          if (!status->ok())
-                            return make_error_future<void>(status->with_context("GPU to host"));
-                          return c->transport->write(region, off, buf.get(), len).then([buf] {});
-                        }));
+    parts.push_back(move(off, len, std::move(buf)));
   }
   return settle_all(std::move(parts));
+}
+
+// Copies `n` bytes between GPU and host memory on a copy engine thread.
+Future<void> device_copy(void* dst, const void* src, std::size_t n, const char* what) {
+  auto status = std::make_shared<Status>();
+  return transports::CopyEngine::instance()
+      .run([dst, src, n, status] { *status = internal::cuda::copy_bytes(dst, src, n); })
+      .then([status, what]() -> Status {
+        return status->ok() ? Status() : status->with_context(what);
+      });
+}
+
+// Writes `n` bytes of GPU memory at `src` into `region` over `c`.
+Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                               const std::byte* src, std::size_t n) {
+  return by_pieces(n, [&](std::size_t off, std::size_t len, std::shared_ptr<std::byte> buf) {
+    return device_copy(buf.get(), src + off, len, "GPU to host").then([c, region, off, buf, len]() {
+      return c->transport->write(region, off, buf.get(), len).then([buf] {});
+    });
+  });
 }
 
 // Reads `n` bytes of `region` over `c` into GPU memory at `dst`.
 Future<void> read_into_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                               std::byte* dst, std::size_t n) {
-  std::vector<Future<void>> parts;
-  for (std::size_t off = 0; off < n; off += kDevicePiece) {
-    const std::size_t len = std::min(kDevicePiece, n - off);
-    auto buf = internal::cuda::pinned(len);
-    if (!buf) {
-      parts.push_back(make_error_future<void>(no_pinned_memory(len)));
-      break;
-    }
+  return by_pieces(n, [&](std::size_t off, std::size_t len, std::shared_ptr<std::byte> buf) {
     std::byte* to = dst + off;
-    parts.push_back(
-        c->transport->read(region, off, buf.get(), len).then([buf, to, len]() -> Future<void> {
-          auto status = std::make_shared<Status>();
-          return transports::CopyEngine::instance()
-              .run([buf, to, len, status] {
-                *status = internal::cuda::copy_bytes(to, buf.get(), len);
-              })
-              .then([buf, status]() -> Status {
-                return status->ok() ? Status() : status->with_context("host to GPU");
-              });
-        }));
-  }
-  return settle_all(std::move(parts));
+    return c->transport->read(region, off, buf.get(), len).then([buf, to, len]() {
+      return device_copy(to, buf.get(), len, "host to GPU").then([buf] {});
+    });
+  });
 }
 
 // Calls `f` with a reply's values, once: the first of reply, error or
