@@ -1,6 +1,7 @@
 #include "meshstore/actors/client.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <set>
@@ -8,6 +9,7 @@
 #include <unordered_map>
 
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/byte_budget.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
@@ -95,24 +97,47 @@ bool on_device(const TensorView& v) { return v.device().type == DeviceType::cuda
 
 constexpr std::size_t kDevicePiece = std::size_t{64} << 20;
 
+// Page-locked staging memory in flight, process-wide: a state dict of
+// 100 GB put over tcp holds at most this much at once; pieces beyond it wait
+// their turn (without blocking a thread).
+constexpr std::size_t kStagingInFlight = std::size_t{1} << 30;
+
+internal::ByteBudget& staging_budget() {
+  static auto* budget = new internal::ByteBudget(kStagingInFlight);  // outlives late completions
+  return *budget;
+}
+
 Status no_pinned_memory(std::size_t n) {
   return Status(Errc::out_of_capacity,
                 "no host memory for " + std::to_string(n) + " bytes to stage a GPU tensor through");
 }
 
 // Runs `move(offset, length, buffer)` for each piece of `n` bytes, each with
-// its own page-locked buffer; completes once every piece has settled.
+// its own page-locked buffer, as the staging budget admits them; completes
+// once every piece has settled. After a piece fails, pieces not started yet
+// are skipped.
 template <class F>
 Future<void> by_pieces(std::size_t n, F move) {
   std::vector<Future<void>> parts;
+  auto failed = std::make_shared<std::atomic<bool>>(false);
   for (std::size_t off = 0; off < n; off += kDevicePiece) {
     const std::size_t len = std::min(kDevicePiece, n - off);
-    auto buf = internal::cuda::pinned(len);
-    if (!buf) {
-      parts.push_back(make_error_future<void>(no_pinned_memory(len)));
-      break;
-    }
-    parts.push_back(move(off, len, std::move(buf)));
+    auto promise =
+        std::make_shared<Promise<void>>(Status(Errc::internal, "a GPU staging piece was dropped"));
+    parts.push_back(promise->future());
+    staging_budget().admit(len, [move, off, len, promise, failed] {
+      auto done = [len, promise, failed](const Result<void>& r) {
+        if (!r.ok()) failed->store(true);
+        staging_budget().release(len);
+        promise->set(r);
+      };
+      if (failed->load()) {
+        return done(Status(Errc::transport_error, "skipped after another piece failed"));
+      }
+      auto buf = internal::cuda::pinned(len);
+      if (!buf) return done(no_pinned_memory(len));
+      move(off, len, std::move(buf)).on_complete(done);
+    });
   }
   return settle_all(std::move(parts));
 }
@@ -130,7 +155,8 @@ Future<void> device_copy(void* dst, const void* src, std::size_t n, const char* 
 // Writes `n` bytes of GPU memory at `src` into `region` over `c`.
 Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                                const std::byte* src, std::size_t n) {
-  return by_pieces(n, [&](std::size_t off, std::size_t len, std::shared_ptr<std::byte> buf) {
+  return by_pieces(n, [c, region, src](std::size_t off, std::size_t len,
+                                       std::shared_ptr<std::byte> buf) {
     return device_copy(buf.get(), src + off, len, "GPU to host").then([c, region, off, buf, len]() {
       return c->transport->write(region, off, buf.get(), len).then([buf] {});
     });
@@ -140,12 +166,13 @@ Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire:
 // Reads `n` bytes of `region` over `c` into GPU memory at `dst`.
 Future<void> read_into_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                               std::byte* dst, std::size_t n) {
-  return by_pieces(n, [&](std::size_t off, std::size_t len, std::shared_ptr<std::byte> buf) {
-    std::byte* to = dst + off;
-    return c->transport->read(region, off, buf.get(), len).then([buf, to, len]() {
-      return device_copy(to, buf.get(), len, "host to GPU").then([buf] {});
-    });
-  });
+  return by_pieces(
+      n, [c, region, dst](std::size_t off, std::size_t len, std::shared_ptr<std::byte> buf) {
+        std::byte* to = dst + off;
+        return c->transport->read(region, off, buf.get(), len).then([buf, to, len]() {
+          return device_copy(to, buf.get(), len, "host to GPU").then([buf] {});
+        });
+      });
 }
 
 // Calls `f` with a reply's values, once: the first of reply, error or
