@@ -58,6 +58,8 @@ void add_actor_types(caf::actor_system_config& cfg) {
 
 namespace {
 
+using internal::cuda::on_device;
+
 constexpr std::size_t kMaxKeyBytes = 4096;
 
 Status check_key(const std::string& op, const std::string& key) {
@@ -89,7 +91,7 @@ Status check_keys(const std::string& op, const std::vector<std::string>& keys, b
 Status check_view(const std::string& op, const std::string& key, const TensorView& view) {
   const std::string what = op + " '" + key + "'";
   MESHSTORE_RETURN_IF_ERROR(view.validate(what));
-  if (view.device().type != DeviceType::cpu) {
+  if (on_device(view)) {
     return internal::cuda::check_device_view(view, what);
   }
   return Status();
@@ -105,8 +107,6 @@ Status check_view(const std::string& op, const std::string& key, const TensorVie
 // here instead (docs/gpu.md): a put copies it to the host before the call
 // goes out; a get reads into host memory, then copies to the devices once
 // the read has completed. CPU tensors pass untouched, at no cost.
-
-bool on_device(const TensorView& v) { return v.device().type != DeviceType::cpu; }
 
 struct DeviceStaging {
   std::vector<std::shared_ptr<std::byte>> buffers;      // host copies
@@ -317,8 +317,6 @@ std::shared_ptr<ManifestCache> make_manifest_cache();
 
 struct Store::Impl {
   StoreOptions options;
-  // The forced transport moves device memory (cuda-ipc): plain device puts
-  // and gets skip host staging.
   std::string host;
   // The interface this process's network data plane (tcp) listens on: the
   // one its control plane uses.
@@ -1668,16 +1666,8 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
     const TensorView src(const_cast<std::byte*>(base + u.offset) +
                              first * static_cast<std::int64_t>(dtype_size(u.entry->dtype)),
                          u.entry->dtype, u.box->local_shape(), whole);
-    if (on_device(u.dst)) {
-      // Cut on the host, then one copy to the device.
-      auto cut = Tensor::empty(u.dst.dtype(), u.dst.shape());
-      if (!cut.ok()) return cut.status();
-      MESHSTORE_RETURN_IF_ERROR(copy_into(src, cut->view()));
-      MESHSTORE_RETURN_IF_ERROR(
-          internal::cuda::to_device(u.dst, static_cast<const std::byte*>(cut->data())));
-      continue;
-    }
-    MESHSTORE_RETURN_IF_ERROR(copy_into(src, u.dst));
+    // A GPU destination: cut on the host, then one copy to the device.
+    MESHSTORE_RETURN_IF_ERROR(internal::cuda::copy_view(src, u.dst));
   }
   for (const auto& [name, bytes] : plan.values) {
     auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));

@@ -381,7 +381,7 @@ Status read_state_dict_into(const st::Checkpoint& checkpoint, StateDict& sd,
     }
     const auto box = boxes.find(e.name);
     const Shape want = box == boxes.end() ? info->shape : box->second.local_shape();
-    if (e.view.device().type != DeviceType::cpu) {
+    if (internal::cuda::on_device(e.view)) {
       if (auto s = internal::cuda::check_device_view(e.view, "'" + e.name + "'"); !s.ok()) {
         if (s.code() == Errc::unavailable) cuda_off = true;
         problems.push_back(s.message());
@@ -446,7 +446,7 @@ Status read_tensor_into(const st::Checkpoint& checkpoint, const std::string& nam
   auto src = checkpoint.files[it->second].view(name);
   if (!src.ok()) return src.status();
   const std::string ctx = "read '" + name + "'";
-  if (dst.device().type != DeviceType::cpu) {
+  if (internal::cuda::on_device(dst)) {
     // GPU memory: one copy from the file's pages (a box is cut on the host first).
     MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(dst, ctx));
   }

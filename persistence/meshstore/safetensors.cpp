@@ -488,7 +488,7 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   std::uint64_t total = 0;
   for (const auto& t : tensors) {
     MESHSTORE_RETURN_IF_ERROR(t.view.validate("write '" + path + "': tensor '" + t.name + "'"));
-    if (t.view.device().type != DeviceType::cpu) {
+    if (internal::cuda::on_device(t.view)) {
       // A GPU tensor is copied straight into the file's pages.
       MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(
           t.view, "write '" + path + "': tensor '" + t.name + "'"));
@@ -501,7 +501,7 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   std::uint64_t done = 0;
   for (const auto& t : tensors) {
     auto dst = w->tensor(t.name).value();
-    if (t.view.nbytes() > 0 && t.view.device().type != DeviceType::cpu) {
+    if (t.view.nbytes() > 0 && internal::cuda::on_device(t.view)) {
       MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_host(static_cast<std::byte*>(dst.data()), t.view)
                                     .with_context("write '" + path + "': tensor '" + t.name + "'"));
     } else if (t.view.nbytes() > 0) {

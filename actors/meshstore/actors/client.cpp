@@ -85,7 +85,7 @@ Future<void> settle_all(std::vector<Future<void>> futures) {
   });
 }
 
-bool on_device(const TensorView& v) { return v.device().type == DeviceType::cuda; }
+using internal::cuda::on_device;
 
 // -- GPU memory over transports that cannot copy it ----------------------
 //
@@ -144,12 +144,8 @@ Future<void> by_pieces(std::size_t n, F move) {
 
 // Copies `n` bytes between GPU and host memory on a copy engine thread.
 Future<void> device_copy(void* dst, const void* src, std::size_t n, const char* what) {
-  auto status = std::make_shared<Status>();
-  return transports::CopyEngine::instance()
-      .run([dst, src, n, status] { *status = internal::cuda::copy_bytes(dst, src, n); })
-      .then([status, what]() -> Status {
-        return status->ok() ? Status() : status->with_context(what);
-      });
+  return transports::CopyEngine::instance().run_checked(
+      [dst, src, n, what] { return internal::cuda::copy_bytes(dst, src, n).with_context(what); });
 }
 
 // Writes `n` bytes of GPU memory at `src` into `region` over `c`.

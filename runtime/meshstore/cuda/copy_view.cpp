@@ -3,11 +3,6 @@
 #include "meshstore/internal/cuda_copy.hpp"
 
 namespace meshstore::internal::cuda {
-namespace {
-
-bool on_device(const TensorView& v) { return v.device().type != DeviceType::cpu; }
-
-}  // namespace
 
 Status copy_view(const TensorView& src, const TensorView& dst) {
   if (!on_device(src) && !on_device(dst)) return copy_into(src, dst);

@@ -12,6 +12,9 @@
 
 namespace meshstore::internal::cuda {
 
+/// Whether `v` names device (GPU) memory rather than host memory.
+inline bool on_device(const TensorView& v) { return v.device().type != DeviceType::cpu; }
+
 /// Checks that device view `view` (device cuda:N) can be used: CUDA works
 /// here, device N exists, and the view's first and last bytes are live
 /// device memory on device N (not freed, not host memory, not another

@@ -64,6 +64,18 @@ Future<void> CopyEngine::run(std::function<void()> job) noexcept {
   return fut;
 }
 
+Future<void> CopyEngine::run_checked(std::function<Status()> job) noexcept {
+  auto promise =
+      std::make_shared<Promise<void>>(Status(Errc::internal, "copy engine dropped a job"));
+  auto fut = promise->future();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->jobs.push_back([job = std::move(job), promise] { promise->set(Result<void>(job())); });
+  }
+  impl_->cv.notify_one();
+  return fut;
+}
+
 Future<void> CopyEngine::copy(std::byte* dst, const std::byte* src, std::size_t n,
                               std::size_t split_from) noexcept {
   if (n < kInlineBelow) {

@@ -27,6 +27,10 @@ class CopyEngine {
   /// worker thread; the future completes when it returns.
   Future<void> run(std::function<void()> job) noexcept;
 
+  /// Runs `job` on a worker thread; the future completes with its Status
+  /// (a CUDA copy, which blocks until the bytes are there).
+  Future<void> run_checked(std::function<Status()> job) noexcept;
+
   /// Worker threads.
   int threads() const noexcept;
 

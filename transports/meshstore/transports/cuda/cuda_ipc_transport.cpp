@@ -195,12 +195,9 @@ class CudaIpcTransport final : public Transport {
       const std::byte* from = write ? local : remote;
       // On a copy engine thread: the copy blocks until the bytes are there,
       // and the caller is an actor. The opening stays held until then.
-      auto status = std::make_shared<Status>();
-      return CopyEngine::instance()
-          .run([opened, to, from, n, status] { *status = internal::cuda::copy_bytes(to, from, n); })
-          .then([opened, status, op]() -> Status {
-            return status->ok() ? Status() : status->with_context(op);
-          });
+      return CopyEngine::instance().run_checked([opened, to, from, n, op] {
+        return internal::cuda::copy_bytes(to, from, n).with_context(op);
+      });
     }
     // A host object: as shm moves it (in one CUDA copy through the mapping
     // when `local` is GPU memory).

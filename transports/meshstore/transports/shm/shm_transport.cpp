@@ -254,15 +254,10 @@ class ShmTransport final : public Transport {
   // (an actor's): the copy blocks until the bytes are there.
   static Future<void> device_copy(std::shared_ptr<Mapping> seg, std::byte* dst,
                                   const std::byte* src, std::size_t n, const char* what) {
-    auto status = std::make_shared<Status>();
-    return CopyEngine::instance()
-        .run([seg, dst, src, n, status] {
-          seg->before_device_copy();
-          *status = internal::cuda::copy_bytes(dst, src, n);
-        })
-        .then([seg, status, what]() -> Status {
-          return status->ok() ? Status() : status->with_context(what);
-        });
+    return CopyEngine::instance().run_checked([seg, dst, src, n, what] {
+      seg->before_device_copy();
+      return internal::cuda::copy_bytes(dst, src, n).with_context(what);
+    });
   }
 
   const TransportConfig config_;
