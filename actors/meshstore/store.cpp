@@ -522,6 +522,8 @@ void Store::Impl::start_client() {
 }
 
 Result<Store> Store::embedded(StoreOptions options) {
+  // This thread spawns the store's actors and may outlive it.
+  internal::ForeignThreadGuard guard;
   Address listen;
   if (!options.listen.empty()) {
     auto a = parse_address(options.listen);
@@ -579,6 +581,7 @@ Result<Store> Store::embedded(StoreOptions options) {
 }
 
 Result<Store> Store::connect(const std::string& address, StoreOptions options) {
+  internal::ForeignThreadGuard guard;  // as in embedded()
   auto target = parse_address(address);
   if (!target.ok()) return target.status().with_context("connect");
   if (target->port == 0)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshstore/future.hpp"
+#include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/result.hpp"
 
@@ -64,6 +65,7 @@ class ActorMesh {
     auto fut = p->future();
     auto target = at(rank);
     const auto timeout = timeout_;
+    internal::ForeignThreadGuard guard;  // ask() may be called from any thread
     sys_->spawn([=](caf::event_based_actor* self) {
       self->monitor(target);
       self->set_down_handler([=](caf::down_msg& m) {
@@ -136,9 +138,12 @@ class Mesh {
     if (auto s = reserve(name); !s.ok()) return s;
     std::vector<caf::actor> mine;
     const int copies = is_local() ? world_size() : 1;
-    for (int i = 0; i < copies; ++i) {
-      const int member_rank = is_local() ? i : rank();
-      mine.push_back(caf::actor_cast<caf::actor>(system().spawn(fun, member_rank, xs...)));
+    {
+      internal::ForeignThreadGuard guard;  // spawn() may be called from any thread
+      for (int i = 0; i < copies; ++i) {
+        const int member_rank = is_local() ? i : rank();
+        mine.push_back(caf::actor_cast<caf::actor>(system().spawn(fun, member_rank, xs...)));
+      }
     }
     auto all = join(name, std::move(mine));
     if (!all.ok()) return all.status();

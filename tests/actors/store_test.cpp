@@ -1,9 +1,11 @@
 #include "meshstore/store.hpp"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "meshstore/cuda.hpp"
@@ -413,6 +415,42 @@ TEST(StoreLifecycle, ContinuationsMayCallTheStoreWhileItCloses) {
   for (auto& f : chained) EXPECT_TRUE(f.wait_for(kWait));
   std::lock_guard<std::mutex> lock(mu);
   for (auto& f : nested) EXPECT_TRUE(f.wait_for(kWait));
+}
+
+TEST(StoreLifecycle, AStoreClosesWhileTheThreadThatMadeItLivesOn) {
+  // A service makes its store on one thread and closes it from another,
+  // the first still running (a pool thread). CAF leaves a reference to the
+  // actor system in every thread that spawns an actor; the store must not
+  // leave one behind, or close() waits for that thread forever (the test
+  // would then end by its timeout).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<Store>> made;
+  bool closed = false;
+  std::thread maker([&] {
+    auto s = Store::embedded();
+    std::unique_lock<std::mutex> lock(mu);
+    made.emplace(std::move(s));
+    cv.notify_all();
+    cv.wait(lock, [&] { return closed; });  // lives on until the store is closed
+  });
+  Result<Store> store = Status(Errc::internal, "not made");
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return made.has_value(); }));
+    store = std::move(*made);
+  }
+  ASSERT_OK(store);
+  float x = 2;
+  ASSERT_OK(store->put("x", TensorView::of(&x, {})).get(kWait));
+  store->close();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    closed = true;
+  }
+  cv.notify_all();
+  maker.join();
+  EXPECT_ERROR(store->get("x").get(kWait), Errc::shutdown, "");
 }
 
 TEST_F(StoreTest, FuturesAreUsableFromForeignThreads) {

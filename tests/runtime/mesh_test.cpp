@@ -1,5 +1,9 @@
 #include "meshstore/mesh.hpp"
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "meshstore/internal/caf_glue.hpp"
 #include "testing/test_util.hpp"
 
@@ -37,6 +41,40 @@ TEST(Mesh, LocalMeshSpawnsOneActorPerRank) {
   EXPECT_EQ(*adders->broadcast<int>(add_atom::value, 10).get(kWait),
             (std::vector<int>{10, 11, 12, 13}));
   EXPECT_EQ(*adders->ask<int>(2, add_atom::value, 1).get(kWait), 3);
+}
+
+TEST(Mesh, ThreadsThatSpawnAndAskMayOutliveTheMesh) {
+  // spawn() and ask() from a thread that lives on after the mesh closes (a
+  // caller's pool thread): CAF leaves a reference to the actor system in
+  // each thread that spawns, and the mesh must not leave one behind, or
+  // close() waits for that thread forever (the test would end by timeout).
+  auto mesh = Mesh::local(2).value();
+  std::mutex mu;
+  std::condition_variable cv;
+  int step = 0;  // 1: the thread asked; 2: the mesh is closed
+  Result<int> answer = Status(Errc::internal, "not asked");
+  std::thread worker([&] {
+    auto adders = mesh.spawn<adder_actor>("adders", adder, -1);
+    Result<int> r = adders.ok() ? adders->ask<int>(1, add_atom::value, 5).get(kWait)
+                                : Result<int>(adders.status());
+    std::unique_lock<std::mutex> lock(mu);
+    answer = std::move(r);
+    step = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return step == 2; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return step == 1; }));
+  }
+  EXPECT_EQ(*answer, 6);
+  mesh.close();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    step = 2;
+  }
+  cv.notify_all();
+  worker.join();
 }
 
 TEST(Mesh, ErrorOfOneRankSurfacesWithTheRankNamed) {

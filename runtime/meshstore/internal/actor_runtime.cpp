@@ -112,7 +112,10 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
   std::unique_ptr<ActorRuntime> rt(new ActorRuntime());
   rt->threads_ = threads;
   rt->config_ = std::make_unique<MeshstoreConfig>(threads, options);
-  rt->system_ = std::make_unique<caf::actor_system>(*rt->config_);
+  {
+    ForeignThreadGuard guard;  // the caller's thread may outlive the system
+    rt->system_ = std::make_unique<caf::actor_system>(*rt->config_);
+  }
   return rt;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/result.hpp"
 
 namespace meshstore::internal {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore::transports::rpc {
@@ -241,6 +242,9 @@ class RpcTransport final : public Transport {
       t->promise->set_value();
       return fut;
     }
+    // Any thread may start a transfer (a GPU piece starts one on a copy
+    // engine thread).
+    internal::ForeignThreadGuard guard;
     system_->spawn([t](caf::event_based_actor* self) {
       // A dead endpoint (its volume's process died) fails the transfer at
       // once; CAF alone would wait for every chunk's timeout.
