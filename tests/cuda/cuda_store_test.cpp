@@ -1,14 +1,19 @@
-// CUDA device tensors through the store (docs/gpu.md). Built when CMake
-// finds the CUDA toolkit; every test skips, naming the reason, where CUDA
-// cannot be used (no driver, no device).
+// CUDA device tensors through the store (docs/gpu.md). Built in every
+// build and run twice by CTest:
+// - on real GPUs: every test skips, naming the reason, where CUDA cannot be
+//   used (no driver, no device);
+// - on emulated devices (MESHSTORE_TEST_EMULATED_CUDA=N, "emulated." in the
+//   test names): device memory the CPU cannot touch, so every device path
+//   of the store runs on machines without a GPU. CUDA IPC is not emulated.
 //
 // The binary is also its own peer process: `meshstore_cuda_tests --peer-get
 // ADDRESS KEY N` connects to the store at ADDRESS, reads KEY (N float32s)
 // into device memory and checks it holds 0.5 * i.
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -17,6 +22,8 @@
 
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/cuda.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/store.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"
@@ -33,34 +40,35 @@ using testing::kWait;
     if (auto s = cuda::status(); !s.ok()) GTEST_SKIP() << s.message(); \
   } while (0)
 
+#define SKIP_CUDA_IPC_WHEN_EMULATED()                                            \
+  do {                                                                           \
+    if (internal::cuda::emulating()) GTEST_SKIP() << "CUDA IPC is not emulated"; \
+  } while (0)
+
 // Device memory for a test, freed at the end of its scope.
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t n) : n_(n) {
-    if (cudaMalloc(&p_, n ? n : 1) != cudaSuccess) p_ = nullptr;
+    auto p = internal::cuda::device_alloc(n, 0);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    if (p.ok()) p_ = std::move(p).value();
   }
-  ~DeviceBuffer() { free(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return p_; }
-  void free() {
-    if (p_) cudaFree(p_);
-    p_ = nullptr;
-  }
-  void upload(const void* src) const {
-    ASSERT_EQ(cudaMemcpy(p_, src, n_, cudaMemcpyHostToDevice), cudaSuccess);
-  }
+  void* get() const { return p_.get(); }
+  void free() { p_.reset(); }
+  void upload(const void* src) const { ASSERT_OK(internal::cuda::copy_bytes(p_.get(), src, n_)); }
   std::vector<std::uint8_t> download() const {
     std::vector<std::uint8_t> out(n_);
-    EXPECT_EQ(cudaMemcpy(out.data(), p_, n_, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_OK(internal::cuda::copy_bytes(out.data(), p_.get(), n_));
     return out;
   }
   TensorView view(DType d, Shape shape, Strides strides = {}, int device = 0) const {
-    return TensorView(p_, d, std::move(shape), std::move(strides), Device::cuda(device));
+    return TensorView(p_.get(), d, std::move(shape), std::move(strides), Device::cuda(device));
   }
 
  private:
-  void* p_ = nullptr;
+  std::shared_ptr<std::byte> p_;
   std::size_t n_;
 };
 
@@ -76,6 +84,7 @@ class CudaStoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     SKIP_WITHOUT_CUDA();
+    if (GetParam() == "cuda-ipc") SKIP_CUDA_IPC_WHEN_EMULATED();
     StoreOptions o;
     o.transport = GetParam();
     auto s = Store::embedded(o);
@@ -264,7 +273,7 @@ TEST_P(CudaStoreTest, ShardedTensorsReadIntoDeviceMemory) {
 TEST_P(CudaStoreTest, DeviceStateDictEntriesPackedCastAndWhole) {
   const auto big = random_bytes(std::size_t{4} << 20, 21), small = random_bytes(1024, 22);
   std::vector<float> f(1 << 16);
-  for (std::size_t i = 0; i < f.size(); ++i) f[i] = 0.25f * static_cast<float>(i % 1000);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = 0.25f * static_cast<float>(i % 256);
   DeviceBuffer dbig(big.size()), dsmall(small.size()), df(f.size() * 4);
   dbig.upload(big.data());
   dsmall.upload(small.data());
@@ -285,7 +294,8 @@ TEST_P(CudaStoreTest, DeviceStateDictEntriesPackedCastAndWhole) {
   ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
   EXPECT_TRUE(rbig.download() == big);
   EXPECT_EQ(rsmall.download(), small);
-  // 0.25 * k (k < 1000) is exact in bfloat16: the top half of the float32.
+  // 0.25 * k (k < 256: 8 significant bits) is exact in bfloat16: the top half
+  // of the float32.
   const auto fb = rf.download();
   for (std::size_t i = 0; i < f.size(); i += 997) {
     std::uint32_t bits = 0;
@@ -471,6 +481,7 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
   // The object is host memory (a put over shm stages it): every transport
   // reads it, cuda-ipc straight from the mapping into the peer's GPU.
   for (const std::string transport : {"", "tcp", "cuda-ipc"}) {
+    if (transport == "cuda-ipc" && internal::cuda::emulating()) continue;  // not emulated
     testing::Child peer(
         {self, "--peer-get", store->address(), "big", std::to_string(n), transport});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
@@ -483,6 +494,7 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
 // CUDA IPC handle. Transports that only reach host memory refuse it.
 TEST(CudaTwoProcesses, CudaIpcKeepsDeviceObjectsOnTheGpu) {
   SKIP_WITHOUT_CUDA();
+  SKIP_CUDA_IPC_WHEN_EMULATED();
   StoreOptions o;
   o.listen = "127.0.0.1:0";
   o.transport = "cuda-ipc";
@@ -527,6 +539,46 @@ TEST(CudaTwoProcesses, CudaIpcKeepsDeviceObjectsOnTheGpu) {
   EXPECT_EQ(std::memcmp(host->data(), v.data(), expect.size()), 0);
 }
 
+// The emulated devices behave as a GPU does where the store relies on it:
+// the CPU cannot touch device memory, copies stay inside one allocation,
+// freed memory is no longer device memory, an allocation belongs to one
+// device, and host memory is page-locked once at a time.
+TEST(CudaEmulation, DeviceMemoryBehavesAsOnAGpu) {
+  if (!internal::cuda::emulating()) GTEST_SKIP() << "runs on emulated devices only";
+  ASSERT_GE(cuda::device_count(), 2);
+  auto one = internal::cuda::device_alloc(1000, 1);
+  ASSERT_OK(one);
+  auto* p = one->get();
+  EXPECT_TRUE(internal::cuda::is_device_pointer(p + 999));
+  EXPECT_FALSE(internal::cuda::is_device_pointer(p + 1000));
+  EXPECT_ERROR(internal::cuda::check_device_view(
+                   TensorView(p, DType::uint8, {1000}, {}, Device::cuda(0)), "view"),
+               Errc::invalid_argument, "lies on cuda:1, the view says cuda:0");
+  EXPECT_OK(internal::cuda::check_device_view(
+      TensorView(p, DType::uint8, {1000}, {}, Device::cuda(1)), "view"));
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_DEATH(
+      {
+        volatile std::byte b = p[0];
+        (void)b;
+      },
+      "");
+  std::vector<std::uint8_t> host(200);
+  EXPECT_ERROR(internal::cuda::copy_bytes(host.data(), p + 900, 200), Errc::internal,
+               "200 bytes from offset 900 of a 1000-byte allocation on cuda:1");
+  EXPECT_ERROR(internal::cuda::device_alloc(8, 2), Errc::invalid_argument, "cuda:2");
+  one->reset();
+  EXPECT_FALSE(internal::cuda::is_device_pointer(p));
+
+  std::vector<std::uint8_t> pageable(1 << 16);
+  auto pinned = internal::cuda::register_host(pageable.data(), pageable.size());
+  ASSERT_OK(pinned);
+  EXPECT_ERROR(internal::cuda::register_host(pageable.data() + 4096, 4096), Errc::internal,
+               "already mapped");
+  pinned->reset();
+  EXPECT_OK(internal::cuda::register_host(pageable.data() + 4096, 4096));
+}
+
 int peer_get(const std::string& address, const std::string& key, std::int64_t n,
              const std::string& transport) {
   StoreOptions o;
@@ -558,6 +610,13 @@ int peer_get(const std::string& address, const std::string& key, std::int64_t n,
 }  // namespace meshstore
 
 int main(int argc, char** argv) {
+  // Before anything asks about CUDA; peers inherit it.
+  if (const char* n = std::getenv("MESHSTORE_TEST_EMULATED_CUDA"); n && *n) {
+    if (auto s = meshstore::internal::cuda::emulate_devices(std::atoi(n)); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.to_string().c_str());
+      return 2;
+    }
+  }
   if (argc >= 5 && std::string(argv[1]) == "--peer-get") {
     return meshstore::peer_get(argv[2], argv[3], std::atoll(argv[4]), argc >= 6 ? argv[5] : "");
   }

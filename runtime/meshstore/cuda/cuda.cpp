@@ -1,24 +1,20 @@
 // CUDA support, built when MESHSTORE_WITH_CUDA finds a toolkit
 // (cuda_none.cpp otherwise). Host API only, linked with the static CUDA
 // runtime; the one kernel is in strided.cu.
-#include "meshstore/cuda.hpp"
-
 #include <cuda.h>  // driver API types; its functions come through the runtime
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "meshstore/cuda/backend.hpp"
 #include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/cuda/strided.cuh"
-#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
 
-namespace meshstore {
-namespace cuda {
+namespace meshstore::internal::cuda::native {
 
 bool built() noexcept { return true; }
 
@@ -53,9 +49,6 @@ const Probe& probe() {
 Status status() { return probe().status; }
 int device_count() { return probe().count; }
 
-}  // namespace cuda
-
-namespace internal::cuda {
 namespace {
 
 std::string error_text(const char* call, cudaError_t e) {
@@ -65,13 +58,8 @@ std::string error_text(const char* call, cudaError_t e) {
 // The GPU that holds `p` (device or managed memory), or -1 for host memory
 // and addresses CUDA does not know.
 int device_of(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return -1;
-  return a.device;
+  auto at = locate(p);
+  return at.ok() ? *at : -1;
 }
 
 // Page-locked host buffers by size, reused by the next copy of the same
@@ -141,7 +129,7 @@ Result<StridedLayout> layout_of(const TensorView& v) {
 Status copy(const TensorView& v, void* flat, bool to_flat) {
   const std::size_t n = v.nbytes();
   if (n == 0) return Status();
-  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  MESHSTORE_RETURN_IF_ERROR(status());
   DeviceScope scope(v.device().index);
   if (scope.error() != cudaSuccess) {
     return Status(Errc::invalid_argument, error_text("cudaSetDevice", scope.error()));
@@ -181,64 +169,20 @@ Status copy(const TensorView& v, void* flat, bool to_flat) {
 
 }  // namespace
 
-Status check_device_view(const TensorView& view, const std::string& what) {
-  const std::string dev = view.device().to_string();
-  if (auto s = meshstore::cuda::status(); !s.ok()) {
-    return Status(s.code(), what + ": device " + dev + ": " + s.message());
-  }
-  const int count = meshstore::cuda::device_count();
-  if (view.device().index < 0 || view.device().index >= count) {
-    return Status(Errc::invalid_argument,
-                  what + ": device " + dev + " does not exist (this process sees " +
-                      std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
-  }
-  if (view.numel() == 0) return Status();  // no memory to check
+Result<int> locate(const void* p) {
   cudaPointerAttributes a{};
-  const cudaError_t e = cudaPointerGetAttributes(&a, view.data());
+  const cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return Status(Errc::invalid_argument, what + ": " + error_text("cudaPointerGetAttributes", e));
+    return Status(Errc::invalid_argument, error_text("cudaPointerGetAttributes", e));
   }
-  char at[32];
-  std::snprintf(at, sizeof(at), "%p", view.data());
-  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
-    return Status(Errc::invalid_argument, what + ": the memory at " + at +
-                                              " is not CUDA device memory (host memory, "
-                                              "or device memory already freed), yet the "
-                                              "view says " +
-                                              dev);
-  }
-  if (a.device != view.device().index) {
-    return Status(Errc::invalid_argument, what + ": the memory at " + at + " lies on cuda:" +
-                                              std::to_string(a.device) + ", the view says " + dev);
-  }
-  // The last byte too: a view longer than its allocation ends in unmapped
-  // addresses (or in another allocation, which this cannot tell apart).
-  std::int64_t last_element = 0;  // in elements from the first
-  for (std::size_t d = 0; d < static_cast<std::size_t>(view.ndim()); ++d) {
-    last_element += (view.shape()[d] - 1) * view.strides()[d];
-  }
-  const std::size_t elsize = dtype_size(view.dtype());
-  const std::size_t span = static_cast<std::size_t>(last_element + 1) * elsize;
-  if (span > 1) {
-    const auto* last = static_cast<const std::byte*>(view.data()) + span - 1;
-    const int on = device_of(last);
-    if (on != view.device().index) {
-      std::snprintf(at, sizeof(at), "%p", static_cast<const void*>(last));
-      return Status(
-          Errc::invalid_argument,
-          what + ": the view's last byte, at " + at + ", is " +
-              (on < 0 ? std::string("not device memory") : "on cuda:" + std::to_string(on)) +
-              ": the view (spanning " + std::to_string(span) +
-              " bytes) runs past the end of its allocation on " + dev);
-    }
-  }
-  return Status();
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) return -1;
+  return a.device;
 }
 
 std::shared_ptr<std::byte> pinned(std::size_t n) {
   if (n == 0) n = 1;
-  if (!meshstore::cuda::status().ok()) return internal::allocate_aligned(n);
+  if (!status().ok()) return internal::allocate_aligned(n);
   return PinnedPool::instance().take(n);
 }
 
@@ -246,7 +190,7 @@ Status to_host(std::byte* dst, const TensorView& src) { return copy(src, dst, tr
 
 Status copy_bytes(void* dst, const void* src, std::size_t n) {
   if (n == 0) return Status();
-  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  MESHSTORE_RETURN_IF_ERROR(status());
   // The stream of the device that holds the memory: no detour through
   // another GPU's context.
   int device = device_of(dst);
@@ -261,13 +205,8 @@ Status copy_bytes(void* dst, const void* src, std::size_t n) {
   return Status();
 }
 
-bool is_device_pointer(const void* p) {
-  if (!p || !meshstore::cuda::status().ok()) return false;
-  return device_of(p) >= 0;
-}
-
 Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
-  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  MESHSTORE_RETURN_IF_ERROR(status());
   if (n == 0 || p == nullptr) return std::shared_ptr<void>();
   const cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable);
   if (e != cudaSuccess) {
@@ -280,7 +219,7 @@ Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
 }
 
 Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device) {
-  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  MESHSTORE_RETURN_IF_ERROR(status());
   DeviceScope scope(device);
   if (scope.error() != cudaSuccess) {
     return Status(Errc::invalid_argument, error_text("cudaSetDevice", scope.error()));
@@ -343,7 +282,7 @@ const HandleEntry& handle_entry() {
 }  // namespace
 
 Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
-  MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+  MESHSTORE_RETURN_IF_ERROR(status());
   const int device = device_of(p);
   if (device < 0) {
     return Status(Errc::invalid_argument, "export_dmabuf: the memory is not CUDA device memory");
@@ -375,5 +314,4 @@ Status to_device(const TensorView& dst, const std::byte* src) {
   return copy(dst, const_cast<std::byte*>(src), false);
 }
 
-}  // namespace internal::cuda
-}  // namespace meshstore
+}  // namespace meshstore::internal::cuda::native

@@ -11,6 +11,7 @@
 #include "meshstore/cuda.hpp"
 #include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
@@ -232,6 +233,17 @@ std::pair<std::string, std::string> tags(const std::string& address) {
   return {address.substr(0, semi), address.substr(semi + 1)};
 }
 
+// OK when CUDA IPC can work here: CUDA works, on real devices (emulated
+// test devices have no IPC handles).
+Status usable() {
+  if (internal::cuda::emulating()) {
+    return Status(Errc::unsupported,
+                  "cuda-ipc: CUDA IPC is not emulated (this process runs on emulated CUDA "
+                  "devices, for tests)");
+  }
+  return meshstore::cuda::status();
+}
+
 }  // namespace
 
 TransportFactory cuda_ipc_factory() {
@@ -245,10 +257,10 @@ TransportFactory cuda_ipc_factory() {
   f.capabilities.device_memory = true;
   f.capabilities.device_copies = true;
   f.capabilities.maps_memory = true;
-  f.available = [] { return meshstore::cuda::status(); };
-  f.gpu_direct = [] { return meshstore::cuda::status(); };
+  f.available = [] { return usable(); };
+  f.gpu_direct = [] { return usable(); };
   f.make_server = [](const ServerContext&) -> Result<std::unique_ptr<TransportServer>> {
-    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+    MESHSTORE_RETURN_IF_ERROR(usable());
     return std::unique_ptr<TransportServer>(std::make_unique<CudaIpcServer>());
   };
   f.make_client = [](const ClientContext& ctx,
@@ -256,7 +268,7 @@ TransportFactory cuda_ipc_factory() {
     if (ep.transport != "cuda-ipc") {
       return Status(Errc::invalid_argument, "cuda-ipc client: not a cuda-ipc endpoint");
     }
-    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
+    MESHSTORE_RETURN_IF_ERROR(usable());
     EndpointInfo host = ep;
     host.transport = "shm";  // host objects: the shm client
     auto shm = shm::shm_factory().make_client(ctx, host);
@@ -272,7 +284,7 @@ TransportFactory cuda_ipc_factory() {
       return Status(Errc::unsupported, "the volume runs as another user (" + their_uid +
                                            ", this process " + uid_tag() + ")");
     }
-    return meshstore::cuda::status();
+    return usable();
   };
   return f;
 }

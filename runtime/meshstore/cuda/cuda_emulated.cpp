@@ -1,0 +1,243 @@
+// Emulated CUDA devices (meshstore/internal/cuda_emulation.hpp): the
+// backend a test switches on where no GPU is, so the store's device paths
+// (staging, pieces, packing, checkpoints, the checks on device views) run
+// in every CI build. Built with and without the CUDA toolkit.
+//
+// An allocation is a memfd mapped twice: PROT_NONE at the address callers
+// get (the CPU cannot touch "device memory", as on a GPU) and read-write at
+// a private address only the copy calls below use.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "meshstore/cuda/backend.hpp"
+#include "meshstore/internal/cuda_emulation.hpp"
+#include "meshstore/internal/memory.hpp"
+
+namespace meshstore::internal::cuda {
+namespace {
+
+constexpr int kMaxDevices = 16;
+
+std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
+
+// One allocation of `size` bytes on emulated device `device`.
+struct Allocation {
+  std::byte* at = nullptr;      // what callers see: PROT_NONE
+  std::byte* shadow = nullptr;  // the same pages, read-write, for the copies
+  std::size_t size = 0;         // as asked for: a byte past it is not device memory
+  std::size_t mapped = 0;       // whole pages
+  int device = 0;
+  Allocation() = default;
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+  ~Allocation() {
+    if (at) ::munmap(at, mapped);
+    if (shadow) ::munmap(shadow, mapped);
+  }
+};
+
+class Emulator {
+ public:
+  explicit Emulator(int count) : count_(count) {}
+  int count() const noexcept { return count_; }
+
+  Result<std::shared_ptr<std::byte>> allocate(std::size_t n, int device) {
+    if (device < 0 || device >= count_) {
+      return Status(Errc::invalid_argument,
+                    "cudaSetDevice: invalid device ordinal (cuda:" + std::to_string(device) +
+                        " of " + std::to_string(count_) + " emulated devices)");
+    }
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    auto a = std::make_shared<Allocation>();
+    a->size = n ? n : 1;
+    a->mapped = (a->size + page - 1) / page * page;
+    a->device = device;
+    const int fd = ::memfd_create("meshstore-emulated-gpu", MFD_CLOEXEC);
+    if (fd < 0)
+      return Status(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("memfd_create"));
+    Status failed;
+    if (::ftruncate(fd, static_cast<off_t>(a->mapped)) != 0) {
+      failed = Status(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("ftruncate"));
+    } else {
+      void* at = ::mmap(nullptr, a->mapped, PROT_NONE, MAP_SHARED, fd, 0);
+      void* shadow = ::mmap(nullptr, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (at != MAP_FAILED) a->at = static_cast<std::byte*>(at);
+      if (shadow != MAP_FAILED) a->shadow = static_cast<std::byte*>(shadow);
+      if (!a->at || !a->shadow) {
+        failed = Status(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("mmap"));
+      }
+    }
+    ::close(fd);
+    if (!failed.ok()) return failed.with_context(std::to_string(n) + " bytes");
+    const auto key = reinterpret_cast<std::uintptr_t>(a->at);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(key, a);
+    }
+    // Freed when the caller lets go; a copy in flight keeps the pages.
+    return std::shared_ptr<std::byte>(a->at, [this, key](std::byte*) {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.erase(key);
+    });
+  }
+
+  // The live allocation holding address `p`, or null.
+  std::shared_ptr<const Allocation> find(const void* p) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.upper_bound(addr);
+    if (it == live_.begin()) return nullptr;
+    --it;
+    if (addr >= it->first + it->second->size) return nullptr;
+    return it->second;
+  }
+
+  Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
+    if (find(p)) {
+      return Status(Errc::internal, "emulated cudaHostRegister: the memory is device memory");
+    }
+    const auto from = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = registered_.lower_bound(from);
+    const bool overlaps_next = next != registered_.end() && next->first < from + n;
+    const bool overlaps_prev =
+        next != registered_.begin() && std::prev(next)->first + std::prev(next)->second > from;
+    if (overlaps_next || overlaps_prev) {
+      return Status(Errc::internal,
+                    "emulated cudaHostRegister: part or all of the requested memory range "
+                    "is already mapped (cudaErrorHostMemoryAlreadyRegistered), " +
+                        std::to_string(n) + " bytes");
+    }
+    registered_.emplace(from, n);
+    return std::shared_ptr<void>(p, [this, from](void*) {
+      std::lock_guard<std::mutex> lock(mu_);
+      registered_.erase(from);
+    });
+  }
+
+ private:
+  const int count_;
+  std::mutex mu_;                                               // guards live_ and registered_
+  std::map<std::uintptr_t, std::shared_ptr<Allocation>> live_;  // by caller address
+  std::map<std::uintptr_t, std::size_t> registered_;  // page-locked host ranges: start, length
+};
+
+std::atomic<Emulator*> g_emulator{nullptr};
+
+Emulator& emulator() { return *g_emulator.load(std::memory_order_acquire); }
+
+// Where the copy calls reach [p, p + n): the private mapping of emulated
+// device memory (held in `*keep` while the copy runs), or `p` itself for
+// host memory. A range that starts in an allocation and runs past its end
+// fails, as cudaMemcpy fails.
+Result<std::byte*> reach(const void* p, std::size_t n, std::shared_ptr<const Allocation>* keep) {
+  *keep = emulator().find(p);
+  if (!*keep) return static_cast<std::byte*>(const_cast<void*>(p));
+  const Allocation& a = **keep;
+  const std::size_t offset = static_cast<std::size_t>(static_cast<const std::byte*>(p) - a.at);
+  if (n > a.size - offset) {
+    return Status(Errc::internal, "emulated cudaMemcpy: invalid argument: " + std::to_string(n) +
+                                      " bytes from offset " + std::to_string(offset) + " of a " +
+                                      std::to_string(a.size) +
+                                      "-byte allocation on cuda:" + std::to_string(a.device));
+  }
+  return a.shadow + offset;
+}
+
+// The bytes view `v` spans, from its first element to its last.
+std::size_t span_of(const TensorView& v) {
+  if (v.numel() == 0) return 0;
+  std::int64_t last = 0;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(v.ndim()); ++d) {
+    last += (v.shape()[d] - 1) * v.strides()[d];
+  }
+  return static_cast<std::size_t>(last + 1) * dtype_size(v.dtype());
+}
+
+// Copies between device view `v` (any strides) and row-major `flat`.
+Status copy(const TensorView& v, std::byte* flat, bool to_flat) {
+  if (v.nbytes() == 0) return Status();
+  if (v.device().index < 0 || v.device().index >= emulator().count()) {
+    return Status(Errc::invalid_argument,
+                  "cudaSetDevice: invalid device ordinal (" + v.device().to_string() + ")");
+  }
+  std::shared_ptr<const Allocation> keep_v, keep_flat;
+  auto at = reach(v.data(), span_of(v), &keep_v);
+  if (!at.ok()) return at.status();
+  auto flat_at = reach(flat, v.nbytes(), &keep_flat);
+  if (!flat_at.ok()) return flat_at.status();
+  const TensorView shadow(*at, v.dtype(), v.shape(), v.strides());
+  const TensorView packed(*flat_at, v.dtype(), v.shape());
+  return to_flat ? copy_into(shadow, packed) : copy_into(packed, shadow);
+}
+
+}  // namespace
+
+Status emulate_devices(int count) {
+  if (count < 1 || count > kMaxDevices) {
+    return Status(Errc::invalid_argument, "emulate_devices: " + std::to_string(count) +
+                                              " devices (1 to " + std::to_string(kMaxDevices) +
+                                              ")");
+  }
+  auto* fresh = new Emulator(count);  // never destroyed: used until exit
+  Emulator* none = nullptr;
+  if (!g_emulator.compare_exchange_strong(none, fresh, std::memory_order_acq_rel)) {
+    delete fresh;
+    return Status(Errc::invalid_argument, "emulate_devices: emulated devices are already on");
+  }
+  return Status();
+}
+
+bool emulating() noexcept { return g_emulator.load(std::memory_order_acquire) != nullptr; }
+
+namespace emulated {
+
+Status status() { return Status(); }
+int device_count() { return emulator().count(); }
+
+Result<int> locate(const void* p) {
+  auto a = emulator().find(p);
+  return a ? a->device : -1;
+}
+
+std::shared_ptr<std::byte> pinned(std::size_t n) { return internal::allocate_aligned(n ? n : 1); }
+
+Status to_host(std::byte* dst, const TensorView& src) { return copy(src, dst, true); }
+
+Status to_device(const TensorView& dst, const std::byte* src) {
+  return copy(dst, const_cast<std::byte*>(src), false);
+}
+
+Status copy_bytes(void* dst, const void* src, std::size_t n) {
+  if (n == 0) return Status();
+  std::shared_ptr<const Allocation> keep_dst, keep_src;
+  auto to = reach(dst, n, &keep_dst);
+  if (!to.ok()) return to.status();
+  auto from = reach(src, n, &keep_src);
+  if (!from.ok()) return from.status();
+  std::memmove(*to, *from, n);
+  return Status();
+}
+
+Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
+  if (n == 0 || p == nullptr) return std::shared_ptr<void>();
+  return emulator().register_host(p, n);
+}
+
+Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device) {
+  return emulator().allocate(n, device);
+}
+
+Result<int> export_dmabuf(const void*, std::size_t, std::uint64_t*) {
+  return Status(Errc::unsupported,
+                "emulated CUDA devices export no dma-buf (GPUDirect RDMA needs a real GPU)");
+}
+
+}  // namespace emulated
+}  // namespace meshstore::internal::cuda

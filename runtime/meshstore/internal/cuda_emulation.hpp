@@ -1,0 +1,31 @@
+#pragma once
+// Emulated CUDA devices, for tests on machines without a GPU (docs/gpu.md,
+// "Testing without a GPU"). Once switched on, every CUDA call of this
+// process (meshstore/cuda.hpp, meshstore/internal/cuda_copy.hpp) works on
+// emulated devices instead of the CUDA runtime:
+//
+// - "device memory" from device_alloc() lives at addresses the CPU cannot
+//   touch (mapped PROT_NONE): code that dereferences a device pointer, or
+//   hands one to a system call, faults or fails here as it would on a GPU;
+// - the copy calls reach it through a second, private mapping of the same
+//   pages, checking every byte they touch lies in one live allocation on
+//   the right device (a freed or overrun buffer fails as CUDA fails);
+// - register_host() refuses overlapping ranges as cudaHostRegister does;
+// - there is no GPUDirect (export_dmabuf() is unsupported) and no CUDA IPC
+//   (the cuda-ipc transport reports itself unsupported).
+//
+// Nothing ships switched on: only a test harness calls emulate_devices().
+#include "meshstore/status.hpp"
+
+namespace meshstore::internal::cuda {
+
+/// Switches this process to `count` (1 to 16) emulated CUDA devices. Call
+/// it before anything else asks about CUDA (it is meant for a test's
+/// main()). A second call, or a bad count, fails with
+/// Errc::invalid_argument.
+Status emulate_devices(int count);
+
+/// True once emulate_devices() has succeeded.
+bool emulating() noexcept;
+
+}  // namespace meshstore::internal::cuda
