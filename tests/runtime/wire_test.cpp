@@ -5,6 +5,7 @@
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/wire/control.hpp"
+#include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -54,7 +55,7 @@ TEST(Wire, KeyRecordRoundTripsThroughProtobuf) {
 TEST(Wire, OtherStructsRoundTrip) {
   wire::ReadLease lease;
   lease.lease_id = 7;
-  lease.regions = {{1, 100}, {2, 200}};
+  lease.regions = {testing::region_ref(1, 100), testing::region_ref(2, 200)};
   lease.data = {"ab", std::string("\0c", 2)};
   wire::ReadLease lease_back;
   ASSERT_OK(wire::decode(wire::encode(lease), lease_back));

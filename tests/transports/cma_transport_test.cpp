@@ -14,6 +14,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/one_sided.hpp"
+#include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::transports {
@@ -25,7 +26,7 @@ using testing::kWait;
 
 TEST(OneSided, PlanCutsDescribedRangesIntoPieces) {
   std::vector<std::byte> local(100);
-  wire::RegionRef ref{7, 1000, "", 0, 0x10000, 42};
+  auto ref = testing::region_ref(7, 1000, "", 0, 0x10000, 42);
   auto pieces = one_sided::plan(ref, 900, local.data(), 100, 30, "read");
   ASSERT_OK(pieces);
   ASSERT_EQ(pieces->size(), 4u);
@@ -110,7 +111,7 @@ class Cma : public ::testing::Test {
   // A descriptor of `n` bytes at `p` in this process.
   wire::RegionRef describe(std::byte* p, std::size_t n) {
     Region region(1, std::shared_ptr<std::byte>(p, [](std::byte*) {}), n);
-    wire::RegionRef ref{1, n, "", 0};
+    auto ref = testing::region_ref(1, n);
     EXPECT_OK(server_->describe(region, ref));
     return ref;
   }

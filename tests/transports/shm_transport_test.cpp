@@ -14,6 +14,7 @@
 #include "meshstore/store.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
+#include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::transports::shm {
@@ -80,7 +81,9 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
       }
       const auto& r = held[id - 1];
       ASSERT_OK(
-          client->write({id, buf.size(), r->segment(), 0}, 0, buf.data(), buf.size()).get(kWait));
+          client
+              ->write(testing::region_ref(id, buf.size(), r->segment()), 0, buf.data(), buf.size())
+              .get(kWait));
       EXPECT_EQ(r->data()[100], std::byte{3});
     }
   }

@@ -14,6 +14,7 @@
 #include "meshstore/store.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
+#include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::transports {
@@ -78,7 +79,7 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
     }
     if (n) std::memset(r->data(), 0, n);
     regions_->add(r);
-    wire::RegionRef ref{id, n, r->segment(), r->segment_offset()};
+    auto ref = testing::region_ref(id, n, r->segment(), r->segment_offset());
     EXPECT_OK(server_->describe(*r, ref));  // one-sided transports: the address
     return {r, ref};
   }
@@ -183,7 +184,8 @@ TEST_P(TransportConformance, RangeOutsideTheRegionIsOutOfRange) {
 
 TEST_P(TransportConformance, RegionThatIsGoneIsNotFound) {
   // Never staged: an id the server does not know, a segment that never was.
-  wire::RegionRef ghost{424242, 4096, std::string(shm::kSegmentPrefix) + "0-0.0.424242", 0};
+  const auto ghost =
+      testing::region_ref(424242, 4096, std::string(shm::kSegmentPrefix) + "0-0.0.424242");
   std::vector<std::byte> buf(4096);
   EXPECT_ERROR(client_->read(ghost, 0, buf.data(), buf.size()).get(kWait), Errc::not_found, "");
   EXPECT_ERROR(client_->write(ghost, 0, buf.data(), buf.size()).get(kWait), Errc::not_found, "");
@@ -193,7 +195,8 @@ TEST_P(TransportConformance, TransferAfterAnErrorStillWorks) {
   auto [region, ref] = add_region(1 << 20);
   std::vector<std::byte> src(1 << 20), dst(1 << 20);
   fill(src, 3);
-  wire::RegionRef ghost{999999, 1 << 20, std::string(shm::kSegmentPrefix) + "0-0.0.999999", 0};
+  const auto ghost =
+      testing::region_ref(999999, 1 << 20, std::string(shm::kSegmentPrefix) + "0-0.0.999999");
   EXPECT_FALSE(client_->write(ghost, 0, src.data(), src.size()).get(kWait).ok());
   ASSERT_OK(client_->write(ref, 0, src.data(), src.size()).get(kWait));
   ASSERT_OK(client_->read(ref, 0, dst.data(), dst.size()).get(kWait));
