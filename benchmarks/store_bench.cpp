@@ -1104,8 +1104,7 @@ int main(int argc, char** argv) {
   if (a.peer == "load") return run_loader(a);
   if (!a.peer.empty()) usage("unknown --peer role");
   if (a.transport == "cuda-ipc") {
-    // GPU memory: cuda_bench (built with the CUDA toolkit) measures it
-    // against cudaMemcpy in the same run.
+    // GPU memory: cuda_bench measures it against cudaMemcpy in the same run.
     if (a.scenario != "single") usage("--transport cuda-ipc measures --scenario single only");
     std::string exe(4096, '\0');
     const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);

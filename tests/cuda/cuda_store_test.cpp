@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -323,6 +324,74 @@ TEST_P(CudaStoreTest, DeviceStateDictEntriesPackedCastAndWhole) {
   const auto sbytes = sb.download();
   EXPECT_TRUE(std::equal(sbytes.begin(), sbytes.end(), small.begin() + 10));
   EXPECT_EQ(fa.download(), fb);
+}
+
+// The other state dict calls take device tensors as well: a sharded put
+// from two ranks' device memory (one box replicated on both, so its bytes
+// are checksummed), a streamed read, and the latest of two versions, each
+// read into device memory.
+TEST_P(CudaStoreTest, ShardedStreamedAndLatestStateDictsOnTheDevice) {
+  constexpr std::int64_t R = 64, C = 32;
+  std::vector<float> m(R * C), rep(16);
+  std::iota(m.begin(), m.end(), 0.0f);
+  std::iota(rep.begin(), rep.end(), 100.0f);
+  DeviceBuffer dm(m.size() * 4), drep(rep.size() * 4);
+  dm.upload(m.data());
+  drep.upload(rep.data());
+  auto as_floats = [](const std::vector<std::uint8_t>& raw) {
+    std::vector<float> out(raw.size() / 4);
+    std::memcpy(out.data(), raw.data(), raw.size());
+    return out;
+  };
+  for (std::int64_t rank = 0; rank < 2; ++rank) {
+    auto rows = TensorSlice::make({R, C}, {rank * (R / 2), 0}, {R / 2, C});
+    auto whole = TensorSlice::make({16}, {0}, {16});
+    ASSERT_OK(rows);
+    ASSERT_OK(whole);
+    StateDict local;
+    auto* first_row = static_cast<std::byte*>(dm.get()) + rank * (R / 2) * C * 4;
+    ASSERT_OK(
+        local.insert("m", TensorView(first_row, DType::float32, {R / 2, C}, {}, Device::cuda(0))));
+    ASSERT_OK(local.insert("rep", drep.view(DType::float32, {16})));
+    const std::map<std::string, RankShard> layout{{"m", RankShard{*rows, 1}},
+                                                  {"rep", RankShard{*whole, 2}}};
+    ASSERT_OK(store().put_sharded_state_dict("sh", local, layout, rank).get(kWait)) << rank;
+  }
+  DeviceBuffer rm(m.size() * 4), rrep(rep.size() * 4);
+  StateDict into;
+  ASSERT_OK(into.insert("m", rm.view(DType::float32, {R, C})));
+  ASSERT_OK(into.insert("rep", rrep.view(DType::float32, {16})));
+  ASSERT_OK(store().get_state_dict_into("sh", into).get(kWait));
+  EXPECT_EQ(as_floats(rm.download()), m);
+  EXPECT_EQ(as_floats(rrep.download()), rep);
+
+  // Streamed, then the latest of two published versions.
+  StateDict sd;
+  ASSERT_OK(sd.insert("m", dm.view(DType::float32, {R, C})));
+  ASSERT_OK(sd.insert("rep", drep.view(DType::float32, {16})));
+  ASSERT_OK(store().put_state_dict("st", sd).get(kWait));
+  DeviceBuffer sm(m.size() * 4), srep(rep.size() * 4);
+  StateDict streamed;
+  ASSERT_OK(streamed.insert("m", sm.view(DType::float32, {R, C})));
+  ASSERT_OK(streamed.insert("rep", srep.view(DType::float32, {16})));
+  ASSERT_OK(store().stream_state_dict_into("st", streamed, 10s).get(kWait));
+  EXPECT_EQ(as_floats(sm.download()), m);
+  EXPECT_EQ(as_floats(srep.download()), rep);
+
+  ASSERT_OK(store().publish_state_dict("lw", sd).get(kWait));
+  std::vector<float> twice(m.size());
+  for (std::size_t i = 0; i < m.size(); ++i) twice[i] = 2 * m[i];
+  dm.upload(twice.data());
+  ASSERT_OK(store().publish_state_dict("lw", sd).get(kWait));
+  DeviceBuffer lm(m.size() * 4), lrep(rep.size() * 4);
+  StateDict latest;
+  ASSERT_OK(latest.insert("m", lm.view(DType::float32, {R, C})));
+  ASSERT_OK(latest.insert("rep", lrep.view(DType::float32, {16})));
+  auto v = store().get_latest_state_dict_into("lw", latest).get(kWait);
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, 2u);
+  EXPECT_EQ(as_floats(lm.download()), twice);
+  EXPECT_EQ(as_floats(lrep.download()), rep);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CudaStoreTest,
