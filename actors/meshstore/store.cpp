@@ -1154,12 +1154,15 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
   return fut;
 }
 
+// Reads object `key`; `fresh`: located at the controller, not from the
+// client's location cache (version pointers, GetCall::fresh).
 Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
-                              const std::string& op) {
+                              const std::string& op, bool fresh) {
   actors::GetCall call;
   call.op = op;
   call.mode = actors::GetMode::object;
   call.keys.push_back(key);
+  call.fresh = fresh;
   return call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
       .then([](const actors::GetOutput& out) { return out.object; });
 }
@@ -1437,7 +1440,8 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
 Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
                                  const std::string& op) {
   auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
-  object_of(client, prefix, op).on_complete([=](const Result<std::string>& text) {
+  // Fresh: successive reads of the pointer never go back a version.
+  object_of(client, prefix, op, true).on_complete([=](const Result<std::string>& text) {
     if (!text.ok()) {
       if (text.status().code() == Errc::not_found) return (void)p->set_value(0);
       return (void)p->set_error(text.status());

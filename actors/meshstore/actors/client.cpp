@@ -1435,6 +1435,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
 void handle_get(client_pointer self, GetCall call) {
   auto op = std::make_shared<GetOp>();
   op->what = describe(call.op, call.keys);
+  op->use_cache = !call.fresh;
   op->call = std::move(call);
   start_get(self, op);
 }

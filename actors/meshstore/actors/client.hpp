@@ -104,6 +104,11 @@ struct GetCall {
   /// Per key, the box to read (empty, or nullopt: the whole tensor). Boxes
   /// and sharded keys are read shard by shard and assembled.
   std::vector<std::optional<TensorSlice>> slices;
+  /// Locate at the controller even when every key's location is cached.
+  /// For version pointers: a cached location may name an object a newer
+  /// put replaced that its volume has not released yet, so a reader could
+  /// see version N and then N - 1; the controller's answer never goes back.
+  bool fresh = false;
   std::shared_ptr<Promise<GetOutput>> promise;
 };
 
