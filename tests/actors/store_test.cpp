@@ -453,6 +453,25 @@ TEST(StoreLifecycle, AStoreClosesWhileTheThreadThatMadeItLivesOn) {
   EXPECT_ERROR(store->get("x").get(kWait), Errc::shutdown, "");
 }
 
+TEST(StoreLifecycle, AStoreMadeOnAnotherStoresThreadClosesFirst) {
+  // A continuation of store a (on one of a's threads) makes store b; b is
+  // closed first, while a's threads live on. Making b must leave a's thread
+  // holding a's reference again, not b's, or b's close() waits for a's
+  // thread forever (the test would then end by its timeout).
+  auto a = Store::embedded();
+  ASSERT_OK(a);
+  float x = 3;
+  std::optional<Result<Store>> b;
+  ASSERT_OK(
+      a->put("x", TensorView::of(&x, {})).then([&] { b.emplace(Store::embedded()); }).get(kWait));
+  ASSERT_TRUE(b.has_value());
+  ASSERT_OK(*b);
+  ASSERT_OK((*b)->put("y", TensorView::of(&x, {})).get(kWait));
+  (*b)->close();
+  EXPECT_OK(a->get("x").get(kWait));
+  a->close();
+}
+
 TEST_F(StoreTest, FuturesAreUsableFromForeignThreads) {
   // Threads the store does not own issue calls, chain continuations and
   // wait; continuations run on the store's threads.

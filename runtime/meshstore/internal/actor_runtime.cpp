@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <caf/io/all.hpp>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "meshstore/internal/caf_glue.hpp"
@@ -98,7 +100,32 @@ struct MeshstoreConfig : caf::actor_system_config {
   }
 };
 
+// Every live actor system an ActorRuntime made, by its logger, for
+// ForeignThreadGuard. Never destroyed: guards may run during exit.
+struct Systems {
+  std::mutex mu;  // guards by_logger
+  std::unordered_map<const caf::logger*, caf::actor_system*> by_logger;
+};
+Systems& systems() {
+  static auto* s = new Systems();
+  return *s;
+}
+void remember_system(caf::actor_system& sys) {
+  std::lock_guard<std::mutex> lock(systems().mu);
+  systems().by_logger[&sys.logger()] = &sys;
+}
+void forget_system(caf::actor_system& sys) {
+  std::lock_guard<std::mutex> lock(systems().mu);
+  systems().by_logger.erase(&sys.logger());
+}
+
 }  // namespace
+
+caf::actor_system* system_of(const caf::logger* logger) noexcept {
+  std::lock_guard<std::mutex> lock(systems().mu);
+  auto it = systems().by_logger.find(logger);
+  return it == systems().by_logger.end() ? nullptr : it->second;
+}
 
 Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions& options) {
   if (options.scheduler_threads < 0 || options.scheduler_threads > 256) {
@@ -116,10 +143,12 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
     ForeignThreadGuard guard;  // the caller's thread may outlive the system
     rt->system_ = std::make_unique<caf::actor_system>(*rt->config_);
   }
+  remember_system(*rt->system_);
   return rt;
 }
 
 ActorRuntime::~ActorRuntime() {
+  if (system_) forget_system(*system_);
   system_.reset();
   config_.reset();
 }
