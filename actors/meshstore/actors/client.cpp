@@ -1021,13 +1021,14 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
 }
 
 // Copies a target's box out of its (leased) region: straight from the
-// mapping where the transport maps memory, else through a range read of
+// mapping where the transport maps memory (host regions only: a region in
+// GPU memory, over cuda-ipc, has no mapping), else through a range read of
 // the bytes from the box's first element to its last.
 Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                       const ReadTarget& t) {
   const auto b = *t.box;
   std::byte* dst = t.dst;
-  if (c->transport->capabilities().maps_memory) {
+  if (c->transport->capabilities().maps_memory && region.device < 0) {
     auto mem = c->transport->map_writable(region);
     if (!mem.ok()) return make_error_future<void>(mem.status());
     auto src = std::move(mem).value();
