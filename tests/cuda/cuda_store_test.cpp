@@ -4,7 +4,7 @@
 //   used (no driver, no device);
 // - on emulated devices (MESHSTORE_TEST_EMULATED_CUDA=N, "emulated." in the
 //   test names): device memory the CPU cannot touch, so every device path
-//   of the store runs on machines without a GPU. CUDA IPC is not emulated.
+//   of the store, cuda-ipc's included, runs on machines without a GPU.
 //
 // The binary is also its own peer process: `meshstore_cuda_tests --peer-get
 // ADDRESS KEY N` connects to the store at ADDRESS, reads KEY (N float32s)
@@ -39,11 +39,6 @@ using testing::kWait;
 #define SKIP_WITHOUT_CUDA()                                            \
   do {                                                                 \
     if (auto s = cuda::status(); !s.ok()) GTEST_SKIP() << s.message(); \
-  } while (0)
-
-#define SKIP_CUDA_IPC_WHEN_EMULATED()                                            \
-  do {                                                                           \
-    if (internal::cuda::emulating()) GTEST_SKIP() << "CUDA IPC is not emulated"; \
   } while (0)
 
 // Device memory for a test, freed at the end of its scope.
@@ -85,7 +80,6 @@ class CudaStoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     SKIP_WITHOUT_CUDA();
-    if (GetParam() == "cuda-ipc") SKIP_CUDA_IPC_WHEN_EMULATED();
     StoreOptions o;
     o.transport = GetParam();
     auto s = Store::embedded(o);
@@ -550,7 +544,6 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
   // The object is host memory (a put over shm stages it): every transport
   // reads it, cuda-ipc straight from the mapping into the peer's GPU.
   for (const std::string transport : {"", "tcp", "cuda-ipc"}) {
-    if (transport == "cuda-ipc" && internal::cuda::emulating()) continue;  // not emulated
     testing::Child peer(
         {self, "--peer-get", store->address(), "big", std::to_string(n), transport});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
@@ -563,7 +556,6 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
 // CUDA IPC handle. Transports that only reach host memory refuse it.
 TEST(CudaTwoProcesses, CudaIpcKeepsDeviceObjectsOnTheGpu) {
   SKIP_WITHOUT_CUDA();
-  SKIP_CUDA_IPC_WHEN_EMULATED();
   StoreOptions o;
   o.listen = "127.0.0.1:0";
   o.transport = "cuda-ipc";

@@ -16,17 +16,19 @@ namespace meshstore::internal::cuda {
 // Each namespace implements the calls documented in cuda.hpp and
 // cuda_copy.hpp, plus locate(): the device holding `p`, -1 for host memory
 // and addresses the backend does not know, or an error when it cannot tell.
-#define MESHSTORE_CUDA_BACKEND_CALLS                                          \
-  Status status();                                                            \
-  int device_count();                                                         \
-  Result<int> locate(const void* p);                                          \
-  std::shared_ptr<std::byte> pinned(std::size_t n);                           \
-  Status to_host(std::byte* dst, const TensorView& src);                      \
-  Status to_device(const TensorView& dst, const std::byte* src);              \
-  Status copy_bytes(void* dst, const void* src, std::size_t n);               \
-  Result<std::shared_ptr<void>> register_host(void* p, std::size_t n);        \
-  Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device); \
-  Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset);
+#define MESHSTORE_CUDA_BACKEND_CALLS                                              \
+  Status status();                                                                \
+  int device_count();                                                             \
+  Result<int> locate(const void* p);                                              \
+  std::shared_ptr<std::byte> pinned(std::size_t n);                               \
+  Status to_host(std::byte* dst, const TensorView& src);                          \
+  Status to_device(const TensorView& dst, const std::byte* src);                  \
+  Status copy_bytes(void* dst, const void* src, std::size_t n);                   \
+  Result<std::shared_ptr<void>> register_host(void* p, std::size_t n);            \
+  Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device);     \
+  Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset); \
+  Result<std::string> ipc_handle(const void* p);                                  \
+  Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device);
 
 namespace native {
 bool built() noexcept;  // whether this build has the CUDA runtime

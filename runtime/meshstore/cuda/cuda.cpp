@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -308,6 +309,42 @@ Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
   }
   *offset = at - base;
   return fd;
+}
+
+Result<std::string> ipc_handle(const void* p) {
+  MESHSTORE_RETURN_IF_ERROR(status());
+  cudaIpcMemHandle_t handle;
+  const cudaError_t e = cudaIpcGetMemHandle(&handle, const_cast<void*>(p));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status(Errc::internal, error_text("cudaIpcGetMemHandle", e));
+  }
+  return std::string(reinterpret_cast<const char*>(&handle), sizeof(handle));
+}
+
+Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device) {
+  MESHSTORE_RETURN_IF_ERROR(status());
+  cudaIpcMemHandle_t h;
+  if (handle.size() != sizeof(h)) {
+    return Status(Errc::unavailable, "cudaIpcOpenMemHandle: a handle of " +
+                                         std::to_string(handle.size()) + " bytes, not " +
+                                         std::to_string(sizeof(h)));
+  }
+  std::memcpy(&h, handle.data(), sizeof(h));
+  DeviceScope scope(device);
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::unavailable, error_text("cudaSetDevice", scope.error()));
+  }
+  void* p = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status(Errc::unavailable,
+                  error_text("cudaIpcOpenMemHandle", e) + " (cuda:" + std::to_string(device) + ")");
+  }
+  // At exit the runtime may be gone before the last owner: nothing to undo then.
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                    [](std::byte* q) { cudaIpcCloseMemHandle(q); });
 }
 
 Status to_device(const TensorView& dst, const std::byte* src) {

@@ -122,5 +122,13 @@ Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
   return emulating() ? emulated::export_dmabuf(p, n, offset) : native::export_dmabuf(p, n, offset);
 }
 
+Result<std::string> ipc_handle(const void* p) {
+  return emulating() ? emulated::ipc_handle(p) : native::ipc_handle(p);
+}
+
+Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device) {
+  return emulating() ? emulated::ipc_open(handle, device) : native::ipc_open(handle, device);
+}
+
 }  // namespace internal::cuda
 }  // namespace meshstore

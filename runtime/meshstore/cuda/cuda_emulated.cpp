@@ -6,11 +6,13 @@
 // An allocation is a memfd mapped twice: PROT_NONE at the address callers
 // get (the CPU cannot touch "device memory", as on a GPU) and read-write at
 // a private address only the copy calls below use.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -26,21 +28,27 @@ constexpr int kMaxDevices = 16;
 
 std::string errno_text(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
 
-// One allocation of `size` bytes on emulated device `device`.
+// One allocation of `size` bytes on emulated device `device` (or, opened
+// through an IPC handle, another process's allocation).
 struct Allocation {
   std::byte* at = nullptr;      // what callers see: PROT_NONE
   std::byte* shadow = nullptr;  // the same pages, read-write, for the copies
   std::size_t size = 0;         // as asked for: a byte past it is not device memory
   std::size_t mapped = 0;       // whole pages
   int device = 0;
+  int fd = -1;               // the memfd: its IPC handle names it (/proc/PID/fd/FD)
+  std::uint64_t serial = 0;  // this process's allocation number: handles never repeat
   Allocation() = default;
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
   ~Allocation() {
     if (at) ::munmap(at, mapped);
     if (shadow) ::munmap(shadow, mapped);
+    if (fd >= 0) ::close(fd);
   }
 };
+
+constexpr const char* kHandleTag = "emulated-cuda-ipc";
 
 class Emulator {
  public:
@@ -48,43 +56,59 @@ class Emulator {
   int count() const noexcept { return count_; }
 
   Result<std::shared_ptr<std::byte>> allocate(std::size_t n, int device) {
-    if (device < 0 || device >= count_) {
-      return Status(Errc::invalid_argument,
-                    "cudaSetDevice: invalid device ordinal (cuda:" + std::to_string(device) +
-                        " of " + std::to_string(count_) + " emulated devices)");
-    }
-    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    auto a = std::make_shared<Allocation>();
-    a->size = n ? n : 1;
-    a->mapped = (a->size + page - 1) / page * page;
-    a->device = device;
+    MESHSTORE_RETURN_IF_ERROR(check_device(device));
     const int fd = ::memfd_create("meshstore-emulated-gpu", MFD_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
       return Status(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("memfd_create"));
-    Status failed;
-    if (::ftruncate(fd, static_cast<off_t>(a->mapped)) != 0) {
-      failed = Status(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("ftruncate"));
-    } else {
-      void* at = ::mmap(nullptr, a->mapped, PROT_NONE, MAP_SHARED, fd, 0);
-      void* shadow = ::mmap(nullptr, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (at != MAP_FAILED) a->at = static_cast<std::byte*>(at);
-      if (shadow != MAP_FAILED) a->shadow = static_cast<std::byte*>(shadow);
-      if (!a->at || !a->shadow) {
-        failed = Status(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("mmap"));
-      }
     }
-    ::close(fd);
-    if (!failed.ok()) return failed.with_context(std::to_string(n) + " bytes");
-    const auto key = reinterpret_cast<std::uintptr_t>(a->at);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      live_.emplace(key, a);
+    const std::size_t size = n ? n : 1;
+    if (::ftruncate(fd, static_cast<off_t>(round_up(size))) != 0) {
+      Status failed(Errc::out_of_capacity, "emulated cudaMalloc: " + errno_text("ftruncate"));
+      ::close(fd);
+      return failed.with_context(std::to_string(n) + " bytes");
     }
-    // Freed when the caller lets go; a copy in flight keeps the pages.
-    return std::shared_ptr<std::byte>(a->at, [this, key](std::byte*) {
-      std::lock_guard<std::mutex> lock(mu_);
-      live_.erase(key);
-    });
+    return map(fd, size, device, "emulated cudaMalloc");
+  }
+
+  // The IPC handle of the allocation starting at `p`.
+  Result<std::string> handle_of(const void* p) {
+    auto a = find(p);
+    if (!a || a->at != p || a->fd < 0) {
+      return Status(Errc::internal,
+                    "emulated cudaIpcGetMemHandle: invalid argument (not the start of a device "
+                    "allocation of this process)");
+    }
+    return std::string(kHandleTag) + ":" + std::to_string(::getpid()) + ":" +
+           std::to_string(a->fd) + ":" + std::to_string(a->size) + ":" + std::to_string(a->device) +
+           ":" + std::to_string(a->serial);
+  }
+
+  // Another process's allocation, through its handle.
+  Result<std::shared_ptr<std::byte>> open(const std::string& handle, int device) {
+    MESHSTORE_RETURN_IF_ERROR(check_device(device));
+    long long pid = 0, fd = 0, owner = 0;
+    unsigned long long size = 0;
+    char tail = 0;
+    unsigned long long serial = 0;
+    const std::string format = std::string(kHandleTag) + ":%lld:%lld:%llu:%lld:%llu%c";
+    if (std::sscanf(handle.c_str(), format.c_str(), &pid, &fd, &size, &owner, &serial, &tail) !=
+            5 ||
+        size == 0) {
+      return Status(Errc::unavailable, "emulated cudaIpcOpenMemHandle: not an emulated handle");
+    }
+    if (pid == ::getpid()) {
+      return Status(Errc::unavailable,
+                    "emulated cudaIpcOpenMemHandle: invalid device context (a process cannot "
+                    "open its own IPC handles)");
+    }
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    const int local = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (local < 0) {
+      return Status(Errc::unavailable,
+                    "emulated cudaIpcOpenMemHandle: " + errno_text(("open " + path).c_str()));
+    }
+    return map(local, static_cast<std::size_t>(size), static_cast<int>(owner),
+               "emulated cudaIpcOpenMemHandle");
   }
 
   // The live allocation holding address `p`, or null.
@@ -122,7 +146,48 @@ class Emulator {
   }
 
  private:
+  Status check_device(int device) const {
+    if (device >= 0 && device < count_) return Status();
+    return Status(Errc::invalid_argument,
+                  "cudaSetDevice: invalid device ordinal (cuda:" + std::to_string(device) + " of " +
+                      std::to_string(count_) + " emulated devices)");
+  }
+  static std::size_t round_up(std::size_t n) {
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return (n + page - 1) / page * page;
+  }
+  // Maps `size` bytes of memfd `fd` (taking it over) on `device`: PROT_NONE
+  // where callers see it, read-write for the copies; live until the
+  // returned pointer's last owner lets go.
+  Result<std::shared_ptr<std::byte>> map(int fd, std::size_t size, int device, const char* what) {
+    auto a = std::make_shared<Allocation>();
+    a->fd = fd;
+    a->size = size;
+    a->mapped = round_up(size);
+    a->device = device;
+    a->serial = ++serials_;
+    void* at = ::mmap(nullptr, a->mapped, PROT_NONE, MAP_SHARED, fd, 0);
+    void* shadow = ::mmap(nullptr, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (at != MAP_FAILED) a->at = static_cast<std::byte*>(at);
+    if (shadow != MAP_FAILED) a->shadow = static_cast<std::byte*>(shadow);
+    if (!a->at || !a->shadow) {
+      return Status(Errc::out_of_capacity, std::string(what) + ": " + errno_text("mmap") + " (" +
+                                               std::to_string(size) + " bytes)");
+    }
+    const auto key = reinterpret_cast<std::uintptr_t>(a->at);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(key, a);
+    }
+    // Freed when the caller lets go; a copy in flight keeps the pages.
+    return std::shared_ptr<std::byte>(a->at, [this, key](std::byte*) {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.erase(key);
+    });
+  }
+
   const int count_;
+  std::atomic<std::uint64_t> serials_{0};
   std::mutex mu_;                                               // guards live_ and registered_
   std::map<std::uintptr_t, std::shared_ptr<Allocation>> live_;  // by caller address
   std::map<std::uintptr_t, std::size_t> registered_;  // page-locked host ranges: start, length
@@ -232,6 +297,12 @@ Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
 
 Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device) {
   return emulator().allocate(n, device);
+}
+
+Result<std::string> ipc_handle(const void* p) { return emulator().handle_of(p); }
+
+Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device) {
+  return emulator().open(handle, device);
 }
 
 Result<int> export_dmabuf(const void*, std::size_t, std::uint64_t*) {

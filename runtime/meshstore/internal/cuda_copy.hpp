@@ -69,6 +69,18 @@ Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device);
 /// support for this memory), Errc::unavailable without CUDA.
 Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset);
 
+/// The CUDA IPC handle (cudaIpcGetMemHandle, as bytes) of the device
+/// allocation starting at `p`, for another process on this host to open
+/// with ipc_open(). Errc::internal when the runtime refuses (`p` is not
+/// the start of a device allocation), Errc::unavailable without CUDA.
+Result<std::string> ipc_handle(const void* p);
+
+/// Opens `handle` (ipc_handle() of another process on this host) with
+/// device `device` current: the other process's device memory, mapped
+/// here until the returned pointer's last owner lets go. A process cannot
+/// open its own handles. Errc::unavailable when the runtime refuses.
+Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device);
+
 /// copy_into() for views anywhere: each of `src` and `dst` may be host or
 /// device memory, with any strides. Mismatched dtypes or shapes fail as
 /// copy_into() fails, before `dst` is touched; a device side is staged

@@ -11,8 +11,10 @@
 //   pages, checking every byte they touch lies in one live allocation on
 //   the right device (a freed or overrun buffer fails as CUDA fails);
 // - register_host() refuses overlapping ranges as cudaHostRegister does;
-// - there is no GPUDirect (export_dmabuf() is unsupported) and no CUDA IPC
-//   (the cuda-ipc transport reports itself unsupported).
+// - CUDA IPC works between processes of one user on one host that both
+//   emulate: a handle names the allocation's memfd (/proc/PID/fd/FD), and
+//   a process cannot open its own, as with CUDA;
+// - there is no GPUDirect (export_dmabuf() is unsupported).
 //
 // Nothing ships switched on: only a test harness calls emulate_devices().
 #include "meshstore/status.hpp"

@@ -1,15 +1,13 @@
 // The transports built into this binary. Each transport target contributes
-// one factory; optional ones (rdma, cuda) join here through CMake when built.
+// one factory; the optional one (rdma) joins here through CMake when built.
 #include "meshstore/transports/cma/cma_transport.hpp"
+#include "meshstore/transports/cuda/cuda_ipc_transport.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/rpc/rpc_transport.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
 #include "meshstore/transports/tcp/tcp_transport.hpp"
 #if MESHSTORE_HAVE_RDMA
 #include "meshstore/transports/rdma/rdma_transport.hpp"
-#endif
-#if MESHSTORE_HAVE_CUDA
-#include "meshstore/transports/cuda/cuda_ipc_transport.hpp"
 #endif
 
 namespace meshstore::transports {
@@ -24,9 +22,7 @@ TransportRegistry& builtin_registry() {
 #if MESHSTORE_HAVE_RDMA
     (void)r->add(rdma::rdma_factory());
 #endif
-#if MESHSTORE_HAVE_CUDA
-    (void)r->add(cuda_ipc::cuda_ipc_factory());
-#endif
+    (void)r->add(cuda_ipc::cuda_ipc_factory());  // offered where CUDA works
     return r;
   }();
   return *registry;

@@ -1,6 +1,5 @@
 #include "meshstore/transports/cuda/cuda_ipc_transport.hpp"
 
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -9,9 +8,7 @@
 #include <unordered_map>
 
 #include "meshstore/cuda.hpp"
-#include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
-#include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
@@ -20,12 +17,6 @@ namespace meshstore::transports::cuda_ipc {
 namespace {
 
 std::string uid_tag() { return "uid=" + std::to_string(geteuid()); }
-
-std::string cuda_error(const char* call, cudaError_t e) {
-  return std::string(call) + ": " + cudaGetErrorString(e);
-}
-
-using internal::cuda::DeviceScope;
 
 // The volume's side: allocates device regions and describes them by their
 // IPC handle (and, for a client in this very process, their address).
@@ -47,37 +38,21 @@ class CudaIpcServer final : public TransportServer {
                                                 " does not exist in the volume's process (" +
                                                 std::to_string(count) + " GPU(s) visible there)");
     }
-    DeviceScope scope(device);
-    if (scope.error() != cudaSuccess) {
-      return Status(Errc::unavailable, cuda_error("cudaSetDevice", scope.error()));
-    }
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, nbytes == 0 ? 1 : nbytes);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return Status(Errc::out_of_capacity, cuda_error("cudaMalloc", e) + " (" +
-                                               std::to_string(nbytes) +
-                                               " bytes on cuda:" + std::to_string(device) + ")");
-    }
+    auto memory = internal::cuda::device_alloc(nbytes, device);
+    if (!memory.ok()) return memory.status();
     RegionMemory m;
-    m.memory = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [device](std::byte* q) {
-      DeviceScope s(device);
-      cudaFree(q);  // at exit the runtime may be gone: nothing to do then
-    });
+    m.memory = std::move(memory).value();
     m.device = device;
     return m;
   }
 
   Status describe(const Region& region, wire::RegionRef& ref) override {
     if (region.device() < 0) return Status();  // host memory: shm describes it
-    cudaIpcMemHandle_t handle;
-    const cudaError_t e = cudaIpcGetMemHandle(&handle, region.data());
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return Status(Errc::internal, cuda_error("cudaIpcGetMemHandle", e) + " (region " +
-                                        std::to_string(region.id()) + ")");
+    auto handle = internal::cuda::ipc_handle(region.data());
+    if (!handle.ok()) {
+      return handle.status().with_context("cuda-ipc: region " + std::to_string(region.id()));
     }
-    ref.ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    ref.ipc_handle = std::move(handle).value();
     ref.address = reinterpret_cast<std::uint64_t>(region.data());
     ref.device = region.device();
     return Status();
@@ -104,21 +79,9 @@ class OpenedHandles {
       lru_.splice(lru_.begin(), lru_, it->second.pos);
       return it->second.memory;
     }
-    cudaIpcMemHandle_t h;
-    std::memcpy(&h, handle.data(), sizeof(h));
-    DeviceScope scope(device);
-    if (scope.error() != cudaSuccess) {
-      return Status(Errc::unavailable, cuda_error("cudaSetDevice", scope.error()));
-    }
-    void* p = nullptr;
-    const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return Status(Errc::unavailable, cuda_error("cudaIpcOpenMemHandle", e) +
-                                           " (cuda:" + std::to_string(device) + ")");
-    }
-    std::shared_ptr<std::byte> memory(static_cast<std::byte*>(p),
-                                      [](std::byte* q) { cudaIpcCloseMemHandle(q); });
+    auto opened = internal::cuda::ipc_open(handle, device);
+    if (!opened.ok()) return opened.status();
+    std::shared_ptr<std::byte> memory = std::move(opened).value();
     lru_.push_front(handle);
     map_.emplace(handle, Entry{memory, lru_.begin()});
     while (map_.size() > kMax) {
@@ -214,7 +177,7 @@ class CudaIpcTransport final : public Transport {
       return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(ref.address),
                                         [](std::byte*) {});
     }
-    if (ref.ipc_handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    if (ref.ipc_handle.empty()) {
       return Status(Errc::protocol_error, "device region " + std::to_string(ref.region_id) +
                                               " came without a CUDA IPC handle");
     }
@@ -233,17 +196,6 @@ std::pair<std::string, std::string> tags(const std::string& address) {
   return {address.substr(0, semi), address.substr(semi + 1)};
 }
 
-// OK when CUDA IPC can work here: CUDA works, on real devices (emulated
-// test devices have no IPC handles).
-Status usable() {
-  if (internal::cuda::emulating()) {
-    return Status(Errc::unsupported,
-                  "cuda-ipc: CUDA IPC is not emulated (this process runs on emulated CUDA "
-                  "devices, for tests)");
-  }
-  return meshstore::cuda::status();
-}
-
 }  // namespace
 
 TransportFactory cuda_ipc_factory() {
@@ -257,10 +209,10 @@ TransportFactory cuda_ipc_factory() {
   f.capabilities.device_memory = true;
   f.capabilities.device_copies = true;
   f.capabilities.maps_memory = true;
-  f.available = [] { return usable(); };
-  f.gpu_direct = [] { return usable(); };
+  f.available = [] { return meshstore::cuda::status(); };
+  f.gpu_direct = [] { return meshstore::cuda::status(); };
   f.make_server = [](const ServerContext&) -> Result<std::unique_ptr<TransportServer>> {
-    MESHSTORE_RETURN_IF_ERROR(usable());
+    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
     return std::unique_ptr<TransportServer>(std::make_unique<CudaIpcServer>());
   };
   f.make_client = [](const ClientContext& ctx,
@@ -268,7 +220,7 @@ TransportFactory cuda_ipc_factory() {
     if (ep.transport != "cuda-ipc") {
       return Status(Errc::invalid_argument, "cuda-ipc client: not a cuda-ipc endpoint");
     }
-    MESHSTORE_RETURN_IF_ERROR(usable());
+    MESHSTORE_RETURN_IF_ERROR(meshstore::cuda::status());
     EndpointInfo host = ep;
     host.transport = "shm";  // host objects: the shm client
     auto shm = shm::shm_factory().make_client(ctx, host);
@@ -284,7 +236,7 @@ TransportFactory cuda_ipc_factory() {
       return Status(Errc::unsupported, "the volume runs as another user (" + their_uid +
                                            ", this process " + uid_tag() + ")");
     }
-    return usable();
+    return meshstore::cuda::status();
   };
   return f;
 }
