@@ -450,8 +450,8 @@ void print_info() {
               MESHSTORE_BUILD_RDMA ? "libibverbs found: the rdma transport is built" : "off");
   std::printf("  CUDA build  %s\n",
               MESHSTORE_BUILD_CUDA ? "toolkit found: device tensors and the cuda-ipc transport "
-                                     "are built (meshstore::cuda::status() says if they run)"
-                                   : "off");
+                                     "work where meshstore::cuda::status() is OK"
+                                   : "off (device tensors and cuda-ipc answer unavailable)");
   // Where GPU tensors move in one copy, and why not elsewhere.
   std::printf("  GPU tensors\n");
   for (const auto& [name, status] : meshstore::Store::gpu_transport_status()) {

@@ -5,7 +5,8 @@
 // (opened once per object and cached). Host objects move as over shm (the
 // client maps the volume's shared-memory segments), so one transport serves
 // both. Needs CUDA in both processes, the same host and the same user.
-// Built with the CUDA toolkit; StoreOptions::transport = "cuda-ipc" selects
+// Built in every build (it goes through meshstore's own CUDA calls) and
+// offered where CUDA works; StoreOptions::transport = "cuda-ipc" selects
 // it (automatic selection prefers shm).
 #include "meshstore/transports/registry.hpp"
 
