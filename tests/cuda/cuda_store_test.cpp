@@ -423,6 +423,15 @@ TEST_F(CudaErrorsTest, BadDeviceViewsAreRefusedAndNothingIsStored) {
   DeviceBuffer four(std::size_t{4} << 20);
   EXPECT_ERROR(store().put("w", four.view(DType::float32, {std::int64_t{16} << 20})).get(kWait),
                Errc::invalid_argument, "runs past the end of its allocation on cuda:0");
+  // A view from one allocation into another: its first and last bytes are
+  // both device memory on cuda:0, yet the memory between is not one buffer.
+  DeviceBuffer other(1024);
+  auto* lo = static_cast<std::byte*>(std::min(buf.get(), other.get()));
+  auto* hi = static_cast<std::byte*>(std::max(buf.get(), other.get()));
+  const auto across = static_cast<std::int64_t>(hi - lo) + 1;
+  EXPECT_ERROR(
+      store().put("w", TensorView(lo, DType::uint8, {across}, {}, Device::cuda(0))).get(kWait),
+      Errc::invalid_argument, "into another allocation");
   // Freed device memory.
   void* stale = buf.get();
   buf.free();

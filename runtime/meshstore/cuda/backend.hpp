@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "meshstore/result.hpp"
 #include "meshstore/tensor.hpp"
@@ -27,6 +29,7 @@ namespace meshstore::internal::cuda {
   Result<std::shared_ptr<void>> register_host(void* p, std::size_t n);            \
   Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device);     \
   Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset); \
+  Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p);    \
   Result<std::string> ipc_handle(const void* p);                                  \
   Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device);
 

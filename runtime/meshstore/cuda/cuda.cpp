@@ -240,43 +240,53 @@ Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device) {
 
 namespace {
 
-// cuMemGetHandleForAddressRange (driver API, CUDA 11.7+), looked up once
-// through the runtime: the binary does not link libcuda itself.
+// A driver API function looked up through the runtime (the binary does
+// not link libcuda itself), in its ABI of CUDA version `version`; null,
+// with `*why` set, when the driver has none.
+void* driver_entry(const char* name, int version, std::string* why) {
+  void* f = nullptr;
+#if CUDART_VERSION >= 12050
+  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &q);
+  const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
+#elif CUDART_VERSION >= 12000
+  (void)version;
+  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t e = cudaGetDriverEntryPoint(name, &f, cudaEnableDefault, &q);
+  const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
+#else
+  (void)version;
+  const cudaError_t e = cudaErrorNotSupported;
+  const bool found = false;
+#endif
+  if (found) return f;
+  cudaGetLastError();
+  *why = std::string("the CUDA driver has no ") + name;
+  if (e != cudaSuccess) *why += ": " + error_text("cudaGetDriverEntryPoint", e);
+  return nullptr;
+}
+
+template <class Fn>
+struct DriverEntry {
+  Fn fn = nullptr;
+  std::string why;  // when fn is null
+  DriverEntry(const char* name, int version) {
+    fn = reinterpret_cast<Fn>(driver_entry(name, version, &why));
+  }
+};
+
+// cuMemGetHandleForAddressRange (CUDA 11.7+).
 using GetHandleFn = CUresult (*)(void*, CUdeviceptr, std::size_t, CUmemRangeHandleType,
                                  unsigned long long);
-struct HandleEntry {
-  GetHandleFn fn = nullptr;
-  std::string why;  // when fn is null
-};
-const HandleEntry& handle_entry() {
-  static const HandleEntry entry = [] {
-    HandleEntry out;
-    void* f = nullptr;
-#if CUDART_VERSION >= 12050
-    cudaDriverEntryPointQueryResult q{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &f,
-                                                           11070, cudaEnableDefault, &q);
-    const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
-#elif CUDART_VERSION >= 12000
-    cudaDriverEntryPointQueryResult q{};
-    const cudaError_t e =
-        cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &f, cudaEnableDefault, &q);
-    const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
-#else
-    const cudaError_t e = cudaErrorNotSupported;
-    const bool found = false;
-#endif
-    if (!found) {
-      cudaGetLastError();
-      out.why =
-          "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf export needs "
-          "driver and toolkit 11.7 or later)";
-      if (e != cudaSuccess) out.why += ": " + error_text("cudaGetDriverEntryPoint", e);
-      return out;
-    }
-    out.fn = reinterpret_cast<GetHandleFn>(f);
-    return out;
-  }();
+const DriverEntry<GetHandleFn>& handle_entry() {
+  static const DriverEntry<GetHandleFn> entry("cuMemGetHandleForAddressRange", 11070);
+  return entry;
+}
+
+// cuMemGetAddressRange (its _v2 ABI, CUDA 3.2+).
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+const DriverEntry<AddressRangeFn>& range_entry() {
+  static const DriverEntry<AddressRangeFn> entry("cuMemGetAddressRange", 3020);
   return entry;
 }
 
@@ -289,7 +299,10 @@ Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
     return Status(Errc::invalid_argument, "export_dmabuf: the memory is not CUDA device memory");
   }
   const auto& entry = handle_entry();
-  if (!entry.fn) return Status(Errc::unsupported, entry.why);
+  if (!entry.fn) {
+    return Status(Errc::unsupported,
+                  entry.why + " (dma-buf export needs driver and toolkit 11.7 or later)");
+  }
   DeviceScope scope(device);  // the driver call needs the device's context current
   if (scope.error() != cudaSuccess) {
     return Status(Errc::internal, error_text("cudaSetDevice", scope.error()));
@@ -309,6 +322,27 @@ Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
   }
   *offset = at - base;
   return fd;
+}
+
+Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p) {
+  MESHSTORE_RETURN_IF_ERROR(status());
+  const auto& entry = range_entry();
+  if (!entry.fn) return Status(Errc::unsupported, entry.why);
+  const int device = device_of(p);
+  if (device < 0) return Status(Errc::invalid_argument, "not CUDA device memory");
+  DeviceScope scope(device);  // the driver call needs the device's context current
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::internal, error_text("cudaSetDevice", scope.error()));
+  }
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  const CUresult r =
+      entry.fn(&base, &size, static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)));
+  if (r != CUDA_SUCCESS) {
+    return Status(Errc::unsupported, "cuMemGetAddressRange failed with CUresult " +
+                                         std::to_string(static_cast<int>(r)));
+  }
+  return std::make_pair(static_cast<std::uintptr_t>(base), size);
 }
 
 Result<std::string> ipc_handle(const void* p) {

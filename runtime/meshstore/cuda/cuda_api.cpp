@@ -84,6 +84,22 @@ Status check_device_view(const TensorView& view, const std::string& what) {
               ": the view (spanning " + std::to_string(span) +
               " bytes) runs past the end of its allocation on " + dev);
     }
+    // And in the same allocation as the first: a view running over the end
+    // of one allocation into the next would pass the checks above. Where
+    // the driver cannot say (no cuMemGetAddressRange), this is skipped.
+    auto first_allocation =
+        emulating() ? emulated::allocation_of(view.data()) : native::allocation_of(view.data());
+    if (first_allocation.ok()) {
+      const auto [base, size] = *first_allocation;
+      const auto at = reinterpret_cast<std::uintptr_t>(last);
+      if (at < base || at - base >= size) {
+        return Status(Errc::invalid_argument,
+                      what + ": the view (spanning " + std::to_string(span) +
+                          " bytes) runs past the end of its allocation on " + dev + " (" +
+                          std::to_string(size) +
+                          " bytes) into another allocation; its last byte is at " + address(last));
+      }
+    }
   }
   return Status();
 }

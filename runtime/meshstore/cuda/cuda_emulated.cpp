@@ -299,6 +299,12 @@ Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device) {
   return emulator().allocate(n, device);
 }
 
+Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p) {
+  auto a = emulator().find(p);
+  if (!a) return Status(Errc::invalid_argument, "not CUDA device memory");
+  return std::make_pair(reinterpret_cast<std::uintptr_t>(a->at), a->size);
+}
+
 Result<std::string> ipc_handle(const void* p) { return emulator().handle_of(p); }
 
 Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device) {

@@ -22,6 +22,7 @@ Status copy_bytes(void*, const void*, std::size_t) { return status(); }
 Result<std::shared_ptr<void>> register_host(void*, std::size_t) { return status(); }
 Result<std::shared_ptr<std::byte>> device_alloc(std::size_t, int) { return status(); }
 Result<int> export_dmabuf(const void*, std::size_t, std::uint64_t*) { return status(); }
+Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void*) { return status(); }
 Result<std::string> ipc_handle(const void*) { return status(); }
 Result<std::shared_ptr<std::byte>> ipc_open(const std::string&, int) { return status(); }
 
