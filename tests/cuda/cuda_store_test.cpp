@@ -649,6 +649,37 @@ TEST(CudaEmulation, DeviceMemoryBehavesAsOnAGpu) {
   EXPECT_OK(internal::cuda::register_host(pageable.data() + 4096, 4096));
 }
 
+// Versions of a key put over cuda-ipc reuse the volume's GPU memory (its
+// per-device pool): a trainer publishing every step makes no cudaMalloc or
+// cudaFree per version. Counted on emulated devices, which count their
+// allocations.
+TEST(CudaIpc, VersionsReuseTheVolumesDeviceMemory) {
+  SKIP_WITHOUT_CUDA();
+  if (!internal::cuda::emulating()) GTEST_SKIP() << "counts emulated allocations";
+  StoreOptions o;
+  o.transport = "cuda-ipc";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  std::vector<float> v(1 << 16);
+  DeviceBuffer src(v.size() * 4), back(v.size() * 4);
+  const auto before = internal::cuda::emulated_allocations();
+  for (int version = 1; version <= 6; ++version) {
+    std::fill(v.begin(), v.end(), static_cast<float>(version));
+    src.upload(v.data());
+    ASSERT_OK(store->put("w", src.view(DType::float32, {std::int64_t{1} << 16})).get(kWait));
+    ASSERT_OK(store->get_into("w", back.view(DType::float32, {std::int64_t{1} << 16})).get(kWait));
+    const auto raw = back.download();
+    float first = 0, last = 0;
+    std::memcpy(&first, raw.data(), 4);
+    std::memcpy(&last, raw.data() + raw.size() - 4, 4);
+    ASSERT_EQ(first, static_cast<float>(version));
+    ASSERT_EQ(last, static_cast<float>(version));
+  }
+  // Two allocations take turns: a version is staged while the previous one
+  // is still committed.
+  EXPECT_LE(internal::cuda::emulated_allocations() - before, 2u);
+}
+
 int peer_get(const std::string& address, const std::string& key, std::int64_t n,
              const std::string& transport) {
   StoreOptions o;

@@ -91,6 +91,17 @@ struct VolumeState {
   std::shared_ptr<std::atomic<std::uint64_t>> bytes_held =
       std::make_shared<std::atomic<std::uint64_t>>(0);
   std::shared_ptr<RegionPool> pool;
+  // Released GPU memory (cuda-ipc), one pool per device, apart from the
+  // host pool: a device region never serves a host object. A trainer
+  // publishing every step then reuses the same allocations: no cudaMalloc
+  // or cudaFree (which synchronizes the device) per version, and readers'
+  // cached IPC openings of them stay good.
+  std::map<int, std::shared_ptr<RegionPool>> device_pools;
+  std::shared_ptr<RegionPool>& device_pool(int device) {
+    auto& p = device_pools[device];
+    if (!p) p = std::make_shared<RegionPool>(config.pool_bytes);
+    return p;
+  }
   std::vector<std::unique_ptr<transports::TransportServer>> servers;
   std::unordered_map<std::uint64_t, StoredObject> objects;
   // Leases by (client, the client's lease id).
@@ -141,9 +152,10 @@ struct VolumeState {
     return m;
   }
 
-  // Device memory on GPU `device` from the first server that holds it
-  // (cuda-ipc); never pooled: a device region must not serve a host stage.
+  // Device memory on GPU `device`: reused from that device's pool, else
+  // from the first server that holds GPU memory (cuda-ipc).
   Result<transports::RegionMemory> device_memory(std::uint64_t nbytes, int device) {
+    if (auto m = device_pool(device)->take(nbytes)) return std::move(*m);
     Status why(Errc::unsupported,
                "no transport of this volume holds GPU memory (cuda-ipc is "
                "not offered: a build without CUDA, or no usable GPU)");
@@ -167,7 +179,7 @@ struct VolumeState {
     const std::uint64_t segment_offset = memory.segment_offset;
     bytes_held->fetch_add(nbytes);
     std::weak_ptr<std::atomic<std::uint64_t>> counter = bytes_held;
-    std::weak_ptr<RegionPool> weak_pool = pool;
+    std::weak_ptr<RegionPool> weak_pool = on_device >= 0 ? device_pool(on_device) : pool;
     auto reusable = std::make_shared<std::atomic<bool>>(true);
     // When the last owner (object table or lease) lets go: account the bytes
     // back and offer the memory to the pool, unless it was discarded.
@@ -183,7 +195,6 @@ struct VolumeState {
     object.region = std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
                                                          std::move(segment), segment_offset);
     object.region->set_device(on_device);
-    if (on_device >= 0) reusable->store(false);
     object.reusable = std::move(reusable);
     return object;
   }

@@ -67,8 +67,11 @@ class Emulator {
       ::close(fd);
       return failed.with_context(std::to_string(n) + " bytes");
     }
-    return map(fd, size, device, "emulated cudaMalloc");
+    auto mapped = map(fd, size, device, "emulated cudaMalloc");
+    if (mapped.ok()) ++allocations_;
+    return mapped;
   }
+  std::uint64_t allocations() const noexcept { return allocations_.load(); }
 
   // The IPC handle of the allocation starting at `p`.
   Result<std::string> handle_of(const void* p) {
@@ -188,6 +191,7 @@ class Emulator {
 
   const int count_;
   std::atomic<std::uint64_t> serials_{0};
+  std::atomic<std::uint64_t> allocations_{0};
   std::mutex mu_;                                               // guards live_ and registered_
   std::map<std::uintptr_t, std::shared_ptr<Allocation>> live_;  // by caller address
   std::map<std::uintptr_t, std::size_t> registered_;  // page-locked host ranges: start, length
@@ -260,6 +264,11 @@ Status emulate_devices(int count) {
 }
 
 bool emulating() noexcept { return g_emulator.load(std::memory_order_acquire) != nullptr; }
+
+std::uint64_t emulated_allocations() noexcept {
+  auto* e = g_emulator.load(std::memory_order_acquire);
+  return e ? e->allocations() : 0;
+}
 
 namespace emulated {
 

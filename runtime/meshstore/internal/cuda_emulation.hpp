@@ -30,4 +30,9 @@ Status emulate_devices(int count);
 /// True once emulate_devices() has succeeded.
 bool emulating() noexcept;
 
+/// Emulated device allocations made in this process so far (device_alloc()
+/// calls that succeeded; IPC openings are not counted): lets a test see
+/// whether device memory is reused. 0 when not emulating.
+std::uint64_t emulated_allocations() noexcept;
+
 }  // namespace meshstore::internal::cuda
