@@ -38,6 +38,9 @@ TEST_F(LargeTensorTest, OneGiBRoundTripThroughChunkedRpc) {
 TEST(LargeTensor, OverFourGiBThroughSharedMemory) {
   StoreOptions o;
   o.transport = "shm";
+  // The volume allocates 4 GiB of /dev/shm while the stage request waits:
+  // on 2 busy cores that once took longer than the default 30 s.
+  o.request_timeout = std::chrono::seconds(120);
   auto store = Store::embedded(o).value();
   const std::size_t n = (std::size_t{4} << 30) + 4096 + 3;
   std::vector<std::uint8_t> buf(n);
