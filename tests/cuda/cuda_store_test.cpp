@@ -68,6 +68,13 @@ class DeviceBuffer {
   std::size_t n_;
 };
 
+// Downloaded bytes as the float32s they hold.
+std::vector<float> as_floats(const std::vector<std::uint8_t>& raw) {
+  std::vector<float> out(raw.size() / 4);
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
 std::vector<std::uint8_t> random_bytes(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::vector<std::uint8_t> out(n);
@@ -332,11 +339,6 @@ TEST_P(CudaStoreTest, ShardedStreamedAndLatestStateDictsOnTheDevice) {
   DeviceBuffer dm(m.size() * 4), drep(rep.size() * 4);
   dm.upload(m.data());
   drep.upload(rep.data());
-  auto as_floats = [](const std::vector<std::uint8_t>& raw) {
-    std::vector<float> out(raw.size() / 4);
-    std::memcpy(out.data(), raw.data(), raw.size());
-    return out;
-  };
   for (std::int64_t rank = 0; rank < 2; ++rank) {
     auto rows = TensorSlice::make({R, C}, {rank * (R / 2), 0}, {R / 2, C});
     auto whole = TensorSlice::make({16}, {0}, {16});
@@ -496,11 +498,6 @@ TEST(CudaPersistence, DeviceStateDictsSaveAndLoad) {
   ASSERT_OK(into.insert("mt", rmt.view(DType::float32, {C, R})));
   ASSERT_OK(into.insert("step", Value::int64(0)));
   ASSERT_OK(read_state_dict_into(*ck, into));
-  auto as_floats = [](const std::vector<std::uint8_t>& raw) {
-    std::vector<float> out(raw.size() / 4);
-    std::memcpy(out.data(), raw.data(), raw.size());
-    return out;
-  };
   EXPECT_EQ(as_floats(rm.download()), m);
   const auto mt = as_floats(rmt.download());
   for (std::int64_t r = 0; r < C; ++r) {
@@ -668,12 +665,9 @@ TEST(CudaIpc, VersionsReuseTheVolumesDeviceMemory) {
     src.upload(v.data());
     ASSERT_OK(store->put("w", src.view(DType::float32, {std::int64_t{1} << 16})).get(kWait));
     ASSERT_OK(store->get_into("w", back.view(DType::float32, {std::int64_t{1} << 16})).get(kWait));
-    const auto raw = back.download();
-    float first = 0, last = 0;
-    std::memcpy(&first, raw.data(), 4);
-    std::memcpy(&last, raw.data() + raw.size() - 4, 4);
-    ASSERT_EQ(first, static_cast<float>(version));
-    ASSERT_EQ(last, static_cast<float>(version));
+    const auto got = as_floats(back.download());
+    ASSERT_EQ(got.front(), static_cast<float>(version));
+    ASSERT_EQ(got.back(), static_cast<float>(version));
   }
   // Two allocations take turns: a version is staged while the previous one
   // is still committed.

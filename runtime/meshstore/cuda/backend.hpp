@@ -33,6 +33,10 @@ namespace meshstore::internal::cuda {
   Result<std::string> ipc_handle(const void* p);                                  \
   Result<std::shared_ptr<std::byte>> ipc_open(const std::string& handle, int device);
 
+// The bytes view `v` spans, from its first element to its last (0 for an
+// empty view). Shared by both backends (cuda_api.cpp).
+std::size_t span_of(const TensorView& v);
+
 namespace native {
 bool built() noexcept;  // whether this build has the CUDA runtime
 MESHSTORE_CUDA_BACKEND_CALLS

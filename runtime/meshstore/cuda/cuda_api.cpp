@@ -37,7 +37,20 @@ std::string address(const void* p) {
 
 Result<int> locate(const void* p) { return emulating() ? emulated::locate(p) : native::locate(p); }
 
+Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p) {
+  return emulating() ? emulated::allocation_of(p) : native::allocation_of(p);
+}
+
 }  // namespace
+
+std::size_t span_of(const TensorView& v) {
+  if (v.numel() == 0) return 0;
+  std::int64_t last = 0;  // the last element, in elements from the first
+  for (std::size_t d = 0; d < static_cast<std::size_t>(v.ndim()); ++d) {
+    last += (v.shape()[d] - 1) * v.strides()[d];
+  }
+  return static_cast<std::size_t>(last + 1) * dtype_size(v.dtype());
+}
 
 Status check_device_view(const TensorView& view, const std::string& what) {
   const std::string dev = view.device().to_string();
@@ -67,11 +80,7 @@ Status check_device_view(const TensorView& view, const std::string& what) {
   }
   // The last byte too: a view longer than its allocation ends in unmapped
   // addresses (or in another allocation, which this cannot tell apart).
-  std::int64_t last_element = 0;  // in elements from the first
-  for (std::size_t d = 0; d < static_cast<std::size_t>(view.ndim()); ++d) {
-    last_element += (view.shape()[d] - 1) * view.strides()[d];
-  }
-  const std::size_t span = static_cast<std::size_t>(last_element + 1) * dtype_size(view.dtype());
+  const std::size_t span = span_of(view);
   if (span > 1) {
     const auto* last = static_cast<const std::byte*>(view.data()) + span - 1;
     auto at = locate(last);
@@ -87,8 +96,7 @@ Status check_device_view(const TensorView& view, const std::string& what) {
     // And in the same allocation as the first: a view running over the end
     // of one allocation into the next would pass the checks above. Where
     // the driver cannot say (no cuMemGetAddressRange), this is skipped.
-    auto first_allocation =
-        emulating() ? emulated::allocation_of(view.data()) : native::allocation_of(view.data());
+    auto first_allocation = allocation_of(view.data());
     if (first_allocation.ok()) {
       const auto [base, size] = *first_allocation;
       const auto at = reinterpret_cast<std::uintptr_t>(last);

@@ -54,6 +54,12 @@ class Emulator {
  public:
   explicit Emulator(int count) : count_(count) {}
   int count() const noexcept { return count_; }
+  Status check_device(int device) const {
+    if (device >= 0 && device < count_) return Status();
+    return Status(Errc::invalid_argument,
+                  "cudaSetDevice: invalid device ordinal (cuda:" + std::to_string(device) + " of " +
+                      std::to_string(count_) + " emulated devices)");
+  }
 
   Result<std::shared_ptr<std::byte>> allocate(std::size_t n, int device) {
     MESHSTORE_RETURN_IF_ERROR(check_device(device));
@@ -149,12 +155,6 @@ class Emulator {
   }
 
  private:
-  Status check_device(int device) const {
-    if (device >= 0 && device < count_) return Status();
-    return Status(Errc::invalid_argument,
-                  "cudaSetDevice: invalid device ordinal (cuda:" + std::to_string(device) + " of " +
-                      std::to_string(count_) + " emulated devices)");
-  }
   static std::size_t round_up(std::size_t n) {
     const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
     return (n + page - 1) / page * page;
@@ -219,23 +219,10 @@ Result<std::byte*> reach(const void* p, std::size_t n, std::shared_ptr<const All
   return a.shadow + offset;
 }
 
-// The bytes view `v` spans, from its first element to its last.
-std::size_t span_of(const TensorView& v) {
-  if (v.numel() == 0) return 0;
-  std::int64_t last = 0;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(v.ndim()); ++d) {
-    last += (v.shape()[d] - 1) * v.strides()[d];
-  }
-  return static_cast<std::size_t>(last + 1) * dtype_size(v.dtype());
-}
-
 // Copies between device view `v` (any strides) and row-major `flat`.
 Status copy(const TensorView& v, std::byte* flat, bool to_flat) {
   if (v.nbytes() == 0) return Status();
-  if (v.device().index < 0 || v.device().index >= emulator().count()) {
-    return Status(Errc::invalid_argument,
-                  "cudaSetDevice: invalid device ordinal (" + v.device().to_string() + ")");
-  }
+  MESHSTORE_RETURN_IF_ERROR(emulator().check_device(v.device().index));
   std::shared_ptr<const Allocation> keep_v, keep_flat;
   auto at = reach(v.data(), span_of(v), &keep_v);
   if (!at.ok()) return at.status();

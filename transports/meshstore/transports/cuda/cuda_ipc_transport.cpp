@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstring>
 #include <list>
 #include <mutex>
 #include <unordered_map>
