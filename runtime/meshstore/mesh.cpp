@@ -151,7 +151,7 @@ Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options
 }
 
 Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
-  internal::ForeignThreadGuard guard;  // this thread may outlive the mesh
+  ForeignThreadGuard guard;  // this thread may outlive the mesh
   if (world_size < 1 || world_size > 4096) {
     return Status(Errc::invalid_argument, "Mesh::local: world size must be in [1, 4096], got " +
                                               std::to_string(world_size));
@@ -167,7 +167,7 @@ Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
 }
 
 Result<Mesh> Mesh::from_env(MeshOptions options) {
-  internal::ForeignThreadGuard guard;  // this thread may outlive the mesh
+  ForeignThreadGuard guard;  // this thread may outlive the mesh
   auto env = LaunchEnv::from_env();
   if (!env.ok()) return env.status().with_context("Mesh::from_env");
   auto service = env->service_port("MESHSTORE_MESH_PORT", 2);
@@ -236,7 +236,7 @@ Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<
     registry = impl_->registry;
   }
   Result<std::vector<caf::actor>> out = Status(Errc::internal, "no answer");
-  internal::ForeignThreadGuard guard;  // before self: it goes after self
+  ForeignThreadGuard guard;  // before self: it goes after self
   caf::scoped_actor self{system()};
   // A little longer than the registry's own timeout, so its error (naming
   // the missing ranks) arrives first.

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "meshstore/foreign_thread.hpp"
 #include "meshstore/future.hpp"
-#include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/result.hpp"
 
@@ -65,7 +65,7 @@ class ActorMesh {
     auto fut = p->future();
     auto target = at(rank);
     const auto timeout = timeout_;
-    internal::ForeignThreadGuard guard;  // ask() may be called from any thread
+    ForeignThreadGuard guard;  // ask() may be called from any thread
     sys_->spawn([=](caf::event_based_actor* self) {
       self->monitor(target);
       self->set_down_handler([=](caf::down_msg& m) {
@@ -139,7 +139,7 @@ class Mesh {
     std::vector<caf::actor> mine;
     const int copies = is_local() ? world_size() : 1;
     {
-      internal::ForeignThreadGuard guard;  // spawn() may be called from any thread
+      ForeignThreadGuard guard;  // spawn() may be called from any thread
       for (int i = 0; i < copies; ++i) {
         const int member_rank = is_local() ? i : rank();
         mine.push_back(caf::actor_cast<caf::actor>(system().spawn(fun, member_rank, xs...)));

@@ -10,9 +10,9 @@
 #include <mutex>
 #include <vector>
 
-#include "meshstore/cuda/backend.hpp"
-#include "meshstore/cuda/device_scope.hpp"
 #include "meshstore/cuda/strided.cuh"
+#include "meshstore/internal/cuda_backend.hpp"
+#include "meshstore/internal/cuda_device_scope.hpp"
 #include "meshstore/internal/memory.hpp"
 
 namespace meshstore::internal::cuda::native {

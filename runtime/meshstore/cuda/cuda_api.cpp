@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "meshstore/cuda.hpp"
-#include "meshstore/cuda/backend.hpp"
+#include "meshstore/internal/cuda_backend.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 

@@ -17,7 +17,7 @@
 #include <map>
 #include <mutex>
 
-#include "meshstore/cuda/backend.hpp"
+#include "meshstore/internal/cuda_backend.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/internal/memory.hpp"
 

@@ -1,6 +1,6 @@
 // The native CUDA backend of a build without a CUDA toolkit: every device
 // path answers Errc::unavailable saying so.
-#include "meshstore/cuda/backend.hpp"
+#include "meshstore/internal/cuda_backend.hpp"
 #include "meshstore/internal/memory.hpp"
 
 namespace meshstore::internal::cuda::native {

@@ -494,7 +494,7 @@ class RdmaTransport final : public Transport {
     std::vector<std::uint64_t> theirs;
     Status failed;
     {
-      internal::ForeignThreadGuard guard;  // before self: it goes after self
+      ForeignThreadGuard guard;  // before self: it goes after self
       caf::scoped_actor self{*system_};
       self->request(server, config_.request_timeout, rdma_connect_atom::value, mine)
           .receive([&](const std::vector<std::uint64_t>& r) { theirs = r; },

@@ -244,7 +244,7 @@ class RpcTransport final : public Transport {
     }
     // Any thread may start a transfer (a GPU piece starts one on a copy
     // engine thread).
-    internal::ForeignThreadGuard guard;
+    ForeignThreadGuard guard;
     system_->spawn([t](caf::event_based_actor* self) {
       // A dead endpoint (its volume's process died) fails the transfer at
       // once; CAF alone would wait for every chunk's timeout.

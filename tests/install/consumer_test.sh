@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the build into a fresh prefix, then builds and runs
+# examples/consumer against it twice: through find_package(meshstore) and
+# through pkg-config. Proves an installed meshstore is usable from a project
+# of one's own (docs/install.md).
+#   consumer_test.sh <build-dir> <consumer-source-dir>
+set -euo pipefail
+build=$1
+consumer=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/meshstore-install-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+echo "== cmake --install $build --prefix $work/prefix"
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+for f in include/meshstore/store.hpp include/meshstore/version.hpp bin/meshstore bin/meshrun; do
+  [ -e "$work/prefix/$f" ] || { echo "missing from the prefix: $f"; exit 1; }
+done
+# lib/ or lib/<multiarch>/, as GNUInstallDirs chose at configure time.
+pc=$(find "$work/prefix" -name meshstore.pc)
+config=$(find "$work/prefix" -name meshstoreConfig.cmake)
+[ -n "$pc" ] && [ -n "$config" ] || { echo "missing meshstore.pc or meshstoreConfig.cmake"; exit 1; }
+if [ -e "$work/prefix/include/meshstore/internal" ]; then
+  echo "internal headers were installed: $(ls "$work/prefix/include/meshstore/internal")"
+  exit 1
+fi
+
+echo "== find_package(meshstore)"
+cmake -S "$consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" \
+  || { cat "$work/configure.log"; exit 1; }
+cmake --build "$work/cmake-build" > "$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+"$work/cmake-build/consumer"
+
+echo "== pkg-config meshstore"
+flags=$(PKG_CONFIG_PATH="$(dirname "$pc")" pkg-config --cflags --libs meshstore)
+c++ -std=c++17 "$consumer/consumer.cpp" -o "$work/consumer-pc" $flags
+"$work/consumer-pc"
+
+echo "== the installed meshstore program runs"
+"$work/prefix/bin/meshstore" --version
