@@ -10,7 +10,13 @@ using testing::kWait;
 
 class LargeTensorTest : public ::testing::Test {
  protected:
-  void SetUp() override { store_ = std::make_unique<Store>(Store::embedded().value()); }
+  void SetUp() override {
+    // Forced: the bytes travel in actor messages, one chunk at a time (the
+    // chosen transport in one process would be shm, which sends none).
+    StoreOptions o;
+    o.transport = "rpc";
+    store_ = std::make_unique<Store>(Store::embedded(o).value());
+  }
   Store& store() { return *store_; }
   std::unique_ptr<Store> store_;
 };

@@ -64,7 +64,8 @@ TEST(RemoteStore, ConnectedRanksSeeEachOthersKeys) {
 TEST(RemoteStore, LargeTensorCrossesTheNetworkInChunks) {
   auto server = Store::embedded(server_options()).value();
   auto opts = rank_options(1, 1);
-  opts.rpc_chunk_bytes = 1 << 20;  // many chunks
+  opts.transport = "rpc";          // the bytes cross CAF's network layer...
+  opts.rpc_chunk_bytes = 1 << 20;  // ...in many chunks
   auto a = Store::connect(server.address(), opts).value();
   std::vector<std::uint8_t> big(24 << 20);
   for (std::size_t i = 0; i < big.size(); ++i)
