@@ -1,0 +1,104 @@
+#pragma once
+// The controller actor's state (its index, pending sharded puts, streams and
+// pins), shared by the files that implement the controller: controller.cpp
+// (the behaviour) and controller/sharded_puts.cpp. Private to actors/.
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore::actors::controller_detail {
+
+struct ControllerState {
+  static inline const char* name = "meshstore.controller";
+
+  std::map<std::string, wire::KeyRecord> index;  // ordered: keys(prefix) is a range scan
+  std::vector<wire::VolumeInfo> volume_infos;
+  std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::map<caf::actor_addr, std::string> volume_by_addr;  // monitored volumes
+  // Keys whose volume died, with that volume's id, until put or removed again.
+  std::map<std::string, std::string> lost;
+  std::uint64_t last_version = 0;  // store-wide commit sequence
+  // Sharded keys whose shards do not cover their tensor yet: the shards so
+  // far (adopted by their volumes, so no reclaim takes them).
+  std::map<std::string, wire::KeyRecord> pending;
+  // Sharded state dicts being put, by manifest key: the keys that commit
+  // together (sorted) and the digest of the layout every rank computed.
+  // Their keys' shards are in `pending` (record group = the manifest key).
+  struct Group {
+    std::vector<std::string> members;
+    std::uint64_t layout = 0;
+  };
+  std::map<std::string, Group> groups;
+  // State dicts being written, by manifest key, and readers waiting for
+  // one to be written or committed.
+  struct Stream {
+    caf::actor_addr writer;
+    std::string manifest;
+    std::vector<wire::KeyRecord> records;
+    std::vector<std::uint64_t> filled;
+    std::set<caf::actor_addr> readers;
+  };
+  using SubscribeReply =
+      caf::typed_response_promise<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                                  std::vector<std::uint64_t>>;
+  struct Waiter {
+    std::uint64_t id = 0;
+    caf::actor_addr reader;
+    SubscribeReply reply;
+  };
+  std::map<std::string, Stream> streams;
+  std::map<std::string, std::vector<Waiter>> waiters;
+  std::uint64_t next_waiter = 1;
+  std::set<caf::actor_addr> writers;  // monitored stream writers
+  // Pinned locates: objects a starved reader is about to open. Their
+  // release (or discard) is held back until every pin on them ends.
+  using ObjectRef = std::pair<std::string, std::uint64_t>;  // volume id, object id
+  std::map<std::uint64_t, std::vector<ObjectRef>> pins;
+  std::map<ObjectRef, std::uint32_t> pinned;  // pins per object
+  std::map<ObjectRef, bool> held_back;        // object -> discard (else release)
+  std::uint64_t next_pin = 1;
+  std::vector<std::uint64_t> counters =
+      std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
+  void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
+  std::shared_ptr<spdlog::logger> log = log::get("controller");
+};
+
+using controller_pointer = controller_actor::stateful_pointer<ControllerState>;
+
+/// Adds the object ids of `r`'s shards to `out`, by volume.
+void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out);
+
+// -- sharded puts (controller/sharded_puts.cpp) --------------------------------
+
+/// Elements the distinct boxes of `shards` cover, counting only boxes that
+/// have all their replicas (identical boxes count once).
+std::int64_t covered_elements(const std::vector<wire::ShardRecord>& shards);
+/// Checks one shard of a sharded put against the pending shards of its key.
+Status validate_shard(const ControllerState& st,
+                      const std::map<std::string, wire::KeyRecord>& pending,
+                      const wire::KeyRecord& r);
+/// Adds a validated shard to its key's pending set.
+void add_shard(std::map<std::string, wire::KeyRecord>& pending, const wire::KeyRecord& r);
+/// Checks a put_shards call's state dict (group): every rank names the same
+/// keys and computed the same layout, and every record belongs to it.
+Status validate_group(const ControllerState& st, const std::vector<wire::KeyRecord>& records,
+                      const std::string& group, const std::vector<std::string>& members,
+                      std::uint64_t layout);
+/// True when `key`'s pending shards cover its tensor with all replicas.
+bool pending_complete(const ControllerState& st, const std::string& key);
+/// What the sharded state dict `group` being put still waits for, as seen
+/// from its key `key`.
+std::string group_progress(const ControllerState& st, const std::string& group,
+                           const std::string& key);
+/// Drops `key`'s pending shards, and with them the rest of its state dict's
+/// group, collecting their objects; false when it has none.
+bool drop_pending(ControllerState& st, const std::string& key,
+                  std::map<std::string, std::vector<std::uint64_t>>& objects);
+
+}  // namespace meshstore::actors::controller_detail
