@@ -1,6 +1,6 @@
 #pragma once
-// What the benchmarks share: failing loudly, medians, and starting this
-// program again as the other process of a measurement.
+// What the benchmarks share: failing loudly, timing, medians, and starting
+// this program again as the other process of a measurement.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,14 @@ T must(Result<T> r, const char* what) {
 }
 inline void must(Result<void> r, const char* what) {
   if (!r.ok()) die(std::string(what) + ": " + r.status().to_string());
+}
+
+/// The clock every figure is timed with.
+using Clock = std::chrono::steady_clock;
+
+/// Seconds since `t0`.
+inline double secs(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 /// The median (the upper one of an even count); `v` must not be empty.

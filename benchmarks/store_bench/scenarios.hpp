@@ -1,0 +1,35 @@
+#pragma once
+// store_bench's scenarios, one file each (scenario_*.cpp): each measures
+// the store next to a baseline from the same run and prints a table, or
+// one JSON object with --json. Progress goes to stderr.
+#include "bench_args.hpp"
+
+namespace meshstore::bench {
+
+/// --scenario single: put / get_into / get of one tensor, cold and warm,
+/// against memcpy, raw TCP and (cma) bare process_vm_readv/writev.
+void run_single(const Args& a);
+
+/// --scenario small: p50/p99 of a 4 KiB put + get_into, against the round
+/// trip of a bare request.
+void run_small(const Args& a);
+
+/// --scenario reshard: a tensor put as 2 row shards, read as 4 column
+/// shards, against memcpy.
+void run_reshard(const Args& a);
+
+/// --scenario weight-sync: a Qwen3-shaped state dict put and read, the
+/// per-tensor overhead, and end to end into a reader process.
+void run_weight_sync(const Args& a);
+
+/// The reader process of weight-sync's end-to-end figures (--peer read).
+int run_reader(const Args& a);
+
+/// --scenario safetensors-load: a checkpoint from the page cache into the
+/// store or into caller buffers, against read() of its files.
+void run_safetensors_load(const Args& a);
+
+/// The loader process of safetensors-load (--peer load).
+int run_loader(const Args& a);
+
+}  // namespace meshstore::bench
