@@ -1,639 +1,46 @@
 #include "meshstore/store.hpp"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <caf/io/all.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <unordered_set>
 
-#include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
-#include "meshstore/actors/controller_actor.hpp"
-#include "meshstore/actors/directory_actor.hpp"
-#include "meshstore/actors/storage_volume_actor.hpp"
-#include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/dtype_cast.hpp"
-#include "meshstore/internal/actor_runtime.hpp"
-#include "meshstore/internal/address.hpp"
-#include "meshstore/internal/caf_glue.hpp"
-#include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
-#include "meshstore/internal/memory.hpp"
-#include "meshstore/launch_env.hpp"
-#include "meshstore/logging.hpp"
+#include "meshstore/store/calls.hpp"
+#include "meshstore/store/checks.hpp"
+#include "meshstore/store/device_staging.hpp"
+#include "meshstore/store/scratch_pool.hpp"
+#include "meshstore/store/store_impl.hpp"
 #include "meshstore/transports/registry.hpp"
-#include "meshstore/transports/rpc/rpc_transport.hpp"
-#include "meshstore/version.hpp"
 
 namespace meshstore {
 
-namespace actors {
-
-void add_actor_types(caf::actor_system_config& cfg) {
-  cfg.add_message_type<transports::EndpointInfo>("meshstore::transports::EndpointInfo");
-  cfg.add_message_type<storage_volume_actor>("meshstore::actors::storage_volume_actor");
-  cfg.add_message_type<controller_actor>("meshstore::actors::controller_actor");
-  cfg.add_message_type<strategy_actor>("meshstore::actors::strategy_actor");
-  cfg.add_message_type<directory_actor>("meshstore::actors::directory_actor");
-  cfg.add_message_type<transports::rpc::rpc_endpoint_actor>(
-      "meshstore::transports::rpc::rpc_endpoint_actor");
-  cfg.add_message_type<std::vector<wire::VolumeInfo>>("std::vector<meshstore::wire::VolumeInfo>");
-  cfg.add_message_type<std::vector<wire::KeyRecord>>("std::vector<meshstore::wire::KeyRecord>");
-  cfg.add_message_type<std::vector<wire::StageRequest>>(
-      "std::vector<meshstore::wire::StageRequest>");
-  cfg.add_message_type<std::vector<wire::RegionRef>>("std::vector<meshstore::wire::RegionRef>");
-  cfg.add_message_type<std::vector<transports::EndpointInfo>>(
-      "std::vector<meshstore::transports::EndpointInfo>");
-}
-
-}  // namespace actors
-
 namespace {
 
+using facade::bytes_item;
+using facade::check_key;
+using facade::check_keys;
+using facade::check_view;
+using facade::closed_future;
+using facade::get_target;
+using facade::make_promise;
+using facade::put_source;
+using facade::ScratchPool;
+using facade::single_get;
+using facade::staging;
 using internal::cuda::on_device;
-
-constexpr std::size_t kMaxKeyBytes = 4096;
-
-Status check_key(const std::string& op, const std::string& key) {
-  if (key.empty()) return Status(Errc::invalid_argument, op + ": key is empty");
-  if (key.size() > kMaxKeyBytes) {
-    return Status(Errc::invalid_argument, op + ": key of " + std::to_string(key.size()) +
-                                              " bytes is longer than the limit of " +
-                                              std::to_string(kMaxKeyBytes) + " (starts '" +
-                                              key.substr(0, 32) + "')");
-  }
-  if (key.find('\0') != std::string::npos) {
-    return Status(Errc::invalid_argument,
-                  op + ": key '" + key.substr(0, key.find('\0')) + "...' contains a NUL byte");
-  }
-  return Status();
-}
-
-Status check_keys(const std::string& op, const std::vector<std::string>& keys, bool unique) {
-  std::set<std::string> seen;
-  for (const auto& k : keys) {
-    MESHSTORE_RETURN_IF_ERROR(check_key(op, k));
-    if (unique && !seen.insert(k).second) {
-      return Status(Errc::invalid_argument, op + ": key '" + k + "' appears twice");
-    }
-  }
-  return Status();
-}
-
-Status check_view(const std::string& op, const std::string& key, const TensorView& view) {
-  const std::string what = op + " '" + key + "'";
-  MESHSTORE_RETURN_IF_ERROR(view.validate(what));
-  if (on_device(view)) {
-    return internal::cuda::check_device_view(view, what);
-  }
-  return Status();
-}
-
-// -- device tensors ----------------------------------------------------------
-//
-// Contiguous CUDA tensors go to the client as they are: per volume, it
-// copies them in one CUDA copy where the transport can (shm, cuda-ipc),
-// else through page-locked host memory in pipelined pieces. What the store
-// itself must touch on the host (strided views, state dict entries it
-// packs or casts, replicated boxes it checksums, boxes it cuts) is staged
-// here instead (docs/gpu.md): a put copies it to the host before the call
-// goes out; a get reads into host memory, then copies to the devices once
-// the read has completed. CPU tensors pass untouched, at no cost.
-
-struct DeviceStaging {
-  std::vector<std::shared_ptr<std::byte>> buffers;      // host copies
-  std::vector<std::pair<TensorView, std::byte*>> back;  // a get's device targets and their bytes
-  std::unique_ptr<StateDict> sd;                        // a state dict's host stand-in
-  StateDict* caller = nullptr;                          // whose values a get fills
-  std::string what;
-  // Contiguous device views go to the client as they are.
-  bool direct = false;
-
-  // The host view a put sends for `v` (`v` itself when `pass`).
-  Result<TensorView> source(const TensorView& v, const std::string& name, bool pass = false) {
-    if (!on_device(v) || pass || (direct && v.is_contiguous())) return v;
-    auto buf = internal::cuda::pinned(v.nbytes());
-    if (!buf) return no_memory(v, name);
-    if (auto s = internal::cuda::to_host(buf.get(), v); !s.ok()) {
-      return s.with_context(what + " '" + name + "' from " + v.device().to_string());
-    }
-    buffers.push_back(buf);
-    return TensorView(buf.get(), v.dtype(), v.shape());
-  }
-  // The host view a get fills for `v`.
-  Result<TensorView> target(const TensorView& v, const std::string& name) {
-    if (!on_device(v) || (direct && v.is_contiguous())) return v;
-    auto buf = internal::cuda::pinned(v.nbytes());
-    if (!buf) return no_memory(v, name);
-    buffers.push_back(buf);
-    back.emplace_back(v, buf.get());
-    return TensorView(buf.get(), v.dtype(), v.shape());
-  }
-  // After a get: the bytes to their devices, the values to the caller's
-  // state dict.
-  Status finish() const {
-    for (const auto& [dst, src] : back) {
-      if (auto s = internal::cuda::to_device(dst, src); !s.ok()) {
-        return s.with_context(what + " to " + dst.device().to_string());
-      }
-    }
-    if (sd && caller) {
-      for (const auto& e : sd->entries()) {
-        if (!e.is_tensor()) MESHSTORE_RETURN_IF_ERROR(caller->set_value(e.name, *e.value));
-      }
-    }
-    return Status();
-  }
-  Status no_memory(const TensorView& v, const std::string& name) const {
-    return Status(Errc::out_of_capacity, what + " '" + name + "': no host memory for the " +
-                                             std::to_string(v.nbytes()) + " bytes of its " +
-                                             v.device().to_string() + " tensor");
-  }
-};
-
-bool has_device_tensors(const StateDict& sd) {
-  return std::any_of(sd.entries().begin(), sd.entries().end(),
-                     [](const StateDict::Entry& e) { return e.is_tensor() && on_device(e.view); });
-}
-
-// When `sd` holds CUDA tensors: `st` gets a stand-in with host tensors in
-// their place (copies for a put, empty buffers for a get: `for_get`), which
-// the call uses instead of `sd`; a put's entries for which `pass` says so
-// stay the device views they are. Device views are checked first.
-Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
-                        const std::function<bool(const StateDict::Entry&)>& pass = {}) {
-  for (const auto& e : sd.entries()) {
-    if (e.is_tensor() && on_device(e.view)) {
-      MESHSTORE_RETURN_IF_ERROR(
-          internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'"));
-    }
-  }
-  auto host = std::make_unique<StateDict>();
-  for (const auto& e : sd.entries()) {
-    if (!e.is_tensor()) {
-      MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *e.value));
-      continue;
-    }
-    auto view = for_get ? st.target(e.view, e.name)
-                        : st.source(e.view, e.name, on_device(e.view) && pass && pass(e));
-    if (!view.ok()) return view.status();
-    MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *view));
-  }
-  st.sd = std::move(host);
-  return Status();
-}
-
-std::shared_ptr<DeviceStaging> staging(std::string what, bool direct = true) {
-  auto st = std::make_shared<DeviceStaging>();
-  st->what = std::move(what);
-  st->direct = direct;
-  return st;
-}
-
-// The state dict a put sends: `sd`, or its stand-in. Device entries the
-// client moves as they are (contiguous, stored whole or as a box with one
-// replica, neither packed nor cast) stay device views; the store packs,
-// casts or checksums the rest on the host.
-Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st,
-                                    const StateDictPutOptions& options,
-                                    const std::map<std::string, RankShard>* layout = nullptr) {
-  if (!has_device_tensors(sd)) return &sd;
-  auto pass = [&](const StateDict::Entry& e) {
-    if (!e.view.is_contiguous()) return false;
-    if (options.transfer_dtype && e.view.dtype() == DType::float32) return false;  // cast
-    if (layout) {
-      auto it = layout->find(e.name);
-      if (it != layout->end()) return it->second.replicas == 1;  // boxes are never packed
-    }
-    return e.view.nbytes() > options.pack_max_tensor_bytes;  // else packed
-  };
-  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, false, pass));
-  return st.sd.get();
-}
-
-// The state dict a get fills: `sd`, or its host stand-in (st.finish() then
-// fills `sd`).
-Result<StateDict*> get_target(StateDict& sd, DeviceStaging& st) {
-  if (!has_device_tensors(sd)) return &sd;
-  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, true));
-  st.caller = &sd;
-  return st.sd.get();
-}
-
-// This process's host identity: StoreOptions::host, else MESHSTORE_HOST,
-// else the hostname.
-std::string resolve_host(const StoreOptions& o) {
-  if (!o.host.empty()) return o.host;
-  if (const char* h = std::getenv("MESHSTORE_HOST"); h && *h) return h;
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-using internal::Address;
-using internal::parse_address;
-
-template <class T>
-Future<T> closed_future(const std::string& what) {
-  return make_error_future<T>(
-      Status(Errc::shutdown, what + ": the store is closed (or moved from)"));
-}
-
-template <class T>
-std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
-  return std::make_shared<Promise<T>>(
-      Status(Errc::shutdown, what + ": the store was closed before the operation completed"));
-}
+using state_dicts::ManifestCache;
 
 }  // namespace
-
-namespace {
-
-// The transport settings of StoreOptions; validate() checks them and the
-// volumes and client get them.
-transports::TransportConfig transport_config(const StoreOptions& o) {
-  transports::TransportConfig tc;
-  tc.rpc_chunk_bytes = o.rpc_chunk_bytes;
-  tc.rpc_chunks_in_flight = o.rpc_chunks_in_flight;
-  tc.request_timeout = o.request_timeout;
-  tc.tcp_streams = o.tcp_streams;
-  tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
-  tc.shm_max_mappings = o.shm_max_mappings;
-  return tc;
-}
-
-}  // namespace
-
-Status StoreOptions::validate() const {
-  auto bad = [](const std::string& m) {
-    return Status(Errc::invalid_argument, "StoreOptions: " + m);
-  };
-  if (num_volumes < 1 || num_volumes > 1024) {
-    return bad("num_volumes must be in [1, 1024], got " + std::to_string(num_volumes));
-  }
-  if (rank < 0) return bad("rank must be >= 0, got " + std::to_string(rank));
-  if (local_rank < -1) return bad("local_rank must be >= -1, got " + std::to_string(local_rank));
-  if (connect_timeout.count() <= 0) {
-    return bad("connect_timeout must be positive, got " + std::to_string(connect_timeout.count()) +
-               " ms");
-  }
-  if (auto p = actors::policy_by_name(strategy); !p.ok()) return bad(p.status().message());
-  if (custom_strategy.select) {
-    if (auto p = actors::policy_by_name(custom_strategy.placement); !p.ok()) {
-      return bad("custom_strategy.placement: " + p.status().message());
-    }
-  }
-  if (!transport.empty()) {
-    auto f = transports::builtin_registry().find(transport);
-    if (!f.ok()) return bad("transport: " + f.status().message());
-    if (f->available) {
-      if (auto s = f->available(); !s.ok()) {
-        return Status(Errc::unsupported, "StoreOptions: transport '" + transport +
-                                             "' is unavailable here: " + s.message());
-      }
-    }
-  }
-  if (auto s = transport_config(*this).validate(); !s.ok()) return bad(s.message());
-  if (scheduler_threads < 0 || scheduler_threads > 256) {
-    return bad("scheduler_threads must be in [0, 256], got " + std::to_string(scheduler_threads));
-  }
-  if (!log_level.empty()) {
-    if (auto l = log::parse_level(log_level); !l.ok()) return bad(l.status().message());
-  }
-  return Status();
-}
-
-// The state-dict reads' manifest cache (section -- state dicts --).
-struct ManifestCache;
-std::shared_ptr<ManifestCache> make_manifest_cache();
-
-struct Store::Impl {
-  StoreOptions options;
-  std::string host;
-  // The interface this process's network data plane (tcp) listens on: the
-  // one its control plane uses.
-  std::string data_host = "127.0.0.1";
-  std::string strategy_name;
-  std::uint16_t port = 0;  // where this store listens; 0 = not listening
-  std::string address;
-  std::unique_ptr<internal::ActorRuntime> runtime;
-  mutable std::shared_mutex mu;  // guards closed and the handles below
-  bool closed = false;
-  caf::actor client;
-  actors::controller_actor controller;  // local, or a proxy of a remote one
-  actors::strategy_actor strategy;
-  actors::directory_actor directory;
-  std::vector<actors::storage_volume_actor> volumes;  // hosted in this process
-  std::vector<caf::actor> owned;                      // actors of this process, stopped by close()
-  // Manifests the state-dict reads planned with; plain data, so the read
-  // chains may hold it past close().
-  std::shared_ptr<ManifestCache> manifests = make_manifest_cache();
-
-  // A runtime (with the network layer when `network`) and validated options.
-  static Result<std::unique_ptr<Impl>> start(const StoreOptions& options, bool network);
-  // Spawns and registers the volumes the strategy places in this process.
-  Status host_volumes(bool is_server);
-  void start_client();
-
-  ~Impl() { close(); }
-
-  // Sends a call to the client actor; false when the store is closed.
-  // Static so a moved-from Store (null impl) answers like a closed one.
-  template <class Atom, class Call>
-  static bool send(Impl* impl, Atom atom, Call call) {
-    if (impl == nullptr) return false;
-    std::shared_lock<std::shared_mutex> lock(impl->mu);
-    if (impl->closed) return false;
-    caf::anon_send(impl->client, atom, std::move(call));
-    return true;
-  }
-
-  // The client actor's address (weak), null once closed: what calls that
-  // chain several client calls hold instead of the store.
-  static caf::actor_addr client_address(Impl* impl) {
-    if (impl == nullptr) return caf::actor_addr();
-    std::shared_lock<std::shared_mutex> lock(impl->mu);
-    return impl->closed ? caf::actor_addr() : impl->client.address();
-  }
-
-  static std::shared_ptr<ManifestCache> manifest_cache(Impl* impl) {
-    return impl == nullptr ? nullptr : impl->manifests;
-  }
-
-  // Gives `call` a promise, sends it to the client actor and returns the
-  // future; a closed (or moved-from) store answers Errc::shutdown at once.
-  template <class Atom, class Call>
-  static auto call(Impl* impl, Atom atom, Call c, const std::string& what) {
-    using T = typename decltype(c.promise)::element_type::value_type;
-    c.promise = make_promise<T>(what);
-    auto fut = c.promise->future();
-    if (!send(impl, atom, std::move(c))) return closed_future<T>(what);
-    return fut;
-  }
-
-  void close() {
-    std::unique_ptr<internal::ActorRuntime> doomed;
-    {
-      std::unique_lock<std::shared_mutex> lock(mu);
-      if (closed) return;
-      closed = true;
-      // Stop this process's actors, the client first so no new transfer
-      // starts (remote controllers and strategies are not ours to stop).
-      // Each actor's pending work ends with an error as its peers go away.
-      // `owned` is in spawn order (client last): stop in reverse.
-      for (auto a = owned.rbegin(); a != owned.rend(); ++a) {
-        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-      }
-      // Handles must be gone before the actor system, or its shutdown waits forever.
-      owned.clear();
-      client = nullptr;
-      volumes.clear();
-      directory = nullptr;
-      strategy = nullptr;
-      controller = nullptr;
-      doomed = std::move(runtime);
-    }
-    // Outside the lock: a continuation running on an actor thread may call
-    // into the store meanwhile (and get Errc::shutdown) instead of blocking
-    // a thread this shutdown waits for.
-    doomed.reset();
-  }
-};
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
-
-namespace {
-
-// The address of this host's interface that reaches `host` (the one the
-// control plane uses), found by routing a connected UDP socket there (no
-// packet is sent). Loopback when it cannot be found.
-std::string local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "127.0.0.1";
-  std::string out = "127.0.0.1";
-  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-      out = buf;
-    }
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
-// Asks `target` (local or remote) and waits for an ok_atom.
-template <class Handle, class... Ts>
-Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
-              const std::string& what, Ts&&... xs) {
-  caf::scoped_actor self{sys};
-  Status out;
-  self->request(target, timeout, std::forward<Ts>(xs)...)
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& e) { out = internal::from_caf_error(e, what); });
-  return out;
-}
-
-}  // namespace
-
-Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& options, bool network) {
-  MESHSTORE_RETURN_IF_ERROR(options.validate());
-  if (!options.log_level.empty()) MESHSTORE_RETURN_IF_ERROR(log::set_level(options.log_level));
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = network;
-  ro.add_types = actors::add_actor_types;
-  auto runtime = internal::ActorRuntime::create(ro);
-  if (!runtime.ok()) return runtime.status();
-  auto impl = std::make_unique<Impl>();
-  impl->options = options;
-  if (impl->options.transport.empty()) {
-    const std::string forced = transports::transport_from_env();
-    if (!forced.empty()) {
-      if (auto f = transports::builtin_registry().find(forced); !f.ok()) {
-        return Status(Errc::invalid_argument, "MESHSTORE_TRANSPORT: " + f.status().message());
-      }
-      impl->options.transport = forced;
-    }
-  }
-  impl->host = resolve_host(options);
-  impl->runtime = std::move(runtime).value();
-  return impl;
-}
-
-Status Store::Impl::host_volumes(bool is_server) {
-  auto& sys = runtime->system();
-  actors::ProcessRole role{is_server, options.local_rank, host};
-  for (auto info : actors::volumes_for(strategy_name, role, options.num_volumes)) {
-    actors::VolumeConfig vc;
-    vc.volume_id = info.volume_id;
-    vc.host = host;
-    vc.capacity_bytes = options.volume_capacity_bytes;
-    vc.transport_config = transport_config(options);
-    vc.bind_host = data_host;
-    vc.pool_bytes = options.volume_pool_bytes;
-    if (!options.shared_memory_volumes) {
-      for (const auto& name : transports::builtin_registry().names()) {
-        if (name != "shm") vc.transports.push_back(name);
-      }
-    }
-    auto volume = actors::spawn_storage_volume(sys, vc);
-    if (!volume.ok()) return volume.status();
-    owned.push_back(caf::actor_cast<caf::actor>(*volume));
-    info.capacity_bytes = vc.capacity_bytes;
-    info.transports =
-        vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
-    const std::string what = "register volume '" + info.volume_id + "'";
-    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
-                                     actors::register_volume_atom::value, info, *volume));
-    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.request_timeout, what,
-                                     actors::register_volume_atom::value, info, *volume));
-    volumes.push_back(std::move(volume).value());
-  }
-  return Status();
-}
-
-void Store::Impl::start_client() {
-  actors::ClientConfig cc;
-  cc.me = wire::ClientInfo{options.rank, options.local_rank, host};
-  cc.forced_transport = options.transport;
-  cc.transport_config = transport_config(options);
-  cc.request_timeout = options.request_timeout;
-  client = actors::spawn_client(runtime->system(), cc, controller, strategy);
-  owned.push_back(client);
-}
-
-Result<Store> Store::embedded(StoreOptions options) {
-  // This thread spawns the store's actors and may outlive it.
-  internal::ForeignThreadGuard guard;
-  Address listen;
-  if (!options.listen.empty()) {
-    auto a = parse_address(options.listen);
-    if (!a.ok()) return a.status().with_context("StoreOptions: listen");
-    listen = *a;
-  }
-  auto started = Impl::start(options, !options.listen.empty());
-  if (!started.ok()) return started.status();
-  auto impl = std::move(started).value();
-  if (!listen.host.empty()) impl->data_host = listen.host;
-  auto& sys = impl->runtime->system();
-  actors::StrategyPolicy policy;
-  if (options.custom_strategy.select) {
-    // The placement is a built-in one; only the choice of volume is the user's.
-    impl->strategy_name = options.custom_strategy.placement;
-    policy = [select = options.custom_strategy.select](
-                 const wire::ClientInfo& c,
-                 const std::vector<wire::VolumeInfo>& volumes) -> Result<std::string> {
-      std::vector<VolumeDesc> descs;
-      for (const auto& v : volumes) descs.push_back(VolumeDesc{v.volume_id, v.host, v.local_rank});
-      auto chosen = select(ClientDesc{c.rank, c.local_rank, c.host}, descs);
-      if (!chosen.ok()) return chosen.status().with_context("custom strategy");
-      for (const auto& v : volumes) {
-        if (v.volume_id == *chosen) return chosen;
-      }
-      return Status(Errc::invalid_argument,
-                    "custom strategy chose volume '" + *chosen + "', which is not registered");
-    };
-  } else {
-    impl->strategy_name = options.strategy;
-    policy = actors::policy_by_name(options.strategy).value();
-  }
-  impl->controller = actors::spawn_controller(sys);
-  impl->strategy = actors::spawn_strategy(sys, std::move(policy));
-  impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
-  impl->owned.push_back(caf::actor_cast<caf::actor>(impl->strategy));
-  MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(true));
-  if (!options.listen.empty()) {
-    impl->directory =
-        actors::spawn_directory(sys, impl->controller, impl->strategy, impl->strategy_name);
-    impl->owned.push_back(caf::actor_cast<caf::actor>(impl->directory));
-    auto port = sys.middleman().publish(impl->directory, listen.port, listen.host.c_str(), true);
-    if (!port) {
-      return Status(Errc::unavailable,
-                    "cannot listen on " + options.listen + ": " + sys.render(port.error()));
-    }
-    impl->port = *port;
-    impl->address = listen.host + ":" + std::to_string(*port);
-  }
-  impl->start_client();
-  log::get("store")->info(
-      "store up: strategy {}, {} volume(s) here, {}", options.strategy, impl->volumes.size(),
-      impl->address.empty() ? std::string("not listening") : "listening on " + impl->address);
-  return Store(std::move(impl));
-}
-
-Result<Store> Store::connect(const std::string& address, StoreOptions options) {
-  internal::ForeignThreadGuard guard;  // as in embedded()
-  auto target = parse_address(address);
-  if (!target.ok()) return target.status().with_context("connect");
-  if (target->port == 0)
-    return Status(Errc::invalid_argument, "connect: address '" + address + "' has port 0");
-  auto started = Impl::start(options, true);
-  if (!started.ok()) return started.status();
-  auto impl = std::move(started).value();
-  impl->data_host = local_address_towards(target->host);
-  auto& sys = impl->runtime->system();
-  auto log = log::get("store");
-
-  // The server may still be starting (rank 0 of the same launch).
-  auto reached = internal::connect_with_retry<actors::directory_actor>(
-      sys, target->host, target->port, options.connect_timeout, "meshstore");
-  if (!reached.ok()) return reached.status().with_context("connect");
-  actors::directory_actor directory = std::move(reached).value();
-  Status hello;
-  {
-    caf::scoped_actor self{sys};
-    self->request(directory, options.request_timeout, actors::hello_atom::value,
-                  std::string(meshstore::version()))
-        .receive(
-            [&](actors::controller_actor& c, actors::strategy_actor& s, std::string& name) {
-              impl->controller = std::move(c);
-              impl->strategy = std::move(s);
-              impl->strategy_name = std::move(name);
-            },
-            [&](caf::error& e) { hello = internal::from_caf_error(e, "connect to " + address); });
-  }
-  directory = nullptr;
-  if (!hello.ok()) return hello;
-  if (options.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
-  impl->start_client();
-  log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address, options.rank,
-            impl->strategy_name, impl->volumes.size());
-  return Store(std::move(impl));
-}
-
-Result<Store> Store::from_env(StoreOptions options) {
-  auto env = LaunchEnv::from_env();
-  if (!env.ok()) return env.status().with_context("Store::from_env");
-  options.rank = env->rank;
-  options.local_rank = env->local_rank;
-  auto port = env->service_port("MESHSTORE_PORT", 1);
-  if (!port.ok()) return port.status().with_context("Store::from_env");
-  const std::string address = env->master_addr + ":" + std::to_string(*port);
-  if (env->rank == 0) {
-    options.listen = address;
-    return embedded(std::move(options));
-  }
-  return connect(address, std::move(options));
-}
 
 std::uint16_t Store::port() const noexcept { return impl_ ? impl_->port : 0; }
 std::string Store::address() const { return impl_ ? impl_->address : std::string(); }
@@ -721,19 +128,6 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   return fut.then([st](const std::vector<std::uint64_t>&) {});
 }
 
-namespace {
-
-// One key read into a Tensor: get (a copy) or get_view (zero-copy if it can).
-actors::GetCall single_get(const std::string& op, actors::GetMode mode, std::string key) {
-  actors::GetCall call;
-  call.op = op;
-  call.mode = mode;
-  call.keys.push_back(std::move(key));
-  return call;
-}
-
-}  // namespace
-
 Future<Tensor> Store::get(std::string key) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
   const std::string what = "get '" + key + "'";
@@ -819,64 +213,6 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
 }
 
 // -- objects -------------------------------------------------------------
-
-namespace {
-
-// Large scratch buffers (a state dict's packed buckets when putting, the
-// scratch it is read into when getting), reused by the next call of the
-// same size: a fresh 40 MB buffer costs a page fault per 4 KiB on every
-// call (the first touch of memory runs at about 1 GB/s on the reference
-// VM). Process-wide, bounded; a buffer goes back when its last user lets go.
-class ScratchPool {
- public:
-  static ScratchPool& instance() {
-    static auto* pool = new ScratchPool();  // never destroyed: buffers may come back late
-    return *pool;
-  }
-  // A buffer of `n` bytes (contents unspecified), or nullptr.
-  std::shared_ptr<std::byte> take(std::size_t n) {
-    std::shared_ptr<std::byte> raw;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(n);
-      if (it != free_.end()) {
-        raw = std::move(it->second);
-        free_.erase(it);
-        free_bytes_ -= n;
-      }
-    }
-    if (!raw) raw = internal::allocate_aligned(n);
-    if (!raw) return nullptr;
-    std::byte* p = raw.get();
-    return std::shared_ptr<std::byte>(
-        p, [this, raw, n](std::byte*) mutable { give(n, std::move(raw)); });
-  }
-
- private:
-  void give(std::size_t n, std::shared_ptr<std::byte> raw) {
-    if (n < kMinBytes) return;  // small: malloc is cheap, nothing to keep
-    std::lock_guard<std::mutex> lock(mu_);
-    if (free_bytes_ + n > kMaxBytes) return;  // freed now
-    free_bytes_ += n;
-    free_.emplace(n, std::move(raw));
-  }
-  static constexpr std::size_t kMinBytes = std::size_t{1} << 20;
-  static constexpr std::size_t kMaxBytes = std::size_t{1} << 30;
-  std::mutex mu_;  // guards free_, free_bytes_
-  std::multimap<std::size_t, std::shared_ptr<std::byte>> free_;
-  std::size_t free_bytes_ = 0;
-};
-
-// A put item whose bytes the item owns (an object, or a uint8 tensor of
-// bytes the store made: a manifest, a packed blob, a value).
-actors::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind) {
-  auto owned = std::make_shared<const std::string>(std::move(bytes));
-  TensorView view(const_cast<char*>(owned->data()), DType::uint8,
-                  {static_cast<std::int64_t>(owned->size())});
-  return actors::PutItem{std::move(key), view, kind, std::move(owned)};
-}
-
-}  // namespace
 
 Future<void> Store::put_object(std::string key, std::string bytes) {
   if (auto s = check_key("put_object", key); !s.ok()) return make_error_future<void>(s);
@@ -1489,6 +825,8 @@ struct IntoPlan {
 // read of the same layout plans with the cached manifest and skips reading
 // it first: its single call reads the manifest anyway and plans again if it
 // differs, so a stale entry costs a round trip, never a wrong read.
+namespace state_dicts {
+
 struct ManifestCache {
   std::mutex mu;  // guards map
   std::unordered_map<std::string, Snapshot> map;
@@ -1507,6 +845,8 @@ struct ManifestCache {
 };
 
 std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<ManifestCache>(); }
+
+}  // namespace state_dicts
 
 namespace {
 

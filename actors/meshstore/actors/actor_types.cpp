@@ -1,0 +1,35 @@
+// The registration of the store's message types with CAF (add_actor_types).
+
+#include "meshstore/actors/actor_types.hpp"
+
+#include <vector>
+
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/directory_actor.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/actors/strategy_actor.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/transports/rpc/rpc_transport.hpp"
+#include "meshstore/transports/transport.hpp"
+#include "meshstore/wire/control.hpp"
+
+namespace meshstore::actors {
+
+void add_actor_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<transports::EndpointInfo>("meshstore::transports::EndpointInfo");
+  cfg.add_message_type<storage_volume_actor>("meshstore::actors::storage_volume_actor");
+  cfg.add_message_type<controller_actor>("meshstore::actors::controller_actor");
+  cfg.add_message_type<strategy_actor>("meshstore::actors::strategy_actor");
+  cfg.add_message_type<directory_actor>("meshstore::actors::directory_actor");
+  cfg.add_message_type<transports::rpc::rpc_endpoint_actor>(
+      "meshstore::transports::rpc::rpc_endpoint_actor");
+  cfg.add_message_type<std::vector<wire::VolumeInfo>>("std::vector<meshstore::wire::VolumeInfo>");
+  cfg.add_message_type<std::vector<wire::KeyRecord>>("std::vector<meshstore::wire::KeyRecord>");
+  cfg.add_message_type<std::vector<wire::StageRequest>>(
+      "std::vector<meshstore::wire::StageRequest>");
+  cfg.add_message_type<std::vector<wire::RegionRef>>("std::vector<meshstore::wire::RegionRef>");
+  cfg.add_message_type<std::vector<transports::EndpointInfo>>(
+      "std::vector<meshstore::transports::EndpointInfo>");
+}
+
+}  // namespace meshstore::actors

@@ -1,0 +1,290 @@
+// How a Store comes up (embedded, connect, from_env: its runtime, actors
+// and volumes) and goes down (Store::Impl::close).
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <cstdlib>
+
+#include "meshstore/actors/actor_types.hpp"
+#include "meshstore/actors/client.hpp"
+#include "meshstore/internal/address.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
+#include "meshstore/launch_env.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/store/options.hpp"
+#include "meshstore/store/store_impl.hpp"
+#include "meshstore/transports/registry.hpp"
+#include "meshstore/version.hpp"
+
+namespace meshstore {
+
+namespace {
+
+using facade::transport_config;
+using internal::Address;
+using internal::parse_address;
+
+// This process's host identity: StoreOptions::host, else MESHSTORE_HOST,
+// else the hostname.
+std::string resolve_host(const StoreOptions& o) {
+  if (!o.host.empty()) return o.host;
+  if (const char* h = std::getenv("MESHSTORE_HOST"); h && *h) return h;
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+// The address of this host's interface that reaches `host` (the one the
+// control plane uses), found by routing a connected UDP socket there (no
+// packet is sent). Loopback when it cannot be found.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      out = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+// Asks `target` (local or remote) and waits for an ok_atom.
+template <class Handle, class... Ts>
+Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
+              const std::string& what, Ts&&... xs) {
+  caf::scoped_actor self{sys};
+  Status out;
+  self->request(target, timeout, std::forward<Ts>(xs)...)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& e) { out = internal::from_caf_error(e, what); });
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& options, bool network) {
+  MESHSTORE_RETURN_IF_ERROR(options.validate());
+  if (!options.log_level.empty()) MESHSTORE_RETURN_IF_ERROR(log::set_level(options.log_level));
+  internal::RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = network;
+  ro.add_types = actors::add_actor_types;
+  auto runtime = internal::ActorRuntime::create(ro);
+  if (!runtime.ok()) return runtime.status();
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (impl->options.transport.empty()) {
+    const std::string forced = transports::transport_from_env();
+    if (!forced.empty()) {
+      if (auto f = transports::builtin_registry().find(forced); !f.ok()) {
+        return Status(Errc::invalid_argument, "MESHSTORE_TRANSPORT: " + f.status().message());
+      }
+      impl->options.transport = forced;
+    }
+  }
+  impl->host = resolve_host(options);
+  impl->runtime = std::move(runtime).value();
+  return impl;
+}
+
+Status Store::Impl::host_volumes(bool is_server) {
+  auto& sys = runtime->system();
+  actors::ProcessRole role{is_server, options.local_rank, host};
+  for (auto info : actors::volumes_for(strategy_name, role, options.num_volumes)) {
+    actors::VolumeConfig vc;
+    vc.volume_id = info.volume_id;
+    vc.host = host;
+    vc.capacity_bytes = options.volume_capacity_bytes;
+    vc.transport_config = transport_config(options);
+    vc.bind_host = data_host;
+    vc.pool_bytes = options.volume_pool_bytes;
+    if (!options.shared_memory_volumes) {
+      for (const auto& name : transports::builtin_registry().names()) {
+        if (name != "shm") vc.transports.push_back(name);
+      }
+    }
+    auto volume = actors::spawn_storage_volume(sys, vc);
+    if (!volume.ok()) return volume.status();
+    owned.push_back(caf::actor_cast<caf::actor>(*volume));
+    info.capacity_bytes = vc.capacity_bytes;
+    info.transports =
+        vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
+    const std::string what = "register volume '" + info.volume_id + "'";
+    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
+                                     actors::register_volume_atom::value, info, *volume));
+    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.request_timeout, what,
+                                     actors::register_volume_atom::value, info, *volume));
+    volumes.push_back(std::move(volume).value());
+  }
+  return Status();
+}
+
+void Store::Impl::start_client() {
+  actors::ClientConfig cc;
+  cc.me = wire::ClientInfo{options.rank, options.local_rank, host};
+  cc.forced_transport = options.transport;
+  cc.transport_config = transport_config(options);
+  cc.request_timeout = options.request_timeout;
+  client = actors::spawn_client(runtime->system(), cc, controller, strategy);
+  owned.push_back(client);
+}
+
+Result<Store> Store::embedded(StoreOptions options) {
+  // This thread spawns the store's actors and may outlive it.
+  internal::ForeignThreadGuard guard;
+  Address listen;
+  if (!options.listen.empty()) {
+    auto a = parse_address(options.listen);
+    if (!a.ok()) return a.status().with_context("StoreOptions: listen");
+    listen = *a;
+  }
+  auto started = Impl::start(options, !options.listen.empty());
+  if (!started.ok()) return started.status();
+  auto impl = std::move(started).value();
+  if (!listen.host.empty()) impl->data_host = listen.host;
+  auto& sys = impl->runtime->system();
+  actors::StrategyPolicy policy;
+  if (options.custom_strategy.select) {
+    // The placement is a built-in one; only the choice of volume is the user's.
+    impl->strategy_name = options.custom_strategy.placement;
+    policy = [select = options.custom_strategy.select](
+                 const wire::ClientInfo& c,
+                 const std::vector<wire::VolumeInfo>& volumes) -> Result<std::string> {
+      std::vector<VolumeDesc> descs;
+      for (const auto& v : volumes) descs.push_back(VolumeDesc{v.volume_id, v.host, v.local_rank});
+      auto chosen = select(ClientDesc{c.rank, c.local_rank, c.host}, descs);
+      if (!chosen.ok()) return chosen.status().with_context("custom strategy");
+      for (const auto& v : volumes) {
+        if (v.volume_id == *chosen) return chosen;
+      }
+      return Status(Errc::invalid_argument,
+                    "custom strategy chose volume '" + *chosen + "', which is not registered");
+    };
+  } else {
+    impl->strategy_name = options.strategy;
+    policy = actors::policy_by_name(options.strategy).value();
+  }
+  impl->controller = actors::spawn_controller(sys);
+  impl->strategy = actors::spawn_strategy(sys, std::move(policy));
+  impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
+  impl->owned.push_back(caf::actor_cast<caf::actor>(impl->strategy));
+  MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(true));
+  if (!options.listen.empty()) {
+    impl->directory =
+        actors::spawn_directory(sys, impl->controller, impl->strategy, impl->strategy_name);
+    impl->owned.push_back(caf::actor_cast<caf::actor>(impl->directory));
+    auto port = sys.middleman().publish(impl->directory, listen.port, listen.host.c_str(), true);
+    if (!port) {
+      return Status(Errc::unavailable,
+                    "cannot listen on " + options.listen + ": " + sys.render(port.error()));
+    }
+    impl->port = *port;
+    impl->address = listen.host + ":" + std::to_string(*port);
+  }
+  impl->start_client();
+  log::get("store")->info(
+      "store up: strategy {}, {} volume(s) here, {}", options.strategy, impl->volumes.size(),
+      impl->address.empty() ? std::string("not listening") : "listening on " + impl->address);
+  return Store(std::move(impl));
+}
+
+Result<Store> Store::connect(const std::string& address, StoreOptions options) {
+  internal::ForeignThreadGuard guard;  // as in embedded()
+  auto target = parse_address(address);
+  if (!target.ok()) return target.status().with_context("connect");
+  if (target->port == 0)
+    return Status(Errc::invalid_argument, "connect: address '" + address + "' has port 0");
+  auto started = Impl::start(options, true);
+  if (!started.ok()) return started.status();
+  auto impl = std::move(started).value();
+  impl->data_host = local_address_towards(target->host);
+  auto& sys = impl->runtime->system();
+  auto log = log::get("store");
+
+  // The server may still be starting (rank 0 of the same launch).
+  auto reached = internal::connect_with_retry<actors::directory_actor>(
+      sys, target->host, target->port, options.connect_timeout, "meshstore");
+  if (!reached.ok()) return reached.status().with_context("connect");
+  actors::directory_actor directory = std::move(reached).value();
+  Status hello;
+  {
+    caf::scoped_actor self{sys};
+    self->request(directory, options.request_timeout, actors::hello_atom::value,
+                  std::string(meshstore::version()))
+        .receive(
+            [&](actors::controller_actor& c, actors::strategy_actor& s, std::string& name) {
+              impl->controller = std::move(c);
+              impl->strategy = std::move(s);
+              impl->strategy_name = std::move(name);
+            },
+            [&](caf::error& e) { hello = internal::from_caf_error(e, "connect to " + address); });
+  }
+  directory = nullptr;
+  if (!hello.ok()) return hello;
+  if (options.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
+  impl->start_client();
+  log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address, options.rank,
+            impl->strategy_name, impl->volumes.size());
+  return Store(std::move(impl));
+}
+
+Result<Store> Store::from_env(StoreOptions options) {
+  auto env = LaunchEnv::from_env();
+  if (!env.ok()) return env.status().with_context("Store::from_env");
+  options.rank = env->rank;
+  options.local_rank = env->local_rank;
+  auto port = env->service_port("MESHSTORE_PORT", 1);
+  if (!port.ok()) return port.status().with_context("Store::from_env");
+  const std::string address = env->master_addr + ":" + std::to_string(*port);
+  if (env->rank == 0) {
+    options.listen = address;
+    return embedded(std::move(options));
+  }
+  return connect(address, std::move(options));
+}
+
+void Store::Impl::close() {
+  std::unique_ptr<internal::ActorRuntime> doomed;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu);
+    if (closed) return;
+    closed = true;
+    // Stop this process's actors, the client first so no new transfer
+    // starts (remote controllers and strategies are not ours to stop).
+    // Each actor's pending work ends with an error as its peers go away.
+    // `owned` is in spawn order (client last): stop in reverse.
+    for (auto a = owned.rbegin(); a != owned.rend(); ++a) {
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    }
+    // Handles must be gone before the actor system, or its shutdown waits forever.
+    owned.clear();
+    client = nullptr;
+    volumes.clear();
+    directory = nullptr;
+    strategy = nullptr;
+    controller = nullptr;
+    doomed = std::move(runtime);
+  }
+  // Outside the lock: a continuation running on an actor thread may call
+  // into the store meanwhile (and get Errc::shutdown) instead of blocking
+  // a thread this shutdown waits for.
+  doomed.reset();
+}
+
+}  // namespace meshstore

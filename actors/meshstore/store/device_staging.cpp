@@ -1,0 +1,120 @@
+// GPU tensors staged through host memory for the Store facade (docs/gpu.md).
+
+#include "meshstore/store/device_staging.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "meshstore/internal/cuda_copy.hpp"
+
+namespace meshstore::facade {
+namespace {
+
+using internal::cuda::on_device;
+
+bool has_device_tensors(const StateDict& sd) {
+  return std::any_of(sd.entries().begin(), sd.entries().end(),
+                     [](const StateDict::Entry& e) { return e.is_tensor() && on_device(e.view); });
+}
+
+// When `sd` holds CUDA tensors: `st` gets a stand-in with host tensors in
+// their place (copies for a put, empty buffers for a get: `for_get`), which
+// the call uses instead of `sd`; a put's entries for which `pass` says so
+// stay the device views they are. Device views are checked first.
+Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
+                        const std::function<bool(const StateDict::Entry&)>& pass = {}) {
+  for (const auto& e : sd.entries()) {
+    if (e.is_tensor() && on_device(e.view)) {
+      MESHSTORE_RETURN_IF_ERROR(
+          internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'"));
+    }
+  }
+  auto host = std::make_unique<StateDict>();
+  for (const auto& e : sd.entries()) {
+    if (!e.is_tensor()) {
+      MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *e.value));
+      continue;
+    }
+    auto view = for_get ? st.target(e.view, e.name)
+                        : st.source(e.view, e.name, on_device(e.view) && pass && pass(e));
+    if (!view.ok()) return view.status();
+    MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *view));
+  }
+  st.sd = std::move(host);
+  return Status();
+}
+
+}  // namespace
+
+Result<TensorView> DeviceStaging::source(const TensorView& v, const std::string& name, bool pass) {
+  if (!on_device(v) || pass || (direct && v.is_contiguous())) return v;
+  auto buf = internal::cuda::pinned(v.nbytes());
+  if (!buf) return no_memory(v, name);
+  if (auto s = internal::cuda::to_host(buf.get(), v); !s.ok()) {
+    return s.with_context(what + " '" + name + "' from " + v.device().to_string());
+  }
+  buffers.push_back(buf);
+  return TensorView(buf.get(), v.dtype(), v.shape());
+}
+
+Result<TensorView> DeviceStaging::target(const TensorView& v, const std::string& name) {
+  if (!on_device(v) || (direct && v.is_contiguous())) return v;
+  auto buf = internal::cuda::pinned(v.nbytes());
+  if (!buf) return no_memory(v, name);
+  buffers.push_back(buf);
+  back.emplace_back(v, buf.get());
+  return TensorView(buf.get(), v.dtype(), v.shape());
+}
+
+Status DeviceStaging::finish() const {
+  for (const auto& [dst, src] : back) {
+    if (auto s = internal::cuda::to_device(dst, src); !s.ok()) {
+      return s.with_context(what + " to " + dst.device().to_string());
+    }
+  }
+  if (sd && caller) {
+    for (const auto& e : sd->entries()) {
+      if (!e.is_tensor()) MESHSTORE_RETURN_IF_ERROR(caller->set_value(e.name, *e.value));
+    }
+  }
+  return Status();
+}
+
+Status DeviceStaging::no_memory(const TensorView& v, const std::string& name) const {
+  return Status(Errc::out_of_capacity, what + " '" + name + "': no host memory for the " +
+                                           std::to_string(v.nbytes()) + " bytes of its " +
+                                           v.device().to_string() + " tensor");
+}
+
+std::shared_ptr<DeviceStaging> staging(std::string what, bool direct) {
+  auto st = std::make_shared<DeviceStaging>();
+  st->what = std::move(what);
+  st->direct = direct;
+  return st;
+}
+
+Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st,
+                                    const StateDictPutOptions& options,
+                                    const std::map<std::string, RankShard>* layout) {
+  if (!has_device_tensors(sd)) return &sd;
+  auto pass = [&](const StateDict::Entry& e) {
+    if (!e.view.is_contiguous()) return false;
+    if (options.transfer_dtype && e.view.dtype() == DType::float32) return false;  // cast
+    if (layout) {
+      auto it = layout->find(e.name);
+      if (it != layout->end()) return it->second.replicas == 1;  // boxes are never packed
+    }
+    return e.view.nbytes() > options.pack_max_tensor_bytes;  // else packed
+  };
+  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, false, pass));
+  return st.sd.get();
+}
+
+Result<StateDict*> get_target(StateDict& sd, DeviceStaging& st) {
+  if (!has_device_tensors(sd)) return &sd;
+  MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, true));
+  st.caller = &sd;
+  return st.sd.get();
+}
+
+}  // namespace meshstore::facade

@@ -1,0 +1,103 @@
+#pragma once
+
+// Store::Impl: what a Store holds (its actor runtime, the handles of its
+// actors, its options) and how its calls reach the client actor.
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/directory_actor.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/actors/strategy_actor.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/store/calls.hpp"
+
+namespace meshstore {
+
+namespace state_dicts {
+// The state-dict reads' manifest cache (state_dict/read_plan.hpp).
+struct ManifestCache;
+std::shared_ptr<ManifestCache> make_manifest_cache();
+}  // namespace state_dicts
+
+/// A Store's state. Thread-safe: `mu` guards `closed` and the actor
+/// handles; the rest is set before the Store is handed out.
+struct Store::Impl {
+  StoreOptions options;
+  std::string host;
+  // The interface this process's network data plane (tcp) listens on: the
+  // one its control plane uses.
+  std::string data_host = "127.0.0.1";
+  std::string strategy_name;
+  std::uint16_t port = 0;  // where this store listens; 0 = not listening
+  std::string address;
+  std::unique_ptr<internal::ActorRuntime> runtime;
+  mutable std::shared_mutex mu;  // guards closed and the handles below
+  bool closed = false;
+  caf::actor client;
+  actors::controller_actor controller;  // local, or a proxy of a remote one
+  actors::strategy_actor strategy;
+  actors::directory_actor directory;
+  std::vector<actors::storage_volume_actor> volumes;  // hosted in this process
+  std::vector<caf::actor> owned;                      // actors of this process, stopped by close()
+  // Manifests the state-dict reads planned with; plain data, so the read
+  // chains may hold it past close().
+  std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
+
+  // A runtime (with the network layer when `network`) and validated options.
+  static Result<std::unique_ptr<Impl>> start(const StoreOptions& options, bool network);
+  // Spawns and registers the volumes the strategy places in this process.
+  Status host_volumes(bool is_server);
+  void start_client();
+
+  ~Impl() { close(); }
+
+  // Sends a call to the client actor; false when the store is closed.
+  // Static so a moved-from Store (null impl) answers like a closed one.
+  template <class Atom, class Call>
+  static bool send(Impl* impl, Atom atom, Call call) {
+    if (impl == nullptr) return false;
+    std::shared_lock<std::shared_mutex> lock(impl->mu);
+    if (impl->closed) return false;
+    caf::anon_send(impl->client, atom, std::move(call));
+    return true;
+  }
+
+  // The client actor's address (weak), null once closed: what calls that
+  // chain several client calls hold instead of the store.
+  static caf::actor_addr client_address(Impl* impl) {
+    if (impl == nullptr) return caf::actor_addr();
+    std::shared_lock<std::shared_mutex> lock(impl->mu);
+    return impl->closed ? caf::actor_addr() : impl->client.address();
+  }
+
+  static std::shared_ptr<state_dicts::ManifestCache> manifest_cache(Impl* impl) {
+    return impl == nullptr ? nullptr : impl->manifests;
+  }
+
+  // Gives `call` a promise, sends it to the client actor and returns the
+  // future; a closed (or moved-from) store answers Errc::shutdown at once.
+  template <class Atom, class Call>
+  static auto call(Impl* impl, Atom atom, Call c, const std::string& what) {
+    using T = typename decltype(c.promise)::element_type::value_type;
+    c.promise = facade::make_promise<T>(what);
+    auto fut = c.promise->future();
+    if (!send(impl, atom, std::move(c))) return facade::closed_future<T>(what);
+    return fut;
+  }
+
+  // Stops this process's actors and the runtime; later calls answer
+  // Errc::shutdown. Idempotent.
+  void close();
+};
+
+}  // namespace meshstore
