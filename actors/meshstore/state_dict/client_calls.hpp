@@ -1,0 +1,54 @@
+#pragma once
+
+// How the state-dict engine calls the client actor: by its weak address,
+// with the first reads its chains make (an object, a state dict's manifest).
+//
+// The state-dict calls chain several client calls. Their continuations hold
+// only a weak address of the client actor (never the Store or its Impl,
+// which the caller may destroy meanwhile): a call after the store closed
+// fails with Errc::shutdown.
+
+#include <caf/all.hpp>
+#include <string>
+#include <utility>
+
+#include "meshstore/actors/client.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/state_dict/manifest.hpp"
+#include "meshstore/store/calls.hpp"
+#include "meshstore/tensor.hpp"
+
+namespace meshstore::state_dicts {
+
+// Sends `c` to the client actor at `client` with a fresh promise.
+template <class Atom, class Call>
+auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::string& what) {
+  using T = typename decltype(c.promise)::element_type::value_type;
+  c.promise = facade::make_promise<T>(what);
+  auto fut = c.promise->future();
+  auto hdl = caf::actor_cast<caf::actor>(client);
+  if (!hdl) return facade::closed_future<T>(what);
+  caf::anon_send(hdl, atom, std::move(c));
+  return fut;
+}
+
+// Reads object `key`; `fresh`: located at the controller, not from the
+// client's location cache (version pointers, GetCall::fresh).
+Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
+                              const std::string& op, bool fresh);
+
+// A state dict's manifest as stored (its bytes) and decoded.
+struct Snapshot {
+  std::string bytes;
+  Manifest manifest;
+};
+
+// The snapshot in tensor `t`, read from `key`; `op` names the call in errors.
+Result<Snapshot> decode_snapshot(const Tensor& t, const std::string& key, const std::string& op);
+
+// Reads the manifest of the state dict under `key`.
+Future<Snapshot> manifest_of(const caf::actor_addr& client, const std::string& key,
+                             const std::string& op);
+
+}  // namespace meshstore::state_dicts

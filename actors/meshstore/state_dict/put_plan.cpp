@@ -1,0 +1,196 @@
+// Planning a state dict's put, and sending it.
+
+#include "meshstore/state_dict/put_plan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "meshstore/dtype_cast.hpp"
+#include "meshstore/state_dict/client_calls.hpp"
+#include "meshstore/state_dict/manifest.hpp"
+#include "meshstore/store/calls.hpp"
+#include "meshstore/store/checks.hpp"
+#include "meshstore/store/scratch_pool.hpp"
+
+namespace meshstore::state_dicts {
+
+using facade::bytes_item;
+using facade::check_key;
+using facade::ScratchPool;
+
+namespace {
+
+// Checks a sharded state dict's layout against the rank's entries.
+Status check_layout(const StateDict& sd, const ShardedPart& part, const std::string& op) {
+  if (part.rank < 0) {
+    return Status(Errc::invalid_argument,
+                  op + ": rank must be >= 0, got " + std::to_string(part.rank));
+  }
+  for (const auto& [name, shard] : *part.layout) {
+    const auto* e = sd.find(name);
+    if (!e || !e->is_tensor()) {
+      return Status(Errc::invalid_argument, op + ": the layout names '" + name + "', " +
+                                                (e ? "a value" : "no entry") +
+                                                " of the state dict; it must name tensors");
+    }
+    if (shard.replicas < 1) {
+      return Status(Errc::invalid_argument,
+                    op + ": entry '" + name + "' has 0 replicas; a box has at least one");
+    }
+    if (e->view.shape() != shard.slice.local_shape()) {
+      return Status(Errc::shape_mismatch, op + ": entry '" + name + "' has shape " +
+                                              shape_to_string(e->view.shape()) + ", its slice " +
+                                              shard.slice.to_string() + " needs " +
+                                              shape_to_string(shard.slice.local_shape()));
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options,
+                                                 const ShardedPart& part) {
+  auto p = std::make_shared<PreparedPut>();
+  p->call.op = op;
+  // The manifest and values are stored as uint8 tensors, so one read
+  // (one snapshot of the index) fetches them with the tensors.
+  const auto tensor = wire::ObjectKind::tensor;
+  if (options.transfer_dtype && (*options.transfer_dtype == DType::float32 ||
+                                 !can_cast(DType::float32, *options.transfer_dtype))) {
+    return Status(Errc::invalid_argument, op +
+                                              ": transfer_dtype must be bfloat16 or float16, got " +
+                                              std::string(dtype_name(*options.transfer_dtype)));
+  }
+  if (part.layout) MESHSTORE_RETURN_IF_ERROR(check_layout(sd, part, op));
+  // The box an entry is of its global tensor (nullptr: whole).
+  auto shard_of = [&](const std::string& name) -> const RankShard* {
+    if (!part.layout) return nullptr;
+    auto it = part.layout->find(name);
+    return it == part.layout->end() ? nullptr : &it->second;
+  };
+  // Whole entries, values, the manifest and the packed buckets are rank
+  // 0's to store; every rank stores its boxes.
+  const bool whole_too = part.rank == 0;
+  // The dtype a tensor is stored in.
+  auto stored_dtype = [&](const TensorView& v) {
+    return options.transfer_dtype && v.dtype() == DType::float32 ? *options.transfer_dtype
+                                                                 : v.dtype();
+  };
+  Manifest m;
+  for (const auto& e : sd.entries()) {
+    if (const auto* shard = shard_of(e.name)) {
+      // Never packed (but an empty tensor holds nothing to store).
+      lay_out(m, e.name, stored_dtype(e.view), shard->slice.global_shape(), 0,
+              options.pack_bucket_bytes);
+    } else if (e.is_tensor()) {
+      lay_out(m, e.name, stored_dtype(e.view), e.view.shape(), options.pack_max_tensor_bytes,
+              options.pack_bucket_bytes);
+    } else {
+      lay_out_value(m, e.name, *e.value);
+    }
+  }
+  p->call.stream_manifest = encode_manifest(m);
+  if (part.layout) {
+    // What every rank must agree on; the keys that commit together.
+    const auto& bytes = p->call.stream_manifest;
+    p->call.group_layout = content_checksum(TensorView(
+        const_cast<char*>(bytes.data()), DType::uint8, {static_cast<std::int64_t>(bytes.size())}));
+    p->call.group_members.push_back("");
+    for (std::size_t b = 0; b < m.buckets(); ++b) p->call.group_members.push_back(blob_key("", b));
+    for (const auto& me : m.entries) {
+      if (me.kind != EntryKind::packed) p->call.group_members.push_back("/" + me.name);
+    }
+  }
+  if (whole_too) p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
+  // Small tensors travel packed into buckets: one object, one transfer and
+  // one region at the volume per bucket instead of one each.
+  // Buckets come from the scratch pool; every byte of them is written
+  // (the alignment gaps zeroed), so a reused buffer leaks nothing stale.
+  std::vector<std::shared_ptr<std::byte>> blobs(whole_too ? m.buckets() : 0);
+  std::vector<std::uint64_t> filled(blobs.size(), 0);  // bytes written so far, per bucket
+  for (std::size_t b = 0; b < blobs.size(); ++b) {
+    blobs[b] = ScratchPool::instance().take(m.bucket_bytes(b));
+    if (!blobs[b]) {
+      return Status(
+          Errc::out_of_capacity,
+          op + ": cannot allocate " + std::to_string(m.bucket_bytes(b)) + " bytes to pack");
+    }
+  }
+  for (std::size_t i = 0; i < m.entries.size() && whole_too; ++i) {
+    const auto& me = m.entries[i];
+    if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
+    const std::size_t b = m.bucket_of(me.offset);
+    const std::uint64_t at = me.offset - m.bucket_begin(b);
+    if (at > filled[b]) std::memset(blobs[b].get() + filled[b], 0, at - filled[b]);
+    MESHSTORE_RETURN_IF_ERROR(cast_to(sd.entries()[i].view, me.dtype, blobs[b].get() + at));
+    filled[b] = at + me.nbytes();
+  }
+  for (std::size_t b = 0; b < blobs.size(); ++b) {
+    const std::uint64_t n = m.bucket_bytes(b);
+    if (n > filled[b]) std::memset(blobs[b].get() + filled[b], 0, n - filled[b]);
+    TensorView view(blobs[b].get(), DType::uint8, {static_cast<std::int64_t>(n)});
+    p->call.items.push_back(
+        actors::PutItem{blob_key("", b), view, tensor, std::shared_ptr<const void>(blobs[b])});
+  }
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
+    const auto& e = sd.entries()[i];
+    const auto& me = m.entries[i];
+    const RankShard* shard = shard_of(e.name);
+    if (me.kind == EntryKind::packed) continue;
+    if (!shard && !whole_too) continue;
+    // An empty box adds nothing to the cover (the other ranks' boxes
+    // cover the tensor); the entry's key is not empty, or it would be packed.
+    if (shard && shard->slice.empty()) continue;
+    actors::PutItem item{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr};
+    if (me.kind == EntryKind::value) {
+      item = bytes_item("/" + e.name, e.value->encode(), tensor);
+    } else if (me.dtype != e.view.dtype()) {
+      // Cast on the way: the narrower copy is what moves.
+      const std::uint64_t nbytes =
+          static_cast<std::uint64_t>(shape_numel(e.view.shape())) * dtype_size(me.dtype);
+      std::string cast;
+      try {
+        cast.assign(nbytes, '\0');
+      } catch (const std::bad_alloc&) {
+        return Status(Errc::out_of_capacity, op + ": cannot allocate " + std::to_string(nbytes) +
+                                                 " bytes to cast '" + e.name + "'");
+      }
+      MESHSTORE_RETURN_IF_ERROR(cast_to(e.view, me.dtype, cast.data()));
+      auto owned = std::make_shared<const std::string>(std::move(cast));
+      item.view = TensorView(const_cast<char*>(owned->data()), me.dtype, e.view.shape());
+      item.owned_bytes = std::move(owned);
+    }
+    if (shard) {
+      item.slice = shard->slice;
+      item.replicas = shard->replicas;
+      if (shard->replicas > 1) item.checksum = content_checksum(item.view);
+    }
+    p->call.items.push_back(std::move(item));
+  }
+  if (part.layout) p->call.stream_manifest.clear();  // no stream of a sharded put
+  return p;
+}
+
+Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
+                          std::shared_ptr<PreparedPut> p) {
+  const std::string op = p->call.op;
+  for (auto& item : p->call.items) {
+    item.key = key + item.key;
+    if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
+  }
+  for (auto& m : p->call.group_members) {
+    m = key + m;
+    if (auto s = check_key(op, m); !s.ok()) return make_error_future<void>(s);
+  }
+  std::sort(p->call.group_members.begin(), p->call.group_members.end());
+  p->call.replace_under = {key};
+  return call_client(client, actors::store_put_atom::value, std::move(p->call),
+                     op + " '" + key + "'")
+      .then([](const std::vector<std::uint64_t>&) {});
+}
+
+}  // namespace meshstore::state_dicts

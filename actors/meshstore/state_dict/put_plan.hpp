@@ -1,0 +1,45 @@
+#pragma once
+
+// Planning a state dict's put: its manifest, its small tensors packed into
+// buckets, casts and boxes, as one put call the client commits at once.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "meshstore/actors/client.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/state_dict.hpp"
+#include "meshstore/store.hpp"
+
+namespace meshstore::state_dicts {
+
+// A state dict's put, built while the caller's call runs (the views are the
+// caller's; small tensors are packed now) and sent later: item keys are
+// relative ("" for the manifest, "/NAME" for entries, "#packed" for the
+// blob) until put_prepared() gives them their key.
+struct PreparedPut {
+  actors::PutCall call;
+};
+
+// One rank's part of a sharded state dict (put_sharded_state_dict).
+struct ShardedPart {
+  const std::map<std::string, RankShard>* layout = nullptr;
+  std::int64_t rank = 0;
+};
+
+// Builds the put of `sd` (for `part`'s rank when sharded) while the
+// caller's call runs; `op` names the call in errors.
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options,
+                                                 const ShardedPart& part = {});
+
+// Puts a prepared state dict under `key`. The commit also removes, in the
+// same step, every key the previous version owned and this one does not
+// (replace_atom), so no reader sees stale names next to new ones.
+Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
+                          std::shared_ptr<PreparedPut> p);
+
+}  // namespace meshstore::state_dicts

@@ -1,0 +1,333 @@
+// Reading a stored state dict as one snapshot (into the caller's tensors, or
+// into new ones), planned against its manifest.
+
+#include "meshstore/state_dict/read_plan.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/store/scratch_pool.hpp"
+
+namespace meshstore::state_dicts {
+
+using facade::ScratchPool;
+using internal::cuda::on_device;
+
+namespace {
+
+// What a read does when the structure it planned for changed under it.
+Status gave_up(const std::string& op, const std::string& key) {
+  return Status(Errc::conflict, op + " '" + key + "': a writer changed its layout during each of " +
+                                    std::to_string(kMaxStateDictAttempts) + " attempts");
+}
+
+// "a, b, c and 4 more".
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(names.size(), 8);
+  for (std::size_t i = 0; i < shown; ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > shown) out += " and " + std::to_string(names.size() - shown) + " more";
+  return out;
+}
+
+const TensorSlice* box_of(const Boxes* boxes, const std::string& name) {
+  if (!boxes) return nullptr;
+  auto it = boxes->find(name);
+  return it == boxes->end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<ManifestCache>(); }
+
+Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
+                                            const std::string& op, Snapshot snap,
+                                            actors::GetCall& into, const Boxes* boxes) {
+  auto plan = std::make_shared<IntoPlan>();
+  plan->snap = std::move(snap);
+  const Manifest& m = plan->snap.manifest;
+  std::vector<std::string> missing, extra, mismatched;
+  bool dtype_off = false, shape_off = false;
+  std::set<std::string> stored;
+  into.op = op;
+  into.mode = actors::GetMode::into;
+  for (const auto& me : m.entries) {
+    stored.insert(me.name);
+    const auto* e = dst->find(me.name);
+    if (!e) {
+      missing.push_back(me.name);
+    } else if (me.kind == EntryKind::value && e->is_tensor()) {
+      mismatched.push_back(me.name + " (stored a value, destination a tensor)");
+    } else if (me.kind != EntryKind::value && !e->is_tensor()) {
+      mismatched.push_back(me.name + " (stored a tensor, destination a value)");
+    } else if (me.kind != EntryKind::value && me.dtype != e->view.dtype()) {
+      dtype_off = true;
+      mismatched.push_back(me.name + " (stored " + std::string(dtype_name(me.dtype)) +
+                           ", destination " + std::string(dtype_name(e->view.dtype())) + ")");
+    } else if (const TensorSlice* box = box_of(boxes, me.name);
+               box && me.kind != EntryKind::value) {
+      if (box->global_shape() != me.shape) {
+        shape_off = true;
+        mismatched.push_back(me.name + " (stored " + shape_to_string(me.shape) + ", box " +
+                             box->to_string() + ")");
+      } else if (box->local_shape() != e->view.shape()) {
+        shape_off = true;
+        mismatched.push_back(me.name + " (box " + box->to_string() + " has shape " +
+                             shape_to_string(box->local_shape()) + ", destination " +
+                             shape_to_string(e->view.shape()) + ")");
+      }
+    } else if (me.kind != EntryKind::value && me.shape != e->view.shape()) {
+      shape_off = true;
+      mismatched.push_back(me.name + " (stored " + shape_to_string(me.shape) + ", destination " +
+                           shape_to_string(e->view.shape()) + ")");
+    }
+  }
+  for (const auto& e : dst->entries()) {
+    if (stored.count(e.name) == 0) extra.push_back(e.name);
+  }
+  if (boxes) {
+    for (const auto& [name, box] : *boxes) {
+      const auto* e = dst->find(name);
+      if (!e || !e->is_tensor()) {
+        mismatched.push_back(name + " (a box for " + (e ? "a value" : "no destination") + ")");
+      } else if (stored.count(name) == 0) {
+        extra.push_back(name);
+      }
+    }
+  }
+  if (!missing.empty() || !extra.empty() || !mismatched.empty()) {
+    std::string msg = op + " '" + key + "': the destination does not match the stored state dict:";
+    if (!missing.empty()) msg += " missing " + name_list(missing) + ";";
+    if (!extra.empty()) msg += " extra " + name_list(extra) + ";";
+    if (!mismatched.empty()) msg += " mismatched " + name_list(mismatched) + ";";
+    msg.pop_back();
+    // A destination that does not fit is bad input, whatever else differs.
+    const Errc code = dtype_off   ? Errc::dtype_mismatch
+                      : shape_off ? Errc::shape_mismatch
+                                  : Errc::invalid_argument;
+    return Status(code, msg);
+  }
+  auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };
+  auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap.bytes.size()));
+  if (!manifest_copy.ok()) return manifest_copy.status();
+  plan->manifest_copy = std::move(manifest_copy).value();
+  into.keys.push_back(key);
+  into.dsts.push_back(plan->manifest_copy.view());
+  if (m.packed_bytes > 0) {
+    // One scratch blob; each bucket is read into its range of it.
+    // Reused from call to call (ScratchPool): no page faults per read.
+    auto storage = ScratchPool::instance().take(m.packed_bytes);
+    if (!storage) {
+      return Status(Errc::out_of_capacity, op + ": cannot allocate " +
+                                               std::to_string(m.packed_bytes) + " bytes to unpack");
+    }
+    plan->blob = Tensor::wrap(std::move(storage), DType::uint8,
+                              {static_cast<std::int64_t>(m.packed_bytes)}, false);
+    for (std::size_t b = 0; b < m.buckets(); ++b) {
+      into.keys.push_back(blob_key(key, b));
+      into.dsts.push_back(TensorView(static_cast<std::byte*>(plan->blob.data()) + m.bucket_begin(b),
+                                     DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}));
+    }
+  }
+  for (const auto& me : m.entries) {
+    const auto* e = dst->find(me.name);
+    const TensorSlice* box = box_of(boxes, me.name);
+    if (me.kind == EntryKind::packed) {
+      if (e->view.numel() == 0) continue;
+      plan->unpack.push_back(IntoPlan::Unpack{me.offset, e->view, &me, std::nullopt});
+      if (box) plan->unpack.back().box = *box;
+    } else if (me.kind == EntryKind::value) {
+      auto v = scratch(me.shape.empty() ? 0 : me.shape.front());
+      if (!v.ok()) return v.status();
+      plan->values.emplace_back(me.name, std::move(v).value());
+      into.keys.push_back(entry_key(key, me.name));
+      into.dsts.push_back(plan->values.back().second.view());
+    } else {
+      if (box) {
+        into.slices.resize(into.keys.size());
+        into.slices.push_back(*box);
+      }
+      into.keys.push_back(entry_key(key, me.name));
+      into.dsts.push_back(e->view);
+    }
+  }
+  return plan;
+}
+
+Status finish_into(const IntoPlan& plan, StateDict* dst) {
+  const auto* base = static_cast<const std::byte*>(plan.blob.data());
+  for (const auto& u : plan.unpack) {
+    if (!u.box) {
+      if (on_device(u.dst)) {
+        MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_device(u.dst, base + u.offset));
+      } else {
+        unpack_from(base + u.offset, u.dst);
+      }
+      continue;
+    }
+    // The box of the whole (contiguous) entry, as a strided view.
+    const Strides whole = contiguous_strides(u.entry->shape);
+    std::int64_t first = 0;
+    for (std::size_t d = 0; d < whole.size(); ++d) first += u.box->offsets()[d] * whole[d];
+    const TensorView src(const_cast<std::byte*>(base + u.offset) +
+                             first * static_cast<std::int64_t>(dtype_size(u.entry->dtype)),
+                         u.entry->dtype, u.box->local_shape(), whole);
+    // A GPU destination: cut on the host, then one copy to the device.
+    MESHSTORE_RETURN_IF_ERROR(internal::cuda::copy_view(src, u.dst));
+  }
+  for (const auto& [name, bytes] : plan.values) {
+    auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
+    if (!v.ok()) return v.status().with_context("value '" + name + "'");
+    MESHSTORE_RETURN_IF_ERROR(dst->set_value(name, *v));
+  }
+  return Status();
+}
+
+namespace {
+
+// Plans the read against `snap`'s manifest, then reads the manifest again
+// together with every entry in one call (one snapshot of the index). If that
+// manifest differs from `snap`'s, a writer changed the layout in between:
+// plan again with the new one.
+Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
+                               StateDict* dst, const std::string& op, Snapshot snap, int tries,
+                               const CacheSlot& slot, bool guess,
+                               std::shared_ptr<const Boxes> boxes) {
+  if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
+  actors::GetCall into;
+  auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get());
+  if (!planned.ok()) {
+    // A cached layout may be stale: check against the stored one first.
+    if (guess) {
+      return manifest_of(client, key, op).then([=](const Snapshot& fresh) {
+        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false, boxes);
+      });
+    }
+    return make_error_future<void>(planned.status());
+  }
+  auto plan = std::move(planned).value();
+  auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
+  call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
+      .on_complete([=](const Result<actors::GetOutput>& r) {
+        auto again = [=](const Snapshot& fresh) {
+          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false, boxes)
+              .on_complete([done](const Result<void>& x) { done->set(x); });
+        };
+        if (!r.ok()) {
+          // A layout change between our two reads shows as a mismatch or a
+          // missing key: if the manifest moved on, plan again; else report.
+          const auto code = r.status().code();
+          if (code != Errc::shape_mismatch && code != Errc::dtype_mismatch &&
+              code != Errc::not_found && code != Errc::wrong_kind) {
+            return (void)done->set_error(r.status());
+          }
+          manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
+            if (fresh.ok() && fresh->bytes != plan->snap.bytes) return again(*fresh);
+            // A guess read keys that may never have existed: the stored
+            // manifest's own error names the problem better.
+            done->set_error(guess && !fresh.ok() ? fresh.status() : r.status());
+          });
+          return;
+        }
+        auto now = decode_snapshot(plan->manifest_copy, key, op);
+        if (!now.ok()) return (void)done->set_error(now.status());
+        if (now->bytes != plan->snap.bytes) return again(*now);
+        if (slot.cache) slot.cache->put(slot.key, plan->snap);
+        done->set(finish_into(*plan, dst));
+      });
+  return done->future();
+}
+
+}  // namespace
+
+Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
+                                  StateDict& sd, const std::string& op, const CacheSlot& slot,
+                                  std::shared_ptr<const Boxes> boxes) {
+  StateDict* dst = &sd;
+  if (slot.cache) {
+    if (auto snap = slot.cache->find(slot.key)) {
+      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true, boxes);
+    }
+  }
+  return manifest_of(client, key, op).then([=](const Snapshot& snap) {
+    return read_into_attempt(client, key, dst, op, snap, 0, slot, false, boxes);
+  });
+}
+
+Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::string& key,
+                                  const std::string& op, Snapshot snap, int tries) {
+  if (tries >= kMaxStateDictAttempts) return make_error_future<StateDict>(gave_up(op, key));
+  const Manifest m = snap.manifest;
+  actors::GetCall call;
+  call.op = op;
+  call.mode = actors::GetMode::tensor;
+  call.keys.push_back(key);  // the manifest again, read in the same snapshot as the entries
+  const std::size_t buckets = m.buckets();
+  for (std::size_t b = 0; b < buckets; ++b) call.keys.push_back(blob_key(key, b));
+  for (const auto& me : m.entries) {
+    if (me.kind != EntryKind::packed) call.keys.push_back(entry_key(key, me.name));
+  }
+  // Builds the state dict from one snapshot's read.
+  auto build = [=](const actors::GetOutput& out) -> Future<StateDict> {
+    auto now = decode_snapshot(out.tensors.front(), key, op);
+    if (!now.ok()) return make_error_future<StateDict>(now.status());
+    // A writer changed the layout between our reads: plan again.
+    if (now->bytes != snap.bytes) return read_state_dict(client, key, op, *now, tries + 1);
+    StateDict sd;
+    std::size_t t = 1 + buckets;
+    // Packed tensors are views into their bucket's allocation.
+    std::vector<std::shared_ptr<Tensor>> blobs;
+    for (std::size_t b = 0; b < buckets; ++b) {
+      if (out.tensors.size() <= 1 + b || out.tensors[1 + b].nbytes() < m.bucket_bytes(b)) {
+        return make_error_future<StateDict>(
+            Status(Errc::protocol_error,
+                   op + " '" + key + "': the packed blob is shorter than its table"));
+      }
+      blobs.push_back(std::make_shared<Tensor>(out.tensors[1 + b]));
+    }
+    for (const auto& me : m.entries) {
+      Status st;
+      if (me.kind == EntryKind::value) {
+        const Tensor& bytes = out.tensors.at(t++);
+        auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));
+        st = v.ok() ? sd.insert(me.name, *v) : v.status().with_context("value '" + me.name + "'");
+      } else if (me.kind == EntryKind::packed && (blobs.empty() || me.nbytes() == 0)) {
+        auto empty = Tensor::empty(me.dtype, me.shape);  // 0 bytes: nothing stored
+        st = empty.ok() ? sd.insert(me.name, std::move(empty).value()) : empty.status();
+      } else if (me.kind == EntryKind::packed) {
+        const std::size_t b = m.bucket_of(me.offset);
+        const auto& blob = blobs[b];
+        std::shared_ptr<std::byte> alias(
+            blob, static_cast<std::byte*>(blob->data()) + (me.offset - m.bucket_begin(b)));
+        st = sd.insert(me.name, Tensor::wrap(std::move(alias), me.dtype, me.shape, false));
+      } else {
+        st = sd.insert(me.name, out.tensors.at(t++));
+      }
+      if (!st.ok()) return make_error_future<StateDict>(st);
+    }
+    return make_ready_future(std::move(sd));
+  };
+  // An entry that vanished between our reads (a writer dropped it, or
+  // replaced the key's kind) shows as an error: if the manifest moved on,
+  // plan again with it; else the error stands.
+  auto result = std::make_shared<Promise<StateDict>>(Status(Errc::shutdown, op + ": dropped"));
+  auto finish = [result](const Result<StateDict>& x) { result->set(x); };
+  call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
+      .on_complete([=](const Result<actors::GetOutput>& r) {
+        if (r.ok()) return build(*r).on_complete(finish);
+        const auto code = r.status().code();
+        if (code != Errc::not_found && code != Errc::wrong_kind) {
+          return (void)result->set_error(r.status());
+        }
+        manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
+          if (fresh.ok() && fresh->bytes != snap.bytes) {
+            return read_state_dict(client, key, op, *fresh, tries + 1).on_complete(finish);
+          }
+          result->set_error(r.status());
+        });
+      });
+  return result->future();
+}
+
+}  // namespace meshstore::state_dicts

@@ -1,0 +1,339 @@
+// Staged (zero-copy) state dicts: StagedStateDict, its staging and its commit.
+
+#include "meshstore/state_dict/staged.hpp"
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "meshstore/actors/client.hpp"
+#include "meshstore/state_dict/client_calls.hpp"
+#include "meshstore/state_dict/versions.hpp"
+#include "meshstore/store/calls.hpp"
+#include "meshstore/store/checks.hpp"
+
+namespace meshstore {
+
+namespace {
+
+using facade::bytes_item;
+using facade::check_key;
+using state_dicts::blob_key;
+using state_dicts::call_client;
+using state_dicts::encode_manifest;
+using state_dicts::entry_key;
+using state_dicts::EntryKind;
+using state_dicts::lay_out_value;
+using state_dicts::Manifest;
+using state_dicts::ManifestEntry;
+using state_dicts::point_and_retire;
+
+}  // namespace
+
+struct StagedStateDict::Impl {
+  caf::actor_addr client;  // weak: the staged state dict may outlive the store
+  std::string op;
+  std::string key;
+  // stage_publish: where the version goes; prefix is empty otherwise.
+  std::string prefix;
+  std::uint64_t version = 0;
+  int keep = 1;
+  Manifest layout;  // the tensors only, in the caller's order
+  StateDict sd;
+  bool zero_copy = false;
+  // The tensors' objects (the packed buckets first, then one per tensor
+  // stored alone), full keys, views into the memory below.
+  std::vector<actors::PutItem> items;
+  actors::StagedRegions staged;  // zero_copy: the volume's regions, mapped
+  std::vector<Tensor> owned;     // otherwise: private buffers, one per item
+  enum class State { open, committed, aborted };
+  std::mutex mu;  // guards state
+  State state = State::open;
+
+  ~Impl() { abort(); }
+
+  void abort() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (state != State::open) return;
+      state = State::aborted;
+    }
+    if (!zero_copy) return;
+    // A closed store's volume reclaimed the regions (or is gone) already.
+    if (auto hdl = caf::actor_cast<caf::actor>(client)) {
+      caf::anon_send(hdl, actors::store_release_atom::value, actors::ReleaseStagedCall{staged});
+    }
+  }
+
+  // A commit refused before anything moved: the memory goes back.
+  void give_back() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      state = State::open;
+    }
+    abort();
+  }
+
+  Future<std::uint64_t> commit(const std::shared_ptr<Impl>& self) {
+    const std::string what = op + " '" + key + "': commit";
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (state != State::open) {
+        return make_error_future<std::uint64_t>(Status(
+            Errc::invalid_argument,
+            what + ": the state dict was " +
+                (state == State::committed ? "committed already" : "aborted") + "; stage anew"));
+      }
+      state = State::committed;
+    }
+    // The manifest in the state dict's current order: the staged tensors
+    // where they lie, the values inserted since.
+    std::unordered_map<std::string, const ManifestEntry*> staged_entry;
+    for (const auto& e : layout.entries) staged_entry.emplace(e.name, &e);
+    Manifest m;
+    m.packed_bytes = layout.packed_bytes;
+    m.bucket_starts = layout.bucket_starts;
+    actors::PutCall call;
+    call.op = op;
+    for (const auto& e : sd.entries()) {
+      if (!e.is_tensor()) {
+        lay_out_value(m, e.name, *e.value);
+        call.items.push_back(
+            bytes_item(entry_key(key, e.name), e.value->encode(), wire::ObjectKind::tensor));
+        continue;
+      }
+      auto it = staged_entry.find(e.name);
+      if (it == staged_entry.end()) {
+        give_back();
+        return make_error_future<std::uint64_t>(
+            Status(Errc::invalid_argument, what + ": tensor '" + e.name +
+                                               "' was not staged (stage every tensor; insert "
+                                               "only values after staging)"));
+      }
+      m.entries.push_back(*it->second);
+    }
+    for (auto& item : call.items) {
+      if (auto s = check_key(op, item.key); !s.ok()) {
+        give_back();
+        return make_error_future<std::uint64_t>(s);
+      }
+    }
+    const std::string manifest = encode_manifest(m);
+    call.items.insert(call.items.begin(), bytes_item(key, manifest, wire::ObjectKind::tensor));
+    if (zero_copy) {
+      call.staged_items = items;
+      call.staged = staged;
+    } else {
+      call.items.insert(call.items.end(), items.begin(), items.end());
+      call.stream_manifest = manifest;  // readers may stream the copy-in
+    }
+    call.replace_under = {key};
+    auto put =
+        call_client(client, actors::store_put_atom::value, std::move(call), op + " '" + key + "'");
+    // `self` keeps private buffers alive until the put has read them.
+    return put.then([self](const std::vector<std::uint64_t>&) {
+      if (self->prefix.empty()) return make_ready_future<std::uint64_t>(0);
+      return point_and_retire(self->client, self->prefix, self->version, self->keep, self->op);
+    });
+  }
+};
+
+StagedStateDict::StagedStateDict() = default;
+StagedStateDict::~StagedStateDict() = default;
+StagedStateDict::StagedStateDict(const StagedStateDict&) = default;
+StagedStateDict& StagedStateDict::operator=(const StagedStateDict&) = default;
+StagedStateDict::StagedStateDict(StagedStateDict&&) noexcept = default;
+StagedStateDict& StagedStateDict::operator=(StagedStateDict&&) noexcept = default;
+
+StateDict& StagedStateDict::state_dict() {
+  static thread_local StateDict empty;
+  if (!impl_) {
+    empty = StateDict();
+    return empty;
+  }
+  return impl_->sd;
+}
+
+const std::string& StagedStateDict::key() const {
+  static const std::string none;
+  return impl_ ? impl_->key : none;
+}
+
+bool StagedStateDict::zero_copy() const noexcept { return impl_ && impl_->zero_copy; }
+
+Future<std::uint64_t> StagedStateDict::commit() {
+  if (!impl_) {
+    return make_error_future<std::uint64_t>(
+        Status(Errc::invalid_argument, "commit: an empty StagedStateDict (not from a stage call)"));
+  }
+  return impl_->commit(impl_);
+}
+
+void StagedStateDict::abort() {
+  if (impl_) impl_->abort();
+}
+
+// Builds staged state dicts; a friend of StagedStateDict.
+struct internal::StagedAccess {
+  using Impl = StagedStateDict::Impl;
+
+  static Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op,
+                                          std::string key, Manifest layout, std::string prefix,
+                                          std::uint64_t version, int keep) {
+    auto impl = std::make_shared<Impl>();
+    impl->client = client;
+    impl->op = std::move(op);
+    impl->key = std::move(key);
+    impl->prefix = std::move(prefix);
+    impl->version = version;
+    impl->keep = keep;
+    impl->layout = std::move(layout);
+    actors::StageCall call;
+    call.op = impl->op;
+    // The objects, in the order of Impl::items: the buckets, then the
+    // tensors stored alone.
+    for (std::size_t b = 0; b < impl->layout.buckets(); ++b) {
+      call.keys.push_back(blob_key(impl->key, b));
+      call.nbytes.push_back(impl->layout.bucket_bytes(b));
+    }
+    for (const auto& e : impl->layout.entries) {
+      if (e.kind != EntryKind::tensor) continue;
+      call.keys.push_back(entry_key(impl->key, e.name));
+      call.nbytes.push_back(e.nbytes());
+    }
+    auto keys = std::make_shared<const std::vector<std::string>>(call.keys);
+    auto sizes = std::make_shared<const std::vector<std::uint64_t>>(call.nbytes);
+    const std::string what = impl->op + " '" + impl->key + "'";
+    auto out = std::make_shared<Promise<StagedStateDict>>(
+        Status(Errc::shutdown, what + ": the store was closed before the staging completed"));
+    auto fut = out->future();
+    call_client(client, actors::store_stage_atom::value, std::move(call), what)
+        .on_complete([impl, keys, sizes, out, what](const Result<actors::StagedRegions>& r) {
+          std::vector<std::byte*> memory;
+          if (r.ok()) {
+            impl->zero_copy = true;
+            impl->staged = r.value();
+            for (const auto& m : impl->staged.memory) memory.push_back(m.get());
+          } else if (r.status().code() == Errc::unsupported) {
+            // The volume's memory is out of reach (another host, shm off):
+            // private buffers, put at commit().
+            for (auto n : *sizes) {
+              auto t = Tensor::empty(DType::uint8, {static_cast<std::int64_t>(n)});
+              if (!t.ok()) {
+                out->set_error(Status(Errc::out_of_capacity,
+                                      what + ": cannot allocate " + std::to_string(n) +
+                                          " bytes of private buffers: " + t.status().message()));
+                return;
+              }
+              memory.push_back(static_cast<std::byte*>(t->data()));
+              impl->owned.push_back(std::move(t).value());
+            }
+          } else {
+            out->set_error(r.status());
+            return;
+          }
+          auto s = fill(*impl, *keys, *sizes, memory);
+          if (!s.ok()) {
+            impl->abort();
+            out->set_error(s);
+            return;
+          }
+          StagedStateDict staged;
+          staged.impl_ = impl;
+          out->set_value(std::move(staged));
+        });
+    return fut;
+  }
+
+  // Points the items and the state dict's tensors into `memory` (one
+  // pointer per staged object, in Impl::items order).
+  static Status fill(Impl& impl, const std::vector<std::string>& keys,
+                     const std::vector<std::uint64_t>& sizes,
+                     const std::vector<std::byte*>& memory) {
+    const Manifest& m = impl.layout;
+    std::size_t next = 0;
+    std::vector<std::byte*> buckets;
+    for (std::size_t b = 0; b < m.buckets(); ++b, ++next) {
+      buckets.push_back(memory[next]);
+      impl.items.push_back(actors::PutItem{
+          keys[next],
+          TensorView(memory[next], DType::uint8, {static_cast<std::int64_t>(sizes[next])}),
+          wire::ObjectKind::tensor, nullptr});
+    }
+    for (const auto& e : impl.layout.entries) {
+      std::byte* at = nullptr;
+      if (e.kind == EntryKind::tensor) {
+        // Stored alone: the object carries the tensor's own dtype and shape.
+        at = memory[next];
+        impl.items.push_back(actors::PutItem{keys[next], TensorView(at, e.dtype, e.shape),
+                                             wire::ObjectKind::tensor, nullptr});
+        ++next;
+      } else if (e.nbytes() > 0) {
+        const std::size_t b = m.bucket_of(e.offset);
+        at = buckets[b] + (e.offset - m.bucket_begin(b));
+      } else {
+        at = reinterpret_cast<std::byte*>(&impl);  // no elements: any address will do
+      }
+      MESHSTORE_RETURN_IF_ERROR(impl.sd.insert(e.name, TensorView(at, e.dtype, e.shape)));
+    }
+    return Status();
+  }
+};
+
+namespace state_dicts {
+
+Result<Manifest> plan_staging(const std::string& op, const std::string& key,
+                              const std::vector<TensorSpec>& tensors,
+                              const StateDictPutOptions& options) {
+  const std::string where = op + " '" + key + "'";
+  if (options.transfer_dtype) {
+    return Status(Errc::invalid_argument,
+                  where +
+                      ": transfer_dtype does not apply to staged tensors (they are "
+                      "written in their stored dtype)");
+  }
+  Manifest m;
+  std::unordered_set<std::string> names;
+  for (const auto& t : tensors) {
+    if (t.name.empty()) return Status(Errc::invalid_argument, where + ": a tensor with no name");
+    if (!names.insert(t.name).second) {
+      return Status(Errc::invalid_argument, where + ": name '" + t.name + "' appears twice");
+    }
+    if (!is_valid_dtype(static_cast<std::uint8_t>(t.dtype))) {
+      return Status(Errc::invalid_argument, where + ": tensor '" + t.name + "' has no valid dtype");
+    }
+    if (t.shape.size() > 64) {
+      return Status(Errc::invalid_argument, where + ": tensor '" + t.name + "' has " +
+                                                std::to_string(t.shape.size()) +
+                                                " dims, more than 64");
+    }
+    std::uint64_t bytes = dtype_size(t.dtype);
+    for (auto d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes) ||
+          bytes > (std::uint64_t{1} << 62)) {
+        return Status(Errc::invalid_argument, where + ": tensor '" + t.name + "' has shape " +
+                                                  shape_to_string(t.shape) +
+                                                  " (a negative dim, or too many bytes)");
+      }
+    }
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, entry_key(key, t.name)));
+    lay_out(m, t.name, t.dtype, t.shape, options.pack_max_tensor_bytes, options.pack_bucket_bytes);
+  }
+  for (std::size_t b = 0; b < m.buckets(); ++b) {
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, blob_key(key, b)));
+  }
+  return m;
+}
+
+Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op, std::string key,
+                                 Manifest layout, std::string prefix, std::uint64_t version,
+                                 int keep) {
+  return internal::StagedAccess::stage_at(client, std::move(op), std::move(key), std::move(layout),
+                                          std::move(prefix), version, keep);
+}
+
+}  // namespace state_dicts
+
+}  // namespace meshstore

@@ -1,0 +1,30 @@
+#pragma once
+
+// Staged (zero-copy) state dicts: the caller writes its tensors straight
+// into the store's memory (StagedStateDict), then commits them.
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshstore/future.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/state_dict/manifest.hpp"
+#include "meshstore/store.hpp"
+
+namespace meshstore::state_dicts {
+
+// Checks the specs and lays them out as put_state_dict would.
+Result<Manifest> plan_staging(const std::string& op, const std::string& key,
+                              const std::vector<TensorSpec>& tensors,
+                              const StateDictPutOptions& options);
+
+// Allocates the staged state dict of `layout` under `key`: the volume's
+// memory when this process can map it, private buffers otherwise. A
+// `prefix` publishes it as version `version` there on commit, keeping `keep`.
+Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op, std::string key,
+                                 Manifest layout, std::string prefix, std::uint64_t version,
+                                 int keep);
+
+}  // namespace meshstore::state_dicts

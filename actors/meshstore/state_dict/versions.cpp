@@ -1,0 +1,147 @@
+// Versions of a state dict under a prefix: publishing, retiring, and
+// reading the latest or the next one.
+
+#include "meshstore/state_dict/versions.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "meshstore/state_dict/client_calls.hpp"
+#include "meshstore/state_dict/stream.hpp"
+#include "meshstore/store/calls.hpp"
+
+namespace meshstore::state_dicts {
+
+using facade::bytes_item;
+
+namespace {
+
+// A reader waiting for the next version looks at the pointer again this often.
+constexpr std::chrono::milliseconds kStreamWaitSlice{1000};
+
+// The cache slot of the versions under `prefix` (no key holds a NUL).
+CacheSlot versions_slot(const std::shared_ptr<ManifestCache>& cache, const std::string& prefix) {
+  return CacheSlot{cache, std::string(1, '\0') + prefix};
+}
+
+}  // namespace
+
+std::string version_key(const std::string& prefix, std::uint64_t v) {
+  return prefix + "/v" + std::to_string(v);
+}
+
+Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
+                                       std::uint64_t next, int keep, const std::string& op) {
+  actors::PutCall point;
+  point.op = op;
+  point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
+  return call_client(client, actors::store_put_atom::value, std::move(point),
+                     op + " '" + prefix + "'")
+      .then([=](const std::vector<std::uint64_t>&) -> Future<std::uint64_t> {
+        if (next <= static_cast<std::uint64_t>(keep)) return make_ready_future(next);
+        const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
+        actors::RemoveCall retire;
+        retire.reuse = true;
+        retire.under = true;
+        retire.keys.push_back(old);
+        return call_client(client, actors::store_remove_atom::value, std::move(retire),
+                           op + " '" + prefix + "': retiring '" + old + "'")
+            .then([next](std::size_t) { return next; });
+      });
+}
+
+Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
+                                 const std::string& op) {
+  auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+  // Fresh: successive reads of the pointer never go back a version.
+  object_of(client, prefix, op, true).on_complete([=](const Result<std::string>& text) {
+    if (!text.ok()) {
+      if (text.status().code() == Errc::not_found) return (void)p->set_value(0);
+      return (void)p->set_error(text.status());
+    }
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(text->c_str(), &end, 10);
+    if (text->empty() || *end != '\0' || n == 0) {
+      return (void)p->set_error(
+          Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer"));
+    }
+    p->set_value(static_cast<std::uint64_t>(n));
+  });
+  return p->future();
+}
+
+Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
+                                       StateDict* dst, const std::string& op, int tries,
+                                       const std::shared_ptr<ManifestCache>& cache) {
+  return pointer_of(client, prefix, op).then([=](std::uint64_t v) -> Future<std::uint64_t> {
+    if (v == 0) {
+      return make_error_future<std::uint64_t>(
+          Status(Errc::not_found, op + ": nothing published under '" + prefix + "'"));
+    }
+    auto p = std::make_shared<Promise<std::uint64_t>>();
+    read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix))
+        .on_complete([=](const Result<void>& r) {
+          if (!r.ok() && r.status().code() == Errc::not_found &&
+              tries + 1 < kMaxStateDictAttempts) {
+            read_latest_into(client, prefix, dst, op, tries + 1, cache)
+                .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
+            return;
+          }
+          if (!r.ok()) return (void)p->set_error(r.status());
+          p->set_value(v);
+        });
+    return p->future();
+  });
+}
+
+Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
+                                     StateDict* dst, std::uint64_t after, const std::string& op,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     const std::shared_ptr<ManifestCache>& cache) {
+  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) -> Future<std::uint64_t> {
+    auto p = std::make_shared<Promise<std::uint64_t>>(
+        Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
+    auto again = [=] {
+      read_next_into(client, prefix, dst, after, op, deadline, cache)
+          .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
+    };
+    if (latest > after) {
+      // Read the version this look named, not the pointer again: a second
+      // look may be served from a location cached before the pointer moved,
+      // and name an older version.
+      read_state_dict_into(client, version_key(prefix, latest), *dst, op,
+                           versions_slot(cache, prefix))
+          .on_complete([=](const Result<void>& r) {
+            if (r.ok()) return (void)p->set_value(latest);
+            // Retired before it could be read: a newer one exists.
+            if (r.status().code() == Errc::not_found &&
+                std::chrono::steady_clock::now() < deadline) {
+              return again();
+            }
+            p->set_error(r.status());
+          });
+      return p->future();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return make_error_future<std::uint64_t>(
+          Status(Errc::timeout, op + " '" + prefix + "': no version after " +
+                                    std::to_string(after) + " was published in time"));
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    const auto slice = std::min<std::chrono::milliseconds>(left, kStreamWaitSlice);
+    // Never a version the caller has seen, even if this look lagged behind.
+    const std::uint64_t next = std::max(latest, after) + 1;
+    stream_into(client, version_key(prefix, next), dst, op, slice, versions_slot(cache, prefix))
+        .on_complete([=](const Result<void>& r) {
+          if (r.ok()) return (void)p->set_value(next);
+          // Nothing yet, or the version went before it could be read: look again.
+          const auto code = r.status().code();
+          if (code == Errc::timeout || code == Errc::not_found) return again();
+          p->set_error(r.status());
+        });
+    return p->future();
+  });
+}
+
+}  // namespace meshstore::state_dicts

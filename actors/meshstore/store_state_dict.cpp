@@ -1,0 +1,230 @@
+// The Store's state-dict calls (put, publish, stage, read, stream): checks
+// and GPU staging here, the work in the state-dict engine (state_dict/).
+
+#include <chrono>
+#include <map>
+#include <memory>
+
+#include "meshstore/state_dict/client_calls.hpp"
+#include "meshstore/state_dict/put_plan.hpp"
+#include "meshstore/state_dict/read_plan.hpp"
+#include "meshstore/state_dict/staged.hpp"
+#include "meshstore/state_dict/stream.hpp"
+#include "meshstore/state_dict/versions.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/store/checks.hpp"
+#include "meshstore/store/device_staging.hpp"
+#include "meshstore/store/store_impl.hpp"
+
+namespace meshstore {
+
+namespace {
+
+using facade::check_key;
+using facade::closed_future;
+using facade::get_target;
+using facade::put_source;
+using facade::staging;
+using state_dicts::Boxes;
+using state_dicts::CacheSlot;
+using state_dicts::manifest_of;
+using state_dicts::plan_staging;
+using state_dicts::point_and_retire;
+using state_dicts::pointer_of;
+using state_dicts::prepare_put;
+using state_dicts::put_prepared;
+using state_dicts::read_latest_into;
+using state_dicts::read_next_into;
+using state_dicts::read_state_dict;
+using state_dicts::read_state_dict_into;
+using state_dicts::ShardedPart;
+using state_dicts::Snapshot;
+using state_dicts::stage_at;
+using state_dicts::stream_into;
+using state_dicts::version_key;
+
+}  // namespace
+
+Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
+                                   const StateDictPutOptions& options) {
+  const std::string op = "put_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  auto st = staging(op, false);  // put_source decides per entry
+  auto use = put_source(sd, *st, options);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  auto prepared = prepare_put(**use, op, options);
+  if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
+  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
+      .then([st] {});
+}
+
+Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,
+                                           const std::map<std::string, RankShard>& layout,
+                                           std::int64_t rank, const StateDictPutOptions& options) {
+  const std::string op = "put_sharded_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  auto st = staging(op, false);  // put_source decides per entry
+  auto use = put_source(local, *st, options, &layout);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  auto prepared = prepare_put(**use, op, options, ShardedPart{&layout, rank});
+  if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
+  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
+      .then([st] {});
+}
+
+Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateDict& sd, int keep,
+                                                const StateDictPutOptions& options) {
+  const std::string op = "publish_state_dict";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  if (keep < 1) {
+    return make_error_future<std::uint64_t>(
+        Status(Errc::invalid_argument,
+               op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  auto st = staging(op, false);  // put_source decides per entry
+  auto use = put_source(sd, *st, options);
+  if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  auto prepared_or = prepare_put(**use, op, options);
+  if (!prepared_or.ok()) {
+    return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
+  }
+  auto prepared = std::move(prepared_or).value();
+  return pointer_of(client, prefix, op)
+      .then([=](std::uint64_t latest) {
+        const std::uint64_t next = latest + 1;
+        return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
+          return point_and_retire(client, prefix, next, keep, op);
+        });
+      })
+      .then([st](std::uint64_t version) { return version; });  // host copies live till then
+}
+
+Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
+                                                const StateDictPutOptions& options) {
+  const std::string op = "stage_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<StagedStateDict>(s);
+  auto layout = plan_staging(op, key, tensors, options);
+  if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  if (!client) return closed_future<StagedStateDict>(op + " '" + key + "'");
+  return stage_at(client, op, key, std::move(layout).value(), "", 0, 1);
+}
+
+Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
+                                             int keep, const StateDictPutOptions& options) {
+  const std::string op = "stage_publish";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<StagedStateDict>(s);
+  if (keep < 1) {
+    return make_error_future<StagedStateDict>(
+        Status(Errc::invalid_argument,
+               op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
+  }
+  // The specs are checked now for the errors that do not depend on N.
+  if (auto s = plan_staging(op, prefix, tensors, options); !s.ok()) {
+    return make_error_future<StagedStateDict>(s.status());
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  auto specs = std::make_shared<const std::vector<TensorSpec>>(std::move(tensors));
+  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
+    const std::uint64_t next = latest + 1;
+    const std::string key = version_key(prefix, next);
+    auto layout = plan_staging(op, key, *specs, options);
+    if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
+    return stage_at(client, op, key, std::move(layout).value(), prefix, next, keep);
+  });
+}
+
+Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
+                                           std::chrono::milliseconds timeout) {
+  const std::string op = "stream_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  if (timeout.count() < 0) {
+    return make_error_future<void>(
+        Status(Errc::invalid_argument, op + " '" + key + "': negative timeout"));
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  if (!client) return closed_future<void>(op + " '" + key + "'");
+  auto st = staging(op);  // packed entries: finish_into copies them over
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  return stream_into(client, key, *use, op, timeout,
+                     CacheSlot{Impl::manifest_cache(impl_.get()), key})
+      .then([st] { return st->finish(); });
+}
+
+Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
+                                                      std::uint64_t after,
+                                                      std::chrono::milliseconds timeout) {
+  const std::string op = "get_next_state_dict_into";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  if (timeout.count() < 0) {
+    return make_error_future<std::uint64_t>(
+        Status(Errc::invalid_argument, op + " '" + prefix + "': negative timeout"));
+  }
+  auto st = staging(op);  // packed entries: finish_into copies them over
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  return read_next_into(Impl::client_address(impl_.get()), prefix, *use, after, op,
+                        std::chrono::steady_clock::now() + timeout,
+                        Impl::manifest_cache(impl_.get()))
+      .then([st](std::uint64_t version) -> Result<std::uint64_t> {
+        MESHSTORE_RETURN_IF_ERROR(st->finish());
+        return version;
+      });
+}
+
+Future<std::uint64_t> Store::latest_version(std::string prefix) {
+  if (auto s = check_key("latest_version", prefix); !s.ok())
+    return make_error_future<std::uint64_t>(s);
+  return pointer_of(Impl::client_address(impl_.get()), prefix, "latest_version");
+}
+
+Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
+  const std::string op = "get_latest_state_dict_into";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  auto st = staging(op);  // packed entries: finish_into copies them over
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, 0,
+                          Impl::manifest_cache(impl_.get()))
+      .then([st](std::uint64_t version) -> Result<std::uint64_t> {
+        MESHSTORE_RETURN_IF_ERROR(st->finish());
+        return version;
+      });
+}
+
+Future<StateDict> Store::get_state_dict(std::string key) {
+  const std::string op = "get_state_dict";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  return manifest_of(client, key, op).then([=](const Snapshot& snap) {
+    return read_state_dict(client, key, op, snap, 0);
+  });
+}
+
+Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
+  const std::string op = "get_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  auto st = staging(op);  // packed entries: finish_into copies them over
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
+                              CacheSlot{Impl::manifest_cache(impl_.get()), key})
+      .then([st] { return st->finish(); });
+}
+
+Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
+                                        const std::map<std::string, TensorSlice>& boxes) {
+  const std::string op = "get_state_dict_into";
+  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  auto st = staging(op);  // packed entries: finish_into copies them over
+  auto use = get_target(sd, *st);
+  if (!use.ok()) return make_error_future<void>(use.status());
+  return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
+                              CacheSlot{Impl::manifest_cache(impl_.get()), key},
+                              std::make_shared<const Boxes>(boxes))
+      .then([st] { return st->finish(); });
+}
+
+}  // namespace meshstore
