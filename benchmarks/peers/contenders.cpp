@@ -1,0 +1,48 @@
+// peer_bench's contenders, described: what each does and how it is set up,
+// for results.md (see contenders.hpp).
+#include "contenders.hpp"
+
+#include <string>
+
+namespace meshstore::bench {
+
+std::string describe(const std::string& contender) {
+  if (contender == "memcpy") return "memcpy in one process (the one-copy limit)";
+  if (contender == "tcp") return "raw TCP stream on loopback, TCP_NODELAY, one send per tensor";
+  if (contender == "safetensors-shm") {
+    return "A writes a safetensors file in /dev/shm (meshstore's writer), B maps it and copies";
+  }
+  if (contender == "redis") {
+    return "Redis 7 on a unix socket, persistence off: A SETs 4 MiB pieces, B GETs them, both "
+           "pipelined 16 at a time (hiredis)";
+  }
+  if (contender == "gloo") {
+    return "torch.distributed, gloo backend, on loopback (Debian python3-torch): A sends every "
+           "tensor with one batch_isend_irecv, B receives into its own tensors the same way "
+           "(peer_gloo.py; one intra-op thread each)";
+  }
+  if (contender == "mpi") {
+#if MESHSTORE_HAVE_MPI
+    return std::string(
+               "Open MPI: one MPI_Isend per tensor, B pre-posts one MPI_Irecv each, "
+               "MPI_Waitall (peer_mpi; mpirun ") +
+           kMpiSettings + ": shared memory, single copy through CMA where permitted)";
+#else
+    return "Open MPI (not built)";
+#endif
+  }
+  if (contender == "meshstore") {
+    return "meshstore, the transport the store picks for the pair (shm on one host): A "
+           "publishes (publish_state_dict), B streams it (get_next_state_dict_into)";
+  }
+  if (contender == "meshstore-inplace") {
+    return "meshstore zero-copy publishing, the transport the store picks: A produces each "
+           "version straight into the store's staged shared memory (stage_publish; producing "
+           "is untimed, as every contender's is) and commits; B reads it "
+           "(get_next_state_dict_into)";
+  }
+  return "meshstore with " + transport_of(contender) +
+         " forced: A publishes (publish_state_dict), B streams it (get_next_state_dict_into)";
+}
+
+}  // namespace meshstore::bench

@@ -1,0 +1,65 @@
+#pragma once
+// peer_bench's contenders: their names and what each does, and where each
+// runs: process A (run_contender, writer.cpp), process B (run_reader,
+// reader.cpp), or, for gloo and mpi, both processes of their own
+// (run_external, external.cpp).
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "../bench_util.hpp"
+#include "bench_args.hpp"
+#include "meshstore/result.hpp"
+#include "workload.hpp"
+
+namespace meshstore::bench {
+
+#if MESHSTORE_HAVE_MPI
+/// The settings the mpi contender runs with (written next to its figures).
+inline constexpr const char* kMpiSettings =
+    "-np 2 --bind-to none --mca pml ob1 --mca btl self,vader";
+#endif
+
+/// Nanoseconds on the steady clock (CLOCK_MONOTONIC: comparable between
+/// the processes of one host).
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+/// Whether `c` is "meshstore" (the store picks the transport) or
+/// "meshstore-TRANSPORT" (or meshstore-inplace).
+inline bool is_meshstore(const std::string& c) {
+  return c == "meshstore" || c.rfind("meshstore-", 0) == 0;
+}
+/// The transport a meshstore contender forces ("" = the store picks).
+inline std::string transport_of(const std::string& c) {
+  return c == "meshstore" || c == "meshstore-inplace" ? "" : c.substr(10);
+}
+
+/// The file of the safetensors contender, named after the writer's pid.
+inline std::string shm_path(const std::string& workload, pid_t writer) {
+  return "/dev/shm/peer_bench." + std::to_string(writer) + "." + workload + ".safetensors";
+}
+
+/// What `contender` does and how it is set up, one line for results.md.
+std::string describe(const std::string& contender);
+
+/// One contender on one workload, as process A: the median seconds of
+/// --iters rounds after two warm-up rounds, first byte in A to last byte in
+/// B; or why it was skipped.
+meshstore::Result<double> run_contender(const Args& a, const std::string& contender, Workload& w);
+
+/// Process B (--role reader): prepares its side, says "ready" (tcp: "ready
+/// PORT"), then for each "round R" line receives round R into its own
+/// buffers and answers "done END_NS OK".
+int run_reader(const Args& a);
+
+/// Runs an external contender (gloo, mpi), which starts both its processes;
+/// the median seconds of its rounds after `warm`, or why it was skipped.
+meshstore::Result<double> run_external(const Args& a, const std::string& contender,
+                                       const Workload& w, int warm);
+
+}  // namespace meshstore::bench

@@ -1,0 +1,129 @@
+// The redis contender: the server peer_bench starts for itself, and a
+// workload moved through it in pipelined pieces (see redis.hpp).
+#if MESHSTORE_HAVE_HIREDIS
+#include "redis.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../bench_util.hpp"
+
+using namespace std::chrono_literals;
+
+namespace meshstore::bench {
+
+namespace {
+
+// Values go to Redis in pieces of this size (Redis caps a value at 512 MB;
+// its users split tensors into pieces of a few MiB), pipelined in windows.
+constexpr std::size_t kRedisPiece = std::size_t{4} << 20;
+constexpr std::size_t kRedisWindow = 16;
+
+}  // namespace
+
+RedisServer::RedisServer() {
+  char tmpl[] = "/tmp/peer_bench-redis-XXXXXX";
+  dir = ::mkdtemp(tmpl);
+  socket = dir + "/redis.sock";
+  std::vector<std::string> args{"redis-server",
+                                "--port",
+                                "0",
+                                "--unixsocket",
+                                socket,
+                                "--unixsocketperm",
+                                "700",
+                                "--save",
+                                "",
+                                "--appendonly",
+                                "no",
+                                "--dir",
+                                dir,
+                                "--logfile",
+                                dir + "/redis.log",
+                                "--daemonize",
+                                "no"};
+  std::vector<char*> argv;
+  for (auto& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  if (posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
+    die("cannot start redis-server (apt-get install redis-server)");
+  }
+  for (int i = 0; i < 1000; ++i) {  // bounded: 10 s
+    if (redisContext* c = redisConnectUnix(socket.c_str()); c && !c->err) {
+      redisFree(c);
+      return;
+    } else if (c) {
+      redisFree(c);
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  die("redis-server did not come up on " + socket);
+}
+
+RedisServer::~RedisServer() {
+  if (pid > 0) {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+  }
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+redisContext* redis_connect(const std::string& socket) {
+  redisContext* c = redisConnectUnix(socket.c_str());
+  if (!c || c->err) die("redis connect: " + std::string(c ? c->errstr : "no context"));
+  return c;
+}
+
+// SETs (write) or GETs every piece of `w`'s tensors, pipelined in windows.
+void redis_move(redisContext* c, Workload& w, bool write) {
+  struct Piece {
+    std::string key;
+    char* data;
+    std::size_t n;
+  };
+  std::vector<Piece> window;
+  auto flush = [&] {
+    for (const auto& p : window) {
+      void* r = nullptr;
+      if (redisGetReply(c, &r) != REDIS_OK || !r) die("redis reply: " + std::string(c->errstr));
+      auto* reply = static_cast<redisReply*>(r);
+      if (write && reply->type != REDIS_REPLY_STATUS) die("redis SET " + p.key + " failed");
+      if (!write) {
+        if (reply->type != REDIS_REPLY_STRING || static_cast<std::size_t>(reply->len) != p.n) {
+          die("redis GET " + p.key + " returned no value of the right size");
+        }
+        std::memcpy(p.data, reply->str, p.n);  // hiredis's reply buffer -> ours
+      }
+      freeReplyObject(reply);
+    }
+    window.clear();
+  };
+  for (std::size_t t = 0; t < w.buffers.size(); ++t) {
+    auto* base = reinterpret_cast<char*>(w.buffers[t].data());
+    const std::size_t bytes = w.buffers[t].size() * 2;
+    for (std::size_t at = 0, i = 0; at < bytes; at += kRedisPiece, ++i) {
+      Piece p{"t" + std::to_string(t) + "." + std::to_string(i), base + at,
+              std::min(kRedisPiece, bytes - at)};
+      if (write) {
+        redisAppendCommand(c, "SET %b %b", p.key.data(), p.key.size(), p.data, p.n);
+      } else {
+        redisAppendCommand(c, "GET %b", p.key.data(), p.key.size());
+      }
+      window.push_back(std::move(p));
+      if (window.size() == kRedisWindow) flush();
+    }
+  }
+  flush();
+}
+
+}  // namespace meshstore::bench
+#endif
