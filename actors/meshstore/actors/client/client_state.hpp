@@ -1,0 +1,86 @@
+#pragma once
+
+// The client actor's state, with the helpers its files share to wait on
+// futures inside the actor.
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshstore/actors/client.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/transports/transport.hpp"
+
+namespace meshstore::actors::client_detail {
+
+/// A volume the client can move bytes to and from.
+struct VolumeConn {
+  wire::VolumeInfo info;
+  storage_volume_actor handle;
+  std::shared_ptr<transports::Transport> transport;
+};
+
+using ConnResult = Result<std::shared_ptr<VolumeConn>>;
+using ConnCallback = std::function<void(const ConnResult&)>;
+
+/// The client actor's state; touched only by the client actor.
+struct ClientState {
+  static inline const char* name = "meshstore.client";
+
+  ClientConfig cfg;
+  std::uint64_t next_lease_id = 1;  // lease ids are this client's to choose
+  controller_actor controller;
+  strategy_actor strategy;
+  // Volume connections by id, and callers waiting for one being set up.
+  std::unordered_map<std::string, std::shared_ptr<VolumeConn>> conns;
+  std::unordered_map<std::string, std::vector<ConnCallback>> conn_waiters;
+  // The strategy's answer for this client (the volume puts go to).
+  std::string home_volume;
+  std::vector<ConnCallback> home_waiters;
+  bool home_pending = false;
+  // key -> last record seen; validated by the volume on every read.
+  std::unordered_map<std::string, wire::KeyRecord> locations;
+  // Requests waiting on each peer, failed at once if the peer goes down
+  // (CAF 0.17 itself would only time them out).
+  std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void(caf::error&)>>> waiting;
+  std::set<caf::actor_addr> monitored;
+  std::uint64_t next_wait = 1;
+  // Why the controller or strategy is gone; empty while they live.
+  std::string control_down;
+  // Streamed reads following a writer, by state dict key.
+  std::multimap<std::string, std::shared_ptr<struct StreamOp>> streams;
+  std::shared_ptr<spdlog::logger> log = log::get("client");
+};
+
+using client_pointer = caf::stateful_actor<ClientState>*;
+
+/// Runs `k(result)` inside the client actor once `fut` completes, whatever
+/// thread completes it. Dropped (with its captures) if the client is gone.
+template <class T, class F>
+void await(client_pointer self, Future<T> fut, F k) {
+  caf::actor_addr addr = self->address();
+  fut.on_complete([addr, k](const Result<T>& r) {
+    auto hdl = caf::actor_cast<caf::actor>(addr);
+    if (!hdl) return;
+    caf::anon_send(hdl, run_atom::value, internal::Closure{[k, r]() mutable { k(r); }});
+  });
+}
+
+/// Completes once every input has completed (so no transfer still touches
+/// a caller's buffer), with the first error in input order, if any.
+Future<void> settle_all(std::vector<Future<void>> futures);
+
+/// Names a call in errors: "OP 'KEY'", or "OP of N keys (first 'KEY')".
+std::string describe(const std::string& op, const std::vector<std::string>& keys);
+
+}  // namespace meshstore::actors::client_detail

@@ -1,0 +1,175 @@
+// The client's connections to volumes, and what it does when a peer goes down.
+
+#include "meshstore/actors/client/connections.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "meshstore/actors/client/ask.hpp"
+#include "meshstore/actors/client/stream.hpp"
+#include "meshstore/transports/registry.hpp"
+
+namespace meshstore::actors::client_detail {
+
+using internal::from_caf_error;
+
+namespace {
+
+void finish_conn(client_pointer self, const std::string& id, const ConnResult& r) {
+  auto waiters = std::move(self->state.conn_waiters[id]);
+  self->state.conn_waiters.erase(id);
+  if (r.ok()) self->state.conns[id] = *r;
+  for (auto& w : waiters) w(r);
+}
+
+// Asks the volume for its endpoints and opens the chosen transport.
+void connect(client_pointer self, const wire::VolumeInfo& info,
+             const storage_volume_actor& handle) {
+  ask(self, handle, endpoints_atom::value)
+      .then(
+          [=](const std::vector<transports::EndpointInfo>& offered) {
+            auto& st = self->state;
+            auto& registry = transports::builtin_registry();
+            auto chosen = transports::select_transport(registry, offered, st.cfg.forced_transport,
+                                                       info.volume_id);
+            if (!chosen.ok()) return finish_conn(self, info.volume_id, chosen.status());
+            auto factory = registry.find(chosen->transport);
+            if (!factory.ok()) return finish_conn(self, info.volume_id, factory.status());
+            transports::ClientContext ctx{&self->system(), st.cfg.transport_config};
+            auto transport = factory->make_client(ctx, *chosen);
+            if (!transport.ok()) {
+              return finish_conn(
+                  self, info.volume_id,
+                  transport.status().with_context("volume '" + info.volume_id + "'"));
+            }
+            st.log->info("client rank {} -> volume '{}': transport {}", st.cfg.me.rank,
+                         info.volume_id, chosen->transport);
+            auto conn = std::make_shared<VolumeConn>();
+            conn->info = info;
+            conn->handle = handle;
+            conn->transport = std::shared_ptr<transports::Transport>(std::move(transport).value());
+            finish_conn(self, info.volume_id, conn);
+          },
+          [=](caf::error& e) {
+            finish_conn(self, info.volume_id,
+                        from_caf_error(e, "endpoints of volume '" + info.volume_id + "'"));
+          });
+}
+
+}  // namespace
+
+void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
+  auto& st = self->state;
+  if (auto it = st.conns.find(id); it != st.conns.end()) return k(it->second);
+  auto& waiters = st.conn_waiters[id];
+  waiters.push_back(std::move(k));
+  if (waiters.size() > 1) return;  // already being set up
+  ask(self, st.controller, volume_atom::value, id)
+      .then([=](const wire::VolumeInfo& info,
+                const storage_volume_actor& handle) { connect(self, info, handle); },
+            [=](caf::error& e) {
+              auto s = from_caf_error(e, "volume '" + id + "'");
+              // Every caller learnt the id from the controller or the strategy
+              // moments ago: a volume the controller no longer knows went down
+              // (its down message reached the controller before ours reached
+              // us) or left.
+              if (s.code() == Errc::not_found) {
+                s = Status(Errc::unavailable, "volume '" + id + "' went down or left the store");
+              }
+              finish_conn(self, id, s);
+            });
+}
+
+namespace {
+
+// Asks the strategy for this client's volume. While the strategy answers
+// Errc::unavailable (the volume this client should use has not registered
+// yet: ranks start in any order), asks again every 50 ms until `deadline`.
+void select_home(client_pointer self, std::function<void(const ConnResult&)> finish,
+                 std::chrono::steady_clock::time_point deadline) {
+  auto& st = self->state;
+  ask(self, st.strategy, select_atom::value, st.cfg.me)
+      .then(
+          [=](const wire::VolumeInfo& info, const storage_volume_actor&) {
+            // Remembered only once connected: a volume that died in the
+            // meantime must not stay this client's home.
+            with_volume(self, info.volume_id,
+                        [self, finish, id = info.volume_id](const ConnResult& r) {
+                          if (r.ok()) self->state.home_volume = id;
+                          finish(r);
+                        });
+          },
+          [=](caf::error& e) {
+            auto s = from_caf_error(e, "strategy select");
+            const bool retry =
+                s.code() == Errc::unavailable && self->state.control_down.empty() &&
+                std::chrono::steady_clock::now() + std::chrono::milliseconds(50) < deadline;
+            if (!retry) return finish(s);
+            self->delayed_send(self, std::chrono::milliseconds(50), run_atom::value,
+                               internal::Closure{[=] { select_home(self, finish, deadline); }});
+          });
+}
+
+}  // namespace
+
+void with_home_volume(client_pointer self, ConnCallback k) {
+  auto& st = self->state;
+  if (!st.home_volume.empty()) {
+    return with_volume(self, st.home_volume, [self, k = std::move(k)](const ConnResult& r) {
+      if (!r.ok()) self->state.home_volume.clear();  // ask the strategy next time
+      k(r);
+    });
+  }
+  st.home_waiters.push_back(std::move(k));
+  if (st.home_pending) return;
+  st.home_pending = true;
+  auto finish = [self](const ConnResult& r) {
+    auto& st = self->state;
+    st.home_pending = false;
+    auto waiters = std::move(st.home_waiters);
+    st.home_waiters.clear();
+    for (auto& w : waiters) w(r);
+  };
+  select_home(self, finish, std::chrono::steady_clock::now() + st.cfg.request_timeout);
+}
+
+void peer_down(client_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  st.monitored.erase(msg.source);
+  std::string name = "peer";
+  if (msg.source == st.controller.address()) {
+    name = "the controller";
+  } else if (msg.source == st.strategy.address()) {
+    name = "the strategy";
+  }
+  for (auto it = st.conns.begin(); it != st.conns.end();) {
+    if (it->second->handle.address() != msg.source) {
+      ++it;
+      continue;
+    }
+    const std::string id = it->first;
+    name = "volume '" + id + "'";
+    if (st.home_volume == id) st.home_volume.clear();
+    for (auto loc = st.locations.begin(); loc != st.locations.end();) {
+      const auto& shards = loc->second.shards;
+      const bool there = std::any_of(shards.begin(), shards.end(),
+                                     [&](const wire::ShardRecord& s) { return s.volume_id == id; });
+      loc = there ? st.locations.erase(loc) : std::next(loc);
+    }
+    it = st.conns.erase(it);
+  }
+  const std::string why = name + " went down (" + caf::to_string(msg.reason) + ")";
+  if (name == "the controller" || name == "the strategy") st.control_down = why;
+  if (name == "the controller") controller_gone(self, why);
+  st.log->warn("client rank {}: {}", st.cfg.me.rank, why);
+  auto w = st.waiting.find(msg.source);
+  if (w == st.waiting.end()) return;
+  auto waiters = std::move(w->second);
+  st.waiting.erase(w);
+  auto err = internal::to_caf_error(Status(Errc::unavailable, why));
+  for (auto& [token, fail] : waiters) fail(err);
+}
+
+}  // namespace meshstore::actors::client_detail

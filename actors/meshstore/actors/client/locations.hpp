@@ -1,0 +1,29 @@
+#pragma once
+
+// The client's cache of key locations: filled by the controller's answers
+// and this client's own commits, dropped for keys that change.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "meshstore/actors/client/client_state.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/wire/control.hpp"
+
+namespace meshstore::actors::client_detail {
+
+// Drops the cached locations of every key starting with one of `prefixes`
+// (a state dict's keys, about to be replaced or retired).
+void forget_locations_under(ClientState& st, const std::vector<std::string>& prefixes);
+
+// Remembers where the committed keys live, so a get of them locates nothing.
+void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
+                     const std::vector<std::uint64_t>& versions);
+
+// Calls `k` with the records of `keys`: from the cache when allowed and
+// complete, else from the controller.
+void locate(client_pointer self, const std::vector<std::string>& keys, bool use_cache,
+            std::function<void(Result<std::vector<wire::KeyRecord>>)> k);
+
+}  // namespace meshstore::actors::client_detail

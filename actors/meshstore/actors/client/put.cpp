@@ -1,0 +1,311 @@
+// The client's put path: stage, write, commit.
+
+#include "meshstore/actors/client/put.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/actors/client/ask.hpp"
+#include "meshstore/actors/client/connections.hpp"
+#include "meshstore/actors/client/device_pieces.hpp"
+#include "meshstore/actors/client/locations.hpp"
+#include "meshstore/actors/client/stage.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
+
+namespace meshstore::actors::client_detail {
+
+using internal::from_caf_error;
+using internal::cuda::on_device;
+
+namespace {
+
+struct PutOp {
+  PutCall call;
+  std::string what;
+  std::shared_ptr<VolumeConn> conn;
+  std::vector<wire::RegionRef> regions;
+  std::vector<Tensor> packed;  // contiguous copies of strided sources
+  // Shards of sharded keys (PutItem::slice): committed with put_shards.
+  bool sharded = false;
+  // A put announced as a stream: which records' fills were reported.
+  bool streaming = false;
+  std::vector<bool> reported;
+
+  void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
+};
+
+// Gives a put's staged regions back to the volume: its own and the ones
+// written in place (PutCall::staged_items), which share its volume.
+void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  if (op->conn) give_back(self, op->conn->handle, op->regions, op->call.staged.regions);
+}
+
+// The records a put commits: the items written in place first, then the
+// others, whose objects are op->regions when staged already, else left for
+// the volume to fill (stage_commit).
+std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
+  std::vector<wire::KeyRecord> records;
+  records.reserve(op->call.staged_items.size() + op->call.items.size());
+  auto add = [&](const PutItem& item, const wire::RegionRef* region) {
+    wire::KeyRecord r;
+    r.key = item.key;
+    r.kind = item.kind;
+    r.dtype = item.view.dtype();
+    r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
+    if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
+    r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
+                                         op->conn->info.volume_id, region ? region->region_id : 0,
+                                         region ? region->nbytes : item.view.nbytes(),
+                                         item.replicas, item.checksum});
+    records.push_back(std::move(r));
+  };
+  for (std::size_t i = 0; i < op->call.staged_items.size(); ++i) {
+    add(op->call.staged_items[i], &op->call.staged.regions[i]);
+  }
+  for (std::size_t i = 0; i < op->call.items.size(); ++i) {
+    add(op->call.items[i], i < op->regions.size() ? &op->regions[i] : nullptr);
+  }
+  return records;
+}
+
+// The stream of a put that will not commit ends; its readers are told why.
+void abort_stream(client_pointer self, const std::shared_ptr<PutOp>& op, const Status& why) {
+  if (!op->streaming) return;
+  op->streaming = false;
+  self->send(self->state.controller, stream_abort_atom::value, op->call.replace_under.front(),
+             why.to_string());
+}
+
+// Tells the controller (and so the stream's readers) that record `i` of a
+// streamed put is filled; each record once.
+void report_filled(client_pointer self, const std::shared_ptr<PutOp>& op,
+                   std::vector<std::uint64_t> records) {
+  if (!op->streaming) return;
+  std::vector<std::uint64_t> fresh;
+  for (auto i : records) {
+    if (i < op->reported.size() && !op->reported[i]) {
+      op->reported[i] = true;
+      fresh.push_back(i);
+    }
+  }
+  if (!fresh.empty()) {
+    self->send(self->state.controller, stream_progress_atom::value, op->call.replace_under.front(),
+               fresh);
+  }
+}
+
+void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  auto records = put_records(op);
+  auto& st = self->state;
+  auto on_error = [=](caf::error& e) {
+    // Release the staged objects only when the controller answered
+    // and refused. After a timeout it may still have committed them,
+    // and releasing would leave the key pointing at freed objects;
+    // they stay staged instead, and the volume drops them once this
+    // client is gone (VolumeConfig::orphan_grace).
+    auto s = from_caf_error(e, "commit at controller");
+    // Only the controller's own refusal (a meshstore error other than our
+    // peer-down/timeout verdicts) proves nothing was committed.
+    const bool refused = e.category() == internal::kErrorCategory && s.code() != Errc::timeout &&
+                         s.code() != Errc::unavailable;
+    if (refused) release_staged(self, op);
+    abort_stream(self, op, s);
+    op->fail(s);
+  };
+  if (op->sharded) {
+    // Shards commit at the controller once they cover their keys.
+    for (const auto& r : records) st.locations.erase(r.key);
+    const bool group = !op->call.group_members.empty();
+    if (group) forget_locations_under(st, op->call.replace_under);
+    ask(self, st.controller, put_shards_atom::value, records,
+        group ? op->call.replace_under.front() : std::string(), op->call.group_members,
+        op->call.group_layout)
+        .then(
+            [=](const std::vector<std::uint64_t>& versions) {
+              op->call.promise->set_value(versions);
+            },
+            on_error);
+    return;
+  }
+  if (!op->call.replace_under.empty()) {
+    forget_locations_under(st, op->call.replace_under);
+    ask(self, st.controller, replace_atom::value, records, op->call.replace_under, true)
+        .then(
+            [=](const std::vector<std::uint64_t>& versions) mutable {
+              cache_committed(self, std::move(records), versions);
+              op->call.promise->set_value(versions);
+            },
+            on_error);
+    return;
+  }
+  ask(self, st.controller, notify_put_batch_atom::value, records)
+      .then(
+          [=](const std::vector<std::uint64_t>& versions) mutable {
+            cache_committed(self, std::move(records), versions);
+            op->call.promise->set_value(versions);
+          },
+          on_error);
+}
+
+}  // namespace
+
+void handle_put(client_pointer self, PutCall call) {
+  auto op = std::make_shared<PutOp>();
+  std::vector<std::string> keys;
+  for (const auto& i : call.items) keys.push_back(i.key);
+  op->what = describe(call.op, keys);
+  op->call = std::move(call);
+  op->sharded = !op->call.group_members.empty() ||
+                std::any_of(op->call.items.begin(), op->call.items.end(),
+                            [](const PutItem& i) { return i.slice.has_value(); });
+  with_home_volume(self, [=](const ConnResult& conn) {
+    if (!conn.ok()) return op->fail(conn.status());
+    op->conn = *conn;
+    if (op->call.staged_items.size() != op->call.staged.regions.size()) {
+      return op->fail(Status(Errc::internal, "staged items and regions differ in number"));
+    }
+    if (!op->call.staged_items.empty() && op->conn->info.volume_id != op->call.staged.volume_id) {
+      // This client's volume changed (the old one went down) since the
+      // staging; its regions cannot be committed elsewhere.
+      return op->fail(Status(Errc::unavailable, "the staged memory lies on volume '" +
+                                                    op->call.staged.volume_id +
+                                                    "', no longer this client's volume"));
+    }
+    std::vector<wire::StageRequest> reqs;
+    std::uint64_t total = 0;
+    bool device = false;  // GPU tensors never travel inline
+    for (const auto& item : op->call.items) {
+      total += item.view.nbytes();
+      if (on_device(item.view)) device = true;
+    }
+    const auto caps = op->conn->transport->capabilities();
+    // Small calls carry their bytes in the stage request: no transfer.
+    const bool inline_data = total <= wire::kInlineBytes && !device;
+    for (const auto& item : op->call.items) {
+      wire::StageRequest r;
+      r.key = item.key;
+      r.nbytes = item.view.nbytes();
+      // cuda-ipc: a device tensor's object goes to the same GPU of the volume.
+      if (caps.device_memory && on_device(item.view)) r.device = item.view.device().index;
+      if (inline_data) {
+        r.has_data = true;
+        r.data.resize(r.nbytes);
+        if (r.nbytes > 0) pack_to(item.view, r.data.data());
+      }
+      reqs.push_back(std::move(r));
+    }
+    if (inline_data && op->call.replace_under.empty() && !op->sharded) {
+      // One round trip: the volume stages the bytes and commits at the
+      // controller; a refusal leaves nothing staged.
+      auto records = put_records(op);
+      ask(self, op->conn->handle, stage_commit_atom::value, reqs, records,
+          caf::actor_cast<caf::actor>(self->state.controller))
+          .also_watch(caf::actor_cast<caf::actor>(self->state.controller))
+          .then(
+              [=](const std::vector<std::uint64_t>& versions,
+                  const std::vector<std::uint64_t>& objects) mutable {
+                if (versions.size() != records.size() || objects.size() != records.size()) {
+                  return op->fail(Status(Errc::protocol_error,
+                                         "volume committed " + std::to_string(versions.size()) +
+                                             " versions for " + std::to_string(records.size()) +
+                                             " keys"));
+                }
+                for (std::size_t i = 0; i < records.size(); ++i) {
+                  records[i].shards.front().object_id = objects[i];
+                }
+                cache_committed(self, std::move(records), versions);
+                op->call.promise->set_value(versions);
+              },
+              [=](caf::error& e) {
+                op->fail(from_caf_error(
+                    e, "stage and commit at volume '" + op->conn->info.volume_id + "'"));
+              });
+      return;
+    }
+    ask(self, op->conn->handle, stage_atom::value, reqs)
+        .then(
+            [=](const std::vector<wire::RegionRef>& regions) {
+              op->regions = regions;
+              if (regions.size() != op->call.items.size()) {
+                release_staged(self, op);
+                return op->fail(Status(Errc::protocol_error,
+                                       "volume staged " + std::to_string(regions.size()) +
+                                           " objects for " + std::to_string(op->call.items.size()) +
+                                           " keys"));
+              }
+              if (inline_data) return commit_put(self, op);  // the bytes came with the stage
+              // The records index the items after the ones written in place.
+              const std::uint64_t first = op->call.staged_items.size();
+              if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
+                // Readers may copy each object as soon as it is filled.
+                op->streaming = true;
+                op->reported.assign(first + regions.size(), false);
+                std::vector<std::uint64_t> filled;
+                for (std::uint64_t i = 0; i < first; ++i) filled.push_back(i);
+                for (std::size_t i = 0; i < regions.size(); ++i) {
+                  if (op->call.items[i].view.nbytes() == 0) filled.push_back(first + i);
+                }
+                for (auto i : filled) op->reported[i] = true;
+                self->send(self->state.controller, stream_open_atom::value,
+                           op->call.replace_under.front(), op->call.stream_manifest,
+                           put_records(op), filled);
+              }
+              std::vector<Future<void>> writes;
+              writes.reserve(regions.size());
+              for (std::size_t i = 0; i < regions.size(); ++i) {
+                const auto& view = op->call.items[i].view;
+                const void* src = view.data();
+                if (on_device(view) && !view.is_contiguous()) {
+                  // The store packs these on their device before the call.
+                  writes.push_back(make_error_future<void>(
+                      Status(Errc::internal, "a non-contiguous GPU view reached the client")));
+                  continue;
+                }
+                if (on_device(view) && !caps.device_copies) {
+                  writes.push_back(write_from_device(
+                      op->conn, regions[i], static_cast<const std::byte*>(src), view.nbytes()));
+                } else {
+                  if (!view.is_contiguous()) {
+                    auto tmp = Tensor::empty(view.dtype(), view.shape());
+                    if (!tmp.ok()) {
+                      writes.push_back(make_error_future<void>(tmp.status()));
+                      continue;
+                    }
+                    pack_to(view, tmp->data());
+                    src = tmp->data();
+                    op->packed.push_back(std::move(tmp).value());
+                  }
+                  writes.push_back(op->conn->transport->write(
+                      regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
+                }
+                if (op->streaming) {
+                  // Registered before settle_all's own callback, so this
+                  // report reaches the actor before the commit does.
+                  await(self, writes.back(), [=](const Result<void>& r) {
+                    if (r.ok()) report_filled(self, op, {first + i});
+                  });
+                }
+              }
+              await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
+                op->packed.clear();
+                if (!r.ok()) {
+                  release_staged(self, op);
+                  abort_stream(self, op, r.status().with_context(op->what));
+                  return op->fail(r.status());
+                }
+                std::vector<std::uint64_t> all;
+                for (std::uint64_t i = 0; i < op->reported.size(); ++i) all.push_back(i);
+                report_filled(self, op, std::move(all));
+                commit_put(self, op);
+              });
+            },
+            [=](caf::error& e) {
+              op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
+            });
+  });
+}
+
+}  // namespace meshstore::actors::client_detail

@@ -1,0 +1,243 @@
+// Reading objects from one volume under a read lease.
+
+#include "meshstore/actors/client/volume_reads.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "meshstore/actors/client/ask.hpp"
+#include "meshstore/actors/client/box.hpp"
+#include "meshstore/actors/client/connections.hpp"
+#include "meshstore/actors/client/device_pieces.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/placement.hpp"
+#include "meshstore/transports/copy_engine.hpp"
+
+namespace meshstore::actors::client_detail {
+
+using internal::from_caf_error;
+
+namespace {
+
+// Closes a read lease when the last zero-copy view of it goes, from any
+// thread: the close goes through the client actor (leases are keyed by
+// their client). Holds only weak references: views may outlive the store.
+struct LeaseGuard {
+  caf::actor_addr client;
+  caf::actor_addr volume;
+  std::uint64_t lease_id = 0;
+  ~LeaseGuard() {
+    auto hdl = caf::actor_cast<caf::actor>(client);
+    if (!hdl) return;
+    auto self = caf::actor_cast<client_pointer>(hdl);  // runs only inside that actor
+    caf::anon_send(hdl, run_atom::value, internal::Closure{[self, volume = volume, id = lease_id] {
+                     auto v = caf::actor_cast<storage_volume_actor>(volume);
+                     if (v) self->send(v, close_read_atom::value, id);
+                   }});
+  }
+};
+
+// Fills each view target with a read-only tensor over the mapped region, or
+// returns false (nothing filled) when the transport cannot map.
+Result<bool> map_views(client_pointer self, const std::shared_ptr<VolumeConn>& c,
+                       const wire::ReadLease& lease, std::vector<ReadTarget>& targets) {
+  std::vector<std::shared_ptr<std::byte>> mapped;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    auto m = c->transport->map_read_only(lease.regions[i]);
+    if (!m.ok()) {
+      if (m.status().code() == Errc::unsupported) return false;
+      return m.status();
+    }
+    mapped.push_back(std::move(m).value());
+  }
+  auto guard = std::make_shared<LeaseGuard>();
+  guard->client = self->address();
+  guard->volume = c->handle.address();
+  guard->lease_id = lease.lease_id;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    auto memory = std::move(mapped[i]);
+    std::byte* p = memory.get();
+    std::shared_ptr<std::byte> storage(p, [memory, guard](std::byte*) mutable {
+      memory.reset();
+      guard.reset();
+    });
+    *targets[i].view = Tensor::wrap(std::move(storage), targets[i].dtype, targets[i].shape, true);
+  }
+  return true;
+}
+
+// Copies a target's box out of its (leased) region: straight from the
+// mapping where the transport maps memory (host regions only: a region in
+// GPU memory, over cuda-ipc, has no mapping), else through a range read of
+// the bytes from the box's first element to its last.
+Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                      const ReadTarget& t) {
+  const auto b = *t.box;
+  std::byte* dst = t.dst;
+  if (c->transport->capabilities().maps_memory && region.device < 0) {
+    auto mem = c->transport->map_writable(region);
+    if (!mem.ok()) return make_error_future<void>(mem.status());
+    auto src = std::move(mem).value();
+    auto& engine = transports::CopyEngine::instance();
+    auto in_src = b.region.relative_to(b.from);
+    auto in_dst = b.region.relative_to(b.to);
+    if (in_src.ok() && in_dst.ok() && in_src->is_contiguous_in_global() &&
+        in_dst->is_contiguous_in_global()) {
+      // One run in both (whole rows of a row shard): one copy, split over
+      // the engine's threads.
+      const auto n = static_cast<std::size_t>(b.region.numel()) * b.elsize;
+      const auto from = static_cast<std::size_t>(in_src->global_flat_offset()) * b.elsize;
+      const auto to = static_cast<std::size_t>(in_dst->global_flat_offset()) * b.elsize;
+      return engine.copy(dst + to, src.get() + from, n, std::size_t{8} << 20).then([src] {});
+    }
+    // Strided: the rows (first dimension) split over the engine's threads.
+    // (A 0-dim box is one run, copied above.)
+    const std::int64_t rows = b.region.local_shape()[0];
+    const std::int64_t pieces = std::max<std::int64_t>(
+        1, std::min<std::int64_t>(engine.threads(),
+                                  static_cast<std::int64_t>(b.region.numel() * b.elsize >> 20)));
+    std::vector<Future<void>> parts;
+    for (std::int64_t p = 0; p < pieces; ++p) {
+      const auto [lo, hi] = chunk_range(rows, pieces, p);
+      if (lo == hi) continue;
+      Shape off = b.region.offsets(), len = b.region.local_shape();
+      off[0] += lo;
+      len[0] = hi - lo;
+      auto part = TensorSlice::make(b.region.global_shape(), off, len);
+      if (!part.ok()) return make_error_future<void>(part.status());
+      parts.push_back(engine.run(
+          [src, b, dst, part = *part] { copy_box(src.get(), b.from, dst, b.to, part, b.elsize); }));
+    }
+    return settle_all(std::move(parts));
+  }
+  Shape last = b.region.offsets();
+  for (std::size_t k = 0; k < last.size(); ++k) last[k] += b.region.local_shape()[k] - 1;
+  const std::int64_t lo = offset_in(b.from, b.region.offsets());
+  const std::int64_t hi = offset_in(b.from, last) + 1;
+  const auto n = static_cast<std::size_t>(hi - lo) * b.elsize;
+  auto tmp = std::make_shared<std::vector<std::byte>>();
+  try {
+    tmp->resize(n);
+  } catch (const std::bad_alloc&) {
+    return make_error_future<void>(Status(
+        Errc::out_of_capacity, "cannot allocate " + std::to_string(n) + " bytes to read a box"));
+  }
+  return c->transport->read(region, static_cast<std::uint64_t>(lo) * b.elsize, tmp->data(), n)
+      .then(
+          [tmp, b, dst, lo] { copy_box(tmp->data(), b.from, dst, b.to, b.region, b.elsize, lo); });
+}
+
+}  // namespace
+
+Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
+                              std::vector<ReadTarget> targets, std::shared_ptr<bool> stale) {
+  auto promise =
+      std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
+  auto fut = promise->future();
+  with_volume(self, volume_id, [=](const ConnResult& conn) {
+    if (!conn.ok()) return (void)promise->set_error(conn.status());
+    auto c = *conn;
+    std::vector<std::uint64_t> ids;
+    for (const auto& t : targets) ids.push_back(t.object_id);
+    const std::uint64_t lease_id = self->state.next_lease_id++;
+    ask(self, c->handle, open_read_atom::value, ids, lease_id)
+        .then(
+            [=](const wire::ReadLease& lease) mutable {
+              if (lease.regions.size() != targets.size()) {
+                if (lease.lease_id != 0)
+                  self->send(c->handle, close_read_atom::value, lease.lease_id);
+                return (void)promise->set_error(Status(
+                    Errc::protocol_error,
+                    "volume '" + volume_id + "' answered " + std::to_string(lease.regions.size()) +
+                        " regions for " + std::to_string(targets.size()) + " objects"));
+              }
+              if (!lease.data.empty()) {
+                // A small read: the bytes came inline and nothing is pinned.
+                for (std::size_t i = 0; i < targets.size(); ++i) {
+                  if (i >= lease.data.size() || lease.data[i].size() != targets[i].nbytes) {
+                    return (void)promise->set_error(
+                        Status(Errc::protocol_error, "volume '" + volume_id + "' answered " +
+                                                         std::to_string(lease.data.size()) +
+                                                         " inline objects of the wrong size"));
+                  }
+                  if (targets[i].view) {
+                    auto t = Tensor::empty(targets[i].dtype, targets[i].shape);
+                    if (!t.ok()) return (void)promise->set_error(t.status());
+                    *targets[i].view = std::move(t).value();
+                    targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
+                  }
+                  if (const auto& b = targets[i].box) {
+                    copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
+                             targets[i].dst, b->to, b->region, b->elsize);
+                  } else if (targets[i].device) {
+                    if (auto s = internal::cuda::copy_bytes(targets[i].dst, lease.data[i].data(),
+                                                            targets[i].nbytes);
+                        !s.ok()) {
+                      return (void)promise->set_error(s);
+                    }
+                  } else {
+                    std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
+                  }
+                }
+                return (void)promise->set_value();
+              }
+              if (!targets.empty() && targets.front().view) {
+                // Zero-copy where the transport maps regions; the lease stays
+                // open until the last view goes. Else a copy, like get().
+                auto views = map_views(self, c, lease, targets);
+                if (!views.ok() || *views) {
+                  if (!views.ok()) self->send(c->handle, close_read_atom::value, lease.lease_id);
+                  return (void)promise->set(views.ok() ? Result<void>() : views.status());
+                }
+                for (auto& t : targets) {
+                  auto copy = Tensor::empty(t.dtype, t.shape);
+                  if (!copy.ok()) {
+                    self->send(c->handle, close_read_atom::value, lease.lease_id);
+                    return (void)promise->set_error(copy.status());
+                  }
+                  *t.view = std::move(copy).value();
+                  t.dst = static_cast<std::byte*>(t.view->data());
+                }
+              }
+              std::vector<Future<void>> reads;
+              for (std::size_t i = 0; i < targets.size() && i < lease.regions.size(); ++i) {
+                const auto& t = targets[i];
+                if (lease.regions[i].nbytes != t.nbytes) {
+                  reads.push_back(make_error_future<void>(Status(
+                      Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
+                                                std::to_string(lease.regions[i].nbytes) +
+                                                " bytes, the index says " +
+                                                std::to_string(t.nbytes))));
+                  continue;
+                }
+                if (t.box) {
+                  reads.push_back(read_box(c, lease.regions[i], t));
+                  continue;
+                }
+                if (t.device && !c->transport->capabilities().device_copies) {
+                  reads.push_back(read_into_device(c, lease.regions[i], t.dst, t.nbytes));
+                  continue;
+                }
+                reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
+              }
+              await(self, settle_all(std::move(reads)), [=](const Result<void>& r) {
+                self->send(c->handle, close_read_atom::value, lease.lease_id);
+                promise->set(r);
+              });
+            },
+            [=](caf::error& e) {
+              auto s = from_caf_error(e, "open_read at volume '" + volume_id + "'");
+              if (s.code() == Errc::not_found) *stale = true;
+              // The volume may still grant the lease after our timeout: close
+              // it (messages between two actors stay in order).
+              if (s.code() == Errc::timeout)
+                self->send(c->handle, close_read_atom::value, lease_id);
+              promise->set_error(std::move(s));
+            });
+  });
+  return fut;
+}
+
+}  // namespace meshstore::actors::client_detail
