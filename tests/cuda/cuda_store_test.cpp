@@ -557,6 +557,32 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
   }
 }
 
+// Volumes kept out of shared memory (StoreOptions::shared_memory_volumes =
+// false) still serve a peer on the host, through the transport it picks
+// itself: cuda-ipc moves host objects through the volume's shm, so such
+// volumes must not offer it.
+TEST(CudaTwoProcesses, VolumesWithoutSharedMemoryServeAPeer) {
+  SKIP_WITHOUT_CUDA();
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  o.shared_memory_volumes = false;
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  constexpr std::int64_t n = (std::int64_t{1} << 20) / 4;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i % 4096);
+  }
+  ASSERT_OK(store->put("host", TensorView::of(v.data(), {n})).get(kWait));
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  testing::Child peer({self, "--peer-get", store->address(), "host", std::to_string(n), ""});
+  ASSERT_TRUE(peer.wait(120s)) << peer.output();
+  EXPECT_EQ(peer.exit_code(), 0) << peer.output();
+}
+
 // Over cuda-ipc a device put stays in GPU memory of the volume's process;
 // a peer on the host reads it with one device-to-device copy through a
 // CUDA IPC handle. Transports that only reach host memory refuse it.

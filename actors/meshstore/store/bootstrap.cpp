@@ -11,6 +11,7 @@
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
+#include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
@@ -115,8 +116,11 @@ Status Store::Impl::host_volumes(bool is_server) {
     vc.bind_host = data_host;
     vc.pool_bytes = options.volume_pool_bytes;
     if (!options.shared_memory_volumes) {
+      // cuda-ipc moves host objects through the volume's shared memory, so
+      // it goes with shm: offered, it would outrank cma where CUDA works and
+      // then fail every host read.
       for (const auto& name : transports::builtin_registry().names()) {
-        if (name != "shm") vc.transports.push_back(name);
+        if (name != "shm" && name != "cuda-ipc") vc.transports.push_back(name);
       }
     }
     auto volume = actors::spawn_storage_volume(sys, vc);
@@ -147,7 +151,7 @@ void Store::Impl::start_client() {
 
 Result<Store> Store::embedded(StoreOptions options) {
   // This thread spawns the store's actors and may outlive it.
-  internal::ForeignThreadGuard guard;
+  ForeignThreadGuard guard;
   Address listen;
   if (!options.listen.empty()) {
     auto a = parse_address(options.listen);
@@ -205,7 +209,7 @@ Result<Store> Store::embedded(StoreOptions options) {
 }
 
 Result<Store> Store::connect(const std::string& address, StoreOptions options) {
-  internal::ForeignThreadGuard guard;  // as in embedded()
+  ForeignThreadGuard guard;  // as in embedded()
   auto target = parse_address(address);
   if (!target.ok()) return target.status().with_context("connect");
   if (target->port == 0)

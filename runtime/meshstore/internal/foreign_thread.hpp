@@ -10,7 +10,4 @@ namespace meshstore::internal {
 /// `logger`; nullptr when there is none.
 caf::actor_system* system_of(const caf::logger* logger) noexcept;
 
-// The name the store's files still use while they move to the public one.
-using meshstore::ForeignThreadGuard;
-
 }  // namespace meshstore::internal

@@ -14,8 +14,8 @@
 #include <random>
 
 #include "meshstore/cuda.hpp"
+#include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
-#include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/one_sided.hpp"

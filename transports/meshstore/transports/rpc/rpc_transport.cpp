@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/caf_glue.hpp"
-#include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore::transports::rpc {
