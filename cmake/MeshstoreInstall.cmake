@@ -21,6 +21,8 @@ set(MESHSTORE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/meshstore)
 # "every public header compiles alone" check (tests/headers/).
 set(MESHSTORE_PRIVATE_HEADER_DIRS
   "^meshstore/internal/"            # runtime internals
+  "^meshstore/transports/internal/" # transport-layer internals (CAF glue of its wire struct)
+  "^meshstore/actors/internal/"     # the store's internals (CAF glue of its wire records)
   "^meshstore/cuda/"                # the runtime's CUDA backends
   "^meshstore/store/"               # the Store facade's implementation
   "^meshstore/state_dict/"          # the state-dict engine

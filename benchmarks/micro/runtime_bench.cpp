@@ -1,6 +1,6 @@
 // Micro figures of the runtime's hot pieces (Google Benchmark): future
-// plumbing, strided copies against memcpy of the same bytes, and the wire
-// codec. Run with --benchmark_min_time=0.01 for a smoke pass.
+// plumbing, strided copies against memcpy of the same bytes, and the store's
+// wire codec. Run with --benchmark_min_time=0.01 for a smoke pass.
 
 #include <benchmark/benchmark.h>
 
@@ -9,7 +9,7 @@
 
 #include "meshstore/future.hpp"
 #include "meshstore/tensor.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace {
 

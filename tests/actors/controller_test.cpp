@@ -2,9 +2,9 @@
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::actors {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "meshstore/wire/control.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::testing {
 

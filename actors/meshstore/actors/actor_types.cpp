@@ -6,16 +6,27 @@
 
 #include "meshstore/actors/controller_actor.hpp"
 #include "meshstore/actors/directory_actor.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/actors/strategy_actor.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/transports/rpc/rpc_transport.hpp"
 #include "meshstore/transports/transport.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors {
 
 void add_actor_types(caf::actor_system_config& cfg) {
+  // The wire structs (records and RegionRef). Their names are part of the
+  // protocol: a process registering another name cannot talk to this one.
+  cfg.add_message_type<wire::KeyRecord>("meshstore::wire::KeyRecord");
+  cfg.add_message_type<wire::StageRequest>("meshstore::wire::StageRequest");
+  cfg.add_message_type<wire::RegionRef>("meshstore::wire::RegionRef");
+  cfg.add_message_type<wire::ReadLease>("meshstore::wire::ReadLease");
+  cfg.add_message_type<wire::RemoveReply>("meshstore::wire::RemoveReply");
+  cfg.add_message_type<wire::VolumeInfo>("meshstore::wire::VolumeInfo");
+  cfg.add_message_type<wire::VolumeStat>("meshstore::wire::VolumeStat");
+  cfg.add_message_type<wire::ClientInfo>("meshstore::wire::ClientInfo");
   cfg.add_message_type<transports::EndpointInfo>("meshstore::transports::EndpointInfo");
   cfg.add_message_type<storage_volume_actor>("meshstore::actors::storage_volume_actor");
   cfg.add_message_type<controller_actor>("meshstore::actors::controller_actor");

@@ -5,8 +5,10 @@
 namespace meshstore::actors {
 
 /// Registers the message types of the store's actors and transports with a
-/// CAF config, under stable names, so typed interfaces match across
-/// processes.
+/// CAF config (the wire structs of meshstore/wire/records.hpp and
+/// meshstore/transports/wire/region_ref.hpp, the actor handles, and vectors
+/// of them), under stable names, so typed interfaces match across
+/// processes. Every process running the store's actors calls it.
 void add_actor_types(caf::actor_system_config& cfg);
 
 }  // namespace meshstore::actors

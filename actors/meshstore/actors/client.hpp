@@ -18,7 +18,7 @@
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 #include "meshstore/transports/transport.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors {
 

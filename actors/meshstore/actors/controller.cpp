@@ -12,7 +12,7 @@
 
 #include "meshstore/actors/controller/controller_state.hpp"
 #include "meshstore/actors/controller_actor.hpp"
-#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore::actors {

@@ -12,7 +12,7 @@
 
 #include "meshstore/actors/atoms.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors {
 

@@ -7,8 +7,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/logging.hpp"

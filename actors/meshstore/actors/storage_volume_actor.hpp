@@ -15,7 +15,7 @@
 
 #include "meshstore/actors/atoms.hpp"
 #include "meshstore/transports/transport.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors {
 

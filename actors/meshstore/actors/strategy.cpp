@@ -2,8 +2,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/strategy_actor.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 
 namespace meshstore::actors {
 namespace {

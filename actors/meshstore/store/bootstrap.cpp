@@ -11,9 +11,9 @@
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/address.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"

@@ -81,14 +81,6 @@ struct MeshstoreConfig : caf::actor_system_config {
           return "meshstore(" + std::string(errc_name(static_cast<Errc>(code))) + ": " +
                  context_message(ctx) + ")";
         });
-    add_message_type<wire::KeyRecord>("meshstore::wire::KeyRecord");
-    add_message_type<wire::StageRequest>("meshstore::wire::StageRequest");
-    add_message_type<wire::RegionRef>("meshstore::wire::RegionRef");
-    add_message_type<wire::ReadLease>("meshstore::wire::ReadLease");
-    add_message_type<wire::RemoveReply>("meshstore::wire::RemoveReply");
-    add_message_type<wire::VolumeInfo>("meshstore::wire::VolumeInfo");
-    add_message_type<wire::VolumeStat>("meshstore::wire::VolumeStat");
-    add_message_type<wire::ClientInfo>("meshstore::wire::ClientInfo");
     add_message_type<std::vector<std::uint64_t>>("std::vector<uint64_t>");
     add_message_type<std::vector<char>>("std::vector<char>");
     if (options.add_types) options.add_types(*this);

@@ -28,8 +28,10 @@ struct RuntimeOptions {
 };
 
 /// Owns a CAF actor system configured for meshstore: thread count, the
-/// meshstore error category, and every wire type registered under a stable
-/// name so typed interfaces match across processes.
+/// meshstore error category, the runtime's own message types
+/// (std::vector<uint64_t>, std::vector<char>) and those of higher layers
+/// (RuntimeOptions::add_types: the store's wire structs, actor handles),
+/// each under a stable name so typed interfaces match across processes.
 /// Destroy every actor handle before the ActorRuntime: CAF waits for live
 /// actors when the system goes away. Thread-safe after construction.
 class ActorRuntime {

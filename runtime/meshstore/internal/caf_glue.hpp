@@ -1,8 +1,12 @@
 #pragma once
 
-// CAF glue for the runtime: how wire structs travel inside CAF messages and
-// the one place that converts between caf::error and Status. Internal: CAF
-// headers stay out of the public API.
+// CAF glue for the runtime: how a layer's wire structs travel inside CAF
+// messages (inspect_as_proto, MESHSTORE_WIRE_INSPECT) and the one place that
+// converts between caf::error and Status. The runtime has no wire structs of
+// its own: each layer declares the inspect overloads of its structs in its
+// own glue header (transports/internal/wire_glue.hpp,
+// actors/internal/wire_glue.hpp). Internal: CAF headers stay out of the
+// public API.
 
 #include <caf/all.hpp>
 #include <string>
@@ -10,7 +14,6 @@
 #include <type_traits>
 
 #include "meshstore/status.hpp"
-#include "meshstore/wire/control.hpp"
 
 namespace meshstore::internal {
 
@@ -30,37 +33,30 @@ Status from_caf_error(const caf::error& e, std::string_view context);
 
 /// Encodes a wire struct as its Protobuf bytes when CAF serializes it (only
 /// across processes) and decodes it on the way in; a malformed encoding
-/// fails the deserialization with a meshstore protocol_error.
+/// fails the deserialization with a meshstore protocol_error. The struct's
+/// namespace provides `std::string encode(const T&)` and
+/// `Status decode(const std::string&, T&)`, found by argument-dependent
+/// lookup where the inspect overload is instantiated.
 template <class Inspector, class T>
 typename Inspector::result_type inspect_as_proto(Inspector& f, T& x, const char* name) {
   std::string bytes;
   if constexpr (Inspector::reads_state) {
-    bytes = wire::encode(x);
+    bytes = encode(x);
     return f(caf::meta::type_name(name), bytes);
   } else {
     return f(caf::meta::type_name(name), bytes, caf::meta::load_callback([&]() -> caf::error {
-               return to_caf_error(wire::decode(bytes, x));
+               return to_caf_error(decode(bytes, x));
              }));
   }
 }
 
 }  // namespace meshstore::internal
 
-namespace meshstore::wire {
-
+/// Defines the CAF inspect overload of the wire struct `T`, which travels as
+/// its Protobuf bytes under the type name "meshstore::wire::T". Use it in
+/// namespace meshstore::wire, in the glue header of the layer that owns `T`.
 #define MESHSTORE_WIRE_INSPECT(T)                                                 \
   template <class Inspector>                                                      \
   typename Inspector::result_type inspect(Inspector& f, T& x) {                   \
     return ::meshstore::internal::inspect_as_proto(f, x, "meshstore::wire::" #T); \
   }
-MESHSTORE_WIRE_INSPECT(KeyRecord)
-MESHSTORE_WIRE_INSPECT(StageRequest)
-MESHSTORE_WIRE_INSPECT(RegionRef)
-MESHSTORE_WIRE_INSPECT(ReadLease)
-MESHSTORE_WIRE_INSPECT(RemoveReply)
-MESHSTORE_WIRE_INSPECT(VolumeInfo)
-MESHSTORE_WIRE_INSPECT(VolumeStat)
-MESHSTORE_WIRE_INSPECT(ClientInfo)
-#undef MESHSTORE_WIRE_INSPECT
-
-}  // namespace meshstore::wire

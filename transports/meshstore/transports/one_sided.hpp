@@ -25,7 +25,7 @@
 
 #include "meshstore/future.hpp"
 #include "meshstore/result.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::transports::one_sided {
 

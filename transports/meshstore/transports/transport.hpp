@@ -18,7 +18,7 @@
 #include "meshstore/future.hpp"
 #include "meshstore/transports/capabilities.hpp"
 #include "meshstore/transports/region.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::transports {
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/transports/transport.hpp"

@@ -13,7 +13,7 @@
 
 #include "meshstore/actors/client/client_state.hpp"
 #include "meshstore/future.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::actors::client_detail {
 

@@ -9,7 +9,7 @@
 
 #include "meshstore/actors/client/client_state.hpp"
 #include "meshstore/result.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors::client_detail {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "meshstore/actors/client/client_state.hpp"
-#include "meshstore/wire/control.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::actors::client_detail {
 

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "meshstore/foreign_thread.hpp"
-#include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/transports/internal/wire_glue.hpp"
 
 namespace meshstore::transports::rpc {
 namespace {

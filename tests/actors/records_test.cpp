@@ -1,10 +1,14 @@
+// The store's wire records: their Protobuf codec and how CAF carries them.
+#include "meshstore/wire/records.hpp"
+
 #include <algorithm>
 #include <caf/all.hpp>
+#include <typeinfo>
+#include <utility>
 
+#include "meshstore/actors/actor_types.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
-#include "meshstore/internal/caf_glue.hpp"
-#include "meshstore/logging.hpp"
-#include "meshstore/wire/control.hpp"
 #include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 
@@ -105,28 +109,33 @@ TEST(Wire, CafSerializationGoesThroughProtobuf) {
   expect_same(sample_record(), back);
 }
 
-TEST(Errors, MeshstoreErrorsSurviveTheCafRoundTrip) {
-  Status s(Errc::dtype_mismatch, "stored bfloat16, destination float32");
-  auto back = internal::from_caf_error(internal::to_caf_error(s), "get_into 'w'");
-  EXPECT_ERROR(back, Errc::dtype_mismatch, "get_into 'w': stored bfloat16");
-  EXPECT_OK(internal::from_caf_error(internal::to_caf_error(Status()), "x"));
-}
-
-TEST(Errors, CafSystemErrorsMapToMeshstoreCodes) {
-  EXPECT_ERROR(internal::from_caf_error(caf::make_error(caf::sec::request_timeout), "locate"),
-               Errc::timeout, "locate");
-  EXPECT_ERROR(internal::from_caf_error(caf::make_error(caf::sec::request_receiver_down), "stage"),
-               Errc::unavailable, "stage");
-}
-
-TEST(Logging, LevelsParseAndApply) {
-  EXPECT_ERROR(log::parse_level("loud"), Errc::invalid_argument, "loud");
-  EXPECT_ERROR(log::set_level("loud"), Errc::invalid_argument, "");
-  const auto before = log::current_level();
-  ASSERT_OK(log::set_level("debug"));
-  EXPECT_EQ(log::get("test")->level(), spdlog::level::debug);
-  ASSERT_OK(log::set_level(before));
-  EXPECT_EQ(log::get("test")->name(), "meshstore.test");
+TEST(Wire, ActorTypesRegisterEveryWireStructUnderItsStableName) {
+  internal::RuntimeOptions ro;
+  ro.add_types = actors::add_actor_types;
+  auto rt = internal::ActorRuntime::create(ro).value();
+  auto& types = rt->system().types();
+  const std::pair<const std::type_info*, const char*> expected[] = {
+      {&typeid(wire::KeyRecord), "meshstore::wire::KeyRecord"},
+      {&typeid(wire::StageRequest), "meshstore::wire::StageRequest"},
+      {&typeid(wire::RegionRef), "meshstore::wire::RegionRef"},
+      {&typeid(wire::ReadLease), "meshstore::wire::ReadLease"},
+      {&typeid(wire::RemoveReply), "meshstore::wire::RemoveReply"},
+      {&typeid(wire::VolumeInfo), "meshstore::wire::VolumeInfo"},
+      {&typeid(wire::VolumeStat), "meshstore::wire::VolumeStat"},
+      {&typeid(wire::ClientInfo), "meshstore::wire::ClientInfo"}};
+  for (const auto& [type, name] : expected) {
+    EXPECT_EQ(types.portable_name(0, type), name);
+    EXPECT_NE(types.make_value(name), nullptr) << name;
+  }
+  // What a receiving process builds from the name serializes as Protobuf.
+  auto value = types.make_value("meshstore::wire::KeyRecord");
+  ASSERT_NE(value, nullptr);
+  *static_cast<wire::KeyRecord*>(value->get_mutable()) = sample_record();
+  std::vector<char> buf;
+  caf::binary_serializer sink{rt->system(), buf};
+  ASSERT_FALSE(value->save(sink));
+  const auto proto = wire::encode(sample_record());
+  EXPECT_NE(std::search(buf.begin(), buf.end(), proto.begin(), proto.end()), buf.end());
 }
 
 }  // namespace

@@ -8,10 +8,14 @@
 #include "meshstore/result.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
 
-/// The control-plane vocabulary: plain C++ structs that actors exchange.
-/// In-process they travel as they are; across processes each is encoded with
-/// its Protobuf twin in control.proto (see codec functions below).
+/// The store's control-plane vocabulary: plain C++ structs that the store's
+/// actors exchange (key records, stage requests, leases, volume and client
+/// info). In-process they travel as they are; across processes each is
+/// encoded with its Protobuf twin in records.proto (see the codec functions
+/// below). RegionRef, which a ReadLease carries, is the transport layer's
+/// (meshstore/transports/wire/region_ref.hpp). Value types: not synchronized.
 namespace meshstore::wire {
 
 /// What a key holds.
@@ -73,27 +77,6 @@ struct StageRequest {
   int device = -1;
 };
 
-/// A memory region of a volume; its id is also the stored object's id.
-struct RegionRef {
-  std::uint64_t region_id = 0;
-  std::uint64_t nbytes = 0;
-  /// The shared-memory segment holding the region ("" = process memory):
-  /// same-host clients map it (the shm transport).
-  std::string segment;
-  /// Where the region starts inside `segment`.
-  std::uint64_t segment_offset = 0;
-  /// One-sided transports (cma, rdma): the region's address in the
-  /// volume's process, set by TransportServer::describe (0 = not described).
-  std::uint64_t address = 0;
-  /// rdma: the remote key of the region's memory registration.
-  std::uint64_t rkey = 0;
-  /// cuda-ipc: the CUDA IPC handle of the region's device memory.
-  std::string ipc_handle;
-  /// The GPU of the volume holding the region's memory; -1 for host memory
-  /// (only cuda-ipc reaches device regions).
-  int device = -1;
-};
-
 /// Objects pinned for reading until close_read(lease_id); or, for a small
 /// read, their bytes inline (`data`, one per region) and lease_id 0.
 struct ReadLease {
@@ -139,7 +122,6 @@ struct ClientInfo {
 // (known dtype, well-formed slices) and fails with Errc::protocol_error.
 std::string encode(const KeyRecord& x);
 std::string encode(const StageRequest& x);
-std::string encode(const RegionRef& x);
 std::string encode(const ReadLease& x);
 std::string encode(const RemoveReply& x);
 std::string encode(const VolumeInfo& x);
@@ -148,7 +130,6 @@ std::string encode(const ClientInfo& x);
 
 Status decode(const std::string& bytes, KeyRecord& x);
 Status decode(const std::string& bytes, StageRequest& x);
-Status decode(const std::string& bytes, RegionRef& x);
 Status decode(const std::string& bytes, ReadLease& x);
 Status decode(const std::string& bytes, RemoveReply& x);
 Status decode(const std::string& bytes, VolumeInfo& x);

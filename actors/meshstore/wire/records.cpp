@@ -1,6 +1,9 @@
-#include "meshstore/wire/control.hpp"
+// The store's records to and from their Protobuf twins.
 
-#include "meshstore/wire/control.pb.h"
+#include "meshstore/wire/records.hpp"
+
+#include "meshstore/transports/internal/region_ref_proto.hpp"
+#include "meshstore/wire/records.pb.h"
 
 namespace meshstore::wire {
 namespace {
@@ -84,22 +87,6 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   return Status();
 }
 
-void to_proto(const RegionRef& x, pb::RegionRef* p) {
-  p->set_region_id(x.region_id);
-  p->set_nbytes(x.nbytes);
-  p->set_segment(x.segment);
-  p->set_segment_offset(x.segment_offset);
-  p->set_address(x.address);
-  p->set_rkey(x.rkey);
-  p->set_ipc_handle(x.ipc_handle);
-  p->set_device_plus_one(x.device + 1);
-}
-
-RegionRef from_proto(const pb::RegionRef& p) {
-  return RegionRef{p.region_id(), p.nbytes(), p.segment(),    p.segment_offset(),
-                   p.address(),   p.rkey(),   p.ipc_handle(), p.device_plus_one() - 1};
-}
-
 }  // namespace
 
 std::uint64_t KeyRecord::nbytes() const noexcept {
@@ -142,19 +129,6 @@ Status decode(const std::string& bytes, StageRequest& x) {
     return malformed("StageRequest", "inline data of " + std::to_string(x.data.size()) +
                                          " bytes for " + std::to_string(x.nbytes) + " announced");
   }
-  return Status();
-}
-
-std::string encode(const RegionRef& x) {
-  pb::RegionRef p;
-  to_proto(x, &p);
-  return serialize(p);
-}
-
-Status decode(const std::string& bytes, RegionRef& x) {
-  pb::RegionRef p;
-  MESHSTORE_RETURN_IF_ERROR(parse(bytes, p, "RegionRef"));
-  x = from_proto(p);
   return Status();
 }
 
