@@ -26,8 +26,8 @@ using testing::kWait;
 
 TEST(OneSided, PlanCutsDescribedRangesIntoPieces) {
   std::vector<std::byte> local(100);
-  auto ref = testing::region_ref(7, 1000, "", 0, 0x10000, 42);
-  auto pieces = one_sided::plan(ref, 900, local.data(), 100, 30, "read");
+  auto ref = testing::one_sided_region_ref(7, 1000, "rdma", 0x10000, 42);
+  auto pieces = one_sided::plan(ref, "rdma", 900, local.data(), 100, 30, "read");
   ASSERT_OK(pieces);
   ASSERT_EQ(pieces->size(), 4u);
   EXPECT_EQ((*pieces)[0].remote, 0x10000u + 900);
@@ -35,12 +35,31 @@ TEST(OneSided, PlanCutsDescribedRangesIntoPieces) {
   EXPECT_EQ((*pieces)[3].length, 10u);
   EXPECT_EQ((*pieces)[3].local, local.data() + 90);
   EXPECT_EQ((*pieces)[2].key, 42u);
-  EXPECT_ERROR(one_sided::plan(ref, 901, local.data(), 100, 30, "read"), Errc::out_of_range,
+  EXPECT_ERROR(one_sided::plan(ref, "rdma", 901, local.data(), 100, 30, "read"), Errc::out_of_range,
                "read: bytes [901, 1001) outside region 7");
-  ref.address = 0;
-  EXPECT_ERROR(one_sided::plan(ref, 0, local.data(), 10, 30, "read"), Errc::not_found,
+  // Another transport's description is not this one's.
+  EXPECT_ERROR(one_sided::plan(ref, "cma", 0, local.data(), 10, 30, "read"), Errc::not_found,
                "read of region 7: the volume never described it");
-  EXPECT_TRUE(one_sided::plan(ref, 0, local.data(), 0, 30, "read")->empty());
+  ref.described.clear();
+  EXPECT_ERROR(one_sided::plan(ref, "rdma", 0, local.data(), 10, 30, "read"), Errc::not_found,
+               "read of region 7: the volume never described it");
+  EXPECT_TRUE(one_sided::plan(ref, "rdma", 0, local.data(), 0, 30, "read")->empty());
+}
+
+// A description comes from a peer: one cut short, one too long and one
+// with address 0 are protocol errors naming the region and the transport.
+TEST(OneSided, MalformedDescriptionsAreRefused) {
+  std::vector<std::byte> local(100);
+  auto ref = testing::region_ref(9, 1000);
+  ref.described["cma"] = one_sided::describe(0x10000, 0).substr(0, 12);
+  EXPECT_ERROR(one_sided::plan(ref, "cma", 0, local.data(), 10, 30, "read"), Errc::protocol_error,
+               "read of region 9: the volume's cma description is cut short");
+  ref.described["cma"] = one_sided::describe(0x10000, 0) + "x";
+  EXPECT_ERROR(one_sided::plan(ref, "cma", 0, local.data(), 10, 30, "read"), Errc::protocol_error,
+               "read of region 9: the volume's cma description has 1 bytes too many");
+  ref.described["cma"] = one_sided::describe(0, 0);
+  EXPECT_ERROR(one_sided::plan(ref, "cma", 0, local.data(), 10, 30, "read"), Errc::protocol_error,
+               "gives address 0");
 }
 
 TEST(OneSided, RunCompletesWithTheFirstErrorAndSkipsTheRest) {
@@ -123,7 +142,8 @@ class Cma : public ::testing::Test {
 TEST_F(Cma, ReadsAndWritesTheVolumesMemoryDirectly) {
   std::vector<std::byte> volume(1 << 20, std::byte{7}), mine(1 << 20);
   const auto ref = describe(volume.data(), volume.size());
-  EXPECT_EQ(ref.address, reinterpret_cast<std::uint64_t>(volume.data()));
+  EXPECT_EQ(ref.described.at("cma"),
+            one_sided::describe(reinterpret_cast<std::uint64_t>(volume.data()), 0));
   auto c = client(server_->endpoint());
   ASSERT_OK(c->read(ref, 0, mine.data(), mine.size()).get(kWait));
   EXPECT_EQ(mine, volume);

@@ -80,10 +80,10 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
         regions->add(held.back());
       }
       const auto& r = held[id - 1];
-      ASSERT_OK(
-          client
-              ->write(testing::region_ref(id, buf.size(), r->segment()), 0, buf.data(), buf.size())
-              .get(kWait));
+      ASSERT_OK(client
+                    ->write(testing::shm_region_ref(id, buf.size(), r->segment()), 0, buf.data(),
+                            buf.size())
+                    .get(kWait));
       EXPECT_EQ(r->data()[100], std::byte{3});
     }
   }

@@ -79,8 +79,12 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
     }
     if (n) std::memset(r->data(), 0, n);
     regions_->add(r);
-    auto ref = testing::region_ref(id, n, r->segment(), r->segment_offset());
-    EXPECT_OK(server_->describe(*r, ref));  // one-sided transports: the address
+    // As a volume does: its shm server places the region (every volume that
+    // offers cuda-ipc offers shm), then this transport's server describes it.
+    auto ref = r->segment().empty()
+                   ? testing::region_ref(id, n)
+                   : testing::shm_region_ref(id, n, r->segment(), r->segment_offset());
+    EXPECT_OK(server_->describe(*r, ref));
     return {r, ref};
   }
 
@@ -185,7 +189,7 @@ TEST_P(TransportConformance, RangeOutsideTheRegionIsOutOfRange) {
 TEST_P(TransportConformance, RegionThatIsGoneIsNotFound) {
   // Never staged: an id the server does not know, a segment that never was.
   const auto ghost =
-      testing::region_ref(424242, 4096, std::string(shm::kSegmentPrefix) + "0-0.0.424242");
+      testing::shm_region_ref(424242, 4096, std::string(shm::kSegmentPrefix) + "0-0.0.424242");
   std::vector<std::byte> buf(4096);
   EXPECT_ERROR(client_->read(ghost, 0, buf.data(), buf.size()).get(kWait), Errc::not_found, "");
   EXPECT_ERROR(client_->write(ghost, 0, buf.data(), buf.size()).get(kWait), Errc::not_found, "");
@@ -196,7 +200,7 @@ TEST_P(TransportConformance, TransferAfterAnErrorStillWorks) {
   std::vector<std::byte> src(1 << 20), dst(1 << 20);
   fill(src, 3);
   const auto ghost =
-      testing::region_ref(999999, 1 << 20, std::string(shm::kSegmentPrefix) + "0-0.0.999999");
+      testing::shm_region_ref(999999, 1 << 20, std::string(shm::kSegmentPrefix) + "0-0.0.999999");
   EXPECT_FALSE(client_->write(ghost, 0, src.data(), src.size()).get(kWait).ok());
   ASSERT_OK(client_->write(ref, 0, src.data(), src.size()).get(kWait));
   ASSERT_OK(client_->read(ref, 0, dst.data(), dst.size()).get(kWait));

@@ -217,13 +217,12 @@ struct VolumeState {
 
 using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
 
-// What a client is told of object `id` (transport servers add to it).
+// What a client is told of object `id`; its transport servers describe it
+// (describe()) with what their clients need to reach it.
 wire::RegionRef region_ref(std::uint64_t id, const transports::Region& region) {
   wire::RegionRef ref;
   ref.region_id = id;
   ref.nbytes = region.size();
-  ref.segment = region.segment();
-  ref.segment_offset = region.segment_offset();
   ref.device = region.device();
   return ref;
 }

@@ -6,24 +6,37 @@
 #include "meshstore/transports/completion.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/region.hpp"
+#include "meshstore/transports/region_description.hpp"
 
 namespace meshstore::transports::one_sided {
 
-Result<std::vector<Piece>> plan(const wire::RegionRef& ref, std::uint64_t offset, std::byte* local,
-                                std::size_t n, std::size_t chunk, const char* what) {
+std::string describe(std::uint64_t address, std::uint64_t key) {
+  return DescriptionWriter().u64(address).u64(key).take();
+}
+
+Result<std::vector<Piece>> plan(const wire::RegionRef& ref, std::string_view transport,
+                                std::uint64_t offset, std::byte* local, std::size_t n,
+                                std::size_t chunk, const char* what) {
   MESHSTORE_RETURN_IF_ERROR(check_range(ref.region_id, ref.nbytes, offset, n, what));
   std::vector<Piece> out;
   if (n == 0) return out;
-  if (ref.address == 0) {
+  DescriptionReader d(ref, transport, what);
+  if (!d.present()) {
     // The volume describes every region it hands out (stage, open_read).
     return Status(Errc::not_found,
                   std::string(what) + " of region " + std::to_string(ref.region_id) +
                       ": the volume never described it (gone, or never handed out)");
   }
+  auto address = d.u64();
+  if (!address.ok()) return address.status();
+  auto key = d.u64();
+  if (!key.ok()) return key.status();
+  MESHSTORE_RETURN_IF_ERROR(d.finish());
+  if (*address == 0) return d.malformed("gives address 0");
   if (chunk == 0) chunk = n;
   out.reserve((n + chunk - 1) / chunk);
   for (std::size_t at = 0; at < n; at += chunk) {
-    out.push_back(Piece{local + at, ref.address + offset + at, ref.rkey, std::min(chunk, n - at)});
+    out.push_back(Piece{local + at, *address + offset + at, *key, std::min(chunk, n - at)});
   }
   return out;
 }

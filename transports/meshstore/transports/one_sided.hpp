@@ -21,6 +21,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshstore/future.hpp"
@@ -38,13 +40,20 @@ struct Piece {
   std::size_t length = 0;
 };
 
-/// Cuts [offset, offset + n) of the described region `ref` into pieces of
-/// at most `chunk` bytes, paired with `local`. Errc::out_of_range when the
-/// range leaves the region; Errc::not_found when a non-empty range is asked
-/// of a region the volume never described (address 0). `what` names the
-/// transfer in errors.
-Result<std::vector<Piece>> plan(const wire::RegionRef& ref, std::uint64_t offset, std::byte* local,
-                                std::size_t n, std::size_t chunk, const char* what);
+/// How a one-sided transport's server describes a region (its entry in
+/// RegionRef::described): the region's address in the volume's process and
+/// the key of its registration (0 where none is needed, as for cma).
+std::string describe(std::uint64_t address, std::uint64_t key);
+
+/// Cuts [offset, offset + n) of the region `ref`, as `transport` described
+/// it, into pieces of at most `chunk` bytes, paired with `local`.
+/// Errc::out_of_range when the range leaves the region; Errc::not_found when
+/// a non-empty range is asked of a region the volume never described for
+/// `transport`; Errc::protocol_error for a malformed description. `what`
+/// names the transfer in errors.
+Result<std::vector<Piece>> plan(const wire::RegionRef& ref, std::string_view transport,
+                                std::uint64_t offset, std::byte* local, std::size_t n,
+                                std::size_t chunk, const char* what);
 
 /// Moves a batch of pieces (one system call or one posted batch); returns
 /// the first error.

@@ -90,7 +90,7 @@ class CmaServer final : public TransportServer {
   EndpointInfo endpoint() const override { return endpoint_; }
   Status describe(const Region& region, wire::RegionRef& ref) override {
     if (region.device() >= 0) return Status();  // GPU memory: cuda-ipc's to describe
-    ref.address = reinterpret_cast<std::uint64_t>(region.data());
+    ref.described["cma"] = one_sided::describe(reinterpret_cast<std::uint64_t>(region.data()), 0);
     return Status();
   }
   void shutdown() override {}
@@ -134,7 +134,7 @@ class CmaTransport final : public Transport {
   Future<void> transfer_host(bool write, const wire::RegionRef& ref, std::uint64_t offset,
                              std::byte* local, std::size_t n) {
     const char* what = write ? "cma write" : "cma read";
-    auto pieces = one_sided::plan(ref, offset, local, n, kChunk, what);
+    auto pieces = one_sided::plan(ref, "cma", offset, local, n, kChunk, what);
     if (!pieces.ok()) return make_error_future<void>(pieces.status());
     const Peer peer = peer_;
     const std::uint64_t region = ref.region_id;

@@ -10,6 +10,7 @@
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
+#include "meshstore/transports/region_description.hpp"
 #include "meshstore/transports/shm/shm_transport.hpp"
 
 namespace meshstore::transports::cuda_ipc {
@@ -51,8 +52,12 @@ class CudaIpcServer final : public TransportServer {
     if (!handle.ok()) {
       return handle.status().with_context("cuda-ipc: region " + std::to_string(region.id()));
     }
-    ref.ipc_handle = std::move(handle).value();
-    ref.address = reinterpret_cast<std::uint64_t>(region.data());
+    // The handle, for other processes; the address, for the volume's own
+    // (a process cannot open its own IPC handles).
+    ref.described["cuda-ipc"] = DescriptionWriter()
+                                    .bytes(*handle)
+                                    .u64(reinterpret_cast<std::uint64_t>(region.data()))
+                                    .take();
     ref.device = region.device();
     return Status();
   }
@@ -171,16 +176,22 @@ class CudaIpcTransport final : public Transport {
   // when it lives here (a process cannot open its own IPC handles), else
   // the opened handle.
   Result<std::shared_ptr<std::byte>> device_memory(const wire::RegionRef& ref) {
-    if (same_process_) {
-      if (ref.address == 0) return Status(Errc::protocol_error, "device region without address");
-      return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(ref.address),
-                                        [](std::byte*) {});
-    }
-    if (ref.ipc_handle.empty()) {
+    DescriptionReader d(ref, "cuda-ipc", "cuda-ipc device access");
+    if (!d.present()) {
       return Status(Errc::protocol_error, "device region " + std::to_string(ref.region_id) +
                                               " came without a CUDA IPC handle");
     }
-    return handles_.open(ref.ipc_handle, ref.device);
+    auto handle = d.bytes();
+    if (!handle.ok()) return handle.status();
+    auto address = d.u64();
+    if (!address.ok()) return address.status();
+    MESHSTORE_RETURN_IF_ERROR(d.finish());
+    if (same_process_) {
+      if (*address == 0) return d.malformed("gives address 0");
+      return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(*address), [](std::byte*) {});
+    }
+    if (handle->empty()) return d.malformed("has an empty CUDA IPC handle");
+    return handles_.open(*handle, ref.device);
   }
 
   std::unique_ptr<Transport> shm_;

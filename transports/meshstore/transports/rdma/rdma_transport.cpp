@@ -328,8 +328,8 @@ class RdmaServer final : public TransportServer {
     if (region.size() == 0) return Status();
     auto key = registrations_->key_for(region.data(), region.size());
     if (!key.ok()) return key.status();
-    ref.address = reinterpret_cast<std::uint64_t>(region.data());
-    ref.rkey = mr_of(*key)->rkey;
+    ref.described["rdma"] =
+        one_sided::describe(reinterpret_cast<std::uint64_t>(region.data()), mr_of(*key)->rkey);
     return Status();
   }
   void forget(const std::byte* data) override {
@@ -408,7 +408,7 @@ class RdmaTransport final : public Transport {
   Future<void> transfer(ibv_wr_opcode op, const wire::RegionRef& ref, std::uint64_t offset,
                         std::byte* local, std::size_t n) {
     const char* what = op == IBV_WR_RDMA_WRITE ? "rdma write" : "rdma read";
-    auto pieces = one_sided::plan(ref, offset, local, n, kChunk, what);
+    auto pieces = one_sided::plan(ref, "rdma", offset, local, n, kChunk, what);
     if (!pieces.ok()) return make_error_future<void>(pieces.status());
     if (pieces->empty()) return make_ready_future();
     // The caller's buffer: with on-demand paging registered once (cached

@@ -12,6 +12,7 @@
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
+#include "meshstore/transports/region_description.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 
 namespace meshstore::transports::shm {
@@ -56,11 +57,39 @@ class ShmServer final : public TransportServer {
     return e;
   }
   std::shared_ptr<RegionAllocator> allocator() const override { return allocator_; }
+  Status describe(const Region& region, wire::RegionRef& ref) override {
+    if (region.device() >= 0 || region.segment().empty()) return Status();
+    ref.described["shm"] = shm::describe(region.segment(), region.segment_offset());
+    return Status();
+  }
   void shutdown() override {}
 
  private:
   std::shared_ptr<ShmAllocator> allocator_;
 };
+
+// Where a region lives, as the shm server described it.
+struct Placement {
+  std::string segment;
+  std::uint64_t offset = 0;
+};
+
+Result<Placement> placement(const wire::RegionRef& ref, const std::string& where) {
+  DescriptionReader d(ref, "shm", where);
+  if (!d.present()) {
+    return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
+  }
+  Placement p;
+  auto segment = d.bytes();
+  if (!segment.ok()) return segment.status();
+  auto offset = d.u64();
+  if (!offset.ok()) return offset.status();
+  MESHSTORE_RETURN_IF_ERROR(d.finish());
+  if (segment->empty()) return d.malformed("names no segment");
+  p.segment = std::move(segment).value();
+  p.offset = *offset;
+  return p;
+}
 
 // One segment as a client maps it. GPU copies to and from it (the caller's
 // tensor in device memory) go through the mapping in one copy; from the
@@ -201,17 +230,17 @@ class ShmTransport final : public Transport {
   Result<std::shared_ptr<std::byte>> map_read_only(const wire::RegionRef& ref) override {
     const std::string where = "shm view of region " + std::to_string(ref.region_id);
     if (ref.device >= 0) return device_region_error(ref.region_id, ref.device, "shm view");
-    if (ref.segment.empty()) {
-      return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
-    }
+    auto placed = placement(ref, where);
+    if (!placed.ok()) return placed.status();
     // Its own read-only mapping, apart from the cache: writes through it fault.
-    auto seg = Segment::open(ref.segment, true);
+    auto seg = Segment::open(placed->segment, true);
     if (!seg.ok()) return seg.status().with_context(where);
     std::shared_ptr<Segment> owned(std::move(seg).value());
-    if (ref.segment_offset > owned->size() || ref.nbytes > owned->size() - ref.segment_offset) {
-      return Status(Errc::protocol_error, where + ": segment '" + ref.segment + "' is too small");
+    if (placed->offset > owned->size() || ref.nbytes > owned->size() - placed->offset) {
+      return Status(Errc::protocol_error,
+                    where + ": segment '" + placed->segment + "' is too small");
     }
-    std::byte* p = owned->data() + ref.segment_offset;
+    std::byte* p = owned->data() + placed->offset;
     return std::shared_ptr<std::byte>(p, [owned](std::byte*) mutable { owned.reset(); });
   }
 
@@ -232,17 +261,16 @@ class ShmTransport final : public Transport {
     MESHSTORE_RETURN_IF_ERROR(check_range(ref.region_id, ref.nbytes, offset, n, op));
     if (ref.device >= 0) return device_region_error(ref.region_id, ref.device, op);
     const std::string where = std::string(op) + " of region " + std::to_string(ref.region_id);
-    if (ref.segment.empty()) {
-      return Status(Errc::protocol_error, where + ": the volume did not place it in shared memory");
-    }
-    auto seg = cache_.get(ref.segment);
+    auto placed = placement(ref, where);
+    if (!placed.ok()) return placed.status();
+    auto seg = cache_.get(placed->segment);
     if (!seg.ok()) return seg.status().with_context(where);
     const Segment& s = (*seg)->segment();
-    if (ref.segment_offset > s.size() || ref.nbytes > s.size() - ref.segment_offset) {
-      return Status(Errc::protocol_error, where + ": segment '" + ref.segment + "' holds " +
+    if (placed->offset > s.size() || ref.nbytes > s.size() - placed->offset) {
+      return Status(Errc::protocol_error, where + ": segment '" + placed->segment + "' holds " +
                                               std::to_string(s.size()) + " bytes, too few");
     }
-    std::byte* p = s.data() + ref.segment_offset + offset;
+    std::byte* p = s.data() + placed->offset + offset;
     return std::make_pair(std::move(seg).value(), p);
   }
   // Keeps the mapping alive until the copy is done.
@@ -311,6 +339,10 @@ TransportFactory shm_factory() {
     return Status();
   };
   return f;
+}
+
+std::string describe(std::string_view segment, std::uint64_t offset) {
+  return DescriptionWriter().bytes(segment).u64(offset).take();
 }
 
 }  // namespace meshstore::transports::shm

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "meshstore/status.hpp"
@@ -16,21 +17,16 @@ namespace meshstore::wire {
 struct RegionRef {
   std::uint64_t region_id = 0;
   std::uint64_t nbytes = 0;
-  /// The shared-memory segment holding the region ("" = process memory):
-  /// same-host clients map it (the shm transport).
-  std::string segment;
-  /// Where the region starts inside `segment`.
-  std::uint64_t segment_offset = 0;
-  /// One-sided transports (cma, rdma): the region's address in the
-  /// volume's process, set by TransportServer::describe (0 = not described).
-  std::uint64_t address = 0;
-  /// rdma: the remote key of the region's memory registration.
-  std::uint64_t rkey = 0;
-  /// cuda-ipc: the CUDA IPC handle of the region's device memory.
-  std::string ipc_handle;
   /// The GPU of the volume holding the region's memory; -1 for host memory
   /// (only cuda-ipc reaches device regions).
   int device = -1;
+  /// What each of the volume's transport servers said of the region
+  /// (TransportServer::describe), by transport name: bytes that only that
+  /// transport's client reads (shm: the segment holding it; cma and rdma:
+  /// its address, and rdma's registration key; cuda-ipc: its IPC handle).
+  /// A new transport adds an entry here, never a field
+  /// (transports/region_description.hpp).
+  std::map<std::string, std::string> described;
 };
 
 /// Encodes a RegionRef as its Protobuf bytes.
