@@ -101,10 +101,106 @@ void add_mesh_types(caf::actor_system_config& cfg) {
 
 }  // namespace
 
+// A job for a mesh's caller actor (local only: it carries a closure).
+struct MeshJob {
+  std::shared_ptr<internal::MeshCaller::Job> job;
+};
+
+}  // namespace meshstore
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::MeshJob)
+
+namespace meshstore {
+namespace {
+
+// The caller's requests still waiting, by watch id, with their targets.
+struct CallerState {
+  static inline const char* name = "meshstore.mesh_caller";
+  std::uint64_t next = 1;
+  std::map<std::uint64_t, std::pair<caf::actor_addr, std::function<void(const Status&)>>> waiting;
+  std::set<caf::actor_addr> monitored;
+};
+using caller_pointer = caf::stateful_actor<CallerState>*;
+
+caf::behavior caller_impl(caller_pointer self) {
+  self->set_down_handler([=](caf::down_msg& m) {
+    auto& st = self->state;
+    st.monitored.erase(m.source);
+    const Status why(Errc::unavailable, "went down (" + caf::to_string(m.reason) + ")");
+    std::vector<std::function<void(const Status&)>> fire;
+    for (auto it = st.waiting.begin(); it != st.waiting.end();) {
+      if (it->second.first == m.source) {
+        fire.push_back(std::move(it->second.second));
+        it = st.waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& f : fire) f(why);
+  });
+  return {
+      [=](MeshJob& j) { (*j.job)(self); },
+  };
+}
+
+}  // namespace
+
 namespace internal {
+
 Status mesh_rank_error(int rank, const caf::error& e) {
   return from_caf_error(e, "rank " + std::to_string(rank));
 }
+
+MeshCaller::MeshCaller(caf::actor_system& sys) {
+  ForeignThreadGuard guard;  // the mesh may be made on any thread
+  caller_ = sys.spawn(caller_impl);
+}
+
+MeshCaller::~MeshCaller() { close(); }
+
+std::size_t MeshCaller::add_mesh(std::vector<caf::actor> members) {
+  std::lock_guard<std::mutex> lock(mu_);
+  meshes_.push_back(std::move(members));
+  return meshes_.size() - 1;
+}
+
+caf::actor MeshCaller::member(std::size_t id, int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id >= meshes_.size() || rank < 0 || static_cast<std::size_t>(rank) >= meshes_[id].size()) {
+    return caf::actor();
+  }
+  return meshes_[id][static_cast<std::size_t>(rank)];
+}
+
+Status MeshCaller::post(Job job, const std::string& what) const {
+  // Under the lock: close() cannot stop the system between the check and
+  // the send.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!caller_) return Status(Errc::shutdown, "mesh: " + what + ": the mesh is closed");
+  caf::anon_send(caller_, MeshJob{std::make_shared<Job>(std::move(job))});
+  return Status();
+}
+
+void MeshCaller::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (caller_) caf::anon_send_exit(caller_, caf::exit_reason::user_shutdown);
+  caller_ = nullptr;
+  meshes_.clear();
+}
+
+void MeshCaller::watch(caf::event_based_actor* self, const caf::actor_addr& target,
+                       std::function<void(const Status&)> on_down, std::uint64_t& id) {
+  auto* caller = static_cast<caller_pointer>(self);  // jobs run on the caller only
+  auto& st = caller->state;
+  id = st.next++;
+  st.waiting.emplace(id, std::make_pair(target, std::move(on_down)));
+  if (st.monitored.insert(target).second) caller->monitor(target);
+}
+
+void MeshCaller::settled(caf::event_based_actor* self, std::uint64_t id) {
+  static_cast<caller_pointer>(self)->state.waiting.erase(id);
+}
+
 }  // namespace internal
 
 struct Mesh::Impl {
@@ -117,6 +213,7 @@ struct Mesh::Impl {
   registry_actor registry;
   std::vector<caf::actor> owned;
   std::set<std::string> names;
+  std::shared_ptr<internal::MeshCaller> caller;  // shared with the ActorMeshes
 
   static Result<std::unique_ptr<Impl>> start(const MeshOptions& options, bool network);
   ~Impl() { close(); }
@@ -124,6 +221,10 @@ struct Mesh::Impl {
     std::unique_ptr<internal::ActorRuntime> doomed;
     {
       std::lock_guard<std::mutex> lock(mu);
+      // First: ActorMeshes that outlive the mesh answer shutdown from now on
+      // and hold no handle into the system that goes next.
+      if (caller) caller->close();
+      caller = nullptr;
       for (auto& a : owned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       owned.clear();
       registry = nullptr;
@@ -147,6 +248,7 @@ Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options
   auto impl = std::make_unique<Mesh::Impl>();
   impl->options = options;
   impl->runtime = std::move(rt).value();
+  impl->caller = std::make_shared<internal::MeshCaller>(impl->runtime->system());
   return impl;
 }
 
@@ -208,6 +310,12 @@ caf::actor_system& Mesh::system() { return impl_->runtime->system(); }
 bool Mesh::is_local() const noexcept { return impl_ && impl_->local; }
 std::chrono::milliseconds Mesh::timeout() const noexcept {
   return impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(30000);
+}
+
+std::shared_ptr<internal::MeshCaller> Mesh::caller() const {
+  if (!impl_) return nullptr;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->caller;
 }
 
 void Mesh::close() {

@@ -12,7 +12,9 @@
 
 #include <caf/all.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,23 +39,76 @@ struct MeshOptions {
   int scheduler_threads = 0;
 };
 
-/// The actors of one spawn() across all ranks, by rank. Copyable; a handle
-/// to remote actors, so keep it no longer than the Mesh it came from.
-/// Thread-safe for concurrent use.
+namespace internal {
+
+/// What a Mesh shares with its ActorMeshes: the members of every mesh it
+/// spawned, and one long-lived caller actor that sends every request and
+/// monitors the members it asked (so a rank that dies fails its calls at
+/// once). Mesh::close() closes it: the caller stops, the member handles are
+/// dropped, and every call after that answers Errc::shutdown, so an
+/// ActorMesh may outlive its Mesh without touching a stopped actor system.
+/// Thread-safe.
+class MeshCaller {
+ public:
+  /// Work for the caller actor, run on it with the caller as `self`.
+  using Job = std::function<void(caf::event_based_actor* self)>;
+
+  explicit MeshCaller(caf::actor_system& sys);
+  ~MeshCaller();
+  MeshCaller(const MeshCaller&) = delete;
+  MeshCaller& operator=(const MeshCaller&) = delete;
+
+  /// Remembers a spawned mesh's members; answers its id.
+  std::size_t add_mesh(std::vector<caf::actor> members);
+  /// Member `rank` of mesh `id`; an empty handle once closed.
+  caf::actor member(std::size_t id, int rank) const;
+  /// Runs `job` on the caller actor; Errc::shutdown once closed.
+  Status post(Job job, const std::string& what) const;
+  /// Stops the caller and drops every handle. Idempotent.
+  void close();
+
+  /// Inside a job: monitors `target` (once per target) until settled(id);
+  /// if it goes down first, `on_down` gets an unavailable Status ("went
+  /// down (reason)"). Sets `id`.
+  static void watch(caf::event_based_actor* self, const caf::actor_addr& target,
+                    std::function<void(const Status&)> on_down, std::uint64_t& id);
+  /// Inside a job: the request of watch `id` has its reply or error.
+  static void settled(caf::event_based_actor* self, std::uint64_t id);
+
+ private:
+  mutable std::mutex mu_;  // guards caller_, meshes_
+  caf::actor caller_;
+  std::vector<std::vector<caf::actor>> meshes_;
+};
+
+/// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
+Status mesh_rank_error(int rank, const caf::error& e);
+
+}  // namespace internal
+
+/// The actors of one spawn() across all ranks, by rank. Copyable and
+/// cheap; it may outlive the Mesh it came from: after Mesh::close() every
+/// call answers Errc::shutdown. Thread-safe for concurrent use.
 template <class Handle>
 class ActorMesh {
  public:
   ActorMesh() = default;
-  ActorMesh(caf::actor_system* sys, std::vector<Handle> actors, std::chrono::milliseconds timeout)
-      : sys_(sys), actors_(std::move(actors)), timeout_(timeout) {}
+  ActorMesh(std::shared_ptr<internal::MeshCaller> caller, std::size_t id, int size,
+            std::chrono::milliseconds timeout)
+      : caller_(std::move(caller)), id_(id), size_(size), timeout_(timeout) {}
 
   /// Number of ranks.
-  int size() const noexcept { return static_cast<int>(actors_.size()); }
-  /// The actor of `rank` (0 <= rank < size()).
-  const Handle& at(int rank) const { return actors_.at(static_cast<std::size_t>(rank)); }
+  int size() const noexcept { return size_; }
+  /// The actor of `rank` (0 <= rank < size()); an empty handle when `rank`
+  /// is out of range or the mesh is closed.
+  Handle at(int rank) const {
+    if (!caller_ || rank < 0 || rank >= size_) return Handle();
+    return caf::actor_cast<Handle>(caller_->member(id_, rank));
+  }
 
   /// Sends (xs...) to the actor of `rank`; its reply (of type R) or error,
-  /// with the rank named, arrives in the future.
+  /// with the rank named, arrives in the future. The mesh's one caller
+  /// actor sends it (no actor per request).
   template <class R, class... Ts>
   Future<R> ask(int rank, Ts... xs) const {
     if (rank < 0 || rank >= size()) {
@@ -61,29 +116,47 @@ class ActorMesh {
           Errc::out_of_range,
           "mesh: rank " + std::to_string(rank) + " outside [0, " + std::to_string(size()) + ")"));
     }
+    if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
     auto p = std::make_shared<Promise<R>>();
     auto fut = p->future();
-    auto target = at(rank);
+    auto caller = caller_;
+    const std::size_t id = id_;
     const auto timeout = timeout_;
-    ForeignThreadGuard guard;  // ask() may be called from any thread
-    sys_->spawn([=](caf::event_based_actor* self) {
-      self->monitor(target);
-      self->set_down_handler([=](caf::down_msg& m) {
-        p->set_error(Status(Errc::unavailable, "rank " + std::to_string(rank) + " went down (" +
-                                                   caf::to_string(m.reason) + ")"));
-        self->quit();
-      });
+    auto job = [=](caf::event_based_actor* self) {
+      auto target = caf::actor_cast<Handle>(caller->member(id, rank));
+      if (!target) {
+        p->set_error(Status(Errc::shutdown, "rank " + std::to_string(rank) + ": mesh closed"));
+        return;
+      }
+      auto done = std::make_shared<bool>(false);
+      auto watch_id = std::make_shared<std::uint64_t>(0);
+      internal::MeshCaller::watch(
+          self, target.address(),
+          [=](const Status& down) {
+            if (*done) return;
+            *done = true;
+            p->set_error(
+                Status(down.code(), "rank " + std::to_string(rank) + " " + down.message()));
+          },
+          *watch_id);
       self->request(target, timeout, xs...)
           .then(
               [=](R r) {
+                internal::MeshCaller::settled(self, *watch_id);
+                if (*done) return;
+                *done = true;
                 p->set_value(std::move(r));
-                self->quit();
               },
               [=](caf::error& e) {
-                p->set_error(mesh_error(rank, e));
-                self->quit();
+                internal::MeshCaller::settled(self, *watch_id);
+                if (*done) return;
+                *done = true;
+                p->set_error(internal::mesh_rank_error(rank, e));
               });
-    });
+    };
+    if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
+      return make_error_future<R>(s);
+    }
     return fut;
   }
 
@@ -97,9 +170,9 @@ class ActorMesh {
   }
 
  private:
-  static Status mesh_error(int rank, const caf::error& e);
-  caf::actor_system* sys_ = nullptr;
-  std::vector<Handle> actors_;
+  std::shared_ptr<internal::MeshCaller> caller_;
+  std::size_t id_ = 0;
+  int size_ = 0;
   std::chrono::milliseconds timeout_{30000};
 };
 
@@ -147,9 +220,11 @@ class Mesh {
     }
     auto all = join(name, std::move(mine));
     if (!all.ok()) return all.status();
-    std::vector<Handle> typed;
-    for (auto& a : *all) typed.push_back(caf::actor_cast<Handle>(a));
-    return ActorMesh<Handle>(&system(), std::move(typed), timeout());
+    const int n = static_cast<int>(all->size());
+    auto c = caller();
+    if (!c) return Status(Errc::shutdown, "Mesh::spawn '" + name + "': the mesh is closed");
+    const std::size_t id = c->add_mesh(std::move(all).value());
+    return ActorMesh<Handle>(std::move(c), id, n, timeout());
   }
 
   /// Stops this rank's actors and actor system. Idempotent.
@@ -163,19 +238,11 @@ class Mesh {
   // empty or already used name; else records the name.
   Status reserve(const std::string& name);
   std::chrono::milliseconds timeout() const noexcept;
+  // The caller shared with this mesh's ActorMeshes; null once closed.
+  std::shared_ptr<internal::MeshCaller> caller() const;
   // Registers this rank's actors of mesh `name`; answers every rank's.
   Result<std::vector<caf::actor>> join(const std::string& name, std::vector<caf::actor> mine);
   std::unique_ptr<Impl> impl_;
 };
-
-namespace internal {
-/// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
-Status mesh_rank_error(int rank, const caf::error& e);
-}  // namespace internal
-
-template <class Handle>
-Status ActorMesh<Handle>::mesh_error(int rank, const caf::error& e) {
-  return internal::mesh_rank_error(rank, e);
-}
 
 }  // namespace meshstore

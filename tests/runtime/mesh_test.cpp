@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "meshstore/internal/caf_glue.hpp"
 #include "testing/test_util.hpp"
@@ -95,6 +96,44 @@ TEST(Mesh, DeadRankIsReportedNotAwaited) {
   // Locally CAF answers at once (receiver down); a remote rank is caught by
   // the monitor ("rank 1 went down"). Either way: unavailable, rank named.
   EXPECT_ERROR(adders.ask<int>(1, add_atom::value, 1).get(10s), Errc::unavailable, "rank 1");
+}
+
+TEST(Mesh, AnActorMeshUsedAfterCloseAnswersShutdown) {
+  // An ActorMesh may outlive its Mesh (a copy kept by a service): after
+  // close() its calls answer shutdown, its handles are empty, and holding
+  // it does not keep the closed mesh's actor system from stopping.
+  auto mesh = Mesh::local(3).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
+  auto copy = adders;
+  EXPECT_EQ(*copy.ask<int>(2, add_atom::value, 1).get(kWait), 3);
+  mesh.close();
+  EXPECT_ERROR(copy.ask<int>(1, add_atom::value, 1).get(kWait), Errc::shutdown, "closed");
+  EXPECT_ERROR(adders.broadcast<int>(add_atom::value, 1).get(kWait), Errc::shutdown, "closed");
+  EXPECT_FALSE(adders.at(0));
+  EXPECT_EQ(adders.size(), 3);
+  ActorMesh<adder_actor> empty;
+  EXPECT_ERROR(empty.ask<int>(0, add_atom::value, 1).get(kWait), Errc::out_of_range, "outside");
+}
+
+TEST(Mesh, ManyCallsInFlightFromManyThreads) {
+  // Every call goes through the mesh's one caller actor: many at once, from
+  // several threads, each gets its own answer.
+  auto mesh = Mesh::local(4).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<Future<int>> replies;
+      for (int i = 0; i < 200; ++i) replies.push_back(adders.ask<int>(i % 4, add_atom::value, i));
+      for (int i = 0; i < 200; ++i) {
+        auto r = replies[static_cast<std::size_t>(i)].get(kWait);
+        if (!r.ok() || *r != i + i % 4) ++wrong[static_cast<std::size_t>(t)];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, (std::vector<int>{0, 0, 0, 0}));
 }
 
 TEST(Mesh, NamesAreUniqueAndChecked) {
