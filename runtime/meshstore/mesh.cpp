@@ -20,28 +20,43 @@ using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
 // Rank 0's registry: collects each mesh's actors by rank and answers every
 // joiner once all ranks are in (or, after the timeout, an error naming the
 // ranks still missing).
-using registry_actor =
-    caf::typed_actor<caf::replies_to<mesh_join_atom, std::string, std::int32_t,
-                                     std::vector<caf::actor>>::with<std::vector<caf::actor>>,
-                     caf::reacts_to<mesh_expire_atom, std::string>>;
+using registry_actor = caf::typed_actor<
+    caf::replies_to<mesh_join_atom, std::string, std::int32_t, std::vector<caf::actor>,
+                    std::vector<std::string>>::with<std::vector<caf::actor>>,
+    caf::reacts_to<mesh_expire_atom, std::string>>;
 
 struct Pending {
   std::vector<caf::actor> slots;
   std::vector<caf::typed_response_promise<std::vector<caf::actor>>> waiting;
+  // The actor interface the first joiner declared, and its rank.
+  std::vector<std::string> interface;
+  std::int32_t interface_rank = -1;
 };
+
+std::string interface_text(const std::vector<std::string>& sigs) {
+  if (sigs.empty()) return "(untyped)";
+  std::string out;
+  for (const auto& s : sigs) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
 
 struct RegistryState {
   static inline const char* name = "meshstore.mesh_registry";
   std::map<std::string, Pending> pending;
   std::map<std::string, std::vector<caf::actor>> complete;
+  // Meshes whose ranks disagreed on the actor interface: every rank of
+  // them, earlier or later, gets this error.
+  std::map<std::string, caf::error> failed;
 };
 
 registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,
                                             int world, std::chrono::milliseconds timeout) {
   return {
       [=](mesh_join_atom, const std::string& name, std::int32_t first,
-          const std::vector<caf::actor>& actors) -> caf::result<std::vector<caf::actor>> {
+          const std::vector<caf::actor>& actors,
+          const std::vector<std::string>& interface) -> caf::result<std::vector<caf::actor>> {
         auto& st = self->state;
+        if (auto f = st.failed.find(name); f != st.failed.end()) return f->second;
         if (st.complete.count(name) != 0) {
           return internal::to_caf_error(
               Status(Errc::invalid_argument, "mesh '" + name + "' is already complete"));
@@ -51,6 +66,21 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
         if (fresh) {
           p.slots.resize(static_cast<std::size_t>(world));
           self->delayed_send(self, timeout, mesh_expire_atom::value, name);
+        }
+        if (p.interface_rank < 0) {
+          p.interface = interface;
+          p.interface_rank = first;
+        } else if (p.interface != interface) {
+          auto err = internal::to_caf_error(Status(
+              Errc::invalid_argument, "mesh '" + name + "': rank " + std::to_string(first) +
+                                          " spawned it with another actor interface than rank " +
+                                          std::to_string(p.interface_rank) + " (" +
+                                          interface_text(interface) + " vs " +
+                                          interface_text(p.interface) + ")"));
+          for (auto& w : p.waiting) w.deliver(err);
+          st.pending.erase(it);
+          st.failed.emplace(name, err);
+          return err;
         }
         // Check every slot first: a rejected join leaves nothing behind.
         for (std::size_t i = 0; i < actors.size(); ++i) {
@@ -242,7 +272,10 @@ Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options
   internal::RuntimeOptions ro;
   ro.scheduler_threads = options.scheduler_threads;
   ro.with_middleman = network;
-  ro.add_types = add_mesh_types;
+  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
+    add_mesh_types(cfg);
+    if (user) user(cfg);
+  };
   auto rt = internal::ActorRuntime::create(ro);
   if (!rt.ok()) return rt.status();
   auto impl = std::make_unique<Mesh::Impl>();
@@ -335,7 +368,8 @@ Status Mesh::reserve(const std::string& name) {
   return Status();
 }
 
-Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<caf::actor> mine) {
+Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<caf::actor> mine,
+                                           std::vector<std::string> interface) {
   registry_actor registry;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -350,7 +384,8 @@ Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<
   // the missing ranks) arrives first.
   const auto wait = impl_->options.request_timeout + std::chrono::seconds(5);
   self->request(registry, wait, mesh_join_atom::value, name,
-                static_cast<std::int32_t>(is_local() ? 0 : rank()), std::move(mine))
+                static_cast<std::int32_t>(is_local() ? 0 : rank()), std::move(mine),
+                std::move(interface))
       .receive(
           [&](std::vector<caf::actor>& all) { out = std::move(all); },
           [&](caf::error& e) { out = internal::from_caf_error(e, "Mesh::spawn '" + name + "'"); });

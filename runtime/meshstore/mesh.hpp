@@ -16,6 +16,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "meshstore/foreign_thread.hpp"
@@ -37,6 +39,12 @@ struct MeshOptions {
   std::chrono::milliseconds connect_timeout{30000};
   /// Actor scheduler threads; 0 = max(2, hardware threads), at most 8.
   int scheduler_threads = 0;
+  /// Registers your own message types, so they cross processes:
+  /// `[](caf::actor_system_config& cfg) { cfg.add_message_type<Point>("my::Point"); }`
+  /// (each with an `inspect` overload). Every rank must register the same
+  /// types under the same names. A type not registered travels within a
+  /// process only; sent to another rank, the call fails.
+  std::function<void(caf::actor_system_config&)> add_types;
 };
 
 namespace internal {
@@ -203,10 +211,14 @@ class Mesh {
   /// Collective: spawns `fun(self, rank, xs...)` as this rank's member of mesh
   /// `name` (every rank of a local mesh, here), registers it, and waits
   /// until every rank has done the same. Errc::invalid_argument if `name`
-  /// is empty or already used here; Errc::timeout naming the ranks still
-  /// missing after the request timeout.
+  /// is empty or already used here, or if ranks spawned `name` with
+  /// different actor interfaces (naming both); Errc::timeout naming the
+  /// ranks still missing after the request timeout.
   template <class Handle, class F, class... Ts>
   Result<ActorMesh<Handle>> spawn(const std::string& name, F fun, Ts&&... xs) {
+    using Spawned = decltype(std::declval<caf::actor_system&>().spawn(fun, 0, xs...));
+    static_assert(std::is_same<Spawned, Handle>::value || std::is_same<Handle, caf::actor>::value,
+                  "Mesh::spawn<Handle>: `fun` makes an actor of another type than Handle");
     // Checked before any actor exists: an open mesh, a fresh name.
     if (auto s = reserve(name); !s.ok()) return s;
     std::vector<caf::actor> mine;
@@ -218,7 +230,10 @@ class Mesh {
         mine.push_back(caf::actor_cast<caf::actor>(system().spawn(fun, member_rank, xs...)));
       }
     }
-    auto all = join(name, std::move(mine));
+    // Every rank's members must have this interface: a rank that spawned
+    // `name` with another Handle is refused, not cast.
+    const auto sigs = system().message_types<Handle>();
+    auto all = join(name, std::move(mine), std::vector<std::string>(sigs.begin(), sigs.end()));
     if (!all.ok()) return all.status();
     const int n = static_cast<int>(all->size());
     auto c = caller();
@@ -241,7 +256,8 @@ class Mesh {
   // The caller shared with this mesh's ActorMeshes; null once closed.
   std::shared_ptr<internal::MeshCaller> caller() const;
   // Registers this rank's actors of mesh `name`; answers every rank's.
-  Result<std::vector<caf::actor>> join(const std::string& name, std::vector<caf::actor> mine);
+  Result<std::vector<caf::actor>> join(const std::string& name, std::vector<caf::actor> mine,
+                                       std::vector<std::string> interface);
   std::unique_ptr<Impl> impl_;
 };
 

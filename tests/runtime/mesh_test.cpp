@@ -1,6 +1,12 @@
 #include "meshstore/mesh.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,6 +36,71 @@ adder_actor::behavior_type adder(adder_actor::pointer self, int rank, int bad_ra
       },
       [=](die_atom) { self->quit(); },
   };
+}
+
+// A user's own message type, registered through MeshOptions::add_types.
+struct Point {
+  std::int32_t x = 0;
+  std::int32_t y = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Point& p) {
+  return f(caf::meta::type_name("meshstore::test::Point"), p.x, p.y);
+}
+
+}  // namespace
+}  // namespace meshstore
+
+namespace meshstore {
+namespace {
+
+using mirror_atom = caf::atom_constant<caf::atom("mirror")>;
+using mirror_actor = caf::typed_actor<caf::replies_to<mirror_atom, Point>::with<Point>>;
+
+// Answers the point mirrored, shifted by its rank.
+mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
+  return {[=](mirror_atom, Point p) { return Point{-p.x + rank, -p.y}; }};
+}
+
+// A port nothing listens on now (the kernel's pick for port 0).
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  std::uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// Rank `rank` of a two-rank job whose registry is on 127.0.0.1:`port`, as
+// a launcher would describe it; rank 0 must come first (it publishes).
+Result<Mesh> join_as(int rank, std::uint16_t port, MeshOptions o) {
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  ::setenv("MESHSTORE_MESH_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  ::setenv("RANK", std::to_string(rank).c_str(), 1);
+  ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  return Mesh::from_env(o);
+}
+
+// Runs both ranks' collective spawn at once (each waits for the other).
+template <class H0, class H1, class F0, class F1>
+std::pair<Result<ActorMesh<H0>>, Result<ActorMesh<H1>>> spawn_both(Mesh& r0, Mesh& r1,
+                                                                   const std::string& name, F0 f0,
+                                                                   F1 f1) {
+  Result<ActorMesh<H1>> second = Status(Errc::internal, "not run");
+  std::thread t([&] { second = r1.spawn<H1>(name, f1); });
+  auto first = r0.spawn<H0>(name, f0);
+  t.join();
+  return {std::move(first), std::move(second)};
 }
 
 TEST(Mesh, LocalMeshSpawnsOneActorPerRank) {
@@ -134,6 +205,69 @@ TEST(Mesh, ManyCallsInFlightFromManyThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong, (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
+  // Two ranks with their own actor systems, joined over loopback: a Point
+  // sent from rank 1 to rank 0's member is serialized by CAF.
+  MeshOptions o;
+  o.request_timeout = 20s;
+  o.add_types = [](caf::actor_system_config& cfg) {
+    cfg.add_message_type<Point>("meshstore::test::Point");
+  };
+  const auto port = free_port();
+  auto r0 = join_as(0, port, o);
+  ASSERT_OK(r0);
+  auto r1 = join_as(1, port, o);
+  ASSERT_OK(r1);
+  auto [m0, m1] = spawn_both<mirror_actor, mirror_actor>(*r0, *r1, "mirrors", mirror, mirror);
+  ASSERT_OK(m0);
+  ASSERT_OK(m1);
+  auto p = m1->ask<Point>(0, mirror_atom::value, Point{3, 4}).get(kWait);
+  ASSERT_OK(p);
+  EXPECT_EQ(p->x, -3);
+  EXPECT_EQ(p->y, -4);
+  auto all = m1->broadcast<Point>(mirror_atom::value, Point{1, 1}).get(kWait);
+  ASSERT_OK(all);
+  EXPECT_EQ((*all)[1].x, 0);  // rank 1's own member: -1 + 1
+}
+
+TEST(Mesh, AnUnregisteredUserTypeFailsAcrossProcessesWithAnError) {
+  // Without add_types the Point cannot be serialized: the call fails, naming
+  // the rank, instead of hanging (within a process it would still work).
+  MeshOptions o;
+  o.request_timeout = 20s;
+  const auto port = free_port();
+  auto r0 = join_as(0, port, o);
+  ASSERT_OK(r0);
+  auto r1 = join_as(1, port, o);
+  ASSERT_OK(r1);
+  auto [m0, m1] = spawn_both<mirror_actor, mirror_actor>(*r0, *r1, "mirrors", mirror, mirror);
+  ASSERT_OK(m1);
+  auto p = m1->ask<Point>(0, mirror_atom::value, Point{3, 4}).get(kWait);
+  EXPECT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("rank 0"), std::string::npos) << p.status().to_string();
+  EXPECT_OK(m1->ask<Point>(1, mirror_atom::value, Point{3, 4}).get(kWait));  // its own member
+}
+
+TEST(Mesh, RanksThatSpawnAMeshWithDifferentInterfacesAreRefused) {
+  MeshOptions o;
+  o.request_timeout = 20s;
+  o.add_types = [](caf::actor_system_config& cfg) {
+    cfg.add_message_type<Point>("meshstore::test::Point");
+  };
+  const auto port = free_port();
+  auto r0 = join_as(0, port, o);
+  ASSERT_OK(r0);
+  auto r1 = join_as(1, port, o);
+  ASSERT_OK(r1);
+  auto [m0, m1] = spawn_both<adder_actor, mirror_actor>(
+      *r0, *r1, "confused",
+      [](adder_actor::pointer self, int rank) { return adder(self, rank, -1); }, mirror);
+  // Whichever joined second is refused at once; the first is told too,
+  // instead of waiting for the timeout.
+  EXPECT_ERROR(m0, Errc::invalid_argument, "spawned it with another actor interface than rank");
+  EXPECT_ERROR(m1, Errc::invalid_argument, "spawned it with another actor interface than rank");
 }
 
 TEST(Mesh, NamesAreUniqueAndChecked) {
