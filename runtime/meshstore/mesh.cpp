@@ -218,6 +218,27 @@ void MeshCaller::close() {
   meshes_.clear();
 }
 
+int MeshCaller::acquire_least_busy(std::size_t id, const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (busy_.size() <= id) busy_.resize(id + 1);
+  auto& busy = busy_[id];
+  int best = ranks.front();
+  for (int r : ranks) {
+    if (busy.size() <= static_cast<std::size_t>(r)) busy.resize(static_cast<std::size_t>(r) + 1, 0);
+    if (busy[static_cast<std::size_t>(r)] < busy[static_cast<std::size_t>(best)]) best = r;
+  }
+  ++busy[static_cast<std::size_t>(best)];
+  return best;
+}
+
+void MeshCaller::release(std::size_t id, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < busy_.size() && static_cast<std::size_t>(rank) < busy_[id].size() &&
+      busy_[id][static_cast<std::size_t>(rank)] > 0) {
+    --busy_[id][static_cast<std::size_t>(rank)];
+  }
+}
+
 void MeshCaller::watch(caf::event_based_actor* self, const caf::actor_addr& target,
                        std::function<void(const Status&)> on_down, std::uint64_t& id) {
   auto* caller = static_cast<caller_pointer>(self);  // jobs run on the caller only

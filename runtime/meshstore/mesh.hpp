@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshstore/actor_mesh.hpp"
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/launch_env.hpp"
@@ -45,143 +46,6 @@ struct MeshOptions {
   /// types under the same names. A type not registered travels within a
   /// process only; sent to another rank, the call fails.
   std::function<void(caf::actor_system_config&)> add_types;
-};
-
-namespace internal {
-
-/// What a Mesh shares with its ActorMeshes: the members of every mesh it
-/// spawned, and one long-lived caller actor that sends every request and
-/// monitors the members it asked (so a rank that dies fails its calls at
-/// once). Mesh::close() closes it: the caller stops, the member handles are
-/// dropped, and every call after that answers Errc::shutdown, so an
-/// ActorMesh may outlive its Mesh without touching a stopped actor system.
-/// Thread-safe.
-class MeshCaller {
- public:
-  /// Work for the caller actor, run on it with the caller as `self`.
-  using Job = std::function<void(caf::event_based_actor* self)>;
-
-  explicit MeshCaller(caf::actor_system& sys);
-  ~MeshCaller();
-  MeshCaller(const MeshCaller&) = delete;
-  MeshCaller& operator=(const MeshCaller&) = delete;
-
-  /// Remembers a spawned mesh's members; answers its id.
-  std::size_t add_mesh(std::vector<caf::actor> members);
-  /// Member `rank` of mesh `id`; an empty handle once closed.
-  caf::actor member(std::size_t id, int rank) const;
-  /// Runs `job` on the caller actor; Errc::shutdown once closed.
-  Status post(Job job, const std::string& what) const;
-  /// Stops the caller and drops every handle. Idempotent.
-  void close();
-
-  /// Inside a job: monitors `target` (once per target) until settled(id);
-  /// if it goes down first, `on_down` gets an unavailable Status ("went
-  /// down (reason)"). Sets `id`.
-  static void watch(caf::event_based_actor* self, const caf::actor_addr& target,
-                    std::function<void(const Status&)> on_down, std::uint64_t& id);
-  /// Inside a job: the request of watch `id` has its reply or error.
-  static void settled(caf::event_based_actor* self, std::uint64_t id);
-
- private:
-  mutable std::mutex mu_;  // guards caller_, meshes_
-  caf::actor caller_;
-  std::vector<std::vector<caf::actor>> meshes_;
-};
-
-/// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
-Status mesh_rank_error(int rank, const caf::error& e);
-
-}  // namespace internal
-
-/// The actors of one spawn() across all ranks, by rank. Copyable and
-/// cheap; it may outlive the Mesh it came from: after Mesh::close() every
-/// call answers Errc::shutdown. Thread-safe for concurrent use.
-template <class Handle>
-class ActorMesh {
- public:
-  ActorMesh() = default;
-  ActorMesh(std::shared_ptr<internal::MeshCaller> caller, std::size_t id, int size,
-            std::chrono::milliseconds timeout)
-      : caller_(std::move(caller)), id_(id), size_(size), timeout_(timeout) {}
-
-  /// Number of ranks.
-  int size() const noexcept { return size_; }
-  /// The actor of `rank` (0 <= rank < size()); an empty handle when `rank`
-  /// is out of range or the mesh is closed.
-  Handle at(int rank) const {
-    if (!caller_ || rank < 0 || rank >= size_) return Handle();
-    return caf::actor_cast<Handle>(caller_->member(id_, rank));
-  }
-
-  /// Sends (xs...) to the actor of `rank`; its reply (of type R) or error,
-  /// with the rank named, arrives in the future. The mesh's one caller
-  /// actor sends it (no actor per request).
-  template <class R, class... Ts>
-  Future<R> ask(int rank, Ts... xs) const {
-    if (rank < 0 || rank >= size()) {
-      return make_error_future<R>(Status(
-          Errc::out_of_range,
-          "mesh: rank " + std::to_string(rank) + " outside [0, " + std::to_string(size()) + ")"));
-    }
-    if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
-    auto p = std::make_shared<Promise<R>>();
-    auto fut = p->future();
-    auto caller = caller_;
-    const std::size_t id = id_;
-    const auto timeout = timeout_;
-    auto job = [=](caf::event_based_actor* self) {
-      auto target = caf::actor_cast<Handle>(caller->member(id, rank));
-      if (!target) {
-        p->set_error(Status(Errc::shutdown, "rank " + std::to_string(rank) + ": mesh closed"));
-        return;
-      }
-      auto done = std::make_shared<bool>(false);
-      auto watch_id = std::make_shared<std::uint64_t>(0);
-      internal::MeshCaller::watch(
-          self, target.address(),
-          [=](const Status& down) {
-            if (*done) return;
-            *done = true;
-            p->set_error(
-                Status(down.code(), "rank " + std::to_string(rank) + " " + down.message()));
-          },
-          *watch_id);
-      self->request(target, timeout, xs...)
-          .then(
-              [=](R r) {
-                internal::MeshCaller::settled(self, *watch_id);
-                if (*done) return;
-                *done = true;
-                p->set_value(std::move(r));
-              },
-              [=](caf::error& e) {
-                internal::MeshCaller::settled(self, *watch_id);
-                if (*done) return;
-                *done = true;
-                p->set_error(internal::mesh_rank_error(rank, e));
-              });
-    };
-    if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
-      return make_error_future<R>(s);
-    }
-    return fut;
-  }
-
-  /// Sends (xs...) to every rank's actor and gathers the replies (each of
-  /// type R) in rank order. Fails with the first error, naming its rank.
-  template <class R, class... Ts>
-  Future<std::vector<R>> broadcast(Ts... xs) const {
-    std::vector<Future<R>> replies;
-    for (int r = 0; r < size(); ++r) replies.push_back(ask<R>(r, xs...));
-    return gather(std::move(replies));
-  }
-
- private:
-  std::shared_ptr<internal::MeshCaller> caller_;
-  std::size_t id_ = 0;
-  int size_ = 0;
-  std::chrono::milliseconds timeout_{30000};
 };
 
 /// The ranks of a launched job as an actor runtime: every rank runs one
@@ -239,7 +103,7 @@ class Mesh {
     auto c = caller();
     if (!c) return Status(Errc::shutdown, "Mesh::spawn '" + name + "': the mesh is closed");
     const std::size_t id = c->add_mesh(std::move(all).value());
-    return ActorMesh<Handle>(std::move(c), id, n, timeout());
+    return ActorMesh<Handle>(std::move(c), id, Extent::line(n), timeout());
   }
 
   /// Stops this rank's actors and actor system. Idempotent.

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -268,6 +269,142 @@ TEST(Mesh, RanksThatSpawnAMeshWithDifferentInterfacesAreRefused) {
   // instead of waiting for the timeout.
   EXPECT_ERROR(m0, Errc::invalid_argument, "spawned it with another actor interface than rank");
   EXPECT_ERROR(m1, Errc::invalid_argument, "spawned it with another actor interface than rank");
+}
+
+// -- shapes, slices and call styles ------------------------------------------
+
+using open_atom = caf::atom_constant<caf::atom("open")>;
+using gate_actor =
+    caf::typed_actor<caf::replies_to<add_atom, int>::with<int>, caf::reacts_to<open_atom>>;
+struct GateState {
+  std::vector<std::pair<caf::typed_response_promise<int>, int>> held;
+  bool open = false;
+};
+
+// Answers x + rank, but only once opened: requests wait until then.
+gate_actor::behavior_type gate(gate_actor::stateful_pointer<GateState> self, int rank) {
+  return {
+      [=](add_atom, int x) -> caf::result<int> {
+        if (self->state.open) return x + rank;
+        auto rp = self->make_response_promise<int>();
+        self->state.held.emplace_back(rp, x + rank);
+        return rp;
+      },
+      [=](open_atom) {
+        self->state.open = true;
+        for (auto& [rp, v] : self->state.held) rp.deliver(v);
+        self->state.held.clear();
+      },
+  };
+}
+
+TEST(ActorMeshShape, SlicesAndPointsPickTheRightMembers) {
+  auto mesh = Mesh::local(8).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();
+  EXPECT_EQ(adders.extent().to_string(), "{ranks: 8}");
+  auto grid = adders.reshape({{"hosts", 2}, {"procs", 4}});
+  ASSERT_OK(grid);
+  EXPECT_ERROR(adders.reshape({{"hosts", 3}, {"procs", 3}}), Errc::invalid_argument, "8 members");
+  auto host1 = grid->slice("hosts", 1, 2);
+  ASSERT_OK(host1);
+  EXPECT_EQ(host1->extent().ranks(), (std::vector<int>{4, 5, 6, 7}));
+  auto middle = grid->slice("procs", 1, 3);
+  ASSERT_OK(middle);
+  EXPECT_EQ(middle->extent().ranks(), (std::vector<int>{1, 2, 5, 6}));
+  EXPECT_EQ(middle->slice("hosts", 0, 1)->extent().ranks(), (std::vector<int>{1, 2}));
+  EXPECT_ERROR(grid->slice("gpus", 0, 1), Errc::invalid_argument, "no dimension 'gpus'");
+  EXPECT_ERROR(grid->slice("procs", 2, 5), Errc::out_of_range, "outside [0, 4)");
+  EXPECT_ERROR(grid->slice("procs", 2, 2), Errc::out_of_range, "empty");
+  auto point = grid->at_point({1, 2});
+  ASSERT_OK(point);
+  EXPECT_EQ(*point->call_one<int>(add_atom::value, 1).get(kWait), 7);  // rank 6
+  EXPECT_ERROR(grid->at_point({2, 0}), Errc::out_of_range, "hosts 2 outside [0, 2)");
+  EXPECT_ERROR(host1->call_one<int>(add_atom::value, 1).get(kWait), Errc::invalid_argument,
+               "has 4 members, not 1");
+}
+
+TEST(ActorMeshCalls, CallGathersEveryReplyAndEveryErrorByRank) {
+  auto mesh = Mesh::local(8).value();
+  auto grid =
+      mesh.spawn<adder_actor>("adders", adder, 5).value().reshape({{"hosts", 2}, {"procs", 4}});
+  ASSERT_OK(grid);
+  auto all = grid->call<int>(add_atom::value, 10).get(kWait);
+  ASSERT_OK(all);
+  ASSERT_EQ(all->size(), 8u);
+  for (int r = 0; r < 8; ++r) {
+    if (r == 5) {
+      EXPECT_ERROR((*all)[5], Errc::out_of_capacity, "rank 5: this rank is full");
+    } else {
+      EXPECT_EQ(*(*all)[static_cast<std::size_t>(r)], 10 + r);
+    }
+  }
+  auto host1 = grid->slice("hosts", 1, 2).value();
+  auto some = host1.call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_OK(some);
+  EXPECT_EQ(*(*some)[0], 4);
+  EXPECT_FALSE((*some)[1].ok());  // rank 5
+  EXPECT_ERROR(host1.broadcast<int>(add_atom::value, 0).get(kWait), Errc::out_of_capacity,
+               "rank 5");
+}
+
+TEST(ActorMeshCalls, StreamAccumulateAndTell) {
+  auto mesh = Mesh::local(8).value();
+  auto grid =
+      mesh.spawn<adder_actor>("adders", adder, 5).value().reshape({{"hosts", 2}, {"procs", 4}});
+  ASSERT_OK(grid);
+  // stream: each reply as it lands, with its rank; then the first error.
+  std::vector<std::pair<int, int>> seen;
+  int errors = 0;
+  auto streamed = grid->stream<int>(
+      [&](int rank, const Result<int>& r) {
+        if (r.ok()) {
+          seen.emplace_back(rank, *r);
+        } else {
+          ++errors;
+        }
+      },
+      add_atom::value, 100);
+  EXPECT_ERROR(streamed.get(kWait), Errc::out_of_capacity, "rank 5");
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{
+                      {0, 100}, {1, 101}, {2, 102}, {3, 103}, {4, 104}, {6, 106}, {7, 107}}));
+  EXPECT_EQ(errors, 1);
+  // accumulate: a fold over one host's replies (1 + 2 + 3 + 4).
+  auto host0 = grid->slice("hosts", 0, 1).value();
+  auto sum = host0.accumulate<int>(
+      0, [](int acc, int x) { return acc + x; }, add_atom::value, 1);
+  EXPECT_EQ(*sum.get(kWait), 10);
+  // tell: fire and forget. Host 1's members stop; host 0's still answer.
+  ASSERT_OK(grid->slice("hosts", 1, 2)->tell(die_atom::value));
+  auto after = grid->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_OK(after);
+  for (int r = 0; r < 4; ++r) EXPECT_OK((*after)[static_cast<std::size_t>(r)]);
+  for (int r = 4; r < 8; ++r) {
+    EXPECT_ERROR((*after)[static_cast<std::size_t>(r)], Errc::unavailable,
+                 "rank " + std::to_string(r));
+  }
+}
+
+TEST(ActorMeshCalls, ChooseSendsToTheLeastBusyMember) {
+  // Gates hold every request until opened: four chooses in flight land on
+  // four different members, then a fifth on one of them again.
+  auto mesh = Mesh::local(4).value();
+  auto gates = mesh.spawn<gate_actor>("gates", gate).value();
+  std::vector<Future<int>> replies;
+  for (int i = 0; i < 5; ++i) replies.push_back(gates.choose<int>(add_atom::value, 0));
+  ASSERT_OK(gates.tell(open_atom::value));
+  std::vector<int> ranks;
+  for (auto& f : replies) {
+    auto r = f.get(kWait);
+    ASSERT_OK(r);
+    ranks.push_back(*r);
+  }
+  std::vector<int> first_four(ranks.begin(), ranks.begin() + 4);
+  std::sort(first_four.begin(), first_four.end());
+  EXPECT_EQ(first_four, (std::vector<int>{0, 1, 2, 3}));
+  mesh.close();
+  EXPECT_ERROR(gates.choose<int>(add_atom::value, 0).get(kWait), Errc::shutdown, "closed");
+  EXPECT_ERROR(gates.tell(open_atom::value), Errc::shutdown, "closed");
 }
 
 TEST(Mesh, NamesAreUniqueAndChecked) {

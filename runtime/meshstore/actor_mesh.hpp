@@ -1,0 +1,317 @@
+#pragma once
+
+// ActorMesh<Handle>: the typed actors of one mesh, with a shape (Extent),
+// slices of it, and the call styles: call (every member, each reply or
+// error), call_one, choose (the least busy member), stream (each reply as
+// it lands), accumulate (a fold), tell (fire and forget), plus ask (one
+// rank) and broadcast (fail fast). Every request goes through the mesh's
+// one caller actor. Made by Mesh::spawn (mesh.hpp).
+//
+//   auto workers = mesh.spawn<worker_actor>("workers", worker).value();
+//   auto grid = workers.reshape({{"hosts", 2}, {"gpus", 4}}).value();
+//   auto host1 = grid.slice("hosts", 1, 2).value();          // 4 members
+//   auto sums = host1.call<int>(add_atom::value, 1).get(10s); // 4 Result<int>
+//   auto one = grid.choose<int>(add_atom::value, 1);          // least busy
+//   host1.tell(reset_atom::value);
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/extent.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/result.hpp"
+
+namespace meshstore {
+
+namespace internal {
+
+/// What a Mesh shares with its ActorMeshes: the members of every mesh it
+/// spawned, and one long-lived caller actor that sends every request and
+/// monitors the members it asked (so a rank that dies fails its calls at
+/// once). Mesh::close() closes it: the caller stops, the member handles are
+/// dropped, and every call after that answers Errc::shutdown, so an
+/// ActorMesh may outlive its Mesh without touching a stopped actor system.
+/// Thread-safe.
+class MeshCaller {
+ public:
+  /// Work for the caller actor, run on it with the caller as `self`.
+  using Job = std::function<void(caf::event_based_actor* self)>;
+
+  explicit MeshCaller(caf::actor_system& sys);
+  ~MeshCaller();
+  MeshCaller(const MeshCaller&) = delete;
+  MeshCaller& operator=(const MeshCaller&) = delete;
+
+  /// Remembers a spawned mesh's members; answers its id.
+  std::size_t add_mesh(std::vector<caf::actor> members);
+  /// Member `rank` of mesh `id`; an empty handle once closed.
+  caf::actor member(std::size_t id, int rank) const;
+  /// Runs `job` on the caller actor; Errc::shutdown once closed.
+  Status post(Job job, const std::string& what) const;
+  /// Stops the caller and drops every handle. Idempotent.
+  void close();
+  /// choose(): the rank of `ranks` (of mesh `id`) with the fewest requests
+  /// in flight through choose(), counted as one more until release().
+  int acquire_least_busy(std::size_t id, const std::vector<int>& ranks);
+  /// A choose() request to `rank` of mesh `id` settled.
+  void release(std::size_t id, int rank);
+
+  /// Inside a job: monitors `target` (once per target) until settled(id);
+  /// if it goes down first, `on_down` gets an unavailable Status ("went
+  /// down (reason)"). Sets `id`.
+  static void watch(caf::event_based_actor* self, const caf::actor_addr& target,
+                    std::function<void(const Status&)> on_down, std::uint64_t& id);
+  /// Inside a job: the request of watch `id` has its reply or error.
+  static void settled(caf::event_based_actor* self, std::uint64_t id);
+
+ private:
+  mutable std::mutex mu_;  // guards caller_, meshes_, busy_
+  caf::actor caller_;
+  std::vector<std::vector<caf::actor>> meshes_;
+  std::vector<std::vector<int>> busy_;  // choose() requests in flight, by mesh and rank
+};
+
+/// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
+Status mesh_rank_error(int rank, const caf::error& e);
+
+}  // namespace internal
+
+/// The actors of one spawn(), shaped by an Extent (one dimension "ranks"
+/// as spawned; reshape() and slice() give other views). Member `i` of a
+/// view is extent().rank(i) of the whole mesh, and errors name that rank.
+/// Copyable and cheap; it may outlive the Mesh it came from: after
+/// Mesh::close() every call answers Errc::shutdown. Thread-safe.
+template <class Handle>
+class ActorMesh {
+ public:
+  ActorMesh() = default;
+  ActorMesh(std::shared_ptr<internal::MeshCaller> caller, std::size_t id, Extent extent,
+            std::chrono::milliseconds timeout)
+      : caller_(std::move(caller)), id_(id), extent_(std::move(extent)), timeout_(timeout) {}
+
+  /// Number of members of this view.
+  int size() const noexcept { return extent_.size(); }
+  /// The shape of this view.
+  const Extent& extent() const noexcept { return extent_; }
+  /// The actor of member `i` (0 <= i < size()); an empty handle when `i` is
+  /// out of range or the mesh is closed.
+  Handle at(int i) const {
+    if (!caller_ || i < 0 || i >= size()) return Handle();
+    return caf::actor_cast<Handle>(caller_->member(id_, extent_.rank(i)));
+  }
+
+  /// The same members under other dimensions of the same total size.
+  Result<ActorMesh> reshape(std::vector<std::pair<std::string, int>> dims) const {
+    auto e = extent_.reshape(std::move(dims));
+    if (!e.ok()) return e.status();
+    return ActorMesh(caller_, id_, std::move(e).value(), timeout_);
+  }
+  /// The members with begin <= coordinate(dim) < end.
+  Result<ActorMesh> slice(const std::string& dim, int begin, int end) const {
+    auto e = extent_.slice(dim, begin, end);
+    if (!e.ok()) return e.status();
+    return ActorMesh(caller_, id_, std::move(e).value(), timeout_);
+  }
+  /// The member at `point` (a coordinate per dimension), as a mesh of one.
+  Result<ActorMesh> at_point(const std::vector<int>& point) const {
+    auto i = extent_.index_of(point);
+    if (!i.ok()) return i.status();
+    auto e = extent_.reshape({{"ranks", size()}});
+    if (!e.ok()) return e.status();
+    auto one = e->slice("ranks", *i, *i + 1);
+    if (!one.ok()) return one.status();
+    return ActorMesh(caller_, id_, std::move(one).value(), timeout_);
+  }
+
+  /// Sends (xs...) to member `i`; its reply (of type R) or error, naming
+  /// its rank, arrives in the future.
+  template <class R, class... Ts>
+  Future<R> ask(int i, Ts... xs) const {
+    if (i < 0 || i >= size()) {
+      return make_error_future<R>(Status(
+          Errc::out_of_range,
+          "mesh: rank " + std::to_string(i) + " outside [0, " + std::to_string(size()) + ")"));
+    }
+    return request<R>(extent_.rank(i), nullptr, std::move(xs)...);
+  }
+
+  /// Every member replies; the replies in member order, each a value or an
+  /// error naming its rank. Never fails as a whole (but for a closed mesh,
+  /// whose members each answer shutdown).
+  template <class R, class... Ts>
+  Future<std::vector<Result<R>>> call(Ts... xs) const {
+    return when_all(requests<R>(xs...));
+  }
+
+  /// Sends (xs...) to every member and gathers the replies in member order.
+  /// Fails with the first error, naming its rank.
+  template <class R, class... Ts>
+  Future<std::vector<R>> broadcast(Ts... xs) const {
+    return gather(requests<R>(xs...));
+  }
+
+  /// The reply of the only member of a mesh of one (a point, or a slice of
+  /// one); Errc::invalid_argument for a mesh of another size.
+  template <class R, class... Ts>
+  Future<R> call_one(Ts... xs) const {
+    if (size() != 1) {
+      return make_error_future<R>(
+          Status(Errc::invalid_argument, "call_one: the mesh " + extent_.to_string() + " has " +
+                                             std::to_string(size()) + " members, not 1"));
+    }
+    return ask<R>(0, std::move(xs)...);
+  }
+
+  /// Sends (xs...) to one member: the one with the fewest requests in
+  /// flight through choose() (load balancing across callers of this mesh).
+  template <class R, class... Ts>
+  Future<R> choose(Ts... xs) const {
+    if (size() == 0) {
+      return make_error_future<R>(Status(Errc::invalid_argument, "choose: the mesh is empty"));
+    }
+    if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
+    const int rank = caller_->acquire_least_busy(id_, extent_.ranks());
+    auto caller = caller_;
+    const std::size_t id = id_;
+    return request<R>(
+        rank, [caller, id, rank] { caller->release(id, rank); }, std::move(xs)...);
+  }
+
+  /// Sends (xs...) to every member and calls `on_reply(rank, Result<R>)` for
+  /// each reply as it lands (one call at a time); the future completes once
+  /// every member answered, with the first error or success.
+  template <class R, class F, class... Ts>
+  Future<void> stream(F on_reply, Ts... xs) const {
+    auto replies = requests<R>(xs...);
+    auto mu = std::make_shared<std::mutex>();
+    auto fn = std::make_shared<F>(std::move(on_reply));
+    std::vector<Future<void>> seen;
+    for (int i = 0; i < size(); ++i) {
+      auto p = std::make_shared<Promise<void>>();
+      seen.push_back(p->future());
+      const int rank = extent_.rank(i);
+      replies[static_cast<std::size_t>(i)].on_complete([=](const Result<R>& r) {
+        {
+          std::lock_guard<std::mutex> lock(*mu);
+          (*fn)(rank, r);
+        }
+        if (r.ok()) {
+          p->set_value();
+        } else {
+          p->set_error(r.status());
+        }
+      });
+    }
+    return when_all(std::move(seen)).then([](const std::vector<Result<void>>& rs) -> Result<void> {
+      for (const auto& r : rs) {
+        if (!r.ok()) return r.status();
+      }
+      return Result<void>();
+    });
+  }
+
+  /// Folds every member's reply into `init` in member order, once all have
+  /// answered: fold(A, R) -> A. Fails with the first error, naming its rank.
+  template <class R, class A, class F, class... Ts>
+  Future<A> accumulate(A init, F fold, Ts... xs) const {
+    return gather(requests<R>(xs...))
+        .then([init = std::move(init), fold](const std::vector<R>& rs) {
+          A acc = init;
+          for (const auto& r : rs) acc = fold(std::move(acc), r);
+          return acc;
+        });
+  }
+
+  /// Sends (xs...) to every member without waiting for replies (in order,
+  /// from the mesh's caller). Errc::shutdown when the mesh is closed.
+  template <class... Ts>
+  Status tell(Ts... xs) const {
+    if (!caller_) return Status(Errc::shutdown, "mesh: an empty ActorMesh");
+    auto caller = caller_;
+    const std::size_t id = id_;
+    const std::vector<int> ranks = extent_.ranks();
+    return caller_->post(
+        [=](caf::event_based_actor* self) {
+          for (int rank : ranks) {
+            if (auto target = caf::actor_cast<Handle>(caller->member(id, rank))) {
+              self->send(target, xs...);
+            }
+          }
+        },
+        "tell");
+  }
+
+ private:
+  template <class R, class... Ts>
+  std::vector<Future<R>> requests(const Ts&... xs) const {
+    std::vector<Future<R>> out;
+    out.reserve(static_cast<std::size_t>(size()));
+    for (int i = 0; i < size(); ++i) out.push_back(request<R>(extent_.rank(i), nullptr, xs...));
+    return out;
+  }
+
+  // Sends (xs...) to `rank` of the whole mesh from the caller actor;
+  // `settled` (may be null) runs once the request has its answer.
+  template <class R, class... Ts>
+  Future<R> request(int rank, std::function<void()> settled, Ts... xs) const {
+    if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
+    auto p = std::make_shared<Promise<R>>();
+    auto fut = p->future();
+    auto caller = caller_;
+    const std::size_t id = id_;
+    const auto timeout = timeout_;
+    auto finish = [p, settled](Result<R> r) {
+      if (settled) settled();
+      p->set(std::move(r));
+    };
+    auto job = [=](caf::event_based_actor* self) {
+      auto target = caf::actor_cast<Handle>(caller->member(id, rank));
+      if (!target) {
+        finish(Status(Errc::shutdown, "rank " + std::to_string(rank) + ": the mesh is closed"));
+        return;
+      }
+      auto done = std::make_shared<bool>(false);
+      auto watch_id = std::make_shared<std::uint64_t>(0);
+      internal::MeshCaller::watch(
+          self, target.address(),
+          [=](const Status& down) {
+            if (*done) return;
+            *done = true;
+            finish(Status(down.code(), "rank " + std::to_string(rank) + " " + down.message()));
+          },
+          *watch_id);
+      self->request(target, timeout, xs...)
+          .then(
+              [=](R r) {
+                internal::MeshCaller::settled(self, *watch_id);
+                if (*done) return;
+                *done = true;
+                finish(std::move(r));
+              },
+              [=](caf::error& e) {
+                internal::MeshCaller::settled(self, *watch_id);
+                if (*done) return;
+                *done = true;
+                finish(internal::mesh_rank_error(rank, e));
+              });
+    };
+    if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
+      if (settled) settled();
+      return make_error_future<R>(s);
+    }
+    return fut;
+  }
+
+  std::shared_ptr<internal::MeshCaller> caller_;
+  std::size_t id_ = 0;
+  Extent extent_ = Extent::line(0);
+  std::chrono::milliseconds timeout_{30000};
+};
+
+}  // namespace meshstore

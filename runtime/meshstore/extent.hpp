@@ -1,0 +1,59 @@
+#pragma once
+
+// The shape of a mesh: named dimensions, row-major, for example
+// {{"hosts", 2}, {"procs", 4}} for 8 members where member 5 is host 1, proc 1.
+//
+//   auto e = meshstore::Extent::make({{"hosts", 2}, {"procs", 4}}).value();
+//   e.size();                       // 8
+//   e.rank_of({1, 1});              // 5
+//   auto host1 = e.slice("hosts", 1, 2).value();   // 4 members: ranks 4..7
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/result.hpp"
+
+namespace meshstore {
+
+/// Named dimensions with their sizes and, for a slice, the members (ranks of
+/// the whole mesh) it covers in row-major order. A value type: not
+/// synchronized.
+class Extent {
+ public:
+  /// One dimension named "ranks" of `n` members (n >= 0).
+  static Extent line(int n);
+  /// Dimensions in order, each with a unique non-empty name and a size of
+  /// at least 1, at most 2^31 - 1 members in all. Errc::invalid_argument
+  /// naming the bad dimension otherwise.
+  static Result<Extent> make(std::vector<std::pair<std::string, int>> dims);
+
+  /// The dimensions, outermost first.
+  const std::vector<std::pair<std::string, int>>& dims() const noexcept { return dims_; }
+  /// Number of members.
+  int size() const noexcept { return static_cast<int>(ranks_.size()); }
+  /// The rank (in the whole mesh) of member `i` of this extent.
+  int rank(int i) const { return ranks_.at(static_cast<std::size_t>(i)); }
+  /// The ranks (in the whole mesh) of every member, in row-major order.
+  const std::vector<int>& ranks() const noexcept { return ranks_; }
+  /// The member at `point` (one coordinate per dimension), as an index into
+  /// this extent. Errc::out_of_range naming the coordinate otherwise.
+  Result<int> index_of(const std::vector<int>& point) const;
+
+  /// The members with `begin <= coordinate(dim) < end`; the dimension keeps
+  /// its name with size end - begin. Errc::invalid_argument for an unknown
+  /// dimension, Errc::out_of_range for an empty or outside range.
+  Result<Extent> slice(const std::string& dim, int begin, int end) const;
+  /// The same members viewed with other dimensions of the same total size.
+  Result<Extent> reshape(std::vector<std::pair<std::string, int>> dims) const;
+
+  /// "{hosts: 2, procs: 4}".
+  std::string to_string() const;
+
+ private:
+  std::vector<std::pair<std::string, int>> dims_;
+  std::vector<int> ranks_;
+};
+
+}  // namespace meshstore
