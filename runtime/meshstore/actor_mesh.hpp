@@ -26,6 +26,7 @@
 #include "meshstore/extent.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/result.hpp"
+#include "meshstore/supervision.hpp"
 
 namespace meshstore {
 
@@ -37,21 +38,40 @@ namespace internal {
 /// once). Mesh::close() closes it: the caller stops, the member handles are
 /// dropped, and every call after that answers Errc::shutdown, so an
 /// ActorMesh may outlive its Mesh without touching a stopped actor system.
-/// Thread-safe.
-class MeshCaller {
+/// In the owner's process it also supervises (supervision.hpp): it monitors
+/// every member of a supervised mesh and applies the mesh's Supervision
+/// when one dies. Thread-safe.
+class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
  public:
   /// Work for the caller actor, run on it with the caller as `self`.
   using Job = std::function<void(caf::event_based_actor* self)>;
+  /// Spawns member `rank` again in this process; an empty handle when that
+  /// member lives in another process.
+  using Respawn = std::function<caf::actor(int rank)>;
+  /// The root handler: true when it handled a failure no mesh took.
+  using RootHandler = std::function<bool(const MeshFailure&)>;
 
-  explicit MeshCaller(caf::actor_system& sys);
+  /// A caller on `sys`; `root` takes the failures that propagate.
+  static std::shared_ptr<MeshCaller> make(caf::actor_system& sys, RootHandler root);
   ~MeshCaller();
   MeshCaller(const MeshCaller&) = delete;
   MeshCaller& operator=(const MeshCaller&) = delete;
 
-  /// Remembers a spawned mesh's members; answers its id.
-  std::size_t add_mesh(std::vector<caf::actor> members);
-  /// Member `rank` of mesh `id`; an empty handle once closed.
+  /// Remembers a spawned mesh's members; answers its id. With `supervise`,
+  /// the caller monitors them and applies `sup` when one fails.
+  std::size_t add_mesh(std::string name, std::vector<caf::actor> members, bool supervise,
+                       Supervision sup, Respawn respawn);
+  /// Member `rank` of mesh `id`; an empty handle once closed or stopped.
   caf::actor member(std::size_t id, int rank) const;
+  /// Why member() is empty: the mesh is closed, or it was stopped after a
+  /// failure (naming it).
+  std::string gone(std::size_t id) const;
+  /// Rank `rank` left the job in good order (it closed its Mesh): its
+  /// members going away is not a failure.
+  void departed(int rank);
+  /// On the caller actor: the member at `addr` went down for `reason`.
+  void member_down(caf::event_based_actor* self, const caf::actor_addr& addr,
+                   const caf::error& reason);
   /// Runs `job` on the caller actor; Errc::shutdown once closed.
   Status post(Job job, const std::string& what) const;
   /// Stops the caller and drops every handle. Idempotent.
@@ -71,10 +91,25 @@ class MeshCaller {
   static void settled(caf::event_based_actor* self, std::uint64_t id);
 
  private:
-  mutable std::mutex mu_;  // guards caller_, meshes_, busy_
+  MeshCaller() = default;
+  // A supervised mesh.
+  struct Supervised {
+    std::string name;
+    bool supervise = false;
+    Supervision sup;
+    Respawn respawn;
+    std::vector<std::chrono::steady_clock::time_point> restarts;
+    std::string stopped;  // why, once stopped
+  };
+  void stop_mesh(std::size_t id, const MeshFailure& f);
+
+  mutable std::mutex mu_;  // guards everything below
   caf::actor caller_;
+  RootHandler root_;
   std::vector<std::vector<caf::actor>> meshes_;
+  std::vector<Supervised> supervised_;  // by mesh id
   std::vector<std::vector<int>> busy_;  // choose() requests in flight, by mesh and rank
+  std::vector<int> departed_;           // ranks that left in good order
 };
 
 /// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
@@ -273,7 +308,9 @@ class ActorMesh {
     auto job = [=](caf::event_based_actor* self) {
       auto target = caf::actor_cast<Handle>(caller->member(id, rank));
       if (!target) {
-        finish(Status(Errc::shutdown, "rank " + std::to_string(rank) + ": the mesh is closed"));
+        const std::string why = caller->gone(id);
+        finish(Status(why.rfind("the mesh is closed", 0) == 0 ? Errc::shutdown : Errc::unavailable,
+                      "rank " + std::to_string(rank) + ": " + why));
         return;
       }
       auto done = std::make_shared<bool>(false);

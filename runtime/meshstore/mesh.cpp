@@ -16,6 +16,7 @@ namespace {
 
 using mesh_join_atom = caf::atom_constant<caf::atom("mesh_join")>;
 using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
+using mesh_leave_atom = caf::atom_constant<caf::atom("mesh_leave")>;
 
 // Rank 0's registry: collects each mesh's actors by rank and answers every
 // joiner once all ranks are in (or, after the timeout, an error naming the
@@ -23,7 +24,8 @@ using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
 using registry_actor = caf::typed_actor<
     caf::replies_to<mesh_join_atom, std::string, std::int32_t, std::vector<caf::actor>,
                     std::vector<std::string>>::with<std::vector<caf::actor>>,
-    caf::reacts_to<mesh_expire_atom, std::string>>;
+    caf::reacts_to<mesh_expire_atom, std::string>,
+    caf::replies_to<mesh_leave_atom, std::int32_t>::with<bool>>;
 
 struct Pending {
   std::vector<caf::actor> slots;
@@ -50,7 +52,8 @@ struct RegistryState {
 };
 
 registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,
-                                            int world, std::chrono::milliseconds timeout) {
+                                            int world, std::chrono::milliseconds timeout,
+                                            std::weak_ptr<internal::MeshCaller> owner) {
   return {
       [=](mesh_join_atom, const std::string& name, std::int32_t first,
           const std::vector<caf::actor>& actors,
@@ -121,6 +124,12 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
         for (auto& w : it->second.waiting) w.deliver(err);
         self->state.pending.erase(it);
       },
+      // A rank closing its Mesh in good order: its members going away next
+      // is not a failure for the owner's supervision.
+      [=](mesh_leave_atom, std::int32_t rank) {
+        if (auto c = owner.lock()) c->departed(rank);
+        return true;
+      },
   };
 }
 
@@ -149,10 +158,12 @@ struct CallerState {
   std::uint64_t next = 1;
   std::map<std::uint64_t, std::pair<caf::actor_addr, std::function<void(const Status&)>>> waiting;
   std::set<caf::actor_addr> monitored;
+  std::weak_ptr<internal::MeshCaller> owner;  // supervision
 };
 using caller_pointer = caf::stateful_actor<CallerState>*;
 
-caf::behavior caller_impl(caller_pointer self) {
+caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCaller> owner) {
+  self->state.owner = std::move(owner);
   self->set_down_handler([=](caf::down_msg& m) {
     auto& st = self->state;
     st.monitored.erase(m.source);
@@ -167,6 +178,7 @@ caf::behavior caller_impl(caller_pointer self) {
       }
     }
     for (auto& f : fire) f(why);
+    if (auto owner = st.owner.lock()) owner->member_down(self, m.source, m.reason);
   });
   return {
       [=](MeshJob& j) { (*j.job)(self); },
@@ -181,25 +193,150 @@ Status mesh_rank_error(int rank, const caf::error& e) {
   return from_caf_error(e, "rank " + std::to_string(rank));
 }
 
-MeshCaller::MeshCaller(caf::actor_system& sys) {
+std::shared_ptr<MeshCaller> MeshCaller::make(caf::actor_system& sys, RootHandler root) {
+  std::shared_ptr<MeshCaller> c(new MeshCaller());
+  c->root_ = std::move(root);
   ForeignThreadGuard guard;  // the mesh may be made on any thread
-  caller_ = sys.spawn(caller_impl);
+  c->caller_ = sys.spawn(caller_impl, std::weak_ptr<MeshCaller>(c));
+  return c;
 }
 
 MeshCaller::~MeshCaller() { close(); }
 
-std::size_t MeshCaller::add_mesh(std::vector<caf::actor> members) {
+std::size_t MeshCaller::add_mesh(std::string name, std::vector<caf::actor> members, bool supervise,
+                                 Supervision sup, Respawn respawn) {
   std::lock_guard<std::mutex> lock(mu_);
+  const std::size_t id = meshes_.size();
+  if (supervise && caller_) {
+    // Monitored from the caller itself (monitors are the actor's own).
+    auto watched = members;
+    caf::anon_send(caller_, MeshJob{std::make_shared<Job>([watched](caf::event_based_actor* self) {
+                     auto* caller = static_cast<caller_pointer>(self);
+                     for (const auto& a : watched) {
+                       if (caller->state.monitored.insert(a.address()).second) caller->monitor(a);
+                     }
+                   })});
+  }
   meshes_.push_back(std::move(members));
-  return meshes_.size() - 1;
+  Supervised s;
+  s.name = std::move(name);
+  s.supervise = supervise;
+  s.sup = std::move(sup);
+  s.respawn = std::move(respawn);
+  supervised_.push_back(std::move(s));
+  return id;
 }
 
 caf::actor MeshCaller::member(std::size_t id, int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (id >= meshes_.size() || rank < 0 || static_cast<std::size_t>(rank) >= meshes_[id].size()) {
+  if (id >= meshes_.size() || rank < 0 || static_cast<std::size_t>(rank) >= meshes_[id].size() ||
+      !supervised_[id].stopped.empty()) {
     return caf::actor();
   }
   return meshes_[id][static_cast<std::size_t>(rank)];
+}
+
+std::string MeshCaller::gone(std::size_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!caller_ || id >= supervised_.size()) return "the mesh is closed";
+  if (!supervised_[id].stopped.empty()) {
+    return "mesh '" + supervised_[id].name + "' was stopped after " + supervised_[id].stopped;
+  }
+  return "the mesh is closed";
+}
+
+void MeshCaller::departed(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  departed_.push_back(rank);
+}
+
+void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr& addr,
+                             const caf::error& reason) {
+  // An actor that chose to stop is no failure.
+  if (reason == caf::exit_reason::normal) return;
+  std::size_t id = 0;
+  int rank = -1;
+  Supervision sup;
+  Respawn respawn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!caller_) return;  // closing: every member goes
+    for (std::size_t m = 0; m < meshes_.size() && rank < 0; ++m) {
+      if (!supervised_[m].supervise || !supervised_[m].stopped.empty()) continue;
+      for (std::size_t r = 0; r < meshes_[m].size(); ++r) {
+        if (meshes_[m][r].address() == addr) {
+          id = m;
+          rank = static_cast<int>(r);
+          break;
+        }
+      }
+    }
+    if (rank < 0) return;
+    if (std::find(departed_.begin(), departed_.end(), rank) != departed_.end()) return;
+    sup = supervised_[id].sup;
+    respawn = supervised_[id].respawn;
+  }
+  MeshFailure f;
+  f.rank = rank;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    f.mesh = supervised_[id].name;
+  }
+  f.why = Status(Errc::unavailable, "rank " + std::to_string(rank) + " of mesh '" + f.mesh +
+                                        "' went down (" + caf::to_string(reason) + ")");
+  if (sup.on_failure && sup.on_failure(f)) return;
+  switch (sup.policy) {
+    case FailurePolicy::restart: {
+      const auto now = std::chrono::steady_clock::now();
+      bool allowed = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto& times = supervised_[id].restarts;
+        times.erase(std::remove_if(times.begin(), times.end(),
+                                   [&](auto t) { return now - t > sup.window; }),
+                    times.end());
+        allowed = static_cast<int>(times.size()) < sup.max_restarts;
+        if (allowed) times.push_back(now);
+      }
+      caf::actor fresh = allowed && respawn ? respawn(rank) : caf::actor();
+      if (fresh) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!caller_) return;
+        meshes_[id][static_cast<std::size_t>(rank)] = fresh;
+        auto* caller = static_cast<caller_pointer>(self);
+        if (caller->state.monitored.insert(fresh.address()).second) caller->monitor(fresh);
+        return;
+      }
+      stop_mesh(id, f);
+      return;
+    }
+    case FailurePolicy::stop:
+      stop_mesh(id, f);
+      return;
+    case FailurePolicy::propagate:
+      break;
+  }
+  RootHandler root;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    root = root_;
+  }
+  if (root && root(f)) return;
+  // The root of the tree: fail fast, as a launched job's rank should.
+  log::get("mesh")->critical("unhandled mesh failure, exiting: {}", f.to_string());
+  log::get("mesh")->flush();
+  std::fprintf(stderr, "meshstore: unhandled mesh failure, exiting: %s\n", f.to_string().c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void MeshCaller::stop_mesh(std::size_t id, const MeshFailure& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id >= supervised_.size() || !supervised_[id].stopped.empty()) return;
+  supervised_[id].stopped = f.why.message();
+  for (const auto& a : meshes_[id]) {
+    if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
 }
 
 Status MeshCaller::post(Job job, const std::string& what) const {
@@ -267,8 +404,24 @@ struct Mesh::Impl {
   std::shared_ptr<internal::MeshCaller> caller;  // shared with the ActorMeshes
 
   static Result<std::unique_ptr<Impl>> start(const MeshOptions& options, bool network);
+  // A rank > 0 of a launched job tells the owner (rank 0's registry) it is
+  // leaving in good order before its members stop; bounded, best effort.
+  void leave() {
+    registry_actor to;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (local || rank == 0 || !runtime || !registry) return;
+      to = registry;
+    }
+    ForeignThreadGuard guard;  // before self: it goes after self
+    caf::scoped_actor self{runtime->system()};
+    self->request(to, std::chrono::seconds(2), mesh_leave_atom::value,
+                  static_cast<std::int32_t>(rank))
+        .receive([](bool) {}, [](caf::error&) {});
+  }
   ~Impl() { close(); }
   void close() {
+    leave();
     std::unique_ptr<internal::ActorRuntime> doomed;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -302,7 +455,7 @@ Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options
   auto impl = std::make_unique<Mesh::Impl>();
   impl->options = options;
   impl->runtime = std::move(rt).value();
-  impl->caller = std::make_shared<internal::MeshCaller>(impl->runtime->system());
+  impl->caller = internal::MeshCaller::make(impl->runtime->system(), options.on_failure);
   return impl;
 }
 
@@ -317,7 +470,8 @@ Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
   auto& m = **impl;
   m.world = world_size;
   m.local = true;
-  m.registry = m.runtime->system().spawn(registry_impl, world_size, options.request_timeout);
+  m.registry = m.runtime->system().spawn(registry_impl, world_size, options.request_timeout,
+                                         std::weak_ptr<internal::MeshCaller>(m.caller));
   m.owned.push_back(caf::actor_cast<caf::actor>(m.registry));
   return Mesh(std::move(impl).value());
 }
@@ -337,7 +491,8 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
   auto& sys = impl->runtime->system();
   const std::string address = env->master_addr + ":" + std::to_string(port);
   if (env->rank == 0) {
-    impl->registry = sys.spawn(registry_impl, env->world_size, options.request_timeout);
+    impl->registry = sys.spawn(registry_impl, env->world_size, options.request_timeout,
+                               std::weak_ptr<internal::MeshCaller>(impl->caller));
     impl->owned.push_back(caf::actor_cast<caf::actor>(impl->registry));
     auto bound = sys.middleman().publish(impl->registry, port, env->master_addr.c_str(), true);
     if (!bound) {
@@ -364,6 +519,10 @@ caf::actor_system& Mesh::system() { return impl_->runtime->system(); }
 bool Mesh::is_local() const noexcept { return impl_ && impl_->local; }
 std::chrono::milliseconds Mesh::timeout() const noexcept {
   return impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(30000);
+}
+
+Supervision Mesh::default_supervision() const {
+  return impl_ ? impl_->options.supervision : Supervision();
 }
 
 std::shared_ptr<internal::MeshCaller> Mesh::caller() const {

@@ -25,6 +25,7 @@
 #include "meshstore/future.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/result.hpp"
+#include "meshstore/supervision.hpp"
 
 namespace meshstore {
 
@@ -46,6 +47,13 @@ struct MeshOptions {
   /// types under the same names. A type not registered travels within a
   /// process only; sent to another rank, the call fails.
   std::function<void(caf::actor_system_config&)> add_types;
+  /// How meshes spawned without a Supervision of their own are supervised
+  /// (default: propagate).
+  Supervision supervision;
+  /// The root of the ownership tree: failures that propagate end here. True
+  /// when handled; without it, or when it answers false, the process logs
+  /// the failure and exits with status 1.
+  std::function<bool(const MeshFailure&)> on_failure;
 };
 
 /// The ranks of a launched job as an actor runtime: every rank runs one
@@ -80,6 +88,16 @@ class Mesh {
   /// ranks still missing after the request timeout.
   template <class Handle, class F, class... Ts>
   Result<ActorMesh<Handle>> spawn(const std::string& name, F fun, Ts&&... xs) {
+    return spawn<Handle>(default_supervision(), name, std::move(fun), std::forward<Ts>(xs)...);
+  }
+
+  /// spawn() under `supervision` (supervision.hpp) instead of the default
+  /// (MeshOptions::supervision). The owner (rank 0, or this process for a
+  /// local mesh) supervises; other ranks' copies of `supervision` are not
+  /// used.
+  template <class Handle, class F, class... Ts>
+  Result<ActorMesh<Handle>> spawn(Supervision supervision, const std::string& name, F fun,
+                                  Ts&&... xs) {
     using Spawned = decltype(std::declval<caf::actor_system&>().spawn(fun, 0, xs...));
     static_assert(std::is_same<Spawned, Handle>::value || std::is_same<Handle, caf::actor>::value,
                   "Mesh::spawn<Handle>: `fun` makes an actor of another type than Handle");
@@ -102,7 +120,17 @@ class Mesh {
     const int n = static_cast<int>(all->size());
     auto c = caller();
     if (!c) return Status(Errc::shutdown, "Mesh::spawn '" + name + "': the mesh is closed");
-    const std::size_t id = c->add_mesh(std::move(all).value());
+    // Restarts spawn this process's members again, with the same arguments.
+    caf::actor_system* sys = &system();
+    const bool local = is_local();
+    const int me = rank();
+    auto respawn = [sys, local, me, fun, xs...](int r) -> caf::actor {
+      if (!local && r != me) return caf::actor();
+      ForeignThreadGuard guard;
+      return caf::actor_cast<caf::actor>(sys->spawn(fun, r, xs...));
+    };
+    const std::size_t id = c->add_mesh(name, std::move(all).value(), local || me == 0,
+                                       std::move(supervision), std::move(respawn));
     return ActorMesh<Handle>(std::move(c), id, Extent::line(n), timeout());
   }
 
@@ -117,6 +145,7 @@ class Mesh {
   // empty or already used name; else records the name.
   Status reserve(const std::string& name);
   std::chrono::milliseconds timeout() const noexcept;
+  Supervision default_supervision() const;
   // The caller shared with this mesh's ActorMeshes; null once closed.
   std::shared_ptr<internal::MeshCaller> caller() const;
   // Registers this rank's actors of mesh `name`; answers every rank's.

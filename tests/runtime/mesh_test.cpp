@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -405,6 +407,137 @@ TEST(ActorMeshCalls, ChooseSendsToTheLeastBusyMember) {
   mesh.close();
   EXPECT_ERROR(gates.choose<int>(add_atom::value, 0).get(kWait), Errc::shutdown, "closed");
   EXPECT_ERROR(gates.tell(open_atom::value), Errc::shutdown, "closed");
+}
+
+// -- supervision ---------------------------------------------------------------
+
+using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using faulty_actor =
+    caf::typed_actor<caf::replies_to<add_atom, int>::with<int>, caf::reacts_to<fail_atom>>;
+
+// Answers x + rank + 100 * generation; on fail, stops with an error.
+faulty_actor::behavior_type faulty(faulty_actor::pointer self, int rank,
+                                   std::shared_ptr<std::atomic<int>> generation) {
+  const int gen = generation->fetch_add(1);
+  return {
+      [=](add_atom, int x) { return x + rank + 100 * gen; },
+      [=](fail_atom) { self->quit(caf::sec::runtime_error); },
+  };
+}
+
+// Failures seen by a handler, waited for with a bound.
+struct Seen {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<MeshFailure> failures;
+  std::function<bool(const MeshFailure&)> handler(bool handled) {
+    return [this, handled](const MeshFailure& f) {
+      std::lock_guard<std::mutex> lock(mu);
+      failures.push_back(f);
+      cv.notify_all();
+      return handled;
+    };
+  }
+  bool wait_for(std::size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, kWait, [&] { return failures.size() >= n; });
+  }
+};
+
+TEST(Supervision, AFailedMemberReachesTheHandlerWithItsRank) {
+  auto mesh = Mesh::local(4).value();
+  Seen seen;
+  Supervision s;
+  s.on_failure = seen.handler(true);
+  auto gen = std::make_shared<std::atomic<int>>(0);
+  auto m = mesh.spawn<faulty_actor>(s, "faulty", faulty, gen).value();
+  ASSERT_OK(m.slice("ranks", 2, 3)->tell(fail_atom::value));
+  ASSERT_TRUE(seen.wait_for(1));
+  EXPECT_EQ(seen.failures[0].mesh, "faulty");
+  EXPECT_EQ(seen.failures[0].rank, 2);
+  EXPECT_ERROR(seen.failures[0].why, Errc::unavailable, "rank 2 of mesh 'faulty' went down");
+  // Handled: the others go on.
+  EXPECT_EQ(*m.ask<int>(3, add_atom::value, 1).get(kWait) % 100, 4);
+}
+
+TEST(Supervision, StopPolicyStopsTheMeshAndCallsSayWhy) {
+  auto mesh = Mesh::local(3).value();
+  Seen seen;
+  Supervision s;
+  s.policy = FailurePolicy::stop;
+  s.on_failure = seen.handler(false);  // seen, not handled: the policy applies
+  auto m =
+      mesh.spawn<faulty_actor>(s, "faulty", faulty, std::make_shared<std::atomic<int>>(0)).value();
+  ASSERT_OK(m.slice("ranks", 1, 2)->tell(fail_atom::value));
+  ASSERT_TRUE(seen.wait_for(1));
+  EXPECT_ERROR(m.ask<int>(0, add_atom::value, 1).get(kWait), Errc::unavailable,
+               "mesh 'faulty' was stopped after rank 1 of mesh 'faulty' went down");
+}
+
+TEST(Supervision, RestartPolicySpawnsTheMemberAgainThenStops) {
+  auto mesh = Mesh::local(2).value();
+  Seen seen;
+  Supervision s;
+  s.policy = FailurePolicy::restart;
+  s.max_restarts = 2;
+  s.on_failure = seen.handler(false);
+  auto gen = std::make_shared<std::atomic<int>>(0);  // each member made takes the next
+  auto m = mesh.spawn<faulty_actor>(s, "faulty", faulty, gen).value();
+  auto one = m.slice("ranks", 1, 2).value();
+  int before = *one.call_one<int>(add_atom::value, 0).get(kWait);
+  for (int round = 1; round <= 2; ++round) {
+    ASSERT_OK(one.tell(fail_atom::value));
+    ASSERT_TRUE(seen.wait_for(static_cast<std::size_t>(round)));
+    // The same arguments (rank 1, the shared counter), in a new member.
+    const int after = *one.call_one<int>(add_atom::value, 0).get(kWait);
+    EXPECT_EQ(after % 100, 1);
+    EXPECT_GT(after / 100, before / 100);
+    before = after;
+  }
+  ASSERT_OK(one.tell(fail_atom::value));  // a third failure in the window: stop
+  ASSERT_TRUE(seen.wait_for(3));
+  EXPECT_ERROR(m.ask<int>(0, add_atom::value, 0).get(kWait), Errc::unavailable, "was stopped");
+}
+
+TEST(Supervision, UnhandledFailuresPropagateToTheRootHandler) {
+  Seen root;
+  MeshOptions o;
+  o.on_failure = root.handler(true);
+  auto mesh = Mesh::local(2, o).value();
+  auto m =
+      mesh.spawn<faulty_actor>("faulty", faulty, std::make_shared<std::atomic<int>>(0)).value();
+  ASSERT_OK(m.tell(fail_atom::value));
+  ASSERT_TRUE(root.wait_for(2));
+  std::set<int> ranks{root.failures[0].rank, root.failures[1].rank};
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+}
+
+TEST(Supervision, AMemberThatStopsNormallyIsNoFailure) {
+  Seen root;
+  MeshOptions o;
+  o.on_failure = root.handler(true);
+  auto mesh = Mesh::local(2, o).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
+  ASSERT_OK(adders.tell(die_atom::value));  // quits with exit reason "normal"
+  EXPECT_ERROR(adders.ask<int>(1, add_atom::value, 1).get(kWait), Errc::unavailable, "rank 1");
+  mesh.close();
+  std::lock_guard<std::mutex> lock(root.mu);
+  EXPECT_TRUE(root.failures.empty());
+}
+
+TEST(SupervisionDeathTest, WithoutARootHandlerAnUnhandledFailureExitsNonZero) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto mesh = Mesh::local(2).value();
+        auto m = mesh.spawn<faulty_actor>("faulty", faulty, std::make_shared<std::atomic<int>>(0))
+                     .value();
+        (void)m.slice("ranks", 1, 2)->tell(fail_atom::value);
+        Promise<void> never;  // the failure's exit ends this wait
+        (void)never.future().get(60s);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(1), "unhandled mesh failure, exiting: .*rank 1 of mesh 'faulty'");
 }
 
 TEST(Mesh, NamesAreUniqueAndChecked) {
