@@ -564,11 +564,21 @@ Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<
   // the missing ranks) arrives first.
   const auto wait = impl_->options.request_timeout + std::chrono::seconds(5);
   self->request(registry, wait, mesh_join_atom::value, name,
-                static_cast<std::int32_t>(is_local() ? 0 : rank()), std::move(mine),
-                std::move(interface))
+                static_cast<std::int32_t>(is_local() ? 0 : rank()), mine, std::move(interface))
       .receive(
           [&](std::vector<caf::actor>& all) { out = std::move(all); },
           [&](caf::error& e) { out = internal::from_caf_error(e, "Mesh::spawn '" + name + "'"); });
+  if (!out.ok()) {
+    // A spawn that failed leaves nothing behind: this rank's members stop
+    // and the name may be spawned again.
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& a : mine) {
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      impl_->owned.erase(std::remove(impl_->owned.begin(), impl_->owned.end(), a),
+                         impl_->owned.end());
+    }
+    impl_->names.erase(name);
+  }
   return out;
 }
 

@@ -271,6 +271,13 @@ TEST(Mesh, RanksThatSpawnAMeshWithDifferentInterfacesAreRefused) {
   // instead of waiting for the timeout.
   EXPECT_ERROR(m0, Errc::invalid_argument, "spawned it with another actor interface than rank");
   EXPECT_ERROR(m1, Errc::invalid_argument, "spawned it with another actor interface than rank");
+  // The failed spawn left its name free here: a new one under another name
+  // works, and the failed name is refused by the registry, not as taken here.
+  auto [n0, n1] = spawn_both<mirror_actor, mirror_actor>(*r0, *r1, "agreed", mirror, mirror);
+  ASSERT_OK(n0);
+  ASSERT_OK(n1);
+  EXPECT_ERROR(r0->spawn<mirror_actor>("confused", mirror), Errc::invalid_argument,
+               "spawned it with another actor interface");
 }
 
 // -- shapes, slices and call styles ------------------------------------------
