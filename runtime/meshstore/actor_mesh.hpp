@@ -63,9 +63,9 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
                        Supervision sup, Respawn respawn);
   /// Member `rank` of mesh `id`; an empty handle once closed or stopped.
   caf::actor member(std::size_t id, int rank) const;
-  /// Why member() is empty: the mesh is closed, or it was stopped after a
-  /// failure (naming it).
-  std::string gone(std::size_t id) const;
+  /// Why member() is empty: Errc::shutdown when the mesh is closed,
+  /// Errc::unavailable naming the failure when it was stopped after one.
+  Status gone(std::size_t id) const;
   /// Rank `rank` left the job in good order (it closed its Mesh): its
   /// members going away is not a failure.
   void departed(int rank);
@@ -308,9 +308,8 @@ class ActorMesh {
     auto job = [=](caf::event_based_actor* self) {
       auto target = caf::actor_cast<Handle>(caller->member(id, rank));
       if (!target) {
-        const std::string why = caller->gone(id);
-        finish(Status(why.rfind("the mesh is closed", 0) == 0 ? Errc::shutdown : Errc::unavailable,
-                      "rank " + std::to_string(rank) + ": " + why));
+        const Status why = caller->gone(id);
+        finish(Status(why.code(), "rank " + std::to_string(rank) + ": " + why.message()));
         return;
       }
       auto done = std::make_shared<bool>(false);

@@ -162,6 +162,11 @@ struct CallerState {
 };
 using caller_pointer = caf::stateful_actor<CallerState>*;
 
+// Monitors `target` from the caller, once however often it is asked.
+void monitor_once(caller_pointer caller, const caf::actor_addr& target) {
+  if (caller->state.monitored.insert(target).second) caller->monitor(target);
+}
+
 caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCaller> owner) {
   self->state.owner = std::move(owner);
   self->set_down_handler([=](caf::down_msg& m) {
@@ -211,9 +216,8 @@ std::size_t MeshCaller::add_mesh(std::string name, std::vector<caf::actor> membe
     // Monitored from the caller itself (monitors are the actor's own).
     auto watched = members;
     caf::anon_send(caller_, MeshJob{std::make_shared<Job>([watched](caf::event_based_actor* self) {
-                     auto* caller = static_cast<caller_pointer>(self);
                      for (const auto& a : watched) {
-                       if (caller->state.monitored.insert(a.address()).second) caller->monitor(a);
+                       monitor_once(static_cast<caller_pointer>(self), a.address());
                      }
                    })});
   }
@@ -236,13 +240,13 @@ caf::actor MeshCaller::member(std::size_t id, int rank) const {
   return meshes_[id][static_cast<std::size_t>(rank)];
 }
 
-std::string MeshCaller::gone(std::size_t id) const {
+Status MeshCaller::gone(std::size_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!caller_ || id >= supervised_.size()) return "the mesh is closed";
-  if (!supervised_[id].stopped.empty()) {
-    return "mesh '" + supervised_[id].name + "' was stopped after " + supervised_[id].stopped;
+  if (caller_ && id < supervised_.size() && !supervised_[id].stopped.empty()) {
+    return Status(Errc::unavailable, "mesh '" + supervised_[id].name + "' was stopped after " +
+                                         supervised_[id].stopped);
   }
-  return "the mesh is closed";
+  return Status(Errc::shutdown, "the mesh is closed");
 }
 
 void MeshCaller::departed(int rank) {
@@ -258,6 +262,7 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
   int rank = -1;
   Supervision sup;
   Respawn respawn;
+  std::string name;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!caller_) return;  // closing: every member goes
@@ -275,13 +280,11 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
     if (std::find(departed_.begin(), departed_.end(), rank) != departed_.end()) return;
     sup = supervised_[id].sup;
     respawn = supervised_[id].respawn;
+    name = supervised_[id].name;
   }
   MeshFailure f;
   f.rank = rank;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    f.mesh = supervised_[id].name;
-  }
+  f.mesh = std::move(name);
   f.why = Status(Errc::unavailable, "rank " + std::to_string(rank) + " of mesh '" + f.mesh +
                                         "' went down (" + caf::to_string(reason) + ")");
   if (sup.on_failure && sup.on_failure(f)) return;
@@ -303,8 +306,7 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
         std::lock_guard<std::mutex> lock(mu_);
         if (!caller_) return;
         meshes_[id][static_cast<std::size_t>(rank)] = fresh;
-        auto* caller = static_cast<caller_pointer>(self);
-        if (caller->state.monitored.insert(fresh.address()).second) caller->monitor(fresh);
+        monitor_once(static_cast<caller_pointer>(self), fresh.address());
         return;
       }
       stop_mesh(id, f);
@@ -382,7 +384,7 @@ void MeshCaller::watch(caf::event_based_actor* self, const caf::actor_addr& targ
   auto& st = caller->state;
   id = st.next++;
   st.waiting.emplace(id, std::make_pair(target, std::move(on_down)));
-  if (st.monitored.insert(target).second) caller->monitor(target);
+  monitor_once(caller, target);
 }
 
 void MeshCaller::settled(caf::event_based_actor* self, std::uint64_t id) {

@@ -94,6 +94,22 @@ Result<Mesh> join_as(int rank, std::uint16_t port, MeshOptions o) {
   return Mesh::from_env(o);
 }
 
+// Both ranks of a two-rank job on a fresh port, rank 0 first; with
+// `register_point`, each registers the Point type.
+std::pair<Result<Mesh>, Result<Mesh>> join_two(bool register_point) {
+  MeshOptions o;
+  o.request_timeout = 20s;
+  if (register_point) {
+    o.add_types = [](caf::actor_system_config& cfg) {
+      cfg.add_message_type<Point>("meshstore::test::Point");
+    };
+  }
+  const auto port = free_port();
+  auto r0 = join_as(0, port, o);
+  auto r1 = join_as(1, port, o);
+  return {std::move(r0), std::move(r1)};
+}
+
 // Runs both ranks' collective spawn at once (each waits for the other).
 template <class H0, class H1, class F0, class F1>
 std::pair<Result<ActorMesh<H0>>, Result<ActorMesh<H1>>> spawn_both(Mesh& r0, Mesh& r1,
@@ -213,15 +229,8 @@ TEST(Mesh, ManyCallsInFlightFromManyThreads) {
 TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
   // Two ranks with their own actor systems, joined over loopback: a Point
   // sent from rank 1 to rank 0's member is serialized by CAF.
-  MeshOptions o;
-  o.request_timeout = 20s;
-  o.add_types = [](caf::actor_system_config& cfg) {
-    cfg.add_message_type<Point>("meshstore::test::Point");
-  };
-  const auto port = free_port();
-  auto r0 = join_as(0, port, o);
+  auto [r0, r1] = join_two(/*register_point=*/true);
   ASSERT_OK(r0);
-  auto r1 = join_as(1, port, o);
   ASSERT_OK(r1);
   auto [m0, m1] = spawn_both<mirror_actor, mirror_actor>(*r0, *r1, "mirrors", mirror, mirror);
   ASSERT_OK(m0);
@@ -238,12 +247,8 @@ TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
 TEST(Mesh, AnUnregisteredUserTypeFailsAcrossProcessesWithAnError) {
   // Without add_types the Point cannot be serialized: the call fails, naming
   // the rank, instead of hanging (within a process it would still work).
-  MeshOptions o;
-  o.request_timeout = 20s;
-  const auto port = free_port();
-  auto r0 = join_as(0, port, o);
+  auto [r0, r1] = join_two(/*register_point=*/false);
   ASSERT_OK(r0);
-  auto r1 = join_as(1, port, o);
   ASSERT_OK(r1);
   auto [m0, m1] = spawn_both<mirror_actor, mirror_actor>(*r0, *r1, "mirrors", mirror, mirror);
   ASSERT_OK(m1);
@@ -254,15 +259,8 @@ TEST(Mesh, AnUnregisteredUserTypeFailsAcrossProcessesWithAnError) {
 }
 
 TEST(Mesh, RanksThatSpawnAMeshWithDifferentInterfacesAreRefused) {
-  MeshOptions o;
-  o.request_timeout = 20s;
-  o.add_types = [](caf::actor_system_config& cfg) {
-    cfg.add_message_type<Point>("meshstore::test::Point");
-  };
-  const auto port = free_port();
-  auto r0 = join_as(0, port, o);
+  auto [r0, r1] = join_two(/*register_point=*/true);
   ASSERT_OK(r0);
-  auto r1 = join_as(1, port, o);
   ASSERT_OK(r1);
   auto [m0, m1] = spawn_both<adder_actor, mirror_actor>(
       *r0, *r1, "confused",
