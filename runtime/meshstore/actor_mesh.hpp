@@ -45,9 +45,12 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
  public:
   /// Work for the caller actor, run on it with the caller as `self`.
   using Job = std::function<void(caf::event_based_actor* self)>;
-  /// Spawns member `rank` again in this process; an empty handle when that
-  /// member lives in another process.
-  using Respawn = std::function<caf::actor(int rank)>;
+  /// Spawns member `rank` again, on the caller actor `self`, and calls
+  /// `done` (on the caller) with the new actor, or an empty handle when it
+  /// cannot be spawned again (its process is gone, or another process owns
+  /// it).
+  using Respawn = std::function<void(caf::event_based_actor* self, int rank,
+                                     std::function<void(caf::actor)> done)>;
   /// The root handler: true when it handled a failure no mesh took.
   using RootHandler = std::function<bool(const MeshFailure&)>;
 

@@ -158,6 +158,7 @@ struct CallerState {
   std::uint64_t next = 1;
   std::map<std::uint64_t, std::pair<caf::actor_addr, std::function<void(const Status&)>>> waiting;
   std::set<caf::actor_addr> monitored;
+  std::set<caf::actor_addr> dead;             // every actor seen going down
   std::weak_ptr<internal::MeshCaller> owner;  // supervision
 };
 using caller_pointer = caf::stateful_actor<CallerState>*;
@@ -172,6 +173,9 @@ caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCalle
   self->set_down_handler([=](caf::down_msg& m) {
     auto& st = self->state;
     st.monitored.erase(m.source);
+    // A dead member can be monitored again (a call to it before its
+    // restart): only its first down message is a failure.
+    const bool first = st.dead.insert(m.source).second;
     const Status why(Errc::unavailable, "went down (" + caf::to_string(m.reason) + ")");
     std::vector<std::function<void(const Status&)>> fire;
     for (auto it = st.waiting.begin(); it != st.waiting.end();) {
@@ -183,6 +187,7 @@ caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCalle
       }
     }
     for (auto& f : fire) f(why);
+    if (!first) return;
     if (auto owner = st.owner.lock()) owner->member_down(self, m.source, m.reason);
   });
   return {
@@ -301,15 +306,23 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
         allowed = static_cast<int>(times.size()) < sup.max_restarts;
         if (allowed) times.push_back(now);
       }
-      caf::actor fresh = allowed && respawn ? respawn(rank) : caf::actor();
-      if (fresh) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!caller_) return;
-        meshes_[id][static_cast<std::size_t>(rank)] = fresh;
-        monitor_once(static_cast<caller_pointer>(self), fresh.address());
+      if (!allowed || !respawn) {
+        stop_mesh(id, f);
         return;
       }
-      stop_mesh(id, f);
+      // `done` runs on the caller actor, now or when the spawn answers.
+      respawn(self, rank, [me = shared_from_this(), self, id, rank, f](caf::actor fresh) {
+        if (!fresh) {
+          me->stop_mesh(id, f);
+          return;
+        }
+        {
+          std::lock_guard<std::mutex> lock(me->mu_);
+          if (!me->caller_) return;
+          me->meshes_[id][static_cast<std::size_t>(rank)] = fresh;
+        }
+        monitor_once(static_cast<caller_pointer>(self), fresh.address());
+      });
       return;
     }
     case FailurePolicy::stop:

@@ -124,10 +124,10 @@ class Mesh {
     caf::actor_system* sys = &system();
     const bool local = is_local();
     const int me = rank();
-    auto respawn = [sys, local, me, fun, xs...](int r) -> caf::actor {
-      if (!local && r != me) return caf::actor();
-      ForeignThreadGuard guard;
-      return caf::actor_cast<caf::actor>(sys->spawn(fun, r, xs...));
+    auto respawn = [sys, local, me, fun, xs...](caf::event_based_actor*, int r,
+                                                std::function<void(caf::actor)> done) {
+      if (!local && r != me) return done(caf::actor());
+      done(caf::actor_cast<caf::actor>(sys->spawn(fun, r, xs...)));
     };
     const std::size_t id = c->add_mesh(name, std::move(all).value(), local || me == 0,
                                        std::move(supervision), std::move(respawn));

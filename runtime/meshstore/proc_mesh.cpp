@@ -1,0 +1,602 @@
+#include "meshstore/proc_mesh.hpp"
+
+#include <unistd.h>
+
+#include <caf/io/all.hpp>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/process_group.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore {
+namespace {
+
+// What a launched worker finds in its environment.
+constexpr const char* kControllerEnv = "MESHSTORE_PROC_CONTROLLER";  // host:port
+constexpr const char* kTokenEnv = "MESHSTORE_PROC_TOKEN";
+constexpr const char* kRankEnv = "MESHSTORE_PROC_RANK";
+constexpr const char* kWorldEnv = "MESHSTORE_PROC_WORLD";
+
+using proc_hello_atom = caf::atom_constant<caf::atom("p_hello")>;
+using proc_spawn_atom = caf::atom_constant<caf::atom("p_spawn")>;
+using proc_stop_atom = caf::atom_constant<caf::atom("p_stop")>;
+
+// A worker's process actor: spawns members of registered actor types on
+// the controller's request.
+using proc_actor =
+    caf::typed_actor<caf::replies_to<proc_spawn_atom, std::string, std::string,
+                                     std::vector<std::string>, caf::message>::with<caf::actor>,
+                     caf::replies_to<proc_stop_atom>::with<bool>>;
+// The controller's actor, which launched workers join.
+using controller_actor =
+    caf::typed_actor<caf::replies_to<proc_hello_atom, std::string, std::int32_t, std::int32_t,
+                                     proc_actor>::with<bool>>;
+
+void add_proc_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<proc_actor>("meshstore::proc_actor");
+  cfg.add_message_type<controller_actor>("meshstore::proc_controller_actor");
+}
+
+std::string interface_text(const std::vector<std::string>& sigs) {
+  if (sigs.empty()) return "(untyped)";
+  std::string out;
+  for (const auto& s : sigs) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string random_token() {
+  std::random_device rd;
+  char buf[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", rd());
+  return std::string(buf, 32);
+}
+
+// The workers joining, and those that exited.
+struct Joining {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<proc_actor> procs;
+  std::vector<std::string> exited;  // why, by rank; empty while running
+  int joined = 0;
+  bool stopping = false;
+};
+
+controller_actor::behavior_type controller_impl(controller_actor::pointer, std::string token,
+                                                std::shared_ptr<Joining> joining) {
+  return {
+      [=](proc_hello_atom, const std::string& t, std::int32_t rank, std::int32_t pid,
+          proc_actor proc) -> caf::result<bool> {
+        std::lock_guard<std::mutex> lock(joining->mu);
+        if (t != token) {
+          return internal::to_caf_error(
+              Status(Errc::protocol_error, "this process was not launched by this controller"));
+        }
+        if (rank < 0 || rank >= static_cast<std::int32_t>(joining->procs.size()) ||
+            joining->procs[static_cast<std::size_t>(rank)]) {
+          return internal::to_caf_error(
+              Status(Errc::invalid_argument,
+                     "rank " + std::to_string(rank) + " joined twice or is out of range"));
+        }
+        joining->procs[static_cast<std::size_t>(rank)] = std::move(proc);
+        ++joining->joined;
+        log::get("proc")->debug("rank {} (pid {}) joined", rank, pid);
+        joining->cv.notify_all();
+        return true;
+      },
+  };
+}
+
+// What serve() ends with, set once.
+struct Outcome {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status why;
+  void finish(Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (done) return;
+    done = true;
+    why = std::move(s);
+    cv.notify_all();
+  }
+};
+
+struct ProcState {
+  static inline const char* name = "meshstore.proc";
+  std::vector<caf::actor> members;
+};
+
+// Joins the controller at `where` (hello), then serves it; a controller
+// that goes away, before or after the hello is answered, ends it.
+proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self, int rank,
+                                    controller_actor controller, std::string where,
+                                    std::string token, std::chrono::milliseconds timeout,
+                                    std::shared_ptr<Outcome> outcome) {
+  self->monitor(controller);
+  self->request(controller, timeout, proc_hello_atom::value, token, static_cast<std::int32_t>(rank),
+                static_cast<std::int32_t>(::getpid()), caf::actor_cast<proc_actor>(self))
+      .then([](bool) {},
+            [=](caf::error& e) {
+              outcome->finish(internal::from_caf_error(e, "ProcMesh::serve: joining " + where));
+              self->quit();
+            });
+  self->set_down_handler([=](caf::down_msg& m) {
+    outcome->finish(Status(Errc::unavailable, "the controller at " + where + " went away (" +
+                                                  caf::to_string(m.reason) + ")"));
+    self->quit();
+  });
+  self->attach_functor([=] {
+    for (auto& a : self->state.members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  });
+  const std::string me = "rank " + std::to_string(rank);
+  return {
+      [=](proc_spawn_atom, const std::string& mesh, const std::string& type,
+          const std::vector<std::string>& interface,
+          caf::message& args) -> caf::result<caf::actor> {
+        const std::string what = "mesh '" + mesh + "', " + me;
+        const auto& factories = self->system().config().actor_factories;
+        auto it = factories.find(type);
+        if (it == factories.end()) {
+          std::string known;
+          for (const auto& [name, f] : factories) known += (known.empty() ? "" : ", ") + name;
+          return internal::to_caf_error(Status(
+              Errc::not_found,
+              what + ": no actor type '" + type +
+                  "' is registered there (registered: " + (known.empty() ? "none" : known) + ")"));
+        }
+        caf::actor_config cfg{self->context()};
+        auto made = it->second(cfg, args);
+        if (!made.first) {
+          return internal::to_caf_error(Status(
+              Errc::invalid_argument, what + ": actor type '" + type +
+                                          "' does not take the arguments " + caf::to_string(args) +
+                                          " (a rank, then the arguments spawn() was given)"));
+        }
+        const std::vector<std::string> has(made.second.begin(), made.second.end());
+        if (has != interface) {
+          caf::anon_send_exit(made.first, caf::exit_reason::user_shutdown);
+          return internal::to_caf_error(Status(
+              Errc::invalid_argument, what + ": actor type '" + type + "' has the interface " +
+                                          interface_text(has) + ", not the handle's " +
+                                          interface_text(interface)));
+        }
+        auto a = caf::actor_cast<caf::actor>(std::move(made.first));
+        self->state.members.push_back(a);
+        return a;
+      },
+      // No reply reaches the controller once this process is gone: it
+      // sends this without waiting, and watches the process exit.
+      [=](proc_stop_atom) {
+        outcome->finish(Status());
+        self->quit();
+        return true;
+      },
+  };
+}
+
+std::string this_program() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return {};
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+Result<int> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return Status(Errc::invalid_argument, std::string(name) + " is not set");
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x < 0 || x > 1 << 20) {
+    return Status(Errc::invalid_argument, std::string(name) + " is not a rank: '" + v + "'");
+  }
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+struct ProcMesh::Shared {
+  MeshOptions options;
+  LaunchSpec spec;
+  Extent whole = Extent::line(0);
+  std::unique_ptr<internal::ActorRuntime> runtime;
+  controller_actor controller;
+  std::shared_ptr<Joining> joining;
+  std::unique_ptr<internal::ProcessGroup> group;
+  std::shared_ptr<internal::MeshCaller> caller;
+  std::mutex mu;  // guards names, stopped, group
+  std::set<std::string> names;
+  bool stopped = false;
+
+  ~Shared() { stop(); }
+
+  void stop() {
+    std::vector<proc_actor> procs;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopped) return;
+      stopped = true;
+    }
+    // First: the meshes answer shutdown, and the members' going away is
+    // no failure.
+    if (caller) caller->close();
+    if (joining) {
+      std::lock_guard<std::mutex> lock(joining->mu);
+      joining->stopping = true;
+      procs = joining->procs;
+      joining->procs.assign(joining->procs.size(), proc_actor());
+    }
+    // Ask every worker to stop; the group waits for them to exit, then
+    // closes their lifeline and signals those left.
+    for (auto& p : procs) {
+      if (p) caf::anon_send(p, proc_stop_atom::value);
+    }
+    procs.clear();
+    std::unique_ptr<internal::ProcessGroup> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mu);  // pid() and signal() read it
+      doomed = std::move(group);
+    }
+    if (doomed) doomed->stop(spec.stop_grace);
+    doomed.reset();
+    caller.reset();
+    if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
+    controller = nullptr;
+    runtime.reset();
+  }
+};
+
+bool ProcMesh::is_worker() { return std::getenv(kControllerEnv) != nullptr; }
+
+Status ProcMesh::serve(MeshOptions options) {
+  const char* where_env = std::getenv(kControllerEnv);
+  if (!where_env) {
+    return Status(Errc::invalid_argument, std::string("ProcMesh::serve: ") + kControllerEnv +
+                                              " is not set: this process was not started by "
+                                              "ProcMesh::launch");
+  }
+  const std::string where = where_env;
+  const auto colon = where.rfind(':');
+  auto rank = env_int(kRankEnv);
+  if (!rank.ok()) return rank.status().with_context("ProcMesh::serve");
+  const char* token = std::getenv(kTokenEnv);
+  if (colon == std::string::npos || !token) {
+    return Status(Errc::invalid_argument,
+                  "ProcMesh::serve: malformed launch environment (" + where + ")");
+  }
+  const std::string host = where.substr(0, colon);
+  const long port = std::strtol(where.c_str() + colon + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) {
+    return Status(Errc::invalid_argument, "ProcMesh::serve: bad controller port in " + where);
+  }
+  ForeignThreadGuard guard;
+  auto outcome = std::make_shared<Outcome>();
+  internal::LifelineWatch lifeline;
+  lifeline.start([outcome, where] {
+    outcome->finish(Status(Errc::unavailable,
+                           "the controller at " + where + " went away (its lifeline closed)"));
+  });
+  internal::RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = true;
+  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
+    add_proc_types(cfg);
+    if (user) user(cfg);
+  };
+  auto rt = internal::ActorRuntime::create(ro);
+  if (!rt.ok()) return rt.status().with_context("ProcMesh::serve");
+  auto runtime = std::move(rt).value();
+  auto& sys = runtime->system();
+  {
+    auto controller = internal::connect_with_retry<controller_actor>(
+        sys, host, static_cast<std::uint16_t>(port), options.connect_timeout, "controller");
+    if (!controller.ok()) return controller.status().with_context("ProcMesh::serve");
+    auto proc = sys.spawn(proc_impl, *rank, *controller, where, std::string(token),
+                          options.request_timeout, outcome);
+    {
+      std::unique_lock<std::mutex> lock(outcome->mu);
+      outcome->cv.wait(lock, [&] { return outcome->done; });
+    }
+    // Its members go with it.
+    caf::anon_send_exit(proc, caf::exit_reason::user_shutdown);
+  }
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(outcome->mu);
+    why = outcome->why;
+  }
+  if (!why.ok()) log::get("proc")->warn("rank {}: {}; stopping", *rank, why.to_string());
+  // A member that never returns must not keep this process alive: the
+  // actor system waits for its actors when it goes.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return closed; })) {
+      std::fprintf(stderr, "meshstore: rank %d: actors did not stop within 10 s; exiting\n", *rank);
+      std::_Exit(why.ok() ? 0 : 1);
+    }
+  });
+  runtime.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    closed = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  return why;
+}
+
+Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape, LaunchSpec spec,
+                                  MeshOptions options) {
+  ForeignThreadGuard guard;  // this thread may outlive the mesh
+  auto extent = Extent::make(std::move(shape));
+  if (!extent.ok()) return extent.status().with_context("ProcMesh::launch");
+  const int n = extent->size();
+  if (n < 1 || n > 1024) {
+    return Status(Errc::invalid_argument,
+                  "ProcMesh::launch: between 1 and 1024 processes, not " + std::to_string(n));
+  }
+  if (spec.join_timeout.count() <= 0 || spec.stop_grace.count() < 0 ||
+      options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status(Errc::invalid_argument,
+                  "ProcMesh::launch: join_timeout, request_timeout and connect_timeout must be "
+                  "positive, stop_grace not negative");
+  }
+  if (spec.bind_host.empty()) {
+    return Status(Errc::invalid_argument, "ProcMesh::launch: bind_host is empty");
+  }
+  auto shared = std::make_shared<Shared>();
+  shared->options = options;
+  shared->spec = spec;
+  shared->whole = *extent;
+  internal::RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = true;
+  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
+    add_proc_types(cfg);
+    if (user) user(cfg);
+  };
+  auto rt = internal::ActorRuntime::create(ro);
+  if (!rt.ok()) return rt.status().with_context("ProcMesh::launch");
+  shared->runtime = std::move(rt).value();
+  auto& sys = shared->runtime->system();
+  shared->caller = internal::MeshCaller::make(sys, options.on_failure);
+  shared->joining = std::make_shared<Joining>();
+  shared->joining->procs.resize(static_cast<std::size_t>(n));
+  shared->joining->exited.resize(static_cast<std::size_t>(n));
+  const std::string token = random_token();
+  shared->controller = sys.spawn(controller_impl, token, shared->joining);
+  auto port = sys.middleman().publish(shared->controller, 0, spec.bind_host.c_str(), false);
+  if (!port) {
+    return Status(Errc::unavailable, "ProcMesh::launch: cannot listen on " + spec.bind_host + ": " +
+                                         sys.render(port.error()));
+  }
+  const std::string where = spec.bind_host + ":" + std::to_string(*port);
+  std::vector<internal::ProcessSpec> specs;
+  const std::string program = spec.program.empty() ? this_program() : spec.program;
+  for (int r = 0; r < n; ++r) {
+    internal::ProcessSpec p;
+    p.program = program;
+    p.args = spec.args;
+    p.env = spec.env;
+    p.env.emplace_back(kControllerEnv, where);
+    p.env.emplace_back(kTokenEnv, token);
+    p.env.emplace_back(kRankEnv, std::to_string(r));
+    p.env.emplace_back(kWorldEnv, std::to_string(n));
+    specs.push_back(std::move(p));
+  }
+  auto on_output = spec.on_output;
+  if (!on_output) {
+    on_output = [](int rank, bool is_stderr, const std::string& line) {
+      std::FILE* to = is_stderr ? stderr : stdout;
+      std::fprintf(to, "[rank %d] %s\n", rank, line.c_str());
+      std::fflush(to);
+    };
+  }
+  auto joining = shared->joining;
+  auto on_exit = [joining](int rank, int status) {
+    const std::string why = internal::ProcessGroup::describe(status);
+    std::lock_guard<std::mutex> lock(joining->mu);
+    joining->exited[static_cast<std::size_t>(rank)] = why;
+    joining->cv.notify_all();
+    if (!joining->stopping && joining->joined == static_cast<int>(joining->procs.size())) {
+      log::get("proc")->warn("rank {} {}", rank, why);
+    }
+  };
+  auto group = internal::ProcessGroup::start(specs, on_output, on_exit);
+  if (!group.ok()) return group.status().with_context("ProcMesh::launch");
+  shared->group = std::move(group).value();
+  // Every worker joins, or one exits first, or time runs out.
+  Status failed;
+  {
+    std::unique_lock<std::mutex> lock(joining->mu);
+    const auto deadline = std::chrono::steady_clock::now() + spec.join_timeout;
+    for (;;) {
+      int early = -1;
+      for (int r = 0; r < n && early < 0; ++r) {
+        if (!joining->exited[static_cast<std::size_t>(r)].empty() &&
+            !joining->procs[static_cast<std::size_t>(r)]) {
+          early = r;
+        }
+      }
+      if (early >= 0) {
+        failed = Status(Errc::unavailable,
+                        "ProcMesh::launch: rank " + std::to_string(early) + " (" + program + ") " +
+                            joining->exited[static_cast<std::size_t>(early)] +
+                            " before joining (does it call ProcMesh::serve() when "
+                            "ProcMesh::is_worker()?)");
+        break;
+      }
+      if (joining->joined == n) break;
+      if (joining->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+          joining->joined < n) {
+        std::string missing;
+        for (int r = 0; r < n; ++r) {
+          if (!joining->procs[static_cast<std::size_t>(r)])
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        }
+        failed = Status(Errc::timeout, "ProcMesh::launch: ranks " + missing + " did not join " +
+                                           where + " within " +
+                                           std::to_string(spec.join_timeout.count()) + " ms");
+        break;
+      }
+    }
+  }
+  if (!failed.ok()) {
+    shared->stop();
+    return failed;
+  }
+  Extent whole = shared->whole;
+  return ProcMesh(std::move(shared), std::move(whole));
+}
+
+ProcMesh::ProcMesh(std::shared_ptr<Shared> shared, Extent extent)
+    : shared_(std::move(shared)), extent_(std::move(extent)) {}
+
+Result<ProcMesh> ProcMesh::slice(const std::string& dim, int begin, int end) const {
+  auto e = extent_.slice(dim, begin, end);
+  if (!e.ok()) return e.status().with_context("ProcMesh::slice");
+  return ProcMesh(shared_, std::move(e).value());
+}
+
+int ProcMesh::pid(int i) const {
+  if (!shared_ || i < 0 || i >= size()) return -1;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (!shared_->group) return -1;
+  return shared_->group->pid(extent_.rank(i));
+}
+
+Status ProcMesh::signal(int i, int sig) const {
+  if (!shared_) return Status(Errc::shutdown, "ProcMesh: an empty ProcMesh");
+  if (i < 0 || i >= size()) {
+    return Status(Errc::out_of_range, "ProcMesh::signal: member " + std::to_string(i) +
+                                          " outside [0, " + std::to_string(size()) + ")");
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (shared_->stopped || !shared_->group) {
+    return Status(Errc::shutdown, "ProcMesh::signal: the processes were stopped");
+  }
+  return shared_->group->signal(extent_.rank(i), sig);
+}
+
+caf::actor_system& ProcMesh::system() { return shared_->runtime->system(); }
+
+Supervision ProcMesh::default_supervision() const {
+  return shared_ ? shared_->options.supervision : Supervision();
+}
+
+void ProcMesh::stop() {
+  if (shared_) shared_->stop();
+}
+
+Result<ProcMesh::Spawned> ProcMesh::spawn_members(
+    Supervision supervision, const std::string& name, const std::string& type,
+    std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+    std::function<caf::message(int)> args) {
+  if (!shared_) return Status(Errc::shutdown, "ProcMesh::spawn: an empty ProcMesh");
+  if (name.empty()) return Status(Errc::invalid_argument, "ProcMesh::spawn: mesh name is empty");
+  if (type.empty()) {
+    return Status(Errc::invalid_argument, "ProcMesh::spawn '" + name + "': actor type is empty");
+  }
+  std::vector<proc_actor> procs;
+  std::shared_ptr<internal::MeshCaller> caller;
+  std::vector<std::string> interface;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->stopped) {
+      return Status(Errc::shutdown, "ProcMesh::spawn '" + name + "': the processes were stopped");
+    }
+    if (!shared_->names.insert(name).second) {
+      return Status(Errc::invalid_argument,
+                    "ProcMesh::spawn: mesh '" + name + "' was already spawned here");
+    }
+    caller = shared_->caller;
+    interface = interface_of(shared_->runtime->system());
+    std::lock_guard<std::mutex> jl(shared_->joining->mu);
+    for (int r : extent_.ranks())
+      procs.push_back(shared_->joining->procs[static_cast<std::size_t>(r)]);
+  }
+  const auto timeout = shared_->options.request_timeout;
+  const int n = size();
+  // Every process spawns its member at once, from the mesh's caller.
+  std::vector<Future<caf::actor>> replies;
+  for (int i = 0; i < n; ++i) {
+    auto p = std::make_shared<Promise<caf::actor>>();
+    replies.push_back(p->future());
+    auto proc = procs[static_cast<std::size_t>(i)];
+    auto msg = args(i);
+    auto posted = caller->post(
+        [=](caf::event_based_actor* self) {
+          if (!proc) {
+            p->set_error(
+                Status(Errc::unavailable, "rank " + std::to_string(i) + ": its process is gone"));
+            return;
+          }
+          self->request(proc, timeout, proc_spawn_atom::value, name, type, interface, msg)
+              .then([p](caf::actor a) { p->set_value(std::move(a)); },
+                    [p, i](caf::error& e) {
+                      p->set_error(internal::from_caf_error(e, "rank " + std::to_string(i)));
+                    });
+        },
+        "spawn");
+    if (!posted.ok()) p->set_error(posted);
+  }
+  auto all = when_all(std::move(replies)).get(timeout + std::chrono::seconds(5));
+  std::vector<caf::actor> members;
+  Status failed;
+  if (!all.ok()) {
+    failed = all.status();
+  } else {
+    for (auto& r : *all) {
+      if (r.ok()) {
+        members.push_back(*r);
+      } else if (failed.ok()) {
+        failed = r.status();
+      }
+    }
+  }
+  if (!failed.ok()) {
+    // Nothing half-spawned stays: the members made are stopped, the name
+    // is free again.
+    for (auto& a : members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->names.erase(name);
+    return Status(failed.code(), "ProcMesh::spawn '" + name + "': " + failed.message());
+  }
+  auto respawn = [procs, name, type, interface, args, timeout](
+                     caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
+    const auto& proc = procs[static_cast<std::size_t>(rank)];
+    if (!proc) {
+      log::get("proc")->warn("mesh '{}': cannot restart rank {}: its process is gone", name, rank);
+      return done(caf::actor());
+    }
+    self->request(proc, timeout, proc_spawn_atom::value, name, type, interface, args(rank))
+        .then([done](caf::actor a) { done(std::move(a)); },
+              [done, name, rank](caf::error& e) {
+                log::get("proc")->warn("mesh '{}': restarting rank {} failed: {}", name, rank,
+                                       internal::from_caf_error(e, "").to_string());
+                done(caf::actor());
+              });
+  };
+  auto shape = Extent::make(extent_.dims());
+  if (!shape.ok()) return shape.status();
+  Spawned out;
+  out.id =
+      caller->add_mesh(name, std::move(members), true, std::move(supervision), std::move(respawn));
+  out.caller = std::move(caller);
+  out.extent = std::move(shape).value();
+  out.timeout = timeout;
+  return out;
+}
+
+}  // namespace meshstore

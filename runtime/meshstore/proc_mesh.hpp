@@ -1,0 +1,152 @@
+#pragma once
+
+// Process meshes under one controller: a program launches N processes (its
+// own binary in worker mode, or another), each joins back, and the program
+// spawns actor meshes of a type registered by name on any slice of them.
+// The workers' output comes back line by line with a rank prefix; a worker
+// whose controller dies (even by SIGKILL) stops itself. Like mesh.hpp, this
+// header exposes CAF on purpose: the actors are the user's own.
+//
+//   // The same registration in every process, controller and workers alike:
+//   meshstore::MeshOptions opts;
+//   opts.add_types = [](caf::actor_system_config& cfg) {
+//     cfg.add_actor_type("adder", adder);   // adder(adder_actor::pointer, int rank, int base)
+//   };
+//   if (meshstore::ProcMesh::is_worker()) return meshstore::ProcMesh::serve(opts).ok() ? 0 : 1;
+//   auto procs = meshstore::ProcMesh::launch({{"hosts", 2}, {"procs", 2}}, {}, opts).value();
+//   auto adders = procs.spawn<adder_actor>("adders", "adder", 100).value();
+//   auto host1 = adders.slice("hosts", 1, 2).value();
+//   auto sums = host1.call<int>(add_atom::value, 1).get(10s);
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/actor_mesh.hpp"
+#include "meshstore/extent.hpp"
+#include "meshstore/mesh.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/supervision.hpp"
+
+namespace meshstore {
+
+/// What ProcMesh::launch starts, and how.
+struct LaunchSpec {
+  /// The worker program: a path, or a name on PATH. Empty (the default):
+  /// this program again (/proc/self/exe), which must call
+  /// ProcMesh::serve() when ProcMesh::is_worker().
+  std::string program;
+  /// The worker's arguments (argv[1..]).
+  std::vector<std::string> args;
+  /// Set in every worker on top of this process's environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  /// Each line a worker writes. Default: "[rank R] line" to this process's
+  /// stdout or stderr. Called on one thread, one line at a time.
+  std::function<void(int rank, bool is_stderr, const std::string& line)> on_output;
+  /// Where this process listens for its workers to join.
+  std::string bind_host = "127.0.0.1";
+  /// How long every worker has to join after it was started.
+  std::chrono::milliseconds join_timeout{30000};
+  /// stop(): how long workers have to exit before they are killed.
+  std::chrono::milliseconds stop_grace{5000};
+};
+
+/// Processes with a shape (named dimensions), started and owned by this
+/// program: the single controller. Copies and slices share the processes;
+/// they stop when stop() is called or the last copy goes. Meshes spawned on
+/// them are supervised here (MeshOptions::supervision, on_failure).
+/// Thread-safe.
+class ProcMesh {
+ public:
+  /// True in a process that ProcMesh::launch started (its environment
+  /// names a controller).
+  static bool is_worker();
+  /// In a worker: joins the controller with `options` (add_types must
+  /// register the same message and actor types as the controller's) and
+  /// serves it: spawns what it asks for, until it calls stop() (an ok
+  /// Status) or goes away (Errc::unavailable, "the controller ... went
+  /// away"). Errc::invalid_argument when this process is not a worker.
+  static Status serve(MeshOptions options = {});
+
+  /// Starts shape.size() processes of `spec` on this host and waits until
+  /// every one joined. Errc::invalid_argument for a bad shape or option,
+  /// Errc::not_found for a program that is not there, Errc::unavailable
+  /// naming the rank that exited before joining (with its exit status),
+  /// Errc::timeout naming the ranks missing after spec.join_timeout.
+  /// Nothing is left running after a failure.
+  static Result<ProcMesh> launch(std::vector<std::pair<std::string, int>> shape,
+                                 LaunchSpec spec = {}, MeshOptions options = {});
+
+  ProcMesh() = default;
+
+  /// The shape of this view; member i is process extent().rank(i).
+  const Extent& extent() const noexcept { return extent_; }
+  int size() const noexcept { return extent_.size(); }
+  /// The processes with begin <= coordinate(dim) < end.
+  Result<ProcMesh> slice(const std::string& dim, int begin, int end) const;
+  /// The pid of member `i` of this view; -1 when out of range.
+  int pid(int i) const;
+  /// Sends `sig` to member `i`'s process (tests, demos: SIGKILL).
+  Status signal(int i, int sig) const;
+  /// The controller's actor system (to spawn your own local actors); not
+  /// after stop().
+  caf::actor_system& system();
+
+  /// Spawns an actor of the registered type `type` on every process of
+  /// this view, as fun(self, int rank, xs...) with rank = its index in the
+  /// new mesh (0..size()-1); the mesh has this view's shape. Every argument
+  /// type must be registered (or be one of CAF's own). Errors name the
+  /// rank: an unknown type, arguments the type does not take, an actor
+  /// interface other than Handle's (both named), a process gone. A failed
+  /// spawn leaves no member behind.
+  template <class Handle, class... Ts>
+  Result<ActorMesh<Handle>> spawn(const std::string& name, const std::string& type, Ts... xs) {
+    return spawn<Handle>(default_supervision(), name, type, std::move(xs)...);
+  }
+  /// spawn() supervised by `supervision` (supervision.hpp): restart spawns
+  /// the member again on its process, with the same arguments.
+  template <class Handle, class... Ts>
+  Result<ActorMesh<Handle>> spawn(Supervision supervision, const std::string& name,
+                                  const std::string& type, Ts... xs) {
+    auto interface = [](caf::actor_system& sys) {
+      const auto sigs = sys.message_types<Handle>();
+      return std::vector<std::string>(sigs.begin(), sigs.end());
+    };
+    auto args = [xs...](int rank) { return caf::make_message(rank, xs...); };
+    auto made =
+        spawn_members(std::move(supervision), name, type, std::move(interface), std::move(args));
+    if (!made.ok()) return made.status();
+    return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
+  }
+
+  /// Stops every process (of the whole mesh, not only this view): asks
+  /// each to exit, kills those left after LaunchSpec::stop_grace, and
+  /// closes the controller's actor system. Actor meshes spawned here answer
+  /// Errc::shutdown afterwards. Idempotent.
+  void stop();
+
+  struct Shared;  // the processes and the controller's runtime
+
+ private:
+  struct Spawned {
+    std::shared_ptr<internal::MeshCaller> caller;
+    std::size_t id = 0;
+    Extent extent = Extent::line(0);
+    std::chrono::milliseconds timeout{30000};
+  };
+  ProcMesh(std::shared_ptr<Shared> shared, Extent extent);
+  Supervision default_supervision() const;
+  Result<Spawned> spawn_members(
+      Supervision supervision, const std::string& name, const std::string& type,
+      std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+      std::function<caf::message(int)> args);
+
+  std::shared_ptr<Shared> shared_;
+  Extent extent_ = Extent::line(0);
+};
+
+}  // namespace meshstore

@@ -1,0 +1,489 @@
+// ProcMesh across real processes: this test binary is also the worker
+// (main() serves when ProcMesh::is_worker()) and, for the controller-death
+// test, a controller of its own.
+
+#include "meshstore/proc_mesh.hpp"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "testing/subprocess.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::kWait;
+
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using pid_atom = caf::atom_constant<caf::atom("pid")>;
+using bump_atom = caf::atom_constant<caf::atom("bump")>;
+using count_atom = caf::atom_constant<caf::atom("count")>;
+using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using say_atom = caf::atom_constant<caf::atom("say")>;
+using worker_actor =
+    caf::typed_actor<caf::replies_to<add_atom, int>::with<int>,
+                     caf::replies_to<pid_atom>::with<std::int32_t>, caf::reacts_to<bump_atom>,
+                     caf::replies_to<count_atom>::with<int>, caf::reacts_to<fail_atom>,
+                     caf::reacts_to<say_atom, std::string>>;
+// Another interface, for the mismatch test.
+using other_actor = caf::typed_actor<caf::replies_to<add_atom, int, int>::with<int>>;
+
+struct WorkerState {
+  int bumps = 0;
+};
+
+// Answers x + base + rank; counts bumps; fails (quits with an error) on
+// `fail`; prints what it is told to say.
+worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, int rank,
+                                   int base) {
+  return {
+      [=](add_atom, int x) { return x + base + rank; },
+      [](pid_atom) { return static_cast<std::int32_t>(::getpid()); },
+      [=](bump_atom) { ++self->state.bumps; },
+      [=](count_atom) { return self->state.bumps; },
+      [=](fail_atom) { self->quit(caf::make_error(caf::sec::runtime_error, "told to fail")); },
+      [=](say_atom, const std::string& s) {
+        std::printf("%s\n", s.c_str());
+        std::fflush(stdout);
+      },
+  };
+}
+
+// A user's own message type.
+struct Point {
+  std::int32_t x = 0;
+  std::int32_t y = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Point& p) {
+  return f(caf::meta::type_name("meshstore::test::ProcPoint"), p.x, p.y);
+}
+
+}  // namespace
+}  // namespace meshstore
+
+namespace meshstore {
+namespace {
+
+using mirror_atom = caf::atom_constant<caf::atom("mirror")>;
+using mirror_actor = caf::typed_actor<caf::replies_to<mirror_atom, Point>::with<Point>>;
+
+mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
+  return {[=](mirror_atom, Point p) {
+    return Point{-p.x + rank, static_cast<std::int32_t>(::getpid())};
+  }};
+}
+
+// The same registration in the controller and every worker.
+MeshOptions options() {
+  MeshOptions o;
+  o.request_timeout = 20s;
+  o.add_types = [](caf::actor_system_config& cfg) {
+    cfg.add_message_type<Point>("meshstore::test::ProcPoint");
+    cfg.add_actor_type("worker", worker);
+    cfg.add_actor_type("mirror", mirror);
+  };
+  return o;
+}
+
+// Waits (bounded) until `pred` holds.
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds bound = kWait) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+// Failures as they reach a handler.
+struct Failures {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<MeshFailure> seen;
+  std::function<bool(const MeshFailure&)> handler(bool handled) {
+    return [this, handled](const MeshFailure& f) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(f);
+      cv.notify_all();
+      return handled;
+    };
+  }
+  bool wait_for(std::size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, kWait, [&] { return seen.size() >= n; });
+  }
+};
+
+TEST(ProcMesh, EveryCallStyleOnTheWholeMeshAndOnSlicesAcrossProcesses) {
+  auto procs = ProcMesh::launch({{"hosts", 2}, {"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  ASSERT_EQ(procs->size(), 4);
+  auto w = procs->spawn<worker_actor>("workers", "worker", 100);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->extent().to_string(), "{hosts: 2, procs: 2}");
+
+  // Each member lives in its own process.
+  auto pids = w->call<std::int32_t>(pid_atom::value).get(kWait);
+  ASSERT_TRUE(pids.ok());
+  std::set<std::int32_t> distinct;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*pids)[i].ok());
+    EXPECT_EQ(*(*pids)[i], procs->pid(i));
+    distinct.insert(*(*pids)[i]);
+  }
+  EXPECT_EQ(distinct.size(), 4u);
+  EXPECT_EQ(distinct.count(::getpid()), 0u);
+
+  auto all = w->call<int>(add_atom::value, 1).get(kWait);
+  ASSERT_TRUE(all.ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(*(*all)[i], 101 + i);
+
+  auto host1 = w->slice("hosts", 1, 2);
+  ASSERT_TRUE(host1.ok());
+  auto h1 = host1->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_TRUE(h1.ok());
+  ASSERT_EQ(h1->size(), 2u);
+  EXPECT_EQ(*(*h1)[0], 102);
+  EXPECT_EQ(*(*h1)[1], 103);
+
+  auto point = w->at_point({1, 0});
+  ASSERT_TRUE(point.ok());
+  EXPECT_EQ(point->call_one<int>(add_atom::value, 0).get(kWait).value(), 102);
+  EXPECT_EQ(w->call_one<int>(add_atom::value, 0).get(kWait).status().code(),
+            Errc::invalid_argument);
+
+  auto chosen = w->choose<int>(add_atom::value, 0).get(kWait);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_GE(*chosen, 100);
+  EXPECT_LE(*chosen, 103);
+
+  std::mutex mu;
+  std::set<int> streamed;
+  auto done = w->stream<int>(
+                   [&](int rank, const Result<int>& r) {
+                     std::lock_guard<std::mutex> lock(mu);
+                     if (r.ok()) streamed.insert(rank);
+                   },
+                   add_atom::value, 0)
+                  .get(kWait);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(streamed, (std::set<int>{0, 1, 2, 3}));
+
+  auto sum = w->accumulate<int>(
+                  0, [](int a, int r) { return a + r; }, add_atom::value, 0)
+                 .get(kWait);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_EQ(*sum, 100 + 101 + 102 + 103);
+
+  // tell: fire and forget, in order before a later call from the same mesh.
+  ASSERT_TRUE(host1->tell(bump_atom::value).ok());
+  ASSERT_TRUE(host1->tell(bump_atom::value).ok());
+  auto counts = w->call<int>(count_atom::value).get(kWait);
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(*(*counts)[0], 0);
+  EXPECT_EQ(*(*counts)[1], 0);
+  EXPECT_EQ(*(*counts)[2], 2);
+  EXPECT_EQ(*(*counts)[3], 2);
+
+  // A mesh spawned on a slice of the processes has the slice's shape.
+  auto procs1 = procs->slice("procs", 1, 2);
+  ASSERT_TRUE(procs1.ok());
+  auto column = procs1->spawn<worker_actor>("column", "worker", 0);
+  ASSERT_TRUE(column.ok()) << column.status().to_string();
+  EXPECT_EQ(column->extent().to_string(), "{hosts: 2, procs: 1}");
+  auto cp = column->call<std::int32_t>(pid_atom::value).get(kWait);
+  ASSERT_TRUE(cp.ok());
+  EXPECT_EQ(*(*cp)[0], procs->pid(1));
+  EXPECT_EQ(*(*cp)[1], procs->pid(3));
+  procs->stop();
+}
+
+TEST(ProcMesh, WorkersOutputComesBackLineByLineWithTheirRank) {
+  LaunchSpec spec;
+  std::mutex mu;
+  std::vector<std::pair<int, std::string>> lines;
+  spec.on_output = [&](int rank, bool, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(rank, line);
+  };
+  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("talkers", "worker", 0);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->tell(say_atom::value, std::string("hello from a member")).ok());
+  auto has = [&](int rank, const std::string& text) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [r, l] : lines) {
+      if (r == rank && l == text) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(
+      eventually([&] { return has(0, "hello from a member") && has(1, "hello from a member"); }));
+  // main() printed this before serving.
+  EXPECT_TRUE(has(0, "worker 0 ready"));
+  EXPECT_TRUE(has(1, "worker 1 ready"));
+}
+
+TEST(ProcMesh, AUserMessageTypeCrossesProcesses) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto m = procs->spawn<mirror_actor>("mirrors", "mirror");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto r = m->call<Point>(mirror_atom::value, Point{5, 0}).get(kWait);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0]->x, -5);
+  EXPECT_EQ((*r)[1]->x, -4);
+  EXPECT_EQ((*r)[1]->y, procs->pid(1));  // computed in the other process
+}
+
+TEST(ProcMesh, BadSpawnsAreRefusedNamingTheRankAndLeaveNothingBehind) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+
+  auto unknown = procs->spawn<worker_actor>("a", "no-such-type", 1);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), Errc::not_found);
+  EXPECT_NE(unknown.status().message().find("rank 0"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("no-such-type"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("registered: "), std::string::npos);
+
+  auto args = procs->spawn<worker_actor>("b", "worker", std::string("not an int"));
+  ASSERT_FALSE(args.ok());
+  EXPECT_EQ(args.status().code(), Errc::invalid_argument);
+  EXPECT_NE(args.status().message().find("does not take the arguments"), std::string::npos);
+
+  auto mismatched = procs->spawn<other_actor>("c", "worker", 1);
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.status().code(), Errc::invalid_argument);
+  EXPECT_NE(mismatched.status().message().find("interface"), std::string::npos);
+  EXPECT_NE(mismatched.status().message().find("rank"), std::string::npos);
+
+  EXPECT_EQ(procs->spawn<worker_actor>("", "worker", 1).status().code(), Errc::invalid_argument);
+  // The refused names are free again; a used one is not.
+  ASSERT_TRUE(procs->spawn<worker_actor>("c", "worker", 1).ok());
+  EXPECT_EQ(procs->spawn<worker_actor>("c", "worker", 1).status().code(), Errc::invalid_argument);
+}
+
+TEST(ProcMesh, LaunchFailuresSayWhy) {
+  LaunchSpec missing;
+  missing.program = "/nonexistent/worker";
+  auto a = ProcMesh::launch({{"procs", 1}}, missing, options());
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), Errc::not_found);
+
+  LaunchSpec quits;
+  quits.program = "true";  // exits at once, never joins
+  quits.on_output = [](int, bool, const std::string&) {};
+  auto b = ProcMesh::launch({{"procs", 2}}, quits, options());
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Errc::unavailable);
+  EXPECT_NE(b.status().message().find("exited with status 0 before joining"), std::string::npos)
+      << b.status().to_string();
+
+  LaunchSpec sleeps;
+  sleeps.program = "sleep";
+  sleeps.args = {"30"};
+  sleeps.join_timeout = 300ms;
+  sleeps.stop_grace = 100ms;
+  auto c = ProcMesh::launch({{"procs", 2}}, sleeps, options());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Errc::timeout);
+  EXPECT_NE(c.status().message().find("ranks 0, 1 did not join"), std::string::npos)
+      << c.status().to_string();
+
+  EXPECT_EQ(ProcMesh::launch({{"procs", 0}}, {}, options()).status().code(),
+            Errc::invalid_argument);
+}
+
+TEST(ProcMesh, KillNineUnderStopPolicyStopsTheMeshAndTellsTheHandler) {
+  auto procs = ProcMesh::launch({{"procs", 3}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  Failures failures;
+  Supervision s;
+  s.policy = FailurePolicy::stop;
+  s.on_failure = failures.handler(false);
+  auto w = procs->spawn<worker_actor>(s, "stopped", "worker", 0);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->call<int>(add_atom::value, 0).get(kWait).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(procs->signal(1, SIGKILL).ok());
+  ASSERT_TRUE(failures.wait_for(1));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 10s);  // a closed connection is seen at once, not after a heartbeat
+  EXPECT_EQ(failures.seen[0].mesh, "stopped");
+  EXPECT_EQ(failures.seen[0].rank, 1);
+  EXPECT_EQ(failures.seen[0].why.code(), Errc::unavailable);
+  auto after = w->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_TRUE(after.ok());
+  for (const auto& r : *after) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Errc::unavailable);
+    EXPECT_NE(r.status().message().find("was stopped after rank 1"), std::string::npos)
+        << r.status().to_string();
+  }
+}
+
+TEST(ProcMesh, RestartPolicySpawnsTheMemberAgainOnItsProcess) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  Failures failures;
+  Supervision s;
+  s.policy = FailurePolicy::restart;
+  s.max_restarts = 1;
+  s.on_failure = failures.handler(false);
+  auto w = procs->spawn<worker_actor>(s, "restarted", "worker", 10);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(w->tell(bump_atom::value).ok());
+  ASSERT_TRUE(w->slice("procs", 1, 2)->tell(fail_atom::value).ok());
+  ASSERT_TRUE(failures.wait_for(1));
+  EXPECT_EQ(failures.seen[0].rank, 1);
+  EXPECT_NE(failures.seen[0].why.message().find("told to fail"), std::string::npos);
+  // The new member: same arguments, same process, fresh state.
+  auto one = w->slice("procs", 1, 2).value();
+  ASSERT_TRUE(eventually([&] {
+    auto c = one.call_one<int>(count_atom::value).get(kWait);
+    return c.ok() && *c == 0;
+  }));
+  EXPECT_EQ(one.call_one<int>(add_atom::value, 1).get(kWait).value(), 12);
+  EXPECT_EQ(one.call_one<std::int32_t>(pid_atom::value).get(kWait).value(), procs->pid(1));
+  EXPECT_EQ(w->slice("procs", 0, 1)->call_one<int>(count_atom::value).get(kWait).value(), 1);
+  // Past max_restarts the mesh stops.
+  ASSERT_TRUE(one.tell(fail_atom::value).ok());
+  ASSERT_TRUE(failures.wait_for(2));
+  EXPECT_TRUE(eventually([&] {
+    return w->call_one<int>(count_atom::value).get(kWait).status().code() != Errc::ok &&
+           one.call_one<int>(count_atom::value).get(kWait).status().code() == Errc::unavailable;
+  }));
+}
+
+TEST(ProcMesh, PropagatedFailuresReachTheRootHandler) {
+  Failures root;
+  auto o = options();
+  o.on_failure = root.handler(true);
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("propagated", "worker", 0);  // default policy
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(procs->signal(0, SIGKILL).ok());
+  ASSERT_TRUE(root.wait_for(1));
+  EXPECT_EQ(root.seen[0].mesh, "propagated");
+  EXPECT_EQ(root.seen[0].rank, 0);
+  // The other member still answers.
+  EXPECT_EQ(w->slice("procs", 1, 2)->call_one<int>(add_atom::value, 0).get(kWait).value(), 1);
+}
+
+TEST(ProcMesh, AfterStopEveryCallAnswersShutdownAndNoWorkerIsLeft) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("w", "worker", 0);
+  ASSERT_TRUE(w.ok());
+  const int p0 = procs->pid(0), p1 = procs->pid(1);
+  procs->stop();
+  EXPECT_NE(::kill(p0, 0), 0);  // reaped by stop()
+  EXPECT_NE(::kill(p1, 0), 0);
+  auto r = w->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_TRUE(r.ok());
+  for (const auto& x : *r) EXPECT_EQ(x.status().code(), Errc::shutdown);
+  EXPECT_EQ(w->tell(bump_atom::value).code(), Errc::shutdown);
+  EXPECT_EQ(procs->spawn<worker_actor>("again", "worker", 0).status().code(), Errc::shutdown);
+  EXPECT_EQ(procs->signal(0, SIGKILL).code(), Errc::shutdown);
+  procs->stop();  // idempotent
+}
+
+// The "State:" line of /proc/PID/status, for diagnostics.
+std::string state(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!f) return "gone";
+  char line[256];
+  std::string out;
+  while (std::fgets(line, sizeof(line), f)) {
+    if (std::strncmp(line, "State:", 6) == 0) out = line;
+  }
+  std::fclose(f);
+  return out;
+}
+
+TEST(ProcMesh, WorkersStopThemselvesWhenTheirControllerIsKilled) {
+  // Orphans come to this process (not to an init that may reap late), so
+  // the test sees them exit.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  // A controller of our own (this binary again), killed with -9.
+  testing::Child controller({"/proc/self/exe"}, {"MESHSTORE_TEST_ROLE=controller"});
+  ASSERT_TRUE(controller.wait_for_output("pids:", kWait)) << controller.output();
+  ASSERT_TRUE(controller.wait_for_output("\n", kWait));
+  std::istringstream in(controller.output().substr(controller.output().find("pids:") + 5));
+  pid_t a = 0, b = 0;
+  in >> a >> b;
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  ASSERT_EQ(::kill(a, 0), 0);
+  controller.signal(SIGKILL);
+  ASSERT_TRUE(controller.wait(kWait));
+  // The workers' lifeline closed with the controller: they exit (and are
+  // reaped by whoever adopted them).
+  auto exited = [](pid_t p) {
+    return ::waitpid(p, nullptr, WNOHANG) == p || (::kill(p, 0) != 0 && errno == ESRCH);
+  };
+  bool a_gone = false, b_gone = false;
+  EXPECT_TRUE(eventually(
+      [&] {
+        a_gone = a_gone || exited(a);
+        b_gone = b_gone || exited(b);
+        return a_gone && b_gone;
+      },
+      20s))
+      << "workers " << a << " and " << b << " outlived their controller: " << state(a) << ", "
+      << state(b) << "\n"
+      << controller.output();
+}
+
+// The controller of the test above: launches two workers, prints their
+// pids, and waits to be killed.
+int controller_main() {
+  LaunchSpec spec;
+  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  if (!procs.ok()) {
+    std::printf("launch failed: %s\n", procs.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("pids: %d %d\n", procs->pid(0), procs->pid(1));
+  std::fflush(stdout);
+  for (;;) ::pause();
+}
+
+}  // namespace
+}  // namespace meshstore
+
+int main(int argc, char** argv) {
+  using meshstore::ProcMesh;
+  if (ProcMesh::is_worker()) {
+    std::printf("worker %s ready\n", std::getenv("MESHSTORE_PROC_RANK"));
+    std::fflush(stdout);
+    auto s = ProcMesh::serve(meshstore::options());
+    return s.ok() ? 0 : 3;
+  }
+  if (const char* role = std::getenv("MESHSTORE_TEST_ROLE");
+      role && std::string(role) == "controller") {
+    return meshstore::controller_main();
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
