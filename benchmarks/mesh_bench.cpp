@@ -2,15 +2,24 @@
 // to a bare CAF request made in the same run to the same actors.
 //
 //   build/bin/meshrun -n 4 -- build/bin/mesh_bench [--iters N] [--json] [--smoke]
+//   build/bin/mesh_bench --launch [-n 4] [--iters N] [--json] [--smoke]
 //
-// Every rank joins the mesh and spawns an echo actor; rank 0 measures and
-// prints, the others wait for it. Figures:
+// Under meshrun every rank joins the mesh (SPMD) and spawns an echo actor;
+// rank 0 measures and prints, the others wait for it. With --launch one
+// program is the controller: it launches N worker processes itself
+// (ProcMesh::launch, this binary in worker mode), times launch + spawn of an
+// actor mesh on them next to the floor of starting N processes (fork + exec
+// of /bin/true, waited for), then measures the same calls. Figures:
 //   - call_one latency: ActorMesh::ask to rank 1 (p50, p99), and a bare
 //     request from a caf::scoped_actor to the same actor;
 //   - call throughput: ActorMesh::call to every rank, and the bare
 //     equivalent (one scoped_actor, one request per rank, every reply);
-//   - the ratios ours / bare (1.0 = no overhead; higher = slower).
+//   - the ratios ours / bare (1.0 = no overhead; higher = slower);
+//   - with --launch: launch + spawn (median of rounds) and the process floor.
 // Never asserts a timing: a benchmark prints figures.
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +30,7 @@
 
 #include "bench_util.hpp"
 #include "meshstore/mesh.hpp"
+#include "meshstore/proc_mesh.hpp"
 
 using namespace std::chrono_literals;
 using meshstore::bench::die;
@@ -47,6 +57,9 @@ double percentile(std::vector<double> v, double p) {
 struct Args {
   int iters = 2000;
   bool json = false;
+  bool launch = false;
+  int procs = 4;
+  int rounds = 5;  // --launch: launches timed
 };
 
 Args parse(int argc, char** argv) {
@@ -56,26 +69,40 @@ Args parse(int argc, char** argv) {
       a.iters = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--json")) {
       a.json = true;
+    } else if (!std::strcmp(argv[i], "--launch")) {
+      a.launch = true;
+    } else if (!std::strcmp(argv[i], "-n") && i + 1 < argc) {
+      a.procs = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--smoke")) {
       a.iters = 50;
+      a.rounds = 2;
     } else {
       die(std::string("unknown argument '") + argv[i] +
-          "' (usage: meshrun -n N -- mesh_bench [--iters N] [--json] [--smoke])");
+          "' (usage: meshrun -n N -- mesh_bench [--iters N] [--json] [--smoke], or mesh_bench "
+          "--launch [-n N] [--iters N] [--json] [--smoke])");
     }
   }
   if (a.iters < 1) die("--iters must be at least 1");
+  if (a.procs < 2 || a.procs > 64) die("-n must be in [2, 64]");
   return a;
 }
 
-void measure(meshstore::Mesh& mesh, const meshstore::ActorMesh<echo_actor>& echoes, const Args& a) {
+// Extra JSON fields and table rows (the launch figures), or empty.
+struct Extra {
+  std::string json;
+  std::string rows;
+};
+
+void measure(caf::actor_system& sys, const meshstore::ActorMesh<echo_actor>& echoes, const Args& a,
+             const Extra& extra = {}) {
   const int world = echoes.size();
   const auto target = echoes.at(1);
-  caf::scoped_actor self{mesh.system()};
+  caf::scoped_actor self{sys};
   auto bare_request = [&](const echo_actor& to, int x) {
     int out = -1;
     self->request(to, 10s, echo_atom::value, x)
         .receive([&](int r) { out = r; },
-                 [&](caf::error& e) { die("bare request: " + mesh.system().render(e)); });
+                 [&](caf::error& e) { die("bare request: " + sys.render(e)); });
     return out;
   };
   // Warm-up: connections, caches, the caller actor.
@@ -121,9 +148,9 @@ void measure(meshstore::Mesh& mesh, const meshstore::ActorMesh<echo_actor>& echo
         "{\"bench\":\"mesh\",\"processes\":%d,\"iters\":%d,\"bare_request_p50_us\":%.1f,"
         "\"call_one_p50_us\":%.1f,\"call_one_p99_us\":%.1f,\"bare_request_p99_us\":%.1f,"
         "\"call_one_vs_bare\":%.3f,\"bare_calls_per_s\":%.0f,\"call_per_s\":%.0f,"
-        "\"call_vs_bare\":%.3f}\n",
+        "\"call_vs_bare\":%.3f%s}\n",
         world, a.iters, bare_p50, ours_p50, ours_p99, bare_p99, ours_p50 / bare_p50, bare_calls,
-        ours_calls, bare_calls / ours_calls);
+        ours_calls, bare_calls / ours_calls, extra.json.c_str());
   } else {
     std::printf("mesh_bench: %d processes, %d iterations (ratios: ours / bare, 1.0 = equal)\n",
                 world, a.iters);
@@ -134,19 +161,84 @@ void measure(meshstore::Mesh& mesh, const meshstore::ActorMesh<echo_actor>& echo
                 ours_p99 / bare_p99);
     std::printf("| call on %d ranks (calls/s) | %.0f | %.0f | %.2f |\n", world, bare_calls,
                 ours_calls, bare_calls / ours_calls);
+    std::printf("%s", extra.rows.c_str());
   }
+}
+
+meshstore::MeshOptions worker_options() {
+  meshstore::MeshOptions o;
+  o.request_timeout = 60s;
+  o.add_types = [](caf::actor_system_config& cfg) { cfg.add_actor_type("echo", echo); };
+  return o;
+}
+
+double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
+
+// The floor of a launch: n processes of /bin/true started and waited for.
+double process_floor_ms(int n) {
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/true", "true", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    if (pid < 0) die("fork failed");
+    pids.push_back(pid);
+  }
+  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  return us_since(t0) / 1000.0;
+}
+
+// --launch: this program is the controller of its own worker processes.
+int launch_mode(const Args& a) {
+  meshstore::LaunchSpec spec;  // this program again, in worker mode
+  std::vector<double> launch_ms, floor_ms;
+  for (int r = 0; r < a.rounds; ++r) {
+    floor_ms.push_back(process_floor_ms(a.procs));
+    const auto t0 = Clock::now();
+    auto procs = must(meshstore::ProcMesh::launch({{"procs", a.procs}}, spec, worker_options()),
+                      "ProcMesh::launch");
+    must(procs.spawn<echo_actor>("echoes", "echo"), "spawn");
+    launch_ms.push_back(us_since(t0) / 1000.0);
+    procs.stop();
+  }
+  auto procs = must(meshstore::ProcMesh::launch({{"procs", a.procs}}, spec, worker_options()),
+                    "ProcMesh::launch");
+  auto echoes = must(procs.spawn<echo_actor>("echoes", "echo"), "spawn");
+  Extra extra;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                ",\"mode\":\"launch\",\"launch_spawn_ms\":%.2f,\"process_floor_ms\":%.2f,"
+                "\"launch_vs_floor\":%.2f",
+                median(launch_ms), median(floor_ms), median(launch_ms) / median(floor_ms));
+  extra.json = buf;
+  std::snprintf(buf, sizeof(buf),
+                "| launch %d processes + spawn a mesh (ms, median of %d) | %.2f (fork+exec+wait "
+                "of /bin/true) | %.2f | %.2f |\n",
+                a.procs, a.rounds, median(floor_ms), median(launch_ms),
+                median(launch_ms) / median(floor_ms));
+  extra.rows = buf;
+  measure(procs.system(), echoes, a, extra);
+  procs.stop();
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (meshstore::ProcMesh::is_worker()) {
+    return meshstore::ProcMesh::serve(worker_options()).ok() ? 0 : 1;
+  }
   const Args a = parse(argc, argv);
+  if (a.launch) return launch_mode(a);
   meshstore::MeshOptions o;
   o.request_timeout = 60s;
   auto mesh = must(meshstore::Mesh::from_env(o), "Mesh::from_env");
   if (mesh.world_size() < 2) die("run it under meshrun with at least 2 ranks (-n 4)");
   auto echoes = must(mesh.spawn<echo_actor>("echoes", echo), "spawn echoes");
-  if (mesh.rank() == 0) measure(mesh, echoes, a);
+  if (mesh.rank() == 0) measure(mesh.system(), echoes, a);
   // Collective: the others wait here until rank 0 has measured.
   must(mesh.spawn<echo_actor>("done", echo), "spawn done");
   return 0;

@@ -286,11 +286,37 @@ class ActorMesh {
   }
 
  private:
+  // Sends (xs...) to every member with one job on the caller (not one per
+  // member); the futures in member order.
   template <class R, class... Ts>
   std::vector<Future<R>> requests(const Ts&... xs) const {
     std::vector<Future<R>> out;
     out.reserve(static_cast<std::size_t>(size()));
-    for (int i = 0; i < size(); ++i) out.push_back(request<R>(extent_.rank(i), nullptr, xs...));
+    if (!caller_) {
+      for (int i = 0; i < size(); ++i) {
+        out.push_back(make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh")));
+      }
+      return out;
+    }
+    std::vector<std::shared_ptr<Promise<R>>> ps;
+    for (int i = 0; i < size(); ++i) {
+      ps.push_back(std::make_shared<Promise<R>>());
+      out.push_back(ps.back()->future());
+    }
+    auto caller = caller_;
+    const std::size_t id = id_;
+    const auto timeout = timeout_;
+    const std::vector<int> ranks = extent_.ranks();
+    auto job = [=](caf::event_based_actor* self) {
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        auto p = ps[i];
+        send_one<R>(
+            self, caller, id, ranks[i], timeout, [p](Result<R> r) { p->set(std::move(r)); }, xs...);
+      }
+    };
+    if (auto s = caller_->post(std::move(job), "call"); !s.ok()) {
+      for (auto& p : ps) p->set_error(s);
+    }
     return out;
   }
 
@@ -309,42 +335,52 @@ class ActorMesh {
       p->set(std::move(r));
     };
     auto job = [=](caf::event_based_actor* self) {
-      auto target = caf::actor_cast<Handle>(caller->member(id, rank));
-      if (!target) {
-        const Status why = caller->gone(id);
-        finish(Status(why.code(), "rank " + std::to_string(rank) + ": " + why.message()));
-        return;
-      }
-      auto done = std::make_shared<bool>(false);
-      auto watch_id = std::make_shared<std::uint64_t>(0);
-      internal::MeshCaller::watch(
-          self, target.address(),
-          [=](const Status& down) {
-            if (*done) return;
-            *done = true;
-            finish(Status(down.code(), "rank " + std::to_string(rank) + " " + down.message()));
-          },
-          *watch_id);
-      self->request(target, timeout, xs...)
-          .then(
-              [=](R r) {
-                internal::MeshCaller::settled(self, *watch_id);
-                if (*done) return;
-                *done = true;
-                finish(std::move(r));
-              },
-              [=](caf::error& e) {
-                internal::MeshCaller::settled(self, *watch_id);
-                if (*done) return;
-                *done = true;
-                finish(internal::mesh_rank_error(rank, e));
-              });
+      send_one<R>(self, caller, id, rank, timeout, finish, xs...);
     };
     if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
       if (settled) settled();
       return make_error_future<R>(s);
     }
     return fut;
+  }
+
+  // On the caller: one request to `rank` of mesh `id`, watched so that a
+  // member that dies answers at once; `finish` gets the reply or an error
+  // naming the rank.
+  template <class R, class F, class... Ts>
+  static void send_one(caf::event_based_actor* self,
+                       const std::shared_ptr<internal::MeshCaller>& caller, std::size_t id,
+                       int rank, std::chrono::milliseconds timeout, F finish, const Ts&... xs) {
+    auto target = caf::actor_cast<Handle>(caller->member(id, rank));
+    if (!target) {
+      const Status why = caller->gone(id);
+      finish(Status(why.code(), "rank " + std::to_string(rank) + ": " + why.message()));
+      return;
+    }
+    auto done = std::make_shared<bool>(false);
+    auto watch_id = std::make_shared<std::uint64_t>(0);
+    internal::MeshCaller::watch(
+        self, target.address(),
+        [=](const Status& down) {
+          if (*done) return;
+          *done = true;
+          finish(Status(down.code(), "rank " + std::to_string(rank) + " " + down.message()));
+        },
+        *watch_id);
+    self->request(target, timeout, xs...)
+        .then(
+            [=](R r) {
+              internal::MeshCaller::settled(self, *watch_id);
+              if (*done) return;
+              *done = true;
+              finish(std::move(r));
+            },
+            [=](caf::error& e) {
+              internal::MeshCaller::settled(self, *watch_id);
+              if (*done) return;
+              *done = true;
+              finish(internal::mesh_rank_error(rank, e));
+            });
   }
 
   std::shared_ptr<internal::MeshCaller> caller_;

@@ -183,6 +183,42 @@ proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self
   };
 }
 
+// On a mesh's caller: asks `proc` (the process of member `rank`) to spawn
+// it; `done` gets the actor or an error naming the rank, at once when the
+// process goes away meanwhile (a request to a dead remote actor would only
+// time out).
+void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
+              std::chrono::milliseconds timeout, const std::string& mesh, const std::string& type,
+              const std::vector<std::string>& interface, const caf::message& args,
+              std::function<void(Result<caf::actor>)> done) {
+  const std::string who = "rank " + std::to_string(rank);
+  if (!proc) return done(Status(Errc::unavailable, who + ": its process is gone"));
+  auto settled = std::make_shared<bool>(false);
+  auto watch = std::make_shared<std::uint64_t>(0);
+  internal::MeshCaller::watch(
+      self, proc.address(),
+      [=](const Status& down) {
+        if (*settled) return;
+        *settled = true;
+        done(Status(down.code(), who + ": its process " + down.message()));
+      },
+      *watch);
+  self->request(proc, timeout, proc_spawn_atom::value, mesh, type, interface, args)
+      .then(
+          [=](caf::actor a) {
+            internal::MeshCaller::settled(self, *watch);
+            if (*settled) return;
+            *settled = true;
+            done(std::move(a));
+          },
+          [=](caf::error& e) {
+            internal::MeshCaller::settled(self, *watch);
+            if (*settled) return;
+            *settled = true;
+            done(internal::from_caf_error(e, who));
+          });
+}
+
 std::string this_program() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -537,16 +573,8 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
     auto msg = args(i);
     auto posted = caller->post(
         [=](caf::event_based_actor* self) {
-          if (!proc) {
-            p->set_error(
-                Status(Errc::unavailable, "rank " + std::to_string(i) + ": its process is gone"));
-            return;
-          }
-          self->request(proc, timeout, proc_spawn_atom::value, name, type, interface, msg)
-              .then([p](caf::actor a) { p->set_value(std::move(a)); },
-                    [p, i](caf::error& e) {
-                      p->set_error(internal::from_caf_error(e, "rank " + std::to_string(i)));
-                    });
+          spawn_on(self, proc, i, timeout, name, type, interface, msg,
+                   [p](Result<caf::actor> a) { p->set(std::move(a)); });
         },
         "spawn");
     if (!posted.ok()) p->set_error(posted);
@@ -575,18 +603,15 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
   }
   auto respawn = [procs, name, type, interface, args, timeout](
                      caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
-    const auto& proc = procs[static_cast<std::size_t>(rank)];
-    if (!proc) {
-      log::get("proc")->warn("mesh '{}': cannot restart rank {}: its process is gone", name, rank);
-      return done(caf::actor());
-    }
-    self->request(proc, timeout, proc_spawn_atom::value, name, type, interface, args(rank))
-        .then([done](caf::actor a) { done(std::move(a)); },
-              [done, name, rank](caf::error& e) {
-                log::get("proc")->warn("mesh '{}': restarting rank {} failed: {}", name, rank,
-                                       internal::from_caf_error(e, "").to_string());
-                done(caf::actor());
-              });
+    spawn_on(self, procs[static_cast<std::size_t>(rank)], rank, timeout, name, type, interface,
+             args(rank), [done, name, rank](Result<caf::actor> a) {
+               if (!a.ok()) {
+                 log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank,
+                                        a.status().to_string());
+                 return done(caf::actor());
+               }
+               done(std::move(a).value());
+             });
   };
   auto shape = Extent::make(extent_.dims());
   if (!shape.ok()) return shape.status();
