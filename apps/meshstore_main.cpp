@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "meshstore/checkpoint.hpp"
+#include "meshstore/host_agent.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -158,6 +159,53 @@ int cmd_serve(int argc, char** argv) {
   std::fflush(stdout);
   store->close();
   std::printf("meshstore serve: stopped\n");
+  return 0;
+}
+
+int cmd_agent(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args("agent", argc, argv, {"listen", "grace-ms", "log-level"}, args, rc)) return rc;
+  if (!args.positional.empty())
+    return usage_error("agent", "unexpected argument '" + args.positional[0] + "'");
+  const std::string listen = args.get("listen", "127.0.0.1:29600");
+  const auto colon = listen.rfind(':');
+  long long port = 0, grace = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !parse_number(listen.substr(colon + 1), 0, 65535, port)) {
+    return usage_error("agent", "--listen wants HOST:PORT");
+  }
+  if (!parse_number(args.get("grace-ms", "5000"), 0, 600000, grace)) {
+    return usage_error("agent", "--grace-ms wants milliseconds in [0, 600000]");
+  }
+  if (auto level = args.get("log-level", "info"); !level.empty()) {
+    setenv("MESHSTORE_LOG_LEVEL", level.c_str(), 0);
+  }
+  meshstore::AgentOptions o;
+  o.host = listen.substr(0, colon);
+  o.port = static_cast<std::uint16_t>(port);
+  o.stop_grace = std::chrono::milliseconds(grace);
+  // Block the stop signals before any thread exists, then wait for one.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  auto agent = meshstore::HostAgent::start(o);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "meshstore agent: %s\n", agent.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("meshstore %s agent listening on %s:%u; stop with SIGTERM or Ctrl-C\n",
+              meshstore::version(), o.host.c_str(), static_cast<unsigned>(agent->port()));
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::printf("meshstore agent: got %s, stopping its processes\n",
+              sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  agent->stop();
+  std::printf("meshstore agent: stopped\n");
   return 0;
 }
 
@@ -402,6 +450,9 @@ void print_help(std::FILE* out) {
                "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
                "        [--capacity BYTES] [--log-level warn]\n"
                "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C\n"
+               "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
+               "            run a host agent: starts and stops worker processes for controllers\n"
+               "            (ProcMesh::attach) until SIGTERM or Ctrl-C, then stops them all\n"
                "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
                "  rm KEY... [--store HOST:PORT]     remove keys\n"
                "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
@@ -482,6 +533,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "serve") return cmd_serve(argc, argv);
+  if (cmd == "agent") return cmd_agent(argc, argv);
   if (cmd == "ls") return cmd_ls(argc, argv);
   if (cmd == "rm") return cmd_rm(argc, argv);
   if (cmd == "stat") return cmd_stat(argc, argv);

@@ -14,37 +14,14 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/proc_protocol.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore {
 namespace {
 
-// What a launched worker finds in its environment.
-constexpr const char* kControllerEnv = "MESHSTORE_PROC_CONTROLLER";  // host:port
-constexpr const char* kTokenEnv = "MESHSTORE_PROC_TOKEN";
-constexpr const char* kRankEnv = "MESHSTORE_PROC_RANK";
-constexpr const char* kWorldEnv = "MESHSTORE_PROC_WORLD";
-
-using proc_hello_atom = caf::atom_constant<caf::atom("p_hello")>;
-using proc_spawn_atom = caf::atom_constant<caf::atom("p_spawn")>;
-using proc_stop_atom = caf::atom_constant<caf::atom("p_stop")>;
-
-// A worker's process actor: spawns members of registered actor types on
-// the controller's request.
-using proc_actor =
-    caf::typed_actor<caf::replies_to<proc_spawn_atom, std::string, std::string,
-                                     std::vector<std::string>, caf::message>::with<caf::actor>,
-                     caf::replies_to<proc_stop_atom>::with<bool>>;
-// The controller's actor, which launched workers join.
-using controller_actor =
-    caf::typed_actor<caf::replies_to<proc_hello_atom, std::string, std::int32_t, std::int32_t,
-                                     proc_actor>::with<bool>>;
-
-void add_proc_types(caf::actor_system_config& cfg) {
-  cfg.add_message_type<proc_actor>("meshstore::proc_actor");
-  cfg.add_message_type<controller_actor>("meshstore::proc_controller_actor");
-}
+using namespace internal::proc;
 
 std::string interface_text(const std::vector<std::string>& sigs) {
   if (sigs.empty()) return "(untyped)";
@@ -65,6 +42,7 @@ struct Joining {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<proc_actor> procs;
+  std::vector<int> pids;            // as each said in its hello
   std::vector<std::string> exited;  // why, by rank; empty while running
   int joined = 0;
   bool stopping = false;
@@ -87,10 +65,38 @@ controller_actor::behavior_type controller_impl(controller_actor::pointer, std::
                      "rank " + std::to_string(rank) + " joined twice or is out of range"));
         }
         joining->procs[static_cast<std::size_t>(rank)] = std::move(proc);
+        joining->pids[static_cast<std::size_t>(rank)] = pid;
         ++joining->joined;
         log::get("proc")->debug("rank {} (pid {}) joined", rank, pid);
         joining->cv.notify_all();
         return true;
+      },
+  };
+}
+
+// A process exited: recorded for launch's wait, and a warning once the
+// mesh is up (its members' failures reach supervision on their own).
+void record_exit(Joining& joining, int rank, const std::string& why) {
+  std::lock_guard<std::mutex> lock(joining.mu);
+  if (rank < 0 || rank >= static_cast<int>(joining.exited.size())) return;
+  joining.exited[static_cast<std::size_t>(rank)] = why;
+  joining.cv.notify_all();
+  if (!joining.stopping && joining.joined == static_cast<int>(joining.procs.size())) {
+    log::get("proc")->warn("rank {} {}", rank, why);
+  }
+}
+
+using OutputFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
+
+// The controller's end of the agents' processes.
+sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
+                                    std::shared_ptr<Joining> joining) {
+  return {
+      [=](proc_output_atom, std::int32_t rank, bool is_stderr, const std::string& line) {
+        on_output(rank, is_stderr, line);
+      },
+      [=](proc_exit_atom, std::int32_t rank, const std::string& why) {
+        record_exit(*joining, rank, why);
       },
   };
 }
@@ -239,18 +245,31 @@ Result<int> env_int(const char* name) {
 
 }  // namespace
 
+// Processes a host agent started for this controller.
+struct AgentJob {
+  std::string address;
+  agent_actor agent;
+  std::uint64_t job = 0;
+  int first = 0;
+  int count = 0;
+};
+
 struct ProcMesh::Shared {
   MeshOptions options;
   LaunchSpec spec;
   Extent whole = Extent::line(0);
   std::unique_ptr<internal::ActorRuntime> runtime;
   controller_actor controller;
+  sink_actor sink;  // attach(): the agents' output and exits
   std::shared_ptr<Joining> joining;
-  std::unique_ptr<internal::ProcessGroup> group;
+  std::unique_ptr<internal::ProcessGroup> group;  // launch()
+  std::vector<AgentJob> jobs;                     // attach()
   std::shared_ptr<internal::MeshCaller> caller;
-  std::mutex mu;  // guards names, stopped, group
+  std::mutex mu;  // guards names, stopped, group, jobs
   std::set<std::string> names;
   bool stopped = false;
+  std::string where;  // host:port the workers join
+  std::string token;
 
   ~Shared() { stop(); }
 
@@ -270,25 +289,145 @@ struct ProcMesh::Shared {
       procs = joining->procs;
       joining->procs.assign(joining->procs.size(), proc_actor());
     }
-    // Ask every worker to stop; the group waits for them to exit, then
-    // closes their lifeline and signals those left.
+    // Ask every worker to stop; the group (or agent) waits for them to
+    // exit, then closes their lifeline and signals those left.
     for (auto& p : procs) {
       if (p) caf::anon_send(p, proc_stop_atom::value);
     }
     procs.clear();
     std::unique_ptr<internal::ProcessGroup> doomed;
+    std::vector<AgentJob> remote;
     {
-      std::lock_guard<std::mutex> lock(mu);  // pid() and signal() read it
+      std::lock_guard<std::mutex> lock(mu);  // pid() and signal() read them
       doomed = std::move(group);
+      remote = std::move(jobs);
     }
     if (doomed) doomed->stop(spec.stop_grace);
     doomed.reset();
+    if (!remote.empty() && runtime) {
+      // Each agent answers once its processes are gone; one that is gone
+      // itself took them with it (their lifeline), so the wait is bounded.
+      ForeignThreadGuard guard;
+      caf::scoped_actor self{runtime->system()};
+      for (auto& j : remote) {
+        self->request(j.agent, spec.stop_grace + std::chrono::seconds(2), agent_stop_atom::value,
+                      j.job, static_cast<std::int64_t>(spec.stop_grace.count()))
+            .receive([](bool) {},
+                     [&](caf::error& e) {
+                       log::get("proc")->warn("agent {}: stopping its processes: {}", j.address,
+                                              internal::from_caf_error(e, "").to_string());
+                     });
+      }
+    }
+    remote.clear();
     caller.reset();
     if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
     controller = nullptr;
+    if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+    sink = nullptr;
     runtime.reset();
   }
+
+  // The controller's half of a launch or attach: a runtime, the supervision
+  // caller and the published controller actor the workers join.
+  static Result<std::shared_ptr<Shared>> open(const char* what, Extent extent,
+                                              const LaunchSpec& spec, const MeshOptions& options);
+  // Waits until every worker joined, one exited first, or time ran out.
+  Status wait_joined(const char* what, const std::string& program);
+  // The environment every worker gets: the controller, the token, the world.
+  std::vector<std::pair<std::string, std::string>> worker_env() const {
+    auto env = spec.env;
+    env.emplace_back(kControllerEnv, where);
+    env.emplace_back(kTokenEnv, token);
+    env.emplace_back(kWorldEnv, std::to_string(whole.size()));
+    return env;
+  }
+  OutputFn output() const {
+    if (spec.on_output) return spec.on_output;
+    return [](int rank, bool is_stderr, const std::string& line) {
+      std::FILE* to = is_stderr ? stderr : stdout;
+      std::fprintf(to, "[rank %d] %s\n", rank, line.c_str());
+      std::fflush(to);
+    };
+  }
 };
+
+Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* what, Extent extent,
+                                                                 const LaunchSpec& spec,
+                                                                 const MeshOptions& options) {
+  const std::string ctx = std::string("ProcMesh::") + what;
+  const int n = extent.size();
+  if (n < 1 || n > 1024) {
+    return Status(Errc::invalid_argument,
+                  ctx + ": between 1 and 1024 processes, not " + std::to_string(n));
+  }
+  if (spec.join_timeout.count() <= 0 || spec.stop_grace.count() < 0 ||
+      options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status(Errc::invalid_argument,
+                  ctx +
+                      ": join_timeout, request_timeout and connect_timeout must be positive, "
+                      "stop_grace not negative");
+  }
+  if (spec.bind_host.empty()) return Status(Errc::invalid_argument, ctx + ": bind_host is empty");
+  auto shared = std::make_shared<Shared>();
+  shared->options = options;
+  shared->spec = spec;
+  shared->whole = std::move(extent);
+  internal::RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = true;
+  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
+    add_proc_types(cfg);
+    if (user) user(cfg);
+  };
+  auto rt = internal::ActorRuntime::create(ro);
+  if (!rt.ok()) return rt.status().with_context(ctx);
+  shared->runtime = std::move(rt).value();
+  auto& sys = shared->runtime->system();
+  shared->caller = internal::MeshCaller::make(sys, options.on_failure);
+  shared->joining = std::make_shared<Joining>();
+  shared->joining->procs.resize(static_cast<std::size_t>(n));
+  shared->joining->pids.resize(static_cast<std::size_t>(n), -1);
+  shared->joining->exited.resize(static_cast<std::size_t>(n));
+  shared->token = random_token();
+  shared->controller = sys.spawn(controller_impl, shared->token, shared->joining);
+  auto port = sys.middleman().publish(shared->controller, 0, spec.bind_host.c_str(), false);
+  if (!port) {
+    return Status(Errc::unavailable,
+                  ctx + ": cannot listen on " + spec.bind_host + ": " + sys.render(port.error()));
+  }
+  shared->where = spec.bind_host + ":" + std::to_string(*port);
+  return shared;
+}
+
+Status ProcMesh::Shared::wait_joined(const char* what, const std::string& program) {
+  const int n = whole.size();
+  std::unique_lock<std::mutex> lock(joining->mu);
+  const auto deadline = std::chrono::steady_clock::now() + spec.join_timeout;
+  for (;;) {
+    for (int r = 0; r < n; ++r) {
+      if (!joining->exited[static_cast<std::size_t>(r)].empty() &&
+          !joining->procs[static_cast<std::size_t>(r)]) {
+        return Status(Errc::unavailable, std::string("ProcMesh::") + what + ": rank " +
+                                             std::to_string(r) + " (" + program + ") " +
+                                             joining->exited[static_cast<std::size_t>(r)] +
+                                             " before joining (does it call ProcMesh::serve() "
+                                             "when ProcMesh::is_worker()?)");
+      }
+    }
+    if (joining->joined == n) return Status();
+    if (joining->cv.wait_until(lock, deadline) == std::cv_status::timeout && joining->joined < n) {
+      std::string missing;
+      for (int r = 0; r < n; ++r) {
+        if (!joining->procs[static_cast<std::size_t>(r)])
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      return Status(Errc::timeout, std::string("ProcMesh::") + what + ": ranks " + missing +
+                                       " did not join " + where + " within " +
+                                       std::to_string(spec.join_timeout.count()) + " ms");
+    }
+  }
+}
 
 bool ProcMesh::is_worker() { return std::getenv(kControllerEnv) != nullptr; }
 
@@ -377,117 +516,96 @@ Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape
   ForeignThreadGuard guard;  // this thread may outlive the mesh
   auto extent = Extent::make(std::move(shape));
   if (!extent.ok()) return extent.status().with_context("ProcMesh::launch");
+  auto opened = Shared::open("launch", *extent, spec, options);
+  if (!opened.ok()) return opened.status();
+  auto shared = std::move(opened).value();
   const int n = extent->size();
-  if (n < 1 || n > 1024) {
-    return Status(Errc::invalid_argument,
-                  "ProcMesh::launch: between 1 and 1024 processes, not " + std::to_string(n));
-  }
-  if (spec.join_timeout.count() <= 0 || spec.stop_grace.count() < 0 ||
-      options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
-    return Status(Errc::invalid_argument,
-                  "ProcMesh::launch: join_timeout, request_timeout and connect_timeout must be "
-                  "positive, stop_grace not negative");
-  }
-  if (spec.bind_host.empty()) {
-    return Status(Errc::invalid_argument, "ProcMesh::launch: bind_host is empty");
-  }
-  auto shared = std::make_shared<Shared>();
-  shared->options = options;
-  shared->spec = spec;
-  shared->whole = *extent;
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = true;
-  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
-    add_proc_types(cfg);
-    if (user) user(cfg);
-  };
-  auto rt = internal::ActorRuntime::create(ro);
-  if (!rt.ok()) return rt.status().with_context("ProcMesh::launch");
-  shared->runtime = std::move(rt).value();
-  auto& sys = shared->runtime->system();
-  shared->caller = internal::MeshCaller::make(sys, options.on_failure);
-  shared->joining = std::make_shared<Joining>();
-  shared->joining->procs.resize(static_cast<std::size_t>(n));
-  shared->joining->exited.resize(static_cast<std::size_t>(n));
-  const std::string token = random_token();
-  shared->controller = sys.spawn(controller_impl, token, shared->joining);
-  auto port = sys.middleman().publish(shared->controller, 0, spec.bind_host.c_str(), false);
-  if (!port) {
-    return Status(Errc::unavailable, "ProcMesh::launch: cannot listen on " + spec.bind_host + ": " +
-                                         sys.render(port.error()));
-  }
-  const std::string where = spec.bind_host + ":" + std::to_string(*port);
-  std::vector<internal::ProcessSpec> specs;
   const std::string program = spec.program.empty() ? this_program() : spec.program;
+  std::vector<internal::ProcessSpec> specs;
   for (int r = 0; r < n; ++r) {
     internal::ProcessSpec p;
     p.program = program;
     p.args = spec.args;
-    p.env = spec.env;
-    p.env.emplace_back(kControllerEnv, where);
-    p.env.emplace_back(kTokenEnv, token);
+    p.env = shared->worker_env();
     p.env.emplace_back(kRankEnv, std::to_string(r));
-    p.env.emplace_back(kWorldEnv, std::to_string(n));
     specs.push_back(std::move(p));
   }
-  auto on_output = spec.on_output;
-  if (!on_output) {
-    on_output = [](int rank, bool is_stderr, const std::string& line) {
-      std::FILE* to = is_stderr ? stderr : stdout;
-      std::fprintf(to, "[rank %d] %s\n", rank, line.c_str());
-      std::fflush(to);
-    };
-  }
   auto joining = shared->joining;
-  auto on_exit = [joining](int rank, int status) {
-    const std::string why = internal::ProcessGroup::describe(status);
-    std::lock_guard<std::mutex> lock(joining->mu);
-    joining->exited[static_cast<std::size_t>(rank)] = why;
-    joining->cv.notify_all();
-    if (!joining->stopping && joining->joined == static_cast<int>(joining->procs.size())) {
-      log::get("proc")->warn("rank {} {}", rank, why);
-    }
-  };
-  auto group = internal::ProcessGroup::start(specs, on_output, on_exit);
+  auto group =
+      internal::ProcessGroup::start(specs, shared->output(), [joining](int rank, int status) {
+        record_exit(*joining, rank, internal::ProcessGroup::describe(status));
+      });
   if (!group.ok()) return group.status().with_context("ProcMesh::launch");
-  shared->group = std::move(group).value();
-  // Every worker joins, or one exits first, or time runs out.
-  Status failed;
   {
-    std::unique_lock<std::mutex> lock(joining->mu);
-    const auto deadline = std::chrono::steady_clock::now() + spec.join_timeout;
-    for (;;) {
-      int early = -1;
-      for (int r = 0; r < n && early < 0; ++r) {
-        if (!joining->exited[static_cast<std::size_t>(r)].empty() &&
-            !joining->procs[static_cast<std::size_t>(r)]) {
-          early = r;
-        }
-      }
-      if (early >= 0) {
-        failed = Status(Errc::unavailable,
-                        "ProcMesh::launch: rank " + std::to_string(early) + " (" + program + ") " +
-                            joining->exited[static_cast<std::size_t>(early)] +
-                            " before joining (does it call ProcMesh::serve() when "
-                            "ProcMesh::is_worker()?)");
-        break;
-      }
-      if (joining->joined == n) break;
-      if (joining->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-          joining->joined < n) {
-        std::string missing;
-        for (int r = 0; r < n; ++r) {
-          if (!joining->procs[static_cast<std::size_t>(r)])
-            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        }
-        failed = Status(Errc::timeout, "ProcMesh::launch: ranks " + missing + " did not join " +
-                                           where + " within " +
-                                           std::to_string(spec.join_timeout.count()) + " ms");
-        break;
-      }
-    }
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->group = std::move(group).value();
   }
+  if (auto s = shared->wait_joined("launch", program); !s.ok()) {
+    shared->stop();
+    return s;
+  }
+  Extent whole = shared->whole;
+  return ProcMesh(std::move(shared), std::move(whole));
+}
+
+Result<ProcMesh> ProcMesh::attach(const std::vector<std::string>& agents,
+                                  std::vector<std::pair<std::string, int>> shape, LaunchSpec spec,
+                                  MeshOptions options) {
+  ForeignThreadGuard guard;  // this thread may outlive the mesh
+  auto extent = Extent::make(std::move(shape));
+  if (!extent.ok()) return extent.status().with_context("ProcMesh::attach");
+  const int n = extent->size();
+  const int hosts = static_cast<int>(agents.size());
+  if (hosts < 1 || n % hosts != 0) {
+    return Status(Errc::invalid_argument, "ProcMesh::attach: " + std::to_string(n) +
+                                              " processes do not split evenly over " +
+                                              std::to_string(hosts) + " agents");
+  }
+  std::vector<std::pair<std::string, std::uint16_t>> addresses;
+  for (const auto& a : agents) {
+    const auto colon = a.rfind(':');
+    char* end = nullptr;
+    const long port = colon == std::string::npos ? 0 : std::strtol(a.c_str() + colon + 1, &end, 10);
+    if (colon == std::string::npos || colon == 0 || port <= 0 || port > 65535 || *end != '\0') {
+      return Status(Errc::invalid_argument,
+                    "ProcMesh::attach: agent address '" + a + "' is not HOST:PORT");
+    }
+    addresses.emplace_back(a.substr(0, colon), static_cast<std::uint16_t>(port));
+  }
+  auto opened = Shared::open("attach", *extent, spec, options);
+  if (!opened.ok()) return opened.status();
+  auto shared = std::move(opened).value();
+  auto& sys = shared->runtime->system();
+  shared->sink = sys.spawn(sink_impl, shared->output(), shared->joining);
+  const std::string program = spec.program.empty() ? this_program() : spec.program;
+  std::vector<std::string> env;
+  for (const auto& [k, v] : shared->worker_env()) env.push_back(k + "=" + v);
+  const int per = n / hosts;
+  Status failed;
+  for (int h = 0; h < hosts && failed.ok(); ++h) {
+    auto agent = internal::connect_with_retry<agent_actor>(
+        sys, addresses[static_cast<std::size_t>(h)].first,
+        addresses[static_cast<std::size_t>(h)].second, options.connect_timeout, "agent");
+    if (!agent.ok()) {
+      failed = agent.status().with_context("ProcMesh::attach");
+      break;
+    }
+    caf::scoped_actor self{sys};
+    self->request(*agent, options.request_timeout, agent_launch_atom::value, shared->sink, program,
+                  spec.args, env, static_cast<std::int32_t>(h * per),
+                  static_cast<std::int32_t>(per))
+        .receive(
+            [&](std::uint64_t job) {
+              std::lock_guard<std::mutex> lock(shared->mu);
+              shared->jobs.push_back(
+                  AgentJob{agents[static_cast<std::size_t>(h)], *agent, job, h * per, per});
+            },
+            [&](caf::error& e) {
+              failed = internal::from_caf_error(
+                  e, "ProcMesh::attach: agent " + agents[static_cast<std::size_t>(h)]);
+            });
+  }
+  if (failed.ok()) failed = shared->wait_joined("attach", program);
   if (!failed.ok()) {
     shared->stop();
     return failed;
@@ -507,9 +625,8 @@ Result<ProcMesh> ProcMesh::slice(const std::string& dim, int begin, int end) con
 
 int ProcMesh::pid(int i) const {
   if (!shared_ || i < 0 || i >= size()) return -1;
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  if (!shared_->group) return -1;
-  return shared_->group->pid(extent_.rank(i));
+  std::lock_guard<std::mutex> lock(shared_->joining->mu);
+  return shared_->joining->pids[static_cast<std::size_t>(extent_.rank(i))];
 }
 
 Status ProcMesh::signal(int i, int sig) const {
@@ -518,11 +635,21 @@ Status ProcMesh::signal(int i, int sig) const {
     return Status(Errc::out_of_range, "ProcMesh::signal: member " + std::to_string(i) +
                                           " outside [0, " + std::to_string(size()) + ")");
   }
+  const int rank = extent_.rank(i);
   std::lock_guard<std::mutex> lock(shared_->mu);
-  if (shared_->stopped || !shared_->group) {
+  if (shared_->stopped) {
     return Status(Errc::shutdown, "ProcMesh::signal: the processes were stopped");
   }
-  return shared_->group->signal(extent_.rank(i), sig);
+  if (shared_->group) return shared_->group->signal(rank, sig);
+  for (const auto& j : shared_->jobs) {
+    if (rank >= j.first && rank < j.first + j.count) {
+      // The agent does it; a rank that is gone answers through supervision.
+      caf::anon_send(j.agent, agent_signal_atom::value, j.job, static_cast<std::int32_t>(rank),
+                     static_cast<std::int32_t>(sig));
+      return Status();
+    }
+  }
+  return Status(Errc::not_found, "ProcMesh::signal: no process for rank " + std::to_string(rank));
 }
 
 caf::actor_system& ProcMesh::system() { return shared_->runtime->system(); }

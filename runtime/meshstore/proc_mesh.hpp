@@ -81,6 +81,19 @@ class ProcMesh {
   static Result<ProcMesh> launch(std::vector<std::pair<std::string, int>> shape,
                                  LaunchSpec spec = {}, MeshOptions options = {});
 
+  /// Starts shape.size() processes of `spec` through host agents
+  /// (`meshstore agent --listen HOST:PORT`, HostAgent), "host:port" each,
+  /// in equal contiguous blocks of ranks: with shape {{"hosts", 2},
+  /// {"procs", 4}} and two agents, ranks 0-3 run on the first. The program
+  /// path must exist on every agent's host (empty: this program's path).
+  /// spec.bind_host must be an address of this host the workers can reach.
+  /// Each agent stops its processes when this controller goes away. Errors
+  /// as launch(), and Errc::unavailable naming an agent that cannot be
+  /// reached; nothing is left running after a failure.
+  static Result<ProcMesh> attach(const std::vector<std::string>& agents,
+                                 std::vector<std::pair<std::string, int>> shape,
+                                 LaunchSpec spec = {}, MeshOptions options = {});
+
   ProcMesh() = default;
 
   /// The shape of this view; member i is process extent().rank(i).
@@ -88,7 +101,8 @@ class ProcMesh {
   int size() const noexcept { return extent_.size(); }
   /// The processes with begin <= coordinate(dim) < end.
   Result<ProcMesh> slice(const std::string& dim, int begin, int end) const;
-  /// The pid of member `i` of this view; -1 when out of range.
+  /// The pid of member `i` of this view (on its own host); -1 when out of
+  /// range.
   int pid(int i) const;
   /// Sends `sig` to member `i`'s process (tests, demos: SIGKILL).
   Status signal(int i, int sig) const;

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "meshstore/host_agent.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/test_util.hpp"
 
@@ -35,13 +36,20 @@ using bump_atom = caf::atom_constant<caf::atom("bump")>;
 using count_atom = caf::atom_constant<caf::atom("count")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using say_atom = caf::atom_constant<caf::atom("say")>;
-using worker_actor =
-    caf::typed_actor<caf::replies_to<add_atom, int>::with<int>,
-                     caf::replies_to<pid_atom>::with<std::int32_t>, caf::reacts_to<bump_atom>,
-                     caf::replies_to<count_atom>::with<int>, caf::reacts_to<fail_atom>,
-                     caf::reacts_to<say_atom, std::string>>;
+using netns_atom = caf::atom_constant<caf::atom("netns")>;
+using worker_actor = caf::typed_actor<
+    caf::replies_to<add_atom, int>::with<int>, caf::replies_to<pid_atom>::with<std::int32_t>,
+    caf::reacts_to<bump_atom>, caf::replies_to<count_atom>::with<int>, caf::reacts_to<fail_atom>,
+    caf::reacts_to<say_atom, std::string>, caf::replies_to<netns_atom>::with<std::string>>;
 // Another interface, for the mismatch test.
 using other_actor = caf::typed_actor<caf::replies_to<add_atom, int, int>::with<int>>;
+
+// This process's network namespace ("net:[4026531840]").
+std::string network_namespace() {
+  char buf[128];
+  const ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?");
+}
 
 struct WorkerState {
   int bumps = 0;
@@ -61,6 +69,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         std::printf("%s\n", s.c_str());
         std::fflush(stdout);
       },
+      [](netns_atom) { return network_namespace(); },
   };
 }
 
@@ -455,11 +464,121 @@ TEST(ProcMesh, WorkersStopThemselvesWhenTheirControllerIsKilled) {
       << controller.output();
 }
 
-// The controller of the test above: launches two workers, prints their
-// pids, and waits to be killed.
-int controller_main() {
+TEST(ProcMesh, AttachStartsWorkersThroughHostAgents) {
+  auto a = HostAgent::start();
+  auto b = HostAgent::start();
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
   LaunchSpec spec;
-  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  std::mutex mu;
+  std::set<int> ready;
+  spec.on_output = [&](int rank, bool, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (line.find("ready") != std::string::npos) ready.insert(rank);
+  };
+  const std::vector<std::string> agents{"127.0.0.1:" + std::to_string(a->port()),
+                                        "127.0.0.1:" + std::to_string(b->port())};
+  Failures failures;
+  auto o = options();
+  o.on_failure = failures.handler(true);  // the root: "remote" propagates here
+  auto procs = ProcMesh::attach(agents, {{"hosts", 2}, {"procs", 2}}, spec, o);
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("remote", "worker", 7);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  auto pids = w->call<std::int32_t>(pid_atom::value).get(kWait);
+  ASSERT_TRUE(pids.ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(*(*pids)[i], procs->pid(i));
+  auto sums = w->slice("hosts", 1, 2)->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_TRUE(sums.ok());
+  EXPECT_EQ(*(*sums)[0], 9);
+  EXPECT_EQ(*(*sums)[1], 10);
+  // Output travels back through the agents, with each worker's rank.
+  EXPECT_TRUE(eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return ready.size() == 4u;
+  }));
+  // A process killed through its agent reaches supervision: "watched"
+  // stops, "remote" propagates to the root.
+  Supervision s;
+  s.policy = FailurePolicy::stop;
+  s.on_failure = failures.handler(false);
+  auto watched = procs->spawn<worker_actor>(s, "watched", "worker", 0);
+  ASSERT_TRUE(watched.ok());
+  const int victim = procs->pid(3);
+  ASSERT_TRUE(procs->signal(3, SIGKILL).ok());
+  ASSERT_TRUE(failures.wait_for(2));
+  std::set<std::string> meshes;
+  for (const auto& f : failures.seen) {
+    EXPECT_EQ(f.rank, 3);
+    meshes.insert(f.mesh);
+  }
+  EXPECT_EQ(meshes, (std::set<std::string>{"remote", "watched"}));
+  EXPECT_EQ(watched->call_one<int>(add_atom::value, 0).get(kWait).status().code(),
+            Errc::invalid_argument);  // four members: call_one refuses
+  EXPECT_EQ(watched->slice("hosts", 0, 1)
+                ->slice("procs", 0, 1)
+                ->call_one<int>(add_atom::value, 0)
+                .get(kWait)
+                .status()
+                .code(),
+            Errc::unavailable);                                     // the mesh was stopped
+  EXPECT_TRUE(eventually([&] { return ::kill(victim, 0) != 0; }));  // the agent reaped it
+  const int survivor = procs->pid(0);
+  procs->stop();
+  EXPECT_NE(::kill(survivor, 0), 0);  // stop() waits for the agents
+}
+
+TEST(ProcMesh, AttachFailuresSayWhich) {
+  MeshOptions o = options();
+  o.connect_timeout = 300ms;
+  auto none = ProcMesh::attach({"127.0.0.1:1"}, {{"procs", 1}}, {}, o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), Errc::unavailable);
+  EXPECT_NE(none.status().message().find("no agent answered at 127.0.0.1:1"), std::string::npos)
+      << none.status().to_string();
+  EXPECT_EQ(ProcMesh::attach({"127.0.0.1"}, {{"procs", 1}}, {}, o).status().code(),
+            Errc::invalid_argument);
+  EXPECT_EQ(ProcMesh::attach({"127.0.0.1:5", "127.0.0.1:6"}, {{"procs", 3}}, {}, o).status().code(),
+            Errc::invalid_argument);
+  auto agent = HostAgent::start();
+  ASSERT_TRUE(agent.ok());
+  LaunchSpec missing;
+  missing.program = "/nonexistent/worker";
+  auto bad =
+      ProcMesh::attach({"127.0.0.1:" + std::to_string(agent->port())}, {{"procs", 1}}, missing, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Errc::not_found);
+  EXPECT_NE(bad.status().message().find("/nonexistent/worker"), std::string::npos);
+}
+
+TEST(ProcMesh, AnAgentStopsTheProcessesOfAControllerThatWentAway) {
+  auto agent = HostAgent::start();
+  ASSERT_TRUE(agent.ok());
+  testing::Child controller({"/proc/self/exe"},
+                            {"MESHSTORE_TEST_ROLE=attach-controller",
+                             "MESHSTORE_TEST_AGENT=127.0.0.1:" + std::to_string(agent->port())});
+  ASSERT_TRUE(controller.wait_for_output("pids:", kWait)) << controller.output();
+  ASSERT_TRUE(controller.wait_for_output("\n", kWait));
+  std::istringstream in(controller.output().substr(controller.output().find("pids:") + 5));
+  pid_t a = 0, b = 0;
+  in >> a >> b;
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  controller.signal(SIGKILL);
+  ASSERT_TRUE(controller.wait(kWait));
+  // The workers are the agent's children (in this process): it stops and
+  // reaps them once it sees their controller gone.
+  EXPECT_TRUE(eventually([&] { return ::kill(a, 0) != 0 && ::kill(b, 0) != 0; }, 30s))
+      << controller.output();
+}
+
+// The controller of the tests above: launches two workers (or has an agent
+// start them), prints their pids, and waits to be killed.
+int controller_main(const char* agent) {
+  LaunchSpec spec;
+  if (const char* bind = std::getenv("MESHSTORE_TEST_BIND")) spec.bind_host = bind;
+  auto procs = agent ? ProcMesh::attach({agent}, {{"procs", 2}}, spec, options())
+                     : ProcMesh::launch({{"procs", 2}}, spec, options());
   if (!procs.ok()) {
     std::printf("launch failed: %s\n", procs.status().to_string().c_str());
     return 1;
@@ -467,6 +586,48 @@ int controller_main() {
   std::printf("pids: %d %d\n", procs->pid(0), procs->pid(1));
   std::fflush(stdout);
   for (;;) ::pause();
+}
+
+// The controller of the network-namespace test (proc_mesh_hosts.sh): in
+// its own namespace, it attaches to the agent in another one and checks
+// that the members run there.
+int netns_controller_main() {
+  const char* agent = std::getenv("MESHSTORE_TEST_AGENT");
+  const char* bind = std::getenv("MESHSTORE_TEST_BIND");
+  if (!agent || !bind) {
+    std::printf("MESHSTORE_TEST_AGENT and MESHSTORE_TEST_BIND must be set\n");
+    return 2;
+  }
+  LaunchSpec spec;
+  spec.bind_host = bind;
+  auto procs = ProcMesh::attach({agent}, {{"hosts", 1}, {"procs", 2}}, spec, options());
+  if (!procs.ok()) {
+    std::printf("attach failed: %s\n", procs.status().to_string().c_str());
+    return 1;
+  }
+  auto w = procs->spawn<worker_actor>("far", "worker", 1000);
+  if (!w.ok()) {
+    std::printf("spawn failed: %s\n", w.status().to_string().c_str());
+    return 1;
+  }
+  auto ns = w->call<std::string>(netns_atom::value).get(kWait);
+  auto sums = w->call<int>(add_atom::value, 1).get(kWait);
+  if (!ns.ok() || !sums.ok()) {
+    std::printf("calls failed\n");
+    return 1;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (!(*ns)[i].ok() || !(*sums)[i].ok()) {
+      std::printf("rank %d failed\n", i);
+      return 1;
+    }
+    std::printf("rank %d: namespace %s (controller: %s), add(1) = %d\n", i, (*ns)[i]->c_str(),
+                network_namespace().c_str(), *(*sums)[i]);
+    if (*(*ns)[i] == network_namespace() || *(*sums)[i] != 1001 + i) return 1;
+  }
+  procs->stop();
+  std::printf("netns attach: ok\n");
+  return 0;
 }
 
 }  // namespace
@@ -480,10 +641,13 @@ int main(int argc, char** argv) {
     auto s = ProcMesh::serve(meshstore::options());
     return s.ok() ? 0 : 3;
   }
-  if (const char* role = std::getenv("MESHSTORE_TEST_ROLE");
-      role && std::string(role) == "controller") {
-    return meshstore::controller_main();
+  const std::string role =
+      std::getenv("MESHSTORE_TEST_ROLE") ? std::getenv("MESHSTORE_TEST_ROLE") : "";
+  if (role == "controller") return meshstore::controller_main(nullptr);
+  if (role == "attach-controller") {
+    return meshstore::controller_main(std::getenv("MESHSTORE_TEST_AGENT"));
   }
+  if (role == "netns-controller") return meshstore::netns_controller_main();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -1,0 +1,221 @@
+#include "meshstore/host_agent.hpp"
+
+#include <caf/io/all.hpp>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "meshstore/foreign_thread.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/proc_protocol.hpp"
+#include "meshstore/internal/process_group.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace internal::proc;
+
+// One controller's processes on this host.
+struct Job {
+  std::unique_ptr<internal::ProcessGroup> group;
+  sink_actor sink;
+  std::int32_t first = 0;
+};
+
+struct AgentState {
+  static inline const char* name = "meshstore.agent";
+  std::uint64_t next = 1;
+  std::map<std::uint64_t, Job> jobs;
+};
+
+using agent_pointer = agent_actor::stateful_pointer<AgentState>;
+
+// Stops process groups off the actor's thread (a stop waits up to the
+// grace period); HostAgent::stop joins them.
+struct Reaper {
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  void stop(std::unique_ptr<internal::ProcessGroup> group, std::chrono::milliseconds grace,
+            std::function<void()> then = nullptr) {
+    std::lock_guard<std::mutex> lock(mu);
+    threads.emplace_back([g = std::move(group), grace, then = std::move(then)]() mutable {
+      if (g) g->stop(grace);
+      g.reset();
+      if (then) then();
+    });
+  }
+  void join() {
+    std::vector<std::thread> all;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      all.swap(threads);
+    }
+    for (auto& t : all) t.join();
+  }
+};
+
+// Stops job `id`; `then` runs once its processes are gone.
+void stop_job(agent_pointer self, Reaper& reaper, std::uint64_t id, std::chrono::milliseconds grace,
+              std::function<void()> then = nullptr) {
+  auto it = self->state.jobs.find(id);
+  if (it == self->state.jobs.end()) {
+    if (then) then();
+    return;
+  }
+  auto group = std::move(it->second.group);
+  self->state.jobs.erase(it);
+  reaper.stop(std::move(group), grace, std::move(then));
+}
+
+agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseconds grace,
+                                      std::shared_ptr<Reaper> reaper) {
+  // A controller that goes away takes its processes with it.
+  self->set_down_handler([=](caf::down_msg& m) {
+    std::vector<std::uint64_t> doomed;
+    for (const auto& [id, job] : self->state.jobs) {
+      if (job.sink.address() == m.source) doomed.push_back(id);
+    }
+    for (auto id : doomed) {
+      log::get("agent")->warn("job {}: its controller went away ({}); stopping its processes", id,
+                              caf::to_string(m.reason));
+      stop_job(self, *reaper, id, grace);
+    }
+  });
+  self->attach_functor([=] {
+    for (auto& [id, job] : self->state.jobs) reaper->stop(std::move(job.group), grace);
+    self->state.jobs.clear();
+  });
+  return {
+      [=](agent_launch_atom, sink_actor sink, const std::string& program,
+          const std::vector<std::string>& args, const std::vector<std::string>& env,
+          std::int32_t first, std::int32_t count) -> caf::result<std::uint64_t> {
+        if (!sink || count < 1 || count > 1024 || first < 0) {
+          return internal::to_caf_error(Status(
+              Errc::invalid_argument, "agent: a launch wants a controller and 1 to 1024 ranks"));
+        }
+        std::vector<internal::ProcessSpec> specs;
+        for (std::int32_t i = 0; i < count; ++i) {
+          internal::ProcessSpec p;
+          p.program = program;
+          p.args = args;
+          for (const auto& kv : env) {
+            const auto eq = kv.find('=');
+            if (eq == std::string::npos || eq == 0) {
+              return internal::to_caf_error(Status(
+                  Errc::invalid_argument, "agent: malformed environment entry '" + kv + "'"));
+            }
+            p.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+          }
+          p.env.emplace_back(kRankEnv, std::to_string(first + i));
+          specs.push_back(std::move(p));
+        }
+        auto group = internal::ProcessGroup::start(
+            specs,
+            [sink, first](int i, bool is_stderr, const std::string& line) {
+              caf::anon_send(sink, proc_output_atom::value, first + i, is_stderr, line);
+            },
+            [sink, first](int i, int status) {
+              caf::anon_send(sink, proc_exit_atom::value, first + i,
+                             internal::ProcessGroup::describe(status));
+            });
+        if (!group.ok()) return internal::to_caf_error(group.status().with_context("agent"));
+        const std::uint64_t id = self->state.next++;
+        self->monitor(sink);
+        Job job;
+        job.group = std::move(group).value();
+        job.sink = std::move(sink);
+        job.first = first;
+        self->state.jobs.emplace(id, std::move(job));
+        log::get("agent")->info("job {}: started ranks {}..{} of {}", id, first, first + count - 1,
+                                program);
+        return id;
+      },
+      [=](agent_signal_atom, std::uint64_t id, std::int32_t rank,
+          std::int32_t sig) -> caf::result<bool> {
+        auto it = self->state.jobs.find(id);
+        if (it == self->state.jobs.end()) {
+          return internal::to_caf_error(
+              Status(Errc::not_found, "agent: no job " + std::to_string(id)));
+        }
+        auto s = it->second.group->signal(rank - it->second.first, sig);
+        if (!s.ok()) return internal::to_caf_error(s.with_context("agent"));
+        return true;
+      },
+      // Answers once the job's processes are gone.
+      [=](agent_stop_atom, std::uint64_t id, std::int64_t grace_ms) -> caf::result<bool> {
+        auto rp = self->make_response_promise<bool>();
+        stop_job(self, *reaper, id, std::chrono::milliseconds(std::max<std::int64_t>(0, grace_ms)),
+                 [rp]() mutable { rp.deliver(true); });
+        return rp;
+      },
+  };
+}
+
+}  // namespace
+
+struct HostAgent::Impl {
+  std::unique_ptr<internal::ActorRuntime> runtime;
+  agent_actor agent;
+  std::shared_ptr<Reaper> reaper = std::make_shared<Reaper>();
+  std::uint16_t port = 0;
+  std::mutex mu;
+
+  void stop() {
+    std::unique_ptr<internal::ActorRuntime> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (agent && runtime) {
+        ForeignThreadGuard guard;
+        runtime->system().middleman().unpublish(agent, port);
+      }
+      if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+      agent = nullptr;
+      doomed = std::move(runtime);
+    }
+    doomed.reset();  // waits for the agent, which hands its processes to the reaper
+    reaper->join();
+  }
+  ~Impl() { stop(); }
+};
+
+Result<HostAgent> HostAgent::start(AgentOptions options) {
+  ForeignThreadGuard guard;
+  if (options.host.empty()) {
+    return Status(Errc::invalid_argument, "HostAgent::start: the host is empty");
+  }
+  if (options.stop_grace.count() < 0) {
+    return Status(Errc::invalid_argument, "HostAgent::start: stop_grace is negative");
+  }
+  internal::RuntimeOptions ro;
+  ro.with_middleman = true;
+  ro.add_types = add_proc_types;
+  auto rt = internal::ActorRuntime::create(ro);
+  if (!rt.ok()) return rt.status().with_context("HostAgent::start");
+  auto impl = std::make_unique<Impl>();
+  impl->runtime = std::move(rt).value();
+  auto& sys = impl->runtime->system();
+  impl->agent = sys.spawn(agent_impl, options.stop_grace, impl->reaper);
+  auto port = sys.middleman().publish(impl->agent, options.port, options.host.c_str(), true);
+  if (!port) {
+    return Status(Errc::unavailable, "HostAgent::start: cannot listen on " + options.host + ":" +
+                                         std::to_string(options.port) + ": " +
+                                         sys.render(port.error()));
+  }
+  impl->port = *port;
+  return HostAgent(std::move(impl));
+}
+
+HostAgent::HostAgent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HostAgent::HostAgent(HostAgent&&) noexcept = default;
+HostAgent& HostAgent::operator=(HostAgent&&) noexcept = default;
+HostAgent::~HostAgent() = default;
+
+std::uint16_t HostAgent::port() const noexcept { return impl_ ? impl_->port : 0; }
+
+void HostAgent::stop() {
+  if (impl_) impl_->stop();
+}
+
+}  // namespace meshstore

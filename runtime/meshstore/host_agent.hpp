@@ -1,0 +1,53 @@
+#pragma once
+
+// A host agent: a long-running process on each host that starts and stops
+// worker processes for a controller (ProcMesh::attach), passes their output
+// back line by line, and stops them when that controller goes away. The
+// `meshstore agent --listen HOST:PORT` command runs one.
+//
+//   auto agent = meshstore::HostAgent::start({"10.0.0.2", 29600}).value();
+//   // ... controllers attach; then:
+//   agent.stop();   // stops every process it started
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "meshstore/result.hpp"
+
+namespace meshstore {
+
+struct AgentOptions {
+  /// The address to listen on. Only controllers that can reach it can use
+  /// the agent: 127.0.0.1 (the default) keeps it to this host.
+  std::string host = "127.0.0.1";
+  /// The port; 0 picks a free one (see HostAgent::port()).
+  std::uint16_t port = 0;
+  /// How long a process has to exit when its job stops before it is killed.
+  std::chrono::milliseconds stop_grace{5000};
+};
+
+/// A running host agent. Move-only; stop() (or the destructor) stops every
+/// process it started. Thread-safe.
+class HostAgent {
+ public:
+  /// Listens on options.host:port. Errc::invalid_argument for an empty
+  /// host, Errc::unavailable when the address cannot be bound.
+  static Result<HostAgent> start(AgentOptions options = {});
+  HostAgent(HostAgent&&) noexcept;
+  HostAgent& operator=(HostAgent&&) noexcept;
+  ~HostAgent();
+
+  /// The port it listens on.
+  std::uint16_t port() const noexcept;
+  /// Stops every process it started, then itself. Idempotent.
+  void stop();
+
+ private:
+  struct Impl;
+  explicit HostAgent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshstore

@@ -1,0 +1,63 @@
+#pragma once
+
+// The messages of process meshes: a launched worker joining its controller
+// (hello), the controller asking a worker to spawn or stop, and a host
+// agent starting processes for a controller and passing their output and
+// exits back. Internal: shared by proc_mesh.cpp and host_agent.cpp.
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshstore::internal::proc {
+
+// What a launched worker finds in its environment.
+inline constexpr const char* kControllerEnv = "MESHSTORE_PROC_CONTROLLER";  // host:port
+inline constexpr const char* kTokenEnv = "MESHSTORE_PROC_TOKEN";
+inline constexpr const char* kRankEnv = "MESHSTORE_PROC_RANK";
+inline constexpr const char* kWorldEnv = "MESHSTORE_PROC_WORLD";
+
+using proc_hello_atom = caf::atom_constant<caf::atom("p_hello")>;
+using proc_spawn_atom = caf::atom_constant<caf::atom("p_spawn")>;
+using proc_stop_atom = caf::atom_constant<caf::atom("p_stop")>;
+
+// A worker's process actor: spawns members of registered actor types on
+// the controller's request.
+using proc_actor =
+    caf::typed_actor<caf::replies_to<proc_spawn_atom, std::string, std::string,
+                                     std::vector<std::string>, caf::message>::with<caf::actor>,
+                     caf::replies_to<proc_stop_atom>::with<bool>>;
+// The controller's actor, which launched workers join.
+using controller_actor =
+    caf::typed_actor<caf::replies_to<proc_hello_atom, std::string, std::int32_t, std::int32_t,
+                                     proc_actor>::with<bool>>;
+
+using agent_launch_atom = caf::atom_constant<caf::atom("a_launch")>;
+using agent_signal_atom = caf::atom_constant<caf::atom("a_signal")>;
+using agent_stop_atom = caf::atom_constant<caf::atom("a_stop")>;
+using proc_output_atom = caf::atom_constant<caf::atom("p_output")>;
+using proc_exit_atom = caf::atom_constant<caf::atom("p_exit")>;
+
+// The controller's end of an agent's processes: their output lines (rank,
+// is_stderr, line) and their exits (rank, why).
+using sink_actor =
+    caf::typed_actor<caf::reacts_to<proc_output_atom, std::int32_t, bool, std::string>,
+                     caf::reacts_to<proc_exit_atom, std::int32_t, std::string>>;
+// A host agent: launch (sink, program, args, env as K=V, first rank,
+// count) starts ranks first..first+count-1 and answers a job id; signal (job, rank, signal); stop
+// (job, grace in ms) answers once the job's processes are gone.
+using agent_actor = caf::typed_actor<
+    caf::replies_to<agent_launch_atom, sink_actor, std::string, std::vector<std::string>,
+                    std::vector<std::string>, std::int32_t, std::int32_t>::with<std::uint64_t>,
+    caf::replies_to<agent_signal_atom, std::uint64_t, std::int32_t, std::int32_t>::with<bool>,
+    caf::replies_to<agent_stop_atom, std::uint64_t, std::int64_t>::with<bool>>;
+
+inline void add_proc_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<proc_actor>("meshstore::proc_actor");
+  cfg.add_message_type<controller_actor>("meshstore::proc_controller_actor");
+  cfg.add_message_type<sink_actor>("meshstore::proc_sink_actor");
+  cfg.add_message_type<agent_actor>("meshstore::agent_actor");
+}
+
+}  // namespace meshstore::internal::proc

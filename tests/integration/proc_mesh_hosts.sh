@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A process mesh across "hosts": network namespaces joined by a veth pair.
+# `meshstore agent` runs in host B; a controller in host A attaches to it,
+# spawns an actor mesh there and checks its members run in host B's
+# namespace; then the controller is killed with -9 and the agent must stop
+# the workers it started. Traffic stays inside the namespaces made here.
+# Exit 77 (ctest: skipped) when namespaces cannot be made here.
+set -u
+TOOL=$1 TESTS=$2
+if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root to create network namespaces"; exit 77; fi
+command -v ip >/dev/null || { echo "SKIP: iproute2 (ip) is not installed"; exit 77; }
+
+A=mspm_a_$$ B=mspm_b_$$ VA=mspa$$ VB=mspb$$
+ADDR_A=10.232.0.1 ADDR_B=10.232.0.2 PORT=29601
+LOG=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+  rm -rf "$LOG"
+}
+trap cleanup EXIT
+
+if ! ip netns add "$A" 2>"$LOG/err" || ! ip netns add "$B" 2>>"$LOG/err" ||
+   ! ip link add "$VA" type veth peer name "$VB" 2>>"$LOG/err"; then
+  echo "SKIP: cannot create network namespaces here: $(cat "$LOG/err")"; exit 77
+fi
+set -e
+ip link set "$VA" netns "$A"
+ip link set "$VB" netns "$B"
+ip -n "$A" addr add "$ADDR_A/24" dev "$VA"
+ip -n "$B" addr add "$ADDR_B/24" dev "$VB"
+for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
+ip -n "$A" link set "$VA" up
+ip -n "$B" link set "$VB" up
+set +e
+
+# Waits (bounded) until file $1 contains $2.
+wait_for() {
+  for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "timed out waiting for '$2' in $1:"; cat "$1"; return 1
+}
+
+ip netns exec "$B" "$TOOL" agent --listen "$ADDR_B:$PORT" --grace-ms 2000 >"$LOG/agent" 2>&1 &
+pids+=($!)
+wait_for "$LOG/agent" "agent listening on $ADDR_B:$PORT" || exit 1
+
+# 1. Attach, spawn, call: the members run in host B.
+if ! MESHSTORE_TEST_ROLE=netns-controller MESHSTORE_TEST_AGENT="$ADDR_B:$PORT" \
+     MESHSTORE_TEST_BIND="$ADDR_A" timeout 60 ip netns exec "$A" "$TESTS" >"$LOG/ctl" 2>&1; then
+  echo "the controller in host A failed:"; cat "$LOG/ctl"; echo "agent:"; cat "$LOG/agent"; exit 1
+fi
+cat "$LOG/ctl"
+grep -q "netns attach: ok" "$LOG/ctl" || exit 1
+
+# 2. A controller killed with -9: the agent stops the workers it started.
+MESHSTORE_TEST_ROLE=attach-controller MESHSTORE_TEST_AGENT="$ADDR_B:$PORT" \
+  ip netns exec "$A" env MESHSTORE_TEST_BIND="$ADDR_A" "$TESTS" >"$LOG/ctl2" 2>&1 &
+ctl=$!
+pids+=($ctl)
+wait_for "$LOG/ctl2" "pids:" || { cat "$LOG/agent"; exit 1; }
+read -r _ w1 w2 < <(grep "pids:" "$LOG/ctl2")
+kill -9 "$ctl"
+deadline=$(( $(date +%s) + 30 ))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+  kill -0 "$w1" 2>/dev/null || kill -0 "$w2" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$w1" 2>/dev/null || kill -0 "$w2" 2>/dev/null; then
+  echo "workers $w1 $w2 outlived their killed controller by 30 s"; cat "$LOG/agent"; exit 1
+fi
+grep -q "its controller went away" "$LOG/agent" || { echo "the agent did not say why:"; cat "$LOG/agent"; exit 1; }
+echo "proc mesh across hosts: ok (attach, and a killed controller's workers stopped by the agent)"
