@@ -24,10 +24,14 @@ struct Job {
   std::int32_t first = 0;
 };
 
+using Jobs = std::map<std::uint64_t, Job>;
+
 struct AgentState {
   static inline const char* name = "meshstore.agent";
   std::uint64_t next = 1;
-  std::map<std::uint64_t, Job> jobs;
+  // Shared with the exit functor: a stateful actor's state is gone when its
+  // attached functors run.
+  std::shared_ptr<Jobs> jobs = std::make_shared<Jobs>();
 };
 
 using agent_pointer = agent_actor::stateful_pointer<AgentState>;
@@ -59,13 +63,14 @@ struct Reaper {
 // Stops job `id`; `then` runs once its processes are gone.
 void stop_job(agent_pointer self, Reaper& reaper, std::uint64_t id, std::chrono::milliseconds grace,
               std::function<void()> then = nullptr) {
-  auto it = self->state.jobs.find(id);
-  if (it == self->state.jobs.end()) {
+  auto& jobs = *self->state.jobs;
+  auto it = jobs.find(id);
+  if (it == jobs.end()) {
     if (then) then();
     return;
   }
   auto group = std::move(it->second.group);
-  self->state.jobs.erase(it);
+  jobs.erase(it);
   reaper.stop(std::move(group), grace, std::move(then));
 }
 
@@ -74,7 +79,7 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
   // A controller that goes away takes its processes with it.
   self->set_down_handler([=](caf::down_msg& m) {
     std::vector<std::uint64_t> doomed;
-    for (const auto& [id, job] : self->state.jobs) {
+    for (const auto& [id, job] : *self->state.jobs) {
       if (job.sink.address() == m.source) doomed.push_back(id);
     }
     for (auto id : doomed) {
@@ -83,9 +88,9 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
       stop_job(self, *reaper, id, grace);
     }
   });
-  self->attach_functor([=] {
-    for (auto& [id, job] : self->state.jobs) reaper->stop(std::move(job.group), grace);
-    self->state.jobs.clear();
+  self->attach_functor([jobs = self->state.jobs, reaper, grace] {
+    for (auto& [id, job] : *jobs) reaper->stop(std::move(job.group), grace);
+    jobs->clear();
   });
   return {
       [=](agent_launch_atom, sink_actor sink, const std::string& program,
@@ -127,15 +132,15 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
         job.group = std::move(group).value();
         job.sink = std::move(sink);
         job.first = first;
-        self->state.jobs.emplace(id, std::move(job));
+        self->state.jobs->emplace(id, std::move(job));
         log::get("agent")->info("job {}: started ranks {}..{} of {}", id, first, first + count - 1,
                                 program);
         return id;
       },
       [=](agent_signal_atom, std::uint64_t id, std::int32_t rank,
           std::int32_t sig) -> caf::result<bool> {
-        auto it = self->state.jobs.find(id);
-        if (it == self->state.jobs.end()) {
+        auto it = self->state.jobs->find(id);
+        if (it == self->state.jobs->end()) {
           return internal::to_caf_error(
               Status(Errc::not_found, "agent: no job " + std::to_string(id)));
         }

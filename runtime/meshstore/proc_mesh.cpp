@@ -118,7 +118,6 @@ struct Outcome {
 
 struct ProcState {
   static inline const char* name = "meshstore.proc";
-  std::vector<caf::actor> members;
 };
 
 // Joins the controller at `where` (hello), then serves it; a controller
@@ -140,8 +139,11 @@ proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self
                                                   caf::to_string(m.reason) + ")"));
     self->quit();
   });
-  self->attach_functor([=] {
-    for (auto& a : self->state.members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  // Its members go with it. (Not through self->state: a stateful actor's
+  // state is gone when its attached functors run.)
+  auto members = std::make_shared<std::vector<caf::actor>>();
+  self->attach_functor([members] {
+    for (auto& a : *members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   });
   const std::string me = "rank " + std::to_string(rank);
   return {
@@ -176,7 +178,7 @@ proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self
                                           interface_text(interface)));
         }
         auto a = caf::actor_cast<caf::actor>(std::move(made.first));
-        self->state.members.push_back(a);
+        members->push_back(a);
         return a;
       },
       // No reply reaches the controller once this process is gone: it

@@ -4,6 +4,7 @@
 
 #include "meshstore/proc_mesh.hpp"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "meshstore/host_agent.hpp"
+#include "meshstore/store_mesh.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/test_util.hpp"
 
@@ -98,6 +100,37 @@ mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
   }};
 }
 
+using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
+// Puts an object into the store its process joined.
+using store_user_actor =
+    caf::typed_actor<caf::replies_to<store_put_atom, std::string, std::string>::with<bool>>;
+
+store_user_actor::behavior_type store_user(store_user_actor::pointer, int) {
+  return {
+      [](store_put_atom, const std::string& key, const std::string& value) -> caf::result<bool> {
+        auto store = worker_store();
+        if (!store.ok())
+          return caf::make_error(caf::sec::runtime_error, store.status().to_string());
+        auto done = (*store)->put_object(key, value).get(kWait);
+        if (!done.ok()) return caf::make_error(caf::sec::runtime_error, done.status().to_string());
+        return true;
+      },
+  };
+}
+
+// The shared-memory segments of process `pid` in /dev/shm.
+int segments_of(int pid) {
+  const std::string prefix = "meshstore." + std::to_string(pid) + "-";
+  int n = 0;
+  if (auto* d = ::opendir("/dev/shm")) {
+    while (auto* e = ::readdir(d)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
 // The same registration in the controller and every worker.
 MeshOptions options() {
   MeshOptions o;
@@ -106,6 +139,8 @@ MeshOptions options() {
     cfg.add_message_type<Point>("meshstore::test::ProcPoint");
     cfg.add_actor_type("worker", worker);
     cfg.add_actor_type("mirror", mirror);
+    cfg.add_actor_type("store_user", store_user);
+    add_store_actor_types(cfg);
   };
   return o;
 }
@@ -570,6 +605,48 @@ TEST(ProcMesh, AnAgentStopsTheProcessesOfAControllerThatWentAway) {
   // reaps them once it sees their controller gone.
   EXPECT_TRUE(eventually([&] { return ::kill(a, 0) != 0 && ::kill(b, 0) != 0; }, 30s))
       << controller.output();
+}
+
+TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingBehind) {
+  Failures failures;
+  auto o = options();
+  o.on_failure = failures.handler(true);
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.strategy = "per_local_rank";  // a volume in each worker process
+  auto store = spawn_store(*procs, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  // Not in this process: it is the controller, not a worker.
+  EXPECT_EQ(worker_store().status().code(), Errc::not_found);
+  auto users = procs->spawn<store_user_actor>("users", "store_user");
+  ASSERT_TRUE(users.ok()) << users.status().to_string();
+  auto put =
+      users->slice("procs", 1, 2)
+          ->call_one<bool>(store_put_atom::value, std::string("from-rank-1"), std::string("hello"))
+          .get(kWait);
+  ASSERT_TRUE(put.ok()) << put.status().to_string();
+  auto got = store->get_object("from-rank-1").get(kWait);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "hello");
+  EXPECT_GT(segments_of(procs->pid(1)), 0);  // the object lives in rank 1's volume
+  // A store process killed: supervision names the store mesh.
+  const int p0 = procs->pid(0), p1 = procs->pid(1);
+  ASSERT_TRUE(procs->signal(0, SIGKILL).ok());
+  ASSERT_TRUE(failures.wait_for(1));
+  std::set<std::string> meshes;
+  {
+    std::lock_guard<std::mutex> lock(failures.mu);
+    for (const auto& f : failures.seen) meshes.insert(f.mesh);
+  }
+  EXPECT_EQ(meshes.count("meshstore.store"), 1u);
+  // The surviving worker closes its store when the mesh stops: no segment
+  // of it is left.
+  procs->stop();
+  EXPECT_EQ(segments_of(p1), 0);
+  store->close();
+  ::waitpid(p0, nullptr, WNOHANG);
+  transports::shm::garbage_collect(false, p0);  // the killed one could not
 }
 
 // The controller of the tests above: launches two workers (or has an agent

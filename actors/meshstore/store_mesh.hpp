@@ -1,0 +1,50 @@
+#pragma once
+
+// A store stood up across a ProcMesh by its controller: the controller
+// creates the store (controller actor, strategy, the volumes its strategy
+// places there), and every process of the mesh joins it as an actor of the
+// mesh "meshstore.store", hosting the volumes the strategy places in it
+// (per_local_rank: one each). Actors in those processes reach the store
+// through worker_store(). A store process that dies is a MeshFailure of
+// "meshstore.store" (supervision.hpp), besides the errors the store's own
+// calls give. Like proc_mesh.hpp, this header exposes CAF.
+//
+//   opts.add_types = [](caf::actor_system_config& cfg) {
+//     meshstore::add_store_actor_types(cfg);        // in every process
+//     cfg.add_actor_type("puller", puller);
+//   };
+//   auto procs = meshstore::ProcMesh::launch({{"procs", 3}}, {}, opts).value();
+//   meshstore::StoreOptions so;
+//   so.strategy = "per_local_rank";
+//   auto store = meshstore::spawn_store(procs, so).value();  // this process's client
+//   // in a worker's actor: auto s = meshstore::worker_store().value();
+
+#include <caf/all.hpp>
+#include <memory>
+
+#include "meshstore/proc_mesh.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/supervision.hpp"
+
+namespace meshstore {
+
+/// Registers the actor type that joins a process to a store
+/// ("meshstore.store_node"). Call it in MeshOptions::add_types of the
+/// controller and of every worker.
+void add_store_actor_types(caf::actor_system_config& cfg);
+
+/// Creates a store in this process (options as for Store::embedded;
+/// `listen` defaults to 127.0.0.1:0, and must be reachable by every process
+/// of `procs`) and has every process of `procs` join it, process i with
+/// rank i and local rank i. Returns this process's client once all have
+/// joined. Errors name the rank that could not join (the store is closed
+/// again); `supervision` applies to the store's processes (default: the
+/// ProcMesh's).
+Result<Store> spawn_store(ProcMesh& procs, StoreOptions options = {});
+Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision supervision);
+
+/// In a process of a ProcMesh: the store it joined through spawn_store.
+/// Errc::not_found before it joined, and after the store mesh stopped.
+Result<std::shared_ptr<Store>> worker_store();
+
+}  // namespace meshstore
