@@ -49,9 +49,8 @@ struct Weights {
   }
 };
 
-caf::error store_error(const meshstore::Status& s) {
-  return caf::make_error(caf::sec::runtime_error, s.to_string());
-}
+// The store's error as the member's answer: the controller sees its code.
+caf::error store_error(const meshstore::Status& s) { return meshstore::actor_error(s); }
 
 trainer_actor::behavior_type trainer(trainer_actor::stateful_pointer<Weights> self, int) {
   return {

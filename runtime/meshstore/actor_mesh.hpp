@@ -120,6 +120,12 @@ Status mesh_rank_error(int rank, const caf::error& e);
 
 }  // namespace internal
 
+/// A Status as the error a member actor answers with: the caller gets the
+/// same code and message, prefixed with the member's rank (for example
+/// `return meshstore::actor_error(Status(Errc::out_of_capacity, "full"));`
+/// from a handler returning caf::result<T>). An ok Status gives no error.
+caf::error actor_error(const Status& status);
+
 /// The actors of one spawn(), shaped by an Extent (one dimension "ranks"
 /// as spawned; reshape() and slice() give other views). Member `i` of a
 /// view is extent().rank(i) of the whole mesh, and errors name that rank.

@@ -197,6 +197,8 @@ caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCalle
 
 }  // namespace
 
+caf::error actor_error(const Status& status) { return internal::to_caf_error(status); }
+
 namespace internal {
 
 Status mesh_rank_error(int rank, const caf::error& e) {

@@ -45,7 +45,8 @@ struct LaunchSpec {
   /// Set in every worker on top of this process's environment.
   std::vector<std::pair<std::string, std::string>> env;
   /// Each line a worker writes. Default: "[rank R] line" to this process's
-  /// stdout or stderr. Called on one thread, one line at a time.
+  /// stdout or stderr. Called one line at a time (on a thread of the
+  /// launch's own, or, for attach(), on an actor's).
   std::function<void(int rank, bool is_stderr, const std::string& line)> on_output;
   /// Where this process listens for its workers to join.
   std::string bind_host = "127.0.0.1";

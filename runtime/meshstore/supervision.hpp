@@ -46,9 +46,10 @@ enum class FailurePolicy {
   /// it answers Errc::unavailable naming the failure.
   stop,
   /// The member is spawned again with the same arguments, at most
-  /// `max_restarts` times within `window`; then the mesh stops. Only
-  /// members in the owner's process can be restarted; the mesh stops when
-  /// another process's member dies.
+  /// `max_restarts` times within `window`; then the mesh stops. A Mesh
+  /// restarts only members in the owner's process (the mesh stops when
+  /// another process's member dies); a ProcMesh restarts a member on its own
+  /// process, and stops the mesh when that process is gone.
   restart,
 };
 

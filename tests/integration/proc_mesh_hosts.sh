@@ -72,4 +72,20 @@ if kill -0 "$w1" 2>/dev/null || kill -0 "$w2" 2>/dev/null; then
   echo "workers $w1 $w2 outlived their killed controller by 30 s"; cat "$LOG/agent"; exit 1
 fi
 grep -q "its controller went away" "$LOG/agent" || { echo "the agent did not say why:"; cat "$LOG/agent"; exit 1; }
-echo "proc mesh across hosts: ok (attach, and a killed controller's workers stopped by the agent)"
+
+# 3. Host B vanishes silently (its link goes down: no FIN, no RST). BASP
+# heartbeats stop, and the controller's supervision must report the member
+# lost within the connection timeout (10 s), not never.
+MESHSTORE_TEST_ROLE=netns-vanish-controller MESHSTORE_TEST_AGENT="$ADDR_B:$PORT" \
+  MESHSTORE_TEST_BIND="$ADDR_A" ip netns exec "$A" "$TESTS" >"$LOG/ctl3" 2>&1 &
+ctl=$!
+pids+=($ctl)
+wait_for "$LOG/ctl3" "spawned" || { cat "$LOG/agent"; exit 1; }
+ip -n "$B" link set "$VB" down
+deadline=$(( $(date +%s) + 40 ))
+while [ "$(date +%s)" -lt "$deadline" ] && kill -0 "$ctl" 2>/dev/null; do sleep 0.2; done
+if kill -0 "$ctl" 2>/dev/null || ! grep -q "vanished host detected" "$LOG/ctl3"; then
+  echo "the controller did not report the vanished host within 40 s:"; cat "$LOG/ctl3"; exit 1
+fi
+grep "vanished host detected" "$LOG/ctl3"
+echo "proc mesh across hosts: ok (attach; a killed controller's workers stopped by the agent; a vanished host reported)"

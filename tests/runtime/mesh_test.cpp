@@ -33,7 +33,7 @@ adder_actor::behavior_type adder(adder_actor::pointer self, int rank, int bad_ra
   return {
       [=](add_atom, int x) -> caf::result<int> {
         if (rank == bad_rank) {
-          return internal::to_caf_error(Status(Errc::out_of_capacity, "this rank is full"));
+          return actor_error(Status(Errc::out_of_capacity, "this rank is full"));
         }
         return x + rank;
       },

@@ -707,6 +707,44 @@ int netns_controller_main() {
   return 0;
 }
 
+// The controller of the vanishing-host phase of proc_mesh_hosts.sh: it
+// attaches to the agent in another namespace, spawns a mesh and prints
+// "spawned"; the script then cuts that host's link without a word (no FIN,
+// no RST), and the failure must reach the root handler within the
+// heartbeat timeout.
+int netns_vanish_main() {
+  const char* agent = std::getenv("MESHSTORE_TEST_AGENT");
+  const char* bind = std::getenv("MESHSTORE_TEST_BIND");
+  if (!agent || !bind) return 2;
+  Failures failures;
+  auto o = options();
+  o.on_failure = failures.handler(true);
+  LaunchSpec spec;
+  spec.bind_host = bind;
+  spec.stop_grace = 500ms;
+  auto procs = ProcMesh::attach({agent}, {{"procs", 1}}, spec, o);
+  if (!procs.ok()) {
+    std::printf("attach failed: %s\n", procs.status().to_string().c_str());
+    return 1;
+  }
+  auto w = procs->spawn<worker_actor>("far", "worker", 0);
+  if (!w.ok()) return 1;
+  std::printf("spawned\n");
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!failures.wait_for(1)) {
+    std::printf("no failure reached the root handler\n");
+    return 1;
+  }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  std::printf("vanished host detected after %lld ms: %s\n", static_cast<long long>(ms),
+              failures.seen[0].to_string().c_str());
+  std::fflush(stdout);
+  std::_Exit(0);  // its agent is unreachable: no orderly stop
+}
+
 }  // namespace
 }  // namespace meshstore
 
@@ -725,6 +763,7 @@ int main(int argc, char** argv) {
     return meshstore::controller_main(std::getenv("MESHSTORE_TEST_AGENT"));
   }
   if (role == "netns-controller") return meshstore::netns_controller_main();
+  if (role == "netns-vanish-controller") return meshstore::netns_vanish_main();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
