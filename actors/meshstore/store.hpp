@@ -33,6 +33,8 @@ namespace meshstore {
 
 namespace internal {
 struct StagedAccess;
+struct StoreRuntimeAccess;
+class ActorRuntime;
 }  // namespace internal
 
 /// A volume as a placement strategy sees it.
@@ -514,6 +516,13 @@ class Store {
   bool closed() const noexcept;
 
  private:
+  friend struct internal::StoreRuntimeAccess;
+  // embedded() and connect() on an actor runtime this process already has
+  // (a ProcMesh's, spawn_store in store_mesh.hpp); null makes its own.
+  static Result<Store> embedded_on(std::shared_ptr<internal::ActorRuntime> runtime,
+                                   StoreOptions options);
+  static Result<Store> connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
+                                  const std::string& address, StoreOptions options);
   Future<void> put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
                          std::uint32_t replicas);
   struct Impl;

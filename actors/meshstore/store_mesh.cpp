@@ -4,9 +4,23 @@
 #include <mutex>
 #include <optional>
 
+#include "meshstore/actors/actor_types.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 
 namespace meshstore {
+
+// Store's way onto a runtime this process already has.
+struct internal::StoreRuntimeAccess {
+  static Result<Store> embedded(std::shared_ptr<ActorRuntime> rt, StoreOptions o) {
+    return Store::embedded_on(std::move(rt), std::move(o));
+  }
+  static Result<Store> connect(std::shared_ptr<ActorRuntime> rt, const std::string& address,
+                               StoreOptions o) {
+    return Store::connect_on(std::move(rt), address, std::move(o));
+  }
+};
+
 namespace {
 
 using store_join_atom = caf::atom_constant<caf::atom("s_join")>;
@@ -20,16 +34,11 @@ std::shared_ptr<Store> g_store;
 store_node_actor::behavior_type store_node(store_node_actor::pointer self, int rank,
                                            std::string address, std::string transport,
                                            std::int64_t request_timeout_ms) {
-  // The node going (the mesh stopped, the process stopping) closes the
-  // store here: calls through worker_store() answer shutdown from then on.
-  self->attach_functor([] {
-    std::shared_ptr<Store> doomed;
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      doomed = std::move(g_store);
-    }
-    if (doomed) doomed->close();
-  });
+  // The store closes when this process stops serving: on serve()'s own
+  // thread, before the runtime it shares goes (never on an actor thread,
+  // which would wait for actors of its own system). A node stopped
+  // earlier (its mesh stopped) leaves the store open until then.
+  (void)self;
   return {
       [=](store_join_atom) -> caf::result<std::string> {
         StoreOptions o;
@@ -45,14 +54,31 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
                        "rank " + std::to_string(rank) + ": this process already joined a store"));
           }
         }
-        // Blocks this scheduler thread while it connects (tens of ms).
-        auto s = Store::connect(address, o);
+        // On this process's runtime (one actor system for the mesh and the
+        // store). Blocks this scheduler thread while it connects (tens of ms).
+        auto runtime = internal::worker_runtime();
+        if (!runtime) {
+          return internal::to_caf_error(
+              Status(Errc::unavailable,
+                     "rank " + std::to_string(rank) + ": ProcMesh::serve is not running"));
+        }
+        auto s = internal::StoreRuntimeAccess::connect(std::move(runtime), address, o);
         if (!s.ok()) {
           return internal::to_caf_error(
               s.status().with_context("rank " + std::to_string(rank) + " joining " + address));
         }
-        std::lock_guard<std::mutex> lock(g_mu);
-        g_store = std::make_shared<Store>(std::move(s).value());
+        {
+          std::lock_guard<std::mutex> lock(g_mu);
+          g_store = std::make_shared<Store>(std::move(s).value());
+        }
+        internal::at_worker_exit([] {
+          std::shared_ptr<Store> doomed;
+          {
+            std::lock_guard<std::mutex> lock(g_mu);
+            doomed = std::move(g_store);
+          }
+          if (doomed) doomed->close();
+        });
         return "rank " + std::to_string(rank) + " joined " + address;
       },
   };
@@ -61,6 +87,7 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
 }  // namespace
 
 void add_store_actor_types(caf::actor_system_config& cfg) {
+  actors::add_actor_types(cfg);  // the store's own messages
   cfg.add_actor_type("meshstore.store_node", store_node);
 }
 
@@ -70,7 +97,15 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
                                 std::optional<Supervision> supervision) {
   if (options.listen.empty()) options.listen = "127.0.0.1:0";
   options.local_rank = -1;  // the controller is not one of the mesh's ranks
-  auto store = Store::embedded(options);
+  auto runtime = internal::proc_runtime(procs);
+  if (!runtime) return Status(Errc::shutdown, "spawn_store: the ProcMesh was stopped");
+  if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
+    return Status(Errc::invalid_argument,
+                  "spawn_store: this process's MeshOptions::add_types does not call "
+                  "add_store_actor_types (every process of the mesh must)");
+  }
+  // On the ProcMesh's runtime: one actor system for the meshes and the store.
+  auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), options);
   if (!store.ok()) return store.status().with_context("spawn_store");
   const auto timeout_ms = static_cast<std::int64_t>(options.request_timeout.count());
   auto nodes =

@@ -43,8 +43,10 @@ void add_store_actor_types(caf::actor_system_config& cfg);
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options = {});
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision supervision);
 
-/// In a process of a ProcMesh: the store it joined through spawn_store.
-/// Errc::not_found before it joined, and after the store mesh stopped.
+/// In a process of a ProcMesh: the store it joined through spawn_store
+/// (on the process's own actor runtime, shared with its meshes). It closes
+/// when the process stops serving. Errc::not_found before it joined and
+/// after it closed.
 Result<std::shared_ptr<Store>> worker_store();
 
 }  // namespace meshstore

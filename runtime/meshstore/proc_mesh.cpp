@@ -260,7 +260,9 @@ struct ProcMesh::Shared {
   MeshOptions options;
   LaunchSpec spec;
   Extent whole = Extent::line(0);
-  std::unique_ptr<internal::ActorRuntime> runtime;
+  // Shared with the layers built on this ProcMesh (spawn_store's store):
+  // the actor system goes when the last of them lets go.
+  std::shared_ptr<internal::ActorRuntime> runtime;
   controller_actor controller;
   sink_actor sink;  // attach(): the agents' output and exits
   std::shared_ptr<Joining> joining;
@@ -327,7 +329,12 @@ struct ProcMesh::Shared {
     controller = nullptr;
     if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
     sink = nullptr;
-    runtime.reset();
+    std::shared_ptr<internal::ActorRuntime> doomed_runtime;
+    {
+      std::lock_guard<std::mutex> lock(mu);  // proc_runtime() reads it
+      doomed_runtime = std::move(runtime);
+    }
+    doomed_runtime.reset();
   }
 
   // The controller's half of a launch or attach: a runtime, the supervision
@@ -431,6 +438,29 @@ Status ProcMesh::Shared::wait_joined(const char* what, const std::string& progra
   }
 }
 
+namespace {
+// serve()'s runtime, while it runs (weak: serve owns it).
+std::mutex g_worker_mu;
+std::weak_ptr<internal::ActorRuntime> g_worker_runtime;
+std::vector<std::function<void()>> g_worker_exit_hooks;
+}  // namespace
+
+void internal::at_worker_exit(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(g_worker_mu);
+  g_worker_exit_hooks.push_back(std::move(hook));
+}
+
+std::shared_ptr<internal::ActorRuntime> internal::proc_runtime(const ProcMesh& procs) {
+  if (!procs.shared_) return nullptr;
+  std::lock_guard<std::mutex> lock(procs.shared_->mu);
+  return procs.shared_->stopped ? nullptr : procs.shared_->runtime;
+}
+
+std::shared_ptr<internal::ActorRuntime> internal::worker_runtime() {
+  std::lock_guard<std::mutex> lock(g_worker_mu);
+  return g_worker_runtime.lock();
+}
+
 bool ProcMesh::is_worker() { return std::getenv(kControllerEnv) != nullptr; }
 
 Status ProcMesh::serve(MeshOptions options) {
@@ -470,8 +500,12 @@ Status ProcMesh::serve(MeshOptions options) {
   };
   auto rt = internal::ActorRuntime::create(ro);
   if (!rt.ok()) return rt.status().with_context("ProcMesh::serve");
-  auto runtime = std::move(rt).value();
+  std::shared_ptr<internal::ActorRuntime> runtime = std::move(rt).value();
   auto& sys = runtime->system();
+  {
+    std::lock_guard<std::mutex> lock(g_worker_mu);
+    g_worker_runtime = runtime;
+  }
   {
     auto controller = internal::connect_with_retry<controller_actor>(
         sys, host, static_cast<std::uint16_t>(port), options.connect_timeout, "controller");
@@ -482,6 +516,13 @@ Status ProcMesh::serve(MeshOptions options) {
       std::unique_lock<std::mutex> lock(outcome->mu);
       outcome->cv.wait(lock, [&] { return outcome->done; });
     }
+    // The layers built on this runtime first (a store closes), here.
+    std::vector<std::function<void()>> hooks;
+    {
+      std::lock_guard<std::mutex> lock(g_worker_mu);
+      hooks.swap(g_worker_exit_hooks);
+    }
+    for (auto& h : hooks) h();
     // Its members go with it.
     caf::anon_send_exit(proc, caf::exit_reason::user_shutdown);
   }
@@ -503,6 +544,10 @@ Status ProcMesh::serve(MeshOptions options) {
       std::_Exit(why.ok() ? 0 : 1);
     }
   });
+  {
+    std::lock_guard<std::mutex> lock(g_worker_mu);
+    g_worker_runtime.reset();
+  }
   runtime.reset();
   {
     std::lock_guard<std::mutex> lock(mu);

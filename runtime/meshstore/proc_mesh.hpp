@@ -34,6 +34,20 @@
 
 namespace meshstore {
 
+class ProcMesh;
+namespace internal {
+class ActorRuntime;
+/// The controller's actor runtime of `procs` (null once stopped): for the
+/// layers built on a ProcMesh (spawn_store), so that they share it.
+std::shared_ptr<ActorRuntime> proc_runtime(const ProcMesh& procs);
+/// In a worker, while ProcMesh::serve runs: its actor runtime; else null.
+std::shared_ptr<ActorRuntime> worker_runtime();
+/// In a worker: `hook` runs on serve()'s own thread when it stops serving,
+/// before its actors and runtime go (what spawn_store's store uses to
+/// close: never on an actor thread, never after the runtime).
+void at_worker_exit(std::function<void()> hook);
+}  // namespace internal
+
 /// What ProcMesh::launch starts, and how.
 struct LaunchSpec {
   /// The worker program: a path, or a name on PATH. Empty (the default):
@@ -147,6 +161,7 @@ class ProcMesh {
   struct Shared;  // the processes and the controller's runtime
 
  private:
+  friend std::shared_ptr<internal::ActorRuntime> internal::proc_runtime(const ProcMesh& procs);
   struct Spawned {
     std::shared_ptr<internal::MeshCaller> caller;
     std::size_t id = 0;

@@ -131,6 +131,25 @@ int segments_of(int pid) {
   return n;
 }
 
+// Threads of process `pid` named `name` (an actor system has one
+// "caf.clock" thread).
+int threads_named(int pid, const std::string& name) {
+  int n = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  if (auto* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::FILE* f = std::fopen((dir + "/" + e->d_name + "/comm").c_str(), "r");
+      if (!f) continue;
+      char comm[64] = {0};
+      if (std::fgets(comm, sizeof(comm), f) && std::string(comm) == name + "\n") ++n;
+      std::fclose(f);
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
 // The same registration in the controller and every worker.
 MeshOptions options() {
   MeshOptions o;
@@ -630,6 +649,12 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(*got, "hello");
   EXPECT_GT(segments_of(procs->pid(1)), 0);  // the object lives in rank 1's volume
+  // One runtime per process: the worker's store runs on the actor system
+  // its meshes run on (one actor system, one clock thread), and so does
+  // the controller's.
+  EXPECT_EQ(threads_named(procs->pid(0), "caf.clock"), 1);
+  EXPECT_EQ(threads_named(procs->pid(1), "caf.clock"), 1);
+  EXPECT_EQ(threads_named(::getpid(), "caf.clock"), 1);
   // A store process killed: supervision names the store mesh.
   const int p0 = procs->pid(0), p1 = procs->pid(1);
   ASSERT_TRUE(procs->signal(0, SIGKILL).ok());

@@ -79,16 +79,23 @@ Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::millise
 
 }  // namespace
 
-Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& options, bool network) {
+Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
+    const StoreOptions& options, bool network, std::shared_ptr<internal::ActorRuntime> shared) {
   MESHSTORE_RETURN_IF_ERROR(options.validate());
   if (!options.log_level.empty()) MESHSTORE_RETURN_IF_ERROR(log::set_level(options.log_level));
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = network;
-  ro.add_types = actors::add_actor_types;
-  auto runtime = internal::ActorRuntime::create(ro);
-  if (!runtime.ok()) return runtime.status();
+  std::shared_ptr<internal::ActorRuntime> runtime = std::move(shared);
+  const bool is_shared = runtime != nullptr;
+  if (!runtime) {
+    internal::RuntimeOptions ro;
+    ro.scheduler_threads = options.scheduler_threads;
+    ro.with_middleman = network;
+    ro.add_types = actors::add_actor_types;
+    auto made = internal::ActorRuntime::create(ro);
+    if (!made.ok()) return made.status();
+    runtime = std::move(made).value();
+  }
   auto impl = std::make_unique<Impl>();
+  impl->shared_runtime = is_shared;
   impl->options = options;
   if (impl->options.transport.empty()) {
     const std::string forced = transports::transport_from_env();
@@ -100,7 +107,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(const StoreOptions& opti
     }
   }
   impl->host = resolve_host(options);
-  impl->runtime = std::move(runtime).value();
+  impl->runtime = std::move(runtime);
   return impl;
 }
 
@@ -150,6 +157,15 @@ void Store::Impl::start_client() {
 }
 
 Result<Store> Store::embedded(StoreOptions options) {
+  return embedded_on(nullptr, std::move(options));
+}
+
+Result<Store> Store::connect(const std::string& address, StoreOptions options) {
+  return connect_on(nullptr, address, std::move(options));
+}
+
+Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime,
+                                 StoreOptions options) {
   // This thread spawns the store's actors and may outlive it.
   ForeignThreadGuard guard;
   Address listen;
@@ -158,7 +174,7 @@ Result<Store> Store::embedded(StoreOptions options) {
     if (!a.ok()) return a.status().with_context("StoreOptions: listen");
     listen = *a;
   }
-  auto started = Impl::start(options, !options.listen.empty());
+  auto started = Impl::start(options, !options.listen.empty(), std::move(runtime));
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
   if (!listen.host.empty()) impl->data_host = listen.host;
@@ -208,13 +224,14 @@ Result<Store> Store::embedded(StoreOptions options) {
   return Store(std::move(impl));
 }
 
-Result<Store> Store::connect(const std::string& address, StoreOptions options) {
+Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
+                                const std::string& address, StoreOptions options) {
   ForeignThreadGuard guard;  // as in embedded()
   auto target = parse_address(address);
   if (!target.ok()) return target.status().with_context("connect");
   if (target->port == 0)
     return Status(Errc::invalid_argument, "connect: address '" + address + "' has port 0");
-  auto started = Impl::start(options, true);
+  auto started = Impl::start(options, true, std::move(runtime));
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
   impl->data_host = local_address_towards(target->host);
@@ -264,7 +281,8 @@ Result<Store> Store::from_env(StoreOptions options) {
 }
 
 void Store::Impl::close() {
-  std::unique_ptr<internal::ActorRuntime> doomed;
+  std::shared_ptr<internal::ActorRuntime> doomed;
+  std::vector<caf::actor> stopping;
   {
     std::unique_lock<std::shared_mutex> lock(mu);
     if (closed) return;
@@ -273,8 +291,12 @@ void Store::Impl::close() {
     // starts (remote controllers and strategies are not ours to stop).
     // Each actor's pending work ends with an error as its peers go away.
     // `owned` is in spawn order (client last): stop in reverse.
-    for (auto a = owned.rbegin(); a != owned.rend(); ++a) {
-      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    if (shared_runtime) {
+      stopping = owned;  // waited for below, outside the lock
+    } else {
+      for (auto a = owned.rbegin(); a != owned.rend(); ++a) {
+        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+      }
     }
     // Handles must be gone before the actor system, or its shutdown waits forever.
     owned.clear();
@@ -284,6 +306,27 @@ void Store::Impl::close() {
     strategy = nullptr;
     controller = nullptr;
     doomed = std::move(runtime);
+  }
+  if (!stopping.empty() && doomed) {
+    // A shared runtime stays up: wait (bounded) until this store's actors
+    // are gone, as the destruction of an own runtime would.
+    ForeignThreadGuard guard;
+    caf::scoped_actor self{doomed->system()};
+    for (const auto& a : stopping) self->monitor(a);
+    for (auto a = stopping.rbegin(); a != stopping.rend(); ++a) {
+      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    }
+    std::size_t down = 0;
+    bool late = false;
+    while (down < stopping.size() && !late) {
+      self->receive([&](const caf::down_msg&) { ++down; },
+                    caf::after(std::chrono::seconds(30)) >> [&] { late = true; });
+    }
+    if (late) {
+      log::get("store")->warn("close: {} of this store's actors did not stop within 30 s",
+                              stopping.size() - down);
+    }
+    stopping.clear();
   }
   // Outside the lock: a continuation running on an actor thread may call
   // into the store meanwhile (and get Errc::shutdown) instead of blocking

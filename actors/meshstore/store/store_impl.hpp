@@ -40,7 +40,10 @@ struct Store::Impl {
   std::string strategy_name;
   std::uint16_t port = 0;  // where this store listens; 0 = not listening
   std::string address;
-  std::unique_ptr<internal::ActorRuntime> runtime;
+  // Its own, or one this process's other actors share (a ProcMesh's): then
+  // close() stops only this store's actors and waits for them.
+  std::shared_ptr<internal::ActorRuntime> runtime;
+  bool shared_runtime = false;
   mutable std::shared_mutex mu;  // guards closed and the handles below
   bool closed = false;
   caf::actor client;
@@ -53,8 +56,11 @@ struct Store::Impl {
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
 
-  // A runtime (with the network layer when `network`) and validated options.
-  static Result<std::unique_ptr<Impl>> start(const StoreOptions& options, bool network);
+  // A runtime (with the network layer when `network`; `shared` when
+  // given, which must have the network layer and the store's types) and
+  // validated options.
+  static Result<std::unique_ptr<Impl>> start(const StoreOptions& options, bool network,
+                                             std::shared_ptr<internal::ActorRuntime> shared);
   // Spawns and registers the volumes the strategy places in this process.
   Status host_volumes(bool is_server);
   void start_client();
@@ -95,7 +101,8 @@ struct Store::Impl {
     return fut;
   }
 
-  // Stops this process's actors and the runtime; later calls answer
+  // Stops this process's actors and the runtime (a shared one: waits for
+  // this store's actors to stop, bounded); later calls answer
   // Errc::shutdown. Idempotent.
   void close();
 };
