@@ -145,6 +145,31 @@ Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision sup
   return spawn_store_under(procs, std::move(options), std::move(supervision));
 }
 
+Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
+  auto runtime = internal::mesh_runtime(mesh);
+  if (!runtime) return Status(Errc::shutdown, "spawn_store: the Mesh is closed");
+  if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
+    return Status(Errc::invalid_argument,
+                  "spawn_store: the Mesh's MeshOptions::add_types does not call "
+                  "add_store_actor_types (every rank's must)");
+  }
+  if (internal::mesh_is_local(mesh)) {
+    return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+  }
+  auto env = LaunchEnv::from_env();
+  if (!env.ok()) return env.status().with_context("spawn_store");
+  options.rank = env->rank;
+  options.local_rank = env->local_rank;
+  auto port = env->service_port("MESHSTORE_PORT", 1);
+  if (!port.ok()) return port.status().with_context("spawn_store");
+  const std::string address = env->master_addr + ":" + std::to_string(*port);
+  if (env->rank == 0) {
+    options.listen = address;
+    return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+  }
+  return internal::StoreRuntimeAccess::connect(std::move(runtime), address, std::move(options));
+}
+
 Result<std::shared_ptr<Store>> worker_store() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_store) {

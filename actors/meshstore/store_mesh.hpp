@@ -22,6 +22,8 @@
 #include <caf/all.hpp>
 #include <memory>
 
+#include "meshstore/launch_env.hpp"
+#include "meshstore/mesh.hpp"
 #include "meshstore/proc_mesh.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/supervision.hpp"
@@ -42,6 +44,15 @@ void add_store_actor_types(caf::actor_system_config& cfg);
 /// ProcMesh's).
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options = {});
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision supervision);
+
+/// The same for a launched job (SPMD, Mesh::from_env): call it on every
+/// rank. Rank 0 creates the store on its Mesh's runtime and listens where
+/// Store::from_env would (MASTER_ADDR, MESHSTORE_PORT or MASTER_PORT + 1);
+/// every other rank joins it on its own Mesh's runtime, with its rank and
+/// local rank. One actor system per process for the mesh and the store.
+/// The Mesh's add_types must call add_store_actor_types. On a
+/// Mesh::local, one store in this process. Errors as Store::from_env.
+Result<Store> spawn_store(Mesh& mesh, StoreOptions options = {});
 
 /// In a process of a ProcMesh: the store it joined through spawn_store
 /// (on the process's own actor runtime, shared with its meshes). It closes

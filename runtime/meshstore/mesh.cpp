@@ -413,7 +413,9 @@ struct Mesh::Impl {
   int rank = 0;
   int world = 1;
   bool local = false;
-  std::unique_ptr<internal::ActorRuntime> runtime;
+  // Shared with the layers built on this mesh (spawn_store's store): the
+  // actor system goes when the last of them lets go.
+  std::shared_ptr<internal::ActorRuntime> runtime;
   std::mutex mu;  // guards registry, owned and names
   registry_actor registry;
   std::vector<caf::actor> owned;
@@ -439,7 +441,7 @@ struct Mesh::Impl {
   ~Impl() { close(); }
   void close() {
     leave();
-    std::unique_ptr<internal::ActorRuntime> doomed;
+    std::shared_ptr<internal::ActorRuntime> doomed;
     {
       std::lock_guard<std::mutex> lock(mu);
       // First: ActorMeshes that outlive the mesh answer shutdown from now on
@@ -524,6 +526,14 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
   }
   return Mesh(std::move(impl));
 }
+
+std::shared_ptr<internal::ActorRuntime> internal::mesh_runtime(const Mesh& mesh) {
+  if (!mesh.impl_) return nullptr;
+  std::lock_guard<std::mutex> lock(mesh.impl_->mu);
+  return mesh.impl_->runtime;
+}
+
+bool internal::mesh_is_local(const Mesh& mesh) { return mesh.is_local(); }
 
 Mesh::Mesh(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Mesh::Mesh(Mesh&&) noexcept = default;

@@ -29,8 +29,14 @@
 
 namespace meshstore {
 
+class Mesh;
 namespace internal {
 class ActorRuntime;
+/// The actor runtime of `mesh` (null once closed): for the layers built
+/// on a Mesh (spawn_store), so that they share it.
+std::shared_ptr<ActorRuntime> mesh_runtime(const Mesh& mesh);
+/// Whether `mesh` is a Mesh::local one (every rank in this process).
+bool mesh_is_local(const Mesh& mesh);
 }  // namespace internal
 
 /// How a mesh is joined.
@@ -138,6 +144,8 @@ class Mesh {
   void close();
 
  private:
+  friend std::shared_ptr<internal::ActorRuntime> internal::mesh_runtime(const Mesh& mesh);
+  friend bool internal::mesh_is_local(const Mesh& mesh);
   struct Impl;
   explicit Mesh(std::unique_ptr<Impl> impl);
   bool is_local() const noexcept;

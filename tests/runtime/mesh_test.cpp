@@ -1,6 +1,7 @@
 #include "meshstore/mesh.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/store_mesh.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -242,6 +244,69 @@ TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
   auto all = m1->broadcast<Point>(mirror_atom::value, Point{1, 1}).get(kWait);
   ASSERT_OK(all);
   EXPECT_EQ((*all)[1].x, 0);  // rank 1's own member: -1 + 1
+}
+
+// Threads of this process named `name`; every thread for "".
+int own_threads_named(const std::string& name) {
+  int n = 0;
+  if (auto* d = ::opendir("/proc/self/task")) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::FILE* f =
+          std::fopen((std::string("/proc/self/task/") + e->d_name + "/comm").c_str(), "r");
+      if (!f) continue;
+      char comm[64] = {0};
+      if (std::fgets(comm, sizeof(comm), f) && (name.empty() || std::string(comm) == name + "\n"))
+        ++n;
+      std::fclose(f);
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
+  MeshOptions o;
+  o.request_timeout = 20s;
+  o.add_types = [](caf::actor_system_config& cfg) { add_store_actor_types(cfg); };
+  const auto mesh_port = free_port();
+  auto r0 = join_as(0, mesh_port, o);
+  auto r1 = join_as(1, mesh_port, o);
+  ASSERT_OK(r0);
+  ASSERT_OK(r1);
+  const int before = own_threads_named("");  // every thread of this process
+  ::setenv("MESHSTORE_PORT", std::to_string(free_port()).c_str(), 1);
+  ::setenv("RANK", "0", 1);  // one process plays both ranks: each reads its own
+  ::setenv("LOCAL_RANK", "0", 1);
+  StoreOptions so;
+  so.strategy = "per_local_rank";
+  so.scheduler_threads = 4;  // what a store's own actor system would start
+  auto s0 = spawn_store(*r0, so);
+  ASSERT_OK(s0);
+  ::setenv("RANK", "1", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  auto s1 = spawn_store(*r1, so);
+  ASSERT_OK(s1);
+  // No actor system of their own: two would have started at least 4
+  // scheduler threads, a clock and a multiplexer each (12); the stores
+  // add only their transports' threads.
+  EXPECT_LT(own_threads_named("") - before, 8);
+  ASSERT_OK(s1->put_object("from-rank-1", "hello").get(kWait));
+  auto got = s0->get_object("from-rank-1").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(*got, "hello");
+  s1->close();
+  s0->close();
+  r1->close();
+  r0->close();
+}
+
+TEST(Mesh, SpawnStoreWantsTheStoreTypes) {
+  auto mesh = Mesh::local(1);
+  ASSERT_OK(mesh);
+  EXPECT_ERROR(spawn_store(*mesh), Errc::invalid_argument, "add_store_actor_types");
+  mesh->close();
+  EXPECT_ERROR(spawn_store(*mesh), Errc::shutdown, "closed");
 }
 
 TEST(Mesh, AnUnregisteredUserTypeFailsAcrossProcessesWithAnError) {
