@@ -60,6 +60,9 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   MeshCaller(const MeshCaller&) = delete;
   MeshCaller& operator=(const MeshCaller&) = delete;
 
+  /// Errc::invalid_argument unless `owner` is empty or names a mesh added
+  /// here (what Supervision::owner must be).
+  Status check_owner(const std::string& owner) const;
   /// Remembers a spawned mesh's members; answers its id. With `supervise`,
   /// the caller monitors them and applies `sup` when one fails.
   std::size_t add_mesh(std::string name, std::vector<caf::actor> members, bool supervise,
@@ -102,9 +105,12 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
     Supervision sup;
     Respawn respawn;
     std::vector<std::chrono::steady_clock::time_point> restarts;
-    std::string stopped;  // why, once stopped
+    std::string stopped;        // why, once stopped
+    std::ptrdiff_t owner = -1;  // the owning mesh's id; -1 = the root
   };
+  // Stops mesh `id` and every mesh it owns.
   void stop_mesh(std::size_t id, const MeshFailure& f);
+  void stop_mesh_locked(std::size_t id, const std::string& why);
 
   mutable std::mutex mu_;  // guards everything below
   caf::actor caller_;

@@ -215,10 +215,26 @@ std::shared_ptr<MeshCaller> MeshCaller::make(caf::actor_system& sys, RootHandler
 
 MeshCaller::~MeshCaller() { close(); }
 
+Status MeshCaller::check_owner(const std::string& owner) const {
+  if (owner.empty()) return Status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& s : supervised_) {
+    if (s.name == owner) return Status();
+  }
+  return Status(Errc::invalid_argument,
+                "Supervision::owner: no mesh '" + owner + "' was spawned here before");
+}
+
 std::size_t MeshCaller::add_mesh(std::string name, std::vector<caf::actor> members, bool supervise,
                                  Supervision sup, Respawn respawn) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::size_t id = meshes_.size();
+  std::ptrdiff_t owner = -1;
+  for (std::size_t m = 0; m < supervised_.size() && !sup.owner.empty(); ++m) {
+    if (supervised_[m].name == sup.owner) owner = static_cast<std::ptrdiff_t>(m);
+  }
+  const bool owner_stopped =
+      owner >= 0 && !supervised_[static_cast<std::size_t>(owner)].stopped.empty();
   if (supervise && caller_) {
     // Monitored from the caller itself (monitors are the actor's own).
     auto watched = members;
@@ -234,7 +250,13 @@ std::size_t MeshCaller::add_mesh(std::string name, std::vector<caf::actor> membe
   s.supervise = supervise;
   s.sup = std::move(sup);
   s.respawn = std::move(respawn);
+  s.owner = owner;
   supervised_.push_back(std::move(s));
+  // Spawned under an owner that stopped meanwhile: it stops at once.
+  if (owner_stopped) {
+    const auto& o = supervised_[static_cast<std::size_t>(owner)];
+    stop_mesh_locked(id, "its owner '" + o.name + "' stopped after " + o.stopped);
+  }
   return id;
 }
 
@@ -333,6 +355,24 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
     case FailurePolicy::propagate:
       break;
   }
+  // Up the ownership tree: each owner may take it; an owner that stops on
+  // failures stops (with what it owns); the others pass it on.
+  for (;;) {
+    std::ptrdiff_t up = -1;
+    Supervision owner_sup;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      up = supervised_[id].owner;
+      if (up >= 0) owner_sup = supervised_[static_cast<std::size_t>(up)].sup;
+    }
+    if (up < 0) break;
+    id = static_cast<std::size_t>(up);
+    if (owner_sup.on_failure && owner_sup.on_failure(f)) return;
+    if (owner_sup.policy == FailurePolicy::stop) {
+      stop_mesh(id, f);
+      return;
+    }
+  }
   RootHandler root;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -349,10 +389,20 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
 
 void MeshCaller::stop_mesh(std::size_t id, const MeshFailure& f) {
   std::lock_guard<std::mutex> lock(mu_);
+  stop_mesh_locked(id, f.why.message());
+}
+
+void MeshCaller::stop_mesh_locked(std::size_t id, const std::string& why) {
   if (id >= supervised_.size() || !supervised_[id].stopped.empty()) return;
-  supervised_[id].stopped = f.why.message();
+  supervised_[id].stopped = why;
   for (const auto& a : meshes_[id]) {
     if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  // What it owns stops with it.
+  for (std::size_t m = 0; m < supervised_.size(); ++m) {
+    if (supervised_[m].owner == static_cast<std::ptrdiff_t>(id)) {
+      stop_mesh_locked(m, "its owner '" + supervised_[id].name + "' stopped after " + why);
+    }
   }
 }
 

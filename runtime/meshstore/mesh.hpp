@@ -108,6 +108,11 @@ class Mesh {
     static_assert(std::is_same<Spawned, Handle>::value || std::is_same<Handle, caf::actor>::value,
                   "Mesh::spawn<Handle>: `fun` makes an actor of another type than Handle");
     // Checked before any actor exists: an open mesh, a fresh name.
+    if (auto c = caller()) {
+      if (auto s = c->check_owner(supervision.owner); !s.ok()) {
+        return s.with_context("Mesh::spawn '" + name + "'");
+      }
+    }
     if (auto s = reserve(name); !s.ok()) return s;
     std::vector<caf::actor> mine;
     const int copies = is_local() ? world_size() : 1;

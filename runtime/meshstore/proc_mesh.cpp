@@ -726,6 +726,9 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
     if (shared_->stopped) {
       return Status(Errc::shutdown, "ProcMesh::spawn '" + name + "': the processes were stopped");
     }
+    if (auto s = shared_->caller->check_owner(supervision.owner); !s.ok()) {
+      return s.with_context("ProcMesh::spawn '" + name + "'");
+    }
     if (!shared_->names.insert(name).second) {
       return Status(Errc::invalid_argument,
                     "ProcMesh::spawn: mesh '" + name + "' was already spawned here");

@@ -63,6 +63,13 @@ struct Supervision {
   /// on calls to the same mesh): true when it handled the failure, and the
   /// policy does not apply.
   std::function<bool(const MeshFailure&)> on_failure;
+  /// The mesh that owns this one: the name of a mesh spawned earlier by
+  /// the same Mesh or ProcMesh; empty (the default) = the root. A failure
+  /// this mesh propagates goes to its owner: the owner's on_failure may
+  /// take it; otherwise an owner whose policy is `stop` stops (with every
+  /// mesh it owns), and any other owner passes it on to its own owner, up
+  /// to the root handler. A mesh whose owner stops, stops with it.
+  std::string owner;
 };
 
 }  // namespace meshstore

@@ -514,6 +514,17 @@ struct Seen {
   }
 };
 
+// Waits (bounded) until `pred` holds.
+template <class P>
+bool eventually(P pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
 TEST(Supervision, AFailedMemberReachesTheHandlerWithItsRank) {
   auto mesh = Mesh::local(4).value();
   Seen seen;
@@ -580,6 +591,77 @@ TEST(Supervision, UnhandledFailuresPropagateToTheRootHandler) {
   ASSERT_TRUE(root.wait_for(2));
   std::set<int> ranks{root.failures[0].rank, root.failures[1].rank};
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+}
+
+TEST(Supervision, AnUnhandledFailureClimbsToTheOwnersHandler) {
+  MeshOptions o;
+  Seen root;
+  o.on_failure = root.handler(true);
+  auto mesh = Mesh::local(2, o).value();
+  Seen parent_seen;
+  Supervision parent;
+  parent.on_failure = parent_seen.handler(true);  // the owner takes it
+  auto p = mesh.spawn<faulty_actor>(parent, "parent", faulty, std::make_shared<std::atomic<int>>(0))
+               .value();
+  Supervision child;
+  child.owner = "parent";  // propagate (the default) goes to "parent", not the root
+  auto c = mesh.spawn<faulty_actor>(child, "child", faulty, std::make_shared<std::atomic<int>>(0))
+               .value();
+  ASSERT_OK(c.slice("ranks", 1, 2)->tell(fail_atom::value));
+  ASSERT_TRUE(parent_seen.wait_for(1));
+  EXPECT_EQ(parent_seen.failures[0].mesh, "child");
+  EXPECT_EQ(parent_seen.failures[0].rank, 1);
+  EXPECT_TRUE(root.failures.empty());
+  // Both meshes go on.
+  EXPECT_OK(p.ask<int>(0, add_atom::value, 0).get(kWait));
+  EXPECT_OK(c.ask<int>(0, add_atom::value, 0).get(kWait));
+}
+
+TEST(Supervision, AnOwnerThatStopsTakesWhatItOwnsWithIt) {
+  MeshOptions o;
+  Seen root;
+  o.on_failure = root.handler(true);
+  auto mesh = Mesh::local(2, o).value();
+  Supervision top;
+  top.policy = FailurePolicy::stop;
+  auto t =
+      mesh.spawn<faulty_actor>(top, "top", faulty, std::make_shared<std::atomic<int>>(0)).value();
+  Supervision mid;
+  mid.owner = "top";  // propagate: passes failures on
+  auto m =
+      mesh.spawn<faulty_actor>(mid, "mid", faulty, std::make_shared<std::atomic<int>>(0)).value();
+  Supervision leaf;
+  leaf.owner = "mid";
+  auto l =
+      mesh.spawn<faulty_actor>(leaf, "leaf", faulty, std::make_shared<std::atomic<int>>(0)).value();
+  // A leaf member fails: "mid" passes it on, "top" stops, and with it "mid"
+  // and "leaf"; the root never hears of it.
+  ASSERT_OK(l.slice("ranks", 0, 1)->tell(fail_atom::value));
+  EXPECT_TRUE(eventually([&] { return !t.ask<int>(1, add_atom::value, 0).get(kWait).ok(); }));
+  EXPECT_ERROR(t.ask<int>(1, add_atom::value, 0).get(kWait), Errc::unavailable,
+               "mesh 'top' was stopped after rank 0 of mesh 'leaf' went down");
+  EXPECT_ERROR(m.ask<int>(0, add_atom::value, 0).get(kWait), Errc::unavailable,
+               "its owner 'top' stopped");
+  EXPECT_ERROR(l.ask<int>(1, add_atom::value, 0).get(kWait), Errc::unavailable,
+               "its owner 'mid' stopped");
+  EXPECT_TRUE(root.failures.empty());
+  // A mesh spawned under a stopped owner stops at once.
+  Supervision late;
+  late.owner = "top";
+  auto z = mesh.spawn<faulty_actor>(late, "late", faulty, std::make_shared<std::atomic<int>>(0));
+  ASSERT_OK(z);
+  EXPECT_ERROR(z->ask<int>(0, add_atom::value, 0).get(kWait), Errc::unavailable,
+               "its owner 'top' stopped");
+}
+
+TEST(Supervision, AnUnknownOwnerIsRefusedBeforeAnyActorExists) {
+  auto mesh = Mesh::local(2).value();
+  Supervision s;
+  s.owner = "nobody";
+  EXPECT_ERROR(mesh.spawn<faulty_actor>(s, "orphan", faulty, std::make_shared<std::atomic<int>>(0)),
+               Errc::invalid_argument, "no mesh 'nobody' was spawned here before");
+  // The name was not taken.
+  EXPECT_OK(mesh.spawn<faulty_actor>("orphan", faulty, std::make_shared<std::atomic<int>>(0)));
 }
 
 TEST(Supervision, AMemberThatStopsNormallyIsNoFailure) {
