@@ -227,6 +227,19 @@ void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
           });
 }
 
+// The runtime of a controller or a worker: the network layer, the
+// process-mesh messages and the user's types.
+internal::RuntimeOptions runtime_options(const MeshOptions& options) {
+  internal::RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = true;
+  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
+    add_proc_types(cfg);
+    if (user) user(cfg);
+  };
+  return ro;
+}
+
 std::string this_program() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -382,14 +395,7 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
   shared->options = options;
   shared->spec = spec;
   shared->whole = std::move(extent);
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = true;
-  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
-    add_proc_types(cfg);
-    if (user) user(cfg);
-  };
-  auto rt = internal::ActorRuntime::create(ro);
+  auto rt = internal::ActorRuntime::create(runtime_options(options));
   if (!rt.ok()) return rt.status().with_context(ctx);
   shared->runtime = std::move(rt).value();
   auto& sys = shared->runtime->system();
@@ -491,14 +497,7 @@ Status ProcMesh::serve(MeshOptions options) {
     outcome->finish(Status(Errc::unavailable,
                            "the controller at " + where + " went away (its lifeline closed)"));
   });
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = true;
-  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
-    add_proc_types(cfg);
-    if (user) user(cfg);
-  };
-  auto rt = internal::ActorRuntime::create(ro);
+  auto rt = internal::ActorRuntime::create(runtime_options(options));
   if (!rt.ok()) return rt.status().with_context("ProcMesh::serve");
   std::shared_ptr<internal::ActorRuntime> runtime = std::move(rt).value();
   auto& sys = runtime->system();

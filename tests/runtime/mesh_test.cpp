@@ -1,7 +1,6 @@
 #include "meshstore/mesh.hpp"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -246,25 +245,6 @@ TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
   EXPECT_EQ((*all)[1].x, 0);  // rank 1's own member: -1 + 1
 }
 
-// Threads of this process named `name`; every thread for "".
-int own_threads_named(const std::string& name) {
-  int n = 0;
-  if (auto* d = ::opendir("/proc/self/task")) {
-    while (auto* e = ::readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      std::FILE* f =
-          std::fopen((std::string("/proc/self/task/") + e->d_name + "/comm").c_str(), "r");
-      if (!f) continue;
-      char comm[64] = {0};
-      if (std::fgets(comm, sizeof(comm), f) && (name.empty() || std::string(comm) == name + "\n"))
-        ++n;
-      std::fclose(f);
-    }
-    ::closedir(d);
-  }
-  return n;
-}
-
 TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   MeshOptions o;
   o.request_timeout = 20s;
@@ -274,7 +254,7 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   auto r1 = join_as(1, mesh_port, o);
   ASSERT_OK(r0);
   ASSERT_OK(r1);
-  const int before = own_threads_named("");  // every thread of this process
+  const int before = testing::thread_count();  // every thread of this process
   ::setenv("MESHSTORE_PORT", std::to_string(free_port()).c_str(), 1);
   ::setenv("RANK", "0", 1);  // one process plays both ranks: each reads its own
   ::setenv("LOCAL_RANK", "0", 1);
@@ -290,7 +270,7 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   // No actor system of their own: two would have started at least 4
   // scheduler threads, a clock and a multiplexer each (12); the stores
   // add only their transports' threads.
-  EXPECT_LT(own_threads_named("") - before, 8);
+  EXPECT_LT(testing::thread_count() - before, 8);
   ASSERT_OK(s1->put_object("from-rank-1", "hello").get(kWait));
   auto got = s0->get_object("from-rank-1").get(kWait);
   ASSERT_OK(got);

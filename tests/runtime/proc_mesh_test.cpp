@@ -131,26 +131,6 @@ int segments_of(int pid) {
   return n;
 }
 
-// Threads of process `pid` named `name`; every thread for "".
-int threads_named(int pid, const std::string& name) {
-  int n = 0;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  if (auto* d = ::opendir(dir.c_str())) {
-    while (auto* e = ::readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      std::FILE* f = std::fopen((dir + "/" + e->d_name + "/comm").c_str(), "r");
-      if (!f) continue;
-      char comm[64] = {0};
-      if (std::fgets(comm, sizeof(comm), f) && (name.empty() || std::string(comm) == name + "\n")) {
-        ++n;
-      }
-      std::fclose(f);
-    }
-    ::closedir(d);
-  }
-  return n;
-}
-
 // The same registration in the controller and every worker.
 MeshOptions options() {
   MeshOptions o;
@@ -633,8 +613,9 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
   o.on_failure = failures.handler(true);
   auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
   ASSERT_TRUE(procs.ok()) << procs.status().to_string();
-  const int before0 = threads_named(procs->pid(0), ""), before1 = threads_named(procs->pid(1), "");
-  const int before_here = threads_named(::getpid(), "");
+  const int before0 = testing::thread_count(procs->pid(0)),
+            before1 = testing::thread_count(procs->pid(1));
+  const int before_here = testing::thread_count(::getpid());
   StoreOptions so;
   so.strategy = "per_local_rank";  // a volume in each worker process
   so.scheduler_threads = 4;        // what the controller's store's own system would start
@@ -658,9 +639,9 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
   // scheduler threads (four in this process) and a multiplexer, and a
   // worker's volume its transports' threads besides; a shared one adds
   // only the latter (one measured).
-  EXPECT_LT(threads_named(procs->pid(0), "") - before0, 3);
-  EXPECT_LT(threads_named(procs->pid(1), "") - before1, 3);
-  EXPECT_LT(threads_named(::getpid(), "") - before_here, 3);
+  EXPECT_LT(testing::thread_count(procs->pid(0)) - before0, 3);
+  EXPECT_LT(testing::thread_count(procs->pid(1)) - before1, 3);
+  EXPECT_LT(testing::thread_count(::getpid()) - before_here, 3);
   // A store process killed: supervision names the store mesh.
   const int p0 = procs->pid(0), p1 = procs->pid(1);
   ASSERT_TRUE(procs->signal(0, SIGKILL).ok());

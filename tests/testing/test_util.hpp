@@ -2,9 +2,11 @@
 
 // Helpers shared by meshstore's tests.
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "meshstore/result.hpp"
@@ -40,6 +42,18 @@ inline ::testing::AssertionResult is_error(const Status& s, Errc code,
 template <class T>
 ::testing::AssertionResult is_error(const Result<T>& r, Errc code, const std::string& needle = "") {
   return is_error(r.status(), code, needle);
+}
+
+/// The threads of process `pid` (0: this one), by /proc.
+inline int thread_count(int pid = 0) {
+  const std::string dir =
+      pid == 0 ? std::string("/proc/self/task") : "/proc/" + std::to_string(pid) + "/task";
+  int n = 0;
+  if (auto* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
 }
 
 }  // namespace meshstore::testing
