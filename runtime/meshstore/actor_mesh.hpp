@@ -83,7 +83,8 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   /// Stops the caller and drops every handle. Idempotent.
   void close();
   /// choose(): the rank of `ranks` (of mesh `id`) with the fewest requests
-  /// in flight through choose(), counted as one more until release().
+  /// in flight through choose(), counted as one more until release(); ties
+  /// go round the members in turn.
   int acquire_least_busy(std::size_t id, const std::vector<int>& ranks);
   /// A choose() request to `rank` of mesh `id` settled.
   void release(std::size_t id, int rank);
@@ -118,6 +119,7 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   std::vector<std::vector<caf::actor>> meshes_;
   std::vector<Supervised> supervised_;  // by mesh id
   std::vector<std::vector<int>> busy_;  // choose() requests in flight, by mesh and rank
+  std::vector<std::size_t> turn_;       // choose(): where the next tie-break starts, by mesh
   std::vector<int> departed_;           // ranks that left in good order
 };
 
@@ -219,7 +221,8 @@ class ActorMesh {
   }
 
   /// Sends (xs...) to one member: the one with the fewest requests in
-  /// flight through choose() (load balancing across callers of this mesh).
+  /// flight through choose() (load balancing across callers of this mesh);
+  /// among equals, the members take turns.
   template <class R, class... Ts>
   Future<R> choose(Ts... xs) const {
     if (size() == 0) {

@@ -1,5 +1,6 @@
 #include "meshstore/host_agent.hpp"
 
+#include <atomic>
 #include <caf/io/all.hpp>
 #include <map>
 #include <mutex>
@@ -39,24 +40,41 @@ using agent_pointer = agent_actor::stateful_pointer<AgentState>;
 // Stops process groups off the actor's thread (a stop waits up to the
 // grace period); HostAgent::stop joins them.
 struct Reaper {
+  struct Stopper {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   std::mutex mu;
-  std::vector<std::thread> threads;
+  std::vector<Stopper> stoppers;
   void stop(std::unique_ptr<internal::ProcessGroup> group, std::chrono::milliseconds grace,
             std::function<void()> then = nullptr) {
     std::lock_guard<std::mutex> lock(mu);
-    threads.emplace_back([g = std::move(group), grace, then = std::move(then)]() mutable {
+    // Those that finished are joined now: a long-running agent keeps no
+    // thread per job it ever stopped.
+    for (auto it = stoppers.begin(); it != stoppers.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = stoppers.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread t([g = std::move(group), grace, then = std::move(then), done]() mutable {
       if (g) g->stop(grace);
       g.reset();
       if (then) then();
+      done->store(true);
     });
+    stoppers.push_back(Stopper{std::move(t), std::move(done)});
   }
   void join() {
-    std::vector<std::thread> all;
+    std::vector<Stopper> all;
     {
       std::lock_guard<std::mutex> lock(mu);
-      all.swap(threads);
+      all.swap(stoppers);
     }
-    for (auto& t : all) t.join();
+    for (auto& s : all) s.thread.join();
   }
 };
 

@@ -425,14 +425,26 @@ void MeshCaller::close() {
 int MeshCaller::acquire_least_busy(std::size_t id, const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> lock(mu_);
   if (busy_.size() <= id) busy_.resize(id + 1);
+  if (turn_.size() <= id) turn_.resize(id + 1, 0);
   auto& busy = busy_[id];
-  int best = ranks.front();
   for (int r : ranks) {
     if (busy.size() <= static_cast<std::size_t>(r)) busy.resize(static_cast<std::size_t>(r) + 1, 0);
-    if (busy[static_cast<std::size_t>(r)] < busy[static_cast<std::size_t>(best)]) best = r;
   }
-  ++busy[static_cast<std::size_t>(best)];
-  return best;
+  // The least busy; among equals, the first at or after this mesh's turn,
+  // so that one caller's calls in sequence go round the members.
+  const std::size_t n = ranks.size();
+  const std::size_t start = turn_[id] % n;
+  std::size_t best = start;
+  for (std::size_t k = 1; k < n; ++k) {
+    const std::size_t i = (start + k) % n;
+    if (busy[static_cast<std::size_t>(ranks[i])] < busy[static_cast<std::size_t>(ranks[best])]) {
+      best = i;
+    }
+  }
+  turn_[id] = best + 1;
+  const int rank = ranks[best];
+  ++busy[static_cast<std::size_t>(rank)];
+  return rank;
 }
 
 void MeshCaller::release(std::size_t id, int rank) {

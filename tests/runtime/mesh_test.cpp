@@ -437,6 +437,21 @@ TEST(ActorMeshCalls, StreamAccumulateAndTell) {
   }
 }
 
+TEST(ActorMeshCalls, ChooseGoesRoundIdleMembersInTurn) {
+  // One call at a time: every member is as busy as the others, and each
+  // takes its turn (not member 0 every time).
+  auto mesh = Mesh::local(3).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
+  std::vector<int> ranks;
+  for (int i = 0; i < 6; ++i) ranks.push_back(*adders.choose<int>(add_atom::value, 0).get(kWait));
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  // A slice takes turns among its own members.
+  auto tail = adders.slice("ranks", 1, 3).value();
+  std::set<int> seen;
+  for (int i = 0; i < 2; ++i) seen.insert(*tail.choose<int>(add_atom::value, 0).get(kWait));
+  EXPECT_EQ(seen, (std::set<int>{1, 2}));
+}
+
 TEST(ActorMeshCalls, ChooseSendsToTheLeastBusyMember) {
   // Gates hold every request until opened: four chooses in flight land on
   // four different members, then a fifth on one of them again.
