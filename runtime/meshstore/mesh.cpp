@@ -524,9 +524,17 @@ Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options
     return Status(Errc::invalid_argument,
                   "MeshOptions: request_timeout and connect_timeout must be positive");
   }
+  if (options.heartbeat_interval.count() <= 0 ||
+      options.connection_timeout <= options.heartbeat_interval) {
+    return Status(Errc::invalid_argument,
+                  "MeshOptions: heartbeat_interval must be positive and connection_timeout "
+                  "longer than it");
+  }
   internal::RuntimeOptions ro;
   ro.scheduler_threads = options.scheduler_threads;
   ro.with_middleman = network;
+  ro.heartbeat_interval = options.heartbeat_interval;
+  ro.connection_timeout = options.connection_timeout;
   ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
     add_mesh_types(cfg);
     if (user) user(cfg);

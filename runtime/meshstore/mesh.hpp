@@ -47,6 +47,12 @@ struct MeshOptions {
   std::chrono::milliseconds connect_timeout{30000};
   /// Actor scheduler threads; 0 = max(2, hardware threads), at most 8.
   int scheduler_threads = 0;
+  /// Across processes: how often every connection is probed (BASP
+  /// heartbeats), and how long one may stay silent before it is dropped
+  /// and the members behind it are down (a host whose network vanished
+  /// without closing its sockets). connection_timeout > heartbeat_interval > 0.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds connection_timeout{10000};
   /// Registers your own message types, so they cross processes:
   /// `[](caf::actor_system_config& cfg) { cfg.add_message_type<Point>("my::Point"); }`
   /// (each with an `inspect` overload). Every rank must register the same

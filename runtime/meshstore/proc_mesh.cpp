@@ -233,6 +233,8 @@ internal::RuntimeOptions runtime_options(const MeshOptions& options) {
   internal::RuntimeOptions ro;
   ro.scheduler_threads = options.scheduler_threads;
   ro.with_middleman = true;
+  ro.heartbeat_interval = options.heartbeat_interval;
+  ro.connection_timeout = options.connection_timeout;
   ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
     add_proc_types(cfg);
     if (user) user(cfg);
@@ -391,6 +393,19 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
                       "stop_grace not negative");
   }
   if (spec.bind_host.empty()) return Status(Errc::invalid_argument, ctx + ": bind_host is empty");
+  const std::string& advertised =
+      spec.advertise_host.empty() ? spec.bind_host : spec.advertise_host;
+  if (advertised == "0.0.0.0" || advertised == "::") {
+    return Status(Errc::invalid_argument,
+                  ctx + ": workers cannot join the wildcard address " + advertised +
+                      ": set LaunchSpec::advertise_host to an address of this host they reach");
+  }
+  if (options.heartbeat_interval.count() <= 0 ||
+      options.connection_timeout <= options.heartbeat_interval) {
+    return Status(Errc::invalid_argument, ctx +
+                                              ": heartbeat_interval must be positive and "
+                                              "connection_timeout longer than it");
+  }
   auto shared = std::make_shared<Shared>();
   shared->options = options;
   shared->spec = spec;
@@ -411,7 +426,8 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
     return Status(Errc::unavailable,
                   ctx + ": cannot listen on " + spec.bind_host + ": " + sys.render(port.error()));
   }
-  shared->where = spec.bind_host + ":" + std::to_string(*port);
+  shared->where = (spec.advertise_host.empty() ? spec.bind_host : spec.advertise_host) + ":" +
+                  std::to_string(*port);
   return shared;
 }
 

@@ -64,6 +64,9 @@ struct LaunchSpec {
   std::function<void(int rank, bool is_stderr, const std::string& line)> on_output;
   /// Where this process listens for its workers to join.
   std::string bind_host = "127.0.0.1";
+  /// The address the workers are told to join: empty = bind_host. Set it
+  /// when bind_host is a wildcard (0.0.0.0), which workers cannot dial.
+  std::string advertise_host;
   /// How long every worker has to join after it was started.
   std::chrono::milliseconds join_timeout{30000};
   /// stop(): how long workers have to exit before they are killed.
@@ -101,7 +104,8 @@ class ProcMesh {
   /// in equal contiguous blocks of ranks: with shape {{"hosts", 2},
   /// {"procs", 4}} and two agents, ranks 0-3 run on the first. The program
   /// path must exist on every agent's host (empty: this program's path).
-  /// spec.bind_host must be an address of this host the workers can reach.
+  /// spec.bind_host (or advertise_host) must be an address of this host
+  /// the workers can reach.
   /// Each agent stops its processes when this controller goes away. Errors
   /// as launch(), and Errc::unavailable naming an agent that cannot be
   /// reached; nothing is left running after a failure.

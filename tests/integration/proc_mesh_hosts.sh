@@ -75,7 +75,8 @@ grep -q "its controller went away" "$LOG/agent" || { echo "the agent did not say
 
 # 3. Host B vanishes silently (its link goes down: no FIN, no RST). BASP
 # heartbeats stop, and the controller's supervision must report the member
-# lost within the connection timeout (10 s), not never.
+# lost within its connection timeout (MeshOptions::connection_timeout, 3 s
+# in this controller), not never.
 MESHSTORE_TEST_ROLE=netns-vanish-controller MESHSTORE_TEST_AGENT="$ADDR_B:$PORT" \
   MESHSTORE_TEST_BIND="$ADDR_A" ip netns exec "$A" "$TESTS" >"$LOG/ctl3" 2>&1 &
 ctl=$!

@@ -259,6 +259,17 @@ TEST(ProcMesh, EveryCallStyleOnTheWholeMeshAndOnSlicesAcrossProcesses) {
   procs->stop();
 }
 
+TEST(ProcMesh, ListeningOnEveryInterfaceWorksWithAnAdvertisedAddress) {
+  LaunchSpec spec;
+  spec.bind_host = "0.0.0.0";
+  spec.advertise_host = "127.0.0.1";
+  auto procs = ProcMesh::launch({{"procs", 1}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("w", "worker", 5);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->call_one<int>(add_atom::value, 1).get(kWait).value(), 6);
+}
+
 TEST(ProcMesh, WorkersOutputComesBackLineByLineWithTheirRank) {
   LaunchSpec spec;
   std::mutex mu;
@@ -354,6 +365,14 @@ TEST(ProcMesh, LaunchFailuresSayWhy) {
       << c.status().to_string();
 
   EXPECT_EQ(ProcMesh::launch({{"procs", 0}}, {}, options()).status().code(),
+            Errc::invalid_argument);
+  LaunchSpec wildcard;
+  wildcard.bind_host = "0.0.0.0";  // no address a worker can dial
+  EXPECT_EQ(ProcMesh::launch({{"procs", 1}}, wildcard, options()).status().code(),
+            Errc::invalid_argument);
+  auto bad_timeouts = options();
+  bad_timeouts.connection_timeout = bad_timeouts.heartbeat_interval;
+  EXPECT_EQ(ProcMesh::launch({{"procs", 1}}, {}, bad_timeouts).status().code(),
             Errc::invalid_argument);
 }
 
@@ -731,6 +750,8 @@ int netns_vanish_main() {
   Failures failures;
   auto o = options();
   o.on_failure = failures.handler(true);
+  o.heartbeat_interval = 500ms;  // a silent host is down after 3 s, not 10
+  o.connection_timeout = 3s;
   LaunchSpec spec;
   spec.bind_host = bind;
   spec.stop_grace = 500ms;
