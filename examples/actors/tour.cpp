@@ -128,13 +128,15 @@ int controller() {
               mesh.choose<int>(add_atom::value, 0).get(20s).value());
   // stream: each reply as it lands.
   std::mutex mu;
-  mesh.stream<int>(
-          [&](int rank, const meshstore::Result<int>& r) {
-            std::lock_guard<std::mutex> lock(mu);
-            std::printf("stream: rank %d answered %d\n", rank, r.ok() ? *r : -1);
-          },
-          add_atom::value, 0)
-      .get(20s);
+  check(mesh.stream<int>(
+                [&](int rank, const meshstore::Result<int>& r) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  std::printf("stream: rank %d answered %d\n", rank, r.ok() ? *r : -1);
+                },
+                add_atom::value, 0)
+            .get(20s)
+            .status(),
+        "stream");
   // accumulate: a fold over every reply.
   std::printf("accumulate(add 10, +): %d\n",
               mesh.accumulate<int>(
@@ -144,7 +146,7 @@ int controller() {
   // tell: fire and forget; the members print, and their output comes back
   // here with their rank.
   check(host1.tell(note_atom::value, std::string("hello host 1")), "tell");
-  mesh.call<int>(add_atom::value, 0).get(20s);  // after the notes, in order
+  check(mesh.call<int>(add_atom::value, 0).get(20s).status(), "call");  // after the notes, in order
 
   // Supervision. restart: a member that fails is spawned again.
   std::printf("\nsupervision\n");

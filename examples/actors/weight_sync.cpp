@@ -43,8 +43,13 @@ struct Weights {
     const auto n = static_cast<std::int64_t>(g_mib) * (1 << 20) / 4;
     for (int t = 0; t < kTensors; ++t) {
       buffers.emplace_back(static_cast<std::size_t>(n), 0.0f);
-      sd.insert("layers." + std::to_string(t) + ".weight",
-                meshstore::TensorView(buffers.back().data(), meshstore::DType::float32, {n}));
+      auto s =
+          sd.insert("layers." + std::to_string(t) + ".weight",
+                    meshstore::TensorView(buffers.back().data(), meshstore::DType::float32, {n}));
+      if (!s.ok()) {  // a fixed, valid layout: cannot fail
+        std::fprintf(stderr, "weight_sync: %s\n", s.to_string().c_str());
+        std::abort();
+      }
     }
   }
 };

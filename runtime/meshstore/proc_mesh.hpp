@@ -75,9 +75,10 @@ struct LaunchSpec {
 
 /// Processes with a shape (named dimensions), started and owned by this
 /// program: the single controller. Copies and slices share the processes;
-/// they stop when stop() is called or the last copy goes. Meshes spawned on
-/// them are supervised here (MeshOptions::supervision, on_failure).
-/// Thread-safe.
+/// they stop when stop() is called or the last copy goes (call stop(), or
+/// drop the last copy, on a thread of your own: not inside one of its
+/// actors, whose system it waits for). Meshes spawned on them are
+/// supervised here (MeshOptions::supervision, on_failure). Thread-safe.
 class ProcMesh {
  public:
   /// True in a process that ProcMesh::launch started (its environment

@@ -294,9 +294,12 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<Proc
         ::dup2(life[0], kChildLifelineFd);  // without close-on-exec
       }
       ::execve(programs[i].c_str(), argv.data(), envp.data());
-      const char* why = std::strerror(errno);
-      [[maybe_unused]] auto n1 = ::write(STDERR_FILENO, "cannot exec: ", 13);
-      [[maybe_unused]] auto n2 = ::write(STDERR_FILENO, why, std::strlen(why));
+      // Only async-signal-safe calls here (strerror is not): the errno as
+      // digits, for the parent's log of this child's stderr.
+      char msg[] = "cannot exec the program: errno    \n";
+      int e = errno;
+      for (int d = 33; d >= 31 && e > 0; --d, e /= 10) msg[d] = static_cast<char>('0' + e % 10);
+      [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
       ::_exit(127);
     }
     const int fork_errno = errno;
