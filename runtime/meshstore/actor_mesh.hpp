@@ -126,6 +126,41 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
 /// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
 Status mesh_rank_error(int rank, const caf::error& e);
 
+/// Inside a job on a caller actor: sends (xs...) to `target` (serving
+/// `rank`) and calls `finish` once with its reply (R) or an error naming
+/// the rank: CAF's (mesh_rank_error), or the target's death as the
+/// caller's monitor sees it (`down_prefix` + "went down (reason)"), at once
+/// rather than after the timeout.
+template <class R, class Handle, class F, class... Ts>
+void watched_request(caf::event_based_actor* self, const Handle& target, int rank,
+                     std::chrono::milliseconds timeout, const std::string& down_prefix, F finish,
+                     const Ts&... xs) {
+  auto done = std::make_shared<bool>(false);
+  auto watch_id = std::make_shared<std::uint64_t>(0);
+  MeshCaller::watch(
+      self, target.address(),
+      [=](const Status& down) {
+        if (*done) return;
+        *done = true;
+        finish(Status(down.code(), down_prefix + down.message()));
+      },
+      *watch_id);
+  self->request(target, timeout, xs...)
+      .then(
+          [=](R r) {
+            MeshCaller::settled(self, *watch_id);
+            if (*done) return;
+            *done = true;
+            finish(std::move(r));
+          },
+          [=](caf::error& e) {
+            MeshCaller::settled(self, *watch_id);
+            if (*done) return;
+            *done = true;
+            finish(mesh_rank_error(rank, e));
+          });
+}
+
 }  // namespace internal
 
 /// A Status as the error a member actor answers with: the caller gets the
@@ -372,30 +407,8 @@ class ActorMesh {
       finish(Status(why.code(), "rank " + std::to_string(rank) + ": " + why.message()));
       return;
     }
-    auto done = std::make_shared<bool>(false);
-    auto watch_id = std::make_shared<std::uint64_t>(0);
-    internal::MeshCaller::watch(
-        self, target.address(),
-        [=](const Status& down) {
-          if (*done) return;
-          *done = true;
-          finish(Status(down.code(), "rank " + std::to_string(rank) + " " + down.message()));
-        },
-        *watch_id);
-    self->request(target, timeout, xs...)
-        .then(
-            [=](R r) {
-              internal::MeshCaller::settled(self, *watch_id);
-              if (*done) return;
-              *done = true;
-              finish(std::move(r));
-            },
-            [=](caf::error& e) {
-              internal::MeshCaller::settled(self, *watch_id);
-              if (*done) return;
-              *done = true;
-              finish(internal::mesh_rank_error(rank, e));
-            });
+    internal::watched_request<R>(self, target, rank, timeout, "rank " + std::to_string(rank) + " ",
+                                 std::move(finish), xs...);
   }
 
   std::shared_ptr<internal::MeshCaller> caller_;

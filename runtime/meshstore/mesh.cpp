@@ -9,6 +9,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/mesh_runtime.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore {
@@ -34,13 +35,6 @@ struct Pending {
   std::vector<std::string> interface;
   std::int32_t interface_rank = -1;
 };
-
-std::string interface_text(const std::vector<std::string>& sigs) {
-  if (sigs.empty()) return "(untyped)";
-  std::string out;
-  for (const auto& s : sigs) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
 
 struct RegistryState {
   static inline const char* name = "meshstore.mesh_registry";
@@ -78,8 +72,8 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
               Errc::invalid_argument, "mesh '" + name + "': rank " + std::to_string(first) +
                                           " spawned it with another actor interface than rank " +
                                           std::to_string(p.interface_rank) + " (" +
-                                          interface_text(interface) + " vs " +
-                                          interface_text(p.interface) + ")"));
+                                          internal::interface_text(interface) + " vs " +
+                                          internal::interface_text(p.interface) + ")"));
           for (auto& w : p.waiting) w.deliver(err);
           st.pending.erase(it);
           st.failed.emplace(name, err);
@@ -200,6 +194,43 @@ caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCalle
 caf::error actor_error(const Status& status) { return internal::to_caf_error(status); }
 
 namespace internal {
+
+Status check_mesh_options(const MeshOptions& options, const std::string& context) {
+  if (options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status(Errc::invalid_argument,
+                  context + ": request_timeout and connect_timeout must be positive");
+  }
+  if (options.heartbeat_interval.count() <= 0 ||
+      options.connection_timeout <= options.heartbeat_interval) {
+    return Status(Errc::invalid_argument,
+                  context +
+                      ": heartbeat_interval must be positive and connection_timeout "
+                      "longer than it");
+  }
+  return Status();
+}
+
+RuntimeOptions mesh_runtime_options(const MeshOptions& options, bool network,
+                                    std::function<void(caf::actor_system_config&)> own_types) {
+  RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = network;
+  ro.heartbeat_interval = options.heartbeat_interval;
+  ro.connection_timeout = options.connection_timeout;
+  ro.add_types = [own = std::move(own_types),
+                  user = options.add_types](caf::actor_system_config& cfg) {
+    if (own) own(cfg);
+    if (user) user(cfg);
+  };
+  return ro;
+}
+
+std::string interface_text(const std::vector<std::string>& sigs) {
+  if (sigs.empty()) return "(untyped)";
+  std::string out;
+  for (const auto& s : sigs) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
 
 Status mesh_rank_error(int rank, const caf::error& e) {
   return from_caf_error(e, "rank " + std::to_string(rank));
@@ -520,26 +551,9 @@ struct Mesh::Impl {
 };
 
 Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options, bool network) {
-  if (options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
-    return Status(Errc::invalid_argument,
-                  "MeshOptions: request_timeout and connect_timeout must be positive");
-  }
-  if (options.heartbeat_interval.count() <= 0 ||
-      options.connection_timeout <= options.heartbeat_interval) {
-    return Status(Errc::invalid_argument,
-                  "MeshOptions: heartbeat_interval must be positive and connection_timeout "
-                  "longer than it");
-  }
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = network;
-  ro.heartbeat_interval = options.heartbeat_interval;
-  ro.connection_timeout = options.connection_timeout;
-  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
-    add_mesh_types(cfg);
-    if (user) user(cfg);
-  };
-  auto rt = internal::ActorRuntime::create(ro);
+  MESHSTORE_RETURN_IF_ERROR(internal::check_mesh_options(options, "MeshOptions"));
+  auto rt = internal::ActorRuntime::create(
+      internal::mesh_runtime_options(options, network, add_mesh_types));
   if (!rt.ok()) return rt.status();
   auto impl = std::make_unique<Mesh::Impl>();
   impl->options = options;

@@ -14,6 +14,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/mesh_runtime.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
@@ -22,13 +23,6 @@ namespace meshstore {
 namespace {
 
 using namespace internal::proc;
-
-std::string interface_text(const std::vector<std::string>& sigs) {
-  if (sigs.empty()) return "(untyped)";
-  std::string out;
-  for (const auto& s : sigs) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
 
 std::string random_token() {
   std::random_device rd;
@@ -174,8 +168,8 @@ proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self
           caf::anon_send_exit(made.first, caf::exit_reason::user_shutdown);
           return internal::to_caf_error(Status(
               Errc::invalid_argument, what + ": actor type '" + type + "' has the interface " +
-                                          interface_text(has) + ", not the handle's " +
-                                          interface_text(interface)));
+                                          internal::interface_text(has) + ", not the handle's " +
+                                          internal::interface_text(interface)));
         }
         auto a = caf::actor_cast<caf::actor>(std::move(made.first));
         members->push_back(a);
@@ -201,45 +195,9 @@ void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
               std::function<void(Result<caf::actor>)> done) {
   const std::string who = "rank " + std::to_string(rank);
   if (!proc) return done(Status(Errc::unavailable, who + ": its process is gone"));
-  auto settled = std::make_shared<bool>(false);
-  auto watch = std::make_shared<std::uint64_t>(0);
-  internal::MeshCaller::watch(
-      self, proc.address(),
-      [=](const Status& down) {
-        if (*settled) return;
-        *settled = true;
-        done(Status(down.code(), who + ": its process " + down.message()));
-      },
-      *watch);
-  self->request(proc, timeout, proc_spawn_atom::value, mesh, type, interface, args)
-      .then(
-          [=](caf::actor a) {
-            internal::MeshCaller::settled(self, *watch);
-            if (*settled) return;
-            *settled = true;
-            done(std::move(a));
-          },
-          [=](caf::error& e) {
-            internal::MeshCaller::settled(self, *watch);
-            if (*settled) return;
-            *settled = true;
-            done(internal::from_caf_error(e, who));
-          });
-}
-
-// The runtime of a controller or a worker: the network layer, the
-// process-mesh messages and the user's types.
-internal::RuntimeOptions runtime_options(const MeshOptions& options) {
-  internal::RuntimeOptions ro;
-  ro.scheduler_threads = options.scheduler_threads;
-  ro.with_middleman = true;
-  ro.heartbeat_interval = options.heartbeat_interval;
-  ro.connection_timeout = options.connection_timeout;
-  ro.add_types = [user = options.add_types](caf::actor_system_config& cfg) {
-    add_proc_types(cfg);
-    if (user) user(cfg);
-  };
-  return ro;
+  internal::watched_request<caf::actor>(self, proc, rank, timeout, who + ": its process ",
+                                        std::move(done), proc_spawn_atom::value, mesh, type,
+                                        interface, args);
 }
 
 std::string this_program() {
@@ -385,13 +343,11 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
     return Status(Errc::invalid_argument,
                   ctx + ": between 1 and 1024 processes, not " + std::to_string(n));
   }
-  if (spec.join_timeout.count() <= 0 || spec.stop_grace.count() < 0 ||
-      options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+  if (spec.join_timeout.count() <= 0 || spec.stop_grace.count() < 0) {
     return Status(Errc::invalid_argument,
-                  ctx +
-                      ": join_timeout, request_timeout and connect_timeout must be positive, "
-                      "stop_grace not negative");
+                  ctx + ": join_timeout must be positive, stop_grace not negative");
   }
+  MESHSTORE_RETURN_IF_ERROR(internal::check_mesh_options(options, ctx));
   if (spec.bind_host.empty()) return Status(Errc::invalid_argument, ctx + ": bind_host is empty");
   const std::string& advertised =
       spec.advertise_host.empty() ? spec.bind_host : spec.advertise_host;
@@ -400,17 +356,13 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
                   ctx + ": workers cannot join the wildcard address " + advertised +
                       ": set LaunchSpec::advertise_host to an address of this host they reach");
   }
-  if (options.heartbeat_interval.count() <= 0 ||
-      options.connection_timeout <= options.heartbeat_interval) {
-    return Status(Errc::invalid_argument, ctx +
-                                              ": heartbeat_interval must be positive and "
-                                              "connection_timeout longer than it");
-  }
+
   auto shared = std::make_shared<Shared>();
   shared->options = options;
   shared->spec = spec;
   shared->whole = std::move(extent);
-  auto rt = internal::ActorRuntime::create(runtime_options(options));
+  auto rt =
+      internal::ActorRuntime::create(internal::mesh_runtime_options(options, true, add_proc_types));
   if (!rt.ok()) return rt.status().with_context(ctx);
   shared->runtime = std::move(rt).value();
   auto& sys = shared->runtime->system();
@@ -513,7 +465,8 @@ Status ProcMesh::serve(MeshOptions options) {
     outcome->finish(Status(Errc::unavailable,
                            "the controller at " + where + " went away (its lifeline closed)"));
   });
-  auto rt = internal::ActorRuntime::create(runtime_options(options));
+  auto rt =
+      internal::ActorRuntime::create(internal::mesh_runtime_options(options, true, add_proc_types));
   if (!rt.ok()) return rt.status().with_context("ProcMesh::serve");
   std::shared_ptr<internal::ActorRuntime> runtime = std::move(rt).value();
   auto& sys = runtime->system();
