@@ -7,8 +7,8 @@
 # Exit 77 (ctest: skipped) when namespaces cannot be made here.
 set -u
 TOOL=$1 PEER=$2
-if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root to create network namespaces"; exit 77; fi
-command -v ip >/dev/null || { echo "SKIP: iproute2 (ip) is not installed"; exit 77; }
+. "$(dirname "$0")/netns_hosts.sh"
+netns_require_root
 
 A=ms2h_a_$$ B=ms2h_b_$$ VA=ms2a$$ VB=ms2b$$
 ADDR_A=10.231.0.1 ADDR_B=10.231.0.2 PORT=29517
@@ -25,25 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! ip netns add "$A" 2>"$LOG/err" || ! ip netns add "$B" 2>>"$LOG/err" ||
-   ! ip link add "$VA" type veth peer name "$VB" 2>>"$LOG/err"; then
-  echo "SKIP: cannot create network namespaces here: $(cat "$LOG/err")"; exit 77
-fi
-set -e
-ip link set "$VA" netns "$A"
-ip link set "$VB" netns "$B"
-ip -n "$A" addr add "$ADDR_A/24" dev "$VA"
-ip -n "$B" addr add "$ADDR_B/24" dev "$VB"
-for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
-ip -n "$A" link set "$VA" up
-ip -n "$B" link set "$VB" up
-set +e
-
-# Waits (bounded) until file $1 contains $2.
-wait_for() {
-  for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  echo "timed out waiting for '$2' in $1:"; cat "$1"; return 1
-}
+netns_two_hosts "$A" "$B" "$VA" "$VB" "$ADDR_A" "$ADDR_B" "$LOG/err"
 
 MESHSTORE_LOG_LEVEL=warn MESHSTORE_HOST=hostA ip netns exec "$A" "$TOOL" serve --host "$ADDR_A" --port "$PORT" --strategy per_host \
   >"$LOG/serve" 2>&1 &

@@ -22,6 +22,7 @@ namespace meshstore {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::eventually;
 using testing::kWait;
 
 using add_atom = caf::atom_constant<caf::atom("add")>;
@@ -508,17 +509,6 @@ struct Seen {
     return cv.wait_for(lock, kWait, [&] { return failures.size() >= n; });
   }
 };
-
-// Waits (bounded) until `pred` holds.
-template <class P>
-bool eventually(P pred) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 TEST(Supervision, AFailedMemberReachesTheHandlerWithItsRank) {
   auto mesh = Mesh::local(4).value();

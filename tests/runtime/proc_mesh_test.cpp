@@ -30,6 +30,7 @@ namespace meshstore {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::eventually;
 using testing::kWait;
 
 using add_atom = caf::atom_constant<caf::atom("add")>;
@@ -143,17 +144,6 @@ MeshOptions options() {
     add_store_actor_types(cfg);
   };
   return o;
-}
-
-// Waits (bounded) until `pred` holds.
-template <class P>
-bool eventually(P pred, std::chrono::milliseconds bound = kWait) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
 }
 
 // Failures as they reach a handler.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "meshstore/result.hpp"
 #include "meshstore/status.hpp"
@@ -42,6 +43,18 @@ inline ::testing::AssertionResult is_error(const Status& s, Errc code,
 template <class T>
 ::testing::AssertionResult is_error(const Result<T>& r, Errc code, const std::string& needle = "") {
   return is_error(r.status(), code, needle);
+}
+
+/// Polls `pred` (every 5 ms) until it holds, for at most `bound`: for
+/// what has no event to wait on (a process gone, a restart done).
+template <class P>
+bool eventually(P pred, std::chrono::milliseconds bound = kWait) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 /// The threads of process `pid` (0: this one), by /proc.

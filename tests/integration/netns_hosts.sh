@@ -1,0 +1,34 @@
+# Sourced by the multi-host tests: two "hosts" as network namespaces joined
+# by a veth pair, and a bounded wait on a log. Traffic stays inside them.
+
+# Skips (exit 77) unless this shell may create network namespaces.
+netns_require_root() {
+  if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root to create network namespaces"; exit 77; fi
+  command -v ip >/dev/null || { echo "SKIP: iproute2 (ip) is not installed"; exit 77; }
+}
+
+# netns_two_hosts NS_A NS_B VETH_A VETH_B ADDR_A ADDR_B ERRFILE: makes both
+# namespaces, joins them (ADDR_A/24 in NS_A, ADDR_B/24 in NS_B) and brings
+# every link up; skips (exit 77) when the namespaces cannot be made here.
+netns_two_hosts() {
+  local a=$1 b=$2 va=$3 vb=$4 addr_a=$5 addr_b=$6 err=$7
+  if ! ip netns add "$a" 2>"$err" || ! ip netns add "$b" 2>>"$err" ||
+     ! ip link add "$va" type veth peer name "$vb" 2>>"$err"; then
+    echo "SKIP: cannot create network namespaces here: $(cat "$err")"; exit 77
+  fi
+  set -e
+  ip link set "$va" netns "$a"
+  ip link set "$vb" netns "$b"
+  ip -n "$a" addr add "$addr_a/24" dev "$va"
+  ip -n "$b" addr add "$addr_b/24" dev "$vb"
+  for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+  ip -n "$a" link set "$va" up
+  ip -n "$b" link set "$vb" up
+  set +e
+}
+
+# Waits (bounded: 30 s) until file $1 contains $2.
+wait_for() {
+  for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  echo "timed out waiting for '$2' in $1:"; cat "$1"; return 1
+}
