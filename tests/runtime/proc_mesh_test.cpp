@@ -595,6 +595,26 @@ TEST(ProcMesh, AttachFailuresSayWhich) {
   EXPECT_NE(bad.status().message().find("/nonexistent/worker"), std::string::npos);
 }
 
+TEST(HostAgent, BadOptionsAndATakenPortAreRefused) {
+  AgentOptions empty;
+  empty.host = "";
+  EXPECT_EQ(HostAgent::start(empty).status().code(), Errc::invalid_argument);
+  AgentOptions negative;
+  negative.stop_grace = -1ms;
+  EXPECT_EQ(HostAgent::start(negative).status().code(), Errc::invalid_argument);
+  auto first = HostAgent::start();
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  AgentOptions same;
+  same.port = first->port();
+  auto second = HostAgent::start(same);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Errc::unavailable);
+  EXPECT_NE(
+      second.status().message().find("cannot listen on 127.0.0.1:" + std::to_string(first->port())),
+      std::string::npos)
+      << second.status().to_string();
+}
+
 TEST(ProcMesh, AnAgentStopsTheProcessesOfAControllerThatWentAway) {
   auto agent = HostAgent::start();
   ASSERT_TRUE(agent.ok());
