@@ -207,25 +207,49 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
 
 // -- objects -------------------------------------------------------------
 
-Future<void> Store::put_object(std::string key, std::string bytes) {
+Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat format) {
   if (auto s = check_key("put_object", key); !s.ok()) return make_error_future<void>(s);
   actors::PutCall call;
   call.op = "put_object";
+  if (static_cast<std::uint8_t>(format) > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
+    return make_error_future<void>(
+        Status(Errc::invalid_argument, "put_object '" + key + "': unknown object format " +
+                                           std::to_string(static_cast<int>(format)) +
+                                           " (bytes, utf8 or pickle)"));
+  }
   call.items.push_back(bytes_item(key, std::move(bytes), wire::ObjectKind::object));
+  call.items.back().object_format = format;
   const std::string what = "put_object '" + key + "'";
   auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>&) {});
 }
 
-Future<std::string> Store::get_object(std::string key) {
-  if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<std::string>(s);
+namespace {
+
+actors::GetCall object_call(const std::string& key) {
   actors::GetCall call;
   call.op = "get_object";
   call.mode = actors::GetMode::object;
   call.keys.push_back(key);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
+  return call;
+}
+
+}  // namespace
+
+Future<std::string> Store::get_object(std::string key) {
+  if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<std::string>(s);
+  return Impl::call(impl_.get(), actors::store_get_atom::value, object_call(key),
                     "get_object '" + key + "'")
       .then([](const actors::GetOutput& out) { return out.object; });
+}
+
+Future<StoredObject> Store::get_stored_object(std::string key) {
+  if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<StoredObject>(s);
+  return Impl::call(impl_.get(), actors::store_get_atom::value, object_call(key),
+                    "get_object '" + key + "'")
+      .then([](const actors::GetOutput& out) {
+        return StoredObject{out.object, out.object_format};
+      });
 }
 
 // -- key space -----------------------------------------------------------
@@ -255,8 +279,8 @@ Future<std::vector<KeyInfo>> Store::list(std::string prefix) {
     std::vector<KeyInfo> out;
     out.reserve(records.size());
     for (const auto& r : records) {
-      out.push_back(KeyInfo{r.key, r.kind == wire::ObjectKind::object, r.dtype, r.shape, r.nbytes(),
-                            r.version, r.shards.size()});
+      out.push_back(KeyInfo{r.key, r.kind == wire::ObjectKind::object, r.object_format, r.dtype,
+                            r.shape, r.nbytes(), r.version, r.shards.size()});
     }
     return out;
   });

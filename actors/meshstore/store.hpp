@@ -22,6 +22,7 @@
 #include "meshstore/dtype.hpp"
 #include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
+#include "meshstore/object_format.hpp"
 #include "meshstore/placement.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
@@ -146,12 +147,19 @@ constexpr std::uint16_t kDefaultStorePort = 29517;
 /// A key's metadata, as list() reports it.
 struct KeyInfo {
   std::string key;
-  bool is_object = false;  ///< a byte object (put_object), not a tensor
+  bool is_object = false;                            ///< a byte object (put_object), not a tensor
+  ObjectFormat object_format = ObjectFormat::bytes;  ///< an object's format
   DType dtype = DType::uint8;
   Shape shape;
   std::uint64_t nbytes = 0;
   std::uint64_t version = 0;  ///< store-wide commit sequence number of its current value
   std::size_t shards = 0;
+};
+
+/// A byte object with its format, as get_stored_object() answers it.
+struct StoredObject {
+  std::string bytes;
+  ObjectFormat format = ObjectFormat::bytes;
 };
 
 /// One volume's usage, as stats() reports it.
@@ -462,10 +470,14 @@ class Store {
 
   // -- byte objects --------------------------------------------------------
 
-  /// Stores `bytes` under `key` as an object (not a tensor).
-  Future<void> put_object(std::string key, std::string bytes);
+  /// Stores `bytes` under `key` as an object (not a tensor), tagged with
+  /// `format` (what the bytes are; ObjectFormat).
+  Future<void> put_object(std::string key, std::string bytes,
+                          ObjectFormat format = ObjectFormat::bytes);
   /// Fetches an object. Errc::wrong_kind if `key` holds a tensor.
   Future<std::string> get_object(std::string key);
+  /// Fetches an object with the format it was put with.
+  Future<StoredObject> get_stored_object(std::string key);
 
   // -- the key space -------------------------------------------------------
 

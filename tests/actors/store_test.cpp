@@ -176,6 +176,33 @@ TEST_F(StoreTest, ObjectsRoundTripAndAreNotTensors) {
   EXPECT_ERROR(store().get_object("t").get(kWait), Errc::wrong_kind, "holds a tensor");
 }
 
+TEST_F(StoreTest, ObjectsKeepTheFormatTheyWerePutWith) {
+  // Small objects travel inline, large ones through a transport: the format
+  // is the key's, so both keep it, and list() reports it.
+  const std::string big(std::size_t{200} << 10, 'x');
+  ASSERT_OK(store().put_object("o.text", "h\xc3\xa9llo", ObjectFormat::utf8).get(kWait));
+  ASSERT_OK(store().put_object("o.pickled", big, ObjectFormat::pickle).get(kWait));
+  ASSERT_OK(store().put_object("o.raw", "raw").get(kWait));
+  auto text = store().get_stored_object("o.text").get(kWait);
+  ASSERT_OK(text);
+  EXPECT_EQ(text->bytes, "h\xc3\xa9llo");
+  EXPECT_EQ(text->format, ObjectFormat::utf8);
+  auto pickled = store().get_stored_object("o.pickled").get(kWait);
+  ASSERT_OK(pickled);
+  EXPECT_EQ(pickled->bytes, big);
+  EXPECT_EQ(pickled->format, ObjectFormat::pickle);
+  EXPECT_EQ(store().get_stored_object("o.raw").get(kWait)->format, ObjectFormat::bytes);
+  auto listed = store().list("o").get(kWait);
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[0].object_format, ObjectFormat::pickle);  // o.pickled
+  EXPECT_EQ((*listed)[1].object_format, ObjectFormat::bytes);   // o.raw
+  EXPECT_EQ((*listed)[2].object_format, ObjectFormat::utf8);    // o.text
+  EXPECT_ERROR(store().put_object("o.bad", "x", static_cast<ObjectFormat>(7)).get(kWait),
+               Errc::invalid_argument, "unknown object format 7");
+  EXPECT_ERROR(store().get_stored_object("o.none").get(kWait), Errc::not_found, "o.none");
+}
+
 TEST_F(StoreTest, BatchPutAndGet) {
   std::vector<std::vector<float>> data;
   std::vector<std::pair<std::string, TensorView>> items;

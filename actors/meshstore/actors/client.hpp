@@ -37,6 +37,8 @@ struct PutItem {
   std::uint32_t replicas = 1;
   /// With replicas > 1: content_checksum() of the bytes (0 = none).
   std::uint64_t checksum = 0;
+  /// An object's format (kind object only).
+  ObjectFormat object_format = ObjectFormat::bytes;
 };
 
 /// Regions staged at the client's volume and mapped writable into this
@@ -92,8 +94,9 @@ struct PutCall {
 enum class GetMode { tensor, into, object, view };
 
 struct GetOutput {
-  std::vector<Tensor> tensors;  // GetMode::tensor and GetMode::view
-  std::string object;           // GetMode::object
+  std::vector<Tensor> tensors;                       // GetMode::tensor and GetMode::view
+  std::string object;                                // GetMode::object
+  ObjectFormat object_format = ObjectFormat::bytes;  // GetMode::object
 };
 
 struct GetCall {

@@ -49,6 +49,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_lost_on(x.lost_on);
   p->set_group(x.group);
   p->set_pending(x.pending);
+  p->set_object_format(static_cast<std::uint32_t>(x.object_format));
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -65,7 +66,12 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
     return malformed("KeyRecord", "unknown dtype value " + std::to_string(p.dtype()) +
                                       " for key '" + p.key() + "'");
   }
+  if (p.object_format() > static_cast<std::uint32_t>(ObjectFormat::pickle)) {
+    return malformed("KeyRecord", "unknown object format " + std::to_string(p.object_format()) +
+                                      " for key '" + p.key() + "'");
+  }
   x.key = p.key();
+  x.object_format = static_cast<ObjectFormat>(p.object_format());
   x.kind = p.kind() == pb::OBJECT ? ObjectKind::object : ObjectKind::tensor;
   x.dtype = static_cast<DType>(p.dtype());
   x.shape.assign(p.shape().begin(), p.shape().end());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "meshstore/dtype.hpp"
+#include "meshstore/object_format.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
@@ -53,6 +54,8 @@ struct KeyRecord {
   /// In a locate reply (version 0): why a key of a sharded state dict being
   /// put is not visible yet (what the state dict still waits for).
   std::string pending;
+  /// An object's format (what a Python reader turns its bytes into).
+  ObjectFormat object_format = ObjectFormat::bytes;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.

@@ -259,6 +259,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
                      "cannot allocate " + std::to_string(shard.nbytes) + " bytes for the object"));
         }
         dst = reinterpret_cast<std::byte*>(op->out.object.data());
+        op->out.object_format = rec.object_format;
       } else if (op->call.mode == GetMode::view) {
         op->out.tensors.emplace_back();  // filled by the read
       } else if (op->call.mode == GetMode::tensor) {
