@@ -14,9 +14,10 @@ PACKAGES=(
   nlohmann-json3-dev
   clang libclang-rt-dev
   python3 python3-numpy
+  # the Python package (docs/python.md) and its tests
+  python3-dev pybind11-dev libdlpack-dev python3-torch python3-pytest python3-pytest-asyncio
   # peer_bench's contenders (docs/performance.md) and its chart
   redis-server libhiredis-dev
-  python3-torch
   openmpi-bin libopenmpi-dev
   gnuplot-nox
 )

@@ -1,0 +1,624 @@
+// _native.Store: the C++ Store for Python. The Python package (meshstore/)
+// turns user objects into what these take: tensors as (source, as_bool),
+// where source is a DLPack capsule or a _native.Tensor, and state dicts as
+// flat lists of (name, kind, payload, as_bool) entries.
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshstore/store.hpp"
+#include "py_future.hpp"
+#include "tensor_bridge.hpp"
+
+namespace meshstore::python {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// -- options ------------------------------------------------------------------
+
+std::chrono::milliseconds seconds_arg(const py::handle& v, const char* name) {
+  const double s = v.cast<double>();
+  if (!(s > 0) || s > 1e9) {
+    throw py::value_error(std::string(name) + " must be a positive number of seconds, got " +
+                          py::repr(v).cast<std::string>());
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000 + 0.5));
+}
+
+StoreOptions store_options(const py::dict& kw) {
+  StoreOptions o;
+  for (auto item : kw) {
+    const auto name = item.first.cast<std::string>();
+    const py::handle v = item.second;
+    try {
+      if (name == "num_volumes")
+        o.num_volumes = v.cast<int>();
+      else if (name == "volume_capacity_bytes")
+        o.volume_capacity_bytes = v.cast<std::uint64_t>();
+      else if (name == "strategy")
+        o.strategy = v.cast<std::string>();
+      else if (name == "rank")
+        o.rank = v.cast<int>();
+      else if (name == "local_rank")
+        o.local_rank = v.cast<int>();
+      else if (name == "host")
+        o.host = v.cast<std::string>();
+      else if (name == "listen")
+        o.listen = v.cast<std::string>();
+      else if (name == "connect_timeout")
+        o.connect_timeout = seconds_arg(v, "connect_timeout");
+      else if (name == "host_volumes")
+        o.host_volumes = v.cast<bool>();
+      else if (name == "transport")
+        o.transport = v.cast<std::string>();
+      else if (name == "tcp_streams")
+        o.tcp_streams = v.cast<int>();
+      else if (name == "tcp_chunk_bytes")
+        o.tcp_chunk_bytes = v.cast<std::size_t>();
+      else if (name == "shm_max_mappings")
+        o.shm_max_mappings = v.cast<int>();
+      else if (name == "volume_pool_bytes")
+        o.volume_pool_bytes = v.cast<std::uint64_t>();
+      else if (name == "shared_memory_volumes")
+        o.shared_memory_volumes = v.cast<bool>();
+      else if (name == "rpc_chunk_bytes")
+        o.rpc_chunk_bytes = v.cast<std::size_t>();
+      else if (name == "rpc_chunks_in_flight")
+        o.rpc_chunks_in_flight = v.cast<int>();
+      else if (name == "request_timeout")
+        o.request_timeout = seconds_arg(v, "request_timeout");
+      else if (name == "scheduler_threads")
+        o.scheduler_threads = v.cast<int>();
+      else if (name == "log_level")
+        o.log_level = v.cast<std::string>();
+      else
+        throw py::type_error("unknown store option '" + name + "'");
+    } catch (const py::cast_error&) {
+      throw py::type_error("store option '" + name +
+                           "' has the wrong type: " + py::repr(v).cast<std::string>());
+    }
+  }
+  return o;
+}
+
+StateDictPutOptions put_options(const py::dict& kw) {
+  StateDictPutOptions o;
+  for (auto item : kw) {
+    const auto name = item.first.cast<std::string>();
+    const py::handle v = item.second;
+    if (name == "pack_max_tensor_bytes") {
+      o.pack_max_tensor_bytes = v.cast<std::uint64_t>();
+    } else if (name == "pack_bucket_bytes") {
+      o.pack_bucket_bytes = v.cast<std::uint64_t>();
+    } else if (name == "transfer_dtype") {
+      if (v.is_none()) continue;
+      auto d = parse_dtype(v.cast<std::string>());
+      if (!d.ok()) raise_status(d.status());
+      if (*d != DType::bfloat16 && *d != DType::float16) {
+        throw py::value_error("transfer_dtype must be bfloat16 or float16, got " +
+                              std::string(dtype_name(*d)));
+      }
+      o.transfer_dtype = *d;
+    } else {
+      throw py::type_error("unknown state dict option '" + name + "'");
+    }
+  }
+  return o;
+}
+
+// -- values out ---------------------------------------------------------------
+
+py::object tensor_out(const Tensor& t) { return py::cast(from_tensor(t)); }
+
+py::object object_out(const StoredObject& o) {
+  return py::make_tuple(py::bytes(o.bytes), static_cast<int>(o.format));
+}
+
+py::object value_out(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::bytes:
+      return py::bytes(v.text());
+    case Value::Kind::string:
+      return py::str(v.text());
+    case Value::Kind::int64:
+      return py::int_(v.as_int64());
+    case Value::Kind::float64:
+      return py::float_(v.as_float64());
+    case Value::Kind::boolean:
+      return py::bool_(v.as_bool());
+  }
+  return py::none();
+}
+
+py::list state_dict_out(const StateDict& sd) {
+  py::list out;
+  for (const auto& e : sd.entries()) {
+    if (e.value) {
+      out.append(py::make_tuple(e.name, value_out(*e.value)));
+    } else {
+      out.append(py::make_tuple(e.name, tensor_out(e.owned)));
+    }
+  }
+  return out;
+}
+
+// The value entries of a state dict read in place (the tensors are the
+// caller's own).
+py::list values_out(const StateDict& sd) {
+  py::list out;
+  for (const auto& e : sd.entries()) {
+    if (e.value) out.append(py::make_tuple(e.name, value_out(*e.value)));
+  }
+  return out;
+}
+
+// -- values in ----------------------------------------------------------------
+
+struct BuiltStateDict {
+  std::shared_ptr<StateDict> sd = std::make_shared<StateDict>();
+  std::vector<py::object> keep;
+};
+
+// entries: [(name, kind, payload, as_bool)], kind one of "t" (tensor), "b"
+// (bytes), "s" (str), "i" (int), "f" (float), "?" (bool).
+BuiltStateDict state_dict_in(const py::list& entries, bool for_write, const std::string& what) {
+  BuiltStateDict out;
+  for (auto h : entries) {
+    auto t = h.cast<py::tuple>();
+    if (t.size() != 4) throw py::value_error(what + ": malformed state dict entry");
+    const auto name = t[0].cast<std::string>();
+    const auto kind = t[1].cast<std::string>();
+    py::object payload = t[2];
+    Status s;
+    if (kind == "t") {
+      auto imported =
+          import_tensor(payload, t[3].cast<bool>(), for_write, what + ": entry '" + name + "'");
+      s = out.sd->insert(name, imported.view);
+      out.keep.push_back(std::move(imported.owner));
+    } else if (kind == "b") {
+      s = out.sd->insert(name, Value::bytes(payload.cast<std::string>()));
+    } else if (kind == "s") {
+      s = out.sd->insert(name, Value::string(payload.cast<std::string>()));
+    } else if (kind == "i") {
+      s = out.sd->insert(name, Value::int64(payload.cast<std::int64_t>()));
+    } else if (kind == "f") {
+      s = out.sd->insert(name, Value::float64(payload.cast<double>()));
+    } else if (kind == "?") {
+      s = out.sd->insert(name, Value::boolean(payload.cast<bool>()));
+    } else {
+      throw py::value_error(what + ": entry '" + name + "' has unknown kind '" + kind + "'");
+    }
+    if (!s.ok()) raise_status(s.with_context(what));
+  }
+  return out;
+}
+
+Result<TensorSlice> slice_in(const Shape& global, const Shape& offsets, const Shape& local) {
+  return TensorSlice::make(global, offsets, local);
+}
+
+TensorSlice slice_or_raise(const Shape& g, const Shape& o, const Shape& l,
+                           const std::string& what) {
+  auto s = slice_in(g, o, l);
+  if (!s.ok()) raise_status(s.status().with_context(what));
+  return std::move(s).value();
+}
+
+std::vector<TensorSpec> specs_in(const py::list& specs, const std::string& what) {
+  std::vector<TensorSpec> out;
+  for (auto h : specs) {
+    auto t = h.cast<py::tuple>();
+    if (t.size() != 3) throw py::value_error(what + ": a spec is (name, dtype, shape)");
+    auto d = parse_dtype(t[1].cast<std::string>());
+    if (!d.ok()) raise_status(d.status().with_context(what));
+    out.push_back(TensorSpec{t[0].cast<std::string>(), *d, t[2].cast<Shape>()});
+  }
+  return out;
+}
+
+// -- the store ------------------------------------------------------------------
+
+class PyStore {
+ public:
+  explicit PyStore(Store s) : store_(std::make_shared<Store>(std::move(s))) {}
+  ~PyStore() {
+    if (!store_ || store_->closed()) return;
+    if (interpreter_finalizing()) return;  // atexit closed every store already
+    py::gil_scoped_release release;
+    store_->close();
+  }
+  PyStore(const PyStore&) = delete;
+  PyStore& operator=(const PyStore&) = delete;
+
+  Store& s() { return *store_; }
+  std::weak_ptr<Store> weak() { return store_; }
+  void close() {
+    py::gil_scoped_release release;
+    store_->close();
+  }
+
+ private:
+  std::shared_ptr<Store> store_;
+};
+
+// A tensor or an object, as get() answers for a key of either kind.
+struct AnyValue {
+  bool is_tensor = false;
+  Tensor tensor;
+  StoredObject object;
+};
+
+py::object any_out(const AnyValue& v) {
+  return v.is_tensor ? tensor_out(v.tensor) : object_out(v.object);
+}
+
+// get() of a key that may hold a tensor or an object: the tensor read, and
+// on wrong_kind the object read (two round trips for objects).
+Future<AnyValue> get_any(PyStore& self, const std::string& key) {
+  auto promise = std::make_shared<Promise<AnyValue>>();
+  auto out = promise->future();
+  std::weak_ptr<Store> weak = self.weak();
+  self.s().get(key).on_complete([promise, weak, key](const Result<Tensor>& r) {
+    if (r.ok()) {
+      promise->set_value(AnyValue{true, r.value(), {}});
+      return;
+    }
+    auto store = weak.lock();
+    if (r.status().code() != Errc::wrong_kind || !store) {
+      promise->set_error(r.status());
+      return;
+    }
+    store->get_stored_object(key).on_complete([promise](const Result<StoredObject>& o) {
+      if (o.ok()) {
+        promise->set_value(AnyValue{false, {}, o.value()});
+      } else {
+        promise->set_error(o.status());
+      }
+    });
+  });
+  return out;
+}
+
+py::list key_infos_out(const std::vector<KeyInfo>& infos) {
+  py::list out;
+  for (const auto& k : infos) {
+    py::dict d;
+    d["key"] = k.key;
+    d["kind"] = k.is_object ? "object" : "tensor";
+    if (k.is_object) {
+      d["format"] = std::string(object_format_name(k.object_format));
+    } else {
+      d["dtype"] = std::string(dtype_name(k.dtype));
+      d["shape"] = py::tuple(py::cast(k.shape));
+    }
+    d["nbytes"] = k.nbytes;
+    d["version"] = k.version;
+    d["shards"] = k.shards;
+    out.append(d);
+  }
+  return out;
+}
+
+// Runs a store call with the GIL released (a call only posts a message, but
+// it may wait on a lock a completing store thread holds while it waits for
+// the GIL).
+template <class F>
+auto released(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+struct PyStaged {
+  StagedStateDict staged;
+};
+
+}  // namespace
+
+void bind_store(py::module_& m) {
+  py::class_<PyStaged>(m, "StagedStateDict")
+      .def_property_readonly("key", [](const PyStaged& s) { return s.staged.key(); })
+      .def_property_readonly("zero_copy", [](const PyStaged& s) { return s.staged.zero_copy(); })
+      .def("entries",
+           [](PyStaged& s) {
+             auto keeper = std::make_shared<StagedStateDict>(s.staged);
+             py::list out;
+             for (const auto& e : s.staged.state_dict().entries()) {
+               if (!e.is_tensor()) continue;
+               out.append(py::make_tuple(e.name, py::cast(PyTensor{e.view, keeper, false})));
+             }
+             return out;
+           })
+      .def("commit",
+           [](PyStaged& s) {
+             auto fut = released([&] { return s.staged.commit(); });
+             return wrap(std::move(fut), [](const std::uint64_t& v) { return py::int_(v); });
+           })
+      .def("abort", [](PyStaged& s) { released([&] { s.staged.abort(); }); });
+
+  py::class_<PyStore>(m, "Store")
+      .def_static("embedded",
+                  [](const py::dict& kw) {
+                    auto o = store_options(kw);
+                    auto r = released([&] { return Store::embedded(std::move(o)); });
+                    if (!r.ok()) raise_status(r.status());
+                    return std::make_unique<PyStore>(std::move(r).value());
+                  })
+      .def_static("connect",
+                  [](const std::string& address, const py::dict& kw) {
+                    auto o = store_options(kw);
+                    auto r = released([&] { return Store::connect(address, std::move(o)); });
+                    if (!r.ok()) raise_status(r.status());
+                    return std::make_unique<PyStore>(std::move(r).value());
+                  })
+      .def_static("from_env",
+                  [](const py::dict& kw) {
+                    auto o = store_options(kw);
+                    auto r = released([&] { return Store::from_env(std::move(o)); });
+                    if (!r.ok()) raise_status(r.status());
+                    return std::make_unique<PyStore>(std::move(r).value());
+                  })
+      .def("close", &PyStore::close)
+      .def_property_readonly("closed", [](PyStore& self) { return self.s().closed(); })
+      .def_property_readonly("address", [](PyStore& self) { return self.s().address(); })
+      .def_property_readonly("port", [](PyStore& self) { return self.s().port(); })
+      // -- tensors and objects ---------------------------------------------------
+      .def("put",
+           [](PyStore& self, std::string key, py::object src, bool as_bool) {
+             auto in = import_tensor(src, as_bool, false, "put '" + key + "'");
+             auto fut = released([&] { return self.s().put(key, in.view); });
+             return wrap_void(std::move(fut), {in.owner});
+           })
+      .def("put_shard",
+           [](PyStore& self, std::string key, py::object src, bool as_bool, Shape g, Shape o,
+              Shape l) {
+             const std::string what = "put '" + key + "'";
+             auto in = import_tensor(src, as_bool, false, what);
+             auto slice = slice_or_raise(g, o, l, what);
+             auto fut = released([&] { return self.s().put(key, in.view, slice); });
+             return wrap_void(std::move(fut), {in.owner});
+           })
+      .def("put_batch",
+           [](PyStore& self, const py::list& items) {
+             std::vector<std::pair<std::string, TensorView>> views;
+             std::vector<py::object> keep;
+             for (auto h : items) {
+               auto t = h.cast<py::tuple>();
+               auto key = t[0].cast<std::string>();
+               auto in = import_tensor(t[1], t[2].cast<bool>(), false, "put_batch '" + key + "'");
+               views.emplace_back(std::move(key), in.view);
+               keep.push_back(std::move(in.owner));
+             }
+             auto fut = released([&] { return self.s().put_batch(std::move(views)); });
+             return wrap_void(std::move(fut), std::move(keep));
+           })
+      .def("put_object",
+           [](PyStore& self, std::string key, py::bytes data, int format) {
+             std::string bytes = data;
+             auto fut = released([&] {
+               return self.s().put_object(key, std::move(bytes), static_cast<ObjectFormat>(format));
+             });
+             return wrap_void(std::move(fut));
+           })
+      .def("get",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return get_any(self, key); });
+             return wrap(std::move(fut), any_out);
+           })
+      .def("get_tensor",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return self.s().get(key); });
+             return wrap(std::move(fut), tensor_out);
+           })
+      .def("get_view",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return self.s().get_view(key); });
+             return wrap(std::move(fut), tensor_out);
+           })
+      .def("get_slice",
+           [](PyStore& self, std::string key, Shape g, Shape o, Shape l) {
+             auto slice = slice_or_raise(g, o, l, "get '" + key + "'");
+             auto fut = released([&] { return self.s().get(key, slice); });
+             return wrap(std::move(fut), tensor_out);
+           })
+      .def("get_object",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return self.s().get_stored_object(key); });
+             return wrap(std::move(fut), object_out);
+           })
+      .def("get_batch",
+           [](PyStore& self, std::vector<std::string> keys) {
+             std::vector<Future<AnyValue>> futs;
+             released([&] {
+               for (const auto& k : keys) futs.push_back(get_any(self, k));
+             });
+             return wrap(gather(std::move(futs)), [](const std::vector<AnyValue>& vs) {
+               py::list out;
+               for (const auto& v : vs) out.append(any_out(v));
+               return py::object(out);
+             });
+           })
+      .def("get_into",
+           [](PyStore& self, std::string key, py::object dst, bool as_bool) {
+             auto in = import_tensor(dst, as_bool, true, "get_into '" + key + "'");
+             auto fut = released([&] { return self.s().get_into(key, in.view); });
+             return wrap_void(std::move(fut), {in.owner});
+           })
+      .def("get_into_slice",
+           [](PyStore& self, std::string key, py::object dst, bool as_bool, Shape g, Shape o,
+              Shape l) {
+             const std::string what = "get_into '" + key + "'";
+             auto in = import_tensor(dst, as_bool, true, what);
+             auto slice = slice_or_raise(g, o, l, what);
+             auto fut = released([&] { return self.s().get_into(key, in.view, slice); });
+             return wrap_void(std::move(fut), {in.owner});
+           })
+      .def("get_into_batch",
+           [](PyStore& self, const py::list& items) {
+             std::vector<std::pair<std::string, TensorView>> views;
+             std::vector<py::object> keep;
+             for (auto h : items) {
+               auto t = h.cast<py::tuple>();
+               auto key = t[0].cast<std::string>();
+               auto in = import_tensor(t[1], t[2].cast<bool>(), true, "get_into '" + key + "'");
+               views.emplace_back(std::move(key), in.view);
+               keep.push_back(std::move(in.owner));
+             }
+             auto fut = released([&] { return self.s().get_into_batch(std::move(views)); });
+             return wrap_void(std::move(fut), std::move(keep));
+           })
+      // -- the key space ---------------------------------------------------------
+      .def("keys",
+           [](PyStore& self, std::string prefix) {
+             auto fut = released([&] { return self.s().keys(prefix); });
+             return wrap(std::move(fut),
+                         [](const std::vector<std::string>& k) { return py::object(py::cast(k)); });
+           })
+      .def("list",
+           [](PyStore& self, std::string prefix) {
+             auto fut = released([&] { return self.s().list(prefix); });
+             return wrap(std::move(fut), [](const std::vector<KeyInfo>& k) {
+               return py::object(key_infos_out(k));
+             });
+           })
+      .def("exists",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return self.s().exists(key); });
+             return wrap(std::move(fut), [](const bool& b) { return py::object(py::bool_(b)); });
+           })
+      .def("remove",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return self.s().remove(key); });
+             return wrap_void(std::move(fut));
+           })
+      .def("remove_batch",
+           [](PyStore& self, std::vector<std::string> keys) {
+             auto fut = released([&] { return self.s().remove_batch(std::move(keys)); });
+             return wrap(std::move(fut),
+                         [](const std::size_t& n) { return py::object(py::int_(n)); });
+           })
+      .def("stats",
+           [](PyStore& self) {
+             auto fut = released([&] { return self.s().stats(); });
+             return wrap(std::move(fut), [](const std::vector<VolumeStats>& vs) {
+               py::list out;
+               for (const auto& v : vs) {
+                 py::dict d;
+                 d["volume_id"] = v.volume_id;
+                 d["bytes_held"] = v.bytes_held;
+                 d["capacity_bytes"] = v.capacity_bytes;
+                 d["objects"] = v.objects;
+                 d["staged"] = v.staged;
+                 d["leases"] = v.leases;
+                 out.append(d);
+               }
+               return py::object(out);
+             });
+           })
+      // -- state dicts -----------------------------------------------------------
+      .def("put_state_dict",
+           [](PyStore& self, std::string key, const py::list& entries, const py::dict& opts) {
+             auto in = state_dict_in(entries, false, "put_state_dict '" + key + "'");
+             auto o = put_options(opts);
+             auto fut = released([&] { return self.s().put_state_dict(key, *in.sd, o); });
+             return wrap_void(std::move(fut), std::move(in.keep), in.sd);
+           })
+      .def("get_state_dict",
+           [](PyStore& self, std::string key) {
+             auto fut = released([&] { return self.s().get_state_dict(key); });
+             return wrap(std::move(fut),
+                         [](const StateDict& sd) { return py::object(state_dict_out(sd)); });
+           })
+      .def("get_state_dict_into",
+           [](PyStore& self, std::string key, const py::list& entries) {
+             auto in = state_dict_in(entries, true, "get_state_dict_into '" + key + "'");
+             auto sd = in.sd;
+             auto fut = released([&] { return self.s().get_state_dict_into(key, *sd); });
+             auto done = fut.then([sd]() { return sd; });
+             return wrap(
+                 std::move(done),
+                 [](const std::shared_ptr<StateDict>& s) { return py::object(values_out(*s)); },
+                 std::move(in.keep), in.sd);
+           })
+      .def("publish_state_dict",
+           [](PyStore& self, std::string prefix, const py::list& entries, int keep,
+              const py::dict& opts) {
+             auto in = state_dict_in(entries, false, "publish_state_dict '" + prefix + "'");
+             auto o = put_options(opts);
+             auto fut =
+                 released([&] { return self.s().publish_state_dict(prefix, *in.sd, keep, o); });
+             return wrap(
+                 std::move(fut), [](const std::uint64_t& v) { return py::object(py::int_(v)); },
+                 std::move(in.keep), in.sd);
+           })
+      .def("latest_version",
+           [](PyStore& self, std::string prefix) {
+             auto fut = released([&] { return self.s().latest_version(prefix); });
+             return wrap(std::move(fut),
+                         [](const std::uint64_t& v) { return py::object(py::int_(v)); });
+           })
+      .def("get_latest_state_dict_into",
+           [](PyStore& self, std::string prefix, const py::list& entries) {
+             auto in = state_dict_in(entries, true, "get_latest_state_dict_into '" + prefix + "'");
+             auto sd = in.sd;
+             auto fut = released([&] { return self.s().get_latest_state_dict_into(prefix, *sd); });
+             auto done = fut.then([sd](std::uint64_t v) { return std::make_pair(v, sd); });
+             return wrap(
+                 std::move(done),
+                 [](const std::pair<std::uint64_t, std::shared_ptr<StateDict>>& r) {
+                   return py::object(py::make_tuple(r.first, values_out(*r.second)));
+                 },
+                 std::move(in.keep), in.sd);
+           })
+      .def("get_next_state_dict_into",
+           [](PyStore& self, std::string prefix, const py::list& entries, std::uint64_t after,
+              py::object timeout) {
+             auto in = state_dict_in(entries, true, "get_next_state_dict_into '" + prefix + "'");
+             const auto wait = seconds_arg(timeout, "timeout");
+             auto sd = in.sd;
+             auto fut = released(
+                 [&] { return self.s().get_next_state_dict_into(prefix, *sd, after, wait); });
+             auto done = fut.then([sd](std::uint64_t v) { return std::make_pair(v, sd); });
+             return wrap(
+                 std::move(done),
+                 [](const std::pair<std::uint64_t, std::shared_ptr<StateDict>>& r) {
+                   return py::object(py::make_tuple(r.first, values_out(*r.second)));
+                 },
+                 std::move(in.keep), in.sd);
+           })
+      .def("stage_publish",
+           [](PyStore& self, std::string prefix, const py::list& specs, int keep,
+              const py::dict& opts) {
+             auto s = specs_in(specs, "stage_publish '" + prefix + "'");
+             auto o = put_options(opts);
+             auto fut =
+                 released([&] { return self.s().stage_publish(prefix, std::move(s), keep, o); });
+             return wrap(std::move(fut),
+                         [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
+           })
+      .def("stage_state_dict",
+           [](PyStore& self, std::string key, const py::list& specs, const py::dict& opts) {
+             auto s = specs_in(specs, "stage_state_dict '" + key + "'");
+             auto o = put_options(opts);
+             auto fut = released([&] { return self.s().stage_state_dict(key, std::move(s), o); });
+             return wrap(std::move(fut),
+                         [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
+           });
+
+  m.def("available_transports", &Store::available_transports);
+  m.def("transport_status", [] {
+    py::dict out;
+    for (const auto& [name, s] : Store::transport_status()) {
+      out[py::str(name)] = s.ok() ? py::object(py::none()) : py::object(py::str(s.message()));
+    }
+    return out;
+  });
+}
+
+}  // namespace meshstore::python
