@@ -13,7 +13,7 @@ import json
 import pickle
 from collections.abc import Mapping
 
-from ._tensors import Tensor, export, is_tensor
+from ._tensors import export, is_tensor
 
 STRUCTURE = "__meshstore_structure__"
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -128,6 +128,22 @@ def unflatten(pairs):
     return root
 
 
+def leaves(sd):
+    """{torch-style name: (path, leaf)} of a state dict."""
+    out = []
+    _walk(sd, [], out)
+    return {".".join(str(c) for c, _ in path): (path, leaf) for path, leaf in out if path}
+
+
+def set_leaf(sd, path, value):
+    """Replaces the leaf at `path` (kept when its container is a tuple)."""
+    node = sd
+    for c, _ in path[:-1]:
+        node = node[c]
+    if not isinstance(node, tuple):
+        node[path[-1][0]] = value
+
+
 def write_values_back(sd, flat, values):
     """Puts the values read by a get_state_dict_into into the caller's dict
     (its tensors were filled in place)."""
@@ -141,14 +157,9 @@ def write_values_back(sd, flat, values):
         if name in doc_pickled:
             value = pickle.loads(value)
         path = flat.paths.get(name)
-        if path is None:
-            continue
-        node = sd
-        for c, _ in path[:-1]:
-            node = node[c]
-        if isinstance(node, tuple):
-            continue  # an immutable container keeps its old value
-        node[path[-1][0]] = value
+        if path is not None:
+            set_leaf(sd, path, value)
 
 
-__all__ = ["STRUCTURE", "Flat", "flatten", "unflatten", "write_values_back", "Tensor"]
+__all__ = ["STRUCTURE", "Flat", "flatten", "leaves", "set_leaf", "unflatten",
+           "write_values_back"]

@@ -1,0 +1,48 @@
+"""Objects that are not tensors: bytes and str as themselves, the rest pickled."""
+
+import pytest
+import torch
+
+import meshstore
+
+
+def test_bytes_str_and_pickled_objects_come_back_as_put(store):
+    store.put("raw", b"\x00\x01binary").result()
+    store.put("text", "h\u00e9llo").result()
+    store.put("obj", {"lr": 0.1, "steps": [1, 2, 3], "name": None}).result()
+    assert store.get("raw").result() == b"\x00\x01binary"
+    assert store.get("text").result() == "h\u00e9llo"
+    assert store.get("obj").result() == {"lr": 0.1, "steps": [1, 2, 3], "name": None}
+    infos = {i["key"]: i for i in store.list("").result()}
+    assert infos["raw"]["format"] == "bytes"
+    assert infos["text"]["format"] == "utf8"
+    assert infos["obj"]["format"] == "pickle"
+    assert infos["text"]["nbytes"] == len("h\u00e9llo".encode())  # stored as its UTF-8
+
+
+def test_large_objects_travel_through_a_transport(store):
+    blob = bytes(range(256)) * 4096  # 1 MiB: more than fits in a control message
+    store.put("blob", blob).result()
+    assert store.get("blob").result() == blob
+
+
+def test_objects_and_tensors_mix_in_batches(store):
+    store.put_batch({"t": torch.ones(2), "o": [1, 2], "s": "x"}).result()
+    t, o, s = store.get_batch(["t", "o", "s"]).result()
+    assert torch.equal(t.torch(), torch.ones(2)) and o == [1, 2] and s == "x"
+
+
+def test_an_object_is_not_a_tensor(store):
+    store.put("o", "text").result()
+    with pytest.raises(meshstore.WrongKindError, match="holds an object"):
+        store.get_into("o", torch.empty(4, dtype=torch.uint8)).result()
+    with pytest.raises(TypeError, match="slice needs a tensor"):
+        store.put("o", "text", slice=meshstore.TensorSlice((1,), (0,), (1,)))
+
+
+def test_replacing_a_key_changes_its_kind(store):
+    store.put("k", torch.ones(3)).result()
+    store.put("k", "now text").result()
+    assert store.get("k").result() == "now text"
+    store.put("k", torch.zeros(2)).result()
+    assert torch.equal(store.get("k").result().torch(), torch.zeros(2))

@@ -1,0 +1,119 @@
+"""State dicts from Python: torch's names, the structure that was put, in
+place reads, publishing, staged (zero-copy) publishing and transfer dtype."""
+
+import pytest
+import torch
+
+import meshstore
+
+
+def transformer():
+    torch.manual_seed(0)
+    return torch.nn.Transformer(d_model=32, nhead=2, num_encoder_layers=1,
+                                num_decoder_layers=1, dim_feedforward=64)
+
+
+def test_a_flat_state_dict_stays_flat_with_torchs_names(store):
+    sd = transformer().state_dict()
+    store.put_state_dict("model", sd).result()
+    back = store.get_state_dict("model").result()
+    assert list(back) == list(sd)  # same names, same order
+    assert all(torch.equal(back[k].torch(), v) for k, v in sd.items())
+    # The stored names are torch's: what a C++ reader of the state dict sees.
+    raw = [name for name, _ in store._s.get_state_dict("model").result()]
+    assert raw == list(sd)
+
+
+def test_nested_dicts_and_lists_come_back_nested():
+    with meshstore.Store.embedded() as store:
+        w = torch.randn(3, 3)
+        sd = {"model": {"w": w, "b": torch.zeros(3)},
+              "optim": {"state": {0: None, "1": [torch.ones(2), torch.full((2,), 2.0)]},
+                        "param_groups": [{"lr": 0.01, "betas": (0.9, 0.99), "name": "adam"}]},
+              "step": 7, "done": False, "tag": b"\x00x"}
+        sd["optim"]["state"] = {"0": {"exp_avg": torch.ones(3)},
+                                "1": [torch.ones(2), torch.full((2,), 2.0)]}
+        store.put_state_dict("ck", sd).result()
+        back = store.get_state_dict("ck").result()
+        assert set(back) == {"model", "optim", "step", "done", "tag"}
+        assert torch.equal(back["model"]["w"].torch(), w)
+        assert isinstance(back["optim"]["state"]["1"], list)
+        assert torch.equal(back["optim"]["state"]["1"][1].torch(), torch.full((2,), 2.0))
+        assert back["optim"]["param_groups"][0]["lr"] == 0.01
+        assert back["optim"]["param_groups"][0]["betas"] == [0.9, 0.99]  # tuples come back as lists
+        assert back["step"] == 7 and back["done"] is False and back["tag"] == b"\x00x"
+        # Nested names are joined with '.', as torch.distributed.checkpoint does.
+        raw = [name for name, _ in store._s.get_state_dict("ck").result()]
+        assert "optim.state.1.0" in raw and "optim.param_groups.0.lr" in raw
+
+
+def test_get_state_dict_into_fills_the_callers_tensors_and_values(store):
+    model = transformer()
+    sd = dict(model.state_dict())
+    sd["step"] = 5
+    store.put_state_dict("m", sd).result()
+    other = torch.nn.Transformer(d_model=32, nhead=2, num_encoder_layers=1,
+                                 num_decoder_layers=1, dim_feedforward=64)
+    dst = dict(other.state_dict())
+    dst["step"] = 0
+    ptrs = {k: v.data_ptr() for k, v in dst.items() if torch.is_tensor(v)}
+    assert store.get_state_dict_into("m", dst).result() is dst
+    assert dst["step"] == 5
+    for k, v in model.state_dict().items():
+        assert torch.equal(dst[k], v) and dst[k].data_ptr() == ptrs[k]
+    # The model's own parameters were written in place.
+    assert torch.equal(other.state_dict()["encoder.layers.0.linear1.weight"],
+                       model.state_dict()["encoder.layers.0.linear1.weight"])
+
+
+def test_a_destination_that_does_not_match_is_refused_untouched(store):
+    store.put_state_dict("m", {"a": torch.ones(2), "b": torch.ones(3)}).result()
+    dst = {"a": torch.zeros(2), "b": torch.zeros(4), "c": torch.zeros(1)}
+    with pytest.raises(ValueError) as e:
+        store.get_state_dict_into("m", dst).result()
+    assert "extra 'c'" in str(e.value) and "mismatched 'b" in str(e.value)
+    assert (dst["a"] == 0).all()
+
+
+def test_two_names_that_flatten_alike_are_refused(store):
+    with pytest.raises(ValueError, match="same name 'a.b'"):
+        store.put_state_dict("x", {"a": {"b": torch.ones(1)}, "a.b": torch.ones(1)})
+
+
+def test_transfer_dtype_stores_float32_as_bfloat16(store):
+    sd = {"w": torch.randn(4, 4), "ids": torch.arange(3)}
+    store.put_state_dict("t", sd, transfer_dtype=torch.bfloat16).result()
+    back = store.get_state_dict("t").result()
+    assert back["w"].dtype == "bfloat16" and back["ids"].dtype == "int64"
+    assert torch.equal(back["w"].torch(), sd["w"].to(torch.bfloat16))
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        store.put_state_dict("t", sd, transfer_dtype="float64")
+
+
+def test_publish_and_follow_versions(store):
+    sd = {"w": torch.zeros(8), "step": 0}
+    reader = {"w": torch.empty(8), "step": -1}
+    v = 0
+    for step in range(1, 4):
+        sd["w"].fill_(step)
+        sd["step"] = step
+        assert store.publish_state_dict("weights", sd).result() == step
+        v = store.get_next_state_dict_into("weights", reader, v, timeout=10).result()
+        assert v == step and reader["step"] == step and (reader["w"] == step).all()
+    assert store.latest_version("weights").result() == 3
+    assert store.get_latest_state_dict_into("weights", reader).result() == 3
+
+
+def test_stage_publish_fills_the_stores_memory_in_place(store):
+    staged = store.stage_publish("w", [("a", "float32", [64, 64]), ("b", "int64", [3])]).result()
+    a = staged.tensors["a"].torch()
+    a.fill_(1.5)
+    staged.tensors["b"].torch().copy_(torch.tensor([1, 2, 3]))
+    assert staged.commit().result() == 1
+    back = store.get_state_dict("w/v1").result()
+    assert torch.equal(back["a"].torch(), torch.full((64, 64), 1.5))
+    assert back["b"].torch().tolist() == [1, 2, 3]
+    # Specs from tensors: the next version reuses the shapes.
+    nxt = store.stage_publish("w", {"a": a, "b": torch.zeros(3, dtype=torch.int64)}).result()
+    nxt.abort()
+    assert store.latest_version("w").result() == 1

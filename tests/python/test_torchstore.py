@@ -1,0 +1,138 @@
+"""meshstore.torchstore: torchstore's module-level API and semantics."""
+
+import pytest
+import pytest_asyncio
+import torch
+
+import meshstore.torchstore as ts
+
+
+@pytest_asyncio.fixture
+async def initialized():
+    await ts.initialize()
+    yield
+    await ts.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_put_get_and_inplace(initialized):
+    t = torch.randn(4, 6)
+    await ts.put("w", t)
+    got = await ts.get("w")
+    assert isinstance(got, torch.Tensor) and torch.equal(got, t)
+    buf = torch.empty(4, 6)
+    assert await ts.get("w", inplace_tensor=buf) is buf
+    assert torch.equal(buf, t)
+    await ts.put("obj", {"a": 1})
+    assert await ts.get("obj") == {"a": 1}
+
+
+@pytest.mark.asyncio
+async def test_a_miss_is_a_key_error(initialized):
+    with pytest.raises(KeyError):
+        await ts.get("missing")
+    with pytest.raises(KeyError):
+        await ts.delete("missing")
+
+
+@pytest.mark.asyncio
+async def test_keys_match_whole_components(initialized):
+    for k in ["model.layers.0.w", "model.layers.1.w", "model.layers_extra.w", "other"]:
+        await ts.put(k, torch.ones(1))
+    assert await ts.keys("model.layers") == ["model.layers.0.w", "model.layers.1.w"]
+    assert len(await ts.keys()) == 4
+    await ts.delete("other")
+    assert not await ts.exists("other")
+    assert await ts.delete_batch(["model.layers.0.w", "nope"]) == 1
+
+
+@pytest.mark.asyncio
+async def test_slices_and_partially_committed_keys(initialized):
+    full = torch.arange(24.0).reshape(4, 6)
+    top = ts.TensorSlice(offsets=(0, 0), coordinates=(0,), global_shape=(4, 6),
+                         local_shape=(2, 6), mesh_shape=(2,))
+    bottom = ts.TensorSlice(offsets=(2, 0), coordinates=(1,), global_shape=(4, 6),
+                            local_shape=(2, 6), mesh_shape=(2,))
+    store = ts._store(ts.DEFAULT_TORCHSTORE_NAME)
+    await store.put("sh", full[:2], slice=top._box())
+    assert not await ts.exists("sh")  # partially committed
+    await store.put("sh", full[2:], slice=bottom._box())
+    assert await ts.exists("sh")
+    mid = ts.TensorSlice(offsets=(1, 2), coordinates=(), global_shape=(4, 6),
+                         local_shape=(2, 3), mesh_shape=())
+    assert torch.equal(await ts.get("sh", tensor_slice_spec=mid), full[1:3, 2:5])
+    buf = torch.empty(2, 3)
+    assert await ts.get("sh", inplace_tensor=buf, tensor_slice_spec=mid) is buf
+    assert torch.equal(buf, full[1:3, 2:5])
+
+
+@pytest.mark.asyncio
+async def test_batches(initialized):
+    await ts.put_batch({"a": torch.ones(2), "b": torch.zeros(3), "c": "text"})
+    got = await ts.get_batch(["a", "b", "c"])
+    assert list(got) == ["a", "b", "c"] and got["c"] == "text"
+    into = torch.empty(3)
+    got = await ts.get_batch({"a": None, "b": into})
+    assert got["b"] is into and torch.equal(got["a"], torch.ones(2))
+
+
+@pytest.mark.asyncio
+async def test_state_dicts(initialized):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    await ts.put_state_dict(model.state_dict(), "m")
+    whole = await ts.get_state_dict("m")
+    assert set(whole) == set(model.state_dict())
+    assert all(isinstance(v, torch.Tensor) for v in whole.values())
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    sd = fresh.state_dict()
+    assert await ts.get_state_dict("m", user_state_dict=sd) is sd
+    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters()))
+    # strict=False fills the names both have and leaves the rest.
+    partial = {"0.weight": torch.zeros(8, 4), "extra": torch.full((1,), 5.0)}
+    await ts.get_state_dict("m", user_state_dict=partial, strict=False)
+    assert torch.equal(partial["0.weight"], model[0].weight) and partial["extra"].item() == 5.0
+    with pytest.raises(ValueError):
+        await ts.get_state_dict("m", user_state_dict={"0.weight": torch.zeros(8, 4)})
+    await ts.put_state_dict(model.state_dict(), "m16", transfer_dtype=torch.bfloat16)
+    assert (await ts.get_state_dict("m16"))["0.weight"].dtype == torch.bfloat16
+
+
+@pytest.mark.asyncio
+async def test_setup_errors():
+    with pytest.raises(RuntimeError, match="not initialized"):
+        await ts.get("x")
+    with pytest.raises(RuntimeError, match="Must specify controller strategy"):
+        await ts.initialize(num_storage_volumes=2)
+    await ts.initialize(num_storage_volumes=3, strategy=ts.ControllerStorageVolumes())
+    try:
+        with pytest.raises(RuntimeError, match="already initialized"):
+            await ts.initialize()
+        assert len(await ts._store(ts.DEFAULT_TORCHSTORE_NAME).stats()) == 3
+    finally:
+        await ts.shutdown()
+    await ts.shutdown()  # idempotent
+    await ts.initialize(store_name="other")
+    try:
+        with pytest.raises(NotImplementedError, match="direct_rdma"):
+            await ts.put_state_dict({}, "k", store_name="other", direct_rdma=True)
+    finally:
+        await ts.shutdown("other")
+
+
+@pytest.mark.asyncio
+async def test_dtensor_shards_go_in_and_reshard_out(initialized):
+    if ts._dtensor_type() is None:
+        pytest.skip(f"torch {torch.__version__} has no DTensor (torch.distributed.tensor): "
+                    "Debian 12's python3-torch 1.13 predates it")
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,))
+    full = torch.arange(16.0).reshape(4, 4)
+    await ts.put("dt", distribute_tensor(full, mesh, [Shard(0)]))
+    into = distribute_tensor(torch.zeros(4, 4), mesh, [Shard(1)])
+    await ts.get("dt", inplace_tensor=into)
+    assert torch.equal(into.full_tensor(), full)
