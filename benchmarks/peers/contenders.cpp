@@ -35,6 +35,12 @@ std::string describe(const std::string& contender) {
     return "meshstore, the transport the store picks for the pair (shm on one host): A "
            "publishes (publish_state_dict), B streams it (get_next_state_dict_into)";
   }
+  if (contender == "meshstore-python") {
+    return "meshstore from Python (import meshstore, torch tensors through DLPack), the "
+           "transport the store picks: A publishes (publish_state_dict), B streams it into its "
+           "own tensors (get_next_state_dict_into) (peer_meshstore.py; one intra-op thread "
+           "each)";
+  }
   if (contender == "meshstore-inplace") {
     return "meshstore zero-copy publishing, the transport the store picks: A produces each "
            "version straight into the store's staged shared memory (stage_publish; producing "

@@ -36,7 +36,8 @@ inline bool is_meshstore(const std::string& c) {
 }
 /// The transport a meshstore contender forces ("" = the store picks).
 inline std::string transport_of(const std::string& c) {
-  return c == "meshstore" || c == "meshstore-inplace" ? "" : c.substr(10);
+  return c == "meshstore" || c == "meshstore-inplace" || c == "meshstore-python" ? ""
+                                                                                 : c.substr(10);
 }
 
 /// The file of the safetensors contender, named after the writer's pid.
@@ -57,7 +58,7 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
 /// buffers and answers "done END_NS OK".
 int run_reader(const Args& a);
 
-/// Runs an external contender (gloo, mpi), which starts both its processes;
+/// Runs an external contender (gloo, mpi, meshstore-python), which starts both its processes;
 /// the median seconds of its rounds after `warm`, or why it was skipped.
 meshstore::Result<double> run_external(const Args& a, const std::string& contender,
                                        const Workload& w, int warm);

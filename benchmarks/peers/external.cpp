@@ -1,6 +1,7 @@
 // peer_bench's contenders that start both their processes themselves:
-// gloo (peer_gloo.py under python3) and mpi (peer_mpi under mpirun), which
-// report each round on stdout (see contenders.hpp).
+// gloo (peer_gloo.py under python3), meshstore-python (peer_meshstore.py)
+// and mpi (peer_mpi under mpirun), which report each round on stdout (see
+// contenders.hpp).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,12 +35,13 @@ bool executable(const std::string& path) { return ::access(path.c_str(), X_OK) =
 meshstore::Result<std::vector<std::string>> external_command(const std::string& contender,
                                                              const std::string& spec, int rounds) {
   const std::string dir = own_dir();
-  if (contender == "gloo") {
+  if (contender == "gloo" || contender == "meshstore-python") {
     if (!executable("/usr/bin/python3")) {
       return meshstore::Status(meshstore::Errc::unavailable,
                                "no /usr/bin/python3 (apt-get install python3-torch)");
     }
-    return std::vector<std::string>{"/usr/bin/python3", dir + "/peer_gloo.py", "--spec", spec,
+    const std::string script = contender == "gloo" ? "/peer_gloo.py" : "/peer_meshstore.py";
+    return std::vector<std::string>{"/usr/bin/python3", dir + script,          "--spec", spec,
                                     "--rounds",         std::to_string(rounds)};
   }
 #if MESHSTORE_HAVE_MPI

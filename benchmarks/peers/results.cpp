@@ -162,7 +162,7 @@ void write_results(const Args& a, const Results& r) {
     // The goal's figures: meshstore with the transport it picks for the
     // pair, publishing by copy and in place.
     std::string line;
-    for (const char* c : {"meshstore", "meshstore-inplace"}) {
+    for (const char* c : {"meshstore", "meshstore-inplace", "meshstore-python"}) {
       if (!row.count(c) || !row.at(c).ok() || best_other <= 0) continue;
       line += std::string(line.empty() ? "" : ", ") + c + " " + fixed(best_other / *row.at(c), 2) +
               " x";

@@ -67,7 +67,9 @@ std::string read_line(FILE* f, const char* what) {
 meshstore::Result<double> run_contender(const Args& a, const std::string& contender, Workload& w) {
   std::vector<double> times;
   const int warm = 2;  // the first versions fault in fresh memory
-  if (contender == "gloo" || contender == "mpi") return run_external(a, contender, w, warm);
+  if (contender == "gloo" || contender == "mpi" || contender == "meshstore-python") {
+    return run_external(a, contender, w, warm);
+  }
   if (contender == "memcpy") {
     Workload dst = make_workload(w.name, a.smoke);
     for (int r = 0; r < a.iters + warm; ++r) {

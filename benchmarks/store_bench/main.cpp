@@ -19,6 +19,9 @@
 //       a tensor put as 2 row shards and read as 4 column shards.
 //   store_bench --scenario safetensors-load [--bytes 2GiB]
 //       a safetensors checkpoint loaded into the store, against read().
+//   store_bench --scenario python [--bytes 1GiB] [--model qwen3-0.6b] [--smoke]
+//       the same calls from C++ and from Python (benchmarks/python/py_bench.py,
+//       torch tensors through DLPack), each on an embedded store, one run.
 //   --processes 1     everything in one process (an embedded store)
 //   --transport cuda-ipc   runs cuda_bench (GPU memory) instead
 //   store_bench --smoke      every scenario, tiny, for CI (single and small
@@ -80,6 +83,12 @@ int run(int argc, char** argv) {
   if (!a.peer.empty()) usage("unknown --peer role");
   if (a.transport == "cuda-ipc") return run_cuda_bench(a);
   signal(SIGPIPE, SIG_IGN);
+  if (a.scenario == "python") {
+    // Its own smoke run (ctest bench.store_bench.python_smoke): it needs
+    // the Python package and torch, which --smoke's scenarios do not.
+    run_python(a);
+    return 0;
+  }
   if (a.smoke) {
     // Every scenario over the same-host and the cross-host data planes.
     for (const char* transport : {"shm", "tcp", "cma"}) {
@@ -108,6 +117,8 @@ int run(int argc, char** argv) {
     run_reshard(a);
   else if (a.scenario == "safetensors-load")
     run_safetensors_load(a);
+  else if (a.scenario == "python")
+    run_python(a);
   else
     run_weight_sync(a);
   return 0;

@@ -29,6 +29,9 @@ int run_reader(const Args& a);
 /// store or into caller buffers, against read() of its files.
 void run_safetensors_load(const Args& a);
 
+/// --scenario python: the same calls from C++ and from Python
+/// (benchmarks/python/py_bench.py) in one run, and their ratios.
+void run_python(const Args& a);
 /// The loader process of safetensors-load (--peer load).
 int run_loader(const Args& a);
 

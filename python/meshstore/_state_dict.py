@@ -22,7 +22,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 def _leaf_entry(name, x, what, for_write):
     """(native entry, pickled?) of one leaf."""
     if is_tensor(x):
-        src, as_bool = export(x, f"{what}: entry '{name}'", for_write)
+        src, as_bool = export(x, what, for_write, name)
         return (name, "t", src, as_bool), False
     if isinstance(x, bool):
         return (name, "?", x, False), False
@@ -37,19 +37,24 @@ def _leaf_entry(name, x, what, for_write):
     return (name, "b", pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL), False), True
 
 
-def _walk(node, path, out):
-    """Appends (path, leaf) for every leaf under `node`, depth first."""
-    if isinstance(node, Mapping):
-        for k, v in node.items():
-            if not isinstance(k, str):
-                raise TypeError(f"state dict keys must be str, got {type(k).__name__} {k!r} "
-                                f"at '{'.'.join(str(p) for p, _ in path)}'")
-            _walk(v, path + [(k, False)], out)
-    elif isinstance(node, (list, tuple)):
-        for i, v in enumerate(node):
-            _walk(v, path + [(i, True)], out)
-    else:
-        out.append((path, node))
+_CONTAINERS = (Mapping, list, tuple)
+
+
+def _walk(node, prefix, path, out):
+    """Appends (name, path, leaf) for every leaf under the container `node`,
+    depth first; `prefix` is the name so far ("" at the root)."""
+    items = node.items() if isinstance(node, Mapping) else enumerate(node)
+    is_index = not isinstance(node, Mapping)
+    for k, v in items:
+        if not is_index and not isinstance(k, str):
+            where = ".".join(str(c) for c, _ in path) or "the top level"
+            raise TypeError(f"state dict keys must be str, got {type(k).__name__} {k!r} "
+                            f"at {where}")
+        name = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, _CONTAINERS):
+            _walk(v, name, path + [(k, is_index)], out)
+        else:
+            out.append((name, path + [(k, is_index)], v))
 
 
 class Flat:
@@ -64,20 +69,23 @@ class Flat:
 def flatten(sd, what, for_write=False):
     if not isinstance(sd, Mapping):
         raise TypeError(f"{what}: a state dict is a dict, got {type(sd).__name__}")
-    leaves = []
-    _walk(sd, [], leaves)
     entries, paths, pickled = [], {}, []
-    nested = False
-    for path, leaf in leaves:
-        if not path:
-            continue
-        nested = nested or len(path) > 1 or path[0][1]
-        name = ".".join(str(c) for c, _ in path)
+    nested = any(isinstance(v, _CONTAINERS) for v in sd.values())
+    if nested:
+        leaves = []
+        _walk(sd, "", [], leaves)
+    else:  # the common case: a flat dict (model.state_dict())
+        for k in sd:
+            if not isinstance(k, str):
+                raise TypeError(f"state dict keys must be str, got {type(k).__name__} {k!r} "
+                                "at the top level")
+        leaves = [(k, None, v) for k, v in sd.items()]
+    for name, path, leaf in leaves:
         if name in paths:
             raise ValueError(f"{what}: two entries flatten to the same name '{name}'")
         if name == STRUCTURE:
             raise ValueError(f"{what}: '{STRUCTURE}' is reserved")
-        paths[name] = path
+        paths[name] = path if path is not None else [(name, False)]
         entry, was_pickled = _leaf_entry(name, leaf, what, for_write)
         if was_pickled:
             pickled.append(name)
@@ -131,8 +139,8 @@ def unflatten(pairs):
 def leaves(sd):
     """{torch-style name: (path, leaf)} of a state dict."""
     out = []
-    _walk(sd, [], out)
-    return {".".join(str(c) for c, _ in path): (path, leaf) for path, leaf in out if path}
+    _walk(sd, "", [], out)
+    return {name: (path, leaf) for name, path, leaf in out}
 
 
 def set_leaf(sd, path, value):
