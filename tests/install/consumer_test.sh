@@ -37,3 +37,20 @@ c++ -std=c++17 "$consumer/consumer.cpp" -o "$work/consumer-pc" $flags
 
 echo "== the installed meshstore program runs"
 "$work/prefix/bin/meshstore" --version
+
+# The Python package, when this build has it (docs/python.md): installed
+# where Debian's python3 looks under the prefix, and importable from there.
+if compgen -G "$build/python/meshstore/_native*.so" > /dev/null; then
+  echo "== the installed Python package imports"
+  init=$(find "$work/prefix" -path '*/dist-packages/meshstore/__init__.py' | head -1)
+  [ -n "$init" ] || { echo "the Python package is missing from the prefix"; exit 1; }
+  site=$(dirname "$(dirname "$init")")
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$site" /usr/bin/python3 -c "
+import meshstore, sys
+assert meshstore.__file__.startswith('$site'), meshstore.__file__
+with meshstore.Store.embedded() as s:
+    s.put('k', b'v').result()
+    assert s.get('k').result() == b'v'
+print('installed meshstore', meshstore.__version__, 'from', '$site')
+"
+fi
