@@ -53,6 +53,24 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+/// The `p` quantile of `v` (0 <= p < 1), by nearest rank; `v` must not be
+/// empty.
+inline double percentile(std::vector<double> v, double p) {
+  if (v.empty()) die("percentile of no samples");
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
+}
+
+/// The directory this program lies in (build/bin: the scripts and programs
+/// the benchmarks run lie there too).
+inline std::string own_dir() {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) die("readlink /proc/self/exe");
+  std::string path(exe, static_cast<std::size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
 /// A child process whose stdin and stdout are pipes to this one. Dropping
 /// it closes its stdin (the child's cue to stop), reaps it, then closes its
 /// stdout.

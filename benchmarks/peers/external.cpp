@@ -19,15 +19,6 @@ namespace meshstore::bench {
 
 namespace {
 
-// The directory this program lies in (peer_gloo.py and peer_mpi lie there too).
-std::string own_dir() {
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) die("readlink /proc/self/exe");
-  std::string path(exe, static_cast<std::size_t>(n));
-  return path.substr(0, path.rfind('/'));
-}
-
 bool executable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
 
 // The command running `contender` for `rounds` rounds of the workload in

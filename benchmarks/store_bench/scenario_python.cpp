@@ -26,11 +26,6 @@ namespace meshstore::bench {
 
 namespace {
 
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
-
 template <class F>
 double median_seconds(int iters, F&& f) {
   std::vector<double> t;
@@ -40,15 +35,6 @@ double median_seconds(int iters, F&& f) {
     t.push_back(secs(t0));
   }
   return median(t);
-}
-
-// The directory holding this program (build/bin).
-std::string self_dir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) die("readlink /proc/self/exe");
-  std::string path(buf, static_cast<std::size_t>(n));
-  return path.substr(0, path.rfind('/'));
 }
 
 struct Figures {
@@ -102,7 +88,7 @@ Figures run_cpp(std::size_t n, int iters, int small_iters, const qwen3::Tensors&
 }
 
 Figures run_in_python(std::size_t n, int iters, int small_iters, const qwen3::Tensors& shapes) {
-  const std::string bin = self_dir();
+  const std::string bin = own_dir();
   const std::string script = bin + "/py_bench.py";
   char shapes_path[] = "/tmp/store_bench_shapes_XXXXXX";
   const int fd = ::mkstemp(shapes_path);

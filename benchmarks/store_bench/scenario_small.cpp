@@ -14,16 +14,6 @@ using namespace std::chrono_literals;
 
 namespace meshstore::bench {
 
-namespace {
-
-// The `p` quantile of `v` (0 <= p < 1), by nearest rank.
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
-
-}  // namespace
-
 void run_small(const Args& a) {
   const int iters = a.iters ? a.iters : (a.smoke ? 50 : 2000);
   auto session = open_session(a);

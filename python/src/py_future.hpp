@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "meshstore/future.hpp"
@@ -66,7 +67,8 @@ class PendingCall : public std::enable_shared_from_this<PendingCall> {
 template <class T>
 class Pending final : public PendingCall {
  public:
-  using Convert = std::function<py::object(const T&)>;
+  /// Turns the value into a Python object (GIL held); unused for void.
+  using Convert = std::function<py::object(const std::conditional_t<std::is_void_v<T>, bool, T>&)>;
 
   static std::shared_ptr<Pending> make(Future<T> fut, Convert convert) {
     return std::shared_ptr<Pending>(new Pending(std::move(fut), std::move(convert)));
@@ -85,40 +87,17 @@ class Pending final : public PendingCall {
   py::object value() const override {
     const auto r = fut_.get();
     if (!r.ok()) raise_status(r.status());
-    return convert_(r.value());
+    if constexpr (std::is_void_v<T>) {
+      return py::none();
+    } else {
+      return convert_(r.value());
+    }
   }
 
  private:
   Pending(Future<T> fut, Convert convert) : fut_(std::move(fut)), convert_(std::move(convert)) {}
   Future<T> fut_;
   Convert convert_;
-};
-
-template <>
-class Pending<void> final : public PendingCall {
- public:
-  static std::shared_ptr<Pending> make(Future<void> fut) {
-    return std::shared_ptr<Pending>(new Pending(std::move(fut)));
-  }
-  void arm() {
-    auto self = std::static_pointer_cast<Pending>(shared_from_this());
-    fut_.on_complete([self](const Result<void>&) { self->on_done(); });
-  }
-  bool ready() const override { return fut_.ready(); }
-  bool wait_for(std::chrono::nanoseconds timeout) const override { return fut_.wait_for(timeout); }
-  Status status() const override {
-    auto r = fut_.get();
-    return r.ok() ? Status() : r.status();
-  }
-  py::object value() const override {
-    const auto r = fut_.get();
-    if (!r.ok()) raise_status(r.status());
-    return py::none();
-  }
-
- private:
-  explicit Pending(Future<void> fut) : fut_(std::move(fut)) {}
-  Future<void> fut_;
 };
 
 /// The Python object: a handle on a PendingCall.
@@ -140,11 +119,7 @@ PyFuture wrap(Future<T> fut, Convert convert, std::vector<py::object> keep = {},
 
 inline PyFuture wrap_void(Future<void> fut, std::vector<py::object> keep = {},
                           std::shared_ptr<const void> native_keep = nullptr) {
-  auto p = Pending<void>::make(std::move(fut));
-  for (auto& k : keep) p->keep_alive(std::move(k));
-  if (native_keep) p->keep_alive_native(std::move(native_keep));
-  p->arm();
-  return PyFuture{p};
+  return wrap(std::move(fut), nullptr, std::move(keep), std::move(native_keep));
 }
 
 /// Binds _native.Future.

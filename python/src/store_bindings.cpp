@@ -223,6 +223,25 @@ std::vector<TensorSpec> specs_in(const py::list& specs, const std::string& what)
   return out;
 }
 
+// A batch [(key, source, as_bool)] as the store's (key, view) pairs, and the
+// capsules that keep them alive.
+struct ImportedBatch {
+  std::vector<std::pair<std::string, TensorView>> views;
+  std::vector<py::object> keep;
+};
+
+ImportedBatch import_batch(const py::list& items, bool for_write, const char* op) {
+  ImportedBatch out;
+  for (auto h : items) {
+    auto t = h.cast<py::tuple>();
+    auto key = t[0].cast<std::string>();
+    auto in = import_tensor(t[1], t[2].cast<bool>(), for_write, op + (" '" + key + "'"));
+    out.views.emplace_back(std::move(key), in.view);
+    out.keep.push_back(std::move(in.owner));
+  }
+  return out;
+}
+
 // -- the store ------------------------------------------------------------------
 
 class PyStore {
@@ -319,6 +338,22 @@ struct PyStaged {
   StagedStateDict staged;
 };
 
+// A read of a published version into the caller's tensors (`entries`):
+// `call(sd)` starts it; the future answers (version, the values read).
+template <class Call>
+PyFuture read_versioned_into(const py::list& entries, const std::string& what, Call&& call) {
+  auto in = state_dict_in(entries, true, what);
+  auto sd = in.sd;
+  auto fut = released([&] { return call(*sd); });
+  auto done = fut.then([sd](std::uint64_t v) { return std::make_pair(v, sd); });
+  return wrap(
+      std::move(done),
+      [](const std::pair<std::uint64_t, std::shared_ptr<StateDict>>& r) {
+        return py::object(py::make_tuple(r.first, values_out(*r.second)));
+      },
+      std::move(in.keep), in.sd);
+}
+
 }  // namespace
 
 void bind_store(py::module_& m) {
@@ -386,17 +421,9 @@ void bind_store(py::module_& m) {
            })
       .def("put_batch",
            [](PyStore& self, const py::list& items) {
-             std::vector<std::pair<std::string, TensorView>> views;
-             std::vector<py::object> keep;
-             for (auto h : items) {
-               auto t = h.cast<py::tuple>();
-               auto key = t[0].cast<std::string>();
-               auto in = import_tensor(t[1], t[2].cast<bool>(), false, "put_batch '" + key + "'");
-               views.emplace_back(std::move(key), in.view);
-               keep.push_back(std::move(in.owner));
-             }
-             auto fut = released([&] { return self.s().put_batch(std::move(views)); });
-             return wrap_void(std::move(fut), std::move(keep));
+             auto in = import_batch(items, false, "put_batch");
+             auto fut = released([&] { return self.s().put_batch(std::move(in.views)); });
+             return wrap_void(std::move(fut), std::move(in.keep));
            })
       .def("put_object",
            [](PyStore& self, std::string key, py::bytes data, int format) {
@@ -461,17 +488,9 @@ void bind_store(py::module_& m) {
            })
       .def("get_into_batch",
            [](PyStore& self, const py::list& items) {
-             std::vector<std::pair<std::string, TensorView>> views;
-             std::vector<py::object> keep;
-             for (auto h : items) {
-               auto t = h.cast<py::tuple>();
-               auto key = t[0].cast<std::string>();
-               auto in = import_tensor(t[1], t[2].cast<bool>(), true, "get_into '" + key + "'");
-               views.emplace_back(std::move(key), in.view);
-               keep.push_back(std::move(in.owner));
-             }
-             auto fut = released([&] { return self.s().get_into_batch(std::move(views)); });
-             return wrap_void(std::move(fut), std::move(keep));
+             auto in = import_batch(items, true, "get_into");
+             auto fut = released([&] { return self.s().get_into_batch(std::move(in.views)); });
+             return wrap_void(std::move(fut), std::move(in.keep));
            })
       // -- the key space ---------------------------------------------------------
       .def("keys",
@@ -565,32 +584,18 @@ void bind_store(py::module_& m) {
            })
       .def("get_latest_state_dict_into",
            [](PyStore& self, std::string prefix, const py::list& entries) {
-             auto in = state_dict_in(entries, true, "get_latest_state_dict_into '" + prefix + "'");
-             auto sd = in.sd;
-             auto fut = released([&] { return self.s().get_latest_state_dict_into(prefix, *sd); });
-             auto done = fut.then([sd](std::uint64_t v) { return std::make_pair(v, sd); });
-             return wrap(
-                 std::move(done),
-                 [](const std::pair<std::uint64_t, std::shared_ptr<StateDict>>& r) {
-                   return py::object(py::make_tuple(r.first, values_out(*r.second)));
-                 },
-                 std::move(in.keep), in.sd);
+             return read_versioned_into(
+                 entries, "get_latest_state_dict_into '" + prefix + "'",
+                 [&](StateDict& sd) { return self.s().get_latest_state_dict_into(prefix, sd); });
            })
       .def("get_next_state_dict_into",
            [](PyStore& self, std::string prefix, const py::list& entries, std::uint64_t after,
               py::object timeout) {
-             auto in = state_dict_in(entries, true, "get_next_state_dict_into '" + prefix + "'");
              const auto wait = seconds_arg(timeout, "timeout");
-             auto sd = in.sd;
-             auto fut = released(
-                 [&] { return self.s().get_next_state_dict_into(prefix, *sd, after, wait); });
-             auto done = fut.then([sd](std::uint64_t v) { return std::make_pair(v, sd); });
-             return wrap(
-                 std::move(done),
-                 [](const std::pair<std::uint64_t, std::shared_ptr<StateDict>>& r) {
-                   return py::object(py::make_tuple(r.first, values_out(*r.second)));
-                 },
-                 std::move(in.keep), in.sd);
+             return read_versioned_into(
+                 entries, "get_next_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
+                   return self.s().get_next_state_dict_into(prefix, sd, after, wait);
+                 });
            })
       .def("stage_publish",
            [](PyStore& self, std::string prefix, const py::list& specs, int keep,

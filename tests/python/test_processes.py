@@ -15,6 +15,7 @@ import torch
 import meshstore
 
 from conftest import bin_path
+from torchrun import command as torchrun_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "examples", "python")
@@ -121,15 +122,8 @@ def test_interpreter_exit_never_hangs(case):
         assert "callback ClosedError" in out.stdout  # closed at exit, the callback told
 
 
-# Debian 12's torchrun (torch 1.13 on Python 3.11) cannot parse its own
-# default "--redirects 0 --tee 0" (IntFlag iteration changed in 3.11): name
-# stdout explicitly. docs/python.md says so.
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1"]
-
-
 def torchrun(nproc, script, *args, timeout=240):
-    cmd = [*TORCHRUN, "--standalone", f"--nproc_per_node={nproc}",
-           "--master_port", str(free_port()), script, *args]
+    cmd = torchrun_command(nproc, script, *args)  # a free port; see torchrun.py
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
