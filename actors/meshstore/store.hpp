@@ -335,7 +335,9 @@ class Store {
   /// out of the newest `keep` (>= 1). A retired version's memory stays with
   /// the volumes for the next version of the same shapes, so publishing
   /// every step reuses the same shared-memory segments instead of faulting
-  /// in new ones. Answers N. One writer per prefix.
+  /// in new ones. Answers N. Fenced: when another writer publishes under
+  /// `prefix` at the same time, one of them gets Errc::conflict and nothing
+  /// of its version stays (docs/state_dicts.md, "Two writers on one prefix").
   Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1,
                                            const StateDictPutOptions& options = {});
   /// Waits up to `timeout` for the state dict `key` to be written or

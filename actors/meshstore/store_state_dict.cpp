@@ -30,8 +30,12 @@ using state_dicts::CacheSlot;
 using state_dicts::manifest_of;
 using state_dicts::plan_staging;
 using state_dicts::point_and_retire;
+using state_dicts::Pointer;
+using state_dicts::pointer_at;
 using state_dicts::pointer_of;
 using state_dicts::prepare_put;
+using state_dicts::Publication;
+using state_dicts::publish_conflict;
 using state_dicts::put_prepared;
 using state_dicts::read_latest_into;
 using state_dicts::read_next_into;
@@ -90,14 +94,23 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
     return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
   }
   auto prepared = std::move(prepared_or).value();
-  return pointer_of(client, prefix, op)
-      .then([=](std::uint64_t latest) {
-        const std::uint64_t next = latest + 1;
-        return put_prepared(client, version_key(prefix, next), prepared).then([=]() {
-          return point_and_retire(client, prefix, next, keep, op);
+  // Fenced (docs/state_dicts.md, "Two writers on one prefix"): version N
+  // commits only if no other writer stored it, and the pointer moves only
+  // from the value read here; the loser gets Errc::conflict.
+  auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+  pointer_at(client, prefix, op).on_complete([=](const Result<Pointer>& ptr) {
+    if (!ptr.ok()) return (void)done->set_error(ptr.status());
+    const std::uint64_t next = ptr->value + 1;
+    put_prepared(client, version_key(prefix, next), prepared, true)
+        .on_complete([=, from = *ptr](const Result<void>& put) {
+          if (!put.ok())
+            return (void)done->set_error(publish_conflict(op, prefix, next, put.status()));
+          point_and_retire(client, prefix, next, keep, op, from)
+              .on_complete([=](const Result<std::uint64_t>& v) { done->set(v); });
         });
-      })
-      .then([st](std::uint64_t version) { return version; });  // host copies live till then
+  });
+  return done->future().then(
+      [st](std::uint64_t version) { return version; });  // host copies live till then
 }
 
 Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
@@ -108,7 +121,7 @@ Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<Ten
   if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return closed_future<StagedStateDict>(op + " '" + key + "'");
-  return stage_at(client, op, key, std::move(layout).value(), "", 0, 1);
+  return stage_at(client, op, key, std::move(layout).value(), {});
 }
 
 Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
@@ -126,12 +139,13 @@ Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<Ten
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   auto specs = std::make_shared<const std::vector<TensorSpec>>(std::move(tensors));
-  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) {
-    const std::uint64_t next = latest + 1;
+  return pointer_at(client, prefix, op).then([=](const Pointer& ptr) {
+    const std::uint64_t next = ptr.value + 1;
     const std::string key = version_key(prefix, next);
     auto layout = plan_staging(op, key, *specs, options);
     if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
-    return stage_at(client, op, key, std::move(layout).value(), prefix, next, keep);
+    return stage_at(client, op, key, std::move(layout).value(),
+                    Publication{prefix, next, keep, ptr});
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -266,6 +267,114 @@ TEST_F(StateDictStoreTest, LatestPointerErrors) {
   ASSERT_OK(store().put_object("notapointer", "hello").get(kWait));
   EXPECT_ERROR(store().latest_version("notapointer").get(kWait), Errc::wrong_kind,
                "not a version pointer");
+}
+
+// Two writers publishing under one prefix at once: every publish either
+// gets a version of its own, which holds exactly its bytes, or fails with
+// Errc::conflict and leaves nothing behind. No version is written twice
+// (silently replacing another writer's) and the pointer never goes back.
+TEST_F(StateDictStoreTest, RacingWritersOnOnePrefixNeverLoseOrMixAVersion) {
+  constexpr int kPublishes = 40;
+  constexpr int kKeep = 1000;  // keep every version, to check each one
+  struct Outcome {
+    int writer = 0, round = 0;
+    std::uint64_t version = 0;
+  };
+  std::mutex mu;
+  std::vector<Outcome> won;
+  std::atomic<int> conflicts{0};
+  std::atomic<int> other_errors{0};
+  auto writer = [&](int id) {
+    std::vector<std::int32_t> w(20000);
+    for (int r = 0; r < kPublishes; ++r) {
+      std::fill(w.begin(), w.end(), id * 1000 + r);
+      StateDict sd;
+      ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {20000})));
+      ASSERT_OK(sd.insert("writer", Value::int64(id)));
+      auto v = store().publish_state_dict("race", sd, kKeep).get(kWait);
+      if (v.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        won.push_back({id, r, *v});
+      } else if (v.status().code() == Errc::conflict) {
+        EXPECT_NE(v.status().message().find("another writer published under 'race'"),
+                  std::string::npos)
+            << v.status().to_string();
+        ++conflicts;
+      } else {
+        ADD_FAILURE() << v.status().to_string();
+        ++other_errors;
+      }
+    }
+  };
+  std::thread a(writer, 1), b(writer, 2);
+  a.join();
+  b.join();
+  EXPECT_EQ(other_errors.load(), 0);
+  ASSERT_FALSE(won.empty());
+  EXPECT_EQ(won.size() + static_cast<std::size_t>(conflicts.load()), 2u * kPublishes);
+  std::set<std::uint64_t> versions;
+  std::uint64_t newest = 0;
+  for (const auto& o : won) {
+    EXPECT_TRUE(versions.insert(o.version).second) << "version " << o.version << " twice";
+    newest = std::max(newest, o.version);
+    // The version holds the bytes of the publish that was told it won it.
+    auto got = store().get_state_dict("race/v" + std::to_string(o.version)).get(kWait);
+    ASSERT_OK(got);
+    EXPECT_EQ(got->find("writer")->value->as_int64(), o.writer);
+    const auto* w = got->find("w")->owned.data_as<std::int32_t>();
+    EXPECT_EQ(w[0], o.writer * 1000 + o.round);
+    EXPECT_EQ(w[19999], o.writer * 1000 + o.round);
+  }
+  EXPECT_EQ(*store().latest_version("race").get(kWait), newest);
+  // A lost publish left no version behind: the stored versions are the won ones.
+  std::set<std::uint64_t> stored;
+  auto keys = store().keys("race").get(kWait);
+  ASSERT_OK(keys);
+  for (const auto& k : *keys) {
+    if (k.rfind("race/v", 0) != 0) continue;
+    const auto rest = k.substr(6);
+    if (rest.find_first_not_of("0123456789") == std::string::npos) stored.insert(std::stoull(rest));
+  }
+  EXPECT_EQ(stored, versions);
+}
+
+// The pointer moves by compare-and-set: a writer whose version was staged
+// before others published (and retired it) cannot move the pointer back.
+TEST_F(StateDictStoreTest, AStaleWriterCannotMoveThePointerBack) {
+  std::vector<float> w(1024, 1.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {1024})));
+  auto stale = store().stage_publish("p", {{"w", DType::float32, {1024}}}).get(kWait);
+  ASSERT_OK(stale);
+  EXPECT_EQ(stale->key(), "p/v1");
+  // Another writer publishes v1 and v2 meanwhile (keep 1: v1 is retired).
+  ASSERT_EQ(*store().publish_state_dict("p", sd).get(kWait), 1u);
+  ASSERT_EQ(*store().publish_state_dict("p", sd).get(kWait), 2u);
+  // v1's name is free again, so the stale commit stores it; then the
+  // pointer, read as absent, has moved: the publish is withdrawn.
+  EXPECT_ERROR(stale->commit().get(kWait), Errc::conflict,
+               "another writer published under 'p' at the same time, so version 1 was not "
+               "published");
+  EXPECT_EQ(*store().latest_version("p").get(kWait), 2u);
+  EXPECT_FALSE(*store().exists("p/v1").get(kWait));
+  // And a version both writers aim at goes to the first to commit.
+  auto first = store().stage_publish("q", {{"w", DType::float32, {1024}}}).get(kWait);
+  auto second = store().stage_publish("q", {{"w", DType::float32, {1024}}}).get(kWait);
+  ASSERT_OK(first);
+  ASSERT_OK(second);
+  for (auto& e : first->state_dict().entries())
+    std::fill_n(static_cast<float*>(e.view.data()), 1024, 1.0f);
+  for (auto& e : second->state_dict().entries())
+    std::fill_n(static_cast<float*>(e.view.data()), 1024, 2.0f);
+  EXPECT_EQ(*first->commit().get(kWait), 1u);
+  EXPECT_ERROR(second->commit().get(kWait), Errc::conflict, "version 1 was not published");
+  auto got = store().get_state_dict("q/v1").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->find("w")->owned.data_as<float>()[0], 1.0f);
+  // The loser's memory went back: only q/v1's objects are held.
+  auto stats = store().stats().get(kWait);
+  ASSERT_OK(stats);
+  EXPECT_EQ((*stats)[0].staged, 0u);
 }
 
 // Workers pulling the newest version while the trainer publishes get one

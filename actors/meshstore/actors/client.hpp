@@ -39,6 +39,8 @@ struct PutItem {
   std::uint64_t checksum = 0;
   /// An object's format (kind object only).
   ObjectFormat object_format = ObjectFormat::bytes;
+  /// The commit's precondition on this key (KeyRecord::expect_version).
+  std::optional<std::uint64_t> expect_version = std::nullopt;
 };
 
 /// Regions staged at the client's volume and mapped writable into this
@@ -97,6 +99,7 @@ struct GetOutput {
   std::vector<Tensor> tensors;                       // GetMode::tensor and GetMode::view
   std::string object;                                // GetMode::object
   ObjectFormat object_format = ObjectFormat::bytes;  // GetMode::object
+  std::uint64_t version = 0;                         // GetMode::object: the key's version
 };
 
 struct GetCall {

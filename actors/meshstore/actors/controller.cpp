@@ -178,6 +178,21 @@ bool writer_down(controller_pointer self, const caf::down_msg& msg) {
   return true;
 }
 
+// A record's precondition (KeyRecord::expect_version) against the index.
+Status check_expected(const ControllerState& st, const wire::KeyRecord& r) {
+  if (!r.expect_version) return Status();
+  const auto it = st.index.find(r.key);
+  const std::uint64_t now = it != st.index.end() && it->second.found() ? it->second.version : 0;
+  if (now == *r.expect_version) return Status();
+  const std::string expected = *r.expect_version == 0
+                                   ? std::string("expected no such key")
+                                   : "expected version " + std::to_string(*r.expect_version);
+  const std::string found =
+      now == 0 ? std::string("it is gone") : "it is at version " + std::to_string(now);
+  return Status(Errc::conflict,
+                "'" + r.key + "' was changed by another writer (" + expected + ", " + found + ")");
+}
+
 Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
                                                 const std::vector<wire::KeyRecord>& records) {
   auto& st = self->state;
@@ -187,6 +202,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     if (!seen.insert(r.key).second) {
       return Status(Errc::invalid_argument, "notify_put_batch: key '" + r.key + "' appears twice");
     }
+    MESHSTORE_RETURN_IF_ERROR(check_expected(st, r));
   }
   // Validated as a whole, applied as a whole: no reader sees half a batch,
   // since this handler runs to completion before the next message.
@@ -198,6 +214,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     auto& slot = st.index[r.key];
     if (slot.found()) collect(slot, released);
     slot = r;
+    slot.expect_version.reset();
     slot.version = ++st.last_version;
     versions.push_back(slot.version);
     collect(slot, adopted);

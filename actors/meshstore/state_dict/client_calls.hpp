@@ -37,6 +37,11 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
 // client's location cache (version pointers, GetCall::fresh).
 Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
                               const std::string& op, bool fresh);
+// object_of, with the key's version (its commit sequence number) too.
+Future<std::pair<std::string, std::uint64_t>> versioned_object_of(const caf::actor_addr& client,
+                                                                  const std::string& key,
+                                                                  const std::string& op,
+                                                                  bool fresh);
 
 // A state dict's manifest as stored (its bytes) and decoded.
 struct Snapshot {

@@ -176,11 +176,12 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
 }
 
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
-                          std::shared_ptr<PreparedPut> p) {
+                          std::shared_ptr<PreparedPut> p, bool fenced) {
   const std::string op = p->call.op;
   for (auto& item : p->call.items) {
     item.key = key + item.key;
     if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
+    if (fenced && item.key == key) item.expect_version = 0;  // the manifest
   }
   for (auto& m : p->call.group_members) {
     m = key + m;

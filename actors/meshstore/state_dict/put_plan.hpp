@@ -39,7 +39,9 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
 // Puts a prepared state dict under `key`. The commit also removes, in the
 // same step, every key the previous version owned and this one does not
 // (replace_atom), so no reader sees stale names next to new ones.
+// `fenced`: it commits only if `key` does not exist yet (Errc::conflict
+// otherwise): a published version is written by one writer.
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
-                          std::shared_ptr<PreparedPut> p);
+                          std::shared_ptr<PreparedPut> p, bool fenced = false);
 
 }  // namespace meshstore::state_dicts

@@ -29,6 +29,7 @@ using state_dicts::lay_out_value;
 using state_dicts::Manifest;
 using state_dicts::ManifestEntry;
 using state_dicts::point_and_retire;
+using state_dicts::publish_conflict;
 
 }  // namespace
 
@@ -36,10 +37,8 @@ struct StagedStateDict::Impl {
   caf::actor_addr client;  // weak: the staged state dict may outlive the store
   std::string op;
   std::string key;
-  // stage_publish: where the version goes; prefix is empty otherwise.
-  std::string prefix;
-  std::uint64_t version = 0;
-  int keep = 1;
+  // stage_publish: where the version goes; the prefix is empty otherwise.
+  state_dicts::Publication pub;
   Manifest layout;  // the tensors only, in the caller's order
   StateDict sd;
   bool zero_copy = false;
@@ -122,6 +121,9 @@ struct StagedStateDict::Impl {
     }
     const std::string manifest = encode_manifest(m);
     call.items.insert(call.items.begin(), bytes_item(key, manifest, wire::ObjectKind::tensor));
+    // A publish is fenced: the version commits only if no other writer
+    // stored it first.
+    if (!pub.prefix.empty()) call.items.front().expect_version = 0;
     if (zero_copy) {
       call.staged_items = items;
       call.staged = staged;
@@ -133,10 +135,19 @@ struct StagedStateDict::Impl {
     auto put =
         call_client(client, actors::store_put_atom::value, std::move(call), op + " '" + key + "'");
     // `self` keeps private buffers alive until the put has read them.
-    return put.then([self](const std::vector<std::uint64_t>&) {
-      if (self->prefix.empty()) return make_ready_future<std::uint64_t>(0);
-      return point_and_retire(self->client, self->prefix, self->version, self->keep, self->op);
+    auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+    put.on_complete([self, done](const Result<std::vector<std::uint64_t>>& r) {
+      const auto& pub = self->pub;
+      if (!r.ok()) {
+        return (void)done->set_error(
+            pub.prefix.empty() ? r.status()
+                               : publish_conflict(self->op, pub.prefix, pub.version, r.status()));
+      }
+      if (pub.prefix.empty()) return (void)done->set_value(0);
+      point_and_retire(self->client, pub.prefix, pub.version, pub.keep, self->op, pub.from)
+          .on_complete([done](const Result<std::uint64_t>& v) { done->set(v); });
     });
+    return done->future();
   }
 };
 
@@ -180,15 +191,13 @@ struct internal::StagedAccess {
   using Impl = StagedStateDict::Impl;
 
   static Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op,
-                                          std::string key, Manifest layout, std::string prefix,
-                                          std::uint64_t version, int keep) {
+                                          std::string key, Manifest layout,
+                                          state_dicts::Publication pub) {
     auto impl = std::make_shared<Impl>();
     impl->client = client;
     impl->op = std::move(op);
     impl->key = std::move(key);
-    impl->prefix = std::move(prefix);
-    impl->version = version;
-    impl->keep = keep;
+    impl->pub = std::move(pub);
     impl->layout = std::move(layout);
     actors::StageCall call;
     call.op = impl->op;
@@ -328,10 +337,9 @@ Result<Manifest> plan_staging(const std::string& op, const std::string& key,
 }
 
 Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op, std::string key,
-                                 Manifest layout, std::string prefix, std::uint64_t version,
-                                 int keep) {
+                                 Manifest layout, Publication pub) {
   return internal::StagedAccess::stage_at(client, std::move(op), std::move(key), std::move(layout),
-                                          std::move(prefix), version, keep);
+                                          std::move(pub));
 }
 
 }  // namespace state_dicts

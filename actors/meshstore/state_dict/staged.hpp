@@ -11,6 +11,7 @@
 #include "meshstore/future.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/state_dict/manifest.hpp"
+#include "meshstore/state_dict/versions.hpp"
 #include "meshstore/store.hpp"
 
 namespace meshstore::state_dicts {
@@ -22,9 +23,9 @@ Result<Manifest> plan_staging(const std::string& op, const std::string& key,
 
 // Allocates the staged state dict of `layout` under `key`: the volume's
 // memory when this process can map it, private buffers otherwise. A
-// `prefix` publishes it as version `version` there on commit, keeping `keep`.
+// publication with a prefix publishes it there on commit (fenced as
+// publish_state_dict is).
 Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op, std::string key,
-                                 Manifest layout, std::string prefix, std::uint64_t version,
-                                 int keep);
+                                 Manifest layout, Publication pub);
 
 }  // namespace meshstore::state_dicts

@@ -30,44 +30,81 @@ std::string version_key(const std::string& prefix, std::uint64_t v) {
   return prefix + "/v" + std::to_string(v);
 }
 
+Status publish_conflict(const std::string& op, const std::string& prefix, std::uint64_t next,
+                        const Status& why) {
+  if (why.code() != Errc::conflict) return why;
+  return Status(Errc::conflict,
+                op + " '" + prefix + "': another writer published under '" + prefix +
+                    "' at the same time, so version " + std::to_string(next) +
+                    " was not published (" + why.message() +
+                    "); one writer per prefix, or read latest_version and try again");
+}
+
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
-                                       std::uint64_t next, int keep, const std::string& op) {
+                                       std::uint64_t next, int keep, const std::string& op,
+                                       Pointer from) {
   actors::PutCall point;
   point.op = op;
   point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
-  return call_client(client, actors::store_put_atom::value, std::move(point),
-                     op + " '" + prefix + "'")
-      .then([=](const std::vector<std::uint64_t>&) -> Future<std::uint64_t> {
-        if (next <= static_cast<std::uint64_t>(keep)) return make_ready_future(next);
+  point.items.back().expect_version = from.seq;
+  auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+  call_client(client, actors::store_put_atom::value, std::move(point), op + " '" + prefix + "'")
+      .on_complete([=](const Result<std::vector<std::uint64_t>>& moved) {
+        if (!moved.ok()) {
+          if (moved.status().code() != Errc::conflict) return (void)p->set_error(moved.status());
+          // Another writer moved the pointer since it was read: withdraw
+          // this version, which no reader was pointed at, and say so.
+          actors::RemoveCall withdraw;
+          withdraw.under = true;
+          withdraw.keys.push_back(version_key(prefix, next));
+          call_client(client, actors::store_remove_atom::value, std::move(withdraw),
+                      op + " '" + prefix + "': withdrawing version " + std::to_string(next))
+              .on_complete([=](const Result<std::size_t>&) {
+                p->set_error(publish_conflict(op, prefix, next, moved.status()));
+              });
+          return;
+        }
+        if (next <= static_cast<std::uint64_t>(keep)) return (void)p->set_value(next);
         const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
         actors::RemoveCall retire;
         retire.reuse = true;
         retire.under = true;
         retire.keys.push_back(old);
-        return call_client(client, actors::store_remove_atom::value, std::move(retire),
-                           op + " '" + prefix + "': retiring '" + old + "'")
-            .then([next](std::size_t) { return next; });
+        call_client(client, actors::store_remove_atom::value, std::move(retire),
+                    op + " '" + prefix + "': retiring '" + old + "'")
+            .on_complete([=](const Result<std::size_t>& r) {
+              if (!r.ok()) return (void)p->set_error(r.status());
+              p->set_value(next);
+            });
       });
+  return p->future();
+}
+
+Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,
+                           const std::string& op) {
+  auto p = std::make_shared<Promise<Pointer>>(Status(Errc::shutdown, op + ": dropped"));
+  // Fresh: successive reads of the pointer never go back a version.
+  versioned_object_of(client, prefix, op, true)
+      .on_complete([=](const Result<std::pair<std::string, std::uint64_t>>& got) {
+        if (!got.ok()) {
+          if (got.status().code() == Errc::not_found) return (void)p->set_value(Pointer{});
+          return (void)p->set_error(got.status());
+        }
+        const std::string& text = got->first;
+        char* end = nullptr;
+        const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || n == 0) {
+          return (void)p->set_error(
+              Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer"));
+        }
+        p->set_value(Pointer{static_cast<std::uint64_t>(n), got->second});
+      });
+  return p->future();
 }
 
 Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
                                  const std::string& op) {
-  auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
-  // Fresh: successive reads of the pointer never go back a version.
-  object_of(client, prefix, op, true).on_complete([=](const Result<std::string>& text) {
-    if (!text.ok()) {
-      if (text.status().code() == Errc::not_found) return (void)p->set_value(0);
-      return (void)p->set_error(text.status());
-    }
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(text->c_str(), &end, 10);
-    if (text->empty() || *end != '\0' || n == 0) {
-      return (void)p->set_error(
-          Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer"));
-    }
-    p->set_value(static_cast<std::uint64_t>(n));
-  });
-  return p->future();
+  return pointer_at(client, prefix, op).then([](const Pointer& ptr) { return ptr.value; });
 }
 
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,

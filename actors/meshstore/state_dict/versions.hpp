@@ -19,17 +19,47 @@ namespace meshstore::state_dicts {
 // The key of version `v` under `prefix`.
 std::string version_key(const std::string& prefix, std::uint64_t v);
 
-// The last steps of a publish, once version `next` is stored: point the
-// prefix at it (readers find it from now on), then retire the version that
-// fell out of the newest `keep`; its memory stays with the volumes for the
-// next version's tensors.
+// A prefix's version pointer as a publisher reads it: the version it names
+// (0 when nothing was published) and the pointer object's own commit
+// version (0 when it does not exist), the precondition of moving it.
+struct Pointer {
+  std::uint64_t value = 0;
+  std::uint64_t seq = 0;
+};
+
+// Where a publish goes: version `version` under `prefix`, keeping the
+// newest `keep`, moving the pointer read as `from`. An empty prefix: a
+// plain state dict, not a publish.
+struct Publication {
+  std::string prefix;
+  std::uint64_t version = 0;
+  int keep = 1;
+  Pointer from;
+};
+
+// The last steps of a publish, once version `next` is stored (fenced: it
+// committed only if no other writer had stored it): move the prefix's
+// pointer to it by compare-and-set against the pointer read before (`from`;
+// readers find it from now on), then retire the version that fell out of
+// the newest `keep`; its memory stays with the volumes for the next
+// version's tensors. When another writer moved the pointer in between, the
+// version is withdrawn and the publish fails with Errc::conflict.
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
-                                       std::uint64_t next, int keep, const std::string& op);
+                                       std::uint64_t next, int keep, const std::string& op,
+                                       Pointer from);
 
 // The version `prefix` points at (0 when it was never published).
 // One object read: a missing pointer is 0.
 Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
                                  const std::string& op);
+// pointer_of with the pointer's commit version (Pointer), for publishers.
+Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,
+                           const std::string& op);
+
+// How a publish that lost a race says so: `why` (Errc::conflict from the
+// controller) in the words of publishing version `next` under `prefix`.
+Status publish_conflict(const std::string& op, const std::string& prefix, std::uint64_t next,
+                        const Status& why);
 
 // Reads the version `prefix` points at into `dst`; when that version was
 // retired before it could be read, follows the pointer again.

@@ -50,6 +50,8 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_group(x.group);
   p->set_pending(x.pending);
   p->set_object_format(static_cast<std::uint32_t>(x.object_format));
+  p->set_has_expect_version(x.expect_version.has_value());
+  p->set_expect_version(x.expect_version.value_or(0));
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -72,6 +74,8 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   }
   x.key = p.key();
   x.object_format = static_cast<ObjectFormat>(p.object_format());
+  x.expect_version =
+      p.has_expect_version() ? std::optional<std::uint64_t>(p.expect_version()) : std::nullopt;
   x.kind = p.kind() == pb::OBJECT ? ObjectKind::object : ObjectKind::tensor;
   x.dtype = static_cast<DType>(p.dtype());
   x.shape.assign(p.shape().begin(), p.shape().end());

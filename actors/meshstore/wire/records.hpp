@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,11 @@ struct KeyRecord {
   std::string pending;
   /// An object's format (what a Python reader turns its bytes into).
   ObjectFormat object_format = ObjectFormat::bytes;
+  /// A commit's precondition (notify_put, notify_put_batch, replace): the
+  /// key's current version must be this one (0: the key must not exist),
+  /// else nothing in the batch commits (Errc::conflict). Compare-and-set for
+  /// version pointers; never stored in the index.
+  std::optional<std::uint64_t> expect_version;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.

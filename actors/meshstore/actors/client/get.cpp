@@ -260,6 +260,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         }
         dst = reinterpret_cast<std::byte*>(op->out.object.data());
         op->out.object_format = rec.object_format;
+        op->out.version = rec.version;
       } else if (op->call.mode == GetMode::view) {
         op->out.tensors.emplace_back();  // filled by the read
       } else if (op->call.mode == GetMode::tensor) {

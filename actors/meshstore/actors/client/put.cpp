@@ -54,6 +54,7 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     r.key = item.key;
     r.kind = item.kind;
     r.object_format = item.object_format;
+    r.expect_version = item.expect_version;
     r.dtype = item.view.dtype();
     r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
     if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
