@@ -32,6 +32,7 @@ from ._errors import (
     PartiallyCommittedError,
     TimeoutError,
     UnsupportedError,
+    WaitTimeoutError,
     WrongKindError,
     from_status as _from_status,
 )
@@ -48,6 +49,6 @@ __all__ = [
     "ClosedError", "ConflictError", "ConnectionError", "Error", "Future",
     "InvalidArgumentError", "MismatchError", "NotFoundError", "OutOfCapacityError",
     "PartiallyCommittedError", "StagedStateDict", "Store", "Tensor", "TensorSlice",
-    "TimeoutError", "UnsupportedError", "WrongKindError", "available_transports",
+    "TimeoutError", "UnsupportedError", "WaitTimeoutError", "WrongKindError", "available_transports",
     "transport_status",
 ]

@@ -69,7 +69,12 @@ class UnsupportedError(Error, NotImplementedError):
 
 
 class ConflictError(Error):
-    """The operation lost a race with concurrent writers too many times."""
+    """The operation lost a race with concurrent writers (a publish that
+    another writer's beat, a read that kept losing to writers)."""
+
+
+class WaitTimeoutError(Error, builtins.TimeoutError):
+    """A wait on a future gave up; the operation itself is still running."""
 
 
 _BY_CODE = {
@@ -87,6 +92,7 @@ _BY_CODE = {
     15: WrongKindError,
     16: UnsupportedError,
     17: ConflictError,
+    19: WaitTimeoutError,
 }
 
 

@@ -47,7 +47,14 @@ enum class Errc : std::int32_t {
   conflict = 17,
   /// An invariant inside meshstore broke: a bug, please report it.
   internal = 18,
+  /// A caller's wait gave up (Future::get with a timeout): the operation
+  /// itself is still running and its future can be waited on again. Not
+  /// the operation's own deadline, which is Errc::timeout.
+  wait_timeout = 19,
 };
+
+/// The highest code; values above it off a wire are unknown codes.
+constexpr Errc kLastErrc = Errc::wait_timeout;
 
 /// The snake_case name of a code, for example "not_found".
 std::string_view errc_name(Errc code) noexcept;

@@ -205,14 +205,17 @@ class [[nodiscard]] Future {
     return state_->result();
   }
 
-  /// Waits at most `timeout`; returns Errc::timeout if not ready by then
-  /// (the operation keeps running and the future can be waited on again).
+  /// Waits at most `timeout`; returns Errc::wait_timeout if not ready by
+  /// then: the operation keeps running (and keeps using its buffers), and
+  /// the future can be waited on again. The operation's own deadline, when
+  /// it has one, completes the future with Errc::timeout instead.
   template <class Rep, class Period>
   Result<T> get(std::chrono::duration<Rep, Period> timeout) const {
     if (!state_) return invalid();
     if (!wait_for(timeout)) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-      return Status(Errc::timeout, "future not ready after " + std::to_string(ms) + " ms");
+      return Status(Errc::wait_timeout, "future not ready after " + std::to_string(ms) +
+                                            " ms (the operation is still running)");
     }
     return state_->result();
   }

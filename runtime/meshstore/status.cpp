@@ -42,6 +42,8 @@ std::string_view errc_name(Errc code) noexcept {
       return "conflict";
     case Errc::internal:
       return "internal";
+    case Errc::wait_timeout:
+      return "wait_timeout";
   }
   return "unknown_error";
 }

@@ -66,7 +66,9 @@ TEST(DTypeCast, Float32ToBFloat16IsRoundToNearestEven) {
   EXPECT_TRUE(std::isnan(bfloat16_to_float(float_to_bfloat16(std::nanf("")))));
   for (std::uint32_t h = 0; h < 0x10000u; ++h) {  // every bf16 survives the round trip
     const float f = bfloat16_to_float(static_cast<std::uint16_t>(h));
-    if (!std::isnan(f)) ASSERT_EQ(float_to_bfloat16(f), h);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(float_to_bfloat16(f), h);
+    }
   }
 }
 
@@ -86,7 +88,9 @@ TEST(DTypeCast, Float32ToFloat16IsRoundToNearestEvenWithSubnormals) {
   EXPECT_EQ(float_to_float16(std::ldexp(1.0f, -25)), 0x0000u);  // halfway to it: even (0)
   for (std::uint32_t h = 0; h < 0x10000u; ++h) {
     const float f = float16_to_float(static_cast<std::uint16_t>(h));
-    if (!std::isnan(f)) ASSERT_EQ(float_to_float16(f), h);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(float_to_float16(f), h);
+    }
   }
 }
 

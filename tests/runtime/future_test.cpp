@@ -21,7 +21,7 @@ TEST(Future, GetWithTimeoutReportsTimeoutThenStillCompletes) {
   Promise<int> p;
   auto f = p.future();
   auto r = f.get(20ms);
-  EXPECT_ERROR(r, Errc::timeout, "not ready");
+  EXPECT_ERROR(r, Errc::wait_timeout, "not ready");
   p.set_value(9);
   EXPECT_EQ(*f.get(kWait), 9);
 }

@@ -17,11 +17,12 @@ TEST(Errc, ValuesAreStable) {
   EXPECT_EQ(static_cast<int>(Errc::shutdown), 8);
   EXPECT_EQ(static_cast<int>(Errc::broken_promise), 9);
   EXPECT_EQ(static_cast<int>(Errc::internal), 18);
+  EXPECT_EQ(static_cast<int>(Errc::wait_timeout), 19);
 }
 
 TEST(Errc, EveryCodeHasADistinctName) {
   std::set<std::string_view> names;
-  for (int i = 0; i <= static_cast<int>(Errc::internal); ++i) {
+  for (int i = 0; i <= static_cast<int>(kLastErrc); ++i) {
     auto n = errc_name(static_cast<Errc>(i));
     EXPECT_NE(n, "unknown_error") << i;
     EXPECT_TRUE(names.insert(n).second) << n;

@@ -32,7 +32,7 @@ Status from_caf_error(const caf::error& e, std::string_view context) {
   if (e.category() == kErrorCategory) {
     const std::string msg = context_message(e.context());
     const auto code = e.code();
-    if (code > static_cast<std::uint8_t>(Errc::internal)) {
+    if (code > static_cast<std::uint8_t>(kLastErrc)) {
       return Status(Errc::internal,
                     ctx + ": unknown meshstore error code " + std::to_string(code) + ": " + msg);
     }

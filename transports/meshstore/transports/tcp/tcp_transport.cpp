@@ -518,7 +518,7 @@ class TcpConnections {
     std::string msg(r.message_length, '\0');
     if (!recv_all(fd, msg.data(), msg.size())) return io_error(job, "receiving the reply");
     if (r.code != 0) {
-      if (r.code > static_cast<std::uint32_t>(Errc::internal)) {
+      if (r.code > static_cast<std::uint32_t>(kLastErrc)) {
         return Status(Errc::protocol_error,
                       "tcp: the volume answered unknown error code " + std::to_string(r.code));
       }
