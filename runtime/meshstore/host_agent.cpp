@@ -8,6 +8,7 @@
 
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
 #include "meshstore/internal/process_group.hpp"
@@ -227,6 +228,7 @@ Result<HostAgent> HostAgent::start(AgentOptions options) {
                                          sys.render(port.error()));
   }
   impl->port = *port;
+  internal::warn_if_exposed(options.host, *port, "the host agent");
   return HostAgent(std::move(impl));
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
@@ -602,6 +603,7 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
       return Status(Errc::unavailable, "Mesh::from_env: cannot listen on " + address + ": " +
                                            sys.render(bound.error()));
     }
+    internal::warn_if_exposed(env->master_addr, *bound, "the mesh's rank 0");
   } else {
     auto reached = internal::connect_with_retry<registry_actor>(
         sys, env->master_addr, port, options.connect_timeout, "mesh registry");

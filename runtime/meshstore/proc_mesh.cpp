@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
@@ -378,6 +379,7 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
     return Status(Errc::unavailable,
                   ctx + ": cannot listen on " + spec.bind_host + ": " + sys.render(port.error()));
   }
+  internal::warn_if_exposed(spec.bind_host, *port, "the ProcMesh controller");
   shared->where = (spec.advertise_host.empty() ? spec.bind_host : spec.advertise_host) + ":" +
                   std::to_string(*port);
   return shared;

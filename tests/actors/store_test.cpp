@@ -1,14 +1,18 @@
 #include "meshstore/store.hpp"
 
+#include <spdlog/sinks/ostream_sink.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "meshstore/cuda.hpp"
+#include "meshstore/logging.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -201,6 +205,29 @@ TEST_F(StoreTest, ObjectsKeepTheFormatTheyWerePutWith) {
   EXPECT_ERROR(store().put_object("o.bad", "x", static_cast<ObjectFormat>(7)).get(kWait),
                Errc::invalid_argument, "unknown object format 7");
   EXPECT_ERROR(store().get_stored_object("o.none").get(kWait), Errc::not_found, "o.none");
+}
+
+// Without authentication, a store reachable from other hosts says so
+// when it starts; one on loopback says nothing.
+TEST(StoreListen, BeyondLoopbackItWarnsThatAnyoneCanReachIt) {
+  std::ostringstream seen;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(seen);
+  auto logger = log::get("network");
+  logger->sinks().push_back(sink);
+  {
+    StoreOptions loopback;
+    loopback.listen = "127.0.0.1:0";
+    auto quiet = Store::embedded(loopback);
+    ASSERT_OK(quiet);
+    EXPECT_EQ(seen.str().find("not loopback"), std::string::npos) << seen.str();
+    StoreOptions every;
+    every.listen = "0.0.0.0:0";
+    auto exposed = Store::embedded(every);
+    ASSERT_OK(exposed);
+    EXPECT_NE(seen.str().find("the store listens on 0.0.0.0:"), std::string::npos) << seen.str();
+    EXPECT_NE(seen.str().find("without authentication"), std::string::npos);
+  }
+  logger->sinks().pop_back();
 }
 
 TEST_F(StoreTest, BatchPutAndGet) {

@@ -216,6 +216,7 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
     }
     impl->port = *port;
     impl->address = listen.host + ":" + std::to_string(*port);
+    internal::warn_if_exposed(listen.host, *port, "the store");
   }
   impl->start_client();
   log::get("store")->info(

@@ -1,6 +1,10 @@
 #include "meshstore/internal/address.hpp"
 
+#include <arpa/inet.h>
+
 #include <cstdlib>
+
+#include "meshstore/logging.hpp"
 
 namespace meshstore::internal {
 
@@ -20,6 +24,26 @@ Result<Address> parse_address(const std::string& text) {
   const long v = std::strtol(port.c_str(), &end, 10);
   if (port.empty() || *end != '\0' || v < 0 || v > 65535) return bad("has no valid port");
   return Address{host, static_cast<std::uint16_t>(v)};
+}
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "ip6-localhost") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what) {
+  if (is_loopback_host(host)) return false;
+  log::get("network")->warn(
+      "{} listens on {}:{}, which is not loopback, without authentication or encryption: "
+      "anyone who reaches that port can read, overwrite and remove every key (and, for an "
+      "agent, start processes). Listen on 127.0.0.1 unless other hosts must connect, and then "
+      "only on a trusted network (docs/security.md)",
+      what, host.empty() ? std::string("*") : host, port);
+  return true;
 }
 
 }  // namespace meshstore::internal

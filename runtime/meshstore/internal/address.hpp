@@ -17,4 +17,15 @@ struct Address {
 /// one). Errc::invalid_argument naming the text and what is wrong.
 Result<Address> parse_address(const std::string& text);
 
+/// True for a host only this machine reaches: "localhost", 127.0.0.0/8
+/// and ::1 (an empty host means every interface: false).
+bool is_loopback_host(const std::string& host);
+
+/// Logs a warning (component "network") when `what` listens on `host`,
+/// port `port`, and that host is not loopback: the control plane has no
+/// authentication, so whoever reaches the port can read, overwrite and
+/// remove everything. Nothing for a loopback host. Answers whether it
+/// warned.
+bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what);
+
 }  // namespace meshstore::internal
