@@ -1,0 +1,92 @@
+// Writes wire_fuzz's seed corpus into a directory: one valid encoding of
+// each decoder's input, prefixed by the byte that picks that decoder
+// (wire_fuzz.cpp). Run by tests/integration/run_wire_fuzz.sh before the
+// fuzzer, so the seeds always match the current encodings.
+//   wire_fuzz_seeds DIR
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "meshstore/state_dict.hpp"
+#include "meshstore/state_dict/manifest.hpp"
+#include "meshstore/transports/wire/region_ref.hpp"
+#include "meshstore/wire/records.hpp"
+
+using namespace meshstore;
+
+namespace {
+
+bool write(const std::string& dir, int which, const std::string& name, const std::string& bytes) {
+  std::ofstream f(dir + "/" + name, std::ios::binary);
+  f.put(static_cast<char>(which));
+  f << bytes;
+  return static_cast<bool>(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: wire_fuzz_seeds DIR\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  wire::RegionRef region;
+  region.region_id = 7;
+  region.nbytes = 4096;
+  region.described["shm"] = "meshstore.123.0";
+  region.described["tcp"] = std::string("\x01\x02secret", 8);
+  wire::KeyRecord rec;
+  rec.key = "model.layers.0.w";
+  rec.dtype = DType::bfloat16;
+  rec.shape = {4, 8};
+  rec.version = 12;
+  rec.group = "model";
+  rec.expect_version = 0;
+  rec.shards.push_back(
+      wire::ShardRecord{TensorSlice::make({4, 8}, {0, 0}, {2, 8}).value(), "volume-0", 3, 32});
+  rec.shards.push_back(
+      wire::ShardRecord{TensorSlice::make({4, 8}, {2, 0}, {2, 8}).value(), "volume-1", 4, 32});
+  wire::KeyRecord object;
+  object.key = "cfg";
+  object.kind = wire::ObjectKind::object;
+  object.object_format = ObjectFormat::pickle;
+  object.shape = {5};
+  object.version = 3;
+  object.shards.push_back(wire::ShardRecord{TensorSlice::full({5}), "volume-0", 9, 5});
+  wire::StageRequest stage;
+  stage.key = "k";
+  stage.nbytes = 5;
+  stage.has_data = true;
+  stage.data = "hello";
+  wire::ReadLease lease;
+  lease.lease_id = 4;
+  lease.regions.push_back(region);
+  lease.data.push_back("inline bytes");
+  wire::RemoveReply removed{2, {"a", "b"}};
+  wire::VolumeInfo volume{"volume-0", "host-a", 1 << 20, {"shm", "tcp", "rpc"}, 0};
+  wire::VolumeStat stat{"volume-0", 100, 1 << 20, 3, 1, 2};
+  wire::ClientInfo client{1, 0, "host-a"};
+  state_dicts::Manifest m;
+  state_dicts::lay_out(m, "model.embed.weight", DType::bfloat16, {16, 8}, 64 << 10, 0);
+  state_dicts::lay_out(m, "model.norm.weight", DType::float32, {8}, 64 << 10, 0);
+  state_dicts::lay_out(m, "model.big", DType::float32, {1 << 16}, 64 << 10, 0);
+  state_dicts::lay_out_value(m, "step", Value::int64(7));
+  bool ok = write(dir, 0, "key_record", wire::encode(rec)) &&
+            write(dir, 0, "object_record", wire::encode(object)) &&
+            write(dir, 1, "stage_request", wire::encode(stage)) &&
+            write(dir, 2, "read_lease", wire::encode(lease)) &&
+            write(dir, 3, "remove_reply", wire::encode(removed)) &&
+            write(dir, 4, "volume_info", wire::encode(volume)) &&
+            write(dir, 5, "volume_stat", wire::encode(stat)) &&
+            write(dir, 6, "client_info", wire::encode(client)) &&
+            write(dir, 7, "region_ref", wire::encode(region)) &&
+            write(dir, 8, "manifest", state_dicts::encode_manifest(m)) &&
+            write(dir, 9, "value_string", Value::string("lr=0.1").encode()) &&
+            write(dir, 9, "value_float", Value::float64(0.5).encode());
+  if (!ok) {
+    std::fprintf(stderr, "wire_fuzz_seeds: cannot write into %s\n", dir.c_str());
+    return 1;
+  }
+  return 0;
+}
