@@ -9,15 +9,15 @@
 namespace meshstore::bench {
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(
-      stderr,
-      "store_bench: %s\n"
-      "usage: store_bench [--scenario single|small|weight-sync|reshard|safetensors-load|python]\n"
-      "                   [--transport shm|tcp|rpc]\n"
-      "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
-      "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
-      "[--smoke]\n",
-      why);
+  std::fprintf(stderr,
+               "store_bench: %s\n"
+               "usage: store_bench [--scenario "
+               "single|small|weight-sync|reshard|safetensors-load|python|soak]\n"
+               "                   [--transport shm|tcp|rpc]\n"
+               "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
+               "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
+               "[--smoke]\n",
+               why);
   std::exit(2);
 }
 
@@ -70,6 +70,8 @@ Args parse(int argc, char** argv) {
       a.model = next();
     else if (arg == "--tcp-streams")
       a.tcp_streams = std::atoi(next().c_str());
+    else if (arg == "--seconds")
+      a.seconds = std::atoi(next().c_str());
     else if (arg == "--peer")
       a.peer = next();
     else if (arg == "--port")
@@ -86,9 +88,11 @@ Args parse(int argc, char** argv) {
       usage(("unknown argument '" + arg + "'").c_str());
   }
   if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync" &&
-      a.scenario != "reshard" && a.scenario != "safetensors-load" && a.scenario != "python")
+      a.scenario != "reshard" && a.scenario != "safetensors-load" && a.scenario != "python" &&
+      a.scenario != "soak")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
+  if (a.seconds < 0) usage("--seconds must be positive");
   if (a.processes != 1 && a.processes != 2) usage("--processes must be 1 or 2");
   return a;
 }

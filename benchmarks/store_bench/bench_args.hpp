@@ -13,7 +13,8 @@ struct Args {
   std::string transport = "shm";
   std::size_t bytes = std::size_t{256} << 20;
   bool bytes_given = false;
-  int iters = 0;  // 0 = scenario default
+  int iters = 0;    // 0 = scenario default
+  int seconds = 0;  // soak: how long; 0 = scenario default
   bool json = false;
   bool smoke = false;
   int processes = 2;

@@ -19,6 +19,9 @@
 //       a tensor put as 2 row shards and read as 4 column shards.
 //   store_bench --scenario safetensors-load [--bytes 2GiB]
 //       a safetensors checkpoint loaded into the store, against read().
+//   store_bench --scenario soak [--seconds 60] [--json]
+//       a publisher and two reader processes killed and restarted at random;
+//       memory and /dev/shm over time, every version read checked.
 //   store_bench --scenario python [--bytes 1GiB] [--model qwen3-0.6b] [--smoke]
 //       the same calls from C++ and from Python (benchmarks/python/py_bench.py,
 //       torch tensors through DLPack), each on an embedded store, one run.
@@ -80,9 +83,14 @@ int run(int argc, char** argv) {
   if (a.peer == "serve") return run_peer(a);
   if (a.peer == "read") return run_reader(a);
   if (a.peer == "load") return run_loader(a);
+  if (a.peer == "soak-read") return run_soak_reader(a);
   if (!a.peer.empty()) usage("unknown --peer role");
   if (a.transport == "cuda-ipc") return run_cuda_bench(a);
   signal(SIGPIPE, SIG_IGN);
+  if (a.scenario == "soak") {
+    run_soak(a);  // its own smoke run: bench.store_bench.soak (60 s)
+    return 0;
+  }
   if (a.scenario == "python") {
     // Its own smoke run (ctest bench.store_bench.python_smoke): it needs
     // the Python package and torch, which --smoke's scenarios do not.

@@ -32,6 +32,11 @@ void run_safetensors_load(const Args& a);
 /// --scenario python: the same calls from C++ and from Python
 /// (benchmarks/python/py_bench.py) in one run, and their ratios.
 void run_python(const Args& a);
+/// --scenario soak: a publisher and readers killed and restarted at random
+/// for --seconds; memory and /dev/shm over time, every version checked.
+void run_soak(const Args& a);
+/// A reader process of soak (--peer soak-read).
+int run_soak_reader(const Args& a);
 /// The loader process of safetensors-load (--peer load).
 int run_loader(const Args& a);
 
