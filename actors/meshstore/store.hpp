@@ -73,8 +73,16 @@ struct StoreOptions {
   /// the other strategies place their volumes themselves.
   int num_volumes = 1;
   /// Bytes each volume may hold; 0 = unlimited. A put that does not fit
-  /// fails with Errc::out_of_capacity and stores nothing.
+  /// fails with Errc::out_of_capacity and stores nothing (unless eviction).
   std::uint64_t volume_capacity_bytes = 0;
+  /// What a full volume does with a put: "none" refuses it
+  /// (Errc::out_of_capacity); "lru" first removes the least recently used
+  /// keys stored whole on that volume and put on their own (not state
+  /// dicts, not shards, not pinned by a reader that lost a race), then
+  /// stages again: a cache-style store (docs/reliability.md, "Eviction").
+  /// Recency is what the controller sees: puts and locates, not reads a
+  /// client serves from its location cache.
+  std::string eviction = "none";
   /// Placement strategy of a store this process creates (embedded, rank 0,
   /// meshstore serve): "singleton", "controller_colocated", "per_host" or
   /// "per_local_rank" (docs/meshes.md). A connecting process follows the

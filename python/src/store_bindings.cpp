@@ -78,6 +78,8 @@ StoreOptions store_options(const py::dict& kw) {
         o.scheduler_threads = v.cast<int>();
       else if (name == "log_level")
         o.log_level = v.cast<std::string>();
+      else if (name == "eviction")
+        o.eviction = v.cast<std::string>();
       else
         throw py::type_error("unknown store option '" + name + "'");
     } catch (const py::cast_error&) {

@@ -230,6 +230,53 @@ TEST(StoreListen, BeyondLoopbackItWarnsThatAnyoneCanReachIt) {
   logger->sinks().pop_back();
 }
 
+// A cache-style store: with eviction "lru" a full volume makes room by
+// removing the least recently used keys put on their own; state dicts stay.
+TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
+  StoreOptions o;
+  o.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
+  o.eviction = "lru";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  std::vector<float> chunk(64 * 1024, 1.0f);  // 256 KiB
+  const auto view = TensorView::of(chunk.data(), {64 * 1024});
+  std::vector<std::int32_t> small(1024, 7);
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView::of(small.data(), {1024})));
+  ASSERT_OK(store->put_state_dict("model", sd).get(kWait));         // a state dict is never evicted
+  ASSERT_EQ(*store->publish_state_dict("pub", sd).get(kWait), 1u);  // nor a version pointer
+  for (int i = 0; i < 3; ++i) ASSERT_OK(store->put("k" + std::to_string(i), view).get(kWait));
+  // The fourth and fifth do not fit: k0, then k1 go (put first, never read since).
+  ASSERT_OK(store->put("k3", view).get(kWait));
+  EXPECT_FALSE(*store->exists("k0").get(kWait));
+  ASSERT_OK(store->put("k4", view).get(kWait));
+  EXPECT_FALSE(*store->exists("k1").get(kWait));
+  for (const char* k : {"k2", "k3", "k4"}) EXPECT_TRUE(*store->exists(k).get(kWait)) << k;
+  EXPECT_ERROR(store->get("k0").get(kWait), Errc::not_found, "k0");
+  std::vector<std::int32_t> back(1024, 0);
+  StateDict into;
+  ASSERT_OK(into.insert("w", TensorView::of(back.data(), {1024})));
+  ASSERT_OK(store->get_state_dict_into("model", into).get(kWait));
+  EXPECT_EQ(back[1023], 7);
+  EXPECT_EQ(*store->latest_version("pub").get(kWait), 1u);
+  // A put larger than the whole volume evicts what it can and still fails,
+  // saying how full the volume is.
+  std::vector<float> huge(512 * 1024, 2.0f);  // 2 MiB
+  EXPECT_ERROR(store->put("huge", TensorView::of(huge.data(), {512 * 1024})).get(kWait),
+               Errc::out_of_capacity, "is full");
+  // Without eviction a full volume refuses.
+  StoreOptions strict = o;
+  strict.eviction = "none";
+  auto refusing = Store::embedded(strict);
+  ASSERT_OK(refusing);
+  for (int i = 0; i < 4; ++i) ASSERT_OK(refusing->put("k" + std::to_string(i), view).get(kWait));
+  EXPECT_ERROR(refusing->put("k4", view).get(kWait), Errc::out_of_capacity, "is full");
+  EXPECT_TRUE(*refusing->exists("k0").get(kWait));
+  StoreOptions bad = o;
+  bad.eviction = "fifo";
+  EXPECT_ERROR(Store::embedded(bad), Errc::invalid_argument, "eviction must be");
+}
+
 TEST_F(StoreTest, BatchPutAndGet) {
   std::vector<std::vector<float>> data;
   std::vector<std::pair<std::string, TensorView>> items;

@@ -46,3 +46,16 @@ def test_replacing_a_key_changes_its_kind(store):
     assert store.get("k").result() == "now text"
     store.put("k", torch.zeros(2)).result()
     assert torch.equal(store.get("k").result().torch(), torch.zeros(2))
+
+
+def test_a_cache_style_store_evicts_instead_of_refusing():
+    with meshstore.Store.embedded(volume_capacity_bytes=1 << 20, eviction="lru") as store:
+        for i in range(8):  # 2 MiB through a 1 MiB volume
+            store.put(f"c{i}", torch.full((64 * 1024,), float(i))).result()
+        assert not store.exists("c0").result()
+        assert torch.equal(store.get("c7").result().torch(), torch.full((64 * 1024,), 7.0))
+    with meshstore.Store.embedded(volume_capacity_bytes=1 << 20) as store:
+        for i in range(4):
+            store.put(f"c{i}", torch.zeros(64 * 1024)).result()
+        with pytest.raises(meshstore.OutOfCapacityError, match="is full"):
+            store.put("c4", torch.zeros(64 * 1024)).result()

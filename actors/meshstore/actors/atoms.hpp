@@ -12,6 +12,7 @@ using volume_atom = caf::atom_constant<caf::atom("volume")>;
 using volumes_atom = caf::atom_constant<caf::atom("volumes")>;
 using notify_put_atom = caf::atom_constant<caf::atom("notify_put")>;
 using notify_put_batch_atom = caf::atom_constant<caf::atom("notify_pb")>;
+using evict_atom = caf::atom_constant<caf::atom("evict")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using keys_atom = caf::atom_constant<caf::atom("keys")>;
 using exists_atom = caf::atom_constant<caf::atom("exists")>;

@@ -181,6 +181,9 @@ struct ClientConfig {
   int max_read_attempts = 8;
   /// Key locations cached at most (the cache is dropped when full).
   std::size_t max_cached_locations = 1 << 16;
+  /// StoreOptions::eviction "lru": a put refused for capacity evicts the
+  /// least recently used keys on its volume and stages again, once.
+  bool evict_lru = false;
 };
 
 /// Spawns a client actor bound to a controller and strategy.

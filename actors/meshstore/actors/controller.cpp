@@ -216,6 +216,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     slot = r;
     slot.expect_version.reset();
     slot.version = ++st.last_version;
+    st.touch(r.key);
     versions.push_back(slot.version);
     collect(slot, adopted);
   }
@@ -269,10 +270,55 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
     }
     collect(it->second, released);
     st.index.erase(it);
+    st.last_used.erase(k);
     ++reply.removed;
   }
   send_to_volumes(self, released, verdict);
   return reply;
+}
+
+// Eviction: the least recently used keys stored whole on `volume_id`, put
+// on their own and not pinned, removed (discarded) until their objects add
+// up to `bytes`. Answers the keys removed.
+std::vector<std::string> evict(controller_pointer self, const std::string& volume_id,
+                               std::uint64_t bytes) {
+  auto& st = self->state;
+  std::vector<std::pair<std::uint64_t, const wire::KeyRecord*>> candidates;
+  // A version pointer (the object "P" of publish_state_dict, whose versions
+  // are "P/vN") is never evicted: readers and the next publish need it.
+  auto is_pointer = [&](const std::string& key, const wire::KeyRecord& r) {
+    if (r.kind != wire::ObjectKind::object) return false;
+    auto it = st.index.lower_bound(key + "/v");
+    return it != st.index.end() && it->first.compare(0, key.size() + 2, key + "/v") == 0;
+  };
+  for (const auto& [key, r] : st.index) {
+    if (!r.group.empty() || r.shards.empty() || is_pointer(key, r)) continue;
+    bool fits = true;
+    for (const auto& s : r.shards) {
+      if (s.volume_id != volume_id || st.pinned.count({s.volume_id, s.object_id}) != 0) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) continue;
+    auto used = st.last_used.find(key);
+    candidates.emplace_back(used == st.last_used.end() ? 0 : used->second, &r);
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> doomed;
+  std::uint64_t freed = 0;
+  for (const auto& [used, r] : candidates) {
+    if (freed >= bytes) break;
+    doomed.push_back(r->key);
+    freed += r->nbytes();
+  }
+  if (!doomed.empty()) {
+    st.log->info("evicting {} key(s), {} bytes, from volume '{}' for {} bytes asked", doomed.size(),
+                 freed, volume_id, bytes);
+    remove_keys(self, doomed, Verdict::discard);
+  }
+  return doomed;
 }
 
 // A volume went down: its bytes are gone, so are the keys it held.
@@ -298,6 +344,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     }
     collect(k->second, released);  // shards on surviving volumes are freed
     st.lost[k->first] = id;
+    st.last_used.erase(k->first);
     k = st.index.erase(k);
     ++lost;
   }
@@ -397,7 +444,14 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       },
       [=](locate_atom, const std::vector<std::string>& keys) {
         self->state.count(ControllerCounter::locate);
-        return locate(self->state, keys);
+        auto out = locate(self->state, keys);
+        for (const auto& r : out) {
+          if (r.found()) self->state.touch(r.key);
+        }
+        return out;
+      },
+      [=](evict_atom, const std::string& volume_id, std::uint64_t bytes) {
+        return evict(self, volume_id, bytes);
       },
       [=](locate_pinned_atom, const std::vector<std::string>& keys,
           std::uint64_t ttl_ms) -> caf::result<std::uint64_t, std::vector<wire::KeyRecord>> {
@@ -453,6 +507,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         }
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
+        st.last_used.erase(key);
         st.index.erase(it);
         send_to_volumes(self, released, Verdict::discard);
         return caf::ok_atom::value;
@@ -492,6 +547,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           if (slot.found()) collect(slot, released);
           slot = std::move(it->second);
           slot.version = ++st.last_version;
+          st.touch(key);
           st.pending.erase(it);
           committed.push_back(key);
         };

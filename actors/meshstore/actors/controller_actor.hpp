@@ -42,6 +42,12 @@ using controller_actor = caf::typed_actor<
                     std::uint64_t /*ttl_ms*/>::with<std::uint64_t, std::vector<wire::KeyRecord>>,
     // Ends a pin (harmless when it has already expired).
     caf::reacts_to<unpin_atom, std::uint64_t>,
+    // Eviction (StoreOptions::eviction "lru"): removes the least recently
+    // used keys stored whole on the volume, put on their own (not part of
+    // a state dict) and not pinned, until their objects add up to the
+    // bytes asked for or none is left. Answers the keys removed.
+    caf::replies_to<evict_atom, std::string /*volume*/,
+                    std::uint64_t /*bytes*/>::with<std::vector<std::string>>,
     // Keys under a prefix (whole '/'- or '.'-separated components), sorted.
     caf::replies_to<keys_atom, std::string>::with<std::vector<std::string>>,
     // The version of each key, 0 where it does not exist.

@@ -152,6 +152,7 @@ void Store::Impl::start_client() {
   cc.forced_transport = options.transport;
   cc.transport_config = transport_config(options);
   cc.request_timeout = options.request_timeout;
+  cc.evict_lru = options.eviction == "lru";
   client = actors::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
 }

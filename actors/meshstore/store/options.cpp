@@ -31,6 +31,9 @@ Status StoreOptions::validate() const {
     return bad("num_volumes must be in [1, 1024], got " + std::to_string(num_volumes));
   }
   if (rank < 0) return bad("rank must be >= 0, got " + std::to_string(rank));
+  if (eviction != "none" && eviction != "lru") {
+    return bad("eviction must be \"none\" or \"lru\", got \"" + eviction + "\"");
+  }
   if (local_rank < -1) return bad("local_rank must be >= -1, got " + std::to_string(local_rank));
   if (connect_timeout.count() <= 0) {
     return bad("connect_timeout must be positive, got " + std::to_string(connect_timeout.count()) +

@@ -33,8 +33,18 @@ struct PutOp {
   // A put announced as a stream: which records' fills were reported.
   bool streaming = false;
   std::vector<bool> reported;
+  // Eviction (ClientConfig::evict_lru): called on out_of_capacity, once;
+  // true when it took over (it evicts, then stages again).
+  std::function<bool(const Status&)> on_full;
 
-  void fail(const Status& s) { call.promise->set_error(s.with_context(what)); }
+  void fail(const Status& s) {
+    if (s.code() == Errc::out_of_capacity && on_full) {
+      auto retry = std::move(on_full);
+      on_full = nullptr;  // one eviction per put
+      if (retry(s)) return;
+    }
+    call.promise->set_error(s.with_context(what));
+  }
 };
 
 // Gives a put's staged regions back to the volume: its own and the ones
@@ -152,6 +162,10 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
           on_error);
 }
 
+// Stages, writes and commits `op` on this client's volume (again after an
+// eviction).
+void start_put(client_pointer self, const std::shared_ptr<PutOp>& op);
+
 }  // namespace
 
 void handle_put(client_pointer self, PutCall call) {
@@ -163,6 +177,34 @@ void handle_put(client_pointer self, PutCall call) {
   op->sharded = !op->call.group_members.empty() ||
                 std::any_of(op->call.items.begin(), op->call.items.end(),
                             [](const PutItem& i) { return i.slice.has_value(); });
+  if (self->state.cfg.evict_lru && op->call.staged_items.empty()) {
+    // A full volume: evict least recently used keys there, then stage
+    // again (a refused stage leaves nothing staged).
+    std::weak_ptr<PutOp> weak = op;
+    op->on_full = [self, weak](const Status& why) {
+      auto op = weak.lock();
+      if (!op || !op->conn) return false;
+      std::uint64_t need = 0;
+      for (const auto& item : op->call.items) need += item.view.nbytes();
+      const std::string volume = op->conn->info.volume_id;
+      self->request(self->state.controller, self->state.cfg.request_timeout, evict_atom::value,
+                    volume, need)
+          .then(
+              [self, op, why](const std::vector<std::string>& evicted) {
+                if (evicted.empty()) return op->fail(why);
+                op->regions.clear();
+                start_put(self, op);
+              },
+              [op, why](caf::error&) { op->fail(why); });
+      return true;
+    };
+  }
+  start_put(self, op);
+}
+
+namespace {
+
+void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   with_home_volume(self, [=](const ConnResult& conn) {
     if (!conn.ok()) return op->fail(conn.status());
     op->conn = *conn;
@@ -309,5 +351,7 @@ void handle_put(client_pointer self, PutCall call) {
             });
   });
 }
+
+}  // namespace
 
 }  // namespace meshstore::actors::client_detail

@@ -24,6 +24,12 @@ struct ControllerState {
   // Keys whose volume died, with that volume's id, until put or removed again.
   std::map<std::string, std::string> lost;
   std::uint64_t last_version = 0;  // store-wide commit sequence
+  // Eviction's recency: each key's last commit or locate here (reads a
+  // client serves from its location cache do not count). Erased with the
+  // key.
+  std::unordered_map<std::string, std::uint64_t> last_used;
+  std::uint64_t use_tick = 0;
+  void touch(const std::string& key) { last_used[key] = ++use_tick; }
   // Sharded keys whose shards do not cover their tensor yet: the shards so
   // far (adopted by their volumes, so no reclaim takes them).
   std::map<std::string, wire::KeyRecord> pending;
