@@ -1,0 +1,175 @@
+// The tcp transport's server against a peer that knows the secret and still
+// misbehaves: unknown ops, offsets and lengths outside a region (including
+// ones whose sum wraps 64 bits), unknown regions, a wrong secret. Each is
+// refused with a clear code, nothing outside a region is touched, and the
+// server keeps serving real clients. The frame layout is the server's
+// (tcp_transport.cpp): a hello of "MSTC", version 1 and a 32-byte secret,
+// answered by one verdict byte; then 32-byte requests (op, reserved,
+// region, offset, length) answered by (code, message length, message).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/memory.hpp"
+#include "meshstore/transports/registry.hpp"
+#include "testing/region_ref.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore::transports {
+namespace {
+
+using testing::kWait;
+
+struct Request {
+  std::uint32_t op;
+  std::uint32_t reserved;
+  std::uint64_t region;
+  std::uint64_t offset;
+  std::uint64_t length;
+};
+struct Reply {
+  std::uint32_t code;
+  std::uint32_t message_length;
+};
+
+class TcpHostilePeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    runtime_ = internal::ActorRuntime::create({}).value();
+    regions_ = std::make_shared<RegionTable>();
+    config_.request_timeout = std::chrono::milliseconds(5000);
+    auto factory = builtin_registry().find("tcp").value();
+    server_ =
+        factory.make_server(ServerContext{&runtime_->system(), regions_, config_, "v", "127.0.0.1"})
+            .value();
+    client_ = factory.make_client(ClientContext{&runtime_->system(), config_}, server_->endpoint())
+                  .value();
+    region_ = std::make_shared<Region>(1, internal::allocate_aligned(4096), 4096);
+    std::memset(region_->data(), 0x5a, 4096);
+    regions_->add(region_);
+    ref_ = testing::region_ref(1, 4096);
+    ASSERT_OK(server_->describe(*region_, ref_));
+    const auto& address = server_->endpoint().address;
+    port_ = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+    secret_ = server_->endpoint().secret;
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    runtime_.reset();
+  }
+
+  // A connection that passed the hello with `secret`; -1 when refused.
+  int dial(const std::string& secret) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char hello[4 + 4 + 32] = {'M', 'S', 'T', 'C'};
+    const std::uint32_t version = 1;
+    std::memcpy(hello + 4, &version, 4);
+    std::memcpy(hello + 8, secret.data(), std::min<std::size_t>(secret.size(), 32));
+    EXPECT_TRUE(send_all(fd, hello, sizeof(hello)));
+    char verdict = 1;
+    if (::recv(fd, &verdict, 1, MSG_WAITALL) != 1 || verdict != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  static bool send_all(int fd, const void* p, std::size_t n) {
+    return ::send(fd, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n);
+  }
+  // The reply to one request: its code and message, or code -1 when the
+  // server closed the connection instead.
+  static std::pair<int, std::string> ask(int fd, const Request& r, const void* payload = nullptr,
+                                         std::size_t payload_bytes = 0) {
+    if (!send_all(fd, &r, sizeof(r))) return {-1, ""};
+    if (payload_bytes && !send_all(fd, payload, payload_bytes)) return {-1, ""};
+    Reply h{};
+    if (::recv(fd, &h, sizeof(h), MSG_WAITALL) != static_cast<ssize_t>(sizeof(h))) return {-1, ""};
+    std::string msg(h.message_length, '\0');
+    if (h.message_length &&
+        ::recv(fd, msg.data(), msg.size(), MSG_WAITALL) != static_cast<ssize_t>(msg.size())) {
+      return {-1, ""};
+    }
+    return {static_cast<int>(h.code), msg};
+  }
+  // The server still serves a real client, and the region holds its bytes.
+  void still_serving() {
+    std::vector<std::uint8_t> back(4096);
+    ASSERT_OK(client_->read(ref_, 0, reinterpret_cast<std::byte*>(back.data()), 4096).get(kWait));
+    for (auto b : back) ASSERT_EQ(b, 0x5a);
+  }
+
+  std::unique_ptr<internal::ActorRuntime> runtime_;
+  std::shared_ptr<RegionTable> regions_;
+  TransportConfig config_;
+  std::unique_ptr<TransportServer> server_;
+  std::unique_ptr<Transport> client_;
+  std::shared_ptr<Region> region_;
+  wire::RegionRef ref_;
+  std::uint16_t port_ = 0;
+  std::string secret_;
+};
+
+TEST_F(TcpHostilePeer, AWrongSecretIsRefusedAtTheHello) {
+  std::string wrong = secret_;
+  wrong[0] = static_cast<char>(wrong[0] ^ 1);
+  EXPECT_EQ(dial(wrong), -1);
+  EXPECT_EQ(dial(std::string(32, '\0')), -1);
+  still_serving();
+}
+
+TEST_F(TcpHostilePeer, RequestsOutsideARegionAreRefusedAndTheConnectionLives) {
+  const int fd = dial(secret_);
+  ASSERT_GE(fd, 0);
+  constexpr std::uint32_t kWrite = 1, kRead = 2;
+  // Past the end, and an offset whose sum with the length wraps 64 bits.
+  for (const auto& [offset, length] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{
+           {4000, 200}, {~std::uint64_t{0} - 10, 100}, {1, ~std::uint64_t{0}}}) {
+    auto [code, msg] = ask(fd, Request{kRead, 0, 1, offset, length});
+    EXPECT_EQ(code, static_cast<int>(Errc::out_of_range)) << msg;
+  }
+  // An unknown region; a write's payload is drained, not written anywhere.
+  std::vector<std::uint8_t> junk(64 << 10, 0xee);
+  auto [code, msg] = ask(fd, Request{kWrite, 0, 999, 0, junk.size()}, junk.data(), junk.size());
+  EXPECT_NE(code, 0) << msg;
+  EXPECT_NE(code, -1) << "the server dropped the connection instead of answering";
+  // A write past the end of the real region is refused too, and drained.
+  auto [code2, msg2] = ask(fd, Request{kWrite, 0, 1, 4000, 200}, junk.data(), 200);
+  EXPECT_EQ(code2, static_cast<int>(Errc::out_of_range)) << msg2;
+  // The same connection still reads the region.
+  std::vector<std::uint8_t> back(16);
+  auto [ok, none] = ask(fd, Request{kRead, 0, 1, 0, 16});
+  EXPECT_EQ(ok, 0) << none;
+  ASSERT_EQ(::recv(fd, back.data(), 16, MSG_WAITALL), 16);
+  EXPECT_EQ(back[0], 0x5a);
+  ::close(fd);
+  still_serving();
+}
+
+TEST_F(TcpHostilePeer, AnUnknownOpIsAProtocolErrorAndEndsTheConnection) {
+  const int fd = dial(secret_);
+  ASSERT_GE(fd, 0);
+  auto [code, msg] = ask(fd, Request{77, 0, 1, 0, 16});
+  EXPECT_EQ(code, static_cast<int>(Errc::protocol_error));
+  EXPECT_NE(msg.find("unknown op 77"), std::string::npos) << msg;
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the connection should be closed";
+  ::close(fd);
+  still_serving();
+}
+
+}  // namespace
+}  // namespace meshstore::transports
