@@ -68,12 +68,14 @@ def _what(what, name):
 
 def _export_torch_slow(torch, x, what, for_write):
     if x.requires_grad:
-        if for_write:
+        if for_write and torch.is_grad_enabled():
             raise ValueError(
                 f"{what}: the destination requires grad, and autograd must not see an "
                 "in-place write it did not record; pass t.detach() (the same memory) "
                 "or call under torch.no_grad()")
-        x = x.detach()  # a put only reads the bytes
+        # A put only reads the bytes; under no_grad, writing a parameter in
+        # place is what torch itself allows (p.copy_ in torch.no_grad()).
+        x = x.detach()
     if x.is_conj() or x.is_neg():
         raise ValueError(f"{what}: a lazily conjugated or negated view has no plain "
                          "bytes to move; call resolve_conj() / resolve_neg() first")

@@ -162,8 +162,11 @@ def test_what_dlpack_cannot_carry_is_refused_clearly(store):
     assert torch.equal(store.get("p").result().torch(), torch.ones(3))
     with pytest.raises(ValueError, match="requires grad"):
         store.get_into("p", p)
-    with torch.no_grad():
-        store.get_into("p", p.detach()).result()
+    store.get_into("p", p.detach()).result()
+    store.put("p2", torch.full((3,), 2.0)).result()
+    with torch.no_grad():  # as torch allows p.copy_(...) there
+        assert store.get_into("p2", p).result() is p
+    assert torch.equal(p.detach(), torch.full((3,), 2.0)) and p.requires_grad
     # numpy refuses to export read-only arrays.
     ro = np.ones(3)
     ro.flags.writeable = False
