@@ -117,3 +117,30 @@ def test_stage_publish_fills_the_stores_memory_in_place(store):
     nxt = store.stage_publish("w", {"a": a, "b": torch.zeros(3, dtype=torch.int64)}).result()
     nxt.abort()
     assert store.latest_version("w").result() == 1
+
+
+def test_racing_publishers_get_a_conflict_never_a_lost_version(store):
+    import threading
+    won, lost = [], []
+
+    def writer(n):
+        for r in range(15):
+            sd = {"w": torch.full((1000,), float(n * 100 + r)), "who": n}
+            try:
+                v = store.publish_state_dict("race", sd, keep=1000).result()
+                won.append((v, n, r))
+            except meshstore.ConflictError as e:
+                assert "another writer published under 'race'" in str(e)
+                lost.append((n, r))
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(won) + len(lost) == 30
+    assert len({v for v, _, _ in won}) == len(won)  # no version won twice
+    for v, n, r in won:  # each version holds its winner's bytes
+        got = store.get_state_dict(f"race/v{v}").result()
+        assert got["who"] == n and got["w"].torch()[0].item() == n * 100 + r
+    assert store.latest_version("race").result() == max(v for v, _, _ in won)
