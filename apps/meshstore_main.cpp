@@ -112,6 +112,25 @@ std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
+// The stop signals (SIGINT, SIGTERM), blocked: call it before any thread
+// exists, so that every thread inherits the mask and wait_for_stop() alone
+// takes them.
+sigset_t block_stop_signals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  return stop;
+}
+
+// Waits for one of `stop`'s signals; its name.
+const char* wait_for_stop(const sigset_t& stop) {
+  int sig = 0;
+  sigwait(&stop, &sig);
+  return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 int cmd_serve(int argc, char** argv) {
   Args args;
   int rc = 0;
@@ -139,12 +158,7 @@ int cmd_serve(int argc, char** argv) {
   o.volume_capacity_bytes = static_cast<std::uint64_t>(capacity);
   o.log_level = args.get("log-level", "");
   o.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
-  // Block the stop signals before any thread exists, then wait for one.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  const sigset_t stop = block_stop_signals();  // before any thread exists
   auto store = meshstore::Store::embedded(o);
   if (!store.ok()) {
     std::fprintf(stderr, "meshstore serve: %s\n", store.status().to_string().c_str());
@@ -153,9 +167,7 @@ int cmd_serve(int argc, char** argv) {
   std::printf("meshstore %s serving on %s (strategy %s); stop with SIGTERM or Ctrl-C\n",
               meshstore::version(), store->address().c_str(), o.strategy.c_str());
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
-  std::printf("meshstore serve: got %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::printf("meshstore serve: got %s, shutting down\n", wait_for_stop(stop));
   std::fflush(stdout);
   store->close();
   std::printf("meshstore serve: stopped\n");
@@ -185,12 +197,7 @@ int cmd_agent(int argc, char** argv) {
   o.host = listen.substr(0, colon);
   o.port = static_cast<std::uint16_t>(port);
   o.stop_grace = std::chrono::milliseconds(grace);
-  // Block the stop signals before any thread exists, then wait for one.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  const sigset_t stop = block_stop_signals();  // before any thread exists
   auto agent = meshstore::HostAgent::start(o);
   if (!agent.ok()) {
     std::fprintf(stderr, "meshstore agent: %s\n", agent.status().to_string().c_str());
@@ -199,10 +206,7 @@ int cmd_agent(int argc, char** argv) {
   std::printf("meshstore %s agent listening on %s:%u; stop with SIGTERM or Ctrl-C\n",
               meshstore::version(), o.host.c_str(), static_cast<unsigned>(agent->port()));
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
-  std::printf("meshstore agent: got %s, stopping its processes\n",
-              sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::printf("meshstore agent: got %s, stopping its processes\n", wait_for_stop(stop));
   std::fflush(stdout);
   agent->stop();
   std::printf("meshstore agent: stopped\n");
