@@ -474,19 +474,25 @@ std::string state(pid_t pid) {
   return out;
 }
 
+// The pids of the two workers a test controller (below) launched, from
+// its "pids: A B" line.
+void worker_pids(testing::Child& controller, pid_t& a, pid_t& b) {
+  ASSERT_TRUE(controller.wait_for_output("pids:", kWait)) << controller.output();
+  ASSERT_TRUE(controller.wait_for_output("\n", kWait));
+  std::istringstream in(controller.output().substr(controller.output().find("pids:") + 5));
+  in >> a >> b;
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+}
+
 TEST(ProcMesh, WorkersStopThemselvesWhenTheirControllerIsKilled) {
   // Orphans come to this process (not to an init that may reap late), so
   // the test sees them exit.
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   // A controller of our own (this binary again), killed with -9.
   testing::Child controller({"/proc/self/exe"}, {"MESHSTORE_TEST_ROLE=controller"});
-  ASSERT_TRUE(controller.wait_for_output("pids:", kWait)) << controller.output();
-  ASSERT_TRUE(controller.wait_for_output("\n", kWait));
-  std::istringstream in(controller.output().substr(controller.output().find("pids:") + 5));
   pid_t a = 0, b = 0;
-  in >> a >> b;
-  ASSERT_GT(a, 0);
-  ASSERT_GT(b, 0);
+  ASSERT_NO_FATAL_FAILURE(worker_pids(controller, a, b));
   ASSERT_EQ(::kill(a, 0), 0);
   controller.signal(SIGKILL);
   ASSERT_TRUE(controller.wait(kWait));
@@ -621,13 +627,8 @@ TEST(ProcMesh, AnAgentStopsTheProcessesOfAControllerThatWentAway) {
   testing::Child controller({"/proc/self/exe"},
                             {"MESHSTORE_TEST_ROLE=attach-controller",
                              "MESHSTORE_TEST_AGENT=127.0.0.1:" + std::to_string(agent->port())});
-  ASSERT_TRUE(controller.wait_for_output("pids:", kWait)) << controller.output();
-  ASSERT_TRUE(controller.wait_for_output("\n", kWait));
-  std::istringstream in(controller.output().substr(controller.output().find("pids:") + 5));
   pid_t a = 0, b = 0;
-  in >> a >> b;
-  ASSERT_GT(a, 0);
-  ASSERT_GT(b, 0);
+  ASSERT_NO_FATAL_FAILURE(worker_pids(controller, a, b));
   controller.signal(SIGKILL);
   ASSERT_TRUE(controller.wait(kWait));
   // The workers are the agent's children (in this process): it stops and
