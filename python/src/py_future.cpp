@@ -147,12 +147,6 @@ void bind_future(py::module_& m) {
             return f.call->ready() || wait_interruptibly(*f.call, t);
           },
           py::arg("timeout") = py::none())
-      .def("error_code",
-           [](const PyFuture& f) -> py::object {
-             if (!f.call->ready()) return py::none();
-             const auto s = f.call->status();
-             return py::int_(static_cast<int>(s.code()));
-           })
       .def("add_done_callback",
            [](const PyFuture& f, py::object fn) { f.call->add_done_callback(std::move(fn)); });
 }

@@ -38,8 +38,6 @@ class PendingCall : public std::enable_shared_from_this<PendingCall> {
   virtual bool wait_for(std::chrono::nanoseconds timeout) const = 0;
   /// The value as a Python object, or raises; only once ready, GIL held.
   virtual py::object value() const = 0;
-  /// The error, or ok; only once ready.
-  virtual Status status() const = 0;
 
   /// Runs `fn()` once the call completes: on the completing thread with the
   /// GIL taken, or at once (here) when it already has. GIL held.
@@ -80,10 +78,6 @@ class Pending final : public PendingCall {
   }
   bool ready() const override { return fut_.ready(); }
   bool wait_for(std::chrono::nanoseconds timeout) const override { return fut_.wait_for(timeout); }
-  Status status() const override {
-    auto r = fut_.get();
-    return r.ok() ? Status() : r.status();
-  }
   py::object value() const override {
     const auto r = fut_.get();
     if (!r.ok()) raise_status(r.status());

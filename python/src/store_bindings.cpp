@@ -281,12 +281,12 @@ py::object any_out(const AnyValue& v) {
 }
 
 // get() of a key that may hold a tensor or an object: the tensor read, and
-// on wrong_kind the object read (two round trips for objects).
-Future<AnyValue> get_any(PyStore& self, const std::string& key) {
+// on wrong_kind the object read (two round trips for objects). `weak` is
+// `store`'s: the fallback never keeps the Store alive on a store thread.
+Future<AnyValue> get_any(Store& store, std::weak_ptr<Store> weak, const std::string& key) {
   auto promise = std::make_shared<Promise<AnyValue>>();
   auto out = promise->future();
-  std::weak_ptr<Store> weak = self.weak();
-  self.s().get(key).on_complete([promise, weak, key](const Result<Tensor>& r) {
+  store.get(key).on_complete([promise, weak, key](const Result<Tensor>& r) {
     if (r.ok()) {
       promise->set_value(AnyValue{true, r.value(), {}});
       return;
@@ -302,6 +302,35 @@ Future<AnyValue> get_any(PyStore& self, const std::string& key) {
       } else {
         promise->set_error(o.status());
       }
+    });
+  });
+  return out;
+}
+
+// get_batch of keys that may hold tensors or objects: one batched tensor
+// read; only when some key holds an object, each key on its own (get_any).
+Future<std::vector<AnyValue>> get_batch_any(Store& store, std::weak_ptr<Store> weak,
+                                            std::vector<std::string> keys) {
+  auto promise = std::make_shared<Promise<std::vector<AnyValue>>>();
+  auto out = promise->future();
+  store.get_batch(keys).on_complete([promise, weak, keys](const Result<std::vector<Tensor>>& r) {
+    if (r.ok()) {
+      std::vector<AnyValue> values;
+      values.reserve(r->size());
+      for (const auto& t : *r) values.push_back(AnyValue{true, t, {}});
+      promise->set_value(std::move(values));
+      return;
+    }
+    auto store = weak.lock();
+    if (r.status().code() != Errc::wrong_kind || !store) {
+      promise->set_error(r.status());
+      return;
+    }
+    std::vector<Future<AnyValue>> each;
+    each.reserve(keys.size());
+    for (const auto& k : keys) each.push_back(get_any(*store, weak, k));
+    gather(std::move(each)).on_complete([promise](const Result<std::vector<AnyValue>>& all) {
+      promise->set(all);
     });
   });
   return out;
@@ -437,7 +466,7 @@ void bind_store(py::module_& m) {
            })
       .def("get",
            [](PyStore& self, std::string key) {
-             auto fut = released([&] { return get_any(self, key); });
+             auto fut = released([&] { return get_any(self.s(), self.weak(), key); });
              return wrap(std::move(fut), any_out);
            })
       .def("get_tensor",
@@ -463,11 +492,9 @@ void bind_store(py::module_& m) {
            })
       .def("get_batch",
            [](PyStore& self, std::vector<std::string> keys) {
-             std::vector<Future<AnyValue>> futs;
-             released([&] {
-               for (const auto& k : keys) futs.push_back(get_any(self, k));
-             });
-             return wrap(gather(std::move(futs)), [](const std::vector<AnyValue>& vs) {
+             auto fut =
+                 released([&] { return get_batch_any(self.s(), self.weak(), std::move(keys)); });
+             return wrap(std::move(fut), [](const std::vector<AnyValue>& vs) {
                py::list out;
                for (const auto& v : vs) out.append(any_out(v));
                return py::object(out);
