@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   int grace = 5;
+  // Mutual TLS for the ranks (docs/security.md): handed down as
+  // MESHSTORE_TLS_CERT, _KEY and _CA, which Store::from_env and
+  // Mesh::from_env read; each rank checks them in full.
+  std::vector<std::pair<const char*, std::string>> tls;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -176,12 +180,20 @@ int main(int argc, char** argv) {
       master_port = parse_int(a, value(), 1, 65535);
     else if (a == "--grace")
       grace = parse_int(a, value(), 0, 3600);
-    else if (a == "-h" || a == "--help") {
+    else if (a == "--tls-cert" || a == "--tls-key" || a == "--tls-ca") {
+      const char* file = value();
+      if (access(file, R_OK) != 0) usage(a + ": cannot read '" + file + "': " + strerror(errno));
+      tls.emplace_back(a == "--tls-cert"  ? "MESHSTORE_TLS_CERT"
+                       : a == "--tls-key" ? "MESHSTORE_TLS_KEY"
+                                          : "MESHSTORE_TLS_CA",
+                       file);
+    } else if (a == "-h" || a == "--help") {
       std::printf(
-          "usage: meshrun -n N [--master-addr ADDR] [--master-port PORT] [--grace SECONDS] [--] "
-          "program "
-          "[args...]\nStarts N ranks of program on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-          "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun does.\n");
+          "usage: meshrun -n N [--master-addr ADDR] [--master-port PORT] [--grace SECONDS]\n"
+          "               [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--] program [args...]\n"
+          "Starts N ranks of program on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+          "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun does; with the\n"
+          "--tls-* files, also MESHSTORE_TLS_CERT, _KEY and _CA (mutual TLS between ranks).\n");
       return 0;
     } else if (a == "--") {
       ++i;
@@ -192,6 +204,14 @@ int main(int argc, char** argv) {
       break;
   }
   if (n == 0) usage("-n N is required");
+  if (!tls.empty()) {
+    int given = 0;
+    for (const char* name : {"MESHSTORE_TLS_CERT", "MESHSTORE_TLS_KEY", "MESHSTORE_TLS_CA"}) {
+      given += std::any_of(tls.begin(), tls.end(),
+                           [&](const auto& t) { return std::strcmp(t.first, name) == 0; });
+    }
+    if (given != 3) usage("--tls-cert, --tls-key and --tls-ca go together");
+  }
   if (i >= argc) usage("no program given");
   if (master_port == 0) master_port = free_port();
   char** prog = argv + i;
@@ -231,6 +251,7 @@ int main(int argc, char** argv) {
       setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("MASTER_ADDR", master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
+      for (const auto& [name, file] : tls) setenv(name, file.c_str(), 1);
       execvp(prog[0], prog);
       std::fprintf(stderr, "meshrun: cannot run '%s': %s\n", prog[0], std::strerror(errno));
       _exit(127);

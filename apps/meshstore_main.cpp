@@ -19,6 +19,7 @@
 
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/host_agent.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -81,6 +82,23 @@ bool parse_number(const std::string& text, long long lo, long long hi, long long
   return !text.empty() && *end == '\0' && errno == 0 && out >= lo && out <= hi;
 }
 
+// The TLS credentials of a command (docs/security.md): --tls-cert,
+// --tls-key, --tls-ca, each falling back to MESHSTORE_TLS_CERT, _KEY, _CA.
+const std::vector<std::string> kTlsFlags = {"tls-cert", "tls-key", "tls-ca"};
+
+std::vector<std::string> with_tls(std::vector<std::string> flags) {
+  flags.insert(flags.end(), kTlsFlags.begin(), kTlsFlags.end());
+  return flags;
+}
+
+meshstore::TlsOptions tls_from(const Args& args) {
+  auto tls = meshstore::TlsOptions::from_env();
+  tls.certificate = args.get("tls-cert", tls.certificate);
+  tls.key = args.get("tls-key", tls.key);
+  tls.ca_file = args.get("tls-ca", tls.ca_file);
+  return tls;
+}
+
 std::string default_store() {
   if (const char* a = std::getenv("MESHSTORE_ADDR"); a && *a) return a;
   return "127.0.0.1:" + std::to_string(meshstore::kDefaultStorePort);
@@ -95,6 +113,7 @@ meshstore::Result<meshstore::Store> dial(const Args& args,
   o.host_volumes = false;
   o.connect_timeout = 5s;
   o.request_timeout = request_timeout;
+  o.tls = tls_from(args);
   if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
   return meshstore::Store::connect(args.get("store", default_store()), o);
 }
@@ -135,7 +154,8 @@ int cmd_serve(int argc, char** argv) {
   Args args;
   int rc = 0;
   if (!parse_args("serve", argc, argv,
-                  {"host", "port", "strategy", "volumes", "capacity", "log-level"}, args, rc)) {
+                  with_tls({"host", "port", "strategy", "volumes", "capacity", "log-level"}), args,
+                  rc)) {
     return rc;
   }
   if (!args.positional.empty())
@@ -158,14 +178,16 @@ int cmd_serve(int argc, char** argv) {
   o.volume_capacity_bytes = static_cast<std::uint64_t>(capacity);
   o.log_level = args.get("log-level", "");
   o.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
+  o.tls = tls_from(args);
   const sigset_t stop = block_stop_signals();  // before any thread exists
   auto store = meshstore::Store::embedded(o);
   if (!store.ok()) {
     std::fprintf(stderr, "meshstore serve: %s\n", store.status().to_string().c_str());
     return 1;
   }
-  std::printf("meshstore %s serving on %s (strategy %s); stop with SIGTERM or Ctrl-C\n",
-              meshstore::version(), store->address().c_str(), o.strategy.c_str());
+  std::printf("meshstore %s serving on %s (strategy %s%s); stop with SIGTERM or Ctrl-C\n",
+              meshstore::version(), store->address().c_str(), o.strategy.c_str(),
+              o.tls.enabled() ? ", mutual TLS" : "");
   std::fflush(stdout);
   std::printf("meshstore serve: got %s, shutting down\n", wait_for_stop(stop));
   std::fflush(stdout);
@@ -177,16 +199,18 @@ int cmd_serve(int argc, char** argv) {
 int cmd_agent(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("agent", argc, argv, {"listen", "grace-ms", "log-level"}, args, rc)) return rc;
+  if (!parse_args("agent", argc, argv, with_tls({"listen", "grace-ms", "log-level"}), args, rc)) {
+    return rc;
+  }
   if (!args.positional.empty())
     return usage_error("agent", "unexpected argument '" + args.positional[0] + "'");
-  const std::string listen = args.get("listen", "127.0.0.1:29600");
-  const auto colon = listen.rfind(':');
-  long long port = 0, grace = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !parse_number(listen.substr(colon + 1), 0, 65535, port)) {
-    return usage_error("agent", "--listen wants HOST:PORT");
+  auto listen = meshstore::internal::parse_address(args.get("listen", "127.0.0.1:29600"));
+  if (!listen.ok() || listen->host.empty()) {
+    return usage_error("agent",
+                       "--listen wants HOST:PORT or [V6]:PORT" +
+                           (listen.ok() ? std::string() : ": " + listen.status().message()));
   }
+  long long grace = 0;
   if (!parse_number(args.get("grace-ms", "5000"), 0, 600000, grace)) {
     return usage_error("agent", "--grace-ms wants milliseconds in [0, 600000]");
   }
@@ -194,17 +218,19 @@ int cmd_agent(int argc, char** argv) {
     setenv("MESHSTORE_LOG_LEVEL", level.c_str(), 0);
   }
   meshstore::AgentOptions o;
-  o.host = listen.substr(0, colon);
-  o.port = static_cast<std::uint16_t>(port);
+  o.host = listen->host;
+  o.port = listen->port;
   o.stop_grace = std::chrono::milliseconds(grace);
+  o.tls = tls_from(args);
   const sigset_t stop = block_stop_signals();  // before any thread exists
   auto agent = meshstore::HostAgent::start(o);
   if (!agent.ok()) {
     std::fprintf(stderr, "meshstore agent: %s\n", agent.status().to_string().c_str());
     return 1;
   }
-  std::printf("meshstore %s agent listening on %s:%u; stop with SIGTERM or Ctrl-C\n",
-              meshstore::version(), o.host.c_str(), static_cast<unsigned>(agent->port()));
+  std::printf("meshstore %s agent listening on %s:%u%s; stop with SIGTERM or Ctrl-C\n",
+              meshstore::version(), o.host.c_str(), static_cast<unsigned>(agent->port()),
+              o.tls.enabled() ? " (mutual TLS)" : "");
   std::fflush(stdout);
   std::printf("meshstore agent: got %s, stopping its processes\n", wait_for_stop(stop));
   std::fflush(stdout);
@@ -216,7 +242,7 @@ int cmd_agent(int argc, char** argv) {
 int cmd_ls(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("ls", argc, argv, {"store", "log-level"}, args, rc)) return rc;
+  if (!parse_args("ls", argc, argv, with_tls({"store", "log-level"}), args, rc)) return rc;
   if (args.positional.size() > 1) return usage_error("ls", "takes at most one prefix");
   auto store = dial(args);
   if (!store.ok()) {
@@ -242,7 +268,7 @@ int cmd_ls(int argc, char** argv) {
 int cmd_rm(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("rm", argc, argv, {"store", "log-level"}, args, rc)) return rc;
+  if (!parse_args("rm", argc, argv, with_tls({"store", "log-level"}), args, rc)) return rc;
   if (args.positional.empty()) return usage_error("rm", "names no key");
   auto store = dial(args);
   if (!store.ok()) {
@@ -265,7 +291,7 @@ void print_transport_status(const char* indent);
 int cmd_stat(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("stat", argc, argv, {"store", "log-level"}, args, rc)) return rc;
+  if (!parse_args("stat", argc, argv, with_tls({"store", "log-level"}), args, rc)) return rc;
   auto store = dial(args);
   if (!store.ok()) {
     std::fprintf(stderr, "meshstore stat: %s\n", store.status().to_string().c_str());
@@ -393,7 +419,8 @@ int cmd_inspect(int argc, char** argv) {
 int cmd_load(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("load", argc, argv, {"store", "prefix", "log-level"}, args, rc)) return rc;
+  if (!parse_args("load", argc, argv, with_tls({"store", "prefix", "log-level"}), args, rc))
+    return rc;
   if (args.positional.size() != 1) return usage_error("load", "names one file or directory");
   auto store = dial(args, 120s);
   if (!store.ok()) {
@@ -417,7 +444,8 @@ int cmd_load(int argc, char** argv) {
 int cmd_save(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("save", argc, argv, {"store", "max-shard-size", "log-level"}, args, rc)) {
+  if (!parse_args("save", argc, argv, with_tls({"store", "max-shard-size", "log-level"}), args,
+                  rc)) {
     return rc;
   }
   if (args.positional.size() != 2) return usage_error("save", "wants PREFIX DIR");
@@ -472,7 +500,10 @@ void print_help(std::FILE* out) {
                "  info      print the build: dependencies, transports, optional features\n"
                "  help      print this help\n"
                "\n"
-               "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Strategies: singleton,\n"
+               "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Every command that\n"
+               "talks to a store or an agent (serve and agent too) takes --tls-cert FILE\n"
+               "--tls-key FILE --tls-ca FILE, else $MESHSTORE_TLS_CERT, _KEY, _CA: mutual TLS\n"
+               "(docs/security.md). Strategies: singleton,\n"
                "controller_colocated, per_host, per_local_rank (docs/meshes.md).\n"
                "Programs next to this one in build/bin: meshrun (the launcher), hello_store (the\n"
                "embedded-store demo), store_bench (benchmarks). Docs: docs/.\n",

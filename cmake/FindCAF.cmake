@@ -2,8 +2,8 @@
 # (libcaf-dev: headers plus libcaf_core/libcaf_io/libcaf_openssl, no CMake
 # config and no pkg-config file).
 #
-# Defines the imported targets CAF::core, CAF::io and, when found,
-# CAF::openssl, plus CAF_FOUND and CAF_VERSION (for example 0.17.6).
+# Defines the imported targets CAF::core, CAF::io and CAF::openssl (TLS,
+# docs/security.md), plus CAF_FOUND and CAF_VERSION (for example 0.17.6).
 include(FindPackageHandleStandardArgs)
 find_package(Threads REQUIRED)
 
@@ -25,7 +25,7 @@ if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
 endif()
 
 find_package_handle_standard_args(CAF
-  REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+  REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY CAF_OPENSSL_LIBRARY
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND AND NOT TARGET CAF::core)

@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format git iproute2
   libcaf-dev
+  # TLS (docs/security.md): OpenSSL's headers, and its CLI for the tests' certificates
+  libssl-dev openssl
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
   libibverbs-dev

@@ -29,6 +29,7 @@
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
+#include "meshstore/tls.hpp"
 
 namespace meshstore {
 
@@ -103,6 +104,12 @@ struct StoreOptions {
   /// processes can Store::connect() to it; empty = private to this process.
   /// Binds exactly HOST: keep 127.0.0.1 unless other hosts must reach it.
   std::string listen;
+  /// Mutual TLS for the store's port and its connections (docs/security.md):
+  /// a store that listens with TLS refuses every peer without a certificate
+  /// tls.ca_file signed; a connecting process needs the same CA. The data
+  /// plane's secrets then travel only over authenticated connections.
+  /// Store::from_env takes MESHSTORE_TLS_* when unset.
+  TlsOptions tls;
   /// Store::connect(): keep retrying an unreachable store this long.
   std::chrono::milliseconds connect_timeout{30000};
   /// Store::connect(): host the volumes the store's strategy places in this

@@ -31,6 +31,7 @@ from ._errors import (
     OutOfCapacityError,
     PartiallyCommittedError,
     TimeoutError,
+    UnauthenticatedError,
     UnsupportedError,
     WaitTimeoutError,
     WrongKindError,
@@ -49,6 +50,6 @@ __all__ = [
     "ClosedError", "ConflictError", "ConnectionError", "Error", "Future",
     "InvalidArgumentError", "MismatchError", "NotFoundError", "OutOfCapacityError",
     "PartiallyCommittedError", "StagedStateDict", "Store", "Tensor", "TensorSlice",
-    "TimeoutError", "UnsupportedError", "WaitTimeoutError", "WrongKindError", "available_transports",
+    "TimeoutError", "UnauthenticatedError", "UnsupportedError", "WaitTimeoutError", "WrongKindError", "available_transports",
     "transport_status",
 ]

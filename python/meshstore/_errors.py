@@ -77,6 +77,12 @@ class WaitTimeoutError(Error, builtins.TimeoutError):
     """A wait on a future gave up; the operation itself is still running."""
 
 
+class UnauthenticatedError(Error, builtins.PermissionError):
+    """A peer refused this process's TLS credentials, or this process refused
+    the peer's (TLS on one side only, a certificate another CA signed). The
+    message names the reason."""
+
+
 _BY_CODE = {
     1: InvalidArgumentError,
     2: NotFoundError,
@@ -93,6 +99,7 @@ _BY_CODE = {
     16: UnsupportedError,
     17: ConflictError,
     19: WaitTimeoutError,
+    20: UnauthenticatedError,
 }
 
 

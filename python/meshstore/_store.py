@@ -188,7 +188,8 @@ class Store:
     """A meshstore tensor store. Every call returns a meshstore.Future at
     once; await it, or call .result(). Use Store.embedded(), Store.connect()
     or Store.from_env(), with the C++ StoreOptions as keyword arguments
-    (durations in seconds). Thread-safe. Close it (or use ``with``); open
+    (durations in seconds; mutual TLS as tls_certificate, tls_key and
+    tls_ca_file, which from_env also takes from MESHSTORE_TLS_*). Thread-safe. Close it (or use ``with``); open
     stores are closed at interpreter exit."""
 
     def __init__(self, native):

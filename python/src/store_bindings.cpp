@@ -80,6 +80,12 @@ StoreOptions store_options(const py::dict& kw) {
         o.log_level = v.cast<std::string>();
       else if (name == "eviction")
         o.eviction = v.cast<std::string>();
+      else if (name == "tls_certificate")
+        o.tls.certificate = v.cast<std::string>();
+      else if (name == "tls_key")
+        o.tls.key = v.cast<std::string>();
+      else if (name == "tls_ca_file")
+        o.tls.ca_file = v.cast<std::string>();
       else
         throw py::type_error("unknown store option '" + name + "'");
     } catch (const py::cast_error&) {

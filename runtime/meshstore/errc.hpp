@@ -51,10 +51,14 @@ enum class Errc : std::int32_t {
   /// itself is still running and its future can be waited on again. Not
   /// the operation's own deadline, which is Errc::timeout.
   wait_timeout = 19,
+  /// A peer refused this process's credentials, or this process refused
+  /// the peer's: TLS on one side only, or a certificate the other side's
+  /// CA did not sign. The message names the reason.
+  unauthenticated = 20,
 };
 
 /// The highest code; values above it off a wire are unknown codes.
-constexpr Errc kLastErrc = Errc::wait_timeout;
+constexpr Errc kLastErrc = Errc::unauthenticated;
 
 /// The snake_case name of a code, for example "not_found".
 std::string_view errc_name(Errc code) noexcept;

@@ -10,6 +10,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
@@ -192,7 +193,7 @@ struct HostAgent::Impl {
       std::lock_guard<std::mutex> lock(mu);
       if (agent && runtime) {
         ForeignThreadGuard guard;
-        runtime->system().middleman().unpublish(agent, port);
+        internal::unpublish_actor(runtime->system(), agent, port);
       }
       if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
       agent = nullptr;
@@ -215,20 +216,20 @@ Result<HostAgent> HostAgent::start(AgentOptions options) {
   internal::RuntimeOptions ro;
   ro.with_middleman = true;
   ro.add_types = add_proc_types;
+  ro.tls = options.tls;
   auto rt = internal::ActorRuntime::create(ro);
   if (!rt.ok()) return rt.status().with_context("HostAgent::start");
   auto impl = std::make_unique<Impl>();
   impl->runtime = std::move(rt).value();
   auto& sys = impl->runtime->system();
   impl->agent = sys.spawn(agent_impl, options.stop_grace, impl->reaper);
-  auto port = sys.middleman().publish(impl->agent, options.port, options.host.c_str(), true);
-  if (!port) {
-    return Status(Errc::unavailable, "HostAgent::start: cannot listen on " + options.host + ":" +
-                                         std::to_string(options.port) + ": " +
-                                         sys.render(port.error()));
+  auto port = internal::publish_actor(sys, impl->agent, options.port, options.host, true);
+  if (!port.ok()) {
+    return port.status().with_context("HostAgent::start: cannot listen on " + options.host + ":" +
+                                      std::to_string(options.port));
   }
   impl->port = *port;
-  internal::warn_if_exposed(options.host, *port, "the host agent");
+  internal::warn_if_exposed(options.host, *port, "the host agent", impl->runtime->tls());
   return HostAgent(std::move(impl));
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "meshstore/result.hpp"
+#include "meshstore/tls.hpp"
 
 namespace meshstore {
 
@@ -26,6 +27,9 @@ struct AgentOptions {
   std::uint16_t port = 0;
   /// How long a process has to exit when its job stops before it is killed.
   std::chrono::milliseconds stop_grace{5000};
+  /// Mutual TLS: only controllers with a certificate tls.ca_file signed may
+  /// connect (docs/security.md). Unset: plain, and a warning beyond loopback.
+  TlsOptions tls;
 };
 
 /// A running host agent. Move-only; stop() (or the destructor) stops every

@@ -218,6 +218,7 @@ RuntimeOptions mesh_runtime_options(const MeshOptions& options, bool network,
   ro.with_middleman = network;
   ro.heartbeat_interval = options.heartbeat_interval;
   ro.connection_timeout = options.connection_timeout;
+  ro.tls = options.tls;
   ro.add_types = [own = std::move(own_types),
                   user = options.add_types](caf::actor_system_config& cfg) {
     if (own) own(cfg);
@@ -587,6 +588,7 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
   auto service = env->service_port("MESHSTORE_MESH_PORT", 2);
   if (!service.ok()) return service.status().with_context("Mesh::from_env");
   const std::uint16_t port = *service;
+  if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
   auto started = Impl::start(options, true);
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
@@ -598,12 +600,11 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
     impl->registry = sys.spawn(registry_impl, env->world_size, options.request_timeout,
                                std::weak_ptr<internal::MeshCaller>(impl->caller));
     impl->owned.push_back(caf::actor_cast<caf::actor>(impl->registry));
-    auto bound = sys.middleman().publish(impl->registry, port, env->master_addr.c_str(), true);
-    if (!bound) {
-      return Status(Errc::unavailable, "Mesh::from_env: cannot listen on " + address + ": " +
-                                           sys.render(bound.error()));
+    auto bound = internal::publish_actor(sys, impl->registry, port, env->master_addr, true);
+    if (!bound.ok()) {
+      return bound.status().with_context("Mesh::from_env: cannot listen on " + address);
     }
-    internal::warn_if_exposed(env->master_addr, *bound, "the mesh's rank 0");
+    internal::warn_if_exposed(env->master_addr, *bound, "the mesh's rank 0", impl->runtime->tls());
   } else {
     auto reached = internal::connect_with_retry<registry_actor>(
         sys, env->master_addr, port, options.connect_timeout, "mesh registry");

@@ -26,6 +26,7 @@
 #include "meshstore/launch_env.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/supervision.hpp"
+#include "meshstore/tls.hpp"
 
 namespace meshstore {
 
@@ -53,6 +54,10 @@ struct MeshOptions {
   /// without closing its sockets). connection_timeout > heartbeat_interval > 0.
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds connection_timeout{10000};
+  /// Mutual TLS on every connection between processes (docs/security.md).
+  /// Mesh::from_env and ProcMesh::serve take MESHSTORE_TLS_* when unset;
+  /// a ProcMesh hands its own to its workers.
+  TlsOptions tls;
   /// Registers your own message types, so they cross processes:
   /// `[](caf::actor_system_config& cfg) { cfg.add_message_type<Point>("my::Point"); }`
   /// (each with an `inspect` overload). Every rank must register the same

@@ -323,6 +323,7 @@ struct ProcMesh::Shared {
     env.emplace_back(kControllerEnv, where);
     env.emplace_back(kTokenEnv, token);
     env.emplace_back(kWorldEnv, std::to_string(whole.size()));
+    for (auto& kv : options.tls.env()) env.push_back(std::move(kv));
     return env;
   }
   OutputFn output() const {
@@ -374,12 +375,10 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
   shared->joining->exited.resize(static_cast<std::size_t>(n));
   shared->token = random_token();
   shared->controller = sys.spawn(controller_impl, shared->token, shared->joining);
-  auto port = sys.middleman().publish(shared->controller, 0, spec.bind_host.c_str(), false);
-  if (!port) {
-    return Status(Errc::unavailable,
-                  ctx + ": cannot listen on " + spec.bind_host + ": " + sys.render(port.error()));
-  }
-  internal::warn_if_exposed(spec.bind_host, *port, "the ProcMesh controller");
+  auto port = internal::publish_actor(sys, shared->controller, 0, spec.bind_host, false);
+  if (!port.ok()) return port.status().with_context(ctx + ": cannot listen on " + spec.bind_host);
+  internal::warn_if_exposed(spec.bind_host, *port, "the ProcMesh controller",
+                            shared->runtime->tls());
   shared->where = (spec.advertise_host.empty() ? spec.bind_host : spec.advertise_host) + ":" +
                   std::to_string(*port);
   return shared;
@@ -460,6 +459,7 @@ Status ProcMesh::serve(MeshOptions options) {
   if (port <= 0 || port > 65535) {
     return Status(Errc::invalid_argument, "ProcMesh::serve: bad controller port in " + where);
   }
+  if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
   ForeignThreadGuard guard;
   auto outcome = std::make_shared<Outcome>();
   internal::LifelineWatch lifeline;

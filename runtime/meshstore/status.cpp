@@ -44,6 +44,8 @@ std::string_view errc_name(Errc code) noexcept {
       return "internal";
     case Errc::wait_timeout:
       return "wait_timeout";
+    case Errc::unauthenticated:
+      return "unauthenticated";
   }
   return "unknown_error";
 }

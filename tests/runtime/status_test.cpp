@@ -18,6 +18,7 @@ TEST(Errc, ValuesAreStable) {
   EXPECT_EQ(static_cast<int>(Errc::broken_promise), 9);
   EXPECT_EQ(static_cast<int>(Errc::internal), 18);
   EXPECT_EQ(static_cast<int>(Errc::wait_timeout), 19);
+  EXPECT_EQ(static_cast<int>(Errc::unauthenticated), 20);
 }
 
 TEST(Errc, EveryCodeHasADistinctName) {

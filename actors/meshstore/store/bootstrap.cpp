@@ -89,6 +89,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
     internal::RuntimeOptions ro;
     ro.scheduler_threads = options.scheduler_threads;
     ro.with_middleman = network;
+    ro.tls = options.tls;
     ro.add_types = actors::add_actor_types;
     auto made = internal::ActorRuntime::create(ro);
     if (!made.ok()) return made.status();
@@ -210,14 +211,11 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
     impl->directory =
         actors::spawn_directory(sys, impl->controller, impl->strategy, impl->strategy_name);
     impl->owned.push_back(caf::actor_cast<caf::actor>(impl->directory));
-    auto port = sys.middleman().publish(impl->directory, listen.port, listen.host.c_str(), true);
-    if (!port) {
-      return Status(Errc::unavailable,
-                    "cannot listen on " + options.listen + ": " + sys.render(port.error()));
-    }
+    auto port = internal::publish_actor(sys, impl->directory, listen.port, listen.host, true);
+    if (!port.ok()) return port.status().with_context("cannot listen on " + options.listen);
     impl->port = *port;
     impl->address = listen.host + ":" + std::to_string(*port);
-    internal::warn_if_exposed(listen.host, *port, "the store");
+    internal::warn_if_exposed(listen.host, *port, "the store", impl->runtime->tls());
   }
   impl->start_client();
   log::get("store")->info(
@@ -272,6 +270,7 @@ Result<Store> Store::from_env(StoreOptions options) {
   if (!env.ok()) return env.status().with_context("Store::from_env");
   options.rank = env->rank;
   options.local_rank = env->local_rank;
+  if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
   auto port = env->service_port("MESHSTORE_PORT", 1);
   if (!port.ok()) return port.status().with_context("Store::from_env");
   const std::string address = env->master_addr + ":" + std::to_string(*port);

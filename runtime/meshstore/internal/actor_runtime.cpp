@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <caf/io/all.hpp>
+#include <caf/openssl/manager.hpp>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/tls_watch.hpp"
 
 namespace meshstore::internal {
 
@@ -88,6 +90,14 @@ struct MeshstoreConfig : caf::actor_system_config {
       load<caf::io::middleman>();
       set("middleman.heartbeat-interval", caf::timespan{options.heartbeat_interval});
       set("middleman.connection-timeout", caf::timespan{options.connection_timeout});
+      if (options.tls.enabled()) {
+        // Setting any of these turns on CAF's mutual authentication:
+        // SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both ends.
+        load<caf::openssl::manager>();
+        openssl_certificate = options.tls.certificate;
+        openssl_key = options.tls.key;
+        openssl_cafile = options.tls.ca_file;
+      }
     }
   }
 };
@@ -124,24 +134,33 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
     return Status(Errc::invalid_argument, "scheduler_threads must be in [0, 256], got " +
                                               std::to_string(options.scheduler_threads));
   }
+  if (options.tls.enabled()) {
+    if (!options.with_middleman) {
+      return Status(Errc::invalid_argument, "TLS options given to a runtime without a network");
+    }
+    MESHSTORE_RETURN_IF_ERROR(check_tls(options.tls));
+  }
   int threads = options.scheduler_threads;
   if (threads == 0) {
     threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
   }
   std::unique_ptr<ActorRuntime> rt(new ActorRuntime());
   rt->threads_ = threads;
+  rt->tls_ = options.with_middleman && options.tls.enabled();
   rt->config_ = std::make_unique<MeshstoreConfig>(threads, options);
   {
     ForeignThreadGuard guard;  // the caller's thread may outlive the system
     rt->system_ = std::make_unique<caf::actor_system>(*rt->config_);
   }
   remember_system(*rt->system_);
+  if (rt->tls_) tls_watch_begin();
   return rt;
 }
 
 ActorRuntime::~ActorRuntime() {
   if (system_) forget_system(*system_);
   system_.reset();
+  if (tls_) tls_watch_end();
   config_.reset();
 }
 

@@ -8,6 +8,7 @@
 
 #include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/result.hpp"
+#include "meshstore/tls.hpp"
 
 namespace meshstore::internal {
 
@@ -23,6 +24,9 @@ struct RuntimeOptions {
   /// (its actors' monitors fire) after `connection_timeout`, not never.
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds connection_timeout{10000};
+  /// With the middleman: mutual TLS on every connection this system opens
+  /// or accepts through internal::publish_actor / connect_with_retry.
+  TlsOptions tls;
   /// Registers the message types of higher layers (transports, actors).
   std::function<void(caf::actor_system_config&)> add_types;
 };
@@ -42,12 +46,15 @@ class ActorRuntime {
 
   caf::actor_system& system() noexcept { return *system_; }
   int scheduler_threads() const noexcept { return threads_; }
+  /// Whether this system's connections are TLS (RuntimeOptions::tls).
+  bool tls() const noexcept { return tls_; }
 
  private:
   ActorRuntime() = default;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   int threads_ = 0;
+  bool tls_ = false;
 };
 
 /// A closure run inside an actor (continuations of futures that must touch

@@ -22,10 +22,11 @@ Result<Address> parse_address(const std::string& text);
 bool is_loopback_host(const std::string& host);
 
 /// Logs a warning (component "network") when `what` listens on `host`,
-/// port `port`, and that host is not loopback: the control plane has no
-/// authentication, so whoever reaches the port can read, overwrite and
-/// remove everything. Nothing for a loopback host. Answers whether it
-/// warned.
-bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what);
+/// port `port`, that host is not loopback and `tls` is off: the control
+/// plane then has no authentication, so whoever reaches the port can read,
+/// overwrite and remove everything. Nothing for a loopback host; an info
+/// line with TLS. Answers whether it warned.
+bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what,
+                     bool tls);
 
 }  // namespace meshstore::internal

@@ -1,34 +1,72 @@
 #pragma once
 
-// Reaching an actor another process published, as ranks that start in any
-// order need: retry with backoff until a deadline. Internal.
+// Publishing an actor for other processes, and reaching one another process
+// published, as ranks that start in any order need: retry with backoff
+// until a deadline. Both speak TLS when the system was given TlsOptions
+// (CAF's OpenSSL module is loaded). Internal.
 
 #include <algorithm>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
 
+#include "meshstore/internal/tls_watch.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/result.hpp"
 
 namespace meshstore::internal {
 
+/// Publishes `whom` on host:port (port 0: a free one), over TLS when the
+/// system has TLS. The bound port, or Errc::unavailable with CAF's reason.
+template <class Handle>
+Result<std::uint16_t> publish_actor(caf::actor_system& sys, const Handle& whom, std::uint16_t port,
+                                    const std::string& host, bool reuse_address) {
+  auto bound = sys.has_openssl_manager()
+                   ? caf::openssl::publish(whom, port, host.c_str(), reuse_address)
+                   : sys.middleman().publish(whom, port, host.c_str(), reuse_address);
+  if (!bound) return Status(Errc::unavailable, sys.render(bound.error()));
+  return *bound;
+}
+
+/// Stops accepting connections for `whom` on `port` (publish_actor's). TLS
+/// listeners belong to the same BASP broker as plain ones, so the
+/// middleman closes both (caf/openssl/unpublish.hpp does not compile in
+/// CAF 0.17.6).
+template <class Handle>
+void unpublish_actor(caf::actor_system& sys, const Handle& whom, std::uint16_t port) {
+  sys.middleman().unpublish(whom, port);
+}
+
 /// The actor of type Handle published at host:port, retrying every 50 ms
 /// (doubling up to 1 s) for `timeout`. Fails with Errc::unavailable:
-/// "no <what> answered at HOST:PORT after N attempts over M ms (last error: ...)".
+/// "no <what> answered at HOST:PORT after N attempts over M ms (last error: ...)",
+/// or at once with Errc::unauthenticated when the peer was reached but the
+/// handshake failed (TLS on one side only, a certificate the other side's
+/// CA did not sign), naming the reason.
 template <class Handle>
 Result<Handle> connect_with_retry(caf::actor_system& sys, const std::string& host,
                                   std::uint16_t port, std::chrono::milliseconds timeout,
                                   const std::string& what) {
   const std::string address = host + ":" + std::to_string(port);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const bool tls = sys.has_openssl_manager();
   auto backoff = std::chrono::milliseconds(50);
   for (int attempt = 1;; ++attempt) {
-    auto h = sys.middleman().remote_actor<Handle>(host, port);
+    const auto mark = tls_failure_mark();
+    auto h = tls ? caf::openssl::remote_actor<Handle>(sys, host, port)
+                 : sys.middleman().remote_actor<Handle>(host, port);
     if (h) return std::move(*h);
+    // A peer that closes during the handshake refused us (or we it): no
+    // retry helps. A TLS peer of a plain server sees the server close, which
+    // CAF reports as cannot_connect_to_node, so ask OpenSSL too.
+    if (h.error() == caf::sec::disconnect_during_handshake ||
+        (tls && !tls_failure_since(mark, port).empty())) {
+      return Status(Errc::unauthenticated, handshake_failure(what, address, port, tls, mark));
+    }
     const std::string last_error = sys.render(h.error());
     if (std::chrono::steady_clock::now() + backoff > deadline) {
       return Status(Errc::unavailable, "no " + what + " answered at " + address + " after " +

@@ -1,0 +1,37 @@
+#pragma once
+
+// Why a TLS handshake failed, on both sides of it. CAF 0.17's OpenSSL
+// module reports every failure as "disconnect_during_handshake" and logs
+// nothing; OpenSSL knows the reason (no certificate, an unknown CA, a peer
+// that does not speak TLS). meshstore wraps the three OpenSSL calls CAF
+// makes on a connection (SSL_connect, SSL_accept, SSL_read) and, when one
+// fails for good, reads the reason without taking it off OpenSSL's error
+// queue: the side that accepts logs it (logger "tls", warn), and the side
+// that connects keeps it for the error its connect returns. Internal.
+
+#include <cstdint>
+#include <string>
+
+namespace meshstore::internal {
+
+/// Counts actor systems with TLS on: failures are watched only while one
+/// lives, so other TLS users in the process see nothing but a pass-through.
+void tls_watch_begin();
+void tls_watch_end();
+
+/// A point in the sequence of recorded failures, taken before a connect.
+std::uint64_t tls_failure_mark();
+
+/// The reason recorded for a failed TLS handshake with a peer on `port`
+/// since `mark`; empty when none was.
+std::string tls_failure_since(std::uint64_t mark, std::uint16_t port);
+
+/// Why a connect to `address` (port `port`) ended in CAF's
+/// disconnect_during_handshake: the reason OpenSSL gave for a peer on that
+/// port since `mark` when one was recorded, else what the disconnect most
+/// likely means given whether this side uses TLS. One sentence, for
+/// Errc::unauthenticated.
+std::string handshake_failure(const std::string& what, const std::string& address,
+                              std::uint16_t port, bool tls, std::uint64_t mark);
+
+}  // namespace meshstore::internal
