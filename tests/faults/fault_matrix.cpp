@@ -582,7 +582,9 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   // What each survivor must do: after a volume or the controller dies, its
   // calls fail naming it (the checkpoint reader reads files: it goes on);
   // after a client or the writer dies, the others go on.
-  const std::vector<std::string> names_volume = {"/lr0'"};  // volume0's id
+  // volume0's id, or (once the client forgot it) the strategy finding none
+  // for its local rank.
+  const std::vector<std::string> names_volume = {"/lr0'", "no volume on host"};
   const std::vector<std::string> names_store = {"controller", "the store is unreachable"};
   const std::vector<std::string> names_writer = {"writer"};
   if (victim != writer.get()) {

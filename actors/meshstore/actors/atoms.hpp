@@ -26,6 +26,9 @@ using stream_progress_atom = caf::atom_constant<caf::atom("st_prog")>;
 using stream_abort_atom = caf::atom_constant<caf::atom("st_abort")>;
 using stream_subscribe_atom = caf::atom_constant<caf::atom("st_sub")>;
 using stream_event_atom = caf::atom_constant<caf::atom("st_event")>;
+// A client asks to hear of volume deaths; the controller tells it of each.
+using watch_volumes_atom = caf::atom_constant<caf::atom("watch_vols")>;
+using volume_gone_atom = caf::atom_constant<caf::atom("vol_gone")>;
 using stream_expire_atom = caf::atom_constant<caf::atom("st_expire")>;
 using store_stream_atom = caf::atom_constant<caf::atom("s_stream")>;
 using store_counters_atom = caf::atom_constant<caf::atom("s_counters")>;

@@ -58,6 +58,9 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
+  // Volumes in processes this one has no connection to: their deaths come
+  // from the controller.
+  self->send(self->state.controller, watch_volumes_atom::value);
   // Once the controller or strategy is gone, every call fails at once.
   auto refused = [self](auto& call) {
     if (self->state.control_down.empty()) return false;
@@ -67,6 +70,9 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   };
   return {
       [=](run_atom, internal::Closure& c) { c.fn(); },
+      [=](volume_gone_atom, const std::string& id, const std::string& reason) {
+        volume_gone(self, id, reason);
+      },
       [=](store_put_atom, PutCall& call) {
         if (refused(call)) return;
         handle_put(self, std::move(call));

@@ -23,6 +23,14 @@ void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::ui
   for (const auto& s : r.shards) out[s.volume_id].push_back(s.object_id);
 }
 
+Status unknown_volume(const ControllerState& st, const std::string& ctx, const std::string& id) {
+  if (st.dead_volumes.count(id) != 0) {
+    return Status(Errc::unavailable,
+                  ctx + ": volume '" + id + "' went down before the commit; put it again");
+  }
+  return Status(Errc::not_found, ctx + ": unknown volume '" + id + "'");
+}
+
 }  // namespace controller_detail
 
 namespace {
@@ -38,9 +46,7 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
   std::int64_t covered = 0;
   for (std::size_t i = 0; i < r.shards.size(); ++i) {
     const auto& s = r.shards[i];
-    if (st.volumes.count(s.volume_id) == 0) {
-      return Status(Errc::not_found, ctx + ": unknown volume '" + s.volume_id + "'");
-    }
+    if (st.volumes.count(s.volume_id) == 0) return unknown_volume(st, ctx, s.volume_id);
     if (s.slice.global_shape() != r.shape) {
       return Status(Errc::shape_mismatch, ctx + ": shard " + s.slice.to_string() +
                                               " is not in global shape " +
@@ -329,6 +335,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   const std::string id = it->second;
   st.volume_by_addr.erase(it);
   st.volumes.erase(id);
+  st.dead_volumes.insert(id);
   st.volume_infos.erase(
       std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
                      [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),
@@ -365,6 +372,9 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   send_to_volumes(self, released, Verdict::discard);
   st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
                caf::to_string(msg.reason), lost);
+  for (const auto& [addr, client] : st.volume_watchers) {
+    caf::anon_send(client, volume_gone_atom::value, id, caf::to_string(msg.reason));
+  }
 }
 
 // The records of `keys`: a missing key comes back with version 0, naming
@@ -397,9 +407,17 @@ std::vector<wire::KeyRecord> locate(const ControllerState& st,
 
 controller_actor::behavior_type controller_impl(controller_pointer self) {
   self->set_down_handler([=](caf::down_msg& msg) {
+    // One actor may be a stream writer and a watcher (a client) at once.
+    self->state.volume_watchers.erase(msg.source);
     if (!writer_down(self, msg)) volume_down(self, msg);
   });
   return {
+      [=](watch_volumes_atom) {
+        auto client = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!client) return;
+        auto& watchers = self->state.volume_watchers;
+        if (watchers.emplace(client.address(), client).second) self->monitor(client);
+      },
       [=](register_volume_atom, const wire::VolumeInfo& info,
           storage_volume_actor v) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
@@ -413,6 +431,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         self->monitor(v);
         st.volume_by_addr[v.address()] = info.volume_id;
         st.volumes.emplace(info.volume_id, std::move(v));
+        st.dead_volumes.erase(info.volume_id);
         st.volume_infos.push_back(info);
         st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
         return caf::ok_atom::value;

@@ -81,6 +81,12 @@ using controller_actor = caf::typed_actor<
                     std::vector<std::string>, std::uint64_t>::with<std::vector<std::uint64_t>>,
     // Control messages handled so far, in ControllerCounter order.
     caf::replies_to<counters_atom>::with<std::vector<std::uint64_t>>,
+    // The sender (a client) is sent (volume_gone_atom, volume id, reason)
+    // for each volume that goes down from now on, until the sender does:
+    // a client whose requests wait on a volume in a process it is not
+    // connected to learns of its death only so (CAF tells only directly
+    // connected nodes), and fails them at once instead of at their timeout.
+    caf::reacts_to<watch_volumes_atom>,
     // -- streams: readers copy a state dict while its writer puts it --
     // The sender began writing state dict P: its manifest's bytes, the
     // records its commit will carry (staged objects, not yet filled) and

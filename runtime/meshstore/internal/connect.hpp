@@ -44,9 +44,10 @@ void unpublish_actor(caf::actor_system& sys, const Handle& whom, std::uint16_t p
 /// The actor of type Handle published at host:port, retrying every 50 ms
 /// (doubling up to 1 s) for `timeout`. Fails with Errc::unavailable:
 /// "no <what> answered at HOST:PORT after N attempts over M ms (last error: ...)",
-/// or at once with Errc::unauthenticated when the peer was reached but the
-/// handshake failed (TLS on one side only, a certificate the other side's
-/// CA did not sign), naming the reason.
+/// or at once when the peer was reached but the handshake failed, naming
+/// the reason: Errc::unauthenticated with TLS here (a certificate the other
+/// side's CA did not sign, a peer without TLS), Errc::unavailable without
+/// (the peer requires TLS, or is no meshstore endpoint).
 template <class Handle>
 Result<Handle> connect_with_retry(caf::actor_system& sys, const std::string& host,
                                   std::uint16_t port, std::chrono::milliseconds timeout,
@@ -63,9 +64,12 @@ Result<Handle> connect_with_retry(caf::actor_system& sys, const std::string& hos
     // A peer that closes during the handshake refused us (or we it): no
     // retry helps. A TLS peer of a plain server sees the server close, which
     // CAF reports as cannot_connect_to_node, so ask OpenSSL too.
+    // Without TLS on this side the cause is a guess (a TLS-only peer, or
+    // no meshstore endpoint at all): unavailable, naming both.
     if (h.error() == caf::sec::disconnect_during_handshake ||
         (tls && !tls_failure_since(mark, port).empty())) {
-      return Status(Errc::unauthenticated, handshake_failure(what, address, port, tls, mark));
+      return Status(tls ? Errc::unauthenticated : Errc::unavailable,
+                    handshake_failure(what, address, port, tls, mark));
     }
     const std::string last_error = sys.render(h.error());
     if (std::chrono::steady_clock::now() + backoff > deadline) {

@@ -64,6 +64,38 @@ std::string endpoint(int fd, bool peer, std::uint16_t* port_out) {
                                   : std::string(host) + ":" + std::to_string(port);
 }
 
+// What the watch keeps with each SSL object (OpenSSL's ex_data, freed with
+// it): the peer's address, taken while the socket is surely connected (a
+// refused peer may have closed it by the time the failure is noted), and
+// whether the failure was reported already (CAF calls SSL_accept again on
+// the next event and gets the same failure).
+struct SessionNote {
+  std::string peer;
+  std::uint16_t peer_port = 0;
+  bool reported = false;
+};
+
+int note_index() {
+  static const int index = SSL_get_ex_new_index(
+      0, nullptr, nullptr, nullptr, [](void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+        delete static_cast<SessionNote*>(ptr);
+      });
+  return index;
+}
+
+// The note of `ssl`, made (with the peer's address) on first sight.
+SessionNote* session_note(SSL* ssl) {
+  auto* n = static_cast<SessionNote*>(SSL_get_ex_data(ssl, note_index()));
+  if (n != nullptr) return n;
+  n = new SessionNote();
+  n->peer = endpoint(SSL_get_fd(ssl), true, &n->peer_port);
+  if (SSL_set_ex_data(ssl, note_index(), n) != 1) {
+    delete n;
+    return nullptr;
+  }
+  return n;
+}
+
 bool contains(const char* text, const char* part) {
   return text != nullptr && std::strstr(text, part) != nullptr;
 }
@@ -122,9 +154,15 @@ void note(SSL* ssl, int rc, bool handshake, const char* call) {
   if (e != SSL_ERROR_SSL && e != SSL_ERROR_SYSCALL) return;
   // A read that sees the peer go is a close, not a refusal.
   if (!handshake && peer_closed(e)) return;
+  SessionNote* session = session_note(ssl);
+  if (session != nullptr) {
+    if (session->reported) return;
+    session->reported = true;
+  }
   const int fd = SSL_get_fd(ssl);
-  std::uint16_t peer_port = 0;
-  const std::string peer = endpoint(fd, true, &peer_port);
+  std::uint16_t peer_port = session != nullptr ? session->peer_port : 0;
+  std::string peer = session != nullptr ? session->peer : std::string();
+  if (peer.empty()) peer = endpoint(fd, true, &peer_port);
   const std::string reason = describe(ssl, e);
   if (SSL_is_server(ssl)) {
     auto log = log::get("tls");
@@ -147,6 +185,12 @@ void note(SSL* ssl, int rc, bool handshake, const char* call) {
   std::lock_guard<std::mutex> lock(f.mu);
   f.recent.push_back(Failure{f.next_seq++, peer_port, reason});
   if (f.recent.size() > kKeep) f.recent.pop_front();
+}
+
+// Notes the peer's address of a handshake while its socket is connected.
+void first_sight(SSL* ssl) {
+  if (g_watching.load(std::memory_order_relaxed) == 0) return;
+  session_note(ssl);
 }
 
 template <class Fn>
@@ -196,6 +240,7 @@ extern "C" {
 
 int SSL_connect(SSL* ssl) {
   static const auto next = meshstore::internal::real<int (*)(SSL*)>("SSL_connect");
+  meshstore::internal::first_sight(ssl);
   const int rc = next(ssl);
   if (rc <= 0) meshstore::internal::note(ssl, rc, true, "SSL_connect");
   return rc;
@@ -203,6 +248,7 @@ int SSL_connect(SSL* ssl) {
 
 int SSL_accept(SSL* ssl) {
   static const auto next = meshstore::internal::real<int (*)(SSL*)>("SSL_accept");
+  meshstore::internal::first_sight(ssl);
   const int rc = next(ssl);
   if (rc <= 0) meshstore::internal::note(ssl, rc, true, "SSL_accept");
   return rc;

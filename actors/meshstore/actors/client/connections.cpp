@@ -135,17 +135,21 @@ void with_home_volume(client_pointer self, ConnCallback k) {
   select_home(self, finish, std::chrono::steady_clock::now() + st.cfg.request_timeout);
 }
 
-void peer_down(client_pointer self, const caf::down_msg& msg) {
+namespace {
+
+// `source` went down for `reason`: forget it, and fail every request
+// waiting on it.
+void peer_gone(client_pointer self, const caf::actor_addr& source, const std::string& reason) {
   auto& st = self->state;
-  st.monitored.erase(msg.source);
+  st.monitored.erase(source);
   std::string name = "peer";
-  if (msg.source == st.controller.address()) {
+  if (source == st.controller.address()) {
     name = "the controller";
-  } else if (msg.source == st.strategy.address()) {
+  } else if (source == st.strategy.address()) {
     name = "the strategy";
   }
   for (auto it = st.conns.begin(); it != st.conns.end();) {
-    if (it->second->handle.address() != msg.source) {
+    if (it->second->handle.address() != source) {
       ++it;
       continue;
     }
@@ -160,16 +164,28 @@ void peer_down(client_pointer self, const caf::down_msg& msg) {
     }
     it = st.conns.erase(it);
   }
-  const std::string why = name + " went down (" + caf::to_string(msg.reason) + ")";
+  const std::string why = name + " went down (" + reason + ")";
   if (name == "the controller" || name == "the strategy") st.control_down = why;
   if (name == "the controller") controller_gone(self, why);
   st.log->warn("client rank {}: {}", st.cfg.me.rank, why);
-  auto w = st.waiting.find(msg.source);
+  auto w = st.waiting.find(source);
   if (w == st.waiting.end()) return;
   auto waiters = std::move(w->second);
   st.waiting.erase(w);
   auto err = internal::to_caf_error(Status(Errc::unavailable, why));
   for (auto& [token, fail] : waiters) fail(err);
+}
+
+}  // namespace
+
+void peer_down(client_pointer self, const caf::down_msg& msg) {
+  peer_gone(self, msg.source, caf::to_string(msg.reason));
+}
+
+void volume_gone(client_pointer self, const std::string& id, const std::string& reason) {
+  auto it = self->state.conns.find(id);
+  if (it == self->state.conns.end()) return;  // never talked to it: nothing waits on it
+  peer_gone(self, it->second->handle.address(), reason);
 }
 
 }  // namespace meshstore::actors::client_detail

@@ -19,5 +19,8 @@ void with_home_volume(client_pointer self, ConnCallback k);
 // A monitored peer went down: fail what waits on it, forget connections and
 // locations through it.
 void peer_down(client_pointer self, const caf::down_msg& msg);
+// The controller says volume `id` went down (for `reason`): as peer_down,
+// for a volume whose process this one is not connected to.
+void volume_gone(client_pointer self, const std::string& id, const std::string& reason);
 
 }  // namespace meshstore::actors::client_detail

@@ -61,7 +61,9 @@ struct ControllerState {
   std::map<std::string, Stream> streams;
   std::map<std::string, std::vector<Waiter>> waiters;
   std::uint64_t next_waiter = 1;
-  std::set<caf::actor_addr> writers;  // monitored stream writers
+  std::set<caf::actor_addr> writers;                      // monitored stream writers
+  std::map<caf::actor_addr, caf::actor> volume_watchers;  // monitored clients
+  std::set<std::string> dead_volumes;                     // ids of volumes that went down
   // Pinned locates: objects a starved reader is about to open. Their
   // release (or discard) is held back until every pin on them ends.
   using ObjectRef = std::pair<std::string, std::uint64_t>;  // volume id, object id
@@ -79,6 +81,11 @@ using controller_pointer = controller_actor::stateful_pointer<ControllerState>;
 
 /// Adds the object ids of `r`'s shards to `out`, by volume.
 void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out);
+
+// A record names volume `id`, which is not registered: Errc::unavailable
+// when it went down (a writer that staged on it just before), else
+// Errc::not_found. `ctx` names the call.
+Status unknown_volume(const ControllerState& st, const std::string& ctx, const std::string& id);
 
 // -- sharded puts (controller/sharded_puts.cpp) --------------------------------
 

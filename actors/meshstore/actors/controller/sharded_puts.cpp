@@ -47,9 +47,7 @@ Status validate_shard(const ControllerState& st,
                                               " shards in one record, expected 1");
   }
   const auto& s = r.shards.front();
-  if (st.volumes.count(s.volume_id) == 0) {
-    return Status(Errc::not_found, ctx + ": unknown volume '" + s.volume_id + "'");
-  }
+  if (st.volumes.count(s.volume_id) == 0) return unknown_volume(st, ctx, s.volume_id);
   if (s.slice.global_shape() != r.shape) {
     return Status(Errc::shape_mismatch, ctx + ": shard " + s.slice.to_string() +
                                             " is not in global shape " + shape_to_string(r.shape));
