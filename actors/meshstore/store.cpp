@@ -28,6 +28,17 @@ using facade::check_view;
 using facade::single_get;
 using facade::staging;
 
+// The last step of a get_into: device destinations get their bytes from
+// the host staging, a copy into the caller's buffers that a cancel waits
+// for (or that a cancel before it skips).
+Status finish_into(const facade::DeviceStaging& st, internal::CallGuard& guard,
+                   const std::string& what) {
+  if (!guard.enter_final()) return Status(Errc::cancelled, what + ": cancelled");
+  auto s = st.finish();
+  guard.leave();
+  return s;
+}
+
 }  // namespace
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -55,8 +66,10 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   call.op = "put";
   call.items.push_back(
       actors::PutItem{call_items.front().first, *host, wire::ObjectKind::tensor, nullptr});
+  call.guard = std::make_shared<internal::CallGuard>();
   const std::string what = "put '" + call_items.front().first + "'";
-  auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
+  auto fut =
+      Impl::call_cancellable(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([st](const std::vector<std::uint64_t>&) {});
 }
 
@@ -95,8 +108,9 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
   // must put the same bytes.
   if (replicas > 1) item.checksum = content_checksum(*host);
   call.items.push_back(std::move(item));
+  call.guard = std::make_shared<internal::CallGuard>();
   const std::string what = "put '" + key + "' slice " + slice.to_string();
-  return Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what)
+  return Impl::call_cancellable(impl_.get(), actors::store_put_atom::value, std::move(call), what)
       .then([st](const std::vector<std::uint64_t>&) {});
 }
 
@@ -116,8 +130,10 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
     call.items.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, nullptr});
   }
   if (call.items.empty()) return make_ready_future();
+  call.guard = std::make_shared<internal::CallGuard>();
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
-  auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
+  auto fut =
+      Impl::call_cancellable(impl_.get(), actors::store_put_atom::value, std::move(call), what);
   return fut.then([st](const std::vector<std::uint64_t>&) {});
 }
 
@@ -149,8 +165,10 @@ Future<void> Store::get_into(std::string key, const TensorView& dst, const Tenso
   auto call = single_get(op, actors::GetMode::into, std::move(key));
   call.dsts.push_back(*host);
   call.slices.push_back(slice);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([st](const actors::GetOutput&) { return st->finish(); });
+  auto guard = std::make_shared<internal::CallGuard>();
+  call.guard = guard;
+  return Impl::call_cancellable(impl_.get(), actors::store_get_atom::value, std::move(call), what)
+      .then([st, guard, what](const actors::GetOutput&) { return finish_into(*st, *guard, what); });
 }
 
 Future<Tensor> Store::get_view(std::string key) {
@@ -201,8 +219,10 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
     call.dsts[i] = *host;
   }
   const std::string what = items.size() == 1 ? op + " '" + call.keys.front() + "'" : op;
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([st](const actors::GetOutput&) { return st->finish(); });
+  auto guard = std::make_shared<internal::CallGuard>();
+  call.guard = guard;
+  return Impl::call_cancellable(impl_.get(), actors::store_get_atom::value, std::move(call), what)
+      .then([st, guard, what](const actors::GetOutput&) { return finish_into(*st, *guard, what); });
 }
 
 // -- objects -------------------------------------------------------------

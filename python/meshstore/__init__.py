@@ -21,6 +21,7 @@ drop-in for torchstore's module-level API.
 
 from . import _native
 from ._errors import (
+    CancelledError,
     ClosedError,
     ConflictError,
     ConnectionError,
@@ -47,7 +48,7 @@ available_transports = _native.available_transports
 transport_status = _native.transport_status
 
 __all__ = [
-    "ClosedError", "ConflictError", "ConnectionError", "Error", "Future",
+    "CancelledError", "ClosedError", "ConflictError", "ConnectionError", "Error", "Future",
     "InvalidArgumentError", "MismatchError", "NotFoundError", "OutOfCapacityError",
     "PartiallyCommittedError", "StagedStateDict", "Store", "Tensor", "TensorSlice",
     "TimeoutError", "UnauthenticatedError", "UnsupportedError", "WaitTimeoutError", "WrongKindError", "available_transports",

@@ -83,6 +83,11 @@ class UnauthenticatedError(Error, builtins.PermissionError):
     message names the reason."""
 
 
+class CancelledError(Error):
+    """The call was cancelled (Future.cancel) before it committed: nothing of
+    it is visible, and the store no longer touches its tensors."""
+
+
 _BY_CODE = {
     1: InvalidArgumentError,
     2: NotFoundError,
@@ -100,6 +105,7 @@ _BY_CODE = {
     17: ConflictError,
     19: WaitTimeoutError,
     20: UnauthenticatedError,
+    21: CancelledError,
 }
 
 

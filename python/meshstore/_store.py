@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from . import _native
 from . import _state_dict as sdmod
+from ._errors import CancelledError
 from ._tensors import Tensor, export, is_tensor
 
 _FORMAT_BYTES, _FORMAT_UTF8, _FORMAT_PICKLE = 0, 1, 2
@@ -60,11 +61,27 @@ class Future:
         self._native.add_done_callback(lambda: fn(self))
 
     def cancel(self):
-        """Store calls cannot be cancelled yet: always False. Cancelling an
-        asyncio task that awaits one leaves the call running to completion."""
-        return False
+        """Cancels a put or get_into (put, put_batch, a put or get_into with
+        a slice, get_into, get_into_batch). True when it stopped the call:
+        the call then raises CancelledError, nothing of a put is visible, and
+        the store no longer touches the tensor's memory. False when the call
+        had completed or was committing (it then ends as it would have), or
+        cannot be cancelled (every other call). Waits, with the GIL released,
+        for copies already running (at most the store's request_timeout).
+        Cancelling an asyncio task that awaits a store call cancels the
+        call."""
+        return self._native.cancel()
 
     def cancelled(self):
+        """True when the call ended cancelled."""
+        if not self._native.done():
+            return False
+        try:
+            self._native.result(0)
+        except CancelledError:
+            return True
+        except Exception:  # noqa: BLE001 (any other outcome: not cancelled)
+            return False
         return False
 
     def __await__(self):
@@ -79,7 +96,11 @@ class Future:
                     pass  # the loop is closed: nobody waits any more
 
             self._native.add_done_callback(wake)
-            yield from waiter
+            try:
+                yield from waiter
+            except asyncio.CancelledError:
+                self.cancel()  # the task was cancelled: so is the call
+                raise
         return self.result()
 
     def __repr__(self):

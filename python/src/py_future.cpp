@@ -147,6 +147,11 @@ void bind_future(py::module_& m) {
             return f.call->ready() || wait_interruptibly(*f.call, t);
           },
           py::arg("timeout") = py::none())
+      .def("cancel",
+           [](const PyFuture& f) {
+             py::gil_scoped_release unlocked;
+             return f.call->cancel();
+           })
       .def("add_done_callback",
            [](const PyFuture& f, py::object fn) { f.call->add_done_callback(std::move(fn)); });
 }

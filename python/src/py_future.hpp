@@ -38,6 +38,9 @@ class PendingCall : public std::enable_shared_from_this<PendingCall> {
   virtual bool wait_for(std::chrono::nanoseconds timeout) const = 0;
   /// The value as a Python object, or raises; only once ready, GIL held.
   virtual py::object value() const = 0;
+  /// Future::cancel (GIL released by the caller: it may wait for copies,
+  /// and completing runs the done callbacks, which take the GIL).
+  virtual bool cancel() const = 0;
 
   /// Runs `fn()` once the call completes: on the completing thread with the
   /// GIL taken, or at once (here) when it already has. GIL held.
@@ -78,6 +81,7 @@ class Pending final : public PendingCall {
   }
   bool ready() const override { return fut_.ready(); }
   bool wait_for(std::chrono::nanoseconds timeout) const override { return fut_.wait_for(timeout); }
+  bool cancel() const override { return fut_.cancel(); }
   py::object value() const override {
     const auto r = fut_.get();
     if (!r.ok()) raise_status(r.status());

@@ -55,10 +55,14 @@ enum class Errc : std::int32_t {
   /// the peer's: TLS on one side only, or a certificate the other side's
   /// CA did not sign. The message names the reason.
   unauthenticated = 20,
+  /// The caller cancelled the operation (Future::cancel) before it
+  /// committed: nothing of it is visible, and the caller's buffer is no
+  /// longer touched.
+  cancelled = 21,
 };
 
 /// The highest code; values above it off a wire are unknown codes.
-constexpr Errc kLastErrc = Errc::unauthenticated;
+constexpr Errc kLastErrc = Errc::cancelled;
 
 /// The snake_case name of a code, for example "not_found".
 std::string_view errc_name(Errc code) noexcept;

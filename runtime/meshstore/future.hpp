@@ -41,11 +41,13 @@ class FutureState {
   /// Stores the result and runs the callbacks. False if already completed.
   bool complete(Result<T> r) {
     std::vector<Callback> callbacks;
+    std::function<bool()> canceller;  // dropped outside the lock
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (result_) return false;
       result_.emplace(std::move(r));
       callbacks.swap(callbacks_);
+      canceller.swap(canceller_);
     }
     cv_.notify_all();
     // result_ never changes once set, so reading it unlocked is safe here.
@@ -85,6 +87,24 @@ class FutureState {
 
   const Status& if_dropped() const { return if_dropped_; }
 
+  /// What cancel() runs, at most once and only while not complete: the
+  /// operation's own cancellation (true when it took effect).
+  void set_canceller(std::function<bool()> c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!result_) canceller_ = std::move(c);
+  }
+
+  /// Runs the canceller, if any and not yet complete; its answer.
+  bool cancel() {
+    std::function<bool()> c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (result_) return false;
+      c.swap(canceller_);
+    }
+    return c ? c() : false;
+  }
+
  private:
   void run(Callback& cb) const {
     try {
@@ -100,6 +120,7 @@ class FutureState {
   mutable std::condition_variable cv_;
   std::optional<Result<T>> result_;
   std::vector<Callback> callbacks_;
+  std::function<bool()> canceller_;
   const Status if_dropped_;
 };
 
@@ -220,6 +241,19 @@ class [[nodiscard]] Future {
     return state_->result();
   }
 
+  /// Cancels the operation behind this future, where it supports that:
+  /// the store's put, put_batch, sharded put, get_into and get_into_batch
+  /// (docs/reliability.md, "Cancelling a call"). When cancel() returns, the store no
+  /// longer reads or writes the caller's buffers; if the operation had not
+  /// reached its commit it is abandoned (nothing of a put becomes visible)
+  /// and the future completes with Errc::cancelled: true. Otherwise (it was
+  /// complete or committing, or the operation cannot be cancelled) the
+  /// future completes as it would have: false. Blocks while copies into or
+  /// out of the buffers are running (at most the store's request timeout).
+  /// A future from then() cancels the one it was chained to. Call it from
+  /// your own threads, not inside a store callback.
+  bool cancel() const { return state_ && state_->cancel(); }
+
   /// Calls `f(const Result<T>&)` once the result is known: at once on this
   /// thread if it already is, else on the thread that completes it.
   /// Exceptions escaping `f` are logged and ignored.
@@ -243,6 +277,13 @@ class [[nodiscard]] Future {
                                  std::invoke_result<std::decay_t<F>&, const ValueOrUnit&>>;
     using U = typename internal::FutureValue<typename R::type>::type;
     auto out = internal::make_state<U>();
+    if (state_) {
+      // Cancelling the chained future cancels this one.
+      out->set_canceller([in = std::weak_ptr<internal::FutureState<T>>(state_)] {
+        auto s = in.lock();
+        return s && s->cancel();
+      });
+    }
     on_complete([out, fn = std::forward<F>(f)](const Result<T>& r) mutable {
       if (!r.ok()) {
         out->complete(r.status());
@@ -267,12 +308,21 @@ class [[nodiscard]] Future {
                                     Args&&...);
   template <class U>
   friend Future<U> make_future_from_state(std::shared_ptr<internal::FutureState<U>>);
+  template <class U>
+  friend void set_canceller(const Future<U>&, std::function<bool()>);
 
   explicit Future(std::shared_ptr<internal::FutureState<T>> s) : state_(std::move(s)) {}
   static Status invalid() { return Status(Errc::invalid_argument, "future has no state"); }
 
   std::shared_ptr<internal::FutureState<T>> state_;
 };
+
+/// Makes `f.cancel()` run `c` (replacing what it would run): for operations
+/// that can be cancelled. Internal to meshstore's layers.
+template <class U>
+void set_canceller(const Future<U>& f, std::function<bool()> c) {
+  if (f.state_) f.state_->set_canceller(std::move(c));
+}
 
 /// Wraps an existing state in a Future (used by combinators).
 template <class U>

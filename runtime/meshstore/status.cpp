@@ -46,6 +46,8 @@ std::string_view errc_name(Errc code) noexcept {
       return "wait_timeout";
     case Errc::unauthenticated:
       return "unauthenticated";
+    case Errc::cancelled:
+      return "cancelled";
   }
   return "unknown_error";
 }

@@ -34,6 +34,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,8 @@ namespace {
 // (CAF 0.17 tells only directly connected nodes; docs/reliability.md).
 constexpr auto kRequestTimeout = 3s;
 constexpr auto kBound = kRequestTimeout + 2s;
+// How long a stream reader waits for the next write (within the bound).
+constexpr std::chrono::milliseconds kStreamWait = 2s;
 // Elements of each tensor a phase moves (uint32: 1 MiB per tensor).
 constexpr std::int64_t kElems = 256 * 1024;
 constexpr int kTensors = 4;
@@ -190,9 +193,7 @@ PhaseOps ops_for(const std::string& phase, Store& store, Pattern& out, Pattern& 
     };
     ops.read = [&store, &in, check] {
       auto sd = in.state_dict();
-      return check(store.stream_state_dict_into("st", sd, std::chrono::milliseconds(5000))
-                       .get(kBound)
-                       .status());
+      return check(store.stream_state_dict_into("st", sd, kStreamWait).get(kBound).status());
     };
   } else if (phase == "sharded") {
     // One entry of shape [2, kElems], split by rows over two ranks; the
@@ -598,11 +599,15 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   if (victim != reader.get()) {
     const bool files = phase == "checkpoint";
     const bool goes_on = role == "writer" || files;
-    cell.reader = watch_survivor(*reader, killed_at, r_off,
-                                 role == "writer"   ? names_writer
-                                 : role == "volume" ? names_volume
-                                                    : names_store,
-                                 goes_on, idle, cell);
+    // A stream reader waiting for the next write when the volume dies (not
+    // reading from it) learns nothing is written any more at its deadline.
+    auto names_for_reader = role == "writer"   ? names_writer
+                            : role == "volume" ? names_volume
+                                               : names_store;
+    if (role == "volume" && phase == "stream") {
+      names_for_reader.push_back("nothing was written within");
+    }
+    cell.reader = watch_survivor(*reader, killed_at, r_off, names_for_reader, goes_on, idle, cell);
   } else {
     cell.reader = "killed";
   }
@@ -714,6 +719,10 @@ int main(int argc, char** argv) {
   const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
   exe.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
   const std::string role = argc > 1 ? argv[1] : "";
+  if (role == "serve" || role == "volume" || role == "writer" || role == "reader" ||
+      role == "check") {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a role never outlives the orchestrator
+  }
   if (role == "serve" || role == "volume") return run_host(role, argc, argv);
   if ((role == "writer" || role == "reader") && argc >= 5) {
     return run_client(role == "writer", argv[2], argv[3], argv[4]);

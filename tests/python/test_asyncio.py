@@ -128,3 +128,46 @@ def test_bad_options_are_refused_by_name():
         meshstore.Store.embedded(request_timeout=-1)
     with pytest.raises(TypeError, match="'strategy' has the wrong type"):
         meshstore.Store.embedded(strategy=3)
+
+
+def slow_store():
+    """A store whose transfers go in 1 MiB round trips, one at a time: a
+    64 MiB call lasts long enough to be cancelled in the middle."""
+    return meshstore.Store.embedded(transport="rpc", rpc_chunk_bytes=1 << 20,
+                                    rpc_chunks_in_flight=1, shared_memory_volumes=False)
+
+
+def test_cancel_stops_a_get_into_and_never_writes_the_tensor_again():
+    with slow_store() as s:
+        s.put("w", torch.full((16 << 20,), 7, dtype=torch.int32)).result()
+        dst = torch.zeros(16 << 20, dtype=torch.int32)
+        fut = s.get_into("w", dst)
+        assert fut.cancel()
+        dst.fill_(-1)  # the caller's memory again
+        with pytest.raises(meshstore.CancelledError) as e:
+            fut.result()
+        assert e.value.code_name == "cancelled"
+        assert fut.cancelled()
+        assert not s.exists("nothing").cancel()  # other calls cannot be cancelled
+    assert (dst == -1).all()  # the store is closed: nothing can write any more
+
+
+async def _wait(fut):
+    return await fut
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_task_cancels_the_put_it_awaits():
+    s = slow_store()
+    try:
+        await s.put("w", torch.full((16 << 20,), 1, dtype=torch.int32))
+        fut = s.put("w", torch.full((16 << 20,), 2, dtype=torch.int32))
+        task = asyncio.ensure_future(_wait(fut))
+        await asyncio.sleep(0)  # one turn of the loop: the task is awaiting the put
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert fut.cancelled()
+        assert ((await s.get("w")).torch() == 1).all()  # the old version, whole
+    finally:
+        s.close()

@@ -19,6 +19,7 @@ TEST(Errc, ValuesAreStable) {
   EXPECT_EQ(static_cast<int>(Errc::internal), 18);
   EXPECT_EQ(static_cast<int>(Errc::wait_timeout), 19);
   EXPECT_EQ(static_cast<int>(Errc::unauthenticated), 20);
+  EXPECT_EQ(static_cast<int>(Errc::cancelled), 21);
 }
 
 TEST(Errc, EveryCodeHasADistinctName) {

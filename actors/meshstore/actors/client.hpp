@@ -15,6 +15,7 @@
 #include "meshstore/actors/controller_actor.hpp"
 #include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/future.hpp"
+#include "meshstore/internal/call_guard.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 #include "meshstore/transports/transport.hpp"
@@ -87,6 +88,10 @@ struct PutCall {
   /// covered) and the digest of its layout. Empty: not one.
   std::vector<std::string> group_members;
   std::uint64_t group_layout = 0;
+  /// Set when the caller may cancel (Future::cancel): the client touches
+  /// the items' buffers only between guard->enter() and leave(), and
+  /// commits only after guard->begin_commit(). Null: not cancellable.
+  std::shared_ptr<internal::CallGuard> guard;
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
@@ -115,6 +120,8 @@ struct GetCall {
   /// put replaced that its volume has not released yet, so a reader could
   /// see version N and then N - 1; the controller's answer never goes back.
   bool fresh = false;
+  /// As PutCall::guard, for the destinations (GetMode::into).
+  std::shared_ptr<internal::CallGuard> guard;
   std::shared_ptr<Promise<GetOutput>> promise;
 };
 

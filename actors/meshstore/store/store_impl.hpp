@@ -101,6 +101,27 @@ struct Store::Impl {
     return fut;
   }
 
+  // call() for a call whose `guard` is set: cancelling its future stops it
+  // through the guard (the client, which stops at its next step, and the
+  // canceller complete the promise with Errc::cancelled, whichever comes
+  // first). True when it stopped the call: its future then ends cancelled
+  // (a get_into whose value came just before the cancel is turned into
+  // Errc::cancelled by its last step, finish_into).
+  template <class Atom, class Call>
+  static auto call_cancellable(Impl* impl, Atom atom, Call c, const std::string& what) {
+    using T = typename decltype(c.promise)::element_type::value_type;
+    c.promise = facade::make_promise<T>(what);
+    auto fut = c.promise->future();
+    set_canceller(fut, [guard = c.guard, weak = std::weak_ptr<Promise<T>>(c.promise), what] {
+      if (!guard->cancel()) return false;  // committing: it runs to its end
+      if (auto promise = weak.lock())
+        promise->set_error(Status(Errc::cancelled, what + ": cancelled"));
+      return true;
+    });
+    if (!send(impl, atom, std::move(c))) return facade::closed_future<T>(what);
+    return fut;
+  }
+
   // Stops this process's actors and the runtime (a shared one: waits for
   // this store's actors to stop, bounded); later calls answer
   // Errc::shutdown. Idempotent.

@@ -23,6 +23,17 @@
 
 namespace meshstore::actors::client_detail {
 
+/// A cancellable call's buffers (PutCall::guard, GetCall::guard; null: not
+/// cancellable): touch them only between touch_begin (false: cancelled,
+/// stop) and touch_end, and commit only after may_commit.
+inline bool touch_begin(const std::shared_ptr<internal::CallGuard>& g) { return !g || g->enter(); }
+inline void touch_end(const std::shared_ptr<internal::CallGuard>& g) {
+  if (g) g->leave();
+}
+inline bool may_commit(const std::shared_ptr<internal::CallGuard>& g) {
+  return !g || g->begin_commit();
+}
+
 /// A volume the client can move bytes to and from.
 struct VolumeConn {
   wire::VolumeInfo info;

@@ -206,6 +206,15 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         return op->fail_named(s);
       }
     }
+    if (!touch_begin(op->call.guard)) {  // cancelled: read nothing
+      op->unpin();
+      return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
+    }
+    // A failure before the reads start ends the touch it began.
+    auto bail = [&op](const Status& s) {
+      touch_end(op->call.guard);
+      op->fail(s);
+    };
     op->out = GetOutput{};
     op->out.tensors.reserve(records->size());  // view targets point into it
     op->unpack.clear();
@@ -223,11 +232,11 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
           // Boxes are cut out of their shards by host copies: a GPU
           // destination is assembled in host memory, then copied over.
           auto at = contiguous_target(op->call.dsts[i], op->unpack, true);
-          if (!at.ok()) return op->fail(at.status());
+          if (!at.ok()) return bail(at.status());
           dst = *at;
         } else {
           auto t = Tensor::empty(rec.dtype, want.local_shape());
-          if (!t.ok()) return op->fail(t.status());
+          if (!t.ok()) return bail(t.status());
           dst = static_cast<std::byte*>(t->data());
           op->out.tensors.push_back(std::move(t).value());
         }
@@ -254,7 +263,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         try {
           op->out.object.assign(shard.nbytes, '\0');
         } catch (const std::bad_alloc&) {
-          return op->fail(
+          return bail(
               Status(Errc::out_of_capacity,
                      "cannot allocate " + std::to_string(shard.nbytes) + " bytes for the object"));
         }
@@ -265,12 +274,12 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         op->out.tensors.emplace_back();  // filled by the read
       } else if (op->call.mode == GetMode::tensor) {
         auto t = Tensor::empty(rec.dtype, rec.shape);
-        if (!t.ok()) return op->fail(t.status());
+        if (!t.ok()) return bail(t.status());
         dst = static_cast<std::byte*>(t->data());
         op->out.tensors.push_back(std::move(t).value());
       } else {
         auto at = contiguous_target(op->call.dsts[i], op->unpack);
-        if (!at.ok()) return op->fail(at.status());
+        if (!at.ok()) return bail(at.status());
         dst = *at;
       }
       ReadTarget target;
@@ -294,7 +303,8 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     }
     await(self, settle_all(std::move(groups)), [=](const Result<void>& r) {
       op->stale = *stale;
-      finish_get(self, op, r);
+      finish_get(self, op, r);  // unpacks into the destinations, or reads again
+      touch_end(op->call.guard);
     });
   };
   if (op->pin_next) return locate_pinned(self, op, std::move(on_records));

@@ -110,6 +110,14 @@ void report_filled(client_pointer self, const std::shared_ptr<PutOp>& op,
 }
 
 void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  if (!may_commit(op->call.guard)) {
+    // Cancelled: nothing of it becomes visible.
+    const Status why(Errc::cancelled, op->what + ": cancelled");
+    release_staged(self, op);
+    abort_stream(self, op, why);
+    op->call.promise->set_error(why);
+    return;
+  }
   auto records = put_records(op);
   auto& st = self->state;
   auto on_error = [=](caf::error& e) {
@@ -218,6 +226,10 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
                                                     op->call.staged.volume_id +
                                                     "', no longer this client's volume"));
     }
+    const auto& guard = op->call.guard;
+    if (!touch_begin(guard)) {  // cancelled before anything was staged
+      return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
+    }
     std::vector<wire::StageRequest> reqs;
     std::uint64_t total = 0;
     bool device = false;  // GPU tensors never travel inline
@@ -241,9 +253,13 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
       }
       reqs.push_back(std::move(r));
     }
+    touch_end(guard);  // small items' bytes are in the requests now
     if (inline_data && op->call.replace_under.empty() && !op->sharded) {
       // One round trip: the volume stages the bytes and commits at the
       // controller; a refusal leaves nothing staged.
+      if (!may_commit(guard)) {  // cancelled: nothing sent
+        return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
+      }
       auto records = put_records(op);
       ask(self, op->conn->handle, stage_commit_atom::value, reqs, records,
           caf::actor_cast<caf::actor>(self->state.controller))
@@ -281,6 +297,11 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
                                            " keys"));
               }
               if (inline_data) return commit_put(self, op);  // the bytes came with the stage
+              if (!touch_begin(guard)) {                     // cancelled
+                release_staged(self, op);
+                return (void)op->call.promise->set_error(
+                    Status(Errc::cancelled, op->what + ": cancelled"));
+              }
               // The records index the items after the ones written in place.
               const std::uint64_t first = op->call.staged_items.size();
               if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
@@ -334,6 +355,7 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
                 }
               }
               await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
+                touch_end(guard);  // every write is over
                 op->packed.clear();
                 if (!r.ok()) {
                   release_staged(self, op);
