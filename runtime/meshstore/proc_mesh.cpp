@@ -288,12 +288,24 @@ struct ProcMesh::Shared {
       ForeignThreadGuard guard;
       caf::scoped_actor self{runtime->system()};
       for (auto& j : remote) {
+        // An agent known dead (its connection closed: a monitor on it fires
+        // at once) took its processes with it: asking would only time out.
+        bool down = false;
+        self->monitor(j.agent);
+        self->receive([&](const caf::down_msg&) { down = true; },
+                      caf::after(std::chrono::milliseconds(0)) >> [] {});
+        if (down) {
+          log::get("proc")->info("agent {} is gone, and its processes with it", j.address);
+          continue;
+        }
+        self->demonitor(j.agent.address());
         self->request(j.agent, spec.stop_grace + std::chrono::seconds(2), agent_stop_atom::value,
                       j.job, static_cast<std::int64_t>(spec.stop_grace.count()))
             .receive([](bool) {},
                      [&](caf::error& e) {
-                       log::get("proc")->warn("agent {}: stopping its processes: {}", j.address,
-                                              internal::from_caf_error(e, "").to_string());
+                       log::get("proc")->warn(
+                           "agent {}: stopping its processes: {}", j.address,
+                           internal::from_caf_error(e, "agent_stop").to_string());
                      });
       }
     }

@@ -637,6 +637,54 @@ TEST(ProcMesh, AnAgentStopsTheProcessesOfAControllerThatWentAway) {
       << controller.output();
 }
 
+// The fault matrix's agent row (docs/reliability.md): a host agent killed
+// with -9 takes the workers it started with it (their lifeline to it
+// closes), and the controller that attached them learns which ranks went.
+TEST(ProcMesh, AnAgentKilledTakesItsWorkersAndTheControllerLearnsWhich) {
+  // Orphaned workers come to this process, so the test sees them exit.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  testing::Child agent({MESHSTORE_TOOL_PATH, "agent", "--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(agent.wait_for_output("; stop with", kWait)) << agent.output();
+  const auto at = agent.output().find("listening on 127.0.0.1:") + 23;
+  const std::string port = agent.output().substr(at, agent.output().find(';', at) - at);
+  Failures failures;
+  auto o = options();
+  o.on_failure = failures.handler(true);
+  auto procs = ProcMesh::attach({"127.0.0.1:" + port}, {{"procs", 2}}, {}, o);
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("remote", "worker", 7);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  const pid_t a = procs->pid(0), b = procs->pid(1);
+  ASSERT_EQ(::kill(a, 0), 0);
+  agent.signal(SIGKILL);
+  ASSERT_TRUE(agent.wait(kWait));
+  auto exited = [](pid_t p) {
+    return ::waitpid(p, nullptr, WNOHANG) == p || (::kill(p, 0) != 0 && errno == ESRCH);
+  };
+  bool a_gone = false, b_gone = false;
+  EXPECT_TRUE(eventually(
+      [&] {
+        a_gone = a_gone || exited(a);
+        b_gone = b_gone || exited(b);
+        return a_gone && b_gone;
+      },
+      30s))
+      << "workers " << a << " and " << b << " outlived their agent: " << state(a) << ", "
+      << state(b);
+  // Both members of "remote" are reported down, by rank.
+  ASSERT_TRUE(failures.wait_for(2));
+  std::set<int> ranks;
+  for (const auto& f : failures.seen) {
+    EXPECT_EQ(f.mesh, "remote");
+    EXPECT_EQ(f.why.code(), Errc::unavailable) << f.to_string();
+    ranks.insert(f.rank);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+  EXPECT_EQ(w->call_one<int>(add_atom::value, 0).get(kWait).status().code(),
+            Errc::invalid_argument);  // two members: call_one refuses
+  procs->stop();                      // returns: nothing left to wait for
+}
+
 TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingBehind) {
   Failures failures;
   auto o = options();
