@@ -57,6 +57,10 @@ struct ClientState {
   std::unordered_map<std::string, std::vector<ConnCallback>> conn_waiters;
   // The strategy's answer for this client (the volume puts go to).
   std::string home_volume;
+  // Why this client's last home volume went (empty: it never had one, or
+  // the strategy gave it another since): the strategy's "none yet" is then
+  // no start-up race to wait out.
+  std::string home_lost;
   std::vector<ConnCallback> home_waiters;
   bool home_pending = false;
   // key -> last record seen; validated by the volume on every read.

@@ -97,12 +97,21 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
             // meantime must not stay this client's home.
             with_volume(self, info.volume_id,
                         [self, finish, id = info.volume_id](const ConnResult& r) {
-                          if (r.ok()) self->state.home_volume = id;
+                          if (r.ok()) {
+                            self->state.home_volume = id;
+                            self->state.home_lost.clear();
+                          }
                           finish(r);
                         });
           },
           [=](caf::error& e) {
             auto s = from_caf_error(e, "strategy select");
+            if (s.code() == Errc::unavailable && !self->state.home_lost.empty()) {
+              // Not a volume yet to register: this client's own went down.
+              return finish(Status(Errc::unavailable,
+                                   "this client's volume " + self->state.home_lost +
+                                       ", and the store has no other for it: " + s.message()));
+            }
             const bool retry =
                 s.code() == Errc::unavailable && self->state.control_down.empty() &&
                 std::chrono::steady_clock::now() + std::chrono::milliseconds(50) < deadline;
@@ -155,7 +164,10 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     }
     const std::string id = it->first;
     name = "volume '" + id + "'";
-    if (st.home_volume == id) st.home_volume.clear();
+    if (st.home_volume == id) {
+      st.home_volume.clear();
+      st.home_lost = name + " went down (" + reason + ")";
+    }
     for (auto loc = st.locations.begin(); loc != st.locations.end();) {
       const auto& shards = loc->second.shards;
       const bool there = std::any_of(shards.begin(), shards.end(),
