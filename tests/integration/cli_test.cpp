@@ -138,5 +138,34 @@ TEST(Cli, BadArgumentsAreUsageErrors) {
   }
 }
 
+// `meshstore agent --listen` takes what every address option takes:
+// HOST:PORT or [V6]:PORT, and names what is wrong otherwise.
+TEST(Cli, TheAgentListensWhereToldAndRefusesABadAddress) {
+  for (const std::string bad : {"29600", "[::1:29600", "127.0.0.1:http", ":29600"}) {
+    Child c({kTool, "agent", "--listen", bad});
+    ASSERT_TRUE(c.wait(60s));
+    EXPECT_EQ(c.exit_code(), 2) << bad << ": " << c.output();
+    EXPECT_NE(c.output().find("--listen wants HOST:PORT or [V6]:PORT"), std::string::npos)
+        << c.output();
+  }
+  Child v4({kTool, "agent", "--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(v4.wait_for_output("; stop with", 60s)) << v4.output();
+  EXPECT_NE(v4.output().find("agent listening on 127.0.0.1:"), std::string::npos) << v4.output();
+  v4.signal(SIGTERM);
+  ASSERT_TRUE(v4.wait(60s));
+  EXPECT_EQ(v4.exit_code(), 0) << v4.output();
+  Child v6({kTool, "agent", "--listen", "[::1]:0"});
+  ASSERT_TRUE(v6.wait_for_output("\n", 60s)) << v6.output();
+  if (v6.output().find("cannot listen") != std::string::npos) {
+    ASSERT_TRUE(v6.wait(60s));
+    GTEST_SKIP() << "this host has no IPv6 loopback: " << v6.output();
+  }
+  ASSERT_TRUE(v6.wait_for_output("; stop with", 60s)) << v6.output();
+  EXPECT_NE(v6.output().find("agent listening on ::1:"), std::string::npos) << v6.output();
+  v6.signal(SIGTERM);
+  ASSERT_TRUE(v6.wait(60s));
+  EXPECT_EQ(v6.exit_code(), 0) << v6.output();
+}
+
 }  // namespace
 }  // namespace meshstore::testing

@@ -17,8 +17,10 @@ Result<Address> parse_address(const std::string& text) {
   if (colon == std::string::npos) return bad("has no port");
   if (colon == 0) return bad("has no host");
   std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return bad("has an unclosed or empty '['");
     host = host.substr(1, host.size() - 2);
+  }
   const std::string port = text.substr(colon + 1);
   char* end = nullptr;
   const long v = std::strtol(port.c_str(), &end, 10);

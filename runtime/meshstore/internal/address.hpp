@@ -14,7 +14,9 @@ struct Address {
 };
 
 /// Parses "HOST:PORT" or "[V6]:PORT" (port 0 allowed: listen on a free
-/// one). Errc::invalid_argument naming the text and what is wrong.
+/// one); the port is what follows the last ':', so "::1:80" reads as host
+/// "::1" too. Errc::invalid_argument naming the text and what is wrong (no
+/// port, no host, a bad port, an unclosed '[').
 Result<Address> parse_address(const std::string& text);
 
 /// True for a host only this machine reaches: "localhost", 127.0.0.0/8
