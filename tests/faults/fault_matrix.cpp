@@ -486,12 +486,14 @@ std::string watch_survivor(Child& c, std::int64_t killed_at, std::size_t offset,
   if (idle) c.signal(SIGUSR1);
   const auto deadline = std::chrono::steady_clock::now() + kBound + 2s;
   std::string first_named;
+  std::size_t retried = 0;  // idle: the errors already answered by one more call
   while (std::chrono::steady_clock::now() < deadline) {
     if (c.output().find("TORN") != std::string::npos) {
       cell.pass = false;
       return "TORN: " + c.output().substr(c.output().find("TORN"), 200);
     }
-    for (const auto& line : errors_after(c.output(), offset)) {
+    const auto errors = errors_after(c.output(), offset);
+    for (const auto& line : errors) {
       const std::string msg = message_of(line);
       if (goes_on && !names_it(msg)) {
         cell.pass = false;
@@ -516,8 +518,8 @@ std::string watch_survivor(Child& c, std::int64_t killed_at, std::size_t offset,
       cell.pass = false;
       return "kept succeeding with a dead peer";
     }
-    if (idle && c.exit_code() < 0 && errors_after(c.output(), offset).size() > 0 &&
-        first_named.empty()) {
+    if (idle && first_named.empty() && errors.size() > retried) {
+      retried = errors.size();
       c.signal(SIGUSR1);  // an error that did not name it: one more call
     }
     c.wait_for_output("tick " + std::to_string(want) + "\n", 100ms);

@@ -474,6 +474,22 @@ std::string state(pid_t pid) {
   return out;
 }
 
+// Waits up to `bound` until processes `a` and `b` have exited: reaped here
+// (this process is their subreaper) or gone. For orphaned workers.
+bool both_exit(pid_t a, pid_t b, std::chrono::milliseconds bound) {
+  auto exited = [](pid_t p) {
+    return ::waitpid(p, nullptr, WNOHANG) == p || (::kill(p, 0) != 0 && errno == ESRCH);
+  };
+  bool a_gone = false, b_gone = false;
+  return eventually(
+      [&] {
+        a_gone = a_gone || exited(a);
+        b_gone = b_gone || exited(b);
+        return a_gone && b_gone;
+      },
+      bound);
+}
+
 // The pids of the two workers a test controller (below) launched, from
 // its "pids: A B" line.
 void worker_pids(testing::Child& controller, pid_t& a, pid_t& b) {
@@ -498,17 +514,7 @@ TEST(ProcMesh, WorkersStopThemselvesWhenTheirControllerIsKilled) {
   ASSERT_TRUE(controller.wait(kWait));
   // The workers' lifeline closed with the controller: they exit (and are
   // reaped by whoever adopted them).
-  auto exited = [](pid_t p) {
-    return ::waitpid(p, nullptr, WNOHANG) == p || (::kill(p, 0) != 0 && errno == ESRCH);
-  };
-  bool a_gone = false, b_gone = false;
-  EXPECT_TRUE(eventually(
-      [&] {
-        a_gone = a_gone || exited(a);
-        b_gone = b_gone || exited(b);
-        return a_gone && b_gone;
-      },
-      20s))
+  EXPECT_TRUE(both_exit(a, b, 20s))
       << "workers " << a << " and " << b << " outlived their controller: " << state(a) << ", "
       << state(b) << "\n"
       << controller.output();
@@ -658,19 +664,8 @@ TEST(ProcMesh, AnAgentKilledTakesItsWorkersAndTheControllerLearnsWhich) {
   ASSERT_EQ(::kill(a, 0), 0);
   agent.signal(SIGKILL);
   ASSERT_TRUE(agent.wait(kWait));
-  auto exited = [](pid_t p) {
-    return ::waitpid(p, nullptr, WNOHANG) == p || (::kill(p, 0) != 0 && errno == ESRCH);
-  };
-  bool a_gone = false, b_gone = false;
-  EXPECT_TRUE(eventually(
-      [&] {
-        a_gone = a_gone || exited(a);
-        b_gone = b_gone || exited(b);
-        return a_gone && b_gone;
-      },
-      30s))
-      << "workers " << a << " and " << b << " outlived their agent: " << state(a) << ", "
-      << state(b);
+  EXPECT_TRUE(both_exit(a, b, 30s)) << "workers " << a << " and " << b
+                                    << " outlived their agent: " << state(a) << ", " << state(b);
   // Both members of "remote" are reported down, by rank.
   ASSERT_TRUE(failures.wait_for(2));
   std::set<int> ranks;

@@ -66,10 +66,10 @@ Result<Handle> connect_with_retry(caf::actor_system& sys, const std::string& hos
     // CAF reports as cannot_connect_to_node, so ask OpenSSL too.
     // Without TLS on this side the cause is a guess (a TLS-only peer, or
     // no meshstore endpoint at all): unavailable, naming both.
-    if (h.error() == caf::sec::disconnect_during_handshake ||
-        (tls && !tls_failure_since(mark, port).empty())) {
+    const std::string recorded = tls ? tls_failure_since(mark, port) : std::string();
+    if (h.error() == caf::sec::disconnect_during_handshake || !recorded.empty()) {
       return Status(tls ? Errc::unauthenticated : Errc::unavailable,
-                    handshake_failure(what, address, port, tls, mark));
+                    handshake_failure(what, address, tls, recorded));
     }
     const std::string last_error = sys.render(h.error());
     if (std::chrono::steady_clock::now() + backoff > deadline) {

@@ -218,9 +218,8 @@ std::string tls_failure_since(std::uint64_t mark, std::uint16_t port) {
   return std::string();
 }
 
-std::string handshake_failure(const std::string& what, const std::string& address,
-                              std::uint16_t port, bool tls, std::uint64_t mark) {
-  std::string reason = tls_failure_since(mark, port);
+std::string handshake_failure(const std::string& what, const std::string& address, bool tls,
+                              std::string reason) {
   if (reason.empty()) {
     reason = tls ? "the peer closed the connection during the TLS handshake: it does not speak "
                    "TLS, or it refused our certificate"

@@ -26,12 +26,11 @@ std::uint64_t tls_failure_mark();
 /// since `mark`; empty when none was.
 std::string tls_failure_since(std::uint64_t mark, std::uint16_t port);
 
-/// Why a connect to `address` (port `port`) ended in CAF's
-/// disconnect_during_handshake: the reason OpenSSL gave for a peer on that
-/// port since `mark` when one was recorded, else what the disconnect most
-/// likely means given whether this side uses TLS. One sentence, for
-/// Errc::unauthenticated.
-std::string handshake_failure(const std::string& what, const std::string& address,
-                              std::uint16_t port, bool tls, std::uint64_t mark);
+/// Why a connect to `address` failed in its handshake: `reason`, what
+/// OpenSSL recorded (tls_failure_since), else what the disconnect most
+/// likely means given whether this side uses TLS. One sentence, for the
+/// connect's error.
+std::string handshake_failure(const std::string& what, const std::string& address, bool tls,
+                              std::string reason);
 
 }  // namespace meshstore::internal
