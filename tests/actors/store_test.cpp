@@ -277,6 +277,36 @@ TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
   EXPECT_ERROR(Store::embedded(bad), Errc::invalid_argument, "eviction must be");
 }
 
+// Eviction never takes a key a reader holds: a view (get_view) pins its
+// version in the volume, so the least recently used key that no reader
+// holds goes instead; once the view is gone, its key can go too.
+TEST(StoreEviction, AKeyAReaderHoldsIsNotEvicted) {
+  StoreOptions o;
+  o.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
+  o.eviction = "lru";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  std::vector<std::vector<float>> values;
+  for (int i = 0; i < 6; ++i) values.emplace_back(64 * 1024, static_cast<float>(i));  // 256 KiB
+  auto put = [&](int i) {
+    return store->put("k" + std::to_string(i), TensorView::of(values[i].data(), {64 * 1024}))
+        .get(kWait);
+  };
+  ASSERT_OK(put(0));
+  auto view = store->get_view("k0").get(kWait);  // a reader holds k0 from here
+  ASSERT_OK(view);
+  for (int i = 1; i < 4; ++i) ASSERT_OK(put(i));  // k0 is now the least recently used
+  ASSERT_OK(put(4));                              // full: k1 goes, not the held k0
+  EXPECT_TRUE(*store->exists("k0").get(kWait));
+  EXPECT_FALSE(*store->exists("k1").get(kWait));
+  EXPECT_EQ(std::memcmp(view->data(), values[0].data(), view->nbytes()), 0);
+  // The reader lets go: k0, still the least recently used, goes next.
+  *view = Tensor();
+  ASSERT_OK(put(5));
+  EXPECT_FALSE(*store->exists("k0").get(kWait));
+  for (const char* k : {"k2", "k3", "k4", "k5"}) EXPECT_TRUE(*store->exists(k).get(kWait)) << k;
+}
+
 TEST_F(StoreTest, BatchPutAndGet) {
   std::vector<std::vector<float>> data;
   std::vector<std::pair<std::string, TensorView>> items;

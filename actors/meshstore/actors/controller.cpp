@@ -283,12 +283,15 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
   return reply;
 }
 
-// Eviction: the least recently used keys stored whole on `volume_id`, put
-// on their own and not pinned, removed (discarded) until their objects add
-// up to `bytes`. Answers the keys removed.
-std::vector<std::string> evict(controller_pointer self, const std::string& volume_id,
-                               std::uint64_t bytes) {
+// Eviction: the least recently used keys stored whole (one object) on
+// `volume_id`, put on their own and not pinned, offered to the volume in that
+// order; the volume drops those no reader's lease holds until `bytes` are
+// freed, and their keys are removed. Answers the keys removed.
+caf::result<std::vector<std::string>> evict(controller_pointer self, const std::string& volume_id,
+                                            std::uint64_t bytes) {
   auto& st = self->state;
+  auto volume = st.volumes.find(volume_id);
+  if (volume == st.volumes.end()) return std::vector<std::string>{};
   std::vector<std::pair<std::uint64_t, const wire::KeyRecord*>> candidates;
   // A version pointer (the object "P" of publish_state_dict, whose versions
   // are "P/vN") is never evicted: readers and the next publish need it.
@@ -298,33 +301,50 @@ std::vector<std::string> evict(controller_pointer self, const std::string& volum
     return it != st.index.end() && it->first.compare(0, key.size() + 2, key + "/v") == 0;
   };
   for (const auto& [key, r] : st.index) {
-    if (!r.group.empty() || r.shards.empty() || is_pointer(key, r)) continue;
-    bool fits = true;
-    for (const auto& s : r.shards) {
-      if (s.volume_id != volume_id || st.pinned.count({s.volume_id, s.object_id}) != 0) {
-        fits = false;
-        break;
-      }
-    }
-    if (!fits) continue;
+    if (!r.group.empty() || r.shards.size() != 1 || is_pointer(key, r)) continue;
+    const auto& s = r.shards.front();
+    if (s.volume_id != volume_id || st.pinned.count({s.volume_id, s.object_id}) != 0) continue;
     auto used = st.last_used.find(key);
     candidates.emplace_back(used == st.last_used.end() ? 0 : used->second, &r);
   }
+  if (candidates.empty()) return std::vector<std::string>{};
   std::sort(candidates.begin(), candidates.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::string> doomed;
-  std::uint64_t freed = 0;
+  std::vector<std::uint64_t> objects;
+  std::vector<std::pair<std::string, std::uint64_t>> offered;  // key, object
   for (const auto& [used, r] : candidates) {
-    if (freed >= bytes) break;
-    doomed.push_back(r->key);
-    freed += r->nbytes();
+    objects.push_back(r->shards.front().object_id);
+    offered.emplace_back(r->key, r->shards.front().object_id);
   }
-  if (!doomed.empty()) {
-    st.log->info("evicting {} key(s), {} bytes, from volume '{}' for {} bytes asked", doomed.size(),
-                 freed, volume_id, bytes);
-    remove_keys(self, doomed, Verdict::discard);
-  }
-  return doomed;
+  auto rp = self->make_response_promise<std::vector<std::string>>();
+  self->request(volume->second, std::chrono::seconds(10), evict_atom::value, objects, bytes)
+      .then(
+          [self, rp, volume_id, bytes, offered](const std::vector<std::uint64_t>& dropped) mutable {
+            auto& st = self->state;
+            const std::set<std::uint64_t> gone(dropped.begin(), dropped.end());
+            std::vector<std::string> doomed;
+            std::uint64_t freed = 0;
+            for (const auto& [key, object] : offered) {
+              if (gone.count(object) == 0) continue;
+              // Still the key's value (not replaced while the volume chose).
+              auto it = st.index.find(key);
+              if (it == st.index.end() || it->second.shards.size() != 1 ||
+                  it->second.shards.front().volume_id != volume_id ||
+                  it->second.shards.front().object_id != object) {
+                continue;
+              }
+              freed += it->second.nbytes();
+              doomed.push_back(key);
+            }
+            if (!doomed.empty()) {
+              st.log->info("evicted {} key(s), {} bytes, from volume '{}' for {} bytes asked",
+                           doomed.size(), freed, volume_id, bytes);
+              remove_keys(self, doomed, Verdict::discard);
+            }
+            rp.deliver(std::move(doomed));
+          },
+          [rp](caf::error&) mutable { rp.deliver(std::vector<std::string>{}); });
+  return rp;
 }
 
 // A volume went down: its bytes are gone, so are the keys it held.

@@ -44,8 +44,9 @@ using controller_actor = caf::typed_actor<
     caf::reacts_to<unpin_atom, std::uint64_t>,
     // Eviction (StoreOptions::eviction "lru"): removes the least recently
     // used keys stored whole on the volume, put on their own (not part of
-    // a state dict) and not pinned, until their objects add up to the
-    // bytes asked for or none is left. Answers the keys removed.
+    // a state dict), not pinned and not held by a reader's lease (the
+    // volume decides that), until their objects add up to the bytes asked
+    // for or none is left. Answers the keys removed.
     caf::replies_to<evict_atom, std::string /*volume*/,
                     std::uint64_t /*bytes*/>::with<std::vector<std::string>>,
     // Keys under a prefix (whole '/'- or '.'-separated components), sorted.

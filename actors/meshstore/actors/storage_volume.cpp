@@ -412,6 +412,31 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         for (auto id : ids) self->state.drop(id, false);
         self->state.regions->prune();
       },
+      [=](evict_atom, const std::vector<std::uint64_t>& candidates,
+          std::uint64_t bytes) -> std::vector<std::uint64_t> {
+        // Decided here, where leases open and close, so no reader holds
+        // what goes: a read that arrives later finds the object gone.
+        auto& st = self->state;
+        std::set<const transports::Region*> leased;
+        for (const auto& [id, lease] : st.leases) {
+          for (const auto& r : lease.pinned) leased.insert(r.get());
+        }
+        std::vector<std::uint64_t> dropped;
+        std::uint64_t freed = 0;
+        for (auto id : candidates) {
+          if (freed >= bytes) break;
+          auto it = st.objects.find(id);
+          if (it == st.objects.end() || !it->second.committed ||
+              leased.count(it->second.region.get()) != 0) {
+            continue;
+          }
+          freed += it->second.region->size();
+          dropped.push_back(id);
+          st.drop(id, false);
+        }
+        st.regions->prune();
+        return dropped;
+      },
       [=](open_read_atom, const std::vector<std::uint64_t>& ids,
           std::uint64_t lease_id) -> caf::result<wire::ReadLease> {
         auto& st = self->state;

@@ -47,6 +47,11 @@ using storage_volume_actor = caf::typed_actor<
                     std::uint64_t /*lease id*/>::with<wire::ReadLease>,
     // Unpins a lease.
     caf::reacts_to<close_read_atom, std::uint64_t>,
+    // Eviction, from the controller: of these committed objects (least
+    // recently used first) drops, memory freed, those no read lease pins,
+    // until their bytes add up to the bytes asked for; answers those dropped.
+    caf::replies_to<evict_atom, std::vector<std::uint64_t>,
+                    std::uint64_t /*bytes*/>::with<std::vector<std::uint64_t>>,
     // (to itself) Drops what a dead client staged and nobody committed.
     caf::reacts_to<reclaim_atom, caf::actor_addr>,
     // Bytes held, objects, capacity.
