@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
   // MESHSTORE_TLS_CERT, _KEY and _CA, which Store::from_env and
   // Mesh::from_env read; each rank checks them in full.
   std::vector<std::pair<const char*, std::string>> tls;
+  bool encrypt_tcp = false;  // MESHSTORE_ENCRYPT_TCP=1 for every rank
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -180,6 +181,8 @@ int main(int argc, char** argv) {
       master_port = parse_int(a, value(), 1, 65535);
     else if (a == "--grace")
       grace = parse_int(a, value(), 0, 3600);
+    else if (a == "--encrypt-tcp")
+      encrypt_tcp = true;
     else if (a == "--tls-cert" || a == "--tls-key" || a == "--tls-ca") {
       const char* file = value();
       if (access(file, R_OK) != 0) usage(a + ": cannot read '" + file + "': " + strerror(errno));
@@ -190,10 +193,12 @@ int main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: meshrun -n N [--master-addr ADDR] [--master-port PORT] [--grace SECONDS]\n"
-          "               [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--] program [args...]\n"
+          "               [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--encrypt-tcp]\n"
+          "               [--] program [args...]\n"
           "Starts N ranks of program on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
           "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun does; with the\n"
-          "--tls-* files, also MESHSTORE_TLS_CERT, _KEY and _CA (mutual TLS between ranks).\n");
+          "--tls-* files, also MESHSTORE_TLS_CERT, _KEY and _CA (mutual TLS between ranks);\n"
+          "with --encrypt-tcp, MESHSTORE_ENCRYPT_TCP=1 (the ranks' volumes seal tcp bytes).\n");
       return 0;
     } else if (a == "--") {
       ++i;
@@ -252,6 +257,7 @@ int main(int argc, char** argv) {
       setenv("MASTER_ADDR", master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
       for (const auto& [name, file] : tls) setenv(name, file.c_str(), 1);
+      if (encrypt_tcp) setenv("MESHSTORE_ENCRYPT_TCP", "1", 1);
       execvp(prog[0], prog);
       std::fprintf(stderr, "meshrun: cannot run '%s': %s\n", prog[0], std::strerror(errno));
       _exit(127);

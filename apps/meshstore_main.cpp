@@ -153,9 +153,10 @@ const char* wait_for_stop(const sigset_t& stop) {
 int cmd_serve(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("serve", argc, argv,
-                  with_tls({"host", "port", "strategy", "volumes", "capacity", "log-level"}), args,
-                  rc)) {
+  if (!parse_args(
+          "serve", argc, argv,
+          with_tls({"host", "port", "strategy", "volumes", "capacity", "encrypt-tcp", "log-level"}),
+          args, rc)) {
     return rc;
   }
   if (!args.positional.empty())
@@ -171,7 +172,14 @@ int cmd_serve(int argc, char** argv) {
   if (!parse_number(args.get("capacity", "0"), 0, 1LL << 62, capacity)) {
     return usage_error("serve", "--capacity wants a byte count (0 = unlimited)");
   }
+  const char* env_encrypt = std::getenv("MESHSTORE_ENCRYPT_TCP");
+  const std::string encrypt =
+      args.get("encrypt-tcp", env_encrypt && std::string(env_encrypt) == "1" ? "on" : "off");
+  if (encrypt != "on" && encrypt != "off") {
+    return usage_error("serve", "--encrypt-tcp wants on or off, got '" + encrypt + "'");
+  }
   meshstore::StoreOptions o;
+  o.encrypt_tcp = encrypt == "on";
   o.listen = args.get("host", "127.0.0.1") + ":" + std::to_string(port);
   o.strategy = args.get("strategy", "singleton");
   o.num_volumes = static_cast<int>(volumes);
@@ -185,9 +193,9 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr, "meshstore serve: %s\n", store.status().to_string().c_str());
     return 1;
   }
-  std::printf("meshstore %s serving on %s (strategy %s%s); stop with SIGTERM or Ctrl-C\n",
+  std::printf("meshstore %s serving on %s (strategy %s%s%s); stop with SIGTERM or Ctrl-C\n",
               meshstore::version(), store->address().c_str(), o.strategy.c_str(),
-              o.tls.enabled() ? ", mutual TLS" : "");
+              o.tls.enabled() ? ", mutual TLS" : "", o.encrypt_tcp ? ", encrypted tcp" : "");
   std::fflush(stdout);
   std::printf("meshstore serve: got %s, shutting down\n", wait_for_stop(stop));
   std::fflush(stdout);
@@ -480,7 +488,7 @@ void print_help(std::FILE* out) {
                "\n"
                "commands:\n"
                "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
-               "        [--capacity BYTES] [--log-level warn]\n"
+               "        [--capacity BYTES] [--encrypt-tcp off] [--log-level warn]\n"
                "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C\n"
                "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
                "            run a host agent: starts and stops worker processes for controllers\n"
@@ -503,7 +511,8 @@ void print_help(std::FILE* out) {
                "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Every command that\n"
                "talks to a store or an agent (serve and agent too) takes --tls-cert FILE\n"
                "--tls-key FILE --tls-ca FILE, else $MESHSTORE_TLS_CERT, _KEY, _CA: mutual TLS\n"
-               "(docs/security.md). Strategies: singleton,\n"
+               "(docs/security.md). serve --encrypt-tcp on (or $MESHSTORE_ENCRYPT_TCP=1)\n"
+               "seals the volumes' tcp bytes with AES-256-GCM. Strategies: singleton,\n"
                "controller_colocated, per_host, per_local_rank (docs/meshes.md).\n"
                "Programs next to this one in build/bin: meshrun (the launcher), hello_store (the\n"
                "embedded-store demo), store_bench (benchmarks). Docs: docs/.\n",

@@ -22,6 +22,7 @@ set(MESHSTORE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/meshstore)
 set(MESHSTORE_PRIVATE_HEADER_DIRS
   "^meshstore/internal/"            # runtime internals
   "^meshstore/transports/internal/" # transport-layer internals (CAF glue of its wire struct)
+  "^meshstore/transports/[a-z_]+/internal/" # one transport's internals (tcp's framing, cipher)
   "^meshstore/actors/internal/"     # the store's internals (CAF glue of its wire records)
   "^meshstore/cuda/"                # the runtime's CUDA backends
   "^meshstore/store/"               # the Store facade's implementation

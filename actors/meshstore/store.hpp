@@ -79,8 +79,9 @@ struct StoreOptions {
   /// What a full volume does with a put: "none" refuses it
   /// (Errc::out_of_capacity); "lru" first removes the least recently used
   /// keys stored whole on that volume and put on their own (not state
-  /// dicts, not shards, not pinned by a reader that lost a race), then
-  /// stages again: a cache-style store (docs/reliability.md, "Eviction").
+  /// dicts, not shards, not pinned by a reader that lost a race, not held
+  /// by a reader's lease such as a live get_view), then stages again: a
+  /// cache-style store (docs/reliability.md, "Eviction").
   /// Recency is what the controller sees: puts and locates, not reads a
   /// client serves from its location cache.
   std::string eviction = "none";
@@ -126,6 +127,14 @@ struct StoreOptions {
   int tcp_streams = 2;
   /// tcp: bytes per request on one connection, in [64 KiB, 1 GiB].
   std::size_t tcp_chunk_bytes = std::size_t{16} << 20;
+  /// tcp: the volumes this process hosts encrypt and authenticate every
+  /// byte of their tcp connections (AES-256-GCM under a key handed to
+  /// clients over the control plane) and refuse clients that do not;
+  /// clients follow each volume. Costs CPU (docs/security.md, "Encrypted
+  /// tcp"); protects only with `tls` set, which keeps the key secret.
+  /// Store::from_env and meshstore serve turn it on when
+  /// MESHSTORE_ENCRYPT_TCP=1.
+  bool encrypt_tcp = false;
   /// shm: segments a client keeps mapped per volume it talks to (least
   /// recently used go first), in [1, 60000]. Each mapping counts against
   /// vm.max_map_count (65530).

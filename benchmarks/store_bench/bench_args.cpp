@@ -13,7 +13,7 @@ namespace meshstore::bench {
                "store_bench: %s\n"
                "usage: store_bench [--scenario "
                "single|small|weight-sync|reshard|safetensors-load|python|soak]\n"
-               "                   [--transport shm|tcp|rpc]\n"
+               "                   [--transport shm|tcp|rpc] [--tcp-streams N] [--encrypt-tcp]\n"
                "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
                "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
                "[--smoke]\n",
@@ -70,6 +70,8 @@ Args parse(int argc, char** argv) {
       a.model = next();
     else if (arg == "--tcp-streams")
       a.tcp_streams = std::atoi(next().c_str());
+    else if (arg == "--encrypt-tcp")
+      a.encrypt_tcp = true;
     else if (arg == "--seconds")
       a.seconds = std::atoi(next().c_str());
     else if (arg == "--peer")

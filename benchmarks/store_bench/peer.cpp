@@ -19,6 +19,7 @@ int run_peer(const Args& a) {
   meshstore::StoreOptions o;
   o.listen = "127.0.0.1:0";
   o.local_rank = -1;
+  o.encrypt_tcp = a.encrypt_tcp;
   auto store = must(meshstore::Store::embedded(o), "peer: Store::embedded");
   std::uint16_t raw_port = 0;
   const int lfd = raw_listen(raw_port);
@@ -37,8 +38,9 @@ int run_peer(const Args& a) {
   std::_Exit(0);  // the raw server thread still blocks in accept
 }
 
-std::unique_ptr<Peer> start_peer(std::size_t cma_bytes) {
+std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp) {
   std::vector<std::string> args{"--peer", "serve"};
+  if (encrypt_tcp) args.push_back("--encrypt-tcp");
   if (cma_bytes > 0) {
     args.push_back("--bytes");
     args.push_back(std::to_string(cma_bytes) + "B");
@@ -62,9 +64,10 @@ Session open_session(const Args& a) {
   meshstore::StoreOptions o;
   o.transport = a.transport;
   o.tcp_streams = a.tcp_streams;
+  o.encrypt_tcp = a.encrypt_tcp;
   if (a.processes == 1) return Session{nullptr, must(meshstore::Store::embedded(o), "embedded")};
   const std::size_t n = a.smoke ? (std::size_t{4} << 20) : a.bytes;
-  auto peer = start_peer(a.transport == "cma" && a.scenario == "single" ? n : 0);
+  auto peer = start_peer(a.transport == "cma" && a.scenario == "single" ? n : 0, a.encrypt_tcp);
   o.host_volumes = false;
   o.local_rank = -1;
   o.rank = 1;

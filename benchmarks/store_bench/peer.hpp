@@ -30,7 +30,7 @@ struct Peer {
 
 /// Starts a peer process and waits until it is ready. The peer holds a
 /// buffer of `cma_bytes` for the bare cross-memory-attach baseline (0: none).
-std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0);
+std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0, bool encrypt_tcp = false);
 
 /// The store this run measures: embedded (one process), or a connection to
 /// the peer process that holds the store and its volume.

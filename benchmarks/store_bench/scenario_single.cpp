@@ -102,15 +102,16 @@ void run_single(const Args& a) {
   const double ts = two ? median(tcp_send_t) : 0, tr = two ? median(tcp_recv_t) : 0;
   if (a.json) {
     std::printf(
-        "{\"scenario\":\"single\",\"transport\":\"%s\",\"tcp_streams\":%d,\"bytes\":%zu,\"iters\":%"
+        "{\"scenario\":\"single\",\"transport\":\"%s\",\"encrypt_tcp\":%s,\"tcp_streams\":%d,"
+        "\"bytes\":%zu,\"iters\":%"
         "d,"
         "\"processes\":%d,"
         "\"memcpy_gbps\":%.3f,\"put_gbps\":%.3f,\"put_cold_gbps\":%.3f,\"get_into_gbps\":%.3f,"
         "\"get_gbps\":%.3f,"
         "\"put_vs_memcpy\":%.3f,\"get_into_vs_memcpy\":%.3f,\"get_vs_memcpy\":%.3f,\"put_cold_vs_"
         "memcpy\":%.3f",
-        a.transport.c_str(), a.tcp_streams, n, iters, a.processes, gb / m, gb / p, gb / cold,
-        gb / gi, gb / g, m / p, m / gi, m / g, m / cold);
+        a.transport.c_str(), a.encrypt_tcp ? "true" : "false", a.tcp_streams, n, iters, a.processes,
+        gb / m, gb / p, gb / cold, gb / gi, gb / g, m / p, m / gi, m / g, m / cold);
     if (two) {
       std::printf(
           ",\"raw_tcp_send_gbps\":%.3f,\"raw_tcp_recv_gbps\":%.3f,\"put_vs_raw_tcp\":%.3f,"
@@ -127,9 +128,10 @@ void run_single(const Args& a) {
     std::printf("}\n");
     return;
   }
-  std::printf(
-      "scenario single: %zu bytes, transport %s, %s, median of %d\n", n, a.transport.c_str(),
-      two ? "client process -> store in a peer process" : "embedded store (1 process)", iters);
+  std::printf("scenario single: %zu bytes, transport %s%s, %s, median of %d\n", n,
+              a.transport.c_str(), a.encrypt_tcp ? " (volumes encrypt tcp)" : "",
+              two ? "client process -> store in a peer process" : "embedded store (1 process)",
+              iters);
   std::printf("  %-16s %10s %10s %10s %12s\n", "operation", "seconds", "GB/s", "vs memcpy",
               two ? "vs raw tcp" : "");
   auto row = [&](const char* name, double t, double tcp) {

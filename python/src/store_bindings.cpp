@@ -62,6 +62,8 @@ StoreOptions store_options(const py::dict& kw) {
         o.tcp_streams = v.cast<int>();
       else if (name == "tcp_chunk_bytes")
         o.tcp_chunk_bytes = v.cast<std::size_t>();
+      else if (name == "encrypt_tcp")
+        o.encrypt_tcp = v.cast<bool>();
       else if (name == "shm_max_mappings")
         o.shm_max_mappings = v.cast<int>();
       else if (name == "volume_pool_bytes")

@@ -1,5 +1,6 @@
 // One conformance suite, run against every transport built into this binary
-// (rpc, shm, tcp today; rdma, cma and cuda join when built). Two levels:
+// (rpc, shm, tcp today; rdma, cma and cuda join when built) and tcp with
+// encryption. Two levels:
 // the transport contract itself (a server exposing regions, a client moving
 // bytes in and out of them), and the store forced onto each transport, so
 // every user-visible tensor shape goes through every byte path.
@@ -27,7 +28,23 @@ using namespace std::chrono_literals;
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string name = info.param;
   std::replace(name.begin(), name.end(), '-', '_');
+  std::replace(name.begin(), name.end(), '+', '_');
   return name;
+}
+
+// Every built transport, and the variants that change their byte path:
+// "tcp+encrypted" is tcp with TransportConfig::tcp_encrypt.
+constexpr const char* kEncrypted = "+encrypted";
+std::vector<std::string> variants() {
+  auto names = builtin_registry().names();
+  names.push_back(std::string("tcp") + kEncrypted);
+  return names;
+}
+// The transport of a variant, and whether it encrypts.
+std::pair<std::string, bool> transport_of(const std::string& variant) {
+  const auto plus = variant.find('+');
+  if (plus == std::string::npos) return {variant, false};
+  return {variant.substr(0, plus), variant.substr(plus) == kEncrypted};
 }
 
 void fill(std::vector<std::byte>& v, unsigned seed) {
@@ -49,7 +66,9 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
     config_.tcp_streams = 3;
     config_.shm_parallel_copy_bytes = 1 << 20;
     config_.request_timeout = 20s;
-    auto factory = builtin_registry().find(GetParam()).value();
+    const auto [transport, encrypted] = transport_of(GetParam());
+    config_.tcp_encrypt = encrypted;
+    auto factory = builtin_registry().find(transport).value();
     if (factory.available) {
       if (auto s = factory.available(); !s.ok()) GTEST_SKIP() << GetParam() << ": " << s.message();
     }
@@ -233,19 +252,20 @@ TEST_P(TransportConformance, OneGibibyteRoundTrip) {
   EXPECT_EQ(std::memcmp(back.data(), buf.data(), n), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Built, TransportConformance,
-                         ::testing::ValuesIn(builtin_registry().names()), param_name);
+INSTANTIATE_TEST_SUITE_P(Built, TransportConformance, ::testing::ValuesIn(variants()), param_name);
 
 // -- the store forced onto each transport ---------------------------------
 
 class StoreOverTransport : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    const auto [transport, encrypted] = transport_of(GetParam());
     for (const auto& [name, status] : Store::transport_status()) {
-      if (name == GetParam() && !status.ok()) GTEST_SKIP() << name << ": " << status.message();
+      if (name == transport && !status.ok()) GTEST_SKIP() << name << ": " << status.message();
     }
     StoreOptions o;
-    o.transport = GetParam();
+    o.transport = transport;
+    o.encrypt_tcp = encrypted;
     store_ = std::make_unique<Store>(Store::embedded(o).value());
   }
   void TearDown() override { store_.reset(); }
@@ -334,8 +354,7 @@ TEST_P(StoreOverTransport, RemoveAndCloseLeaveNoSharedMemory) {
   EXPECT_EQ(shm::own_segments(), std::vector<std::string>{});
 }
 
-INSTANTIATE_TEST_SUITE_P(Built, StoreOverTransport, ::testing::ValuesIn(builtin_registry().names()),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(Built, StoreOverTransport, ::testing::ValuesIn(variants()), param_name);
 
 }  // namespace
 }  // namespace meshstore::transports

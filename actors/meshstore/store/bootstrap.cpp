@@ -144,6 +144,13 @@ Status Store::Impl::host_volumes(bool is_server) {
                                      actors::register_volume_atom::value, info, *volume));
     volumes.push_back(std::move(volume).value());
   }
+  const bool shared = !is_server || !options.listen.empty();
+  if (options.encrypt_tcp && shared && !volumes.empty() && !runtime->tls()) {
+    log::get("store")->warn(
+        "encrypt_tcp without TLS: the volumes here seal their tcp bytes, but their keys reach "
+        "clients over control connections in the clear, so whoever can watch those can read "
+        "them; give the store TLS options too (docs/security.md)");
+  }
   return Status();
 }
 
@@ -271,6 +278,9 @@ Result<Store> Store::from_env(StoreOptions options) {
   options.rank = env->rank;
   options.local_rank = env->local_rank;
   if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
+  if (const char* e = std::getenv("MESHSTORE_ENCRYPT_TCP"); e && std::string(e) == "1") {
+    options.encrypt_tcp = true;
+  }
   auto port = env->service_port("MESHSTORE_PORT", 1);
   if (!port.ok()) return port.status().with_context("Store::from_env");
   const std::string address = env->master_addr + ":" + std::to_string(*port);

@@ -17,6 +17,7 @@ transports::TransportConfig transport_config(const StoreOptions& o) {
   tc.request_timeout = o.request_timeout;
   tc.tcp_streams = o.tcp_streams;
   tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
+  tc.tcp_encrypt = o.encrypt_tcp;
   tc.shm_max_mappings = o.shm_max_mappings;
   return tc;
 }

@@ -37,12 +37,16 @@ struct EndpointInfo {
   /// A per-server secret a client presents when it opens a connection (tcp);
   /// it travels only in control messages.
   std::string secret;
+  /// The key a client seals its records with when the server encrypts
+  /// (tcp with TransportConfig::tcp_encrypt; empty otherwise); it travels
+  /// only in control messages.
+  std::string key;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, EndpointInfo& x) {
   return f(caf::meta::type_name("meshstore::transports::EndpointInfo"), x.transport, x.actor,
-           x.address, x.host_id, x.secret);
+           x.address, x.host_id, x.secret, x.key);
 }
 
 /// Tunables shared by every transport.
@@ -59,6 +63,10 @@ struct TransportConfig {
   int tcp_streams = 2;
   /// tcp: bytes per request on one stream; in [64 KiB, 1 GiB].
   std::size_t tcp_chunk_bytes = std::size_t{16} << 20;
+  /// tcp: a server seals every byte of its connections with AES-256-GCM
+  /// (requests, replies and payloads) under a key it hands out in its
+  /// endpoint, and refuses clients that do not; clients follow the server.
+  bool tcp_encrypt = false;
   /// shm: segments a client keeps mapped (least recently used unmapped
   /// first); in [1, 60000].
   int shm_max_mappings = 4096;

@@ -16,6 +16,7 @@
 #include <deque>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -24,13 +25,24 @@
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/completion.hpp"
 #include "meshstore/transports/host_identity.hpp"
+#include "meshstore/transports/tcp/internal/tcp_channel.hpp"
 
 namespace meshstore::transports::tcp {
 namespace {
 
 constexpr char kMagic[4] = {'M', 'S', 'T', 'C'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 1;           // in the clear
+constexpr std::uint32_t kVersionEncrypted = 2;  // sealed records
 constexpr std::size_t kSecretBytes = 32;
+constexpr std::size_t kHelloBytes = sizeof(kMagic) + 4 + kSecretBytes;
+
+// The server's answer to a hello.
+enum Verdict : std::uint8_t {
+  kAccepted = 0,
+  kRefused = 1,             // not a hello, or the wrong secret
+  kEncryptionRequired = 2,  // a hello in the clear to a server that encrypts
+  kNotEncrypting = 3,       // an encrypted hello to a server that does not
+};
 constexpr std::uint32_t kOpWrite = 1;
 constexpr std::uint32_t kOpRead = 2;
 constexpr std::uint32_t kMaxMessage = 4096;
@@ -51,40 +63,6 @@ struct ReplyHeader {
 static_assert(sizeof(ReplyHeader) == 8, "wire layout");
 
 std::string errno_text(int e) { return std::strerror(e); }
-
-// Sends or receives exactly `n` bytes; false on error or EOF (errno set; 0
-// for EOF).
-bool send_all(int fd, const void* p, std::size_t n) {
-  const auto* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    c += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
-bool recv_all(int fd, void* p, std::size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, c, n, MSG_WAITALL);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (k == 0) {
-      errno = 0;
-      return false;
-    }
-    c += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
 
 void set_timeouts(int fd, std::chrono::milliseconds t) {
   timeval tv{};
@@ -165,13 +143,23 @@ class TcpServer final : public TransportServer {
       if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') h = name;
     }
     if (h.find(':') != std::string::npos) h = "[" + h + "]";
+    std::string key;
+    if (ctx.config.tcp_encrypt) {
+      auto k = random_key();
+      if (!k.ok()) {
+        close(fd);
+        return k.status();
+      }
+      key = std::move(k).value();
+    }
     int wake[2];
     if (pipe2(wake, O_CLOEXEC) != 0) {
       const int e = errno;
       close(fd);
       return Status(Errc::io_error, "tcp: pipe: " + errno_text(e));
     }
-    auto server = std::unique_ptr<TcpServer>(new TcpServer(ctx, fd, wake, h + ":" + port));
+    auto server =
+        std::unique_ptr<TcpServer>(new TcpServer(ctx, fd, wake, h + ":" + port, std::move(key)));
     server->acceptor_ = std::thread([s = server.get()] { s->accept_loop(); });
     return server;
   }
@@ -185,6 +173,7 @@ class TcpServer final : public TransportServer {
     e.address = address_;
     e.host_id = host_identity();
     e.secret = secret_;
+    e.key = key_;
     return e;
   }
   void shutdown() override {
@@ -206,12 +195,13 @@ class TcpServer final : public TransportServer {
   }
 
  private:
-  TcpServer(const ServerContext& ctx, int fd, int wake[2], std::string address)
+  TcpServer(const ServerContext& ctx, int fd, int wake[2], std::string address, std::string key)
       : regions_(ctx.regions),
         timeout_(ctx.config.request_timeout),
         listen_fd_(fd),
         address_(std::move(address)),
-        secret_(random_secret()) {
+        secret_(random_secret()),
+        key_(std::move(key)) {
     wake_[0] = wake[0];
     wake_[1] = wake[1];
   }
@@ -256,20 +246,10 @@ class TcpServer final : public TransportServer {
     set_nodelay(fd);
     set_keepalive(fd);
     set_timeouts(fd, timeout_);
-    char hello[sizeof(kMagic) + 4 + kSecretBytes];
-    std::uint32_t version = 0;
-    bool ok = recv_all(fd, hello, sizeof(hello));
-    if (ok) std::memcpy(&version, hello + sizeof(kMagic), 4);
-    ok = ok && std::memcmp(hello, kMagic, sizeof(kMagic)) == 0 && version == kVersion &&
-         same_secret(hello + sizeof(kMagic) + 4, secret_);
-    const std::uint8_t verdict = ok ? 0 : 1;
-    if (!ok) {
-      log::get("tcp")->warn("tcp {}: refused a connection that failed the handshake", address_);
-    }
-    if (send_all(fd, &verdict, 1) && ok) {
+    if (auto channel = handshake(fd)) {
       // Between requests a connection may idle for long: no receive timeout.
       set_timeouts(fd, std::chrono::milliseconds(0));
-      while (serve_one(fd)) {
+      while (serve_one(fd, *channel)) {
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -277,32 +257,83 @@ class TcpServer final : public TransportServer {
     close(fd);
   }
 
-  bool reply(int fd, const Status& s) {
+  // Reads the hello and answers it; the connection's channel when accepted.
+  std::optional<Channel> handshake(int fd) {
+    char hello[kHelloBytes];
+    std::uint32_t version = 0;
+    std::string client_salt;
+    Verdict verdict = kRefused;
+    if (recv_all(fd, hello, sizeof(hello))) {
+      std::memcpy(&version, hello + sizeof(kMagic), 4);
+      const bool known = std::memcmp(hello, kMagic, sizeof(kMagic)) == 0 &&
+                         (version == kVersion || version == kVersionEncrypted) &&
+                         same_secret(hello + sizeof(kMagic) + 4, secret_);
+      if (known && version == kVersionEncrypted) {
+        client_salt.resize(kSaltBytes);
+        if (!recv_all(fd, client_salt.data(), client_salt.size())) return std::nullopt;
+        verdict = key_.empty() ? kNotEncrypting : kAccepted;
+      } else if (known) {
+        verdict = key_.empty() ? kAccepted : kEncryptionRequired;
+      }
+    }
+    auto log = log::get("tcp");
+    switch (verdict) {
+      case kAccepted:
+        break;
+      case kEncryptionRequired:
+        log->warn("tcp {}: refused a connection in the clear: this volume encrypts (encrypt_tcp)",
+                  address_);
+        break;
+      case kNotEncrypting:
+        log->warn("tcp {}: refused an encrypted connection: this volume does not encrypt",
+                  address_);
+        break;
+      default:
+        log->warn("tcp {}: refused a connection that failed the handshake", address_);
+    }
+    const auto v = static_cast<std::uint8_t>(verdict);
+    if (!send_all(fd, &v, 1) || verdict != kAccepted) return std::nullopt;
+    if (key_.empty()) return Channel(fd);
+    auto server_salt = random_salt();
+    if (!server_salt.ok() || !send_all(fd, server_salt->data(), server_salt->size())) {
+      return std::nullopt;
+    }
+    using D = RecordCipher::Direction;
+    auto out = RecordCipher::derive(key_, client_salt, *server_salt, D::to_client, true);
+    auto in = RecordCipher::derive(key_, client_salt, *server_salt, D::to_server, false);
+    if (!out.ok() || !in.ok()) {
+      log->error("tcp {}: {}", address_, (out.ok() ? in.status() : out.status()).to_string());
+      return std::nullopt;
+    }
+    return Channel(fd, std::move(out).value(), std::move(in).value());
+  }
+
+  bool reply(Channel& ch, const Status& s) {
     std::string msg = s.message().substr(0, kMaxMessage);
     ReplyHeader h{static_cast<std::uint32_t>(s.code()), static_cast<std::uint32_t>(msg.size())};
-    return send_all(fd, &h, sizeof(h)) && send_all(fd, msg.data(), msg.size());
+    return ch.send(&h, sizeof(h)) == Io::ok &&
+           (msg.empty() || ch.send(msg.data(), msg.size()) == Io::ok);
   }
 
-  // Reads and discards `n` bytes (a refused write's payload).
-  static bool drain(int fd, std::uint64_t n) {
-    std::vector<char> sink(std::min<std::uint64_t>(n, 1 << 20));
-    while (n > 0) {
-      const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, sink.size()));
-      if (!recv_all(fd, sink.data(), k)) return false;
-      n -= k;
-    }
-    return true;
+  // A sealed record that did not open: someone without the key, or bytes
+  // altered on the way. The connection ends (its records cannot be trusted).
+  bool forged(const char* what) {
+    log::get("tcp")->warn("tcp {}: closed a connection whose {} failed authentication", address_,
+                          what);
+    return false;
   }
 
-  bool serve_one(int fd) {
+  bool serve_one(int fd, Channel& ch) {
     RequestHeader h{};
-    if (!recv_all(fd, &h, sizeof(h))) return false;
+    if (const Io io = ch.recv(&h, sizeof(h)); io != Io::ok) {
+      return io == Io::forged ? forged("request") : false;
+    }
     set_timeouts(fd, timeout_);
     const char* op = h.op == kOpWrite ? "tcp write" : "tcp read";
     std::shared_ptr<Region> region;
     Status s;
     if (h.op != kOpWrite && h.op != kOpRead) {
-      reply(fd, Status(Errc::protocol_error, "tcp: unknown op " + std::to_string(h.op)));
+      reply(ch, Status(Errc::protocol_error, "tcp: unknown op " + std::to_string(h.op)));
       return false;  // the stream cannot be trusted any more
     }
     auto checked = regions_->checked(h.region, h.offset, h.length, op);
@@ -313,10 +344,20 @@ class TcpServer final : public TransportServer {
     }
     bool alive = true;
     if (h.op == kOpWrite) {
-      alive = s.ok() ? recv_all(fd, region->data() + h.offset, h.length) : drain(fd, h.length);
-      alive = alive && reply(fd, s);
+      // A sealed write lands in the region and is opened there; one whose
+      // tag fails leaves garbage in memory that only an uncommitted put
+      // can own (its writer gets the error and commits nothing).
+      const Io io = s.ok() ? ch.recv(region->data() + h.offset, h.length) : ch.drain(h.length);
+      if (io == Io::forged) {
+        reply(ch, Status(Errc::unauthenticated,
+                         "tcp write of region " + std::to_string(h.region) +
+                             ": the payload failed authentication at the volume (its AES-GCM "
+                             "tag does not match: altered on the way)"));
+        return forged("payload");
+      }
+      alive = io == Io::ok && reply(ch, s);
     } else {
-      alive = reply(fd, s) && (!s.ok() || send_all(fd, region->data() + h.offset, h.length));
+      alive = reply(ch, s) && (!s.ok() || ch.send(region->data() + h.offset, h.length) == Io::ok);
     }
     set_timeouts(fd, std::chrono::milliseconds(0));
     return alive;
@@ -328,6 +369,7 @@ class TcpServer final : public TransportServer {
   int wake_[2];
   const std::string address_;
   const std::string secret_;
+  const std::string key_;  // empty: the connections are in the clear
   std::thread acceptor_;
   std::mutex mu_;  // guards stopped_, conn_fds_, conn_threads_
   bool stopped_ = false;
@@ -353,11 +395,12 @@ struct Job {
 class TcpConnections {
  public:
   TcpConnections(const TransportConfig& config, std::string host, std::string port,
-                 std::string secret)
+                 std::string secret, std::string key)
       : config_(config),
         host_(std::move(host)),
         port_(std::move(port)),
-        secret_(std::move(secret)) {}
+        secret_(std::move(secret)),
+        key_(std::move(key)) {}
 
   // Stops the workers: queued chunks fail with Errc::shutdown; a chunk in
   // flight ends when its socket is shut down.
@@ -407,7 +450,7 @@ class TcpConnections {
 
   // A worker: one connection, one request at a time.
   void work() {
-    int fd = -1;
+    std::optional<Channel> ch;
     for (;;) {
       Job job;
       {
@@ -421,22 +464,22 @@ class TcpConnections {
         job.transfer->part_done(Status());  // another chunk failed: skip
         continue;
       }
-      if (fd < 0) {
+      if (!ch) {
         auto c = connect_stream();
         if (!c.ok()) {
           job.transfer->part_done(c.status());
           continue;
         }
-        fd = *c;
+        ch.emplace(std::move(c).value());
       }
       bool broken = false;
-      job.transfer->part_done(run(fd, job, broken));
+      job.transfer->part_done(run(*ch, job, broken));
       if (broken) {
-        forget(fd);
-        fd = -1;
+        forget(ch->fd());
+        ch.reset();
       }
     }
-    if (fd >= 0) forget(fd);
+    if (ch) forget(ch->fd());
   }
 
  private:
@@ -446,7 +489,7 @@ class TcpConnections {
     close(fd);
   }
 
-  Result<int> connect_stream() {
+  Result<Channel> connect_stream() {
     const std::string where = "tcp: volume endpoint " + host_ + ":" + port_;
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
@@ -472,14 +515,45 @@ class TcpConnections {
       return Status(e == EINPROGRESS || e == EAGAIN ? Errc::timeout : Errc::unavailable,
                     where + ": connect: " + errno_text(e));
     }
-    char hello[sizeof(kMagic) + 4 + kSecretBytes];
-    std::memcpy(hello, kMagic, sizeof(kMagic));
-    std::memcpy(hello + sizeof(kMagic), &kVersion, 4);
-    std::memcpy(hello + sizeof(kMagic) + 4, secret_.data(), std::min(secret_.size(), kSecretBytes));
-    std::uint8_t verdict = 1;
-    if (!send_all(fd, hello, sizeof(hello)) || !recv_all(fd, &verdict, 1) || verdict != 0) {
+    const bool encrypt = !key_.empty();
+    std::string salt;
+    if (encrypt) {
+      auto drawn = random_salt();
+      if (!drawn.ok()) {
+        close(fd);
+        return drawn.status();
+      }
+      salt = std::move(drawn).value();
+    }
+    const std::uint32_t version = encrypt ? kVersionEncrypted : kVersion;
+    std::string hello(kHelloBytes, '\0');
+    std::memcpy(hello.data(), kMagic, sizeof(kMagic));
+    std::memcpy(hello.data() + sizeof(kMagic), &version, 4);
+    std::memcpy(hello.data() + sizeof(kMagic) + 4, secret_.data(),
+                std::min(secret_.size(), kSecretBytes));
+    hello += salt;
+    std::uint8_t verdict = kRefused;
+    std::string server_salt(encrypt ? kSaltBytes : 0, '\0');
+    if (!send_all(fd, hello.data(), hello.size()) || !recv_all(fd, &verdict, 1) ||
+        verdict != kAccepted || !recv_all(fd, server_salt.data(), server_salt.size())) {
       close(fd);
-      return Status(Errc::unavailable, where + ": the handshake was refused");
+      return Status(verdict == kEncryptionRequired || verdict == kNotEncrypting
+                        ? Errc::unauthenticated
+                        : Errc::unavailable,
+                    where + ": the handshake was refused" + refusal_reason(verdict));
+    }
+    std::optional<Channel> ch;
+    if (encrypt) {
+      using D = RecordCipher::Direction;
+      auto out = RecordCipher::derive(key_, salt, server_salt, D::to_server, true);
+      auto in = RecordCipher::derive(key_, salt, server_salt, D::to_client, false);
+      if (!out.ok() || !in.ok()) {
+        close(fd);
+        return out.ok() ? in.status() : out.status();
+      }
+      ch.emplace(fd, std::move(out).value(), std::move(in).value());
+    } else {
+      ch.emplace(fd);
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -487,7 +561,18 @@ class TcpConnections {
       return Status(Errc::shutdown, "tcp transport closed");
     }
     fds_.push_back(fd);
-    return fd;
+    return std::move(*ch);
+  }
+
+  static std::string refusal_reason(std::uint8_t verdict) {
+    switch (verdict) {
+      case kEncryptionRequired:
+        return ": the volume encrypts its connections and this client does not";
+      case kNotEncrypting:
+        return ": this client encrypts and the volume does not";
+      default:
+        return "";
+    }
   }
 
   Status io_error(const Job& job, const char* step) {
@@ -502,31 +587,48 @@ class TcpConnections {
     return Status(Errc::unavailable, what + "failed: " + errno_text(e));
   }
 
-  Status run(int fd, const Job& job, bool& broken) {
+  Status forged(const Job& job, const char* what) {
+    return Status(Errc::unauthenticated,
+                  std::string(job.op == kOpWrite ? "tcp write" : "tcp read") + " of region " +
+                      std::to_string(job.region) + ": the volume's " + what +
+                      " failed authentication (its AES-GCM tag does not match: altered on the "
+                      "way, or not from the volume)");
+  }
+
+  Status run(Channel& ch, const Job& job, bool& broken) {
     RequestHeader h{job.op, 0, job.region, job.offset, job.length};
     broken = true;
-    if (!send_all(fd, &h, sizeof(h))) return io_error(job, "sending the request");
-    if (job.op == kOpWrite && !send_all(fd, job.data, job.length)) {
+    if (ch.send(&h, sizeof(h)) != Io::ok) return io_error(job, "sending the request");
+    if (job.op == kOpWrite && ch.send(job.data, job.length) != Io::ok) {
       return io_error(job, "sending the bytes");
     }
     ReplyHeader r{};
-    if (!recv_all(fd, &r, sizeof(r))) return io_error(job, "receiving the reply");
+    if (const Io io = ch.recv(&r, sizeof(r)); io != Io::ok) {
+      return io == Io::forged ? forged(job, "reply") : io_error(job, "receiving the reply");
+    }
     if (r.message_length > kMaxMessage) {
       return Status(Errc::protocol_error,
                     "tcp: reply message of " + std::to_string(r.message_length) + " bytes");
     }
     std::string msg(r.message_length, '\0');
-    if (!recv_all(fd, msg.data(), msg.size())) return io_error(job, "receiving the reply");
+    if (!msg.empty()) {
+      if (const Io io = ch.recv(msg.data(), msg.size()); io != Io::ok) {
+        return io == Io::forged ? forged(job, "reply") : io_error(job, "receiving the reply");
+      }
+    }
     if (r.code != 0) {
       if (r.code > static_cast<std::uint32_t>(kLastErrc)) {
         return Status(Errc::protocol_error,
                       "tcp: the volume answered unknown error code " + std::to_string(r.code));
       }
-      broken = false;
+      // A volume that found a record forged answers so, then closes.
+      broken = static_cast<Errc>(r.code) == Errc::unauthenticated;
       return Status(static_cast<Errc>(r.code), msg);
     }
-    if (job.op == kOpRead && !recv_all(fd, job.data, job.length)) {
-      return io_error(job, "receiving the bytes");
+    if (job.op == kOpRead) {
+      if (const Io io = ch.recv(job.data, job.length); io != Io::ok) {
+        return io == Io::forged ? forged(job, "bytes") : io_error(job, "receiving the bytes");
+      }
     }
     broken = false;
     return Status();
@@ -534,7 +636,8 @@ class TcpConnections {
 
   const TransportConfig config_;
   const std::string host_, port_, secret_;
-  std::mutex mu_;  // guards jobs_, fds_, stopping_
+  const std::string key_;  // empty: in the clear
+  std::mutex mu_;          // guards jobs_, fds_, stopping_
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<int> fds_;
@@ -544,9 +647,9 @@ class TcpConnections {
 class TcpTransport final : public Transport {
  public:
   TcpTransport(const TransportConfig& config, std::string host, std::string port,
-               std::string secret)
+               std::string secret, std::string key)
       : connections_(std::make_shared<TcpConnections>(config, std::move(host), std::move(port),
-                                                      std::move(secret))) {
+                                                      std::move(secret), std::move(key))) {
     for (int i = 0; i < config.tcp_streams; ++i) {
       workers_.emplace_back([c = connections_] { c->work(); });
     }
@@ -612,8 +715,13 @@ TransportFactory tcp_factory() {
     if (ep.secret.size() != kSecretBytes) {
       return Status(Errc::invalid_argument, "tcp client: endpoint carries no valid secret");
     }
+    if (!ep.key.empty() && ep.key.size() != kKeyBytes) {
+      return Status(Errc::invalid_argument, "tcp client: endpoint carries a key of " +
+                                                std::to_string(ep.key.size()) + " bytes, not " +
+                                                std::to_string(kKeyBytes));
+    }
     return std::unique_ptr<Transport>(std::make_unique<TcpTransport>(
-        ctx.config, address->host, std::to_string(address->port), ep.secret));
+        ctx.config, address->host, std::to_string(address->port), ep.secret, ep.key));
   };
   return f;
 }

@@ -11,13 +11,22 @@
 // (and the reverse): no staging copy on either side.
 //
 // Wire protocol (little-endian), per connection:
-//   client -> server  hello: "MSTC", u32 version (1), 32-byte secret
-//   server -> client  u8 0 = accepted (anything else, or a close = refused)
-//   then, repeatedly:
+//   client -> server  hello: "MSTC", u32 version, 32-byte secret
+//                     [version 2: 16-byte client salt]
+//   server -> client  u8 verdict: 0 accepted, 1 refused (bad hello or
+//                     secret), 2 this server encrypts and the hello is
+//                     version 1, 3 this server does not encrypt and the
+//                     hello is version 2 (a close is a refusal too)
+//                     [version 2, accepted: 16-byte server salt]
+//   then, repeatedly, each of these a record:
 //   client -> server  u32 op (1 write, 2 read), u32 0, u64 region, u64 offset, u64 length
 //                     [write: length bytes]
-//   server -> client  u32 Errc, u32 message length, message
+//   server -> client  u32 Errc, u32 message length
+//                     [message, when its length is not 0]
 //                     [read, when Errc is ok: length bytes]
+// Version 1 sends records as they are. Version 2 (a server started with
+// TransportConfig::tcp_encrypt, whose endpoint carries a key) seals each
+// with AES-256-GCM: the ciphertext, then a 16-byte tag (tcp_cipher.hpp).
 
 #include "meshstore/transports/registry.hpp"
 
