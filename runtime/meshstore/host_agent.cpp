@@ -1,7 +1,9 @@
 #include "meshstore/host_agent.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <caf/io/all.hpp>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -19,6 +21,9 @@ namespace meshstore {
 namespace {
 
 using namespace internal::proc;
+
+// The longest grace a stop request may ask for.
+constexpr std::int64_t kMaxGraceMs = 3600 * 1000;
 
 // One controller's processes on this host.
 struct Job {
@@ -116,9 +121,13 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
       [=](agent_launch_atom, sink_actor sink, const std::string& program,
           const std::vector<std::string>& args, const std::vector<std::string>& env,
           std::int32_t first, std::int32_t count) -> caf::result<std::uint64_t> {
-        if (!sink || count < 1 || count > 1024 || first < 0) {
-          return internal::to_caf_error(Status(
-              Errc::invalid_argument, "agent: a launch wants a controller and 1 to 1024 ranks"));
+        if (!sink || count < 1 || count > 1024 || first < 0 ||
+            first > std::numeric_limits<std::int32_t>::max() - count) {
+          return internal::to_caf_error(
+              Status(Errc::invalid_argument,
+                     "agent: a launch wants a controller and 1 to 1024 ranks from a first rank "
+                     "in [0, 2^31 - 1 - count], got " +
+                         std::to_string(count) + " from " + std::to_string(first)));
         }
         std::vector<internal::ProcessSpec> specs;
         for (std::int32_t i = 0; i < count; ++i) {
@@ -164,14 +173,23 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
           return internal::to_caf_error(
               Status(Errc::not_found, "agent: no job " + std::to_string(id)));
         }
-        auto s = it->second.group->signal(rank - it->second.first, sig);
+        // In 64 bits: a peer's rank may be any int32.
+        const std::int64_t index = std::int64_t{rank} - it->second.first;
+        if (index < 0 || index > std::numeric_limits<std::int32_t>::max()) {
+          return internal::to_caf_error(
+              Status(Errc::out_of_range,
+                     "agent: job " + std::to_string(id) + " has no rank " + std::to_string(rank)));
+        }
+        auto s = it->second.group->signal(static_cast<int>(index), sig);
         if (!s.ok()) return internal::to_caf_error(s.with_context("agent"));
         return true;
       },
       // Answers once the job's processes are gone.
       [=](agent_stop_atom, std::uint64_t id, std::int64_t grace_ms) -> caf::result<bool> {
         auto rp = self->make_response_promise<bool>();
-        stop_job(self, *reaper, id, std::chrono::milliseconds(std::max<std::int64_t>(0, grace_ms)),
+        // At most an hour: a peer's grace must not overflow the clock.
+        const std::int64_t grace = std::clamp<std::int64_t>(grace_ms, 0, kMaxGraceMs);
+        stop_job(self, *reaper, id, std::chrono::milliseconds(grace),
                  [rp]() mutable { rp.deliver(true); });
         return rp;
       },
