@@ -46,23 +46,50 @@ Target* target = nullptr;
   std::abort();
 }
 
+// libFuzzer's timer (SIGALRM, for -timeout) interrupts blocking calls of
+// this thread: every call below retries on EINTR. A connect that blocks
+// (the server's accept backlog full under load) and is interrupted is
+// tried again on a fresh socket.
 int dial() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) fail("socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(target->port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) fail("connect");
-  timeval tv{2, 0};  // a server that neither answers nor closes is a hang
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) fail("socket");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(target->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      const int e = errno;
+      ::close(fd);
+      if (e == EINTR) continue;
+      errno = e;
+      fail("connect");
+    }
+    timeval tv{2, 0};  // a server that neither answers nor closes is a hang
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+  }
+  fail("connect: interrupted 100 times");
+}
+
+// recv of exactly `n` bytes (MSG_WAITALL), retried on EINTR; what it got.
+ssize_t recv_exact(int fd, void* p, std::size_t n) {
+  auto* c = static_cast<char*>(p);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t k = ::recv(fd, c + got, n - got, MSG_WAITALL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return got > 0 ? static_cast<ssize_t>(got) : k;
+    got += static_cast<std::size_t>(k);
+  }
+  return static_cast<ssize_t>(got);
 }
 
 bool send_all(int fd, const void* p, std::size_t n) {
   const auto* c = static_cast<const char*>(p);
   while (n > 0) {
     const ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
     c += k;
     n -= static_cast<std::size_t>(k);
@@ -76,7 +103,7 @@ bool hello(int fd) {
   std::memcpy(h + 4, &version, 4);
   std::memcpy(h + 8, target->secret.data(), std::min<std::size_t>(target->secret.size(), 32));
   char verdict = 1;
-  return send_all(fd, h, sizeof(h)) && ::recv(fd, &verdict, 1, MSG_WAITALL) == 1 && verdict == 0;
+  return send_all(fd, h, sizeof(h)) && recv_exact(fd, &verdict, 1) == 1 && verdict == 0;
 }
 
 // A real client's read of the whole region answers 4096 bytes.
@@ -86,17 +113,15 @@ void still_serving() {
   const std::uint64_t req[4] = {2 /* read, reserved 0 */, 1, 0, 4096};
   if (!send_all(fd, req, sizeof(req))) fail("sending a read");
   std::uint32_t reply[2] = {1, 0};
-  const ssize_t got = ::recv(fd, reply, sizeof(reply), MSG_WAITALL);
+  const ssize_t got = recv_exact(fd, reply, sizeof(reply));
   if (got != sizeof(reply) || reply[0] != 0) {
     std::fprintf(stderr, "tcp_fuzz: got %zd bytes, code %u\n", got, reply[0]);
     fail("a valid read was not answered ok");
   }
   std::string msg(reply[1], '\0');
-  if (reply[1] && ::recv(fd, msg.data(), msg.size(), MSG_WAITALL) != ssize_t(msg.size()))
-    std::abort();
+  if (reply[1] && recv_exact(fd, msg.data(), msg.size()) != ssize_t(msg.size())) std::abort();
   std::string bytes(4096, '\0');
-  if (::recv(fd, bytes.data(), bytes.size(), MSG_WAITALL) != 4096)
-    fail("the region's bytes were cut");
+  if (recv_exact(fd, bytes.data(), bytes.size()) != 4096) fail("the region's bytes were cut");
   ::close(fd);
 }
 
@@ -129,7 +154,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     send_all(fd, data + 1, size - 1);
     ::shutdown(fd, SHUT_WR);
     char sink[4096];
-    while (::recv(fd, sink, sizeof(sink), 0) > 0) {  // replies, until the server closes
+    for (;;) {  // replies, until the server closes
+      const ssize_t k = ::recv(fd, sink, sizeof(sink), 0);
+      if (k > 0 || (k < 0 && errno == EINTR)) continue;
+      break;
     }
   }
   ::close(fd);
