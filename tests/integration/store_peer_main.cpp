@@ -12,27 +12,93 @@
 //   meshstore_test_peer read ADDRESS KEY
 //     connects as a tool (no volume), reads KEY, checks every element is the
 //     float 7, prints "read ok" and exits 0 (1 with the error otherwise).
+//   meshstore_test_peer read-loop ADDRESS FAR NEAR
+//     connects as a tool and reads FAR and NEAR (tensors of float 7) in
+//     turn until a read of FAR fails, then NEAR 20 more times. Prints
+//     "far read N starting" before each read of FAR, "far reads ok" after
+//     the first good round, then for the failed read
+//     "far failed: start_ms=S end_ms=E: STATUS" (wall-clock milliseconds of
+//     the call's start and answer), then "near after: N ok". Any read that
+//     succeeds with a value other than all 7s prints "torn" and exits 1.
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "meshstore/store.hpp"
 
 using namespace std::chrono_literals;
 
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A read of `key`: its status, and "torn" (exit) if it holds anything but 7s.
+meshstore::Status read_checked(meshstore::Store& store, const std::string& key) {
+  auto t = store.get(key).get(120s);
+  if (!t.ok()) return t.status();
+  for (std::int64_t i = 0; i < t->numel(); ++i) {
+    if (t->data_as<float>()[i] != 7.0f) {
+      std::printf("torn: %s element %lld\n", key.c_str(), static_cast<long long>(i));
+      std::fflush(stdout);
+      std::exit(1);
+    }
+  }
+  return meshstore::Status();
+}
+
+int read_loop_main(meshstore::Store& store, const std::string& far, const std::string& near) {
+  for (long round = 0;; ++round) {
+    std::printf("far read %ld starting\n", round);
+    std::fflush(stdout);
+    const std::int64_t start = now_ms();
+    auto s = read_checked(store, far);
+    if (!s.ok()) {
+      if (round == 0) {
+        std::fprintf(stderr, "peer: the first read of %s failed: %s\n", far.c_str(),
+                     s.to_string().c_str());
+        return 1;
+      }
+      std::printf("far failed: start_ms=%lld end_ms=%lld: %s\n", static_cast<long long>(start),
+                  static_cast<long long>(now_ms()), s.to_string().c_str());
+      break;
+    }
+    if (auto n = read_checked(store, near); !n.ok()) {
+      std::fprintf(stderr, "peer: a read of %s failed: %s\n", near.c_str(), n.to_string().c_str());
+      return 1;
+    }
+    if (round == 0) {
+      std::printf("far reads ok\n");
+      std::fflush(stdout);
+    }
+  }
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) ok += read_checked(store, near).ok() ? 1 : 0;
+  std::printf("near after: %d ok\n", ok);
+  return ok == 20 ? 0 : 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const bool hold = argc >= 4 && std::strcmp(argv[1], "hold") == 0;
   const bool read = argc == 4 && std::strcmp(argv[1], "read") == 0;
   const bool write_sd = argc == 5 && std::strcmp(argv[1], "write-state-dict") == 0;
+  const bool read_loop = argc == 5 && std::strcmp(argv[1], "read-loop") == 0;
   const long elements = hold && argc > 5 ? std::atol(argv[5]) : 0;
-  if (!hold && !read && !write_sd) {
+  if (!hold && !read && !write_sd && !read_loop) {
     std::fprintf(stderr,
                  "usage: meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK [ELEMENTS]] | read "
-                 "ADDRESS KEY | write-state-dict ADDRESS KEY MIB\n");
+                 "ADDRESS KEY | write-state-dict ADDRESS KEY MIB | read-loop ADDRESS FAR NEAR\n");
     return 2;
   }
   meshstore::StoreOptions o;
@@ -45,6 +111,7 @@ int main(int argc, char** argv) {
   o.local_rank = hold ? (argc > 4 ? std::atoi(argv[4]) : 1) : -1;
   o.host_volumes = hold;
   o.connect_timeout = 30s;
+  if (read_loop) o.request_timeout = 20s;  // the bound on a call stuck on a cut link
   auto store = meshstore::Store::connect(argv[2], o);
   if (!store.ok()) {
     std::fprintf(stderr, "peer: %s\n", store.status().to_string().c_str());
@@ -69,6 +136,7 @@ int main(int argc, char** argv) {
     std::printf("committed\n");
     return 0;
   }
+  if (read_loop) return read_loop_main(*store, argv[3], argv[4]);
   if (read) {
     auto t = store->get(argv[3]).get(30s);
     bool all_seven = t.ok() && t->numel() >= 1;

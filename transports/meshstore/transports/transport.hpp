@@ -161,6 +161,13 @@ class Transport {
     (void)src;
     return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
   }
+  /// Its volume is gone (the controller or a monitor said so): ends every
+  /// transfer queued or in flight at once with `why`, and fails every later
+  /// one with it, instead of letting them wait for a socket's timeout.
+  /// Transports whose transfers cannot outlive a dead peer (rpc monitors
+  /// it; shm, cma and cuda-ipc copy memory) keep this default, which does
+  /// nothing. Thread-safe; does not block.
+  virtual void abort(const Status& why) { (void)why; }
   /// Maps region `dst` into this process through the client's shared
   /// mapping (read-write), so the caller fills a staged region in place
   /// (zero-copy publishing) instead of write()-ing a copy, or copies a box

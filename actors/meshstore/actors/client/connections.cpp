@@ -164,6 +164,11 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     }
     const std::string id = it->first;
     name = "volume '" + id + "'";
+    // Transfers in flight on its transport end now, not at a socket's
+    // timeout (a host cut off sends no FIN).
+    if (it->second->transport) {
+      it->second->transport->abort(Status(Errc::unavailable, name + " went down (" + reason + ")"));
+    }
     if (st.home_volume == id) {
       st.home_volume.clear();
       st.home_lost = name + " went down (" + reason + ")";

@@ -416,6 +416,16 @@ class TcpConnections {
     return orphans;
   }
 
+  // The volume is gone: stops as above, and every chunk queued, in flight
+  // or submitted later fails with `why`.
+  void abort(const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_.ok()) aborted_ = why;
+    }
+    for (auto& j : stop()) j.transfer->part_done(why);
+  }
+
   const TransportConfig& config() const noexcept { return config_; }
 
   Future<void> submit(std::uint32_t op, const wire::RegionRef& ref, std::uint64_t offset,
@@ -433,7 +443,8 @@ class TcpConnections {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) {
-        return make_error_future<void>(Status(Errc::shutdown, "tcp transport closed"));
+        return make_error_future<void>(
+            aborted_.ok() ? Status(Errc::shutdown, "tcp transport closed") : aborted_);
       }
       for (std::size_t pos = 0; pos < n; pos += chunk) {
         jobs_.push_back(
@@ -579,6 +590,11 @@ class TcpConnections {
     const int e = errno;
     const std::string what = std::string(job.op == kOpWrite ? "tcp write" : "tcp read") +
                              " of region " + std::to_string(job.region) + ": " + step + " ";
+    {
+      // Aborted (the volume is gone): that, not the socket's state, is why.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_.ok()) return aborted_;
+    }
     if (e == EAGAIN || e == EWOULDBLOCK) {
       return Status(Errc::timeout, what + "timed out after " +
                                        std::to_string(config_.request_timeout.count()) + " ms");
@@ -637,11 +653,12 @@ class TcpConnections {
   const TransportConfig config_;
   const std::string host_, port_, secret_;
   const std::string key_;  // empty: in the clear
-  std::mutex mu_;          // guards jobs_, fds_, stopping_
+  std::mutex mu_;          // guards jobs_, fds_, stopping_, aborted_
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<int> fds_;
   bool stopping_ = false;
+  Status aborted_;  // why abort() ended it; ok while it was not aborted
 };
 
 class TcpTransport final : public Transport {
@@ -677,6 +694,7 @@ class TcpTransport final : public Transport {
     c.max_chunk_bytes = connections_->config().tcp_chunk_bytes;
     return c;
   }
+  void abort(const Status& why) override { connections_->abort(why); }
   Future<void> write(const wire::RegionRef& dst, std::uint64_t offset, const std::byte* src,
                      std::size_t n) override {
     return connections_->submit(kOpWrite, dst, offset, const_cast<std::byte*>(src), n);
