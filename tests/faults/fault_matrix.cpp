@@ -54,6 +54,7 @@
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/placement.hpp"
 #include "meshstore/store.hpp"
+#include "testing/doc_table.hpp"
 #include "testing/subprocess.hpp"
 
 using namespace std::chrono_literals;
@@ -653,24 +654,6 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   return cell;
 }
 
-// Replaces what lies between the fault-matrix markers of `doc` by `table`.
-bool update_doc(const std::string& doc, const std::string& table) {
-  std::ifstream in(doc);
-  std::stringstream all;
-  all << in.rdbuf();
-  std::string text = all.str();
-  const std::string begin = "<!-- fault-matrix:begin -->\n", end = "<!-- fault-matrix:end -->";
-  const auto b = text.find(begin);
-  const auto e = text.find(end);
-  if (b == std::string::npos || e == std::string::npos || e < b) {
-    std::fprintf(stderr, "fault_matrix: %s has no fault-matrix markers\n", doc.c_str());
-    return false;
-  }
-  text.replace(b + begin.size(), e - b - begin.size(), table);
-  std::ofstream(doc) << text;
-  return true;
-}
-
 int orchestrate(const std::string& self, const std::vector<std::string>& cells,
                 const std::string& table, const std::string& doc) {
   std::vector<Cell> done;
@@ -707,7 +690,8 @@ int orchestrate(const std::string& self, const std::vector<std::string>& cells,
     std::ofstream f(table);
     f << md.str();
   }
-  if (!doc.empty() && !update_doc(doc, md.str())) return 1;
+  if (!doc.empty() && !meshstore::testing::replace_doc_table(doc, "fault-matrix", md.str()))
+    return 1;
   std::printf("%s", tail);
   std::printf("fault_matrix: %s\n", failed == 0 ? "ok" : "FAILED");
   return failed == 0 ? 0 : 1;

@@ -599,7 +599,13 @@ class TcpConnections {
       return Status(Errc::timeout, what + "timed out after " +
                                        std::to_string(config_.request_timeout.count()) + " ms");
     }
-    if (e == 0) return Status(Errc::unavailable, what + "failed: the volume closed the connection");
+    if (e == 0) {
+      return Status(Errc::unavailable,
+                    what + "failed: the volume closed the connection" +
+                        (key_.empty() ? ""
+                                      : " (a volume that encrypts closes a connection whose "
+                                        "records it cannot open: a wrong or stale key)"));
+    }
     return Status(Errc::unavailable, what + "failed: " + errno_text(e));
   }
 
