@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshstore/result.hpp"
@@ -114,6 +117,102 @@ inline std::unique_ptr<Child> spawn(const std::string& program, std::vector<std:
   child->to = ::fdopen(in[1], "w");
   child->from = ::fdopen(out[0], "r");
   return child;
+}
+
+/// One piece of a copy: `n` bytes from `src` to `dst`.
+struct CopyPiece {
+  void* dst;
+  const void* src;
+  std::size_t n;
+};
+
+/// The threads "memcpy, all cores" uses: every core the machine has.
+inline unsigned all_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+/// memcpy split evenly by bytes over every core: one range on the calling
+/// thread, the others on threads that already run (as a copy engine's do),
+/// so a round times the copy and its hand-off, not thread starts. The
+/// host's copy bandwidth: the limit a copy spread over threads can reach.
+class AllCoresCopier {
+ public:
+  explicit AllCoresCopier(unsigned threads = all_cores()) : ranges_(threads) {
+    for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this, t] { work(t); });
+  }
+  ~AllCoresCopier() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  /// Copies `pieces` (a piece may be split between two threads); returns
+  /// the seconds taken.
+  double copy(const std::vector<CopyPiece>& pieces) {
+    std::size_t total = 0;
+    for (const auto& p : pieces) total += p.n;
+    const std::size_t share = (total + ranges_.size() - 1) / ranges_.size();
+    const auto t0 = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pieces_ = &pieces;
+      for (std::size_t t = 0; t < ranges_.size(); ++t) {
+        ranges_[t] = {std::min(total, t * share), std::min(total, (t + 1) * share)};
+      }
+      pending_ = workers_.size();
+      ++round_;
+    }
+    start_.notify_all();
+    copy_range(pieces, ranges_[0]);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    return secs(t0);
+  }
+
+ private:
+  using Range = std::pair<std::size_t, std::size_t>;
+  static void copy_range(const std::vector<CopyPiece>& pieces, Range r) {
+    std::size_t at = 0;
+    for (const auto& p : pieces) {
+      const std::size_t lo = std::max(r.first, at), hi = std::min(r.second, at + p.n);
+      if (lo < hi) {
+        std::memcpy(static_cast<char*>(p.dst) + (lo - at),
+                    static_cast<const char*>(p.src) + (lo - at), hi - lo);
+      }
+      at += p.n;
+      if (at >= r.second) break;
+    }
+  }
+  void work(unsigned t) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_.wait(lock, [&] { return stop_ || round_ != seen; });
+      if (stop_) return;
+      seen = round_;
+      const auto* pieces = pieces_;
+      const Range r = ranges_[t];
+      lock.unlock();
+      copy_range(*pieces, r);
+      lock.lock();
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;  // guards everything below but the threads
+  std::condition_variable start_, done_;
+  const std::vector<CopyPiece>* pieces_ = nullptr;
+  std::vector<Range> ranges_;
+  std::size_t pending_ = 0;
+  std::uint64_t round_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+/// One "memcpy, all cores" round of `pieces` on a process-wide copier.
+inline double memcpy_all_cores(const std::vector<CopyPiece>& pieces) {
+  static AllCoresCopier copier;
+  return copier.copy(pieces);
 }
 
 /// Starts this program again with `args`.

@@ -11,7 +11,7 @@ namespace meshstore::bench {
 struct Args {
   std::vector<std::string> workloads{"tensor", "qwen", "small"};
   std::vector<std::string> contenders {
-    "memcpy", "tcp", "safetensors-shm",
+    "memcpy", "memcpy-all-cores", "tcp", "safetensors-shm",
 #if MESHSTORE_HAVE_HIREDIS
         "redis",
 #endif

@@ -7,7 +7,11 @@
 namespace meshstore::bench {
 
 std::string describe(const std::string& contender) {
-  if (contender == "memcpy") return "memcpy in one process (the one-copy limit)";
+  if (contender == "memcpy") return "memcpy in one process on one core (the one-copy limit)";
+  if (contender == "memcpy-all-cores") {
+    return "memcpy in one process split evenly by bytes over every core (the host's copy "
+           "bandwidth)";
+  }
   if (contender == "tcp") return "raw TCP stream on loopback, TCP_NODELAY, one send per tensor";
   if (contender == "safetensors-shm") {
     return "A writes a safetensors file in /dev/shm (meshstore's writer), B maps it and copies";

@@ -9,7 +9,9 @@
 // round is timed from A's first byte to B's last (CLOCK_MONOTONIC, one
 // host). Workloads: tensor (one 1 GiB tensor), qwen (the Qwen3-0.6B bf16
 // state dict, 310 tensors, 1.19 GB), small (10,000 tensors of 4 KiB).
-// Contenders: memcpy (one process: the limit of a one-copy move), tcp (a raw
+// Contenders: memcpy (one process: the limit of a one-copy move on one
+// core), memcpy-all-cores (the same copy split over every core: the host's
+// copy bandwidth, which a copy spread over threads can reach), tcp (a raw
 // loopback TCP stream: the limit across hosts), safetensors-shm (A writes a
 // safetensors file into /dev/shm, B maps it and copies the tensors out: what
 // many RL frameworks do between trainer and inference), redis (Redis 7 on a
@@ -46,8 +48,8 @@ int run(int argc, char** argv) {
   if (a.role == "reader") return run_reader(a);
   if (!a.role.empty()) die("unknown --role");
   for (const auto& c : a.contenders) {
-    const bool known = c == "memcpy" || c == "tcp" || c == "safetensors-shm" || c == "gloo" ||
-                       c == "mpi" || is_meshstore(c)
+    const bool known = c == "memcpy" || c == "memcpy-all-cores" || c == "tcp" ||
+                       c == "safetensors-shm" || c == "gloo" || c == "mpi" || is_meshstore(c)
 #if MESHSTORE_HAVE_HIREDIS
                        || c == "redis"
 #endif
