@@ -27,15 +27,7 @@ ADDR_A=10.232.0.1 ADDR_B=10.232.0.2 PORT=29517
 BOUND_MS=20000
 LOG=$(mktemp -d)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  rm -rf "$LOG"
-}
-trap cleanup EXIT
+trap netns_cleanup EXIT
 fail() {
   echo "partition cell: $*"
   for f in serve hold_a hold_b reader; do echo "--- $f"; cat "$LOG/$f" 2>/dev/null; done

@@ -32,3 +32,18 @@ wait_for() {
   for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
   echo "timed out waiting for '$2' in $1:"; cat "$1"; return 1
 }
+
+# The EXIT trap of the multi-host tests: kills every process in the array
+# `pids`, collects the shared memory the killed ones could not unlink (with
+# `$TOOL gc`, when TOOL is set), deletes the namespaces $A and $B and the
+# folder $LOG.
+netns_cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  if [ -n "${TOOL:-}" ]; then
+    for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
+  fi
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+  rm -rf "$LOG"
+}

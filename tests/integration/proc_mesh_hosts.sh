@@ -14,14 +14,7 @@ A=mspm_a_$$ B=mspm_b_$$ VA=mspa$$ VB=mspb$$
 ADDR_A=10.232.0.1 ADDR_B=10.232.0.2 PORT=29601
 LOG=$(mktemp -d)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  rm -rf "$LOG"
-}
-trap cleanup EXIT
+trap netns_cleanup EXIT
 
 netns_two_hosts "$A" "$B" "$VA" "$VB" "$ADDR_A" "$ADDR_B" "$LOG/err"
 

@@ -14,16 +14,7 @@ A=ms2h_a_$$ B=ms2h_b_$$ VA=ms2a$$ VB=ms2b$$
 ADDR_A=10.231.0.1 ADDR_B=10.231.0.2 PORT=29517
 LOG=$(mktemp -d)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  # Killed processes cannot unlink their shared memory: collect it.
-  for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  rm -rf "$LOG"
-}
-trap cleanup EXIT
+trap netns_cleanup EXIT
 
 netns_two_hosts "$A" "$B" "$VA" "$VB" "$ADDR_A" "$ADDR_B" "$LOG/err"
 
