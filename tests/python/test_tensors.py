@@ -216,3 +216,18 @@ def test_batches(store):
     assert all(torch.equal(dsts[k], ts[k]) for k in ts)
     assert store.delete_batch(["b.0", "b.1", "absent"]).result() == 2
     assert store.keys("b").result() == sorted(f"b.{i}" for i in range(2, 20))
+
+
+def test_encrypted_tcp_moves_tensors_whole():
+    # A volume that seals its tcp bytes (encrypt_tcp), read back over tcp.
+    with meshstore.Store.embedded(transport="tcp", encrypt_tcp=True) as store:
+        t = torch.randn(256, 1024)
+        store.put("sealed", t).result()
+        into = torch.empty_like(t)
+        store.get_into("sealed", into).result()
+        assert torch.equal(into, t)
+
+
+def test_encrypt_tcp_wants_a_bool():
+    with pytest.raises(TypeError):
+        meshstore.Store.embedded(encrypt_tcp="yes")
