@@ -197,11 +197,23 @@ Future<void> Store::get_into(std::string key, const TensorView& dst) {
   return get_into_batch(std::move(items));
 }
 
+Future<void> Store::get_into(std::string key, const TensorView& dst, ReadOptions options) {
+  std::vector<std::pair<std::string, TensorView>> items;
+  items.emplace_back(std::move(key), dst);
+  return get_into_items(std::move(items), options);
+}
+
 Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView>> items) {
+  return get_into_items(std::move(items), ReadOptions{});
+}
+
+Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView>> items,
+                                   const ReadOptions& options) {
   const std::string op = items.size() == 1 ? "get_into" : "get_into_batch";
   actors::GetCall call;
   call.op = op;
   call.mode = actors::GetMode::into;
+  call.cast = options.cast;
   for (auto& [k, v] : items) {
     call.keys.push_back(k);
     call.dsts.push_back(v);
@@ -210,6 +222,12 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
   for (std::size_t i = 0; i < call.keys.size(); ++i) {
     if (auto s = check_view(op, call.keys[i], call.dsts[i]); !s.ok())
       return make_error_future<void>(s);
+    if (options.cast && call.dsts[i].device().type != DeviceType::cpu) {
+      return make_error_future<void>(
+          Status(Errc::unsupported, op + " '" + call.keys[i] +
+                                        "': a cast read goes into host memory, not " +
+                                        call.dsts[i].device().to_string()));
+    }
   }
   if (call.keys.empty()) return make_ready_future();
   auto st = staging(op);

@@ -168,6 +168,17 @@ struct StoreOptions {
 /// The port `meshstore serve` listens on and the tools dial by default.
 constexpr std::uint16_t kDefaultStorePort = 29517;
 
+/// What a read may do besides copying.
+struct ReadOptions {
+  /// When the destination's dtype differs from the stored one, convert the
+  /// elements on the way, in the same pass as the copy: between float32 and
+  /// bfloat16 or float16 (can_cast()), rounded to nearest even (bit-exact
+  /// with torch's Tensor.to()). Whole keys into host memory; a box, a
+  /// sharded key or a GPU destination is Errc::unsupported. Without it a
+  /// dtype difference is Errc::dtype_mismatch.
+  bool cast = false;
+};
+
 /// A key's metadata, as list() reports it.
 struct KeyInfo {
   std::string key;
@@ -490,6 +501,10 @@ class Store {
   /// a tensor. dtype and shape must match: Errc::dtype_mismatch or
   /// Errc::shape_mismatch otherwise, with `dst` untouched.
   Future<void> get_into(std::string key, const TensorView& dst);
+  /// get_into with `options`: with options.cast, a bfloat16 or float16 key
+  /// read straight into a float32 destination (or the reverse), converted
+  /// as it is copied (docs/state_dicts.md, "Reading in another dtype").
+  Future<void> get_into(std::string key, const TensorView& dst, ReadOptions options);
   /// get_into for several keys, in parallel; every destination is checked
   /// before any byte moves.
   Future<void> get_into_batch(std::vector<std::pair<std::string, TensorView>> items);
@@ -563,6 +578,8 @@ class Store {
                                   const std::string& address, StoreOptions options);
   Future<void> put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
                          std::uint32_t replicas);
+  Future<void> get_into_items(std::vector<std::pair<std::string, TensorView>> items,
+                              const ReadOptions& options);
   struct Impl;
   explicit Store(std::unique_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;

@@ -120,6 +120,9 @@ struct GetCall {
   /// put replaced that its volume has not released yet, so a reader could
   /// see version N and then N - 1; the controller's answer never goes back.
   bool fresh = false;
+  /// GetMode::into: a destination of another float dtype than the key's
+  /// gets the elements converted as they are copied (ReadOptions::cast).
+  bool cast = false;
   /// As PutCall::guard, for the destinations (GetMode::into).
   std::shared_ptr<internal::CallGuard> guard;
   std::shared_ptr<Promise<GetOutput>> promise;

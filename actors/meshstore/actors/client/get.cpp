@@ -14,6 +14,7 @@
 #include "meshstore/actors/client/locations.hpp"
 #include "meshstore/actors/client/unpack.hpp"
 #include "meshstore/actors/client/volume_reads.hpp"
+#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 
 namespace meshstore::actors::client_detail {
@@ -114,9 +115,20 @@ Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
     const auto& dst = op.call.dsts[i];
     const Shape& want = box ? box->local_shape() : r.shape;
     if (dst.dtype() != r.dtype) {
-      return Status(Errc::dtype_mismatch, "dtype mismatch for '" + key + "': stored " +
-                                              std::string(dtype_name(r.dtype)) + ", destination " +
-                                              std::string(dtype_name(dst.dtype())));
+      const bool castable = can_cast(r.dtype, dst.dtype());
+      if (!op.call.cast || !castable) {
+        return Status(Errc::dtype_mismatch,
+                      "dtype mismatch for '" + key + "': stored " +
+                          std::string(dtype_name(r.dtype)) + ", destination " +
+                          std::string(dtype_name(dst.dtype())) +
+                          (castable ? " (ReadOptions::cast converts them as they are read)" : ""));
+      }
+      if (box || r.shards.size() != 1 || !r.shards.front().slice.is_full()) {
+        return Status(Errc::unsupported, "get_into '" + key +
+                                             "': a cast read takes a whole key stored whole; "
+                                             "this one is read " +
+                                             (box ? "as a box" : "from shards"));
+      }
     }
     if (dst.shape() != want) {
       return Status(Errc::shape_mismatch,
@@ -286,6 +298,13 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       target.object_id = shard.object_id;
       target.dst = dst;
       target.nbytes = shard.nbytes;
+      if (op->call.mode == GetMode::into && op->call.dsts[i].dtype() != rec.dtype) {
+        // A cast read (checked by check_record): the object's elements, of
+        // the stored dtype, land converted in the destination's.
+        target.cast_to = op->call.dsts[i].dtype();
+        target.dtype = rec.dtype;
+        target.shape = rec.shape;
+      }
       // Straight into GPU memory (a strided GPU view was given a host
       // temporary instead).
       target.device = op->call.mode == GetMode::into && on_device(op->call.dsts[i]) &&

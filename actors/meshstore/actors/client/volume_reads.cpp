@@ -3,6 +3,7 @@
 #include "meshstore/actors/client/volume_reads.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "meshstore/actors/client/box.hpp"
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/device_pieces.hpp"
+#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/placement.hpp"
 #include "meshstore/transports/copy_engine.hpp"
@@ -129,6 +131,85 @@ Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRe
           [tmp, b, dst, lo] { copy_box(tmp->data(), b.from, dst, b.to, b.region, b.elsize, lo); });
 }
 
+// Converts elements [first, first + count) of `src` (of `from`) into `dst`
+// (of `to`, laid out from element 0).
+Status cast_range(const std::byte* src, DType from, std::byte* dst, DType to, std::size_t first,
+                  std::size_t count) {
+  TensorView v(const_cast<std::byte*>(src) + first * dtype_size(from), from,
+               {static_cast<std::int64_t>(count)});
+  return cast_to(v, to, dst + first * dtype_size(to));
+}
+
+// The rest of a cast read through `scratch`, from byte `done` of the
+// object: one range read at a time, each converted while it is in cache.
+Future<void> read_cast_chunks(std::shared_ptr<VolumeConn> c, wire::RegionRef region, ReadTarget t,
+                              std::shared_ptr<std::vector<std::byte>> scratch, std::size_t done) {
+  if (done >= t.nbytes) return make_ready_future();
+  const std::size_t n = std::min(scratch->size(), t.nbytes - done);
+  return c->transport->read(region, done, scratch->data(), n).then([=]() -> Future<void> {
+    const std::size_t elsize = dtype_size(t.dtype);
+    auto s = cast_range(scratch->data(), t.dtype, t.dst + done / elsize * dtype_size(*t.cast_to),
+                        *t.cast_to, 0, n / elsize);
+    if (!s.ok()) return make_error_future<void>(s);
+    return read_cast_chunks(c, region, t, scratch, done + n);
+  });
+}
+
+// A cast read (ReadOptions::cast): the target's object, of t.dtype, lands
+// in t.dst converted to *t.cast_to, in one pass: straight from the mapping
+// where the transport maps memory, split over the copy engine's threads;
+// else through a bounded scratch buffer.
+Future<void> read_cast(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                       const ReadTarget& t) {
+  const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
+  const std::size_t elsize = dtype_size(t.dtype);
+  if (numel * elsize != t.nbytes) {
+    return make_error_future<void>(
+        Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
+                                         std::to_string(t.nbytes) + " bytes, not " +
+                                         std::to_string(numel) + " elements of " +
+                                         std::string(dtype_name(t.dtype))));
+  }
+  if (numel == 0) return make_ready_future();
+  if (c->transport->capabilities().maps_memory && region.device < 0) {
+    auto mem = c->transport->map_read_only(region);
+    if (!mem.ok()) return make_error_future<void>(mem.status());
+    auto src = std::move(mem).value();
+    auto& engine = transports::CopyEngine::instance();
+    const auto pieces = std::max<std::int64_t>(
+        1, std::min<std::int64_t>(engine.threads(), static_cast<std::int64_t>(t.nbytes >> 20)));
+    auto failed = std::make_shared<std::atomic<bool>>(false);
+    std::vector<Future<void>> parts;
+    for (std::int64_t p = 0; p < pieces; ++p) {
+      const auto [lo, hi] = chunk_range(static_cast<std::int64_t>(numel), pieces, p);
+      if (lo == hi) continue;
+      parts.push_back(engine.run([src, t, lo = lo, hi = hi, failed] {
+        if (!cast_range(src.get(), t.dtype, t.dst, *t.cast_to, static_cast<std::size_t>(lo),
+                        static_cast<std::size_t>(hi - lo))
+                 .ok()) {
+          failed->store(true);
+        }
+      }));
+    }
+    return settle_all(std::move(parts)).then([failed, t]() -> Status {
+      if (failed->load()) {
+        return Status(Errc::internal, "cannot cast " + std::string(dtype_name(t.dtype)) + " to " +
+                                          std::string(dtype_name(*t.cast_to)));
+      }
+      return Status();
+    });
+  }
+  constexpr std::size_t kScratchBytes = std::size_t{4} << 20;
+  auto scratch = std::make_shared<std::vector<std::byte>>();
+  try {
+    scratch->resize(std::min(t.nbytes, kScratchBytes / elsize * elsize));
+  } catch (const std::bad_alloc&) {
+    return make_error_future<void>(
+        Status(Errc::out_of_capacity, "cannot allocate a cast read's scratch buffer"));
+  }
+  return read_cast_chunks(c, region, t, std::move(scratch), 0);
+}
+
 }  // namespace
 
 Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
@@ -168,7 +249,19 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                     *targets[i].view = std::move(t).value();
                     targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
                   }
-                  if (const auto& b = targets[i].box) {
+                  if (targets[i].cast_to) {
+                    const auto& t = targets[i];
+                    const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
+                    if (numel * dtype_size(t.dtype) != lease.data[i].size()) {
+                      return (void)promise->set_error(
+                          Status(Errc::protocol_error, "volume '" + volume_id +
+                                                           "' answered an inline object of the "
+                                                           "wrong size for a cast read"));
+                    }
+                    auto s = cast_range(reinterpret_cast<const std::byte*>(lease.data[i].data()),
+                                        t.dtype, t.dst, *t.cast_to, 0, numel);
+                    if (!s.ok()) return (void)promise->set_error(s);
+                  } else if (const auto& b = targets[i].box) {
                     copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
                              targets[i].dst, b->to, b->region, b->elsize);
                   } else if (targets[i].device) {
@@ -214,6 +307,10 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                 }
                 if (t.box) {
                   reads.push_back(read_box(c, lease.regions[i], t));
+                  continue;
+                }
+                if (t.cast_to) {
+                  reads.push_back(read_cast(c, lease.regions[i], t));
                   continue;
                 }
                 if (t.device && !c->transport->capabilities().device_copies) {

@@ -36,6 +36,9 @@ struct ReadTarget {
   Tensor* view = nullptr;
   DType dtype = DType::uint8;
   Shape shape;
+  // A cast read: the object holds `shape` elements of `dtype`, and `dst`
+  // (contiguous host memory) gets them converted to this dtype.
+  std::optional<DType> cast_to;
 };
 
 // Pins the objects at one volume, reads them, unpins. Sets `*stale` when the
