@@ -305,16 +305,22 @@ class Store:
         gives a read-only array over it). Elsewhere a copy, like get()."""
         return Future(self._s.get_view(_key(key, "get_view")))
 
-    def get_into(self, key, dst, slice=None):  # noqa: A002
+    def get_into(self, key, dst, slice=None, cast=False):  # noqa: A002
         """Copies `key` (or its box `slice`) into `dst` in place and answers
         `dst` itself. dtype and shape must match (MismatchError, a
-        ValueError, with `dst` untouched)."""
+        ValueError, with `dst` untouched), unless `cast` is true: then a
+        bfloat16 or float16 key is converted into a float32 `dst` as it is
+        copied, or float32 into bfloat16 / float16 (whole keys only)."""
         _key(key, "get_into")
+        if not isinstance(cast, bool):
+            raise TypeError(f"get_into '{key}': cast wants a bool, got {type(cast).__name__}")
         src, as_bool = export(dst, f"get_into '{key}'", for_write=True)
         if slice is not None:
+            if cast:
+                raise NotImplementedError(f"get_into '{key}': a box is not read with a cast")
             return Future(self._s.get_into_slice(key, src, as_bool, *slice._args()),
                           lambda _: dst)
-        return Future(self._s.get_into(key, src, as_bool), lambda _: dst)
+        return Future(self._s.get_into(key, src, as_bool, cast), lambda _: dst)
 
     def get_batch(self, keys):
         """The values of several keys, in order."""

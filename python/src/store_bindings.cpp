@@ -509,9 +509,11 @@ void bind_store(py::module_& m) {
              });
            })
       .def("get_into",
-           [](PyStore& self, std::string key, py::object dst, bool as_bool) {
+           [](PyStore& self, std::string key, py::object dst, bool as_bool, bool cast) {
              auto in = import_tensor(dst, as_bool, true, "get_into '" + key + "'");
-             auto fut = released([&] { return self.s().get_into(key, in.view); });
+             meshstore::ReadOptions options;
+             options.cast = cast;
+             auto fut = released([&] { return self.s().get_into(key, in.view, options); });
              return wrap_void(std::move(fut), {in.owner});
            })
       .def("get_into_slice",

@@ -231,3 +231,17 @@ def test_encrypted_tcp_moves_tensors_whole():
 def test_encrypt_tcp_wants_a_bool():
     with pytest.raises(TypeError):
         meshstore.Store.embedded(encrypt_tcp="yes")
+
+
+def test_a_bf16_key_is_read_into_float32_with_cast(store):
+    t = (torch.randn(64, 33) * 100).to(torch.bfloat16)
+    store.put("bf", t).result()
+    into = torch.empty(64, 33, dtype=torch.float32)
+    with pytest.raises(meshstore.MismatchError):
+        store.get_into("bf", into).result()
+    assert store.get_into("bf", into, cast=True).result() is into
+    assert torch.equal(into, t.to(torch.float32))  # widening is exact
+    narrow = torch.empty(64, 33, dtype=torch.bfloat16)
+    store.put("f32", into).result()
+    store.get_into("f32", narrow, cast=True).result()
+    assert torch.equal(narrow, into.to(torch.bfloat16))  # torch's rounding, bit for bit
