@@ -95,9 +95,9 @@ void start_live_job() {
   }
   caf::message reply;
   const auto launch =
-      caf::make_message(agent_launch_atom::value, target->sink, std::string("sh"),
-                        std::vector<std::string>{"-c", "exec cat <&247 >/dev/null"},
-                        std::vector<std::string>{}, std::int32_t{1000}, std::int32_t{1});
+      caf::make_message(agent_launch_atom::value, target->sink, std::string("cat"),
+                        std::vector<std::string>{"/proc/self/fd/247"}, std::vector<std::string>{},
+                        std::int32_t{1000}, std::int32_t{1});
   if (!answered(launch, &reply) || !reply.match_elements<std::uint64_t>()) {
     fail("the harness's own job did not start: " + to_string(reply));
   }

@@ -65,11 +65,13 @@ class HostAgentRequests : public ::testing::Test {
                  [&](caf::error& e) { out = internal::from_caf_error(e, "agent"); });
     return out;
   }
-  // A job of one process that waits on its lifeline, ranks from `first`.
-  std::uint64_t launch(std::int32_t first) {
-    auto job = ask<std::uint64_t>(agent_launch_atom::value, sink_, std::string("sh"),
-                                  std::vector<std::string>{"-c", "exec cat <&247 >/dev/null"},
-                                  std::vector<std::string>{}, first, std::int32_t{1});
+  // A job of one process, ranks from `first`: by default one that waits on
+  // its lifeline (reads the agent's end of the pipe until it closes).
+  std::uint64_t launch(std::int32_t first, std::string program = "cat",
+                       std::vector<std::string> args = {"/proc/self/fd/247"}) {
+    auto job = ask<std::uint64_t>(agent_launch_atom::value, sink_, std::move(program),
+                                  std::move(args), std::vector<std::string>{}, first,
+                                  std::int32_t{1});
     EXPECT_OK(job);
     return job.ok() ? *job : 0;
   }
@@ -102,9 +104,10 @@ TEST_F(HostAgentRequests, ALaunchWhoseRanksOverflowIsRefused) {
 }
 
 TEST_F(HostAgentRequests, AStopWithAnEnormousGraceStillStopsTheJob) {
-  const auto job = launch(0);
-  // The job's process ends at SIGTERM, so the stop answers at once: the
-  // grace (clamped to an hour) is never waited out, nor overflows.
+  // A process that ends on its own a moment later: the stop waits for it
+  // (up to the grace, clamped to an hour rather than overflowing the clock)
+  // and answers once it is gone.
+  const auto job = launch(0, "sleep", {"0.2"});
   EXPECT_OK(ask<bool>(agent_stop_atom::value, job, std::numeric_limits<std::int64_t>::max()));
   EXPECT_OK(ask<bool>(agent_stop_atom::value, job, std::numeric_limits<std::int64_t>::min()));
 }
