@@ -35,6 +35,7 @@ namespace meshstore {
 
 namespace internal {
 struct StagedAccess;
+struct PublicationAccess;
 struct StoreRuntimeAccess;
 class ActorRuntime;
 }  // namespace internal
@@ -298,6 +299,83 @@ class StagedStateDict {
   std::shared_ptr<Impl> impl_;
 };
 
+/// How publish() moves a state dict's bytes (docs/state_dicts.md, "Direct
+/// publishing"). The third way, in place, is stage_publish: the tensors are
+/// the volume's memory from the start.
+enum class PublishMode : std::uint8_t {
+  /// The store picks: direct where this process can lend its tensors
+  /// (host memory, no transfer_dtype cast, no forced transport that cannot
+  /// serve lent memory, at least one tensor large enough to be stored on its
+  /// own), by copy otherwise.
+  automatic = 0,
+  /// Copied into volume memory, as publish_state_dict does: the tensors are
+  /// the caller's again once the future completes.
+  copy = 1,
+  /// Lent: the large, contiguous tensors become the version's objects as
+  /// they are, served from this process (cma on this host, tcp or rdma
+  /// across hosts) until the Publication is reclaimed or the version
+  /// retired; readers copy straight out of them, the one copy end to end.
+  /// Small tensors (packed) and strided ones are copied as by `copy`.
+  direct = 2,
+};
+
+/// "automatic", "copy" or "direct".
+const char* publish_mode_name(PublishMode mode) noexcept;
+
+/// How publish() stores a version.
+struct PublishOptions {
+  PublishMode mode = PublishMode::automatic;
+  /// Versions kept readable (>= 1); publishing retires the one that falls
+  /// out, and a retired direct version gives its buffers back.
+  int keep = 1;
+  /// Packing, buckets, transfer_dtype (which forces a copy: direct mode
+  /// refuses it with Errc::invalid_argument).
+  StateDictPutOptions put;
+  /// Publication::reclaim() copies the version into volume memory before it
+  /// gives the buffers back, so readers arriving later still find it;
+  /// without it the version is withdrawn and later readers wait for the
+  /// next one (get_next_state_dict_into).
+  bool retain = false;
+  /// How long reclaim() waits for reads still copying out of the buffers
+  /// (> 0); after it, reclaim() fails with Errc::timeout and the buffers
+  /// stay lent.
+  std::chrono::milliseconds reclaim_timeout{30000};
+};
+
+/// A published version (Store::publish). A handle: copies share it. For a
+/// direct version, it says when the caller's tensors are its own again:
+/// until returned() completes, readers may be copying out of them, so the
+/// caller must neither write nor free them. The trainer's loop is
+/// `pub = store.publish(...).get(); ...; pub.reclaim().get(); optimizer.step();`.
+class Publication {
+ public:
+  /// An empty handle (version 0; reclaim() fails).
+  Publication();
+  /// The version number N ("PREFIX/vN").
+  std::uint64_t version() const noexcept;
+  /// How it was published: copy or direct (never automatic).
+  PublishMode mode() const noexcept;
+  /// Bytes lent (0 for a copy).
+  std::uint64_t lent_bytes() const noexcept;
+  /// Completes when the store no longer reads the caller's tensors: at
+  /// once for a copy; for a direct version once it was reclaimed or retired
+  /// (a later publish) and the last read in flight finished, or the store
+  /// closed.
+  Future<void> returned() const;
+  /// Ends the loan now: with PublishOptions::retain, copies the version into
+  /// volume memory first (if it is still published), else withdraws it;
+  /// then waits up to reclaim_timeout for reads in flight (returned()).
+  /// Errc::timeout when readers still hold the buffers after that (they
+  /// stay lent; call reclaim() again, or wait on returned()). Calls after
+  /// one that is running or succeeded share its future.
+  Future<void> reclaim();
+
+ private:
+  friend struct internal::PublicationAccess;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
 /// A tensor store. Keys name tensors or byte objects; a put of an existing
 /// key replaces it atomically (readers see the old complete value or the
 /// new one, never a mix).
@@ -375,6 +453,16 @@ class Store {
   /// of its version stays (docs/state_dicts.md, "Two writers on one prefix").
   Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1,
                                            const StateDictPutOptions& options = {});
+  /// Publishes `sd` as the next version under `prefix`, as
+  /// publish_state_dict does, in the mode options.mode asks or the store
+  /// picks (PublishMode): by copy, or directly out of `sd`'s own tensors,
+  /// which readers then copy from once, straight into theirs. Answers the
+  /// Publication, which says when the tensors are the caller's again (for a
+  /// direct version: after reclaim() or the version's retirement, not when
+  /// this future completes). Errc::unsupported when options.mode is direct
+  /// and this process cannot lend (the message says why).
+  Future<Publication> publish(std::string prefix, const StateDict& sd,
+                              const PublishOptions& options = {});
   /// Waits up to `timeout` for the state dict `key` to be written or
   /// committed, then reads it into `sd` as get_state_dict_into does. While
   /// a writer is still putting it, the read streams: each tensor (and the

@@ -34,8 +34,8 @@ using state_dicts::Pointer;
 using state_dicts::pointer_at;
 using state_dicts::pointer_of;
 using state_dicts::prepare_put;
-using state_dicts::Publication;
 using state_dicts::publish_conflict;
+using state_dicts::PublishTarget;
 using state_dicts::put_prepared;
 using state_dicts::read_latest_into;
 using state_dicts::read_next_into;
@@ -145,7 +145,7 @@ Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<Ten
     auto layout = plan_staging(op, key, *specs, options);
     if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
     return stage_at(client, op, key, std::move(layout).value(),
-                    Publication{prefix, next, keep, ptr});
+                    PublishTarget{prefix, next, keep, ptr});
   });
 }
 

@@ -69,9 +69,9 @@ class HostAgentRequests : public ::testing::Test {
   // its lifeline (reads the agent's end of the pipe until it closes).
   std::uint64_t launch(std::int32_t first, std::string program = "cat",
                        std::vector<std::string> args = {"/proc/self/fd/247"}) {
-    auto job = ask<std::uint64_t>(agent_launch_atom::value, sink_, std::move(program),
-                                  std::move(args), std::vector<std::string>{}, first,
-                                  std::int32_t{1});
+    auto job =
+        ask<std::uint64_t>(agent_launch_atom::value, sink_, std::move(program), std::move(args),
+                           std::vector<std::string>{}, first, std::int32_t{1});
     EXPECT_OK(job);
     return job.ok() ? *job : 0;
   }

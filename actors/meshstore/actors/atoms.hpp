@@ -13,6 +13,8 @@ using volumes_atom = caf::atom_constant<caf::atom("volumes")>;
 using notify_put_atom = caf::atom_constant<caf::atom("notify_put")>;
 using notify_put_batch_atom = caf::atom_constant<caf::atom("notify_pb")>;
 using evict_atom = caf::atom_constant<caf::atom("evict")>;
+// A publisher lends its own buffers to its process's lending volume.
+using lend_atom = caf::atom_constant<caf::atom("lend")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using keys_atom = caf::atom_constant<caf::atom("keys")>;
 using exists_atom = caf::atom_constant<caf::atom("exists")>;

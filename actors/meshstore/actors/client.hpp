@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/internal/call_guard.hpp"
@@ -76,6 +77,15 @@ struct PutCall {
   /// commit is refused, their regions are released with the others.
   std::vector<PutItem> staged_items;
   StagedRegions staged;
+  /// Direct publishing: whole, contiguous host tensors of this process lent
+  /// to `lend_to` (this process's lending volume, id `lend_volume`) as they
+  /// are, committed with the rest and never copied. `loan` is the token
+  /// their regions keep until the last reader lets go (LendRequest). If the
+  /// put fails they are given back.
+  std::vector<PutItem> lent_items;
+  storage_volume_actor lend_to;
+  std::string lend_volume;
+  std::shared_ptr<const void> loan;
   /// When set, the commit also removes every other key equal to one of
   /// these or under it (replace_atom): a state dict replaced as a whole.
   std::vector<std::string> replace_under;

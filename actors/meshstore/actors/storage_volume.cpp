@@ -254,6 +254,10 @@ void client_down(volume_pointer self, const caf::down_msg& msg) {
 Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                                            const std::vector<wire::StageRequest>& reqs) {
   auto& st = self->state;
+  if (st.config.lending) {
+    return Status(Errc::unsupported, "volume '" + st.config.volume_id +
+                                         "' only serves buffers its process lends; it stages none");
+  }
   std::uint64_t total = 0;
   for (const auto& r : reqs) {
     if (__builtin_add_overflow(total, r.nbytes, &total)) {
@@ -310,6 +314,57 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
     object.owner = owner;
     st.objects.emplace(id, std::move(object));
     staged.push_back(id);
+  }
+  return out;
+}
+
+// A lending volume adopts buffers its process lends (direct publishing) as
+// staged objects: no allocation, no copy. Each region's memory is the
+// caller's; its deleter tells the transport servers (rdma drops what it
+// registered) and lets the loan's token go, so the token is released once
+// the last owner (the object table, a lease) is gone.
+Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest& req) {
+  auto& st = self->state;
+  if (!st.config.lending) {
+    return Status(Errc::unsupported, "volume '" + st.config.volume_id +
+                                         "' is not a lending volume: it adopts no buffers");
+  }
+  const caf::actor_addr owner = watch_sender(self);
+  std::vector<wire::RegionRef> out;
+  std::vector<std::uint64_t> made;
+  auto undo = [&](Status s) {
+    for (auto id : made) st.drop(id, false);
+    st.regions->prune();
+    return s.with_context("volume '" + st.config.volume_id + "': lend");
+  };
+  for (const auto& b : req.buffers) {
+    if (b.address == 0 || b.nbytes == 0) {
+      return undo(Status(Errc::invalid_argument,
+                         "'" + b.key + "': a lent buffer needs an address and at least one byte"));
+    }
+    const auto id = st.next_object_id++;
+    st.bytes_held->fetch_add(b.nbytes);
+    std::weak_ptr<std::atomic<std::uint64_t>> counter = st.bytes_held;
+    std::weak_ptr<FreeHooks> hooks = st.free_hooks;
+    std::shared_ptr<std::byte> memory(
+        reinterpret_cast<std::byte*>(b.address),
+        [token = req.token, counter, hooks, nbytes = b.nbytes](std::byte* p) mutable {
+          if (auto h = hooks.lock()) h->forget(p);
+          if (auto c = counter.lock()) c->fetch_sub(nbytes);
+          token.reset();  // the buffer is the publisher's again
+        });
+    StoredObject object;
+    object.region = std::make_shared<transports::Region>(id, std::move(memory), b.nbytes, b.segment,
+                                                         b.segment_offset);
+    object.reusable = std::make_shared<std::atomic<bool>>(false);
+    wire::RegionRef ref = region_ref(id, *object.region);
+    if (auto s = st.describe(*object.region, ref); !s.ok()) return undo(s);
+    st.regions->add(object.region);
+    object.key = b.key;
+    object.owner = owner;
+    st.objects.emplace(id, std::move(object));
+    made.push_back(id);
+    out.push_back(std::move(ref));
   }
   return out;
 }
@@ -397,6 +452,11 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           std::vector<wire::KeyRecord>& records, const caf::actor& controller)
           -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> {
         return stage_commit(self, reqs, std::move(records), controller);
+      },
+      [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
+        auto lent = lend(self, req);
+        if (!lent.ok()) return to_caf_error(lent.status());
+        return std::move(lent).value();
       },
       [=](commit_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) {

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,27 @@
 #include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors {
+
+/// One buffer a publisher lends (direct publishing): memory of the
+/// publisher's own process, at `address`, that becomes an object as it is.
+struct LentBuffer {
+  std::string key;  // for logs and stats
+  std::uint64_t address = 0;
+  std::uint64_t nbytes = 0;
+  /// The shared-memory file the buffer lies in ("" = process memory), and
+  /// where in it: same-host readers then map it (shm).
+  std::string segment;
+  std::uint64_t segment_offset = 0;
+};
+
+/// A loan, sent only within one process (never serialized): the buffers,
+/// and a token every lent region keeps until its last owner (the object
+/// table, a reader's lease) lets go; the token's release is the moment the
+/// publisher has its buffers back.
+struct LendRequest {
+  std::vector<LentBuffer> buffers;
+  std::shared_ptr<const void> token;
+};
 
 using storage_volume_actor = caf::typed_actor<
     // Allocates one staged object per request, all or none: fails with
@@ -32,6 +54,10 @@ using storage_volume_actor = caf::typed_actor<
     caf::replies_to<stage_commit_atom, std::vector<wire::StageRequest>,
                     std::vector<wire::KeyRecord>, caf::actor>::
         with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/>,
+    // A lending volume (VolumeConfig::lending) adopts buffers of its own
+    // process as staged objects (uncommitted until the controller commits
+    // them), memory untouched; any other volume answers Errc::unsupported.
+    caf::replies_to<lend_atom, LendRequest>::with<std::vector<wire::RegionRef>>,
     // From the controller: these objects now back committed keys.
     caf::reacts_to<commit_atom, std::vector<std::uint64_t>>,
     // These objects are no longer referenced (superseded, removed, or a
@@ -75,6 +101,9 @@ struct VolumeConfig {
   transports::TransportConfig transport_config;
   /// The interface network transports (tcp) listen on.
   std::string bind_host = "127.0.0.1";
+  /// A lending volume: it allocates nothing and serves only buffers its
+  /// process lends (lend_atom); no strategy places puts on it.
+  bool lending = false;
 };
 
 /// Spawns a storage volume. Fails, with nothing left running, if a requested
@@ -83,3 +112,5 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
                                                   const VolumeConfig& config);
 
 }  // namespace meshstore::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LendRequest)

@@ -177,11 +177,22 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
 
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p, bool fenced) {
+  return put_prepared_expecting(client, key, std::move(p),
+                                fenced ? std::optional<std::uint64_t>(0) : std::nullopt);
+}
+
+Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
+                                    std::shared_ptr<PreparedPut> p,
+                                    std::optional<std::uint64_t> manifest_version) {
   const std::string op = p->call.op;
   for (auto& item : p->call.items) {
     item.key = key + item.key;
     if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
-    if (fenced && item.key == key) item.expect_version = 0;  // the manifest
+    if (manifest_version && item.key == key) item.expect_version = *manifest_version;
+  }
+  for (auto& item : p->call.lent_items) {
+    item.key = key + item.key;
+    if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
   }
   for (auto& m : p->call.group_members) {
     m = key + m;

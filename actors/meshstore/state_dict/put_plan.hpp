@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meshstore/actors/client.hpp"
@@ -43,5 +44,10 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
 // otherwise): a published version is written by one writer.
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p, bool fenced = false);
+// put_prepared that commits only while the manifest at `key` has commit
+// version `manifest_version` (0: absent), Errc::conflict otherwise.
+Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
+                                    std::shared_ptr<PreparedPut> p,
+                                    std::optional<std::uint64_t> manifest_version);
 
 }  // namespace meshstore::state_dicts

@@ -38,7 +38,7 @@ struct StagedStateDict::Impl {
   std::string op;
   std::string key;
   // stage_publish: where the version goes; the prefix is empty otherwise.
-  state_dicts::Publication pub;
+  state_dicts::PublishTarget pub;
   Manifest layout;  // the tensors only, in the caller's order
   StateDict sd;
   bool zero_copy = false;
@@ -192,7 +192,7 @@ struct internal::StagedAccess {
 
   static Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op,
                                           std::string key, Manifest layout,
-                                          state_dicts::Publication pub) {
+                                          state_dicts::PublishTarget pub) {
     auto impl = std::make_shared<Impl>();
     impl->client = client;
     impl->op = std::move(op);
@@ -337,7 +337,7 @@ Result<Manifest> plan_staging(const std::string& op, const std::string& key,
 }
 
 Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op, std::string key,
-                                 Manifest layout, Publication pub) {
+                                 Manifest layout, PublishTarget pub) {
   return internal::StagedAccess::stage_at(client, std::move(op), std::move(key), std::move(layout),
                                           std::move(pub));
 }

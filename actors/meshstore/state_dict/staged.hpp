@@ -26,6 +26,6 @@ Result<Manifest> plan_staging(const std::string& op, const std::string& key,
 // publication with a prefix publishes it there on commit (fenced as
 // publish_state_dict is).
 Future<StagedStateDict> stage_at(const caf::actor_addr& client, std::string op, std::string key,
-                                 Manifest layout, Publication pub);
+                                 Manifest layout, PublishTarget pub);
 
 }  // namespace meshstore::state_dicts

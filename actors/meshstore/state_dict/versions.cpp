@@ -124,6 +124,14 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
             return;
           }
+          if (!r.ok() && r.status().code() == Errc::not_found) {
+            return (void)p->set_error(Status(
+                Errc::not_found, op + " '" + prefix + "': version " + std::to_string(v) +
+                                     ", the latest, is gone (withdrawn by its direct publisher, "
+                                     "or retired as it was read); get_next_state_dict_into "
+                                     "waits for the next (" +
+                                     r.status().message() + ")"));
+          }
           if (!r.ok()) return (void)p->set_error(r.status());
           p->set_value(v);
         });
@@ -150,10 +158,14 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
                            versions_slot(cache, prefix))
           .on_complete([=](const Result<void>& r) {
             if (r.ok()) return (void)p->set_value(latest);
-            // Retired before it could be read: a newer one exists.
+            // Gone before it could be read: retired (a newer one exists) or
+            // withdrawn by a direct publisher's reclaim (the next one will):
+            // wait for one after it.
             if (r.status().code() == Errc::not_found &&
                 std::chrono::steady_clock::now() < deadline) {
-              return again();
+              read_next_into(client, prefix, dst, std::max(after, latest), op, deadline, cache)
+                  .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
+              return;
             }
             p->set_error(r.status());
           });

@@ -30,7 +30,7 @@ struct Pointer {
 // Where a publish goes: version `version` under `prefix`, keeping the
 // newest `keep`, moving the pointer read as `from`. An empty prefix: a
 // plain state dict, not a publish.
-struct Publication {
+struct PublishTarget {
   std::string prefix;
   std::uint64_t version = 0;
   int keep = 1;

@@ -154,6 +154,58 @@ Status Store::Impl::host_volumes(bool is_server) {
   return Status();
 }
 
+Result<Store::Impl::Lending> Store::Impl::lending_volume() {
+  std::lock_guard<std::mutex> one_at_a_time(lend_mu);  // always taken before mu
+  actors::controller_actor ctl;
+  std::shared_ptr<internal::ActorRuntime> rt;
+  {
+    std::shared_lock<std::shared_mutex> lock(mu);
+    if (closed) return Status(Errc::shutdown, "the store is closed");
+    if (lending.handle) return lending;
+    ctl = controller;
+    rt = runtime;
+  }
+  ForeignThreadGuard guard;  // publish() may run on any thread
+  auto& sys = rt->system();
+  static std::atomic<std::uint64_t> counter{0};
+  actors::VolumeConfig vc;
+  vc.volume_id =
+      "lend:" + host + "/pid" + std::to_string(::getpid()) + "/" + std::to_string(++counter);
+  vc.host = host;
+  vc.transport_config = transport_config(options);
+  vc.bind_host = data_host;
+  vc.lending = true;
+  vc.pool_bytes = 0;
+  // What serves memory the process already has: cross-memory attach on this
+  // host, rdma and tcp across hosts, rpc as the last resort. Not shm (the
+  // buffers are not shared memory) nor cuda-ipc (host buffers only).
+  for (const auto& name : transports::builtin_registry().names()) {
+    if (name != "shm" && name != "cuda-ipc") vc.transports.push_back(name);
+  }
+  auto volume = actors::spawn_storage_volume(sys, vc);
+  if (!volume.ok()) return volume.status().with_context("the lending volume");
+  wire::VolumeInfo info;
+  info.volume_id = vc.volume_id;
+  info.host = host;
+  info.transports = vc.transports;
+  info.local_rank = options.local_rank;
+  if (auto s = ask_ok(sys, ctl, options.request_timeout,
+                      "register lending volume '" + vc.volume_id + "'",
+                      actors::register_volume_atom::value, info, *volume);
+      !s.ok()) {
+    caf::anon_send_exit(*volume, caf::exit_reason::user_shutdown);
+    return s;
+  }
+  std::unique_lock<std::shared_mutex> lock(mu);
+  if (closed) {
+    caf::anon_send_exit(*volume, caf::exit_reason::user_shutdown);
+    return Status(Errc::shutdown, "the store is closed");
+  }
+  owned.push_back(caf::actor_cast<caf::actor>(*volume));
+  lending = Lending{*volume, vc.volume_id};
+  return lending;
+}
+
 void Store::Impl::start_client() {
   actors::ClientConfig cc;
   cc.me = wire::ClientInfo{options.rank, options.local_rank, host};
@@ -313,6 +365,7 @@ void Store::Impl::close() {
     owned.clear();
     client = nullptr;
     volumes.clear();
+    lending = Lending{};
     directory = nullptr;
     strategy = nullptr;
     controller = nullptr;

@@ -63,6 +63,19 @@ struct Store::Impl {
                                              std::shared_ptr<internal::ActorRuntime> shared);
   // Spawns and registers the volumes the strategy places in this process.
   Status host_volumes(bool is_server);
+
+  // This process's lending volume (direct publishing: it serves buffers the
+  // process lends, through one-sided and network transports), spawned and
+  // registered at the controller on first use, never with the strategy, so
+  // no put is placed on it. `lending` is guarded by mu; lend_mu (taken
+  // before mu) lets one caller at a time create it.
+  struct Lending {
+    actors::storage_volume_actor handle;
+    std::string volume_id;
+  };
+  Result<Lending> lending_volume();
+  std::mutex lend_mu;
+  Lending lending;
   void start_client();
 
   ~Impl() { close(); }

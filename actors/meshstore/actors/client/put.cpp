@@ -27,6 +27,8 @@ struct PutOp {
   std::string what;
   std::shared_ptr<VolumeConn> conn;
   std::vector<wire::RegionRef> regions;
+  // The objects the lending volume made of PutCall::lent_items, in order.
+  std::vector<wire::RegionRef> lent;
   std::vector<Tensor> packed;  // contiguous copies of strided sources
   // Shards of sharded keys (PutItem::slice): committed with put_shards.
   bool sharded = false;
@@ -36,6 +38,8 @@ struct PutOp {
   // Eviction (ClientConfig::evict_lru): called on out_of_capacity, once;
   // true when it took over (it evicts, then stages again).
   std::function<bool(const Status&)> on_full;
+  // Gives lent buffers back (give_back_lent) when the put fails for good.
+  std::function<void()> lent_back;
 
   void fail(const Status& s) {
     if (s.code() == Errc::out_of_capacity && on_full) {
@@ -43,14 +47,27 @@ struct PutOp {
       on_full = nullptr;  // one eviction per put
       if (retry(s)) return;
     }
+    if (lent_back) lent_back();
     call.promise->set_error(s.with_context(what));
   }
 };
 
 // Gives a put's staged regions back to the volume: its own and the ones
 // written in place (PutCall::staged_items), which share its volume.
+// Gives the lent buffers' objects back to the lending volume (their memory
+// returns to the publisher once no reader holds it).
+void give_back_lent(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  if (!op->lent.empty()) {
+    std::vector<std::uint64_t> ids;
+    for (const auto& r : op->lent) ids.push_back(r.region_id);
+    self->send(op->call.lend_to, discard_atom::value, std::move(ids));
+    op->lent.clear();
+  }
+}
+
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (op->conn) give_back(self, op->conn->handle, op->regions, op->call.staged.regions);
+  give_back_lent(self, op);
 }
 
 // The records a put commits: the items written in place first, then the
@@ -58,8 +75,9 @@ void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
 // the volume to fill (stage_commit).
 std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
   std::vector<wire::KeyRecord> records;
-  records.reserve(op->call.staged_items.size() + op->call.items.size());
-  auto add = [&](const PutItem& item, const wire::RegionRef* region) {
+  records.reserve(op->call.staged_items.size() + op->call.lent_items.size() +
+                  op->call.items.size());
+  auto add = [&](const PutItem& item, const wire::RegionRef* region, const std::string& volume_id) {
     wire::KeyRecord r;
     r.key = item.key;
     r.kind = item.kind;
@@ -69,16 +87,20 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
     if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
     r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
-                                         op->conn->info.volume_id, region ? region->region_id : 0,
+                                         volume_id, region ? region->region_id : 0,
                                          region ? region->nbytes : item.view.nbytes(),
                                          item.replicas, item.checksum});
     records.push_back(std::move(r));
   };
+  const std::string& home = op->conn->info.volume_id;
   for (std::size_t i = 0; i < op->call.staged_items.size(); ++i) {
-    add(op->call.staged_items[i], &op->call.staged.regions[i]);
+    add(op->call.staged_items[i], &op->call.staged.regions[i], home);
+  }
+  for (std::size_t i = 0; i < op->call.lent_items.size(); ++i) {
+    add(op->call.lent_items[i], i < op->lent.size() ? &op->lent[i] : nullptr, op->call.lend_volume);
   }
   for (std::size_t i = 0; i < op->call.items.size(); ++i) {
-    add(op->call.items[i], i < op->regions.size() ? &op->regions[i] : nullptr);
+    add(op->call.items[i], i < op->regions.size() ? &op->regions[i] : nullptr, home);
   }
   return records;
 }
@@ -171,8 +193,9 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
 }
 
 // Stages, writes and commits `op` on this client's volume (again after an
-// eviction).
+// eviction), lending its lent items first.
 void start_put(client_pointer self, const std::shared_ptr<PutOp>& op);
+void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op);
 
 }  // namespace
 
@@ -185,6 +208,12 @@ void handle_put(client_pointer self, PutCall call) {
   op->sharded = !op->call.group_members.empty() ||
                 std::any_of(op->call.items.begin(), op->call.items.end(),
                             [](const PutItem& i) { return i.slice.has_value(); });
+  if (!op->call.lent_items.empty()) {
+    std::weak_ptr<PutOp> weak = op;
+    op->lent_back = [self, weak] {
+      if (auto o = weak.lock()) give_back_lent(self, o);
+    };
+  }
   if (self->state.cfg.evict_lru && op->call.staged_items.empty()) {
     // A full volume: evict least recently used keys there, then stage
     // again (a refused stage leaves nothing staged).
@@ -212,22 +241,68 @@ void handle_put(client_pointer self, PutCall call) {
 
 namespace {
 
+// Lends PutCall::lent_items' buffers to the lending volume (once), then
+// goes on with `k`; a refusal fails the put with nothing lent.
+void lend_first(client_pointer self, const std::shared_ptr<PutOp>& op, std::function<void()> k) {
+  if (op->call.lent_items.empty() || !op->lent.empty()) return k();
+  if (!op->call.lend_to) {
+    return op->fail(Status(Errc::internal, "lent items but no lending volume"));
+  }
+  LendRequest req;
+  for (const auto& item : op->call.lent_items) {
+    if (!item.view.is_contiguous() || item.view.nbytes() == 0) {
+      return op->fail(Status(Errc::internal, "'" + item.key +
+                                                 "': only whole, contiguous, "
+                                                 "non-empty host tensors are lent"));
+    }
+    req.buffers.push_back(LentBuffer{item.key, reinterpret_cast<std::uint64_t>(item.view.data()),
+                                     item.view.nbytes(), "", 0});
+  }
+  req.token = std::move(op->call.loan);  // only the regions keep it from now on
+  ask(self, op->call.lend_to, lend_atom::value, std::move(req))
+      .then(
+          [=](const std::vector<wire::RegionRef>& lent) {
+            op->lent = lent;
+            if (lent.size() != op->call.lent_items.size()) {
+              release_staged(self, op);
+              return op->fail(Status(Errc::protocol_error,
+                                     "the lending volume made " + std::to_string(lent.size()) +
+                                         " objects of " +
+                                         std::to_string(op->call.lent_items.size()) + " buffers"));
+            }
+            k();
+          },
+          [=](caf::error& e) {
+            op->fail(from_caf_error(e, "lend to volume '" + op->call.lend_volume + "'"));
+          });
+}
+
 void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  lend_first(self, op, [self, op] { stage_and_write(self, op); });
+}
+
+void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
   with_home_volume(self, [=](const ConnResult& conn) {
-    if (!conn.ok()) return op->fail(conn.status());
+    if (!conn.ok()) {
+      give_back_lent(self, op);
+      return op->fail(conn.status());
+    }
     op->conn = *conn;
     if (op->call.staged_items.size() != op->call.staged.regions.size()) {
+      give_back_lent(self, op);
       return op->fail(Status(Errc::internal, "staged items and regions differ in number"));
     }
     if (!op->call.staged_items.empty() && op->conn->info.volume_id != op->call.staged.volume_id) {
       // This client's volume changed (the old one went down) since the
       // staging; its regions cannot be committed elsewhere.
+      give_back_lent(self, op);
       return op->fail(Status(Errc::unavailable, "the staged memory lies on volume '" +
                                                     op->call.staged.volume_id +
                                                     "', no longer this client's volume"));
     }
     const auto& guard = op->call.guard;
     if (!touch_begin(guard)) {  // cancelled before anything was staged
+      give_back_lent(self, op);
       return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
     }
     std::vector<wire::StageRequest> reqs;
@@ -254,7 +329,8 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
       reqs.push_back(std::move(r));
     }
     touch_end(guard);  // small items' bytes are in the requests now
-    if (inline_data && op->call.replace_under.empty() && !op->sharded) {
+    if (inline_data && op->call.replace_under.empty() && !op->sharded &&
+        op->call.lent_items.empty()) {
       // One round trip: the volume stages the bytes and commits at the
       // controller; a refusal leaves nothing staged.
       if (!may_commit(guard)) {  // cancelled: nothing sent
@@ -303,7 +379,7 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
                     Status(Errc::cancelled, op->what + ": cancelled"));
               }
               // The records index the items after the ones written in place.
-              const std::uint64_t first = op->call.staged_items.size();
+              const std::uint64_t first = op->call.staged_items.size() + op->call.lent_items.size();
               if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
                 // Readers may copy each object as soon as it is filled.
                 op->streaming = true;

@@ -1,0 +1,309 @@
+// Store::publish and Publication: publishing a state dict by copy or
+// directly out of the caller's tensors (lent to this process's lending
+// volume), and the loan's end (reclaim, retain, returned).
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/state_dict/client_calls.hpp"
+#include "meshstore/state_dict/put_plan.hpp"
+#include "meshstore/state_dict/versions.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/store/checks.hpp"
+#include "meshstore/store/device_staging.hpp"
+#include "meshstore/store/store_impl.hpp"
+
+namespace meshstore {
+
+struct Publication::Impl {
+  std::string op;
+  std::string prefix;
+  std::uint64_t version = 0;
+  PublishMode mode = PublishMode::copy;
+  std::uint64_t lent_bytes = 0;
+  PublishOptions options;
+  caf::actor_addr client;  // weak: the store may close first
+  // Borrowed views of the published state dict: what retain copies.
+  StateDict views;
+  // Completes when the last lent region is gone (the loan's token).
+  Future<void> returned;
+  std::mutex mu;            // guards reclaiming
+  Future<void> reclaiming;  // the running or successful reclaim
+};
+
+namespace internal {
+struct PublicationAccess {
+  using Impl = Publication::Impl;
+  static Publication make(std::shared_ptr<Impl> impl) {
+    Publication p;
+    p.impl_ = std::move(impl);
+    return p;
+  }
+};
+}  // namespace internal
+
+const char* publish_mode_name(PublishMode mode) noexcept {
+  switch (mode) {
+    case PublishMode::automatic:
+      return "automatic";
+    case PublishMode::copy:
+      return "copy";
+    case PublishMode::direct:
+      return "direct";
+  }
+  return "unknown";
+}
+
+Publication::Publication() = default;
+
+std::uint64_t Publication::version() const noexcept { return impl_ ? impl_->version : 0; }
+
+PublishMode Publication::mode() const noexcept { return impl_ ? impl_->mode : PublishMode::copy; }
+
+std::uint64_t Publication::lent_bytes() const noexcept { return impl_ ? impl_->lent_bytes : 0; }
+
+Future<void> Publication::returned() const {
+  if (!impl_) return make_error_future<void>(Status(Errc::invalid_argument, "empty Publication"));
+  return impl_->returned;
+}
+
+namespace {
+
+using PubImpl = internal::PublicationAccess::Impl;
+using facade::check_key;
+using state_dicts::version_key;
+
+// Waits up to `bound` for `returned`, through a timer on the client actor.
+Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub) {
+  auto done = std::make_shared<Promise<void>>(
+      Status(Errc::shutdown, pub->op + " '" + pub->prefix + "': the store was closed"));
+  pub->returned.on_complete([done](const Result<void>&) { done->set_value(); });
+  if (done->future().ready()) return done->future();
+  auto client = caf::actor_cast<caf::actor>(pub->client);
+  if (!client) return done->future();  // closed: the loan ends as the volume goes
+  const auto bound = pub->options.reclaim_timeout;
+  const std::string why = pub->op + " '" + pub->prefix + "' version " +
+                          std::to_string(pub->version) + ": readers still copy out of its " +
+                          "buffers after " + std::to_string(bound.count()) +
+                          " ms; they stay lent (reclaim again, or wait for returned())";
+  caf::delayed_anon_send(client, bound, actors::run_atom::value, internal::Closure{[done, why] {
+                           done->set_error(Status(Errc::timeout, why));
+                         }});
+  return done->future();
+}
+
+// Copies the version into volume memory, in place of the lent objects, if
+// it is still the one published (its manifest's commit version unchanged).
+Future<void> retain_copy(const std::shared_ptr<PubImpl>& pub) {
+  const std::string key = version_key(pub->prefix, pub->version);
+  actors::ExistsCall exists;
+  exists.keys = {key};
+  return state_dicts::call_client(pub->client, actors::store_exists_atom::value, std::move(exists),
+                                  pub->op + " '" + key + "'")
+      .then([pub, key](const std::vector<std::uint64_t>& versions) -> Future<void> {
+        if (versions.empty() || versions.front() == 0) return make_ready_future();  // retired
+        StateDictPutOptions put = pub->options.put;
+        auto prepared = state_dicts::prepare_put(pub->views, pub->op, put);
+        if (!prepared.ok()) return make_error_future<void>(prepared.status());
+        auto p = std::make_shared<Promise<void>>();
+        state_dicts::put_prepared_expecting(pub->client, key, std::move(prepared).value(),
+                                            versions.front())
+            .on_complete([p](const Result<void>& r) {
+              // Retired or replaced meanwhile: nothing is left to retain.
+              if (!r.ok() && r.status().code() != Errc::conflict) {
+                return (void)p->set_error(r.status());
+              }
+              p->set_value();
+            });
+        return p->future();
+      });
+}
+
+// Withdraws the version: later readers wait for the next one.
+Future<void> withdraw(const std::shared_ptr<PubImpl>& pub) {
+  const std::string key = version_key(pub->prefix, pub->version);
+  actors::RemoveCall remove;
+  remove.under = true;
+  remove.keys = {key};
+  return state_dicts::call_client(pub->client, actors::store_remove_atom::value, std::move(remove),
+                                  pub->op + " '" + key + "': withdrawing it")
+      .then([](std::size_t) {});
+}
+
+}  // namespace
+
+Future<void> Publication::reclaim() {
+  if (!impl_) return make_error_future<void>(Status(Errc::invalid_argument, "empty Publication"));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->reclaiming.valid()) {
+    const bool failed = impl_->reclaiming.ready() && !impl_->reclaiming.get().ok();
+    if (!failed) return impl_->reclaiming;  // running, or done
+  }
+  if (impl_->mode != PublishMode::direct) {
+    impl_->reclaiming = make_ready_future();
+    return impl_->reclaiming;
+  }
+  auto pub = impl_;
+  if (pub->returned.ready()) {  // retired and read already
+    impl_->reclaiming = make_ready_future();
+    return impl_->reclaiming;
+  }
+  auto first = pub->options.retain ? retain_copy(pub) : withdraw(pub);
+  impl_->reclaiming = first.then([pub]() { return wait_returned(pub); });
+  return impl_->reclaiming;
+}
+
+namespace {
+
+// Why this process cannot lend `sd` under `options`, or OK.
+Status lending_refused(const StateDict& sd, const PublishOptions& options,
+                       const std::string& forced_transport) {
+  if (options.put.transfer_dtype) {
+    for (const auto& e : sd.entries()) {
+      if (e.is_tensor() && e.view.dtype() == DType::float32) {
+        return Status(Errc::invalid_argument,
+                      "transfer_dtype casts float32 tensors into a copy, so they cannot be lent "
+                      "('" +
+                          e.name + "')");
+      }
+    }
+  }
+  for (const auto& e : sd.entries()) {
+    if (e.is_tensor() && e.view.device().type != DeviceType::cpu) {
+      return Status(Errc::unsupported,
+                    "'" + e.name + "' is on " + e.view.device().to_string() +
+                        "; only host tensors are lent so far (GPU tensors publish by copy)");
+    }
+  }
+  if (forced_transport == "shm" || forced_transport == "cuda-ipc") {
+    return Status(Errc::unsupported, "this store forces transport '" + forced_transport +
+                                         "', which cannot serve a process's own memory");
+  }
+  return Status();
+}
+
+// Moves the items that can be lent (the caller's own whole, contiguous,
+// non-empty host tensors, stored as they are) from the put's items to its
+// lent items; answers the bytes lent.
+std::uint64_t split_lent(actors::PutCall& call) {
+  std::vector<actors::PutItem> keep;
+  std::uint64_t bytes = 0;
+  for (auto& item : call.items) {
+    const bool lendable = item.kind == wire::ObjectKind::tensor && !item.owned_bytes &&
+                          !item.slice && item.view.is_contiguous() &&
+                          item.view.device().type == DeviceType::cpu && item.view.nbytes() > 0;
+    if (lendable) {
+      bytes += item.view.nbytes();
+      call.lent_items.push_back(std::move(item));
+    } else {
+      keep.push_back(std::move(item));
+    }
+  }
+  call.items = std::move(keep);
+  return bytes;
+}
+
+}  // namespace
+
+Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
+                                   const PublishOptions& options) {
+  const std::string op = "publish";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<Publication>(s);
+  auto bad = [&](const std::string& what) {
+    return make_error_future<Publication>(
+        Status(Errc::invalid_argument, op + " '" + prefix + "': " + what));
+  };
+  if (options.keep < 1) return bad("keep must be at least 1, got " + std::to_string(options.keep));
+  if (options.reclaim_timeout.count() <= 0) {
+    return bad("reclaim_timeout must be positive, got " +
+               std::to_string(options.reclaim_timeout.count()) + " ms");
+  }
+  if (options.mode != PublishMode::automatic && options.mode != PublishMode::copy &&
+      options.mode != PublishMode::direct) {
+    return bad("unknown mode " + std::to_string(static_cast<int>(options.mode)));
+  }
+  const caf::actor_addr client = Impl::client_address(impl_.get());
+  if (!client) return facade::closed_future<Publication>(op + " '" + prefix + "'");
+  auto st = facade::staging(op, false);
+  auto use = facade::put_source(sd, *st, options.put);
+  if (!use.ok()) return make_error_future<Publication>(use.status());
+  auto prepared_or = state_dicts::prepare_put(**use, op, options.put);
+  if (!prepared_or.ok()) {
+    return make_error_future<Publication>(prepared_or.status().with_context(prefix));
+  }
+  auto prepared = std::move(prepared_or).value();
+
+  auto pub = std::make_shared<PubImpl>();
+  pub->op = op;
+  pub->prefix = prefix;
+  pub->options = options;
+  pub->client = client;
+  pub->returned = make_ready_future();
+  if (options.mode != PublishMode::copy) {
+    const Status refused = lending_refused(sd, options, impl_->options.transport);
+    if (!refused.ok() && options.mode == PublishMode::direct) {
+      return make_error_future<Publication>(refused.with_context(op + " '" + prefix + "'"));
+    }
+    if (refused.ok()) {
+      auto lending = impl_->lending_volume();
+      if (!lending.ok() && options.mode == PublishMode::direct) {
+        return make_error_future<Publication>(
+            lending.status().with_context(op + " '" + prefix + "'"));
+      }
+      if (!lending.ok()) {
+        log::get("store")->info("{} '{}': publishing by copy: {}", op, prefix,
+                                lending.status().to_string());
+      } else if ((pub->lent_bytes = split_lent(prepared->call)) > 0) {
+        pub->mode = PublishMode::direct;
+        auto& call = prepared->call;
+        call.lend_to = lending->handle;
+        call.lend_volume = lending->volume_id;
+        // The loan's token: released when the last lent region goes.
+        auto back = std::make_shared<Promise<void>>();
+        pub->returned = back->future();
+        call.loan = std::shared_ptr<const void>(new char(0), [back](const char* p) {
+          delete p;
+          back->set_value();
+        });
+        for (const auto& e : sd.entries()) {
+          (void)(e.is_tensor() ? pub->views.insert(e.name, e.view)
+                               : pub->views.insert(e.name, *e.value));
+        }
+      }
+    }
+  }
+  // Fenced as publish_state_dict: version N commits only if no other
+  // writer stored it, and the pointer moves only from the value read here.
+  auto done = std::make_shared<Promise<Publication>>(Status(Errc::shutdown, op + ": dropped"));
+  state_dicts::pointer_at(client, prefix, op)
+      .on_complete([=](const Result<state_dicts::Pointer>& ptr) {
+        if (!ptr.ok()) {
+          prepared->call.loan.reset();  // nothing was lent
+          return (void)done->set_error(ptr.status());
+        }
+        const std::uint64_t next = ptr->value + 1;
+        pub->version = next;
+        state_dicts::put_prepared(client, version_key(prefix, next), prepared, true)
+            .on_complete([=, from = *ptr](const Result<void>& put) {
+              if (!put.ok()) {
+                return (void)done->set_error(
+                    state_dicts::publish_conflict(op, prefix, next, put.status()));
+              }
+              state_dicts::point_and_retire(client, prefix, next, options.keep, op, from)
+                  .on_complete([=](const Result<std::uint64_t>& v) {
+                    if (!v.ok()) return (void)done->set_error(v.status());
+                    done->set_value(internal::PublicationAccess::make(pub));
+                  });
+            });
+      });
+  return done->future().then(
+      [st](const Publication& p) { return p; });  // host copies live till then
+}
+
+}  // namespace meshstore

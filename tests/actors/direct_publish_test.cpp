@@ -1,0 +1,286 @@
+// Direct publishing (Store::publish, PublishMode): the publisher's own
+// tensors become the version's objects, served by its process's lending
+// volume, and readers copy straight out of them. Checked over every
+// transport that serves a process's memory here (cma, tcp, rpc, and the
+// store's own choice): what a reader gets, that it reads the publisher's
+// memory itself (no copy in between), strided and packed entries, the
+// loan's end (reclaim with and without retain, the next version, a read in
+// flight holding the buffers), and the mode the store picks.
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "meshstore/store.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::eventually;
+using testing::kWait;
+
+constexpr std::int64_t kLarge = 256 * 1024;  // float32 elements: 1 MiB, stored alone
+
+std::vector<float> ramp(std::size_t n, float from) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+TensorView view_of(std::vector<float>& v, Shape shape) {
+  return TensorView(v.data(), DType::float32, std::move(shape));
+}
+
+// The bytes of `t` as floats, row-major.
+std::vector<float> floats(const Tensor& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  std::memcpy(out.data(), t.data(), t.nbytes());
+  return out;
+}
+
+// What a trainer publishes: a large tensor (lent), a small one (packed),
+// a large transposed view (strided: copied), a value.
+struct Weights {
+  std::vector<float> big = ramp(kLarge, 1.0f);
+  std::vector<float> small = ramp(16, -8.0f);
+  std::vector<float> square = ramp(512 * 512, 0.5f);
+  StateDict sd() {
+    StateDict sd;
+    EXPECT_OK(sd.insert("big", view_of(big, {kLarge})));
+    EXPECT_OK(sd.insert("small", view_of(small, {16})));
+    EXPECT_OK(sd.insert("square_t", view_of(square, {512, 512}).transpose(0, 1).value()));
+    EXPECT_OK(sd.insert("step", Value::int64(7)));
+    return sd;
+  }
+};
+
+class DirectPublish : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    StoreOptions o;
+    o.transport = GetParam();
+    store_ = std::make_unique<Store>(Store::embedded(o).value());
+  }
+  Store& store() { return *store_; }
+  std::unique_ptr<Store> store_;
+};
+
+TEST_P(DirectPublish, ReadersCopyStraightOutOfThePublishersTensors) {
+  Weights w;
+  auto pub = store().publish("weights", w.sd()).get(kWait);
+  ASSERT_OK(pub);
+  EXPECT_EQ(pub->mode(), PublishMode::direct);
+  EXPECT_EQ(pub->version(), 1u);
+  EXPECT_EQ(pub->lent_bytes(), static_cast<std::uint64_t>(kLarge) * 4);  // only "big"
+  EXPECT_FALSE(pub->returned().ready());
+
+  auto got = store().get_state_dict("weights/v1").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(floats(got->find("big")->owned), w.big);
+  EXPECT_EQ(floats(got->find("small")->owned), w.small);
+  const auto square_t = floats(got->find("square_t")->owned);
+  for (std::size_t r = 0; r < 512; r += 37) {
+    for (std::size_t c = 0; c < 512; c += 41) {
+      ASSERT_EQ(square_t[r * 512 + c], w.square[c * 512 + r]) << r << "," << c;
+    }
+  }
+  EXPECT_EQ(got->find("step")->value->as_int64(), 7);
+
+  // The stored object is the publisher's memory: a write to it (what a
+  // publisher must not do while it is lent) is what the next reader sees.
+  w.big[12345] = -1.0f;
+  auto again = store().get("weights/v1/big").get(kWait);
+  ASSERT_OK(again);
+  EXPECT_EQ(floats(*again)[12345], -1.0f);
+  // The copied entries are not.
+  w.small[3] = 1000.0f;
+  auto small = store().get_state_dict("weights/v1").get(kWait);
+  ASSERT_OK(small);
+  EXPECT_EQ(floats(small->find("small")->owned)[3], -5.0f);
+
+  ASSERT_OK(pub->reclaim().get(kWait));
+  EXPECT_TRUE(pub->returned().ready());
+}
+
+TEST_P(DirectPublish, ReclaimWithoutRetainWithdrawsTheVersionAndLaterReadersWaitForTheNext) {
+  Weights w;
+  auto pub = store().publish("weights", w.sd()).get(kWait);
+  ASSERT_OK(pub);
+  ASSERT_EQ(pub->mode(), PublishMode::direct);
+  ASSERT_OK(pub->reclaim().get(kWait));
+  EXPECT_TRUE(pub->returned().ready());
+  EXPECT_OK(pub->reclaim().get(kWait));  // again: the same, done
+
+  std::vector<float> big(kLarge), small(16), square(512 * 512);
+  StateDict dst;
+  ASSERT_OK(dst.insert("big", view_of(big, {kLarge})));
+  ASSERT_OK(dst.insert("small", view_of(small, {16})));
+  ASSERT_OK(dst.insert("square_t", view_of(square, {512, 512})));
+  ASSERT_OK(dst.insert("step", Value::int64(0)));
+  EXPECT_ERROR(store().get_latest_state_dict_into("weights", dst).get(kWait), Errc::not_found,
+               "withdrawn");
+
+  // A reader waiting for a version after 0 skips the withdrawn one and
+  // gets the next, published (the trainer stepped) while it waits.
+  auto next = store().get_next_state_dict_into("weights", dst, 0, kWait);
+  w.big.assign(w.big.size(), 2.0f);
+  PublishOptions copy;
+  copy.mode = PublishMode::copy;
+  auto pub2 = store().publish("weights", w.sd(), copy).get(kWait);
+  ASSERT_OK(pub2);
+  EXPECT_EQ(pub2->mode(), PublishMode::copy);
+  EXPECT_TRUE(pub2->returned().ready());
+  auto v = next.get(kWait);
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, 2u);
+  EXPECT_EQ(big, w.big);
+}
+
+TEST_P(DirectPublish, ReclaimWithRetainKeepsTheVersionForLateReaders) {
+  Weights w;
+  const auto original = w.big;
+  PublishOptions o;
+  o.retain = true;
+  auto pub = store().publish("weights", w.sd(), o).get(kWait);
+  ASSERT_OK(pub);
+  ASSERT_EQ(pub->mode(), PublishMode::direct);
+  ASSERT_OK(pub->reclaim().get(kWait));
+  EXPECT_TRUE(pub->returned().ready());
+  // The trainer steps: its tensors change; the version does not.
+  w.big.assign(w.big.size(), 0.0f);
+  auto got = store().get_state_dict("weights/v1").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(floats(got->find("big")->owned), original);
+  auto latest = store().latest_version("weights").get(kWait);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 1u);
+}
+
+TEST_P(DirectPublish, PublishingTheNextVersionGivesTheLastOnesBuffersBack) {
+  Weights a, b;
+  auto v1 = store().publish("weights", a.sd()).get(kWait);
+  ASSERT_OK(v1);
+  ASSERT_EQ(v1->mode(), PublishMode::direct);
+  auto v2 = store().publish("weights", b.sd()).get(kWait);  // keep = 1: v1 retires
+  ASSERT_OK(v2);
+  ASSERT_EQ(v2->mode(), PublishMode::direct);
+  EXPECT_OK(v1->returned().get(kWait));
+  EXPECT_FALSE(v2->returned().ready());
+  EXPECT_OK(v1->reclaim().get(kWait));  // nothing left to do
+  auto got = store().get("weights/v2/big").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(floats(*got), b.big);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DirectPublish, ::testing::Values("", "cma", "tcp", "rpc"),
+                         [](const auto& info) {
+                           return std::string(*info.param ? info.param : "chosen");
+                         });
+
+TEST(DirectPublishLoan, ReclaimWaitsForAReadInFlightWithinItsBound) {
+  // rpc in 4 KiB messages: a 64 MiB read takes thousands of round trips,
+  // so it is still copying when the bound (1 ms) passes.
+  StoreOptions so;
+  so.transport = "rpc";
+  so.rpc_chunk_bytes = 4096;
+  auto store = Store::embedded(so);
+  ASSERT_OK(store);
+  std::vector<float> big = ramp(16 << 20, 0.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
+  PublishOptions po;
+  po.reclaim_timeout = 1ms;
+  auto pub = store->publish("w", sd, po).get(kWait);
+  ASSERT_OK(pub);
+  ASSERT_EQ(pub->mode(), PublishMode::direct);
+
+  std::vector<float> dst(big.size());
+  auto read = store->get_into("w/v1/big", view_of(dst, {16 << 20}));
+  // Once the read holds its lease at the lending volume, the loan cannot end.
+  ASSERT_TRUE(eventually([&] {
+    auto stats = store->stats().get(kWait);
+    if (!stats.ok()) return false;
+    for (const auto& v : *stats) {
+      if (v.volume_id.rfind("lend:", 0) == 0 && v.leases > 0) return true;
+    }
+    return read.ready();
+  }));
+  ASSERT_FALSE(read.ready()) << "the read ended before its lease was seen";
+  EXPECT_ERROR(pub->reclaim().get(kWait), Errc::timeout, "stay lent");
+  // The read completes, whole and untorn; then the buffers come back.
+  ASSERT_OK(read.get(kWait));
+  EXPECT_EQ(dst, big);
+  EXPECT_OK(pub->returned().get(kWait));
+  EXPECT_OK(pub->reclaim().get(kWait));  // a failed reclaim may be called again
+}
+
+TEST(DirectPublishMode, TheStorePicksCopyWhereLendingCannotWork) {
+  std::vector<float> big = ramp(kLarge, 1.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", view_of(big, {kLarge})));
+  auto store = Store::embedded({});
+  ASSERT_OK(store);
+
+  // A cast to bf16 makes a copy anyway.
+  PublishOptions cast;
+  cast.put.transfer_dtype = DType::bfloat16;
+  auto p = store->publish("cast", sd, cast).get(kWait);
+  ASSERT_OK(p);
+  EXPECT_EQ(p->mode(), PublishMode::copy);
+  EXPECT_EQ(p->lent_bytes(), 0u);
+  EXPECT_TRUE(p->returned().ready());
+  cast.mode = PublishMode::direct;
+  EXPECT_ERROR(store->publish("cast", sd, cast).get(kWait), Errc::invalid_argument,
+               "transfer_dtype");
+
+  // Nothing large enough to be stored alone: nothing to lend.
+  std::vector<float> tiny = ramp(8, 0.0f);
+  StateDict small;
+  ASSERT_OK(small.insert("tiny", view_of(tiny, {8})));
+  auto s = store->publish("small", small).get(kWait);
+  ASSERT_OK(s);
+  EXPECT_EQ(s->mode(), PublishMode::copy);
+
+  // Asked for: a copy, even where lending works.
+  PublishOptions copy;
+  copy.mode = PublishMode::copy;
+  auto c = store->publish("copied", sd, copy).get(kWait);
+  ASSERT_OK(c);
+  EXPECT_EQ(c->mode(), PublishMode::copy);
+  EXPECT_OK(c->reclaim().get(kWait));
+
+  // A store that forces shm cannot serve lent process memory.
+  StoreOptions shm;
+  shm.transport = "shm";
+  auto forced = Store::embedded(shm);
+  ASSERT_OK(forced);
+  auto f = forced->publish("w", sd).get(kWait);
+  ASSERT_OK(f);
+  EXPECT_EQ(f->mode(), PublishMode::copy);
+  PublishOptions direct;
+  direct.mode = PublishMode::direct;
+  EXPECT_ERROR(forced->publish("w", sd, direct).get(kWait), Errc::unsupported, "shm");
+}
+
+TEST(DirectPublishMode, BadOptionsAreRefusedNamingThePrefix) {
+  auto store = Store::embedded({});
+  ASSERT_OK(store);
+  StateDict sd;
+  PublishOptions o;
+  o.keep = 0;
+  EXPECT_ERROR(store->publish("p", sd, o).get(kWait), Errc::invalid_argument, "'p': keep");
+  o.keep = 1;
+  o.reclaim_timeout = 0ms;
+  EXPECT_ERROR(store->publish("p", sd, o).get(kWait), Errc::invalid_argument, "reclaim_timeout");
+  o.reclaim_timeout = 1s;
+  o.mode = static_cast<PublishMode>(9);
+  EXPECT_ERROR(store->publish("p", sd, o).get(kWait), Errc::invalid_argument, "unknown mode");
+  EXPECT_ERROR(store->publish("", sd).get(kWait), Errc::invalid_argument, "");
+  EXPECT_ERROR(Publication().reclaim().get(kWait), Errc::invalid_argument, "empty");
+}
+
+}  // namespace
+}  // namespace meshstore
