@@ -9,6 +9,11 @@
 //     connects as a tool over the rpc transport (slow on purpose: a wide
 //     window while the put is in flight), puts a state dict of 8 float
 //     tensors of MIB MiB in all under KEY, prints "committed" and exits.
+//   meshstore_test_peer publish-direct ADDRESS PREFIX MIB
+//     connects as a tool and publishes (Store::publish, PublishMode::direct)
+//     one float tensor of MIB MiB, all 7s, under PREFIX: the version's
+//     object is this process's own buffer. Prints "published N lent BYTES",
+//     then waits to be killed, the buffer still lent.
 //   meshstore_test_peer read ADDRESS KEY
 //     connects as a tool (no volume), reads KEY, checks every element is the
 //     float 7, prints "read ok" and exits 0 (1 with the error otherwise).
@@ -94,11 +99,13 @@ int main(int argc, char** argv) {
   const bool read = argc == 4 && std::strcmp(argv[1], "read") == 0;
   const bool write_sd = argc == 5 && std::strcmp(argv[1], "write-state-dict") == 0;
   const bool read_loop = argc == 5 && std::strcmp(argv[1], "read-loop") == 0;
+  const bool publish_direct = argc == 5 && std::strcmp(argv[1], "publish-direct") == 0;
   const long elements = hold && argc > 5 ? std::atol(argv[5]) : 0;
-  if (!hold && !read && !write_sd && !read_loop) {
+  if (!hold && !read && !write_sd && !read_loop && !publish_direct) {
     std::fprintf(stderr,
                  "usage: meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK [ELEMENTS]] | read "
-                 "ADDRESS KEY | write-state-dict ADDRESS KEY MIB | read-loop ADDRESS FAR NEAR\n");
+                 "ADDRESS KEY | write-state-dict ADDRESS KEY MIB | read-loop ADDRESS FAR NEAR | "
+                 "publish-direct ADDRESS PREFIX MIB\n");
     return 2;
   }
   meshstore::StoreOptions o;
@@ -137,6 +144,23 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (read_loop) return read_loop_main(*store, argv[3], argv[4]);
+  if (publish_direct) {
+    const std::int64_t n = std::atol(argv[4]) * (std::int64_t{1} << 20) / 4;
+    std::vector<float> weights(static_cast<std::size_t>(n), 7.0f);
+    meshstore::StateDict sd;
+    if (!sd.insert("w", meshstore::TensorView::of(weights.data(), {n})).ok()) return 1;
+    meshstore::PublishOptions po;
+    po.mode = meshstore::PublishMode::direct;
+    auto pub = store->publish(argv[3], sd, po).get(60s);
+    if (!pub.ok()) {
+      std::fprintf(stderr, "peer: %s\n", pub.status().to_string().c_str());
+      return 1;
+    }
+    std::printf("published %llu lent %llu\n", static_cast<unsigned long long>(pub->version()),
+                static_cast<unsigned long long>(pub->lent_bytes()));
+    std::fflush(stdout);
+    for (;;) pause();
+  }
   if (read) {
     auto t = store->get(argv[3]).get(30s);
     bool all_seven = t.ok() && t->numel() >= 1;
