@@ -36,8 +36,19 @@ std::string describe(const std::string& contender) {
 #endif
   }
   if (contender == "meshstore") {
-    return "meshstore, the transport the store picks for the pair (shm on one host): A "
-           "publishes (publish_state_dict), B streams it (get_next_state_dict_into)";
+    return "meshstore as it picks for the pair: the publishing mode (Store::publish, "
+           "PublishMode::automatic: direct on one host) and the transport; A publishes, B reads "
+           "it (get_next_state_dict_into); A's reclaim of the version before its next step is "
+           "timed with the round";
+  }
+  if (contender == "meshstore-direct") {
+    return "meshstore direct publishing (Store::publish, PublishMode::direct): B copies the "
+           "large tensors straight out of A's own buffers (cma on one host), the small ones from "
+           "a packed copy; A's reclaim is timed with the round";
+  }
+  if (contender == "meshstore-copy") {
+    return "meshstore publishing by copy (Store::publish, PublishMode::copy, as "
+           "publish_state_dict): A copies into the volume's shared memory, B streams it out";
   }
   if (contender == "meshstore-python") {
     return "meshstore from Python (import meshstore, torch tensors through DLPack), the "

@@ -12,6 +12,7 @@
 #include "../bench_util.hpp"
 #include "bench_args.hpp"
 #include "meshstore/result.hpp"
+#include "meshstore/store.hpp"
 #include "workload.hpp"
 
 namespace meshstore::bench {
@@ -36,8 +37,25 @@ inline bool is_meshstore(const std::string& c) {
 }
 /// The transport a meshstore contender forces ("" = the store picks).
 inline std::string transport_of(const std::string& c) {
-  return c == "meshstore" || c == "meshstore-inplace" || c == "meshstore-python" ? ""
-                                                                                 : c.substr(10);
+  const bool picks = c == "meshstore" || c == "meshstore-inplace" || c == "meshstore-python" ||
+                     c == "meshstore-direct" || c == "meshstore-copy";
+  return picks ? "" : c.substr(10);
+}
+
+/// The publishing mode of a meshstore contender that publishes through
+/// Store::publish: "meshstore" lets the store pick, meshstore-direct and
+/// meshstore-copy ask; false for the others (publish_state_dict, or
+/// stage_publish in place).
+inline bool publishes(const std::string& c, meshstore::PublishMode* mode) {
+  if (c == "meshstore")
+    *mode = meshstore::PublishMode::automatic;
+  else if (c == "meshstore-direct")
+    *mode = meshstore::PublishMode::direct;
+  else if (c == "meshstore-copy")
+    *mode = meshstore::PublishMode::copy;
+  else
+    return false;
+  return true;
 }
 
 /// The file of the safetensors contender, named after the writer's pid.

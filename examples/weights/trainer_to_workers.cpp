@@ -9,9 +9,13 @@
 //
 // Models: qwen3-0.6b (1.2 GB), qwen3-1.7b (3.4 GB), qwen3-4b-8layers
 // (2.4 GB). Workers wait for each version with get_next_state_dict_into,
-// which streams it while the trainer still puts it. With --publish in-place
-// the trainer writes each version straight into the store's shared memory
-// (stage_publish) and commits it: no copy in at all. The trainer prints one
+// which streams it while the trainer still puts it. The trainer publishes
+// with Store::publish in the mode the store picks (--publish auto, the
+// default: direct here, where the workers copy each tensor straight out of
+// the trainer's own buffers, and the trainer reclaims them before it writes
+// the next step), or as asked (--publish direct, copy). With --publish
+// in-place the trainer writes each version straight into the store's shared
+// memory (stage_publish) and commits it: no copy in at all. The trainer prints one
 // line per step: its publish, and the end-to-end time from its first byte
 // to the slowest worker's last, in seconds, GB/s and x memcpy of the same
 // bytes measured in the same run. Workers on the trainer's host read
@@ -38,17 +42,18 @@ namespace {
 struct Args {
   std::string model = "qwen3-0.6b";
   int steps = 5;
-  std::int64_t stride = 4099;  // elements between checked ones
-  bool in_place = false;       // --publish in-place
+  std::int64_t stride = 4099;                                       // elements between checked ones
+  bool in_place = false;                                            // --publish in-place
+  meshstore::PublishMode mode = meshstore::PublishMode::automatic;  // --publish auto|direct|copy
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "trainer_to_workers: %s\n"
-      "usage: trainer_to_workers [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
-      "                          [--steps N] [--check-stride N] [--publish copy|in-place]\n",
-      why.c_str());
+  std::fprintf(stderr,
+               "trainer_to_workers: %s\n"
+               "usage: trainer_to_workers [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
+               "                          [--steps N] [--check-stride N]\n"
+               "                          [--publish auto|direct|copy|in-place]\n",
+               why.c_str());
   std::exit(2);
 }
 
@@ -68,8 +73,15 @@ Args parse(int argc, char** argv) {
       a.stride = std::atoll(next().c_str());
     } else if (arg == "--publish") {
       const std::string mode = next();
-      if (mode != "copy" && mode != "in-place") usage("--publish is copy or in-place");
-      a.in_place = mode == "in-place";
+      if (mode == "in-place") {
+        a.in_place = true;
+      } else if (mode == "auto" || mode == "direct" || mode == "copy") {
+        a.mode = mode == "auto"     ? meshstore::PublishMode::automatic
+                 : mode == "direct" ? meshstore::PublishMode::direct
+                                    : meshstore::PublishMode::copy;
+      } else {
+        usage("--publish is auto, direct, copy or in-place");
+      }
     } else {
       usage("unknown argument '" + arg + "'");
     }
@@ -180,9 +192,13 @@ int main(int argc, char** argv) {
       specs.push_back({name, meshstore::DType::bfloat16, shape});
     }
     const std::string here = boot_id();
+    meshstore::PublishOptions po;
+    po.mode = args.mode;
+    meshstore::Publication last;  // the version whose buffers may still be lent
     for (int step = 1; step <= args.steps; ++step) {
       meshstore::Result<std::uint64_t> v = std::uint64_t{0};
-      double put_s = 0;
+      double put_s = 0, reclaim_s = 0;
+      std::string how = "in place";
       if (args.in_place) {
         // The update step writes straight into the store's memory.
         auto staged = store->stage_publish("weights", specs).get(600s);
@@ -195,11 +211,27 @@ int main(int argc, char** argv) {
         t0 = Clock::now();
         v = staged->commit().get(600s);
       } else {
+        // The optimizer step writes the buffers: take them back first (a
+        // direct version is read straight out of them until then).
+        t0 = Clock::now();
+        if (last.version() != 0) {
+          if (auto s = last.reclaim().get(600s); !s.ok()) {
+            return fail(rank, "reclaim step " + std::to_string(step - 1), s.status());
+          }
+        }
+        reclaim_s = secs(t0);
         for (std::size_t t = 0; t < buffers.size(); ++t) {
           std::fill(buffers[t].begin(), buffers[t].end(), pattern(step, t));
         }
         t0 = Clock::now();
-        v = store->publish_state_dict("weights", sd).get(600s);
+        auto pub = store->publish("weights", sd, po).get(600s);
+        if (pub.ok()) {
+          last = *pub;
+          v = pub->version();
+          how = meshstore::publish_mode_name(pub->mode());
+        } else {
+          v = pub.status();
+        }
       }
       put_s = secs(t0);
       if (!v.ok()) return fail(rank, "publish step " + std::to_string(step), v.status());
@@ -230,8 +262,8 @@ int main(int argc, char** argv) {
       if (args.in_place) {
         std::snprintf(put_text, sizeof(put_text), "commit %.2f ms", put_s * 1e3);
       } else {
-        std::snprintf(put_text, sizeof(put_text), "publish %.3f s %.2f GB/s (%.2f x memcpy)", put_s,
-                      gb / put_s, memcpy_s / put_s);
+        std::snprintf(put_text, sizeof(put_text), "publish (%s) %.3f s, reclaim %.2f ms",
+                      how.c_str(), put_s, reclaim_s * 1e3);
       }
       std::printf("step %d/%d: version %llu %s | %s | checked\n", step, args.steps,
                   static_cast<unsigned long long>(*v), put_text, e2e_text);

@@ -264,6 +264,10 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
         auto& call = prepared->call;
         call.lend_to = lending->handle;
         call.lend_volume = lending->volume_id;
+        // No stream: the lent tensors are whole from the start and the rest
+        // is small, so readers gain nothing from following the put, and a
+        // stream's reads come from one volume.
+        call.stream_manifest.clear();
         // The loan's token: released when the last lent region goes.
         auto back = std::make_shared<Promise<void>>();
         pub->returned = back->future();
