@@ -16,7 +16,7 @@ namespace meshstore::transports::cma {
 namespace {
 
 // Pieces per system call (the kernel takes up to IOV_MAX iovecs).
-constexpr std::size_t kBatch = 64;
+constexpr std::size_t kBatch = 4;
 // Bytes per piece, so a large transfer spreads over the copy threads.
 constexpr std::size_t kChunk = std::size_t{8} << 20;
 // Transfers below this run on the calling thread.
