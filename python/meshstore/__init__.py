@@ -38,7 +38,7 @@ from ._errors import (
     WrongKindError,
     from_status as _from_status,
 )
-from ._store import Future, StagedStateDict, Store, TensorSlice
+from ._store import Future, Publication, StagedStateDict, Store, TensorSlice
 from ._tensors import Tensor
 
 _native._set_error_factory(_from_status)
@@ -50,7 +50,7 @@ transport_status = _native.transport_status
 __all__ = [
     "CancelledError", "ClosedError", "ConflictError", "ConnectionError", "Error", "Future",
     "InvalidArgumentError", "MismatchError", "NotFoundError", "OutOfCapacityError",
-    "PartiallyCommittedError", "StagedStateDict", "Store", "Tensor", "TensorSlice",
+    "PartiallyCommittedError", "Publication", "StagedStateDict", "Store", "Tensor", "TensorSlice",
     "TimeoutError", "UnauthenticatedError", "UnsupportedError", "WaitTimeoutError", "WrongKindError", "available_transports",
     "transport_status",
 ]

@@ -396,6 +396,20 @@ class Store:
         return Future(self._s.publish_state_dict(prefix, flat.entries, int(keep),
                                                  _put_options(transfer_dtype, options)))
 
+    def publish(self, prefix, state_dict, keep=1, mode="auto", retain=False,
+                reclaim_timeout=30.0, transfer_dtype=None, **options):
+        """Publishes `state_dict` as the next version under `prefix`, in the
+        mode the store picks (``mode="auto"``) or asks ("direct", "copy"):
+        direct lends the large tensors themselves, which readers copy out
+        of. Answers a Publication; the tensors must not be written until
+        ``publication.returned()`` completes (``reclaim()`` ends the loan;
+        docs/python.md, "Direct publishing")."""
+        flat = sdmod.flatten(state_dict, f"publish '{_key(prefix, 'publish')}'")
+        published, returned = self._s.publish(prefix, flat.entries, int(keep), str(mode),
+                                              bool(retain), reclaim_timeout,
+                                              _put_options(transfer_dtype, options))
+        return Future(published, lambda native: Publication(native, returned))
+
     def latest_version(self, prefix):
         """The newest version published under `prefix`; 0 when none is."""
         return Future(self._s.latest_version(_key(prefix, "latest_version")))
@@ -430,6 +444,42 @@ class Store:
         return Future(self._s.stage_state_dict(_key(key, "stage_state_dict"), _specs(specs),
                                                _put_options(None, options)),
                       StagedStateDict)
+
+
+class Publication:
+    """A published version (Store.publish). For a direct one, the caller's
+    tensors are lent until ``returned()`` completes: write them only after
+    ``await pub.reclaim()`` (or the version's retirement by a later
+    publish)."""
+
+    def __init__(self, native, returned):
+        self._n = native
+        self._returned = returned
+
+    @property
+    def version(self):
+        return self._n.version
+
+    @property
+    def mode(self):
+        """"direct" or "copy": how it was published."""
+        return self._n.mode
+
+    @property
+    def lent_bytes(self):
+        return self._n.lent_bytes
+
+    def returned(self):
+        """A Future that completes once the store no longer reads the
+        tensors."""
+        return Future(self._returned)
+
+    def reclaim(self):
+        """Ends the loan: withdraws the version (or, published with
+        retain=True, copies it into the store first), then waits for reads
+        in flight up to reclaim_timeout (TimeoutError after it: the tensors
+        stay lent)."""
+        return Future(self._n.reclaim())
 
 
 class StagedStateDict:

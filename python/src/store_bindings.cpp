@@ -377,6 +377,17 @@ struct PyStaged {
   StagedStateDict staged;
 };
 
+struct PyPublication {
+  Publication pub;
+};
+
+PublishMode publish_mode(const std::string& mode) {
+  if (mode == "auto") return PublishMode::automatic;
+  if (mode == "direct") return PublishMode::direct;
+  if (mode == "copy") return PublishMode::copy;
+  throw py::value_error("mode must be 'auto', 'direct' or 'copy', got '" + mode + "'");
+}
+
 // A read of a published version into the caller's tensors (`entries`):
 // `call(sd)` starts it; the future answers (version, the values read).
 template <class Call>
@@ -415,6 +426,18 @@ void bind_store(py::module_& m) {
              return wrap(std::move(fut), [](const std::uint64_t& v) { return py::int_(v); });
            })
       .def("abort", [](PyStaged& s) { released([&] { s.staged.abort(); }); });
+
+  py::class_<PyPublication>(m, "Publication")
+      .def_property_readonly("version", [](const PyPublication& p) { return p.pub.version(); })
+      .def_property_readonly(
+          "mode",
+          [](const PyPublication& p) { return std::string(publish_mode_name(p.pub.mode())); })
+      .def_property_readonly("lent_bytes",
+                             [](const PyPublication& p) { return p.pub.lent_bytes(); })
+      .def("reclaim", [](PyPublication& p) {
+        auto fut = released([&] { return p.pub.reclaim(); });
+        return wrap_void(std::move(fut));
+      });
 
   py::class_<PyStore>(m, "Store")
       .def_static("embedded",
@@ -614,6 +637,32 @@ void bind_store(py::module_& m) {
              return wrap(
                  std::move(fut), [](const std::uint64_t& v) { return py::object(py::int_(v)); },
                  std::move(in.keep), in.sd);
+           })
+      .def("publish",
+           // Answers (the publish's future, the loan's): the second keeps
+           // the tensors (and whatever the import made of them) alive until
+           // the store no longer reads them, even if the caller drops every
+           // handle first.
+           [](PyStore& self, std::string prefix, const py::list& entries, int keep,
+              const std::string& mode, bool retain, py::object reclaim_timeout,
+              const py::dict& opts) {
+             auto in = state_dict_in(entries, false, "publish '" + prefix + "'");
+             PublishOptions o;
+             o.mode = publish_mode(mode);
+             o.keep = keep;
+             o.retain = retain;
+             o.reclaim_timeout = seconds_arg(reclaim_timeout, "reclaim_timeout");
+             o.put = put_options(opts);
+             auto back = std::make_shared<Promise<void>>();
+             auto fut = released([&] { return self.s().publish(prefix, *in.sd, o); });
+             fut.on_complete([back](const Result<Publication>& r) {
+               if (!r.ok()) return (void)back->set_value();
+               r->returned().on_complete([back](const Result<void>&) { back->set_value(); });
+             });
+             auto returned = wrap_void(back->future(), std::move(in.keep), in.sd);
+             auto published = wrap(std::move(fut),
+                                   [](const Publication& p) { return py::cast(PyPublication{p}); });
+             return py::make_tuple(py::cast(std::move(published)), py::cast(std::move(returned)));
            })
       .def("latest_version",
            [](PyStore& self, std::string prefix) {

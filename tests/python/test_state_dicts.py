@@ -104,6 +104,53 @@ def test_publish_and_follow_versions(store):
     assert store.get_latest_state_dict_into("weights", reader).result() == 3
 
 
+def test_direct_publish_lends_the_tensors_until_reclaimed(store):
+    w = torch.arange(200_000, dtype=torch.float32)  # 800 KB: stored alone, so lent
+    sd = {"w": w, "b": torch.ones(4), "step": 1}
+    pub = store.publish("direct", sd).result()
+    assert (pub.version, pub.mode, pub.lent_bytes) == (1, "direct", w.numel() * 4)
+    assert not pub.returned().done()
+    reader = {"w": torch.empty_like(w), "b": torch.empty(4), "step": -1}
+    assert store.get_next_state_dict_into("direct", reader, 0, timeout=10).result() == 1
+    assert torch.equal(reader["w"], w) and reader["step"] == 1
+    # The version is the tensor itself: a write to it (which a publisher
+    # must not do while it is lent) shows in the next read.
+    w[7] = -1.0
+    assert store.get("direct/v1/w").result().torch()[7].item() == -1.0
+    pub.reclaim().result(timeout=30)
+    assert pub.returned().done()
+    with pytest.raises(meshstore.NotFoundError, match="withdrawn"):
+        store.get_latest_state_dict_into("direct", reader).result()
+
+
+def test_publish_with_retain_and_by_copy(store):
+    w = torch.full((300_000,), 2.0)
+    pub = store.publish("kept", {"w": w}, retain=True).result()
+    assert pub.mode == "direct"
+    pub.reclaim().result(timeout=30)
+    w.fill_(0.0)  # the trainer steps; the retained copy does not change
+    assert (store.get("kept/v1/w").result().torch() == 2.0).all()
+    copied = store.publish("kept", {"w": w}, mode="copy").result()
+    assert (copied.version, copied.mode, copied.lent_bytes) == (2, "copy", 0)
+    assert copied.returned().done()
+    with pytest.raises(ValueError, match="mode must be"):
+        store.publish("kept", {"w": w}, mode="lend")
+    with pytest.raises(ValueError, match="reclaim_timeout"):
+        store.publish("kept", {"w": w}, reclaim_timeout=0)
+    with pytest.raises(meshstore.InvalidArgumentError, match="transfer_dtype"):
+        store.publish("kept", {"w": w}, mode="direct", transfer_dtype="bfloat16").result()
+
+
+@pytest.mark.asyncio
+async def test_direct_publish_from_asyncio(store):
+    w = torch.randn(100_000)
+    pub = await store.publish("aio", {"w": w})
+    got = await store.get("aio/v1/w")
+    assert torch.equal(got.torch(), w)
+    await pub.reclaim()
+    await pub.returned()
+
+
 def test_stage_publish_fills_the_stores_memory_in_place(store):
     staged = store.stage_publish("w", [("a", "float32", [64, 64]), ("b", "int64", [3])]).result()
     a = staged.tensors["a"].torch()
