@@ -7,6 +7,10 @@
 // loan's end (reclaim with and without retain, the next version, a read in
 // flight holding the buffers), and the mode the store picks.
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -217,6 +221,73 @@ TEST(DirectPublishLoan, ReclaimWaitsForAReadInFlightWithinItsBound) {
   EXPECT_OK(pub->reclaim().get(kWait));  // a failed reclaim may be called again
 }
 
+// A file of /dev/shm, mapped shared: where a torch tensor with the
+// file_system sharing strategy lives, for instance.
+class ShmFile {
+ public:
+  explicit ShmFile(std::size_t nbytes)
+      : name_("/meshstore_test_direct_" + std::to_string(::getpid())), nbytes_(nbytes) {
+    const int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(nbytes)) != 0) return;
+    void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p != MAP_FAILED) data_ = static_cast<float*>(p);
+  }
+  ~ShmFile() {
+    if (data_) ::munmap(data_, nbytes_);
+    ::shm_unlink(name_.c_str());
+  }
+  float* data() const { return data_; }
+
+ private:
+  std::string name_;
+  std::size_t nbytes_;
+  float* data_ = nullptr;
+};
+
+TEST(DirectPublishShm, TensorsInSharedMemoryAreLentAndMappedByReaders) {
+  // shm forced: a forced transport never falls back, so every read of the
+  // lent tensor below maps its file.
+  StoreOptions o;
+  o.transport = "shm";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  constexpr std::int64_t n = 1 << 20;
+  ShmFile file(2 * n * sizeof(float));
+  ASSERT_NE(file.data(), nullptr);
+  float* second = file.data() + n;  // at an offset inside the file
+  std::iota(second, second + n, 3.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView(second, DType::float32, {n})));
+  std::vector<float> small = ramp(4, 0.0f);
+  ASSERT_OK(sd.insert("b", view_of(small, {4})));
+  auto pub = store->publish("shm", sd).get(kWait);
+  ASSERT_OK(pub);
+  EXPECT_EQ(pub->mode(), PublishMode::direct);
+  EXPECT_EQ(pub->lent_bytes(), static_cast<std::uint64_t>(n) * 4);
+  auto got = store->get("shm/v1/w").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(floats(*got), std::vector<float>(second, second + n));
+  second[77] = -2.0f;  // the file is the version
+  auto again = store->get("shm/v1/w").get(kWait);
+  ASSERT_OK(again);
+  EXPECT_EQ(floats(*again)[77], -2.0f);
+  ASSERT_OK(pub->reclaim().get(kWait));
+
+  // A tensor in process memory cannot be lent through shm.
+  std::vector<float> heap = ramp(n, 0.0f);
+  StateDict mixed;
+  ASSERT_OK(mixed.insert("w", TensorView(second, DType::float32, {n})));
+  ASSERT_OK(mixed.insert("heap", view_of(heap, {n})));
+  auto copied = store->publish("mixed", mixed).get(kWait);
+  ASSERT_OK(copied);
+  EXPECT_EQ(copied->mode(), PublishMode::copy);
+  PublishOptions direct;
+  direct.mode = PublishMode::direct;
+  EXPECT_ERROR(store->publish("mixed", mixed, direct).get(kWait), Errc::unsupported,
+               "'heap' is not in a named file of /dev/shm");
+}
+
 TEST(DirectPublishMode, TheStorePicksCopyWhereLendingCannotWork) {
   std::vector<float> big = ramp(kLarge, 1.0f);
   StateDict sd;
@@ -262,7 +333,8 @@ TEST(DirectPublishMode, TheStorePicksCopyWhereLendingCannotWork) {
   EXPECT_EQ(f->mode(), PublishMode::copy);
   PublishOptions direct;
   direct.mode = PublishMode::direct;
-  EXPECT_ERROR(forced->publish("w", sd, direct).get(kWait), Errc::unsupported, "shm");
+  EXPECT_ERROR(forced->publish("w", sd, direct).get(kWait), Errc::unsupported,
+               "forces transport 'shm'");
 }
 
 TEST(DirectPublishMode, BadOptionsAreRefusedNamingThePrefix) {

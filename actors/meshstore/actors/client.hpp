@@ -83,6 +83,10 @@ struct PutCall {
   /// their regions keep until the last reader lets go (LendRequest). If the
   /// put fails they are given back.
   std::vector<PutItem> lent_items;
+  /// Per lent item, when it lies in a named file of /dev/shm: the file and
+  /// the offset in it (LentBuffer::segment); empty when none does.
+  std::vector<std::string> lent_segments;
+  std::vector<std::uint64_t> lent_offsets;
   storage_volume_actor lend_to;
   std::string lend_volume;
   std::shared_ptr<const void> loan;

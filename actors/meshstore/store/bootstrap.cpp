@@ -154,14 +154,14 @@ Status Store::Impl::host_volumes(bool is_server) {
   return Status();
 }
 
-Result<Store::Impl::Lending> Store::Impl::lending_volume() {
+Result<Store::Impl::Lending> Store::Impl::lending_volume(bool shared_memory) {
   std::lock_guard<std::mutex> one_at_a_time(lend_mu);  // always taken before mu
   actors::controller_actor ctl;
   std::shared_ptr<internal::ActorRuntime> rt;
   {
     std::shared_lock<std::shared_mutex> lock(mu);
     if (closed) return Status(Errc::shutdown, "the store is closed");
-    if (lending.handle) return lending;
+    if (auto& have = shared_memory ? lending_shm : lending; have.handle) return have;
     ctl = controller;
     rt = runtime;
   }
@@ -169,18 +169,19 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume() {
   auto& sys = rt->system();
   static std::atomic<std::uint64_t> counter{0};
   actors::VolumeConfig vc;
-  vc.volume_id =
-      "lend:" + host + "/pid" + std::to_string(::getpid()) + "/" + std::to_string(++counter);
+  vc.volume_id = "lend:" + host + "/pid" + std::to_string(::getpid()) + "/" +
+                 std::to_string(++counter) + (shared_memory ? "/shm" : "");
   vc.host = host;
   vc.transport_config = transport_config(options);
   vc.bind_host = data_host;
   vc.lending = true;
   vc.pool_bytes = 0;
   // What serves memory the process already has: cross-memory attach on this
-  // host, rdma and tcp across hosts, rpc as the last resort. Not shm (the
-  // buffers are not shared memory) nor cuda-ipc (host buffers only).
+  // host, rdma and tcp across hosts, rpc as the last resort; shm only for
+  // buffers that are named shared memory already. Not cuda-ipc (host
+  // buffers only).
   for (const auto& name : transports::builtin_registry().names()) {
-    if (name != "shm" && name != "cuda-ipc") vc.transports.push_back(name);
+    if (name != "cuda-ipc" && (name != "shm" || shared_memory)) vc.transports.push_back(name);
   }
   auto volume = actors::spawn_storage_volume(sys, vc);
   if (!volume.ok()) return volume.status().with_context("the lending volume");
@@ -202,8 +203,9 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume() {
     return Status(Errc::shutdown, "the store is closed");
   }
   owned.push_back(caf::actor_cast<caf::actor>(*volume));
-  lending = Lending{*volume, vc.volume_id};
-  return lending;
+  auto& made = shared_memory ? lending_shm : lending;
+  made = Lending{*volume, vc.volume_id};
+  return made;
 }
 
 void Store::Impl::start_client() {
@@ -366,6 +368,7 @@ void Store::Impl::close() {
     client = nullptr;
     volumes.clear();
     lending = Lending{};
+    lending_shm = Lending{};
     directory = nullptr;
     strategy = nullptr;
     controller = nullptr;

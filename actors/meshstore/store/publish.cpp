@@ -4,8 +4,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -181,28 +185,107 @@ Status lending_refused(const StateDict& sd, const PublishOptions& options,
                         "; only host tensors are lent so far (GPU tensors publish by copy)");
     }
   }
-  if (forced_transport == "shm" || forced_transport == "cuda-ipc") {
-    return Status(Errc::unsupported, "this store forces transport '" + forced_transport +
-                                         "', which cannot serve a process's own memory");
+  if (forced_transport == "cuda-ipc") {
+    return Status(Errc::unsupported,
+                  "this store forces transport 'cuda-ipc', which cannot serve host memory");
   }
   return Status();
 }
 
-// Moves the items that can be lent (the caller's own whole, contiguous,
-// non-empty host tensors, stored as they are) from the put's items to its
-// lent items; answers the bytes lent.
-std::uint64_t split_lent(actors::PutCall& call) {
+// Where a buffer lies in a file of /dev/shm that this process maps shared
+// and that still has its name: same-host readers can then map the file
+// (shm) instead of reading this process's memory (cma).
+struct ShmPlace {
+  std::string segment;  // the name under /dev/shm
+  std::uint64_t offset = 0;
+};
+
+// This process's shared mappings of named /dev/shm files (/proc/self/maps).
+class SharedMappings {
+ public:
+  static SharedMappings of_this_process() {
+    SharedMappings out;
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      // "begin-end perms offset dev inode   path"
+      std::istringstream in(line);
+      std::string range, perms, offset, dev, inode;
+      if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
+      std::string path;
+      std::getline(in >> std::ws, path);
+      const std::string dir = "/dev/shm/";
+      if (perms.size() < 4 || perms[3] != 's' || path.rfind(dir, 0) != 0) continue;
+      const std::string name = path.substr(dir.size());
+      // Unlinked files (" (deleted)") cannot be opened by name; nor can
+      // files in subdirectories through shm_open.
+      if (name.empty() || name.find('/') != std::string::npos ||
+          name.find(' ') != std::string::npos) {
+        continue;
+      }
+      const auto dash = range.find('-');
+      if (dash == std::string::npos) continue;
+      Range r;
+      r.begin = std::strtoull(range.substr(0, dash).c_str(), nullptr, 16);
+      r.end = std::strtoull(range.substr(dash + 1).c_str(), nullptr, 16);
+      r.file_offset = std::strtoull(offset.c_str(), nullptr, 16);
+      r.name = name;
+      out.ranges_.push_back(std::move(r));
+    }
+    return out;
+  }
+  std::optional<ShmPlace> find(const void* p, std::size_t n) const {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    for (const auto& r : ranges_) {
+      if (at >= r.begin && at <= r.end && n <= r.end - at) {
+        return ShmPlace{r.name, r.file_offset + (at - r.begin)};
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  struct Range {
+    std::uintptr_t begin = 0, end = 0;
+    std::uint64_t file_offset = 0;
+    std::string name;
+  };
+  std::vector<Range> ranges_;
+};
+
+// The items that can be lent: the caller's own whole, contiguous, non-empty
+// host tensors, stored as they are.
+std::vector<std::size_t> lendable_items(const actors::PutCall& call) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < call.items.size(); ++i) {
+    const auto& item = call.items[i];
+    if (item.kind == wire::ObjectKind::tensor && !item.owned_bytes && !item.slice &&
+        item.view.is_contiguous() && item.view.device().type == DeviceType::cpu &&
+        item.view.nbytes() > 0) {
+      out.push_back(i);
+    }
+  }
+  return out;
+}
+
+// Moves items `lent` (ascending) of the put to its lent items, with their
+// shared-memory places when `places` has them; answers the bytes lent.
+std::uint64_t move_lent(actors::PutCall& call, const std::vector<std::size_t>& lent,
+                        const std::vector<ShmPlace>& places) {
   std::vector<actors::PutItem> keep;
   std::uint64_t bytes = 0;
-  for (auto& item : call.items) {
-    const bool lendable = item.kind == wire::ObjectKind::tensor && !item.owned_bytes &&
-                          !item.slice && item.view.is_contiguous() &&
-                          item.view.device().type == DeviceType::cpu && item.view.nbytes() > 0;
-    if (lendable) {
-      bytes += item.view.nbytes();
-      call.lent_items.push_back(std::move(item));
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < call.items.size(); ++i) {
+    if (next < lent.size() && lent[next] == i) {
+      bytes += call.items[i].view.nbytes();
+      if (next < places.size()) {
+        call.lent_segments.push_back(places[next].segment);
+        call.lent_offsets.push_back(places[next].offset);
+      }
+      call.lent_items.push_back(std::move(call.items[i]));
+      ++next;
     } else {
-      keep.push_back(std::move(item));
+      keep.push_back(std::move(call.items[i]));
     }
   }
   call.items = std::move(keep);
@@ -247,11 +330,32 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
   pub->returned = make_ready_future();
   if (options.mode != PublishMode::copy) {
     const Status refused = lending_refused(sd, options, impl_->options.transport);
-    if (!refused.ok() && options.mode == PublishMode::direct) {
-      return make_error_future<Publication>(refused.with_context(op + " '" + prefix + "'"));
+    auto& call = prepared->call;
+    const auto lendable = refused.ok() ? lendable_items(call) : std::vector<std::size_t>{};
+    // Buffers that all lie in named shared memory are lent through a volume
+    // that offers shm too: readers on this host map them.
+    std::vector<ShmPlace> places;
+    if (!lendable.empty()) {
+      const auto maps = SharedMappings::of_this_process();
+      for (auto i : lendable) {
+        auto place = maps.find(call.items[i].view.data(), call.items[i].view.nbytes());
+        if (!place) break;
+        places.push_back(*place);
+      }
     }
-    if (refused.ok()) {
-      auto lending = impl_->lending_volume();
+    const bool in_shm = !lendable.empty() && places.size() == lendable.size();
+    Status unlendable = refused;
+    if (unlendable.ok() && impl_->options.transport == "shm" && !in_shm && !lendable.empty()) {
+      unlendable = Status(Errc::unsupported,
+                          "this store forces transport 'shm', and '" +
+                              call.items[lendable[places.size()]].key.substr(1) +
+                              "' is not in a named file of /dev/shm this process maps shared");
+    }
+    if (!unlendable.ok() && options.mode == PublishMode::direct) {
+      return make_error_future<Publication>(unlendable.with_context(op + " '" + prefix + "'"));
+    }
+    if (unlendable.ok() && !lendable.empty()) {
+      auto lending = impl_->lending_volume(in_shm);
       if (!lending.ok() && options.mode == PublishMode::direct) {
         return make_error_future<Publication>(
             lending.status().with_context(op + " '" + prefix + "'"));
@@ -259,9 +363,9 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
       if (!lending.ok()) {
         log::get("store")->info("{} '{}': publishing by copy: {}", op, prefix,
                                 lending.status().to_string());
-      } else if ((pub->lent_bytes = split_lent(prepared->call)) > 0) {
+      } else {
+        pub->lent_bytes = move_lent(call, lendable, in_shm ? places : std::vector<ShmPlace>{});
         pub->mode = PublishMode::direct;
-        auto& call = prepared->call;
         call.lend_to = lending->handle;
         call.lend_volume = lending->volume_id;
         // No stream: the lent tensors are whole from the start and the rest

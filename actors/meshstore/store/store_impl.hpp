@@ -73,9 +73,11 @@ struct Store::Impl {
     actors::storage_volume_actor handle;
     std::string volume_id;
   };
-  Result<Lending> lending_volume();
+  // `shared_memory`: the one for buffers in named /dev/shm files, which
+  // offers shm too (readers on this host map the files).
+  Result<Lending> lending_volume(bool shared_memory = false);
   std::mutex lend_mu;
-  Lending lending;
+  Lending lending, lending_shm;
   void start_client();
 
   ~Impl() { close(); }

@@ -249,14 +249,22 @@ void lend_first(client_pointer self, const std::shared_ptr<PutOp>& op, std::func
     return op->fail(Status(Errc::internal, "lent items but no lending volume"));
   }
   LendRequest req;
-  for (const auto& item : op->call.lent_items) {
+  const auto& segments = op->call.lent_segments;
+  const auto& offsets = op->call.lent_offsets;
+  if (!segments.empty() &&
+      (segments.size() != op->call.lent_items.size() || offsets.size() != segments.size())) {
+    return op->fail(Status(Errc::internal, "lent items and their places differ in number"));
+  }
+  for (std::size_t i = 0; i < op->call.lent_items.size(); ++i) {
+    const auto& item = op->call.lent_items[i];
     if (!item.view.is_contiguous() || item.view.nbytes() == 0) {
       return op->fail(Status(Errc::internal, "'" + item.key +
                                                  "': only whole, contiguous, "
                                                  "non-empty host tensors are lent"));
     }
     req.buffers.push_back(LentBuffer{item.key, reinterpret_cast<std::uint64_t>(item.view.data()),
-                                     item.view.nbytes(), "", 0});
+                                     item.view.nbytes(), segments.empty() ? "" : segments[i],
+                                     segments.empty() ? 0 : offsets[i]});
   }
   req.token = std::move(op->call.loan);  // only the regions keep it from now on
   ask(self, op->call.lend_to, lend_atom::value, std::move(req))
