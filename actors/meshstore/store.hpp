@@ -174,9 +174,10 @@ struct ReadOptions {
   /// When the destination's dtype differs from the stored one, convert the
   /// elements on the way, in the same pass as the copy: between float32 and
   /// bfloat16 or float16 (can_cast()), rounded to nearest even (bit-exact
-  /// with torch's Tensor.to()). Whole keys into host memory; a box, a
-  /// sharded key or a GPU destination is Errc::unsupported. Without it a
-  /// dtype difference is Errc::dtype_mismatch.
+  /// with torch's Tensor.to()). Whole keys (and state-dict entries) into
+  /// host memory; a box, a sharded key or a GPU destination is
+  /// Errc::unsupported (a dtype_mismatch for state-dict entries). Without
+  /// it a dtype difference is Errc::dtype_mismatch.
   bool cast = false;
 };
 
@@ -441,6 +442,11 @@ class Store {
   /// ends holding one complete version (if a writer changed the layout in
   /// between, the read starts over). `sd` must outlive the future.
   Future<void> get_state_dict_into(std::string key, StateDict& sd);
+  /// get_state_dict_into with `options`: with options.cast, an entry stored
+  /// as float32, bfloat16 or float16 may be read into a host tensor of
+  /// another of them (a bf16 version into fp32 buffers), converted as it is
+  /// copied (rounded to nearest even), in the same pass.
+  Future<void> get_state_dict_into(std::string key, StateDict& sd, const ReadOptions& options);
 
   /// Publishes `sd` as the next version under `prefix`: stores it as the
   /// state dict "PREFIX/vN" (N = the previous version + 1, from 1), then
@@ -483,6 +489,12 @@ class Store {
   Future<std::uint64_t> get_next_state_dict_into(std::string prefix, StateDict& sd,
                                                  std::uint64_t after,
                                                  std::chrono::milliseconds timeout);
+  /// With options.cast, as get_state_dict_into's; a version that needs a
+  /// conversion is read once committed rather than streamed.
+  Future<std::uint64_t> get_next_state_dict_into(std::string prefix, StateDict& sd,
+                                                 std::uint64_t after,
+                                                 std::chrono::milliseconds timeout,
+                                                 const ReadOptions& options);
 
   /// Allocates a state dict of `tensors` for the caller to fill in place,
   /// then commit() under `key` (StagedStateDict): on a volume in shared
@@ -507,6 +519,9 @@ class Store {
   /// follows the pointer to the newer one. Answers the version read.
   /// Errc::not_found when nothing was published. `sd` must outlive the future.
   Future<std::uint64_t> get_latest_state_dict_into(std::string prefix, StateDict& sd);
+  /// With options.cast, as get_state_dict_into's.
+  Future<std::uint64_t> get_latest_state_dict_into(std::string prefix, StateDict& sd,
+                                                   const ReadOptions& options);
 
   // -- sharded state dicts (docs/sharding.md) ---------------------------------
 

@@ -170,6 +170,13 @@ Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
 Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
                                                       std::uint64_t after,
                                                       std::chrono::milliseconds timeout) {
+  return get_next_state_dict_into(std::move(prefix), sd, after, timeout, ReadOptions{});
+}
+
+Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
+                                                      std::uint64_t after,
+                                                      std::chrono::milliseconds timeout,
+                                                      const ReadOptions& options) {
   const std::string op = "get_next_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
   if (timeout.count() < 0) {
@@ -181,7 +188,7 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   return read_next_into(Impl::client_address(impl_.get()), prefix, *use, after, op,
                         std::chrono::steady_clock::now() + timeout,
-                        Impl::manifest_cache(impl_.get()))
+                        Impl::manifest_cache(impl_.get()), options.cast)
       .then([st](std::uint64_t version) -> Result<std::uint64_t> {
         MESHSTORE_RETURN_IF_ERROR(st->finish());
         return version;
@@ -195,13 +202,18 @@ Future<std::uint64_t> Store::latest_version(std::string prefix) {
 }
 
 Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
+  return get_latest_state_dict_into(std::move(prefix), sd, ReadOptions{});
+}
+
+Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd,
+                                                        const ReadOptions& options) {
   const std::string op = "get_latest_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, 0,
-                          Impl::manifest_cache(impl_.get()))
+                          Impl::manifest_cache(impl_.get()), options.cast)
       .then([st](std::uint64_t version) -> Result<std::uint64_t> {
         MESHSTORE_RETURN_IF_ERROR(st->finish());
         return version;
@@ -218,13 +230,19 @@ Future<StateDict> Store::get_state_dict(std::string key) {
 }
 
 Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
+  return get_state_dict_into(std::move(key), sd, ReadOptions{});
+}
+
+Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
+                                        const ReadOptions& options) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<void>(use.status());
   return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
-                              CacheSlot{Impl::manifest_cache(impl_.get()), key})
+                              CacheSlot{Impl::manifest_cache(impl_.get()), key}, nullptr,
+                              options.cast)
       .then([st] { return st->finish(); });
 }
 

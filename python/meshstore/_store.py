@@ -381,12 +381,15 @@ class Store:
         stays nested), with meshstore.Tensor tensors."""
         return Future(self._s.get_state_dict(_key(key, "get_state_dict")), sdmod.unflatten)
 
-    def get_state_dict_into(self, key, state_dict):
+    def get_state_dict_into(self, key, state_dict, cast=False):
         """Reads the state dict under `key` into `state_dict`'s own tensors, in
         place, and its values; answers `state_dict`. It must hold exactly the
-        stored names, dtypes and shapes (the error lists every difference)."""
+        stored names, dtypes and shapes (the error lists every difference),
+        unless `cast` is true: then float32, bfloat16 and float16 entries are
+        converted into the tensors' dtypes as they are read."""
+        _check_cast("get_state_dict_into", key, cast)
         flat = sdmod.flatten(state_dict, f"get_state_dict_into '{_key(key, 'get')}'", True)
-        return Future(self._s.get_state_dict_into(key, flat.entries),
+        return Future(self._s.get_state_dict_into(key, flat.entries, cast),
                       lambda values: _written_back(state_dict, flat, values))
 
     def publish_state_dict(self, prefix, state_dict, keep=1, transfer_dtype=None, **options):
@@ -414,21 +417,23 @@ class Store:
         """The newest version published under `prefix`; 0 when none is."""
         return Future(self._s.latest_version(_key(prefix, "latest_version")))
 
-    def get_latest_state_dict_into(self, prefix, state_dict):
+    def get_latest_state_dict_into(self, prefix, state_dict, cast=False):
         """Reads the newest version under `prefix` into `state_dict`; answers
         its number."""
         flat = sdmod.flatten(state_dict, f"get_latest_state_dict_into '{prefix}'", True)
-        return Future(self._s.get_latest_state_dict_into(_key(prefix, "get"), flat.entries),
+        _check_cast("get_latest_state_dict_into", prefix, cast)
+        return Future(self._s.get_latest_state_dict_into(_key(prefix, "get"), flat.entries, cast),
                       lambda r: _written_back(state_dict, flat, r[1], r[0]))
 
-    def get_next_state_dict_into(self, prefix, state_dict, after=0, timeout=60.0):
+    def get_next_state_dict_into(self, prefix, state_dict, after=0, timeout=60.0, cast=False):
         """Waits up to `timeout` seconds for a version newer than `after` under
         `prefix`, reads it into `state_dict` (streamed while its writer still
         puts it) and answers its number. The worker loop:
         ``v = await store.get_next_state_dict_into("weights", sd, v)``."""
+        _check_cast("get_next_state_dict_into", prefix, cast)
         flat = sdmod.flatten(state_dict, f"get_next_state_dict_into '{prefix}'", True)
         return Future(self._s.get_next_state_dict_into(_key(prefix, "get"), flat.entries,
-                                                       int(after), timeout),
+                                                       int(after), timeout, cast),
                       lambda r: _written_back(state_dict, flat, r[1], r[0]))
 
     def stage_publish(self, prefix, specs, keep=1, **options):
@@ -506,6 +511,11 @@ class StagedStateDict:
 
     def abort(self):
         self._n.abort()
+
+
+def _check_cast(op, key, cast):
+    if not isinstance(cast, bool):
+        raise TypeError(f"{op} '{key}': cast wants a bool, got {type(cast).__name__}")
 
 
 def _written_back(state_dict, flat, values, answer=None):

@@ -617,10 +617,11 @@ void bind_store(py::module_& m) {
                          [](const StateDict& sd) { return py::object(state_dict_out(sd)); });
            })
       .def("get_state_dict_into",
-           [](PyStore& self, std::string key, const py::list& entries) {
+           [](PyStore& self, std::string key, const py::list& entries, bool cast) {
              auto in = state_dict_in(entries, true, "get_state_dict_into '" + key + "'");
              auto sd = in.sd;
-             auto fut = released([&] { return self.s().get_state_dict_into(key, *sd); });
+             auto fut = released(
+                 [&] { return self.s().get_state_dict_into(key, *sd, ReadOptions{cast}); });
              auto done = fut.then([sd]() { return sd; });
              return wrap(
                  std::move(done),
@@ -671,19 +672,21 @@ void bind_store(py::module_& m) {
                          [](const std::uint64_t& v) { return py::object(py::int_(v)); });
            })
       .def("get_latest_state_dict_into",
-           [](PyStore& self, std::string prefix, const py::list& entries) {
+           [](PyStore& self, std::string prefix, const py::list& entries, bool cast) {
              return read_versioned_into(
-                 entries, "get_latest_state_dict_into '" + prefix + "'",
-                 [&](StateDict& sd) { return self.s().get_latest_state_dict_into(prefix, sd); });
+                 entries, "get_latest_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
+                   return self.s().get_latest_state_dict_into(prefix, sd, ReadOptions{cast});
+                 });
            })
       .def("get_next_state_dict_into",
            [](PyStore& self, std::string prefix, const py::list& entries, std::uint64_t after,
-              py::object timeout) {
+              py::object timeout, bool cast) {
              const auto wait = seconds_arg(timeout, "timeout");
-             return read_versioned_into(
-                 entries, "get_next_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
-                   return self.s().get_next_state_dict_into(prefix, sd, after, wait);
-                 });
+             return read_versioned_into(entries, "get_next_state_dict_into '" + prefix + "'",
+                                        [&](StateDict& sd) {
+                                          return self.s().get_next_state_dict_into(
+                                              prefix, sd, after, wait, ReadOptions{cast});
+                                        });
            })
       .def("stage_publish",
            [](PyStore& self, std::string prefix, const py::list& specs, int keep,

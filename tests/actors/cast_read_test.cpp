@@ -146,6 +146,69 @@ TEST_P(CastRead, Float16IntoFloat32IsExact) {
   }
 }
 
+// A bf16 state dict (fp32 master weights published with transfer_dtype)
+// read into fp32 buffers: a tensor stored alone (3 M elements), one packed
+// with the small ones, a strided destination, and a value.
+TEST_P(CastRead, ABfloat16StateDictReadsIntoFloat32Buffers) {
+  const std::size_t n = std::size_t{3} << 20;
+  auto big = hard_floats(n);
+  auto small = hard_floats(300);
+  std::vector<float> strided_src = hard_floats(64 * 64);
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", TensorView::of(big.data(), {static_cast<std::int64_t>(n)})));
+  ASSERT_OK(sd.insert("small", TensorView::of(small.data(), {300})));
+  ASSERT_OK(sd.insert("square", TensorView::of(strided_src.data(), {64, 64})));
+  ASSERT_OK(sd.insert("step", Value::int64(5)));
+  StateDictPutOptions po;
+  po.transfer_dtype = DType::bfloat16;
+  ASSERT_OK(store_->publish_state_dict("w", sd, 1, po).get(kWait));
+
+  std::vector<float> big_in(n, -7.0f), small_in(300, -7.0f), square_in(2 * 64 * 64, -7.0f);
+  StateDict dst;
+  ASSERT_OK(dst.insert("big", TensorView::of(big_in.data(), {static_cast<std::int64_t>(n)})));
+  ASSERT_OK(dst.insert("small", TensorView::of(small_in.data(), {300})));
+  // Every other float of a wider buffer: a strided destination.
+  ASSERT_OK(dst.insert("square", TensorView(square_in.data(), DType::float32, {64, 64}, {128, 2})));
+  ASSERT_OK(dst.insert("step", Value::int64(0)));
+  EXPECT_ERROR(store_->get_latest_state_dict_into("w", dst).get(kWait), Errc::dtype_mismatch,
+               "ReadOptions::cast converts");
+  EXPECT_EQ(big_in[0], -7.0f);  // untouched
+  auto v = store_->get_latest_state_dict_into("w", dst, ReadOptions{true}).get(kWait);
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, 1u);
+  auto expect = [](float f) { return reference_from_bf16(reference_bf16(f)); };
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(same_bits(big_in[i], expect(big[i]))) << "big " << i;
+  }
+  for (std::size_t i = 0; i < 300; ++i) {
+    ASSERT_TRUE(same_bits(small_in[i], expect(small[i]))) << "small " << i;
+  }
+  for (std::size_t i = 0; i < 64 * 64; ++i) {
+    ASSERT_TRUE(same_bits(square_in[2 * i], expect(strided_src[i]))) << "square " << i;
+    ASSERT_EQ(square_in[2 * i + 1], -7.0f) << "square gap " << i;
+  }
+  EXPECT_EQ(dst.find("step")->value->as_int64(), 5);
+
+  // The worker loop: a reader waiting for the next version, which needs a
+  // conversion, reads it once committed.
+  std::fill(big_in.begin(), big_in.end(), -7.0f);
+  auto next = store_->get_next_state_dict_into("w", dst, 1, kWait, ReadOptions{true});
+  for (auto& f : big) f = -f;
+  ASSERT_OK(store_->publish_state_dict("w", sd, 1, po).get(kWait));
+  auto v2 = next.get(kWait);
+  ASSERT_OK(v2);
+  EXPECT_EQ(*v2, 2u);
+  for (std::size_t i = 0; i < n; i += 997) {
+    ASSERT_TRUE(same_bits(big_in[i], expect(big[i]))) << "next big " << i;
+  }
+  // And the plain get.
+  std::fill(small_in.begin(), small_in.end(), 0.0f);
+  ASSERT_OK(store_->get_state_dict_into("w/v2", dst, ReadOptions{true}).get(kWait));
+  for (std::size_t i = 0; i < 300; ++i) {
+    ASSERT_TRUE(same_bits(small_in[i], expect(small[i]))) << "get small " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, CastRead, ::testing::Values("shm", "tcp", "rpc"),
                          [](const auto& info) { return info.param; });
 

@@ -151,6 +151,27 @@ async def test_direct_publish_from_asyncio(store):
     await pub.returned()
 
 
+def test_a_bf16_version_reads_into_float32_tensors_with_cast(store):
+    torch.manual_seed(1)
+    sd = {"big": torch.randn(300_000), "small": torch.randn(10), "step": 3}
+    store.publish_state_dict("cast", sd, transfer_dtype=torch.bfloat16).result()
+    reader = {"big": torch.empty(300_000), "small": torch.empty(10), "step": 0}
+    with pytest.raises(meshstore.MismatchError, match="ReadOptions::cast"):
+        store.get_latest_state_dict_into("cast", reader).result()
+    assert store.get_latest_state_dict_into("cast", reader, cast=True).result() == 1
+    for name in ("big", "small"):
+        assert torch.equal(reader[name], sd[name].to(torch.bfloat16).to(torch.float32))
+    assert reader["step"] == 3
+    reader["small"].zero_()
+    store.get_state_dict_into("cast/v1", reader, cast=True).result()
+    assert torch.equal(reader["small"], sd["small"].to(torch.bfloat16).to(torch.float32))
+    nxt = store.get_next_state_dict_into("cast", reader, 1, timeout=10, cast=True)
+    store.publish_state_dict("cast", sd, transfer_dtype=torch.bfloat16).result()
+    assert nxt.result() == 2
+    with pytest.raises(TypeError, match="cast wants a bool"):
+        store.get_state_dict_into("cast/v2", reader, cast=1)
+
+
 def test_stage_publish_fills_the_stores_memory_in_place(store):
     staged = store.stage_publish("w", [("a", "float32", [64, 64]), ("b", "int64", [3])]).result()
     a = staged.tensors["a"].torch()

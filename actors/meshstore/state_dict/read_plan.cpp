@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/store/scratch_pool.hpp"
 
@@ -43,15 +44,16 @@ std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<M
 
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
                                             const std::string& op, Snapshot snap,
-                                            actors::GetCall& into, const Boxes* boxes) {
+                                            actors::GetCall& into, const Boxes* boxes, bool cast) {
   auto plan = std::make_shared<IntoPlan>();
   plan->snap = std::move(snap);
   const Manifest& m = plan->snap.manifest;
   std::vector<std::string> missing, extra, mismatched;
-  bool dtype_off = false, shape_off = false;
+  bool dtype_off = false, shape_off = false, castable = false;
   std::set<std::string> stored;
   into.op = op;
   into.mode = actors::GetMode::into;
+  into.cast = cast;
   for (const auto& me : m.entries) {
     stored.insert(me.name);
     const auto* e = dst->find(me.name);
@@ -61,10 +63,14 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
       mismatched.push_back(me.name + " (stored a value, destination a tensor)");
     } else if (me.kind != EntryKind::value && !e->is_tensor()) {
       mismatched.push_back(me.name + " (stored a tensor, destination a value)");
-    } else if (me.kind != EntryKind::value && me.dtype != e->view.dtype()) {
+    } else if (me.kind != EntryKind::value && me.dtype != e->view.dtype() &&
+               !(cast && can_cast(me.dtype, e->view.dtype()) && !box_of(boxes, me.name) &&
+                 !on_device(e->view))) {
       dtype_off = true;
+      if (can_cast(me.dtype, e->view.dtype())) castable = true;
       mismatched.push_back(me.name + " (stored " + std::string(dtype_name(me.dtype)) +
-                           ", destination " + std::string(dtype_name(e->view.dtype())) + ")");
+                           ", destination " + std::string(dtype_name(e->view.dtype())) +
+                           (cast ? ": a box or a GPU destination is not converted" : "") + ")");
     } else if (const TensorSlice* box = box_of(boxes, me.name);
                box && me.kind != EntryKind::value) {
       if (box->global_shape() != me.shape) {
@@ -102,6 +108,9 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
     if (!extra.empty()) msg += " extra " + name_list(extra) + ";";
     if (!mismatched.empty()) msg += " mismatched " + name_list(mismatched) + ";";
     msg.pop_back();
+    if (castable && !cast) {
+      msg += " (ReadOptions::cast converts float32, bfloat16 and float16 as they are read)";
+    }
     // A destination that does not fit is bad input, whatever else differs.
     const Errc code = dtype_off   ? Errc::dtype_mismatch
                       : shape_off ? Errc::shape_mismatch
@@ -133,6 +142,7 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   for (const auto& me : m.entries) {
     const auto* e = dst->find(me.name);
     const TensorSlice* box = box_of(boxes, me.name);
+    if (me.kind != EntryKind::value && e->view.dtype() != me.dtype) plan->casts = true;
     if (me.kind == EntryKind::packed) {
       if (e->view.numel() == 0) continue;
       plan->unpack.push_back(IntoPlan::Unpack{me.offset, e->view, &me, std::nullopt});
@@ -158,6 +168,19 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
 Status finish_into(const IntoPlan& plan, StateDict* dst) {
   const auto* base = static_cast<const std::byte*>(plan.blob.data());
   for (const auto& u : plan.unpack) {
+    if (!u.box && u.dst.dtype() != u.entry->dtype) {
+      // Converted as it is unpacked (ReadOptions::cast; host destinations).
+      const TensorView src(const_cast<std::byte*>(base + u.offset), u.entry->dtype, u.entry->shape);
+      if (u.dst.is_contiguous()) {
+        MESHSTORE_RETURN_IF_ERROR(cast_to(src, u.dst.dtype(), u.dst.data()));
+      } else {
+        auto tmp = Tensor::empty(u.dst.dtype(), u.dst.shape());
+        if (!tmp.ok()) return tmp.status();
+        MESHSTORE_RETURN_IF_ERROR(cast_to(src, u.dst.dtype(), tmp->data()));
+        unpack_from(tmp->data(), u.dst);
+      }
+      continue;
+    }
     if (!u.box) {
       if (on_device(u.dst)) {
         MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_device(u.dst, base + u.offset));
@@ -193,15 +216,15 @@ namespace {
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
                                StateDict* dst, const std::string& op, Snapshot snap, int tries,
                                const CacheSlot& slot, bool guess,
-                               std::shared_ptr<const Boxes> boxes) {
+                               std::shared_ptr<const Boxes> boxes, bool cast) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
   actors::GetCall into;
-  auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get());
+  auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get(), cast);
   if (!planned.ok()) {
     // A cached layout may be stale: check against the stored one first.
     if (guess) {
       return manifest_of(client, key, op).then([=](const Snapshot& fresh) {
-        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false, boxes);
+        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false, boxes, cast);
       });
     }
     return make_error_future<void>(planned.status());
@@ -211,7 +234,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
   call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
       .on_complete([=](const Result<actors::GetOutput>& r) {
         auto again = [=](const Snapshot& fresh) {
-          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false, boxes)
+          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false, boxes, cast)
               .on_complete([done](const Result<void>& x) { done->set(x); });
         };
         if (!r.ok()) {
@@ -243,15 +266,15 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
 
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot,
-                                  std::shared_ptr<const Boxes> boxes) {
+                                  std::shared_ptr<const Boxes> boxes, bool cast) {
   StateDict* dst = &sd;
   if (slot.cache) {
     if (auto snap = slot.cache->find(slot.key)) {
-      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true, boxes);
+      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true, boxes, cast);
     }
   }
   return manifest_of(client, key, op).then([=](const Snapshot& snap) {
-    return read_into_attempt(client, key, dst, op, snap, 0, slot, false, boxes);
+    return read_into_attempt(client, key, dst, op, snap, 0, slot, false, boxes, cast);
   });
 }
 

@@ -45,6 +45,9 @@ struct IntoPlan {
   };
   std::vector<Unpack> unpack;
   std::vector<std::pair<std::string, Tensor>> values;  // name -> encoded value
+  // Some entry is converted to its destination's dtype as it is read
+  // (ReadOptions::cast): a stream cannot read it as the writer fills it.
+  bool casts = false;
 };
 
 // The manifests a store's reads planned with last, by key (or by prefix for
@@ -82,9 +85,12 @@ struct CacheSlot {
 // Checks `dst` against `snap`'s manifest (every name, before any byte
 // moves: a failure leaves `dst` as it was) and plans the read: the keys to
 // fetch with their destinations in `into`, scratch memory in the plan.
+// `cast`: an entry stored as float32, bfloat16 or float16 may be read into
+// a host destination of another of them, whole (ReadOptions::cast).
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
                                             const std::string& op, Snapshot snap,
-                                            actors::GetCall& into, const Boxes* boxes);
+                                            actors::GetCall& into, const Boxes* boxes,
+                                            bool cast = false);
 
 // After the read: the packed tensors and the values into `dst`.
 Status finish_into(const IntoPlan& plan, StateDict* dst);
@@ -93,7 +99,7 @@ Status finish_into(const IntoPlan& plan, StateDict* dst);
 // entries named in `boxes` as those boxes.
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot = {},
-                                  std::shared_ptr<const Boxes> boxes = nullptr);
+                                  std::shared_ptr<const Boxes> boxes = nullptr, bool cast = false);
 
 // Reads the state dict under `key` (planned with `snap`) into new tensors:
 // packed ones are views into their bucket (get_state_dict).

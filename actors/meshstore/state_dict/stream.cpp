@@ -10,7 +10,7 @@ namespace meshstore::state_dicts {
 
 Future<void> stream_into(const caf::actor_addr& client, const std::string& key, StateDict* dst,
                          const std::string& op, std::chrono::milliseconds wait,
-                         const CacheSlot& slot) {
+                         const CacheSlot& slot, bool cast) {
   auto planned = std::make_shared<std::shared_ptr<IntoPlan>>();
   actors::StreamCall c;
   c.op = op;
@@ -25,9 +25,14 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
     if (!m.ok()) return m.status().with_context(op);
     snap.manifest = std::move(m).value();
     actors::GetCall into;
-    auto plan = plan_into(key, dst, op, std::move(snap), into, nullptr);
+    auto plan = plan_into(key, dst, op, std::move(snap), into, nullptr, cast);
     if (!plan.ok()) return plan.status();
     *planned = std::move(plan).value();
+    if ((*planned)->casts) {
+      // Converted entries are read once committed: follow the stream to its
+      // commit, reading nothing.
+      return std::vector<TensorView>(records.size());
+    }
     std::unordered_map<std::string, TensorView> where;
     for (std::size_t i = 0; i < into.keys.size(); ++i) where.emplace(into.keys[i], into.dsts[i]);
     std::vector<TensorView> out;
@@ -45,8 +50,9 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
   };
   return call_client(client, actors::store_stream_atom::value, std::move(c), op + " '" + key + "'")
       .then([=](std::uint32_t kind) -> Future<void> {
-        if (kind == static_cast<std::uint32_t>(actors::StreamKind::committed)) {
-          return read_state_dict_into(client, key, *dst, op, slot);
+        if (kind == static_cast<std::uint32_t>(actors::StreamKind::committed) ||
+            (*planned && (*planned)->casts)) {
+          return read_state_dict_into(client, key, *dst, op, slot, nullptr, cast);
         }
         auto s = finish_into(**planned, dst);
         if (!s.ok()) return make_error_future<void>(s);

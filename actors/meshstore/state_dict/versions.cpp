@@ -109,18 +109,19 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
 
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
                                        StateDict* dst, const std::string& op, int tries,
-                                       const std::shared_ptr<ManifestCache>& cache) {
+                                       const std::shared_ptr<ManifestCache>& cache, bool cast) {
   return pointer_of(client, prefix, op).then([=](std::uint64_t v) -> Future<std::uint64_t> {
     if (v == 0) {
       return make_error_future<std::uint64_t>(
           Status(Errc::not_found, op + ": nothing published under '" + prefix + "'"));
     }
     auto p = std::make_shared<Promise<std::uint64_t>>();
-    read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix))
+    read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix),
+                         nullptr, cast)
         .on_complete([=](const Result<void>& r) {
           if (!r.ok() && r.status().code() == Errc::not_found &&
               tries + 1 < kMaxStateDictAttempts) {
-            read_latest_into(client, prefix, dst, op, tries + 1, cache)
+            read_latest_into(client, prefix, dst, op, tries + 1, cache, cast)
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
             return;
           }
@@ -142,12 +143,12 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
 Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
                                      StateDict* dst, std::uint64_t after, const std::string& op,
                                      std::chrono::steady_clock::time_point deadline,
-                                     const std::shared_ptr<ManifestCache>& cache) {
+                                     const std::shared_ptr<ManifestCache>& cache, bool cast) {
   return pointer_of(client, prefix, op).then([=](std::uint64_t latest) -> Future<std::uint64_t> {
     auto p = std::make_shared<Promise<std::uint64_t>>(
         Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
     auto again = [=] {
-      read_next_into(client, prefix, dst, after, op, deadline, cache)
+      read_next_into(client, prefix, dst, after, op, deadline, cache, cast)
           .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
     };
     if (latest > after) {
@@ -155,7 +156,7 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
       // look may be served from a location cached before the pointer moved,
       // and name an older version.
       read_state_dict_into(client, version_key(prefix, latest), *dst, op,
-                           versions_slot(cache, prefix))
+                           versions_slot(cache, prefix), nullptr, cast)
           .on_complete([=](const Result<void>& r) {
             if (r.ok()) return (void)p->set_value(latest);
             // Gone before it could be read: retired (a newer one exists) or
@@ -163,7 +164,8 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
             // wait for one after it.
             if (r.status().code() == Errc::not_found &&
                 std::chrono::steady_clock::now() < deadline) {
-              read_next_into(client, prefix, dst, std::max(after, latest), op, deadline, cache)
+              read_next_into(client, prefix, dst, std::max(after, latest), op, deadline, cache,
+                             cast)
                   .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
               return;
             }
@@ -181,7 +183,8 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
     const auto slice = std::min<std::chrono::milliseconds>(left, kStreamWaitSlice);
     // Never a version the caller has seen, even if this look lagged behind.
     const std::uint64_t next = std::max(latest, after) + 1;
-    stream_into(client, version_key(prefix, next), dst, op, slice, versions_slot(cache, prefix))
+    stream_into(client, version_key(prefix, next), dst, op, slice, versions_slot(cache, prefix),
+                cast)
         .on_complete([=](const Result<void>& r) {
           if (r.ok()) return (void)p->set_value(next);
           // Nothing yet, or the version went before it could be read: look again.

@@ -65,7 +65,8 @@ Status publish_conflict(const std::string& op, const std::string& prefix, std::u
 // retired before it could be read, follows the pointer again.
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
                                        StateDict* dst, const std::string& op, int tries,
-                                       const std::shared_ptr<ManifestCache>& cache);
+                                       const std::shared_ptr<ManifestCache>& cache,
+                                       bool cast = false);
 
 // Waits for a version newer than `after` under `prefix` and reads it (the
 // newest, when several are) into `dst`; answers its number. The wait
@@ -74,6 +75,7 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
 Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
                                      StateDict* dst, std::uint64_t after, const std::string& op,
                                      std::chrono::steady_clock::time_point deadline,
-                                     const std::shared_ptr<ManifestCache>& cache);
+                                     const std::shared_ptr<ManifestCache>& cache,
+                                     bool cast = false);
 
 }  // namespace meshstore::state_dicts
