@@ -557,6 +557,70 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
   }
 }
 
+// Direct publishing of GPU memory (PublishMode::direct asked for): the
+// version's object is the publisher's own device buffer, here at an offset
+// inside its allocation, as a tensor carved from an allocator's block is.
+// Readers on the host open it through cuda-ipc: this process, and a peer
+// that opens the allocation's IPC handle and reads at the offset.
+TEST(CudaDirectPublish, ADeviceTensorIsLentAndReadThroughCudaIpc) {
+  SKIP_WITHOUT_CUDA();
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  constexpr std::int64_t n = (std::int64_t{8} << 20) / 4;
+  std::vector<float> v(static_cast<std::size_t>(2 * n), -1.0f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[static_cast<std::size_t>(n + i)] = 0.5f * static_cast<float>(i % 4096);
+  }
+  DeviceBuffer buf(v.size() * 4);
+  buf.upload(v.data());
+  auto* second = static_cast<std::byte*>(buf.get()) + n * 4;
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView(second, DType::float32, {n}, {}, Device::cuda(0))));
+  std::vector<float> small(16, 2.0f);
+  ASSERT_OK(sd.insert("small", TensorView::of(small.data(), {16})));  // packed: copied
+
+  // The store does not pick it by itself: cuda-ipc reaches only this host.
+  auto automatic = store->publish("auto", sd).get(kWait);
+  ASSERT_OK(automatic);
+  EXPECT_EQ(automatic->mode(), PublishMode::copy);
+
+  PublishOptions po;
+  po.mode = PublishMode::direct;
+  auto pub = store->publish("gpu", sd, po).get(kWait);
+  ASSERT_OK(pub);
+  EXPECT_EQ(pub->mode(), PublishMode::direct);
+  EXPECT_EQ(pub->lent_bytes(), static_cast<std::uint64_t>(n) * 4);
+  auto got = store->get("gpu/v1/w").get(kWait);
+  ASSERT_OK(got);
+  EXPECT_EQ(0, std::memcmp(got->data(), v.data() + n, static_cast<std::size_t>(n) * 4));
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  testing::Child peer({self, "--peer-get", store->address(), "gpu/v1/w", std::to_string(n), ""});
+  ASSERT_TRUE(peer.wait(120s)) << peer.output();
+  EXPECT_EQ(peer.exit_code(), 0) << peer.output();
+
+  // The object is the device buffer itself.
+  const float marker = -3.0f;
+  ASSERT_OK(internal::cuda::copy_bytes(second + 4 * 5, &marker, 4));
+  auto again = store->get("gpu/v1/w").get(kWait);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->data_as<float>()[5], marker);
+  ASSERT_OK(pub->reclaim().get(kWait));
+  EXPECT_TRUE(pub->returned().ready());
+
+  // A store that forces a host-only transport cannot lend GPU memory.
+  StoreOptions forced;
+  forced.transport = "tcp";
+  auto tcp = Store::embedded(forced);
+  ASSERT_OK(tcp);
+  EXPECT_ERROR(tcp->publish("gpu", sd, po).get(kWait), Errc::unsupported,
+               "cannot serve GPU memory");
+}
+
 // Volumes kept out of shared memory (StoreOptions::shared_memory_volumes =
 // false) still serve a peer on the host, through the transport it picks
 // itself: cuda-ipc moves host objects through the volume's shm, so such

@@ -356,6 +356,7 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
     StoredObject object;
     object.region = std::make_shared<transports::Region>(id, std::move(memory), b.nbytes, b.segment,
                                                          b.segment_offset);
+    object.region->set_device(b.device);
     object.reusable = std::make_shared<std::atomic<bool>>(false);
     wire::RegionRef ref = region_ref(id, *object.region);
     if (auto s = st.describe(*object.region, ref); !s.ok()) return undo(s);

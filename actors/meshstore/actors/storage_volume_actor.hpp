@@ -30,6 +30,8 @@ struct LentBuffer {
   /// where in it: same-host readers then map it (shm).
   std::string segment;
   std::uint64_t segment_offset = 0;
+  /// The GPU whose memory it is (cuda-ipc serves it), -1 for host memory.
+  int device = -1;
 };
 
 /// A loan, sent only within one process (never serialized): the buffers,

@@ -154,14 +154,14 @@ Status Store::Impl::host_volumes(bool is_server) {
   return Status();
 }
 
-Result<Store::Impl::Lending> Store::Impl::lending_volume(bool shared_memory) {
+Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   std::lock_guard<std::mutex> one_at_a_time(lend_mu);  // always taken before mu
   actors::controller_actor ctl;
   std::shared_ptr<internal::ActorRuntime> rt;
   {
     std::shared_lock<std::shared_mutex> lock(mu);
     if (closed) return Status(Errc::shutdown, "the store is closed");
-    if (auto& have = shared_memory ? lending_shm : lending; have.handle) return have;
+    if (auto& have = lending[static_cast<int>(kind)]; have.handle) return have;
     ctl = controller;
     rt = runtime;
   }
@@ -170,7 +170,10 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(bool shared_memory) {
   static std::atomic<std::uint64_t> counter{0};
   actors::VolumeConfig vc;
   vc.volume_id = "lend:" + host + "/pid" + std::to_string(::getpid()) + "/" +
-                 std::to_string(++counter) + (shared_memory ? "/shm" : "");
+                 std::to_string(++counter) +
+                 (kind == LendKind::shared_memory ? "/shm"
+                  : kind == LendKind::device      ? "/gpu"
+                                                  : "");
   vc.host = host;
   vc.transport_config = transport_config(options);
   vc.bind_host = data_host;
@@ -178,10 +181,14 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(bool shared_memory) {
   vc.pool_bytes = 0;
   // What serves memory the process already has: cross-memory attach on this
   // host, rdma and tcp across hosts, rpc as the last resort; shm only for
-  // buffers that are named shared memory already. Not cuda-ipc (host
-  // buffers only).
+  // buffers that are named shared memory already; cuda-ipc, alone, for GPU
+  // memory.
   for (const auto& name : transports::builtin_registry().names()) {
-    if (name != "cuda-ipc" && (name != "shm" || shared_memory)) vc.transports.push_back(name);
+    const bool offered =
+        kind == LendKind::device
+            ? name == "cuda-ipc"
+            : name != "cuda-ipc" && (name != "shm" || kind == LendKind::shared_memory);
+    if (offered) vc.transports.push_back(name);
   }
   auto volume = actors::spawn_storage_volume(sys, vc);
   if (!volume.ok()) return volume.status().with_context("the lending volume");
@@ -203,7 +210,7 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(bool shared_memory) {
     return Status(Errc::shutdown, "the store is closed");
   }
   owned.push_back(caf::actor_cast<caf::actor>(*volume));
-  auto& made = shared_memory ? lending_shm : lending;
+  auto& made = lending[static_cast<int>(kind)];
   made = Lending{*volume, vc.volume_id};
   return made;
 }
@@ -367,8 +374,7 @@ void Store::Impl::close() {
     owned.clear();
     client = nullptr;
     volumes.clear();
-    lending = Lending{};
-    lending_shm = Lending{};
+    for (auto& l : lending) l = Lending{};
     directory = nullptr;
     strategy = nullptr;
     controller = nullptr;

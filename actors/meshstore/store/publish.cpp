@@ -35,6 +35,7 @@ struct Publication::Impl {
   caf::actor_addr client;  // weak: the store may close first
   // Borrowed views of the published state dict: what retain copies.
   StateDict views;
+  std::shared_ptr<const void> staging;  // the host copies some views are of
   // Completes when the last lent region is gone (the loan's token).
   Future<void> returned;
   std::mutex mu;            // guards reclaiming
@@ -166,8 +167,7 @@ Future<void> Publication::reclaim() {
 namespace {
 
 // Why this process cannot lend `sd` under `options`, or OK.
-Status lending_refused(const StateDict& sd, const PublishOptions& options,
-                       const std::string& forced_transport) {
+Status lending_refused(const StateDict& sd, const PublishOptions& options) {
   if (options.put.transfer_dtype) {
     for (const auto& e : sd.entries()) {
       if (e.is_tensor() && e.view.dtype() == DType::float32) {
@@ -177,17 +177,6 @@ Status lending_refused(const StateDict& sd, const PublishOptions& options,
                           e.name + "')");
       }
     }
-  }
-  for (const auto& e : sd.entries()) {
-    if (e.is_tensor() && e.view.device().type != DeviceType::cpu) {
-      return Status(Errc::unsupported,
-                    "'" + e.name + "' is on " + e.view.device().to_string() +
-                        "; only host tensors are lent so far (GPU tensors publish by copy)");
-    }
-  }
-  if (forced_transport == "cuda-ipc") {
-    return Status(Errc::unsupported,
-                  "this store forces transport 'cuda-ipc', which cannot serve host memory");
   }
   return Status();
 }
@@ -254,13 +243,13 @@ class SharedMappings {
 };
 
 // The items that can be lent: the caller's own whole, contiguous, non-empty
-// host tensors, stored as they are.
-std::vector<std::size_t> lendable_items(const actors::PutCall& call) {
+// tensors, stored as they are, in host memory (`gpu` false) or on a GPU.
+std::vector<std::size_t> lendable_items(const actors::PutCall& call, bool gpu) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const auto& item = call.items[i];
     if (item.kind == wire::ObjectKind::tensor && !item.owned_bytes && !item.slice &&
-        item.view.is_contiguous() && item.view.device().type == DeviceType::cpu &&
+        item.view.is_contiguous() && (item.view.device().type != DeviceType::cpu) == gpu &&
         item.view.nbytes() > 0) {
       out.push_back(i);
     }
@@ -329,13 +318,18 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
   pub->client = client;
   pub->returned = make_ready_future();
   if (options.mode != PublishMode::copy) {
-    const Status refused = lending_refused(sd, options, impl_->options.transport);
+    const Status refused = lending_refused(sd, options);
     auto& call = prepared->call;
-    const auto lendable = refused.ok() ? lendable_items(call) : std::vector<std::size_t>{};
+    // Host tensors are lent; GPU ones only when direct is asked for and no
+    // host tensor is (cuda-ipc reaches only readers on this host, so the
+    // store does not pick it by itself).
+    auto lendable = refused.ok() ? lendable_items(call, false) : std::vector<std::size_t>{};
+    const bool gpu = lendable.empty() && refused.ok() && options.mode == PublishMode::direct;
+    if (gpu) lendable = lendable_items(call, true);
     // Buffers that all lie in named shared memory are lent through a volume
     // that offers shm too: readers on this host map them.
     std::vector<ShmPlace> places;
-    if (!lendable.empty()) {
+    if (!lendable.empty() && !gpu) {
       const auto maps = SharedMappings::of_this_process();
       for (auto i : lendable) {
         auto place = maps.find(call.items[i].view.data(), call.items[i].view.nbytes());
@@ -343,19 +337,32 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
         places.push_back(*place);
       }
     }
-    const bool in_shm = !lendable.empty() && places.size() == lendable.size();
+    const bool in_shm = !gpu && !lendable.empty() && places.size() == lendable.size();
     Status unlendable = refused;
-    if (unlendable.ok() && impl_->options.transport == "shm" && !in_shm && !lendable.empty()) {
-      unlendable = Status(Errc::unsupported,
-                          "this store forces transport 'shm', and '" +
-                              call.items[lendable[places.size()]].key.substr(1) +
-                              "' is not in a named file of /dev/shm this process maps shared");
+    const std::string& forced = impl_->options.transport;
+    if (unlendable.ok() && !lendable.empty()) {
+      if (gpu && !forced.empty() && forced != "cuda-ipc") {
+        unlendable = Status(Errc::unsupported, "this store forces transport '" + forced +
+                                                   "', which cannot serve GPU memory");
+      } else if (!gpu && forced == "cuda-ipc") {
+        unlendable = Status(Errc::unsupported,
+                            "this store forces transport 'cuda-ipc', which cannot serve host "
+                            "memory");
+      } else if (!gpu && forced == "shm" && !in_shm) {
+        unlendable = Status(Errc::unsupported,
+                            "this store forces transport 'shm', and '" +
+                                call.items[lendable[places.size()]].key.substr(1) +
+                                "' is not in a named file of /dev/shm this process maps shared");
+      }
     }
     if (!unlendable.ok() && options.mode == PublishMode::direct) {
       return make_error_future<Publication>(unlendable.with_context(op + " '" + prefix + "'"));
     }
     if (unlendable.ok() && !lendable.empty()) {
-      auto lending = impl_->lending_volume(in_shm);
+      using Kind = Impl::LendKind;
+      auto lending = impl_->lending_volume(gpu      ? Kind::device
+                                           : in_shm ? Kind::shared_memory
+                                                    : Kind::process);
       if (!lending.ok() && options.mode == PublishMode::direct) {
         return make_error_future<Publication>(
             lending.status().with_context(op + " '" + prefix + "'"));
@@ -379,10 +386,13 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
           delete p;
           back->set_value();
         });
-        for (const auto& e : sd.entries()) {
+        // What retain copies: the published entries, GPU ones the store
+        // staged on the host (packed, cast) included, kept with their staging.
+        for (const auto& e : (*use)->entries()) {
           (void)(e.is_tensor() ? pub->views.insert(e.name, e.view)
                                : pub->views.insert(e.name, *e.value));
         }
+        pub->staging = st;
       }
     }
   }

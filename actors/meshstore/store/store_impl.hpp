@@ -73,11 +73,13 @@ struct Store::Impl {
     actors::storage_volume_actor handle;
     std::string volume_id;
   };
-  // `shared_memory`: the one for buffers in named /dev/shm files, which
-  // offers shm too (readers on this host map the files).
-  Result<Lending> lending_volume(bool shared_memory = false);
+  // What a lending volume serves: process memory (cma, rdma, tcp, rpc),
+  // buffers in named /dev/shm files (shm too: readers on this host map the
+  // files) or GPU memory (cuda-ipc: readers on this host open it).
+  enum class LendKind { process, shared_memory, device };
+  Result<Lending> lending_volume(LendKind kind = LendKind::process);
   std::mutex lend_mu;
-  Lending lending, lending_shm;
+  Lending lending[3];  // by LendKind
   void start_client();
 
   ~Impl() { close(); }

@@ -37,11 +37,11 @@ std::string address(const void* p) {
 
 Result<int> locate(const void* p) { return emulating() ? emulated::locate(p) : native::locate(p); }
 
+}  // namespace
+
 Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p) {
   return emulating() ? emulated::allocation_of(p) : native::allocation_of(p);
 }
-
-}  // namespace
 
 std::size_t span_of(const TensorView& v) {
   if (v.numel() == 0) return 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "meshstore/result.hpp"
 #include "meshstore/tensor.hpp"
@@ -68,6 +69,11 @@ Result<std::shared_ptr<std::byte>> device_alloc(std::size_t n, int device);
 /// driver cannot export it (no cuMemGetHandleForAddressRange, or no dma-buf
 /// support for this memory), Errc::unavailable without CUDA.
 Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset);
+
+/// The device allocation holding `p` (cuMemGetAddressRange): its start and
+/// size. Errc::invalid_argument (or unsupported) when `p` is not device
+/// memory, Errc::unavailable without CUDA.
+Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p);
 
 /// The CUDA IPC handle (cudaIpcGetMemHandle, as bytes) of the device
 /// allocation starting at `p`, for another process on this host to open

@@ -260,11 +260,12 @@ void lend_first(client_pointer self, const std::shared_ptr<PutOp>& op, std::func
     if (!item.view.is_contiguous() || item.view.nbytes() == 0) {
       return op->fail(Status(Errc::internal, "'" + item.key +
                                                  "': only whole, contiguous, "
-                                                 "non-empty host tensors are lent"));
+                                                 "non-empty tensors are lent"));
     }
+    const int device = on_device(item.view) ? item.view.device().index : -1;
     req.buffers.push_back(LentBuffer{item.key, reinterpret_cast<std::uint64_t>(item.view.data()),
                                      item.view.nbytes(), segments.empty() ? "" : segments[i],
-                                     segments.empty() ? 0 : offsets[i]});
+                                     segments.empty() ? 0 : offsets[i], device});
   }
   req.token = std::move(op->call.loan);  // only the regions keep it from now on
   ask(self, op->call.lend_to, lend_atom::value, std::move(req))

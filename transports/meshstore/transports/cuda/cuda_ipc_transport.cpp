@@ -48,16 +48,25 @@ class CudaIpcServer final : public TransportServer {
 
   Status describe(const Region& region, wire::RegionRef& ref) override {
     if (region.device() < 0) return Status();  // host memory: shm describes it
-    auto handle = internal::cuda::ipc_handle(region.data());
+    // A handle names a whole allocation; a region may lie inside one (a
+    // tensor a publisher lends, carved from its allocator's block).
+    const auto at = reinterpret_cast<std::uintptr_t>(region.data());
+    std::uintptr_t base = at;
+    if (auto a = internal::cuda::allocation_of(region.data()); a.ok()) {
+      if (at < a->first || region.size() > a->second - (at - a->first)) {
+        return Status(Errc::invalid_argument, "cuda-ipc: region " + std::to_string(region.id()) +
+                                                  " runs past the end of its device allocation");
+      }
+      base = a->first;
+    }
+    auto handle = internal::cuda::ipc_handle(reinterpret_cast<const void*>(base));
     if (!handle.ok()) {
       return handle.status().with_context("cuda-ipc: region " + std::to_string(region.id()));
     }
-    // The handle, for other processes; the address, for the volume's own
-    // (a process cannot open its own IPC handles).
-    ref.described["cuda-ipc"] = DescriptionWriter()
-                                    .bytes(*handle)
-                                    .u64(reinterpret_cast<std::uint64_t>(region.data()))
-                                    .take();
+    // The handle and the region's offset in its allocation, for other
+    // processes; the address, for the volume's own (a process cannot open
+    // its own IPC handles).
+    ref.described["cuda-ipc"] = DescriptionWriter().bytes(*handle).u64(at).u64(at - base).take();
     ref.device = region.device();
     return Status();
   }
@@ -185,13 +194,18 @@ class CudaIpcTransport final : public Transport {
     if (!handle.ok()) return handle.status();
     auto address = d.u64();
     if (!address.ok()) return address.status();
+    auto offset = d.u64();
+    if (!offset.ok()) return offset.status();
     MESHSTORE_RETURN_IF_ERROR(d.finish());
     if (same_process_) {
       if (*address == 0) return d.malformed("gives address 0");
       return std::shared_ptr<std::byte>(reinterpret_cast<std::byte*>(*address), [](std::byte*) {});
     }
     if (handle->empty()) return d.malformed("has an empty CUDA IPC handle");
-    return handles_.open(*handle, ref.device);
+    auto opened = handles_.open(*handle, ref.device);
+    if (!opened.ok()) return opened.status();
+    // The region, inside the allocation the handle opened (held by it).
+    return std::shared_ptr<std::byte>(*opened, opened->get() + *offset);
   }
 
   std::unique_ptr<Transport> shm_;
