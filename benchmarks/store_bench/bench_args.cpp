@@ -74,6 +74,12 @@ Args parse(int argc, char** argv) {
       a.encrypt_tcp = true;
     else if (arg == "--seconds")
       a.seconds = std::atoi(next().c_str());
+    else if (arg == "--keys")
+      a.keys = static_cast<std::size_t>(std::atoll(next().c_str()));
+    else if (arg == "--clients")
+      a.clients = std::atoi(next().c_str());
+    else if (arg == "--process-memory")
+      a.process_memory = true;
     else if (arg == "--peer")
       a.peer = next();
     else if (arg == "--port")
@@ -91,10 +97,11 @@ Args parse(int argc, char** argv) {
   }
   if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync" &&
       a.scenario != "reshard" && a.scenario != "safetensors-load" && a.scenario != "python" &&
-      a.scenario != "soak")
+      a.scenario != "soak" && a.scenario != "control")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
   if (a.seconds < 0) usage("--seconds must be positive");
+  if (a.clients < 0 || a.clients > 256) usage("--clients must be in [1, 256]");
   if (a.processes != 1 && a.processes != 2) usage("--processes must be 1 or 2");
   return a;
 }

@@ -18,9 +18,12 @@ struct Args {
   bool json = false;
   bool smoke = false;
   int processes = 2;
-  int tcp_streams = 2;       // StoreOptions::tcp_streams
-  bool encrypt_tcp = false;  // StoreOptions::encrypt_tcp of the store's process
-  std::string peer;          // internal: run as a helper ("serve", "read", "load")
+  int tcp_streams = 2;          // StoreOptions::tcp_streams
+  bool encrypt_tcp = false;     // StoreOptions::encrypt_tcp of the store's process
+  std::size_t keys = 0;         // control: the index's largest size; 0 = scenario default
+  int clients = 0;              // control: clients connected at once; 0 = scenario default
+  bool process_memory = false;  // internal: the peer's volumes in process memory
+  std::string peer;             // internal: run as a helper ("serve", "read", "load")
   std::string model = "qwen3-0.6b";
   int port = 0;                // internal: the store a "read" peer connects to
   std::string prefix = "e2e";  // internal: what a "read" peer follows

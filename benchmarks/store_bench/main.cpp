@@ -25,6 +25,11 @@
 //   store_bench --scenario python [--bytes 1GiB] [--model qwen3-0.6b] [--smoke]
 //       the same calls from C++ and from Python (benchmarks/python/py_bench.py,
 //       torch tensors through DLPack), each on an embedded store, one run.
+//   store_bench --scenario control [--keys 1000000] [--clients 64] [--json]
+//       the control plane at scale: a peer process holds the store; this
+//       one's clients commit tiny keys one at a time, 64 in flight and 1,000
+//       a call, time exists and get as the index grows, read the peer's
+//       memory per key, then connect --clients clients at once.
 //   --processes 1     everything in one process (an embedded store)
 //   --transport cuda-ipc   runs cuda_bench (GPU memory) instead
 //   store_bench --smoke      every scenario, tiny, for CI (single and small
@@ -115,6 +120,8 @@ int run(int argc, char** argv) {
     run_reshard(w);
     w.scenario = "safetensors-load";
     run_safetensors_load(w);
+    w.scenario = "control";
+    run_control(w);
     return 0;
   }
   if (a.scenario == "single")
@@ -127,6 +134,8 @@ int run(int argc, char** argv) {
     run_safetensors_load(a);
   else if (a.scenario == "python")
     run_python(a);
+  else if (a.scenario == "control")
+    run_control(a);
   else
     run_weight_sync(a);
   return 0;

@@ -20,6 +20,8 @@ int run_peer(const Args& a) {
   o.listen = "127.0.0.1:0";
   o.local_rank = -1;
   o.encrypt_tcp = a.encrypt_tcp;
+  // A million tiny objects would be a million shared-memory segments.
+  if (a.process_memory) o.shared_memory_volumes = false;
   auto store = must(meshstore::Store::embedded(o), "peer: Store::embedded");
   std::uint16_t raw_port = 0;
   const int lfd = raw_listen(raw_port);
@@ -38,9 +40,10 @@ int run_peer(const Args& a) {
   std::_Exit(0);  // the raw server thread still blocks in accept
 }
 
-std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp) {
+std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp, bool process_memory) {
   std::vector<std::string> args{"--peer", "serve"};
   if (encrypt_tcp) args.push_back("--encrypt-tcp");
+  if (process_memory) args.push_back("--process-memory");
   if (cma_bytes > 0) {
     args.push_back("--bytes");
     args.push_back(std::to_string(cma_bytes) + "B");

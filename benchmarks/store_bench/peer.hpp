@@ -29,8 +29,10 @@ struct Peer {
 };
 
 /// Starts a peer process and waits until it is ready. The peer holds a
-/// buffer of `cma_bytes` for the bare cross-memory-attach baseline (0: none).
-std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0, bool encrypt_tcp = false);
+/// buffer of `cma_bytes` for the bare cross-memory-attach baseline (0: none);
+/// `process_memory`: its volumes keep their objects in process memory.
+std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0, bool encrypt_tcp = false,
+                                 bool process_memory = false);
 
 /// The store this run measures: embedded (one process), or a connection to
 /// the peer process that holds the store and its volume.

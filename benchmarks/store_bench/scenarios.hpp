@@ -32,6 +32,11 @@ void run_safetensors_load(const Args& a);
 /// --scenario python: the same calls from C++ and from Python
 /// (benchmarks/python/py_bench.py) in one run, and their ratios.
 void run_python(const Args& a);
+/// --scenario control: the control plane at scale: commits per second
+/// (single, pipelined, batched), exists and get p50/p99 as the index grows
+/// to --keys, the server's memory per key, and --clients clients at once.
+void run_control(const Args& a);
+
 /// --scenario soak: a publisher and readers killed and restarted at random
 /// for --seconds; memory and /dev/shm over time, every version checked.
 void run_soak(const Args& a);
