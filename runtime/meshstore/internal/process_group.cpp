@@ -121,11 +121,16 @@ struct ProcessGroup::Impl {
     }
   }
 
+  // The poll set and, per entry, its child and stream: refilled on every
+  // wake-up within the capacity start() reserved.
+  std::vector<pollfd> fds;
+  std::vector<std::pair<int, bool>> owners;
+
   void run() {
     auto drained_at = std::chrono::steady_clock::time_point::max();
     for (;;) {
-      std::vector<pollfd> fds{pollfd{wake[0], POLLIN, 0}};
-      std::vector<std::pair<int, bool>> owners{{-1, false}};
+      fds.assign(1, pollfd{wake[0], POLLIN, 0});
+      owners.assign(1, {-1, false});
       for (std::size_t i = 0; i < children.size(); ++i) {
         for (bool e : {false, true}) {
           const int fd = e ? children[i].err.fd : children[i].out.fd;
@@ -323,6 +328,10 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<Proc
     impl->children.push_back(std::move(c));
   }
   ::close(life[0]);
+  // The pump's poll set, sized here: the pump thread allocates nothing (it
+  // wakes every 100 ms for as long as a child runs).
+  impl->fds.reserve(1 + 2 * impl->children.size());
+  impl->owners.reserve(1 + 2 * impl->children.size());
   Impl* raw = impl.get();
   impl->pump = std::thread([raw] { raw->run(); });
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
