@@ -118,7 +118,7 @@ def test_direct_publish_lends_the_tensors_until_reclaimed(store):
     w[7] = -1.0
     assert store.get("direct/v1/w").result().torch()[7].item() == -1.0
     pub.reclaim().result(timeout=30)
-    assert pub.returned().done()
+    pub.returned().result(timeout=30)  # the loan is over
     with pytest.raises(meshstore.NotFoundError, match="withdrawn"):
         store.get_latest_state_dict_into("direct", reader).result()
 
@@ -132,7 +132,7 @@ def test_publish_with_retain_and_by_copy(store):
     assert (store.get("kept/v1/w").result().torch() == 2.0).all()
     copied = store.publish("kept", {"w": w}, mode="copy").result()
     assert (copied.version, copied.mode, copied.lent_bytes) == (2, "copy", 0)
-    assert copied.returned().done()
+    copied.returned().result(timeout=30)  # nothing was lent
     with pytest.raises(ValueError, match="mode must be"):
         store.publish("kept", {"w": w}, mode="lend")
     with pytest.raises(ValueError, match="reclaim_timeout"):
