@@ -657,11 +657,16 @@ void bind_store(py::module_& m) {
              auto back = std::make_shared<Promise<void>>();
              auto fut = released([&] { return self.s().publish(prefix, *in.sd, o); });
              fut.on_complete([back](const Result<Publication>& r) {
-               if (!r.ok()) return (void)back->set_value();
-               r->returned().on_complete([back](const Result<void>&) { back->set_value(); });
+               if (!r.ok()) back->set_value();  // nothing lent
+             });
+             // Linked before the publication is seen: a copy's loan is over
+             // by the time Python has the Publication.
+             auto linked = fut.then([back](const Publication& p) {
+               p.returned().on_complete([back](const Result<void>&) { back->set_value(); });
+               return p;
              });
              auto returned = wrap_void(back->future(), std::move(in.keep), in.sd);
-             auto published = wrap(std::move(fut),
+             auto published = wrap(std::move(linked),
                                    [](const Publication& p) { return py::cast(PyPublication{p}); });
              return py::make_tuple(py::cast(std::move(published)), py::cast(std::move(returned)));
            })
