@@ -29,12 +29,10 @@ using state_dicts::Boxes;
 using state_dicts::CacheSlot;
 using state_dicts::manifest_of;
 using state_dicts::plan_staging;
-using state_dicts::point_and_retire;
 using state_dicts::Pointer;
 using state_dicts::pointer_at;
 using state_dicts::pointer_of;
 using state_dicts::prepare_put;
-using state_dicts::publish_conflict;
 using state_dicts::PublishTarget;
 using state_dicts::put_prepared;
 using state_dicts::read_latest_into;
@@ -93,24 +91,9 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   if (!prepared_or.ok()) {
     return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
   }
-  auto prepared = std::move(prepared_or).value();
-  // Fenced (docs/state_dicts.md, "Two writers on one prefix"): version N
-  // commits only if no other writer stored it, and the pointer moves only
-  // from the value read here; the loser gets Errc::conflict.
-  auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
-  pointer_at(client, prefix, op).on_complete([=](const Result<Pointer>& ptr) {
-    if (!ptr.ok()) return (void)done->set_error(ptr.status());
-    const std::uint64_t next = ptr->value + 1;
-    put_prepared(client, version_key(prefix, next), prepared, true)
-        .on_complete([=, from = *ptr](const Result<void>& put) {
-          if (!put.ok())
-            return (void)done->set_error(publish_conflict(op, prefix, next, put.status()));
-          point_and_retire(client, prefix, next, keep, op, from)
-              .on_complete([=](const Result<std::uint64_t>& v) { done->set(v); });
-        });
-  });
-  return done->future().then(
-      [st](std::uint64_t version) { return version; });  // host copies live till then
+  // Fenced (docs/state_dicts.md, "Two writers on one prefix").
+  return state_dicts::publish_prepared(client, prefix, std::move(prepared_or).value(), keep, op)
+      .then([st](std::uint64_t version) { return version; });  // host copies live till then
 }
 
 Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,

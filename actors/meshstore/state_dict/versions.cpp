@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "meshstore/state_dict/client_calls.hpp"
+#include "meshstore/state_dict/put_plan.hpp"
 #include "meshstore/state_dict/stream.hpp"
 #include "meshstore/store/calls.hpp"
 
@@ -78,6 +79,28 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
             });
       });
   return p->future();
+}
+
+Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
+                                       std::shared_ptr<PreparedPut> prepared, int keep,
+                                       const std::string& op) {
+  auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+  pointer_at(client, prefix, op).on_complete([=](const Result<Pointer>& ptr) {
+    if (!ptr.ok()) {
+      prepared->call.loan.reset();  // nothing will be put
+      return (void)done->set_error(ptr.status());
+    }
+    const std::uint64_t next = ptr->value + 1;
+    put_prepared(client, version_key(prefix, next), prepared, true)
+        .on_complete([=, from = *ptr](const Result<void>& put) {
+          if (!put.ok()) {
+            return (void)done->set_error(publish_conflict(op, prefix, next, put.status()));
+          }
+          point_and_retire(client, prefix, next, keep, op, from)
+              .on_complete([=](const Result<std::uint64_t>& v) { done->set(v); });
+        });
+  });
+  return done->future();
 }
 
 Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,

@@ -56,6 +56,19 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
 Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,
                            const std::string& op);
 
+struct PreparedPut;
+
+// Publishes a prepared put as the next version under `prefix` (fenced, as
+// docs/state_dicts.md "Two writers on one prefix" says): reads the pointer,
+// stores "PREFIX/vN" only if no other writer stored it, then moves the
+// pointer from the value read and retires what fell out of the newest
+// `keep` (point_and_retire). Answers N; the loser of a race gets
+// Errc::conflict. When the pointer cannot be read, nothing is put and what
+// the put holds (a loan's token) is let go at once.
+Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
+                                       std::shared_ptr<PreparedPut> prepared, int keep,
+                                       const std::string& op);
+
 // How a publish that lost a race says so: `why` (Errc::conflict from the
 // controller) in the words of publishing version `next` under `prefix`.
 Status publish_conflict(const std::string& op, const std::string& prefix, std::uint64_t next,

@@ -2,7 +2,6 @@
 // directly out of the caller's tensors (lent to this process's lending
 // volume), and the loan's end (reclaim, retain, returned).
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -13,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/state_dict/put_plan.hpp"
@@ -113,8 +111,7 @@ Future<void> retain_copy(const std::shared_ptr<PubImpl>& pub) {
                                   pub->op + " '" + key + "'")
       .then([pub, key](const std::vector<std::uint64_t>& versions) -> Future<void> {
         if (versions.empty() || versions.front() == 0) return make_ready_future();  // retired
-        StateDictPutOptions put = pub->options.put;
-        auto prepared = state_dicts::prepare_put(pub->views, pub->op, put);
+        auto prepared = state_dicts::prepare_put(pub->views, pub->op, pub->options.put);
         if (!prepared.ok()) return make_error_future<void>(prepared.status());
         auto p = std::make_shared<Promise<void>>();
         state_dicts::put_prepared_expecting(pub->client, key, std::move(prepared).value(),
@@ -396,32 +393,12 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
       }
     }
   }
-  // Fenced as publish_state_dict: version N commits only if no other
-  // writer stored it, and the pointer moves only from the value read here.
-  auto done = std::make_shared<Promise<Publication>>(Status(Errc::shutdown, op + ": dropped"));
-  state_dicts::pointer_at(client, prefix, op)
-      .on_complete([=](const Result<state_dicts::Pointer>& ptr) {
-        if (!ptr.ok()) {
-          prepared->call.loan.reset();  // nothing was lent
-          return (void)done->set_error(ptr.status());
-        }
-        const std::uint64_t next = ptr->value + 1;
-        pub->version = next;
-        state_dicts::put_prepared(client, version_key(prefix, next), prepared, true)
-            .on_complete([=, from = *ptr](const Result<void>& put) {
-              if (!put.ok()) {
-                return (void)done->set_error(
-                    state_dicts::publish_conflict(op, prefix, next, put.status()));
-              }
-              state_dicts::point_and_retire(client, prefix, next, options.keep, op, from)
-                  .on_complete([=](const Result<std::uint64_t>& v) {
-                    if (!v.ok()) return (void)done->set_error(v.status());
-                    done->set_value(internal::PublicationAccess::make(pub));
-                  });
-            });
+  // Fenced as publish_state_dict; the host copies live till it is done.
+  return state_dicts::publish_prepared(client, prefix, std::move(prepared), options.keep, op)
+      .then([pub, st](std::uint64_t version) {
+        pub->version = version;
+        return internal::PublicationAccess::make(pub);
       });
-  return done->future().then(
-      [st](const Publication& p) { return p; });  // host copies live till then
 }
 
 }  // namespace meshstore
