@@ -38,7 +38,8 @@ struct PutOp {
   // Eviction (ClientConfig::evict_lru): called on out_of_capacity, once;
   // true when it took over (it evicts, then stages again).
   std::function<bool(const Status&)> on_full;
-  // Gives lent buffers back (give_back_lent) when the put fails for good.
+  // Gives lent buffers back (give_back_lent) when the put fails for good:
+  // every failure path after the lend goes through fail().
   std::function<void()> lent_back;
 
   void fail(const Status& s) {
@@ -52,10 +53,8 @@ struct PutOp {
   }
 };
 
-// Gives a put's staged regions back to the volume: its own and the ones
-// written in place (PutCall::staged_items), which share its volume.
 // Gives the lent buffers' objects back to the lending volume (their memory
-// returns to the publisher once no reader holds it).
+// returns to the publisher once no reader holds it). Idempotent.
 void give_back_lent(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (!op->lent.empty()) {
     std::vector<std::uint64_t> ids;
@@ -65,6 +64,9 @@ void give_back_lent(client_pointer self, const std::shared_ptr<PutOp>& op) {
   }
 }
 
+// Gives a put's staged regions back to the volume: its own and the ones
+// written in place (PutCall::staged_items), which share its volume; and
+// the lent ones to theirs.
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (op->conn) give_back(self, op->conn->handle, op->regions, op->call.staged.regions);
   give_back_lent(self, op);
@@ -273,7 +275,6 @@ void lend_first(client_pointer self, const std::shared_ptr<PutOp>& op, std::func
           [=](const std::vector<wire::RegionRef>& lent) {
             op->lent = lent;
             if (lent.size() != op->call.lent_items.size()) {
-              release_staged(self, op);
               return op->fail(Status(Errc::protocol_error,
                                      "the lending volume made " + std::to_string(lent.size()) +
                                          " objects of " +
@@ -292,19 +293,14 @@ void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
 
 void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
   with_home_volume(self, [=](const ConnResult& conn) {
-    if (!conn.ok()) {
-      give_back_lent(self, op);
-      return op->fail(conn.status());
-    }
+    if (!conn.ok()) return op->fail(conn.status());
     op->conn = *conn;
     if (op->call.staged_items.size() != op->call.staged.regions.size()) {
-      give_back_lent(self, op);
       return op->fail(Status(Errc::internal, "staged items and regions differ in number"));
     }
     if (!op->call.staged_items.empty() && op->conn->info.volume_id != op->call.staged.volume_id) {
       // This client's volume changed (the old one went down) since the
       // staging; its regions cannot be committed elsewhere.
-      give_back_lent(self, op);
       return op->fail(Status(Errc::unavailable, "the staged memory lies on volume '" +
                                                     op->call.staged.volume_id +
                                                     "', no longer this client's volume"));
