@@ -222,7 +222,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     slot = r;
     slot.expect_version.reset();
     slot.version = ++st.last_version;
-    st.touch(r.key);
+    st.touch(slot);
     versions.push_back(slot.version);
     collect(slot, adopted);
   }
@@ -276,7 +276,6 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
     }
     collect(it->second, released);
     st.index.erase(it);
-    st.last_used.erase(k);
     ++reply.removed;
   }
   send_to_volumes(self, released, verdict);
@@ -292,7 +291,7 @@ caf::result<std::vector<std::string>> evict(controller_pointer self, const std::
   auto& st = self->state;
   auto volume = st.volumes.find(volume_id);
   if (volume == st.volumes.end()) return std::vector<std::string>{};
-  std::vector<std::pair<std::uint64_t, const wire::KeyRecord*>> candidates;
+  std::vector<std::pair<std::uint64_t, const IndexEntry*>> candidates;
   // A version pointer (the object "P" of publish_state_dict, whose versions
   // are "P/vN") is never evicted: readers and the next publish need it.
   auto is_pointer = [&](const std::string& key, const wire::KeyRecord& r) {
@@ -304,8 +303,7 @@ caf::result<std::vector<std::string>> evict(controller_pointer self, const std::
     if (!r.group.empty() || r.shards.size() != 1 || is_pointer(key, r)) continue;
     const auto& s = r.shards.front();
     if (s.volume_id != volume_id || st.pinned.count({s.volume_id, s.object_id}) != 0) continue;
-    auto used = st.last_used.find(key);
-    candidates.emplace_back(used == st.last_used.end() ? 0 : used->second, &r);
+    candidates.emplace_back(r.last_used, &r);
   }
   if (candidates.empty()) return std::vector<std::string>{};
   std::sort(candidates.begin(), candidates.end(),
@@ -371,7 +369,6 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     }
     collect(k->second, released);  // shards on surviving volumes are freed
     st.lost[k->first] = id;
-    st.last_used.erase(k->first);
     k = st.index.erase(k);
     ++lost;
   }
@@ -399,13 +396,14 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
 
 // The records of `keys`: a missing key comes back with version 0, naming
 // why when it is known (its volume died, or it is partially committed).
-std::vector<wire::KeyRecord> locate(const ControllerState& st,
-                                    const std::vector<std::string>& keys) {
+// A key found counts as used (eviction's recency).
+std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::string>& keys) {
   std::vector<wire::KeyRecord> out;
   out.reserve(keys.size());
   for (const auto& k : keys) {
     auto it = st.index.find(k);
     if (it != st.index.end()) {
+      st.touch(it->second);
       out.push_back(it->second);
       continue;
     }
@@ -483,11 +481,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       },
       [=](locate_atom, const std::vector<std::string>& keys) {
         self->state.count(ControllerCounter::locate);
-        auto out = locate(self->state, keys);
-        for (const auto& r : out) {
-          if (r.found()) self->state.touch(r.key);
-        }
-        return out;
+        return locate(self->state, keys);
       },
       [=](evict_atom, const std::string& volume_id, std::uint64_t bytes) {
         return evict(self, volume_id, bytes);
@@ -546,7 +540,6 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         }
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
-        st.last_used.erase(key);
         st.index.erase(it);
         send_to_volumes(self, released, Verdict::discard);
         return caf::ok_atom::value;
@@ -586,7 +579,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           if (slot.found()) collect(slot, released);
           slot = std::move(it->second);
           slot.version = ++st.last_version;
-          st.touch(key);
+          st.touch(slot);
           st.pending.erase(it);
           committed.push_back(key);
         };

@@ -1,5 +1,6 @@
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -25,8 +26,29 @@ struct StoredObject {
   bool committed = false;
   caf::actor_addr owner;  // the client that staged it
   // Whether the region's memory goes to the pool when freed; shared with
-  // the region's deleter (discard clears it).
+  // the region's deleter (discard clears it). Null for memory never pooled
+  // (a publisher's lent buffers).
   std::shared_ptr<std::atomic<bool>> reusable;
+};
+
+class RegionPool;
+
+// A volume region's memory as its owners (object table, leases) hold it:
+// when the last lets go, the bytes are accounted back and the memory is
+// offered to the pool, unless the object was discarded (`reusable` false).
+struct AccountedMemory {
+  AccountedMemory(transports::RegionMemory m, std::weak_ptr<std::atomic<std::uint64_t>> c,
+                  std::weak_ptr<RegionPool> p, std::uint64_t n)
+      : memory(std::move(m)), counter(std::move(c)), pool(std::move(p)), nbytes(n) {}
+  AccountedMemory(const AccountedMemory&) = delete;
+  AccountedMemory& operator=(const AccountedMemory&) = delete;
+  ~AccountedMemory();
+
+  transports::RegionMemory memory;
+  std::weak_ptr<std::atomic<std::uint64_t>> counter;
+  std::weak_ptr<RegionPool> pool;
+  std::uint64_t nbytes;
+  std::atomic<bool> reusable{true};
 };
 
 struct Lease {
@@ -68,6 +90,20 @@ class RegionPool {
   std::uint64_t free_bytes_ = 0;
   const std::uint64_t max_bytes_;
 };
+
+// `nbytes` (under 64) of process memory, malloc-aligned (16 bytes).
+std::shared_ptr<std::byte> small_memory(std::uint64_t nbytes) {
+  void* p = std::malloc(nbytes == 0 ? 1 : nbytes);
+  if (p == nullptr) return nullptr;
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+}
+
+AccountedMemory::~AccountedMemory() {
+  if (auto c = counter.lock()) c->fetch_sub(nbytes);
+  if (reusable.load()) {
+    if (auto p = pool.lock()) p->give(nbytes, std::move(memory));
+  }
+}
 
 // The servers to tell when region memory is freed for good (rdma drops its
 // registration); the memory's deleters hold this weakly, since they may run
@@ -111,6 +147,7 @@ struct VolumeState {
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
   std::shared_ptr<FreeHooks> free_hooks = std::make_shared<FreeHooks>();
+  bool registers_memory = false;  // a server registers memory: free_hooks has it
 
   ~VolumeState() {
     {
@@ -135,13 +172,19 @@ struct VolumeState {
       if (!a.ok()) return a.status();
       m = std::move(a).value();
     } else {
-      auto memory = internal::allocate_aligned(nbytes);
+      // An object smaller than a cache line needs no 64-byte alignment
+      // (malloc's 16 serves every dtype) and would pay for it in padding:
+      // an index of a million tiny values is mostly such objects.
+      auto memory = nbytes < 64 ? small_memory(nbytes) : internal::allocate_aligned(nbytes);
       if (!memory) {
         return Status(Errc::out_of_capacity,
                       "cannot allocate " + std::to_string(nbytes) + " bytes");
       }
       m = transports::RegionMemory{std::move(memory), "", 0};
     }
+    // Memory freed for good (not pooled) is forgotten by the servers that
+    // registered it; none here does when no server registers memory.
+    if (!registers_memory) return m;
     std::weak_ptr<FreeHooks> hooks = free_hooks;
     std::byte* raw = m.memory.get();
     m.memory =
@@ -178,24 +221,17 @@ struct VolumeState {
     std::string segment = memory.segment;
     const std::uint64_t segment_offset = memory.segment_offset;
     bytes_held->fetch_add(nbytes);
-    std::weak_ptr<std::atomic<std::uint64_t>> counter = bytes_held;
     std::weak_ptr<RegionPool> weak_pool = on_device >= 0 ? device_pool(on_device) : pool;
-    auto reusable = std::make_shared<std::atomic<bool>>(true);
-    // When the last owner (object table or lease) lets go: account the bytes
-    // back and offer the memory to the pool, unless it was discarded.
-    std::shared_ptr<std::byte> accounted(data, [memory = std::move(memory), counter, weak_pool,
-                                                nbytes, reusable](std::byte*) mutable {
-      if (auto c = counter.lock()) c->fetch_sub(nbytes);
-      if (reusable->load()) {
-        if (auto p = weak_pool.lock()) p->give(nbytes, std::move(memory));
-      }
-      memory.memory.reset();
-    });
+    auto block = std::make_shared<AccountedMemory>(std::move(memory), bytes_held,
+                                                   std::move(weak_pool), nbytes);
+    // The region's memory and the object's reuse flag point into the one
+    // block, so a tiny object pays for one control block, not three.
+    std::shared_ptr<std::byte> accounted(block, data);
     StoredObject object;
     object.region = std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
                                                          std::move(segment), segment_offset);
     object.region->set_device(on_device);
-    object.reusable = std::move(reusable);
+    object.reusable = std::shared_ptr<std::atomic<bool>>(block, &block->reusable);
     return object;
   }
 
@@ -210,7 +246,7 @@ struct VolumeState {
   void drop(std::uint64_t id, bool reuse) {
     auto it = objects.find(id);
     if (it == objects.end()) return;
-    if (!reuse) it->second.reusable->store(false);
+    if (!reuse && it->second.reusable) it->second.reusable->store(false);
     objects.erase(it);
   }
 };
@@ -357,7 +393,6 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
     object.region = std::make_shared<transports::Region>(id, std::move(memory), b.nbytes, b.segment,
                                                          b.segment_offset);
     object.region->set_device(b.device);
-    object.reusable = std::make_shared<std::atomic<bool>>(false);
     wire::RegionRef ref = region_ref(id, *object.region);
     if (auto s = st.describe(*object.region, ref); !s.ok()) return undo(s);
     st.regions->add(object.region);
@@ -434,7 +469,11 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
-  for (const auto& server : st.servers) st.free_hooks->servers.push_back(server.get());
+  for (const auto& server : st.servers) {
+    if (!server->registers_memory()) continue;
+    st.free_hooks->servers.push_back(server.get());
+    st.registers_memory = true;
+  }
   for (const auto& server : st.servers) {
     if (auto a = server->allocator()) {
       st.allocator = std::move(a);

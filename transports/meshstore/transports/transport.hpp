@@ -130,6 +130,10 @@ class TransportServer {
   /// pooled): a one-sided server drops what it registered for it (rdma:
   /// the memory registration). May be called from any thread.
   virtual void forget(const std::byte* data) { (void)data; }
+  /// Whether forget() matters: the server keeps state per piece of memory
+  /// it served (rdma's registrations). A volume none of whose servers does
+  /// skips the bookkeeping that calls forget().
+  virtual bool registers_memory() const noexcept { return false; }
   /// Stops serving and releases every actor handle it holds.
   virtual void shutdown() = 0;
 };

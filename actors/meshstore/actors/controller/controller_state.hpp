@@ -14,22 +14,39 @@
 
 namespace meshstore::actors::controller_detail {
 
+// A key's committed record in the index, with what only the controller
+// keeps about it. Derived rather than wrapped so that the index's records
+// pass as wire::KeyRecord wherever one is read (a reply copies the record
+// part alone).
+struct IndexEntry : wire::KeyRecord {
+  // Eviction's recency: the use tick of the key's last commit or locate
+  // here (reads a client serves from its location cache do not count).
+  // Kept in the entry, not in a map of its own: a million keys would pay
+  // a second copy of each key and a hash node (about 75 bytes a key).
+  std::uint64_t last_used = 0;
+
+  IndexEntry& operator=(const wire::KeyRecord& r) {
+    wire::KeyRecord::operator=(r);
+    return *this;
+  }
+  IndexEntry& operator=(wire::KeyRecord&& r) {
+    wire::KeyRecord::operator=(std::move(r));
+    return *this;
+  }
+};
+
 struct ControllerState {
   static inline const char* name = "meshstore.controller";
 
-  std::map<std::string, wire::KeyRecord> index;  // ordered: keys(prefix) is a range scan
+  std::map<std::string, IndexEntry> index;  // ordered: keys(prefix) is a range scan
   std::vector<wire::VolumeInfo> volume_infos;
   std::unordered_map<std::string, storage_volume_actor> volumes;
   std::map<caf::actor_addr, std::string> volume_by_addr;  // monitored volumes
   // Keys whose volume died, with that volume's id, until put or removed again.
   std::map<std::string, std::string> lost;
   std::uint64_t last_version = 0;  // store-wide commit sequence
-  // Eviction's recency: each key's last commit or locate here (reads a
-  // client serves from its location cache do not count). Erased with the
-  // key.
-  std::unordered_map<std::string, std::uint64_t> last_used;
-  std::uint64_t use_tick = 0;
-  void touch(const std::string& key) { last_used[key] = ++use_tick; }
+  std::uint64_t use_tick = 0;      // IndexEntry::last_used's clock
+  void touch(IndexEntry& entry) { entry.last_used = ++use_tick; }
   // Sharded keys whose shards do not cover their tensor yet: the shards so
   // far (adopted by their volumes, so no reclaim takes them).
   std::map<std::string, wire::KeyRecord> pending;

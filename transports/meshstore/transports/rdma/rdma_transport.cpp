@@ -335,6 +335,7 @@ class RdmaServer final : public TransportServer {
   void forget(const std::byte* data) override {
     registrations_->forget(const_cast<std::byte*>(data));
   }
+  bool registers_memory() const noexcept override { return true; }
   void shutdown() override {
     if (actor_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
     actor_ = nullptr;
