@@ -1,5 +1,6 @@
-# Sourced by the multi-host tests: two "hosts" as network namespaces joined
-# by a veth pair, and a bounded wait on a log. Traffic stays inside them.
+# Sourced by the multi-host tests: "hosts" as network namespaces joined by a
+# veth pair (two) or a bridge (more), and a bounded wait on a log. Traffic
+# stays inside them.
 
 # Skips (exit 77) unless this shell may create network namespaces.
 netns_require_root() {
@@ -27,6 +28,35 @@ netns_two_hosts() {
   set +e
 }
 
+# netns_bridge_hosts SWITCH ERRFILE NS:ADDR...: makes namespace SWITCH with a
+# bridge and one namespace per NS:ADDR, each joined to the bridge by a veth
+# pair (its end is "eth0", at ADDR/24, the bridge's end "p<I>" in SWITCH);
+# brings every link up. Nothing is made outside these namespaces. Skips
+# (exit 77) when they cannot be made here.
+netns_bridge_hosts() {
+  local sw=$1 err=$2 i=0
+  shift 2
+  if ! ip netns add "$sw" 2>"$err" || ! ip -n "$sw" link add br0 type bridge 2>>"$err"; then
+    echo "SKIP: cannot create a bridged network namespace here: $(cat "$err")"; exit 77
+  fi
+  set -e
+  ip -n "$sw" link set lo up
+  ip -n "$sw" link set br0 up
+  for host in "$@"; do
+    local ns=${host%%:*} addr=${host#*:}
+    ip netns add "$ns"
+    ip -n "$sw" link add "p$i" type veth peer name eth0
+    ip -n "$sw" link set eth0 netns "$ns"
+    ip -n "$sw" link set "p$i" master br0
+    ip -n "$sw" link set "p$i" up
+    ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    i=$((i + 1))
+  done
+  set +e
+}
+
 # Waits (bounded: 30 s) until file $1 contains $2.
 wait_for() {
   for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
@@ -35,15 +65,16 @@ wait_for() {
 
 # The EXIT trap of the multi-host tests: kills every process in the array
 # `pids`, collects the shared memory the killed ones could not unlink (with
-# `$TOOL gc`, when TOOL is set), deletes the namespaces $A and $B and the
-# folder $LOG.
+# `$TOOL gc`, when TOOL is set), deletes the namespaces $A and $B (or those
+# of the array `namespaces`) and the folder $LOG.
 netns_cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   wait 2>/dev/null
   if [ -n "${TOOL:-}" ]; then
     for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
   fi
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
+  for ns in "${A:-}" "${B:-}" "${namespaces[@]:-}"; do
+    [ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
+  done
   rm -rf "$LOG"
 }

@@ -14,6 +14,11 @@
 //     one float tensor of MIB MiB, all 7s, under PREFIX: the version's
 //     object is this process's own buffer. Prints "published N lent BYTES",
 //     then waits to be killed, the buffer still lent.
+//   meshstore_test_peer read-latest ADDRESS PREFIX MIB
+//     connects as a tool and reads the latest version published under PREFIX
+//     (publish-direct's state dict: "w", MIB MiB of float 7s) into a buffer
+//     of its own, checks every element, prints "read latest ok vN" and exits
+//     0 (1 with the error otherwise).
 //   meshstore_test_peer read ADDRESS KEY
 //     connects as a tool (no volume), reads KEY, checks every element is the
 //     float 7, prints "read ok" and exits 0 (1 with the error otherwise).
@@ -100,12 +105,13 @@ int main(int argc, char** argv) {
   const bool write_sd = argc == 5 && std::strcmp(argv[1], "write-state-dict") == 0;
   const bool read_loop = argc == 5 && std::strcmp(argv[1], "read-loop") == 0;
   const bool publish_direct = argc == 5 && std::strcmp(argv[1], "publish-direct") == 0;
+  const bool read_latest = argc == 5 && std::strcmp(argv[1], "read-latest") == 0;
   const long elements = hold && argc > 5 ? std::atol(argv[5]) : 0;
-  if (!hold && !read && !write_sd && !read_loop && !publish_direct) {
+  if (!hold && !read && !write_sd && !read_loop && !publish_direct && !read_latest) {
     std::fprintf(stderr,
                  "usage: meshstore_test_peer hold ADDRESS KEY [LOCAL_RANK [ELEMENTS]] | read "
                  "ADDRESS KEY | write-state-dict ADDRESS KEY MIB | read-loop ADDRESS FAR NEAR | "
-                 "publish-direct ADDRESS PREFIX MIB\n");
+                 "publish-direct ADDRESS PREFIX MIB | read-latest ADDRESS PREFIX MIB\n");
     return 2;
   }
   meshstore::StoreOptions o;
@@ -160,6 +166,27 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(pub->lent_bytes()));
     std::fflush(stdout);
     for (;;) pause();
+  }
+  if (read_latest) {
+    const std::int64_t n = std::atol(argv[4]) * (std::int64_t{1} << 20) / 4;
+    std::vector<float> weights(static_cast<std::size_t>(n), 0.0f);
+    meshstore::StateDict sd;
+    if (n <= 0 || !sd.insert("w", meshstore::TensorView::of(weights.data(), {n})).ok()) return 1;
+    auto version = store->get_latest_state_dict_into(argv[3], sd).get(60s);
+    if (!version.ok()) {
+      std::fprintf(stderr, "peer: read-latest %s: %s\n", argv[3],
+                   version.status().to_string().c_str());
+      return 1;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (weights[static_cast<std::size_t>(i)] != 7.0f) {
+        std::fprintf(stderr, "peer: read-latest %s: element %lld is %g\n", argv[3],
+                     static_cast<long long>(i), weights[static_cast<std::size_t>(i)]);
+        return 1;
+      }
+    }
+    std::printf("read latest ok v%llu\n", static_cast<unsigned long long>(*version));
+    return 0;
   }
   if (read) {
     auto t = store->get(argv[3]).get(30s);
