@@ -264,14 +264,17 @@ void run_weight_sync(const Args& a) {
         "\"put_state_dict_gbps\":%.3f,\"get_state_dict_into_gbps\":%.3f,"
         "\"put_state_dict_vs_memcpy\":%.3f,\"get_state_dict_into_vs_memcpy\":%.3f,"
         "\"put_per_tensor_us\":%.2f,\"get_per_tensor_us\":%.2f,\"per_tensor_overhead_us\":%.2f,"
-        "\"small_1000x4KiB_sync_ms\":%.3f,\"end_to_end_gbps\":%.3f,\"end_to_end_vs_memcpy\":%.3f,"
+        "\"small_1000x4KiB_sync_ms\":%.3f,\"small_put_ms\":%.3f,\"small_get_ms\":%.3f,"
+        "\"small_bytes\":%llu,\"put_state_dict_s\":%.6f,\"get_state_dict_into_s\":%.6f,"
+        "\"end_to_end_gbps\":%.3f,\"end_to_end_vs_memcpy\":%.3f,"
         "\"end_to_end_mode\":\"%s\",\"end_to_end_sequential_vs_memcpy\":%.3f,"
         "\"end_to_end_publish_vs_memcpy\":%.3f,\"end_to_end_in_place_vs_memcpy\":%.3f,"
         "\"in_place_commit_ms\":%.3f}\n",
         config.name.c_str(), a.transport.c_str(), a.processes, shapes.size(),
         static_cast<unsigned long long>(src.bytes), iters, gb / m, gb / big.put, gb / big.get,
         m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
-        (small.put + small.get) * 1e3, gb / e2e, m / e2e,
+        (small.put + small.get) * 1e3, small.put * 1e3, small.get * 1e3,
+        static_cast<unsigned long long>(b2), big.put, big.get, gb / e2e, m / e2e,
         have_stream ? "streamed to a reader process" : "sequential", m / sequential,
         have_stream ? m / streamed.put : 0.0, have_stream ? m / in_place.seconds : 0.0,
         in_place.put * 1e3);

@@ -11,14 +11,15 @@
 //     tensors of MIB MiB in all under KEY, prints "committed" and exits.
 //   meshstore_test_peer publish-direct ADDRESS PREFIX MIB
 //     connects as a tool and publishes (Store::publish, PublishMode::direct)
-//     one float tensor of MIB MiB, all 7s, under PREFIX: the version's
+//     one float tensor of MIB MiB (a decimal), all 7s, under PREFIX: the version's
 //     object is this process's own buffer. Prints "published N lent BYTES",
 //     then waits to be killed, the buffer still lent.
 //   meshstore_test_peer read-latest ADDRESS PREFIX MIB
 //     connects as a tool and reads the latest version published under PREFIX
 //     (publish-direct's state dict: "w", MIB MiB of float 7s) into a buffer
-//     of its own, checks every element, prints "read latest ok vN" and exits
-//     0 (1 with the error otherwise).
+//     of its own, checks every element, prints "read latest ok vN in MS ms"
+//     (the call's time, connecting to the publisher included) and exits 0
+//     (1 with the error otherwise).
 //   meshstore_test_peer read ADDRESS KEY
 //     connects as a tool (no volume), reads KEY, checks every element is the
 //     float 7, prints "read ok" and exits 0 (1 with the error otherwise).
@@ -50,6 +51,11 @@ std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The number of floats in `mib` MiB (a decimal: 0.004 is about 4 KiB).
+std::int64_t floats_in(const char* mib) {
+  return static_cast<std::int64_t>(std::atof(mib) * static_cast<double>(std::int64_t{1} << 20) / 4);
 }
 
 // A read of `key`: its status, and "torn" (exit) if it holds anything but 7s.
@@ -151,7 +157,7 @@ int main(int argc, char** argv) {
   }
   if (read_loop) return read_loop_main(*store, argv[3], argv[4]);
   if (publish_direct) {
-    const std::int64_t n = std::atol(argv[4]) * (std::int64_t{1} << 20) / 4;
+    const std::int64_t n = floats_in(argv[4]);
     std::vector<float> weights(static_cast<std::size_t>(n), 7.0f);
     meshstore::StateDict sd;
     if (!sd.insert("w", meshstore::TensorView::of(weights.data(), {n})).ok()) return 1;
@@ -168,11 +174,14 @@ int main(int argc, char** argv) {
     for (;;) pause();
   }
   if (read_latest) {
-    const std::int64_t n = std::atol(argv[4]) * (std::int64_t{1} << 20) / 4;
+    const std::int64_t n = floats_in(argv[4]);
     std::vector<float> weights(static_cast<std::size_t>(n), 0.0f);
     meshstore::StateDict sd;
     if (n <= 0 || !sd.insert("w", meshstore::TensorView::of(weights.data(), {n})).ok()) return 1;
+    const auto t0 = std::chrono::steady_clock::now();
     auto version = store->get_latest_state_dict_into(argv[3], sd).get(60s);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!version.ok()) {
       std::fprintf(stderr, "peer: read-latest %s: %s\n", argv[3],
                    version.status().to_string().c_str());
@@ -185,7 +194,7 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    std::printf("read latest ok v%llu\n", static_cast<unsigned long long>(*version));
+    std::printf("read latest ok v%llu in %.3f ms\n", static_cast<unsigned long long>(*version), ms);
     return 0;
   }
   if (read) {
