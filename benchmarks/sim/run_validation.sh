@@ -4,6 +4,7 @@
 # when root may make network namespaces), then has weightsync_sim.py predict
 # the weight-sync and four-host figures from the others and prints predicted
 # against measured. Then the 1T plan.
+# The measurements stay in OUT (default results/validation-DATE).
 #   benchmarks/sim/run_validation.sh [BINDIR] [--transport tcp|shm|cma] [--smoke]
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -17,8 +18,9 @@ while [ $# -gt 0 ]; do
     *) echo "run_validation: unknown argument '$1'"; exit 2 ;;
   esac
 done
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+OUT=${OUT:-$HERE/../../results/validation-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+echo "measurements in $OUT" >&2
 for t in $TRANSPORTS; do
   echo "== measuring over $t" >&2
   bytes=512MiB iters=3

@@ -242,20 +242,26 @@ PACK_MAX = 64 << 10  # StateDictPutOptions::pack_max_tensor_bytes
 BUCKET = 64 << 20  # packed bucket bytes (state_dicts.md)
 
 
-def state_dict_op(tensors, per_tensor_s, bandwidth, window, fixed_s=0.0):
-    """Simulated seconds of one put_state_dict or get_state_dict_into between
-    two processes: every tensor costs per_tensor_s of the caller's time
-    (serially: the client's actor); tensors above PACK_MAX are objects of
-    their own, the rest are packed into buckets; objects move through one
-    transport of `bandwidth` bytes/s, `window` of them in flight."""
-    sim = Sim()
-    link = Resource("transport", bandwidth)
+def state_dict_objects(tensors):
+    """The objects a state dict of tensor sizes `tensors` is stored as:
+    tensors above PACK_MAX one each, the rest packed into buckets."""
     objects = [b for b in tensors if b > PACK_MAX]
     packed = sum(b for b in tensors if b <= PACK_MAX)
     while packed > 0:
         objects.append(min(packed, BUCKET))
         packed -= BUCKET
-    objects.sort(reverse=True)
+    return sorted(objects, reverse=True)
+
+
+def state_dict_op(tensors, per_tensor_s, per_object_s, bandwidth, window=4):
+    """Simulated seconds of one put_state_dict or get_state_dict_into between
+    two processes: every tensor costs per_tensor_s and every object
+    per_object_s of the caller's time (serially: the client's actor), then
+    the objects' bytes move through one transport of `bandwidth` bytes/s,
+    `window` objects in flight."""
+    sim = Sim()
+    link = Resource("transport", bandwidth)
+    objects = state_dict_objects(tensors)
     state = {"next": 0, "open": 0}
 
     def launch():
@@ -269,32 +275,40 @@ def state_dict_op(tensors, per_tensor_s, bandwidth, window, fixed_s=0.0):
         state["open"] -= 1
         launch()
 
-    # The per-tensor work comes first (locating, describing, packing), then
-    # the bytes: a conservative order (the store overlaps some of it).
-    sim.after(fixed_s + per_tensor_s * len(tensors), launch)
+    # The per-tensor and per-object work first (locating, describing,
+    # packing), then the bytes: a conservative order (the store overlaps
+    # some of it).
+    sim.after(per_tensor_s * len(tensors) + per_object_s * len(objects), launch)
     return sim.run()
 
 
 def validate_weight_sync(single, ws):
     """Predicts W's Qwen3 put and get from S's one-tensor bandwidth and W's
-    1,000 x 4 KiB times."""
+    two calibration workloads: 1,000 x 4 KiB (the per-tensor cost: packed,
+    one object) and 64 x 4 MiB (the per-object cost: an object each)."""
     rows = []
     tensors = qwen3_tensor_bytes()
     if abs(sum(tensors) - ws["bytes"]) > 0.01 * ws["bytes"]:
         raise SystemExit("weight-sync measured %d bytes, the simulator's Qwen3 shapes %d: "
                          "not the same model" % (ws["bytes"], sum(tensors)))
-    for op, gbps_key, small_key, measured_key in (
-            ("put_state_dict", "put_gbps", "small_put_ms", "put_state_dict_s"),
-            ("get_state_dict_into", "get_into_gbps", "small_get_ms", "get_state_dict_into_s")):
+    for op, gbps_key, small_key, medium_key, measured_key in (
+            ("put_state_dict", "put_gbps", "small_put_ms", "medium_put_ms", "put_state_dict_s"),
+            ("get_state_dict_into", "get_into_gbps", "small_get_ms", "medium_get_ms",
+             "get_state_dict_into_s")):
         bandwidth = single[gbps_key] * 1e9
-        # The small workload: 1,000 tensors of 4 KiB, packed into one bucket.
-        # Its time less its bytes' transfer is the per-tensor cost.
+        # 1,000 tensors of 4 KiB, packed into one object: its time less its
+        # bytes' transfer is the per-tensor cost.
         small_s = ws[small_key] / 1e3
-        per_tensor = max(0.0, (small_s - ws["small_bytes"] / bandwidth)) / 1000.0
-        predicted = state_dict_op(tensors, per_tensor, bandwidth, window=4)
+        per_tensor = max(0.0, small_s - ws["small_bytes"] / bandwidth) / 1000.0
+        # N tensors of 4 MiB, an object each: its time less the per-tensor
+        # costs and the bytes' transfer is the per-object cost.
+        n = ws["medium_tensors"]
+        medium_s = ws[medium_key] / 1e3
+        per_object = max(0.0, medium_s - n * per_tensor - ws["medium_bytes"] / bandwidth) / n
+        predicted = state_dict_op(tensors, per_tensor, per_object, bandwidth)
         rows.append(("weight-sync %s (%s)" % (op, ws["transport"]), predicted,
-                     ws[measured_key], "single %s %.2f GB/s, %.2f us a tensor" %
-                     (gbps_key, single[gbps_key], per_tensor * 1e6)))
+                     ws[measured_key], "single %s %.2f GB/s, %.2f us a tensor, %.0f us an object" %
+                     (gbps_key, single[gbps_key], per_tensor * 1e6, per_object * 1e6)))
     return rows
 
 
@@ -537,6 +551,8 @@ def main(argv=None):
         self_check()
         single = {"put_gbps": 4.0, "get_into_gbps": 3.0}
         ws = {"bytes": sum(qwen3_tensor_bytes()), "transport": "tcp", "small_put_ms": 4.0,
+              "medium_tensors": 64, "medium_bytes": 64 << 22, "medium_put_ms": 70.0,
+              "medium_get_ms": 95.0,
               "small_get_ms": 5.0, "small_bytes": 4096000, "put_state_dict_s": 0.3,
               "get_state_dict_into_s": 0.4}
         four = {"raw_goodput_bytes_per_s": 1.2e8, "tiny_ms": 5.0, "bytes": 1 << 22,

@@ -1,7 +1,8 @@
 // store_bench --scenario weight-sync: put_state_dict and get_state_dict_into
 // of a Qwen3-shaped bf16 state dict (the exact names and shapes) against
 // memcpy of the same bytes; the per-tensor overhead fitted from a second
-// workload (1,000 tensors of 4 KiB); end to end, from the trainer's first
+// workload (1,000 tensors of 4 KiB); a third (64 tensors of 4 MiB) for the
+// simulator's cost per object (benchmarks/sim); end to end, from the trainer's first
 // byte to the last byte in a reader process (run_reader), by copy and in
 // place.
 #include <unistd.h>
@@ -236,6 +237,17 @@ void run_weight_sync(const Args& a) {
   for (int i = 0; i < 1000; ++i) small_shapes.push_back({"t." + std::to_string(i), {2048}});
   Dict small_src = make_dict(small_shapes, 0x4000), small_dst = make_dict(small_shapes, 0);
   const SyncTimes small = time_sync(store, "ws_small", small_src, small_dst, iters, !a.json);
+  // A third for the simulator (benchmarks/sim/weightsync_sim.py), which
+  // takes a state dict's cost per object from it: tensors of 4 MiB, each an
+  // object of its own.
+  const int medium_n = a.smoke ? 4 : 64;
+  qwen3::Tensors medium_shapes;
+  for (int i = 0; i < medium_n; ++i) medium_shapes.push_back({"m." + std::to_string(i), {2 << 20}});
+  Dict medium_src = make_dict(medium_shapes, 0x4100), medium_dst = make_dict(medium_shapes, 0);
+  const SyncTimes medium = time_sync(store, "ws_medium", medium_src, medium_dst, iters, !a.json);
+  const std::uint64_t medium_bytes = medium_src.bytes;
+  medium_src = Dict();
+  medium_dst = Dict();
   // time = tensors * per_tensor + bytes / bandwidth, from the two workloads.
   const double n1 = static_cast<double>(shapes.size()), b1 = static_cast<double>(src.bytes);
   const double n2 = 1000.0, b2 = static_cast<double>(small_src.bytes);
@@ -265,7 +277,9 @@ void run_weight_sync(const Args& a) {
         "\"put_state_dict_vs_memcpy\":%.3f,\"get_state_dict_into_vs_memcpy\":%.3f,"
         "\"put_per_tensor_us\":%.2f,\"get_per_tensor_us\":%.2f,\"per_tensor_overhead_us\":%.2f,"
         "\"small_1000x4KiB_sync_ms\":%.3f,\"small_put_ms\":%.3f,\"small_get_ms\":%.3f,"
-        "\"small_bytes\":%llu,\"put_state_dict_s\":%.6f,\"get_state_dict_into_s\":%.6f,"
+        "\"small_bytes\":%llu,\"medium_tensors\":%d,\"medium_bytes\":%llu,"
+        "\"medium_put_ms\":%.3f,\"medium_get_ms\":%.3f,"
+        "\"put_state_dict_s\":%.6f,\"get_state_dict_into_s\":%.6f,"
         "\"end_to_end_gbps\":%.3f,\"end_to_end_vs_memcpy\":%.3f,"
         "\"end_to_end_mode\":\"%s\",\"end_to_end_sequential_vs_memcpy\":%.3f,"
         "\"end_to_end_publish_vs_memcpy\":%.3f,\"end_to_end_in_place_vs_memcpy\":%.3f,"
@@ -274,10 +288,11 @@ void run_weight_sync(const Args& a) {
         static_cast<unsigned long long>(src.bytes), iters, gb / m, gb / big.put, gb / big.get,
         m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
         (small.put + small.get) * 1e3, small.put * 1e3, small.get * 1e3,
-        static_cast<unsigned long long>(b2), big.put, big.get, gb / e2e, m / e2e,
-        have_stream ? "streamed to a reader process" : "sequential", m / sequential,
-        have_stream ? m / streamed.put : 0.0, have_stream ? m / in_place.seconds : 0.0,
-        in_place.put * 1e3);
+        static_cast<unsigned long long>(b2), medium_n,
+        static_cast<unsigned long long>(medium_bytes), medium.put * 1e3, medium.get * 1e3, big.put,
+        big.get, gb / e2e, m / e2e, have_stream ? "streamed to a reader process" : "sequential",
+        m / sequential, have_stream ? m / streamed.put : 0.0,
+        have_stream ? m / in_place.seconds : 0.0, in_place.put * 1e3);
     return;
   }
   std::printf(
@@ -303,6 +318,8 @@ void run_weight_sync(const Args& a) {
   std::printf(
       "  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put %.2f ms + get %.2f ms\n",
       put_op, get_op, small.put * 1e3, small.get * 1e3);
+  std::printf("  %d x 4 MiB (one object each): put %.2f ms + get %.2f ms\n", medium_n,
+              medium.put * 1e3, medium.get * 1e3);
 }
 
 }  // namespace meshstore::bench
