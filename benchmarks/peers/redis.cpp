@@ -1,11 +1,8 @@
-// The redis contender: the server peer_bench starts for itself, and a
-// workload moved through it in pipelined pieces (see redis.hpp).
+// The redis contender: a workload moved through the server peer_bench
+// starts for itself (../redis_server.hpp) in pipelined pieces (see
+// redis.hpp).
 #if MESHSTORE_HAVE_HIREDIS
 #include "redis.hpp"
-
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,59 +26,6 @@ constexpr std::size_t kRedisPiece = std::size_t{4} << 20;
 constexpr std::size_t kRedisWindow = 16;
 
 }  // namespace
-
-RedisServer::RedisServer() {
-  char tmpl[] = "/tmp/peer_bench-redis-XXXXXX";
-  dir = ::mkdtemp(tmpl);
-  socket = dir + "/redis.sock";
-  std::vector<std::string> args{"redis-server",
-                                "--port",
-                                "0",
-                                "--unixsocket",
-                                socket,
-                                "--unixsocketperm",
-                                "700",
-                                "--save",
-                                "",
-                                "--appendonly",
-                                "no",
-                                "--dir",
-                                dir,
-                                "--logfile",
-                                dir + "/redis.log",
-                                "--daemonize",
-                                "no"};
-  std::vector<char*> argv;
-  for (auto& x : args) argv.push_back(x.data());
-  argv.push_back(nullptr);
-  if (posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
-    die("cannot start redis-server (apt-get install redis-server)");
-  }
-  for (int i = 0; i < 1000; ++i) {  // bounded: 10 s
-    if (redisContext* c = redisConnectUnix(socket.c_str()); c && !c->err) {
-      redisFree(c);
-      return;
-    } else if (c) {
-      redisFree(c);
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  die("redis-server did not come up on " + socket);
-}
-
-RedisServer::~RedisServer() {
-  if (pid > 0) {
-    ::kill(pid, SIGTERM);
-    ::waitpid(pid, nullptr, 0);
-  }
-  std::system(("rm -rf '" + dir + "'").c_str());
-}
-
-redisContext* redis_connect(const std::string& socket) {
-  redisContext* c = redisConnectUnix(socket.c_str());
-  if (!c || c->err) die("redis connect: " + std::string(c ? c->errstr : "no context"));
-  return c;
-}
 
 // SETs (write) or GETs every piece of `w`'s tensors, pipelined in windows.
 void redis_move(redisContext* c, Workload& w, bool write) {

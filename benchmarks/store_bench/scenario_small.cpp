@@ -1,18 +1,86 @@
-// store_bench --scenario small: p50/p99 of a 4 KiB put + get_into, against
-// the round trip of a bare request (exists) to the same store.
-#include <algorithm>
+// store_bench --scenario small: small values between two processes.
+// - p50/p99 of a 4 KiB put + get_into, against the round trip of a bare
+//   request (exists) to the same store;
+// - by value size, 64 B to 1 MiB: put + get_into p50/p99, next to Redis
+//   SET + GET p50/p99 of the same value (one client, TCP over loopback, a
+//   server this run starts, as peer_bench's redis contender does), when
+//   built with hiredis.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "../bench_util.hpp"
+#include "../redis_server.hpp"
 #include "peer.hpp"
 #include "scenarios.hpp"
 
 using namespace std::chrono_literals;
 
 namespace meshstore::bench {
+
+namespace {
+
+struct SizePoint {
+  std::size_t bytes = 0;
+  double p50 = 0, p99 = 0;              // meshstore put + get_into, microseconds
+  double redis_p50 = 0, redis_p99 = 0;  // Redis SET + GET; 0 without hiredis
+};
+
+// put + get_into of `bytes` under `key`, `iters` times: each round's
+// microseconds. The value read back is checked.
+std::vector<double> time_put_get(meshstore::Store& store, const std::string& key, std::size_t bytes,
+                                 int iters) {
+  std::vector<std::uint8_t> src(bytes), dst(bytes);
+  const auto n = static_cast<std::int64_t>(bytes);
+  const meshstore::TensorView in(src.data(), meshstore::DType::uint8, {n});
+  const meshstore::TensorView out(dst.data(), meshstore::DType::uint8, {n});
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    src.front() = src.back() = static_cast<std::uint8_t>(i);
+    const auto t0 = Clock::now();
+    must(store.put(key, in).get(60s), "put");
+    must(store.get_into(key, out).get(60s), "get_into");
+    us.push_back(secs(t0) * 1e6);
+    if (dst.front() != src.front() || dst.back() != src.back()) die("get_into: wrong bytes");
+  }
+  return us;
+}
+
+#if MESHSTORE_HAVE_HIREDIS
+// SET + GET of `bytes` under `key`, `iters` times, one call at a time:
+// each round's microseconds. The value read back is copied out (as a
+// get_into would) and checked.
+std::vector<double> time_redis(redisContext* c, const std::string& key, std::size_t bytes,
+                               int iters) {
+  std::vector<char> src(bytes), dst(bytes);
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    src.front() = src.back() = static_cast<char>(i);
+    const auto t0 = Clock::now();
+    auto* set = static_cast<redisReply*>(
+        redisCommand(c, "SET %b %b", key.data(), key.size(), src.data(), src.size()));
+    if (!set || set->type != REDIS_REPLY_STATUS) die("redis SET failed");
+    freeReplyObject(set);
+    auto* get = static_cast<redisReply*>(redisCommand(c, "GET %b", key.data(), key.size()));
+    if (!get || get->type != REDIS_REPLY_STRING || static_cast<std::size_t>(get->len) != bytes) {
+      die("redis GET returned no value of the right size");
+    }
+    std::memcpy(dst.data(), get->str, bytes);
+    freeReplyObject(get);
+    us.push_back(secs(t0) * 1e6);
+    if (dst.front() != src.front() || dst.back() != src.back()) die("redis GET: wrong bytes");
+  }
+  return us;
+}
+#endif
+
+}  // namespace
 
 void run_small(const Args& a) {
   const int iters = a.iters ? a.iters : (a.smoke ? 50 : 2000);
@@ -34,12 +102,63 @@ void run_small(const Args& a) {
   }
   const double rtt50 = percentile(rtt, 0.5), pg50 = percentile(put_get, 0.5),
                pg99 = percentile(put_get, 0.99);
+
+  // By value size, each with Redis next to it.
+  const std::vector<std::size_t> sizes =
+      a.smoke ? std::vector<std::size_t>{64, 4096, std::size_t{1} << 20}
+              : std::vector<std::size_t>{64,    256,   1024,   4096,
+                                         16384, 65536, 262144, std::size_t{1} << 20};
+  const int per_size = a.smoke ? 20 : (a.iters ? a.iters : 1000);
+#if MESHSTORE_HAVE_HIREDIS
+  auto redis = std::make_unique<RedisServer>();
+  redisContext* rc = redis_connect_tcp(redis->port);
+#endif
+  std::vector<SizePoint> points;
+  for (const std::size_t bytes : sizes) {
+    if (!a.json) std::fprintf(stderr, "store_bench small: %zu bytes\n", bytes);
+    SizePoint p;
+    p.bytes = bytes;
+    const std::string key = "small." + std::to_string(bytes);
+    time_put_get(store, key, bytes, 5);  // warm: the key's memory and location
+    auto m = time_put_get(store, key, bytes, per_size);
+    p.p50 = percentile(m, 0.5);
+    p.p99 = percentile(m, 0.99);
+#if MESHSTORE_HAVE_HIREDIS
+    time_redis(rc, key, bytes, 5);
+    auto r = time_redis(rc, key, bytes, per_size);
+    p.redis_p50 = percentile(r, 0.5);
+    p.redis_p99 = percentile(r, 0.99);
+#endif
+    points.push_back(p);
+  }
+#if MESHSTORE_HAVE_HIREDIS
+  redisFree(rc);
+  redis.reset();
+#endif
+  double vs_redis_4k = 0, vs_redis_4k_p99 = 0;
+  for (const auto& p : points) {
+    if (p.bytes == 4096 && p.redis_p50 > 0) {
+      vs_redis_4k = p.p50 / p.redis_p50;
+      vs_redis_4k_p99 = p.p99 / p.redis_p99;
+    }
+  }
+
   if (a.json) {
     std::printf(
         "{\"scenario\":\"small\",\"transport\":\"%s\",\"bytes\":4096,\"iters\":%d,\"processes\":%d,"
         "\"rtt_p50_us\":%.2f,\"put_get_p50_us\":%.2f,\"put_get_p99_us\":%.2f,\"small_put_get_vs_"
-        "rtt\":%.2f}\n",
-        a.transport.c_str(), iters, a.processes, rtt50, pg50, pg99, pg50 / rtt50);
+        "rtt\":%.2f,\"redis\":%s,\"put_get_4k_vs_redis_p50\":%.2f,\"put_get_4k_vs_redis_p99\":%.2f,"
+        "\"sizes\":[",
+        a.transport.c_str(), iters, a.processes, rtt50, pg50, pg99, pg50 / rtt50,
+        vs_redis_4k > 0 ? "true" : "false", vs_redis_4k, vs_redis_4k_p99);
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const auto& p = points[i];
+      std::printf(
+          "%s{\"bytes\":%zu,\"p50_us\":%.2f,\"p99_us\":%.2f,\"redis_p50_us\":%.2f,"
+          "\"redis_p99_us\":%.2f}",
+          i ? "," : "", p.bytes, p.p50, p.p99, p.redis_p50, p.redis_p99);
+    }
+    std::printf("]}\n");
     return;
   }
   std::printf(
@@ -48,6 +167,18 @@ void run_small(const Args& a) {
   std::printf("  bare round trip (exists) p50 %8.1f us\n", rtt50);
   std::printf("  put + get_into           p50 %8.1f us   p99 %8.1f us   (%.1f round trips)\n", pg50,
               pg99, pg50 / rtt50);
+  std::printf("  by value size, %d rounds each; Redis: SET + GET, one client, TCP loopback\n",
+              per_size);
+  std::printf("  %10s %12s %12s %12s %12s %10s %10s\n", "bytes", "p50 us", "p99 us", "Redis p50",
+              "Redis p99", "p50 ratio", "p99 ratio");
+  for (const auto& p : points) {
+    if (p.redis_p50 > 0) {
+      std::printf("  %10zu %12.1f %12.1f %12.1f %12.1f %10.2f %10.2f\n", p.bytes, p.p50, p.p99,
+                  p.redis_p50, p.redis_p99, p.p50 / p.redis_p50, p.p99 / p.redis_p99);
+    } else {
+      std::printf("  %10zu %12.1f %12.1f %12s %12s\n", p.bytes, p.p50, p.p99, "(no hiredis)", "");
+    }
+  }
 }
 
 }  // namespace meshstore::bench
