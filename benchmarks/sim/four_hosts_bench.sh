@@ -53,6 +53,11 @@ on() {
   shift
   MESHSTORE_HOST=host$i ip netns exec "${H[$i]}" "$@"
 }
+spawn() {
+  local i=$1
+  shift
+  netns_spawn "${H[$i]}" "host$i" "$@"
+}
 
 netns_bridge_hosts "$SW" "$LOG/err" "${H[0]}:${ADDR[0]}" "${H[1]}:${ADDR[1]}" \
   "${H[2]}:${ADDR[2]}" "${H[3]}:${ADDR[3]}"
@@ -96,20 +101,17 @@ print("%.6f" % secs)
 EOF
 }
 
-MESHSTORE_LOG_LEVEL=warn on 0 "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
-  --strategy per_host >"$LOG/serve" 2>&1 &
-pids+=($!)
+MESHSTORE_LOG_LEVEL=warn spawn 0 "$LOG/serve" "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
+  --strategy per_host
 wait_for "$LOG/serve" "serving on $STORE" || fail "the store did not start"
 
 # Host1's volume (per_host) holds the published versions' manifests.
-on 1 "$PEER" hold "$STORE" anchor 0 >"$LOG/hold" 2>&1 &
-pids+=($!)
+spawn 1 "$LOG/hold" "$PEER" hold "$STORE" anchor 0
 wait_for "$LOG/hold" "ready" || fail "host1's rank did not start"
 
 # publish PREFIX MIB: host1 publishes (direct) and keeps the buffer lent.
 publish() {
-  on 1 "$PEER" publish-direct "$STORE" "$1" "$2" >"$LOG/publish_$1" 2>&1 &
-  pids+=($!)
+  spawn 1 "$LOG/publish_$1" "$PEER" publish-direct "$STORE" "$1" "$2"
   wait_for "$LOG/publish_$1" "^published" || fail "host1 did not publish $1"
 }
 # read_ms I PREFIX MIB: host I reads it; prints the call's milliseconds.

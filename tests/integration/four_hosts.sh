@@ -41,6 +41,12 @@ on() {
   shift
   MESHSTORE_HOST=host$i ip netns exec "${H[$i]}" "$@"
 }
+# spawn I LOG CMD...: starts CMD on host I in the background (netns_spawn).
+spawn() {
+  local i=$1
+  shift
+  netns_spawn "${H[$i]}" "host$i" "$@"
+}
 
 netns_bridge_hosts "$SW" "$LOG/err" "${H[0]}:${ADDR[0]}" "${H[1]}:${ADDR[1]}" \
   "${H[2]}:${ADDR[2]}" "${H[3]}:${ADDR[3]}"
@@ -50,9 +56,8 @@ rm -f "$LOG/err"
 command -v tc >/dev/null &&
   ip netns exec "${H[1]}" tc qdisc add dev eth0 root tbf rate 400mbit burst 256kb latency 50ms
 
-MESHSTORE_LOG_LEVEL=warn on 0 "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
-  --strategy per_host >"$LOG/serve" 2>&1 &
-pids+=($!)
+MESHSTORE_LOG_LEVEL=warn spawn 0 "$LOG/serve" "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
+  --strategy per_host
 wait_for "$LOG/serve" "serving on $STORE" || fail "the store did not start"
 
 # One rank per host holds the host's volume and puts a key of float 7s:
@@ -60,8 +65,7 @@ wait_for "$LOG/serve" "serving on $STORE" || fail "the store did not start"
 for i in 0 1 2 3; do
   elements=262144
   [ "$i" -eq 1 ] && elements=16777216
-  on "$i" "$PEER" hold "$STORE" "key$i" 0 "$elements" >"$LOG/hold$i" 2>&1 &
-  pids+=($!)
+  spawn "$i" "$LOG/hold$i" "$PEER" hold "$STORE" "key$i" 0 "$elements"
 done
 for i in 0 1 2 3; do wait_for "$LOG/hold$i" "ready" || fail "host$i's rank did not start"; done
 
@@ -75,13 +79,12 @@ done
 echo "per_host: each host's key is in its own volume"
 
 # 2. A state dict published on host1, read on the three others over tcp.
-on 1 "$PEER" publish-direct "$STORE" weights 8 >"$LOG/publish" 2>&1 &
-pids+=($!)
+spawn 1 "$LOG/publish" "$PEER" publish-direct "$STORE" weights 8
 wait_for "$LOG/publish" "^published" || fail "host1 did not publish"
 readers=()
 for i in 0 2 3; do
-  MESHSTORE_LOG_LEVEL=info on "$i" "$PEER" read-latest "$STORE" weights 8 >"$LOG/latest$i" 2>&1 &
-  readers+=($!)
+  MESHSTORE_LOG_LEVEL=info spawn "$i" "$LOG/latest$i" "$PEER" read-latest "$STORE" weights 8
+  readers+=("$spawned")
 done
 for r in "${readers[@]}"; do wait "$r" || fail "a read of host1's state dict failed"; done
 for i in 0 2 3; do
@@ -96,9 +99,9 @@ echo "state dict: published on host1, read on host0, host2 and host3 over tcp"
 SHAPE=256x1024
 puts=()
 for r in 0 1; do
-  on $((r + 2)) "$RESHARD" --store "$STORE" --mode put --key w --shape "$SHAPE" --mesh 2 \
-    --placement S0 --rank "$r" >"$LOG/put$r" 2>&1 &
-  puts+=($!)
+  spawn $((r + 2)) "$LOG/put$r" "$RESHARD" --store "$STORE" --mode put --key w --shape "$SHAPE" \
+    --mesh 2 --placement S0 --rank "$r"
+  puts+=("$spawned")
 done
 for p in "${puts[@]}"; do wait "$p" || fail "a sharded put failed"; done
 # get_resharded I RANK LOGNAME: host I reads rank RANK's column box.
@@ -113,9 +116,8 @@ get_resharded 1 1 get1 || fail "host1's resharded read failed"
 echo "resharding: put by rows on host2 and host3, read by columns on host0 and host1"
 
 # 4. Host1 cut off while host3 reads its 64 MiB key.
-on 3 "$PEER" read-loop "$STORE" key1 key2 >"$LOG/reader" 2>&1 &
-reader=$!
-pids+=($reader)
+spawn 3 "$LOG/reader" "$PEER" read-loop "$STORE" key1 key2
+reader=$spawned
 wait_for "$LOG/reader" "far reads ok" || fail "host3 never read host1's key"
 wait_for "$LOG/reader" "far read 1 starting" || fail "host3 stopped reading"
 cut_ms=$(date +%s%3N)

@@ -57,6 +57,19 @@ netns_bridge_hosts() {
   set +e
 }
 
+# netns_spawn NS HOST LOG CMD...: starts CMD in namespace NS with host
+# identity HOST (MESHSTORE_HOST), its output to LOG, in the background; adds
+# its pid to the array `pids` and sets `spawned` to it. CMD is the process
+# itself (ip netns exec execs it), not a shell around it, so killing the
+# pid kills it.
+netns_spawn() {
+  local ns=$1 host=$2 log=$3
+  shift 3
+  MESHSTORE_HOST=$host ip netns exec "$ns" "$@" >"$log" 2>&1 &
+  spawned=$!
+  pids+=("$spawned")
+}
+
 # Waits (bounded: 30 s) until file $1 contains $2.
 wait_for() {
   for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
