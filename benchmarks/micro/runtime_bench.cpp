@@ -1,13 +1,20 @@
 // Micro figures of the runtime's hot pieces (Google Benchmark): future
-// plumbing, strided copies against memcpy of the same bytes, and the store's
-// wire codec. Run with --benchmark_min_time=0.01 for a smoke pass.
+// plumbing, strided copies against memcpy of the same bytes, the store's
+// wire codec, and how long a message takes to reach an actor whose
+// scheduler worker has gone idle. Run with --benchmark_min_time=0.01 for a
+// smoke pass.
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <caf/all.hpp>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "meshstore/future.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/wire/records.hpp"
 
@@ -76,6 +83,55 @@ void BM_EncodeDecodeKeyRecord(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EncodeDecodeKeyRecord);
+
+// A message from a thread outside the actor system to an actor, timed
+// until the actor's handler runs (the sender spins on a flag the handler
+// sets, so only the scheduler's hand-off is timed, not the sender's own
+// wake-up). range(0) is the pause before each message, in microseconds: 0
+// sends back to back (a worker is still spinning: CAF's 100 aggressive
+// polls), longer pauses let the workers go to sleep (the runtime sets
+// work-stealing.moderate-poll-attempts to 0: no 50 us polling phase), so
+// the message pays for waking one. The scheduler's configuration is the
+// store's (internal::ActorRuntime, 2 threads as on the reference VM).
+void BM_ActorWake(benchmark::State& state) {
+  internal::RuntimeOptions options;
+  options.scheduler_threads = 2;
+  auto runtime = internal::ActorRuntime::create(options);
+  if (!runtime.ok()) {
+    state.SkipWithError(runtime.status().to_string().c_str());
+    return;
+  }
+  std::atomic<std::int64_t> handled{0};
+  {
+    auto actor = (*runtime)->system().spawn([&handled](caf::event_based_actor*) -> caf::behavior {
+      return {[&handled](std::int64_t) {
+        handled.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                      std::memory_order_release);
+      }};
+    });
+    const auto pause = std::chrono::microseconds(state.range(0));
+    for (auto _ : state) {
+      if (pause.count() > 0) std::this_thread::sleep_for(pause);
+      handled.store(0, std::memory_order_relaxed);
+      const auto t0 = std::chrono::steady_clock::now();
+      caf::anon_send(actor, std::int64_t{1});
+      std::int64_t at = 0;
+      while ((at = handled.load(std::memory_order_acquire)) == 0) {
+      }
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::duration(at) -
+                                                           t0.time_since_epoch())
+                                 .count());
+    }
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+}
+BENCHMARK(BM_ActorWake)
+    ->Arg(0)
+    ->Arg(200)
+    ->Arg(2000)
+    ->Arg(20000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
