@@ -5,6 +5,8 @@
 // smoke pass.
 
 #include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <caf/all.hpp>
@@ -16,6 +18,7 @@
 #include "meshstore/future.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/tensor.hpp"
+#include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/wire/records.hpp"
 
 namespace {
@@ -131,6 +134,62 @@ BENCHMARK(BM_ActorWake)
     ->Arg(2000)
     ->Arg(20000)
     ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// A request and its reply through the shared-memory ring (issue 26's fast
+// path) between this process and a child that echoes: range(0) bytes each
+// way; range(1) the receivers' spin in microseconds before they sleep on
+// the futex (0: every message wakes a sleeping peer). The figure to hold
+// next to a bare CAF request across processes (store_bench --scenario
+// small's round trip, about 190 us on the reference VM).
+void BM_RingRoundTrip(benchmark::State& state) {
+  using transports::shm::Ring;
+  Ring::Options o;
+  o.slot_bytes = 8192;
+  o.spin = std::chrono::microseconds(state.range(1));
+  auto client = Ring::create(o);
+  if (!client.ok()) {
+    state.SkipWithError(client.status().to_string().c_str());
+    return;
+  }
+  const std::string name = (*client)->name();
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    auto server = Ring::attach(name, parent, o.spin);
+    if (!server.ok()) _exit(2);
+    for (;;) {
+      auto m = (*server)->receive(std::chrono::steady_clock::now() + std::chrono::hours(1));
+      if (!m.ok()) _exit(0);  // the client closed its end
+      if (!(*server)
+               ->send(m->tag, m->bytes.data(), m->bytes.size(),
+                      std::chrono::steady_clock::now() + std::chrono::seconds(10))
+               .ok()) {
+        _exit(3);
+      }
+    }
+  }
+  std::vector<std::byte> bytes(static_cast<std::size_t>(state.range(0)), std::byte{7});
+  const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(10); };
+  for (auto _ : state) {
+    if (!(*client)->send(1, bytes.data(), bytes.size(), deadline()).ok()) {
+      state.SkipWithError("send failed");
+      break;
+    }
+    auto reply = (*client)->receive(deadline());
+    if (!reply.ok()) {
+      state.SkipWithError(reply.status().to_string().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(reply->bytes.data());
+  }
+  client->reset();  // the child sees the client gone and exits
+  waitpid(child, nullptr, 0);
+}
+BENCHMARK(BM_RingRoundTrip)
+    ->Args({64, 50})
+    ->Args({4096, 50})
+    ->Args({4096, 0})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 namespace meshstore::transports::shm {
@@ -55,9 +56,18 @@ bool owner_alive(const std::string& name) {
 
 }  // namespace
 
-const std::string& process_prefix() {
-  static const std::string prefix =
-      std::string(kSegmentPrefix) + std::to_string(getpid()) + "-" + start_time_of(getpid()) + ".";
+std::string process_prefix() {
+  // Computed again in a child after fork(): its segments must carry its
+  // own pid, or gc would take them for the (live) parent's.
+  static std::mutex mu;
+  static pid_t for_pid = 0;
+  static std::string prefix;
+  std::lock_guard<std::mutex> lock(mu);
+  if (for_pid != getpid()) {
+    for_pid = getpid();
+    prefix = std::string(kSegmentPrefix) + std::to_string(for_pid) + "-" + start_time_of(for_pid) +
+             ".";
+  }
   return prefix;
 }
 
@@ -165,7 +175,7 @@ std::vector<std::string> own_segments() {
   std::vector<std::string> out;
   DIR* dir = opendir(kShmDir);
   if (!dir) return out;
-  const std::string& prefix = process_prefix();
+  const std::string prefix = process_prefix();
   while (dirent* e = readdir(dir)) {
     const std::string name = e->d_name;
     if (name.compare(0, prefix.size(), prefix) == 0) out.push_back(name);

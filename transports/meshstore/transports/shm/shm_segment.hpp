@@ -19,8 +19,8 @@ namespace meshstore::transports::shm {
 inline constexpr const char* kSegmentPrefix = "meshstore.";
 
 /// "meshstore.<pid>-<start time>." for this process: the per-process part of
-/// every segment name it creates.
-const std::string& process_prefix();
+/// every segment name it creates (a child after fork() gets its own).
+std::string process_prefix();
 
 /// A mapped segment. Creating it allocates and prefaults every page (first
 /// touch costs 1-2 GB/s on the reference VM); destroying it unmaps it and,

@@ -1,0 +1,283 @@
+// The shared-memory ring (transports/shm/ring.hpp): messages both ways
+// between threads and between processes, the limits it enforces, what a
+// corrupt or hostile segment gets (an error, never a crash), a dead or
+// departed peer, and the segment's cleanup.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "meshstore/transports/shm/ring.hpp"
+
+namespace meshstore::transports::shm {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point in(std::chrono::milliseconds d) { return Clock::now() + d; }
+
+std::unique_ptr<Ring> make(Ring::Options o = {}) {
+  auto r = Ring::create(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return std::move(r).value();
+}
+
+std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(seed + i * 31);
+  return v;
+}
+
+// The queue indices of ring `name` as another mapping of the segment sees
+// them: what a hostile peer can scribble on. Offsets follow ring.cpp's
+// layout: a 64-byte header, two queues of 256 bytes (tail, then head at
+// +64), then the slots.
+struct Scribbler {
+  std::unique_ptr<Segment> seg;
+  explicit Scribbler(const std::string& name) {
+    auto s = Segment::open(name);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    seg = std::move(s).value();
+  }
+  std::byte* header() { return seg->data(); }
+  std::atomic<std::uint32_t>& tail(int queue) {
+    return *reinterpret_cast<std::atomic<std::uint32_t>*>(seg->data() + 64 + queue * 256);
+  }
+};
+
+TEST(ShmRing, RequestsAndRepliesOfEverySizeRoundTripBetweenThreads) {
+  Ring::Options o;
+  o.slots = 8;
+  o.slot_bytes = 4096;
+  auto client = make(o);
+  auto server = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  std::thread echo([&] {
+    for (int i = 0; i < 500; ++i) {
+      auto m = (*server)->receive(in(10s));
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      ASSERT_TRUE((*server)->send(m->tag + 1, m->bytes.data(), m->bytes.size(), in(10s)).ok());
+    }
+  });
+  for (int i = 0; i < 500; ++i) {
+    const std::size_t n = static_cast<std::size_t>(i * 37) % 4097;  // 0 .. slot_bytes
+    const auto bytes = pattern(n, static_cast<std::uint8_t>(i));
+    ASSERT_TRUE(client->send(1000 + i, bytes.data(), n, in(10s)).ok());
+    auto reply = client->receive(in(10s));
+    ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+    EXPECT_EQ(reply->tag, static_cast<std::uint64_t>(1001 + i));
+    EXPECT_EQ(reply->bytes, bytes) << "message " << i << " of " << n << " bytes";
+  }
+  echo.join();
+}
+
+TEST(ShmRing, MessagesQueueUpInOrderUntilTheQueueIsFull) {
+  Ring::Options o;
+  o.slots = 4;
+  o.slot_bytes = 64;
+  auto client = make(o);
+  auto server = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(server.ok());
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(client->send(i, &i, sizeof(i), in(1s)).ok());
+  // Full: the fifth waits for room, and gets none before its deadline.
+  std::uint64_t five = 5;
+  const auto full = client->send(5, &five, sizeof(five), in(50ms));
+  EXPECT_EQ(full.code(), Errc::timeout) << full.to_string();
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    auto m = (*server)->receive(in(1s));
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->tag, i);
+  }
+  // Room again; and a sender blocked on a full queue is woken by a read.
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(client->send(i, &i, sizeof(i), in(1s)).ok());
+  std::thread reader([&] {
+    std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE((*server)->receive(in(1s)).ok());
+  });
+  EXPECT_TRUE(client->send(5, &five, sizeof(five), in(5s)).ok());
+  reader.join();
+}
+
+TEST(ShmRing, ABadOptionOrAnOversizedMessageIsRefused) {
+  Ring::Options o;
+  o.slots = 0;
+  EXPECT_EQ(Ring::create(o).status().code(), Errc::invalid_argument);
+  o.slots = 8;
+  o.slot_bytes = 16;
+  auto bad = Ring::create(o);
+  EXPECT_EQ(bad.status().code(), Errc::invalid_argument);
+  EXPECT_NE(bad.status().message().find("slot_bytes"), std::string::npos);
+  o.slot_bytes = 128;
+  auto client = make(o);
+  std::vector<std::byte> big(129);
+  const auto s = client->send(1, big.data(), big.size(), in(1s));
+  EXPECT_EQ(s.code(), Errc::invalid_argument);
+  EXPECT_NE(s.message().find("129 bytes exceeds its slots of 128"), std::string::npos)
+      << s.to_string();
+}
+
+TEST(ShmRing, AttachingToWhatIsNotARingIsRefused) {
+  EXPECT_EQ(Ring::attach("not-ours", getpid()).status().code(), Errc::invalid_argument);
+  EXPECT_EQ(Ring::attach(process_prefix() + "ring.no-such", getpid()).status().code(),
+            Errc::not_found);
+  auto client = make();
+  // Another creator than the one named; then a second server end.
+  EXPECT_EQ(Ring::attach(client->name(), getpid() + 1).status().code(), Errc::unavailable);
+  auto first = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(first.ok());
+  auto second = Ring::attach(client->name(), getpid());
+  EXPECT_EQ(second.status().code(), Errc::unavailable);
+  EXPECT_NE(second.status().message().find("already has a server end"), std::string::npos);
+  // A wrong magic, then a header whose sizes do not match the segment.
+  Scribbler s(client->name());
+  auto* magic = reinterpret_cast<std::uint64_t*>(s.header());
+  const std::uint64_t good = *magic;
+  *magic = 42;
+  auto other = Ring::attach(client->name(), getpid());
+  EXPECT_EQ(other.status().code(), Errc::protocol_error);
+  EXPECT_NE(other.status().message().find("bad magic"), std::string::npos);
+  *magic = good;
+  auto* slots = reinterpret_cast<std::uint32_t*>(s.header() + 12);
+  *slots += 1;
+  auto resized = Ring::attach(client->name(), getpid());
+  EXPECT_EQ(resized.status().code(), Errc::protocol_error);
+  EXPECT_NE(resized.status().message().find("layout needs"), std::string::npos)
+      << resized.status().to_string();
+}
+
+TEST(ShmRing, ACorruptEntryOrIndexIsAnErrorNotACrash) {
+  Ring::Options o;
+  o.slots = 4;
+  o.slot_bytes = 64;
+  auto client = make(o);
+  auto server = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(server.ok());
+  Scribbler s(client->name());
+  // A tail far past the head: the server refuses the queue.
+  s.tail(0).store(1000);
+  auto m = (*server)->receive(in(1s));
+  EXPECT_EQ(m.status().code(), Errc::protocol_error);
+  EXPECT_NE(m.status().message().find("slots past head"), std::string::npos)
+      << m.status().to_string();
+  s.tail(0).store(0);
+  // An entry whose length exceeds its slot: written by a "client" that
+  // lies, read by the server as any entry.
+  std::uint64_t x = 7;
+  ASSERT_TRUE(client->send(1, &x, sizeof(x), in(1s)).ok());
+  const std::size_t header = 64, queues = 512;  // ring.cpp's layout: queue 0's first slot
+  auto* length = reinterpret_cast<std::uint32_t*>(s.seg->data() + header + queues);
+  *length = 1u << 30;
+  auto lie = (*server)->receive(in(1s));
+  EXPECT_EQ(lie.status().code(), Errc::protocol_error);
+  EXPECT_NE(lie.status().message().find("its slot holds 64"), std::string::npos)
+      << lie.status().to_string();
+}
+
+TEST(ShmRing, ARequestWithoutAReplyTimesOut) {
+  auto client = make();
+  auto server = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(server.ok());
+  const auto t0 = Clock::now();
+  auto m = client->receive(in(30ms));
+  EXPECT_EQ(m.status().code(), Errc::timeout);
+  EXPECT_GE(Clock::now() - t0, 30ms);
+}
+
+TEST(ShmRing, APeerThatClosesItsEndWakesItsWaitingPeer) {
+  auto client = make();
+  auto server = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(server.ok());
+  std::thread closer([&] {
+    std::this_thread::sleep_for(30ms);
+    server->reset();
+  });
+  auto m = client->receive(in(10s));
+  closer.join();
+  EXPECT_EQ(m.status().code(), Errc::unavailable);
+  EXPECT_NE(m.status().message().find("server closed its end"), std::string::npos)
+      << m.status().to_string();
+  std::uint64_t x = 1;
+  EXPECT_EQ(client->send(1, &x, sizeof(x), in(1s)).code(), Errc::unavailable);
+}
+
+TEST(ShmRing, AServerProcessKilledMidRequestIsNoticedWithinTheBound) {
+  auto client = make();
+  const std::string name = client->name();
+  const pid_t me = getpid();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The server: answers one request, takes the second and dies unanswered.
+    auto server = Ring::attach(name, me);
+    if (!server.ok()) _exit(2);
+    auto m = (*server)->receive(in(10s));
+    if (!m.ok() || !(*server)->send(m->tag, m->bytes.data(), m->bytes.size(), in(10s)).ok()) {
+      _exit(3);
+    }
+    (void)(*server)->receive(in(10s));
+    kill(getpid(), SIGKILL);
+  }
+  const std::uint64_t x = 99;
+  ASSERT_TRUE(client->send(1, &x, sizeof(x), in(10s)).ok());
+  auto first = client->receive(in(10s));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_EQ(first->bytes.size(), sizeof(x));
+  ASSERT_TRUE(client->send(2, &x, sizeof(x), in(10s)).ok());
+  const auto t0 = Clock::now();
+  auto second = client->receive(in(10s));
+  const auto waited = Clock::now() - t0;
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(second.status().code(), Errc::unavailable) << second.status().to_string();
+  EXPECT_NE(second.status().message().find("is gone"), std::string::npos);
+  EXPECT_LT(waited, 5s);
+}
+
+TEST(ShmRing, TheSegmentGoesWithItsCreatorAndGcTakesAKilledCreators) {
+  std::string name;
+  {
+    auto client = make();
+    name = client->name();
+    EXPECT_TRUE(segment_exists(name));
+  }
+  EXPECT_FALSE(segment_exists(name));
+  // A creator killed with its ring open: the name stays until gc.
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipefd[0]);
+    auto r = Ring::create({});
+    if (!r.ok()) _exit(2);
+    const std::string n = (*r)->name();
+    if (write(pipefd[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(3);
+    close(pipefd[1]);
+    kill(getpid(), SIGKILL);
+  }
+  close(pipefd[1]);
+  char buf[256] = {};
+  ssize_t got = 0;
+  for (ssize_t n; (n = read(pipefd[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
+  close(pipefd[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const std::string left(buf, static_cast<std::size_t>(got));
+  ASSERT_FALSE(left.empty());
+  EXPECT_TRUE(segment_exists(left));
+  const auto report = garbage_collect(false, child);
+  EXPECT_FALSE(segment_exists(left));
+  EXPECT_EQ(report.removed.size(), 1u);
+}
+
+}  // namespace
+}  // namespace meshstore::transports::shm
