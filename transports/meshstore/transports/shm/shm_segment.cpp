@@ -65,8 +65,8 @@ std::string process_prefix() {
   std::lock_guard<std::mutex> lock(mu);
   if (for_pid != getpid()) {
     for_pid = getpid();
-    prefix = std::string(kSegmentPrefix) + std::to_string(for_pid) + "-" + start_time_of(for_pid) +
-             ".";
+    prefix =
+        std::string(kSegmentPrefix) + std::to_string(for_pid) + "-" + start_time_of(for_pid) + ".";
   }
   return prefix;
 }
