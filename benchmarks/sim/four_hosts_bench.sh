@@ -48,16 +48,6 @@ fail() {
   for f in "$LOG"/*; do echo "--- ${f##*/}"; cat "$f"; done
   exit 1
 }
-on() {
-  local i=$1
-  shift
-  MESHSTORE_HOST=host$i ip netns exec "${H[$i]}" "$@"
-}
-spawn() {
-  local i=$1
-  shift
-  netns_spawn "${H[$i]}" "host$i" "$@"
-}
 
 netns_bridge_hosts "$SW" "$LOG/err" "${H[0]}:${ADDR[0]}" "${H[1]}:${ADDR[1]}" \
   "${H[2]}:${ADDR[2]}" "${H[3]}:${ADDR[3]}"
@@ -70,7 +60,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 # raw: one TCP stream of MIB MiB from host1 to host0, seconds.
 raw_once() {
-  on 0 python3 - "$MIB" "${ADDR[0]}" "${ADDR[1]}" "${H[1]}" <<'EOF'
+  host_run 0 python3 - "$MIB" "${ADDR[0]}" "${ADDR[1]}" "${H[1]}" <<'EOF'
 import os, socket, subprocess, sys, time
 mib, me, peer, ns = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 n = int(mib * (1 << 20))
@@ -101,22 +91,22 @@ print("%.6f" % secs)
 EOF
 }
 
-MESHSTORE_LOG_LEVEL=warn spawn 0 "$LOG/serve" "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
+MESHSTORE_LOG_LEVEL=warn host_spawn 0 "$LOG/serve" "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
   --strategy per_host
 wait_for "$LOG/serve" "serving on $STORE" || fail "the store did not start"
 
 # Host1's volume (per_host) holds the published versions' manifests.
-spawn 1 "$LOG/hold" "$PEER" hold "$STORE" anchor 0
+host_spawn 1 "$LOG/hold" "$PEER" hold "$STORE" anchor 0
 wait_for "$LOG/hold" "ready" || fail "host1's rank did not start"
 
 # publish PREFIX MIB: host1 publishes (direct) and keeps the buffer lent.
 publish() {
-  spawn 1 "$LOG/publish_$1" "$PEER" publish-direct "$STORE" "$1" "$2"
+  host_spawn 1 "$LOG/publish_$1" "$PEER" publish-direct "$STORE" "$1" "$2"
   wait_for "$LOG/publish_$1" "^published" || fail "host1 did not publish $1"
 }
 # read_ms I PREFIX MIB: host I reads it; prints the call's milliseconds.
 read_ms() {
-  on "$1" "$PEER" read-latest "$STORE" "$2" "$3" >"$LOG/read_$1_$2" 2>&1 ||
+  host_run "$1" "$PEER" read-latest "$STORE" "$2" "$3" >"$LOG/read_$1_$2" 2>&1 ||
     fail "host$1's read of $2 failed"
   sed -nE 's/^read latest ok v[0-9]+ in ([0-9.]+) ms$/\1/p' "$LOG/read_$1_$2"
 }

@@ -71,14 +71,7 @@ wait "$reader"
 reader_rc=$?
 
 grep -q "^torn" "$LOG/reader" && fail "a read returned a torn value"
-line=$(grep "^far failed:" "$LOG/reader") || fail "the read across the cut link never failed"
-start_ms=$(sed -E 's/.*start_ms=([0-9]+).*/\1/' <<<"$line")
-end_ms=$(sed -E 's/.*end_ms=([0-9]+).*/\1/' <<<"$line")
-error=${line#*: }
-error=${error#*: }
-answer_ms=$(( end_ms - cut_ms ))
-in_flight=no
-[ "$start_ms" -le "$cut_ms" ] && in_flight=yes
+cut_result "$LOG/reader" "$cut_ms" || fail "the read across the cut link never failed"
 [ "$answer_ms" -le "$BOUND_MS" ] || fail "the read answered $answer_ms ms after the cut (bound $BOUND_MS)"
 grep -q "hostB" <<<"$error" || fail "the error does not name host B's volume: $error"
 survivors=$(sed -nE 's/^near after: ([0-9]+) ok/\1/p' "$LOG/reader")
@@ -87,21 +80,7 @@ survivors=$(sed -nE 's/^near after: ([0-9]+) ok/\1/p' "$LOG/reader")
 
 # Nothing left: the survivors stop on SIGTERM, host B's rank (cut off) is
 # killed; gc collects the killed one's shared memory; then none remains.
-for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-for _ in $(seq 1 100); do
-  alive=0
-  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-  [ "$alive" -eq 0 ] && break
-  sleep 0.1
-done
-for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-wait 2>/dev/null
-for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
-left=""
-for p in "${pids[@]}"; do
-  ls /dev/shm 2>/dev/null | grep -q "^meshstore\.$p\." && left="$left shm-of-$p"
-  kill -0 "$p" 2>/dev/null && left="$left process-$p"
-done
+stop_all_and_collect
 [ -z "$left" ] || fail "left behind:$left"
 
 row="| partition (host B's link cut) | get | (none) | failed $answer_ms ms after the cut (read in flight: $in_flight): ${error//|/\\|} | yes: 20 of 20 reads of host A's key after | none | pass |"

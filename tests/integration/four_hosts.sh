@@ -35,18 +35,6 @@ fail() {
   for f in "$LOG"/*; do echo "--- ${f##*/}"; cat "$f"; done
   exit 1
 }
-# on I CMD...: runs CMD on host I (its namespace, its host identity).
-on() {
-  local i=$1
-  shift
-  MESHSTORE_HOST=host$i ip netns exec "${H[$i]}" "$@"
-}
-# spawn I LOG CMD...: starts CMD on host I in the background (netns_spawn).
-spawn() {
-  local i=$1
-  shift
-  netns_spawn "${H[$i]}" "host$i" "$@"
-}
 
 netns_bridge_hosts "$SW" "$LOG/err" "${H[0]}:${ADDR[0]}" "${H[1]}:${ADDR[1]}" \
   "${H[2]}:${ADDR[2]}" "${H[3]}:${ADDR[3]}"
@@ -56,7 +44,7 @@ rm -f "$LOG/err"
 command -v tc >/dev/null &&
   ip netns exec "${H[1]}" tc qdisc add dev eth0 root tbf rate 400mbit burst 256kb latency 50ms
 
-MESHSTORE_LOG_LEVEL=warn spawn 0 "$LOG/serve" "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
+MESHSTORE_LOG_LEVEL=warn host_spawn 0 "$LOG/serve" "$TOOL" serve --host "${ADDR[0]}" --port "$PORT" \
   --strategy per_host
 wait_for "$LOG/serve" "serving on $STORE" || fail "the store did not start"
 
@@ -65,12 +53,12 @@ wait_for "$LOG/serve" "serving on $STORE" || fail "the store did not start"
 for i in 0 1 2 3; do
   elements=262144
   [ "$i" -eq 1 ] && elements=16777216
-  spawn "$i" "$LOG/hold$i" "$PEER" hold "$STORE" "key$i" 0 "$elements"
+  host_spawn "$i" "$LOG/hold$i" "$PEER" hold "$STORE" "key$i" 0 "$elements"
 done
 for i in 0 1 2 3; do wait_for "$LOG/hold$i" "ready" || fail "host$i's rank did not start"; done
 
 # 1. per_host: four volumes, one per host, each holding its own host's key.
-on 0 "$TOOL" stat --store "$STORE" >"$LOG/stat" 2>&1 || fail "stat failed"
+host_run 0 "$TOOL" stat --store "$STORE" >"$LOG/stat" 2>&1 || fail "stat failed"
 for i in 0 1 2 3; do
   objects=$(awk -v v="host:host$i" '$1 == v { print $(NF - 2) }' "$LOG/stat")
   [ "$objects" = "1" ] || fail "host$i's volume does not hold exactly its rank's key"
@@ -79,11 +67,11 @@ done
 echo "per_host: each host's key is in its own volume"
 
 # 2. A state dict published on host1, read on the three others over tcp.
-spawn 1 "$LOG/publish" "$PEER" publish-direct "$STORE" weights 8
+host_spawn 1 "$LOG/publish" "$PEER" publish-direct "$STORE" weights 8
 wait_for "$LOG/publish" "^published" || fail "host1 did not publish"
 readers=()
 for i in 0 2 3; do
-  MESHSTORE_LOG_LEVEL=info spawn "$i" "$LOG/latest$i" "$PEER" read-latest "$STORE" weights 8
+  MESHSTORE_LOG_LEVEL=info host_spawn "$i" "$LOG/latest$i" "$PEER" read-latest "$STORE" weights 8
   readers+=("$spawned")
 done
 for r in "${readers[@]}"; do wait "$r" || fail "a read of host1's state dict failed"; done
@@ -99,14 +87,14 @@ echo "state dict: published on host1, read on host0, host2 and host3 over tcp"
 SHAPE=256x1024
 puts=()
 for r in 0 1; do
-  spawn $((r + 2)) "$LOG/put$r" "$RESHARD" --store "$STORE" --mode put --key w --shape "$SHAPE" \
+  host_spawn $((r + 2)) "$LOG/put$r" "$RESHARD" --store "$STORE" --mode put --key w --shape "$SHAPE" \
     --mesh 2 --placement S0 --rank "$r"
   puts+=("$spawned")
 done
 for p in "${puts[@]}"; do wait "$p" || fail "a sharded put failed"; done
 # get_resharded I RANK LOGNAME: host I reads rank RANK's column box.
 get_resharded() {
-  MESHSTORE_LOG_LEVEL=info on "$1" "$RESHARD" --store "$STORE" --mode get --key w --shape "$SHAPE" \
+  MESHSTORE_LOG_LEVEL=info host_run "$1" "$RESHARD" --store "$STORE" --mode get --key w --shape "$SHAPE" \
     --mesh 2 --placement S1 --rank "$2" >"$LOG/$3" 2>&1 || return 1
   grep -q "rank $2 .*ok$" "$LOG/$3" || return 1
   for v in 2 3; do grep -q "volume 'host:host$v': transport tcp" "$LOG/$3" || return 1; done
@@ -116,7 +104,7 @@ get_resharded 1 1 get1 || fail "host1's resharded read failed"
 echo "resharding: put by rows on host2 and host3, read by columns on host0 and host1"
 
 # 4. Host1 cut off while host3 reads its 64 MiB key.
-spawn 3 "$LOG/reader" "$PEER" read-loop "$STORE" key1 key2
+host_spawn 3 "$LOG/reader" "$PEER" read-loop "$STORE" key1 key2
 reader=$spawned
 wait_for "$LOG/reader" "far reads ok" || fail "host3 never read host1's key"
 wait_for "$LOG/reader" "far read 1 starting" || fail "host3 stopped reading"
@@ -128,14 +116,7 @@ kill -0 "$reader" 2>/dev/null && fail "host3's reader hung for 60 s after the cu
 wait "$reader"
 reader_rc=$?
 grep -q "^torn" "$LOG/reader" && fail "a read returned a torn value"
-line=$(grep "^far failed:" "$LOG/reader") || fail "the read from the cut host never failed"
-start_ms=$(sed -E 's/.*start_ms=([0-9]+).*/\1/' <<<"$line")
-end_ms=$(sed -E 's/.*end_ms=([0-9]+).*/\1/' <<<"$line")
-error=${line#*: }
-error=${error#*: }
-answer_ms=$((end_ms - cut_ms))
-in_flight=no
-[ "$start_ms" -le "$cut_ms" ] && in_flight=yes
+cut_result "$LOG/reader" "$cut_ms" || fail "the read from the cut host never failed"
 [ "$answer_ms" -le "$BOUND_MS" ] || fail "the read answered $answer_ms ms after the cut (bound $BOUND_MS)"
 grep -q "host1" <<<"$error" || fail "the error does not name host1's volume: $error"
 survivors=$(sed -nE 's/^near after: ([0-9]+) ok/\1/p' "$LOG/reader")
@@ -146,33 +127,19 @@ survivors=$(sed -nE 's/^near after: ([0-9]+) ok/\1/p' "$LOG/reader")
 # reads host3's key and the resharded tensor again.
 deadline=$(($(date +%s) + 40))
 while [ "$(date +%s)" -lt "$deadline" ]; do
-  on 0 "$TOOL" stat --store "$STORE" >"$LOG/stat2" 2>&1
+  host_run 0 "$TOOL" stat --store "$STORE" >"$LOG/stat2" 2>&1
   grep -q "^host:host1 " "$LOG/stat2" || break
   sleep 0.2
 done
 grep -q "^host:host1 " "$LOG/stat2" && fail "host1's volume is still registered 40 s after the cut"
 [ "$(grep -c '^host:' "$LOG/stat2")" -eq 3 ] || fail "the survivors' volumes are not all there"
-on 0 "$PEER" read "$STORE" key3 >"$LOG/read3" 2>&1 || fail "host0 cannot read host3's key after the cut"
+host_run 0 "$PEER" read "$STORE" key3 >"$LOG/read3" 2>&1 || fail "host0 cannot read host3's key after the cut"
 get_resharded 0 1 get0_after || fail "host0's resharded read failed after the cut"
 echo "cut: host1 cut off; host3's read failed $answer_ms ms after the cut (in flight: $in_flight): $error"
 echo "survivors: 20 of 20 reads of host2's key on host3, host0 still reads host3's key and the resharded tensor"
 
 # Nothing left: the survivors stop on SIGTERM, host1's processes (cut off)
 # are killed; gc collects the killed ones' shared memory; then none remains.
-for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-for _ in $(seq 1 100); do
-  alive=0
-  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-  [ "$alive" -eq 0 ] && break
-  sleep 0.1
-done
-for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-wait 2>/dev/null
-for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
-left=""
-for p in "${pids[@]}"; do
-  ls /dev/shm 2>/dev/null | grep -q "^meshstore\.$p\." && left="$left shm-of-$p"
-  kill -0 "$p" 2>/dev/null && left="$left process-$p"
-done
+stop_all_and_collect
 [ -z "$left" ] || fail "left behind:$left"
 echo "four hosts: ok"

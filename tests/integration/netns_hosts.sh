@@ -70,6 +70,61 @@ netns_spawn() {
   pids+=("$spawned")
 }
 
+# host_run I CMD...: runs CMD on host I of the array H (namespace ${H[I]},
+# host identity "hostI"). host_spawn I LOG CMD...: the same in the
+# background (netns_spawn).
+host_run() {
+  local i=$1
+  shift
+  MESHSTORE_HOST=host$i ip netns exec "${H[$i]}" "$@"
+}
+host_spawn() {
+  local i=$1
+  shift
+  netns_spawn "${H[$i]}" "host$i" "$@"
+}
+
+# cut_result LOG CUT_MS: reads the "far failed: start_ms=S end_ms=E: ERROR"
+# line of meshstore_test_peer read-loop's LOG for a cut made at CUT_MS and
+# sets `error`, `answer_ms` (E - CUT_MS) and `in_flight` (yes when the
+# failed read started before the cut). Returns 1 when the log has no such
+# line (the read never failed).
+cut_result() {
+  local line start_ms end_ms
+  line=$(grep "^far failed:" "$1") || return 1
+  start_ms=$(sed -E 's/.*start_ms=([0-9]+).*/\1/' <<<"$line")
+  end_ms=$(sed -E 's/.*end_ms=([0-9]+).*/\1/' <<<"$line")
+  error=${line#*: }
+  error=${error#*: }
+  answer_ms=$((end_ms - $2))
+  in_flight=no
+  [ "$start_ms" -le "$2" ] && in_flight=yes
+  return 0
+}
+
+# stop_all_and_collect: every process of `pids` is asked to stop (SIGTERM,
+# 10 s), then killed; `$TOOL gc` collects the shared memory of the killed
+# ones. Sets `left` to what remains: "shm-of-PID" and "process-PID" words,
+# empty when nothing does.
+stop_all_and_collect() {
+  local p alive
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for _ in $(seq 1 100); do
+    alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  for p in "${pids[@]}"; do "$TOOL" gc --pid "$p" >/dev/null 2>&1; done
+  left=""
+  for p in "${pids[@]}"; do
+    ls /dev/shm 2>/dev/null | grep -q "^meshstore\.$p\." && left="$left shm-of-$p"
+    kill -0 "$p" 2>/dev/null && left="$left process-$p"
+  done
+}
+
 # Waits (bounded: 30 s) until file $1 contains $2.
 wait_for() {
   for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done

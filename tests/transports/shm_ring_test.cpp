@@ -30,6 +30,22 @@ std::unique_ptr<Ring> make(Ring::Options o = {}) {
   return std::move(r).value();
 }
 
+// Both ends of a ring in this process: `slots` slots of `slot_bytes`.
+struct Ends {
+  std::unique_ptr<Ring> client, server;
+};
+Ends both_ends(std::uint32_t slots = 64, std::uint32_t slot_bytes = 8192) {
+  Ring::Options o;
+  o.slots = slots;
+  o.slot_bytes = slot_bytes;
+  Ends e;
+  e.client = make(o);
+  auto server = Ring::attach(e.client->name(), getpid());
+  EXPECT_TRUE(server.ok()) << server.status().to_string();
+  if (server.ok()) e.server = std::move(server).value();
+  return e;
+}
+
 std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
   std::vector<std::byte> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>(seed + i * 31);
@@ -54,17 +70,15 @@ struct Scribbler {
 };
 
 TEST(ShmRing, RequestsAndRepliesOfEverySizeRoundTripBetweenThreads) {
-  Ring::Options o;
-  o.slots = 8;
-  o.slot_bytes = 4096;
-  auto client = make(o);
-  auto server = Ring::attach(client->name(), getpid());
-  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  Ends ends = both_ends(8, 4096);
+  auto& client = ends.client;
+  auto& server = ends.server;
+  ASSERT_TRUE(server);
   std::thread echo([&] {
     for (int i = 0; i < 500; ++i) {
-      auto m = (*server)->receive(in(10s));
+      auto m = server->receive(in(10s));
       ASSERT_TRUE(m.ok()) << m.status().to_string();
-      ASSERT_TRUE((*server)->send(m->tag + 1, m->bytes.data(), m->bytes.size(), in(10s)).ok());
+      ASSERT_TRUE(server->send(m->tag + 1, m->bytes.data(), m->bytes.size(), in(10s)).ok());
     }
   });
   for (int i = 0; i < 500; ++i) {
@@ -80,19 +94,17 @@ TEST(ShmRing, RequestsAndRepliesOfEverySizeRoundTripBetweenThreads) {
 }
 
 TEST(ShmRing, MessagesQueueUpInOrderUntilTheQueueIsFull) {
-  Ring::Options o;
-  o.slots = 4;
-  o.slot_bytes = 64;
-  auto client = make(o);
-  auto server = Ring::attach(client->name(), getpid());
-  ASSERT_TRUE(server.ok());
+  Ends ends = both_ends(4, 64);
+  auto& client = ends.client;
+  auto& server = ends.server;
+  ASSERT_TRUE(server);
   for (std::uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(client->send(i, &i, sizeof(i), in(1s)).ok());
   // Full: the fifth waits for room, and gets none before its deadline.
   std::uint64_t five = 5;
   const auto full = client->send(5, &five, sizeof(five), in(50ms));
   EXPECT_EQ(full.code(), Errc::timeout) << full.to_string();
   for (std::uint64_t i = 0; i < 4; ++i) {
-    auto m = (*server)->receive(in(1s));
+    auto m = server->receive(in(1s));
     ASSERT_TRUE(m.ok());
     EXPECT_EQ(m->tag, i);
   }
@@ -100,7 +112,7 @@ TEST(ShmRing, MessagesQueueUpInOrderUntilTheQueueIsFull) {
   for (std::uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(client->send(i, &i, sizeof(i), in(1s)).ok());
   std::thread reader([&] {
     std::this_thread::sleep_for(20ms);
-    EXPECT_TRUE((*server)->receive(in(1s)).ok());
+    EXPECT_TRUE(server->receive(in(1s)).ok());
   });
   EXPECT_TRUE(client->send(5, &five, sizeof(five), in(5s)).ok());
   reader.join();
@@ -154,16 +166,14 @@ TEST(ShmRing, AttachingToWhatIsNotARingIsRefused) {
 }
 
 TEST(ShmRing, ACorruptEntryOrIndexIsAnErrorNotACrash) {
-  Ring::Options o;
-  o.slots = 4;
-  o.slot_bytes = 64;
-  auto client = make(o);
-  auto server = Ring::attach(client->name(), getpid());
-  ASSERT_TRUE(server.ok());
+  Ends ends = both_ends(4, 64);
+  auto& client = ends.client;
+  auto& server = ends.server;
+  ASSERT_TRUE(server);
   Scribbler s(client->name());
   // A tail far past the head: the server refuses the queue.
   s.tail(0).store(1000);
-  auto m = (*server)->receive(in(1s));
+  auto m = server->receive(in(1s));
   EXPECT_EQ(m.status().code(), Errc::protocol_error);
   EXPECT_NE(m.status().message().find("slots past head"), std::string::npos)
       << m.status().to_string();
@@ -175,16 +185,17 @@ TEST(ShmRing, ACorruptEntryOrIndexIsAnErrorNotACrash) {
   const std::size_t header = 64, queues = 512;  // ring.cpp's layout: queue 0's first slot
   auto* length = reinterpret_cast<std::uint32_t*>(s.seg->data() + header + queues);
   *length = 1u << 30;
-  auto lie = (*server)->receive(in(1s));
+  auto lie = server->receive(in(1s));
   EXPECT_EQ(lie.status().code(), Errc::protocol_error);
   EXPECT_NE(lie.status().message().find("its slot holds 64"), std::string::npos)
       << lie.status().to_string();
 }
 
 TEST(ShmRing, ARequestWithoutAReplyTimesOut) {
-  auto client = make();
-  auto server = Ring::attach(client->name(), getpid());
-  ASSERT_TRUE(server.ok());
+  Ends ends = both_ends();
+  auto& client = ends.client;
+  auto& server = ends.server;
+  ASSERT_TRUE(server);
   const auto t0 = Clock::now();
   auto m = client->receive(in(30ms));
   EXPECT_EQ(m.status().code(), Errc::timeout);
@@ -192,12 +203,13 @@ TEST(ShmRing, ARequestWithoutAReplyTimesOut) {
 }
 
 TEST(ShmRing, APeerThatClosesItsEndWakesItsWaitingPeer) {
-  auto client = make();
-  auto server = Ring::attach(client->name(), getpid());
-  ASSERT_TRUE(server.ok());
+  Ends ends = both_ends();
+  auto& client = ends.client;
+  auto& server = ends.server;
+  ASSERT_TRUE(server);
   std::thread closer([&] {
     std::this_thread::sleep_for(30ms);
-    server->reset();
+    server.reset();
   });
   auto m = client->receive(in(10s));
   closer.join();
