@@ -15,6 +15,7 @@ using notify_put_batch_atom = caf::atom_constant<caf::atom("notify_pb")>;
 using evict_atom = caf::atom_constant<caf::atom("evict")>;
 // A publisher lends its own buffers to its process's lending volume.
 using lend_atom = caf::atom_constant<caf::atom("lend")>;
+using ring_attach_atom = caf::atom_constant<caf::atom("ring_att")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using keys_atom = caf::atom_constant<caf::atom("keys")>;
 using exists_atom = caf::atom_constant<caf::atom("exists")>;

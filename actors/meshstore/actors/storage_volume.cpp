@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -6,14 +7,17 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/shm/ring.hpp"
 
 namespace meshstore::actors {
 namespace {
@@ -105,6 +109,110 @@ AccountedMemory::~AccountedMemory() {
   }
 }
 
+// Small committed host objects by id, readable outside the volume actor:
+// the fast path's ring threads serve gets from it. The actor adds an object
+// when it is committed and removes it when it is dropped; a reader copies
+// under the lock while holding the region, so a dropped object's memory is
+// never pooled or freed under it, and committed bytes never change.
+class SmallObjects {
+ public:
+  /// Objects of at most this many bytes are kept (a ring slot's payload).
+  static constexpr std::uint64_t kMaxBytes = 60 << 10;
+  void add(std::uint64_t id, const std::string& key,
+           const std::shared_ptr<transports::Region>& region) {
+    if (region->size() > kMaxBytes || region->device() >= 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    map_[id] = Entry{key, region};
+  }
+  void remove(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.erase(id);
+  }
+  /// The reply to a get of object `id` named `key`: its bytes, or stale.
+  std::vector<std::byte> read(std::uint64_t id, const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(id);
+    if (it == map_.end() || it->second.key != key) {
+      return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
+    }
+    const auto& r = *it->second.region;
+    return fast_get::encode(fast_get::ReplyStatus::ok, r.data(), r.size());
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    std::shared_ptr<transports::Region> region;
+  };
+  mutable std::mutex mu_;  // guards map_
+  std::unordered_map<std::uint64_t, Entry> map_;
+};
+
+// One attached ring and the thread that serves it: it receives requests
+// (waking every 100 ms to see whether it should stop), answers each from
+// the small-object table, and ends when the client closes its end, dies, or
+// writes a corrupt ring (logged).
+class RingService {
+ public:
+  RingService(std::unique_ptr<transports::shm::Ring> ring, std::shared_ptr<SmallObjects> table,
+              std::shared_ptr<spdlog::logger> log, std::string volume_id)
+      : ring_(std::move(ring)),
+        table_(std::move(table)),
+        log_(std::move(log)),
+        volume_id_(std::move(volume_id)),
+        thread_([this] { run(); }) {}
+  // Joins the thread: it sees a stop asked within 100 ms (its receive's
+  // deadline); ask all of a volume's services first, then drop them.
+  ~RingService() {
+    stop();
+    thread_.join();
+  }
+  void stop() { stop_.store(true); }
+  RingService(const RingService&) = delete;
+  RingService& operator=(const RingService&) = delete;
+  bool done() const { return done_.load(); }
+
+ private:
+  void run() {
+    using Clock = std::chrono::steady_clock;
+    while (!stop_.load()) {
+      auto m = ring_->receive(Clock::now() + std::chrono::milliseconds(100));
+      if (!m.ok()) {
+        if (m.status().code() == Errc::timeout) continue;
+        if (m.status().code() != Errc::unavailable) {
+          log_->warn("volume '{}': fast get ring closed: {}", volume_id_, m.status().to_string());
+        }
+        break;
+      }
+      auto req = fast_get::decode_request(m->bytes);
+      std::vector<std::byte> reply;
+      if (req.ok()) {
+        reply = table_->read(req->object_id, req->key);
+      } else {
+        const std::string why = req.status().to_string();
+        reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+      }
+      if (reply.size() > ring_->slot_bytes()) {
+        const std::string why = "volume '" + volume_id_ + "': the object does not fit a ring slot";
+        reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+      }
+      if (!ring_->send(m->tag, reply.data(), reply.size(), Clock::now() + std::chrono::seconds(5))
+               .ok()) {
+        break;
+      }
+    }
+    done_.store(true);
+  }
+
+  std::unique_ptr<transports::shm::Ring> ring_;
+  std::shared_ptr<SmallObjects> table_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string volume_id_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: started once the rest is set
+};
+
 // The servers to tell when region memory is freed for good (rdma drops its
 // registration); the memory's deleters hold this weakly, since they may run
 // after the volume is gone.
@@ -148,8 +256,15 @@ struct VolumeState {
 
   std::shared_ptr<FreeHooks> free_hooks = std::make_shared<FreeHooks>();
   bool registers_memory = false;  // a server registers memory: free_hooks has it
+  // The fast path: small committed objects, and the rings serving them.
+  std::shared_ptr<SmallObjects> small = std::make_shared<SmallObjects>();
+  std::vector<std::unique_ptr<RingService>> rings;
 
   ~VolumeState() {
+    // The ring threads stop (all asked at once, so the volume waits about
+    // 100 ms, not 100 ms a ring) before anything they read goes.
+    for (auto& r : rings) r->stop();
+    rings.clear();
     {
       std::lock_guard<std::mutex> lock(free_hooks->mu);
       free_hooks->servers.clear();
@@ -247,6 +362,7 @@ struct VolumeState {
     auto it = objects.find(id);
     if (it == objects.end()) return;
     if (!reuse && it->second.reusable) it->second.reusable->store(false);
+    small->remove(id);
     objects.erase(it);
   }
 };
@@ -501,7 +617,9 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
       [=](commit_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) {
           auto it = self->state.objects.find(id);
-          if (it != self->state.objects.end()) it->second.committed = true;
+          if (it == self->state.objects.end()) continue;
+          it->second.committed = true;
+          self->state.small->add(id, it->second.key, it->second.region);
         }
       },
       [=](release_atom, const std::vector<std::uint64_t>& ids) {
@@ -608,6 +726,22 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         const auto owner = caf::actor_cast<caf::actor>(self->current_sender());
         self->state.leases.erase({owner ? owner.address() : caf::actor_addr(), lease_id});
         self->state.regions->prune();
+      },
+      [=](ring_attach_atom, const std::string& name,
+          std::int32_t pid) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        // Rings whose client went away are let go here, not in their thread.
+        st.rings.erase(std::remove_if(st.rings.begin(), st.rings.end(),
+                                      [](const auto& r) { return r->done(); }),
+                       st.rings.end());
+        auto ring = transports::shm::Ring::attach(name, static_cast<pid_t>(pid));
+        if (!ring.ok()) {
+          return to_caf_error(
+              ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));
+        }
+        st.rings.push_back(std::make_unique<RingService>(std::move(ring).value(), st.small, st.log,
+                                                         st.config.volume_id));
+        return caf::ok_atom::value;
       },
       [=](stat_atom) -> wire::VolumeStat {
         auto& st = self->state;

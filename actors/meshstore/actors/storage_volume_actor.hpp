@@ -85,7 +85,13 @@ using storage_volume_actor = caf::typed_actor<
     // Bytes held, objects, capacity.
     caf::replies_to<stat_atom>::with<wire::VolumeStat>,
     // How clients reach this volume's transports.
-    caf::replies_to<endpoints_atom>::with<std::vector<transports::EndpointInfo>>>;
+    caf::replies_to<endpoints_atom>::with<std::vector<transports::EndpointInfo>>,
+    // The fast path (issue 26): attaches the server end of shared-memory
+    // ring `name` (transports/shm/ring.hpp), created by process `pid` on
+    // this host, and serves small committed objects' gets on it from a
+    // thread of its own (actors/internal/fast_get.hpp). Fails with the
+    // ring's error (not_found, protocol_error, unavailable).
+    caf::replies_to<ring_attach_atom, std::string, std::int32_t>::with<caf::ok_atom>>;
 
 /// What a volume is created with.
 struct VolumeConfig {

@@ -1,0 +1,51 @@
+#pragma once
+// The fast path's get protocol over a shared-memory ring (issue 26;
+// transports/shm/ring.hpp): a client asks a same-host volume for a small
+// committed object by id and key, and the volume's ring thread answers from
+// its small-object table without going through the volume actor. Private to
+// actors/. docs/architecture.md, "Not yet", describes the whole path; the
+// volume side is built, the client side is not.
+//
+// Request:  u32 magic, u32 key length, u64 object id, key bytes.
+// Reply:    u32 status, u32 reserved, then the object's bytes (ok) or a
+//           message (error); "stale" carries nothing.
+// Every field read from the ring is validated: a malformed message is an
+// Errc::protocol_error, never a read out of bounds.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshstore/result.hpp"
+
+namespace meshstore::actors::fast_get {
+
+inline constexpr std::uint32_t kRequestMagic = 0x3147534d;  // "MSG1", little-endian
+inline constexpr std::uint32_t kMaxKeyBytes = 4096;
+
+struct Request {
+  std::uint64_t object_id = 0;
+  std::string key;
+};
+
+enum class ReplyStatus : std::uint32_t {
+  ok = 0,     ///< the object's bytes follow
+  stale = 1,  ///< no committed object of that id and key here: locate again
+  error = 2,  ///< the request was refused; a message follows
+};
+
+struct Reply {
+  ReplyStatus status = ReplyStatus::ok;
+  std::vector<std::byte> bytes;  ///< ok: the object; error: the message
+};
+
+std::vector<std::byte> encode(const Request& r);
+/// Errc::protocol_error naming what is wrong (size, magic, key length).
+Result<Request> decode_request(const std::vector<std::byte>& bytes);
+
+std::vector<std::byte> encode(ReplyStatus status, const void* data, std::size_t n);
+/// Errc::protocol_error for a reply too short or of an unknown status.
+Result<Reply> decode_reply(const std::vector<std::byte>& bytes);
+
+}  // namespace meshstore::actors::fast_get

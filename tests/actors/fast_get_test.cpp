@@ -1,0 +1,205 @@
+// The volume side of the fast path (issue 26): a volume attaches a client's
+// shared-memory ring (ring_attach) and answers gets of small committed
+// objects on it from its own thread (actors/internal/fast_get.hpp), "stale"
+// for anything it does not hold committed under that name, an error for a
+// malformed request; it closes the ring when it goes.
+#include "meshstore/actors/internal/fast_get.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "meshstore/actors/actor_types.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/transports/shm/ring.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore::actors {
+namespace {
+
+using namespace std::chrono_literals;
+using transports::shm::Ring;
+
+template <class R, class Handle, class... Ts>
+Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
+  Result<R> out = Status(Errc::internal, "no reply");
+  self->request(h, 30s, std::forward<Ts>(xs)...)
+      .receive([&](R& r) { out = std::move(r); },
+               [&](caf::error& e) { out = internal::from_caf_error(e, "ask"); });
+  return out;
+}
+
+Ring::Deadline in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+
+class FastGetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    internal::RuntimeOptions ro;
+    ro.add_types = add_actor_types;
+    runtime_ = internal::ActorRuntime::create(ro).value();
+    VolumeConfig vc;
+    vc.volume_id = "volume-0";
+    volume_ = spawn_storage_volume(runtime_->system(), vc).value();
+    self_ = std::make_unique<caf::scoped_actor>(runtime_->system());
+    auto ring = Ring::create({});
+    ASSERT_OK(ring);
+    ring_ = std::move(ring).value();
+  }
+  void TearDown() override {
+    ring_.reset();
+    if (volume_) caf::anon_send_exit(volume_, caf::exit_reason::user_shutdown);
+    self_.reset();
+    volume_ = nullptr;
+    runtime_.reset();
+  }
+
+  // Stages `key` with `bytes` inline; answers its object id.
+  std::uint64_t stage(const std::string& key, const std::string& bytes) {
+    wire::StageRequest r;
+    r.key = key;
+    r.nbytes = bytes.size();
+    r.has_data = true;
+    r.data = bytes;
+    auto refs = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+                                                  std::vector<wire::StageRequest>{r});
+    EXPECT_OK(refs);
+    return refs.ok() ? refs->front().region_id : 0;
+  }
+  // Sends `atom` for `id` as the controller would, then waits until the
+  // volume handled it (a request from the same sender comes after it).
+  template <class Atom>
+  void verdict(Atom atom, std::uint64_t id) {
+    (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id});
+    ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, stat_atom::value)));
+  }
+  Status attach() {
+    return ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring_->name(),
+                             static_cast<std::int32_t>(getpid()))
+        .status();
+  }
+  Result<fast_get::Reply> get(std::uint64_t id, const std::string& key) {
+    const auto req = fast_get::encode(fast_get::Request{id, key});
+    MESHSTORE_RETURN_IF_ERROR(ring_->send(7, req.data(), req.size(), in(10s)));
+    auto m = ring_->receive(in(10s));
+    if (!m.ok()) return m.status();
+    EXPECT_EQ(m->tag, 7u);
+    return fast_get::decode_reply(m->bytes);
+  }
+
+  std::unique_ptr<internal::ActorRuntime> runtime_;
+  storage_volume_actor volume_;
+  std::unique_ptr<caf::scoped_actor> self_;
+  std::unique_ptr<Ring> ring_;
+};
+
+std::string text(const std::vector<std::byte>& b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+TEST_F(FastGetTest, ACommittedSmallObjectIsServedOverTheRing) {
+  const std::string value(3000, 'v');
+  const auto id = stage("weights/step", value);
+  verdict(commit_atom::value, id);
+  ASSERT_OK(attach());
+  for (int i = 0; i < 100; ++i) {
+    auto r = get(id, "weights/step");
+    ASSERT_OK(r);
+    ASSERT_EQ(r->status, fast_get::ReplyStatus::ok);
+    EXPECT_EQ(text(r->bytes), value);
+  }
+}
+
+TEST_F(FastGetTest, WhatTheVolumeDoesNotHoldCommittedUnderThatNameIsStale) {
+  const auto staged = stage("k", "staged, not committed");
+  const auto committed = stage("k2", "committed");
+  verdict(commit_atom::value, committed);
+  ASSERT_OK(attach());
+  auto r = get(staged, "k");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale) << "an uncommitted object";
+  r = get(committed, "another key");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale) << "a cached id under another name";
+  r = get(committed + 1000, "k2");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale) << "an id never staged";
+  // Replaced: the controller releases the old object, and a get of it is
+  // stale (the client then locates again), never the old bytes.
+  verdict(release_atom::value, committed);
+  r = get(committed, "k2");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale);
+}
+
+TEST_F(FastGetTest, AMalformedRequestGetsAnErrorAndTheRingKeepsServing) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  ASSERT_OK(attach());
+  const std::string garbage = "this is not a request at all";
+  ASSERT_OK(ring_->send(1, garbage.data(), garbage.size(), in(10s)));
+  auto m = ring_->receive(in(10s));
+  ASSERT_OK(m);
+  auto r = fast_get::decode_reply(m->bytes);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::error);
+  EXPECT_NE(text(r->bytes).find("bad magic"), std::string::npos) << text(r->bytes);
+  auto good = get(id, "k");
+  ASSERT_OK(good);
+  EXPECT_EQ(good->status, fast_get::ReplyStatus::ok);
+  EXPECT_EQ(text(good->bytes), "value");
+}
+
+TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
+  auto req = fast_get::encode(fast_get::Request{5, "key"});
+  ASSERT_OK(fast_get::decode_request(req));
+  auto truncated = req;
+  truncated.pop_back();
+  EXPECT_EQ(fast_get::decode_request(truncated).status().code(), Errc::protocol_error);
+  auto long_key = req;
+  const std::uint32_t huge = 1u << 30;
+  std::memcpy(long_key.data() + 4, &huge, 4);
+  const auto s = fast_get::decode_request(long_key).status();
+  EXPECT_EQ(s.code(), Errc::protocol_error);
+  EXPECT_NE(s.message().find("key length"), std::string::npos) << s.to_string();
+  EXPECT_EQ(fast_get::decode_request({}).status().code(), Errc::protocol_error);
+  auto reply = fast_get::encode(static_cast<fast_get::ReplyStatus>(9), nullptr, 0);
+  EXPECT_EQ(fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
+}
+
+TEST_F(FastGetTest, AttachingToARingThatIsNotThereFails) {
+  auto s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value,
+                             std::string("meshstore.1-1.ring.none"),
+                             static_cast<std::int32_t>(getpid()));
+  EXPECT_EQ(s.status().code(), Errc::not_found) << s.status().to_string();
+  // Named by another creator than the one that made it.
+  s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring_->name(),
+                        static_cast<std::int32_t>(getpid() + 1));
+  EXPECT_EQ(s.status().code(), Errc::unavailable) << s.status().to_string();
+}
+
+TEST_F(FastGetTest, AVolumeThatGoesClosesItsRings) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  ASSERT_OK(attach());
+  ASSERT_OK(get(id, "k"));
+  {
+    caf::scoped_actor waiter(runtime_->system());
+    waiter->monitor(volume_);
+    caf::anon_send_exit(volume_, caf::exit_reason::user_shutdown);
+    waiter->receive([](const caf::down_msg&) {});
+  }
+  volume_ = nullptr;
+  const auto req = fast_get::encode(fast_get::Request{id, "k"});
+  auto s = ring_->send(1, req.data(), req.size(), in(10s));
+  auto m = s.ok() ? ring_->receive(in(10s)) : Result<Ring::Message>(s);
+  EXPECT_EQ(m.status().code(), Errc::unavailable) << m.status().to_string();
+}
+
+}  // namespace
+}  // namespace meshstore::actors
