@@ -5,6 +5,7 @@
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "testing/ask.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::actors {
@@ -12,15 +13,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Asks `h` and waits for a single-value reply.
-template <class R, class Handle, class... Ts>
-Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
-  Result<R> out = Status(Errc::internal, "no reply");
-  self->request(h, 30s, std::forward<Ts>(xs)...)
-      .receive([&](R& r) { out = std::move(r); },
-               [&](caf::error& e) { out = internal::from_caf_error(e, "ask"); });
-  return out;
-}
+using testing::ask;
 
 // A stage request without inline data.
 wire::StageRequest stage_req(const std::string& key, std::uint64_t n) {

@@ -18,6 +18,7 @@
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "testing/ask.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::actors {
@@ -26,14 +27,7 @@ namespace {
 using namespace std::chrono_literals;
 using transports::shm::Ring;
 
-template <class R, class Handle, class... Ts>
-Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
-  Result<R> out = Status(Errc::internal, "no reply");
-  self->request(h, 30s, std::forward<Ts>(xs)...)
-      .receive([&](R& r) { out = std::move(r); },
-               [&](caf::error& e) { out = internal::from_caf_error(e, "ask"); });
-  return out;
-}
+using testing::ask;
 
 Ring::Deadline in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 

@@ -1,0 +1,23 @@
+#pragma once
+// Asking an actor from a test: a request from a scoped actor, waited for,
+// its single-value reply or the error as a Status.
+#include <caf/all.hpp>
+#include <chrono>
+#include <utility>
+
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/result.hpp"
+
+namespace meshstore::testing {
+
+/// Asks `h` (30 s at most) and waits for a single-value reply of type R.
+template <class R, class Handle, class... Ts>
+Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
+  Result<R> out = Status(Errc::internal, "no reply");
+  self->request(h, std::chrono::seconds(30), std::forward<Ts>(xs)...)
+      .receive([&](R& r) { out = std::move(r); },
+               [&](caf::error& e) { out = internal::from_caf_error(e, "ask"); });
+  return out;
+}
+
+}  // namespace meshstore::testing
