@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 
@@ -67,11 +66,7 @@ void futex_wake(std::atomic<std::uint32_t>* word) {
 // reaped by its parent).
 bool process_alive(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;  // unreadable: assume alive
-  const auto close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+  return proc_stat_field(pid, 3) != "Z";  // unreadable: assume alive
 }
 
 void cpu_relax() {
@@ -84,8 +79,10 @@ void cpu_relax() {
 
 }  // namespace
 
-// One direction's queue. The producer owns `tail`, the consumer `head`;
-// each side also keeps its own copy and trusts only that one.
+// One direction's queue. The producer writes `tail`, the consumer `head`;
+// either may have been scribbled on by the peer, so neither is trusted:
+// their distance is checked against `slots`, and a slot is always taken
+// modulo `slots`.
 struct Ring::Queue {
   alignas(64) std::atomic<std::uint32_t> tail;
   alignas(64) std::atomic<std::uint32_t> head;
@@ -208,7 +205,7 @@ Ring::~Ring() {
   auto* h = reinterpret_cast<Header*>(segment_->data());
   h->closed[end_].store(1);
   // Wake whatever the peer may be sleeping on.
-  for (Queue* q : {&inbox(), &outbox()}) {
+  for (Queue* q : {&queue(0), &queue(1)}) {
     q->data_seq.fetch_add(1);
     q->space_seq.fetch_add(1);
     futex_wake(&q->data_seq);
@@ -216,18 +213,14 @@ Ring::~Ring() {
   }
 }
 
-// Queue 0 carries requests (client -> server), queue 1 replies.
-Ring::Queue& Ring::inbox() const {
-  return *reinterpret_cast<Queue*>(segment_->data() + kHeaderBytes + (1 - end_) * sizeof(Queue));
-}
-Ring::Queue& Ring::outbox() const {
-  return *reinterpret_cast<Queue*>(segment_->data() + kHeaderBytes + end_ * sizeof(Queue));
+// Queue 0 carries requests (client -> server), queue 1 replies: an end
+// sends on queue end_ and receives on 1 - end_.
+Ring::Queue& Ring::queue(int which) const {
+  return *reinterpret_cast<Queue*>(segment_->data() + kHeaderBytes + which * sizeof(Queue));
 }
 
-std::byte* Ring::slot(const Queue& q, std::uint32_t index) const {
-  const Layout l = layout_of(slots_, slot_bytes_);
-  const int which = &q == &outbox() ? end_ : 1 - end_;
-  return segment_->data() + l.slots +
+std::byte* Ring::slot(int which, std::uint32_t index) const {
+  return segment_->data() + layout_of(slots_, slot_bytes_).slots +
          (static_cast<std::size_t>(which) * slots_ + index % slots_) * slot_stride(slot_bytes_);
 }
 
@@ -255,10 +248,11 @@ namespace {
 
 // Waits until ready() (spinning for `spin`, then sleeping on `word` with
 // `sleeping` set), the deadline, or gone() says the peer is gone.
+// The timeout's message, "ring 'NAME': WHAT", is built only on a timeout.
 template <class Ready, class Gone>
 Status wait_for(Ready ready, Gone gone, std::atomic<std::uint32_t>& word,
                 std::atomic<std::uint32_t>& sleeping, std::chrono::microseconds spin,
-                Ring::Deadline deadline, const std::string& what) {
+                Ring::Deadline deadline, const std::string& name, const char* what) {
   const auto spin_end = std::chrono::steady_clock::now() + spin;
   for (int i = 0;; ++i) {
     if (ready()) return Status();
@@ -283,7 +277,7 @@ Status wait_for(Ready ready, Gone gone, std::atomic<std::uint32_t>& word,
     }
     if (now >= deadline) {
       sleeping.store(0);
-      return Status(Errc::timeout, what);
+      return Status(Errc::timeout, "ring '" + name + "': " + what);
     }
     futex_wait(&word, seen, std::min<std::chrono::nanoseconds>(deadline - now, kLivenessPeriod));
     sleeping.store(0);
@@ -304,7 +298,7 @@ Status Ring::send(std::uint64_t tag, const void* data, std::size_t n, Deadline d
   // Only the closed flag here (a load): whether the peer's process still
   // runs is asked while waiting, every 10 ms, not on every message.
   if (auto s = peer_gone(false); !s.ok()) return s;
-  Queue& q = outbox();
+  Queue& q = queue(end_);
   const std::uint32_t tail = q.tail.load(std::memory_order_relaxed);
   Status bad;
   auto has_space = [&] {
@@ -318,10 +312,10 @@ Status Ring::send(std::uint64_t tag, const void* data, std::size_t n, Deadline d
   };
   auto s = wait_for(
       has_space, [&] { return peer_gone(); }, q.space_seq, q.producer_sleeping, spin_, deadline,
-      "ring '" + name() + "': no room for a message (the peer is not reading)");
+      name(), "no room for a message (the peer is not reading)");
   if (!s.ok()) return s;
   if (!bad.ok()) return bad;
-  std::byte* at = slot(q, tail);
+  std::byte* at = slot(end_, tail);
   SlotHeader sh{static_cast<std::uint32_t>(n), 0, tag};
   std::memcpy(at, &sh, sizeof(sh));
   if (n > 0) std::memcpy(at + sizeof(SlotHeader), data, n);
@@ -332,7 +326,7 @@ Status Ring::send(std::uint64_t tag, const void* data, std::size_t n, Deadline d
 }
 
 Result<Ring::Message> Ring::receive(Deadline deadline) {
-  Queue& q = inbox();
+  Queue& q = queue(1 - end_);
   const std::uint32_t head = q.head.load(std::memory_order_relaxed);
   Status bad;
   auto has_data = [&] {
@@ -351,11 +345,10 @@ Result<Ring::Message> Ring::receive(Deadline deadline) {
         auto g = peer_gone();
         return !g.ok() && has_data() ? Status() : g;
       },
-      q.data_seq, q.consumer_sleeping, spin_, deadline,
-      "ring '" + name() + "': no message before the deadline");
+      q.data_seq, q.consumer_sleeping, spin_, deadline, name(), "no message before the deadline");
   if (!s.ok()) return s;
   if (!bad.ok()) return bad;
-  const std::byte* at = slot(q, head);
+  const std::byte* at = slot(1 - end_, head);
   SlotHeader sh;
   std::memcpy(&sh, at, sizeof(sh));
   if (sh.length > slot_bytes_) {

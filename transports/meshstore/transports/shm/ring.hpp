@@ -91,9 +91,9 @@ class Ring {
  private:
   Ring(std::unique_ptr<Segment> segment, int end, std::uint32_t slots, std::uint32_t slot_bytes,
        std::chrono::microseconds spin);
-  Queue& inbox() const;
-  Queue& outbox() const;
-  std::byte* slot(const Queue& q, std::uint32_t index) const;
+  // Queue `which` (0: requests, 1: replies) and slot `index` of it.
+  Queue& queue(int which) const;
+  std::byte* slot(int which, std::uint32_t index) const;
   // Errc::unavailable when the peer closed its end or (`ask_process`) its
   // process is gone.
   Status peer_gone(bool ask_process = true) const;

@@ -20,20 +20,7 @@ constexpr const char* kShmDir = "/dev/shm/";
 
 // Field 22 of /proc/<pid>/stat: the process's start time in clock ticks
 // since boot. With the pid it names a process uniquely (pids are reused).
-std::string start_time_of(long pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return "";
-  // The command name (field 2) may hold spaces; it ends at the last ')'.
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return "";
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field)) return "";
-  }
-  return field;
-}
+std::string start_time_of(long pid) { return proc_stat_field(pid, 22); }
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -55,6 +42,22 @@ bool owner_alive(const std::string& name) {
 }
 
 }  // namespace
+
+std::string proc_stat_field(long pid, int field) {
+  if (field < 3) return "";
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  // The command name (field 2) may hold spaces; it ends at the last ')'.
+  const auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 > line.size()) return "";
+  std::istringstream rest(line.substr(close + 2));
+  std::string value;
+  for (int i = 3; i <= field; ++i) {
+    if (!(rest >> value)) return "";
+  }
+  return value;
+}
 
 std::string process_prefix() {
   // Computed again in a child after fork(): its segments must carry its

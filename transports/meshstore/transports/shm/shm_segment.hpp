@@ -22,6 +22,11 @@ inline constexpr const char* kSegmentPrefix = "meshstore.";
 /// every segment name it creates (a child after fork() gets its own).
 std::string process_prefix();
 
+/// Field `field` (numbered from 1, as proc(5) numbers them; 3 or more: the
+/// state, 22 the start time) of /proc/<pid>/stat, "" when the process or
+/// the field cannot be read.
+std::string proc_stat_field(long pid, int field);
+
 /// A mapped segment. Creating it allocates and prefaults every page (first
 /// touch costs 1-2 GB/s on the reference VM); destroying it unmaps it and,
 /// for the creator, unlinks the name. Not copyable; thread-safe to read and
