@@ -184,17 +184,14 @@ class RingService {
         }
         break;
       }
+      auto error = [](const std::string& why) {
+        return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+      };
       auto req = fast_get::decode_request(m->bytes);
-      std::vector<std::byte> reply;
-      if (req.ok()) {
-        reply = table_->read(req->object_id, req->key);
-      } else {
-        const std::string why = req.status().to_string();
-        reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
-      }
+      std::vector<std::byte> reply =
+          req.ok() ? table_->read(req->object_id, req->key) : error(req.status().to_string());
       if (reply.size() > ring_->slot_bytes()) {
-        const std::string why = "volume '" + volume_id_ + "': the object does not fit a ring slot";
-        reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+        reply = error("volume '" + volume_id_ + "': the object does not fit a ring slot");
       }
       if (!ring_->send(m->tag, reply.data(), reply.size(), Clock::now() + std::chrono::seconds(5))
                .ok()) {
