@@ -5,16 +5,11 @@
 #include "redis.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../bench_util.hpp"
-
-using namespace std::chrono_literals;
 
 namespace meshstore::bench {
 

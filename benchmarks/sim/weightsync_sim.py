@@ -33,7 +33,6 @@ benchmarks/sim/README.md says where every parameter comes from.
 import argparse
 import heapq
 import json
-import math
 import sys
 
 INF = float("inf")
