@@ -4,6 +4,9 @@
 
 #include "meshstore/store.hpp"
 
+#include <chrono>
+#include <cstring>
+#include <functional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/store/calls.hpp"
 #include "meshstore/store/checks.hpp"
 #include "meshstore/store/device_staging.hpp"
@@ -37,6 +41,66 @@ Status finish_into(const facade::DeviceStaging& st, internal::CallGuard& guard,
   auto s = st.finish();
   guard.leave();
   return s;
+}
+
+using FastOutcome = actors::FastPath::Outcome;
+
+// A small whole key whose location this client knows, on a volume of this
+// host: read on the caller's thread over the volume's ring (fast_path.hpp),
+// no actor involved. `accept(entry)` says whether the call can be served
+// from that entry (kind, dtype, shape); `consume` takes the bytes. On miss
+// or stale the caller takes the actor path (stale: locating afresh).
+FastOutcome fast_read(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+                      std::chrono::milliseconds timeout,
+                      const std::function<bool(const actors::FastPath::Entry&)>& accept,
+                      const std::function<void(const actors::FastPath::Entry&, const std::byte*,
+                                               std::size_t)>& consume) {
+  if (!fast) return FastOutcome::miss;
+  return fast->read(key, accept, consume, timeout);
+}
+
+// fast_read into a new tensor (Store::get).
+FastOutcome fast_get_tensor(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+                            std::chrono::milliseconds timeout, Tensor* out) {
+  return fast_read(
+      fast, key, timeout,
+      [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
+      [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
+        auto t = Tensor::empty(e.dtype, e.shape);
+        if (!t.ok()) return;  // the actor path reports it
+        if (n > 0) std::memcpy(t->data(), data, n);
+        *out = std::move(t).value();
+      });
+}
+
+// fast_read into the caller's contiguous host view of the key's dtype and
+// shape (Store::get_into).
+FastOutcome fast_get_into(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+                          std::chrono::milliseconds timeout, const TensorView& dst) {
+  if (!fast || dst.device().type != DeviceType::cpu || !dst.is_contiguous()) {
+    return FastOutcome::miss;
+  }
+  return fast_read(
+      fast, key, timeout,
+      [&dst](const actors::FastPath::Entry& e) {
+        return e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() &&
+               e.shape == dst.shape();
+      },
+      [&dst](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
+        if (n > 0) std::memcpy(dst.data(), data, n);
+      });
+}
+
+// fast_read of a byte object (Store::get_object, get_stored_object).
+FastOutcome fast_get_object(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+                            std::chrono::milliseconds timeout, StoredObject* out) {
+  return fast_read(
+      fast, key, timeout,
+      [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::object; },
+      [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
+        out->bytes.assign(reinterpret_cast<const char*>(data), n);
+        out->format = e.format;
+      });
 }
 
 }  // namespace
@@ -139,9 +203,15 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
 
 Future<Tensor> Store::get(std::string key) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
+  auto call = single_get("get", actors::GetMode::tensor, key);
+  if (impl_) {
+    Tensor t;
+    auto fast = fast_get_tensor(impl_->fast, key, impl_->options.request_timeout, &t);
+    if (fast == FastOutcome::hit && t.defined()) return make_ready_future(std::move(t));
+    call.fresh = fast == FastOutcome::stale;
+  }
   const std::string what = "get '" + key + "'";
-  return Impl::call(impl_.get(), actors::store_get_atom::value,
-                    single_get("get", actors::GetMode::tensor, std::move(key)), what)
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
       .then([](const actors::GetOutput& out) { return out.tensors.front(); });
 }
 
@@ -230,6 +300,12 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
     }
   }
   if (call.keys.empty()) return make_ready_future();
+  if (impl_ && call.keys.size() == 1) {
+    auto fast = fast_get_into(impl_->fast, call.keys.front(), impl_->options.request_timeout,
+                              call.dsts.front());
+    if (fast == FastOutcome::hit) return make_ready_future();
+    call.fresh = fast == FastOutcome::stale;
+  }
   auto st = staging(op);
   for (std::size_t i = 0; i < call.keys.size(); ++i) {
     auto host = st->target(call.dsts[i], call.keys[i]);
@@ -275,15 +351,19 @@ actors::GetCall object_call(const std::string& key) {
 }  // namespace
 
 Future<std::string> Store::get_object(std::string key) {
-  if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<std::string>(s);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, object_call(key),
-                    "get_object '" + key + "'")
-      .then([](const actors::GetOutput& out) { return out.object; });
+  return get_stored_object(std::move(key)).then([](const StoredObject& o) { return o.bytes; });
 }
 
 Future<StoredObject> Store::get_stored_object(std::string key) {
   if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<StoredObject>(s);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, object_call(key),
+  auto call = object_call(key);
+  if (impl_) {
+    StoredObject o;
+    auto fast = fast_get_object(impl_->fast, key, impl_->options.request_timeout, &o);
+    if (fast == FastOutcome::hit) return make_ready_future(std::move(o));
+    call.fresh = fast == FastOutcome::stale;
+  }
+  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
                     "get_object '" + key + "'")
       .then([](const actors::GetOutput& out) {
         return StoredObject{out.object, out.object_format};
@@ -367,6 +447,17 @@ Future<std::vector<VolumeStats>> Store::stats() {
     }
     return out;
   });
+}
+
+FastPathStats Store::fast_path_stats() const {
+  FastPathStats out;
+  if (!impl_ || !impl_->fast) return out;
+  auto s = impl_->fast->stats();
+  out.hits = s.hits;
+  out.misses = s.misses;
+  out.stale = s.stale;
+  out.rings = s.rings;
+  return out;
 }
 
 Future<ControllerCounters> Store::controller_counters() {

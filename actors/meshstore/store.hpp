@@ -158,6 +158,15 @@ struct StoreOptions {
   std::chrono::milliseconds request_timeout{30000};
   /// Actor scheduler threads; 0 = max(2, hardware threads) capped at 8.
   int scheduler_threads = 0;
+  /// Small gets on one host skip the actors: get, get_into of one key into
+  /// contiguous host memory of its dtype and shape, and get_object of a
+  /// whole key of at most 60 KiB whose location this process knows, on a
+  /// volume of this host reached over shm, are read on the caller's thread
+  /// over a shared-memory ring to the volume (docs/architecture.md, "The
+  /// fast path"). Same results and errors as the actor path; false sends
+  /// every call through the actors. Store::from_env takes
+  /// MESHSTORE_FAST_PATH=0.
+  bool fast_path = true;
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".
   std::string log_level;
@@ -226,6 +235,14 @@ struct ControllerCounters {
   /// replaced before they opened it) and then located with a pin, which
   /// holds the located version's memory until they have read it.
   std::uint64_t pinned_locates = 0;
+};
+
+/// What this process's fast path for small gets did (StoreOptions::fast_path).
+struct FastPathStats {
+  std::uint64_t hits = 0;    ///< gets served over a ring, on the caller's thread
+  std::uint64_t misses = 0;  ///< gets that took the actor path (location unknown, no ring, ...)
+  std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
+  std::uint64_t rings = 0;   ///< rings open now, one per volume on this host reached over shm
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.
@@ -646,6 +663,8 @@ class Store {
   Future<std::vector<VolumeStats>> stats();
   /// The controller's message counters (ControllerCounters).
   Future<ControllerCounters> controller_counters();
+  /// What this process's fast path for small gets did (StoreOptions::fast_path).
+  FastPathStats fast_path_stats() const;
   /// The port this store listens on (0 when it does not listen).
   std::uint16_t port() const noexcept;
   /// "HOST:PORT" this store listens on, or "" when it does not listen.

@@ -70,6 +70,8 @@ StoreOptions store_options(const py::dict& kw) {
         o.volume_pool_bytes = v.cast<std::uint64_t>();
       else if (name == "shared_memory_volumes")
         o.shared_memory_volumes = v.cast<bool>();
+      else if (name == "fast_path")
+        o.fast_path = v.cast<bool>();
       else if (name == "rpc_chunk_bytes")
         o.rpc_chunk_bytes = v.cast<std::size_t>();
       else if (name == "rpc_chunks_in_flight")

@@ -1,6 +1,7 @@
 // kill -9 of a process in a running store: the others get clear errors
 // within a bound, nothing hangs.
 
+#include <atomic>
 #include <regex>
 #include <thread>
 
@@ -87,6 +88,57 @@ TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
   ASSERT_OK(server.put("fresh", TensorView::of(&y, {})).get(kBound));
   EXPECT_EQ(*server.get("fresh").get(kBound)->data_as<float>(), 1.0f);
   ASSERT_OK(server.remove("held").get(kBound));         // acknowledges the loss
+  transports::shm::garbage_collect(false, peer.pid());  // what the killed peer left
+}
+
+TEST(Failure, KilledVolumeProcessEndsFastPathReadsInFlight) {
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  o.strategy = "per_local_rank";
+  o.request_timeout = 60s;  // far above the bound: the error must not come from a timeout
+  auto server = Store::embedded(o).value();
+  Child peer({kPeer, "hold", server.address(), "held"});
+  ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
+  ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);  // learns where it is
+  ASSERT_TRUE(eventually([&] { return server.fast_path_stats().rings >= 1; }, kBound));
+  // Reads over the ring to the peer's volume, one after another, until one fails.
+  std::atomic<bool> stop{false}, failed{false};
+  Status last;
+  std::chrono::steady_clock::time_point failed_at;
+  std::thread reader([&] {
+    float v = 0;
+    while (!stop.load()) {
+      auto s = server.get_into("held", TensorView::of(&v, {})).get(kWait);
+      if (!s.ok()) {
+        last = s.status();
+        failed_at = std::chrono::steady_clock::now();
+        failed.store(true);
+        return;
+      }
+      if (v != 7.0f) {
+        last = Status(Errc::internal, "read " + std::to_string(v));
+        failed_at = std::chrono::steady_clock::now();
+        failed.store(true);
+        return;
+      }
+    }
+  });
+  ASSERT_TRUE(eventually([&] { return server.fast_path_stats().hits >= 20; }, kBound));
+  const auto t0 = std::chrono::steady_clock::now();
+  peer.signal(SIGKILL);
+  ASSERT_TRUE(peer.wait(kWait));
+  const bool ended = eventually([&] { return failed.load(); }, kBound);
+  stop.store(true);
+  reader.join();
+  ASSERT_TRUE(ended) << "reads over the ring went on after the volume died";
+  EXPECT_NE(last.code(), Errc::timeout) << "the read hung until its timeout";
+  EXPECT_ERROR(last, Errc::unavailable, "");
+  EXPECT_LT(failed_at - t0, kBound);
+  // The ring is gone with its volume; closing the store leaves none of this
+  // process's segments (the ring is one).
+  EXPECT_EQ(server.fast_path_stats().rings, 0u);
+  server.close();
+  EXPECT_TRUE(transports::shm::own_segments().empty());
   transports::shm::garbage_collect(false, peer.pid());  // what the killed peer left
 }
 

@@ -55,6 +55,8 @@ void handle_stat(client_pointer self, StatCall call) {
 caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_actor controller,
                           strategy_actor strategy) {
   self->state.cfg = std::move(cfg);
+  self->state.locations.max = self->state.cfg.max_cached_locations;
+  self->state.locations.fast = self->state.cfg.fast_path;
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });

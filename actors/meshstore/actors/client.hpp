@@ -195,6 +195,8 @@ struct StatCall {
 };
 
 /// What a client is created with.
+class FastPath;
+
 struct ClientConfig {
   wire::ClientInfo me;
   /// Force this transport for every volume ("" = best available).
@@ -208,6 +210,10 @@ struct ClientConfig {
   /// StoreOptions::eviction "lru": a put refused for capacity evicts the
   /// least recently used keys on its volume and stages again, once.
   bool evict_lru = false;
+  /// The fast path for small gets (shared with the Store facade, which
+  /// reads over it); null: none. The client mirrors its location cache
+  /// into it and opens a ring to each volume it reaches over shm.
+  std::shared_ptr<FastPath> fast_path;
 };
 
 /// Spawns a client actor bound to a controller and strategy.

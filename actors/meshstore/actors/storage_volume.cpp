@@ -117,7 +117,7 @@ AccountedMemory::~AccountedMemory() {
 class SmallObjects {
  public:
   /// Objects of at most this many bytes are kept (a ring slot's payload).
-  static constexpr std::uint64_t kMaxBytes = 60 << 10;
+  static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
   void add(std::uint64_t id, const std::string& key,
            const std::shared_ptr<transports::Region>& region) {
     if (region->size() > kMaxBytes || region->device() >= 0) return;

@@ -11,6 +11,7 @@
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/address.hpp"
@@ -222,6 +223,10 @@ void Store::Impl::start_client() {
   cc.transport_config = transport_config(options);
   cc.request_timeout = options.request_timeout;
   cc.evict_lru = options.eviction == "lru";
+  if (options.fast_path) {
+    fast = std::make_shared<actors::FastPath>();
+    cc.fast_path = fast;
+  }
   client = actors::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
 }
@@ -339,6 +344,9 @@ Result<Store> Store::from_env(StoreOptions options) {
   options.rank = env->rank;
   options.local_rank = env->local_rank;
   if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
+  if (const char* e = std::getenv("MESHSTORE_FAST_PATH"); e && std::string(e) == "0") {
+    options.fast_path = false;
+  }
   if (const char* e = std::getenv("MESHSTORE_ENCRYPT_TCP"); e && std::string(e) == "1") {
     options.encrypt_tcp = true;
   }
@@ -353,6 +361,9 @@ Result<Store> Store::from_env(StoreOptions options) {
 }
 
 void Store::Impl::close() {
+  // The rings go first: reads over them end, and the volumes' ring
+  // threads see their client close at once.
+  if (fast) fast->close();
   std::shared_ptr<internal::ActorRuntime> doomed;
   std::vector<caf::actor> stopping;
   {

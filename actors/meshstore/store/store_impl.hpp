@@ -23,6 +23,10 @@
 
 namespace meshstore {
 
+namespace actors {
+class FastPath;
+}
+
 namespace state_dicts {
 // The state-dict reads' manifest cache (state_dict/read_plan.hpp).
 struct ManifestCache;
@@ -55,6 +59,9 @@ struct Store::Impl {
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
+  // The fast path for small gets (StoreOptions::fast_path; null when off),
+  // shared with the client actor. Set before the Store is handed out.
+  std::shared_ptr<actors::FastPath> fast;
 
   // A runtime (with the network layer when `network`; `shared` when
   // given, which must have the network layer and the store's types) and

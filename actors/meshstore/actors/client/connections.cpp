@@ -2,6 +2,8 @@
 
 #include "meshstore/actors/client/connections.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -9,7 +11,9 @@
 
 #include "meshstore/actors/client/ask.hpp"
 #include "meshstore/actors/client/stream.hpp"
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/shm/ring.hpp"
 
 namespace meshstore::actors::client_detail {
 
@@ -22,6 +26,39 @@ void finish_conn(client_pointer self, const std::string& id, const ConnResult& r
   self->state.conn_waiters.erase(id);
   if (r.ok()) self->state.conns[id] = *r;
   for (auto& w : waiters) w(r);
+}
+
+// Opens the fast path's ring to a volume this client reaches over shm (one
+// host): creates it, has the volume attach it, and hands it to the fast
+// path. A failure only logs: small gets then take the actor path.
+void open_ring(client_pointer self, const std::string& volume_id,
+               const storage_volume_actor& handle) {
+  auto& st = self->state;
+  transports::shm::Ring::Options o;
+  o.slots = 4;  // one request at a time per ring
+  o.slot_bytes = static_cast<std::uint32_t>(fast_get::kMaxObjectBytes + 64);
+  auto ring = transports::shm::Ring::create(o);
+  if (!ring.ok()) {
+    st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank, volume_id,
+                 ring.status().to_string());
+    return;
+  }
+  auto held = std::make_shared<std::unique_ptr<transports::shm::Ring>>(std::move(ring).value());
+  const std::string name = (*held)->name();
+  ask(self, handle, ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()))
+      .then(
+          [self, volume_id, handle, held](caf::ok_atom) {
+            auto& st = self->state;
+            auto it = st.conns.find(volume_id);
+            // Not if the volume went down (or was replaced) meanwhile.
+            if (it == st.conns.end() || it->second->handle != handle) return;
+            st.cfg.fast_path->add_ring(volume_id, std::move(*held));
+          },
+          [self, volume_id](caf::error& e) {
+            self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
+                                  self->state.cfg.me.rank, volume_id,
+                                  from_caf_error(e, "ring_attach").to_string());
+          });
 }
 
 // Asks the volume for its endpoints and opens the chosen transport.
@@ -51,6 +88,9 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             conn->handle = handle;
             conn->transport = std::shared_ptr<transports::Transport>(std::move(transport).value());
             finish_conn(self, info.volume_id, conn);
+            if (st.cfg.fast_path && chosen->transport == "shm") {
+              open_ring(self, info.volume_id, handle);
+            }
           },
           [=](caf::error& e) {
             finish_conn(self, info.volume_id,
@@ -173,12 +213,7 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
       st.home_volume.clear();
       st.home_lost = name + " went down (" + reason + ")";
     }
-    for (auto loc = st.locations.begin(); loc != st.locations.end();) {
-      const auto& shards = loc->second.shards;
-      const bool there = std::any_of(shards.begin(), shards.end(),
-                                     [&](const wire::ShardRecord& s) { return s.volume_id == id; });
-      loc = there ? st.locations.erase(loc) : std::next(loc);
-    }
+    st.locations.erase_on_volume(id);
     it = st.conns.erase(it);
   }
   const std::string why = name + " went down (" + reason + ")";

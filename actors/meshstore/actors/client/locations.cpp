@@ -11,20 +11,16 @@ namespace meshstore::actors::client_detail {
 using internal::from_caf_error;
 
 void forget_locations_under(ClientState& st, const std::vector<std::string>& prefixes) {
-  for (const auto& p : prefixes) {
-    for (auto it = st.locations.begin(); it != st.locations.end();) {
-      it = it->first.compare(0, p.size(), p) == 0 ? st.locations.erase(it) : std::next(it);
-    }
-  }
+  for (const auto& p : prefixes) st.locations.erase_under(p);
 }
 
 void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
                      const std::vector<std::uint64_t>& versions) {
   auto& st = self->state;
-  if (st.locations.size() + records.size() > st.cfg.max_cached_locations) st.locations.clear();
+  st.locations.make_room(records.size());
   for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
     records[i].version = versions[i];
-    st.locations[records[i].key] = std::move(records[i]);
+    st.locations.put(records[i]);
   }
 }
 
@@ -34,9 +30,9 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
   if (use_cache) {
     std::vector<wire::KeyRecord> cached;
     for (const auto& key : keys) {
-      auto it = st.locations.find(key);
-      if (it == st.locations.end()) break;
-      cached.push_back(it->second);
+      const auto* r = st.locations.find(key);
+      if (r == nullptr) break;
+      cached.push_back(*r);
     }
     if (cached.size() == keys.size()) return k(std::move(cached));
   }
@@ -44,11 +40,10 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
       .then(
           [=](std::vector<wire::KeyRecord>& records) {
             auto& st = self->state;
-            if (st.locations.size() + records.size() > st.cfg.max_cached_locations)
-              st.locations.clear();
+            st.locations.make_room(records.size());
             for (const auto& r : records) {
               if (r.found()) {
-                st.locations[r.key] = r;
+                st.locations.put(r);
               } else {
                 st.locations.erase(r.key);
               }

@@ -5,22 +5,27 @@
 namespace meshstore::actors::fast_get {
 namespace {
 
-constexpr std::size_t kRequestHeader = 16;  // magic, key length, object id
-constexpr std::size_t kReplyHeader = 8;     // status, reserved
+constexpr std::size_t kRequestHeader = 16;               // magic, key length, object id
+constexpr std::size_t kReplyHeader = kReplyHeaderBytes;  // status, reserved
 
 Status bad(const std::string& what) { return Status(Errc::protocol_error, "fast get: " + what); }
 
 }  // namespace
 
 std::vector<std::byte> encode(const Request& r) {
-  std::vector<std::byte> out(kRequestHeader + r.key.size());
+  std::vector<std::byte> out;
+  encode_into(r, out);
+  return out;
+}
+
+void encode_into(const Request& r, std::vector<std::byte>& out) {
+  out.resize(kRequestHeader + r.key.size());
   const std::uint32_t magic = kRequestMagic;
   const auto key_len = static_cast<std::uint32_t>(r.key.size());
   std::memcpy(out.data(), &magic, 4);
   std::memcpy(out.data() + 4, &key_len, 4);
   std::memcpy(out.data() + 8, &r.object_id, 8);
   if (!r.key.empty()) std::memcpy(out.data() + kRequestHeader, r.key.data(), r.key.size());
-  return out;
 }
 
 Result<Request> decode_request(const std::vector<std::byte>& bytes) {
@@ -53,7 +58,7 @@ std::vector<std::byte> encode(ReplyStatus status, const void* data, std::size_t 
   return out;
 }
 
-Result<Reply> decode_reply(const std::vector<std::byte>& bytes) {
+Result<ReplyStatus> reply_status(const std::vector<std::byte>& bytes) {
   if (bytes.size() < kReplyHeader) {
     return bad("a reply of " + std::to_string(bytes.size()) + " bytes has no header");
   }
@@ -62,8 +67,14 @@ Result<Reply> decode_reply(const std::vector<std::byte>& bytes) {
   if (s > static_cast<std::uint32_t>(ReplyStatus::error)) {
     return bad("unknown reply status " + std::to_string(s));
   }
+  return static_cast<ReplyStatus>(s);
+}
+
+Result<Reply> decode_reply(const std::vector<std::byte>& bytes) {
+  auto status = reply_status(bytes);
+  if (!status.ok()) return status.status();
   Reply r;
-  r.status = static_cast<ReplyStatus>(s);
+  r.status = *status;
   r.bytes.assign(bytes.begin() + kReplyHeader, bytes.end());
   return r;
 }

@@ -23,6 +23,8 @@ namespace meshstore::actors::fast_get {
 
 inline constexpr std::uint32_t kRequestMagic = 0x3147534d;  // "MSG1", little-endian
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
+/// Objects served over a ring at most (a ring slot holds the reply).
+inline constexpr std::uint64_t kMaxObjectBytes = 60 << 10;
 
 struct Request {
   std::uint64_t object_id = 0;
@@ -41,10 +43,18 @@ struct Reply {
 };
 
 std::vector<std::byte> encode(const Request& r);
+/// encode() into `out` (resized), reusing its memory.
+void encode_into(const Request& r, std::vector<std::byte>& out);
 /// Errc::protocol_error naming what is wrong (size, magic, key length).
 Result<Request> decode_request(const std::vector<std::byte>& bytes);
 
+/// A reply's header; the object's bytes or the message follow it.
+inline constexpr std::size_t kReplyHeaderBytes = 8;
+
 std::vector<std::byte> encode(ReplyStatus status, const void* data, std::size_t n);
+/// A reply's status, its payload being the bytes after kReplyHeaderBytes.
+/// Errc::protocol_error as decode_reply.
+Result<ReplyStatus> reply_status(const std::vector<std::byte>& bytes);
 /// Errc::protocol_error for a reply too short or of an unknown status.
 Result<Reply> decode_reply(const std::vector<std::byte>& bytes);
 

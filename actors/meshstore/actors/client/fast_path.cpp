@@ -1,0 +1,183 @@
+// The fast path for small gets: the location mirror and the rings.
+
+#include "meshstore/actors/client/fast_path.hpp"
+
+#include <utility>
+#include <vector>
+
+#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/transports/shm/ring.hpp"
+
+namespace meshstore::actors {
+
+// One ring and what a caller needs to use it: one request at a time.
+struct FastPath::Channel {
+  std::mutex mu;  // held for a whole request and its reply
+  std::unique_ptr<transports::shm::Ring> ring;
+  std::uint64_t next_tag = 1;
+  std::vector<std::byte> request;  // reused encoding buffer
+};
+
+void FastPath::learn(const wire::KeyRecord& r) {
+  const bool small_whole = r.found() && r.shards.size() == 1 && r.shards[0].slice.is_full() &&
+                           r.shards[0].nbytes <= kMaxBytes && r.pending.empty();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  if (!small_whole) {
+    entries_.erase(r.key);
+    return;
+  }
+  const auto& s = r.shards[0];
+  entries_[r.key] =
+      Entry{s.volume_id, s.object_id, r.kind, r.dtype, r.shape, s.nbytes, r.object_format};
+}
+
+void FastPath::forget(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.erase(key);
+}
+
+void FastPath::forget_under(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->first.compare(0, prefix.size(), prefix) == 0 ? entries_.erase(it) : std::next(it);
+  }
+}
+
+void FastPath::forget_all_keys() {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+}
+
+void FastPath::forget_volume(const std::string& volume_id) {
+  std::shared_ptr<Channel> doomed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.volume_id == volume_id ? entries_.erase(it) : std::next(it);
+    }
+    if (auto it = rings_.find(volume_id); it != rings_.end()) {
+      doomed = std::move(it->second);
+      rings_.erase(it);
+    }
+  }
+  // Closed (unlinked) once the last caller using it lets go.
+}
+
+void FastPath::add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring) {
+  auto channel = std::make_shared<Channel>();
+  channel->ring = std::move(ring);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;  // the channel (and its ring) goes here
+  rings_[volume_id] = std::move(channel);
+}
+
+bool FastPath::has_ring(const std::string& volume_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rings_.count(volume_id) != 0;
+}
+
+void FastPath::close() {
+  std::unordered_map<std::string, std::shared_ptr<Channel>> doomed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    entries_.clear();
+    doomed.swap(rings_);
+  }
+}
+
+std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
+                                                        Entry* entry) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto e = entries_.find(key);
+  if (e == entries_.end()) return nullptr;
+  auto r = rings_.find(e->second.volume_id);
+  if (r == rings_.end()) return nullptr;
+  *entry = e->second;
+  return r->second;
+}
+
+void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rings_.find(volume_id);
+  if (it != rings_.end() && it->second == expected) rings_.erase(it);
+}
+
+FastPath::Outcome FastPath::read(
+    const std::string& key, const std::function<bool(const Entry&)>& accept,
+    const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume,
+    std::chrono::milliseconds timeout) {
+  Entry entry;
+  auto channel = channel_of(key, &entry);
+  if (!channel || !accept(entry)) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::miss;
+  }
+  using Clock = std::chrono::steady_clock;
+  std::unique_lock<std::mutex> lock(channel->mu);
+  auto& ring = *channel->ring;
+  const std::uint64_t tag = channel->next_tag++;
+  fast_get::encode_into(fast_get::Request{entry.object_id, key}, channel->request);
+  const auto deadline = Clock::now() + timeout;
+  // A ring that fails (the volume went down, a corrupt entry, no reply in
+  // time) is dropped: the actor path then reports what happened, and a
+  // later connection makes a new ring.
+  auto fail = [&](const Status& s) {
+    if (s.code() != Errc::unavailable) {
+      log::get("client")->warn("fast path to volume '{}' closed: {}", entry.volume_id,
+                               s.to_string());
+    }
+    drop_ring(entry.volume_id, channel);
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::miss;
+  };
+  if (auto s = ring.send(tag, channel->request.data(), channel->request.size(), deadline);
+      !s.ok()) {
+    return fail(s);
+  }
+  for (;;) {
+    auto m = ring.receive(deadline);
+    if (!m.ok()) return fail(m.status());
+    if (m->tag != tag) continue;  // the late reply to an abandoned request
+    auto status = fast_get::reply_status(m->bytes);
+    if (!status.ok()) return fail(status.status());
+    if (*status == fast_get::ReplyStatus::stale) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        auto e = entries_.find(key);
+        if (e != entries_.end() && e->second.object_id == entry.object_id) entries_.erase(e);
+      }
+      stale_.fetch_add(1, std::memory_order_relaxed);
+      return Outcome::stale;
+    }
+    const std::size_t n = m->bytes.size() - fast_get::kReplyHeaderBytes;
+    if (*status == fast_get::ReplyStatus::error || n != entry.nbytes) {
+      return fail(Status(Errc::protocol_error,
+                         *status == fast_get::ReplyStatus::error
+                             ? "volume refused a get: " +
+                                   std::string(reinterpret_cast<const char*>(m->bytes.data()) +
+                                                   fast_get::kReplyHeaderBytes,
+                                               n)
+                             : "'" + key + "': " + std::to_string(n) + " bytes for an object of " +
+                                   std::to_string(entry.nbytes)));
+    }
+    lock.unlock();
+    consume(entry, m->bytes.data() + fast_get::kReplyHeaderBytes, n);
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::hit;
+  }
+}
+
+FastPath::Stats FastPath::stats() const {
+  Stats s;
+  s.hits = hits_.load(std::memory_order_relaxed);
+  s.misses = misses_.load(std::memory_order_relaxed);
+  s.stale = stale_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  s.rings = rings_.size();
+  return s;
+}
+
+}  // namespace meshstore::actors

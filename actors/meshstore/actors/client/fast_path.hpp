@@ -1,0 +1,112 @@
+#pragma once
+
+// The fast path for small gets (issue 26; docs/architecture.md, "The fast
+// path"): a caller's thread reads a small whole object from a same-host
+// volume over a shared-memory ring (transports/shm/ring.hpp), without any
+// actor. What it needs lives here, shared by the client actor and the
+// Store facade:
+// - a mirror of the client actor's location cache, for small whole keys:
+//   the actor writes it wherever it writes its own cache, so a location the
+//   actor dropped (a remove, an overwrite by this client, a volume that went
+//   down) is gone here before the call that dropped it completes;
+// - the rings, one per same-host volume, created by the client actor when
+//   it connects to the volume over shm and attached by the volume.
+// A read names the object id and key it expects; the volume answers the
+// bytes of that committed object or "stale" (superseded, removed), so a
+// stale location is detected and the caller takes the actor path, never
+// reads the wrong bytes. Thread-safe.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/dtype.hpp"
+#include "meshstore/object_format.hpp"
+#include "meshstore/tensor.hpp"
+#include "meshstore/wire/records.hpp"
+
+namespace meshstore::transports::shm {
+class Ring;
+}
+
+namespace meshstore::actors {
+
+class FastPath {
+ public:
+  /// Objects the fast path reads at most: what a volume serves over its
+  /// rings.
+  static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
+
+  /// A cached location of a small whole key.
+  struct Entry {
+    std::string volume_id;
+    std::uint64_t object_id = 0;
+    wire::ObjectKind kind = wire::ObjectKind::tensor;
+    DType dtype = DType::uint8;
+    Shape shape;
+    std::uint64_t nbytes = 0;
+    ObjectFormat format = ObjectFormat::bytes;
+  };
+  /// What a read did.
+  enum class Outcome {
+    hit,   ///< served: `consume` got the bytes
+    miss,  ///< nothing cached, no ring, refused by `accept`, or the ring failed
+    stale  ///< the volume no longer holds that object: locate afresh
+  };
+  struct Stats {
+    std::uint64_t hits = 0;
+    std::uint64_t misses = 0;
+    std::uint64_t stale = 0;
+    std::uint64_t rings = 0;  ///< rings open now
+  };
+
+  // -- the client actor's side --
+
+  /// Mirrors a cache entry: keeps `r` when it is a small whole key on one
+  /// volume, else forgets r.key.
+  void learn(const wire::KeyRecord& r);
+  void forget(const std::string& key);
+  void forget_under(const std::string& prefix);
+  void forget_all_keys();
+  /// Forgets the keys on `volume_id` and closes its ring (it went down).
+  void forget_volume(const std::string& volume_id);
+  /// The ring to `volume_id`, which attached it.
+  void add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring);
+  bool has_ring(const std::string& volume_id) const;
+  /// Closes every ring and forgets everything; later reads miss. The
+  /// store calls it first when it closes.
+  void close();
+
+  // -- the caller's side --
+
+  /// Reads `key` over its volume's ring when its location is cached and
+  /// `accept(entry)` says the call can be served from it (kind, dtype,
+  /// shape); `consume(entry, data, n)` then gets the object's bytes (n ==
+  /// entry.nbytes), still inside the ring's reply. Waits for the reply at
+  /// most `timeout`. One request at a time per ring.
+  Outcome read(const std::string& key, const std::function<bool(const Entry&)>& accept,
+               const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume,
+               std::chrono::milliseconds timeout);
+
+  Stats stats() const;
+
+ private:
+  struct Channel;
+  std::shared_ptr<Channel> channel_of(const std::string& key, Entry* entry) const;
+  void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
+
+  mutable std::mutex mu_;  // guards entries_, rings_, closed_
+  std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
+  bool closed_ = false;
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0};
+};
+
+}  // namespace meshstore::actors

@@ -1,0 +1,386 @@
+// The fast path for small gets (issue 26; StoreOptions::fast_path): a
+// small whole key whose location a process knows, on a volume of its host,
+// is read on the caller's thread over a shared-memory ring to the volume.
+// Through the public API: the values and errors are those of the actor
+// path, and Store::fast_path_stats() says which path served each call.
+// Then FastPath itself, against a ring whose volume end the test plays:
+// replies that are corrupt are refused.
+#include "meshstore/actors/client/fast_path.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/transports/shm/ring.hpp"
+#include "testing/test_util.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::eventually;
+using testing::kWait;
+
+// Waits (bounded) until `store` has a ring to a volume: the client opens
+// it in the background once it first reaches the volume.
+bool has_ring(const Store& store) {
+  return eventually([&] { return store.fast_path_stats().rings >= 1; }, 10s);
+}
+
+std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(seed + i * 7);
+  return v;
+}
+
+TensorView bytes_view(std::vector<std::uint8_t>& v) {
+  return TensorView(v.data(), DType::uint8, {static_cast<std::int64_t>(v.size())});
+}
+
+TEST(FastPath, EverySizeUpToTheLimitIsReadOverTheRing) {
+  auto store = Store::embedded().value();
+  std::vector<std::uint8_t> first = pattern(4, 1);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  const std::size_t limit = actors::FastPath::kMaxBytes;
+  for (std::size_t n : {std::size_t{1}, std::size_t{64}, std::size_t{4096}, limit}) {
+    SCOPED_TRACE(n);
+    const std::string key = "k" + std::to_string(n);
+    auto src = pattern(n, static_cast<std::uint8_t>(n));
+    ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
+    const auto before = store.fast_path_stats().hits;
+    std::vector<std::uint8_t> dst(n, 0);
+    ASSERT_OK(store.get_into(key, bytes_view(dst)).get(kWait));
+    EXPECT_EQ(dst, src);
+    auto t = store.get(key).get(kWait);
+    ASSERT_OK(t);
+    ASSERT_EQ(t->nbytes(), n);
+    EXPECT_EQ(std::memcmp(t->data(), src.data(), n), 0);
+    ASSERT_OK(store.put_object("o" + key, std::string(src.begin(), src.end()), ObjectFormat::pickle)
+                  .get(kWait));
+    auto o = store.get_stored_object("o" + key).get(kWait);
+    ASSERT_OK(o);
+    EXPECT_EQ(o->bytes, std::string(src.begin(), src.end()));
+    EXPECT_EQ(o->format, ObjectFormat::pickle);
+    EXPECT_EQ(store.fast_path_stats().hits, before + 3) << "not served over the ring";
+  }
+  // One byte more: the actor path, same result.
+  auto big = pattern(limit + 1, 3);
+  ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));
+  const auto before = store.fast_path_stats();
+  std::vector<std::uint8_t> dst(big.size(), 0);
+  ASSERT_OK(store.get_into("big", bytes_view(dst)).get(kWait));
+  EXPECT_EQ(dst, big);
+  EXPECT_EQ(store.fast_path_stats().hits, before.hits);
+  EXPECT_EQ(store.fast_path_stats().misses, before.misses + 1);
+}
+
+TEST(FastPath, ErrorsAreTheActorPathsAndNothingIsWritten) {
+  auto store = Store::embedded().value();
+  std::vector<float> w(15, 2.5f);
+  ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
+  ASSERT_OK(store.put_object("obj", "bytes").get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  // Served: the right dtype and shape.
+  std::vector<float> out(15, 0.0f);
+  ASSERT_OK(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
+  EXPECT_EQ(out, w);
+  const auto hits = store.fast_path_stats().hits;
+  // Not served, and refused exactly as the actor path refuses.
+  std::vector<double> wrong_dtype(15, -1.0);
+  EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_dtype.data(), {3, 5})).get(kWait),
+               Errc::dtype_mismatch, "'w'");
+  EXPECT_EQ(wrong_dtype, std::vector<double>(15, -1.0));
+  std::vector<float> wrong_shape(15, -1.0f);
+  EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_shape.data(), {5, 3})).get(kWait),
+               Errc::shape_mismatch, "'w'");
+  EXPECT_EQ(wrong_shape, std::vector<float>(15, -1.0f));
+  EXPECT_ERROR(store.get_object("w").get(kWait), Errc::wrong_kind, "holds a tensor");
+  EXPECT_ERROR(store.get("obj").get(kWait), Errc::wrong_kind, "holds an object");
+  EXPECT_ERROR(store.get("missing").get(kWait), Errc::not_found, "no key 'missing'");
+  EXPECT_EQ(store.fast_path_stats().hits, hits);
+  // A strided destination takes the actor path and gets the same bytes.
+  std::vector<float> wide(30, 0.0f);
+  auto strided = TensorView(wide.data(), DType::float32, {3, 5}, {10, 1});
+  ASSERT_OK(store.get_into("w", strided).get(kWait));
+  EXPECT_EQ(wide[10], 2.5f);
+  EXPECT_EQ(wide[5], 0.0f);
+  // Removed by this client: gone from the fast path before remove completes.
+  ASSERT_OK(store.remove("w").get(kWait));
+  EXPECT_ERROR(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait), Errc::not_found,
+               "no key 'w'");
+  // A closed store answers shutdown, as before.
+  store.close();
+  EXPECT_ERROR(store.get_object("obj").get(kWait), Errc::shutdown, "");
+  EXPECT_EQ(store.fast_path_stats().rings, 0u);
+}
+
+TEST(FastPath, OffSendsEveryCallThroughTheActors) {
+  StoreOptions o;
+  o.fast_path = false;
+  auto store = Store::embedded(o).value();
+  ASSERT_OK(store.put_object("k", "value").get(kWait));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*store.get_object("k").get(kWait), "value");
+  const auto s = store.fast_path_stats();
+  EXPECT_EQ(s.hits + s.misses + s.stale + s.rings, 0u);
+}
+
+// A reader in one client, a writer in another: the reader's known location
+// goes stale when the writer overwrites or removes the key; it is located
+// again, never read.
+TEST(FastPath, AStaleLocationIsLocatedAgainNotRead) {
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  auto writer = Store::embedded(o).value();
+  StoreOptions ro;
+  ro.host_volumes = false;
+  auto reader = Store::connect(writer.address(), ro).value();
+  std::vector<std::uint8_t> v(4096, 1);
+  ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
+  std::vector<std::uint8_t> dst(4096, 0);
+  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));  // learns where "k" is
+  ASSERT_TRUE(has_ring(reader));
+  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+  EXPECT_EQ(reader.fast_path_stats().hits, 1u);
+  std::fill(v.begin(), v.end(), 2);
+  ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
+  // Until the volume has dropped the old object the reader may still get
+  // the old value (a read racing a put may); then it must get the new one.
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::fill(dst.begin(), dst.end(), 0);
+        EXPECT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+        EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [&](auto b) { return b == dst[0]; }))
+            << "torn value";
+        EXPECT_TRUE(dst[0] == 1 || dst[0] == 2) << int(dst[0]);
+        return dst[0] == 2;
+      },
+      10s));
+  EXPECT_GE(reader.fast_path_stats().stale, 1u);
+  // Located afresh: the ring serves the new object.
+  const auto hits = reader.fast_path_stats().hits;
+  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+  EXPECT_EQ(dst[0], 2);
+  EXPECT_EQ(reader.fast_path_stats().hits, hits + 1);
+  // Removed by the writer: not_found once the volume dropped it.
+  ASSERT_OK(writer.remove("k").get(kWait));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return reader.get_into("k", bytes_view(dst)).get(kWait).status().code() == Errc::not_found;
+      },
+      10s));
+}
+
+// One writer replaces a key continuously while readers in another client
+// read it over the ring: every value read is one the writer wrote whole.
+TEST(FastPath, AWriterRacingReadersNeverShowsATornValue) {
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  auto writer = Store::embedded(o).value();
+  StoreOptions ro;
+  ro.host_volumes = false;
+  auto reader = Store::connect(writer.address(), ro).value();
+  constexpr std::size_t kBytes = 16 << 10;
+  std::vector<std::uint8_t> v(kBytes, 1);
+  ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
+  std::vector<std::uint8_t> dst(kBytes);
+  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+  ASSERT_TRUE(has_ring(reader));
+  std::atomic<bool> done{false};
+  std::atomic<int> torn{0}, failed{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      std::vector<std::uint8_t> mine(kBytes);
+      while (!done.load()) {
+        auto s = reader.get_into("k", bytes_view(mine)).get(kWait);
+        if (!s.ok()) {
+          ++failed;
+          continue;
+        }
+        ++reads;
+        if (!std::all_of(mine.begin(), mine.end(), [&](auto b) { return b == mine[0]; })) ++torn;
+      }
+    });
+  }
+  for (int i = 2; i < 200; ++i) {
+    std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+    ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
+  }
+  done.store(true);
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  // The readers went to the ring (served, or told their location was stale
+  // by a writer faster than them)...
+  const auto s = reader.fast_path_stats();
+  EXPECT_GT(s.hits + s.stale, 0u);
+  // ...and once the writer stops, it serves the last value.
+  EXPECT_TRUE(eventually(
+      [&] {
+        const auto hits = reader.fast_path_stats().hits;
+        EXPECT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+        return reader.fast_path_stats().hits == hits + 1;
+      },
+      10s));
+  EXPECT_EQ(dst, std::vector<std::uint8_t>(kBytes, 199));
+}
+
+// Threads of one process share its ring to a volume, one request at a
+// time; each gets its own value.
+TEST(FastPath, ConcurrentCallersShareARing) {
+  auto store = Store::embedded().value();
+  constexpr int kThreads = 4;
+  for (int t = 0; t < kThreads; ++t) {
+    auto v = pattern(1000 + t, static_cast<std::uint8_t>(t));
+    ASSERT_OK(store.put("k" + std::to_string(t), bytes_view(v)).get(kWait));
+  }
+  ASSERT_TRUE(has_ring(store));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const auto want = pattern(1000 + t, static_cast<std::uint8_t>(t));
+      std::vector<std::uint8_t> dst(want.size());
+      for (int i = 0; i < 200; ++i) {
+        std::fill(dst.begin(), dst.end(), 0);
+        auto s = store.get_into("k" + std::to_string(t), bytes_view(dst)).get(kWait);
+        if (!s.ok() || dst != want) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(store.fast_path_stats().hits, std::uint64_t{kThreads} * 200);
+}
+
+// FastPath against a ring whose volume end the test plays.
+class FastPathRing : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    transports::shm::Ring::Options o;
+    o.slots = 4;
+    o.slot_bytes = 1024;
+    auto client = transports::shm::Ring::create(o);
+    ASSERT_OK(client);
+    auto server = transports::shm::Ring::attach((*client)->name(), ::getpid());
+    ASSERT_OK(server);
+    server_ = std::move(server).value();
+    fast_.add_ring("v", std::move(client).value());
+    wire::KeyRecord r;
+    r.key = "k";
+    r.version = 3;
+    r.shape = {4};
+    r.shards.push_back(wire::ShardRecord{TensorSlice::full({4}), "v", 7, 4});
+    fast_.learn(r);
+  }
+  // Reads "k" while the test's volume end answers the request with `reply`.
+  actors::FastPath::Outcome read_answered_with(const std::vector<std::byte>& reply,
+                                               std::string* got) {
+    std::thread volume([&] {
+      auto m = server_->receive(std::chrono::steady_clock::now() + 10s);
+      if (!m.ok()) return;
+      auto req = actors::fast_get::decode_request(m->bytes);
+      EXPECT_OK(req);
+      if (req.ok()) EXPECT_EQ(req->object_id, 7u);
+      (void)server_->send(m->tag, reply.data(), reply.size(),
+                          std::chrono::steady_clock::now() + 10s);
+    });
+    auto out = fast_.read(
+        "k", [](const actors::FastPath::Entry&) { return true; },
+        [got](const actors::FastPath::Entry&, const std::byte* d, std::size_t n) {
+          got->assign(reinterpret_cast<const char*>(d), n);
+        },
+        10s);
+    volume.join();
+    return out;
+  }
+
+  actors::FastPath fast_;
+  std::unique_ptr<transports::shm::Ring> server_;
+};
+
+TEST_F(FastPathRing, AGoodReplyIsServed) {
+  std::string got;
+  auto ok = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4);
+  EXPECT_EQ(read_answered_with(ok, &got), actors::FastPath::Outcome::hit);
+  EXPECT_EQ(got, "abcd");
+  EXPECT_EQ(fast_.stats().hits, 1u);
+}
+
+TEST_F(FastPathRing, StaleForgetsTheLocation) {
+  std::string got;
+  auto stale = actors::fast_get::encode(actors::fast_get::ReplyStatus::stale, nullptr, 0);
+  EXPECT_EQ(read_answered_with(stale, &got), actors::FastPath::Outcome::stale);
+  EXPECT_TRUE(got.empty());
+  // Forgotten: the next read does not reach the ring at all.
+  EXPECT_EQ(fast_.read(
+                "k", [](const actors::FastPath::Entry&) { return true; },
+                [](const actors::FastPath::Entry&, const std::byte*, std::size_t) {}, 1s),
+            actors::FastPath::Outcome::miss);
+  EXPECT_EQ(fast_.stats().rings, 1u);  // the ring itself is fine
+}
+
+TEST_F(FastPathRing, ACorruptReplyIsRefusedAndTheRingDropped) {
+  std::string got;
+  std::vector<std::byte> bad(12, std::byte{0xff});  // an unknown status
+  EXPECT_EQ(read_answered_with(bad, &got), actors::FastPath::Outcome::miss);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(fast_.stats().rings, 0u);
+}
+
+TEST_F(FastPathRing, AReplyOfTheWrongSizeIsRefused) {
+  std::string got;
+  auto short_reply = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abc", 3);
+  EXPECT_EQ(read_answered_with(short_reply, &got), actors::FastPath::Outcome::miss);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(fast_.stats().rings, 0u);
+}
+
+TEST_F(FastPathRing, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
+  server_.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(fast_.read(
+                "k", [](const actors::FastPath::Entry&) { return true; },
+                [](const actors::FastPath::Entry&, const std::byte*, std::size_t) {}, 30s),
+            actors::FastPath::Outcome::miss);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(fast_.stats().rings, 0u);
+}
+
+TEST_F(FastPathRing, KeysThatAreNotSmallAndWholeAreNotMirrored) {
+  wire::KeyRecord sharded;
+  sharded.key = "s";
+  sharded.version = 4;
+  sharded.shape = {8};
+  sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {0}, {4}).value(), "v", 8, 16});
+  sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {4}, {4}).value(), "v", 9, 16});
+  fast_.learn(sharded);
+  wire::KeyRecord large;
+  large.key = "l";
+  large.version = 5;
+  large.shape = {static_cast<std::int64_t>(actors::FastPath::kMaxBytes + 1)};
+  large.shards.push_back(
+      wire::ShardRecord{TensorSlice::full(large.shape), "v", 10, actors::FastPath::kMaxBytes + 1});
+  fast_.learn(large);
+  for (const char* key : {"s", "l"}) {
+    EXPECT_EQ(fast_.read(
+                  key, [](const actors::FastPath::Entry&) { return true; },
+                  [](const actors::FastPath::Entry&, const std::byte*, std::size_t) {}, 1s),
+              actors::FastPath::Outcome::miss)
+        << key;
+  }
+}
+
+}  // namespace
+}  // namespace meshstore
