@@ -1,14 +1,18 @@
 // libFuzzer target: every decoder a peer's bytes reach on the control plane
-// (the store's wire records, RegionRef) and the state-dict manifest and
-// value codecs (stored bytes a reader decodes). The first input byte picks
+// (the store's wire records, RegionRef), the fast path's ring messages
+// (fast_get: requests a volume decodes, replies a client decodes) and the
+// state-dict manifest and value codecs (stored bytes a reader decodes). The first input byte picks
 // the decoder; the rest are its bytes. Whatever the bytes, a decoder must
 // fail cleanly or succeed, and what it accepts must encode and decode again
 // to the same encoding (no undefined behaviour: built with ASan and UBSan).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dict/manifest.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
@@ -44,12 +48,27 @@ void value(const std::string& bytes) {
   if (!w.ok() || *w != *v) std::abort();
 }
 
+// A ring message, read as a request and as a reply: each accepted one
+// encodes back to what decodes to the same.
+void fast_get_message(const std::string& bytes) {
+  namespace fg = actors::fast_get;
+  std::vector<std::byte> in(bytes.size());
+  if (!bytes.empty()) std::memcpy(in.data(), bytes.data(), bytes.size());
+  if (auto req = fg::decode_request(in); req.ok()) {
+    if (fg::encode(*req) != in) std::abort();  // every field of a request is kept
+  }
+  if (auto rep = fg::decode_reply(in); rep.ok()) {
+    auto again = fg::decode_reply(fg::encode(rep->status, rep->bytes.data(), rep->bytes.size()));
+    if (!again.ok() || again->status != rep->status || again->bytes != rep->bytes) std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 10) {
+  switch (data[0] % 11) {
     case 0:
       round_trip<wire::KeyRecord>(bytes);
       break;
@@ -77,8 +96,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 8:
       manifest(bytes);
       break;
-    default:
+    case 9:
       value(bytes);
+      break;
+    default:
+      fast_get_message(bytes);
       break;
   }
   return 0;

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dict/manifest.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
@@ -21,6 +23,10 @@ bool write(const std::string& dir, int which, const std::string& name, const std
   f.put(static_cast<char>(which));
   f << bytes;
   return static_cast<bool>(f);
+}
+
+std::string as_string(const std::vector<std::byte>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size());
 }
 
 }  // namespace
@@ -72,18 +78,23 @@ int main(int argc, char** argv) {
   state_dicts::lay_out(m, "model.norm.weight", DType::float32, {8}, 64 << 10, 0);
   state_dicts::lay_out(m, "model.big", DType::float32, {1 << 16}, 64 << 10, 0);
   state_dicts::lay_out_value(m, "step", Value::int64(7));
-  bool ok = write(dir, 0, "key_record", wire::encode(rec)) &&
-            write(dir, 0, "object_record", wire::encode(object)) &&
-            write(dir, 1, "stage_request", wire::encode(stage)) &&
-            write(dir, 2, "read_lease", wire::encode(lease)) &&
-            write(dir, 3, "remove_reply", wire::encode(removed)) &&
-            write(dir, 4, "volume_info", wire::encode(volume)) &&
-            write(dir, 5, "volume_stat", wire::encode(stat)) &&
-            write(dir, 6, "client_info", wire::encode(client)) &&
-            write(dir, 7, "region_ref", wire::encode(region)) &&
-            write(dir, 8, "manifest", state_dicts::encode_manifest(m)) &&
-            write(dir, 9, "value_string", Value::string("lr=0.1").encode()) &&
-            write(dir, 9, "value_float", Value::float64(0.5).encode());
+  bool ok =
+      write(dir, 0, "key_record", wire::encode(rec)) &&
+      write(dir, 0, "object_record", wire::encode(object)) &&
+      write(dir, 1, "stage_request", wire::encode(stage)) &&
+      write(dir, 2, "read_lease", wire::encode(lease)) &&
+      write(dir, 3, "remove_reply", wire::encode(removed)) &&
+      write(dir, 4, "volume_info", wire::encode(volume)) &&
+      write(dir, 5, "volume_stat", wire::encode(stat)) &&
+      write(dir, 6, "client_info", wire::encode(client)) &&
+      write(dir, 7, "region_ref", wire::encode(region)) &&
+      write(dir, 8, "manifest", state_dicts::encode_manifest(m)) &&
+      write(dir, 9, "value_string", Value::string("lr=0.1").encode()) &&
+      write(dir, 9, "value_float", Value::float64(0.5).encode()) &&
+      write(dir, 10, "fast_get_request",
+            as_string(actors::fast_get::encode(actors::fast_get::Request{7, "model.step"}))) &&
+      write(dir, 10, "fast_get_reply",
+            as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4)));
   if (!ok) {
     std::fprintf(stderr, "wire_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;

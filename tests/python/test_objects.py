@@ -59,3 +59,20 @@ def test_a_cache_style_store_evicts_instead_of_refusing():
             store.put(f"c{i}", torch.zeros(64 * 1024)).result()
         with pytest.raises(meshstore.OutOfCapacityError, match="is full"):
             store.put("c4", torch.zeros(64 * 1024)).result()
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path):
+    s = meshstore.Store.embedded(fast_path=fast_path)
+    try:
+        for i in range(20):  # the first reads may come before the ring is open
+            s.put("step", {"step": i}).result()
+            s.put("w", torch.full((4, 4), float(i))).result()
+            assert s.get("step").result() == {"step": i}
+            out = torch.empty(4, 4)
+            s.get_into("w", out).result()
+            assert torch.equal(out, torch.full((4, 4), float(i)))
+    finally:
+        s.close()
+    with pytest.raises(TypeError, match="'fast_path' has the wrong type"):
+        meshstore.Store.embedded(fast_path="yes")
