@@ -2,7 +2,7 @@
 # The small-operation figures of docs/performance.md: runs `store_bench
 # --scenario small --json` (arguments go to it, e.g. --transport tcp) and
 # writes small.json, small.dat and small.png (put + get_into p50/p99 against
-# the value's size, next to Redis SET + GET) into results/small-DATE/ (or
+# the value's size, next to Redis SET + GET; each get alone dashed) into results/small-DATE/ (or
 # $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,9 +14,10 @@ import json, sys
 out = sys.argv[1]
 r = json.load(open(f"{out}/small.json"))
 with open(f"{out}/small.dat", "w") as f:
-    f.write("# bytes p50_us p99_us redis_p50_us redis_p99_us\n")
+    f.write("# bytes p50_us p99_us redis_p50_us redis_p99_us get_p50_us redis_get_p50_us\n")
     for p in r["sizes"]:
-        f.write(f'{p["bytes"]} {p["p50_us"]} {p["p99_us"]} {p["redis_p50_us"]} {p["redis_p99_us"]}\n')
+        f.write(f'{p["bytes"]} {p["p50_us"]} {p["p99_us"]} {p["redis_p50_us"]} {p["redis_p99_us"]} '
+                f'{p["get_p50_us"]} {p["redis_get_p50_us"]}\n')
 PY
 if command -v gnuplot >/dev/null; then
   gnuplot <<GP
@@ -32,7 +33,9 @@ set key top left
 plot "$OUT/small.dat" using 1:2 with linespoints title "meshstore p50", \
      "$OUT/small.dat" using 1:3 with linespoints title "meshstore p99", \
      "$OUT/small.dat" using 1:4 with linespoints title "Redis p50 (TCP loopback)", \
-     "$OUT/small.dat" using 1:5 with linespoints title "Redis p99 (TCP loopback)"
+     "$OUT/small.dat" using 1:5 with linespoints title "Redis p99 (TCP loopback)", \
+     "$OUT/small.dat" using 1:6 with linespoints dashtype 2 title "meshstore get_into alone p50", \
+     "$OUT/small.dat" using 1:7 with linespoints dashtype 2 title "Redis GET alone p50"
 GP
 fi
 cat "$OUT/small.json"
