@@ -42,6 +42,19 @@ std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
   return v;
 }
 
+// A store others connect to (its volume in this process), and a client of
+// it without a volume: a writer and a reader in two clients.
+StoreOptions listening() {
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  return o;
+}
+StoreOptions tool() {
+  StoreOptions o;
+  o.host_volumes = false;
+  return o;
+}
+
 TensorView bytes_view(std::vector<std::uint8_t>& v) {
   return TensorView(v.data(), DType::uint8, {static_cast<std::int64_t>(v.size())});
 }
@@ -138,12 +151,8 @@ TEST(FastPath, OffSendsEveryCallThroughTheActors) {
 // goes stale when the writer overwrites or removes the key; it is located
 // again, never read.
 TEST(FastPath, AStaleLocationIsLocatedAgainNotRead) {
-  StoreOptions o;
-  o.listen = "127.0.0.1:0";
-  auto writer = Store::embedded(o).value();
-  StoreOptions ro;
-  ro.host_volumes = false;
-  auto reader = Store::connect(writer.address(), ro).value();
+  auto writer = Store::embedded(listening()).value();
+  auto reader = Store::connect(writer.address(), tool()).value();
   std::vector<std::uint8_t> v(4096, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
   std::vector<std::uint8_t> dst(4096, 0);
@@ -183,12 +192,8 @@ TEST(FastPath, AStaleLocationIsLocatedAgainNotRead) {
 // One writer replaces a key continuously while readers in another client
 // read it over the ring: every value read is one the writer wrote whole.
 TEST(FastPath, AWriterRacingReadersNeverShowsATornValue) {
-  StoreOptions o;
-  o.listen = "127.0.0.1:0";
-  auto writer = Store::embedded(o).value();
-  StoreOptions ro;
-  ro.host_volumes = false;
-  auto reader = Store::connect(writer.address(), ro).value();
+  auto writer = Store::embedded(listening()).value();
+  auto reader = Store::connect(writer.address(), tool()).value();
   constexpr std::size_t kBytes = 16 << 10;
   std::vector<std::uint8_t> v(kBytes, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));

@@ -60,12 +60,19 @@ TEST(Failure, AStreamingReaderLearnsThatItsWriterDied) {
   ASSERT_OK(server.put("fresh", TensorView::of(&y, {})).get(kBound));
 }
 
-TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
+// A store whose volumes live in the processes that join it (a peer's key
+// lives in the peer), with a request timeout far above the bound: an error
+// within the bound cannot come from a timeout.
+StoreOptions volume_per_process() {
   StoreOptions o;
   o.listen = "127.0.0.1:0";
   o.strategy = "per_local_rank";
-  o.request_timeout = 60s;  // far above the bound: the error must not come from a timeout
-  auto server = Store::embedded(o).value();
+  o.request_timeout = 60s;
+  return o;
+}
+
+TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
+  auto server = Store::embedded(volume_per_process()).value();
   Child peer({kPeer, "hold", server.address(), "held"});
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
   ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);
@@ -92,11 +99,7 @@ TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
 }
 
 TEST(Failure, KilledVolumeProcessEndsFastPathReadsInFlight) {
-  StoreOptions o;
-  o.listen = "127.0.0.1:0";
-  o.strategy = "per_local_rank";
-  o.request_timeout = 60s;  // far above the bound: the error must not come from a timeout
-  auto server = Store::embedded(o).value();
+  auto server = Store::embedded(volume_per_process()).value();
   Child peer({kPeer, "hold", server.address(), "held"});
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
   ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);  // learns where it is
