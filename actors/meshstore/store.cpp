@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <functional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -45,62 +44,53 @@ Status finish_into(const facade::DeviceStaging& st, internal::CallGuard& guard,
 
 using FastOutcome = actors::FastPath::Outcome;
 
-// A small whole key whose location this client knows, on a volume of this
-// host: read on the caller's thread over the volume's ring (fast_path.hpp),
-// no actor involved. `accept(entry)` says whether the call can be served
-// from that entry (kind, dtype, shape); `consume` takes the bytes. On miss
-// or stale the caller takes the actor path (stale: locating afresh).
-FastOutcome fast_read(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
-                      std::chrono::milliseconds timeout,
-                      const std::function<bool(const actors::FastPath::Entry&)>& accept,
-                      const std::function<void(const actors::FastPath::Entry&, const std::byte*,
-                                               std::size_t)>& consume) {
-  if (!fast) return FastOutcome::miss;
-  return fast->read(key, accept, consume, timeout);
-}
+// The fast path (fast_path.hpp): a small whole key whose location this
+// client knows, on a volume of this host, read on the caller's thread over
+// the volume's ring, no actor involved. Each helper says which entries its
+// call can be served from (kind, dtype, shape) and where the bytes go. On
+// miss or stale the caller takes the actor path (stale: locating afresh).
 
-// fast_read into a new tensor (Store::get).
-FastOutcome fast_get_tensor(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+// Into a new tensor (Store::get).
+FastOutcome fast_get_tensor(actors::FastPath& fast, const std::string& key,
                             std::chrono::milliseconds timeout, Tensor* out) {
-  return fast_read(
-      fast, key, timeout,
-      [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
+  return fast.read(
+      key, [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
       [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         auto t = Tensor::empty(e.dtype, e.shape);
         if (!t.ok()) return;  // the actor path reports it
         if (n > 0) std::memcpy(t->data(), data, n);
         *out = std::move(t).value();
-      });
+      },
+      timeout);
 }
 
-// fast_read into the caller's contiguous host view of the key's dtype and
-// shape (Store::get_into).
-FastOutcome fast_get_into(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+// Into the caller's contiguous host view of the key's dtype and shape
+// (Store::get_into).
+FastOutcome fast_get_into(actors::FastPath& fast, const std::string& key,
                           std::chrono::milliseconds timeout, const TensorView& dst) {
-  if (!fast || dst.device().type != DeviceType::cpu || !dst.is_contiguous()) {
-    return FastOutcome::miss;
-  }
-  return fast_read(
-      fast, key, timeout,
+  if (dst.device().type != DeviceType::cpu || !dst.is_contiguous()) return FastOutcome::miss;
+  return fast.read(
+      key,
       [&dst](const actors::FastPath::Entry& e) {
         return e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() &&
                e.shape == dst.shape();
       },
       [&dst](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
         if (n > 0) std::memcpy(dst.data(), data, n);
-      });
+      },
+      timeout);
 }
 
-// fast_read of a byte object (Store::get_object, get_stored_object).
-FastOutcome fast_get_object(const std::shared_ptr<actors::FastPath>& fast, const std::string& key,
+// A byte object (Store::get_object, get_stored_object).
+FastOutcome fast_get_object(actors::FastPath& fast, const std::string& key,
                             std::chrono::milliseconds timeout, StoredObject* out) {
-  return fast_read(
-      fast, key, timeout,
-      [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::object; },
+  return fast.read(
+      key, [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::object; },
       [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         out->bytes.assign(reinterpret_cast<const char*>(data), n);
         out->format = e.format;
-      });
+      },
+      timeout);
 }
 
 }  // namespace
@@ -204,9 +194,9 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
 Future<Tensor> Store::get(std::string key) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
   auto call = single_get("get", actors::GetMode::tensor, key);
-  if (impl_) {
+  if (impl_ && impl_->fast) {
     Tensor t;
-    auto fast = fast_get_tensor(impl_->fast, key, impl_->options.request_timeout, &t);
+    auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.request_timeout, &t);
     if (fast == FastOutcome::hit && t.defined()) return make_ready_future(std::move(t));
     call.fresh = fast == FastOutcome::stale;
   }
@@ -300,8 +290,8 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
     }
   }
   if (call.keys.empty()) return make_ready_future();
-  if (impl_ && call.keys.size() == 1) {
-    auto fast = fast_get_into(impl_->fast, call.keys.front(), impl_->options.request_timeout,
+  if (impl_ && impl_->fast && call.keys.size() == 1) {
+    auto fast = fast_get_into(*impl_->fast, call.keys.front(), impl_->options.request_timeout,
                               call.dsts.front());
     if (fast == FastOutcome::hit) return make_ready_future();
     call.fresh = fast == FastOutcome::stale;
@@ -357,9 +347,9 @@ Future<std::string> Store::get_object(std::string key) {
 Future<StoredObject> Store::get_stored_object(std::string key) {
   if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<StoredObject>(s);
   auto call = object_call(key);
-  if (impl_) {
+  if (impl_ && impl_->fast) {
     StoredObject o;
-    auto fast = fast_get_object(impl_->fast, key, impl_->options.request_timeout, &o);
+    auto fast = fast_get_object(*impl_->fast, key, impl_->options.request_timeout, &o);
     if (fast == FastOutcome::hit) return make_ready_future(std::move(o));
     call.fresh = fast == FastOutcome::stale;
   }

@@ -152,19 +152,20 @@ FastPath::Outcome FastPath::read(
       stale_.fetch_add(1, std::memory_order_relaxed);
       return Outcome::stale;
     }
+    const std::byte* payload = m->bytes.data() + fast_get::kReplyHeaderBytes;
     const std::size_t n = m->bytes.size() - fast_get::kReplyHeaderBytes;
-    if (*status == fast_get::ReplyStatus::error || n != entry.nbytes) {
-      return fail(Status(Errc::protocol_error,
-                         *status == fast_get::ReplyStatus::error
-                             ? "volume refused a get: " +
-                                   std::string(reinterpret_cast<const char*>(m->bytes.data()) +
-                                                   fast_get::kReplyHeaderBytes,
-                                               n)
-                             : "'" + key + "': " + std::to_string(n) + " bytes for an object of " +
-                                   std::to_string(entry.nbytes)));
+    if (*status == fast_get::ReplyStatus::error) {
+      return fail(Status(
+          Errc::protocol_error,
+          "volume refused a get: " + std::string(reinterpret_cast<const char*>(payload), n)));
+    }
+    if (n != entry.nbytes) {
+      return fail(Status(Errc::protocol_error, "'" + key + "': " + std::to_string(n) +
+                                                   " bytes for an object of " +
+                                                   std::to_string(entry.nbytes)));
     }
     lock.unlock();
-    consume(entry, m->bytes.data() + fast_get::kReplyHeaderBytes, n);
+    consume(entry, payload, n);
     hits_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::hit;
   }
