@@ -19,6 +19,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshstore/checkpoint.hpp"
@@ -762,6 +763,32 @@ TEST(CudaIpc, VersionsReuseTheVolumesDeviceMemory) {
   // Two allocations take turns: a version is staged while the previous one
   // is still committed.
   EXPECT_LE(internal::cuda::emulated_allocations() - before, 2u);
+}
+
+// A pointer inside a device allocation is found in its allocation: what
+// cuda-ipc describes a lent tensor by (the handle names the allocation, the
+// peer adds the offset). On a real GPU this is the driver's
+// cuMemGetAddressRange, looked up through the runtime.
+TEST(CudaIpc, APointerInsideAnAllocationIsFoundInIt) {
+  SKIP_WITHOUT_CUDA();
+  constexpr std::size_t n = std::size_t{3} << 20;
+  DeviceBuffer buf(n);
+  const auto base = reinterpret_cast<std::uintptr_t>(buf.get());
+  for (const std::size_t at :
+       {std::size_t{0}, std::size_t{4}, (std::size_t{1} << 20) + 12, n - 1}) {
+    auto a = internal::cuda::allocation_of(reinterpret_cast<const std::byte*>(buf.get()) + at);
+    ASSERT_OK(a) << "at " << at;
+    EXPECT_EQ(a->first, base) << "at " << at;
+    EXPECT_GE(a->second, n) << "at " << at;
+  }
+  // From a thread that made no CUDA call yet, as a volume actor's may be:
+  // the driver's lookup needs the device's context made current there.
+  Result<std::pair<std::uintptr_t, std::size_t>> fresh = Status(Errc::internal, "not run");
+  std::thread([&] { fresh = internal::cuda::allocation_of(buf.get()); }).join();
+  ASSERT_OK(fresh);
+  EXPECT_EQ(fresh->first, base);
+  std::vector<std::byte> host(64);
+  EXPECT_FALSE(internal::cuda::allocation_of(host.data()).ok());
 }
 
 int peer_get(const std::string& address, const std::string& key, std::int64_t n,

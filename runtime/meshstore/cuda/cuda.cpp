@@ -5,9 +5,11 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "meshstore/cuda/strided.cuh"
@@ -243,27 +245,47 @@ namespace {
 // A driver API function looked up through the runtime (the binary does
 // not link libcuda itself), in its ABI of CUDA version `version`; null,
 // with `*why` set, when the driver has none.
+// A driver function, looked up through the runtime (the library never
+// links libcuda, so it loads where no driver is). `version` is the CUDA
+// version whose signature the caller casts to; the lookup asks for the
+// newest ABI of the symbol up to both this toolkit and the driver, which
+// is that signature for every symbol used here (their _v2 ABIs are older
+// than any toolkit this builds with).
 void* driver_entry(const char* name, int version, std::string* why) {
   void* f = nullptr;
+#if CUDART_VERSION >= 12000
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  cudaGetLastError();
+  const int asked = std::min(CUDART_VERSION, driver);
+  if (asked < version) {
+    *why = std::string("the CUDA driver (") + std::to_string(driver) + ") is older than " + name +
+           " (" + std::to_string(version) + ")";
+    return nullptr;
+  }
+  cudaDriverEntryPointQueryResult q{};
 #if CUDART_VERSION >= 12050
-  cudaDriverEntryPointQueryResult q{};
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &q);
-  const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
-#elif CUDART_VERSION >= 12000
-  (void)version;
-  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &f, static_cast<unsigned>(asked),
+                                                         cudaEnableDefault, &q);
+#else
   const cudaError_t e = cudaGetDriverEntryPoint(name, &f, cudaEnableDefault, &q);
-  const bool found = e == cudaSuccess && q == cudaDriverEntryPointSuccess && f;
+#endif
+  if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && f) return f;
+  cudaGetLastError();
+  *why = std::string("the CUDA driver has no ") + name + " (asked for CUDA " +
+         std::to_string(asked) + ": " +
+         (e != cudaSuccess                               ? error_text("cudaGetDriverEntryPoint", e)
+          : q == cudaDriverEntryPointSymbolNotFound      ? std::string("symbol not found")
+          : q == cudaDriverEntryPointVersionNotSufficent ? std::string("version not sufficient")
+                                                         : std::string("no function")) +
+         ")";
+  return nullptr;
 #else
   (void)version;
-  const cudaError_t e = cudaErrorNotSupported;
-  const bool found = false;
-#endif
-  if (found) return f;
-  cudaGetLastError();
-  *why = std::string("the CUDA driver has no ") + name;
-  if (e != cudaSuccess) *why += ": " + error_text("cudaGetDriverEntryPoint", e);
+  *why = std::string("this CUDA toolkit (") + std::to_string(CUDART_VERSION) + ") cannot look up " +
+         name + " (12.0 or later can)";
   return nullptr;
+#endif
 }
 
 template <class Fn>
@@ -303,7 +325,7 @@ Result<int> export_dmabuf(const void* p, std::size_t n, std::uint64_t* offset) {
     return Status(Errc::unsupported,
                   entry.why + " (dma-buf export needs driver and toolkit 11.7 or later)");
   }
-  DeviceScope scope(device);  // the driver call needs the device's context current
+  const auto scope = DeviceScope::for_driver_calls(device);
   if (scope.error() != cudaSuccess) {
     return Status(Errc::internal, error_text("cudaSetDevice", scope.error()));
   }
@@ -330,7 +352,7 @@ Result<std::pair<std::uintptr_t, std::size_t>> allocation_of(const void* p) {
   if (!entry.fn) return Status(Errc::unsupported, entry.why);
   const int device = device_of(p);
   if (device < 0) return Status(Errc::invalid_argument, "not CUDA device memory");
-  DeviceScope scope(device);  // the driver call needs the device's context current
+  const auto scope = DeviceScope::for_driver_calls(device);
   if (scope.error() != cudaSuccess) {
     return Status(Errc::internal, error_text("cudaSetDevice", scope.error()));
   }

@@ -51,14 +51,18 @@ class CudaIpcServer final : public TransportServer {
     // A handle names a whole allocation; a region may lie inside one (a
     // tensor a publisher lends, carved from its allocator's block).
     const auto at = reinterpret_cast<std::uintptr_t>(region.data());
-    std::uintptr_t base = at;
-    if (auto a = internal::cuda::allocation_of(region.data()); a.ok()) {
-      if (at < a->first || region.size() > a->second - (at - a->first)) {
-        return Status(Errc::invalid_argument, "cuda-ipc: region " + std::to_string(region.id()) +
-                                                  " runs past the end of its device allocation");
-      }
-      base = a->first;
+    // Without the allocation's start a peer would open the handle at the
+    // block's base and read the wrong bytes: no fallback to offset 0.
+    auto a = internal::cuda::allocation_of(region.data());
+    if (!a.ok()) {
+      return a.status().with_context("cuda-ipc: region " + std::to_string(region.id()) +
+                                     ": cannot find the device allocation it lies in");
     }
+    if (at < a->first || region.size() > a->second - (at - a->first)) {
+      return Status(Errc::invalid_argument, "cuda-ipc: region " + std::to_string(region.id()) +
+                                                " runs past the end of its device allocation");
+    }
+    const std::uintptr_t base = a->first;
     auto handle = internal::cuda::ipc_handle(reinterpret_cast<const void*>(base));
     if (!handle.ok()) {
       return handle.status().with_context("cuda-ipc: region " + std::to_string(region.id()));
