@@ -2,7 +2,7 @@
 // of the same bytes in the same run (docs/gpu.md).
 //
 //   build/bin/cuda_bench [--bytes 1GiB] [--iters 5] [--transport NAME] [--json] [--smoke]
-//                        [--emulated]
+//                        [--emulated] [--calls]
 //
 // One process hosts an embedded store (the client reaches its volume over
 // `--transport`, by default the store's choice). Figures, medians of
@@ -13,6 +13,20 @@
 //   get_into_vs_cudamemcpy     cudaMemcpy device -> device / get_into a device tensor
 // (with --transport cuda-ipc the last two are the figures: the bytes stay
 // on the GPU; `store_bench --scenario single --transport cuda-ipc` runs this)
+//   direct_get_into_vs_cudamemcpy
+//                              cudaMemcpy device -> device / get_into of a
+//                              version published direct (PublishMode::direct:
+//                              the device tensor itself is lent, the reader
+//                              copies straight out of it; with the store's
+//                              choice or cuda-ipc only). The reader is this
+//                              process, so it copies from the publisher's
+//                              pointer; a reader in another process opens
+//                              the allocation's IPC handle once, then the
+//                              same copy runs (CudaDirectPublish tests).
+//   direct_publish_ms           publish (the loan: no bytes move) + reclaim
+// --calls instead prints what the CUDA calls behind one transfer cost
+// (median microseconds of 200): a 4-byte device-to-device copy, the IPC
+// handle of an allocation, the allocation a pointer lies in.
 // Above 1 the store is faster than the bare copy. Where CUDA cannot be
 // used it prints why and exits 0. Built in every build: the copies go
 // through meshstore's own CUDA calls, so --emulated runs it on emulated
@@ -73,7 +87,7 @@ double time_it(const std::function<void()>& f) {
 int main(int argc, char** argv) {
   std::size_t bytes = std::size_t{1} << 30;
   int iters = 5;
-  bool json = false, smoke = false, emulated = false;
+  bool json = false, smoke = false, emulated = false, calls = false;
   std::string transport;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -93,6 +107,8 @@ int main(int argc, char** argv) {
       smoke = true;
     else if (a == "--emulated")
       emulated = true;
+    else if (a == "--calls")
+      calls = true;
     else
       die("unknown argument '" + a + "' (see the comment at the top of cuda_bench.cpp)");
   }
@@ -110,6 +126,24 @@ int main(int argc, char** argv) {
   }
   bytes = bytes / 4 * 4;
   const std::int64_t n = static_cast<std::int64_t>(bytes / 4);
+  if (calls) {
+    auto dev = must(meshstore::internal::cuda::device_alloc(1 << 20, 0), "device memory");
+    auto* p = dev.get();
+    auto us = [](const std::function<void()>& f) {
+      std::vector<double> t;
+      for (int i = 0; i < 200; ++i) t.push_back(time_it(f) * 1e6);
+      return median(t);
+    };
+    std::printf("cuda_bench --calls: median microseconds of 200\n");
+    std::printf("  copy_bytes, 4 B device to device   %8.1f\n",
+                us([&] { copy(p + 4096, p, 4, "D2D"); }));
+    std::printf("  ipc_handle (cudaIpcGetMemHandle)   %8.1f\n",
+                us([&] { must(meshstore::internal::cuda::ipc_handle(p), "ipc_handle"); }));
+    std::printf("  allocation_of (cuMemGetAddressRange) %6.1f\n", us([&] {
+                  must(meshstore::internal::cuda::allocation_of(p + 64), "allocation_of");
+                }));
+    return 0;
+  }
   auto dev_a = must(meshstore::internal::cuda::device_alloc(bytes, 0), "device memory");
   auto dev_b = must(meshstore::internal::cuda::device_alloc(bytes, 0), "device memory");
   auto host = meshstore::internal::cuda::pinned(bytes);  // page-locked where CUDA works
@@ -141,10 +175,41 @@ int main(int argc, char** argv) {
     get.push_back(t_get);
   }
   // The bytes made it: compare what came back with what went in.
-  std::vector<unsigned char> back(std::min<std::size_t>(bytes, 1 << 20));
-  copy(back.data(), dev_b.get(), back.size(), "D2H check");
-  for (auto c : back) {
-    if (c != 0x5a) die("get_into a device tensor returned the wrong bytes");
+  auto check = [&](const char* what) {
+    std::vector<unsigned char> back(std::min<std::size_t>(bytes, 1 << 20));
+    copy(back.data(), dev_b.get(), back.size(), "D2H check");
+    for (auto c : back) {
+      if (c != 0x5a) die(std::string(what) + " returned the wrong bytes");
+    }
+  };
+  check("get_into a device tensor");
+  // Direct publishing: each round lends `a` as a new version, the reader
+  // copies it out, and reclaim gives it back (no retain: nothing is copied).
+  const bool direct = transport.empty() || transport == "cuda-ipc";
+  std::vector<double> lend, direct_get;
+  if (direct) {
+    meshstore::StateDict sd;
+    must(sd.insert("w", a), "state dict");
+    meshstore::PublishOptions po;
+    po.mode = meshstore::PublishMode::direct;
+    po.put.pack_max_tensor_bytes =
+        0;  // lend it at every --bytes (small tensors are packed by default)
+    for (int r = 0; r < iters + 1; ++r) {
+      meshstore::Publication pub;
+      const double t_pub =
+          time_it([&] { pub = must(store.publish("direct", sd, po).get(600s), "publish"); });
+      if (pub.mode() != meshstore::PublishMode::direct)
+        die("publish did not lend the device tensor");
+      copy(dev_b.get(), zeros.data(), bytes, "clearing the destination");
+      const std::string key = "direct/v" + std::to_string(pub.version()) + "/w";
+      const double t_get =
+          time_it([&] { must(store.get_into(key, b).get(600s), "direct get_into"); });
+      const double t_reclaim = time_it([&] { must(pub.reclaim().get(600s), "reclaim"); });
+      if (r == 0) continue;
+      lend.push_back(t_pub + t_reclaim);
+      direct_get.push_back(t_get);
+    }
+    check("get_into of a direct version");
   }
   const double gb = static_cast<double>(bytes) / 1e9;
   const double m_d2h = median(d2h), m_h2d = median(h2d), m_d2d = median(d2d), m_put = median(put),
@@ -154,9 +219,16 @@ int main(int argc, char** argv) {
         "{\"bytes\":%zu,\"transport\":\"%s\",\"d2h_gbps\":%.2f,\"h2d_gbps\":%.2f,\"d2d_gbps\":%.2f,"
         "\"put_from_device_gbps\":%.2f,\"get_into_device_gbps\":%.2f,"
         "\"put_from_device_vs_d2h\":%.3f,\"get_into_device_vs_h2d\":%.3f,"
-        "\"put_vs_cudamemcpy\":%.3f,\"get_into_vs_cudamemcpy\":%.3f}\n",
+        "\"put_vs_cudamemcpy\":%.3f,\"get_into_vs_cudamemcpy\":%.3f",
         bytes, transport.empty() ? "chosen" : transport.c_str(), gb / m_d2h, gb / m_h2d, gb / m_d2d,
         gb / m_put, gb / m_get, m_d2h / m_put, m_h2d / m_get, m_d2d / m_put, m_d2d / m_get);
+    if (direct) {
+      std::printf(
+          ",\"direct_publish_ms\":%.3f,\"direct_get_into_gbps\":%.2f,"
+          "\"direct_get_into_vs_cudamemcpy\":%.3f",
+          median(lend) * 1e3, gb / median(direct_get), m_d2d / median(direct_get));
+    }
+    std::printf("}\n");
   } else {
     std::printf("cuda_bench: %.2f GB, transport %s, median of %d\n", gb,
                 transport.empty() ? "(the store's choice)" : transport.c_str(), iters);
@@ -170,6 +242,13 @@ int main(int argc, char** argv) {
     std::printf(
         "  against one D2D cudaMemcpy     put_vs_cudamemcpy %.3f  get_into_vs_cudamemcpy %.3f\n",
         m_d2d / m_put, m_d2d / m_get);
+    if (direct) {
+      std::printf("  publish direct + reclaim       %8.3f ms (the loan: no bytes move)\n",
+                  median(lend) * 1e3);
+      std::printf(
+          "  get_into of a direct version   %8.2f GB/s  direct_get_into_vs_cudamemcpy %.3f\n",
+          gb / median(direct_get), m_d2d / median(direct_get));
+    }
   }
   store.close();
   return 0;
