@@ -22,6 +22,7 @@
 #include "meshstore/internal/address.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/version.hpp"
 
@@ -547,6 +548,8 @@ void print_info() {
               MESHSTORE_BUILD_CUDA ? "toolkit found: device tensors and the cuda-ipc transport "
                                      "work where meshstore::cuda::status() is OK"
                                    : "off (device tensors and cuda-ipc answer unavailable)");
+  std::printf("  copy threads %d (one per core up to 16; MESHSTORE_COPY_THREADS sets it)\n",
+              meshstore::transports::CopyEngine::instance().threads());
   // Where GPU tensors move in one copy, and why not elsewhere.
   std::printf("  GPU tensors\n");
   for (const auto& [name, status] : meshstore::Store::gpu_transport_status()) {

@@ -138,6 +138,24 @@ TEST(Cli, BadArgumentsAreUsageErrors) {
   }
 }
 
+// `meshstore info` reports the copy engine's threads, which
+// MESHSTORE_COPY_THREADS sets; a bad value is named and the default kept.
+TEST(Cli, InfoReportsTheCopyThreadsTheEnvironmentSets) {
+  Child three({kTool, "info"}, {"MESHSTORE_COPY_THREADS=3"});
+  ASSERT_TRUE(three.wait(60s));
+  EXPECT_EQ(three.exit_code(), 0) << three.output();
+  EXPECT_NE(three.output().find("copy threads 3 "), std::string::npos) << three.output();
+  for (const std::string bad : {"0", "many", "257", "4x"}) {
+    Child c({kTool, "info"}, {"MESHSTORE_COPY_THREADS=" + bad});
+    ASSERT_TRUE(c.wait(60s));
+    EXPECT_EQ(c.exit_code(), 0) << c.output();
+    EXPECT_NE(c.output().find("MESHSTORE_COPY_THREADS='" + bad + "' is not a number from 1 to 256"),
+              std::string::npos)
+        << c.output();
+    EXPECT_EQ(c.output().find("copy threads " + bad + " "), std::string::npos) << c.output();
+  }
+}
+
 // `meshstore agent --listen` takes what every address option takes:
 // HOST:PORT or [V6]:PORT, and names what is wrong otherwise.
 TEST(Cli, TheAgentListensWhereToldAndRefusesABadAddress) {

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "meshstore/logging.hpp"
 
 namespace meshstore::transports {
 
@@ -37,9 +40,31 @@ CopyEngine& CopyEngine::instance() {
   return *engine;
 }
 
-CopyEngine::CopyEngine() : impl_(new Impl()) {
+namespace {
+
+// Worker threads: MESHSTORE_COPY_THREADS (1 to 256) where set, else one per
+// core up to 16 (at least 2). On a 16-core host, 16 threads took shm
+// get_into from 0.60-0.79 to 0.90-0.91 x of a copy over every core, where 8
+// fell short (docs/performance.md, 2026-11-26).
+unsigned worker_count() {
   const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
-  const unsigned n = std::min(hw, 8u);
+  const unsigned fallback = std::min(hw, 16u);
+  const char* env = std::getenv("MESHSTORE_COPY_THREADS");
+  if (!env || !*env) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 1 || v > 256) {
+    log::get("copy")->warn("MESHSTORE_COPY_THREADS='{}' is not a number from 1 to 256: using {}",
+                           env, fallback);
+    return fallback;
+  }
+  return static_cast<unsigned>(v);
+}
+
+}  // namespace
+
+CopyEngine::CopyEngine() : impl_(new Impl()) {
+  const unsigned n = worker_count();
   for (unsigned i = 0; i < n; ++i) {
     impl_->workers.emplace_back([this] { impl_->run(); });
     // Detached: the engine outlives main's return; the OS ends the threads.

@@ -10,7 +10,8 @@ namespace meshstore::transports {
 /// Runs memory copies off the caller's thread, so an actor that starts a
 /// transfer is never blocked by it, and splits a large copy over several
 /// threads (two cores copy faster than one). One per process, started on
-/// first use; its threads end at exit. Thread-safe.
+/// first use with one thread per core up to 16, or MESHSTORE_COPY_THREADS
+/// (1 to 256); its threads end at exit. Thread-safe.
 class CopyEngine {
  public:
   /// The process's engine.
