@@ -1,6 +1,7 @@
 // libFuzzer target: every decoder a peer's bytes reach on the control plane
 // (the store's wire records, RegionRef), the fast path's ring messages
-// (fast_get: requests a volume decodes, replies a client decodes) and the
+// (fast_get: get and put requests a volume decodes, replies a client
+// decodes) and the
 // state-dict manifest and value codecs (stored bytes a reader decodes). The first input byte picks
 // the decoder; the rest are its bytes. Whatever the bytes, a decoder must
 // fail cleanly or succeed, and what it accepts must encode and decode again
@@ -60,6 +61,24 @@ void fast_get_message(const std::string& bytes) {
   if (auto rep = fg::decode_reply(in); rep.ok()) {
     auto again = fg::decode_reply(fg::encode(rep->status, rep->bytes.data(), rep->bytes.size()));
     if (!again.ok() || again->status != rep->status || again->bytes != rep->bytes) std::abort();
+  }
+  // As a put request and a put's reply: what decodes encodes to the same
+  // fields (a put's reserved header bytes are not kept).
+  if (auto put = fg::decode_put(in); put.ok()) {
+    std::vector<std::byte> out;
+    fg::encode_into(*put, out);
+    auto again = fg::decode_put(out);
+    if (!again.ok() || again->key != put->key || again->kind != put->kind ||
+        again->dtype != put->dtype || again->format != put->format || again->shape != put->shape ||
+        again->nbytes != put->nbytes || std::memcmp(again->data, put->data, put->nbytes) != 0) {
+      std::abort();
+    }
+  }
+  if (auto done = fg::decode_put_reply(in); done.ok()) {
+    auto again = fg::decode_put_reply(fg::encode_put_done(*done));
+    if (!again.ok() || again->version != done->version || again->object_id != done->object_id) {
+      std::abort();
+    }
   }
 }
 

@@ -18,6 +18,21 @@ using namespace meshstore;
 
 namespace {
 
+// A fast put of a 2 x 2 float32 tensor.
+std::string fast_put_request() {
+  const float v[4] = {1, 2, 3, 4};
+  actors::fast_get::PutRequest r;
+  r.key = "model.w";
+  r.kind = 0;
+  r.dtype = static_cast<std::uint8_t>(DType::float32);
+  r.shape = {2, 2};
+  r.data = reinterpret_cast<const std::byte*>(v);
+  r.nbytes = sizeof(v);
+  std::vector<std::byte> out;
+  actors::fast_get::encode_into(r, out);
+  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
 bool write(const std::string& dir, int which, const std::string& name, const std::string& bytes) {
   std::ofstream f(dir + "/" + name, std::ios::binary);
   f.put(static_cast<char>(which));
@@ -94,7 +109,12 @@ int main(int argc, char** argv) {
       write(dir, 10, "fast_get_request",
             as_string(actors::fast_get::encode(actors::fast_get::Request{7, "model.step"}))) &&
       write(dir, 10, "fast_get_reply",
-            as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4)));
+            as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4))) &&
+      write(dir, 10, "fast_put_request", fast_put_request()) &&
+      write(dir, 10, "fast_put_reply",
+            as_string(actors::fast_get::encode_put_done(actors::fast_get::PutDone{12, 34}))) &&
+      write(dir, 10, "fast_put_error",
+            as_string(actors::fast_get::encode_put_error(Status(Errc::out_of_capacity, "full"))));
   if (!ok) {
     std::fprintf(stderr, "wire_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;

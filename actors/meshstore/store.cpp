@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "meshstore/actors/client.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/store/calls.hpp"
 #include "meshstore/store/checks.hpp"
 #include "meshstore/store/device_staging.hpp"
@@ -93,6 +95,23 @@ FastOutcome fast_get_object(actors::FastPath& fast, const std::string& key,
       timeout);
 }
 
+// A small put over the ring to this client's volume (fast_path.hpp): a
+// whole tensor or object in contiguous host memory. On a hit the key is
+// committed and this process's reads see it on both paths: the mirror has
+// it, and `tell_client` hands the record to the client actor ahead of any
+// later call (its mailbox keeps order). Else the caller takes the actor
+// path.
+bool fast_put(actors::FastPath* fast, const actors::FastPath::Put& p,
+              std::chrono::milliseconds timeout,
+              const std::function<void(std::vector<wire::KeyRecord>)>& tell_client) {
+  if (fast == nullptr) return false;
+  wire::KeyRecord committed;
+  Status why;
+  if (fast->write(p, timeout, &committed, &why) != FastOutcome::hit) return false;
+  tell_client({std::move(committed)});
+  return true;
+}
+
 }  // namespace
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -116,6 +135,17 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   auto st = staging("put");
   auto host = st->source(tensor, call_items.front().first);
   if (!host.ok()) return make_error_future<void>(host.status());
+  if (impl_ && host->device().type == DeviceType::cpu && host->is_contiguous() &&
+      host->nbytes() <= actors::FastPath::kMaxBytes &&
+      fast_put(impl_->fast.get(),
+               actors::FastPath::Put{call_items.front().first, wire::ObjectKind::tensor,
+                                     host->dtype(), host->shape(), ObjectFormat::bytes,
+                                     static_cast<const std::byte*>(host->data()), host->nbytes()},
+               impl_->options.request_timeout, [this](std::vector<wire::KeyRecord> r) {
+                 Impl::send(impl_.get(), actors::store_learn_atom::value, std::move(r));
+               })) {
+    return make_ready_future();
+  }
   actors::PutCall call;
   call.op = "put";
   call.items.push_back(
@@ -321,6 +351,17 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
                                            std::to_string(static_cast<int>(format)) +
                                            " (bytes, utf8 or pickle)"));
   }
+  if (impl_ && bytes.size() <= actors::FastPath::kMaxBytes &&
+      fast_put(
+          impl_->fast.get(),
+          actors::FastPath::Put{key, wire::ObjectKind::object, DType::uint8,
+                                Shape{static_cast<std::int64_t>(bytes.size())}, format,
+                                reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()},
+          impl_->options.request_timeout, [this](std::vector<wire::KeyRecord> r) {
+            Impl::send(impl_.get(), actors::store_learn_atom::value, std::move(r));
+          })) {
+    return make_ready_future();
+  }
   call.items.push_back(bytes_item(key, std::move(bytes), wire::ObjectKind::object));
   call.items.back().object_format = format;
   const std::string what = "put_object '" + key + "'";
@@ -447,6 +488,7 @@ FastPathStats Store::fast_path_stats() const {
   out.misses = s.misses;
   out.stale = s.stale;
   out.rings = s.rings;
+  out.puts = s.puts;
   return out;
 }
 

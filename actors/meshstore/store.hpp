@@ -162,10 +162,11 @@ struct StoreOptions {
   /// contiguous host memory of its dtype and shape, and get_object of a
   /// whole key of at most 60 KiB whose location this process knows, on a
   /// volume of this host reached over shm, are read on the caller's thread
-  /// over a shared-memory ring to the volume (docs/architecture.md, "The
-  /// fast path"). Same results and errors as the actor path; false sends
-  /// every call through the actors. Store::from_env takes
-  /// MESHSTORE_FAST_PATH=0.
+  /// over a shared-memory ring to the volume; put of one contiguous host
+  /// tensor and put_object of at most 60 KiB go over the ring to this
+  /// client's volume, which commits them (docs/architecture.md, "The fast
+  /// path"). Same results and errors as the actor path; false sends every
+  /// call through the actors. Store::from_env takes MESHSTORE_FAST_PATH=0.
   bool fast_path = true;
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".
@@ -237,12 +238,14 @@ struct ControllerCounters {
   std::uint64_t pinned_locates = 0;
 };
 
-/// What this process's fast path for small gets did (StoreOptions::fast_path).
+/// What this process's fast path for small gets and puts did
+/// (StoreOptions::fast_path).
 struct FastPathStats {
   std::uint64_t hits = 0;    ///< gets served over a ring, on the caller's thread
   std::uint64_t misses = 0;  ///< gets that took the actor path (location unknown, no ring, ...)
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
   std::uint64_t rings = 0;   ///< rings open now, one per volume on this host reached over shm
+  std::uint64_t puts = 0;    ///< puts committed over a ring, on the caller's thread
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

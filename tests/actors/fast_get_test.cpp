@@ -74,7 +74,7 @@ class FastGetTest : public ::testing::Test {
   }
   Status attach() {
     return ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring_->name(),
-                             static_cast<std::int32_t>(getpid()))
+                             static_cast<std::int32_t>(getpid()), caf::actor())
         .status();
   }
   Result<fast_get::Reply> get(std::uint64_t id, const std::string& key) {
@@ -169,11 +169,11 @@ TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
 TEST_F(FastGetTest, AttachingToARingThatIsNotThereFails) {
   auto s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value,
                              std::string("meshstore.1-1.ring.none"),
-                             static_cast<std::int32_t>(getpid()));
+                             static_cast<std::int32_t>(getpid()), caf::actor());
   EXPECT_EQ(s.status().code(), Errc::not_found) << s.status().to_string();
   // Named by another creator than the one that made it.
   s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring_->name(),
-                        static_cast<std::int32_t>(getpid() + 1));
+                        static_cast<std::int32_t>(getpid() + 1), caf::actor());
   EXPECT_EQ(s.status().code(), Errc::unavailable) << s.status().to_string();
 }
 

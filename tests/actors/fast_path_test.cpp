@@ -270,6 +270,95 @@ TEST(FastPath, ConcurrentCallersShareARing) {
 }
 
 // FastPath against a ring whose volume end the test plays.
+// Small puts go over the ring to the client's volume, which commits them
+// at the controller: the value is then the key's on every path, for this
+// client (its fast and its actor path) and for another.
+TEST(FastPath, SmallPutsGoOverTheRingAndEveryPathReadsThem) {
+  auto store = Store::embedded(listening()).value();
+  std::vector<std::uint8_t> first = pattern(4, 1);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
+  ASSERT_TRUE(has_ring(store));
+  auto other = Store::connect(store.address(), tool()).value();
+  const std::size_t limit = actors::FastPath::kMaxBytes;
+  for (std::size_t n : {std::size_t{1}, std::size_t{4096}, limit}) {
+    SCOPED_TRACE(n);
+    const std::string key = "p" + std::to_string(n);
+    for (std::uint8_t round = 0; round < 3; ++round) {  // overwrites too
+      auto src = pattern(n, static_cast<std::uint8_t>(n + round));
+      const auto puts = store.fast_path_stats().puts;
+      ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
+      EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+      std::vector<std::uint8_t> dst(n, 0);
+      const auto hits = store.fast_path_stats().hits;
+      ASSERT_OK(store.get_into(key, bytes_view(dst)).get(kWait));  // the fast path
+      EXPECT_EQ(store.fast_path_stats().hits, hits + 1);
+      EXPECT_EQ(dst, src);
+      auto batch = store.get_batch({key, "first"}).get(kWait);  // the actor path
+      ASSERT_OK(batch);
+      ASSERT_EQ(batch->front().nbytes(), n);
+      EXPECT_EQ(std::memcmp(batch->front().data(), src.data(), n), 0);
+      auto seen = other.get(key).get(kWait);  // another client
+      ASSERT_OK(seen);
+      ASSERT_EQ(seen->nbytes(), n);
+      EXPECT_EQ(std::memcmp(seen->data(), src.data(), n), 0);
+    }
+  }
+  // Objects too, with their format.
+  const auto puts = store.fast_path_stats().puts;
+  ASSERT_OK(store.put_object("o", "text", ObjectFormat::utf8).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+  auto o = other.get_stored_object("o").get(kWait);
+  ASSERT_OK(o);
+  EXPECT_EQ(o->bytes, "text");
+  EXPECT_EQ(o->format, ObjectFormat::utf8);
+  // A key another client overwrote, then this one: its own value wins.
+  std::vector<std::uint8_t> theirs = pattern(8, 50), mine = pattern(8, 90);
+  ASSERT_OK(other.put("shared", bytes_view(theirs)).get(kWait));
+  ASSERT_OK(store.put("shared", bytes_view(mine)).get(kWait));
+  std::vector<std::uint8_t> back(8, 0);
+  ASSERT_OK(store.get_into("shared", bytes_view(back)).get(kWait));
+  EXPECT_EQ(back, mine);
+  auto keys = other.keys("").get(kWait);
+  ASSERT_OK(keys);
+  EXPECT_EQ(std::count(keys->begin(), keys->end(), "shared"), 1);
+  other.close();
+  store.close();
+}
+
+// What a ring put cannot do goes down the actor path, with its usual
+// outcome: a key too large for a slot, a GPU-less strided view, a full
+// volume (out_of_capacity, nothing stored), and puts with the fast path off.
+TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
+  StoreOptions o;
+  o.volume_capacity_bytes = 48 << 10;
+  auto store = Store::embedded(o).value();
+  std::vector<std::uint8_t> first = pattern(4, 1);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  const auto puts = store.fast_path_stats().puts;
+  std::vector<std::uint8_t> big = pattern(actors::FastPath::kMaxBytes + 1, 3);
+  auto s = store.put("big", bytes_view(big)).get(kWait);
+  EXPECT_EQ(s.status().code(), Errc::out_of_capacity) << s.status().to_string();
+  std::vector<std::uint8_t> most = pattern(40 << 10, 4);
+  ASSERT_OK(store.put("most", bytes_view(most)).get(kWait));  // over the ring
+  s = store.put("more", bytes_view(most)).get(kWait);         // refused: the actor path says so
+  EXPECT_EQ(s.status().code(), Errc::out_of_capacity) << s.status().to_string();
+  EXPECT_EQ(store.exists("more").get(kWait).value(), false);
+  std::vector<float> grid(16, 1.0f);
+  TensorView strided(grid.data(), DType::float32, {4, 2}, {4, 2});
+  ASSERT_OK(store.put("strided", strided).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, puts + 1);  // "most" alone
+  store.close();
+
+  StoreOptions off;
+  off.fast_path = false;
+  auto plain = Store::embedded(off).value();
+  ASSERT_OK(plain.put("k", bytes_view(first)).get(kWait));
+  ASSERT_OK(plain.put("k", bytes_view(first)).get(kWait));
+  EXPECT_EQ(plain.fast_path_stats().puts, 0u);
+  plain.close();
+}
+
 class FastPathRing : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -297,7 +386,9 @@ class FastPathRing : public ::testing::Test {
       if (!m.ok()) return;
       auto req = actors::fast_get::decode_request(m->bytes);
       EXPECT_OK(req);
-      if (req.ok()) EXPECT_EQ(req->object_id, 7u);
+      if (req.ok()) {
+        EXPECT_EQ(req->object_id, 7u);
+      }
       (void)server_->send(m->tag, reply.data(), reply.size(),
                           std::chrono::steady_clock::now() + 10s);
     });

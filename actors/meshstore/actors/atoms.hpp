@@ -16,6 +16,7 @@ using evict_atom = caf::atom_constant<caf::atom("evict")>;
 // A publisher lends its own buffers to its process's lending volume.
 using lend_atom = caf::atom_constant<caf::atom("lend")>;
 using ring_attach_atom = caf::atom_constant<caf::atom("ring_att")>;
+using fast_put_atom = caf::atom_constant<caf::atom("fast_put")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using keys_atom = caf::atom_constant<caf::atom("keys")>;
 using exists_atom = caf::atom_constant<caf::atom("exists")>;
@@ -50,6 +51,7 @@ using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
 using select_atom = caf::atom_constant<caf::atom("select")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
+using store_learn_atom = caf::atom_constant<caf::atom("s_learn")>;
 using store_stage_atom = caf::atom_constant<caf::atom("s_stage")>;
 using store_release_atom = caf::atom_constant<caf::atom("s_release")>;
 using store_get_atom = caf::atom_constant<caf::atom("s_get")>;

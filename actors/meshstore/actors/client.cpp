@@ -84,6 +84,14 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         handle_stage(self, std::move(call));
       },
       [=](store_release_atom, const ReleaseStagedCall& call) { handle_release_staged(self, call); },
+      // What the store's caller committed over the fast path (a put on a
+      // volume's ring): into the cache, so this client's later reads on
+      // the actor path see it too. Sent before the put returned.
+      [=](store_learn_atom, std::vector<wire::KeyRecord>& records) {
+        auto& st = self->state;
+        st.locations.make_room(records.size());
+        for (const auto& r : records) st.locations.put(r);
+      },
       [=](store_stream_atom, StreamCall& call) {
         if (refused(call)) return;
         handle_stream(self, std::move(call));

@@ -210,7 +210,7 @@ struct ClientConfig {
   /// StoreOptions::eviction "lru": a put refused for capacity evicts the
   /// least recently used keys on its volume and stages again, once.
   bool evict_lru = false;
-  /// The fast path for small gets (shared with the Store facade, which
+  /// The fast path for small gets and puts (shared with the Store facade, which
   /// reads over it); null: none. The client mirrors its location cache
   /// into it and opens a ring to each volume it reaches over shm.
   std::shared_ptr<FastPath> fast_path;

@@ -154,12 +154,22 @@ class SmallObjects {
 // writes a corrupt ring (logged).
 class RingService {
  public:
+  /// Where the ring's puts go: the volume actor, which commits them at the
+  /// controller for the client that attached the ring (all weak: the
+  /// thread must not keep actors alive), waiting at most `timeout`.
+  struct Puts {
+    caf::actor_addr volume;
+    caf::actor_addr controller;
+    caf::actor_addr owner;
+    std::chrono::milliseconds timeout;
+  };
   RingService(std::unique_ptr<transports::shm::Ring> ring, std::shared_ptr<SmallObjects> table,
-              std::shared_ptr<spdlog::logger> log, std::string volume_id)
+              std::shared_ptr<spdlog::logger> log, std::string volume_id, Puts puts)
       : ring_(std::move(ring)),
         table_(std::move(table)),
         log_(std::move(log)),
         volume_id_(std::move(volume_id)),
+        puts_(std::move(puts)),
         thread_([this] { run(); }) {}
   // Joins the thread: it sees a stop asked within 100 ms (its receive's
   // deadline); ask all of a volume's services first, then drop them.
@@ -187,9 +197,14 @@ class RingService {
       auto error = [](const std::string& why) {
         return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
       };
-      auto req = fast_get::decode_request(m->bytes);
-      std::vector<std::byte> reply =
-          req.ok() ? table_->read(req->object_id, req->key) : error(req.status().to_string());
+      std::vector<std::byte> reply;
+      auto magic = fast_get::request_magic(m->bytes);
+      if (magic.ok() && *magic == fast_get::kPutMagic) {
+        reply = put(m->bytes);
+      } else {
+        auto req = fast_get::decode_request(m->bytes);
+        reply = req.ok() ? table_->read(req->object_id, req->key) : error(req.status().to_string());
+      }
       if (reply.size() > ring_->slot_bytes()) {
         reply = error("volume '" + volume_id_ + "': the object does not fit a ring slot");
       }
@@ -201,10 +216,72 @@ class RingService {
     done_.store(true);
   }
 
+  // A put request: checked, handed to the volume actor, answered with its
+  // outcome (or an error reply naming why).
+  std::vector<std::byte> put(const std::vector<std::byte>& bytes) {
+    auto req = fast_get::decode_put(bytes);
+    if (!req.ok()) return fast_get::encode_put_error(req.status());
+    if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
+        req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
+        req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
+      return fast_get::encode_put_error(Status(
+          Errc::protocol_error, "fast put of '" + req->key + "': unknown kind, dtype or format"));
+    }
+    FastPutJob job;
+    job.request.key = req->key;
+    job.request.nbytes = req->nbytes;
+    job.request.has_data = true;
+    job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
+    auto& r = job.record;
+    r.key = req->key;
+    r.kind = static_cast<wire::ObjectKind>(req->kind);
+    r.dtype = static_cast<DType>(req->dtype);
+    r.object_format = static_cast<ObjectFormat>(req->format);
+    r.shape = Shape(req->shape.begin(), req->shape.end());
+    const auto numel = shape_numel(r.shape);
+    if (numel < 0 || static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != req->nbytes) {
+      return fast_get::encode_put_error(Status(
+          Errc::protocol_error, "fast put of '" + req->key + "': " + std::to_string(req->nbytes) +
+                                    " bytes for shape " + shape_to_string(r.shape)));
+    }
+    r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id_, 0, req->nbytes});
+    job.owner = puts_.owner;
+    job.controller = puts_.controller;
+    auto promise = std::make_shared<Promise<std::pair<std::uint64_t, std::uint64_t>>>(
+        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped during a fast put"));
+    auto fut = promise->future();
+    job.done =
+        std::make_shared<std::function<void(Result<std::pair<std::uint64_t, std::uint64_t>>)>>(
+            [promise](Result<std::pair<std::uint64_t, std::uint64_t>> r) {
+              promise->set(std::move(r));
+            });
+    auto volume = caf::actor_cast<caf::actor>(puts_.volume);
+    if (!volume) {
+      return fast_get::encode_put_error(
+          Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
+    }
+    caf::anon_send(volume, fast_put_atom::value, std::move(job));
+    volume = nullptr;  // no strong handle kept by this thread while it waits
+    // Waits in slices, so a volume that stops (which joins this thread)
+    // is not held up by a put it will never finish.
+    const auto deadline = std::chrono::steady_clock::now() + puts_.timeout;
+    while (!fut.wait_for(std::chrono::milliseconds(50))) {
+      if (stop_.load() || std::chrono::steady_clock::now() >= deadline) {
+        return fast_get::encode_put_error(
+            Status(stop_.load() ? Errc::unavailable : Errc::timeout,
+                   "volume '" + volume_id_ + "': fast put of '" + r.key + "' did not finish"));
+      }
+    }
+    auto done = fut.get();
+    if (!done.ok()) return fast_get::encode_put_error(done.status());
+    return fast_get::encode_put_done(fast_get::PutDone{done->first, done->second});
+  }
+
   std::unique_ptr<transports::shm::Ring> ring_;
   std::shared_ptr<SmallObjects> table_;
   std::shared_ptr<spdlog::logger> log_;
   std::string volume_id_;
+  Puts puts_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> done_{false};
   std::thread thread_;  // last: started once the rest is set
@@ -378,12 +455,15 @@ wire::RegionRef region_ref(std::uint64_t id, const transports::Region& region) {
 
 // The client behind the current request, monitored so its leases and
 // staging do not outlive it.
-caf::actor_addr watch_sender(volume_pointer self) {
-  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-  if (!sender) return caf::actor_addr();
-  auto addr = sender.address();
-  if (self->state.watched.insert(addr).second) self->monitor(sender);
+caf::actor_addr watch(volume_pointer self, const caf::actor& client) {
+  if (!client) return caf::actor_addr();
+  auto addr = client.address();
+  if (self->state.watched.insert(addr).second) self->monitor(client);
   return addr;
+}
+
+caf::actor sender_of(volume_pointer self) {
+  return caf::actor_cast<caf::actor>(self->current_sender());
 }
 
 // A client died: its read leases go now; its staged objects go after the
@@ -399,9 +479,11 @@ void client_down(volume_pointer self, const caf::down_msg& msg) {
   self->delayed_send(self, st.config.orphan_grace, reclaim_atom::value, msg.source);
 }
 
-// Allocates one staged object per request, all or none.
+// Allocates one staged object per request, all or none, for `client`
+// (watched: what it staged goes if it dies before a commit).
 Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
-                                           const std::vector<wire::StageRequest>& reqs) {
+                                           const std::vector<wire::StageRequest>& reqs,
+                                           const caf::actor& client) {
   auto& st = self->state;
   if (st.config.lending) {
     return Status(Errc::unsupported, "volume '" + st.config.volume_id +
@@ -422,7 +504,7 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                       " bytes and cannot stage " + std::to_string(total) + " more for " +
                       std::to_string(reqs.size()) + " key(s) (first '" + first + "')");
   }
-  const caf::actor_addr owner = watch_sender(self);
+  const caf::actor_addr owner = watch(self, client);
   std::vector<wire::RegionRef> out;
   std::vector<std::uint64_t> staged;
   for (const auto& r : reqs) {
@@ -478,7 +560,7 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
     return Status(Errc::unsupported, "volume '" + st.config.volume_id +
                                          "' is not a lending volume: it adopts no buffers");
   }
-  const caf::actor_addr owner = watch_sender(self);
+  const caf::actor_addr owner = watch(self, sender_of(self));
   std::vector<wire::RegionRef> out;
   std::vector<std::uint64_t> made;
   auto undo = [&](Status s) {
@@ -521,25 +603,26 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
 // Stages small objects whose bytes came with the request and commits them
 // at the controller in the same call: a small put costs one round trip to
 // the volume (the controller usually sits in the volume's process) instead
-// of one to the volume and one to the controller.
-caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> stage_commit(
-    volume_pointer self, const std::vector<wire::StageRequest>& reqs,
-    std::vector<wire::KeyRecord> records, const caf::actor& controller) {
+// of one to the volume and one to the controller. `k` gets the committed
+// versions and the objects holding them, or why not.
+using Committed = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
+void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
+                  std::vector<wire::KeyRecord> records, const caf::actor& controller,
+                  const caf::actor& client, std::function<void(Result<Committed>)> k) {
   auto& st = self->state;
   if (!controller || reqs.size() != records.size()) {
-    return to_caf_error(Status(Errc::protocol_error,
-                               "stage_commit: " + std::to_string(reqs.size()) + " objects for " +
-                                   std::to_string(records.size()) + " records, or no controller"));
+    return k(Status(Errc::protocol_error, "stage_commit: " + std::to_string(reqs.size()) +
+                                              " objects for " + std::to_string(records.size()) +
+                                              " records, or no controller"));
   }
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     if (!reqs[i].has_data || records[i].shards.size() != 1 || records[i].key != reqs[i].key) {
-      return to_caf_error(Status(
-          Errc::protocol_error,
-          "stage_commit: '" + reqs[i].key + "' lacks its bytes or does not match its record"));
+      return k(Status(Errc::protocol_error, "stage_commit: '" + reqs[i].key +
+                                                "' lacks its bytes or does not match its record"));
     }
   }
-  auto staged = stage(self, reqs);
-  if (!staged.ok()) return to_caf_error(staged.status());
+  auto staged = stage(self, reqs, client);
+  if (!staged.ok()) return k(staged.status());
   std::vector<std::uint64_t> ids;
   for (std::size_t i = 0; i < records.size(); ++i) {
     auto& shard = records[i].shards.front();
@@ -548,24 +631,25 @@ caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> stage_commit
     shard.nbytes = (*staged)[i].nbytes;
     ids.push_back(shard.object_id);
   }
-  auto rp = self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>>();
   self->request(controller, st.config.transport_config.request_timeout,
                 notify_put_batch_atom::value, std::move(records))
-      .then([=](const std::vector<std::uint64_t>& versions) mutable { rp.deliver(versions, ids); },
-            [=](caf::error& e) mutable {
-              // The controller answered and refused: nothing was committed,
-              // so the staged objects go. After a timeout it may still have
-              // committed them; they stay, and go with their client.
-              const bool refused = e.category() == internal::kErrorCategory &&
-                                   e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
-                                   e.code() != static_cast<std::uint8_t>(Errc::unavailable);
-              if (refused) {
-                for (auto id : ids) self->state.drop(id, true);
-                self->state.regions->prune();
-              }
-              rp.deliver(std::move(e));
-            });
-  return rp;
+      .then(
+          [=](const std::vector<std::uint64_t>& versions) {
+            k(Committed{versions, ids});
+          },
+          [=](caf::error& e) {
+            // The controller answered and refused: nothing was committed,
+            // so the staged objects go. After a timeout it may still have
+            // committed them; they stay, and go with their client.
+            const bool refused = e.category() == internal::kErrorCategory &&
+                                 e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
+                                 e.code() != static_cast<std::uint8_t>(Errc::unavailable);
+            if (refused) {
+              for (auto id : ids) self->state.drop(id, true);
+              self->state.regions->prune();
+            }
+            k(internal::from_caf_error(e, "commit at the controller"));
+          });
 }
 
 // What spawn_storage_volume prepared before the actor exists: the region
@@ -597,14 +681,36 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
           -> caf::result<std::vector<wire::RegionRef>> {
-        auto staged = stage(self, reqs);
+        auto staged = stage(self, reqs, sender_of(self));
         if (!staged.ok()) return to_caf_error(staged.status());
         return std::move(staged).value();
       },
       [=](stage_commit_atom, const std::vector<wire::StageRequest>& reqs,
           std::vector<wire::KeyRecord>& records, const caf::actor& controller)
           -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> {
-        return stage_commit(self, reqs, std::move(records), controller);
+        auto rp =
+            self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>>();
+        stage_commit(self, reqs, std::move(records), controller, sender_of(self),
+                     [rp](Result<Committed> r) mutable {
+                       if (!r.ok()) return (void)rp.deliver(to_caf_error(r.status()));
+                       rp.deliver(std::move(r->first), std::move(r->second));
+                     });
+        return rp;
+      },
+      [=](fast_put_atom, FastPutJob& job) {
+        auto done = job.done;
+        std::vector<wire::KeyRecord> records{std::move(job.record)};
+        stage_commit(
+            self, {std::move(job.request)}, std::move(records),
+            caf::actor_cast<caf::actor>(job.controller), caf::actor_cast<caf::actor>(job.owner),
+            [done](Result<Committed> r) {
+              if (!r.ok()) return (*done)(r.status());
+              if (r->first.size() != 1 || r->second.size() != 1) {
+                return (*done)(Status(Errc::internal, "a put of one key committed " +
+                                                          std::to_string(r->first.size())));
+              }
+              (*done)(std::make_pair(r->first.front(), r->second.front()));
+            });
       },
       [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
         auto lent = lend(self, req);
@@ -692,7 +798,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           }
           return lease;
         }
-        const auto owner = watch_sender(self);
+        const auto owner = watch(self, sender_of(self));
         if (lease_id == 0 || st.leases.count({owner, lease_id}) != 0) {
           return to_caf_error(Status(
               Errc::protocol_error,
@@ -724,8 +830,8 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         self->state.leases.erase({owner ? owner.address() : caf::actor_addr(), lease_id});
         self->state.regions->prune();
       },
-      [=](ring_attach_atom, const std::string& name,
-          std::int32_t pid) -> caf::result<caf::ok_atom> {
+      [=](ring_attach_atom, const std::string& name, std::int32_t pid,
+          const caf::actor& controller) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         // Rings whose client went away are let go here, not in their thread.
         st.rings.erase(std::remove_if(st.rings.begin(), st.rings.end(),
@@ -736,8 +842,10 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           return to_caf_error(
               ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));
         }
+        RingService::Puts puts{self->address(), controller.address(), sender_of(self).address(),
+                               st.config.transport_config.request_timeout};
         st.rings.push_back(std::make_unique<RingService>(std::move(ring).value(), st.small, st.log,
-                                                         st.config.volume_id));
+                                                         st.config.volume_id, std::move(puts)));
         return caf::ok_atom::value;
       },
       [=](stat_atom) -> wire::VolumeStat {

@@ -10,11 +10,14 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshstore/actors/atoms.hpp"
+#include "meshstore/result.hpp"
 #include "meshstore/transports/transport.hpp"
 #include "meshstore/wire/records.hpp"
 
@@ -41,6 +44,20 @@ struct LentBuffer {
 struct LendRequest {
   std::vector<LentBuffer> buffers;
   std::shared_ptr<const void> token;
+};
+
+/// A small put that came over a fast-path ring (issue 26), from the ring's
+/// thread to its volume actor, within one process (never serialized): the
+/// object's bytes and record, who put it (the client actor that attached
+/// the ring: its staged objects go if it dies before the commit), the
+/// controller to commit at, and where the outcome goes (version and object
+/// id, or the error).
+struct FastPutJob {
+  wire::StageRequest request;
+  wire::KeyRecord record;
+  caf::actor_addr owner;
+  caf::actor_addr controller;
+  std::shared_ptr<std::function<void(Result<std::pair<std::uint64_t, std::uint64_t>>)>> done;
 };
 
 using storage_volume_actor = caf::typed_actor<
@@ -89,9 +106,14 @@ using storage_volume_actor = caf::typed_actor<
     // The fast path (issue 26): attaches the server end of shared-memory
     // ring `name` (transports/shm/ring.hpp), created by process `pid` on
     // this host, and serves small committed objects' gets on it from a
-    // thread of its own (actors/internal/fast_get.hpp). Fails with the
+    // thread of its own (actors/internal/fast_get.hpp), and small puts,
+    // which that thread hands to this actor (fast_put) to commit at
+    // `controller` for the client that sent ring_attach. Fails with the
     // ring's error (not_found, protocol_error, unavailable).
-    caf::replies_to<ring_attach_atom, std::string, std::int32_t>::with<caf::ok_atom>>;
+    caf::replies_to<ring_attach_atom, std::string, std::int32_t, caf::actor>::with<caf::ok_atom>,
+    // (from a ring's thread, in this process) Stages and commits a small
+    // put as stage_commit does; the outcome goes to the job's `done`.
+    caf::reacts_to<fast_put_atom, FastPutJob>>;
 
 /// What a volume is created with.
 struct VolumeConfig {
@@ -122,3 +144,4 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LendRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::FastPutJob)

@@ -59,7 +59,7 @@ struct Store::Impl {
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
-  // The fast path for small gets (StoreOptions::fast_path; null when off),
+  // The fast path for small gets and puts (StoreOptions::fast_path; null when off),
   // shared with the client actor. Set before the Store is handed out.
   std::shared_ptr<actors::FastPath> fast;
 

@@ -45,7 +45,8 @@ void open_ring(client_pointer self, const std::string& volume_id,
   }
   auto held = std::make_shared<std::unique_ptr<transports::shm::Ring>>(std::move(ring).value());
   const std::string name = (*held)->name();
-  ask(self, handle, ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()))
+  ask(self, handle, ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()),
+      caf::actor_cast<caf::actor>(self->state.controller))
       .then(
           [self, volume_id, handle, held](caf::ok_atom) {
             auto& st = self->state;
@@ -139,6 +140,7 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
                         [self, finish, id = info.volume_id](const ConnResult& r) {
                           if (r.ok()) {
                             self->state.home_volume = id;
+                            if (self->state.cfg.fast_path) self->state.cfg.fast_path->set_home(id);
                             self->state.home_lost.clear();
                           }
                           finish(r);
@@ -167,7 +169,10 @@ void with_home_volume(client_pointer self, ConnCallback k) {
   auto& st = self->state;
   if (!st.home_volume.empty()) {
     return with_volume(self, st.home_volume, [self, k = std::move(k)](const ConnResult& r) {
-      if (!r.ok()) self->state.home_volume.clear();  // ask the strategy next time
+      if (!r.ok()) {
+        self->state.home_volume.clear();  // ask the strategy next time
+        if (self->state.cfg.fast_path) self->state.cfg.fast_path->set_home("");
+      }
       k(r);
     });
   }
@@ -211,6 +216,7 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     }
     if (st.home_volume == id) {
       st.home_volume.clear();
+      if (st.cfg.fast_path) st.cfg.fast_path->set_home("");
       st.home_lost = name + " went down (" + reason + ")";
     }
     st.locations.erase_on_volume(id);

@@ -1,4 +1,4 @@
-// The fast path for small gets: the location mirror and the rings.
+// The fast path for small gets and puts: the location mirror and the rings.
 
 #include "meshstore/actors/client/fast_path.hpp"
 
@@ -25,12 +25,20 @@ void FastPath::learn(const wire::KeyRecord& r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
   if (!small_whole) {
-    entries_.erase(r.key);
+    auto it = entries_.find(r.key);
+    if (it != entries_.end() && it->second.version <= r.version) entries_.erase(it);
     return;
   }
   const auto& s = r.shards[0];
-  entries_[r.key] =
-      Entry{s.volume_id, s.object_id, r.kind, r.dtype, r.shape, s.nbytes, r.object_format};
+  auto& e = entries_[r.key];
+  if (e.version > r.version) return;  // a put over the ring already went further
+  e = Entry{s.volume_id, s.object_id, r.kind,          r.dtype,
+            r.shape,     s.nbytes,    r.object_format, r.version};
+}
+
+void FastPath::set_home(const std::string& volume_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  home_ = volume_id;
 }
 
 void FastPath::forget(const std::string& key) {
@@ -171,11 +179,89 @@ FastPath::Outcome FastPath::read(
   }
 }
 
+FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeout,
+                                  wire::KeyRecord* committed, Status* why) {
+  auto miss = [&](Status s) {
+    *why = std::move(s);
+    return Outcome::miss;
+  };
+  fast_get::PutRequest req;
+  req.key = p.key;
+  req.kind = static_cast<std::uint8_t>(p.kind);
+  req.dtype = static_cast<std::uint8_t>(p.dtype);
+  req.format = static_cast<std::uint8_t>(p.format);
+  req.shape.assign(p.shape.begin(), p.shape.end());
+  req.data = p.data;
+  req.nbytes = p.nbytes;
+  if (p.nbytes > kMaxBytes || p.key.size() > fast_get::kMaxKeyBytes ||
+      p.shape.size() > fast_get::kMaxPutDims) {
+    return miss(Status(Errc::unsupported, "too large for the fast path"));
+  }
+  std::shared_ptr<Channel> channel;
+  std::string home;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    home = home_;
+    auto r = rings_.find(home);
+    if (home.empty() || r == rings_.end()) {
+      return miss(Status(Errc::unavailable, "no ring to this client's volume"));
+    }
+    channel = r->second;
+  }
+  using Clock = std::chrono::steady_clock;
+  std::unique_lock<std::mutex> lock(channel->mu);
+  auto& ring = *channel->ring;
+  if (fast_get::encoded_size(req) > ring.slot_bytes()) {
+    return miss(Status(Errc::unsupported, "does not fit a ring slot"));
+  }
+  const std::uint64_t tag = channel->next_tag++;
+  fast_get::encode_into(req, channel->request);
+  const auto deadline = Clock::now() + timeout;
+  auto fail = [&](const Status& s) {
+    if (s.code() != Errc::unavailable) {
+      log::get("client")->warn("fast path to volume '{}' closed: {}", home, s.to_string());
+    }
+    drop_ring(home, channel);
+    return miss(s);
+  };
+  if (auto s = ring.send(tag, channel->request.data(), channel->request.size(), deadline);
+      !s.ok()) {
+    return fail(s);
+  }
+  for (;;) {
+    auto m = ring.receive(deadline);
+    if (!m.ok()) return fail(m.status());
+    if (m->tag != tag) continue;  // the late reply to an abandoned request
+    auto done = fast_get::decode_put_reply(m->bytes);
+    if (!done.ok()) {
+      // The volume's refusal (a full volume, a controller that said no):
+      // the ring is fine; the actor path runs the put and reports.
+      if (done.status().code() != Errc::protocol_error) return miss(done.status());
+      return fail(done.status());
+    }
+    lock.unlock();
+    wire::KeyRecord r;
+    r.key = p.key;
+    r.kind = p.kind;
+    r.dtype = p.dtype;
+    r.shape = p.shape;
+    r.object_format = p.format;
+    r.version = done->version;
+    r.shards.push_back(
+        wire::ShardRecord{TensorSlice::full(p.shape), home, done->object_id, p.nbytes});
+    learn(r);
+    *committed = std::move(r);
+    puts_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::hit;
+  }
+}
+
 FastPath::Stats FastPath::stats() const {
   Stats s;
   s.hits = hits_.load(std::memory_order_relaxed);
   s.misses = misses_.load(std::memory_order_relaxed);
   s.stale = stale_.load(std::memory_order_relaxed);
+  s.puts = puts_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

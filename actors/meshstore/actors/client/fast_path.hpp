@@ -1,10 +1,11 @@
 #pragma once
 
-// The fast path for small gets (issue 26; docs/architecture.md, "The fast
-// path"): a caller's thread reads a small whole object from a same-host
-// volume over a shared-memory ring (transports/shm/ring.hpp), without any
-// actor. What it needs lives here, shared by the client actor and the
-// Store facade:
+// The fast path for small gets and puts (issue 26; docs/architecture.md,
+// "The fast path"): a caller's thread reads a small whole object from a
+// same-host volume over a shared-memory ring (transports/shm/ring.hpp),
+// without any actor, and puts one through its own volume's ring (the
+// volume's actor commits it). What it needs lives here, shared by the
+// client actor and the Store facade:
 // - a mirror of the client actor's location cache, for small whole keys:
 //   the actor writes it wherever it writes its own cache, so a location the
 //   actor dropped (a remove, an overwrite by this client, a volume that went
@@ -14,7 +15,8 @@
 // A read names the object id and key it expects; the volume answers the
 // bytes of that committed object or "stale" (superseded, removed), so a
 // stale location is detected and the caller takes the actor path, never
-// reads the wrong bytes. Thread-safe.
+// reads the wrong bytes. A put's record is mirrored before put() returns;
+// a record of an older version never replaces a newer one. Thread-safe.
 
 #include <atomic>
 #include <chrono>
@@ -53,6 +55,17 @@ class FastPath {
     Shape shape;
     std::uint64_t nbytes = 0;
     ObjectFormat format = ObjectFormat::bytes;
+    std::uint64_t version = 0;  ///< the commit it came from: newer ones win
+  };
+  /// A small put: a whole tensor or object in contiguous host memory.
+  struct Put {
+    std::string key;
+    wire::ObjectKind kind = wire::ObjectKind::tensor;
+    DType dtype = DType::uint8;
+    Shape shape;
+    ObjectFormat format = ObjectFormat::bytes;
+    const std::byte* data = nullptr;
+    std::uint64_t nbytes = 0;
   };
   /// What a read did.
   enum class Outcome {
@@ -65,13 +78,17 @@ class FastPath {
     std::uint64_t misses = 0;
     std::uint64_t stale = 0;
     std::uint64_t rings = 0;  ///< rings open now
+    std::uint64_t puts = 0;   ///< puts committed over a ring
   };
 
   // -- the client actor's side --
 
   /// Mirrors a cache entry: keeps `r` when it is a small whole key on one
-  /// volume, else forgets r.key.
+  /// volume, else forgets r.key; an entry of a newer version stays.
   void learn(const wire::KeyRecord& r);
+  /// The volume this client puts to (the strategy's choice), "" for none
+  /// yet: puts go over its ring.
+  void set_home(const std::string& volume_id);
   void forget(const std::string& key);
   void forget_under(const std::string& prefix);
   void forget_all_keys();
@@ -95,6 +112,15 @@ class FastPath {
                const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume,
                std::chrono::milliseconds timeout);
 
+  /// Puts `p` over the ring to this client's home volume, which stages it
+  /// and commits it at the controller; on success `*committed` is the
+  /// key's new record (already mirrored here) for the client actor's
+  /// cache. A miss (no home ring, too big for a slot, the volume refused
+  /// or failed: `*why` says what) means the caller takes the actor path,
+  /// which reports any error itself (a full volume evicts there).
+  Outcome write(const Put& p, std::chrono::milliseconds timeout, wire::KeyRecord* committed,
+                Status* why);
+
   Stats stats() const;
 
  private:
@@ -106,7 +132,8 @@ class FastPath {
   std::unordered_map<std::string, Entry> entries_;
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
-  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0};
+  std::string home_;
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0};
 };
 
 }  // namespace meshstore::actors

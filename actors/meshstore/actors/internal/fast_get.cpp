@@ -12,6 +12,113 @@ Status bad(const std::string& what) { return Status(Errc::protocol_error, "fast 
 
 }  // namespace
 
+namespace {
+constexpr std::size_t kPutHeader = 24;  // magic, key length, kind/dtype/format/dims, nbytes
+}  // namespace
+
+std::size_t encoded_size(const PutRequest& r) {
+  return kPutHeader + 8 * r.shape.size() + r.key.size() + r.nbytes;
+}
+
+void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
+  out.resize(encoded_size(r));
+  std::byte* p = out.data();
+  const std::uint32_t magic = kPutMagic;
+  const auto key_len = static_cast<std::uint32_t>(r.key.size());
+  const std::uint8_t small[4] = {r.kind, r.dtype, r.format,
+                                 static_cast<std::uint8_t>(r.shape.size())};
+  std::memcpy(p, &magic, 4);
+  std::memcpy(p + 4, &key_len, 4);
+  std::memcpy(p + 8, small, 4);
+  std::memset(p + 12, 0, 4);
+  std::memcpy(p + 16, &r.nbytes, 8);
+  p += kPutHeader;
+  if (!r.shape.empty()) std::memcpy(p, r.shape.data(), 8 * r.shape.size());
+  p += 8 * r.shape.size();
+  if (!r.key.empty()) std::memcpy(p, r.key.data(), r.key.size());
+  p += r.key.size();
+  if (r.nbytes > 0) std::memcpy(p, r.data, r.nbytes);
+}
+
+Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes) {
+  if (bytes.size() < 4) return bad("a request of " + std::to_string(bytes.size()) + " bytes");
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, bytes.data(), 4);
+  return magic;
+}
+
+Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
+  if (bytes.size() < kPutHeader) {
+    return bad("a put of " + std::to_string(bytes.size()) + " bytes has no header");
+  }
+  std::uint32_t magic = 0, key_len = 0;
+  std::uint8_t small[4];
+  PutRequest r;
+  std::memcpy(&magic, bytes.data(), 4);
+  std::memcpy(&key_len, bytes.data() + 4, 4);
+  std::memcpy(small, bytes.data() + 8, 4);
+  std::memcpy(&r.nbytes, bytes.data() + 16, 8);
+  if (magic != kPutMagic) return bad("not a put request (bad magic)");
+  if (key_len == 0 || key_len > kMaxKeyBytes) {
+    return bad("key length " + std::to_string(key_len) + " is outside [1, " +
+               std::to_string(kMaxKeyBytes) + "]");
+  }
+  const std::size_t dims = small[3];
+  if (dims > kMaxPutDims) return bad(std::to_string(dims) + " dimensions");
+  if (r.nbytes > kMaxObjectBytes) return bad("an object of " + std::to_string(r.nbytes) + " bytes");
+  const std::size_t want = kPutHeader + 8 * dims + key_len + r.nbytes;
+  if (bytes.size() != want) {
+    return bad("a put of " + std::to_string(bytes.size()) + " bytes where its fields say " +
+               std::to_string(want));
+  }
+  r.kind = small[0];
+  r.dtype = small[1];
+  r.format = small[2];
+  r.shape.resize(dims);
+  const std::byte* p = bytes.data() + kPutHeader;
+  if (dims) std::memcpy(r.shape.data(), p, 8 * dims);
+  p += 8 * dims;
+  r.key.assign(reinterpret_cast<const char*>(p), key_len);
+  r.data = p + key_len;
+  return r;
+}
+
+std::vector<std::byte> encode_put_done(const PutDone& d) {
+  std::uint64_t body[2] = {d.version, d.object_id};
+  return encode(ReplyStatus::ok, body, sizeof(body));
+}
+
+std::vector<std::byte> encode_put_error(const Status& s) {
+  const auto code = static_cast<std::uint32_t>(s.code());
+  std::vector<std::byte> body(4 + s.message().size());
+  std::memcpy(body.data(), &code, 4);
+  if (!s.message().empty()) std::memcpy(body.data() + 4, s.message().data(), s.message().size());
+  return encode(ReplyStatus::error, body.data(), body.size());
+}
+
+Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes) {
+  auto status = reply_status(bytes);
+  if (!status.ok()) return status.status();
+  const std::byte* body = bytes.data() + kReplyHeader;
+  const std::size_t n = bytes.size() - kReplyHeader;
+  if (*status == ReplyStatus::ok) {
+    if (n != 16) return bad("a put's reply of " + std::to_string(n) + " bytes");
+    PutDone d;
+    std::memcpy(&d.version, body, 8);
+    std::memcpy(&d.object_id, body + 8, 8);
+    if (d.version == 0 || d.object_id == 0) return bad("a put's reply without version or object");
+    return d;
+  }
+  if (*status != ReplyStatus::error || n < 4) return bad("a put's reply of an unknown shape");
+  std::uint32_t code = 0;
+  std::memcpy(&code, body, 4);
+  const auto errc = static_cast<Errc>(code);
+  if (code == 0 || code > static_cast<std::uint32_t>(kLastErrc)) {
+    return bad("a put's error with code " + std::to_string(code));
+  }
+  return Status(errc, std::string(reinterpret_cast<const char*>(body) + 4, n - 4));
+}
+
 std::vector<std::byte> encode(const Request& r) {
   std::vector<std::byte> out;
   encode_into(r, out);

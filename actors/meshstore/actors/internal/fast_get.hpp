@@ -1,14 +1,15 @@
 #pragma once
-// The fast path's get protocol over a shared-memory ring (issue 26;
-// transports/shm/ring.hpp): a client asks a same-host volume for a small
-// committed object by id and key, and the volume's ring thread answers from
-// its small-object table without going through the volume actor. Private to
-// actors/. docs/architecture.md, "Not yet", describes the whole path; the
-// volume side is built, the client side is not.
+// The fast path's protocol over a shared-memory ring (issue 26;
+// transports/shm/ring.hpp). Gets: a client asks a same-host volume for a
+// small committed object by id and key, and the volume's ring thread
+// answers from its small-object table without going through the volume
+// actor. Puts (below): the ring thread hands the object to the volume
+// actor, which commits it. Private to actors/; docs/architecture.md, "The
+// fast path for small gets and puts", describes the whole path.
 //
-// Request:  u32 magic, u32 key length, u64 object id, key bytes.
-// Reply:    u32 status, u32 reserved, then the object's bytes (ok) or a
-//           message (error); "stale" carries nothing.
+// Get request:  u32 magic, u32 key length, u64 object id, key bytes.
+// Reply:        u32 status, u32 reserved, then the object's bytes (ok) or
+//               a message (error); "stale" carries nothing.
 // Every field read from the ring is validated: a malformed message is an
 // Errc::protocol_error, never a read out of bounds.
 
@@ -41,6 +42,52 @@ struct Reply {
   ReplyStatus status = ReplyStatus::ok;
   std::vector<std::byte> bytes;  ///< ok: the object; error: the message
 };
+
+// -- puts (issue 26) --------------------------------------------------------
+//
+// Put request: u32 magic "MSP1", u32 key length, u8 kind, u8 dtype,
+//              u8 object format, u8 dims, u64 nbytes, i64 x dims (shape),
+//              key bytes, the object's bytes.
+// Put reply:   the reply header (status), then ok: u64 version, u64 object
+//              id; error: u32 Errc, then a message.
+// The volume's ring thread hands a decoded put to the volume actor, which
+// stages it and commits it at the controller as stage_commit does.
+
+inline constexpr std::uint32_t kPutMagic = 0x3150534d;  // "MSP1", little-endian
+inline constexpr std::size_t kMaxPutDims = 64;
+
+struct PutRequest {
+  std::string key;
+  std::uint8_t kind = 0;    ///< wire::ObjectKind
+  std::uint8_t dtype = 0;   ///< meshstore::DType
+  std::uint8_t format = 0;  ///< meshstore::ObjectFormat
+  std::vector<std::int64_t> shape;
+  const std::byte* data = nullptr;  ///< encode: the bytes; decode: inside the message
+  std::uint64_t nbytes = 0;
+};
+
+/// The size of PutRequest `r`'s message (what must fit a ring slot).
+std::size_t encoded_size(const PutRequest& r);
+/// Encodes `r` into `out` (resized), reusing its memory.
+void encode_into(const PutRequest& r, std::vector<std::byte>& out);
+/// The first word of a request: which request it is.
+Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes);
+/// A put request inside `bytes` (its `data` points into them).
+/// Errc::protocol_error naming what is wrong; the enum fields are checked by
+/// the volume, which knows their ranges.
+Result<PutRequest> decode_put(const std::vector<std::byte>& bytes);
+
+struct PutDone {
+  std::uint64_t version = 0;
+  std::uint64_t object_id = 0;
+};
+std::vector<std::byte> encode_put_done(const PutDone& d);
+/// An error reply of a put: the Errc and the message.
+std::vector<std::byte> encode_put_error(const Status& s);
+/// A put's reply: what it committed, or the volume's error (any Errc the
+/// volume gave, so the caller can tell a full volume from a refusal).
+/// Errc::protocol_error for a malformed reply.
+Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes);
 
 std::vector<std::byte> encode(const Request& r);
 /// encode() into `out` (resized), reusing its memory.
