@@ -165,12 +165,13 @@ void run_small(const Args& a) {
     std::printf(
         "{\"scenario\":\"small\",\"transport\":\"%s\",\"bytes\":4096,\"iters\":%d,\"processes\":%d,"
         "\"rtt_p50_us\":%.2f,\"put_get_p50_us\":%.2f,\"put_get_p99_us\":%.2f,\"put_p50_us\":%.2f,"
-        "\"get_p50_us\":%.2f,\"get_p99_us\":%.2f,\"fast_path_hits\":%llu,\"small_put_get_vs_"
+        "\"get_p50_us\":%.2f,\"get_p99_us\":%.2f,\"fast_path_hits\":%llu,\"fast_path_puts\":%llu,"
+        "\"small_put_get_vs_"
         "rtt\":%.2f,\"redis\":%s,\"put_get_4k_vs_redis_p50\":%.2f,\"put_get_4k_vs_redis_p99\":%.2f,"
         "\"sizes\":[",
         a.transport.c_str(), iters, a.processes, rtt50, pg50, pg99, put50, get50, get99,
-        static_cast<unsigned long long>(fast.hits), pg50 / rtt50,
-        vs_redis_4k > 0 ? "true" : "false", vs_redis_4k, vs_redis_4k_p99);
+        static_cast<unsigned long long>(fast.hits), static_cast<unsigned long long>(fast.puts),
+        pg50 / rtt50, vs_redis_4k > 0 ? "true" : "false", vs_redis_4k, vs_redis_4k_p99);
     for (std::size_t i = 0; i < points.size(); ++i) {
       const auto& p = points[i];
       std::printf(
@@ -189,7 +190,8 @@ void run_small(const Args& a) {
   std::printf("  bare round trip (exists) p50 %8.1f us\n", rtt50);
   std::printf("  put + get_into           p50 %8.1f us   p99 %8.1f us   (%.1f round trips)\n", pg50,
               pg99, pg50 / rtt50);
-  std::printf("  put alone                p50 %8.1f us\n", put50);
+  std::printf("  put alone                p50 %8.1f us   (fast path: %llu of %d puts)\n", put50,
+              static_cast<unsigned long long>(fast.puts), iters + 1);
   std::printf(
       "  get_into alone           p50 %8.1f us   p99 %8.1f us   (fast path: %llu of %llu gets)\n",
       get50, get99, static_cast<unsigned long long>(fast.hits),
