@@ -17,6 +17,17 @@ struct FastPath::Channel {
   std::unique_ptr<transports::shm::Ring> ring;
   std::uint64_t next_tag = 1;
   std::vector<std::byte> request;  // reused encoding buffer
+
+  // Sends `request` under a new tag and waits for its reply (the caller
+  // holds `mu`), passing over late replies to abandoned requests.
+  Result<transports::shm::Ring::Message> exchange(std::chrono::steady_clock::time_point deadline) {
+    const std::uint64_t tag = next_tag++;
+    MESHSTORE_RETURN_IF_ERROR(ring->send(tag, request.data(), request.size(), deadline));
+    for (;;) {
+      auto m = ring->receive(deadline);
+      if (!m.ok() || m->tag == tag) return m;
+    }
+  }
 };
 
 void FastPath::learn(const wire::KeyRecord& r) {
@@ -125,8 +136,6 @@ FastPath::Outcome FastPath::read(
   }
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
-  auto& ring = *channel->ring;
-  const std::uint64_t tag = channel->next_tag++;
   fast_get::encode_into(fast_get::Request{entry.object_id, key}, channel->request);
   const auto deadline = Clock::now() + timeout;
   // A ring that fails (the volume went down, a corrupt entry, no reply in
@@ -141,42 +150,35 @@ FastPath::Outcome FastPath::read(
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   };
-  if (auto s = ring.send(tag, channel->request.data(), channel->request.size(), deadline);
-      !s.ok()) {
-    return fail(s);
+  auto m = channel->exchange(deadline);
+  if (!m.ok()) return fail(m.status());
+  auto status = fast_get::reply_status(m->bytes);
+  if (!status.ok()) return fail(status.status());
+  if (*status == fast_get::ReplyStatus::stale) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto e = entries_.find(key);
+      if (e != entries_.end() && e->second.object_id == entry.object_id) entries_.erase(e);
+    }
+    stale_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::stale;
   }
-  for (;;) {
-    auto m = ring.receive(deadline);
-    if (!m.ok()) return fail(m.status());
-    if (m->tag != tag) continue;  // the late reply to an abandoned request
-    auto status = fast_get::reply_status(m->bytes);
-    if (!status.ok()) return fail(status.status());
-    if (*status == fast_get::ReplyStatus::stale) {
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        auto e = entries_.find(key);
-        if (e != entries_.end() && e->second.object_id == entry.object_id) entries_.erase(e);
-      }
-      stale_.fetch_add(1, std::memory_order_relaxed);
-      return Outcome::stale;
-    }
-    const std::byte* payload = m->bytes.data() + fast_get::kReplyHeaderBytes;
-    const std::size_t n = m->bytes.size() - fast_get::kReplyHeaderBytes;
-    if (*status == fast_get::ReplyStatus::error) {
-      return fail(Status(
-          Errc::protocol_error,
-          "volume refused a get: " + std::string(reinterpret_cast<const char*>(payload), n)));
-    }
-    if (n != entry.nbytes) {
-      return fail(Status(Errc::protocol_error, "'" + key + "': " + std::to_string(n) +
-                                                   " bytes for an object of " +
-                                                   std::to_string(entry.nbytes)));
-    }
-    lock.unlock();
-    consume(entry, payload, n);
-    hits_.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::hit;
+  const std::byte* payload = m->bytes.data() + fast_get::kReplyHeaderBytes;
+  const std::size_t n = m->bytes.size() - fast_get::kReplyHeaderBytes;
+  if (*status == fast_get::ReplyStatus::error) {
+    return fail(
+        Status(Errc::protocol_error,
+               "volume refused a get: " + std::string(reinterpret_cast<const char*>(payload), n)));
   }
+  if (n != entry.nbytes) {
+    return fail(Status(Errc::protocol_error, "'" + key + "': " + std::to_string(n) +
+                                                 " bytes for an object of " +
+                                                 std::to_string(entry.nbytes)));
+  }
+  lock.unlock();
+  consume(entry, payload, n);
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return Outcome::hit;
 }
 
 FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeout,
@@ -210,11 +212,9 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   }
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
-  auto& ring = *channel->ring;
-  if (fast_get::encoded_size(req) > ring.slot_bytes()) {
+  if (fast_get::encoded_size(req) > channel->ring->slot_bytes()) {
     return miss(Status(Errc::unsupported, "does not fit a ring slot"));
   }
-  const std::uint64_t tag = channel->next_tag++;
   fast_get::encode_into(req, channel->request);
   const auto deadline = Clock::now() + timeout;
   auto fail = [&](const Status& s) {
@@ -224,36 +224,29 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
     drop_ring(home, channel);
     return miss(s);
   };
-  if (auto s = ring.send(tag, channel->request.data(), channel->request.size(), deadline);
-      !s.ok()) {
-    return fail(s);
+  auto m = channel->exchange(deadline);
+  if (!m.ok()) return fail(m.status());
+  auto done = fast_get::decode_put_reply(m->bytes);
+  if (!done.ok()) {
+    // The volume's refusal (a full volume, a controller that said no):
+    // the ring is fine; the actor path runs the put and reports.
+    if (done.status().code() != Errc::protocol_error) return miss(done.status());
+    return fail(done.status());
   }
-  for (;;) {
-    auto m = ring.receive(deadline);
-    if (!m.ok()) return fail(m.status());
-    if (m->tag != tag) continue;  // the late reply to an abandoned request
-    auto done = fast_get::decode_put_reply(m->bytes);
-    if (!done.ok()) {
-      // The volume's refusal (a full volume, a controller that said no):
-      // the ring is fine; the actor path runs the put and reports.
-      if (done.status().code() != Errc::protocol_error) return miss(done.status());
-      return fail(done.status());
-    }
-    lock.unlock();
-    wire::KeyRecord r;
-    r.key = p.key;
-    r.kind = p.kind;
-    r.dtype = p.dtype;
-    r.shape = p.shape;
-    r.object_format = p.format;
-    r.version = done->version;
-    r.shards.push_back(
-        wire::ShardRecord{TensorSlice::full(p.shape), home, done->object_id, p.nbytes});
-    learn(r);
-    *committed = std::move(r);
-    puts_.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::hit;
-  }
+  lock.unlock();
+  wire::KeyRecord r;
+  r.key = p.key;
+  r.kind = p.kind;
+  r.dtype = p.dtype;
+  r.shape = p.shape;
+  r.object_format = p.format;
+  r.version = done->version;
+  r.shards.push_back(
+      wire::ShardRecord{TensorSlice::full(p.shape), home, done->object_id, p.nbytes});
+  learn(r);
+  *committed = std::move(r);
+  puts_.fetch_add(1, std::memory_order_relaxed);
+  return Outcome::hit;
 }
 
 FastPath::Stats FastPath::stats() const {
