@@ -170,6 +170,42 @@ TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
 }
 
+// A client whose volume lives in its own process (per_local_rank) puts
+// small values over the ring to it; the volume commits them at the
+// controller in the server's process. When the server dies, such puts fail
+// at once (the volume watches the controller the ring named), they do not
+// wait out the request timeout for an answer that never comes.
+TEST(Failure, KilledControllerEndsFastPutsAtOnce) {
+  Child serve({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
+  ASSERT_TRUE(serve.wait_for_output("serving on", 60s)) << serve.output();
+  std::smatch m;
+  const std::string out = serve.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)")));
+  StoreOptions o;
+  o.request_timeout = 60s;
+  auto client = Store::connect(m[1], o).value();
+  float x = 3;
+  ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
+  ASSERT_TRUE(eventually([&] { return client.fast_path_stats().rings >= 1; }, kBound));
+  ASSERT_TRUE(eventually(
+      [&] {
+        EXPECT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
+        return client.fast_path_stats().puts >= 1;
+      },
+      kBound))
+      << "no put went over the ring to this process's volume";
+
+  serve.signal(SIGKILL);
+  ASSERT_TRUE(serve.wait(kWait));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = client.put("k2", TensorView::of(&x, {})).get(kWait);
+  EXPECT_NE(s.status().code(), Errc::timeout) << "the put hung until its timeout";
+  EXPECT_ERROR(s, Errc::unavailable, "");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kBound);
+  client.close();
+  transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
+}
+
 TEST(Failure, MeshrunExitsNonZeroWhenARankIsKilled) {
   Child c({kMeshrun, "-n", "3", "--", "sh", "-c",
            "if [ $RANK = 2 ]; then kill -9 $$; fi; exec sleep 300"});

@@ -178,6 +178,11 @@ class RingService {
     thread_.join();
   }
   void stop() { stop_.store(true); }
+  /// `controller` went down: puts that wait for it, and later ones, fail
+  /// at once (a request to a dead remote actor would only time out).
+  void controller_gone(const caf::actor_addr& controller) {
+    if (controller == puts_.controller) controller_down_.store(true);
+  }
   RingService(const RingService&) = delete;
   RingService& operator=(const RingService&) = delete;
   bool done() const { return done_.load(); }
@@ -219,6 +224,11 @@ class RingService {
   // A put request: checked, handed to the volume actor, answered with its
   // outcome (or an error reply naming why).
   std::vector<std::byte> put(const std::vector<std::byte>& bytes) {
+    auto gone = [&] {
+      return fast_get::encode_put_error(
+          Status(Errc::unavailable, "volume '" + volume_id_ + "': the controller went down"));
+    };
+    if (controller_down_.load()) return gone();
     auto req = fast_get::decode_put(bytes);
     if (!req.ok()) return fast_get::encode_put_error(req.status());
     if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
@@ -266,6 +276,7 @@ class RingService {
     // is not held up by a put it will never finish.
     const auto deadline = std::chrono::steady_clock::now() + puts_.timeout;
     while (!fut.wait_for(std::chrono::milliseconds(50))) {
+      if (controller_down_.load()) return gone();
       if (stop_.load() || std::chrono::steady_clock::now() >= deadline) {
         return fast_get::encode_put_error(
             Status(stop_.load() ? Errc::unavailable : Errc::timeout,
@@ -283,6 +294,7 @@ class RingService {
   std::string volume_id_;
   Puts puts_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> controller_down_{false};
   std::atomic<bool> done_{false};
   std::thread thread_;  // last: started once the rest is set
 };
@@ -324,7 +336,8 @@ struct VolumeState {
   std::unordered_map<std::uint64_t, StoredObject> objects;
   // Leases by (client, the client's lease id).
   std::map<std::pair<caf::actor_addr, std::uint64_t>, Lease> leases;
-  std::set<caf::actor_addr> watched;  // clients monitored for their leases and staging
+  std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging
+  std::set<caf::actor_addr> controllers;  // monitored for the rings' puts (ring_attach)
   std::uint64_t next_object_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
@@ -677,7 +690,14 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
       break;
     }
   }
-  self->set_down_handler([=](caf::down_msg& msg) { client_down(self, msg); });
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    if (st.controllers.erase(msg.source) != 0) {
+      for (auto& r : st.rings) r->controller_gone(msg.source);
+      return;
+    }
+    client_down(self, msg);
+  });
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
           -> caf::result<std::vector<wire::RegionRef>> {
@@ -841,6 +861,9 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         if (!ring.ok()) {
           return to_caf_error(
               ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));
+        }
+        if (controller && st.controllers.insert(controller.address()).second) {
+          self->monitor(controller);
         }
         RingService::Puts puts{self->address(), controller.address(), sender_of(self).address(),
                                st.config.transport_config.request_timeout};
