@@ -365,6 +365,12 @@ class Store:
         """Usage of every volume (dicts)."""
         return Future(self._s.stats())
 
+    def fast_path_stats(self):
+        """What this process's fast path for small gets and puts did, now
+        (a dict: hits, misses, stale, rings, puts; all 0 with
+        fast_path=False). Not a future: read on the caller's thread."""
+        return self._s.fast_path_stats()
+
     # -- state dicts --------------------------------------------------------
 
     def put_state_dict(self, key, state_dict, transfer_dtype=None, **options):

@@ -586,6 +586,17 @@ void bind_store(py::module_& m) {
              return wrap(std::move(fut),
                          [](const std::size_t& n) { return py::object(py::int_(n)); });
            })
+      .def("fast_path_stats",
+           [](PyStore& self) {
+             const auto f = self.s().fast_path_stats();
+             py::dict d;
+             d["hits"] = f.hits;
+             d["misses"] = f.misses;
+             d["stale"] = f.stale;
+             d["rings"] = f.rings;
+             d["puts"] = f.puts;
+             return d;
+           })
       .def("stats",
            [](PyStore& self) {
              auto fut = released([&] { return self.s().stats(); });

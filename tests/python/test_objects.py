@@ -1,5 +1,7 @@
 """Objects that are not tensors: bytes and str as themselves, the rest pickled."""
 
+import time
+
 import pytest
 import torch
 
@@ -72,6 +74,24 @@ def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path):
             out = torch.empty(4, 4)
             s.get_into("w", out).result()
             assert torch.equal(out, torch.full((4, 4), float(i)))
+        if fast_path:
+            # The ring opens in the background; once it is there, a small
+            # put and get take it.
+            deadline = time.monotonic() + 10
+            while s.fast_path_stats()["rings"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            before = s.fast_path_stats()
+            assert before["rings"] >= 1
+            s.put("w", torch.full((4, 4), 99.0)).result()
+            out = torch.empty(4, 4)
+            s.get_into("w", out).result()
+            assert torch.equal(out, torch.full((4, 4), 99.0))
+            after = s.fast_path_stats()
+            assert after["puts"] == before["puts"] + 1
+            assert after["hits"] == before["hits"] + 1
+        else:
+            assert s.fast_path_stats() == {"hits": 0, "misses": 0, "stale": 0, "rings": 0,
+                                           "puts": 0}
     finally:
         s.close()
     with pytest.raises(TypeError, match="'fast_path' has the wrong type"):
