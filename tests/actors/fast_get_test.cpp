@@ -149,6 +149,48 @@ TEST_F(FastGetTest, AMalformedRequestGetsAnErrorAndTheRingKeepsServing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
+// Puts on the ring are input from another process too: a hostile one is
+// refused with the reason (protocol_error), stores nothing, and the ring
+// keeps serving. This volume was attached without a controller, so even a
+// well-formed put is refused, naming that.
+TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  ASSERT_OK(attach());
+  const float four[4] = {1, 2, 3, 4};
+  auto put = [&](const std::string& key, std::uint8_t dtype, std::vector<std::int64_t> shape,
+                 std::uint64_t nbytes) -> Status {
+    fast_get::PutRequest r;
+    r.key = key;
+    r.dtype = dtype;
+    r.shape = std::move(shape);
+    r.data = reinterpret_cast<const std::byte*>(four);
+    r.nbytes = nbytes;
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(r, bytes);
+    MESHSTORE_RETURN_IF_ERROR(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
+    auto m = ring_->receive(in(10s));
+    if (!m.ok()) return m.status();
+    auto done = fast_get::decode_put_reply(m->bytes);
+    return done.ok() ? Status() : done.status();
+  };
+  const auto f32 = static_cast<std::uint8_t>(DType::float32);
+  EXPECT_ERROR(put(std::string("a\0b", 3), f32, {4}, 16), Errc::protocol_error, "NUL");
+  EXPECT_ERROR(put("neg", f32, {-2, -2}, 16), Errc::protocol_error, "negative dimension");
+  EXPECT_ERROR(put("size", f32, {5}, 16), Errc::protocol_error, "16 bytes for shape");
+  EXPECT_ERROR(put("huge", f32, {std::int64_t{1} << 62, 4}, 16), Errc::protocol_error,
+               "bytes for shape");
+  EXPECT_ERROR(put("dtype", 200, {4}, 16), Errc::protocol_error, "unknown kind, dtype");
+  EXPECT_ERROR(put("fine", f32, {4}, 16), Errc::protocol_error, "no controller");
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->objects, 1u);  // "k" alone: nothing staged or kept
+  EXPECT_EQ(stat->staged, 0u);
+  auto good = get(id, "k");
+  ASSERT_OK(good);
+  EXPECT_EQ(text(good->bytes), "value");
+}
+
 TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
   auto req = fast_get::encode(fast_get::Request{5, "key"});
   ASSERT_OK(fast_get::decode_request(req));

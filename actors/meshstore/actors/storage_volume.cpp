@@ -16,6 +16,7 @@
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/store/checks.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 
@@ -231,6 +232,15 @@ class RingService {
     if (controller_down_.load()) return gone();
     auto req = fast_get::decode_put(bytes);
     if (!req.ok()) return fast_get::encode_put_error(req.status());
+    // What the store's put checks on the caller's side, checked again here:
+    // the ring is input from another process.
+    if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
+      return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
+    }
+    if (std::any_of(req->shape.begin(), req->shape.end(), [](std::int64_t d) { return d < 0; })) {
+      return fast_get::encode_put_error(
+          Status(Errc::protocol_error, "fast put of '" + req->key + "': a negative dimension"));
+    }
     if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
         req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
         req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
