@@ -359,6 +359,26 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   plain.close();
 }
 
+// A full volume refuses a ring put; with LRU eviction the actor path then
+// makes room, as for any put: the put succeeds and the oldest key goes.
+TEST(FastPath, APutAFullVolumeRefusesEvictsOnTheActorPath) {
+  StoreOptions o;
+  o.volume_capacity_bytes = 48 << 10;
+  o.eviction = "lru";
+  auto store = Store::embedded(o).value();
+  std::vector<std::uint8_t> first = pattern(40 << 10, 1), second = pattern(40 << 10, 2);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  const auto puts = store.fast_path_stats().puts;
+  ASSERT_OK(store.put("second", bytes_view(second)).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, puts);  // refused there: the actor path evicted
+  EXPECT_FALSE(store.exists("first").get(kWait).value());
+  std::vector<std::uint8_t> back(second.size(), 0);
+  ASSERT_OK(store.get_into("second", bytes_view(back)).get(kWait));
+  EXPECT_EQ(back, second);
+  store.close();
+}
+
 class FastPathRing : public ::testing::Test {
  protected:
   void SetUp() override {
