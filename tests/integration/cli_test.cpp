@@ -22,11 +22,8 @@ class ServeTest : public ::testing::Test {
   void SetUp() override {
     server_ = std::make_unique<Child>(
         std::vector<std::string>{kTool, "serve", "--port", "0", "--capacity", "1000000"});
-    ASSERT_TRUE(server_->wait_for_output("serving on", 60s)) << server_->output();
-    std::smatch m;
-    const std::string out = server_->output();
-    ASSERT_TRUE(std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)")));
-    address_ = m[1];
+    address_ = served_address(*server_, 60s);
+    ASSERT_FALSE(address_.empty()) << server_->output();
   }
   std::string run(const std::vector<std::string>& args, int expect_code) {
     std::vector<std::string> argv{kTool};

@@ -2,7 +2,6 @@
 // within a bound, nothing hangs.
 
 #include <atomic>
-#include <regex>
 #include <thread>
 
 #include "meshstore/store.hpp"
@@ -147,13 +146,11 @@ TEST(Failure, KilledVolumeProcessEndsFastPathReadsInFlight) {
 
 TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   Child serve({kTool, "serve", "--port", "0"});
-  ASSERT_TRUE(serve.wait_for_output("serving on", 60s)) << serve.output();
-  std::smatch m;
-  const std::string out = serve.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)")));
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
   o.request_timeout = 60s;
-  auto client = Store::connect(m[1], o).value();
+  auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
 
@@ -177,13 +174,11 @@ TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
 // wait out the request timeout for an answer that never comes.
 TEST(Failure, KilledControllerEndsFastPutsAtOnce) {
   Child serve({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
-  ASSERT_TRUE(serve.wait_for_output("serving on", 60s)) << serve.output();
-  std::smatch m;
-  const std::string out = serve.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)")));
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
   o.request_timeout = 60s;
-  auto client = Store::connect(m[1], o).value();
+  auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
   ASSERT_TRUE(eventually([&] { return client.fast_path_stats().rings >= 1; }, kBound));

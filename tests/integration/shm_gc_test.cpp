@@ -8,8 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <regex>
-
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/subprocess.hpp"
@@ -68,15 +66,13 @@ std::vector<std::string> segments_of(pid_t pid) {
 
 TEST(ShmGc, SharedMemoryOfAKilledServerIsCollected) {
   Child serve({kTool, "serve", "--port", "0"});
-  ASSERT_TRUE(serve.wait_for_output("serving on", 60s)) << serve.output();
-  std::smatch m;
-  const std::string out = serve.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)")));
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
   {
     StoreOptions o;
     o.host_volumes = false;
     o.local_rank = -1;
-    auto client = Store::connect(m[1], o).value();
+    auto client = Store::connect(address, o).value();
     std::vector<float> w(1 << 18, 2.0f);  // 1 MiB: lands in a shared-memory segment
     ASSERT_OK(client.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait));
   }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,16 @@ class Child {
   int status_ = 0;
   std::string output_;
 };
+
+/// The address a `meshstore serve` child prints ("serving on HOST:PORT" on
+/// loopback), once it has (within `timeout`); "" if it did not.
+inline std::string served_address(Child& serve, std::chrono::milliseconds timeout) {
+  if (!serve.wait_for_output("serving on", timeout)) return "";
+  std::smatch m;
+  const std::string out = serve.output();
+  if (!std::regex_search(out, m, std::regex("serving on (127\\.0\\.0\\.1:[0-9]+)"))) return "";
+  return m[1];
+}
 
 /// True while a process with `pid` exists (and is not a zombie of ours).
 inline bool process_alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }

@@ -290,7 +290,7 @@ class RingService {
       if (stop_.load() || std::chrono::steady_clock::now() >= deadline) {
         return fast_get::encode_put_error(
             Status(stop_.load() ? Errc::unavailable : Errc::timeout,
-                   "volume '" + volume_id_ + "': fast put of '" + r.key + "' did not finish"));
+                   "volume '" + volume_id_ + "': fast put of '" + req->key + "' did not finish"));
       }
     }
     auto done = fut.get();

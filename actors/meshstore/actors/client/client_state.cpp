@@ -16,9 +16,11 @@ void LocationCache::put(const wire::KeyRecord& r) {
   // Versions are store-wide commit numbers: an answer older than what is
   // cached (a locate that crossed this client's own put over the fast
   // path) does not replace it.
-  auto it = map_.find(r.key);
-  if (it != map_.end() && r.version < it->second.version) return;
-  map_[r.key] = r;
+  auto [it, fresh] = map_.try_emplace(r.key, r);
+  if (!fresh) {
+    if (r.version < it->second.version) return;
+    it->second = r;
+  }
   if (fast) fast->learn(r);
 }
 
