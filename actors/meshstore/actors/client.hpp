@@ -24,6 +24,53 @@
 
 namespace meshstore::actors {
 
+/// An object assembled from pieces of host memory as it is written (a state
+/// dict's packed bucket): each piece's `nbytes` at `src` land at `offset`
+/// of the object; the bytes between pieces are zeros. Where the transport
+/// maps the volume's memory the pieces are copied straight into it (one
+/// copy); elsewhere they are packed into a scratch buffer, then written.
+struct Gather {
+  struct Piece {
+    const std::byte* src = nullptr;
+    std::uint64_t offset = 0;
+    std::uint64_t nbytes = 0;
+  };
+  std::vector<Piece> pieces;  // in increasing offset, not overlapping
+  /// Keeps what the pieces point into alive (converted copies).
+  std::vector<std::shared_ptr<const void>> keep;
+};
+
+/// Copies `g` into `dst`, an object of `n` bytes (zeros between the
+/// pieces), on the copy engine's threads, split over them when large.
+/// Errc::invalid_argument (nothing written) when the pieces are out of
+/// order or leave the object. `g` and `dst` stay alive until it completes.
+Future<void> fill_gathered(std::shared_ptr<const Gather> g, std::byte* dst, std::uint64_t n);
+/// fill_gathered on the calling thread.
+Status fill_gathered_now(const Gather& g, std::byte* dst, std::uint64_t n);
+
+/// Where the bytes of one object of a read go, piece by piece (a state
+/// dict's packed bucket unpacked into the caller's tensors): each piece
+/// copies `nbytes` at `offset` of the object to `dst` (host memory). Where
+/// the transport maps the volume's memory they are copied straight out of
+/// it (one copy); elsewhere the object is read into a scratch buffer first.
+struct Scatter {
+  struct Piece {
+    std::uint64_t offset = 0;
+    std::byte* dst = nullptr;
+    std::uint64_t nbytes = 0;
+  };
+  std::vector<Piece> pieces;
+};
+
+/// Copies the pieces of `s` out of `src`, an object of `n` bytes, on the
+/// copy engine's threads, split over them when large. Errc::out_of_range
+/// (nothing copied) when a piece leaves the object. `s` and `src` stay
+/// alive until it completes.
+Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<const std::byte> src,
+                          std::uint64_t n);
+/// scatter_from on the calling thread.
+Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n);
+
 /// One tensor (or object) of a put.
 struct PutItem {
   std::string key;
@@ -43,6 +90,9 @@ struct PutItem {
   ObjectFormat object_format = ObjectFormat::bytes;
   /// The commit's precondition on this key (KeyRecord::expect_version).
   std::optional<std::uint64_t> expect_version = std::nullopt;
+  /// Set: the object's bytes are these pieces (`view` is then a uint8 view
+  /// of the object's size with no data), assembled as they are written.
+  std::shared_ptr<const Gather> gather = nullptr;
 };
 
 /// Regions staged at the client's volume and mapped writable into this
@@ -129,6 +179,10 @@ struct GetCall {
   /// Per key, the box to read (empty, or nullopt: the whole tensor). Boxes
   /// and sharded keys are read shard by shard and assembled.
   std::vector<std::optional<TensorSlice>> slices;
+  /// Per key (GetMode::into; empty or null: none): the object's bytes go
+  /// to these pieces instead of a destination (whose `dsts` entry is then
+  /// a uint8 view of the object's size with no data, for the checks).
+  std::vector<std::shared_ptr<const Scatter>> scatters;
   /// Locate at the controller even when every key's location is cached.
   /// For version pointers: a cached location may name an object a newer
   /// put replaced that its volume has not released yet, so a reader could

@@ -53,7 +53,12 @@ std::string blob_key(const std::string& key, std::size_t b) {
 }
 
 std::string encode_manifest(const Manifest& m) {
-  std::string out(kManifestMagic, sizeof(kManifestMagic));
+  // Sized first: one allocation however many entries.
+  std::size_t size = sizeof(kManifestMagic) + 8 + 4 + 8 * m.buckets() + 4;
+  for (const auto& e : m.entries) size += 1 + 4 + e.name.size() + 1 + 4 + 8 * e.shape.size() + 8;
+  std::string out;
+  out.reserve(size);
+  out.append(kManifestMagic, sizeof(kManifestMagic));
   put_pod<std::uint64_t>(out, m.packed_bytes);
   const std::size_t buckets = m.buckets();
   put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(buckets));
@@ -101,6 +106,9 @@ Result<Manifest> decode_manifest(const std::string& bytes, const std::string& ke
     m.bucket_starts.push_back(start);
   }
   if (!get(n)) return bad("truncated");
+  // An entry takes at least 18 bytes: a hostile count reserves no more
+  // than the bytes could hold.
+  m.entries.reserve(std::min<std::size_t>(n, (bytes.size() - pos) / 18));
   for (std::uint32_t i = 0; i < n; ++i) {
     ManifestEntry e;
     std::uint8_t kind = 0, dtype = 0;
@@ -108,11 +116,12 @@ Result<Manifest> decode_manifest(const std::string& bytes, const std::string& ke
     if (!get(kind) || kind > 2 || !get(len) || bytes.size() - pos < len)
       return bad("malformed entry");
     e.kind = static_cast<EntryKind>(kind);
-    e.name = bytes.substr(pos, len);
+    e.name.assign(bytes, pos, len);
     pos += len;
     if (!get(dtype) || !is_valid_dtype(dtype) || !get(ndim) || ndim > 64)
       return bad("malformed entry");
     e.dtype = static_cast<DType>(dtype);
+    e.shape.reserve(ndim);
     for (std::uint32_t d = 0; d < ndim; ++d) {
       std::int64_t dim = 0;
       if (!get(dim) || dim < 0) return bad("malformed shape");

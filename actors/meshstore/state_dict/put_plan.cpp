@@ -12,13 +12,11 @@
 #include "meshstore/state_dict/manifest.hpp"
 #include "meshstore/store/calls.hpp"
 #include "meshstore/store/checks.hpp"
-#include "meshstore/store/scratch_pool.hpp"
 
 namespace meshstore::state_dicts {
 
 using facade::bytes_item;
 using facade::check_key;
-using facade::ScratchPool;
 
 namespace {
 
@@ -107,34 +105,41 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   }
   if (whole_too) p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
   // Small tensors travel packed into buckets: one object, one transfer and
-  // one region at the volume per bucket instead of one each.
-  // Buckets come from the scratch pool; every byte of them is written
-  // (the alignment gaps zeroed), so a reused buffer leaks nothing stale.
-  std::vector<std::shared_ptr<std::byte>> blobs(whole_too ? m.buckets() : 0);
-  std::vector<std::uint64_t> filled(blobs.size(), 0);  // bytes written so far, per bucket
-  for (std::size_t b = 0; b < blobs.size(); ++b) {
-    blobs[b] = ScratchPool::instance().take(m.bucket_bytes(b));
-    if (!blobs[b]) {
-      return Status(
-          Errc::out_of_capacity,
-          op + ": cannot allocate " + std::to_string(m.bucket_bytes(b)) + " bytes to pack");
-    }
-  }
+  // one region at the volume per bucket instead of one each. A bucket is
+  // gathered from the tensors as it is written (straight into the volume's
+  // memory where it maps: one copy); a tensor that must be converted
+  // (transfer_dtype) or is strided is packed into a buffer of its own now.
+  std::vector<std::shared_ptr<actors::Gather>> buckets(whole_too ? m.buckets() : 0);
+  for (auto& g : buckets) g = std::make_shared<actors::Gather>();
   for (std::size_t i = 0; i < m.entries.size() && whole_too; ++i) {
     const auto& me = m.entries[i];
     if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
-    const std::size_t b = m.bucket_of(me.offset);
-    const std::uint64_t at = me.offset - m.bucket_begin(b);
-    if (at > filled[b]) std::memset(blobs[b].get() + filled[b], 0, at - filled[b]);
-    MESHSTORE_RETURN_IF_ERROR(cast_to(sd.entries()[i].view, me.dtype, blobs[b].get() + at));
-    filled[b] = at + me.nbytes();
+    const auto& view = sd.entries()[i].view;
+    auto& g = *buckets[m.bucket_of(me.offset)];
+    const std::uint64_t at = me.offset - m.bucket_begin(m.bucket_of(me.offset));
+    if (view.dtype() == me.dtype && view.is_contiguous()) {
+      g.pieces.push_back({static_cast<const std::byte*>(view.data()), at, me.nbytes()});
+      continue;
+    }
+    std::shared_ptr<std::byte> copy;
+    try {
+      copy = std::shared_ptr<std::byte>(new std::byte[me.nbytes()],
+                                        std::default_delete<std::byte[]>());
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::out_of_capacity, op + ": cannot allocate " + std::to_string(me.nbytes()) +
+                                               " bytes to pack '" + me.name + "'");
+    }
+    MESHSTORE_RETURN_IF_ERROR(cast_to(view, me.dtype, copy.get()));
+    g.pieces.push_back({copy.get(), at, me.nbytes()});
+    g.keep.push_back(std::move(copy));
   }
-  for (std::size_t b = 0; b < blobs.size(); ++b) {
-    const std::uint64_t n = m.bucket_bytes(b);
-    if (n > filled[b]) std::memset(blobs[b].get() + filled[b], 0, n - filled[b]);
-    TensorView view(blobs[b].get(), DType::uint8, {static_cast<std::int64_t>(n)});
-    p->call.items.push_back(
-        actors::PutItem{blob_key("", b), view, tensor, std::shared_ptr<const void>(blobs[b])});
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    actors::PutItem item{
+        blob_key("", b),
+        TensorView(nullptr, DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}), tensor,
+        nullptr};
+    item.gather = std::move(buckets[b]);
+    p->call.items.push_back(std::move(item));
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];

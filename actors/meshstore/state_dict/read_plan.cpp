@@ -4,7 +4,7 @@
 #include "meshstore/state_dict/read_plan.hpp"
 
 #include <algorithm>
-#include <set>
+#include <cstring>
 
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
@@ -43,20 +43,28 @@ const TensorSlice* box_of(const Boxes* boxes, const std::string& name) {
 std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<ManifestCache>(); }
 
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
-                                            const std::string& op, Snapshot snap,
-                                            actors::GetCall& into, const Boxes* boxes, bool cast) {
+                                            const std::string& op,
+                                            std::shared_ptr<const Snapshot> snap,
+                                            actors::GetCall& into, const Boxes* boxes, bool cast,
+                                            bool scatter) {
   auto plan = std::make_shared<IntoPlan>();
   plan->snap = std::move(snap);
-  const Manifest& m = plan->snap.manifest;
+  const Manifest& m = plan->snap->manifest;
   std::vector<std::string> missing, extra, mismatched;
   bool dtype_off = false, shape_off = false, castable = false;
-  std::set<std::string> stored;
+  // The destination of each manifest entry, and which of the destination's
+  // entries the manifest names (the rest are extra).
+  const auto& dst_entries = dst->entries();
+  std::vector<const StateDict::Entry*> found(m.entries.size(), nullptr);
+  std::vector<char> named(dst_entries.size(), 0);
   into.op = op;
   into.mode = actors::GetMode::into;
   into.cast = cast;
-  for (const auto& me : m.entries) {
-    stored.insert(me.name);
+  for (std::size_t k = 0; k < m.entries.size(); ++k) {
+    const auto& me = m.entries[k];
     const auto* e = dst->find(me.name);
+    found[k] = e;
+    if (e) named[static_cast<std::size_t>(e - dst_entries.data())] = 1;
     if (!e) {
       missing.push_back(me.name);
     } else if (me.kind == EntryKind::value && e->is_tensor()) {
@@ -89,15 +97,15 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
                            shape_to_string(e->view.shape()) + ")");
     }
   }
-  for (const auto& e : dst->entries()) {
-    if (stored.count(e.name) == 0) extra.push_back(e.name);
+  for (std::size_t i = 0; i < dst_entries.size(); ++i) {
+    if (!named[i]) extra.push_back(dst_entries[i].name);
   }
   if (boxes) {
     for (const auto& [name, box] : *boxes) {
       const auto* e = dst->find(name);
       if (!e || !e->is_tensor()) {
         mismatched.push_back(name + " (a box for " + (e ? "a value" : "no destination") + ")");
-      } else if (stored.count(name) == 0) {
+      } else if (!named[static_cast<std::size_t>(e - dst_entries.data())]) {
         extra.push_back(name);
       }
     }
@@ -118,12 +126,42 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
     return Status(code, msg);
   }
   auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };
-  auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap.bytes.size()));
+  auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap->bytes.size()));
   if (!manifest_copy.ok()) return manifest_copy.status();
   plan->manifest_copy = std::move(manifest_copy).value();
   into.keys.push_back(key);
   into.dsts.push_back(plan->manifest_copy.view());
-  if (m.packed_bytes > 0) {
+  // Packed tensors that are whole host tensors of their stored dtype, laid
+  // out contiguously, are copied straight out of their bucket as it is read.
+  for (std::size_t k = 0; k < m.entries.size() && scatter; ++k) {
+    const auto& me = m.entries[k];
+    if (me.kind != EntryKind::packed || found[k]->view.numel() == 0) continue;
+    const auto& v = found[k]->view;
+    if (box_of(boxes, me.name) || v.dtype() != me.dtype || on_device(v) || !v.is_contiguous()) {
+      scatter = false;
+    }
+  }
+  const std::size_t first_bucket = into.keys.size();
+  if (m.packed_bytes > 0 && scatter) {
+    std::vector<std::shared_ptr<actors::Scatter>> pieces(m.buckets());
+    for (auto& p : pieces) p = std::make_shared<actors::Scatter>();
+    for (std::size_t k = 0; k < m.entries.size(); ++k) {
+      const auto& me = m.entries[k];
+      if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
+      const std::size_t b = m.bucket_of(me.offset);
+      pieces[b]->pieces.push_back(
+          actors::Scatter::Piece{me.offset - m.bucket_begin(b),
+                                 static_cast<std::byte*>(found[k]->view.data()), me.nbytes()});
+    }
+    into.scatters.resize(first_bucket);
+    for (std::size_t b = 0; b < m.buckets(); ++b) {
+      into.keys.push_back(blob_key(key, b));
+      // No bytes: checked against the bucket's record, then scattered.
+      into.dsts.push_back(
+          TensorView(nullptr, DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}));
+      into.scatters.push_back(std::move(pieces[b]));
+    }
+  } else if (m.packed_bytes > 0) {
     // One scratch blob; each bucket is read into its range of it.
     // Reused from call to call (ScratchPool): no page faults per read.
     auto storage = ScratchPool::instance().take(m.packed_bytes);
@@ -139,12 +177,13 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
                                      DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}));
     }
   }
-  for (const auto& me : m.entries) {
-    const auto* e = dst->find(me.name);
+  for (std::size_t k = 0; k < m.entries.size(); ++k) {
+    const auto& me = m.entries[k];
+    const auto* e = found[k];
     const TensorSlice* box = box_of(boxes, me.name);
     if (me.kind != EntryKind::value && e->view.dtype() != me.dtype) plan->casts = true;
     if (me.kind == EntryKind::packed) {
-      if (e->view.numel() == 0) continue;
+      if (e->view.numel() == 0 || scatter) continue;
       plan->unpack.push_back(IntoPlan::Unpack{me.offset, e->view, &me, std::nullopt});
       if (box) plan->unpack.back().box = *box;
     } else if (me.kind == EntryKind::value) {
@@ -214,7 +253,8 @@ namespace {
 // manifest differs from `snap`'s, a writer changed the layout in between:
 // plan again with the new one.
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
-                               StateDict* dst, const std::string& op, Snapshot snap, int tries,
+                               StateDict* dst, const std::string& op,
+                               std::shared_ptr<const Snapshot> snap, int tries,
                                const CacheSlot& slot, bool guess,
                                std::shared_ptr<const Boxes> boxes, bool cast) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
@@ -224,7 +264,8 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
     // A cached layout may be stale: check against the stored one first.
     if (guess) {
       return manifest_of(client, key, op).then([=](const Snapshot& fresh) {
-        return read_into_attempt(client, key, dst, op, fresh, tries, slot, false, boxes, cast);
+        return read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh),
+                                 tries, slot, false, boxes, cast);
       });
     }
     return make_error_future<void>(planned.status());
@@ -234,7 +275,8 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
   call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
       .on_complete([=](const Result<actors::GetOutput>& r) {
         auto again = [=](const Snapshot& fresh) {
-          read_into_attempt(client, key, dst, op, fresh, tries + 1, slot, false, boxes, cast)
+          read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh),
+                            tries + 1, slot, false, boxes, cast)
               .on_complete([done](const Result<void>& x) { done->set(x); });
         };
         if (!r.ok()) {
@@ -246,16 +288,23 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
             return (void)done->set_error(r.status());
           }
           manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
-            if (fresh.ok() && fresh->bytes != plan->snap.bytes) return again(*fresh);
+            if (fresh.ok() && fresh->bytes != plan->snap->bytes) return again(*fresh);
             // A guess read keys that may never have existed: the stored
             // manifest's own error names the problem better.
             done->set_error(guess && !fresh.ok() ? fresh.status() : r.status());
           });
           return;
         }
-        auto now = decode_snapshot(plan->manifest_copy, key, op);
-        if (!now.ok()) return (void)done->set_error(now.status());
-        if (now->bytes != plan->snap.bytes) return again(*now);
+        // The manifest read with the entries: the one planned with (the
+        // usual case, compared without decoding it) or a writer's newer one.
+        const auto& planned_bytes = plan->snap->bytes;
+        if (plan->manifest_copy.nbytes() != planned_bytes.size() ||
+            std::memcmp(plan->manifest_copy.data(), planned_bytes.data(), planned_bytes.size()) !=
+                0) {
+          auto now = decode_snapshot(plan->manifest_copy, key, op);
+          if (!now.ok()) return (void)done->set_error(now.status());
+          return again(*now);
+        }
         if (slot.cache) slot.cache->put(slot.key, plan->snap);
         done->set(finish_into(*plan, dst));
       });
@@ -270,11 +319,12 @@ Future<void> read_state_dict_into(const caf::actor_addr& client, const std::stri
   StateDict* dst = &sd;
   if (slot.cache) {
     if (auto snap = slot.cache->find(slot.key)) {
-      return read_into_attempt(client, key, dst, op, std::move(*snap), 0, slot, true, boxes, cast);
+      return read_into_attempt(client, key, dst, op, std::move(snap), 0, slot, true, boxes, cast);
     }
   }
   return manifest_of(client, key, op).then([=](const Snapshot& snap) {
-    return read_into_attempt(client, key, dst, op, snap, 0, slot, false, boxes, cast);
+    return read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(snap), 0, slot,
+                             false, boxes, cast);
   });
 }
 

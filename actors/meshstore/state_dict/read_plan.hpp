@@ -34,9 +34,13 @@ using Boxes = std::map<std::string, TensorSlice>;
 // One planned read of a state dict into a destination: what it checked and
 // the scratch memory it reads into besides the caller's tensors.
 struct IntoPlan {
-  Snapshot snap;
+  std::shared_ptr<const Snapshot> snap;
   Tensor manifest_copy;  // the manifest read with the entries (one snapshot)
-  Tensor blob;           // the packed tensors, unpacked into the destination after
+  // The packed tensors, unpacked into the destination after the read; empty
+  // when every packed tensor is a whole, contiguous host tensor of its
+  // stored dtype: each bucket is then scattered straight into them as it
+  // is read (actors::Scatter, one copy where the volume's memory maps).
+  Tensor blob;
   struct Unpack {
     std::uint64_t offset;            // where the entry starts in the blob
     TensorView dst;                  // the destination
@@ -58,18 +62,18 @@ struct IntoPlan {
 // Thread-safe.
 struct ManifestCache {
   std::mutex mu;  // guards map
-  std::unordered_map<std::string, Snapshot> map;
+  std::unordered_map<std::string, std::shared_ptr<const Snapshot>> map;
 
-  std::optional<Snapshot> find(const std::string& k) {
+  std::shared_ptr<const Snapshot> find(const std::string& k) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = map.find(k);
-    if (it == map.end()) return std::nullopt;
+    if (it == map.end()) return nullptr;
     return it->second;
   }
-  void put(const std::string& k, const Snapshot& s) {
+  void put(const std::string& k, std::shared_ptr<const Snapshot> s) {
     std::lock_guard<std::mutex> lock(mu);
     if (map.size() >= 256 && map.count(k) == 0) map.clear();
-    map[k] = s;
+    map[k] = std::move(s);
   }
 };
 
@@ -87,10 +91,13 @@ struct CacheSlot {
 // fetch with their destinations in `into`, scratch memory in the plan.
 // `cast`: an entry stored as float32, bfloat16 or float16 may be read into
 // a host destination of another of them, whole (ReadOptions::cast).
+// `scatter`: packed tensors may be scattered straight into `dst` as their
+// bucket is read (a stream's reads take whole objects only).
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
-                                            const std::string& op, Snapshot snap,
+                                            const std::string& op,
+                                            std::shared_ptr<const Snapshot> snap,
                                             actors::GetCall& into, const Boxes* boxes,
-                                            bool cast = false);
+                                            bool cast = false, bool scatter = true);
 
 // After the read: the packed tensors and the values into `dst`.
 Status finish_into(const IntoPlan& plan, StateDict* dst);

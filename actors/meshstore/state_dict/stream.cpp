@@ -19,13 +19,14 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
   // Runs in the client actor once the writer's manifest is known.
   c.plan = [=](const std::string& manifest,
                const std::vector<wire::KeyRecord>& records) -> Result<std::vector<TensorView>> {
-    Snapshot snap;
-    snap.bytes = manifest;
+    auto snap = std::make_shared<Snapshot>();
+    snap->bytes = manifest;
     auto m = decode_manifest(manifest, key);
     if (!m.ok()) return m.status().with_context(op);
-    snap.manifest = std::move(m).value();
+    snap->manifest = std::move(m).value();
     actors::GetCall into;
-    auto plan = plan_into(key, dst, op, std::move(snap), into, nullptr, cast);
+    // A stream reads whole objects into destinations: no scatters.
+    auto plan = plan_into(key, dst, op, std::move(snap), into, nullptr, cast, false);
     if (!plan.ok()) return plan.status();
     *planned = std::move(plan).value();
     if ((*planned)->casts) {

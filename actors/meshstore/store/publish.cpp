@@ -240,12 +240,13 @@ class SharedMappings {
 };
 
 // The items that can be lent: the caller's own whole, contiguous, non-empty
-// tensors, stored as they are, in host memory (`gpu` false) or on a GPU.
+// tensors, stored as they are, in host memory (`gpu` false) or on a GPU
+// (not a packed bucket, which is gathered from many).
 std::vector<std::size_t> lendable_items(const actors::PutCall& call, bool gpu) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const auto& item = call.items[i];
-    if (item.kind == wire::ObjectKind::tensor && !item.owned_bytes && !item.slice &&
+    if (item.kind == wire::ObjectKind::tensor && !item.owned_bytes && !item.gather && !item.slice &&
         item.view.is_contiguous() && (item.view.device().type != DeviceType::cpu) == gpu &&
         item.view.nbytes() > 0) {
       out.push_back(i);

@@ -235,6 +235,15 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     std::map<std::string, std::vector<ReadTarget>> by_volume;
     for (std::size_t i = 0; i < records->size(); ++i) {
       const auto& rec = (*records)[i];
+      const Scatter* scatter = op->call.mode == GetMode::into && i < op->call.scatters.size()
+                                   ? op->call.scatters[i].get()
+                                   : nullptr;
+      if (scatter && assembled(*op, i, rec)) {
+        // A packed bucket is one whole object; shards mean another writer
+        // stored something else under its key.
+        return bail(Status(Errc::wrong_kind,
+                           "'" + op->call.keys[i] + "' is stored in shards, not as one object"));
+      }
       if (assembled(*op, i, rec)) {
         const TensorSlice want = i < op->call.slices.size() && op->call.slices[i]
                                      ? *op->call.slices[i]
@@ -289,12 +298,13 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         if (!t.ok()) return bail(t.status());
         dst = static_cast<std::byte*>(t->data());
         op->out.tensors.push_back(std::move(t).value());
-      } else {
+      } else if (!scatter) {
         auto at = contiguous_target(op->call.dsts[i], op->unpack);
         if (!at.ok()) return bail(at.status());
         dst = *at;
       }
       ReadTarget target;
+      if (scatter) target.scatter = op->call.scatters[i];
       target.object_id = shard.object_id;
       target.dst = dst;
       target.nbytes = shard.nbytes;
@@ -307,7 +317,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       }
       // Straight into GPU memory (a strided GPU view was given a host
       // temporary instead).
-      target.device = op->call.mode == GetMode::into && on_device(op->call.dsts[i]) &&
+      target.device = op->call.mode == GetMode::into && !scatter && on_device(op->call.dsts[i]) &&
                       dst == static_cast<std::byte*>(op->call.dsts[i].data());
       if (op->call.mode == GetMode::view) {
         target.view = &op->out.tensors.back();

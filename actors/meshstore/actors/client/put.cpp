@@ -287,6 +287,25 @@ void lend_first(client_pointer self, const std::shared_ptr<PutOp>& op, std::func
           });
 }
 
+// Writes a gathered object (PutItem::gather) into `region`: its pieces
+// straight into the volume's memory where the transport maps it (one
+// copy), else packed into a scratch buffer that is then written.
+Future<void> write_gathered(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                            const std::shared_ptr<const Gather>& g, std::uint64_t n) {
+  if (c->transport->capabilities().maps_memory && region.device < 0) {
+    auto mem = c->transport->map_writable(region);
+    if (!mem.ok()) return make_error_future<void>(mem.status());
+    auto dst = std::move(mem).value();
+    return fill_gathered(g, dst.get(), n).then([dst] {});
+  }
+  auto tmp = Tensor::empty(DType::uint8, {static_cast<std::int64_t>(n)});
+  if (!tmp.ok()) return make_error_future<void>(tmp.status());
+  auto buf = std::make_shared<Tensor>(std::move(tmp).value());
+  auto* at = static_cast<std::byte*>(buf->data());
+  return fill_gathered(g, at, n).then(
+      [c, region, buf, at, n] { return c->transport->write(region, 0, at, n).then([buf] {}); });
+}
+
 void start_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   lend_first(self, op, [self, op] { stage_and_write(self, op); });
 }
@@ -329,7 +348,16 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
       if (inline_data) {
         r.has_data = true;
         r.data.resize(r.nbytes);
-        if (r.nbytes > 0) pack_to(item.view, r.data.data());
+        if (item.gather) {
+          auto s = fill_gathered_now(*item.gather, reinterpret_cast<std::byte*>(r.data.data()),
+                                     r.nbytes);
+          if (!s.ok()) {
+            touch_end(guard);
+            return op->fail(s);
+          }
+        } else if (r.nbytes > 0) {
+          pack_to(item.view, r.data.data());
+        }
       }
       reqs.push_back(std::move(r));
     }
@@ -403,6 +431,15 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
               writes.reserve(regions.size());
               for (std::size_t i = 0; i < regions.size(); ++i) {
                 const auto& view = op->call.items[i].view;
+                if (const auto& g = op->call.items[i].gather) {
+                  writes.push_back(write_gathered(op->conn, regions[i], g, view.nbytes()));
+                  if (op->streaming) {
+                    await(self, writes.back(), [=](const Result<void>& r) {
+                      if (r.ok()) report_filled(self, op, {first + i});
+                    });
+                  }
+                  continue;
+                }
                 const void* src = view.data();
                 if (on_device(view) && !view.is_contiguous()) {
                   // The store packs these on their device before the call.

@@ -210,6 +210,31 @@ Future<void> read_cast(const std::shared_ptr<VolumeConn>& c, const wire::RegionR
   return read_cast_chunks(c, region, t, std::move(scratch), 0);
 }
 
+// A scattered read: straight out of the mapping where the transport maps
+// memory (the transport's cached mapping, already populated, as read_box
+// uses: a mapping of its own would fault in every page again), else
+// through a scratch copy of the whole object.
+Future<void> read_scattered(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
+                            const ReadTarget& t) {
+  if (c->transport->capabilities().maps_memory && region.device < 0) {
+    auto mem = c->transport->map_writable(region);
+    if (!mem.ok()) return make_error_future<void>(mem.status());
+    return scatter_from(t.scatter, std::move(mem).value(), t.nbytes);
+  }
+  auto tmp = std::make_shared<std::vector<std::byte>>();
+  try {
+    tmp->resize(t.nbytes);
+  } catch (const std::bad_alloc&) {
+    return make_error_future<void>(
+        Status(Errc::out_of_capacity,
+               "cannot allocate " + std::to_string(t.nbytes) + " bytes to read an object into"));
+  }
+  auto scatter = t.scatter;
+  return c->transport->read(region, 0, tmp->data(), t.nbytes).then([tmp, scatter]() -> Status {
+    return scatter_now(*scatter, tmp->data(), tmp->size());
+  });
+}
+
 }  // namespace
 
 Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
@@ -261,6 +286,11 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                     auto s = cast_range(reinterpret_cast<const std::byte*>(lease.data[i].data()),
                                         t.dtype, t.dst, *t.cast_to, 0, numel);
                     if (!s.ok()) return (void)promise->set_error(s);
+                  } else if (targets[i].scatter) {
+                    auto s = scatter_now(*targets[i].scatter,
+                                         reinterpret_cast<const std::byte*>(lease.data[i].data()),
+                                         lease.data[i].size());
+                    if (!s.ok()) return (void)promise->set_error(s);
                   } else if (const auto& b = targets[i].box) {
                     copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
                              targets[i].dst, b->to, b->region, b->elsize);
@@ -311,6 +341,10 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                 }
                 if (t.cast_to) {
                   reads.push_back(read_cast(c, lease.regions[i], t));
+                  continue;
+                }
+                if (t.scatter) {
+                  reads.push_back(read_scattered(c, lease.regions[i], t));
                   continue;
                 }
                 if (t.device && !c->transport->capabilities().device_copies) {

@@ -39,6 +39,8 @@ struct ReadTarget {
   // A cast read: the object holds `shape` elements of `dtype`, and `dst`
   // (contiguous host memory) gets them converted to this dtype.
   std::optional<DType> cast_to;
+  // The object's bytes go to these pieces (dst is then null).
+  std::shared_ptr<const Scatter> scatter;
 };
 
 // Pins the objects at one volume, reads them, unpins. Sets `*stale` when the
