@@ -147,12 +147,29 @@ TEST(FastPath, OffSendsEveryCallThroughTheActors) {
   EXPECT_EQ(s.hits + s.misses + s.stale + s.rings, 0u);
 }
 
+// The tests that hold for every fast path: the shm ring ("", the chosen
+// transport on one host) and the tcp transport's small operations ("tcp",
+// as across hosts; the rest of tcp's in fast_path_tcp_test.cpp).
+class FastPathOver : public ::testing::TestWithParam<const char*> {
+ protected:
+  StoreOptions writer_options() const {
+    StoreOptions o = listening();
+    o.transport = GetParam();
+    return o;
+  }
+  StoreOptions reader_options() const {
+    StoreOptions o = tool();
+    o.transport = GetParam();
+    return o;
+  }
+};
+
 // A reader in one client, a writer in another: the reader's known location
 // goes stale when the writer overwrites or removes the key; it is located
 // again, never read.
-TEST(FastPath, AStaleLocationIsLocatedAgainNotRead) {
-  auto writer = Store::embedded(listening()).value();
-  auto reader = Store::connect(writer.address(), tool()).value();
+TEST_P(FastPathOver, AStaleLocationIsLocatedAgainNotRead) {
+  auto writer = Store::embedded(writer_options()).value();
+  auto reader = Store::connect(writer.address(), reader_options()).value();
   std::vector<std::uint8_t> v(4096, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
   std::vector<std::uint8_t> dst(4096, 0);
@@ -191,9 +208,9 @@ TEST(FastPath, AStaleLocationIsLocatedAgainNotRead) {
 
 // One writer replaces a key continuously while readers in another client
 // read it over the ring: every value read is one the writer wrote whole.
-TEST(FastPath, AWriterRacingReadersNeverShowsATornValue) {
-  auto writer = Store::embedded(listening()).value();
-  auto reader = Store::connect(writer.address(), tool()).value();
+TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
+  auto writer = Store::embedded(writer_options()).value();
+  auto reader = Store::connect(writer.address(), reader_options()).value();
   constexpr std::size_t kBytes = 16 << 10;
   std::vector<std::uint8_t> v(kBytes, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
@@ -240,6 +257,11 @@ TEST(FastPath, AWriterRacingReadersNeverShowsATornValue) {
       10s));
   EXPECT_EQ(dst, std::vector<std::uint8_t>(kBytes, 199));
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver, ::testing::Values("", "tcp"),
+                         [](const auto& info) {
+                           return std::string(*info.param ? info.param : "ring");
+                         });
 
 // Threads of one process share its ring to a volume, one request at a
 // time; each gets its own value.

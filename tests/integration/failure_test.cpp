@@ -97,8 +97,13 @@ TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
   transports::shm::garbage_collect(false, peer.pid());  // what the killed peer left
 }
 
-TEST(Failure, KilledVolumeProcessEndsFastPathReadsInFlight) {
-  auto server = Store::embedded(volume_per_process()).value();
+// Reads over the fast path (the shm ring, or with `transport` "tcp" the tcp
+// transport's small operations) to a peer's volume while the peer is killed:
+// they end with unavailable within the bound, the channel goes, nothing leaks.
+void killed_volume_ends_fast_reads(const std::string& transport) {
+  StoreOptions o = volume_per_process();
+  o.transport = transport;
+  auto server = Store::embedded(o).value();
   Child peer({kPeer, "hold", server.address(), "held"});
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
   ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);  // learns where it is
@@ -144,6 +149,12 @@ TEST(Failure, KilledVolumeProcessEndsFastPathReadsInFlight) {
   transports::shm::garbage_collect(false, peer.pid());  // what the killed peer left
 }
 
+TEST(Failure, KilledVolumeProcessEndsFastPathReadsInFlight) { killed_volume_ends_fast_reads(""); }
+
+TEST(Failure, KilledVolumeProcessEndsTcpFastPathReadsInFlight) {
+  killed_volume_ends_fast_reads("tcp");
+}
+
 TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   Child serve({kTool, "serve", "--port", "0"});
   const std::string address = served_address(serve, 60s);
@@ -172,12 +183,16 @@ TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
 // controller in the server's process. When the server dies, such puts fail
 // at once (the volume watches the controller the ring named), they do not
 // wait out the request timeout for an answer that never comes.
-TEST(Failure, KilledControllerEndsFastPutsAtOnce) {
+// Puts over the fast path (the ring, or with `transport` "tcp" the tcp
+// transport's small operations) to this process's volume, whose controller
+// lives in a server that is killed: the next put is unavailable at once.
+void killed_controller_ends_fast_puts(const std::string& transport) {
   Child serve({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
   const std::string address = served_address(serve, 60s);
   ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
   o.request_timeout = 60s;
+  o.transport = transport;
   auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
@@ -200,6 +215,10 @@ TEST(Failure, KilledControllerEndsFastPutsAtOnce) {
   client.close();
   transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
 }
+
+TEST(Failure, KilledControllerEndsFastPutsAtOnce) { killed_controller_ends_fast_puts(""); }
+
+TEST(Failure, KilledControllerEndsTcpFastPutsAtOnce) { killed_controller_ends_fast_puts("tcp"); }
 
 TEST(Failure, MeshrunExitsNonZeroWhenARankIsKilled) {
   Child c({kMeshrun, "-n", "3", "--", "sh", "-c",

@@ -11,8 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshstore/internal/actor_runtime.hpp"
@@ -169,6 +172,88 @@ TEST_F(TcpHostilePeer, AnUnknownOpIsAProtocolErrorAndEndsTheConnection) {
   EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the connection should be closed";
   ::close(fd);
   still_serving();
+}
+
+// Small operations (the fast path across hosts, SmallOps): requests reach
+// the volume's handler and its replies come back, on a connection of their
+// own; without a handler they are refused and the connection lives; one
+// larger than the limit is a protocol error that ends the connection.
+TEST_F(TcpHostilePeer, SmallOpsReachTheHandlerAndOversizedOnesEndTheConnection) {
+  auto ops = client_->open_small_ops();
+  ASSERT_OK(ops);
+  const std::string hello = "hello";
+  auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
+  auto ask_ops = [&](const std::string& s) {
+    return (*ops)->exchange(reinterpret_cast<const std::byte*>(s.data()), s.size(), deadline());
+  };
+  auto none = ask_ops(hello);
+  EXPECT_EQ(none.status().code(), Errc::unsupported) << none.status().to_string();
+  server_->serve_small_ops([](const std::byte* p, std::size_t n) {
+    std::vector<std::byte> out(p, p + n);
+    std::reverse(out.begin(), out.end());
+    return out;
+  });
+  auto back = ask_ops(hello);  // the same channel: a refusal did not break it
+  ASSERT_OK(back);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(back->data()), back->size()), "olleh");
+  auto empty = ask_ops("");
+  ASSERT_OK(empty);
+  EXPECT_TRUE(empty->empty());
+  // Too large for the client to send at all.
+  std::vector<std::byte> huge(kMaxSmallOpBytes + 1);
+  EXPECT_EQ((*ops)->exchange(huge.data(), huge.size(), deadline()).status().code(),
+            Errc::invalid_argument);
+  // A peer that announces more than the limit: refused, and closed.
+  const int fd = dial(secret_);
+  ASSERT_GE(fd, 0);
+  constexpr std::uint32_t kSmall = 3;
+  auto [code, msg] = ask(fd, Request{kSmall, 0, 0, 0, std::uint64_t{1} << 40});
+  EXPECT_EQ(code, static_cast<int>(Errc::protocol_error)) << msg;
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the connection should be closed";
+  ::close(fd);
+  still_serving();
+  auto again = ask_ops("abc");
+  ASSERT_OK(again);
+  EXPECT_EQ(again->size(), 3u);
+}
+
+// A volume that takes too long is a timeout by the caller's deadline, and
+// one that stops turns the next request into unavailable at once, not a
+// timeout.
+TEST_F(TcpHostilePeer, ASmallOpsChannelTimesOutAndFailsFastWhenTheVolumeStops) {
+  server_->serve_small_ops([](const std::byte* p, std::size_t n) {
+    if (n == 4 && std::memcmp(p, "slow", 4) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+    return std::vector<std::byte>(p, p + n);
+  });
+  auto ops = client_->open_small_ops();
+  ASSERT_OK(ops);
+  const std::string slow = "slow";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = (*ops)->exchange(reinterpret_cast<const std::byte*>(slow.data()), slow.size(),
+                            t0 + std::chrono::milliseconds(100));
+  EXPECT_EQ(r.status().code(), Errc::timeout) << r.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  // The channel is unusable after that: a new one serves.
+  EXPECT_EQ((*ops)
+                ->exchange(reinterpret_cast<const std::byte*>(slow.data()), 1,
+                           std::chrono::steady_clock::now() + std::chrono::seconds(5))
+                .status()
+                .code(),
+            Errc::unavailable);
+  auto fresh = client_->open_small_ops();
+  ASSERT_OK(fresh);
+  const std::string x = "x";
+  ASSERT_OK((*fresh)->exchange(reinterpret_cast<const std::byte*>(x.data()), 1,
+                               std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  server_->shutdown();
+  t0 = std::chrono::steady_clock::now();
+  auto gone = (*fresh)->exchange(reinterpret_cast<const std::byte*>(x.data()), 1,
+                                 t0 + std::chrono::seconds(30));
+  EXPECT_EQ(gone.status().code(), Errc::unavailable) << gone.status().to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 }  // namespace

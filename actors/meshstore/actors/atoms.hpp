@@ -17,6 +17,7 @@ using evict_atom = caf::atom_constant<caf::atom("evict")>;
 using lend_atom = caf::atom_constant<caf::atom("lend")>;
 using ring_attach_atom = caf::atom_constant<caf::atom("ring_att")>;
 using fast_put_atom = caf::atom_constant<caf::atom("fast_put")>;
+using small_attach_atom = caf::atom_constant<caf::atom("small_att")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using keys_atom = caf::atom_constant<caf::atom("keys")>;
 using exists_atom = caf::atom_constant<caf::atom("exists")>;

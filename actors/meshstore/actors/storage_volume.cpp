@@ -149,23 +149,123 @@ class SmallObjects {
   std::unordered_map<std::uint64_t, Entry> map_;
 };
 
+// Where the fast path's puts go: the volume actor, which commits them at
+// the controller for the client that attached the ring or tcp session (all
+// weak: a serving thread must not keep actors alive), waiting at most
+// `timeout`.
+struct FastPuts {
+  caf::actor_addr volume;
+  caf::actor_addr controller;
+  caf::actor_addr owner;
+  std::chrono::milliseconds timeout;
+};
+
+// A put request of the fast path: checked, handed to the volume actor,
+// answered with its outcome (or an error reply naming why). It waits in
+// slices, giving up when `stop` (the volume stops: it joins the serving
+// thread) or `controller_down` is set.
+std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
+                                      const std::string& volume_id, const FastPuts& puts,
+                                      const std::atomic<bool>& stop,
+                                      const std::atomic<bool>& controller_down) {
+  auto gone = [&] {
+    return fast_get::encode_put_error(
+        Status(Errc::unavailable, "volume '" + volume_id + "': the controller went down"));
+  };
+  if (controller_down.load()) return gone();
+  auto req = fast_get::decode_put(bytes);
+  if (!req.ok()) return fast_get::encode_put_error(req.status());
+  // What the store's put checks on the caller's side, checked again here:
+  // the request is input from another process.
+  if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
+    return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
+  }
+  if (std::any_of(req->shape.begin(), req->shape.end(), [](std::int64_t d) { return d < 0; })) {
+    return fast_get::encode_put_error(
+        Status(Errc::protocol_error, "fast put of '" + req->key + "': a negative dimension"));
+  }
+  if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
+      req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
+      req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
+    return fast_get::encode_put_error(Status(
+        Errc::protocol_error, "fast put of '" + req->key + "': unknown kind, dtype or format"));
+  }
+  FastPutJob job;
+  job.request.key = req->key;
+  job.request.nbytes = req->nbytes;
+  job.request.has_data = true;
+  job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
+  auto& r = job.record;
+  r.key = req->key;
+  r.kind = static_cast<wire::ObjectKind>(req->kind);
+  r.dtype = static_cast<DType>(req->dtype);
+  r.object_format = static_cast<ObjectFormat>(req->format);
+  r.shape = Shape(req->shape.begin(), req->shape.end());
+  const auto numel = shape_numel(r.shape);
+  if (numel < 0 || static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != req->nbytes) {
+    return fast_get::encode_put_error(Status(
+        Errc::protocol_error, "fast put of '" + req->key + "': " + std::to_string(req->nbytes) +
+                                  " bytes for shape " + shape_to_string(r.shape)));
+  }
+  r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id, 0, req->nbytes});
+  job.owner = puts.owner;
+  job.controller = puts.controller;
+  auto promise = std::make_shared<Promise<std::pair<std::uint64_t, std::uint64_t>>>(
+      Status(Errc::unavailable, "volume '" + volume_id + "' stopped during a fast put"));
+  auto fut = promise->future();
+  job.done = std::make_shared<std::function<void(Result<std::pair<std::uint64_t, std::uint64_t>>)>>(
+      [promise](Result<std::pair<std::uint64_t, std::uint64_t>> r) { promise->set(std::move(r)); });
+  auto volume = caf::actor_cast<caf::actor>(puts.volume);
+  if (!volume) {
+    return fast_get::encode_put_error(
+        Status(Errc::unavailable, "volume '" + volume_id + "' stopped"));
+  }
+  caf::anon_send(volume, fast_put_atom::value, std::move(job));
+  volume = nullptr;  // no strong handle kept by this thread while it waits
+  // Waits in slices, so a volume that stops (which joins this thread) is
+  // not held up by a put it will never finish.
+  const auto deadline = std::chrono::steady_clock::now() + puts.timeout;
+  while (!fut.wait_for(std::chrono::milliseconds(50))) {
+    if (controller_down.load()) return gone();
+    if (stop.load() || std::chrono::steady_clock::now() >= deadline) {
+      return fast_get::encode_put_error(
+          Status(stop.load() ? Errc::unavailable : Errc::timeout,
+                 "volume '" + volume_id + "': fast put of '" + req->key + "' did not finish"));
+    }
+  }
+  auto done = fut.get();
+  if (!done.ok()) return fast_get::encode_put_error(done.status());
+  return fast_get::encode_put_done(fast_get::PutDone{done->first, done->second});
+}
+
+// The reply to one fast-path request: a get served from `table`, or a put
+// (refused when `puts` is null: the client never attached).
+std::vector<std::byte> serve_fast(const std::vector<std::byte>& bytes, const SmallObjects& table,
+                                  const std::string& volume_id, const FastPuts* puts,
+                                  const std::atomic<bool>& stop,
+                                  const std::atomic<bool>& controller_down) {
+  auto magic = fast_get::request_magic(bytes);
+  if (magic.ok() && *magic == fast_get::kPutMagic) {
+    if (!puts) {
+      return fast_get::encode_put_error(Status(
+          Errc::unavailable, "volume '" + volume_id + "': a put from a client never attached"));
+    }
+    return serve_fast_put(bytes, volume_id, *puts, stop, controller_down);
+  }
+  auto req = fast_get::decode_request(bytes);
+  if (req.ok()) return table.read(req->object_id, req->key);
+  const std::string why = req.status().to_string();
+  return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+}
+
 // One attached ring and the thread that serves it: it receives requests
-// (waking every 100 ms to see whether it should stop), answers each from
-// the small-object table, and ends when the client closes its end, dies, or
-// writes a corrupt ring (logged).
+// (waking every 100 ms to see whether it should stop), answers each
+// (serve_fast), and ends when the client closes its end, dies, or writes a
+// corrupt ring (logged).
 class RingService {
  public:
-  /// Where the ring's puts go: the volume actor, which commits them at the
-  /// controller for the client that attached the ring (all weak: the
-  /// thread must not keep actors alive), waiting at most `timeout`.
-  struct Puts {
-    caf::actor_addr volume;
-    caf::actor_addr controller;
-    caf::actor_addr owner;
-    std::chrono::milliseconds timeout;
-  };
   RingService(std::unique_ptr<transports::shm::Ring> ring, std::shared_ptr<SmallObjects> table,
-              std::shared_ptr<spdlog::logger> log, std::string volume_id, Puts puts)
+              std::shared_ptr<spdlog::logger> log, std::string volume_id, FastPuts puts)
       : ring_(std::move(ring)),
         table_(std::move(table)),
         log_(std::move(log)),
@@ -200,19 +300,10 @@ class RingService {
         }
         break;
       }
-      auto error = [](const std::string& why) {
-        return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
-      };
-      std::vector<std::byte> reply;
-      auto magic = fast_get::request_magic(m->bytes);
-      if (magic.ok() && *magic == fast_get::kPutMagic) {
-        reply = put(m->bytes);
-      } else {
-        auto req = fast_get::decode_request(m->bytes);
-        reply = req.ok() ? table_->read(req->object_id, req->key) : error(req.status().to_string());
-      }
+      auto reply = serve_fast(m->bytes, *table_, volume_id_, &puts_, stop_, controller_down_);
       if (reply.size() > ring_->slot_bytes()) {
-        reply = error("volume '" + volume_id_ + "': the object does not fit a ring slot");
+        const std::string why = "volume '" + volume_id_ + "': the object does not fit a ring slot";
+        reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
       }
       if (!ring_->send(m->tag, reply.data(), reply.size(), Clock::now() + std::chrono::seconds(5))
                .ok()) {
@@ -222,91 +313,74 @@ class RingService {
     done_.store(true);
   }
 
-  // A put request: checked, handed to the volume actor, answered with its
-  // outcome (or an error reply naming why).
-  std::vector<std::byte> put(const std::vector<std::byte>& bytes) {
-    auto gone = [&] {
-      return fast_get::encode_put_error(
-          Status(Errc::unavailable, "volume '" + volume_id_ + "': the controller went down"));
-    };
-    if (controller_down_.load()) return gone();
-    auto req = fast_get::decode_put(bytes);
-    if (!req.ok()) return fast_get::encode_put_error(req.status());
-    // What the store's put checks on the caller's side, checked again here:
-    // the ring is input from another process.
-    if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
-      return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
-    }
-    if (std::any_of(req->shape.begin(), req->shape.end(), [](std::int64_t d) { return d < 0; })) {
-      return fast_get::encode_put_error(
-          Status(Errc::protocol_error, "fast put of '" + req->key + "': a negative dimension"));
-    }
-    if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
-        req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
-        req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
-      return fast_get::encode_put_error(Status(
-          Errc::protocol_error, "fast put of '" + req->key + "': unknown kind, dtype or format"));
-    }
-    FastPutJob job;
-    job.request.key = req->key;
-    job.request.nbytes = req->nbytes;
-    job.request.has_data = true;
-    job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
-    auto& r = job.record;
-    r.key = req->key;
-    r.kind = static_cast<wire::ObjectKind>(req->kind);
-    r.dtype = static_cast<DType>(req->dtype);
-    r.object_format = static_cast<ObjectFormat>(req->format);
-    r.shape = Shape(req->shape.begin(), req->shape.end());
-    const auto numel = shape_numel(r.shape);
-    if (numel < 0 || static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != req->nbytes) {
-      return fast_get::encode_put_error(Status(
-          Errc::protocol_error, "fast put of '" + req->key + "': " + std::to_string(req->nbytes) +
-                                    " bytes for shape " + shape_to_string(r.shape)));
-    }
-    r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id_, 0, req->nbytes});
-    job.owner = puts_.owner;
-    job.controller = puts_.controller;
-    auto promise = std::make_shared<Promise<std::pair<std::uint64_t, std::uint64_t>>>(
-        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped during a fast put"));
-    auto fut = promise->future();
-    job.done =
-        std::make_shared<std::function<void(Result<std::pair<std::uint64_t, std::uint64_t>>)>>(
-            [promise](Result<std::pair<std::uint64_t, std::uint64_t>> r) {
-              promise->set(std::move(r));
-            });
-    auto volume = caf::actor_cast<caf::actor>(puts_.volume);
-    if (!volume) {
-      return fast_get::encode_put_error(
-          Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
-    }
-    caf::anon_send(volume, fast_put_atom::value, std::move(job));
-    volume = nullptr;  // no strong handle kept by this thread while it waits
-    // Waits in slices, so a volume that stops (which joins this thread)
-    // is not held up by a put it will never finish.
-    const auto deadline = std::chrono::steady_clock::now() + puts_.timeout;
-    while (!fut.wait_for(std::chrono::milliseconds(50))) {
-      if (controller_down_.load()) return gone();
-      if (stop_.load() || std::chrono::steady_clock::now() >= deadline) {
-        return fast_get::encode_put_error(
-            Status(stop_.load() ? Errc::unavailable : Errc::timeout,
-                   "volume '" + volume_id_ + "': fast put of '" + req->key + "' did not finish"));
-      }
-    }
-    auto done = fut.get();
-    if (!done.ok()) return fast_get::encode_put_error(done.status());
-    return fast_get::encode_put_done(fast_get::PutDone{done->first, done->second});
-  }
-
   std::unique_ptr<transports::shm::Ring> ring_;
   std::shared_ptr<SmallObjects> table_;
   std::shared_ptr<spdlog::logger> log_;
   std::string volume_id_;
-  Puts puts_;
+  FastPuts puts_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> controller_down_{false};
   std::atomic<bool> done_{false};
   std::thread thread_;  // last: started once the rest is set
+};
+
+// The fast path across hosts: requests that come over a transport's own
+// connections (tcp; TransportServer::serve_small_ops), each prefixed with
+// the 8-byte token its client attached with (small_attach), which says
+// whom its puts are committed for. Served on the transport's connection
+// threads. Thread-safe.
+class SmallOpSessions {
+ public:
+  /// The token's bytes before each request.
+  static constexpr std::size_t kTokenBytes = 8;
+
+  void attach(std::uint64_t token, FastPuts puts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[token] = Session{std::move(puts), std::make_shared<std::atomic<bool>>(false)};
+  }
+  void owner_gone(const caf::actor_addr& owner) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      it = it->second.puts.owner == owner ? sessions_.erase(it) : std::next(it);
+    }
+  }
+  void controller_gone(const caf::actor_addr& controller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [token, s] : sessions_) {
+      if (s.puts.controller == controller) s.controller_down->store(true);
+    }
+  }
+  /// The volume stops: puts waiting on a connection thread give up.
+  void stop() { stop_.store(true); }
+
+  std::vector<std::byte> serve(const std::byte* p, std::size_t n, const SmallObjects& table,
+                               const std::string& volume_id) {
+    if (n < kTokenBytes) {
+      const std::string why = "volume '" + volume_id + "': a small request without its token";
+      return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+    }
+    std::uint64_t token = 0;
+    std::memcpy(&token, p, kTokenBytes);
+    const std::vector<std::byte> bytes(p + kTokenBytes, p + n);
+    std::optional<Session> session;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(token);
+      if (it != sessions_.end()) session = it->second;
+    }
+    static const std::atomic<bool> never{false};
+    return serve_fast(bytes, table, volume_id, session ? &session->puts : nullptr, stop_,
+                      session ? *session->controller_down : never);
+  }
+
+ private:
+  struct Session {
+    FastPuts puts;
+    std::shared_ptr<std::atomic<bool>> controller_down;
+  };
+  std::mutex mu_;  // guards sessions_
+  std::unordered_map<std::uint64_t, Session> sessions_;
+  std::atomic<bool> stop_{false};
 };
 
 // The servers to tell when region memory is freed for good (rdma drops its
@@ -356,11 +430,15 @@ struct VolumeState {
   // The fast path: small committed objects, and the rings serving them.
   std::shared_ptr<SmallObjects> small = std::make_shared<SmallObjects>();
   std::vector<std::unique_ptr<RingService>> rings;
+  std::shared_ptr<SmallOpSessions> sessions = std::make_shared<SmallOpSessions>();
 
   ~VolumeState() {
     // The ring threads stop (all asked at once, so the volume waits about
-    // 100 ms, not 100 ms a ring) before anything they read goes.
+    // 100 ms, not 100 ms a ring) before anything they read goes; puts
+    // waiting on a tcp connection's thread give up before the servers
+    // join those threads.
     for (auto& r : rings) r->stop();
+    sessions->stop();
     rings.clear();
     {
       std::lock_guard<std::mutex> lock(free_hooks->mu);
@@ -689,6 +767,12 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
+  // The fast path across hosts, on the transports that carry it (tcp).
+  for (const auto& server : st.servers) {
+    server->serve_small_ops(
+        [sessions = st.sessions, small = st.small, id = st.config.volume_id](
+            const std::byte* p, std::size_t n) { return sessions->serve(p, n, *small, id); });
+  }
   for (const auto& server : st.servers) {
     if (!server->registers_memory()) continue;
     st.free_hooks->servers.push_back(server.get());
@@ -704,8 +788,10 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
     auto& st = self->state;
     if (st.controllers.erase(msg.source) != 0) {
       for (auto& r : st.rings) r->controller_gone(msg.source);
+      st.sessions->controller_gone(msg.source);
       return;
     }
+    st.sessions->owner_gone(msg.source);
     client_down(self, msg);
   });
   return {
@@ -875,10 +961,22 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         if (controller && st.controllers.insert(controller.address()).second) {
           self->monitor(controller);
         }
-        RingService::Puts puts{self->address(), controller.address(), sender_of(self).address(),
-                               st.config.transport_config.request_timeout};
+        FastPuts puts{self->address(), controller.address(), sender_of(self).address(),
+                      st.config.transport_config.request_timeout};
         st.rings.push_back(std::make_unique<RingService>(std::move(ring).value(), st.small, st.log,
                                                          st.config.volume_id, std::move(puts)));
+        return caf::ok_atom::value;
+      },
+      [=](small_attach_atom, std::uint64_t token,
+          const caf::actor& controller) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (controller && st.controllers.insert(controller.address()).second) {
+          self->monitor(controller);
+        }
+        // Watched: its session goes when it does.
+        const auto owner = watch(self, sender_of(self));
+        st.sessions->attach(token, FastPuts{self->address(), controller.address(), owner,
+                                            st.config.transport_config.request_timeout});
         return caf::ok_atom::value;
       },
       [=](stat_atom) -> wire::VolumeStat {

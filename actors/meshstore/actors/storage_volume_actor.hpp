@@ -111,6 +111,10 @@ using storage_volume_actor = caf::typed_actor<
     // `controller` for the client that sent ring_attach. Fails with the
     // ring's error (not_found, protocol_error, unavailable).
     caf::replies_to<ring_attach_atom, std::string, std::int32_t, caf::actor>::with<caf::ok_atom>,
+    // The fast path across hosts: requests on this volume's transport
+    // connections (tcp's small operations) that carry `token` commit
+    // their puts at `controller` for the client that sent small_attach.
+    caf::replies_to<small_attach_atom, std::uint64_t, caf::actor>::with<caf::ok_atom>,
     // (from a ring's thread, in this process) Stages and commits a small
     // put as stage_commit does; the outcome goes to the job's `done`.
     caf::reacts_to<fast_put_atom, FastPutJob>>;

@@ -11,9 +11,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "meshstore/future.hpp"
 #include "meshstore/transports/capabilities.hpp"
@@ -95,6 +97,32 @@ struct ClientContext {
   TransportConfig config;
 };
 
+/// The largest request or reply of a small operation (SmallOps).
+inline constexpr std::size_t kMaxSmallOpBytes = std::size_t{1} << 20;
+
+/// What a volume answers to a small-operation request (the fast path's
+/// protocol, actors/internal/fast_get.hpp): called on the transport's
+/// thread for the connection, one request at a time per connection. It
+/// must answer every request (errors are encoded in the reply).
+using SmallOpHandler =
+    std::function<std::vector<std::byte>(const std::byte* request, std::size_t n)>;
+
+/// A client's request/reply channel for small operations beside a
+/// transport's bulk bytes: the fast path across hosts (issue 26), over a
+/// connection of its own. One request at a time: the caller serializes.
+class SmallOps {
+ public:
+  virtual ~SmallOps() = default;
+  /// Sends the `n` bytes at `request` and answers the volume's reply.
+  /// Errc::timeout when none came by `deadline`, Errc::unavailable when the
+  /// volume closed the connection (it stopped, or its process died),
+  /// Errc::protocol_error for a malformed reply, the volume's error when
+  /// it refused the request (too large, no handler). After an error other
+  /// than the volume's refusal the channel is unusable: open another.
+  virtual Result<std::vector<std::byte>> exchange(
+      const std::byte* request, std::size_t n, std::chrono::steady_clock::time_point deadline) = 0;
+};
+
 /// The volume side of a transport: serves reads and writes of the volume's
 /// regions. Created by the volume, one per transport it offers.
 /// Thread-safe; shutdown() is called once, by the owning volume.
@@ -134,6 +162,10 @@ class TransportServer {
   /// it served (rdma's registrations). A volume none of whose servers does
   /// skips the bookkeeping that calls forget().
   virtual bool registers_memory() const noexcept { return false; }
+  /// Answers small-operation requests (SmallOps) with `handler` from now
+  /// on; transports that carry none (all but tcp) ignore it. Requests that
+  /// come before it are refused with Errc::unsupported.
+  virtual void serve_small_ops(SmallOpHandler handler) { (void)handler; }
   /// Stops serving and releases every actor handle it holds.
   virtual void shutdown() = 0;
 };
@@ -182,6 +214,12 @@ class Transport {
   virtual Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& dst) {
     (void)dst;
     return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
+  }
+  /// Opens a channel for small operations to the volume, over a connection
+  /// of its own (blocks for its handshake). Errc::unsupported for
+  /// transports that carry none (all but tcp; shm's fast path is a ring).
+  virtual Result<std::unique_ptr<SmallOps>> open_small_ops() {
+    return Status(Errc::unsupported, std::string(name()) + " carries no small operations");
   }
 };
 

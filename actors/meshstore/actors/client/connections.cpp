@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <utility>
 #include <vector>
 
 #include "meshstore/actors/client/ask.hpp"
 #include "meshstore/actors/client/stream.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 
@@ -62,6 +64,54 @@ void open_ring(client_pointer self, const std::string& volume_id,
           });
 }
 
+// Opens the fast path's channel to a volume this client reaches over tcp
+// (another host): attaches a fresh token at the volume (whose puts it
+// commits for this client), then connects the transport's small-operations
+// channel off this actor's thread (a connect may take long) and hands it to
+// the fast path, unless the connection changed meanwhile. A failure only
+// logs: small gets and puts then take the actor path.
+void open_small_ops(client_pointer self, const std::string& volume_id,
+                    const storage_volume_actor& handle,
+                    std::shared_ptr<transports::Transport> transport) {
+  std::random_device rd;
+  const std::uint64_t token = (std::uint64_t{rd()} << 32) ^ rd();
+  ask(self, handle, small_attach_atom::value, token,
+      caf::actor_cast<caf::actor>(self->state.controller))
+      .then(
+          [self, volume_id, handle, transport, token](caf::ok_atom) {
+            // Only weak references on the copy thread, which may wait long
+            // for a connect: a strong handle there could hold up shutdown.
+            const caf::actor_addr client = self->address();
+            const caf::actor_addr volume = handle.address();
+            transports::CopyEngine::instance().run([client, volume_id, volume, transport, token] {
+              auto ops = transport->open_small_ops();
+              auto hdl = caf::actor_cast<caf::actor>(client);
+              if (!hdl) return;  // the client is gone; the channel closes here
+              auto held =
+                  std::make_shared<Result<std::unique_ptr<transports::SmallOps>>>(std::move(ops));
+              auto me = caf::actor_cast<client_pointer>(hdl);  // runs only inside that actor
+              caf::anon_send(
+                  hdl, run_atom::value, internal::Closure{[me, volume_id, volume, held, token] {
+                    auto& st = me->state;
+                    if (!held->ok()) {
+                      st.log->info("client rank {} -> volume '{}': no fast path: {}",
+                                   st.cfg.me.rank, volume_id, held->status().to_string());
+                      return;
+                    }
+                    auto it = st.conns.find(volume_id);
+                    // Not if the volume went down (or was replaced) meanwhile.
+                    if (it == st.conns.end() || it->second->handle.address() != volume) return;
+                    st.cfg.fast_path->add_remote(volume_id, std::move(**held), token);
+                  }});
+            });
+          },
+          [self, volume_id](caf::error& e) {
+            self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
+                                  self->state.cfg.me.rank, volume_id,
+                                  from_caf_error(e, "small_attach").to_string());
+          });
+}
+
 // Asks the volume for its endpoints and opens the chosen transport.
 void connect(client_pointer self, const wire::VolumeInfo& info,
              const storage_volume_actor& handle) {
@@ -91,6 +141,8 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             finish_conn(self, info.volume_id, conn);
             if (st.cfg.fast_path && chosen->transport == "shm") {
               open_ring(self, info.volume_id, handle);
+            } else if (st.cfg.fast_path && chosen->transport == "tcp") {
+              open_small_ops(self, info.volume_id, handle, conn->transport);
             }
           },
           [=](caf::error& e) {

@@ -2,32 +2,52 @@
 
 #include "meshstore/actors/client/fast_path.hpp"
 
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "meshstore/transports/transport.hpp"
 
 namespace meshstore::actors {
 
-// One ring and what a caller needs to use it: one request at a time.
+// One channel to a volume and what a caller needs to use it, one request
+// at a time: a ring (same host) or a transport's small operations (tcp,
+// each request prefixed with the token the client attached with).
 struct FastPath::Channel {
   std::mutex mu;  // held for a whole request and its reply
   std::unique_ptr<transports::shm::Ring> ring;
+  std::unique_ptr<transports::SmallOps> remote;
+  std::uint64_t token = 0;  // remote only
   std::uint64_t next_tag = 1;
-  std::vector<std::byte> request;  // reused encoding buffer
+  std::vector<std::byte> request;  // reused encoding buffer (remote: after the token)
 
-  // Sends `request` under a new tag and waits for its reply (the caller
-  // holds `mu`), passing over late replies to abandoned requests.
-  Result<transports::shm::Ring::Message> exchange(std::chrono::steady_clock::time_point deadline) {
+  // The largest request it carries.
+  std::size_t max_request() const {
+    return ring ? ring->slot_bytes() : transports::kMaxSmallOpBytes - sizeof(token);
+  }
+  // Sends `request` and waits for its reply (the caller holds `mu`); over a
+  // ring under a new tag, passing over late replies to abandoned requests.
+  Result<std::vector<std::byte>> exchange(std::chrono::steady_clock::time_point deadline) {
+    if (remote) {
+      framed.resize(sizeof(token) + request.size());
+      std::memcpy(framed.data(), &token, sizeof(token));
+      std::memcpy(framed.data() + sizeof(token), request.data(), request.size());
+      return remote->exchange(framed.data(), framed.size(), deadline);
+    }
     const std::uint64_t tag = next_tag++;
     MESHSTORE_RETURN_IF_ERROR(ring->send(tag, request.data(), request.size(), deadline));
     for (;;) {
       auto m = ring->receive(deadline);
-      if (!m.ok() || m->tag == tag) return m;
+      if (!m.ok()) return m.status();
+      if (m->tag == tag) return std::move(m->bytes);
     }
   }
+
+ private:
+  std::vector<std::byte> framed;  // token + request (remote)
 };
 
 void FastPath::learn(const wire::KeyRecord& r) {
@@ -92,6 +112,16 @@ void FastPath::add_ring(const std::string& volume_id, std::unique_ptr<transports
   rings_[volume_id] = std::move(channel);
 }
 
+void FastPath::add_remote(const std::string& volume_id,
+                          std::unique_ptr<transports::SmallOps> channel, std::uint64_t token) {
+  auto c = std::make_shared<Channel>();
+  c->remote = std::move(channel);
+  c->token = token;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  rings_[volume_id] = std::move(c);
+}
+
 bool FastPath::has_ring(const std::string& volume_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return rings_.count(volume_id) != 0;
@@ -152,7 +182,7 @@ FastPath::Outcome FastPath::read(
   };
   auto m = channel->exchange(deadline);
   if (!m.ok()) return fail(m.status());
-  auto status = fast_get::reply_status(m->bytes);
+  auto status = fast_get::reply_status(*m);
   if (!status.ok()) return fail(status.status());
   if (*status == fast_get::ReplyStatus::stale) {
     {
@@ -163,8 +193,8 @@ FastPath::Outcome FastPath::read(
     stale_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::stale;
   }
-  const std::byte* payload = m->bytes.data() + fast_get::kReplyHeaderBytes;
-  const std::size_t n = m->bytes.size() - fast_get::kReplyHeaderBytes;
+  const std::byte* payload = m->data() + fast_get::kReplyHeaderBytes;
+  const std::size_t n = m->size() - fast_get::kReplyHeaderBytes;
   if (*status == fast_get::ReplyStatus::error) {
     return fail(
         Status(Errc::protocol_error,
@@ -212,7 +242,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   }
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
-  if (fast_get::encoded_size(req) > channel->ring->slot_bytes()) {
+  if (fast_get::encoded_size(req) > channel->max_request()) {
     return miss(Status(Errc::unsupported, "does not fit a ring slot"));
   }
   fast_get::encode_into(req, channel->request);
@@ -226,7 +256,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   };
   auto m = channel->exchange(deadline);
   if (!m.ok()) return fail(m.status());
-  auto done = fast_get::decode_put_reply(m->bytes);
+  auto done = fast_get::decode_put_reply(*m);
   if (!done.ok()) {
     // The volume's refusal (a full volume, a controller that said no):
     // the ring is fine; the actor path runs the put and reports.

@@ -34,9 +34,12 @@
 #include "meshstore/tensor.hpp"
 #include "meshstore/wire/records.hpp"
 
-namespace meshstore::transports::shm {
+namespace meshstore::transports {
+class SmallOps;
+namespace shm {
 class Ring;
 }
+}  // namespace meshstore::transports
 
 namespace meshstore::actors {
 
@@ -77,7 +80,7 @@ class FastPath {
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
     std::uint64_t stale = 0;
-    std::uint64_t rings = 0;  ///< rings open now
+    std::uint64_t rings = 0;  ///< rings (and tcp channels) open now
     std::uint64_t puts = 0;   ///< puts committed over a ring
   };
 
@@ -96,6 +99,11 @@ class FastPath {
   void forget_volume(const std::string& volume_id);
   /// The ring to `volume_id`, which attached it.
   void add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring);
+  /// The small-operations channel to `volume_id` over its transport (tcp,
+  /// across hosts); the volume knows this client by `token`
+  /// (small_attach). Counted and used like a ring.
+  void add_remote(const std::string& volume_id, std::unique_ptr<transports::SmallOps> channel,
+                  std::uint64_t token);
   bool has_ring(const std::string& volume_id) const;
   /// Closes every ring and forgets everything; later reads miss. The
   /// store calls it first when it closes.

@@ -45,6 +45,11 @@ enum Verdict : std::uint8_t {
 };
 constexpr std::uint32_t kOpWrite = 1;
 constexpr std::uint32_t kOpRead = 2;
+constexpr std::uint32_t kOpSmall = 3;  // a small operation (SmallOps)
+// How long each end of a small-operations connection spins for the next
+// record before it sleeps (as the shm ring's ends do): the server after
+// each request, the client after sending one.
+constexpr std::chrono::microseconds kSmallOpSpin{50};
 constexpr std::uint32_t kMaxMessage = 4096;
 
 struct RequestHeader {
@@ -167,6 +172,11 @@ class TcpServer final : public TransportServer {
   ~TcpServer() override { shutdown(); }
 
   std::string_view name() const noexcept override { return "tcp"; }
+  void serve_small_ops(SmallOpHandler handler) override {
+    auto h = std::make_shared<const SmallOpHandler>(std::move(handler));
+    std::lock_guard<std::mutex> lock(mu_);
+    small_ops_ = std::move(h);
+  }
   EndpointInfo endpoint() const override {
     EndpointInfo e;
     e.transport = "tcp";
@@ -249,7 +259,11 @@ class TcpServer final : public TransportServer {
     if (auto channel = handshake(fd)) {
       // Between requests a connection may idle for long: no receive timeout.
       set_timeouts(fd, std::chrono::milliseconds(0));
-      while (serve_one(fd, *channel)) {
+      bool small = false;
+      while (serve_one(fd, *channel, small)) {
+        // A small-operations connection: its client's next request often
+        // comes at once (a get after a put); wait for it awake a moment.
+        if (small) spin_until_readable(fd, kSmallOpSpin);
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -308,10 +322,12 @@ class TcpServer final : public TransportServer {
     return Channel(fd, std::move(out).value(), std::move(in).value());
   }
 
-  bool reply(Channel& ch, const Status& s) {
+  // `data_follows`: a read's bytes are sent right after (in the same
+  // segments as the header).
+  bool reply(Channel& ch, const Status& s, bool data_follows = false) {
     std::string msg = s.message().substr(0, kMaxMessage);
     ReplyHeader h{static_cast<std::uint32_t>(s.code()), static_cast<std::uint32_t>(msg.size())};
-    return ch.send(&h, sizeof(h)) == Io::ok &&
+    return ch.send(&h, sizeof(h), data_follows || !msg.empty()) == Io::ok &&
            (msg.empty() || ch.send(msg.data(), msg.size()) == Io::ok);
   }
 
@@ -323,12 +339,55 @@ class TcpServer final : public TransportServer {
     return false;
   }
 
-  bool serve_one(int fd, Channel& ch) {
+  // A small operation: the request's bytes to the volume's handler, its
+  // reply back (the reply header's second field is then the reply's
+  // length, not a message's).
+  bool serve_small(int fd, Channel& ch, const RequestHeader& h) {
+    if (h.length > kMaxSmallOpBytes) {
+      reply(ch, Status(Errc::protocol_error, "tcp: a small request of " + std::to_string(h.length) +
+                                                 " bytes (at most " +
+                                                 std::to_string(kMaxSmallOpBytes) + ")"));
+      return false;  // its bytes would be read as the next request
+    }
+    std::vector<std::byte> request(h.length);
+    if (!request.empty()) {
+      if (const Io io = ch.recv(request.data(), request.size()); io != Io::ok) {
+        return io == Io::forged ? forged("small request") : false;
+      }
+    }
+    std::shared_ptr<const SmallOpHandler> handler;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handler = small_ops_;
+    }
+    bool alive = false;
+    if (!handler) {
+      alive = reply(ch, Status(Errc::unsupported,
+                               "tcp " + address_ + ": this volume serves no small operations"));
+    } else {
+      const auto out = (*handler)(request.data(), request.size());
+      if (out.size() > kMaxSmallOpBytes) {
+        alive = reply(ch, Status(Errc::internal, "tcp " + address_ + ": a small reply of " +
+                                                     std::to_string(out.size()) + " bytes"));
+      } else {
+        const ReplyHeader r{0, static_cast<std::uint32_t>(out.size())};
+        alive = ch.send(&r, sizeof(r), !out.empty()) == Io::ok &&
+                (out.empty() || ch.send(out.data(), out.size()) == Io::ok);
+      }
+    }
+    set_timeouts(fd, std::chrono::milliseconds(0));
+    return alive;
+  }
+
+  // `small`: set when the request was a small operation.
+  bool serve_one(int fd, Channel& ch, bool& small) {
     RequestHeader h{};
     if (const Io io = ch.recv(&h, sizeof(h)); io != Io::ok) {
       return io == Io::forged ? forged("request") : false;
     }
     set_timeouts(fd, timeout_);
+    small = h.op == kOpSmall;
+    if (small) return serve_small(fd, ch, h);
     const char* op = h.op == kOpWrite ? "tcp write" : "tcp read";
     std::shared_ptr<Region> region;
     Status s;
@@ -357,7 +416,8 @@ class TcpServer final : public TransportServer {
       }
       alive = io == Io::ok && reply(ch, s);
     } else {
-      alive = reply(ch, s) && (!s.ok() || ch.send(region->data() + h.offset, h.length) == Io::ok);
+      alive = reply(ch, s, s.ok() && h.length > 0) &&
+              (!s.ok() || ch.send(region->data() + h.offset, h.length) == Io::ok);
     }
     set_timeouts(fd, std::chrono::milliseconds(0));
     return alive;
@@ -371,8 +431,9 @@ class TcpServer final : public TransportServer {
   const std::string secret_;
   const std::string key_;  // empty: the connections are in the clear
   std::thread acceptor_;
-  std::mutex mu_;  // guards stopped_, conn_fds_, conn_threads_
+  std::mutex mu_;  // guards stopped_, conn_fds_, conn_threads_, small_ops_
   bool stopped_ = false;
+  std::shared_ptr<const SmallOpHandler> small_ops_;
   std::vector<int> conn_fds_;
   std::list<Connection> conn_threads_;
 };
@@ -459,6 +520,24 @@ class TcpConnections {
     return fut;
   }
 
+  // A connection of its own (SmallOps), shut down with the others when the
+  // transport stops or aborts; give it back with forget().
+  Result<Channel> open_channel() { return connect_stream(); }
+
+  // Closes a connection this object opened.
+  void forget(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
+    close(fd);
+  }
+
+  // Why a connection failed, when the transport was aborted (the volume is
+  // gone): that, not the socket's state, is the reason. Ok otherwise.
+  Status aborted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+
   // A worker: one connection, one request at a time.
   void work() {
     std::optional<Channel> ch;
@@ -494,12 +573,6 @@ class TcpConnections {
   }
 
  private:
-  void forget(int fd) {
-    std::lock_guard<std::mutex> lock(mu_);
-    fds_.erase(std::remove(fds_.begin(), fds_.end(), fd), fds_.end());
-    close(fd);
-  }
-
   Result<Channel> connect_stream() {
     const std::string where = "tcp: volume endpoint " + host_ + ":" + port_;
     addrinfo hints{};
@@ -620,7 +693,9 @@ class TcpConnections {
   Status run(Channel& ch, const Job& job, bool& broken) {
     RequestHeader h{job.op, 0, job.region, job.offset, job.length};
     broken = true;
-    if (ch.send(&h, sizeof(h)) != Io::ok) return io_error(job, "sending the request");
+    if (ch.send(&h, sizeof(h), job.op == kOpWrite) != Io::ok) {
+      return io_error(job, "sending the request");
+    }
     if (job.op == kOpWrite && ch.send(job.data, job.length) != Io::ok) {
       return io_error(job, "sending the bytes");
     }
@@ -667,6 +742,98 @@ class TcpConnections {
   Status aborted_;  // why abort() ended it; ok while it was not aborted
 };
 
+// Small operations over a connection of their own: a request record, then
+// its payload; a reply header whose second field is the reply's length
+// (when its code is ok), then the reply.
+class TcpSmallOps final : public SmallOps {
+ public:
+  TcpSmallOps(std::shared_ptr<TcpConnections> connections, Channel ch)
+      : connections_(std::move(connections)), ch_(std::move(ch)) {}
+  ~TcpSmallOps() override {
+    if (ch_) connections_->forget(ch_->fd());
+  }
+
+  Result<std::vector<std::byte>> exchange(const std::byte* request, std::size_t n,
+                                          std::chrono::steady_clock::time_point deadline) override {
+    if (!ch_) return Status(Errc::unavailable, "tcp small operations: the connection failed");
+    if (n > kMaxSmallOpBytes) {
+      return Status(Errc::invalid_argument, "tcp small operations: a request of " +
+                                                std::to_string(n) + " bytes (at most " +
+                                                std::to_string(kMaxSmallOpBytes) + ")");
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Status(Errc::timeout, "tcp small operation: no time left");
+    set_timeouts(ch_->fd(), left);
+    const RequestHeader h{kOpSmall, 0, 0, 0, n};
+    if (ch_->send(&h, sizeof(h), n > 0) != Io::ok || (n > 0 && ch_->send(request, n) != Io::ok)) {
+      return broken(Io::failed, "sending the request");
+    }
+    ReplyHeader r{};
+    spin_until_readable(ch_->fd(), kSmallOpSpin);
+    if (const Io io = ch_->recv(&r, sizeof(r)); io != Io::ok) {
+      return broken(io, "receiving the reply");
+    }
+    if (r.code != 0) {
+      if (r.code > static_cast<std::uint32_t>(kLastErrc) || r.message_length > kMaxMessage) {
+        return broken(Status(Errc::protocol_error, "tcp small operation: a malformed reply"));
+      }
+      std::string msg(r.message_length, '\0');
+      if (!msg.empty()) {
+        if (const Io io = ch_->recv(msg.data(), msg.size()); io != Io::ok) {
+          return broken(io, "receiving the reply");
+        }
+      }
+      const Status refused(static_cast<Errc>(r.code), msg);
+      // A volume that found a record forged, or the stream out of step,
+      // answers so and closes.
+      if (refused.code() == Errc::unauthenticated || refused.code() == Errc::protocol_error) {
+        return broken(refused);
+      }
+      return refused;
+    }
+    if (r.message_length > kMaxSmallOpBytes) {
+      return broken(Status(Errc::protocol_error, "tcp small operation: a reply of " +
+                                                     std::to_string(r.message_length) + " bytes"));
+    }
+    std::vector<std::byte> out(r.message_length);
+    if (!out.empty()) {
+      if (const Io io = ch_->recv(out.data(), out.size()); io != Io::ok) {
+        return broken(io, "receiving the reply");
+      }
+    }
+    return out;
+  }
+
+ private:
+  // The connection cannot be used any more: closes it, answers why.
+  Status broken(Status why) {
+    connections_->forget(ch_->fd());
+    ch_.reset();
+    return why;
+  }
+  Status broken(Io io, const char* step) {
+    const int e = errno;
+    if (io == Io::forged) {
+      return broken(Status(Errc::unauthenticated,
+                           std::string("tcp small operation: ") + step +
+                               ": the volume's record failed authentication (its AES-GCM tag "
+                               "does not match)"));
+    }
+    if (auto a = connections_->aborted(); !a.ok()) return broken(a);
+    if (e == EAGAIN || e == EWOULDBLOCK) {
+      return broken(Status(Errc::timeout,
+                           std::string("tcp small operation: ") + step + ": no answer in time"));
+    }
+    return broken(Status(Errc::unavailable,
+                         std::string("tcp small operation: ") + step + ": " +
+                             (e == 0 ? "the volume closed the connection" : errno_text(e))));
+  }
+
+  std::shared_ptr<TcpConnections> connections_;
+  std::optional<Channel> ch_;
+};
+
 class TcpTransport final : public Transport {
  public:
   TcpTransport(const TransportConfig& config, std::string host, std::string port,
@@ -708,6 +875,12 @@ class TcpTransport final : public Transport {
   Future<void> read(const wire::RegionRef& src, std::uint64_t offset, std::byte* dst,
                     std::size_t n) override {
     return connections_->submit(kOpRead, src, offset, dst, n);
+  }
+  Result<std::unique_ptr<SmallOps>> open_small_ops() override {
+    auto ch = connections_->open_channel();
+    if (!ch.ok()) return ch.status();
+    return std::unique_ptr<SmallOps>(
+        std::make_unique<TcpSmallOps>(connections_, std::move(ch).value()));
   }
 
  private:

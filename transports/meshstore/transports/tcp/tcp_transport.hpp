@@ -19,11 +19,20 @@
 //                     hello is version 2 (a close is a refusal too)
 //                     [version 2, accepted: 16-byte server salt]
 //   then, repeatedly, each of these a record:
-//   client -> server  u32 op (1 write, 2 read), u32 0, u64 region, u64 offset, u64 length
-//                     [write: length bytes]
+//   client -> server  u32 op (1 write, 2 read, 3 small), u32 0, u64 region, u64 offset,
+//                     u64 length
+//                     [write, small: length bytes]
 //   server -> client  u32 Errc, u32 message length
 //                     [message, when its length is not 0]
 //                     [read, when Errc is ok: length bytes]
+// Op 3 is a small operation (transport.hpp's SmallOps: the fast path for
+// small gets and puts across hosts, on a connection of its own): its
+// `length` bytes (at most kMaxSmallOpBytes; more is a protocol error that
+// ends the connection) go to the volume's handler, and an ok reply's
+// second field is the length of the handler's reply, which follows in
+// place of a message. A header and the bytes after it leave in one send
+// (MSG_MORE), and both ends of a small-operations connection spin 50 us
+// for the next record before they sleep in recv.
 // Version 1 sends records as they are. Version 2 (a server started with
 // TransportConfig::tcp_encrypt, whose endpoint carries a key) seals each
 // with AES-256-GCM: the ciphertext, then a 16-byte tag (tcp_cipher.hpp).

@@ -14,10 +14,11 @@ constexpr std::size_t kScratchBytes = std::size_t{256} << 10;
 
 }  // namespace
 
-bool send_all(int fd, const void* p, std::size_t n) {
+bool send_all(int fd, const void* p, std::size_t n, bool more) {
   const auto* c = static_cast<const char*>(p);
+  const int flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
   while (n > 0) {
-    const ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+    const ssize_t k = ::send(fd, c, n, flags);
     if (k < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -46,15 +47,26 @@ bool recv_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
+bool spin_until_readable(int fd, std::chrono::microseconds spin) {
+  const auto until = std::chrono::steady_clock::now() + spin;
+  char c;
+  do {
+    const ssize_t k = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k >= 0) return true;  // a byte, or the peer closed: a receive will not sleep
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
 Channel::Channel(int fd, RecordCipher out, RecordCipher in)
     : fd_(fd), out_(std::move(out)), in_(std::move(in)) {}
 
-Io Channel::send(const void* p, std::size_t n) {
-  if (!out_) return send_all(fd_, p, n) ? Io::ok : Io::failed;
-  return seal_and_send(static_cast<const std::byte*>(p), n);
+Io Channel::send(const void* p, std::size_t n, bool more) {
+  if (!out_) return send_all(fd_, p, n, more) ? Io::ok : Io::failed;
+  return seal_and_send(static_cast<const std::byte*>(p), n, more);
 }
 
-Io Channel::seal_and_send(const std::byte* p, std::size_t n) {
+Io Channel::seal_and_send(const std::byte* p, std::size_t n, bool more) {
   // A cipher failure is not a socket's: report it as a failed send with no
   // errno, which ends the connection like a close.
   if (!out_->begin().ok()) return errno = 0, Io::failed;
@@ -63,13 +75,13 @@ Io Channel::seal_and_send(const std::byte* p, std::size_t n) {
     if (scratch_.size() < std::min(n, kScratchBytes)) scratch_.resize(std::min(n, kScratchBytes));
     const std::size_t k = std::min(n, scratch_.size());
     if (!out_->update(p, scratch_.data(), k).ok()) return errno = 0, Io::failed;
-    if (!send_all(fd_, scratch_.data(), k)) return Io::failed;
+    if (!send_all(fd_, scratch_.data(), k, true)) return Io::failed;  // its tag follows
     p += k;
     n -= k;
   }
   std::uint8_t tag[kTagBytes];
   if (!out_->seal_tag(tag).ok()) return errno = 0, Io::failed;
-  return send_all(fd_, tag, sizeof(tag)) ? Io::ok : Io::failed;
+  return send_all(fd_, tag, sizeof(tag), more) ? Io::ok : Io::failed;
 }
 
 Io Channel::recv(void* p, std::size_t n) {
