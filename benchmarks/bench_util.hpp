@@ -220,4 +220,24 @@ inline std::unique_ptr<Child> spawn_self(std::vector<std::string> args) {
   return spawn("/proc/self/exe", std::move(args));
 }
 
+/// Where iproute2's `ip` is; dies when it is not installed.
+inline std::string ip_tool() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (::access(p, X_OK) == 0) return p;
+  }
+  die("ip (iproute2) is not installed: --peer-netns needs it");
+}
+
+/// This program, with `args`, in network namespace `netns` (ip netns exec:
+/// the child is this program once it starts).
+inline std::unique_ptr<Child> spawn_in_netns(const std::string& netns,
+                                             std::vector<std::string> args) {
+  std::string exe(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (n <= 0) die("cannot find this program's path");
+  exe.resize(static_cast<std::size_t>(n));
+  args.insert(args.begin(), {"netns", "exec", netns, exe});
+  return spawn(ip_tool(), std::move(args));
+}
+
 }  // namespace meshstore::bench

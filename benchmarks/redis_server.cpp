@@ -42,16 +42,19 @@ int free_loopback_port() {
 
 }  // namespace
 
-RedisServer::RedisServer() {
+RedisServer::RedisServer(const std::string& netns, const std::string& bind_host) {
   char tmpl[] = "/tmp/meshstore_bench-redis-XXXXXX";
   dir = ::mkdtemp(tmpl);
   socket = dir + "/redis.sock";
+  // A port free here is as good a guess in a fresh namespace, which has
+  // nothing listening.
   port = free_loopback_port();
+  if (!bind_host.empty()) host = bind_host;
   std::vector<std::string> args{"redis-server",
                                 "--port",
                                 std::to_string(port),
                                 "--bind",
-                                "127.0.0.1",
+                                host,
                                 "--unixsocket",
                                 socket,
                                 "--unixsocketperm",
@@ -66,10 +69,20 @@ RedisServer::RedisServer() {
                                 dir + "/redis.log",
                                 "--daemonize",
                                 "no"};
+  // Bound to another host's address (a network namespace of the bench's
+  // own): let that link's clients in, which protected mode would refuse.
+  if (host != "127.0.0.1") args.insert(args.end(), {"--protected-mode", "no"});
+  std::string program = "redis-server";
+  if (!netns.empty()) {
+    // The unix socket (a file) stays reachable from here: the readiness
+    // check below works across namespaces.
+    program = ip_tool();
+    args.insert(args.begin(), {program, "netns", "exec", netns});
+  }
   std::vector<char*> argv;
   for (auto& x : args) argv.push_back(x.data());
   argv.push_back(nullptr);
-  if (posix_spawnp(&pid, "redis-server", nullptr, nullptr, argv.data(), environ) != 0) {
+  if (posix_spawnp(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
     die("cannot start redis-server (apt-get install redis-server)");
   }
   for (int i = 0; i < 1000; ++i) {  // bounded: 10 s
@@ -98,8 +111,8 @@ redisContext* redis_connect(const std::string& socket) {
   return c;
 }
 
-redisContext* redis_connect_tcp(int port) {
-  redisContext* c = redisConnect("127.0.0.1", port);
+redisContext* redis_connect_tcp(int port, const std::string& host) {
+  redisContext* c = redisConnect(host.c_str(), port);
   if (!c || c->err) die("redis connect: " + std::string(c ? c->errstr : "no context"));
   return c;
 }

@@ -16,7 +16,9 @@ namespace meshstore::bench {
                "                   [--transport shm|tcp|rpc] [--tcp-streams N] [--encrypt-tcp]\n"
                "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
                "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
-               "[--smoke]\n",
+               "[--smoke]\n"
+               "                   [--peer-netns NS --peer-host ADDR]  (small: the peer and "
+               "Redis in network namespace NS at ADDR)\n",
                why);
   std::exit(2);
 }
@@ -90,6 +92,12 @@ Args parse(int argc, char** argv) {
       a.dir = next();
     else if (arg == "--load-mode")
       a.load_mode = next();
+    else if (arg == "--peer-netns")
+      a.peer_netns = next();
+    else if (arg == "--peer-host")
+      a.peer_host = next();
+    else if (arg == "--listen-host")
+      a.listen_host = next();
     else if (arg == "--help" || arg == "-h")
       usage("help");
     else
@@ -103,6 +111,12 @@ Args parse(int argc, char** argv) {
   if (a.seconds < 0) usage("--seconds must be positive");
   if (a.clients < 0 || a.clients > 256) usage("--clients must be in [1, 256]");
   if (a.processes != 1 && a.processes != 2) usage("--processes must be 1 or 2");
+  if (a.peer_netns.empty() != a.peer_host.empty()) {
+    usage("--peer-netns and --peer-host go together");
+  }
+  if (!a.peer_netns.empty() && (a.scenario != "small" || a.processes != 2 || a.smoke)) {
+    usage("--peer-netns measures --scenario small with a peer process (--processes 2)");
+  }
   return a;
 }
 

@@ -29,6 +29,12 @@ struct Args {
   std::string prefix = "e2e";  // internal: what a "read" peer follows
   std::string dir;             // internal: the checkpoint a "load" peer loads
   std::string load_mode;       // internal: "time", "rss-store" or "rss-buffers"
+  // The peer process (and Redis) in network namespace `peer_netns`,
+  // listening on `peer_host` (its address there): "between two hosts"
+  // joined by a veth pair (benchmarks/run_small_netns.sh).
+  std::string peer_netns;
+  std::string peer_host;
+  std::string listen_host;  // internal: the host a "serve" peer listens on
 };
 
 /// Prints "store_bench: WHY" and the usage to stderr, then exits with 2.

@@ -17,7 +17,7 @@ namespace meshstore::bench {
 
 int run_peer(const Args& a) {
   meshstore::StoreOptions o;
-  o.listen = "127.0.0.1:0";
+  o.listen = (a.listen_host.empty() ? std::string("127.0.0.1") : a.listen_host) + ":0";
   o.local_rank = -1;
   o.encrypt_tcp = a.encrypt_tcp;
   // A million tiny objects would be a million shared-memory segments.
@@ -40,8 +40,13 @@ int run_peer(const Args& a) {
   std::_Exit(0);  // the raw server thread still blocks in accept
 }
 
-std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp, bool process_memory) {
+std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp, bool process_memory,
+                                 const std::string& netns, const std::string& host) {
   std::vector<std::string> args{"--peer", "serve"};
+  if (!host.empty()) {
+    args.push_back("--listen-host");
+    args.push_back(host);
+  }
   if (encrypt_tcp) args.push_back("--encrypt-tcp");
   if (process_memory) args.push_back("--process-memory");
   if (cma_bytes > 0) {
@@ -49,7 +54,8 @@ std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp, bool p
     args.push_back(std::to_string(cma_bytes) + "B");
   }
   auto peer = std::make_unique<Peer>();
-  peer->child = spawn_self(args);
+  peer->child = netns.empty() ? spawn_self(args) : spawn_in_netns(netns, args);
+  peer->host = host.empty() ? "127.0.0.1" : host;
   unsigned sp = 0, rp = 0;
   long long pid = 0;
   unsigned long long address = 0;
@@ -70,12 +76,13 @@ Session open_session(const Args& a) {
   o.encrypt_tcp = a.encrypt_tcp;
   if (a.processes == 1) return Session{nullptr, must(meshstore::Store::embedded(o), "embedded")};
   const std::size_t n = a.smoke ? (std::size_t{4} << 20) : a.bytes;
-  auto peer = start_peer(a.transport == "cma" && a.scenario == "single" ? n : 0, a.encrypt_tcp);
+  auto peer = start_peer(a.transport == "cma" && a.scenario == "single" ? n : 0, a.encrypt_tcp,
+                         false, a.peer_netns, a.peer_host);
   o.host_volumes = false;
   o.local_rank = -1;
   o.rank = 1;
-  auto store = must(meshstore::Store::connect("127.0.0.1:" + std::to_string(peer->store_port), o),
-                    "connect");
+  auto store = must(
+      meshstore::Store::connect(peer->host + ":" + std::to_string(peer->store_port), o), "connect");
   return Session{std::move(peer), std::move(store)};
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "../bench_util.hpp"
 #include "bench_args.hpp"
@@ -26,13 +27,17 @@ struct Peer {
   std::uint16_t raw_port = 0;
   pid_t cma_pid = 0;  // the peer's process and its baseline buffer
   std::uint64_t cma_address = 0;
+  std::string host = "127.0.0.1";  // where its store listens
 };
 
 /// Starts a peer process and waits until it is ready. The peer holds a
 /// buffer of `cma_bytes` for the bare cross-memory-attach baseline (0: none);
 /// `process_memory`: its volumes keep their objects in process memory.
+/// `netns`, `host`: the peer runs in that network namespace and listens on
+/// that address (both empty: this namespace, 127.0.0.1).
 std::unique_ptr<Peer> start_peer(std::size_t cma_bytes = 0, bool encrypt_tcp = false,
-                                 bool process_memory = false);
+                                 bool process_memory = false, const std::string& netns = "",
+                                 const std::string& host = "");
 
 /// The store this run measures: embedded (one process), or a connection to
 /// the peer process that holds the store and its volume.

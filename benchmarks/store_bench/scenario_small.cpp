@@ -124,8 +124,9 @@ void run_small(const Args& a) {
                                          16384, 65536, 262144, std::size_t{1} << 20};
   const int per_size = a.smoke ? 20 : (a.iters ? a.iters : 1000);
 #if MESHSTORE_HAVE_HIREDIS
-  auto redis = std::make_unique<RedisServer>();
-  redisContext* rc = redis_connect_tcp(redis->port);
+  // Redis where the store's peer is: in its network namespace, when given.
+  auto redis = std::make_unique<RedisServer>(a.peer_netns, a.peer_host);
+  redisContext* rc = redis_connect_tcp(redis->port, redis->host);
 #endif
   std::vector<SizePoint> points;
   for (const std::size_t bytes : sizes) {
@@ -161,17 +162,23 @@ void run_small(const Args& a) {
     }
   }
 
+  // Where the peer (and Redis) is: this host's loopback, or another
+  // network namespace over a veth pair.
+  const std::string link =
+      a.peer_netns.empty() ? "loopback" : "veth to network namespace " + a.peer_netns;
   if (a.json) {
     std::printf(
-        "{\"scenario\":\"small\",\"transport\":\"%s\",\"bytes\":4096,\"iters\":%d,\"processes\":%d,"
+        "{\"scenario\":\"small\",\"transport\":\"%s\",\"link\":\"%s\",\"bytes\":4096,"
+        "\"iters\":%d,\"processes\":%d,"
         "\"rtt_p50_us\":%.2f,\"put_get_p50_us\":%.2f,\"put_get_p99_us\":%.2f,\"put_p50_us\":%.2f,"
         "\"get_p50_us\":%.2f,\"get_p99_us\":%.2f,\"fast_path_hits\":%llu,\"fast_path_puts\":%llu,"
         "\"small_put_get_vs_"
         "rtt\":%.2f,\"redis\":%s,\"put_get_4k_vs_redis_p50\":%.2f,\"put_get_4k_vs_redis_p99\":%.2f,"
         "\"sizes\":[",
-        a.transport.c_str(), iters, a.processes, rtt50, pg50, pg99, put50, get50, get99,
-        static_cast<unsigned long long>(fast.hits), static_cast<unsigned long long>(fast.puts),
-        pg50 / rtt50, vs_redis_4k > 0 ? "true" : "false", vs_redis_4k, vs_redis_4k_p99);
+        a.transport.c_str(), link.c_str(), iters, a.processes, rtt50, pg50, pg99, put50, get50,
+        get99, static_cast<unsigned long long>(fast.hits),
+        static_cast<unsigned long long>(fast.puts), pg50 / rtt50,
+        vs_redis_4k > 0 ? "true" : "false", vs_redis_4k, vs_redis_4k_p99);
     for (std::size_t i = 0; i < points.size(); ++i) {
       const auto& p = points[i];
       std::printf(
@@ -184,9 +191,10 @@ void run_small(const Args& a) {
     std::printf("]}\n");
     return;
   }
-  std::printf(
-      "scenario small: 4 KiB put + get_into, transport %s, %s, %d rounds\n", a.transport.c_str(),
-      a.processes == 2 ? "client process -> store in a peer process" : "embedded store", iters);
+  std::printf("scenario small: 4 KiB put + get_into, transport %s, %s (%s), %d rounds\n",
+              a.transport.c_str(),
+              a.processes == 2 ? "client process -> store in a peer process" : "embedded store",
+              link.c_str(), iters);
   std::printf("  bare round trip (exists) p50 %8.1f us\n", rtt50);
   std::printf("  put + get_into           p50 %8.1f us   p99 %8.1f us   (%.1f round trips)\n", pg50,
               pg99, pg50 / rtt50);
@@ -196,8 +204,8 @@ void run_small(const Args& a) {
       "  get_into alone           p50 %8.1f us   p99 %8.1f us   (fast path: %llu of %llu gets)\n",
       get50, get99, static_cast<unsigned long long>(fast.hits),
       static_cast<unsigned long long>(fast.hits + fast.misses + fast.stale));
-  std::printf("  by value size, %d rounds each; Redis: SET + GET, one client, TCP loopback\n",
-              per_size);
+  std::printf("  by value size, %d rounds each; Redis: SET + GET, one client, TCP over %s\n",
+              per_size, link.c_str());
   std::printf("  %10s %9s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", "bytes", "p50 us", "p99 us",
               "put p50", "get p50", "Redis p50", "p99", "SET p50", "GET p50", "p50 x", "p99 x",
               "get x");
