@@ -489,6 +489,7 @@ FastPathStats Store::fast_path_stats() const {
   out.stale = s.stale;
   out.rings = s.rings;
   out.puts = s.puts;
+  out.put_misses = s.put_misses;
   return out;
 }
 

@@ -244,8 +244,13 @@ struct FastPathStats {
   std::uint64_t hits = 0;    ///< gets served over a ring, on the caller's thread
   std::uint64_t misses = 0;  ///< gets that took the actor path (location unknown, no ring, ...)
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
-  std::uint64_t rings = 0;   ///< rings open now, one per volume on this host reached over shm
-  std::uint64_t puts = 0;    ///< puts committed over a ring, on the caller's thread
+  std::uint64_t rings = 0;   ///< channels open now: a ring per volume on this host reached
+                             ///< over shm, a tcp connection per volume reached over tcp
+  std::uint64_t puts = 0;    ///< puts committed over a channel, on the caller's thread
+  /// Small contiguous host puts the fast path was offered but sent down the
+  /// actor path (no channel to this client's volume yet, the volume refused
+  /// it: full, the controller said no; the channel failed).
+  std::uint64_t put_misses = 0;
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

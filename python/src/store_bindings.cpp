@@ -595,6 +595,7 @@ void bind_store(py::module_& m) {
              d["stale"] = f.stale;
              d["rings"] = f.rings;
              d["puts"] = f.puts;
+             d["put_misses"] = f.put_misses;
              return d;
            })
       .def("stats",

@@ -215,6 +215,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
                                   wire::KeyRecord* committed, Status* why) {
   auto miss = [&](Status s) {
     *why = std::move(s);
+    put_misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   };
   fast_get::PutRequest req;
@@ -285,6 +286,7 @@ FastPath::Stats FastPath::stats() const {
   s.misses = misses_.load(std::memory_order_relaxed);
   s.stale = stale_.load(std::memory_order_relaxed);
   s.puts = puts_.load(std::memory_order_relaxed);
+  s.put_misses = put_misses_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

@@ -80,8 +80,9 @@ class FastPath {
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
     std::uint64_t stale = 0;
-    std::uint64_t rings = 0;  ///< rings (and tcp channels) open now
-    std::uint64_t puts = 0;   ///< puts committed over a ring
+    std::uint64_t rings = 0;       ///< rings (and tcp channels) open now
+    std::uint64_t puts = 0;        ///< puts committed over a ring
+    std::uint64_t put_misses = 0;  ///< puts write() sent down the actor path
   };
 
   // -- the client actor's side --
@@ -141,7 +142,7 @@ class FastPath {
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;
-  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0};
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0};
 };
 
 }  // namespace meshstore::actors
