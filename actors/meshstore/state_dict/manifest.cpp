@@ -11,11 +11,6 @@ constexpr char kManifestMagic[] = "meshstore.state_dict.v3";
 // Packed tensors start at multiples of this inside the blob.
 constexpr std::uint64_t kPackAlign = 64;
 
-template <class T>
-void put_pod(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
 }  // namespace
 
 void lay_out(Manifest& m, std::string name, DType dtype, Shape shape, std::uint64_t pack_max,
@@ -53,25 +48,31 @@ std::string blob_key(const std::string& key, std::size_t b) {
 }
 
 std::string encode_manifest(const Manifest& m) {
-  // Sized first: one allocation however many entries.
-  std::size_t size = sizeof(kManifestMagic) + 8 + 4 + 8 * m.buckets() + 4;
-  for (const auto& e : m.entries) size += 1 + 4 + e.name.size() + 1 + 4 + 8 * e.shape.size() + 8;
-  std::string out;
-  out.reserve(size);
-  out.append(kManifestMagic, sizeof(kManifestMagic));
-  put_pod<std::uint64_t>(out, m.packed_bytes);
+  // Sized first, then written through a cursor: one allocation and no
+  // per-field append (a state dict of 1,000 entries is 7,000 fields).
   const std::size_t buckets = m.buckets();
-  put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(buckets));
-  for (std::size_t b = 0; b < buckets; ++b) put_pod<std::uint64_t>(out, m.bucket_starts[b]);
-  put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(m.entries.size()));
+  std::size_t size = sizeof(kManifestMagic) + 8 + 4 + 8 * buckets + 4;
+  for (const auto& e : m.entries) size += 1 + 4 + e.name.size() + 1 + 4 + 8 * e.shape.size() + 8;
+  std::string out(size, '\0');
+  char* at = out.data();
+  auto put = [&at](const void* p, std::size_t n) {
+    std::memcpy(at, p, n);
+    at += n;
+  };
+  auto pod = [&put](auto v) { put(&v, sizeof(v)); };
+  put(kManifestMagic, sizeof(kManifestMagic));
+  pod(std::uint64_t{m.packed_bytes});
+  pod(static_cast<std::uint32_t>(buckets));
+  for (std::size_t b = 0; b < buckets; ++b) pod(std::uint64_t{m.bucket_starts[b]});
+  pod(static_cast<std::uint32_t>(m.entries.size()));
   for (const auto& e : m.entries) {
-    put_pod<std::uint8_t>(out, static_cast<std::uint8_t>(e.kind));
-    put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(e.name.size()));
-    out += e.name;
-    put_pod<std::uint8_t>(out, static_cast<std::uint8_t>(e.dtype));
-    put_pod<std::uint32_t>(out, static_cast<std::uint32_t>(e.shape.size()));
-    for (auto d : e.shape) put_pod<std::int64_t>(out, d);
-    put_pod<std::uint64_t>(out, e.offset);
+    pod(static_cast<std::uint8_t>(e.kind));
+    pod(static_cast<std::uint32_t>(e.name.size()));
+    put(e.name.data(), e.name.size());
+    pod(static_cast<std::uint8_t>(e.dtype));
+    pod(static_cast<std::uint32_t>(e.shape.size()));
+    for (auto d : e.shape) pod(std::int64_t{d});
+    pod(std::uint64_t{e.offset});
   }
   return out;
 }
