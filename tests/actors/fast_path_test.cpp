@@ -150,18 +150,17 @@ TEST(FastPath, OffSendsEveryCallThroughTheActors) {
 // The tests that hold for every fast path: the shm ring ("", the chosen
 // transport on one host) and the tcp transport's small operations ("tcp",
 // as across hosts; the rest of tcp's in fast_path_tcp_test.cpp).
+// "tcp-encrypted": tcp with encrypt_tcp (sealed records).
 class FastPathOver : public ::testing::TestWithParam<const char*> {
  protected:
-  StoreOptions writer_options() const {
-    StoreOptions o = listening();
-    o.transport = GetParam();
+  StoreOptions over(StoreOptions o) const {
+    const std::string p = GetParam();
+    o.transport = p == "tcp-encrypted" ? "tcp" : p;
+    o.encrypt_tcp = p == "tcp-encrypted";
     return o;
   }
-  StoreOptions reader_options() const {
-    StoreOptions o = tool();
-    o.transport = GetParam();
-    return o;
-  }
+  StoreOptions writer_options() const { return over(listening()); }
+  StoreOptions reader_options() const { return over(tool()); }
 };
 
 // A reader in one client, a writer in another: the reader's known location
@@ -264,11 +263,6 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
   EXPECT_EQ(dst, std::vector<std::uint8_t>(kBytes, 199));
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver, ::testing::Values("", "tcp"),
-                         [](const auto& info) {
-                           return std::string(*info.param ? info.param : "ring");
-                         });
-
 // Threads of one process share its ring to a volume, one request at a
 // time; each gets its own value.
 TEST(FastPath, ConcurrentCallersShareARing) {
@@ -301,12 +295,12 @@ TEST(FastPath, ConcurrentCallersShareARing) {
 // Small puts go over the ring to the client's volume, which commits them
 // at the controller: the value is then the key's on every path, for this
 // client (its fast and its actor path) and for another.
-TEST(FastPath, SmallPutsGoOverTheRingAndEveryPathReadsThem) {
-  auto store = Store::embedded(listening()).value();
+TEST_P(FastPathOver, SmallPutsGoOverTheChannelAndEveryPathReadsThem) {
+  auto store = Store::embedded(writer_options()).value();
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
   ASSERT_TRUE(has_ring(store));
-  auto other = Store::connect(store.address(), tool()).value();
+  auto other = Store::connect(store.address(), reader_options()).value();
   const std::size_t limit = actors::FastPath::kMaxBytes;
   for (std::size_t n : {std::size_t{1}, std::size_t{4096}, limit}) {
     SCOPED_TRACE(n);
@@ -352,6 +346,13 @@ TEST(FastPath, SmallPutsGoOverTheRingAndEveryPathReadsThem) {
   other.close();
   store.close();
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver, ::testing::Values("", "tcp", "tcp-encrypted"),
+                         [](const auto& info) {
+                           std::string n = *info.param ? info.param : "ring";
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // What a ring put cannot do goes down the actor path, with its usual
 // outcome: a key too large for a slot, a GPU-less strided view, a full
