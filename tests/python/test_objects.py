@@ -63,9 +63,12 @@ def test_a_cache_style_store_evicts_instead_of_refusing():
             store.put("c4", torch.zeros(64 * 1024)).result()
 
 
-@pytest.mark.parametrize("fast_path", [True, False])
-def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path):
-    s = meshstore.Store.embedded(fast_path=fast_path)
+@pytest.mark.parametrize("fast_path,transport", [(True, None), (True, "tcp"), (False, None)])
+def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path, transport):
+    # transport "tcp": the fast path's channel is a tcp connection of its
+    # own, as to a volume on another host.
+    kwargs = {"transport": transport} if transport else {}
+    s = meshstore.Store.embedded(fast_path=fast_path, **kwargs)
     try:
         for i in range(20):  # the first reads may come before the ring is open
             s.put("step", {"step": i}).result()
