@@ -115,8 +115,9 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
     const auto& me = m.entries[i];
     if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
     const auto& view = sd.entries()[i].view;
-    auto& g = *buckets[m.bucket_of(me.offset)];
-    const std::uint64_t at = me.offset - m.bucket_begin(m.bucket_of(me.offset));
+    const std::size_t b = m.bucket_of(me.offset);
+    auto& g = *buckets[b];
+    const std::uint64_t at = me.offset - m.bucket_begin(b);
     if (view.dtype() == me.dtype && view.is_contiguous()) {
       g.pieces.push_back({static_cast<const std::byte*>(view.data()), at, me.nbytes()});
       continue;

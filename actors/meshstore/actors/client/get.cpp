@@ -238,13 +238,14 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       const Scatter* scatter = op->call.mode == GetMode::into && i < op->call.scatters.size()
                                    ? op->call.scatters[i].get()
                                    : nullptr;
-      if (scatter && assembled(*op, i, rec)) {
+      const bool in_shards = assembled(*op, i, rec);
+      if (scatter && in_shards) {
         // A packed bucket is one whole object; shards mean another writer
         // stored something else under its key.
         return bail(Status(Errc::wrong_kind,
                            "'" + op->call.keys[i] + "' is stored in shards, not as one object"));
       }
-      if (assembled(*op, i, rec)) {
+      if (in_shards) {
         const TensorSlice want = i < op->call.slices.size() && op->call.slices[i]
                                      ? *op->call.slices[i]
                                      : TensorSlice::full(rec.shape);

@@ -38,10 +38,21 @@ std::vector<std::size_t> runs_of(const Pieces& pieces, std::uint64_t total, std:
   return starts;
 }
 
-std::size_t threads_for(std::uint64_t n) {
-  const auto engine = static_cast<std::uint64_t>(transports::CopyEngine::instance().threads());
-  return static_cast<std::size_t>(
-      std::max<std::uint64_t>(1, std::min<std::uint64_t>(engine, n / kSplitBytesPerThread)));
+// Runs `job(lo, hi)` on the copy engine's threads for runs of `pieces` of
+// about equal bytes, one run per MiB of the `n`-byte object up to one per
+// thread; completes once every run has.
+template <class Pieces, class Job>
+Future<void> in_runs(const Pieces& pieces, std::uint64_t n, Job job) {
+  auto& engine = transports::CopyEngine::instance();
+  const auto threads = static_cast<std::uint64_t>(engine.threads());
+  const auto groups = static_cast<std::size_t>(
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
+  const auto starts = runs_of(pieces, n, groups);
+  std::vector<Future<void>> parts;
+  for (std::size_t r = 0; r + 1 < starts.size(); ++r) {
+    parts.push_back(engine.run([job, lo = starts[r], hi = starts[r + 1]] { job(lo, hi); }));
+  }
+  return client_detail::settle_all(std::move(parts));
 }
 
 Status check_gather(const Gather& g, std::uint64_t n) {
@@ -99,14 +110,8 @@ Status fill_gathered_now(const Gather& g, std::byte* dst, std::uint64_t n) {
 
 Future<void> fill_gathered(std::shared_ptr<const Gather> g, std::byte* dst, std::uint64_t n) {
   if (auto s = check_gather(*g, n); !s.ok()) return make_error_future<void>(s);
-  auto& engine = transports::CopyEngine::instance();
-  const auto starts = runs_of(g->pieces, n, threads_for(n));
-  std::vector<Future<void>> parts;
-  for (std::size_t r = 0; r + 1 < starts.size(); ++r) {
-    parts.push_back(engine.run(
-        [g, dst, n, lo = starts[r], hi = starts[r + 1]] { fill_run(*g, dst, n, lo, hi); }));
-  }
-  return client_detail::settle_all(std::move(parts));
+  return in_runs(g->pieces, n,
+                 [g, dst, n](std::size_t lo, std::size_t hi) { fill_run(*g, dst, n, lo, hi); });
 }
 
 Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n) {
@@ -118,14 +123,8 @@ Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n) {
 Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<const std::byte> src,
                           std::uint64_t n) {
   if (auto st = check_scatter(*s, n); !st.ok()) return make_error_future<void>(st);
-  auto& engine = transports::CopyEngine::instance();
-  const auto starts = runs_of(s->pieces, n, threads_for(n));
-  std::vector<Future<void>> parts;
-  for (std::size_t r = 0; r + 1 < starts.size(); ++r) {
-    parts.push_back(engine.run(
-        [s, src, lo = starts[r], hi = starts[r + 1]] { scatter_run(*s, src.get(), lo, hi); }));
-  }
-  return client_detail::settle_all(std::move(parts));
+  return in_runs(s->pieces, n,
+                 [s, src](std::size_t lo, std::size_t hi) { scatter_run(*s, src.get(), lo, hi); });
 }
 
 }  // namespace meshstore::actors

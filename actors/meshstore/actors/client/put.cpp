@@ -431,15 +431,6 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
               writes.reserve(regions.size());
               for (std::size_t i = 0; i < regions.size(); ++i) {
                 const auto& view = op->call.items[i].view;
-                if (const auto& g = op->call.items[i].gather) {
-                  writes.push_back(write_gathered(op->conn, regions[i], g, view.nbytes()));
-                  if (op->streaming) {
-                    await(self, writes.back(), [=](const Result<void>& r) {
-                      if (r.ok()) report_filled(self, op, {first + i});
-                    });
-                  }
-                  continue;
-                }
                 const void* src = view.data();
                 if (on_device(view) && !view.is_contiguous()) {
                   // The store packs these on their device before the call.
@@ -447,7 +438,9 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
                       Status(Errc::internal, "a non-contiguous GPU view reached the client")));
                   continue;
                 }
-                if (on_device(view) && !caps.device_copies) {
+                if (const auto& g = op->call.items[i].gather) {
+                  writes.push_back(write_gathered(op->conn, regions[i], g, view.nbytes()));
+                } else if (on_device(view) && !caps.device_copies) {
                   writes.push_back(write_from_device(
                       op->conn, regions[i], static_cast<const std::byte*>(src), view.nbytes()));
                 } else {
