@@ -83,7 +83,8 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
             // for a connect: a strong handle there could hold up shutdown.
             const caf::actor_addr client = self->address();
             const caf::actor_addr volume = handle.address();
-            transports::CopyEngine::instance().run([client, volume_id, volume, transport, token] {
+            (void)transports::CopyEngine::instance().run([client, volume_id, volume, transport,
+                                                          token] {
               auto ops = transport->open_small_ops();
               auto hdl = caf::actor_cast<caf::actor>(client);
               if (!hdl) return;  // the client is gone; the channel closes here
