@@ -5,6 +5,7 @@
 // arrive intact, the gaps between packed tensors are zeros, and a read that
 // guessed a stale layout never leaves a wrong byte behind.
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -211,10 +212,143 @@ TEST_P(PackedStateDict, AReadThatGuessedAStaleLayoutEndsWithTheNewOne) {
   EXPECT_EQ(yb, y);
 }
 
+// The volume's staged objects (puts in flight, and spare staging) once
+// they reach `want`, or what they were at the deadline.
+std::uint64_t staged_reaches(Store& store, std::uint64_t want) {
+  std::uint64_t staged = ~std::uint64_t{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto stats = store.stats().get(kWait);
+    if (!stats.ok()) return staged;
+    staged = 0;
+    for (const auto& v : *stats) staged += v.staged;
+    if (staged == want) break;
+  }
+  return staged;
+}
+
+// The objects a state dict's put stages: its manifest and its buckets.
+std::uint64_t objects_of(Store& store, const std::string& key) {
+  std::uint64_t n = 1;
+  if (!*store.exists(key + "#packed").get(kWait)) return n;
+  ++n;
+  for (int b = 1; *store.exists(key + "#packed." + std::to_string(b)).get(kWait); ++b) ++n;
+  return n;
+}
+
+TEST_P(PackedStateDict, RepeatedPutsOfOneLayoutKeepOneSpareStagingAndReadBackIntact) {
+  // A state dict put again with the same layout keeps the next put's
+  // objects staged (a manifest and its buckets), and the next put writes
+  // into them: every version reads back intact, and what stays staged
+  // between puts is that one spare, not one more per put.
+  StateDictPutOptions options;
+  options.pack_bucket_bytes = 256 << 10;  // several buckets
+  Model m(60, 7);
+  Into into(m);
+  ASSERT_OK(store().put_state_dict("spare", m.sd(), options).get(kWait));
+  EXPECT_EQ(staged_reaches(store(), 0), 0u) << "one put keeps no spare";
+  std::uint64_t spare = 0;
+  for (int version = 0; version < 5; ++version) {
+    for (auto& b : m.bytes) {
+      for (auto& x : b) x = static_cast<std::uint8_t>(x * 13 + version + 1);
+    }
+    ASSERT_OK(store().put_state_dict("spare", m.sd(), options).get(kWait));
+    if (version == 0) {
+      // Its manifest and buckets, staged again for the next put.
+      spare = objects_of(store(), "spare");
+      ASSERT_GE(spare, 3u);
+    }
+    ASSERT_OK(store().get_state_dict_into("spare", into.sd).get(kWait));
+    for (std::size_t i = 0; i < m.bytes.size(); ++i) {
+      ASSERT_EQ(into.bytes[i], m.bytes[i]) << m.views[i].first << " version " << version;
+    }
+    ASSERT_EQ(staged_reaches(store(), spare), spare) << "version " << version;
+  }
+  // Another layout: the spare is given back, and the new layout (put
+  // once) keeps none.
+  Model other(10, 8);
+  ASSERT_OK(store().put_state_dict("spare", other.sd(), options).get(kWait));
+  EXPECT_EQ(staged_reaches(store(), 0), 0u);
+  Into back(other);
+  ASSERT_OK(store().get_state_dict_into("spare", back.sd).get(kWait));
+  for (std::size_t i = 0; i < other.bytes.size(); ++i) {
+    ASSERT_EQ(back.bytes[i], other.bytes[i]) << other.views[i].first;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PackedStateDict,
                          ::testing::Values("", "shm", "cma", "tcp", "rpc"), [](const auto& info) {
                            return std::string(*info.param ? info.param : "chosen");
                          });
+
+TEST(SpareStaging, APutWritesIntoItsSpareSoRoomForTwoVersionsIsEnough) {
+  // The bytes of one version (manifest and buckets), measured on a store
+  // of its own.
+  Model m(40, 11);
+  std::uint64_t version_bytes = 0;
+  {
+    auto probe = Store::embedded();
+    ASSERT_OK(probe);
+    ASSERT_OK(probe->put_state_dict("model", m.sd()).get(kWait));
+    auto stats = probe->stats().get(kWait);
+    ASSERT_OK(stats);
+    for (const auto& v : *stats) version_bytes += v.bytes_held;
+    probe->close();
+  }
+  ASSERT_GT(version_bytes, 64u << 10);
+  // Room for two versions and a half: the committed one and the next put's
+  // staging. A put that staged anew beside a spare would need three.
+  StoreOptions o;
+  o.volume_capacity_bytes = version_bytes * 5 / 2;
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  Into into(m);
+  for (int version = 0; version < 6; ++version) {
+    for (auto& b : m.bytes) {
+      for (auto& x : b) x = static_cast<std::uint8_t>(x + 3);
+    }
+    ASSERT_OK(store->put_state_dict("model", m.sd()).get(kWait)) << "version " << version;
+    ASSERT_OK(store->get_state_dict_into("model", into.sd).get(kWait));
+    for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
+  }
+  store->close();
+}
+
+TEST(SpareStaging, StateDictsOverTheLimitOrPutOnceKeepNone) {
+  auto store = Store::embedded();
+  ASSERT_OK(store);
+  // 20 MiB, over the 16 MiB a spare may hold: staged only while put.
+  std::vector<std::uint8_t> big(20 << 20, 0x5A);
+  StateDict large;
+  ASSERT_OK(large.insert("w", TensorView(big.data(), DType::uint8, {20 << 20})));
+  for (int i = 0; i < 3; ++i) ASSERT_OK(store->put_state_dict("large", large).get(kWait));
+  EXPECT_EQ(staged_reaches(*store, 0), 0u);
+  // Many keys, each put once (checkpoints by step, say): none.
+  Model m(20, 9);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_OK(store->put_state_dict("step" + std::to_string(i), m.sd()).get(kWait));
+  }
+  EXPECT_EQ(staged_reaches(*store, 0), 0u);
+  // Many keys put again and again: four spares at most (the least recently
+  // used given back).
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_OK(store->put_state_dict("step" + std::to_string(i), m.sd()).get(kWait));
+    }
+  }
+  auto stats = store->stats().get(kWait);
+  ASSERT_OK(stats);
+  std::uint64_t staged = 0;
+  for (const auto& v : *stats) staged += v.staged;
+  const std::uint64_t each = objects_of(*store, "step0");
+  EXPECT_LE(staged, 4 * each);
+  EXPECT_EQ(staged_reaches(*store, 4 * each), 4 * each);
+  // The keys read back intact after all that.
+  Into into(m);
+  ASSERT_OK(store->get_state_dict_into("step5", into.sd).get(kWait));
+  for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
+  store->close();
+}
 
 // The gather and scatter copies themselves, on their own.
 TEST(GatherScatter, PiecesLandAtTheirOffsetsWithZerosBetween) {

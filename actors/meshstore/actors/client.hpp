@@ -268,6 +268,13 @@ struct ClientConfig {
   /// reads over it); null: none. The client mirrors its location cache
   /// into it and opens a ring to each volume it reaches over shm.
   std::shared_ptr<FastPath> fast_path;
+  /// Spare staging (docs/architecture.md, "Spare staging"): a state dict
+  /// this client puts again with the same layout keeps the next put's
+  /// staged objects on its volume when they hold at most this many bytes
+  /// (0: never). At most kMaxSpares are kept, the least recently used
+  /// given back first.
+  std::uint64_t spare_staging_bytes = std::uint64_t{16} << 20;
+  static constexpr std::size_t kMaxSpares = 4;
 };
 
 /// Spawns a client actor bound to a controller and strategy.

@@ -99,6 +99,18 @@ struct ClientState {
   std::uint64_t next_wait = 1;
   // Why the controller or strategy is gone; empty while they live.
   std::string control_down;
+  // Spare staging (put.cpp): staged objects kept for the next put of a
+  // state dict put again with the same layout, by the key it replaces
+  // under; and each such key's last layout (bounded like the spares).
+  struct Spare {
+    std::string volume_id;
+    std::vector<std::pair<std::string, std::uint64_t>> layout;  // (key, bytes) per object
+    std::vector<wire::RegionRef> regions;                       // empty: being staged
+    std::uint64_t used = 0;                                     // recency
+  };
+  std::unordered_map<std::string, Spare> spares;
+  std::unordered_map<std::string, Spare> last_layouts;  // no regions
+  std::uint64_t spare_clock = 0;
   // Streamed reads following a writer, by state dict key.
   std::multimap<std::string, std::shared_ptr<struct StreamOp>> streams;
   std::shared_ptr<spdlog::logger> log = log::get("client");

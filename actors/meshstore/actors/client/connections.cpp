@@ -273,6 +273,9 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
       st.home_lost = name + " went down (" + reason + ")";
     }
     st.locations.erase_on_volume(id);
+    for (auto s = st.spares.begin(); s != st.spares.end();) {  // staged there: gone with it
+      s = s->second.volume_id == id ? st.spares.erase(s) : std::next(s);
+    }
     it = st.conns.erase(it);
   }
   const std::string why = name + " went down (" + reason + ")";

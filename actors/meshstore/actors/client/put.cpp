@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,8 @@ struct PutOp {
   bool sharded = false;
   // A put announced as a stream: which records' fills were reported.
   bool streaming = false;
+  // Its staged objects' layout when spare staging applies (else empty).
+  std::vector<std::pair<std::string, std::uint64_t>> spare_layout;
   std::vector<bool> reported;
   // Eviction (ClientConfig::evict_lru): called on out_of_capacity, once;
   // true when it took over (it evicts, then stages again).
@@ -70,6 +73,124 @@ void give_back_lent(client_pointer self, const std::shared_ptr<PutOp>& op) {
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (op->conn) give_back(self, op->conn->handle, op->regions, op->call.staged.regions);
   give_back_lent(self, op);
+}
+
+// -- Spare staging ------------------------------------------------------------
+//
+// A trainer puts the same state dict every step: stage the objects at the
+// volume (a round trip), write them, commit them at the controller (another).
+// For a state dict this client puts again with the same layout, the next
+// put's staging is made ready in the background once a put commits, and
+// the next put with that layout writes straight into it: one round trip
+// instead of two. What is kept is bounded (ClientConfig::spare_staging_bytes
+// a state dict, kMaxSpares in all, the least recently used given back
+// first), staged for this client alone (readers never see it; the volume
+// drops it when the client goes), and given back when the layout changes.
+
+using Layout = std::vector<std::pair<std::string, std::uint64_t>>;
+
+// The objects `op` stages, when spare staging applies to it; else empty.
+Layout spare_layout(client_pointer self, const std::shared_ptr<PutOp>& op, bool inline_data,
+                    bool device) {
+  const auto& c = op->call;
+  const std::uint64_t limit = self->state.cfg.spare_staging_bytes;
+  if (limit == 0 || inline_data || device || op->sharded || c.replace_under.size() != 1 ||
+      !c.lent_items.empty() || !c.staged_items.empty() || c.items.empty()) {
+    return {};
+  }
+  Layout out;
+  std::uint64_t total = 0;
+  for (const auto& item : c.items) {
+    total += item.view.nbytes();
+    out.emplace_back(item.key, item.view.nbytes());
+  }
+  return total <= limit ? out : Layout{};
+}
+
+void give_back_spare(client_pointer self, const ClientState::Spare& spare) {
+  auto conn = self->state.conns.find(spare.volume_id);
+  if (conn != self->state.conns.end() && conn->second->handle) {
+    give_back(self, conn->second->handle, spare.regions, {});
+  }
+}
+
+// The spare staged for `layout` on `volume_id` under `under`, taken; nullopt
+// when there is none ready (a spare of another layout is given back).
+std::optional<std::vector<wire::RegionRef>> take_spare(client_pointer self,
+                                                       const std::string& under,
+                                                       const std::string& volume_id,
+                                                       const Layout& layout) {
+  auto& spares = self->state.spares;
+  auto it = spares.find(under);
+  if (it == spares.end() || it->second.regions.empty()) return std::nullopt;
+  auto spare = std::move(it->second);
+  spares.erase(it);
+  if (spare.volume_id == volume_id && spare.layout == layout) return std::move(spare.regions);
+  give_back_spare(self, spare);
+  return std::nullopt;
+}
+
+// After `op` committed: stages its layout again, in the background, for the
+// next put under the same key, when the put before it had that layout too.
+void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  const Layout& layout = op->spare_layout;
+  if (layout.empty() || !op->conn) return;
+  auto& st = self->state;
+  const std::string under = op->call.replace_under.front();
+  const std::string volume_id = op->conn->info.volume_id;
+  auto& last = st.last_layouts[under];
+  const bool repeated = last.volume_id == volume_id && last.layout == layout;
+  last.volume_id = volume_id;
+  last.layout = layout;
+  last.used = ++st.spare_clock;
+  // Remembered for a bounded number of keys: the least recent goes.
+  constexpr std::size_t kMaxLayouts = 64;
+  if (st.last_layouts.size() > kMaxLayouts) {
+    auto oldest = std::min_element(
+        st.last_layouts.begin(), st.last_layouts.end(),
+        [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    st.last_layouts.erase(oldest);
+  }
+  if (!repeated || st.spares.count(under) != 0) return;
+  while (st.spares.size() >= ClientConfig::kMaxSpares) {
+    auto oldest = std::min_element(
+        st.spares.begin(), st.spares.end(),
+        [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    give_back_spare(self, oldest->second);
+    st.spares.erase(oldest);
+  }
+  auto& spare = st.spares[under];  // being staged: no regions yet
+  spare.volume_id = volume_id;
+  spare.layout = layout;
+  spare.used = ++st.spare_clock;
+  std::vector<wire::StageRequest> reqs;
+  for (const auto& [key, nbytes] : layout) {
+    wire::StageRequest r;
+    r.key = key;
+    r.nbytes = nbytes;
+    reqs.push_back(std::move(r));
+  }
+  auto conn = op->conn;
+  ask(self, conn->handle, stage_atom::value, reqs)
+      .then(
+          [=](const std::vector<wire::RegionRef>& regions) {
+            auto& spares = self->state.spares;
+            auto it = spares.find(under);
+            auto now = self->state.conns.find(volume_id);
+            const bool wanted = it != spares.end() && it->second.regions.empty() &&
+                                it->second.volume_id == volume_id && it->second.layout == layout &&
+                                regions.size() == layout.size() && now != self->state.conns.end() &&
+                                now->second == conn;
+            if (!wanted) return give_back(self, conn->handle, regions, {});
+            it->second.regions = regions;
+          },
+          [=](caf::error&) {
+            // A full volume, say: the next put stages its own.
+            auto it = self->state.spares.find(under);
+            if (it != self->state.spares.end() && it->second.regions.empty()) {
+              self->state.spares.erase(it);
+            }
+          });
 }
 
 // The records a put commits: the items written in place first, then the
@@ -181,6 +302,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             [=](const std::vector<std::uint64_t>& versions) mutable {
               cache_committed(self, std::move(records), versions);
               op->call.promise->set_value(versions);
+              restage_spare(self, op);
             },
             on_error);
     return;
@@ -394,94 +516,96 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
               });
       return;
     }
-    ask(self, op->conn->handle, stage_atom::value, reqs)
-        .then(
-            [=](const std::vector<wire::RegionRef>& regions) {
-              op->regions = regions;
-              if (regions.size() != op->call.items.size()) {
-                release_staged(self, op);
-                return op->fail(Status(Errc::protocol_error,
-                                       "volume staged " + std::to_string(regions.size()) +
-                                           " objects for " + std::to_string(op->call.items.size()) +
-                                           " keys"));
-              }
-              if (inline_data) return commit_put(self, op);  // the bytes came with the stage
-              if (!touch_begin(guard)) {                     // cancelled
-                release_staged(self, op);
-                return (void)op->call.promise->set_error(
-                    Status(Errc::cancelled, op->what + ": cancelled"));
-              }
-              // The records index the items after the ones written in place.
-              const std::uint64_t first = op->call.staged_items.size() + op->call.lent_items.size();
-              if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
-                // Readers may copy each object as soon as it is filled.
-                op->streaming = true;
-                op->reported.assign(first + regions.size(), false);
-                std::vector<std::uint64_t> filled;
-                for (std::uint64_t i = 0; i < first; ++i) filled.push_back(i);
-                for (std::size_t i = 0; i < regions.size(); ++i) {
-                  if (op->call.items[i].view.nbytes() == 0) filled.push_back(first + i);
-                }
-                for (auto i : filled) op->reported[i] = true;
-                self->send(self->state.controller, stream_open_atom::value,
-                           op->call.replace_under.front(), op->call.stream_manifest,
-                           put_records(op), filled);
-              }
-              std::vector<Future<void>> writes;
-              writes.reserve(regions.size());
-              for (std::size_t i = 0; i < regions.size(); ++i) {
-                const auto& view = op->call.items[i].view;
-                const void* src = view.data();
-                if (on_device(view) && !view.is_contiguous()) {
-                  // The store packs these on their device before the call.
-                  writes.push_back(make_error_future<void>(
-                      Status(Errc::internal, "a non-contiguous GPU view reached the client")));
-                  continue;
-                }
-                if (const auto& g = op->call.items[i].gather) {
-                  writes.push_back(write_gathered(op->conn, regions[i], g, view.nbytes()));
-                } else if (on_device(view) && !caps.device_copies) {
-                  writes.push_back(write_from_device(
-                      op->conn, regions[i], static_cast<const std::byte*>(src), view.nbytes()));
-                } else {
-                  if (!view.is_contiguous()) {
-                    auto tmp = Tensor::empty(view.dtype(), view.shape());
-                    if (!tmp.ok()) {
-                      writes.push_back(make_error_future<void>(tmp.status()));
-                      continue;
-                    }
-                    pack_to(view, tmp->data());
-                    src = tmp->data();
-                    op->packed.push_back(std::move(tmp).value());
-                  }
-                  writes.push_back(op->conn->transport->write(
-                      regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
-                }
-                if (op->streaming) {
-                  // Registered before settle_all's own callback, so this
-                  // report reaches the actor before the commit does.
-                  await(self, writes.back(), [=](const Result<void>& r) {
-                    if (r.ok()) report_filled(self, op, {first + i});
-                  });
-                }
-              }
-              await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
-                touch_end(guard);  // every write is over
-                op->packed.clear();
-                if (!r.ok()) {
-                  release_staged(self, op);
-                  abort_stream(self, op, r.status().with_context(op->what));
-                  return op->fail(r.status());
-                }
-                std::vector<std::uint64_t> all;
-                for (std::uint64_t i = 0; i < op->reported.size(); ++i) all.push_back(i);
-                report_filled(self, op, std::move(all));
-                commit_put(self, op);
-              });
-            },
-            [=](caf::error& e) {
-              op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
-            });
+    auto staged = [=](const std::vector<wire::RegionRef>& regions) {
+      op->regions = regions;
+      if (regions.size() != op->call.items.size()) {
+        release_staged(self, op);
+        return op->fail(Status(Errc::protocol_error,
+                               "volume staged " + std::to_string(regions.size()) + " objects for " +
+                                   std::to_string(op->call.items.size()) + " keys"));
+      }
+      if (inline_data) return commit_put(self, op);  // the bytes came with the stage
+      if (!touch_begin(guard)) {                     // cancelled
+        release_staged(self, op);
+        return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
+      }
+      // The records index the items after the ones written in place.
+      const std::uint64_t first = op->call.staged_items.size() + op->call.lent_items.size();
+      if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
+        // Readers may copy each object as soon as it is filled.
+        op->streaming = true;
+        op->reported.assign(first + regions.size(), false);
+        std::vector<std::uint64_t> filled;
+        for (std::uint64_t i = 0; i < first; ++i) filled.push_back(i);
+        for (std::size_t i = 0; i < regions.size(); ++i) {
+          if (op->call.items[i].view.nbytes() == 0) filled.push_back(first + i);
+        }
+        for (auto i : filled) op->reported[i] = true;
+        self->send(self->state.controller, stream_open_atom::value, op->call.replace_under.front(),
+                   op->call.stream_manifest, put_records(op), filled);
+      }
+      std::vector<Future<void>> writes;
+      writes.reserve(regions.size());
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        const auto& view = op->call.items[i].view;
+        const void* src = view.data();
+        if (on_device(view) && !view.is_contiguous()) {
+          // The store packs these on their device before the call.
+          writes.push_back(make_error_future<void>(
+              Status(Errc::internal, "a non-contiguous GPU view reached the client")));
+          continue;
+        }
+        if (const auto& g = op->call.items[i].gather) {
+          writes.push_back(write_gathered(op->conn, regions[i], g, view.nbytes()));
+        } else if (on_device(view) && !caps.device_copies) {
+          writes.push_back(write_from_device(op->conn, regions[i],
+                                             static_cast<const std::byte*>(src), view.nbytes()));
+        } else {
+          if (!view.is_contiguous()) {
+            auto tmp = Tensor::empty(view.dtype(), view.shape());
+            if (!tmp.ok()) {
+              writes.push_back(make_error_future<void>(tmp.status()));
+              continue;
+            }
+            pack_to(view, tmp->data());
+            src = tmp->data();
+            op->packed.push_back(std::move(tmp).value());
+          }
+          writes.push_back(op->conn->transport->write(
+              regions[i], 0, static_cast<const std::byte*>(src), view.nbytes()));
+        }
+        if (op->streaming) {
+          // Registered before settle_all's own callback, so this
+          // report reaches the actor before the commit does.
+          await(self, writes.back(), [=](const Result<void>& r) {
+            if (r.ok()) report_filled(self, op, {first + i});
+          });
+        }
+      }
+      await(self, settle_all(std::move(writes)), [=](const Result<void>& r) {
+        touch_end(guard);  // every write is over
+        op->packed.clear();
+        if (!r.ok()) {
+          release_staged(self, op);
+          abort_stream(self, op, r.status().with_context(op->what));
+          return op->fail(r.status());
+        }
+        std::vector<std::uint64_t> all;
+        for (std::uint64_t i = 0; i < op->reported.size(); ++i) all.push_back(i);
+        report_filled(self, op, std::move(all));
+        commit_put(self, op);
+      });
+    };
+    op->spare_layout = spare_layout(self, op, inline_data, device);
+    if (!op->spare_layout.empty()) {
+      if (auto spare = take_spare(self, op->call.replace_under.front(), op->conn->info.volume_id,
+                                  op->spare_layout)) {
+        return staged(*spare);
+      }
+    }
+    ask(self, op->conn->handle, stage_atom::value, reqs).then(staged, [=](caf::error& e) {
+      op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
+    });
   });
 }
 
