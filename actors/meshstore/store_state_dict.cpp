@@ -54,8 +54,13 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   auto st = staging(op, false);  // put_source decides per entry
   auto use = put_source(sd, *st, options);
   if (!use.ok()) return make_error_future<void>(use.status());
-  auto prepared = prepare_put(**use, op, options);
+  auto layouts = Impl::put_layout_cache(impl_.get());
+  const std::string slot = state_dicts::layout_key(key, options);
+  std::shared_ptr<const state_dicts::Snapshot> laid_out;
+  auto prepared =
+      prepare_put(**use, op, options, layouts ? layouts->find(slot) : nullptr, &laid_out);
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
+  if (layouts && laid_out) layouts->put(slot, std::move(laid_out));
   return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
       .then([st] {});
 }
@@ -87,10 +92,16 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   auto st = staging(op, false);  // put_source decides per entry
   auto use = put_source(sd, *st, options);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
-  auto prepared_or = prepare_put(**use, op, options);
+  // Versions' keys change every time; their layout is kept by prefix.
+  auto layouts = Impl::put_layout_cache(impl_.get());
+  const std::string slot = state_dicts::layout_key(prefix + "@versions", options);
+  std::shared_ptr<const state_dicts::Snapshot> laid_out;
+  auto prepared_or =
+      prepare_put(**use, op, options, layouts ? layouts->find(slot) : nullptr, &laid_out);
   if (!prepared_or.ok()) {
     return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
   }
+  if (layouts && laid_out) layouts->put(slot, std::move(laid_out));
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").
   return state_dicts::publish_prepared(client, prefix, std::move(prepared_or).value(), keep, op)
       .then([st](std::uint64_t version) { return version; });  // host copies live till then

@@ -350,6 +350,71 @@ TEST(SpareStaging, StateDictsOverTheLimitOrPutOnceKeepNone) {
   store->close();
 }
 
+// A put keeps the layout it laid out (the manifest) for the next put of
+// its key, and uses it only when every entry matches: a change of shape,
+// dtype, name, value size or options lays the state dict out anew, and
+// every version reads back as it was put.
+TEST(PutLayout, TheKeptLayoutIsUsedOnlyWhenEveryEntryMatches) {
+  auto store = Store::embedded();
+  ASSERT_OK(store);
+  std::vector<float> a(1000), b(3000);
+  std::vector<std::uint8_t> c(50);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) + 0.25f;
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<std::uint8_t>(i * 7);
+  struct Variant {
+    const char* what;
+    Shape b_shape;
+    DType c_dtype;
+    const char* a_name;
+    Value step;
+    StateDictPutOptions options;
+  };
+  StateDictPutOptions bf16;
+  bf16.transfer_dtype = DType::bfloat16;
+  StateDictPutOptions unpacked;
+  unpacked.pack_max_tensor_bytes = 0;
+  const std::vector<Variant> variants{
+      {"base", {3000}, DType::uint8, "a", Value::int64(1), {}},
+      {"the same again", {3000}, DType::uint8, "a", Value::int64(2), {}},
+      {"a shape", {30, 100}, DType::uint8, "a", Value::int64(3), {}},
+      {"a dtype", {30, 100}, DType::int8, "a", Value::int64(4), {}},
+      {"a name", {30, 100}, DType::int8, "a2", Value::int64(5), {}},
+      {"a value's size", {30, 100}, DType::int8, "a2", Value::string("a longer value"), {}},
+      {"the transfer dtype", {30, 100}, DType::int8, "a2", Value::string("a longer value"), bf16},
+      {"no packing", {30, 100}, DType::int8, "a2", Value::string("a longer value"), unpacked},
+      {"back to the base", {3000}, DType::uint8, "a", Value::int64(1), {}},
+  };
+  for (const auto& v : variants) {
+    StateDict sd;
+    ASSERT_OK(sd.insert(v.a_name, TensorView(a.data(), DType::float32, {1000})));
+    ASSERT_OK(sd.insert("b", TensorView(b.data(), DType::float32, v.b_shape)));
+    ASSERT_OK(sd.insert("c", TensorView(c.data(), v.c_dtype, {50})));
+    ASSERT_OK(sd.insert("step", v.step));
+    ASSERT_OK(store->put_state_dict("m", sd, v.options).get(kWait)) << v.what;
+    auto got = store->get_state_dict("m").get(kWait);
+    ASSERT_OK(got) << v.what;
+    ASSERT_EQ(got->entries().size(), 4u) << v.what;
+    const DType stored = v.options.transfer_dtype ? DType::bfloat16 : DType::float32;
+    const auto* ga = got->find(v.a_name);
+    const auto* gb = got->find("b");
+    const auto* gc = got->find("c");
+    const auto* gs = got->find("step");
+    ASSERT_TRUE(ga && gb && gc && gs) << v.what;
+    EXPECT_EQ(ga->view.dtype(), stored) << v.what;
+    EXPECT_EQ(gb->view.shape(), v.b_shape) << v.what;
+    EXPECT_EQ(gc->view.dtype(), v.c_dtype) << v.what;
+    ASSERT_TRUE(gs->value.has_value()) << v.what;
+    EXPECT_TRUE(*gs->value == v.step) << v.what;
+    EXPECT_EQ(std::memcmp(gc->view.data(), c.data(), c.size()), 0) << v.what;
+    if (stored == DType::float32) {
+      EXPECT_EQ(std::memcmp(ga->view.data(), a.data(), a.size() * 4), 0) << v.what;
+      EXPECT_EQ(std::memcmp(gb->view.data(), b.data(), b.size() * 4), 0) << v.what;
+    }
+  }
+  store->close();
+}
+
 // The gather and scatter copies themselves, on their own.
 TEST(GatherScatter, PiecesLandAtTheirOffsetsWithZerosBetween) {
   std::vector<std::byte> a(5, std::byte{1}), b(3, std::byte{2});

@@ -47,11 +47,69 @@ Status check_layout(const StateDict& sd, const ShardedPart& part, const std::str
   return Status();
 }
 
+// The dtype tensor view `v` is stored in under `options`.
+DType stored_dtype_of(const TensorView& v, const StateDictPutOptions& options) {
+  return options.transfer_dtype && v.dtype() == DType::float32 ? *options.transfer_dtype
+                                                               : v.dtype();
+}
+
+// Whether `m` is the layout prepare_put gives `sd` (whole, under the options
+// its cache key names): the same entries in order, each of the same kind,
+// stored dtype and shape (a value: the same encoded size).
+bool same_layout(const Manifest& m, const StateDict& sd, const StateDictPutOptions& options) {
+  const auto& entries = sd.entries();
+  if (m.entries.size() != entries.size()) return false;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    const auto& me = m.entries[i];
+    if (me.name != e.name) return false;
+    if (e.is_tensor()) {
+      if (me.kind == EntryKind::value || me.dtype != stored_dtype_of(e.view, options) ||
+          me.shape != e.view.shape()) {
+        return false;
+      }
+    } else if (me.kind != EntryKind::value || me.shape.size() != 1 ||
+               static_cast<std::size_t>(me.shape[0]) != e.value->encode().size()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const std::string& op,
+                                                      const StateDictPutOptions& options,
+                                                      const ShardedPart& part,
+                                                      std::shared_ptr<const Snapshot> hint,
+                                                      std::shared_ptr<const Snapshot>* laid_out);
+
 }  // namespace
+
+std::string layout_key(const std::string& key, const StateDictPutOptions& options) {
+  return key + '\0' + std::to_string(options.pack_max_tensor_bytes) + ',' +
+         std::to_string(options.pack_bucket_bytes) + ',' +
+         (options.transfer_dtype ? std::string(dtype_name(*options.transfer_dtype)) : "-");
+}
 
 Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
                                                  const StateDictPutOptions& options,
                                                  const ShardedPart& part) {
+  return prepare_put_with(sd, op, options, part, nullptr, nullptr);
+}
+
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options,
+                                                 std::shared_ptr<const Snapshot> hint,
+                                                 std::shared_ptr<const Snapshot>* laid_out) {
+  return prepare_put_with(sd, op, options, ShardedPart{}, std::move(hint), laid_out);
+}
+
+namespace {
+
+Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const std::string& op,
+                                                      const StateDictPutOptions& options,
+                                                      const ShardedPart& part,
+                                                      std::shared_ptr<const Snapshot> hint,
+                                                      std::shared_ptr<const Snapshot>* laid_out) {
   auto p = std::make_shared<PreparedPut>();
   p->call.op = op;
   // The manifest and values are stored as uint8 tensors, so one read
@@ -73,25 +131,32 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   // Whole entries, values, the manifest and the packed buckets are rank
   // 0's to store; every rank stores its boxes.
   const bool whole_too = part.rank == 0;
-  // The dtype a tensor is stored in.
-  auto stored_dtype = [&](const TensorView& v) {
-    return options.transfer_dtype && v.dtype() == DType::float32 ? *options.transfer_dtype
-                                                                 : v.dtype();
-  };
-  Manifest m;
-  for (const auto& e : sd.entries()) {
-    if (const auto* shard = shard_of(e.name)) {
-      // Never packed (but an empty tensor holds nothing to store).
-      lay_out(m, e.name, stored_dtype(e.view), shard->slice.global_shape(), 0,
-              options.pack_bucket_bytes);
-    } else if (e.is_tensor()) {
-      lay_out(m, e.name, stored_dtype(e.view), e.view.shape(), options.pack_max_tensor_bytes,
-              options.pack_bucket_bytes);
-    } else {
-      lay_out_value(m, e.name, *e.value);
+  // The layout: the hint's when it fits, else laid out now.
+  std::shared_ptr<const Snapshot> layout;
+  if (hint && !part.layout && same_layout(hint->manifest, sd, options)) {
+    layout = std::move(hint);
+  } else {
+    auto fresh = std::make_shared<Snapshot>();
+    Manifest& lm = fresh->manifest;
+    lm.entries.reserve(sd.entries().size());
+    for (const auto& e : sd.entries()) {
+      if (const auto* shard = shard_of(e.name)) {
+        // Never packed (but an empty tensor holds nothing to store).
+        lay_out(lm, e.name, stored_dtype_of(e.view, options), shard->slice.global_shape(), 0,
+                options.pack_bucket_bytes);
+      } else if (e.is_tensor()) {
+        lay_out(lm, e.name, stored_dtype_of(e.view, options), e.view.shape(),
+                options.pack_max_tensor_bytes, options.pack_bucket_bytes);
+      } else {
+        lay_out_value(lm, e.name, *e.value);
+      }
     }
+    fresh->bytes = encode_manifest(lm);
+    layout = std::move(fresh);
   }
-  p->call.stream_manifest = encode_manifest(m);
+  if (laid_out && !part.layout) *laid_out = layout;
+  const Manifest& m = layout->manifest;
+  p->call.stream_manifest = layout->bytes;
   if (part.layout) {
     // What every rank must agree on; the keys that commit together.
     const auto& bytes = p->call.stream_manifest;
@@ -180,6 +245,8 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   if (part.layout) p->call.stream_manifest.clear();  // no stream of a sharded put
   return p;
 }
+
+}  // namespace
 
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p, bool fenced) {

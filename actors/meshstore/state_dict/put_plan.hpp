@@ -13,6 +13,7 @@
 #include "meshstore/future.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
+#include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/store.hpp"
 
 namespace meshstore::state_dicts {
@@ -36,6 +37,19 @@ struct ShardedPart {
 Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
                                                  const StateDictPutOptions& options,
                                                  const ShardedPart& part = {});
+
+// prepare_put of a whole state dict with the layout of an earlier put as a
+// hint: when `hint` lays `sd` out exactly as prepare_put would (the same
+// names in order, stored dtypes, shapes and value sizes; the caller keys
+// hints by layout_key, which holds the options), its manifest is used
+// rather than laid out again (1,000 entries: no allocation per entry).
+// `*laid_out` is the layout used, to keep for the next put.
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options,
+                                                 std::shared_ptr<const Snapshot> hint,
+                                                 std::shared_ptr<const Snapshot>* laid_out);
+// The key a put's layout is kept under: `key` and the options that shape it.
+std::string layout_key(const std::string& key, const StateDictPutOptions& options);
 
 // Puts a prepared state dict under `key`. The commit also removes, in the
 // same step, every key the previous version owned and this one does not

@@ -62,7 +62,10 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   into.cast = cast;
   for (std::size_t k = 0; k < m.entries.size(); ++k) {
     const auto& me = m.entries[k];
-    const auto* e = dst->find(me.name);
+    // A destination laid out like the manifest (the usual case) is matched
+    // by position; names are unique, so the lookup would find the same.
+    const auto* e = k < dst_entries.size() && dst_entries[k].name == me.name ? &dst_entries[k]
+                                                                             : dst->find(me.name);
     found[k] = e;
     if (e) named[static_cast<std::size_t>(e - dst_entries.data())] = 1;
     if (!e) {

@@ -59,6 +59,9 @@ struct Store::Impl {
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
+  // The layouts of this store's last state-dict puts, by key (by prefix for
+  // versions) and options: a put of the same layout reuses its manifest.
+  std::shared_ptr<state_dicts::ManifestCache> put_layouts = state_dicts::make_manifest_cache();
   // The fast path for small gets and puts (StoreOptions::fast_path; null when off),
   // shared with the client actor. Set before the Store is handed out.
   std::shared_ptr<actors::FastPath> fast;
@@ -112,6 +115,9 @@ struct Store::Impl {
 
   static std::shared_ptr<state_dicts::ManifestCache> manifest_cache(Impl* impl) {
     return impl == nullptr ? nullptr : impl->manifests;
+  }
+  static std::shared_ptr<state_dicts::ManifestCache> put_layout_cache(Impl* impl) {
+    return impl == nullptr ? nullptr : impl->put_layouts;
   }
 
   // Gives `call` a promise, sends it to the client actor and returns the
