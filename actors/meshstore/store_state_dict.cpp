@@ -45,6 +45,17 @@ using state_dicts::stage_at;
 using state_dicts::stream_into;
 using state_dicts::version_key;
 
+// prepare_put with the layout kept under `slot` in `layouts` (null: none)
+// as its hint; a put it prepares keeps its layout there for the next one.
+Result<std::shared_ptr<state_dicts::PreparedPut>> prepare_with_kept_layout(
+    const StateDict& sd, const std::string& op, const StateDictPutOptions& options,
+    state_dicts::ManifestCache* layouts, const std::string& slot) {
+  std::shared_ptr<const Snapshot> laid_out;
+  auto prepared = prepare_put(sd, op, options, layouts ? layouts->find(slot) : nullptr, &laid_out);
+  if (prepared.ok() && layouts && laid_out) layouts->put(slot, std::move(laid_out));
+  return prepared;
+}
+
 }  // namespace
 
 Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
@@ -54,13 +65,10 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   auto st = staging(op, false);  // put_source decides per entry
   auto use = put_source(sd, *st, options);
   if (!use.ok()) return make_error_future<void>(use.status());
-  auto layouts = Impl::put_layout_cache(impl_.get());
-  const std::string slot = state_dicts::layout_key(key, options);
-  std::shared_ptr<const state_dicts::Snapshot> laid_out;
   auto prepared =
-      prepare_put(**use, op, options, layouts ? layouts->find(slot) : nullptr, &laid_out);
+      prepare_with_kept_layout(**use, op, options, Impl::put_layout_cache(impl_.get()).get(),
+                               state_dicts::layout_key(key, options));
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
-  if (layouts && laid_out) layouts->put(slot, std::move(laid_out));
   return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
       .then([st] {});
 }
@@ -93,15 +101,12 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   auto use = put_source(sd, *st, options);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   // Versions' keys change every time; their layout is kept by prefix.
-  auto layouts = Impl::put_layout_cache(impl_.get());
-  const std::string slot = state_dicts::layout_key(prefix + "@versions", options);
-  std::shared_ptr<const state_dicts::Snapshot> laid_out;
   auto prepared_or =
-      prepare_put(**use, op, options, layouts ? layouts->find(slot) : nullptr, &laid_out);
+      prepare_with_kept_layout(**use, op, options, Impl::put_layout_cache(impl_.get()).get(),
+                               state_dicts::layout_key(prefix + "@versions", options));
   if (!prepared_or.ok()) {
     return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
   }
-  if (layouts && laid_out) layouts->put(slot, std::move(laid_out));
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").
   return state_dicts::publish_prepared(client, prefix, std::move(prepared_or).value(), keep, op)
       .then([st](std::uint64_t version) { return version; });  // host copies live till then

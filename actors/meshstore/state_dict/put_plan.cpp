@@ -76,35 +76,9 @@ bool same_layout(const Manifest& m, const StateDict& sd, const StateDictPutOptio
   return true;
 }
 
-Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const std::string& op,
-                                                      const StateDictPutOptions& options,
-                                                      const ShardedPart& part,
-                                                      std::shared_ptr<const Snapshot> hint,
-                                                      std::shared_ptr<const Snapshot>* laid_out);
-
-}  // namespace
-
-std::string layout_key(const std::string& key, const StateDictPutOptions& options) {
-  return key + '\0' + std::to_string(options.pack_max_tensor_bytes) + ',' +
-         std::to_string(options.pack_bucket_bytes) + ',' +
-         (options.transfer_dtype ? std::string(dtype_name(*options.transfer_dtype)) : "-");
-}
-
-Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
-                                                 const StateDictPutOptions& options,
-                                                 const ShardedPart& part) {
-  return prepare_put_with(sd, op, options, part, nullptr, nullptr);
-}
-
-Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
-                                                 const StateDictPutOptions& options,
-                                                 std::shared_ptr<const Snapshot> hint,
-                                                 std::shared_ptr<const Snapshot>* laid_out) {
-  return prepare_put_with(sd, op, options, ShardedPart{}, std::move(hint), laid_out);
-}
-
-namespace {
-
+// Both prepare_puts: `hint` (an earlier put's layout) is used when
+// same_layout says it fits a whole state dict; `*laid_out` (when given)
+// gets the layout used.
 Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const std::string& op,
                                                       const StateDictPutOptions& options,
                                                       const ShardedPart& part,
@@ -247,6 +221,25 @@ Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const
 }
 
 }  // namespace
+
+std::string layout_key(const std::string& key, const StateDictPutOptions& options) {
+  return key + '\0' + std::to_string(options.pack_max_tensor_bytes) + ',' +
+         std::to_string(options.pack_bucket_bytes) + ',' +
+         (options.transfer_dtype ? std::string(dtype_name(*options.transfer_dtype)) : "-");
+}
+
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options,
+                                                 const ShardedPart& part) {
+  return prepare_put_with(sd, op, options, part, nullptr, nullptr);
+}
+
+Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std::string& op,
+                                                 const StateDictPutOptions& options,
+                                                 std::shared_ptr<const Snapshot> hint,
+                                                 std::shared_ptr<const Snapshot>* laid_out) {
+  return prepare_put_with(sd, op, options, ShardedPart{}, std::move(hint), laid_out);
+}
 
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p, bool fenced) {
