@@ -567,6 +567,19 @@ caf::actor sender_of(volume_pointer self) {
   return caf::actor_cast<caf::actor>(self->current_sender());
 }
 
+// Where a fast-path channel's puts go (ring_attach, small_attach): this
+// volume commits them at `controller`, monitored so that a dead one ends
+// waiting puts at once, for `owner`.
+FastPuts fast_puts_for(volume_pointer self, const caf::actor& controller,
+                       const caf::actor_addr& owner) {
+  auto& st = self->state;
+  if (controller && st.controllers.insert(controller.address()).second) {
+    self->monitor(controller);
+  }
+  return FastPuts{self->address(), controller.address(), owner,
+                  st.config.transport_config.request_timeout};
+}
+
 // A client died: its read leases go now; its staged objects go after the
 // grace period, unless the controller's commit (already on its way,
 // perhaps) adopts them first.
@@ -958,25 +971,16 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           return to_caf_error(
               ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));
         }
-        if (controller && st.controllers.insert(controller.address()).second) {
-          self->monitor(controller);
-        }
-        FastPuts puts{self->address(), controller.address(), sender_of(self).address(),
-                      st.config.transport_config.request_timeout};
-        st.rings.push_back(std::make_unique<RingService>(std::move(ring).value(), st.small, st.log,
-                                                         st.config.volume_id, std::move(puts)));
+        st.rings.push_back(std::make_unique<RingService>(
+            std::move(ring).value(), st.small, st.log, st.config.volume_id,
+            fast_puts_for(self, controller, sender_of(self).address())));
         return caf::ok_atom::value;
       },
       [=](small_attach_atom, std::uint64_t token,
           const caf::actor& controller) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        if (controller && st.controllers.insert(controller.address()).second) {
-          self->monitor(controller);
-        }
         // Watched: its session goes when it does.
         const auto owner = watch(self, sender_of(self));
-        st.sessions->attach(token, FastPuts{self->address(), controller.address(), owner,
-                                            st.config.transport_config.request_timeout});
+        self->state.sessions->attach(token, fast_puts_for(self, controller, owner));
         return caf::ok_atom::value;
       },
       [=](stat_atom) -> wire::VolumeStat {
