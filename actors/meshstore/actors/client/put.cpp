@@ -107,6 +107,15 @@ Layout spare_layout(client_pointer self, const std::shared_ptr<PutOp>& op, bool 
   return total <= limit ? out : Layout{};
 }
 
+// The least recently used entry of `spares` (or of last_layouts), which is
+// not empty.
+template <class Map>
+typename Map::iterator least_recent(Map& spares) {
+  return std::min_element(spares.begin(), spares.end(), [](const auto& a, const auto& b) {
+    return a.second.used < b.second.used;
+  });
+}
+
 void give_back_spare(client_pointer self, const ClientState::Spare& spare) {
   auto conn = self->state.conns.find(spare.volume_id);
   if (conn != self->state.conns.end() && conn->second->handle) {
@@ -145,17 +154,10 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
   last.used = ++st.spare_clock;
   // Remembered for a bounded number of keys: the least recent goes.
   constexpr std::size_t kMaxLayouts = 64;
-  if (st.last_layouts.size() > kMaxLayouts) {
-    auto oldest = std::min_element(
-        st.last_layouts.begin(), st.last_layouts.end(),
-        [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
-    st.last_layouts.erase(oldest);
-  }
+  if (st.last_layouts.size() > kMaxLayouts) st.last_layouts.erase(least_recent(st.last_layouts));
   if (!repeated || st.spares.count(under) != 0) return;
   while (st.spares.size() >= ClientConfig::kMaxSpares) {
-    auto oldest = std::min_element(
-        st.spares.begin(), st.spares.end(),
-        [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    auto oldest = least_recent(st.spares);
     give_back_spare(self, oldest->second);
     st.spares.erase(oldest);
   }
