@@ -64,13 +64,18 @@ inline double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
 }
 
-/// The directory this program lies in (build/bin: the scripts and programs
-/// the benchmarks run lie there too).
-inline std::string own_dir() {
+/// This program's path.
+inline std::string own_path() {
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n <= 0) die("readlink /proc/self/exe");
-  std::string path(exe, static_cast<std::size_t>(n));
+  return std::string(exe, static_cast<std::size_t>(n));
+}
+
+/// The directory this program lies in (build/bin: the scripts and programs
+/// the benchmarks run lie there too).
+inline std::string own_dir() {
+  const std::string path = own_path();
   return path.substr(0, path.rfind('/'));
 }
 
@@ -232,11 +237,7 @@ inline std::string ip_tool() {
 /// the child is this program once it starts).
 inline std::unique_ptr<Child> spawn_in_netns(const std::string& netns,
                                              std::vector<std::string> args) {
-  std::string exe(4096, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-  if (n <= 0) die("cannot find this program's path");
-  exe.resize(static_cast<std::size_t>(n));
-  args.insert(args.begin(), {"netns", "exec", netns, exe});
+  args.insert(args.begin(), {"netns", "exec", netns, own_path()});
   return spawn(ip_tool(), std::move(args));
 }
 

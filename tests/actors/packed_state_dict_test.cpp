@@ -212,16 +212,24 @@ TEST_P(PackedStateDict, AReadThatGuessedAStaleLayoutEndsWithTheNewOne) {
   EXPECT_EQ(yb, y);
 }
 
-// The volume's staged objects (puts in flight, and spare staging) once
-// they reach `want`, or what they were at the deadline.
+// The volumes' staged objects now (puts in flight, and spare staging).
+Result<std::uint64_t> staged_now(Store& store) {
+  auto stats = store.stats().get(kWait);
+  if (!stats.ok()) return stats.status();
+  std::uint64_t staged = 0;
+  for (const auto& v : *stats) staged += v.staged;
+  return staged;
+}
+
+// The staged objects once they reach `want`, or what they were at the
+// deadline.
 std::uint64_t staged_reaches(Store& store, std::uint64_t want) {
   std::uint64_t staged = ~std::uint64_t{0};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
-    auto stats = store.stats().get(kWait);
-    if (!stats.ok()) return staged;
-    staged = 0;
-    for (const auto& v : *stats) staged += v.staged;
+    auto now = staged_now(store);
+    if (!now.ok()) return staged;
+    staged = *now;
     if (staged == want) break;
   }
   return staged;
@@ -336,12 +344,10 @@ TEST(SpareStaging, StateDictsOverTheLimitOrPutOnceKeepNone) {
       ASSERT_OK(store->put_state_dict("step" + std::to_string(i), m.sd()).get(kWait));
     }
   }
-  auto stats = store->stats().get(kWait);
-  ASSERT_OK(stats);
-  std::uint64_t staged = 0;
-  for (const auto& v : *stats) staged += v.staged;
+  auto staged = staged_now(*store);
+  ASSERT_OK(staged);
   const std::uint64_t each = objects_of(*store, "step0");
-  EXPECT_LE(staged, 4 * each);
+  EXPECT_LE(*staged, 4 * each);
   EXPECT_EQ(staged_reaches(*store, 4 * each), 4 * each);
   // The keys read back intact after all that.
   Into into(m);
