@@ -251,6 +251,14 @@ struct FastPathStats {
   /// actor path (no channel to this client's volume yet, the volume refused
   /// it: full, the controller said no; the channel failed).
   std::uint64_t put_misses = 0;
+  /// Reads of objects on a volume of this host whose place this client
+  /// knew (its own puts, earlier leases), copied straight from shared
+  /// memory without asking the volume, and checked after the copy by the
+  /// object's tag (docs/architecture.md, "Lease-free reads").
+  std::uint64_t lease_free_reads = 0;
+  /// Lease-free reads that found their object replaced, removed or changing:
+  /// read again the leased way (never returned).
+  std::uint64_t lease_free_stale = 0;
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

@@ -236,7 +236,10 @@ void run_weight_sync(const Args& a) {
   qwen3::Tensors small_shapes;
   for (int i = 0; i < 1000; ++i) small_shapes.push_back({"t." + std::to_string(i), {2048}});
   Dict small_src = make_dict(small_shapes, 0x4000), small_dst = make_dict(small_shapes, 0);
+  const auto fast_before = store.fast_path_stats();
   const SyncTimes small = time_sync(store, "ws_small", small_src, small_dst, iters, !a.json);
+  // How many of its reads went without a lease (docs/architecture.md).
+  const auto lease_free = store.fast_path_stats().lease_free_reads - fast_before.lease_free_reads;
   // A third for the simulator (benchmarks/sim/weightsync_sim.py), which
   // takes a state dict's cost per object from it: tensors of 4 MiB, each an
   // object of its own.
@@ -277,6 +280,7 @@ void run_weight_sync(const Args& a) {
         "\"put_state_dict_vs_memcpy\":%.3f,\"get_state_dict_into_vs_memcpy\":%.3f,"
         "\"put_per_tensor_us\":%.2f,\"get_per_tensor_us\":%.2f,\"per_tensor_overhead_us\":%.2f,"
         "\"small_1000x4KiB_sync_ms\":%.3f,\"small_put_ms\":%.3f,\"small_get_ms\":%.3f,"
+        "\"small_lease_free_reads\":%llu,"
         "\"small_bytes\":%llu,\"medium_tensors\":%d,\"medium_bytes\":%llu,"
         "\"medium_put_ms\":%.3f,\"medium_get_ms\":%.3f,"
         "\"put_state_dict_s\":%.6f,\"get_state_dict_into_s\":%.6f,"
@@ -288,7 +292,7 @@ void run_weight_sync(const Args& a) {
         static_cast<unsigned long long>(src.bytes), iters, gb / m, gb / big.put, gb / big.get,
         m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
         (small.put + small.get) * 1e3, small.put * 1e3, small.get * 1e3,
-        static_cast<unsigned long long>(b2), medium_n,
+        static_cast<unsigned long long>(lease_free), static_cast<unsigned long long>(b2), medium_n,
         static_cast<unsigned long long>(medium_bytes), medium.put * 1e3, medium.get * 1e3, big.put,
         big.get, gb / e2e, m / e2e, have_stream ? "streamed to a reader process" : "sequential",
         m / sequential, have_stream ? m / streamed.put : 0.0,
@@ -316,8 +320,10 @@ void run_weight_sync(const Args& a) {
                 m / in_place.seconds, in_place.put * 1e3);
   }
   std::printf(
-      "  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put %.2f ms + get %.2f ms\n",
-      put_op, get_op, small.put * 1e3, small.get * 1e3);
+      "  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put %.2f ms + get %.2f ms"
+      " (%llu of its reads lease-free)\n",
+      put_op, get_op, small.put * 1e3, small.get * 1e3,
+      static_cast<unsigned long long>(lease_free));
   std::printf("  %d x 4 MiB (one object each): put %.2f ms + get %.2f ms\n", medium_n,
               medium.put * 1e3, medium.get * 1e3);
 }

@@ -3,7 +3,9 @@
 // crashed process leaves is collected).
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -77,14 +79,16 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
     for (std::uint64_t id = 1; id <= 5; ++id) {
       if (round == 0) {
         auto m = server->allocator()->allocate(buf.size()).value();
-        held.push_back(std::make_shared<Region>(id, m.memory, buf.size(), m.segment, 0));
+        held.push_back(
+            std::make_shared<Region>(id, m.memory, buf.size(), m.segment, m.segment_offset));
         regions->add(held.back());
       }
       const auto& r = held[id - 1];
-      ASSERT_OK(client
-                    ->write(testing::shm_region_ref(id, buf.size(), r->segment()), 0, buf.data(),
-                            buf.size())
-                    .get(kWait));
+      ASSERT_OK(
+          client
+              ->write(testing::shm_region_ref(id, buf.size(), r->segment(), r->segment_offset()), 0,
+                      buf.data(), buf.size())
+              .get(kWait));
       EXPECT_EQ(r->data()[100], std::byte{3});
     }
   }
@@ -94,6 +98,71 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
   server.reset();
   held.clear();
   EXPECT_EQ(mapped_segments(), before);
+}
+
+// The tag in front of each region the server allocates: the client sees
+// what the volume writes there, and finds none where no server header is
+// (a segment of someone else's, another offset, a wrong magic number).
+TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
+  auto runtime = internal::ActorRuntime::create({}).value();
+  auto regions = std::make_shared<RegionTable>();
+  TransportConfig config;
+  auto factory = builtin_registry().find("shm").value();
+  auto server =
+      factory.make_server(ServerContext{&runtime->system(), regions, config, "v"}).value();
+  auto client =
+      factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
+  auto m = server->allocator()->allocate(4096).value();
+  ASSERT_NE(m.object_tag, nullptr);
+  EXPECT_EQ(m.segment_offset, kObjectHeaderBytes);
+  EXPECT_EQ(m.object_tag->load(), 0u);  // no object yet
+  const auto ref = testing::shm_region_ref(7, 4096, m.segment, m.segment_offset);
+  auto tag = client->object_tag(ref);
+  ASSERT_NE(tag, nullptr);
+  EXPECT_EQ(tag->load(), 0u);
+  m.object_tag->store(7);
+  EXPECT_EQ(tag->load(), 7u);
+  m.object_tag->store(0);
+  EXPECT_EQ(tag->load(), 0u);
+  // Elsewhere in the segment, or larger than it: none.
+  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, m.segment, 0)), nullptr);
+  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 8192, m.segment, m.segment_offset)),
+            nullptr);
+  // A segment without the server's header (a publisher's own, say): none,
+  // even at the header's offset.
+  const std::string other = process_prefix() + "not-a-region.1";
+  auto plain = Segment::create(other, 8192).value();
+  std::memset(plain->data(), 0x5a, plain->size());
+  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, other, kObjectHeaderBytes)),
+            nullptr);
+  // A gone segment: none (the read goes the leased way, which reports it).
+  EXPECT_EQ(client->object_tag(
+                testing::shm_region_ref(7, 4096, process_prefix() + "gone.1", kObjectHeaderBytes)),
+            nullptr);
+}
+
+// Lease-free reads trust a tag only while the process that clears it
+// lives: the watch sees a killed process as gone before it is reaped, and
+// a pid whose start time differs as another process.
+TEST(ShmTransport, AProcessWatchSeesItsProcessExit) {
+  EXPECT_TRUE(ProcessWatch::of_segment_prefix(process_prefix())->alive());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ProcessWatch watch(child);
+  EXPECT_TRUE(watch.alive());
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  EXPECT_TRUE(testing::eventually([&] { return !watch.alive(); }, kWait));  // a zombie now
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_FALSE(watch.alive());
+  EXPECT_FALSE(ProcessWatch(child).alive());  // reaped: nothing to watch
+  EXPECT_FALSE(ProcessWatch(getpid(), "1").alive()) << "another start time is another process";
+  EXPECT_EQ(ProcessWatch::of_segment_prefix("meshstore.x-1."), nullptr);
+  EXPECT_EQ(ProcessWatch::of_segment_prefix("other.1-1."), nullptr);
 }
 
 TEST(ShmTransport, VolumesCanStayOutOfSharedMemory) {

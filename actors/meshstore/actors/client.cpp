@@ -52,6 +52,26 @@ void handle_stat(client_pointer self, StatCall call) {
           [=](caf::error& e) { promise->set_error(from_caf_error(e, "stats")); });
 }
 
+namespace {
+
+// The controller's process, when CAF's node ids say it is another process
+// of this host; null when it is this process or another host's.
+std::unique_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer self) {
+  using data = caf::node_id::default_data;
+  const auto theirs = self->state.controller.node();
+  const auto ours = self->node();
+  if (!theirs || !ours || theirs->implementation_id() != data::class_id ||
+      ours->implementation_id() != data::class_id) {
+    return nullptr;
+  }
+  const auto& t = static_cast<const data&>(*theirs);
+  const auto& o = static_cast<const data&>(*ours);
+  if (t.host_id() != o.host_id() || t.process_id() == o.process_id()) return nullptr;
+  return std::make_unique<transports::shm::ProcessWatch>(static_cast<long>(t.process_id()));
+}
+
+}  // namespace
+
 caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_actor controller,
                           strategy_actor strategy) {
   self->state.cfg = std::move(cfg);
@@ -60,6 +80,7 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
+  self->state.controller_process = watch_controller(self);
   // Volumes in processes this one has no connection to: their deaths come
   // from the controller.
   self->send(self->state.controller, watch_volumes_atom::value);

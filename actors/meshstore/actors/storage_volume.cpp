@@ -34,6 +34,9 @@ struct StoredObject {
   // the region's deleter (discard clears it). Null for memory never pooled
   // (a publisher's lent buffers).
   std::shared_ptr<std::atomic<bool>> reusable;
+  // The tag clients check around a lease-free read (RegionMemory::object_tag):
+  // this object's id from its staging until it is dropped. Null: none.
+  std::atomic<std::uint64_t>* tag = nullptr;
 };
 
 class RegionPool;
@@ -104,6 +107,9 @@ std::shared_ptr<std::byte> small_memory(std::uint64_t nbytes) {
 }
 
 AccountedMemory::~AccountedMemory() {
+  // No object lives here any more (a staging given back, a dropped object's
+  // last lease closed): cleared before the memory serves anything else.
+  if (memory.object_tag) memory.object_tag->store(0, std::memory_order_release);
   if (auto c = counter.lock()) c->fetch_sub(nbytes);
   if (reusable.load()) {
     if (auto p = pool.lock()) p->give(nbytes, std::move(memory));
@@ -506,6 +512,10 @@ struct VolumeState {
     auto fresh = device >= 0 ? device_memory(nbytes, device) : fresh_memory(nbytes);
     if (!fresh.ok()) return fresh.status();
     transports::RegionMemory memory = std::move(fresh).value();
+    // Named from its staging: only its writer knows the id until the
+    // commit, and nobody reads an object it has not seen committed.
+    if (memory.object_tag) memory.object_tag->store(id, std::memory_order_release);
+    auto* tag = memory.object_tag;
     const int on_device = memory.device;
     std::byte* data = memory.memory.get();
     std::string segment = memory.segment;
@@ -522,6 +532,7 @@ struct VolumeState {
                                                          std::move(segment), segment_offset);
     object.region->set_device(on_device);
     object.reusable = std::shared_ptr<std::atomic<bool>>(block, &block->reusable);
+    object.tag = tag;
     return object;
   }
 
@@ -537,6 +548,8 @@ struct VolumeState {
     auto it = objects.find(id);
     if (it == objects.end()) return;
     if (!reuse && it->second.reusable) it->second.reusable->store(false);
+    // Lease-free readers see it gone now, though leases may keep its memory.
+    if (it->second.tag) it->second.tag->store(0, std::memory_order_release);
     small->remove(id);
     objects.erase(it);
   }

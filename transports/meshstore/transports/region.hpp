@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,11 @@ struct RegionMemory {
   std::uint64_t segment_offset = 0;
   /// The GPU whose device memory `memory` is (cuda-ipc), -1 for host memory.
   int device = -1;
+  /// The word naming the object that lives in `memory` (0: none), in
+  /// memory same-host clients map (the shm server's segment header): the
+  /// volume writes it, a client reads it around a read made without a
+  /// lease (docs/architecture.md, "Lease-free reads"). Null where there is none.
+  std::atomic<std::uint64_t>* object_tag = nullptr;
 };
 
 /// Where a volume's region memory comes from when a transport needs it in a

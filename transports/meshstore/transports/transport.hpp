@@ -7,6 +7,7 @@
 // and read from those regions. Control (which region, when it is valid)
 // travels in actor messages; a transport only moves bytes.
 
+#include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstddef>
@@ -214,6 +215,17 @@ class Transport {
   virtual Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& dst) {
     (void)dst;
     return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
+  }
+  /// The word that names the object living in region `src`'s memory (0:
+  /// none), mapped into this process, for a read without a lease: read it,
+  /// copy, read it again; the same object id both times means the copy is
+  /// that object's bytes (the volume clears the word before the memory
+  /// serves anything else). Null where the transport cannot show it (only
+  /// shm can today, for the memory its server allocated). Stays mapped while
+  /// the pointer lives.
+  virtual std::shared_ptr<const std::atomic<std::uint64_t>> object_tag(const wire::RegionRef& src) {
+    (void)src;
+    return nullptr;
   }
   /// Opens a channel for small operations to the volume, over a connection
   /// of its own (blocks for its handshake). Errc::unsupported for

@@ -20,6 +20,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/result.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::actors::client_detail {
@@ -40,6 +41,21 @@ struct VolumeConn {
   wire::VolumeInfo info;
   storage_volume_actor handle;
   std::shared_ptr<transports::Transport> transport;
+  /// Where objects of this volume lie, by object id, as this client saw
+  /// them (its own puts' staging, read leases): lease-free reads
+  /// (volume_reads.cpp) use them. Bounded by kMaxKnownRegions (all
+  /// forgotten when full); a stale entry is harmless (the tag check fails).
+  std::unordered_map<std::uint64_t, wire::RegionRef> known_regions;
+  static constexpr std::size_t kMaxKnownRegions = 4096;
+  /// Remembers where `regions` lie (host memory only).
+  void remember(const std::vector<wire::RegionRef>& regions) {
+    if (known_regions.size() + regions.size() > kMaxKnownRegions) known_regions.clear();
+    for (const auto& r : regions) {
+      if (r.device < 0 && r.region_id != 0 && known_regions.size() < kMaxKnownRegions) {
+        known_regions[r.region_id] = r;
+      }
+    }
+  }
 };
 
 using ConnResult = Result<std::shared_ptr<VolumeConn>>;
@@ -99,6 +115,10 @@ struct ClientState {
   std::uint64_t next_wait = 1;
   // Why the controller or strategy is gone; empty while they live.
   std::string control_down;
+  // The controller's process where it runs on this host, another process
+  // (null otherwise): lease-free reads stop once it has exited, before its
+  // down message arrives, as the leased way's round trip would.
+  std::unique_ptr<transports::shm::ProcessWatch> controller_process;
   // Spare staging (put.cpp): staged objects kept for the next put of a
   // state dict put again with the same layout, by the key it replaces
   // under; and each such key's last layout (bounded like the spares).

@@ -287,6 +287,8 @@ FastPath::Stats FastPath::stats() const {
   s.stale = stale_.load(std::memory_order_relaxed);
   s.puts = puts_.load(std::memory_order_relaxed);
   s.put_misses = put_misses_.load(std::memory_order_relaxed);
+  s.lease_free_reads = lease_free_reads_.load(std::memory_order_relaxed);
+  s.lease_free_stale = lease_free_stale_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

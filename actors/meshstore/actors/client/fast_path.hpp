@@ -80,9 +80,11 @@ class FastPath {
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
     std::uint64_t stale = 0;
-    std::uint64_t rings = 0;       ///< rings (and tcp channels) open now
-    std::uint64_t puts = 0;        ///< puts committed over a ring
-    std::uint64_t put_misses = 0;  ///< puts write() sent down the actor path
+    std::uint64_t rings = 0;             ///< rings (and tcp channels) open now
+    std::uint64_t puts = 0;              ///< puts committed over a ring
+    std::uint64_t put_misses = 0;        ///< puts write() sent down the actor path
+    std::uint64_t lease_free_reads = 0;  ///< reads served without a lease (count_lease_free)
+    std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
   };
 
   // -- the client actor's side --
@@ -131,6 +133,11 @@ class FastPath {
                 Status* why);
 
   Stats stats() const;
+  /// The client actor counts its lease-free reads (a read without a lease,
+  /// checked by the object tags): served, or gone the leased way.
+  void count_lease_free(bool served) {
+    (served ? lease_free_reads_ : lease_free_stale_).fetch_add(1, std::memory_order_relaxed);
+  }
 
  private:
   struct Channel;
@@ -142,7 +149,8 @@ class FastPath {
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;
-  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0};
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
+      lease_free_reads_{0}, lease_free_stale_{0};
 };
 
 }  // namespace meshstore::actors

@@ -256,6 +256,14 @@ void report_filled(client_pointer self, const std::shared_ptr<PutOp>& op,
   }
 }
 
+// A put committed: where its objects lie on its volume is remembered, so
+// this client reads them back without a lease (lease-free reads).
+void remember_committed(const std::shared_ptr<PutOp>& op) {
+  if (!op->conn) return;
+  op->conn->remember(op->call.staged.regions);
+  op->conn->remember(op->regions);
+}
+
 void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (!may_commit(op->call.guard)) {
     // Cancelled: nothing of it becomes visible.
@@ -302,6 +310,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
     ask(self, st.controller, replace_atom::value, records, op->call.replace_under, true)
         .then(
             [=](const std::vector<std::uint64_t>& versions) mutable {
+              remember_committed(op);
               cache_committed(self, std::move(records), versions);
               op->call.promise->set_value(versions);
               restage_spare(self, op);
@@ -312,6 +321,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   ask(self, st.controller, notify_put_batch_atom::value, records)
       .then(
           [=](const std::vector<std::uint64_t>& versions) mutable {
+            remember_committed(op);
             cache_committed(self, std::move(records), versions);
             op->call.promise->set_value(versions);
           },

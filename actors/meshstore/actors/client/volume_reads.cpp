@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <utility>
 
 #include "meshstore/actors/client/ask.hpp"
@@ -235,6 +236,195 @@ Future<void> read_scattered(const std::shared_ptr<VolumeConn>& c, const wire::Re
   });
 }
 
+// Starts copying each target's object out of its region (`regions[i]`
+// holds targets[i]'s object: a lease's, or a lease-free read's).
+std::vector<Future<void>> copy_out(const std::shared_ptr<VolumeConn>& c,
+                                   const std::vector<wire::RegionRef>& regions,
+                                   const std::vector<ReadTarget>& targets) {
+  std::vector<Future<void>> reads;
+  for (std::size_t i = 0; i < targets.size() && i < regions.size(); ++i) {
+    const auto& t = targets[i];
+    if (regions[i].nbytes != t.nbytes) {
+      reads.push_back(make_error_future<void>(
+          Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
+                                           std::to_string(regions[i].nbytes) +
+                                           " bytes, the index says " + std::to_string(t.nbytes))));
+      continue;
+    }
+    if (t.box) {
+      reads.push_back(read_box(c, regions[i], t));
+      continue;
+    }
+    if (t.cast_to) {
+      reads.push_back(read_cast(c, regions[i], t));
+      continue;
+    }
+    if (t.scatter) {
+      reads.push_back(read_scattered(c, regions[i], t));
+      continue;
+    }
+    if (t.device && !c->transport->capabilities().device_copies) {
+      reads.push_back(read_into_device(c, regions[i], t.dst, t.nbytes));
+      continue;
+    }
+    reads.push_back(c->transport->read(regions[i], 0, t.dst, t.nbytes));
+  }
+  return reads;
+}
+
+// Objects read directly at most in one call: a lease-free read that loses its
+// race with a writer copies its bytes twice, which a lease's round trip
+// costs less than for larger ones.
+constexpr std::uint64_t kMaxLeaseFreeReadBytes = std::uint64_t{64} << 20;
+
+// A lease-free read: where this client knows each target's region and the
+// transport shows the tag naming the object there (shm), the bytes are
+// copied straight away, without asking the volume for a lease; the tags,
+// read before and after the copy, must name the target's object both
+// times. Committed bytes never change, and the volume clears an object's
+// tag before its memory serves anything else, so an unchanged tag means
+// an intact copy of that committed object; a changed one sends the read
+// the leased way (docs/architecture.md, "Lease-free reads").
+struct LeaseFreeRead {
+  std::vector<wire::RegionRef> regions;
+  std::vector<std::shared_ptr<const std::atomic<std::uint64_t>>> tags;
+};
+
+// The lease-free read of `targets` (host copies into the caller's memory of
+// at most kMaxLeaseFreeReadBytes, each object's region known and tagged with
+// its id now); nullopt where one is not, or the store has no fast path.
+std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const VolumeConn& c,
+                                                const std::vector<ReadTarget>& targets) {
+  const auto& controller = self->state.controller_process;
+  if (!self->state.locations.fast || targets.empty() || !c.transport->capabilities().maps_memory ||
+      (controller && !controller->alive())) {
+    return std::nullopt;
+  }
+  LeaseFreeRead d;
+  std::uint64_t total = 0;
+  for (const auto& t : targets) {
+    total += t.nbytes;
+    if (t.view || t.device || total > kMaxLeaseFreeReadBytes) return std::nullopt;
+    auto it = c.known_regions.find(t.object_id);
+    if (it == c.known_regions.end() || it->second.nbytes != t.nbytes) return std::nullopt;
+    auto tag = c.transport->object_tag(it->second);
+    if (!tag) return std::nullopt;
+    if (tag->load(std::memory_order_acquire) != t.object_id) {
+      self->state.locations.fast->count_lease_free(false);  // replaced or removed
+      return std::nullopt;
+    }
+    d.regions.push_back(it->second);
+    d.tags.push_back(std::move(tag));
+  }
+  return d;
+}
+
+}  // namespace
+
+namespace {
+
+// Reads `targets` from `c` under a read lease: open_read pins them (or
+// answers small ones' bytes inline), the bytes are copied, the lease closes.
+void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
+                 std::vector<ReadTarget> targets, std::shared_ptr<bool> stale,
+                 std::shared_ptr<Promise<void>> promise) {
+  const std::string volume_id = c->info.volume_id;
+  std::vector<std::uint64_t> ids;
+  for (const auto& t : targets) ids.push_back(t.object_id);
+  const std::uint64_t lease_id = self->state.next_lease_id++;
+  ask(self, c->handle, open_read_atom::value, ids, lease_id)
+      .then(
+          [=](const wire::ReadLease& lease) mutable {
+            c->remember(lease.regions);
+            if (lease.regions.size() != targets.size()) {
+              if (lease.lease_id != 0)
+                self->send(c->handle, close_read_atom::value, lease.lease_id);
+              return (void)promise->set_error(Status(
+                  Errc::protocol_error, "volume '" + volume_id + "' answered " +
+                                            std::to_string(lease.regions.size()) + " regions for " +
+                                            std::to_string(targets.size()) + " objects"));
+            }
+            if (!lease.data.empty()) {
+              // A small read: the bytes came inline and nothing is pinned.
+              for (std::size_t i = 0; i < targets.size(); ++i) {
+                if (i >= lease.data.size() || lease.data[i].size() != targets[i].nbytes) {
+                  return (void)promise->set_error(
+                      Status(Errc::protocol_error, "volume '" + volume_id + "' answered " +
+                                                       std::to_string(lease.data.size()) +
+                                                       " inline objects of the wrong size"));
+                }
+                if (targets[i].view) {
+                  auto t = Tensor::empty(targets[i].dtype, targets[i].shape);
+                  if (!t.ok()) return (void)promise->set_error(t.status());
+                  *targets[i].view = std::move(t).value();
+                  targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
+                }
+                if (targets[i].cast_to) {
+                  const auto& t = targets[i];
+                  const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
+                  if (numel * dtype_size(t.dtype) != lease.data[i].size()) {
+                    return (void)promise->set_error(
+                        Status(Errc::protocol_error, "volume '" + volume_id +
+                                                         "' answered an inline object of the "
+                                                         "wrong size for a cast read"));
+                  }
+                  auto s = cast_range(reinterpret_cast<const std::byte*>(lease.data[i].data()),
+                                      t.dtype, t.dst, *t.cast_to, 0, numel);
+                  if (!s.ok()) return (void)promise->set_error(s);
+                } else if (targets[i].scatter) {
+                  auto s = scatter_now(*targets[i].scatter,
+                                       reinterpret_cast<const std::byte*>(lease.data[i].data()),
+                                       lease.data[i].size());
+                  if (!s.ok()) return (void)promise->set_error(s);
+                } else if (const auto& b = targets[i].box) {
+                  copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
+                           targets[i].dst, b->to, b->region, b->elsize);
+                } else if (targets[i].device) {
+                  if (auto s = internal::cuda::copy_bytes(targets[i].dst, lease.data[i].data(),
+                                                          targets[i].nbytes);
+                      !s.ok()) {
+                    return (void)promise->set_error(s);
+                  }
+                } else {
+                  std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
+                }
+              }
+              return (void)promise->set_value();
+            }
+            if (!targets.empty() && targets.front().view) {
+              // Zero-copy where the transport maps regions; the lease stays
+              // open until the last view goes. Else a copy, like get().
+              auto views = map_views(self, c, lease, targets);
+              if (!views.ok() || *views) {
+                if (!views.ok()) self->send(c->handle, close_read_atom::value, lease.lease_id);
+                return (void)promise->set(views.ok() ? Result<void>() : views.status());
+              }
+              for (auto& t : targets) {
+                auto copy = Tensor::empty(t.dtype, t.shape);
+                if (!copy.ok()) {
+                  self->send(c->handle, close_read_atom::value, lease.lease_id);
+                  return (void)promise->set_error(copy.status());
+                }
+                *t.view = std::move(copy).value();
+                t.dst = static_cast<std::byte*>(t.view->data());
+              }
+            }
+            auto reads = copy_out(c, lease.regions, targets);
+            await(self, settle_all(std::move(reads)), [=](const Result<void>& r) {
+              self->send(c->handle, close_read_atom::value, lease.lease_id);
+              promise->set(r);
+            });
+          },
+          [=](caf::error& e) {
+            auto s = from_caf_error(e, "open_read at volume '" + volume_id + "'");
+            if (s.code() == Errc::not_found) *stale = true;
+            // The volume may still grant the lease after our timeout: close
+            // it (messages between two actors stay in order).
+            if (s.code() == Errc::timeout) self->send(c->handle, close_read_atom::value, lease_id);
+            promise->set_error(std::move(s));
+          });
+}
+
 }  // namespace
 
 Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
@@ -242,131 +432,24 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
   auto promise =
       std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
   auto fut = promise->future();
-  with_volume(self, volume_id, [=](const ConnResult& conn) {
+  with_volume(self, volume_id, [=](const ConnResult& conn) mutable {
     if (!conn.ok()) return (void)promise->set_error(conn.status());
     auto c = *conn;
-    std::vector<std::uint64_t> ids;
-    for (const auto& t : targets) ids.push_back(t.object_id);
-    const std::uint64_t lease_id = self->state.next_lease_id++;
-    ask(self, c->handle, open_read_atom::value, ids, lease_id)
-        .then(
-            [=](const wire::ReadLease& lease) mutable {
-              if (lease.regions.size() != targets.size()) {
-                if (lease.lease_id != 0)
-                  self->send(c->handle, close_read_atom::value, lease.lease_id);
-                return (void)promise->set_error(Status(
-                    Errc::protocol_error,
-                    "volume '" + volume_id + "' answered " + std::to_string(lease.regions.size()) +
-                        " regions for " + std::to_string(targets.size()) + " objects"));
-              }
-              if (!lease.data.empty()) {
-                // A small read: the bytes came inline and nothing is pinned.
-                for (std::size_t i = 0; i < targets.size(); ++i) {
-                  if (i >= lease.data.size() || lease.data[i].size() != targets[i].nbytes) {
-                    return (void)promise->set_error(
-                        Status(Errc::protocol_error, "volume '" + volume_id + "' answered " +
-                                                         std::to_string(lease.data.size()) +
-                                                         " inline objects of the wrong size"));
-                  }
-                  if (targets[i].view) {
-                    auto t = Tensor::empty(targets[i].dtype, targets[i].shape);
-                    if (!t.ok()) return (void)promise->set_error(t.status());
-                    *targets[i].view = std::move(t).value();
-                    targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
-                  }
-                  if (targets[i].cast_to) {
-                    const auto& t = targets[i];
-                    const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
-                    if (numel * dtype_size(t.dtype) != lease.data[i].size()) {
-                      return (void)promise->set_error(
-                          Status(Errc::protocol_error, "volume '" + volume_id +
-                                                           "' answered an inline object of the "
-                                                           "wrong size for a cast read"));
-                    }
-                    auto s = cast_range(reinterpret_cast<const std::byte*>(lease.data[i].data()),
-                                        t.dtype, t.dst, *t.cast_to, 0, numel);
-                    if (!s.ok()) return (void)promise->set_error(s);
-                  } else if (targets[i].scatter) {
-                    auto s = scatter_now(*targets[i].scatter,
-                                         reinterpret_cast<const std::byte*>(lease.data[i].data()),
-                                         lease.data[i].size());
-                    if (!s.ok()) return (void)promise->set_error(s);
-                  } else if (const auto& b = targets[i].box) {
-                    copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
-                             targets[i].dst, b->to, b->region, b->elsize);
-                  } else if (targets[i].device) {
-                    if (auto s = internal::cuda::copy_bytes(targets[i].dst, lease.data[i].data(),
-                                                            targets[i].nbytes);
-                        !s.ok()) {
-                      return (void)promise->set_error(s);
-                    }
-                  } else {
-                    std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
-                  }
-                }
-                return (void)promise->set_value();
-              }
-              if (!targets.empty() && targets.front().view) {
-                // Zero-copy where the transport maps regions; the lease stays
-                // open until the last view goes. Else a copy, like get().
-                auto views = map_views(self, c, lease, targets);
-                if (!views.ok() || *views) {
-                  if (!views.ok()) self->send(c->handle, close_read_atom::value, lease.lease_id);
-                  return (void)promise->set(views.ok() ? Result<void>() : views.status());
-                }
-                for (auto& t : targets) {
-                  auto copy = Tensor::empty(t.dtype, t.shape);
-                  if (!copy.ok()) {
-                    self->send(c->handle, close_read_atom::value, lease.lease_id);
-                    return (void)promise->set_error(copy.status());
-                  }
-                  *t.view = std::move(copy).value();
-                  t.dst = static_cast<std::byte*>(t.view->data());
-                }
-              }
-              std::vector<Future<void>> reads;
-              for (std::size_t i = 0; i < targets.size() && i < lease.regions.size(); ++i) {
-                const auto& t = targets[i];
-                if (lease.regions[i].nbytes != t.nbytes) {
-                  reads.push_back(make_error_future<void>(Status(
-                      Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
-                                                std::to_string(lease.regions[i].nbytes) +
-                                                " bytes, the index says " +
-                                                std::to_string(t.nbytes))));
-                  continue;
-                }
-                if (t.box) {
-                  reads.push_back(read_box(c, lease.regions[i], t));
-                  continue;
-                }
-                if (t.cast_to) {
-                  reads.push_back(read_cast(c, lease.regions[i], t));
-                  continue;
-                }
-                if (t.scatter) {
-                  reads.push_back(read_scattered(c, lease.regions[i], t));
-                  continue;
-                }
-                if (t.device && !c->transport->capabilities().device_copies) {
-                  reads.push_back(read_into_device(c, lease.regions[i], t.dst, t.nbytes));
-                  continue;
-                }
-                reads.push_back(c->transport->read(lease.regions[i], 0, t.dst, t.nbytes));
-              }
-              await(self, settle_all(std::move(reads)), [=](const Result<void>& r) {
-                self->send(c->handle, close_read_atom::value, lease.lease_id);
-                promise->set(r);
-              });
-            },
-            [=](caf::error& e) {
-              auto s = from_caf_error(e, "open_read at volume '" + volume_id + "'");
-              if (s.code() == Errc::not_found) *stale = true;
-              // The volume may still grant the lease after our timeout: close
-              // it (messages between two actors stay in order).
-              if (s.code() == Errc::timeout)
-                self->send(c->handle, close_read_atom::value, lease_id);
-              promise->set_error(std::move(s));
-            });
+    auto unleased = lease_free_read_of(self, *c, targets);
+    if (!unleased) return leased_read(self, c, std::move(targets), stale, promise);
+    auto reads = copy_out(c, unleased->regions, targets);
+    await(self, settle_all(std::move(reads)), [=](const Result<void>& r) mutable {
+      // Each tag read again after the copy (seqlock style): still the
+      // object's id, so no byte copied belonged to anything else.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      bool same = r.ok();
+      for (std::size_t i = 0; same && i < targets.size(); ++i) {
+        same = unleased->tags[i]->load(std::memory_order_relaxed) == targets[i].object_id;
+      }
+      self->state.locations.fast->count_lease_free(same);
+      if (same) return (void)promise->set_value();
+      leased_read(self, c, std::move(targets), stale, promise);
+    });
   });
   return fut;
 }

@@ -2,16 +2,21 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 namespace meshstore::transports::shm {
 namespace {
@@ -24,17 +29,26 @@ std::string start_time_of(long pid) { return proc_stat_field(pid, 22); }
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-// The owner of segment `name` ("meshstore.<pid>-<start>...") is alive.
-// Unparseable names count as alive: never remove what we do not understand.
-bool owner_alive(const std::string& name) {
+// The creator a segment name ("meshstore.<pid>-<start>...") names: its
+// pid and start time; nullopt when the name does not parse.
+std::optional<std::pair<long, std::string>> creator_of(const std::string& name) {
+  if (name.rfind(kSegmentPrefix, 0) != 0) return std::nullopt;
   const std::string rest = name.substr(std::strlen(kSegmentPrefix));
   const auto dash = rest.find('-');
   const auto dot = rest.find('.');
-  if (dash == std::string::npos || dot == std::string::npos || dash > dot) return true;
+  if (dash == std::string::npos || dot == std::string::npos || dash > dot) return std::nullopt;
   char* end = nullptr;
   const long pid = std::strtol(rest.c_str(), &end, 10);
-  if (end != rest.c_str() + dash || pid <= 0) return true;
-  const std::string start = rest.substr(dash + 1, dot - dash - 1);
+  if (end != rest.c_str() + dash || pid <= 0) return std::nullopt;
+  return std::make_pair(pid, rest.substr(dash + 1, dot - dash - 1));
+}
+
+// The owner of segment `name` is alive. Unparseable names count as alive:
+// never remove what we do not understand.
+bool owner_alive(const std::string& name) {
+  const auto creator = creator_of(name);
+  if (!creator) return true;
+  const auto& [pid, start] = *creator;
   if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
   const std::string now = start_time_of(pid);
   // A live pid with another start time is a reused pid: the owner is gone.
@@ -42,6 +56,34 @@ bool owner_alive(const std::string& name) {
 }
 
 }  // namespace
+
+ProcessWatch::ProcessWatch(long pid, const std::string& start_time) {
+  if (pid <= 0) return;
+  const long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  if (fd < 0) return;  // gone already, or no pidfd (a kernel before 5.3)
+  fd_ = static_cast<int>(fd);
+  // Checked after the pidfd holds the process: a reused pid is another one.
+  if (!start_time.empty() && start_time_of(pid) != start_time) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+std::unique_ptr<ProcessWatch> ProcessWatch::of_segment_prefix(const std::string& prefix) {
+  const auto creator = creator_of(prefix);
+  if (!creator) return nullptr;
+  return std::make_unique<ProcessWatch>(creator->first, creator->second);
+}
+
+ProcessWatch::~ProcessWatch() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ProcessWatch::alive() const {
+  if (fd_ < 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;  // readable (or an error): it exited
+}
 
 std::string proc_stat_field(long pid, int field) {
   if (field < 3) return "";

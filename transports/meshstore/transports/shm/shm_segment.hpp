@@ -5,6 +5,7 @@
 // per-server and a per-segment number), so a segment left behind by a
 // process that crashed can be told from a live one and removed.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,21 @@
 #include "meshstore/result.hpp"
 
 namespace meshstore::transports::shm {
+
+/// The header of each segment the shm server allocates for a region: the
+/// region's bytes start kObjectHeaderBytes in (cache-line aligned), after a
+/// magic number and the tag that names the object living there (0: none;
+/// RegionMemory::object_tag). Clients check the tag around a read made
+/// without a lease (docs/architecture.md, "Lease-free reads").
+struct ObjectHeader {
+  std::uint64_t magic;
+  std::atomic<std::uint64_t> object;
+};
+inline constexpr std::uint64_t kObjectHeaderMagic = 0x31474154534d4d53ULL;  // "SMMSTAG1"
+inline constexpr std::size_t kObjectHeaderBytes = 64;
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "object tags are shared between processes");
+static_assert(sizeof(ObjectHeader) <= kObjectHeaderBytes);
 
 /// The name prefix every meshstore segment starts with (in /dev/shm).
 inline constexpr const char* kSegmentPrefix = "meshstore.";
@@ -56,6 +72,30 @@ class Segment {
   std::byte* data_;
   std::size_t size_;
   bool owner_;
+};
+
+/// A process of this host, watched for its exit through a pidfd: alive()
+/// until it exits (a zombie not yet reaped counts as exited). Lease-free
+/// reads (docs/architecture.md, "Lease-free reads") ask it first, so a
+/// volume killed with its segments still mapped is never read from: a
+/// tag its process can no longer clear proves nothing.
+class ProcessWatch {
+ public:
+  /// Watches `pid`; when `start_time` (field 22 of /proc/PID/stat) is not
+  /// empty it must match, else the pid was reused and the process is gone.
+  explicit ProcessWatch(long pid, const std::string& start_time = "");
+  /// The process that creates segments named `prefix`
+  /// ("meshstore.<pid>-<start>."); null when `prefix` names none.
+  static std::unique_ptr<ProcessWatch> of_segment_prefix(const std::string& prefix);
+  ~ProcessWatch();
+  ProcessWatch(const ProcessWatch&) = delete;
+  ProcessWatch& operator=(const ProcessWatch&) = delete;
+  /// Watched, and not exited (one poll(2), no waiting). False once it has
+  /// exited, and always where it cannot be watched (no pidfd).
+  bool alive() const;
+
+ private:
+  int fd_ = -1;
 };
 
 /// Whether the segment `name` still exists (is linked) in /dev/shm.

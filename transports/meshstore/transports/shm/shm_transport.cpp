@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <list>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "meshstore/cuda.hpp"
@@ -23,19 +25,26 @@ std::string uid_tag() { return "uid=" + std::to_string(geteuid()); }
 // Hands out segments named "<process prefix><server number>.<n>". One
 // segment per region: the volume's RegionPool reuses a released segment for
 // the next region of the same size, so a key's next version lands in memory
-// that is already faulted in and already mapped by its clients.
+// that is already faulted in and already mapped by its clients. Each starts
+// with an ObjectHeader, whose tag the volume keeps naming the object there.
 class ShmAllocator final : public RegionAllocator {
  public:
   explicit ShmAllocator(std::string prefix) : prefix_(std::move(prefix)) {}
   Result<RegionMemory> allocate(std::size_t nbytes) override {
     const std::string name = prefix_ + std::to_string(next_.fetch_add(1));
-    auto seg = Segment::create(name, nbytes);
+    if (nbytes > SIZE_MAX - kObjectHeaderBytes) {
+      return Status(Errc::out_of_capacity, "a region of " + std::to_string(nbytes) + " bytes");
+    }
+    auto seg = Segment::create(name, kObjectHeaderBytes + nbytes);
     if (!seg.ok()) return seg.status();
     std::shared_ptr<Segment> owned(std::move(seg).value());
-    std::byte* data = owned->data();
+    auto* header = new (owned->data()) ObjectHeader{kObjectHeaderMagic, {0}};
+    std::byte* data = owned->data() + kObjectHeaderBytes;
     // The segment is unmapped and unlinked when the last owner lets go.
-    return RegionMemory{
-        std::shared_ptr<std::byte>(data, [owned](std::byte*) mutable { owned.reset(); }), name, 0};
+    RegionMemory m{std::shared_ptr<std::byte>(data, [owned](std::byte*) mutable { owned.reset(); }),
+                   name, kObjectHeaderBytes};
+    m.object_tag = &header->object;
+    return m;
   }
   const std::string& prefix() const noexcept { return prefix_; }
 
@@ -192,8 +201,12 @@ class MappingCache {
 
 class ShmTransport final : public Transport {
  public:
-  explicit ShmTransport(const TransportConfig& config)
-      : config_(config), cache_(static_cast<std::size_t>(config.shm_max_mappings)) {}
+  // `segment_prefix`: the volume's ("meshstore.<pid>-<start>.<server>."),
+  // whose process is watched for lease-free reads.
+  ShmTransport(const TransportConfig& config, const std::string& segment_prefix)
+      : config_(config),
+        cache_(static_cast<std::size_t>(config.shm_max_mappings)),
+        owner_(ProcessWatch::of_segment_prefix(segment_prefix)) {}
 
   std::string_view name() const noexcept override { return "shm"; }
   Capabilities capabilities() const noexcept override {
@@ -244,6 +257,25 @@ class ShmTransport final : public Transport {
     return std::shared_ptr<std::byte>(p, [owned](std::byte*) mutable { owned.reset(); });
   }
 
+  // The tag of a segment the server allocated for one region (its header
+  // before the region, magic number checked); null for any other place (a
+  // publisher's lent buffers).
+  std::shared_ptr<const std::atomic<std::uint64_t>> object_tag(
+      const wire::RegionRef& ref) override {
+    // A volume that died left its tags as they were: none is proof then.
+    if (ref.device >= 0 || !owner_ || !owner_->alive()) return nullptr;
+    auto placed = placement(ref, "object tag");
+    if (!placed.ok() || placed->offset != kObjectHeaderBytes) return nullptr;
+    auto seg = cache_.get(placed->segment);
+    if (!seg.ok()) return nullptr;
+    const Segment& s = (*seg)->segment();
+    if (s.size() < kObjectHeaderBytes + ref.nbytes) return nullptr;
+    const auto* header = reinterpret_cast<const ObjectHeader*>(s.data());
+    if (header->magic != kObjectHeaderMagic) return nullptr;
+    return std::shared_ptr<const std::atomic<std::uint64_t>>(std::move(seg).value(),
+                                                             &header->object);
+  }
+
   Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& ref) override {
     // The cached mapping: already populated, so filling it costs no faults;
     // the region is staged, so nobody reads it before the commit.
@@ -290,6 +322,7 @@ class ShmTransport final : public Transport {
 
   const TransportConfig config_;
   MappingCache cache_;
+  const std::unique_ptr<ProcessWatch> owner_;  // the volume's process; null: unknown
 };
 
 }  // namespace
@@ -326,7 +359,8 @@ TransportFactory shm_factory() {
     if (ep.transport != "shm") {
       return Status(Errc::invalid_argument, "shm client: endpoint is not an shm endpoint");
     }
-    return std::unique_ptr<Transport>(std::make_unique<ShmTransport>(ctx.config));
+    return std::unique_ptr<Transport>(
+        std::make_unique<ShmTransport>(ctx.config, ep.address.substr(0, ep.address.find(';'))));
   };
   f.can_serve = [](const EndpointInfo& ep) -> Status {
     MESHSTORE_RETURN_IF_ERROR(same_host(ep.host_id));
