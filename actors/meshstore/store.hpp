@@ -165,8 +165,11 @@ struct StoreOptions {
   /// over a shared-memory ring to the volume; put of one contiguous host
   /// tensor and put_object of at most 60 KiB go over the ring to this
   /// client's volume, which commits them (docs/architecture.md, "The fast
-  /// path"). Same results and errors as the actor path; false sends every
-  /// call through the actors. Store::from_env takes MESHSTORE_FAST_PATH=0.
+  /// path"). Reads of objects whose place this client knows (its own puts,
+  /// earlier reads) on a volume of this host over shm copy them without a
+  /// lease ("Lease-free reads"). Same results and errors as the actor
+  /// path; false sends every call through the actors. Store::from_env
+  /// takes MESHSTORE_FAST_PATH=0.
   bool fast_path = true;
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".

@@ -367,7 +367,8 @@ class Store:
 
     def fast_path_stats(self):
         """What this process's fast path for small gets and puts did, now
-        (a dict: hits, misses, stale, rings, puts, put_misses; all 0 with
+        (a dict: hits, misses, stale, rings, puts, put_misses,
+        lease_free_reads, lease_free_stale; all 0 with
         fast_path=False). Not a future: read on the caller's thread."""
         return self._s.fast_path_stats()
 

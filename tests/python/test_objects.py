@@ -92,9 +92,19 @@ def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path, tr
             after = s.fast_path_stats()
             assert after["puts"] == before["puts"] + 1
             assert after["hits"] == before["hits"] + 1
+            # Larger than the ring serves: read back without a lease over
+            # shm (the chosen transport here); over tcp, leased.
+            big = torch.arange(1 << 18, dtype=torch.float32)
+            s.put("big", big).result()
+            into = torch.empty(1 << 18)
+            s.get_into("big", into).result()
+            assert torch.equal(into, big)
+            lease_free = 0 if transport == "tcp" else 1
+            assert s.fast_path_stats()["lease_free_reads"] == after["lease_free_reads"] + lease_free
         else:
             assert s.fast_path_stats() == {"hits": 0, "misses": 0, "stale": 0, "rings": 0,
-                                           "puts": 0, "put_misses": 0}
+                                           "puts": 0, "put_misses": 0, "lease_free_reads": 0,
+                                           "lease_free_stale": 0}
     finally:
         s.close()
     with pytest.raises(TypeError, match="'fast_path' has the wrong type"):
