@@ -24,7 +24,7 @@ wire::KeyRecord sample_record() {
   r.version = 12;
   r.shards.push_back({TensorSlice::make({8, 4}, {0, 0}, {4, 4}).value(), "volume-0", 5, 32});
   r.shards.push_back({TensorSlice::make({8, 4}, {4, 0}, {4, 4}).value(), "volume-1", 9, 32, 2,
-                      0xfeedfacecafebeefULL});
+                      0xfeedfacecafebeefULL, std::string("shm\0place", 9)});
   r.group = "model";
   r.pending = "waiting for 'model/x'";
   return r;
@@ -44,6 +44,7 @@ void expect_same(const wire::KeyRecord& a, const wire::KeyRecord& b) {
     EXPECT_EQ(a.shards[i].nbytes, b.shards[i].nbytes);
     EXPECT_EQ(a.shards[i].replicas, b.shards[i].replicas);
     EXPECT_EQ(a.shards[i].checksum, b.shards[i].checksum);
+    EXPECT_EQ(a.shards[i].place, b.shards[i].place);
   }
   EXPECT_EQ(a.group, b.group);
   EXPECT_EQ(a.pending, b.pending);

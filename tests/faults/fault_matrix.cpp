@@ -250,7 +250,7 @@ PhaseOps ops_for(const std::string& phase, Store& store, Pattern& out, Pattern& 
 }
 
 // writer|reader ADDRESS PHASE DIR: prints "running" once its first call
-// succeeded, then "tick N" after each call and "error N at=NS start=NS:
+// succeeded, then "tick N start=NS" after each call and "error N at=NS start=NS:
 // MESSAGE" after each failure (at most 20, then it exits 3); "TORN ..." and
 // exit 4 for a torn read. An idle role makes one call per SIGUSR1.
 int run_client(bool writer, const std::string& address, const std::string& phase,
@@ -308,7 +308,7 @@ int run_client(bool writer, const std::string& address, const std::string& phase
         std::printf("running\n");
         running = true;
       }
-      std::printf("tick %d\n", ++ticks);
+      std::printf("tick %d start=%lld\n", ++ticks, static_cast<long long>(start));
     } else if (s.message().rfind("TORN: ", 0) == 0) {
       std::printf("TORN %s\n", s.message().c_str());
       std::fflush(stdout);
@@ -417,6 +417,18 @@ int last_tick(const std::string& out) {
   return best;
 }
 
+// How many "tick N start=NS" lines in `out` are of calls that started at
+// `t` or later: a call that started before its peer died may succeed.
+int ticks_started_after(const std::string& out, std::int64_t t) {
+  int n = 0;
+  for (std::size_t p = out.find("tick "); p != std::string::npos; p = out.find("tick ", p + 1)) {
+    int tick = 0;
+    long long start = 0;
+    if (std::sscanf(out.c_str() + p, "tick %d start=%lld", &tick, &start) == 2 && start >= t) ++n;
+  }
+  return n;
+}
+
 // "error N at=NS start=NS: MSG" -> the ns from max(kill, start) to at.
 double answer_ms(const std::string& line, std::int64_t killed_at) {
   long long at = 0, start = 0;
@@ -470,15 +482,17 @@ std::vector<std::string> errors_after(const std::string& out, std::size_t from) 
   return lines;
 }
 
-// What a survivor did once the victim died. `goes_on`: it must answer 3
-// more calls (1 when idle), failing on the way only with errors that name
-// what died. Otherwise its calls must fail within kBound, and one of the
-// errors must name what died (any of `names`).
-std::string watch_survivor(Child& c, std::int64_t killed_at, std::size_t offset,
-                           const std::vector<std::string>& names, bool goes_on, bool idle,
-                           Cell& cell) {
-  const int ticks0 = last_tick(c.output());
-  const int want = ticks0 + (idle ? 1 : 3);
+// What a survivor did once the victim died (killed at `killed_at`, reaped
+// at `dead_at`). `goes_on`: it must answer 3 calls started after the kill
+// (1 when idle), failing on the way only with errors that name what died.
+// Otherwise its calls must fail within kBound, one of the errors naming
+// what died (any of `names`), and no 3 calls started after the victim was
+// dead may succeed (a call already running when it died may: calls that
+// end in microseconds, as lease-free reads do, show that in the output).
+std::string watch_survivor(Child& c, std::int64_t killed_at, std::int64_t dead_at,
+                           std::size_t offset, const std::vector<std::string>& names, bool goes_on,
+                           bool idle, Cell& cell) {
+  const int want = idle ? 1 : 3;
   auto names_it = [&](const std::string& msg) {
     for (const auto& n : names)
       if (msg.find(n) != std::string::npos) return true;
@@ -511,7 +525,7 @@ std::string watch_survivor(Child& c, std::int64_t killed_at, std::size_t offset,
         }
       }
     }
-    if (last_tick(c.output()) >= want) {
+    if (ticks_started_after(c.output(), goes_on ? killed_at : dead_at) >= want) {
       if (goes_on) {
         return first_named.empty() ? (idle ? "next call answered" : "went on")
                                    : "failed once (" + first_named + "), then went on";
@@ -523,7 +537,7 @@ std::string watch_survivor(Child& c, std::int64_t killed_at, std::size_t offset,
       retried = errors.size();
       c.signal(SIGUSR1);  // an error that did not name it: one more call
     }
-    c.wait_for_output("tick " + std::to_string(want) + "\n", 100ms);
+    c.wait_for_output("tick " + std::to_string(last_tick(c.output()) + 1) + " ", 100ms);
   }
   cell.pass = false;
   const auto errs = errors_after(c.output(), offset);
@@ -565,9 +579,9 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
       std::make_unique<Child>(std::vector<std::string>{self, "reader", address, phase, dir});
   const bool idle = phase == "idle";
   if (!reader->wait_for_output("running", 30s) ||
-      (!idle && !reader->wait_for_output("tick 3\n", 30s)) ||
+      (!idle && !reader->wait_for_output("tick 3 ", 30s)) ||
       (!idle && !writer->wait_for_output(
-                    "tick " + std::to_string(last_tick(writer->output()) + 3) + "\n", 30s))) {
+                    "tick " + std::to_string(last_tick(writer->output()) + 3) + " ", 30s))) {
     cell.pass = false;
     cell.notes = "the loops did not run: " + writer->output().substr(0, 300) + " / " +
                  reader->output().substr(0, 300);
@@ -582,6 +596,7 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   const std::int64_t killed_at = now_ns();
   victim->signal(SIGKILL);
   victim->wait(5s);
+  const std::int64_t dead_at = now_ns();
 
   // What each survivor must do: after a volume or the controller dies, its
   // calls fail naming it (the checkpoint reader reads files: it goes on);
@@ -594,8 +609,8 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   if (victim != writer.get()) {
     const bool goes_on = role == "client";
     cell.writer =
-        watch_survivor(*writer, killed_at, w_off, role == "volume" ? names_volume : names_store,
-                       goes_on, idle, cell);
+        watch_survivor(*writer, killed_at, dead_at, w_off,
+                       role == "volume" ? names_volume : names_store, goes_on, idle, cell);
   } else {
     cell.writer = "killed";
   }
@@ -610,7 +625,8 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
     if (role == "volume" && phase == "stream") {
       names_for_reader.push_back("nothing was written within");
     }
-    cell.reader = watch_survivor(*reader, killed_at, r_off, names_for_reader, goes_on, idle, cell);
+    cell.reader =
+        watch_survivor(*reader, killed_at, dead_at, r_off, names_for_reader, goes_on, idle, cell);
   } else {
     cell.reader = "killed";
   }

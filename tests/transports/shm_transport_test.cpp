@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
@@ -128,12 +129,19 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, m.segment, 0)), nullptr);
   EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 8192, m.segment, m.segment_offset)),
             nullptr);
-  // A segment without the server's header (a publisher's own, say): none,
-  // even at the header's offset.
-  const std::string other = process_prefix() + "not-a-region.1";
-  auto plain = Segment::create(other, 8192).value();
+  // A segment of the server's without its header (as a crafted record
+  // could name): none, even at the header's offset. Nor one of anybody
+  // else's (a publisher's own buffers, say), with a header or not.
+  const std::string address = server->endpoint().address;
+  const std::string mine = address.substr(0, address.find(';')) + "999999";
+  auto plain = Segment::create(mine, 8192).value();
   std::memset(plain->data(), 0x5a, plain->size());
-  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, other, kObjectHeaderBytes)),
+  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, mine, kObjectHeaderBytes)),
+            nullptr);
+  const std::string theirs = process_prefix() + "not-a-region.1";
+  auto other = Segment::create(theirs, kObjectHeaderBytes + 4096).value();
+  new (other->data()) ObjectHeader{kObjectHeaderMagic, {7}};
+  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, theirs, kObjectHeaderBytes)),
             nullptr);
   // A gone segment: none (the read goes the leased way, which reports it).
   EXPECT_EQ(client->object_tag(

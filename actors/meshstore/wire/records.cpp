@@ -71,6 +71,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
     ps->set_nbytes(s.nbytes);
     ps->set_replicas(s.replicas);
     ps->set_checksum(s.checksum);
+    ps->set_place(s.place);
   }
 }
 
@@ -103,6 +104,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
     s.nbytes = ps.nbytes();
     s.replicas = ps.replicas() == 0 ? 1 : ps.replicas();
     s.checksum = ps.checksum();
+    s.place = ps.place();
     x.shards.push_back(std::move(s));
   }
   return Status();

@@ -36,6 +36,12 @@ struct ShardRecord {
   /// Sharded puts of a box with replicas: content_checksum() of its bytes,
   /// so replicas that differ are refused (0 = not computed).
   std::uint64_t checksum = 0;
+  /// Where the volume placed the object for readers on its host: the shm
+  /// transport's description of its region (segment, offset), as the
+  /// writer was told at staging; empty when unknown. Only a hint: a
+  /// lease-free read trusts it once the object's tag there names it
+  /// (docs/architecture.md, "Lease-free reads").
+  std::string place;
 };
 
 /// Tensor metadata plus placement. version is assigned by the controller at

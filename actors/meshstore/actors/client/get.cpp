@@ -275,6 +275,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
           target.dst = dst;
           target.nbytes = shard.nbytes;
           target.box = ReadTarget::Box{shard.slice, want, *both, dtype_size(rec.dtype)};
+          target.place = shard.place;
           by_volume[shard.volume_id].push_back(std::move(target));
         }
         continue;
@@ -309,6 +310,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
       target.object_id = shard.object_id;
       target.dst = dst;
       target.nbytes = shard.nbytes;
+      target.place = shard.place;
       if (op->call.mode == GetMode::into && op->call.dsts[i].dtype() != rec.dtype) {
         // A cast read (checked by check_record): the object's elements, of
         // the stored dtype, land converted in the destination's.

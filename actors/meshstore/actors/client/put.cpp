@@ -211,10 +211,15 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     r.dtype = item.view.dtype();
     r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
     if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
+    std::string place;  // for readers on the volume's host (lease-free reads)
+    if (region) {
+      auto shm = region->described.find("shm");
+      if (shm != region->described.end()) place = shm->second;
+    }
     r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
                                          volume_id, region ? region->region_id : 0,
                                          region ? region->nbytes : item.view.nbytes(),
-                                         item.replicas, item.checksum});
+                                         item.replicas, item.checksum, std::move(place)});
     records.push_back(std::move(r));
   };
   const std::string& home = op->conn->info.volume_id;

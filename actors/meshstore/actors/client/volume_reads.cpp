@@ -305,15 +305,26 @@ std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const Volum
   for (const auto& t : targets) {
     total += t.nbytes;
     if (t.view || t.device || total > kMaxLeaseFreeReadBytes) return std::nullopt;
+    // Seen by this client, else where its record says it lies.
+    wire::RegionRef region;
     auto it = c.known_regions.find(t.object_id);
-    if (it == c.known_regions.end() || it->second.nbytes != t.nbytes) return std::nullopt;
-    auto tag = c.transport->object_tag(it->second);
+    if (it != c.known_regions.end()) {
+      region = it->second;
+    } else if (!t.place.empty()) {
+      region.region_id = t.object_id;
+      region.nbytes = t.nbytes;
+      region.described["shm"] = t.place;
+    } else {
+      return std::nullopt;
+    }
+    if (region.nbytes != t.nbytes) return std::nullopt;
+    auto tag = c.transport->object_tag(region);
     if (!tag) return std::nullopt;
     if (tag->load(std::memory_order_acquire) != t.object_id) {
       self->state.locations.fast->count_lease_free(false);  // replaced or removed
       return std::nullopt;
     }
-    d.regions.push_back(it->second);
+    d.regions.push_back(std::move(region));
     d.tags.push_back(std::move(tag));
   }
   return d;

@@ -41,6 +41,8 @@ struct ReadTarget {
   std::optional<DType> cast_to;
   // The object's bytes go to these pieces (dst is then null).
   std::shared_ptr<const Scatter> scatter;
+  // Where its record says the object lies (ShardRecord::place), "" unknown.
+  std::string place;
 };
 
 // Pins the objects at one volume, reads them, unpins. Sets `*stale` when the

@@ -206,6 +206,7 @@ class ShmTransport final : public Transport {
   ShmTransport(const TransportConfig& config, const std::string& segment_prefix)
       : config_(config),
         cache_(static_cast<std::size_t>(config.shm_max_mappings)),
+        prefix_(segment_prefix),
         owner_(ProcessWatch::of_segment_prefix(segment_prefix)) {}
 
   std::string_view name() const noexcept override { return "shm"; }
@@ -264,8 +265,13 @@ class ShmTransport final : public Transport {
       const wire::RegionRef& ref) override {
     // A volume that died left its tags as they were: none is proof then.
     if (ref.device >= 0 || !owner_ || !owner_->alive()) return nullptr;
+    // Only the volume's own segments (a record's place is the writer's
+    // word), and only where its server put a region.
     auto placed = placement(ref, "object tag");
-    if (!placed.ok() || placed->offset != kObjectHeaderBytes) return nullptr;
+    if (!placed.ok() || placed->offset != kObjectHeaderBytes || prefix_.empty() ||
+        placed->segment.rfind(prefix_, 0) != 0) {
+      return nullptr;
+    }
     auto seg = cache_.get(placed->segment);
     if (!seg.ok()) return nullptr;
     const Segment& s = (*seg)->segment();
@@ -322,6 +328,7 @@ class ShmTransport final : public Transport {
 
   const TransportConfig config_;
   MappingCache cache_;
+  const std::string prefix_;                   // the volume's segment names begin with it
   const std::unique_ptr<ProcessWatch> owner_;  // the volume's process; null: unknown
 };
 
