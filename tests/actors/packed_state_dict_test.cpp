@@ -311,11 +311,19 @@ TEST(SpareStaging, APutWritesIntoItsSpareSoRoomForTwoVersionsIsEnough) {
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   Into into(m);
+  std::uint64_t spare = 0;
   for (int version = 0; version < 6; ++version) {
     for (auto& b : m.bytes) {
       for (auto& x : b) x = static_cast<std::uint8_t>(x + 3);
     }
+    if (version >= 2) {
+      // The spare is staged in the background after the last commit; a
+      // put that comes before it is ready stages anew (and would need room
+      // for three versions: a known gap, see state_dicts.md). Wait for it.
+      ASSERT_EQ(staged_reaches(*store, spare), spare) << "version " << version;
+    }
     ASSERT_OK(store->put_state_dict("model", m.sd()).get(kWait)) << "version " << version;
+    if (version == 0) spare = objects_of(*store, "model");
     ASSERT_OK(store->get_state_dict_into("model", into.sd).get(kWait));
     for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
   }
