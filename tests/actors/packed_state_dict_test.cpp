@@ -311,22 +311,38 @@ TEST(SpareStaging, APutWritesIntoItsSpareSoRoomForTwoVersionsIsEnough) {
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   Into into(m);
-  std::uint64_t spare = 0;
-  for (int version = 0; version < 6; ++version) {
+  for (int version = 0; version < 40; ++version) {
     for (auto& b : m.bytes) {
       for (auto& x : b) x = static_cast<std::uint8_t>(x + 3);
     }
-    if (version >= 2) {
-      // The spare is staged in the background after the last commit; a
-      // put that comes before it is ready stages anew (and would need room
-      // for three versions: a known gap, see state_dicts.md). Wait for it.
-      ASSERT_EQ(staged_reaches(*store, spare), spare) << "version " << version;
-    }
+    // Puts back to back: the spare is staged in the background after each
+    // commit, so the next put usually finds it still in flight and waits
+    // for it rather than stage a third version.
     ASSERT_OK(store->put_state_dict("model", m.sd()).get(kWait)) << "version " << version;
-    if (version == 0) spare = objects_of(*store, "model");
+    if (version % 3 != 2) continue;
     ASSERT_OK(store->get_state_dict_into("model", into.sd).get(kWait));
-    for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
+    for (std::size_t i = 0; i < m.bytes.size(); ++i) {
+      ASSERT_EQ(into.bytes[i], m.bytes[i]) << "version " << version;
+    }
   }
+  // Two puts issued together (the caller does not wait between them), of
+  // two models with that layout: each commits whole or not at all, and the
+  // key reads back as one of them.
+  Model a(40, 11), b(40, 11);
+  for (auto& v : b.bytes) {
+    for (auto& x : v) x = static_cast<std::uint8_t>(x ^ 0xFF);
+  }
+  auto put_a = store->put_state_dict("model", a.sd());
+  auto put_b = store->put_state_dict("model", b.sd());
+  for (auto* p : {&put_a, &put_b}) {
+    auto r = p->get(kWait);
+    // Two versions in flight beside the committed one may not fit.
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Errc::out_of_capacity) << r.status().to_string();
+    }
+  }
+  ASSERT_OK(store->get_state_dict_into("model", into.sd).get(kWait));
+  EXPECT_TRUE(into.bytes == a.bytes || into.bytes == b.bytes || into.bytes == m.bytes);
   store->close();
 }
 

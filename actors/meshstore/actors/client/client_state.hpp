@@ -127,6 +127,10 @@ struct ClientState {
     std::vector<std::pair<std::string, std::uint64_t>> layout;  // (key, bytes) per object
     std::vector<wire::RegionRef> regions;                       // empty: being staged
     std::uint64_t used = 0;                                     // recency
+    // Puts of this layout that found it being staged: each runs once it is
+    // staged, or once it is gone (failed, evicted, its volume down), when it
+    // stages its own.
+    std::vector<std::function<void()>> waiters;
   };
   std::unordered_map<std::string, Spare> spares;
   std::unordered_map<std::string, Spare> last_layouts;  // no regions

@@ -123,6 +123,14 @@ void give_back_spare(client_pointer self, const ClientState::Spare& spare) {
   }
 }
 
+// Lets the puts waiting for `spare` go on: staged, one of them takes it;
+// gone, each stages its own.
+void run_waiters(ClientState::Spare& spare) {
+  auto waiters = std::move(spare.waiters);
+  spare.waiters.clear();
+  for (auto& w : waiters) w();
+}
+
 // The spare staged for `layout` on `volume_id` under `under`, taken; nullopt
 // when there is none ready (a spare of another layout is given back).
 std::optional<std::vector<wire::RegionRef>> take_spare(client_pointer self,
@@ -159,7 +167,9 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
   while (st.spares.size() >= ClientConfig::kMaxSpares) {
     auto oldest = least_recent(st.spares);
     give_back_spare(self, oldest->second);
+    auto evicted = std::move(oldest->second);
     st.spares.erase(oldest);
+    run_waiters(evicted);
   }
   auto& spare = st.spares[under];  // being staged: no regions yet
   spare.volume_id = volume_id;
@@ -185,12 +195,15 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
                                 now->second == conn;
             if (!wanted) return give_back(self, conn->handle, regions, {});
             it->second.regions = regions;
+            run_waiters(it->second);
           },
           [=](caf::error&) {
             // A full volume, say: the next put stages its own.
             auto it = self->state.spares.find(under);
             if (it != self->state.spares.end() && it->second.regions.empty()) {
+              auto failed = std::move(it->second);
               self->state.spares.erase(it);
+              run_waiters(failed);
             }
           });
 }
@@ -613,16 +626,32 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
         commit_put(self, op);
       });
     };
+    auto stage = [=] {
+      ask(self, op->conn->handle, stage_atom::value, reqs).then(staged, [=](caf::error& e) {
+        op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
+      });
+    };
     op->spare_layout = spare_layout(self, op, inline_data, device);
-    if (!op->spare_layout.empty()) {
-      if (auto spare = take_spare(self, op->call.replace_under.front(), op->conn->info.volume_id,
-                                  op->spare_layout)) {
-        return staged(*spare);
-      }
+    if (op->spare_layout.empty()) return stage();
+    const std::string& under = op->call.replace_under.front();
+    if (auto spare = take_spare(self, under, op->conn->info.volume_id, op->spare_layout)) {
+      return staged(*spare);
     }
-    ask(self, op->conn->handle, stage_atom::value, reqs).then(staged, [=](caf::error& e) {
-      op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
-    });
+    // Its spare still being staged (the put just before this one committed
+    // a round trip ago): wait for it rather than stage a third version.
+    auto pending = self->state.spares.find(under);
+    if (pending != self->state.spares.end() && pending->second.regions.empty() &&
+        pending->second.volume_id == op->conn->info.volume_id &&
+        pending->second.layout == op->spare_layout) {
+      pending->second.waiters.push_back([=] {
+        if (auto spare = take_spare(self, under, op->conn->info.volume_id, op->spare_layout)) {
+          return staged(*spare);
+        }
+        stage();
+      });
+      return;
+    }
+    stage();
   });
 }
 
