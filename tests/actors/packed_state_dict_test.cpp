@@ -380,6 +380,31 @@ TEST(SpareStaging, StateDictsOverTheLimitOrPutOnceKeepNone) {
   store->close();
 }
 
+TEST(SpareStaging, AClosingClientGivesItsSparesBack) {
+  // A client of a store served by another: its spare lies on the server's
+  // volume, and its store's close gives it back at once, not after the
+  // volume's orphan grace (30 s, longer than staged_reaches waits).
+  StoreOptions so;
+  so.listen = "127.0.0.1:0";
+  auto server = Store::embedded(so);
+  ASSERT_OK(server);
+  StoreOptions co;
+  co.host_volumes = false;
+  auto client = Store::connect(server->address(), co);
+  ASSERT_OK(client);
+  Model m(30, 5);
+  for (int i = 0; i < 3; ++i) ASSERT_OK(client->put_state_dict("model", m.sd()).get(kWait));
+  const std::uint64_t spare = objects_of(*server, "model");
+  ASSERT_EQ(staged_reaches(*server, spare), spare) << "the client's spare, on the server";
+  client->close();
+  EXPECT_EQ(staged_reaches(*server, 0), 0u) << "the spare outlived its client's store";
+  // The key is intact for other readers.
+  Into into(m);
+  ASSERT_OK(server->get_state_dict_into("model", into.sd).get(kWait));
+  for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
+  server->close();
+}
+
 // A put keeps the layout it laid out (the manifest) for the next put of
 // its key, and uses it only when every entry matches: a change of shape,
 // dtype, name, value size or options lays the state dict out anew, and

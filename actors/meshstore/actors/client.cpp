@@ -80,6 +80,13 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
+  // The store closes (or the system stops): spare stagings go back to their
+  // volumes before the client goes, as CAF's default handler would quit.
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    if (!msg.reason) return;
+    give_back_spares(self);
+    self->quit(msg.reason);
+  });
   self->state.controller_process = watch_controller(self);
   // Volumes in processes this one has no connection to: their deaths come
   // from the controller.

@@ -657,4 +657,11 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
 
 }  // namespace
 
+void give_back_spares(client_pointer self) {
+  auto spares = std::move(self->state.spares);
+  self->state.spares.clear();
+  // Puts waiting for one end with the client, as its other calls do.
+  for (const auto& [under, spare] : spares) give_back_spare(self, spare);
+}
+
 }  // namespace meshstore::actors::client_detail

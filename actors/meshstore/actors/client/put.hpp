@@ -11,4 +11,8 @@ namespace meshstore::actors::client_detail {
 // commit of all of them.
 void handle_put(client_pointer self, PutCall call);
 
+// Gives every spare staging back to its volume (the client is going away):
+// its memory is free at once rather than after the volume's orphan grace.
+void give_back_spares(client_pointer self);
+
 }  // namespace meshstore::actors::client_detail
