@@ -21,6 +21,7 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "testing/racing_readers.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -184,8 +185,7 @@ TEST_P(FastPathOver, AStaleLocationIsLocatedAgainNotRead) {
       [&] {
         std::fill(dst.begin(), dst.end(), 0);
         EXPECT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
-        EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [&](auto b) { return b == dst[0]; }))
-            << "torn value";
+        EXPECT_TRUE(testing::uniform(dst)) << "torn value";
         EXPECT_TRUE(dst[0] == 1 || dst[0] == 2) << int(dst[0]);
         return dst[0] == 2;
       },
@@ -216,32 +216,20 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
   std::vector<std::uint8_t> dst(kBytes);
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
   ASSERT_TRUE(has_ring(reader));
-  std::atomic<bool> done{false};
-  std::atomic<int> torn{0}, failed{0}, reads{0};
-  std::vector<std::thread> readers;
-  for (int r = 0; r < 2; ++r) {
-    readers.emplace_back([&] {
-      std::vector<std::uint8_t> mine(kBytes);
-      while (!done.load()) {
-        auto s = reader.get_into("k", bytes_view(mine)).get(kWait);
-        if (!s.ok()) {
-          ++failed;
-          continue;
+  const auto seen = testing::race_readers(
+      kBytes, 2,
+      [&](std::vector<std::uint8_t>& mine) {
+        return reader.get_into("k", bytes_view(mine)).get(kWait).status();
+      },
+      [&] {
+        for (int i = 2; i < 200; ++i) {
+          std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+          ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
         }
-        ++reads;
-        if (!std::all_of(mine.begin(), mine.end(), [&](auto b) { return b == mine[0]; })) ++torn;
-      }
-    });
-  }
-  for (int i = 2; i < 200; ++i) {
-    std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
-    ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
-  }
-  done.store(true);
-  for (auto& t : readers) t.join();
-  EXPECT_EQ(torn.load(), 0);
-  EXPECT_EQ(failed.load(), 0);
-  EXPECT_GT(reads.load(), 0);
+      });
+  EXPECT_EQ(seen.torn, 0);
+  EXPECT_EQ(seen.failed, 0);
+  EXPECT_GT(seen.reads, 0);
   // The readers went to the ring (served, or told their location was stale
   // by a writer faster than them)...
   const auto s = reader.fast_path_stats();
@@ -255,8 +243,7 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
       [&] {
         const auto hits = reader.fast_path_stats().hits;
         EXPECT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
-        EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [&](auto b) { return b == dst[0]; }))
-            << "torn value";
+        EXPECT_TRUE(testing::uniform(dst)) << "torn value";
         return reader.fast_path_stats().hits == hits + 1 && dst[0] == 199;
       },
       10s));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "meshstore/store.hpp"
+#include "testing/racing_readers.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -27,16 +28,13 @@ namespace {
 using namespace std::chrono_literals;
 using testing::eventually;
 using testing::kWait;
+using testing::uniform;
 
 // Larger than the fast path's ring serves: these reads take the actors.
 constexpr std::size_t kBytes = 1 << 20;
 
 TensorView bytes_view(std::vector<std::uint8_t>& v) {
   return TensorView(v.data(), DType::uint8, {static_cast<std::int64_t>(v.size())});
-}
-
-bool uniform(const std::vector<std::uint8_t>& v) {
-  return std::all_of(v.begin(), v.end(), [&](auto b) { return b == v[0]; });
 }
 
 std::uint64_t leases_of(Store& store) {
@@ -178,32 +176,20 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
   auto [writer, reader] = writer_and_reader();
   std::vector<std::uint8_t> v(kBytes, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
-  std::atomic<bool> done{false};
-  std::atomic<int> torn{0}, failed{0}, reads{0};
-  std::vector<std::thread> readers;
-  for (int r = 0; r < 2; ++r) {
-    readers.emplace_back([&] {
-      std::vector<std::uint8_t> mine(kBytes);
-      while (!done.load()) {
-        auto s = reader.get_into("k", bytes_view(mine)).get(kWait);
-        if (!s.ok()) {
-          ++failed;
-          continue;
+  const auto seen = testing::race_readers(
+      kBytes, 2,
+      [&](std::vector<std::uint8_t>& mine) {
+        return reader.get_into("k", bytes_view(mine)).get(kWait).status();
+      },
+      [&] {
+        for (int i = 2; i < 120; ++i) {
+          std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+          ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
         }
-        ++reads;
-        if (!uniform(mine)) ++torn;
-      }
-    });
-  }
-  for (int i = 2; i < 120; ++i) {
-    std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
-    ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
-  }
-  done.store(true);
-  for (auto& t : readers) t.join();
-  EXPECT_EQ(torn.load(), 0);
-  EXPECT_EQ(failed.load(), 0);
-  EXPECT_GT(reads.load(), 0);
+      });
+  EXPECT_EQ(seen.torn, 0);
+  EXPECT_EQ(seen.failed, 0);
+  EXPECT_GT(seen.reads, 0);
   // Once the writer stops, the last value, then lease-free.
   std::vector<std::uint8_t> dst(kBytes);
   ASSERT_TRUE(eventually(

@@ -41,7 +41,7 @@ struct ShardRecord {
   /// writer was told at staging; empty when unknown. Only a hint: a
   /// lease-free read trusts it once the object's tag there names it
   /// (docs/architecture.md, "Lease-free reads").
-  std::string place;
+  std::string place{};
 };
 
 /// Tensor metadata plus placement. version is assigned by the controller at

@@ -22,6 +22,18 @@ namespace {
 
 std::string uid_tag() { return "uid=" + std::to_string(geteuid()); }
 
+// An shm endpoint's address, "PREFIX;UID": the volume's segment name prefix
+// and the user it runs as (uid_tag). An address without a ';' names no user.
+struct ShmAddress {
+  std::string prefix;
+  std::string uid;
+};
+ShmAddress parse_address(const std::string& address) {
+  const auto semi = address.find(';');
+  if (semi == std::string::npos) return {address, ""};
+  return {address.substr(0, semi), address.substr(semi + 1)};
+}
+
 // Hands out segments named "<process prefix><server number>.<n>". One
 // segment per region: the volume's RegionPool reuses a released segment for
 // the next region of the same size, so a key's next version lands in memory
@@ -367,12 +379,11 @@ TransportFactory shm_factory() {
       return Status(Errc::invalid_argument, "shm client: endpoint is not an shm endpoint");
     }
     return std::unique_ptr<Transport>(
-        std::make_unique<ShmTransport>(ctx.config, ep.address.substr(0, ep.address.find(';'))));
+        std::make_unique<ShmTransport>(ctx.config, parse_address(ep.address).prefix));
   };
   f.can_serve = [](const EndpointInfo& ep) -> Status {
     MESHSTORE_RETURN_IF_ERROR(same_host(ep.host_id));
-    const auto semi = ep.address.rfind(';');
-    const std::string their_uid = semi == std::string::npos ? "" : ep.address.substr(semi + 1);
+    const std::string their_uid = parse_address(ep.address).uid;
     if (their_uid != uid_tag()) {
       return Status(Errc::unsupported, "the volume runs as another user (" + their_uid +
                                            ", this process " + uid_tag() + ")");
