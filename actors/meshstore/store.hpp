@@ -375,8 +375,16 @@ struct PublishOptions {
   bool retain = false;
   /// How long reclaim() waits for reads still copying out of the buffers
   /// (> 0); after it, reclaim() fails with Errc::timeout and the buffers
-  /// stay lent.
+  /// stay lent, unless revoke_on_timeout.
   std::chrono::milliseconds reclaim_timeout{30000};
+  /// reclaim() revokes the loan once reclaim_timeout has passed: readers
+  /// still copying out of the buffers lose their leases, their copies do
+  /// not count (such a read locates the key again: it finds the retained
+  /// copy, or the version gone), and the buffers are the caller's once the
+  /// transfers the lending volume serves itself (tcp sends in flight) end,
+  /// within reclaim_timeout again (else Errc::timeout). Readers never see a
+  /// torn value either way.
+  bool revoke_on_timeout = false;
 };
 
 /// A published version (Store::publish). A handle: copies share it. For a
@@ -403,8 +411,9 @@ class Publication {
   /// volume memory first (if it is still published), else withdraws it;
   /// then waits up to reclaim_timeout for reads in flight (returned()).
   /// Errc::timeout when readers still hold the buffers after that (they
-  /// stay lent; call reclaim() again, or wait on returned()). Calls after
-  /// one that is running or succeeded share its future.
+  /// stay lent; call reclaim() again, or wait on returned()), unless
+  /// PublishOptions::revoke_on_timeout, which then revokes the loan. Calls
+  /// after one that is running or succeeded share its future.
   Future<void> reclaim();
 
  private:

@@ -407,16 +407,20 @@ class Store:
                                                  _put_options(transfer_dtype, options)))
 
     def publish(self, prefix, state_dict, keep=1, mode="auto", retain=False,
-                reclaim_timeout=30.0, transfer_dtype=None, **options):
+                reclaim_timeout=30.0, revoke_on_timeout=False, transfer_dtype=None,
+                **options):
         """Publishes `state_dict` as the next version under `prefix`, in the
         mode the store picks (``mode="auto"``) or asks ("direct", "copy"):
         direct lends the large tensors themselves, which readers copy out
         of. Answers a Publication; the tensors must not be written until
         ``publication.returned()`` completes (``reclaim()`` ends the loan;
-        docs/python.md, "Direct publishing")."""
+        docs/python.md, "Direct publishing"). With revoke_on_timeout,
+        ``reclaim()`` revokes the loan once reclaim_timeout has passed:
+        readers still copying lose it (their read locates the key again)."""
         flat = sdmod.flatten(state_dict, f"publish '{_key(prefix, 'publish')}'")
         published, returned = self._s.publish(prefix, flat.entries, int(keep), str(mode),
                                               bool(retain), reclaim_timeout,
+                                              bool(revoke_on_timeout),
                                               _put_options(transfer_dtype, options))
         return Future(published, lambda native: Publication(native, returned))
 
@@ -490,7 +494,8 @@ class Publication:
         """Ends the loan: withdraws the version (or, published with
         retain=True, copies it into the store first), then waits for reads
         in flight up to reclaim_timeout (TimeoutError after it: the tensors
-        stay lent)."""
+        stay lent, unless published with revoke_on_timeout=True, which then
+        revokes the loan)."""
         return Future(self._n.reclaim())
 
 

@@ -662,13 +662,14 @@ void bind_store(py::module_& m) {
            // handle first.
            [](PyStore& self, std::string prefix, const py::list& entries, int keep,
               const std::string& mode, bool retain, py::object reclaim_timeout,
-              const py::dict& opts) {
+              bool revoke_on_timeout, const py::dict& opts) {
              auto in = state_dict_in(entries, false, "publish '" + prefix + "'");
              PublishOptions o;
              o.mode = publish_mode(mode);
              o.keep = keep;
              o.retain = retain;
              o.reclaim_timeout = seconds_arg(reclaim_timeout, "reclaim_timeout");
+             o.revoke_on_timeout = revoke_on_timeout;
              o.put = put_options(opts);
              auto back = std::make_shared<Promise<void>>();
              auto fut = released([&] { return self.s().publish(prefix, *in.sd, o); });

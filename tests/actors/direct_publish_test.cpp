@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <thread>
@@ -226,6 +228,132 @@ TEST(DirectPublishLoan, ReclaimWaitsForAReadInFlightWithinItsBound) {
   EXPECT_EQ(dst, big);
   EXPECT_OK(pub->returned().get(kWait));
   EXPECT_OK(pub->reclaim().get(kWait));  // a failed reclaim may be called again
+}
+
+// The lending volume's read leases now.
+std::uint64_t lending_leases(Store& store) {
+  auto stats = store.stats().get(kWait);
+  if (!stats.ok()) return 0;
+  for (const auto& v : *stats) {
+    if (v.volume_id.rfind("lend:", 0) == 0) return v.leases;
+  }
+  return 0;
+}
+
+// A store whose reads of a 64 MiB tensor are still copying long after they
+// start: rpc in 4 KiB messages.
+Result<Store> slow_reading_store() {
+  StoreOptions so;
+  so.transport = "rpc";
+  so.rpc_chunk_bytes = 4096;
+  return Store::embedded(so);
+}
+
+TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheRetainedCopy) {
+  // The publisher's store copies fast (its retain takes milliseconds); the
+  // reader, a store connected to it, reads over rpc in 4 KiB messages, so
+  // its 64 MiB read is still copying when the bound (1 ms) passes.
+  StoreOptions po_store;
+  po_store.listen = "127.0.0.1:0";
+  auto publisher = Store::embedded(po_store);
+  ASSERT_OK(publisher);
+  StoreOptions ro;
+  ro.host_volumes = false;
+  ro.transport = "rpc";
+  ro.rpc_chunk_bytes = 4096;
+  auto reader = Store::connect(publisher->address(), ro);
+  ASSERT_OK(reader);
+  std::vector<float> big = ramp(16 << 20, 0.0f);
+  const auto original = big;
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
+  PublishOptions po;
+  po.reclaim_timeout = 1ms;
+  po.retain = true;
+  po.revoke_on_timeout = true;
+  auto pub = publisher->publish("w", sd, po).get(kWait);
+  ASSERT_OK(pub);
+  ASSERT_EQ(pub->mode(), PublishMode::direct);
+  std::vector<float> dst(big.size());
+  auto read = reader->get_into("w/v1/big", view_of(dst, {16 << 20}));
+  ASSERT_TRUE(eventually([&] { return lending_leases(*publisher) > 0 || read.ready(); }));
+  ASSERT_FALSE(read.ready()) << "the read ended before its lease was seen";
+  // The reader still holds its lease, yet the buffers come back: the loan
+  // is revoked once the bound passed.
+  ASSERT_OK(pub->reclaim().get(kWait));
+  EXPECT_TRUE(pub->returned().ready());
+  const bool in_flight = !read.ready();
+  std::fill(big.begin(), big.end(), -1.0f);  // the trainer steps
+  // The read in flight lost its lease: its copy did not count, and it read
+  // the key again, from the copy retain made.
+  ASSERT_OK(read.get(kWait));
+  EXPECT_TRUE(dst == original) << "the read returned bytes the trainer wrote after the revoke";
+  EXPECT_TRUE(eventually([&] { return lending_leases(*publisher) == 0; }));
+  if (!in_flight) GTEST_SKIP() << "the read ended before the revoke (a very slow retain copy)";
+}
+
+TEST(DirectPublishLoan, RevokeWithoutRetainEndsTheReadInFlightAsGone) {
+  auto store = slow_reading_store();
+  ASSERT_OK(store);
+  std::vector<float> big = ramp(16 << 20, 0.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
+  PublishOptions po;
+  po.reclaim_timeout = 1ms;
+  po.revoke_on_timeout = true;
+  auto pub = store->publish("w", sd, po).get(kWait);
+  ASSERT_OK(pub);
+  std::vector<float> dst(big.size());
+  auto read = store->get_into("w/v1/big", view_of(dst, {16 << 20}));
+  ASSERT_TRUE(eventually([&] { return lending_leases(*store) > 0 || read.ready(); }));
+  ASSERT_FALSE(read.ready()) << "the read ended before its lease was seen";
+  ASSERT_OK(pub->reclaim().get(kWait));
+  std::fill(big.begin(), big.end(), -1.0f);
+  // Withdrawn, then revoked: the read finds the version gone.
+  EXPECT_ERROR(read.get(kWait), Errc::not_found, "w/v1/big");
+  // Without revoke_on_timeout the same reclaim times out (the buffers stay
+  // lent): DirectPublishLoan.ReclaimWaitsForAReadInFlightWithinItsBound.
+}
+
+TEST(DirectPublishLoan, ARevokedLoanNeverGivesACmaReaderTheBytesWrittenAfterIt) {
+  // cma readers copy out of the publisher's memory themselves: the revoke
+  // lands while some are mid-copy, and the trainer then overwrites its
+  // tensor. A read either completed before (the original bytes) or finds
+  // the version gone; never a mix.
+  StoreOptions so;
+  so.transport = "cma";
+  auto store = Store::embedded(so);
+  ASSERT_OK(store);
+  constexpr std::size_t kFloats = 16 << 20;
+  std::vector<float> big(kFloats);
+  std::vector<float> dst(kFloats);
+  int whole = 0, gone = 0;
+  for (int round = 1; round <= 6; ++round) {
+    std::fill(big.begin(), big.end(), static_cast<float>(round));
+    StateDict sd;
+    ASSERT_OK(sd.insert("big", view_of(big, {kFloats})));
+    PublishOptions po;
+    po.reclaim_timeout = 1ms;
+    po.revoke_on_timeout = true;
+    auto pub = store->publish("w", sd, po).get(kWait);
+    ASSERT_OK(pub);
+    ASSERT_EQ(pub->mode(), PublishMode::direct);
+    const std::string key = "w/v" + std::to_string(pub->version()) + "/big";
+    auto read = store->get_into(key, view_of(dst, {kFloats}));
+    ASSERT_OK(pub->reclaim().get(kWait)) << "round " << round;
+    std::fill(big.begin(), big.end(), -static_cast<float>(round));
+    auto r = read.get(kWait);
+    if (r.ok()) {
+      ++whole;
+      ASSERT_TRUE(std::all_of(dst.begin(), dst.end(),
+                              [&](float x) { return x == static_cast<float>(round); }))
+          << "round " << round << ": a read that succeeded holds bytes written after the revoke";
+    } else {
+      ++gone;
+      EXPECT_EQ(r.status().code(), Errc::not_found) << r.status().to_string();
+    }
+  }
+  std::printf("cma reads racing a revoke: %d whole, %d found the version gone\n", whole, gone);
 }
 
 // A file of /dev/shm, mapped shared: where a torch tensor with the

@@ -62,9 +62,11 @@ TEST(Wire, OtherStructsRoundTrip) {
   lease.lease_id = 7;
   lease.regions = {testing::region_ref(1, 100), testing::region_ref(2, 200)};
   lease.data = {"ab", std::string("\0c", 2)};
+  lease.revocable = true;
   wire::ReadLease lease_back;
   ASSERT_OK(wire::decode(wire::encode(lease), lease_back));
   EXPECT_EQ(lease_back.lease_id, 7u);
+  EXPECT_TRUE(lease_back.revocable);
   ASSERT_EQ(lease_back.regions.size(), 2u);
   EXPECT_EQ(lease_back.regions[1].nbytes, 200u);
   EXPECT_EQ(lease_back.data, lease.data);

@@ -87,7 +87,7 @@ class Captured {
 };
 
 struct Row {
-  std::string listener, peer, expected, got, logged;
+  std::string listener, peer, expected, got{}, logged{};
   bool pass = false;
 };
 

@@ -123,6 +123,25 @@ def test_direct_publish_lends_the_tensors_until_reclaimed(store):
         store.get_latest_state_dict_into("direct", reader).result()
 
 
+def test_publish_revoke_on_timeout_never_returns_bytes_written_after(store):
+    # A read of the version in flight when reclaim() revokes the loan either
+    # finished before (the published bytes) or finds the version gone.
+    w = torch.full((16 << 20,), 3.0)  # 64 MiB: lent, and long to copy
+    pub = store.publish("revoked", {"w": w}, reclaim_timeout=0.001,
+                        revoke_on_timeout=True).result()
+    assert pub.mode == "direct"
+    out = torch.empty_like(w)
+    read = store.get_into("revoked/v1/w", out)
+    pub.reclaim().result(timeout=30)
+    assert pub.returned().done()
+    w.fill_(-1.0)  # the trainer steps at once
+    try:
+        read.result(timeout=30)
+        assert (out == 3.0).all()
+    except meshstore.NotFoundError:
+        pass
+
+
 def test_publish_with_retain_and_by_copy(store):
     w = torch.full((300_000,), 2.0)
     pub = store.publish("kept", {"w": w}, retain=True).result()

@@ -44,6 +44,7 @@ using release_atom = caf::atom_constant<caf::atom("release")>;
 using discard_atom = caf::atom_constant<caf::atom("discard")>;
 using open_read_atom = caf::atom_constant<caf::atom("open_read")>;
 using close_read_atom = caf::atom_constant<caf::atom("close_read")>;
+using revoke_atom = caf::atom_constant<caf::atom("revoke")>;
 using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;
 using stat_atom = caf::atom_constant<caf::atom("stat")>;
 using locate_pinned_atom = caf::atom_constant<caf::atom("locate_pin")>;

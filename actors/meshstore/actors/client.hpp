@@ -140,6 +140,8 @@ struct PutCall {
   storage_volume_actor lend_to;
   std::string lend_volume;
   std::shared_ptr<const void> loan;
+  /// Nonzero: the publisher may revoke the loan (LendRequest::revocable).
+  std::uint64_t revocable_loan = 0;
   /// When set, the commit also removes every other key equal to one of
   /// these or under it (replace_atom): a state dict replaced as a whole.
   std::vector<std::string> replace_under;

@@ -37,6 +37,8 @@ struct StoredObject {
   // The tag clients check around a lease-free read (RegionMemory::object_tag):
   // this object's id from its staging until it is dropped. Null: none.
   std::atomic<std::uint64_t>* tag = nullptr;
+  // The revocable loan it belongs to (LendRequest::revocable), 0: none.
+  std::uint64_t loan = 0;
 };
 
 class RegionPool;
@@ -62,6 +64,7 @@ struct AccountedMemory {
 struct Lease {
   std::vector<std::shared_ptr<transports::Region>> pinned;
   caf::actor_addr owner;  // the client that opened it
+  bool revoked = false;   // a revoke took regions it pinned
 };
 
 // Memory of released regions, kept for the next region of the same size: a
@@ -426,6 +429,8 @@ struct VolumeState {
   std::unordered_map<std::uint64_t, StoredObject> objects;
   // Leases by (client, the client's lease id).
   std::map<std::pair<caf::actor_addr, std::uint64_t>, Lease> leases;
+  // Revocable loans (a lending volume's): their objects' ids, by loan.
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> loans;
   std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging
   std::set<caf::actor_addr> controllers;  // monitored for the rings' puts (ring_attach)
   std::uint64_t next_object_id = 1;
@@ -712,6 +717,7 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
           token.reset();  // the buffer is the publisher's again
         });
     StoredObject object;
+    object.loan = req.revocable;
     object.region = std::make_shared<transports::Region>(id, std::move(memory), b.nbytes, b.segment,
                                                          b.segment_offset);
     object.region->set_device(b.device);
@@ -724,7 +730,47 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
     made.push_back(id);
     out.push_back(std::move(ref));
   }
+  if (req.revocable != 0) {
+    // Loans whose every region is gone (ended the usual way) are forgotten.
+    for (auto it = st.loans.begin(); it != st.loans.end();) {
+      const bool live = std::any_of(it->second.begin(), it->second.end(), [&](std::uint64_t id) {
+        return st.regions->find(id) != nullptr;
+      });
+      it = live ? std::next(it) : st.loans.erase(it);
+    }
+    auto& ids = st.loans[req.revocable];
+    ids.insert(ids.end(), made.begin(), made.end());
+  }
   return out;
+}
+
+// Ends revocable loan `loan` now (reclaim with revoke_on_timeout): its
+// objects go, and every lease pinning one of its regions loses those pins
+// and is marked revoked, so its reader's copy will not count (a checked
+// close answers false). The buffers are the publisher's again once the
+// last holder left, the transfers this volume serves from them, lets go.
+void revoke(volume_pointer self, std::uint64_t loan) {
+  auto& st = self->state;
+  auto it = st.loans.find(loan);
+  if (it == st.loans.end()) return;
+  const std::set<std::uint64_t> ids(it->second.begin(), it->second.end());
+  st.loans.erase(it);
+  for (auto id : ids) st.drop(id, false);
+  std::size_t revoked = 0;
+  for (auto& [key, lease] : st.leases) {
+    auto& pinned = lease.pinned;
+    const auto before = pinned.size();
+    pinned.erase(std::remove_if(pinned.begin(), pinned.end(),
+                                [&](const auto& r) { return ids.count(r->id()) != 0; }),
+                 pinned.end());
+    if (pinned.size() != before) {
+      lease.revoked = true;
+      ++revoked;
+    }
+  }
+  st.regions->prune();
+  st.log->info("volume '{}': revoked a loan of {} object(s); {} read lease(s) lost it",
+               st.config.volume_id, ids.size(), revoked);
 }
 
 // Stages small objects whose bytes came with the request and commits them
@@ -913,6 +959,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                                                             " is gone (replaced or removed)"));
           }
           pinned.push_back(it->second.region);
+          if (it->second.loan != 0) lease.revocable = true;
           const auto& region = it->second.region;
           lease.regions.push_back(region_ref(id, *region));
           if (auto s = st.describe(*region, lease.regions.back()); !s.ok()) {
@@ -972,6 +1019,17 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         self->state.leases.erase({owner ? owner.address() : caf::actor_addr(), lease_id});
         self->state.regions->prune();
       },
+      [=](close_read_atom, std::uint64_t lease_id, bool) -> bool {
+        // A lease this volume no longer holds cannot be vouched for.
+        const auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+        auto& st = self->state;
+        auto it = st.leases.find({owner ? owner.address() : caf::actor_addr(), lease_id});
+        const bool whole = it != st.leases.end() && !it->second.revoked;
+        if (it != st.leases.end()) st.leases.erase(it);
+        st.regions->prune();
+        return whole;
+      },
+      [=](revoke_atom, std::uint64_t loan) { revoke(self, loan); },
       [=](ring_attach_atom, const std::string& name, std::int32_t pid,
           const caf::actor& controller) -> caf::result<caf::ok_atom> {
         auto& st = self->state;

@@ -44,6 +44,10 @@ struct LentBuffer {
 struct LendRequest {
   std::vector<LentBuffer> buffers;
   std::shared_ptr<const void> token;
+  /// Nonzero: the publisher may revoke this loan (revoke_atom with this
+  /// number) before every reader let go; readers' leases on it are then
+  /// revocable (wire::ReadLease::revocable).
+  std::uint64_t revocable = 0;
 };
 
 /// A small put that came over a fast-path ring (issue 26), from the ring's
@@ -92,6 +96,15 @@ using storage_volume_actor = caf::typed_actor<
                     std::uint64_t /*lease id*/>::with<wire::ReadLease>,
     // Unpins a lease.
     caf::reacts_to<close_read_atom, std::uint64_t>,
+    // Unpins a revocable lease, answering whether it was still whole (no
+    // revoke took its regions while it was open): the reader's copy counts
+    // only then.
+    caf::replies_to<close_read_atom, std::uint64_t, bool>::with<bool>,
+    // Ends a revocable loan (LendRequest::revocable) now: its objects
+    // go, leases pinning them lose them (their readers' copies will not
+    // count), so the buffers are the publisher's once the transfers this
+    // volume serves from them (tcp sends in flight) end.
+    caf::reacts_to<revoke_atom, std::uint64_t>,
     // Eviction, from the controller: of these committed objects (least
     // recently used first) drops, memory freed, those no read lease pins,
     // until their bytes add up to the bytes asked for; answers those dropped.

@@ -2,6 +2,7 @@
 // directly out of the caller's tensors (lent to this process's lending
 // volume), and the loan's end (reclaim, retain, returned).
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -36,6 +37,10 @@ struct Publication::Impl {
   std::shared_ptr<const void> staging;  // the host copies some views are of
   // Completes when the last lent region is gone (the loan's token).
   Future<void> returned;
+  // With revoke_on_timeout: the loan's number and the volume it was lent
+  // to (weak, as `client`), for the revoke.
+  std::uint64_t loan = 0;
+  caf::actor_addr lender;
   std::mutex mu;            // guards reclaiming
   Future<void> reclaiming;  // the running or successful reclaim
 };
@@ -82,8 +87,10 @@ using PubImpl = internal::PublicationAccess::Impl;
 using facade::check_key;
 using state_dicts::version_key;
 
-// Waits up to `bound` for `returned`, through a timer on the client actor.
-Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub) {
+// Waits up to `bound` for `returned`, through a timer on the client actor;
+// `revoked`: after the loan was revoked, when only the lending volume's own
+// transfers may still read the buffers.
+Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub, bool revoked = false) {
   auto done = std::make_shared<Promise<void>>(
       Status(Errc::shutdown, pub->op + " '" + pub->prefix + "': the store was closed"));
   pub->returned.on_complete([done](const Result<void>&) { done->set_value(); });
@@ -91,10 +98,16 @@ Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub) {
   auto client = caf::actor_cast<caf::actor>(pub->client);
   if (!client) return done->future();  // closed: the loan ends as the volume goes
   const auto bound = pub->options.reclaim_timeout;
-  const std::string why = pub->op + " '" + pub->prefix + "' version " +
-                          std::to_string(pub->version) + ": readers still copy out of its " +
-                          "buffers after " + std::to_string(bound.count()) +
-                          " ms; they stay lent (reclaim again, or wait for returned())";
+  const std::string version =
+      pub->op + " '" + pub->prefix + "' version " + std::to_string(pub->version) + ": ";
+  const std::string why =
+      revoked ? version + "transfers its lending volume serves (tcp sends) still read its " +
+                    "buffers " + std::to_string(bound.count()) +
+                    " ms after the loan was revoked; they stay lent (reclaim again, or wait " +
+                    "for returned())"
+              : version + "readers still copy out of its buffers after " +
+                    std::to_string(bound.count()) +
+                    " ms; they stay lent (reclaim again, or wait for returned())";
   caf::delayed_anon_send(client, bound, actors::run_atom::value, internal::Closure{[done, why] {
                            done->set_error(Status(Errc::timeout, why));
                          }});
@@ -127,6 +140,25 @@ Future<void> retain_copy(const std::shared_ptr<PubImpl>& pub) {
       });
 }
 
+// Waits for the loan's end within reclaim_timeout; with revoke_on_timeout,
+// revokes it when that passes (the leases of readers still copying lose it,
+// and their reads count as stale: they locate again) and waits as long again
+// for the lending volume's own transfers.
+Future<void> end_loan(const std::shared_ptr<PubImpl>& pub) {
+  if (!pub->options.revoke_on_timeout || pub->loan == 0) return wait_returned(pub);
+  auto ended = std::make_shared<Promise<void>>();
+  wait_returned(pub).on_complete([pub, ended](const Result<void>& r) {
+    if (r.ok() || r.status().code() != Errc::timeout) return (void)ended->set(r);
+    auto lender = caf::actor_cast<actors::storage_volume_actor>(pub->lender);
+    if (!lender) return (void)ended->set(r);  // the store closed: the loan ends with it
+    log::get("store")->warn("{} '{}' version {}: revoking its loan ({} ms passed)", pub->op,
+                            pub->prefix, pub->version, pub->options.reclaim_timeout.count());
+    caf::anon_send(lender, actors::revoke_atom::value, pub->loan);
+    wait_returned(pub, true).on_complete([ended](const Result<void>& after) { ended->set(after); });
+  });
+  return ended->future();
+}
+
 // Withdraws the version: later readers wait for the next one.
 Future<void> withdraw(const std::shared_ptr<PubImpl>& pub) {
   const std::string key = version_key(pub->prefix, pub->version);
@@ -157,7 +189,7 @@ Future<void> Publication::reclaim() {
     return impl_->reclaiming;
   }
   auto first = pub->options.retain ? retain_copy(pub) : withdraw(pub);
-  impl_->reclaiming = first.then([pub]() { return wait_returned(pub); });
+  impl_->reclaiming = first.then([pub]() { return end_loan(pub); });
   return impl_->reclaiming;
 }
 
@@ -384,6 +416,11 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
           delete p;
           back->set_value();
         });
+        if (options.revoke_on_timeout) {
+          static std::atomic<std::uint64_t> loans{0};
+          pub->loan = call.revocable_loan = ++loans;
+          pub->lender = lending->handle.address();
+        }
         // What retain copies: the published entries, GPU ones the store
         // staged on the host (packed, cast) included, kept with their staging.
         for (const auto& e : (*use)->entries()) {

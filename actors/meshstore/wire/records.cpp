@@ -160,6 +160,7 @@ std::string encode(const ReadLease& x) {
   p.set_lease_id(x.lease_id);
   for (const auto& r : x.regions) to_proto(r, p.add_regions());
   for (const auto& d : x.data) p.add_data(d);
+  p.set_revocable(x.revocable);
   return serialize(p);
 }
 
@@ -170,6 +171,7 @@ Status decode(const std::string& bytes, ReadLease& x) {
   x.regions.clear();
   for (const auto& r : p.regions()) x.regions.push_back(from_proto(r));
   x.data.assign(p.data().begin(), p.data().end());
+  x.revocable = p.revocable();
   return Status();
 }
 

@@ -98,6 +98,11 @@ struct ReadLease {
   std::uint64_t lease_id = 0;
   std::vector<RegionRef> regions;
   std::vector<std::string> data;
+  /// Some region is a publisher's loan it may revoke (direct publishing
+  /// with PublishOptions::revoke_on_timeout): the reader's copy counts only
+  /// if the checked close (close_read with a reply) says the lease was
+  /// still whole when it ended.
+  bool revocable = false;
 };
 
 /// remove_batch's answer.

@@ -422,6 +422,7 @@ void lend_first(client_pointer self, const std::shared_ptr<PutOp>& op, std::func
                                      segments.empty() ? 0 : offsets[i], device});
   }
   req.token = std::move(op->call.loan);  // only the regions keep it from now on
+  req.revocable = op->call.revocable_loan;
   ask(self, op->call.lend_to, lend_atom::value, std::move(req))
       .then(
           [=](const std::vector<wire::RegionRef>& lent) {

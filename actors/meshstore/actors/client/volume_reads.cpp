@@ -334,6 +334,32 @@ std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const Volum
 
 namespace {
 
+// Closes a revocable lease (a publisher's loan) after its copy ended with
+// `copied`, asking the volume whether the lease was still whole: if the
+// publisher revoked the loan meanwhile, the copy may mix in bytes it wrote
+// since (or have failed as it freed them), so it does not count: the read
+// is stale, and the get locates the key again (the retained copy, or the
+// version gone).
+void close_checked(client_pointer self, const std::shared_ptr<VolumeConn>& c,
+                   std::uint64_t lease_id, const Result<void>& copied, std::shared_ptr<bool> stale,
+                   std::shared_ptr<Promise<void>> promise) {
+  const std::string volume_id = c->info.volume_id;
+  ask(self, c->handle, close_read_atom::value, lease_id, true)
+      .then(
+          [=](bool whole) {
+            if (whole) return (void)promise->set(copied);
+            *stale = true;
+            promise->set_error(
+                Status(Errc::not_found, "volume '" + volume_id +
+                                            "': the publisher revoked its loan while this read "
+                                            "copied out of it"));
+          },
+          [=](caf::error& e) {
+            promise->set_error(from_caf_error(e, "closing a read lease at volume '" + volume_id +
+                                                     "' (a loan its publisher may revoke)"));
+          });
+}
+
 // Reads `targets` from `c` under a read lease: open_read pins them (or
 // answers small ones' bytes inline), the bytes are copied, the lease closes.
 void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
@@ -404,8 +430,10 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
             }
             if (!targets.empty() && targets.front().view) {
               // Zero-copy where the transport maps regions; the lease stays
-              // open until the last view goes. Else a copy, like get().
-              auto views = map_views(self, c, lease, targets);
+              // open until the last view goes. Else a copy, like get(). A
+              // revocable loan is copied: a view could not be checked.
+              auto views =
+                  lease.revocable ? Result<bool>(false) : map_views(self, c, lease, targets);
               if (!views.ok() || *views) {
                 if (!views.ok()) self->send(c->handle, close_read_atom::value, lease.lease_id);
                 return (void)promise->set(views.ok() ? Result<void>() : views.status());
@@ -422,8 +450,11 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
             }
             auto reads = copy_out(c, lease.regions, targets);
             await(self, settle_all(std::move(reads)), [=](const Result<void>& r) {
-              self->send(c->handle, close_read_atom::value, lease.lease_id);
-              promise->set(r);
+              if (!lease.revocable) {
+                self->send(c->handle, close_read_atom::value, lease.lease_id);
+                return (void)promise->set(r);
+              }
+              close_checked(self, c, lease.lease_id, r, stale, promise);
             });
           },
           [=](caf::error& e) {
