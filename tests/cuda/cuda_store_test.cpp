@@ -622,6 +622,48 @@ TEST(CudaDirectPublish, ADeviceTensorIsLentAndReadThroughCudaIpc) {
                "cannot serve GPU memory");
 }
 
+// A revocable loan of GPU memory (revoke_on_timeout): reads in flight when
+// reclaim() revokes it, after which the publisher overwrites its buffer at
+// once, return the published bytes or find the version gone; never a mix.
+TEST(CudaDirectPublish, ARevokedDeviceLoanNeverGivesAReaderTheBytesWrittenAfterIt) {
+  SKIP_WITHOUT_CUDA();
+  auto store = Store::embedded();
+  ASSERT_OK(store);
+  constexpr std::int64_t n = (std::int64_t{64} << 20) / 4;
+  DeviceBuffer buf(static_cast<std::size_t>(n) * 4);
+  std::vector<float> host(static_cast<std::size_t>(n));
+  int whole = 0, gone = 0;
+  for (int round = 1; round <= 4; ++round) {
+    std::vector<float> v(static_cast<std::size_t>(n), static_cast<float>(round));
+    buf.upload(v.data());
+    StateDict sd;
+    ASSERT_OK(sd.insert("w", buf.view(DType::float32, {n})));
+    PublishOptions po;
+    po.mode = PublishMode::direct;
+    po.reclaim_timeout = 1ms;
+    po.revoke_on_timeout = true;
+    auto pub = store->publish("gpu", sd, po).get(kWait);
+    ASSERT_OK(pub);
+    ASSERT_EQ(pub->mode(), PublishMode::direct);
+    const std::string key = "gpu/v" + std::to_string(pub->version()) + "/w";
+    auto read = store->get_into(key, TensorView::of(host.data(), {n}));
+    ASSERT_OK(pub->reclaim().get(kWait)) << "round " << round;
+    std::fill(v.begin(), v.end(), -static_cast<float>(round));
+    buf.upload(v.data());  // the trainer steps
+    auto r = read.get(kWait);
+    if (r.ok()) {
+      ++whole;
+      ASSERT_TRUE(std::all_of(host.begin(), host.end(),
+                              [&](float x) { return x == static_cast<float>(round); }))
+          << "round " << round << ": a read that succeeded holds bytes written after the revoke";
+    } else {
+      ++gone;
+      EXPECT_EQ(r.status().code(), Errc::not_found) << r.status().to_string();
+    }
+  }
+  std::printf("device reads racing a revoke: %d whole, %d found the version gone\n", whole, gone);
+}
+
 // Volumes kept out of shared memory (StoreOptions::shared_memory_volumes =
 // false) still serve a peer on the host, through the transport it picks
 // itself: cuda-ipc moves host objects through the volume's shm, so such
