@@ -81,11 +81,9 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
   // The store closes (or the system stops): spare stagings go back to their
-  // volumes before the client goes, as CAF's default handler would quit.
+  // volumes before the client quits, as CAF's default handler would.
   self->set_exit_handler([=](caf::exit_msg& msg) {
-    if (!msg.reason) return;
-    give_back_spares(self);
-    self->quit(msg.reason);
+    if (msg.reason) close_spares(self, msg.reason);
   });
   self->state.controller_process = watch_controller(self);
   // Volumes in processes this one has no connection to: their deaths come

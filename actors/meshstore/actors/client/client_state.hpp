@@ -135,6 +135,9 @@ struct ClientState {
   std::unordered_map<std::string, Spare> spares;
   std::unordered_map<std::string, Spare> last_layouts;  // no regions
   std::uint64_t spare_clock = 0;
+  // Why the client is going away, once it is: it quits when its spares
+  // are given back (close_spares).
+  caf::error closing;
   // Streamed reads following a writer, by state dict key.
   std::multimap<std::string, std::shared_ptr<struct StreamOp>> streams;
   std::shared_ptr<spdlog::logger> log = log::get("client");

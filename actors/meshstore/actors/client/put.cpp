@@ -193,9 +193,13 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
                                 it->second.volume_id == volume_id && it->second.layout == layout &&
                                 regions.size() == layout.size() && now != self->state.conns.end() &&
                                 now->second == conn;
-            if (!wanted) return give_back(self, conn->handle, regions, {});
-            it->second.regions = regions;
-            run_waiters(it->second);
+            if (!wanted) {
+              give_back(self, conn->handle, regions, {});
+            } else {
+              it->second.regions = regions;
+              run_waiters(it->second);
+            }
+            if (self->state.closing) close_spares(self, self->state.closing);
           },
           [=](caf::error&) {
             // A full volume, say: the next put stages its own.
@@ -205,6 +209,7 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
               self->state.spares.erase(it);
               run_waiters(failed);
             }
+            if (self->state.closing) close_spares(self, self->state.closing);
           });
 }
 
@@ -658,11 +663,25 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
 
 }  // namespace
 
-void give_back_spares(client_pointer self) {
-  auto spares = std::move(self->state.spares);
-  self->state.spares.clear();
-  // Puts waiting for one end with the client, as its other calls do.
-  for (const auto& [under, spare] : spares) give_back_spare(self, spare);
+void close_spares(client_pointer self, const caf::error& reason) {
+  auto& st = self->state;
+  if (!st.closing) {
+    st.closing = reason;
+    // Bounded: a volume that never answers (or went down meanwhile, which
+    // forgets its spares) does not hold the client up.
+    self->delayed_send(self, ClientConfig::kCloseSparesWait, run_atom::value,
+                       internal::Closure{[self] { self->quit(self->state.closing); }});
+  }
+  // Puts waiting for a spare end with the client, as its other calls do.
+  for (auto it = st.spares.begin(); it != st.spares.end();) {
+    if (it->second.regions.empty()) {
+      ++it;  // being staged: given back when its answer comes
+      continue;
+    }
+    give_back_spare(self, it->second);
+    it = st.spares.erase(it);
+  }
+  if (st.spares.empty()) self->quit(st.closing);
 }
 
 }  // namespace meshstore::actors::client_detail

@@ -11,8 +11,10 @@ namespace meshstore::actors::client_detail {
 // commit of all of them.
 void handle_put(client_pointer self, PutCall call);
 
-// Gives every spare staging back to its volume (the client is going away):
-// its memory is free at once rather than after the volume's orphan grace.
-void give_back_spares(client_pointer self);
+// The client is going away for `reason`: gives every spare staging back
+// to its volume (free at once rather than after the volume's orphan grace),
+// those still being staged as their answers come, then quits; within
+// ClientConfig::kCloseSparesWait at most. Called again by each answer.
+void close_spares(client_pointer self, const caf::error& reason);
 
 }  // namespace meshstore::actors::client_detail
