@@ -252,7 +252,7 @@ Result<Store> slow_reading_store() {
 TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheRetainedCopy) {
   // The publisher's store copies fast (its retain takes milliseconds); the
   // reader, a store connected to it, reads over rpc in 4 KiB messages, so
-  // its 64 MiB read is still copying when the bound (1 ms) passes.
+  // its 64 MiB read is still copying when the bound (20 ms) passes.
   StoreOptions po_store;
   po_store.listen = "127.0.0.1:0";
   auto publisher = Store::embedded(po_store);
@@ -268,7 +268,7 @@ TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheReta
   StateDict sd;
   ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
   PublishOptions po;
-  po.reclaim_timeout = 1ms;
+  po.reclaim_timeout = 20ms;  // the read takes far longer
   po.retain = true;
   po.revoke_on_timeout = true;
   auto pub = publisher->publish("w", sd, po).get(kWait);
@@ -299,7 +299,7 @@ TEST(DirectPublishLoan, RevokeWithoutRetainEndsTheReadInFlightAsGone) {
   StateDict sd;
   ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
   PublishOptions po;
-  po.reclaim_timeout = 1ms;
+  po.reclaim_timeout = 20ms;  // the read takes far longer
   po.revoke_on_timeout = true;
   auto pub = store->publish("w", sd, po).get(kWait);
   ASSERT_OK(pub);

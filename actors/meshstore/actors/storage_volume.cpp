@@ -1029,7 +1029,10 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         st.regions->prune();
         return whole;
       },
-      [=](revoke_atom, std::uint64_t loan) { revoke(self, loan); },
+      [=](revoke_atom, std::uint64_t loan, internal::Closure& done) {
+        revoke(self, loan);
+        done.fn();
+      },
       [=](ring_attach_atom, const std::string& name, std::int32_t pid,
           const caf::actor& controller) -> caf::result<caf::ok_atom> {
         auto& st = self->state;

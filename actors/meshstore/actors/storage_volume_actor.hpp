@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshstore/actors/atoms.hpp"
+#include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/transports/transport.hpp"
 #include "meshstore/wire/records.hpp"
@@ -103,8 +104,9 @@ using storage_volume_actor = caf::typed_actor<
     // Ends a revocable loan (LendRequest::revocable) now: its objects
     // go, leases pinning them lose them (their readers' copies will not
     // count), so the buffers are the publisher's once the transfers this
-    // volume serves from them (tcp sends in flight) end.
-    caf::reacts_to<revoke_atom, std::uint64_t>,
+    // volume serves from them (tcp sends in flight) end. Then runs the
+    // closure (within this process only, like lend).
+    caf::reacts_to<revoke_atom, std::uint64_t, internal::Closure>,
     // Eviction, from the controller: of these committed objects (least
     // recently used first) drops, memory freed, those no read lease pins,
     // until their bytes add up to the bytes asked for; answers those dropped.

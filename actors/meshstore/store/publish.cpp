@@ -153,8 +153,16 @@ Future<void> end_loan(const std::shared_ptr<PubImpl>& pub) {
     if (!lender) return (void)ended->set(r);  // the store closed: the loan ends with it
     log::get("store")->warn("{} '{}' version {}: revoking its loan ({} ms passed)", pub->op,
                             pub->prefix, pub->version, pub->options.reclaim_timeout.count());
-    caf::anon_send(lender, actors::revoke_atom::value, pub->loan);
-    wait_returned(pub, true).on_complete([ended](const Result<void>& after) { ended->set(after); });
+    // The bound starts again once the volume has revoked it (its mailbox
+    // may be busy): from then on, only its own transfers hold the buffers.
+    // A volume that stops first ends the loan itself.
+    auto revoked = std::make_shared<Promise<void>>(Status(Errc::shutdown, "lending volume gone"));
+    revoked->future().on_complete([pub, ended](const Result<void>&) {
+      wait_returned(pub, true).on_complete(
+          [ended](const Result<void>& after) { ended->set(after); });
+    });
+    caf::anon_send(lender, actors::revoke_atom::value, pub->loan,
+                   internal::Closure{[revoked] { revoked->set_value(); }});
   });
   return ended->future();
 }
