@@ -123,9 +123,9 @@ def test_interpreter_exit_never_hangs(case):
 
 
 def torchrun(nproc, script, *args, timeout=240):
-    cmd = torchrun_command(nproc, script, *args)  # a free port; see torchrun.py
+    cmd, ports = torchrun_command(nproc, script, *args)  # free ports; see torchrun.py
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, **ports, "OMP_NUM_THREADS": "1"})
 
 
 def meshrun(nproc, script, *args, timeout=240):

@@ -13,20 +13,33 @@ import socket
 import sys
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct ports the kernel had free just now (bound together, so
+    they differ)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def command(nproc, script, *args):
-    return [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-            "--nnodes", "1", "--node_rank", "0", f"--nproc_per_node={nproc}",
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), script, *args]
+    """The torchrun command line, and the environment it adds: the store
+    listens on MESHSTORE_PORT, else MASTER_PORT + 1, which may be any
+    process's port (under ctest -j, another test's connection), so it gets
+    a free port of its own."""
+    master, store = free_ports(2)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+           "--nnodes", "1", "--node_rank", "0", f"--nproc_per_node={nproc}",
+           "--master_addr", "127.0.0.1", "--master_port", str(master), script, *args]
+    return cmd, {"MESHSTORE_PORT": str(store)}
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit(__doc__)
-    cmd = command(sys.argv[1], *sys.argv[2:])
-    os.execv(cmd[0], cmd)
+    cmd, env = command(sys.argv[1], *sys.argv[2:])
+    os.execve(cmd[0], cmd, {**os.environ, **env})
