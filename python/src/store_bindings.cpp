@@ -72,6 +72,8 @@ StoreOptions store_options(const py::dict& kw) {
         o.shared_memory_volumes = v.cast<bool>();
       else if (name == "fast_path")
         o.fast_path = v.cast<bool>();
+      else if (name == "fast_path_spin_us")
+        o.fast_path_spin = std::chrono::microseconds(v.cast<std::int64_t>());
       else if (name == "rpc_chunk_bytes")
         o.rpc_chunk_bytes = v.cast<std::size_t>();
       else if (name == "rpc_chunks_in_flight")

@@ -148,6 +148,37 @@ TEST(FastPath, OffSendsEveryCallThroughTheActors) {
   EXPECT_EQ(s.hits + s.misses + s.stale + s.rings, 0u);
 }
 
+TEST(FastPath, TheRingsSpinIsAnOptionAndZeroNeverSpins) {
+  // Timing is not asserted: whatever the spin, a writer and a reader in
+  // two clients (rings of both ends, in the volume's thread and the
+  // callers') serve puts and gets with the same results.
+  for (const auto spin : {std::chrono::microseconds(0), std::chrono::microseconds(2000)}) {
+    SCOPED_TRACE(spin.count());
+    auto wo = listening();
+    wo.fast_path_spin = spin;
+    auto writer = Store::embedded(wo).value();
+    auto ro = tool();
+    ro.fast_path_spin = spin;
+    auto reader = Store::connect(writer.address(), ro).value();
+    for (int i = 0; i < 20; ++i) {
+      auto v = pattern(4096, static_cast<std::uint8_t>(i));
+      ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
+      std::vector<std::uint8_t> dst(v.size());
+      ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+      ASSERT_EQ(dst, v);
+    }
+    const auto w = writer.fast_path_stats();
+    const auto r = reader.fast_path_stats();
+    EXPECT_GT(w.puts, 0u) << "the writer's puts went over its ring";
+    EXPECT_GT(r.hits + r.stale, 0u) << "the reader's gets went over its ring";
+  }
+  for (const auto spin : {std::chrono::microseconds(-1), std::chrono::microseconds(1000001)}) {
+    StoreOptions o;
+    o.fast_path_spin = spin;
+    EXPECT_ERROR(Store::embedded(o).status(), Errc::invalid_argument, "fast_path_spin");
+  }
+}
+
 // The tests that hold for every fast path: the shm ring ("", the chosen
 // transport on one host) and the tcp transport's small operations ("tcp",
 // as across hosts; the rest of tcp's in fast_path_tcp_test.cpp).

@@ -126,6 +126,8 @@ def test_bad_options_are_refused_by_name():
         meshstore.Store.embedded(num_volumes=0)
     with pytest.raises(ValueError, match="request_timeout"):
         meshstore.Store.embedded(request_timeout=-1)
+    with pytest.raises(ValueError, match="fast_path_spin"):
+        meshstore.Store.embedded(fast_path_spin_us=-1)
     with pytest.raises(TypeError, match="'strategy' has the wrong type"):
         meshstore.Store.embedded(strategy=3)
 

@@ -73,6 +73,14 @@ def _have_pidfd():
         return False
 
 
+def test_the_fast_path_spin_is_an_option():
+    # 0: the rings' waiting ends sleep at once; the results are the same.
+    with meshstore.Store.embedded(fast_path_spin_us=0) as s:
+        for i in range(20):
+            s.put("step", {"step": i}).result()
+            assert s.get("step").result() == {"step": i}
+
+
 @pytest.mark.parametrize("fast_path,transport", [(True, None), (True, "tcp"), (False, None)])
 def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path, transport):
     # transport "tcp": the fast path's channel is a tcp connection of its

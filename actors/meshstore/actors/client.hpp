@@ -277,6 +277,9 @@ struct ClientConfig {
   /// given back first.
   std::uint64_t spare_staging_bytes = std::uint64_t{16} << 20;
   static constexpr std::size_t kMaxSpares = 4;
+  /// How long the fast path's rings this client opens spin before their
+  /// waiting end sleeps (StoreOptions::fast_path_spin).
+  std::chrono::microseconds ring_spin{50};
   /// How long a closing client waits for spares still being staged, to
   /// give them back, before it quits anyway.
   static constexpr std::chrono::milliseconds kCloseSparesWait{1000};

@@ -1040,7 +1040,8 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         st.rings.erase(std::remove_if(st.rings.begin(), st.rings.end(),
                                       [](const auto& r) { return r->done(); }),
                        st.rings.end());
-        auto ring = transports::shm::Ring::attach(name, static_cast<pid_t>(pid));
+        auto ring =
+            transports::shm::Ring::attach(name, static_cast<pid_t>(pid), st.config.ring_spin);
         if (!ring.ok()) {
           return to_caf_error(
               ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));

@@ -145,6 +145,9 @@ struct VolumeConfig {
   std::chrono::milliseconds orphan_grace{30000};
   /// Released region memory kept for reuse by later puts of the same size.
   std::uint64_t pool_bytes = std::uint64_t{1} << 30;
+  /// How long its fast-path ring threads spin before they sleep
+  /// (StoreOptions::fast_path_spin).
+  std::chrono::microseconds ring_spin{50};
   /// Transports to offer (registered names); empty = every built one.
   std::vector<std::string> transports;
   transports::TransportConfig transport_config;

@@ -124,6 +124,7 @@ Status Store::Impl::host_volumes(bool is_server) {
     vc.transport_config = transport_config(options);
     vc.bind_host = data_host;
     vc.pool_bytes = options.volume_pool_bytes;
+    vc.ring_spin = options.fast_path_spin;
     if (!options.shared_memory_volumes) {
       // cuda-ipc moves host objects through the volume's shared memory, so
       // it goes with shm: offered, it would outrank cma where CUDA works and
@@ -227,6 +228,7 @@ void Store::Impl::start_client() {
     fast = std::make_shared<actors::FastPath>();
     cc.fast_path = fast;
   }
+  cc.ring_spin = options.fast_path_spin;
   client = actors::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
 }
@@ -346,6 +348,17 @@ Result<Store> Store::from_env(StoreOptions options) {
   if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
   if (const char* e = std::getenv("MESHSTORE_FAST_PATH"); e && std::string(e) == "0") {
     options.fast_path = false;
+  }
+  if (const char* e = std::getenv("MESHSTORE_FAST_PATH_SPIN_US"); e && *e) {
+    char* end = nullptr;
+    const long long us = std::strtoll(e, &end, 10);
+    if (*end != '\0') {
+      return Status(Errc::invalid_argument,
+                    "Store::from_env: MESHSTORE_FAST_PATH_SPIN_US must be a whole number of "
+                    "microseconds, got '" +
+                        std::string(e) + "'");
+    }
+    options.fast_path_spin = std::chrono::microseconds(us);  // validated with the rest
   }
   if (const char* e = std::getenv("MESHSTORE_ENCRYPT_TCP"); e && std::string(e) == "1") {
     options.encrypt_tcp = true;

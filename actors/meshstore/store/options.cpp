@@ -36,6 +36,10 @@ Status StoreOptions::validate() const {
     return bad("eviction must be \"none\" or \"lru\", got \"" + eviction + "\"");
   }
   if (local_rank < -1) return bad("local_rank must be >= -1, got " + std::to_string(local_rank));
+  if (fast_path_spin.count() < 0 || fast_path_spin > std::chrono::seconds(1)) {
+    return bad("fast_path_spin must be in [0, 1 s], got " + std::to_string(fast_path_spin.count()) +
+               " us");
+  }
   if (connect_timeout.count() <= 0) {
     return bad("connect_timeout must be positive, got " + std::to_string(connect_timeout.count()) +
                " ms");

@@ -39,6 +39,7 @@ void open_ring(client_pointer self, const std::string& volume_id,
   transports::shm::Ring::Options o;
   o.slots = 4;  // one request at a time per ring
   o.slot_bytes = static_cast<std::uint32_t>(fast_get::kMaxObjectBytes + 64);
+  o.spin = st.cfg.ring_spin;
   auto ring = transports::shm::Ring::create(o);
   if (!ring.ok()) {
     st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank, volume_id,
