@@ -197,7 +197,8 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
               give_back(self, conn->handle, regions, {});
             } else {
               it->second.regions = regions;
-              run_waiters(it->second);
+              // Closing: its waiting puts end with the client instead.
+              if (!self->state.closing) run_waiters(it->second);
             }
             if (self->state.closing) close_spares(self, self->state.closing);
           },
