@@ -773,6 +773,19 @@ void revoke(volume_pointer self, std::uint64_t loan) {
                st.config.volume_id, ids.size(), revoked);
 }
 
+// Closes the sender's lease `lease_id`, answering whether it was still
+// whole: open until now and not revoked. A lease this volume no longer
+// holds (never opened, or its client seen dead) cannot be vouched for.
+bool close_lease(volume_pointer self, std::uint64_t lease_id) {
+  auto& st = self->state;
+  const auto owner = caf::actor_cast<caf::actor>(self->current_sender());
+  auto it = st.leases.find({owner ? owner.address() : caf::actor_addr(), lease_id});
+  const bool whole = it != st.leases.end() && !it->second.revoked;
+  if (it != st.leases.end()) st.leases.erase(it);
+  st.regions->prune();
+  return whole;
+}
+
 // Stages small objects whose bytes came with the request and commits them
 // at the controller in the same call: a small put costs one round trip to
 // the volume (the controller usually sits in the volume's process) instead
@@ -1015,19 +1028,10 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
       },
       [=](close_read_atom, std::uint64_t lease_id) {
         // Closing a lease that was never opened (its open_read failed) is fine.
-        const auto owner = caf::actor_cast<caf::actor>(self->current_sender());
-        self->state.leases.erase({owner ? owner.address() : caf::actor_addr(), lease_id});
-        self->state.regions->prune();
+        close_lease(self, lease_id);
       },
       [=](close_read_atom, std::uint64_t lease_id, bool) -> bool {
-        // A lease this volume no longer holds cannot be vouched for.
-        const auto owner = caf::actor_cast<caf::actor>(self->current_sender());
-        auto& st = self->state;
-        auto it = st.leases.find({owner ? owner.address() : caf::actor_addr(), lease_id});
-        const bool whole = it != st.leases.end() && !it->second.revoked;
-        if (it != st.leases.end()) st.leases.erase(it);
-        st.regions->prune();
-        return whole;
+        return close_lease(self, lease_id);
       },
       [=](revoke_atom, std::uint64_t loan, internal::Closure& done) {
         revoke(self, loan);

@@ -640,25 +640,22 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
     };
     op->spare_layout = spare_layout(self, op, inline_data, device);
     if (op->spare_layout.empty()) return stage();
-    const std::string& under = op->call.replace_under.front();
-    if (auto spare = take_spare(self, under, op->conn->info.volume_id, op->spare_layout)) {
-      return staged(*spare);
-    }
+    const std::string under = op->call.replace_under.front();
+    auto take_or_stage = [=] {
+      if (auto spare = take_spare(self, under, op->conn->info.volume_id, op->spare_layout)) {
+        return staged(*spare);
+      }
+      stage();
+    };
     // Its spare still being staged (the put just before this one committed
     // a round trip ago): wait for it rather than stage a third version.
     auto pending = self->state.spares.find(under);
     if (pending != self->state.spares.end() && pending->second.regions.empty() &&
         pending->second.volume_id == op->conn->info.volume_id &&
         pending->second.layout == op->spare_layout) {
-      pending->second.waiters.push_back([=] {
-        if (auto spare = take_spare(self, under, op->conn->info.volume_id, op->spare_layout)) {
-          return staged(*spare);
-        }
-        stage();
-      });
-      return;
+      return pending->second.waiters.push_back(take_or_stage);
     }
-    stage();
+    take_or_stage();
   });
 }
 
