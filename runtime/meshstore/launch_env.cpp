@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "meshstore/internal/parse_int.hpp"
+
 namespace meshstore {
 namespace {
 
@@ -15,17 +17,8 @@ Status bad(const std::string& m) {
 
 // Parses a whole decimal integer in [lo, hi]; anything else names the variable.
 Result<long> parse_int(const char* name, const char* text, long lo, long hi) {
-  if (text == nullptr) return bad(std::string(name) + " is not set");
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || errno == ERANGE) {
-    return bad(std::string(name) + "='" + text + "' is not an integer");
-  }
-  if (v < lo || v > hi) {
-    return bad(std::string(name) + "=" + text + " is outside [" + std::to_string(lo) + ", " +
-               std::to_string(hi) + "]");
-  }
+  auto v = internal::parse_int(name, text, lo, hi);
+  if (!v.ok()) return v.status().with_context("launch environment");
   return v;
 }
 
@@ -147,4 +140,23 @@ Status LaunchEnv::validate() const {
   return Status();
 }
 
+namespace internal {
+
+Result<long> parse_int(const char* name, const char* text, long lo, long hi) {
+  auto bad = [](const std::string& m) { return Status(Errc::invalid_argument, m); };
+  if (text == nullptr) return bad(std::string(name) + " is not set");
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE) {
+    return bad(std::string(name) + "='" + text + "' is not an integer");
+  }
+  if (v < lo || v > hi) {
+    return bad(std::string(name) + "=" + text + " is outside [" + std::to_string(lo) + ", " +
+               std::to_string(hi) + "]");
+  }
+  return v;
+}
+
+}  // namespace internal
 }  // namespace meshstore

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -177,6 +178,25 @@ TEST(FastPath, TheRingsSpinIsAnOptionAndZeroNeverSpins) {
     o.fast_path_spin = spin;
     EXPECT_ERROR(Store::embedded(o).status(), Errc::invalid_argument, "fast_path_spin");
   }
+}
+
+TEST(FastPath, FromEnvRefusesABadSpinByName) {
+  // A launch environment of one rank; the store is never started, since
+  // the variable is refused first.
+  const std::vector<std::pair<const char*, const char*>> launch = {{"RANK", "0"},
+                                                                   {"WORLD_SIZE", "1"},
+                                                                   {"LOCAL_RANK", "0"},
+                                                                   {"LOCAL_WORLD_SIZE", "1"},
+                                                                   {"MASTER_ADDR", "127.0.0.1"},
+                                                                   {"MASTER_PORT", "29999"}};
+  for (const auto& [k, v] : launch) ::setenv(k, v, 1);
+  for (const char* bad : {"fifty", "50us", "-1", "1000001"}) {
+    ::setenv("MESHSTORE_FAST_PATH_SPIN_US", bad, 1);
+    EXPECT_ERROR(Store::from_env().status(), Errc::invalid_argument, "MESHSTORE_FAST_PATH_SPIN_US")
+        << bad;
+  }
+  ::unsetenv("MESHSTORE_FAST_PATH_SPIN_US");
+  for (const auto& [k, v] : launch) ::unsetenv(k);
 }
 
 // The tests that hold for every fast path: the shm ring ("", the chosen

@@ -16,6 +16,7 @@
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/connect.hpp"
+#include "meshstore/internal/parse_int.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/store/options.hpp"
@@ -350,15 +351,9 @@ Result<Store> Store::from_env(StoreOptions options) {
     options.fast_path = false;
   }
   if (const char* e = std::getenv("MESHSTORE_FAST_PATH_SPIN_US"); e && *e) {
-    char* end = nullptr;
-    const long long us = std::strtoll(e, &end, 10);
-    if (*end != '\0') {
-      return Status(Errc::invalid_argument,
-                    "Store::from_env: MESHSTORE_FAST_PATH_SPIN_US must be a whole number of "
-                    "microseconds, got '" +
-                        std::string(e) + "'");
-    }
-    options.fast_path_spin = std::chrono::microseconds(us);  // validated with the rest
+    auto us = internal::parse_int("MESHSTORE_FAST_PATH_SPIN_US", e, 0, 1000000);
+    if (!us.ok()) return us.status().with_context("Store::from_env");
+    options.fast_path_spin = std::chrono::microseconds(*us);
   }
   if (const char* e = std::getenv("MESHSTORE_ENCRYPT_TCP"); e && std::string(e) == "1") {
     options.encrypt_tcp = true;
