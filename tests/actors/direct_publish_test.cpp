@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "meshstore/store.hpp"
+#include "testing/revoke_race.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -327,33 +328,11 @@ TEST(DirectPublishLoan, ARevokedLoanNeverGivesACmaReaderTheBytesWrittenAfterIt) 
   constexpr std::size_t kFloats = 16 << 20;
   std::vector<float> big(kFloats);
   std::vector<float> dst(kFloats);
-  int whole = 0, gone = 0;
-  for (int round = 1; round <= 6; ++round) {
-    std::fill(big.begin(), big.end(), static_cast<float>(round));
-    StateDict sd;
-    ASSERT_OK(sd.insert("big", view_of(big, {kFloats})));
-    PublishOptions po;
-    po.reclaim_timeout = 1ms;
-    po.revoke_on_timeout = true;
-    auto pub = store->publish("w", sd, po).get(kWait);
-    ASSERT_OK(pub);
-    ASSERT_EQ(pub->mode(), PublishMode::direct);
-    const std::string key = "w/v" + std::to_string(pub->version()) + "/big";
-    auto read = store->get_into(key, view_of(dst, {kFloats}));
-    ASSERT_OK(pub->reclaim().get(kWait)) << "round " << round;
-    std::fill(big.begin(), big.end(), -static_cast<float>(round));
-    auto r = read.get(kWait);
-    if (r.ok()) {
-      ++whole;
-      ASSERT_TRUE(std::all_of(dst.begin(), dst.end(),
-                              [&](float x) { return x == static_cast<float>(round); }))
-          << "round " << round << ": a read that succeeded holds bytes written after the revoke";
-    } else {
-      ++gone;
-      EXPECT_EQ(r.status().code(), Errc::not_found) << r.status().to_string();
-    }
-  }
-  std::printf("cma reads racing a revoke: %d whole, %d found the version gone\n", whole, gone);
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", view_of(big, {kFloats})));
+  testing::race_revoke(
+      *store, "w", sd, "big", [&](float x) { std::fill(big.begin(), big.end(), x); }, dst, 6,
+      "cma");
 }
 
 // A file of /dev/shm, mapped shared: where a torch tensor with the

@@ -27,6 +27,7 @@
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/store.hpp"
+#include "testing/revoke_race.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
@@ -632,36 +633,15 @@ TEST(CudaDirectPublish, ARevokedDeviceLoanNeverGivesAReaderTheBytesWrittenAfterI
   constexpr std::int64_t n = (std::int64_t{64} << 20) / 4;
   DeviceBuffer buf(static_cast<std::size_t>(n) * 4);
   std::vector<float> host(static_cast<std::size_t>(n));
-  int whole = 0, gone = 0;
-  for (int round = 1; round <= 4; ++round) {
-    std::vector<float> v(static_cast<std::size_t>(n), static_cast<float>(round));
-    buf.upload(v.data());
-    StateDict sd;
-    ASSERT_OK(sd.insert("w", buf.view(DType::float32, {n})));
-    PublishOptions po;
-    po.mode = PublishMode::direct;
-    po.reclaim_timeout = 1ms;
-    po.revoke_on_timeout = true;
-    auto pub = store->publish("gpu", sd, po).get(kWait);
-    ASSERT_OK(pub);
-    ASSERT_EQ(pub->mode(), PublishMode::direct);
-    const std::string key = "gpu/v" + std::to_string(pub->version()) + "/w";
-    auto read = store->get_into(key, TensorView::of(host.data(), {n}));
-    ASSERT_OK(pub->reclaim().get(kWait)) << "round " << round;
-    std::fill(v.begin(), v.end(), -static_cast<float>(round));
-    buf.upload(v.data());  // the trainer steps
-    auto r = read.get(kWait);
-    if (r.ok()) {
-      ++whole;
-      ASSERT_TRUE(std::all_of(host.begin(), host.end(),
-                              [&](float x) { return x == static_cast<float>(round); }))
-          << "round " << round << ": a read that succeeded holds bytes written after the revoke";
-    } else {
-      ++gone;
-      EXPECT_EQ(r.status().code(), Errc::not_found) << r.status().to_string();
-    }
-  }
-  std::printf("device reads racing a revoke: %d whole, %d found the version gone\n", whole, gone);
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", buf.view(DType::float32, {n})));
+  testing::race_revoke(
+      *store, "gpu", sd, "w",
+      [&](float x) {
+        const std::vector<float> v(static_cast<std::size_t>(n), x);
+        buf.upload(v.data());
+      },
+      host, 4, "device");
 }
 
 // Volumes kept out of shared memory (StoreOptions::shared_memory_volumes =
