@@ -158,6 +158,52 @@ TEST(StreamStateDictTest, SmallStateDictsAreReadOnceCommitted) {
   EXPECT_EQ(b, a);
 }
 
+// Puts `sd` under `key` while a reader waits for it; answers whether the
+// put was announced as a stream. The reader gets the bytes either way.
+bool put_is_streamed(Store& store, const std::string& key, const StateDict& src, StateDict& dst) {
+  const auto before = counters(store);
+  auto read = store.stream_state_dict_into(key, dst, 30s);
+  await_subscribes(store, before.stream_subscribes + 1);
+  EXPECT_OK(store.put_state_dict(key, src).get(kWait));
+  EXPECT_OK(read.get(kWait));
+  return counters(store).streams > before.streams;
+}
+
+TEST(StreamStateDictTest, APutIsAStreamOnlyWhenAReaderCanCopyWhileItWrites) {
+  auto store = Store::embedded().value();
+  // 1,000 tensors of 4 KiB: packed into one object, so a reader has
+  // nothing to copy before the put ends and no stream is announced.
+  std::vector<std::vector<std::int32_t>> small(1000, std::vector<std::int32_t>(1024));
+  std::vector<std::vector<std::int32_t>> small_dst(1000, std::vector<std::int32_t>(1024, -1));
+  StateDict src, dst;
+  for (int i = 0; i < 1000; ++i) {
+    std::fill(small[i].begin(), small[i].end(), i);
+    ASSERT_OK(src.insert("t." + std::to_string(i), TensorView::of(small[i].data(), {1024})));
+    ASSERT_OK(dst.insert("t." + std::to_string(i), TensorView::of(small_dst[i].data(), {1024})));
+  }
+  EXPECT_FALSE(put_is_streamed(store, "packed", src, dst));
+  EXPECT_EQ(small_dst, small);
+  // Two objects of 1 MiB: one can be read while the other is written.
+  constexpr std::int64_t kMiB = (1 << 20) / 4;
+  std::vector<float> a(kMiB, 1.0f), b(kMiB, 2.0f), a_dst(kMiB), b_dst(kMiB);
+  StateDict two, two_dst;
+  ASSERT_OK(two.insert("a", TensorView::of(a.data(), {kMiB})));
+  ASSERT_OK(two.insert("b", TensorView::of(b.data(), {kMiB})));
+  ASSERT_OK(two_dst.insert("a", TensorView::of(a_dst.data(), {kMiB})));
+  ASSERT_OK(two_dst.insert("b", TensorView::of(b_dst.data(), {kMiB})));
+  EXPECT_TRUE(put_is_streamed(store, "two", two, two_dst));
+  EXPECT_EQ(a_dst, a);
+  EXPECT_EQ(b_dst, b);
+  // 4 KiB less beside the largest (the manifest, an object of its own,
+  // holds less than that): not worth a stream.
+  StateDict uneven, uneven_dst;
+  ASSERT_OK(uneven.insert("a", TensorView::of(a.data(), {kMiB})));
+  ASSERT_OK(uneven.insert("b", TensorView(b.data(), DType::uint8, {kMiB * 4 - 4096})));
+  ASSERT_OK(uneven_dst.insert("a", TensorView::of(a_dst.data(), {kMiB})));
+  ASSERT_OK(uneven_dst.insert("b", TensorView(b_dst.data(), DType::uint8, {kMiB * 4 - 4096})));
+  EXPECT_FALSE(put_is_streamed(store, "uneven", uneven, uneven_dst));
+}
+
 TEST(StreamStateDictTest, NothingWrittenInTimeIsATimeout) {
   auto store = Store::embedded().value();
   Dict dst;

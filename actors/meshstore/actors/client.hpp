@@ -283,6 +283,13 @@ struct ClientConfig {
   /// How long a closing client waits for spares still being staged, to
   /// give them back, before it quits anyway.
   static constexpr std::chrono::milliseconds kCloseSparesWait{1000};
+  /// A state dict put is announced as a stream (readers copy each object
+  /// once it is filled) only when the objects besides its largest hold at
+  /// least this many bytes: what a reader can copy while the put still
+  /// writes. Below it the stream's messages cost the put more than a reader
+  /// gains (about 0.1 ms of a 1,000 x 4 KiB put across processes, where
+  /// the copies take 0.3 ms).
+  static constexpr std::uint64_t kStreamMinOverlapBytes = std::uint64_t{1} << 20;
 };
 
 /// Spawns a client actor bound to a controller and strategy.

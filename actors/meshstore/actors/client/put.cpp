@@ -254,6 +254,18 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
   return records;
 }
 
+// Whether a put writing `items` is worth announcing as a stream: only when
+// the objects besides its largest hold enough bytes for a reader to copy
+// while the put still writes (ClientConfig::kStreamMinOverlapBytes).
+bool worth_streaming(const std::vector<PutItem>& items) {
+  std::uint64_t total = 0, largest = 0;
+  for (const auto& item : items) {
+    total += item.view.nbytes();
+    largest = std::max(largest, item.view.nbytes());
+  }
+  return total - largest >= ClientConfig::kStreamMinOverlapBytes;
+}
+
 // The stream of a put that will not commit ends; its readers are told why.
 void abort_stream(client_pointer self, const std::shared_ptr<PutOp>& op, const Status& why) {
   if (!op->streaming) return;
@@ -568,7 +580,8 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
       }
       // The records index the items after the ones written in place.
       const std::uint64_t first = op->call.staged_items.size() + op->call.lent_items.size();
-      if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty()) {
+      if (!op->call.stream_manifest.empty() && !op->call.replace_under.empty() &&
+          worth_streaming(op->call.items)) {
         // Readers may copy each object as soon as it is filled.
         op->streaming = true;
         op->reported.assign(first + regions.size(), false);
