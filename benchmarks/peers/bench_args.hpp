@@ -15,8 +15,9 @@ struct Args {
 #if MESHSTORE_HAVE_HIREDIS
         "redis",
 #endif
-        "gloo", "mpi", "meshstore", "meshstore-direct", "meshstore-copy", "meshstore-inplace",
-        "meshstore-python", "meshstore-shm", "meshstore-cma", "meshstore-tcp", "meshstore-rpc"
+        "gloo", "mpi", "meshstore", "meshstore-direct", "meshstore-revocable", "meshstore-copy",
+        "meshstore-inplace", "meshstore-python", "meshstore-shm", "meshstore-cma", "meshstore-tcp",
+        "meshstore-rpc"
   };
   int iters = 3;
   bool smoke = false;

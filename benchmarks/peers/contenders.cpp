@@ -46,6 +46,11 @@ std::string describe(const std::string& contender) {
            "large tensors straight out of A's own buffers (cma on one host), the small ones from "
            "a packed copy; A's reclaim is timed with the round";
   }
+  if (contender == "meshstore-revocable") {
+    return "meshstore-direct with revoke_on_timeout (a loan A can end at reclaim_timeout): B "
+           "closes each read of A's buffers with a checked round trip to the volume, which "
+           "tells it whether the loan was revoked meanwhile";
+  }
   if (contender == "meshstore-copy") {
     return "meshstore publishing by copy (Store::publish, PublishMode::copy, as "
            "publish_state_dict): A copies into the volume's shared memory, B streams it out";

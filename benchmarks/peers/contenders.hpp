@@ -38,23 +38,29 @@ inline bool is_meshstore(const std::string& c) {
 /// The transport a meshstore contender forces ("" = the store picks).
 inline std::string transport_of(const std::string& c) {
   const bool picks = c == "meshstore" || c == "meshstore-inplace" || c == "meshstore-python" ||
-                     c == "meshstore-direct" || c == "meshstore-copy";
+                     c == "meshstore-direct" || c == "meshstore-revocable" || c == "meshstore-copy";
   return picks ? "" : c.substr(10);
 }
 
-/// The publishing mode of a meshstore contender that publishes through
-/// Store::publish: "meshstore" lets the store pick, meshstore-direct and
-/// meshstore-copy ask; false for the others (publish_state_dict, or
-/// stage_publish in place).
-inline bool publishes(const std::string& c, meshstore::PublishMode* mode) {
-  if (c == "meshstore")
-    *mode = meshstore::PublishMode::automatic;
-  else if (c == "meshstore-direct")
-    *mode = meshstore::PublishMode::direct;
-  else if (c == "meshstore-copy")
-    *mode = meshstore::PublishMode::copy;
-  else
+/// The publishing options of a meshstore contender that publishes through
+/// Store::publish: "meshstore" lets the store pick the mode, meshstore-direct
+/// and meshstore-copy ask, meshstore-revocable asks for direct with
+/// revoke_on_timeout (its readers close each lease with a checked round
+/// trip); false for the others (publish_state_dict, or stage_publish in
+/// place).
+inline bool publishes(const std::string& c, meshstore::PublishOptions* po) {
+  if (c == "meshstore") {
+    po->mode = meshstore::PublishMode::automatic;
+  } else if (c == "meshstore-direct") {
+    po->mode = meshstore::PublishMode::direct;
+  } else if (c == "meshstore-revocable") {
+    po->mode = meshstore::PublishMode::direct;
+    po->revoke_on_timeout = true;
+  } else if (c == "meshstore-copy") {
+    po->mode = meshstore::PublishMode::copy;
+  } else {
     return false;
+  }
   return true;
 }
 

@@ -19,7 +19,10 @@
 // MPI send/recv over shared memory, peer_mpi), and meshstore: "meshstore"
 // with the transport the store picks for the pair, then each transport
 // forced (A publishes the state dict into the store it hosts, B follows with
-// get_next_state_dict_into into its own buffers, streamed while A writes).
+// get_next_state_dict_into into its own buffers, streamed while A writes),
+// and each publishing mode asked for by name (meshstore-direct,
+// meshstore-revocable: direct with revoke_on_timeout, meshstore-copy,
+// meshstore-inplace).
 // For meshstore, tcp, safetensors-shm and redis, B is this program started
 // again with --role reader; gloo and mpi start both their processes
 // themselves and report each round. A contender whose software is missing

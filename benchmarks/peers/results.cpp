@@ -168,8 +168,8 @@ void write_results(const Args& a, const Results& r) {
     // The goal's figures: meshstore as it picks for the pair, and each
     // publishing mode (direct, copy, in place).
     std::string line;
-    for (const char* c : {"meshstore", "meshstore-direct", "meshstore-copy", "meshstore-inplace",
-                          "meshstore-python"}) {
+    for (const char* c : {"meshstore", "meshstore-direct", "meshstore-revocable", "meshstore-copy",
+                          "meshstore-inplace", "meshstore-python"}) {
       if (!row.count(c) || !row.at(c).ok() || best_other <= 0) continue;
       line += std::string(line.empty() ? "" : ", ") + c + " " + fixed(best_other / *row.at(c), 2) +
               " x";

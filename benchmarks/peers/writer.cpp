@@ -132,7 +132,7 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
   }
   const bool in_place = contender == "meshstore-inplace";
   meshstore::PublishOptions po;
-  const bool by_publish = publishes(contender, &po.mode);
+  const bool by_publish = publishes(contender, &po);
   meshstore::Publication last;  // the version whose buffers may still be lent
   for (int r = 0; r < a.iters + warm; ++r) {
     // Producing the round's bytes is not timed, for any contender; in place,
