@@ -250,18 +250,18 @@ Result<Store> slow_reading_store() {
   return Store::embedded(so);
 }
 
-TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheRetainedCopy) {
+// A publisher revokes its loan (retain, revoke_on_timeout) while a reader
+// store connected with `ro` is still copying a 64 MiB tensor out of it: the
+// buffers come back, and the read in flight, its copy not counted, reads
+// the retained copy instead, never bytes the trainer wrote after.
+void revoke_during_a_read(StoreOptions ro, std::chrono::milliseconds bound,
+                          StoreOptions po_store = {}) {
   // The publisher's store copies fast (its retain takes milliseconds); the
-  // reader, a store connected to it, reads over rpc in 4 KiB messages, so
-  // its 64 MiB read is still copying when the bound (20 ms) passes.
-  StoreOptions po_store;
+  // reader's read is still copying when the bound passes.
   po_store.listen = "127.0.0.1:0";
   auto publisher = Store::embedded(po_store);
   ASSERT_OK(publisher);
-  StoreOptions ro;
   ro.host_volumes = false;
-  ro.transport = "rpc";
-  ro.rpc_chunk_bytes = 4096;
   auto reader = Store::connect(publisher->address(), ro);
   ASSERT_OK(reader);
   std::vector<float> big = ramp(16 << 20, 0.0f);
@@ -269,7 +269,7 @@ TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheReta
   StateDict sd;
   ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
   PublishOptions po;
-  po.reclaim_timeout = 20ms;  // the read takes far longer
+  po.reclaim_timeout = bound;  // the read takes longer
   po.retain = true;
   po.revoke_on_timeout = true;
   auto pub = publisher->publish("w", sd, po).get(kWait);
@@ -291,6 +291,28 @@ TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheReta
   EXPECT_TRUE(dst == original) << "the read returned bytes the trainer wrote after the revoke";
   EXPECT_TRUE(eventually([&] { return lending_leases(*publisher) == 0; }));
   if (!in_flight) GTEST_SKIP() << "the read ended before the revoke (a very slow retain copy)";
+}
+
+TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheRetainedCopy) {
+  StoreOptions ro;  // rpc in 4 KiB messages
+  ro.transport = "rpc";
+  ro.rpc_chunk_bytes = 4096;
+  revoke_during_a_read(ro, 20ms);  // the read takes far longer
+}
+
+// Over tcp the lending volume itself sends the bytes: the revoke takes the
+// regions out of its tcp server (no request for them is served any more)
+// and interrupts the send under way (TcpHostilePeer.AnInterruptEnds...
+// shows that part against a stalled reader), so the read in flight ends
+// and reads the retained copy.
+TEST(DirectPublishLoan, RevokeOnTimeoutEndsATcpReadInFlightAndItReadsTheRetainedCopy) {
+  StoreOptions ro;  // one connection, 64 KiB a request, every record sealed
+  ro.transport = "tcp";
+  ro.tcp_streams = 1;
+  ro.tcp_chunk_bytes = 64 << 10;
+  StoreOptions publisher;
+  publisher.encrypt_tcp = true;
+  revoke_during_a_read(ro, 1ms, publisher);  // the read takes tens of milliseconds
 }
 
 TEST(DirectPublishLoan, RevokeWithoutRetainEndsTheReadInFlightAsGone) {

@@ -27,6 +27,7 @@
 namespace meshstore::transports {
 namespace {
 
+using testing::eventually;
 using testing::kWait;
 
 struct Request {
@@ -170,6 +171,62 @@ TEST_F(TcpHostilePeer, AnUnknownOpIsAProtocolErrorAndEndsTheConnection) {
   EXPECT_NE(msg.find("unknown op 77"), std::string::npos) << msg;
   char c;
   EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the connection should be closed";
+  ::close(fd);
+  still_serving();
+}
+
+// A reader that stalls mid-read (asks for 64 MiB and reads nothing) keeps
+// the server's send blocked, holding the region, until the request timeout.
+// When the region is withdrawn (a revoked loan) and the server interrupted,
+// that connection ends at once and the region's other holders are its last;
+// the next request for it is refused, and the server serves others on.
+TEST_F(TcpHostilePeer, AnInterruptEndsATransferToAStalledReaderAtOnce) {
+  constexpr std::uint64_t kBig = std::uint64_t{64} << 20;
+  auto big = std::make_shared<Region>(2, internal::allocate_aligned(kBig), kBig);
+  regions_->add(big);
+  const int fd = dial(secret_);
+  ASSERT_GE(fd, 0);
+  constexpr std::uint32_t kRead = 2;
+  const Request r{kRead, 0, 2, 0, kBig};
+  ASSERT_TRUE(send_all(fd, &r, sizeof(r)));
+  // The server is sending (it holds the region); the client reads nothing.
+  ASSERT_TRUE(eventually([&] { return big.use_count() > 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  regions_->withdraw({2});
+  server_->interrupt({2});
+  // Well before the 5 s request timeout that would end it otherwise.
+  EXPECT_TRUE(eventually([&] { return big.use_count() == 1; }, std::chrono::milliseconds(2500)))
+      << "the stalled transfer still holds the region";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2500));
+  ::close(fd);
+  // Withdrawn: refused to a new request, while region 1 is still served.
+  const int again = dial(secret_);
+  ASSERT_GE(again, 0);
+  auto [code, msg] = ask(again, Request{kRead, 0, 2, 0, 16});
+  EXPECT_EQ(code, static_cast<int>(Errc::not_found)) << msg;
+  ::close(again);
+  still_serving();
+}
+
+// An interrupt for other regions leaves a transfer alone.
+TEST_F(TcpHostilePeer, AnInterruptOfOtherRegionsLeavesATransferAlone) {
+  constexpr std::uint64_t kBig = std::uint64_t{16} << 20;
+  auto big = std::make_shared<Region>(2, internal::allocate_aligned(kBig), kBig);
+  std::memset(big->data(), 0x33, kBig);
+  regions_->add(big);
+  const int fd = dial(secret_);
+  ASSERT_GE(fd, 0);
+  constexpr std::uint32_t kRead = 2;
+  const Request r{kRead, 0, 2, 0, kBig};
+  ASSERT_TRUE(send_all(fd, &r, sizeof(r)));
+  ASSERT_TRUE(eventually([&] { return big.use_count() > 1; }));
+  server_->interrupt({1, 7});
+  Reply h{};
+  ASSERT_EQ(::recv(fd, &h, sizeof(h), MSG_WAITALL), static_cast<ssize_t>(sizeof(h)));
+  EXPECT_EQ(h.code, 0u);
+  std::vector<std::uint8_t> back(kBig);
+  ASSERT_EQ(::recv(fd, back.data(), kBig, MSG_WAITALL), static_cast<ssize_t>(kBig));
+  EXPECT_EQ(std::count(back.begin(), back.end(), 0x33), static_cast<std::ptrdiff_t>(kBig));
   ::close(fd);
   still_serving();
 }

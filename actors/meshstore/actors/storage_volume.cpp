@@ -747,8 +747,10 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
 // Ends revocable loan `loan` now (reclaim with revoke_on_timeout): its
 // objects go, and every lease pinning one of its regions loses those pins
 // and is marked revoked, so its reader's copy will not count (a checked
-// close answers false). The buffers are the publisher's again once the
-// last holder left, the transfers this volume serves from them, lets go.
+// close answers false). Its regions leave the region table and the
+// transport servers interrupt the transfers of them under way (tcp), so
+// the buffers are the publisher's again once the rest of their holders,
+// copies of one bounded chunk (rpc), let go.
 void revoke(volume_pointer self, std::uint64_t loan) {
   auto& st = self->state;
   auto it = st.loans.find(loan);
@@ -768,6 +770,11 @@ void revoke(volume_pointer self, std::uint64_t loan) {
       ++revoked;
     }
   }
+  // No transfer of them starts any more, and those under way (a tcp send
+  // to a reader that may have stalled) end now rather than when done.
+  const std::vector<std::uint64_t> withdrawn(ids.begin(), ids.end());
+  st.regions->withdraw(withdrawn);
+  for (const auto& server : st.servers) server->interrupt(withdrawn);
   st.regions->prune();
   st.log->info("volume '{}': revoked a loan of {} object(s); {} read lease(s) lost it",
                st.config.volume_id, ids.size(), revoked);

@@ -36,7 +36,7 @@ Result<std::shared_ptr<Region>> RegionTable::checked(std::uint64_t id, std::uint
   auto region = find(id);
   if (!region) {
     return Status(Errc::not_found, op + ": region " + std::to_string(id) +
-                                       " does not exist (released or never staged)");
+                                       " does not exist (released, revoked or never staged)");
   }
   MESHSTORE_RETURN_IF_ERROR(check_range(id, region->size(), offset, length, op));
   if (region->device() >= 0) return device_region_error(id, region->device(), op);
@@ -48,6 +48,11 @@ void RegionTable::prune() {
   for (auto it = regions_.begin(); it != regions_.end();) {
     it = it->second.expired() ? regions_.erase(it) : std::next(it);
   }
+}
+
+void RegionTable::withdraw(const std::vector<std::uint64_t>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto id : ids) regions_.erase(id);
 }
 
 std::size_t RegionTable::size() const {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "meshstore/result.hpp"
 
@@ -110,6 +111,10 @@ class RegionTable {
                                           std::uint64_t length, const std::string& op) const;
   /// Forgets entries whose region is gone.
   void prune();
+  /// Forgets the regions `ids` at once, live or not (a revoked loan): no
+  /// transfer of them starts from now on, while one already under way
+  /// keeps its region until it ends (TransportServer::interrupt ends it).
+  void withdraw(const std::vector<std::uint64_t>& ids);
   /// Entries, live or not yet pruned.
   std::size_t size() const;
 

@@ -167,6 +167,13 @@ class TransportServer {
   /// on; transports that carry none (all but tcp) ignore it. Requests that
   /// come before it are refused with Errc::unsupported.
   virtual void serve_small_ops(SmallOpHandler handler) { (void)handler; }
+  /// Ends at once the transfers under way of regions `ids` (a revoked
+  /// loan, already withdrawn from the region table): their connections are
+  /// closed, so their clients fail (and read again elsewhere) instead of
+  /// holding the memory until the transfer ends, or until its I/O timeout
+  /// when the client stalls. Transports that hold a region only while
+  /// copying one bounded chunk (all but tcp) ignore it. Any thread.
+  virtual void interrupt(const std::vector<std::uint64_t>& ids) { (void)ids; }
   /// Stops serving and releases every actor handle it holds.
   virtual void shutdown() = 0;
 };

@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "meshstore/internal/address.hpp"
@@ -185,6 +186,13 @@ class TcpServer final : public TransportServer {
     e.secret = secret_;
     e.key = key_;
     return e;
+  }
+  void interrupt(const std::vector<std::uint64_t>& ids) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [fd, region] : moving_) {
+      // The blocked send or receive fails at once; the connection ends.
+      if (std::find(ids.begin(), ids.end(), region) != ids.end()) ::shutdown(fd, SHUT_RDWR);
+    }
   }
   void shutdown() override {
     std::list<Connection> threads;
@@ -395,6 +403,9 @@ class TcpServer final : public TransportServer {
       reply(ch, Status(Errc::protocol_error, "tcp: unknown op " + std::to_string(h.op)));
       return false;  // the stream cannot be trusted any more
     }
+    // Marked before the lookup: a region withdrawn after it is found is
+    // interrupted here (interrupt() runs after the withdrawal).
+    const Moving moving(*this, fd, h.region);
     auto checked = regions_->checked(h.region, h.offset, h.length, op);
     if (checked.ok()) {
       region = std::move(checked).value();
@@ -423,6 +434,26 @@ class TcpServer final : public TransportServer {
     return alive;
   }
 
+  // Connection `fd` is moving region `region`'s bytes (a request being
+  // served) while this lives: what interrupt() looks for.
+  class Moving {
+   public:
+    Moving(TcpServer& server, int fd, std::uint64_t region) : server_(server), fd_(fd) {
+      std::lock_guard<std::mutex> lock(server_.mu_);
+      server_.moving_[fd_] = region;
+    }
+    ~Moving() {
+      std::lock_guard<std::mutex> lock(server_.mu_);
+      server_.moving_.erase(fd_);
+    }
+    Moving(const Moving&) = delete;
+    Moving& operator=(const Moving&) = delete;
+
+   private:
+    TcpServer& server_;
+    const int fd_;
+  };
+
   std::shared_ptr<RegionTable> regions_;
   const std::chrono::milliseconds timeout_;
   const int listen_fd_;
@@ -431,8 +462,9 @@ class TcpServer final : public TransportServer {
   const std::string secret_;
   const std::string key_;  // empty: the connections are in the clear
   std::thread acceptor_;
-  std::mutex mu_;  // guards stopped_, conn_fds_, conn_threads_, small_ops_
+  std::mutex mu_;  // guards stopped_, conn_fds_, conn_threads_, small_ops_, moving_
   bool stopped_ = false;
+  std::unordered_map<int, std::uint64_t> moving_;  // connection -> region (Moving)
   std::shared_ptr<const SmallOpHandler> small_ops_;
   std::vector<int> conn_fds_;
   std::list<Connection> conn_threads_;
