@@ -16,6 +16,7 @@
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
+#include "meshstore/internal/parse_int.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
@@ -206,17 +207,6 @@ std::string this_program() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return {};
   return std::string(buf, static_cast<std::size_t>(n));
-}
-
-Result<int> env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v) return Status(Errc::invalid_argument, std::string(name) + " is not set");
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || x < 0 || x > 1 << 20) {
-    return Status(Errc::invalid_argument, std::string(name) + " is not a rank: '" + v + "'");
-  }
-  return static_cast<int>(x);
 }
 
 }  // namespace
@@ -459,8 +449,9 @@ Status ProcMesh::serve(MeshOptions options) {
   }
   const std::string where = where_env;
   const auto colon = where.rfind(':');
-  auto rank = env_int(kRankEnv);
-  if (!rank.ok()) return rank.status().with_context("ProcMesh::serve");
+  auto parsed_rank = internal::parse_int(kRankEnv, std::getenv(kRankEnv), 0, 1 << 20);
+  if (!parsed_rank.ok()) return parsed_rank.status().with_context("ProcMesh::serve");
+  const int rank = static_cast<int>(*parsed_rank);
   const char* token = std::getenv(kTokenEnv);
   if (colon == std::string::npos || !token) {
     return Status(Errc::invalid_argument,
@@ -492,7 +483,7 @@ Status ProcMesh::serve(MeshOptions options) {
     auto controller = internal::connect_with_retry<controller_actor>(
         sys, host, static_cast<std::uint16_t>(port), options.connect_timeout, "controller");
     if (!controller.ok()) return controller.status().with_context("ProcMesh::serve");
-    auto proc = sys.spawn(proc_impl, *rank, *controller, where, std::string(token),
+    auto proc = sys.spawn(proc_impl, rank, *controller, where, std::string(token),
                           options.request_timeout, outcome);
     {
       std::unique_lock<std::mutex> lock(outcome->mu);
@@ -513,7 +504,7 @@ Status ProcMesh::serve(MeshOptions options) {
     std::lock_guard<std::mutex> lock(outcome->mu);
     why = outcome->why;
   }
-  if (!why.ok()) log::get("proc")->warn("rank {}: {}; stopping", *rank, why.to_string());
+  if (!why.ok()) log::get("proc")->warn("rank {}: {}; stopping", rank, why.to_string());
   // A member that never returns must not keep this process alive: the
   // actor system waits for its actors when it goes.
   std::mutex mu;
@@ -522,7 +513,7 @@ Status ProcMesh::serve(MeshOptions options) {
   std::thread watchdog([&] {
     std::unique_lock<std::mutex> lock(mu);
     if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return closed; })) {
-      std::fprintf(stderr, "meshstore: rank %d: actors did not stop within 10 s; exiting\n", *rank);
+      std::fprintf(stderr, "meshstore: rank %d: actors did not stop within 10 s; exiting\n", rank);
       std::_Exit(why.ok() ? 0 : 1);
     }
   });

@@ -327,6 +327,26 @@ TEST(ProcMesh, BadSpawnsAreRefusedNamingTheRankAndLeaveNothingBehind) {
   EXPECT_EQ(procs->spawn<worker_actor>("c", "worker", 1).status().code(), Errc::invalid_argument);
 }
 
+TEST(ProcMesh, ServeRefusesABadLaunchEnvironmentByName) {
+  // Checked before anything starts: no runtime, no connection.
+  ::unsetenv("MESHSTORE_PROC_CONTROLLER");
+  EXPECT_ERROR(ProcMesh::serve(options()), Errc::invalid_argument,
+               "MESHSTORE_PROC_CONTROLLER is not set");
+  ::setenv("MESHSTORE_PROC_CONTROLLER", "127.0.0.1:1", 1);
+  ::setenv("MESHSTORE_PROC_TOKEN", "t", 1);
+  ::unsetenv("MESHSTORE_PROC_RANK");
+  EXPECT_ERROR(ProcMesh::serve(options()), Errc::invalid_argument,
+               "MESHSTORE_PROC_RANK is not set");
+  for (const char* bad : {"x", "1x", "-1", "1048577", ""}) {
+    ::setenv("MESHSTORE_PROC_RANK", bad, 1);
+    EXPECT_ERROR(ProcMesh::serve(options()), Errc::invalid_argument, "MESHSTORE_PROC_RANK")
+        << "'" << bad << "'";
+  }
+  ::unsetenv("MESHSTORE_PROC_RANK");
+  ::unsetenv("MESHSTORE_PROC_TOKEN");
+  ::unsetenv("MESHSTORE_PROC_CONTROLLER");
+}
+
 TEST(ProcMesh, LaunchFailuresSayWhy) {
   LaunchSpec missing;
   missing.program = "/nonexistent/worker";
