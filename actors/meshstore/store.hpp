@@ -171,13 +171,16 @@ struct StoreOptions {
   /// path; false sends every call through the actors. Store::from_env
   /// takes MESHSTORE_FAST_PATH=0.
   bool fast_path = true;
-  /// How long a fast-path ring's waiting end spins before it sleeps on a
-  /// futex (in [0, 1 s]): the volume's ring thread between requests, and a
-  /// caller waiting for its answer. Longer spins answer a request that
-  /// follows soon without a wake-up (tens of microseconds on a busy 2-core
-  /// VM) at the cost of a core busy that long after each request; 0 never
-  /// spins. Applies to the rings this process's clients open and those its
-  /// volumes serve. Store::from_env takes MESHSTORE_FAST_PATH_SPIN_US.
+  /// How long a fast-path channel's waiting end spins before it sleeps
+  /// (in [0, 1 s]): on a shm ring (then a futex) the volume's ring thread
+  /// between requests and a caller waiting for its answer; on a tcp
+  /// small-operations connection (then recv) the volume's end between
+  /// requests and the caller's after sending one. Longer spins answer a
+  /// request that follows soon without a wake-up (tens of microseconds on
+  /// a busy 2-core VM) at the cost of a core busy that long after each
+  /// request; 0 never spins. Applies to the channels this process's
+  /// clients open and those its volumes serve. Store::from_env takes
+  /// MESHSTORE_FAST_PATH_SPIN_US.
   std::chrono::microseconds fast_path_spin{50};
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".

@@ -148,6 +148,13 @@ TEST(TransportConfig, ValidatesRanges) {
   c = TransportConfig{};
   c.rpc_chunks_in_flight = 0;
   EXPECT_ERROR(c.validate(), Errc::invalid_argument, "rpc_chunks_in_flight");
+  for (const auto spin : {std::chrono::microseconds(-1), std::chrono::microseconds(1000001)}) {
+    c = TransportConfig{};
+    c.small_ops_spin = spin;
+    EXPECT_ERROR(c.validate(), Errc::invalid_argument, "small_ops_spin");
+  }
+  c.small_ops_spin = std::chrono::microseconds(0);
+  EXPECT_OK(c.validate());
 }
 
 TEST(TransportRegistry, RejectsDuplicatesAndNamesWhatItHas) {

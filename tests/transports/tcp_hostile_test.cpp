@@ -8,6 +8,7 @@
 // region, offset, length) answered by (code, message length, message).
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -229,6 +230,53 @@ TEST_F(TcpHostilePeer, AnInterruptOfOtherRegionsLeavesATransferAlone) {
   EXPECT_EQ(std::count(back.begin(), back.end(), 0x33), static_cast<std::ptrdiff_t>(kBig));
   ::close(fd);
   still_serving();
+}
+
+// This process's CPU seconds so far, every thread.
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+// The CPU this process spends in the half second after one small operation
+// over a tcp server and client whose config sets `spin`.
+double cpu_after_a_small_op(std::chrono::microseconds spin) {
+  auto runtime = internal::ActorRuntime::create({}).value();
+  TransportConfig config;
+  config.small_ops_spin = spin;
+  auto factory = builtin_registry().find("tcp").value();
+  auto server = factory
+                    .make_server(ServerContext{&runtime->system(), std::make_shared<RegionTable>(),
+                                               config, "v", "127.0.0.1"})
+                    .value();
+  server->serve_small_ops(
+      [](const std::byte* p, std::size_t n) { return std::vector<std::byte>(p, p + n); });
+  auto client =
+      factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
+  auto ops = client->open_small_ops().value();
+  const std::byte hi[2] = {std::byte{'h'}, std::byte{'i'}};
+  EXPECT_OK(ops->exchange(hi, 2, std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  const double before = process_cpu_seconds();
+  // The window measured, not a wait: the server's end is idle meanwhile.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double used = process_cpu_seconds() - before;
+  ops.reset();  // the server's end sees the close and stops spinning
+  client.reset();
+  server.reset();
+  return used;
+}
+
+// The small-operations connection spins as long as the config says
+// (StoreOptions::fast_path_spin): after answering, a server end with a 1 s
+// spin keeps a core busy polling for the next request, one with 0 sleeps
+// in the kernel at once. No latency is asserted, only where the CPU goes.
+TEST(TcpSmallOpsSpin, TheServerEndSpinsAsLongAsItsConfigSays) {
+  const double sleeping = cpu_after_a_small_op(std::chrono::microseconds(0));
+  const double spinning = cpu_after_a_small_op(std::chrono::seconds(1));
+  EXPECT_GT(spinning, sleeping + 0.05) << "CPU seconds in the idle half second: " << spinning
+                                       << " with a 1 s spin, " << sleeping << " with none";
 }
 
 // Small operations (the fast path across hosts, SmallOps): requests reach

@@ -18,6 +18,7 @@ transports::TransportConfig transport_config(const StoreOptions& o) {
   tc.tcp_streams = o.tcp_streams;
   tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
   tc.tcp_encrypt = o.encrypt_tcp;
+  tc.small_ops_spin = o.fast_path_spin;
   tc.shm_max_mappings = o.shm_max_mappings;
   return tc;
 }

@@ -28,6 +28,10 @@ Status TransportConfig::validate() const {
     return Status(Errc::invalid_argument, "tcp_chunk_bytes must be in [64 KiB, 1 GiB], got " +
                                               std::to_string(tcp_chunk_bytes));
   }
+  if (small_ops_spin.count() < 0 || small_ops_spin > std::chrono::seconds(1)) {
+    return Status(Errc::invalid_argument, "small_ops_spin must be in [0, 1 s], got " +
+                                              std::to_string(small_ops_spin.count()) + " us");
+  }
   if (shm_max_mappings < 1 || shm_max_mappings > 60000) {
     return Status(Errc::invalid_argument, "shm_max_mappings must be in [1, 60000], got " +
                                               std::to_string(shm_max_mappings));

@@ -47,10 +47,6 @@ enum Verdict : std::uint8_t {
 constexpr std::uint32_t kOpWrite = 1;
 constexpr std::uint32_t kOpRead = 2;
 constexpr std::uint32_t kOpSmall = 3;  // a small operation (SmallOps)
-// How long each end of a small-operations connection spins for the next
-// record before it sleeps (as the shm ring's ends do): the server after
-// each request, the client after sending one.
-constexpr std::chrono::microseconds kSmallOpSpin{50};
 constexpr std::uint32_t kMaxMessage = 4096;
 
 struct RequestHeader {
@@ -216,6 +212,7 @@ class TcpServer final : public TransportServer {
   TcpServer(const ServerContext& ctx, int fd, int wake[2], std::string address, std::string key)
       : regions_(ctx.regions),
         timeout_(ctx.config.request_timeout),
+        small_spin_(ctx.config.small_ops_spin),
         listen_fd_(fd),
         address_(std::move(address)),
         secret_(random_secret()),
@@ -271,7 +268,7 @@ class TcpServer final : public TransportServer {
       while (serve_one(fd, *channel, small)) {
         // A small-operations connection: its client's next request often
         // comes at once (a get after a put); wait for it awake a moment.
-        if (small) spin_until_readable(fd, kSmallOpSpin);
+        if (small) spin_until_readable(fd, small_spin_);
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -456,6 +453,9 @@ class TcpServer final : public TransportServer {
 
   std::shared_ptr<RegionTable> regions_;
   const std::chrono::milliseconds timeout_;
+  // How long a small-operations connection spins for its client's next
+  // request before it sleeps (TransportConfig::small_ops_spin).
+  const std::chrono::microseconds small_spin_;
   const int listen_fd_;
   int wake_[2];
   const std::string address_;
@@ -802,7 +802,7 @@ class TcpSmallOps final : public SmallOps {
       return broken(Io::failed, "sending the request");
     }
     ReplyHeader r{};
-    spin_until_readable(ch_->fd(), kSmallOpSpin);
+    spin_until_readable(ch_->fd(), connections_->config().small_ops_spin);
     if (const Io io = ch_->recv(&r, sizeof(r)); io != Io::ok) {
       return broken(io, "receiving the reply");
     }
