@@ -110,6 +110,24 @@ class TcpHostilePeer : public ::testing::Test {
     }
     return {static_cast<int>(h.code), msg};
   }
+  // A connection that asked for all of a new region 2 of `n` bytes (each
+  // `fill`) and reads nothing: once this returns, the server is sending it
+  // (and holds `region`). The connection, or -1 (reported) on failure.
+  int stall_reading(std::shared_ptr<Region>& region, std::uint64_t n, std::uint8_t fill) {
+    region = std::make_shared<Region>(2, internal::allocate_aligned(n), n);
+    std::memset(region->data(), fill, n);
+    regions_->add(region);
+    constexpr std::uint32_t kRead = 2;
+    const Request r{kRead, 0, 2, 0, n};
+    const int fd = dial(secret_);
+    if (fd < 0 || !send_all(fd, &r, sizeof(r)) ||
+        !eventually([&] { return region.use_count() > 1; })) {
+      ADD_FAILURE() << "the server did not start sending region 2";
+      if (fd >= 0) ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
   // The server still serves a real client, and the region holds its bytes.
   void still_serving() {
     std::vector<std::uint8_t> back(4096);
@@ -182,16 +200,9 @@ TEST_F(TcpHostilePeer, AnUnknownOpIsAProtocolErrorAndEndsTheConnection) {
 // that connection ends at once and the region's other holders are its last;
 // the next request for it is refused, and the server serves others on.
 TEST_F(TcpHostilePeer, AnInterruptEndsATransferToAStalledReaderAtOnce) {
-  constexpr std::uint64_t kBig = std::uint64_t{64} << 20;
-  auto big = std::make_shared<Region>(2, internal::allocate_aligned(kBig), kBig);
-  regions_->add(big);
-  const int fd = dial(secret_);
+  std::shared_ptr<Region> big;
+  const int fd = stall_reading(big, std::uint64_t{64} << 20, 0x33);
   ASSERT_GE(fd, 0);
-  constexpr std::uint32_t kRead = 2;
-  const Request r{kRead, 0, 2, 0, kBig};
-  ASSERT_TRUE(send_all(fd, &r, sizeof(r)));
-  // The server is sending (it holds the region); the client reads nothing.
-  ASSERT_TRUE(eventually([&] { return big.use_count() > 1; }));
   const auto t0 = std::chrono::steady_clock::now();
   regions_->withdraw({2});
   server_->interrupt({2});
@@ -203,6 +214,7 @@ TEST_F(TcpHostilePeer, AnInterruptEndsATransferToAStalledReaderAtOnce) {
   // Withdrawn: refused to a new request, while region 1 is still served.
   const int again = dial(secret_);
   ASSERT_GE(again, 0);
+  constexpr std::uint32_t kRead = 2;
   auto [code, msg] = ask(again, Request{kRead, 0, 2, 0, 16});
   EXPECT_EQ(code, static_cast<int>(Errc::not_found)) << msg;
   ::close(again);
@@ -212,15 +224,9 @@ TEST_F(TcpHostilePeer, AnInterruptEndsATransferToAStalledReaderAtOnce) {
 // An interrupt for other regions leaves a transfer alone.
 TEST_F(TcpHostilePeer, AnInterruptOfOtherRegionsLeavesATransferAlone) {
   constexpr std::uint64_t kBig = std::uint64_t{16} << 20;
-  auto big = std::make_shared<Region>(2, internal::allocate_aligned(kBig), kBig);
-  std::memset(big->data(), 0x33, kBig);
-  regions_->add(big);
-  const int fd = dial(secret_);
+  std::shared_ptr<Region> big;
+  const int fd = stall_reading(big, kBig, 0x33);
   ASSERT_GE(fd, 0);
-  constexpr std::uint32_t kRead = 2;
-  const Request r{kRead, 0, 2, 0, kBig};
-  ASSERT_TRUE(send_all(fd, &r, sizeof(r)));
-  ASSERT_TRUE(eventually([&] { return big.use_count() > 1; }));
   server_->interrupt({1, 7});
   Reply h{};
   ASSERT_EQ(::recv(fd, &h, sizeof(h), MSG_WAITALL), static_cast<ssize_t>(sizeof(h)));
