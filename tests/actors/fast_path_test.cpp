@@ -139,6 +139,15 @@ TEST(FastPath, ErrorsAreTheActorPathsAndNothingIsWritten) {
   EXPECT_EQ(store.fast_path_stats().rings, 0u);
 }
 
+TEST(FastPath, TheVolumesRingThreadIsNamedForProfilers) {
+  const int before = testing::threads_named("ms.ring");
+  auto store = Store::embedded().value();
+  ASSERT_OK(store.put_object("k", "v").get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  EXPECT_TRUE(testing::eventually([&] { return testing::threads_named("ms.ring") > before; }));
+  store.close();
+}
+
 TEST(FastPath, OffSendsEveryCallThroughTheActors) {
   StoreOptions o;
   o.fast_path = false;

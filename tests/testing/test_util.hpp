@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -64,6 +65,22 @@ inline int thread_count(int pid = 0) {
   int n = 0;
   if (auto* d = ::opendir(dir.c_str())) {
     while (auto* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+/// How many threads of this process are named `name` (their comm, as
+/// `top -H` and perf show it), by /proc.
+inline int threads_named(const std::string& name) {
+  int n = 0;
+  if (auto* d = ::opendir("/proc/self/task")) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string got;
+      if (std::getline(comm, got) && got == name) ++n;
+    }
     ::closedir(d);
   }
   return n;

@@ -21,6 +21,7 @@
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/memory.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
@@ -236,6 +237,20 @@ TEST_F(TcpHostilePeer, AnInterruptOfOtherRegionsLeavesATransferAlone) {
   EXPECT_EQ(std::count(back.begin(), back.end(), 0x33), static_cast<std::ptrdiff_t>(kBig));
   ::close(fd);
   still_serving();
+}
+
+// The transport's threads carry names a profiler shows (the copy engine's
+// too), rather than the name of the thread that started them.
+TEST_F(TcpHostilePeer, ItsThreadsAreNamedForProfilers) {
+  // A read: the client's worker and a server connection have run (each
+  // names itself first thing); the copy engine's threads are named as it
+  // starts them.
+  still_serving();
+  EXPECT_EQ(testing::threads_named("ms.tcp.accept"), 1);
+  EXPECT_GE(testing::threads_named("ms.tcp.serve"), 1);
+  EXPECT_GE(testing::threads_named("ms.tcp.client"), 1);
+  const int copy_threads = CopyEngine::instance().threads();
+  EXPECT_EQ(testing::threads_named("ms.copy"), copy_threads);
 }
 
 // This process's CPU seconds so far, every thread.

@@ -15,6 +15,7 @@
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/memory.hpp"
+#include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/store/checks.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -299,6 +300,7 @@ class RingService {
 
  private:
   void run() {
+    internal::name_this_thread("ms.ring");
     using Clock = std::chrono::steady_clock;
     while (!stop_.load()) {
       auto m = ring_->receive(Clock::now() + std::chrono::milliseconds(100));

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 
 namespace meshstore::transports {
@@ -67,6 +68,7 @@ CopyEngine::CopyEngine() : impl_(new Impl()) {
   const unsigned n = worker_count();
   for (unsigned i = 0; i < n; ++i) {
     impl_->workers.emplace_back([this] { impl_->run(); });
+    internal::name_thread(impl_->workers.back().native_handle(), "ms.copy");
     // Detached: the engine outlives main's return; the OS ends the threads.
     impl_->workers.back().detach();
   }

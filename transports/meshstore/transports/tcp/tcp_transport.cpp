@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "meshstore/internal/address.hpp"
+#include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/completion.hpp"
 #include "meshstore/transports/host_identity.hpp"
@@ -162,7 +163,10 @@ class TcpServer final : public TransportServer {
     }
     auto server =
         std::unique_ptr<TcpServer>(new TcpServer(ctx, fd, wake, h + ":" + port, std::move(key)));
-    server->acceptor_ = std::thread([s = server.get()] { s->accept_loop(); });
+    server->acceptor_ = std::thread([s = server.get()] {
+      internal::name_this_thread("ms.tcp.accept");
+      s->accept_loop();
+    });
     return server;
   }
 
@@ -249,6 +253,7 @@ class TcpServer final : public TransportServer {
       conn_fds_.push_back(fd);
       auto done = std::make_shared<std::atomic<bool>>(false);
       conn_threads_.push_back(Connection{std::thread([this, fd, done] {
+                                           internal::name_this_thread("ms.tcp.serve");
                                            serve(fd);
                                            done->store(true);
                                          }),
@@ -873,7 +878,10 @@ class TcpTransport final : public Transport {
       : connections_(std::make_shared<TcpConnections>(config, std::move(host), std::move(port),
                                                       std::move(secret), std::move(key))) {
     for (int i = 0; i < config.tcp_streams; ++i) {
-      workers_.emplace_back([c = connections_] { c->work(); });
+      workers_.emplace_back([c = connections_] {
+        internal::name_this_thread("ms.tcp.client");
+        c->work();
+      });
     }
   }
   ~TcpTransport() override {
