@@ -94,40 +94,6 @@ INSTANTIATE_TEST_SUITE_P(Tcp, FastPathTcp, ::testing::Bool(), [](const auto& inf
 });
 
 // With the fast path off, nothing opens a channel, and calls still work.
-// StoreOptions::fast_path_spin sets the connection's spin too (at both
-// ends: the volume's server and the caller); whatever it is, puts and gets
-// go over the connection with the same results. (That the server end spins
-// as long as configured: TcpSmallOpsSpin in tcp_hostile_test.cpp.)
-TEST(FastPathTcpSpin, AnySpinServesTheSameResults) {
-  for (const auto spin : {std::chrono::microseconds(0), std::chrono::microseconds(2000)}) {
-    SCOPED_TRACE(spin.count());
-    auto wo = over_tcp();
-    wo.fast_path_spin = spin;
-    auto writer = Store::embedded(wo).value();
-    auto ro = tool_over_tcp();
-    ro.fast_path_spin = spin;
-    auto reader = Store::connect(writer.address(), ro).value();
-    auto first = pattern(64, 9);
-    ASSERT_OK(writer.put("k", bytes_view(first)).get(kWait));
-    ASSERT_TRUE(has_channel(writer));
-    std::vector<std::uint8_t> dst(first.size());
-    ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));  // learns where it is
-    ASSERT_TRUE(has_channel(reader));
-    for (int i = 0; i < 20; ++i) {
-      auto v = pattern(4096, static_cast<std::uint8_t>(i));
-      ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
-      dst.assign(v.size(), 0);
-      ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
-      ASSERT_EQ(dst, v);
-    }
-    EXPECT_GT(writer.fast_path_stats().puts, 0u) << "the writer's puts went over its connection";
-    // Each put replaces the object the reader knew: its gets go over the
-    // connection and find it stale (then locate afresh), or hit.
-    const auto r = reader.fast_path_stats();
-    EXPECT_GT(r.hits + r.stale, 0u) << "the reader's gets went over its connection";
-  }
-}
-
 TEST(FastPathTcpOff, OffOpensNoConnection) {
   StoreOptions o = over_tcp();
   o.fast_path = false;
