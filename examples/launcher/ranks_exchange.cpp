@@ -137,8 +137,13 @@ int main(int argc, char** argv) {
       return fail(rank, "check in", s.status());
     if (auto s = wait_count(store, "released", 1); !s.ok())
       return fail(rank, "wait for release", s);
-    if (auto s = store.remove(mine_key).get(30s); !s.ok())
-      return fail(rank, "check out", s.status());
+    // Rank 0 may leave as soon as it sees every check-in gone, and a write
+    // is visible before its caller has the answer: the controller leaving
+    // can be this remove's answer. Any other end of rank 0 fails the run
+    // through rank 0's own exit status.
+    auto out = store.remove(mine_key).get(30s);
+    if (!out.ok() && out.status().code() != meshstore::Errc::unavailable)
+      return fail(rank, "check out", out.status());
   }
   std::printf("rank %d of %d: ok (read %d tensors, strategy %s)\n", rank, world, world,
               options.strategy.c_str());

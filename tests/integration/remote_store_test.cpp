@@ -185,6 +185,37 @@ TEST(RemoteStore, ACachedLocationOfAnOverwrittenKeyIsLocatedAgain) {
   EXPECT_ERROR(a.get("k").get(kWait), Errc::not_found, "no key 'k'");
 }
 
+TEST(RemoteStore, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedOrRemoved) {
+  // Rank a reads each key (caching where it is) before rank b overwrites or
+  // removes it. Once b's call returned, a must see b's write: a small value
+  // (the volume's ring), a 256 KiB one (a lease-free read) and a removed
+  // key, each round. The volume drops what b's write superseded before b's
+  // call returns; had it not yet, a's cached location would still find it.
+  auto server = Store::embedded(server_options()).value();
+  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
+  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  constexpr std::int64_t n = 64 * 1024;
+  std::vector<float> big(n), into(n);
+  for (std::int64_t round = 0; round < 60; ++round) {
+    ASSERT_OK(b.put("small", TensorView::of(&round, {})).get(kWait));
+    auto small = a.get("small").get(kWait);
+    ASSERT_OK(small);
+    ASSERT_EQ(*small->data_as<std::int64_t>(), round) << "round " << round;
+
+    std::fill(big.begin(), big.end(), static_cast<float>(round));
+    ASSERT_OK(b.put("big", TensorView::of(big.data(), {n})).get(kWait));
+    ASSERT_OK(a.get_into("big", TensorView::of(into.data(), {n})).get(kWait));
+    ASSERT_EQ(into.front(), static_cast<float>(round)) << "round " << round;
+    ASSERT_EQ(into.back(), static_cast<float>(round)) << "round " << round;
+
+    ASSERT_OK(b.put("gone", TensorView::of(&round, {})).get(kWait));
+    ASSERT_OK(a.get("gone").get(kWait));
+    ASSERT_OK(b.remove("gone").get(kWait));
+    ASSERT_TRUE(testing::is_error(a.get("gone").get(kWait), Errc::not_found, "'gone'"))
+        << "round " << round;
+  }
+}
+
 TEST(RemoteStore, LateJoinerFindsExistingKeys) {
   auto server = Store::embedded(server_options()).value();
   {

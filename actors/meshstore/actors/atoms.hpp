@@ -41,6 +41,7 @@ using stage_atom = caf::atom_constant<caf::atom("stage")>;
 using stage_commit_atom = caf::atom_constant<caf::atom("stage_cmt")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using discard_atom = caf::atom_constant<caf::atom("discard")>;
 using open_read_atom = caf::atom_constant<caf::atom("open_read")>;
 using close_read_atom = caf::atom_constant<caf::atom("close_read")>;

@@ -107,12 +107,60 @@ void send_to_volumes(controller_pointer self,
         break;
       case Verdict::release:
         self->send(it->second, release_atom::value, ids);
+        st.flush_due.insert(vid);
         break;
       case Verdict::discard:
         self->send(it->second, discard_atom::value, ids);
+        st.flush_due.insert(vid);
         break;
     }
   }
+}
+
+// How long a write waits for a volume to confirm a flush before it answers
+// anyway (a volume that is alive but stuck; one that dies counts at once).
+constexpr auto kFlushTimeout = std::chrono::seconds(10);
+
+// One volume confirmed the flush of write `token` (or went down, which makes
+// its objects unreadable too); the write answers once every volume has.
+void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id) {
+  auto& st = self->state;
+  auto it = st.flushes.find(token);
+  if (it == st.flushes.end()) return;
+  it->second.volumes.erase(volume_id);
+  if (!it->second.volumes.empty()) return;
+  auto answer = std::move(it->second.answer);
+  st.flushes.erase(it);
+  answer();
+}
+
+// Answers the write being handled with `value` once every volume it told to
+// release or discard objects has handled that: a flush request, which a
+// volume answers after every earlier message from the controller. Until
+// then a reader whose cached location names a superseded or removed object
+// could still read it at its volume (over the ring, lease-free or with a
+// lease) after the write returned. The volume that sent the write (its
+// stage_commit) needs no flush: the release reaches it before this answer.
+template <class T>
+caf::result<T> answer_after_flush(controller_pointer self, T value) {
+  auto& st = self->state;
+  auto due = std::exchange(st.flush_due, {});
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (auto s = st.volume_by_addr.find(sender); s != st.volume_by_addr.end()) due.erase(s->second);
+  for (auto it = due.begin(); it != due.end();) {
+    it = st.volumes.count(*it) != 0 ? std::next(it) : due.erase(it);
+  }
+  if (due.empty()) return value;
+  auto rp = self->make_response_promise<T>();
+  const auto token = st.next_flush++;
+  st.flushes[token] = ControllerState::FlushWait{
+      due, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); }};
+  for (const auto& vid : due) {
+    self->request(st.volumes.at(vid), kFlushTimeout, flush_atom::value)
+        .then([self, token, vid](caf::ok_atom) { flushed(self, token, vid); },
+              [self, token, vid](caf::error&) { flushed(self, token, vid); });
+  }
+  return rp;
 }
 
 // Ends pin `id`: objects no other pin holds and whose release was held
@@ -387,6 +435,12 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     h = h->first.first == id ? st.held_back.erase(h) : std::next(h);
   }
   send_to_volumes(self, released, Verdict::discard);
+  // Writes waiting for its flush wait no more: its objects are unreadable.
+  std::vector<std::uint64_t> waiting;
+  for (const auto& [token, wait] : st.flushes) {
+    if (wait.volumes.count(id) != 0) waiting.push_back(token);
+  }
+  for (auto token : waiting) flushed(self, token, id);
   st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
                caf::to_string(msg.reason), lost);
   for (const auto& [addr, client] : st.volume_watchers) {
@@ -468,16 +522,18 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](volumes_atom) { return self->state.volume_infos; },
       [=](notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
         self->state.count(ControllerCounter::notify_put);
+        self->state.flush_due.clear();
         auto versions = commit_batch(self, {r});
         if (!versions.ok()) return to_caf_error(versions.status());
-        return versions->front();
+        return answer_after_flush(self, versions->front());
       },
       [=](notify_put_batch_atom,
           const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
         self->state.count(ControllerCounter::notify_put_batch);
+        self->state.flush_due.clear();
         auto versions = commit_batch(self, records);
         if (!versions.ok()) return to_caf_error(versions.status());
-        return std::move(versions).value();
+        return answer_after_flush(self, std::move(versions).value());
       },
       [=](locate_atom, const std::vector<std::string>& keys) {
         self->state.count(ControllerCounter::locate);
@@ -527,10 +583,11 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         st.count(ControllerCounter::remove);
+        st.flush_due.clear();
         std::map<std::string, std::vector<std::uint64_t>> doomed;
         if (drop_pending(st, key, doomed)) {
           send_to_volumes(self, doomed, Verdict::discard);
-          if (st.index.count(key) == 0) return caf::ok_atom::value;
+          if (st.index.count(key) == 0) return answer_after_flush(self, caf::ok_atom::value);
         }
         auto it = st.index.find(key);
         if (it == st.index.end()) {
@@ -542,10 +599,12 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         collect(it->second, released);
         st.index.erase(it);
         send_to_volumes(self, released, Verdict::discard);
-        return caf::ok_atom::value;
+        return answer_after_flush(self, caf::ok_atom::value);
       },
-      [=](remove_batch_atom, const std::vector<std::string>& keys) {
-        return remove_keys(self, keys, Verdict::discard);
+      [=](remove_batch_atom,
+          const std::vector<std::string>& keys) -> caf::result<wire::RemoveReply> {
+        self->state.flush_due.clear();
+        return answer_after_flush(self, remove_keys(self, keys, Verdict::discard));
       },
       [=](counters_atom) { return self->state.counters; },
       [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
@@ -553,6 +612,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           std::uint64_t layout) -> caf::result<std::vector<std::uint64_t>> {
         auto& st = self->state;
         st.count(ControllerCounter::notify_put_batch);
+        st.flush_due.clear();
         // Validated as a whole (against each other too), then applied.
         if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
           return to_caf_error(s);
@@ -609,7 +669,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           const bool now = std::find(committed.begin(), committed.end(), r.key) != committed.end();
           versions.push_back(now ? it->second.version : 0);
         }
-        return versions;
+        return answer_after_flush(self, std::move(versions));
       },
       [=](stream_open_atom, const std::string& key, std::string& manifest,
           std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {
@@ -697,6 +757,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           const std::vector<std::string>& prefixes,
           bool reuse) -> caf::result<std::vector<std::uint64_t>> {
         auto& st = self->state;
+        st.flush_due.clear();
         std::vector<std::uint64_t> versions;
         if (!records.empty()) {
           st.count(ControllerCounter::notify_put_batch);
@@ -711,7 +772,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         for (const auto& r : records) kept.insert(r.key);
         const auto doomed = group_keys(st, prefixes, kept);
         if (!doomed.empty()) remove_keys(self, doomed, reuse ? Verdict::release : Verdict::discard);
-        return versions;
+        return answer_after_flush(self, std::move(versions));
       },
   };
 }

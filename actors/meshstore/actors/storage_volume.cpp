@@ -943,6 +943,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         for (auto id : ids) self->state.drop(id, false);
         self->state.regions->prune();
       },
+      [=](flush_atom) { return caf::ok_atom::value; },
       [=](evict_atom, const std::vector<std::uint64_t>& candidates,
           std::uint64_t bytes) -> std::vector<std::uint64_t> {
         // Decided here, where leases open and close, so no reader holds

@@ -90,6 +90,10 @@ using storage_volume_actor = caf::typed_actor<
     // These objects were removed: like release, but their memory is freed
     // (shared-memory segments unlinked) instead of kept for reuse.
     caf::reacts_to<discard_atom, std::vector<std::uint64_t>>,
+    // From the controller, after a release or discard: answered once every
+    // message it sent before has been handled (the controller's messages
+    // arrive in order), so the dropped objects are unreadable by then.
+    caf::replies_to<flush_atom>::with<caf::ok_atom>,
     // Pins objects for reading; Errc::not_found if any is gone.
     // The lease id is the client's choice (unique per client), so a client
     // whose open_read timed out can still close the lease it may have got.

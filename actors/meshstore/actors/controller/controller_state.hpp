@@ -2,6 +2,7 @@
 // The controller actor's state (its index, pending sharded puts, streams and
 // pins), shared by the files that implement the controller: controller.cpp
 // (the behaviour) and controller/sharded_puts.cpp. Private to actors/.
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -88,6 +89,17 @@ struct ControllerState {
   std::map<ObjectRef, std::uint32_t> pinned;  // pins per object
   std::map<ObjectRef, bool> held_back;        // object -> discard (else release)
   std::uint64_t next_pin = 1;
+  // Volumes told to release or discard objects by the message being
+  // handled; a write answers only once they confirmed (answer_after_flush).
+  std::set<std::string> flush_due;
+  // Writes waiting for those confirmations: the volumes not heard from yet,
+  // and the answer to send once there are none.
+  struct FlushWait {
+    std::set<std::string> volumes;
+    std::function<void()> answer;
+  };
+  std::map<std::uint64_t, FlushWait> flushes;
+  std::uint64_t next_flush = 1;
   std::vector<std::uint64_t> counters =
       std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
   void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
