@@ -333,6 +333,82 @@ TEST_F(ControllerTest, RemoveAndRemoveBatch) {
   EXPECT_EQ(stat().bytes_held, 0u);
 }
 
+// A stand-in volume that answers `flush` only when sent `ok_atom` (or never,
+// if it is killed first); it takes commits, releases and discards silently.
+caf::behavior held_flush_volume(caf::event_based_actor* self) {
+  auto held = std::make_shared<std::vector<caf::response_promise>>();
+  return {
+      [](commit_atom, const std::vector<std::uint64_t>&) {},
+      [](release_atom, const std::vector<std::uint64_t>&) {},
+      [](discard_atom, const std::vector<std::uint64_t>&) {},
+      [self, held](flush_atom) {
+        held->push_back(self->make_response_promise());
+        return held->back();
+      },
+      [held](caf::ok_atom) {
+        for (auto& rp : *held) rp.deliver(caf::ok_atom::value);
+        held->clear();
+      },
+  };
+}
+
+class HeldFlushTest : public ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerTest::SetUp();
+    held_ = runtime_->system().spawn(held_flush_volume);
+    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, register_volume_atom::value,
+                                 wire::VolumeInfo{"volume-1", "h", 1 << 20, {"rpc"}},
+                                 caf::actor_cast<storage_volume_actor>(held_))));
+  }
+  void TearDown() override {
+    caf::anon_send_exit(held_, caf::exit_reason::user_shutdown);
+    held_ = nullptr;
+    ControllerTest::TearDown();
+  }
+
+  wire::KeyRecord on_held(const std::string& key, std::uint64_t object) {
+    auto r = record(key, {1}, object);
+    r.shards.front().volume_id = "volume-1";
+    return r;
+  }
+
+  // Whether an answer to a message this test's actor sent arrives within `t`.
+  bool answered_within(std::chrono::milliseconds t) {
+    bool got = false;
+    (*self_)->receive([&](std::uint64_t) { got = true; }, [&](caf::ok_atom) { got = true; },
+                      caf::after(t) >> [] {});
+    return got;
+  }
+
+  caf::actor held_;
+};
+
+TEST_F(HeldFlushTest, AnOverwriteOrRemoveAnswersOnlyOnceTheVolumeDroppedWhatItReplaced) {
+  // A new key releases nothing: answered at once.
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, on_held("k", 1))));
+  // Its overwrite releases object 1: no answer while the volume has not
+  // confirmed (until then a cached location could still read object 1).
+  (*self_)->send(controller_, notify_put_atom::value, on_held("k", 2));
+  EXPECT_FALSE(answered_within(300ms));
+  (*self_)->send(held_, caf::ok_atom::value);
+  EXPECT_TRUE(answered_within(testing::kWait));
+  // The same for a remove.
+  (*self_)->send(controller_, remove_atom::value, std::string("k"));
+  EXPECT_FALSE(answered_within(300ms));
+  (*self_)->send(held_, caf::ok_atom::value);
+  EXPECT_TRUE(answered_within(testing::kWait));
+}
+
+TEST_F(HeldFlushTest, AVolumeThatDiesBeforeConfirmingDoesNotHoldTheWriteUp) {
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, on_held("k", 1))));
+  (*self_)->send(controller_, remove_atom::value, std::string("k"));
+  EXPECT_FALSE(answered_within(300ms));
+  caf::anon_send_exit(held_, caf::exit_reason::kill);
+  // Well before the 10 s a stuck (live) volume may take: its death ends the wait.
+  EXPECT_TRUE(answered_within(std::chrono::milliseconds(5000)));
+}
+
 TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
   auto r = ask<std::vector<wire::RegionRef>>(
       *self_, volume_, stage_atom::value,
