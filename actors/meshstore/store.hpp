@@ -392,8 +392,9 @@ struct PublishOptions {
   /// still copying out of the buffers lose their leases, their copies do
   /// not count (such a read locates the key again: it finds the retained
   /// copy, or the version gone), and the buffers are the caller's once the
-  /// transfers the lending volume serves itself (tcp sends in flight) end,
-  /// within reclaim_timeout again (else Errc::timeout). Readers never see a
+  /// transfers the lending volume serves itself (tcp sends in flight, which
+  /// the revoke interrupts) end, within reclaim_timeout again but at least
+  /// 1 s (else Errc::timeout). Readers never see a
   /// torn value either way.
   bool revoke_on_timeout = false;
 };

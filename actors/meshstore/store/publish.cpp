@@ -87,9 +87,17 @@ using PubImpl = internal::PublicationAccess::Impl;
 using facade::check_key;
 using state_dicts::version_key;
 
-// Waits up to `bound` for `returned`, through a timer on the client actor;
-// `revoked`: after the loan was revoked, when only the lending volume's own
-// transfers may still read the buffers.
+// The least a reclaim waits, after revoking a loan, for the transfers the
+// lending volume interrupted. They end as soon as their threads run (a tcp
+// send on a connection shut down fails at once), which on a loaded machine
+// can take longer than a short reclaim_timeout; the bound is only how long
+// a transfer that does not end is waited for.
+constexpr std::chrono::milliseconds kInterruptedTransfersWait{1000};
+
+// Waits for `returned` up to reclaim_timeout, through a timer on the client
+// actor; `revoked`: after the loan was revoked, when only the lending
+// volume's own (interrupted) transfers may still read the buffers, for at
+// least kInterruptedTransfersWait.
 Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub, bool revoked = false) {
   auto done = std::make_shared<Promise<void>>(
       Status(Errc::shutdown, pub->op + " '" + pub->prefix + "': the store was closed"));
@@ -97,7 +105,8 @@ Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub, bool revoked = f
   if (done->future().ready()) return done->future();
   auto client = caf::actor_cast<caf::actor>(pub->client);
   if (!client) return done->future();  // closed: the loan ends as the volume goes
-  const auto bound = pub->options.reclaim_timeout;
+  const auto bound = revoked ? std::max(pub->options.reclaim_timeout, kInterruptedTransfersWait)
+                             : pub->options.reclaim_timeout;
   const std::string version =
       pub->op + " '" + pub->prefix + "' version " + std::to_string(pub->version) + ": ";
   const std::string why =
