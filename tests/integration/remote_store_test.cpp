@@ -185,15 +185,23 @@ TEST(RemoteStore, ACachedLocationOfAnOverwrittenKeyIsLocatedAgain) {
   EXPECT_ERROR(a.get("k").get(kWait), Errc::not_found, "no key 'k'");
 }
 
-TEST(RemoteStore, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedOrRemoved) {
+class CachedReadAfterWrite : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedOrRemoved) {
   // Rank a reads each key (caching where it is) before rank b overwrites or
   // removes it. Once b's call returned, a must see b's write: a small value
-  // (the volume's ring), a 256 KiB one (a lease-free read) and a removed
-  // key, each round. The volume drops what b's write superseded before b's
-  // call returns; had it not yet, a's cached location would still find it.
+  // (the volume's ring over shm, its small-operations connection over tcp),
+  // a 256 KiB one (lease-free over shm) and a removed key, each round. The
+  // volume drops what b's write superseded before b's call returns; had it
+  // not yet, a's cached location would still find it.
   auto server = Store::embedded(server_options()).value();
-  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
-  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  auto opts = [&](int rank) {
+    auto o = rank_options(rank, rank);
+    o.transport = GetParam();
+    return o;
+  };
+  auto a = Store::connect(server.address(), opts(1)).value();
+  auto b = Store::connect(server.address(), opts(2)).value();
   constexpr std::int64_t n = 64 * 1024;
   std::vector<float> big(n), into(n);
   for (std::int64_t round = 0; round < 60; ++round) {
@@ -214,7 +222,16 @@ TEST(RemoteStore, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedOrRemoved) {
     ASSERT_TRUE(testing::is_error(a.get("gone").get(kWait), Errc::not_found, "'gone'"))
         << "round " << round;
   }
+  // The reads went the ways named above: by cached location, which the
+  // volume's channel (the small value) and, over shm, the lease-free check
+  // (the large one) found stale, then located afresh.
+  const auto fast = a.fast_path_stats();
+  EXPECT_GT(fast.stale, 0u);
+  if (GetParam() == "shm") EXPECT_GT(fast.lease_free_stale, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, CachedReadAfterWrite, ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return info.param; });
 
 TEST(RemoteStore, LateJoinerFindsExistingKeys) {
   auto server = Store::embedded(server_options()).value();
