@@ -147,9 +147,6 @@ caf::result<T> answer_after_flush(controller_pointer self, T value) {
   auto due = std::exchange(st.flush_due, {});
   const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (auto s = st.volume_by_addr.find(sender); s != st.volume_by_addr.end()) due.erase(s->second);
-  for (auto it = due.begin(); it != due.end();) {
-    it = st.volumes.count(*it) != 0 ? std::next(it) : due.erase(it);
-  }
   if (due.empty()) return value;
   auto rp = self->make_response_promise<T>();
   const auto token = st.next_flush++;
