@@ -66,17 +66,19 @@ FastOutcome fast_get_tensor(actors::FastPath& fast, const std::string& key,
       timeout);
 }
 
+// Whether `dst` can take the key `e` describes: contiguous host memory of
+// its dtype and shape.
+bool fits_into(const actors::FastPath::Entry& e, const TensorView& dst) {
+  return dst.device().type == DeviceType::cpu && dst.is_contiguous() &&
+         e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() && e.shape == dst.shape();
+}
+
 // Into the caller's contiguous host view of the key's dtype and shape
 // (Store::get_into).
 FastOutcome fast_get_into(actors::FastPath& fast, const std::string& key,
                           std::chrono::milliseconds timeout, const TensorView& dst) {
-  if (dst.device().type != DeviceType::cpu || !dst.is_contiguous()) return FastOutcome::miss;
   return fast.read(
-      key,
-      [&dst](const actors::FastPath::Entry& e) {
-        return e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() &&
-               e.shape == dst.shape();
-      },
+      key, [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); },
       [&dst](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
         if (n > 0) std::memcpy(dst.data(), data, n);
       },
@@ -274,6 +276,27 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
     return make_error_future<std::vector<Tensor>>(s);
   if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
   actors::GetCall call;
+  // Every key on the fast path, or the whole batch on the actors (checked
+  // first, so that a key it cannot serve costs no copy of the others).
+  bool fast_batch = impl_ && impl_->fast;
+  for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
+    fast_batch = impl_->fast->servable(keys[i], [](const actors::FastPath::Entry& e) {
+      return e.kind == wire::ObjectKind::tensor;
+    });
+  }
+  if (fast_batch) {
+    std::vector<Tensor> out(keys.size());
+    std::size_t served = 0;
+    for (; served < keys.size(); ++served) {
+      auto fast =
+          fast_get_tensor(*impl_->fast, keys[served], impl_->options.request_timeout, &out[served]);
+      if (fast != FastOutcome::hit || !out[served].defined()) {
+        call.fresh = fast == FastOutcome::stale;
+        break;
+      }
+    }
+    if (served == keys.size()) return make_ready_future(std::move(out));
+  }
   call.op = "get_batch";
   call.mode = actors::GetMode::tensor;
   call.keys = std::move(keys);
@@ -320,11 +343,28 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
     }
   }
   if (call.keys.empty()) return make_ready_future();
-  if (impl_ && impl_->fast && call.keys.size() == 1) {
-    auto fast = fast_get_into(*impl_->fast, call.keys.front(), impl_->options.request_timeout,
-                              call.dsts.front());
-    if (fast == FastOutcome::hit) return make_ready_future();
-    call.fresh = fast == FastOutcome::stale;
+  // Every key on the fast path, or the whole call on the actors: a batch
+  // first checks each destination against its key's cached record, so one
+  // that does not fit moves no byte (the actors report it). A read that
+  // finds its object replaced sends the call to the actors, which write
+  // every destination again.
+  bool fast_batch = impl_ && impl_->fast;
+  for (std::size_t i = 0; fast_batch && call.keys.size() > 1 && i < call.keys.size(); ++i) {
+    const auto& dst = call.dsts[i];
+    fast_batch = impl_->fast->servable(
+        call.keys[i], [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); });
+  }
+  if (fast_batch) {
+    std::size_t served = 0;
+    for (; served < call.keys.size(); ++served) {
+      auto fast = fast_get_into(*impl_->fast, call.keys[served], impl_->options.request_timeout,
+                                call.dsts[served]);
+      if (fast != FastOutcome::hit) {
+        call.fresh = fast == FastOutcome::stale;
+        break;
+      }
+    }
+    if (served == call.keys.size()) return make_ready_future();
   }
   auto st = staging(op);
   for (std::size_t i = 0; i < call.keys.size(); ++i) {
@@ -492,6 +532,7 @@ FastPathStats Store::fast_path_stats() const {
   out.put_misses = s.put_misses;
   out.lease_free_reads = s.lease_free_reads;
   out.lease_free_stale = s.lease_free_stale;
+  out.direct_reads = s.direct_reads;
   return out;
 }
 

@@ -255,7 +255,9 @@ struct ControllerCounters {
 /// What this process's fast path for small gets and puts did
 /// (StoreOptions::fast_path).
 struct FastPathStats {
-  std::uint64_t hits = 0;    ///< gets served over a ring, on the caller's thread
+  /// Gets served on the caller's thread: over a ring, or straight from
+  /// shared memory (direct_reads).
+  std::uint64_t hits = 0;
   std::uint64_t misses = 0;  ///< gets that took the actor path (location unknown, no ring, ...)
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
   std::uint64_t rings = 0;   ///< channels open now: a ring per volume on this host reached
@@ -273,6 +275,11 @@ struct FastPathStats {
   /// Lease-free reads that found their object replaced, removed or changing:
   /// read again the leased way (never returned).
   std::uint64_t lease_free_stale = 0;
+  /// Hits that were lease-free reads on the caller's thread: a whole key of
+  /// at most 8 MiB whose place this client knew, copied straight out of a
+  /// same-host volume's shared memory without a ring or an actor (counted
+  /// in lease_free_reads too; docs/architecture.md, "Direct reads").
+  std::uint64_t direct_reads = 0;
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

@@ -205,5 +205,151 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
   EXPECT_EQ(reader.fast_path_stats().lease_free_reads, served + 1);
 }
 
+// Direct reads (docs/architecture.md, "Direct reads"): a get, get_into or
+// get_object of a whole key of at most 8 MiB whose place the client knows
+// is copied on the caller's thread, checked by the object's tag, with no
+// ring and no actor.
+using DirectRead = LeaseFreeRead;
+
+std::uint64_t direct_reads(const Store& s) { return s.fast_path_stats().direct_reads; }
+
+// Once `reader` reached the volume of `writer`, it opens the volume's ring
+// in the background, and keeps the places it learns beside it: waits
+// (bounded) for the ring.
+bool ring_open(Store& writer, Store& reader) {
+  std::vector<std::uint8_t> first(16, 1);
+  if (!writer.put("first", bytes_view(first)).get(kWait).ok()) return false;
+  if (!reader.get_into("first", bytes_view(first)).get(kWait).ok()) return false;
+  return eventually([&] { return reader.fast_path_stats().rings >= 1; }, 10s);
+}
+
+TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadUpTo8MiB) {
+  auto store = Store::embedded(shm()).value();
+  ASSERT_TRUE(ring_open(store, store));
+  constexpr std::size_t kLimit = std::size_t{8} << 20;
+  for (std::size_t n : {std::size_t{256} << 10, kLimit, kLimit + 1}) {
+    SCOPED_TRACE(n);
+    std::vector<std::uint8_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7 + n);
+    const std::string key = "w" + std::to_string(n);
+    ASSERT_OK(store.put(key, bytes_view(v)).get(kWait));
+    const auto before = store.fast_path_stats();
+    std::vector<std::uint8_t> back(n, 0);
+    ASSERT_OK(store.get_into(key, bytes_view(back)).get(kWait));
+    EXPECT_EQ(back, v);
+    auto t = store.get(key).get(kWait);
+    ASSERT_OK(t);
+    ASSERT_EQ(t->nbytes(), n);
+    EXPECT_EQ(std::memcmp(t->data(), v.data(), n), 0);
+    const auto after = store.fast_path_stats();
+    // Both lease-free; on the caller's thread only up to the limit.
+    EXPECT_EQ(after.lease_free_reads, before.lease_free_reads + 2);
+    EXPECT_EQ(after.direct_reads, before.direct_reads + (n <= kLimit ? 2 : 0));
+    EXPECT_EQ(after.hits, before.hits + (n <= kLimit ? 2 : 0));
+    EXPECT_EQ(leases_of(store), 0u);
+  }
+  // A byte object too.
+  const std::string big(std::size_t{1} << 20, 'x');
+  ASSERT_OK(store.put_object("o", big, ObjectFormat::utf8).get(kWait));
+  const auto before = direct_reads(store);
+  auto o = store.get_stored_object("o").get(kWait);
+  ASSERT_OK(o);
+  EXPECT_EQ(o->bytes, big);
+  EXPECT_EQ(o->format, ObjectFormat::utf8);
+  EXPECT_EQ(direct_reads(store), before + 1);
+  // A read the key's dtype or shape does not fit is the actors' to refuse.
+  std::vector<float> wrong(16);
+  EXPECT_ERROR(store.get_into("o", TensorView::of(wrong.data(), {16})).get(kWait), Errc::wrong_kind,
+               "");
+  EXPECT_EQ(direct_reads(store), before + 1);
+}
+
+// Another client's object whose record carries no place (a put of at most
+// 64 KiB travels inline, staged by the volume): the first read takes a
+// lease, whose answer says where the object lies; from then on the reader
+// copies it directly. A small key the ring serves goes the same way.
+// (Places are kept beside the volume's ring, which the reader opens in the
+// background once it reaches the volume: the test waits for it.)
+TEST_F(DirectRead, APlaceLearnedFromALeaseServesTheNextReads) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, reader));
+  for (std::size_t n : {std::size_t{62} << 10, std::size_t{4} << 10}) {
+    SCOPED_TRACE(n);
+    const std::string key = "k" + std::to_string(n);
+    std::vector<std::uint8_t> v(n, static_cast<std::uint8_t>(n >> 10)), dst(n, 0);
+    ASSERT_OK(writer.put(key, bytes_view(v)).get(kWait));
+    ASSERT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));  // located, leased
+    EXPECT_EQ(dst, v);
+    const auto before = direct_reads(reader);
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));
+    EXPECT_EQ(dst, v);
+    EXPECT_EQ(direct_reads(reader), before + 1);
+  }
+}
+
+// A batch is served directly when every key is; else the actors read all
+// of it (the same values).
+TEST_F(DirectRead, ABatchIsServedDirectlyWhenEveryKeyIs) {
+  auto [store, other] = writer_and_reader();
+  ASSERT_TRUE(ring_open(store, store));
+  std::vector<std::vector<std::uint8_t>> values;
+  for (int i = 0; i < 3; ++i) {
+    values.emplace_back(std::size_t{300} << 10, static_cast<std::uint8_t>(i + 1));
+    ASSERT_OK(store.put("b" + std::to_string(i), bytes_view(values.back())).get(kWait));
+  }
+  std::vector<std::vector<std::uint8_t>> dsts(3, std::vector<std::uint8_t>(values[0].size(), 0));
+  auto items = [&] {
+    std::vector<std::pair<std::string, TensorView>> out;
+    for (int i = 0; i < 3; ++i) out.emplace_back("b" + std::to_string(i), bytes_view(dsts[i]));
+    return out;
+  };
+  auto before = store.fast_path_stats();
+  ASSERT_OK(store.get_into_batch(items()).get(kWait));
+  EXPECT_EQ(dsts, values);
+  auto tensors = store.get_batch({"b0", "b1", "b2"}).get(kWait);
+  ASSERT_OK(tensors);
+  ASSERT_EQ(tensors->size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::memcmp((*tensors)[i].data(), values[i].data(), values[i].size()), 0);
+  }
+  EXPECT_EQ(store.fast_path_stats().direct_reads, before.direct_reads + 6);
+  EXPECT_EQ(store.fast_path_stats().misses, before.misses);
+  // One key overwritten by another client: the whole batch takes the
+  // actors, once the volume dropped what this client's cache names.
+  std::fill(values[1].begin(), values[1].end(), 9);
+  ASSERT_OK(other.put("b1", bytes_view(values[1])).get(kWait));
+  before = store.fast_path_stats();
+  for (auto& d : dsts) std::fill(d.begin(), d.end(), 0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        EXPECT_OK(store.get_into_batch(items()).get(kWait));
+        return dsts == values;
+      },
+      10s));
+  EXPECT_GT(store.fast_path_stats().lease_free_stale + store.fast_path_stats().misses,
+            before.lease_free_stale + before.misses);
+}
+
+// The store holding the volume closes: its objects' tags are cleared as
+// their memory goes, so the reader's next read is no direct copy of the
+// old bytes but the actors' error. (A killed volume's tags stay as they
+// were; its process watch stops direct reads then: the fault matrix's
+// "volume get" cell, and shm_transport_test's process watch.)
+TEST_F(DirectRead, AReaderOfAClosedStoreGetsAnErrorNotTheOldBytes) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, reader));
+  std::vector<std::uint8_t> v(std::size_t{1} << 20, 5), dst(v.size(), 0);
+  ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
+  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
+  const auto served = direct_reads(reader);
+  EXPECT_GE(served, 1u);
+  writer.close();
+  std::fill(dst.begin(), dst.end(), 0);
+  EXPECT_FALSE(reader.get_into("k", bytes_view(dst)).get(kWait).ok());
+  EXPECT_EQ(direct_reads(reader), served);
+}
+
 }  // namespace
 }  // namespace meshstore

@@ -137,8 +137,17 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   EXPECT_EQ(tag->load(), 7u);
   m.object_tag->store(0);
   EXPECT_EQ(tag->load(), 0u);
+  // The region's bytes beside it, as a direct read copies them.
+  std::memset(m.memory.get(), 0x3c, 4096);
+  const auto at = client->tagged_bytes(ref);
+  ASSERT_NE(at.tag, nullptr);
+  ASSERT_NE(at.data, nullptr);
+  EXPECT_EQ(at.tag.get(), tag.get());
+  EXPECT_EQ(at.data[0], std::byte{0x3c});
+  EXPECT_EQ(at.data[4095], std::byte{0x3c});
   // Elsewhere in the segment, or larger than it: none.
   EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, m.segment, 0)), nullptr);
+  EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(7, 4096, m.segment, 0)).data, nullptr);
   EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 8192, m.segment, m.segment_offset)),
             nullptr);
   // A segment of the server's without its header (as a crafted record

@@ -56,7 +56,7 @@ namespace {
 
 // The controller's process, when CAF's node ids say it is another process
 // of this host; null when it is this process or another host's.
-std::unique_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer self) {
+std::shared_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer self) {
   using data = caf::node_id::default_data;
   const auto theirs = self->state.controller.node();
   const auto ours = self->node();
@@ -67,7 +67,7 @@ std::unique_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer s
   const auto& t = static_cast<const data&>(*theirs);
   const auto& o = static_cast<const data&>(*ours);
   if (t.host_id() != o.host_id() || t.process_id() == o.process_id()) return nullptr;
-  return std::make_unique<transports::shm::ProcessWatch>(static_cast<long>(t.process_id()));
+  return std::make_shared<transports::shm::ProcessWatch>(static_cast<long>(t.process_id()));
 }
 
 }  // namespace
@@ -86,6 +86,9 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
     if (msg.reason) close_spares(self, msg.reason);
   });
   self->state.controller_process = watch_controller(self);
+  if (self->state.cfg.fast_path) {
+    self->state.cfg.fast_path->watch_controller(self->state.controller_process);
+  }
   // Volumes in processes this one has no connection to: their deaths come
   // from the controller.
   self->send(self->state.controller, watch_volumes_atom::value);

@@ -236,8 +236,20 @@ class Transport {
   /// shm can today, for the memory its server allocated). Stays mapped while
   /// the pointer lives.
   virtual std::shared_ptr<const std::atomic<std::uint64_t>> object_tag(const wire::RegionRef& src) {
+    return tagged_bytes(src).tag;
+  }
+  /// object_tag() and the region's bytes beside it, mapped into this
+  /// process, for a copy on the caller's own thread (the fast path's
+  /// direct reads): read the tag, copy from `data`, read it again. Both
+  /// null where object_tag() would be; `data` stays mapped while `tag`
+  /// lives.
+  struct TaggedBytes {
+    std::shared_ptr<const std::atomic<std::uint64_t>> tag;
+    const std::byte* data = nullptr;
+  };
+  virtual TaggedBytes tagged_bytes(const wire::RegionRef& src) {
     (void)src;
-    return nullptr;
+    return {};
   }
   /// Opens a channel for small operations to the volume, over a connection
   /// of its own (blocks for its handshake). Errc::unsupported for

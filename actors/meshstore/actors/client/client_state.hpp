@@ -116,9 +116,10 @@ struct ClientState {
   // Why the controller or strategy is gone; empty while they live.
   std::string control_down;
   // The controller's process where it runs on this host, another process
-  // (null otherwise): lease-free reads stop once it has exited, before its
-  // down message arrives, as the leased way's round trip would.
-  std::unique_ptr<transports::shm::ProcessWatch> controller_process;
+  // (null otherwise): lease-free reads (the fast path's direct ones too)
+  // stop once it has exited, before its down message arrives, as the
+  // leased way's round trip would.
+  std::shared_ptr<transports::shm::ProcessWatch> controller_process;
   // Spare staging (put.cpp): staged objects kept for the next put of a
   // state dict put again with the same layout, by the key it replaces
   // under; and each such key's last layout (bounded like the spares).

@@ -56,7 +56,7 @@ void open_ring(client_pointer self, const std::string& volume_id,
             auto it = st.conns.find(volume_id);
             // Not if the volume went down (or was replaced) meanwhile.
             if (it == st.conns.end() || it->second->handle != handle) return;
-            st.cfg.fast_path->add_ring(volume_id, std::move(*held));
+            st.cfg.fast_path->add_ring(volume_id, std::move(*held), it->second->transport);
           },
           [self, volume_id](caf::error& e) {
             self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
@@ -290,7 +290,11 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
   for (auto& w : gone_spares) w();
   const std::string why = name + " went down (" + reason + ")";
   if (name == "the controller" || name == "the strategy") st.control_down = why;
-  if (name == "the controller") controller_gone(self, why);
+  if (name == "the controller") {
+    controller_gone(self, why);
+    // Every call fails from now on, the fast path's direct reads too.
+    if (st.cfg.fast_path) st.cfg.fast_path->forget_all_keys();
+  }
   st.log->warn("client rank {}: {}", st.cfg.me.rank, why);
   auto w = st.waiting.find(source);
   if (w == st.waiting.end()) return;

@@ -9,16 +9,21 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::actors {
 
 // One channel to a volume and what a caller needs to use it, one request
 // at a time: a ring (same host) or a transport's small operations (tcp,
-// each request prefixed with the token the client attached with).
+// each request prefixed with the token the client attached with). A ring's
+// volume is also read directly, through the shm transport.
 struct FastPath::Channel {
   std::mutex mu;  // held for a whole request and its reply
   std::unique_ptr<transports::shm::Ring> ring;
+  std::shared_ptr<transports::Transport> shm;  // direct reads; null: none
+  // Where objects lie, by object id, from leases (FastPath::mu_ guards it).
+  std::unordered_map<std::uint64_t, std::string> places;
   std::unique_ptr<transports::SmallOps> remote;
   std::uint64_t token = 0;  // remote only
   std::uint64_t next_tag = 1;
@@ -51,11 +56,11 @@ struct FastPath::Channel {
 };
 
 void FastPath::learn(const wire::KeyRecord& r) {
-  const bool small_whole = r.found() && r.shards.size() == 1 && r.shards[0].slice.is_full() &&
-                           r.shards[0].nbytes <= kMaxBytes && r.pending.empty();
+  const bool whole = r.found() && r.shards.size() == 1 && r.shards[0].slice.is_full() &&
+                     r.shards[0].nbytes <= kMaxDirectBytes && r.pending.empty();
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
-  if (!small_whole) {
+  if (!whole) {
     auto it = entries_.find(r.key);
     if (it != entries_.end() && it->second.version <= r.version) entries_.erase(it);
     return;
@@ -63,8 +68,8 @@ void FastPath::learn(const wire::KeyRecord& r) {
   const auto& s = r.shards[0];
   auto& e = entries_[r.key];
   if (e.version > r.version) return;  // a put over the ring already went further
-  e = Entry{s.volume_id, s.object_id, r.kind,          r.dtype,
-            r.shape,     s.nbytes,    r.object_format, r.version};
+  e = Entry{s.volume_id, s.object_id,     r.kind,    r.dtype, r.shape,
+            s.nbytes,    r.object_format, r.version, s.place};
 }
 
 void FastPath::set_home(const std::string& volume_id) {
@@ -104,12 +109,33 @@ void FastPath::forget_volume(const std::string& volume_id) {
   // Closed (unlinked) once the last caller using it lets go.
 }
 
-void FastPath::add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring) {
+void FastPath::add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring,
+                        std::shared_ptr<transports::Transport> shm) {
   auto channel = std::make_shared<Channel>();
   channel->ring = std::move(ring);
+  channel->shm = std::move(shm);
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;  // the channel (and its ring) goes here
   rings_[volume_id] = std::move(channel);
+}
+
+void FastPath::know_places(const std::string& volume_id,
+                           const std::vector<wire::RegionRef>& regions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rings_.find(volume_id);
+  if (it == rings_.end() || !it->second->shm) return;
+  auto& places = it->second->places;
+  if (places.size() + regions.size() > kMaxPlaces) places.clear();
+  for (const auto& r : regions) {
+    auto shm = r.described.find("shm");
+    if (r.device >= 0 || r.region_id == 0 || shm == r.described.end()) continue;
+    if (places.size() < kMaxPlaces) places[r.region_id] = shm->second;
+  }
+}
+
+void FastPath::watch_controller(std::shared_ptr<const transports::shm::ProcessWatch> watch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  controller_ = std::move(watch);
 }
 
 void FastPath::add_remote(const std::string& volume_id,
@@ -145,7 +171,58 @@ std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
   auto r = rings_.find(e->second.volume_id);
   if (r == rings_.end()) return nullptr;
   *entry = e->second;
+  if (entry->place.empty() && r->second->shm) {
+    auto p = r->second->places.find(entry->object_id);
+    if (p != r->second->places.end()) entry->place = p->second;
+  }
   return r->second;
+}
+
+bool FastPath::servable(const std::string& key,
+                        const std::function<bool(const Entry&)>& accept) const {
+  Entry entry;
+  auto channel = channel_of(key, &entry);
+  return channel && accept(entry) &&
+         ((channel->shm && !entry.place.empty()) || entry.nbytes <= kMaxBytes);
+}
+
+void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto e = entries_.find(key);
+  if (e != entries_.end() && e->second.object_id == object_id) entries_.erase(e);
+}
+
+// The seqlock argument of the actors' lease-free reads (volume_reads.cpp):
+// the volume clears an object's tag before its memory serves anything
+// else, and committed bytes never change, so the same id before and after
+// the copy means the copy is that object's bytes.
+FastPath::Outcome FastPath::read_direct(
+    const std::string& key, const Entry& entry, Channel& channel,
+    const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (controller_ && !controller_->alive()) return Outcome::miss;
+  }
+  wire::RegionRef ref;
+  ref.region_id = entry.object_id;
+  ref.nbytes = entry.nbytes;
+  ref.described.emplace("shm", entry.place);
+  auto at = channel.shm->tagged_bytes(ref);  // none: the volume exited, or not its region
+  if (!at.tag) return Outcome::miss;
+  auto stale = [&] {
+    forget_object(key, entry.object_id);
+    lease_free_stale_.fetch_add(1, std::memory_order_relaxed);
+    stale_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::stale;
+  };
+  if (at.tag->load(std::memory_order_acquire) != entry.object_id) return stale();
+  consume(entry, at.data, entry.nbytes);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (at.tag->load(std::memory_order_relaxed) != entry.object_id) return stale();
+  lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
+  direct_reads_.fetch_add(1, std::memory_order_relaxed);
+  hits_.fetch_add(1, std::memory_order_relaxed);
+  return Outcome::hit;
 }
 
 void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected) {
@@ -161,6 +238,14 @@ FastPath::Outcome FastPath::read(
   Entry entry;
   auto channel = channel_of(key, &entry);
   if (!channel || !accept(entry)) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::miss;
+  }
+  if (channel->shm && !entry.place.empty()) {
+    auto direct = read_direct(key, entry, *channel, consume);
+    if (direct != Outcome::miss) return direct;
+  }
+  if (entry.nbytes > kMaxBytes) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
@@ -185,11 +270,7 @@ FastPath::Outcome FastPath::read(
   auto status = fast_get::reply_status(*m);
   if (!status.ok()) return fail(status.status());
   if (*status == fast_get::ReplyStatus::stale) {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto e = entries_.find(key);
-      if (e != entries_.end() && e->second.object_id == entry.object_id) entries_.erase(e);
-    }
+    forget_object(key, entry.object_id);
     stale_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::stale;
   }
@@ -289,6 +370,7 @@ FastPath::Stats FastPath::stats() const {
   s.put_misses = put_misses_.load(std::memory_order_relaxed);
   s.lease_free_reads = lease_free_reads_.load(std::memory_order_relaxed);
   s.lease_free_stale = lease_free_stale_.load(std::memory_order_relaxed);
+  s.direct_reads = direct_reads_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

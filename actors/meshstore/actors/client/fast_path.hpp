@@ -12,8 +12,12 @@
 //   down) is gone here before the call that dropped it completes;
 // - the rings, one per same-host volume, created by the client actor when
 //   it connects to the volume over shm and attached by the volume.
-// A read names the object id and key it expects; the volume answers the
-// bytes of that committed object or "stale" (superseded, removed), so a
+// A read of a key whose object's place in the volume's shared memory is
+// known (its record's place, an earlier lease) copies it straight out of
+// that memory on the caller's thread, checked by the object's tag before
+// and after (a direct read: no ring, no volume). Else a read names the
+// object id and key it expects over the ring; the volume answers the bytes
+// of that committed object or "stale" (superseded, removed). Either way a
 // stale location is detected and the caller takes the actor path, never
 // reads the wrong bytes. A put's record is mirrored before put() returns;
 // a record of an older version never replaces a newer one. Thread-safe.
@@ -27,6 +31,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/dtype.hpp"
@@ -36,9 +41,11 @@
 
 namespace meshstore::transports {
 class SmallOps;
+class Transport;
 namespace shm {
+class ProcessWatch;
 class Ring;
-}
+}  // namespace shm
 }  // namespace meshstore::transports
 
 namespace meshstore::actors {
@@ -48,6 +55,12 @@ class FastPath {
   /// Objects the fast path reads at most: what a volume serves over its
   /// rings.
   static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
+  /// Whole keys a direct read copies at most (on the caller's one thread;
+  /// larger ones take the actors, whose copy engine splits them).
+  static constexpr std::uint64_t kMaxDirectBytes = std::uint64_t{8} << 20;
+  /// Places learned from leases kept per volume at most (all forgotten
+  /// when full, as the client actor's known regions).
+  static constexpr std::size_t kMaxPlaces = 4096;
 
   /// A cached location of a small whole key.
   struct Entry {
@@ -59,6 +72,7 @@ class FastPath {
     std::uint64_t nbytes = 0;
     ObjectFormat format = ObjectFormat::bytes;
     std::uint64_t version = 0;  ///< the commit it came from: newer ones win
+    std::string place;          ///< its record's shm place ("" unknown; a hint)
   };
   /// A small put: a whole tensor or object in contiguous host memory.
   struct Put {
@@ -85,12 +99,14 @@ class FastPath {
     std::uint64_t put_misses = 0;        ///< puts write() sent down the actor path
     std::uint64_t lease_free_reads = 0;  ///< reads served without a lease (count_lease_free)
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
+    std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
   };
 
   // -- the client actor's side --
 
-  /// Mirrors a cache entry: keeps `r` when it is a small whole key on one
-  /// volume, else forgets r.key; an entry of a newer version stays.
+  /// Mirrors a cache entry: keeps `r` when it is a whole key of at most
+  /// kMaxDirectBytes on one volume, else forgets r.key; an entry of a newer
+  /// version stays.
   void learn(const wire::KeyRecord& r);
   /// The volume this client puts to (the strategy's choice), "" for none
   /// yet: puts go over its ring.
@@ -100,8 +116,17 @@ class FastPath {
   void forget_all_keys();
   /// Forgets the keys on `volume_id` and closes its ring (it went down).
   void forget_volume(const std::string& volume_id);
-  /// The ring to `volume_id`, which attached it.
-  void add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring);
+  /// The ring to `volume_id`, which attached it, and the shm transport
+  /// this client reaches the volume's memory with (direct reads; null:
+  /// none).
+  void add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring,
+                std::shared_ptr<transports::Transport> shm = nullptr);
+  /// Where objects of `volume_id` lie (a lease's regions): direct reads of
+  /// the keys naming them, until the ring goes.
+  void know_places(const std::string& volume_id, const std::vector<wire::RegionRef>& regions);
+  /// The controller's process, when it runs on this host in another one:
+  /// no direct read once it exited (as the actors' lease-free reads).
+  void watch_controller(std::shared_ptr<const transports::shm::ProcessWatch> watch);
   /// The small-operations channel to `volume_id` over its transport (tcp,
   /// across hosts); the volume knows this client by `token`
   /// (small_attach). Counted and used like a ring.
@@ -114,14 +139,22 @@ class FastPath {
 
   // -- the caller's side --
 
-  /// Reads `key` over its volume's ring when its location is cached and
-  /// `accept(entry)` says the call can be served from it (kind, dtype,
-  /// shape); `consume(entry, data, n)` then gets the object's bytes (n ==
-  /// entry.nbytes), still inside the ring's reply. Waits for the reply at
-  /// most `timeout`. One request at a time per ring.
+  /// Reads `key` when its location is cached and `accept(entry)` says the
+  /// call can be served from it (kind, dtype, shape): straight from the
+  /// volume's shared memory where its place is known, else over its
+  /// volume's ring (at most kMaxBytes). `consume(entry, data, n)` gets the
+  /// object's bytes (n == entry.nbytes); a direct read may call it and
+  /// still answer stale (the object changed during the copy), so it must
+  /// only write what the caller's actor path writes again. Waits for a
+  /// ring's reply at most `timeout`. One request at a time per ring.
   Outcome read(const std::string& key, const std::function<bool(const Entry&)>& accept,
                const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume,
                std::chrono::milliseconds timeout);
+
+  /// Whether read(key, accept, ...) would try the key now (its location
+  /// cached, a channel to its volume, `accept` says yes): a batch checks
+  /// every key so before it reads any.
+  bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept) const;
 
   /// Puts `p` over the ring to this client's home volume, which stages it
   /// and commits it at the controller; on success `*committed` is the
@@ -142,15 +175,23 @@ class FastPath {
  private:
   struct Channel;
   std::shared_ptr<Channel> channel_of(const std::string& key, Entry* entry) const;
+  // The direct read of `entry` (miss: not possible here; stale: the object
+  // is no longer there, or changed during the copy).
+  Outcome read_direct(
+      const std::string& key, const Entry& entry, Channel& channel,
+      const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume);
+  void forget_object(const std::string& key, std::uint64_t object_id);
   void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
 
-  mutable std::mutex mu_;  // guards entries_, rings_, closed_
+  mutable std::mutex
+      mu_;  // guards entries_, rings_ (and their places), closed_, home_, controller_
   std::unordered_map<std::string, Entry> entries_;
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;
+  std::shared_ptr<const transports::shm::ProcessWatch> controller_;
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
-      lease_free_reads_{0}, lease_free_stale_{0};
+      lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0};
 };
 
 }  // namespace meshstore::actors

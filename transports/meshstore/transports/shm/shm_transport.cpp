@@ -271,27 +271,29 @@ class ShmTransport final : public Transport {
   }
 
   // The tag of a segment the server allocated for one region (its header
-  // before the region, magic number checked); null for any other place (a
-  // publisher's lent buffers).
-  std::shared_ptr<const std::atomic<std::uint64_t>> object_tag(
-      const wire::RegionRef& ref) override {
+  // before the region, magic number checked) and the region's bytes after
+  // it; none for any other place (a publisher's lent buffers).
+  TaggedBytes tagged_bytes(const wire::RegionRef& ref) override {
     // A volume that died left its tags as they were: none is proof then.
-    if (ref.device >= 0 || !owner_ || !owner_->alive()) return nullptr;
+    if (ref.device >= 0 || !owner_ || !owner_->alive()) return {};
     // Only the volume's own segments (a record's place is the writer's
     // word), and only where its server put a region.
     auto placed = placement(ref, "object tag");
     if (!placed.ok() || placed->offset != kObjectHeaderBytes || prefix_.empty() ||
         placed->segment.rfind(prefix_, 0) != 0) {
-      return nullptr;
+      return {};
     }
     auto seg = cache_.get(placed->segment);
-    if (!seg.ok()) return nullptr;
+    if (!seg.ok()) return {};
     const Segment& s = (*seg)->segment();
-    if (s.size() < kObjectHeaderBytes + ref.nbytes) return nullptr;
+    if (s.size() < kObjectHeaderBytes + ref.nbytes) return {};
     const auto* header = reinterpret_cast<const ObjectHeader*>(s.data());
-    if (header->magic != kObjectHeaderMagic) return nullptr;
-    return std::shared_ptr<const std::atomic<std::uint64_t>>(std::move(seg).value(),
-                                                             &header->object);
+    if (header->magic != kObjectHeaderMagic) return {};
+    TaggedBytes out;
+    out.data = s.data() + kObjectHeaderBytes;
+    out.tag =
+        std::shared_ptr<const std::atomic<std::uint64_t>>(std::move(seg).value(), &header->object);
+    return out;
   }
 
   Result<std::shared_ptr<std::byte>> map_writable(const wire::RegionRef& ref) override {
