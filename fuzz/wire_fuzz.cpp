@@ -76,7 +76,8 @@ void fast_get_message(const std::string& bytes) {
   }
   if (auto done = fg::decode_put_reply(in); done.ok()) {
     auto again = fg::decode_put_reply(fg::encode_put_done(*done));
-    if (!again.ok() || again->version != done->version || again->object_id != done->object_id) {
+    if (!again.ok() || again->version != done->version || again->object_id != done->object_id ||
+        again->place != done->place) {
       std::abort();
     }
   }

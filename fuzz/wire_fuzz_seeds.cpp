@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
             as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4))) &&
       write(dir, 10, "fast_put_request", fast_put_request()) &&
       write(dir, 10, "fast_put_reply",
-            as_string(actors::fast_get::encode_put_done(actors::fast_get::PutDone{12, 34}))) &&
+            as_string(actors::fast_get::encode_put_done(
+                actors::fast_get::PutDone{12, 34, "meshstore.1-2.3;64"}))) &&
       write(dir, 10, "fast_put_error",
             as_string(actors::fast_get::encode_put_error(Status(Errc::out_of_capacity, "full"))));
   if (!ok) {

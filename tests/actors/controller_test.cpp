@@ -478,7 +478,8 @@ class StageCommitTest : public ControllerTest {
         ->request(volume_, 30s, stage_commit_atom::value, std::vector<wire::StageRequest>{req},
                   std::vector<wire::KeyRecord>{rec}, caf::actor_cast<caf::actor>(controller_))
         .receive(
-            [&](std::vector<std::uint64_t>& versions, std::vector<std::uint64_t>& ids) {
+            [&](std::vector<std::uint64_t>& versions, std::vector<std::uint64_t>& ids,
+                std::vector<std::string>&) {
               out = versions.size() == 1 && ids.size() == 1
                         ? Status()
                         : Status(Errc::protocol_error, "wrong reply sizes");

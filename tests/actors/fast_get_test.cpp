@@ -208,6 +208,28 @@ TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
   EXPECT_EQ(fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
 }
 
+// A put's reply carries where the object lies (a hint the client checks
+// by the object's tag before it reads there); a place too long for the
+// reply is left out, and a reply longer than any place is refused.
+TEST_F(FastGetTest, APutsReplyCarriesItsPlaceWithinBounds) {
+  auto done = fast_get::decode_put_reply(
+      fast_get::encode_put_done(fast_get::PutDone{3, 9, "meshstore.1-2.seg;64"}));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->version, 3u);
+  EXPECT_EQ(done->object_id, 9u);
+  EXPECT_EQ(done->place, "meshstore.1-2.seg;64");
+  auto none = fast_get::decode_put_reply(fast_get::encode_put_done(fast_get::PutDone{3, 9, ""}));
+  ASSERT_OK(none);
+  EXPECT_EQ(none->place, "");
+  auto long_place = fast_get::decode_put_reply(fast_get::encode_put_done(
+      fast_get::PutDone{3, 9, std::string(fast_get::kMaxPlaceBytes + 1, 'p')}));
+  ASSERT_OK(long_place);
+  EXPECT_EQ(long_place->place, "");
+  std::string body(16 + fast_get::kMaxPlaceBytes + 1, '\x01');
+  auto too_long = fast_get::encode(fast_get::ReplyStatus::ok, body.data(), body.size());
+  EXPECT_EQ(fast_get::decode_put_reply(too_long).status().code(), Errc::protocol_error);
+}
+
 TEST_F(FastGetTest, AttachingToARingThatIsNotThereFails) {
   auto s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value,
                              std::string("meshstore.1-1.ring.none"),

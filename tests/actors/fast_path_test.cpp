@@ -22,6 +22,7 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "testing/pidfd.hpp"
 #include "testing/racing_readers.hpp"
 #include "testing/test_util.hpp"
 
@@ -61,7 +62,11 @@ TensorView bytes_view(std::vector<std::uint8_t>& v) {
   return TensorView(v.data(), DType::uint8, {static_cast<std::int64_t>(v.size())});
 }
 
-TEST(FastPath, EverySizeUpToTheLimitIsReadOverTheRing) {
+// Every size the ring carries is put over it and read on the caller's
+// thread: straight from the volume's shared memory where the put's answer
+// said where the object lies and the volume's process can be watched
+// (pidfd), else over the ring.
+TEST(FastPath, EverySizeUpToTheLimitIsServedOnTheCallersThread) {
   auto store = Store::embedded().value();
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
@@ -71,8 +76,10 @@ TEST(FastPath, EverySizeUpToTheLimitIsReadOverTheRing) {
     SCOPED_TRACE(n);
     const std::string key = "k" + std::to_string(n);
     auto src = pattern(n, static_cast<std::uint8_t>(n));
-    ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
     const auto before = store.fast_path_stats().hits;
+    const auto direct = store.fast_path_stats().direct_reads;
+    const auto puts = store.fast_path_stats().puts;
+    ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
     std::vector<std::uint8_t> dst(n, 0);
     ASSERT_OK(store.get_into(key, bytes_view(dst)).get(kWait));
     EXPECT_EQ(dst, src);
@@ -86,17 +93,24 @@ TEST(FastPath, EverySizeUpToTheLimitIsReadOverTheRing) {
     ASSERT_OK(o);
     EXPECT_EQ(o->bytes, std::string(src.begin(), src.end()));
     EXPECT_EQ(o->format, ObjectFormat::pickle);
-    EXPECT_EQ(store.fast_path_stats().hits, before + 3) << "not served over the ring";
+    EXPECT_EQ(store.fast_path_stats().hits, before + 3) << "not served on the caller's thread";
+    EXPECT_EQ(store.fast_path_stats().direct_reads, direct + (testing::have_pidfd() ? 3 : 0));
+    EXPECT_EQ(store.fast_path_stats().puts, puts + 2) << "not put over the ring";
   }
-  // One byte more: the actor path, same result.
+  // One byte more: put by the actors (inline), same result; read directly
+  // where the volume's process can be watched, else by the actors.
   auto big = pattern(limit + 1, 3);
-  ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));
   const auto before = store.fast_path_stats();
+  ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));
   std::vector<std::uint8_t> dst(big.size(), 0);
   ASSERT_OK(store.get_into("big", bytes_view(dst)).get(kWait));
   EXPECT_EQ(dst, big);
-  EXPECT_EQ(store.fast_path_stats().hits, before.hits);
-  EXPECT_EQ(store.fast_path_stats().misses, before.misses + 1);
+  const bool direct = testing::have_pidfd();
+  EXPECT_EQ(store.fast_path_stats().puts, before.puts);
+  EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses);  // never offered
+  EXPECT_EQ(store.fast_path_stats().hits, before.hits + (direct ? 1 : 0));
+  EXPECT_EQ(store.fast_path_stats().direct_reads, before.direct_reads + (direct ? 1 : 0));
+  EXPECT_EQ(store.fast_path_stats().misses, before.misses + (direct ? 0 : 1));
 }
 
 TEST(FastPath, ErrorsAreTheActorPathsAndNothingIsWritten) {

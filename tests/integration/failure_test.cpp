@@ -108,7 +108,9 @@ void killed_volume_ends_fast_reads(const std::string& transport) {
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
   ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);  // learns where it is
   ASSERT_TRUE(eventually([&] { return server.fast_path_stats().rings >= 1; }, kBound));
-  // Reads over the ring to the peer's volume, one after another, until one fails.
+  // Reads on the fast path from the peer's volume (straight from its shared
+  // memory where the process watch allows, else over the ring; over its
+  // tcp channel with "tcp"), one after another, until one fails.
   std::atomic<bool> stop{false}, failed{false};
   Status last;
   std::chrono::steady_clock::time_point failed_at;
@@ -137,7 +139,7 @@ void killed_volume_ends_fast_reads(const std::string& transport) {
   const bool ended = eventually([&] { return failed.load(); }, kBound);
   stop.store(true);
   reader.join();
-  ASSERT_TRUE(ended) << "reads over the ring went on after the volume died";
+  ASSERT_TRUE(ended) << "fast-path reads went on after the volume died";
   EXPECT_NE(last.code(), Errc::timeout) << "the read hung until its timeout";
   EXPECT_ERROR(last, Errc::unavailable, "");
   EXPECT_LT(failed_at - t0, kBound);

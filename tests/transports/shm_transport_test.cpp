@@ -18,6 +18,7 @@
 #include "meshstore/store.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
+#include "testing/pidfd.hpp"
 #include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 
@@ -102,14 +103,7 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
   EXPECT_EQ(mapped_segments(), before);
 }
 
-// Whether this kernel (and its sandbox) lets a process open a pidfd, which
-// lease-free reads need (Linux 5.3).
-bool have_pidfd() {
-  const long fd = syscall(SYS_pidfd_open, getpid(), 0);
-  if (fd < 0) return false;
-  close(static_cast<int>(fd));
-  return true;
-}
+using testing::have_pidfd;
 
 // The tag in front of each region the server allocates: the client sees
 // what the volume writes there, and finds none where no server header is

@@ -220,11 +220,11 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id, 0, req->nbytes});
   job.owner = puts.owner;
   job.controller = puts.controller;
-  auto promise = std::make_shared<Promise<std::pair<std::uint64_t, std::uint64_t>>>(
+  auto promise = std::make_shared<Promise<fast_get::PutDone>>(
       Status(Errc::unavailable, "volume '" + volume_id + "' stopped during a fast put"));
   auto fut = promise->future();
-  job.done = std::make_shared<std::function<void(Result<std::pair<std::uint64_t, std::uint64_t>>)>>(
-      [promise](Result<std::pair<std::uint64_t, std::uint64_t>> r) { promise->set(std::move(r)); });
+  job.done = std::make_shared<std::function<void(Result<fast_get::PutDone>)>>(
+      [promise](Result<fast_get::PutDone> r) { promise->set(std::move(r)); });
   auto volume = caf::actor_cast<caf::actor>(puts.volume);
   if (!volume) {
     return fast_get::encode_put_error(
@@ -245,7 +245,7 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   }
   auto done = fut.get();
   if (!done.ok()) return fast_get::encode_put_error(done.status());
-  return fast_get::encode_put_done(fast_get::PutDone{done->first, done->second});
+  return fast_get::encode_put_done(*done);
 }
 
 // The reply to one fast-path request: a get served from `table`, or a put
@@ -800,7 +800,11 @@ bool close_lease(volume_pointer self, std::uint64_t lease_id) {
 // the volume (the controller usually sits in the volume's process) instead
 // of one to the volume and one to the controller. `k` gets the committed
 // versions and the objects holding them, or why not.
-using Committed = std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
+// What stage_commit committed: a version, an object and its place per record.
+struct Committed {
+  std::vector<std::uint64_t> versions, ids;
+  std::vector<std::string> places;
+};
 void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
                   std::vector<wire::KeyRecord> records, const caf::actor& controller,
                   const caf::actor& client, std::function<void(Result<Committed>)> k) {
@@ -819,18 +823,24 @@ void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& re
   auto staged = stage(self, reqs, client);
   if (!staged.ok()) return k(staged.status());
   std::vector<std::uint64_t> ids;
+  std::vector<std::string> places;
   for (std::size_t i = 0; i < records.size(); ++i) {
     auto& shard = records[i].shards.front();
     shard.volume_id = st.config.volume_id;
     shard.object_id = (*staged)[i].region_id;
     shard.nbytes = (*staged)[i].nbytes;
+    // For readers on this host (lease-free and direct reads), as a writer
+    // that staged through a transport records it.
+    auto shm = (*staged)[i].described.find("shm");
+    if (shm != (*staged)[i].described.end()) shard.place = shm->second;
     ids.push_back(shard.object_id);
+    places.push_back(shard.place);
   }
   self->request(controller, st.config.transport_config.request_timeout,
                 notify_put_batch_atom::value, std::move(records))
       .then(
           [=](const std::vector<std::uint64_t>& versions) {
-            k(Committed{versions, ids});
+            k(Committed{versions, ids, places});
           },
           [=](caf::error& e) {
             // The controller answered and refused: nothing was committed,
@@ -897,13 +907,15 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
       },
       [=](stage_commit_atom, const std::vector<wire::StageRequest>& reqs,
           std::vector<wire::KeyRecord>& records, const caf::actor& controller)
-          -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>> {
+          -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
+                         std::vector<std::string>> {
         auto rp =
-            self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>>();
+            self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
+                                        std::vector<std::string>>();
         stage_commit(self, reqs, std::move(records), controller, sender_of(self),
                      [rp](Result<Committed> r) mutable {
                        if (!r.ok()) return (void)rp.deliver(to_caf_error(r.status()));
-                       rp.deliver(std::move(r->first), std::move(r->second));
+                       rp.deliver(std::move(r->versions), std::move(r->ids), std::move(r->places));
                      });
         return rp;
       },
@@ -915,11 +927,12 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
             caf::actor_cast<caf::actor>(job.controller), caf::actor_cast<caf::actor>(job.owner),
             [done](Result<Committed> r) {
               if (!r.ok()) return (*done)(r.status());
-              if (r->first.size() != 1 || r->second.size() != 1) {
+              if (r->versions.size() != 1 || r->ids.size() != 1 || r->places.size() != 1) {
                 return (*done)(Status(Errc::internal, "a put of one key committed " +
-                                                          std::to_string(r->first.size())));
+                                                          std::to_string(r->versions.size())));
               }
-              (*done)(std::make_pair(r->first.front(), r->second.front()));
+              // With where it lies, for the writer's direct reads.
+              (*done)(fast_get::PutDone{r->versions.front(), r->ids.front(), r->places.front()});
             });
       },
       [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {

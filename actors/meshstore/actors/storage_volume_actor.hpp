@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshstore/actors/atoms.hpp"
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/transports/transport.hpp"
@@ -62,7 +63,7 @@ struct FastPutJob {
   wire::KeyRecord record;
   caf::actor_addr owner;
   caf::actor_addr controller;
-  std::shared_ptr<std::function<void(Result<std::pair<std::uint64_t, std::uint64_t>>)>> done;
+  std::shared_ptr<std::function<void(Result<fast_get::PutDone>)>> done;
 };
 
 using storage_volume_actor = caf::typed_actor<
@@ -71,13 +72,15 @@ using storage_volume_actor = caf::typed_actor<
     caf::replies_to<stage_atom,
                     std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
     // Small puts in one round trip: stages objects whose bytes come inline,
-    // fills each record's shard with its object, and commits the records at
-    // `controller` (the controller actor); answers the committed versions
-    // and the objects holding them. Staged objects go again if the
-    // controller refuses.
+    // fills each record's shard with its object (and its place for readers
+    // on this host), and commits the records at `controller` (the
+    // controller actor); answers the committed versions, the objects
+    // holding them and their places ("" for none). Staged objects go again
+    // if the controller refuses.
     caf::replies_to<stage_commit_atom, std::vector<wire::StageRequest>,
                     std::vector<wire::KeyRecord>, caf::actor>::
-        with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/>,
+        with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/,
+             std::vector<std::string> /*places*/>,
     // A lending volume (VolumeConfig::lending) adopts buffers of its own
     // process as staged objects (uncommitted until the controller commits
     // them), memory untouched; any other volume answers Errc::unsupported.

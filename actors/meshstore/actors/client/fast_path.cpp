@@ -22,8 +22,6 @@ struct FastPath::Channel {
   std::mutex mu;  // held for a whole request and its reply
   std::unique_ptr<transports::shm::Ring> ring;
   std::shared_ptr<transports::Transport> shm;  // direct reads; null: none
-  // Where objects lie, by object id, from leases (FastPath::mu_ guards it).
-  std::unordered_map<std::uint64_t, std::string> places;
   std::unique_ptr<transports::SmallOps> remote;
   std::uint64_t token = 0;  // remote only
   std::uint64_t next_tag = 1;
@@ -119,20 +117,6 @@ void FastPath::add_ring(const std::string& volume_id, std::unique_ptr<transports
   rings_[volume_id] = std::move(channel);
 }
 
-void FastPath::know_places(const std::string& volume_id,
-                           const std::vector<wire::RegionRef>& regions) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = rings_.find(volume_id);
-  if (it == rings_.end() || !it->second->shm) return;
-  auto& places = it->second->places;
-  if (places.size() + regions.size() > kMaxPlaces) places.clear();
-  for (const auto& r : regions) {
-    auto shm = r.described.find("shm");
-    if (r.device >= 0 || r.region_id == 0 || shm == r.described.end()) continue;
-    if (places.size() < kMaxPlaces) places[r.region_id] = shm->second;
-  }
-}
-
 void FastPath::watch_controller(std::shared_ptr<const transports::shm::ProcessWatch> watch) {
   std::lock_guard<std::mutex> lock(mu_);
   controller_ = std::move(watch);
@@ -171,10 +155,6 @@ std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
   auto r = rings_.find(e->second.volume_id);
   if (r == rings_.end()) return nullptr;
   *entry = e->second;
-  if (entry->place.empty() && r->second->shm) {
-    auto p = r->second->places.find(entry->object_id);
-    if (p != r->second->places.end()) entry->place = p->second;
-  }
   return r->second;
 }
 
@@ -355,6 +335,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   r.version = done->version;
   r.shards.push_back(
       wire::ShardRecord{TensorSlice::full(p.shape), home, done->object_id, p.nbytes});
+  r.shards.back().place = std::move(done->place);
   learn(r);
   *committed = std::move(r);
   puts_.fetch_add(1, std::memory_order_relaxed);

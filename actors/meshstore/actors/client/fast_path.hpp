@@ -13,7 +13,7 @@
 // - the rings, one per same-host volume, created by the client actor when
 //   it connects to the volume over shm and attached by the volume.
 // A read of a key whose object's place in the volume's shared memory is
-// known (its record's place, an earlier lease) copies it straight out of
+// known (its record's place) copies it straight out of
 // that memory on the caller's thread, checked by the object's tag before
 // and after (a direct read: no ring, no volume). Else a read names the
 // object id and key it expects over the ring; the volume answers the bytes
@@ -58,9 +58,6 @@ class FastPath {
   /// Whole keys a direct read copies at most (on the caller's one thread;
   /// larger ones take the actors, whose copy engine splits them).
   static constexpr std::uint64_t kMaxDirectBytes = std::uint64_t{8} << 20;
-  /// Places learned from leases kept per volume at most (all forgotten
-  /// when full, as the client actor's known regions).
-  static constexpr std::size_t kMaxPlaces = 4096;
 
   /// A cached location of a small whole key.
   struct Entry {
@@ -121,9 +118,6 @@ class FastPath {
   /// none).
   void add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring,
                 std::shared_ptr<transports::Transport> shm = nullptr);
-  /// Where objects of `volume_id` lie (a lease's regions): direct reads of
-  /// the keys naming them, until the ring goes.
-  void know_places(const std::string& volume_id, const std::vector<wire::RegionRef>& regions);
   /// The controller's process, when it runs on this host in another one:
   /// no direct read once it exited (as the actors' lease-free reads).
   void watch_controller(std::shared_ptr<const transports::shm::ProcessWatch> watch);
@@ -183,8 +177,7 @@ class FastPath {
   void forget_object(const std::string& key, std::uint64_t object_id);
   void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
 
-  mutable std::mutex
-      mu_;  // guards entries_, rings_ (and their places), closed_, home_, controller_
+  mutable std::mutex mu_;  // guards entries_, rings_, closed_, home_, controller_
   std::unordered_map<std::string, Entry> entries_;
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;

@@ -546,8 +546,10 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
           .also_watch(caf::actor_cast<caf::actor>(self->state.controller))
           .then(
               [=](const std::vector<std::uint64_t>& versions,
-                  const std::vector<std::uint64_t>& objects) mutable {
-                if (versions.size() != records.size() || objects.size() != records.size()) {
+                  const std::vector<std::uint64_t>& objects,
+                  const std::vector<std::string>& places) mutable {
+                if (versions.size() != records.size() || objects.size() != records.size() ||
+                    places.size() != records.size()) {
                   return op->fail(Status(Errc::protocol_error,
                                          "volume committed " + std::to_string(versions.size()) +
                                              " versions for " + std::to_string(records.size()) +
@@ -555,6 +557,7 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
                 }
                 for (std::size_t i = 0; i < records.size(); ++i) {
                   records[i].shards.front().object_id = objects[i];
+                  records[i].shards.front().place = places[i];  // direct reads, own puts
                 }
                 cache_committed(self, std::move(records), versions);
                 op->call.promise->set_value(versions);

@@ -373,9 +373,6 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
       .then(
           [=](const wire::ReadLease& lease) mutable {
             c->remember(lease.regions);
-            if (self->state.locations.fast) {
-              self->state.locations.fast->know_places(volume_id, lease.regions);
-            }
             if (lease.regions.size() != targets.size()) {
               if (lease.lease_id != 0)
                 self->send(c->handle, close_read_atom::value, lease.lease_id);

@@ -1,5 +1,6 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace meshstore::actors::fast_get {
@@ -84,8 +85,12 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
 }
 
 std::vector<std::byte> encode_put_done(const PutDone& d) {
-  std::uint64_t body[2] = {d.version, d.object_id};
-  return encode(ReplyStatus::ok, body, sizeof(body));
+  const std::size_t place = std::min(d.place.size(), kMaxPlaceBytes);  // longer: none
+  std::vector<std::byte> body(16 + (d.place.size() == place ? place : 0));
+  std::memcpy(body.data(), &d.version, 8);
+  std::memcpy(body.data() + 8, &d.object_id, 8);
+  if (body.size() > 16) std::memcpy(body.data() + 16, d.place.data(), place);
+  return encode(ReplyStatus::ok, body.data(), body.size());
 }
 
 std::vector<std::byte> encode_put_error(const Status& s) {
@@ -102,10 +107,13 @@ Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes) {
   const std::byte* body = bytes.data() + kReplyHeader;
   const std::size_t n = bytes.size() - kReplyHeader;
   if (*status == ReplyStatus::ok) {
-    if (n != 16) return bad("a put's reply of " + std::to_string(n) + " bytes");
+    if (n < 16 || n > 16 + kMaxPlaceBytes) {
+      return bad("a put's reply of " + std::to_string(n) + " bytes");
+    }
     PutDone d;
     std::memcpy(&d.version, body, 8);
     std::memcpy(&d.object_id, body + 8, 8);
+    d.place.assign(reinterpret_cast<const char*>(body + 16), n - 16);
     if (d.version == 0 || d.object_id == 0) return bad("a put's reply without version or object");
     return d;
   }

@@ -49,7 +49,9 @@ struct Reply {
 //              u8 object format, u8 dims, u64 nbytes, i64 x dims (shape),
 //              key bytes, the object's bytes.
 // Put reply:   the reply header (status), then ok: u64 version, u64 object
-//              id; error: u32 Errc, then a message.
+//              id, then the object's shm place (the rest, at most
+//              kMaxPlaceBytes; none when the volume has no shm);
+//              error: u32 Errc, then a message.
 // The volume's ring thread hands a decoded put to the volume actor, which
 // stages it and commits it at the controller as stage_commit does.
 
@@ -77,9 +79,12 @@ Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes);
 /// the volume, which knows their ranges.
 Result<PutRequest> decode_put(const std::vector<std::byte>& bytes);
 
+inline constexpr std::size_t kMaxPlaceBytes = 1024;
+
 struct PutDone {
   std::uint64_t version = 0;
   std::uint64_t object_id = 0;
+  std::string place;  ///< the shm transport's description of its region ("" none)
 };
 std::vector<std::byte> encode_put_done(const PutDone& d);
 /// An error reply of a put: the Errc and the message.
