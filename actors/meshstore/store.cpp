@@ -138,7 +138,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   auto host = st->source(tensor, call_items.front().first);
   if (!host.ok()) return make_error_future<void>(host.status());
   if (impl_ && host->device().type == DeviceType::cpu && host->is_contiguous() &&
-      host->nbytes() <= actors::FastPath::kMaxBytes &&
+      host->nbytes() <= actors::FastPath::kMaxPutBytes &&
       fast_put(impl_->fast.get(),
                actors::FastPath::Put{call_items.front().first, wire::ObjectKind::tensor,
                                      host->dtype(), host->shape(), ObjectFormat::bytes,
@@ -391,7 +391,7 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
                                            std::to_string(static_cast<int>(format)) +
                                            " (bytes, utf8 or pickle)"));
   }
-  if (impl_ && bytes.size() <= actors::FastPath::kMaxBytes &&
+  if (impl_ && bytes.size() <= actors::FastPath::kMaxPutBytes &&
       fast_put(
           impl_->fast.get(),
           actors::FastPath::Put{key, wire::ObjectKind::object, DType::uint8,

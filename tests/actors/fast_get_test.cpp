@@ -18,6 +18,7 @@
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/ask.hpp"
 #include "testing/test_util.hpp"
 
@@ -158,6 +159,16 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   verdict(commit_atom::value, id);
   ASSERT_OK(attach());
   const float four[4] = {1, 2, 3, 4};
+  // Sends `r` over the ring: the volume's verdict.
+  auto send = [&](const fast_get::PutRequest& r) -> Status {
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(r, bytes);
+    MESHSTORE_RETURN_IF_ERROR(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
+    auto m = ring_->receive(in(10s));
+    if (!m.ok()) return m.status();
+    auto done = fast_get::decode_put_reply(m->bytes);
+    return done.ok() ? Status() : done.status();
+  };
   auto put = [&](const std::string& key, std::uint8_t dtype, std::vector<std::int64_t> shape,
                  std::uint64_t nbytes) -> Status {
     fast_get::PutRequest r;
@@ -166,13 +177,7 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
     r.shape = std::move(shape);
     r.data = reinterpret_cast<const std::byte*>(four);
     r.nbytes = nbytes;
-    std::vector<std::byte> bytes;
-    fast_get::encode_into(r, bytes);
-    MESHSTORE_RETURN_IF_ERROR(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
-    auto m = ring_->receive(in(10s));
-    if (!m.ok()) return m.status();
-    auto done = fast_get::decode_put_reply(m->bytes);
-    return done.ok() ? Status() : done.status();
+    return send(r);
   };
   const auto f32 = static_cast<std::uint8_t>(DType::float32);
   EXPECT_ERROR(put(std::string("a\0b", 3), f32, {4}, 16), Errc::protocol_error, "NUL");
@@ -182,6 +187,23 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
                "bytes for shape");
   EXPECT_ERROR(put("dtype", 200, {4}, 16), Errc::protocol_error, "unknown kind, dtype");
   EXPECT_ERROR(put("fine", f32, {4}, 16), Errc::protocol_error, "no controller");
+  // Bytes said to be in the ring's side buffer: none made yet, then one
+  // smaller than the put; and a put too large for any side buffer.
+  auto side_put = [&](std::uint64_t nbytes) -> Status {
+    fast_get::PutRequest r;
+    r.key = "side";
+    r.dtype = static_cast<std::uint8_t>(DType::uint8);
+    r.shape = {static_cast<std::int64_t>(nbytes)};
+    r.nbytes = nbytes;
+    r.in_side_buffer = true;
+    return send(r);
+  };
+  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no side buffer");
+  auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()), 4096);
+  ASSERT_OK(side);
+  EXPECT_ERROR(side_put(8192), Errc::protocol_error, "holds 4096 bytes, not 8192");
+  EXPECT_ERROR(side_put(fast_get::kMaxSideBytes + 1), Errc::protocol_error, "an object of");
+  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no controller");  // read, then refused
   auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->objects, 1u);  // "k" alone: nothing staged or kept

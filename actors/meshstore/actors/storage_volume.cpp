@@ -170,13 +170,42 @@ struct FastPuts {
   std::chrono::milliseconds timeout;
 };
 
+// A ring's side buffer (fast_get::side_buffer_name): the client's segment
+// holding the bytes of its puts larger than a ring slot, mapped read-only
+// by the ring's thread at the first such put. Only that thread uses it.
+class SideBuffer {
+ public:
+  explicit SideBuffer(std::string name) : name_(std::move(name)) {}
+  /// The buffer's first `n` bytes, or why not (no such segment, too small).
+  Result<const std::byte*> bytes(std::uint64_t n) {
+    if (!segment_) {
+      auto opened = transports::shm::Segment::open(name_, true);
+      if (!opened.ok()) {
+        return Status(Errc::protocol_error,
+                      "no side buffer '" + name_ + "': " + opened.status().message());
+      }
+      segment_ = std::move(opened).value();
+    }
+    if (segment_->size() < n) {
+      return Status(Errc::protocol_error, "side buffer '" + name_ + "' holds " +
+                                              std::to_string(segment_->size()) + " bytes, not " +
+                                              std::to_string(n));
+    }
+    return static_cast<const std::byte*>(segment_->data());
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<transports::shm::Segment> segment_;
+};
+
 // A put request of the fast path: checked, handed to the volume actor,
 // answered with its outcome (or an error reply naming why). It waits in
 // slices, giving up when `stop` (the volume stops: it joins the serving
 // thread) or `controller_down` is set.
 std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
                                       const std::string& volume_id, const FastPuts& puts,
-                                      const std::atomic<bool>& stop,
+                                      SideBuffer* side, const std::atomic<bool>& stop,
                                       const std::atomic<bool>& controller_down) {
   auto gone = [&] {
     return fast_get::encode_put_error(
@@ -185,6 +214,16 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   if (controller_down.load()) return gone();
   auto req = fast_get::decode_put(bytes);
   if (!req.ok()) return fast_get::encode_put_error(req.status());
+  if (req->in_side_buffer) {
+    // Copied out below, before the reply: the client leaves the buffer
+    // alone until then.
+    auto at = side
+                  ? side->bytes(req->nbytes)
+                  : Result<const std::byte*>(Status(
+                        Errc::protocol_error, "a put in a side buffer over a channel without one"));
+    if (!at.ok()) return fast_get::encode_put_error(at.status());
+    req->data = *at;
+  }
   // What the store's put checks on the caller's side, checked again here:
   // the request is input from another process.
   if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
@@ -249,10 +288,11 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
 }
 
 // The reply to one fast-path request: a get served from `table`, or a put
-// (refused when `puts` is null: the client never attached).
+// (refused when `puts` is null: the client never attached; its bytes may be
+// in `side`, the ring's side buffer, null over tcp).
 std::vector<std::byte> serve_fast(const std::vector<std::byte>& bytes, const SmallObjects& table,
                                   const std::string& volume_id, const FastPuts* puts,
-                                  const std::atomic<bool>& stop,
+                                  SideBuffer* side, const std::atomic<bool>& stop,
                                   const std::atomic<bool>& controller_down) {
   auto magic = fast_get::request_magic(bytes);
   if (magic.ok() && *magic == fast_get::kPutMagic) {
@@ -260,7 +300,7 @@ std::vector<std::byte> serve_fast(const std::vector<std::byte>& bytes, const Sma
       return fast_get::encode_put_error(Status(
           Errc::unavailable, "volume '" + volume_id + "': a put from a client never attached"));
     }
-    return serve_fast_put(bytes, volume_id, *puts, stop, controller_down);
+    return serve_fast_put(bytes, volume_id, *puts, side, stop, controller_down);
   }
   auto req = fast_get::decode_request(bytes);
   if (req.ok()) return table.read(req->object_id, req->key);
@@ -281,6 +321,7 @@ class RingService {
         log_(std::move(log)),
         volume_id_(std::move(volume_id)),
         puts_(std::move(puts)),
+        side_(fast_get::side_buffer_name(ring_->name())),
         thread_([this] { run(); }) {}
   // Joins the thread: it sees a stop asked within 100 ms (its receive's
   // deadline); ask all of a volume's services first, then drop them.
@@ -311,7 +352,8 @@ class RingService {
         }
         break;
       }
-      auto reply = serve_fast(m->bytes, *table_, volume_id_, &puts_, stop_, controller_down_);
+      auto reply =
+          serve_fast(m->bytes, *table_, volume_id_, &puts_, &side_, stop_, controller_down_);
       if (reply.size() > ring_->slot_bytes()) {
         const std::string why = "volume '" + volume_id_ + "': the object does not fit a ring slot";
         reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
@@ -329,6 +371,7 @@ class RingService {
   std::shared_ptr<spdlog::logger> log_;
   std::string volume_id_;
   FastPuts puts_;
+  SideBuffer side_;  // the ring thread's only
   std::atomic<bool> stop_{false};
   std::atomic<bool> controller_down_{false};
   std::atomic<bool> done_{false};
@@ -380,7 +423,7 @@ class SmallOpSessions {
       if (it != sessions_.end()) session = it->second;
     }
     static const std::atomic<bool> never{false};
-    return serve_fast(bytes, table, volume_id, session ? &session->puts : nullptr, stop_,
+    return serve_fast(bytes, table, volume_id, session ? &session->puts : nullptr, nullptr, stop_,
                       session ? *session->controller_down : never);
   }
 

@@ -21,6 +21,12 @@ namespace meshstore::actors {
 struct FastPath::Channel {
   std::mutex mu;  // held for a whole request and its reply
   std::unique_ptr<transports::shm::Ring> ring;
+  // The ring's side buffer (made at the first put larger than a slot; the
+  // volume copies out of it before it replies) and whether a request
+  // failed: then the volume may still be reading it, so the channel is
+  // never used again (both under `mu`).
+  std::unique_ptr<transports::shm::Segment> side;
+  bool failed = false;
   std::shared_ptr<transports::Transport> shm;  // direct reads; null: none
   std::unique_ptr<transports::SmallOps> remote;
   std::uint64_t token = 0;  // remote only
@@ -231,6 +237,10 @@ FastPath::Outcome FastPath::read(
   }
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
+  if (channel->failed) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::miss;
+  }
   fast_get::encode_into(fast_get::Request{entry.object_id, key}, channel->request);
   const auto deadline = Clock::now() + timeout;
   // A ring that fails (the volume went down, a corrupt entry, no reply in
@@ -241,6 +251,7 @@ FastPath::Outcome FastPath::read(
       log::get("client")->warn("fast path to volume '{}' closed: {}", entry.volume_id,
                                s.to_string());
     }
+    channel->failed = true;
     drop_ring(entry.volume_id, channel);
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
@@ -287,7 +298,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   req.shape.assign(p.shape.begin(), p.shape.end());
   req.data = p.data;
   req.nbytes = p.nbytes;
-  if (p.nbytes > kMaxBytes || p.key.size() > fast_get::kMaxKeyBytes ||
+  if (p.nbytes > kMaxPutBytes || p.key.size() > fast_get::kMaxKeyBytes ||
       p.shape.size() > fast_get::kMaxPutDims) {
     return miss(Status(Errc::unsupported, "too large for the fast path"));
   }
@@ -304,8 +315,21 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   }
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
-  if (fast_get::encoded_size(req) > channel->max_request()) {
-    return miss(Status(Errc::unsupported, "does not fit a ring slot"));
+  if (channel->failed) return miss(Status(Errc::unavailable, "the ring failed"));
+  if (p.nbytes > kMaxBytes || fast_get::encoded_size(req) > channel->max_request()) {
+    // Larger than a slot carries: the bytes go through the ring's side
+    // buffer.
+    req.in_side_buffer = true;
+    if (!channel->ring || fast_get::encoded_size(req) > channel->max_request()) {
+      return miss(Status(Errc::unsupported, "does not fit a ring slot"));
+    }
+    if (!channel->side) {
+      auto made = transports::shm::Segment::create(
+          fast_get::side_buffer_name(channel->ring->name()), fast_get::kMaxSideBytes);
+      if (!made.ok()) return miss(made.status());
+      channel->side = std::move(made).value();
+    }
+    if (p.nbytes > 0) std::memcpy(channel->side->data(), p.data, p.nbytes);
   }
   fast_get::encode_into(req, channel->request);
   const auto deadline = Clock::now() + timeout;
@@ -313,6 +337,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
     if (s.code() != Errc::unavailable) {
       log::get("client")->warn("fast path to volume '{}' closed: {}", home, s.to_string());
     }
+    channel->failed = true;  // the volume may still read its side buffer
     drop_ring(home, channel);
     return miss(s);
   };

@@ -55,6 +55,9 @@ class FastPath {
   /// Objects the fast path reads at most: what a volume serves over its
   /// rings.
   static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
+  /// Puts at most: over a ring, those larger than a slot go through its
+  /// side buffer (1 MiB of /dev/shm per ring, made at the first such put).
+  static constexpr std::uint64_t kMaxPutBytes = fast_get::kMaxSideBytes;
   /// Whole keys a direct read copies at most (on the caller's one thread;
   /// larger ones take the actors, whose copy engine splits them).
   static constexpr std::uint64_t kMaxDirectBytes = std::uint64_t{8} << 20;

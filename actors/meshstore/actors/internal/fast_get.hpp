@@ -46,8 +46,13 @@ struct Reply {
 // -- puts (issue 26) --------------------------------------------------------
 //
 // Put request: u32 magic "MSP1", u32 key length, u8 kind, u8 dtype,
-//              u8 object format, u8 dims, u64 nbytes, i64 x dims (shape),
-//              key bytes, the object's bytes.
+//              u8 object format, u8 dims, u32 flags, u64 nbytes,
+//              i64 x dims (shape), key bytes, the object's bytes. With flag
+//              1 (kInSideBuffer) the bytes are not in the request but at
+//              the start of the ring's side buffer (side_buffer_name), a
+//              segment the client writes before it sends the request and
+//              leaves alone until the reply: puts larger than a ring slot,
+//              at most kMaxSideBytes. No other flag is defined.
 // Put reply:   the reply header (status), then ok: u64 version, u64 object
 //              id, then the object's shm place (the rest, at most
 //              kMaxPlaceBytes; none when the volume has no shm);
@@ -57,6 +62,13 @@ struct Reply {
 
 inline constexpr std::uint32_t kPutMagic = 0x3150534d;  // "MSP1", little-endian
 inline constexpr std::size_t kMaxPutDims = 64;
+inline constexpr std::uint32_t kInSideBuffer = 1;
+/// A put's bytes in the ring's side buffer at most (the buffer's size).
+inline constexpr std::uint64_t kMaxSideBytes = std::uint64_t{1} << 20;
+/// The side buffer of the ring named `ring_name`: created by the client
+/// (so named with its process prefix, and collected with its ring), mapped
+/// read-only by the volume.
+std::string side_buffer_name(const std::string& ring_name);
 
 struct PutRequest {
   std::string key;
@@ -66,6 +78,8 @@ struct PutRequest {
   std::vector<std::int64_t> shape;
   const std::byte* data = nullptr;  ///< encode: the bytes; decode: inside the message
   std::uint64_t nbytes = 0;
+  /// The bytes are in the ring's side buffer (`data` unused).
+  bool in_side_buffer = false;
 };
 
 /// The size of PutRequest `r`'s message (what must fit a ring slot).
