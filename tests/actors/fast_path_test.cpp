@@ -22,6 +22,7 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/pidfd.hpp"
 #include "testing/racing_readers.hpp"
 #include "testing/test_util.hpp"
@@ -117,6 +118,16 @@ TEST(FastPath, EverySizeUpToTheLimitIsServedOnTheCallersThread) {
     EXPECT_EQ(store.fast_path_stats().direct_reads, before.direct_reads + (direct ? 1 : 0));
     EXPECT_EQ(store.fast_path_stats().misses, before.misses + (direct ? 0 : 1));
   }
+  // The ring's side buffer lives with the ring, and goes when the store
+  // closes, with every other segment of this process.
+  auto names = transports::shm::own_segments();
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& n) {
+                            return n.size() > 4 && n.compare(n.size() - 4, 4, ".put") == 0;
+                          }),
+            1);
+  store.close();
+  EXPECT_TRUE(transports::shm::own_segments().empty());
 }
 
 TEST(FastPath, ErrorsAreTheActorPathsAndNothingIsWritten) {
