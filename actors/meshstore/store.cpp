@@ -97,6 +97,21 @@ FastOutcome fast_get_object(actors::FastPath& fast, const std::string& key,
       timeout);
 }
 
+// Keys 0..n-1 read on the fast path in turn (`read(i)`), up to the first
+// one not served: true when every one was; else `*fresh` says whether that
+// one found its location stale (the actors then locate afresh).
+template <class Read>
+bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto outcome = read(i);
+    if (outcome != FastOutcome::hit) {
+      *fresh = outcome == FastOutcome::stale;
+      return false;
+    }
+  }
+  return true;
+}
+
 // A small put over the ring to this client's volume (fast_path.hpp): a
 // whole tensor or object in contiguous host memory. On a hit the key is
 // committed and this process's reads see it on both paths: the mirror has
@@ -286,16 +301,13 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   }
   if (fast_batch) {
     std::vector<Tensor> out(keys.size());
-    std::size_t served = 0;
-    for (; served < keys.size(); ++served) {
-      auto fast =
-          fast_get_tensor(*impl_->fast, keys[served], impl_->options.request_timeout, &out[served]);
-      if (fast != FastOutcome::hit || !out[served].defined()) {
-        call.fresh = fast == FastOutcome::stale;
-        break;
-      }
+    if (fast_every_key(keys.size(), &call.fresh, [&](std::size_t i) {
+          auto fast =
+              fast_get_tensor(*impl_->fast, keys[i], impl_->options.request_timeout, &out[i]);
+          return fast == FastOutcome::hit && !out[i].defined() ? FastOutcome::miss : fast;
+        })) {
+      return make_ready_future(std::move(out));
     }
-    if (served == keys.size()) return make_ready_future(std::move(out));
   }
   call.op = "get_batch";
   call.mode = actors::GetMode::tensor;
@@ -354,17 +366,11 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
     fast_batch = impl_->fast->servable(
         call.keys[i], [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); });
   }
-  if (fast_batch) {
-    std::size_t served = 0;
-    for (; served < call.keys.size(); ++served) {
-      auto fast = fast_get_into(*impl_->fast, call.keys[served], impl_->options.request_timeout,
-                                call.dsts[served]);
-      if (fast != FastOutcome::hit) {
-        call.fresh = fast == FastOutcome::stale;
-        break;
-      }
-    }
-    if (served == call.keys.size()) return make_ready_future();
+  if (fast_batch && fast_every_key(call.keys.size(), &call.fresh, [&](std::size_t i) {
+        return fast_get_into(*impl_->fast, call.keys[i], impl_->options.request_timeout,
+                             call.dsts[i]);
+      })) {
+    return make_ready_future();
   }
   auto st = staging(op);
   for (std::size_t i = 0; i < call.keys.size(); ++i) {

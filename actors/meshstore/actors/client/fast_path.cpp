@@ -28,6 +28,11 @@ struct FastPath::Channel {
   std::unique_ptr<transports::shm::Segment> side;
   bool failed = false;
   std::shared_ptr<transports::Transport> shm;  // direct reads; null: none
+  // The controller's process (FastPath::watch_controller), copied here so a
+  // direct read needs no lock for it; null: not watched.
+  std::shared_ptr<const transports::shm::ProcessWatch> controller;
+  // Whether `entry` is read straight from this volume's shared memory.
+  bool direct(const Entry& entry) const { return shm && !entry.place.empty(); }
   std::unique_ptr<transports::SmallOps> remote;
   std::uint64_t token = 0;  // remote only
   std::uint64_t next_tag = 1;
@@ -120,6 +125,7 @@ void FastPath::add_ring(const std::string& volume_id, std::unique_ptr<transports
   channel->shm = std::move(shm);
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;  // the channel (and its ring) goes here
+  channel->controller = controller_;
   rings_[volume_id] = std::move(channel);
 }
 
@@ -168,8 +174,7 @@ bool FastPath::servable(const std::string& key,
                         const std::function<bool(const Entry&)>& accept) const {
   Entry entry;
   auto channel = channel_of(key, &entry);
-  return channel && accept(entry) &&
-         ((channel->shm && !entry.place.empty()) || entry.nbytes <= kMaxBytes);
+  return channel && accept(entry) && (channel->direct(entry) || entry.nbytes <= kMaxBytes);
 }
 
 void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
@@ -185,10 +190,7 @@ void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
 FastPath::Outcome FastPath::read_direct(
     const std::string& key, const Entry& entry, Channel& channel,
     const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (controller_ && !controller_->alive()) return Outcome::miss;
-  }
+  if (channel.controller && !channel.controller->alive()) return Outcome::miss;
   wire::RegionRef ref;
   ref.region_id = entry.object_id;
   ref.nbytes = entry.nbytes;
@@ -227,7 +229,7 @@ FastPath::Outcome FastPath::read(
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
-  if (channel->shm && !entry.place.empty()) {
+  if (channel->direct(entry)) {
     auto direct = read_direct(key, entry, *channel, consume);
     if (direct != Outcome::miss) return direct;
   }

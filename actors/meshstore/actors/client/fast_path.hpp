@@ -122,7 +122,9 @@ class FastPath {
   void add_ring(const std::string& volume_id, std::unique_ptr<transports::shm::Ring> ring,
                 std::shared_ptr<transports::Transport> shm = nullptr);
   /// The controller's process, when it runs on this host in another one:
-  /// no direct read once it exited (as the actors' lease-free reads).
+  /// no direct read once it exited (as the actors' lease-free reads). Set
+  /// before any ring is added (the client actor does so as it starts):
+  /// each ring copies it, so a direct read takes no lock for it.
   void watch_controller(std::shared_ptr<const transports::shm::ProcessWatch> watch);
   /// The small-operations channel to `volume_id` over its transport (tcp,
   /// across hosts); the volume knows this client by `token`

@@ -1,6 +1,5 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 
-#include <algorithm>
 #include <cstring>
 
 namespace meshstore::actors::fast_get {
@@ -93,11 +92,11 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
 }
 
 std::vector<std::byte> encode_put_done(const PutDone& d) {
-  const std::size_t place = std::min(d.place.size(), kMaxPlaceBytes);  // longer: none
-  std::vector<std::byte> body(16 + (d.place.size() == place ? place : 0));
+  const std::size_t place = d.place.size() <= kMaxPlaceBytes ? d.place.size() : 0;  // longer: none
+  std::vector<std::byte> body(16 + place);
   std::memcpy(body.data(), &d.version, 8);
   std::memcpy(body.data() + 8, &d.object_id, 8);
-  if (body.size() > 16) std::memcpy(body.data() + 16, d.place.data(), place);
+  if (place > 0) std::memcpy(body.data() + 16, d.place.data(), place);
   return encode(ReplyStatus::ok, body.data(), body.size());
 }
 
