@@ -25,6 +25,7 @@
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/pidfd.hpp"
 #include "testing/racing_readers.hpp"
+#include "testing/read_back.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -81,13 +82,7 @@ TEST(FastPath, EverySizeUpToTheLimitIsServedOnTheCallersThread) {
     const auto direct = store.fast_path_stats().direct_reads;
     const auto puts = store.fast_path_stats().puts;
     ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
-    std::vector<std::uint8_t> dst(n, 0);
-    ASSERT_OK(store.get_into(key, bytes_view(dst)).get(kWait));
-    EXPECT_EQ(dst, src);
-    auto t = store.get(key).get(kWait);
-    ASSERT_OK(t);
-    ASSERT_EQ(t->nbytes(), n);
-    EXPECT_EQ(std::memcmp(t->data(), src.data(), n), 0);
+    testing::expect_reads_back(store, key, src);
     ASSERT_OK(store.put_object("o" + key, std::string(src.begin(), src.end()), ObjectFormat::pickle)
                   .get(kWait));
     auto o = store.get_stored_object("o" + key).get(kWait);

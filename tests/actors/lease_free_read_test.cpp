@@ -19,6 +19,7 @@
 #include "meshstore/store.hpp"
 #include "testing/pidfd.hpp"
 #include "testing/racing_readers.hpp"
+#include "testing/read_back.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -226,13 +227,7 @@ TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadUpTo8MiB) {
     const std::string key = "w" + std::to_string(n);
     ASSERT_OK(store.put(key, bytes_view(v)).get(kWait));
     const auto before = store.fast_path_stats();
-    std::vector<std::uint8_t> back(n, 0);
-    ASSERT_OK(store.get_into(key, bytes_view(back)).get(kWait));
-    EXPECT_EQ(back, v);
-    auto t = store.get(key).get(kWait);
-    ASSERT_OK(t);
-    ASSERT_EQ(t->nbytes(), n);
-    EXPECT_EQ(std::memcmp(t->data(), v.data(), n), 0);
+    testing::expect_reads_back(store, key, v);
     const auto after = store.fast_path_stats();
     // Both lease-free; on the caller's thread only up to the limit.
     EXPECT_EQ(after.lease_free_reads, before.lease_free_reads + 2);
