@@ -90,6 +90,14 @@ struct MeshstoreConfig : caf::actor_system_config {
       load<caf::io::middleman>();
       set("middleman.heartbeat-interval", caf::timespan{options.heartbeat_interval});
       set("middleman.connection-timeout", caf::timespan{options.connection_timeout});
+      // Deserialize incoming messages on the middleman's own thread, not on
+      // BASP workers. CAF 0.17 names a connection by its socket's fd and
+      // cleans a closed one up only once every message read before the
+      // close is delivered; while a worker is still deserializing, the
+      // kernel can hand that fd to a new connection, whose handshake the
+      // late cleanup then erases: its replies are dropped for good
+      // (docs/architecture.md, "Connecting processes").
+      set("middleman.workers", static_cast<std::size_t>(0));
       if (options.tls.enabled()) {
         // Setting any of these turns on CAF's mutual authentication:
         // SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both ends.
