@@ -5,9 +5,13 @@
 // malformed request; it closes the ring when it goes.
 #include "meshstore/actors/internal/fast_get.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -17,6 +21,7 @@
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/ask.hpp"
@@ -85,6 +90,27 @@ class FastGetTest : public ::testing::Test {
     if (!m.ok()) return m.status();
     EXPECT_EQ(m->tag, 7u);
     return fast_get::decode_reply(m->bytes);
+  }
+
+  // Sends put `r` over the ring: the volume's verdict.
+  Status send_put(const fast_get::PutRequest& r) {
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(r, bytes);
+    MESHSTORE_RETURN_IF_ERROR(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
+    auto m = ring_->receive(in(10s));
+    if (!m.ok()) return m.status();
+    auto done = fast_get::decode_put_reply(m->bytes);
+    return done.ok() ? Status() : done.status();
+  }
+  // A put of `nbytes` whose bytes are said to be in the ring's side buffer.
+  Status side_put(std::uint64_t nbytes) {
+    fast_get::PutRequest r;
+    r.key = "side";
+    r.dtype = static_cast<std::uint8_t>(DType::uint8);
+    r.shape = {static_cast<std::int64_t>(nbytes)};
+    r.nbytes = nbytes;
+    r.in_side_buffer = true;
+    return send_put(r);
   }
 
   std::unique_ptr<internal::ActorRuntime> runtime_;
@@ -159,16 +185,6 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   verdict(commit_atom::value, id);
   ASSERT_OK(attach());
   const float four[4] = {1, 2, 3, 4};
-  // Sends `r` over the ring: the volume's verdict.
-  auto send = [&](const fast_get::PutRequest& r) -> Status {
-    std::vector<std::byte> bytes;
-    fast_get::encode_into(r, bytes);
-    MESHSTORE_RETURN_IF_ERROR(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
-    auto m = ring_->receive(in(10s));
-    if (!m.ok()) return m.status();
-    auto done = fast_get::decode_put_reply(m->bytes);
-    return done.ok() ? Status() : done.status();
-  };
   auto put = [&](const std::string& key, std::uint8_t dtype, std::vector<std::int64_t> shape,
                  std::uint64_t nbytes) -> Status {
     fast_get::PutRequest r;
@@ -177,7 +193,7 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
     r.shape = std::move(shape);
     r.data = reinterpret_cast<const std::byte*>(four);
     r.nbytes = nbytes;
-    return send(r);
+    return send_put(r);
   };
   const auto f32 = static_cast<std::uint8_t>(DType::float32);
   EXPECT_ERROR(put(std::string("a\0b", 3), f32, {4}, 16), Errc::protocol_error, "NUL");
@@ -189,15 +205,6 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   EXPECT_ERROR(put("fine", f32, {4}, 16), Errc::protocol_error, "no controller");
   // Bytes said to be in the ring's side buffer: none made yet, then one
   // smaller than the put; and a put too large for any side buffer.
-  auto side_put = [&](std::uint64_t nbytes) -> Status {
-    fast_get::PutRequest r;
-    r.key = "side";
-    r.dtype = static_cast<std::uint8_t>(DType::uint8);
-    r.shape = {static_cast<std::int64_t>(nbytes)};
-    r.nbytes = nbytes;
-    r.in_side_buffer = true;
-    return send(r);
-  };
   EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no side buffer");
   auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()), 4096);
   ASSERT_OK(side);
@@ -211,6 +218,85 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   auto good = get(id, "k");
   ASSERT_OK(good);
   EXPECT_EQ(text(good->bytes), "value");
+}
+
+// Resizes the shared-memory segment `name` as its owner (or a hostile
+// client) could, under whoever has it mapped.
+void resize_segment(const std::string& name, off_t bytes) {
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+  EXPECT_EQ(ftruncate(fd, bytes), 0) << std::strerror(errno);
+  close(fd);
+}
+
+off_t segment_bytes(const std::string& name) {
+  const int fd = shm_open(("/" + name).c_str(), O_RDONLY, 0);
+  struct stat st {};
+  const bool ok = fd >= 0 && fstat(fd, &st) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? st.st_size : -1;
+}
+
+// A client that truncates its side buffer after the volume mapped it: the
+// volume's copy of the next put's bytes faults (SIGBUS) in a page that no
+// longer exists. The volume survives it, refuses that put, and serves on.
+TEST_F(FastGetTest, ASideBufferTruncatedUnderTheVolumeRefusesThePutNotKillsTheVolume) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  ASSERT_OK(attach());
+  auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()),
+                                               fast_get::kMaxSideBytes);
+  ASSERT_OK(side);
+  // Mapped and read (then refused: no controller here).
+  EXPECT_ERROR(side_put(256 << 10), Errc::protocol_error, "no controller");
+  const auto survived = transports::shm::PeerMemory::faults_survived();
+  resize_segment((*side)->name(), 0);
+  EXPECT_ERROR(side_put(256 << 10), Errc::protocol_error, "was truncated while its put was read");
+  EXPECT_GT(transports::shm::PeerMemory::faults_survived(), survived);
+  // The mapping was dropped: the next put maps the buffer anew, as it is.
+  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "is empty (0 bytes)");
+  resize_segment((*side)->name(), 1024);
+  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "holds 1024 bytes, not 4096");
+  auto good = get(id, "k");
+  ASSERT_OK(good);
+  EXPECT_EQ(text(good->bytes), "value");
+}
+
+// A client that truncates its ring under the volume: the volume's ring
+// thread faults on the next access, ends that ring's service (a corrupt
+// ring), and the volume serves other rings as before.
+TEST_F(FastGetTest, ARingTruncatedUnderTheVolumeEndsThatRingNotTheVolume) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  ASSERT_OK(attach());
+  ASSERT_OK(get(id, "k"));  // the ring thread is serving
+  const auto survived = transports::shm::PeerMemory::faults_survived();
+  const off_t full = segment_bytes(ring_->name());
+  ASSERT_GT(full, 0);
+  resize_segment(ring_->name(), 0);
+  // The volume's thread touches the ring at least every 10 ms while it waits.
+  EXPECT_TRUE(testing::eventually(
+      [&] { return transports::shm::PeerMemory::faults_survived() > survived; }));
+  // Back to its size (pages of zeros) before this test's own end of the
+  // ring, which is not guarded, touches it again.
+  resize_segment(ring_->name(), full);
+  auto other = Ring::create({});
+  ASSERT_OK(other);
+  ASSERT_OK((ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, (*other)->name(),
+                               static_cast<std::int32_t>(getpid()), caf::actor())));
+  const auto req = fast_get::encode(fast_get::Request{id, "k"});
+  ASSERT_OK((*other)->send(7, req.data(), req.size(), in(10s)));
+  auto m = (*other)->receive(in(10s));
+  ASSERT_OK(m);
+  auto r = fast_get::decode_reply(m->bytes);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
+  EXPECT_EQ(text(r->bytes), "value");
+  // The truncated ring is no longer served: a request on it goes
+  // unanswered (the volume closed its end, which the zeros now hide).
+  const auto again = fast_get::encode(fast_get::Request{id, "k"});
+  ASSERT_OK(ring_->send(8, again.data(), again.size(), in(10s)));
+  EXPECT_FALSE(ring_->receive(in(300ms)).ok());
 }
 
 TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {

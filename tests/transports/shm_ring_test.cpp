@@ -2,18 +2,23 @@
 // between threads and between processes, the limits it enforces, what a
 // corrupt or hostile segment gets (an error, never a crash), a dead or
 // departed peer, and the segment's cleanup.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 
 namespace meshstore::transports::shm {
@@ -293,3 +298,55 @@ TEST(ShmRing, TheSegmentGoesWithItsCreatorAndGcTakesAKilledCreators) {
 
 }  // namespace
 }  // namespace meshstore::transports::shm
+
+// PeerMemory (transports/shm/peer_memory.hpp), what the ring's server end
+// and a volume's side buffers stand on: a fault in a guarded mapping of a
+// segment truncated under it is survived and marks the guard; one anywhere
+// else still ends the process as before.
+namespace meshstore::transports::shm::peer {
+
+void truncate_segment(const std::string& name) {
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ASSERT_EQ(ftruncate(fd, 0), 0) << std::strerror(errno);
+  close(fd);
+}
+
+TEST(PeerMemory, AnAccessPastATruncatedEndReadsZerosAndPoisonsTheGuard) {
+  auto owner = Segment::create(process_prefix() + "peer-memory-test", 3 * 4096);
+  ASSERT_TRUE(owner.ok()) << owner.status().to_string();
+  std::memset((*owner)->data(), 0x5a, (*owner)->size());
+  auto mapped = Segment::open((*owner)->name(), true);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().to_string();
+  const volatile std::byte* p = (*mapped)->data();
+  auto guard = PeerMemory::guard((*mapped)->data(), (*mapped)->size());
+  ASSERT_NE(guard, nullptr);
+  EXPECT_EQ(static_cast<int>(p[4096]), 0x5a);
+  EXPECT_FALSE(guard->poisoned());
+  const auto before = PeerMemory::faults_survived();
+  truncate_segment((*owner)->name());
+  EXPECT_EQ(static_cast<int>(p[4096 + 17]), 0);  // a page of zeros now
+  EXPECT_EQ(static_cast<int>(p[2 * 4096]), 0);
+  EXPECT_TRUE(guard->poisoned());
+  EXPECT_EQ(PeerMemory::faults_survived(), before + 2);
+  // A second guard starts clean.
+  auto other = PeerMemory::guard((*owner)->data(), 4096);
+  ASSERT_NE(other, nullptr);
+  EXPECT_FALSE(other->poisoned());
+}
+
+TEST(PeerMemoryDeathTest, AFaultOutsideEveryGuardStillEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto owner = Segment::create(process_prefix() + "peer-memory-death", 4096);
+        auto mapped = Segment::open((*owner)->name(), true);
+        auto guard = PeerMemory::guard((*owner)->data(), 4096);  // another mapping
+        truncate_segment((*owner)->name());
+        const volatile std::byte* p = (*mapped)->data();
+        std::printf("%d\n", static_cast<int>(p[0]));
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+}  // namespace meshstore::transports::shm::peer

@@ -19,6 +19,7 @@
 #include "meshstore/logging.hpp"
 #include "meshstore/store/checks.hpp"
 #include "meshstore/transports/registry.hpp"
+#include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 
 namespace meshstore::actors {
@@ -172,7 +173,8 @@ struct FastPuts {
 
 // A ring's side buffer (fast_get::side_buffer_name): the client's segment
 // holding the bytes of its puts larger than a ring slot, mapped read-only
-// by the ring's thread at the first such put. Only that thread uses it.
+// by the ring's thread at the first such put, as a PeerMemory range (the
+// client may truncate it under us). Only that thread uses it.
 class SideBuffer {
  public:
   explicit SideBuffer(std::string name) : name_(std::move(name)) {}
@@ -185,6 +187,7 @@ class SideBuffer {
                       "no side buffer '" + name_ + "': " + opened.status().message());
       }
       segment_ = std::move(opened).value();
+      guard_ = transports::shm::PeerMemory::guard(segment_->data(), segment_->size());
     }
     if (segment_->size() < n) {
       return Status(Errc::protocol_error, "side buffer '" + name_ + "' holds " +
@@ -193,10 +196,21 @@ class SideBuffer {
     }
     return static_cast<const std::byte*>(segment_->data());
   }
+  /// After reading bytes(): protocol_error when the client truncated the
+  /// buffer meanwhile (what was read is not its put). The mapping is then
+  /// dropped; the next put maps the buffer anew, at its new size.
+  Status check_read() {
+    if (!guard_ || !guard_->poisoned()) return Status();
+    guard_.reset();
+    segment_.reset();
+    return Status(Errc::protocol_error,
+                  "side buffer '" + name_ + "' was truncated while its put was read");
+  }
 
  private:
   std::string name_;
   std::unique_ptr<transports::shm::Segment> segment_;
+  std::unique_ptr<transports::shm::PeerMemory> guard_;  // after segment_: goes first
 };
 
 // A put request of the fast path: checked, handed to the volume actor,
@@ -244,6 +258,9 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   job.request.nbytes = req->nbytes;
   job.request.has_data = true;
   job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
+  if (req->in_side_buffer) {
+    if (auto s = side->check_read(); !s.ok()) return fast_get::encode_put_error(s);
+  }
   auto& r = job.record;
   r.key = req->key;
   r.kind = static_cast<wire::ObjectKind>(req->kind);

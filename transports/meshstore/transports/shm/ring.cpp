@@ -198,7 +198,10 @@ Result<std::unique_ptr<Ring>> Ring::attach(const std::string& name, pid_t creato
                                          std::to_string(none) + ")");
   }
   if (spin.count() < 0) return Status(Errc::invalid_argument, "ring: spin must not be negative");
-  return std::unique_ptr<Ring>(new Ring(std::move(segment).value(), 1, slots, slot_bytes, spin));
+  auto ring =
+      std::unique_ptr<Ring>(new Ring(std::move(segment).value(), 1, slots, slot_bytes, spin));
+  ring->guard_ = PeerMemory::guard(ring->segment_->data(), ring->segment_->size());
+  return ring;
 }
 
 Ring::~Ring() {
@@ -224,7 +227,15 @@ std::byte* Ring::slot(int which, std::uint32_t index) const {
          (static_cast<std::size_t>(which) * slots_ + index % slots_) * slot_stride(slot_bytes_);
 }
 
+Status Ring::truncated() const {
+  if (guard_ && guard_->poisoned()) {
+    return corrupt("its segment was truncated under this end (an access past its end was caught)");
+  }
+  return Status();
+}
+
 Status Ring::peer_gone(bool ask_process) const {
+  MESHSTORE_RETURN_IF_ERROR(truncated());
   const auto* h = reinterpret_cast<const Header*>(segment_->data());
   const int peer = 1 - end_;
   if (h->closed[peer].load() != 0) {
@@ -314,11 +325,14 @@ Status Ring::send(std::uint64_t tag, const void* data, std::size_t n, Deadline d
       has_space, [&] { return peer_gone(); }, q.space_seq, q.producer_sleeping, spin_, deadline,
       name(), "no room for a message (the peer is not reading)");
   if (!s.ok()) return s;
+  // Indices of zeros, read past the end of a truncated segment: say so.
+  MESHSTORE_RETURN_IF_ERROR(truncated());
   if (!bad.ok()) return bad;
   std::byte* at = slot(end_, tail);
   SlotHeader sh{static_cast<std::uint32_t>(n), 0, tag};
   std::memcpy(at, &sh, sizeof(sh));
   if (n > 0) std::memcpy(at + sizeof(SlotHeader), data, n);
+  MESHSTORE_RETURN_IF_ERROR(truncated());
   q.tail.store(tail + 1);  // seq_cst, then the sleeping flag
   q.data_seq.fetch_add(1);
   if (q.consumer_sleeping.load() != 0) futex_wake(&q.data_seq);
@@ -347,6 +361,8 @@ Result<Ring::Message> Ring::receive(Deadline deadline) {
       },
       q.data_seq, q.consumer_sleeping, spin_, deadline, name(), "no message before the deadline");
   if (!s.ok()) return s;
+  // Indices of zeros, read past the end of a truncated segment: say so.
+  MESHSTORE_RETURN_IF_ERROR(truncated());
   if (!bad.ok()) return bad;
   const std::byte* at = slot(1 - end_, head);
   SlotHeader sh;
@@ -359,6 +375,7 @@ Result<Ring::Message> Ring::receive(Deadline deadline) {
   m.tag = sh.tag;
   m.bytes.resize(sh.length);
   if (sh.length > 0) std::memcpy(m.bytes.data(), at + sizeof(SlotHeader), sh.length);
+  MESHSTORE_RETURN_IF_ERROR(truncated());
   q.head.store(head + 1);
   q.space_seq.fetch_add(1);
   if (q.producer_sleeping.load() != 0) futex_wake(&q.space_seq);

@@ -13,7 +13,10 @@
 // length when receiving. A corrupt or hostile ring is an Errc::protocol_error
 // naming the ring and what was wrong, never a crash or an out-of-bounds
 // access. A peer that dies (its pid is gone) or closes its end turns waiting
-// calls into Errc::unavailable within about 10 ms.
+// calls into Errc::unavailable within about 10 ms. The server end's mapping
+// is a PeerMemory range: a client that truncates the segment under it makes
+// the server's calls fail with protocol_error, not its process die of
+// SIGBUS.
 //
 // The creator's end owns the segment's name (shm::Segment: unlinked when it
 // closes; named with the process prefix, so `meshstore gc` removes the ring
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "meshstore/result.hpp"
+#include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 
 namespace meshstore::transports::shm {
@@ -95,11 +99,16 @@ class Ring {
   Queue& queue(int which) const;
   std::byte* slot(int which, std::uint32_t index) const;
   // Errc::unavailable when the peer closed its end or (`ask_process`) its
-  // process is gone.
+  // process is gone; protocol_error when it truncated the segment.
   Status peer_gone(bool ask_process = true) const;
+  // protocol_error when the segment was truncated under this end since it
+  // attached (what was read from it since is not to be trusted).
+  Status truncated() const;
   Status corrupt(const std::string& what) const;
 
   std::unique_ptr<Segment> segment_;
+  // The server end's: after segment_, so it goes before the mapping does.
+  std::unique_ptr<PeerMemory> guard_;
   int end_;  // 0: client (creator), 1: server
   std::uint32_t slots_;
   std::uint32_t slot_bytes_;

@@ -162,10 +162,14 @@ Result<std::unique_ptr<Segment>> Segment::open(const std::string& name, bool rea
     return Status(Errc::io_error, "shm_open('" + name + "'): " + errno_text(e));
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+  if (fstat(fd, &st) != 0) {
     const int e = errno;
     close(fd);
     return Status(Errc::io_error, "fstat of shm segment '" + name + "': " + errno_text(e));
+  }
+  if (st.st_size <= 0) {
+    close(fd);
+    return Status(Errc::io_error, "shm segment '" + name + "' is empty (0 bytes)");
   }
   const auto size = static_cast<std::size_t>(st.st_size);
   const int prot = read_only ? PROT_READ : PROT_READ | PROT_WRITE;
