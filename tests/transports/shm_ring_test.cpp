@@ -335,6 +335,28 @@ TEST(PeerMemory, AnAccessPastATruncatedEndReadsZerosAndPoisonsTheGuard) {
   EXPECT_FALSE(other->poisoned());
 }
 
+// Guards are finite (1,024 at once): past that, guard() answers null (the
+// mapping is unguarded, and a warning says so), and a guard that goes
+// frees its slot for the next.
+TEST(PeerMemory, GuardsRunOutAndComeBack) {
+  static const std::byte page[4096] = {};
+  std::vector<std::unique_ptr<PeerMemory>> held;
+  for (int i = 0; i < 2000; ++i) {
+    auto g = PeerMemory::guard(page, sizeof(page));
+    if (!g) break;
+    held.push_back(std::move(g));
+  }
+  EXPECT_GT(held.size(), 1000u);
+  EXPECT_LE(held.size(), 1024u);
+  EXPECT_EQ(PeerMemory::guard(page, sizeof(page)), nullptr);
+  held.pop_back();
+  auto again = PeerMemory::guard(page, sizeof(page));
+  ASSERT_NE(again, nullptr);
+  EXPECT_FALSE(again->poisoned());
+  EXPECT_EQ(PeerMemory::guard(nullptr, 4096), nullptr);
+  EXPECT_EQ(PeerMemory::guard(page, 0), nullptr);
+}
+
 TEST(PeerMemoryDeathTest, AFaultOutsideEveryGuardStillEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "meshstore/logging.hpp"
+
 namespace meshstore::transports::shm {
 namespace {
 
@@ -97,6 +99,14 @@ std::unique_ptr<PeerMemory> PeerMemory::guard(const void* data, std::size_t n) {
     slots[i].end.store(b + n);
     slots[i].begin.store(b);
     return std::unique_ptr<PeerMemory>(new PeerMemory(i));
+  }
+  static bool warned = false;  // under slots_mu
+  if (!warned) {
+    warned = true;
+    log::get("shm")->warn(
+        "{} peer mappings are guarded already: further ones are not, and a peer that truncates "
+        "one under this process would end it with SIGBUS",
+        kSlots);
   }
   return nullptr;
 }
