@@ -245,6 +245,7 @@ void run_weight_sync(const Args& a) {
   // Its floor: one copy in (the put) and one out (the get), each timed as a
   // memcpy of the 1,000 tensors in this run.
   const double small_memcpy = median(memcpy_times(small_src, small_shapes, std::max(iters, 5)));
+  const double small_vs_floor = 2 * small_memcpy / (small.put + small.get);
   // How many of its reads went without a lease (docs/architecture.md).
   const auto lease_free = store.fast_path_stats().lease_free_reads - fast_before.lease_free_reads;
   // A third for the simulator (benchmarks/sim/weightsync_sim.py), which
@@ -300,7 +301,7 @@ void run_weight_sync(const Args& a) {
         static_cast<unsigned long long>(src.bytes), iters, gb / m, gb / big.put, gb / big.get,
         m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
         (small.put + small.get) * 1e3, small.put * 1e3, small.get * 1e3, small_memcpy * 1e3,
-        2 * small_memcpy / (small.put + small.get), static_cast<unsigned long long>(lease_free),
+        small_vs_floor, static_cast<unsigned long long>(lease_free),
         static_cast<unsigned long long>(b2), medium_n,
         static_cast<unsigned long long>(medium_bytes), medium.put * 1e3, medium.get * 1e3, big.put,
         big.get, gb / e2e, m / e2e, have_stream ? "streamed to a reader process" : "sequential",
@@ -332,7 +333,7 @@ void run_weight_sync(const Args& a) {
       "  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put %.2f ms + get %.2f ms"
       " (%llu of its reads lease-free): %.2f x its floor of two memcpys of %.2f ms\n",
       put_op, get_op, small.put * 1e3, small.get * 1e3, static_cast<unsigned long long>(lease_free),
-      2 * small_memcpy / (small.put + small.get), small_memcpy * 1e3);
+      small_vs_floor, small_memcpy * 1e3);
   std::printf("  %d x 4 MiB (one object each): put %.2f ms + get %.2f ms\n", medium_n,
               medium.put * 1e3, medium.get * 1e3);
 }

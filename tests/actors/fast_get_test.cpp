@@ -5,13 +5,9 @@
 // malformed request; it closes the ring when it goes.
 #include "meshstore/actors/internal/fast_get.hpp"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -25,6 +21,7 @@
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/ask.hpp"
+#include "testing/shm_resize.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::actors {
@@ -78,15 +75,19 @@ class FastGetTest : public ::testing::Test {
     (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id});
     ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, stat_atom::value)));
   }
-  Status attach() {
-    return ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring_->name(),
+  // Attaches `ring` (ring_ by default) to the volume.
+  Status attach(Ring* ring = nullptr) {
+    if (!ring) ring = ring_.get();
+    return ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring->name(),
                              static_cast<std::int32_t>(getpid()), caf::actor())
         .status();
   }
-  Result<fast_get::Reply> get(std::uint64_t id, const std::string& key) {
+  // A get of object `id` named `key` over `ring` (ring_ by default).
+  Result<fast_get::Reply> get(std::uint64_t id, const std::string& key, Ring* ring = nullptr) {
+    if (!ring) ring = ring_.get();
     const auto req = fast_get::encode(fast_get::Request{id, key});
-    MESHSTORE_RETURN_IF_ERROR(ring_->send(7, req.data(), req.size(), in(10s)));
-    auto m = ring_->receive(in(10s));
+    MESHSTORE_RETURN_IF_ERROR(ring->send(7, req.data(), req.size(), in(10s)));
+    auto m = ring->receive(in(10s));
     if (!m.ok()) return m.status();
     EXPECT_EQ(m->tag, 7u);
     return fast_get::decode_reply(m->bytes);
@@ -220,23 +221,6 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
-// Resizes the shared-memory segment `name` as its owner (or a hostile
-// client) could, under whoever has it mapped.
-void resize_segment(const std::string& name, off_t bytes) {
-  const int fd = shm_open(("/" + name).c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
-  EXPECT_EQ(ftruncate(fd, bytes), 0) << std::strerror(errno);
-  close(fd);
-}
-
-off_t segment_bytes(const std::string& name) {
-  const int fd = shm_open(("/" + name).c_str(), O_RDONLY, 0);
-  struct stat st {};
-  const bool ok = fd >= 0 && fstat(fd, &st) == 0;
-  if (fd >= 0) close(fd);
-  return ok ? st.st_size : -1;
-}
-
 // A client that truncates its side buffer after the volume mapped it: the
 // volume's copy of the next put's bytes faults (SIGBUS) in a page that no
 // longer exists. The volume survives it, refuses that put, and serves on.
@@ -250,12 +234,12 @@ TEST_F(FastGetTest, ASideBufferTruncatedUnderTheVolumeRefusesThePutNotKillsTheVo
   // Mapped and read (then refused: no controller here).
   EXPECT_ERROR(side_put(256 << 10), Errc::protocol_error, "no controller");
   const auto survived = transports::shm::PeerMemory::faults_survived();
-  resize_segment((*side)->name(), 0);
+  testing::resize_segment((*side)->name(), 0);
   EXPECT_ERROR(side_put(256 << 10), Errc::protocol_error, "was truncated while its put was read");
   EXPECT_GT(transports::shm::PeerMemory::faults_survived(), survived);
   // The mapping was dropped: the next put maps the buffer anew, as it is.
   EXPECT_ERROR(side_put(4096), Errc::protocol_error, "is empty (0 bytes)");
-  resize_segment((*side)->name(), 1024);
+  testing::resize_segment((*side)->name(), 1024);
   EXPECT_ERROR(side_put(4096), Errc::protocol_error, "holds 1024 bytes, not 4096");
   auto good = get(id, "k");
   ASSERT_OK(good);
@@ -271,24 +255,21 @@ TEST_F(FastGetTest, ARingTruncatedUnderTheVolumeEndsThatRingNotTheVolume) {
   ASSERT_OK(attach());
   ASSERT_OK(get(id, "k"));  // the ring thread is serving
   const auto survived = transports::shm::PeerMemory::faults_survived();
-  const off_t full = segment_bytes(ring_->name());
-  ASSERT_GT(full, 0);
-  resize_segment(ring_->name(), 0);
+  auto mapped = transports::shm::Segment::open(ring_->name(), true);
+  ASSERT_OK(mapped);
+  const auto full = static_cast<off_t>((*mapped)->size());
+  mapped->reset();
+  testing::resize_segment(ring_->name(), 0);
   // The volume's thread touches the ring at least every 10 ms while it waits.
   EXPECT_TRUE(testing::eventually(
       [&] { return transports::shm::PeerMemory::faults_survived() > survived; }));
   // Back to its size (pages of zeros) before this test's own end of the
   // ring, which is not guarded, touches it again.
-  resize_segment(ring_->name(), full);
+  testing::resize_segment(ring_->name(), full);
   auto other = Ring::create({});
   ASSERT_OK(other);
-  ASSERT_OK((ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, (*other)->name(),
-                               static_cast<std::int32_t>(getpid()), caf::actor())));
-  const auto req = fast_get::encode(fast_get::Request{id, "k"});
-  ASSERT_OK((*other)->send(7, req.data(), req.size(), in(10s)));
-  auto m = (*other)->receive(in(10s));
-  ASSERT_OK(m);
-  auto r = fast_get::decode_reply(m->bytes);
+  ASSERT_OK(attach(other->get()));
+  auto r = get(id, "k", other->get());
   ASSERT_OK(r);
   EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
   EXPECT_EQ(text(r->bytes), "value");

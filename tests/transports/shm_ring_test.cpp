@@ -2,15 +2,12 @@
 // between threads and between processes, the limits it enforces, what a
 // corrupt or hostile segment gets (an error, never a crash), a dead or
 // departed peer, and the segment's cleanup.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +17,7 @@
 
 #include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "testing/shm_resize.hpp"
 
 namespace meshstore::transports::shm {
 namespace {
@@ -305,13 +303,6 @@ TEST(ShmRing, TheSegmentGoesWithItsCreatorAndGcTakesAKilledCreators) {
 // else still ends the process as before.
 namespace meshstore::transports::shm::peer {
 
-void truncate_segment(const std::string& name) {
-  const int fd = shm_open(("/" + name).c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  ASSERT_EQ(ftruncate(fd, 0), 0) << std::strerror(errno);
-  close(fd);
-}
-
 TEST(PeerMemory, AnAccessPastATruncatedEndReadsZerosAndPoisonsTheGuard) {
   auto owner = Segment::create(process_prefix() + "peer-memory-test", 3 * 4096);
   ASSERT_TRUE(owner.ok()) << owner.status().to_string();
@@ -324,7 +315,7 @@ TEST(PeerMemory, AnAccessPastATruncatedEndReadsZerosAndPoisonsTheGuard) {
   EXPECT_EQ(static_cast<int>(p[4096]), 0x5a);
   EXPECT_FALSE(guard->poisoned());
   const auto before = PeerMemory::faults_survived();
-  truncate_segment((*owner)->name());
+  testing::resize_segment((*owner)->name(), 0);
   EXPECT_EQ(static_cast<int>(p[4096 + 17]), 0);  // a page of zeros now
   EXPECT_EQ(static_cast<int>(p[2 * 4096]), 0);
   EXPECT_TRUE(guard->poisoned());
@@ -364,7 +355,7 @@ TEST(PeerMemoryDeathTest, AFaultOutsideEveryGuardStillEndsTheProcess) {
         auto owner = Segment::create(process_prefix() + "peer-memory-death", 4096);
         auto mapped = Segment::open((*owner)->name(), true);
         auto guard = PeerMemory::guard((*owner)->data(), 4096);  // another mapping
-        truncate_segment((*owner)->name());
+        testing::resize_segment((*owner)->name(), 0);
         const volatile std::byte* p = (*mapped)->data();
         std::printf("%d\n", static_cast<int>(p[0]));
       },
