@@ -20,6 +20,7 @@
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/host_agent.hpp"
 #include "meshstore/internal/address.hpp"
+#include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/copy_engine.hpp"
@@ -550,6 +551,10 @@ void print_info() {
                                    : "off (device tensors and cuda-ipc answer unavailable)");
   std::printf("  copy threads %d (one per core up to 16; MESHSTORE_COPY_THREADS sets it)\n",
               meshstore::transports::CopyEngine::instance().threads());
+  std::printf(
+      "  scheduler polls %zu before an idle worker sleeps (5000 on 8 or more cores, else 100; "
+      "MESHSTORE_SCHEDULER_POLLS sets it)\n",
+      meshstore::internal::scheduler_polls());
   // Where GPU tensors move in one copy, and why not elsewhere.
   std::printf("  GPU tensors\n");
   for (const auto& [name, status] : meshstore::Store::gpu_transport_status()) {

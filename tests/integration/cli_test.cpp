@@ -153,6 +153,30 @@ TEST(Cli, InfoReportsTheCopyThreadsTheEnvironmentSets) {
   }
 }
 
+// `meshstore info` reports how long an idle scheduler worker polls before
+// it sleeps, which MESHSTORE_SCHEDULER_POLLS sets; a bad value is named and
+// the host's default kept.
+TEST(Cli, InfoReportsTheSchedulerPollsTheEnvironmentSets) {
+  for (const std::string good : {"0", "123", "1000000"}) {
+    Child c({kTool, "info"}, {"MESHSTORE_SCHEDULER_POLLS=" + good});
+    ASSERT_TRUE(c.wait(60s));
+    EXPECT_EQ(c.exit_code(), 0) << c.output();
+    EXPECT_NE(c.output().find("scheduler polls " + good + " "), std::string::npos) << c.output();
+  }
+  for (const std::string bad : {"-1", "often", "1000001", "5k"}) {
+    Child c({kTool, "info"}, {"MESHSTORE_SCHEDULER_POLLS=" + bad});
+    ASSERT_TRUE(c.wait(60s));
+    EXPECT_EQ(c.exit_code(), 0) << c.output();
+    EXPECT_NE(c.output().find("MESHSTORE_SCHEDULER_POLLS='" + bad +
+                              "' is not a number from 0 to 1000000"),
+              std::string::npos)
+        << c.output();
+    const bool defaulted = c.output().find("scheduler polls 100 ") != std::string::npos ||
+                           c.output().find("scheduler polls 5000 ") != std::string::npos;
+    EXPECT_TRUE(defaulted) << c.output();
+  }
+}
+
 // `meshstore agent --listen` takes what every address option takes:
 // HOST:PORT or [V6]:PORT, and names what is wrong otherwise.
 TEST(Cli, TheAgentListensWhereToldAndRefusesABadAddress) {

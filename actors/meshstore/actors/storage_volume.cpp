@@ -14,6 +14,7 @@
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
@@ -169,6 +170,7 @@ struct FastPuts {
   caf::actor_addr controller;
   caf::actor_addr owner;
   std::chrono::milliseconds timeout;
+  std::chrono::microseconds spin;  // how long the serving thread spins for an outcome
 };
 
 // A ring's side buffer (fast_get::side_buffer_name): the client's segment
@@ -290,6 +292,11 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   volume = nullptr;  // no strong handle kept by this thread while it waits
   // Waits in slices, so a volume that stops (which joins this thread) is
   // not held up by a put it will never finish.
+  // On a host with cores to spare, spin for the outcome as the ring's ends
+  // spin for messages (the put takes tens of microseconds, a sleeping
+  // thread's wake-up as long again); on 2 vCPUs this thread would take the
+  // core the volume actor commits on.
+  if (internal::spinning_host()) internal::spin_until([&] { return fut.ready(); }, puts.spin);
   const auto deadline = std::chrono::steady_clock::now() + puts.timeout;
   while (!fut.wait_for(std::chrono::milliseconds(50))) {
     if (controller_down.load()) return gone();
@@ -657,7 +664,7 @@ FastPuts fast_puts_for(volume_pointer self, const caf::actor& controller,
     self->monitor(controller);
   }
   return FastPuts{self->address(), controller.address(), owner,
-                  st.config.transport_config.request_timeout};
+                  st.config.transport_config.request_timeout, st.config.ring_spin};
 }
 
 // A client died: its read leases go now; its staged objects go after the

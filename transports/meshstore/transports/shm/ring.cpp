@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "meshstore/internal/idle_spin.hpp"
+
 namespace meshstore::transports::shm {
 namespace {
 
@@ -67,14 +69,6 @@ void futex_wake(std::atomic<std::uint32_t>* word) {
 bool process_alive(pid_t pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
   return proc_stat_field(pid, 3) != "Z";  // unreadable: assume alive
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#else
-  std::this_thread::yield();
-#endif
 }
 
 }  // namespace
@@ -268,7 +262,7 @@ Status wait_for(Ready ready, Gone gone, std::atomic<std::uint32_t>& word,
   for (int i = 0;; ++i) {
     if (ready()) return Status();
     if ((i & 63) == 0 && std::chrono::steady_clock::now() >= spin_end) break;
-    cpu_relax();
+    internal::cpu_relax();
   }
   auto next_check = std::chrono::steady_clock::now();
   for (;;) {

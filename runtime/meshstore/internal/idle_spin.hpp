@@ -1,0 +1,49 @@
+#pragma once
+// How threads that expect a reply soon wait for it: spinning (a busy core,
+// an answer in about a microsecond) or sleeping (a free core, an answer
+// after the kernel wakes the thread: 15-30 us on the 2-vCPU reference VM,
+// more on the 16-core Firecracker host). Which pays depends on the host:
+// on 2 vCPUs a spinner takes the core the thread it waits for needs; with
+// many cores it takes a core nobody needs. docs/architecture.md,
+// "Threading and shutdown", has the figures.
+#include <chrono>
+#include <cstddef>
+#include <thread>
+
+namespace meshstore::internal {
+
+/// The number of hardware threads from which a host counts as one where
+/// waiting threads spin (spinning_host()).
+inline constexpr unsigned kSpinningHostCores = 8;
+
+/// Whether this host has at least kSpinningHostCores hardware threads.
+bool spinning_host();
+
+/// Polls an idle CAF scheduler worker makes before it sleeps on its
+/// condition variable: MESHSTORE_SCHEDULER_POLLS (0 to 1,000,000) where
+/// set, else 5,000 on a spinning host (a worker stays awake between two
+/// small requests, so the next finds it running) and CAF's own 100
+/// elsewhere. Read once; a bad value is logged and the default used.
+std::size_t scheduler_polls();
+
+/// The CPU's hint that this thread is spinning.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+/// Spins until ready() or `spin` passed; returns ready()'s last answer.
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds spin) {
+  const auto end = std::chrono::steady_clock::now() + spin;
+  for (unsigned i = 0;; ++i) {
+    if (ready()) return true;
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= end) return ready();
+    cpu_relax();
+  }
+}
+
+}  // namespace meshstore::internal
