@@ -4,6 +4,7 @@
 
 #include "meshstore/store.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "meshstore/actors/client.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/store/calls.hpp"
 #include "meshstore/store/checks.hpp"
 #include "meshstore/store/device_staging.hpp"
@@ -59,30 +61,39 @@ FastOutcome fast_get_tensor(actors::FastPath& fast, const std::string& key,
       key, [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
       [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         auto t = Tensor::empty(e.dtype, e.shape);
-        if (!t.ok()) return;  // the actor path reports it
+        if (!t.ok()) return false;  // the actor path reports it
         if (n > 0) std::memcpy(t->data(), data, n);
         *out = std::move(t).value();
+        return true;
       },
       timeout);
 }
 
-// Whether `dst` can take the key `e` describes: contiguous host memory of
-// its dtype and shape.
+// Whether `dst` can take the key `e` describes: contiguous memory of its
+// dtype and shape, on the host or a GPU (check_view checked the device).
 bool fits_into(const actors::FastPath::Entry& e, const TensorView& dst) {
-  return dst.device().type == DeviceType::cpu && dst.is_contiguous() &&
-         e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() && e.shape == dst.shape();
+  return dst.is_contiguous() && e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() &&
+         e.shape == dst.shape();
 }
 
-// Into the caller's contiguous host view of the key's dtype and shape
-// (Store::get_into).
+// Into the caller's contiguous view of the key's dtype and shape
+// (Store::get_into): a memcpy into host memory, one CUDA copy into GPU
+// memory (host to device, straight from the volume's mapping on a direct
+// read).
 FastOutcome fast_get_into(actors::FastPath& fast, const std::string& key,
                           std::chrono::milliseconds timeout, const TensorView& dst) {
+  const bool to_device = internal::cuda::on_device(dst);
   return fast.read(
       key, [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); },
-      [&dst](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
-        if (n > 0) std::memcpy(dst.data(), data, n);
+      [&dst, to_device](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
+        if (n == 0) return true;
+        if (!to_device) {
+          std::memcpy(dst.data(), data, n);
+          return true;
+        }
+        return internal::cuda::copy_bytes(dst.data(), data, n).ok();
       },
-      timeout);
+      timeout, to_device);
 }
 
 // A byte object (Store::get_object, get_stored_object).
@@ -93,6 +104,7 @@ FastOutcome fast_get_object(actors::FastPath& fast, const std::string& key,
       [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         out->bytes.assign(reinterpret_cast<const char*>(data), n);
         out->format = e.format;
+        return true;
       },
       timeout);
 }
@@ -152,16 +164,33 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   auto st = staging("put");
   auto host = st->source(tensor, call_items.front().first);
   if (!host.ok()) return make_error_future<void>(host.status());
+  auto put_fast = [&](const TensorView& h) {
+    return fast_put(impl_->fast.get(),
+                    actors::FastPath::Put{call_items.front().first, wire::ObjectKind::tensor,
+                                          h.dtype(), h.shape(), ObjectFormat::bytes,
+                                          static_cast<const std::byte*>(h.data()), h.nbytes()},
+                    impl_->options.request_timeout, [this](std::vector<wire::KeyRecord> r) {
+                      Impl::send(impl_.get(), actors::store_learn_atom::value, std::move(r));
+                    });
+  };
   if (impl_ && host->device().type == DeviceType::cpu && host->is_contiguous() &&
-      host->nbytes() <= actors::FastPath::kMaxPutBytes &&
-      fast_put(impl_->fast.get(),
-               actors::FastPath::Put{call_items.front().first, wire::ObjectKind::tensor,
-                                     host->dtype(), host->shape(), ObjectFormat::bytes,
-                                     static_cast<const std::byte*>(host->data()), host->nbytes()},
-               impl_->options.request_timeout, [this](std::vector<wire::KeyRecord> r) {
-                 Impl::send(impl_.get(), actors::store_learn_atom::value, std::move(r));
-               })) {
+      host->nbytes() <= actors::FastPath::kMaxPutBytes && put_fast(*host)) {
     return make_ready_future();
+  }
+  // A small contiguous tensor in GPU memory: one device-to-host copy into
+  // page-locked memory, then the ring, where the actors' put costs a fixed
+  // 0.1-0.4 ms (docs/gpu.md). Only up to one ring slot: larger ones go
+  // through the side buffer and the volume's copies, which cost more than
+  // the actors' one copy from the GPU into the volume's mapping.
+  if (impl_ && impl_->fast && internal::cuda::on_device(*host) && host->is_contiguous() &&
+      host->nbytes() <= actors::FastPath::kMaxBytes && impl_->fast->can_put()) {
+    auto buf = internal::cuda::pinned(std::max<std::size_t>(host->nbytes(), 1));
+    if (buf &&
+        (host->nbytes() == 0 ||
+         internal::cuda::copy_bytes(buf.get(), host->data(), host->nbytes()).ok()) &&
+        put_fast(TensorView(buf.get(), host->dtype(), host->shape()))) {
+      return make_ready_future();
+    }
   }
   actors::PutCall call;
   call.op = "put";

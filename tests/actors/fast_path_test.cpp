@@ -514,9 +514,10 @@ class FastPathRing : public ::testing::Test {
     r.shards.push_back(wire::ShardRecord{TensorSlice::full({4}), "v", 7, 4});
     fast_.learn(r);
   }
-  // Reads "k" while the test's volume end answers the request with `reply`.
+  // Reads "k" while the test's volume end answers the request with `reply`;
+  // the read's consumer takes the bytes when `take`.
   actors::FastPath::Outcome read_answered_with(const std::vector<std::byte>& reply,
-                                               std::string* got) {
+                                               std::string* got, bool take = true) {
     std::thread volume([&] {
       auto m = server_->receive(std::chrono::steady_clock::now() + 10s);
       if (!m.ok()) return;
@@ -530,8 +531,9 @@ class FastPathRing : public ::testing::Test {
     });
     auto out = fast_.read(
         "k", [](const actors::FastPath::Entry&) { return true; },
-        [got](const actors::FastPath::Entry&, const std::byte* d, std::size_t n) {
-          got->assign(reinterpret_cast<const char*>(d), n);
+        [got, take](const actors::FastPath::Entry&, const std::byte* d, std::size_t n) {
+          if (take) got->assign(reinterpret_cast<const char*>(d), n);
+          return take;
         },
         10s);
     volume.join();
@@ -550,16 +552,32 @@ TEST_F(FastPathRing, AGoodReplyIsServed) {
   EXPECT_EQ(fast_.stats().hits, 1u);
 }
 
+// A consumer that cannot take the bytes (a failed copy into GPU memory)
+// makes the read a miss: the caller takes the actor path, which writes the
+// destination again and reports. The ring and the location stay.
+TEST_F(FastPathRing, BytesTheConsumerCannotTakeMakeTheReadAMiss) {
+  std::string got;
+  auto ok = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4);
+  EXPECT_EQ(read_answered_with(ok, &got, /*take=*/false), actors::FastPath::Outcome::miss);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(fast_.stats().hits, 0u);
+  EXPECT_EQ(fast_.stats().misses, 1u);
+  EXPECT_EQ(fast_.stats().rings, 1u);
+  EXPECT_EQ(read_answered_with(ok, &got), actors::FastPath::Outcome::hit);
+  EXPECT_EQ(got, "abcd");
+}
+
 TEST_F(FastPathRing, StaleForgetsTheLocation) {
   std::string got;
   auto stale = actors::fast_get::encode(actors::fast_get::ReplyStatus::stale, nullptr, 0);
   EXPECT_EQ(read_answered_with(stale, &got), actors::FastPath::Outcome::stale);
   EXPECT_TRUE(got.empty());
   // Forgotten: the next read does not reach the ring at all.
-  EXPECT_EQ(fast_.read(
-                "k", [](const actors::FastPath::Entry&) { return true; },
-                [](const actors::FastPath::Entry&, const std::byte*, std::size_t) {}, 1s),
-            actors::FastPath::Outcome::miss);
+  EXPECT_EQ(
+      fast_.read(
+          "k", [](const actors::FastPath::Entry&) { return true; },
+          [](const actors::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 1s),
+      actors::FastPath::Outcome::miss);
   EXPECT_EQ(fast_.stats().rings, 1u);  // the ring itself is fine
 }
 
@@ -582,10 +600,11 @@ TEST_F(FastPathRing, AReplyOfTheWrongSizeIsRefused) {
 TEST_F(FastPathRing, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
   server_.reset();
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(fast_.read(
-                "k", [](const actors::FastPath::Entry&) { return true; },
-                [](const actors::FastPath::Entry&, const std::byte*, std::size_t) {}, 30s),
-            actors::FastPath::Outcome::miss);
+  EXPECT_EQ(
+      fast_.read(
+          "k", [](const actors::FastPath::Entry&) { return true; },
+          [](const actors::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 30s),
+      actors::FastPath::Outcome::miss);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
@@ -606,10 +625,11 @@ TEST_F(FastPathRing, KeysThatAreNotSmallAndWholeAreNotMirrored) {
       wire::ShardRecord{TensorSlice::full(large.shape), "v", 10, actors::FastPath::kMaxBytes + 1});
   fast_.learn(large);
   for (const char* key : {"s", "l"}) {
-    EXPECT_EQ(fast_.read(
-                  key, [](const actors::FastPath::Entry&) { return true; },
-                  [](const actors::FastPath::Entry&, const std::byte*, std::size_t) {}, 1s),
-              actors::FastPath::Outcome::miss)
+    EXPECT_EQ(
+        fast_.read(
+            key, [](const actors::FastPath::Entry&) { return true; },
+            [](const actors::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 1s),
+        actors::FastPath::Outcome::miss)
         << key;
   }
 }

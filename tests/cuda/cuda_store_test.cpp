@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
@@ -556,6 +557,84 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
         {self, "--peer-get", store->address(), "big", std::to_string(n), transport});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
     EXPECT_EQ(peer.exit_code(), 0) << "transport '" << transport << "': " << peer.output();
+  }
+}
+
+// A small key read into GPU memory takes the fast path: its bytes come
+// straight from the volume's shared memory, one host-to-device copy on the
+// caller's thread, no actor (a direct read, counted as one). At the limit
+// of direct reads too, and again once the mapping is page-locked. A key
+// another client overwrote is found stale, never read: the actors read the
+// new bytes into the same memory.
+TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
+  SKIP_WITHOUT_CUDA();
+  StoreOptions o;
+  o.listen = "127.0.0.1:0";
+  auto store = Store::embedded(o);
+  ASSERT_OK(store);
+  for (const std::size_t n :
+       {std::size_t{4}, std::size_t{4096}, std::size_t{1} << 20, std::size_t{8} << 20}) {
+    const std::string key = "small/" + std::to_string(n);
+    const auto bytes = random_bytes(n, static_cast<unsigned>(n % 1000) + 3);
+    const auto len = static_cast<std::int64_t>(n);
+    ASSERT_OK(
+        store->put(key, TensorView(const_cast<std::uint8_t*>(bytes.data()), DType::uint8, {len}))
+            .get(kWait));
+    DeviceBuffer dst(n);
+    for (int round = 0; round < 3; ++round) {  // the third through a page-locked mapping
+      const auto before = store->fast_path_stats();
+      ASSERT_OK(store->get_into(key, dst.view(DType::uint8, {len})).get(kWait)) << key;
+      EXPECT_EQ(dst.download(), bytes) << key;
+      const auto after = store->fast_path_stats();
+      EXPECT_EQ(after.direct_reads, before.direct_reads + 1) << key << " round " << round;
+      EXPECT_EQ(after.misses, before.misses) << key;
+    }
+  }
+  // Another client overwrites one: this client's cached location is stale.
+  StoreOptions co;
+  auto other = Store::connect(store->address(), co);
+  ASSERT_OK(other);
+  const auto newer = random_bytes(4096, 99);
+  ASSERT_OK(other
+                ->put("small/4096",
+                      TensorView(const_cast<std::uint8_t*>(newer.data()), DType::uint8, {4096}))
+                .get(kWait));
+  DeviceBuffer dst(4096);
+  const auto before = store->fast_path_stats();
+  ASSERT_OK(store->get_into("small/4096", dst.view(DType::uint8, {4096})).get(kWait));
+  EXPECT_EQ(dst.download(), newer);
+  EXPECT_EQ(store->fast_path_stats().stale, before.stale + 1);
+  other->close();
+}
+
+// A small tensor put from GPU memory takes the ring too: one
+// device-to-host copy, then the fast path's put (counted as one). Up to
+// one ring slot; a larger one takes the actors' one-copy put. Every way of
+// reading returns the device's bytes.
+TEST(CudaFastPath, SmallPutsFromGpuMemoryGoOverTheRing) {
+  SKIP_WITHOUT_CUDA();
+  auto store = Store::embedded(StoreOptions{});
+  ASSERT_OK(store);
+  std::uint32_t first = 1;  // a first put finds the volume and makes the ring
+  ASSERT_OK(store->put("first", TensorView(&first, DType::uint32, {1})).get(kWait));
+  ASSERT_EQ(store->fast_path_stats().rings, 1u);
+  const std::size_t slot = actors::FastPath::kMaxBytes;
+  for (const std::size_t n : {std::size_t{4}, std::size_t{4096}, slot, slot + 4}) {
+    const std::string key = "dev/" + std::to_string(n);
+    const auto bytes = random_bytes(n, static_cast<unsigned>(n % 997) + 11);
+    const auto len = static_cast<std::int64_t>(n);
+    DeviceBuffer src(n), dst(n);
+    src.upload(bytes.data());
+    const auto before = store->fast_path_stats();
+    ASSERT_OK(store->put(key, src.view(DType::uint8, {len})).get(kWait)) << key;
+    const auto after = store->fast_path_stats();
+    EXPECT_EQ(after.puts, before.puts + (n <= slot ? 1 : 0)) << key;
+    auto host = store->get(key).get(kWait);
+    ASSERT_OK(host) << key;
+    ASSERT_EQ(host->nbytes(), n);
+    EXPECT_EQ(std::memcmp(host->data(), bytes.data(), n), 0) << key;
+    ASSERT_OK(store->get_into(key, dst.view(DType::uint8, {len})).get(kWait)) << key;
+    EXPECT_EQ(dst.download(), bytes) << key;
   }
 }
 

@@ -242,10 +242,13 @@ class Transport {
   /// process, for a copy on the caller's own thread (the fast path's
   /// direct reads): read the tag, copy from `data`, read it again. Both
   /// null where object_tag() would be; `data` stays mapped while `tag`
-  /// lives.
+  /// lives. A copy from `data` into GPU memory calls `before_device_copy`
+  /// first where set (shm: the mapping is page-locked from its second such
+  /// copy on, as for the transport's own device copies).
   struct TaggedBytes {
     std::shared_ptr<const std::atomic<std::uint64_t>> tag;
     const std::byte* data = nullptr;
+    std::function<void()> before_device_copy;
   };
   virtual TaggedBytes tagged_bytes(const wire::RegionRef& src) {
     (void)src;

@@ -149,6 +149,11 @@ bool FastPath::has_ring(const std::string& volume_id) const {
   return rings_.count(volume_id) != 0;
 }
 
+bool FastPath::can_put() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !home_.empty() && rings_.count(home_) != 0;
+}
+
 void FastPath::close() {
   std::unordered_map<std::string, std::shared_ptr<Channel>> doomed;
   {
@@ -187,9 +192,8 @@ void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
 // the volume clears an object's tag before its memory serves anything
 // else, and committed bytes never change, so the same id before and after
 // the copy means the copy is that object's bytes.
-FastPath::Outcome FastPath::read_direct(
-    const std::string& key, const Entry& entry, Channel& channel,
-    const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume) {
+FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& entry,
+                                        Channel& channel, const Consume& consume, bool to_device) {
   if (channel.controller && !channel.controller->alive()) return Outcome::miss;
   wire::RegionRef ref;
   ref.region_id = entry.object_id;
@@ -204,7 +208,11 @@ FastPath::Outcome FastPath::read_direct(
     return Outcome::stale;
   };
   if (at.tag->load(std::memory_order_acquire) != entry.object_id) return stale();
-  consume(entry, at.data, entry.nbytes);
+  if (to_device && at.before_device_copy) at.before_device_copy();
+  if (!consume(entry, at.data, entry.nbytes)) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::miss;
+  }
   std::atomic_thread_fence(std::memory_order_acquire);
   if (at.tag->load(std::memory_order_relaxed) != entry.object_id) return stale();
   lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
@@ -219,10 +227,10 @@ void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Cha
   if (it != rings_.end() && it->second == expected) rings_.erase(it);
 }
 
-FastPath::Outcome FastPath::read(
-    const std::string& key, const std::function<bool(const Entry&)>& accept,
-    const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume,
-    std::chrono::milliseconds timeout) {
+FastPath::Outcome FastPath::read(const std::string& key,
+                                 const std::function<bool(const Entry&)>& accept,
+                                 const Consume& consume, std::chrono::milliseconds timeout,
+                                 bool to_device) {
   Entry entry;
   auto channel = channel_of(key, &entry);
   if (!channel || !accept(entry)) {
@@ -230,7 +238,7 @@ FastPath::Outcome FastPath::read(
     return Outcome::miss;
   }
   if (channel->direct(entry)) {
-    auto direct = read_direct(key, entry, *channel, consume);
+    auto direct = read_direct(key, entry, *channel, consume, to_device);
     if (direct != Outcome::miss) return direct;
   }
   if (entry.nbytes > kMaxBytes) {
@@ -280,7 +288,10 @@ FastPath::Outcome FastPath::read(
                                                  std::to_string(entry.nbytes)));
   }
   lock.unlock();
-  consume(entry, payload, n);
+  if (!consume(entry, payload, n)) {
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::miss;
+  }
   hits_.fetch_add(1, std::memory_order_relaxed);
   return Outcome::hit;
 }

@@ -132,23 +132,32 @@ class FastPath {
   void add_remote(const std::string& volume_id, std::unique_ptr<transports::SmallOps> channel,
                   std::uint64_t token);
   bool has_ring(const std::string& volume_id) const;
+  /// Whether write() has a channel to try now (this client's volume has
+  /// one): a caller that must first copy a put's bytes to the host asks.
+  bool can_put() const;
   /// Closes every ring and forgets everything; later reads miss. The
   /// store calls it first when it closes.
   void close();
 
   // -- the caller's side --
 
+  /// Takes an object's bytes (n == entry.nbytes) where the caller wants
+  /// them; false when it could not (a device copy failed): the read is then
+  /// a miss, and the actor path writes the destination again and reports.
+  using Consume = std::function<bool(const Entry&, const std::byte*, std::size_t)>;
+
   /// Reads `key` when its location is cached and `accept(entry)` says the
   /// call can be served from it (kind, dtype, shape): straight from the
   /// volume's shared memory where its place is known, else over its
   /// volume's ring (at most kMaxBytes). `consume(entry, data, n)` gets the
-  /// object's bytes (n == entry.nbytes); a direct read may call it and
-  /// still answer stale (the object changed during the copy), so it must
-  /// only write what the caller's actor path writes again. Waits for a
-  /// ring's reply at most `timeout`. One request at a time per ring.
+  /// object's bytes; a direct read may call it and still answer stale (the
+  /// object changed during the copy), so it must only write what the
+  /// caller's actor path writes again. `to_device`: consume copies into GPU
+  /// memory (a direct read lets the transport page-lock its mapping for
+  /// that). Waits for a ring's reply at most `timeout`. One request at a
+  /// time per ring.
   Outcome read(const std::string& key, const std::function<bool(const Entry&)>& accept,
-               const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume,
-               std::chrono::milliseconds timeout);
+               const Consume& consume, std::chrono::milliseconds timeout, bool to_device = false);
 
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
@@ -176,9 +185,8 @@ class FastPath {
   std::shared_ptr<Channel> channel_of(const std::string& key, Entry* entry) const;
   // The direct read of `entry` (miss: not possible here; stale: the object
   // is no longer there, or changed during the copy).
-  Outcome read_direct(
-      const std::string& key, const Entry& entry, Channel& channel,
-      const std::function<void(const Entry&, const std::byte*, std::size_t)>& consume);
+  Outcome read_direct(const std::string& key, const Entry& entry, Channel& channel,
+                      const Consume& consume, bool to_device);
   void forget_object(const std::string& key, std::uint64_t object_id);
   void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
 

@@ -291,6 +291,7 @@ class ShmTransport final : public Transport {
     if (header->magic != kObjectHeaderMagic) return {};
     TaggedBytes out;
     out.data = s.data() + kObjectHeaderBytes;
+    out.before_device_copy = [mapping = *seg] { mapping->before_device_copy(); };
     out.tag =
         std::shared_ptr<const std::atomic<std::uint64_t>>(std::move(seg).value(), &header->object);
     return out;
