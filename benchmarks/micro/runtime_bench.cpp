@@ -1,8 +1,9 @@
 // Micro figures of the runtime's hot pieces (Google Benchmark): future
 // plumbing, strided copies against memcpy of the same bytes, the store's
 // wire codec, how long a message takes to reach an actor whose scheduler
-// worker has gone idle, and a state dict's planning on the caller's thread
-// (put and read of 1,000 tensors of 4 KiB, against a memcpy of their bytes). Run with
+// worker has gone idle and what the workers' idle polling costs, and a state dict's planning on the
+// caller's thread (put and read of 1,000 tensors of 4 KiB, against a memcpy of their bytes). Run
+// with
 // --benchmark_min_time=0.01 for a smoke pass.
 
 #include <benchmark/benchmark.h>
@@ -13,6 +14,7 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <thread>
 #include <vector>
 
@@ -140,6 +142,41 @@ BENCHMARK(BM_ActorWake)
     ->Arg(20000)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// What an idle scheduler's polling costs (internal::scheduler_polls(),
+// MESHSTORE_SCHEDULER_POLLS): the process's CPU time from one message to an
+// actor until, 20 ms later, every worker has gone back to sleep; the
+// counter "cpu_us" is that CPU time per message (the handler itself takes
+// well under a microsecond). Wall time per iteration is the 20 ms pause.
+void BM_IdleSchedulerCpu(benchmark::State& state) {
+  internal::RuntimeOptions options;
+  options.scheduler_threads = 2;
+  auto runtime = internal::ActorRuntime::create(options);
+  if (!runtime.ok()) {
+    state.SkipWithError(runtime.status().to_string().c_str());
+    return;
+  }
+  auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+  };
+  double cpu = 0;
+  {
+    auto actor = (*runtime)->system().spawn(
+        [](caf::event_based_actor*) -> caf::behavior { return {[](std::int64_t) {}}; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the spawn's own polling
+    for (auto _ : state) {
+      const double c0 = cpu_now();
+      caf::anon_send(actor, std::int64_t{1});
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      cpu += cpu_now() - c0;
+    }
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  }
+  state.counters["cpu_us"] = cpu / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_IdleSchedulerCpu)->Iterations(50)->Unit(benchmark::kMillisecond);
 
 // A request and its reply through the shared-memory ring (issue 26's fast
 // path) between this process and a child that echoes: range(0) bytes each

@@ -21,8 +21,9 @@ bool spinning_host();
 
 /// Polls an idle CAF scheduler worker makes before it sleeps on its
 /// condition variable: MESHSTORE_SCHEDULER_POLLS (0 to 1,000,000) where
-/// set, else 5,000 on a spinning host (a worker stays awake between two
-/// small requests, so the next finds it running) and CAF's own 100
+/// set, else 5,000 on a spinning host (a worker stays awake about 40 us
+/// after its last message, so the next of a stream of small requests finds
+/// it running: runtime_bench's BM_IdleSchedulerCpu) and CAF's own 100
 /// elsewhere. Read once; a bad value is logged and the default used.
 std::size_t scheduler_polls();
 
