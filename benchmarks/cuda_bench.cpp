@@ -2,7 +2,7 @@
 // of the same bytes in the same run (docs/gpu.md).
 //
 //   build/bin/cuda_bench [--bytes 1GiB] [--iters 5] [--transport NAME] [--json] [--smoke]
-//                        [--emulated] [--calls]
+//                        [--emulated] [--calls] [--state-dict small|qwen3-0.6b|...]
 //
 // One process hosts an embedded store (the client reaches its volume over
 // `--transport`, by default the store's choice). Figures, medians of
@@ -24,6 +24,13 @@
 //                              the allocation's IPC handle once, then the
 //                              same copy runs (CudaDirectPublish tests).
 //   direct_publish_ms           publish (the loan: no bytes move) + reclaim
+// --state-dict instead times put_state_dict and get_state_dict_into of a
+// state dict of device tensors (bf16, each its own allocation, as a
+// model's parameters are): "small" is 1,000 tensors of 4 KiB (the
+// weight-sync scenario's many-small-tensors case, packed into one bucket),
+// a Qwen3 name its checkpoint's shapes (examples/weights/qwen3_shapes.hpp).
+// Against one page-locked cudaMemcpy of the same bytes each way
+// (put_vs_d2h, get_vs_h2d), with the cost per tensor beyond that.
 // --calls instead prints what the CUDA calls behind one transfer cost
 // (median microseconds of 200): a 4-byte device-to-device copy, the IPC
 // handle of an allocation, the allocation a pointer lies in.
@@ -46,6 +53,7 @@
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/store.hpp"
+#include "qwen3_shapes.hpp"
 
 using namespace std::chrono_literals;
 using meshstore::bench::die;
@@ -82,13 +90,101 @@ double time_it(const std::function<void()>& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --state-dict: put_state_dict of device tensors and get_state_dict_into
+// device tensors, against one page-locked copy of all their bytes.
+int run_state_dict(const std::string& which, int iters, const std::string& transport, bool json) {
+  qwen3::Tensors shapes;
+  if (which == "small") {
+    for (int i = 0; i < 1000; ++i) shapes.push_back({"t." + std::to_string(i), {2048}});
+  } else {
+    qwen3::Config c;
+    if (!qwen3::find(which, c)) die("--state-dict: 'small' or a Qwen3 name, not '" + which + "'");
+    shapes = qwen3::tensors(c);
+  }
+  std::size_t total = 0;
+  for (const auto& [name, shape] : shapes)
+    total += static_cast<std::size_t>(qwen3::numel(shape)) * 2;
+  // Each tensor its own allocation, source and destination.
+  std::vector<std::shared_ptr<std::byte>> src, dst;
+  meshstore::StateDict in, out;
+  auto host = meshstore::internal::cuda::pinned(total);
+  if (!host) die("no host memory for " + std::to_string(total) + " bytes");
+  std::memset(host.get(), 0x3c, total);
+  std::size_t at = 0;
+  for (const auto& [name, shape] : shapes) {
+    const auto n = static_cast<std::size_t>(qwen3::numel(shape)) * 2;
+    src.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
+    dst.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
+    copy(src.back().get(), host.get() + at, n, "H2D fill");
+    at += n;
+    const meshstore::Shape s(shape.begin(), shape.end());
+    must(in.insert(name, meshstore::TensorView(src.back().get(), meshstore::DType::bfloat16, s, {},
+                                               meshstore::Device::cuda(0))),
+         "state dict");
+    must(out.insert(name, meshstore::TensorView(dst.back().get(), meshstore::DType::bfloat16, s, {},
+                                                meshstore::Device::cuda(0))),
+         "state dict");
+  }
+  // The floor: all the bytes in one copy each way, between the page-locked
+  // host buffer and one device buffer of their size.
+  auto scratch = must(meshstore::internal::cuda::device_alloc(total, 0), "device memory");
+  meshstore::StoreOptions o;
+  o.transport = transport;
+  auto store = must(meshstore::Store::embedded(o), "Store::embedded");
+  must(store.put_state_dict("sd", in).get(600s), "put_state_dict (warm-up)");
+  must(store.get_state_dict_into("sd", out).get(600s), "get_state_dict_into (warm-up)");
+  std::vector<double> put, get, d2h, h2d;
+  for (int r = 0; r < iters; ++r) {
+    d2h.push_back(time_it([&] { copy(host.get(), scratch.get(), total, "D2H"); }));
+    h2d.push_back(time_it([&] { copy(scratch.get(), host.get(), total, "H2D"); }));
+    put.push_back(time_it([&] { must(store.put_state_dict("sd", in).get(600s), "put"); }));
+    get.push_back(
+        time_it([&] { must(store.get_state_dict_into("sd", out).get(600s), "get_into"); }));
+  }
+  // What came back is what went in (the first and last tensors).
+  for (std::size_t i : {std::size_t{0}, shapes.size() - 1}) {
+    const auto n = static_cast<std::size_t>(qwen3::numel(shapes[i].second)) * 2;
+    std::vector<unsigned char> back(std::min<std::size_t>(n, 1 << 20));
+    copy(back.data(), dst[i].get(), back.size(), "D2H check");
+    for (auto c : back) {
+      if (c != 0x3c) die("get_state_dict_into returned the wrong bytes");
+    }
+  }
+  const double m_put = median(put), m_get = median(get), m_d2h = median(d2h), m_h2d = median(h2d);
+  const double per_tensor_us =
+      ((m_put - m_d2h) + (m_get - m_h2d)) / 2 / static_cast<double>(shapes.size()) * 1e6;
+  if (json) {
+    std::printf(
+        "{\"state_dict\":\"%s\",\"transport\":\"%s\",\"tensors\":%zu,\"bytes\":%zu,"
+        "\"put_ms\":%.3f,\"get_ms\":%.3f,\"d2h_ms\":%.3f,\"h2d_ms\":%.3f,"
+        "\"put_vs_d2h\":%.3f,\"get_vs_h2d\":%.3f,\"per_tensor_us\":%.2f}\n",
+        which.c_str(), transport.empty() ? "chosen" : transport.c_str(), shapes.size(), total,
+        m_put * 1e3, m_get * 1e3, m_d2h * 1e3, m_h2d * 1e3, m_d2h / m_put, m_h2d / m_get,
+        per_tensor_us);
+  } else {
+    std::printf(
+        "cuda_bench --state-dict %s: %zu device tensors, %.2f MB, transport %s, median of %d\n",
+        which.c_str(), shapes.size(), static_cast<double>(total) / 1e6,
+        transport.empty() ? "(the store's choice)" : transport.c_str(), iters);
+    std::printf(
+        "  put_state_dict          %9.3f ms   one page-locked D2H %9.3f ms   put_vs_d2h %.3f\n",
+        m_put * 1e3, m_d2h * 1e3, m_d2h / m_put);
+    std::printf(
+        "  get_state_dict_into     %9.3f ms   one page-locked H2D %9.3f ms   get_vs_h2d %.3f\n",
+        m_get * 1e3, m_h2d * 1e3, m_h2d / m_get);
+    std::printf("  beyond the copies       %9.2f us per tensor\n", per_tensor_us);
+  }
+  store.close();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::size_t bytes = std::size_t{1} << 30;
   int iters = 5;
   bool json = false, smoke = false, emulated = false, calls = false;
-  std::string transport;
+  std::string transport, state_dict;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -109,6 +205,8 @@ int main(int argc, char** argv) {
       emulated = true;
     else if (a == "--calls")
       calls = true;
+    else if (a == "--state-dict")
+      state_dict = next();
     else
       die("unknown argument '" + a + "' (see the comment at the top of cuda_bench.cpp)");
   }
@@ -124,6 +222,7 @@ int main(int argc, char** argv) {
     std::printf("cuda_bench: skipped: %s\n", s.message().c_str());
     return 0;
   }
+  if (!state_dict.empty()) return run_state_dict(state_dict, smoke ? 2 : iters, transport, json);
   bytes = bytes / 4 * 4;
   const std::int64_t n = static_cast<std::int64_t>(bytes / 4);
   if (calls) {
