@@ -549,10 +549,11 @@ void print_info() {
               MESHSTORE_BUILD_CUDA ? "toolkit found: device tensors and the cuda-ipc transport "
                                      "work where meshstore::cuda::status() is OK"
                                    : "off (device tensors and cuda-ipc answer unavailable)");
-  std::printf("  copy threads %d (one per core up to 16; MESHSTORE_COPY_THREADS sets it)\n",
+  std::printf("  copy threads %d (one per usable CPU up to 16; MESHSTORE_COPY_THREADS sets it)\n",
               meshstore::transports::CopyEngine::instance().threads());
   std::printf(
-      "  scheduler polls %zu before an idle worker sleeps (5000 on 8 or more cores, else 100; "
+      "  scheduler polls %zu before an idle worker sleeps (5000 with 8 or more usable CPUs, else "
+      "100; "
       "MESHSTORE_SCHEDULER_POLLS sets it)\n",
       meshstore::internal::scheduler_polls());
   // Where GPU tensors move in one copy, and why not elsewhere.

@@ -156,7 +156,7 @@ struct StoreOptions {
   int rpc_chunks_in_flight = 4;
   /// Deadline of every control request (and every rpc chunk).
   std::chrono::milliseconds request_timeout{30000};
-  /// Actor scheduler threads; 0 = max(2, hardware threads) capped at 8.
+  /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on) capped at 8.
   int scheduler_threads = 0;
   /// Small gets on one host skip the actors: get, get_into of one key into
   /// contiguous host memory of its dtype and shape, and get_object of a

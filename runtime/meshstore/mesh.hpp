@@ -46,7 +46,7 @@ struct MeshOptions {
   std::chrono::milliseconds request_timeout{30000};
   /// Mesh::from_env: keep retrying rank 0's registry this long.
   std::chrono::milliseconds connect_timeout{30000};
-  /// Actor scheduler threads; 0 = max(2, hardware threads), at most 8.
+  /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on), at most 8.
   int scheduler_threads = 0;
   /// Across processes: how often every connection is probed (BASP
   /// heartbeats), and how long one may stay silent before it is dropped

@@ -3,7 +3,11 @@
 #include "meshstore/internal/idle_spin.hpp"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -56,12 +60,37 @@ TEST(IdleSpin, AZeroSpinAsksOnce) {
   EXPECT_FALSE(spin_until([] { return false; }, std::chrono::microseconds(0)));
 }
 
-TEST(IdleSpin, TheSchedulerPollsFollowTheHostsCores) {
+TEST(IdleSpin, TheSchedulerPollsFollowTheUsableCpus) {
   // Without MESHSTORE_SCHEDULER_POLLS (ctest sets none): 5,000 where the
-  // host spins, CAF's 100 elsewhere.
+  // process may run on enough CPUs, CAF's 100 elsewhere.
   if (std::getenv("MESHSTORE_SCHEDULER_POLLS")) GTEST_SKIP() << "MESHSTORE_SCHEDULER_POLLS is set";
   EXPECT_EQ(scheduler_polls(), spinning_host() ? 5000u : 100u);
-  EXPECT_EQ(spinning_host(), std::thread::hardware_concurrency() >= kSpinningHostCores);
+  EXPECT_EQ(spinning_host(), usable_cpus() >= kSpinningHostCores);
+}
+
+// A process bound to fewer CPUs than the host has (taskset, a cpuset,
+// srun's binding) counts those: a child bound to one CPU sees one.
+TEST(IdleSpin, UsableCpusAreTheAffinityMasks) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  EXPECT_EQ(usable_cpus(), static_cast<unsigned>(CPU_COUNT(&mine)));
+  EXPECT_LE(usable_cpus(), std::max(1u, std::thread::hardware_concurrency()));
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(2);
+    _exit(usable_cpus() == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a child bound to one CPU counted another number";
 }
 
 }  // namespace

@@ -290,13 +290,13 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   }
   caf::anon_send(volume, fast_put_atom::value, std::move(job));
   volume = nullptr;  // no strong handle kept by this thread while it waits
-  // Waits in slices, so a volume that stops (which joins this thread) is
-  // not held up by a put it will never finish.
   // On a host with cores to spare, spin for the outcome as the ring's ends
   // spin for messages (the put takes tens of microseconds, a sleeping
   // thread's wake-up as long again); on 2 vCPUs this thread would take the
   // core the volume actor commits on.
   if (internal::spinning_host()) internal::spin_until([&] { return fut.ready(); }, puts.spin);
+  // Then waits in slices, so a volume that stops (which joins this thread)
+  // is not held up by a put it will never finish.
   const auto deadline = std::chrono::steady_clock::now() + puts.timeout;
   while (!fut.wait_for(std::chrono::milliseconds(50))) {
     if (controller_down.load()) return gone();

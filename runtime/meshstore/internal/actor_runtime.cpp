@@ -1,5 +1,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <caf/io/all.hpp>
 #include <caf/openssl/manager.hpp>
@@ -144,7 +146,20 @@ caf::actor_system* system_of(const caf::logger* logger) noexcept {
   return it == systems().by_logger.end() ? nullptr : it->second;
 }
 
-bool spinning_host() { return std::thread::hardware_concurrency() >= kSpinningHostCores; }
+unsigned usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<unsigned>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+bool spinning_host() {
+  static const bool spinning = usable_cpus() >= kSpinningHostCores;
+  return spinning;
+}
 
 std::size_t scheduler_polls() {
   // On the 16-core H200 host, 5,000 polls took a 4 KiB put across
@@ -183,7 +198,7 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
   }
   int threads = options.scheduler_threads;
   if (threads == 0) {
-    threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+    threads = std::clamp(static_cast<int>(usable_cpus()), 2, 8);
   }
   std::unique_ptr<ActorRuntime> rt(new ActorRuntime());
   rt->threads_ = threads;

@@ -14,7 +14,8 @@ namespace meshstore::internal {
 
 /// Settings of the CAF actor system a store or mesh runs on.
 struct RuntimeOptions {
-  /// Scheduler worker threads; 0 picks max(2, hardware threads), capped at 8.
+  /// Scheduler worker threads; 0 picks max(2, the CPUs this process may
+  /// run on: internal::usable_cpus()), capped at 8.
   int scheduler_threads = 0;
   /// Load CAF's middleman (network layer) for cross-process actors.
   bool with_middleman = false;

@@ -12,11 +12,18 @@
 
 namespace meshstore::internal {
 
-/// The number of hardware threads from which a host counts as one where
-/// waiting threads spin (spinning_host()).
+/// The number of CPUs from which a process counts as one whose waiting
+/// threads spin (spinning_host()).
 inline constexpr unsigned kSpinningHostCores = 8;
 
-/// Whether this host has at least kSpinningHostCores hardware threads.
+/// The CPUs this process may run on now: its affinity mask's (taskset, a
+/// cpuset, srun's binding), else the host's hardware threads. Not cached.
+unsigned usable_cpus();
+
+/// Whether this process may run on at least kSpinningHostCores CPUs
+/// (usable_cpus(), read once): a rank bound to 2 cores of a large host
+/// counts as small. A CPU quota without an affinity mask (a container's
+/// --cpus) is not seen: set MESHSTORE_SCHEDULER_POLLS there.
 bool spinning_host();
 
 /// Polls an idle CAF scheduler worker makes before it sleeps on its

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 
@@ -44,11 +45,12 @@ CopyEngine& CopyEngine::instance() {
 namespace {
 
 // Worker threads: MESHSTORE_COPY_THREADS (1 to 256) where set, else one per
-// core up to 16 (at least 2). On a 16-core host, 16 threads took shm
+// core this process may run on (internal::usable_cpus(): a rank bound to 2
+// cores of a large host gets 2) up to 16 (at least 2). On a 16-core host, 16 threads took shm
 // get_into from 0.60-0.79 to 0.90-0.91 x of a copy over every core, where 8
 // fell short (docs/performance.md, 2026-11-26).
 unsigned worker_count() {
-  const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
+  const unsigned hw = std::max(2u, internal::usable_cpus());
   const unsigned fallback = std::min(hw, 16u);
   const char* env = std::getenv("MESHSTORE_COPY_THREADS");
   if (!env || !*env) return fallback;
