@@ -549,6 +549,8 @@ void print_info() {
               MESHSTORE_BUILD_CUDA ? "toolkit found: device tensors and the cuda-ipc transport "
                                      "work where meshstore::cuda::status() is OK"
                                    : "off (device tensors and cuda-ipc answer unavailable)");
+  std::printf("  usable CPUs %u (the affinity mask, within the cgroup's CPU quota)\n",
+              meshstore::internal::usable_cpus());
   std::printf("  copy threads %d (one per usable CPU up to 16; MESHSTORE_COPY_THREADS sets it)\n",
               meshstore::transports::CopyEngine::instance().threads());
   std::printf(

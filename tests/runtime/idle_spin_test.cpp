@@ -74,8 +74,8 @@ TEST(IdleSpin, UsableCpusAreTheAffinityMasks) {
   cpu_set_t mine;
   CPU_ZERO(&mine);
   ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
-  EXPECT_EQ(usable_cpus(), static_cast<unsigned>(CPU_COUNT(&mine)));
-  EXPECT_LE(usable_cpus(), std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_LE(usable_cpus(), static_cast<unsigned>(CPU_COUNT(&mine)));  // a quota may cut it
+  EXPECT_GE(usable_cpus(), 1u);
   int first = 0;
   while (!CPU_ISSET(first, &mine)) ++first;
   const pid_t child = fork();
@@ -91,6 +91,21 @@ TEST(IdleSpin, UsableCpusAreTheAffinityMasks) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "a child bound to one CPU counted another number";
+}
+
+// A container's CPU quota (docker --cpus, a pod's limit) counts as the
+// CPUs it allows, rounded up; no quota counts as none.
+TEST(IdleSpin, ACpuQuotaCountsAsTheCpusItAllows) {
+  EXPECT_EQ(cpus_of_quota(200000, 100000), 2u);
+  EXPECT_EQ(cpus_of_quota(150000, 100000), 2u);  // 1.5 CPUs: two may run
+  EXPECT_EQ(cpus_of_quota(50000, 100000), 1u);
+  EXPECT_EQ(cpus_of_quota(-1, 100000), 0u);  // cgroup v1: no quota
+  EXPECT_EQ(cpus_of_quota(100000, 0), 0u);
+  EXPECT_EQ(cpus_of_cpu_max("400000 100000"), 4u);
+  EXPECT_EQ(cpus_of_cpu_max("max 100000"), 0u);  // cgroup v2: no quota
+  EXPECT_EQ(cpus_of_cpu_max(""), 0u);
+  EXPECT_EQ(cpus_of_cpu_max("lots 100000"), 0u);
+  EXPECT_EQ(cpus_of_cpu_max("100000"), 0u);
 }
 
 }  // namespace

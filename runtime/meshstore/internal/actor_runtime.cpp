@@ -1,11 +1,8 @@
 #include "meshstore/internal/actor_runtime.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <caf/io/all.hpp>
 #include <caf/openssl/manager.hpp>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -14,7 +11,6 @@
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/tls_watch.hpp"
-#include "meshstore/logging.hpp"
 
 namespace meshstore::internal {
 
@@ -144,45 +140,6 @@ caf::actor_system* system_of(const caf::logger* logger) noexcept {
   std::lock_guard<std::mutex> lock(systems().mu);
   auto it = systems().by_logger.find(logger);
   return it == systems().by_logger.end() ? nullptr : it->second;
-}
-
-unsigned usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return static_cast<unsigned>(n);
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-bool spinning_host() {
-  static const bool spinning = usable_cpus() >= kSpinningHostCores;
-  return spinning;
-}
-
-std::size_t scheduler_polls() {
-  // On the 16-core H200 host, 5,000 polls took a 4 KiB put across
-  // processes from 56-67 to 35-40 us (p50), CAF's 100 leaving the worker
-  // asleep when the ring's thread hands it the put; on the 2-vCPU VM they
-  // made an actor 4 x slower to reach after 200 us idle (64 against 15
-  // us), the spinning workers holding both cores (docs/performance.md,
-  // "Waking threads on a many-core host").
-  static const std::size_t polls = [] {
-    const std::size_t fallback = spinning_host() ? 5000 : 100;
-    const char* env = std::getenv("MESHSTORE_SCHEDULER_POLLS");
-    if (!env || !*env) return fallback;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end != '\0' || v < 0 || v > 1000000) {
-      log::get("runtime")->warn(
-          "MESHSTORE_SCHEDULER_POLLS='{}' is not a number from 0 to 1000000: using {}", env,
-          fallback);
-      return fallback;
-    }
-    return static_cast<std::size_t>(v);
-  }();
-  return polls;
 }
 
 Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions& options) {

@@ -8,6 +8,7 @@
 // "Threading and shutdown", has the figures.
 #include <chrono>
 #include <cstddef>
+#include <string>
 #include <thread>
 
 namespace meshstore::internal {
@@ -16,14 +17,22 @@ namespace meshstore::internal {
 /// threads spin (spinning_host()).
 inline constexpr unsigned kSpinningHostCores = 8;
 
-/// The CPUs this process may run on now: its affinity mask's (taskset, a
-/// cpuset, srun's binding), else the host's hardware threads. Not cached.
+/// The CPUs this process may use now: its affinity mask's (taskset, a
+/// cpuset, srun's binding), else the host's hardware threads, and at most
+/// what its cgroup's CPU quota allows, rounded up (a container's --cpus:
+/// cgroup v2's cpu.max, v1's cpu.cfs_quota_us). Not cached.
 unsigned usable_cpus();
 
-/// Whether this process may run on at least kSpinningHostCores CPUs
-/// (usable_cpus(), read once): a rank bound to 2 cores of a large host
-/// counts as small. A CPU quota without an affinity mask (a container's
-/// --cpus) is not seen: set MESHSTORE_SCHEDULER_POLLS there.
+/// CPUs a CPU quota of `quota_us` per `period_us` allows, rounded up; 0
+/// for no quota (either not positive).
+unsigned cpus_of_quota(long long quota_us, long long period_us);
+/// cpus_of_quota of cgroup v2's cpu.max text ("200000 100000"); 0 for
+/// "max ..." (no quota) and for text it cannot read.
+unsigned cpus_of_cpu_max(const std::string& text);
+
+/// Whether this process may use at least kSpinningHostCores CPUs
+/// (usable_cpus(), read once): a rank bound to 2 cores of a large host, or
+/// a container allowed 2 CPUs of it, counts as small.
 bool spinning_host();
 
 /// Polls an idle CAF scheduler worker makes before it sleeps on its
