@@ -551,11 +551,14 @@ void print_info() {
                                    : "off (device tensors and cuda-ipc answer unavailable)");
   std::printf("  usable CPUs %u (the affinity mask, within the cgroup's CPU quota)\n",
               meshstore::internal::usable_cpus());
+  std::printf(
+      "  spinning %s (waiting threads spin: with 8 or more usable CPUs; MESHSTORE_SPIN=on|off|auto "
+      "sets it)\n",
+      meshstore::internal::spinning_host() ? "on" : "off");
   std::printf("  copy threads %d (one per usable CPU up to 16; MESHSTORE_COPY_THREADS sets it)\n",
               meshstore::transports::CopyEngine::instance().threads());
   std::printf(
-      "  scheduler polls %zu before an idle worker sleeps (5000 with 8 or more usable CPUs, else "
-      "100; "
+      "  scheduler polls %zu before an idle worker sleeps (5000 where spinning, else 100; "
       "MESHSTORE_SCHEDULER_POLLS sets it)\n",
       meshstore::internal::scheduler_polls());
   // Where GPU tensors move in one copy, and why not elsewhere.

@@ -177,6 +177,26 @@ TEST(Cli, InfoReportsTheSchedulerPollsTheEnvironmentSets) {
   }
 }
 
+// MESHSTORE_SPIN turns waiting threads' spinning on or off whatever the
+// CPUs, and the scheduler's polls with it; a bad value is named and auto
+// (by the CPUs) used.
+TEST(Cli, InfoReportsTheSpinTheEnvironmentSets) {
+  Child on({kTool, "info"}, {"MESHSTORE_SPIN=on"});
+  ASSERT_TRUE(on.wait(60s));
+  EXPECT_NE(on.output().find("spinning on "), std::string::npos) << on.output();
+  EXPECT_NE(on.output().find("scheduler polls 5000 "), std::string::npos) << on.output();
+  Child off({kTool, "info"}, {"MESHSTORE_SPIN=off"});
+  ASSERT_TRUE(off.wait(60s));
+  EXPECT_NE(off.output().find("spinning off "), std::string::npos) << off.output();
+  EXPECT_NE(off.output().find("scheduler polls 100 "), std::string::npos) << off.output();
+  Child bad({kTool, "info"}, {"MESHSTORE_SPIN=sometimes"});
+  ASSERT_TRUE(bad.wait(60s));
+  EXPECT_EQ(bad.exit_code(), 0) << bad.output();
+  EXPECT_NE(bad.output().find("MESHSTORE_SPIN='sometimes' is not on, off or auto"),
+            std::string::npos)
+      << bad.output();
+}
+
 // `meshstore agent --listen` takes what every address option takes:
 // HOST:PORT or [V6]:PORT, and names what is wrong otherwise.
 TEST(Cli, TheAgentListensWhereToldAndRefusesABadAddress) {

@@ -103,7 +103,19 @@ unsigned usable_cpus() {
 }
 
 bool spinning_host() {
-  static const bool spinning = usable_cpus() >= kSpinningHostCores;
+  static const bool spinning = [] {
+    const bool by_cpus = usable_cpus() >= kSpinningHostCores;
+    const char* env = std::getenv("MESHSTORE_SPIN");
+    if (!env || !*env) return by_cpus;
+    const std::string v = env;
+    if (v == "on" || v == "1") return true;
+    if (v == "off" || v == "0") return false;
+    if (v != "auto") {
+      log::get("runtime")->warn("MESHSTORE_SPIN='{}' is not on, off or auto: using auto ({})", v,
+                                by_cpus ? "on" : "off");
+    }
+    return by_cpus;
+  }();
   return spinning;
 }
 

@@ -30,9 +30,11 @@ unsigned cpus_of_quota(long long quota_us, long long period_us);
 /// "max ..." (no quota) and for text it cannot read.
 unsigned cpus_of_cpu_max(const std::string& text);
 
-/// Whether this process may use at least kSpinningHostCores CPUs
-/// (usable_cpus(), read once): a rank bound to 2 cores of a large host, or
-/// a container allowed 2 CPUs of it, counts as small.
+/// Whether waiting threads spin in this process (read once):
+/// MESHSTORE_SPIN=on or off where set, else (auto) whether it may use at
+/// least kSpinningHostCores CPUs (usable_cpus()): a rank bound to 2 cores
+/// of a large host, or a container allowed 2 CPUs of it, counts as small.
+/// A bad value is logged and auto used.
 bool spinning_host();
 
 /// Polls an idle CAF scheduler worker makes before it sleeps on its
