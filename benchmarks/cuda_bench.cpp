@@ -101,9 +101,11 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
     if (!qwen3::find(which, c)) die("--state-dict: 'small' or a Qwen3 name, not '" + which + "'");
     shapes = qwen3::tensors(c);
   }
+  auto bytes_of = [](const std::vector<std::int64_t>& shape) {
+    return static_cast<std::size_t>(qwen3::numel(shape)) * 2;  // bf16
+  };
   std::size_t total = 0;
-  for (const auto& [name, shape] : shapes)
-    total += static_cast<std::size_t>(qwen3::numel(shape)) * 2;
+  for (const auto& [name, shape] : shapes) total += bytes_of(shape);
   // Each tensor its own allocation, source and destination.
   std::vector<std::shared_ptr<std::byte>> src, dst;
   meshstore::StateDict in, out;
@@ -112,7 +114,7 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   std::memset(host.get(), 0x3c, total);
   std::size_t at = 0;
   for (const auto& [name, shape] : shapes) {
-    const auto n = static_cast<std::size_t>(qwen3::numel(shape)) * 2;
+    const auto n = bytes_of(shape);
     src.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
     dst.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
     copy(src.back().get(), host.get() + at, n, "H2D fill");
@@ -143,7 +145,7 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   }
   // What came back is what went in (the first and last tensors).
   for (std::size_t i : {std::size_t{0}, shapes.size() - 1}) {
-    const auto n = static_cast<std::size_t>(qwen3::numel(shapes[i].second)) * 2;
+    const auto n = bytes_of(shapes[i].second);
     std::vector<unsigned char> back(std::min<std::size_t>(n, 1 << 20));
     copy(back.data(), dst[i].get(), back.size(), "D2H check");
     for (auto c : back) {

@@ -1,9 +1,9 @@
 // Micro figures of the runtime's hot pieces (Google Benchmark): future
 // plumbing, strided copies against memcpy of the same bytes, the store's
 // wire codec, how long a message takes to reach an actor whose scheduler
-// worker has gone idle and what the workers' idle polling costs, and a state dict's planning on the
-// caller's thread (put and read of 1,000 tensors of 4 KiB, against a memcpy of their bytes). Run
-// with
+// worker has gone idle and what the workers' idle polling costs, and a
+// state dict's planning on the caller's thread (put and read of 1,000
+// tensors of 4 KiB, against a memcpy of their bytes). Run with
 // --benchmark_min_time=0.01 for a smoke pass.
 
 #include <benchmark/benchmark.h>
@@ -15,7 +15,9 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "meshstore/future.hpp"
@@ -94,26 +96,35 @@ void BM_EncodeDecodeKeyRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeDecodeKeyRecord);
 
-// A message from a thread outside the actor system to an actor, timed
-// until the actor's handler runs (the sender spins on a flag the handler
-// sets, so only the scheduler's hand-off is timed, not the sender's own
-// wake-up). range(0) is the pause before each message, in microseconds: 0
-// sends back to back (a worker is still spinning: CAF's 100 aggressive
-// polls), longer pauses let the workers go to sleep (the runtime sets
-// work-stealing.moderate-poll-attempts to 0: no 50 us polling phase), so
-// the message pays for waking one. The scheduler's configuration is the
-// store's (internal::ActorRuntime, 2 threads as on the reference VM).
-void BM_ActorWake(benchmark::State& state) {
+// The store's actor runtime (internal::ActorRuntime, its scheduler
+// settings), with 2 threads as on the reference VM; null, and the
+// benchmark skipped with the reason, when it cannot start.
+std::unique_ptr<internal::ActorRuntime> store_runtime(benchmark::State& state) {
   internal::RuntimeOptions options;
   options.scheduler_threads = 2;
   auto runtime = internal::ActorRuntime::create(options);
   if (!runtime.ok()) {
     state.SkipWithError(runtime.status().to_string().c_str());
-    return;
+    return nullptr;
   }
+  return std::move(runtime).value();
+}
+
+// A message from a thread outside the actor system to an actor, timed
+// until the actor's handler runs (the sender spins on a flag the handler
+// sets, so only the scheduler's hand-off is timed, not the sender's own
+// wake-up). range(0) is the pause before each message, in microseconds: 0
+// sends back to back (a worker is still spinning: its
+// internal::scheduler_polls() aggressive polls), longer pauses let the workers go to sleep (the
+// runtime sets work-stealing.moderate-poll-attempts to 0: no 50 us polling phase), so the message
+// pays for waking one. The scheduler's configuration is the store's (internal::ActorRuntime, 2
+// threads as on the reference VM).
+void BM_ActorWake(benchmark::State& state) {
+  auto runtime = store_runtime(state);
+  if (!runtime) return;
   std::atomic<std::int64_t> handled{0};
   {
-    auto actor = (*runtime)->system().spawn([&handled](caf::event_based_actor*) -> caf::behavior {
+    auto actor = runtime->system().spawn([&handled](caf::event_based_actor*) -> caf::behavior {
       return {[&handled](std::int64_t) {
         handled.store(std::chrono::steady_clock::now().time_since_epoch().count(),
                       std::memory_order_release);
@@ -149,13 +160,8 @@ BENCHMARK(BM_ActorWake)
 // counter "cpu_us" is that CPU time per message (the handler itself takes
 // well under a microsecond). Wall time per iteration is the 20 ms pause.
 void BM_IdleSchedulerCpu(benchmark::State& state) {
-  internal::RuntimeOptions options;
-  options.scheduler_threads = 2;
-  auto runtime = internal::ActorRuntime::create(options);
-  if (!runtime.ok()) {
-    state.SkipWithError(runtime.status().to_string().c_str());
-    return;
-  }
+  auto runtime = store_runtime(state);
+  if (!runtime) return;
   auto cpu_now = [] {
     timespec ts{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -163,7 +169,7 @@ void BM_IdleSchedulerCpu(benchmark::State& state) {
   };
   double cpu = 0;
   {
-    auto actor = (*runtime)->system().spawn(
+    auto actor = runtime->system().spawn(
         [](caf::event_based_actor*) -> caf::behavior { return {[](std::int64_t) {}}; });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the spawn's own polling
     for (auto _ : state) {

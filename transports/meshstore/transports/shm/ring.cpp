@@ -258,12 +258,7 @@ template <class Ready, class Gone>
 Status wait_for(Ready ready, Gone gone, std::atomic<std::uint32_t>& word,
                 std::atomic<std::uint32_t>& sleeping, std::chrono::microseconds spin,
                 Ring::Deadline deadline, const std::string& name, const char* what) {
-  const auto spin_end = std::chrono::steady_clock::now() + spin;
-  for (int i = 0;; ++i) {
-    if (ready()) return Status();
-    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= spin_end) break;
-    internal::cpu_relax();
-  }
+  if (internal::spin_until(ready, spin)) return Status();
   auto next_check = std::chrono::steady_clock::now();
   for (;;) {
     const std::uint32_t seen = word.load();
