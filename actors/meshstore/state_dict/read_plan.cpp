@@ -167,7 +167,14 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   } else if (m.packed_bytes > 0) {
     // One scratch blob; each bucket is read into its range of it.
     // Reused from call to call (ScratchPool): no page faults per read.
-    auto storage = ScratchPool::instance().take(m.packed_bytes);
+    // Page-locked where entries go on to a GPU: finish_into copies them
+    // there in one transfer (copy_pieces).
+    bool to_gpu = false;
+    for (std::size_t k = 0; k < m.entries.size(); ++k) {
+      to_gpu = to_gpu || (m.entries[k].kind == EntryKind::packed && on_device(found[k]->view));
+    }
+    auto storage = to_gpu ? internal::cuda::pinned(m.packed_bytes)
+                          : ScratchPool::instance().take(m.packed_bytes);
     if (!storage) {
       return Status(Errc::out_of_capacity, op + ": cannot allocate " +
                                                std::to_string(m.packed_bytes) + " bytes to unpack");
@@ -209,6 +216,9 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
 
 Status finish_into(const IntoPlan& plan, StateDict* dst) {
   const auto* base = static_cast<const std::byte*>(plan.blob.data());
+  // Whole entries for contiguous GPU memory go there together, after the
+  // loop: one copy of the blob and one kernel per GPU, not a copy each.
+  std::vector<internal::cuda::DevicePiece> to_gpu;
   for (const auto& u : plan.unpack) {
     if (!u.box && u.dst.dtype() != u.entry->dtype) {
       // Converted as it is unpacked (ReadOptions::cast; host destinations).
@@ -224,7 +234,10 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
       continue;
     }
     if (!u.box) {
-      if (on_device(u.dst)) {
+      if (on_device(u.dst) && u.dst.is_contiguous()) {
+        to_gpu.push_back(internal::cuda::DevicePiece{u.dst.data(), u.offset, u.dst.nbytes(),
+                                                     u.dst.device().index});
+      } else if (on_device(u.dst)) {
         MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_device(u.dst, base + u.offset));
       } else {
         unpack_from(base + u.offset, u.dst);
@@ -240,6 +253,11 @@ Status finish_into(const IntoPlan& plan, StateDict* dst) {
                          u.entry->dtype, u.box->local_shape(), whole);
     // A GPU destination: cut on the host, then one copy to the device.
     MESHSTORE_RETURN_IF_ERROR(internal::cuda::copy_view(src, u.dst));
+  }
+  if (!to_gpu.empty()) {
+    MESHSTORE_RETURN_IF_ERROR(
+        internal::cuda::copy_pieces(const_cast<std::byte*>(base), to_gpu, false)
+            .with_context(std::to_string(to_gpu.size()) + " packed entries to their GPU"));
   }
   for (const auto& [name, bytes] : plan.values) {
     auto v = Value::decode(std::string(static_cast<const char*>(bytes.data()), bytes.nbytes()));

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <vector>
 
 #include "meshstore/internal/cuda_copy.hpp"
 
@@ -17,22 +19,69 @@ bool has_device_tensors(const StateDict& sd) {
                      [](const StateDict::Entry& e) { return e.is_tensor() && on_device(e.view); });
 }
 
+// A put's contiguous device tensors that the store stages (packs, casts)
+// are copied to the host together: one page-locked buffer, one
+// copy_pieces (a kernel and one transfer per GPU, not a synchronous copy
+// each). `*out` gets their host views by name; with fewer than two there
+// is nothing to gain, and source() copies each.
+Status gather_sources(const StateDict& sd, DeviceStaging& st,
+                      const std::function<bool(const StateDict::Entry&)>& pass,
+                      std::map<std::string, TensorView>* out) {
+  std::vector<internal::cuda::DevicePiece> pieces;
+  std::vector<const StateDict::Entry*> which;
+  std::size_t total = 0;
+  for (const auto& e : sd.entries()) {
+    if (!e.is_tensor() || !on_device(e.view) || !e.view.is_contiguous() || (pass && pass(e)) ||
+        st.direct) {
+      continue;
+    }
+    const std::size_t at = (total + 63) / 64 * 64;  // each piece 64-byte aligned
+    pieces.push_back(
+        internal::cuda::DevicePiece{e.view.data(), at, e.view.nbytes(), e.view.device().index});
+    which.push_back(&e);
+    total = at + e.view.nbytes();
+  }
+  if (pieces.size() < 2) return Status();
+  auto buf = internal::cuda::pinned(total);
+  if (!buf) {
+    return Status(Errc::out_of_capacity, st.what + ": no host memory for the " +
+                                             std::to_string(total) + " bytes of " +
+                                             std::to_string(pieces.size()) + " GPU tensors");
+  }
+  MESHSTORE_RETURN_IF_ERROR(
+      internal::cuda::copy_pieces(buf.get(), pieces, true)
+          .with_context(st.what + ": " + std::to_string(pieces.size()) + " tensors from the GPU"));
+  st.buffers.push_back(buf);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    out->emplace(which[i]->name, TensorView(buf.get() + pieces[i].offset, which[i]->view.dtype(),
+                                            which[i]->view.shape()));
+  }
+  return Status();
+}
+
 // When `sd` holds CUDA tensors: `st` gets a stand-in with host tensors in
 // their place (copies for a put, empty buffers for a get: `for_get`), which
 // the call uses instead of `sd`; a put's entries for which `pass` says so
 // stay the device views they are. Device views are checked first.
 Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
                         const std::function<bool(const StateDict::Entry&)>& pass = {}) {
+  internal::cuda::KnownAllocations known;
   for (const auto& e : sd.entries()) {
     if (e.is_tensor() && on_device(e.view)) {
       MESHSTORE_RETURN_IF_ERROR(
-          internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'"));
+          internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'", &known));
     }
   }
+  std::map<std::string, TensorView> gathered;
+  if (!for_get) MESHSTORE_RETURN_IF_ERROR(gather_sources(sd, st, pass, &gathered));
   auto host = std::make_unique<StateDict>();
   for (const auto& e : sd.entries()) {
     if (!e.is_tensor()) {
       MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *e.value));
+      continue;
+    }
+    if (auto g = gathered.find(e.name); g != gathered.end()) {
+      MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, g->second));
       continue;
     }
     auto view = for_get ? st.target(e.view, e.name)

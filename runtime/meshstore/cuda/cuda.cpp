@@ -1,6 +1,6 @@
 // CUDA support, built when MESHSTORE_WITH_CUDA finds a toolkit
 // (cuda_none.cpp otherwise). Host API only, linked with the static CUDA
-// runtime; the one kernel is in strided.cu.
+// runtime; the kernels are in strided.cu and pieces.cu.
 #include <cuda.h>  // driver API types; its functions come through the runtime
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "meshstore/cuda/pieces.cuh"
 #include "meshstore/cuda/strided.cuh"
 #include "meshstore/internal/cuda_backend.hpp"
 #include "meshstore/internal/cuda_device_scope.hpp"
@@ -205,6 +206,95 @@ Status copy_bytes(void* dst, const void* src, std::size_t n) {
   cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, cudaStreamPerThread);
   if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
   if (e != cudaSuccess) return Status(Errc::internal, error_text("cudaMemcpyAsync", e));
+  return Status();
+}
+
+namespace {
+
+// Fewer pieces than this go one copy each (queued, one wait): a kernel's
+// fixed cost (its table uploaded, a launch, a staging buffer) is about
+// that of a few copies.
+constexpr std::size_t kFewPieces = 4;
+
+// One GPU's pieces (copy_pieces), on this thread's stream of that GPU.
+Status copy_device_pieces(std::byte* host, const std::vector<const DevicePiece*>& pieces,
+                          bool to_host, int device) {
+  DeviceScope scope(device);
+  if (scope.error() != cudaSuccess) {
+    return Status(Errc::invalid_argument, error_text("cudaSetDevice", scope.error()));
+  }
+  cudaStream_t stream = cudaStreamPerThread;
+  std::size_t lo = pieces.front()->offset, hi = 0, total = 0, largest = 0;
+  for (const auto* p : pieces) {
+    lo = std::min(lo, p->offset);
+    hi = std::max(hi, p->offset + p->n);
+    total += p->n;
+    largest = std::max(largest, p->n);
+  }
+  const std::size_t span = hi - lo;
+  // One copy of the host range the pieces span, when it holds little else.
+  const bool batched = pieces.size() >= kFewPieces && span <= 2 * total + (std::size_t{64} << 10);
+  cudaError_t e = cudaSuccess;
+  std::shared_ptr<std::byte> table;  // page-locked: its upload is queued too
+  void* staging = nullptr;
+  void* device_table = nullptr;
+  if (!batched) {
+    for (const auto* p : pieces) {
+      e = to_host
+              ? cudaMemcpyAsync(host + p->offset, p->device_ptr, p->n, cudaMemcpyDefault, stream)
+              : cudaMemcpyAsync(p->device_ptr, host + p->offset, p->n, cudaMemcpyDefault, stream);
+      if (e != cudaSuccess) break;
+    }
+  } else {
+    const std::size_t table_bytes = pieces.size() * sizeof(PieceCopy);
+    table = pinned(table_bytes);
+    auto* t = reinterpret_cast<PieceCopy*>(table.get());
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      t[i] = PieceCopy{reinterpret_cast<std::uintptr_t>(pieces[i]->device_ptr),
+                       pieces[i]->offset - lo, pieces[i]->n};
+    }
+    e = cudaMallocAsync(&staging, span, stream);
+    if (e == cudaSuccess) e = cudaMallocAsync(&device_table, table_bytes, stream);
+    if (e == cudaSuccess) {
+      e = cudaMemcpyAsync(device_table, t, table_bytes, cudaMemcpyHostToDevice, stream);
+    }
+    if (e == cudaSuccess && !to_host) {
+      e = cudaMemcpyAsync(staging, host + lo, span, cudaMemcpyHostToDevice, stream);
+    }
+    if (e == cudaSuccess) {
+      e = launch_piece_copy(static_cast<const PieceCopy*>(device_table), pieces.size(), largest,
+                            staging, to_host, stream);
+    }
+    if (e == cudaSuccess && to_host) {
+      e = cudaMemcpyAsync(host + lo, staging, span, cudaMemcpyDeviceToHost, stream);
+    }
+    if (device_table) cudaFreeAsync(device_table, stream);
+    if (staging) cudaFreeAsync(staging, stream);
+  }
+  const cudaError_t waited = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = waited;
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status(Errc::internal,
+                  error_text(batched ? "batched device copy" : "cudaMemcpyAsync", e) + " (" +
+                      std::to_string(pieces.size()) + " pieces, " + std::to_string(total) +
+                      " bytes, cuda:" + std::to_string(device) + ")");
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status copy_pieces(std::byte* host, const std::vector<DevicePiece>& pieces, bool to_host) {
+  if (pieces.empty()) return Status();
+  MESHSTORE_RETURN_IF_ERROR(status());
+  std::map<int, std::vector<const DevicePiece*>> by_device;
+  for (const auto& p : pieces) {
+    if (p.n > 0) by_device[p.device].push_back(&p);
+  }
+  for (const auto& [device, mine] : by_device) {
+    MESHSTORE_RETURN_IF_ERROR(copy_device_pieces(host, mine, to_host, device));
+  }
   return Status();
 }
 

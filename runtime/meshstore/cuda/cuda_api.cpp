@@ -52,7 +52,19 @@ std::size_t span_of(const TensorView& v) {
   return static_cast<std::size_t>(last + 1) * dtype_size(v.dtype());
 }
 
-Status check_device_view(const TensorView& view, const std::string& what) {
+bool KnownAllocations::holds(std::uintptr_t first, std::size_t span, int device) const {
+  auto it = by_base_.upper_bound(first);
+  if (it == by_base_.begin()) return false;
+  --it;
+  const auto& [size, on] = it->second;
+  return on == device && first - it->first < size && span <= size - (first - it->first);
+}
+
+void KnownAllocations::add(std::uintptr_t base, std::size_t size, int device) {
+  by_base_[base] = {size, device};
+}
+
+Status check_device_view(const TensorView& view, const std::string& what, KnownAllocations* known) {
   const std::string dev = view.device().to_string();
   if (auto s = meshstore::cuda::status(); !s.ok()) {
     return Status(s.code(), what + ": device " + dev + ": " + s.message());
@@ -64,6 +76,9 @@ Status check_device_view(const TensorView& view, const std::string& what) {
                       std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
   }
   if (view.numel() == 0) return Status();  // no memory to check
+  const std::size_t span = span_of(view);
+  const auto first_at = reinterpret_cast<std::uintptr_t>(view.data());
+  if (known && known->holds(first_at, span, view.device().index)) return Status();
   auto first = locate(view.data());
   if (!first.ok()) return first.status().with_context(what);
   if (*first < 0) {
@@ -78,36 +93,37 @@ Status check_device_view(const TensorView& view, const std::string& what) {
                                               " lies on cuda:" + std::to_string(*first) +
                                               ", the view says " + dev);
   }
-  // The last byte too: a view longer than its allocation ends in unmapped
-  // addresses (or in another allocation, which this cannot tell apart).
-  const std::size_t span = span_of(view);
-  if (span > 1) {
-    const auto* last = static_cast<const std::byte*>(view.data()) + span - 1;
-    auto at = locate(last);
-    const int on = at.ok() ? *at : -1;
-    if (on != view.device().index) {
-      return Status(
-          Errc::invalid_argument,
-          what + ": the view's last byte, at " + address(last) + ", is " +
-              (on < 0 ? std::string("not device memory") : "on cuda:" + std::to_string(on)) +
-              ": the view (spanning " + std::to_string(span) +
-              " bytes) runs past the end of its allocation on " + dev);
-    }
-    // And in the same allocation as the first: a view running over the end
-    // of one allocation into the next would pass the checks above. Where
-    // the driver cannot say (no cuMemGetAddressRange), this is skipped.
-    auto first_allocation = allocation_of(view.data());
-    if (first_allocation.ok()) {
-      const auto [base, size] = *first_allocation;
-      const auto at = reinterpret_cast<std::uintptr_t>(last);
-      if (at < base || at - base >= size) {
-        return Status(Errc::invalid_argument,
-                      what + ": the view (spanning " + std::to_string(span) +
-                          " bytes) runs past the end of its allocation on " + dev + " (" +
-                          std::to_string(size) +
-                          " bytes) into another allocation; its last byte is at " + address(last));
-      }
-    }
+  if (span <= 1) return Status();
+  // The last byte too, in the same allocation as the first: a view longer
+  // than its allocation ends in unmapped addresses, or in another
+  // allocation. Where the driver cannot name the allocation (no
+  // cuMemGetAddressRange), only that the last byte is device memory of
+  // this device.
+  const auto* last = static_cast<const std::byte*>(view.data()) + span - 1;
+  auto allocation = allocation_of(view.data());
+  const bool inside =
+      allocation.ok() && reinterpret_cast<std::uintptr_t>(last) >= allocation->first &&
+      reinterpret_cast<std::uintptr_t>(last) - allocation->first < allocation->second;
+  if (inside) {
+    if (known) known->add(allocation->first, allocation->second, view.device().index);
+    return Status();
+  }
+  auto at = locate(last);
+  const int on = at.ok() ? *at : -1;
+  if (on != view.device().index) {
+    return Status(
+        Errc::invalid_argument,
+        what + ": the view's last byte, at " + address(last) + ", is " +
+            (on < 0 ? std::string("not device memory") : "on cuda:" + std::to_string(on)) +
+            ": the view (spanning " + std::to_string(span) +
+            " bytes) runs past the end of its allocation on " + dev);
+  }
+  if (allocation.ok()) {
+    return Status(Errc::invalid_argument,
+                  what + ": the view (spanning " + std::to_string(span) +
+                      " bytes) runs past the end of its allocation on " + dev + " (" +
+                      std::to_string(allocation->second) +
+                      " bytes) into another allocation; its last byte is at " + address(last));
   }
   return Status();
 }
@@ -126,6 +142,11 @@ Status to_device(const TensorView& dst, const std::byte* src) {
 
 Status copy_bytes(void* dst, const void* src, std::size_t n) {
   return emulating() ? emulated::copy_bytes(dst, src, n) : native::copy_bytes(dst, src, n);
+}
+
+Status copy_pieces(std::byte* host, const std::vector<DevicePiece>& pieces, bool to_host) {
+  return emulating() ? emulated::copy_pieces(host, pieces, to_host)
+                     : native::copy_pieces(host, pieces, to_host);
 }
 
 bool is_device_pointer(const void* p) {

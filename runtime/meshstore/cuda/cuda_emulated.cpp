@@ -286,6 +286,16 @@ Status copy_bytes(void* dst, const void* src, std::size_t n) {
   return Status();
 }
 
+// One copy per piece: the emulator checks each against its allocation as
+// the real one's kernel would fault on a bad pointer.
+Status copy_pieces(std::byte* host, const std::vector<DevicePiece>& pieces, bool to_host) {
+  for (const auto& p : pieces) {
+    MESHSTORE_RETURN_IF_ERROR(to_host ? copy_bytes(host + p.offset, p.device_ptr, p.n)
+                                      : copy_bytes(p.device_ptr, host + p.offset, p.n));
+  }
+  return Status();
+}
+
 Result<std::shared_ptr<void>> register_host(void* p, std::size_t n) {
   if (n == 0 || p == nullptr) return std::shared_ptr<void>();
   return emulator().register_host(p, n);

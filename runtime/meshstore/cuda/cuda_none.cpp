@@ -19,6 +19,7 @@ std::shared_ptr<std::byte> pinned(std::size_t n) { return internal::allocate_ali
 Status to_host(std::byte*, const TensorView&) { return status(); }
 Status to_device(const TensorView&, const std::byte*) { return status(); }
 Status copy_bytes(void*, const void*, std::size_t) { return status(); }
+Status copy_pieces(std::byte*, const std::vector<DevicePiece>&, bool) { return status(); }
 Result<std::shared_ptr<void>> register_host(void*, std::size_t) { return status(); }
 Result<std::shared_ptr<std::byte>> device_alloc(std::size_t, int) { return status(); }
 Result<int> export_dmabuf(const void*, std::size_t, std::uint64_t*) { return status(); }

@@ -4,9 +4,11 @@
 // build without CUDA: it answers Errc::unavailable.
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "meshstore/result.hpp"
 #include "meshstore/tensor.hpp"
@@ -16,14 +18,30 @@ namespace meshstore::internal::cuda {
 /// Whether `v` names device (GPU) memory rather than host memory.
 inline bool on_device(const TensorView& v) { return v.device().type != DeviceType::cpu; }
 
+/// Device allocations that check_device_view() found during one call,
+/// each by its first address, size and device.
+class KnownAllocations {
+ public:
+  /// Whether [first, first + span) lies within one known allocation on
+  /// `device`.
+  bool holds(std::uintptr_t first, std::size_t span, int device) const;
+  void add(std::uintptr_t base, std::size_t size, int device);
+
+ private:
+  std::map<std::uintptr_t, std::pair<std::size_t, int>> by_base_;
+};
+
 /// Checks that device view `view` (device cuda:N) can be used: CUDA works
 /// here, device N exists, and the view's first and last bytes are live
-/// device memory on device N (not freed, not host memory, not another
-/// device's, not running past the end of an allocation into unmapped
-/// addresses). `what`
-/// names the view ("put 'w'"). Errc::unavailable when CUDA cannot be used,
-/// Errc::invalid_argument otherwise.
-Status check_device_view(const TensorView& view, const std::string& what);
+/// device memory on device N, in one allocation (not freed, not host
+/// memory, not another device's, not running past the end of an
+/// allocation). `what` names the view ("put 'w'"). Errc::unavailable when
+/// CUDA cannot be used, Errc::invalid_argument otherwise. With `known`, a
+/// view within an allocation an earlier check of the same call found
+/// costs no call to the driver (a state dict's tensors are often carved
+/// from a few allocations), and the allocation this one finds is added.
+Status check_device_view(const TensorView& view, const std::string& what,
+                         KnownAllocations* known = nullptr);
 
 /// `n` bytes of page-locked host memory (the fast path for device copies)
 /// from a process-wide pool, given back to it when the last owner lets go;
@@ -56,6 +74,27 @@ bool is_device_pointer(const void* p);
 /// Copies `src`, host memory holding dst.nbytes() bytes row-major, into
 /// device view `dst` (any strides). Returns when the bytes are there.
 Status to_device(const TensorView& dst, const std::byte* src);
+
+/// One contiguous piece of device memory in a batched copy (copy_pieces):
+/// `n` bytes at `device_ptr` on GPU `device`, and `offset` into the host
+/// buffer where they go (or come from).
+struct DevicePiece {
+  void* device_ptr = nullptr;
+  std::size_t offset = 0;
+  std::size_t n = 0;
+  int device = 0;
+};
+
+/// Copies many pieces between host memory `host` and device memory at
+/// once: each piece's bytes to host + offset (`to_host`), or from there to
+/// the device. Returns when every byte is there. Where the pieces are many
+/// and small (a state dict's packed entries) they cost about one copy: per
+/// GPU, one kernel gathers them into (or scatters them from) one device
+/// buffer, moved in one copy of the host range they span, instead of a
+/// synchronous copy each (about 10 us apiece). Pieces must not overlap.
+/// To the host, the bytes between pieces in the range they span may be
+/// written too (a buffer of the pieces alone, as the store stages them).
+Status copy_pieces(std::byte* host, const std::vector<DevicePiece>& pieces, bool to_host);
 
 /// `n` bytes of GPU memory on `device` (at least one), freed when the last
 /// owner lets go. Errc::unavailable without CUDA, Errc::out_of_capacity
