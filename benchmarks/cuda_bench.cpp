@@ -3,6 +3,7 @@
 //
 //   build/bin/cuda_bench [--bytes 1GiB] [--iters 5] [--transport NAME] [--json] [--smoke]
 //                        [--emulated] [--calls] [--state-dict small|qwen3-0.6b|...]
+//                        [--no-fast-path] [--own-allocations]
 //
 // One process hosts an embedded store (the client reaches its volume over
 // `--transport`, by default the store's choice). Figures, medians of
@@ -25,12 +26,17 @@
 //                              same copy runs (CudaDirectPublish tests).
 //   direct_publish_ms           publish (the loan: no bytes move) + reclaim
 // --state-dict instead times put_state_dict and get_state_dict_into of a
-// state dict of device tensors (bf16, each its own allocation, as a
-// model's parameters are): "small" is 1,000 tensors of 4 KiB (the
-// weight-sync scenario's many-small-tensors case, packed into one bucket),
-// a Qwen3 name its checkpoint's shapes (examples/weights/qwen3_shapes.hpp).
-// Against one page-locked cudaMemcpy of the same bytes each way
-// (put_vs_d2h, get_vs_h2d), with the cost per tensor beyond that.
+// state dict of device tensors (bf16; those under 1 MiB carved from 2 MiB
+// blocks, as PyTorch's caching allocator places a model's parameters,
+// larger ones each an allocation; --own-allocations: every one its own): "small" is 1,000 tensors
+// of 4 KiB (the weight-sync scenario's many-small-tensors case, packed into one bucket), a Qwen3
+// name its checkpoint's shapes (examples/weights/qwen3_shapes.hpp). Against one page-locked
+// cudaMemcpy of the same bytes each way (put_vs_d2h, get_vs_h2d), with the cost per tensor beyond
+// that, and against the same state dict in host memory through the same store (put_vs_host,
+// get_vs_host: what the device adds to the store's work).
+// --no-fast-path sends every call through the actors (StoreOptions::
+// fast_path = false): the same figures without the direct reads and ring
+// puts of small keys (docs/gpu.md, "Small keys: the fast path").
 // --calls instead prints what the CUDA calls behind one transfer cost
 // (median microseconds of 200): a 4-byte device-to-device copy, the IPC
 // handle of an allocation, the allocation a pointer lies in.
@@ -92,7 +98,8 @@ double time_it(const std::function<void()>& f) {
 
 // --state-dict: put_state_dict of device tensors and get_state_dict_into
 // device tensors, against one page-locked copy of all their bytes.
-int run_state_dict(const std::string& which, int iters, const std::string& transport, bool json) {
+int run_state_dict(const std::string& which, int iters, const std::string& transport, bool json,
+                   bool own_allocations) {
   qwen3::Tensors shapes;
   if (which == "small") {
     for (int i = 0; i < 1000; ++i) shapes.push_back({"t." + std::to_string(i), {2048}});
@@ -106,8 +113,27 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   };
   std::size_t total = 0;
   for (const auto& [name, shape] : shapes) total += bytes_of(shape);
-  // Each tensor its own allocation, source and destination.
-  std::vector<std::shared_ptr<std::byte>> src, dst;
+  // Device memory as PyTorch's caching allocator hands it out: tensors
+  // under 1 MiB carved from 2 MiB blocks, 512-byte aligned, larger ones
+  // each their own allocation; with --own-allocations, every one its own.
+  std::vector<std::shared_ptr<std::byte>> blocks;
+  std::size_t block_used = 0;
+  auto device_memory = [&](std::size_t n) -> std::byte* {
+    constexpr std::size_t kSmall = std::size_t{1} << 20, kBlock = std::size_t{2} << 20;
+    if (own_allocations || n >= kSmall) {
+      blocks.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
+      return blocks.back().get();
+    }
+    const std::size_t at = (block_used + 511) / 512 * 512;
+    if (blocks.empty() || at + n > kBlock || block_used == kBlock) {
+      blocks.push_back(must(meshstore::internal::cuda::device_alloc(kBlock, 0), "device memory"));
+      block_used = n;
+      return blocks.back().get();
+    }
+    block_used = at + n;
+    return blocks.back().get() + at;
+  };
+  std::vector<std::byte*> src, dst;
   meshstore::StateDict in, out;
   auto host = meshstore::internal::cuda::pinned(total);
   if (!host) die("no host memory for " + std::to_string(total) + " bytes");
@@ -115,16 +141,32 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   std::size_t at = 0;
   for (const auto& [name, shape] : shapes) {
     const auto n = bytes_of(shape);
-    src.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
-    dst.push_back(must(meshstore::internal::cuda::device_alloc(n, 0), "device memory"));
-    copy(src.back().get(), host.get() + at, n, "H2D fill");
+    src.push_back(device_memory(n));
+    dst.push_back(device_memory(n));
+    copy(src.back(), host.get() + at, n, "H2D fill");
     at += n;
     const meshstore::Shape s(shape.begin(), shape.end());
-    must(in.insert(name, meshstore::TensorView(src.back().get(), meshstore::DType::bfloat16, s, {},
+    must(in.insert(name, meshstore::TensorView(src.back(), meshstore::DType::bfloat16, s, {},
                                                meshstore::Device::cuda(0))),
          "state dict");
-    must(out.insert(name, meshstore::TensorView(dst.back().get(), meshstore::DType::bfloat16, s, {},
+    must(out.insert(name, meshstore::TensorView(dst.back(), meshstore::DType::bfloat16, s, {},
                                                 meshstore::Device::cuda(0))),
+         "state dict");
+  }
+  // The same state dict in host memory, through the same store: what the
+  // store's own work costs, which the device's copies come on top of.
+  std::vector<std::vector<std::byte>> host_src, host_dst;
+  meshstore::StateDict host_in, host_out;
+  for (const auto& [name, shape] : shapes) {
+    const auto n = bytes_of(shape);
+    host_src.emplace_back(n, std::byte{0x3c});
+    host_dst.emplace_back(n);
+    const meshstore::Shape s(shape.begin(), shape.end());
+    must(host_in.insert(
+             name, meshstore::TensorView(host_src.back().data(), meshstore::DType::bfloat16, s)),
+         "state dict");
+    must(host_out.insert(
+             name, meshstore::TensorView(host_dst.back().data(), meshstore::DType::bfloat16, s)),
          "state dict");
   }
   // The floor: all the bytes in one copy each way, between the page-locked
@@ -135,8 +177,14 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   auto store = must(meshstore::Store::embedded(o), "Store::embedded");
   must(store.put_state_dict("sd", in).get(600s), "put_state_dict (warm-up)");
   must(store.get_state_dict_into("sd", out).get(600s), "get_state_dict_into (warm-up)");
-  std::vector<double> put, get, d2h, h2d;
+  must(store.put_state_dict("hsd", host_in).get(600s), "put_state_dict (host, warm-up)");
+  must(store.get_state_dict_into("hsd", host_out).get(600s), "get_state_dict_into (host, warm-up)");
+  std::vector<double> put, get, d2h, h2d, host_put, host_get;
   for (int r = 0; r < iters; ++r) {
+    host_put.push_back(
+        time_it([&] { must(store.put_state_dict("hsd", host_in).get(600s), "put (host)"); }));
+    host_get.push_back(time_it(
+        [&] { must(store.get_state_dict_into("hsd", host_out).get(600s), "get_into (host)"); }));
     d2h.push_back(time_it([&] { copy(host.get(), scratch.get(), total, "D2H"); }));
     h2d.push_back(time_it([&] { copy(scratch.get(), host.get(), total, "H2D"); }));
     put.push_back(time_it([&] { must(store.put_state_dict("sd", in).get(600s), "put"); }));
@@ -147,26 +195,33 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   for (std::size_t i : {std::size_t{0}, shapes.size() - 1}) {
     const auto n = bytes_of(shapes[i].second);
     std::vector<unsigned char> back(std::min<std::size_t>(n, 1 << 20));
-    copy(back.data(), dst[i].get(), back.size(), "D2H check");
+    copy(back.data(), dst[i], back.size(), "D2H check");
     for (auto c : back) {
       if (c != 0x3c) die("get_state_dict_into returned the wrong bytes");
     }
   }
   const double m_put = median(put), m_get = median(get), m_d2h = median(d2h), m_h2d = median(h2d);
+  const double m_host_put = median(host_put), m_host_get = median(host_get);
   const double per_tensor_us =
       ((m_put - m_d2h) + (m_get - m_h2d)) / 2 / static_cast<double>(shapes.size()) * 1e6;
   if (json) {
     std::printf(
-        "{\"state_dict\":\"%s\",\"transport\":\"%s\",\"tensors\":%zu,\"bytes\":%zu,"
+        "{\"state_dict\":\"%s\",\"own_allocations\":%s,\"transport\":\"%s\",\"tensors\":%zu,"
+        "\"bytes\":%zu,"
         "\"put_ms\":%.3f,\"get_ms\":%.3f,\"d2h_ms\":%.3f,\"h2d_ms\":%.3f,"
-        "\"put_vs_d2h\":%.3f,\"get_vs_h2d\":%.3f,\"per_tensor_us\":%.2f}\n",
-        which.c_str(), transport.empty() ? "chosen" : transport.c_str(), shapes.size(), total,
-        m_put * 1e3, m_get * 1e3, m_d2h * 1e3, m_h2d * 1e3, m_d2h / m_put, m_h2d / m_get,
-        per_tensor_us);
+        "\"put_vs_d2h\":%.3f,\"get_vs_h2d\":%.3f,\"per_tensor_us\":%.2f,"
+        "\"host_put_ms\":%.3f,\"host_get_ms\":%.3f,\"put_vs_host\":%.3f,\"get_vs_host\":%.3f}\n",
+        which.c_str(), own_allocations ? "true" : "false",
+        transport.empty() ? "chosen" : transport.c_str(), shapes.size(), total, m_put * 1e3,
+        m_get * 1e3, m_d2h * 1e3, m_h2d * 1e3, m_d2h / m_put, m_h2d / m_get, per_tensor_us,
+        m_host_put * 1e3, m_host_get * 1e3, m_host_put / m_put, m_host_get / m_get);
   } else {
     std::printf(
-        "cuda_bench --state-dict %s: %zu device tensors, %.2f MB, transport %s, median of %d\n",
-        which.c_str(), shapes.size(), static_cast<double>(total) / 1e6,
+        "cuda_bench --state-dict %s: %zu device tensors (%s), %.2f MB, transport %s, median of "
+        "%d\n",
+        which.c_str(), shapes.size(),
+        own_allocations ? "each its own allocation" : "small ones carved from 2 MiB blocks",
+        static_cast<double>(total) / 1e6,
         transport.empty() ? "(the store's choice)" : transport.c_str(), iters);
     std::printf(
         "  put_state_dict          %9.3f ms   one page-locked D2H %9.3f ms   put_vs_d2h %.3f\n",
@@ -175,6 +230,10 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
         "  get_state_dict_into     %9.3f ms   one page-locked H2D %9.3f ms   get_vs_h2d %.3f\n",
         m_get * 1e3, m_h2d * 1e3, m_h2d / m_get);
     std::printf("  beyond the copies       %9.2f us per tensor\n", per_tensor_us);
+    std::printf(
+        "  in host memory: put     %9.3f ms   get_into %9.3f ms   put_vs_host %.3f  "
+        "get_vs_host %.3f\n",
+        m_host_put * 1e3, m_host_get * 1e3, m_host_put / m_put, m_host_get / m_get);
   }
   store.close();
   return 0;
@@ -185,7 +244,8 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
 int main(int argc, char** argv) {
   std::size_t bytes = std::size_t{1} << 30;
   int iters = 5;
-  bool json = false, smoke = false, emulated = false, calls = false;
+  bool json = false, smoke = false, emulated = false, calls = false, fast_path = true,
+       own_allocations = false;
   std::string transport, state_dict;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -209,6 +269,10 @@ int main(int argc, char** argv) {
       calls = true;
     else if (a == "--state-dict")
       state_dict = next();
+    else if (a == "--no-fast-path")
+      fast_path = false;
+    else if (a == "--own-allocations")
+      own_allocations = true;
     else
       die("unknown argument '" + a + "' (see the comment at the top of cuda_bench.cpp)");
   }
@@ -224,7 +288,9 @@ int main(int argc, char** argv) {
     std::printf("cuda_bench: skipped: %s\n", s.message().c_str());
     return 0;
   }
-  if (!state_dict.empty()) return run_state_dict(state_dict, smoke ? 2 : iters, transport, json);
+  if (!state_dict.empty()) {
+    return run_state_dict(state_dict, smoke ? 2 : iters, transport, json, own_allocations);
+  }
   bytes = bytes / 4 * 4;
   const std::int64_t n = static_cast<std::int64_t>(bytes / 4);
   if (calls) {
@@ -240,6 +306,10 @@ int main(int argc, char** argv) {
                 us([&] { copy(p + 4096, p, 4, "D2D"); }));
     std::printf("  ipc_handle (cudaIpcGetMemHandle)   %8.1f\n",
                 us([&] { must(meshstore::internal::cuda::ipc_handle(p), "ipc_handle"); }));
+    std::printf("  is_device_pointer (cudaPointerGetAttributes) %6.1f\n", us([&] {
+                  if (!meshstore::internal::cuda::is_device_pointer(p + 64))
+                    die("not device memory");
+                }));
     std::printf("  allocation_of (cuMemGetAddressRange) %6.1f\n", us([&] {
                   must(meshstore::internal::cuda::allocation_of(p + 64), "allocation_of");
                 }));
@@ -255,6 +325,7 @@ int main(int argc, char** argv) {
 
   meshstore::StoreOptions o;
   o.transport = transport;
+  o.fast_path = fast_path;
   auto store = must(meshstore::Store::embedded(o), "Store::embedded");
   const meshstore::TensorView a(dev_a.get(), meshstore::DType::float32, {n}, {},
                                 meshstore::Device::cuda(0));
@@ -317,12 +388,14 @@ int main(int argc, char** argv) {
                m_get = median(get);
   if (json) {
     std::printf(
-        "{\"bytes\":%zu,\"transport\":\"%s\",\"d2h_gbps\":%.2f,\"h2d_gbps\":%.2f,\"d2d_gbps\":%.2f,"
+        "{\"bytes\":%zu,\"transport\":\"%s\",\"fast_path\":%s,\"d2h_gbps\":%.2f,\"h2d_gbps\":%.2f,"
+        "\"d2d_gbps\":%.2f,"
         "\"put_from_device_gbps\":%.2f,\"get_into_device_gbps\":%.2f,"
         "\"put_from_device_vs_d2h\":%.3f,\"get_into_device_vs_h2d\":%.3f,"
         "\"put_vs_cudamemcpy\":%.3f,\"get_into_vs_cudamemcpy\":%.3f",
-        bytes, transport.empty() ? "chosen" : transport.c_str(), gb / m_d2h, gb / m_h2d, gb / m_d2d,
-        gb / m_put, gb / m_get, m_d2h / m_put, m_h2d / m_get, m_d2d / m_put, m_d2d / m_get);
+        bytes, transport.empty() ? "chosen" : transport.c_str(), fast_path ? "true" : "false",
+        gb / m_d2h, gb / m_h2d, gb / m_d2d, gb / m_put, gb / m_get, m_d2h / m_put, m_h2d / m_get,
+        m_d2d / m_put, m_d2d / m_get);
     if (direct) {
       std::printf(
           ",\"direct_publish_ms\":%.3f,\"direct_get_into_gbps\":%.2f,"

@@ -609,7 +609,7 @@ TEST_F(FastPathRing, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
 
-TEST_F(FastPathRing, KeysThatAreNotSmallAndWholeAreNotMirrored) {
+TEST_F(FastPathRing, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
   wire::KeyRecord sharded;
   sharded.key = "s";
   sharded.version = 4;

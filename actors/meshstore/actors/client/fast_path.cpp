@@ -65,8 +65,8 @@ struct FastPath::Channel {
 };
 
 void FastPath::learn(const wire::KeyRecord& r) {
-  const bool whole = r.found() && r.shards.size() == 1 && r.shards[0].slice.is_full() &&
-                     r.shards[0].nbytes <= kMaxDirectBytes && r.pending.empty();
+  const bool whole =
+      r.found() && r.shards.size() == 1 && r.shards[0].slice.is_full() && r.pending.empty();
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
   if (!whole) {
@@ -175,11 +175,12 @@ std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
   return r->second;
 }
 
-bool FastPath::servable(const std::string& key,
-                        const std::function<bool(const Entry&)>& accept) const {
+bool FastPath::servable(const std::string& key, const std::function<bool(const Entry&)>& accept,
+                        bool to_device) const {
   Entry entry;
   auto channel = channel_of(key, &entry);
-  return channel && accept(entry) && (channel->direct(entry) || entry.nbytes <= kMaxBytes);
+  return channel && accept(entry) &&
+         ((channel->direct(entry) && direct_size(entry, to_device)) || entry.nbytes <= kMaxBytes);
 }
 
 void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
@@ -237,7 +238,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
-  if (channel->direct(entry)) {
+  if (channel->direct(entry) && direct_size(entry, to_device)) {
     auto direct = read_direct(key, entry, *channel, consume, to_device);
     if (direct != Outcome::miss) return direct;
   }

@@ -74,6 +74,14 @@ class FastPath {
     std::uint64_t version = 0;  ///< the commit it came from: newer ones win
     std::string place;          ///< its record's shm place ("" unknown; a hint)
   };
+  /// Whether a direct read may copy `entry` into host memory (at most
+  /// kMaxDirectBytes) or GPU memory (any size: it is the one host-to-device
+  /// copy from the volume's page-locked mapping that the actors' path also
+  /// makes, without their round trip; docs/gpu.md, "Small keys: the fast
+  /// path").
+  static bool direct_size(const Entry& entry, bool to_device) {
+    return to_device || entry.nbytes <= kMaxDirectBytes;
+  }
   /// A small put: a whole tensor or object in contiguous host memory.
   struct Put {
     std::string key;
@@ -104,9 +112,8 @@ class FastPath {
 
   // -- the client actor's side --
 
-  /// Mirrors a cache entry: keeps `r` when it is a whole key of at most
-  /// kMaxDirectBytes on one volume, else forgets r.key; an entry of a newer
-  /// version stays.
+  /// Mirrors a cache entry: keeps `r` when it is a whole key on one volume, else forgets r.key;
+  /// an entry of a newer version stays.
   void learn(const wire::KeyRecord& r);
   /// The volume this client puts to (the strategy's choice), "" for none
   /// yet: puts go over its ring.
@@ -162,7 +169,8 @@ class FastPath {
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
   /// every key so before it reads any.
-  bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept) const;
+  bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept,
+                bool to_device = false) const;
 
   /// Puts `p` over the ring to this client's home volume, which stages it
   /// and commits it at the controller; on success `*committed` is the
