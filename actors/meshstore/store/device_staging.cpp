@@ -61,7 +61,8 @@ Status gather_sources(const StateDict& sd, DeviceStaging& st,
 
 // When `sd` holds CUDA tensors: `st` gets a stand-in with host tensors in
 // their place (copies for a put, empty buffers for a get: `for_get`), which
-// the call uses instead of `sd`; a put's entries for which `pass` says so
+// the call uses instead of `sd`, except a get none of whose device views
+// needs one (st.sd stays null); a put's entries for which `pass` says so
 // stay the device views they are. Device views are checked first.
 Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
                         const std::function<bool(const StateDict::Entry&)>& pass = {}) {
@@ -71,6 +72,12 @@ Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
       MESHSTORE_RETURN_IF_ERROR(
           internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'", &known));
     }
+  }
+  if (for_get && st.direct &&
+      std::none_of(sd.entries().begin(), sd.entries().end(), [](const StateDict::Entry& e) {
+        return e.is_tensor() && on_device(e.view) && !e.view.is_contiguous();
+      })) {
+    return Status();  // every device view is read into as it is: no stand-in
   }
   std::map<std::string, TensorView> gathered;
   if (!for_get) MESHSTORE_RETURN_IF_ERROR(gather_sources(sd, st, pass, &gathered));
@@ -162,6 +169,7 @@ Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st,
 Result<StateDict*> get_target(StateDict& sd, DeviceStaging& st) {
   if (!has_device_tensors(sd)) return &sd;
   MESHSTORE_RETURN_IF_ERROR(stage_state_dict(sd, st, true));
+  if (!st.sd) return &sd;
   st.caller = &sd;
   return st.sd.get();
 }
