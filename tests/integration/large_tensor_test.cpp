@@ -1,4 +1,6 @@
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "meshstore/store.hpp"
 #include "testing/test_util.hpp"
@@ -71,6 +73,36 @@ TEST(LargeTensor, OverFourGiBThroughSharedMemory) {
   ASSERT_EQ(keys->size(), 1u);
   EXPECT_EQ(keys->front().nbytes, n);
   ASSERT_OK(store.remove("huge").get(kWait));
+}
+
+// Many small keys over shm: more than the kernel's 65,530 mappings per
+// process (vm.max_map_count), which a segment per object once exhausted at
+// about 65,000 keys (the put then failed with out_of_capacity). Small
+// regions share slabs, so the volume maps a few hundred segments. Every
+// key reads back, and all of them can be removed.
+TEST(LargeTensor, MoreSmallKeysThanAProcessMayMapSegments) {
+  StoreOptions o;
+  o.transport = "shm";
+  auto store = Store::embedded(o).value();
+  constexpr int kKeys = 70000;
+  for (int i = 0; i < kKeys; ++i) {
+    std::int64_t v[2] = {i, -i};
+    ASSERT_OK(store.put("small/" + std::to_string(i), TensorView::of(v, {2})).get(kWait)) << i;
+  }
+  for (int i = 0; i < kKeys; i += 997) {
+    std::int64_t back[2] = {0, 0};
+    ASSERT_OK(store.get_into("small/" + std::to_string(i), TensorView::of(back, {2})).get(kWait));
+    EXPECT_EQ(back[0], i);
+    EXPECT_EQ(back[1], -i);
+  }
+  auto listed = store.list("small/").get(kWait);
+  ASSERT_OK(listed);
+  EXPECT_EQ(listed->size(), static_cast<std::size_t>(kKeys));
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back("small/" + std::to_string(i));
+  auto removed = store.remove_batch(std::move(keys)).get(kWait);
+  ASSERT_OK(removed);
+  EXPECT_EQ(*removed, static_cast<std::size_t>(kKeys));
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/store.hpp"
@@ -121,8 +123,8 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
       factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
   auto m = server->allocator()->allocate(4096).value();
   ASSERT_NE(m.object_tag, nullptr);
-  EXPECT_EQ(m.segment_offset, kObjectHeaderBytes);
-  EXPECT_EQ(m.object_tag->load(), 0u);  // no object yet
+  EXPECT_EQ(m.segment_offset, kSlabHeaderBytes + kObjectHeaderBytes);  // a slab's first slot
+  EXPECT_EQ(m.object_tag->load(), 0u);                                 // no object yet
   const auto ref = testing::shm_region_ref(7, 4096, m.segment, m.segment_offset);
   auto tag = client->object_tag(ref);
   ASSERT_NE(tag, nullptr);
@@ -162,6 +164,96 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   EXPECT_EQ(client->object_tag(
                 testing::shm_region_ref(7, 4096, process_prefix() + "gone.1", kObjectHeaderBytes)),
             nullptr);
+}
+
+// Small regions share slabs: a volume of many small keys maps few segments
+// (the kernel allows 65,530 mappings per process by default) and a new
+// key's region costs no segment of its own. Each slot has its own tag; a
+// freed slot serves the next region of its size; a region above
+// kMaxSlabRegionBytes gets a segment of its own. A place that does not
+// fit a slab's layout (between slots, past a slot's end) shows no tag.
+TEST(ShmTransport, SmallRegionsShareSlabsEachWithItsOwnTag) {
+  if (!have_pidfd()) GTEST_SKIP() << "no pidfd_open here: lease-free reads are off";
+  auto runtime = internal::ActorRuntime::create({}).value();
+  auto regions = std::make_shared<RegionTable>();
+  TransportConfig config;
+  auto factory = builtin_registry().find("shm").value();
+  auto server =
+      factory.make_server(ServerContext{&runtime->system(), regions, config, "v"}).value();
+  auto client =
+      factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
+  std::vector<RegionMemory> small;
+  std::set<std::string> segments;
+  for (int i = 0; i < 200; ++i) {
+    small.push_back(server->allocator()->allocate(1000).value());
+    segments.insert(small.back().segment);
+  }
+  EXPECT_LE(segments.size(), 4u) << "200 regions of 1,000 bytes";
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    small[i].object_tag->store(i + 1);
+    std::memset(small[i].memory.get(), static_cast<int>(i % 251), 1000);
+  }
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    const auto ref =
+        testing::shm_region_ref(i + 1, 1000, small[i].segment, small[i].segment_offset);
+    const auto at = client->tagged_bytes(ref);
+    ASSERT_NE(at.tag, nullptr) << i;
+    EXPECT_EQ(at.tag->load(), i + 1);
+    EXPECT_EQ(at.data[0], static_cast<std::byte>(i % 251));
+    EXPECT_EQ(at.data[999], static_cast<std::byte>(i % 251));
+  }
+  const auto& first = small.front();
+  for (const std::uint64_t off : {first.segment_offset + 64, first.segment_offset - 32}) {
+    EXPECT_EQ(client->object_tag(testing::shm_region_ref(1, 8, first.segment, off)), nullptr)
+        << "between slots, at " << off;
+  }
+  EXPECT_EQ(
+      client->object_tag(testing::shm_region_ref(1, 64 << 10, first.segment, first.segment_offset)),
+      nullptr)
+      << "past its slot";
+  // A freed slot (its tag cleared first, as the volume does) serves the
+  // next region of its size.
+  const std::string where = small[7].segment;
+  const std::uint64_t offset = small[7].segment_offset;
+  small[7].object_tag->store(0);
+  small.erase(small.begin() + 7);
+  auto again = server->allocator()->allocate(1000).value();
+  EXPECT_EQ(again.segment, where);
+  EXPECT_EQ(again.segment_offset, offset);
+  EXPECT_EQ(again.object_tag->load(), 0u);
+  // A large region: a segment of its own, its header first.
+  auto large = server->allocator()->allocate(kMaxSlabRegionBytes + 1).value();
+  EXPECT_EQ(large.segment_offset, kObjectHeaderBytes);
+  EXPECT_EQ(segments.count(large.segment), 0u);
+  large.object_tag->store(99);
+  const auto at = client->tagged_bytes(
+      testing::shm_region_ref(99, kMaxSlabRegionBytes + 1, large.segment, large.segment_offset));
+  ASSERT_NE(at.tag, nullptr);
+  EXPECT_EQ(at.tag->load(), 99u);
+}
+
+// The layout check a client applies to a place before it trusts a tag
+// there: a region's own segment (header at 0), or a slot of a slab whose
+// header names its slot size; anything else is refused.
+TEST(ShmTransport, PlacesThatDoNotFitASegmentsLayoutAreRefused) {
+  std::vector<std::byte> seg(kSlabHeaderBytes + 4 * 256, std::byte{0});
+  new (seg.data()) SlabHeader{kSlabMagic, 256};
+  const std::size_t size = seg.size();
+  EXPECT_EQ(object_header_at(seg.data(), size, kSlabHeaderBytes + kObjectHeaderBytes, 192),
+            static_cast<std::int64_t>(kSlabHeaderBytes));
+  EXPECT_EQ(object_header_at(seg.data(), size, kSlabHeaderBytes + 256 + kObjectHeaderBytes, 1),
+            static_cast<std::int64_t>(kSlabHeaderBytes + 256));
+  EXPECT_EQ(object_header_at(seg.data(), size, kSlabHeaderBytes + kObjectHeaderBytes, 193), -1);
+  EXPECT_EQ(object_header_at(seg.data(), size, kSlabHeaderBytes + 128 + kObjectHeaderBytes, 1), -1);
+  EXPECT_EQ(object_header_at(seg.data(), size, 32, 1), -1);         // before any header
+  EXPECT_EQ(object_header_at(seg.data(), size, size + 64, 0), -1);  // past the end
+  EXPECT_EQ(object_header_at(seg.data(), size, size - 8, 16), -1);  // runs past the end
+  EXPECT_EQ(object_header_at(seg.data(), size, kObjectHeaderBytes, 4096 - 64), -1);  // too long
+  EXPECT_EQ(object_header_at(seg.data(), size, kObjectHeaderBytes, 100), 0);  // a one-region place
+  new (seg.data()) SlabHeader{kSlabMagic ^ 1, 256};  // no slab: no slot place
+  EXPECT_EQ(object_header_at(seg.data(), size, kSlabHeaderBytes + kObjectHeaderBytes, 8), -1);
+  new (seg.data()) SlabHeader{kSlabMagic, 100};  // a slot size not of whole headers
+  EXPECT_EQ(object_header_at(seg.data(), size, kSlabHeaderBytes + kObjectHeaderBytes, 8), -1);
 }
 
 // Lease-free reads trust a tag only while the process that clears it

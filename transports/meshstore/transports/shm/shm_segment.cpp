@@ -101,6 +101,22 @@ std::string proc_stat_field(long pid, int field) {
   return value;
 }
 
+std::int64_t object_header_at(const std::byte* head, std::size_t size, std::uint64_t offset,
+                              std::uint64_t nbytes) {
+  if (offset < kObjectHeaderBytes || offset > size || nbytes > size - offset) return -1;
+  const std::uint64_t header = offset - kObjectHeaderBytes;
+  if (header == 0) return 0;  // a segment of one region
+  SlabHeader slab;
+  std::memcpy(&slab, head, sizeof(slab));
+  if (slab.magic != kSlabMagic || slab.slot_bytes <= kObjectHeaderBytes ||
+      slab.slot_bytes % kObjectHeaderBytes != 0 || header < kSlabHeaderBytes ||
+      (header - kSlabHeaderBytes) % slab.slot_bytes != 0 ||
+      nbytes > slab.slot_bytes - kObjectHeaderBytes) {
+    return -1;
+  }
+  return static_cast<std::int64_t>(header);
+}
+
 std::string process_prefix() {
   // Computed again in a child after fork(): its segments must carry its
   // own pid, or gc would take them for the (live) parent's.

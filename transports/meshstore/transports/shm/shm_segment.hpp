@@ -31,6 +31,30 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "object tags are shared between processes");
 static_assert(sizeof(ObjectHeader) <= kObjectHeaderBytes);
 
+/// The header of a slab: a segment the shm server carves into equal slots
+/// for small regions (at most kMaxSlabRegionBytes), so that a volume of a
+/// million small keys maps a few thousand segments, not a million (the
+/// kernel allows 65,530 mappings per process by default), and a new key's
+/// region costs no segment of its own. Slot i starts kSlabHeaderBytes + i *
+/// slot_bytes in, with an ObjectHeader; the region's bytes follow it.
+struct SlabHeader {
+  std::uint64_t magic;
+  std::uint64_t slot_bytes;
+};
+inline constexpr std::uint64_t kSlabMagic = 0x31424c53534d4d53ULL;  // "SMMSSLB1"
+inline constexpr std::size_t kSlabHeaderBytes = 64;
+inline constexpr std::size_t kMaxSlabRegionBytes = std::size_t{64} << 10;
+static_assert(sizeof(SlabHeader) <= kSlabHeaderBytes);
+
+/// Where the ObjectHeader of a region placed at `offset` in a segment of
+/// `size` bytes lies, by the segment's first bytes `head` (at least
+/// kSlabHeaderBytes of them): the segment's start for a segment of one
+/// region, a slot's start in a slab. -1 when no region of `nbytes` can lie
+/// there (the place does not fit the segment's layout: a forged or stale
+/// place is refused, never followed).
+std::int64_t object_header_at(const std::byte* head, std::size_t size, std::uint64_t offset,
+                              std::uint64_t nbytes);
+
 /// The name prefix every meshstore segment starts with (in /dev/shm).
 inline constexpr const char* kSegmentPrefix = "meshstore.";
 

@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <vector>
 
 #include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
@@ -34,15 +37,117 @@ ShmAddress parse_address(const std::string& address) {
   return {address.substr(0, semi), address.substr(semi + 1)};
 }
 
-// Hands out segments named "<process prefix><server number>.<n>". One
-// segment per region: the volume's RegionPool reuses a released segment for
-// the next region of the same size, so a key's next version lands in memory
-// that is already faulted in and already mapped by its clients. Each starts
-// with an ObjectHeader, whose tag the volume keeps naming the object there.
+// The slot size a region of `nbytes` takes in a slab: its ObjectHeader and
+// bytes, rounded up to the next of four sizes per doubling (at most a
+// fifth wasted), so a volume holds few slab sizes whatever its objects'.
+std::size_t slot_bytes_for(std::size_t nbytes) {
+  const std::size_t need = kObjectHeaderBytes + nbytes;
+  if (need <= 256) return (need + 63) / 64 * 64;
+  std::size_t power = 256;
+  while (power * 2 < need) power *= 2;
+  const std::size_t step = power / 4;
+  return (need + step - 1) / step * step;
+}
+
+// Slabs (SlabHeader): the segments small regions are carved from, by slot
+// size. A slab is made when no slab of its size has a free slot, sized for
+// 64 slots (64 KiB to 4 MiB); a freed slot goes back to its slab, and a
+// slab that is wholly free is unlinked unless it is the only free one of
+// its size. Thread-safe: slots are freed on any thread.
+class Slabs : public std::enable_shared_from_this<Slabs> {
+ public:
+  using Name = std::function<std::string()>;
+  Result<RegionMemory> take(std::size_t nbytes, const Name& name) {
+    const std::size_t slot = slot_bytes_for(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& size = sizes_[slot];
+    if (size.open.empty()) {
+      const std::size_t bytes =
+          std::clamp<std::size_t>(64 * slot, std::size_t{64} << 10, std::size_t{4} << 20);
+      const std::string segment_name = name();
+      auto seg = Segment::create(segment_name, bytes);
+      if (!seg.ok()) return seg.status();
+      auto slab = std::make_shared<Slab>();
+      slab->segment = std::shared_ptr<Segment>(std::move(seg).value());
+      slab->name = segment_name;
+      slab->slot_bytes = slot;
+      slab->slots = static_cast<std::uint32_t>((bytes - kSlabHeaderBytes) / slot);
+      for (std::uint32_t k = slab->slots; k > 0; --k) slab->free.push_back(k - 1);
+      new (slab->segment->data()) SlabHeader{kSlabMagic, slot};
+      slab->listed = true;
+      size.open.push_back(std::move(slab));
+      ++size.empty;
+    }
+    std::shared_ptr<Slab> slab = size.open.back();
+    if (slab->free.size() == slab->slots) --size.empty;
+    const std::uint32_t index = slab->free.back();
+    slab->free.pop_back();
+    if (slab->free.empty()) {
+      slab->listed = false;
+      size.open.pop_back();
+    }
+    const std::size_t at = kSlabHeaderBytes + std::size_t{index} * slot;
+    auto* header = new (slab->segment->data() + at) ObjectHeader{kObjectHeaderMagic, {0}};
+    std::byte* data = slab->segment->data() + at + kObjectHeaderBytes;
+    std::weak_ptr<Slabs> self = shared_from_this();
+    RegionMemory m{std::shared_ptr<std::byte>(data,
+                                              [self, slab, index](std::byte*) {
+                                                if (auto s = self.lock()) s->give(slab, index);
+                                              }),
+                   slab->name, at + kObjectHeaderBytes};
+    m.object_tag = &header->object;
+    return m;
+  }
+
+ private:
+  struct Slab {
+    std::shared_ptr<Segment> segment;
+    std::string name;
+    std::size_t slot_bytes = 0;
+    std::uint32_t slots = 0;
+    std::vector<std::uint32_t> free;  // slot indices
+    bool listed = false;              // in its size's `open`
+  };
+  struct Size {
+    std::vector<std::shared_ptr<Slab>> open;  // slabs with a free slot
+    std::size_t empty = 0;                    // of them wholly free
+  };
+
+  void give(const std::shared_ptr<Slab>& slab, std::uint32_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& size = sizes_[slab->slot_bytes];
+    slab->free.push_back(index);
+    if (!slab->listed) {
+      slab->listed = true;
+      size.open.push_back(slab);
+    }
+    if (slab->free.size() != slab->slots) return;
+    if (size.empty == 0) {
+      ++size.empty;  // kept for the next region of its size
+      return;
+    }
+    // Another is free already: this one goes (unlinked once unmapped).
+    size.open.erase(std::find(size.open.begin(), size.open.end(), slab));
+    slab->listed = false;
+  }
+
+  std::mutex mu_;  // guards sizes_ and every Slab's free list and `listed`
+  std::unordered_map<std::size_t, Size> sizes_;
+};
+
+// Hands out segments named "<process prefix><server number>.<n>": for a
+// region of at most kMaxSlabRegionBytes a slot of a slab (Slabs), else a
+// segment of its own, starting with its ObjectHeader. The volume's
+// RegionPool reuses a released region for the next of the same size, so a
+// key's next version lands in memory that is already faulted in and
+// already mapped by its clients. The header's tag names the object there.
 class ShmAllocator final : public RegionAllocator {
  public:
   explicit ShmAllocator(std::string prefix) : prefix_(std::move(prefix)) {}
   Result<RegionMemory> allocate(std::size_t nbytes) override {
+    if (nbytes <= kMaxSlabRegionBytes) {
+      return slabs_->take(nbytes, [this] { return prefix_ + std::to_string(next_.fetch_add(1)); });
+    }
     const std::string name = prefix_ + std::to_string(next_.fetch_add(1));
     if (nbytes > SIZE_MAX - kObjectHeaderBytes) {
       return Status(Errc::out_of_capacity, "a region of " + std::to_string(nbytes) + " bytes");
@@ -63,6 +168,7 @@ class ShmAllocator final : public RegionAllocator {
  private:
   const std::string prefix_;
   std::atomic<std::uint64_t> next_{1};
+  std::shared_ptr<Slabs> slabs_ = std::make_shared<Slabs>();
 };
 
 class ShmServer final : public TransportServer {
@@ -279,18 +385,17 @@ class ShmTransport final : public Transport {
     // Only the volume's own segments (a record's place is the writer's
     // word), and only where its server put a region.
     auto placed = placement(ref, "object tag");
-    if (!placed.ok() || placed->offset != kObjectHeaderBytes || prefix_.empty() ||
-        placed->segment.rfind(prefix_, 0) != 0) {
-      return {};
-    }
+    if (!placed.ok() || prefix_.empty() || placed->segment.rfind(prefix_, 0) != 0) return {};
     auto seg = cache_.get(placed->segment);
     if (!seg.ok()) return {};
     const Segment& s = (*seg)->segment();
-    if (s.size() < kObjectHeaderBytes + ref.nbytes) return {};
-    const auto* header = reinterpret_cast<const ObjectHeader*>(s.data());
+    // A segment of one region, or a slot of a slab (SlabHeader).
+    const std::int64_t at = object_header_at(s.data(), s.size(), placed->offset, ref.nbytes);
+    if (at < 0) return {};
+    const auto* header = reinterpret_cast<const ObjectHeader*>(s.data() + at);
     if (header->magic != kObjectHeaderMagic) return {};
     TaggedBytes out;
-    out.data = s.data() + kObjectHeaderBytes;
+    out.data = s.data() + placed->offset;
     out.before_device_copy = [mapping = *seg] { mapping->before_device_copy(); };
     out.tag =
         std::shared_ptr<const std::atomic<std::uint64_t>>(std::move(seg).value(), &header->object);
