@@ -107,20 +107,34 @@ TEST(ShmTransport, ClientKeepsAtMostTheConfiguredMappings) {
 
 using testing::have_pidfd;
 
+// An shm server (a volume's side) and a client of it, in one runtime.
+struct ServerAndClient {
+  std::unique_ptr<internal::ActorRuntime> runtime = internal::ActorRuntime::create({}).value();
+  TransportConfig config;
+  std::unique_ptr<TransportServer> server =
+      builtin_registry()
+          .find("shm")
+          .value()
+          .make_server(
+              ServerContext{&runtime->system(), std::make_shared<RegionTable>(), config, "v"})
+          .value();
+  std::unique_ptr<Transport> client =
+      builtin_registry()
+          .find("shm")
+          .value()
+          .make_client(ClientContext{&runtime->system(), config}, server->endpoint())
+          .value();
+};
+
 // The tag in front of each region the server allocates: the client sees
 // what the volume writes there, and finds none where no server header is
 // (a segment of someone else's, another offset, a wrong magic number).
 TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   // The tag shows only while the volume's process is watched (pidfd).
   if (!have_pidfd()) GTEST_SKIP() << "no pidfd_open here: lease-free reads are off";
-  auto runtime = internal::ActorRuntime::create({}).value();
-  auto regions = std::make_shared<RegionTable>();
-  TransportConfig config;
-  auto factory = builtin_registry().find("shm").value();
-  auto server =
-      factory.make_server(ServerContext{&runtime->system(), regions, config, "v"}).value();
-  auto client =
-      factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
+  ServerAndClient shm;
+  auto& server = shm.server;
+  auto& client = shm.client;
   auto m = server->allocator()->allocate(4096).value();
   ASSERT_NE(m.object_tag, nullptr);
   EXPECT_EQ(m.segment_offset, kSlabHeaderBytes + kObjectHeaderBytes);  // a slab's first slot
@@ -174,14 +188,9 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
 // fit a slab's layout (between slots, past a slot's end) shows no tag.
 TEST(ShmTransport, SmallRegionsShareSlabsEachWithItsOwnTag) {
   if (!have_pidfd()) GTEST_SKIP() << "no pidfd_open here: lease-free reads are off";
-  auto runtime = internal::ActorRuntime::create({}).value();
-  auto regions = std::make_shared<RegionTable>();
-  TransportConfig config;
-  auto factory = builtin_registry().find("shm").value();
-  auto server =
-      factory.make_server(ServerContext{&runtime->system(), regions, config, "v"}).value();
-  auto client =
-      factory.make_client(ClientContext{&runtime->system(), config}, server->endpoint()).value();
+  ServerAndClient shm;
+  auto& server = shm.server;
+  auto& client = shm.client;
   std::vector<RegionMemory> small;
   std::set<std::string> segments;
   for (int i = 0; i < 200; ++i) {
