@@ -438,8 +438,13 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
     if (wait.volumes.count(id) != 0) waiting.push_back(token);
   }
   for (auto token : waiting) flushed(self, token, id);
-  st.log->warn("volume '{}' went down ({}); {} key(s) it held are lost", id,
-               caf::to_string(msg.reason), lost);
+  // A volume stopped in order (its store closing) with nothing on it is
+  // news, not trouble.
+  const bool orderly =
+      msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal;
+  st.log->log(lost == 0 && orderly ? spdlog::level::info : spdlog::level::warn,
+              "volume '{}' went down ({}); {} key(s) it held are lost", id,
+              caf::to_string(msg.reason), lost);
   for (const auto& [addr, client] : st.volume_watchers) {
     caf::anon_send(client, volume_gone_atom::value, id, caf::to_string(msg.reason));
   }

@@ -295,7 +295,13 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     // Every call fails from now on, the fast path's direct reads too.
     if (st.cfg.fast_path) st.cfg.fast_path->forget_all_keys();
   }
-  st.log->warn("client rank {}: {}", st.cfg.me.rank, why);
+  // Stopped in order (its store closing): news, not trouble.
+  static const std::string kShutdown =
+      caf::to_string(caf::make_error(caf::exit_reason::user_shutdown));
+  static const std::string kNormal = caf::to_string(caf::make_error(caf::exit_reason::normal));
+  const bool orderly = reason == kShutdown || reason == kNormal;
+  st.log->log(orderly ? spdlog::level::info : spdlog::level::warn, "client rank {}: {}",
+              st.cfg.me.rank, why);
   auto w = st.waiting.find(source);
   if (w == st.waiting.end()) return;
   auto waiters = std::move(w->second);
