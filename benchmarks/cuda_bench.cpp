@@ -12,6 +12,10 @@
 //   get_into_device_vs_h2d     cudaMemcpy page-locked host -> device / get_into a device tensor
 //   put_vs_cudamemcpy          cudaMemcpy device -> device / put of a device tensor
 //   get_into_vs_cudamemcpy     cudaMemcpy device -> device / get_into a device tensor
+//   put_host_us, get_into_host_us
+//                              the same bytes put from and read into host
+//                              memory through the same store (what the
+//                              device's copies come on top of)
 // (with --transport cuda-ipc the last two are the figures: the bytes stay
 // on the GPU; `store_bench --scenario single --transport cuda-ipc` runs this)
 //   direct_get_into_vs_cudamemcpy
@@ -331,8 +335,16 @@ int main(int argc, char** argv) {
                                 meshstore::Device::cuda(0));
   const meshstore::TensorView b(dev_b.get(), meshstore::DType::float32, {n}, {},
                                 meshstore::Device::cuda(0));
-  std::vector<double> d2h, h2d, d2d, put, get;
+  // The same bytes from and into host memory through the same store: the
+  // store's own cost, which a device tensor's copies come on top of.
+  std::vector<std::byte> host_src(bytes, std::byte{0x5a}), host_dst(bytes);
+  const meshstore::TensorView ha(host_src.data(), meshstore::DType::float32, {n});
+  const meshstore::TensorView hb(host_dst.data(), meshstore::DType::float32, {n});
+  std::vector<double> d2h, h2d, d2d, put, get, host_put, host_get;
   for (int r = 0; r < iters + 1; ++r) {
+    const double t_host_put = time_it([&] { must(store.put("host", ha).get(600s), "put (host)"); });
+    const double t_host_get =
+        time_it([&] { must(store.get_into("host", hb).get(600s), "get_into (host)"); });
     const double t_d2h = time_it([&] { copy(host.get(), dev_a.get(), bytes, "D2H"); });
     const double t_h2d = time_it([&] { copy(dev_b.get(), host.get(), bytes, "H2D"); });
     const double t_d2d = time_it([&] { copy(dev_b.get(), dev_a.get(), bytes, "D2D"); });
@@ -345,6 +357,8 @@ int main(int argc, char** argv) {
     d2d.push_back(t_d2d);
     put.push_back(t_put);
     get.push_back(t_get);
+    host_put.push_back(t_host_put);
+    host_get.push_back(t_host_get);
   }
   // The bytes made it: compare what came back with what went in.
   auto check = [&](const char* what) {
@@ -402,7 +416,8 @@ int main(int argc, char** argv) {
           "\"direct_get_into_vs_cudamemcpy\":%.3f",
           median(lend) * 1e3, gb / median(direct_get), m_d2d / median(direct_get));
     }
-    std::printf("}\n");
+    std::printf(",\"put_host_us\":%.1f,\"get_into_host_us\":%.1f}\n", median(host_put) * 1e6,
+                median(host_get) * 1e6);
   } else {
     std::printf("cuda_bench: %.2f GB, transport %s, median of %d\n", gb,
                 transport.empty() ? "(the store's choice)" : transport.c_str(), iters);
@@ -413,6 +428,8 @@ int main(int argc, char** argv) {
                 gb / m_put, m_d2h / m_put);
     std::printf("  get_into the device            %8.2f GB/s  get_into_device_vs_h2d %.3f\n",
                 gb / m_get, m_h2d / m_get);
+    std::printf("  the same bytes in host memory: put %.1f us, get_into %.1f us\n",
+                median(host_put) * 1e6, median(host_get) * 1e6);
     std::printf(
         "  against one D2D cudaMemcpy     put_vs_cudamemcpy %.3f  get_into_vs_cudamemcpy %.3f\n",
         m_d2d / m_put, m_d2d / m_get);
