@@ -177,13 +177,11 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
       host->nbytes() <= actors::FastPath::kMaxPutBytes && put_fast(*host)) {
     return make_ready_future();
   }
-  // A small contiguous tensor in GPU memory: one device-to-host copy into
-  // page-locked memory, then the ring, where the actors' put costs a fixed
-  // 0.1-0.4 ms (docs/gpu.md). Only up to one ring slot: larger ones go
-  // through the side buffer and the volume's copies, which cost more than
-  // the actors' one copy from the GPU into the volume's mapping.
+  // A small contiguous tensor in GPU memory (FastPath::kMaxDevicePutBytes):
+  // one device-to-host copy into page-locked memory, then the ring, where
+  // the actors' put costs a fixed 0.2-0.3 ms (docs/gpu.md).
   if (impl_ && impl_->fast && internal::cuda::on_device(*host) && host->is_contiguous() &&
-      host->nbytes() <= actors::FastPath::kMaxBytes && impl_->fast->can_put()) {
+      host->nbytes() <= actors::FastPath::kMaxDevicePutBytes && impl_->fast->can_put()) {
     auto buf = internal::cuda::pinned(std::max<std::size_t>(host->nbytes(), 1));
     if (buf &&
         (host->nbytes() == 0 ||

@@ -58,6 +58,10 @@ class FastPath {
   /// Puts at most: over a ring, those larger than a slot go through its
   /// side buffer (1 MiB of /dev/shm per ring, made at the first such put).
   static constexpr std::uint64_t kMaxPutBytes = fast_get::kMaxSideBytes;
+  /// Puts from GPU memory at most (a device-to-host copy, then the ring):
+  /// larger ones take the actors' one copy from the GPU into the volume's
+  /// mapping, which cost less from 512 KiB on on the H200 (docs/gpu.md).
+  static constexpr std::uint64_t kMaxDevicePutBytes = std::uint64_t{256} << 10;
   /// Whole keys a direct read copies at most (on the caller's one thread;
   /// larger ones take the actors, whose copy engine splits them).
   static constexpr std::uint64_t kMaxDirectBytes = std::uint64_t{8} << 20;
