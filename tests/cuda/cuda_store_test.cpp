@@ -156,6 +156,12 @@ TEST(CudaCopies, KnownAllocationsHoldOnlyWhatLiesWithin) {
   EXPECT_FALSE(known.holds(0x1000, 0x10, 1));  // another device
   EXPECT_TRUE(known.holds(0x4008, 8, 1));
   EXPECT_FALSE(known.holds(0x2000, 1, 0));  // between the two
+  // A view, by its first byte and the bytes it spans.
+  auto* at = reinterpret_cast<void*>(std::uintptr_t{0x1010});
+  EXPECT_TRUE(known.holds(TensorView(at, DType::float32, {4}, {}, Device::cuda(0))));
+  EXPECT_FALSE(known.holds(TensorView(at, DType::float32, {64}, {}, Device::cuda(0))));
+  EXPECT_TRUE(known.holds(TensorView(at, DType::float32, {4, 4}, {1, 4}, Device::cuda(0))));
+  EXPECT_FALSE(known.holds(TensorView(at, DType::float32, {4}, {}, Device::cuda(1))));
 }
 
 // A store that moved GPU tensors and lent one (direct publishing) closes in

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
+#include <optional>
 #include <vector>
 
 #include "meshstore/internal/cuda_copy.hpp"
@@ -22,15 +22,17 @@ bool has_device_tensors(const StateDict& sd) {
 // A put's contiguous device tensors that the store stages (packs, casts)
 // are copied to the host together: one page-locked buffer, one
 // copy_pieces (a kernel and one transfer per GPU, not a synchronous copy
-// each). `*out` gets their host views by name; with fewer than two there
-// is nothing to gain, and source() copies each.
+// each). `*out` gets their host views by entry index; with fewer than
+// two there is nothing to gain, and source() copies each.
 Status gather_sources(const StateDict& sd, DeviceStaging& st,
                       const std::function<bool(const StateDict::Entry&)>& pass,
-                      std::map<std::string, TensorView>* out) {
+                      std::vector<std::optional<TensorView>>* out) {
   std::vector<internal::cuda::DevicePiece> pieces;
-  std::vector<const StateDict::Entry*> which;
+  std::vector<std::size_t> which;  // entry indices
   std::size_t total = 0;
-  for (const auto& e : sd.entries()) {
+  const auto& entries = sd.entries();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
     if (!e.is_tensor() || !on_device(e.view) || !e.view.is_contiguous() || (pass && pass(e)) ||
         st.direct) {
       continue;
@@ -38,7 +40,7 @@ Status gather_sources(const StateDict& sd, DeviceStaging& st,
     const std::size_t at = (total + 63) / 64 * 64;  // each piece 64-byte aligned
     pieces.push_back(
         internal::cuda::DevicePiece{e.view.data(), at, e.view.nbytes(), e.view.device().index});
-    which.push_back(&e);
+    which.push_back(i);
     total = at + e.view.nbytes();
   }
   if (pieces.size() < 2) return Status();
@@ -52,9 +54,10 @@ Status gather_sources(const StateDict& sd, DeviceStaging& st,
       internal::cuda::copy_pieces(buf.get(), pieces, true)
           .with_context(st.what + ": " + std::to_string(pieces.size()) + " tensors from the GPU"));
   st.buffers.push_back(buf);
-  for (std::size_t i = 0; i < pieces.size(); ++i) {
-    out->emplace(which[i]->name, TensorView(buf.get() + pieces[i].offset, which[i]->view.dtype(),
-                                            which[i]->view.shape()));
+  out->assign(entries.size(), std::nullopt);
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const auto& v = entries[which[k]].view;
+    (*out)[which[k]] = TensorView(buf.get() + pieces[k].offset, v.dtype(), v.shape());
   }
   return Status();
 }
@@ -68,7 +71,9 @@ Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
                         const std::function<bool(const StateDict::Entry&)>& pass = {}) {
   internal::cuda::KnownAllocations known;
   for (const auto& e : sd.entries()) {
-    if (e.is_tensor() && on_device(e.view)) {
+    // A view within an allocation already checked costs neither a call
+    // to the driver nor the naming of it.
+    if (e.is_tensor() && on_device(e.view) && !known.holds(e.view)) {
       MESHSTORE_RETURN_IF_ERROR(
           internal::cuda::check_device_view(e.view, st.what + " '" + e.name + "'", &known));
     }
@@ -79,16 +84,17 @@ Status stage_state_dict(const StateDict& sd, DeviceStaging& st, bool for_get,
       })) {
     return Status();  // every device view is read into as it is: no stand-in
   }
-  std::map<std::string, TensorView> gathered;
+  std::vector<std::optional<TensorView>> gathered;
   if (!for_get) MESHSTORE_RETURN_IF_ERROR(gather_sources(sd, st, pass, &gathered));
   auto host = std::make_unique<StateDict>();
-  for (const auto& e : sd.entries()) {
+  for (std::size_t i = 0; i < sd.entries().size(); ++i) {
+    const auto& e = sd.entries()[i];
     if (!e.is_tensor()) {
       MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *e.value));
       continue;
     }
-    if (auto g = gathered.find(e.name); g != gathered.end()) {
-      MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, g->second));
+    if (i < gathered.size() && gathered[i]) {
+      MESHSTORE_RETURN_IF_ERROR(host->insert(e.name, *gathered[i]));
       continue;
     }
     auto view = for_get ? st.target(e.view, e.name)

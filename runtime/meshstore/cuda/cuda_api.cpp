@@ -60,6 +60,11 @@ bool KnownAllocations::holds(std::uintptr_t first, std::size_t span, int device)
   return on == device && first - it->first < size && span <= size - (first - it->first);
 }
 
+bool KnownAllocations::holds(const TensorView& v) const {
+  return !by_base_.empty() && v.numel() > 0 &&
+         holds(reinterpret_cast<std::uintptr_t>(v.data()), span_of(v), v.device().index);
+}
+
 void KnownAllocations::add(std::uintptr_t base, std::size_t size, int device) {
   by_base_[base] = {size, device};
 }

@@ -25,6 +25,9 @@ class KnownAllocations {
   /// Whether [first, first + span) lies within one known allocation on
   /// `device`.
   bool holds(std::uintptr_t first, std::size_t span, int device) const;
+  /// Whether every byte of device view `v` lies within one known
+  /// allocation on its device.
+  bool holds(const TensorView& v) const;
   void add(std::uintptr_t base, std::size_t size, int device);
 
  private:
