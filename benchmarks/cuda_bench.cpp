@@ -40,7 +40,7 @@
 // get_vs_host: what the device adds to the store's work).
 // --no-fast-path sends every call through the actors (StoreOptions::
 // fast_path = false): the same figures without the direct reads and ring
-// puts of small keys (docs/gpu.md, "Small keys: the fast path").
+// puts of small keys (docs/gpu.md, "Whole keys: the fast path").
 // --calls instead prints what the CUDA calls behind one transfer cost
 // (median microseconds of 200): a 4-byte device-to-device copy, the IPC
 // handle of an allocation, the allocation a pointer lies in.

@@ -27,14 +27,14 @@ bool has_device_tensors(const StateDict& sd) {
 Status gather_sources(const StateDict& sd, DeviceStaging& st,
                       const std::function<bool(const StateDict::Entry&)>& pass,
                       std::vector<std::optional<TensorView>>* out) {
+  if (st.direct) return Status();  // contiguous device views go as they are
   std::vector<internal::cuda::DevicePiece> pieces;
   std::vector<std::size_t> which;  // entry indices
   std::size_t total = 0;
   const auto& entries = sd.entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
-    if (!e.is_tensor() || !on_device(e.view) || !e.view.is_contiguous() || (pass && pass(e)) ||
-        st.direct) {
+    if (!e.is_tensor() || !on_device(e.view) || !e.view.is_contiguous() || (pass && pass(e))) {
       continue;
     }
     const std::size_t at = (total + 63) / 64 * 64;  // each piece 64-byte aligned

@@ -39,10 +39,10 @@ class KnownAllocations {
 /// device memory on device N, in one allocation (not freed, not host
 /// memory, not another device's, not running past the end of an
 /// allocation). `what` names the view ("put 'w'"). Errc::unavailable when
-/// CUDA cannot be used, Errc::invalid_argument otherwise. With `known`, a
-/// view within an allocation an earlier check of the same call found
-/// costs no call to the driver (a state dict's tensors are often carved
-/// from a few allocations), and the allocation this one finds is added.
+/// CUDA cannot be used, Errc::invalid_argument otherwise. With `known`,
+/// the allocation this check finds is added to it: a caller checking many
+/// views (a state dict's, often carved from a few allocations) skips the
+/// next ones known->holds(), which then cost no call to the driver.
 Status check_device_view(const TensorView& view, const std::string& what,
                          KnownAllocations* known = nullptr);
 

@@ -81,7 +81,7 @@ class FastPath {
   /// Whether a direct read may copy `entry` into host memory (at most
   /// kMaxDirectBytes) or GPU memory (any size: it is the one host-to-device
   /// copy from the volume's page-locked mapping that the actors' path also
-  /// makes, without their round trip; docs/gpu.md, "Small keys: the fast
+  /// makes, without their round trip; docs/gpu.md, "Whole keys: the fast
   /// path").
   static bool direct_size(const Entry& entry, bool to_device) {
     return to_device || entry.nbytes <= kMaxDirectBytes;

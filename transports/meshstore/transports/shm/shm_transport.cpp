@@ -74,7 +74,6 @@ class Slabs : public std::enable_shared_from_this<Slabs> {
       slab->slots = static_cast<std::uint32_t>((bytes - kSlabHeaderBytes) / slot);
       for (std::uint32_t k = slab->slots; k > 0; --k) slab->free.push_back(k - 1);
       new (slab->segment->data()) SlabHeader{kSlabMagic, slot};
-      slab->listed = true;
       size.open.push_back(std::move(slab));
       ++size.empty;
     }
@@ -82,10 +81,7 @@ class Slabs : public std::enable_shared_from_this<Slabs> {
     if (slab->free.size() == slab->slots) --size.empty;
     const std::uint32_t index = slab->free.back();
     slab->free.pop_back();
-    if (slab->free.empty()) {
-      slab->listed = false;
-      size.open.pop_back();
-    }
+    if (slab->free.empty()) size.open.pop_back();
     const std::size_t at = kSlabHeaderBytes + std::size_t{index} * slot;
     auto* header = new (slab->segment->data() + at) ObjectHeader{kObjectHeaderMagic, {0}};
     std::byte* data = slab->segment->data() + at + kObjectHeaderBytes;
@@ -105,8 +101,7 @@ class Slabs : public std::enable_shared_from_this<Slabs> {
     std::string name;
     std::size_t slot_bytes = 0;
     std::uint32_t slots = 0;
-    std::vector<std::uint32_t> free;  // slot indices
-    bool listed = false;              // in its size's `open`
+    std::vector<std::uint32_t> free;  // slot indices; none: not in its size's `open`
   };
   struct Size {
     std::vector<std::shared_ptr<Slab>> open;  // slabs with a free slot
@@ -117,10 +112,7 @@ class Slabs : public std::enable_shared_from_this<Slabs> {
     std::lock_guard<std::mutex> lock(mu_);
     auto& size = sizes_[slab->slot_bytes];
     slab->free.push_back(index);
-    if (!slab->listed) {
-      slab->listed = true;
-      size.open.push_back(slab);
-    }
+    if (slab->free.size() == 1) size.open.push_back(slab);  // it was full
     if (slab->free.size() != slab->slots) return;
     if (size.empty == 0) {
       ++size.empty;  // kept for the next region of its size
@@ -128,10 +120,9 @@ class Slabs : public std::enable_shared_from_this<Slabs> {
     }
     // Another is free already: this one goes (unlinked once unmapped).
     size.open.erase(std::find(size.open.begin(), size.open.end(), slab));
-    slab->listed = false;
   }
 
-  std::mutex mu_;  // guards sizes_ and every Slab's free list and `listed`
+  std::mutex mu_;  // guards sizes_ and every Slab's free list
   std::unordered_map<std::size_t, Size> sizes_;
 };
 
@@ -145,10 +136,8 @@ class ShmAllocator final : public RegionAllocator {
  public:
   explicit ShmAllocator(std::string prefix) : prefix_(std::move(prefix)) {}
   Result<RegionMemory> allocate(std::size_t nbytes) override {
-    if (nbytes <= kMaxSlabRegionBytes) {
-      return slabs_->take(nbytes, [this] { return prefix_ + std::to_string(next_.fetch_add(1)); });
-    }
-    const std::string name = prefix_ + std::to_string(next_.fetch_add(1));
+    if (nbytes <= kMaxSlabRegionBytes) return slabs_->take(nbytes, [this] { return next_name(); });
+    const std::string name = next_name();
     if (nbytes > SIZE_MAX - kObjectHeaderBytes) {
       return Status(Errc::out_of_capacity, "a region of " + std::to_string(nbytes) + " bytes");
     }
@@ -166,6 +155,7 @@ class ShmAllocator final : public RegionAllocator {
   const std::string& prefix() const noexcept { return prefix_; }
 
  private:
+  std::string next_name() { return prefix_ + std::to_string(next_.fetch_add(1)); }
   const std::string prefix_;
   std::atomic<std::uint64_t> next_{1};
   std::shared_ptr<Slabs> slabs_ = std::make_shared<Slabs>();
