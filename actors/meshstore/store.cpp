@@ -567,6 +567,7 @@ FastPathStats Store::fast_path_stats() const {
   out.lease_free_reads = s.lease_free_reads;
   out.lease_free_stale = s.lease_free_stale;
   out.direct_reads = s.direct_reads;
+  out.direct_state_dicts = s.direct_batches;
   return out;
 }
 

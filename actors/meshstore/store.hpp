@@ -280,6 +280,12 @@ struct FastPathStats {
   /// same-host volume's shared memory without a ring or an actor (counted
   /// in lease_free_reads too; docs/architecture.md, "Direct reads").
   std::uint64_t direct_reads = 0;
+  /// State-dict reads (get_state_dict_into and the version reads into
+  /// tensors) served the same way as one snapshot, on the caller's thread:
+  /// the manifest and every bucket copied straight out of same-host
+  /// volumes' shared memory, checked by their tags before the first copy
+  /// and after the last (docs/architecture.md, "Direct state-dict reads").
+  std::uint64_t direct_state_dicts = 0;
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

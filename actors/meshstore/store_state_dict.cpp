@@ -241,7 +241,7 @@ Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
   if (!use.ok()) return make_error_future<void>(use.status());
   return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
                               CacheSlot{Impl::manifest_cache(impl_.get()), key}, nullptr,
-                              options.cast)
+                              options.cast, impl_ ? impl_->fast : nullptr)
       .then([st] { return st->finish(); });
 }
 
@@ -254,7 +254,8 @@ Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
   if (!use.ok()) return make_error_future<void>(use.status());
   return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
                               CacheSlot{Impl::manifest_cache(impl_.get()), key},
-                              std::make_shared<const Boxes>(boxes))
+                              std::make_shared<const Boxes>(boxes), false,
+                              impl_ ? impl_->fast : nullptr)
       .then([st] { return st->finish(); });
 }
 

@@ -601,6 +601,7 @@ void bind_store(py::module_& m) {
              d["lease_free_reads"] = f.lease_free_reads;
              d["lease_free_stale"] = f.lease_free_stale;
              d["direct_reads"] = f.direct_reads;
+             d["direct_state_dicts"] = f.direct_state_dicts;
              return d;
            })
       .def("stats",

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -339,6 +340,193 @@ TEST_F(DirectRead, AReaderOfAClosedStoreGetsAnErrorNotTheOldBytes) {
   std::fill(dst.begin(), dst.end(), 0);
   EXPECT_FALSE(reader.get_into("k", bytes_view(dst)).get(kWait).ok());
   EXPECT_EQ(direct_reads(reader), served);
+}
+
+// Direct state-dict reads (docs/architecture.md, "Direct state-dict
+// reads"): get_state_dict_into of a layout read before, whose manifest and
+// buckets lie on volumes of this host at places the client knows, copies
+// them all on the caller's thread as one snapshot, every tag checked before
+// the first copy and after the last.
+using DirectStateDict = LeaseFreeRead;
+
+// A state dict of `n` tensors of `bytes` each over one buffer, every byte
+// `fill`: a read that mixes two puts of it shows as a buffer not uniform.
+struct Dict {
+  std::vector<std::uint8_t> buf;
+  StateDict sd;
+  Dict(int n, std::size_t bytes, std::uint8_t fill) : buf(n * bytes, fill) {
+    for (int i = 0; i < n; ++i) {
+      EXPECT_OK(sd.insert(
+          "layer" + std::to_string(i) + ".w",
+          TensorView(buf.data() + i * bytes, DType::uint8, {static_cast<std::int64_t>(bytes)})));
+    }
+  }
+};
+
+std::uint64_t direct_state_dicts(const Store& s) { return s.fast_path_stats().direct_state_dicts; }
+
+// Three buckets (so three objects and the manifest in one snapshot).
+StateDictPutOptions three_buckets() {
+  StateDictPutOptions o;
+  o.pack_bucket_bytes = 100 * 4096;
+  return o;
+}
+
+TEST_F(DirectStateDict, AClientReadsItsOwnStateDictOnItsThread) {
+  auto store = Store::embedded(shm()).value();
+  ASSERT_TRUE(ring_open(store, store));
+  Dict src(300, 4096, 0), dst(300, 4096, 0);
+  for (std::size_t i = 0; i < src.buf.size(); ++i) src.buf[i] = static_cast<std::uint8_t>(i * 31);
+  ASSERT_OK(store.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  // The first read plans with the stored manifest (the actors); the next
+  // ones know it, and are direct.
+  ASSERT_OK(store.get_state_dict_into("sd", dst.sd).get(kWait));
+  EXPECT_EQ(dst.buf, src.buf);
+  for (int round = 0; round < 3; ++round) {
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    const auto before = store.fast_path_stats();
+    ASSERT_OK(store.get_state_dict_into("sd", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+    const auto after = store.fast_path_stats();
+    EXPECT_EQ(after.direct_state_dicts, before.direct_state_dicts + 1);
+    EXPECT_EQ(after.lease_free_reads, before.lease_free_reads + 1);
+    EXPECT_EQ(leases_of(store), 0u);
+    // A new version of the same layout, put by this client: read directly.
+    for (auto& b : src.buf) b = static_cast<std::uint8_t>(b + 1);
+    ASSERT_OK(store.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+    const auto direct = direct_state_dicts(store);
+    ASSERT_OK(store.get_state_dict_into("sd", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+    EXPECT_EQ(direct_state_dicts(store), direct + 1);
+  }
+}
+
+// Another client overwrites the state dict this one read: the next read
+// finds the places it knew dropped, and the actors read the new version;
+// the old one is never returned after the overwrite returned.
+TEST_F(DirectStateDict, AStateDictAnotherClientReplacedIsReadAfreshNeverTheOldOne) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, reader));
+  Dict src(300, 4096, 1), dst(300, 4096, 0);
+  ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));  // learns the places
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto direct = direct_state_dicts(reader);
+        EXPECT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+        return direct_state_dicts(reader) == direct + 1;
+      },
+      10s));
+  EXPECT_EQ(dst.buf, src.buf);
+  for (std::uint8_t v = 2; v < 6; ++v) {
+    std::fill(src.buf.begin(), src.buf.end(), v);
+    ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+    const auto before = reader.fast_path_stats();
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf) << "version " << int(v);
+    // Not direct: the places it knew were dropped (stale), or forgotten
+    // by the read before (miss).
+    EXPECT_EQ(reader.fast_path_stats().direct_state_dicts, before.direct_state_dicts);
+  }
+}
+
+// A writer replaces a three-bucket state dict continuously while two
+// threads of another client read it: every read is one version whole.
+TEST_F(DirectStateDict, AWriterRacingReadersNeverShowsATornStateDict) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, reader));
+  constexpr int kTensors = 300;
+  constexpr std::size_t kBytesEach = 4096;
+  Dict src(kTensors, kBytesEach, 1);
+  ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  const auto before = direct_state_dicts(reader);
+  const auto seen = testing::race_readers(
+      kTensors * kBytesEach, 2,
+      [&](std::vector<std::uint8_t>& mine) {
+        StateDict sd;
+        for (int i = 0; i < kTensors; ++i) {
+          auto s = sd.insert("layer" + std::to_string(i) + ".w",
+                             TensorView(mine.data() + i * kBytesEach, DType::uint8,
+                                        {static_cast<std::int64_t>(kBytesEach)}));
+          if (!s.ok()) return s;
+        }
+        return reader.get_state_dict_into("sd", sd).get(kWait).status();
+      },
+      [&] {
+        for (int i = 2; i < 150; ++i) {
+          std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
+          ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+        }
+      });
+  EXPECT_EQ(seen.torn, 0);
+  EXPECT_EQ(seen.failed, 0);
+  EXPECT_GT(seen.reads, 0);
+  // Once the writer stops: the last version, directly.
+  Dict dst(kTensors, kBytesEach, 0);
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto direct = direct_state_dicts(reader);
+        EXPECT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+        EXPECT_TRUE(uniform(dst.buf)) << "torn state dict";
+        return dst.buf[0] == 149 && direct_state_dicts(reader) == direct + 1;
+      },
+      10s));
+  EXPECT_GT(direct_state_dicts(reader), before);
+}
+
+// What a direct read does not take goes to the actors, with the same
+// result: more than 8 MiB in all, a destination of another dtype (a cast
+// read) or a box, of a tensor stored as an object of its own. A box of a
+// packed tensor is direct: its bucket is read whole, then the box cut.
+TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
+  auto store = Store::embedded(shm()).value();
+  ASSERT_TRUE(ring_open(store, store));
+  // 9 MiB: three tensors of 3 MiB, each an object of its own.
+  Dict big(3, std::size_t{3} << 20, 7), big_dst(3, std::size_t{3} << 20, 0);
+  ASSERT_OK(store.put_state_dict("big", big.sd).get(kWait));
+  // A float32 tensor of 128 KiB (an object of its own), read as bfloat16
+  // (ReadOptions::cast). (A packed one is direct: its bucket is read
+  // whole, then converted.)
+  std::vector<float> f(32768, 1.5f);
+  std::vector<std::uint16_t> bf(32768, 0);
+  StateDict fsd, bsd;
+  ASSERT_OK(fsd.insert("w", TensorView::of(f.data(), {32768})));
+  ASSERT_OK(bsd.insert("w", TensorView(bf.data(), DType::bfloat16, {32768})));
+  ASSERT_OK(store.put_state_dict("f", fsd).get(kWait));
+  ReadOptions cast;
+  cast.cast = true;
+  // Boxes of a packed tensor (4 KiB) and of one stored alone (128 KiB).
+  auto boxed_read = [&](const std::string& key, std::size_t bytes, std::uint8_t fill) {
+    Dict d(2, bytes, fill);
+    EXPECT_OK(store.put_state_dict(key, d.sd).get(kWait));
+    return d;
+  };
+  Dict packed = boxed_read("packed", 4096, 3), alone = boxed_read("alone", 128 << 10, 4);
+  auto read_box = [&](const std::string& key, Dict& d) {
+    const std::int64_t n = static_cast<std::int64_t>(d.buf.size() / 2);
+    std::vector<std::uint8_t> half(n / 2, 0), rest(n, 0);
+    StateDict sd;
+    EXPECT_OK(sd.insert("layer0.w", TensorView(half.data(), DType::uint8, {n / 2})));
+    EXPECT_OK(sd.insert("layer1.w", TensorView(rest.data(), DType::uint8, {n})));
+    std::map<std::string, TensorSlice> boxes{
+        {"layer0.w", TensorSlice::make({n}, {n / 4}, {n / 2}).value()}};
+    EXPECT_OK(store.get_state_dict_into(key, sd, boxes).get(kWait));
+    EXPECT_EQ(half, std::vector<std::uint8_t>(half.size(), d.buf[0]));
+    EXPECT_EQ(rest, std::vector<std::uint8_t>(rest.size(), d.buf[0]));
+  };
+  for (int round = 0; round < 2; ++round) {  // the second with every layout known
+    SCOPED_TRACE(round);
+    auto before = direct_state_dicts(store);
+    ASSERT_OK(store.get_state_dict_into("big", big_dst.sd).get(kWait));
+    EXPECT_EQ(big_dst.buf, big.buf);
+    ASSERT_OK(store.get_state_dict_into("f", bsd, cast).get(kWait));
+    EXPECT_EQ(bf, std::vector<std::uint16_t>(bf.size(), 0x3fc0));  // 1.5 in bfloat16
+    read_box("alone", alone);
+    EXPECT_EQ(direct_state_dicts(store), before);
+    read_box("packed", packed);
+    EXPECT_EQ(direct_state_dicts(store), before + (round == 1 ? 1 : 0));
+  }
 }
 
 }  // namespace

@@ -70,6 +70,13 @@ Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<cons
                           std::uint64_t n);
 /// scatter_from on the calling thread.
 Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n);
+/// scatter_from with the calling thread copying one share and waiting
+/// for the copy engine's threads to copy the others: it returns once every
+/// piece is copied.
+Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n);
+/// Copies `n` bytes as scatter_here does: the calling thread one share,
+/// the copy engine's threads the others when large; returns when done.
+void copy_here(std::byte* dst, const std::byte* src, std::uint64_t n);
 
 /// One tensor (or object) of a put.
 struct PutItem {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/store/scratch_pool.hpp"
@@ -273,11 +274,44 @@ namespace {
 // together with every entry in one call (one snapshot of the index). If that
 // manifest differs from `snap`'s, a writer changed the layout in between:
 // plan again with the new one.
+// Reads every key of `into` straight from same-host volumes' shared memory
+// on this thread, as one snapshot (FastPath::read_together): host
+// destinations of each key's dtype and shape or a bucket's scatter, no
+// boxes, at most FastPath::kMaxDirectBytes in all (a longer copy would hold
+// up a caller that expects a future at once). hit: read; miss: not
+// possible here; stale: an object changed. The actors read on anything
+// but a hit, writing every destination again.
+actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::GetCall& into) {
+  using Entry = actors::FastPath::Entry;
+  for (const auto& box : into.slices) {
+    if (box) return actors::FastPath::Outcome::miss;
+  }
+  if (into.fresh || into.mode != actors::GetMode::into) return actors::FastPath::Outcome::miss;
+  std::uint64_t total = 0;
+  auto accept = [&](std::size_t i, const Entry& e) {
+    const auto& dst = into.dsts[i];
+    total += e.nbytes;
+    return total <= actors::FastPath::kMaxDirectBytes && e.kind == wire::ObjectKind::tensor &&
+           e.dtype == dst.dtype() && e.shape == dst.shape() && dst.is_contiguous() &&
+           !on_device(dst) && e.nbytes == dst.nbytes();
+  };
+  auto consume = [&](std::size_t i, const Entry&, const std::byte* data, std::size_t n) {
+    const auto* scatter = i < into.scatters.size() ? into.scatters[i].get() : nullptr;
+    if (scatter) return actors::scatter_here(*scatter, data, n).ok();
+    actors::copy_here(static_cast<std::byte*>(into.dsts[i].data()), data, n);
+    return true;
+  };
+  return fast.read_together(into.keys, accept, consume);
+}
+
+// `fast` (null: none) tries read_directly first; the attempts after a
+// first one run on the actors' threads and take the actors.
 Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
                                StateDict* dst, const std::string& op,
                                std::shared_ptr<const Snapshot> snap, int tries,
                                const CacheSlot& slot, bool guess,
-                               std::shared_ptr<const Boxes> boxes, bool cast) {
+                               std::shared_ptr<const Boxes> boxes, bool cast,
+                               const std::shared_ptr<actors::FastPath>& fast = nullptr) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
   actors::GetCall into;
   auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get(), cast);
@@ -293,42 +327,46 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
   }
   auto plan = std::move(planned).value();
   auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
-  call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
-      .on_complete([=](const Result<actors::GetOutput>& r) {
-        auto again = [=](const Snapshot& fresh) {
-          read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh),
-                            tries + 1, slot, false, boxes, cast)
-              .on_complete([done](const Result<void>& x) { done->set(x); });
-        };
-        if (!r.ok()) {
-          // A layout change between our two reads shows as a mismatch or a
-          // missing key: if the manifest moved on, plan again; else report.
-          const auto code = r.status().code();
-          if (code != Errc::shape_mismatch && code != Errc::dtype_mismatch &&
-              code != Errc::not_found && code != Errc::wrong_kind) {
-            return (void)done->set_error(r.status());
-          }
-          manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
-            if (fresh.ok() && fresh->bytes != plan->snap->bytes) return again(*fresh);
-            // A guess read keys that may never have existed: the stored
-            // manifest's own error names the problem better.
-            done->set_error(guess && !fresh.ok() ? fresh.status() : r.status());
-          });
-          return;
-        }
-        // The manifest read with the entries: the one planned with (the
-        // usual case, compared without decoding it) or a writer's newer one.
-        const auto& planned_bytes = plan->snap->bytes;
-        if (plan->manifest_copy.nbytes() != planned_bytes.size() ||
-            std::memcmp(plan->manifest_copy.data(), planned_bytes.data(), planned_bytes.size()) !=
-                0) {
-          auto now = decode_snapshot(plan->manifest_copy, key, op);
-          if (!now.ok()) return (void)done->set_error(now.status());
-          return again(*now);
-        }
-        if (slot.cache) slot.cache->put(slot.key, plan->snap);
-        done->set(finish_into(*plan, dst));
+  auto settle = [=](const Result<actors::GetOutput>& r) {
+    auto again = [=](const Snapshot& fresh) {
+      read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh), tries + 1,
+                        slot, false, boxes, cast)
+          .on_complete([done](const Result<void>& x) { done->set(x); });
+    };
+    if (!r.ok()) {
+      // A layout change between our two reads shows as a mismatch or a
+      // missing key: if the manifest moved on, plan again; else report.
+      const auto code = r.status().code();
+      if (code != Errc::shape_mismatch && code != Errc::dtype_mismatch && code != Errc::not_found &&
+          code != Errc::wrong_kind) {
+        return (void)done->set_error(r.status());
+      }
+      manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
+        if (fresh.ok() && fresh->bytes != plan->snap->bytes) return again(*fresh);
+        // A guess read keys that may never have existed: the stored
+        // manifest's own error names the problem better.
+        done->set_error(guess && !fresh.ok() ? fresh.status() : r.status());
       });
+      return;
+    }
+    // The manifest read with the entries: the one planned with (the
+    // usual case, compared without decoding it) or a writer's newer one.
+    const auto& planned_bytes = plan->snap->bytes;
+    if (plan->manifest_copy.nbytes() != planned_bytes.size() ||
+        std::memcmp(plan->manifest_copy.data(), planned_bytes.data(), planned_bytes.size()) != 0) {
+      auto now = decode_snapshot(plan->manifest_copy, key, op);
+      if (!now.ok()) return (void)done->set_error(now.status());
+      return again(*now);
+    }
+    if (slot.cache) slot.cache->put(slot.key, plan->snap);
+    done->set(finish_into(*plan, dst));
+  };
+  if (fast && read_directly(*fast, into) == actors::FastPath::Outcome::hit) {
+    settle(actors::GetOutput{});
+    return done->future();
+  }
+  call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
+      .on_complete(settle);
   return done->future();
 }
 
@@ -336,11 +374,13 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
 
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot,
-                                  std::shared_ptr<const Boxes> boxes, bool cast) {
+                                  std::shared_ptr<const Boxes> boxes, bool cast,
+                                  const std::shared_ptr<actors::FastPath>& fast) {
   StateDict* dst = &sd;
   if (slot.cache) {
     if (auto snap = slot.cache->find(slot.key)) {
-      return read_into_attempt(client, key, dst, op, std::move(snap), 0, slot, true, boxes, cast);
+      return read_into_attempt(client, key, dst, op, std::move(snap), 0, slot, true, boxes, cast,
+                               fast);
     }
   }
   return manifest_of(client, key, op).then([=](const Snapshot& snap) {

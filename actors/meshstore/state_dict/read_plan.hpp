@@ -23,6 +23,10 @@
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 
+namespace meshstore::actors {
+class FastPath;
+}  // namespace meshstore::actors
+
 namespace meshstore::state_dicts {
 
 // How often a read plans again before it gives up on a busy writer.
@@ -103,10 +107,14 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
 Status finish_into(const IntoPlan& plan, StateDict* dst);
 
 // Reads the state dict under `key` into `sd` (get_state_dict_into), the
-// entries named in `boxes` as those boxes.
+// entries named in `boxes` as those boxes. With `fast` (the store's fast
+// path; pass it only on the caller's own thread) a layout planned before
+// is first read straight from same-host volumes' shared memory, on this
+// thread, when every object's place is known ("Direct state-dict reads").
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot = {},
-                                  std::shared_ptr<const Boxes> boxes = nullptr, bool cast = false);
+                                  std::shared_ptr<const Boxes> boxes = nullptr, bool cast = false,
+                                  const std::shared_ptr<actors::FastPath>& fast = nullptr);
 
 // Reads the state dict under `key` (planned with `snap`) into new tensors:
 // packed ones are views into their bucket (get_state_dict).

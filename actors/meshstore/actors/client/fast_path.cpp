@@ -222,6 +222,59 @@ FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& ent
   return Outcome::hit;
 }
 
+FastPath::Outcome FastPath::read_together(
+    const std::vector<std::string>& keys,
+    const std::function<bool(std::size_t, const Entry&)>& accept, const ConsumeAt& consume) {
+  // Counted as one lease-free read (as the actors count a volume's group
+  // of objects), not as gets: hits, misses and stale count single keys.
+  auto miss = [] { return Outcome::miss; };
+  if (keys.empty()) return miss();
+  struct Part {
+    Entry entry;
+    std::shared_ptr<Channel> channel;
+    transports::Transport::TaggedBytes at;
+  };
+  std::vector<Part> parts(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto& p = parts[i];
+    p.channel = channel_of(keys[i], &p.entry);
+    if (!p.channel || !p.channel->direct(p.entry) || !accept(i, p.entry)) return miss();
+    if (p.channel->controller && !p.channel->controller->alive()) return miss();
+  }
+  // The seqlock argument of read_direct, over all the objects at once:
+  // every tag names its object before the first copy and after the last,
+  // and the volume clears a tag before the object's memory serves anything
+  // else, so every copy is of a committed object that was current
+  // throughout (a writer's replace clears the old tags before it returns).
+  auto stale = [&](std::size_t i) {
+    forget_object(keys[i], parts[i].entry.object_id);
+    lease_free_stale_.fetch_add(1, std::memory_order_relaxed);
+    return Outcome::stale;
+  };
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto& p = parts[i];
+    wire::RegionRef ref;
+    ref.region_id = p.entry.object_id;
+    ref.nbytes = p.entry.nbytes;
+    ref.described.emplace("shm", p.entry.place);
+    p.at = p.channel->shm->tagged_bytes(ref);  // none: the volume exited, or not its region
+    if (!p.at.tag) return miss();
+    if (p.at.tag->load(std::memory_order_acquire) != p.entry.object_id) return stale(i);
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (!consume(i, parts[i].entry, parts[i].at.data, parts[i].entry.nbytes)) return miss();
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].at.tag->load(std::memory_order_relaxed) != parts[i].entry.object_id) {
+      return stale(i);
+    }
+  }
+  lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
+  direct_batches_.fetch_add(1, std::memory_order_relaxed);
+  return Outcome::hit;
+}
+
 void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = rings_.find(volume_id);
@@ -391,6 +444,7 @@ FastPath::Stats FastPath::stats() const {
   s.lease_free_reads = lease_free_reads_.load(std::memory_order_relaxed);
   s.lease_free_stale = lease_free_stale_.load(std::memory_order_relaxed);
   s.direct_reads = direct_reads_.load(std::memory_order_relaxed);
+  s.direct_batches = direct_batches_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

@@ -112,6 +112,7 @@ class FastPath {
     std::uint64_t lease_free_reads = 0;  ///< reads served without a lease (count_lease_free)
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
+    std::uint64_t direct_batches = 0;    ///< read_together calls served (one snapshot each)
   };
 
   // -- the client actor's side --
@@ -170,6 +171,22 @@ class FastPath {
   Outcome read(const std::string& key, const std::function<bool(const Entry&)>& accept,
                const Consume& consume, std::chrono::milliseconds timeout, bool to_device = false);
 
+  /// Reads every key in `keys` straight from its volume's shared memory as
+  /// one snapshot (a state dict's manifest and buckets): each key's
+  /// location must be cached with its place, on a volume this client has a
+  /// ring to, and `accept(i, entry)` must say yes, else nothing is read and
+  /// the answer is miss. Every object's tag is checked before any copy and
+  /// again after all of them, so a hit means every object was committed
+  /// and unchanged from the first copy to the last (docs/architecture.md,
+  /// "Direct state-dict reads"). `consume(i, entry, data, n)` copies key
+  /// i's bytes, synchronously (it may split them over the copy engine and
+  /// wait); it may run and the answer still be stale, so it must only write
+  /// what the caller's actor path writes again. Host memory only.
+  using ConsumeAt = std::function<bool(std::size_t, const Entry&, const std::byte*, std::size_t)>;
+  Outcome read_together(const std::vector<std::string>& keys,
+                        const std::function<bool(std::size_t, const Entry&)>& accept,
+                        const ConsumeAt& consume);
+
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
   /// every key so before it reads any.
@@ -209,7 +226,7 @@ class FastPath {
   std::string home_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
-      lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0};
+      lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0};
 };
 
 }  // namespace meshstore::actors

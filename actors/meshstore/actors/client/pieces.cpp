@@ -127,4 +127,39 @@ Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<cons
                  [s, src](std::size_t lo, std::size_t hi) { scatter_run(*s, src.get(), lo, hi); });
 }
 
+Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n) {
+  MESHSTORE_RETURN_IF_ERROR(check_scatter(s, n));
+  auto& engine = transports::CopyEngine::instance();
+  const auto threads = static_cast<std::uint64_t>(engine.threads());
+  const auto groups = static_cast<std::size_t>(
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
+  const auto starts = runs_of(s.pieces, n, groups);
+  // The first run here, the others on the engine; `s` and `src` outlive
+  // them, since this waits for every one.
+  std::vector<Future<void>> others;
+  for (std::size_t r = 1; r + 1 < starts.size(); ++r) {
+    others.push_back(
+        engine.run([&s, src, lo = starts[r], hi = starts[r + 1]] { scatter_run(s, src, lo, hi); }));
+  }
+  scatter_run(s, src, starts[0], starts[1]);
+  for (const auto& f : others) f.wait();
+  return Status();
+}
+
+void copy_here(std::byte* dst, const std::byte* src, std::uint64_t n) {
+  auto& engine = transports::CopyEngine::instance();
+  const auto threads = static_cast<std::uint64_t>(engine.threads());
+  const auto pieces =
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread));
+  // Piece boundaries on 4 KiB, so no two threads share a page.
+  const std::uint64_t step = ((n / pieces) + 4095) & ~std::uint64_t{4095};
+  std::vector<Future<void>> others;
+  for (std::uint64_t at = step; at < n; at += step) {
+    const std::uint64_t len = std::min(step, n - at);
+    others.push_back(engine.run([=] { std::memcpy(dst + at, src + at, len); }));
+  }
+  if (n > 0) std::memcpy(dst, src, std::min(step, n));
+  for (const auto& f : others) f.wait();
+}
+
 }  // namespace meshstore::actors
