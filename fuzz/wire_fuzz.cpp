@@ -1,6 +1,6 @@
 // libFuzzer target: every decoder a peer's bytes reach on the control plane
 // (the store's wire records, RegionRef), the fast path's ring messages
-// (fast_get: get and put requests a volume decodes, replies a client
+// (fast_get: get, put and commit requests a volume decodes, replies a client
 // decodes) and the
 // state-dict manifest and value codecs (stored bytes a reader decodes). The first input byte picks
 // the decoder; the rest are its bytes. Whatever the bytes, a decoder must
@@ -82,6 +82,25 @@ void fast_get_message(const std::string& bytes) {
         again->place != done->place) {
       std::abort();
     }
+  }
+  // As a commit request (a put into a spare) and a commit's reply.
+  if (auto commit = fg::decode_commit(in); commit.ok()) {
+    std::vector<std::byte> out;
+    fg::encode_into(*commit, out);
+    auto again = fg::decode_commit(out);
+    if (!again.ok() || again->prefixes != commit->prefixes ||
+        again->records.size() != commit->records.size()) {
+      std::abort();
+    }
+    for (std::size_t i = 0; i < commit->records.size(); ++i) {
+      if (wire::encode(again->records[i]) != wire::encode(commit->records[i])) std::abort();
+    }
+  }
+  bool refused = false;
+  if (auto versions = fg::decode_commit_reply(in, (in.size() / 8) % 8, &refused); versions.ok()) {
+    auto again =
+        fg::decode_commit_reply(fg::encode_commit_done(*versions), versions->size(), &refused);
+    if (!again.ok() || *again != *versions) std::abort();
   }
 }
 

@@ -34,6 +34,25 @@ std::string fast_put_request(bool in_side_buffer = false) {
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
+// A commit of a manifest and a bucket staged on volume "v" under "sd".
+std::string fast_commit_request() {
+  actors::fast_get::CommitRequest req;
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    wire::KeyRecord r;
+    r.key = i == 0 ? "sd" : "sd#packed";
+    r.dtype = DType::uint8;
+    r.shape = {64};
+    r.group = "sd";
+    r.shards.push_back(
+        wire::ShardRecord{TensorSlice::full(r.shape), "v", 10 + i, 64, 1, 0, "meshstore.1-2.3;64"});
+    req.records.push_back(std::move(r));
+  }
+  req.prefixes = {"sd"};
+  std::vector<std::byte> out;
+  actors::fast_get::encode_into(req, out);
+  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
 bool write(const std::string& dir, int which, const std::string& name, const std::string& bytes) {
   std::ofstream f(dir + "/" + name, std::ios::binary);
   f.put(static_cast<char>(which));
@@ -117,7 +136,9 @@ int main(int argc, char** argv) {
             as_string(actors::fast_get::encode_put_done(
                 actors::fast_get::PutDone{12, 34, "meshstore.1-2.3;64"}))) &&
       write(dir, 10, "fast_put_error",
-            as_string(actors::fast_get::encode_put_error(Status(Errc::out_of_capacity, "full"))));
+            as_string(actors::fast_get::encode_put_error(Status(Errc::out_of_capacity, "full")))) &&
+      write(dir, 10, "fast_commit_request", fast_commit_request()) &&
+      write(dir, 10, "fast_commit_reply", as_string(actors::fast_get::encode_commit_done({7, 8})));
   if (!ok) {
     std::fprintf(stderr, "wire_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;

@@ -69,8 +69,18 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
       prepare_with_kept_layout(**use, op, options, Impl::put_layout_cache(impl_.get()).get(),
                                state_dicts::layout_key(key, options));
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
-  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
-      .then([st] {});
+  auto p = std::move(prepared).value();
+  if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
+  // Into the spare staging of the put before, over the ring, on this
+  // thread (docs/architecture.md, "Puts into a spare over the ring").
+  if (impl_ && impl_->fast &&
+      state_dicts::put_into_spare(
+          *impl_->fast, p->call, impl_->options.request_timeout, [this](actors::SpareUse use) {
+            Impl::send(impl_.get(), actors::store_spare_atom::value, std::move(use));
+          })) {
+    return make_ready_future();
+  }
+  return state_dicts::put_named(Impl::client_address(impl_.get()), std::move(p)).then([st] {});
 }
 
 Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,

@@ -251,6 +251,8 @@ void run_weight_sync(const Args& a) {
   const auto lease_free = fast_after.lease_free_reads - fast_before.lease_free_reads;
   // And how many of them were direct: on the caller's thread, no actor.
   const auto direct = fast_after.direct_state_dicts - fast_before.direct_state_dicts;
+  // And how many of its puts went into their spare over the ring.
+  const auto ring_puts = fast_after.state_dict_puts - fast_before.state_dict_puts;
   // A third for the simulator (benchmarks/sim/weightsync_sim.py), which
   // takes a state dict's cost per object from it: tensors of 4 MiB, each an
   // object of its own.
@@ -292,7 +294,7 @@ void run_weight_sync(const Args& a) {
         "\"put_per_tensor_us\":%.2f,\"get_per_tensor_us\":%.2f,\"per_tensor_overhead_us\":%.2f,"
         "\"small_1000x4KiB_sync_ms\":%.3f,\"small_put_ms\":%.3f,\"small_get_ms\":%.3f,"
         "\"small_memcpy_ms\":%.3f,\"small_sync_vs_two_memcpy\":%.3f,"
-        "\"small_lease_free_reads\":%llu,\"small_direct_reads\":%llu,"
+        "\"small_lease_free_reads\":%llu,\"small_direct_reads\":%llu,\"small_ring_puts\":%llu,"
         "\"small_bytes\":%llu,\"medium_tensors\":%d,\"medium_bytes\":%llu,"
         "\"medium_put_ms\":%.3f,\"medium_get_ms\":%.3f,"
         "\"put_state_dict_s\":%.6f,\"get_state_dict_into_s\":%.6f,"
@@ -305,7 +307,8 @@ void run_weight_sync(const Args& a) {
         m / big.put, m / big.get, put_op, get_op, std::max(put_op, get_op),
         (small.put + small.get) * 1e3, small.put * 1e3, small.get * 1e3, small_memcpy * 1e3,
         small_vs_floor, static_cast<unsigned long long>(lease_free),
-        static_cast<unsigned long long>(direct), static_cast<unsigned long long>(b2), medium_n,
+        static_cast<unsigned long long>(direct), static_cast<unsigned long long>(ring_puts),
+        static_cast<unsigned long long>(b2), medium_n,
         static_cast<unsigned long long>(medium_bytes), medium.put * 1e3, medium.get * 1e3, big.put,
         big.get, gb / e2e, m / e2e, have_stream ? "streamed to a reader process" : "sequential",
         m / sequential, have_stream ? m / streamed.put : 0.0,
@@ -334,9 +337,11 @@ void run_weight_sync(const Args& a) {
   }
   std::printf(
       "  per-tensor overhead: put %.1f us, get %.1f us; 1,000 x 4 KiB put %.2f ms + get %.2f ms"
-      " (%llu of its reads lease-free, %llu direct): %.2f x its floor of two memcpys of %.2f ms\n",
+      " (%llu of its reads lease-free, %llu direct; %llu puts over the ring): %.2f x its floor of"
+      " two memcpys of %.2f ms\n",
       put_op, get_op, small.put * 1e3, small.get * 1e3, static_cast<unsigned long long>(lease_free),
-      static_cast<unsigned long long>(direct), small_vs_floor, small_memcpy * 1e3);
+      static_cast<unsigned long long>(direct), static_cast<unsigned long long>(ring_puts),
+      small_vs_floor, small_memcpy * 1e3);
   std::printf("  %d x 4 MiB (one object each): put %.2f ms + get %.2f ms\n", medium_n,
               medium.put * 1e3, medium.get * 1e3);
 }

@@ -602,6 +602,7 @@ void bind_store(py::module_& m) {
              d["lease_free_stale"] = f.lease_free_stale;
              d["direct_reads"] = f.direct_reads;
              d["direct_state_dicts"] = f.direct_state_dicts;
+             d["state_dict_puts"] = f.state_dict_puts;
              return d;
            })
       .def("stats",

@@ -103,6 +103,18 @@ class FastGetTest : public ::testing::Test {
     auto done = fast_get::decode_put_reply(m->bytes);
     return done.ok() ? Status() : done.status();
   }
+  // Sends commit request `bytes` (of `records` records) over the ring: the
+  // volume's verdict (`*refused`: a well-formed refusal).
+  Status send_commit(const std::vector<std::byte>& bytes, std::size_t records,
+                     bool* refused = nullptr) {
+    MESHSTORE_RETURN_IF_ERROR(ring_->send(11, bytes.data(), bytes.size(), in(10s)));
+    auto m = ring_->receive(in(10s));
+    if (!m.ok()) return m.status();
+    bool was_refused = false;
+    auto done = fast_get::decode_commit_reply(m->bytes, records, &was_refused);
+    if (refused) *refused = was_refused;
+    return done.ok() ? Status() : done.status();
+  }
   // A put of `nbytes` whose bytes are said to be in the ring's side buffer.
   Status side_put(std::uint64_t nbytes) {
     fast_get::PutRequest r;
@@ -219,6 +231,110 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   auto good = get(id, "k");
   ASSERT_OK(good);
   EXPECT_EQ(text(good->bytes), "value");
+}
+
+// A commit over the ring (a put into a spare: docs/architecture.md, "Puts
+// into a spare over the ring") is input from another process: the volume
+// refuses one that does not decode, one naming another volume's object, an
+// object that is not staged here by the ring's client, already committed,
+// or of another size, and commits nothing of them. A good one goes to the
+// controller (none here: unavailable).
+TEST_F(FastGetTest, HostileCommitsAreRefusedAndCommitNothing) {
+  const auto committed = stage("k", "value");
+  verdict(commit_atom::value, committed);
+  const auto staged = stage("sd/x", "staged");
+  ASSERT_OK(attach());
+  auto request = [](std::uint64_t id, std::uint64_t nbytes, const std::string& volume) {
+    fast_get::CommitRequest req;
+    wire::KeyRecord r;
+    r.key = "sd/x";
+    r.dtype = DType::uint8;
+    r.shape = {static_cast<std::int64_t>(nbytes)};
+    r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume, id, nbytes});
+    req.records.push_back(r);
+    req.prefixes = {"sd"};
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(req, bytes);
+    return bytes;
+  };
+  bool refused = false;
+  EXPECT_ERROR(send_commit(request(staged, 6, "volume-1"), 1, &refused), Errc::protocol_error,
+               "not one object of volume 'volume-0'");
+  EXPECT_TRUE(refused);
+  EXPECT_ERROR(send_commit(request(12345, 6, "volume-0"), 1), Errc::protocol_error,
+               "no object of that size its client staged here");
+  EXPECT_ERROR(send_commit(request(committed, 5, "volume-0"), 1), Errc::protocol_error,
+               "no object of that size");
+  EXPECT_ERROR(send_commit(request(staged, 7, "volume-0"), 1), Errc::protocol_error,
+               "no object of that size");
+  // Fields that lie about their lengths or counts.
+  auto lying = request(staged, 6, "volume-0");
+  const std::uint32_t huge = 1u << 30;
+  std::memcpy(lying.data() + 16, &huge, 4);
+  EXPECT_ERROR(send_commit(lying, 1), Errc::protocol_error, "a commit field of");
+  auto none = request(staged, 6, "volume-0");
+  const std::uint32_t zero = 0;
+  std::memcpy(none.data() + 4, &zero, 4);
+  EXPECT_ERROR(send_commit(none, 1), Errc::protocol_error, "a commit of 0 records");
+  auto cut = request(staged, 6, "volume-0");
+  cut.resize(cut.size() - 1);
+  EXPECT_ERROR(send_commit(cut, 1), Errc::protocol_error, "commit");
+  // Well formed, its object staged here by this ring's client: the
+  // controller's to commit, and there is none here.
+  EXPECT_ERROR(send_commit(request(staged, 6, "volume-0"), 1), Errc::unavailable, "controller");
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->objects, 1u);  // "k"
+  EXPECT_EQ(stat->staged, 1u);   // "sd/x", still staged: nothing committed
+  auto good = get(committed, "k");
+  ASSERT_OK(good);
+  EXPECT_EQ(text(good->bytes), "value");
+}
+
+TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
+  fast_get::CommitRequest req;
+  for (int i = 0; i < 3; ++i) {
+    wire::KeyRecord r;
+    r.key = "sd/" + std::to_string(i);
+    r.dtype = DType::float32;
+    r.shape = {4, i + 1};
+    r.group = "sd";
+    r.shards.push_back(
+        wire::ShardRecord{TensorSlice::full(r.shape), "v", 10u + i, 16u * (i + 1), 1, 0, "place"});
+    req.records.push_back(r);
+  }
+  req.prefixes = {"sd"};
+  std::vector<std::byte> bytes;
+  fast_get::encode_into(req, bytes);
+  auto back = fast_get::decode_commit(bytes);
+  ASSERT_OK(back);
+  ASSERT_EQ(back->records.size(), 3u);
+  EXPECT_EQ(back->prefixes, req.prefixes);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back->records[i].key, req.records[i].key);
+    EXPECT_EQ(back->records[i].shape, req.records[i].shape);
+    EXPECT_EQ(back->records[i].shards.at(0).object_id, req.records[i].shards[0].object_id);
+    EXPECT_EQ(back->records[i].shards.at(0).place, "place");
+  }
+  auto trailing = bytes;
+  trailing.push_back(std::byte{0});
+  EXPECT_ERROR(fast_get::decode_commit(trailing), Errc::protocol_error, "where its fields end");
+  EXPECT_ERROR(fast_get::decode_commit({}), Errc::protocol_error, "no header");
+  // Replies: the versions, one per record; a refusal; and malformed ones.
+  bool refused = true;
+  auto ok = fast_get::decode_commit_reply(fast_get::encode_commit_done({4, 5, 6}), 3, &refused);
+  ASSERT_OK(ok);
+  EXPECT_EQ(*ok, (std::vector<std::uint64_t>{4, 5, 6}));
+  EXPECT_FALSE(refused);
+  EXPECT_ERROR(fast_get::decode_commit_reply(fast_get::encode_commit_done({4, 5}), 3, &refused),
+               Errc::protocol_error, "for 3 records");
+  EXPECT_FALSE(refused);
+  EXPECT_ERROR(fast_get::decode_commit_reply(fast_get::encode_commit_done({4, 0, 6}), 3, &refused),
+               Errc::protocol_error, "version 0");
+  EXPECT_ERROR(fast_get::decode_commit_reply(
+                   fast_get::encode_put_error(Status(Errc::conflict, "no")), 3, &refused),
+               Errc::conflict, "no");
+  EXPECT_TRUE(refused);
 }
 
 // A client that truncates its side buffer after the volume mapped it: the

@@ -363,6 +363,18 @@ struct Dict {
   }
 };
 
+// Reads state dict `key` (a Dict of `n` tensors of `bytes`) into `buf`.
+Status read_over(Store& store, const std::string& key, std::vector<std::uint8_t>& buf, int n,
+                 std::size_t bytes) {
+  StateDict sd;
+  for (int i = 0; i < n; ++i) {
+    MESHSTORE_RETURN_IF_ERROR(sd.insert(
+        "layer" + std::to_string(i) + ".w",
+        TensorView(buf.data() + i * bytes, DType::uint8, {static_cast<std::int64_t>(bytes)})));
+  }
+  return store.get_state_dict_into(key, sd).get(kWait).status();
+}
+
 std::uint64_t direct_state_dicts(const Store& s) { return s.fast_path_stats().direct_state_dicts; }
 
 // Three buckets (so three objects and the manifest in one snapshot).
@@ -444,14 +456,7 @@ TEST_F(DirectStateDict, AWriterRacingReadersNeverShowsATornStateDict) {
   const auto seen = testing::race_readers(
       kTensors * kBytesEach, 2,
       [&](std::vector<std::uint8_t>& mine) {
-        StateDict sd;
-        for (int i = 0; i < kTensors; ++i) {
-          auto s = sd.insert("layer" + std::to_string(i) + ".w",
-                             TensorView(mine.data() + i * kBytesEach, DType::uint8,
-                                        {static_cast<std::int64_t>(kBytesEach)}));
-          if (!s.ok()) return s;
-        }
-        return reader.get_state_dict_into("sd", sd).get(kWait).status();
+        return read_over(reader, "sd", mine, kTensors, kBytesEach);
       },
       [&] {
         for (int i = 2; i < 150; ++i) {
@@ -527,6 +532,109 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
     read_box("packed", packed);
     EXPECT_EQ(direct_state_dicts(store), before + (round == 1 ? 1 : 0));
   }
+}
+
+// Puts into a spare over the ring (docs/architecture.md, "Puts into a
+// spare over the ring"): a state dict put again with the layout of the put
+// before writes into the staging made ready for it on the caller's thread
+// and commits it over the volume's ring.
+using SparePut = LeaseFreeRead;
+
+std::uint64_t state_dict_puts(const Store& s) { return s.fast_path_stats().state_dict_puts; }
+
+// Puts `d` under `key` with every byte `v` until a put goes over the ring
+// (the spare is staged in the background after the second put of a
+// layout); bounded.
+bool put_until_over_the_ring(Store& store, const std::string& key, Dict& d, std::uint8_t v) {
+  return eventually(
+      [&] {
+        std::fill(d.buf.begin(), d.buf.end(), v);
+        const auto before = state_dict_puts(store);
+        EXPECT_OK(store.put_state_dict(key, d.sd, three_buckets()).get(kWait));
+        return state_dict_puts(store) == before + 1;
+      },
+      10s);
+}
+
+TEST_F(SparePut, APutOfTheLayoutPutBeforeGoesIntoItsSpareOverTheRing) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, writer));
+  Dict src(300, 4096, 1), dst(300, 4096, 0);
+  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
+  const auto volume_before = writer.stats().get(kWait);
+  ASSERT_OK(volume_before);
+  for (std::uint8_t v = 3; v < 9; ++v) {
+    SCOPED_TRACE(int(v));
+    for (std::size_t i = 0; i < src.buf.size(); ++i) {
+      src.buf[i] = static_cast<std::uint8_t>(v + i * 7);
+    }
+    const auto before = state_dict_puts(writer);
+    ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+    EXPECT_EQ(state_dict_puts(writer), before + 1);
+    // Every path reads it at once: the writer itself (directly), and
+    // another client (the actors, having located it afresh).
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    ASSERT_OK(writer.get_state_dict_into("sd", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+  }
+  // What each put replaced went back: the volume holds as much as before.
+  const auto volume_after = writer.stats().get(kWait);
+  ASSERT_OK(volume_after);
+  EXPECT_EQ(volume_after->front().objects, volume_before->front().objects);
+  EXPECT_EQ(volume_after->front().bytes_held, volume_before->front().bytes_held);
+}
+
+// Another layout under the same key (a tensor more) takes the actors and
+// gives the spare back; the new layout then gets a spare of its own.
+TEST_F(SparePut, AnotherLayoutTakesTheActorsAndGivesTheSpareBack) {
+  auto store = Store::embedded(shm()).value();
+  ASSERT_TRUE(ring_open(store, store));
+  Dict a(300, 4096, 1), b(301, 4096, 2), back(301, 4096, 0);
+  ASSERT_TRUE(put_until_over_the_ring(store, "sd", a, 3));
+  const auto staged_with_spare = store.stats().get(kWait);
+  ASSERT_OK(staged_with_spare);
+  const auto before = state_dict_puts(store);
+  ASSERT_OK(store.put_state_dict("sd", b.sd, three_buckets()).get(kWait));
+  EXPECT_EQ(state_dict_puts(store), before);
+  ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
+  EXPECT_EQ(back.buf, b.buf);
+  ASSERT_TRUE(put_until_over_the_ring(store, "sd", b, 4));
+  ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
+  EXPECT_EQ(back.buf, b.buf);
+}
+
+// A writer putting over the ring while two threads of another client read:
+// every read is one version whole.
+TEST_F(SparePut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, writer));
+  ASSERT_TRUE(ring_open(writer, reader));
+  constexpr int kTensors = 300;
+  constexpr std::size_t kBytesEach = 4096;
+  Dict src(kTensors, kBytesEach, 1);
+  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
+  const auto before = state_dict_puts(writer);
+  const auto seen = testing::race_readers(
+      kTensors * kBytesEach, 2,
+      [&](std::vector<std::uint8_t>& mine) {
+        return read_over(reader, "sd", mine, kTensors, kBytesEach);
+      },
+      [&] {
+        for (int i = 3; i < 120; ++i) {
+          std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
+          ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+        }
+      });
+  EXPECT_EQ(seen.torn, 0);
+  EXPECT_EQ(seen.failed, 0);
+  EXPECT_GT(seen.reads, 0);
+  EXPECT_GT(state_dict_puts(writer), before);
+  Dict dst(kTensors, kBytesEach, 0);
+  ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+  EXPECT_EQ(dst.buf, src.buf);
 }
 
 }  // namespace

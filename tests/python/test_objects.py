@@ -123,7 +123,7 @@ def test_small_values_read_the_same_with_and_without_the_fast_path(fast_path, tr
             assert s.fast_path_stats() == {"hits": 0, "misses": 0, "stale": 0, "rings": 0,
                                            "puts": 0, "put_misses": 0, "lease_free_reads": 0,
                                            "lease_free_stale": 0, "direct_reads": 0,
-                                           "direct_state_dicts": 0}
+                                           "direct_state_dicts": 0, "state_dict_puts": 0}
     finally:
         s.close()
     with pytest.raises(TypeError, match="'fast_path' has the wrong type"):

@@ -121,6 +121,9 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         st.locations.make_room(records.size());
         for (const auto& r : records) st.locations.put(r);
       },
+      // A spare the store's caller took off the fast path's shelf, and what
+      // became of it (client/put.hpp, spare_used).
+      [=](store_spare_atom, SpareUse& use) { spare_used(self, use); },
       [=](store_stream_atom, StreamCall& call) {
         if (refused(call)) return;
         handle_stream(self, std::move(call));

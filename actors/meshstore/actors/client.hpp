@@ -47,6 +47,9 @@ struct Gather {
 Future<void> fill_gathered(std::shared_ptr<const Gather> g, std::byte* dst, std::uint64_t n);
 /// fill_gathered on the calling thread.
 Status fill_gathered_now(const Gather& g, std::byte* dst, std::uint64_t n);
+/// fill_gathered with the calling thread copying one share and waiting for
+/// the copy engine's threads to copy the others.
+Status fill_gathered_here(const Gather& g, std::byte* dst, std::uint64_t n);
 
 /// Where the bytes of one object of a read go, piece by piece (a state
 /// dict's packed bucket unpacked into the caller's tensors): each piece
@@ -102,6 +105,12 @@ struct PutItem {
   std::shared_ptr<const Gather> gather = nullptr;
 };
 
+/// The record a put commits for `item` (its group `group`, "" for none):
+/// one shard, the object `region` on `volume_id` (null: the volume fills
+/// it in, stage_commit), with its shm place for readers on that host.
+wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
+                           const std::string& volume_id, const std::string& group);
+
 /// Regions staged at the client's volume and mapped writable into this
 /// process (zero-copy publishing): the caller fills them in place and
 /// commits them with a PutCall's `staged_items`.
@@ -124,6 +133,22 @@ struct StageCall {
 /// Gives staged regions back to their volume uncommitted (fire and forget).
 struct ReleaseStagedCall {
   StagedRegions staged;
+};
+
+/// What the store's caller did with a spare it took off the fast path's
+/// shelf (FastPath::unshelve; store_spare_atom, fire and forget): committed
+/// it over the ring (records and their versions for the client's cache),
+/// did not use it (the client gives it back), or lost it (the ring failed
+/// with its commit on the way: the outcome is unknown).
+struct SpareUse {
+  enum class Outcome { committed, unused, lost };
+  Outcome outcome = Outcome::unused;
+  std::string under;  // the state dict's key
+  std::string volume_id;
+  std::vector<std::pair<std::string, std::uint64_t>> layout;
+  std::vector<wire::RegionRef> regions;
+  std::vector<wire::KeyRecord> records;
+  std::vector<std::uint64_t> versions;
 };
 
 struct PutCall {
@@ -306,6 +331,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::SpareUse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StageCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StreamCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ReleaseStagedCall)

@@ -215,6 +215,31 @@ class SideBuffer {
   std::unique_ptr<transports::shm::PeerMemory> guard_;  // after segment_: goes first
 };
 
+// Waits for the volume actor's outcome of a fast-path request: on a host
+// with cores to spare it spins first, as the ring's ends spin for messages
+// (the work takes tens of microseconds, a sleeping thread's wake-up as
+// long again; on 2 vCPUs this thread would take the core the volume actor
+// works on), then waits in slices, so a volume that stops (which joins
+// this thread) is not held up by a request it will never finish.
+// Errc::unavailable (the controller or the volume went) or Errc::timeout.
+template <class T>
+Status await_volume(const Future<T>& fut, const std::string& volume_id, const FastPuts& puts,
+                    const std::atomic<bool>& stop, const std::atomic<bool>& controller_down,
+                    const std::string& what) {
+  if (internal::spinning_host()) internal::spin_until([&] { return fut.ready(); }, puts.spin);
+  const auto deadline = std::chrono::steady_clock::now() + puts.timeout;
+  while (!fut.wait_for(std::chrono::milliseconds(50))) {
+    if (controller_down.load()) {
+      return Status(Errc::unavailable, "volume '" + volume_id + "': the controller went down");
+    }
+    if (stop.load() || std::chrono::steady_clock::now() >= deadline) {
+      return Status(stop.load() ? Errc::unavailable : Errc::timeout,
+                    "volume '" + volume_id + "': " + what + " did not finish");
+    }
+  }
+  return Status();
+}
+
 // A put request of the fast path: checked, handed to the volume actor,
 // answered with its outcome (or an error reply naming why). It waits in
 // slices, giving up when `stop` (the volume stops: it joins the serving
@@ -290,25 +315,75 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   }
   caf::anon_send(volume, fast_put_atom::value, std::move(job));
   volume = nullptr;  // no strong handle kept by this thread while it waits
-  // On a host with cores to spare, spin for the outcome as the ring's ends
-  // spin for messages (the put takes tens of microseconds, a sleeping
-  // thread's wake-up as long again); on 2 vCPUs this thread would take the
-  // core the volume actor commits on.
-  if (internal::spinning_host()) internal::spin_until([&] { return fut.ready(); }, puts.spin);
-  // Then waits in slices, so a volume that stops (which joins this thread)
-  // is not held up by a put it will never finish.
-  const auto deadline = std::chrono::steady_clock::now() + puts.timeout;
-  while (!fut.wait_for(std::chrono::milliseconds(50))) {
-    if (controller_down.load()) return gone();
-    if (stop.load() || std::chrono::steady_clock::now() >= deadline) {
-      return fast_get::encode_put_error(
-          Status(stop.load() ? Errc::unavailable : Errc::timeout,
-                 "volume '" + volume_id + "': fast put of '" + req->key + "' did not finish"));
-    }
+  if (auto s = await_volume(fut, volume_id, puts, stop, controller_down,
+                            "fast put of '" + req->key + "'");
+      !s.ok()) {
+    return fast_get::encode_put_error(s);
   }
   auto done = fut.get();
   if (!done.ok()) return fast_get::encode_put_error(done.status());
   return fast_get::encode_put_done(*done);
+}
+
+// A commit request of the fast path (fast_get::CommitRequest): decoded,
+// checked as input from another process, handed to the volume actor
+// (which checks each record names an object the ring's client staged
+// here), answered with the versions or an error reply.
+std::vector<std::byte> serve_fast_commit(const std::vector<std::byte>& bytes,
+                                         const std::string& volume_id, const FastPuts& puts,
+                                         const std::atomic<bool>& stop,
+                                         const std::atomic<bool>& controller_down) {
+  if (controller_down.load()) {
+    return fast_get::encode_put_error(
+        Status(Errc::unavailable, "volume '" + volume_id + "': the controller went down"));
+  }
+  auto req = fast_get::decode_commit(bytes);
+  if (!req.ok()) return fast_get::encode_put_error(req.status());
+  for (const auto& p : req->prefixes) {
+    if (auto s = facade::check_key("fast commit", p); !s.ok()) {
+      return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
+    }
+  }
+  for (const auto& r : req->records) {
+    if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
+      return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
+    }
+    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id || r.shards[0].object_id == 0 ||
+        !r.pending.empty() || r.version != 0) {
+      return fast_get::encode_put_error(
+          Status(Errc::protocol_error,
+                 "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'"));
+    }
+  }
+  FastCommitJob job;
+  job.records = std::move(req->records);
+  job.prefixes = std::move(req->prefixes);
+  job.owner = puts.owner;
+  job.controller = puts.controller;
+  auto promise = std::make_shared<Promise<std::vector<std::uint64_t>>>(
+      Status(Errc::unavailable, "volume '" + volume_id + "' stopped during a fast commit"));
+  auto fut = promise->future();
+  job.done = std::make_shared<std::function<void(Result<std::vector<std::uint64_t>>)>>(
+      [promise](Result<std::vector<std::uint64_t>> r) { promise->set(std::move(r)); });
+  auto volume = caf::actor_cast<caf::actor>(puts.volume);
+  if (!volume) {
+    return fast_get::encode_put_error(
+        Status(Errc::unavailable, "volume '" + volume_id + "' stopped"));
+  }
+  const std::size_t records = job.records.size();
+  caf::anon_send(volume, fast_commit_atom::value, std::move(job));
+  volume = nullptr;  // no strong handle kept by this thread while it waits
+  if (auto s = await_volume(fut, volume_id, puts, stop, controller_down, "fast commit"); !s.ok()) {
+    return fast_get::encode_put_error(s);
+  }
+  auto done = fut.get();
+  if (!done.ok()) return fast_get::encode_put_error(done.status());
+  if (done->size() != records) {
+    return fast_get::encode_put_error(
+        Status(Errc::internal, "a commit of " + std::to_string(records) + " records answered " +
+                                   std::to_string(done->size()) + " versions"));
+  }
+  return fast_get::encode_commit_done(*done);
 }
 
 // The reply to one fast-path request: a get served from `table`, or a put
@@ -325,6 +400,13 @@ std::vector<std::byte> serve_fast(const std::vector<std::byte>& bytes, const Sma
           Errc::unavailable, "volume '" + volume_id + "': a put from a client never attached"));
     }
     return serve_fast_put(bytes, volume_id, *puts, side, stop, controller_down);
+  }
+  if (magic.ok() && *magic == fast_get::kCommitMagic) {
+    if (!puts) {
+      return fast_get::encode_put_error(Status(
+          Errc::unavailable, "volume '" + volume_id + "': a commit from a client never attached"));
+    }
+    return serve_fast_commit(bytes, volume_id, *puts, stop, controller_down);
   }
   auto req = fast_get::decode_request(bytes);
   if (req.ok()) return table.read(req->object_id, req->key);
@@ -1001,6 +1083,35 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
               // With where it lies, for the writer's direct reads.
               (*done)(fast_get::PutDone{r->versions.front(), r->ids.front(), r->places.front()});
             });
+      },
+      [=](fast_commit_atom, FastCommitJob& job) {
+        auto done = job.done;
+        auto& st = self->state;
+        // Only objects the ring's client staged here and has not committed:
+        // a ring is input from another process.
+        for (const auto& r : job.records) {
+          const auto& shard = r.shards.front();
+          auto it = st.objects.find(shard.object_id);
+          if (it == st.objects.end() || it->second.committed || it->second.owner != job.owner ||
+              !it->second.region || it->second.region->size() != shard.nbytes) {
+            return (*done)(Status(Errc::protocol_error,
+                                  "fast commit of '" + r.key + "': object " +
+                                      std::to_string(shard.object_id) +
+                                      " is no object of that size its client staged here"));
+          }
+        }
+        auto controller = caf::actor_cast<caf::actor>(job.controller);
+        if (!controller) {
+          return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
+        }
+        // The controller answers this volume without a flush: its release of
+        // what the commit superseded reaches this actor before the answer.
+        self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
+                      std::move(job.records), std::move(job.prefixes), true)
+            .then([done](const std::vector<std::uint64_t>& versions) { (*done)(versions); },
+                  [done](caf::error& e) {
+                    (*done)(internal::from_caf_error(e, "commit at the controller"));
+                  });
       },
       [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
         auto lent = lend(self, req);

@@ -66,6 +66,18 @@ struct FastPutJob {
   std::shared_ptr<std::function<void(Result<fast_get::PutDone>)>> done;
 };
 
+/// A commit over a fast-path ring (fast_get::CommitRequest): records of
+/// objects the ring's client staged here and wrote (a spare), to commit at
+/// the controller replacing the keys under `prefixes`; within one process,
+/// as FastPutJob. `done` gets the versions or the error.
+struct FastCommitJob {
+  std::vector<wire::KeyRecord> records;
+  std::vector<std::string> prefixes;
+  caf::actor_addr owner;
+  caf::actor_addr controller;
+  std::shared_ptr<std::function<void(Result<std::vector<std::uint64_t>>)>> done;
+};
+
 using storage_volume_actor = caf::typed_actor<
     // Allocates one staged object per request, all or none: fails with
     // Errc::out_of_capacity (nothing staged) when they do not fit.
@@ -139,7 +151,12 @@ using storage_volume_actor = caf::typed_actor<
     caf::replies_to<small_attach_atom, std::uint64_t, caf::actor>::with<caf::ok_atom>,
     // (from a ring's thread, in this process) Stages and commits a small
     // put as stage_commit does; the outcome goes to the job's `done`.
-    caf::reacts_to<fast_put_atom, FastPutJob>>;
+    caf::reacts_to<fast_put_atom, FastPutJob>,
+    // (from a ring's thread) Commits objects the ring's client staged here
+    // and wrote, replacing the keys under the prefixes (replace_atom at
+    // the controller); each record must name one such object, staged by
+    // that client and not committed. The outcome goes to the job's `done`.
+    caf::reacts_to<fast_commit_atom, FastCommitJob>>;
 
 /// What a volume is created with.
 struct VolumeConfig {
@@ -174,3 +191,4 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LendRequest)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::FastPutJob)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::FastCommitJob)

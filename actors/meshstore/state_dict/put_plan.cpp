@@ -7,7 +7,10 @@
 #include <new>
 #include <vector>
 
+#include "meshstore/actors/client/fast_path.hpp"
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/dtype_cast.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/state_dict/manifest.hpp"
 #include "meshstore/store/calls.hpp"
@@ -17,6 +20,7 @@ namespace meshstore::state_dicts {
 
 using facade::bytes_item;
 using facade::check_key;
+using internal::cuda::on_device;
 
 namespace {
 
@@ -247,28 +251,126 @@ Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                                 fenced ? std::optional<std::uint64_t>(0) : std::nullopt);
 }
 
+Status name_put(const std::string& key, PreparedPut& p,
+                std::optional<std::uint64_t> manifest_version) {
+  const std::string op = p.call.op;
+  for (auto& item : p.call.items) {
+    item.key = key + item.key;
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, item.key));
+    if (manifest_version && item.key == key) item.expect_version = *manifest_version;
+  }
+  for (auto& item : p.call.lent_items) {
+    item.key = key + item.key;
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, item.key));
+  }
+  for (auto& m : p.call.group_members) {
+    m = key + m;
+    MESHSTORE_RETURN_IF_ERROR(check_key(op, m));
+  }
+  std::sort(p.call.group_members.begin(), p.call.group_members.end());
+  p.call.replace_under = {key};
+  return Status();
+}
+
+Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p) {
+  const std::string what = p->call.op + " '" + p->call.replace_under.front() + "'";
+  return call_client(client, actors::store_put_atom::value, std::move(p->call), what)
+      .then([](const std::vector<std::uint64_t>&) {});
+}
+
 Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
                                     std::shared_ptr<PreparedPut> p,
                                     std::optional<std::uint64_t> manifest_version) {
-  const std::string op = p->call.op;
-  for (auto& item : p->call.items) {
-    item.key = key + item.key;
-    if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
-    if (manifest_version && item.key == key) item.expect_version = *manifest_version;
+  if (auto s = name_put(key, *p, manifest_version); !s.ok()) return make_error_future<void>(s);
+  return put_named(client, std::move(p));
+}
+
+bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
+                    std::chrono::milliseconds timeout,
+                    const std::function<void(actors::SpareUse)>& tell) {
+  using Outcome = actors::SpareUse::Outcome;
+  if (call.replace_under.size() != 1 || !call.lent_items.empty() || !call.staged_items.empty() ||
+      !call.group_members.empty() || call.items.empty()) {
+    return false;
   }
-  for (auto& item : p->call.lent_items) {
-    item.key = key + item.key;
-    if (auto s = check_key(op, item.key); !s.ok()) return make_error_future<void>(s);
+  // What the actors' put would stage: a spare of this layout (put.cpp,
+  // spare_layout), neither inline nor streamed.
+  std::uint64_t total = 0, largest = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> layout;
+  for (const auto& item : call.items) {
+    const auto& v = item.view;
+    if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return false;
+    total += v.nbytes();
+    largest = std::max(largest, v.nbytes());
+    layout.emplace_back(item.key, v.nbytes());
   }
-  for (auto& m : p->call.group_members) {
-    m = key + m;
-    if (auto s = check_key(op, m); !s.ok()) return make_error_future<void>(s);
+  if (total <= wire::kInlineBytes) return false;
+  if (!call.stream_manifest.empty() &&
+      total - largest >= actors::ClientConfig::kStreamMinOverlapBytes) {
+    return false;
   }
-  std::sort(p->call.group_members.begin(), p->call.group_members.end());
-  p->call.replace_under = {key};
-  return call_client(client, actors::store_put_atom::value, std::move(p->call),
-                     op + " '" + key + "'")
-      .then([](const std::vector<std::uint64_t>&) {});
+  const std::string& under = call.replace_under.front();
+  auto spare = fast.unshelve(under);
+  if (!spare) return false;
+  auto tell_client = [&](Outcome outcome, std::vector<wire::KeyRecord> records = {},
+                         std::vector<std::uint64_t> versions = {}) {
+    actors::SpareUse use;
+    use.outcome = outcome;
+    use.under = under;
+    use.volume_id = spare->volume_id;
+    use.layout = std::move(spare->layout);
+    use.regions = std::move(spare->regions);
+    use.records = std::move(records);
+    use.versions = std::move(versions);
+    tell(std::move(use));
+  };
+  const std::string home = fast.home();
+  auto shm = fast.shm_of(home);
+  if (spare->volume_id != home || spare->layout != layout ||
+      spare->regions.size() != layout.size() || !shm) {
+    tell_client(Outcome::unused);
+    return false;
+  }
+  std::vector<wire::KeyRecord> records;
+  records.reserve(call.items.size());
+  for (std::size_t i = 0; i < call.items.size(); ++i) {
+    const auto& item = call.items[i];
+    const auto& region = spare->regions[i];
+    const std::uint64_t n = item.view.nbytes();
+    auto mem = region.nbytes == n && region.device < 0
+                   ? shm->map_writable(region)
+                   : Result<std::shared_ptr<std::byte>>(Status(Errc::internal, "mismatch"));
+    if (!mem.ok()) {
+      tell_client(Outcome::unused);
+      return false;
+    }
+    std::byte* dst = mem->get();
+    if (item.gather) {
+      if (!actors::fill_gathered_here(*item.gather, dst, n).ok()) {
+        tell_client(Outcome::unused);
+        return false;  // the actors report it
+      }
+    } else if (n > 0) {
+      actors::copy_here(dst, static_cast<const std::byte*>(item.view.data()), n);
+    }
+    records.push_back(actors::put_record(item, &region, home, under));
+  }
+  bool sent = false, lost = false;
+  auto versions =
+      fast.commit(home, actors::fast_get::CommitRequest{records, {under}}, timeout, &sent, &lost);
+  if (!versions.ok()) {
+    // Not sent or refused: nothing committed, the spare goes back. Lost:
+    // it may have committed (with these same bytes), so its objects are
+    // neither reused nor given back. Either way the actors put it now.
+    tell_client(lost ? Outcome::lost : Outcome::unused);
+    return false;
+  }
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    records[i].version = (*versions)[i];
+    fast.learn(records[i]);  // this thread's next read sees it
+  }
+  tell_client(Outcome::committed, std::move(records), std::move(versions).value());
+  return true;
 }
 
 }  // namespace meshstore::state_dicts

@@ -3,7 +3,9 @@
 // Planning a state dict's put: its manifest, its small tensors packed into
 // buckets, casts and boxes, as one put call the client commits at once.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +17,10 @@
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/store.hpp"
+
+namespace meshstore::actors {
+class FastPath;
+}  // namespace meshstore::actors
 
 namespace meshstore::state_dicts {
 
@@ -58,6 +64,27 @@ std::string layout_key(const std::string& key, const StateDictPutOptions& option
 // otherwise): a published version is written by one writer.
 Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
                           std::shared_ptr<PreparedPut> p, bool fenced = false);
+// Gives a prepared put its key: the items' keys (checked), the group's
+// members, the prefix it replaces; with `manifest_version`, the manifest's
+// precondition (put_prepared_expecting).
+Status name_put(const std::string& key, PreparedPut& p,
+                std::optional<std::uint64_t> manifest_version = std::nullopt);
+// Sends a put named by name_put to the client actor.
+Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
+
+// A state dict put again with the layout of the put before it, on the
+// caller's thread (docs/architecture.md, "Puts into a spare over the
+// ring"): when the client actor shelved that layout's spare staging on
+// `fast`, the items are written straight into it (gathered, split over the
+// copy engine with this thread taking a share) and committed over the
+// volume's ring, replacing the keys under the put's prefix. True: committed
+// (the fast path's mirror has the records); false: nothing committed here,
+// the caller puts it through the actors. Either way `tell` gets what
+// became of a spare it took (actors::SpareUse, for the client actor).
+bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
+                    std::chrono::milliseconds timeout,
+                    const std::function<void(actors::SpareUse)>& tell);
+
 // put_prepared that commits only while the manifest at `key` has commit
 // version `manifest_version` (0: absent), Errc::conflict otherwise.
 Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,

@@ -126,8 +126,12 @@ struct ClientState {
   struct Spare {
     std::string volume_id;
     std::vector<std::pair<std::string, std::uint64_t>> layout;  // (key, bytes) per object
-    std::vector<wire::RegionRef> regions;                       // empty: being staged
-    std::uint64_t used = 0;                                     // recency
+    std::vector<wire::RegionRef> regions;                       // empty: being staged or shelved
+    // On the fast path's shelf (FastPath::shelve): the caller's thread may
+    // take it for a put over the ring; the regions are there.
+    bool shelved = false;
+    bool being_staged() const { return regions.empty() && !shelved; }
+    std::uint64_t used = 0;  // recency
     // Puts of this layout that found it being staged: each runs once it is
     // staged, or once it is gone (failed, evicted, its volume down), when it
     // stages its own.

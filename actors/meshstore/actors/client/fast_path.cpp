@@ -434,6 +434,75 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   return Outcome::hit;
 }
 
+bool FastPath::shelve(const std::string& under, Spare spare) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  shelf_[under] = std::move(spare);
+  return true;
+}
+
+std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = shelf_.find(under);
+  if (it == shelf_.end()) return std::nullopt;
+  auto spare = std::move(it->second);
+  shelf_.erase(it);
+  return spare;
+}
+
+std::string FastPath::home() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return home_;
+}
+
+std::shared_ptr<transports::Transport> FastPath::shm_of(const std::string& volume_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = rings_.find(volume_id);
+  return r == rings_.end() || !r->second->ring ? nullptr : r->second->shm;
+}
+
+Result<std::vector<std::uint64_t>> FastPath::commit(const std::string& volume_id,
+                                                    const fast_get::CommitRequest& req,
+                                                    std::chrono::milliseconds timeout, bool* sent,
+                                                    bool* lost) {
+  *sent = false;
+  *lost = false;
+  std::shared_ptr<Channel> channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = rings_.find(volume_id);
+    if (closed_ || r == rings_.end() || !r->second->ring) {
+      return Status(Errc::unavailable, "no ring to volume '" + volume_id + "'");
+    }
+    channel = r->second;
+  }
+  std::unique_lock<std::mutex> lock(channel->mu);
+  if (channel->failed) return Status(Errc::unavailable, "the ring failed");
+  fast_get::encode_into(req, channel->request);
+  if (channel->request.size() > channel->max_request()) {
+    return Status(Errc::unsupported, "a commit of " + std::to_string(channel->request.size()) +
+                                         " bytes does not fit a ring slot");
+  }
+  *sent = true;
+  auto fail = [&](const Status& s) {
+    if (s.code() != Errc::unavailable) {
+      log::get("client")->warn("fast path to volume '{}' closed: {}", volume_id, s.to_string());
+    }
+    channel->failed = true;
+    drop_ring(volume_id, channel);
+    *lost = true;
+    return s;
+  };
+  auto m = channel->exchange(std::chrono::steady_clock::now() + timeout);
+  if (!m.ok()) return fail(m.status());
+  bool refused = false;
+  auto versions = fast_get::decode_commit_reply(*m, req.records.size(), &refused);
+  // A reply that does not decode: the ring is not to be trusted.
+  if (!versions.ok() && !refused) return fail(versions.status());
+  if (versions.ok()) spare_commits_.fetch_add(1, std::memory_order_relaxed);
+  return versions;
+}
+
 FastPath::Stats FastPath::stats() const {
   Stats s;
   s.hits = hits_.load(std::memory_order_relaxed);
@@ -445,6 +514,7 @@ FastPath::Stats FastPath::stats() const {
   s.lease_free_stale = lease_free_stale_.load(std::memory_order_relaxed);
   s.direct_reads = direct_reads_.load(std::memory_order_relaxed);
   s.direct_batches = direct_batches_.load(std::memory_order_relaxed);
+  s.spare_commits = spare_commits_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -113,6 +114,7 @@ class FastPath {
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
     std::uint64_t direct_batches = 0;    ///< read_together calls served (one snapshot each)
+    std::uint64_t spare_commits = 0;     ///< commit() calls that committed
   };
 
   // -- the client actor's side --
@@ -202,6 +204,41 @@ class FastPath {
   Outcome write(const Put& p, std::chrono::milliseconds timeout, wire::KeyRecord* committed,
                 Status* why);
 
+  // -- spares: puts of a state dict into staging made ready for it ----------
+
+  /// Staged objects of a layout this client put before, ready for its next
+  /// put (docs/architecture.md, "Spare staging"), which the client actor
+  /// put on the shelf so the caller's thread can write and commit them over
+  /// the ring ("Puts into a spare over the ring").
+  struct Spare {
+    std::string volume_id;
+    std::vector<std::pair<std::string, std::uint64_t>> layout;  // (key, bytes) per object
+    std::vector<wire::RegionRef> regions;
+  };
+  /// The client actor: shelves `spare` under `under` (a state dict's key);
+  /// false once closed (the actor keeps it then).
+  bool shelve(const std::string& under, Spare spare);
+  /// Takes the spare shelved under `under`: whoever takes it owns it (the
+  /// caller's thread for its put, the actor to use or give it back);
+  /// nullopt when none. Works after close(), so the actor can still give
+  /// shelved spares back.
+  std::optional<Spare> unshelve(const std::string& under);
+  /// This client's volume ("" for none yet) and the shm transport its
+  /// ring's client writes that volume's memory with (null: none).
+  std::string home() const;
+  std::shared_ptr<transports::Transport> shm_of(const std::string& volume_id) const;
+  /// Commits `req` (records of objects this client staged on `volume_id`
+  /// and wrote) over that volume's ring; the versions, one per record.
+  /// `*sent`: whether the request went out. An error with `*sent` false
+  /// committed nothing (no ring); with `*sent` true and code
+  /// Errc::protocol_error, timeout or unavailable from the ring itself the
+  /// outcome is unknown (`*lost`), else it is the volume's refusal (nothing
+  /// committed). Waits at most `timeout`.
+  Result<std::vector<std::uint64_t>> commit(const std::string& volume_id,
+                                            const fast_get::CommitRequest& req,
+                                            std::chrono::milliseconds timeout, bool* sent,
+                                            bool* lost);
+
   Stats stats() const;
   /// The client actor counts its lease-free reads (a read without a lease,
   /// checked by the object tags): served, or gone the leased way.
@@ -225,8 +262,10 @@ class FastPath {
   bool closed_ = false;
   std::string home_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
+  std::unordered_map<std::string, Spare> shelf_;  // under mu_
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
-      lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0};
+      lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0},
+      spare_commits_{0};
 };
 
 }  // namespace meshstore::actors

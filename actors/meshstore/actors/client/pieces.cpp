@@ -146,6 +146,23 @@ Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n) {
   return Status();
 }
 
+Status fill_gathered_here(const Gather& g, std::byte* dst, std::uint64_t n) {
+  MESHSTORE_RETURN_IF_ERROR(check_gather(g, n));
+  auto& engine = transports::CopyEngine::instance();
+  const auto threads = static_cast<std::uint64_t>(engine.threads());
+  const auto groups = static_cast<std::size_t>(
+      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
+  const auto starts = runs_of(g.pieces, n, groups);
+  std::vector<Future<void>> others;
+  for (std::size_t r = 1; r + 1 < starts.size(); ++r) {
+    others.push_back(engine.run(
+        [&g, dst, n, lo = starts[r], hi = starts[r + 1]] { fill_run(g, dst, n, lo, hi); }));
+  }
+  fill_run(g, dst, n, starts[0], starts[1]);
+  for (const auto& f : others) f.wait();
+  return Status();
+}
+
 void copy_here(std::byte* dst, const std::byte* src, std::uint64_t n) {
   auto& engine = transports::CopyEngine::instance();
   const auto threads = static_cast<std::uint64_t>(engine.threads());

@@ -16,6 +16,32 @@
 #include "meshstore/actors/client/stage.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 
+namespace meshstore::actors {
+
+wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
+                           const std::string& volume_id, const std::string& group) {
+  wire::KeyRecord r;
+  r.key = item.key;
+  r.kind = item.kind;
+  r.object_format = item.object_format;
+  r.expect_version = item.expect_version;
+  r.dtype = item.view.dtype();
+  r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
+  r.group = group;
+  std::string place;  // for readers on the volume's host (lease-free reads)
+  if (region) {
+    auto shm = region->described.find("shm");
+    if (shm != region->described.end()) place = shm->second;
+  }
+  r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
+                                       volume_id, region ? region->region_id : 0,
+                                       region ? region->nbytes : item.view.nbytes(), item.replicas,
+                                       item.checksum, std::move(place)});
+  return r;
+}
+
+}  // namespace meshstore::actors
+
 namespace meshstore::actors::client_detail {
 
 using internal::from_caf_error;
@@ -116,11 +142,25 @@ typename Map::iterator least_recent(Map& spares) {
   });
 }
 
-void give_back_spare(client_pointer self, const ClientState::Spare& spare) {
-  auto conn = self->state.conns.find(spare.volume_id);
-  if (conn != self->state.conns.end() && conn->second->handle) {
-    give_back(self, conn->second->handle, spare.regions, {});
+void give_back_regions(client_pointer self, const std::string& volume_id,
+                       const std::vector<wire::RegionRef>& regions) {
+  auto conn = self->state.conns.find(volume_id);
+  if (!regions.empty() && conn != self->state.conns.end() && conn->second->handle) {
+    give_back(self, conn->second->handle, regions, {});
   }
+}
+
+// Gives the spare under `under` back to its volume: its regions, or the
+// shelf's (none when the caller's thread took them for a put).
+void give_back_spare(client_pointer self, const std::string& under,
+                     const ClientState::Spare& spare) {
+  if (spare.shelved) {
+    if (auto shelved = self->state.locations.fast->unshelve(under)) {
+      give_back_regions(self, shelved->volume_id, shelved->regions);
+    }
+    return;
+  }
+  give_back_regions(self, spare.volume_id, spare.regions);
 }
 
 // Lets the puts waiting for `spare` go on: staged, one of them takes it;
@@ -139,22 +179,34 @@ std::optional<std::vector<wire::RegionRef>> take_spare(client_pointer self,
                                                        const Layout& layout) {
   auto& spares = self->state.spares;
   auto it = spares.find(under);
-  if (it == spares.end() || it->second.regions.empty()) return std::nullopt;
+  if (it == spares.end() || it->second.being_staged()) return std::nullopt;
   auto spare = std::move(it->second);
   spares.erase(it);
+  if (spare.shelved) {
+    // Taken back from the shelf (none: the caller's thread took it).
+    auto shelved = self->state.locations.fast->unshelve(under);
+    if (!shelved) return std::nullopt;
+    spare.regions = std::move(shelved->regions);
+    spare.shelved = false;
+  }
   if (spare.volume_id == volume_id && spare.layout == layout) return std::move(spare.regions);
-  give_back_spare(self, spare);
+  give_back_spare(self, under, spare);
   return std::nullopt;
 }
 
-// After `op` committed: stages its layout again, in the background, for the
-// next put under the same key, when the put before it had that layout too.
-void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
-  const Layout& layout = op->spare_layout;
-  if (layout.empty() || !op->conn) return;
+}  // namespace
+
+// After a put of `layout` under `under` committed on `conn`'s volume:
+// stages the layout again, in the background, for the next put under the
+// same key, when the put before it had that layout too. Ready, the spare
+// goes on the fast path's shelf when the volume has a ring (the next put
+// may then write and commit it on its caller's thread), unless a put
+// already waits for it.
+void restage_spare(client_pointer self, const std::string& under,
+                   const std::shared_ptr<VolumeConn>& conn, const Layout& layout) {
+  if (layout.empty() || !conn) return;
   auto& st = self->state;
-  const std::string under = op->call.replace_under.front();
-  const std::string volume_id = op->conn->info.volume_id;
+  const std::string volume_id = conn->info.volume_id;
   auto& last = st.last_layouts[under];
   const bool repeated = last.volume_id == volume_id && last.layout == layout;
   last.volume_id = volume_id;
@@ -166,7 +218,7 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (!repeated || st.spares.count(under) != 0) return;
   while (st.spares.size() >= ClientConfig::kMaxSpares) {
     auto oldest = least_recent(st.spares);
-    give_back_spare(self, oldest->second);
+    give_back_spare(self, oldest->first, oldest->second);
     auto evicted = std::move(oldest->second);
     st.spares.erase(oldest);
     run_waiters(evicted);
@@ -182,19 +234,23 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
     r.nbytes = nbytes;
     reqs.push_back(std::move(r));
   }
-  auto conn = op->conn;
   ask(self, conn->handle, stage_atom::value, reqs)
       .then(
           [=](const std::vector<wire::RegionRef>& regions) {
             auto& spares = self->state.spares;
             auto it = spares.find(under);
             auto now = self->state.conns.find(volume_id);
-            const bool wanted = it != spares.end() && it->second.regions.empty() &&
+            const auto& fast = self->state.locations.fast;
+            const bool wanted = it != spares.end() && it->second.being_staged() &&
                                 it->second.volume_id == volume_id && it->second.layout == layout &&
                                 regions.size() == layout.size() && now != self->state.conns.end() &&
                                 now->second == conn;
             if (!wanted) {
               give_back(self, conn->handle, regions, {});
+            } else if (it->second.waiters.empty() && !self->state.closing && fast &&
+                       fast->has_ring(volume_id) &&
+                       fast->shelve(under, FastPath::Spare{volume_id, layout, regions})) {
+              it->second.shelved = true;
             } else {
               it->second.regions = regions;
               // Closing: its waiting puts end with the client instead.
@@ -205,13 +261,20 @@ void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
           [=](caf::error&) {
             // A full volume, say: the next put stages its own.
             auto it = self->state.spares.find(under);
-            if (it != self->state.spares.end() && it->second.regions.empty()) {
+            if (it != self->state.spares.end() && it->second.being_staged()) {
               auto failed = std::move(it->second);
               self->state.spares.erase(it);
               run_waiters(failed);
             }
             if (self->state.closing) close_spares(self, self->state.closing);
           });
+}
+
+namespace {
+
+void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
+  if (op->spare_layout.empty()) return;
+  restage_spare(self, op->call.replace_under.front(), op->conn, op->spare_layout);
 }
 
 // The records a put commits: the items written in place first, then the
@@ -221,25 +284,10 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
   std::vector<wire::KeyRecord> records;
   records.reserve(op->call.staged_items.size() + op->call.lent_items.size() +
                   op->call.items.size());
+  const std::string group =
+      op->call.replace_under.empty() ? std::string() : op->call.replace_under.front();
   auto add = [&](const PutItem& item, const wire::RegionRef* region, const std::string& volume_id) {
-    wire::KeyRecord r;
-    r.key = item.key;
-    r.kind = item.kind;
-    r.object_format = item.object_format;
-    r.expect_version = item.expect_version;
-    r.dtype = item.view.dtype();
-    r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
-    if (!op->call.replace_under.empty()) r.group = op->call.replace_under.front();
-    std::string place;  // for readers on the volume's host (lease-free reads)
-    if (region) {
-      auto shm = region->described.find("shm");
-      if (shm != region->described.end()) place = shm->second;
-    }
-    r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
-                                         volume_id, region ? region->region_id : 0,
-                                         region ? region->nbytes : item.view.nbytes(),
-                                         item.replicas, item.checksum, std::move(place)});
-    records.push_back(std::move(r));
+    records.push_back(put_record(item, region, volume_id, group));
   };
   const std::string& home = op->conn->info.volume_id;
   for (std::size_t i = 0; i < op->call.staged_items.size(); ++i) {
@@ -666,7 +714,7 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
     // Its spare still being staged (the put just before this one committed
     // a round trip ago): wait for it rather than stage a third version.
     auto pending = self->state.spares.find(under);
-    if (pending != self->state.spares.end() && pending->second.regions.empty() &&
+    if (pending != self->state.spares.end() && pending->second.being_staged() &&
         pending->second.volume_id == op->conn->info.volume_id &&
         pending->second.layout == op->spare_layout) {
       return pending->second.waiters.push_back(take_or_stage);
@@ -676,6 +724,31 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
 }
 
 }  // namespace
+
+void spare_used(client_pointer self, SpareUse& use) {
+  auto& st = self->state;
+  // The shelved spare is the caller's now: its entry goes.
+  auto it = st.spares.find(use.under);
+  if (it != st.spares.end() && it->second.shelved) st.spares.erase(it);
+  switch (use.outcome) {
+    case SpareUse::Outcome::committed: {
+      auto conn = st.conns.find(use.volume_id);
+      if (conn != st.conns.end()) conn->second->remember(use.regions);
+      forget_locations_under(st, {use.under});
+      cache_committed(self, std::move(use.records), use.versions);
+      if (conn != st.conns.end() && !st.closing) {
+        restage_spare(self, use.under, conn->second, use.layout);
+      }
+      break;
+    }
+    case SpareUse::Outcome::unused:
+      give_back_regions(self, use.volume_id, use.regions);
+      break;
+    case SpareUse::Outcome::lost:
+      break;  // committed or not: they go with this client, or with the key
+  }
+  if (st.closing) close_spares(self, st.closing);
+}
 
 void close_spares(client_pointer self, const caf::error& reason) {
   auto& st = self->state;
@@ -688,11 +761,11 @@ void close_spares(client_pointer self, const caf::error& reason) {
   }
   // Puts waiting for a spare end with the client, as its other calls do.
   for (auto it = st.spares.begin(); it != st.spares.end();) {
-    if (it->second.regions.empty()) {
+    if (it->second.being_staged()) {
       ++it;  // being staged: given back when its answer comes
       continue;
     }
-    give_back_spare(self, it->second);
+    give_back_spare(self, it->first, it->second);
     it = st.spares.erase(it);
   }
   if (st.spares.empty()) self->quit(st.closing);

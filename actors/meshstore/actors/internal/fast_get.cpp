@@ -134,6 +134,117 @@ Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes) {
   return Status(errc, std::string(reinterpret_cast<const char*>(body) + 4, n - 4));
 }
 
+void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
+  std::vector<std::string> records;
+  records.reserve(r.records.size());
+  std::size_t n = 16;
+  for (const auto& rec : r.records) {
+    records.push_back(wire::encode(rec));
+    n += 4 + records.back().size();
+  }
+  for (const auto& p : r.prefixes) n += 4 + p.size();
+  out.resize(n);
+  std::byte* at = out.data();
+  auto u32 = [&](std::uint32_t v) {
+    std::memcpy(at, &v, 4);
+    at += 4;
+  };
+  auto bytes = [&](const std::string& b) {
+    u32(static_cast<std::uint32_t>(b.size()));
+    if (!b.empty()) std::memcpy(at, b.data(), b.size());
+    at += b.size();
+  };
+  u32(kCommitMagic);
+  u32(static_cast<std::uint32_t>(r.records.size()));
+  u32(static_cast<std::uint32_t>(r.prefixes.size()));
+  u32(0);
+  for (const auto& b : records) bytes(b);
+  for (const auto& p : r.prefixes) bytes(p);
+}
+
+Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
+  if (bytes.size() < 16) {
+    return bad("a commit of " + std::to_string(bytes.size()) + " bytes has no header");
+  }
+  std::uint32_t head[4];
+  std::memcpy(head, bytes.data(), 16);
+  if (head[0] != kCommitMagic) return bad("not a commit request (bad magic)");
+  if (head[1] == 0 || head[1] > kMaxCommitRecords) {
+    return bad("a commit of " + std::to_string(head[1]) + " records");
+  }
+  if (head[2] == 0 || head[2] > kMaxCommitPrefixes) {
+    return bad("a commit under " + std::to_string(head[2]) + " prefixes");
+  }
+  if (head[3] != 0) return bad("a commit with reserved bits set");
+  std::size_t at = 16;
+  auto next = [&](std::string& out, std::size_t limit) -> Status {
+    if (bytes.size() - at < 4) return bad("a commit cut short at byte " + std::to_string(at));
+    std::uint32_t len = 0;
+    std::memcpy(&len, bytes.data() + at, 4);
+    at += 4;
+    if (len > limit || len > bytes.size() - at) {
+      return bad("a commit field of " + std::to_string(len) + " bytes at byte " +
+                 std::to_string(at));
+    }
+    out.assign(reinterpret_cast<const char*>(bytes.data()) + at, len);
+    at += len;
+    return Status();
+  };
+  CommitRequest r;
+  r.records.resize(head[1]);
+  std::string field;
+  for (auto& rec : r.records) {
+    MESHSTORE_RETURN_IF_ERROR(next(field, bytes.size()));
+    if (auto s = wire::decode(field, rec); !s.ok()) {
+      return bad("a commit's record does not decode: " + s.message());
+    }
+  }
+  r.prefixes.resize(head[2]);
+  for (auto& p : r.prefixes) {
+    MESHSTORE_RETURN_IF_ERROR(next(p, kMaxKeyBytes));
+    if (p.empty()) return bad("a commit under an empty prefix");
+  }
+  if (at != bytes.size()) {
+    return bad("a commit of " + std::to_string(bytes.size()) + " bytes where its fields end at " +
+               std::to_string(at));
+  }
+  return r;
+}
+
+std::vector<std::byte> encode_commit_done(const std::vector<std::uint64_t>& versions) {
+  return encode(ReplyStatus::ok, versions.data(), versions.size() * 8);
+}
+
+Result<std::vector<std::uint64_t>> decode_commit_reply(const std::vector<std::byte>& bytes,
+                                                       std::size_t records, bool* refused) {
+  *refused = false;
+  auto status = reply_status(bytes);
+  if (!status.ok()) return status.status();
+  const std::byte* body = bytes.data() + kReplyHeader;
+  const std::size_t n = bytes.size() - kReplyHeader;
+  if (*status == ReplyStatus::ok) {
+    if (n != records * 8) {
+      return bad("a commit's reply of " + std::to_string(n) + " bytes for " +
+                 std::to_string(records) + " records");
+    }
+    std::vector<std::uint64_t> versions(records);
+    if (n > 0) std::memcpy(versions.data(), body, n);
+    for (auto v : versions) {
+      if (v == 0) return bad("a commit's reply with a version 0");
+    }
+    return versions;
+  }
+  if (*status != ReplyStatus::error || n < 4) return bad("a commit's reply of an unknown shape");
+  std::uint32_t code = 0;
+  std::memcpy(&code, body, 4);
+  if (code == 0 || code > static_cast<std::uint32_t>(kLastErrc)) {
+    return bad("a commit's error with code " + std::to_string(code));
+  }
+  *refused = true;
+  return Status(static_cast<Errc>(code),
+                std::string(reinterpret_cast<const char*>(body) + 4, n - 4));
+}
+
 std::vector<std::byte> encode(const Request& r) {
   std::vector<std::byte> out;
   encode_into(r, out);

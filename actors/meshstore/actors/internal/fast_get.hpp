@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "meshstore/result.hpp"
+#include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors::fast_get {
 
@@ -107,6 +108,40 @@ std::vector<std::byte> encode_put_error(const Status& s);
 /// volume gave, so the caller can tell a full volume from a refusal).
 /// Errc::protocol_error for a malformed reply.
 Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes);
+
+// -- commits of staged objects (issue 26) --------------------------------------
+//
+// A client that wrote a state dict into objects it had staged at this
+// volume (a spare: docs/architecture.md, "Spare staging") commits them over
+// the ring instead of through its client actor: the volume actor commits
+// the records at the controller, replacing the keys under the prefixes
+// (replace_atom), and answers the versions.
+// Commit request: u32 magic "MSC1", u32 records, u32 prefixes, u32 zero,
+//                 then per record u32 length + its encoding (wire::encode),
+//                 then per prefix u32 length + its bytes.
+// Commit reply:   the reply header, then ok: u64 version per record;
+//                 error: u32 Errc, then a message (as a put's).
+
+inline constexpr std::uint32_t kCommitMagic = 0x3143534d;  // "MSC1", little-endian
+inline constexpr std::uint32_t kMaxCommitRecords = 4096;
+inline constexpr std::uint32_t kMaxCommitPrefixes = 16;
+
+struct CommitRequest {
+  std::vector<wire::KeyRecord> records;
+  std::vector<std::string> prefixes;
+};
+
+/// Encodes `r` into `out` (resized).
+void encode_into(const CommitRequest& r, std::vector<std::byte>& out);
+/// Errc::protocol_error naming what is wrong (sizes, counts, a record that
+/// does not decode, a key or prefix out of bounds).
+Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes);
+std::vector<std::byte> encode_commit_done(const std::vector<std::uint64_t>& versions);
+/// The versions committed (`records` of them), or the volume's error (any
+/// Errc it gave: `*refused` is then set); Errc::protocol_error for a
+/// malformed reply.
+Result<std::vector<std::uint64_t>> decode_commit_reply(const std::vector<std::byte>& bytes,
+                                                       std::size_t records, bool* refused);
 
 std::vector<std::byte> encode(const Request& r);
 /// encode() into `out` (resized), reusing its memory.
