@@ -310,7 +310,9 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
     return false;
   }
   const std::string& under = call.replace_under.front();
-  auto spare = fast.unshelve(under);
+  // A put right behind the one before waits for the spare that one's
+  // commit started staging (bounded), rather than take the actors.
+  auto spare = fast.unshelve(under, std::chrono::steady_clock::now() + timeout);
   if (!spare) return false;
   auto tell_client = [&](Outcome outcome, std::vector<wire::KeyRecord> records = {},
                          std::vector<std::uint64_t> versions = {}) {
@@ -369,6 +371,7 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
     records[i].version = (*versions)[i];
     fast.learn(records[i]);  // this thread's next read sees it
   }
+  fast.expect(under);  // the client actor stages the layout again
   tell_client(Outcome::committed, std::move(records), std::move(versions).value());
   return true;
 }

@@ -160,8 +160,10 @@ void FastPath::close() {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     entries_.clear();
+    expected_.clear();
     doomed.swap(rings_);
   }
+  shelf_cv_.notify_all();
 }
 
 std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
@@ -435,10 +437,40 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
 }
 
 bool FastPath::shelve(const std::string& under, Spare spare) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return false;
-  shelf_[under] = std::move(spare);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    expected_.erase(under);
+    if (closed_) return false;
+    shelf_[under] = std::move(spare);
+  }
+  shelf_cv_.notify_all();
   return true;
+}
+
+void FastPath::expect(const std::string& under) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!closed_) expected_.insert(under);
+}
+
+void FastPath::unexpect(const std::string& under) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    expected_.erase(under);
+  }
+  shelf_cv_.notify_all();
+}
+
+std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under,
+                                                  std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  shelf_cv_.wait_until(lock, until, [&] {
+    return closed_ || shelf_.count(under) != 0 || expected_.count(under) == 0;
+  });
+  auto it = shelf_.find(under);
+  if (it == shelf_.end()) return std::nullopt;
+  auto spare = std::move(it->second);
+  shelf_.erase(it);
+  return spare;
 }
 
 std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under) {

@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -32,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
@@ -223,6 +225,15 @@ class FastPath {
   /// nullopt when none. Works after close(), so the actor can still give
   /// shelved spares back.
   std::optional<Spare> unshelve(const std::string& under);
+  /// unshelve, waiting until `until` while a spare is expected under
+  /// `under` (expect(): being staged), so a put right behind the one
+  /// before takes its spare rather than the actors.
+  std::optional<Spare> unshelve(const std::string& under,
+                                std::chrono::steady_clock::time_point until);
+  /// A spare is on its way under `under` (the caller that committed the
+  /// last, or the actor staging it); shelve() or unexpect() ends that.
+  void expect(const std::string& under);
+  void unexpect(const std::string& under);
   /// This client's volume ("" for none yet) and the shm transport its
   /// ring's client writes that volume's memory with (null: none).
   std::string home() const;
@@ -263,6 +274,8 @@ class FastPath {
   std::string home_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
   std::unordered_map<std::string, Spare> shelf_;  // under mu_
+  std::unordered_set<std::string> expected_;      // under mu_: spares on their way
+  std::condition_variable shelf_cv_;              // shelve, unexpect, close
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
       lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0},
       spare_commits_{0};

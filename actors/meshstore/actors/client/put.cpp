@@ -202,9 +202,9 @@ std::optional<std::vector<wire::RegionRef>> take_spare(client_pointer self,
 // goes on the fast path's shelf when the volume has a ring (the next put
 // may then write and commit it on its caller's thread), unless a put
 // already waits for it.
-void restage_spare(client_pointer self, const std::string& under,
+bool restage_spare(client_pointer self, const std::string& under,
                    const std::shared_ptr<VolumeConn>& conn, const Layout& layout) {
-  if (layout.empty() || !conn) return;
+  if (layout.empty() || !conn) return false;
   auto& st = self->state;
   const std::string volume_id = conn->info.volume_id;
   auto& last = st.last_layouts[under];
@@ -215,7 +215,7 @@ void restage_spare(client_pointer self, const std::string& under,
   // Remembered for a bounded number of keys: the least recent goes.
   constexpr std::size_t kMaxLayouts = 64;
   if (st.last_layouts.size() > kMaxLayouts) st.last_layouts.erase(least_recent(st.last_layouts));
-  if (!repeated || st.spares.count(under) != 0) return;
+  if (!repeated || st.spares.count(under) != 0) return false;
   while (st.spares.size() >= ClientConfig::kMaxSpares) {
     auto oldest = least_recent(st.spares);
     give_back_spare(self, oldest->first, oldest->second);
@@ -227,6 +227,8 @@ void restage_spare(client_pointer self, const std::string& under,
   spare.volume_id = volume_id;
   spare.layout = layout;
   spare.used = ++st.spare_clock;
+  const auto& fast = st.locations.fast;
+  if (fast && fast->has_ring(volume_id)) fast->expect(under);  // a put may wait for it
   std::vector<wire::StageRequest> reqs;
   for (const auto& [key, nbytes] : layout) {
     wire::StageRequest r;
@@ -245,13 +247,17 @@ void restage_spare(client_pointer self, const std::string& under,
                                 it->second.volume_id == volume_id && it->second.layout == layout &&
                                 regions.size() == layout.size() && now != self->state.conns.end() &&
                                 now->second == conn;
+            // A caller waiting for it (FastPath::expect) takes it off the
+            // shelf; else it is told there will be none.
             if (!wanted) {
+              if (fast) fast->unexpect(under);
               give_back(self, conn->handle, regions, {});
             } else if (it->second.waiters.empty() && !self->state.closing && fast &&
                        fast->has_ring(volume_id) &&
                        fast->shelve(under, FastPath::Spare{volume_id, layout, regions})) {
               it->second.shelved = true;
             } else {
+              if (fast) fast->unexpect(under);
               it->second.regions = regions;
               // Closing: its waiting puts end with the client instead.
               if (!self->state.closing) run_waiters(it->second);
@@ -260,6 +266,7 @@ void restage_spare(client_pointer self, const std::string& under,
           },
           [=](caf::error&) {
             // A full volume, say: the next put stages its own.
+            if (const auto& fast = self->state.locations.fast) fast->unexpect(under);
             auto it = self->state.spares.find(under);
             if (it != self->state.spares.end() && it->second.being_staged()) {
               auto failed = std::move(it->second);
@@ -268,6 +275,7 @@ void restage_spare(client_pointer self, const std::string& under,
             }
             if (self->state.closing) close_spares(self, self->state.closing);
           });
+  return true;
 }
 
 namespace {
@@ -736,9 +744,10 @@ void spare_used(client_pointer self, SpareUse& use) {
       if (conn != st.conns.end()) conn->second->remember(use.regions);
       forget_locations_under(st, {use.under});
       cache_committed(self, std::move(use.records), use.versions);
-      if (conn != st.conns.end() && !st.closing) {
-        restage_spare(self, use.under, conn->second, use.layout);
-      }
+      // The caller expects the next spare: it is staged, or it is not.
+      const bool restaged = conn != st.conns.end() && !st.closing &&
+                            restage_spare(self, use.under, conn->second, use.layout);
+      if (!restaged) st.locations.fast->unexpect(use.under);
       break;
     }
     case SpareUse::Outcome::unused:
