@@ -742,7 +742,11 @@ void spare_used(client_pointer self, SpareUse& use) {
     case SpareUse::Outcome::committed: {
       auto conn = st.conns.find(use.volume_id);
       if (conn != st.conns.end()) conn->second->remember(use.regions);
-      forget_locations_under(st, {use.under});
+      // Nothing under the key is forgotten first, unlike the actors' own
+      // put: the caller already mirrored these records and may be reading
+      // them directly now, and a replace of the layout put before removes
+      // no key of this client's (a key another writer's layout had, if
+      // cached, is found gone when read).
       cache_committed(self, std::move(use.records), use.versions);
       // The caller expects the next spare: it is staged, or it is not.
       const bool restaged = conn != st.conns.end() && !st.closing &&
