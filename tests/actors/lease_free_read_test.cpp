@@ -542,6 +542,12 @@ using SparePut = LeaseFreeRead;
 
 std::uint64_t state_dict_puts(const Store& s) { return s.fast_path_stats().state_dict_puts; }
 
+// Objects staged on `store`'s volume now (999: no answer).
+std::uint64_t staged_on(Store& store) {
+  auto stats = store.stats().get(kWait);
+  return stats.ok() && !stats->empty() ? stats->front().staged : 999;
+}
+
 // Puts `d` under `key` with every byte `v` until a put goes over the ring
 // (the spare is staged in the background after the second put of a
 // layout); bounded.
@@ -601,9 +607,28 @@ TEST_F(SparePut, AnotherLayoutTakesTheActorsAndGivesTheSpareBack) {
   EXPECT_EQ(state_dict_puts(store), before);
   ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
+  // The old layout's spare went back (the new one's is staged only after
+  // a second put of it).
+  EXPECT_TRUE(eventually([&] { return staged_on(store) == 0; }, 10s));
   ASSERT_TRUE(put_until_over_the_ring(store, "sd", b, 4));
   ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
+}
+
+// A client whose spare waits on the shelf closes: the spare goes back to
+// the volume at once (not after its orphan grace), and the key is intact.
+TEST_F(SparePut, AClosingClientGivesItsShelvedSpareBack) {
+  auto [server, client] = writer_and_reader();
+  ASSERT_TRUE(ring_open(server, client));
+  Dict src(300, 4096, 1), dst(300, 4096, 0);
+  ASSERT_TRUE(put_until_over_the_ring(client, "sd", src, 2));
+  // The next spare (manifest and three buckets), staged and shelved.
+  ASSERT_TRUE(eventually([&] { return staged_on(server) == 4; }, 10s));
+  client.close();
+  EXPECT_TRUE(eventually([&] { return staged_on(server) == 0; }, 10s))
+      << "the spare outlived its client's store";
+  ASSERT_OK(server.get_state_dict_into("sd", dst.sd).get(kWait));
+  EXPECT_EQ(dst.buf, src.buf);
 }
 
 // A writer putting over the ring while two threads of another client read:
