@@ -285,6 +285,10 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
   return put_named(client, std::move(p));
 }
 
+// How long put_into_spare waits on the caller's thread for a spare being
+// staged.
+constexpr std::chrono::milliseconds kSpareWait{100};
+
 bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
                     std::chrono::milliseconds timeout,
                     const std::function<void(actors::SpareUse)>& tell) {
@@ -311,8 +315,10 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
   }
   const std::string& under = call.replace_under.front();
   // A put right behind the one before waits for the spare that one's
-  // commit started staging (bounded), rather than take the actors.
-  auto spare = fast.unshelve(under, std::chrono::steady_clock::now() + timeout);
+  // commit started staging (a round trip: well under a millisecond),
+  // rather than take the actors; kSpareWait at most, so a volume slow to
+  // answer holds up the actors' put (a future) instead of this thread.
+  auto spare = fast.unshelve(under, std::chrono::steady_clock::now() + kSpareWait);
   if (!spare) return false;
   auto tell_client = [&](Outcome outcome, std::vector<wire::KeyRecord> records = {},
                          std::vector<std::uint64_t> versions = {}) {
