@@ -77,9 +77,6 @@ Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n);
 /// for the copy engine's threads to copy the others: it returns once every
 /// piece is copied.
 Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n);
-/// Copies `n` bytes as scatter_here does: the calling thread one share,
-/// the copy engine's threads the others when large; returns when done.
-void copy_here(std::byte* dst, const std::byte* src, std::uint64_t n);
 
 /// One tensor (or object) of a put.
 struct PutItem {
@@ -104,6 +101,11 @@ struct PutItem {
   /// of the object's size with no data), assembled as they are written.
   std::shared_ptr<const Gather> gather = nullptr;
 };
+
+/// Whether a put writing `items` is worth announcing as a stream: only when
+/// the objects besides its largest hold enough bytes for a reader to copy
+/// while the put still writes (ClientConfig::kStreamMinOverlapBytes).
+bool worth_streaming(const std::vector<PutItem>& items);
 
 /// The record a put commits for `item` (its group `group`, "" for none):
 /// one shard, the object `region` on `volume_id` (null: the volume fills

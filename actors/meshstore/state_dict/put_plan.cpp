@@ -15,6 +15,7 @@
 #include "meshstore/state_dict/manifest.hpp"
 #include "meshstore/store/calls.hpp"
 #include "meshstore/store/checks.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::state_dicts {
 
@@ -299,20 +300,16 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
   }
   // What the actors' put would stage: a spare of this layout (put.cpp,
   // spare_layout), neither inline nor streamed.
-  std::uint64_t total = 0, largest = 0;
+  std::uint64_t total = 0;
   std::vector<std::pair<std::string, std::uint64_t>> layout;
   for (const auto& item : call.items) {
     const auto& v = item.view;
     if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return false;
     total += v.nbytes();
-    largest = std::max(largest, v.nbytes());
     layout.emplace_back(item.key, v.nbytes());
   }
   if (total <= wire::kInlineBytes) return false;
-  if (!call.stream_manifest.empty() &&
-      total - largest >= actors::ClientConfig::kStreamMinOverlapBytes) {
-    return false;
-  }
+  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return false;
   const std::string& under = call.replace_under.front();
   // A put right behind the one before waits for the spare that one's
   // commit started staging (a round trip: well under a millisecond),
@@ -359,7 +356,8 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
         return false;  // the actors report it
       }
     } else if (n > 0) {
-      actors::copy_here(dst, static_cast<const std::byte*>(item.view.data()), n);
+      transports::CopyEngine::instance().copy_here(
+          dst, static_cast<const std::byte*>(item.view.data()), n);
     }
     records.push_back(actors::put_record(item, &region, home, under));
   }

@@ -10,6 +10,7 @@
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/store/scratch_pool.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::state_dicts {
 
@@ -298,7 +299,8 @@ actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::Ge
   auto consume = [&](std::size_t i, const Entry&, const std::byte* data, std::size_t n) {
     const auto* scatter = i < into.scatters.size() ? into.scatters[i].get() : nullptr;
     if (scatter) return actors::scatter_here(*scatter, data, n).ok();
-    actors::copy_here(static_cast<std::byte*>(into.dsts[i].data()), data, n);
+    transports::CopyEngine::instance().copy_here(static_cast<std::byte*>(into.dsts[i].data()), data,
+                                                 n);
     return true;
   };
   return fast.read_together(into.keys, accept, consume);

@@ -64,6 +64,15 @@ unsigned worker_count() {
   return static_cast<unsigned>(v);
 }
 
+// The bytes of each piece of a copy of `n` bytes split over `workers`
+// threads: one piece per MiB up to one per thread, on 4 KiB boundaries so
+// no two threads share a page.
+std::size_t split_step(std::size_t n, std::size_t workers) {
+  const std::size_t pieces =
+      std::max<std::size_t>(1, std::min<std::size_t>(workers, n / (std::size_t{1} << 20)));
+  return ((n / pieces) + 4095) & ~std::size_t{4095};
+}
+
 }  // namespace
 
 CopyEngine::CopyEngine() : impl_(new Impl()) {
@@ -114,13 +123,7 @@ Future<void> CopyEngine::copy(std::byte* dst, const std::byte* src, std::size_t 
   auto promise =
       std::make_shared<Promise<void>>(Status(Errc::internal, "copy engine dropped a copy"));
   auto fut = promise->future();
-  std::size_t pieces = 1;
-  if (n >= split_from) {
-    pieces = std::min<std::size_t>(impl_->workers.size(), n / (std::size_t{1} << 20));
-    pieces = std::max<std::size_t>(pieces, 1);
-  }
-  // Piece boundaries on 4 KiB so no two threads share a page.
-  const std::size_t step = ((n / pieces) + 4095) & ~std::size_t{4095};
+  const std::size_t step = n >= split_from ? split_step(n, impl_->workers.size()) : n;
   auto left = std::make_shared<std::atomic<std::size_t>>(0);
   std::vector<std::function<void()>> jobs;
   for (std::size_t pos = 0; pos < n; pos += step) {
@@ -137,6 +140,18 @@ Future<void> CopyEngine::copy(std::byte* dst, const std::byte* src, std::size_t 
   }
   impl_->cv.notify_all();
   return fut;
+}
+
+void CopyEngine::copy_here(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+  if (n == 0) return;
+  const std::size_t step = split_step(n, impl_->workers.size());
+  std::vector<Future<void>> others;
+  for (std::size_t at = step; at < n; at += step) {
+    const std::size_t len = std::min(step, n - at);
+    others.push_back(run([=] { std::memcpy(dst + at, src + at, len); }));
+  }
+  std::memcpy(dst, src, std::min(step, n));
+  for (const auto& f : others) f.wait();
 }
 
 }  // namespace meshstore::transports

@@ -24,6 +24,11 @@ class CopyEngine {
   Future<void> copy(std::byte* dst, const std::byte* src, std::size_t n,
                     std::size_t split_from) noexcept;
 
+  /// Copies `n` bytes split as copy() splits one of at least `split_from`
+  /// bytes, with the calling thread copying the first piece and waiting
+  /// for the others; returns when every byte is copied.
+  void copy_here(std::byte* dst, const std::byte* src, std::size_t n) noexcept;
+
   /// Runs `job` (a copy of some other shape: a box out of a shard) on a
   /// worker thread; the future completes when it returns.
   Future<void> run(std::function<void()> job) noexcept;

@@ -33,6 +33,17 @@ struct FastPath::Channel {
   std::shared_ptr<const transports::shm::ProcessWatch> controller;
   // Whether `entry` is read straight from this volume's shared memory.
   bool direct(const Entry& entry) const { return shm && !entry.place.empty(); }
+  // Where `entry`'s object lies in that memory, with its tag; none (no tag)
+  // when the controller's process exited, the volume's did, or the place
+  // is not the volume's region.
+  transports::Transport::TaggedBytes tagged(const Entry& entry) const {
+    if (controller && !controller->alive()) return {};
+    wire::RegionRef ref;
+    ref.region_id = entry.object_id;
+    ref.nbytes = entry.nbytes;
+    ref.described.emplace("shm", entry.place);
+    return shm->tagged_bytes(ref);
+  }
   std::unique_ptr<transports::SmallOps> remote;
   std::uint64_t token = 0;  // remote only
   std::uint64_t next_tag = 1;
@@ -197,12 +208,7 @@ void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
 // the copy means the copy is that object's bytes.
 FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& entry,
                                         Channel& channel, const Consume& consume, bool to_device) {
-  if (channel.controller && !channel.controller->alive()) return Outcome::miss;
-  wire::RegionRef ref;
-  ref.region_id = entry.object_id;
-  ref.nbytes = entry.nbytes;
-  ref.described.emplace("shm", entry.place);
-  auto at = channel.shm->tagged_bytes(ref);  // none: the volume exited, or not its region
+  auto at = channel.tagged(entry);
   if (!at.tag) return Outcome::miss;
   auto stale = [&] {
     forget_object(key, entry.object_id);
@@ -241,7 +247,6 @@ FastPath::Outcome FastPath::read_together(
     auto& p = parts[i];
     p.channel = channel_of(keys[i], &p.entry);
     if (!p.channel || !p.channel->direct(p.entry) || !accept(i, p.entry)) return miss();
-    if (p.channel->controller && !p.channel->controller->alive()) return miss();
   }
   // The seqlock argument of read_direct, over all the objects at once:
   // every tag names its object before the first copy and after the last,
@@ -255,11 +260,7 @@ FastPath::Outcome FastPath::read_together(
   };
   for (std::size_t i = 0; i < parts.size(); ++i) {
     auto& p = parts[i];
-    wire::RegionRef ref;
-    ref.region_id = p.entry.object_id;
-    ref.nbytes = p.entry.nbytes;
-    ref.described.emplace("shm", p.entry.place);
-    p.at = p.channel->shm->tagged_bytes(ref);  // none: the volume exited, or not its region
+    p.at = p.channel->tagged(p.entry);
     if (!p.at.tag) return miss();
     if (p.at.tag->load(std::memory_order_acquire) != p.entry.object_id) return stale(i);
   }
@@ -275,6 +276,15 @@ FastPath::Outcome FastPath::read_together(
   lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
   direct_batches_.fetch_add(1, std::memory_order_relaxed);
   return Outcome::hit;
+}
+
+void FastPath::close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
+                            const Status& why) {
+  if (why.code() != Errc::unavailable) {
+    log::get("client")->warn("fast path to volume '{}' closed: {}", volume_id, why.to_string());
+  }
+  channel->failed = true;
+  drop_ring(volume_id, channel);
 }
 
 void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected) {
@@ -313,12 +323,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
   // time) is dropped: the actor path then reports what happened, and a
   // later connection makes a new ring.
   auto fail = [&](const Status& s) {
-    if (s.code() != Errc::unavailable) {
-      log::get("client")->warn("fast path to volume '{}' closed: {}", entry.volume_id,
-                               s.to_string());
-    }
-    channel->failed = true;
-    drop_ring(entry.volume_id, channel);
+    close_failed(entry.volume_id, channel, s);
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   };
@@ -403,11 +408,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   fast_get::encode_into(req, channel->request);
   const auto deadline = Clock::now() + timeout;
   auto fail = [&](const Status& s) {
-    if (s.code() != Errc::unavailable) {
-      log::get("client")->warn("fast path to volume '{}' closed: {}", home, s.to_string());
-    }
-    channel->failed = true;  // the volume may still read its side buffer
-    drop_ring(home, channel);
+    close_failed(home, channel, s);  // the volume may still read its side buffer
     return miss(s);
   };
   auto m = channel->exchange(deadline);
@@ -474,12 +475,7 @@ std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under,
 }
 
 std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = shelf_.find(under);
-  if (it == shelf_.end()) return std::nullopt;
-  auto spare = std::move(it->second);
-  shelf_.erase(it);
-  return spare;
+  return unshelve(under, std::chrono::steady_clock::time_point{});  // a deadline passed: no wait
 }
 
 std::string FastPath::home() const {
@@ -517,11 +513,7 @@ Result<std::vector<std::uint64_t>> FastPath::commit(const std::string& volume_id
   }
   *sent = true;
   auto fail = [&](const Status& s) {
-    if (s.code() != Errc::unavailable) {
-      log::get("client")->warn("fast path to volume '{}' closed: {}", volume_id, s.to_string());
-    }
-    channel->failed = true;
-    drop_ring(volume_id, channel);
+    close_failed(volume_id, channel, s);
     *lost = true;
     return s;
   };

@@ -266,6 +266,11 @@ class FastPath {
                       const Consume& consume, bool to_device);
   void forget_object(const std::string& key, std::uint64_t object_id);
   void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
+  // A request on `channel` failed for `why`: never used again (the volume
+  // may still be working on it), dropped, logged unless the volume went.
+  // The caller holds the channel's lock.
+  void close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
+                    const Status& why);
 
   mutable std::mutex mu_;  // guards entries_, rings_, closed_, home_, controller_
   std::unordered_map<std::string, Entry> entries_;

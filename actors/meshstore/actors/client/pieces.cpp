@@ -38,21 +38,41 @@ std::vector<std::size_t> runs_of(const Pieces& pieces, std::uint64_t total, std:
   return starts;
 }
 
-// Runs `job(lo, hi)` on the copy engine's threads for runs of `pieces` of
-// about equal bytes, one run per MiB of the `n`-byte object up to one per
-// thread; completes once every run has.
-template <class Pieces, class Job>
-Future<void> in_runs(const Pieces& pieces, std::uint64_t n, Job job) {
-  auto& engine = transports::CopyEngine::instance();
-  const auto threads = static_cast<std::uint64_t>(engine.threads());
+// The runs of `pieces` (runs_of) a copy of the `n`-byte object is split
+// into: one per MiB of it, up to one per copy engine thread.
+template <class Pieces>
+std::vector<std::size_t> split_runs(const Pieces& pieces, std::uint64_t n) {
+  const auto threads = static_cast<std::uint64_t>(transports::CopyEngine::instance().threads());
   const auto groups = static_cast<std::size_t>(
       std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
-  const auto starts = runs_of(pieces, n, groups);
+  return runs_of(pieces, n, groups);
+}
+
+// Runs `job(lo, hi)` on the copy engine's threads for the runs of
+// split_runs; completes once every run has.
+template <class Pieces, class Job>
+Future<void> in_runs(const Pieces& pieces, std::uint64_t n, Job job) {
+  const auto starts = split_runs(pieces, n);
   std::vector<Future<void>> parts;
   for (std::size_t r = 0; r + 1 < starts.size(); ++r) {
-    parts.push_back(engine.run([job, lo = starts[r], hi = starts[r + 1]] { job(lo, hi); }));
+    parts.push_back(transports::CopyEngine::instance().run(
+        [job, lo = starts[r], hi = starts[r + 1]] { job(lo, hi); }));
   }
   return client_detail::settle_all(std::move(parts));
+}
+
+// in_runs with this thread running the first run and waiting for the
+// others: returns once every run has (so `job` may capture by reference).
+template <class Pieces, class Job>
+void in_runs_here(const Pieces& pieces, std::uint64_t n, Job job) {
+  const auto starts = split_runs(pieces, n);
+  std::vector<Future<void>> others;
+  for (std::size_t r = 1; r + 1 < starts.size(); ++r) {
+    others.push_back(transports::CopyEngine::instance().run(
+        [&job, lo = starts[r], hi = starts[r + 1]] { job(lo, hi); }));
+  }
+  job(starts[0], starts[1]);
+  for (const auto& f : others) f.wait();
 }
 
 Status check_gather(const Gather& g, std::uint64_t n) {
@@ -129,54 +149,14 @@ Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<cons
 
 Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n) {
   MESHSTORE_RETURN_IF_ERROR(check_scatter(s, n));
-  auto& engine = transports::CopyEngine::instance();
-  const auto threads = static_cast<std::uint64_t>(engine.threads());
-  const auto groups = static_cast<std::size_t>(
-      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
-  const auto starts = runs_of(s.pieces, n, groups);
-  // The first run here, the others on the engine; `s` and `src` outlive
-  // them, since this waits for every one.
-  std::vector<Future<void>> others;
-  for (std::size_t r = 1; r + 1 < starts.size(); ++r) {
-    others.push_back(
-        engine.run([&s, src, lo = starts[r], hi = starts[r + 1]] { scatter_run(s, src, lo, hi); }));
-  }
-  scatter_run(s, src, starts[0], starts[1]);
-  for (const auto& f : others) f.wait();
+  in_runs_here(s.pieces, n, [&](std::size_t lo, std::size_t hi) { scatter_run(s, src, lo, hi); });
   return Status();
 }
 
 Status fill_gathered_here(const Gather& g, std::byte* dst, std::uint64_t n) {
   MESHSTORE_RETURN_IF_ERROR(check_gather(g, n));
-  auto& engine = transports::CopyEngine::instance();
-  const auto threads = static_cast<std::uint64_t>(engine.threads());
-  const auto groups = static_cast<std::size_t>(
-      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
-  const auto starts = runs_of(g.pieces, n, groups);
-  std::vector<Future<void>> others;
-  for (std::size_t r = 1; r + 1 < starts.size(); ++r) {
-    others.push_back(engine.run(
-        [&g, dst, n, lo = starts[r], hi = starts[r + 1]] { fill_run(g, dst, n, lo, hi); }));
-  }
-  fill_run(g, dst, n, starts[0], starts[1]);
-  for (const auto& f : others) f.wait();
+  in_runs_here(g.pieces, n, [&](std::size_t lo, std::size_t hi) { fill_run(g, dst, n, lo, hi); });
   return Status();
-}
-
-void copy_here(std::byte* dst, const std::byte* src, std::uint64_t n) {
-  auto& engine = transports::CopyEngine::instance();
-  const auto threads = static_cast<std::uint64_t>(engine.threads());
-  const auto pieces =
-      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread));
-  // Piece boundaries on 4 KiB, so no two threads share a page.
-  const std::uint64_t step = ((n / pieces) + 4095) & ~std::uint64_t{4095};
-  std::vector<Future<void>> others;
-  for (std::uint64_t at = step; at < n; at += step) {
-    const std::uint64_t len = std::min(step, n - at);
-    others.push_back(engine.run([=] { std::memcpy(dst + at, src + at, len); }));
-  }
-  if (n > 0) std::memcpy(dst, src, std::min(step, n));
-  for (const auto& f : others) f.wait();
 }
 
 }  // namespace meshstore::actors

@@ -40,6 +40,15 @@ wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
   return r;
 }
 
+bool worth_streaming(const std::vector<PutItem>& items) {
+  std::uint64_t total = 0, largest = 0;
+  for (const auto& item : items) {
+    total += item.view.nbytes();
+    largest = std::max(largest, item.view.nbytes());
+  }
+  return total - largest >= ClientConfig::kStreamMinOverlapBytes;
+}
+
 }  // namespace meshstore::actors
 
 namespace meshstore::actors::client_detail {
@@ -308,18 +317,6 @@ std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
     add(op->call.items[i], i < op->regions.size() ? &op->regions[i] : nullptr, home);
   }
   return records;
-}
-
-// Whether a put writing `items` is worth announcing as a stream: only when
-// the objects besides its largest hold enough bytes for a reader to copy
-// while the put still writes (ClientConfig::kStreamMinOverlapBytes).
-bool worth_streaming(const std::vector<PutItem>& items) {
-  std::uint64_t total = 0, largest = 0;
-  for (const auto& item : items) {
-    total += item.view.nbytes();
-    largest = std::max(largest, item.view.nbytes());
-  }
-  return total - largest >= ClientConfig::kStreamMinOverlapBytes;
 }
 
 // The stream of a put that will not commit ends; its readers are told why.
