@@ -709,10 +709,13 @@ class Store {
   /// True when `key` exists.
   Future<bool> exists(std::string key);
   /// Removes `key`; Errc::not_found if it does not exist. Readers holding
-  /// the old value finish their read; its memory goes after them.
+  /// the old value finish their read; its memory goes after them. The key
+  /// of a state dict (put_state_dict's, or a published version "P/vN")
+  /// removes the whole state dict: its packed buckets and entries too, not
+  /// keys put on their own under its name, nor a version pointer's versions.
   Future<void> remove(std::string key);
-  /// Removes the keys that exist, ignores the others; answers how many were
-  /// removed.
+  /// Removes the keys that exist, ignores the others; answers how many of
+  /// them were removed (a state dict's key counts once, as for remove()).
   Future<std::size_t> remove_batch(std::vector<std::string> keys);
 
   // -- operations ----------------------------------------------------------

@@ -354,7 +354,9 @@ class Store:
         return Future(self._s.exists(_key(key, "exists")))
 
     def delete(self, key):
-        """Removes `key`; NotFoundError when there is none."""
+        """Removes `key`; NotFoundError when there is none. A state dict's
+        key removes the whole state dict (its packed and stored-alone
+        tensors too)."""
         return Future(self._s.remove(_key(key, "delete")))
 
     def delete_batch(self, keys):

@@ -572,6 +572,52 @@ TEST_F(StateDictStoreTest, ReplacingAStateDictLeavesOtherKeysUnderItsName) {
   EXPECT_TRUE(*store().exists("m/v1").get(kWait));
 }
 
+// remove of a state dict's key takes the whole state dict: its packed
+// buckets and the entries stored alone go with the manifest, their memory
+// goes back, and keys put on their own under its name stay.
+TEST_F(StateDictStoreTest, RemovingAStateDictRemovesEverythingWrittenWithIt) {
+  std::vector<float> big(1 << 15, 1.0f);  // 128 KiB: a key of its own
+  std::vector<float> small(16, 2.0f);     // packed
+  float x = 3;
+  ASSERT_OK(store().put("m/own", TensorView::of(&x, {})).get(kWait));
+  auto objects = [&] {
+    std::uint64_t n = 0;
+    for (const auto& v : *store().stats().get(kWait)) n += v.objects;
+    return n;
+  };
+  const std::uint64_t before = objects();
+  StateDict sd;
+  ASSERT_OK(sd.insert("big", TensorView::of(big.data(), {1 << 15})));
+  ASSERT_OK(sd.insert("small", TensorView::of(small.data(), {16})));
+  ASSERT_OK(sd.insert("step", Value::int64(7)));
+  for (const char* key : {"m", "a", "b"}) ASSERT_OK(store().put_state_dict(key, sd).get(kWait));
+  EXPECT_TRUE(*store().exists("m#packed").get(kWait));
+  EXPECT_TRUE(*store().exists("m/big").get(kWait));
+
+  ASSERT_OK(store().remove("m").get(kWait));
+  EXPECT_EQ(*store().keys("m").get(kWait), std::vector<std::string>{"m/own"});
+  EXPECT_FALSE(*store().exists("m#packed").get(kWait));
+  EXPECT_EQ(store().get_state_dict("m").get(kWait).status().code(), Errc::not_found);
+
+  // remove_batch counts the keys it was given, not what went with them.
+  auto removed = store().remove_batch({"a", "b", "nothing"}).get(kWait);
+  ASSERT_OK(removed);
+  EXPECT_EQ(*removed, 2u);
+  EXPECT_TRUE(store().keys("a").get(kWait)->empty());
+  EXPECT_TRUE(store().keys("b").get(kWait)->empty());
+  // Every object but m/own's is freed at its volume.
+  EXPECT_TRUE(testing::eventually([&] { return objects() == before; })) << objects();
+
+  // A published version is a state dict too; its pointer and the other
+  // versions stay.
+  ASSERT_OK(store().publish_state_dict("p", sd, 2).get(kWait));
+  ASSERT_OK(store().publish_state_dict("p", sd, 2).get(kWait));
+  ASSERT_OK(store().remove("p/v2").get(kWait));
+  EXPECT_FALSE(*store().exists("p/v2/big").get(kWait));
+  EXPECT_TRUE(*store().exists("p/v1/big").get(kWait));
+  EXPECT_EQ(*store().latest_version("p").get(kWait), 2u);
+}
+
 }  // namespace
 }  // namespace meshstore
 

@@ -304,14 +304,18 @@ std::vector<std::string> group_keys(const ControllerState& st,
   return out;
 }
 
-// Removes `keys`; the volumes free the objects (discard) or keep their
-// memory for the next version (release).
-wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
-                              Verdict verdict) {
-  auto& st = self->state;
-  st.count(ControllerCounter::remove);
+// The keys written with the state dict whose manifest is `key` (its packed
+// buckets and the entries stored alone), when `key` is one; none otherwise.
+std::vector<std::string> written_with(const ControllerState& st, const std::string& key) {
+  auto it = st.index.find(key);
+  if (it == st.index.end() || it->second.group != key) return {};
+  return group_keys(st, {key}, {key});
+}
+
+// Drops `keys` from the index; their objects go into `released`.
+wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>& keys,
+                            std::map<std::string, std::vector<std::uint64_t>>& released) {
   wire::RemoveReply reply;
-  std::map<std::string, std::vector<std::uint64_t>> released;
   for (const auto& k : keys) {
     drop_pending(st, k, released);  // a sharded put in progress goes too
     auto it = st.index.find(k);
@@ -323,6 +327,27 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
     st.index.erase(it);
     ++reply.removed;
   }
+  return reply;
+}
+
+// Removes `keys`; the volumes free the objects (discard) or keep their
+// memory for the next version (release). With `whole`, a state dict's
+// manifest among them takes the keys written with it along (nothing could
+// read them without it); the reply counts only `keys`.
+wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
+                              Verdict verdict, bool whole = false) {
+  auto& st = self->state;
+  st.count(ControllerCounter::remove);
+  std::vector<std::string> members;
+  if (whole) {
+    for (const auto& k : keys) {
+      auto m = written_with(st, k);
+      members.insert(members.end(), m.begin(), m.end());
+    }
+  }
+  std::map<std::string, std::vector<std::uint64_t>> released;
+  auto reply = drop_keys(st, keys, released);
+  drop_keys(st, members, released);  // one named among `keys` too is gone already
   send_to_volumes(self, released, verdict);
   return reply;
 }
@@ -597,16 +622,19 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           if (st.lost.erase(key) != 0) return caf::ok_atom::value;
           return to_caf_error(Status(Errc::not_found, "no such key"));
         }
+        // A state dict's manifest takes its buckets and entries along.
+        const auto members = written_with(st, key);
         std::map<std::string, std::vector<std::uint64_t>> released;
         collect(it->second, released);
         st.index.erase(it);
+        drop_keys(st, members, released);
         send_to_volumes(self, released, Verdict::discard);
         return answer_after_flush(self, caf::ok_atom::value);
       },
       [=](remove_batch_atom,
           const std::vector<std::string>& keys) -> caf::result<wire::RemoveReply> {
         self->state.flush_due.clear();
-        return answer_after_flush(self, remove_keys(self, keys, Verdict::discard));
+        return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
       },
       [=](counters_atom) { return self->state.counters; },
       [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
