@@ -3,7 +3,9 @@
     python3 -m torch.distributed.run --standalone --nproc_per_node=2 torchstore_spmd.py
 
 Every rank puts its own tensors, reads its peer's, lists keys, and moves a
-model's state dict, as torchstore's SPMD examples do.
+model's state dict, as torchstore's SPMD examples do; then rank 0 publishes
+its weights three times with direct_rdma and rank 1 pulls them straight out
+of rank 0's memory.
 """
 
 import asyncio
@@ -51,6 +53,26 @@ async def main():
     assert torch.equal(fresh.weight, model.weight) and torch.equal(fresh.bias, model.bias)
     whole = await ts.get_state_dict("model")
     assert torch.equal(whole["weight"], model.weight)
+
+    # Weight sync as an RL trainer does it: rank 0 lends its weights
+    # (direct_rdma), rank 1 copies them straight out of rank 0's memory.
+    torch.manual_seed(1)
+    policy = torch.nn.Linear(256, 256)   # a 256 KiB weight: lent, not copied
+    for step in range(3):
+        if rank == 0:
+            with torch.no_grad():
+                policy.weight.add_(1.0)   # the optimizer's step; nobody reads now
+            await ts.put_state_dict(policy.state_dict(), "policy", direct_rdma=True)
+        else:
+            with torch.no_grad():
+                policy.weight.add_(1.0)   # what rank 0 did, to check the read
+        dist.barrier()
+        if rank == 1:
+            pulled = torch.nn.Linear(256, 256)
+            await ts.get_state_dict("policy", pulled.state_dict(), direct_rdma=True)
+            assert torch.equal(pulled.weight, policy.weight), f"step {step}"
+            assert torch.equal(pulled.bias, policy.bias)
+        dist.barrier()   # the trainer steps only once the reader is done
 
     dist.barrier()   # nobody leaves while a peer still reads its volume
     await ts.shutdown()

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 
 from . import _state_dict as sdmod
+from ._errors import ConflictError, NotFoundError, WrongKindError
 from ._store import Store
 from ._store import TensorSlice as _Box
 from ._tensors import Tensor
@@ -158,7 +159,10 @@ async def initialize_spmd(strategy=None, store_name=DEFAULT_TORCHSTORE_NAME, *, 
 
 
 async def shutdown(store_name=DEFAULT_TORCHSTORE_NAME):
-    """Closes the store (this process's part of it). Idempotent."""
+    """Closes the store (this process's part of it), which ends the loans of
+    its direct_rdma puts. Idempotent."""
+    for lent in [k for k in _lent if k[0] == store_name]:
+        del _lent[lent]
     store = _stores.pop(store_name, None)
     if store is not None:
         store.close()
@@ -293,11 +297,78 @@ async def put_state_dict(state_dict, key, store_name=DEFAULT_TORCHSTORE_NAME,
                          transfer_dtype=None, direct_rdma=False):
     """Stores a state dict under `key`, visible as a whole. transfer_dtype
     (torch.bfloat16 or torch.float16) stores float32 tensors in it.
-    direct_rdma is not available yet (docs/python.md)."""
+
+    direct_rdma=True lends the tensors instead of copying them: readers copy
+    straight out of this process's memory (cma on this host, rdma or tcp
+    from others, cuda-ipc for GPU tensors). The tensors stay lent until the
+    next put_state_dict of `key` (which waits for reads still copying out of
+    them) or shutdown(): as with torchstore, write them only when no reader
+    is pulling (docs/python.md, "direct_rdma"). With transfer_dtype, the
+    cast tensors are copies, published by copy."""
+    store = _store(store_name)
     if direct_rdma:
-        raise NotImplementedError("direct_rdma: readers cannot pull from the writer's memory "
-                                  "yet; publish_state_dict or stage_publish instead")
-    await _store(store_name).put_state_dict(key, state_dict, transfer_dtype=transfer_dtype)
+        previous = _lent.get((store_name, key))
+        # Cast tensors are copies whatever the mode: those go by copy.
+        mode = "direct" if transfer_dtype is None else "auto"
+        try:
+            pub = await store.publish(key, state_dict, mode=mode, transfer_dtype=transfer_dtype)
+        except WrongKindError:
+            # `key` holds a state dict put by copy: a put replaces it.
+            await store.delete(key)
+            pub = await store.publish(key, state_dict, mode=mode, transfer_dtype=transfer_dtype)
+        _lent[(store_name, key)] = pub
+        if previous is not None:
+            await previous.reclaim()  # retired by the publish: waits for its reads
+        return
+    await _end_loan(store_name, key)
+    await store.put_state_dict(key, state_dict, transfer_dtype=transfer_dtype)
+
+
+# -- direct_rdma: this process's lent state dicts ------------------------------------
+
+# (store_name, key) -> the Publication whose tensors readers copy out of.
+_lent = {}
+
+
+async def _end_loan(store_name, key):
+    """Withdraws this process's direct version of `key`, if any, and waits
+    for reads still copying out of its tensors."""
+    pub = _lent.pop((store_name, key), None)
+    if pub is not None:
+        await pub.reclaim()
+
+
+async def _latest_version(store, key):
+    """The newest direct version of `key`; 0 when there is none (nothing
+    there, or a state dict put by copy)."""
+    try:
+        return await store.latest_version(key)
+    except WrongKindError:
+        return 0
+
+
+async def _latest(store, key):
+    """The newest direct version of `key` as a dict, or None when there is
+    none. A version retired between finding and reading it is found again."""
+    for _ in range(8):
+        version = await _latest_version(store, key)
+        if version == 0:
+            return None
+        try:
+            return await store.get_state_dict(f"{key}/v{version}")
+        except NotFoundError:
+            continue  # a newer put_state_dict retired it: read that one
+    raise ConflictError(f"get_state_dict '{key}': each of 8 versions found was retired "
+                        "before it could be read", 17, "conflict")
+
+
+async def _latest_into(store, key, user_state_dict):
+    """Reads the newest direct version of `key` into `user_state_dict`;
+    False when there is none."""
+    if await _latest_version(store, key) == 0:
+        return False
+    await store.get_latest_state_dict_into(key, user_state_dict)
+    return True
 
 
 def _to_torch_tree(node):
@@ -313,15 +384,37 @@ async def get_state_dict(key, user_state_dict=None, strict=True,
     """The state dict under `key`. With `user_state_dict`, its tensors are
     filled in place and it is returned; strict=True requires the same names,
     dtypes and shapes (ValueError listing the differences), strict=False
-    fills the names both have and leaves the rest."""
-    if direct_rdma:
-        raise NotImplementedError("direct_rdma is not available yet (docs/python.md)")
+    fills the names both have and leaves the rest.
+
+    A state dict put with direct_rdma=True is read straight out of its
+    writer's tensors, with or without direct_rdma here: the flag only says
+    which kind of put to look for first."""
     store = _store(store_name)
-    if user_state_dict is None:
-        return _to_torch_tree(await store.get_state_dict(key))
-    if strict:
+    if direct_rdma and user_state_dict is not None and strict:
+        if await _latest_into(store, key, user_state_dict):
+            return user_state_dict
         return await store.get_state_dict_into(key, user_state_dict)
-    stored = sdmod.leaves(await store.get_state_dict(key))
+    if user_state_dict is not None and strict:
+        try:
+            return await store.get_state_dict_into(key, user_state_dict)
+        except (NotFoundError, WrongKindError):  # none, or a direct put's version pointer
+            if not await _latest_into(store, key, user_state_dict):
+                raise
+            return user_state_dict
+    if direct_rdma:
+        whole = await _latest(store, key)
+        if whole is None:
+            whole = await store.get_state_dict(key)
+    else:
+        try:
+            whole = await store.get_state_dict(key)
+        except (NotFoundError, WrongKindError):
+            whole = await _latest(store, key)
+            if whole is None:
+                raise
+    if user_state_dict is None:
+        return _to_torch_tree(whole)
+    stored = sdmod.leaves(whole)
     for name, (path, leaf) in sdmod.leaves(user_state_dict).items():
         if name not in stored:
             continue

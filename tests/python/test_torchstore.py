@@ -98,6 +98,71 @@ async def test_state_dicts(initialized):
     assert (await ts.get_state_dict("m16"))["0.weight"].dtype == torch.bfloat16
 
 
+def _weights(value):
+    # 256 KiB: lent (over pack_max_tensor_bytes); the bias is packed, copied.
+    return {"weight": torch.full((256, 256), value), "bias": torch.full((4,), value),
+            "step": int(value)}
+
+
+@pytest.mark.asyncio
+async def test_direct_rdma_state_dicts_are_read_out_of_the_writers_tensors(initialized):
+    sd = _weights(1.0)
+    await ts.put_state_dict(sd, "policy", direct_rdma=True)
+    # The weight is lent, not copied: a write after the put shows in every
+    # read (which is why a trainer must not write while readers pull), while
+    # the packed bias was copied at the put.
+    sd["weight"][7, 7] = 42.0
+    sd["bias"][0] = 42.0
+    dst = _weights(0.0)
+    assert await ts.get_state_dict("policy", user_state_dict=dst, direct_rdma=True) is dst
+    assert dst["weight"][7, 7].item() == 42.0 and dst["weight"][0, 0].item() == 1.0
+    assert dst["bias"][0].item() == 1.0 and dst["step"] == 1
+    # Without the flag, into, whole and non-strict reads find it too.
+    dst = _weights(0.0)
+    await ts.get_state_dict("policy", user_state_dict=dst)
+    assert dst["weight"][7, 7].item() == 42.0
+    whole = await ts.get_state_dict("policy")
+    assert torch.equal(whole["weight"], sd["weight"]) and whole["step"] == 1
+    partial = {"weight": torch.zeros(256, 256), "extra": 5}
+    await ts.get_state_dict("policy", user_state_dict=partial, strict=False, direct_rdma=True)
+    assert partial["weight"][7, 7].item() == 42.0 and partial["extra"] == 5
+
+    # The trainer's loop: step, put again. The next put ends the loan
+    # before it returns; readers get the new step.
+    for step in (2.0, 3.0):
+        with torch.no_grad():
+            sd["weight"].fill_(step)
+            sd["bias"].fill_(step)
+        sd["step"] = int(step)
+        await ts.put_state_dict(sd, "policy", direct_rdma=True)
+        dst = _weights(0.0)
+        await ts.get_state_dict("policy", user_state_dict=dst, direct_rdma=True)
+        assert torch.equal(dst["weight"], sd["weight"]) and torch.equal(dst["bias"], sd["bias"])
+        assert dst["step"] == int(step)
+
+    # A put by copy replaces it (and ends the loan); a direct put replaces
+    # that in turn; a direct read of a key put by copy reads it.
+    await ts.put_state_dict(_weights(4.0), "policy")
+    dst = _weights(0.0)
+    await ts.get_state_dict("policy", user_state_dict=dst, direct_rdma=True)
+    assert dst["weight"][0, 0].item() == 4.0 and dst["step"] == 4
+    await ts.put_state_dict(_weights(5.0), "policy", direct_rdma=True)
+    assert (await ts.get_state_dict("policy"))["step"] == 5
+    with pytest.raises(KeyError):
+        await ts.get_state_dict("nothing", direct_rdma=True)
+    with pytest.raises(KeyError):
+        await ts.get_state_dict("nothing", user_state_dict=_weights(0.0), direct_rdma=True)
+
+
+@pytest.mark.asyncio
+async def test_direct_rdma_casts_on_the_way(initialized):
+    sd = {"w": torch.randn(128, 256)}  # 128 KiB in float32: lent unless cast
+    await ts.put_state_dict(sd, "half", direct_rdma=True, transfer_dtype=torch.bfloat16)
+    got = await ts.get_state_dict("half", direct_rdma=True)
+    assert got["w"].dtype == torch.bfloat16
+    assert torch.equal(got["w"], sd["w"].to(torch.bfloat16))
+
+
 @pytest.mark.asyncio
 async def test_setup_errors():
     with pytest.raises(RuntimeError, match="not initialized"):
@@ -112,12 +177,8 @@ async def test_setup_errors():
     finally:
         await ts.shutdown()
     await ts.shutdown()  # idempotent
-    await ts.initialize(store_name="other")
-    try:
-        with pytest.raises(NotImplementedError, match="direct_rdma"):
-            await ts.put_state_dict({}, "k", store_name="other", direct_rdma=True)
-    finally:
-        await ts.shutdown("other")
+    with pytest.raises(RuntimeError, match="not initialized"):
+        await ts.put_state_dict({}, "k", store_name="other", direct_rdma=True)
 
 
 @pytest.mark.asyncio
