@@ -712,7 +712,9 @@ class Store {
   /// the old value finish their read; its memory goes after them. The key
   /// of a state dict (put_state_dict's, or a published version "P/vN")
   /// removes the whole state dict: its packed buckets and entries too, not
-  /// keys put on their own under its name, nor a version pointer's versions.
+  /// keys put on their own under its name. A prefix P that was published
+  /// to (its version pointer) removes every version P/vN with it; a direct
+  /// version's loan then ends (Publication::returned()).
   Future<void> remove(std::string key);
   /// Removes the keys that exist, ignores the others; answers how many of
   /// them were removed (a state dict's key counts once, as for remove()).

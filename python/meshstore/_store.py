@@ -356,7 +356,7 @@ class Store:
     def delete(self, key):
         """Removes `key`; NotFoundError when there is none. A state dict's
         key removes the whole state dict (its packed and stored-alone
-        tensors too)."""
+        tensors too); a published prefix removes every version."""
         return Future(self._s.remove(_key(key, "delete")))
 
     def delete_batch(self, keys):

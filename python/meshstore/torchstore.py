@@ -271,13 +271,19 @@ async def get_batch(keys, store_name=DEFAULT_TORCHSTORE_NAME):
 
 
 async def delete(key, *, store_name=DEFAULT_TORCHSTORE_NAME):
-    """Removes `key`; KeyError when there is none."""
+    """Removes `key`; KeyError when there is none. A state dict goes whole
+    (a direct_rdma one's loan ends)."""
     await _store(store_name).delete(key)
+    _lent.pop((store_name, key), None)
 
 
 async def delete_batch(keys, *, store_name=DEFAULT_TORCHSTORE_NAME):
     """Removes the keys that exist; answers how many were."""
-    return await _store(store_name).delete_batch(list(keys))
+    keys = list(keys)
+    removed = await _store(store_name).delete_batch(keys)
+    for key in keys:
+        _lent.pop((store_name, key), None)
+    return removed
 
 
 async def keys(prefix=None, *, store_name=DEFAULT_TORCHSTORE_NAME):

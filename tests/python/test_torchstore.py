@@ -148,6 +148,13 @@ async def test_direct_rdma_state_dicts_are_read_out_of_the_writers_tensors(initi
     assert dst["weight"][0, 0].item() == 4.0 and dst["step"] == 4
     await ts.put_state_dict(_weights(5.0), "policy", direct_rdma=True)
     assert (await ts.get_state_dict("policy"))["step"] == 5
+    # delete takes the versions along; the loan ends.
+    pub = ts._lent[(ts.DEFAULT_TORCHSTORE_NAME, "policy")]
+    await ts.delete("policy")
+    assert await ts.keys("policy") == []
+    await pub.returned()
+    with pytest.raises(KeyError):
+        await ts.get_state_dict("policy", direct_rdma=True)
     with pytest.raises(KeyError):
         await ts.get_state_dict("nothing", direct_rdma=True)
     with pytest.raises(KeyError):

@@ -304,12 +304,29 @@ std::vector<std::string> group_keys(const ControllerState& st,
   return out;
 }
 
-// The keys written with the state dict whose manifest is `key` (its packed
-// buckets and the entries stored alone), when `key` is one; none otherwise.
+// The keys that go with `key` when it is removed: for a state dict's
+// manifest, the keys written with it (its packed buckets and the entries
+// stored alone); for a version pointer (an object P with versions P/vN),
+// every version with its keys; none otherwise.
 std::vector<std::string> written_with(const ControllerState& st, const std::string& key) {
   auto it = st.index.find(key);
-  if (it == st.index.end() || it->second.group != key) return {};
-  return group_keys(st, {key}, {key});
+  if (it == st.index.end()) return {};
+  if (it->second.group == key) return group_keys(st, {key}, {key});
+  if (it->second.kind != wire::ObjectKind::object) return {};
+  std::vector<std::string> out;
+  const std::string v = key + "/v";
+  for (auto j = st.index.lower_bound(v);
+       j != st.index.end() && j->first.compare(0, v.size(), v) == 0; ++j) {
+    const std::string& k = j->first;
+    const bool version = k.size() > v.size() && j->second.group == k &&
+                         std::all_of(k.begin() + static_cast<std::ptrdiff_t>(v.size()), k.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; });
+    if (!version) continue;
+    out.push_back(k);
+    auto members = group_keys(st, {k}, {k});
+    out.insert(out.end(), members.begin(), members.end());
+  }
+  return out;
 }
 
 // Drops `keys` from the index; their objects go into `released`.
