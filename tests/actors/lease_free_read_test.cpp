@@ -631,6 +631,32 @@ TEST_F(SparePut, AClosingClientGivesItsShelvedSpareBack) {
   EXPECT_EQ(dst.buf, src.buf);
 }
 
+// A put over the ring commits only if the state dict is still the version
+// its writer last saw: another writer's put in between sends it down the
+// actors' put (which writes it all the same), so a commit that arrives
+// late can never roll the key back. The ring serves the next put again.
+TEST_F(SparePut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
+  auto [writer, other] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, writer));
+  Dict src(300, 4096, 1), theirs(300, 4096, 50), dst(300, 4096, 0);
+  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
+  ASSERT_TRUE(eventually([&] { return staged_on(writer) == 4; }, 10s));  // the next spare
+  ASSERT_OK(other.put_state_dict("sd", theirs.sd, three_buckets()).get(kWait));
+  std::fill(src.buf.begin(), src.buf.end(), 60);
+  const auto before = state_dict_puts(writer);
+  ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  EXPECT_EQ(state_dict_puts(writer), before) << "committed over a version it never saw";
+  for (Store* s : {&writer, &other}) {
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    ASSERT_OK(s->get_state_dict_into("sd", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+  }
+  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 61));
+  std::fill(dst.buf.begin(), dst.buf.end(), 0);
+  ASSERT_OK(other.get_state_dict_into("sd", dst.sd).get(kWait));
+  EXPECT_EQ(dst.buf, src.buf);
+}
+
 // A writer putting over the ring while two threads of another client read:
 // every read is one version whole.
 TEST_F(SparePut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {

@@ -331,8 +331,15 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
   };
   const std::string home = fast.home();
   auto shm = fast.shm_of(home);
+  // The commit holds only while the state dict is at the version this
+  // client last saw (its manifest's expect_version): one that arrives late
+  // (its ring timed out, and the actors put the state dict again meanwhile)
+  // or races another writer is refused, and never rolls the key back.
+  const auto seen = fast.known_version(under);
+  const bool has_manifest = std::any_of(call.items.begin(), call.items.end(),
+                                        [&](const actors::PutItem& i) { return i.key == under; });
   if (spare->volume_id != home || spare->layout != layout ||
-      spare->regions.size() != layout.size() || !shm) {
+      spare->regions.size() != layout.size() || !shm || !seen || !has_manifest) {
     tell_client(Outcome::unused);
     return false;
   }
@@ -360,6 +367,7 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
           dst, static_cast<const std::byte*>(item.view.data()), n);
     }
     records.push_back(actors::put_record(item, &region, home, under));
+    if (item.key == under) records.back().expect_version = *seen;
   }
   bool sent = false, lost = false;
   auto versions =

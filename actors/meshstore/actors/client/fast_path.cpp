@@ -102,6 +102,13 @@ void FastPath::forget(const std::string& key) {
   entries_.erase(key);
 }
 
+std::optional<std::uint64_t> FastPath::known_version(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.version;
+}
+
 void FastPath::forget_under(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {

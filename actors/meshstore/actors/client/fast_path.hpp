@@ -128,6 +128,9 @@ class FastPath {
   /// yet: puts go over its ring.
   void set_home(const std::string& volume_id);
   void forget(const std::string& key);
+  /// The version of `key` this client last saw (its cached entry's);
+  /// nullopt when none is cached.
+  std::optional<std::uint64_t> known_version(const std::string& key) const;
   void forget_under(const std::string& prefix);
   void forget_all_keys();
   /// Forgets the keys on `volume_id` and closes its ring (it went down).
