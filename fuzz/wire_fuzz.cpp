@@ -71,6 +71,7 @@ void fast_get_message(const std::string& bytes) {
     if (!again.ok() || again->key != put->key || again->kind != put->kind ||
         again->dtype != put->dtype || again->format != put->format || again->shape != put->shape ||
         again->nbytes != put->nbytes || again->in_side_buffer != put->in_side_buffer ||
+        again->expect_version != put->expect_version ||
         (!put->in_side_buffer && put->nbytes > 0 &&
          std::memcmp(again->data, put->data, put->nbytes) != 0)) {
       std::abort();

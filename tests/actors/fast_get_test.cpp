@@ -413,6 +413,44 @@ TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
   EXPECT_EQ(fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
 }
 
+// A put request's codec: every field back, the expected version too (in
+// a slot and in the side buffer), and a request that lies about its flags
+// or is cut short is refused.
+TEST_F(FastGetTest, ThePutCodecRoundTripsTheExpectedVersion) {
+  const std::uint8_t data[5] = {1, 2, 3, 4, 5};
+  for (bool side : {false, true}) {
+    for (std::optional<std::uint64_t> expect :
+         {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0},
+          std::optional<std::uint64_t>{77}}) {
+      fast_get::PutRequest r;
+      r.key = "w";
+      r.dtype = static_cast<std::uint8_t>(DType::uint8);
+      r.shape = {5};
+      r.data = reinterpret_cast<const std::byte*>(data);
+      r.nbytes = 5;
+      r.in_side_buffer = side;
+      r.expect_version = expect;
+      std::vector<std::byte> bytes;
+      fast_get::encode_into(r, bytes);
+      EXPECT_EQ(bytes.size(), fast_get::encoded_size(r));
+      auto back = fast_get::decode_put(bytes);
+      ASSERT_OK(back);
+      EXPECT_EQ(back->key, "w");
+      EXPECT_EQ(back->shape, r.shape);
+      EXPECT_EQ(back->in_side_buffer, side);
+      EXPECT_EQ(back->expect_version, expect);
+      if (!side) EXPECT_EQ(std::memcmp(back->data, data, 5), 0);
+      auto cut = bytes;
+      cut.pop_back();
+      EXPECT_EQ(fast_get::decode_put(cut).status().code(), Errc::protocol_error);
+      auto unknown = bytes;
+      const std::uint32_t flags = 4;
+      std::memcpy(unknown.data() + 12, &flags, 4);
+      EXPECT_ERROR(fast_get::decode_put(unknown), Errc::protocol_error, "unknown put flags");
+    }
+  }
+}
+
 // A put's reply carries where the object lies (a hint the client checks
 // by the object's tag before it reads there); a place too long for the
 // reply is left out, and a reply longer than any place is refused.

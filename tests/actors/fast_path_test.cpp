@@ -397,6 +397,36 @@ TEST_P(FastPathOver, SmallPutsGoOverTheChannelAndEveryPathReadsThem) {
   store.close();
 }
 
+// A put over the channel commits only over the version of the key its
+// writer saw last: after another client's put, the next one takes the
+// actors (and writes all the same), so a put that reaches the controller
+// late can never roll the key back. The channel serves the put after.
+TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSee) {
+  auto store = Store::embedded(writer_options()).value();
+  std::vector<std::uint8_t> first = pattern(64, 1), theirs = pattern(64, 50),
+                            mine = pattern(64, 90), again = pattern(64, 120);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
+  ASSERT_TRUE(has_ring(store));
+  auto other = Store::connect(store.address(), reader_options()).value();
+  auto puts = store.fast_path_stats().puts;
+  ASSERT_OK(store.put("k", bytes_view(first)).get(kWait));
+  ASSERT_EQ(store.fast_path_stats().puts, puts + 1);
+  ASSERT_OK(other.put("k", bytes_view(theirs)).get(kWait));
+  puts = store.fast_path_stats().puts;
+  ASSERT_OK(store.put("k", bytes_view(mine)).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, puts) << "committed over a version it never saw";
+  for (Store* s : {&store, &other}) {
+    std::vector<std::uint8_t> back(64, 0);
+    ASSERT_OK(s->get_into("k", bytes_view(back)).get(kWait));
+    EXPECT_EQ(back, mine);
+  }
+  ASSERT_OK(store.put("k", bytes_view(again)).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+  testing::expect_reads_back(other, "k", again);
+  other.close();
+  store.close();
+}
+
 // StoreOptions::fast_path_spin sets how long both ends of the channel spin
 // (the volume's ring thread or tcp connection, and the caller waiting for
 // its answer). Timing is not asserted: whatever the spin, a writer and a

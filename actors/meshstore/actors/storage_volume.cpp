@@ -290,6 +290,7 @@ std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
   }
   auto& r = job.record;
   r.key = req->key;
+  r.expect_version = req->expect_version;
   r.kind = static_cast<wire::ObjectKind>(req->kind);
   r.dtype = static_cast<DType>(req->dtype);
   r.object_format = static_cast<ObjectFormat>(req->format);

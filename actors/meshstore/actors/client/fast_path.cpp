@@ -393,6 +393,10 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
       return miss(Status(Errc::unavailable, "no ring to this client's volume"));
     }
     channel = r->second;
+    // Only over the version this client saw last, when it saw one: a put
+    // that reaches the controller late (its ring timed out and the actors
+    // put it meanwhile) is refused rather than roll the key back.
+    if (auto e = entries_.find(p.key); e != entries_.end()) req.expect_version = e->second.version;
   }
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);

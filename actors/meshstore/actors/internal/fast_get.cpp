@@ -19,7 +19,8 @@ constexpr std::size_t kPutHeader = 24;  // magic, key length, kind/dtype/format/
 std::string side_buffer_name(const std::string& ring_name) { return ring_name + ".put"; }
 
 std::size_t encoded_size(const PutRequest& r) {
-  return kPutHeader + 8 * r.shape.size() + r.key.size() + (r.in_side_buffer ? 0 : r.nbytes);
+  return kPutHeader + (r.expect_version ? 8 : 0) + 8 * r.shape.size() + r.key.size() +
+         (r.in_side_buffer ? 0 : r.nbytes);
 }
 
 void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
@@ -32,10 +33,15 @@ void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
   std::memcpy(p, &magic, 4);
   std::memcpy(p + 4, &key_len, 4);
   std::memcpy(p + 8, small, 4);
-  const std::uint32_t flags = r.in_side_buffer ? kInSideBuffer : 0;
+  const std::uint32_t flags =
+      (r.in_side_buffer ? kInSideBuffer : 0) | (r.expect_version ? kExpectVersion : 0);
   std::memcpy(p + 12, &flags, 4);
   std::memcpy(p + 16, &r.nbytes, 8);
   p += kPutHeader;
+  if (r.expect_version) {
+    std::memcpy(p, &*r.expect_version, 8);
+    p += 8;
+  }
   if (!r.shape.empty()) std::memcpy(p, r.shape.data(), 8 * r.shape.size());
   p += 8 * r.shape.size();
   if (!r.key.empty()) std::memcpy(p, r.key.data(), r.key.size());
@@ -63,8 +69,11 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
   std::memcpy(&flags, bytes.data() + 12, 4);
   std::memcpy(&r.nbytes, bytes.data() + 16, 8);
   if (magic != kPutMagic) return bad("not a put request (bad magic)");
-  if ((flags & ~kInSideBuffer) != 0) return bad("unknown put flags " + std::to_string(flags));
+  if ((flags & ~(kInSideBuffer | kExpectVersion)) != 0) {
+    return bad("unknown put flags " + std::to_string(flags));
+  }
   r.in_side_buffer = (flags & kInSideBuffer) != 0;
+  const std::size_t expect = (flags & kExpectVersion) != 0 ? 8 : 0;
   if (key_len == 0 || key_len > kMaxKeyBytes) {
     return bad("key length " + std::to_string(key_len) + " is outside [1, " +
                std::to_string(kMaxKeyBytes) + "]");
@@ -74,7 +83,8 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
   if (r.nbytes > (r.in_side_buffer ? kMaxSideBytes : kMaxObjectBytes)) {
     return bad("an object of " + std::to_string(r.nbytes) + " bytes");
   }
-  const std::size_t want = kPutHeader + 8 * dims + key_len + (r.in_side_buffer ? 0 : r.nbytes);
+  const std::size_t want =
+      kPutHeader + expect + 8 * dims + key_len + (r.in_side_buffer ? 0 : r.nbytes);
   if (bytes.size() != want) {
     return bad("a put of " + std::to_string(bytes.size()) + " bytes where its fields say " +
                std::to_string(want));
@@ -84,6 +94,12 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
   r.format = small[2];
   r.shape.resize(dims);
   const std::byte* p = bytes.data() + kPutHeader;
+  if (expect) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, p, 8);
+    r.expect_version = v;
+    p += 8;
+  }
   if (dims) std::memcpy(r.shape.data(), p, 8 * dims);
   p += 8 * dims;
   r.key.assign(reinterpret_cast<const char*>(p), key_len);

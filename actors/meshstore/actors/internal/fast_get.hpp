@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,10 @@ struct Reply {
 //              the start of the ring's side buffer (side_buffer_name), a
 //              segment the client writes before it sends the request and
 //              leaves alone until the reply: puts larger than a ring slot,
-//              at most kMaxSideBytes. No other flag is defined.
+//              at most kMaxSideBytes. With flag 2 (kExpectVersion) a u64
+//              follows the header, before the shape: the version the key
+//              must be at for the put to commit (KeyRecord::expect_version).
+//              No other flag is defined.
 // Put reply:   the reply header (status), then ok: u64 version, u64 object
 //              id, then the object's shm place (the rest, at most
 //              kMaxPlaceBytes; none when the volume has no shm);
@@ -64,6 +68,7 @@ struct Reply {
 inline constexpr std::uint32_t kPutMagic = 0x3150534d;  // "MSP1", little-endian
 inline constexpr std::size_t kMaxPutDims = 64;
 inline constexpr std::uint32_t kInSideBuffer = 1;
+inline constexpr std::uint32_t kExpectVersion = 2;
 /// A put's bytes in the ring's side buffer at most (the buffer's size).
 inline constexpr std::uint64_t kMaxSideBytes = std::uint64_t{1} << 20;
 /// The side buffer of the ring named `ring_name`: created by the client
@@ -81,6 +86,8 @@ struct PutRequest {
   std::uint64_t nbytes = 0;
   /// The bytes are in the ring's side buffer (`data` unused).
   bool in_side_buffer = false;
+  /// Commits only while the key is at this version (0: absent).
+  std::optional<std::uint64_t> expect_version;
 };
 
 /// The size of PutRequest `r`'s message (what must fit a ring slot).
