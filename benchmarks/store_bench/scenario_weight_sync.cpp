@@ -88,6 +88,29 @@ SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, 
   return SyncTimes{median(put_t), median(get_t)};
 }
 
+// The same sync through versions, as a trainer and its workers run it:
+// publish_state_dict, then get_latest_state_dict_into (the pointer read at
+// the controller, then the version).
+SyncTimes time_versioned_sync(meshstore::Store& store, const std::string& prefix, Dict& src,
+                              Dict& dst, int iters) {
+  for (int i = 0; i < 2; ++i) {  // cold, then warm-up
+    must(store.publish_state_dict(prefix, src.sd).get(600s), "publish_state_dict (warm-up)");
+    must(store.get_latest_state_dict_into(prefix, dst.sd).get(600s),
+         "get_latest_state_dict_into (warm-up)");
+  }
+  std::vector<double> put_t, get_t;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    must(store.publish_state_dict(prefix, src.sd).get(600s), "publish_state_dict");
+    put_t.push_back(secs(t0));
+    t0 = Clock::now();
+    must(store.get_latest_state_dict_into(prefix, dst.sd).get(600s), "get_latest_state_dict_into");
+    get_t.push_back(secs(t0));
+  }
+  must(store.remove(prefix).get(60s), "cleanup");  // the pointer and its versions
+  return SyncTimes{median(put_t), median(get_t)};
+}
+
 // The pattern of version `v` (bf16 bits), every element alike.
 std::uint16_t pattern_of(std::uint64_t v) { return static_cast<std::uint16_t>(0x3f80 + v * 7); }
 
@@ -253,6 +276,9 @@ void run_weight_sync(const Args& a) {
   const auto direct = fast_after.direct_state_dicts - fast_before.direct_state_dicts;
   // And how many of its puts went into their spare over the ring.
   const auto ring_puts = fast_after.state_dict_puts - fast_before.state_dict_puts;
+  // The same 1,000 tensors through versions (publish, read the latest).
+  const SyncTimes versioned =
+      time_versioned_sync(store, "ws_versions", small_src, small_dst, iters);
   // A third for the simulator (benchmarks/sim/weightsync_sim.py), which
   // takes a state dict's cost per object from it: tensors of 4 MiB, each an
   // object of its own.
@@ -295,6 +321,7 @@ void run_weight_sync(const Args& a) {
         "\"small_1000x4KiB_sync_ms\":%.3f,\"small_put_ms\":%.3f,\"small_get_ms\":%.3f,"
         "\"small_memcpy_ms\":%.3f,\"small_sync_vs_two_memcpy\":%.3f,"
         "\"small_lease_free_reads\":%llu,\"small_direct_reads\":%llu,\"small_ring_puts\":%llu,"
+        "\"small_versioned_sync_ms\":%.3f,\"small_publish_ms\":%.3f,\"small_get_latest_ms\":%.3f,"
         "\"small_bytes\":%llu,\"medium_tensors\":%d,\"medium_bytes\":%llu,"
         "\"medium_put_ms\":%.3f,\"medium_get_ms\":%.3f,"
         "\"put_state_dict_s\":%.6f,\"get_state_dict_into_s\":%.6f,"
@@ -308,6 +335,7 @@ void run_weight_sync(const Args& a) {
         (small.put + small.get) * 1e3, small.put * 1e3, small.get * 1e3, small_memcpy * 1e3,
         small_vs_floor, static_cast<unsigned long long>(lease_free),
         static_cast<unsigned long long>(direct), static_cast<unsigned long long>(ring_puts),
+        (versioned.put + versioned.get) * 1e3, versioned.put * 1e3, versioned.get * 1e3,
         static_cast<unsigned long long>(b2), medium_n,
         static_cast<unsigned long long>(medium_bytes), medium.put * 1e3, medium.get * 1e3, big.put,
         big.get, gb / e2e, m / e2e, have_stream ? "streamed to a reader process" : "sequential",
@@ -342,6 +370,10 @@ void run_weight_sync(const Args& a) {
       put_op, get_op, small.put * 1e3, small.get * 1e3, static_cast<unsigned long long>(lease_free),
       static_cast<unsigned long long>(direct), static_cast<unsigned long long>(ring_puts),
       small_vs_floor, small_memcpy * 1e3);
+  std::printf(
+      "  the same through versions: publish_state_dict %.2f ms + get_latest_state_dict_into"
+      " %.2f ms\n",
+      versioned.put * 1e3, versioned.get * 1e3);
   std::printf("  %d x 4 MiB (one object each): put %.2f ms + get %.2f ms\n", medium_n,
               medium.put * 1e3, medium.get * 1e3);
 }
