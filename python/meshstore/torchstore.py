@@ -371,10 +371,15 @@ async def _latest(store, key):
 async def _latest_into(store, key, user_state_dict):
     """Reads the newest direct version of `key` into `user_state_dict`;
     False when there is none."""
-    if await _latest_version(store, key) == 0:
-        return False
-    await store.get_latest_state_dict_into(key, user_state_dict)
-    return True
+    try:
+        await store.get_latest_state_dict_into(key, user_state_dict)
+        return True
+    except WrongKindError:
+        return False  # a state dict put by copy (or an object) holds `key`
+    except NotFoundError:
+        if await _latest_version(store, key) == 0:
+            return False  # nothing published
+        raise  # the version the pointer names is gone
 
 
 def _to_torch_tree(node):
