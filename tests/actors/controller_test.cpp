@@ -467,7 +467,8 @@ namespace {
 class StageCommitTest : public ControllerTest {
  protected:
   // Sends stage_commit of one 4-float object for `rec`.
-  Status stage_commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr) {
+  Status stage_commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr,
+                      std::vector<std::string> retire = {}) {
     wire::StageRequest req;
     req.key = rec.key;
     req.nbytes = 16;
@@ -476,7 +477,8 @@ class StageCommitTest : public ControllerTest {
     Status out = Status(Errc::internal, "no reply");
     (*self_)
         ->request(volume_, 30s, stage_commit_atom::value, std::vector<wire::StageRequest>{req},
-                  std::vector<wire::KeyRecord>{rec}, caf::actor_cast<caf::actor>(controller_))
+                  std::vector<wire::KeyRecord>{rec}, caf::actor_cast<caf::actor>(controller_),
+                  retire)
         .receive(
             [&](std::vector<std::uint64_t>& versions, std::vector<std::uint64_t>& ids,
                 std::vector<std::string>&) {
@@ -528,6 +530,37 @@ TEST_F(StageCommitTest, ControllerRefusalLeavesNothingStaged) {
   auto s = stat();
   EXPECT_EQ(s.objects + s.staged, 0u);
   EXPECT_EQ(s.bytes_held, 0u);
+}
+
+// A version pointer's move (publish) retires the version that falls out in
+// the same controller step: committed, the state dict named goes whole
+// (its memory reused); refused, neither happens.
+TEST_F(StageCommitTest, ACommitRetiresTheStateDictsItNamesOrNothing) {
+  auto member = [&](const std::string& key, const std::string& group) {
+    auto r = record(key, {4});
+    r.group = group;
+    return r;
+  };
+  for (const char* key : {"w/v1", "w/v1/a", "w/v2", "w/v2/a"}) {
+    const std::string k = key;
+    ASSERT_OK(stage_commit(member(k, k.substr(0, 4))));
+  }
+  auto keys = [&] {
+    std::vector<std::string> out;
+    (*self_)
+        ->request(controller_, 30s, keys_atom::value, std::string())
+        .receive([&](std::vector<std::string>& k) { out = k; }, [](caf::error&) {});
+    return out;
+  };
+  auto pointer = record("w", {4});
+  pointer.expect_version = 0;  // absent
+  ASSERT_OK(stage_commit(pointer, nullptr, {"w/v1"}));
+  EXPECT_EQ(keys(), (std::vector<std::string>{"w", "w/v2", "w/v2/a"}));
+  // Refused (the pointer moved on since): nothing retired, nothing staged.
+  pointer.expect_version = 0;
+  EXPECT_ERROR(stage_commit(pointer, nullptr, {"w/v2"}), Errc::conflict, "another writer");
+  EXPECT_EQ(keys(), (std::vector<std::string>{"w", "w/v2", "w/v2/a"}));
+  EXPECT_EQ(stat().staged, 0u);
 }
 
 // -- streams: readers follow a state dict while its writer puts it ------------

@@ -179,6 +179,10 @@ struct PutCall {
   /// When set, the commit also removes every other key equal to one of
   /// these or under it (replace_atom): a state dict replaced as a whole.
   std::vector<std::string> replace_under;
+  /// Without replace_under: state dicts (groups) the same commit removes,
+  /// their memory reused (a version pointer's move retiring the version
+  /// that falls out: one controller message for both).
+  std::vector<std::string> retire;
   /// With replace_under: the manifest's bytes, to announce the put as a
   /// stream of replace_under.front() (readers copy each object as soon as
   /// it is filled). Empty: no stream.

@@ -957,7 +957,8 @@ struct Committed {
 };
 void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
                   std::vector<wire::KeyRecord> records, const caf::actor& controller,
-                  const caf::actor& client, std::function<void(Result<Committed>)> k) {
+                  const caf::actor& client, std::function<void(Result<Committed>)> k,
+                  std::vector<std::string> retire = {}) {
   auto& st = self->state;
   if (!controller || reqs.size() != records.size()) {
     return k(Status(Errc::protocol_error, "stage_commit: " + std::to_string(reqs.size()) +
@@ -986,25 +987,31 @@ void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& re
     ids.push_back(shard.object_id);
     places.push_back(shard.place);
   }
+  auto on_versions = [=](const std::vector<std::uint64_t>& versions) {
+    k(Committed{versions, ids, places});
+  };
+  auto on_error = [=](caf::error& e) {
+    // The controller answered and refused: nothing was committed, so the
+    // staged objects go. After a timeout it may still have committed
+    // them; they stay, and go with their client.
+    const bool refused = e.category() == internal::kErrorCategory &&
+                         e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
+                         e.code() != static_cast<std::uint8_t>(Errc::unavailable);
+    if (refused) {
+      for (auto id : ids) self->state.drop(id, true);
+      self->state.regions->prune();
+    }
+    k(internal::from_caf_error(e, "commit at the controller"));
+  };
+  if (!retire.empty()) {
+    self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
+                  std::move(records), std::move(retire), true)
+        .then(on_versions, on_error);
+    return;
+  }
   self->request(controller, st.config.transport_config.request_timeout,
                 notify_put_batch_atom::value, std::move(records))
-      .then(
-          [=](const std::vector<std::uint64_t>& versions) {
-            k(Committed{versions, ids, places});
-          },
-          [=](caf::error& e) {
-            // The controller answered and refused: nothing was committed,
-            // so the staged objects go. After a timeout it may still have
-            // committed them; they stay, and go with their client.
-            const bool refused = e.category() == internal::kErrorCategory &&
-                                 e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
-                                 e.code() != static_cast<std::uint8_t>(Errc::unavailable);
-            if (refused) {
-              for (auto id : ids) self->state.drop(id, true);
-              self->state.regions->prune();
-            }
-            k(internal::from_caf_error(e, "commit at the controller"));
-          });
+      .then(on_versions, on_error);
 }
 
 // What spawn_storage_volume prepared before the actor exists: the region
@@ -1056,17 +1063,20 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         return std::move(staged).value();
       },
       [=](stage_commit_atom, const std::vector<wire::StageRequest>& reqs,
-          std::vector<wire::KeyRecord>& records, const caf::actor& controller)
+          std::vector<wire::KeyRecord>& records, const caf::actor& controller,
+          std::vector<std::string>& retire)
           -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
                          std::vector<std::string>> {
         auto rp =
             self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
                                         std::vector<std::string>>();
-        stage_commit(self, reqs, std::move(records), controller, sender_of(self),
-                     [rp](Result<Committed> r) mutable {
-                       if (!r.ok()) return (void)rp.deliver(to_caf_error(r.status()));
-                       rp.deliver(std::move(r->versions), std::move(r->ids), std::move(r->places));
-                     });
+        stage_commit(
+            self, reqs, std::move(records), controller, sender_of(self),
+            [rp](Result<Committed> r) mutable {
+              if (!r.ok()) return (void)rp.deliver(to_caf_error(r.status()));
+              rp.deliver(std::move(r->versions), std::move(r->ids), std::move(r->places));
+            },
+            std::move(retire));
         return rp;
       },
       [=](fast_put_atom, FastPutJob& job) {

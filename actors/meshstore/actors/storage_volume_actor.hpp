@@ -88,9 +88,11 @@ using storage_volume_actor = caf::typed_actor<
     // on this host), and commits the records at `controller` (the
     // controller actor); answers the committed versions, the objects
     // holding them and their places ("" for none). Staged objects go again
-    // if the controller refuses.
+    // if the controller refuses. With state dicts to retire, the commit is
+    // the controller's replace (records, those prefixes, reuse), which
+    // removes their groups in the same step, or nothing if it refuses.
     caf::replies_to<stage_commit_atom, std::vector<wire::StageRequest>,
-                    std::vector<wire::KeyRecord>, caf::actor>::
+                    std::vector<wire::KeyRecord>, caf::actor, std::vector<std::string>>::
         with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/,
              std::vector<std::string> /*places*/>,
     // A lending volume (VolumeConfig::lending) adopts buffers of its own

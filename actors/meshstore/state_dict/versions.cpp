@@ -48,6 +48,11 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
   point.op = op;
   point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
   point.items.back().expect_version = from.seq;
+  // The version that falls out goes in the same controller step as the
+  // pointer's move (refused, neither happens).
+  if (next > static_cast<std::uint64_t>(keep)) {
+    point.retire.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));
+  }
   auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
   call_client(client, actors::store_put_atom::value, std::move(point), op + " '" + prefix + "'")
       .on_complete([=](const Result<std::vector<std::uint64_t>>& moved) {
@@ -65,18 +70,7 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
               });
           return;
         }
-        if (next <= static_cast<std::uint64_t>(keep)) return (void)p->set_value(next);
-        const std::string old = version_key(prefix, next - static_cast<std::uint64_t>(keep));
-        actors::RemoveCall retire;
-        retire.reuse = true;
-        retire.under = true;
-        retire.keys.push_back(old);
-        call_client(client, actors::store_remove_atom::value, std::move(retire),
-                    op + " '" + prefix + "': retiring '" + old + "'")
-            .on_complete([=](const Result<std::size_t>& r) {
-              if (!r.ok()) return (void)p->set_error(r.status());
-              p->set_value(next);
-            });
+        p->set_value(next);
       });
   return p->future();
 }

@@ -407,14 +407,18 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
             on_error);
     return;
   }
-  ask(self, st.controller, notify_put_batch_atom::value, records)
-      .then(
-          [=](const std::vector<std::uint64_t>& versions) mutable {
-            remember_committed(op);
-            cache_committed(self, std::move(records), versions);
-            op->call.promise->set_value(versions);
-          },
-          on_error);
+  auto committed = [=](const std::vector<std::uint64_t>& versions) mutable {
+    remember_committed(op);
+    cache_committed(self, std::move(records), versions);
+    op->call.promise->set_value(versions);
+  };
+  if (!op->call.retire.empty()) {
+    forget_locations_under(st, op->call.retire);
+    ask(self, st.controller, replace_atom::value, records, op->call.retire, true)
+        .then(committed, on_error);
+    return;
+  }
+  ask(self, st.controller, notify_put_batch_atom::value, records).then(committed, on_error);
 }
 
 // Stages, writes and commits `op` on this client's volume (again after an
@@ -594,8 +598,10 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
         return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
       }
       auto records = put_records(op);
+      // What the commit retires is no longer where this client saw it.
+      if (!op->call.retire.empty()) forget_locations_under(self->state, op->call.retire);
       ask(self, op->conn->handle, stage_commit_atom::value, reqs, records,
-          caf::actor_cast<caf::actor>(self->state.controller))
+          caf::actor_cast<caf::actor>(self->state.controller), op->call.retire)
           .also_watch(caf::actor_cast<caf::actor>(self->state.controller))
           .then(
               [=](const std::vector<std::uint64_t>& versions,
