@@ -68,24 +68,34 @@ std::vector<double> memcpy_times(const Dict& src, const qwen3::Tensors& shapes, 
   return t;
 }
 
+// The medians of `put` and of `get` over `iters` rounds of one, then the
+// other; `progress` (null: none) names the rounds on stderr.
+template <class Put, class Get>
+SyncTimes time_rounds(int iters, const Put& put, const Get& get, const char* progress) {
+  std::vector<double> put_t, get_t;
+  for (int i = 0; i < iters; ++i) {
+    if (progress)
+      std::fprintf(stderr, "\rstore_bench weight-sync %s: round %d/%d", progress, i + 1, iters);
+    auto t0 = Clock::now();
+    put();
+    put_t.push_back(secs(t0));
+    t0 = Clock::now();
+    get();
+    get_t.push_back(secs(t0));
+  }
+  if (progress) std::fprintf(stderr, "\n");
+  return SyncTimes{median(put_t), median(get_t)};
+}
+
 SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, Dict& dst,
                     int iters, bool progress) {
   must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict (cold)");
   must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict (warm-up)");
   must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into (warm-up)");
-  std::vector<double> put_t, get_t;
-  for (int i = 0; i < iters; ++i) {
-    if (progress)
-      std::fprintf(stderr, "\rstore_bench weight-sync %s: round %d/%d", key.c_str(), i + 1, iters);
-    auto t0 = Clock::now();
-    must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict");
-    put_t.push_back(secs(t0));
-    t0 = Clock::now();
-    must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into");
-    get_t.push_back(secs(t0));
-  }
-  if (progress) std::fprintf(stderr, "\n");
-  return SyncTimes{median(put_t), median(get_t)};
+  return time_rounds(
+      iters, [&] { must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict"); },
+      [&] { must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into"); },
+      progress ? key.c_str() : nullptr);
 }
 
 // The same sync through versions, as a trainer and its workers run it:
@@ -93,22 +103,19 @@ SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, 
 // the controller, then the version).
 SyncTimes time_versioned_sync(meshstore::Store& store, const std::string& prefix, Dict& src,
                               Dict& dst, int iters) {
-  for (int i = 0; i < 2; ++i) {  // cold, then warm-up
-    must(store.publish_state_dict(prefix, src.sd).get(600s), "publish_state_dict (warm-up)");
-    must(store.get_latest_state_dict_into(prefix, dst.sd).get(600s),
-         "get_latest_state_dict_into (warm-up)");
-  }
-  std::vector<double> put_t, get_t;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = Clock::now();
+  auto publish = [&] {
     must(store.publish_state_dict(prefix, src.sd).get(600s), "publish_state_dict");
-    put_t.push_back(secs(t0));
-    t0 = Clock::now();
+  };
+  auto read = [&] {
     must(store.get_latest_state_dict_into(prefix, dst.sd).get(600s), "get_latest_state_dict_into");
-    get_t.push_back(secs(t0));
+  };
+  for (int i = 0; i < 2; ++i) {  // cold, then warm-up
+    publish();
+    read();
   }
+  const SyncTimes t = time_rounds(iters, publish, read, nullptr);
   must(store.remove(prefix).get(60s), "cleanup");  // the pointer and its versions
-  return SyncTimes{median(put_t), median(get_t)};
+  return t;
 }
 
 // The pattern of version `v` (bf16 bits), every element alike.

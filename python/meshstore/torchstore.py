@@ -390,6 +390,22 @@ def _to_torch_tree(node):
     return _out(node)
 
 
+async def _either(direct_first, by_copy, direct):
+    """Reads a state dict put by copy (`by_copy()`: KeyError or TypeError
+    when there is none) or put directly (`direct()`: None when there is
+    none), the kind `direct_first` names first."""
+    if direct_first:
+        got = await direct()
+        return got if got is not None else await by_copy()
+    try:
+        return await by_copy()
+    except (NotFoundError, WrongKindError):  # none, or a direct put's version pointer
+        got = await direct()
+        if got is None:
+            raise
+        return got
+
+
 async def get_state_dict(key, user_state_dict=None, strict=True,
                          store_name=DEFAULT_TORCHSTORE_NAME, direct_rdma=False):
     """The state dict under `key`. With `user_state_dict`, its tensors are
@@ -401,28 +417,13 @@ async def get_state_dict(key, user_state_dict=None, strict=True,
     writer's tensors, with or without direct_rdma here: the flag only says
     which kind of put to look for first."""
     store = _store(store_name)
-    if direct_rdma and user_state_dict is not None and strict:
-        if await _latest_into(store, key, user_state_dict):
-            return user_state_dict
-        return await store.get_state_dict_into(key, user_state_dict)
     if user_state_dict is not None and strict:
-        try:
-            return await store.get_state_dict_into(key, user_state_dict)
-        except (NotFoundError, WrongKindError):  # none, or a direct put's version pointer
-            if not await _latest_into(store, key, user_state_dict):
-                raise
-            return user_state_dict
-    if direct_rdma:
-        whole = await _latest(store, key)
-        if whole is None:
-            whole = await store.get_state_dict(key)
-    else:
-        try:
-            whole = await store.get_state_dict(key)
-        except (NotFoundError, WrongKindError):
-            whole = await _latest(store, key)
-            if whole is None:
-                raise
+        async def latest_into():
+            return user_state_dict if await _latest_into(store, key, user_state_dict) else None
+        return await _either(direct_rdma, lambda: store.get_state_dict_into(key, user_state_dict),
+                             latest_into)
+    whole = await _either(direct_rdma, lambda: store.get_state_dict(key),
+                          lambda: _latest(store, key))
     if user_state_dict is None:
         return _to_torch_tree(whole)
     stored = sdmod.leaves(whole)

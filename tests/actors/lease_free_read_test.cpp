@@ -384,6 +384,22 @@ StateDictPutOptions three_buckets() {
   return o;
 }
 
+// Two threads of `reader` read "sd" (a Dict of `n` tensors of `bytes`)
+// while `writer` puts `src` in three buckets with every byte `first`, then
+// first + 1, ..., up to `last` (excluded): what they saw.
+testing::RaceCounts race_a_writer(Store& writer, Store& reader, Dict& src, int n, std::size_t bytes,
+                                  int first, int last) {
+  return testing::race_readers(
+      n * bytes, 2,
+      [&](std::vector<std::uint8_t>& mine) { return read_over(reader, "sd", mine, n, bytes); },
+      [&] {
+        for (int i = first; i < last; ++i) {
+          std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
+          ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+        }
+      });
+}
+
 TEST_F(DirectStateDict, AClientReadsItsOwnStateDictOnItsThread) {
   auto store = Store::embedded(shm()).value();
   ASSERT_TRUE(ring_open(store, store));
@@ -453,17 +469,7 @@ TEST_F(DirectStateDict, AWriterRacingReadersNeverShowsATornStateDict) {
   Dict src(kTensors, kBytesEach, 1);
   ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
   const auto before = direct_state_dicts(reader);
-  const auto seen = testing::race_readers(
-      kTensors * kBytesEach, 2,
-      [&](std::vector<std::uint8_t>& mine) {
-        return read_over(reader, "sd", mine, kTensors, kBytesEach);
-      },
-      [&] {
-        for (int i = 2; i < 150; ++i) {
-          std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
-          ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
-        }
-      });
+  const auto seen = race_a_writer(writer, reader, src, kTensors, kBytesEach, 2, 150);
   EXPECT_EQ(seen.torn, 0);
   EXPECT_EQ(seen.failed, 0);
   EXPECT_GT(seen.reads, 0);
@@ -668,17 +674,7 @@ TEST_F(SparePut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {
   Dict src(kTensors, kBytesEach, 1);
   ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
   const auto before = state_dict_puts(writer);
-  const auto seen = testing::race_readers(
-      kTensors * kBytesEach, 2,
-      [&](std::vector<std::uint8_t>& mine) {
-        return read_over(reader, "sd", mine, kTensors, kBytesEach);
-      },
-      [&] {
-        for (int i = 3; i < 120; ++i) {
-          std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
-          ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
-        }
-      });
+  const auto seen = race_a_writer(writer, reader, src, kTensors, kBytesEach, 3, 120);
   EXPECT_EQ(seen.torn, 0);
   EXPECT_EQ(seen.failed, 0);
   EXPECT_GT(seen.reads, 0);
