@@ -148,7 +148,7 @@ Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
-std::uint16_t Store::port() const noexcept { return impl_ ? impl_->port : 0; }
+std::uint16_t Store::port() const noexcept { return impl_ ? impl_->port.load() : std::uint16_t{0}; }
 std::string Store::address() const { return impl_ ? impl_->address : std::string(); }
 
 // -- tensors -------------------------------------------------------------

@@ -157,6 +157,22 @@ Status Store::Impl::host_volumes(bool is_server) {
   return Status();
 }
 
+void Store::Impl::stop_listening() {
+  actors::directory_actor published;
+  std::shared_ptr<internal::ActorRuntime> rt;
+  std::uint16_t listening = 0;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu);
+    if (closed || !directory || port == 0) return;
+    published = directory;
+    rt = runtime;
+    listening = port;
+    port = 0;
+  }
+  ForeignThreadGuard guard;  // unpublish asks the middleman from this thread
+  internal::unpublish_actor(rt->system(), published, listening);
+}
+
 Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   std::lock_guard<std::mutex> one_at_a_time(lend_mu);  // always taken before mu
   actors::controller_actor ctl;
@@ -369,7 +385,11 @@ Result<Store> Store::from_env(StoreOptions options) {
 }
 
 void Store::Impl::close() {
-  // The rings go first: reads over them end, and the volumes' ring
+  // The listener goes first: a process that connects while this store
+  // closes (a rank starting the next store on the same port) is refused
+  // and retries, instead of reaching actors that are going away.
+  stop_listening();
+  // The rings go next: reads over them end, and the volumes' ring
   // threads see their client close at once.
   if (fast) fast->close();
   std::shared_ptr<internal::ActorRuntime> doomed;

@@ -3,6 +3,7 @@
 // Store::Impl: what a Store holds (its actor runtime, the handles of its
 // actors, its options) and how its calls reach the client actor.
 
+#include <atomic>
 #include <caf/all.hpp>
 #include <cstdint>
 #include <memory>
@@ -42,7 +43,9 @@ struct Store::Impl {
   // one its control plane uses.
   std::string data_host = "127.0.0.1";
   std::string strategy_name;
-  std::uint16_t port = 0;  // where this store listens; 0 = not listening
+  // Where this store listens; 0 = not listening (any more). Read by
+  // Store::port() from any thread.
+  std::atomic<std::uint16_t> port{0};
   std::string address;
   // Its own, or one this process's other actors share (a ProcMesh's): then
   // close() stops only this store's actors and waits for them.
@@ -152,6 +155,8 @@ struct Store::Impl {
     return fut;
   }
 
+  // Stops accepting connections (the published directory), once.
+  void stop_listening();
   // Stops this process's actors and the runtime (a shared one: waits for
   // this store's actors to stop, bounded); later calls answer
   // Errc::shutdown. Idempotent.
