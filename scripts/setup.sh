@@ -18,6 +18,8 @@ PACKAGES=(
   python3 python3-numpy
   # the Python package (docs/python.md) and its tests
   python3-dev pybind11-dev libdlpack-dev python3-torch python3-pytest python3-pytest-asyncio
+  # objects of classes defined in functions (meshstore.torchstore, as torchstore)
+  python3-cloudpickle
   # peer_bench's contenders (docs/performance.md) and its chart
   redis-server libhiredis-dev
   openmpi-bin libopenmpi-dev

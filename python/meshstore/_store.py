@@ -168,7 +168,7 @@ def _encode_object(obj):
         return bytes(obj), _FORMAT_BYTES
     if isinstance(obj, str):
         return obj.encode("utf-8"), _FORMAT_UTF8
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), _FORMAT_PICKLE
+    return sdmod.dumps(obj), _FORMAT_PICKLE
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,8 @@ class Store:
     def put(self, key, value, slice=None):  # noqa: A002 (torchstore's name)
         """Stores `value` under `key`: a tensor (anything with __dlpack__) is
         copied in; bytes and str are stored as themselves; any other object
-        is pickled. With `slice` (a TensorSlice), `value` is that box of a
+        is pickled (by cloudpickle where pickle cannot: a class defined in
+        a function). With `slice` (a TensorSlice), `value` is that box of a
         sharded tensor: the key appears once the shards cover it."""
         _key(key, "put")
         if is_tensor(value):

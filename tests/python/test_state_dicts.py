@@ -40,11 +40,29 @@ def test_nested_dicts_and_lists_come_back_nested():
         assert isinstance(back["optim"]["state"]["1"], list)
         assert torch.equal(back["optim"]["state"]["1"][1].torch(), torch.full((2,), 2.0))
         assert back["optim"]["param_groups"][0]["lr"] == 0.01
-        assert back["optim"]["param_groups"][0]["betas"] == [0.9, 0.99]  # tuples come back as lists
+        assert back["optim"]["param_groups"][0]["betas"] == (0.9, 0.99)  # a tuple again
         assert back["step"] == 7 and back["done"] is False and back["tag"] == b"\x00x"
         # Nested names are joined with '.', as torch.distributed.checkpoint does.
         raw = [name for name, _ in store._s.get_state_dict("ck").result()]
         assert "optim.state.1.0" in raw and "optim.param_groups.0.lr" in raw
+
+
+def test_int_keys_tuples_and_empty_containers_come_back_as_they_were():
+    with meshstore.Store.embedded() as store:
+        sd = {0: torch.ones(2), "opt": {"state": {}, "groups": [{"betas": (0.9, (1, 2)),
+                                                                "params": [], "e": ()}]},
+              "last": {3: {"x": torch.zeros(1)}}}
+        store.put_state_dict("s", sd).result()
+        back = store.get_state_dict("s").result()
+        assert list(back) == [0, "opt", "last"]
+        assert list(back["opt"]) == ["state", "groups"] and back["opt"]["state"] == {}
+        group = back["opt"]["groups"][0]
+        assert group["betas"] == (0.9, (1, 2)) and group["params"] == [] and group["e"] == ()
+        assert torch.equal(back["last"][3]["x"].torch(), torch.zeros(1))
+        with pytest.raises(ValueError, match="same name '0'"):
+            store.put_state_dict("bad", {0: torch.ones(1), "0": torch.ones(1)})
+        with pytest.raises(TypeError, match="keys must be str or int, got float 1.5"):
+            store.put_state_dict("bad", {"a": {1.5: torch.ones(1)}})
 
 
 def test_get_state_dict_into_fills_the_callers_tensors_and_values(store):
