@@ -46,8 +46,9 @@ if compgen -G "$build/python/meshstore/_native*.so" > /dev/null; then
   [ -n "$init" ] || { echo "the Python package is missing from the prefix"; exit 1; }
   site=$(dirname "$(dirname "$init")")
   PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$site" /usr/bin/python3 -c "
-import meshstore, sys
+import meshstore, meshstore.torchstore as ts, sys
 assert meshstore.__file__.startswith('$site'), meshstore.__file__
+assert ts.spmd.SPMDEnv and ts.TransportType.SharedMemory, 'the torchstore package is whole'
 with meshstore.Store.embedded() as s:
     s.put('k', b'v').result()
     assert s.get('k').result() == b'v'

@@ -145,3 +145,13 @@ def test_a_torchstore_spmd_script_under_torchrun():
     out = torchrun(2, os.path.join(EXAMPLES, "torchstore_spmd.py"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("torchstore_spmd: ok") == 2, out.stdout + out.stderr
+
+
+def test_every_rank_sees_every_other_straight_after_initialize_spmd():
+    # Four cycles (LocalRankStrategy and HostStrategy, twice each): every
+    # volume is there when initialize_spmd returns, a key put straight
+    # after is read by the peer, and each collective shutdown lets the next
+    # initialize_spmd on the same port find the new store.
+    out = torchrun(2, os.path.join(os.path.dirname(__file__), "spmd_join.py"), "4")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("spmd_join: ok") == 2, out.stdout + out.stderr

@@ -1,9 +1,13 @@
 """meshstore.torchstore: torchstore's module-level API and semantics."""
 
+import os
+from unittest.mock import patch
+
 import pytest
 import pytest_asyncio
 import torch
 
+import meshstore
 import meshstore.torchstore as ts
 
 
@@ -149,7 +153,7 @@ async def test_direct_rdma_state_dicts_are_read_out_of_the_writers_tensors(initi
     await ts.put_state_dict(_weights(5.0), "policy", direct_rdma=True)
     assert (await ts.get_state_dict("policy"))["step"] == 5
     # delete takes the versions along; the loan ends.
-    pub = ts._lent[(ts.DEFAULT_TORCHSTORE_NAME, "policy")]
+    pub = ts._sessions.session(ts.DEFAULT_TORCHSTORE_NAME).lent["policy"]
     await ts.delete("policy")
     assert await ts.keys("policy") == []
     await pub.returned()
@@ -204,3 +208,189 @@ async def test_dtensor_shards_go_in_and_reshard_out(initialized):
     into = distribute_tensor(torch.zeros(4, 4), mesh, [Shard(1)])
     await ts.get("dt", inplace_tensor=into)
     assert torch.equal(into.full_tensor(), full)
+
+
+@pytest.mark.asyncio
+async def test_any_str_is_a_key_and_keys_match_torchstores_components(initialized):
+    # torchstore's test_keys_basic, and the keys meshstore.Store refuses or
+    # reserves: "" and keys starting with the module's escape characters.
+    names = ["", ".x", "v0.x", "v0.y", "v0.x.z", "v1.x", "v1.y", "v1/z", "\x01a", "\x02b"]
+    for i, k in enumerate(names):
+        await ts.put(k, torch.tensor([i]))
+    assert await ts.keys() == sorted(names)
+    assert await ts.keys("") == ["", ".x"]
+    assert await ts.keys("v0") == ["v0.x", "v0.x.z", "v0.y"]
+    assert await ts.keys("v0.x") == ["v0.x", "v0.x.z"]
+    assert await ts.keys("v1") == ["v1.x", "v1.y"]  # '/' does not split, as in torchstore
+    assert await ts.keys("\x01a") == ["\x01a"]
+    for i, k in enumerate(names):
+        assert torch.equal(await ts.get(k), torch.tensor([i])), repr(k)
+        assert await ts.exists(k)
+    assert (await ts.get_batch(["", "\x02b"]))[""].item() == 0
+    await ts.delete("")
+    assert not await ts.exists("") and await ts.exists(".x")
+    assert await ts.delete_batch(["\x01a", "\x01a", "missing"]) == 1
+    assert await ts.keys("") == [".x"]
+    # A state dict under "" and objects under escaped keys work too.
+    await ts.put_state_dict({"w": torch.ones(2)}, "")
+    assert torch.equal((await ts.get_state_dict(""))["w"], torch.ones(2))
+    await ts.put("\x01", {"obj": 1})
+    assert await ts.get("\x01") == {"obj": 1}
+    with pytest.raises(TypeError, match="a key is a str"):
+        await ts.put(3, torch.ones(1))
+    await ts.delete("")  # the whole state dict
+    with pytest.raises(KeyError):
+        await ts.get_state_dict("")
+    assert await ts.keys("") == [".x"]
+    # meshstore.Store keeps its own rule.
+    store = await ts.client()
+    assert isinstance(store, meshstore.Store)
+    with pytest.raises(meshstore.InvalidArgumentError, match="empty"):
+        await store.put("", torch.ones(1))
+
+
+def _train(opt_class, steps, **kwargs):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = opt_class(model.parameters(), **kwargs)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.randn(5, 4)).sum().backward()
+        opt.step()
+    return model, opt
+
+
+def _assert_same(a, b, where="sd"):
+    if isinstance(a, dict):  # an OrderedDict comes back a dict, as from torchstore
+        assert isinstance(b, dict), f"{where}: {type(b).__name__} is no dict"
+        assert list(a) == list(b), f"{where}: keys {list(a)} != {list(b)}"
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
+        assert len(a) == len(b), f"{where}: {len(a)} != {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), f"{where}: {type(b).__name__} is no tensor"
+        assert a.dtype == b.dtype and torch.equal(a, b), where
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("opt_class,kwargs,steps", [
+    (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}, 3),
+    (torch.optim.Adam, {"lr": 1e-3, "betas": (0.8, 0.95)}, 3),
+    (torch.optim.AdamW, {"lr": 1e-3}, 0),  # no step yet: "state" is empty
+])
+async def test_optimizer_state_dicts_round_trip(initialized, opt_class, kwargs, steps):
+    model, opt = _train(opt_class, steps, **kwargs)
+    sd = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    await ts.put_state_dict(sd, "ckpt")
+    back = await ts.get_state_dict("ckpt")
+    # int keys under "state", lists of ints in "params", tuples (betas),
+    # None values, floats and bools all come back as they went in.
+    _assert_same(sd, back)
+    if steps:
+        assert isinstance(next(iter(back["optimizer"]["state"])), int)
+
+    # Into a fresh model's and optimizer's own state dicts, then loaded.
+    fresh_model, fresh_opt = _train(opt_class, steps, **kwargs)
+    with torch.no_grad():
+        for p in fresh_model.parameters():
+            p.zero_()
+    for state in fresh_opt.state.values():
+        for v in state.values():
+            if torch.is_tensor(v):
+                v.zero_()
+    into = {"model": fresh_model.state_dict(), "optimizer": fresh_opt.state_dict()}
+    assert await ts.get_state_dict("ckpt", user_state_dict=into) is into
+    fresh_opt.load_state_dict(into["optimizer"])
+    _assert_same(opt.state_dict(), fresh_opt.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh_model.parameters()))
+
+
+@pytest.mark.asyncio
+async def test_objects_of_classes_defined_in_a_function(initialized):
+    class Local:
+        def __init__(self, val):
+            self.val = val
+
+        def __eq__(self, other):
+            return self.val == other.val
+
+    await ts.put("obj", Local(7))
+    assert await ts.get("obj") == Local(7)
+    await ts.put_batch({"a": Local(1), "b": torch.ones(1)})
+    assert (await ts.get_batch(["a"]))["a"] == Local(1)
+    await ts.put_state_dict({"w": torch.ones(1), "meta": Local(2), "fn": lambda x: x + 1}, "sd")
+    back = await ts.get_state_dict("sd")
+    assert back["meta"] == Local(2) and back["fn"](1) == 2
+    with pytest.raises(TypeError):
+        await ts.put("lock", __import__("threading").Lock())
+
+
+def test_spmd_env_reads_the_launchers_variables():
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    with patch.dict(os.environ, env, clear=True):
+        got = ts.spmd.SPMDEnv.from_env()
+    assert got == ts.SPMDEnv(rank=3, local_rank=1, world_size=8, local_world_size=2,
+                             master_addr="127.0.0.1", master_port=29500)
+    assert got.num_hosts == 4 and got.group_rank == 1
+    bare = {k: v for k, v in env.items() if not k.startswith("MASTER")}
+    with patch.dict(os.environ, bare, clear=True):
+        got = ts.spmd.SPMDEnv.from_env(master_addr="localhost", master_port=29600)
+    assert (got.master_addr, got.master_port, got.rank) == ("localhost", 29600, 3)
+    with patch.dict(os.environ, {**env, "WORLD_SIZE": "3"}, clear=True):
+        with pytest.raises(ValueError, match=r"world_size \(3\) must be divisible by "
+                                             r"local_world_size \(2\)"):
+            ts.spmd.SPMDEnv.from_env()
+    with patch.dict(os.environ, bare, clear=True):
+        with pytest.raises(RuntimeError, match="requires the MASTER_ADDR env var"):
+            ts.spmd.SPMDEnv.from_env()
+    with patch.dict(os.environ, {**env, "RANK": "x"}, clear=True):
+        with pytest.raises(ValueError, match="RANK='x' is not an integer"):
+            ts.spmd.SPMDEnv.from_env()
+
+
+@pytest.mark.asyncio
+async def test_a_strategys_transport_type_is_the_stores_transport():
+    assert ts.LocalRankStrategy().transport == ""
+    assert ts.LocalRankStrategy(ts.TransportType.SharedMemory).transport == "shm"
+    assert ts.HostStrategy(ts.TransportType.Gloo).transport == "tcp"
+    from meshstore.torchstore.transport import TransportType
+    assert TransportType is ts.TransportType
+    assert TransportType.TorchCommsRDMA is TransportType.TorchComms
+    with pytest.raises(TypeError, match="TransportType"):
+        ts.LocalRankStrategy("shm")
+    for t in (ts.TransportType.SharedMemory, ts.TransportType.MonarchRPC,
+              ts.TransportType.Gloo):
+        await ts.initialize(strategy=ts.SingletonStrategy(t))
+        try:
+            x = torch.arange(1000.0)
+            await ts.put("x", x)
+            assert torch.equal(await ts.get("x"), x)
+        finally:
+            await ts.shutdown()
+    # A transport that cannot run here is refused at initialize, naming it.
+    if meshstore.transport_status().get("rdma", "absent") is not None:
+        with pytest.raises(meshstore.Error, match="rdma"):
+            await ts.initialize(strategy=ts.SingletonStrategy(ts.TransportType.MonarchRDMA))
+        await ts.shutdown()
+        with pytest.raises(RuntimeError, match="not initialized"):
+            await ts.get("x")
+
+
+@pytest.mark.asyncio
+async def test_torchstores_other_module_level_names():
+    ts.init_logging()
+    ts.init_logging()  # once: no second handler
+    import logging
+    import sys
+    assert sum(getattr(h, "stream", None) is sys.stdout for h in logging.root.handlers) == 1
+    with pytest.raises(RuntimeError, match="not initialized"):
+        await ts.client("nowhere")
+    with pytest.raises(RuntimeError, match="explicit HostStrategy or LocalRankStrategy"):
+        await ts.initialize_spmd(strategy=ts.ControllerStorageVolumes())

@@ -11,60 +11,38 @@ A torchstore script runs by changing its import::
     sd = await ts.get_state_dict("model", user_state_dict=model.state_dict())
     await ts.shutdown()
 
-Semantics follow torchstore: a missing key raises KeyError; ``get(key,
-inplace_tensor=t)`` returns ``t`` itself; ``keys(prefix)`` matches whole
-'.'-separated components; ``exists`` is False for a sharded key not fully
-put. docs/python.md lists what differs.
+Semantics follow torchstore: any str is a key (the empty one too); a
+missing key raises KeyError; ``get(key, inplace_tensor=t)`` returns ``t``
+itself; ``keys(prefix)`` matches whole '.'-separated components;
+``exists`` is False for a sharded key not fully put; objects of classes
+defined in functions go through cloudpickle; optimizer state dicts keep
+their int keys; a strategy's transport type picks the store's transport;
+``initialize_spmd`` returns once every rank has joined. The submodules are
+torchstore's: ``spmd`` (SPMDEnv), ``strategy``, ``transport``
+(TransportType) and ``logging`` (init_logging). docs/python.md lists what
+differs.
 """
 
-import os
+import atexit
+import logging as _logging
 from dataclasses import dataclass
 
-from . import _state_dict as sdmod
-from ._errors import ConflictError, NotFoundError, WrongKindError
-from ._store import Store
-from ._store import TensorSlice as _Box
-from ._tensors import Tensor
+from .. import _state_dict as sdmod
+from .._errors import ConflictError, NotFoundError, WrongKindError
+from .._store import Store
+from .._store import TensorSlice as _Box
+from .._tensors import Tensor
+from . import _keys, _sessions, spmd  # strategy, transport, logging: bound by the imports below
+from ._keys import encode as _enc
+from .logging import init_logging
+from .spmd import SPMDEnv
+from .strategy import (ControllerStorageVolumes, HostStrategy, LocalRankStrategy,
+                       SingletonStrategy, TorchStoreStrategy)
+from .transport import TransportType
 
 DEFAULT_TORCHSTORE_NAME = "TorchStore"
 
-_stores = {}
-
-
-# -- strategies --------------------------------------------------------------
-
-
-class TorchStoreStrategy:
-    """Where volumes live and which one each rank writes to."""
-
-    placement = "singleton"
-
-    def __repr__(self):
-        return f"{type(self).__name__}()"
-
-
-class ControllerStorageVolumes(TorchStoreStrategy):
-    """Volumes next to the controller (the process that initialized)."""
-
-    placement = "controller_colocated"
-
-
-class SingletonStrategy(TorchStoreStrategy):
-    """One volume, in the process that initialized."""
-
-    placement = "singleton"
-
-
-class LocalRankStrategy(TorchStoreStrategy):
-    """One volume per rank; each rank writes to its own."""
-
-    placement = "per_local_rank"
-
-
-class HostStrategy(TorchStoreStrategy):
-    """One volume per host; the ranks of a host share it."""
-
-    placement = "per_host"
+_logger = _logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,27 +61,11 @@ class TensorSlice:
         return _Box(self.global_shape, self.offsets, self.local_shape)
 
 
-@dataclass(frozen=True)
-class SPMDEnv:
-    """A torchrun-style environment (torchstore.spmd.SPMDEnv)."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    local_world_size: int
-    master_addr: str
-    master_port: int
-
-
 # -- setup -------------------------------------------------------------------
 
 
 def _store(store_name):
-    try:
-        return _stores[store_name]
-    except KeyError:
-        raise RuntimeError(f"torchstore '{store_name}' is not initialized: call "
-                           "initialize() or initialize_spmd() first") from None
+    return _sessions.store(store_name)
 
 
 def _strategy(strategy, num_storage_volumes):
@@ -120,57 +82,66 @@ async def initialize(num_storage_volumes=1, strategy=None, store_name=DEFAULT_TO
                      mesh=None, **options):
     """Creates the store in this process (``num_storage_volumes`` volumes next
     to it). ``options`` are meshstore's store options (listen="127.0.0.1:0"
-    lets other processes Store.connect to it). A Monarch ``mesh`` has no
-    meaning here: spawn processes with meshrun or torchrun and use
+    lets other processes Store.connect to it); a transport given to the
+    strategy is the store's ``transport``. A Monarch ``mesh`` has no meaning
+    here: spawn processes with meshrun or torchrun and use
     initialize_spmd()."""
     if mesh is not None:
         raise NotImplementedError("meshstore.torchstore has no Monarch ProcMesh: launch the "
                                   "ranks with torchrun or meshrun and call initialize_spmd()")
-    if store_name in _stores:
-        raise RuntimeError(f"torchstore '{store_name}' is already initialized")
+    _sessions.claim(store_name)
     strategy = _strategy(strategy, num_storage_volumes)
-    opts = dict(options)
-    opts.setdefault("strategy", strategy.placement)
+    opts = {**strategy.options(), **options}
     if strategy.placement == "controller_colocated":
         opts.setdefault("num_volumes", num_storage_volumes)
-    _stores[store_name] = Store.embedded(**opts)
+    _sessions.sessions[store_name] = _sessions.Session(Store.embedded(**opts))
 
 
 async def initialize_spmd(strategy=None, store_name=DEFAULT_TORCHSTORE_NAME, *, env=None,
                           **options):
-    """Joins a torchrun / meshrun / mpirun / srun job: rank 0 creates the
-    store on MASTER_ADDR at MESHSTORE_PORT (default MASTER_PORT + 1), the
-    other ranks connect, and volumes go where ``strategy`` puts them
-    (LocalRankStrategy, the default: one per rank; HostStrategy: one per
-    host). ``env`` (an SPMDEnv) overrides the launcher's variables."""
-    if store_name in _stores:
-        raise RuntimeError(f"torchstore '{store_name}' is already initialized")
-    strategy = strategy or LocalRankStrategy()
-    if not isinstance(strategy, TorchStoreStrategy):
-        raise TypeError(f"strategy must be a TorchStoreStrategy, got {type(strategy).__name__}")
-    if env is not None:
-        os.environ.update({
-            "RANK": str(env.rank), "LOCAL_RANK": str(env.local_rank),
-            "WORLD_SIZE": str(env.world_size), "LOCAL_WORLD_SIZE": str(env.local_world_size),
-            "MASTER_ADDR": env.master_addr, "MASTER_PORT": str(env.master_port)})
-    opts = dict(options)
-    opts.setdefault("strategy", strategy.placement)
-    _stores[store_name] = Store.from_env(**opts)
+    """Joins a torchrun / meshrun / mpirun / srun job and returns once every
+    rank has (meshstore.torchstore.spmd.initialize)."""
+    await spmd.initialize(strategy, store_name, env=env, **options)
 
 
-async def shutdown(store_name=DEFAULT_TORCHSTORE_NAME):
+async def shutdown(store_name=DEFAULT_TORCHSTORE_NAME, *, leave_timeout=60.0):
     """Closes the store (this process's part of it), which ends the loans of
-    its direct_rdma puts. Idempotent."""
-    for lent in [k for k in _lent if k[0] == store_name]:
-        del _lent[lent]
-    store = _stores.pop(store_name, None)
-    if store is not None:
-        store.close()
+    its direct_rdma puts. Under initialize_spmd every rank calls it: rank 0,
+    whose process holds the controller, closes once the other ranks have
+    (at most `leave_timeout` seconds). Idempotent."""
+    session = _sessions.sessions.pop(store_name, None)
+    if session is None:
+        return
+    session.lent.clear()
+    try:
+        if session.spmd:
+            await spmd.leave(session, leave_timeout)
+    finally:
+        session.store.close()
 
 
 def reset_client(store_name=DEFAULT_TORCHSTORE_NAME):
     """Forgets the store without closing it (torchstore compatibility)."""
-    _stores.pop(store_name, None)
+    _sessions.sessions.pop(store_name, None)
+
+
+async def client(store_name=DEFAULT_TORCHSTORE_NAME):
+    """The meshstore.Store behind `store_name` (torchstore's client()): its
+    calls are meshstore's (docs/python.md), with meshstore's key rules."""
+    return _store(store_name)
+
+
+@atexit.register
+def _leave_at_exit():
+    # A rank that ends without shutdown() still says it leaves, so that rank
+    # 0's shutdown does not wait for it. Runs before meshstore closes the
+    # stores (atexit is last in, first out).
+    for name, session in list(_sessions.sessions.items()):
+        if session.spmd and session.rank != 0 and not session.store.closed:
+            try:
+                session.store.delete(f"{spmd._JOINED}.{session.rank}").result(5)
+            except Exception:  # noqa: BLE001 (exiting: rank 0 times out instead)
+                pass
 
 
 # -- DTensor (where torch has it) -------------------------------------------------
@@ -218,10 +189,16 @@ def _out(v):
     return v.torch() if isinstance(v, Tensor) else v
 
 
+def _key(key, op):
+    return _enc(_keys.check(key, op))
+
+
 async def put(key, value, store_name=DEFAULT_TORCHSTORE_NAME):
     """Stores a tensor (a DTensor's local shard, resharded on read) or an
-    object under `key`."""
+    object (pickled; cloudpickle for what pickle cannot, such as instances
+    of classes defined in a function) under `key`; any str is a key."""
     store = _store(store_name)
+    key = _key(key, "put")
     if _is_dtensor(value):
         box, writer = _dtensor_box(value)
         if writer:
@@ -232,7 +209,7 @@ async def put(key, value, store_name=DEFAULT_TORCHSTORE_NAME):
 
 async def put_batch(items, store_name=DEFAULT_TORCHSTORE_NAME):
     """Stores several tensors and objects ({key: value})."""
-    await _store(store_name).put_batch(items)
+    await _store(store_name).put_batch({_key(k, "put_batch"): v for k, v in items.items()})
 
 
 async def get(key, inplace_tensor=None, tensor_slice_spec=None,
@@ -241,6 +218,7 @@ async def get(key, inplace_tensor=None, tensor_slice_spec=None,
     (returned itself; a DTensor receives its own shard); `tensor_slice_spec`
     reads one box."""
     store = _store(store_name)
+    key = _key(key, "get")
     box = tensor_slice_spec._box() if tensor_slice_spec is not None else None
     if inplace_tensor is not None:
         if _is_dtensor(inplace_tensor):
@@ -253,47 +231,55 @@ async def get(key, inplace_tensor=None, tensor_slice_spec=None,
 
 async def get_batch(keys, store_name=DEFAULT_TORCHSTORE_NAME):
     """{key: value} for several keys; `keys` may be a dict of key -> tensor
-    to read into (or None)."""
+    to read into (or None). All or nothing: one missing key raises
+    KeyError."""
     store = _store(store_name)
     if isinstance(keys, dict):
-        out = {}
         fresh = [k for k, t in keys.items() if t is None]
         into = {k: t for k, t in keys.items() if t is not None}
         if into:
-            await store.get_into_batch(into)
-        values = await store.get_batch(fresh) if fresh else []
+            await store.get_into_batch({_key(k, "get_batch"): t for k, t in into.items()})
+        values = await store.get_batch([_key(k, "get_batch") for k in fresh]) if fresh else []
         got = dict(zip(fresh, values))
-        for k in keys:
-            out[k] = into[k] if k in into else _out(got[k])
-        return out
+        return {k: into[k] if k in into else _out(got[k]) for k in keys}
     keys = list(keys)
-    return {k: _out(v) for k, v in zip(keys, await store.get_batch(keys))}
+    values = await store.get_batch([_key(k, "get_batch") for k in keys])
+    return {k: _out(v) for k, v in zip(keys, values)}
 
 
 async def delete(key, *, store_name=DEFAULT_TORCHSTORE_NAME):
     """Removes `key`; KeyError when there is none. A state dict goes whole
     (a direct_rdma one's loan ends)."""
-    await _store(store_name).delete(key)
-    _lent.pop((store_name, key), None)
+    session = _sessions.session(store_name)
+    await session.store.delete(_key(key, "delete"))
+    session.lent.pop(key, None)
 
 
 async def delete_batch(keys, *, store_name=DEFAULT_TORCHSTORE_NAME):
-    """Removes the keys that exist; answers how many were."""
+    """Removes the keys that exist (missing ones are ignored); answers how
+    many were."""
+    session = _sessions.session(store_name)
     keys = list(keys)
-    removed = await _store(store_name).delete_batch(keys)
+    removed = await session.store.delete_batch(list(dict.fromkeys(
+        _key(k, "delete_batch") for k in keys)))
     for key in keys:
-        _lent.pop((store_name, key), None)
+        session.lent.pop(key, None)
     return removed
 
 
 async def keys(prefix=None, *, store_name=DEFAULT_TORCHSTORE_NAME):
-    """Keys under `prefix` (whole '.'-separated components), sorted."""
-    return await _store(store_name).keys(prefix or "")
+    """Keys under `prefix`, sorted: those whose first '.'-separated
+    components are `prefix` (``keys("")``: "" and keys starting with '.');
+    every key when `prefix` is None."""
+    if prefix is not None:
+        _keys.check(prefix, "keys")
+    stored = await _store(store_name).keys(_keys.search_prefix(prefix))
+    return _keys.listed(stored, prefix)
 
 
 async def exists(key, store_name=DEFAULT_TORCHSTORE_NAME):
     """True when `key` exists (False while a sharded key is partly put)."""
-    return await _store(store_name).exists(key)
+    return await _store(store_name).exists(_key(key, "exists"))
 
 
 # -- state dicts -------------------------------------------------------------------
@@ -301,8 +287,10 @@ async def exists(key, store_name=DEFAULT_TORCHSTORE_NAME):
 
 async def put_state_dict(state_dict, key, store_name=DEFAULT_TORCHSTORE_NAME,
                          transfer_dtype=None, direct_rdma=False):
-    """Stores a state dict under `key`, visible as a whole. transfer_dtype
-    (torch.bfloat16 or torch.float16) stores float32 tensors in it.
+    """Stores a state dict under `key`, visible as a whole: a model's, an
+    optimizer's (int keys, nested dicts, lists and tuples come back as they
+    went in), or a dict of both. transfer_dtype (torch.bfloat16 or
+    torch.float16) stores float32 tensors in it.
 
     direct_rdma=True lends the tensors instead of copying them: readers copy
     straight out of this process's memory (cma on this host, rdma or tcp
@@ -311,35 +299,35 @@ async def put_state_dict(state_dict, key, store_name=DEFAULT_TORCHSTORE_NAME,
     them) or shutdown(): as with torchstore, write them only when no reader
     is pulling (docs/python.md, "direct_rdma"). With transfer_dtype, the
     cast tensors are copies, published by copy."""
-    store = _store(store_name)
+    session = _sessions.session(store_name)
+    store, stored = session.store, _key(key, "put_state_dict")
     if direct_rdma:
-        previous = _lent.get((store_name, key))
+        previous = session.lent.get(key)
         # Cast tensors are copies whatever the mode: those go by copy.
         mode = "direct" if transfer_dtype is None else "auto"
         try:
-            pub = await store.publish(key, state_dict, mode=mode, transfer_dtype=transfer_dtype)
+            pub = await store.publish(stored, state_dict, mode=mode,
+                                      transfer_dtype=transfer_dtype)
         except WrongKindError:
             # `key` holds a state dict put by copy: a put replaces it.
-            await store.delete(key)
-            pub = await store.publish(key, state_dict, mode=mode, transfer_dtype=transfer_dtype)
-        _lent[(store_name, key)] = pub
+            await store.delete(stored)
+            pub = await store.publish(stored, state_dict, mode=mode,
+                                      transfer_dtype=transfer_dtype)
+        session.lent[key] = pub
         if previous is not None:
             await previous.reclaim()  # retired by the publish: waits for its reads
         return
-    await _end_loan(store_name, key)
-    await store.put_state_dict(key, state_dict, transfer_dtype=transfer_dtype)
+    await _end_loan(session, key)
+    await store.put_state_dict(stored, state_dict, transfer_dtype=transfer_dtype)
 
 
 # -- direct_rdma: this process's lent state dicts ------------------------------------
 
-# (store_name, key) -> the Publication whose tensors readers copy out of.
-_lent = {}
 
-
-async def _end_loan(store_name, key):
+async def _end_loan(session, key):
     """Withdraws this process's direct version of `key`, if any, and waits
     for reads still copying out of its tensors."""
-    pub = _lent.pop((store_name, key), None)
+    pub = session.lent.pop(key, None)
     if pub is not None:
         await pub.reclaim()
 
@@ -364,8 +352,8 @@ async def _latest(store, key):
             return await store.get_state_dict(f"{key}/v{version}")
         except NotFoundError:
             continue  # a newer put_state_dict retired it: read that one
-    raise ConflictError(f"get_state_dict '{key}': each of 8 versions found was retired "
-                        "before it could be read", 17, "conflict")
+    raise ConflictError(f"get_state_dict '{_keys.decode(key)}': each of 8 versions found was "
+                        "retired before it could be read", 17, "conflict")
 
 
 async def _latest_into(store, key, user_state_dict):
@@ -387,6 +375,8 @@ def _to_torch_tree(node):
         return {k: _to_torch_tree(v) for k, v in node.items()}
     if isinstance(node, list):
         return [_to_torch_tree(v) for v in node]
+    if isinstance(node, tuple):
+        return tuple(_to_torch_tree(v) for v in node)
     return _out(node)
 
 
@@ -416,7 +406,7 @@ async def get_state_dict(key, user_state_dict=None, strict=True,
     A state dict put with direct_rdma=True is read straight out of its
     writer's tensors, with or without direct_rdma here: the flag only says
     which kind of put to look for first."""
-    store = _store(store_name)
+    store, key = _store(store_name), _key(key, "get_state_dict")
     if user_state_dict is not None and strict:
         async def latest_into():
             return user_state_dict if await _latest_into(store, key, user_state_dict) else None
@@ -443,7 +433,8 @@ async def get_state_dict(key, user_state_dict=None, strict=True,
 
 __all__ = [
     "ControllerStorageVolumes", "DEFAULT_TORCHSTORE_NAME", "HostStrategy", "LocalRankStrategy",
-    "SPMDEnv", "SingletonStrategy", "TensorSlice", "TorchStoreStrategy", "delete",
-    "delete_batch", "exists", "get", "get_batch", "get_state_dict", "initialize",
-    "initialize_spmd", "keys", "put", "put_batch", "put_state_dict", "reset_client", "shutdown",
+    "SPMDEnv", "SingletonStrategy", "TensorSlice", "TorchStoreStrategy", "TransportType",
+    "client", "delete", "delete_batch", "exists", "get", "get_batch", "get_state_dict",
+    "init_logging", "initialize", "initialize_spmd", "keys", "put", "put_batch",
+    "put_state_dict", "reset_client", "shutdown", "spmd",
 ]
