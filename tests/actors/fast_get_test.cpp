@@ -6,6 +6,8 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -368,20 +370,22 @@ TEST_F(FastGetTest, ASideBufferTruncatedUnderTheVolumeRefusesThePutNotKillsTheVo
 TEST_F(FastGetTest, ARingTruncatedUnderTheVolumeEndsThatRingNotTheVolume) {
   const auto id = stage("k", "value");
   verdict(commit_atom::value, id);
-  ASSERT_OK(attach());
-  ASSERT_OK(get(id, "k"));  // the ring thread is serving
-  const auto survived = transports::shm::PeerMemory::faults_survived();
+  // Opened while the ring has a name: the volume takes it as it attaches.
+  testing::SegmentHandle hostile(ring_->name());
   auto mapped = transports::shm::Segment::open(ring_->name(), true);
   ASSERT_OK(mapped);
   const auto full = static_cast<off_t>((*mapped)->size());
   mapped->reset();
-  testing::resize_segment(ring_->name(), 0);
+  ASSERT_OK(attach());
+  ASSERT_OK(get(id, "k"));  // the ring thread is serving
+  const auto survived = transports::shm::PeerMemory::faults_survived();
+  hostile.resize(0);
   // The volume's thread touches the ring at least every 10 ms while it waits.
   EXPECT_TRUE(testing::eventually(
       [&] { return transports::shm::PeerMemory::faults_survived() > survived; }));
   // Back to its size (pages of zeros) before this test's own end of the
   // ring, which is not guarded, touches it again.
-  testing::resize_segment(ring_->name(), full);
+  hostile.resize(full);
   auto other = Ring::create({});
   ASSERT_OK(other);
   ASSERT_OK(attach(other->get()));
@@ -500,6 +504,78 @@ TEST_F(FastGetTest, AVolumeThatGoesClosesItsRings) {
   auto s = ring_->send(1, req.data(), req.size(), in(10s));
   auto m = s.ok() ? ring_->receive(in(10s)) : Result<Ring::Message>(s);
   EXPECT_EQ(m.status().code(), Errc::unavailable) << m.status().to_string();
+}
+
+// A client killed with SIGKILL after a put through its side buffer: the
+// volume took the ring's name as it attached and removes the side buffer's
+// when it finds the client gone, so /dev/shm keeps nothing of it. The
+// client is a child forked before this process starts any thread.
+TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
+  int named[2], go[2];
+  ASSERT_EQ(pipe(named), 0);
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(named[0]);
+    close(go[1]);
+    auto ring = Ring::create({});
+    if (!ring.ok()) _exit(2);
+    auto side = transports::shm::Segment::create(fast_get::side_buffer_name((*ring)->name()),
+                                                 4096);
+    if (!side.ok()) _exit(3);
+    const std::string n = (*ring)->name();
+    if (write(named[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(4);
+    close(named[1]);
+    char c = 0;
+    if (read(go[0], &c, 1) != 1) _exit(5);
+    fast_get::PutRequest r;
+    r.key = "side";
+    r.dtype = static_cast<std::uint8_t>(DType::uint8);
+    r.shape = {4096};
+    r.nbytes = 4096;
+    r.in_side_buffer = true;
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(r, bytes);
+    if (!(*ring)->send(9, bytes.data(), bytes.size(), in(10s)).ok()) _exit(6);
+    if (!(*ring)->receive(in(10s)).ok()) _exit(7);  // read (then refused: no controller)
+    kill(getpid(), SIGKILL);
+  }
+  close(named[1]);
+  close(go[0]);
+  char buf[256] = {};
+  ssize_t got = 0;
+  for (ssize_t n; (n = read(named[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
+  close(named[0]);
+  const std::string ring_name(buf, static_cast<std::size_t>(got));
+  ASSERT_FALSE(ring_name.empty());
+  const std::string side_name = fast_get::side_buffer_name(ring_name);
+  {
+    internal::RuntimeOptions ro;
+    ro.add_types = add_actor_types;
+    auto runtime = internal::ActorRuntime::create(ro).value();
+    VolumeConfig vc;
+    vc.volume_id = "volume-0";
+    auto volume = spawn_storage_volume(runtime->system(), vc).value();
+    {
+      caf::scoped_actor self{runtime->system()};
+      ASSERT_OK(ask<caf::ok_atom>(self, volume, ring_attach_atom::value, ring_name,
+                                  static_cast<std::int32_t>(child), caf::actor())
+                    .status());
+    }
+    EXPECT_FALSE(transports::shm::segment_exists(ring_name));
+    EXPECT_TRUE(transports::shm::segment_exists(side_name));
+    ASSERT_EQ(write(go[1], "x", 1), 1);
+    close(go[1]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << status;
+    EXPECT_TRUE(testing::eventually([&] { return !transports::shm::segment_exists(side_name); }))
+        << side_name << " outlived its client";
+    caf::anon_send_exit(volume, caf::exit_reason::user_shutdown);
+    volume = nullptr;
+  }
+  EXPECT_TRUE(transports::shm::garbage_collect(true, child).removed.empty());
 }
 
 }  // namespace

@@ -33,16 +33,25 @@ std::unique_ptr<Ring> make(Ring::Options o = {}) {
   return std::move(r).value();
 }
 
-// Both ends of a ring in this process: `slots` slots of `slot_bytes`.
+// Both ends of a ring in this process: `slots` slots of `slot_bytes`; and,
+// with `scribble`, a third mapping of its segment, opened while it still
+// has a name (the server end unlinks it as it attaches).
 struct Ends {
   std::unique_ptr<Ring> client, server;
+  std::unique_ptr<Segment> scribble;
 };
-Ends both_ends(std::uint32_t slots = 64, std::uint32_t slot_bytes = 8192) {
+Ends both_ends(std::uint32_t slots = 64, std::uint32_t slot_bytes = 8192,
+               bool scribble = false) {
   Ring::Options o;
   o.slots = slots;
   o.slot_bytes = slot_bytes;
   Ends e;
   e.client = make(o);
+  if (scribble) {
+    auto seg = Segment::open(e.client->name());
+    EXPECT_TRUE(seg.ok()) << seg.status().to_string();
+    if (seg.ok()) e.scribble = std::move(seg).value();
+  }
   auto server = Ring::attach(e.client->name(), getpid());
   EXPECT_TRUE(server.ok()) << server.status().to_string();
   if (server.ok()) e.server = std::move(server).value();
@@ -66,6 +75,7 @@ struct Scribbler {
     EXPECT_TRUE(s.ok()) << s.status().to_string();
     seg = std::move(s).value();
   }
+  explicit Scribbler(std::unique_ptr<Segment>& mapped) : seg(std::move(mapped)) {}
   std::byte* header() { return seg->data(); }
   std::atomic<std::uint32_t>& tail(int queue) {
     return *reinterpret_cast<std::atomic<std::uint32_t>*>(seg->data() + 64 + queue * 256);
@@ -144,13 +154,8 @@ TEST(ShmRing, AttachingToWhatIsNotARingIsRefused) {
   EXPECT_EQ(Ring::attach(process_prefix() + "ring.no-such", getpid()).status().code(),
             Errc::not_found);
   auto client = make();
-  // Another creator than the one named; then a second server end.
+  // Another creator than the one named.
   EXPECT_EQ(Ring::attach(client->name(), getpid() + 1).status().code(), Errc::unavailable);
-  auto first = Ring::attach(client->name(), getpid());
-  ASSERT_TRUE(first.ok());
-  auto second = Ring::attach(client->name(), getpid());
-  EXPECT_EQ(second.status().code(), Errc::unavailable);
-  EXPECT_NE(second.status().message().find("already has a server end"), std::string::npos);
   // A wrong magic, then a header whose sizes do not match the segment.
   Scribbler s(client->name());
   auto* magic = reinterpret_cast<std::uint64_t*>(s.header());
@@ -166,14 +171,21 @@ TEST(ShmRing, AttachingToWhatIsNotARingIsRefused) {
   EXPECT_EQ(resized.status().code(), Errc::protocol_error);
   EXPECT_NE(resized.status().message().find("layout needs"), std::string::npos)
       << resized.status().to_string();
+  *slots -= 1;
+  // A second server end: the first took the name as it attached.
+  auto first = Ring::attach(client->name(), getpid());
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  EXPECT_FALSE(segment_exists(client->name()));
+  auto second = Ring::attach(client->name(), getpid());
+  EXPECT_EQ(second.status().code(), Errc::not_found) << second.status().to_string();
 }
 
 TEST(ShmRing, ACorruptEntryOrIndexIsAnErrorNotACrash) {
-  Ends ends = both_ends(4, 64);
+  Ends ends = both_ends(4, 64, true);
   auto& client = ends.client;
   auto& server = ends.server;
-  ASSERT_TRUE(server);
-  Scribbler s(client->name());
+  ASSERT_TRUE(server && ends.scribble);
+  Scribbler s(ends.scribble);
   // A tail far past the head: the server refuses the queue.
   s.tail(0).store(1000);
   auto m = server->receive(in(1s));
@@ -265,7 +277,8 @@ TEST(ShmRing, TheSegmentGoesWithItsCreatorAndGcTakesAKilledCreators) {
     EXPECT_TRUE(segment_exists(name));
   }
   EXPECT_FALSE(segment_exists(name));
-  // A creator killed with its ring open: the name stays until gc.
+  // A creator killed with its ring open before any server attached: the
+  // name stays until gc.
   int pipefd[2];
   ASSERT_EQ(pipe(pipefd), 0);
   const pid_t child = fork();
@@ -292,6 +305,51 @@ TEST(ShmRing, TheSegmentGoesWithItsCreatorAndGcTakesAKilledCreators) {
   const auto report = garbage_collect(false, child);
   EXPECT_FALSE(segment_exists(left));
   EXPECT_EQ(report.removed.size(), 1u);
+}
+
+TEST(ShmRing, AClientKilledAfterItsServerAttachedLeavesNothingBehind) {
+  // The client, in a child: creates a ring, says its name, waits until the
+  // server end (this process) has attached, and is killed.
+  int named[2], attached[2];
+  ASSERT_EQ(pipe(named), 0);
+  ASSERT_EQ(pipe(attached), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(named[0]);
+    close(attached[1]);
+    auto r = Ring::create({});
+    if (!r.ok()) _exit(2);
+    const std::string n = (*r)->name();
+    if (write(named[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(3);
+    close(named[1]);
+    char go = 0;
+    if (read(attached[0], &go, 1) != 1) _exit(4);
+    kill(getpid(), SIGKILL);
+  }
+  close(named[1]);
+  close(attached[0]);
+  char buf[256] = {};
+  ssize_t got = 0;
+  for (ssize_t n; (n = read(named[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
+  close(named[0]);
+  const std::string name(buf, static_cast<std::size_t>(got));
+  ASSERT_FALSE(name.empty());
+  auto server = Ring::attach(name, child);
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  EXPECT_FALSE(segment_exists(name)) << "the server end took the name as it attached";
+  ASSERT_EQ(write(attached[1], "x", 1), 1);
+  close(attached[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  // The server learns its client is gone, closes its end, and with it the
+  // last mapping goes: there is nothing for gc to find.
+  auto m = (*server)->receive(in(10s));
+  EXPECT_EQ(m.status().code(), Errc::unavailable) << m.status().to_string();
+  server->reset();
+  EXPECT_FALSE(segment_exists(name));
+  EXPECT_TRUE(garbage_collect(true, child).removed.empty());
 }
 
 }  // namespace

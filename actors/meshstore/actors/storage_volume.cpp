@@ -201,6 +201,9 @@ class SideBuffer {
   /// After reading bytes(): protocol_error when the client truncated the
   /// buffer meanwhile (what was read is not its put). The mapping is then
   /// dropped; the next put maps the buffer anew, at its new size.
+  /// Removes the buffer's name (its client died); a mapping stays until
+  /// this is destroyed.
+  void remove() { transports::shm::remove_segment(name_); }
   Status check_read() {
     if (!guard_ || !guard_->poisoned()) return Status();
     guard_.reset();
@@ -470,6 +473,10 @@ class RingService {
         break;
       }
     }
+    // A client killed with SIGKILL cannot remove its side buffer: the
+    // ring's own name went as this end attached; the side buffer's goes
+    // here, so a killed client leaves nothing in /dev/shm.
+    if (ring_->peer_died()) side_.remove();
     done_.store(true);
   }
 

@@ -192,6 +192,11 @@ Result<std::unique_ptr<Ring>> Ring::attach(const std::string& name, pid_t creato
                                          std::to_string(none) + ")");
   }
   if (spin.count() < 0) return Status(Errc::invalid_argument, "ring: spin must not be negative");
+  // Both ends hold the memory now: the name has done its job. Gone from
+  // /dev/shm, the ring lives exactly as long as its two mappings, so a
+  // client killed with SIGKILL leaves nothing behind once its volume
+  // closes its end (and a volume killed, nothing once its client does).
+  (*segment)->unlink();
   auto ring =
       std::unique_ptr<Ring>(new Ring(std::move(segment).value(), 1, slots, slot_bytes, spin));
   ring->guard_ = PeerMemory::guard(ring->segment_->data(), ring->segment_->size());
@@ -243,6 +248,14 @@ Status Ring::peer_gone(bool ask_process) const {
                                          std::to_string(pid) + " is gone");
   }
   return Status();
+}
+
+bool Ring::peer_died() const {
+  if (!truncated().ok()) return false;  // nothing read from it is to be trusted
+  const auto* h = reinterpret_cast<const Header*>(segment_->data());
+  const int peer = 1 - end_;
+  const std::int32_t pid = h->pid[peer].load();
+  return h->closed[peer].load() == 0 && pid > 0 && !process_alive(pid);
 }
 
 Status Ring::corrupt(const std::string& what) const {

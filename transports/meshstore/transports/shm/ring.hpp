@@ -18,9 +18,11 @@
 // the server's calls fail with protocol_error, not its process die of
 // SIGBUS.
 //
-// The creator's end owns the segment's name (shm::Segment: unlinked when it
-// closes; named with the process prefix, so `meshstore gc` removes the ring
-// of a creator killed with SIGKILL).
+// The creator names the segment (with the process prefix) and the server end
+// unlinks the name as it attaches: from then on the ring is two mappings
+// and no name, so it goes with the last of its ends whatever kills them.
+// A creator killed before any server attached leaves the name, which
+// `meshstore gc` (and every shm server's start) removes.
 
 #include <sys/types.h>
 
@@ -67,10 +69,11 @@ class Ring {
   /// Errc::invalid_argument for options out of range; the segment's errors
   /// (out_of_capacity when /dev/shm is full).
   static Result<std::unique_ptr<Ring>> create(const Options& options);
-  /// Attaches the server end to ring `name`, created by process `creator`.
-  /// Errc::not_found when it is gone, Errc::protocol_error when its header
-  /// is not a ring's (magic, version, sizes), Errc::unavailable when its
-  /// creator is not `creator` or another server end is attached.
+  /// Attaches the server end to ring `name`, created by process `creator`,
+  /// and unlinks the name. Errc::not_found when it is gone (another server
+  /// end attached, or its creator closed it), Errc::protocol_error when its
+  /// header is not a ring's (magic, version, sizes), Errc::unavailable when
+  /// its creator is not `creator` or another server end is attached.
   static Result<std::unique_ptr<Ring>> attach(const std::string& name, pid_t creator,
                                               std::chrono::microseconds spin = kDefaultSpin);
   /// Closes this end: the peer's waiting calls fail with unavailable.
@@ -79,6 +82,9 @@ class Ring {
   Ring& operator=(const Ring&) = delete;
 
   const std::string& name() const noexcept { return segment_->name(); }
+  /// True when the other end's process is gone without having closed its
+  /// end (it was killed): what it created is left for this end to remove.
+  bool peer_died() const;
   std::uint32_t slot_bytes() const noexcept { return slot_bytes_; }
   bool is_client() const noexcept { return end_ == 0; }
 

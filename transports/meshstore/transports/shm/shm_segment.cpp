@@ -204,6 +204,13 @@ Segment::~Segment() {
   if (owner_) shm_unlink(("/" + name_).c_str());
 }
 
+void Segment::unlink() noexcept {
+  remove_segment(name_);
+  owner_ = false;
+}
+
+void remove_segment(const std::string& name) noexcept { shm_unlink(("/" + name).c_str()); }
+
 bool segment_exists(const std::string& name) {
   struct stat st {};
   return stat((kShmDir + name).c_str(), &st) == 0;

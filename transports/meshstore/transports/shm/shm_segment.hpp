@@ -88,6 +88,11 @@ class Segment {
   std::byte* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
   const std::string& name() const noexcept { return name_; }
+  /// Removes the name from /dev/shm now: the memory stays mapped here and
+  /// in every process that mapped it, and goes with the last mapping, so
+  /// no process's death can leave it behind. Nothing opens it by name
+  /// afterwards; the creator's destructor then leaves the name alone.
+  void unlink() noexcept;
 
  private:
   Segment(std::string name, std::byte* data, std::size_t size, bool owner) noexcept
@@ -124,6 +129,10 @@ class ProcessWatch {
 
 /// Whether the segment `name` still exists (is linked) in /dev/shm.
 bool segment_exists(const std::string& name);
+
+/// Removes segment `name`'s name from /dev/shm, if it has one (mappings
+/// stay until unmapped).
+void remove_segment(const std::string& name) noexcept;
 
 /// What garbage_collect() found.
 struct GcReport {
