@@ -521,8 +521,7 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
     close(go[1]);
     auto ring = Ring::create({});
     if (!ring.ok()) _exit(2);
-    auto side = transports::shm::Segment::create(fast_get::side_buffer_name((*ring)->name()),
-                                                 4096);
+    auto side = transports::shm::Segment::create(fast_get::side_buffer_name((*ring)->name()), 4096);
     if (!side.ok()) _exit(3);
     const std::string n = (*ring)->name();
     if (write(named[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(4);

@@ -40,8 +40,7 @@ struct Ends {
   std::unique_ptr<Ring> client, server;
   std::unique_ptr<Segment> scribble;
 };
-Ends both_ends(std::uint32_t slots = 64, std::uint32_t slot_bytes = 8192,
-               bool scribble = false) {
+Ends both_ends(std::uint32_t slots = 64, std::uint32_t slot_bytes = 8192, bool scribble = false) {
   Ring::Options o;
   o.slots = slots;
   o.slot_bytes = slot_bytes;
