@@ -23,6 +23,7 @@
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/ask.hpp"
+#include "testing/pipe.hpp"
 #include "testing/shm_resize.hpp"
 #include "testing/test_util.hpp"
 
@@ -542,11 +543,7 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
   }
   close(named[1]);
   close(go[0]);
-  char buf[256] = {};
-  ssize_t got = 0;
-  for (ssize_t n; (n = read(named[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
-  close(named[0]);
-  const std::string ring_name(buf, static_cast<std::size_t>(got));
+  const std::string ring_name = testing::read_to_end(named[0]);
   ASSERT_FALSE(ring_name.empty());
   const std::string side_name = fast_get::side_buffer_name(ring_name);
   {

@@ -17,6 +17,7 @@
 
 #include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
+#include "testing/pipe.hpp"
 #include "testing/shm_resize.hpp"
 
 namespace meshstore::transports::shm {
@@ -292,13 +293,9 @@ TEST(ShmRing, TheSegmentGoesWithItsCreatorAndGcTakesAKilledCreators) {
     kill(getpid(), SIGKILL);
   }
   close(pipefd[1]);
-  char buf[256] = {};
-  ssize_t got = 0;
-  for (ssize_t n; (n = read(pipefd[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
-  close(pipefd[0]);
+  const std::string left = testing::read_to_end(pipefd[0]);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  const std::string left(buf, static_cast<std::size_t>(got));
   ASSERT_FALSE(left.empty());
   EXPECT_TRUE(segment_exists(left));
   const auto report = garbage_collect(false, child);
@@ -328,11 +325,7 @@ TEST(ShmRing, AClientKilledAfterItsServerAttachedLeavesNothingBehind) {
   }
   close(named[1]);
   close(attached[0]);
-  char buf[256] = {};
-  ssize_t got = 0;
-  for (ssize_t n; (n = read(named[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
-  close(named[0]);
-  const std::string name(buf, static_cast<std::size_t>(got));
+  const std::string name = testing::read_to_end(named[0]);
   ASSERT_FALSE(name.empty());
   auto server = Ring::attach(name, child);
   ASSERT_TRUE(server.ok()) << server.status().to_string();
