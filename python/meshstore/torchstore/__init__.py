@@ -40,7 +40,7 @@ from .strategy import (ControllerStorageVolumes, HostStrategy, LocalRankStrategy
                        SingletonStrategy, TorchStoreStrategy)
 from .transport import TransportType
 
-DEFAULT_TORCHSTORE_NAME = "TorchStore"
+DEFAULT_TORCHSTORE_NAME = _sessions.DEFAULT_TORCHSTORE_NAME
 
 _logger = _logging.getLogger(__name__)
 

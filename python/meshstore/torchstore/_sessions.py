@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+DEFAULT_TORCHSTORE_NAME = "TorchStore"
+
 
 @dataclass
 class Session:

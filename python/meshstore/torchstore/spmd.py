@@ -170,7 +170,7 @@ async def _join(store, env, timeout):
                            f"every rank join within {timeout:g} s")
 
 
-async def initialize(strategy=None, store_name="TorchStore", *, env=None,
+async def initialize(strategy=None, store_name=_sessions.DEFAULT_TORCHSTORE_NAME, *, env=None,
                      rendezvous_timeout=timedelta(seconds=120), **options):
     """Joins a torchrun / meshrun / mpirun / srun job; returns once every
     rank has joined. Volumes go where ``strategy`` puts them
