@@ -15,6 +15,7 @@ void bind_store(py::module_& m);
 PYBIND11_MODULE(_native, m) {
   namespace mp = meshstore::python;
   m.doc() = "meshstore's native core (use the meshstore package, not this module)";
+  mp::note_main_thread();
   mp::bind_future(m);
   mp::bind_tensor(m);
   mp::bind_store(m);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "meshstore/errc.hpp"
 
@@ -20,6 +21,22 @@ PyObject* error_factory = nullptr;
 }  // namespace
 
 bool interpreter_finalizing() noexcept { return !Py_IsInitialized() || _Py_IsFinalizing(); }
+
+namespace {
+unsigned long main_thread_ident = 0;  // set at import, under the GIL
+}  // namespace
+
+void note_main_thread() {
+  main_thread_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+}
+
+void retake_gil(PyThreadState* saved) {
+  if (interpreter_finalizing() && PyThread_get_thread_ident() != main_thread_ident) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+  PyEval_RestoreThread(saved);
+}
 
 void set_error_factory(py::object fn) {
   Py_XDECREF(error_factory);
@@ -96,11 +113,7 @@ bool wait_interruptibly(const PendingCall& call, double timeout_s) {
   for (;;) {
     auto slice = nanoseconds(milliseconds(100));
     if (!forever) slice = std::min(slice, deadline - steady_clock::now());
-    bool ready = false;
-    {
-      py::gil_scoped_release release;
-      ready = call.wait_for(std::max(slice, nanoseconds(0)));
-    }
+    const bool ready = without_gil([&] { return call.wait_for(std::max(slice, nanoseconds(0))); });
     if (ready) return true;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (!forever && steady_clock::now() >= deadline) return false;
@@ -148,10 +161,7 @@ void bind_future(py::module_& m) {
           },
           py::arg("timeout") = py::none())
       .def("cancel",
-           [](const PyFuture& f) {
-             py::gil_scoped_release unlocked;
-             return f.call->cancel();
-           })
+           [](const PyFuture& f) { return without_gil([&] { return f.call->cancel(); }); })
       .def("add_done_callback",
            [](const PyFuture& f, py::object fn) { f.call->add_done_callback(std::move(fn)); });
 }

@@ -25,6 +25,39 @@ namespace py = pybind11;
 /// then (it would hang), so Python references are leaked instead.
 bool interpreter_finalizing() noexcept;
 
+/// Remembers the interpreter's main thread (at import): the thread that
+/// finalizes it, the one without_gil never parks.
+void note_main_thread();
+
+/// Takes the GIL back after PyEval_SaveThread. At interpreter exit Python
+/// ends any other thread that takes the GIL (pthread_exit: a forced
+/// unwind, which std::terminate()s the process when it crosses a
+/// destructor such as py::gil_scoped_release's, or any noexcept frame), so
+/// such a thread parks here instead, never to run Python again; the
+/// process's exit ends it.
+void retake_gil(PyThreadState* saved);
+
+/// Runs f() with the GIL released, then takes it back with retake_gil: what
+/// py::gil_scoped_release does, safe for a thread still waiting when the
+/// interpreter exits (a daemon thread blocked in a future's result()).
+template <class F>
+auto without_gil(F&& f) -> decltype(f()) {
+  PyThreadState* saved = PyEval_SaveThread();
+  try {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      retake_gil(saved);
+    } else {
+      auto r = f();
+      retake_gil(saved);
+      return r;
+    }
+  } catch (...) {
+    retake_gil(saved);
+    throw;
+  }
+}
+
 /// Raises the Python exception for `status` (meshstore.Error and its
 /// subclasses, made by the factory meshstore/_errors.py registers).
 [[noreturn]] void raise_status(const Status& status);

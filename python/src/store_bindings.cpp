@@ -264,8 +264,7 @@ class PyStore {
   ~PyStore() {
     if (!store_ || store_->closed()) return;
     if (interpreter_finalizing()) return;  // atexit closed every store already
-    py::gil_scoped_release release;
-    store_->close();
+    without_gil([&] { store_->close(); });
   }
   PyStore(const PyStore&) = delete;
   PyStore& operator=(const PyStore&) = delete;
@@ -273,8 +272,7 @@ class PyStore {
   Store& s() { return *store_; }
   std::weak_ptr<Store> weak() { return store_; }
   void close() {
-    py::gil_scoped_release release;
-    store_->close();
+    without_gil([&] { store_->close(); });
   }
 
  private:
@@ -373,8 +371,7 @@ py::list key_infos_out(const std::vector<KeyInfo>& infos) {
 // the GIL).
 template <class F>
 auto released(F&& f) {
-  py::gil_scoped_release release;
-  return f();
+  return without_gil(std::forward<F>(f));
 }
 
 struct PyStaged {
