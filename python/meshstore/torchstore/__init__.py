@@ -24,12 +24,12 @@ differs.
 """
 
 import atexit
-import logging as _logging
 from dataclasses import dataclass
 
 from .. import _state_dict as sdmod
 from .._errors import ConflictError, NotFoundError, WrongKindError
 from .._store import Store
+from .._store import _key as _checked
 from .._store import TensorSlice as _Box
 from .._tensors import Tensor
 from . import _keys, _sessions, spmd  # strategy, transport, logging: bound by the imports below
@@ -41,8 +41,6 @@ from .strategy import (ControllerStorageVolumes, HostStrategy, LocalRankStrategy
 from .transport import TransportType
 
 DEFAULT_TORCHSTORE_NAME = _sessions.DEFAULT_TORCHSTORE_NAME
-
-_logger = _logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,7 @@ def _leave_at_exit():
     for name, session in list(_sessions.sessions.items()):
         if session.spmd and session.rank != 0 and not session.store.closed:
             try:
-                session.store.delete(f"{spmd._JOINED}.{session.rank}").result(5)
+                session.store.delete(spmd.joined_key(session.rank)).result(5)
             except Exception:  # noqa: BLE001 (exiting: rank 0 times out instead)
                 pass
 
@@ -190,7 +188,7 @@ def _out(v):
 
 
 def _key(key, op):
-    return _enc(_keys.check(key, op))
+    return _enc(_checked(key, op))
 
 
 async def put(key, value, store_name=DEFAULT_TORCHSTORE_NAME):
@@ -272,7 +270,7 @@ async def keys(prefix=None, *, store_name=DEFAULT_TORCHSTORE_NAME):
     components are `prefix` (``keys("")``: "" and keys starting with '.');
     every key when `prefix` is None."""
     if prefix is not None:
-        _keys.check(prefix, "keys")
+        _checked(prefix, "keys")
     stored = await _store(store_name).keys(_keys.search_prefix(prefix))
     return _keys.listed(stored, prefix)
 

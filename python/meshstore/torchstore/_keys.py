@@ -18,13 +18,6 @@ ESCAPE = "\x01"
 HIDDEN = "\x02"
 
 
-def check(key, op):
-    """`key` itself when it is a str; TypeError naming `op` otherwise."""
-    if not isinstance(key, str):
-        raise TypeError(f"{op}: a key is a str, got {type(key).__name__}")
-    return key
-
-
 def encode(key):
     """The meshstore key that stores torchstore's `key`."""
     if key == "" or key[0] in (ESCAPE, HIDDEN):

@@ -8,11 +8,10 @@ DEFAULT_TORCHSTORE_NAME = "TorchStore"
 @dataclass
 class Session:
     """One initialized store: the meshstore.Store, and for an SPMD one this
-    rank's place in the job (rank, world_size; None for initialize())."""
+    rank's place in the job."""
 
     store: object
     rank: int = 0
-    world_size: int = 1
     spmd: bool = False
     # (key) -> the Publication of this process's direct_rdma put of `key`.
     lent: dict = field(default_factory=dict)

@@ -119,6 +119,11 @@ async def _poll(ready, deadline, spin=0.0):
     return True
 
 
+def joined_key(rank):
+    """The key that says `rank` is in the job (and, removed, that it left)."""
+    return f"{_JOINED}.{rank}"
+
+
 def _ranks(stored_keys):
     return {int(k.rsplit(".", 1)[1]) for k in stored_keys}
 
@@ -148,7 +153,7 @@ async def _join(store, env, timeout):
     do rather than first. (Nothing orders one rank's first call against
     another rank's first put: that takes a barrier of the caller's, as with
     torchstore.)"""
-    await store.put(f"{_JOINED}.{env.rank}", b"")
+    await store.put(joined_key(env.rank), b"")
     deadline = time.monotonic() + timeout
     if env.rank != 0:
         try:
@@ -198,7 +203,7 @@ async def initialize(strategy=None, store_name=_sessions.DEFAULT_TORCHSTORE_NAME
     except BaseException:
         store.close()
         raise
-    _sessions.sessions[store_name] = _sessions.Session(store, env.rank, env.world_size, True)
+    _sessions.sessions[store_name] = _sessions.Session(store, rank=env.rank, spmd=True)
 
 
 async def leave(session, leave_timeout):
@@ -211,7 +216,7 @@ async def leave(session, leave_timeout):
     store = session.store
     deadline = time.monotonic() + leave_timeout
     try:
-        await store.delete(f"{_JOINED}.{session.rank}")
+        await store.delete(joined_key(session.rank))
     except meshstore_errors.ConnectionError:
         return  # rank 0 is gone already (it saw this rank's word go)
     except Exception as e:  # noqa: BLE001 (the store is going anyway)
