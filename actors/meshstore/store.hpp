@@ -172,8 +172,8 @@ struct StoreOptions {
   /// takes MESHSTORE_FAST_PATH=0.
   bool fast_path = true;
   /// How long a fast-path channel's waiting end spins before it sleeps
-  /// (in [0, 1 s]): on a shm ring (then a futex) the volume's ring thread
-  /// between requests and a caller waiting for its answer; on a tcp
+  /// (in [0, 1 s]): on a shm ring (then a futex) the volume's small-op
+  /// service between requests and a caller waiting for its answer; on a tcp
   /// small-operations connection (then recv) the volume's end between
   /// requests and the caller's after sending one. Longer spins answer a
   /// request that follows soon without a wake-up (tens of microseconds on

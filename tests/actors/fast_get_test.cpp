@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "meshstore/actors/actor_types.hpp"
@@ -78,12 +80,17 @@ class FastGetTest : public ::testing::Test {
     (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id});
     ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, stat_atom::value)));
   }
-  // Attaches `ring` (ring_ by default) to the volume.
-  Status attach(Ring* ring = nullptr) {
+  // Attaches `ring` (ring_ by default) to the volume, its puts committed
+  // at `controller`; the ring then rings the volume's doorbell.
+  Status attach(Ring* ring = nullptr, const caf::actor& controller = caf::actor()) {
     if (!ring) ring = ring_.get();
-    return ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring->name(),
-                             static_cast<std::int32_t>(getpid()), caf::actor())
-        .status();
+    auto bell = ask<std::string>(*self_, volume_, ring_attach_atom::value, ring->name(),
+                                 static_cast<std::int32_t>(getpid()), controller);
+    if (!bell.ok()) return bell.status();
+    auto opened = transports::shm::Doorbell::open(*bell);
+    if (!opened.ok()) return opened.status();
+    ring->use_doorbell(std::move(opened).value());
+    return Status();
   }
   // A get of object `id` named `key` over `ring` (ring_ by default).
   Result<fast_get::Reply> get(std::uint64_t id, const std::string& key, Ring* ring = nullptr) {
@@ -378,7 +385,7 @@ TEST_F(FastGetTest, ARingTruncatedUnderTheVolumeEndsThatRingNotTheVolume) {
   const auto full = static_cast<off_t>((*mapped)->size());
   mapped->reset();
   ASSERT_OK(attach());
-  ASSERT_OK(get(id, "k"));  // the ring thread is serving
+  ASSERT_OK(get(id, "k"));  // the small-op service is serving
   const auto survived = transports::shm::PeerMemory::faults_survived();
   hostile.resize(0);
   // The volume's thread touches the ring at least every 10 ms while it waits.
@@ -478,14 +485,97 @@ TEST_F(FastGetTest, APutsReplyCarriesItsPlaceWithinBounds) {
   EXPECT_EQ(fast_get::decode_put_reply(too_long).status().code(), Errc::protocol_error);
 }
 
+TEST_F(FastGetTest, OneThreadServesTheRingsOfEveryClient) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  std::vector<std::unique_ptr<Ring>> rings;
+  for (int i = 0; i < 8; ++i) {
+    auto ring = Ring::create({});
+    ASSERT_OK(ring);
+    rings.push_back(std::move(ring).value());
+    ASSERT_OK(attach(rings.back().get()));
+  }
+  // Clients asking at once, each on its own ring.
+  std::vector<std::thread> clients;
+  std::atomic<int> served{0};
+  for (auto& ring : rings) {
+    clients.emplace_back([&, r = ring.get()] {
+      for (int i = 0; i < 50; ++i) {
+        auto reply = get(id, "k", r);
+        if (reply.ok() && reply->status == fast_get::ReplyStatus::ok &&
+            text(reply->bytes) == "value")
+          served.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(served.load(), 8 * 50);
+  EXPECT_EQ(testing::threads_named("ms.small_ops"), 1) << "one serving thread per volume";
+  // Clients that close their rings leave the volume serving the others.
+  rings.resize(2);
+  ASSERT_OK(attach());
+  auto r = get(id, "k");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
+}
+
+// A controller that takes commits and never answers them; `received`
+// counts them.
+caf::actor silent_controller(caf::actor_system& sys, std::shared_ptr<std::atomic<int>> received) {
+  return sys.spawn([received](caf::event_based_actor* self) -> caf::behavior {
+    auto held = std::make_shared<std::vector<caf::response_promise>>();
+    return {[self, held, received](notify_put_batch_atom, const std::vector<wire::KeyRecord>&) {
+      held->push_back(self->make_response_promise());
+      received->fetch_add(1);
+      return held->back();
+    }};
+  });
+}
+
+TEST_F(FastGetTest, APutItsControllerHasNotAnsweredHoldsUpNoOtherClient) {
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  auto received = std::make_shared<std::atomic<int>>(0);
+  auto controller = silent_controller(runtime_->system(), received);
+  ASSERT_OK(attach(ring_.get(), controller));
+  auto other = Ring::create({});
+  ASSERT_OK(other);
+  ASSERT_OK(attach(other->get()));
+  fast_get::PutRequest put;
+  put.key = "waiting";
+  put.dtype = static_cast<std::uint8_t>(DType::uint8);
+  put.shape = {5};
+  put.nbytes = 5;
+  put.data = reinterpret_cast<const std::byte*>("bytes");
+  std::vector<std::byte> bytes;
+  fast_get::encode_into(put, bytes);
+  ASSERT_OK(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
+  ASSERT_TRUE(testing::eventually([&] { return received->load() == 1; }));
+  // The put waits on the controller; another client's get does not.
+  for (int i = 0; i < 10; ++i) {
+    auto r = get(id, "k", other->get());
+    ASSERT_OK(r);
+    EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
+  }
+  // The controller goes: the waiting put is answered at once, not after
+  // the request timeout.
+  caf::anon_send_exit(controller, caf::exit_reason::kill);
+  controller = nullptr;
+  auto m = ring_->receive(in(10s));
+  ASSERT_OK(m);
+  EXPECT_EQ(m->tag, 9u);
+  auto done = fast_get::decode_put_reply(m->bytes);
+  EXPECT_EQ(done.status().code(), Errc::unavailable) << done.status().to_string();
+}
+
 TEST_F(FastGetTest, AttachingToARingThatIsNotThereFails) {
-  auto s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value,
-                             std::string("meshstore.1-1.ring.none"),
-                             static_cast<std::int32_t>(getpid()), caf::actor());
+  auto s = ask<std::string>(*self_, volume_, ring_attach_atom::value,
+                            std::string("meshstore.1-1.ring.none"),
+                            static_cast<std::int32_t>(getpid()), caf::actor());
   EXPECT_EQ(s.status().code(), Errc::not_found) << s.status().to_string();
   // Named by another creator than the one that made it.
-  s = ask<caf::ok_atom>(*self_, volume_, ring_attach_atom::value, ring_->name(),
-                        static_cast<std::int32_t>(getpid() + 1), caf::actor());
+  s = ask<std::string>(*self_, volume_, ring_attach_atom::value, ring_->name(),
+                       static_cast<std::int32_t>(getpid() + 1), caf::actor());
   EXPECT_EQ(s.status().code(), Errc::unavailable) << s.status().to_string();
 }
 
@@ -527,8 +617,9 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
     const std::string n = (*ring)->name();
     if (write(named[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(4);
     close(named[1]);
-    char c = 0;
-    if (read(go[0], &c, 1) != 1) _exit(5);
+    auto bell = transports::shm::Doorbell::open(testing::read_to_end(go[0]));
+    if (!bell.ok()) _exit(5);
+    (*ring)->use_doorbell(std::move(bell).value());
     fast_get::PutRequest r;
     r.key = "side";
     r.dtype = static_cast<std::uint8_t>(DType::uint8);
@@ -553,15 +644,17 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
     VolumeConfig vc;
     vc.volume_id = "volume-0";
     auto volume = spawn_storage_volume(runtime->system(), vc).value();
+    std::string bell;
     {
       caf::scoped_actor self{runtime->system()};
-      ASSERT_OK(ask<caf::ok_atom>(self, volume, ring_attach_atom::value, ring_name,
-                                  static_cast<std::int32_t>(child), caf::actor())
-                    .status());
+      auto attached = ask<std::string>(self, volume, ring_attach_atom::value, ring_name,
+                                       static_cast<std::int32_t>(child), caf::actor());
+      ASSERT_OK(attached);
+      bell = *attached;
     }
     EXPECT_FALSE(transports::shm::segment_exists(ring_name));
     EXPECT_TRUE(transports::shm::segment_exists(side_name));
-    ASSERT_EQ(write(go[1], "x", 1), 1);
+    ASSERT_EQ(write(go[1], bell.data(), bell.size()), static_cast<ssize_t>(bell.size()));
     close(go[1]);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);

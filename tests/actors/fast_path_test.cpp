@@ -165,12 +165,12 @@ TEST(FastPath, ErrorsAreTheActorPathsAndNothingIsWritten) {
   EXPECT_EQ(store.fast_path_stats().rings, 0u);
 }
 
-TEST(FastPath, TheVolumesRingThreadIsNamedForProfilers) {
-  const int before = testing::threads_named("ms.ring");
+TEST(FastPath, TheVolumesSmallOpThreadIsNamedForProfilers) {
+  const int before = testing::threads_named("ms.small_ops");
   auto store = Store::embedded().value();
   ASSERT_OK(store.put_object("k", "v").get(kWait));
   ASSERT_TRUE(has_ring(store));
-  EXPECT_TRUE(testing::eventually([&] { return testing::threads_named("ms.ring") > before; }));
+  EXPECT_TRUE(testing::eventually([&] { return testing::threads_named("ms.small_ops") > before; }));
   store.close();
 }
 
@@ -428,7 +428,7 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
 }
 
 // StoreOptions::fast_path_spin sets how long both ends of the channel spin
-// (the volume's ring thread or tcp connection, and the caller waiting for
+// (the volume's small-op service or tcp connection, and the caller waiting for
 // its answer). Timing is not asserted: whatever the spin, a writer and a
 // reader in two clients serve puts and gets over their channels with the
 // same results. (That a tcp server end spins as long as configured:

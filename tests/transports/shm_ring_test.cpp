@@ -344,6 +344,115 @@ TEST(ShmRing, AClientKilledAfterItsServerAttachedLeavesNothingBehind) {
   EXPECT_TRUE(garbage_collect(true, child).removed.empty());
 }
 
+// What a volume's small-op service does: one thread polls many rings with
+// try_receive() and sleeps on a doorbell their clients ring.
+TEST(ShmRing, OneThreadServesManyRingsThroughTheirDoorbell) {
+  auto bell = Doorbell::create();
+  ASSERT_TRUE(bell.ok()) << bell.status().to_string();
+  constexpr int kRings = 4, kRounds = 200;
+  std::vector<Ends> rings;
+  for (int i = 0; i < kRings; ++i) {
+    rings.push_back(both_ends(4, 256));
+    ASSERT_TRUE(rings.back().server);
+    auto opened = Doorbell::open((*bell)->name());
+    ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+    rings.back().client->use_doorbell(std::move(opened).value());
+  }
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    auto poll = [&] {
+      bool any = false;
+      for (auto& r : rings) {
+        auto m = r.server->try_receive();
+        EXPECT_TRUE(m.ok()) << m.status().to_string();
+        if (!m.ok() || !*m) continue;
+        any = true;
+        EXPECT_TRUE(
+            r.server->send((*m)->tag, (*m)->bytes.data(), (*m)->bytes.size(), in(10s)).ok());
+      }
+      return any;
+    };
+    while (!stop.load()) {
+      const auto seen = (*bell)->seq();
+      if (!poll()) (*bell)->wait(seen, 10s, [&] { return stop.load() || poll(); });
+    }
+  });
+  std::vector<std::thread> clients;
+  std::atomic<int> echoed{0};
+  for (int i = 0; i < kRings; ++i) {
+    clients.emplace_back([&, i] {
+      auto& client = rings[i].client;
+      for (int k = 0; k < kRounds; ++k) {
+        const auto bytes = pattern(100, static_cast<std::uint8_t>(i + k));
+        if (!client->send(k, bytes.data(), bytes.size(), in(10s)).ok()) return;
+        auto reply = client->receive(in(10s));
+        if (reply.ok() && reply->tag == static_cast<std::uint64_t>(k) && reply->bytes == bytes) {
+          echoed.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  stop.store(true);
+  (*bell)->ring();
+  server.join();
+  // Each reply came within its 10 s deadline though the server slept on
+  // the doorbell between requests: the clients' rings woke it.
+  EXPECT_EQ(echoed.load(), kRings * kRounds);
+}
+
+TEST(ShmRing, TryReceiveTakesWhatIsQueuedThenSaysTheClientClosed) {
+  Ends ends = both_ends(4, 64);
+  ASSERT_TRUE(ends.server);
+  auto none = ends.server->try_receive();
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_FALSE(none->has_value());
+  EXPECT_FALSE(ends.server->has_message());
+  std::uint64_t v = 42;
+  ASSERT_TRUE(ends.client->send(7, &v, sizeof(v), in(1s)).ok());
+  EXPECT_TRUE(ends.server->has_message());
+  ends.client.reset();  // closed with a message still queued
+  auto last = ends.server->try_receive();
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  ASSERT_TRUE(last->has_value());
+  EXPECT_EQ((*last)->tag, 7u);
+  auto gone = ends.server->try_receive();
+  EXPECT_EQ(gone.status().code(), Errc::unavailable) << gone.status().to_string();
+  EXPECT_EQ(ends.server->alive().code(), Errc::unavailable);
+}
+
+TEST(ShmRing, TryReceiveReportsACorruptIndexAsAnError) {
+  Ends ends = both_ends(4, 64, true);
+  ASSERT_TRUE(ends.server);
+  Scribbler s(ends.scribble);
+  s.tail(0).store(1000);  // far past head
+  EXPECT_TRUE(ends.server->has_message());
+  auto m = ends.server->try_receive();
+  EXPECT_EQ(m.status().code(), Errc::protocol_error) << m.status().to_string();
+}
+
+TEST(ShmRing, ADoorbellIsOpenedOnlyByTheNameOfOne) {
+  EXPECT_EQ(Doorbell::open("not-ours").status().code(), Errc::invalid_argument);
+  EXPECT_EQ(Doorbell::open("meshstore.1-1.bell.none").status().code(), Errc::not_found);
+  Ends ends = both_ends();
+  ASSERT_TRUE(ends.client);
+  auto not_a_bell = Doorbell::open(ends.client->name());
+  EXPECT_EQ(not_a_bell.status().code(), Errc::not_found)
+      << "the ring's name went as its server attached: " << not_a_bell.status().to_string();
+  auto seg = Segment::create(process_prefix() + "test.not-a-bell", 4096);
+  ASSERT_TRUE(seg.ok());
+  EXPECT_EQ(Doorbell::open((*seg)->name()).status().code(), Errc::protocol_error);
+  // A doorbell's name goes with its server.
+  std::string name;
+  {
+    auto bell = Doorbell::create();
+    ASSERT_TRUE(bell.ok());
+    name = (*bell)->name();
+    EXPECT_TRUE(segment_exists(name));
+  }
+  EXPECT_FALSE(segment_exists(name));
+}
+
 }  // namespace
 }  // namespace meshstore::transports::shm
 

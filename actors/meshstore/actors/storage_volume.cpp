@@ -13,6 +13,7 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/actors/volume/small_ops.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/memory.hpp"
@@ -122,435 +123,6 @@ AccountedMemory::~AccountedMemory() {
   }
 }
 
-// Small committed host objects by id, readable outside the volume actor:
-// the fast path's ring threads serve gets from it. The actor adds an object
-// when it is committed and removes it when it is dropped; a reader copies
-// under the lock while holding the region, so a dropped object's memory is
-// never pooled or freed under it, and committed bytes never change.
-class SmallObjects {
- public:
-  /// Objects of at most this many bytes are kept (a ring slot's payload).
-  static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
-  void add(std::uint64_t id, const std::string& key,
-           const std::shared_ptr<transports::Region>& region) {
-    if (region->size() > kMaxBytes || region->device() >= 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    map_[id] = Entry{key, region};
-  }
-  void remove(std::uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    map_.erase(id);
-  }
-  /// The reply to a get of object `id` named `key`: its bytes, or stale.
-  std::vector<std::byte> read(std::uint64_t id, const std::string& key) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(id);
-    if (it == map_.end() || it->second.key != key) {
-      return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
-    }
-    const auto& r = *it->second.region;
-    return fast_get::encode(fast_get::ReplyStatus::ok, r.data(), r.size());
-  }
-
- private:
-  struct Entry {
-    std::string key;
-    std::shared_ptr<transports::Region> region;
-  };
-  mutable std::mutex mu_;  // guards map_
-  std::unordered_map<std::uint64_t, Entry> map_;
-};
-
-// Where the fast path's puts go: the volume actor, which commits them at
-// the controller for the client that attached the ring or tcp session (all
-// weak: a serving thread must not keep actors alive), waiting at most
-// `timeout`.
-struct FastPuts {
-  caf::actor_addr volume;
-  caf::actor_addr controller;
-  caf::actor_addr owner;
-  std::chrono::milliseconds timeout;
-  std::chrono::microseconds spin;  // how long the serving thread spins for an outcome
-};
-
-// A ring's side buffer (fast_get::side_buffer_name): the client's segment
-// holding the bytes of its puts larger than a ring slot, mapped read-only
-// by the ring's thread at the first such put, as a PeerMemory range (the
-// client may truncate it under us). Only that thread uses it.
-class SideBuffer {
- public:
-  explicit SideBuffer(std::string name) : name_(std::move(name)) {}
-  /// The buffer's first `n` bytes, or why not (no such segment, too small).
-  Result<const std::byte*> bytes(std::uint64_t n) {
-    if (!segment_) {
-      auto opened = transports::shm::Segment::open(name_, true);
-      if (!opened.ok()) {
-        return Status(Errc::protocol_error,
-                      "no side buffer '" + name_ + "': " + opened.status().message());
-      }
-      segment_ = std::move(opened).value();
-      guard_ = transports::shm::PeerMemory::guard(segment_->data(), segment_->size());
-    }
-    if (segment_->size() < n) {
-      return Status(Errc::protocol_error, "side buffer '" + name_ + "' holds " +
-                                              std::to_string(segment_->size()) + " bytes, not " +
-                                              std::to_string(n));
-    }
-    return static_cast<const std::byte*>(segment_->data());
-  }
-  /// After reading bytes(): protocol_error when the client truncated the
-  /// buffer meanwhile (what was read is not its put). The mapping is then
-  /// dropped; the next put maps the buffer anew, at its new size.
-  /// Removes the buffer's name (its client died); a mapping stays until
-  /// this is destroyed.
-  void remove() { transports::shm::remove_segment(name_); }
-  Status check_read() {
-    if (!guard_ || !guard_->poisoned()) return Status();
-    guard_.reset();
-    segment_.reset();
-    return Status(Errc::protocol_error,
-                  "side buffer '" + name_ + "' was truncated while its put was read");
-  }
-
- private:
-  std::string name_;
-  std::unique_ptr<transports::shm::Segment> segment_;
-  std::unique_ptr<transports::shm::PeerMemory> guard_;  // after segment_: goes first
-};
-
-// Waits for the volume actor's outcome of a fast-path request: on a host
-// with cores to spare it spins first, as the ring's ends spin for messages
-// (the work takes tens of microseconds, a sleeping thread's wake-up as
-// long again; on 2 vCPUs this thread would take the core the volume actor
-// works on), then waits in slices, so a volume that stops (which joins
-// this thread) is not held up by a request it will never finish.
-// Errc::unavailable (the controller or the volume went) or Errc::timeout.
-template <class T>
-Status await_volume(const Future<T>& fut, const std::string& volume_id, const FastPuts& puts,
-                    const std::atomic<bool>& stop, const std::atomic<bool>& controller_down,
-                    const std::string& what) {
-  if (internal::spinning_host()) internal::spin_until([&] { return fut.ready(); }, puts.spin);
-  const auto deadline = std::chrono::steady_clock::now() + puts.timeout;
-  while (!fut.wait_for(std::chrono::milliseconds(50))) {
-    if (controller_down.load()) {
-      return Status(Errc::unavailable, "volume '" + volume_id + "': the controller went down");
-    }
-    if (stop.load() || std::chrono::steady_clock::now() >= deadline) {
-      return Status(stop.load() ? Errc::unavailable : Errc::timeout,
-                    "volume '" + volume_id + "': " + what + " did not finish");
-    }
-  }
-  return Status();
-}
-
-// A put request of the fast path: checked, handed to the volume actor,
-// answered with its outcome (or an error reply naming why). It waits in
-// slices, giving up when `stop` (the volume stops: it joins the serving
-// thread) or `controller_down` is set.
-std::vector<std::byte> serve_fast_put(const std::vector<std::byte>& bytes,
-                                      const std::string& volume_id, const FastPuts& puts,
-                                      SideBuffer* side, const std::atomic<bool>& stop,
-                                      const std::atomic<bool>& controller_down) {
-  auto gone = [&] {
-    return fast_get::encode_put_error(
-        Status(Errc::unavailable, "volume '" + volume_id + "': the controller went down"));
-  };
-  if (controller_down.load()) return gone();
-  auto req = fast_get::decode_put(bytes);
-  if (!req.ok()) return fast_get::encode_put_error(req.status());
-  if (req->in_side_buffer) {
-    // Copied out below, before the reply: the client leaves the buffer
-    // alone until then.
-    auto at = side
-                  ? side->bytes(req->nbytes)
-                  : Result<const std::byte*>(Status(
-                        Errc::protocol_error, "a put in a side buffer over a channel without one"));
-    if (!at.ok()) return fast_get::encode_put_error(at.status());
-    req->data = *at;
-  }
-  // What the store's put checks on the caller's side, checked again here:
-  // the request is input from another process.
-  if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
-    return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
-  }
-  if (std::any_of(req->shape.begin(), req->shape.end(), [](std::int64_t d) { return d < 0; })) {
-    return fast_get::encode_put_error(
-        Status(Errc::protocol_error, "fast put of '" + req->key + "': a negative dimension"));
-  }
-  if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
-      req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
-      req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
-    return fast_get::encode_put_error(Status(
-        Errc::protocol_error, "fast put of '" + req->key + "': unknown kind, dtype or format"));
-  }
-  FastPutJob job;
-  job.request.key = req->key;
-  job.request.nbytes = req->nbytes;
-  job.request.has_data = true;
-  job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
-  if (req->in_side_buffer) {
-    if (auto s = side->check_read(); !s.ok()) return fast_get::encode_put_error(s);
-  }
-  auto& r = job.record;
-  r.key = req->key;
-  r.expect_version = req->expect_version;
-  r.kind = static_cast<wire::ObjectKind>(req->kind);
-  r.dtype = static_cast<DType>(req->dtype);
-  r.object_format = static_cast<ObjectFormat>(req->format);
-  r.shape = Shape(req->shape.begin(), req->shape.end());
-  const auto numel = shape_numel(r.shape);
-  if (numel < 0 || static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != req->nbytes) {
-    return fast_get::encode_put_error(Status(
-        Errc::protocol_error, "fast put of '" + req->key + "': " + std::to_string(req->nbytes) +
-                                  " bytes for shape " + shape_to_string(r.shape)));
-  }
-  r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id, 0, req->nbytes});
-  job.owner = puts.owner;
-  job.controller = puts.controller;
-  auto promise = std::make_shared<Promise<fast_get::PutDone>>(
-      Status(Errc::unavailable, "volume '" + volume_id + "' stopped during a fast put"));
-  auto fut = promise->future();
-  job.done = std::make_shared<std::function<void(Result<fast_get::PutDone>)>>(
-      [promise](Result<fast_get::PutDone> r) { promise->set(std::move(r)); });
-  auto volume = caf::actor_cast<caf::actor>(puts.volume);
-  if (!volume) {
-    return fast_get::encode_put_error(
-        Status(Errc::unavailable, "volume '" + volume_id + "' stopped"));
-  }
-  caf::anon_send(volume, fast_put_atom::value, std::move(job));
-  volume = nullptr;  // no strong handle kept by this thread while it waits
-  if (auto s = await_volume(fut, volume_id, puts, stop, controller_down,
-                            "fast put of '" + req->key + "'");
-      !s.ok()) {
-    return fast_get::encode_put_error(s);
-  }
-  auto done = fut.get();
-  if (!done.ok()) return fast_get::encode_put_error(done.status());
-  return fast_get::encode_put_done(*done);
-}
-
-// A commit request of the fast path (fast_get::CommitRequest): decoded,
-// checked as input from another process, handed to the volume actor
-// (which checks each record names an object the ring's client staged
-// here), answered with the versions or an error reply.
-std::vector<std::byte> serve_fast_commit(const std::vector<std::byte>& bytes,
-                                         const std::string& volume_id, const FastPuts& puts,
-                                         const std::atomic<bool>& stop,
-                                         const std::atomic<bool>& controller_down) {
-  if (controller_down.load()) {
-    return fast_get::encode_put_error(
-        Status(Errc::unavailable, "volume '" + volume_id + "': the controller went down"));
-  }
-  auto req = fast_get::decode_commit(bytes);
-  if (!req.ok()) return fast_get::encode_put_error(req.status());
-  for (const auto& p : req->prefixes) {
-    if (auto s = facade::check_key("fast commit", p); !s.ok()) {
-      return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
-    }
-  }
-  for (const auto& r : req->records) {
-    if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
-      return fast_get::encode_put_error(Status(Errc::protocol_error, s.message()));
-    }
-    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id || r.shards[0].object_id == 0 ||
-        !r.pending.empty() || r.version != 0) {
-      return fast_get::encode_put_error(
-          Status(Errc::protocol_error,
-                 "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'"));
-    }
-  }
-  FastCommitJob job;
-  job.records = std::move(req->records);
-  job.prefixes = std::move(req->prefixes);
-  job.owner = puts.owner;
-  job.controller = puts.controller;
-  auto promise = std::make_shared<Promise<std::vector<std::uint64_t>>>(
-      Status(Errc::unavailable, "volume '" + volume_id + "' stopped during a fast commit"));
-  auto fut = promise->future();
-  job.done = std::make_shared<std::function<void(Result<std::vector<std::uint64_t>>)>>(
-      [promise](Result<std::vector<std::uint64_t>> r) { promise->set(std::move(r)); });
-  auto volume = caf::actor_cast<caf::actor>(puts.volume);
-  if (!volume) {
-    return fast_get::encode_put_error(
-        Status(Errc::unavailable, "volume '" + volume_id + "' stopped"));
-  }
-  const std::size_t records = job.records.size();
-  caf::anon_send(volume, fast_commit_atom::value, std::move(job));
-  volume = nullptr;  // no strong handle kept by this thread while it waits
-  if (auto s = await_volume(fut, volume_id, puts, stop, controller_down, "fast commit"); !s.ok()) {
-    return fast_get::encode_put_error(s);
-  }
-  auto done = fut.get();
-  if (!done.ok()) return fast_get::encode_put_error(done.status());
-  if (done->size() != records) {
-    return fast_get::encode_put_error(
-        Status(Errc::internal, "a commit of " + std::to_string(records) + " records answered " +
-                                   std::to_string(done->size()) + " versions"));
-  }
-  return fast_get::encode_commit_done(*done);
-}
-
-// The reply to one fast-path request: a get served from `table`, or a put
-// (refused when `puts` is null: the client never attached; its bytes may be
-// in `side`, the ring's side buffer, null over tcp).
-std::vector<std::byte> serve_fast(const std::vector<std::byte>& bytes, const SmallObjects& table,
-                                  const std::string& volume_id, const FastPuts* puts,
-                                  SideBuffer* side, const std::atomic<bool>& stop,
-                                  const std::atomic<bool>& controller_down) {
-  auto magic = fast_get::request_magic(bytes);
-  if (magic.ok() && *magic == fast_get::kPutMagic) {
-    if (!puts) {
-      return fast_get::encode_put_error(Status(
-          Errc::unavailable, "volume '" + volume_id + "': a put from a client never attached"));
-    }
-    return serve_fast_put(bytes, volume_id, *puts, side, stop, controller_down);
-  }
-  if (magic.ok() && *magic == fast_get::kCommitMagic) {
-    if (!puts) {
-      return fast_get::encode_put_error(Status(
-          Errc::unavailable, "volume '" + volume_id + "': a commit from a client never attached"));
-    }
-    return serve_fast_commit(bytes, volume_id, *puts, stop, controller_down);
-  }
-  auto req = fast_get::decode_request(bytes);
-  if (req.ok()) return table.read(req->object_id, req->key);
-  const std::string why = req.status().to_string();
-  return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
-}
-
-// One attached ring and the thread that serves it: it receives requests
-// (waking every 100 ms to see whether it should stop), answers each
-// (serve_fast), and ends when the client closes its end, dies, or writes a
-// corrupt ring (logged).
-class RingService {
- public:
-  RingService(std::unique_ptr<transports::shm::Ring> ring, std::shared_ptr<SmallObjects> table,
-              std::shared_ptr<spdlog::logger> log, std::string volume_id, FastPuts puts)
-      : ring_(std::move(ring)),
-        table_(std::move(table)),
-        log_(std::move(log)),
-        volume_id_(std::move(volume_id)),
-        puts_(std::move(puts)),
-        side_(fast_get::side_buffer_name(ring_->name())),
-        thread_([this] { run(); }) {}
-  // Joins the thread: it sees a stop asked within 100 ms (its receive's
-  // deadline); ask all of a volume's services first, then drop them.
-  ~RingService() {
-    stop();
-    thread_.join();
-  }
-  void stop() { stop_.store(true); }
-  /// `controller` went down: puts that wait for it, and later ones, fail
-  /// at once (a request to a dead remote actor would only time out).
-  void controller_gone(const caf::actor_addr& controller) {
-    if (controller == puts_.controller) controller_down_.store(true);
-  }
-  RingService(const RingService&) = delete;
-  RingService& operator=(const RingService&) = delete;
-  bool done() const { return done_.load(); }
-
- private:
-  void run() {
-    internal::name_this_thread("ms.ring");
-    using Clock = std::chrono::steady_clock;
-    while (!stop_.load()) {
-      auto m = ring_->receive(Clock::now() + std::chrono::milliseconds(100));
-      if (!m.ok()) {
-        if (m.status().code() == Errc::timeout) continue;
-        if (m.status().code() != Errc::unavailable) {
-          log_->warn("volume '{}': fast get ring closed: {}", volume_id_, m.status().to_string());
-        }
-        break;
-      }
-      auto reply =
-          serve_fast(m->bytes, *table_, volume_id_, &puts_, &side_, stop_, controller_down_);
-      if (reply.size() > ring_->slot_bytes()) {
-        const std::string why = "volume '" + volume_id_ + "': the object does not fit a ring slot";
-        reply = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
-      }
-      if (!ring_->send(m->tag, reply.data(), reply.size(), Clock::now() + std::chrono::seconds(5))
-               .ok()) {
-        break;
-      }
-    }
-    // A client killed with SIGKILL cannot remove its side buffer: the
-    // ring's own name went as this end attached; the side buffer's goes
-    // here, so a killed client leaves nothing in /dev/shm.
-    if (ring_->peer_died()) side_.remove();
-    done_.store(true);
-  }
-
-  std::unique_ptr<transports::shm::Ring> ring_;
-  std::shared_ptr<SmallObjects> table_;
-  std::shared_ptr<spdlog::logger> log_;
-  std::string volume_id_;
-  FastPuts puts_;
-  SideBuffer side_;  // the ring thread's only
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> controller_down_{false};
-  std::atomic<bool> done_{false};
-  std::thread thread_;  // last: started once the rest is set
-};
-
-// The fast path across hosts: requests that come over a transport's own
-// connections (tcp; TransportServer::serve_small_ops), each prefixed with
-// the 8-byte token its client attached with (small_attach), which says
-// whom its puts are committed for. Served on the transport's connection
-// threads. Thread-safe.
-class SmallOpSessions {
- public:
-  /// The token's bytes before each request.
-  static constexpr std::size_t kTokenBytes = 8;
-
-  void attach(std::uint64_t token, FastPuts puts) {
-    std::lock_guard<std::mutex> lock(mu_);
-    sessions_[token] = Session{std::move(puts), std::make_shared<std::atomic<bool>>(false)};
-  }
-  void owner_gone(const caf::actor_addr& owner) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = sessions_.begin(); it != sessions_.end();) {
-      it = it->second.puts.owner == owner ? sessions_.erase(it) : std::next(it);
-    }
-  }
-  void controller_gone(const caf::actor_addr& controller) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [token, s] : sessions_) {
-      if (s.puts.controller == controller) s.controller_down->store(true);
-    }
-  }
-  /// The volume stops: puts waiting on a connection thread give up.
-  void stop() { stop_.store(true); }
-
-  std::vector<std::byte> serve(const std::byte* p, std::size_t n, const SmallObjects& table,
-                               const std::string& volume_id) {
-    if (n < kTokenBytes) {
-      const std::string why = "volume '" + volume_id + "': a small request without its token";
-      return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
-    }
-    std::uint64_t token = 0;
-    std::memcpy(&token, p, kTokenBytes);
-    const std::vector<std::byte> bytes(p + kTokenBytes, p + n);
-    std::optional<Session> session;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = sessions_.find(token);
-      if (it != sessions_.end()) session = it->second;
-    }
-    static const std::atomic<bool> never{false};
-    return serve_fast(bytes, table, volume_id, session ? &session->puts : nullptr, nullptr, stop_,
-                      session ? *session->controller_down : never);
-  }
-
- private:
-  struct Session {
-    FastPuts puts;
-    std::shared_ptr<std::atomic<bool>> controller_down;
-  };
-  std::mutex mu_;  // guards sessions_
-  std::unordered_map<std::uint64_t, Session> sessions_;
-  std::atomic<bool> stop_{false};
-};
-
 // The servers to tell when region memory is freed for good (rdma drops its
 // registration); the memory's deleters hold this weakly, since they may run
 // after the volume is gone.
@@ -591,25 +163,21 @@ struct VolumeState {
   // Revocable loans (a lending volume's): their objects' ids, by loan.
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> loans;
   std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging
-  std::set<caf::actor_addr> controllers;  // monitored for the rings' puts (ring_attach)
+  std::set<caf::actor_addr> controllers;  // monitored for small puts (ring_attach, small_attach)
   std::uint64_t next_object_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
   std::shared_ptr<FreeHooks> free_hooks = std::make_shared<FreeHooks>();
   bool registers_memory = false;  // a server registers memory: free_hooks has it
-  // The fast path: small committed objects, and the rings serving them.
-  std::shared_ptr<SmallObjects> small = std::make_shared<SmallObjects>();
-  std::vector<std::unique_ptr<RingService>> rings;
-  std::shared_ptr<SmallOpSessions> sessions = std::make_shared<SmallOpSessions>();
+  // Small committed objects, and the service answering small requests.
+  std::shared_ptr<volume::SmallObjects> small;
+  std::shared_ptr<volume::SmallOpService> small_ops;
 
   ~VolumeState() {
-    // The ring threads stop (all asked at once, so the volume waits about
-    // 100 ms, not 100 ms a ring) before anything they read goes; puts
-    // waiting on a tcp connection's thread give up before the servers
-    // join those threads.
-    for (auto& r : rings) r->stop();
-    sessions->stop();
-    rings.clear();
+    // The small-op service stops before anything it reads goes; puts
+    // waiting on a tcp connection's thread are answered before the
+    // servers join those threads.
+    if (small_ops) small_ops->stop();
     {
       std::lock_guard<std::mutex> lock(free_hooks->mu);
       free_hooks->servers.clear();
@@ -747,14 +315,14 @@ caf::actor sender_of(volume_pointer self) {
 // Where a fast-path channel's puts go (ring_attach, small_attach): this
 // volume commits them at `controller`, monitored so that a dead one ends
 // waiting puts at once, for `owner`.
-FastPuts fast_puts_for(volume_pointer self, const caf::actor& controller,
-                       const caf::actor_addr& owner) {
+volume::FastPuts fast_puts_for(volume_pointer self, const caf::actor& controller,
+                               const caf::actor_addr& owner) {
   auto& st = self->state;
   if (controller && st.controllers.insert(controller.address()).second) {
     self->monitor(controller);
   }
-  return FastPuts{self->address(), controller.address(), owner,
-                  st.config.transport_config.request_timeout, st.config.ring_spin};
+  return volume::FastPuts{self->address(), controller.address(), owner,
+                          st.config.transport_config.request_timeout};
 }
 
 // A client died: its read leases go now; its staged objects go after the
@@ -1026,6 +594,8 @@ void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& re
 struct VolumeSetup {
   std::shared_ptr<transports::RegionTable> regions;
   std::vector<std::unique_ptr<transports::TransportServer>> servers;
+  std::shared_ptr<volume::SmallOpService> small_ops;
+  std::shared_ptr<volume::SmallObjects> small;
 };
 
 storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
@@ -1035,11 +605,12 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
-  // The fast path across hosts, on the transports that carry it (tcp).
+  st.small = std::move(setup->small);
+  st.small_ops = std::move(setup->small_ops);
+  // Small requests across hosts, on the transports that carry them (tcp).
   for (const auto& server : st.servers) {
     server->serve_small_ops(
-        [sessions = st.sessions, small = st.small, id = st.config.volume_id](
-            const std::byte* p, std::size_t n) { return sessions->serve(p, n, *small, id); });
+        [ops = st.small_ops](const std::byte* p, std::size_t n) { return ops->serve_token(p, n); });
   }
   for (const auto& server : st.servers) {
     if (!server->registers_memory()) continue;
@@ -1055,11 +626,10 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
     if (st.controllers.erase(msg.source) != 0) {
-      for (auto& r : st.rings) r->controller_gone(msg.source);
-      st.sessions->controller_gone(msg.source);
+      st.small_ops->controller_gone(msg.source);
       return;
     }
-    st.sessions->owner_gone(msg.source);
+    st.small_ops->owner_gone(msg.source);
     client_down(self, msg);
   });
   return {
@@ -1257,28 +827,24 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         done.fn();
       },
       [=](ring_attach_atom, const std::string& name, std::int32_t pid,
-          const caf::actor& controller) -> caf::result<caf::ok_atom> {
+          const caf::actor& controller) -> caf::result<std::string> {
         auto& st = self->state;
-        // Rings whose client went away are let go here, not in their thread.
-        st.rings.erase(std::remove_if(st.rings.begin(), st.rings.end(),
-                                      [](const auto& r) { return r->done(); }),
-                       st.rings.end());
         auto ring =
             transports::shm::Ring::attach(name, static_cast<pid_t>(pid), st.config.ring_spin);
         if (!ring.ok()) {
           return to_caf_error(
               ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));
         }
-        st.rings.push_back(std::make_unique<RingService>(
-            std::move(ring).value(), st.small, st.log, st.config.volume_id,
-            fast_puts_for(self, controller, sender_of(self).address())));
-        return caf::ok_atom::value;
+        auto doorbell = st.small_ops->add_ring(
+            std::move(ring).value(), fast_puts_for(self, controller, sender_of(self).address()));
+        if (!doorbell.ok()) return to_caf_error(doorbell.status());
+        return std::move(doorbell).value();
       },
       [=](small_attach_atom, std::uint64_t token,
           const caf::actor& controller) -> caf::result<caf::ok_atom> {
         // Watched: its session goes when it does.
         const auto owner = watch(self, sender_of(self));
-        self->state.sessions->attach(token, fast_puts_for(self, controller, owner));
+        self->state.small_ops->attach_token(token, fast_puts_for(self, controller, owner));
         return caf::ok_atom::value;
       },
       [=](stat_atom) -> wire::VolumeStat {
@@ -1335,6 +901,9 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
       return abandon(server.status().with_context("transport '" + name + "' failed to start"));
     setup->servers.push_back(std::move(server).value());
   }
+  setup->small = std::make_shared<volume::SmallObjects>();
+  setup->small_ops =
+      std::make_shared<volume::SmallOpService>(config.volume_id, setup->small, config.ring_spin);
   return sys.spawn(volume_impl, config, std::move(setup));
 }
 

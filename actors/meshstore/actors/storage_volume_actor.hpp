@@ -139,22 +139,23 @@ using storage_volume_actor = caf::typed_actor<
     caf::replies_to<stat_atom>::with<wire::VolumeStat>,
     // How clients reach this volume's transports.
     caf::replies_to<endpoints_atom>::with<std::vector<transports::EndpointInfo>>,
-    // The fast path (issue 26): attaches the server end of shared-memory
-    // ring `name` (transports/shm/ring.hpp), created by process `pid` on
-    // this host, and serves small committed objects' gets on it from a
-    // thread of its own (actors/internal/fast_get.hpp), and small puts,
-    // which that thread hands to this actor (fast_put) to commit at
-    // `controller` for the client that sent ring_attach. Fails with the
-    // ring's error (not_found, protocol_error, unavailable).
-    caf::replies_to<ring_attach_atom, std::string, std::int32_t, caf::actor>::with<caf::ok_atom>,
+    // Attaches the server end of shared-memory ring `name`
+    // (transports/shm/ring.hpp), created by process `pid` on this host, to
+    // the volume's small-op service (actors/volume/small_ops.hpp), which
+    // serves small committed objects' gets on it, and hands small puts to
+    // this actor (fast_put) to commit at `controller` for the client that
+    // sent ring_attach. Answers the name of the service's doorbell, which
+    // the client rings after each request. Fails with the ring's error
+    // (not_found, protocol_error, unavailable).
+    caf::replies_to<ring_attach_atom, std::string, std::int32_t, caf::actor>::with<std::string>,
     // The fast path across hosts: requests on this volume's transport
     // connections (tcp's small operations) that carry `token` commit
     // their puts at `controller` for the client that sent small_attach.
     caf::replies_to<small_attach_atom, std::uint64_t, caf::actor>::with<caf::ok_atom>,
-    // (from a ring's thread, in this process) Stages and commits a small
+    // (from the small-op service, in this process) Stages and commits a small
     // put as stage_commit does; the outcome goes to the job's `done`.
     caf::reacts_to<fast_put_atom, FastPutJob>,
-    // (from a ring's thread) Commits objects the ring's client staged here
+    // (from the small-op service) Commits objects the ring's client staged here
     // and wrote, replacing the keys under the prefixes (replace_atom at
     // the controller); each record must name one such object, staged by
     // that client and not committed. The outcome goes to the job's `done`.
@@ -171,7 +172,7 @@ struct VolumeConfig {
   std::chrono::milliseconds orphan_grace{30000};
   /// Released region memory kept for reuse by later puts of the same size.
   std::uint64_t pool_bytes = std::uint64_t{1} << 30;
-  /// How long its fast-path ring threads spin before they sleep
+  /// How long its small-op service spins for a request before it sleeps
   /// (StoreOptions::fast_path_spin).
   std::chrono::microseconds ring_spin{50};
   /// Transports to offer (registered names); empty = every built one.

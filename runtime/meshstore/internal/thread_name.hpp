@@ -1,7 +1,7 @@
 #pragma once
 // Names the calling thread (what `top -H`, `perf` and gdb show), so the
 // store's own threads are told apart from CAF's: "ms.copy" (the copy
-// engine), "ms.ring" (a volume's fast-path ring), "ms.tcp.*" (the tcp
+// engine), "ms.small_ops" (a volume's small-op service), "ms.tcp.*" (the tcp
 // transport). Linux keeps 15 characters; longer names are cut there.
 #include <pthread.h>
 

@@ -51,11 +51,18 @@ void open_ring(client_pointer self, const std::string& volume_id,
   ask(self, handle, ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()),
       caf::actor_cast<caf::actor>(self->state.controller))
       .then(
-          [self, volume_id, handle, held](caf::ok_atom) {
+          [self, volume_id, handle, held](const std::string& doorbell) {
             auto& st = self->state;
             auto it = st.conns.find(volume_id);
             // Not if the volume went down (or was replaced) meanwhile.
             if (it == st.conns.end() || it->second->handle != handle) return;
+            auto bell = transports::shm::Doorbell::open(doorbell);
+            if (!bell.ok()) {
+              st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank,
+                           volume_id, bell.status().to_string());
+              return;
+            }
+            (*held)->use_doorbell(std::move(bell).value());
             st.cfg.fast_path->add_ring(volume_id, std::move(*held), it->second->transport);
           },
           [self, volume_id](caf::error& e) {

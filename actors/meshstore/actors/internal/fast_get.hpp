@@ -1,11 +1,12 @@
 #pragma once
 // The fast path's protocol over a shared-memory ring (issue 26;
 // transports/shm/ring.hpp). Gets: a client asks a same-host volume for a
-// small committed object by id and key, and the volume's ring thread
-// answers from its small-object table without going through the volume
-// actor. Puts (below): the ring thread hands the object to the volume
-// actor, which commits it. Private to actors/; docs/architecture.md, "The
-// fast path for small gets and puts", describes the whole path.
+// small committed object by id and key, and the volume's small-op service
+// (actors/volume/small_ops.hpp) answers from its small-object table without
+// going through the volume actor. Puts (below): the service hands the
+// object to the volume actor, which commits it and answers. Private to
+// actors/; docs/architecture.md, "The fast path for small gets and puts",
+// describes the whole path.
 //
 // Get request:  u32 magic, u32 key length, u64 object id, key bytes.
 // Reply:        u32 status, u32 reserved, then the object's bytes (ok) or
@@ -62,7 +63,7 @@ struct Reply {
 //              id, then the object's shm place (the rest, at most
 //              kMaxPlaceBytes; none when the volume has no shm);
 //              error: u32 Errc, then a message.
-// The volume's ring thread hands a decoded put to the volume actor, which
+// The volume's small-op service hands a decoded put to the volume actor, which
 // stages it and commits it at the controller as stage_commit does.
 
 inline constexpr std::uint32_t kPutMagic = 0x3150534d;  // "MSP1", little-endian

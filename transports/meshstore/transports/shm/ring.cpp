@@ -338,34 +338,14 @@ Status Ring::send(std::uint64_t tag, const void* data, std::size_t n, Deadline d
   q.tail.store(tail + 1);  // seq_cst, then the sleeping flag
   q.data_seq.fetch_add(1);
   if (q.consumer_sleeping.load() != 0) futex_wake(&q.data_seq);
+  if (doorbell_) doorbell_->ring();
   return Status();
 }
 
-Result<Ring::Message> Ring::receive(Deadline deadline) {
-  Queue& q = queue(1 - end_);
-  const std::uint32_t head = q.head.load(std::memory_order_relaxed);
-  Status bad;
-  auto has_data = [&] {
-    const std::uint32_t tail = q.tail.load();  // seq_cst: after our sleeping flag
-    if (tail - head > slots_) {
-      bad = corrupt("queue tail " + std::to_string(tail) + " is more than " +
-                    std::to_string(slots_) + " slots past head " + std::to_string(head));
-      return true;
-    }
-    return tail != head;
-  };
-  auto s = wait_for(
-      has_data,
-      [&] {
-        // Gone, unless a last message arrived meanwhile.
-        auto g = peer_gone();
-        return !g.ok() && has_data() ? Status() : g;
-      },
-      q.data_seq, q.consumer_sleeping, spin_, deadline, name(), "no message before the deadline");
-  if (!s.ok()) return s;
+// Takes the message at `head` of queue `q` (the caller saw tail != head).
+Result<Ring::Message> Ring::take(Queue& q, std::uint32_t head) {
   // Indices of zeros, read past the end of a truncated segment: say so.
   MESHSTORE_RETURN_IF_ERROR(truncated());
-  if (!bad.ok()) return bad;
   const std::byte* at = slot(1 - end_, head);
   SlotHeader sh;
   std::memcpy(&sh, at, sizeof(sh));
@@ -382,6 +362,127 @@ Result<Ring::Message> Ring::receive(Deadline deadline) {
   q.space_seq.fetch_add(1);
   if (q.producer_sleeping.load() != 0) futex_wake(&q.space_seq);
   return m;
+}
+
+Status Ring::check_distance(std::uint32_t head, std::uint32_t tail) const {
+  if (tail - head <= slots_) return Status();
+  return corrupt("queue tail " + std::to_string(tail) + " is more than " + std::to_string(slots_) +
+                 " slots past head " + std::to_string(head));
+}
+
+Result<Ring::Message> Ring::receive(Deadline deadline) {
+  Queue& q = queue(1 - end_);
+  const std::uint32_t head = q.head.load(std::memory_order_relaxed);
+  Status bad;
+  auto has_data = [&] {
+    const std::uint32_t tail = q.tail.load();  // seq_cst: after our sleeping flag
+    bad = check_distance(head, tail);
+    return !bad.ok() || tail != head;
+  };
+  auto s = wait_for(
+      has_data,
+      [&] {
+        // Gone, unless a last message arrived meanwhile.
+        auto g = peer_gone();
+        return !g.ok() && has_data() ? Status() : g;
+      },
+      q.data_seq, q.consumer_sleeping, spin_, deadline, name(), "no message before the deadline");
+  if (!s.ok()) return s;
+  MESHSTORE_RETURN_IF_ERROR(truncated());
+  if (!bad.ok()) return bad;
+  return take(q, head);
+}
+
+Result<std::optional<Ring::Message>> Ring::try_receive() {
+  Queue& q = queue(1 - end_);
+  const std::uint32_t head = q.head.load(std::memory_order_relaxed);
+  const std::uint32_t tail = q.tail.load(std::memory_order_acquire);
+  MESHSTORE_RETURN_IF_ERROR(truncated());
+  MESHSTORE_RETURN_IF_ERROR(check_distance(head, tail));
+  if (tail == head) {
+    // Closed with nothing left: gone. A last message sent before the
+    // close is still taken (the flag is read after the index).
+    MESHSTORE_RETURN_IF_ERROR(peer_gone(false));
+    return std::optional<Message>();
+  }
+  auto m = take(q, head);
+  if (!m.ok()) return m.status();
+  return std::optional<Message>(std::move(m).value());
+}
+
+bool Ring::has_message() const {
+  const Queue& q = queue(1 - end_);
+  return q.tail.load(std::memory_order_acquire) != q.head.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+constexpr std::uint64_t kDoorbellMagic = 0x6c6c65622e6d736dULL;  // "msm.bell", little-endian
+constexpr std::size_t kDoorbellBytes = 4096;
+
+struct DoorbellWords {
+  std::uint64_t magic;
+  alignas(64) std::atomic<std::uint32_t> seq;
+  std::atomic<std::uint32_t> sleeping;
+};
+static_assert(sizeof(DoorbellWords) <= kDoorbellBytes);
+
+DoorbellWords& words_of(const Segment& s) { return *reinterpret_cast<DoorbellWords*>(s.data()); }
+
+}  // namespace
+
+Doorbell::Doorbell(std::unique_ptr<Segment> segment) : segment_(std::move(segment)) {}
+
+Doorbell::~Doorbell() = default;
+
+Result<std::shared_ptr<Doorbell>> Doorbell::create() {
+  static std::atomic<std::uint64_t> next{0};
+  auto segment = Segment::create(process_prefix() + "bell." + std::to_string(next.fetch_add(1)),
+                                 kDoorbellBytes);
+  if (!segment.ok()) return segment.status();
+  auto* w = new ((*segment)->data()) DoorbellWords{};
+  w->seq.store(0);
+  w->sleeping.store(0);
+  std::atomic_thread_fence(std::memory_order_release);
+  w->magic = kDoorbellMagic;
+  std::shared_ptr<Doorbell> bell(new Doorbell(std::move(segment).value()));
+  bell->guard_ = PeerMemory::guard(bell->segment_->data(), bell->segment_->size());
+  return bell;
+}
+
+Result<std::shared_ptr<Doorbell>> Doorbell::open(const std::string& name) {
+  if (name.rfind(kSegmentPrefix, 0) != 0 || name.find('/') != std::string::npos) {
+    return Status(Errc::invalid_argument,
+                  "doorbell: '" + name + "' is not a meshstore segment name");
+  }
+  auto segment = Segment::open(name);
+  if (!segment.ok()) return segment.status();
+  if ((*segment)->size() < sizeof(DoorbellWords) || words_of(**segment).magic != kDoorbellMagic) {
+    return Status(Errc::protocol_error, "doorbell '" + name + "': not a doorbell");
+  }
+  return std::shared_ptr<Doorbell>(new Doorbell(std::move(segment).value()));
+}
+
+const std::string& Doorbell::name() const noexcept { return segment_->name(); }
+
+void Doorbell::ring() {
+  auto& w = words_of(*segment_);
+  w.seq.fetch_add(1);  // seq_cst, then the sleeping flag
+  if (w.sleeping.load() != 0) futex_wake(&w.seq);
+}
+
+std::uint32_t Doorbell::seq() const { return words_of(*segment_).seq.load(); }
+
+void Doorbell::set_sleeping(bool on) { words_of(*segment_).sleeping.store(on ? 1 : 0); }
+
+void Doorbell::sleep(std::uint32_t seen, std::chrono::nanoseconds timeout) {
+  // A truncated segment (poisoned guard) reads zeros and no client can
+  // wake it any more: sleep out the slice, the rings are polled after it.
+  if (guard_ && guard_->poisoned()) {
+    std::this_thread::sleep_for(timeout);
+    return;
+  }
+  futex_wait(&words_of(*segment_).seq, seen, timeout);
 }
 
 }  // namespace meshstore::transports::shm

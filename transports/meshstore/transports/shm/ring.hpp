@@ -23,6 +23,13 @@
 // and no name, so it goes with the last of its ends whatever kills them.
 // A creator killed before any server attached leaves the name, which
 // `meshstore gc` (and every shm server's start) removes.
+//
+// One thread may serve many rings (a volume's small-op service): it polls
+// their request queues with try_receive() and, when all are empty, sleeps
+// on a Doorbell, a futex word in a segment of its own that every client
+// end rings after each request it sends (Ring::use_doorbell). A client
+// that scribbles on the doorbell can only delay the wake-ups of its
+// fellow clients by one liveness period; it reads nothing of theirs.
 
 #include <sys/types.h>
 
@@ -30,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +46,8 @@
 #include "meshstore/transports/shm/shm_segment.hpp"
 
 namespace meshstore::transports::shm {
+
+class Doorbell;
 
 /// One end of a ring. Thread-compatible: one thread sends and one thread
 /// receives on an end at a time (the queues are single-producer,
@@ -97,6 +107,22 @@ class Ring {
   /// (Errc::timeout). unavailable when the peer is gone and nothing is
   /// left to read; protocol_error for a corrupt entry or index.
   Result<Message> receive(Deadline deadline);
+  /// The next message if one is queued, else none, without waiting or a
+  /// system call: unavailable when the peer closed its end and nothing is
+  /// left; protocol_error as receive(). Whether the peer's process still
+  /// runs is not asked here (see alive()).
+  Result<std::optional<Message>> try_receive();
+  /// Whether a message waits for this end (or the queue's indices are
+  /// corrupt, which try_receive() then says): two loads, for a thread that
+  /// polls many rings.
+  bool has_message() const;
+  /// unavailable when the peer closed its end or its process is gone,
+  /// protocol_error when the segment was truncated under this end: what a
+  /// thread polling with try_receive() asks now and then.
+  Status alive() const { return peer_gone(); }
+  /// From now on every send() of this (client) end also rings `bell`, the
+  /// doorbell of the thread that serves the other end.
+  void use_doorbell(std::shared_ptr<Doorbell> bell) { doorbell_ = std::move(bell); }
 
  private:
   Ring(std::unique_ptr<Segment> segment, int end, std::uint32_t slots, std::uint32_t slot_bytes,
@@ -111,6 +137,10 @@ class Ring {
   // attached (what was read from it since is not to be trusted).
   Status truncated() const;
   Status corrupt(const std::string& what) const;
+  // protocol_error when a queue's tail is more than slots_ past its head.
+  Status check_distance(std::uint32_t head, std::uint32_t tail) const;
+  // Takes the message at `head` of receiving queue `q`.
+  Result<Message> take(Queue& q, std::uint32_t head);
 
   std::unique_ptr<Segment> segment_;
   // The server end's: after segment_, so it goes before the mapping does.
@@ -119,6 +149,50 @@ class Ring {
   std::uint32_t slots_;
   std::uint32_t slot_bytes_;
   std::chrono::microseconds spin_;
+  std::shared_ptr<Doorbell> doorbell_;  // rung after each send; null: none
+};
+
+/// A futex word in a shared-memory segment of its own: the thread that
+/// serves many rings sleeps on it (wait()) and their client ends ring it
+/// (ring()). The server creates it (its name has the process prefix, so
+/// `meshstore gc` removes one a killed server left); clients open it by
+/// the name the server tells them. Thread-safe.
+class Doorbell {
+ public:
+  /// A new doorbell, this process its server.
+  static Result<std::shared_ptr<Doorbell>> create();
+  /// Opens doorbell `name` to ring it. invalid_argument for a name that is
+  /// not a meshstore segment's, protocol_error for a segment that is not a
+  /// doorbell, the segment's errors otherwise.
+  static Result<std::shared_ptr<Doorbell>> open(const std::string& name);
+  ~Doorbell();
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
+
+  const std::string& name() const noexcept;
+  /// Bumps the word and wakes the server when it sleeps.
+  void ring();
+  /// The word's value now: what wait() compares against.
+  std::uint32_t seq() const;
+  /// Sleeps until the word moves from `seen`, or `timeout` passes (or a
+  /// spurious wake-up: look again either way). Marks the server sleeping
+  /// meanwhile, so ring() makes a system call only then; `ready` is asked
+  /// once more after that mark, and no sleep happens when it says yes.
+  template <class Ready>
+  void wait(std::uint32_t seen, std::chrono::nanoseconds timeout, Ready ready) {
+    set_sleeping(true);
+    if (!ready()) sleep(seen, timeout);
+    set_sleeping(false);
+  }
+
+ private:
+  explicit Doorbell(std::unique_ptr<Segment> segment);
+  void set_sleeping(bool on);
+  void sleep(std::uint32_t seen, std::chrono::nanoseconds timeout);
+  std::unique_ptr<Segment> segment_;
+  // The server's: a client may truncate the segment under it (then the
+  // server reads zeros and sleeps in slices, never dies of SIGBUS).
+  std::unique_ptr<PeerMemory> guard_;
 };
 
 }  // namespace meshstore::transports::shm

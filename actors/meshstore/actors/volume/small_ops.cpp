@@ -1,0 +1,529 @@
+#include "meshstore/actors/volume/small_ops.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "meshstore/actors/atoms.hpp"
+#include "meshstore/internal/idle_spin.hpp"
+#include "meshstore/internal/thread_name.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/store/checks.hpp"
+#include "meshstore/transports/shm/peer_memory.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
+
+namespace meshstore::actors::volume {
+
+void SmallObjects::add(std::uint64_t id, const std::string& key,
+                       const std::shared_ptr<transports::Region>& region) {
+  if (region->size() > kMaxBytes || region->device() >= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  map_[id] = Entry{key, region};
+}
+
+void SmallObjects::remove(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  map_.erase(id);
+}
+
+std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(id);
+  if (it == map_.end() || it->second.key != key) {
+    return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
+  }
+  const auto& r = *it->second.region;
+  return fast_get::encode(fast_get::ReplyStatus::ok, r.data(), r.size());
+}
+
+namespace {
+
+// How often the serving thread asks whether each ring's client still runs
+// (a process check per ring) and, at the latest, looks at its stop flag.
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
+
+// A ring's side buffer (fast_get::side_buffer_name): the client's segment
+// holding the bytes of its puts larger than a ring slot, mapped read-only
+// at the first such put, as a PeerMemory range (the client may truncate it
+// under us). Only the serving thread uses it.
+class SideBuffer {
+ public:
+  explicit SideBuffer(std::string name) : name_(std::move(name)) {}
+  /// The buffer's first `n` bytes, or why not (no such segment, too small).
+  Result<const std::byte*> bytes(std::uint64_t n) {
+    if (!segment_) {
+      auto opened = transports::shm::Segment::open(name_, true);
+      if (!opened.ok()) {
+        return Status(Errc::protocol_error,
+                      "no side buffer '" + name_ + "': " + opened.status().message());
+      }
+      segment_ = std::move(opened).value();
+      guard_ = transports::shm::PeerMemory::guard(segment_->data(), segment_->size());
+    }
+    if (segment_->size() < n) {
+      return Status(Errc::protocol_error, "side buffer '" + name_ + "' holds " +
+                                              std::to_string(segment_->size()) + " bytes, not " +
+                                              std::to_string(n));
+    }
+    return static_cast<const std::byte*>(segment_->data());
+  }
+  /// After reading bytes(): protocol_error when the client truncated the
+  /// buffer meanwhile (what was read is not its put). The mapping is then
+  /// dropped; the next put maps the buffer anew, at its new size.
+  Status check_read() {
+    if (!guard_ || !guard_->poisoned()) return Status();
+    guard_.reset();
+    segment_.reset();
+    return Status(Errc::protocol_error,
+                  "side buffer '" + name_ + "' was truncated while its put was read");
+  }
+  /// Removes the buffer's name (its client died); a mapping stays until
+  /// this is destroyed.
+  void remove() { transports::shm::remove_segment(name_); }
+
+ private:
+  std::string name_;
+  std::unique_ptr<transports::shm::Segment> segment_;
+  std::unique_ptr<transports::shm::PeerMemory> guard_;  // after segment_: goes first
+};
+
+// A put request (fast_get::PutRequest), decoded and checked as input from
+// another process, as the job for the volume actor (without its `done`).
+// Its bytes are copied out of the side buffer here: the client leaves the
+// buffer alone until the reply, but the reply may come from the actor.
+Result<FastPutJob> put_job(const std::vector<std::byte>& bytes, const std::string& volume_id,
+                           SideBuffer* side) {
+  auto req = fast_get::decode_put(bytes);
+  if (!req.ok()) return req.status();
+  if (req->in_side_buffer) {
+    if (!side)
+      return Status(Errc::protocol_error, "a put in a side buffer over a channel without one");
+    auto at = side->bytes(req->nbytes);
+    if (!at.ok()) return at.status();
+    req->data = *at;
+  }
+  // What the store's put checks on the caller's side, checked again here.
+  if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
+    return Status(Errc::protocol_error, s.message());
+  }
+  if (std::any_of(req->shape.begin(), req->shape.end(), [](std::int64_t d) { return d < 0; })) {
+    return Status(Errc::protocol_error, "fast put of '" + req->key + "': a negative dimension");
+  }
+  if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
+      req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
+      req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
+    return Status(Errc::protocol_error,
+                  "fast put of '" + req->key + "': unknown kind, dtype or format");
+  }
+  FastPutJob job;
+  job.request.key = req->key;
+  job.request.nbytes = req->nbytes;
+  job.request.has_data = true;
+  job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
+  if (req->in_side_buffer) MESHSTORE_RETURN_IF_ERROR(side->check_read());
+  auto& r = job.record;
+  r.key = req->key;
+  r.expect_version = req->expect_version;
+  r.kind = static_cast<wire::ObjectKind>(req->kind);
+  r.dtype = static_cast<DType>(req->dtype);
+  r.object_format = static_cast<ObjectFormat>(req->format);
+  r.shape = Shape(req->shape.begin(), req->shape.end());
+  const auto numel = shape_numel(r.shape);
+  if (numel < 0 || static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != req->nbytes) {
+    return Status(Errc::protocol_error, "fast put of '" + req->key +
+                                            "': " + std::to_string(req->nbytes) +
+                                            " bytes for shape " + shape_to_string(r.shape));
+  }
+  r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id, 0, req->nbytes});
+  return job;
+}
+
+// A commit request (fast_get::CommitRequest), decoded and checked as input
+// from another process, as the job for the volume actor (which checks each
+// record names an object the channel's client staged there).
+Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
+                                 const std::string& volume_id) {
+  auto req = fast_get::decode_commit(bytes);
+  if (!req.ok()) return req.status();
+  for (const auto& p : req->prefixes) {
+    if (auto s = facade::check_key("fast commit", p); !s.ok()) {
+      return Status(Errc::protocol_error, s.message());
+    }
+  }
+  for (const auto& r : req->records) {
+    if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
+      return Status(Errc::protocol_error, s.message());
+    }
+    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id || r.shards[0].object_id == 0 ||
+        !r.pending.empty() || r.version != 0) {
+      return Status(Errc::protocol_error,
+                    "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'");
+    }
+  }
+  FastCommitJob job;
+  job.records = std::move(req->records);
+  job.prefixes = std::move(req->prefixes);
+  return job;
+}
+
+}  // namespace
+
+// A channel's reply to one request, sent once by whoever has it first.
+struct SmallOpService::Owed {
+  std::function<void(const std::vector<std::byte>&)> send;
+  caf::actor_addr controller;  // a put's or commit's; none for a get
+  std::uint64_t id = 0;        // in Pending; 0: not there
+  std::atomic<bool> sent{false};
+  // Sends `reply` unless it was sent; true when this call sent it.
+  bool deliver(const std::vector<std::byte>& reply) {
+    if (sent.exchange(true)) return false;
+    send(reply);
+    return true;
+  }
+};
+
+// The puts and commits handed to the volume actor and not yet answered:
+// what controller_gone() and stop() answer. Shared with the actor's
+// callbacks, which may run after the service is gone.
+struct SmallOpService::Pending {
+  std::mutex mu;
+  std::uint64_t next = 1;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Owed>> owed;
+  std::atomic<std::size_t> outstanding{0};  // owed.size(), read without the lock
+  void add(const std::shared_ptr<Owed>& o) {
+    std::lock_guard<std::mutex> lock(mu);
+    o->id = next++;
+    owed.emplace(o->id, o);
+    outstanding.store(owed.size());
+  }
+  void settle(const std::shared_ptr<Owed>& o, const std::vector<std::byte>& reply) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      owed.erase(o->id);
+      outstanding.store(owed.size());
+    }
+    o->deliver(reply);
+  }
+  // Answers `reply` to each owed put whose controller is `controller` (every
+  // one when it is null).
+  void fail(const caf::actor_addr* controller, const std::vector<std::byte>& reply) {
+    std::vector<std::shared_ptr<Owed>> doomed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = owed.begin(); it != owed.end();) {
+        if (!controller || it->second->controller == *controller) {
+          doomed.push_back(std::move(it->second));
+          it = owed.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      outstanding.store(owed.size());
+    }
+    for (auto& o : doomed) o->deliver(reply);
+  }
+};
+
+// One attached ring. The serving thread receives on it; replies are sent
+// by that thread (gets) or by the volume actor's (puts), one at a time.
+struct SmallOpService::Channel {
+  std::unique_ptr<transports::shm::Ring> ring;
+  FastPuts puts;
+  SideBuffer side;  // the serving thread's only
+  std::mutex send_mu;
+  bool closed = false;  // under send_mu: replies are dropped
+
+  Channel(std::unique_ptr<transports::shm::Ring> r, FastPuts p)
+      : ring(std::move(r)), puts(std::move(p)), side(fast_get::side_buffer_name(ring->name())) {}
+  // Sends `reply` to request `tag`, without waiting for room: the client
+  // has one request out at a time, so a full queue means it stopped
+  // reading, and its request then times out on its side.
+  void reply(std::uint64_t tag, std::vector<std::byte> bytes, const std::string& volume_id) {
+    if (bytes.size() > ring->slot_bytes()) {
+      const std::string why = "volume '" + volume_id + "': the object does not fit a ring slot";
+      bytes = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+    }
+    std::lock_guard<std::mutex> lock(send_mu);
+    if (closed) return;
+    (void)ring->send(tag, bytes.data(), bytes.size(), std::chrono::steady_clock::now());
+  }
+};
+
+SmallOpService::SmallOpService(std::string volume_id, std::shared_ptr<SmallObjects> table,
+                               std::chrono::microseconds spin)
+    : volume_id_(std::move(volume_id)),
+      table_(std::move(table)),
+      spin_(spin),
+      pending_(std::make_shared<Pending>()),
+      spinning_host_(internal::spinning_host()) {}
+
+SmallOpService::~SmallOpService() {
+  stop();
+  std::vector<std::shared_ptr<Channel>> rings;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rings.swap(rings_);
+  }
+  for (auto& c : rings) {
+    std::lock_guard<std::mutex> lock(c->send_mu);
+    c->closed = true;
+  }
+}
+
+void SmallOpService::stop() {
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    thread.swap(thread_);
+  }
+  if (thread.joinable()) {
+    bell_->ring();
+    thread.join();
+  }
+  pending_->fail(nullptr, fast_get::encode_put_error(
+                              Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
+}
+
+Result<std::string> SmallOpService::add_ring(std::unique_ptr<transports::shm::Ring> ring,
+                                             FastPuts puts) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_.load()) return Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped");
+    if (!bell_) {
+      auto bell = transports::shm::Doorbell::create();
+      if (!bell.ok()) return bell.status().with_context("volume '" + volume_id_ + "': doorbell");
+      bell_ = std::move(bell).value();
+      thread_ = std::thread([this] { run(); });
+    }
+    rings_.push_back(std::make_shared<Channel>(std::move(ring), std::move(puts)));
+    generation_.fetch_add(1);
+  }
+  bell_->ring();
+  return bell_->name();
+}
+
+std::size_t SmallOpService::rings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rings_.size();
+}
+
+void SmallOpService::attach_token(std::uint64_t token, FastPuts puts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tokens_[token] = std::move(puts);
+}
+
+void SmallOpService::owner_gone(const caf::actor_addr& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = tokens_.begin(); it != tokens_.end();) {
+    it = it->second.owner == owner ? tokens_.erase(it) : std::next(it);
+  }
+}
+
+void SmallOpService::controller_gone(const caf::actor_addr& controller) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dead_controllers_.push_back(controller);
+  }
+  pending_->fail(&controller,
+                 fast_get::encode_put_error(Status(
+                     Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
+}
+
+bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(dead_controllers_.begin(), dead_controllers_.end(), controller) !=
+         dead_controllers_.end();
+}
+
+void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel,
+                           const FastPuts* puts, const std::shared_ptr<Owed>& owed) {
+  auto magic = fast_get::request_magic(bytes);
+  const bool put = magic.ok() && *magic == fast_get::kPutMagic;
+  const bool commit = magic.ok() && *magic == fast_get::kCommitMagic;
+  if (!put && !commit) {
+    auto req = fast_get::decode_request(bytes);
+    if (req.ok()) {
+      owed->deliver(table_->read(req->object_id, req->key));
+    } else {
+      const std::string why = req.status().to_string();
+      owed->deliver(fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size()));
+    }
+    return;
+  }
+  auto refuse = [&](Status s) { owed->deliver(fast_get::encode_put_error(s)); };
+  const char* what = put ? "put" : "commit";
+  if (!puts) {
+    return refuse(Status(Errc::unavailable, "volume '" + volume_id_ + "': a " + what +
+                                                " from a client never attached"));
+  }
+  if (controller_down(puts->controller)) {
+    return refuse(
+        Status(Errc::unavailable, "volume '" + volume_id_ + "': the controller went down"));
+  }
+  auto volume = caf::actor_cast<caf::actor>(puts->volume);
+  if (!volume) return refuse(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
+  owed->controller = puts->controller;
+  std::weak_ptr<Pending> pending = pending_;
+  auto settle = [pending, owed](const std::vector<std::byte>& reply) {
+    if (auto p = pending.lock()) {
+      p->settle(owed, reply);
+    } else {
+      owed->deliver(reply);
+    }
+  };
+  if (put) {
+    auto job = put_job(bytes, volume_id_, channel ? &channel->side : nullptr);
+    if (!job.ok()) return refuse(job.status());
+    job->owner = puts->owner;
+    job->controller = puts->controller;
+    job->done = std::make_shared<std::function<void(Result<fast_get::PutDone>)>>(
+        [settle](Result<fast_get::PutDone> r) {
+          settle(r.ok() ? fast_get::encode_put_done(*r) : fast_get::encode_put_error(r.status()));
+        });
+    pending_->add(owed);
+    caf::anon_send(volume, fast_put_atom::value, std::move(job).value());
+    return;
+  }
+  auto job = commit_job(bytes, volume_id_);
+  if (!job.ok()) return refuse(job.status());
+  job->owner = puts->owner;
+  job->controller = puts->controller;
+  const std::size_t records = job->records.size();
+  job->done = std::make_shared<std::function<void(Result<std::vector<std::uint64_t>>)>>(
+      [settle, records](Result<std::vector<std::uint64_t>> r) {
+        if (r.ok() && r->size() != records) {
+          r = Status(Errc::internal, "a commit of " + std::to_string(records) +
+                                         " records answered " + std::to_string(r->size()) +
+                                         " versions");
+        }
+        settle(r.ok() ? fast_get::encode_commit_done(*r) : fast_get::encode_put_error(r.status()));
+      });
+  pending_->add(owed);
+  caf::anon_send(volume, fast_commit_atom::value, std::move(job).value());
+}
+
+std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size_t n) {
+  if (n < kTokenBytes) {
+    const std::string why = "volume '" + volume_id_ + "': a small request without its token";
+    return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+  }
+  std::uint64_t token = 0;
+  std::memcpy(&token, p, kTokenBytes);
+  std::optional<FastPuts> puts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tokens_.find(token);
+    if (it != tokens_.end()) puts = it->second;
+  }
+  auto promise = std::make_shared<Promise<std::vector<std::byte>>>(
+      Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
+  auto reply = promise->future();
+  auto owed = std::make_shared<Owed>();
+  owed->send = [promise](const std::vector<std::byte>& bytes) { promise->set(bytes); };
+  if (stop_.load()) {
+    return fast_get::encode_put_error(
+        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
+  }
+  serve(std::vector<std::byte>(p + kTokenBytes, p + n), nullptr, puts ? &*puts : nullptr, owed);
+  // The actor's commit at the controller has its own timeout, and stop()
+  // answers what is owed: this bound only guards against a lost callback.
+  const auto timeout =
+      (puts ? puts->timeout : std::chrono::milliseconds(0)) + std::chrono::seconds(5);
+  if (!reply.wait_for(timeout)) {
+    return fast_get::encode_put_error(
+        Status(Errc::timeout, "volume '" + volume_id_ + "': a small request did not finish"));
+  }
+  auto r = reply.get();
+  return r.ok() ? std::move(r).value() : fast_get::encode_put_error(r.status());
+}
+
+bool SmallOpService::drain(const std::shared_ptr<Channel>& channel) {
+  for (;;) {
+    auto m = channel->ring->try_receive();
+    if (!m.ok()) {
+      if (m.status().code() != Errc::unavailable) {
+        log::get("volume")->warn("volume '{}': fast path ring closed: {}", volume_id_,
+                                 m.status().to_string());
+      }
+      return false;
+    }
+    if (!*m) return true;
+    auto owed = std::make_shared<Owed>();
+    std::weak_ptr<Channel> weak = channel;
+    owed->send = [weak, tag = (*m)->tag, id = volume_id_](const std::vector<std::byte>& reply) {
+      if (auto c = weak.lock()) c->reply(tag, reply, id);
+    };
+    serve((*m)->bytes, channel.get(), &channel->puts, owed);
+  }
+}
+
+void SmallOpService::run() {
+  internal::name_this_thread("ms.small_ops");
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::shared_ptr<Channel>> rings;
+  std::uint64_t seen_generation = ~std::uint64_t{0};
+  auto next_check = Clock::now() + kLivenessPeriod;
+  // Drops the rings in `gone` (their client closed, died or corrupted it).
+  auto drop = [&](const std::vector<std::shared_ptr<Channel>>& gone) {
+    if (gone.empty()) return;
+    for (const auto& c : gone) {
+      {
+        std::lock_guard<std::mutex> lock(c->send_mu);
+        c->closed = true;
+      }
+      // A client killed with SIGKILL cannot remove its side buffer: the
+      // ring's own name went as the volume attached; the side buffer's
+      // goes here, so a killed client leaves nothing in /dev/shm.
+      if (c->ring->peer_died()) c->side.remove();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    rings_.erase(std::remove_if(rings_.begin(), rings_.end(),
+                                [&](const auto& c) {
+                                  return std::find(gone.begin(), gone.end(), c) != gone.end();
+                                }),
+                 rings_.end());
+    generation_.fetch_add(1);
+  };
+  // Answers what waits on every ring; true when something did.
+  auto poll = [&] {
+    if (generation_.load() != seen_generation) {
+      std::lock_guard<std::mutex> lock(mu_);
+      rings = rings_;
+      seen_generation = generation_.load();
+    }
+    bool any = false;
+    std::vector<std::shared_ptr<Channel>> gone;
+    for (const auto& c : rings) {
+      if (!c->ring->has_message()) continue;
+      any = true;
+      if (!drain(c)) gone.push_back(c);
+    }
+    drop(gone);
+    return any;
+  };
+  while (!stop_.load()) {
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      std::vector<std::shared_ptr<Channel>> gone;
+      for (const auto& c : rings) {
+        if (!c->ring->has_message() && !c->ring->alive().ok()) gone.push_back(c);
+      }
+      drop(gone);
+      next_check = now + kLivenessPeriod;
+    }
+    if (poll()) continue;
+    // The next request of a client that just had its answer comes soon:
+    // spin for it. Not while the volume actor works on a put, unless the
+    // host has cores to spare: on 2 vCPUs this thread would take the core
+    // the actor (and the controller) need to answer it.
+    const bool spin = pending_->outstanding.load() == 0 || spinning_host_;
+    if (spin && internal::spin_until([&] { return stop_.load() || poll(); }, spin_)) continue;
+    const std::uint32_t seq = bell_->seq();
+    bell_->wait(seq, std::max<Clock::duration>(next_check - Clock::now(), Clock::duration::zero()),
+                [&] { return stop_.load() || poll(); });
+  }
+}
+
+}  // namespace meshstore::actors::volume

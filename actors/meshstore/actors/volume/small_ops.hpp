@@ -1,0 +1,144 @@
+#pragma once
+// A volume's small-op service: one thread that serves the small gets, puts
+// and commits of every client's channel to this volume (docs/architecture.md,
+// "The small-op service"). Clients on this host send them over a
+// shared-memory ring each (transports/shm/ring.hpp); the thread polls all
+// the rings and, when they are all empty, sleeps on the volume's doorbell,
+// which each client rings after a request. Clients on other hosts send them
+// over tcp's small-op connections, on that transport's connection threads.
+//
+// A get is answered from the table of small committed objects at once. A
+// put or commit is checked (a request is input from another process) and
+// handed to the volume actor, which commits it at the controller; the
+// actor's outcome is the reply, sent to the channel from the thread that
+// has it. So the serving thread never waits for the controller: a slow
+// commit holds up no other client. A reply is owed once: the actor's
+// outcome, or "unavailable" when the commit's controller goes down or the
+// volume stops, whichever comes first.
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/transports/region.hpp"
+#include "meshstore/transports/shm/ring.hpp"
+
+namespace meshstore::actors::volume {
+
+/// Small committed host objects by id, readable outside the volume actor:
+/// the small-op service serves gets from it. The actor adds an object when
+/// it is committed and removes it when it is dropped; a reader copies under
+/// the lock while holding the region, so a dropped object's memory is never
+/// pooled or freed under it, and committed bytes never change.
+class SmallObjects {
+ public:
+  /// Objects of at most this many bytes are kept (a ring slot's payload).
+  static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
+  void add(std::uint64_t id, const std::string& key,
+           const std::shared_ptr<transports::Region>& region);
+  void remove(std::uint64_t id);
+  /// The reply to a get of object `id` named `key`: its bytes, or stale.
+  std::vector<std::byte> read(std::uint64_t id, const std::string& key) const;
+
+ private:
+  struct Entry {
+    std::string key;
+    std::shared_ptr<transports::Region> region;
+  };
+  mutable std::mutex mu_;  // guards map_
+  std::unordered_map<std::uint64_t, Entry> map_;
+};
+
+/// Where a channel's puts go: the volume actor, which commits them at the
+/// controller for the client that attached the channel (all weak: the
+/// service must not keep actors alive); a tcp connection thread waits at
+/// most `timeout` for the outcome.
+struct FastPuts {
+  caf::actor_addr volume;
+  caf::actor_addr controller;
+  caf::actor_addr owner;
+  std::chrono::milliseconds timeout;
+};
+
+class SmallOpService {
+ public:
+  /// The service of volume `volume_id`, serving gets from `table`. Its
+  /// thread and doorbell are made at the first ring (a volume no client
+  /// reaches over shm keeps nothing in /dev/shm); the thread spins `spin`
+  /// over the rings before it sleeps.
+  SmallOpService(std::string volume_id, std::shared_ptr<SmallObjects> table,
+                 std::chrono::microseconds spin);
+  /// stop(), then lets go of every ring.
+  ~SmallOpService();
+  SmallOpService(const SmallOpService&) = delete;
+  SmallOpService& operator=(const SmallOpService&) = delete;
+
+  /// Serves `ring` (its server end) from now on, committing its puts as
+  /// `puts` says; answers the name of the doorbell its client rings after
+  /// each request. The ring goes when its client closes it, dies (then its
+  /// side buffer's name goes too) or corrupts it (logged). The doorbell's
+  /// errors (out_of_capacity when /dev/shm is full); unavailable once
+  /// stopped.
+  Result<std::string> add_ring(std::unique_ptr<transports::shm::Ring> ring, FastPuts puts);
+  /// The rings served now (those whose client is gone may linger for up to
+  /// a liveness period).
+  std::size_t rings() const;
+
+  /// The bytes of each tcp small-op request start with the 8-byte token
+  /// its client attached with (attach_token), which says whom its puts are
+  /// committed for.
+  static constexpr std::size_t kTokenBytes = 8;
+  void attach_token(std::uint64_t token, FastPuts puts);
+  /// Answers tcp small-op request `p`, `n` bytes (token first), on the
+  /// calling connection thread, waiting for a put's outcome.
+  std::vector<std::byte> serve_token(const std::byte* p, std::size_t n);
+
+  /// The client `owner` went: the tokens it attached go.
+  void owner_gone(const caf::actor_addr& owner);
+  /// `controller` went down: puts waiting for it are answered unavailable
+  /// now (a request to a dead remote actor would only time out), and
+  /// later ones at once.
+  void controller_gone(const caf::actor_addr& controller);
+  /// The volume stops: the thread ends (within one poll), and every put
+  /// still owed a reply is answered unavailable. Idempotent.
+  void stop();
+
+  struct Channel;
+  struct Owed;
+  struct Pending;
+
+ private:
+  void run();
+  // Serves one request from `channel` (null `puts`: never attached), its
+  // reply owed by `owed`.
+  void serve(const std::vector<std::byte>& bytes, Channel* channel, const FastPuts* puts,
+             const std::shared_ptr<Owed>& owed);
+  // Answers each waiting request of `channel`; false when it must go.
+  bool drain(const std::shared_ptr<Channel>& channel);
+  bool controller_down(const caf::actor_addr& controller) const;
+
+  const std::string volume_id_;
+  const std::shared_ptr<SmallObjects> table_;
+  const std::chrono::microseconds spin_;
+  const std::shared_ptr<Pending> pending_;
+  const bool spinning_host_;
+
+  mutable std::mutex mu_;  // guards what follows
+  std::vector<std::shared_ptr<Channel>> rings_;
+  std::unordered_map<std::uint64_t, FastPuts> tokens_;
+  std::vector<caf::actor_addr> dead_controllers_;
+  std::shared_ptr<transports::shm::Doorbell> bell_;  // set once, with thread_
+  std::thread thread_;
+  std::atomic<std::uint64_t> generation_{0};  // bumped when rings_ changes
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace meshstore::actors::volume
