@@ -126,19 +126,13 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 
 // A small put over the ring to this client's volume (fast_path.hpp): a
 // whole tensor or object in contiguous host memory. On a hit the key is
-// committed and this process's reads see it on both paths: the mirror has
-// it, and `tell_client` hands the record to the client actor ahead of any
-// later call (its mailbox keeps order). Else the caller takes the actor
-// path.
+// committed and this process's reads see it on both paths: it is in the
+// client's one location cache. Else the caller takes the actor path.
 bool fast_put(actors::FastPath* fast, const actors::FastPath::Put& p,
-              std::chrono::milliseconds timeout,
-              const std::function<void(std::vector<wire::KeyRecord>)>& tell_client) {
+              std::chrono::milliseconds timeout) {
   if (fast == nullptr) return false;
-  wire::KeyRecord committed;
   Status why;
-  if (fast->write(p, timeout, &committed, &why) != FastOutcome::hit) return false;
-  tell_client({std::move(committed)});
-  return true;
+  return fast->write(p, timeout, &why) == FastOutcome::hit;
 }
 
 }  // namespace
@@ -169,9 +163,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
                     actors::FastPath::Put{call_items.front().first, wire::ObjectKind::tensor,
                                           h.dtype(), h.shape(), ObjectFormat::bytes,
                                           static_cast<const std::byte*>(h.data()), h.nbytes()},
-                    impl_->options.request_timeout, [this](std::vector<wire::KeyRecord> r) {
-                      Impl::send(impl_.get(), actors::store_learn_atom::value, std::move(r));
-                    });
+                    impl_->options.request_timeout);
   };
   if (impl_ && host->device().type == DeviceType::cpu && host->is_contiguous() &&
       host->nbytes() <= actors::FastPath::kMaxPutBytes && put_fast(*host)) {
@@ -431,9 +423,7 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
           actors::FastPath::Put{key, wire::ObjectKind::object, DType::uint8,
                                 Shape{static_cast<std::int64_t>(bytes.size())}, format,
                                 reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()},
-          impl_->options.request_timeout, [this](std::vector<wire::KeyRecord> r) {
-            Impl::send(impl_.get(), actors::store_learn_atom::value, std::move(r));
-          })) {
+          impl_->options.request_timeout)) {
     return make_ready_future();
   }
   call.items.push_back(bytes_item(key, std::move(bytes), wire::ObjectKind::object));

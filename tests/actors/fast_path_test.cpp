@@ -542,7 +542,7 @@ class FastPathRing : public ::testing::Test {
     r.version = 3;
     r.shape = {4};
     r.shards.push_back(wire::ShardRecord{TensorSlice::full({4}), "v", 7, 4});
-    fast_.learn(r);
+    fast_.cache().put(r);
   }
   // Reads "k" while the test's volume end answers the request with `reply`;
   // the read's consumer takes the bytes when `take`.
@@ -646,14 +646,14 @@ TEST_F(FastPathRing, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
   sharded.shape = {8};
   sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {0}, {4}).value(), "v", 8, 16});
   sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {4}, {4}).value(), "v", 9, 16});
-  fast_.learn(sharded);
+  fast_.cache().put(sharded);
   wire::KeyRecord large;
   large.key = "l";
   large.version = 5;
   large.shape = {static_cast<std::int64_t>(actors::FastPath::kMaxBytes + 1)};
   large.shards.push_back(
       wire::ShardRecord{TensorSlice::full(large.shape), "v", 10, actors::FastPath::kMaxBytes + 1});
-  fast_.learn(large);
+  fast_.cache().put(large);
   for (const char* key : {"s", "l"}) {
     EXPECT_EQ(
         fast_.read(

@@ -75,8 +75,10 @@ std::shared_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer s
 caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_actor controller,
                           strategy_actor strategy) {
   self->state.cfg = std::move(cfg);
-  self->state.locations.max = self->state.cfg.max_cached_locations;
-  self->state.locations.fast = self->state.cfg.fast_path;
+  self->state.locations =
+      self->state.cfg.fast_path
+          ? self->state.cfg.fast_path->shared_cache()
+          : std::make_shared<LocationCache>(self->state.cfg.max_cached_locations);
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
@@ -113,14 +115,6 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         handle_stage(self, std::move(call));
       },
       [=](store_release_atom, const ReleaseStagedCall& call) { handle_release_staged(self, call); },
-      // What the store's caller committed over the fast path (a put on a
-      // volume's ring): into the cache, so this client's later reads on
-      // the actor path see it too. Sent before the put returned.
-      [=](store_learn_atom, std::vector<wire::KeyRecord>& records) {
-        auto& st = self->state;
-        st.locations.make_room(records.size());
-        for (const auto& r : records) st.locations.put(r);
-      },
       // A spare the store's caller took off the fast path's shelf, and what
       // became of it (client/put.hpp, spare_used).
       [=](store_spare_atom, SpareUse& use) { spare_used(self, use); },

@@ -139,8 +139,8 @@ struct ReleaseStagedCall {
 
 /// What the store's caller did with a spare it took off the fast path's
 /// shelf (FastPath::unshelve; store_spare_atom, fire and forget): committed
-/// it over the ring (records and their versions for the client's cache),
-/// did not use it (the client gives it back), or lost it (the ring failed
+/// it over the ring (its records already in the location cache), did not
+/// use it (the client gives it back), or lost it (the ring failed
 /// with its commit on the way: the outcome is unknown).
 struct SpareUse {
   enum class Outcome { committed, unused, lost };
@@ -149,8 +149,6 @@ struct SpareUse {
   std::string volume_id;
   std::vector<std::pair<std::string, std::uint64_t>> layout;
   std::vector<wire::RegionRef> regions;
-  std::vector<wire::KeyRecord> records;
-  std::vector<std::uint64_t> versions;
 };
 
 struct PutCall {
@@ -305,8 +303,8 @@ struct ClientConfig {
   /// least recently used keys on its volume and stages again, once.
   bool evict_lru = false;
   /// The fast path for small gets and puts (shared with the Store facade, which
-  /// reads over it); null: none. The client mirrors its location cache
-  /// into it and opens a ring to each volume it reaches over shm.
+  /// reads over it); null: none. Its location cache is the client's own,
+  /// and the client opens a ring to each volume it reaches over shm.
   std::shared_ptr<FastPath> fast_path;
   /// Spare staging (docs/architecture.md, "Spare staging"): a state dict
   /// this client puts again with the same layout keeps the next put's

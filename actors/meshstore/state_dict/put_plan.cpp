@@ -317,16 +317,13 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
   // answer holds up the actors' put (a future) instead of this thread.
   auto spare = fast.unshelve(under, std::chrono::steady_clock::now() + kSpareWait);
   if (!spare) return false;
-  auto tell_client = [&](Outcome outcome, std::vector<wire::KeyRecord> records = {},
-                         std::vector<std::uint64_t> versions = {}) {
+  auto tell_client = [&](Outcome outcome) {
     actors::SpareUse use;
     use.outcome = outcome;
     use.under = under;
     use.volume_id = spare->volume_id;
     use.layout = std::move(spare->layout);
     use.regions = std::move(spare->regions);
-    use.records = std::move(records);
-    use.versions = std::move(versions);
     tell(std::move(use));
   };
   const std::string home = fast.home();
@@ -335,7 +332,7 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
   // client last saw (its manifest's expect_version): one that arrives late
   // (its ring timed out, and the actors put the state dict again meanwhile)
   // or races another writer is refused, and never rolls the key back.
-  const auto seen = fast.known_version(under);
+  const auto seen = fast.cache().version(under);
   const bool has_manifest = std::any_of(call.items.begin(), call.items.end(),
                                         [&](const actors::PutItem& i) { return i.key == under; });
   if (spare->volume_id != home || spare->layout != layout ||
@@ -381,10 +378,10 @@ bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
   }
   for (std::size_t i = 0; i < records.size(); ++i) {
     records[i].version = (*versions)[i];
-    fast.learn(records[i]);  // this thread's next read sees it
+    fast.cache().put(records[i]);  // this thread's next read sees it
   }
   fast.expect(under);  // the client actor stages the layout again
-  tell_client(Outcome::committed, std::move(records), std::move(versions).value());
+  tell_client(Outcome::committed);
   return true;
 }
 

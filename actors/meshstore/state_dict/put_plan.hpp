@@ -78,7 +78,7 @@ Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPu
 // `fast`, the items are written straight into it (gathered, split over the
 // copy engine with this thread taking a share) and committed over the
 // volume's ring, replacing the keys under the put's prefix. True: committed
-// (the fast path's mirror has the records); false: nothing committed here,
+// (the location cache has the records); false: nothing committed here,
 // the caller puts it through the actors. Either way `tell` gets what
 // became of a spare it took (actors::SpareUse, for the client actor).
 bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,

@@ -242,7 +242,8 @@ void Store::Impl::start_client() {
   cc.request_timeout = options.request_timeout;
   cc.evict_lru = options.eviction == "lru";
   if (options.fast_path) {
-    fast = std::make_shared<actors::FastPath>();
+    fast = std::make_shared<actors::FastPath>(
+        std::make_shared<actors::LocationCache>(cc.max_cached_locations));
     cc.fast_path = fast;
   }
   cc.ring_spin = options.fast_path_spin;

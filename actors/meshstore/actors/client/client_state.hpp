@@ -61,32 +61,6 @@ struct VolumeConn {
 using ConnResult = Result<std::shared_ptr<VolumeConn>>;
 using ConnCallback = std::function<void(const ConnResult&)>;
 
-/// The client's cache of key locations: the last record seen per key, from
-/// its own commits and the controller's answers. Every change is mirrored
-/// into the fast path's copy (when the store has a fast path), before the
-/// call that made it completes.
-class LocationCache {
- public:
-  /// Entries at most: the whole cache is dropped when an insert would pass it.
-  std::size_t max = 1 << 16;
-  std::shared_ptr<FastPath> fast;  // null: no fast path
-
-  const wire::KeyRecord* find(const std::string& key) const {
-    auto it = map_.find(key);
-    return it == map_.end() ? nullptr : &it->second;
-  }
-  /// Makes room for `n` more entries (drops everything when full).
-  void make_room(std::size_t n);
-  /// Remembers `r` (found) for r.key.
-  void put(const wire::KeyRecord& r);
-  void erase(const std::string& key);
-  void erase_under(const std::string& prefix);
-  void erase_on_volume(const std::string& volume_id);
-
- private:
-  std::unordered_map<std::string, wire::KeyRecord> map_;
-};
-
 /// The client actor's state; touched only by the client actor.
 struct ClientState {
   static inline const char* name = "meshstore.client";
@@ -106,8 +80,9 @@ struct ClientState {
   std::string home_lost;
   std::vector<ConnCallback> home_waiters;
   bool home_pending = false;
-  // key -> last record seen; validated by the volume on every read.
-  LocationCache locations;
+  // key -> last record seen, shared with the fast path (the callers'
+  // threads); validated by the volume on every read.
+  std::shared_ptr<LocationCache> locations;
   // Requests waiting on each peer, failed at once if the peer goes down
   // (CAF 0.17 itself would only time them out).
   std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void(caf::error&)>>> waiting;

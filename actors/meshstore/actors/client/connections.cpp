@@ -281,7 +281,8 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
       if (st.cfg.fast_path) st.cfg.fast_path->set_home("");
       st.home_lost = name + " went down (" + reason + ")";
     }
-    st.locations.erase_on_volume(id);
+    st.locations->erase_on_volume(id);
+    if (st.cfg.fast_path) st.cfg.fast_path->close_ring(id);
     for (auto s = st.spares.begin(); s != st.spares.end();) {  // staged there: gone with it
       if (s->second.volume_id != id) {
         ++s;
@@ -300,7 +301,7 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
   if (name == "the controller") {
     controller_gone(self, why);
     // Every call fails from now on, the fast path's direct reads too.
-    if (st.cfg.fast_path) st.cfg.fast_path->forget_all_keys();
+    st.locations->clear();
   }
   // Stopped in order (its store closing): news, not trouble.
   static const std::string kShutdown =

@@ -1,4 +1,5 @@
-// The fast path for small gets and puts: the location mirror and the rings.
+// The fast path for small gets and puts: the rings, read and put through
+// the client's location cache.
 
 #include "meshstore/actors/client/fast_path.hpp"
 
@@ -75,59 +76,15 @@ struct FastPath::Channel {
   std::vector<std::byte> framed;  // token + request (remote)
 };
 
-void FastPath::learn(const wire::KeyRecord& r) {
-  const bool whole =
-      r.found() && r.shards.size() == 1 && r.shards[0].slice.is_full() && r.pending.empty();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return;
-  if (!whole) {
-    auto it = entries_.find(r.key);
-    if (it != entries_.end() && it->second.version <= r.version) entries_.erase(it);
-    return;
-  }
-  const auto& s = r.shards[0];
-  auto& e = entries_[r.key];
-  if (e.version > r.version) return;  // a put over the ring already went further
-  e = Entry{s.volume_id, s.object_id,     r.kind,    r.dtype, r.shape,
-            s.nbytes,    r.object_format, r.version, s.place};
-}
-
 void FastPath::set_home(const std::string& volume_id) {
   std::lock_guard<std::mutex> lock(mu_);
   home_ = volume_id;
 }
 
-void FastPath::forget(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.erase(key);
-}
-
-std::optional<std::uint64_t> FastPath::known_version(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return std::nullopt;
-  return it->second.version;
-}
-
-void FastPath::forget_under(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    it = it->first.compare(0, prefix.size(), prefix) == 0 ? entries_.erase(it) : std::next(it);
-  }
-}
-
-void FastPath::forget_all_keys() {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.clear();
-}
-
-void FastPath::forget_volume(const std::string& volume_id) {
+void FastPath::close_ring(const std::string& volume_id) {
   std::shared_ptr<Channel> doomed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      it = it->second.volume_id == volume_id ? entries_.erase(it) : std::next(it);
-    }
     if (auto it = rings_.find(volume_id); it != rings_.end()) {
       doomed = std::move(it->second);
       rings_.erase(it);
@@ -177,7 +134,6 @@ void FastPath::close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
-    entries_.clear();
     expected_.clear();
     doomed.swap(rings_);
   }
@@ -186,12 +142,12 @@ void FastPath::close() {
 
 std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
                                                         Entry* entry) const {
+  auto e = cache_->entry(key);
+  if (!e) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  auto e = entries_.find(key);
-  if (e == entries_.end()) return nullptr;
-  auto r = rings_.find(e->second.volume_id);
+  auto r = rings_.find(e->volume_id);
   if (r == rings_.end()) return nullptr;
-  *entry = e->second;
+  *entry = std::move(*e);
   return r->second;
 }
 
@@ -203,12 +159,6 @@ bool FastPath::servable(const std::string& key, const std::function<bool(const E
          ((channel->direct(entry) && direct_size(entry, to_device)) || entry.nbytes <= kMaxBytes);
 }
 
-void FastPath::forget_object(const std::string& key, std::uint64_t object_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto e = entries_.find(key);
-  if (e != entries_.end() && e->second.object_id == object_id) entries_.erase(e);
-}
-
 // The seqlock argument of the actors' lease-free reads (volume_reads.cpp):
 // the volume clears an object's tag before its memory serves anything
 // else, and committed bytes never change, so the same id before and after
@@ -218,7 +168,7 @@ FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& ent
   auto at = channel.tagged(entry);
   if (!at.tag) return Outcome::miss;
   auto stale = [&] {
-    forget_object(key, entry.object_id);
+    cache_->erase_object(key, entry.object_id);
     lease_free_stale_.fetch_add(1, std::memory_order_relaxed);
     stale_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::stale;
@@ -261,7 +211,7 @@ FastPath::Outcome FastPath::read_together(
   // else, so every copy is of a committed object that was current
   // throughout (a writer's replace clears the old tags before it returns).
   auto stale = [&](std::size_t i) {
-    forget_object(keys[i], parts[i].entry.object_id);
+    cache_->erase_object(keys[i], parts[i].entry.object_id);
     lease_free_stale_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::stale;
   };
@@ -339,7 +289,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
   auto status = fast_get::reply_status(*m);
   if (!status.ok()) return fail(status.status());
   if (*status == fast_get::ReplyStatus::stale) {
-    forget_object(key, entry.object_id);
+    cache_->erase_object(key, entry.object_id);
     stale_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::stale;
   }
@@ -364,8 +314,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
   return Outcome::hit;
 }
 
-FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeout,
-                                  wire::KeyRecord* committed, Status* why) {
+FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeout, Status* why) {
   auto miss = [&](Status s) {
     *why = std::move(s);
     put_misses_.fetch_add(1, std::memory_order_relaxed);
@@ -393,11 +342,11 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
       return miss(Status(Errc::unavailable, "no ring to this client's volume"));
     }
     channel = r->second;
-    // Only over the version this client saw last, when it saw one: a put
-    // that reaches the controller late (its ring timed out and the actors
-    // put it meanwhile) is refused rather than roll the key back.
-    if (auto e = entries_.find(p.key); e != entries_.end()) req.expect_version = e->second.version;
   }
+  // Only over the version this client saw last, when it saw one: a put
+  // that reaches the controller late (its ring timed out and the actors
+  // put it meanwhile) is refused rather than roll the key back.
+  if (auto seen = cache_->version(p.key)) req.expect_version = *seen;
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
   if (channel->failed) return miss(Status(Errc::unavailable, "the ring failed"));
@@ -442,8 +391,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   r.shards.push_back(
       wire::ShardRecord{TensorSlice::full(p.shape), home, done->object_id, p.nbytes});
   r.shards.back().place = std::move(done->place);
-  learn(r);
-  *committed = std::move(r);
+  cache_->put(r);
   puts_.fetch_add(1, std::memory_order_relaxed);
   return Outcome::hit;
 }

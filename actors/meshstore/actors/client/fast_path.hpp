@@ -6,10 +6,10 @@
 // without any actor, and puts one through its own volume's ring (the
 // volume's actor commits it). What it needs lives here, shared by the
 // client actor and the Store facade:
-// - a mirror of the client actor's location cache, for small whole keys:
-//   the actor writes it wherever it writes its own cache, so a location the
-//   actor dropped (a remove, an overwrite by this client, a volume that went
-//   down) is gone here before the call that dropped it completes;
+// - the client's one location cache (client/location_cache.hpp), shared
+//   with the client actor, so a location the actor dropped (a remove, an
+//   overwrite by this client, a volume that went down) is gone here before
+//   the call that dropped it completes;
 // - the rings, one per same-host volume, created by the client actor when
 //   it connects to the volume over shm and attached by the volume.
 // A read of a key whose object's place in the volume's shared memory is
@@ -19,7 +19,7 @@
 // object id and key it expects over the ring; the volume answers the bytes
 // of that committed object or "stale" (superseded, removed). Either way a
 // stale location is detected and the caller takes the actor path, never
-// reads the wrong bytes. A put's record is mirrored before put() returns;
+// reads the wrong bytes. A put's record is cached before put() returns;
 // a record of an older version never replaces a newer one. Thread-safe.
 
 #include <atomic>
@@ -36,6 +36,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "meshstore/actors/client/location_cache.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/dtype.hpp"
 #include "meshstore/object_format.hpp"
@@ -69,18 +70,14 @@ class FastPath {
   /// larger ones take the actors, whose copy engine splits them).
   static constexpr std::uint64_t kMaxDirectBytes = std::uint64_t{8} << 20;
 
-  /// A cached location of a small whole key.
-  struct Entry {
-    std::string volume_id;
-    std::uint64_t object_id = 0;
-    wire::ObjectKind kind = wire::ObjectKind::tensor;
-    DType dtype = DType::uint8;
-    Shape shape;
-    std::uint64_t nbytes = 0;
-    ObjectFormat format = ObjectFormat::bytes;
-    std::uint64_t version = 0;  ///< the commit it came from: newer ones win
-    std::string place;          ///< its record's shm place ("" unknown; a hint)
-  };
+  /// A cached location of a whole key (the client's one location cache's).
+  using Entry = LocationCache::Entry;
+  /// Reads and puts through `cache`, the client actor's own.
+  explicit FastPath(std::shared_ptr<LocationCache> cache = std::make_shared<LocationCache>())
+      : cache_(std::move(cache)) {}
+  /// The location cache it reads through.
+  LocationCache& cache() const { return *cache_; }
+  const std::shared_ptr<LocationCache>& shared_cache() const { return cache_; }
   /// Whether a direct read may copy `entry` into host memory (at most
   /// kMaxDirectBytes) or GPU memory (any size: it is the one host-to-device
   /// copy from the volume's page-locked mapping that the actors' path also
@@ -121,20 +118,11 @@ class FastPath {
 
   // -- the client actor's side --
 
-  /// Mirrors a cache entry: keeps `r` when it is a whole key on one volume, else forgets r.key;
-  /// an entry of a newer version stays.
-  void learn(const wire::KeyRecord& r);
   /// The volume this client puts to (the strategy's choice), "" for none
   /// yet: puts go over its ring.
   void set_home(const std::string& volume_id);
-  void forget(const std::string& key);
-  /// The version of `key` this client last saw (its cached entry's);
-  /// nullopt when none is cached.
-  std::optional<std::uint64_t> known_version(const std::string& key) const;
-  void forget_under(const std::string& prefix);
-  void forget_all_keys();
-  /// Forgets the keys on `volume_id` and closes its ring (it went down).
-  void forget_volume(const std::string& volume_id);
+  /// Closes the ring to `volume_id` (it went down).
+  void close_ring(const std::string& volume_id);
   /// The ring to `volume_id`, which attached it, and the shm transport
   /// this client reaches the volume's memory with (direct reads; null:
   /// none).
@@ -201,13 +189,11 @@ class FastPath {
                 bool to_device = false) const;
 
   /// Puts `p` over the ring to this client's home volume, which stages it
-  /// and commits it at the controller; on success `*committed` is the
-  /// key's new record (already mirrored here) for the client actor's
-  /// cache. A miss (no home ring, too big for a slot, the volume refused
-  /// or failed: `*why` says what) means the caller takes the actor path,
-  /// which reports any error itself (a full volume evicts there).
-  Outcome write(const Put& p, std::chrono::milliseconds timeout, wire::KeyRecord* committed,
-                Status* why);
+  /// and commits it at the controller; on success the key's new record is
+  /// in the location cache before this returns. A miss (no home ring, too big for a slot, the
+  /// volume refused or failed: `*why` says what) means the caller takes the actor path, which
+  /// reports any error itself (a full volume evicts there).
+  Outcome write(const Put& p, std::chrono::milliseconds timeout, Status* why);
 
   // -- spares: puts of a state dict into staging made ready for it ----------
 
@@ -267,7 +253,6 @@ class FastPath {
   // is no longer there, or changed during the copy).
   Outcome read_direct(const std::string& key, const Entry& entry, Channel& channel,
                       const Consume& consume, bool to_device);
-  void forget_object(const std::string& key, std::uint64_t object_id);
   void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
   // A request on `channel` failed for `why`: never used again (the volume
   // may still be working on it), dropped, logged unless the volume went.
@@ -275,8 +260,8 @@ class FastPath {
   void close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
                     const Status& why);
 
-  mutable std::mutex mu_;  // guards entries_, rings_, closed_, home_, controller_
-  std::unordered_map<std::string, Entry> entries_;
+  const std::shared_ptr<LocationCache> cache_;
+  mutable std::mutex mu_;  // guards rings_, closed_, home_, controller_
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;

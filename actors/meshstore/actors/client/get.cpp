@@ -159,7 +159,7 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
     // A volume no longer had what we located: a concurrent overwrite or
     // remove released it. Locate afresh, pinned this time, and read again.
     if (op->stale && op->attempt < st.cfg.max_read_attempts) {
-      for (const auto& k : op->call.keys) st.locations.erase(k);
+      for (const auto& k : op->call.keys) st.locations->erase(k);
       op->use_cache = false;
       op->pin_next = true;
       return start_get(self, op);
@@ -171,7 +171,7 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
                      " attempts: every located version was replaced before it could be read"));
     }
     // Whatever failed, the cached locations of these keys are suspect.
-    for (const auto& k : op->call.keys) st.locations.erase(k);
+    for (const auto& k : op->call.keys) st.locations->erase(k);
     return op->fail(r.status());
   }
   if (auto s = finish_unpack(op->unpack); !s.ok()) return op->fail(s);
@@ -210,7 +210,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
         // shape, dtype or kind, or removed it): ask the controller once
         // before reporting.
         if (op->use_cache) {
-          for (const auto& k : op->call.keys) self->state.locations.erase(k);
+          for (const auto& k : op->call.keys) self->state.locations->erase(k);
           op->use_cache = false;
           --op->attempt;
           return start_get(self, op);

@@ -11,16 +11,15 @@ namespace meshstore::actors::client_detail {
 using internal::from_caf_error;
 
 void forget_locations_under(ClientState& st, const std::vector<std::string>& prefixes) {
-  for (const auto& p : prefixes) st.locations.erase_under(p);
+  for (const auto& p : prefixes) st.locations->erase_under(p);
 }
 
 void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
                      const std::vector<std::uint64_t>& versions) {
   auto& st = self->state;
-  st.locations.make_room(records.size());
   for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
     records[i].version = versions[i];
-    st.locations.put(records[i]);
+    st.locations->put(records[i]);
   }
 }
 
@@ -30,9 +29,9 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
   if (use_cache) {
     std::vector<wire::KeyRecord> cached;
     for (const auto& key : keys) {
-      const auto* r = st.locations.find(key);
-      if (r == nullptr) break;
-      cached.push_back(*r);
+      auto r = st.locations->find(key);
+      if (!r) break;
+      cached.push_back(std::move(*r));
     }
     if (cached.size() == keys.size()) return k(std::move(cached));
   }
@@ -40,12 +39,11 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
       .then(
           [=](std::vector<wire::KeyRecord>& records) {
             auto& st = self->state;
-            st.locations.make_room(records.size());
             for (const auto& r : records) {
               if (r.found()) {
-                st.locations.put(r);
+                st.locations->put(r);
               } else {
-                st.locations.erase(r.key);
+                st.locations->erase(r.key);
               }
             }
             k(std::move(records));

@@ -164,7 +164,7 @@ void give_back_regions(client_pointer self, const std::string& volume_id,
 void give_back_spare(client_pointer self, const std::string& under,
                      const ClientState::Spare& spare) {
   if (spare.shelved) {
-    if (auto shelved = self->state.locations.fast->unshelve(under)) {
+    if (auto shelved = self->state.cfg.fast_path->unshelve(under)) {
       give_back_regions(self, shelved->volume_id, shelved->regions);
     }
     return;
@@ -193,7 +193,7 @@ std::optional<std::vector<wire::RegionRef>> take_spare(client_pointer self,
   spares.erase(it);
   if (spare.shelved) {
     // Taken back from the shelf (none: the caller's thread took it).
-    auto shelved = self->state.locations.fast->unshelve(under);
+    auto shelved = self->state.cfg.fast_path->unshelve(under);
     if (!shelved) return std::nullopt;
     spare.regions = std::move(shelved->regions);
     spare.shelved = false;
@@ -236,7 +236,7 @@ bool restage_spare(client_pointer self, const std::string& under,
   spare.volume_id = volume_id;
   spare.layout = layout;
   spare.used = ++st.spare_clock;
-  const auto& fast = st.locations.fast;
+  const auto& fast = st.cfg.fast_path;
   if (fast && fast->has_ring(volume_id)) fast->expect(under);  // a put may wait for it
   std::vector<wire::StageRequest> reqs;
   for (const auto& [key, nbytes] : layout) {
@@ -251,7 +251,7 @@ bool restage_spare(client_pointer self, const std::string& under,
             auto& spares = self->state.spares;
             auto it = spares.find(under);
             auto now = self->state.conns.find(volume_id);
-            const auto& fast = self->state.locations.fast;
+            const auto& fast = self->state.cfg.fast_path;
             const bool wanted = it != spares.end() && it->second.being_staged() &&
                                 it->second.volume_id == volume_id && it->second.layout == layout &&
                                 regions.size() == layout.size() && now != self->state.conns.end() &&
@@ -275,7 +275,7 @@ bool restage_spare(client_pointer self, const std::string& under,
           },
           [=](caf::error&) {
             // A full volume, say: the next put stages its own.
-            if (const auto& fast = self->state.locations.fast) fast->unexpect(under);
+            if (const auto& fast = self->state.cfg.fast_path) fast->unexpect(under);
             auto it = self->state.spares.find(under);
             if (it != self->state.spares.end() && it->second.being_staged()) {
               auto failed = std::move(it->second);
@@ -381,7 +381,7 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
   };
   if (op->sharded) {
     // Shards commit at the controller once they cover their keys.
-    for (const auto& r : records) st.locations.erase(r.key);
+    for (const auto& r : records) st.locations->erase(r.key);
     const bool group = !op->call.group_members.empty();
     if (group) forget_locations_under(st, op->call.replace_under);
     ask(self, st.controller, put_shards_atom::value, records,
@@ -745,16 +745,15 @@ void spare_used(client_pointer self, SpareUse& use) {
     case SpareUse::Outcome::committed: {
       auto conn = st.conns.find(use.volume_id);
       if (conn != st.conns.end()) conn->second->remember(use.regions);
-      // Nothing under the key is forgotten first, unlike the actors' own
-      // put: the caller already mirrored these records and may be reading
-      // them directly now, and a replace of the layout put before removes
-      // no key of this client's (a key another writer's layout had, if
-      // cached, is found gone when read).
-      cache_committed(self, std::move(use.records), use.versions);
+      // The caller put the records in the location cache. Nothing under
+      // the key is forgotten, unlike the actors' own put: the caller may
+      // be reading them directly now, and a replace of the layout put
+      // before removes no key of this client's (a key another writer's
+      // layout had, if cached, is found gone when read).
       // The caller expects the next spare: it is staged, or it is not.
       const bool restaged = conn != st.conns.end() && !st.closing &&
                             restage_spare(self, use.under, conn->second, use.layout);
-      if (!restaged) st.locations.fast->unexpect(use.under);
+      if (!restaged) st.cfg.fast_path->unexpect(use.under);
       break;
     }
     case SpareUse::Outcome::unused:

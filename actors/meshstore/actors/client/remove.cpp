@@ -14,7 +14,7 @@ using internal::from_caf_error;
 
 void handle_remove(client_pointer self, RemoveCall call) {
   auto& st = self->state;
-  for (const auto& k : call.keys) st.locations.erase(k);
+  for (const auto& k : call.keys) st.locations->erase(k);
   auto promise = call.promise;
   if (call.single) {
     const auto key = call.keys.front();

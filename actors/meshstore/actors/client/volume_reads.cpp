@@ -296,7 +296,7 @@ struct LeaseFreeRead {
 std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const VolumeConn& c,
                                                 const std::vector<ReadTarget>& targets) {
   const auto& controller = self->state.controller_process;
-  if (!self->state.locations.fast || targets.empty() || !c.transport->capabilities().maps_memory ||
+  if (!self->state.cfg.fast_path || targets.empty() || !c.transport->capabilities().maps_memory ||
       (controller && !controller->alive())) {
     return std::nullopt;
   }
@@ -321,7 +321,7 @@ std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const Volum
     auto tag = c.transport->object_tag(region);
     if (!tag) return std::nullopt;
     if (tag->load(std::memory_order_acquire) != t.object_id) {
-      self->state.locations.fast->count_lease_free(false);  // replaced or removed
+      self->state.cfg.fast_path->count_lease_free(false);  // replaced or removed
       return std::nullopt;
     }
     d.regions.push_back(std::move(region));
@@ -488,7 +488,7 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
       for (std::size_t i = 0; same && i < targets.size(); ++i) {
         same = unleased->tags[i]->load(std::memory_order_relaxed) == targets[i].object_id;
       }
-      self->state.locations.fast->count_lease_free(same);
+      self->state.cfg.fast_path->count_lease_free(same);
       if (same) return (void)promise->set_value();
       leased_read(self, c, std::move(targets), stale, promise);
     });
