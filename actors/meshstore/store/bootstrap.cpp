@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -399,16 +400,23 @@ void Store::Impl::close() {
     std::unique_lock<std::shared_mutex> lock(mu);
     if (closed) return;
     closed = true;
-    // Stop this process's actors, the client first so no new transfer
-    // starts (remote controllers and strategies are not ours to stop).
-    // Each actor's pending work ends with an error as its peers go away.
-    // `owned` is in spawn order (client last): stop in reverse.
+    // Stop this process's actors (remote controllers and strategies are
+    // not ours to stop): the client first, so no new transfer starts; the
+    // controller next, so it handles its exit before any volume it
+    // indexes goes down (it would warn of keys lost); then the rest, last
+    // spawned first. Each actor's pending work ends with an error as its
+    // peers go away.
+    std::vector<caf::actor> order(owned.rbegin(), owned.rend());  // client first
+    auto local = std::find_if(order.begin(), order.end(), [&](const caf::actor& a) {
+      return a.address() == controller.address();
+    });
+    if (local != order.end() && local != order.begin()) {
+      std::rotate(order.begin() + 1, local, local + 1);
+    }
     if (shared_runtime) {
-      stopping = owned;  // waited for below, outside the lock
+      stopping = std::move(order);  // waited for below, outside the lock
     } else {
-      for (auto a = owned.rbegin(); a != owned.rend(); ++a) {
-        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-      }
+      for (const auto& a : order) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     }
     // Handles must be gone before the actor system, or its shutdown waits forever.
     owned.clear();
@@ -426,9 +434,7 @@ void Store::Impl::close() {
     ForeignThreadGuard guard;
     caf::scoped_actor self{doomed->system()};
     for (const auto& a : stopping) self->monitor(a);
-    for (auto a = stopping.rbegin(); a != stopping.rend(); ++a) {
-      caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-    }
+    for (const auto& a : stopping) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     std::size_t down = 0;
     bool late = false;
     while (down < stopping.size() && !late) {
