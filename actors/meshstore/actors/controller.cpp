@@ -2,7 +2,8 @@
 // their volumes). It commits puts, locates keys, removes them, follows the
 // volumes' lives and runs the streams readers follow. Never touches payload
 // bytes. Its state is in controller/controller_state.hpp; sharded puts are
-// checked in controller/sharded_puts.cpp.
+// checked in controller/sharded_puts.cpp, what it tells volumes and hears
+// of them is in controller/volumes.cpp, streams in controller/streams.cpp.
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -73,66 +74,9 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
   return Status();
 }
 
-// What a volume is told about some of its objects.
-enum class Verdict { commit, release, discard };
-
-// Tells each volume which of its objects a commit adopted or dropped
-// (release: superseded, the memory may serve the next version) or a remove
-// dropped (discard: the memory goes back at once).
-// A release or discard of a pinned object is held back until its pins end.
-void send_to_volumes(controller_pointer self,
-                     const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
-                     Verdict verdict) {
-  auto& st = self->state;
-  for (const auto& [vid, all] : by_volume) {
-    auto it = st.volumes.find(vid);
-    if (it == st.volumes.end() || all.empty()) continue;
-    std::vector<std::uint64_t> ids;
-    if (verdict == Verdict::commit || st.pinned.empty()) {
-      ids = all;
-    } else {
-      for (auto id : all) {
-        ControllerState::ObjectRef ref{vid, id};
-        if (st.pinned.count(ref) != 0) {
-          st.held_back[ref] = verdict == Verdict::discard;
-        } else {
-          ids.push_back(id);
-        }
-      }
-      if (ids.empty()) continue;
-    }
-    switch (verdict) {
-      case Verdict::commit:
-        self->send(it->second, commit_atom::value, ids);
-        break;
-      case Verdict::release:
-        self->send(it->second, release_atom::value, ids);
-        st.flush_due.insert(vid);
-        break;
-      case Verdict::discard:
-        self->send(it->second, discard_atom::value, ids);
-        st.flush_due.insert(vid);
-        break;
-    }
-  }
-}
-
 // How long a write waits for a volume to confirm a flush before it answers
 // anyway (a volume that is alive but stuck; one that dies counts at once).
 constexpr auto kFlushTimeout = std::chrono::seconds(10);
-
-// One volume confirmed the flush of write `token` (or went down, which makes
-// its objects unreadable too); the write answers once every volume has.
-void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id) {
-  auto& st = self->state;
-  auto it = st.flushes.find(token);
-  if (it == st.flushes.end()) return;
-  it->second.volumes.erase(volume_id);
-  if (!it->second.volumes.empty()) return;
-  auto answer = std::move(it->second.answer);
-  st.flushes.erase(it);
-  answer();
-}
 
 // Answers the write being handled with `value` once every volume it told to
 // release or discard objects has handled that: a flush request, which a
@@ -158,75 +102,6 @@ caf::result<T> answer_after_flush(controller_pointer self, T value) {
               [self, token, vid](caf::error&) { flushed(self, token, vid); });
   }
   return rp;
-}
-
-// Ends pin `id`: objects no other pin holds and whose release was held
-// back go to their volumes now.
-void unpin(controller_pointer self, std::uint64_t id) {
-  auto& st = self->state;
-  auto p = st.pins.find(id);
-  if (p == st.pins.end()) return;  // ended already (unpinned, or expired)
-  std::map<std::string, std::vector<std::uint64_t>> released, discarded;
-  for (const auto& ref : p->second) {
-    auto n = st.pinned.find(ref);
-    if (n == st.pinned.end() || --n->second > 0) continue;
-    st.pinned.erase(n);
-    auto h = st.held_back.find(ref);
-    if (h == st.held_back.end()) continue;
-    (h->second ? discarded : released)[ref.first].push_back(ref.second);
-    st.held_back.erase(h);
-  }
-  st.pins.erase(p);
-  send_to_volumes(self, released, Verdict::release);
-  send_to_volumes(self, discarded, Verdict::discard);
-}
-
-// -- streams -----------------------------------------------------------------
-
-void send_event(controller_pointer self, const caf::actor_addr& reader, const std::string& key,
-                const std::vector<std::uint64_t>& filled, StreamEnd end, const std::string& why) {
-  if (auto hdl = caf::actor_cast<caf::actor>(reader)) {
-    caf::anon_send(hdl, stream_event_atom::value, key, filled, static_cast<std::uint32_t>(end),
-                   why);
-  }
-}
-
-// Ends `key`'s stream, telling its readers how.
-void end_stream(controller_pointer self, const std::string& key, StreamEnd end,
-                const std::string& why) {
-  auto& st = self->state;
-  auto it = st.streams.find(key);
-  if (it == st.streams.end()) return;
-  for (const auto& reader : it->second.readers) send_event(self, reader, key, {}, end, why);
-  st.streams.erase(it);
-}
-
-// `key` committed: its stream ends, and readers waiting for it read it.
-void streams_committed(controller_pointer self, const std::string& key) {
-  auto& st = self->state;
-  end_stream(self, key, StreamEnd::committed, "");
-  auto w = st.waiters.find(key);
-  if (w == st.waiters.end()) return;
-  for (auto& waiter : w->second) {
-    waiter.reply.deliver(static_cast<std::uint32_t>(StreamKind::committed), std::string(),
-                         std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>());
-  }
-  st.waiters.erase(w);
-}
-
-// A stream writer went down before committing: its streams are aborted.
-bool writer_down(controller_pointer self, const caf::down_msg& msg) {
-  auto& st = self->state;
-  if (st.writers.erase(msg.source) == 0) return false;
-  std::vector<std::string> doomed;
-  for (const auto& [key, stream] : st.streams) {
-    if (stream.writer == msg.source) doomed.push_back(key);
-  }
-  for (const auto& key : doomed) {
-    end_stream(self, key, StreamEnd::aborted,
-               "its writer went down (" + caf::to_string(msg.reason) + ")");
-  }
-  return true;
 }
 
 // A record's precondition (KeyRecord::expect_version) against the index.
@@ -329,6 +204,10 @@ std::vector<std::string> written_with(const ControllerState& st, const std::stri
   return out;
 }
 
+}  // namespace
+
+namespace controller_detail {
+
 // Drops `keys` from the index; their objects go into `released`.
 wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>& keys,
                             std::map<std::string, std::vector<std::uint64_t>>& released) {
@@ -352,7 +231,7 @@ wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>&
 // manifest among them takes the keys written with it along (nothing could
 // read them without it); the reply counts only `keys`.
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
-                              Verdict verdict, bool whole = false) {
+                              Verdict verdict, bool whole) {
   auto& st = self->state;
   st.count(ControllerCounter::remove);
   std::vector<std::string> members;
@@ -369,128 +248,9 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
   return reply;
 }
 
-// Eviction: the least recently used keys stored whole (one object) on
-// `volume_id`, put on their own and not pinned, offered to the volume in that
-// order; the volume drops those no reader's lease holds until `bytes` are
-// freed, and their keys are removed. Answers the keys removed.
-caf::result<std::vector<std::string>> evict(controller_pointer self, const std::string& volume_id,
-                                            std::uint64_t bytes) {
-  auto& st = self->state;
-  auto volume = st.volumes.find(volume_id);
-  if (volume == st.volumes.end()) return std::vector<std::string>{};
-  std::vector<std::pair<std::uint64_t, const IndexEntry*>> candidates;
-  // A version pointer (the object "P" of publish_state_dict, whose versions
-  // are "P/vN") is never evicted: readers and the next publish need it.
-  auto is_pointer = [&](const std::string& key, const wire::KeyRecord& r) {
-    if (r.kind != wire::ObjectKind::object) return false;
-    auto it = st.index.lower_bound(key + "/v");
-    return it != st.index.end() && it->first.compare(0, key.size() + 2, key + "/v") == 0;
-  };
-  for (const auto& [key, r] : st.index) {
-    if (!r.group.empty() || r.shards.size() != 1 || is_pointer(key, r)) continue;
-    const auto& s = r.shards.front();
-    if (s.volume_id != volume_id || st.pinned.count({s.volume_id, s.object_id}) != 0) continue;
-    candidates.emplace_back(r.last_used, &r);
-  }
-  if (candidates.empty()) return std::vector<std::string>{};
-  std::sort(candidates.begin(), candidates.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::uint64_t> objects;
-  std::vector<std::pair<std::string, std::uint64_t>> offered;  // key, object
-  for (const auto& [used, r] : candidates) {
-    objects.push_back(r->shards.front().object_id);
-    offered.emplace_back(r->key, r->shards.front().object_id);
-  }
-  auto rp = self->make_response_promise<std::vector<std::string>>();
-  self->request(volume->second, std::chrono::seconds(10), evict_atom::value, objects, bytes)
-      .then(
-          [self, rp, volume_id, bytes, offered](const std::vector<std::uint64_t>& dropped) mutable {
-            auto& st = self->state;
-            const std::set<std::uint64_t> gone(dropped.begin(), dropped.end());
-            std::vector<std::string> doomed;
-            std::uint64_t freed = 0;
-            for (const auto& [key, object] : offered) {
-              if (gone.count(object) == 0) continue;
-              // Still the key's value (not replaced while the volume chose).
-              auto it = st.index.find(key);
-              if (it == st.index.end() || it->second.shards.size() != 1 ||
-                  it->second.shards.front().volume_id != volume_id ||
-                  it->second.shards.front().object_id != object) {
-                continue;
-              }
-              freed += it->second.nbytes();
-              doomed.push_back(key);
-            }
-            if (!doomed.empty()) {
-              st.log->info("evicted {} key(s), {} bytes, from volume '{}' for {} bytes asked",
-                           doomed.size(), freed, volume_id, bytes);
-              remove_keys(self, doomed, Verdict::discard);
-            }
-            rp.deliver(std::move(doomed));
-          },
-          [rp](caf::error&) mutable { rp.deliver(std::vector<std::string>{}); });
-  return rp;
-}
+}  // namespace controller_detail
 
-// A volume went down: its bytes are gone, so are the keys it held.
-void volume_down(controller_pointer self, const caf::down_msg& msg) {
-  auto& st = self->state;
-  auto it = st.volume_by_addr.find(msg.source);
-  if (it == st.volume_by_addr.end()) return;
-  const std::string id = it->second;
-  st.volume_by_addr.erase(it);
-  st.volumes.erase(id);
-  st.dead_volumes.insert(id);
-  st.volume_infos.erase(
-      std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
-                     [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),
-      st.volume_infos.end());
-  std::map<std::string, std::vector<std::uint64_t>> released;
-  std::size_t lost = 0;
-  for (auto k = st.index.begin(); k != st.index.end();) {
-    const bool on_dead = std::any_of(k->second.shards.begin(), k->second.shards.end(),
-                                     [&](const wire::ShardRecord& s) { return s.volume_id == id; });
-    if (!on_dead) {
-      ++k;
-      continue;
-    }
-    collect(k->second, released);  // shards on surviving volumes are freed
-    st.lost[k->first] = id;
-    k = st.index.erase(k);
-    ++lost;
-  }
-  // A sharded put in progress with a shard there cannot complete (nor can
-  // the rest of its state dict).
-  std::vector<std::string> doomed;
-  for (const auto& [key, p] : st.pending) {
-    if (std::any_of(p.shards.begin(), p.shards.end(),
-                    [&](const wire::ShardRecord& s) { return s.volume_id == id; })) {
-      doomed.push_back(key);
-    }
-  }
-  for (const auto& key : doomed) drop_pending(st, key, released);
-  // Its objects need no release any more; pins on them end with the pin.
-  for (auto h = st.held_back.begin(); h != st.held_back.end();) {
-    h = h->first.first == id ? st.held_back.erase(h) : std::next(h);
-  }
-  send_to_volumes(self, released, Verdict::discard);
-  // Writes waiting for its flush wait no more: its objects are unreadable.
-  std::vector<std::uint64_t> waiting;
-  for (const auto& [token, wait] : st.flushes) {
-    if (wait.volumes.count(id) != 0) waiting.push_back(token);
-  }
-  for (auto token : waiting) flushed(self, token, id);
-  // A volume stopped in order (its store closing) with nothing on it is
-  // news, not trouble.
-  const bool orderly =
-      msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal;
-  st.log->log(lost == 0 && orderly ? spdlog::level::info : spdlog::level::warn,
-              "volume '{}' went down ({}); {} key(s) it held are lost", id,
-              caf::to_string(msg.reason), lost);
-  for (const auto& [addr, client] : st.volume_watchers) {
-    caf::anon_send(client, volume_gone_atom::value, id, caf::to_string(msg.reason));
-  }
-}
+namespace {
 
 // The records of `keys`: a missing key comes back with version 0, naming
 // why when it is known (its volume died, or it is partially committed).

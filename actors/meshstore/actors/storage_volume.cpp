@@ -13,6 +13,7 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
+#include "meshstore/actors/volume/memory.hpp"
 #include "meshstore/actors/volume/small_ops.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/idle_spin.hpp"
@@ -45,94 +46,10 @@ struct StoredObject {
   std::uint64_t loan = 0;
 };
 
-class RegionPool;
-
-// A volume region's memory as its owners (object table, leases) hold it:
-// when the last lets go, the bytes are accounted back and the memory is
-// offered to the pool, unless the object was discarded (`reusable` false).
-struct AccountedMemory {
-  AccountedMemory(transports::RegionMemory m, std::weak_ptr<std::atomic<std::uint64_t>> c,
-                  std::weak_ptr<RegionPool> p, std::uint64_t n)
-      : memory(std::move(m)), counter(std::move(c)), pool(std::move(p)), nbytes(n) {}
-  AccountedMemory(const AccountedMemory&) = delete;
-  AccountedMemory& operator=(const AccountedMemory&) = delete;
-  ~AccountedMemory();
-
-  transports::RegionMemory memory;
-  std::weak_ptr<std::atomic<std::uint64_t>> counter;
-  std::weak_ptr<RegionPool> pool;
-  std::uint64_t nbytes;
-  std::atomic<bool> reusable{true};
-};
-
 struct Lease {
   std::vector<std::shared_ptr<transports::Region>> pinned;
   caf::actor_addr owner;  // the client that opened it
   bool revoked = false;   // a revoke took regions it pinned
-};
-
-// Memory of released regions, kept for the next region of the same size: a
-// key's next version then lands in memory that is already faulted in
-// (first touch runs at 1-2 GB/s on the reference VM, reuse at memcpy speed)
-// and, for shared memory, already mapped by the clients that wrote it.
-// Bounded; shared with region deleters, which run on any thread.
-class RegionPool {
- public:
-  explicit RegionPool(std::uint64_t max_bytes) : max_bytes_(max_bytes) {}
-  std::optional<transports::RegionMemory> take(std::uint64_t nbytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(nbytes);
-    if (it == free_.end()) return std::nullopt;
-    auto memory = std::move(it->second);
-    free_.erase(it);
-    free_bytes_ -= nbytes;
-    return memory;
-  }
-  void give(std::uint64_t nbytes, transports::RegionMemory memory) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (nbytes == 0 || free_bytes_ + nbytes > max_bytes_) return;  // dropped: freed now
-    free_bytes_ += nbytes;
-    free_.emplace(nbytes, std::move(memory));
-  }
-  std::uint64_t free_bytes() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return free_bytes_;
-  }
-
- private:
-  mutable std::mutex mu_;  // guards free_ and free_bytes_
-  std::multimap<std::uint64_t, transports::RegionMemory> free_;
-  std::uint64_t free_bytes_ = 0;
-  const std::uint64_t max_bytes_;
-};
-
-// `nbytes` (under 64) of process memory, malloc-aligned (16 bytes).
-std::shared_ptr<std::byte> small_memory(std::uint64_t nbytes) {
-  void* p = std::malloc(nbytes == 0 ? 1 : nbytes);
-  if (p == nullptr) return nullptr;
-  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
-}
-
-AccountedMemory::~AccountedMemory() {
-  // No object lives here any more (a staging given back, a dropped object's
-  // last lease closed): cleared before the memory serves anything else.
-  if (memory.object_tag) memory.object_tag->store(0, std::memory_order_release);
-  if (auto c = counter.lock()) c->fetch_sub(nbytes);
-  if (reusable.load()) {
-    if (auto p = pool.lock()) p->give(nbytes, std::move(memory));
-  }
-}
-
-// The servers to tell when region memory is freed for good (rdma drops its
-// registration); the memory's deleters hold this weakly, since they may run
-// after the volume is gone.
-struct FreeHooks {
-  std::mutex mu;                                      // guards servers
-  std::vector<transports::TransportServer*> servers;  // cleared before they go
-  void forget(const std::byte* data) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto* s : servers) s->forget(data);
-  }
 };
 
 struct VolumeState {
@@ -140,22 +57,7 @@ struct VolumeState {
 
   VolumeConfig config;
   std::shared_ptr<transports::RegionTable> regions;
-  // Decremented by region deleters, which may run on any thread (the last
-  // lease can be dropped by a transport's actor), hence atomic and shared.
-  std::shared_ptr<std::atomic<std::uint64_t>> bytes_held =
-      std::make_shared<std::atomic<std::uint64_t>>(0);
-  std::shared_ptr<RegionPool> pool;
-  // Released GPU memory (cuda-ipc), one pool per device, apart from the
-  // host pool: a device region never serves a host object. A trainer
-  // publishing every step then reuses the same allocations: no cudaMalloc
-  // or cudaFree (which synchronizes the device) per version, and readers'
-  // cached IPC openings of them stay good.
-  std::map<int, std::shared_ptr<RegionPool>> device_pools;
-  std::shared_ptr<RegionPool>& device_pool(int device) {
-    auto& p = device_pools[device];
-    if (!p) p = std::make_shared<RegionPool>(config.pool_bytes);
-    return p;
-  }
+  std::unique_ptr<volume::VolumeMemory> memory;
   std::vector<std::unique_ptr<transports::TransportServer>> servers;
   std::unordered_map<std::uint64_t, StoredObject> objects;
   // Leases by (client, the client's lease id).
@@ -167,8 +69,6 @@ struct VolumeState {
   std::uint64_t next_object_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
-  std::shared_ptr<FreeHooks> free_hooks = std::make_shared<FreeHooks>();
-  bool registers_memory = false;  // a server registers memory: free_hooks has it
   // Small committed objects, and the service answering small requests.
   std::shared_ptr<volume::SmallObjects> small;
   std::shared_ptr<volume::SmallOpService> small_ops;
@@ -178,93 +78,19 @@ struct VolumeState {
     // waiting on a tcp connection's thread are answered before the
     // servers join those threads.
     if (small_ops) small_ops->stop();
-    {
-      std::lock_guard<std::mutex> lock(free_hooks->mu);
-      free_hooks->servers.clear();
-    }
+    if (memory) memory->forget_servers();
     for (auto& s : servers) s->shutdown();
   }
 
-  // Where region memory comes from: the first transport server that needs
-  // it in a particular place (shm), else process memory.
-  std::shared_ptr<transports::RegionAllocator> allocator;
-
-  // Memory for a new region: reused from the pool, else freshly allocated.
-  // Pooled memory keeps what one-sided servers registered for it; memory
-  // freed for good tells them first (FreeHooks).
-  Result<transports::RegionMemory> fresh_memory(std::uint64_t nbytes) {
-    if (auto m = pool->take(nbytes)) return std::move(*m);
-    transports::RegionMemory m;
-    if (allocator) {
-      auto a = allocator->allocate(nbytes);
-      if (!a.ok()) return a.status();
-      m = std::move(a).value();
-    } else {
-      // An object smaller than a cache line needs no 64-byte alignment
-      // (malloc's 16 serves every dtype) and would pay for it in padding:
-      // an index of a million tiny values is mostly such objects.
-      auto memory = nbytes < 64 ? small_memory(nbytes) : internal::allocate_aligned(nbytes);
-      if (!memory) {
-        return Status(Errc::out_of_capacity,
-                      "cannot allocate " + std::to_string(nbytes) + " bytes");
-      }
-      m = transports::RegionMemory{std::move(memory), "", 0};
-    }
-    // Memory freed for good (not pooled) is forgotten by the servers that
-    // registered it; none here does when no server registers memory.
-    if (!registers_memory) return m;
-    std::weak_ptr<FreeHooks> hooks = free_hooks;
-    std::byte* raw = m.memory.get();
-    m.memory =
-        std::shared_ptr<std::byte>(raw, [inner = std::move(m.memory), hooks](std::byte* p) mutable {
-          if (auto h = hooks.lock()) h->forget(p);
-          inner.reset();
-        });
-    return m;
-  }
-
-  // Device memory on GPU `device`: reused from that device's pool, else
-  // from the first server that holds GPU memory (cuda-ipc).
-  Result<transports::RegionMemory> device_memory(std::uint64_t nbytes, int device) {
-    if (auto m = device_pool(device)->take(nbytes)) return std::move(*m);
-    Status why(Errc::unsupported,
-               "no transport of this volume holds GPU memory (cuda-ipc is "
-               "not offered: a build without CUDA, or no usable GPU)");
-    for (auto& s : servers) {
-      auto m = s->allocate_device(nbytes, device);
-      if (m.ok()) return m;
-      if (m.status().code() != Errc::unsupported) return m.status();
-    }
-    return why;
-  }
-
-  // A new object's region (not yet in `objects`); `reusable` tells its
-  // deleter whether to pool the memory. `device` >= 0: device memory.
+  // A new object's region (not yet in `objects`). `device` >= 0: device
+  // memory.
   Result<StoredObject> allocate(std::uint64_t id, std::uint64_t nbytes, int device = -1) {
-    auto fresh = device >= 0 ? device_memory(nbytes, device) : fresh_memory(nbytes);
-    if (!fresh.ok()) return fresh.status();
-    transports::RegionMemory memory = std::move(fresh).value();
-    // Named from its staging: only its writer knows the id until the
-    // commit, and nobody reads an object it has not seen committed.
-    if (memory.object_tag) memory.object_tag->store(id, std::memory_order_release);
-    auto* tag = memory.object_tag;
-    const int on_device = memory.device;
-    std::byte* data = memory.memory.get();
-    std::string segment = memory.segment;
-    const std::uint64_t segment_offset = memory.segment_offset;
-    bytes_held->fetch_add(nbytes);
-    std::weak_ptr<RegionPool> weak_pool = on_device >= 0 ? device_pool(on_device) : pool;
-    auto block = std::make_shared<AccountedMemory>(std::move(memory), bytes_held,
-                                                   std::move(weak_pool), nbytes);
-    // The region's memory and the object's reuse flag point into the one
-    // block, so a tiny object pays for one control block, not three.
-    std::shared_ptr<std::byte> accounted(block, data);
+    auto allocated = memory->allocate(id, nbytes, device);
+    if (!allocated.ok()) return allocated.status();
     StoredObject object;
-    object.region = std::make_shared<transports::Region>(id, std::move(accounted), nbytes,
-                                                         std::move(segment), segment_offset);
-    object.region->set_device(on_device);
-    object.reusable = std::shared_ptr<std::atomic<bool>>(block, &block->reusable);
-    object.tag = tag;
+    object.region = std::move(allocated->region);
+    object.reusable = std::move(allocated->reusable);
+    object.tag = allocated->tag;
     return object;
   }
 
@@ -354,7 +180,7 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
       return Status(Errc::invalid_argument, "stage: sizes overflow 64 bits");
     }
   }
-  const auto held = st.bytes_held->load();
+  const auto held = st.memory->bytes_held();
   if (st.config.capacity_bytes != 0 && held + total > st.config.capacity_bytes) {
     std::string first = reqs.empty() ? std::string() : reqs.front().key;
     return Status(Errc::out_of_capacity,
@@ -433,16 +259,9 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
                          "'" + b.key + "': a lent buffer needs an address and at least one byte"));
     }
     const auto id = st.next_object_id++;
-    st.bytes_held->fetch_add(b.nbytes);
-    std::weak_ptr<std::atomic<std::uint64_t>> counter = st.bytes_held;
-    std::weak_ptr<FreeHooks> hooks = st.free_hooks;
-    std::shared_ptr<std::byte> memory(
-        reinterpret_cast<std::byte*>(b.address),
-        [token = req.token, counter, hooks, nbytes = b.nbytes](std::byte* p) mutable {
-          if (auto h = hooks.lock()) h->forget(p);
-          if (auto c = counter.lock()) c->fetch_sub(nbytes);
-          token.reset();  // the buffer is the publisher's again
-        });
+    // The buffer is the publisher's again once the token goes.
+    auto memory = st.memory->adopt(reinterpret_cast<std::byte*>(b.address), b.nbytes,
+                                   [token = req.token]() mutable { token.reset(); });
     StoredObject object;
     object.loan = req.revocable;
     object.region = std::make_shared<transports::Region>(id, std::move(memory), b.nbytes, b.segment,
@@ -602,26 +421,16 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
                                                 std::shared_ptr<VolumeSetup> setup) {
   auto& st = self->state;
   st.config = std::move(config);
-  st.pool = std::make_shared<RegionPool>(st.config.pool_bytes);
   st.regions = setup->regions;
   st.servers = std::move(setup->servers);
+  st.memory = std::make_unique<volume::VolumeMemory>(st.config.pool_bytes);
+  st.memory->use_servers(st.servers);
   st.small = std::move(setup->small);
   st.small_ops = std::move(setup->small_ops);
   // Small requests across hosts, on the transports that carry them (tcp).
   for (const auto& server : st.servers) {
     server->serve_small_ops(
         [ops = st.small_ops](const std::byte* p, std::size_t n) { return ops->serve_token(p, n); });
-  }
-  for (const auto& server : st.servers) {
-    if (!server->registers_memory()) continue;
-    st.free_hooks->servers.push_back(server.get());
-    st.registers_memory = true;
-  }
-  for (const auto& server : st.servers) {
-    if (auto a = server->allocator()) {
-      st.allocator = std::move(a);
-      break;
-    }
   }
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
@@ -851,7 +660,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         auto& st = self->state;
         wire::VolumeStat s;
         s.volume_id = st.config.volume_id;
-        s.bytes_held = st.bytes_held->load();
+        s.bytes_held = st.memory->bytes_held();
         s.capacity_bytes = st.config.capacity_bytes;
         for (const auto& [id, obj] : st.objects) (obj.committed ? s.objects : s.staged) += 1;
         s.leases = st.leases.size();

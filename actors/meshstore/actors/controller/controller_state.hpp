@@ -1,7 +1,8 @@
 #pragma once
 // The controller actor's state (its index, pending sharded puts, streams and
 // pins), shared by the files that implement the controller: controller.cpp
-// (the behaviour) and controller/sharded_puts.cpp. Private to actors/.
+// (the behaviour), controller/sharded_puts.cpp, controller/volumes.cpp and
+// controller/streams.cpp. Private to actors/.
 #include <functional>
 #include <map>
 #include <memory>
@@ -144,5 +145,53 @@ std::string group_progress(const ControllerState& st, const std::string& group,
 /// group, collecting their objects; false when it has none.
 bool drop_pending(ControllerState& st, const std::string& key,
                   std::map<std::string, std::vector<std::uint64_t>>& objects);
+
+// -- volumes (controller/volumes.cpp) -----------------------------------------
+
+// What a volume is told about some of its objects.
+enum class Verdict { commit, release, discard };
+
+/// Tells each volume which of its objects a commit adopted or dropped
+/// (release: superseded, the memory may serve the next version) or a
+/// remove dropped (discard: the memory goes back at once). A release or
+/// discard of a pinned object is held back until its pins end.
+void send_to_volumes(controller_pointer self,
+                     const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
+                     Verdict verdict);
+/// One volume confirmed the flush of write `token` (or went down, which
+/// makes its objects unreadable too); the write answers once every volume
+/// has.
+void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id);
+/// Ends pin `id`: objects no other pin holds and whose release was held
+/// back go to their volumes now.
+void unpin(controller_pointer self, std::uint64_t id);
+/// Eviction: the least recently used keys stored whole (one object) on
+/// `volume_id`, put on their own and not pinned, offered to the volume in
+/// that order; the volume drops those no reader's lease holds until
+/// `bytes` are freed, and their keys are removed. Answers the keys removed.
+caf::result<std::vector<std::string>> evict(controller_pointer self, const std::string& volume_id,
+                                            std::uint64_t bytes);
+/// A volume went down: its bytes are gone, so are the keys it held.
+void volume_down(controller_pointer self, const caf::down_msg& msg);
+/// Removes `keys` (controller.cpp); the volumes free the objects (discard)
+/// or keep their memory for the next version (release). With `whole`, a
+/// state dict's manifest among them takes the keys written with it along;
+/// the reply counts only `keys`.
+wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
+                              Verdict verdict, bool whole = false);
+
+// -- streams (controller/streams.cpp) -----------------------------------------
+
+/// Ends `key`'s stream, telling its readers how.
+void end_stream(controller_pointer self, const std::string& key, StreamEnd end,
+                const std::string& why);
+/// Tells `reader` of `key`'s stream: objects filled, or how it ended.
+void send_event(controller_pointer self, const caf::actor_addr& reader, const std::string& key,
+                const std::vector<std::uint64_t>& filled, StreamEnd end, const std::string& why);
+/// `key` committed: its stream ends, and readers waiting for it read it.
+void streams_committed(controller_pointer self, const std::string& key);
+/// A stream writer went down before committing: its streams are aborted;
+/// false when `msg` is not of a writer.
+bool writer_down(controller_pointer self, const caf::down_msg& msg);
 
 }  // namespace meshstore::actors::controller_detail
