@@ -142,7 +142,7 @@ class FastPath {
   /// Whether write() has a channel to try now (this client's volume has
   /// one): a caller that must first copy a put's bytes to the host asks.
   bool can_put() const;
-  /// Closes every ring and forgets everything; later reads miss. The
+  /// Closes every ring; later reads miss, and no caller waits for a spare. The
   /// store calls it first when it closes.
   void close();
 

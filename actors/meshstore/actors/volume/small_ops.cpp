@@ -175,11 +175,9 @@ struct SmallOpService::Owed {
   caf::actor_addr controller;  // a put's or commit's; none for a get
   std::uint64_t id = 0;        // in Pending; 0: not there
   std::atomic<bool> sent{false};
-  // Sends `reply` unless it was sent; true when this call sent it.
-  bool deliver(const std::vector<std::byte>& reply) {
-    if (sent.exchange(true)) return false;
-    send(reply);
-    return true;
+  // Sends `reply` unless it was sent.
+  void deliver(const std::vector<std::byte>& reply) {
+    if (!sent.exchange(true)) send(reply);
   }
 };
 
@@ -304,11 +302,6 @@ Result<std::string> SmallOpService::add_ring(std::unique_ptr<transports::shm::Ri
   return bell_->name();
 }
 
-std::size_t SmallOpService::rings() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rings_.size();
-}
-
 void SmallOpService::attach_token(std::uint64_t token, FastPuts puts) {
   std::lock_guard<std::mutex> lock(mu_);
   tokens_[token] = std::move(puts);
@@ -417,15 +410,15 @@ std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size
     auto it = tokens_.find(token);
     if (it != tokens_.end()) puts = it->second;
   }
+  if (stop_.load()) {
+    return fast_get::encode_put_error(
+        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
+  }
   auto promise = std::make_shared<Promise<std::vector<std::byte>>>(
       Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
   auto reply = promise->future();
   auto owed = std::make_shared<Owed>();
   owed->send = [promise](const std::vector<std::byte>& bytes) { promise->set(bytes); };
-  if (stop_.load()) {
-    return fast_get::encode_put_error(
-        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
-  }
   serve(std::vector<std::byte>(p + kTokenBytes, p + n), nullptr, puts ? &*puts : nullptr, owed);
   // The actor's commit at the controller has its own timeout, and stop()
   // answers what is owed: this bound only guards against a lost callback.

@@ -88,9 +88,6 @@ class SmallOpService {
   /// errors (out_of_capacity when /dev/shm is full); unavailable once
   /// stopped.
   Result<std::string> add_ring(std::unique_ptr<transports::shm::Ring> ring, FastPuts puts);
-  /// The rings served now (those whose client is gone may linger for up to
-  /// a liveness period).
-  std::size_t rings() const;
 
   /// The bytes of each tcp small-op request start with the 8-byte token
   /// its client attached with (attach_token), which says whom its puts are

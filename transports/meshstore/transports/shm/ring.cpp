@@ -64,6 +64,14 @@ void futex_wake(std::atomic<std::uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
+// invalid_argument unless `name` names a meshstore segment: what a ring or
+// a doorbell is opened by, a name another process sent (`what` says which).
+Status check_segment_name(const char* what, const std::string& name) {
+  if (name.rfind(kSegmentPrefix, 0) == 0 && name.find('/') == std::string::npos) return Status();
+  return Status(Errc::invalid_argument,
+                std::string(what) + ": '" + name + "' is not a meshstore segment name");
+}
+
 // Whether process `pid` runs: it exists and is not a zombie (dead, not yet
 // reaped by its parent).
 bool process_alive(pid_t pid) {
@@ -154,9 +162,7 @@ Result<std::unique_ptr<Ring>> Ring::create(const Options& options) {
 
 Result<std::unique_ptr<Ring>> Ring::attach(const std::string& name, pid_t creator,
                                            std::chrono::microseconds spin) {
-  if (name.rfind(kSegmentPrefix, 0) != 0 || name.find('/') != std::string::npos) {
-    return Status(Errc::invalid_argument, "ring: '" + name + "' is not a meshstore segment name");
-  }
+  MESHSTORE_RETURN_IF_ERROR(check_segment_name("ring", name));
   auto segment = Segment::open(name);
   if (!segment.ok()) return segment.status();
   const std::size_t size = (*segment)->size();
@@ -451,10 +457,7 @@ Result<std::shared_ptr<Doorbell>> Doorbell::create() {
 }
 
 Result<std::shared_ptr<Doorbell>> Doorbell::open(const std::string& name) {
-  if (name.rfind(kSegmentPrefix, 0) != 0 || name.find('/') != std::string::npos) {
-    return Status(Errc::invalid_argument,
-                  "doorbell: '" + name + "' is not a meshstore segment name");
-  }
+  MESHSTORE_RETURN_IF_ERROR(check_segment_name("doorbell", name));
   auto segment = Segment::open(name);
   if (!segment.ok()) return segment.status();
   if ((*segment)->size() < sizeof(DoorbellWords) || words_of(**segment).magic != kDoorbellMagic) {
