@@ -84,13 +84,14 @@ void fast_get_message(const std::string& bytes) {
       std::abort();
     }
   }
-  // As a commit request (a put into a spare) and a commit's reply.
+  // As a commit request (a state dict put over a ring) and its reply.
   if (auto commit = fg::decode_commit(in); commit.ok()) {
     std::vector<std::byte> out;
     fg::encode_into(*commit, out);
     auto again = fg::decode_commit(out);
     if (!again.ok() || again->prefixes != commit->prefixes ||
-        again->records.size() != commit->records.size()) {
+        again->records.size() != commit->records.size() || again->release != commit->release ||
+        again->stage != commit->stage) {
       std::abort();
     }
     for (std::size_t i = 0; i < commit->records.size(); ++i) {
@@ -98,10 +99,21 @@ void fast_get_message(const std::string& bytes) {
     }
   }
   bool refused = false;
-  if (auto versions = fg::decode_commit_reply(in, (in.size() / 8) % 8, &refused); versions.ok()) {
-    auto again =
-        fg::decode_commit_reply(fg::encode_commit_done(*versions), versions->size(), &refused);
-    if (!again.ok() || *again != *versions) std::abort();
+  const std::size_t records = (in.size() / 8) % 8;
+  const std::size_t stages = in.size() % 3;
+  if (auto done = fg::decode_commit_reply(in, records, stages, &refused); done.ok()) {
+    auto again = fg::decode_commit_reply(fg::encode_commit_done(*done), records, stages, &refused);
+    if (!again.ok() || again->versions != done->versions ||
+        again->staged.size() != done->staged.size()) {
+      std::abort();
+    }
+    for (std::size_t i = 0; i < done->staged.size(); ++i) {
+      if (again->staged[i].region_id != done->staged[i].region_id ||
+          again->staged[i].nbytes != done->staged[i].nbytes ||
+          again->staged[i].described != done->staged[i].described) {
+        std::abort();
+      }
+    }
   }
 }
 

@@ -34,7 +34,23 @@ std::string fast_put_request(bool in_side_buffer = false) {
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
-// A commit of a manifest and a bucket staged on volume "v" under "sd".
+// What a volume answers that commit: two versions, two objects staged.
+std::string fast_commit_reply() {
+  actors::fast_get::CommitDone d;
+  d.versions = {7, 8};
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    wire::RegionRef r;
+    r.region_id = 20 + i;
+    r.nbytes = 64;
+    r.described.emplace("shm", "meshstore.1-2.3;" + std::to_string(64 * i));
+    d.staged.push_back(std::move(r));
+  }
+  auto out = actors::fast_get::encode_commit_done(d);
+  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// A commit of a manifest and a bucket staged on volume "v" under "sd",
+// giving two objects back and staging the next put's two.
 std::string fast_commit_request() {
   actors::fast_get::CommitRequest req;
   for (std::uint64_t i = 0; i < 2; ++i) {
@@ -48,6 +64,8 @@ std::string fast_commit_request() {
     req.records.push_back(std::move(r));
   }
   req.prefixes = {"sd"};
+  req.release = {8, 9};
+  req.stage = {{"sd", 64}, {"sd#packed", 64}};
   std::vector<std::byte> out;
   actors::fast_get::encode_into(req, out);
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
@@ -138,7 +156,7 @@ int main(int argc, char** argv) {
       write(dir, 10, "fast_put_error",
             as_string(actors::fast_get::encode_put_error(Status(Errc::out_of_capacity, "full")))) &&
       write(dir, 10, "fast_commit_request", fast_commit_request()) &&
-      write(dir, 10, "fast_commit_reply", as_string(actors::fast_get::encode_commit_done({7, 8})));
+      write(dir, 10, "fast_commit_reply", fast_commit_reply());
   if (!ok) {
     std::fprintf(stderr, "wire_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;

@@ -558,7 +558,7 @@ FastPathStats Store::fast_path_stats() const {
   out.lease_free_stale = s.lease_free_stale;
   out.direct_reads = s.direct_reads;
   out.direct_state_dicts = s.direct_batches;
-  out.state_dict_puts = s.spare_commits;
+  out.state_dict_puts = s.state_dict_puts;
   return out;
 }
 

@@ -286,10 +286,9 @@ struct FastPathStats {
   /// volumes' shared memory, checked by their tags before the first copy
   /// and after the last (docs/architecture.md, "Direct state-dict reads").
   std::uint64_t direct_state_dicts = 0;
-  /// put_state_dict calls of a layout put before that wrote into the
-  /// staging made ready for it (a spare) and committed it over the ring,
-  /// on the caller's thread (docs/architecture.md, "Puts into a spare over
-  /// the ring").
+  /// put_state_dict calls that ran on the caller's thread: written into
+  /// objects the volume staged for this client and committed over its
+  /// ring (docs/architecture.md, "State dict puts on the caller's thread").
   std::uint64_t state_dict_puts = 0;
 };
 

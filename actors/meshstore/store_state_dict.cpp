@@ -71,14 +71,12 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  // Into the spare staging of the put before, over the ring, on this
-  // thread (docs/architecture.md, "Puts into a spare over the ring").
-  if (impl_ && impl_->fast &&
-      state_dicts::put_into_spare(
-          *impl_->fast, p->call, impl_->options.request_timeout, [this](actors::SpareUse use) {
-            Impl::send(impl_.get(), actors::store_spare_atom::value, std::move(use));
-          })) {
-    return make_ready_future();
+  // On this thread, where the client has a ring to its volume.
+  if (impl_ && impl_->fast) {
+    if (auto done = state_dicts::put_on_caller_thread(*impl_->fast, p->call,
+                                                      impl_->options.request_timeout)) {
+      return done->ok() ? make_ready_future() : make_error_future<void>(*done);
+    }
   }
   return state_dicts::put_named(Impl::client_address(impl_.get()), std::move(p)).then([st] {});
 }

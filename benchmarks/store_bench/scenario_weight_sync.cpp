@@ -281,7 +281,7 @@ void run_weight_sync(const Args& a) {
   const auto lease_free = fast_after.lease_free_reads - fast_before.lease_free_reads;
   // And how many of them were direct: on the caller's thread, no actor.
   const auto direct = fast_after.direct_state_dicts - fast_before.direct_state_dicts;
-  // And how many of its puts went into their spare over the ring.
+  // And how many of its puts ran on the caller's thread, over the ring.
   const auto ring_puts = fast_after.state_dict_puts - fast_before.state_dict_puts;
   // The same 1,000 tensors through versions (publish, read the latest).
   const SyncTimes versioned =

@@ -113,16 +113,23 @@ class FastGetTest : public ::testing::Test {
     auto done = fast_get::decode_put_reply(m->bytes);
     return done.ok() ? Status() : done.status();
   }
-  // Sends commit request `bytes` (of `records` records) over the ring: the
-  // volume's verdict (`*refused`: a well-formed refusal).
-  Status send_commit(const std::vector<std::byte>& bytes, std::size_t records,
-                     bool* refused = nullptr) {
+  // Sends commit request `bytes` (of `records` records and `stages`
+  // objects to stage) over the ring: what the volume did
+  // (`*refused`: a well-formed refusal).
+  Result<fast_get::CommitDone> exchange_commit(const std::vector<std::byte>& bytes,
+                                               std::size_t records, std::size_t stages,
+                                               bool* refused = nullptr) {
     MESHSTORE_RETURN_IF_ERROR(ring_->send(11, bytes.data(), bytes.size(), in(10s)));
     auto m = ring_->receive(in(10s));
     if (!m.ok()) return m.status();
     bool was_refused = false;
-    auto done = fast_get::decode_commit_reply(m->bytes, records, &was_refused);
+    auto done = fast_get::decode_commit_reply(m->bytes, records, stages, &was_refused);
     if (refused) *refused = was_refused;
+    return done;
+  }
+  Status send_commit(const std::vector<std::byte>& bytes, std::size_t records,
+                     bool* refused = nullptr) {
+    auto done = exchange_commit(bytes, records, 0, refused);
     return done.ok() ? Status() : done.status();
   }
   // A put of `nbytes` whose bytes are said to be in the ring's side buffer.
@@ -243,12 +250,41 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
-// A commit over the ring (a put into a spare: docs/architecture.md, "Puts
-// into a spare over the ring") is input from another process: the volume
-// refuses one that does not decode, one naming another volume's object, an
-// object that is not staged here by the ring's client, already committed,
-// or of another size, and commits nothing of them. A good one goes to the
-// controller (none here: unavailable).
+// A request over the ring stages objects for the ring's client (the next
+// put's, or this one's) and gives them back: each staged object comes with
+// the place its client writes it at, and counts as staged until given back.
+TEST_F(FastGetTest, ARingStagesObjectsForItsClientAndTakesThemBack) {
+  ASSERT_OK(attach());
+  fast_get::CommitRequest req;
+  req.stage = {{"sd", 64}, {"sd#packed", 256 << 10}};
+  std::vector<std::byte> bytes;
+  fast_get::encode_into(req, bytes);
+  auto done = exchange_commit(bytes, 0, 2);
+  ASSERT_OK(done);
+  EXPECT_TRUE(done->versions.empty());
+  ASSERT_EQ(done->staged.size(), 2u);
+  EXPECT_EQ(done->staged[1].nbytes, 256u << 10);
+  for (const auto& r : done->staged) EXPECT_FALSE(r.described.at("shm").empty());
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->staged, 2u);
+  fast_get::CommitRequest give;
+  for (const auto& r : done->staged) give.release.push_back(r.region_id);
+  fast_get::encode_into(give, bytes);
+  ASSERT_OK(exchange_commit(bytes, 0, 0));
+  stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->staged, 0u);
+  // Given back once: a second time they are no objects of this client's.
+  EXPECT_ERROR(send_commit(bytes, 0), Errc::protocol_error, "to give back is no object");
+}
+
+// A commit over the ring (a state dict put on its caller's thread:
+// docs/architecture.md, "Data path") is input from another process: the
+// volume refuses one that does not decode, one naming another volume's
+// object, an object that is not staged here by the ring's client, already
+// committed, or of another size, and commits (and gives back) nothing of
+// them. A good one goes to the controller (none here: unavailable).
 TEST_F(FastGetTest, HostileCommitsAreRefusedAndCommitNothing) {
   const auto committed = stage("k", "value");
   verdict(commit_atom::value, committed);
@@ -280,15 +316,24 @@ TEST_F(FastGetTest, HostileCommitsAreRefusedAndCommitNothing) {
   // Fields that lie about their lengths or counts.
   auto lying = request(staged, 6, "volume-0");
   const std::uint32_t huge = 1u << 30;
-  std::memcpy(lying.data() + 16, &huge, 4);
+  std::memcpy(lying.data() + 24, &huge, 4);
   EXPECT_ERROR(send_commit(lying, 1), Errc::protocol_error, "a commit field of");
   auto none = request(staged, 6, "volume-0");
   const std::uint32_t zero = 0;
   std::memcpy(none.data() + 4, &zero, 4);
-  EXPECT_ERROR(send_commit(none, 1), Errc::protocol_error, "a commit of 0 records");
+  EXPECT_ERROR(send_commit(none, 1), Errc::protocol_error, "a commit of 0 records under 1");
   auto cut = request(staged, 6, "volume-0");
   cut.resize(cut.size() - 1);
   EXPECT_ERROR(send_commit(cut, 1), Errc::protocol_error, "commit");
+  // Objects to give back that are not this client's staged ones: nothing
+  // goes, not even the good one beside them.
+  for (std::uint64_t bad : {committed, std::uint64_t{12345}}) {
+    fast_get::CommitRequest give;
+    give.release = {staged, bad};
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(give, bytes);
+    EXPECT_ERROR(send_commit(bytes, 0), Errc::protocol_error, "to give back is no object");
+  }
   // Well formed, its object staged here by this ring's client: the
   // controller's to commit, and there is none here.
   EXPECT_ERROR(send_commit(request(staged, 6, "volume-0"), 1), Errc::unavailable, "controller");
@@ -314,12 +359,16 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
     req.records.push_back(r);
   }
   req.prefixes = {"sd"};
+  req.release = {41, 42};
+  req.stage = {{"sd", 100}, {"sd#packed", 1 << 20}};
   std::vector<std::byte> bytes;
   fast_get::encode_into(req, bytes);
   auto back = fast_get::decode_commit(bytes);
   ASSERT_OK(back);
   ASSERT_EQ(back->records.size(), 3u);
   EXPECT_EQ(back->prefixes, req.prefixes);
+  EXPECT_EQ(back->release, req.release);
+  EXPECT_EQ(back->stage, req.stage);
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(back->records[i].key, req.records[i].key);
     EXPECT_EQ(back->records[i].shape, req.records[i].shape);
@@ -330,19 +379,42 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   trailing.push_back(std::byte{0});
   EXPECT_ERROR(fast_get::decode_commit(trailing), Errc::protocol_error, "where its fields end");
   EXPECT_ERROR(fast_get::decode_commit({}), Errc::protocol_error, "no header");
-  // Replies: the versions, one per record; a refusal; and malformed ones.
+  std::vector<std::byte> nothing;
+  fast_get::encode_into(fast_get::CommitRequest{}, nothing);
+  EXPECT_ERROR(fast_get::decode_commit(nothing), Errc::protocol_error, "asks nothing");
+  // Replies: the versions, one per record, and the objects staged; a
+  // refusal; and malformed ones.
+  auto done = [](std::vector<std::uint64_t> versions, std::size_t staged) {
+    fast_get::CommitDone d;
+    d.versions = std::move(versions);
+    for (std::size_t i = 0; i < staged; ++i) {
+      wire::RegionRef r;
+      r.region_id = 70 + i;
+      r.nbytes = 8;
+      r.described = {{"shm", "seg:" + std::to_string(i)}, {"tcp", "not sent"}};
+      d.staged.push_back(r);
+    }
+    return fast_get::encode_commit_done(d);
+  };
   bool refused = true;
-  auto ok = fast_get::decode_commit_reply(fast_get::encode_commit_done({4, 5, 6}), 3, &refused);
+  auto ok = fast_get::decode_commit_reply(done({4, 5, 6}, 2), 3, 2, &refused);
   ASSERT_OK(ok);
-  EXPECT_EQ(*ok, (std::vector<std::uint64_t>{4, 5, 6}));
+  EXPECT_EQ(ok->versions, (std::vector<std::uint64_t>{4, 5, 6}));
+  ASSERT_EQ(ok->staged.size(), 2u);
+  EXPECT_EQ(ok->staged[1].region_id, 71u);
+  EXPECT_EQ(ok->staged[1].described, (std::map<std::string, std::string>{{"shm", "seg:1"}}));
   EXPECT_FALSE(refused);
-  EXPECT_ERROR(fast_get::decode_commit_reply(fast_get::encode_commit_done({4, 5}), 3, &refused),
-               Errc::protocol_error, "for 3 records");
+  ASSERT_OK(fast_get::decode_commit_reply(done({4, 5, 6}, 0), 3, 2, &refused))
+      << "no room to stage after a commit";
+  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5, 6}, 1), 3, 2, &refused),
+               Errc::protocol_error, "1 objects staged of 2");
+  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5}, 0), 3, 0, &refused), Errc::protocol_error,
+               "cut short");
   EXPECT_FALSE(refused);
-  EXPECT_ERROR(fast_get::decode_commit_reply(fast_get::encode_commit_done({4, 0, 6}), 3, &refused),
+  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, &refused),
                Errc::protocol_error, "version 0");
   EXPECT_ERROR(fast_get::decode_commit_reply(
-                   fast_get::encode_put_error(Status(Errc::conflict, "no")), 3, &refused),
+                   fast_get::encode_put_error(Status(Errc::conflict, "no")), 3, 0, &refused),
                Errc::conflict, "no");
   EXPECT_TRUE(refused);
 }

@@ -540,11 +540,11 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
   }
 }
 
-// Puts into a spare over the ring (docs/architecture.md, "Puts into a
-// spare over the ring"): a state dict put again with the layout of the put
-// before writes into the staging made ready for it on the caller's thread
-// and commits it over the volume's ring.
-using SparePut = LeaseFreeRead;
+// State dict puts on the caller's thread (docs/architecture.md, "Data
+// path"): where the client has a ring to its volume, put_state_dict writes
+// into objects the volume staged for it and commits them over the ring; a
+// layout put again has its next objects staged by that same request.
+using RingPut = LeaseFreeRead;
 
 std::uint64_t state_dict_puts(const Store& s) { return s.fast_path_stats().state_dict_puts; }
 
@@ -554,25 +554,27 @@ std::uint64_t staged_on(Store& store) {
   return stats.ok() && !stats->empty() ? stats->front().staged : 999;
 }
 
-// Puts `d` under `key` with every byte `v` until a put goes over the ring
-// (the spare is staged in the background after the second put of a
-// layout); bounded.
-bool put_until_over_the_ring(Store& store, const std::string& key, Dict& d, std::uint8_t v) {
-  return eventually(
-      [&] {
-        std::fill(d.buf.begin(), d.buf.end(), v);
-        const auto before = state_dict_puts(store);
-        EXPECT_OK(store.put_state_dict(key, d.sd, three_buckets()).get(kWait));
-        return state_dict_puts(store) == before + 1;
-      },
-      10s);
+// Puts `d` under `key` with every byte `v`: whether the put went over the
+// ring.
+bool put_over_the_ring(Store& store, const std::string& key, Dict& d, std::uint8_t v) {
+  std::fill(d.buf.begin(), d.buf.end(), v);
+  const auto before = state_dict_puts(store);
+  EXPECT_OK(store.put_state_dict(key, d.sd, three_buckets()).get(kWait));
+  return state_dict_puts(store) == before + 1;
 }
 
-TEST_F(SparePut, APutOfTheLayoutPutBeforeGoesIntoItsSpareOverTheRing) {
+// The objects of one version of a Dict put with three_buckets(): its
+// manifest and three buckets.
+constexpr std::uint64_t kObjects = 4;
+
+TEST_F(RingPut, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore) {
   auto [writer, reader] = writer_and_reader();
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
+  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 1));
+  EXPECT_EQ(staged_on(writer), 0u) << "a layout put once keeps nothing staged";
+  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 2));
+  EXPECT_EQ(staged_on(writer), kObjects) << "the next put's objects";
   const auto volume_before = writer.stats().get(kWait);
   ASSERT_OK(volume_before);
   for (std::uint8_t v = 3; v < 9; ++v) {
@@ -592,47 +594,51 @@ TEST_F(SparePut, APutOfTheLayoutPutBeforeGoesIntoItsSpareOverTheRing) {
     ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
-  // What each put replaced went back: the volume holds as much as before.
+  // What each put replaced went back, and one next put's objects stay
+  // staged: the volume holds as much as before.
   const auto volume_after = writer.stats().get(kWait);
   ASSERT_OK(volume_after);
   EXPECT_EQ(volume_after->front().objects, volume_before->front().objects);
   EXPECT_EQ(volume_after->front().bytes_held, volume_before->front().bytes_held);
+  EXPECT_EQ(volume_after->front().staged, kObjects);
 }
 
-// Another layout under the same key (a tensor more) takes the actors and
-// gives the spare back; the new layout then gets a spare of its own.
-TEST_F(SparePut, AnotherLayoutTakesTheActorsAndGivesTheSpareBack) {
+// Another layout under the same key (a tensor more) goes over the ring as
+// well: the old layout's staged objects are given back in its first
+// request, and the new layout keeps objects staged once it is put again.
+TEST_F(RingPut, AnotherLayoutGivesTheStagedObjectsOfTheOldOneBack) {
   auto store = Store::embedded(shm()).value();
   ASSERT_TRUE(ring_open(store, store));
   Dict a(300, 4096, 1), b(301, 4096, 2), back(301, 4096, 0);
-  ASSERT_TRUE(put_until_over_the_ring(store, "sd", a, 3));
-  const auto staged_with_spare = store.stats().get(kWait);
-  ASSERT_OK(staged_with_spare);
-  const auto before = state_dict_puts(store);
-  ASSERT_OK(store.put_state_dict("sd", b.sd, three_buckets()).get(kWait));
-  EXPECT_EQ(state_dict_puts(store), before);
+  ASSERT_TRUE(put_over_the_ring(store, "sd", a, 3));
+  ASSERT_TRUE(put_over_the_ring(store, "sd", a, 4));
+  ASSERT_EQ(staged_on(store), kObjects);
+  ASSERT_TRUE(put_over_the_ring(store, "sd", b, 5));
+  EXPECT_EQ(staged_on(store), 0u);
   ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
-  // The old layout's spare went back (the new one's is staged only after
-  // a second put of it).
-  EXPECT_TRUE(eventually([&] { return staged_on(store) == 0; }, 10s));
-  ASSERT_TRUE(put_until_over_the_ring(store, "sd", b, 4));
+  ASSERT_TRUE(put_over_the_ring(store, "sd", b, 6));
+  const auto staged = staged_on(store);
+  EXPECT_GE(staged, kObjects);  // its manifest and buckets
+  EXPECT_LT(staged, 999u);
   ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
 }
 
-// A client whose spare waits on the shelf closes: the spare goes back to
-// the volume at once (not after its orphan grace), and the key is intact.
-TEST_F(SparePut, AClosingClientGivesItsShelvedSpareBack) {
+// A client that keeps objects staged for its next put closes: they go back
+// to the volume at once (not after its orphan grace), and the key is
+// intact.
+TEST_F(RingPut, AClosingClientGivesItsStagedObjectsBack) {
   auto [server, client] = writer_and_reader();
   ASSERT_TRUE(ring_open(server, client));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  ASSERT_TRUE(put_until_over_the_ring(client, "sd", src, 2));
-  // The next spare (manifest and three buckets), staged and shelved.
-  ASSERT_TRUE(eventually([&] { return staged_on(server) == 4; }, 10s));
+  // Its first put takes the actors (they pick its volume), then the ring.
+  ASSERT_OK(client.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  ASSERT_TRUE(put_over_the_ring(client, "sd", src, 1));
+  ASSERT_TRUE(put_over_the_ring(client, "sd", src, 2));
+  ASSERT_EQ(staged_on(server), kObjects);
   client.close();
-  EXPECT_TRUE(eventually([&] { return staged_on(server) == 0; }, 10s))
-      << "the spare outlived its client's store";
+  EXPECT_EQ(staged_on(server), 0u) << "the staged objects outlived their client's store";
   ASSERT_OK(server.get_state_dict_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
 }
@@ -640,24 +646,24 @@ TEST_F(SparePut, AClosingClientGivesItsShelvedSpareBack) {
 // A put over the ring commits only if the state dict is still the version
 // its writer last saw: another writer's put in between sends it down the
 // actors' put (which writes it all the same), so a commit that arrives
-// late can never roll the key back. The ring serves the next put again.
-TEST_F(SparePut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
+// late can never roll the key back. Its staged objects are kept, and the
+// ring serves the next put again.
+TEST_F(RingPut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
   auto [writer, other] = writer_and_reader();
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), theirs(300, 4096, 50), dst(300, 4096, 0);
-  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
-  ASSERT_TRUE(eventually([&] { return staged_on(writer) == 4; }, 10s));  // the next spare
+  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 1));
+  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 2));
+  ASSERT_EQ(staged_on(writer), kObjects);
   ASSERT_OK(other.put_state_dict("sd", theirs.sd, three_buckets()).get(kWait));
-  std::fill(src.buf.begin(), src.buf.end(), 60);
-  const auto before = state_dict_puts(writer);
-  ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
-  EXPECT_EQ(state_dict_puts(writer), before) << "committed over a version it never saw";
+  EXPECT_FALSE(put_over_the_ring(writer, "sd", src, 60)) << "committed over a version it never saw";
   for (Store* s : {&writer, &other}) {
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
     ASSERT_OK(s->get_state_dict_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
-  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 61));
+  EXPECT_EQ(staged_on(writer), kObjects) << "the refused put's objects, kept for the next";
+  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 61));
   std::fill(dst.buf.begin(), dst.buf.end(), 0);
   ASSERT_OK(other.get_state_dict_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
@@ -665,14 +671,14 @@ TEST_F(SparePut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
 
 // A writer putting over the ring while two threads of another client read:
 // every read is one version whole.
-TEST_F(SparePut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {
+TEST_F(RingPut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {
   auto [writer, reader] = writer_and_reader();
   ASSERT_TRUE(ring_open(writer, writer));
   ASSERT_TRUE(ring_open(writer, reader));
   constexpr int kTensors = 300;
   constexpr std::size_t kBytesEach = 4096;
   Dict src(kTensors, kBytesEach, 1);
-  ASSERT_TRUE(put_until_over_the_ring(writer, "sd", src, 2));
+  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 2));
   const auto before = state_dict_puts(writer);
   const auto seen = race_a_writer(writer, reader, src, kTensors, kBytesEach, 3, 120);
   EXPECT_EQ(seen.torn, 0);

@@ -55,7 +55,6 @@ using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
 using select_atom = caf::atom_constant<caf::atom("select")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
-using store_spare_atom = caf::atom_constant<caf::atom("s_spare")>;
 using store_stage_atom = caf::atom_constant<caf::atom("s_stage")>;
 using store_release_atom = caf::atom_constant<caf::atom("s_release")>;
 using store_get_atom = caf::atom_constant<caf::atom("s_get")>;

@@ -82,11 +82,6 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
-  // The store closes (or the system stops): spare stagings go back to their
-  // volumes before the client quits, as CAF's default handler would.
-  self->set_exit_handler([=](caf::exit_msg& msg) {
-    if (msg.reason) close_spares(self, msg.reason);
-  });
   self->state.controller_process = watch_controller(self);
   if (self->state.cfg.fast_path) {
     self->state.cfg.fast_path->watch_controller(self->state.controller_process);
@@ -115,9 +110,6 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         handle_stage(self, std::move(call));
       },
       [=](store_release_atom, const ReleaseStagedCall& call) { handle_release_staged(self, call); },
-      // A spare the store's caller took off the fast path's shelf, and what
-      // became of it (client/put.hpp, spare_used).
-      [=](store_spare_atom, SpareUse& use) { spare_used(self, use); },
       [=](store_stream_atom, StreamCall& call) {
         if (refused(call)) return;
         handle_stream(self, std::move(call));

@@ -137,20 +137,6 @@ struct ReleaseStagedCall {
   StagedRegions staged;
 };
 
-/// What the store's caller did with a spare it took off the fast path's
-/// shelf (FastPath::unshelve; store_spare_atom, fire and forget): committed
-/// it over the ring (its records already in the location cache), did not
-/// use it (the client gives it back), or lost it (the ring failed
-/// with its commit on the way: the outcome is unknown).
-struct SpareUse {
-  enum class Outcome { committed, unused, lost };
-  Outcome outcome = Outcome::unused;
-  std::string under;  // the state dict's key
-  std::string volume_id;
-  std::vector<std::pair<std::string, std::uint64_t>> layout;
-  std::vector<wire::RegionRef> regions;
-};
-
 struct PutCall {
   std::string op;  // "put", "put_batch", "put_object": for messages
   std::vector<PutItem> items;
@@ -306,19 +292,9 @@ struct ClientConfig {
   /// reads over it); null: none. Its location cache is the client's own,
   /// and the client opens a ring to each volume it reaches over shm.
   std::shared_ptr<FastPath> fast_path;
-  /// Spare staging (docs/architecture.md, "Spare staging"): a state dict
-  /// this client puts again with the same layout keeps the next put's
-  /// staged objects on its volume when they hold at most this many bytes
-  /// (0: never). At most kMaxSpares are kept, the least recently used
-  /// given back first.
-  std::uint64_t spare_staging_bytes = std::uint64_t{16} << 20;
-  static constexpr std::size_t kMaxSpares = 4;
   /// How long the fast path's rings this client opens spin before their
   /// waiting end sleeps (StoreOptions::fast_path_spin).
   std::chrono::microseconds ring_spin{50};
-  /// How long a closing client waits for spares still being staged, to
-  /// give them back, before it quits anyway.
-  static constexpr std::chrono::milliseconds kCloseSparesWait{1000};
   /// A state dict put is announced as a stream (readers copy each object
   /// once it is filled) only when the objects besides its largest hold at
   /// least this many bytes: what a reader can copy while the put still
@@ -335,7 +311,6 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::SpareUse)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StageCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StreamCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ReleaseStagedCall)

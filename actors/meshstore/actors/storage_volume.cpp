@@ -339,6 +339,90 @@ bool close_lease(volume_pointer self, std::uint64_t lease_id) {
   return whole;
 }
 
+// A fast-path channel's request (FastCommitJob): what its client gives back
+// goes, its records commit at the controller, then what it asks is staged
+// for it (after the commit, so the next put's objects may land in the
+// memory the commit retired). Checked as input from another process: every
+// object given back or committed must be one that client staged here, not
+// committed, of the record's size; else nothing is done.
+void fast_commit(volume_pointer self, FastCommitJob job) {
+  auto done = job.done;
+  auto& st = self->state;
+  auto& req = job.request;
+  auto staged_by_owner = [&](std::uint64_t id, std::uint64_t nbytes, bool any_size) {
+    auto it = st.objects.find(id);
+    return it != st.objects.end() && !it->second.committed && it->second.owner == job.owner &&
+           it->second.region && (any_size || it->second.region->size() == nbytes);
+  };
+  for (const auto& r : req.records) {
+    const auto& shard = r.shards.front();
+    if (!staged_by_owner(shard.object_id, shard.nbytes, false)) {
+      return (*done)(
+          Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
+                                           std::to_string(shard.object_id) +
+                                           " is no object of that size its client staged here"));
+    }
+  }
+  for (auto id : req.release) {
+    if (!staged_by_owner(id, 0, true)) {
+      return (*done)(Status(Errc::protocol_error, "fast commit: object " + std::to_string(id) +
+                                                      " to give back is no object its client "
+                                                      "staged here"));
+    }
+  }
+  for (auto id : req.release) st.drop(id, true);
+  if (!req.release.empty()) st.regions->prune();
+  std::vector<wire::StageRequest> wanted;
+  for (auto& s : req.stage) {
+    wire::StageRequest r;
+    r.key = std::move(s.key);
+    r.nbytes = s.nbytes;
+    wanted.push_back(std::move(r));
+  }
+  const auto owner = caf::actor_cast<caf::actor>(job.owner);
+  const std::size_t limit = job.reply_limit;
+  // Stages what was asked, answering it with `versions`. After a commit, a
+  // refusal (no room, say) or a reply too large for the channel stages
+  // nothing and still answers the commit; alone, it is the answer.
+  auto stage_and_answer = [self, done, wanted, owner, limit](std::vector<std::uint64_t> versions) {
+    fast_get::CommitDone d;
+    d.versions = std::move(versions);
+    const bool alone = d.versions.empty();
+    if (!wanted.empty()) {
+      auto regions = owner ? stage(self, wanted, owner)
+                           : Result<std::vector<wire::RegionRef>>(
+                                 Status(Errc::unavailable, "the client is gone"));
+      if (regions.ok()) d.staged = std::move(regions).value();
+      if (regions.ok() && fast_get::encoded_size(d) > limit) {
+        for (const auto& r : d.staged) self->state.drop(r.region_id, true);
+        self->state.regions->prune();
+        d.staged.clear();
+        regions = Status(Errc::unsupported, "volume '" + self->state.config.volume_id +
+                                                "': " + std::to_string(wanted.size()) +
+                                                " staged objects do not fit a reply");
+      }
+      if (!regions.ok() && alone) return (*done)(regions.status());
+    }
+    (*done)(std::move(d));
+  };
+  if (req.records.empty()) return stage_and_answer({});
+  auto controller = caf::actor_cast<caf::actor>(job.controller);
+  if (!controller) {
+    return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
+  }
+  // The controller answers this volume without a flush: its release of
+  // what the commit superseded reaches this actor before the answer.
+  self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
+                std::move(req.records), std::move(req.prefixes), true)
+      .then(
+          [stage_and_answer](std::vector<std::uint64_t>& versions) mutable {
+            stage_and_answer(std::move(versions));
+          },
+          [done](caf::error& e) {
+            (*done)(internal::from_caf_error(e, "commit at the controller"));
+          });
+}
+
 // Stages small objects whose bytes came with the request and commits them
 // at the controller in the same call: a small put costs one round trip to
 // the volume (the controller usually sits in the volume's process) instead
@@ -481,35 +565,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
               (*done)(fast_get::PutDone{r->versions.front(), r->ids.front(), r->places.front()});
             });
       },
-      [=](fast_commit_atom, FastCommitJob& job) {
-        auto done = job.done;
-        auto& st = self->state;
-        // Only objects the ring's client staged here and has not committed:
-        // a ring is input from another process.
-        for (const auto& r : job.records) {
-          const auto& shard = r.shards.front();
-          auto it = st.objects.find(shard.object_id);
-          if (it == st.objects.end() || it->second.committed || it->second.owner != job.owner ||
-              !it->second.region || it->second.region->size() != shard.nbytes) {
-            return (*done)(Status(Errc::protocol_error,
-                                  "fast commit of '" + r.key + "': object " +
-                                      std::to_string(shard.object_id) +
-                                      " is no object of that size its client staged here"));
-          }
-        }
-        auto controller = caf::actor_cast<caf::actor>(job.controller);
-        if (!controller) {
-          return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
-        }
-        // The controller answers this volume without a flush: its release of
-        // what the commit superseded reaches this actor before the answer.
-        self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
-                      std::move(job.records), std::move(job.prefixes), true)
-            .then([done](const std::vector<std::uint64_t>& versions) { (*done)(versions); },
-                  [done](caf::error& e) {
-                    (*done)(internal::from_caf_error(e, "commit at the controller"));
-                  });
-      },
+      [=](fast_commit_atom, FastCommitJob& job) { fast_commit(self, std::move(job)); },
       [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
         auto lent = lend(self, req);
         if (!lent.ok()) return to_caf_error(lent.status());

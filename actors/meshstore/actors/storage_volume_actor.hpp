@@ -66,16 +66,18 @@ struct FastPutJob {
   std::shared_ptr<std::function<void(Result<fast_get::PutDone>)>> done;
 };
 
-/// A commit over a fast-path ring (fast_get::CommitRequest): records of
-/// objects the ring's client staged here and wrote (a spare), to commit at
-/// the controller replacing the keys under `prefixes`; within one process,
-/// as FastPutJob. `done` gets the versions or the error.
+/// A request over a fast-path channel (fast_get::CommitRequest): staged
+/// objects its client gives back, records of objects it staged here and
+/// wrote, to commit at the controller replacing the keys under `prefixes`,
+/// and objects to stage for it afterwards; within one process, as
+/// FastPutJob. `reply_limit`: the bytes its reply may take (a ring slot).
+/// `done` gets what was done or the error.
 struct FastCommitJob {
-  std::vector<wire::KeyRecord> records;
-  std::vector<std::string> prefixes;
+  fast_get::CommitRequest request;
+  std::size_t reply_limit = 0;
   caf::actor_addr owner;
   caf::actor_addr controller;
-  std::shared_ptr<std::function<void(Result<std::vector<std::uint64_t>>)>> done;
+  std::shared_ptr<std::function<void(Result<fast_get::CommitDone>)>> done;
 };
 
 using storage_volume_actor = caf::typed_actor<
@@ -155,10 +157,10 @@ using storage_volume_actor = caf::typed_actor<
     // (from the small-op service, in this process) Stages and commits a small
     // put as stage_commit does; the outcome goes to the job's `done`.
     caf::reacts_to<fast_put_atom, FastPutJob>,
-    // (from the small-op service) Commits objects the ring's client staged here
-    // and wrote, replacing the keys under the prefixes (replace_atom at
-    // the controller); each record must name one such object, staged by
-    // that client and not committed. The outcome goes to the job's `done`.
+    // (from the small-op service) Gives back, commits and stages for the
+    // channel's client (FastCommitJob); every object it gives back or
+    // commits must be one that client staged here and has not committed.
+    // The outcome goes to the job's `done`.
     caf::reacts_to<fast_commit_atom, FastCommitJob>>;
 
 /// What a volume is created with.

@@ -286,103 +286,136 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
   return put_named(client, std::move(p));
 }
 
-// How long put_into_spare waits on the caller's thread for a spare being
-// staged.
-constexpr std::chrono::milliseconds kSpareWait{100};
-
-bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
-                    std::chrono::milliseconds timeout,
-                    const std::function<void(actors::SpareUse)>& tell) {
-  using Outcome = actors::SpareUse::Outcome;
+std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
+                                           std::chrono::milliseconds timeout) {
+  namespace fg = actors::fast_get;
+  using Staging = actors::FastPath::Staging;
   if (call.replace_under.size() != 1 || !call.lent_items.empty() || !call.staged_items.empty() ||
-      !call.group_members.empty() || call.items.empty()) {
-    return false;
+      !call.group_members.empty() || call.items.empty() ||
+      call.items.size() > fg::kMaxCommitRecords) {
+    return std::nullopt;
   }
-  // What the actors' put would stage: a spare of this layout (put.cpp,
-  // spare_layout), neither inline nor streamed.
   std::uint64_t total = 0;
-  std::vector<std::pair<std::string, std::uint64_t>> layout;
+  std::vector<fg::StageSpec> layout;
+  layout.reserve(call.items.size());
   for (const auto& item : call.items) {
     const auto& v = item.view;
-    if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return false;
+    if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return std::nullopt;
     total += v.nbytes();
-    layout.emplace_back(item.key, v.nbytes());
+    layout.push_back(fg::StageSpec{item.key, v.nbytes()});
   }
-  if (total <= wire::kInlineBytes) return false;
-  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return false;
+  // Small ones go inline through the actors (one round trip), streamed
+  // ones through the actors that report each object's fill.
+  if (total <= wire::kInlineBytes) return std::nullopt;
+  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
   const std::string& under = call.replace_under.front();
-  // A put right behind the one before waits for the spare that one's
-  // commit started staging (a round trip: well under a millisecond),
-  // rather than take the actors; kSpareWait at most, so a volume slow to
-  // answer holds up the actors' put (a future) instead of this thread.
-  auto spare = fast.unshelve(under, std::chrono::steady_clock::now() + kSpareWait);
-  if (!spare) return false;
-  auto tell_client = [&](Outcome outcome) {
-    actors::SpareUse use;
-    use.outcome = outcome;
-    use.under = under;
-    use.volume_id = spare->volume_id;
-    use.layout = std::move(spare->layout);
-    use.regions = std::move(spare->regions);
-    tell(std::move(use));
-  };
+  // A layout put again (a trainer's every step) is worth staging ahead,
+  // within bounds: its next put then writes at once and commits in one
+  // round trip. Noted before the ring is known: a client's first put takes
+  // the actors, which pick its volume.
+  const bool keep = fast.note_layout(under, layout) && total <= actors::FastPath::kMaxStagingBytes;
   const std::string home = fast.home();
   auto shm = fast.shm_of(home);
+  if (home.empty() || !shm) return std::nullopt;
   // The commit holds only while the state dict is at the version this
-  // client last saw (its manifest's expect_version): one that arrives late
-  // (its ring timed out, and the actors put the state dict again meanwhile)
-  // or races another writer is refused, and never rolls the key back.
-  const auto seen = fast.cache().version(under);
-  const bool has_manifest = std::any_of(call.items.begin(), call.items.end(),
-                                        [&](const actors::PutItem& i) { return i.key == under; });
-  if (spare->volume_id != home || spare->layout != layout ||
-      spare->regions.size() != layout.size() || !shm || !seen || !has_manifest) {
-    tell_client(Outcome::unused);
-    return false;
+  // client last saw (none: absent): one that arrives late, after its ring
+  // failed and another put of this client committed, is refused rather
+  // than roll the key back, and another writer's put in between sends this
+  // one down the actors' put, which writes it all the same.
+  const std::uint64_t seen = fast.cache().version(under).value_or(0);
+  // Records as the commit will carry them: they must fit one ring slot.
+  auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
+    std::vector<wire::KeyRecord> records;
+    records.reserve(call.items.size());
+    for (std::size_t i = 0; i < call.items.size(); ++i) {
+      records.push_back(actors::put_record(call.items[i], &regions[i], home, under));
+      if (call.items[i].key == under) records.back().expect_version = seen;
+    }
+    return records;
+  };
+  {
+    wire::RegionRef widest;
+    widest.region_id = ~std::uint64_t{0};
+    widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
+    fg::CommitRequest probe;
+    probe.records = records_for(std::vector<wire::RegionRef>(call.items.size(), widest));
+    probe.prefixes = {under};
+    probe.stage = layout;
+    probe.release.assign(layout.size(), ~std::uint64_t{0});
+    std::vector<std::byte> bytes;
+    fg::encode_into(probe, bytes);
+    if (bytes.size() > fast.request_room(home)) return std::nullopt;
   }
-  std::vector<wire::KeyRecord> records;
-  records.reserve(call.items.size());
+  fg::CommitRequest req;
+  auto staging = fast.take_staging(under);
+  if (staging && (staging->volume_id != home || staging->layout != layout)) {
+    // Another layout now: given back with this put's first request.
+    if (staging->volume_id == home) {
+      for (const auto& r : staging->regions) req.release.push_back(r.region_id);
+    } else {
+      fast.give_back(*staging, timeout);
+    }
+    staging.reset();
+  }
+  bool sent = false, refused = false;
+  if (!staging) {
+    req.stage = layout;
+    auto got = fast.commit(home, req, timeout, &sent, &refused);
+    // Nothing committed: the actors put it (and evict from a full volume).
+    if (!got.ok() || got->staged.size() != layout.size()) return std::nullopt;
+    staging = Staging{home, layout, std::move(got->staged)};
+  }
+  // Not used after all: kept for the next put, or given back.
+  auto unused = [&] {
+    if (keep) return fast.keep_staging(under, std::move(*staging), timeout);
+    fast.give_back(*staging, timeout);
+  };
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const auto& item = call.items[i];
-    const auto& region = spare->regions[i];
+    const auto& region = staging->regions[i];
     const std::uint64_t n = item.view.nbytes();
-    auto mem = region.nbytes == n && region.device < 0
+    auto mem = region.nbytes == n
                    ? shm->map_writable(region)
                    : Result<std::shared_ptr<std::byte>>(Status(Errc::internal, "mismatch"));
     if (!mem.ok()) {
-      tell_client(Outcome::unused);
-      return false;
+      unused();
+      return std::nullopt;
     }
     std::byte* dst = mem->get();
     if (item.gather) {
       if (!actors::fill_gathered_here(*item.gather, dst, n).ok()) {
-        tell_client(Outcome::unused);
-        return false;  // the actors report it
+        unused();
+        return std::nullopt;  // the actors report it
       }
     } else if (n > 0) {
       transports::CopyEngine::instance().copy_here(
           dst, static_cast<const std::byte*>(item.view.data()), n);
     }
-    records.push_back(actors::put_record(item, &region, home, under));
-    if (item.key == under) records.back().expect_version = *seen;
   }
-  bool sent = false, lost = false;
-  auto versions =
-      fast.commit(home, actors::fast_get::CommitRequest{records, {under}}, timeout, &sent, &lost);
-  if (!versions.ok()) {
-    // Not sent or refused: nothing committed, the spare goes back. Lost:
-    // it may have committed (with these same bytes), so its objects are
-    // neither reused nor given back. Either way the actors put it now.
-    tell_client(lost ? Outcome::lost : Outcome::unused);
-    return false;
+  req = fg::CommitRequest{};
+  req.records = records_for(staging->regions);
+  req.prefixes = {under};
+  if (keep) req.stage = layout;
+  auto got = fast.commit(home, req, timeout, &sent, &refused);
+  if (!got.ok()) {
+    // Refused or never sent: nothing committed, the objects are still
+    // this client's, and the actors put the state dict.
+    if (!sent || refused) {
+      unused();
+      return std::nullopt;
+    }
+    // The ring failed with the commit on its way: committed or not is
+    // unknown (its objects then belong to the key, or go with this client).
+    return got.status().with_context(call.op + " '" + under + "'");
   }
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    records[i].version = (*versions)[i];
-    fast.cache().put(records[i]);  // this thread's next read sees it
+  for (std::size_t i = 0; i < req.records.size(); ++i) {
+    req.records[i].version = got->versions[i];
+    fast.cache().put(req.records[i]);  // this thread's next read sees it
   }
-  fast.expect(under);  // the client actor stages the layout again
-  tell_client(Outcome::committed);
-  return true;
+  if (got->staged.size() == layout.size() && keep) {
+    fast.keep_staging(under, Staging{home, layout, std::move(got->staged)}, timeout);
+  }
+  return Status();
 }
 
 }  // namespace meshstore::state_dicts

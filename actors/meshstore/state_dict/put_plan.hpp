@@ -72,18 +72,19 @@ Status name_put(const std::string& key, PreparedPut& p,
 // Sends a put named by name_put to the client actor.
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
 
-// A state dict put again with the layout of the put before it, on the
-// caller's thread (docs/architecture.md, "Puts into a spare over the
-// ring"): when the client actor shelved that layout's spare staging on
-// `fast`, the items are written straight into it (gathered, split over the
-// copy engine with this thread taking a share) and committed over the
-// volume's ring, replacing the keys under the put's prefix. True: committed
-// (the location cache has the records); false: nothing committed here,
-// the caller puts it through the actors. Either way `tell` gets what
-// became of a spare it took (actors::SpareUse, for the client actor).
-bool put_into_spare(actors::FastPath& fast, const actors::PutCall& call,
-                    std::chrono::milliseconds timeout,
-                    const std::function<void(actors::SpareUse)>& tell);
+// A state dict put on the caller's thread (docs/architecture.md, "Data
+// path"), when its client has a ring to its volume: the items are written
+// straight into objects the volume staged for it (kept from the put
+// before for a layout put again, else staged with one request), gathered
+// and split over the copy engine with this thread taking a share, then
+// committed over the ring in one request, which also stages the next
+// put's objects for a layout put again. nullopt: nothing committed, the
+// caller puts it through the actors (no ring, a GPU or strided or sharded
+// source, a small or streamed put, a full volume, another writer's
+// version in between). Else the outcome: ok (the location cache has the
+// records), or the ring's error with the commit on its way.
+std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
+                                           std::chrono::milliseconds timeout);
 
 // put_prepared that commits only while the manifest at `key` has commit
 // version `manifest_version` (0: absent), Errc::conflict otherwise.

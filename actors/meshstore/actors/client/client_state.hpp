@@ -95,29 +95,6 @@ struct ClientState {
   // stop once it has exited, before its down message arrives, as the
   // leased way's round trip would.
   std::shared_ptr<transports::shm::ProcessWatch> controller_process;
-  // Spare staging (put.cpp): staged objects kept for the next put of a
-  // state dict put again with the same layout, by the key it replaces
-  // under; and each such key's last layout (bounded like the spares).
-  struct Spare {
-    std::string volume_id;
-    std::vector<std::pair<std::string, std::uint64_t>> layout;  // (key, bytes) per object
-    std::vector<wire::RegionRef> regions;                       // empty: being staged or shelved
-    // On the fast path's shelf (FastPath::shelve): the caller's thread may
-    // take it for a put over the ring; the regions are there.
-    bool shelved = false;
-    bool being_staged() const { return regions.empty() && !shelved; }
-    std::uint64_t used = 0;  // recency
-    // Puts of this layout that found it being staged: each runs once it is
-    // staged, or once it is gone (failed, evicted, its volume down), when it
-    // stages its own.
-    std::vector<std::function<void()>> waiters;
-  };
-  std::unordered_map<std::string, Spare> spares;
-  std::unordered_map<std::string, Spare> last_layouts;  // no regions
-  std::uint64_t spare_clock = 0;
-  // Why the client is going away, once it is: it quits when its spares
-  // are given back (close_spares).
-  caf::error closing;
   // Streamed reads following a writer, by state dict key.
   std::multimap<std::string, std::shared_ptr<struct StreamOp>> streams;
   std::shared_ptr<spdlog::logger> log = log::get("client");

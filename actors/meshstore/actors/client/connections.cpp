@@ -263,7 +263,6 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
   } else if (source == st.strategy.address()) {
     name = "the strategy";
   }
-  std::vector<std::function<void()>> gone_spares;
   for (auto it = st.conns.begin(); it != st.conns.end();) {
     if (it->second->handle.address() != source) {
       ++it;
@@ -283,19 +282,8 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     }
     st.locations->erase_on_volume(id);
     if (st.cfg.fast_path) st.cfg.fast_path->close_ring(id);
-    for (auto s = st.spares.begin(); s != st.spares.end();) {  // staged there: gone with it
-      if (s->second.volume_id != id) {
-        ++s;
-        continue;
-      }
-      for (auto& w : s->second.waiters) gone_spares.push_back(std::move(w));
-      s = st.spares.erase(s);
-    }
     it = st.conns.erase(it);
   }
-  // Puts that waited for a spare there stage their own (and fail with the
-  // volume's death).
-  for (auto& w : gone_spares) w();
   const std::string why = name + " went down (" + reason + ")";
   if (name == "the controller" || name == "the strategy") st.control_down = why;
   if (name == "the controller") {

@@ -3,6 +3,7 @@
 
 #include "meshstore/actors/client/fast_path.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -89,6 +90,10 @@ void FastPath::close_ring(const std::string& volume_id) {
       doomed = std::move(it->second);
       rings_.erase(it);
     }
+    // Staged there: gone with the volume.
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      it = it->second.staging.volume_id == volume_id ? kept_.erase(it) : std::next(it);
+    }
   }
   // Closed (unlinked) once the last caller using it lets go.
 }
@@ -129,15 +134,20 @@ bool FastPath::can_put() const {
   return !home_.empty() && rings_.count(home_) != 0;
 }
 
-void FastPath::close() {
+void FastPath::close(std::chrono::milliseconds timeout) {
+  std::unordered_map<std::string, Kept> kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept.swap(kept_);
+  }
+  // Given back now rather than after the volume's orphan grace.
+  for (const auto& [under, k] : kept) give_back(k.staging, timeout);
   std::unordered_map<std::string, std::shared_ptr<Channel>> doomed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
-    expected_.clear();
     doomed.swap(rings_);
   }
-  shelf_cv_.notify_all();
 }
 
 std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
@@ -396,47 +406,6 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   return Outcome::hit;
 }
 
-bool FastPath::shelve(const std::string& under, Spare spare) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    expected_.erase(under);
-    if (closed_) return false;
-    shelf_[under] = std::move(spare);
-  }
-  shelf_cv_.notify_all();
-  return true;
-}
-
-void FastPath::expect(const std::string& under) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!closed_) expected_.insert(under);
-}
-
-void FastPath::unexpect(const std::string& under) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    expected_.erase(under);
-  }
-  shelf_cv_.notify_all();
-}
-
-std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under,
-                                                  std::chrono::steady_clock::time_point until) {
-  std::unique_lock<std::mutex> lock(mu_);
-  shelf_cv_.wait_until(lock, until, [&] {
-    return closed_ || shelf_.count(under) != 0 || expected_.count(under) == 0;
-  });
-  auto it = shelf_.find(under);
-  if (it == shelf_.end()) return std::nullopt;
-  auto spare = std::move(it->second);
-  shelf_.erase(it);
-  return spare;
-}
-
-std::optional<FastPath::Spare> FastPath::unshelve(const std::string& under) {
-  return unshelve(under, std::chrono::steady_clock::time_point{});  // a deadline passed: no wait
-}
-
 std::string FastPath::home() const {
   std::lock_guard<std::mutex> lock(mu_);
   return home_;
@@ -448,12 +417,18 @@ std::shared_ptr<transports::Transport> FastPath::shm_of(const std::string& volum
   return r == rings_.end() || !r->second->ring ? nullptr : r->second->shm;
 }
 
-Result<std::vector<std::uint64_t>> FastPath::commit(const std::string& volume_id,
-                                                    const fast_get::CommitRequest& req,
-                                                    std::chrono::milliseconds timeout, bool* sent,
-                                                    bool* lost) {
+std::size_t FastPath::request_room(const std::string& volume_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = rings_.find(volume_id);
+  return r == rings_.end() || !r->second->ring ? 0 : r->second->max_request();
+}
+
+Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
+                                              const fast_get::CommitRequest& req,
+                                              std::chrono::milliseconds timeout, bool* sent,
+                                              bool* refused) {
   *sent = false;
-  *lost = false;
+  *refused = false;
   std::shared_ptr<Channel> channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -473,17 +448,78 @@ Result<std::vector<std::uint64_t>> FastPath::commit(const std::string& volume_id
   *sent = true;
   auto fail = [&](const Status& s) {
     close_failed(volume_id, channel, s);
-    *lost = true;
     return s;
   };
   auto m = channel->exchange(std::chrono::steady_clock::now() + timeout);
   if (!m.ok()) return fail(m.status());
-  bool refused = false;
-  auto versions = fast_get::decode_commit_reply(*m, req.records.size(), &refused);
+  auto done = fast_get::decode_commit_reply(*m, req.records.size(), req.stage.size(), refused);
   // A reply that does not decode: the ring is not to be trusted.
-  if (!versions.ok() && !refused) return fail(versions.status());
-  if (versions.ok()) spare_commits_.fetch_add(1, std::memory_order_relaxed);
-  return versions;
+  if (!done.ok() && !*refused) return fail(done.status());
+  if (done.ok() && !req.records.empty()) state_dict_puts_.fetch_add(1, std::memory_order_relaxed);
+  return done;
+}
+
+bool FastPath::note_layout(const std::string& under,
+                           const std::vector<fast_get::StageSpec>& layout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& n = noted_[under];
+  const bool repeated = n.layout == layout;
+  if (!repeated) n.layout = layout;
+  n.used = ++clock_;
+  constexpr std::size_t kMaxNoted = 64;
+  if (noted_.size() > kMaxNoted) {
+    noted_.erase(std::min_element(noted_.begin(), noted_.end(), [](const auto& a, const auto& b) {
+      return a.second.used < b.second.used;
+    }));
+  }
+  return repeated;
+}
+
+std::optional<FastPath::Staging> FastPath::take_staging(const std::string& under) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = kept_.find(under);
+  if (it == kept_.end()) return std::nullopt;
+  auto s = std::move(it->second.staging);
+  kept_.erase(it);
+  return s;
+}
+
+void FastPath::keep_staging(const std::string& under, Staging s,
+                            std::chrono::milliseconds timeout) {
+  std::vector<Staging> displaced;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || rings_.count(s.volume_id) == 0) {
+      displaced.push_back(std::move(s));
+    } else {
+      auto it = kept_.find(under);
+      if (it != kept_.end()) {
+        displaced.push_back(std::move(it->second.staging));
+        kept_.erase(it);
+      }
+      while (kept_.size() >= kMaxStagings) {
+        auto oldest = std::min_element(
+            kept_.begin(), kept_.end(),
+            [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+        displaced.push_back(std::move(oldest->second.staging));
+        kept_.erase(oldest);
+      }
+      kept_[under] = Kept{std::move(s), ++clock_};
+    }
+  }
+  for (const auto& d : displaced) give_back(d, timeout);
+}
+
+void FastPath::give_back(const Staging& s, std::chrono::milliseconds timeout) {
+  if (s.regions.empty()) return;
+  fast_get::CommitRequest req;
+  for (const auto& r : s.regions) req.release.push_back(r.region_id);
+  bool sent = false, refused = false;
+  auto done = commit(s.volume_id, req, timeout, &sent, &refused);
+  if (!done.ok() && done.status().code() != Errc::unavailable) {
+    log::get("client")->info("staged objects on volume '{}' not given back: {}", s.volume_id,
+                             done.status().to_string());
+  }
 }
 
 FastPath::Stats FastPath::stats() const {
@@ -497,7 +533,7 @@ FastPath::Stats FastPath::stats() const {
   s.lease_free_stale = lease_free_stale_.load(std::memory_order_relaxed);
   s.direct_reads = direct_reads_.load(std::memory_order_relaxed);
   s.direct_batches = direct_batches_.load(std::memory_order_relaxed);
-  s.spare_commits = spare_commits_.load(std::memory_order_relaxed);
+  s.state_dict_puts = state_dict_puts_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

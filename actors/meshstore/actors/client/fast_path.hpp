@@ -11,7 +11,10 @@
 //   overwrite by this client, a volume that went down) is gone here before
 //   the call that dropped it completes;
 // - the rings, one per same-host volume, created by the client actor when
-//   it connects to the volume over shm and attached by the volume.
+//   it connects to the volume over shm and attached by the volume;
+// - the objects staged ahead for this client's next state dict puts
+//   (docs/architecture.md, "State dict puts on the caller's thread"),
+//   which the caller's thread writes and commits over the ring.
 // A read of a key whose object's place in the volume's shared memory is
 // known (its record's place) copies it straight out of
 // that memory on the caller's thread, checked by the object's tag before
@@ -24,7 +27,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,7 +35,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "meshstore/actors/client/location_cache.hpp"
@@ -113,7 +114,7 @@ class FastPath {
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
     std::uint64_t direct_batches = 0;    ///< read_together calls served (one snapshot each)
-    std::uint64_t spare_commits = 0;     ///< commit() calls that committed
+    std::uint64_t state_dict_puts = 0;   ///< commit() calls that committed records
   };
 
   // -- the client actor's side --
@@ -142,9 +143,10 @@ class FastPath {
   /// Whether write() has a channel to try now (this client's volume has
   /// one): a caller that must first copy a put's bytes to the host asks.
   bool can_put() const;
-  /// Closes every ring; later reads miss, and no caller waits for a spare. The
-  /// store calls it first when it closes.
-  void close();
+  /// Gives the stagings kept back to their volumes (within `timeout`
+  /// each), then closes every ring; later reads miss. The store calls it
+  /// first when it closes.
+  void close(std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
 
   // -- the caller's side --
 
@@ -195,49 +197,49 @@ class FastPath {
   /// reports any error itself (a full volume evicts there).
   Outcome write(const Put& p, std::chrono::milliseconds timeout, Status* why);
 
-  // -- spares: puts of a state dict into staging made ready for it ----------
+  // -- state dicts: written on the caller's thread into staged objects -----
 
-  /// Staged objects of a layout this client put before, ready for its next
-  /// put (docs/architecture.md, "Spare staging"), which the client actor
-  /// put on the shelf so the caller's thread can write and commit them over
-  /// the ring ("Puts into a spare over the ring").
-  struct Spare {
+  /// Objects this client's volume staged for a state dict's put: the
+  /// layout (key and size per object) and their regions, in order.
+  struct Staging {
     std::string volume_id;
-    std::vector<std::pair<std::string, std::uint64_t>> layout;  // (key, bytes) per object
+    std::vector<fast_get::StageSpec> layout;
     std::vector<wire::RegionRef> regions;
   };
-  /// The client actor: shelves `spare` under `under` (a state dict's key);
-  /// false once closed (the actor keeps it then).
-  bool shelve(const std::string& under, Spare spare);
-  /// Takes the spare shelved under `under`: whoever takes it owns it (the
-  /// caller's thread for its put, the actor to use or give it back);
-  /// nullopt when none. Works after close(), so the actor can still give
-  /// shelved spares back.
-  std::optional<Spare> unshelve(const std::string& under);
-  /// unshelve, waiting until `until` while a spare is expected under
-  /// `under` (expect(): being staged), so a put right behind the one
-  /// before takes its spare rather than the actors.
-  std::optional<Spare> unshelve(const std::string& under,
-                                std::chrono::steady_clock::time_point until);
-  /// A spare is on its way under `under` (the caller that committed the
-  /// last, or the actor staging it); shelve() or unexpect() ends that.
-  void expect(const std::string& under);
-  void unexpect(const std::string& under);
+  /// Stagings kept for next puts, per client, and the bytes one may hold:
+  /// a trainer's few state dicts, put every step.
+  static constexpr std::size_t kMaxStagings = 4;
+  static constexpr std::uint64_t kMaxStagingBytes = std::uint64_t{16} << 20;
+  /// Whether the last put under `under` this client noted had `layout`
+  /// (then its next put's objects are worth staging ahead); notes this
+  /// one. The last layouts of 64 keys are remembered.
+  bool note_layout(const std::string& under, const std::vector<fast_get::StageSpec>& layout);
+  /// Takes the staging kept for `under`: the taker owns it. nullopt: none.
+  std::optional<Staging> take_staging(const std::string& under);
+  /// Keeps `s` for the next put under `under`. What it displaces (a
+  /// staging kept for that key meanwhile, or the least recently kept of
+  /// kMaxStagings) is given back to its volume.
+  void keep_staging(const std::string& under, Staging s, std::chrono::milliseconds timeout);
+  /// Gives `s`'s objects back to their volume over its ring; a volume
+  /// gone, or a ring failed, has them go with this client.
+  void give_back(const Staging& s, std::chrono::milliseconds timeout);
   /// This client's volume ("" for none yet) and the shm transport its
   /// ring's client writes that volume's memory with (null: none).
   std::string home() const;
   std::shared_ptr<transports::Transport> shm_of(const std::string& volume_id) const;
-  /// Commits `req` (records of objects this client staged on `volume_id`
-  /// and wrote) over that volume's ring; the versions, one per record.
-  /// `*sent`: whether the request went out. An error with `*sent` false
-  /// committed nothing (no ring); with `*sent` true and code
-  /// Errc::protocol_error, timeout or unavailable from the ring itself the
-  /// outcome is unknown (`*lost`), else it is the volume's refusal (nothing
-  /// committed). Waits at most `timeout`.
-  Result<std::vector<std::uint64_t>> commit(const std::string& volume_id,
-                                            const fast_get::CommitRequest& req,
-                                            std::chrono::milliseconds timeout, bool* sent,
-                                            bool* lost);
+  /// The bytes one request over the ring to `volume_id` may take (0: no
+  /// ring).
+  std::size_t request_room(const std::string& volume_id) const;
+  /// One request over the ring to `volume_id` (fast_get::CommitRequest:
+  /// give back, commit, stage): what the volume did. An error with
+  /// `*sent` false did nothing (no ring, too large for a slot); with
+  /// `*refused` it is the volume's refusal (nothing done); else the ring
+  /// failed with the request on its way (a timeout, a corrupt reply, the
+  /// volume gone): the outcome is unknown and the ring is dropped. Waits
+  /// at most `timeout`.
+  Result<fast_get::CommitDone> commit(const std::string& volume_id,
+                                      const fast_get::CommitRequest& req,
+                                      std::chrono::milliseconds timeout, bool* sent, bool* refused);
 
   Stats stats() const;
   /// The client actor counts its lease-free reads (a read without a lease,
@@ -266,12 +268,20 @@ class FastPath {
   bool closed_ = false;
   std::string home_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
-  std::unordered_map<std::string, Spare> shelf_;  // under mu_
-  std::unordered_set<std::string> expected_;      // under mu_: spares on their way
-  std::condition_variable shelf_cv_;              // shelve, unexpect, close
+  struct Kept {
+    Staging staging;
+    std::uint64_t used = 0;  // recency
+  };
+  struct Noted {
+    std::vector<fast_get::StageSpec> layout;
+    std::uint64_t used = 0;
+  };
+  std::unordered_map<std::string, Kept> kept_;    // under mu_
+  std::unordered_map<std::string, Noted> noted_;  // under mu_
+  std::uint64_t clock_ = 0;                       // under mu_
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
       lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0},
-      spare_commits_{0};
+      state_dict_puts_{0};
 };
 
 }  // namespace meshstore::actors

@@ -70,8 +70,6 @@ struct PutOp {
   bool sharded = false;
   // A put announced as a stream: which records' fills were reported.
   bool streaming = false;
-  // Its staged objects' layout when spare staging applies (else empty).
-  std::vector<std::pair<std::string, std::uint64_t>> spare_layout;
   std::vector<bool> reported;
   // Eviction (ClientConfig::evict_lru): called on out_of_capacity, once;
   // true when it took over (it evicts, then stages again).
@@ -108,190 +106,6 @@ void give_back_lent(client_pointer self, const std::shared_ptr<PutOp>& op) {
 void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
   if (op->conn) give_back(self, op->conn->handle, op->regions, op->call.staged.regions);
   give_back_lent(self, op);
-}
-
-// -- Spare staging ------------------------------------------------------------
-//
-// A trainer puts the same state dict every step: stage the objects at the
-// volume (a round trip), write them, commit them at the controller (another).
-// For a state dict this client puts again with the same layout, the next
-// put's staging is made ready in the background once a put commits, and
-// the next put with that layout writes straight into it: one round trip
-// instead of two. What is kept is bounded (ClientConfig::spare_staging_bytes
-// a state dict, kMaxSpares in all, the least recently used given back
-// first), staged for this client alone (readers never see it; the volume
-// drops it when the client goes), and given back when the layout changes.
-
-using Layout = std::vector<std::pair<std::string, std::uint64_t>>;
-
-// The objects `op` stages, when spare staging applies to it; else empty.
-Layout spare_layout(client_pointer self, const std::shared_ptr<PutOp>& op, bool inline_data,
-                    bool device) {
-  const auto& c = op->call;
-  const std::uint64_t limit = self->state.cfg.spare_staging_bytes;
-  if (limit == 0 || inline_data || device || op->sharded || c.replace_under.size() != 1 ||
-      !c.lent_items.empty() || !c.staged_items.empty() || c.items.empty()) {
-    return {};
-  }
-  Layout out;
-  std::uint64_t total = 0;
-  for (const auto& item : c.items) {
-    total += item.view.nbytes();
-    out.emplace_back(item.key, item.view.nbytes());
-  }
-  return total <= limit ? out : Layout{};
-}
-
-// The least recently used entry of `spares` (or of last_layouts), which is
-// not empty.
-template <class Map>
-typename Map::iterator least_recent(Map& spares) {
-  return std::min_element(spares.begin(), spares.end(), [](const auto& a, const auto& b) {
-    return a.second.used < b.second.used;
-  });
-}
-
-void give_back_regions(client_pointer self, const std::string& volume_id,
-                       const std::vector<wire::RegionRef>& regions) {
-  auto conn = self->state.conns.find(volume_id);
-  if (!regions.empty() && conn != self->state.conns.end() && conn->second->handle) {
-    give_back(self, conn->second->handle, regions, {});
-  }
-}
-
-// Gives the spare under `under` back to its volume: its regions, or the
-// shelf's (none when the caller's thread took them for a put).
-void give_back_spare(client_pointer self, const std::string& under,
-                     const ClientState::Spare& spare) {
-  if (spare.shelved) {
-    if (auto shelved = self->state.cfg.fast_path->unshelve(under)) {
-      give_back_regions(self, shelved->volume_id, shelved->regions);
-    }
-    return;
-  }
-  give_back_regions(self, spare.volume_id, spare.regions);
-}
-
-// Lets the puts waiting for `spare` go on: staged, one of them takes it;
-// gone, each stages its own.
-void run_waiters(ClientState::Spare& spare) {
-  auto waiters = std::move(spare.waiters);
-  spare.waiters.clear();
-  for (auto& w : waiters) w();
-}
-
-// The spare staged for `layout` on `volume_id` under `under`, taken; nullopt
-// when there is none ready (a spare of another layout is given back).
-std::optional<std::vector<wire::RegionRef>> take_spare(client_pointer self,
-                                                       const std::string& under,
-                                                       const std::string& volume_id,
-                                                       const Layout& layout) {
-  auto& spares = self->state.spares;
-  auto it = spares.find(under);
-  if (it == spares.end() || it->second.being_staged()) return std::nullopt;
-  auto spare = std::move(it->second);
-  spares.erase(it);
-  if (spare.shelved) {
-    // Taken back from the shelf (none: the caller's thread took it).
-    auto shelved = self->state.cfg.fast_path->unshelve(under);
-    if (!shelved) return std::nullopt;
-    spare.regions = std::move(shelved->regions);
-    spare.shelved = false;
-  }
-  if (spare.volume_id == volume_id && spare.layout == layout) return std::move(spare.regions);
-  give_back_spare(self, under, spare);
-  return std::nullopt;
-}
-
-}  // namespace
-
-// After a put of `layout` under `under` committed on `conn`'s volume:
-// stages the layout again, in the background, for the next put under the
-// same key, when the put before it had that layout too. Ready, the spare
-// goes on the fast path's shelf when the volume has a ring (the next put
-// may then write and commit it on its caller's thread), unless a put
-// already waits for it.
-bool restage_spare(client_pointer self, const std::string& under,
-                   const std::shared_ptr<VolumeConn>& conn, const Layout& layout) {
-  if (layout.empty() || !conn) return false;
-  auto& st = self->state;
-  const std::string volume_id = conn->info.volume_id;
-  auto& last = st.last_layouts[under];
-  const bool repeated = last.volume_id == volume_id && last.layout == layout;
-  last.volume_id = volume_id;
-  last.layout = layout;
-  last.used = ++st.spare_clock;
-  // Remembered for a bounded number of keys: the least recent goes.
-  constexpr std::size_t kMaxLayouts = 64;
-  if (st.last_layouts.size() > kMaxLayouts) st.last_layouts.erase(least_recent(st.last_layouts));
-  if (!repeated || st.spares.count(under) != 0) return false;
-  while (st.spares.size() >= ClientConfig::kMaxSpares) {
-    auto oldest = least_recent(st.spares);
-    give_back_spare(self, oldest->first, oldest->second);
-    auto evicted = std::move(oldest->second);
-    st.spares.erase(oldest);
-    run_waiters(evicted);
-  }
-  auto& spare = st.spares[under];  // being staged: no regions yet
-  spare.volume_id = volume_id;
-  spare.layout = layout;
-  spare.used = ++st.spare_clock;
-  const auto& fast = st.cfg.fast_path;
-  if (fast && fast->has_ring(volume_id)) fast->expect(under);  // a put may wait for it
-  std::vector<wire::StageRequest> reqs;
-  for (const auto& [key, nbytes] : layout) {
-    wire::StageRequest r;
-    r.key = key;
-    r.nbytes = nbytes;
-    reqs.push_back(std::move(r));
-  }
-  ask(self, conn->handle, stage_atom::value, reqs)
-      .then(
-          [=](const std::vector<wire::RegionRef>& regions) {
-            auto& spares = self->state.spares;
-            auto it = spares.find(under);
-            auto now = self->state.conns.find(volume_id);
-            const auto& fast = self->state.cfg.fast_path;
-            const bool wanted = it != spares.end() && it->second.being_staged() &&
-                                it->second.volume_id == volume_id && it->second.layout == layout &&
-                                regions.size() == layout.size() && now != self->state.conns.end() &&
-                                now->second == conn;
-            // A caller waiting for it (FastPath::expect) takes it off the
-            // shelf; else it is told there will be none.
-            if (!wanted) {
-              if (fast) fast->unexpect(under);
-              give_back(self, conn->handle, regions, {});
-            } else if (it->second.waiters.empty() && !self->state.closing && fast &&
-                       fast->has_ring(volume_id) &&
-                       fast->shelve(under, FastPath::Spare{volume_id, layout, regions})) {
-              it->second.shelved = true;
-            } else {
-              if (fast) fast->unexpect(under);
-              it->second.regions = regions;
-              // Closing: its waiting puts end with the client instead.
-              if (!self->state.closing) run_waiters(it->second);
-            }
-            if (self->state.closing) close_spares(self, self->state.closing);
-          },
-          [=](caf::error&) {
-            // A full volume, say: the next put stages its own.
-            if (const auto& fast = self->state.cfg.fast_path) fast->unexpect(under);
-            auto it = self->state.spares.find(under);
-            if (it != self->state.spares.end() && it->second.being_staged()) {
-              auto failed = std::move(it->second);
-              self->state.spares.erase(it);
-              run_waiters(failed);
-            }
-            if (self->state.closing) close_spares(self, self->state.closing);
-          });
-  return true;
-}
-
-namespace {
-
-void restage_spare(client_pointer self, const std::shared_ptr<PutOp>& op) {
-  if (op->spare_layout.empty()) return;
-  restage_spare(self, op->call.replace_under.front(), op->conn, op->spare_layout);
 }
 
 // The records a put commits: the items written in place first, then the
@@ -402,7 +216,6 @@ void commit_put(client_pointer self, const std::shared_ptr<PutOp>& op) {
               remember_committed(op);
               cache_committed(self, std::move(records), versions);
               op->call.promise->set_value(versions);
-              restage_spare(self, op);
             },
             on_error);
     return;
@@ -713,77 +526,10 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
         op->fail(from_caf_error(e, "stage at volume '" + op->conn->info.volume_id + "'"));
       });
     };
-    op->spare_layout = spare_layout(self, op, inline_data, device);
-    if (op->spare_layout.empty()) return stage();
-    const std::string under = op->call.replace_under.front();
-    auto take_or_stage = [=] {
-      if (auto spare = take_spare(self, under, op->conn->info.volume_id, op->spare_layout)) {
-        return staged(*spare);
-      }
-      stage();
-    };
-    // Its spare still being staged (the put just before this one committed
-    // a round trip ago): wait for it rather than stage a third version.
-    auto pending = self->state.spares.find(under);
-    if (pending != self->state.spares.end() && pending->second.being_staged() &&
-        pending->second.volume_id == op->conn->info.volume_id &&
-        pending->second.layout == op->spare_layout) {
-      return pending->second.waiters.push_back(take_or_stage);
-    }
-    take_or_stage();
+    stage();
   });
 }
 
 }  // namespace
-
-void spare_used(client_pointer self, SpareUse& use) {
-  auto& st = self->state;
-  // The shelved spare is the caller's now: its entry goes.
-  auto it = st.spares.find(use.under);
-  if (it != st.spares.end() && it->second.shelved) st.spares.erase(it);
-  switch (use.outcome) {
-    case SpareUse::Outcome::committed: {
-      auto conn = st.conns.find(use.volume_id);
-      if (conn != st.conns.end()) conn->second->remember(use.regions);
-      // The caller put the records in the location cache. Nothing under
-      // the key is forgotten, unlike the actors' own put: the caller may
-      // be reading them directly now, and a replace of the layout put
-      // before removes no key of this client's (a key another writer's
-      // layout had, if cached, is found gone when read).
-      // The caller expects the next spare: it is staged, or it is not.
-      const bool restaged = conn != st.conns.end() && !st.closing &&
-                            restage_spare(self, use.under, conn->second, use.layout);
-      if (!restaged) st.cfg.fast_path->unexpect(use.under);
-      break;
-    }
-    case SpareUse::Outcome::unused:
-      give_back_regions(self, use.volume_id, use.regions);
-      break;
-    case SpareUse::Outcome::lost:
-      break;  // committed or not: they go with this client, or with the key
-  }
-  if (st.closing) close_spares(self, st.closing);
-}
-
-void close_spares(client_pointer self, const caf::error& reason) {
-  auto& st = self->state;
-  if (!st.closing) {
-    st.closing = reason;
-    // Bounded: a volume that never answers (or went down meanwhile, which
-    // forgets its spares) does not hold the client up.
-    self->delayed_send(self, ClientConfig::kCloseSparesWait, run_atom::value,
-                       internal::Closure{[self] { self->quit(self->state.closing); }});
-  }
-  // Puts waiting for a spare end with the client, as its other calls do.
-  for (auto it = st.spares.begin(); it != st.spares.end();) {
-    if (it->second.being_staged()) {
-      ++it;  // being staged: given back when its answer comes
-      continue;
-    }
-    give_back_spare(self, it->first, it->second);
-    it = st.spares.erase(it);
-  }
-  if (st.spares.empty()) self->quit(st.closing);
-}
 
 }  // namespace meshstore::actors::client_detail

@@ -150,105 +150,186 @@ Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes) {
   return Status(errc, std::string(reinterpret_cast<const char*>(body) + 4, n - 4));
 }
 
-void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
-  std::vector<std::string> records;
-  records.reserve(r.records.size());
-  std::size_t n = 16;
-  for (const auto& rec : r.records) {
-    records.push_back(wire::encode(rec));
-    n += 4 + records.back().size();
+namespace {
+
+// Appends fixed-size words and length-prefixed bytes to a message.
+struct Writer {
+  std::vector<std::byte>& out;
+  void raw(const void* p, std::size_t n) {
+    const auto at = out.size();
+    out.resize(at + n);
+    if (n > 0) std::memcpy(out.data() + at, p, n);
   }
-  for (const auto& p : r.prefixes) n += 4 + p.size();
-  out.resize(n);
-  std::byte* at = out.data();
-  auto u32 = [&](std::uint32_t v) {
-    std::memcpy(at, &v, 4);
-    at += 4;
-  };
-  auto bytes = [&](const std::string& b) {
+  void u32(std::uint32_t v) { raw(&v, 4); }
+  void u64(std::uint64_t v) { raw(&v, 8); }
+  void bytes(const std::string& b) {
     u32(static_cast<std::uint32_t>(b.size()));
-    if (!b.empty()) std::memcpy(at, b.data(), b.size());
-    at += b.size();
-  };
-  u32(kCommitMagic);
-  u32(static_cast<std::uint32_t>(r.records.size()));
-  u32(static_cast<std::uint32_t>(r.prefixes.size()));
-  u32(0);
-  for (const auto& b : records) bytes(b);
-  for (const auto& p : r.prefixes) bytes(p);
+    raw(b.data(), b.size());
+  }
+};
+
+// Reads them back, bounds-checked: each failure names what and where.
+struct Reader {
+  const std::vector<std::byte>& in;
+  std::size_t at;
+  const char* what;
+  Status cut() const { return bad(std::string(what) + " cut short at byte " + std::to_string(at)); }
+  Status raw(void* p, std::size_t n) {
+    if (in.size() - at < n) return cut();
+    if (n > 0) std::memcpy(p, in.data() + at, n);
+    at += n;
+    return Status();
+  }
+  Status u32(std::uint32_t& v) { return raw(&v, 4); }
+  Status u64(std::uint64_t& v) { return raw(&v, 8); }
+  Status bytes(std::string& out, std::size_t limit) {
+    std::uint32_t len = 0;
+    MESHSTORE_RETURN_IF_ERROR(u32(len));
+    if (len > limit || len > in.size() - at) {
+      return bad(std::string(what) + " field of " + std::to_string(len) + " bytes at byte " +
+                 std::to_string(at));
+    }
+    out.assign(reinterpret_cast<const char*>(in.data()) + at, len);
+    at += len;
+    return Status();
+  }
+  Status end() const {
+    if (at == in.size()) return Status();
+    return bad(std::string(what) + " of " + std::to_string(in.size()) +
+               " bytes where its fields end at " + std::to_string(at));
+  }
+};
+
+}  // namespace
+
+void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
+  out.clear();
+  Writer w{out};
+  w.u32(kCommitMagic);
+  w.u32(static_cast<std::uint32_t>(r.records.size()));
+  w.u32(static_cast<std::uint32_t>(r.prefixes.size()));
+  w.u32(static_cast<std::uint32_t>(r.release.size()));
+  w.u32(static_cast<std::uint32_t>(r.stage.size()));
+  w.u32(0);
+  for (const auto& rec : r.records) w.bytes(wire::encode(rec));
+  for (const auto& p : r.prefixes) w.bytes(p);
+  for (auto id : r.release) w.u64(id);
+  for (const auto& s : r.stage) {
+    w.u64(s.nbytes);
+    w.bytes(s.key);
+  }
 }
 
 Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
-  if (bytes.size() < 16) {
+  if (bytes.size() < 24) {
     return bad("a commit of " + std::to_string(bytes.size()) + " bytes has no header");
   }
-  std::uint32_t head[4];
-  std::memcpy(head, bytes.data(), 16);
+  std::uint32_t head[6];
+  std::memcpy(head, bytes.data(), 24);
   if (head[0] != kCommitMagic) return bad("not a commit request (bad magic)");
-  if (head[1] == 0 || head[1] > kMaxCommitRecords) {
-    return bad("a commit of " + std::to_string(head[1]) + " records");
+  if (head[1] > kMaxCommitRecords || head[3] > kMaxCommitRecords || head[4] > kMaxCommitRecords) {
+    return bad("a commit of " + std::to_string(head[1]) + " records, " + std::to_string(head[3]) +
+               " releases and " + std::to_string(head[4]) + " stages");
   }
-  if (head[2] == 0 || head[2] > kMaxCommitPrefixes) {
-    return bad("a commit under " + std::to_string(head[2]) + " prefixes");
+  if ((head[1] == 0) != (head[2] == 0) || head[2] > kMaxCommitPrefixes) {
+    return bad("a commit of " + std::to_string(head[1]) + " records under " +
+               std::to_string(head[2]) + " prefixes");
   }
-  if (head[3] != 0) return bad("a commit with reserved bits set");
-  std::size_t at = 16;
-  auto next = [&](std::string& out, std::size_t limit) -> Status {
-    if (bytes.size() - at < 4) return bad("a commit cut short at byte " + std::to_string(at));
-    std::uint32_t len = 0;
-    std::memcpy(&len, bytes.data() + at, 4);
-    at += 4;
-    if (len > limit || len > bytes.size() - at) {
-      return bad("a commit field of " + std::to_string(len) + " bytes at byte " +
-                 std::to_string(at));
-    }
-    out.assign(reinterpret_cast<const char*>(bytes.data()) + at, len);
-    at += len;
-    return Status();
-  };
-  CommitRequest r;
-  r.records.resize(head[1]);
+  if (head[1] == 0 && head[3] == 0 && head[4] == 0) return bad("a commit that asks nothing");
+  if (head[5] != 0) return bad("a commit with reserved bits set");
+  Reader r{bytes, 24, "a commit"};
+  CommitRequest out;
+  out.records.resize(head[1]);
   std::string field;
-  for (auto& rec : r.records) {
-    MESHSTORE_RETURN_IF_ERROR(next(field, bytes.size()));
+  for (auto& rec : out.records) {
+    MESHSTORE_RETURN_IF_ERROR(r.bytes(field, bytes.size()));
     if (auto s = wire::decode(field, rec); !s.ok()) {
       return bad("a commit's record does not decode: " + s.message());
     }
   }
-  r.prefixes.resize(head[2]);
-  for (auto& p : r.prefixes) {
-    MESHSTORE_RETURN_IF_ERROR(next(p, kMaxKeyBytes));
+  out.prefixes.resize(head[2]);
+  for (auto& p : out.prefixes) {
+    MESHSTORE_RETURN_IF_ERROR(r.bytes(p, kMaxKeyBytes));
     if (p.empty()) return bad("a commit under an empty prefix");
   }
-  if (at != bytes.size()) {
-    return bad("a commit of " + std::to_string(bytes.size()) + " bytes where its fields end at " +
-               std::to_string(at));
+  out.release.resize(head[3]);
+  for (auto& id : out.release) {
+    MESHSTORE_RETURN_IF_ERROR(r.u64(id));
+    if (id == 0) return bad("a release of object 0");
   }
-  return r;
+  out.stage.resize(head[4]);
+  for (auto& s : out.stage) {
+    MESHSTORE_RETURN_IF_ERROR(r.u64(s.nbytes));
+    MESHSTORE_RETURN_IF_ERROR(r.bytes(s.key, kMaxKeyBytes));
+  }
+  MESHSTORE_RETURN_IF_ERROR(r.end());
+  return out;
 }
 
-std::vector<std::byte> encode_commit_done(const std::vector<std::uint64_t>& versions) {
-  return encode(ReplyStatus::ok, versions.data(), versions.size() * 8);
+namespace {
+const std::string& shm_place(const wire::RegionRef& region) {
+  static const std::string kNone;
+  auto it = region.described.find("shm");
+  return it == region.described.end() ? kNone : it->second;
+}
+}  // namespace
+
+std::size_t encoded_size(const CommitDone& d) {
+  std::size_t n = kReplyHeader + d.versions.size() * 8 + 4;
+  for (const auto& r : d.staged) n += 20 + shm_place(r).size();
+  return n;
 }
 
-Result<std::vector<std::uint64_t>> decode_commit_reply(const std::vector<std::byte>& bytes,
-                                                       std::size_t records, bool* refused) {
+std::vector<std::byte> encode_commit_done(const CommitDone& d) {
+  std::vector<std::byte> out;
+  out.reserve(encoded_size(d));
+  Writer w{out};
+  w.u32(static_cast<std::uint32_t>(ReplyStatus::ok));
+  w.u32(0);
+  for (auto v : d.versions) w.u64(v);
+  w.u32(static_cast<std::uint32_t>(d.staged.size()));
+  for (const auto& r : d.staged) {
+    w.u64(r.region_id);
+    w.u64(r.nbytes);
+    w.bytes(shm_place(r));
+  }
+  return out;
+}
+
+Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std::size_t records,
+                                       std::size_t stages, bool* refused) {
   *refused = false;
   auto status = reply_status(bytes);
   if (!status.ok()) return status.status();
   const std::byte* body = bytes.data() + kReplyHeader;
   const std::size_t n = bytes.size() - kReplyHeader;
   if (*status == ReplyStatus::ok) {
-    if (n != records * 8) {
-      return bad("a commit's reply of " + std::to_string(n) + " bytes for " +
-                 std::to_string(records) + " records");
-    }
-    std::vector<std::uint64_t> versions(records);
-    if (n > 0) std::memcpy(versions.data(), body, n);
-    for (auto v : versions) {
+    Reader r{bytes, kReplyHeader, "a commit's reply"};
+    CommitDone d;
+    d.versions.resize(records);
+    for (auto& v : d.versions) {
+      MESHSTORE_RETURN_IF_ERROR(r.u64(v));
       if (v == 0) return bad("a commit's reply with a version 0");
     }
-    return versions;
+    std::uint32_t staged = 0;
+    MESHSTORE_RETURN_IF_ERROR(r.u32(staged));
+    if (staged != 0 && staged != stages) {
+      return bad("a commit's reply with " + std::to_string(staged) + " objects staged of " +
+                 std::to_string(stages));
+    }
+    d.staged.resize(staged);
+    for (auto& region : d.staged) {
+      MESHSTORE_RETURN_IF_ERROR(r.u64(region.region_id));
+      MESHSTORE_RETURN_IF_ERROR(r.u64(region.nbytes));
+      std::string place;
+      MESHSTORE_RETURN_IF_ERROR(r.bytes(place, kMaxPlaceBytes));
+      if (region.region_id == 0 || place.empty()) {
+        return bad("a commit's reply with a staged object without id or place");
+      }
+      region.described.emplace("shm", std::move(place));
+    }
+    MESHSTORE_RETURN_IF_ERROR(r.end());
+    return d;
   }
   if (*status != ReplyStatus::error || n < 4) return bad("a commit's reply of an unknown shape");
   std::uint32_t code = 0;

@@ -117,39 +117,60 @@ std::vector<std::byte> encode_put_error(const Status& s);
 /// Errc::protocol_error for a malformed reply.
 Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes);
 
-// -- commits of staged objects (issue 26) --------------------------------------
+// -- staging and commits (issue 48) ---------------------------------------
 //
-// A client that wrote a state dict into objects it had staged at this
-// volume (a spare: docs/architecture.md, "Spare staging") commits them over
-// the ring instead of through its client actor: the volume actor commits
-// the records at the controller, replacing the keys under the prefixes
-// (replace_atom), and answers the versions.
-// Commit request: u32 magic "MSC1", u32 records, u32 prefixes, u32 zero,
-//                 then per record u32 length + its encoding (wire::encode),
-//                 then per prefix u32 length + its bytes.
-// Commit reply:   the reply header, then ok: u64 version per record;
-//                 error: u32 Errc, then a message (as a put's).
-
-inline constexpr std::uint32_t kCommitMagic = 0x3143534d;  // "MSC1", little-endian
+// A client writes a state dict into objects this volume staged for it and
+// commits them over the ring, on its caller's thread (docs/architecture.md,
+// "Data path"). One request does what that put needs of the volume:
+// gives back staged objects the client no longer wants, commits records of
+// objects it staged here and wrote (the volume actor asks the controller's
+// replace_atom, the keys under the prefixes replaced), and stages objects
+// for the client's next put (after the commit, so they may land in the
+// memory the commit retired). Each part may be empty.
+// Request: u32 magic "MSC2", u32 records, u32 prefixes, u32 releases,
+//          u32 stages, u32 zero; then per record u32 length + its encoding
+//          (wire::encode); per prefix u32 length + its bytes; per release
+//          a u64 object id; per stage a u64 size, u32 key length, key bytes.
+//          Prefixes come with records only, 1 to kMaxCommitPrefixes of them.
+// Reply:   the reply header, then ok: u64 version per record, u32 staged
+//          objects (all that were asked for, or none when the volume had
+//          no room after a commit), then per object u64 id, u64 size,
+//          u32 length + its shm place; error: u32 Errc, then a message.
+//          An error commits nothing and stages nothing; what the request
+//          gives back goes unless it was malformed (protocol_error).
+inline constexpr std::uint32_t kCommitMagic = 0x3243534d;  // "MSC2", little-endian
 inline constexpr std::uint32_t kMaxCommitRecords = 4096;
 inline constexpr std::uint32_t kMaxCommitPrefixes = 16;
-
+/// One object to stage: the key it will hold (for messages) and its size.
+struct StageSpec {
+  std::string key;
+  std::uint64_t nbytes = 0;
+  bool operator==(const StageSpec& o) const { return key == o.key && nbytes == o.nbytes; }
+};
 struct CommitRequest {
   std::vector<wire::KeyRecord> records;
   std::vector<std::string> prefixes;
+  std::vector<std::uint64_t> release;
+  std::vector<StageSpec> stage;
 };
-
 /// Encodes `r` into `out` (resized).
 void encode_into(const CommitRequest& r, std::vector<std::byte>& out);
 /// Errc::protocol_error naming what is wrong (sizes, counts, a record that
-/// does not decode, a key or prefix out of bounds).
+/// does not decode, a key or prefix out of bounds, nothing asked).
 Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes);
-std::vector<std::byte> encode_commit_done(const std::vector<std::uint64_t>& versions);
-/// The versions committed (`records` of them), or the volume's error (any
-/// Errc it gave: `*refused` is then set); Errc::protocol_error for a
-/// malformed reply.
-Result<std::vector<std::uint64_t>> decode_commit_reply(const std::vector<std::byte>& bytes,
-                                                       std::size_t records, bool* refused);
+/// What the volume did: a version per record, and the objects it staged.
+struct CommitDone {
+  std::vector<std::uint64_t> versions;
+  std::vector<wire::RegionRef> staged;  ///< id, size and the "shm" place each
+};
+/// The size of `d`'s reply (what must fit a ring slot).
+std::size_t encoded_size(const CommitDone& d);
+std::vector<std::byte> encode_commit_done(const CommitDone& d);
+/// What the volume did for a request of `records` records and `stages`
+/// stages, or its error (any Errc it gave: `*refused` is then set);
+/// Errc::protocol_error for a malformed reply.
+Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std::size_t records,
+                                       std::size_t stages, bool* refused);
 
 std::vector<std::byte> encode(const Request& r);
 /// encode() into `out` (resized), reusing its memory.

@@ -141,7 +141,7 @@ Result<FastPutJob> put_job(const std::vector<std::byte>& bytes, const std::strin
 
 // A commit request (fast_get::CommitRequest), decoded and checked as input
 // from another process, as the job for the volume actor (which checks each
-// record names an object the channel's client staged there).
+// object given back or committed is one the channel's client staged there).
 Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
                                  const std::string& volume_id) {
   auto req = fast_get::decode_commit(bytes);
@@ -161,9 +161,13 @@ Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
                     "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'");
     }
   }
+  for (const auto& s : req->stage) {
+    if (auto k = facade::check_key("fast stage", s.key); !k.ok()) {
+      return Status(Errc::protocol_error, k.message());
+    }
+  }
   FastCommitJob job;
-  job.records = std::move(req->records);
-  job.prefixes = std::move(req->prefixes);
+  job.request = std::move(req).value();
   return job;
 }
 
@@ -383,12 +387,13 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
   if (!job.ok()) return refuse(job.status());
   job->owner = puts->owner;
   job->controller = puts->controller;
-  const std::size_t records = job->records.size();
-  job->done = std::make_shared<std::function<void(Result<std::vector<std::uint64_t>>)>>(
-      [settle, records](Result<std::vector<std::uint64_t>> r) {
-        if (r.ok() && r->size() != records) {
+  job->reply_limit = channel ? channel->ring->slot_bytes() : transports::kMaxSmallOpBytes;
+  const std::size_t records = job->request.records.size();
+  job->done = std::make_shared<std::function<void(Result<fast_get::CommitDone>)>>(
+      [settle, records](Result<fast_get::CommitDone> r) {
+        if (r.ok() && r->versions.size() != records) {
           r = Status(Errc::internal, "a commit of " + std::to_string(records) +
-                                         " records answered " + std::to_string(r->size()) +
+                                         " records answered " + std::to_string(r->versions.size()) +
                                          " versions");
         }
         settle(r.ok() ? fast_get::encode_commit_done(*r) : fast_get::encode_put_error(r.status()));
