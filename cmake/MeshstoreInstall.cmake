@@ -28,7 +28,8 @@ set(MESHSTORE_PRIVATE_HEADER_DIRS
   "^meshstore/store/"               # the Store facade's implementation
   "^meshstore/state_dict/"          # the state-dict engine
   "^meshstore/actors/client/"       # the client actor's implementation
-  "^meshstore/actors/controller/")  # the controller actor's implementation
+  "^meshstore/actors/controller/"   # the controller actor's implementation
+  "^meshstore/actors/volume/")      # the storage volume's implementation
 function(meshstore_public_headers out dir)
   file(GLOB_RECURSE headers RELATIVE ${dir} CONFIGURE_DEPENDS ${dir}/meshstore/*.hpp)
   foreach(private IN LISTS MESHSTORE_PRIVATE_HEADER_DIRS)

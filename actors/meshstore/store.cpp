@@ -16,6 +16,7 @@
 
 #include "meshstore/actors/client.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/store/calls.hpp"
@@ -166,14 +167,14 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
                     impl_->options.request_timeout);
   };
   if (impl_ && host->device().type == DeviceType::cpu && host->is_contiguous() &&
-      host->nbytes() <= actors::FastPath::kMaxPutBytes && put_fast(*host)) {
+      host->nbytes() <= actors::limits::kSideBufferBytes && put_fast(*host)) {
     return make_ready_future();
   }
-  // A small contiguous tensor in GPU memory (FastPath::kMaxDevicePutBytes):
+  // A small contiguous tensor in GPU memory (actors::limits::kDevicePutOverRingBytes):
   // one device-to-host copy into page-locked memory, then the ring, where
   // the actors' put costs a fixed 0.2-0.3 ms (docs/gpu.md).
   if (impl_ && impl_->fast && internal::cuda::on_device(*host) && host->is_contiguous() &&
-      host->nbytes() <= actors::FastPath::kMaxDevicePutBytes && impl_->fast->can_put()) {
+      host->nbytes() <= actors::limits::kDevicePutOverRingBytes && impl_->fast->can_put()) {
     auto buf = internal::cuda::pinned(std::max<std::size_t>(host->nbytes(), 1));
     if (buf &&
         (host->nbytes() == 0 ||
@@ -417,7 +418,7 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
                                            std::to_string(static_cast<int>(format)) +
                                            " (bytes, utf8 or pickle)"));
   }
-  if (impl_ && bytes.size() <= actors::FastPath::kMaxPutBytes &&
+  if (impl_ && bytes.size() <= actors::limits::kSideBufferBytes &&
       fast_put(
           impl_->fast.get(),
           actors::FastPath::Put{key, wire::ObjectKind::object, DType::uint8,

@@ -2,6 +2,7 @@
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
@@ -165,7 +166,7 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
   vc.volume_id = "volume-g";
   vc.orphan_grace = 50ms;
   auto volume = spawn_storage_volume(runtime_->system(), vc).value();
-  const std::uint64_t big = 2 * wire::kInlineBytes;  // read through a real lease
+  const std::uint64_t big = 2 * actors::limits::kInlineBytes;  // read through a real lease
   {
     // A short-lived client: stages two objects, has one committed, opens a
     // lease on it, and dies.
@@ -202,7 +203,7 @@ TEST_F(ControllerTest, ClosingALeaseThatNeverOpenedIsHarmless) {
   // What a client does after its open_read timed out: close the id it chose.
   (*self_)->send(volume_, close_read_atom::value, std::uint64_t{424242});
   EXPECT_EQ(stat().leases, 0u);
-  const auto id = stage(2 * wire::kInlineBytes);  // large enough to need a lease
+  const auto id = stage(2 * actors::limits::kInlineBytes);  // large enough to need a lease
   EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
                                      std::vector<std::uint64_t>{id}, std::uint64_t{0})),
                Errc::protocol_error, "lease id 0");
@@ -225,7 +226,7 @@ std::pair<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
 TEST_F(ControllerTest, PinnedLocateHoldsTheReleaseOfAReplacedVersionUntilUnpinned) {
   // A reader that keeps losing the race to writers locates pinned: the
   // version it located stays readable however often the key is replaced.
-  const std::uint64_t n = 2 * wire::kInlineBytes;
+  const std::uint64_t n = 2 * actors::limits::kInlineBytes;
   const auto old_id = stage(n);
   ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
                                 record("hot", {static_cast<std::int64_t>(n / 4)}, old_id))));
@@ -261,7 +262,7 @@ TEST_F(ControllerTest, PinnedLocateHoldsTheReleaseOfAReplacedVersionUntilUnpinne
 }
 
 TEST_F(ControllerTest, OverlappingPinsEachHoldTheObject) {
-  const std::uint64_t n = 2 * wire::kInlineBytes;
+  const std::uint64_t n = 2 * actors::limits::kInlineBytes;
   const std::int64_t elems = static_cast<std::int64_t>(n / 4);
   ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
                                 record("k", {elems}, stage(n)))));
@@ -286,7 +287,7 @@ TEST_F(ControllerTest, OverlappingPinsEachHoldTheObject) {
 TEST_F(ControllerTest, APinEndsAtItsDeadline) {
   // A reader that died holding a pin holds the memory only until the pin's
   // deadline.
-  const std::uint64_t n = 2 * wire::kInlineBytes;
+  const std::uint64_t n = 2 * actors::limits::kInlineBytes;
   const std::int64_t elems = static_cast<std::int64_t>(n / 4);
   ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
                                 record("k", {elems}, stage(n)))));
@@ -419,7 +420,7 @@ TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
 }
 
 TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
-  const std::uint64_t n = 2 * wire::kInlineBytes;  // large: read through a lease
+  const std::uint64_t n = 2 * actors::limits::kInlineBytes;  // large: read through a lease
   const auto id = stage(n);
   auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
                                     std::vector<std::uint64_t>{id}, std::uint64_t{7});

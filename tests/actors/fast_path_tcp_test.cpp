@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshstore/actors/client/fast_path.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/store.hpp"
 #include "testing/test_util.hpp"
 
@@ -76,7 +77,7 @@ TEST_P(FastPathTcp, ObjectsAndTheLimitOverTheConnection) {
   EXPECT_EQ(o->bytes, "text");
   EXPECT_EQ(o->format, ObjectFormat::utf8);
   EXPECT_EQ(other.fast_path_stats().hits, hits + 1);
-  const std::size_t limit = actors::FastPath::kMaxBytes;
+  const std::size_t limit = actors::limits::kRingReadBytes;
   auto big = pattern(limit + 1, 3);
   const auto before = store.fast_path_stats();
   ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -73,7 +74,7 @@ TEST(FastPath, EverySizeUpToTheLimitIsServedOnTheCallersThread) {
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
-  const std::size_t limit = actors::FastPath::kMaxBytes;
+  const std::size_t limit = actors::limits::kRingReadBytes;
   for (std::size_t n : {std::size_t{1}, std::size_t{64}, std::size_t{4096}, limit}) {
     SCOPED_TRACE(n);
     const std::string key = "k" + std::to_string(n);
@@ -97,7 +98,7 @@ TEST(FastPath, EverySizeUpToTheLimitIsServedOnTheCallersThread) {
   // through the ring's side buffer; one byte more: put by the actors
   // (never offered to the fast path). Each is read directly where the
   // volume's process can be watched, else by the actors.
-  const std::size_t most = actors::FastPath::kMaxPutBytes;
+  const std::size_t most = actors::limits::kSideBufferBytes;
   for (std::size_t n : {limit + 1, std::size_t{256} << 10, most, most + 1}) {
     SCOPED_TRACE(n);
     auto big = pattern(n, static_cast<std::uint8_t>(n >> 10));
@@ -351,7 +352,7 @@ TEST_P(FastPathOver, SmallPutsGoOverTheChannelAndEveryPathReadsThem) {
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
   ASSERT_TRUE(has_ring(store));
   auto other = Store::connect(store.address(), reader_options()).value();
-  const std::size_t limit = actors::FastPath::kMaxBytes;
+  const std::size_t limit = actors::limits::kRingReadBytes;
   for (std::size_t n : {std::size_t{1}, std::size_t{4096}, limit}) {
     SCOPED_TRACE(n);
     const std::string key = "p" + std::to_string(n);
@@ -481,7 +482,7 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
   const auto puts = store.fast_path_stats().puts;
-  std::vector<std::uint8_t> big = pattern(actors::FastPath::kMaxBytes + 1, 3);
+  std::vector<std::uint8_t> big = pattern(actors::limits::kRingReadBytes + 1, 3);
   auto s = store.put("big", bytes_view(big)).get(kWait);
   EXPECT_EQ(s.status().code(), Errc::out_of_capacity) << s.status().to_string();
   std::vector<std::uint8_t> most = pattern(40 << 10, 4);
@@ -650,9 +651,9 @@ TEST_F(FastPathRing, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
   wire::KeyRecord large;
   large.key = "l";
   large.version = 5;
-  large.shape = {static_cast<std::int64_t>(actors::FastPath::kMaxBytes + 1)};
-  large.shards.push_back(
-      wire::ShardRecord{TensorSlice::full(large.shape), "v", 10, actors::FastPath::kMaxBytes + 1});
+  large.shape = {static_cast<std::int64_t>(actors::limits::kRingReadBytes + 1)};
+  large.shards.push_back(wire::ShardRecord{TensorSlice::full(large.shape), "v", 10,
+                                           actors::limits::kRingReadBytes + 1});
   fast_.cache().put(large);
   for (const char* key : {"s", "l"}) {
     EXPECT_EQ(

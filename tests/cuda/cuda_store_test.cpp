@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "meshstore/actors/client/fast_path.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
@@ -738,7 +739,7 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
 // A whole key read into GPU memory takes the fast path: its bytes come
 // straight from the volume's shared memory, one host-to-device copy on the
 // caller's thread, no actor (a direct read, counted as one). At any size
-// (host memory takes direct reads up to kMaxDirectBytes), and again once
+// (host memory takes direct reads up to limits::kDirectReadBytes), and again once
 // the mapping is page-locked. A key another client overwrote is found
 // stale, never read: the actors read the new bytes into the same memory.
 TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
@@ -769,7 +770,7 @@ TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
     ASSERT_OK(store->get_into(key, TensorView(host.data(), DType::uint8, {len})).get(kWait));
     EXPECT_EQ(host, bytes) << key;
     EXPECT_EQ(store->fast_path_stats().direct_reads,
-              before.direct_reads + (n <= actors::FastPath::kMaxDirectBytes ? 1 : 0))
+              before.direct_reads + (n <= actors::limits::kDirectReadBytes ? 1 : 0))
         << key << " into host memory";
   }
   // Another client overwrites one: this client's cached location is stale.
@@ -792,7 +793,7 @@ TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
 // A small tensor put from GPU memory takes the ring too: one
 // device-to-host copy, then the fast path's put (counted as one), in a
 // ring slot or, above one, through the ring's side buffer. Up to
-// kMaxDevicePutBytes; a larger one takes the actors' one-copy put. Every
+// limits::kDevicePutOverRingBytes; a larger one takes the actors' one-copy put. Every
 // way of reading returns the device's bytes.
 TEST(CudaFastPath, SmallPutsFromGpuMemoryGoOverTheRing) {
   SKIP_WITHOUT_CUDA();
@@ -802,8 +803,8 @@ TEST(CudaFastPath, SmallPutsFromGpuMemoryGoOverTheRing) {
   ASSERT_OK(store->put("first", TensorView(&first, DType::uint32, {1})).get(kWait));
   ASSERT_TRUE(
       testing::eventually([&] { return store->fast_path_stats().rings >= 1; }));  // attached after
-  const std::size_t slot = actors::FastPath::kMaxBytes;
-  const std::size_t most = actors::FastPath::kMaxDevicePutBytes;
+  const std::size_t slot = actors::limits::kRingReadBytes;
+  const std::size_t most = actors::limits::kDevicePutOverRingBytes;
   for (const std::size_t n : {std::size_t{4}, std::size_t{4096}, slot, slot + 4, most, most + 4}) {
     const std::string key = "dev/" + std::to_string(n);
     const auto bytes = random_bytes(n, static_cast<unsigned>(n % 997) + 11);

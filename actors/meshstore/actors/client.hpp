@@ -104,7 +104,7 @@ struct PutItem {
 
 /// Whether a put writing `items` is worth announcing as a stream: only when
 /// the objects besides its largest hold enough bytes for a reader to copy
-/// while the put still writes (ClientConfig::kStreamMinOverlapBytes).
+/// while the put still writes (limits::kStreamMinOverlapBytes).
 bool worth_streaming(const std::vector<PutItem>& items);
 
 /// The record a put commits for `item` (its group `group`, "" for none):
@@ -295,13 +295,6 @@ struct ClientConfig {
   /// How long the fast path's rings this client opens spin before their
   /// waiting end sleeps (StoreOptions::fast_path_spin).
   std::chrono::microseconds ring_spin{50};
-  /// A state dict put is announced as a stream (readers copy each object
-  /// once it is filled) only when the objects besides its largest hold at
-  /// least this many bytes: what a reader can copy while the put still
-  /// writes. Below it the stream's messages cost the put more than a reader
-  /// gains (about 0.1 ms of a 1,000 x 4 KiB put across processes, where
-  /// the copies take 0.3 ms).
-  static constexpr std::uint64_t kStreamMinOverlapBytes = std::uint64_t{1} << 20;
 };
 
 /// Spawns a client actor bound to a controller and strategy.

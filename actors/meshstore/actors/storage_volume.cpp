@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/actors/volume/memory.hpp"
@@ -635,7 +636,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         }
         std::uint64_t total = 0;
         for (const auto& r : lease.regions) total += r.nbytes;
-        if (total <= wire::kInlineBytes) {
+        if (total <= actors::limits::kInlineBytes) {
           // Small: answer with the bytes, pin nothing (copied in this handler,
           // so no release can tear them).
           for (const auto& region : pinned) {

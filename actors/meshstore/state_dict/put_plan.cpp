@@ -9,6 +9,7 @@
 
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
@@ -306,14 +307,14 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   }
   // Small ones go inline through the actors (one round trip), streamed
   // ones through the actors that report each object's fill.
-  if (total <= wire::kInlineBytes) return std::nullopt;
+  if (total <= actors::limits::kInlineBytes) return std::nullopt;
   if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
   const std::string& under = call.replace_under.front();
   // A layout put again (a trainer's every step) is worth staging ahead,
   // within bounds: its next put then writes at once and commits in one
   // round trip. Noted before the ring is known: a client's first put takes
   // the actors, which pick its volume.
-  const bool keep = fast.note_layout(under, layout) && total <= actors::FastPath::kMaxStagingBytes;
+  const bool keep = fast.note_layout(under, layout) && total <= actors::limits::kStagedAheadBytes;
   const std::string home = fast.home();
   auto shm = fast.shm_of(home);
   if (home.empty() || !shm) return std::nullopt;

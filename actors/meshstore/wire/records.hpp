@@ -74,11 +74,6 @@ struct KeyRecord {
   std::uint64_t nbytes() const noexcept;
 };
 
-/// Calls moving at most this many bytes in total carry them inside the
-/// control messages (stage, open_read) instead of using a transport: one
-/// round trip each way instead of three.
-constexpr std::uint64_t kInlineBytes = std::uint64_t{64} << 10;
-
 /// A request to stage (allocate, not yet visible) an object at a volume.
 struct StageRequest {
   std::string key;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -166,7 +167,8 @@ bool FastPath::servable(const std::string& key, const std::function<bool(const E
   Entry entry;
   auto channel = channel_of(key, &entry);
   return channel && accept(entry) &&
-         ((channel->direct(entry) && direct_size(entry, to_device)) || entry.nbytes <= kMaxBytes);
+         ((channel->direct(entry) && direct_size(entry, to_device)) ||
+          entry.nbytes <= limits::kRingReadBytes);
 }
 
 // The seqlock argument of the actors' lease-free reads (volume_reads.cpp):
@@ -274,7 +276,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
     auto direct = read_direct(key, entry, *channel, consume, to_device);
     if (direct != Outcome::miss) return direct;
   }
-  if (entry.nbytes > kMaxBytes) {
+  if (entry.nbytes > limits::kRingReadBytes) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
@@ -338,7 +340,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   req.shape.assign(p.shape.begin(), p.shape.end());
   req.data = p.data;
   req.nbytes = p.nbytes;
-  if (p.nbytes > kMaxPutBytes || p.key.size() > fast_get::kMaxKeyBytes ||
+  if (p.nbytes > limits::kSideBufferBytes || p.key.size() > fast_get::kMaxKeyBytes ||
       p.shape.size() > fast_get::kMaxPutDims) {
     return miss(Status(Errc::unsupported, "too large for the fast path"));
   }
@@ -360,7 +362,7 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
   if (channel->failed) return miss(Status(Errc::unavailable, "the ring failed"));
-  if (p.nbytes > kMaxBytes || fast_get::encoded_size(req) > channel->max_request()) {
+  if (p.nbytes > limits::kRingReadBytes || fast_get::encoded_size(req) > channel->max_request()) {
     // Larger than a slot carries: the bytes go through the ring's side
     // buffer.
     req.in_side_buffer = true;
@@ -497,7 +499,7 @@ void FastPath::keep_staging(const std::string& under, Staging s,
         displaced.push_back(std::move(it->second.staging));
         kept_.erase(it);
       }
-      while (kept_.size() >= kMaxStagings) {
+      while (kept_.size() >= limits::kStagedAheadCount) {
         auto oldest = std::min_element(
             kept_.begin(), kept_.end(),
             [](const auto& a, const auto& b) { return a.second.used < b.second.used; });

@@ -39,6 +39,7 @@
 
 #include "meshstore/actors/client/location_cache.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/dtype.hpp"
 #include "meshstore/object_format.hpp"
 #include "meshstore/tensor.hpp"
@@ -57,20 +58,6 @@ namespace meshstore::actors {
 
 class FastPath {
  public:
-  /// Objects the fast path reads at most: what a volume serves over its
-  /// rings.
-  static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
-  /// Puts at most: over a ring, those larger than a slot go through its
-  /// side buffer (1 MiB of /dev/shm per ring, made at the first such put).
-  static constexpr std::uint64_t kMaxPutBytes = fast_get::kMaxSideBytes;
-  /// Puts from GPU memory at most (a device-to-host copy, then the ring):
-  /// larger ones take the actors' one copy from the GPU into the volume's
-  /// mapping, which cost less from 512 KiB on on the H200 (docs/gpu.md).
-  static constexpr std::uint64_t kMaxDevicePutBytes = std::uint64_t{256} << 10;
-  /// Whole keys a direct read copies at most (on the caller's one thread;
-  /// larger ones take the actors, whose copy engine splits them).
-  static constexpr std::uint64_t kMaxDirectBytes = std::uint64_t{8} << 20;
-
   /// A cached location of a whole key (the client's one location cache's).
   using Entry = LocationCache::Entry;
   /// Reads and puts through `cache`, the client actor's own.
@@ -80,12 +67,12 @@ class FastPath {
   LocationCache& cache() const { return *cache_; }
   const std::shared_ptr<LocationCache>& shared_cache() const { return cache_; }
   /// Whether a direct read may copy `entry` into host memory (at most
-  /// kMaxDirectBytes) or GPU memory (any size: it is the one host-to-device
+  /// limits::kDirectReadBytes) or GPU memory (any size: it is the one host-to-device
   /// copy from the volume's page-locked mapping that the actors' path also
   /// makes, without their round trip; docs/gpu.md, "Whole keys: the fast
   /// path").
   static bool direct_size(const Entry& entry, bool to_device) {
-    return to_device || entry.nbytes <= kMaxDirectBytes;
+    return to_device || entry.nbytes <= limits::kDirectReadBytes;
   }
   /// A small put: a whole tensor or object in contiguous host memory.
   struct Put {
@@ -158,7 +145,7 @@ class FastPath {
   /// Reads `key` when its location is cached and `accept(entry)` says the
   /// call can be served from it (kind, dtype, shape): straight from the
   /// volume's shared memory where its place is known, else over its
-  /// volume's ring (at most kMaxBytes). `consume(entry, data, n)` gets the
+  /// volume's ring (at most limits::kRingReadBytes). `consume(entry, data, n)` gets the
   /// object's bytes; a direct read may call it and still answer stale (the
   /// object changed during the copy), so it must only write what the
   /// caller's actor path writes again. `to_device`: consume copies into GPU
@@ -206,10 +193,6 @@ class FastPath {
     std::vector<fast_get::StageSpec> layout;
     std::vector<wire::RegionRef> regions;
   };
-  /// Stagings kept for next puts, per client, and the bytes one may hold:
-  /// a trainer's few state dicts, put every step.
-  static constexpr std::size_t kMaxStagings = 4;
-  static constexpr std::uint64_t kMaxStagingBytes = std::uint64_t{16} << 20;
   /// Whether the last put under `under` this client noted had `layout`
   /// (then its next put's objects are worth staging ahead); notes this
   /// one. The last layouts of 64 keys are remembered.
@@ -218,7 +201,7 @@ class FastPath {
   std::optional<Staging> take_staging(const std::string& under);
   /// Keeps `s` for the next put under `under`. What it displaces (a
   /// staging kept for that key meanwhile, or the least recently kept of
-  /// kMaxStagings) is given back to its volume.
+  /// limits::kStagedAheadCount) is given back to its volume.
   void keep_staging(const std::string& under, Staging s, std::chrono::milliseconds timeout);
   /// Gives `s`'s objects back to their volume over its ring; a volume
   /// gone, or a ring failed, has them go with this client.

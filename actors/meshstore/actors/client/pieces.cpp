@@ -10,15 +10,12 @@
 
 #include "meshstore/actors/client.hpp"
 #include "meshstore/actors/client/client_state.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::actors {
 
 namespace {
-
-// Below this many bytes an object is copied by one thread: splitting a
-// small copy costs more in wake-ups than it saves.
-constexpr std::uint64_t kSplitBytesPerThread = std::uint64_t{1} << 20;
 
 // Cuts pieces [0, count) into at most `groups` runs of about equal bytes:
 // the first piece of each run, then `count`.
@@ -43,8 +40,8 @@ std::vector<std::size_t> runs_of(const Pieces& pieces, std::uint64_t total, std:
 template <class Pieces>
 std::vector<std::size_t> split_runs(const Pieces& pieces, std::uint64_t n) {
   const auto threads = static_cast<std::uint64_t>(transports::CopyEngine::instance().threads());
-  const auto groups = static_cast<std::size_t>(
-      std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, n / kSplitBytesPerThread)));
+  const auto groups = static_cast<std::size_t>(std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(threads, n / limits::kSplitBytesPerThread)));
   return runs_of(pieces, n, groups);
 }
 

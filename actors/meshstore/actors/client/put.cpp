@@ -14,6 +14,7 @@
 #include "meshstore/actors/client/device_pieces.hpp"
 #include "meshstore/actors/client/locations.hpp"
 #include "meshstore/actors/client/stage.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 
 namespace meshstore::actors {
@@ -46,7 +47,7 @@ bool worth_streaming(const std::vector<PutItem>& items) {
     total += item.view.nbytes();
     largest = std::max(largest, item.view.nbytes());
   }
-  return total - largest >= ClientConfig::kStreamMinOverlapBytes;
+  return total - largest >= actors::limits::kStreamMinOverlapBytes;
 }
 
 }  // namespace meshstore::actors
@@ -379,7 +380,7 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
     }
     const auto caps = op->conn->transport->capabilities();
     // Small calls carry their bytes in the stage request: no transfer.
-    const bool inline_data = total <= wire::kInlineBytes && !device;
+    const bool inline_data = total <= actors::limits::kInlineBytes && !device;
     for (const auto& item : op->call.items) {
       wire::StageRequest r;
       r.key = item.key;

@@ -9,6 +9,7 @@
 #include "meshstore/actors/client/ask.hpp"
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/unpack.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 
 namespace meshstore::actors::client_detail {
 
@@ -152,7 +153,7 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
   self->state.streams.emplace(op->call.key, op);
   // A small state dict gains nothing from overlap (and the volume would
   // answer a small pin with bytes not written yet): read it once committed.
-  op->small = total <= wire::kInlineBytes;
+  op->small = total <= actors::limits::kInlineBytes;
   if (op->small) return stream_progress(self, op);
   with_volume(self, volume, [=](const ConnResult& conn) {
     if (op->finished) return;

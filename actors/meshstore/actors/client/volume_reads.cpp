@@ -13,6 +13,7 @@
 #include "meshstore/actors/client/box.hpp"
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/device_pieces.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/placement.hpp"
@@ -272,11 +273,6 @@ std::vector<Future<void>> copy_out(const std::shared_ptr<VolumeConn>& c,
   return reads;
 }
 
-// Objects read directly at most in one call: a lease-free read that loses its
-// race with a writer copies its bytes twice, which a lease's round trip
-// costs less than for larger ones.
-constexpr std::uint64_t kMaxLeaseFreeReadBytes = std::uint64_t{64} << 20;
-
 // A lease-free read: where this client knows each target's region and the
 // transport shows the tag naming the object there (shm), the bytes are
 // copied straight away, without asking the volume for a lease; the tags,
@@ -291,7 +287,7 @@ struct LeaseFreeRead {
 };
 
 // The lease-free read of `targets` (host copies into the caller's memory of
-// at most kMaxLeaseFreeReadBytes, each object's region known and tagged with
+// at most limits::kLeaseFreeReadBytes, each object's region known and tagged with
 // its id now); nullopt where one is not, or the store has no fast path.
 std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const VolumeConn& c,
                                                 const std::vector<ReadTarget>& targets) {
@@ -304,7 +300,7 @@ std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const Volum
   std::uint64_t total = 0;
   for (const auto& t : targets) {
     total += t.nbytes;
-    if (t.view || t.device || total > kMaxLeaseFreeReadBytes) return std::nullopt;
+    if (t.view || t.device || total > limits::kLeaseFreeReadBytes) return std::nullopt;
     // Seen by this client, else where its record says it lies.
     wire::RegionRef region;
     auto it = c.known_regions.find(t.object_id);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/wire/records.hpp"
 
@@ -28,7 +29,7 @@ namespace meshstore::actors::fast_get {
 inline constexpr std::uint32_t kRequestMagic = 0x3147534d;  // "MSG1", little-endian
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 /// Objects served over a ring at most (a ring slot holds the reply).
-inline constexpr std::uint64_t kMaxObjectBytes = 60 << 10;
+inline constexpr std::uint64_t kMaxObjectBytes = limits::kRingReadBytes;
 
 struct Request {
   std::uint64_t object_id = 0;
@@ -71,7 +72,7 @@ inline constexpr std::size_t kMaxPutDims = 64;
 inline constexpr std::uint32_t kInSideBuffer = 1;
 inline constexpr std::uint32_t kExpectVersion = 2;
 /// A put's bytes in the ring's side buffer at most (the buffer's size).
-inline constexpr std::uint64_t kMaxSideBytes = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t kMaxSideBytes = limits::kSideBufferBytes;
 /// The side buffer of the ring named `ring_name`: created by the client
 /// (so named with its process prefix, and collected with its ring), mapped
 /// read-only by the volume.

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/transports/region.hpp"
@@ -41,7 +42,7 @@ namespace meshstore::actors::volume {
 class SmallObjects {
  public:
   /// Objects of at most this many bytes are kept (a ring slot's payload).
-  static constexpr std::uint64_t kMaxBytes = fast_get::kMaxObjectBytes;
+  static constexpr std::uint64_t kMaxBytes = limits::kRingReadBytes;
   void add(std::uint64_t id, const std::string& key,
            const std::shared_ptr<transports::Region>& region);
   void remove(std::uint64_t id);

@@ -1,0 +1,60 @@
+#pragma once
+
+// Every size that picks a route or a way to copy on the data path, in one
+// place, each with the measurement or limit that set it
+// (docs/architecture.md, "The thresholds"). Those marked "route" choose
+// between two ways to the same answer; issue 48 removes them as the routes
+// merge. Those marked "copy" choose how to move bytes and stay.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace meshstore::actors::limits {
+
+/// Route: objects a ring read serves at most (fast_get): a ring slot
+/// (this plus 64 bytes) holds the reply.
+inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
+
+/// Route: puts a ring serves at most. Those larger than a slot go
+/// through the ring's side buffer, whose size this is (1 MiB of
+/// /dev/shm per ring, made at the first such put).
+inline constexpr std::uint64_t kSideBufferBytes = std::uint64_t{1} << 20;
+
+/// Route: puts from GPU memory over the ring at most (a device-to-host
+/// copy, then the ring). On the H200 the actors' one copy from the GPU
+/// into the volume's mapping cost less from 512 KiB on (docs/gpu.md).
+inline constexpr std::uint64_t kDevicePutOverRingBytes = std::uint64_t{256} << 10;
+
+/// Route: whole keys a direct read copies into host memory at most, on
+/// the caller's one thread; larger ones take the actors, whose copy
+/// engine splits them. (Into GPU memory a direct read takes any size.)
+inline constexpr std::uint64_t kDirectReadBytes = std::uint64_t{8} << 20;
+
+/// Route: calls moving at most this many bytes in all carry them inside
+/// their control messages (stage, open_read) instead of a transfer: one
+/// round trip each way instead of three.
+inline constexpr std::uint64_t kInlineBytes = std::uint64_t{64} << 10;
+
+/// Route: a state dict put is announced as a stream (readers copy each
+/// object once it is filled) only when the objects besides its largest
+/// hold at least this many bytes. Below it the stream's messages cost the
+/// put more than a reader gains (about 0.1 ms of a 1,000 x 4 KiB put
+/// across processes, where the copies take 0.3 ms).
+inline constexpr std::uint64_t kStreamMinOverlapBytes = std::uint64_t{1} << 20;
+
+/// Route: objects read without a lease (tag-checked) at most in one call:
+/// a lease-free read that loses its race with a writer copies twice, which
+/// a lease's round trip costs less than for larger ones.
+inline constexpr std::uint64_t kLeaseFreeReadBytes = std::uint64_t{64} << 20;
+
+/// What a client keeps staged ahead for its next state dict puts: bytes a
+/// state dict, and state dicts (a trainer's few, put every step).
+inline constexpr std::uint64_t kStagedAheadBytes = std::uint64_t{16} << 20;
+inline constexpr std::size_t kStagedAheadCount = 4;
+
+/// Copy: below this many bytes an object is copied by one thread;
+/// above, one thread per this many, up to the copy engine's. Splitting a
+/// smaller copy costs more in wake-ups than it saves.
+inline constexpr std::uint64_t kSplitBytesPerThread = std::uint64_t{1} << 20;
+
+}  // namespace meshstore::actors::limits
