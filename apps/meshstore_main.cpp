@@ -333,6 +333,10 @@ int cmd_stat(int argc, char** argv) {
   std::printf("%-32s %14s %14s %8s %7s %7s\n", "VOLUME", "HELD", "CAPACITY", "OBJECTS", "STAGED",
               "LEASES");
   for (const auto& s : *stats) {
+    if (!s.unreachable.empty()) {
+      std::printf("%-32s unreachable: %s\n", s.volume_id.c_str(), s.unreachable.c_str());
+      continue;
+    }
     std::printf("%-32s %14s %14s %8llu %7llu %7llu\n", s.volume_id.c_str(),
                 human_bytes(s.bytes_held).c_str(),
                 s.capacity_bytes ? human_bytes(s.capacity_bytes).c_str() : "unlimited",

@@ -535,11 +535,12 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
 Future<std::vector<VolumeStats>> Store::stats() {
   actors::StatCall call;
   auto fut = Impl::call(impl_.get(), actors::store_stat_atom::value, std::move(call), "stats");
-  return fut.then([](const std::vector<wire::VolumeStat>& in) {
+  return fut.then([](const std::vector<actors::VolumeStatReply>& in) {
     std::vector<VolumeStats> out;
-    for (const auto& s : in) {
-      out.push_back(
-          VolumeStats{s.volume_id, s.bytes_held, s.capacity_bytes, s.objects, s.staged, s.leases});
+    for (const auto& r : in) {
+      const auto& s = r.stat;
+      out.push_back(VolumeStats{s.volume_id, s.bytes_held, s.capacity_bytes, s.objects, s.staged,
+                                s.leases, r.unreachable});
     }
     return out;
   });

@@ -231,6 +231,9 @@ struct VolumeStats {
   std::uint64_t objects = 0;         ///< committed objects
   std::uint64_t staged = 0;          ///< objects of puts still in flight
   std::uint64_t leases = 0;          ///< open read leases
+  /// Why the volume did not answer ("" when it did; the counts are then
+  /// zero): one the controller still lists that is gone or cut off.
+  std::string unreachable;
 };
 
 /// Control messages the store's controller has handled since it started:

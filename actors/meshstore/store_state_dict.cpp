@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/state_dict/put_plan.hpp"
 #include "meshstore/state_dict/read_plan.hpp"
@@ -115,9 +116,25 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   if (!prepared_or.ok()) {
     return make_error_future<std::uint64_t>(prepared_or.status().with_context(prefix));
   }
-  // Fenced (docs/state_dicts.md, "Two writers on one prefix").
-  return state_dicts::publish_prepared(client, prefix, std::move(prepared_or).value(), keep, op)
-      .then([st](std::uint64_t version) { return version; });  // host copies live till then
+  auto prepared = std::move(prepared_or).value();
+  auto fast = impl_ ? impl_->fast : nullptr;
+  // On this thread, where this client moved the pointer last.
+  if (fast) {
+    if (auto done = state_dicts::publish_on_caller_thread(*fast, prefix, *prepared, keep, op,
+                                                          impl_->options.request_timeout)) {
+      return done->ok() ? make_ready_future<std::uint64_t>(**done)
+                        : make_error_future<std::uint64_t>(done->status());
+    }
+  }
+  // Fenced (docs/state_dicts.md, "Two writers on one prefix"). Where the
+  // pointer now is, for the next publish on this thread.
+  return state_dicts::publish_prepared(client, prefix, std::move(prepared), keep, op)
+      .then([st, fast, prefix](std::uint64_t version) {  // host copies live till then
+        if (fast) {
+          if (auto seq = fast->cache().version(prefix)) fast->note_publish(prefix, version, *seq);
+        }
+        return version;
+      });
 }
 
 Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,

@@ -615,6 +615,7 @@ void bind_store(py::module_& m) {
                  d["objects"] = v.objects;
                  d["staged"] = v.staged;
                  d["leases"] = v.leases;
+                 d["unreachable"] = v.unreachable;
                  out.append(d);
                }
                return py::object(out);

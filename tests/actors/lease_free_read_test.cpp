@@ -669,6 +669,50 @@ TEST_F(RingPut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
   EXPECT_EQ(dst.buf, src.buf);
 }
 
+// A publish runs on the caller's thread once this client moved the
+// pointer last: the version, the pointer's move and the retirement of what
+// falls out commit over the ring in one request. Readers in another client
+// get each version whole; what falls out of `keep` is gone. Another
+// writer's publish in between sends the next one down the actors' publish,
+// which reads the pointer afresh: the versions still count up one by one.
+TEST_F(RingPut, APublishGoesOverTheRingWhileThisClientMovedThePointerLast) {
+  auto [writer, other] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, writer));
+  Dict src(300, 4096, 1), dst(300, 4096, 0);
+  auto publish = [&](Store& s, std::uint8_t v) {
+    std::fill(src.buf.begin(), src.buf.end(), v);
+    auto n = s.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait);
+    EXPECT_OK(n);
+    return n.ok() ? *n : 0;
+  };
+  ASSERT_EQ(publish(writer, 1), 1u);  // the pointer read at the controller
+  for (std::uint8_t v = 2; v < 6; ++v) {
+    SCOPED_TRACE(int(v));
+    const auto before = state_dict_puts(writer);
+    ASSERT_EQ(publish(writer, v), v);
+    EXPECT_EQ(state_dict_puts(writer), before + 1) << "not over the ring";
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    auto latest = other.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    ASSERT_OK(latest);
+    EXPECT_EQ(*latest, v);
+    EXPECT_EQ(dst.buf, src.buf);
+    // keep = 2: version v - 2 went in the same step.
+    EXPECT_FALSE(*writer.exists("w/v" + std::to_string(v - 2)).get(kWait));
+    EXPECT_TRUE(*writer.exists("w/v" + std::to_string(v - 1)).get(kWait));
+  }
+  ASSERT_EQ(publish(other, 50), 6u);
+  const auto before = state_dict_puts(writer);
+  ASSERT_EQ(publish(writer, 60), 7u) << "the actors read the pointer afresh";
+  EXPECT_EQ(state_dict_puts(writer), before) << "committed over a pointer it never saw";
+  ASSERT_EQ(publish(writer, 61), 8u);
+  EXPECT_EQ(state_dict_puts(writer), before + 1);
+  auto latest = writer.get_latest_state_dict_into("w", dst.sd).get(kWait);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 8u);
+  EXPECT_EQ(dst.buf, src.buf);
+  EXPECT_FALSE(*writer.exists("w/v6").get(kWait));
+}
+
 // A writer putting over the ring while two threads of another client read:
 // every read is one version whole.
 TEST_F(RingPut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {

@@ -30,24 +30,35 @@ void handle_stat(client_pointer self, StatCall call) {
   ask(self, st.controller, volumes_atom::value)
       .then(
           [=](const std::vector<wire::VolumeInfo>& infos) {
-            std::vector<Future<wire::VolumeStat>> stats;
+            // A volume that does not answer (gone, but not yet dropped by
+            // the controller; cut off) is reported as such: the others'
+            // stats still come back.
+            std::vector<Future<VolumeStatReply>> stats;
             for (const auto& info : infos) {
-              auto p = std::make_shared<Promise<wire::VolumeStat>>(
+              auto p = std::make_shared<Promise<VolumeStatReply>>(
                   Status(Errc::shutdown, "client stopped"));
               stats.push_back(p->future());
+              auto unreachable = [p, id = info.volume_id](const Status& why) {
+                VolumeStatReply r;
+                r.stat.volume_id = id;
+                r.unreachable = why.to_string();
+                p->set_value(std::move(r));
+              };
               with_volume(self, info.volume_id, [=](const ConnResult& conn) {
-                if (!conn.ok()) return (void)p->set_error(conn.status());
+                if (!conn.ok()) return unreachable(conn.status());
                 ask(self, (*conn)->handle, stat_atom::value)
-                    .then([=](const wire::VolumeStat& s) { p->set_value(s); },
-                          [=](caf::error& e) {
-                            p->set_error(
-                                from_caf_error(e, "stat of volume '" + info.volume_id + "'"));
-                          });
+                    .then(
+                        [=](const wire::VolumeStat& s) {
+                          p->set_value(VolumeStatReply{s, ""});
+                        },
+                        [=](caf::error& e) {
+                          unreachable(from_caf_error(e, "stat of volume '" + info.volume_id + "'"));
+                        });
               });
             }
             gather(std::move(stats))
                 .on_complete(
-                    [promise](const Result<std::vector<wire::VolumeStat>>& r) { promise->set(r); });
+                    [promise](const Result<std::vector<VolumeStatReply>>& r) { promise->set(r); });
           },
           [=](caf::error& e) { promise->set_error(from_caf_error(e, "stats")); });
 }

@@ -268,8 +268,14 @@ struct CountersCall {
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
+/// One volume's stat, or why it did not answer (Store::stats).
+struct VolumeStatReply {
+  wire::VolumeStat stat;    ///< its volume_id set either way
+  std::string unreachable;  ///< "" when it answered
+};
+
 struct StatCall {
-  std::shared_ptr<Promise<std::vector<wire::VolumeStat>>> promise;
+  std::shared_ptr<Promise<std::vector<VolumeStatReply>>> promise;
 };
 
 /// What a client is created with.

@@ -371,6 +371,9 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
                                                       "staged here"));
     }
   }
+  // Committed under the records' keys (objects staged ahead were staged
+  // under the keys of the put before: a version's keys change).
+  for (const auto& r : req.records) st.objects[r.shards.front().object_id].key = r.key;
   for (auto id : req.release) st.drop(id, true);
   if (!req.release.empty()) st.regions->prune();
   std::vector<wire::StageRequest> wanted;

@@ -287,60 +287,61 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
   return put_named(client, std::move(p));
 }
 
-std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
-                                           std::chrono::milliseconds timeout) {
-  namespace fg = actors::fast_get;
+namespace fg = actors::fast_get;
+
+namespace {
+
+// Whether two layouts hold objects of the same sizes, in order: the keys
+// may differ (a version's keys change every time), the memory fits.
+bool same_sizes(const std::vector<fg::StageSpec>& a, const std::vector<fg::StageSpec>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](auto& x, auto& y) { return x.nbytes == y.nbytes; });
+}
+
+}  // namespace
+
+std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
+    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout) {
   using Staging = actors::FastPath::Staging;
-  if (call.replace_under.size() != 1 || !call.lent_items.empty() || !call.staged_items.empty() ||
-      !call.group_members.empty() || call.items.empty() ||
-      call.items.size() > fg::kMaxCommitRecords) {
-    return std::nullopt;
-  }
+  if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
   std::uint64_t total = 0;
   std::vector<fg::StageSpec> layout;
-  layout.reserve(call.items.size());
-  for (const auto& item : call.items) {
+  layout.reserve(c.items.size());
+  for (const auto& item : c.items) {
     const auto& v = item.view;
     if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return std::nullopt;
     total += v.nbytes();
     layout.push_back(fg::StageSpec{item.key, v.nbytes()});
   }
-  // Small ones go inline through the actors (one round trip), streamed
-  // ones through the actors that report each object's fill.
+  // Small ones go inline through the actors: one round trip.
   if (total <= actors::limits::kInlineBytes) return std::nullopt;
-  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
-  const std::string& under = call.replace_under.front();
   // A layout put again (a trainer's every step) is worth staging ahead,
   // within bounds: its next put then writes at once and commits in one
   // round trip. Noted before the ring is known: a client's first put takes
   // the actors, which pick its volume.
-  const bool keep = fast.note_layout(under, layout) && total <= actors::limits::kStagedAheadBytes;
+  std::vector<fg::StageSpec> noted;
+  noted.reserve(layout.size());
+  for (const auto& l : layout) noted.push_back(fg::StageSpec{std::string(), l.nbytes});
+  const bool keep = fast.note_layout(c.slot, noted) && total <= actors::limits::kStagedAheadBytes;
   const std::string home = fast.home();
   auto shm = fast.shm_of(home);
   if (home.empty() || !shm) return std::nullopt;
-  // The commit holds only while the state dict is at the version this
-  // client last saw (none: absent): one that arrives late, after its ring
-  // failed and another put of this client committed, is refused rather
-  // than roll the key back, and another writer's put in between sends this
-  // one down the actors' put, which writes it all the same.
-  const std::uint64_t seen = fast.cache().version(under).value_or(0);
-  // Records as the commit will carry them: they must fit one ring slot.
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
-    records.reserve(call.items.size());
-    for (std::size_t i = 0; i < call.items.size(); ++i) {
-      records.push_back(actors::put_record(call.items[i], &regions[i], home, under));
-      if (call.items[i].key == under) records.back().expect_version = seen;
+    records.reserve(c.items.size());
+    for (std::size_t i = 0; i < c.items.size(); ++i) {
+      records.push_back(actors::put_record(c.items[i], &regions[i], home, c.groups[i]));
     }
     return records;
   };
   {
+    // The records as the commit will carry them must fit one ring slot.
     wire::RegionRef widest;
     widest.region_id = ~std::uint64_t{0};
     widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
     fg::CommitRequest probe;
-    probe.records = records_for(std::vector<wire::RegionRef>(call.items.size(), widest));
-    probe.prefixes = {under};
+    probe.records = records_for(std::vector<wire::RegionRef>(c.items.size(), widest));
+    probe.prefixes = c.prefixes;
     probe.stage = layout;
     probe.release.assign(layout.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
@@ -348,8 +349,8 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
     if (bytes.size() > fast.request_room(home)) return std::nullopt;
   }
   fg::CommitRequest req;
-  auto staging = fast.take_staging(under);
-  if (staging && (staging->volume_id != home || staging->layout != layout)) {
+  auto staging = fast.take_staging(c.slot);
+  if (staging && (staging->volume_id != home || !same_sizes(staging->layout, layout))) {
     // Another layout now: given back with this put's first request.
     if (staging->volume_id == home) {
       for (const auto& r : staging->regions) req.release.push_back(r.region_id);
@@ -368,11 +369,11 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   }
   // Not used after all: kept for the next put, or given back.
   auto unused = [&] {
-    if (keep) return fast.keep_staging(under, std::move(*staging), timeout);
+    if (keep) return fast.keep_staging(c.slot, std::move(*staging), timeout);
     fast.give_back(*staging, timeout);
   };
-  for (std::size_t i = 0; i < call.items.size(); ++i) {
-    const auto& item = call.items[i];
+  for (std::size_t i = 0; i < c.items.size(); ++i) {
+    const auto& item = c.items[i];
     const auto& region = staging->regions[i];
     const std::uint64_t n = item.view.nbytes();
     auto mem = region.nbytes == n
@@ -395,28 +396,57 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   }
   req = fg::CommitRequest{};
   req.records = records_for(staging->regions);
-  req.prefixes = {under};
+  req.prefixes = c.prefixes;
   if (keep) req.stage = layout;
   auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {
     // Refused or never sent: nothing committed, the objects are still
-    // this client's, and the actors put the state dict.
+    // this client's, and the actors put it.
     if (!sent || refused) {
       unused();
       return std::nullopt;
     }
     // The ring failed with the commit on its way: committed or not is
-    // unknown (its objects then belong to the key, or go with this client).
-    return got.status().with_context(call.op + " '" + under + "'");
+    // unknown (its objects then belong to the keys, or go with this client).
+    return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
   }
   for (std::size_t i = 0; i < req.records.size(); ++i) {
     req.records[i].version = got->versions[i];
     fast.cache().put(req.records[i]);  // this thread's next read sees it
   }
   if (got->staged.size() == layout.size() && keep) {
-    fast.keep_staging(under, Staging{home, layout, std::move(got->staged)}, timeout);
+    fast.keep_staging(c.slot, Staging{home, layout, std::move(got->staged)}, timeout);
   }
-  return Status();
+  return Result<std::vector<std::uint64_t>>(std::move(got->versions));
+}
+
+std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
+                                           std::chrono::milliseconds timeout) {
+  if (call.replace_under.size() != 1 || !call.lent_items.empty() || !call.staged_items.empty() ||
+      !call.group_members.empty()) {
+    return std::nullopt;
+  }
+  // Streamed ones go through the actors, which report each object's fill.
+  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
+  const std::string& under = call.replace_under.front();
+  RingCommit c;
+  c.items = call.items;
+  c.groups.assign(c.items.size(), under);
+  c.prefixes = {under};
+  c.slot = under;
+  c.what = call.op + " '" + under + "'";
+  // The commit holds only while the state dict is at the version this
+  // client last saw (none: absent): one that arrives late, after its ring
+  // failed and another put of this client committed, is refused rather
+  // than roll the key back, and another writer's put in between sends this
+  // one down the actors' put, which writes it all the same.
+  const std::uint64_t seen = fast.cache().version(under).value_or(0);
+  for (auto& item : c.items) {
+    if (item.key == under) item.expect_version = seen;
+  }
+  auto done = commit_on_caller_thread(fast, c, timeout);
+  if (!done) return std::nullopt;
+  return done->ok() ? Status() : done->status();
 }
 
 }  // namespace meshstore::state_dicts

@@ -72,17 +72,35 @@ Status name_put(const std::string& key, PreparedPut& p,
 // Sends a put named by name_put to the client actor.
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
 
-// A state dict put on the caller's thread (docs/architecture.md, "Data
-// path"), when its client has a ring to its volume: the items are written
-// straight into objects the volume staged for it (kept from the put
-// before for a layout put again, else staged with one request), gathered
-// and split over the copy engine with this thread taking a share, then
-// committed over the ring in one request, which also stages the next
-// put's objects for a layout put again. nullopt: nothing committed, the
-// caller puts it through the actors (no ring, a GPU or strided or sharded
-// source, a small or streamed put, a full volume, another writer's
-// version in between). Else the outcome: ok (the location cache has the
-// records), or the ring's error with the commit on its way.
+// What a put on the caller's thread commits: `items` (item i's record in
+// group groups[i]), replacing the keys of the groups under `prefixes`; the
+// objects staged ahead for it are kept under `slot`.
+struct RingCommit {
+  std::vector<actors::PutItem> items;
+  std::vector<std::string> groups;
+  std::vector<std::string> prefixes;
+  std::string slot;
+  std::string what;  // the call, for errors
+};
+
+// A put on the caller's thread (docs/architecture.md, "State dict puts on
+// the caller's thread"), when its client has a ring to its volume: the
+// items are written straight into objects the volume staged for it (kept
+// under the slot from the put before for a layout put again, else staged
+// with one request), gathered and split over the copy engine with this
+// thread taking a share, then committed over the ring in one request,
+// which also stages the next put's objects for a layout put again.
+// nullopt: nothing committed, the caller puts it through the actors (no
+// ring, a GPU or strided or sharded source, a small put, a full volume, a
+// precondition that no longer holds). Else the outcome: the versions, one
+// per item (the location cache has the records), or the ring's error with
+// the commit on its way.
+std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
+    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout);
+
+// put_state_dict's prepared put on the caller's thread, through
+// commit_on_caller_thread: its manifest only over the version this client
+// last saw. nullopt as there, and for a put announced as a stream.
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
                                            std::chrono::milliseconds timeout);
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/state_dict/put_plan.hpp"
 #include "meshstore/state_dict/stream.hpp"
@@ -211,6 +212,45 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
         });
     return p->future();
   });
+}
+
+std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& fast,
+                                                              const std::string& prefix,
+                                                              const PreparedPut& prepared, int keep,
+                                                              const std::string& op,
+                                                              std::chrono::milliseconds timeout) {
+  const auto& call = prepared.call;
+  if (!call.lent_items.empty() || !call.staged_items.empty() || !call.group_members.empty()) {
+    return std::nullopt;
+  }
+  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
+  // The pointer as this client last moved it, if nobody moved it since
+  // (its commit's version is still the one cached): else the actors read
+  // it afresh.
+  auto last = fast.last_publish(prefix);
+  if (!last || fast.cache().version(prefix) != last->second) return std::nullopt;
+  const std::uint64_t next = last->first + 1;
+  PreparedPut named = prepared;  // the actors' put names its own on a fallback
+  const std::string key = version_key(prefix, next);
+  if (auto s = name_put(key, named, 0); !s.ok()) return Result<std::uint64_t>(s);
+  RingCommit c;
+  c.items = std::move(named.call.items);
+  c.groups.assign(c.items.size(), key);
+  // The pointer moves in the same commit, only from where this client
+  // left it; the version that falls out is retired in the same step.
+  c.items.push_back(facade::bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
+  c.items.back().expect_version = last->second;
+  c.groups.push_back(std::string());
+  if (next > static_cast<std::uint64_t>(keep)) {
+    c.prefixes.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));
+  }
+  c.slot = std::string(1, '\0') + prefix;  // no key holds a NUL
+  c.what = op + " '" + prefix + "'";
+  auto done = commit_on_caller_thread(fast, c, timeout);
+  if (!done) return std::nullopt;
+  if (!done->ok()) return Result<std::uint64_t>(done->status());
+  fast.note_publish(prefix, next, (*done)->back());
+  return Result<std::uint64_t>(next);
 }
 
 }  // namespace meshstore::state_dicts

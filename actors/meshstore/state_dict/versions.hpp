@@ -8,11 +8,16 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meshstore/future.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dict/read_plan.hpp"
+
+namespace meshstore::actors {
+class FastPath;
+}  // namespace meshstore::actors
 
 namespace meshstore::state_dicts {
 
@@ -57,6 +62,21 @@ Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& pre
                            const std::string& op);
 
 struct PreparedPut;
+
+// publish_prepared on the caller's thread (docs/architecture.md, "State
+// dict puts on the caller's thread"), where this client moved the pointer
+// last and nobody has since (its commit's version is still the one
+// cached): the version, the pointer's move from there and the retirement
+// of what falls out of the newest `keep` commit over the volume's ring in
+// one request (commit_on_caller_thread), all or nothing. nullopt: nothing
+// was committed, publish_prepared publishes it (another writer moved the
+// pointer, no ring, a put announced as a stream, ...). Else N, or the
+// ring's error with the commit on its way.
+std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& fast,
+                                                              const std::string& prefix,
+                                                              const PreparedPut& prepared, int keep,
+                                                              const std::string& op,
+                                                              std::chrono::milliseconds timeout);
 
 // Publishes a prepared put as the next version under `prefix` (fenced, as
 // docs/state_dicts.md "Two writers on one prefix" says): reads the pointer,

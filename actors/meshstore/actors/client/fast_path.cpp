@@ -477,6 +477,25 @@ bool FastPath::note_layout(const std::string& under,
   return repeated;
 }
 
+std::optional<std::pair<std::uint64_t, std::uint64_t>> FastPath::last_publish(
+    const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = published_.find(prefix);
+  if (it == published_.end()) return std::nullopt;
+  return std::make_pair(it->second.value, it->second.version);
+}
+
+void FastPath::note_publish(const std::string& prefix, std::uint64_t value, std::uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  published_[prefix] = Published{value, version, ++clock_};
+  constexpr std::size_t kMaxPublished = 64;
+  if (published_.size() > kMaxPublished) {
+    published_.erase(std::min_element(
+        published_.begin(), published_.end(),
+        [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+  }
+}
+
 std::optional<FastPath::Staging> FastPath::take_staging(const std::string& under) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = kept_.find(under);

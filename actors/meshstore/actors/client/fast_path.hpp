@@ -197,6 +197,12 @@ class FastPath {
   /// (then its next put's objects are worth staging ahead); notes this
   /// one. The last layouts of 64 keys are remembered.
   bool note_layout(const std::string& under, const std::vector<fast_get::StageSpec>& layout);
+  /// The pointer of versions under `prefix` as this client last moved it:
+  /// its value and its commit's version (publish_state_dict); nullopt:
+  /// none noted. The last 64 prefixes are remembered.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> last_publish(
+      const std::string& prefix) const;
+  void note_publish(const std::string& prefix, std::uint64_t value, std::uint64_t version);
   /// Takes the staging kept for `under`: the taker owns it. nullopt: none.
   std::optional<Staging> take_staging(const std::string& under);
   /// Keeps `s` for the next put under `under`. What it displaces (a
@@ -261,7 +267,11 @@ class FastPath {
   };
   std::unordered_map<std::string, Kept> kept_;    // under mu_
   std::unordered_map<std::string, Noted> noted_;  // under mu_
-  std::uint64_t clock_ = 0;                       // under mu_
+  struct Published {
+    std::uint64_t value = 0, version = 0, used = 0;
+  };
+  std::unordered_map<std::string, Published> published_;  // under mu_
+  std::uint64_t clock_ = 0;                               // under mu_
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
       lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0},
       state_dict_puts_{0};

@@ -231,7 +231,7 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
     return bad("a commit of " + std::to_string(head[1]) + " records, " + std::to_string(head[3]) +
                " releases and " + std::to_string(head[4]) + " stages");
   }
-  if ((head[1] == 0) != (head[2] == 0) || head[2] > kMaxCommitPrefixes) {
+  if ((head[1] == 0 && head[2] != 0) || head[2] > kMaxCommitPrefixes) {
     return bad("a commit of " + std::to_string(head[1]) + " records under " +
                std::to_string(head[2]) + " prefixes");
   }

@@ -132,7 +132,7 @@ Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes);
 //          u32 stages, u32 zero; then per record u32 length + its encoding
 //          (wire::encode); per prefix u32 length + its bytes; per release
 //          a u64 object id; per stage a u64 size, u32 key length, key bytes.
-//          Prefixes come with records only, 1 to kMaxCommitPrefixes of them.
+//          Prefixes come with records only, at most kMaxCommitPrefixes.
 // Reply:   the reply header, then ok: u64 version per record, u32 staged
 //          objects (all that were asked for, or none when the volume had
 //          no room after a commit), then per object u64 id, u64 size,
