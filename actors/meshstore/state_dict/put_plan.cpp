@@ -289,29 +289,26 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
 
 namespace fg = actors::fast_get;
 
-namespace {
-
-// Whether two layouts hold objects of the same sizes, in order: the keys
-// may differ (a version's keys change every time), the memory fits.
-bool same_sizes(const std::vector<fg::StageSpec>& a, const std::vector<fg::StageSpec>& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
-                                            [](auto& x, auto& y) { return x.nbytes == y.nbytes; });
+bool takes_caller_thread(const actors::PutCall& call) {
+  return call.lent_items.empty() && call.staged_items.empty() && call.group_members.empty() &&
+         (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
 }
-
-}  // namespace
 
 std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
     actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout) {
   using Staging = actors::FastPath::Staging;
   if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
   std::uint64_t total = 0;
-  std::vector<fg::StageSpec> layout;
+  std::vector<fg::StageSpec> layout;  // what the volume stages, keys for its messages
+  std::vector<std::uint64_t> sizes;   // what a staging is matched by
   layout.reserve(c.items.size());
+  sizes.reserve(c.items.size());
   for (const auto& item : c.items) {
     const auto& v = item.view;
     if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return std::nullopt;
     total += v.nbytes();
     layout.push_back(fg::StageSpec{item.key, v.nbytes()});
+    sizes.push_back(v.nbytes());
   }
   // Small ones go inline through the actors: one round trip.
   if (total <= actors::limits::kInlineBytes) return std::nullopt;
@@ -319,10 +316,7 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
   // within bounds: its next put then writes at once and commits in one
   // round trip. Noted before the ring is known: a client's first put takes
   // the actors, which pick its volume.
-  std::vector<fg::StageSpec> noted;
-  noted.reserve(layout.size());
-  for (const auto& l : layout) noted.push_back(fg::StageSpec{std::string(), l.nbytes});
-  const bool keep = fast.note_layout(c.slot, noted) && total <= actors::limits::kStagedAheadBytes;
+  const bool keep = fast.note_layout(c.slot, sizes) && total <= actors::limits::kStagedAheadBytes;
   const std::string home = fast.home();
   auto shm = fast.shm_of(home);
   if (home.empty() || !shm) return std::nullopt;
@@ -350,7 +344,7 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
   }
   fg::CommitRequest req;
   auto staging = fast.take_staging(c.slot);
-  if (staging && (staging->volume_id != home || !same_sizes(staging->layout, layout))) {
+  if (staging && (staging->volume_id != home || staging->sizes != sizes)) {
     // Another layout now: given back with this put's first request.
     if (staging->volume_id == home) {
       for (const auto& r : staging->regions) req.release.push_back(r.region_id);
@@ -365,7 +359,7 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
     auto got = fast.commit(home, req, timeout, &sent, &refused);
     // Nothing committed: the actors put it (and evict from a full volume).
     if (!got.ok() || got->staged.size() != layout.size()) return std::nullopt;
-    staging = Staging{home, layout, std::move(got->staged)};
+    staging = Staging{home, sizes, std::move(got->staged)};
   }
   // Not used after all: kept for the next put, or given back.
   auto unused = [&] {
@@ -415,19 +409,14 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
     fast.cache().put(req.records[i]);  // this thread's next read sees it
   }
   if (got->staged.size() == layout.size() && keep) {
-    fast.keep_staging(c.slot, Staging{home, layout, std::move(got->staged)}, timeout);
+    fast.keep_staging(c.slot, Staging{home, sizes, std::move(got->staged)}, timeout);
   }
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
 }
 
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
                                            std::chrono::milliseconds timeout) {
-  if (call.replace_under.size() != 1 || !call.lent_items.empty() || !call.staged_items.empty() ||
-      !call.group_members.empty()) {
-    return std::nullopt;
-  }
-  // Streamed ones go through the actors, which report each object's fill.
-  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
+  if (call.replace_under.size() != 1 || !takes_caller_thread(call)) return std::nullopt;
   const std::string& under = call.replace_under.front();
   RingCommit c;
   c.items = call.items;

@@ -83,6 +83,11 @@ struct RingCommit {
   std::string what;  // the call, for errors
 };
 
+// Whether a put of this shape may run on the caller's thread: no lent,
+// in-place or sharded-group items, and not announced as a stream (the
+// actors report each object's fill to readers following it).
+bool takes_caller_thread(const actors::PutCall& call);
+
 // A put on the caller's thread (docs/architecture.md, "State dict puts on
 // the caller's thread"), when its client has a ring to its volume: the
 // items are written straight into objects the volume staged for it (kept

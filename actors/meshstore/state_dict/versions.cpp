@@ -219,11 +219,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& 
                                                               const PreparedPut& prepared, int keep,
                                                               const std::string& op,
                                                               std::chrono::milliseconds timeout) {
-  const auto& call = prepared.call;
-  if (!call.lent_items.empty() || !call.staged_items.empty() || !call.group_members.empty()) {
-    return std::nullopt;
-  }
-  if (!call.stream_manifest.empty() && actors::worth_streaming(call.items)) return std::nullopt;
+  if (!takes_caller_thread(prepared.call)) return std::nullopt;
   // The pointer as this client last moved it, if nobody moved it since
   // (its commit's version is still the one cached): else the actors read
   // it afresh.

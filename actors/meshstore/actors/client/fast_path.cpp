@@ -17,6 +17,19 @@
 
 namespace meshstore::actors {
 
+namespace {
+
+// The least recently used entry of `map` (not empty), whose values count
+// their use in `used`.
+template <class Map>
+typename Map::iterator least_recent(Map& map) {
+  return std::min_element(map.begin(), map.end(), [](const auto& a, const auto& b) {
+    return a.second.used < b.second.used;
+  });
+}
+
+}  // namespace
+
 // One channel to a volume and what a caller needs to use it, one request
 // at a time: a ring (same host) or a transport's small operations (tcp,
 // each request prefixed with the token the client attached with). A ring's
@@ -461,19 +474,14 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   return done;
 }
 
-bool FastPath::note_layout(const std::string& under,
-                           const std::vector<fast_get::StageSpec>& layout) {
+bool FastPath::note_layout(const std::string& under, const std::vector<std::uint64_t>& sizes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& n = noted_[under];
-  const bool repeated = n.layout == layout;
-  if (!repeated) n.layout = layout;
+  const bool repeated = n.sizes == sizes;
+  if (!repeated) n.sizes = sizes;
   n.used = ++clock_;
   constexpr std::size_t kMaxNoted = 64;
-  if (noted_.size() > kMaxNoted) {
-    noted_.erase(std::min_element(noted_.begin(), noted_.end(), [](const auto& a, const auto& b) {
-      return a.second.used < b.second.used;
-    }));
-  }
+  if (noted_.size() > kMaxNoted) noted_.erase(least_recent(noted_));
   return repeated;
 }
 
@@ -489,11 +497,7 @@ void FastPath::note_publish(const std::string& prefix, std::uint64_t value, std:
   std::lock_guard<std::mutex> lock(mu_);
   published_[prefix] = Published{value, version, ++clock_};
   constexpr std::size_t kMaxPublished = 64;
-  if (published_.size() > kMaxPublished) {
-    published_.erase(std::min_element(
-        published_.begin(), published_.end(),
-        [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
-  }
+  if (published_.size() > kMaxPublished) published_.erase(least_recent(published_));
 }
 
 std::optional<FastPath::Staging> FastPath::take_staging(const std::string& under) {
@@ -519,9 +523,7 @@ void FastPath::keep_staging(const std::string& under, Staging s,
         kept_.erase(it);
       }
       while (kept_.size() >= limits::kStagedAheadCount) {
-        auto oldest = std::min_element(
-            kept_.begin(), kept_.end(),
-            [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+        auto oldest = least_recent(kept_);
         displaced.push_back(std::move(oldest->second.staging));
         kept_.erase(oldest);
       }

@@ -186,17 +186,18 @@ class FastPath {
 
   // -- state dicts: written on the caller's thread into staged objects -----
 
-  /// Objects this client's volume staged for a state dict's put: the
-  /// layout (key and size per object) and their regions, in order.
+  /// Objects this client's volume staged for a state dict's put: their
+  /// sizes and regions, in order. A put whose objects have those sizes
+  /// may use them, whatever its keys (a version's keys change).
   struct Staging {
     std::string volume_id;
-    std::vector<fast_get::StageSpec> layout;
+    std::vector<std::uint64_t> sizes;
     std::vector<wire::RegionRef> regions;
   };
-  /// Whether the last put under `under` this client noted had `layout`
-  /// (then its next put's objects are worth staging ahead); notes this
-  /// one. The last layouts of 64 keys are remembered.
-  bool note_layout(const std::string& under, const std::vector<fast_get::StageSpec>& layout);
+  /// Whether the last put under `under` this client noted had objects of
+  /// `sizes` (then its next put's objects are worth staging ahead); notes
+  /// this one. The last layouts of 64 keys are remembered.
+  bool note_layout(const std::string& under, const std::vector<std::uint64_t>& sizes);
   /// The pointer of versions under `prefix` as this client last moved it:
   /// its value and its commit's version (publish_state_dict); nullopt:
   /// none noted. The last 64 prefixes are remembered.
@@ -262,7 +263,7 @@ class FastPath {
     std::uint64_t used = 0;  // recency
   };
   struct Noted {
-    std::vector<fast_get::StageSpec> layout;
+    std::vector<std::uint64_t> sizes;
     std::uint64_t used = 0;
   };
   std::unordered_map<std::string, Kept> kept_;    // under mu_
