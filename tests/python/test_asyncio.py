@@ -143,8 +143,20 @@ def test_cancel_stops_a_get_into_and_never_writes_the_tensor_again():
     with slow_store() as s:
         s.put("w", torch.full((16 << 20,), 7, dtype=torch.int32)).result()
         dst = torch.zeros(16 << 20, dtype=torch.int32)
-        fut = s.get_into("w", dst)
-        assert fut.cancel()
+        # The first call connects to the volume inside the call, which
+        # leaves little of its transfer to cancel on a fast host; the
+        # calls after it return at once.
+        s.get_into("w", dst).result()
+        assert (dst == 7).all()
+        for _ in range(10):  # a call may still finish before cancel(): again
+            dst.zero_()
+            fut = s.get_into("w", dst)
+            if fut.cancel():
+                break
+            fut.result()  # it finished whole
+            assert (dst == 7).all()
+        else:
+            pytest.fail("every get_into finished before cancel() could stop it")
         dst.fill_(-1)  # the caller's memory again
         with pytest.raises(meshstore.CancelledError) as e:
             fut.result()
