@@ -284,7 +284,8 @@ struct FastPathStats {
   /// in lease_free_reads too; docs/architecture.md, "Direct reads").
   std::uint64_t direct_reads = 0;
   /// State-dict reads (get_state_dict_into and the version reads into
-  /// tensors) served the same way as one snapshot, on the caller's thread:
+  /// tensors) served the same way as one snapshot, on the caller's thread
+  /// (a version read: on the thread that got the pointer's locate):
   /// the manifest and every bucket copied straight out of same-host
   /// volumes' shared memory, checked by their tags before the first copy
   /// and after the last (docs/architecture.md, "Direct state-dict reads").

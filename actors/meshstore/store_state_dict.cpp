@@ -210,9 +210,11 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  auto fast = impl_ ? impl_->fast : nullptr;
+  const std::uint64_t known = fast ? fast->pointer_here(prefix).value_or(0) : 0;
   return read_next_into(Impl::client_address(impl_.get()), prefix, *use, after, op,
                         std::chrono::steady_clock::now() + timeout,
-                        Impl::manifest_cache(impl_.get()), options.cast)
+                        Impl::manifest_cache(impl_.get()), options.cast, fast, known)
       .then([st](std::uint64_t version) -> Result<std::uint64_t> {
         MESHSTORE_RETURN_IF_ERROR(st->finish());
         return version;
@@ -222,6 +224,9 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
 Future<std::uint64_t> Store::latest_version(std::string prefix) {
   if (auto s = check_key("latest_version", prefix); !s.ok())
     return make_error_future<std::uint64_t>(s);
+  if (impl_ && impl_->fast) {
+    if (auto v = impl_->fast->pointer_here(prefix)) return make_ready_future(*v);
+  }
   return pointer_of(Impl::client_address(impl_.get()), prefix, "latest_version");
 }
 
@@ -236,8 +241,12 @@ Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, Stat
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+  // The pointer read on this thread where this client knows where it lies
+  // (and then the version too), else located at the controller.
+  auto fast = impl_ ? impl_->fast : nullptr;
+  const std::uint64_t known = fast ? fast->pointer_here(prefix).value_or(0) : 0;
   return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, 0,
-                          Impl::manifest_cache(impl_.get()), options.cast)
+                          Impl::manifest_cache(impl_.get()), options.cast, fast, known)
       .then([st](std::uint64_t version) -> Result<std::uint64_t> {
         MESHSTORE_RETURN_IF_ERROR(st->finish());
         return version;

@@ -713,6 +713,50 @@ TEST_F(RingPut, APublishGoesOverTheRingWhileThisClientMovedThePointerLast) {
   EXPECT_FALSE(*writer.exists("w/v6").get(kWait));
 }
 
+// A reader reads the latest version with at most one request. Where it
+// knows where the pointer lies (its own publish, or its last read) and the
+// pointer's object is still the current one (its tag names it), it asks
+// nobody: the pointer and the version are read on its own thread. Once the
+// pointer moved (another client published), one request to the controller
+// answers the pointer with where that version lies, and the version is
+// copied straight out of the volume's memory. Every read is the version
+// the pointer named when it looked, whole.
+TEST_F(RingPut, ALatestReadAsksTheControllerOnlyOnceThePointerMoved) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, reader));
+  ASSERT_TRUE(ring_open(writer, writer));
+  Dict src(300, 4096, 1), dst(300, 4096, 0);
+  ASSERT_OK(writer.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait));
+  ASSERT_OK(reader.get_latest_state_dict_into("w", dst.sd).get(kWait));  // plans the layout
+  ASSERT_OK(writer.get_latest_state_dict_into("w", dst.sd).get(kWait));
+  EXPECT_EQ(dst.buf, src.buf);
+  auto locates = [&] { return writer.controller_counters().get(kWait)->locate; };
+  // Reads `s`'s latest into dst: it must be version v, read directly after
+  // `asked` requests to the controller.
+  auto latest = [&](Store& s, std::uint64_t v, std::uint64_t asked) {
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    const auto direct = s.fast_path_stats().direct_state_dicts;
+    const auto before = locates();
+    auto got = s.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    ASSERT_OK(got);
+    EXPECT_EQ(*got, v);
+    EXPECT_EQ(dst.buf, src.buf);
+    EXPECT_EQ(s.fast_path_stats().direct_state_dicts, direct + 1) << "not read directly";
+    EXPECT_EQ(locates(), before + asked);
+  };
+  for (std::uint8_t v = 2; v < 6; ++v) {
+    SCOPED_TRACE(int(v));
+    std::fill(src.buf.begin(), src.buf.end(), v);
+    ASSERT_OK(writer.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait));
+    latest(writer, v, 0);  // its own publish: it knows where everything lies
+    latest(reader, v, 1);  // the pointer moved: one locate answers both
+    latest(reader, v, 0);  // nothing moved: no request
+    const auto before = locates();
+    EXPECT_EQ(*reader.latest_version("w").get(kWait), v);
+    EXPECT_EQ(locates(), before);
+  }
+}
+
 // A writer putting over the ring while two threads of another client read:
 // every read is one version whole.
 TEST_F(RingPut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {

@@ -51,6 +51,7 @@ using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;
 using stat_atom = caf::atom_constant<caf::atom("stat")>;
 using locate_pinned_atom = caf::atom_constant<caf::atom("locate_pin")>;
 using unpin_atom = caf::atom_constant<caf::atom("unpin")>;
+using locate_latest_atom = caf::atom_constant<caf::atom("loc_latest")>;
 using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
 using select_atom = caf::atom_constant<caf::atom("select")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
@@ -63,5 +64,6 @@ using store_list_atom = caf::atom_constant<caf::atom("s_list")>;
 using store_exists_atom = caf::atom_constant<caf::atom("s_exists")>;
 using store_remove_atom = caf::atom_constant<caf::atom("s_remove")>;
 using store_stat_atom = caf::atom_constant<caf::atom("s_stat")>;
+using store_latest_atom = caf::atom_constant<caf::atom("s_latest")>;
 
 }  // namespace meshstore::actors

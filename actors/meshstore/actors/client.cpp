@@ -13,6 +13,7 @@
 #include "meshstore/actors/client/client_state.hpp"
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/get.hpp"
+#include "meshstore/actors/client/locations.hpp"
 #include "meshstore/actors/client/put.hpp"
 #include "meshstore/actors/client/remove.hpp"
 #include "meshstore/actors/client/stage.hpp"
@@ -165,6 +166,27 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
                 },
                 [=](caf::error& e) {
                   promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
+                });
+      },
+      [=](store_latest_atom, LatestCall& call) {
+        if (refused(call)) return;
+        auto promise = call.promise;
+        const auto prefix = call.prefix;
+        ask(self, self->state.controller, locate_latest_atom::value, prefix, call.with_version)
+            .then(
+                [=](std::vector<wire::KeyRecord>& records) {
+                  cache_located(self->state, records);
+                  if (records.empty()) {
+                    promise->set_error(
+                        Status(Errc::protocol_error, "latest '" + prefix +
+                                                         "': the controller answered "
+                                                         "no record"));
+                    return;
+                  }
+                  promise->set_value(std::move(records.front()));
+                },
+                [=](caf::error& e) {
+                  promise->set_error(from_caf_error(e, "latest '" + prefix + "'"));
                 });
       },
       [=](store_exists_atom, ExistsCall& call) {

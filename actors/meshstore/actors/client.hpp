@@ -97,6 +97,8 @@ struct PutItem {
   ObjectFormat object_format = ObjectFormat::bytes;
   /// The commit's precondition on this key (KeyRecord::expect_version).
   std::optional<std::uint64_t> expect_version = std::nullopt;
+  /// A version pointer: the version it names (KeyRecord::points_to).
+  std::uint64_t points_to = 0;
   /// Set: the object's bytes are these pieces (`view` is then a uint8 view
   /// of the object's size with no data), assembled as they are written.
   std::shared_ptr<const Gather> gather = nullptr;
@@ -251,6 +253,15 @@ struct ListCall {
   std::shared_ptr<Promise<std::vector<wire::KeyRecord>>> promise;
 };
 
+/// The version pointer P's record (version 0: no such key), located at the
+/// controller; with `with_version`, the records of the version it names are
+/// cached too, for the read that follows (controller's locate_latest).
+struct LatestCall {
+  std::string prefix;
+  bool with_version = false;
+  std::shared_ptr<Promise<wire::KeyRecord>> promise;
+};
+
 struct ExistsCall {
   std::vector<std::string> keys;
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
@@ -316,6 +327,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ReleaseStagedCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ListCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LatestCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ExistsCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::RemoveCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StatCall)

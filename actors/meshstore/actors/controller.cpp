@@ -343,6 +343,18 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         self->state.count(ControllerCounter::locate);
         return locate(self->state, keys);
       },
+      [=](locate_latest_atom, const std::string& prefix, bool with_version) {
+        auto& st = self->state;
+        st.count(ControllerCounter::locate);
+        auto out = locate(st, {prefix});
+        const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
+        if (!with_version || n == 0) return out;
+        // The manifest P/vN and the keys written with it.
+        auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
+        out.insert(out.end(), std::make_move_iterator(version.begin()),
+                   std::make_move_iterator(version.end()));
+        return out;
+      },
       [=](evict_atom, const std::string& volume_id, std::uint64_t bytes) {
         return evict(self, volume_id, bytes);
       },

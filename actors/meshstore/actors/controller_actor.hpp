@@ -40,6 +40,12 @@ using controller_actor = caf::typed_actor<
     // Answers the pin's id (0 when nothing was found to pin).
     caf::replies_to<locate_pinned_atom, std::vector<std::string>,
                     std::uint64_t /*ttl_ms*/>::with<std::uint64_t, std::vector<wire::KeyRecord>>,
+    // The version pointer P: its record first (version 0 when P does not
+    // exist); then, with the flag, when P names version N (points_to), the
+    // records of the state dict P/vN, its manifest first, as one snapshot:
+    // the latest version and where it lies in one request.
+    caf::replies_to<locate_latest_atom, std::string,
+                    bool /*with_version*/>::with<std::vector<wire::KeyRecord>>,
     // Ends a pin (harmless when it has already expired).
     caf::reacts_to<unpin_atom, std::uint64_t>,
     // Eviction (StoreOptions::eviction "lru"): removes the least recently

@@ -1,4 +1,4 @@
-// The first reads the state-dict engine's chains make: an object, a manifest.
+// The first read the state-dict engine's chains make: a manifest.
 
 #include "meshstore/state_dict/client_calls.hpp"
 
@@ -7,36 +7,6 @@
 namespace meshstore::state_dicts {
 
 using facade::single_get;
-
-namespace {
-
-Future<actors::GetOutput> object_call(const caf::actor_addr& client, const std::string& key,
-                                      const std::string& op, bool fresh) {
-  actors::GetCall call;
-  call.op = op;
-  call.mode = actors::GetMode::object;
-  call.keys.push_back(key);
-  call.fresh = fresh;
-  return call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'");
-}
-
-}  // namespace
-
-Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
-                              const std::string& op, bool fresh) {
-  return object_call(client, key, op, fresh).then([](const actors::GetOutput& out) {
-    return out.object;
-  });
-}
-
-Future<std::pair<std::string, std::uint64_t>> versioned_object_of(const caf::actor_addr& client,
-                                                                  const std::string& key,
-                                                                  const std::string& op,
-                                                                  bool fresh) {
-  return object_call(client, key, op, fresh).then([](const actors::GetOutput& out) {
-    return std::make_pair(out.object, out.version);
-  });
-}
 
 Result<Snapshot> decode_snapshot(const Tensor& t, const std::string& key, const std::string& op) {
   Snapshot snap;

@@ -1,7 +1,7 @@
 #pragma once
 
 // How the state-dict engine calls the client actor: by its weak address,
-// with the first reads its chains make (an object, a state dict's manifest).
+// with the first read its chains make (a state dict's manifest).
 //
 // The state-dict calls chain several client calls. Their continuations hold
 // only a weak address of the client actor (never the Store or its Impl,
@@ -32,16 +32,6 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
   caf::anon_send(hdl, atom, std::move(c));
   return fut;
 }
-
-// Reads object `key`; `fresh`: located at the controller, not from the
-// client's location cache (version pointers, GetCall::fresh).
-Future<std::string> object_of(const caf::actor_addr& client, const std::string& key,
-                              const std::string& op, bool fresh);
-// object_of, with the key's version (its commit sequence number) too.
-Future<std::pair<std::string, std::uint64_t>> versioned_object_of(const caf::actor_addr& client,
-                                                                  const std::string& key,
-                                                                  const std::string& op,
-                                                                  bool fresh);
 
 // A state dict's manifest as stored (its bytes) and decoded.
 struct Snapshot {

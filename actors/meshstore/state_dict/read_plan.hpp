@@ -108,9 +108,11 @@ Status finish_into(const IntoPlan& plan, StateDict* dst);
 
 // Reads the state dict under `key` into `sd` (get_state_dict_into), the
 // entries named in `boxes` as those boxes. With `fast` (the store's fast
-// path; pass it only on the caller's own thread) a layout planned before
-// is first read straight from same-host volumes' shared memory, on this
-// thread, when every object's place is known ("Direct state-dict reads").
+// path) a layout planned before is first read straight from same-host
+// volumes' shared memory, on this thread, when every object's place is
+// known ("Direct state-dict reads"): the caller's own thread, or the
+// client actor's where a locate came first (a version read), whose copy
+// the actors would otherwise make (at most limits::kDirectReadBytes).
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot = {},
                                   std::shared_ptr<const Boxes> boxes = nullptr, bool cast = false,

@@ -4,7 +4,6 @@
 #include "meshstore/state_dict/versions.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
@@ -49,6 +48,7 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
   point.op = op;
   point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
   point.items.back().expect_version = from.seq;
+  point.items.back().points_to = next;
   // The version that falls out goes in the same controller step as the
   // pointer's move (refused, neither happens).
   if (next > static_cast<std::uint64_t>(keep)) {
@@ -99,25 +99,23 @@ Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std:
 }
 
 Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,
-                           const std::string& op) {
-  auto p = std::make_shared<Promise<Pointer>>(Status(Errc::shutdown, op + ": dropped"));
-  // Fresh: successive reads of the pointer never go back a version.
-  versioned_object_of(client, prefix, op, true)
-      .on_complete([=](const Result<std::pair<std::string, std::uint64_t>>& got) {
-        if (!got.ok()) {
-          if (got.status().code() == Errc::not_found) return (void)p->set_value(Pointer{});
-          return (void)p->set_error(got.status());
+                           const std::string& op, bool with_version) {
+  // Located at the controller: successive reads never go back a version.
+  actors::LatestCall call;
+  call.prefix = prefix;
+  call.with_version = with_version;
+  return call_client(client, actors::store_latest_atom::value, std::move(call),
+                     op + " '" + prefix + "'")
+      .then([=](const wire::KeyRecord& r) -> Result<Pointer> {
+        if (!r.found()) return Pointer{};
+        if (r.points_to == 0) {
+          return Status(Errc::wrong_kind,
+                        op + ": '" + prefix + "' is not a version pointer (it holds " +
+                            (r.kind == wire::ObjectKind::tensor ? "a tensor" : "an object") +
+                            " that no publish wrote)");
         }
-        const std::string& text = got->first;
-        char* end = nullptr;
-        const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || n == 0) {
-          return (void)p->set_error(
-              Status(Errc::wrong_kind, op + ": '" + prefix + "' is not a version pointer"));
-        }
-        p->set_value(Pointer{static_cast<std::uint64_t>(n), got->second});
+        return Pointer{r.points_to, r.version};
       });
-  return p->future();
 }
 
 Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
@@ -127,19 +125,21 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
 
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
                                        StateDict* dst, const std::string& op, int tries,
-                                       const std::shared_ptr<ManifestCache>& cache, bool cast) {
-  return pointer_of(client, prefix, op).then([=](std::uint64_t v) -> Future<std::uint64_t> {
+                                       const std::shared_ptr<ManifestCache>& cache, bool cast,
+                                       const std::shared_ptr<actors::FastPath>& fast,
+                                       std::uint64_t known) {
+  auto read = [=](std::uint64_t v) -> Future<std::uint64_t> {
     if (v == 0) {
       return make_error_future<std::uint64_t>(
           Status(Errc::not_found, op + ": nothing published under '" + prefix + "'"));
     }
     auto p = std::make_shared<Promise<std::uint64_t>>();
     read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix),
-                         nullptr, cast)
+                         nullptr, cast, fast)
         .on_complete([=](const Result<void>& r) {
           if (!r.ok() && r.status().code() == Errc::not_found &&
               tries + 1 < kMaxStateDictAttempts) {
-            read_latest_into(client, prefix, dst, op, tries + 1, cache, cast)
+            read_latest_into(client, prefix, dst, op, tries + 1, cache, cast, fast, 0)
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
             return;
           }
@@ -155,18 +155,29 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
           p->set_value(v);
         });
     return p->future();
+  };
+  if (known != 0) return read(known);
+  // The pointer and where its version lies in one request: the read that
+  // follows goes straight to the volumes' memory where it can.
+  return pointer_at(client, prefix, op, true).then([=](const Pointer& ptr) {
+    return read(ptr.value);
   });
 }
 
 Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
                                      StateDict* dst, std::uint64_t after, const std::string& op,
                                      std::chrono::steady_clock::time_point deadline,
-                                     const std::shared_ptr<ManifestCache>& cache, bool cast) {
-  return pointer_of(client, prefix, op).then([=](std::uint64_t latest) -> Future<std::uint64_t> {
+                                     const std::shared_ptr<ManifestCache>& cache, bool cast,
+                                     const std::shared_ptr<actors::FastPath>& fast,
+                                     std::uint64_t known) {
+  auto look =
+      known > after ? make_ready_future(Pointer{known, 0}) : pointer_at(client, prefix, op, true);
+  return look.then([=](const Pointer& ptr) -> Future<std::uint64_t> {
+    const std::uint64_t latest = ptr.value;
     auto p = std::make_shared<Promise<std::uint64_t>>(
         Status(Errc::shutdown, op + " '" + prefix + "': the store was closed"));
     auto again = [=] {
-      read_next_into(client, prefix, dst, after, op, deadline, cache, cast)
+      read_next_into(client, prefix, dst, after, op, deadline, cache, cast, fast, 0)
           .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
     };
     if (latest > after) {
@@ -174,7 +185,7 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
       // look may be served from a location cached before the pointer moved,
       // and name an older version.
       read_state_dict_into(client, version_key(prefix, latest), *dst, op,
-                           versions_slot(cache, prefix), nullptr, cast)
+                           versions_slot(cache, prefix), nullptr, cast, fast)
           .on_complete([=](const Result<void>& r) {
             if (r.ok()) return (void)p->set_value(latest);
             // Gone before it could be read: retired (a newer one exists) or
@@ -183,7 +194,7 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
             if (r.status().code() == Errc::not_found &&
                 std::chrono::steady_clock::now() < deadline) {
               read_next_into(client, prefix, dst, std::max(after, latest), op, deadline, cache,
-                             cast)
+                             cast, fast, 0)
                   .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
               return;
             }
@@ -236,6 +247,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& 
   // left it; the version that falls out is retired in the same step.
   c.items.push_back(facade::bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
   c.items.back().expect_version = last->second;
+  c.items.back().points_to = next;
   c.groups.push_back(std::string());
   if (next > static_cast<std::uint64_t>(keep)) {
     c.prefixes.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));

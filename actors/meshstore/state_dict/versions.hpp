@@ -53,13 +53,16 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
                                        std::uint64_t next, int keep, const std::string& op,
                                        Pointer from);
 
-// The version `prefix` points at (0 when it was never published).
-// One object read: a missing pointer is 0.
+// The version `prefix` points at (0 when it was never published), as its
+// record at the controller names it (KeyRecord::points_to): no object read.
+// A prefix holding anything a publish did not write is Errc::wrong_kind.
 Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::string& prefix,
                                  const std::string& op);
-// pointer_of with the pointer's commit version (Pointer), for publishers.
+// pointer_of with the pointer's commit version (Pointer), for publishers;
+// `with_version`: the records of the version it names come in the same
+// answer and go to the client's location cache, for a read to follow.
 Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,
-                           const std::string& op);
+                           const std::string& op, bool with_version = false);
 
 struct PreparedPut;
 
@@ -95,20 +98,28 @@ Status publish_conflict(const std::string& op, const std::string& prefix, std::u
                         const Status& why);
 
 // Reads the version `prefix` points at into `dst`; when that version was
-// retired before it could be read, follows the pointer again.
+// retired before it could be read, follows the pointer again. With `fast`,
+// the version is read straight from same-host volumes' memory where it can
+// be (read_state_dict_into), its locations known from the pointer's locate.
+// `known` (else 0): the version the caller read on its own thread
+// (FastPath::pointer_here), read without asking the controller first.
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
                                        StateDict* dst, const std::string& op, int tries,
                                        const std::shared_ptr<ManifestCache>& cache,
-                                       bool cast = false);
+                                       bool cast = false,
+                                       const std::shared_ptr<actors::FastPath>& fast = nullptr,
+                                       std::uint64_t known = 0);
 
 // Waits for a version newer than `after` under `prefix` and reads it (the
 // newest, when several are) into `dst`; answers its number. The wait
 // follows version `latest + 1` in slices, so a version published and
-// retired between two looks is not waited for in vain.
+// retired between two looks is not waited for in vain. `known`: as for
+// read_latest_into, taken for the first look when it is newer than `after`.
 Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::string& prefix,
                                      StateDict* dst, std::uint64_t after, const std::string& op,
                                      std::chrono::steady_clock::time_point deadline,
-                                     const std::shared_ptr<ManifestCache>& cache,
-                                     bool cast = false);
+                                     const std::shared_ptr<ManifestCache>& cache, bool cast = false,
+                                     const std::shared_ptr<actors::FastPath>& fast = nullptr,
+                                     std::uint64_t known = 0);
 
 }  // namespace meshstore::state_dicts

@@ -63,6 +63,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_object_format(static_cast<std::uint32_t>(x.object_format));
   p->set_has_expect_version(x.expect_version.has_value());
   p->set_expect_version(x.expect_version.value_or(0));
+  p->set_points_to(x.points_to);
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -95,6 +96,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.lost_on = p.lost_on();
   x.group = p.group();
   x.pending = p.pending();
+  x.points_to = p.points_to();
   x.shards.clear();
   for (const auto& ps : p.shards()) {
     ShardRecord s;

@@ -68,6 +68,10 @@ struct KeyRecord {
   /// else nothing in the batch commits (Errc::conflict). Compare-and-set for
   /// version pointers; never stored in the index.
   std::optional<std::uint64_t> expect_version;
+  /// A version pointer P (publish_state_dict): the version it names, whose
+  /// state dict is P/vN, so that one locate answers the latest version and
+  /// where it lies (locate_latest); 0 for every other key.
+  std::uint64_t points_to = 0;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.

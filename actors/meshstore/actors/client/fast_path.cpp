@@ -260,6 +260,19 @@ FastPath::Outcome FastPath::read_together(
   return Outcome::hit;
 }
 
+std::optional<std::uint64_t> FastPath::pointer_here(const std::string& prefix) {
+  Entry entry;
+  auto channel = channel_of(prefix, &entry);
+  if (!channel || entry.points_to == 0 || !channel->direct(entry)) return std::nullopt;
+  const auto at = channel->tagged(entry);
+  if (!at.tag) return std::nullopt;
+  if (at.tag->load(std::memory_order_acquire) != entry.object_id) {
+    cache_->erase_object(prefix, entry.object_id);  // moved on: located afresh
+    return std::nullopt;
+  }
+  return entry.points_to;
+}
+
 void FastPath::close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
                             const Status& why) {
   if (why.code() != Errc::unavailable) {

@@ -171,6 +171,15 @@ class FastPath {
                         const std::function<bool(std::size_t, const Entry&)>& accept,
                         const ConsumeAt& consume);
 
+  /// The version the pointer `prefix` names, read on this thread with no
+  /// request: its record is cached, and its object on a same-host volume
+  /// is still the current one (its tag names it; a publish clears the old
+  /// pointer's tag before it returns). The cache only moves forward, so
+  /// successive reads never go back a version. nullopt: not known here
+  /// (the caller locates it at the controller); a moved pointer's record
+  /// is dropped.
+  std::optional<std::uint64_t> pointer_here(const std::string& prefix);
+
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
   /// every key so before it reads any.

@@ -21,7 +21,7 @@ std::optional<LocationCache::Entry> LocationCache::entry(const std::string& key)
   }
   const auto& s = r.shards[0];
   return Entry{s.volume_id, s.object_id,     r.kind,    r.dtype, r.shape,
-               s.nbytes,    r.object_format, r.version, s.place};
+               s.nbytes,    r.object_format, r.version, s.place, r.points_to};
 }
 
 std::optional<std::uint64_t> LocationCache::version(const std::string& key) const {

@@ -36,8 +36,9 @@ class LocationCache {
     Shape shape;
     std::uint64_t nbytes = 0;
     ObjectFormat format = ObjectFormat::bytes;
-    std::uint64_t version = 0;  ///< the commit it came from: newer ones win
-    std::string place;          ///< its record's shm place ("" unknown; a hint)
+    std::uint64_t version = 0;    ///< the commit it came from: newer ones win
+    std::string place;            ///< its record's shm place ("" unknown; a hint)
+    std::uint64_t points_to = 0;  ///< a version pointer's version (KeyRecord::points_to)
   };
 
   /// Keeps at most `max` keys (at least 1): the whole cache is dropped

@@ -23,6 +23,16 @@ void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
   }
 }
 
+void cache_located(ClientState& st, const std::vector<wire::KeyRecord>& records) {
+  for (const auto& r : records) {
+    if (r.found()) {
+      st.locations->put(r);
+    } else {
+      st.locations->erase(r.key);
+    }
+  }
+}
+
 void locate(client_pointer self, const std::vector<std::string>& keys, bool use_cache,
             std::function<void(Result<std::vector<wire::KeyRecord>>)> k) {
   auto& st = self->state;
@@ -38,14 +48,7 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
   ask(self, st.controller, locate_atom::value, keys)
       .then(
           [=](std::vector<wire::KeyRecord>& records) {
-            auto& st = self->state;
-            for (const auto& r : records) {
-              if (r.found()) {
-                st.locations->put(r);
-              } else {
-                st.locations->erase(r.key);
-              }
-            }
+            cache_located(self->state, records);
             k(std::move(records));
           },
           [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });

@@ -21,6 +21,10 @@ void forget_locations_under(ClientState& st, const std::vector<std::string>& pre
 void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
                      const std::vector<std::uint64_t>& versions);
 
+// Takes the controller's answer of a locate: the records found are cached,
+// the keys not found forgotten.
+void cache_located(ClientState& st, const std::vector<wire::KeyRecord>& records);
+
 // Calls `k` with the records of `keys`: from the cache when allowed and
 // complete, else from the controller.
 void locate(client_pointer self, const std::vector<std::string>& keys, bool use_cache,

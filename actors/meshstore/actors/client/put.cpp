@@ -26,6 +26,7 @@ wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
   r.kind = item.kind;
   r.object_format = item.object_format;
   r.expect_version = item.expect_version;
+  r.points_to = item.points_to;
   r.dtype = item.view.dtype();
   r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
   r.group = group;
