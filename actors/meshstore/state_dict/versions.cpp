@@ -107,6 +107,11 @@ Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& pre
   return call_client(client, actors::store_latest_atom::value, std::move(call),
                      op + " '" + prefix + "'")
       .then([=](const wire::KeyRecord& r) -> Result<Pointer> {
+        if (!r.found() && !r.lost_on.empty()) {
+          return Status(Errc::unavailable, op + ": the version pointer '" + prefix +
+                                               "' was stored on volume '" + r.lost_on +
+                                               "', which went down; publish again");
+        }
         if (!r.found()) return Pointer{};
         if (r.points_to == 0) {
           return Status(Errc::wrong_kind,
