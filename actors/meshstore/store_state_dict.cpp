@@ -245,7 +245,7 @@ Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, Stat
   // (and then the version too), else located at the controller.
   auto fast = impl_ ? impl_->fast : nullptr;
   const std::uint64_t known = fast ? fast->pointer_here(prefix).value_or(0) : 0;
-  return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, 0,
+  return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, {},
                           Impl::manifest_cache(impl_.get()), options.cast, fast, known)
       .then([st](std::uint64_t version) -> Result<std::uint64_t> {
         MESHSTORE_RETURN_IF_ERROR(st->finish());

@@ -129,7 +129,7 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
 }
 
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
-                                       StateDict* dst, const std::string& op, int tries,
+                                       StateDict* dst, const std::string& op, LatestTries tries,
                                        const std::shared_ptr<ManifestCache>& cache, bool cast,
                                        const std::shared_ptr<actors::FastPath>& fast,
                                        std::uint64_t known) {
@@ -142,9 +142,17 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
     read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix),
                          nullptr, cast, fast)
         .on_complete([=](const Result<void>& r) {
+          // Gone as it was read: follow the pointer again. A reader loses
+          // that race only to a newer version, so while the pointer moves
+          // it keeps following (bounded); a version gone with none after
+          // it (withdrawn) fails after kMaxStateDictAttempts looks.
+          LatestTries next = tries;
+          ++next.all;
+          if (tries.lost == 0 || v <= tries.lost) ++next.stuck;
+          next.lost = v;
           if (!r.ok() && r.status().code() == Errc::not_found &&
-              tries + 1 < kMaxStateDictAttempts) {
-            read_latest_into(client, prefix, dst, op, tries + 1, cache, cast, fast, 0)
+              next.stuck < kMaxStateDictAttempts && next.all < kMaxLatestChase) {
+            read_latest_into(client, prefix, dst, op, next, cache, cast, fast, 0)
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
             return;
           }

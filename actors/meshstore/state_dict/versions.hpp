@@ -97,14 +97,27 @@ Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std:
 Status publish_conflict(const std::string& op, const std::string& prefix, std::uint64_t next,
                         const Status& why);
 
+// How far a latest read got: looks that found their version gone while the
+// pointer had not moved past the one lost before (`stuck`), looks in all,
+// and the version the last look found gone.
+struct LatestTries {
+  int stuck = 0;
+  int all = 0;
+  std::uint64_t lost = 0;
+};
+// Looks a latest read makes at most while the pointer keeps moving.
+constexpr int kMaxLatestChase = 1000;
+
 // Reads the version `prefix` points at into `dst`; when that version was
-// retired before it could be read, follows the pointer again. With `fast`,
+// retired before it could be read, follows the pointer again: as long as
+// it moves on (at most kMaxLatestChase looks), and kMaxStateDictAttempts
+// looks at a version gone with no newer one. With `fast`,
 // the version is read straight from same-host volumes' memory where it can
 // be (read_state_dict_into), its locations known from the pointer's locate.
 // `known` (else 0): the version the caller read on its own thread
 // (FastPath::pointer_here), read without asking the controller first.
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
-                                       StateDict* dst, const std::string& op, int tries,
+                                       StateDict* dst, const std::string& op, LatestTries tries,
                                        const std::shared_ptr<ManifestCache>& cache,
                                        bool cast = false,
                                        const std::shared_ptr<actors::FastPath>& fast = nullptr,
