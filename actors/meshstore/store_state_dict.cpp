@@ -57,6 +57,13 @@ Result<std::shared_ptr<state_dicts::PreparedPut>> prepare_with_kept_layout(
   return prepared;
 }
 
+// The version `prefix` names as this thread reads it with no request
+// (FastPath::pointer_here), else 0: the pointer is located.
+std::uint64_t pointer_value(actors::FastPath* fast, const std::string& prefix) {
+  auto here = fast ? fast->pointer_here(prefix) : std::nullopt;
+  return here ? here->value : 0;
+}
+
 }  // namespace
 
 Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
@@ -118,7 +125,7 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   }
   auto prepared = std::move(prepared_or).value();
   auto fast = impl_ ? impl_->fast : nullptr;
-  // On this thread, where this client moved the pointer last.
+  // On this thread, where the pointer this client last saw is current.
   if (fast) {
     if (auto done = state_dicts::publish_on_caller_thread(*fast, prefix, *prepared, keep, op,
                                                           impl_->options.request_timeout)) {
@@ -126,15 +133,9 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
                         : make_error_future<std::uint64_t>(done->status());
     }
   }
-  // Fenced (docs/state_dicts.md, "Two writers on one prefix"). Where the
-  // pointer now is, for the next publish on this thread.
+  // Fenced (docs/state_dicts.md, "Two writers on one prefix").
   return state_dicts::publish_prepared(client, prefix, std::move(prepared), keep, op)
-      .then([st, fast, prefix](std::uint64_t version) {  // host copies live till then
-        if (fast) {
-          if (auto seq = fast->cache().version(prefix)) fast->note_publish(prefix, version, *seq);
-        }
-        return version;
-      });
+      .then([st](std::uint64_t version) { return version; });  // host copies live till then
 }
 
 Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
@@ -211,7 +212,7 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
   auto fast = impl_ ? impl_->fast : nullptr;
-  const std::uint64_t known = fast ? fast->pointer_here(prefix).value_or(0) : 0;
+  const std::uint64_t known = pointer_value(fast.get(), prefix);
   return read_next_into(Impl::client_address(impl_.get()), prefix, *use, after, op,
                         std::chrono::steady_clock::now() + timeout,
                         Impl::manifest_cache(impl_.get()), options.cast, fast, known)
@@ -225,7 +226,7 @@ Future<std::uint64_t> Store::latest_version(std::string prefix) {
   if (auto s = check_key("latest_version", prefix); !s.ok())
     return make_error_future<std::uint64_t>(s);
   if (impl_ && impl_->fast) {
-    if (auto v = impl_->fast->pointer_here(prefix)) return make_ready_future(*v);
+    if (auto v = impl_->fast->pointer_here(prefix)) return make_ready_future(v->value);
   }
   return pointer_of(Impl::client_address(impl_.get()), prefix, "latest_version");
 }
@@ -244,7 +245,7 @@ Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, Stat
   // The pointer read on this thread where this client knows where it lies
   // (and then the version too), else located at the controller.
   auto fast = impl_ ? impl_->fast : nullptr;
-  const std::uint64_t known = fast ? fast->pointer_here(prefix).value_or(0) : 0;
+  const std::uint64_t known = pointer_value(fast.get(), prefix);
   return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, {},
                           Impl::manifest_cache(impl_.get()), options.cast, fast, known)
       .then([st](std::uint64_t version) -> Result<std::uint64_t> {

@@ -669,13 +669,15 @@ TEST_F(RingPut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
   EXPECT_EQ(dst.buf, src.buf);
 }
 
-// A publish runs on the caller's thread once this client moved the
-// pointer last: the version, the pointer's move and the retirement of what
-// falls out commit over the ring in one request. Readers in another client
-// get each version whole; what falls out of `keep` is gone. Another
-// writer's publish in between sends the next one down the actors' publish,
-// which reads the pointer afresh: the versions still count up one by one.
-TEST_F(RingPut, APublishGoesOverTheRingWhileThisClientMovedThePointerLast) {
+// A publish runs on the caller's thread while the pointer this client last
+// saw (its own publish, or its latest read) is still current: the version,
+// the pointer's move and the retirement of what falls out commit over the
+// ring in one request. Readers in another client get each version whole;
+// what falls out of `keep` is gone. Another writer's publish in between
+// sends the next one down the actors' publish, which reads the pointer
+// afresh: the versions still count up one by one. A reader that read the
+// latest version publishes over its ring too.
+TEST_F(RingPut, APublishGoesOverTheRingWhileThePointerThisClientSawIsCurrent) {
   auto [writer, other] = writer_and_reader();
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
@@ -711,6 +713,27 @@ TEST_F(RingPut, APublishGoesOverTheRingWhileThisClientMovedThePointerLast) {
   EXPECT_EQ(*latest, 8u);
   EXPECT_EQ(dst.buf, src.buf);
   EXPECT_FALSE(*writer.exists("w/v6").get(kWait));
+  // A client that read the latest publishes over its ring, though another
+  // client moved the pointer last: its record of the pointer is current.
+  ASSERT_TRUE(ring_open(writer, other));
+  std::uint64_t v = 8;
+  bool over_the_ring = false;  // its first publishes get it objects staged
+  for (int i = 0; i < 3 && !over_the_ring; ++i) {
+    const auto puts = state_dict_puts(other);
+    ASSERT_EQ(publish(other, static_cast<std::uint8_t>(70 + i)), ++v);
+    over_the_ring = state_dict_puts(other) == puts + 1;
+  }
+  ASSERT_TRUE(over_the_ring);
+  ASSERT_EQ(publish(writer, 80), ++v);
+  ASSERT_EQ(*other.get_latest_state_dict_into("w", dst.sd).get(kWait), v);
+  EXPECT_EQ(dst.buf, src.buf);
+  const auto puts = state_dict_puts(other);
+  ASSERT_EQ(publish(other, 81), ++v);
+  EXPECT_EQ(state_dict_puts(other), puts + 1) << "a reader's publish did not take its ring";
+  latest = writer.get_latest_state_dict_into("w", dst.sd).get(kWait);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, v);
+  EXPECT_EQ(dst.buf, src.buf);
 }
 
 // A reader reads the latest version with at most one request. Where it

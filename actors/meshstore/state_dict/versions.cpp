@@ -244,12 +244,11 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& 
                                                               const std::string& op,
                                                               std::chrono::milliseconds timeout) {
   if (!takes_caller_thread(prepared.call)) return std::nullopt;
-  // The pointer as this client last moved it, if nobody moved it since
-  // (its commit's version is still the one cached): else the actors read
-  // it afresh.
-  auto last = fast.last_publish(prefix);
-  if (!last || fast.cache().version(prefix) != last->second) return std::nullopt;
-  const std::uint64_t next = last->first + 1;
+  // The pointer as this client last saw it, if nobody moved it since (its
+  // object is still the current one): else the actors read it afresh.
+  auto last = fast.pointer_here(prefix);
+  if (!last) return std::nullopt;
+  const std::uint64_t next = last->value + 1;
   PreparedPut named = prepared;  // the actors' put names its own on a fallback
   const std::string key = version_key(prefix, next);
   if (auto s = name_put(key, named, 0); !s.ok()) return Result<std::uint64_t>(s);
@@ -259,7 +258,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& 
   // The pointer moves in the same commit, only from where this client
   // left it; the version that falls out is retired in the same step.
   c.items.push_back(facade::bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
-  c.items.back().expect_version = last->second;
+  c.items.back().expect_version = last->seq;
   c.items.back().points_to = next;
   c.groups.push_back(std::string());
   if (next > static_cast<std::uint64_t>(keep)) {
@@ -270,7 +269,6 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& 
   auto done = commit_on_caller_thread(fast, c, timeout);
   if (!done) return std::nullopt;
   if (!done->ok()) return Result<std::uint64_t>(done->status());
-  fast.note_publish(prefix, next, (*done)->back());
   return Result<std::uint64_t>(next);
 }
 

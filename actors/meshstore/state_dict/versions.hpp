@@ -67,9 +67,9 @@ Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& pre
 struct PreparedPut;
 
 // publish_prepared on the caller's thread (docs/architecture.md, "State
-// dict puts on the caller's thread"), where this client moved the pointer
-// last and nobody has since (its commit's version is still the one
-// cached): the version, the pointer's move from there and the retirement
+// dict puts on the caller's thread"), where the pointer this client last
+// saw (its own publish, or a read) is still current (FastPath::
+// pointer_here): the version, the pointer's move from there and the retirement
 // of what falls out of the newest `keep` commit over the volume's ring in
 // one request (commit_on_caller_thread), all or nothing. nullopt: nothing
 // was committed, publish_prepared publishes it (another writer moved the

@@ -260,7 +260,7 @@ FastPath::Outcome FastPath::read_together(
   return Outcome::hit;
 }
 
-std::optional<std::uint64_t> FastPath::pointer_here(const std::string& prefix) {
+std::optional<FastPath::Pointer> FastPath::pointer_here(const std::string& prefix) {
   Entry entry;
   auto channel = channel_of(prefix, &entry);
   if (!channel || entry.points_to == 0 || !channel->direct(entry)) return std::nullopt;
@@ -270,7 +270,7 @@ std::optional<std::uint64_t> FastPath::pointer_here(const std::string& prefix) {
     cache_->erase_object(prefix, entry.object_id);  // moved on: located afresh
     return std::nullopt;
   }
-  return entry.points_to;
+  return Pointer{entry.points_to, entry.version};
 }
 
 void FastPath::close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
@@ -496,21 +496,6 @@ bool FastPath::note_layout(const std::string& under, const std::vector<std::uint
   constexpr std::size_t kMaxNoted = 64;
   if (noted_.size() > kMaxNoted) noted_.erase(least_recent(noted_));
   return repeated;
-}
-
-std::optional<std::pair<std::uint64_t, std::uint64_t>> FastPath::last_publish(
-    const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = published_.find(prefix);
-  if (it == published_.end()) return std::nullopt;
-  return std::make_pair(it->second.value, it->second.version);
-}
-
-void FastPath::note_publish(const std::string& prefix, std::uint64_t value, std::uint64_t version) {
-  std::lock_guard<std::mutex> lock(mu_);
-  published_[prefix] = Published{value, version, ++clock_};
-  constexpr std::size_t kMaxPublished = 64;
-  if (published_.size() > kMaxPublished) published_.erase(least_recent(published_));
 }
 
 std::optional<FastPath::Staging> FastPath::take_staging(const std::string& under) {

@@ -171,14 +171,20 @@ class FastPath {
                         const std::function<bool(std::size_t, const Entry&)>& accept,
                         const ConsumeAt& consume);
 
-  /// The version the pointer `prefix` names, read on this thread with no
-  /// request: its record is cached, and its object on a same-host volume
-  /// is still the current one (its tag names it; a publish clears the old
-  /// pointer's tag before it returns). The cache only moves forward, so
-  /// successive reads never go back a version. nullopt: not known here
-  /// (the caller locates it at the controller); a moved pointer's record
-  /// is dropped.
-  std::optional<std::uint64_t> pointer_here(const std::string& prefix);
+  /// A version pointer as read on this thread with no request: the
+  /// version it names and its own commit's version (the precondition of
+  /// moving it).
+  struct Pointer {
+    std::uint64_t value = 0;
+    std::uint64_t seq = 0;
+  };
+  /// The pointer `prefix`, when its record is cached and its object on a
+  /// same-host volume is still the current one (its tag names it; a
+  /// publish clears the old pointer's tag before it returns). The cache
+  /// only moves forward, so successive reads never go back a version.
+  /// nullopt: not known here (the caller locates it at the controller); a
+  /// moved pointer's record is dropped.
+  std::optional<Pointer> pointer_here(const std::string& prefix);
 
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
@@ -207,12 +213,6 @@ class FastPath {
   /// `sizes` (then its next put's objects are worth staging ahead); notes
   /// this one. The last layouts of 64 keys are remembered.
   bool note_layout(const std::string& under, const std::vector<std::uint64_t>& sizes);
-  /// The pointer of versions under `prefix` as this client last moved it:
-  /// its value and its commit's version (publish_state_dict); nullopt:
-  /// none noted. The last 64 prefixes are remembered.
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> last_publish(
-      const std::string& prefix) const;
-  void note_publish(const std::string& prefix, std::uint64_t value, std::uint64_t version);
   /// Takes the staging kept for `under`: the taker owns it. nullopt: none.
   std::optional<Staging> take_staging(const std::string& under);
   /// Keeps `s` for the next put under `under`. What it displaces (a
@@ -277,11 +277,7 @@ class FastPath {
   };
   std::unordered_map<std::string, Kept> kept_;    // under mu_
   std::unordered_map<std::string, Noted> noted_;  // under mu_
-  struct Published {
-    std::uint64_t value = 0, version = 0, used = 0;
-  };
-  std::unordered_map<std::string, Published> published_;  // under mu_
-  std::uint64_t clock_ = 0;                               // under mu_
+  std::uint64_t clock_ = 0;                       // under mu_
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
       lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0},
       state_dict_puts_{0};
