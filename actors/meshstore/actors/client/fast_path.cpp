@@ -154,8 +154,15 @@ void FastPath::close(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(mu_);
     kept.swap(kept_);
   }
-  // Given back now rather than after the volume's orphan grace.
-  for (const auto& [under, k] : kept) give_back(k.staging, timeout);
+  // Given back now rather than after the volume's orphan grace, all of a
+  // volume's in one request.
+  std::unordered_map<std::string, Staging> by_volume;
+  for (auto& [under, k] : kept) {
+    auto& s = by_volume[k.staging.volume_id];
+    s.volume_id = k.staging.volume_id;
+    s.regions.insert(s.regions.end(), k.staging.regions.begin(), k.staging.regions.end());
+  }
+  for (const auto& [volume_id, s] : by_volume) give_back(s, timeout);
   std::unordered_map<std::string, std::shared_ptr<Channel>> doomed;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -532,14 +539,18 @@ void FastPath::keep_staging(const std::string& under, Staging s,
 }
 
 void FastPath::give_back(const Staging& s, std::chrono::milliseconds timeout) {
-  if (s.regions.empty()) return;
-  fast_get::CommitRequest req;
-  for (const auto& r : s.regions) req.release.push_back(r.region_id);
-  bool sent = false, refused = false;
-  auto done = commit(s.volume_id, req, timeout, &sent, &refused);
-  if (!done.ok() && done.status().code() != Errc::unavailable) {
-    log::get("client")->info("staged objects on volume '{}' not given back: {}", s.volume_id,
-                             done.status().to_string());
+  for (std::size_t at = 0; at < s.regions.size(); at += fast_get::kMaxCommitRecords) {
+    const std::size_t end = std::min(s.regions.size(), at + fast_get::kMaxCommitRecords);
+    fast_get::CommitRequest req;
+    for (std::size_t i = at; i < end; ++i) req.release.push_back(s.regions[i].region_id);
+    bool sent = false, refused = false;
+    auto done = commit(s.volume_id, req, timeout, &sent, &refused);
+    if (done.ok()) continue;
+    if (done.status().code() != Errc::unavailable) {
+      log::get("client")->info("staged objects on volume '{}' not given back: {}", s.volume_id,
+                               done.status().to_string());
+    }
+    return;  // the rest go with this client
   }
 }
 

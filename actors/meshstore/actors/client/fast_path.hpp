@@ -130,9 +130,10 @@ class FastPath {
   /// Whether write() has a channel to try now (this client's volume has
   /// one): a caller that must first copy a put's bytes to the host asks.
   bool can_put() const;
-  /// Gives the stagings kept back to their volumes (within `timeout`
-  /// each), then closes every ring; later reads miss. The store calls it
-  /// first when it closes.
+  /// Gives the stagings kept back to their volumes, one request per volume
+  /// (so a volume that does not answer holds the close up for `timeout`
+  /// once, not once per staging), then closes every ring; later reads
+  /// miss. The store calls it first when it closes.
   void close(std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
 
   // -- the caller's side --
@@ -219,8 +220,10 @@ class FastPath {
   /// staging kept for that key meanwhile, or the least recently kept of
   /// limits::kStagedAheadCount) is given back to its volume.
   void keep_staging(const std::string& under, Staging s, std::chrono::milliseconds timeout);
-  /// Gives `s`'s objects back to their volume over its ring; a volume
-  /// gone, or a ring failed, has them go with this client.
+  /// Gives `s`'s objects back to their volume over its ring, in requests
+  /// of at most fast_get::kMaxCommitRecords objects (stopping at the first
+  /// that fails); a volume gone, or a ring failed, has them go with this
+  /// client.
   void give_back(const Staging& s, std::chrono::milliseconds timeout);
   /// This client's volume ("" for none yet) and the shm transport its
   /// ring's client writes that volume's memory with (null: none).
