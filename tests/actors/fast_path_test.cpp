@@ -175,16 +175,6 @@ TEST(FastPath, TheVolumesSmallOpThreadIsNamedForProfilers) {
   store.close();
 }
 
-TEST(FastPath, OffSendsEveryCallThroughTheActors) {
-  StoreOptions o;
-  o.fast_path = false;
-  auto store = Store::embedded(o).value();
-  ASSERT_OK(store.put_object("k", "value").get(kWait));
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(*store.get_object("k").get(kWait), "value");
-  const auto s = store.fast_path_stats();
-  EXPECT_EQ(s.hits + s.misses + s.stale + s.rings, 0u);
-}
-
 TEST(FastPath, ASpinOutsideZeroToOneSecondIsRefused) {
   for (const auto spin : {std::chrono::microseconds(-1), std::chrono::microseconds(1000001)}) {
     StoreOptions o;
@@ -214,8 +204,9 @@ TEST(FastPath, FromEnvRefusesABadSpinByName) {
 
 // The tests that hold for every fast path: the shm ring ("", the chosen
 // transport on one host) and the tcp transport's small operations ("tcp",
-// as across hosts; the rest of tcp's in fast_path_tcp_test.cpp).
-// "tcp-encrypted": tcp with encrypt_tcp (sealed records).
+// as across hosts: every test forces tcp, so the volume is reached as one
+// on another host would be). "tcp-encrypted": tcp with encrypt_tcp
+// (sealed records).
 class FastPathOver : public ::testing::TestWithParam<const char*> {
  protected:
   StoreOptions over(StoreOptions o) const {
@@ -226,6 +217,12 @@ class FastPathOver : public ::testing::TestWithParam<const char*> {
   }
   StoreOptions writer_options() const { return over(listening()); }
   StoreOptions reader_options() const { return over(tool()); }
+  // The most bytes a put takes over the channel: the ring's side buffer,
+  // or what one tcp small-op request carries.
+  std::size_t most_put() const {
+    return std::string(GetParam()).empty() ? actors::limits::kSideBufferBytes
+                                           : actors::limits::kRingReadBytes;
+  }
 };
 
 // A reader in one client, a writer in another: the reader's known location
@@ -376,14 +373,26 @@ TEST_P(FastPathOver, SmallPutsGoOverTheChannelAndEveryPathReadsThem) {
       EXPECT_EQ(std::memcmp(seen->data(), src.data(), n), 0);
     }
   }
-  // Objects too, with their format.
+  // Objects too, with their format, read again on the other client's own
+  // channel once it has learnt where the object lies.
   const auto puts = store.fast_path_stats().puts;
   ASSERT_OK(store.put_object("o", "text", ObjectFormat::utf8).get(kWait));
   EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
-  auto o = other.get_stored_object("o").get(kWait);
-  ASSERT_OK(o);
-  EXPECT_EQ(o->bytes, "text");
-  EXPECT_EQ(o->format, ObjectFormat::utf8);
+  for (int read = 0; read < 2; ++read) {
+    ASSERT_TRUE(read == 0 || has_ring(other));
+    const auto hits = other.fast_path_stats().hits;
+    auto o = other.get_stored_object("o").get(kWait);
+    ASSERT_OK(o);
+    EXPECT_EQ(o->bytes, "text");
+    EXPECT_EQ(o->format, ObjectFormat::utf8);
+    if (read == 1) EXPECT_EQ(other.fast_path_stats().hits, hits + 1) << "not on its channel";
+  }
+  // One byte more than the channel carries: the actors put it, whole.
+  auto big = pattern(most_put() + 1, 3);
+  const auto before = store.fast_path_stats();
+  ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, before.puts);
+  testing::expect_reads_back(other, "big", big);
   // A key another client overwrote, then this one: its own value wins.
   std::vector<std::uint8_t> theirs = pattern(8, 50), mine = pattern(8, 90);
   ASSERT_OK(other.put("shared", bytes_view(theirs)).get(kWait));
@@ -462,6 +471,22 @@ TEST_P(FastPathOver, AnySpinServesTheSameResults) {
     const auto r = reader.fast_path_stats();
     EXPECT_GT(r.hits + r.stale, 0u) << "the reader's gets went over its channel";
   }
+}
+
+// With the fast path off, nothing opens a channel, and every call takes
+// the actors and works.
+TEST_P(FastPathOver, OffSendsEveryCallThroughTheActors) {
+  StoreOptions o = writer_options();
+  o.fast_path = false;
+  auto store = Store::embedded(o).value();
+  std::vector<std::uint8_t> v = pattern(64, 5), dst(64, 0);
+  ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));
+  ASSERT_OK(store.get_into("k", bytes_view(dst)).get(kWait));
+  EXPECT_EQ(dst, v);
+  ASSERT_OK(store.put_object("o", "value").get(kWait));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*store.get_object("o").get(kWait), "value");
+  const auto s = store.fast_path_stats();
+  EXPECT_EQ(s.hits + s.misses + s.stale + s.rings + s.puts, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver, ::testing::Values("", "tcp", "tcp-encrypted"),
