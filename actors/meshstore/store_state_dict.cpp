@@ -225,8 +225,8 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
 Future<std::uint64_t> Store::latest_version(std::string prefix) {
   if (auto s = check_key("latest_version", prefix); !s.ok())
     return make_error_future<std::uint64_t>(s);
-  if (impl_ && impl_->fast) {
-    if (auto v = impl_->fast->pointer_here(prefix)) return make_ready_future(v->value);
+  if (auto v = pointer_value(impl_ ? impl_->fast.get() : nullptr, prefix)) {
+    return make_ready_future(v);
   }
   return pointer_of(Impl::client_address(impl_.get()), prefix, "latest_version");
 }

@@ -142,6 +142,8 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
     read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix),
                          nullptr, cast, fast)
         .on_complete([=](const Result<void>& r) {
+          if (r.ok()) return (void)p->set_value(v);
+          if (r.status().code() != Errc::not_found) return (void)p->set_error(r.status());
           // Gone as it was read: follow the pointer again. A reader loses
           // that race only to a newer version, so while the pointer moves
           // it keeps following (bounded); a version gone with none after
@@ -150,22 +152,17 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
           ++next.all;
           if (tries.lost == 0 || v <= tries.lost) ++next.stuck;
           next.lost = v;
-          if (!r.ok() && r.status().code() == Errc::not_found &&
-              next.stuck < kMaxStateDictAttempts && next.all < kMaxLatestChase) {
+          if (next.stuck < kMaxStateDictAttempts && next.all < kMaxLatestChase) {
             read_latest_into(client, prefix, dst, op, next, cache, cast, fast, 0)
                 .on_complete([p](const Result<std::uint64_t>& n) { p->set(n); });
             return;
           }
-          if (!r.ok() && r.status().code() == Errc::not_found) {
-            return (void)p->set_error(Status(
-                Errc::not_found, op + " '" + prefix + "': version " + std::to_string(v) +
-                                     ", the latest, is gone (withdrawn by its direct publisher, "
-                                     "or retired as it was read); get_next_state_dict_into "
-                                     "waits for the next (" +
-                                     r.status().message() + ")"));
-          }
-          if (!r.ok()) return (void)p->set_error(r.status());
-          p->set_value(v);
+          p->set_error(Status(Errc::not_found,
+                              op + " '" + prefix + "': version " + std::to_string(v) +
+                                  ", the latest, is gone (withdrawn by its direct publisher, "
+                                  "or retired as it was read); get_next_state_dict_into "
+                                  "waits for the next (" +
+                                  r.status().message() + ")"));
         });
     return p->future();
   };
