@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "meshstore/actors/actor_types.hpp"
+#include "meshstore/actors/controller_actor.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
@@ -595,11 +596,12 @@ TEST_F(FastGetTest, OneThreadServesTheRingsOfEveryClient) {
 // counts them.
 caf::actor silent_controller(caf::actor_system& sys, std::shared_ptr<std::atomic<int>> received) {
   return sys.spawn([received](caf::event_based_actor* self) -> caf::behavior {
-    auto held = std::make_shared<std::vector<caf::response_promise>>();
-    return {[self, held, received](notify_put_batch_atom, const std::vector<wire::KeyRecord>&) {
-      held->push_back(self->make_response_promise());
+    // A put's commit from a volume in this process (LocalCommit), held
+    // unanswered, as an answer would be held from one elsewhere.
+    auto held = std::make_shared<std::vector<LocalCommit>>();
+    return {[held, received](local_commit_atom, LocalCommit& job) {
+      held->push_back(std::move(job));
       received->fetch_add(1);
-      return held->back();
     }};
   });
 }

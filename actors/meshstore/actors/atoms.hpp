@@ -18,6 +18,7 @@ using lend_atom = caf::atom_constant<caf::atom("lend")>;
 using ring_attach_atom = caf::atom_constant<caf::atom("ring_att")>;
 using fast_put_atom = caf::atom_constant<caf::atom("fast_put")>;
 using fast_commit_atom = caf::atom_constant<caf::atom("f_commit")>;
+using local_commit_atom = caf::atom_constant<caf::atom("l_commit")>;
 using small_attach_atom = caf::atom_constant<caf::atom("small_att")>;
 using locate_atom = caf::atom_constant<caf::atom("locate")>;
 using keys_atom = caf::atom_constant<caf::atom("keys")>;

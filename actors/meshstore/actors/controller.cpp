@@ -78,13 +78,31 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
 // anyway (a volume that is alive but stuck; one that dies counts at once).
 constexpr auto kFlushTimeout = std::chrono::seconds(10);
 
-// Answers the write being handled with `value` once every volume it told to
-// release or discard objects has handled that: a flush request, which a
-// volume answers after every earlier message from the controller. Until
-// then a reader whose cached location names a superseded or removed object
-// could still read it at its volume (over the ring, lease-free or with a
-// lease) after the write returned. The volume that sent the write (its
-// stage_commit) needs no flush: the release reaches it before this answer.
+// Runs `answer` once every volume in `due` has handled what the write
+// told it (release or discard objects): a flush request, which a volume
+// answers after every earlier message from the controller. Until then a
+// reader whose cached location names a superseded or removed object could
+// still read it at its volume (over the ring, lease-free or with a lease)
+// after the write returned.
+void after_flush(controller_pointer self,
+                 const std::map<std::string, std::vector<std::uint64_t>>& due,
+                 std::function<void()> answer) {
+  if (due.empty()) return answer();
+  auto& st = self->state;
+  const auto token = st.next_flush++;
+  auto& wait = st.flushes[token];
+  wait.answer = std::move(answer);
+  for (const auto& [vid, ids] : due) {
+    wait.volumes.insert(vid);
+    self->request(st.volumes.at(vid), kFlushTimeout, flush_atom::value)
+        .then([self, token, vid = vid](caf::ok_atom) { flushed(self, token, vid); },
+              [self, token, vid = vid](caf::error&) { flushed(self, token, vid); });
+  }
+}
+
+// Answers the write being handled with `value` after the flushes it needs
+// (after_flush). The volume that sent the write (its stage_commit) needs
+// none: the release reaches it before this answer.
 template <class T>
 caf::result<T> answer_after_flush(controller_pointer self, T value) {
   auto& st = self->state;
@@ -93,14 +111,8 @@ caf::result<T> answer_after_flush(controller_pointer self, T value) {
   if (auto s = st.volume_by_addr.find(sender); s != st.volume_by_addr.end()) due.erase(s->second);
   if (due.empty()) return value;
   auto rp = self->make_response_promise<T>();
-  const auto token = st.next_flush++;
-  st.flushes[token] = ControllerState::FlushWait{
-      due, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); }};
-  for (const auto& vid : due) {
-    self->request(st.volumes.at(vid), kFlushTimeout, flush_atom::value)
-        .then([self, token, vid](caf::ok_atom) { flushed(self, token, vid); },
-              [self, token, vid](caf::error&) { flushed(self, token, vid); });
-  }
+  after_flush(self, due,
+              [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
   return rp;
 }
 
@@ -338,6 +350,22 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         auto versions = commit_batch(self, records);
         if (!versions.ok()) return to_caf_error(versions.status());
         return answer_after_flush(self, std::move(versions).value());
+      },
+      [=](local_commit_atom, LocalCommit& job) {
+        auto& st = self->state;
+        st.count(ControllerCounter::notify_put_batch);
+        st.flush_due.clear();
+        auto versions = commit_batch(self, job.records);
+        if (!versions.ok()) return job.done(versions.status());
+        // The volume that sent it hears of the release only after this
+        // answer: what the commit superseded there is retired first.
+        auto due = std::exchange(st.flush_due, {});
+        auto own = due.find(job.volume_id);
+        if (own != due.end() && job.retire(own->second)) due.erase(own);
+        after_flush(self, due,
+                    [done = std::move(job.done), v = std::move(versions).value()]() mutable {
+                      done(std::move(v));
+                    });
       },
       [=](locate_atom, const std::vector<std::string>& keys) {
         self->state.count(ControllerCounter::locate);

@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,20 @@
 #include "meshstore/wire/records.hpp"
 
 namespace meshstore::actors {
+
+/// A small put's commit from a volume in the controller's process (never
+/// serialized), which the controller answers on its own thread: the reply
+/// goes straight to the put's channel, without a hop back through the
+/// volume actor. Before `done`, the objects the commit superseded on
+/// `volume_id` are retired through `retire` (their tags cleared, gets no
+/// longer serve them; false: not all could be, so the controller waits for
+/// that volume's flush as it waits for every other volume's).
+struct LocalCommit {
+  std::vector<wire::KeyRecord> records;
+  std::string volume_id;
+  std::function<bool(const std::vector<std::uint64_t>&)> retire;
+  std::function<void(Result<std::vector<std::uint64_t>>)> done;
+};
 
 using controller_actor = caf::typed_actor<
     // A volume joins; the controller tells it about commits and releases.
@@ -112,7 +127,9 @@ using controller_actor = caf::typed_actor<
     caf::replies_to<stream_subscribe_atom, std::string, std::uint64_t>::with<
         std::uint32_t, std::string, std::vector<wire::KeyRecord>, std::vector<std::uint64_t>>,
     // A subscription's wait is over (sent by the controller to itself).
-    caf::reacts_to<stream_expire_atom, std::string, std::uint64_t>>;
+    caf::reacts_to<stream_expire_atom, std::string, std::uint64_t>,
+    // Commits as notify_put_batch_atom, answering `done` (LocalCommit).
+    caf::reacts_to<local_commit_atom, LocalCommit>>;
 
 /// What stream_subscribe answers.
 enum class StreamKind : std::uint32_t {
@@ -148,3 +165,5 @@ controller_actor spawn_controller(caf::actor_system& sys);
 bool key_matches_prefix(const std::string& key, const std::string& prefix) noexcept;
 
 }  // namespace meshstore::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LocalCommit)

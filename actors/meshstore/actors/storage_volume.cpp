@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "meshstore/actors/controller_actor.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
@@ -229,6 +230,7 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
     out.push_back(std::move(ref));
     object.key = r.key;
     object.owner = owner;
+    st.small->track(id, region, object.tag);
     st.objects.emplace(id, std::move(object));
     staged.push_back(id);
   }
@@ -273,6 +275,7 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest
     st.regions->add(object.region);
     object.key = b.key;
     object.owner = owner;
+    st.small->track(id, object.region, nullptr);
     st.objects.emplace(id, std::move(object));
     made.push_back(id);
     out.push_back(std::move(ref));
@@ -432,6 +435,62 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
 // the volume (the controller usually sits in the volume's process) instead
 // of one to the volume and one to the controller. `k` gets the committed
 // versions and the objects holding them, or why not.
+// Names in each of `records` (one shard each) the object staged for it,
+// and in `ids` and `places` those objects and their places.
+void place_records(volume_pointer self, const std::vector<wire::RegionRef>& staged,
+                   std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& ids,
+                   std::vector<std::string>& places) {
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto& shard = records[i].shards.front();
+    shard.volume_id = self->state.config.volume_id;
+    shard.object_id = staged[i].region_id;
+    shard.nbytes = staged[i].nbytes;
+    // For readers on this host (lease-free and direct reads), as a writer
+    // that staged through a transport records it.
+    auto shm = staged[i].described.find("shm");
+    if (shm != staged[i].described.end()) shard.place = shm->second;
+    ids.push_back(shard.object_id);
+    places.push_back(shard.place);
+  }
+}
+
+// A small put from a channel whose controller runs in this process: staged
+// here, then committed at the controller, which answers the channel itself
+// (LocalCommit): one actor hop after this one, not two.
+void local_put(volume_pointer self, FastPutJob job, const caf::actor& controller) {
+  auto done = job.done;
+  auto staged = stage(self, {job.request}, caf::actor_cast<caf::actor>(job.owner));
+  if (!staged.ok()) return (*done)(staged.status());
+  LocalCommit commit;
+  commit.records.push_back(std::move(job.record));
+  std::vector<std::uint64_t> ids;
+  std::vector<std::string> places;
+  place_records(self, *staged, commit.records, ids, places);
+  commit.volume_id = self->state.config.volume_id;
+  commit.retire = [small = self->state.small](const std::vector<std::uint64_t>& retired) {
+    return small->retire(retired);
+  };
+  commit.done = [done, small = self->state.small, volume = caf::actor_cast<caf::actor_addr>(self),
+                 id = ids.front(), key = commit.records.front().key,
+                 place = places.front()](Result<std::vector<std::uint64_t>> r) {
+    if (!r.ok()) {
+      // Refused: nothing was committed, so the staged object goes.
+      if (auto v = caf::actor_cast<caf::actor>(volume)) {
+        caf::anon_send(v, release_atom::value, std::vector<std::uint64_t>{id});
+      }
+      return (*done)(r.status());
+    }
+    if (r->size() != 1) {
+      return (*done)(
+          Status(Errc::internal, "a put of one key committed " + std::to_string(r->size())));
+    }
+    // Gets serve it from now, not only once this actor has the verdict.
+    small->commit(id, key);
+    (*done)(fast_get::PutDone{r->front(), id, place});
+  };
+  caf::anon_send(controller, local_commit_atom::value, std::move(commit));
+}
+
 // What stage_commit committed: a version, an object and its place per record.
 struct Committed {
   std::vector<std::uint64_t> versions, ids;
@@ -457,18 +516,7 @@ void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& re
   if (!staged.ok()) return k(staged.status());
   std::vector<std::uint64_t> ids;
   std::vector<std::string> places;
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    auto& shard = records[i].shards.front();
-    shard.volume_id = st.config.volume_id;
-    shard.object_id = (*staged)[i].region_id;
-    shard.nbytes = (*staged)[i].nbytes;
-    // For readers on this host (lease-free and direct reads), as a writer
-    // that staged through a transport records it.
-    auto shm = (*staged)[i].described.find("shm");
-    if (shm != (*staged)[i].described.end()) shard.place = shm->second;
-    ids.push_back(shard.object_id);
-    places.push_back(shard.place);
-  }
+  place_records(self, *staged, records, ids, places);
   auto on_versions = [=](const std::vector<std::uint64_t>& versions) {
     k(Committed{versions, ids, places});
   };
@@ -554,6 +602,10 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         return rp;
       },
       [=](fast_put_atom, FastPutJob& job) {
+        auto controller = caf::actor_cast<caf::actor>(job.controller);
+        if (controller && controller.node() == self->node()) {
+          return local_put(self, std::move(job), controller);
+        }
         auto done = job.done;
         std::vector<wire::KeyRecord> records{std::move(job.record)};
         stage_commit(
@@ -580,7 +632,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
           auto it = self->state.objects.find(id);
           if (it == self->state.objects.end()) continue;
           it->second.committed = true;
-          self->state.small->add(id, it->second.key, it->second.region);
+          self->state.small->commit(id, it->second.key);
         }
       },
       [=](release_atom, const std::vector<std::uint64_t>& ids) {
@@ -670,19 +722,15 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
       },
       [=](reclaim_atom, const caf::actor_addr& owner) {
         auto& st = self->state;
-        std::size_t dropped = 0;
-        for (auto it = st.objects.begin(); it != st.objects.end();) {
-          if (!it->second.committed && it->second.owner == owner) {
-            it = st.objects.erase(it);
-            ++dropped;
-          } else {
-            ++it;
-          }
+        std::vector<std::uint64_t> doomed;
+        for (const auto& [id, object] : st.objects) {
+          if (!object.committed && object.owner == owner) doomed.push_back(id);
         }
+        for (auto id : doomed) st.drop(id, true);
         st.regions->prune();
-        if (dropped)
+        if (!doomed.empty())
           st.log->warn("volume '{}': dropped {} object(s) staged by a client that died",
-                       st.config.volume_id, dropped);
+                       st.config.volume_id, doomed.size());
       },
       [=](close_read_atom, std::uint64_t lease_id) {
         // Closing a lease that was never opened (its open_read failed) is fine.

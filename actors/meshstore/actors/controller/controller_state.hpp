@@ -91,10 +91,10 @@ struct ControllerState {
   std::map<ObjectRef, bool> held_back;        // object -> discard (else release)
   std::uint64_t next_pin = 1;
   // Volumes told to release or discard objects by the message being
-  // handled (send_to_volumes adds only registered ones, and no volume goes
-  // within a handler); a write answers only once they confirmed
-  // (answer_after_flush).
-  std::set<std::string> flush_due;
+  // handled, with those objects (send_to_volumes adds only registered
+  // volumes, and no volume goes within a handler); a write answers only
+  // once they confirmed (answer_after_flush).
+  std::map<std::string, std::vector<std::uint64_t>> flush_due;
   // Writes waiting for those confirmations: the volumes not heard from yet,
   // and the answer to send once there are none.
   struct FlushWait {

@@ -35,11 +35,11 @@ void send_to_volumes(controller_pointer self,
         break;
       case Verdict::release:
         self->send(it->second, release_atom::value, ids);
-        st.flush_due.insert(vid);
+        st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
         break;
       case Verdict::discard:
         self->send(it->second, discard_atom::value, ids);
-        st.flush_due.insert(vid);
+        st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
         break;
     }
   }

@@ -15,11 +15,18 @@
 
 namespace meshstore::actors::volume {
 
-void SmallObjects::add(std::uint64_t id, const std::string& key,
-                       const std::shared_ptr<transports::Region>& region) {
-  if (region->size() > kMaxBytes || region->device() >= 0) return;
+void SmallObjects::track(std::uint64_t id, const std::shared_ptr<transports::Region>& region,
+                         std::atomic<std::uint64_t>* tag) {
   std::lock_guard<std::mutex> lock(mu_);
-  map_[id] = Entry{key, region};
+  map_[id] = Entry{std::string(), region, tag, false};
+}
+
+void SmallObjects::commit(std::uint64_t id, const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(id);
+  if (it == map_.end()) return;
+  it->second.key = key;
+  it->second.committed = true;
 }
 
 void SmallObjects::remove(std::uint64_t id) {
@@ -30,11 +37,31 @@ void SmallObjects::remove(std::uint64_t id) {
 std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(id);
-  if (it == map_.end() || it->second.key != key) {
+  const Entry* e = it == map_.end() ? nullptr : &it->second;
+  if (!e || !e->committed || e->key != key || e->region->size() > kMaxBytes ||
+      e->region->device() >= 0) {
     return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
   }
-  const auto& r = *it->second.region;
-  return fast_get::encode(fast_get::ReplyStatus::ok, r.data(), r.size());
+  return fast_get::encode(fast_get::ReplyStatus::ok, e->region->data(), e->region->size());
+}
+
+bool SmallObjects::retire(const std::vector<std::uint64_t>& ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool all = true;
+  for (auto id : ids) {
+    auto it = map_.find(id);
+    if (it == map_.end()) continue;  // dropped: the actor cleared its tag
+    if (!it->second.tag) {
+      all = false;
+      continue;
+    }
+    // The region is held here, so its memory (and the tag in it) is this
+    // object's until the actor drops it; the tag names it until then.
+    std::uint64_t expected = id;
+    it->second.tag->compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+    map_.erase(it);
+  }
+  return all;
 }
 
 namespace {

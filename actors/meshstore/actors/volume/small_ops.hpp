@@ -34,25 +34,39 @@
 
 namespace meshstore::actors::volume {
 
-/// Small committed host objects by id, readable outside the volume actor:
-/// the small-op service serves gets from it. The actor adds an object when
-/// it is committed and removes it when it is dropped; a reader copies under
-/// the lock while holding the region, so a dropped object's memory is never
-/// pooled or freed under it, and committed bytes never change.
+/// The volume's objects by id, as threads other than the volume actor see
+/// them: the small-op service serves gets of small committed host objects
+/// from it, and the controller retires superseded objects through it. The
+/// actor tracks an object from its staging, marks it committed, and removes
+/// it when it is dropped. A reader copies under the lock while holding the
+/// region, so a dropped object's memory is never pooled or freed under it,
+/// and committed bytes never change.
 class SmallObjects {
  public:
-  /// Objects of at most this many bytes are kept (a ring slot's payload).
+  /// Objects of at most this many bytes are served (a ring slot's payload).
   static constexpr std::uint64_t kMaxBytes = limits::kRingReadBytes;
-  void add(std::uint64_t id, const std::string& key,
-           const std::shared_ptr<transports::Region>& region);
+  /// Object `id`, just staged; `tag` is the one clients check around a
+  /// direct read (null: none, e.g. GPU memory).
+  void track(std::uint64_t id, const std::shared_ptr<transports::Region>& region,
+             std::atomic<std::uint64_t>* tag);
+  /// Object `id` was committed under `key`: gets may read it.
+  void commit(std::uint64_t id, const std::string& key);
   void remove(std::uint64_t id);
   /// The reply to a get of object `id` named `key`: its bytes, or stale.
   std::vector<std::byte> read(std::uint64_t id, const std::string& key) const;
+  /// Objects the controller released, before the volume actor drops them:
+  /// their tags are cleared (only while they still name them) and gets no
+  /// longer serve them, so no reader finds them from now on. True when
+  /// that holds for each (it is retired, or was dropped already); false
+  /// when one has no tag, whose readers only the actor's drop stops.
+  bool retire(const std::vector<std::uint64_t>& ids);
 
  private:
   struct Entry {
-    std::string key;
+    std::string key;  // empty until committed
     std::shared_ptr<transports::Region> region;
+    std::atomic<std::uint64_t>* tag = nullptr;
+    bool committed = false;
   };
   mutable std::mutex mu_;  // guards map_
   std::unordered_map<std::uint64_t, Entry> map_;
