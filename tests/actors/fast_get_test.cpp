@@ -1,8 +1,13 @@
-// The volume side of the fast path (issue 26): a volume attaches a client's
-// shared-memory ring (ring_attach) and answers gets of small committed
-// objects on it from its own thread (actors/internal/fast_get.hpp), "stale"
-// for anything it does not hold committed under that name, an error for a
-// malformed request; it closes the ring when it goes.
+// The volume end of the fast path's channels (docs/architecture.md, "The
+// fast path for small gets and puts"): a volume attaches a client's
+// shared-memory ring (ring_attach) or a tcp small-op session (small_attach)
+// and answers gets of small committed objects on it from its own threads
+// (actors/internal/fast_get.hpp), "stale" for anything it does not hold
+// committed under that name, an error for a malformed request; puts and
+// commits are checked as input from another process. Channels/VolumeEnd.*
+// run over every channel (ring, tcp); FastGetTest.* are the ring's own: its
+// side buffer, its segment truncated, one thread serving many rings, and
+// the ring closed when the volume goes.
 #include "meshstore/actors/internal/fast_get.hpp"
 
 #include <gtest/gtest.h>
@@ -22,6 +27,7 @@
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -55,6 +61,8 @@ class FastGetTest : public ::testing::Test {
     ring_ = std::move(ring).value();
   }
   void TearDown() override {
+    tcp_.reset();
+    tcp_transport_.reset();
     ring_.reset();
     if (volume_) caf::anon_send_exit(volume_, caf::exit_reason::user_shutdown);
     self_.reset();
@@ -82,8 +90,11 @@ class FastGetTest : public ::testing::Test {
     ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, stat_atom::value)));
   }
   // Attaches `ring` (ring_ by default) to the volume, its puts committed
-  // at `controller`; the ring then rings the volume's doorbell.
+  // at `controller`; the ring then rings the volume's doorbell. Over tcp
+  // (over_tcp_), attaches a session token and opens tcp's small-op
+  // connection to the volume instead.
   Status attach(Ring* ring = nullptr, const caf::actor& controller = caf::actor()) {
+    if (over_tcp_ && !ring) return attach_tcp(controller);
     if (!ring) ring = ring_.get();
     auto bell = ask<std::string>(*self_, volume_, ring_attach_atom::value, ring->name(),
                                  static_cast<std::int32_t>(getpid()), controller);
@@ -93,38 +104,70 @@ class FastGetTest : public ::testing::Test {
     ring->use_doorbell(std::move(opened).value());
     return Status();
   }
-  // A get of object `id` named `key` over `ring` (ring_ by default).
-  Result<fast_get::Reply> get(std::uint64_t id, const std::string& key, Ring* ring = nullptr) {
+  Status attach_tcp(const caf::actor& controller) {
+    auto ok = ask<caf::ok_atom>(*self_, volume_, small_attach_atom::value, kToken, controller);
+    if (!ok.ok()) return ok.status();
+    auto endpoints =
+        ask<std::vector<transports::EndpointInfo>>(*self_, volume_, endpoints_atom::value);
+    if (!endpoints.ok()) return endpoints.status();
+    auto tcp = std::find_if(endpoints->begin(), endpoints->end(),
+                            [](const auto& e) { return e.transport == "tcp"; });
+    if (tcp == endpoints->end()) return Status(Errc::not_found, "the volume offers no tcp");
+    auto factory = transports::builtin_registry().find("tcp");
+    if (!factory.ok()) return factory.status();
+    transports::ClientContext context;
+    context.system = &runtime_->system();
+    auto transport = factory->make_client(context, *tcp);
+    if (!transport.ok()) return transport.status();
+    tcp_transport_ = std::move(transport).value();
+    auto ops = tcp_transport_->open_small_ops();
+    if (!ops.ok()) return ops.status();
+    tcp_ = std::move(ops).value();
+    return Status();
+  }
+  // Sends request `bytes` over the channel (ring_, or `ring`; tcp_ when
+  // attached) and answers the reply's bytes.
+  Result<std::vector<std::byte>> exchange(const std::vector<std::byte>& bytes,
+                                          Ring* ring = nullptr) {
+    if (tcp_ && !ring) {
+      std::vector<std::byte> framed(sizeof kToken);
+      std::memcpy(framed.data(), &kToken, sizeof kToken);
+      framed.insert(framed.end(), bytes.begin(), bytes.end());
+      return tcp_->exchange(framed.data(), framed.size(), in(10s));
+    }
     if (!ring) ring = ring_.get();
-    const auto req = fast_get::encode(fast_get::Request{id, key});
-    MESHSTORE_RETURN_IF_ERROR(ring->send(7, req.data(), req.size(), in(10s)));
+    MESHSTORE_RETURN_IF_ERROR(ring->send(7, bytes.data(), bytes.size(), in(10s)));
     auto m = ring->receive(in(10s));
     if (!m.ok()) return m.status();
     EXPECT_EQ(m->tag, 7u);
-    return fast_get::decode_reply(m->bytes);
+    return std::move(m->bytes);
+  }
+  // A get of object `id` named `key` over the channel (or `ring`).
+  Result<fast_get::Reply> get(std::uint64_t id, const std::string& key, Ring* ring = nullptr) {
+    auto m = exchange(fast_get::encode(fast_get::Request{id, key}), ring);
+    if (!m.ok()) return m.status();
+    return fast_get::decode_reply(*m);
   }
 
-  // Sends put `r` over the ring: the volume's verdict.
+  // Sends put `r` over the channel: the volume's verdict.
   Status send_put(const fast_get::PutRequest& r) {
     std::vector<std::byte> bytes;
     fast_get::encode_into(r, bytes);
-    MESHSTORE_RETURN_IF_ERROR(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
-    auto m = ring_->receive(in(10s));
+    auto m = exchange(bytes);
     if (!m.ok()) return m.status();
-    auto done = fast_get::decode_put_reply(m->bytes);
+    auto done = fast_get::decode_put_reply(*m);
     return done.ok() ? Status() : done.status();
   }
   // Sends commit request `bytes` (of `records` records and `stages`
-  // objects to stage) over the ring: what the volume did
+  // objects to stage) over the channel: what the volume did
   // (`*refused`: a well-formed refusal).
   Result<fast_get::CommitDone> exchange_commit(const std::vector<std::byte>& bytes,
                                                std::size_t records, std::size_t stages,
                                                bool* refused = nullptr) {
-    MESHSTORE_RETURN_IF_ERROR(ring_->send(11, bytes.data(), bytes.size(), in(10s)));
-    auto m = ring_->receive(in(10s));
+    auto m = exchange(bytes);
     if (!m.ok()) return m.status();
     bool was_refused = false;
-    auto done = fast_get::decode_commit_reply(m->bytes, records, stages, &was_refused);
+    auto done = fast_get::decode_commit_reply(*m, records, stages, &was_refused);
     if (refused) *refused = was_refused;
     return done;
   }
@@ -144,17 +187,30 @@ class FastGetTest : public ::testing::Test {
     return send_put(r);
   }
 
+  static constexpr std::uint64_t kToken = 0x5eed5eed5eed5eedULL;
   std::unique_ptr<internal::ActorRuntime> runtime_;
   storage_volume_actor volume_;
   std::unique_ptr<caf::scoped_actor> self_;
   std::unique_ptr<Ring> ring_;
+  bool over_tcp_ = false;
+  std::unique_ptr<transports::Transport> tcp_transport_;
+  std::unique_ptr<transports::SmallOps> tcp_;
+};
+
+// The same volume end over each channel: "ring" or "tcp".
+class VolumeEnd : public FastGetTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override {
+    FastGetTest::SetUp();
+    over_tcp_ = std::string(GetParam()) == "tcp";
+  }
 };
 
 std::string text(const std::vector<std::byte>& b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
-TEST_F(FastGetTest, ACommittedSmallObjectIsServedOverTheRing) {
+TEST_P(VolumeEnd, ACommittedSmallObjectIsServed) {
   const std::string value(3000, 'v');
   const auto id = stage("weights/step", value);
   verdict(commit_atom::value, id);
@@ -167,7 +223,7 @@ TEST_F(FastGetTest, ACommittedSmallObjectIsServedOverTheRing) {
   }
 }
 
-TEST_F(FastGetTest, WhatTheVolumeDoesNotHoldCommittedUnderThatNameIsStale) {
+TEST_P(VolumeEnd, WhatTheVolumeDoesNotHoldCommittedUnderThatNameIsStale) {
   const auto staged = stage("k", "staged, not committed");
   const auto committed = stage("k2", "committed");
   verdict(commit_atom::value, committed);
@@ -189,15 +245,16 @@ TEST_F(FastGetTest, WhatTheVolumeDoesNotHoldCommittedUnderThatNameIsStale) {
   EXPECT_EQ(r->status, fast_get::ReplyStatus::stale);
 }
 
-TEST_F(FastGetTest, AMalformedRequestGetsAnErrorAndTheRingKeepsServing) {
+TEST_P(VolumeEnd, AMalformedRequestGetsAnErrorAndTheChannelKeepsServing) {
   const auto id = stage("k", "value");
   verdict(commit_atom::value, id);
   ASSERT_OK(attach());
   const std::string garbage = "this is not a request at all";
-  ASSERT_OK(ring_->send(1, garbage.data(), garbage.size(), in(10s)));
-  auto m = ring_->receive(in(10s));
+  auto m = exchange(
+      std::vector<std::byte>(reinterpret_cast<const std::byte*>(garbage.data()),
+                             reinterpret_cast<const std::byte*>(garbage.data()) + garbage.size()));
   ASSERT_OK(m);
-  auto r = fast_get::decode_reply(m->bytes);
+  auto r = fast_get::decode_reply(*m);
   ASSERT_OK(r);
   EXPECT_EQ(r->status, fast_get::ReplyStatus::error);
   EXPECT_NE(text(r->bytes).find("bad magic"), std::string::npos) << text(r->bytes);
@@ -207,11 +264,11 @@ TEST_F(FastGetTest, AMalformedRequestGetsAnErrorAndTheRingKeepsServing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
-// Puts on the ring are input from another process too: a hostile one is
-// refused with the reason (protocol_error), stores nothing, and the ring
-// keeps serving. This volume was attached without a controller, so even a
-// well-formed put is refused, naming that.
-TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
+// Puts on a channel are input from another process too: a hostile one is
+// refused with the reason (protocol_error), stores nothing, and the
+// channel keeps serving. This volume was attached without a controller,
+// so even a well-formed put is refused, naming that.
+TEST_P(VolumeEnd, HostilePutsAreRefusedAndStoreNothing) {
   const auto id = stage("k", "value");
   verdict(commit_atom::value, id);
   ASSERT_OK(attach());
@@ -234,14 +291,19 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
                "bytes for shape");
   EXPECT_ERROR(put("dtype", 200, {4}, 16), Errc::protocol_error, "unknown kind, dtype");
   EXPECT_ERROR(put("fine", f32, {4}, 16), Errc::protocol_error, "no controller");
-  // Bytes said to be in the ring's side buffer: none made yet, then one
-  // smaller than the put; and a put too large for any side buffer.
-  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no side buffer");
-  auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()), 4096);
-  ASSERT_OK(side);
-  EXPECT_ERROR(side_put(8192), Errc::protocol_error, "holds 4096 bytes, not 8192");
-  EXPECT_ERROR(side_put(fast_get::kMaxSideBytes + 1), Errc::protocol_error, "an object of");
-  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no controller");  // read, then refused
+  if (over_tcp_) {
+    // A tcp session has no side buffer.
+    EXPECT_ERROR(side_put(4096), Errc::protocol_error, "over a channel without one");
+  } else {
+    // Bytes said to be in the ring's side buffer: none made yet, then one
+    // smaller than the put; and a put too large for any side buffer.
+    EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no side buffer");
+    auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()), 4096);
+    ASSERT_OK(side);
+    EXPECT_ERROR(side_put(8192), Errc::protocol_error, "holds 4096 bytes, not 8192");
+    EXPECT_ERROR(side_put(fast_get::kMaxSideBytes + 1), Errc::protocol_error, "an object of");
+    EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no controller");  // read, then refused
+  }
   auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->objects, 1u);  // "k" alone: nothing staged or kept
@@ -251,10 +313,10 @@ TEST_F(FastGetTest, HostilePutsAreRefusedAndStoreNothing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
-// A request over the ring stages objects for the ring's client (the next
+// A request over a channel stages objects for its client (the next
 // put's, or this one's) and gives them back: each staged object comes with
 // the place its client writes it at, and counts as staged until given back.
-TEST_F(FastGetTest, ARingStagesObjectsForItsClientAndTakesThemBack) {
+TEST_P(VolumeEnd, AChannelStagesObjectsForItsClientAndTakesThemBack) {
   ASSERT_OK(attach());
   fast_get::CommitRequest req;
   req.stage = {{"sd", 64}, {"sd#packed", 256 << 10}};
@@ -280,13 +342,13 @@ TEST_F(FastGetTest, ARingStagesObjectsForItsClientAndTakesThemBack) {
   EXPECT_ERROR(send_commit(bytes, 0), Errc::protocol_error, "to give back is no object");
 }
 
-// A commit over the ring (a state dict put on its caller's thread:
+// A commit over a channel (a state dict put on its caller's thread:
 // docs/architecture.md, "Data path") is input from another process: the
 // volume refuses one that does not decode, one naming another volume's
-// object, an object that is not staged here by the ring's client, already
+// object, an object that is not staged here by the channel's client, already
 // committed, or of another size, and commits (and gives back) nothing of
 // them. A good one goes to the controller (none here: unavailable).
-TEST_F(FastGetTest, HostileCommitsAreRefusedAndCommitNothing) {
+TEST_P(VolumeEnd, HostileCommitsAreRefusedAndCommitNothing) {
   const auto committed = stage("k", "value");
   verdict(commit_atom::value, committed);
   const auto staged = stage("sd/x", "staged");
@@ -346,6 +408,9 @@ TEST_F(FastGetTest, HostileCommitsAreRefusedAndCommitNothing) {
   ASSERT_OK(good);
   EXPECT_EQ(text(good->bytes), "value");
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, VolumeEnd, ::testing::Values("ring", "tcp"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   fast_get::CommitRequest req;

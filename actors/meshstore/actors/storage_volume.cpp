@@ -602,6 +602,8 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         return rp;
       },
       [=](fast_put_atom, FastPutJob& job) {
+        // In this actor system: CAF 0.17 gives each system of a process a
+        // node id of its own, so another system's controller is remote.
         auto controller = caf::actor_cast<caf::actor>(job.controller);
         if (controller && controller.node() == self->node()) {
           return local_put(self, std::move(job), controller);
