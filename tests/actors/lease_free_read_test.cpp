@@ -58,13 +58,13 @@ StoreOptions shm() {
   return o;
 }
 
-// A store others connect to (its volume in this process, over shm), and
-// a client of it without a volume.
-std::pair<Store, Store> writer_and_reader() {
-  auto wo = shm();
+// A store others connect to (its volume in this process, over shm unless
+// `base` says otherwise), and a client of it without a volume.
+std::pair<Store, Store> writer_and_reader(const StoreOptions& base = shm()) {
+  auto wo = base;
   wo.listen = "127.0.0.1:0";
   auto writer = Store::embedded(wo).value();
-  auto ro = shm();
+  auto ro = base;
   ro.host_volumes = false;
   auto reader = Store::connect(writer.address(), ro).value();
   return {std::move(writer), std::move(reader)};
@@ -541,10 +541,28 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
 }
 
 // State dict puts on the caller's thread (docs/architecture.md, "Data
-// path"): where the client has a ring to its volume, put_state_dict writes
-// into objects the volume staged for it and commits them over the ring; a
-// layout put again has its next objects staged by that same request.
+// path"): where the client has a channel to its volume, put_state_dict
+// writes into objects the volume staged for it and commits them over the
+// channel; a layout put again has its next objects staged by that same
+// request. Channels/StateDictPutOver.* run over every channel: the ring
+// (the objects written in the volume's shared memory), tcp and encrypted
+// tcp (the objects sent with the tcp transport). RingPut.* are the ring's
+// own: publishes and latest reads, which read the version pointer's tag.
 using RingPut = LeaseFreeRead;
+
+class StateDictPutOver : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (ring() && !have_pidfd()) GTEST_SKIP() << "no pidfd_open here: lease-free reads are off";
+  }
+  bool ring() const { return std::string(GetParam()) == "ring"; }
+  StoreOptions options() const {
+    StoreOptions o;
+    o.transport = ring() ? "shm" : "tcp";
+    o.encrypt_tcp = std::string(GetParam()) == "tcp_encrypted";
+    return o;
+  }
+};
 
 std::uint64_t state_dict_puts(const Store& s) { return s.fast_path_stats().state_dict_puts; }
 
@@ -555,8 +573,8 @@ std::uint64_t staged_on(Store& store) {
 }
 
 // Puts `d` under `key` with every byte `v`: whether the put went over the
-// ring.
-bool put_over_the_ring(Store& store, const std::string& key, Dict& d, std::uint8_t v) {
+// channel (the caller's thread).
+bool put_over_the_channel(Store& store, const std::string& key, Dict& d, std::uint8_t v) {
   std::fill(d.buf.begin(), d.buf.end(), v);
   const auto before = state_dict_puts(store);
   EXPECT_OK(store.put_state_dict(key, d.sd, three_buckets()).get(kWait));
@@ -567,13 +585,13 @@ bool put_over_the_ring(Store& store, const std::string& key, Dict& d, std::uint8
 // manifest and three buckets.
 constexpr std::uint64_t kObjects = 4;
 
-TEST_F(RingPut, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore) {
-  auto [writer, reader] = writer_and_reader();
+TEST_P(StateDictPutOver, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore) {
+  auto [writer, reader] = writer_and_reader(options());
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 1));
+  ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 1));
   EXPECT_EQ(staged_on(writer), 0u) << "a layout put once keeps nothing staged";
-  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 2));
+  ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 2));
   EXPECT_EQ(staged_on(writer), kObjects) << "the next put's objects";
   const auto volume_before = writer.stats().get(kWait);
   ASSERT_OK(volume_before);
@@ -603,21 +621,21 @@ TEST_F(RingPut, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore) {
   EXPECT_EQ(volume_after->front().staged, kObjects);
 }
 
-// Another layout under the same key (a tensor more) goes over the ring as
+// Another layout under the same key (a tensor more) goes over the channel as
 // well: the old layout's staged objects are given back in its first
 // request, and the new layout keeps objects staged once it is put again.
-TEST_F(RingPut, AnotherLayoutGivesTheStagedObjectsOfTheOldOneBack) {
-  auto store = Store::embedded(shm()).value();
+TEST_P(StateDictPutOver, AnotherLayoutGivesTheStagedObjectsOfTheOldOneBack) {
+  auto store = Store::embedded(options()).value();
   ASSERT_TRUE(ring_open(store, store));
   Dict a(300, 4096, 1), b(301, 4096, 2), back(301, 4096, 0);
-  ASSERT_TRUE(put_over_the_ring(store, "sd", a, 3));
-  ASSERT_TRUE(put_over_the_ring(store, "sd", a, 4));
+  ASSERT_TRUE(put_over_the_channel(store, "sd", a, 3));
+  ASSERT_TRUE(put_over_the_channel(store, "sd", a, 4));
   ASSERT_EQ(staged_on(store), kObjects);
-  ASSERT_TRUE(put_over_the_ring(store, "sd", b, 5));
+  ASSERT_TRUE(put_over_the_channel(store, "sd", b, 5));
   EXPECT_EQ(staged_on(store), 0u);
   ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
-  ASSERT_TRUE(put_over_the_ring(store, "sd", b, 6));
+  ASSERT_TRUE(put_over_the_channel(store, "sd", b, 6));
   const auto staged = staged_on(store);
   EXPECT_GE(staged, kObjects);  // its manifest and buckets
   EXPECT_LT(staged, 999u);
@@ -628,16 +646,16 @@ TEST_F(RingPut, AnotherLayoutGivesTheStagedObjectsOfTheOldOneBack) {
 // A client that keeps objects staged for its next put closes: they go back
 // to the volume at once (not after its orphan grace), and the key is
 // intact.
-TEST_F(RingPut, AClosingClientGivesItsStagedObjectsBack) {
-  auto [server, client] = writer_and_reader();
+TEST_P(StateDictPutOver, AClosingClientGivesItsStagedObjectsBack) {
+  auto [server, client] = writer_and_reader(options());
   ASSERT_TRUE(ring_open(server, client));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  // Its first put takes the actors (they pick its volume), then the ring.
+  // Its first put takes the actors (they pick its volume), then the channel.
   // Two state dicts: two stagings kept, given back in one request.
   for (const char* key : {"sd", "sd2"}) {
     ASSERT_OK(client.put_state_dict(key, src.sd, three_buckets()).get(kWait));
-    ASSERT_TRUE(put_over_the_ring(client, key, src, 1));
-    ASSERT_TRUE(put_over_the_ring(client, key, src, 2));
+    ASSERT_TRUE(put_over_the_channel(client, key, src, 1));
+    ASSERT_TRUE(put_over_the_channel(client, key, src, 2));
   }
   ASSERT_EQ(staged_on(server), 2 * kObjects);
   client.close();
@@ -648,27 +666,28 @@ TEST_F(RingPut, AClosingClientGivesItsStagedObjectsBack) {
   }
 }
 
-// A put over the ring commits only if the state dict is still the version
+// A put over the channel commits only if the state dict is still the version
 // its writer last saw: another writer's put in between sends it down the
 // actors' put (which writes it all the same), so a commit that arrives
 // late can never roll the key back. Its staged objects are kept, and the
-// ring serves the next put again.
-TEST_F(RingPut, APutOverTheRingNeverCommitsOverAVersionItsWriterDidNotSee) {
-  auto [writer, other] = writer_and_reader();
+// channel serves the next put again.
+TEST_P(StateDictPutOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSee) {
+  auto [writer, other] = writer_and_reader(options());
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), theirs(300, 4096, 50), dst(300, 4096, 0);
-  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 1));
-  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 2));
+  ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 1));
+  ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 2));
   ASSERT_EQ(staged_on(writer), kObjects);
   ASSERT_OK(other.put_state_dict("sd", theirs.sd, three_buckets()).get(kWait));
-  EXPECT_FALSE(put_over_the_ring(writer, "sd", src, 60)) << "committed over a version it never saw";
+  EXPECT_FALSE(put_over_the_channel(writer, "sd", src, 60))
+      << "committed over a version it never saw";
   for (Store* s : {&writer, &other}) {
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
     ASSERT_OK(s->get_state_dict_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
   EXPECT_EQ(staged_on(writer), kObjects) << "the refused put's objects, kept for the next";
-  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 61));
+  ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 61));
   std::fill(dst.buf.begin(), dst.buf.end(), 0);
   ASSERT_OK(other.get_state_dict_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
@@ -785,16 +804,16 @@ TEST_F(RingPut, ALatestReadAsksTheControllerOnlyOnceThePointerMoved) {
   }
 }
 
-// A writer putting over the ring while two threads of another client read:
+// A writer putting over the channel while two threads of another client read:
 // every read is one version whole.
-TEST_F(RingPut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {
-  auto [writer, reader] = writer_and_reader();
+TEST_P(StateDictPutOver, AWriterPuttingOverTheChannelNeverShowsReadersATornStateDict) {
+  auto [writer, reader] = writer_and_reader(options());
   ASSERT_TRUE(ring_open(writer, writer));
   ASSERT_TRUE(ring_open(writer, reader));
   constexpr int kTensors = 300;
   constexpr std::size_t kBytesEach = 4096;
   Dict src(kTensors, kBytesEach, 1);
-  ASSERT_TRUE(put_over_the_ring(writer, "sd", src, 2));
+  ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 2));
   const auto before = state_dict_puts(writer);
   const auto seen = race_a_writer(writer, reader, src, kTensors, kBytesEach, 3, 120);
   EXPECT_EQ(seen.torn, 0);
@@ -805,6 +824,10 @@ TEST_F(RingPut, AWriterPuttingOverTheRingNeverShowsReadersATornStateDict) {
   ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, StateDictPutOver,
+                         ::testing::Values("ring", "tcp", "tcp_encrypted"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace meshstore

@@ -289,6 +289,53 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
 
 namespace fg = actors::fast_get;
 
+namespace {
+
+// Writes each of `items` into the object staged for it (`regions`, in
+// order) on the caller's thread: copied into the volume's memory where
+// `writer` maps it (shm), else sent with it (tcp), all at once, waiting
+// for every send (the transport's own deadline bounds each). False when
+// one could not be written; then the objects hold nothing of use.
+bool write_staged(transports::Transport& writer, const std::vector<actors::PutItem>& items,
+                  const std::vector<wire::RegionRef>& regions) {
+  const bool maps = writer.capabilities().maps_memory;
+  std::vector<std::vector<std::byte>> gathered;  // sent from here
+  gathered.reserve(items.size());
+  std::vector<Future<void>> sends;
+  bool ok = true;
+  for (std::size_t i = 0; i < items.size() && ok; ++i) {
+    const auto& item = items[i];
+    const std::uint64_t n = item.view.nbytes();
+    if (regions[i].nbytes != n) {
+      ok = false;
+      break;
+    }
+    if (maps) {
+      auto mem = writer.map_writable(regions[i]);
+      if (!mem.ok()) {
+        ok = false;
+      } else if (item.gather) {
+        ok = actors::fill_gathered_here(*item.gather, mem->get(), n).ok();
+      } else if (n > 0) {
+        transports::CopyEngine::instance().copy_here(
+            mem->get(), static_cast<const std::byte*>(item.view.data()), n);
+      }
+      continue;
+    }
+    const std::byte* src = static_cast<const std::byte*>(item.view.data());
+    if (item.gather) {
+      gathered.emplace_back(n);
+      ok = actors::fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
+      src = gathered.back().data();
+    }
+    if (ok && n > 0) sends.push_back(writer.write(regions[i], 0, src, n));
+  }
+  for (const auto& f : sends) ok = f.get().ok() && ok;  // every send ends before its bytes go
+  return ok;
+}
+
+}  // namespace
+
 bool takes_caller_thread(const actors::PutCall& call) {
   return call.lent_items.empty() && call.staged_items.empty() && call.group_members.empty() &&
          (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
@@ -318,8 +365,14 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
   // the actors, which pick its volume.
   const bool keep = fast.note_layout(c.slot, sizes) && total <= actors::limits::kStagedAheadBytes;
   const std::string home = fast.home();
-  auto shm = fast.shm_of(home);
-  if (home.empty() || !shm) return std::nullopt;
+  auto writer = fast.writer_of(home);
+  if (home.empty() || !writer) return std::nullopt;
+  // Sent rather than copied (tcp): the caller's thread waits for the
+  // network, so only as long as a put it keeps staged ahead could take;
+  // a larger put takes the actors, whose transfers leave it free.
+  if (!writer->capabilities().maps_memory && total > actors::limits::kStagedAheadBytes) {
+    return std::nullopt;
+  }
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -366,27 +419,9 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
     if (keep) return fast.keep_staging(c.slot, std::move(*staging), timeout);
     fast.give_back(*staging, timeout);
   };
-  for (std::size_t i = 0; i < c.items.size(); ++i) {
-    const auto& item = c.items[i];
-    const auto& region = staging->regions[i];
-    const std::uint64_t n = item.view.nbytes();
-    auto mem = region.nbytes == n
-                   ? shm->map_writable(region)
-                   : Result<std::shared_ptr<std::byte>>(Status(Errc::internal, "mismatch"));
-    if (!mem.ok()) {
-      unused();
-      return std::nullopt;
-    }
-    std::byte* dst = mem->get();
-    if (item.gather) {
-      if (!actors::fill_gathered_here(*item.gather, dst, n).ok()) {
-        unused();
-        return std::nullopt;  // the actors report it
-      }
-    } else if (n > 0) {
-      transports::CopyEngine::instance().copy_here(
-          dst, static_cast<const std::byte*>(item.view.data()), n);
-    }
+  if (!write_staged(*writer, c.items, staging->regions)) {
+    unused();
+    return std::nullopt;  // the actors put it, and report what failed
   }
   req = fg::CommitRequest{};
   req.records = records_for(staging->regions);

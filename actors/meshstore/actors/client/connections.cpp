@@ -110,7 +110,8 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
                     auto it = st.conns.find(volume_id);
                     // Not if the volume went down (or was replaced) meanwhile.
                     if (it == st.conns.end() || it->second->handle.address() != volume) return;
-                    st.cfg.fast_path->add_remote(volume_id, std::move(**held), token);
+                    st.cfg.fast_path->add_remote(volume_id, std::move(**held), token,
+                                                 it->second->transport);
                   }});
             });
           },

@@ -61,7 +61,8 @@ struct FastPath::Channel {
     return shm->tagged_bytes(ref);
   }
   std::unique_ptr<transports::SmallOps> remote;
-  std::uint64_t token = 0;  // remote only
+  std::uint64_t token = 0;                           // remote only
+  std::shared_ptr<transports::Transport> transport;  // remote only: writes staged objects
   std::uint64_t next_tag = 1;
   std::vector<std::byte> request;  // reused encoding buffer (remote: after the token)
 
@@ -129,10 +130,12 @@ void FastPath::watch_controller(std::shared_ptr<const transports::shm::ProcessWa
 }
 
 void FastPath::add_remote(const std::string& volume_id,
-                          std::unique_ptr<transports::SmallOps> channel, std::uint64_t token) {
+                          std::unique_ptr<transports::SmallOps> channel, std::uint64_t token,
+                          std::shared_ptr<transports::Transport> transport) {
   auto c = std::make_shared<Channel>();
   c->remote = std::move(channel);
   c->token = token;
+  c->transport = std::move(transport);
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return;
   rings_[volume_id] = std::move(c);
@@ -446,16 +449,17 @@ std::string FastPath::home() const {
   return home_;
 }
 
-std::shared_ptr<transports::Transport> FastPath::shm_of(const std::string& volume_id) const {
+std::shared_ptr<transports::Transport> FastPath::writer_of(const std::string& volume_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = rings_.find(volume_id);
-  return r == rings_.end() || !r->second->ring ? nullptr : r->second->shm;
+  if (r == rings_.end()) return nullptr;
+  return r->second->ring ? r->second->shm : r->second->transport;
 }
 
 std::size_t FastPath::request_room(const std::string& volume_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = rings_.find(volume_id);
-  return r == rings_.end() || !r->second->ring ? 0 : r->second->max_request();
+  return r == rings_.end() ? 0 : r->second->max_request();
 }
 
 Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
@@ -468,17 +472,17 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto r = rings_.find(volume_id);
-    if (closed_ || r == rings_.end() || !r->second->ring) {
-      return Status(Errc::unavailable, "no ring to volume '" + volume_id + "'");
+    if (closed_ || r == rings_.end()) {
+      return Status(Errc::unavailable, "no channel to volume '" + volume_id + "'");
     }
     channel = r->second;
   }
   std::unique_lock<std::mutex> lock(channel->mu);
-  if (channel->failed) return Status(Errc::unavailable, "the ring failed");
+  if (channel->failed) return Status(Errc::unavailable, "the channel failed");
   fast_get::encode_into(req, channel->request);
   if (channel->request.size() > channel->max_request()) {
     return Status(Errc::unsupported, "a commit of " + std::to_string(channel->request.size()) +
-                                         " bytes does not fit a ring slot");
+                                         " bytes does not fit one request");
   }
   *sent = true;
   auto fail = [&](const Status& s) {

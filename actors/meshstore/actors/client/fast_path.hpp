@@ -123,9 +123,10 @@ class FastPath {
   void watch_controller(std::shared_ptr<const transports::shm::ProcessWatch> watch);
   /// The small-operations channel to `volume_id` over its transport (tcp,
   /// across hosts); the volume knows this client by `token`
-  /// (small_attach). Counted and used like a ring.
+  /// (small_attach). Counted and used like a ring; objects staged there
+  /// are written with `transport` (null: none are).
   void add_remote(const std::string& volume_id, std::unique_ptr<transports::SmallOps> channel,
-                  std::uint64_t token);
+                  std::uint64_t token, std::shared_ptr<transports::Transport> transport = nullptr);
   bool has_ring(const std::string& volume_id) const;
   /// Whether write() has a channel to try now (this client's volume has
   /// one): a caller that must first copy a put's bytes to the host asks.
@@ -225,20 +226,22 @@ class FastPath {
   /// that fails); a volume gone, or a ring failed, has them go with this
   /// client.
   void give_back(const Staging& s, std::chrono::milliseconds timeout);
-  /// This client's volume ("" for none yet) and the shm transport its
-  /// ring's client writes that volume's memory with (null: none).
+  /// This client's volume ("" for none yet), and the transport the
+  /// caller's thread writes objects staged on `volume_id` with: the shm
+  /// transport of its ring (it maps them), or the transport of its tcp
+  /// channel (it sends them); null: no channel, or none to write with.
   std::string home() const;
-  std::shared_ptr<transports::Transport> shm_of(const std::string& volume_id) const;
-  /// The bytes one request over the ring to `volume_id` may take (0: no
-  /// ring).
+  std::shared_ptr<transports::Transport> writer_of(const std::string& volume_id) const;
+  /// The bytes one request over the channel to `volume_id` may take (0:
+  /// no channel).
   std::size_t request_room(const std::string& volume_id) const;
-  /// One request over the ring to `volume_id` (fast_get::CommitRequest:
-  /// give back, commit, stage): what the volume did. An error with
-  /// `*sent` false did nothing (no ring, too large for a slot); with
-  /// `*refused` it is the volume's refusal (nothing done); else the ring
-  /// failed with the request on its way (a timeout, a corrupt reply, the
-  /// volume gone): the outcome is unknown and the ring is dropped. Waits
-  /// at most `timeout`.
+  /// One request over the channel (ring or tcp) to `volume_id`
+  /// (fast_get::CommitRequest: give back, commit, stage): what the volume
+  /// did. An error with `*sent` false did nothing (no channel, too large
+  /// for one request); with `*refused` it is the volume's refusal (nothing
+  /// done); else the channel failed with the request on its way (a
+  /// timeout, a corrupt reply, the volume gone): the outcome is unknown and
+  /// the channel is dropped. Waits at most `timeout`.
   Result<fast_get::CommitDone> commit(const std::string& volume_id,
                                       const fast_get::CommitRequest& req,
                                       std::chrono::milliseconds timeout, bool* sent, bool* refused);
