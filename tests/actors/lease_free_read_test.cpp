@@ -825,6 +825,48 @@ TEST_P(StateDictPutOver, AWriterPuttingOverTheChannelNeverShowsReadersATornState
   EXPECT_EQ(dst.buf, src.buf);
 }
 
+// A publish runs on the caller's thread from the pointer as this client
+// last saw it: over a ring while its tag says it is current, over tcp as
+// last seen (the commit's compare-and-set is the check). Readers in
+// another client get each version whole. Another writer's publish in
+// between sends the next one down the actors' publish, which reads the
+// pointer afresh (over tcp after the channel's commit was refused): the
+// versions still count up one by one, and the one after goes over the
+// channel again.
+TEST_P(StateDictPutOver, APublishGoesOverTheChannelFromThePointerItLastSaw) {
+  auto [writer, other] = writer_and_reader(options());
+  ASSERT_TRUE(ring_open(writer, writer));
+  Dict src(300, 4096, 1), dst(300, 4096, 0);
+  auto publish = [&](Store& s, std::uint8_t v) {
+    std::fill(src.buf.begin(), src.buf.end(), v);
+    auto n = s.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait);
+    EXPECT_OK(n);
+    return n.ok() ? *n : 0;
+  };
+  ASSERT_EQ(publish(writer, 1), 1u);  // the first version: the actors
+  for (std::uint8_t v = 2; v < 5; ++v) {
+    SCOPED_TRACE(int(v));
+    const auto before = state_dict_puts(writer);
+    ASSERT_EQ(publish(writer, v), v);
+    EXPECT_EQ(state_dict_puts(writer), before + 1) << "not over the channel";
+    auto latest = other.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    ASSERT_OK(latest);
+    EXPECT_EQ(*latest, v);
+    EXPECT_EQ(dst.buf, src.buf);
+    EXPECT_FALSE(*writer.exists("w/v" + std::to_string(v - 2)).get(kWait));  // keep = 2
+  }
+  ASSERT_EQ(publish(other, 50), 5u);
+  const auto before = state_dict_puts(writer);
+  ASSERT_EQ(publish(writer, 60), 6u) << "the actors read the pointer afresh";
+  EXPECT_EQ(state_dict_puts(writer), before) << "committed over a pointer it never saw";
+  ASSERT_EQ(publish(writer, 61), 7u);
+  EXPECT_EQ(state_dict_puts(writer), before + 1) << "not over the channel again";
+  auto latest = other.get_latest_state_dict_into("w", dst.sd).get(kWait);
+  ASSERT_OK(latest);
+  EXPECT_EQ(*latest, 7u);
+  EXPECT_EQ(dst.buf, src.buf);
+}
+
 INSTANTIATE_TEST_SUITE_P(Channels, StateDictPutOver,
                          ::testing::Values("ring", "tcp", "tcp_encrypted"),
                          [](const auto& info) { return std::string(info.param); });

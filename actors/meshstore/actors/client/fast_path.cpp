@@ -283,6 +283,13 @@ std::optional<FastPath::Pointer> FastPath::pointer_here(const std::string& prefi
   return Pointer{entry.points_to, entry.version};
 }
 
+std::optional<FastPath::Pointer> FastPath::pointer_last_seen(const std::string& prefix) const {
+  Entry entry;
+  auto channel = channel_of(prefix, &entry);
+  if (!channel || entry.points_to == 0 || channel->ring) return std::nullopt;
+  return Pointer{entry.points_to, entry.version};
+}
+
 void FastPath::close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
                             const Status& why) {
   if (why.code() != Errc::unavailable) {

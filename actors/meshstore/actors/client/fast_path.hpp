@@ -187,6 +187,12 @@ class FastPath {
   /// nullopt: not known here (the caller locates it at the controller); a
   /// moved pointer's record is dropped.
   std::optional<Pointer> pointer_here(const std::string& prefix);
+  /// For a publisher over a channel that cannot check the tag (tcp): the
+  /// pointer `prefix` as this client last saw it (its cached record), not
+  /// checked. Moving it from there is a compare-and-set, which another
+  /// writer's publish in between refuses. nullopt over a ring (whose
+  /// pointer_here is the check) or when nothing is cached.
+  std::optional<Pointer> pointer_last_seen(const std::string& prefix) const;
 
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
