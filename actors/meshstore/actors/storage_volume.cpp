@@ -17,6 +17,7 @@
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/actors/volume/memory.hpp"
 #include "meshstore/actors/volume/small_ops.hpp"
+#include "meshstore/actors/volume/state.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/memory.hpp"
@@ -32,90 +33,15 @@ namespace {
 
 using internal::to_caf_error;
 
-struct StoredObject {
-  std::shared_ptr<transports::Region> region;
-  std::string key;  // for logs and stats
-  bool committed = false;
-  caf::actor_addr owner;  // the client that staged it
-  // Whether the region's memory goes to the pool when freed; shared with
-  // the region's deleter (discard clears it). Null for memory never pooled
-  // (a publisher's lent buffers).
-  std::shared_ptr<std::atomic<bool>> reusable;
-  // The tag clients check around a lease-free read (RegionMemory::object_tag):
-  // this object's id from its staging until it is dropped. Null: none.
-  std::atomic<std::uint64_t>* tag = nullptr;
-  // The revocable loan it belongs to (LendRequest::revocable), 0: none.
-  std::uint64_t loan = 0;
-};
-
-struct Lease {
-  std::vector<std::shared_ptr<transports::Region>> pinned;
-  caf::actor_addr owner;  // the client that opened it
-  bool revoked = false;   // a revoke took regions it pinned
-};
-
-struct VolumeState {
-  static inline const char* name = "meshstore.volume";
-
-  VolumeConfig config;
-  std::shared_ptr<transports::RegionTable> regions;
-  std::unique_ptr<volume::VolumeMemory> memory;
-  std::vector<std::unique_ptr<transports::TransportServer>> servers;
-  std::unordered_map<std::uint64_t, StoredObject> objects;
-  // Leases by (client, the client's lease id).
-  std::map<std::pair<caf::actor_addr, std::uint64_t>, Lease> leases;
-  // Revocable loans (a lending volume's): their objects' ids, by loan.
-  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> loans;
-  std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging
-  std::set<caf::actor_addr> controllers;  // monitored for small puts (ring_attach, small_attach)
-  std::uint64_t next_object_id = 1;
-  std::shared_ptr<spdlog::logger> log = log::get("volume");
-
-  // Small committed objects, and the service answering small requests.
-  std::shared_ptr<volume::SmallObjects> small;
-  std::shared_ptr<volume::SmallOpService> small_ops;
-
-  ~VolumeState() {
-    // The small-op service stops before anything it reads goes; puts
-    // waiting on a tcp connection's thread are answered before the
-    // servers join those threads.
-    if (small_ops) small_ops->stop();
-    if (memory) memory->forget_servers();
-    for (auto& s : servers) s->shutdown();
-  }
-
-  // A new object's region (not yet in `objects`). `device` >= 0: device
-  // memory.
-  Result<StoredObject> allocate(std::uint64_t id, std::uint64_t nbytes, int device = -1) {
-    auto allocated = memory->allocate(id, nbytes, device);
-    if (!allocated.ok()) return allocated.status();
-    StoredObject object;
-    object.region = std::move(allocated->region);
-    object.reusable = std::move(allocated->reusable);
-    object.tag = allocated->tag;
-    return object;
-  }
-
-  // Lets every one-sided transport server describe `region` in `ref`.
-  Status describe(const transports::Region& region, wire::RegionRef& ref) {
-    for (auto& s : servers) MESHSTORE_RETURN_IF_ERROR(s->describe(region, ref));
-    return Status();
-  }
-
-  // Drops object `id`; its memory is freed rather than pooled when `reuse`
-  // is false. Readers holding a lease keep it until they close.
-  void drop(std::uint64_t id, bool reuse) {
-    auto it = objects.find(id);
-    if (it == objects.end()) return;
-    if (!reuse && it->second.reusable) it->second.reusable->store(false);
-    // Lease-free readers see it gone now, though leases may keep its memory.
-    if (it->second.tag) it->second.tag->store(0, std::memory_order_release);
-    small->remove(id);
-    objects.erase(it);
-  }
-};
-
-using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
+using volume::Committed;
+using volume::fast_commit;
+using volume::Lease;
+using volume::local_put;
+using volume::stage;
+using volume::stage_commit;
+using volume::StoredObject;
+using volume::volume_pointer;
+using volume::VolumeState;
 
 // What a client is told of object `id`; its transport servers describe it
 // (describe()) with what their clients need to reach it.
@@ -166,11 +92,11 @@ void client_down(volume_pointer self, const caf::down_msg& msg) {
   self->delayed_send(self, st.config.orphan_grace, reclaim_atom::value, msg.source);
 }
 
-// Allocates one staged object per request, all or none, for `client`
-// (watched: what it staged goes if it dies before a commit).
-Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
-                                           const std::vector<wire::StageRequest>& reqs,
-                                           const caf::actor& client) {
+}  // namespace
+
+Result<std::vector<wire::RegionRef>> volume::stage(volume_pointer self,
+                                                   const std::vector<wire::StageRequest>& reqs,
+                                                   const caf::actor& client) {
   auto& st = self->state;
   if (st.config.lending) {
     return Status(Errc::unsupported, "volume '" + st.config.volume_id +
@@ -236,6 +162,8 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
   }
   return out;
 }
+
+namespace {
 
 // A lending volume adopts buffers its process lends (direct publishing) as
 // staged objects: no allocation, no copy. Each region's memory is the
@@ -341,207 +269,6 @@ bool close_lease(volume_pointer self, std::uint64_t lease_id) {
   if (it != st.leases.end()) st.leases.erase(it);
   st.regions->prune();
   return whole;
-}
-
-// A fast-path channel's request (FastCommitJob): what its client gives back
-// goes, its records commit at the controller, then what it asks is staged
-// for it (after the commit, so the next put's objects may land in the
-// memory the commit retired). Checked as input from another process: every
-// object given back or committed must be one that client staged here, not
-// committed, of the record's size; else nothing is done.
-void fast_commit(volume_pointer self, FastCommitJob job) {
-  auto done = job.done;
-  auto& st = self->state;
-  auto& req = job.request;
-  auto staged_by_owner = [&](std::uint64_t id, std::uint64_t nbytes, bool any_size) {
-    auto it = st.objects.find(id);
-    return it != st.objects.end() && !it->second.committed && it->second.owner == job.owner &&
-           it->second.region && (any_size || it->second.region->size() == nbytes);
-  };
-  for (const auto& r : req.records) {
-    const auto& shard = r.shards.front();
-    if (!staged_by_owner(shard.object_id, shard.nbytes, false)) {
-      return (*done)(
-          Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
-                                           std::to_string(shard.object_id) +
-                                           " is no object of that size its client staged here"));
-    }
-  }
-  for (auto id : req.release) {
-    if (!staged_by_owner(id, 0, true)) {
-      return (*done)(Status(Errc::protocol_error, "fast commit: object " + std::to_string(id) +
-                                                      " to give back is no object its client "
-                                                      "staged here"));
-    }
-  }
-  // Committed under the records' keys (objects staged ahead were staged
-  // under the keys of the put before: a version's keys change).
-  for (const auto& r : req.records) st.objects[r.shards.front().object_id].key = r.key;
-  for (auto id : req.release) st.drop(id, true);
-  if (!req.release.empty()) st.regions->prune();
-  std::vector<wire::StageRequest> wanted;
-  for (auto& s : req.stage) {
-    wire::StageRequest r;
-    r.key = std::move(s.key);
-    r.nbytes = s.nbytes;
-    wanted.push_back(std::move(r));
-  }
-  const auto owner = caf::actor_cast<caf::actor>(job.owner);
-  const std::size_t limit = job.reply_limit;
-  // Stages what was asked, answering it with `versions`. After a commit, a
-  // refusal (no room, say) or a reply too large for the channel stages
-  // nothing and still answers the commit; alone, it is the answer.
-  auto stage_and_answer = [self, done, wanted, owner, limit](std::vector<std::uint64_t> versions) {
-    fast_get::CommitDone d;
-    d.versions = std::move(versions);
-    const bool alone = d.versions.empty();
-    if (!wanted.empty()) {
-      auto regions = owner ? stage(self, wanted, owner)
-                           : Result<std::vector<wire::RegionRef>>(
-                                 Status(Errc::unavailable, "the client is gone"));
-      if (regions.ok()) d.staged = std::move(regions).value();
-      if (regions.ok() && fast_get::encoded_size(d) > limit) {
-        for (const auto& r : d.staged) self->state.drop(r.region_id, true);
-        self->state.regions->prune();
-        d.staged.clear();
-        regions = Status(Errc::unsupported, "volume '" + self->state.config.volume_id +
-                                                "': " + std::to_string(wanted.size()) +
-                                                " staged objects do not fit a reply");
-      }
-      if (!regions.ok() && alone) return (*done)(regions.status());
-    }
-    (*done)(std::move(d));
-  };
-  if (req.records.empty()) return stage_and_answer({});
-  auto controller = caf::actor_cast<caf::actor>(job.controller);
-  if (!controller) {
-    return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
-  }
-  // The controller answers this volume without a flush: its release of
-  // what the commit superseded reaches this actor before the answer.
-  self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
-                std::move(req.records), std::move(req.prefixes), true)
-      .then(
-          [stage_and_answer](std::vector<std::uint64_t>& versions) mutable {
-            stage_and_answer(std::move(versions));
-          },
-          [done](caf::error& e) {
-            (*done)(internal::from_caf_error(e, "commit at the controller"));
-          });
-}
-
-// Stages small objects whose bytes came with the request and commits them
-// at the controller in the same call: a small put costs one round trip to
-// the volume (the controller usually sits in the volume's process) instead
-// of one to the volume and one to the controller. `k` gets the committed
-// versions and the objects holding them, or why not.
-// Names in each of `records` (one shard each) the object staged for it,
-// and in `ids` and `places` those objects and their places.
-void place_records(volume_pointer self, const std::vector<wire::RegionRef>& staged,
-                   std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& ids,
-                   std::vector<std::string>& places) {
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    auto& shard = records[i].shards.front();
-    shard.volume_id = self->state.config.volume_id;
-    shard.object_id = staged[i].region_id;
-    shard.nbytes = staged[i].nbytes;
-    // For readers on this host (lease-free and direct reads), as a writer
-    // that staged through a transport records it.
-    auto shm = staged[i].described.find("shm");
-    if (shm != staged[i].described.end()) shard.place = shm->second;
-    ids.push_back(shard.object_id);
-    places.push_back(shard.place);
-  }
-}
-
-// A small put from a channel whose controller runs in this process: staged
-// here, then committed at the controller, which answers the channel itself
-// (LocalCommit): one actor hop after this one, not two.
-void local_put(volume_pointer self, FastPutJob job, const caf::actor& controller) {
-  auto done = job.done;
-  auto staged = stage(self, {job.request}, caf::actor_cast<caf::actor>(job.owner));
-  if (!staged.ok()) return (*done)(staged.status());
-  LocalCommit commit;
-  commit.records.push_back(std::move(job.record));
-  std::vector<std::uint64_t> ids;
-  std::vector<std::string> places;
-  place_records(self, *staged, commit.records, ids, places);
-  commit.volume_id = self->state.config.volume_id;
-  commit.retire = [small = self->state.small](const std::vector<std::uint64_t>& retired) {
-    return small->retire(retired);
-  };
-  commit.done = [done, small = self->state.small, volume = caf::actor_cast<caf::actor_addr>(self),
-                 id = ids.front(), key = commit.records.front().key,
-                 place = places.front()](Result<std::vector<std::uint64_t>> r) {
-    if (!r.ok()) {
-      // Refused: nothing was committed, so the staged object goes.
-      if (auto v = caf::actor_cast<caf::actor>(volume)) {
-        caf::anon_send(v, release_atom::value, std::vector<std::uint64_t>{id});
-      }
-      return (*done)(r.status());
-    }
-    if (r->size() != 1) {
-      return (*done)(
-          Status(Errc::internal, "a put of one key committed " + std::to_string(r->size())));
-    }
-    // Gets serve it from now, not only once this actor has the verdict.
-    small->commit(id, key);
-    (*done)(fast_get::PutDone{r->front(), id, place});
-  };
-  caf::anon_send(controller, local_commit_atom::value, std::move(commit));
-}
-
-// What stage_commit committed: a version, an object and its place per record.
-struct Committed {
-  std::vector<std::uint64_t> versions, ids;
-  std::vector<std::string> places;
-};
-void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
-                  std::vector<wire::KeyRecord> records, const caf::actor& controller,
-                  const caf::actor& client, std::function<void(Result<Committed>)> k,
-                  std::vector<std::string> retire = {}) {
-  auto& st = self->state;
-  if (!controller || reqs.size() != records.size()) {
-    return k(Status(Errc::protocol_error, "stage_commit: " + std::to_string(reqs.size()) +
-                                              " objects for " + std::to_string(records.size()) +
-                                              " records, or no controller"));
-  }
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    if (!reqs[i].has_data || records[i].shards.size() != 1 || records[i].key != reqs[i].key) {
-      return k(Status(Errc::protocol_error, "stage_commit: '" + reqs[i].key +
-                                                "' lacks its bytes or does not match its record"));
-    }
-  }
-  auto staged = stage(self, reqs, client);
-  if (!staged.ok()) return k(staged.status());
-  std::vector<std::uint64_t> ids;
-  std::vector<std::string> places;
-  place_records(self, *staged, records, ids, places);
-  auto on_versions = [=](const std::vector<std::uint64_t>& versions) {
-    k(Committed{versions, ids, places});
-  };
-  auto on_error = [=](caf::error& e) {
-    // The controller answered and refused: nothing was committed, so the
-    // staged objects go. After a timeout it may still have committed
-    // them; they stay, and go with their client.
-    const bool refused = e.category() == internal::kErrorCategory &&
-                         e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
-                         e.code() != static_cast<std::uint8_t>(Errc::unavailable);
-    if (refused) {
-      for (auto id : ids) self->state.drop(id, true);
-      self->state.regions->prune();
-    }
-    k(internal::from_caf_error(e, "commit at the controller"));
-  };
-  if (!retire.empty()) {
-    self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
-                  std::move(records), std::move(retire), true)
-        .then(on_versions, on_error);
-    return;
-  }
-  self->request(controller, st.config.transport_config.request_timeout,
-                notify_put_batch_atom::value, std::move(records))
-      .then(on_versions, on_error);
 }
 
 // What spawn_storage_volume prepared before the actor exists: the region

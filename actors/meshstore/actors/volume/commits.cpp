@@ -1,0 +1,210 @@
+// The commits a volume's fast-path channels ask for: a channel's commit
+// request (fast_commit), a small put committed at a controller in this
+// actor system (local_put), and a put whose bytes came inline
+// (stage_commit). The volume actor (storage_volume.cpp) runs them.
+#include <cstring>
+
+#include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/internal/wire_glue.hpp"
+#include "meshstore/actors/volume/state.hpp"
+
+namespace meshstore::actors::volume {
+
+// A fast-path channel's request (FastCommitJob): what its client gives back
+// goes, its records commit at the controller, then what it asks is staged
+// for it (after the commit, so the next put's objects may land in the
+// memory the commit retired). Checked as input from another process: every
+// object given back or committed must be one that client staged here, not
+// committed, of the record's size; else nothing is done.
+void fast_commit(volume_pointer self, FastCommitJob job) {
+  auto done = job.done;
+  auto& st = self->state;
+  auto& req = job.request;
+  auto staged_by_owner = [&](std::uint64_t id, std::uint64_t nbytes, bool any_size) {
+    auto it = st.objects.find(id);
+    return it != st.objects.end() && !it->second.committed && it->second.owner == job.owner &&
+           it->second.region && (any_size || it->second.region->size() == nbytes);
+  };
+  for (const auto& r : req.records) {
+    const auto& shard = r.shards.front();
+    if (!staged_by_owner(shard.object_id, shard.nbytes, false)) {
+      return (*done)(
+          Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
+                                           std::to_string(shard.object_id) +
+                                           " is no object of that size its client staged here"));
+    }
+  }
+  for (auto id : req.release) {
+    if (!staged_by_owner(id, 0, true)) {
+      return (*done)(Status(Errc::protocol_error, "fast commit: object " + std::to_string(id) +
+                                                      " to give back is no object its client "
+                                                      "staged here"));
+    }
+  }
+  // Committed under the records' keys (objects staged ahead were staged
+  // under the keys of the put before: a version's keys change).
+  for (const auto& r : req.records) st.objects[r.shards.front().object_id].key = r.key;
+  for (auto id : req.release) st.drop(id, true);
+  if (!req.release.empty()) st.regions->prune();
+  std::vector<wire::StageRequest> wanted;
+  for (auto& s : req.stage) {
+    wire::StageRequest r;
+    r.key = std::move(s.key);
+    r.nbytes = s.nbytes;
+    wanted.push_back(std::move(r));
+  }
+  const auto owner = caf::actor_cast<caf::actor>(job.owner);
+  const std::size_t limit = job.reply_limit;
+  // Stages what was asked, answering it with `versions`. After a commit, a
+  // refusal (no room, say) or a reply too large for the channel stages
+  // nothing and still answers the commit; alone, it is the answer.
+  auto stage_and_answer = [self, done, wanted, owner, limit](std::vector<std::uint64_t> versions) {
+    fast_get::CommitDone d;
+    d.versions = std::move(versions);
+    const bool alone = d.versions.empty();
+    if (!wanted.empty()) {
+      auto regions = owner ? stage(self, wanted, owner)
+                           : Result<std::vector<wire::RegionRef>>(
+                                 Status(Errc::unavailable, "the client is gone"));
+      if (regions.ok()) d.staged = std::move(regions).value();
+      if (regions.ok() && fast_get::encoded_size(d) > limit) {
+        for (const auto& r : d.staged) self->state.drop(r.region_id, true);
+        self->state.regions->prune();
+        d.staged.clear();
+        regions = Status(Errc::unsupported, "volume '" + self->state.config.volume_id +
+                                                "': " + std::to_string(wanted.size()) +
+                                                " staged objects do not fit a reply");
+      }
+      if (!regions.ok() && alone) return (*done)(regions.status());
+    }
+    (*done)(std::move(d));
+  };
+  if (req.records.empty()) return stage_and_answer({});
+  auto controller = caf::actor_cast<caf::actor>(job.controller);
+  if (!controller) {
+    return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
+  }
+  // The controller answers this volume without a flush: its release of
+  // what the commit superseded reaches this actor before the answer.
+  self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
+                std::move(req.records), std::move(req.prefixes), true)
+      .then(
+          [stage_and_answer](std::vector<std::uint64_t>& versions) mutable {
+            stage_and_answer(std::move(versions));
+          },
+          [done](caf::error& e) {
+            (*done)(internal::from_caf_error(e, "commit at the controller"));
+          });
+}
+
+// Names in each of `records` (one shard each) the object staged for it,
+// and in `ids` and `places` those objects and their places.
+void place_records(volume_pointer self, const std::vector<wire::RegionRef>& staged,
+                   std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& ids,
+                   std::vector<std::string>& places) {
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto& shard = records[i].shards.front();
+    shard.volume_id = self->state.config.volume_id;
+    shard.object_id = staged[i].region_id;
+    shard.nbytes = staged[i].nbytes;
+    // For readers on this host (lease-free and direct reads), as a writer
+    // that staged through a transport records it.
+    auto shm = staged[i].described.find("shm");
+    if (shm != staged[i].described.end()) shard.place = shm->second;
+    ids.push_back(shard.object_id);
+    places.push_back(shard.place);
+  }
+}
+
+// A small put from a channel whose controller runs in this process: staged
+// here, then committed at the controller, which answers the channel itself
+// (LocalCommit): one actor hop after this one, not two.
+void local_put(volume_pointer self, FastPutJob job, const caf::actor& controller) {
+  auto done = job.done;
+  auto staged = stage(self, {job.request}, caf::actor_cast<caf::actor>(job.owner));
+  if (!staged.ok()) return (*done)(staged.status());
+  LocalCommit commit;
+  commit.records.push_back(std::move(job.record));
+  std::vector<std::uint64_t> ids;
+  std::vector<std::string> places;
+  place_records(self, *staged, commit.records, ids, places);
+  commit.volume_id = self->state.config.volume_id;
+  commit.retire = [small = self->state.small](const std::vector<std::uint64_t>& retired) {
+    return small->retire(retired);
+  };
+  commit.done = [done, small = self->state.small, volume = caf::actor_cast<caf::actor_addr>(self),
+                 id = ids.front(), key = commit.records.front().key,
+                 place = places.front()](Result<std::vector<std::uint64_t>> r) {
+    if (!r.ok()) {
+      // Refused: nothing was committed, so the staged object goes.
+      if (auto v = caf::actor_cast<caf::actor>(volume)) {
+        caf::anon_send(v, release_atom::value, std::vector<std::uint64_t>{id});
+      }
+      return (*done)(r.status());
+    }
+    if (r->size() != 1) {
+      return (*done)(
+          Status(Errc::internal, "a put of one key committed " + std::to_string(r->size())));
+    }
+    // Gets serve it from now, not only once this actor has the verdict.
+    small->commit(id, key);
+    (*done)(fast_get::PutDone{r->front(), id, place});
+  };
+  caf::anon_send(controller, local_commit_atom::value, std::move(commit));
+}
+
+// Stages small objects whose bytes came with the request and commits them
+// at the controller in the same call: a small put costs one round trip to
+// the volume (the controller usually sits in the volume's process) instead
+// of one to the volume and one to the controller. `k` gets the committed
+// versions and the objects holding them, or why not.
+void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
+                  std::vector<wire::KeyRecord> records, const caf::actor& controller,
+                  const caf::actor& client, std::function<void(Result<Committed>)> k,
+                  std::vector<std::string> retire) {
+  auto& st = self->state;
+  if (!controller || reqs.size() != records.size()) {
+    return k(Status(Errc::protocol_error, "stage_commit: " + std::to_string(reqs.size()) +
+                                              " objects for " + std::to_string(records.size()) +
+                                              " records, or no controller"));
+  }
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    if (!reqs[i].has_data || records[i].shards.size() != 1 || records[i].key != reqs[i].key) {
+      return k(Status(Errc::protocol_error, "stage_commit: '" + reqs[i].key +
+                                                "' lacks its bytes or does not match its record"));
+    }
+  }
+  auto staged = stage(self, reqs, client);
+  if (!staged.ok()) return k(staged.status());
+  std::vector<std::uint64_t> ids;
+  std::vector<std::string> places;
+  place_records(self, *staged, records, ids, places);
+  auto on_versions = [=](const std::vector<std::uint64_t>& versions) {
+    k(Committed{versions, ids, places});
+  };
+  auto on_error = [=](caf::error& e) {
+    // The controller answered and refused: nothing was committed, so the
+    // staged objects go. After a timeout it may still have committed
+    // them; they stay, and go with their client.
+    const bool refused = e.category() == internal::kErrorCategory &&
+                         e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
+                         e.code() != static_cast<std::uint8_t>(Errc::unavailable);
+    if (refused) {
+      for (auto id : ids) self->state.drop(id, true);
+      self->state.regions->prune();
+    }
+    k(internal::from_caf_error(e, "commit at the controller"));
+  };
+  if (!retire.empty()) {
+    self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
+                  std::move(records), std::move(retire), true)
+        .then(on_versions, on_error);
+    return;
+  }
+  self->request(controller, st.config.transport_config.request_timeout,
+                notify_put_batch_atom::value, std::move(records))
+      .then(on_versions, on_error);
+}
+
+}  // namespace meshstore::actors::volume
