@@ -3,7 +3,9 @@
 // is read on the caller's thread over a shared-memory ring to the volume.
 // Through the public API: the values and errors are those of the actor
 // path, and Store::fast_path_stats() says which path served each call.
-// Then FastPath itself, against a ring whose volume end the test plays:
+// Channels/FastPathOver.* run over every channel (the ring, tcp and
+// encrypted tcp); FastPath.* are the ring's own or the options'. Then
+// FastPath itself, against a ring whose volume end the test plays:
 // replies that are corrupt are refused.
 #include "meshstore/actors/client/fast_path.hpp"
 
@@ -126,46 +128,6 @@ TEST(FastPath, EverySizeUpToTheLimitIsServedOnTheCallersThread) {
   EXPECT_TRUE(transports::shm::own_segments().empty());
 }
 
-TEST(FastPath, ErrorsAreTheActorPathsAndNothingIsWritten) {
-  auto store = Store::embedded().value();
-  std::vector<float> w(15, 2.5f);
-  ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
-  ASSERT_OK(store.put_object("obj", "bytes").get(kWait));
-  ASSERT_TRUE(has_ring(store));
-  // Served: the right dtype and shape.
-  std::vector<float> out(15, 0.0f);
-  ASSERT_OK(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
-  EXPECT_EQ(out, w);
-  const auto hits = store.fast_path_stats().hits;
-  // Not served, and refused exactly as the actor path refuses.
-  std::vector<double> wrong_dtype(15, -1.0);
-  EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_dtype.data(), {3, 5})).get(kWait),
-               Errc::dtype_mismatch, "'w'");
-  EXPECT_EQ(wrong_dtype, std::vector<double>(15, -1.0));
-  std::vector<float> wrong_shape(15, -1.0f);
-  EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_shape.data(), {5, 3})).get(kWait),
-               Errc::shape_mismatch, "'w'");
-  EXPECT_EQ(wrong_shape, std::vector<float>(15, -1.0f));
-  EXPECT_ERROR(store.get_object("w").get(kWait), Errc::wrong_kind, "holds a tensor");
-  EXPECT_ERROR(store.get("obj").get(kWait), Errc::wrong_kind, "holds an object");
-  EXPECT_ERROR(store.get("missing").get(kWait), Errc::not_found, "no key 'missing'");
-  EXPECT_EQ(store.fast_path_stats().hits, hits);
-  // A strided destination takes the actor path and gets the same bytes.
-  std::vector<float> wide(30, 0.0f);
-  auto strided = TensorView(wide.data(), DType::float32, {3, 5}, {10, 1});
-  ASSERT_OK(store.get_into("w", strided).get(kWait));
-  EXPECT_EQ(wide[10], 2.5f);
-  EXPECT_EQ(wide[5], 0.0f);
-  // Removed by this client: gone from the fast path before remove completes.
-  ASSERT_OK(store.remove("w").get(kWait));
-  EXPECT_ERROR(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait), Errc::not_found,
-               "no key 'w'");
-  // A closed store answers shutdown, as before.
-  store.close();
-  EXPECT_ERROR(store.get_object("obj").get(kWait), Errc::shutdown, "");
-  EXPECT_EQ(store.fast_path_stats().rings, 0u);
-}
-
 TEST(FastPath, TheVolumesSmallOpThreadIsNamedForProfilers) {
   const int before = testing::threads_named("ms.small_ops");
   auto store = Store::embedded().value();
@@ -224,6 +186,78 @@ class FastPathOver : public ::testing::TestWithParam<const char*> {
                                            : actors::limits::kRingReadBytes;
   }
 };
+
+// A call the channel cannot serve is answered as the actors answer it:
+// another dtype or shape, the wrong kind or a missing key is refused and
+// writes nothing into the caller's buffer; a strided destination takes the
+// actors and gets the same bytes.
+TEST_P(FastPathOver, ErrorsAreTheActorPathsAndNothingIsWritten) {
+  auto store = Store::embedded(writer_options()).value();
+  std::vector<float> w(15, 2.5f);
+  ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
+  ASSERT_OK(store.put_object("obj", "bytes").get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  // Served: the right dtype and shape.
+  std::vector<float> out(15, 0.0f);
+  ASSERT_OK(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
+  EXPECT_EQ(out, w);
+  const auto hits = store.fast_path_stats().hits;
+  // Not served, and refused exactly as the actor path refuses.
+  std::vector<double> wrong_dtype(15, -1.0);
+  EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_dtype.data(), {3, 5})).get(kWait),
+               Errc::dtype_mismatch, "'w'");
+  EXPECT_EQ(wrong_dtype, std::vector<double>(15, -1.0));
+  std::vector<float> wrong_shape(15, -1.0f);
+  EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_shape.data(), {5, 3})).get(kWait),
+               Errc::shape_mismatch, "'w'");
+  EXPECT_EQ(wrong_shape, std::vector<float>(15, -1.0f));
+  EXPECT_ERROR(store.get_object("w").get(kWait), Errc::wrong_kind, "holds a tensor");
+  EXPECT_ERROR(store.get("obj").get(kWait), Errc::wrong_kind, "holds an object");
+  EXPECT_ERROR(store.get("missing").get(kWait), Errc::not_found, "no key 'missing'");
+  EXPECT_EQ(store.fast_path_stats().hits, hits);
+  // A strided destination takes the actor path and gets the same bytes.
+  std::vector<float> wide(30, 0.0f);
+  auto strided = TensorView(wide.data(), DType::float32, {3, 5}, {10, 1});
+  ASSERT_OK(store.get_into("w", strided).get(kWait));
+  EXPECT_EQ(wide[10], 2.5f);
+  EXPECT_EQ(wide[5], 0.0f);
+  // Removed by this client: gone from the fast path before remove completes.
+  ASSERT_OK(store.remove("w").get(kWait));
+  EXPECT_ERROR(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait), Errc::not_found,
+               "no key 'w'");
+  // A closed store answers shutdown, as before.
+  store.close();
+  EXPECT_ERROR(store.get_object("obj").get(kWait), Errc::shutdown, "");
+  EXPECT_EQ(store.fast_path_stats().rings, 0u);
+}
+
+// Threads of one process share its channel to a volume, one request at a
+// time; each gets its own value.
+TEST_P(FastPathOver, ConcurrentCallersShareTheChannel) {
+  auto store = Store::embedded(writer_options()).value();
+  constexpr int kThreads = 4;
+  for (int t = 0; t < kThreads; ++t) {
+    auto v = pattern(1000 + t, static_cast<std::uint8_t>(t));
+    ASSERT_OK(store.put("k" + std::to_string(t), bytes_view(v)).get(kWait));
+  }
+  ASSERT_TRUE(has_ring(store));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const auto want = pattern(1000 + t, static_cast<std::uint8_t>(t));
+      std::vector<std::uint8_t> dst(want.size());
+      for (int i = 0; i < 200; ++i) {
+        std::fill(dst.begin(), dst.end(), 0);
+        auto s = store.get_into("k" + std::to_string(t), bytes_view(dst)).get(kWait);
+        if (!s.ok() || dst != want) ++wrong;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(store.fast_path_stats().hits, std::uint64_t{kThreads} * 200);
+}
 
 // A reader in one client, a writer in another: the reader's known location
 // goes stale when the writer overwrites or removes the key; it is located
@@ -336,34 +370,6 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
       },
       10s));
   EXPECT_EQ(dst, std::vector<std::uint8_t>(kBytes, 199));
-}
-
-// Threads of one process share its ring to a volume, one request at a
-// time; each gets its own value.
-TEST(FastPath, ConcurrentCallersShareARing) {
-  auto store = Store::embedded().value();
-  constexpr int kThreads = 4;
-  for (int t = 0; t < kThreads; ++t) {
-    auto v = pattern(1000 + t, static_cast<std::uint8_t>(t));
-    ASSERT_OK(store.put("k" + std::to_string(t), bytes_view(v)).get(kWait));
-  }
-  ASSERT_TRUE(has_ring(store));
-  std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      const auto want = pattern(1000 + t, static_cast<std::uint8_t>(t));
-      std::vector<std::uint8_t> dst(want.size());
-      for (int i = 0; i < 200; ++i) {
-        std::fill(dst.begin(), dst.end(), 0);
-        auto s = store.get_into("k" + std::to_string(t), bytes_view(dst)).get(kWait);
-        if (!s.ok() || dst != want) ++wrong;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(store.fast_path_stats().hits, std::uint64_t{kThreads} * 200);
 }
 
 // FastPath against a ring whose volume end the test plays.
