@@ -79,14 +79,36 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  // On this thread, where the client has a ring to its volume.
+  // On this thread, where the client has a channel to its volume.
+  const caf::actor_addr client = Impl::client_address(impl_.get());
   if (impl_ && impl_->fast) {
-    if (auto done = state_dicts::put_on_caller_thread(*impl_->fast, p->call,
-                                                      impl_->options.request_timeout)) {
+    const auto timeout = impl_->options.request_timeout;
+    bool defer = false;
+    if (auto done = state_dicts::put_on_caller_thread(*impl_->fast, p->call, timeout, &defer)) {
       return done->ok() ? make_ready_future() : make_error_future<void>(*done);
     }
+    if (defer) {
+      // Sent over tcp, more than a staging kept ahead: on the client's
+      // waiting thread, so this one goes on (the actors' put if that one
+      // cannot put it either).
+      auto promise = facade::make_promise<void>(op + " '" + key + "'");
+      actors::FastPath* fast = impl_->fast.get();  // defer's jobs end before it
+      fast->defer([fast, client, p, timeout, promise] {
+        auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout);
+        auto f = done ? (done->ok() ? make_ready_future() : make_error_future<void>(*done))
+                      : state_dicts::put_named(client, p);
+        f.on_complete([promise](const Result<void>& r) {
+          if (r.ok()) {
+            promise->set_value();
+          } else {
+            promise->set_error(r.status());
+          }
+        });
+      });
+      return promise->future().then([st] {});  // host copies live till then
+    }
   }
-  return state_dicts::put_named(Impl::client_address(impl_.get()), std::move(p)).then([st] {});
+  return state_dicts::put_named(client, std::move(p)).then([st] {});
 }
 
 Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,
@@ -127,10 +149,33 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   auto fast = impl_ ? impl_->fast : nullptr;
   // On this thread, where the pointer this client last saw is current.
   if (fast) {
+    const auto timeout = impl_->options.request_timeout;
+    bool defer = false;
     if (auto done = state_dicts::publish_on_caller_thread(*fast, prefix, *prepared, keep, op,
-                                                          impl_->options.request_timeout)) {
+                                                          timeout, &defer)) {
       return done->ok() ? make_ready_future<std::uint64_t>(**done)
                         : make_error_future<std::uint64_t>(done->status());
+    }
+    if (defer) {
+      // As put_state_dict: on the client's waiting thread.
+      auto promise = facade::make_promise<std::uint64_t>(op + " '" + prefix + "'");
+      actors::FastPath* raw = fast.get();  // defer's jobs end before it
+      raw->defer([raw, client, prefix, prepared, keep, op, timeout, promise] {
+        auto done =
+            state_dicts::publish_on_caller_thread(*raw, prefix, *prepared, keep, op, timeout);
+        auto f = done ? (done->ok() ? make_ready_future<std::uint64_t>(**done)
+                                    : make_error_future<std::uint64_t>(done->status()))
+                      : state_dicts::publish_prepared(client, prefix, prepared, keep, op);
+        f.on_complete([promise](const Result<std::uint64_t>& r) {
+          if (r.ok()) {
+            promise->set_value(*r);
+          } else {
+            promise->set_error(r.status());
+          }
+        });
+      });
+      return promise->future().then(
+          [st](std::uint64_t version) { return version; });  // host copies live till then
     }
   }
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").

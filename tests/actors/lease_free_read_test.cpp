@@ -867,6 +867,60 @@ TEST_P(StateDictPutOver, APublishGoesOverTheChannelFromThePointerItLastSaw) {
   EXPECT_EQ(dst.buf, src.buf);
 }
 
+// A state dict larger than a staging kept ahead (16 MiB), and not worth a
+// stream (one large tensor: readers could overlap nothing), takes the same
+// route: over a ring copied on the caller's thread, over tcp sent from the
+// client's waiting thread (the caller goes on meanwhile). Puts and
+// publishes read back whole, in another client too.
+TEST_P(StateDictPutOver, AStateDictLargerThanAKeptStagingTakesTheChannelToo) {
+  auto [writer, reader] = writer_and_reader(options());
+  ASSERT_TRUE(ring_open(writer, writer));
+  constexpr int kTensors = 1;
+  constexpr std::size_t kBytesEach = std::size_t{20} << 20;
+  Dict src(kTensors, kBytesEach, 0), dst(kTensors, kBytesEach, 0);
+  for (std::uint8_t v = 1; v < 4; ++v) {
+    SCOPED_TRACE(int(v));
+    for (std::size_t i = 0; i < src.buf.size(); i += 4096) src.buf[i] = v;
+    const auto before = state_dict_puts(writer);
+    ASSERT_OK(writer.put_state_dict("big", src.sd).get(kWait));
+    EXPECT_EQ(state_dict_puts(writer), before + 1) << "not over the channel";
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    ASSERT_OK(reader.get_state_dict_into("big", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+    auto n = writer.publish_state_dict("w", src.sd, 1).get(kWait);
+    ASSERT_OK(n);
+    EXPECT_EQ(*n, v);
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    auto latest = reader.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    ASSERT_OK(latest);
+    EXPECT_EQ(*latest, v);
+    EXPECT_EQ(dst.buf, src.buf);
+  }
+  // The publishes after the first (the actors': no pointer yet) went over
+  // the channel too.
+  EXPECT_GE(state_dict_puts(writer), 3u + 2u);
+}
+
+// A store closed while such a put is in flight (over tcp, on the waiting
+// thread) ends it before close returns: the put's future is complete, the
+// put whole or not there at all, and nothing hangs.
+TEST_P(StateDictPutOver, ClosingTheStoreEndsALargePutInFlight) {
+  auto [server, client] = writer_and_reader(options());
+  ASSERT_TRUE(ring_open(server, client));
+  std::vector<std::uint8_t> first(16, 1);
+  ASSERT_OK(client.put("first", bytes_view(first)).get(kWait));  // picks its volume
+  Dict src(1, std::size_t{20} << 20, 7), dst(1, std::size_t{20} << 20, 0);
+  auto put = client.put_state_dict("big", src.sd);
+  client.close();
+  ASSERT_TRUE(put.ready()) << "close returned with the put still running";
+  if (put.get(kWait).ok()) {
+    ASSERT_OK(server.get_state_dict_into("big", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+  } else {
+    EXPECT_ERROR(server.get_state_dict_into("big", dst.sd).get(kWait), Errc::not_found, "big");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Channels, StateDictPutOver,
                          ::testing::Values("ring", "tcp", "tcp_encrypted"),
                          [](const auto& info) { return std::string(info.param); });

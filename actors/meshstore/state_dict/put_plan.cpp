@@ -342,7 +342,7 @@ bool takes_caller_thread(const actors::PutCall& call) {
 }
 
 std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
-    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout) {
+    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout, bool* defer) {
   using Staging = actors::FastPath::Staging;
   if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
   std::uint64_t total = 0;
@@ -359,20 +359,22 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
   }
   // Small ones go inline through the actors: one round trip.
   if (total <= actors::limits::kInlineBytes) return std::nullopt;
+  const std::string home = fast.home();
+  auto writer = fast.writer_of(home);
+  // Sent rather than copied (tcp): the caller's thread waits for the
+  // network only as long as a put it keeps staged ahead could take; a
+  // larger put is sent from the client's waiting thread (FastPath::defer).
+  if (writer && !writer->capabilities().maps_memory && total > actors::limits::kStagedAheadBytes &&
+      defer) {
+    *defer = true;
+    return std::nullopt;
+  }
   // A layout put again (a trainer's every step) is worth staging ahead,
   // within bounds: its next put then writes at once and commits in one
   // round trip. Noted before the ring is known: a client's first put takes
   // the actors, which pick its volume.
   const bool keep = fast.note_layout(c.slot, sizes) && total <= actors::limits::kStagedAheadBytes;
-  const std::string home = fast.home();
-  auto writer = fast.writer_of(home);
   if (home.empty() || !writer) return std::nullopt;
-  // Sent rather than copied (tcp): the caller's thread waits for the
-  // network, so only as long as a put it keeps staged ahead could take;
-  // a larger put takes the actors, whose transfers leave it free.
-  if (!writer->capabilities().maps_memory && total > actors::limits::kStagedAheadBytes) {
-    return std::nullopt;
-  }
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -450,7 +452,7 @@ std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
 }
 
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
-                                           std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout, bool* defer) {
   if (call.replace_under.size() != 1 || !takes_caller_thread(call)) return std::nullopt;
   const std::string& under = call.replace_under.front();
   RingCommit c;
@@ -468,7 +470,7 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   for (auto& item : c.items) {
     if (item.key == under) item.expect_version = seen;
   }
-  auto done = commit_on_caller_thread(fast, c, timeout);
+  auto done = commit_on_caller_thread(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   return done->ok() ? Status() : done->status();
 }

@@ -99,15 +99,21 @@ bool takes_caller_thread(const actors::PutCall& call);
 // ring, a GPU or strided or sharded source, a small put, a full volume, a
 // precondition that no longer holds). Else the outcome: the versions, one
 // per item (the location cache has the records), or the ring's error with
-// the commit on its way.
+// the commit on its way. With `defer`, a put whose bytes are sent (tcp)
+// and more than limits::kStagedAheadBytes is left alone: nullopt with
+// `*defer` set, for the caller to run it again, without `defer`, on the
+// client's waiting thread (FastPath::defer), which may wait that long.
 std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
-    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout);
+    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout,
+    bool* defer = nullptr);
 
 // put_state_dict's prepared put on the caller's thread, through
-// commit_on_caller_thread: its manifest only over the version this client
-// last saw. nullopt as there, and for a put announced as a stream.
+// commit_on_caller_thread (`defer` as there): its manifest only over the
+// version this client last saw. nullopt as there, and for a put announced
+// as a stream.
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout,
+                                           bool* defer = nullptr);
 
 // put_prepared that commits only while the manifest at `key` has commit
 // version `manifest_version` (0: absent), Errc::conflict otherwise.

@@ -235,11 +235,9 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
   });
 }
 
-std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& fast,
-                                                              const std::string& prefix,
-                                                              const PreparedPut& prepared, int keep,
-                                                              const std::string& op,
-                                                              std::chrono::milliseconds timeout) {
+std::optional<Result<std::uint64_t>> publish_on_caller_thread(
+    actors::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
+    const std::string& op, std::chrono::milliseconds timeout, bool* defer) {
   if (!takes_caller_thread(prepared.call)) return std::nullopt;
   // The pointer as this client last saw it, if nobody moved it since (its
   // object is still the current one): else the actors read it afresh. Over
@@ -266,7 +264,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& 
   }
   c.slot = std::string(1, '\0') + prefix;  // no key holds a NUL
   c.what = op + " '" + prefix + "'";
-  auto done = commit_on_caller_thread(fast, c, timeout);
+  auto done = commit_on_caller_thread(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   if (!done->ok()) return Result<std::uint64_t>(done->status());
   return Result<std::uint64_t>(next);

@@ -75,11 +75,10 @@ struct PreparedPut;
 // was committed, publish_prepared publishes it (another writer moved the
 // pointer, no ring, a put announced as a stream, ...). Else N, or the
 // ring's error with the commit on its way.
-std::optional<Result<std::uint64_t>> publish_on_caller_thread(actors::FastPath& fast,
-                                                              const std::string& prefix,
-                                                              const PreparedPut& prepared, int keep,
-                                                              const std::string& op,
-                                                              std::chrono::milliseconds timeout);
+// `defer` as commit_on_caller_thread's.
+std::optional<Result<std::uint64_t>> publish_on_caller_thread(
+    actors::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
+    const std::string& op, std::chrono::milliseconds timeout, bool* defer = nullptr);
 
 // Publishes a prepared put as the next version under `prefix` (fenced, as
 // docs/state_dicts.md "Two writers on one prefix" says): reads the pointer,

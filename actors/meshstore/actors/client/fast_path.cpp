@@ -10,6 +10,7 @@
 
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/limits.hpp"
+#include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -151,7 +152,50 @@ bool FastPath::can_put() const {
   return !home_.empty() && rings_.count(home_) != 0;
 }
 
+FastPath::~FastPath() { stop_waiting(); }
+
+void FastPath::defer(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    if (!jobs_stopped_) {
+      jobs_.push_back(std::move(job));
+      if (!waiter_.joinable()) {
+        waiter_ = std::thread([this] {
+          internal::name_this_thread("ms.fast_wait");
+          std::unique_lock<std::mutex> lock(jobs_mu_);
+          for (;;) {
+            jobs_cv_.wait(lock, [this] { return jobs_stopped_ || !jobs_.empty(); });
+            if (jobs_.empty()) return;  // stopped, and every job ran
+            auto next = std::move(jobs_.front());
+            jobs_.pop_front();
+            lock.unlock();
+            next();
+            next = nullptr;  // what it held goes before the next wait
+            lock.lock();
+          }
+        });
+      }
+      jobs_cv_.notify_one();
+      return;
+    }
+  }
+  job();  // closed: on this thread
+}
+
+void FastPath::stop_waiting() {
+  std::thread waiter;
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_stopped_ = true;
+    waiter.swap(waiter_);
+  }
+  jobs_cv_.notify_one();
+  if (waiter.joinable()) waiter.join();
+}
+
 void FastPath::close(std::chrono::milliseconds timeout) {
+  // Deferred puts end first (they may keep stagings, given back below).
+  stop_waiting();
   std::unordered_map<std::string, Kept> kept;
   {
     std::lock_guard<std::mutex> lock(mu_);

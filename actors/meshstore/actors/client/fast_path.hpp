@@ -27,13 +27,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -63,6 +66,10 @@ class FastPath {
   /// Reads and puts through `cache`, the client actor's own.
   explicit FastPath(std::shared_ptr<LocationCache> cache = std::make_shared<LocationCache>())
       : cache_(std::move(cache)) {}
+  /// Lets the jobs handed to defer() run, then joins their thread.
+  ~FastPath();
+  FastPath(const FastPath&) = delete;
+  FastPath& operator=(const FastPath&) = delete;
   /// The location cache it reads through.
   LocationCache& cache() const { return *cache_; }
   const std::shared_ptr<LocationCache>& shared_cache() const { return cache_; }
@@ -131,6 +138,13 @@ class FastPath {
   /// Whether write() has a channel to try now (this client's volume has
   /// one): a caller that must first copy a put's bytes to the host asks.
   bool can_put() const;
+  /// Runs `job` on this client's waiting thread (made at the first call),
+  /// one job at a time, in order: a state dict put or publish whose bytes
+  /// go over the network (tcp), so that its caller's thread need not wait
+  /// for them. A job must not outlive this object's references it holds
+  /// (it runs before close() or the destructor returns). After close() the
+  /// job runs on the calling thread.
+  void defer(std::function<void()> job);
   /// Gives the stagings kept back to their volumes, one request per volume
   /// (so a volume that does not answer holds the close up for `timeout`
   /// once, not once per staging), then closes every ring; later reads
@@ -287,6 +301,13 @@ class FastPath {
     std::vector<std::uint64_t> sizes;
     std::uint64_t used = 0;
   };
+  // The waiting thread (defer) and its queue.
+  void stop_waiting();
+  std::mutex jobs_mu_;  // guards what follows
+  std::condition_variable jobs_cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool jobs_stopped_ = false;
+  std::thread waiter_;
   std::unordered_map<std::string, Kept> kept_;    // under mu_
   std::unordered_map<std::string, Noted> noted_;  // under mu_
   std::uint64_t clock_ = 0;                       // under mu_

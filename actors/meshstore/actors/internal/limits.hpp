@@ -50,7 +50,8 @@ inline constexpr std::uint64_t kLeaseFreeReadBytes = std::uint64_t{64} << 20;
 /// What a client keeps staged ahead for its next state dict puts: bytes a
 /// state dict, and state dicts (a trainer's few, put every step). The
 /// bytes also bound a state dict put sent over tcp from the caller's thread
-/// (which waits for the network meanwhile): a larger one takes the actors.
+/// (which waits for the network meanwhile): a larger one is sent from the
+/// client's waiting thread (FastPath::defer).
 inline constexpr std::uint64_t kStagedAheadBytes = std::uint64_t{16} << 20;
 inline constexpr std::size_t kStagedAheadCount = 4;
 
