@@ -57,6 +57,17 @@ Result<std::shared_ptr<state_dicts::PreparedPut>> prepare_with_kept_layout(
   return prepared;
 }
 
+// Runs `call` (which answers a Future<T>) on `fast`'s waiting thread
+// (FastPath::defer); the future answered here completes as that one does.
+template <class T, class F>
+Future<T> on_waiting_thread(actors::FastPath& fast, const std::string& what, F call) {
+  auto promise = facade::make_promise<T>(what);
+  fast.defer([call = std::move(call), promise]() mutable {
+    call().on_complete([promise](const Result<T>& r) { promise->set(r); });
+  });
+  return promise->future();
+}
+
 // The version `prefix` names as this thread reads it with no request
 // (FastPath::pointer_here), else 0: the pointer is located.
 std::uint64_t pointer_value(actors::FastPath* fast, const std::string& prefix) {
@@ -91,21 +102,15 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
       // Sent over tcp, more than a staging kept ahead: on the client's
       // waiting thread, so this one goes on (the actors' put if that one
       // cannot put it either).
-      auto promise = facade::make_promise<void>(op + " '" + key + "'");
       actors::FastPath* fast = impl_->fast.get();  // defer's jobs end before it
-      fast->defer([fast, client, p, timeout, promise] {
-        auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout);
-        auto f = done ? (done->ok() ? make_ready_future() : make_error_future<void>(*done))
-                      : state_dicts::put_named(client, p);
-        f.on_complete([promise](const Result<void>& r) {
-          if (r.ok()) {
-            promise->set_value();
-          } else {
-            promise->set_error(r.status());
-          }
-        });
-      });
-      return promise->future().then([st] {});  // host copies live till then
+      return on_waiting_thread<void>(
+                 *fast, op + " '" + key + "'",
+                 [fast, client, p, timeout] {
+                   auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout);
+                   if (!done) return state_dicts::put_named(client, p);
+                   return done->ok() ? make_ready_future() : make_error_future<void>(*done);
+                 })
+          .then([st] {});  // host copies live till then
     }
   }
   return state_dicts::put_named(client, std::move(p)).then([st] {});
@@ -158,24 +163,18 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
     }
     if (defer) {
       // As put_state_dict: on the client's waiting thread.
-      auto promise = facade::make_promise<std::uint64_t>(op + " '" + prefix + "'");
       actors::FastPath* raw = fast.get();  // defer's jobs end before it
-      raw->defer([raw, client, prefix, prepared, keep, op, timeout, promise] {
-        auto done =
-            state_dicts::publish_on_caller_thread(*raw, prefix, *prepared, keep, op, timeout);
-        auto f = done ? (done->ok() ? make_ready_future<std::uint64_t>(**done)
-                                    : make_error_future<std::uint64_t>(done->status()))
-                      : state_dicts::publish_prepared(client, prefix, prepared, keep, op);
-        f.on_complete([promise](const Result<std::uint64_t>& r) {
-          if (r.ok()) {
-            promise->set_value(*r);
-          } else {
-            promise->set_error(r.status());
-          }
-        });
-      });
-      return promise->future().then(
-          [st](std::uint64_t version) { return version; });  // host copies live till then
+      return on_waiting_thread<std::uint64_t>(
+                 *raw, op + " '" + prefix + "'",
+                 [raw, client, prefix, prepared, keep, op, timeout] {
+                   auto done = state_dicts::publish_on_caller_thread(*raw, prefix, *prepared, keep,
+                                                                     op, timeout);
+                   if (!done)
+                     return state_dicts::publish_prepared(client, prefix, prepared, keep, op);
+                   return done->ok() ? make_ready_future<std::uint64_t>(**done)
+                                     : make_error_future<std::uint64_t>(done->status());
+                 })
+          .then([st](std::uint64_t version) { return version; });  // host copies live till then
     }
   }
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").
