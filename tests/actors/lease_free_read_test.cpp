@@ -581,6 +581,15 @@ bool put_over_the_channel(Store& store, const std::string& key, Dict& d, std::ui
   return state_dict_puts(store) == before + 1;
 }
 
+// Publishes `d` under `prefix` (keep 2, three buckets) with every byte
+// `v`: the version it got, 0 after a failure (reported).
+std::uint64_t publish_filled(Store& store, const std::string& prefix, Dict& d, std::uint8_t v) {
+  std::fill(d.buf.begin(), d.buf.end(), v);
+  auto n = store.publish_state_dict(prefix, d.sd, 2, three_buckets()).get(kWait);
+  EXPECT_OK(n);
+  return n.ok() ? *n : 0;
+}
+
 // The objects of one version of a Dict put with three_buckets(): its
 // manifest and three buckets.
 constexpr std::uint64_t kObjects = 4;
@@ -705,12 +714,7 @@ TEST_F(RingPut, APublishGoesOverTheRingWhileThePointerThisClientSawIsCurrent) {
   auto [writer, other] = writer_and_reader();
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  auto publish = [&](Store& s, std::uint8_t v) {
-    std::fill(src.buf.begin(), src.buf.end(), v);
-    auto n = s.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait);
-    EXPECT_OK(n);
-    return n.ok() ? *n : 0;
-  };
+  auto publish = [&](Store& s, std::uint8_t v) { return publish_filled(s, "w", src, v); };
   ASSERT_EQ(publish(writer, 1), 1u);  // the pointer read at the controller
   for (std::uint8_t v = 2; v < 6; ++v) {
     SCOPED_TRACE(int(v));
@@ -837,12 +841,7 @@ TEST_P(StateDictPutOver, APublishGoesOverTheChannelFromThePointerItLastSaw) {
   auto [writer, other] = writer_and_reader(options());
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  auto publish = [&](Store& s, std::uint8_t v) {
-    std::fill(src.buf.begin(), src.buf.end(), v);
-    auto n = s.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait);
-    EXPECT_OK(n);
-    return n.ok() ? *n : 0;
-  };
+  auto publish = [&](Store& s, std::uint8_t v) { return publish_filled(s, "w", src, v); };
   ASSERT_EQ(publish(writer, 1), 1u);  // the first version: the actors
   for (std::uint8_t v = 2; v < 5; ++v) {
     SCOPED_TRACE(int(v));
