@@ -19,10 +19,9 @@ using namespace meshstore;
 namespace {
 
 // A fast put of a 2 x 2 float32 tensor.
-std::string fast_put_request(bool in_side_buffer = false) {
+std::string fast_put_request() {
   const float v[4] = {1, 2, 3, 4};
   actors::fast_get::PutRequest r;
-  r.in_side_buffer = in_side_buffer;
   r.key = "model.w";
   r.kind = 0;
   r.dtype = static_cast<std::uint8_t>(DType::float32);
@@ -149,7 +148,6 @@ int main(int argc, char** argv) {
       write(dir, 10, "fast_get_reply",
             as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4))) &&
       write(dir, 10, "fast_put_request", fast_put_request()) &&
-      write(dir, 10, "fast_put_side_request", fast_put_request(true)) &&
       write(dir, 10, "fast_put_reply",
             as_string(actors::fast_get::encode_put_done(
                 actors::fast_get::PutDone{12, 34, "meshstore.1-2.3;64"}))) &&

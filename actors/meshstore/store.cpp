@@ -9,12 +9,14 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/client/channel_put.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
@@ -125,15 +127,50 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
   return true;
 }
 
-// A small put over the ring to this client's volume (fast_path.hpp): a
-// whole tensor or object in contiguous host memory. On a hit the key is
-// committed and this process's reads see it on both paths: it is in the
-// client's one location cache. Else the caller takes the actor path.
-bool fast_put(actors::FastPath* fast, const actors::FastPath::Put& p,
-              std::chrono::milliseconds timeout) {
-  if (fast == nullptr) return false;
-  Status why;
-  return fast->write(p, timeout, &why) == FastOutcome::hit;
+// A whole tensor or object (`item`, in host memory) put over the client's
+// channel to its volume, on the caller's thread (docs/architecture.md,
+// "Puts on the caller's thread"): in one request when it fits one (the
+// volume stages it, the controller commits it), else written into an
+// object the volume stages for it and committed with a second request
+// (actors::put_over_channel; sent over tcp and more than
+// limits::kStagedAheadBytes: from the client's waiting thread). Done, the
+// key is in the client's one location cache, so this process's reads see
+// it. nullopt: the actors put it (no channel yet, a full volume, a strided
+// source, ...); on the waiting thread `actors_put` does.
+std::optional<Future<void>> put_on_channel(actors::FastPath* fast, actors::PutItem item,
+                                           std::chrono::milliseconds timeout,
+                                           std::function<Future<void>()> actors_put) {
+  const TensorView& v = item.view;
+  if (fast == nullptr || v.device().type != DeviceType::cpu || !v.is_contiguous()) {
+    return std::nullopt;
+  }
+  if (v.nbytes() <= actors::limits::kRingReadBytes) {
+    Status why;
+    const actors::FastPath::Put p{item.key,           item.kind,
+                                  v.dtype(),          v.shape(),
+                                  item.object_format, static_cast<const std::byte*>(v.data()),
+                                  v.nbytes()};
+    if (fast->write(p, timeout, &why) == FastOutcome::hit) return make_ready_future();
+    return std::nullopt;
+  }
+  actors::ChannelPut c;
+  c.what = "put '" + item.key + "'";
+  c.slot = std::string(2, '\0') + item.key;  // apart from state dicts' and versions' slots
+  c.whole_key = true;
+  // Only over the version this client saw last, when it saw one, as write().
+  item.expect_version = fast->cache().version(item.key);
+  c.items.push_back(std::move(item));
+  c.groups.emplace_back();
+  auto outcome = [](const Result<std::vector<std::uint64_t>>& r) {
+    return r.ok() ? make_ready_future() : make_error_future<void>(r.status());
+  };
+  bool defer = false;
+  if (auto done = actors::put_over_channel(*fast, c, timeout, &defer)) return outcome(*done);
+  if (!defer) return std::nullopt;
+  return facade::on_waiting_thread<void>(*fast, c.what, [fast, c, timeout, actors_put, outcome] {
+    auto done = actors::put_over_channel(*fast, c, timeout);
+    return done ? outcome(*done) : actors_put();
+  });
 }
 
 }  // namespace
@@ -149,49 +186,39 @@ std::string Store::address() const { return impl_ ? impl_->address : std::string
 // -- tensors -------------------------------------------------------------
 
 Future<void> Store::put(std::string key, const TensorView& tensor) {
-  std::vector<std::pair<std::string, TensorView>> items;
-  items.emplace_back(std::move(key), tensor);
-  auto call_items = std::move(items);
-  if (auto s = check_key("put", call_items.front().first); !s.ok())
-    return make_error_future<void>(s);
-  if (auto s = check_view("put", call_items.front().first, tensor); !s.ok())
-    return make_error_future<void>(s);
+  if (auto s = check_key("put", key); !s.ok()) return make_error_future<void>(s);
+  if (auto s = check_view("put", key, tensor); !s.ok()) return make_error_future<void>(s);
   auto st = staging("put");
-  auto host = st->source(tensor, call_items.front().first);
+  auto host = st->source(tensor, key);
   if (!host.ok()) return make_error_future<void>(host.status());
-  auto put_fast = [&](const TensorView& h) {
-    return fast_put(impl_->fast.get(),
-                    actors::FastPath::Put{call_items.front().first, wire::ObjectKind::tensor,
-                                          h.dtype(), h.shape(), ObjectFormat::bytes,
-                                          static_cast<const std::byte*>(h.data()), h.nbytes()},
-                    impl_->options.request_timeout);
+  auto via_actors = [impl = impl_.get(), key, view = *host, st] {
+    actors::PutCall call;
+    call.op = "put";
+    call.items.push_back(actors::PutItem{key, view, wire::ObjectKind::tensor, nullptr});
+    call.guard = std::make_shared<internal::CallGuard>();
+    auto fut = Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call),
+                                      "put '" + key + "'");
+    return fut.then([st](const std::vector<std::uint64_t>&) {});
   };
-  if (impl_ && host->device().type == DeviceType::cpu && host->is_contiguous() &&
-      host->nbytes() <= actors::limits::kSideBufferBytes && put_fast(*host)) {
-    return make_ready_future();
-  }
+  if (!impl_) return via_actors();
+  const auto timeout = impl_->options.request_timeout;
+  // The bytes live as long as the put: the caller's, or staged in `st`.
+  actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
+  if (auto done = put_on_channel(impl_->fast.get(), item, timeout, via_actors)) return *done;
   // A small contiguous tensor in GPU memory (actors::limits::kDevicePutOverRingBytes):
-  // one device-to-host copy into page-locked memory, then the ring, where
+  // one device-to-host copy into page-locked memory, then the channel, where
   // the actors' put costs a fixed 0.2-0.3 ms (docs/gpu.md).
-  if (impl_ && impl_->fast && internal::cuda::on_device(*host) && host->is_contiguous() &&
+  if (impl_->fast && internal::cuda::on_device(*host) && host->is_contiguous() &&
       host->nbytes() <= actors::limits::kDevicePutOverRingBytes && impl_->fast->can_put()) {
     auto buf = internal::cuda::pinned(std::max<std::size_t>(host->nbytes(), 1));
-    if (buf &&
-        (host->nbytes() == 0 ||
-         internal::cuda::copy_bytes(buf.get(), host->data(), host->nbytes()).ok()) &&
-        put_fast(TensorView(buf.get(), host->dtype(), host->shape()))) {
-      return make_ready_future();
+    if (buf && (host->nbytes() == 0 ||
+                internal::cuda::copy_bytes(buf.get(), host->data(), host->nbytes()).ok())) {
+      item.view = TensorView(buf.get(), host->dtype(), host->shape());
+      // At most kDevicePutOverRingBytes: never deferred, done before `buf` goes.
+      if (auto done = put_on_channel(impl_->fast.get(), item, timeout, via_actors)) return *done;
     }
   }
-  actors::PutCall call;
-  call.op = "put";
-  call.items.push_back(
-      actors::PutItem{call_items.front().first, *host, wire::ObjectKind::tensor, nullptr});
-  call.guard = std::make_shared<internal::CallGuard>();
-  const std::string what = "put '" + call_items.front().first + "'";
-  auto fut =
-      Impl::call_cancellable(impl_.get(), actors::store_put_atom::value, std::move(call), what);
-  return fut.then([st](const std::vector<std::uint64_t>&) {});
+  return via_actors();
 }
 
 Future<void> Store::put(std::string key, const TensorView& shard, const Shape& global_shape,
@@ -410,28 +437,29 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
 
 Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat format) {
   if (auto s = check_key("put_object", key); !s.ok()) return make_error_future<void>(s);
-  actors::PutCall call;
-  call.op = "put_object";
   if (static_cast<std::uint8_t>(format) > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
     return make_error_future<void>(
         Status(Errc::invalid_argument, "put_object '" + key + "': unknown object format " +
                                            std::to_string(static_cast<int>(format)) +
                                            " (bytes, utf8 or pickle)"));
   }
-  if (impl_ && bytes.size() <= actors::limits::kSideBufferBytes &&
-      fast_put(
-          impl_->fast.get(),
-          actors::FastPath::Put{key, wire::ObjectKind::object, DType::uint8,
-                                Shape{static_cast<std::int64_t>(bytes.size())}, format,
-                                reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()},
-          impl_->options.request_timeout)) {
-    return make_ready_future();
+  auto item = bytes_item(key, std::move(bytes), wire::ObjectKind::object);
+  item.object_format = format;
+  auto via_actors = [impl = impl_.get(), item] {
+    actors::PutCall call;
+    call.op = "put_object";
+    call.items.push_back(item);
+    auto fut = Impl::call(impl, actors::store_put_atom::value, std::move(call),
+                          "put_object '" + item.key + "'");
+    return fut.then([](const std::vector<std::uint64_t>&) {});
+  };
+  if (impl_) {
+    if (auto done =
+            put_on_channel(impl_->fast.get(), item, impl_->options.request_timeout, via_actors)) {
+      return *done;
+    }
   }
-  call.items.push_back(bytes_item(key, std::move(bytes), wire::ObjectKind::object));
-  call.items.back().object_format = format;
-  const std::string what = "put_object '" + key + "'";
-  auto fut = Impl::call(impl_.get(), actors::store_put_atom::value, std::move(call), what);
-  return fut.then([](const std::vector<std::uint64_t>&) {});
+  return via_actors();
 }
 
 namespace {

@@ -24,6 +24,7 @@ namespace {
 using facade::check_key;
 using facade::closed_future;
 using facade::get_target;
+using facade::on_waiting_thread;
 using facade::put_source;
 using facade::staging;
 using state_dicts::Boxes;
@@ -55,17 +56,6 @@ Result<std::shared_ptr<state_dicts::PreparedPut>> prepare_with_kept_layout(
   auto prepared = prepare_put(sd, op, options, layouts ? layouts->find(slot) : nullptr, &laid_out);
   if (prepared.ok() && layouts && laid_out) layouts->put(slot, std::move(laid_out));
   return prepared;
-}
-
-// Runs `call` (which answers a Future<T>) on `fast`'s waiting thread
-// (FastPath::defer); the future answered here completes as that one does.
-template <class T, class F>
-Future<T> on_waiting_thread(actors::FastPath& fast, const std::string& what, F call) {
-  auto promise = facade::make_promise<T>(what);
-  fast.defer([call = std::move(call), promise]() mutable {
-    call().on_complete([promise](const Result<T>& r) { promise->set(r); });
-  });
-  return promise->future();
 }
 
 // The version `prefix` names as this thread reads it with no request

@@ -6,8 +6,8 @@
 // committed under that name, an error for a malformed request; puts and
 // commits are checked as input from another process. Channels/VolumeEnd.*
 // run over every channel (ring, tcp); FastGetTest.* are the ring's own: its
-// side buffer, its segment truncated, one thread serving many rings, and
-// the ring closed when the volume goes.
+// segment truncated, one thread serving many rings, and the ring closed
+// when the volume goes.
 #include "meshstore/actors/internal/fast_get.hpp"
 
 #include <gtest/gtest.h>
@@ -176,17 +176,6 @@ class FastGetTest : public ::testing::Test {
     auto done = exchange_commit(bytes, records, 0, refused);
     return done.ok() ? Status() : done.status();
   }
-  // A put of `nbytes` whose bytes are said to be in the ring's side buffer.
-  Status side_put(std::uint64_t nbytes) {
-    fast_get::PutRequest r;
-    r.key = "side";
-    r.dtype = static_cast<std::uint8_t>(DType::uint8);
-    r.shape = {static_cast<std::int64_t>(nbytes)};
-    r.nbytes = nbytes;
-    r.in_side_buffer = true;
-    return send_put(r);
-  }
-
   static constexpr std::uint64_t kToken = 0x5eed5eed5eed5eedULL;
   std::unique_ptr<internal::ActorRuntime> runtime_;
   storage_volume_actor volume_;
@@ -291,19 +280,6 @@ TEST_P(VolumeEnd, HostilePutsAreRefusedAndStoreNothing) {
                "bytes for shape");
   EXPECT_ERROR(put("dtype", 200, {4}, 16), Errc::protocol_error, "unknown kind, dtype");
   EXPECT_ERROR(put("fine", f32, {4}, 16), Errc::protocol_error, "no controller");
-  if (over_tcp_) {
-    // A tcp session has no side buffer.
-    EXPECT_ERROR(side_put(4096), Errc::protocol_error, "over a channel without one");
-  } else {
-    // Bytes said to be in the ring's side buffer: none made yet, then one
-    // smaller than the put; and a put too large for any side buffer.
-    EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no side buffer");
-    auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()), 4096);
-    ASSERT_OK(side);
-    EXPECT_ERROR(side_put(8192), Errc::protocol_error, "holds 4096 bytes, not 8192");
-    EXPECT_ERROR(side_put(fast_get::kMaxSideBytes + 1), Errc::protocol_error, "an object of");
-    EXPECT_ERROR(side_put(4096), Errc::protocol_error, "no controller");  // read, then refused
-  }
   auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->objects, 1u);  // "k" alone: nothing staged or kept
@@ -485,31 +461,6 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   EXPECT_TRUE(refused);
 }
 
-// A client that truncates its side buffer after the volume mapped it: the
-// volume's copy of the next put's bytes faults (SIGBUS) in a page that no
-// longer exists. The volume survives it, refuses that put, and serves on.
-TEST_F(FastGetTest, ASideBufferTruncatedUnderTheVolumeRefusesThePutNotKillsTheVolume) {
-  const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
-  ASSERT_OK(attach());
-  auto side = transports::shm::Segment::create(fast_get::side_buffer_name(ring_->name()),
-                                               fast_get::kMaxSideBytes);
-  ASSERT_OK(side);
-  // Mapped and read (then refused: no controller here).
-  EXPECT_ERROR(side_put(256 << 10), Errc::protocol_error, "no controller");
-  const auto survived = transports::shm::PeerMemory::faults_survived();
-  testing::resize_segment((*side)->name(), 0);
-  EXPECT_ERROR(side_put(256 << 10), Errc::protocol_error, "was truncated while its put was read");
-  EXPECT_GT(transports::shm::PeerMemory::faults_survived(), survived);
-  // The mapping was dropped: the next put maps the buffer anew, as it is.
-  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "is empty (0 bytes)");
-  testing::resize_segment((*side)->name(), 1024);
-  EXPECT_ERROR(side_put(4096), Errc::protocol_error, "holds 1024 bytes, not 4096");
-  auto good = get(id, "k");
-  ASSERT_OK(good);
-  EXPECT_EQ(text(good->bytes), "value");
-}
-
 // A client that truncates its ring under the volume: the volume's ring
 // thread faults on the next access, ends that ring's service (a corrupt
 // ring), and the volume serves other rings as before.
@@ -563,41 +514,40 @@ TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
   EXPECT_EQ(fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
 }
 
-// A put request's codec: every field back, the expected version too (in
-// a slot and in the side buffer), and a request that lies about its flags
-// or is cut short is refused.
+// A put request's codec: every field back, the expected version too, and a
+// request that lies about its flags or size, or is cut short, is refused.
 TEST_F(FastGetTest, ThePutCodecRoundTripsTheExpectedVersion) {
   const std::uint8_t data[5] = {1, 2, 3, 4, 5};
-  for (bool side : {false, true}) {
-    for (std::optional<std::uint64_t> expect :
-         {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0},
-          std::optional<std::uint64_t>{77}}) {
-      fast_get::PutRequest r;
-      r.key = "w";
-      r.dtype = static_cast<std::uint8_t>(DType::uint8);
-      r.shape = {5};
-      r.data = reinterpret_cast<const std::byte*>(data);
-      r.nbytes = 5;
-      r.in_side_buffer = side;
-      r.expect_version = expect;
-      std::vector<std::byte> bytes;
-      fast_get::encode_into(r, bytes);
-      EXPECT_EQ(bytes.size(), fast_get::encoded_size(r));
-      auto back = fast_get::decode_put(bytes);
-      ASSERT_OK(back);
-      EXPECT_EQ(back->key, "w");
-      EXPECT_EQ(back->shape, r.shape);
-      EXPECT_EQ(back->in_side_buffer, side);
-      EXPECT_EQ(back->expect_version, expect);
-      if (!side) EXPECT_EQ(std::memcmp(back->data, data, 5), 0);
-      auto cut = bytes;
-      cut.pop_back();
-      EXPECT_EQ(fast_get::decode_put(cut).status().code(), Errc::protocol_error);
-      auto unknown = bytes;
-      const std::uint32_t flags = 4;
-      std::memcpy(unknown.data() + 12, &flags, 4);
-      EXPECT_ERROR(fast_get::decode_put(unknown), Errc::protocol_error, "unknown put flags");
-    }
+  for (std::optional<std::uint64_t> expect :
+       {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0},
+        std::optional<std::uint64_t>{77}}) {
+    fast_get::PutRequest r;
+    r.key = "w";
+    r.dtype = static_cast<std::uint8_t>(DType::uint8);
+    r.shape = {5};
+    r.data = reinterpret_cast<const std::byte*>(data);
+    r.nbytes = 5;
+    r.expect_version = expect;
+    std::vector<std::byte> bytes;
+    fast_get::encode_into(r, bytes);
+    EXPECT_EQ(bytes.size(), fast_get::encoded_size(r));
+    auto back = fast_get::decode_put(bytes);
+    ASSERT_OK(back);
+    EXPECT_EQ(back->key, "w");
+    EXPECT_EQ(back->shape, r.shape);
+    EXPECT_EQ(back->expect_version, expect);
+    EXPECT_EQ(std::memcmp(back->data, data, 5), 0);
+    auto cut = bytes;
+    cut.pop_back();
+    EXPECT_EQ(fast_get::decode_put(cut).status().code(), Errc::protocol_error);
+    auto unknown = bytes;
+    const std::uint32_t flags = 2;  // no such flag
+    std::memcpy(unknown.data() + 12, &flags, 4);
+    EXPECT_ERROR(fast_get::decode_put(unknown), Errc::protocol_error, "unknown put flags");
+    auto huge = bytes;
+    const std::uint64_t nbytes = fast_get::kMaxObjectBytes + 1;
+    std::memcpy(huge.data() + 16, &nbytes, 8);
+    EXPECT_ERROR(fast_get::decode_put(huge), Errc::protocol_error, "an object of");
   }
 }
 
@@ -736,11 +686,10 @@ TEST_F(FastGetTest, AVolumeThatGoesClosesItsRings) {
   EXPECT_EQ(m.status().code(), Errc::unavailable) << m.status().to_string();
 }
 
-// A client killed with SIGKILL after a put through its side buffer: the
-// volume took the ring's name as it attached and removes the side buffer's
-// when it finds the client gone, so /dev/shm keeps nothing of it. The
+// A client killed with SIGKILL after a put over its ring: the volume took
+// the ring's name as it attached, so /dev/shm keeps nothing of it. The
 // client is a child forked before this process starts any thread.
-TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
+TEST(FastGetCleanup, AClientKilledAfterAPutLeavesNoSegmentBehind) {
   int named[2], go[2];
   ASSERT_EQ(pipe(named), 0);
   ASSERT_EQ(pipe(go), 0);
@@ -751,8 +700,6 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
     close(go[1]);
     auto ring = Ring::create({});
     if (!ring.ok()) _exit(2);
-    auto side = transports::shm::Segment::create(fast_get::side_buffer_name((*ring)->name()), 4096);
-    if (!side.ok()) _exit(3);
     const std::string n = (*ring)->name();
     if (write(named[1], n.data(), n.size()) != static_cast<ssize_t>(n.size())) _exit(4);
     close(named[1]);
@@ -760,11 +707,12 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
     if (!bell.ok()) _exit(5);
     (*ring)->use_doorbell(std::move(bell).value());
     fast_get::PutRequest r;
-    r.key = "side";
+    const std::vector<std::byte> data(4096);
+    r.key = "k";
     r.dtype = static_cast<std::uint8_t>(DType::uint8);
     r.shape = {4096};
+    r.data = data.data();
     r.nbytes = 4096;
-    r.in_side_buffer = true;
     std::vector<std::byte> bytes;
     fast_get::encode_into(r, bytes);
     if (!(*ring)->send(9, bytes.data(), bytes.size(), in(10s)).ok()) _exit(6);
@@ -775,7 +723,6 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
   close(go[0]);
   const std::string ring_name = testing::read_to_end(named[0]);
   ASSERT_FALSE(ring_name.empty());
-  const std::string side_name = fast_get::side_buffer_name(ring_name);
   {
     internal::RuntimeOptions ro;
     ro.add_types = add_actor_types;
@@ -792,14 +739,11 @@ TEST(FastGetCleanup, AClientKilledAfterASidePutLeavesNoSegmentBehind) {
       bell = *attached;
     }
     EXPECT_FALSE(transports::shm::segment_exists(ring_name));
-    EXPECT_TRUE(transports::shm::segment_exists(side_name));
     ASSERT_EQ(write(go[1], bell.data(), bell.size()), static_cast<ssize_t>(bell.size()));
     close(go[1]);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFSIGNALED(status)) << status;
-    EXPECT_TRUE(testing::eventually([&] { return !transports::shm::segment_exists(side_name); }))
-        << side_name << " outlived its client";
     caf::anon_send_exit(volume, caf::exit_reason::user_shutdown);
     volume = nullptr;
   }

@@ -457,7 +457,7 @@ TEST(ShmRing, ADoorbellIsOpenedOnlyByTheNameOfOne) {
 }  // namespace meshstore::transports::shm
 
 // PeerMemory (transports/shm/peer_memory.hpp), what the ring's server end
-// and a volume's side buffers stand on: a fault in a guarded mapping of a
+// stands on: a fault in a guarded mapping of a
 // segment truncated under it is survived and marks the guard; one anywhere
 // else still ends the process as before.
 namespace meshstore::transports::shm::peer {

@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "meshstore/actors/client/channel_put.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/limits.hpp"
@@ -287,175 +288,20 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
   return put_named(client, std::move(p));
 }
 
-namespace fg = actors::fast_get;
-
-namespace {
-
-// Writes each of `items` into the object staged for it (`regions`, in
-// order) on the caller's thread: copied into the volume's memory where
-// `writer` maps it (shm), else sent with it (tcp), all at once, waiting
-// for every send (the transport's own deadline bounds each). False when
-// one could not be written; then the objects hold nothing of use.
-bool write_staged(transports::Transport& writer, const std::vector<actors::PutItem>& items,
-                  const std::vector<wire::RegionRef>& regions) {
-  const bool maps = writer.capabilities().maps_memory;
-  std::vector<std::vector<std::byte>> gathered;  // sent from here
-  gathered.reserve(items.size());
-  std::vector<Future<void>> sends;
-  bool ok = true;
-  for (std::size_t i = 0; i < items.size() && ok; ++i) {
-    const auto& item = items[i];
-    const std::uint64_t n = item.view.nbytes();
-    if (regions[i].nbytes != n) {
-      ok = false;
-      break;
-    }
-    if (maps) {
-      auto mem = writer.map_writable(regions[i]);
-      if (!mem.ok()) {
-        ok = false;
-      } else if (item.gather) {
-        ok = actors::fill_gathered_here(*item.gather, mem->get(), n).ok();
-      } else if (n > 0) {
-        transports::CopyEngine::instance().copy_here(
-            mem->get(), static_cast<const std::byte*>(item.view.data()), n);
-      }
-      continue;
-    }
-    const std::byte* src = static_cast<const std::byte*>(item.view.data());
-    if (item.gather) {
-      gathered.emplace_back(n);
-      ok = actors::fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
-      src = gathered.back().data();
-    }
-    if (ok && n > 0) sends.push_back(writer.write(regions[i], 0, src, n));
-  }
-  for (const auto& f : sends) ok = f.get().ok() && ok;  // every send ends before its bytes go
-  return ok;
-}
-
-}  // namespace
-
 bool takes_caller_thread(const actors::PutCall& call) {
-  return call.lent_items.empty() && call.staged_items.empty() && call.group_members.empty() &&
-         (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
-}
-
-std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
-    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout, bool* defer) {
-  using Staging = actors::FastPath::Staging;
-  if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
   std::uint64_t total = 0;
-  std::vector<fg::StageSpec> layout;  // what the volume stages, keys for its messages
-  std::vector<std::uint64_t> sizes;   // what a staging is matched by
-  layout.reserve(c.items.size());
-  sizes.reserve(c.items.size());
-  for (const auto& item : c.items) {
-    const auto& v = item.view;
-    if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return std::nullopt;
-    total += v.nbytes();
-    layout.push_back(fg::StageSpec{item.key, v.nbytes()});
-    sizes.push_back(v.nbytes());
-  }
+  for (const auto& item : call.items) total += item.view.nbytes();
   // Small ones go inline through the actors: one round trip.
-  if (total <= actors::limits::kInlineBytes) return std::nullopt;
-  const std::string home = fast.home();
-  auto writer = fast.writer_of(home);
-  // Sent rather than copied (tcp): the caller's thread waits for the
-  // network only as long as a put it keeps staged ahead could take; a
-  // larger put is sent from the client's waiting thread (FastPath::defer).
-  if (writer && !writer->capabilities().maps_memory && total > actors::limits::kStagedAheadBytes &&
-      defer) {
-    *defer = true;
-    return std::nullopt;
-  }
-  // A layout put again (a trainer's every step) is worth staging ahead,
-  // within bounds: its next put then writes at once and commits in one
-  // round trip. Noted before the ring is known: a client's first put takes
-  // the actors, which pick its volume.
-  const bool keep = fast.note_layout(c.slot, sizes) && total <= actors::limits::kStagedAheadBytes;
-  if (home.empty() || !writer) return std::nullopt;
-  auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
-    std::vector<wire::KeyRecord> records;
-    records.reserve(c.items.size());
-    for (std::size_t i = 0; i < c.items.size(); ++i) {
-      records.push_back(actors::put_record(c.items[i], &regions[i], home, c.groups[i]));
-    }
-    return records;
-  };
-  {
-    // The records as the commit will carry them must fit one ring slot.
-    wire::RegionRef widest;
-    widest.region_id = ~std::uint64_t{0};
-    widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
-    fg::CommitRequest probe;
-    probe.records = records_for(std::vector<wire::RegionRef>(c.items.size(), widest));
-    probe.prefixes = c.prefixes;
-    probe.stage = layout;
-    probe.release.assign(layout.size(), ~std::uint64_t{0});
-    std::vector<std::byte> bytes;
-    fg::encode_into(probe, bytes);
-    if (bytes.size() > fast.request_room(home)) return std::nullopt;
-  }
-  fg::CommitRequest req;
-  auto staging = fast.take_staging(c.slot);
-  if (staging && (staging->volume_id != home || staging->sizes != sizes)) {
-    // Another layout now: given back with this put's first request.
-    if (staging->volume_id == home) {
-      for (const auto& r : staging->regions) req.release.push_back(r.region_id);
-    } else {
-      fast.give_back(*staging, timeout);
-    }
-    staging.reset();
-  }
-  bool sent = false, refused = false;
-  if (!staging) {
-    req.stage = layout;
-    auto got = fast.commit(home, req, timeout, &sent, &refused);
-    // Nothing committed: the actors put it (and evict from a full volume).
-    if (!got.ok() || got->staged.size() != layout.size()) return std::nullopt;
-    staging = Staging{home, sizes, std::move(got->staged)};
-  }
-  // Not used after all: kept for the next put, or given back.
-  auto unused = [&] {
-    if (keep) return fast.keep_staging(c.slot, std::move(*staging), timeout);
-    fast.give_back(*staging, timeout);
-  };
-  if (!write_staged(*writer, c.items, staging->regions)) {
-    unused();
-    return std::nullopt;  // the actors put it, and report what failed
-  }
-  req = fg::CommitRequest{};
-  req.records = records_for(staging->regions);
-  req.prefixes = c.prefixes;
-  if (keep) req.stage = layout;
-  auto got = fast.commit(home, req, timeout, &sent, &refused);
-  if (!got.ok()) {
-    // Refused or never sent: nothing committed, the objects are still
-    // this client's, and the actors put it.
-    if (!sent || refused) {
-      unused();
-      return std::nullopt;
-    }
-    // The ring failed with the commit on its way: committed or not is
-    // unknown (its objects then belong to the keys, or go with this client).
-    return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
-  }
-  for (std::size_t i = 0; i < req.records.size(); ++i) {
-    req.records[i].version = got->versions[i];
-    fast.cache().put(req.records[i]);  // this thread's next read sees it
-  }
-  if (got->staged.size() == layout.size() && keep) {
-    fast.keep_staging(c.slot, Staging{home, sizes, std::move(got->staged)}, timeout);
-  }
-  return Result<std::vector<std::uint64_t>>(std::move(got->versions));
+  return total > actors::limits::kInlineBytes && call.lent_items.empty() &&
+         call.staged_items.empty() && call.group_members.empty() &&
+         (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
 }
 
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
                                            std::chrono::milliseconds timeout, bool* defer) {
   if (call.replace_under.size() != 1 || !takes_caller_thread(call)) return std::nullopt;
   const std::string& under = call.replace_under.front();
-  RingCommit c;
+  actors::ChannelPut c;
   c.items = call.items;
   c.groups.assign(c.items.size(), under);
   c.prefixes = {under};
@@ -470,7 +316,7 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   for (auto& item : c.items) {
     if (item.key == under) item.expect_version = seen;
   }
-  auto done = commit_on_caller_thread(fast, c, timeout, defer);
+  auto done = actors::put_over_channel(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   return done->ok() ? Status() : done->status();
 }

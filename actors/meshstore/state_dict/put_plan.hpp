@@ -72,43 +72,15 @@ Status name_put(const std::string& key, PreparedPut& p,
 // Sends a put named by name_put to the client actor.
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
 
-// What a put on the caller's thread commits: `items` (item i's record in
-// group groups[i]), replacing the keys of the groups under `prefixes`; the
-// objects staged ahead for it are kept under `slot`.
-struct RingCommit {
-  std::vector<actors::PutItem> items;
-  std::vector<std::string> groups;
-  std::vector<std::string> prefixes;
-  std::string slot;
-  std::string what;  // the call, for errors
-};
-
-// Whether a put of this shape may run on the caller's thread: no lent,
-// in-place or sharded-group items, and not announced as a stream (the
-// actors report each object's fill to readers following it).
+// Whether a put of this shape may run on the caller's thread
+// (actors::put_over_channel): more than limits::kInlineBytes (below, the
+// actors carry it inline in one round trip), no lent, in-place or
+// sharded-group items, and not announced as a stream (the actors report
+// each object's fill to readers following it).
 bool takes_caller_thread(const actors::PutCall& call);
 
-// A put on the caller's thread (docs/architecture.md, "State dict puts on
-// the caller's thread"), when its client has a ring to its volume: the
-// items are written straight into objects the volume staged for it (kept
-// under the slot from the put before for a layout put again, else staged
-// with one request), gathered and split over the copy engine with this
-// thread taking a share, then committed over the ring in one request,
-// which also stages the next put's objects for a layout put again.
-// nullopt: nothing committed, the caller puts it through the actors (no
-// ring, a GPU or strided or sharded source, a small put, a full volume, a
-// precondition that no longer holds). Else the outcome: the versions, one
-// per item (the location cache has the records), or the ring's error with
-// the commit on its way. With `defer`, a put whose bytes are sent (tcp)
-// and more than limits::kStagedAheadBytes is left alone: nullopt with
-// `*defer` set, for the caller to run it again, without `defer`, on the
-// client's waiting thread (FastPath::defer), which may wait that long.
-std::optional<Result<std::vector<std::uint64_t>>> commit_on_caller_thread(
-    actors::FastPath& fast, const RingCommit& c, std::chrono::milliseconds timeout,
-    bool* defer = nullptr);
-
 // put_state_dict's prepared put on the caller's thread, through
-// commit_on_caller_thread (`defer` as there): its manifest only over the
+// actors::put_over_channel (`defer` as there): its manifest only over the
 // version this client last saw. nullopt as there, and for a put announced
 // as a stream.
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "meshstore/actors/client/channel_put.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/state_dict/put_plan.hpp"
@@ -250,7 +251,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
   PreparedPut named = prepared;  // the actors' put names its own on a fallback
   const std::string key = version_key(prefix, next);
   if (auto s = name_put(key, named, 0); !s.ok()) return Result<std::uint64_t>(s);
-  RingCommit c;
+  actors::ChannelPut c;
   c.items = std::move(named.call.items);
   c.groups.assign(c.items.size(), key);
   // The pointer moves in the same commit, only from where this client
@@ -264,7 +265,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
   }
   c.slot = std::string(1, '\0') + prefix;  // no key holds a NUL
   c.what = op + " '" + prefix + "'";
-  auto done = commit_on_caller_thread(fast, c, timeout, defer);
+  auto done = actors::put_over_channel(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   if (!done->ok()) return Result<std::uint64_t>(done->status());
   return Result<std::uint64_t>(next);

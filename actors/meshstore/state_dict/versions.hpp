@@ -71,11 +71,11 @@ struct PreparedPut;
 // saw (its own publish, or a read) is still current (FastPath::
 // pointer_here): the version, the pointer's move from there and the retirement
 // of what falls out of the newest `keep` commit over the volume's ring in
-// one request (commit_on_caller_thread), all or nothing. nullopt: nothing
+// one request (actors::put_over_channel), all or nothing. nullopt: nothing
 // was committed, publish_prepared publishes it (another writer moved the
 // pointer, no ring, a put announced as a stream, ...). Else N, or the
 // ring's error with the commit on its way.
-// `defer` as commit_on_caller_thread's.
+// `defer` as put_over_channel's.
 std::optional<Result<std::uint64_t>> publish_on_caller_thread(
     actors::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
     const std::string& op, std::chrono::milliseconds timeout, bool* defer = nullptr);

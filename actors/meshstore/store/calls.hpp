@@ -8,6 +8,7 @@
 #include <string>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/status.hpp"
@@ -26,6 +27,17 @@ template <class T>
 std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
   return std::make_shared<Promise<T>>(
       Status(Errc::shutdown, what + ": the store was closed before the operation completed"));
+}
+
+/// Runs `call` (which answers a Future<T>) on `fast`'s waiting thread
+/// (FastPath::defer); the future answered here completes as that one does.
+template <class T, class F>
+Future<T> on_waiting_thread(actors::FastPath& fast, const std::string& what, F call) {
+  auto promise = make_promise<T>(what);
+  fast.defer([call = std::move(call), promise]() mutable {
+    call().on_complete([promise](const Result<T>& r) { promise->set(r); });
+  });
+  return promise->future();
 }
 
 /// One key read into a Tensor: get (a copy) or get_view (zero-copy if it can).

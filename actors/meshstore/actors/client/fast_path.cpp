@@ -13,7 +13,6 @@
 #include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/transports/shm/ring.hpp"
-#include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::actors {
@@ -38,11 +37,8 @@ typename Map::iterator least_recent(Map& map) {
 struct FastPath::Channel {
   std::mutex mu;  // held for a whole request and its reply
   std::unique_ptr<transports::shm::Ring> ring;
-  // The ring's side buffer (made at the first put larger than a slot; the
-  // volume copies out of it before it replies) and whether a request
-  // failed: then the volume may still be reading it, so the channel is
-  // never used again (both under `mu`).
-  std::unique_ptr<transports::shm::Segment> side;
+  // Whether a request failed: then the volume may still be working on it,
+  // so the channel is never used again (under `mu`).
   bool failed = false;
   std::shared_ptr<transports::Transport> shm;  // direct reads; null: none
   // The controller's process (FastPath::watch_controller), copied here so a
@@ -427,9 +423,9 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   req.shape.assign(p.shape.begin(), p.shape.end());
   req.data = p.data;
   req.nbytes = p.nbytes;
-  if (p.nbytes > limits::kSideBufferBytes || p.key.size() > fast_get::kMaxKeyBytes ||
+  if (p.nbytes > limits::kRingReadBytes || p.key.size() > fast_get::kMaxKeyBytes ||
       p.shape.size() > fast_get::kMaxPutDims) {
-    return miss(Status(Errc::unsupported, "too large for the fast path"));
+    return miss(Status(Errc::unsupported, "larger than one request"));
   }
   std::shared_ptr<Channel> channel;
   std::string home;
@@ -449,25 +445,13 @@ FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeou
   using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(channel->mu);
   if (channel->failed) return miss(Status(Errc::unavailable, "the ring failed"));
-  if (p.nbytes > limits::kRingReadBytes || fast_get::encoded_size(req) > channel->max_request()) {
-    // Larger than a slot carries: the bytes go through the ring's side
-    // buffer.
-    req.in_side_buffer = true;
-    if (!channel->ring || fast_get::encoded_size(req) > channel->max_request()) {
-      return miss(Status(Errc::unsupported, "does not fit a ring slot"));
-    }
-    if (!channel->side) {
-      auto made = transports::shm::Segment::create(
-          fast_get::side_buffer_name(channel->ring->name()), fast_get::kMaxSideBytes);
-      if (!made.ok()) return miss(made.status());
-      channel->side = std::move(made).value();
-    }
-    if (p.nbytes > 0) std::memcpy(channel->side->data(), p.data, p.nbytes);
+  if (fast_get::encoded_size(req) > channel->max_request()) {
+    return miss(Status(Errc::unsupported, "does not fit one request"));
   }
   fast_get::encode_into(req, channel->request);
   const auto deadline = Clock::now() + timeout;
   auto fail = [&](const Status& s) {
-    close_failed(home, channel, s);  // the volume may still read its side buffer
+    close_failed(home, channel, s);
     return miss(s);
   };
   auto m = channel->exchange(deadline);
@@ -545,7 +529,6 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   auto done = fast_get::decode_commit_reply(*m, req.records.size(), req.stage.size(), refused);
   // A reply that does not decode: the ring is not to be trusted.
   if (!done.ok() && !*refused) return fail(done.status());
-  if (done.ok() && !req.records.empty()) state_dict_puts_.fetch_add(1, std::memory_order_relaxed);
   return done;
 }
 

@@ -12,9 +12,10 @@
 //   the call that dropped it completes;
 // - the rings, one per same-host volume, created by the client actor when
 //   it connects to the volume over shm and attached by the volume;
-// - the objects staged ahead for this client's next state dict puts
-//   (docs/architecture.md, "State dict puts on the caller's thread"),
-//   which the caller's thread writes and commits over the ring.
+// - the objects staged ahead for this client's next puts larger than one
+//   request (docs/architecture.md, "Puts on the caller's thread"), which
+//   the caller's thread writes and commits over the channel
+//   (client/channel_put.hpp).
 // A read of a key whose object's place in the volume's shared memory is
 // known (its record's place) copies it straight out of
 // that memory on the caller's thread, checked by the object's tag before
@@ -108,7 +109,7 @@ class FastPath {
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
     std::uint64_t direct_batches = 0;    ///< read_together calls served (one snapshot each)
-    std::uint64_t state_dict_puts = 0;   ///< commit() calls that committed records
+    std::uint64_t state_dict_puts = 0;   ///< state dicts and versions put_over_channel committed
   };
 
   // -- the client actor's side --
@@ -214,10 +215,12 @@ class FastPath {
   bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept,
                 bool to_device = false) const;
 
-  /// Puts `p` over the ring to this client's home volume, which stages it
-  /// and commits it at the controller; on success the key's new record is
-  /// in the location cache before this returns. A miss (no home ring, too big for a slot, the
-  /// volume refused or failed: `*why` says what) means the caller takes the actor path, which
+  /// Puts `p` (at most limits::kRingReadBytes) in one request over the
+  /// channel to this client's home volume, which stages it and commits it
+  /// at the controller; on success the key's new record is in the location
+  /// cache before this returns. A larger put is put_over_channel's. A miss
+  /// (no home channel, too big for one request, the volume refused or
+  /// failed: `*why` says what) means the caller takes the actor path, which
   /// reports any error itself (a full volume evicts there).
   Outcome write(const Put& p, std::chrono::milliseconds timeout, Status* why);
 
@@ -267,6 +270,11 @@ class FastPath {
                                       std::chrono::milliseconds timeout, bool* sent, bool* refused);
 
   Stats stats() const;
+  /// put_over_channel counts what it committed: a whole key's put (counted
+  /// with write()'s in `puts`), or a state dict's or a version's.
+  void count_commit(bool whole_key) {
+    (whole_key ? puts_ : state_dict_puts_).fetch_add(1, std::memory_order_relaxed);
+  }
   /// The client actor counts its lease-free reads (a read without a lease,
   /// checked by the object tags): served, or gone the leased way.
   void count_lease_free(bool served) {

@@ -16,11 +16,8 @@ namespace {
 constexpr std::size_t kPutHeader = 24;  // magic, key length, kind/dtype/format/dims, nbytes
 }  // namespace
 
-std::string side_buffer_name(const std::string& ring_name) { return ring_name + ".put"; }
-
 std::size_t encoded_size(const PutRequest& r) {
-  return kPutHeader + (r.expect_version ? 8 : 0) + 8 * r.shape.size() + r.key.size() +
-         (r.in_side_buffer ? 0 : r.nbytes);
+  return kPutHeader + (r.expect_version ? 8 : 0) + 8 * r.shape.size() + r.key.size() + r.nbytes;
 }
 
 void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
@@ -33,8 +30,7 @@ void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
   std::memcpy(p, &magic, 4);
   std::memcpy(p + 4, &key_len, 4);
   std::memcpy(p + 8, small, 4);
-  const std::uint32_t flags =
-      (r.in_side_buffer ? kInSideBuffer : 0) | (r.expect_version ? kExpectVersion : 0);
+  const std::uint32_t flags = r.expect_version ? kExpectVersion : 0;
   std::memcpy(p + 12, &flags, 4);
   std::memcpy(p + 16, &r.nbytes, 8);
   p += kPutHeader;
@@ -46,7 +42,7 @@ void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
   p += 8 * r.shape.size();
   if (!r.key.empty()) std::memcpy(p, r.key.data(), r.key.size());
   p += r.key.size();
-  if (r.nbytes > 0 && !r.in_side_buffer) std::memcpy(p, r.data, r.nbytes);
+  if (r.nbytes > 0) std::memcpy(p, r.data, r.nbytes);
 }
 
 Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes) {
@@ -69,10 +65,9 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
   std::memcpy(&flags, bytes.data() + 12, 4);
   std::memcpy(&r.nbytes, bytes.data() + 16, 8);
   if (magic != kPutMagic) return bad("not a put request (bad magic)");
-  if ((flags & ~(kInSideBuffer | kExpectVersion)) != 0) {
+  if ((flags & ~kExpectVersion) != 0) {
     return bad("unknown put flags " + std::to_string(flags));
   }
-  r.in_side_buffer = (flags & kInSideBuffer) != 0;
   const std::size_t expect = (flags & kExpectVersion) != 0 ? 8 : 0;
   if (key_len == 0 || key_len > kMaxKeyBytes) {
     return bad("key length " + std::to_string(key_len) + " is outside [1, " +
@@ -80,11 +75,10 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
   }
   const std::size_t dims = small[3];
   if (dims > kMaxPutDims) return bad(std::to_string(dims) + " dimensions");
-  if (r.nbytes > (r.in_side_buffer ? kMaxSideBytes : kMaxObjectBytes)) {
+  if (r.nbytes > kMaxObjectBytes) {
     return bad("an object of " + std::to_string(r.nbytes) + " bytes");
   }
-  const std::size_t want =
-      kPutHeader + expect + 8 * dims + key_len + (r.in_side_buffer ? 0 : r.nbytes);
+  const std::size_t want = kPutHeader + expect + 8 * dims + key_len + r.nbytes;
   if (bytes.size() != want) {
     return bad("a put of " + std::to_string(bytes.size()) + " bytes where its fields say " +
                std::to_string(want));
@@ -103,7 +97,7 @@ Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
   if (dims) std::memcpy(r.shape.data(), p, 8 * dims);
   p += 8 * dims;
   r.key.assign(reinterpret_cast<const char*>(p), key_len);
-  r.data = r.in_side_buffer ? nullptr : p + key_len;
+  r.data = p + key_len;
   return r;
 }
 

@@ -51,14 +51,12 @@ struct Reply {
 //
 // Put request: u32 magic "MSP1", u32 key length, u8 kind, u8 dtype,
 //              u8 object format, u8 dims, u32 flags, u64 nbytes,
-//              i64 x dims (shape), key bytes, the object's bytes. With flag
-//              1 (kInSideBuffer) the bytes are not in the request but at
-//              the start of the ring's side buffer (side_buffer_name), a
-//              segment the client writes before it sends the request and
-//              leaves alone until the reply: puts larger than a ring slot,
-//              at most kMaxSideBytes. With flag 2 (kExpectVersion) a u64
-//              follows the header, before the shape: the version the key
-//              must be at for the put to commit (KeyRecord::expect_version).
+//              i64 x dims (shape), key bytes, the object's bytes (the
+//              whole request fits one ring slot or tcp request; a larger
+//              put is staged and committed: CommitRequest). With flag 1
+//              (kExpectVersion) a u64 follows the header, before the
+//              shape: the version the key must be at for the put to
+//              commit (KeyRecord::expect_version).
 //              No other flag is defined.
 // Put reply:   the reply header (status), then ok: u64 version, u64 object
 //              id, then the object's shm place (the rest, at most
@@ -69,14 +67,7 @@ struct Reply {
 
 inline constexpr std::uint32_t kPutMagic = 0x3150534d;  // "MSP1", little-endian
 inline constexpr std::size_t kMaxPutDims = 64;
-inline constexpr std::uint32_t kInSideBuffer = 1;
-inline constexpr std::uint32_t kExpectVersion = 2;
-/// A put's bytes in the ring's side buffer at most (the buffer's size).
-inline constexpr std::uint64_t kMaxSideBytes = limits::kSideBufferBytes;
-/// The side buffer of the ring named `ring_name`: created by the client
-/// (so named with its process prefix, and collected with its ring), mapped
-/// read-only by the volume.
-std::string side_buffer_name(const std::string& ring_name);
+inline constexpr std::uint32_t kExpectVersion = 1;
 
 struct PutRequest {
   std::string key;
@@ -86,8 +77,6 @@ struct PutRequest {
   std::vector<std::int64_t> shape;
   const std::byte* data = nullptr;  ///< encode: the bytes; decode: inside the message
   std::uint64_t nbytes = 0;
-  /// The bytes are in the ring's side buffer (`data` unused).
-  bool in_side_buffer = false;
   /// Commits only while the key is at this version (0: absent).
   std::optional<std::uint64_t> expect_version;
 };

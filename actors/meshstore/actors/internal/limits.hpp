@@ -12,13 +12,9 @@
 namespace meshstore::actors::limits {
 
 /// Route: objects a ring read serves at most (fast_get): a ring slot
-/// (this plus 64 bytes) holds the reply.
+/// (this plus 64 bytes) holds the reply. Puts of at most this many bytes
+/// travel inside their request; larger ones are staged and committed.
 inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
-
-/// Route: puts a ring serves at most. Those larger than a slot go
-/// through the ring's side buffer, whose size this is (1 MiB of
-/// /dev/shm per ring, made at the first such put).
-inline constexpr std::uint64_t kSideBufferBytes = std::uint64_t{1} << 20;
 
 /// Route: puts from GPU memory over the ring at most (a device-to-host
 /// copy, then the ring). On the H200 the actors' one copy from the GPU

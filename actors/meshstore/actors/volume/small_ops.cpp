@@ -10,8 +10,6 @@
 #include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/store/checks.hpp"
-#include "meshstore/transports/shm/peer_memory.hpp"
-#include "meshstore/transports/shm/shm_segment.hpp"
 
 namespace meshstore::actors::volume {
 
@@ -70,66 +68,11 @@ namespace {
 // (a process check per ring) and, at the latest, looks at its stop flag.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 
-// A ring's side buffer (fast_get::side_buffer_name): the client's segment
-// holding the bytes of its puts larger than a ring slot, mapped read-only
-// at the first such put, as a PeerMemory range (the client may truncate it
-// under us). Only the serving thread uses it.
-class SideBuffer {
- public:
-  explicit SideBuffer(std::string name) : name_(std::move(name)) {}
-  /// The buffer's first `n` bytes, or why not (no such segment, too small).
-  Result<const std::byte*> bytes(std::uint64_t n) {
-    if (!segment_) {
-      auto opened = transports::shm::Segment::open(name_, true);
-      if (!opened.ok()) {
-        return Status(Errc::protocol_error,
-                      "no side buffer '" + name_ + "': " + opened.status().message());
-      }
-      segment_ = std::move(opened).value();
-      guard_ = transports::shm::PeerMemory::guard(segment_->data(), segment_->size());
-    }
-    if (segment_->size() < n) {
-      return Status(Errc::protocol_error, "side buffer '" + name_ + "' holds " +
-                                              std::to_string(segment_->size()) + " bytes, not " +
-                                              std::to_string(n));
-    }
-    return static_cast<const std::byte*>(segment_->data());
-  }
-  /// After reading bytes(): protocol_error when the client truncated the
-  /// buffer meanwhile (what was read is not its put). The mapping is then
-  /// dropped; the next put maps the buffer anew, at its new size.
-  Status check_read() {
-    if (!guard_ || !guard_->poisoned()) return Status();
-    guard_.reset();
-    segment_.reset();
-    return Status(Errc::protocol_error,
-                  "side buffer '" + name_ + "' was truncated while its put was read");
-  }
-  /// Removes the buffer's name (its client died); a mapping stays until
-  /// this is destroyed.
-  void remove() { transports::shm::remove_segment(name_); }
-
- private:
-  std::string name_;
-  std::unique_ptr<transports::shm::Segment> segment_;
-  std::unique_ptr<transports::shm::PeerMemory> guard_;  // after segment_: goes first
-};
-
 // A put request (fast_get::PutRequest), decoded and checked as input from
 // another process, as the job for the volume actor (without its `done`).
-// Its bytes are copied out of the side buffer here: the client leaves the
-// buffer alone until the reply, but the reply may come from the actor.
-Result<FastPutJob> put_job(const std::vector<std::byte>& bytes, const std::string& volume_id,
-                           SideBuffer* side) {
+Result<FastPutJob> put_job(const std::vector<std::byte>& bytes, const std::string& volume_id) {
   auto req = fast_get::decode_put(bytes);
   if (!req.ok()) return req.status();
-  if (req->in_side_buffer) {
-    if (!side)
-      return Status(Errc::protocol_error, "a put in a side buffer over a channel without one");
-    auto at = side->bytes(req->nbytes);
-    if (!at.ok()) return at.status();
-    req->data = *at;
-  }
   // What the store's put checks on the caller's side, checked again here.
   if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
     return Status(Errc::protocol_error, s.message());
@@ -148,7 +91,6 @@ Result<FastPutJob> put_job(const std::vector<std::byte>& bytes, const std::strin
   job.request.nbytes = req->nbytes;
   job.request.has_data = true;
   job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
-  if (req->in_side_buffer) MESHSTORE_RETURN_IF_ERROR(side->check_read());
   auto& r = job.record;
   r.key = req->key;
   r.expect_version = req->expect_version;
@@ -259,12 +201,11 @@ struct SmallOpService::Pending {
 struct SmallOpService::Channel {
   std::unique_ptr<transports::shm::Ring> ring;
   FastPuts puts;
-  SideBuffer side;  // the serving thread's only
   std::mutex send_mu;
   bool closed = false;  // under send_mu: replies are dropped
 
   Channel(std::unique_ptr<transports::shm::Ring> r, FastPuts p)
-      : ring(std::move(r)), puts(std::move(p)), side(fast_get::side_buffer_name(ring->name())) {}
+      : ring(std::move(r)), puts(std::move(p)) {}
   // Sends `reply` to request `tag`, without waiting for room: the client
   // has one request out at a time, so a full queue means it stopped
   // reading, and its request then times out on its side.
@@ -398,7 +339,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
     }
   };
   if (put) {
-    auto job = put_job(bytes, volume_id_, channel ? &channel->side : nullptr);
+    auto job = put_job(bytes, volume_id_);
     if (!job.ok()) return refuse(job.status());
     job->owner = puts->owner;
     job->controller = puts->controller;
@@ -498,10 +439,6 @@ void SmallOpService::run() {
         std::lock_guard<std::mutex> lock(c->send_mu);
         c->closed = true;
       }
-      // A client killed with SIGKILL cannot remove its side buffer: the
-      // ring's own name went as the volume attached; the side buffer's
-      // goes here, so a killed client leaves nothing in /dev/shm.
-      if (c->ring->peer_died()) c->side.remove();
     }
     std::lock_guard<std::mutex> lock(mu_);
     rings_.erase(std::remove_if(rings_.begin(), rings_.end(),

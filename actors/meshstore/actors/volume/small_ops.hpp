@@ -98,8 +98,8 @@ class SmallOpService {
 
   /// Serves `ring` (its server end) from now on, committing its puts as
   /// `puts` says; answers the name of the doorbell its client rings after
-  /// each request. The ring goes when its client closes it, dies (then its
-  /// side buffer's name goes too) or corrupts it (logged). The doorbell's
+  /// each request. The ring goes when its client closes it, dies or
+  /// corrupts it (logged). The doorbell's
   /// errors (out_of_capacity when /dev/shm is full); unavailable once
   /// stopped.
   Result<std::string> add_ring(std::unique_ptr<transports::shm::Ring> ring, FastPuts puts);

@@ -2,9 +2,8 @@
 
 // Shared memory another process owns and may shrink under this one.
 //
-// A volume maps segments its clients create (a fast-path ring, a ring's
-// side buffer). A client that truncates such a segment (ftruncate, by bug
-// or on purpose) turns every access past the new end into SIGBUS, which
+// A volume maps segments its clients create (a fast-path ring). A client that truncates such a
+// segment (ftruncate, by bug or on purpose) turns every access past the new end into SIGBUS, which
 // would kill the volume's process and every key it holds. While a
 // PeerMemory guard covers a mapping, such a fault is survived: a signal
 // handler maps a page of zeros over the faulting page and marks the guard
