@@ -371,10 +371,10 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
 }
 
 // FastPath against a ring whose volume end the test plays.
-// Small puts go over the ring to the client's volume, which commits them
-// at the controller: the value is then the key's on every path, for this
-// client (its fast and its actor path) and for another.
-TEST_P(FastPathOver, SmallPutsGoOverTheChannelAndEveryPathReadsThem) {
+// Puts of every size go over the channel to the client's volume, which
+// commits them at the controller: the value is then the key's on every
+// path, for this client (its fast and its actor path) and for another.
+TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
   auto store = Store::embedded(writer_options()).value();
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume

@@ -191,6 +191,20 @@ std::vector<std::string> group_keys(const ControllerState& st,
   return out;
 }
 
+// Removes the keys of the groups under `prefixes` that `records` (just
+// committed, in the same handler run: no reader sees the new keys next to
+// stale ones) did not write. Only keys of the same group (written with the
+// state dict P, or the manifest P itself) go: keys put on their own under
+// P/ stay.
+void replace_groups(controller_pointer self, const std::vector<wire::KeyRecord>& records,
+                    const std::vector<std::string>& prefixes, Verdict verdict = Verdict::release) {
+  if (prefixes.empty()) return;
+  std::set<std::string> kept;
+  for (const auto& r : records) kept.insert(r.key);
+  const auto doomed = group_keys(self->state, prefixes, kept);
+  if (!doomed.empty()) remove_keys(self, doomed, verdict);
+}
+
 // The keys that go with `key` when it is removed: for a state dict's
 // manifest, the keys written with it (its packed buckets and the entries
 // stored alone); for a version pointer (an object P with versions P/vN),
@@ -357,6 +371,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         st.flush_due.clear();
         auto versions = commit_batch(self, job.records);
         if (!versions.ok()) return job.done(versions.status());
+        replace_groups(self, job.records, job.prefixes);
         // The volume that sent it hears of the release only after this
         // answer: what the commit superseded there is retired first.
         auto due = std::exchange(st.flush_due, {});
@@ -612,13 +627,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           if (!committed.ok()) return to_caf_error(committed.status());
           versions = std::move(committed).value();
         }
-        // One handler run: no reader sees the new keys next to stale ones.
-        // Only keys of the same group (written with the state dict P, or
-        // the manifest P itself) go: keys put on their own under P/ stay.
-        std::set<std::string> kept;
-        for (const auto& r : records) kept.insert(r.key);
-        const auto doomed = group_keys(st, prefixes, kept);
-        if (!doomed.empty()) remove_keys(self, doomed, reuse ? Verdict::release : Verdict::discard);
+        replace_groups(self, records, prefixes, reuse ? Verdict::release : Verdict::discard);
         return answer_after_flush(self, std::move(versions));
       },
   };

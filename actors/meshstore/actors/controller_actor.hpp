@@ -17,15 +17,19 @@
 
 namespace meshstore::actors {
 
-/// A small put's commit from a volume in the controller's process (never
-/// serialized), which the controller answers on its own thread: the reply
-/// goes straight to the put's channel, without a hop back through the
-/// volume actor. Before `done`, the objects the commit superseded on
-/// `volume_id` are retired through `retire` (their tags cleared, gets no
-/// longer serve them; false: not all could be, so the controller waits for
-/// that volume's flush as it waits for every other volume's).
+/// A channel's commit from a volume in the controller's process (never
+/// serialized: a small put, or a commit request of staged objects), which
+/// the controller answers on its own thread: the reply goes straight to
+/// the channel, without a hop back through the volume actor. The records
+/// commit, and the groups under `prefixes` are replaced in the same step
+/// (as replace_atom with reuse). Before `done`, the objects the commit
+/// superseded on `volume_id` are retired through `retire` (their tags
+/// cleared, gets no longer serve them; false: not all could be, so the
+/// controller waits for that volume's flush as it waits for every other
+/// volume's).
 struct LocalCommit {
   std::vector<wire::KeyRecord> records;
+  std::vector<std::string> prefixes;
   std::string volume_id;
   std::function<bool(const std::vector<std::uint64_t>&)> retire;
   std::function<void(Result<std::vector<std::uint64_t>>)> done;

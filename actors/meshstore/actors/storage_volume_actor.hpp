@@ -77,7 +77,8 @@ struct FastCommitJob {
   std::size_t reply_limit = 0;
   caf::actor_addr owner;
   caf::actor_addr controller;
-  std::shared_ptr<std::function<void(Result<fast_get::CommitDone>)>> done;
+  using Done = std::shared_ptr<std::function<void(Result<fast_get::CommitDone>)>>;
+  Done done;
 };
 
 using storage_volume_actor = caf::typed_actor<

@@ -11,6 +11,64 @@
 
 namespace meshstore::actors::volume {
 
+namespace {
+
+// fast_commit's commit at a controller in this actor system, which answers
+// the channel itself (LocalCommit): one actor hop after this one, not two.
+// What the request asks staged is staged first, so it cannot land in the
+// memory this commit retires: false, with nothing done, when there is no
+// room for it beside the version being committed (then the caller commits
+// first and stages after, as for a remote controller, in the memory the
+// commit retired).
+bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
+                  const std::vector<wire::StageRequest>& wanted, const caf::actor& owner,
+                  std::size_t limit, const FastCommitJob::Done& done,
+                  const caf::actor& controller) {
+  fast_get::CommitDone d;
+  if (!wanted.empty() && owner) {
+    auto regions = stage(self, wanted, owner);
+    if (!regions.ok()) return false;
+    d.versions.assign(req.records.size(), 0);  // as the reply will carry them
+    d.staged = std::move(regions).value();
+    if (fast_get::encoded_size(d) > limit) {
+      for (const auto& r : d.staged) self->state.drop(r.region_id, true);
+      self->state.regions->prune();
+      d.staged.clear();
+    }
+  }
+  std::vector<std::pair<std::uint64_t, std::string>> committed;
+  for (const auto& r : req.records) committed.emplace_back(r.shards.front().object_id, r.key);
+  LocalCommit commit;
+  commit.records = std::move(req.records);
+  commit.prefixes = std::move(req.prefixes);
+  commit.volume_id = self->state.config.volume_id;
+  commit.retire = [small = self->state.small](const std::vector<std::uint64_t>& retired) {
+    return small->retire(retired);
+  };
+  commit.done = [done, d = std::move(d), committed = std::move(committed),
+                 small = self->state.small, volume = caf::actor_cast<caf::actor_addr>(self)](
+                    Result<std::vector<std::uint64_t>> r) mutable {
+    if (!r.ok()) {
+      // Refused: nothing was committed; what was staged ahead goes (the
+      // refusal names none).
+      std::vector<std::uint64_t> ids;
+      for (const auto& s : d.staged) ids.push_back(s.region_id);
+      if (auto v = caf::actor_cast<caf::actor>(volume); v && !ids.empty()) {
+        caf::anon_send(v, release_atom::value, std::move(ids));
+      }
+      return (*done)(r.status());
+    }
+    // Gets serve them from now, not only once the volume has the verdict.
+    for (const auto& [id, key] : committed) small->commit(id, key);
+    d.versions = std::move(r).value();
+    (*done)(std::move(d));
+  };
+  caf::anon_send(controller, local_commit_atom::value, std::move(commit));
+  return true;
+}
+
+}  // namespace
+
 // A fast-path channel's request (FastCommitJob): what its client gives back
 // goes, its records commit at the controller, then what it asks is staged
 // for it (after the commit, so the next put's objects may land in the
@@ -84,6 +142,10 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   auto controller = caf::actor_cast<caf::actor>(job.controller);
   if (!controller) {
     return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
+  }
+  if (controller.node() == self->node() &&
+      local_commit(self, req, wanted, owner, limit, done, controller)) {
+    return;
   }
   // The controller answers this volume without a flush: its release of
   // what the commit superseded reaches this actor before the answer.
