@@ -127,24 +127,30 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
   return true;
 }
 
-// A whole tensor or object (`item`, in host memory) put over the client's
+// Whole tensors or objects (`items`, in host memory) put over the client's
 // channel to its volume, on the caller's thread (docs/architecture.md,
-// "Puts on the caller's thread"): in one request when it fits one (the
-// volume stages it, the controller commits it), else written into an
-// object the volume stages for it and committed with a second request
+// "Puts on the caller's thread"): one small one in one request (the
+// volume stages it, the controller commits it), else written into objects
+// the volume stages for them and committed with one request, all or none
 // (actors::put_over_channel; sent over tcp and more than
 // limits::kStagedAheadBytes: from the client's waiting thread). Done, the
-// key is in the client's one location cache, so this process's reads see
-// it. nullopt: the actors put it (no channel yet, a full volume, a strided
-// source, ...); on the waiting thread `actors_put` does.
-std::optional<Future<void>> put_on_channel(actors::FastPath* fast, actors::PutItem item,
+// keys are in the client's one location cache, so this process's reads
+// see them. nullopt: the actors put them (no channel yet, a full volume, a
+// strided source, ...); on the waiting thread `actors_put` does.
+std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
+                                           std::vector<actors::PutItem> items,
+                                           const std::string& what,
                                            std::chrono::milliseconds timeout,
                                            std::function<Future<void>()> actors_put) {
-  const TensorView& v = item.view;
-  if (fast == nullptr || v.device().type != DeviceType::cpu || !v.is_contiguous()) {
-    return std::nullopt;
+  if (fast == nullptr || items.empty()) return std::nullopt;
+  for (const auto& item : items) {
+    if (item.view.device().type != DeviceType::cpu || !item.view.is_contiguous()) {
+      return std::nullopt;
+    }
   }
-  if (v.nbytes() <= actors::limits::kRingReadBytes) {
+  const TensorView& v = items.front().view;
+  if (items.size() == 1 && v.nbytes() <= actors::limits::kRingReadBytes) {
+    const auto& item = items.front();
     Status why;
     const actors::FastPath::Put p{item.key,           item.kind,
                                   v.dtype(),          v.shape(),
@@ -154,13 +160,17 @@ std::optional<Future<void>> put_on_channel(actors::FastPath* fast, actors::PutIt
     return std::nullopt;
   }
   actors::ChannelPut c;
-  c.what = "put '" + item.key + "'";
-  c.slot = std::string(2, '\0') + item.key;  // apart from state dicts' and versions' slots
+  c.what = what;
+  c.slot = std::string(2, '\0');  // apart from state dicts' and versions' slots
   c.whole_key = true;
-  // Only over the version this client saw last, when it saw one, as write().
-  item.expect_version = fast->cache().version(item.key);
-  c.items.push_back(std::move(item));
-  c.groups.emplace_back();
+  for (auto& item : items) {
+    c.slot += item.key;
+    c.slot.push_back('\0');
+    // Only over the version this client saw last, when it saw one, as write().
+    item.expect_version = fast->cache().version(item.key);
+    c.groups.emplace_back();
+  }
+  c.items = std::move(items);
   auto outcome = [](const Result<std::vector<std::uint64_t>>& r) {
     return r.ok() ? make_ready_future() : make_error_future<void>(r.status());
   };
@@ -204,7 +214,10 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   const auto timeout = impl_->options.request_timeout;
   // The bytes live as long as the put: the caller's, or staged in `st`.
   actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
-  if (auto done = put_on_channel(impl_->fast.get(), item, timeout, via_actors)) return *done;
+  const std::string what = "put '" + key + "'";
+  if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors)) {
+    return *done;
+  }
   // A small contiguous tensor in GPU memory (actors::limits::kDevicePutOverRingBytes):
   // one device-to-host copy into page-locked memory, then the channel, where
   // the actors' put costs a fixed 0.2-0.3 ms (docs/gpu.md).
@@ -215,7 +228,9 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
                 internal::cuda::copy_bytes(buf.get(), host->data(), host->nbytes()).ok())) {
       item.view = TensorView(buf.get(), host->dtype(), host->shape());
       // At most kDevicePutOverRingBytes: never deferred, done before `buf` goes.
-      if (auto done = put_on_channel(impl_->fast.get(), item, timeout, via_actors)) return *done;
+      if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors)) {
+        return *done;
+      }
     }
   }
   return via_actors();
@@ -275,14 +290,23 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   for (auto& [k, v] : items) {
     auto host = st->source(v, k);
     if (!host.ok()) return make_error_future<void>(host.status());
-    call.items.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, nullptr});
+    // The bytes live as long as the put: the caller's, or staged in `st`.
+    call.items.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
   }
   if (call.items.empty()) return make_ready_future();
-  call.guard = std::make_shared<internal::CallGuard>();
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
-  auto fut =
-      Impl::call_cancellable(impl_.get(), actors::store_put_atom::value, std::move(call), what);
-  return fut.then([st](const std::vector<std::uint64_t>&) {});
+  auto via_actors = [impl = impl_.get(), call, what]() mutable {
+    call.guard = std::make_shared<internal::CallGuard>();
+    return Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call), what)
+        .then([](const std::vector<std::uint64_t>&) {});
+  };
+  if (impl_) {
+    if (auto done = put_on_channel(impl_->fast.get(), call.items, what,
+                                   impl_->options.request_timeout, via_actors)) {
+      return *done;
+    }
+  }
+  return via_actors();
 }
 
 Future<Tensor> Store::get(std::string key) {
@@ -454,8 +478,8 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
     return fut.then([](const std::vector<std::uint64_t>&) {});
   };
   if (impl_) {
-    if (auto done =
-            put_on_channel(impl_->fast.get(), item, impl_->options.request_timeout, via_actors)) {
+    if (auto done = put_on_channel(impl_->fast.get(), {item}, "put_object '" + item.key + "'",
+                                   impl_->options.request_timeout, via_actors)) {
       return *done;
     }
   }

@@ -265,7 +265,8 @@ struct FastPathStats {
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
   std::uint64_t rings = 0;   ///< channels open now: a ring per volume on this host reached
                              ///< over shm, a tcp connection per volume reached over tcp
-  std::uint64_t puts = 0;    ///< puts committed over a channel, on the caller's thread
+  std::uint64_t puts =
+      0;  ///< puts committed over a channel, on the caller's thread (a put_batch counts once)
   /// Small contiguous host puts the fast path was offered but sent down the
   /// actor path (no channel to this client's volume yet, the volume refused
   /// it: full, the controller said no; the channel failed).

@@ -476,6 +476,50 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
   store.close();
 }
 
+// A put_batch goes over the channel as one commit: its keys staged,
+// written and committed together (all or none), then read back by another
+// client; put again, into the objects its last commit staged ahead. After
+// another client's put of one of its keys, the batch's commit is refused
+// (it holds only over the versions its writer saw), so the actors put it,
+// whole and unconditionally; the channel serves the batch after.
+TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
+  auto store = Store::embedded(writer_options()).value();
+  std::vector<std::uint8_t> first = pattern(4, 1);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
+  ASSERT_TRUE(has_ring(store));
+  auto other = Store::connect(store.address(), reader_options()).value();
+  const std::vector<std::size_t> sizes = {64, 4096, std::size_t{100} << 10, std::size_t{1} << 20};
+  std::vector<std::vector<std::uint8_t>> values(sizes.size());
+  auto put_batch = [&](std::uint8_t seed) {
+    std::vector<std::pair<std::string, TensorView>> items;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      values[i] = pattern(sizes[i], static_cast<std::uint8_t>(seed + i));
+      items.emplace_back("b" + std::to_string(i), bytes_view(values[i]));
+    }
+    const auto before = store.fast_path_stats().puts;
+    EXPECT_OK(store.put_batch(std::move(items)).get(kWait));
+    return store.fast_path_stats().puts - before;
+  };
+  auto reads_back = [&](Store& s) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      testing::expect_reads_back(s, "b" + std::to_string(i), values[i]);
+    }
+  };
+  EXPECT_EQ(put_batch(10), 1u) << "not one commit over the channel";
+  reads_back(other);
+  EXPECT_EQ(put_batch(20), 1u);
+  reads_back(other);
+  std::vector<std::uint8_t> theirs = pattern(sizes[1], 99);
+  ASSERT_OK(other.put("b1", bytes_view(theirs)).get(kWait));
+  EXPECT_EQ(put_batch(30), 0u) << "committed over a version it never saw";
+  reads_back(other);
+  reads_back(store);
+  EXPECT_EQ(put_batch(40), 1u);
+  reads_back(other);
+  other.close();
+  store.close();
+}
+
 // StoreOptions::fast_path_spin sets how long both ends of the channel spin
 // (the volume's small-op service or tcp connection, and the caller waiting for
 // its answer). Timing is not asserted: whatever the spin, a writer and a

@@ -630,6 +630,22 @@ TEST_P(StateDictPutOver, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore
   EXPECT_EQ(volume_after->front().staged, kObjects);
 }
 
+// A state dict of a few KiB takes the channel too (it once went inline
+// through the actors): put, put again into what the first put staged
+// ahead, each read back by another client.
+TEST_P(StateDictPutOver, ASmallStateDictTakesTheChannelToo) {
+  auto [writer, reader] = writer_and_reader(options());
+  ASSERT_TRUE(ring_open(writer, writer));
+  Dict src(4, 1024, 1), dst(4, 1024, 0);
+  for (std::uint8_t v = 1; v < 4; ++v) {
+    SCOPED_TRACE(int(v));
+    ASSERT_TRUE(put_over_the_channel(writer, "small", src, v));
+    std::fill(dst.buf.begin(), dst.buf.end(), 0);
+    ASSERT_OK(reader.get_state_dict_into("small", dst.sd).get(kWait));
+    EXPECT_EQ(dst.buf, src.buf);
+  }
+}
+
 // Another layout under the same key (a tensor more) goes over the channel as
 // well: the old layout's staged objects are given back in its first
 // request, and the new layout keeps objects staged once it is put again.

@@ -10,7 +10,6 @@
 #include "meshstore/actors/client/channel_put.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
-#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
@@ -289,11 +288,7 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
 }
 
 bool takes_caller_thread(const actors::PutCall& call) {
-  std::uint64_t total = 0;
-  for (const auto& item : call.items) total += item.view.nbytes();
-  // Small ones go inline through the actors: one round trip.
-  return total > actors::limits::kInlineBytes && call.lent_items.empty() &&
-         call.staged_items.empty() && call.group_members.empty() &&
+  return call.lent_items.empty() && call.staged_items.empty() && call.group_members.empty() &&
          (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
 }
 

@@ -73,10 +73,9 @@ Status name_put(const std::string& key, PreparedPut& p,
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
 
 // Whether a put of this shape may run on the caller's thread
-// (actors::put_over_channel): more than limits::kInlineBytes (below, the
-// actors carry it inline in one round trip), no lent, in-place or
-// sharded-group items, and not announced as a stream (the actors report
-// each object's fill to readers following it).
+// (actors::put_over_channel): no lent, in-place or sharded-group items,
+// and not announced as a stream (the actors report each object's fill to
+// readers following it).
 bool takes_caller_thread(const actors::PutCall& call);
 
 // put_state_dict's prepared put on the caller's thread, through

@@ -103,7 +103,7 @@ class FastPath {
     std::uint64_t misses = 0;
     std::uint64_t stale = 0;
     std::uint64_t rings = 0;             ///< rings (and tcp channels) open now
-    std::uint64_t puts = 0;              ///< puts committed over a ring
+    std::uint64_t puts = 0;              ///< whole-key puts and batches committed over a channel
     std::uint64_t put_misses = 0;        ///< puts write() sent down the actor path
     std::uint64_t lease_free_reads = 0;  ///< reads served without a lease (count_lease_free)
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
