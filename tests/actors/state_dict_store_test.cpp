@@ -430,6 +430,9 @@ TEST_F(StateDictStoreTest, APointerThisClientMovedIsReadWithoutARequestWhileItIs
   StateDict sd;
   ASSERT_OK(sd.insert("x", TensorView::of(&x, {})));
   ASSERT_OK(store().publish_state_dict("p", sd).get(kWait));
+  // The ring to the volume opens in the background once the client reached
+  // it: a read of the pointer's tag needs it.
+  ASSERT_TRUE(testing::eventually([&] { return store().fast_path_stats().rings >= 1; }));
   auto locates = [&] { return store().controller_counters().get(kWait)->locate; };
   const auto before = locates();
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*store().latest_version("p").get(kWait), 1u);

@@ -756,6 +756,8 @@ TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
     ASSERT_OK(
         store->put(key, TensorView(const_cast<std::uint8_t*>(bytes.data()), DType::uint8, {len}))
             .get(kWait));
+    // The ring opens in the background once the client reached its volume.
+    ASSERT_TRUE(testing::eventually([&] { return store->fast_path_stats().rings >= 1; }));
     DeviceBuffer dst(n);
     for (int round = 0; round < 3; ++round) {  // the third through a page-locked mapping
       const auto before = store->fast_path_stats();

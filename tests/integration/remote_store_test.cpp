@@ -208,6 +208,13 @@ TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedO
   auto b = Store::connect(server.address(), opts(2)).value();
   constexpr std::int64_t n = 64 * 1024;
   std::vector<float> big(n), into(n);
+  // a reaches the volume with a first read; its channel to the volume
+  // opens in the background (over tcp, a connection of its own), and the
+  // reads below are the channel's once it is there.
+  std::int64_t zero = 0;
+  ASSERT_OK(b.put("small", TensorView::of(&zero, {})).get(kWait));
+  ASSERT_OK(a.get("small").get(kWait));
+  ASSERT_TRUE(testing::eventually([&] { return a.fast_path_stats().rings >= 1; }));
   for (std::int64_t round = 0; round < 60; ++round) {
     ASSERT_OK(b.put("small", TensorView::of(&round, {})).get(kWait));
     auto small = a.get("small").get(kWait);
