@@ -432,6 +432,15 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
     EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses);
     testing::expect_reads_back(other, "big", big);
   }
+  // An object larger than one request keeps its format on that route.
+  const std::string pickled(std::size_t{200} << 10, 'p');
+  const auto objects_before = store.fast_path_stats().puts;
+  ASSERT_OK(store.put_object("big-object", pickled, ObjectFormat::pickle).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, objects_before + 1) << "not over the channel";
+  auto object = other.get_stored_object("big-object").get(kWait);
+  ASSERT_OK(object);
+  EXPECT_EQ(object->bytes, pickled);
+  EXPECT_EQ(object->format, ObjectFormat::pickle);
   // A key another client overwrote, then this one: its own value wins.
   std::vector<std::uint8_t> theirs = pattern(8, 50), mine = pattern(8, 90);
   ASSERT_OK(other.put("shared", bytes_view(theirs)).get(kWait));
