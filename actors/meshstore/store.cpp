@@ -171,16 +171,14 @@ std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
     c.groups.emplace_back();
   }
   c.items = std::move(items);
-  auto outcome = [](const Result<std::vector<std::uint64_t>>& r) {
-    return r.ok() ? make_ready_future() : make_error_future<void>(r.status());
-  };
-  bool defer = false;
-  if (auto done = actors::put_over_channel(*fast, c, timeout, &defer)) return outcome(*done);
-  if (!defer) return std::nullopt;
-  return facade::on_waiting_thread<void>(*fast, c.what, [fast, c, timeout, actors_put, outcome] {
-    auto done = actors::put_over_channel(*fast, c, timeout);
-    return done ? outcome(*done) : actors_put();
-  });
+  return facade::put_over_channel_or_defer<void>(
+      *fast, c.what,
+      [fast, c, timeout](bool* defer) -> std::optional<Future<void>> {
+        auto done = actors::put_over_channel(*fast, c, timeout, defer);
+        if (!done) return std::nullopt;
+        return done->ok() ? make_ready_future() : make_error_future<void>(done->status());
+      },
+      std::move(actors_put));
 }
 
 }  // namespace

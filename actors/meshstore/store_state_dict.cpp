@@ -24,7 +24,7 @@ namespace {
 using facade::check_key;
 using facade::closed_future;
 using facade::get_target;
-using facade::on_waiting_thread;
+using facade::put_over_channel_or_defer;
 using facade::put_source;
 using facade::staging;
 using state_dicts::Boxes;
@@ -84,24 +84,16 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (impl_ && impl_->fast) {
     const auto timeout = impl_->options.request_timeout;
-    bool defer = false;
-    if (auto done = state_dicts::put_on_caller_thread(*impl_->fast, p->call, timeout, &defer)) {
-      return done->ok() ? make_ready_future() : make_error_future<void>(*done);
-    }
-    if (defer) {
-      // Sent over tcp, more than a staging kept ahead: on the client's
-      // waiting thread, so this one goes on (the actors' put if that one
-      // cannot put it either).
-      actors::FastPath* fast = impl_->fast.get();  // defer's jobs end before it
-      return on_waiting_thread<void>(
-                 *fast, op + " '" + key + "'",
-                 [fast, client, p, timeout] {
-                   auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout);
-                   if (!done) return state_dicts::put_named(client, p);
-                   return done->ok() ? make_ready_future() : make_error_future<void>(*done);
-                 })
-          .then([st] {});  // host copies live till then
-    }
+    actors::FastPath* fast = impl_->fast.get();  // defer's jobs end before it
+    auto done = put_over_channel_or_defer<void>(
+        *fast, op + " '" + key + "'",
+        [fast, p, timeout](bool* defer) -> std::optional<Future<void>> {
+          auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout, defer);
+          if (!done) return std::nullopt;
+          return done->ok() ? make_ready_future() : make_error_future<void>(*done);
+        },
+        [client, p] { return state_dicts::put_named(client, p); });
+    if (done) return done->then([st] {});  // host copies live till then
   }
   return state_dicts::put_named(client, std::move(p)).then([st] {});
 }
@@ -145,27 +137,22 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   // On this thread, where the pointer this client last saw is current.
   if (fast) {
     const auto timeout = impl_->options.request_timeout;
-    bool defer = false;
-    if (auto done = state_dicts::publish_on_caller_thread(*fast, prefix, *prepared, keep, op,
-                                                          timeout, &defer)) {
-      return done->ok() ? make_ready_future<std::uint64_t>(**done)
-                        : make_error_future<std::uint64_t>(done->status());
-    }
-    if (defer) {
-      // As put_state_dict: on the client's waiting thread.
-      actors::FastPath* raw = fast.get();  // defer's jobs end before it
-      return on_waiting_thread<std::uint64_t>(
-                 *raw, op + " '" + prefix + "'",
-                 [raw, client, prefix, prepared, keep, op, timeout] {
-                   auto done = state_dicts::publish_on_caller_thread(*raw, prefix, *prepared, keep,
-                                                                     op, timeout);
-                   if (!done)
-                     return state_dicts::publish_prepared(client, prefix, prepared, keep, op);
-                   return done->ok() ? make_ready_future<std::uint64_t>(**done)
-                                     : make_error_future<std::uint64_t>(done->status());
-                 })
-          .then([st](std::uint64_t version) { return version; });  // host copies live till then
-    }
+    actors::FastPath* raw = fast.get();  // defer's jobs end before it
+    auto done = put_over_channel_or_defer<std::uint64_t>(
+        *raw, op + " '" + prefix + "'",
+        [raw, prefix, prepared, keep, op,
+         timeout](bool* defer) -> std::optional<Future<std::uint64_t>> {
+          auto done = state_dicts::publish_on_caller_thread(*raw, prefix, *prepared, keep, op,
+                                                            timeout, defer);
+          if (!done) return std::nullopt;
+          return done->ok() ? make_ready_future<std::uint64_t>(**done)
+                            : make_error_future<std::uint64_t>(done->status());
+        },
+        [client, prefix, prepared, keep, op] {
+          return state_dicts::publish_prepared(client, prefix, prepared, keep, op);
+        });
+    // Host copies live till then.
+    if (done) return done->then([st](std::uint64_t version) { return version; });
   }
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").
   return state_dicts::publish_prepared(client, prefix, std::move(prepared), keep, op)

@@ -5,6 +5,7 @@
 // put and get items they build often.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meshstore/actors/client.hpp"
@@ -29,13 +30,25 @@ std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
       Status(Errc::shutdown, what + ": the store was closed before the operation completed"));
 }
 
-/// Runs `call` (which answers a Future<T>) on `fast`'s waiting thread
-/// (FastPath::defer); the future answered here completes as that one does.
-template <class T, class F>
-Future<T> on_waiting_thread(actors::FastPath& fast, const std::string& what, F call) {
+/// A put over the client's channel: `attempt(defer)` puts it on this
+/// thread and answers its future, or nullopt when the channel cannot take
+/// it; it may instead set `*defer` (a put sent over the network that
+/// would hold this thread too long). Then it runs on `fast`'s waiting
+/// thread (FastPath::defer) as `attempt(nullptr)`, and `actors()` puts it
+/// there when the channel cannot; the future answered here completes as
+/// that one does. nullopt: the caller puts it through the actors.
+template <class T, class Attempt, class Actors>
+std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const std::string& what,
+                                                   Attempt attempt, Actors actors) {
+  bool defer = false;
+  if (auto done = attempt(&defer)) return done;
+  if (!defer) return std::nullopt;
   auto promise = make_promise<T>(what);
-  fast.defer([call = std::move(call), promise]() mutable {
-    call().on_complete([promise](const Result<T>& r) { promise->set(r); });
+  fast.defer([attempt = std::move(attempt), actors = std::move(actors), promise]() mutable {
+    auto done = attempt(nullptr);
+    (done ? std::move(*done) : actors()).on_complete([promise](const Result<T>& r) {
+      promise->set(r);
+    });
   });
   return promise->future();
 }
