@@ -18,18 +18,28 @@ using namespace meshstore;
 
 namespace {
 
-// A fast put of a 2 x 2 float32 tensor.
+// A put of a 2 x 2 float32 tensor whose bytes come inline.
 std::string fast_put_request() {
   const float v[4] = {1, 2, 3, 4};
-  actors::fast_get::PutRequest r;
+  wire::KeyRecord r;
   r.key = "model.w";
-  r.kind = 0;
-  r.dtype = static_cast<std::uint8_t>(DType::float32);
+  r.dtype = DType::float32;
   r.shape = {2, 2};
-  r.data = reinterpret_cast<const std::byte*>(v);
-  r.nbytes = sizeof(v);
+  r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), "v", 0, sizeof(v)});
+  actors::fast_get::CommitRequest req;
+  req.records = {r};
+  req.inlined = {std::string_view(reinterpret_cast<const char*>(v), sizeof(v))};
   std::vector<std::byte> out;
-  actors::fast_get::encode_into(r, out);
+  actors::fast_get::encode_into(req, out);
+  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// What a volume answers that put: a version, the object staged for it.
+std::string fast_put_reply() {
+  actors::fast_get::CommitDone d;
+  d.versions = {12};
+  d.placed = {{34, "meshstore.1-2.3;64"}};
+  auto out = actors::fast_get::encode_commit_done(d);
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
@@ -148,11 +158,9 @@ int main(int argc, char** argv) {
       write(dir, 10, "fast_get_reply",
             as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4))) &&
       write(dir, 10, "fast_put_request", fast_put_request()) &&
-      write(dir, 10, "fast_put_reply",
-            as_string(actors::fast_get::encode_put_done(
-                actors::fast_get::PutDone{12, 34, "meshstore.1-2.3;64"}))) &&
+      write(dir, 10, "fast_put_reply", fast_put_reply()) &&
       write(dir, 10, "fast_put_error",
-            as_string(actors::fast_get::encode_put_error(Status(Errc::out_of_capacity, "full")))) &&
+            as_string(actors::fast_get::encode_error(Status(Errc::out_of_capacity, "full")))) &&
       write(dir, 10, "fast_commit_request", fast_commit_request()) &&
       write(dir, 10, "fast_commit_reply", fast_commit_reply());
   if (!ok) {

@@ -129,10 +129,9 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 
 // Whole tensors or objects (`items`, in host memory) put over the client's
 // channel to its volume, on the caller's thread (docs/architecture.md,
-// "Puts on the caller's thread"): one small one in one request (the
-// volume stages it, the controller commits it), else written into objects
-// the volume stages for them and committed with one request, all or none
-// (actors::put_over_channel; sent over tcp and more than
+// "Puts on the caller's thread"): one commit request, all or none, with
+// their bytes inline when they fit it, else written first into objects the
+// volume stages for them (actors::put_over_channel; sent over tcp and more than
 // limits::kStagedAheadBytes: from the client's waiting thread). Done, the
 // keys are in the client's one location cache, so this process's reads
 // see them. nullopt: the actors put them (no channel yet, a full volume, a
@@ -148,17 +147,6 @@ std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
       return std::nullopt;
     }
   }
-  const TensorView& v = items.front().view;
-  if (items.size() == 1 && v.nbytes() <= actors::limits::kRingReadBytes) {
-    const auto& item = items.front();
-    Status why;
-    const actors::FastPath::Put p{item.key,           item.kind,
-                                  v.dtype(),          v.shape(),
-                                  item.object_format, static_cast<const std::byte*>(v.data()),
-                                  v.nbytes()};
-    if (fast->write(p, timeout, &why) == FastOutcome::hit) return make_ready_future();
-    return std::nullopt;
-  }
   actors::ChannelPut c;
   c.what = what;
   c.slot = std::string(2, '\0');  // apart from state dicts' and versions' slots
@@ -166,14 +154,16 @@ std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
   for (auto& item : items) {
     c.slot += item.key;
     c.slot.push_back('\0');
-    // Only over the version this client saw last, when it saw one, as write().
+    // Only over the version this client saw last, when it saw one: a put
+    // that reaches the controller late (its channel timed out and the
+    // actors put it meanwhile) is refused rather than roll the key back.
     item.expect_version = fast->cache().version(item.key);
     c.groups.emplace_back();
   }
   c.items = std::move(items);
   return facade::put_over_channel_or_defer<void>(
-      *fast, c.what,
-      [fast, c, timeout](bool* defer) -> std::optional<Future<void>> {
+      *fast, what,
+      [fast, c = std::move(c), timeout](bool* defer) -> std::optional<Future<void>> {
         auto done = actors::put_over_channel(*fast, c, timeout, defer);
         if (!done) return std::nullopt;
         return done->ok() ? make_ready_future() : make_error_future<void>(done->status());

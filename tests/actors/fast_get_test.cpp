@@ -149,13 +149,10 @@ class FastGetTest : public ::testing::Test {
     return fast_get::decode_reply(*m);
   }
 
-  // Sends put `r` over the channel: the volume's verdict.
-  Status send_put(const fast_get::PutRequest& r) {
-    std::vector<std::byte> bytes;
-    fast_get::encode_into(r, bytes);
-    auto m = exchange(bytes);
-    if (!m.ok()) return m.status();
-    auto done = fast_get::decode_put_reply(*m);
+  // Sends a put of one object whose bytes come inline (inline_put) over
+  // the channel: the volume's verdict.
+  Status send_put(const std::vector<std::byte>& request) {
+    auto done = exchange_commit(request, 1, 0, nullptr, 1);
     return done.ok() ? Status() : done.status();
   }
   // Sends commit request `bytes` (of `records` records and `stages`
@@ -163,11 +160,11 @@ class FastGetTest : public ::testing::Test {
   // (`*refused`: a well-formed refusal).
   Result<fast_get::CommitDone> exchange_commit(const std::vector<std::byte>& bytes,
                                                std::size_t records, std::size_t stages,
-                                               bool* refused = nullptr) {
+                                               bool* refused = nullptr, std::size_t inlined = 0) {
     auto m = exchange(bytes);
     if (!m.ok()) return m.status();
     bool was_refused = false;
-    auto done = fast_get::decode_commit_reply(*m, records, stages, &was_refused);
+    auto done = fast_get::decode_commit_reply(*m, records, inlined, stages, &was_refused);
     if (refused) *refused = was_refused;
     return done;
   }
@@ -197,6 +194,28 @@ class VolumeEnd : public FastGetTest, public ::testing::WithParamInterface<const
 
 std::string text(const std::vector<std::byte>& b) {
   return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+// A commit request that puts one object of `n` bytes at `data` inline
+// (the volume stages it), as key `key` of `dtype` and `shape` on `volume`.
+std::vector<std::byte> inline_put(const std::string& key, DType dtype, const Shape& shape,
+                                  const void* data, std::size_t n,
+                                  const std::string& volume = "volume-0") {
+  wire::KeyRecord r;
+  r.key = key;
+  r.dtype = dtype;
+  r.shape = shape;
+  TensorSlice whole;
+  if (std::all_of(shape.begin(), shape.end(), [](std::int64_t d) { return d >= 0; })) {
+    whole = TensorSlice::full(shape);
+  }
+  r.shards.push_back(wire::ShardRecord{whole, volume, 0, n});
+  fast_get::CommitRequest req;
+  req.records = {r};
+  req.inlined = {std::string_view(static_cast<const char*>(data), n)};
+  std::vector<std::byte> bytes;
+  fast_get::encode_into(req, bytes);
+  return bytes;
 }
 
 TEST_P(VolumeEnd, ACommittedSmallObjectIsServed) {
@@ -257,29 +276,22 @@ TEST_P(VolumeEnd, AMalformedRequestGetsAnErrorAndTheChannelKeepsServing) {
 // refused with the reason (protocol_error), stores nothing, and the
 // channel keeps serving. This volume was attached without a controller,
 // so even a well-formed put is refused, naming that.
-TEST_P(VolumeEnd, HostilePutsAreRefusedAndStoreNothing) {
+TEST_P(VolumeEnd, HostileInlinePutsAreRefusedAndStoreNothing) {
   const auto id = stage("k", "value");
   verdict(commit_atom::value, id);
   ASSERT_OK(attach());
   const float four[4] = {1, 2, 3, 4};
-  auto put = [&](const std::string& key, std::uint8_t dtype, std::vector<std::int64_t> shape,
-                 std::uint64_t nbytes) -> Status {
-    fast_get::PutRequest r;
-    r.key = key;
-    r.dtype = dtype;
-    r.shape = std::move(shape);
-    r.data = reinterpret_cast<const std::byte*>(four);
-    r.nbytes = nbytes;
-    return send_put(r);
+  auto put = [&](const std::string& key, DType dtype, const Shape& shape) {
+    return send_put(inline_put(key, dtype, shape, four, sizeof four));
   };
-  const auto f32 = static_cast<std::uint8_t>(DType::float32);
-  EXPECT_ERROR(put(std::string("a\0b", 3), f32, {4}, 16), Errc::protocol_error, "NUL");
-  EXPECT_ERROR(put("neg", f32, {-2, -2}, 16), Errc::protocol_error, "negative dimension");
-  EXPECT_ERROR(put("size", f32, {5}, 16), Errc::protocol_error, "16 bytes for shape");
-  EXPECT_ERROR(put("huge", f32, {std::int64_t{1} << 62, 4}, 16), Errc::protocol_error,
-               "bytes for shape");
-  EXPECT_ERROR(put("dtype", 200, {4}, 16), Errc::protocol_error, "unknown kind, dtype");
-  EXPECT_ERROR(put("fine", f32, {4}, 16), Errc::protocol_error, "no controller");
+  EXPECT_ERROR(put(std::string("a\0b", 3), DType::float32, {4}), Errc::protocol_error, "NUL");
+  EXPECT_ERROR(put("neg", DType::float32, {-2, -2}), Errc::protocol_error, "negative dimension");
+  EXPECT_ERROR(put("size", DType::float32, {5}), Errc::protocol_error, "16 bytes inline for shape");
+  EXPECT_ERROR(put("huge", DType::float32, {std::int64_t{1} << 62, 4}), Errc::protocol_error,
+               "bytes inline for shape");
+  EXPECT_ERROR(send_put(inline_put("elsewhere", DType::float32, {4}, four, 16, "volume-9")),
+               Errc::protocol_error, "not one object of volume");
+  EXPECT_ERROR(put("fine", DType::float32, {4}), Errc::unavailable, "controller");
   auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->objects, 1u);  // "k" alone: nothing staged or kept
@@ -400,6 +412,10 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
         wire::ShardRecord{TensorSlice::full(r.shape), "v", 10u + i, 16u * (i + 1), 1, 0, "place"});
     req.records.push_back(r);
   }
+  // The second record's object comes inline.
+  const std::string inline_bytes(32, 'i');
+  req.records[1].shards[0].object_id = 0;
+  req.inlined = {std::nullopt, std::string_view(inline_bytes), std::nullopt};
   req.prefixes = {"sd"};
   req.release = {41, 42};
   req.stage = {{"sd", 100}, {"sd#packed", 1 << 20}};
@@ -408,6 +424,11 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   auto back = fast_get::decode_commit(bytes);
   ASSERT_OK(back);
   ASSERT_EQ(back->records.size(), 3u);
+  ASSERT_EQ(back->inlined.size(), 3u);
+  EXPECT_FALSE(back->inlined[0]);
+  ASSERT_TRUE(back->inlined[1]);
+  EXPECT_EQ(*back->inlined[1], inline_bytes);
+  EXPECT_FALSE(back->inlined[2]);
   EXPECT_EQ(back->prefixes, req.prefixes);
   EXPECT_EQ(back->release, req.release);
   EXPECT_EQ(back->stage, req.stage);
@@ -420,15 +441,34 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   auto trailing = bytes;
   trailing.push_back(std::byte{0});
   EXPECT_ERROR(fast_get::decode_commit(trailing), Errc::protocol_error, "where its fields end");
+  // The first record's flags follow its encoding: an unknown flag, or an
+  // object inline larger than a request may carry, is refused.
+  const std::size_t flags_at = 24 + 4 + wire::encode(req.records[0]).size();
+  auto unknown = bytes;
+  const std::uint32_t two = 2;
+  std::memcpy(unknown.data() + flags_at, &two, 4);
+  EXPECT_ERROR(fast_get::decode_commit(unknown), Errc::protocol_error, "unknown flags");
+  fast_get::CommitRequest big;
+  big.records = {req.records[1]};
+  const std::string too_many(fast_get::kMaxObjectBytes + 1, 'x');
+  big.inlined = {std::string_view(too_many)};
+  std::vector<std::byte> big_bytes;
+  fast_get::encode_into(big, big_bytes);
+  EXPECT_ERROR(fast_get::decode_commit(big_bytes), Errc::protocol_error, "bytes inline for");
+  auto cut_inline = big_bytes;
+  cut_inline.resize(cut_inline.size() - too_many.size() + 10);
+  EXPECT_ERROR(fast_get::decode_commit(cut_inline), Errc::protocol_error, "bytes inline for");
   EXPECT_ERROR(fast_get::decode_commit({}), Errc::protocol_error, "no header");
   std::vector<std::byte> nothing;
   fast_get::encode_into(fast_get::CommitRequest{}, nothing);
   EXPECT_ERROR(fast_get::decode_commit(nothing), Errc::protocol_error, "asks nothing");
   // Replies: the versions, one per record, and the objects staged; a
   // refusal; and malformed ones.
-  auto done = [](std::vector<std::uint64_t> versions, std::size_t staged) {
+  auto done = [](std::vector<std::uint64_t> versions, std::size_t staged,
+                 std::vector<fast_get::CommitDone::Placed> placed = {}) {
     fast_get::CommitDone d;
     d.versions = std::move(versions);
+    d.placed = std::move(placed);
     for (std::size_t i = 0; i < staged; ++i) {
       wire::RegionRef r;
       r.region_id = 70 + i;
@@ -439,24 +479,44 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
     return fast_get::encode_commit_done(d);
   };
   bool refused = true;
-  auto ok = fast_get::decode_commit_reply(done({4, 5, 6}, 2), 3, 2, &refused);
+  auto ok = fast_get::decode_commit_reply(done({4, 5, 6}, 2), 3, 0, 2, &refused);
   ASSERT_OK(ok);
   EXPECT_EQ(ok->versions, (std::vector<std::uint64_t>{4, 5, 6}));
   ASSERT_EQ(ok->staged.size(), 2u);
   EXPECT_EQ(ok->staged[1].region_id, 71u);
   EXPECT_EQ(ok->staged[1].described, (std::map<std::string, std::string>{{"shm", "seg:1"}}));
   EXPECT_FALSE(refused);
-  ASSERT_OK(fast_get::decode_commit_reply(done({4, 5, 6}, 0), 3, 2, &refused))
+  ASSERT_OK(fast_get::decode_commit_reply(done({4, 5, 6}, 0), 3, 0, 2, &refused))
       << "no room to stage after a commit";
-  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5, 6}, 1), 3, 2, &refused),
+  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5, 6}, 1), 3, 0, 2, &refused),
                Errc::protocol_error, "1 objects staged of 2");
-  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5}, 0), 3, 0, &refused), Errc::protocol_error,
+  auto cut = done({4, 5, 6}, 0);
+  cut.pop_back();
+  EXPECT_ERROR(fast_get::decode_commit_reply(cut, 3, 0, 0, &refused), Errc::protocol_error,
                "cut short");
   EXPECT_FALSE(refused);
-  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, &refused),
+  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused),
                Errc::protocol_error, "version 0");
+  // The objects the volume staged for bytes sent inline, with their places
+  // (none for a volume without shm); one per record sent inline.
+  auto placed = fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{90, "seg;64"}, {91, ""}}), 3, 2,
+                                              0, &refused);
+  ASSERT_OK(placed);
+  ASSERT_EQ(placed->placed.size(), 2u);
+  EXPECT_EQ(placed->placed[0].object_id, 90u);
+  EXPECT_EQ(placed->placed[0].place, "seg;64");
+  EXPECT_EQ(placed->placed[1].place, "");
+  EXPECT_ERROR(
+      fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{90, "seg;64"}}), 3, 2, 0, &refused),
+      Errc::protocol_error, "placing 1 objects of 2");
   EXPECT_ERROR(fast_get::decode_commit_reply(
-                   fast_get::encode_put_error(Status(Errc::conflict, "no")), 3, 0, &refused),
+                   done({4, 5, 6}, 0, {{90, std::string(fast_get::kMaxPlaceBytes + 1, 'p')}}), 3, 1,
+                   0, &refused),
+               Errc::protocol_error, "a commit's reply field");
+  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{0, "seg"}}), 3, 1, 0, &refused),
+               Errc::protocol_error, "without id");
+  EXPECT_ERROR(fast_get::decode_commit_reply(fast_get::encode_error(Status(Errc::conflict, "no")),
+                                             3, 0, 0, &refused),
                Errc::conflict, "no");
   EXPECT_TRUE(refused);
 }
@@ -512,65 +572,6 @@ TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
   EXPECT_EQ(fast_get::decode_request({}).status().code(), Errc::protocol_error);
   auto reply = fast_get::encode(static_cast<fast_get::ReplyStatus>(9), nullptr, 0);
   EXPECT_EQ(fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
-}
-
-// A put request's codec: every field back, the expected version too, and a
-// request that lies about its flags or size, or is cut short, is refused.
-TEST_F(FastGetTest, ThePutCodecRoundTripsTheExpectedVersion) {
-  const std::uint8_t data[5] = {1, 2, 3, 4, 5};
-  for (std::optional<std::uint64_t> expect :
-       {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0},
-        std::optional<std::uint64_t>{77}}) {
-    fast_get::PutRequest r;
-    r.key = "w";
-    r.dtype = static_cast<std::uint8_t>(DType::uint8);
-    r.shape = {5};
-    r.data = reinterpret_cast<const std::byte*>(data);
-    r.nbytes = 5;
-    r.expect_version = expect;
-    std::vector<std::byte> bytes;
-    fast_get::encode_into(r, bytes);
-    EXPECT_EQ(bytes.size(), fast_get::encoded_size(r));
-    auto back = fast_get::decode_put(bytes);
-    ASSERT_OK(back);
-    EXPECT_EQ(back->key, "w");
-    EXPECT_EQ(back->shape, r.shape);
-    EXPECT_EQ(back->expect_version, expect);
-    EXPECT_EQ(std::memcmp(back->data, data, 5), 0);
-    auto cut = bytes;
-    cut.pop_back();
-    EXPECT_EQ(fast_get::decode_put(cut).status().code(), Errc::protocol_error);
-    auto unknown = bytes;
-    const std::uint32_t flags = 2;  // no such flag
-    std::memcpy(unknown.data() + 12, &flags, 4);
-    EXPECT_ERROR(fast_get::decode_put(unknown), Errc::protocol_error, "unknown put flags");
-    auto huge = bytes;
-    const std::uint64_t nbytes = fast_get::kMaxObjectBytes + 1;
-    std::memcpy(huge.data() + 16, &nbytes, 8);
-    EXPECT_ERROR(fast_get::decode_put(huge), Errc::protocol_error, "an object of");
-  }
-}
-
-// A put's reply carries where the object lies (a hint the client checks
-// by the object's tag before it reads there); a place too long for the
-// reply is left out, and a reply longer than any place is refused.
-TEST_F(FastGetTest, APutsReplyCarriesItsPlaceWithinBounds) {
-  auto done = fast_get::decode_put_reply(
-      fast_get::encode_put_done(fast_get::PutDone{3, 9, "meshstore.1-2.seg;64"}));
-  ASSERT_OK(done);
-  EXPECT_EQ(done->version, 3u);
-  EXPECT_EQ(done->object_id, 9u);
-  EXPECT_EQ(done->place, "meshstore.1-2.seg;64");
-  auto none = fast_get::decode_put_reply(fast_get::encode_put_done(fast_get::PutDone{3, 9, ""}));
-  ASSERT_OK(none);
-  EXPECT_EQ(none->place, "");
-  auto long_place = fast_get::decode_put_reply(fast_get::encode_put_done(
-      fast_get::PutDone{3, 9, std::string(fast_get::kMaxPlaceBytes + 1, 'p')}));
-  ASSERT_OK(long_place);
-  EXPECT_EQ(long_place->place, "");
-  std::string body(16 + fast_get::kMaxPlaceBytes + 1, '\x01');
-  auto too_long = fast_get::encode(fast_get::ReplyStatus::ok, body.data(), body.size());
-  EXPECT_EQ(fast_get::decode_put_reply(too_long).status().code(), Errc::protocol_error);
 }
 
 TEST_F(FastGetTest, OneThreadServesTheRingsOfEveryClient) {
@@ -630,14 +631,7 @@ TEST_F(FastGetTest, APutItsControllerHasNotAnsweredHoldsUpNoOtherClient) {
   auto other = Ring::create({});
   ASSERT_OK(other);
   ASSERT_OK(attach(other->get()));
-  fast_get::PutRequest put;
-  put.key = "waiting";
-  put.dtype = static_cast<std::uint8_t>(DType::uint8);
-  put.shape = {5};
-  put.nbytes = 5;
-  put.data = reinterpret_cast<const std::byte*>("bytes");
-  std::vector<std::byte> bytes;
-  fast_get::encode_into(put, bytes);
+  const auto bytes = inline_put("waiting", DType::uint8, {5}, "bytes", 5);
   ASSERT_OK(ring_->send(9, bytes.data(), bytes.size(), in(10s)));
   ASSERT_TRUE(testing::eventually([&] { return received->load() == 1; }));
   // The put waits on the controller; another client's get does not.
@@ -653,7 +647,8 @@ TEST_F(FastGetTest, APutItsControllerHasNotAnsweredHoldsUpNoOtherClient) {
   auto m = ring_->receive(in(10s));
   ASSERT_OK(m);
   EXPECT_EQ(m->tag, 9u);
-  auto done = fast_get::decode_put_reply(m->bytes);
+  bool refused = false;
+  auto done = fast_get::decode_commit_reply(m->bytes, 1, 1, 0, &refused);
   EXPECT_EQ(done.status().code(), Errc::unavailable) << done.status().to_string();
 }
 
@@ -706,15 +701,8 @@ TEST(FastGetCleanup, AClientKilledAfterAPutLeavesNoSegmentBehind) {
     auto bell = transports::shm::Doorbell::open(testing::read_to_end(go[0]));
     if (!bell.ok()) _exit(5);
     (*ring)->use_doorbell(std::move(bell).value());
-    fast_get::PutRequest r;
     const std::vector<std::byte> data(4096);
-    r.key = "k";
-    r.dtype = static_cast<std::uint8_t>(DType::uint8);
-    r.shape = {4096};
-    r.data = data.data();
-    r.nbytes = 4096;
-    std::vector<std::byte> bytes;
-    fast_get::encode_into(r, bytes);
+    const auto bytes = inline_put("k", DType::uint8, {4096}, data.data(), data.size());
     if (!(*ring)->send(9, bytes.data(), bytes.size(), in(10s)).ok()) _exit(6);
     if (!(*ring)->receive(in(10s)).ok()) _exit(7);  // read (then refused: no controller)
     kill(getpid(), SIGKILL);

@@ -16,7 +16,6 @@ using evict_atom = caf::atom_constant<caf::atom("evict")>;
 // A publisher lends its own buffers to its process's lending volume.
 using lend_atom = caf::atom_constant<caf::atom("lend")>;
 using ring_attach_atom = caf::atom_constant<caf::atom("ring_att")>;
-using fast_put_atom = caf::atom_constant<caf::atom("fast_put")>;
 using fast_commit_atom = caf::atom_constant<caf::atom("f_commit")>;
 using local_commit_atom = caf::atom_constant<caf::atom("l_commit")>;
 using small_attach_atom = caf::atom_constant<caf::atom("small_att")>;

@@ -36,7 +36,6 @@ using internal::to_caf_error;
 using volume::Committed;
 using volume::fast_commit;
 using volume::Lease;
-using volume::local_put;
 using volume::stage;
 using volume::stage_commit;
 using volume::StoredObject;
@@ -327,28 +326,6 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
             },
             std::move(retire));
         return rp;
-      },
-      [=](fast_put_atom, FastPutJob& job) {
-        // In this actor system: CAF 0.17 gives each system of a process a
-        // node id of its own, so another system's controller is remote.
-        auto controller = caf::actor_cast<caf::actor>(job.controller);
-        if (controller && controller.node() == self->node()) {
-          return local_put(self, std::move(job), controller);
-        }
-        auto done = job.done;
-        std::vector<wire::KeyRecord> records{std::move(job.record)};
-        stage_commit(
-            self, {std::move(job.request)}, std::move(records),
-            caf::actor_cast<caf::actor>(job.controller), caf::actor_cast<caf::actor>(job.owner),
-            [done](Result<Committed> r) {
-              if (!r.ok()) return (*done)(r.status());
-              if (r->versions.size() != 1 || r->ids.size() != 1 || r->places.size() != 1) {
-                return (*done)(Status(Errc::internal, "a put of one key committed " +
-                                                          std::to_string(r->versions.size())));
-              }
-              // With where it lies, for the writer's direct reads.
-              (*done)(fast_get::PutDone{r->versions.front(), r->ids.front(), r->places.front()});
-            });
       },
       [=](fast_commit_atom, FastCommitJob& job) { fast_commit(self, std::move(job)); },
       [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {

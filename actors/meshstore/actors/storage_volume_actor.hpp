@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,28 +53,19 @@ struct LendRequest {
   std::uint64_t revocable = 0;
 };
 
-/// A small put that came over a fast-path ring (issue 26), from the ring's
-/// thread to its volume actor, within one process (never serialized): the
-/// object's bytes and record, who put it (the client actor that attached
-/// the ring: its staged objects go if it dies before the commit), the
-/// controller to commit at, and where the outcome goes (version and object
-/// id, or the error).
-struct FastPutJob {
-  wire::StageRequest request;
-  wire::KeyRecord record;
-  caf::actor_addr owner;
-  caf::actor_addr controller;
-  std::shared_ptr<std::function<void(Result<fast_get::PutDone>)>> done;
-};
-
-/// A request over a fast-path channel (fast_get::CommitRequest): staged
-/// objects its client gives back, records of objects it staged here and
-/// wrote, to commit at the controller replacing the keys under `prefixes`,
-/// and objects to stage for it afterwards; within one process, as
-/// FastPutJob. `reply_limit`: the bytes its reply may take (a ring slot).
-/// `done` gets what was done or the error.
+/// A request over a fast-path channel (fast_get::CommitRequest), from the
+/// small-op service to its volume actor within one process (never
+/// serialized): staged objects its client gives back, records to commit
+/// at the controller replacing the keys under `prefixes` (of objects it
+/// staged here and wrote, or whose bytes came inline: `inlined`, per
+/// record or empty), and objects to stage for it afterwards. Who sent it
+/// (the client actor that attached the channel: its staged objects go if
+/// it dies before the commit) and the controller to commit at.
+/// `reply_limit`: the bytes its reply may take (a ring slot). `done` gets
+/// what was done or the error.
 struct FastCommitJob {
-  fast_get::CommitRequest request;
+  fast_get::CommitRequest request;  // its `inlined` views are moved to `inlined`
+  std::vector<std::optional<std::string>> inlined;
   std::size_t reply_limit = 0;
   caf::actor_addr owner;
   caf::actor_addr controller;
@@ -145,8 +137,8 @@ using storage_volume_actor = caf::typed_actor<
     // Attaches the server end of shared-memory ring `name`
     // (transports/shm/ring.hpp), created by process `pid` on this host, to
     // the volume's small-op service (actors/volume/small_ops.hpp), which
-    // serves small committed objects' gets on it, and hands small puts to
-    // this actor (fast_put) to commit at `controller` for the client that
+    // serves small committed objects' gets on it, and hands commits to
+    // this actor (fast_commit) to commit at `controller` for the client that
     // sent ring_attach. Answers the name of the service's doorbell, which
     // the client rings after each request. Fails with the ring's error
     // (not_found, protocol_error, unavailable).
@@ -155,9 +147,6 @@ using storage_volume_actor = caf::typed_actor<
     // connections (tcp's small operations) that carry `token` commit
     // their puts at `controller` for the client that sent small_attach.
     caf::replies_to<small_attach_atom, std::uint64_t, caf::actor>::with<caf::ok_atom>,
-    // (from the small-op service, in this process) Stages and commits a small
-    // put as stage_commit does; the outcome goes to the job's `done`.
-    caf::reacts_to<fast_put_atom, FastPutJob>,
     // (from the small-op service) Gives back, commits and stages for the
     // channel's client (FastCommitJob); every object it gives back or
     // commits must be one that client staged here and has not committed.
@@ -196,5 +185,4 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LendRequest)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::FastPutJob)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::FastCommitJob)

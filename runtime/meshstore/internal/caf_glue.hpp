@@ -31,6 +31,14 @@ caf::error to_caf_error(const Status& s);
 /// CAF's rendering in the message.
 Status from_caf_error(const caf::error& e, std::string_view context);
 
+/// Whether `e` is a meshstore error that says the request was refused
+/// (nothing done), rather than one whose outcome is unknown (timeout,
+/// unavailable, CAF's own errors).
+inline bool refused(const caf::error& e) {
+  return e.category() == kErrorCategory && e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
+         e.code() != static_cast<std::uint8_t>(Errc::unavailable);
+}
+
 /// Encodes a wire struct as its Protobuf bytes when CAF serializes it (only
 /// across processes) and decodes it on the way in; a malformed encoding
 /// fails the deserialization with a meshstore protocol_error. The struct's

@@ -3,6 +3,8 @@
 
 #include "meshstore/actors/client/channel_put.hpp"
 
+#include <algorithm>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -63,26 +65,104 @@ bool write_staged(transports::Transport& writer, const std::vector<PutItem>& ite
   return ok;
 }
 
-}  // namespace
+// What a commit's records and prefixes take beside the objects' bytes, at
+// most (a record's encoding: its key and shape, the volume's id, a few
+// fixed fields; the estimate only picks how the bytes travel: a request
+// that does not fit after all is not sent).
+std::size_t record_room(const ChannelPut& c, const std::string& volume_id) {
+  std::size_t n = 64;
+  for (const auto& item : c.items) {
+    n += 128 + 2 * item.key.size() + 16 * item.view.shape().size() + volume_id.size();
+  }
+  for (const auto& p : c.prefixes) n += 8 + p.size();
+  return n;
+}
 
-std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
-    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer) {
+// The put in one request, its objects' bytes inline: the volume stages
+// them and commits them (docs/architecture.md, "Puts on the caller's
+// thread"). nullopt when it did not fit one request after all (nothing
+// sent: the caller stages them), or the volume refused it (nothing
+// committed: the actors put it).
+std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, const ChannelPut& c,
+                                                             const std::string& home,
+                                                             std::chrono::milliseconds timeout) {
+  fg::CommitRequest req;
+  req.prefixes = c.prefixes;
+  std::vector<std::vector<std::byte>> gathered;  // the pieces of gathered objects, assembled
+  for (std::size_t i = 0; i < c.items.size(); ++i) {
+    const auto& item = c.items[i];
+    req.records.push_back(put_record(item, nullptr, home, c.groups[i]));
+    const auto n = static_cast<std::size_t>(item.view.nbytes());
+    const char* data = static_cast<const char*>(item.view.data());
+    if (item.gather) {
+      if (gathered.empty()) gathered.reserve(c.items.size());  // no reallocation after this
+      gathered.emplace_back(n);
+      if (!fill_gathered_here(*item.gather, gathered.back().data(), n).ok()) return std::nullopt;
+      data = reinterpret_cast<const char*>(gathered.back().data());
+    }
+    req.inlined.emplace_back(std::string_view(n > 0 ? data : "", n));
+  }
+  // What was kept staged for this put goes back with it.
+  auto staging = fast.take_staging(c.slot);
+  if (staging && staging->volume_id == home) {
+    for (const auto& r : staging->regions) req.release.push_back(r.region_id);
+  } else if (staging) {
+    fast.give_back(*staging, timeout);
+  }
+  bool sent = false, refused = false;
+  auto got = fast.commit(home, req, timeout, &sent, &refused);
+  if (!got.ok()) {
+    if (!sent && staging && staging->volume_id == home) {
+      fast.keep_staging(c.slot, std::move(*staging), timeout);
+    }
+    if (!sent || refused) return std::nullopt;
+    // The channel failed with the commit on its way: committed or not is
+    // unknown (its objects then belong to the keys, or go with this client).
+    return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
+  }
+  fast.count_commit(c.whole_key);
+  for (std::size_t i = 0; i < req.records.size(); ++i) {
+    auto& shard = req.records[i].shards.front();
+    shard.object_id = got->placed[i].object_id;
+    shard.place = std::move(got->placed[i].place);
+    req.records[i].version = got->versions[i];
+    fast.cache().put(req.records[i]);  // this thread's next read sees it
+  }
+  return Result<std::vector<std::uint64_t>>(std::move(got->versions));
+}
+
+// put_over_channel, but for counting the whole-key puts it leaves.
+std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const ChannelPut& c,
+                                                           std::chrono::milliseconds timeout,
+                                                           bool* defer) {
   using Staging = FastPath::Staging;
   if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
-  std::uint64_t total = 0;
-  std::vector<fg::StageSpec> layout;  // what the volume stages, keys for its messages
-  std::vector<std::uint64_t> sizes;   // what a staging is matched by
-  layout.reserve(c.items.size());
+  std::uint64_t total = 0, largest = 0;
+  std::vector<std::uint64_t> sizes;  // what a staging is matched by
   sizes.reserve(c.items.size());
   for (const auto& item : c.items) {
     const auto& v = item.view;
     if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return std::nullopt;
     total += v.nbytes();
-    layout.push_back(fg::StageSpec{item.key, v.nbytes()});
+    largest = std::max(largest, v.nbytes());
     sizes.push_back(v.nbytes());
   }
   const std::string home = fast.home();
   auto writer = fast.writer_of(home);
+  if (home.empty() || !writer) {
+    // The actors put it (a client's first put picks its volume there); its
+    // layout is noted for the next.
+    fast.note_layout(c.slot, sizes);
+    return std::nullopt;
+  }
+  // Bytes that fit one request travel in it: how they are copied, not a
+  // route (the same commit either way).
+  if (largest <= fg::kMaxObjectBytes && total + record_room(c, home) <= fast.request_room(home)) {
+    if (auto done = put_inline(fast, c, home, timeout)) return done;
+  }
+  std::vector<fg::StageSpec> layout;  // what the volume stages, keys for its messages
+  layout.reserve(c.items.size());
+  for (const auto& item : c.items) layout.push_back(fg::StageSpec{item.key, item.view.nbytes()});
   // Sent rather than copied (tcp): the caller's thread waits for the
   // network only as long as a put it keeps staged ahead could take; a
   // larger put is sent from the client's waiting thread (FastPath::defer).
@@ -92,10 +172,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
   }
   // A layout put again (a trainer's every step) is worth staging ahead,
   // within bounds: its next put then writes at once and commits in one
-  // round trip. Noted before the ring is known: a client's first put takes
-  // the actors, which pick its volume.
+  // round trip.
   const bool keep = fast.note_layout(c.slot, sizes) && total <= limits::kStagedAheadBytes;
-  if (home.empty() || !writer) return std::nullopt;
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -171,6 +249,15 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     fast.keep_staging(c.slot, Staging{home, sizes, std::move(got->staged)}, timeout);
   }
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
+}
+
+}  // namespace
+
+std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
+    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer) {
+  auto done = put_here(fast, c, timeout, defer);
+  if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();
+  return done;
 }
 
 }  // namespace meshstore::actors

@@ -409,76 +409,6 @@ FastPath::Outcome FastPath::read(const std::string& key,
   return Outcome::hit;
 }
 
-FastPath::Outcome FastPath::write(const Put& p, std::chrono::milliseconds timeout, Status* why) {
-  auto miss = [&](Status s) {
-    *why = std::move(s);
-    put_misses_.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::miss;
-  };
-  fast_get::PutRequest req;
-  req.key = p.key;
-  req.kind = static_cast<std::uint8_t>(p.kind);
-  req.dtype = static_cast<std::uint8_t>(p.dtype);
-  req.format = static_cast<std::uint8_t>(p.format);
-  req.shape.assign(p.shape.begin(), p.shape.end());
-  req.data = p.data;
-  req.nbytes = p.nbytes;
-  if (p.nbytes > limits::kRingReadBytes || p.key.size() > fast_get::kMaxKeyBytes ||
-      p.shape.size() > fast_get::kMaxPutDims) {
-    return miss(Status(Errc::unsupported, "larger than one request"));
-  }
-  std::shared_ptr<Channel> channel;
-  std::string home;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    home = home_;
-    auto r = rings_.find(home);
-    if (home.empty() || r == rings_.end()) {
-      return miss(Status(Errc::unavailable, "no ring to this client's volume"));
-    }
-    channel = r->second;
-  }
-  // Only over the version this client saw last, when it saw one: a put
-  // that reaches the controller late (its ring timed out and the actors
-  // put it meanwhile) is refused rather than roll the key back.
-  if (auto seen = cache_->version(p.key)) req.expect_version = *seen;
-  using Clock = std::chrono::steady_clock;
-  std::unique_lock<std::mutex> lock(channel->mu);
-  if (channel->failed) return miss(Status(Errc::unavailable, "the ring failed"));
-  if (fast_get::encoded_size(req) > channel->max_request()) {
-    return miss(Status(Errc::unsupported, "does not fit one request"));
-  }
-  fast_get::encode_into(req, channel->request);
-  const auto deadline = Clock::now() + timeout;
-  auto fail = [&](const Status& s) {
-    close_failed(home, channel, s);
-    return miss(s);
-  };
-  auto m = channel->exchange(deadline);
-  if (!m.ok()) return fail(m.status());
-  auto done = fast_get::decode_put_reply(*m);
-  if (!done.ok()) {
-    // The volume's refusal (a full volume, a controller that said no):
-    // the ring is fine; the actor path runs the put and reports.
-    if (done.status().code() != Errc::protocol_error) return miss(done.status());
-    return fail(done.status());
-  }
-  lock.unlock();
-  wire::KeyRecord r;
-  r.key = p.key;
-  r.kind = p.kind;
-  r.dtype = p.dtype;
-  r.shape = p.shape;
-  r.object_format = p.format;
-  r.version = done->version;
-  r.shards.push_back(
-      wire::ShardRecord{TensorSlice::full(p.shape), home, done->object_id, p.nbytes});
-  r.shards.back().place = std::move(done->place);
-  cache_->put(r);
-  puts_.fetch_add(1, std::memory_order_relaxed);
-  return Outcome::hit;
-}
-
 std::string FastPath::home() const {
   std::lock_guard<std::mutex> lock(mu_);
   return home_;
@@ -526,7 +456,10 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   };
   auto m = channel->exchange(std::chrono::steady_clock::now() + timeout);
   if (!m.ok()) return fail(m.status());
-  auto done = fast_get::decode_commit_reply(*m, req.records.size(), req.stage.size(), refused);
+  const auto inlined = static_cast<std::size_t>(
+      std::count_if(req.inlined.begin(), req.inlined.end(), [](const auto& b) { return b; }));
+  auto done =
+      fast_get::decode_commit_reply(*m, req.records.size(), inlined, req.stage.size(), refused);
   // A reply that does not decode: the ring is not to be trusted.
   if (!done.ok() && !*refused) return fail(done.status());
   return done;

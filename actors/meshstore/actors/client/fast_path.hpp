@@ -82,16 +82,6 @@ class FastPath {
   static bool direct_size(const Entry& entry, bool to_device) {
     return to_device || entry.nbytes <= limits::kDirectReadBytes;
   }
-  /// A small put: a whole tensor or object in contiguous host memory.
-  struct Put {
-    std::string key;
-    wire::ObjectKind kind = wire::ObjectKind::tensor;
-    DType dtype = DType::uint8;
-    Shape shape;
-    ObjectFormat format = ObjectFormat::bytes;
-    const std::byte* data = nullptr;
-    std::uint64_t nbytes = 0;
-  };
   /// What a read did.
   enum class Outcome {
     hit,   ///< served: `consume` got the bytes
@@ -104,7 +94,7 @@ class FastPath {
     std::uint64_t stale = 0;
     std::uint64_t rings = 0;             ///< rings (and tcp channels) open now
     std::uint64_t puts = 0;              ///< whole-key puts and batches committed over a channel
-    std::uint64_t put_misses = 0;        ///< puts write() sent down the actor path
+    std::uint64_t put_misses = 0;        ///< whole-key puts a channel left to the actors
     std::uint64_t lease_free_reads = 0;  ///< reads served without a lease (count_lease_free)
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
@@ -136,7 +126,7 @@ class FastPath {
   void add_remote(const std::string& volume_id, std::unique_ptr<transports::SmallOps> channel,
                   std::uint64_t token, std::shared_ptr<transports::Transport> transport = nullptr);
   bool has_ring(const std::string& volume_id) const;
-  /// Whether write() has a channel to try now (this client's volume has
+  /// Whether a put has a channel to try now (this client's volume has
   /// one): a caller that must first copy a put's bytes to the host asks.
   bool can_put() const;
   /// Runs `job` on this client's waiting thread (made at the first call),
@@ -215,15 +205,6 @@ class FastPath {
   bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept,
                 bool to_device = false) const;
 
-  /// Puts `p` (at most limits::kRingReadBytes) in one request over the
-  /// channel to this client's home volume, which stages it and commits it
-  /// at the controller; on success the key's new record is in the location
-  /// cache before this returns. A larger put is put_over_channel's. A miss
-  /// (no home channel, too big for one request, the volume refused or
-  /// failed: `*why` says what) means the caller takes the actor path, which
-  /// reports any error itself (a full volume evicts there).
-  Outcome write(const Put& p, std::chrono::milliseconds timeout, Status* why);
-
   // -- state dicts: written on the caller's thread into staged objects -----
 
   /// Objects this client's volume staged for a state dict's put: their
@@ -270,11 +251,13 @@ class FastPath {
                                       std::chrono::milliseconds timeout, bool* sent, bool* refused);
 
   Stats stats() const;
-  /// put_over_channel counts what it committed: a whole key's put (counted
-  /// with write()'s in `puts`), or a state dict's or a version's.
+  /// put_over_channel counts what it committed: a whole key's put (or a
+  /// batch's), or a state dict's or a version's; and the whole-key puts it
+  /// left to the actors.
   void count_commit(bool whole_key) {
     (whole_key ? puts_ : state_dict_puts_).fetch_add(1, std::memory_order_relaxed);
   }
+  void count_put_miss() { put_misses_.fetch_add(1, std::memory_order_relaxed); }
   /// The client actor counts its lease-free reads (a read without a lease,
   /// checked by the object tags): served, or gone the leased way.
   void count_lease_free(bool served) {

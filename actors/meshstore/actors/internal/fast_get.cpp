@@ -12,39 +12,6 @@ Status bad(const std::string& what) { return Status(Errc::protocol_error, "fast 
 
 }  // namespace
 
-namespace {
-constexpr std::size_t kPutHeader = 24;  // magic, key length, kind/dtype/format/dims, nbytes
-}  // namespace
-
-std::size_t encoded_size(const PutRequest& r) {
-  return kPutHeader + (r.expect_version ? 8 : 0) + 8 * r.shape.size() + r.key.size() + r.nbytes;
-}
-
-void encode_into(const PutRequest& r, std::vector<std::byte>& out) {
-  out.resize(encoded_size(r));
-  std::byte* p = out.data();
-  const std::uint32_t magic = kPutMagic;
-  const auto key_len = static_cast<std::uint32_t>(r.key.size());
-  const std::uint8_t small[4] = {r.kind, r.dtype, r.format,
-                                 static_cast<std::uint8_t>(r.shape.size())};
-  std::memcpy(p, &magic, 4);
-  std::memcpy(p + 4, &key_len, 4);
-  std::memcpy(p + 8, small, 4);
-  const std::uint32_t flags = r.expect_version ? kExpectVersion : 0;
-  std::memcpy(p + 12, &flags, 4);
-  std::memcpy(p + 16, &r.nbytes, 8);
-  p += kPutHeader;
-  if (r.expect_version) {
-    std::memcpy(p, &*r.expect_version, 8);
-    p += 8;
-  }
-  if (!r.shape.empty()) std::memcpy(p, r.shape.data(), 8 * r.shape.size());
-  p += 8 * r.shape.size();
-  if (!r.key.empty()) std::memcpy(p, r.key.data(), r.key.size());
-  p += r.key.size();
-  if (r.nbytes > 0) std::memcpy(p, r.data, r.nbytes);
-}
-
 Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes) {
   if (bytes.size() < 4) return bad("a request of " + std::to_string(bytes.size()) + " bytes");
   std::uint32_t magic = 0;
@@ -52,96 +19,12 @@ Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes) {
   return magic;
 }
 
-Result<PutRequest> decode_put(const std::vector<std::byte>& bytes) {
-  if (bytes.size() < kPutHeader) {
-    return bad("a put of " + std::to_string(bytes.size()) + " bytes has no header");
-  }
-  std::uint32_t magic = 0, key_len = 0, flags = 0;
-  std::uint8_t small[4];
-  PutRequest r;
-  std::memcpy(&magic, bytes.data(), 4);
-  std::memcpy(&key_len, bytes.data() + 4, 4);
-  std::memcpy(small, bytes.data() + 8, 4);
-  std::memcpy(&flags, bytes.data() + 12, 4);
-  std::memcpy(&r.nbytes, bytes.data() + 16, 8);
-  if (magic != kPutMagic) return bad("not a put request (bad magic)");
-  if ((flags & ~kExpectVersion) != 0) {
-    return bad("unknown put flags " + std::to_string(flags));
-  }
-  const std::size_t expect = (flags & kExpectVersion) != 0 ? 8 : 0;
-  if (key_len == 0 || key_len > kMaxKeyBytes) {
-    return bad("key length " + std::to_string(key_len) + " is outside [1, " +
-               std::to_string(kMaxKeyBytes) + "]");
-  }
-  const std::size_t dims = small[3];
-  if (dims > kMaxPutDims) return bad(std::to_string(dims) + " dimensions");
-  if (r.nbytes > kMaxObjectBytes) {
-    return bad("an object of " + std::to_string(r.nbytes) + " bytes");
-  }
-  const std::size_t want = kPutHeader + expect + 8 * dims + key_len + r.nbytes;
-  if (bytes.size() != want) {
-    return bad("a put of " + std::to_string(bytes.size()) + " bytes where its fields say " +
-               std::to_string(want));
-  }
-  r.kind = small[0];
-  r.dtype = small[1];
-  r.format = small[2];
-  r.shape.resize(dims);
-  const std::byte* p = bytes.data() + kPutHeader;
-  if (expect) {
-    std::uint64_t v = 0;
-    std::memcpy(&v, p, 8);
-    r.expect_version = v;
-    p += 8;
-  }
-  if (dims) std::memcpy(r.shape.data(), p, 8 * dims);
-  p += 8 * dims;
-  r.key.assign(reinterpret_cast<const char*>(p), key_len);
-  r.data = p + key_len;
-  return r;
-}
-
-std::vector<std::byte> encode_put_done(const PutDone& d) {
-  const std::size_t place = d.place.size() <= kMaxPlaceBytes ? d.place.size() : 0;  // longer: none
-  std::vector<std::byte> body(16 + place);
-  std::memcpy(body.data(), &d.version, 8);
-  std::memcpy(body.data() + 8, &d.object_id, 8);
-  if (place > 0) std::memcpy(body.data() + 16, d.place.data(), place);
-  return encode(ReplyStatus::ok, body.data(), body.size());
-}
-
-std::vector<std::byte> encode_put_error(const Status& s) {
+std::vector<std::byte> encode_error(const Status& s) {
   const auto code = static_cast<std::uint32_t>(s.code());
   std::vector<std::byte> body(4 + s.message().size());
   std::memcpy(body.data(), &code, 4);
   if (!s.message().empty()) std::memcpy(body.data() + 4, s.message().data(), s.message().size());
   return encode(ReplyStatus::error, body.data(), body.size());
-}
-
-Result<PutDone> decode_put_reply(const std::vector<std::byte>& bytes) {
-  auto status = reply_status(bytes);
-  if (!status.ok()) return status.status();
-  const std::byte* body = bytes.data() + kReplyHeader;
-  const std::size_t n = bytes.size() - kReplyHeader;
-  if (*status == ReplyStatus::ok) {
-    if (n < 16 || n > 16 + kMaxPlaceBytes) {
-      return bad("a put's reply of " + std::to_string(n) + " bytes");
-    }
-    PutDone d;
-    std::memcpy(&d.version, body, 8);
-    std::memcpy(&d.object_id, body + 8, 8);
-    d.place.assign(reinterpret_cast<const char*>(body + 16), n - 16);
-    if (d.version == 0 || d.object_id == 0) return bad("a put's reply without version or object");
-    return d;
-  }
-  if (*status != ReplyStatus::error || n < 4) return bad("a put's reply of an unknown shape");
-  std::uint32_t code = 0;
-  std::memcpy(&code, body, 4);
-  const auto errc = static_cast<Errc>(code);
-  if (code == 0 || code > static_cast<std::uint32_t>(kLastErrc)) {
-    return bad("a put's error with code " + std::to_string(code));
-  }
-  return Status(errc, std::string(reinterpret_cast<const char*>(body) + 4, n - 4));
 }
 
 namespace {
@@ -205,7 +88,14 @@ void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
   w.u32(static_cast<std::uint32_t>(r.release.size()));
   w.u32(static_cast<std::uint32_t>(r.stage.size()));
   w.u32(0);
-  for (const auto& rec : r.records) w.bytes(wire::encode(rec));
+  for (std::size_t i = 0; i < r.records.size(); ++i) {
+    w.bytes(wire::encode(r.records[i]));
+    const auto* bytes = i < r.inlined.size() && r.inlined[i] ? &*r.inlined[i] : nullptr;
+    w.u32(bytes ? kInlineObject : 0);
+    if (!bytes) continue;
+    w.u64(bytes->size());
+    w.raw(bytes->data(), bytes->size());
+  }
   for (const auto& p : r.prefixes) w.bytes(p);
   for (auto id : r.release) w.u64(id);
   for (const auto& s : r.stage) {
@@ -240,6 +130,23 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
     if (auto s = wire::decode(field, rec); !s.ok()) {
       return bad("a commit's record does not decode: " + s.message());
     }
+    std::uint32_t flags = 0;
+    MESHSTORE_RETURN_IF_ERROR(r.u32(flags));
+    if ((flags & ~kInlineObject) != 0) {
+      return bad("a commit's record of '" + rec.key + "' with unknown flags " +
+                 std::to_string(flags));
+    }
+    if (flags == 0) continue;
+    std::uint64_t n = 0;
+    MESHSTORE_RETURN_IF_ERROR(r.u64(n));
+    if (n > kMaxObjectBytes || n > bytes.size() - r.at) {
+      return bad("a commit's object of " + std::to_string(n) + " bytes inline for '" + rec.key +
+                 "'");
+    }
+    out.inlined.resize(out.records.size());
+    out.inlined[static_cast<std::size_t>(&rec - out.records.data())] =
+        std::string_view(reinterpret_cast<const char*>(bytes.data()) + r.at, n);
+    r.at += n;
   }
   out.prefixes.resize(head[2]);
   for (auto& p : out.prefixes) {
@@ -269,7 +176,8 @@ const std::string& shm_place(const wire::RegionRef& region) {
 }  // namespace
 
 std::size_t encoded_size(const CommitDone& d) {
-  std::size_t n = kReplyHeader + d.versions.size() * 8 + 4;
+  std::size_t n = kReplyHeader + d.versions.size() * 8 + 8;
+  for (const auto& p : d.placed) n += 12 + p.place.size();
   for (const auto& r : d.staged) n += 20 + shm_place(r).size();
   return n;
 }
@@ -281,6 +189,11 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d) {
   w.u32(static_cast<std::uint32_t>(ReplyStatus::ok));
   w.u32(0);
   for (auto v : d.versions) w.u64(v);
+  w.u32(static_cast<std::uint32_t>(d.placed.size()));
+  for (const auto& p : d.placed) {
+    w.u64(p.object_id);
+    w.bytes(p.place);
+  }
   w.u32(static_cast<std::uint32_t>(d.staged.size()));
   for (const auto& r : d.staged) {
     w.u64(r.region_id);
@@ -291,7 +204,7 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d) {
 }
 
 Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std::size_t records,
-                                       std::size_t stages, bool* refused) {
+                                       std::size_t inlined, std::size_t stages, bool* refused) {
   *refused = false;
   auto status = reply_status(bytes);
   if (!status.ok()) return status.status();
@@ -304,6 +217,18 @@ Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std:
     for (auto& v : d.versions) {
       MESHSTORE_RETURN_IF_ERROR(r.u64(v));
       if (v == 0) return bad("a commit's reply with a version 0");
+    }
+    std::uint32_t placed = 0;
+    MESHSTORE_RETURN_IF_ERROR(r.u32(placed));
+    if (placed != inlined) {
+      return bad("a commit's reply placing " + std::to_string(placed) + " objects of " +
+                 std::to_string(inlined) + " sent inline");
+    }
+    d.placed.resize(placed);
+    for (auto& p : d.placed) {
+      MESHSTORE_RETURN_IF_ERROR(r.u64(p.object_id));
+      MESHSTORE_RETURN_IF_ERROR(r.bytes(p.place, kMaxPlaceBytes));
+      if (p.object_id == 0) return bad("a commit's reply placing an object without id");
     }
     std::uint32_t staged = 0;
     MESHSTORE_RETURN_IF_ERROR(r.u32(staged));

@@ -1,7 +1,7 @@
-// The commits a volume's fast-path channels ask for: a channel's commit
-// request (fast_commit), a small put committed at a controller in this
-// actor system (local_put), and a put whose bytes came inline
-// (stage_commit). The volume actor (storage_volume.cpp) runs them.
+// The commits a volume's fast-path channels ask for (fast_commit: objects
+// the client wrote, or whose bytes came inline in the request), and a put
+// from the actors whose bytes came inline (stage_commit). The volume actor
+// (storage_volume.cpp) runs them.
 #include <cstring>
 
 #include "meshstore/actors/controller_actor.hpp"
@@ -22,9 +22,10 @@ namespace {
 // commit retired).
 bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
                   const std::vector<wire::StageRequest>& wanted, const caf::actor& owner,
-                  std::size_t limit, const FastCommitJob::Done& done,
-                  const caf::actor& controller) {
+                  std::size_t limit, const FastCommitJob::Done& done, const caf::actor& controller,
+                  std::vector<fast_get::CommitDone::Placed> placed) {
   fast_get::CommitDone d;
+  d.placed = std::move(placed);
   if (!wanted.empty() && owner) {
     auto regions = stage(self, wanted, owner);
     if (!regions.ok()) return false;
@@ -49,10 +50,11 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
                  small = self->state.small, volume = caf::actor_cast<caf::actor_addr>(self)](
                     Result<std::vector<std::uint64_t>> r) mutable {
     if (!r.ok()) {
-      // Refused: nothing was committed; what was staged ahead goes (the
-      // refusal names none).
+      // Refused: nothing was committed; what was staged for it or ahead
+      // goes (the refusal names none).
       std::vector<std::uint64_t> ids;
       for (const auto& s : d.staged) ids.push_back(s.region_id);
+      for (const auto& p : d.placed) ids.push_back(p.object_id);
       if (auto v = caf::actor_cast<caf::actor>(volume); v && !ids.empty()) {
         caf::anon_send(v, release_atom::value, std::move(ids));
       }
@@ -65,6 +67,41 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
   };
   caf::anon_send(controller, local_commit_atom::value, std::move(commit));
   return true;
+}
+
+// Stages the objects of `records` whose bytes came inline (`inlined`, per
+// record or empty) for `owner` and fills them: each record's shard then
+// names its object and place, which the reply carries (in order).
+Result<std::vector<fast_get::CommitDone::Placed>> place_inline(
+    volume_pointer self, std::vector<wire::KeyRecord>& records,
+    std::vector<std::optional<std::string>>& inlined, const caf::actor& owner) {
+  std::vector<wire::StageRequest> reqs;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < inlined.size(); ++i) {
+    if (!inlined[i]) continue;
+    wire::StageRequest r;
+    r.key = records[i].key;
+    r.nbytes = inlined[i]->size();
+    r.has_data = true;
+    r.data = std::move(*inlined[i]);
+    reqs.push_back(std::move(r));
+    at.push_back(i);
+  }
+  std::vector<fast_get::CommitDone::Placed> placed;
+  if (reqs.empty()) return placed;
+  if (!owner) return Status(Errc::unavailable, "fast commit: the client is gone");
+  auto staged = stage(self, reqs, owner);
+  if (!staged.ok()) return staged.status();
+  for (std::size_t j = 0; j < at.size(); ++j) {
+    auto& shard = records[at[j]].shards.front();
+    const auto& region = (*staged)[j];
+    shard.object_id = region.region_id;
+    // For readers on this host (lease-free and direct reads).
+    auto shm = region.described.find("shm");
+    if (shm != region.described.end()) shard.place = shm->second;
+    placed.push_back(fast_get::CommitDone::Placed{shard.object_id, shard.place});
+  }
+  return placed;
 }
 
 }  // namespace
@@ -84,9 +121,11 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
     return it != st.objects.end() && !it->second.committed && it->second.owner == job.owner &&
            it->second.region && (any_size || it->second.region->size() == nbytes);
   };
-  for (const auto& r : req.records) {
+  auto inlined = [&](std::size_t i) { return i < job.inlined.size() && job.inlined[i]; };
+  for (std::size_t i = 0; i < req.records.size(); ++i) {
+    const auto& r = req.records[i];
     const auto& shard = r.shards.front();
-    if (!staged_by_owner(shard.object_id, shard.nbytes, false)) {
+    if (!inlined(i) && !staged_by_owner(shard.object_id, shard.nbytes, false)) {
       return (*done)(
           Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
                                            std::to_string(shard.object_id) +
@@ -102,9 +141,12 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   }
   // Committed under the records' keys (objects staged ahead were staged
   // under the keys of the put before: a version's keys change).
-  for (const auto& r : req.records) st.objects[r.shards.front().object_id].key = r.key;
+  for (std::size_t i = 0; i < req.records.size(); ++i) {
+    if (!inlined(i)) st.objects[req.records[i].shards.front().object_id].key = req.records[i].key;
+  }
   for (auto id : req.release) st.drop(id, true);
   if (!req.release.empty()) st.regions->prune();
+  const auto owner = caf::actor_cast<caf::actor>(job.owner);
   std::vector<wire::StageRequest> wanted;
   for (auto& s : req.stage) {
     wire::StageRequest r;
@@ -112,14 +154,16 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
     r.nbytes = s.nbytes;
     wanted.push_back(std::move(r));
   }
-  const auto owner = caf::actor_cast<caf::actor>(job.owner);
   const std::size_t limit = job.reply_limit;
   // Stages what was asked, answering it with `versions`. After a commit, a
   // refusal (no room, say) or a reply too large for the channel stages
   // nothing and still answers the commit; alone, it is the answer.
-  auto stage_and_answer = [self, done, wanted, owner, limit](std::vector<std::uint64_t> versions) {
+  auto stage_and_answer = [self, done, wanted, owner, limit](
+                              std::vector<std::uint64_t> versions,
+                              std::vector<fast_get::CommitDone::Placed> placed) {
     fast_get::CommitDone d;
     d.versions = std::move(versions);
+    d.placed = std::move(placed);
     const bool alone = d.versions.empty();
     if (!wanted.empty()) {
       auto regions = owner ? stage(self, wanted, owner)
@@ -138,13 +182,19 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
     }
     (*done)(std::move(d));
   };
-  if (req.records.empty()) return stage_and_answer({});
+  if (req.records.empty()) return stage_and_answer({}, {});
   auto controller = caf::actor_cast<caf::actor>(job.controller);
   if (!controller) {
     return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
   }
+  auto placed = place_inline(self, req.records, job.inlined, owner);
+  if (!placed.ok()) return (*done)(placed.status());
+  std::vector<std::uint64_t> placed_ids;
+  for (const auto& p : *placed) placed_ids.push_back(p.object_id);
+  // In this actor system: CAF 0.17 gives each system of a process a node
+  // id of its own, so another system's controller is remote.
   if (controller.node() == self->node() &&
-      local_commit(self, req, wanted, owner, limit, done, controller)) {
+      local_commit(self, req, wanted, owner, limit, done, controller, *placed)) {
     return;
   }
   // The controller answers this volume without a flush: its release of
@@ -152,10 +202,18 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
                 std::move(req.records), std::move(req.prefixes), true)
       .then(
-          [stage_and_answer](std::vector<std::uint64_t>& versions) mutable {
-            stage_and_answer(std::move(versions));
+          [stage_and_answer,
+           placed = std::move(placed).value()](std::vector<std::uint64_t>& versions) mutable {
+            stage_and_answer(std::move(versions), std::move(placed));
           },
-          [done](caf::error& e) {
+          [self, done, placed_ids](caf::error& e) {
+            // Refused: nothing was committed, so what was staged for the
+            // bytes sent inline goes. After a timeout the controller may
+            // still have committed them; they stay, and go with their client.
+            if (internal::refused(e)) {
+              for (auto id : placed_ids) self->state.drop(id, true);
+              self->state.regions->prune();
+            }
             (*done)(internal::from_caf_error(e, "commit at the controller"));
           });
 }
@@ -177,43 +235,6 @@ void place_records(volume_pointer self, const std::vector<wire::RegionRef>& stag
     ids.push_back(shard.object_id);
     places.push_back(shard.place);
   }
-}
-
-// A small put from a channel whose controller runs in this process: staged
-// here, then committed at the controller, which answers the channel itself
-// (LocalCommit): one actor hop after this one, not two.
-void local_put(volume_pointer self, FastPutJob job, const caf::actor& controller) {
-  auto done = job.done;
-  auto staged = stage(self, {job.request}, caf::actor_cast<caf::actor>(job.owner));
-  if (!staged.ok()) return (*done)(staged.status());
-  LocalCommit commit;
-  commit.records.push_back(std::move(job.record));
-  std::vector<std::uint64_t> ids;
-  std::vector<std::string> places;
-  place_records(self, *staged, commit.records, ids, places);
-  commit.volume_id = self->state.config.volume_id;
-  commit.retire = [small = self->state.small](const std::vector<std::uint64_t>& retired) {
-    return small->retire(retired);
-  };
-  commit.done = [done, small = self->state.small, volume = caf::actor_cast<caf::actor_addr>(self),
-                 id = ids.front(), key = commit.records.front().key,
-                 place = places.front()](Result<std::vector<std::uint64_t>> r) {
-    if (!r.ok()) {
-      // Refused: nothing was committed, so the staged object goes.
-      if (auto v = caf::actor_cast<caf::actor>(volume)) {
-        caf::anon_send(v, release_atom::value, std::vector<std::uint64_t>{id});
-      }
-      return (*done)(r.status());
-    }
-    if (r->size() != 1) {
-      return (*done)(
-          Status(Errc::internal, "a put of one key committed " + std::to_string(r->size())));
-    }
-    // Gets serve it from now, not only once this actor has the verdict.
-    small->commit(id, key);
-    (*done)(fast_get::PutDone{r->front(), id, place});
-  };
-  caf::anon_send(controller, local_commit_atom::value, std::move(commit));
 }
 
 // Stages small objects whose bytes came with the request and commits them
@@ -249,10 +270,7 @@ void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& re
     // The controller answered and refused: nothing was committed, so the
     // staged objects go. After a timeout it may still have committed
     // them; they stay, and go with their client.
-    const bool refused = e.category() == internal::kErrorCategory &&
-                         e.code() != static_cast<std::uint8_t>(Errc::timeout) &&
-                         e.code() != static_cast<std::uint8_t>(Errc::unavailable);
-    if (refused) {
+    if (internal::refused(e)) {
       for (auto id : ids) self->state.drop(id, true);
       self->state.regions->prune();
     }

@@ -68,46 +68,6 @@ namespace {
 // (a process check per ring) and, at the latest, looks at its stop flag.
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 
-// A put request (fast_get::PutRequest), decoded and checked as input from
-// another process, as the job for the volume actor (without its `done`).
-Result<FastPutJob> put_job(const std::vector<std::byte>& bytes, const std::string& volume_id) {
-  auto req = fast_get::decode_put(bytes);
-  if (!req.ok()) return req.status();
-  // What the store's put checks on the caller's side, checked again here.
-  if (auto s = facade::check_key("fast put", req->key); !s.ok()) {
-    return Status(Errc::protocol_error, s.message());
-  }
-  if (std::any_of(req->shape.begin(), req->shape.end(), [](std::int64_t d) { return d < 0; })) {
-    return Status(Errc::protocol_error, "fast put of '" + req->key + "': a negative dimension");
-  }
-  if (req->kind > static_cast<std::uint8_t>(wire::ObjectKind::object) ||
-      req->dtype > static_cast<std::uint8_t>(DType::float8_e5m2) ||
-      req->format > static_cast<std::uint8_t>(ObjectFormat::pickle)) {
-    return Status(Errc::protocol_error,
-                  "fast put of '" + req->key + "': unknown kind, dtype or format");
-  }
-  FastPutJob job;
-  job.request.key = req->key;
-  job.request.nbytes = req->nbytes;
-  job.request.has_data = true;
-  job.request.data.assign(reinterpret_cast<const char*>(req->data), req->nbytes);
-  auto& r = job.record;
-  r.key = req->key;
-  r.expect_version = req->expect_version;
-  r.kind = static_cast<wire::ObjectKind>(req->kind);
-  r.dtype = static_cast<DType>(req->dtype);
-  r.object_format = static_cast<ObjectFormat>(req->format);
-  r.shape = Shape(req->shape.begin(), req->shape.end());
-  const auto numel = shape_numel(r.shape);
-  if (numel < 0 || static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != req->nbytes) {
-    return Status(Errc::protocol_error, "fast put of '" + req->key +
-                                            "': " + std::to_string(req->nbytes) +
-                                            " bytes for shape " + shape_to_string(r.shape));
-  }
-  r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), volume_id, 0, req->nbytes});
-  return job;
-}
-
 // A commit request (fast_get::CommitRequest), decoded and checked as input
 // from another process, as the job for the volume actor (which checks each
 // object given back or committed is one the channel's client staged there).
@@ -120,14 +80,28 @@ Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
       return Status(Errc::protocol_error, s.message());
     }
   }
-  for (const auto& r : req->records) {
+  for (std::size_t i = 0; i < req->records.size(); ++i) {
+    const auto& r = req->records[i];
     if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
       return Status(Errc::protocol_error, s.message());
     }
-    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id || r.shards[0].object_id == 0 ||
-        !r.pending.empty() || r.version != 0) {
+    // An object sent inline is named by the volume once it is staged.
+    const auto* data = i < req->inlined.size() && req->inlined[i] ? &*req->inlined[i] : nullptr;
+    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id ||
+        (r.shards[0].object_id == 0) != (data != nullptr) || !r.pending.empty() || r.version != 0) {
       return Status(Errc::protocol_error,
                     "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'");
+    }
+    if (!data) continue;
+    if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; })) {
+      return Status(Errc::protocol_error, "fast commit of '" + r.key + "': a negative dimension");
+    }
+    const auto numel = shape_numel(r.shape);
+    if (data->size() != r.shards[0].nbytes || numel < 0 ||
+        static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != data->size()) {
+      return Status(Errc::protocol_error,
+                    "fast commit of '" + r.key + "': " + std::to_string(data->size()) +
+                        " bytes inline for shape " + shape_to_string(r.shape));
     }
   }
   for (const auto& s : req->stage) {
@@ -137,6 +111,11 @@ Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
   }
   FastCommitJob job;
   job.request = std::move(req).value();
+  // The bytes sent inline outlive the message they came in.
+  for (const auto& data : job.request.inlined) {
+    job.inlined.push_back(data ? std::optional<std::string>(*data) : std::nullopt);
+  }
+  job.request.inlined.clear();
   return job;
 }
 
@@ -252,7 +231,7 @@ void SmallOpService::stop() {
     bell_->ring();
     thread.join();
   }
-  pending_->fail(nullptr, fast_get::encode_put_error(
+  pending_->fail(nullptr, fast_get::encode_error(
                               Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
 }
 
@@ -292,7 +271,7 @@ void SmallOpService::controller_gone(const caf::actor_addr& controller) {
     dead_controllers_.push_back(controller);
   }
   pending_->fail(&controller,
-                 fast_get::encode_put_error(Status(
+                 fast_get::encode_error(Status(
                      Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
 }
 
@@ -305,9 +284,7 @@ bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
 void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel,
                            const FastPuts* puts, const std::shared_ptr<Owed>& owed) {
   auto magic = fast_get::request_magic(bytes);
-  const bool put = magic.ok() && *magic == fast_get::kPutMagic;
-  const bool commit = magic.ok() && *magic == fast_get::kCommitMagic;
-  if (!put && !commit) {
+  if (!magic.ok() || *magic != fast_get::kCommitMagic) {
     auto req = fast_get::decode_request(bytes);
     if (req.ok()) {
       owed->deliver(table_->read(req->object_id, req->key));
@@ -317,11 +294,10 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
     }
     return;
   }
-  auto refuse = [&](Status s) { owed->deliver(fast_get::encode_put_error(s)); };
-  const char* what = put ? "put" : "commit";
+  auto refuse = [&](Status s) { owed->deliver(fast_get::encode_error(s)); };
   if (!puts) {
-    return refuse(Status(Errc::unavailable, "volume '" + volume_id_ + "': a " + what +
-                                                " from a client never attached"));
+    return refuse(Status(Errc::unavailable,
+                         "volume '" + volume_id_ + "': a commit from a client never attached"));
   }
   if (controller_down(puts->controller)) {
     return refuse(
@@ -338,19 +314,6 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
       owed->deliver(reply);
     }
   };
-  if (put) {
-    auto job = put_job(bytes, volume_id_);
-    if (!job.ok()) return refuse(job.status());
-    job->owner = puts->owner;
-    job->controller = puts->controller;
-    job->done = std::make_shared<std::function<void(Result<fast_get::PutDone>)>>(
-        [settle](Result<fast_get::PutDone> r) {
-          settle(r.ok() ? fast_get::encode_put_done(*r) : fast_get::encode_put_error(r.status()));
-        });
-    pending_->add(owed);
-    caf::anon_send(volume, fast_put_atom::value, std::move(job).value());
-    return;
-  }
   auto job = commit_job(bytes, volume_id_);
   if (!job.ok()) return refuse(job.status());
   job->owner = puts->owner;
@@ -364,7 +327,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
                                          " records answered " + std::to_string(r->versions.size()) +
                                          " versions");
         }
-        settle(r.ok() ? fast_get::encode_commit_done(*r) : fast_get::encode_put_error(r.status()));
+        settle(r.ok() ? fast_get::encode_commit_done(*r) : fast_get::encode_error(r.status()));
       });
   pending_->add(owed);
   caf::anon_send(volume, fast_commit_atom::value, std::move(job).value());
@@ -384,8 +347,7 @@ std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size
     if (it != tokens_.end()) puts = it->second;
   }
   if (stop_.load()) {
-    return fast_get::encode_put_error(
-        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
+    return fast_get::encode_error(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
   }
   auto promise = std::make_shared<Promise<std::vector<std::byte>>>(
       Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
@@ -398,11 +360,11 @@ std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size
   const auto timeout =
       (puts ? puts->timeout : std::chrono::milliseconds(0)) + std::chrono::seconds(5);
   if (!reply.wait_for(timeout)) {
-    return fast_get::encode_put_error(
+    return fast_get::encode_error(
         Status(Errc::timeout, "volume '" + volume_id_ + "': a small request did not finish"));
   }
   auto r = reply.get();
-  return r.ok() ? std::move(r).value() : fast_get::encode_put_error(r.status());
+  return r.ok() ? std::move(r).value() : fast_get::encode_error(r.status());
 }
 
 bool SmallOpService::drain(const std::shared_ptr<Channel>& channel) {

@@ -118,11 +118,6 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
 /// its `done`.
 void fast_commit(volume_pointer self, FastCommitJob job);
 
-/// A small put from a channel whose controller runs in this actor system:
-/// staged here, then committed at `controller`, which answers the channel
-/// itself (LocalCommit).
-void local_put(volume_pointer self, FastPutJob job, const caf::actor& controller);
-
 /// What stage_commit committed: a version, an object and its place per
 /// record.
 struct Committed {
