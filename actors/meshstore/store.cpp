@@ -127,7 +127,7 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
   return true;
 }
 
-// Whole tensors or objects (`items`, in host memory) put over the client's
+// Whole tensors or objects (`items`, in host or GPU memory) put over the client's
 // channel to its volume, on the caller's thread (docs/architecture.md,
 // "Puts on the caller's thread"): one commit request, all or none, with
 // their bytes inline when they fit it, else written first into objects the
@@ -143,9 +143,7 @@ std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
                                            std::function<Future<void>()> actors_put) {
   if (fast == nullptr || items.empty()) return std::nullopt;
   for (const auto& item : items) {
-    if (item.view.device().type != DeviceType::cpu || !item.view.is_contiguous()) {
-      return std::nullopt;
-    }
+    if (!item.view.is_contiguous()) return std::nullopt;
   }
   actors::ChannelPut c;
   c.what = what;
@@ -205,21 +203,6 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   const std::string what = "put '" + key + "'";
   if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors)) {
     return *done;
-  }
-  // A small contiguous tensor in GPU memory (actors::limits::kDevicePutOverRingBytes):
-  // one device-to-host copy into page-locked memory, then the channel, where
-  // the actors' put costs a fixed 0.2-0.3 ms (docs/gpu.md).
-  if (impl_->fast && internal::cuda::on_device(*host) && host->is_contiguous() &&
-      host->nbytes() <= actors::limits::kDevicePutOverRingBytes && impl_->fast->can_put()) {
-    auto buf = internal::cuda::pinned(std::max<std::size_t>(host->nbytes(), 1));
-    if (buf && (host->nbytes() == 0 ||
-                internal::cuda::copy_bytes(buf.get(), host->data(), host->nbytes()).ok())) {
-      item.view = TensorView(buf.get(), host->dtype(), host->shape());
-      // At most kDevicePutOverRingBytes: never deferred, done before `buf` goes.
-      if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors)) {
-        return *done;
-      }
-    }
   }
   return via_actors();
 }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshstore/actors/client/device_pieces.hpp"
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/limits.hpp"
@@ -25,11 +26,14 @@ namespace {
 // Writes each of `items` into the object staged for it (`regions`, in
 // order) on the caller's thread: copied into the volume's memory where
 // `writer` maps it (shm), else sent with it (tcp), all at once, waiting
-// for every send (the transport's own deadline bounds each). False when
-// one could not be written; then the objects hold nothing of use.
-bool write_staged(transports::Transport& writer, const std::vector<PutItem>& items,
-                  const std::vector<wire::RegionRef>& regions) {
-  const bool maps = writer.capabilities().maps_memory;
+// for every send (the transport's own deadline bounds each). GPU memory
+// takes one CUDA copy through the mapping (shm), else pipelined pieces
+// through page-locked memory (client_detail::write_from_device), as the
+// actors' put did. False when one could not be written; then the objects
+// hold nothing of use.
+bool write_staged(const std::shared_ptr<transports::Transport>& writer,
+                  const std::vector<PutItem>& items, const std::vector<wire::RegionRef>& regions) {
+  const auto caps = writer->capabilities();
   std::vector<std::vector<std::byte>> gathered;  // sent from here
   gathered.reserve(items.size());
   std::vector<Future<void>> sends;
@@ -41,25 +45,31 @@ bool write_staged(transports::Transport& writer, const std::vector<PutItem>& ite
       ok = false;
       break;
     }
-    if (maps) {
-      auto mem = writer.map_writable(regions[i]);
+    const std::byte* src = static_cast<const std::byte*>(item.view.data());
+    if (!item.gather && on_device(item.view)) {
+      if (n == 0) continue;
+      sends.push_back(caps.device_copies
+                          ? writer->write(regions[i], 0, src, n)
+                          : client_detail::write_from_device(writer, regions[i], src, n));
+      continue;
+    }
+    if (caps.maps_memory) {
+      auto mem = writer->map_writable(regions[i]);
       if (!mem.ok()) {
         ok = false;
       } else if (item.gather) {
         ok = fill_gathered_here(*item.gather, mem->get(), n).ok();
       } else if (n > 0) {
-        transports::CopyEngine::instance().copy_here(
-            mem->get(), static_cast<const std::byte*>(item.view.data()), n);
+        transports::CopyEngine::instance().copy_here(mem->get(), src, n);
       }
       continue;
     }
-    const std::byte* src = static_cast<const std::byte*>(item.view.data());
     if (item.gather) {
       gathered.emplace_back(n);
       ok = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
       src = gathered.back().data();
     }
-    if (ok && n > 0) sends.push_back(writer.write(regions[i], 0, src, n));
+    if (ok && n > 0) sends.push_back(writer->write(regions[i], 0, src, n));
   }
   for (const auto& f : sends) ok = f.get().ok() && ok;  // every send ends before its bytes go
   return ok;
@@ -88,12 +98,21 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, con
                                                              std::chrono::milliseconds timeout) {
   fg::CommitRequest req;
   req.prefixes = c.prefixes;
-  std::vector<std::vector<std::byte>> gathered;  // the pieces of gathered objects, assembled
+  std::vector<std::vector<std::byte>> gathered;         // the pieces of gathered objects, assembled
+  std::vector<std::shared_ptr<std::byte>> from_device;  // GPU tensors' bytes, page-locked
   for (std::size_t i = 0; i < c.items.size(); ++i) {
     const auto& item = c.items[i];
     req.records.push_back(put_record(item, nullptr, home, c.groups[i]));
     const auto n = static_cast<std::size_t>(item.view.nbytes());
     const char* data = static_cast<const char*>(item.view.data());
+    if (!item.gather && on_device(item.view) && n > 0) {
+      // One device-to-host copy; one that fails leaves the put to the
+      // actors, which report it.
+      auto buf = internal::cuda::pinned(n);
+      if (!buf || !internal::cuda::copy_bytes(buf.get(), data, n).ok()) return std::nullopt;
+      from_device.push_back(buf);
+      data = reinterpret_cast<const char*>(buf.get());
+    }
     if (item.gather) {
       if (gathered.empty()) gathered.reserve(c.items.size());  // no reallocation after this
       gathered.emplace_back(n);
@@ -142,7 +161,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
   sizes.reserve(c.items.size());
   for (const auto& item : c.items) {
     const auto& v = item.view;
-    if (item.slice || (!item.gather && (on_device(v) || !v.is_contiguous()))) return std::nullopt;
+    if (item.slice || (!item.gather && !v.is_contiguous())) return std::nullopt;
     total += v.nbytes();
     largest = std::max(largest, v.nbytes());
     sizes.push_back(v.nbytes());
@@ -220,7 +239,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
     if (keep) return fast.keep_staging(c.slot, std::move(*staging), timeout);
     fast.give_back(*staging, timeout);
   };
-  if (!write_staged(*writer, c.items, staging->regions)) {
+  if (!write_staged(writer, c.items, staging->regions)) {
     unused();
     return std::nullopt;  // the actors put it, and report what failed
   }

@@ -2,9 +2,9 @@
 
 // Puts on the caller's thread over the client's channel to its volume
 // (docs/architecture.md, "Puts on the caller's thread"): every put a
-// channel takes whose bytes do not fit one request (a whole tensor or
-// object, a state dict, a version) is written straight into objects the
-// volume staged for it and committed in one request.
+// channel takes (a whole tensor or object, a batch, a state dict, a
+// version) is one commit request, its bytes inline or written first into
+// objects the volume staged for it.
 
 #include <chrono>
 #include <cstdint>
@@ -31,15 +31,18 @@ struct ChannelPut {
   bool whole_key = false;  // one key's put (counted as such: FastPath::count_commit)
 };
 
-/// Puts `c` when its client has a channel (ring or tcp) to its volume: the
-/// items are written straight into objects the volume staged for them
-/// (kept under the slot from the put before for a layout put again, else
-/// staged with one request), mapped and copied where the channel's
-/// transport maps them (split over the copy engine, this thread taking a
-/// share), else sent with it, then committed in one request, which also
-/// stages the next put's objects for a layout put again.
+/// Puts `c` when its client has a channel (ring or tcp) to its volume, in
+/// one commit request: the items' bytes inline when they fit it (GPU
+/// memory first copied into page-locked memory); else written first
+/// straight into objects the volume staged for them (kept under the slot
+/// from the put before for a layout put again, else staged with one
+/// request): mapped and copied where the channel's transport maps them
+/// (split over the copy engine, this thread taking a share; GPU memory in
+/// one CUDA copy through the mapping), else sent with it (GPU memory in
+/// pipelined pieces through page-locked memory); that commit also stages
+/// the next put's objects for a layout put again.
 /// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel yet, a GPU or strided or sharded source, a full volume, a
+/// channel yet, a strided or sharded source, a full volume, a
 /// precondition that no longer holds). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error
 /// with the commit on its way. With `defer`, a put whose bytes are sent

@@ -71,13 +71,14 @@ Future<void> device_copy(void* dst, const void* src, std::size_t n, const char* 
 
 }  // namespace
 
-Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
-                               const std::byte* src, std::size_t n) {
-  return by_pieces(n, [c, region, src](std::size_t off, std::size_t len,
-                                       std::shared_ptr<std::byte> buf) {
-    return device_copy(buf.get(), src + off, len, "GPU to host").then([c, region, off, buf, len]() {
-      return c->transport->write(region, off, buf.get(), len).then([buf] {});
-    });
+Future<void> write_from_device(const std::shared_ptr<transports::Transport>& transport,
+                               const wire::RegionRef& region, const std::byte* src, std::size_t n) {
+  return by_pieces(n, [transport, region, src](std::size_t off, std::size_t len,
+                                               std::shared_ptr<std::byte> buf) {
+    return device_copy(buf.get(), src + off, len, "GPU to host")
+        .then([transport, region, off, buf, len]() {
+          return transport->write(region, off, buf.get(), len).then([buf] {});
+        });
   });
 }
 

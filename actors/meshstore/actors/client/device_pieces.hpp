@@ -17,9 +17,9 @@
 
 namespace meshstore::actors::client_detail {
 
-// Writes `n` bytes of GPU memory at `src` into `region` over `c`.
-Future<void> write_from_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
-                               const std::byte* src, std::size_t n);
+// Writes `n` bytes of GPU memory at `src` into `region` with `transport`.
+Future<void> write_from_device(const std::shared_ptr<transports::Transport>& transport,
+                               const wire::RegionRef& region, const std::byte* src, std::size_t n);
 
 // Reads `n` bytes of `region` over `c` into GPU memory at `dst`.
 Future<void> read_into_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,

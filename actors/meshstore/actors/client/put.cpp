@@ -485,7 +485,7 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
         if (const auto& g = op->call.items[i].gather) {
           writes.push_back(write_gathered(op->conn, regions[i], g, view.nbytes()));
         } else if (on_device(view) && !caps.device_copies) {
-          writes.push_back(write_from_device(op->conn, regions[i],
+          writes.push_back(write_from_device(op->conn->transport, regions[i],
                                              static_cast<const std::byte*>(src), view.nbytes()));
         } else {
           if (!view.is_contiguous()) {

@@ -12,14 +12,10 @@
 namespace meshstore::actors::limits {
 
 /// Route: objects a ring read serves at most (fast_get): a ring slot
-/// (this plus 64 bytes) holds the reply. Puts of at most this many bytes
-/// travel inside their request; larger ones are staged and committed.
+/// (this plus 64 bytes) holds the reply. Copy: a put's objects of at most
+/// this many bytes may travel inside its commit request; larger ones are
+/// written into staged objects first (the same commit either way).
 inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
-
-/// Route: puts from GPU memory over the ring at most (a device-to-host
-/// copy, then the ring). On the H200 the actors' one copy from the GPU
-/// into the volume's mapping cost less from 512 KiB on (docs/gpu.md).
-inline constexpr std::uint64_t kDevicePutOverRingBytes = std::uint64_t{256} << 10;
 
 /// Route: whole keys a direct read copies into host memory at most, on
 /// the caller's one thread; larger ones take the actors, whose copy
