@@ -25,6 +25,7 @@
 #include "meshstore/store/checks.hpp"
 #include "meshstore/store/device_staging.hpp"
 #include "meshstore/store/store_impl.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
 
 namespace meshstore {
@@ -51,6 +52,12 @@ Status finish_into(const facade::DeviceStaging& st, internal::CallGuard& guard,
 
 using FastOutcome = actors::FastPath::Outcome;
 
+// A direct read's copy into host memory, on the caller's thread: split over
+// the copy engine's threads when large, this thread taking a share.
+void copy_here(void* dst, const std::byte* src, std::size_t n) {
+  if (n > 0) transports::CopyEngine::instance().copy_here(static_cast<std::byte*>(dst), src, n);
+}
+
 // The fast path (fast_path.hpp): a small whole key whose location this
 // client knows, on a volume of this host, read on the caller's thread over
 // the volume's ring, no actor involved. Each helper says which entries its
@@ -65,7 +72,7 @@ FastOutcome fast_get_tensor(actors::FastPath& fast, const std::string& key,
       [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         auto t = Tensor::empty(e.dtype, e.shape);
         if (!t.ok()) return false;  // the actor path reports it
-        if (n > 0) std::memcpy(t->data(), data, n);
+        copy_here(t->data(), data, n);
         *out = std::move(t).value();
         return true;
       },
@@ -91,7 +98,7 @@ FastOutcome fast_get_into(actors::FastPath& fast, const std::string& key,
       [&dst, to_device](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
         if (n == 0) return true;
         if (!to_device) {
-          std::memcpy(dst.data(), data, n);
+          copy_here(dst.data(), data, n);
           return true;
         }
         return internal::cuda::copy_bytes(dst.data(), data, n).ok();

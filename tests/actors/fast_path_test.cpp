@@ -99,10 +99,10 @@ TEST(FastPath, EverySizeIsPutOnTheCallersThread) {
   // Larger than a slot carries: staged at the volume, written straight
   // into its memory and committed over the ring, with no upper bound (the
   // last is put by several threads of the copy engine). Each is read
-  // directly where the volume's process can be watched and it is at most
-  // limits::kDirectReadBytes, else by the actors.
-  const std::size_t direct_most = actors::limits::kDirectReadBytes;
-  for (std::size_t n : {limit + 1, std::size_t{256} << 10, std::size_t{1} << 20, direct_most + 1}) {
+  // directly, at any size, where the volume's process can be watched (the
+  // largest split over the copy engine too), else by the actors.
+  for (std::size_t n :
+       {limit + 1, std::size_t{256} << 10, std::size_t{1} << 20, (std::size_t{8} << 20) + 1}) {
     SCOPED_TRACE(n);
     auto big = pattern(n, static_cast<std::uint8_t>(n >> 10));
     const auto before = store.fast_path_stats();
@@ -110,7 +110,7 @@ TEST(FastPath, EverySizeIsPutOnTheCallersThread) {
     std::vector<std::uint8_t> dst(big.size(), 0);
     ASSERT_OK(store.get_into("big", bytes_view(dst)).get(kWait));
     EXPECT_EQ(dst, big);
-    const bool direct = testing::have_pidfd() && n <= direct_most;
+    const bool direct = testing::have_pidfd();
     EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << "not put over the ring";
     EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses);
     EXPECT_EQ(store.fast_path_stats().hits, before.hits + (direct ? 1 : 0));

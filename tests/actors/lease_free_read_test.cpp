@@ -200,8 +200,8 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
 }
 
 // Direct reads (docs/architecture.md, "Direct reads"): a get, get_into or
-// get_object of a whole key of at most 8 MiB whose place the client knows
-// is copied on the caller's thread, checked by the object's tag, with no
+// get_object of a whole key of any size whose place the client knows is
+// copied on the caller's thread, checked by the object's tag, with no
 // ring and no actor.
 using DirectRead = LeaseFreeRead;
 
@@ -217,11 +217,14 @@ bool ring_open(Store& writer, Store& reader) {
   return eventually([&] { return reader.fast_path_stats().rings >= 1; }, 10s);
 }
 
-TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadUpTo8MiB) {
+// At every size: above the 8 MiB they once stopped at, and above the
+// 64 MiB where the actors take a lease (the copy split over the copy
+// engine, the caller's thread taking a share).
+TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadAtEverySize) {
   auto store = Store::embedded(shm()).value();
   ASSERT_TRUE(ring_open(store, store));
-  constexpr std::size_t kLimit = std::size_t{8} << 20;
-  for (std::size_t n : {std::size_t{256} << 10, kLimit, kLimit + 1}) {
+  for (std::size_t n :
+       {std::size_t{256} << 10, (std::size_t{8} << 20) + 1, (std::size_t{64} << 20) + 3}) {
     SCOPED_TRACE(n);
     std::vector<std::uint8_t> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7 + n);
@@ -230,10 +233,10 @@ TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadUpTo8MiB) {
     const auto before = store.fast_path_stats();
     testing::expect_reads_back(store, key, v);
     const auto after = store.fast_path_stats();
-    // Both lease-free; on the caller's thread only up to the limit.
+    // Both lease-free, on the caller's thread.
     EXPECT_EQ(after.lease_free_reads, before.lease_free_reads + 2);
-    EXPECT_EQ(after.direct_reads, before.direct_reads + (n <= kLimit ? 2 : 0));
-    EXPECT_EQ(after.hits, before.hits + (n <= kLimit ? 2 : 0));
+    EXPECT_EQ(after.direct_reads, before.direct_reads + 2);
+    EXPECT_EQ(after.hits, before.hits + 2);
     EXPECT_EQ(leases_of(store), 0u);
   }
   // A byte object too.
@@ -250,6 +253,45 @@ TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadUpTo8MiB) {
   EXPECT_ERROR(store.get_into("o", TensorView::of(wrong.data(), {16})).get(kWait), Errc::wrong_kind,
                "");
   EXPECT_EQ(direct_reads(store), before + 1);
+}
+
+// A large key (split over the copy engine as it is read) replaced over and
+// over by another client while two threads read it directly: a read whose
+// object changed during its copy is found stale and read afresh by the
+// actors, so every value read is one the writer put whole.
+TEST_F(DirectRead, AWriterRacingReadersOfALargeKeyNeverShowsATornValue) {
+  auto [writer, reader] = writer_and_reader();
+  ASSERT_TRUE(ring_open(writer, reader));
+  constexpr std::size_t kLarge = (std::size_t{24} << 20) + 5;
+  std::vector<std::uint8_t> v(kLarge, 1);
+  ASSERT_OK(writer.put("big", bytes_view(v)).get(kWait));
+  const auto seen = testing::race_readers(
+      kLarge, 2,
+      [&](std::vector<std::uint8_t>& mine) {
+        return reader.get_into("big", bytes_view(mine)).get(kWait).status();
+      },
+      [&] {
+        for (int i = 2; i < 40; ++i) {
+          std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+          ASSERT_OK(writer.put("big", bytes_view(v)).get(kWait));
+        }
+      });
+  EXPECT_EQ(seen.torn, 0);
+  EXPECT_EQ(seen.failed, 0);
+  EXPECT_GT(seen.reads, 0);
+  // Once the writer stops: the last value, read directly.
+  std::vector<std::uint8_t> dst(kLarge);
+  ASSERT_TRUE(eventually(
+      [&] {
+        EXPECT_OK(reader.get_into("big", bytes_view(dst)).get(kWait));
+        EXPECT_TRUE(testing::uniform(dst)) << "torn value";
+        return dst[0] == 39;
+      },
+      10s));
+  const auto direct = direct_reads(reader);
+  ASSERT_OK(reader.get_into("big", bytes_view(dst)).get(kWait));
+  EXPECT_EQ(dst[0], 39);
+  EXPECT_EQ(direct_reads(reader), direct + 1);
 }
 
 // Another client's small objects: one put inline (at most 64 KiB, staged by

@@ -738,10 +738,9 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
 
 // A whole key read into GPU memory takes the fast path: its bytes come
 // straight from the volume's shared memory, one host-to-device copy on the
-// caller's thread, no actor (a direct read, counted as one). At any size
-// (host memory takes direct reads up to limits::kDirectReadBytes), and again once
-// the mapping is page-locked. A key another client overwrote is found
-// stale, never read: the actors read the new bytes into the same memory.
+// caller's thread, no actor (a direct read, counted as one). At any size,
+// into host memory too, and again once the mapping is page-locked. A key another client overwrote
+// is found stale, never read: the actors read the new bytes into the same memory.
 TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
   SKIP_WITHOUT_CUDA();
   StoreOptions o;
@@ -771,8 +770,7 @@ TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
     const auto before = store->fast_path_stats();
     ASSERT_OK(store->get_into(key, TensorView(host.data(), DType::uint8, {len})).get(kWait));
     EXPECT_EQ(host, bytes) << key;
-    EXPECT_EQ(store->fast_path_stats().direct_reads,
-              before.direct_reads + (n <= actors::limits::kDirectReadBytes ? 1 : 0))
+    EXPECT_EQ(store->fast_path_stats().direct_reads, before.direct_reads + 1)
         << key << " into host memory";
   }
   // Another client overwrites one: this client's cached location is stale.

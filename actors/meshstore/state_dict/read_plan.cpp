@@ -279,8 +279,8 @@ namespace {
 // Reads every key of `into` straight from same-host volumes' shared memory
 // on this thread, as one snapshot (FastPath::read_together): host
 // destinations of each key's dtype and shape or a bucket's scatter, no
-// boxes, at most actors::limits::kDirectReadBytes in all (a longer copy would hold
-// up a caller that expects a future at once). hit: read; miss: not
+// boxes, at most actors::limits::kDirectSnapshotBytes in all (a longer copy
+// would hold up the client actor's thread, where a version read runs it). hit: read; miss: not
 // possible here; stale: an object changed. The actors read on anything
 // but a hit, writing every destination again.
 actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::GetCall& into) {
@@ -293,7 +293,7 @@ actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::Ge
   auto accept = [&](std::size_t i, const Entry& e) {
     const auto& dst = into.dsts[i];
     total += e.nbytes;
-    return total <= actors::limits::kDirectReadBytes && e.kind == wire::ObjectKind::tensor &&
+    return total <= actors::limits::kDirectSnapshotBytes && e.kind == wire::ObjectKind::tensor &&
            e.dtype == dst.dtype() && e.shape == dst.shape() && dst.is_contiguous() &&
            !on_device(dst) && e.nbytes == dst.nbytes();
   };

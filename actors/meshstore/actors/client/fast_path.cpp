@@ -230,8 +230,7 @@ bool FastPath::servable(const std::string& key, const std::function<bool(const E
   Entry entry;
   auto channel = channel_of(key, &entry);
   return channel && accept(entry) &&
-         ((channel->direct(entry) && direct_size(entry, to_device)) ||
-          entry.nbytes <= limits::kRingReadBytes);
+         (channel->direct(entry) || entry.nbytes <= limits::kRingReadBytes);
 }
 
 // The seqlock argument of the actors' lease-free reads (volume_reads.cpp):
@@ -355,7 +354,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
-  if (channel->direct(entry) && direct_size(entry, to_device)) {
+  if (channel->direct(entry)) {
     auto direct = read_direct(key, entry, *channel, consume, to_device);
     if (direct != Outcome::miss) return direct;
   }

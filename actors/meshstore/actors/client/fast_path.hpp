@@ -74,14 +74,6 @@ class FastPath {
   /// The location cache it reads through.
   LocationCache& cache() const { return *cache_; }
   const std::shared_ptr<LocationCache>& shared_cache() const { return cache_; }
-  /// Whether a direct read may copy `entry` into host memory (at most
-  /// limits::kDirectReadBytes) or GPU memory (any size: it is the one host-to-device
-  /// copy from the volume's page-locked mapping that the actors' path also
-  /// makes, without their round trip; docs/gpu.md, "Whole keys: the fast
-  /// path").
-  static bool direct_size(const Entry& entry, bool to_device) {
-    return to_device || entry.nbytes <= limits::kDirectReadBytes;
-  }
   /// What a read did.
   enum class Outcome {
     hit,   ///< served: `consume` got the bytes

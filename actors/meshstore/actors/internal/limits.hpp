@@ -17,10 +17,14 @@ namespace meshstore::actors::limits {
 /// written into staged objects first (the same commit either way).
 inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
 
-/// Route: whole keys a direct read copies into host memory at most, on
-/// the caller's one thread; larger ones take the actors, whose copy
-/// engine splits them. (Into GPU memory a direct read takes any size.)
-inline constexpr std::uint64_t kDirectReadBytes = std::uint64_t{8} << 20;
+/// Route: a state dict's direct snapshot copies at most this many bytes
+/// in all (FastPath::read_together); larger ones take the actors. The
+/// snapshot of a version read runs on the client actor's thread, which a
+/// longer copy would hold up for every other call of the process, and a
+/// longer one is likelier to lose its race with a writer that retires the
+/// version mid-copy (the actors' lease holds it). Whole keys have no such
+/// bound: a direct read takes any size, split over the copy engine.
+inline constexpr std::uint64_t kDirectSnapshotBytes = std::uint64_t{8} << 20;
 
 /// Route: calls moving at most this many bytes in all carry them inside
 /// their control messages (stage, open_read) instead of a transfer: one
