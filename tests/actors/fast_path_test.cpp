@@ -175,6 +175,31 @@ class FastPathOver : public ::testing::TestWithParam<const char*> {
   StoreOptions reader_options() const { return over(tool()); }
 };
 
+// A client's first put has the client pick its volume and open the
+// channel to it (from the fast path's waiting thread), then takes that
+// channel: every put of a fresh client goes over it, the first included.
+// The store's own client and another one connected to it each put once,
+// right away, and read the other's value back.
+TEST_P(FastPathOver, AClientsFirstPutTakesTheChannel) {
+  auto store = Store::embedded(writer_options()).value();
+  std::vector<float> w(15, 2.5f);
+  ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, 1u) << "the first put took the actors";
+  EXPECT_EQ(store.fast_path_stats().put_misses, 0u);
+  EXPECT_GE(store.fast_path_stats().rings, 1u);
+  auto other = Store::connect(store.address(), reader_options()).value();
+  ASSERT_OK(other.put_object("o", "first").get(kWait));
+  EXPECT_EQ(other.fast_path_stats().puts, 1u) << "the first put took the actors";
+  EXPECT_EQ(other.fast_path_stats().put_misses, 0u);
+  auto o = store.get_object("o").get(kWait);
+  ASSERT_OK(o);
+  EXPECT_EQ(*o, "first");
+  std::vector<float> out(15, 0.0f);
+  ASSERT_OK(other.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
+  EXPECT_EQ(out, w);
+  other.close();
+}
+
 // A call the channel cannot serve is answered as the actors answer it:
 // another dtype or shape, the wrong kind or a missing key is refused and
 // writes nothing into the caller's buffer; a strided destination takes the
@@ -579,6 +604,24 @@ TEST_P(FastPathOver, OffSendsEveryCallThroughTheActors) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(*store.get_object("o").get(kWait), "value");
   const auto s = store.fast_path_stats();
   EXPECT_EQ(s.hits + s.misses + s.stale + s.rings + s.puts, 0u);
+}
+
+// A transport without a channel (rpc): the first put learns that once, on
+// the fast path's waiting thread, and every put takes the actors.
+TEST(FastPath, WithoutAChannelEveryPutTakesTheActorsFromTheFirst) {
+  StoreOptions o;
+  o.transport = "rpc";
+  auto store = Store::embedded(o).value();
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> w(15, static_cast<float>(i));
+    ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
+    std::vector<float> out(15, -1.0f);
+    ASSERT_OK(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
+    EXPECT_EQ(out, w);
+  }
+  EXPECT_EQ(store.fast_path_stats().puts, 0u);
+  EXPECT_EQ(store.fast_path_stats().put_misses, 3u);
+  EXPECT_EQ(store.fast_path_stats().rings, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver, ::testing::Values("", "tcp", "tcp-encrypted"),

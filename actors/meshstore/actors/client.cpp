@@ -220,8 +220,31 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
 
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
                         strategy_actor strategy) {
-  return sys.spawn(client_detail::client_impl, std::move(config), std::move(controller),
-                   std::move(strategy));
+  auto fast = config.fast_path;
+  auto client = sys.spawn(client_detail::client_impl, std::move(config), std::move(controller),
+                          std::move(strategy));
+  if (fast) {
+    // A put that finds no channel yet (the first) has the client connect to
+    // its volume and open the channel, from the fast path's waiting
+    // thread. Set before the first call can come (the actor starts later).
+    const caf::actor_addr addr = client.address();
+    fast->set_home_connector([addr](std::chrono::milliseconds timeout) {
+      auto hdl = caf::actor_cast<caf::actor>(addr);
+      if (!hdl) return false;
+      auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
+      auto opened = done->future();
+      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
+      caf::anon_send(hdl, run_atom::value, internal::Closure{[me, done] {
+                       client_detail::await_home_channel(
+                           me, [done](bool open) { done->set_value(open); });
+                     }});
+      hdl = nullptr;
+      if (!opened.wait_for(timeout)) return false;
+      auto r = opened.get();
+      return r.ok() && *r;
+    });
+  }
+  return client;
 }
 
 }  // namespace meshstore::actors

@@ -166,11 +166,23 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
     largest = std::max(largest, v.nbytes());
     sizes.push_back(v.nbytes());
   }
-  const std::string home = fast.home();
+  std::string home = fast.home();
   auto writer = fast.writer_of(home);
+  if ((home.empty() || !writer) && fast.may_connect_home()) {
+    // No channel yet (a client's first put): the waiting thread has the
+    // client pick its volume and open the channel, then puts it here.
+    if (defer) {
+      *defer = true;
+      return std::nullopt;
+    }
+    if (fast.connect_home(timeout)) {
+      home = fast.home();
+      writer = fast.writer_of(home);
+    }
+  }
   if (home.empty() || !writer) {
-    // The actors put it (a client's first put picks its volume there); its
-    // layout is noted for the next.
+    // The actors put it (no channel to this client's volume); its layout is
+    // noted for the next.
     fast.note_layout(c.slot, sizes);
     return std::nullopt;
   }

@@ -80,6 +80,9 @@ struct ClientState {
   std::string home_lost;
   std::vector<ConnCallback> home_waiters;
   bool home_pending = false;
+  // Volumes whose fast-path channel is being opened, with whoever waits
+  // for it (told whether it opened).
+  std::unordered_map<std::string, std::vector<std::function<void(bool)>>> channel_waiters;
   // key -> last record seen, shared with the fast path (the callers'
   // threads); validated by the volume on every read.
   std::shared_ptr<LocationCache> locations;

@@ -30,12 +30,25 @@ void finish_conn(client_pointer self, const std::string& id, const ConnResult& r
   for (auto& w : waiters) w(r);
 }
 
+// The channel to `volume_id` opened or did not: those waiting for it
+// (await_home_channel) hear which.
+void channel_settled(client_pointer self, const std::string& volume_id) {
+  auto& st = self->state;
+  auto it = st.channel_waiters.find(volume_id);
+  if (it == st.channel_waiters.end()) return;
+  auto waiters = std::move(it->second);
+  st.channel_waiters.erase(it);
+  const bool open = st.cfg.fast_path && st.cfg.fast_path->has_ring(volume_id);
+  for (auto& w : waiters) w(open);
+}
+
 // Opens the fast path's ring to a volume this client reaches over shm (one
 // host): creates it, has the volume attach it, and hands it to the fast
 // path. A failure only logs: small gets then take the actor path.
 void open_ring(client_pointer self, const std::string& volume_id,
                const storage_volume_actor& handle) {
   auto& st = self->state;
+  st.channel_waiters[volume_id];  // being opened
   transports::shm::Ring::Options o;
   o.slots = 4;  // one request at a time per ring
   o.slot_bytes = static_cast<std::uint32_t>(fast_get::kMaxObjectBytes + 64);
@@ -44,7 +57,7 @@ void open_ring(client_pointer self, const std::string& volume_id,
   if (!ring.ok()) {
     st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank, volume_id,
                  ring.status().to_string());
-    return;
+    return channel_settled(self, volume_id);
   }
   auto held = std::make_shared<std::unique_ptr<transports::shm::Ring>>(std::move(ring).value());
   const std::string name = (*held)->name();
@@ -55,20 +68,24 @@ void open_ring(client_pointer self, const std::string& volume_id,
             auto& st = self->state;
             auto it = st.conns.find(volume_id);
             // Not if the volume went down (or was replaced) meanwhile.
-            if (it == st.conns.end() || it->second->handle != handle) return;
+            if (it == st.conns.end() || it->second->handle != handle) {
+              return channel_settled(self, volume_id);
+            }
             auto bell = transports::shm::Doorbell::open(doorbell);
             if (!bell.ok()) {
               st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank,
                            volume_id, bell.status().to_string());
-              return;
+              return channel_settled(self, volume_id);
             }
             (*held)->use_doorbell(std::move(bell).value());
             st.cfg.fast_path->add_ring(volume_id, std::move(*held), it->second->transport);
+            channel_settled(self, volume_id);
           },
           [self, volume_id](caf::error& e) {
             self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
                                   self->state.cfg.me.rank, volume_id,
                                   from_caf_error(e, "ring_attach").to_string());
+            channel_settled(self, volume_id);
           });
 }
 
@@ -83,6 +100,7 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
                     std::shared_ptr<transports::Transport> transport) {
   std::random_device rd;
   const std::uint64_t token = (std::uint64_t{rd()} << 32) ^ rd();
+  self->state.channel_waiters[volume_id];  // being opened
   ask(self, handle, small_attach_atom::value, token,
       caf::actor_cast<caf::actor>(self->state.controller))
       .then(
@@ -105,13 +123,16 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
                     if (!held->ok()) {
                       st.log->info("client rank {} -> volume '{}': no fast path: {}",
                                    st.cfg.me.rank, volume_id, held->status().to_string());
-                      return;
+                      return channel_settled(me, volume_id);
                     }
                     auto it = st.conns.find(volume_id);
                     // Not if the volume went down (or was replaced) meanwhile.
-                    if (it == st.conns.end() || it->second->handle.address() != volume) return;
+                    if (it == st.conns.end() || it->second->handle.address() != volume) {
+                      return channel_settled(me, volume_id);
+                    }
                     st.cfg.fast_path->add_remote(volume_id, std::move(**held), token,
                                                  it->second->transport);
+                    channel_settled(me, volume_id);
                   }});
             });
           },
@@ -119,6 +140,7 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
             self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
                                   self->state.cfg.me.rank, volume_id,
                                   from_caf_error(e, "small_attach").to_string());
+            channel_settled(self, volume_id);
           });
 }
 
@@ -148,12 +170,14 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             conn->info = info;
             conn->handle = handle;
             conn->transport = std::shared_ptr<transports::Transport>(std::move(transport).value());
-            finish_conn(self, info.volume_id, conn);
+            // The channel starts opening before the callers waiting for the
+            // connection run: one of them may wait for the channel too.
             if (st.cfg.fast_path && chosen->transport == "shm") {
               open_ring(self, info.volume_id, handle);
             } else if (st.cfg.fast_path && chosen->transport == "tcp") {
               open_small_ops(self, info.volume_id, handle, conn->transport);
             }
+            finish_conn(self, info.volume_id, conn);
           },
           [=](caf::error& e) {
             finish_conn(self, info.volume_id,
@@ -202,7 +226,10 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
                         [self, finish, id = info.volume_id](const ConnResult& r) {
                           if (r.ok()) {
                             self->state.home_volume = id;
-                            if (self->state.cfg.fast_path) self->state.cfg.fast_path->set_home(id);
+                            if (self->state.cfg.fast_path) {
+                              const auto t = (*r)->transport->name();
+                              self->state.cfg.fast_path->set_home(id, t == "shm" || t == "tcp");
+                            }
                             self->state.home_lost.clear();
                           }
                           finish(r);
@@ -249,6 +276,18 @@ void with_home_volume(client_pointer self, ConnCallback k) {
     for (auto& w : waiters) w(r);
   };
   select_home(self, finish, std::chrono::steady_clock::now() + st.cfg.request_timeout);
+}
+
+void await_home_channel(client_pointer self, std::function<void(bool)> k) {
+  with_home_volume(self, [self, k = std::move(k)](const ConnResult& r) {
+    auto& st = self->state;
+    if (!r.ok() || !st.cfg.fast_path) return k(false);
+    const auto& id = (*r)->info.volume_id;
+    if (st.cfg.fast_path->has_ring(id)) return k(true);
+    auto it = st.channel_waiters.find(id);
+    if (it == st.channel_waiters.end()) return k(false);  // none opening
+    it->second.push_back(k);
+  });
 }
 
 namespace {

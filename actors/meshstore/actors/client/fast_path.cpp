@@ -89,9 +89,33 @@ struct FastPath::Channel {
   std::vector<std::byte> framed;  // token + request (remote)
 };
 
-void FastPath::set_home(const std::string& volume_id) {
+void FastPath::set_home(const std::string& volume_id, bool channel_expected) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (home_ != volume_id) home_connect_tried_ = false;
   home_ = volume_id;
+  home_channel_expected_ = channel_expected;
+}
+
+void FastPath::set_home_connector(HomeConnector connector) {
+  std::lock_guard<std::mutex> lock(mu_);
+  home_connector_ = std::move(connector);
+}
+
+bool FastPath::may_connect_home() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || !home_connector_ || home_connect_tried_) return false;
+  return home_.empty() || (home_channel_expected_ && rings_.count(home_) == 0);
+}
+
+bool FastPath::connect_home(std::chrono::milliseconds timeout) {
+  HomeConnector connector;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || !home_connector_) return false;
+    home_connect_tried_ = true;
+    connector = home_connector_;
+  }
+  return connector(timeout);
 }
 
 void FastPath::close_ring(const std::string& volume_id) {

@@ -97,8 +97,23 @@ class FastPath {
   // -- the client actor's side --
 
   /// The volume this client puts to (the strategy's choice), "" for none
-  /// yet: puts go over its ring.
-  void set_home(const std::string& volume_id);
+  /// yet: puts go over its channel, which `channel_expected` says its
+  /// transport opens (shm: a ring; tcp: a small-op connection).
+  void set_home(const std::string& volume_id, bool channel_expected = true);
+  /// Connects this client to its volume and waits, at most `timeout`, for
+  /// the channel to it: true once it is open, false when it will not be
+  /// (a transport without one, a failure). The client actor sets it.
+  using HomeConnector = std::function<bool(std::chrono::milliseconds)>;
+  void set_home_connector(HomeConnector connector);
+  /// Whether a put finding no channel to its volume should have the client
+  /// connect first (connect_home), on the waiting thread: no volume chosen
+  /// yet, or its channel expected and not open. Once per volume: a channel
+  /// that failed after that leaves later puts to the actors.
+  bool may_connect_home() const;
+  /// Runs the connector (false: none, or closed); then may_connect_home()
+  /// is false until this client's volume changes. It may wait `timeout`:
+  /// only the waiting thread calls it.
+  bool connect_home(std::chrono::milliseconds timeout);
   /// Closes the ring to `volume_id` (it went down).
   void close_ring(const std::string& volume_id);
   /// The ring to `volume_id`, which attached it, and the shm transport
@@ -271,10 +286,13 @@ class FastPath {
                     const Status& why);
 
   const std::shared_ptr<LocationCache> cache_;
-  mutable std::mutex mu_;  // guards rings_, closed_, home_, controller_
+  mutable std::mutex mu_;  // guards rings_, closed_, home_*, controller_
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;
+  bool home_channel_expected_ = true;
+  bool home_connect_tried_ = false;
+  HomeConnector home_connector_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
   struct Kept {
     Staging staging;
