@@ -524,6 +524,22 @@ TEST_F(StageCommitTest, CommitsInOneCallAndNamesTheObject) {
   EXPECT_EQ(located[0].shards.front().object_id, objects.front());
 }
 
+// stage_commit is the commit a channel's request makes, checked the same
+// way (check_commit): a record naming another volume, or bytes its dtype
+// and shape do not take, is refused before anything is staged.
+TEST_F(StageCommitTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
+  auto elsewhere = record("k", {4});
+  elsewhere.shards.front().volume_id = "volume-9";
+  EXPECT_ERROR(stage_commit(elsewhere), Errc::protocol_error, "not one object of volume");
+  auto wrong = record("k", {4});
+  wrong.shape = {5};
+  wrong.shards.front().slice = TensorSlice::full({5});
+  EXPECT_ERROR(stage_commit(wrong), Errc::protocol_error, "16 bytes inline for shape");
+  auto s = stat();
+  EXPECT_EQ(s.objects + s.staged, 0u);
+  EXPECT_EQ(s.bytes_held, 0u);
+}
+
 TEST_F(StageCommitTest, ControllerRefusalLeavesNothingStaged) {
   // A shard of another global shape: the controller refuses the record.
   EXPECT_ERROR(stage_commit(record("k", {2})), Errc::shape_mismatch, "not in global shape");

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -33,11 +34,10 @@ namespace {
 
 using internal::to_caf_error;
 
-using volume::Committed;
+using volume::check_commit;
 using volume::fast_commit;
 using volume::Lease;
 using volume::stage;
-using volume::stage_commit;
 using volume::StoredObject;
 using volume::volume_pointer;
 using volume::VolumeState;
@@ -310,21 +310,60 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         if (!staged.ok()) return to_caf_error(staged.status());
         return std::move(staged).value();
       },
-      [=](stage_commit_atom, const std::vector<wire::StageRequest>& reqs,
+      [=](stage_commit_atom, std::vector<wire::StageRequest>& reqs,
           std::vector<wire::KeyRecord>& records, const caf::actor& controller,
           std::vector<std::string>& retire)
           -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
                          std::vector<std::string>> {
+        // The commit a channel's request makes (fast_commit), its bytes
+        // inline, checked the same way; answered from this actor's thread.
+        FastCommitJob job;
+        job.request.records = std::move(records);
+        job.request.prefixes = std::move(retire);
+        if (reqs.size() != job.request.records.size()) {
+          return to_caf_error(Status(Errc::protocol_error,
+                                     "stage_commit: " + std::to_string(reqs.size()) +
+                                         " objects for " +
+                                         std::to_string(job.request.records.size()) + " records"));
+        }
+        // The volume names itself in each record's shard where the
+        // client left it out (it fills the object in anyway).
+        for (auto& rec : job.request.records) {
+          if (rec.shards.size() == 1 && rec.shards[0].volume_id.empty()) {
+            rec.shards[0].volume_id = self->state.config.volume_id;
+          }
+        }
+        for (const auto& r : reqs) {
+          if (!r.has_data) {
+            return to_caf_error(
+                Status(Errc::protocol_error, "stage_commit: '" + r.key + "' lacks its bytes"));
+          }
+          job.request.inlined.emplace_back(std::string_view(r.data));
+        }
+        if (auto s = check_commit(job.request, self->state.config.volume_id); !s.ok()) {
+          return to_caf_error(s);
+        }
+        job.request.inlined.clear();
+        for (auto& r : reqs) job.inlined.emplace_back(std::move(r.data));
+        job.owner = sender_of(self).address();
+        job.controller = controller.address();
+        job.reply_limit = std::numeric_limits<std::size_t>::max();
+        job.answer_here = true;
         auto rp =
             self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
                                         std::vector<std::string>>();
-        stage_commit(
-            self, reqs, std::move(records), controller, sender_of(self),
-            [rp](Result<Committed> r) mutable {
+        job.done = std::make_shared<std::function<void(Result<fast_get::CommitDone>)>>(
+            [rp](Result<fast_get::CommitDone> r) mutable {
               if (!r.ok()) return (void)rp.deliver(to_caf_error(r.status()));
-              rp.deliver(std::move(r->versions), std::move(r->ids), std::move(r->places));
-            },
-            std::move(retire));
+              std::vector<std::uint64_t> ids;
+              std::vector<std::string> places;
+              for (auto& p : r->placed) {
+                ids.push_back(p.object_id);
+                places.push_back(std::move(p.place));
+              }
+              rp.deliver(std::move(r->versions), std::move(ids), std::move(places));
+            });
+        fast_commit(self, std::move(job));
         return rp;
       },
       [=](fast_commit_atom, FastCommitJob& job) { fast_commit(self, std::move(job)); },

@@ -69,6 +69,9 @@ struct FastCommitJob {
   std::size_t reply_limit = 0;
   caf::actor_addr owner;
   caf::actor_addr controller;
+  /// `done` runs on the volume actor's thread (an actor's request, whose
+  /// answer must come from it), never the controller's (LocalCommit).
+  bool answer_here = false;
   using Done = std::shared_ptr<std::function<void(Result<fast_get::CommitDone>)>>;
   Done done;
 };
@@ -78,14 +81,14 @@ using storage_volume_actor = caf::typed_actor<
     // Errc::out_of_capacity (nothing staged) when they do not fit.
     caf::replies_to<stage_atom,
                     std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
-    // Small puts in one round trip: stages objects whose bytes come inline,
-    // fills each record's shard with its object (and its place for readers
-    // on this host), and commits the records at `controller` (the
-    // controller actor); answers the committed versions, the objects
-    // holding them and their places ("" for none). Staged objects go again
-    // if the controller refuses. With state dicts to retire, the commit is
-    // the controller's replace (records, those prefixes, reuse), which
-    // removes their groups in the same step, or nothing if it refuses.
+    // Small puts in one round trip: the commit a channel's request makes
+    // (fast_commit) with every object's bytes inline, checked the same way
+    // (check_commit): stages the objects, fills each record's shard with
+    // its object (and its place for readers on this host), and commits the
+    // records at `controller` (the controller's replace, the keys under
+    // the prefixes to retire replaced in the same step); answers the
+    // committed versions, the objects holding them and their places (""
+    // for none). Staged objects go again if the controller refuses.
     caf::replies_to<stage_commit_atom, std::vector<wire::StageRequest>,
                     std::vector<wire::KeyRecord>, caf::actor, std::vector<std::string>>::
         with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/,

@@ -1,13 +1,15 @@
-// The commits a volume's fast-path channels ask for (fast_commit: objects
-// the client wrote, or whose bytes came inline in the request), and a put
-// from the actors whose bytes came inline (stage_commit). The volume actor
-// (storage_volume.cpp) runs them.
+// The commits a volume is asked for (fast_commit): over a fast-path
+// channel, or from a client actor whose put's bytes came inline
+// (stage_commit); objects the client wrote, or whose bytes came in the
+// request. The volume actor (storage_volume.cpp) runs them.
+#include <algorithm>
 #include <cstring>
 
 #include "meshstore/actors/controller_actor.hpp"
 #include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/volume/state.hpp"
+#include "meshstore/store/checks.hpp"
 
 namespace meshstore::actors::volume {
 
@@ -106,6 +108,49 @@ Result<std::vector<fast_get::CommitDone::Placed>> place_inline(
 
 }  // namespace
 
+// Checks commit request `req` for volume `volume_id` as input from another
+// process (a channel's, or an actor message's): keys, one object of this
+// volume per record (named, or its bytes inline), inline bytes that match
+// the record's dtype and shape. The volume actor checks the rest (each
+// object given back or committed is one its client staged there).
+Status check_commit(const fast_get::CommitRequest& req, const std::string& volume_id) {
+  for (const auto& p : req.prefixes) {
+    if (auto s = facade::check_key("fast commit", p); !s.ok()) {
+      return Status(Errc::protocol_error, s.message());
+    }
+  }
+  for (std::size_t i = 0; i < req.records.size(); ++i) {
+    const auto& r = req.records[i];
+    if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
+      return Status(Errc::protocol_error, s.message());
+    }
+    // An object sent inline is named by the volume once it is staged.
+    const auto* data = i < req.inlined.size() && req.inlined[i] ? &*req.inlined[i] : nullptr;
+    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id ||
+        (r.shards[0].object_id == 0) != (data != nullptr) || !r.pending.empty() || r.version != 0) {
+      return Status(Errc::protocol_error,
+                    "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'");
+    }
+    if (!data) continue;
+    if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; })) {
+      return Status(Errc::protocol_error, "fast commit of '" + r.key + "': a negative dimension");
+    }
+    const auto numel = shape_numel(r.shape);
+    if (data->size() != r.shards[0].nbytes || numel < 0 ||
+        static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != data->size()) {
+      return Status(Errc::protocol_error,
+                    "fast commit of '" + r.key + "': " + std::to_string(data->size()) +
+                        " bytes inline for shape " + shape_to_string(r.shape));
+    }
+  }
+  for (const auto& s : req.stage) {
+    if (auto k = facade::check_key("fast stage", s.key); !k.ok()) {
+      return Status(Errc::protocol_error, k.message());
+    }
+  }
+  return Status();
+}
+
 // A fast-path channel's request (FastCommitJob): what its client gives back
 // goes, its records commit at the controller, then what it asks is staged
 // for it (after the commit, so the next put's objects may land in the
@@ -193,7 +238,7 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   for (const auto& p : *placed) placed_ids.push_back(p.object_id);
   // In this actor system: CAF 0.17 gives each system of a process a node
   // id of its own, so another system's controller is remote.
-  if (controller.node() == self->node() &&
+  if (!job.answer_here && controller.node() == self->node() &&
       local_commit(self, req, wanted, owner, limit, done, controller, *placed)) {
     return;
   }
@@ -216,75 +261,6 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
             }
             (*done)(internal::from_caf_error(e, "commit at the controller"));
           });
-}
-
-// Names in each of `records` (one shard each) the object staged for it,
-// and in `ids` and `places` those objects and their places.
-void place_records(volume_pointer self, const std::vector<wire::RegionRef>& staged,
-                   std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& ids,
-                   std::vector<std::string>& places) {
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    auto& shard = records[i].shards.front();
-    shard.volume_id = self->state.config.volume_id;
-    shard.object_id = staged[i].region_id;
-    shard.nbytes = staged[i].nbytes;
-    // For readers on this host (lease-free and direct reads), as a writer
-    // that staged through a transport records it.
-    auto shm = staged[i].described.find("shm");
-    if (shm != staged[i].described.end()) shard.place = shm->second;
-    ids.push_back(shard.object_id);
-    places.push_back(shard.place);
-  }
-}
-
-// Stages small objects whose bytes came with the request and commits them
-// at the controller in the same call: a small put costs one round trip to
-// the volume (the controller usually sits in the volume's process) instead
-// of one to the volume and one to the controller. `k` gets the committed
-// versions and the objects holding them, or why not.
-void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
-                  std::vector<wire::KeyRecord> records, const caf::actor& controller,
-                  const caf::actor& client, std::function<void(Result<Committed>)> k,
-                  std::vector<std::string> retire) {
-  auto& st = self->state;
-  if (!controller || reqs.size() != records.size()) {
-    return k(Status(Errc::protocol_error, "stage_commit: " + std::to_string(reqs.size()) +
-                                              " objects for " + std::to_string(records.size()) +
-                                              " records, or no controller"));
-  }
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    if (!reqs[i].has_data || records[i].shards.size() != 1 || records[i].key != reqs[i].key) {
-      return k(Status(Errc::protocol_error, "stage_commit: '" + reqs[i].key +
-                                                "' lacks its bytes or does not match its record"));
-    }
-  }
-  auto staged = stage(self, reqs, client);
-  if (!staged.ok()) return k(staged.status());
-  std::vector<std::uint64_t> ids;
-  std::vector<std::string> places;
-  place_records(self, *staged, records, ids, places);
-  auto on_versions = [=](const std::vector<std::uint64_t>& versions) {
-    k(Committed{versions, ids, places});
-  };
-  auto on_error = [=](caf::error& e) {
-    // The controller answered and refused: nothing was committed, so the
-    // staged objects go. After a timeout it may still have committed
-    // them; they stay, and go with their client.
-    if (internal::refused(e)) {
-      for (auto id : ids) self->state.drop(id, true);
-      self->state.regions->prune();
-    }
-    k(internal::from_caf_error(e, "commit at the controller"));
-  };
-  if (!retire.empty()) {
-    self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
-                  std::move(records), std::move(retire), true)
-        .then(on_versions, on_error);
-    return;
-  }
-  self->request(controller, st.config.transport_config.request_timeout,
-                notify_put_batch_atom::value, std::move(records))
-      .then(on_versions, on_error);
 }
 
 }  // namespace meshstore::actors::volume

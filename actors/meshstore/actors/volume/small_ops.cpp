@@ -6,10 +6,10 @@
 #include <thread>
 
 #include "meshstore/actors/atoms.hpp"
+#include "meshstore/actors/volume/state.hpp"
 #include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
-#include "meshstore/store/checks.hpp"
 
 namespace meshstore::actors::volume {
 
@@ -75,40 +75,7 @@ Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
                                  const std::string& volume_id) {
   auto req = fast_get::decode_commit(bytes);
   if (!req.ok()) return req.status();
-  for (const auto& p : req->prefixes) {
-    if (auto s = facade::check_key("fast commit", p); !s.ok()) {
-      return Status(Errc::protocol_error, s.message());
-    }
-  }
-  for (std::size_t i = 0; i < req->records.size(); ++i) {
-    const auto& r = req->records[i];
-    if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
-      return Status(Errc::protocol_error, s.message());
-    }
-    // An object sent inline is named by the volume once it is staged.
-    const auto* data = i < req->inlined.size() && req->inlined[i] ? &*req->inlined[i] : nullptr;
-    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id ||
-        (r.shards[0].object_id == 0) != (data != nullptr) || !r.pending.empty() || r.version != 0) {
-      return Status(Errc::protocol_error,
-                    "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'");
-    }
-    if (!data) continue;
-    if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; })) {
-      return Status(Errc::protocol_error, "fast commit of '" + r.key + "': a negative dimension");
-    }
-    const auto numel = shape_numel(r.shape);
-    if (data->size() != r.shards[0].nbytes || numel < 0 ||
-        static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != data->size()) {
-      return Status(Errc::protocol_error,
-                    "fast commit of '" + r.key + "': " + std::to_string(data->size()) +
-                        " bytes inline for shape " + shape_to_string(r.shape));
-    }
-  }
-  for (const auto& s : req->stage) {
-    if (auto k = facade::check_key("fast stage", s.key); !k.ok()) {
-      return Status(Errc::protocol_error, k.message());
-    }
-  }
+  MESHSTORE_RETURN_IF_ERROR(check_commit(*req, volume_id));
   FastCommitJob job;
   job.request = std::move(req).value();
   // The bytes sent inline outlive the message they came in.

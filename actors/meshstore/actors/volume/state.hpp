@@ -114,22 +114,14 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                                            const std::vector<wire::StageRequest>& reqs,
                                            const caf::actor& client);
 
-/// A fast-path channel's commit request (FastCommitJob), answered through
-/// its `done`.
+/// A commit request (FastCommitJob: a channel's, or an actor's
+/// stage_commit), answered through its `done`.
 void fast_commit(volume_pointer self, FastCommitJob job);
 
-/// What stage_commit committed: a version, an object and its place per
-/// record.
-struct Committed {
-  std::vector<std::uint64_t> versions, ids;
-  std::vector<std::string> places;
-};
-/// Stages small objects whose bytes came with the request and commits them
-/// at `controller` in the same call (with `retire`: its replace of those
-/// state dicts); `k` gets what was committed, or why not.
-void stage_commit(volume_pointer self, const std::vector<wire::StageRequest>& reqs,
-                  std::vector<wire::KeyRecord> records, const caf::actor& controller,
-                  const caf::actor& client, std::function<void(Result<Committed>)> k,
-                  std::vector<std::string> retire = {});
+/// Checks a commit request for volume `volume_id` as input from another
+/// process (keys; one object of this volume per record, named or with its
+/// bytes inline, which must match its dtype and shape): protocol_error
+/// naming what is wrong.
+Status check_commit(const fast_get::CommitRequest& req, const std::string& volume_id);
 
 }  // namespace meshstore::actors::volume
