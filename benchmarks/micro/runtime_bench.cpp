@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/actors/volume/state.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/state_dict.hpp"
@@ -95,6 +97,40 @@ void BM_EncodeDecodeKeyRecord(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_EncodeDecodeKeyRecord);
+
+// A small put's commit request over a channel (4 KiB inline, one record)
+// through the codec both ends run: the client's encode, the volume's
+// decode and check, the reply's encode and the client's decode. What a
+// small put costs in CPU beyond its round trip.
+void BM_InlineCommitCodec4KiB(benchmark::State& state) {
+  namespace fg = actors::fast_get;
+  std::vector<std::byte> bytes(4096, std::byte{7});
+  wire::KeyRecord r;
+  r.key = "weights/step";
+  r.dtype = DType::uint8;
+  r.shape = {4096};
+  r.expect_version = 12;
+  r.shards.push_back({TensorSlice::full(r.shape), "volume-0", 0, 4096});
+  std::vector<std::byte> request, reply;
+  for (auto _ : state) {
+    fg::CommitRequest req;
+    req.records.push_back(r);
+    req.inlined.emplace_back(
+        std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    fg::encode_into(req, request);
+    auto decoded = fg::decode_commit(request);
+    benchmark::DoNotOptimize(actors::volume::check_commit(*decoded, "volume-0"));
+    std::string owned(*decoded->inlined.front());  // the volume's copy
+    benchmark::DoNotOptimize(owned.data());
+    fg::CommitDone done;
+    done.versions = {13};
+    done.placed.push_back({99, "meshstore.1-2.seg;4096"});
+    reply = fg::encode_commit_done(done);
+    bool refused = false;
+    benchmark::DoNotOptimize(fg::decode_commit_reply(reply, 1, 1, 0, &refused));
+  }
+}
+BENCHMARK(BM_InlineCommitCodec4KiB);
 
 // The store's actor runtime (internal::ActorRuntime, its scheduler
 // settings), with 2 threads as on the reference VM; null, and the
