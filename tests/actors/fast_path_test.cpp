@@ -14,9 +14,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +29,7 @@
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
+#include "meshstore/transports/transport.hpp"
 #include "testing/pidfd.hpp"
 #include "testing/racing_readers.hpp"
 #include "testing/read_back.hpp"
@@ -686,18 +690,58 @@ TEST(FastPath, APutAFullVolumeRefusesEvictsOnTheActorPath) {
   store.close();
 }
 
-class FastPathRing : public ::testing::Test {
+// The client's end of a channel against a volume end the test plays: over
+// a shared-memory ring, and over a remote channel (what tcp's small-op
+// connection is to the client: transports::SmallOps, here in memory, the
+// request framed with the client's token).
+class FakeRemote final : public transports::SmallOps {
+ public:
+  struct End {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<std::vector<std::byte>> request, reply;
+    bool closed = false;
+  };
+  explicit FakeRemote(std::shared_ptr<End> end) : end_(std::move(end)) {}
+  Result<std::vector<std::byte>> exchange(const std::byte* request, std::size_t n,
+                                          std::chrono::steady_clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lock(end_->mu);
+    if (end_->closed) return Status(Errc::unavailable, "the volume closed the connection");
+    end_->request.emplace(request, request + n);
+    end_->reply.reset();
+    end_->cv.notify_all();
+    if (!end_->cv.wait_until(lock, deadline, [&] { return end_->reply || end_->closed; })) {
+      return Status(Errc::timeout, "no reply");
+    }
+    if (!end_->reply) return Status(Errc::unavailable, "the volume closed the connection");
+    auto out = std::move(*end_->reply);
+    end_->reply.reset();
+    return out;
+  }
+
+ private:
+  std::shared_ptr<End> end_;
+};
+
+class FastPathClientEnd : public ::testing::TestWithParam<const char*> {
  protected:
+  static constexpr std::uint64_t kToken = 0x70c4e7;
+  bool remote() const { return std::string(GetParam()) == "remote"; }
   void SetUp() override {
-    transports::shm::Ring::Options o;
-    o.slots = 4;
-    o.slot_bytes = 1024;
-    auto client = transports::shm::Ring::create(o);
-    ASSERT_OK(client);
-    auto server = transports::shm::Ring::attach((*client)->name(), ::getpid());
-    ASSERT_OK(server);
-    server_ = std::move(server).value();
-    fast_.add_ring("v", std::move(client).value());
+    if (remote()) {
+      remote_ = std::make_shared<FakeRemote::End>();
+      fast_.add_remote("v", std::make_unique<FakeRemote>(remote_), kToken);
+    } else {
+      transports::shm::Ring::Options o;
+      o.slots = 4;
+      o.slot_bytes = 1024;
+      auto client = transports::shm::Ring::create(o);
+      ASSERT_OK(client);
+      auto server = transports::shm::Ring::attach((*client)->name(), ::getpid());
+      ASSERT_OK(server);
+      server_ = std::move(server).value();
+      fast_.add_ring("v", std::move(client).value());
+    }
     wire::KeyRecord r;
     r.key = "k";
     r.version = 3;
@@ -705,21 +749,52 @@ class FastPathRing : public ::testing::Test {
     r.shards.push_back(wire::ShardRecord{TensorSlice::full({4}), "v", 7, 4});
     fast_.cache().put(r);
   }
+  // The volume end: takes the next request (without a remote channel's
+  // token) and answers it with `reply`.
+  void serve_one(const std::vector<std::byte>& reply) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<std::byte> request;
+    if (remote()) {
+      std::unique_lock<std::mutex> lock(remote_->mu);
+      if (!remote_->cv.wait_until(lock, deadline, [&] { return remote_->request.has_value(); })) {
+        return;
+      }
+      request = std::move(*remote_->request);
+      remote_->request.reset();
+      std::uint64_t token = 0;
+      ASSERT_GE(request.size(), sizeof token);
+      std::memcpy(&token, request.data(), sizeof token);
+      EXPECT_EQ(token, kToken) << "a remote request starts with the client's token";
+      request.erase(request.begin(), request.begin() + sizeof token);
+      remote_->reply = reply;
+      remote_->cv.notify_all();
+    } else {
+      auto m = server_->receive(deadline);
+      if (!m.ok()) return;
+      request = m->bytes;
+      (void)server_->send(m->tag, reply.data(), reply.size(), deadline);
+    }
+    auto req = actors::fast_get::decode_request(request);
+    EXPECT_OK(req);
+    if (req.ok()) {
+      EXPECT_EQ(req->object_id, 7u);
+    }
+  }
+  // The volume closes its end of the channel.
+  void close_volume_end() {
+    if (remote()) {
+      std::lock_guard<std::mutex> lock(remote_->mu);
+      remote_->closed = true;
+      remote_->cv.notify_all();
+    } else {
+      server_.reset();
+    }
+  }
   // Reads "k" while the test's volume end answers the request with `reply`;
   // the read's consumer takes the bytes when `take`.
   actors::FastPath::Outcome read_answered_with(const std::vector<std::byte>& reply,
                                                std::string* got, bool take = true) {
-    std::thread volume([&] {
-      auto m = server_->receive(std::chrono::steady_clock::now() + 10s);
-      if (!m.ok()) return;
-      auto req = actors::fast_get::decode_request(m->bytes);
-      EXPECT_OK(req);
-      if (req.ok()) {
-        EXPECT_EQ(req->object_id, 7u);
-      }
-      (void)server_->send(m->tag, reply.data(), reply.size(),
-                          std::chrono::steady_clock::now() + 10s);
-    });
+    std::thread volume([&] { serve_one(reply); });
     auto out = fast_.read(
         "k", [](const actors::FastPath::Entry&) { return true; },
         [got, take](const actors::FastPath::Entry&, const std::byte* d, std::size_t n) {
@@ -733,9 +808,10 @@ class FastPathRing : public ::testing::Test {
 
   actors::FastPath fast_;
   std::unique_ptr<transports::shm::Ring> server_;
+  std::shared_ptr<FakeRemote::End> remote_;
 };
 
-TEST_F(FastPathRing, AGoodReplyIsServed) {
+TEST_P(FastPathClientEnd, AGoodReplyIsServed) {
   std::string got;
   auto ok = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4);
   EXPECT_EQ(read_answered_with(ok, &got), actors::FastPath::Outcome::hit);
@@ -746,7 +822,7 @@ TEST_F(FastPathRing, AGoodReplyIsServed) {
 // A consumer that cannot take the bytes (a failed copy into GPU memory)
 // makes the read a miss: the caller takes the actor path, which writes the
 // destination again and reports. The ring and the location stay.
-TEST_F(FastPathRing, BytesTheConsumerCannotTakeMakeTheReadAMiss) {
+TEST_P(FastPathClientEnd, BytesTheConsumerCannotTakeMakeTheReadAMiss) {
   std::string got;
   auto ok = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4);
   EXPECT_EQ(read_answered_with(ok, &got, /*take=*/false), actors::FastPath::Outcome::miss);
@@ -758,7 +834,7 @@ TEST_F(FastPathRing, BytesTheConsumerCannotTakeMakeTheReadAMiss) {
   EXPECT_EQ(got, "abcd");
 }
 
-TEST_F(FastPathRing, StaleForgetsTheLocation) {
+TEST_P(FastPathClientEnd, StaleForgetsTheLocation) {
   std::string got;
   auto stale = actors::fast_get::encode(actors::fast_get::ReplyStatus::stale, nullptr, 0);
   EXPECT_EQ(read_answered_with(stale, &got), actors::FastPath::Outcome::stale);
@@ -772,7 +848,7 @@ TEST_F(FastPathRing, StaleForgetsTheLocation) {
   EXPECT_EQ(fast_.stats().rings, 1u);  // the ring itself is fine
 }
 
-TEST_F(FastPathRing, ACorruptReplyIsRefusedAndTheRingDropped) {
+TEST_P(FastPathClientEnd, ACorruptReplyIsRefusedAndTheRingDropped) {
   std::string got;
   std::vector<std::byte> bad(12, std::byte{0xff});  // an unknown status
   EXPECT_EQ(read_answered_with(bad, &got), actors::FastPath::Outcome::miss);
@@ -780,7 +856,7 @@ TEST_F(FastPathRing, ACorruptReplyIsRefusedAndTheRingDropped) {
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
 
-TEST_F(FastPathRing, AReplyOfTheWrongSizeIsRefused) {
+TEST_P(FastPathClientEnd, AReplyOfTheWrongSizeIsRefused) {
   std::string got;
   auto short_reply = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abc", 3);
   EXPECT_EQ(read_answered_with(short_reply, &got), actors::FastPath::Outcome::miss);
@@ -788,8 +864,8 @@ TEST_F(FastPathRing, AReplyOfTheWrongSizeIsRefused) {
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
 
-TEST_F(FastPathRing, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
-  server_.reset();
+TEST_P(FastPathClientEnd, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
+  close_volume_end();
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(
       fast_.read(
@@ -800,7 +876,7 @@ TEST_F(FastPathRing, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
 
-TEST_F(FastPathRing, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
+TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
   wire::KeyRecord sharded;
   sharded.key = "s";
   sharded.version = 4;
@@ -824,6 +900,9 @@ TEST_F(FastPathRing, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
         << key;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Channels, FastPathClientEnd, ::testing::Values("ring", "remote"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace meshstore
