@@ -256,14 +256,6 @@ Status Ring::peer_gone(bool ask_process) const {
   return Status();
 }
 
-bool Ring::peer_died() const {
-  if (!truncated().ok()) return false;  // nothing read from it is to be trusted
-  const auto* h = reinterpret_cast<const Header*>(segment_->data());
-  const int peer = 1 - end_;
-  const std::int32_t pid = h->pid[peer].load();
-  return h->closed[peer].load() == 0 && pid > 0 && !process_alive(pid);
-}
-
 Status Ring::corrupt(const std::string& what) const {
   return Status(Errc::protocol_error, "ring '" + name() + "': " + what);
 }

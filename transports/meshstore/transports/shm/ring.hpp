@@ -92,11 +92,7 @@ class Ring {
   Ring& operator=(const Ring&) = delete;
 
   const std::string& name() const noexcept { return segment_->name(); }
-  /// True when the other end's process is gone without having closed its
-  /// end (it was killed): what it created is left for this end to remove.
-  bool peer_died() const;
   std::uint32_t slot_bytes() const noexcept { return slot_bytes_; }
-  bool is_client() const noexcept { return end_ == 0; }
 
   /// Sends `n` bytes at `data` with `tag` to the other end; waits (spin,
   /// then sleep) while its queue is full, until `deadline` (Errc::timeout).
