@@ -469,9 +469,9 @@ class StageCommitTest : public ControllerTest {
  protected:
   // Sends stage_commit of one 4-float object for `rec`.
   Status stage_commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr,
-                      std::vector<std::string> retire = {}) {
+                      std::vector<std::string> retire = {}, const std::string& staged_as = "") {
     wire::StageRequest req;
-    req.key = rec.key;
+    req.key = staged_as.empty() ? rec.key : staged_as;
     req.nbytes = 16;
     req.has_data = true;
     req.data.assign(16, '\x01');
@@ -525,8 +525,9 @@ TEST_F(StageCommitTest, CommitsInOneCallAndNamesTheObject) {
 }
 
 // stage_commit is the commit a channel's request makes, checked the same
-// way (check_commit): a record naming another volume, or bytes its dtype
-// and shape do not take, is refused before anything is staged.
+// way (check_commit): a record naming another volume, bytes its dtype and
+// shape do not take, or bytes staged under another key than the record's,
+// are refused before anything is staged.
 TEST_F(StageCommitTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
   auto elsewhere = record("k", {4});
   elsewhere.shards.front().volume_id = "volume-9";
@@ -535,6 +536,8 @@ TEST_F(StageCommitTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
   wrong.shape = {5};
   wrong.shards.front().slice = TensorSlice::full({5});
   EXPECT_ERROR(stage_commit(wrong), Errc::protocol_error, "16 bytes inline for shape");
+  EXPECT_ERROR(stage_commit(record("k", {4}), nullptr, {}, "other"), Errc::protocol_error,
+               "does not match its record");
   auto s = stat();
   EXPECT_EQ(s.objects + s.staged, 0u);
   EXPECT_EQ(s.bytes_held, 0u);

@@ -333,10 +333,12 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
             rec.shards[0].volume_id = self->state.config.volume_id;
           }
         }
-        for (const auto& r : reqs) {
-          if (!r.has_data) {
-            return to_caf_error(
-                Status(Errc::protocol_error, "stage_commit: '" + r.key + "' lacks its bytes"));
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+          const auto& r = reqs[i];
+          if (!r.has_data || r.key != job.request.records[i].key) {
+            return to_caf_error(Status(
+                Errc::protocol_error,
+                "stage_commit: '" + r.key + "' lacks its bytes or does not match its record"));
           }
           job.request.inlined.emplace_back(std::string_view(r.data));
         }
