@@ -413,8 +413,7 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
   for (std::size_t i = 0; fast_batch && call.keys.size() > 1 && i < call.keys.size(); ++i) {
     const auto& dst = call.dsts[i];
     fast_batch = impl_->fast->servable(
-        call.keys[i], [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); },
-        internal::cuda::on_device(dst));
+        call.keys[i], [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); });
   }
   if (fast_batch && fast_every_key(call.keys.size(), &call.fresh, [&](std::size_t i) {
         return fast_get_into(*impl_->fast, call.keys[i], impl_->options.request_timeout,

@@ -445,7 +445,9 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
     ASSERT_OK(o);
     EXPECT_EQ(o->bytes, "text");
     EXPECT_EQ(o->format, ObjectFormat::utf8);
-    if (read == 1) EXPECT_EQ(other.fast_path_stats().hits, hits + 1) << "not on its channel";
+    if (read == 1) {
+      EXPECT_EQ(other.fast_path_stats().hits, hits + 1) << "not on its channel";
+    }
   }
   // More than one request carries: staged at the volume, written (copied
   // into its memory, or sent with tcp) and committed over the channel. The

@@ -826,8 +826,8 @@ TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
     auto host = store->get(key).get(kWait);
     ASSERT_OK(host) << key;
     ASSERT_EQ(host->nbytes(), n);
-    if (n > 0) EXPECT_EQ(std::memcmp(host->data(), bytes.data(), n), 0) << key;
     if (n == 0) continue;
+    EXPECT_EQ(std::memcmp(host->data(), bytes.data(), n), 0) << key;
     ASSERT_OK(store->get_into(key, dst.view(DType::uint8, {len})).get(kWait)) << key;
     EXPECT_EQ(dst.download(), bytes) << key;
   }

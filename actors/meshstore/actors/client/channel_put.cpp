@@ -88,6 +88,17 @@ std::size_t record_room(const ChannelPut& c, const std::string& volume_id) {
   return n;
 }
 
+// `c` committed `records` at `versions`: counted, and each record in the
+// client's location cache, so this thread's next read sees it.
+void learn_committed(FastPath& fast, const ChannelPut& c, std::vector<wire::KeyRecord>& records,
+                     const std::vector<std::uint64_t>& versions) {
+  fast.count_commit(c.whole_key);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    records[i].version = versions[i];
+    fast.cache().put(records[i]);
+  }
+}
+
 // The put in one request, its objects' bytes inline: the volume stages
 // them and commits them (docs/architecture.md, "Puts on the caller's
 // thread"). nullopt when it did not fit one request after all (nothing
@@ -139,14 +150,12 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, con
     // unknown (its objects then belong to the keys, or go with this client).
     return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
   }
-  fast.count_commit(c.whole_key);
   for (std::size_t i = 0; i < req.records.size(); ++i) {
     auto& shard = req.records[i].shards.front();
     shard.object_id = got->placed[i].object_id;
     shard.place = std::move(got->placed[i].place);
-    req.records[i].version = got->versions[i];
-    fast.cache().put(req.records[i]);  // this thread's next read sees it
   }
+  learn_committed(fast, c, req.records, got->versions);
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
 }
 
@@ -271,11 +280,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
     // unknown (its objects then belong to the keys, or go with this client).
     return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
   }
-  fast.count_commit(c.whole_key);
-  for (std::size_t i = 0; i < req.records.size(); ++i) {
-    req.records[i].version = got->versions[i];
-    fast.cache().put(req.records[i]);  // this thread's next read sees it
-  }
+  learn_committed(fast, c, req.records, got->versions);
   if (got->staged.size() == layout.size() && keep) {
     fast.keep_staging(c.slot, Staging{home, sizes, std::move(got->staged)}, timeout);
   }

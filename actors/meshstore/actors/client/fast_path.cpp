@@ -167,11 +167,6 @@ bool FastPath::has_ring(const std::string& volume_id) const {
   return rings_.count(volume_id) != 0;
 }
 
-bool FastPath::can_put() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !home_.empty() && rings_.count(home_) != 0;
-}
-
 FastPath::~FastPath() { stop_waiting(); }
 
 void FastPath::defer(std::function<void()> job) {
@@ -249,8 +244,8 @@ std::shared_ptr<FastPath::Channel> FastPath::channel_of(const std::string& key,
   return r->second;
 }
 
-bool FastPath::servable(const std::string& key, const std::function<bool(const Entry&)>& accept,
-                        bool to_device) const {
+bool FastPath::servable(const std::string& key,
+                        const std::function<bool(const Entry&)>& accept) const {
   Entry entry;
   auto channel = channel_of(key, &entry);
   return channel && accept(entry) &&

@@ -133,9 +133,6 @@ class FastPath {
   void add_remote(const std::string& volume_id, std::unique_ptr<transports::SmallOps> channel,
                   std::uint64_t token, std::shared_ptr<transports::Transport> transport = nullptr);
   bool has_ring(const std::string& volume_id) const;
-  /// Whether a put has a channel to try now (this client's volume has
-  /// one): a caller that must first copy a put's bytes to the host asks.
-  bool can_put() const;
   /// Runs `job` on this client's waiting thread (made at the first call),
   /// one job at a time, in order: a state dict put or publish whose bytes
   /// go over the network (tcp), so that its caller's thread need not wait
@@ -209,8 +206,7 @@ class FastPath {
   /// Whether read(key, accept, ...) would try the key now (its location
   /// cached, a channel to its volume, `accept` says yes): a batch checks
   /// every key so before it reads any.
-  bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept,
-                bool to_device = false) const;
+  bool servable(const std::string& key, const std::function<bool(const Entry&)>& accept) const;
 
   // -- state dicts: written on the caller's thread into staged objects -----
 
