@@ -267,9 +267,10 @@ struct FastPathStats {
                              ///< over shm, a tcp connection per volume reached over tcp
   std::uint64_t puts =
       0;  ///< puts committed over a channel, on the caller's thread (a put_batch counts once)
-  /// Small contiguous host puts the fast path was offered but sent down the
-  /// actor path (no channel to this client's volume yet, the volume refused
-  /// it: full, the controller said no; the channel failed).
+  /// Whole-key puts (put, put_object, put_batch: contiguous, host or GPU
+  /// memory, any size) the channel was offered but sent down the actor
+  /// path (no channel to this client's volume: cma, rpc, a channel that
+  /// failed; the volume refused it: full, the controller said no).
   std::uint64_t put_misses = 0;
   /// Reads of objects on a volume of this host whose place this client
   /// knew (its own puts, earlier leases), copied straight from shared
