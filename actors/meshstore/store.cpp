@@ -142,12 +142,14 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 // limits::kStagedAheadBytes: from the client's waiting thread). Done, the
 // keys are in the client's one location cache, so this process's reads
 // see them. nullopt: the actors put them (no channel yet, a full volume, a
-// strided source, ...); on the waiting thread `actors_put` does.
-std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
-                                           std::vector<actors::PutItem> items,
-                                           const std::string& what,
-                                           std::chrono::milliseconds timeout,
-                                           std::function<Future<void>()> actors_put) {
+// strided source, ...); on the waiting thread `actors_put` does. A
+// `cancellable` put left to the waiting thread is cancelled through its
+// future, as the actors' put is (Future::cancel).
+std::optional<Future<void>> put_on_channel(
+    actors::FastPath* fast, std::vector<actors::PutItem> items, const std::string& what,
+    std::chrono::milliseconds timeout,
+    std::function<Future<void>(const std::shared_ptr<internal::CallGuard>&)> actors_put,
+    bool cancellable) {
   if (fast == nullptr || items.empty()) return std::nullopt;
   for (const auto& item : items) {
     if (!item.view.is_contiguous()) return std::nullopt;
@@ -168,12 +170,13 @@ std::optional<Future<void>> put_on_channel(actors::FastPath* fast,
   c.items = std::move(items);
   return facade::put_over_channel_or_defer<void>(
       *fast, what,
-      [fast, c = std::move(c), timeout](bool* defer) -> std::optional<Future<void>> {
-        auto done = actors::put_over_channel(*fast, c, timeout, defer);
+      [fast, c = std::move(c), timeout](bool* defer,
+                                        const auto& guard) -> std::optional<Future<void>> {
+        auto done = actors::put_over_channel(*fast, c, timeout, defer, guard);
         if (!done) return std::nullopt;
         return done->ok() ? make_ready_future() : make_error_future<void>(done->status());
       },
-      std::move(actors_put));
+      std::move(actors_put), cancellable);
 }
 
 }  // namespace
@@ -194,11 +197,12 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   auto st = staging("put");
   auto host = st->source(tensor, key);
   if (!host.ok()) return make_error_future<void>(host.status());
-  auto via_actors = [impl = impl_.get(), key, view = *host, st] {
+  auto via_actors = [impl = impl_.get(), key, view = *host,
+                     st](std::shared_ptr<internal::CallGuard> guard = nullptr) {
     actors::PutCall call;
     call.op = "put";
     call.items.push_back(actors::PutItem{key, view, wire::ObjectKind::tensor, nullptr});
-    call.guard = std::make_shared<internal::CallGuard>();
+    call.guard = guard ? std::move(guard) : std::make_shared<internal::CallGuard>();
     auto fut = Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call),
                                       "put '" + key + "'");
     return fut.then([st](const std::vector<std::uint64_t>&) {});
@@ -208,7 +212,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   // The bytes live as long as the put: the caller's, or staged in `st`.
   actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
   const std::string what = "put '" + key + "'";
-  if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors)) {
+  if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors, true)) {
     return *done;
   }
   return via_actors();
@@ -273,14 +277,15 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   }
   if (call.items.empty()) return make_ready_future();
   const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
-  auto via_actors = [impl = impl_.get(), call, what]() mutable {
-    call.guard = std::make_shared<internal::CallGuard>();
+  auto via_actors = [impl = impl_.get(), call,
+                     what](std::shared_ptr<internal::CallGuard> guard = nullptr) mutable {
+    call.guard = guard ? std::move(guard) : std::make_shared<internal::CallGuard>();
     return Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call), what)
         .then([](const std::vector<std::uint64_t>&) {});
   };
   if (impl_) {
     if (auto done = put_on_channel(impl_->fast.get(), call.items, what,
-                                   impl_->options.request_timeout, via_actors)) {
+                                   impl_->options.request_timeout, via_actors, true)) {
       return *done;
     }
   }
@@ -446,7 +451,7 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
   }
   auto item = bytes_item(key, std::move(bytes), wire::ObjectKind::object);
   item.object_format = format;
-  auto via_actors = [impl = impl_.get(), item] {
+  auto via_actors = [impl = impl_.get(), item](const std::shared_ptr<internal::CallGuard>& = {}) {
     actors::PutCall call;
     call.op = "put_object";
     call.items.push_back(item);
@@ -456,7 +461,7 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
   };
   if (impl_) {
     if (auto done = put_on_channel(impl_->fast.get(), {item}, "put_object '" + item.key + "'",
-                                   impl_->options.request_timeout, via_actors)) {
+                                   impl_->options.request_timeout, via_actors, false)) {
       return *done;
     }
   }

@@ -158,18 +158,17 @@ struct StoreOptions {
   std::chrono::milliseconds request_timeout{30000};
   /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on) capped at 8.
   int scheduler_threads = 0;
-  /// Small gets on one host skip the actors: get, get_into of one key into
-  /// contiguous host memory of its dtype and shape, and get_object of a
-  /// whole key of at most 60 KiB whose location this process knows, on a
-  /// volume of this host reached over shm, are read on the caller's thread
-  /// over a shared-memory ring to the volume; put of one contiguous host
-  /// tensor and put_object of at most 60 KiB go over the ring to this
-  /// client's volume, which commits them (docs/architecture.md, "The fast
-  /// path"). Reads of objects whose place this client knows (its own puts,
-  /// earlier reads) on a volume of this host over shm copy them without a
-  /// lease ("Lease-free reads"). Same results and errors as the actor
-  /// path; false sends every call through the actors. Store::from_env
-  /// takes MESHSTORE_FAST_PATH=0.
+  /// Each client keeps a channel to each volume it reaches (a
+  /// shared-memory ring over shm, a connection of its own over tcp, actor
+  /// messages over the other transports) and runs calls on the caller's
+  /// thread over it (docs/architecture.md, "Data path"): puts of whole
+  /// tensors and objects (put, put_object, put_batch, state dicts) are one
+  /// commit request each, at any size; gets of whole keys whose location
+  /// this process knows are copied straight out of a volume of this host
+  /// reached over shm at any size, else asked over the channel (at most
+  /// 60 KiB). Same results and errors as the actors' path; false sends
+  /// every call through the actors. Store::from_env takes
+  /// MESHSTORE_FAST_PATH=0.
   bool fast_path = true;
   /// How long a fast-path channel's waiting end spins before it sleeps
   /// (in [0, 1 s]): on a shm ring (then a futex) the volume's small-op
@@ -263,14 +262,14 @@ struct FastPathStats {
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;  ///< gets that took the actor path (location unknown, no ring, ...)
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
-  std::uint64_t rings = 0;   ///< channels open now: a ring per volume on this host reached
-                             ///< over shm, a tcp connection per volume reached over tcp
+  std::uint64_t rings = 0;   ///< channels open now, one per volume reached: a ring (shm),
+                             ///< a tcp connection (tcp), actor messages (other transports)
   std::uint64_t puts =
       0;  ///< puts committed over a channel, on the caller's thread (a put_batch counts once)
   /// Whole-key puts (put, put_object, put_batch: contiguous, host or GPU
   /// memory, any size) the channel was offered but sent down the actor
-  /// path (no channel to this client's volume: cma, rpc, a channel that
-  /// failed; the volume refused it: full, the controller said no).
+  /// path (no channel to this client's volume yet, or one that failed;
+  /// the volume refused it: full, the controller said no).
   std::uint64_t put_misses = 0;
   /// Reads of objects on a volume of this host whose place this client
   /// knew (its own puts, earlier leases), copied straight from shared

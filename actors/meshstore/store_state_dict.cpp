@@ -87,12 +87,12 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
     actors::FastPath* fast = impl_->fast.get();  // defer's jobs end before it
     auto done = put_over_channel_or_defer<void>(
         *fast, op + " '" + key + "'",
-        [fast, p, timeout](bool* defer) -> std::optional<Future<void>> {
+        [fast, p, timeout](bool* defer, const auto&) -> std::optional<Future<void>> {
           auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout, defer);
           if (!done) return std::nullopt;
           return done->ok() ? make_ready_future() : make_error_future<void>(*done);
         },
-        [client, p] { return state_dicts::put_named(client, p); });
+        [client, p](const auto&) { return state_dicts::put_named(client, p); });
     if (done) return done->then([st] {});  // host copies live till then
   }
   return state_dicts::put_named(client, std::move(p)).then([st] {});
@@ -140,15 +140,15 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
     actors::FastPath* raw = fast.get();  // defer's jobs end before it
     auto done = put_over_channel_or_defer<std::uint64_t>(
         *raw, op + " '" + prefix + "'",
-        [raw, prefix, prepared, keep, op,
-         timeout](bool* defer) -> std::optional<Future<std::uint64_t>> {
+        [raw, prefix, prepared, keep, op, timeout](
+            bool* defer, const auto&) -> std::optional<Future<std::uint64_t>> {
           auto done = state_dicts::publish_on_caller_thread(*raw, prefix, *prepared, keep, op,
                                                             timeout, defer);
           if (!done) return std::nullopt;
           return done->ok() ? make_ready_future<std::uint64_t>(**done)
                             : make_error_future<std::uint64_t>(done->status());
         },
-        [client, prefix, prepared, keep, op] {
+        [client, prefix, prepared, keep, op](const auto&) {
           return state_dicts::publish_prepared(client, prefix, prepared, keep, op);
         });
     // Host copies live till then.

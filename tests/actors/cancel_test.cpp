@@ -2,7 +2,9 @@
 // cancel() returns, the store never touches the buffer again, and a
 // cancelled put leaves nothing visible. The transfers run over rpc in
 // 1 MiB chunks, one in flight, so a 64 MiB call usually lasts long enough
-// to be cancelled in the middle. On a fast host a call can still finish
+// to be cancelled in the middle. A 64 MiB put is sent over the client's
+// channel from its waiting thread (put_over_channel with the call's
+// guard); a 64 MiB get_into takes the actors. On a fast host a call can still finish
 // before cancel() runs (the first read of a store did, once, on a 2-vCPU
 // VM): each test then checks that call finished whole and tries again, at
 // most kTries times, and needs one cancelled in flight.

@@ -1,7 +1,9 @@
+#include <cstring>
 #include <thread>
 
 #include "meshstore/actors/actor_types.hpp"
 #include "meshstore/actors/controller_actor.hpp"
+#include "meshstore/actors/internal/fast_get.hpp"
 #include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
@@ -464,31 +466,46 @@ TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
 namespace meshstore::actors {
 namespace {
 
-// stage_commit: a small put in one round trip to the volume.
-class StageCommitTest : public ControllerTest {
+// small_op: a channel's request in an actor message (the transports with
+// no channel of their own), here a small put in one round trip.
+class SmallOpMessageTest : public ControllerTest {
  protected:
-  // Sends stage_commit of one 4-float object for `rec`.
-  Status stage_commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr,
-                      std::vector<std::string> retire = {}, const std::string& staged_as = "") {
-    wire::StageRequest req;
-    req.key = staged_as.empty() ? rec.key : staged_as;
-    req.nbytes = 16;
-    req.has_data = true;
-    req.data.assign(16, '\x01');
+  void SetUp() override {
+    ControllerTest::SetUp();
+    (*self_)
+        ->request(volume_, 30s, small_attach_atom::value, kToken,
+                  caf::actor_cast<caf::actor>(controller_))
+        .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL() << to_string(e); });
+  }
+  // Sends a commit of one 4-float object for `rec`, its bytes inline,
+  // retiring the state dicts under `retire`.
+  Status commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr,
+                std::vector<std::string> retire = {}) {
+    const std::string bytes(16, '\x01');
+    fast_get::CommitRequest req;
+    req.records = {rec};
+    req.inlined = {std::string_view(bytes)};
+    req.prefixes = std::move(retire);
+    std::vector<std::byte> encoded;
+    fast_get::encode_into(req, encoded);
+    std::vector<char> framed(sizeof(kToken));
+    std::memcpy(framed.data(), &kToken, sizeof(kToken));
+    framed.insert(framed.end(), reinterpret_cast<const char*>(encoded.data()),
+                  reinterpret_cast<const char*>(encoded.data()) + encoded.size());
     Status out = Status(Errc::internal, "no reply");
     (*self_)
-        ->request(volume_, 30s, stage_commit_atom::value, std::vector<wire::StageRequest>{req},
-                  std::vector<wire::KeyRecord>{rec}, caf::actor_cast<caf::actor>(controller_),
-                  retire)
+        ->request(volume_, 30s, small_op_atom::value, framed)
         .receive(
-            [&](std::vector<std::uint64_t>& versions, std::vector<std::uint64_t>& ids,
-                std::vector<std::string>&) {
-              out = versions.size() == 1 && ids.size() == 1
-                        ? Status()
-                        : Status(Errc::protocol_error, "wrong reply sizes");
-              if (objects) *objects = ids;
+            [&](std::vector<char>& reply) {
+              const auto* b = reinterpret_cast<const std::byte*>(reply.data());
+              bool refused = false;
+              auto done = fast_get::decode_commit_reply(std::vector<std::byte>(b, b + reply.size()),
+                                                        1, 1, 0, &refused);
+              if (!done.ok()) return (void)(out = done.status());
+              out = Status();
+              if (objects) *objects = {done->placed.front().object_id};
             },
-            [&](caf::error& e) { out = internal::from_caf_error(e, "stage_commit"); });
+            [&](caf::error& e) { out = internal::from_caf_error(e, "small_op"); });
     return out;
   }
   wire::VolumeStat stat() {
@@ -503,14 +520,15 @@ class StageCommitTest : public ControllerTest {
     r.key = key;
     r.dtype = DType::float32;
     r.shape = {4};
-    r.shards.push_back({TensorSlice::full(covered), "", 0, 16});
+    r.shards.push_back({TensorSlice::full(covered), "volume-0", 0, 16});
     return r;
   }
+  static constexpr std::uint64_t kToken = 0x5eed;
 };
 
-TEST_F(StageCommitTest, CommitsInOneCallAndNamesTheObject) {
+TEST_F(SmallOpMessageTest, CommitsInOneCallAndNamesTheObject) {
   std::vector<std::uint64_t> objects;
-  ASSERT_OK(stage_commit(record("k", {4}), &objects));
+  ASSERT_OK(commit(record("k", {4}), &objects));
   auto s = stat();
   EXPECT_EQ(s.objects, 1u);
   EXPECT_EQ(s.staged, 0u);
@@ -524,28 +542,33 @@ TEST_F(StageCommitTest, CommitsInOneCallAndNamesTheObject) {
   EXPECT_EQ(located[0].shards.front().object_id, objects.front());
 }
 
-// stage_commit is the commit a channel's request makes, checked the same
-// way (check_commit): a record naming another volume, bytes its dtype and
-// shape do not take, or bytes staged under another key than the record's,
-// are refused before anything is staged.
-TEST_F(StageCommitTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
+// The commit is checked as input from another process (check_commit): a
+// record naming another volume, or bytes its dtype and shape do not take,
+// are refused before anything is staged; so is a request without the token
+// of an attached client.
+TEST_F(SmallOpMessageTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
   auto elsewhere = record("k", {4});
   elsewhere.shards.front().volume_id = "volume-9";
-  EXPECT_ERROR(stage_commit(elsewhere), Errc::protocol_error, "not one object of volume");
+  EXPECT_ERROR(commit(elsewhere), Errc::protocol_error, "not one object of volume");
   auto wrong = record("k", {4});
   wrong.shape = {5};
   wrong.shards.front().slice = TensorSlice::full({5});
-  EXPECT_ERROR(stage_commit(wrong), Errc::protocol_error, "16 bytes inline for shape");
-  EXPECT_ERROR(stage_commit(record("k", {4}), nullptr, {}, "other"), Errc::protocol_error,
-               "does not match its record");
+  EXPECT_ERROR(commit(wrong), Errc::protocol_error, "16 bytes inline for shape");
+  std::vector<char> untokened(4, '\0');
+  std::string answer;
+  (*self_)
+      ->request(volume_, 30s, small_op_atom::value, untokened)
+      .receive([&](std::vector<char>& r) { answer.assign(r.begin(), r.end()); },
+               [](caf::error& e) { FAIL() << to_string(e); });
+  EXPECT_NE(answer.find("without its token"), std::string::npos);
   auto s = stat();
   EXPECT_EQ(s.objects + s.staged, 0u);
   EXPECT_EQ(s.bytes_held, 0u);
 }
 
-TEST_F(StageCommitTest, ControllerRefusalLeavesNothingStaged) {
+TEST_F(SmallOpMessageTest, ControllerRefusalLeavesNothingStaged) {
   // A shard of another global shape: the controller refuses the record.
-  EXPECT_ERROR(stage_commit(record("k", {2})), Errc::shape_mismatch, "not in global shape");
+  EXPECT_ERROR(commit(record("k", {2})), Errc::shape_mismatch, "not in global shape");
   // The refusal reached the volume before our reply did: nothing is left.
   auto s = stat();
   EXPECT_EQ(s.objects + s.staged, 0u);
@@ -555,7 +578,7 @@ TEST_F(StageCommitTest, ControllerRefusalLeavesNothingStaged) {
 // A version pointer's move (publish) retires the version that falls out in
 // the same controller step: committed, the state dict named goes whole
 // (its memory reused); refused, neither happens.
-TEST_F(StageCommitTest, ACommitRetiresTheStateDictsItNamesOrNothing) {
+TEST_F(SmallOpMessageTest, ACommitRetiresTheStateDictsItNamesOrNothing) {
   auto member = [&](const std::string& key, const std::string& group) {
     auto r = record(key, {4});
     r.group = group;
@@ -563,7 +586,7 @@ TEST_F(StageCommitTest, ACommitRetiresTheStateDictsItNamesOrNothing) {
   };
   for (const char* key : {"w/v1", "w/v1/a", "w/v2", "w/v2/a"}) {
     const std::string k = key;
-    ASSERT_OK(stage_commit(member(k, k.substr(0, 4))));
+    ASSERT_OK(commit(member(k, k.substr(0, 4))));
   }
   auto keys = [&] {
     std::vector<std::string> out;
@@ -574,11 +597,11 @@ TEST_F(StageCommitTest, ACommitRetiresTheStateDictsItNamesOrNothing) {
   };
   auto pointer = record("w", {4});
   pointer.expect_version = 0;  // absent
-  ASSERT_OK(stage_commit(pointer, nullptr, {"w/v1"}));
+  ASSERT_OK(commit(pointer, nullptr, {"w/v1"}));
   EXPECT_EQ(keys(), (std::vector<std::string>{"w", "w/v2", "w/v2/a"}));
   // Refused (the pointer moved on since): nothing retired, nothing staged.
   pointer.expect_version = 0;
-  EXPECT_ERROR(stage_commit(pointer, nullptr, {"w/v2"}), Errc::conflict, "another writer");
+  EXPECT_ERROR(commit(pointer, nullptr, {"w/v2"}), Errc::conflict, "another writer");
   EXPECT_EQ(keys(), (std::vector<std::string>{"w", "w/v2", "w/v2/a"}));
   EXPECT_EQ(stat().staged, 0u);
 }

@@ -418,7 +418,7 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   req.inlined = {std::nullopt, std::string_view(inline_bytes), std::nullopt};
   req.prefixes = {"sd"};
   req.release = {41, 42};
-  req.stage = {{"sd", 100}, {"sd#packed", 1 << 20}};
+  req.stage = {{"sd", 100}, {"sd#packed", 1 << 20, 2}};  // the second on the volume's GPU 2
   std::vector<std::byte> bytes;
   fast_get::encode_into(req, bytes);
   auto back = fast_get::decode_commit(bytes);
@@ -438,6 +438,11 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
     EXPECT_EQ(back->records[i].shards.at(0).object_id, req.records[i].shards[0].object_id);
     EXPECT_EQ(back->records[i].shards.at(0).place, "place");
   }
+  fast_get::CommitRequest odd_device;
+  odd_device.stage = {{"x", 8, -2}};
+  std::vector<std::byte> odd_bytes;
+  fast_get::encode_into(odd_device, odd_bytes);
+  EXPECT_ERROR(fast_get::decode_commit(odd_bytes), Errc::protocol_error, "a stage on device -2");
   auto trailing = bytes;
   trailing.push_back(std::byte{0});
   EXPECT_ERROR(fast_get::decode_commit(trailing), Errc::protocol_error, "where its fields end");
@@ -473,7 +478,7 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
       wire::RegionRef r;
       r.region_id = 70 + i;
       r.nbytes = 8;
-      r.described = {{"shm", "seg:" + std::to_string(i)}, {"tcp", "not sent"}};
+      r.described = {{"shm", "seg:" + std::to_string(i)}, {"cma", "pid:addr"}};
       d.staged.push_back(r);
     }
     return fast_get::encode_commit_done(d);
@@ -484,7 +489,9 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   EXPECT_EQ(ok->versions, (std::vector<std::uint64_t>{4, 5, 6}));
   ASSERT_EQ(ok->staged.size(), 2u);
   EXPECT_EQ(ok->staged[1].region_id, 71u);
-  EXPECT_EQ(ok->staged[1].described, (std::map<std::string, std::string>{{"shm", "seg:1"}}));
+  // Every transport's description: the channel's client writes with its own.
+  EXPECT_EQ(ok->staged[1].described,
+            (std::map<std::string, std::string>{{"shm", "seg:1"}, {"cma", "pid:addr"}}));
   EXPECT_FALSE(refused);
   ASSERT_OK(fast_get::decode_commit_reply(done({4, 5, 6}, 0), 3, 0, 2, &refused))
       << "no room to stage after a commit";

@@ -612,25 +612,8 @@ TEST_P(FastPathOver, OffSendsEveryCallThroughTheActors) {
   EXPECT_EQ(s.hits + s.misses + s.stale + s.rings + s.puts, 0u);
 }
 
-// A transport without a channel (rpc): the first put learns that once, on
-// the fast path's waiting thread, and every put takes the actors.
-TEST(FastPath, WithoutAChannelEveryPutTakesTheActorsFromTheFirst) {
-  StoreOptions o;
-  o.transport = "rpc";
-  auto store = Store::embedded(o).value();
-  for (int i = 0; i < 3; ++i) {
-    std::vector<float> w(15, static_cast<float>(i));
-    ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
-    std::vector<float> out(15, -1.0f);
-    ASSERT_OK(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
-    EXPECT_EQ(out, w);
-  }
-  EXPECT_EQ(store.fast_path_stats().puts, 0u);
-  EXPECT_EQ(store.fast_path_stats().put_misses, 3u);
-  EXPECT_EQ(store.fast_path_stats().rings, 0u);
-}
-
-INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver, ::testing::Values("", "tcp", "tcp-encrypted"),
+INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver,
+                         ::testing::Values("", "tcp", "tcp-encrypted", "cma", "rpc"),
                          [](const auto& info) {
                            std::string n = *info.param ? info.param : "ring";
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -599,9 +599,10 @@ class StateDictPutOver : public ::testing::TestWithParam<const char*> {
   }
   bool ring() const { return std::string(GetParam()) == "ring"; }
   StoreOptions options() const {
+    const std::string p = GetParam();
     StoreOptions o;
-    o.transport = ring() ? "shm" : "tcp";
-    o.encrypt_tcp = std::string(GetParam()) == "tcp_encrypted";
+    o.transport = ring() ? "shm" : p == "tcp_encrypted" ? "tcp" : p;
+    o.encrypt_tcp = p == "tcp_encrypted";
     return o;
   }
 };
@@ -979,7 +980,7 @@ TEST_P(StateDictPutOver, ClosingTheStoreEndsALargePutInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, StateDictPutOver,
-                         ::testing::Values("ring", "tcp", "tcp_encrypted"),
+                         ::testing::Values("ring", "tcp", "tcp_encrypted", "cma", "rpc"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -247,14 +247,11 @@ std::uint64_t objects_of(Store& store, const std::string& key) {
 
 TEST_P(PackedStateDict, RepeatedPutsOfOneLayoutReadBackIntactAndKeepOneStagedAhead) {
   // A state dict put again with the same layout: every version reads back
-  // intact. Where the client has a channel to its volume (a ring over shm,
-  // tcp's small-op connection), the put runs on the caller's thread and
-  // keeps the next put's objects staged (a manifest and its buckets),
-  // which the next put writes into: what stays staged between puts is that
-  // one set, not one more per put. Over the other transports (cma, rpc)
-  // nothing stays staged between puts.
-  const std::string p = GetParam();
-  const bool channel = p.empty() || p == "shm" || p == "tcp";
+  // intact. The put runs on the caller's thread over the client's channel
+  // to its volume (a ring over shm, tcp's small-op connection, actor
+  // messages over cma and rpc) and keeps the next put's objects staged (a
+  // manifest and its buckets), which the next put writes into: what stays
+  // staged between puts is that one set, not one more per put.
   StateDictPutOptions options;
   options.pack_bucket_bytes = 256 << 10;  // several buckets, not streamed
   Model m(24, 7);
@@ -264,16 +261,14 @@ TEST_P(PackedStateDict, RepeatedPutsOfOneLayoutReadBackIntactAndKeepOneStagedAhe
   // The channel opens in the background once the client has reached its
   // volume (over tcp, a connection made on a copy-engine thread): the puts
   // below are the channel's only once it is there.
-  if (channel) {
-    ASSERT_TRUE(testing::eventually([&] { return store().fast_path_stats().rings >= 1; }));
-  }
+  ASSERT_TRUE(testing::eventually([&] { return store().fast_path_stats().rings >= 1; }));
   std::uint64_t ahead = 0;
   for (int version = 0; version < 5; ++version) {
     for (auto& b : m.bytes) {
       for (auto& x : b) x = static_cast<std::uint8_t>(x * 13 + version + 1);
     }
     ASSERT_OK(store().put_state_dict("ahead", m.sd(), options).get(kWait));
-    if (version == 0 && channel) {
+    if (version == 0) {
       // Its manifest and buckets, staged again for the next put.
       ahead = objects_of(store(), "ahead");
       ASSERT_GE(ahead, 3u);

@@ -111,7 +111,8 @@ bool worth_streaming(const std::vector<PutItem>& items);
 
 /// The record a put commits for `item` (its group `group`, "" for none):
 /// one shard, the object `region` on `volume_id` (null: the volume fills
-/// it in, stage_commit), with its shm place for readers on that host.
+/// it in, for bytes sent inline), with its shm place for readers on that
+/// host.
 wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
                            const std::string& volume_id, const std::string& group);
 

@@ -101,7 +101,7 @@ void after_flush(controller_pointer self,
 }
 
 // Answers the write being handled with `value` after the flushes it needs
-// (after_flush). The volume that sent the write (its stage_commit) needs
+// (after_flush). The volume that sent the write (its fast_commit) needs
 // none: the release reaches it before this answer.
 template <class T>
 caf::result<T> answer_after_flush(controller_pointer self, T value) {

@@ -310,62 +310,17 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         if (!staged.ok()) return to_caf_error(staged.status());
         return std::move(staged).value();
       },
-      [=](stage_commit_atom, std::vector<wire::StageRequest>& reqs,
-          std::vector<wire::KeyRecord>& records, const caf::actor& controller,
-          std::vector<std::string>& retire)
-          -> caf::result<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
-                         std::vector<std::string>> {
-        // The commit a channel's request makes (fast_commit), its bytes
-        // inline, checked the same way; answered from this actor's thread.
-        FastCommitJob job;
-        job.request.records = std::move(records);
-        job.request.prefixes = std::move(retire);
-        if (reqs.size() != job.request.records.size()) {
-          return to_caf_error(Status(Errc::protocol_error,
-                                     "stage_commit: " + std::to_string(reqs.size()) +
-                                         " objects for " +
-                                         std::to_string(job.request.records.size()) + " records"));
-        }
-        // The volume names itself in each record's shard where the
-        // client left it out (it fills the object in anyway).
-        for (auto& rec : job.request.records) {
-          if (rec.shards.size() == 1 && rec.shards[0].volume_id.empty()) {
-            rec.shards[0].volume_id = self->state.config.volume_id;
-          }
-        }
-        for (std::size_t i = 0; i < reqs.size(); ++i) {
-          const auto& r = reqs[i];
-          if (!r.has_data || r.key != job.request.records[i].key) {
-            return to_caf_error(Status(
-                Errc::protocol_error,
-                "stage_commit: '" + r.key + "' lacks its bytes or does not match its record"));
-          }
-          job.request.inlined.emplace_back(std::string_view(r.data));
-        }
-        if (auto s = check_commit(job.request, self->state.config.volume_id); !s.ok()) {
-          return to_caf_error(s);
-        }
-        job.request.inlined.clear();
-        for (auto& r : reqs) job.inlined.emplace_back(std::move(r.data));
-        job.owner = sender_of(self).address();
-        job.controller = controller.address();
-        job.reply_limit = std::numeric_limits<std::size_t>::max();
-        job.answer_here = true;
-        auto rp =
-            self->make_response_promise<std::vector<std::uint64_t>, std::vector<std::uint64_t>,
-                                        std::vector<std::string>>();
-        job.done = std::make_shared<std::function<void(Result<fast_get::CommitDone>)>>(
-            [rp](Result<fast_get::CommitDone> r) mutable {
-              if (!r.ok()) return (void)rp.deliver(to_caf_error(r.status()));
-              std::vector<std::uint64_t> ids;
-              std::vector<std::string> places;
-              for (auto& p : r->placed) {
-                ids.push_back(p.object_id);
-                places.push_back(std::move(p.place));
-              }
-              rp.deliver(std::move(r->versions), std::move(ids), std::move(places));
-            });
-        fast_commit(self, std::move(job));
+      [=](small_op_atom, const std::vector<char>& request) -> caf::result<std::vector<char>> {
+        // A channel's request in an actor message (the transports with no
+        // channel of their own): served like tcp's, answered from here.
+        auto rp = self->make_response_promise<std::vector<char>>();
+        self->state.small_ops->serve_framed(
+            reinterpret_cast<const std::byte*>(request.data()), request.size(),
+            [rp](const std::vector<std::byte>& reply) mutable {
+              const auto* p = reinterpret_cast<const char*>(reply.data());
+              rp.deliver(std::vector<char>(p, p + reply.size()));
+            },
+            true);
         return rp;
       },
       [=](fast_commit_atom, FastCommitJob& job) { fast_commit(self, std::move(job)); },
@@ -566,8 +521,8 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
     setup->servers.push_back(std::move(server).value());
   }
   setup->small = std::make_shared<volume::SmallObjects>();
-  setup->small_ops =
-      std::make_shared<volume::SmallOpService>(config.volume_id, setup->small, config.ring_spin);
+  setup->small_ops = std::make_shared<volume::SmallOpService>(
+      config.volume_id, setup->small, config.ring_spin, config.transport_config.request_timeout);
   return sys.spawn(volume_impl, config, std::move(setup));
 }
 

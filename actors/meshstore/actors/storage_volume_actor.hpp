@@ -81,18 +81,6 @@ using storage_volume_actor = caf::typed_actor<
     // Errc::out_of_capacity (nothing staged) when they do not fit.
     caf::replies_to<stage_atom,
                     std::vector<wire::StageRequest>>::with<std::vector<wire::RegionRef>>,
-    // Small puts in one round trip: the commit a channel's request makes
-    // (fast_commit) with every object's bytes inline, checked the same way
-    // (check_commit): stages the objects, fills each record's shard with
-    // its object (and its place for readers on this host), and commits the
-    // records at `controller` (the controller's replace, the keys under
-    // the prefixes to retire replaced in the same step); answers the
-    // committed versions, the objects holding them and their places (""
-    // for none). Staged objects go again if the controller refuses.
-    caf::replies_to<stage_commit_atom, std::vector<wire::StageRequest>,
-                    std::vector<wire::KeyRecord>, caf::actor, std::vector<std::string>>::
-        with<std::vector<std::uint64_t> /*versions*/, std::vector<std::uint64_t> /*object ids*/,
-             std::vector<std::string> /*places*/>,
     // A lending volume (VolumeConfig::lending) adopts buffers of its own
     // process as staged objects (uncommitted until the controller commits
     // them), memory untouched; any other volume answers Errc::unsupported.
@@ -146,10 +134,15 @@ using storage_volume_actor = caf::typed_actor<
     // the client rings after each request. Fails with the ring's error
     // (not_found, protocol_error, unavailable).
     caf::replies_to<ring_attach_atom, std::string, std::int32_t, caf::actor>::with<std::string>,
-    // The fast path across hosts: requests on this volume's transport
-    // connections (tcp's small operations) that carry `token` commit
-    // their puts at `controller` for the client that sent small_attach.
+    // A channel without a ring: requests on this volume's transport
+    // connections (tcp's small operations), or in small_op messages, that
+    // carry `token` commit their puts at `controller` for the client that
+    // sent small_attach.
     caf::replies_to<small_attach_atom, std::uint64_t, caf::actor>::with<caf::ok_atom>,
+    // The same requests (token first) in actor messages, for the clients
+    // of transports with no channel of their own (cma, rpc, rdma): served
+    // by the small-op service, answered from this actor's thread.
+    caf::replies_to<small_op_atom, std::vector<char>>::with<std::vector<char>>,
     // (from the small-op service) Gives back, commits and stages for the
     // channel's client (FastCommitJob); every object it gives back or
     // commits must be one that client staged here and has not committed.

@@ -12,6 +12,7 @@
 #include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
+#include "meshstore/internal/call_guard.hpp"
 #include "meshstore/status.hpp"
 
 namespace meshstore::facade {
@@ -30,27 +31,40 @@ std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
       Status(Errc::shutdown, what + ": the store was closed before the operation completed"));
 }
 
-/// A put over the client's channel: `attempt(defer)` puts it on this
-/// thread and answers its future, or nullopt when the channel cannot take
-/// it; it may instead set `*defer` (a put sent over the network that
+/// A put over the client's channel: `attempt(defer, nullptr)` puts it on
+/// this thread and answers its future, or nullopt when the channel cannot
+/// take it; it may instead set `*defer` (a put sent over the network that
 /// would hold this thread too long). Then it runs on `fast`'s waiting
-/// thread (FastPath::defer) as `attempt(nullptr)`, and `actors()` puts it
-/// there when the channel cannot; the future answered here completes as
-/// that one does. nullopt: the caller puts it through the actors.
+/// thread (FastPath::defer) as `attempt(nullptr, guard)`, and
+/// `actors(guard)` puts it there when the channel cannot; the future
+/// answered here completes as that one does. A `cancellable` put's future
+/// cancels it (Future::cancel) through `guard`, which both honour (null
+/// otherwise). nullopt: the caller puts it through the actors.
 template <class T, class Attempt, class Actors>
 std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const std::string& what,
-                                                   Attempt attempt, Actors actors) {
+                                                   Attempt attempt, Actors actors,
+                                                   bool cancellable = false) {
   bool defer = false;
-  if (auto done = attempt(&defer)) return done;
+  if (auto done = attempt(&defer, nullptr)) return done;
   if (!defer) return std::nullopt;
   auto promise = make_promise<T>(what);
-  fast.defer([attempt = std::move(attempt), actors = std::move(actors), promise]() mutable {
-    auto done = attempt(nullptr);
-    (done ? std::move(*done) : actors()).on_complete([promise](const Result<T>& r) {
+  auto fut = promise->future();
+  std::shared_ptr<internal::CallGuard> guard;
+  if (cancellable) {
+    guard = std::make_shared<internal::CallGuard>();
+    set_canceller(fut, [guard, weak = std::weak_ptr<Promise<T>>(promise), what] {
+      if (!guard->cancel()) return false;  // committing: it runs to its end
+      if (auto p = weak.lock()) p->set_error(Status(Errc::cancelled, what + ": cancelled"));
+      return true;
+    });
+  }
+  fast.defer([attempt = std::move(attempt), actors = std::move(actors), promise, guard]() mutable {
+    auto done = attempt(nullptr, guard);
+    (done ? std::move(*done) : actors(guard)).on_complete([promise](const Result<T>& r) {
       promise->set(r);
     });
   });
-  return promise->future();
+  return fut;
 }
 
 /// One key read into a Tensor: get (a copy) or get_view (zero-copy if it can).

@@ -99,19 +99,26 @@ void learn_committed(FastPath& fast, const ChannelPut& c, std::vector<wire::KeyR
   }
 }
 
+Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {
+  return Status(Errc::cancelled, c.what + ": cancelled");
+}
+
 // The put in one request, its objects' bytes inline: the volume stages
 // them and commits them (docs/architecture.md, "Puts on the caller's
 // thread"). nullopt when it did not fit one request after all (nothing
 // sent: the caller stages them), or the volume refused it (nothing
-// committed: the actors put it).
-std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, const ChannelPut& c,
-                                                             const std::string& home,
-                                                             std::chrono::milliseconds timeout) {
+// committed: the actors put it). With `guard`, the bytes are copied out
+// of the caller's buffers inside its entry, before the commit.
+std::optional<Result<std::vector<std::uint64_t>>> put_inline(
+    FastPath& fast, const ChannelPut& c, const std::string& home, std::chrono::milliseconds timeout,
+    const std::shared_ptr<internal::CallGuard>& guard) {
+  if (guard && !guard->enter()) return cancelled(c);
   fg::CommitRequest req;
   req.prefixes = c.prefixes;
-  std::vector<std::vector<std::byte>> gathered;         // the pieces of gathered objects, assembled
+  std::vector<std::vector<std::byte>> gathered;  // gathered objects assembled; copies (guard)
   std::vector<std::shared_ptr<std::byte>> from_device;  // GPU tensors' bytes, page-locked
-  for (std::size_t i = 0; i < c.items.size(); ++i) {
+  bool copied = true;
+  for (std::size_t i = 0; i < c.items.size() && copied; ++i) {
     const auto& item = c.items[i];
     req.records.push_back(put_record(item, nullptr, home, c.groups[i]));
     const auto n = static_cast<std::size_t>(item.view.nbytes());
@@ -120,18 +127,24 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, con
       // One device-to-host copy; one that fails leaves the put to the
       // actors, which report it.
       auto buf = internal::cuda::pinned(n);
-      if (!buf || !internal::cuda::copy_bytes(buf.get(), data, n).ok()) return std::nullopt;
+      copied = buf && internal::cuda::copy_bytes(buf.get(), data, n).ok();
       from_device.push_back(buf);
       data = reinterpret_cast<const char*>(buf.get());
-    }
-    if (item.gather) {
+    } else if (item.gather) {
       if (gathered.empty()) gathered.reserve(c.items.size());  // no reallocation after this
       gathered.emplace_back(n);
-      if (!fill_gathered_here(*item.gather, gathered.back().data(), n).ok()) return std::nullopt;
+      copied = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
+      data = reinterpret_cast<const char*>(gathered.back().data());
+    } else if (guard && n > 0) {
+      const auto* b = reinterpret_cast<const std::byte*>(data);
+      if (gathered.empty()) gathered.reserve(c.items.size());
+      gathered.emplace_back(b, b + n);
       data = reinterpret_cast<const char*>(gathered.back().data());
     }
     req.inlined.emplace_back(std::string_view(n > 0 ? data : "", n));
   }
+  if (guard) guard->leave();  // the caller's bytes are copied
+  if (!copied) return std::nullopt;
   // What was kept staged for this put goes back with it.
   auto staging = fast.take_staging(c.slot);
   if (staging && staging->volume_id == home) {
@@ -140,11 +153,14 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, con
     fast.give_back(*staging, timeout);
   }
   bool sent = false, refused = false;
-  auto got = fast.commit(home, req, timeout, &sent, &refused);
+  auto got = guard && !guard->begin_commit()
+                 ? Result<fg::CommitDone>(Status(Errc::cancelled, "cancelled"))
+                 : fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {
     if (!sent && staging && staging->volume_id == home) {
       fast.keep_staging(c.slot, std::move(*staging), timeout);
     }
+    if (!sent && got.status().code() == Errc::cancelled) return cancelled(c);
     if (!sent || refused) return std::nullopt;
     // The channel failed with the commit on its way: committed or not is
     // unknown (its objects then belong to the keys, or go with this client).
@@ -160,9 +176,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(FastPath& fast, con
 }
 
 // put_over_channel, but for counting the whole-key puts it leaves.
-std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const ChannelPut& c,
-                                                           std::chrono::milliseconds timeout,
-                                                           bool* defer) {
+std::optional<Result<std::vector<std::uint64_t>>> put_here(
+    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
+    const std::shared_ptr<internal::CallGuard>& guard) {
   using Staging = FastPath::Staging;
   if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
   std::uint64_t total = 0, largest = 0;
@@ -197,12 +213,24 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
   }
   // Bytes that fit one request travel in it: how they are copied, not a
   // route (the same commit either way).
-  if (largest <= fg::kMaxObjectBytes && total + record_room(c, home) <= fast.request_room(home)) {
-    if (auto done = put_inline(fast, c, home, timeout)) return done;
+  // Objects kept in GPU memory (cuda-ipc) are staged there, never inline.
+  const bool device_objects = writer->capabilities().device_memory;
+  const bool to_gpu = device_objects && std::any_of(c.items.begin(), c.items.end(), [](auto& i) {
+                        return !i.gather && on_device(i.view);
+                      });
+  if (!to_gpu && largest <= fg::kMaxObjectBytes &&
+      total + record_room(c, home) <= fast.request_room(home)) {
+    if (auto done = put_inline(fast, c, home, timeout, guard)) return done;
   }
-  std::vector<fg::StageSpec> layout;  // what the volume stages, keys for its messages
+  // What the volume stages, keys for its messages; GPU memory for a GPU
+  // tensor where the transport keeps objects there (cuda-ipc).
+  std::vector<fg::StageSpec> layout;
   layout.reserve(c.items.size());
-  for (const auto& item : c.items) layout.push_back(fg::StageSpec{item.key, item.view.nbytes()});
+  for (const auto& item : c.items) {
+    const bool gpu = device_objects && !item.gather && on_device(item.view);
+    layout.push_back(fg::StageSpec{item.key, item.view.nbytes(),
+                                   gpu ? static_cast<std::int32_t>(item.view.device().index) : -1});
+  }
   // Sent rather than copied (tcp): the caller's thread waits for the
   // network only as long as a put it keeps staged ahead could take; a
   // larger put is sent from the client's waiting thread (FastPath::defer).
@@ -213,7 +241,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
   // A layout put again (a trainer's every step) is worth staging ahead,
   // within bounds: its next put then writes at once and commits in one
   // round trip.
-  const bool keep = fast.note_layout(c.slot, sizes) && total <= limits::kStagedAheadBytes;
+  // (Not GPU objects: a staging is matched by its sizes alone.)
+  const bool keep =
+      fast.note_layout(c.slot, sizes) && total <= limits::kStagedAheadBytes && !to_gpu;
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -238,7 +268,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
   }
   fg::CommitRequest req;
   auto staging = fast.take_staging(c.slot);
-  if (staging && (staging->volume_id != home || staging->sizes != sizes)) {
+  if (staging && (to_gpu || staging->volume_id != home || staging->sizes != sizes)) {
     // Another layout now: given back with this put's first request.
     if (staging->volume_id == home) {
       for (const auto& r : staging->regions) req.release.push_back(r.region_id);
@@ -260,9 +290,19 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
     if (keep) return fast.keep_staging(c.slot, std::move(*staging), timeout);
     fast.give_back(*staging, timeout);
   };
-  if (!write_staged(writer, c.items, staging->regions)) {
+  if (guard && !guard->enter()) {
+    unused();
+    return cancelled(c);
+  }
+  const bool written = write_staged(writer, c.items, staging->regions);
+  if (guard) guard->leave();
+  if (!written) {
     unused();
     return std::nullopt;  // the actors put it, and report what failed
+  }
+  if (guard && !guard->begin_commit()) {
+    unused();
+    return cancelled(c);
   }
   req = fg::CommitRequest{};
   req.records = records_for(staging->regions);
@@ -290,8 +330,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(FastPath& fast, const
 }  // namespace
 
 std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
-    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer) {
-  auto done = put_here(fast, c, timeout, defer);
+    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
+    const std::shared_ptr<internal::CallGuard>& guard) {
+  auto done = put_here(fast, c, timeout, defer, guard);
   if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();
   return done;
 }

@@ -8,11 +8,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/internal/call_guard.hpp"
 #include "meshstore/result.hpp"
 
 namespace meshstore::actors {
@@ -49,7 +51,12 @@ struct ChannelPut {
 /// (tcp) and more than limits::kStagedAheadBytes is left alone: nullopt
 /// with `*defer` set, for the caller to run it again, without `defer`, on
 /// the client's waiting thread (FastPath::defer), which may wait that long.
+/// With `guard` (a cancellable call's), the caller's bytes are touched
+/// only inside its entries and the commit sent only after its
+/// begin_commit(): once cancelled, nothing is committed and the answer is
+/// Errc::cancelled.
 std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
-    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer = nullptr);
+    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer = nullptr,
+    const std::shared_ptr<internal::CallGuard>& guard = nullptr);
 
 }  // namespace meshstore::actors

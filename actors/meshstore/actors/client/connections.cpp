@@ -89,12 +89,65 @@ void open_ring(client_pointer self, const std::string& volume_id,
           });
 }
 
-// Opens the fast path's channel to a volume this client reaches over tcp
-// (another host): attaches a fresh token at the volume (whose puts it
-// commits for this client), then connects the transport's small-operations
-// channel off this actor's thread (a connect may take long) and hands it to
-// the fast path, unless the connection changed meanwhile. A failure only
-// logs: small gets and puts then take the actor path.
+// The channel to a volume whose transport carries none of its own (cma,
+// rpc, rdma): each request in an actor message to the volume (small_op),
+// sent and answered through the client actor; the caller waits for the
+// answer. Only weak references: the fast path may outlive the actors.
+class ActorChannel final : public transports::SmallOps {
+ public:
+  ActorChannel(caf::actor_addr client, caf::actor_addr volume, std::string volume_id)
+      : client_(std::move(client)), volume_(std::move(volume)), volume_id_(std::move(volume_id)) {}
+
+  Result<std::vector<std::byte>> exchange(const std::byte* request, std::size_t n,
+                                          std::chrono::steady_clock::time_point deadline) override {
+    using namespace std::chrono;
+    auto client = caf::actor_cast<caf::actor>(client_);
+    if (!client) return Status(Errc::unavailable, "the client stopped");
+    auto promise = std::make_shared<Promise<std::vector<std::byte>>>(Status(
+        Errc::unavailable, "the client stopped before volume '" + volume_id_ + "' answered"));
+    auto reply = promise->future();
+    const auto* p = reinterpret_cast<const char*>(request);
+    const auto timeout =
+        std::max(duration_cast<milliseconds>(deadline - steady_clock::now()), milliseconds(1));
+    auto me = caf::actor_cast<client_pointer>(client);  // runs only inside that actor
+    caf::anon_send(
+        client, run_atom::value,
+        internal::Closure{[me, volume = volume_, id = volume_id_, promise, timeout,
+                           bytes = std::vector<char>(p, p + n)]() mutable {
+          auto handle = caf::actor_cast<storage_volume_actor>(volume);
+          if (!handle) {
+            return (void)promise->set_error(
+                Status(Errc::unavailable, "volume '" + id + "' stopped"));
+          }
+          me->request(handle, timeout, small_op_atom::value, std::move(bytes))
+              .then(
+                  [promise](const std::vector<char>& r) {
+                    const auto* b = reinterpret_cast<const std::byte*>(r.data());
+                    promise->set_value(std::vector<std::byte>(b, b + r.size()));
+                  },
+                  [promise, id](caf::error& e) {
+                    promise->set_error(from_caf_error(e, "small request to volume '" + id + "'"));
+                  });
+        }});
+    if (!reply.wait_for(std::max(deadline - steady_clock::now(), steady_clock::duration::zero()))) {
+      return Status(Errc::timeout, "volume '" + volume_id_ + "' did not answer a small request");
+    }
+    return reply.get();
+  }
+
+ private:
+  const caf::actor_addr client_;
+  const caf::actor_addr volume_;
+  const std::string volume_id_;
+};
+
+// Opens the fast path's channel to a volume this client reaches over any
+// transport but shm: attaches a fresh token at the volume (whose puts it
+// commits for this client), then opens the transport's small-operations
+// channel (tcp) off this actor's thread (a connect may take long), or
+// else one over actor messages (ActorChannel), and hands it to the fast
+// path, unless the connection changed meanwhile. A failure only logs:
+// small gets and puts then take the actor path.
 void open_small_ops(client_pointer self, const std::string& volume_id,
                     const storage_volume_actor& handle,
                     std::shared_ptr<transports::Transport> transport) {
@@ -112,6 +165,10 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
             (void)transports::CopyEngine::instance().run([client, volume_id, volume, transport,
                                                           token] {
               auto ops = transport->open_small_ops();
+              if (!ops.ok() && ops.status().code() == Errc::unsupported) {
+                ops = std::unique_ptr<transports::SmallOps>(
+                    std::make_unique<ActorChannel>(client, volume, volume_id));
+              }
               auto hdl = caf::actor_cast<caf::actor>(client);
               if (!hdl) return;  // the client is gone; the channel closes here
               auto held =
@@ -174,7 +231,7 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             // connection run: one of them may wait for the channel too.
             if (st.cfg.fast_path && chosen->transport == "shm") {
               open_ring(self, info.volume_id, handle);
-            } else if (st.cfg.fast_path && chosen->transport == "tcp") {
+            } else if (st.cfg.fast_path) {
               open_small_ops(self, info.volume_id, handle, conn->transport);
             }
             finish_conn(self, info.volume_id, conn);
@@ -226,10 +283,7 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
                         [self, finish, id = info.volume_id](const ConnResult& r) {
                           if (r.ok()) {
                             self->state.home_volume = id;
-                            if (self->state.cfg.fast_path) {
-                              const auto t = (*r)->transport->name();
-                              self->state.cfg.fast_path->set_home(id, t == "shm" || t == "tcp");
-                            }
+                            if (self->state.cfg.fast_path) self->state.cfg.fast_path->set_home(id);
                             self->state.home_lost.clear();
                           }
                           finish(r);

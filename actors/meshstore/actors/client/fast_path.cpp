@@ -31,8 +31,9 @@ typename Map::iterator least_recent(Map& map) {
 }  // namespace
 
 // One channel to a volume and what a caller needs to use it, one request
-// at a time: a ring (same host) or a transport's small operations (tcp,
-// each request prefixed with the token the client attached with). A ring's
+// at a time: a ring (same host) or small operations (tcp's own connection,
+// else actor messages; each request prefixed with the token the client
+// attached with). A ring's
 // volume is also read directly, through the shm transport.
 struct FastPath::Channel {
   std::mutex mu;  // held for a whole request and its reply
@@ -89,11 +90,10 @@ struct FastPath::Channel {
   std::vector<std::byte> framed;  // token + request (remote)
 };
 
-void FastPath::set_home(const std::string& volume_id, bool channel_expected) {
+void FastPath::set_home(const std::string& volume_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (home_ != volume_id) home_connect_tried_ = false;
   home_ = volume_id;
-  home_channel_expected_ = channel_expected;
 }
 
 void FastPath::set_home_connector(HomeConnector connector) {
@@ -104,7 +104,7 @@ void FastPath::set_home_connector(HomeConnector connector) {
 bool FastPath::may_connect_home() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_ || !home_connector_ || home_connect_tried_) return false;
-  return home_.empty() || (home_channel_expected_ && rings_.count(home_) == 0);
+  return home_.empty() || rings_.count(home_) == 0;
 }
 
 bool FastPath::connect_home(std::chrono::milliseconds timeout) {

@@ -97,9 +97,9 @@ class FastPath {
   // -- the client actor's side --
 
   /// The volume this client puts to (the strategy's choice), "" for none
-  /// yet: puts go over its channel, which `channel_expected` says its
-  /// transport opens (shm: a ring; tcp: a small-op connection).
-  void set_home(const std::string& volume_id, bool channel_expected = true);
+  /// yet: puts go over its channel (shm: a ring; tcp: a small-op
+  /// connection; other transports: actor messages).
+  void set_home(const std::string& volume_id);
   /// Connects this client to its volume and waits, at most `timeout`, for
   /// the channel to it: true once it is open, false when it will not be
   /// (a transport without one, a failure). The client actor sets it.
@@ -107,7 +107,7 @@ class FastPath {
   void set_home_connector(HomeConnector connector);
   /// Whether a put finding no channel to its volume should have the client
   /// connect first (connect_home), on the waiting thread: no volume chosen
-  /// yet, or its channel expected and not open. Once per volume: a channel
+  /// yet, or its channel not open. Once per volume: a channel
   /// that failed after that leaves later puts to the actors.
   bool may_connect_home() const;
   /// Runs the connector (false: none, or closed); then may_connect_home()
@@ -286,7 +286,6 @@ class FastPath {
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;
-  bool home_channel_expected_ = true;
   bool home_connect_tried_ = false;
   HomeConnector home_connector_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;

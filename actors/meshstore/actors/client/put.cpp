@@ -111,8 +111,7 @@ void release_staged(client_pointer self, const std::shared_ptr<PutOp>& op) {
 }
 
 // The records a put commits: the items written in place first, then the
-// others, whose objects are op->regions when staged already, else left for
-// the volume to fill (stage_commit).
+// others, whose objects are op->regions.
 std::vector<wire::KeyRecord> put_records(const std::shared_ptr<PutOp>& op) {
   std::vector<wire::KeyRecord> records;
   records.reserve(op->call.staged_items.size() + op->call.lent_items.size() +
@@ -405,43 +404,6 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
       reqs.push_back(std::move(r));
     }
     touch_end(guard);  // small items' bytes are in the requests now
-    if (inline_data && op->call.replace_under.empty() && !op->sharded &&
-        op->call.lent_items.empty()) {
-      // One round trip: the volume stages the bytes and commits at the
-      // controller; a refusal leaves nothing staged.
-      if (!may_commit(guard)) {  // cancelled: nothing sent
-        return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
-      }
-      auto records = put_records(op);
-      // What the commit retires is no longer where this client saw it.
-      if (!op->call.retire.empty()) forget_locations_under(self->state, op->call.retire);
-      ask(self, op->conn->handle, stage_commit_atom::value, reqs, records,
-          caf::actor_cast<caf::actor>(self->state.controller), op->call.retire)
-          .also_watch(caf::actor_cast<caf::actor>(self->state.controller))
-          .then(
-              [=](const std::vector<std::uint64_t>& versions,
-                  const std::vector<std::uint64_t>& objects,
-                  const std::vector<std::string>& places) mutable {
-                if (versions.size() != records.size() || objects.size() != records.size() ||
-                    places.size() != records.size()) {
-                  return op->fail(Status(Errc::protocol_error,
-                                         "volume committed " + std::to_string(versions.size()) +
-                                             " versions for " + std::to_string(records.size()) +
-                                             " keys"));
-                }
-                for (std::size_t i = 0; i < records.size(); ++i) {
-                  records[i].shards.front().object_id = objects[i];
-                  records[i].shards.front().place = places[i];  // direct reads, own puts
-                }
-                cache_committed(self, std::move(records), versions);
-                op->call.promise->set_value(versions);
-              },
-              [=](caf::error& e) {
-                op->fail(from_caf_error(
-                    e, "stage and commit at volume '" + op->conn->info.volume_id + "'"));
-              });
-      return;
-    }
     auto staged = [=](const std::vector<wire::RegionRef>& regions) {
       op->regions = regions;
       if (regions.size() != op->call.items.size()) {

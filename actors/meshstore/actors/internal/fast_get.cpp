@@ -100,6 +100,7 @@ void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
   for (auto id : r.release) w.u64(id);
   for (const auto& s : r.stage) {
     w.u64(s.nbytes);
+    w.u32(static_cast<std::uint32_t>(s.device));
     w.bytes(s.key);
   }
 }
@@ -161,6 +162,12 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
   out.stage.resize(head[4]);
   for (auto& s : out.stage) {
     MESHSTORE_RETURN_IF_ERROR(r.u64(s.nbytes));
+    std::uint32_t device = 0;
+    MESHSTORE_RETURN_IF_ERROR(r.u32(device));
+    s.device = static_cast<std::int32_t>(device);
+    if (s.device < -1 || s.device >= kMaxDevices) {
+      return bad("a stage on device " + std::to_string(s.device));
+    }
     MESHSTORE_RETURN_IF_ERROR(r.bytes(s.key, kMaxKeyBytes));
   }
   MESHSTORE_RETURN_IF_ERROR(r.end());
@@ -168,17 +175,18 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
 }
 
 namespace {
-const std::string& shm_place(const wire::RegionRef& region) {
-  static const std::string kNone;
-  auto it = region.described.find("shm");
-  return it == region.described.end() ? kNone : it->second;
-}
+// A staged object's descriptions travel for every transport of its volume
+// (the channel's client writes it with its own), at most this many.
+constexpr std::uint32_t kMaxDescriptions = 16;
 }  // namespace
 
 std::size_t encoded_size(const CommitDone& d) {
   std::size_t n = kReplyHeader + d.versions.size() * 8 + 8;
   for (const auto& p : d.placed) n += 12 + p.place.size();
-  for (const auto& r : d.staged) n += 20 + shm_place(r).size();
+  for (const auto& r : d.staged) {
+    n += 20;
+    for (const auto& [name, desc] : r.described) n += 8 + name.size() + desc.size();
+  }
   return n;
 }
 
@@ -198,7 +206,11 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d) {
   for (const auto& r : d.staged) {
     w.u64(r.region_id);
     w.u64(r.nbytes);
-    w.bytes(shm_place(r));
+    w.u32(static_cast<std::uint32_t>(r.described.size()));
+    for (const auto& [name, desc] : r.described) {
+      w.bytes(name);
+      w.bytes(desc);
+    }
   }
   return out;
 }
@@ -240,12 +252,18 @@ Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std:
     for (auto& region : d.staged) {
       MESHSTORE_RETURN_IF_ERROR(r.u64(region.region_id));
       MESHSTORE_RETURN_IF_ERROR(r.u64(region.nbytes));
-      std::string place;
-      MESHSTORE_RETURN_IF_ERROR(r.bytes(place, kMaxPlaceBytes));
-      if (region.region_id == 0 || place.empty()) {
-        return bad("a commit's reply with a staged object without id or place");
+      std::uint32_t described = 0;
+      MESHSTORE_RETURN_IF_ERROR(r.u32(described));
+      if (region.region_id == 0 || described > kMaxDescriptions) {
+        return bad("a commit's reply with a staged object without id, or with " +
+                   std::to_string(described) + " descriptions");
       }
-      region.described.emplace("shm", std::move(place));
+      for (std::uint32_t i = 0; i < described; ++i) {
+        std::string name, desc;
+        MESHSTORE_RETURN_IF_ERROR(r.bytes(name, kMaxPlaceBytes));
+        MESHSTORE_RETURN_IF_ERROR(r.bytes(desc, kMaxPlaceBytes));
+        region.described[std::move(name)] = std::move(desc);
+      }
     }
     MESHSTORE_RETURN_IF_ERROR(r.end());
     return d;

@@ -68,30 +68,37 @@ std::vector<std::byte> encode_error(const Status& s);
 // wants, commits the records (at the controller, the keys under the
 // prefixes replaced), and stages objects for the client's next put. Each
 // part may be empty.
-// Request: u32 magic "MSC3", u32 records, u32 prefixes, u32 releases,
+// Request: u32 magic "MSC4", u32 records, u32 prefixes, u32 releases,
 //          u32 stages, u32 zero; then per record u32 length + its encoding
 //          (wire::encode), u32 flags, and with flag 1 (kInlineObject) u64
 //          n + the object's n bytes (its shard names volume, not object);
 //          per prefix u32 length + its bytes; per release a u64 object id;
-//          per stage a u64 size, u32 key length, key bytes. Prefixes come
+//          per stage a u64 size, i32 device (-1: host memory), u32 key
+//          length, key bytes. Prefixes come
 //          with records only, at most kMaxCommitPrefixes.
 // Reply:   the reply header, then ok: u64 version per record, u32 objects
 //          placed (one per record sent inline), each u64 id + u32 length
 //          + its shm place ("" when the volume has no shm); u32 staged
 //          objects (all that were asked for, or none when the volume had
-//          no room after a commit), then per object u64 id, u64 size,
-//          u32 length + its shm place; error: u32 Errc, then a message.
+//          no room after a commit), then per object u64 id, u64 size, u32
+//          descriptions, each u32 length + its transport's name and u32
+//          length + its description; error: u32 Errc, then a message.
 //          An error commits nothing and stages nothing; what the request
 //          gives back goes unless it was malformed (protocol_error).
-inline constexpr std::uint32_t kCommitMagic = 0x3343534d;  // "MSC3", little-endian
+inline constexpr std::uint32_t kCommitMagic = 0x3443534d;  // "MSC4", little-endian
 inline constexpr std::uint32_t kInlineObject = 1;
 inline constexpr std::uint32_t kMaxCommitRecords = 4096;
 inline constexpr std::uint32_t kMaxCommitPrefixes = 16;
-/// One object to stage: the key it will hold (for messages) and its size.
+inline constexpr std::int32_t kMaxDevices = 1024;  ///< a stage's device is below it
+/// One object to stage: the key it will hold (for messages), its size, and
+/// the volume's GPU to hold it (cuda-ipc; -1: host memory).
 struct StageSpec {
   std::string key;
   std::uint64_t nbytes = 0;
-  bool operator==(const StageSpec& o) const { return key == o.key && nbytes == o.nbytes; }
+  std::int32_t device = -1;
+  bool operator==(const StageSpec& o) const {
+    return key == o.key && nbytes == o.nbytes && device == o.device;
+  }
 };
 struct CommitRequest {
   std::vector<wire::KeyRecord> records;
@@ -117,7 +124,8 @@ struct CommitDone {
     std::string place;  ///< the shm transport's description ("" none)
   };
   std::vector<Placed> placed;
-  std::vector<wire::RegionRef> staged;  ///< id, size and the "shm" place each
+  /// Id, size and each transport's description (the writer's own).
+  std::vector<wire::RegionRef> staged;
 };
 /// The size of `d`'s reply (what must fit a ring slot).
 std::size_t encoded_size(const CommitDone& d);

@@ -1,7 +1,7 @@
-// The commits a volume is asked for (fast_commit): over a fast-path
-// channel, or from a client actor whose put's bytes came inline
-// (stage_commit); objects the client wrote, or whose bytes came in the
-// request. The volume actor (storage_volume.cpp) runs them.
+// The commits a volume is asked for (fast_commit) over a client's channel
+// (a ring, tcp's small-op connection, small_op messages): objects the
+// client wrote, or whose bytes came in the request. The volume actor
+// (storage_volume.cpp) runs them.
 #include <algorithm>
 #include <cstring>
 
@@ -197,6 +197,7 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
     wire::StageRequest r;
     r.key = std::move(s.key);
     r.nbytes = s.nbytes;
+    r.device = s.device;
     wanted.push_back(std::move(r));
   }
   const std::size_t limit = job.reply_limit;

@@ -167,10 +167,12 @@ struct SmallOpService::Channel {
 };
 
 SmallOpService::SmallOpService(std::string volume_id, std::shared_ptr<SmallObjects> table,
-                               std::chrono::microseconds spin)
+                               std::chrono::microseconds spin,
+                               std::chrono::milliseconds request_timeout)
     : volume_id_(std::move(volume_id)),
       table_(std::move(table)),
       spin_(spin),
+      request_timeout_(request_timeout),
       pending_(std::make_shared<Pending>()),
       spinning_host_(internal::spinning_host()) {}
 
@@ -249,7 +251,8 @@ bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
 }
 
 void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel,
-                           const FastPuts* puts, const std::shared_ptr<Owed>& owed) {
+                           const FastPuts* puts, const std::shared_ptr<Owed>& owed,
+                           bool answer_here) {
   auto magic = fast_get::request_magic(bytes);
   if (!magic.ok() || *magic != fast_get::kCommitMagic) {
     auto req = fast_get::decode_request(bytes);
@@ -286,6 +289,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
   job->owner = puts->owner;
   job->controller = puts->controller;
   job->reply_limit = channel ? channel->ring->slot_bytes() : transports::kMaxSmallOpBytes;
+  job->answer_here = answer_here;
   const std::size_t records = job->request.records.size();
   job->done = std::make_shared<std::function<void(Result<fast_get::CommitDone>)>>(
       [settle, records](Result<fast_get::CommitDone> r) {
@@ -300,10 +304,14 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
   caf::anon_send(volume, fast_commit_atom::value, std::move(job).value());
 }
 
-std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size_t n) {
+void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
+                                  std::function<void(const std::vector<std::byte>&)> send,
+                                  bool answer_here) {
+  auto owed = std::make_shared<Owed>();
+  owed->send = std::move(send);
   if (n < kTokenBytes) {
     const std::string why = "volume '" + volume_id_ + "': a small request without its token";
-    return fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
+    return owed->deliver(fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size()));
   }
   std::uint64_t token = 0;
   std::memcpy(&token, p, kTokenBytes);
@@ -314,19 +322,22 @@ std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size
     if (it != tokens_.end()) puts = it->second;
   }
   if (stop_.load()) {
-    return fast_get::encode_error(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
+    return owed->deliver(
+        fast_get::encode_error(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
   }
+  serve(std::vector<std::byte>(p + kTokenBytes, p + n), nullptr, puts ? &*puts : nullptr, owed,
+        answer_here);
+}
+
+std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size_t n) {
   auto promise = std::make_shared<Promise<std::vector<std::byte>>>(
       Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
   auto reply = promise->future();
-  auto owed = std::make_shared<Owed>();
-  owed->send = [promise](const std::vector<std::byte>& bytes) { promise->set(bytes); };
-  serve(std::vector<std::byte>(p + kTokenBytes, p + n), nullptr, puts ? &*puts : nullptr, owed);
+  serve_framed(
+      p, n, [promise](const std::vector<std::byte>& bytes) { promise->set(bytes); }, false);
   // The actor's commit at the controller has its own timeout, and stop()
   // answers what is owed: this bound only guards against a lost callback.
-  const auto timeout =
-      (puts ? puts->timeout : std::chrono::milliseconds(0)) + std::chrono::seconds(5);
-  if (!reply.wait_for(timeout)) {
+  if (!reply.wait_for(request_timeout_ + std::chrono::seconds(5))) {
     return fast_get::encode_error(
         Status(Errc::timeout, "volume '" + volume_id_ + "': a small request did not finish"));
   }

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,9 +89,10 @@ class SmallOpService {
   /// The service of volume `volume_id`, serving gets from `table`. Its
   /// thread and doorbell are made at the first ring (a volume no client
   /// reaches over shm keeps nothing in /dev/shm); the thread spins `spin`
-  /// over the rings before it sleeps.
+  /// over the rings before it sleeps. Its commits take at most
+  /// `request_timeout` at the controller.
   SmallOpService(std::string volume_id, std::shared_ptr<SmallObjects> table,
-                 std::chrono::microseconds spin);
+                 std::chrono::microseconds spin, std::chrono::milliseconds request_timeout);
   /// stop(), then lets go of every ring.
   ~SmallOpService();
   SmallOpService(const SmallOpService&) = delete;
@@ -104,13 +106,21 @@ class SmallOpService {
   /// stopped.
   Result<std::string> add_ring(std::unique_ptr<transports::shm::Ring> ring, FastPuts puts);
 
-  /// The bytes of each tcp small-op request start with the 8-byte token
-  /// its client attached with (attach_token), which says whom its puts are
-  /// committed for.
+  /// The bytes of each small-op request that comes without a ring (over
+  /// tcp's small-op connections, or in an actor message) start with the
+  /// 8-byte token its client attached with (attach_token), which says whom
+  /// its puts are committed for.
   static constexpr std::size_t kTokenBytes = 8;
   void attach_token(std::uint64_t token, FastPuts puts);
-  /// Answers tcp small-op request `p`, `n` bytes (token first), on the
-  /// calling connection thread, waiting for a put's outcome.
+  /// Answers small-op request `p`, `n` bytes (token first), through `send`,
+  /// once: at once for a get or a refusal, else when the volume actor has
+  /// the commit's outcome (`answer_here`: on the actor's thread, for a
+  /// request that came in an actor message, answered by its response
+  /// promise; else possibly from the controller's thread).
+  void serve_framed(const std::byte* p, std::size_t n,
+                    std::function<void(const std::vector<std::byte>&)> send, bool answer_here);
+  /// serve_framed on the calling tcp connection thread, waiting for a
+  /// put's outcome.
   std::vector<std::byte> serve_token(const std::byte* p, std::size_t n);
 
   /// The client `owner` went: the tokens it attached go.
@@ -132,7 +142,7 @@ class SmallOpService {
   // Serves one request from `channel` (null `puts`: never attached), its
   // reply owed by `owed`.
   void serve(const std::vector<std::byte>& bytes, Channel* channel, const FastPuts* puts,
-             const std::shared_ptr<Owed>& owed);
+             const std::shared_ptr<Owed>& owed, bool answer_here = false);
   // Answers each waiting request of `channel`; false when it must go.
   bool drain(const std::shared_ptr<Channel>& channel);
   bool controller_down(const caf::actor_addr& controller) const;
@@ -140,6 +150,7 @@ class SmallOpService {
   const std::string volume_id_;
   const std::shared_ptr<SmallObjects> table_;
   const std::chrono::microseconds spin_;
+  const std::chrono::milliseconds request_timeout_;
   const std::shared_ptr<Pending> pending_;
   const bool spinning_host_;
 

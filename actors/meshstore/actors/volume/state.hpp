@@ -114,8 +114,8 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                                            const std::vector<wire::StageRequest>& reqs,
                                            const caf::actor& client);
 
-/// A commit request (FastCommitJob: a channel's, or an actor's
-/// stage_commit), answered through its `done`.
+/// A commit request (FastCommitJob: a channel's: a ring's, tcp's, or one
+/// in a small_op message), answered through its `done`.
 void fast_commit(volume_pointer self, FastCommitJob job);
 
 /// Checks a commit request for volume `volume_id` as input from another
