@@ -141,8 +141,8 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 // volume stages for them (actors::put_over_channel; sent over tcp and more than
 // limits::kStagedAheadBytes: from the client's waiting thread). Done, the
 // keys are in the client's one location cache, so this process's reads
-// see them. nullopt: the actors put them (no channel yet, a full volume, a
-// strided source, ...); on the waiting thread `actors_put` does. A
+// see them. nullopt: the actors put them (no channel yet, a full volume,
+// ...); on the waiting thread `actors_put` does. A
 // `cancellable` put left to the waiting thread is cancelled through its
 // future, as the actors' put is (Future::cancel).
 std::optional<Future<void>> put_on_channel(
@@ -151,9 +151,6 @@ std::optional<Future<void>> put_on_channel(
     std::function<Future<void>(const std::shared_ptr<internal::CallGuard>&)> actors_put,
     bool cancellable) {
   if (fast == nullptr || items.empty()) return std::nullopt;
-  for (const auto& item : items) {
-    if (!item.view.is_contiguous()) return std::nullopt;
-  }
   actors::ChannelPut c;
   c.what = what;
   c.slot = std::string(2, '\0');  // apart from state dicts' and versions' slots

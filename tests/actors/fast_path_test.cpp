@@ -248,6 +248,29 @@ TEST_P(FastPathOver, ErrorsAreTheActorPathsAndNothingIsWritten) {
   EXPECT_EQ(store.fast_path_stats().rings, 0u);
 }
 
+// A strided host source is packed on the caller's thread and put over the
+// channel like a contiguous one: small, its packed bytes inline; large,
+// packed straight into the staged object (shm) or packed, then sent.
+TEST_P(FastPathOver, AStridedSourceIsPackedAndPutOverTheChannel) {
+  auto store = Store::embedded(writer_options()).value();
+  for (const std::int64_t rows : {std::int64_t{4}, std::int64_t{64} << 10}) {
+    // Every other column of a rows x 4 grid: rows x 2, row stride 4.
+    std::vector<float> grid(static_cast<std::size_t>(rows * 4));
+    for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = static_cast<float>(i);
+    const TensorView strided(grid.data(), DType::float32, {rows, 2}, {4, 2});
+    const auto before = store.fast_path_stats();
+    ASSERT_OK(store.put("strided", strided).get(kWait));
+    EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << rows << " rows";
+    EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses) << rows << " rows";
+    std::vector<float> back(static_cast<std::size_t>(rows * 2), -1.0f);
+    ASSERT_OK(store.get_into("strided", TensorView::of(back.data(), {rows, 2})).get(kWait));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(back[static_cast<std::size_t>(2 * r)], static_cast<float>(4 * r)) << r;
+      ASSERT_EQ(back[static_cast<std::size_t>(2 * r + 1)], static_cast<float>(4 * r + 2)) << r;
+    }
+  }
+}
+
 // Threads of one process share its channel to a volume, one request at a
 // time; each gets its own value.
 TEST_P(FastPathOver, ConcurrentCallersShareTheChannel) {
@@ -621,8 +644,8 @@ INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver,
                          });
 
 // What a ring put cannot do goes down the actor path, with its usual
-// outcome: a key too large for a slot, a GPU-less strided view, a full
-// volume (out_of_capacity, nothing stored), and puts with the fast path off.
+// outcome: a full volume (out_of_capacity, nothing stored), and puts with
+// the fast path off. A strided view goes over the ring, packed.
 TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   StoreOptions o;
   o.volume_capacity_bytes = 48 << 10;
@@ -642,7 +665,7 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   std::vector<float> grid(16, 1.0f);
   TensorView strided(grid.data(), DType::float32, {4, 2}, {4, 2});
   ASSERT_OK(store.put("strided", strided).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, puts + 1);  // "most" alone
+  EXPECT_EQ(store.fast_path_stats().puts, puts + 2);  // "most" and "strided"
   store.close();
 
   StoreOptions off;

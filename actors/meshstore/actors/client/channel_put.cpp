@@ -24,8 +24,9 @@ using internal::cuda::on_device;
 namespace {
 
 // Writes each of `items` into the object staged for it (`regions`, in
-// order) on the caller's thread: copied into the volume's memory where
-// `writer` maps it (shm), else sent with it (tcp), all at once, waiting
+// order) on the caller's thread: copied (a strided host tensor packed)
+// into the volume's memory where `writer` maps it (shm), else sent with it
+// (tcp; a strided tensor packed first), all at once, waiting
 // for every send (the transport's own deadline bounds each). GPU memory
 // takes one CUDA copy through the mapping (shm), else pipelined pieces
 // through page-locked memory (client_detail::write_from_device), as the
@@ -53,20 +54,27 @@ bool write_staged(const std::shared_ptr<transports::Transport>& writer,
                           : client_detail::write_from_device(writer, regions[i], src, n));
       continue;
     }
+    const bool strided = !item.gather && !item.view.is_contiguous();
     if (caps.maps_memory) {
       auto mem = writer->map_writable(regions[i]);
       if (!mem.ok()) {
         ok = false;
       } else if (item.gather) {
         ok = fill_gathered_here(*item.gather, mem->get(), n).ok();
+      } else if (strided) {
+        pack_to(item.view, mem->get());  // packed straight into the object
       } else if (n > 0) {
         transports::CopyEngine::instance().copy_here(mem->get(), src, n);
       }
       continue;
     }
-    if (item.gather) {
+    if (item.gather || strided) {
       gathered.emplace_back(n);
-      ok = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
+      if (strided) {
+        pack_to(item.view, gathered.back().data());
+      } else {
+        ok = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
+      }
       src = gathered.back().data();
     }
     if (ok && n > 0) sends.push_back(writer->write(regions[i], 0, src, n));
@@ -135,6 +143,11 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
       gathered.emplace_back(n);
       copied = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
       data = reinterpret_cast<const char*>(gathered.back().data());
+    } else if (!item.view.is_contiguous()) {  // packed here
+      if (gathered.empty()) gathered.reserve(c.items.size());
+      gathered.emplace_back(n);
+      pack_to(item.view, gathered.back().data());
+      data = reinterpret_cast<const char*>(gathered.back().data());
     } else if (guard && n > 0) {
       const auto* b = reinterpret_cast<const std::byte*>(data);
       if (gathered.empty()) gathered.reserve(c.items.size());
@@ -186,7 +199,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   sizes.reserve(c.items.size());
   for (const auto& item : c.items) {
     const auto& v = item.view;
-    if (item.slice || (!item.gather && !v.is_contiguous())) return std::nullopt;
+    // A strided GPU view is packed on its device before it comes here.
+    if (item.slice || (!item.gather && !v.is_contiguous() && on_device(v))) return std::nullopt;
     total += v.nbytes();
     largest = std::max(largest, v.nbytes());
     sizes.push_back(v.nbytes());

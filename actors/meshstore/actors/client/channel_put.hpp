@@ -44,7 +44,7 @@ struct ChannelPut {
 /// pipelined pieces through page-locked memory); that commit also stages
 /// the next put's objects for a layout put again.
 /// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel yet, a strided or sharded source, a full volume, a
+/// channel yet, a sharded source or a strided one in GPU memory, a full volume, a
 /// precondition that no longer holds). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error
 /// with the commit on its way. With `defer`, a put whose bytes are sent

@@ -13,7 +13,6 @@
 #include "meshstore/actors/client/box.hpp"
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/device_pieces.hpp"
-#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/placement.hpp"
@@ -286,9 +285,10 @@ struct LeaseFreeRead {
   std::vector<std::shared_ptr<const std::atomic<std::uint64_t>>> tags;
 };
 
-// The lease-free read of `targets` (host copies into the caller's memory of
-// at most limits::kLeaseFreeReadBytes, each object's region known and tagged with
-// its id now); nullopt where one is not, or the store has no fast path.
+// The lease-free read of `targets` (host copies into the caller's memory,
+// of any size, each object's region known and tagged with its id now);
+// nullopt where one is not, or the store has no fast path. One that loses
+// its race with a writer copies again under a lease, as a direct read does.
 std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const VolumeConn& c,
                                                 const std::vector<ReadTarget>& targets) {
   const auto& controller = self->state.controller_process;
@@ -297,10 +297,8 @@ std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const Volum
     return std::nullopt;
   }
   LeaseFreeRead d;
-  std::uint64_t total = 0;
   for (const auto& t : targets) {
-    total += t.nbytes;
-    if (t.view || t.device || total > limits::kLeaseFreeReadBytes) return std::nullopt;
+    if (t.view || t.device) return std::nullopt;
     // Seen by this client, else where its record says it lies.
     wire::RegionRef region;
     auto it = c.known_regions.find(t.object_id);

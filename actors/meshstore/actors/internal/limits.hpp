@@ -26,9 +26,10 @@ inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
 /// bound: a direct read takes any size, split over the copy engine.
 inline constexpr std::uint64_t kDirectSnapshotBytes = std::uint64_t{8} << 20;
 
-/// Route: calls moving at most this many bytes in all carry them inside
-/// their control messages (stage, open_read) instead of a transfer: one
-/// round trip each way instead of three.
+/// Copy: on the actors' path (what no channel takes), calls moving at
+/// most this many bytes in all carry them inside their control messages
+/// (stage, open_read) instead of a transfer: the same requests, one round
+/// trip each way instead of three.
 inline constexpr std::uint64_t kInlineBytes = std::uint64_t{64} << 10;
 
 /// Route: a state dict put is announced as a stream (readers copy each
@@ -37,11 +38,6 @@ inline constexpr std::uint64_t kInlineBytes = std::uint64_t{64} << 10;
 /// put more than a reader gains (about 0.1 ms of a 1,000 x 4 KiB put
 /// across processes, where the copies take 0.3 ms).
 inline constexpr std::uint64_t kStreamMinOverlapBytes = std::uint64_t{1} << 20;
-
-/// Route: objects read without a lease (tag-checked) at most in one call:
-/// a lease-free read that loses its race with a writer copies twice, which
-/// a lease's round trip costs less than for larger ones.
-inline constexpr std::uint64_t kLeaseFreeReadBytes = std::uint64_t{64} << 20;
 
 /// What a client keeps staged ahead for its next state dict puts: bytes a
 /// state dict, and state dicts (a trainer's few, put every step). The
