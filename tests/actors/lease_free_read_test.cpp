@@ -528,16 +528,32 @@ TEST_F(DirectStateDict, AWriterRacingReadersNeverShowsATornStateDict) {
   EXPECT_GT(direct_state_dicts(reader), before);
 }
 
-// What a direct read does not take goes to the actors, with the same
-// result: more than 8 MiB in all, a destination of another dtype (a cast
-// read) or a box, of a tensor stored as an object of its own. A box of a
-// packed tensor is direct: its bucket is read whole, then the box cut.
-TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
+// A state dict of more than limits::kSnapshotHereBytes (8 MiB) is read
+// directly too, once its layout is known: copied on the client's waiting
+// thread, its caller answered from there.
+TEST_F(DirectStateDict, ALargeStateDictIsReadDirectlyOnTheWaitingThread) {
   auto store = Store::embedded(shm()).value();
   ASSERT_TRUE(ring_open(store, store));
   // 9 MiB: three tensors of 3 MiB, each an object of its own.
   Dict big(3, std::size_t{3} << 20, 7), big_dst(3, std::size_t{3} << 20, 0);
   ASSERT_OK(store.put_state_dict("big", big.sd).get(kWait));
+  ASSERT_OK(store.get_state_dict_into("big", big_dst.sd).get(kWait));  // learns the layout
+  EXPECT_EQ(big_dst.buf, big.buf);
+  std::fill(big.buf.begin(), big.buf.end(), 9);
+  ASSERT_OK(store.put_state_dict("big", big.sd).get(kWait));
+  const auto before = direct_state_dicts(store);
+  ASSERT_OK(store.get_state_dict_into("big", big_dst.sd).get(kWait));
+  EXPECT_EQ(big_dst.buf, big.buf);
+  EXPECT_EQ(direct_state_dicts(store), before + 1);
+}
+
+// What a direct read does not take goes to the actors, with the same
+// result: a destination of another dtype (a cast read) or a box, of a
+// tensor stored as an object of its own. A box of a packed tensor is
+// direct: its bucket is read whole, then the box cut.
+TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
+  auto store = Store::embedded(shm()).value();
+  ASSERT_TRUE(ring_open(store, store));
   // A float32 tensor of 128 KiB (an object of its own), read as bfloat16
   // (ReadOptions::cast). (A packed one is direct: its bucket is read
   // whole, then converted.)
@@ -571,8 +587,6 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
   for (int round = 0; round < 2; ++round) {  // the second with every layout known
     SCOPED_TRACE(round);
     auto before = direct_state_dicts(store);
-    ASSERT_OK(store.get_state_dict_into("big", big_dst.sd).get(kWait));
-    EXPECT_EQ(big_dst.buf, big.buf);
     ASSERT_OK(store.get_state_dict_into("f", bsd, cast).get(kWait));
     EXPECT_EQ(bf, std::vector<std::uint16_t>(bf.size(), 0x3fc0));  // 1.5 in bfloat16
     read_box("alone", alone);

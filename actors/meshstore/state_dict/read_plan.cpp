@@ -279,11 +279,11 @@ namespace {
 // Reads every key of `into` straight from same-host volumes' shared memory
 // on this thread, as one snapshot (FastPath::read_together): host
 // destinations of each key's dtype and shape or a bucket's scatter, no
-// boxes, at most actors::limits::kDirectSnapshotBytes in all (a longer copy
-// would hold up the client actor's thread, where a version read runs it). hit: read; miss: not
-// possible here; stale: an object changed. The actors read on anything
-// but a hit, writing every destination again.
-actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::GetCall& into) {
+// boxes. hit: read; miss: not possible here, or (`*too_large` set) more
+// than `max_bytes` in all, nothing copied; stale: an object changed. The
+// actors read on anything but a hit, writing every destination again.
+actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::GetCall& into,
+                                        std::uint64_t max_bytes, bool* too_large) {
   using Entry = actors::FastPath::Entry;
   for (const auto& box : into.slices) {
     if (box) return actors::FastPath::Outcome::miss;
@@ -293,9 +293,12 @@ actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::Ge
   auto accept = [&](std::size_t i, const Entry& e) {
     const auto& dst = into.dsts[i];
     total += e.nbytes;
-    return total <= actors::limits::kDirectSnapshotBytes && e.kind == wire::ObjectKind::tensor &&
-           e.dtype == dst.dtype() && e.shape == dst.shape() && dst.is_contiguous() &&
-           !on_device(dst) && e.nbytes == dst.nbytes();
+    if (total > max_bytes) {
+      *too_large = true;
+      return false;
+    }
+    return e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() && e.shape == dst.shape() &&
+           dst.is_contiguous() && !on_device(dst) && e.nbytes == dst.nbytes();
   };
   auto consume = [&](std::size_t i, const Entry&, const std::byte* data, std::size_t n) {
     const auto* scatter = i < into.scatters.size() ? into.scatters[i].get() : nullptr;
@@ -364,12 +367,31 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
     if (slot.cache) slot.cache->put(slot.key, plan->snap);
     done->set(finish_into(*plan, dst));
   };
-  if (fast && read_directly(*fast, into) == actors::FastPath::Outcome::hit) {
-    settle(actors::GetOutput{});
-    return done->future();
+  const std::string what = op + " '" + key + "'";
+  if (fast) {
+    // Up to limits::kSnapshotHereBytes on this thread (the caller's, or
+    // the client actor's after a locate, which a longer copy would hold
+    // up for the whole process); a larger snapshot on the client's
+    // waiting thread, the caller's future answered from there.
+    bool too_large = false;
+    const auto here = read_directly(*fast, into, actors::limits::kSnapshotHereBytes, &too_large);
+    if (here == actors::FastPath::Outcome::hit) {
+      settle(actors::GetOutput{});
+      return done->future();
+    }
+    if (too_large) {
+      actors::FastPath* raw = fast.get();  // its waiting thread's jobs end before it
+      raw->defer([raw, client, into = std::move(into), settle, what]() mutable {
+        bool unused = false;
+        const auto there = read_directly(*raw, into, ~std::uint64_t{0}, &unused);
+        if (there == actors::FastPath::Outcome::hit) return settle(actors::GetOutput{});
+        call_client(client, actors::store_get_atom::value, std::move(into), what)
+            .on_complete(settle);
+      });
+      return done->future();
+    }
   }
-  call_client(client, actors::store_get_atom::value, std::move(into), op + " '" + key + "'")
-      .on_complete(settle);
+  call_client(client, actors::store_get_atom::value, std::move(into), what).on_complete(settle);
   return done->future();
 }
 

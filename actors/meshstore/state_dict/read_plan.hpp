@@ -111,8 +111,9 @@ Status finish_into(const IntoPlan& plan, StateDict* dst);
 // path) a layout planned before is first read straight from same-host
 // volumes' shared memory, on this thread, when every object's place is
 // known ("Direct state-dict reads"): the caller's own thread, or the
-// client actor's where a locate came first (a version read), whose copy
-// the actors would otherwise make (at most limits::kDirectSnapshotBytes).
+// client actor's where a locate came first (a version read), at most
+// limits::kSnapshotHereBytes; a larger snapshot on the client's waiting
+// thread (FastPath::defer), at any size.
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot = {},
                                   std::shared_ptr<const Boxes> boxes = nullptr, bool cast = false,

@@ -17,14 +17,13 @@ namespace meshstore::actors::limits {
 /// written into staged objects first (the same commit either way).
 inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
 
-/// Route: a state dict's direct snapshot copies at most this many bytes
-/// in all (FastPath::read_together); larger ones take the actors. The
-/// snapshot of a version read runs on the client actor's thread, which a
-/// longer copy would hold up for every other call of the process, and a
-/// longer one is likelier to lose its race with a writer that retires the
-/// version mid-copy (the actors' lease holds it). Whole keys have no such
-/// bound: a direct read takes any size, split over the copy engine.
-inline constexpr std::uint64_t kDirectSnapshotBytes = std::uint64_t{8} << 20;
+/// Copy: a state dict's direct snapshot (FastPath::read_together) of at
+/// most this many bytes in all is copied on the thread that planned it:
+/// the caller's, or the client actor's after a locate (a version read),
+/// which a longer copy would hold up for every other call of the process.
+/// A larger one is copied on the client's waiting thread (FastPath::defer)
+/// and its caller answered from there: the same route at any size.
+inline constexpr std::uint64_t kSnapshotHereBytes = std::uint64_t{8} << 20;
 
 /// Copy: on the actors' path (what no channel takes), calls moving at
 /// most this many bytes in all carry them inside their control messages
