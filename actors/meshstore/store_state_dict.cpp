@@ -185,13 +185,15 @@ Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<Ten
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   auto specs = std::make_shared<const std::vector<TensorSpec>>(std::move(tensors));
+  std::weak_ptr<actors::FastPath> fast = impl_ ? impl_->fast : nullptr;
+  const auto timeout = impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0);
   return pointer_at(client, prefix, op).then([=](const Pointer& ptr) {
     const std::uint64_t next = ptr.value + 1;
     const std::string key = version_key(prefix, next);
     auto layout = plan_staging(op, key, *specs, options);
     if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
     return stage_at(client, op, key, std::move(layout).value(),
-                    PublishTarget{prefix, next, keep, ptr});
+                    PublishTarget{prefix, next, keep, ptr, fast, timeout});
   });
 }
 

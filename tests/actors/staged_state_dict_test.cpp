@@ -98,6 +98,8 @@ TEST(StagedStateDictTest, FilledInPlaceThenCommittedWithOneControlMessage) {
   EXPECT_EQ(static_cast<const unsigned char*>(again->data())[5], big[5]);
 }
 
+// Each commit's pointer move (and the retirement of the version that falls
+// out) is one commit request over the client's channel.
 TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
   auto store = Store::embedded().value();
   std::set<std::string> steady, later;
@@ -106,9 +108,12 @@ TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
     ASSERT_OK(staged);
     EXPECT_EQ(staged->key(), "weights/v" + std::to_string(v));
     fill(staged->state_dict(), v);
+    const auto channel_commits = store.fast_path_stats().state_dict_puts;
     auto version = staged->commit().get(kWait);
     ASSERT_OK(version);
     EXPECT_EQ(*version, static_cast<std::uint64_t>(v));
+    // The pointer's move and the retirement: one commit over the channel.
+    EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_commits + 1);
     auto names = transports::shm::own_segments();
     if (v == 3) steady = std::set<std::string>(names.begin(), names.end());
     if (v == 6) later = std::set<std::string>(names.begin(), names.end());

@@ -144,7 +144,8 @@ struct StagedStateDict::Impl {
                                : publish_conflict(self->op, pub.prefix, pub.version, r.status()));
       }
       if (pub.prefix.empty()) return (void)done->set_value(0);
-      point_and_retire(self->client, pub.prefix, pub.version, pub.keep, self->op, pub.from)
+      point_and_retire(self->client, pub.prefix, pub.version, pub.keep, self->op, pub.from,
+                       pub.fast, pub.timeout)
           .on_complete([done](const Result<std::uint64_t>& v) { done->set(v); });
     });
     return done->future();

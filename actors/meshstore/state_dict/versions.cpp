@@ -44,7 +44,35 @@ Status publish_conflict(const std::string& op, const std::string& prefix, std::u
 
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, int keep, const std::string& op,
-                                       Pointer from) {
+                                       Pointer from, const std::weak_ptr<actors::FastPath>& fast,
+                                       std::chrono::milliseconds timeout) {
+  if (auto live = fast.lock()) {
+    actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it
+    auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+    raw->defer([=] {
+      actors::ChannelPut c;
+      c.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
+      c.items.back().expect_version = from.seq;
+      c.items.back().points_to = next;
+      c.groups.emplace_back();
+      if (next > static_cast<std::uint64_t>(keep)) {
+        c.prefixes.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));
+      }
+      c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
+      c.what = op + " '" + prefix + "'";
+      auto moved = actors::put_over_channel(*raw, c, timeout);
+      // Moved, or the channel failed with the commit on its way (moved or
+      // not is unknown: said, never retried).
+      if (moved && moved->ok()) return (void)p->set_value(next);
+      if (moved) return (void)p->set_error(moved->status());
+      // Nothing committed (refused: another writer moved it, which the
+      // actors find, withdrawing the version and saying so; or never
+      // sent): the actors move it.
+      point_and_retire(client, prefix, next, keep, op, from)
+          .on_complete([p](const Result<std::uint64_t>& v) { p->set(v); });
+    });
+    return p->future();
+  }
   actors::PutCall point;
   point.op = op;
   point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));

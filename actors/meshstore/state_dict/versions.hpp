@@ -35,11 +35,15 @@ struct Pointer {
 // Where a publish goes: version `version` under `prefix`, keeping the
 // newest `keep`, moving the pointer read as `from`. An empty prefix: a
 // plain state dict, not a publish.
+// With `fast` (the store's fast path, while it lives), the pointer moves
+// over the client's channel, from its waiting thread.
 struct PublishTarget {
   std::string prefix;
   std::uint64_t version = 0;
   int keep = 1;
   Pointer from;
+  std::weak_ptr<actors::FastPath> fast;
+  std::chrono::milliseconds timeout{0};  // the channel's request timeout
 };
 
 // The last steps of a publish, once version `next` is stored (fenced: it
@@ -48,10 +52,16 @@ struct PublishTarget {
 // readers find it from now on), then retire the version that fell out of
 // the newest `keep`; its memory stays with the volumes for the next
 // version's tensors. When another writer moved the pointer in between, the
-// version is withdrawn and the publish fails with Errc::conflict.
+// version is withdrawn and the publish fails with Errc::conflict. With a
+// live `fast`, the move and the retirement are one commit request over the
+// client's channel, sent from the client's waiting thread (the volume
+// commits it: one round trip, no flush); the actors move it when the
+// channel cannot.
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, int keep, const std::string& op,
-                                       Pointer from);
+                                       Pointer from,
+                                       const std::weak_ptr<actors::FastPath>& fast = {},
+                                       std::chrono::milliseconds timeout = {});
 
 // The version `prefix` points at (0 when it was never published), as its
 // record at the controller names it (KeyRecord::points_to): no object read.
