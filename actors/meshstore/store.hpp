@@ -264,8 +264,11 @@ struct FastPathStats {
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
   std::uint64_t rings = 0;   ///< channels open now, one per volume reached: a ring (shm),
                              ///< a tcp connection (tcp), actor messages (other transports)
-  std::uint64_t puts =
-      0;  ///< puts committed over a channel, on the caller's thread (a put_batch counts once)
+  /// Puts committed over a channel (a put_batch counts once), and the
+  /// pointer moves of publishes whose version the actors put or that were
+  /// staged (stage_publish), which take the channel from the client's
+  /// waiting thread.
+  std::uint64_t puts = 0;
   /// Whole-key puts (put, put_object, put_batch: contiguous, host or GPU
   /// memory, any size) the channel was offered but sent down the actor
   /// path (no channel to this client's volume yet, or one that failed;

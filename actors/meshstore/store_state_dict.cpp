@@ -148,14 +148,17 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
           return done->ok() ? make_ready_future<std::uint64_t>(**done)
                             : make_error_future<std::uint64_t>(done->status());
         },
-        [client, prefix, prepared, keep, op](const auto&) {
-          return state_dicts::publish_prepared(client, prefix, prepared, keep, op);
+        [client, prefix, prepared, keep, op, weak = std::weak_ptr<actors::FastPath>(fast),
+         timeout](const auto&) {
+          return state_dicts::publish_prepared(client, prefix, prepared, keep, op, weak, timeout);
         });
     // Host copies live till then.
     if (done) return done->then([st](std::uint64_t version) { return version; });
   }
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").
-  return state_dicts::publish_prepared(client, prefix, std::move(prepared), keep, op)
+  return state_dicts::publish_prepared(
+             client, prefix, std::move(prepared), keep, op, fast,
+             impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0))
       .then([st](std::uint64_t version) { return version; });  // host copies live till then
 }
 

@@ -60,6 +60,7 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
       }
       c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
       c.what = op + " '" + prefix + "'";
+      c.whole_key = true;  // counted as a put of one key: the pointer
       auto moved = actors::put_over_channel(*raw, c, timeout);
       // Moved, or the channel failed with the commit on its way (moved or
       // not is unknown: said, never retried).
@@ -107,7 +108,9 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
 
 Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
                                        std::shared_ptr<PreparedPut> prepared, int keep,
-                                       const std::string& op) {
+                                       const std::string& op,
+                                       const std::weak_ptr<actors::FastPath>& fast,
+                                       std::chrono::milliseconds timeout) {
   auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
   pointer_at(client, prefix, op).on_complete([=](const Result<Pointer>& ptr) {
     if (!ptr.ok()) {
@@ -120,7 +123,7 @@ Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std:
           if (!put.ok()) {
             return (void)done->set_error(publish_conflict(op, prefix, next, put.status()));
           }
-          point_and_retire(client, prefix, next, keep, op, from)
+          point_and_retire(client, prefix, next, keep, op, from, fast, timeout)
               .on_complete([=](const Result<std::uint64_t>& v) { done->set(v); });
         });
   });

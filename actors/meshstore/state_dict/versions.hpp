@@ -96,10 +96,13 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
 // pointer from the value read and retires what fell out of the newest
 // `keep` (point_and_retire). Answers N; the loser of a race gets
 // Errc::conflict. When the pointer cannot be read, nothing is put and what
-// the put holds (a loan's token) is let go at once.
+// the put holds (a loan's token) is let go at once. With a live `fast`,
+// the pointer moves over the client's channel (point_and_retire).
 Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
                                        std::shared_ptr<PreparedPut> prepared, int keep,
-                                       const std::string& op);
+                                       const std::string& op,
+                                       const std::weak_ptr<actors::FastPath>& fast = {},
+                                       std::chrono::milliseconds timeout = {});
 
 // How a publish that lost a race says so: `why` (Errc::conflict from the
 // controller) in the words of publishing version `next` under `prefix`.

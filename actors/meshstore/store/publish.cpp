@@ -449,7 +449,9 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
     }
   }
   // Fenced as publish_state_dict; the host copies live till it is done.
-  return state_dicts::publish_prepared(client, prefix, std::move(prepared), options.keep, op)
+  return state_dicts::publish_prepared(
+             client, prefix, std::move(prepared), options.keep, op, impl_ ? impl_->fast : nullptr,
+             impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0))
       .then([pub, st](std::uint64_t version) {
         pub->version = version;
         return internal::PublicationAccess::make(pub);
