@@ -92,9 +92,17 @@ class FastGetTest : public ::testing::Test {
   // Attaches `ring` (ring_ by default) to the volume, its puts committed
   // at `controller`; the ring then rings the volume's doorbell. Over tcp
   // (over_tcp_), attaches a session token and opens tcp's small-op
-  // connection to the volume instead.
+  // connection to the volume instead; over actor messages (over_actors_),
+  // attaches the token and sends each request as small_op.
   Status attach(Ring* ring = nullptr, const caf::actor& controller = caf::actor()) {
     if (over_tcp_ && !ring) return attach_tcp(controller);
+    if (over_actors_ && !ring) {
+      // The channel of a transport without one of its own: small_op
+      // messages under a token attached as for tcp.
+      auto ok = ask<caf::ok_atom>(*self_, volume_, small_attach_atom::value, kToken, controller);
+      if (ok.ok()) attached_actors_ = true;
+      return ok.ok() ? Status() : ok.status();
+    }
     if (!ring) ring = ring_.get();
     auto bell = ask<std::string>(*self_, volume_, ring_attach_atom::value, ring->name(),
                                  static_cast<std::int32_t>(getpid()), controller);
@@ -129,11 +137,17 @@ class FastGetTest : public ::testing::Test {
   // attached) and answers the reply's bytes.
   Result<std::vector<std::byte>> exchange(const std::vector<std::byte>& bytes,
                                           Ring* ring = nullptr) {
-    if (tcp_ && !ring) {
+    if ((tcp_ || attached_actors_) && !ring) {
       std::vector<std::byte> framed(sizeof kToken);
       std::memcpy(framed.data(), &kToken, sizeof kToken);
       framed.insert(framed.end(), bytes.begin(), bytes.end());
-      return tcp_->exchange(framed.data(), framed.size(), in(10s));
+      if (tcp_) return tcp_->exchange(framed.data(), framed.size(), in(10s));
+      const auto* p = reinterpret_cast<const char*>(framed.data());
+      auto reply = ask<std::vector<char>>(*self_, volume_, small_op_atom::value,
+                                          std::vector<char>(p, p + framed.size()));
+      if (!reply.ok()) return reply.status();
+      const auto* b = reinterpret_cast<const std::byte*>(reply->data());
+      return std::vector<std::byte>(b, b + reply->size());
     }
     if (!ring) ring = ring_.get();
     MESHSTORE_RETURN_IF_ERROR(ring->send(7, bytes.data(), bytes.size(), in(10s)));
@@ -179,6 +193,8 @@ class FastGetTest : public ::testing::Test {
   std::unique_ptr<caf::scoped_actor> self_;
   std::unique_ptr<Ring> ring_;
   bool over_tcp_ = false;
+  bool over_actors_ = false;      // the channel is small_op messages
+  bool attached_actors_ = false;  // ... and its token is attached
   std::unique_ptr<transports::Transport> tcp_transport_;
   std::unique_ptr<transports::SmallOps> tcp_;
 };
@@ -189,6 +205,7 @@ class VolumeEnd : public FastGetTest, public ::testing::WithParamInterface<const
   void SetUp() override {
     FastGetTest::SetUp();
     over_tcp_ = std::string(GetParam()) == "tcp";
+    over_actors_ = std::string(GetParam()) == "actors";
   }
 };
 
@@ -397,7 +414,7 @@ TEST_P(VolumeEnd, HostileCommitsAreRefusedAndCommitNothing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, VolumeEnd, ::testing::Values("ring", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Channels, VolumeEnd, ::testing::Values("ring", "tcp", "actors"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
