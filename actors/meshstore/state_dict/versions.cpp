@@ -42,6 +42,26 @@ Status publish_conflict(const std::string& op, const std::string& prefix, std::u
                     "); one writer per prefix, or read latest_version and try again");
 }
 
+namespace {
+
+// The version pointer's put moving `prefix` to version `next`, only from
+// the commit this client saw it at (`seq`: compare-and-set).
+actors::PutItem pointer_item(const std::string& prefix, std::uint64_t next, std::uint64_t seq) {
+  auto item = bytes_item(prefix, std::to_string(next), wire::ObjectKind::object);
+  item.expect_version = seq;
+  item.points_to = next;
+  return item;
+}
+
+// The version that falls out of the newest `keep` once `next` is
+// published, retired in the same controller step as the pointer's move.
+std::vector<std::string> retired_by(const std::string& prefix, std::uint64_t next, int keep) {
+  if (next <= static_cast<std::uint64_t>(keep)) return {};
+  return {version_key(prefix, next - static_cast<std::uint64_t>(keep))};
+}
+
+}  // namespace
+
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, int keep, const std::string& op,
                                        Pointer from, const std::weak_ptr<actors::FastPath>& fast,
@@ -51,13 +71,9 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
     auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
     raw->defer([=] {
       actors::ChannelPut c;
-      c.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
-      c.items.back().expect_version = from.seq;
-      c.items.back().points_to = next;
+      c.items.push_back(pointer_item(prefix, next, from.seq));
       c.groups.emplace_back();
-      if (next > static_cast<std::uint64_t>(keep)) {
-        c.prefixes.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));
-      }
+      c.prefixes = retired_by(prefix, next, keep);
       c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
       c.what = op + " '" + prefix + "'";
       c.whole_key = true;  // counted as a put of one key: the pointer
@@ -76,14 +92,9 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
   }
   actors::PutCall point;
   point.op = op;
-  point.items.push_back(bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
-  point.items.back().expect_version = from.seq;
-  point.items.back().points_to = next;
-  // The version that falls out goes in the same controller step as the
-  // pointer's move (refused, neither happens).
-  if (next > static_cast<std::uint64_t>(keep)) {
-    point.retire.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));
-  }
+  point.items.push_back(pointer_item(prefix, next, from.seq));
+  // Refused, neither the move nor the retirement happens.
+  point.retire = retired_by(prefix, next, keep);
   auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
   call_client(client, actors::store_put_atom::value, std::move(point), op + " '" + prefix + "'")
       .on_complete([=](const Result<std::vector<std::uint64_t>>& moved) {
@@ -287,13 +298,9 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
   c.groups.assign(c.items.size(), key);
   // The pointer moves in the same commit, only from where this client
   // left it; the version that falls out is retired in the same step.
-  c.items.push_back(facade::bytes_item(prefix, std::to_string(next), wire::ObjectKind::object));
-  c.items.back().expect_version = last->seq;
-  c.items.back().points_to = next;
+  c.items.push_back(pointer_item(prefix, next, last->seq));
   c.groups.push_back(std::string());
-  if (next > static_cast<std::uint64_t>(keep)) {
-    c.prefixes.push_back(version_key(prefix, next - static_cast<std::uint64_t>(keep)));
-  }
+  c.prefixes = retired_by(prefix, next, keep);
   c.slot = std::string(1, '\0') + prefix;  // no key holds a NUL
   c.what = op + " '" + prefix + "'";
   auto done = actors::put_over_channel(fast, c, timeout, defer);

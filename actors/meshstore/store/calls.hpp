@@ -31,6 +31,20 @@ std::shared_ptr<Promise<T>> make_promise(const std::string& what) {
       Status(Errc::shutdown, what + ": the store was closed before the operation completed"));
 }
 
+/// Makes `fut`, the future of `promise`, cancel its call through `guard`
+/// (Future::cancel): unless the call is committing, it stops, and the
+/// promise answers Errc::cancelled naming `what`.
+template <class T>
+void cancel_through(const Future<T>& fut, std::shared_ptr<internal::CallGuard> guard,
+                    const std::shared_ptr<Promise<T>>& promise, std::string what) {
+  set_canceller(fut, [guard = std::move(guard), weak = std::weak_ptr<Promise<T>>(promise),
+                      what = std::move(what)] {
+    if (!guard->cancel()) return false;  // committing: it runs to its end
+    if (auto p = weak.lock()) p->set_error(Status(Errc::cancelled, what + ": cancelled"));
+    return true;
+  });
+}
+
 /// A put over the client's channel: `attempt(defer, nullptr)` puts it on
 /// this thread and answers its future, or nullopt when the channel cannot
 /// take it; it may instead set `*defer` (a put sent over the network that
@@ -52,11 +66,7 @@ std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const
   std::shared_ptr<internal::CallGuard> guard;
   if (cancellable) {
     guard = std::make_shared<internal::CallGuard>();
-    set_canceller(fut, [guard, weak = std::weak_ptr<Promise<T>>(promise), what] {
-      if (!guard->cancel()) return false;  // committing: it runs to its end
-      if (auto p = weak.lock()) p->set_error(Status(Errc::cancelled, what + ": cancelled"));
-      return true;
-    });
+    cancel_through(fut, guard, promise, what);
   }
   fast.defer([attempt = std::move(attempt), actors = std::move(actors), promise, guard]() mutable {
     auto done = attempt(nullptr, guard);

@@ -145,12 +145,7 @@ struct Store::Impl {
     using T = typename decltype(c.promise)::element_type::value_type;
     c.promise = facade::make_promise<T>(what);
     auto fut = c.promise->future();
-    set_canceller(fut, [guard = c.guard, weak = std::weak_ptr<Promise<T>>(c.promise), what] {
-      if (!guard->cancel()) return false;  // committing: it runs to its end
-      if (auto promise = weak.lock())
-        promise->set_error(Status(Errc::cancelled, what + ": cancelled"));
-      return true;
-    });
+    facade::cancel_through(fut, c.guard, c.promise, what);
     if (!send(impl, atom, std::move(c))) return facade::closed_future<T>(what);
     return fut;
   }

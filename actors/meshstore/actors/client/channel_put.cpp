@@ -4,6 +4,7 @@
 #include "meshstore/actors/client/channel_put.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -123,8 +124,13 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
   if (guard && !guard->enter()) return cancelled(c);
   fg::CommitRequest req;
   req.prefixes = c.prefixes;
-  std::vector<std::vector<std::byte>> gathered;  // gathered objects assembled; copies (guard)
+  std::vector<std::vector<std::byte>> held;             // bytes assembled, packed or copied here
   std::vector<std::shared_ptr<std::byte>> from_device;  // GPU tensors' bytes, page-locked
+  // A buffer of `n` bytes of this put's own (its views stay valid).
+  auto hold = [&](std::size_t n) {
+    if (held.empty()) held.reserve(c.items.size());  // no reallocation after this
+    return held.emplace_back(n).data();
+  };
   bool copied = true;
   for (std::size_t i = 0; i < c.items.size() && copied; ++i) {
     const auto& item = c.items[i];
@@ -139,25 +145,23 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
       from_device.push_back(buf);
       data = reinterpret_cast<const char*>(buf.get());
     } else if (item.gather) {
-      if (gathered.empty()) gathered.reserve(c.items.size());  // no reallocation after this
-      gathered.emplace_back(n);
-      copied = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
-      data = reinterpret_cast<const char*>(gathered.back().data());
+      auto* dst = hold(n);
+      copied = fill_gathered_here(*item.gather, dst, n).ok();
+      data = reinterpret_cast<const char*>(dst);
     } else if (!item.view.is_contiguous()) {  // packed here
-      if (gathered.empty()) gathered.reserve(c.items.size());
-      gathered.emplace_back(n);
-      pack_to(item.view, gathered.back().data());
-      data = reinterpret_cast<const char*>(gathered.back().data());
-    } else if (guard && n > 0) {
-      const auto* b = reinterpret_cast<const std::byte*>(data);
-      if (gathered.empty()) gathered.reserve(c.items.size());
-      gathered.emplace_back(b, b + n);
-      data = reinterpret_cast<const char*>(gathered.back().data());
+      auto* dst = hold(n);
+      pack_to(item.view, dst);
+      data = reinterpret_cast<const char*>(dst);
+    } else if (guard && n > 0) {  // out of the caller's buffer before its entry ends
+      auto* dst = hold(n);
+      std::memcpy(dst, data, n);
+      data = reinterpret_cast<const char*>(dst);
     }
     req.inlined.emplace_back(std::string_view(n > 0 ? data : "", n));
   }
   if (guard) guard->leave();  // the caller's bytes are copied
   if (!copied) return std::nullopt;
+  if (guard && !guard->begin_commit()) return cancelled(c);
   // What was kept staged for this put goes back with it.
   auto staging = fast.take_staging(c.slot);
   if (staging && staging->volume_id == home) {
@@ -166,14 +170,11 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     fast.give_back(*staging, timeout);
   }
   bool sent = false, refused = false;
-  auto got = guard && !guard->begin_commit()
-                 ? Result<fg::CommitDone>(Status(Errc::cancelled, "cancelled"))
-                 : fast.commit(home, req, timeout, &sent, &refused);
+  auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {
     if (!sent && staging && staging->volume_id == home) {
       fast.keep_staging(c.slot, std::move(*staging), timeout);
     }
-    if (!sent && got.status().code() == Errc::cancelled) return cancelled(c);
     if (!sent || refused) return std::nullopt;
     // The channel failed with the commit on its way: committed or not is
     // unknown (its objects then belong to the keys, or go with this client).
