@@ -179,8 +179,9 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
     ASSERT_OK(regions);
     const auto committed_id = regions->at(0).region_id;
     client->send(volume, commit_atom::value, std::vector<std::uint64_t>{committed_id});
-    auto lease = ask<wire::ReadLease>(client, volume, open_read_atom::value,
-                                      std::vector<std::uint64_t>{committed_id}, std::uint64_t{1});
+    auto lease =
+        ask<wire::ReadLease>(client, volume, open_read_atom::value,
+                             std::vector<std::uint64_t>{committed_id}, std::uint64_t{1}, false);
     ASSERT_OK(lease);
     ASSERT_NE(lease->lease_id, 0u);
     auto alive = ask<wire::VolumeStat>(*self_, volume, stat_atom::value).value();
@@ -207,7 +208,7 @@ TEST_F(ControllerTest, ClosingALeaseThatNeverOpenedIsHarmless) {
   EXPECT_EQ(stat().leases, 0u);
   const auto id = stage(2 * actors::limits::kInlineBytes);  // large enough to need a lease
   EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
-                                     std::vector<std::uint64_t>{id}, std::uint64_t{0})),
+                                     std::vector<std::uint64_t>{id}, std::uint64_t{0}, false)),
                Errc::protocol_error, "lease id 0");
 }
 
@@ -247,12 +248,18 @@ TEST_F(ControllerTest, PinnedLocateHoldsTheReleaseOfAReplacedVersionUntilUnpinne
                                                   std::vector<std::string>{"hot"}))
                    ->front()
                    .found());
-  // ...but the located object is still there to be read; the unpinned
-  // second version is gone.
+  // ...but the located object is still there for the pinned reader; the
+  // unpinned second version is gone.
   EXPECT_EQ(stat().bytes_held, n);
   auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
-                                    std::vector<std::uint64_t>{old_id}, std::uint64_t{1});
+                                    std::vector<std::uint64_t>{old_id}, std::uint64_t{1}, true);
   ASSERT_OK(lease);
+  // A reader without the pin (one that located the old version before the
+  // overwrites, and kept it in its cache) is refused: it reads the key
+  // afresh, never the version the returned overwrites replaced.
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+                                     std::vector<std::uint64_t>{old_id}, std::uint64_t{2}, false)),
+               Errc::not_found, "replaced or removed");
   (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
   // Unpinning lets it go (a locate after it orders the volume's messages).
   (*self_)->send(controller_, unpin_atom::value, pin);
@@ -425,7 +432,7 @@ TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
   const std::uint64_t n = 2 * actors::limits::kInlineBytes;  // large: read through a lease
   const auto id = stage(n);
   auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
-                                    std::vector<std::uint64_t>{id}, std::uint64_t{7});
+                                    std::vector<std::uint64_t>{id}, std::uint64_t{7}, false);
   ASSERT_OK(lease);
   EXPECT_NE(lease->lease_id, 0u);
   EXPECT_TRUE(lease->data.empty());
@@ -434,7 +441,7 @@ TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
   EXPECT_EQ(s.staged + s.objects, 0u);
   EXPECT_EQ(s.bytes_held, n);  // still pinned by the lease
   EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
-                                     std::vector<std::uint64_t>{id}, std::uint64_t{8})),
+                                     std::vector<std::uint64_t>{id}, std::uint64_t{8}, false)),
                Errc::not_found, "is gone");
   (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
   EXPECT_EQ(stat().bytes_held, 0u);
@@ -449,7 +456,7 @@ TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
   ASSERT_OK(regions);
   auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
                                     std::vector<std::uint64_t>{regions->front().region_id},
-                                    std::uint64_t{9});
+                                    std::uint64_t{9}, false);
   ASSERT_OK(lease);
   EXPECT_EQ(lease->lease_id, 0u);  // nothing pinned
   EXPECT_EQ(lease->data, std::vector<std::string>{"hello"});

@@ -42,6 +42,7 @@ using store_counters_atom = caf::atom_constant<caf::atom("s_counters")>;
 using stage_atom = caf::atom_constant<caf::atom("stage")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using discard_atom = caf::atom_constant<caf::atom("discard")>;
 using open_read_atom = caf::atom_constant<caf::atom("open_read")>;

@@ -341,6 +341,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         for (auto id : ids) self->state.drop(id, true);
         self->state.regions->prune();
       },
+      [=](retire_atom, const std::vector<std::uint64_t>& ids) { self->state.small->retire(ids); },
       [=](discard_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) self->state.drop(id, false);
         self->state.regions->prune();
@@ -371,14 +372,17 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         st.regions->prune();
         return dropped;
       },
-      [=](open_read_atom, const std::vector<std::uint64_t>& ids,
-          std::uint64_t lease_id) -> caf::result<wire::ReadLease> {
+      [=](open_read_atom, const std::vector<std::uint64_t>& ids, std::uint64_t lease_id,
+          bool located_pinned) -> caf::result<wire::ReadLease> {
         auto& st = self->state;
         wire::ReadLease lease;
         std::vector<std::shared_ptr<transports::Region>> pinned;
         for (auto id : ids) {
           auto it = st.objects.find(id);
-          if (it == st.objects.end()) {
+          // A superseded object a pin holds back is read only by the pinned
+          // readers: anyone else located it before the write that replaced
+          // it returned, and must locate again.
+          if (it == st.objects.end() || (!located_pinned && !st.small->current(id))) {
             return to_caf_error(Status(Errc::not_found, "volume '" + st.config.volume_id +
                                                             "': object " + std::to_string(id) +
                                                             " is gone (replaced or removed)"));

@@ -90,6 +90,10 @@ using storage_volume_actor = caf::typed_actor<
     // These objects are no longer referenced (superseded, removed, or a
     // failed put's staging); their memory goes once no lease pins it.
     caf::reacts_to<release_atom, std::vector<std::uint64_t>>,
+    // These objects were superseded while a reader's pin holds them: they
+    // stay for the pinned readers, and nobody else reads them from now on
+    // (their tags are cleared, and an open_read without a pin is refused).
+    caf::reacts_to<retire_atom, std::vector<std::uint64_t>>,
     // These objects were removed: like release, but their memory is freed
     // (shared-memory segments unlinked) instead of kept for reuse.
     caf::reacts_to<discard_atom, std::vector<std::uint64_t>>,
@@ -97,11 +101,13 @@ using storage_volume_actor = caf::typed_actor<
     // message it sent before has been handled (the controller's messages
     // arrive in order), so the dropped objects are unreadable by then.
     caf::replies_to<flush_atom>::with<caf::ok_atom>,
-    // Pins objects for reading; Errc::not_found if any is gone.
+    // Pins objects for reading; Errc::not_found if any is gone, or was
+    // superseded (released or retired) and the reader holds no pin on it
+    // (`pinned`: it located them with locate_pinned, or reads a stream).
     // The lease id is the client's choice (unique per client), so a client
     // whose open_read timed out can still close the lease it may have got.
-    caf::replies_to<open_read_atom, std::vector<std::uint64_t>,
-                    std::uint64_t /*lease id*/>::with<wire::ReadLease>,
+    caf::replies_to<open_read_atom, std::vector<std::uint64_t>, std::uint64_t /*lease id*/,
+                    bool /*pinned*/>::with<wire::ReadLease>,
     // Unpins a lease.
     caf::reacts_to<close_read_atom, std::uint64_t>,
     // Unpins a revocable lease, answering whether it was still whole (no

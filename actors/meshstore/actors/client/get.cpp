@@ -331,7 +331,7 @@ void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
     }
     std::vector<Future<void>> groups;
     for (auto& [vid, targets] : by_volume) {
-      groups.push_back(read_from_volume(self, vid, std::move(targets), stale));
+      groups.push_back(read_from_volume(self, vid, std::move(targets), op->pin != 0, stale));
     }
     await(self, settle_all(std::move(groups)), [=](const Result<void>& r) {
       op->stale = *stale;

@@ -171,8 +171,9 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
     }
     op->lease_id = self->state.next_lease_id++;
     // Pins the staged objects: a writer's abort, a retire or a replace
-    // cannot free them under the reads.
-    ask(self, op->conn->handle, open_read_atom::value, ids, op->lease_id)
+    // cannot free them under the reads. (Located with the stream: read
+    // even if a later put superseded them.)
+    ask(self, op->conn->handle, open_read_atom::value, ids, op->lease_id, true)
         .then(
             [=](const wire::ReadLease& lease) {
               op->leased = lease.lease_id != 0;

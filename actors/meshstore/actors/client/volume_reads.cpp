@@ -356,14 +356,15 @@ void close_checked(client_pointer self, const std::shared_ptr<VolumeConn>& c,
 
 // Reads `targets` from `c` under a read lease: open_read pins them (or
 // answers small ones' bytes inline), the bytes are copied, the lease closes.
+// `pinned`: they were located under a pin (superseded ones still serve).
 void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
-                 std::vector<ReadTarget> targets, std::shared_ptr<bool> stale,
+                 std::vector<ReadTarget> targets, bool pinned, std::shared_ptr<bool> stale,
                  std::shared_ptr<Promise<void>> promise) {
   const std::string volume_id = c->info.volume_id;
   std::vector<std::uint64_t> ids;
   for (const auto& t : targets) ids.push_back(t.object_id);
   const std::uint64_t lease_id = self->state.next_lease_id++;
-  ask(self, c->handle, open_read_atom::value, ids, lease_id)
+  ask(self, c->handle, open_read_atom::value, ids, lease_id, pinned)
       .then(
           [=](const wire::ReadLease& lease) mutable {
             c->remember(lease.regions);
@@ -464,7 +465,8 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
 }  // namespace
 
 Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
-                              std::vector<ReadTarget> targets, std::shared_ptr<bool> stale) {
+                              std::vector<ReadTarget> targets, bool pinned,
+                              std::shared_ptr<bool> stale) {
   auto promise =
       std::make_shared<Promise<void>>(Status(Errc::shutdown, "client stopped during a read"));
   auto fut = promise->future();
@@ -472,7 +474,7 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
     if (!conn.ok()) return (void)promise->set_error(conn.status());
     auto c = *conn;
     auto unleased = lease_free_read_of(self, *c, targets);
-    if (!unleased) return leased_read(self, c, std::move(targets), stale, promise);
+    if (!unleased) return leased_read(self, c, std::move(targets), pinned, stale, promise);
     auto reads = copy_out(c, unleased->regions, targets);
     await(self, settle_all(std::move(reads)), [=](const Result<void>& r) mutable {
       // Each tag read again after the copy (seqlock style): still the
@@ -484,7 +486,7 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
       }
       self->state.cfg.fast_path->count_lease_free(same);
       if (same) return (void)promise->set_value();
-      leased_read(self, c, std::move(targets), stale, promise);
+      leased_read(self, c, std::move(targets), pinned, stale, promise);
     });
   });
   return fut;

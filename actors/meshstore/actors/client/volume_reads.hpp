@@ -46,8 +46,10 @@ struct ReadTarget {
 };
 
 // Pins the objects at one volume, reads them, unpins. Sets `*stale` when the
-// volume no longer has one of them.
+// volume no longer has one of them, or (unless `pinned`: they were located
+// under a controller's pin) one was superseded.
 Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
-                              std::vector<ReadTarget> targets, std::shared_ptr<bool> stale);
+                              std::vector<ReadTarget> targets, bool pinned,
+                              std::shared_ptr<bool> stale);
 
 }  // namespace meshstore::actors::client_detail

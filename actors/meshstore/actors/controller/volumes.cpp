@@ -15,17 +15,25 @@ void send_to_volumes(controller_pointer self,
   for (const auto& [vid, all] : by_volume) {
     auto it = st.volumes.find(vid);
     if (it == st.volumes.end() || all.empty()) continue;
-    std::vector<std::uint64_t> ids;
+    std::vector<std::uint64_t> ids, retired;
     if (verdict == Verdict::commit || st.pinned.empty()) {
       ids = all;
     } else {
+      // A pinned object stays until its pin ends, for the pinned reader;
+      // it is retired now, so no reader that located it unpinned (from a
+      // cache) reads it once this write is answered.
       for (auto id : all) {
         ControllerState::ObjectRef ref{vid, id};
         if (st.pinned.count(ref) != 0) {
           st.held_back[ref] = verdict == Verdict::discard;
+          retired.push_back(id);
         } else {
           ids.push_back(id);
         }
+      }
+      if (!retired.empty()) {
+        self->send(it->second, retire_atom::value, retired);
+        st.flush_due[vid].insert(st.flush_due[vid].end(), retired.begin(), retired.end());
       }
       if (ids.empty()) continue;
     }

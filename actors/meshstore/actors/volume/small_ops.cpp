@@ -43,20 +43,25 @@ std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& k
   return fast_get::encode(fast_get::ReplyStatus::ok, e->region->data(), e->region->size());
 }
 
+bool SmallObjects::current(std::uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return map_.count(id) != 0;
+}
+
 bool SmallObjects::retire(const std::vector<std::uint64_t>& ids) {
   std::lock_guard<std::mutex> lock(mu_);
   bool all = true;
   for (auto id : ids) {
     auto it = map_.find(id);
-    if (it == map_.end()) continue;  // dropped: the actor cleared its tag
-    if (!it->second.tag) {
+    if (it == map_.end()) continue;  // dropped (the actor cleared its tag), or retired
+    if (it->second.tag) {
+      // The region is held here, so its memory (and the tag in it) is this
+      // object's until the actor drops it; the tag names it until then.
+      std::uint64_t expected = id;
+      it->second.tag->compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+    } else {
       all = false;
-      continue;
     }
-    // The region is held here, so its memory (and the tag in it) is this
-    // object's until the actor drops it; the tag names it until then.
-    std::uint64_t expected = id;
-    it->second.tag->compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
     map_.erase(it);
   }
   return all;

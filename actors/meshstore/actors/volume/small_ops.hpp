@@ -53,13 +53,18 @@ class SmallObjects {
   /// Object `id` was committed under `key`: gets may read it.
   void commit(std::uint64_t id, const std::string& key);
   void remove(std::uint64_t id);
+  /// Whether object `id` is tracked and not retired: staged, or committed
+  /// and not superseded.
+  bool current(std::uint64_t id) const;
   /// The reply to a get of object `id` named `key`: its bytes, or stale.
   std::vector<std::byte> read(std::uint64_t id, const std::string& key) const;
-  /// Objects the controller released, before the volume actor drops them:
-  /// their tags are cleared (only while they still name them) and gets no
-  /// longer serve them, so no reader finds them from now on. True when
-  /// that holds for each (it is retired, or was dropped already); false
-  /// when one has no tag, whose readers only the actor's drop stops.
+  /// Objects the controller released (or a pin holds back superseded),
+  /// before the volume actor drops them: their tags are cleared (only
+  /// while they still name them), and neither gets nor unpinned leases
+  /// serve them, so no reader that located them unpinned finds them from
+  /// now on. True when each had a tag (or was dropped already); false
+  /// when one has none (GPU memory, a lent buffer): the controller then
+  /// also waits for the volume actor's flush before it answers.
   bool retire(const std::vector<std::uint64_t>& ids);
 
  private:
