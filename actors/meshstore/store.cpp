@@ -145,6 +145,8 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 // ...); on the waiting thread `actors_put` does. A
 // `cancellable` put left to the waiting thread is cancelled through its
 // future, as the actors' put is (Future::cancel).
+// Shards of sharded keys (items with a slice) commit as the controller's
+// put_shards does: each key once every rank's shards cover it.
 std::optional<Future<void>> put_on_channel(
     actors::FastPath* fast, std::vector<actors::PutItem> items, const std::string& what,
     std::chrono::milliseconds timeout,
@@ -157,11 +159,16 @@ std::optional<Future<void>> put_on_channel(
   c.whole_key = true;
   for (auto& item : items) {
     c.slot += item.key;
+    if (item.slice) {
+      c.sharded = true;
+      c.slot += item.slice->to_string();
+    } else {
+      // Only over the version this client saw last, when it saw one: a put
+      // that reaches the controller late (its channel timed out and the
+      // actors put it meanwhile) is refused rather than roll the key back.
+      item.expect_version = fast->cache().version(item.key);
+    }
     c.slot.push_back('\0');
-    // Only over the version this client saw last, when it saw one: a put
-    // that reaches the controller late (its channel timed out and the
-    // actors put it meanwhile) is refused rather than roll the key back.
-    item.expect_version = fast->cache().version(item.key);
     c.groups.emplace_back();
   }
   c.items = std::move(items);
@@ -241,19 +248,29 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
   auto st = staging(op, replicas == 1);
   auto host = st->source(shard, key);
   if (!host.ok()) return make_error_future<void>(host.status());
-  actors::PutCall call;
-  call.op = op;
-  actors::PutItem item{key, *host, wire::ObjectKind::tensor, nullptr};
+  // The bytes live as long as the put: the caller's, or staged in `st`.
+  actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
   item.slice = slice;
   item.replicas = replicas;
   // Replicas are compared by the controller: ranks holding the same box
   // must put the same bytes.
   if (replicas > 1) item.checksum = content_checksum(*host);
-  call.items.push_back(std::move(item));
-  call.guard = std::make_shared<internal::CallGuard>();
   const std::string what = "put '" + key + "' slice " + slice.to_string();
-  return Impl::call_cancellable(impl_.get(), actors::store_put_atom::value, std::move(call), what)
-      .then([st](const std::vector<std::uint64_t>&) {});
+  auto via_actors = [impl = impl_.get(), item, what,
+                     op](std::shared_ptr<internal::CallGuard> guard = nullptr) {
+    actors::PutCall call;
+    call.op = op;
+    call.items.push_back(item);
+    call.guard = guard ? std::move(guard) : std::make_shared<internal::CallGuard>();
+    return Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call), what)
+        .then([](const std::vector<std::uint64_t>&) {});
+  };
+  if (!impl_) return via_actors();
+  if (auto done = put_on_channel(impl_->fast.get(), {item}, what, impl_->options.request_timeout,
+                                 via_actors, true)) {
+    return *done;
+  }
+  return via_actors();
 }
 
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {

@@ -65,6 +65,27 @@ std::uint64_t pointer_value(actors::FastPath* fast, const std::string& prefix) {
   return here ? here->value : 0;
 }
 
+// A named state-dict put (state_dicts::name_put) on this thread, where the
+// client has a channel to its volume; else the actors put it.
+// (`fast`: the client's fast path, whose waiting thread's jobs end before
+// it goes; null for none.)
+Future<void> put_named_here(const caf::actor_addr& client, actors::FastPath* fast,
+                            std::chrono::milliseconds timeout, const std::string& what,
+                            std::shared_ptr<state_dicts::PreparedPut> p) {
+  if (fast) {
+    auto done = put_over_channel_or_defer<void>(
+        *fast, what,
+        [fast, p, timeout](bool* defer, const auto&) -> std::optional<Future<void>> {
+          auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout, defer);
+          if (!done) return std::nullopt;
+          return done->ok() ? make_ready_future() : make_error_future<void>(*done);
+        },
+        [client, p](const auto&) { return state_dicts::put_named(client, p); });
+    if (done) return std::move(*done);
+  }
+  return state_dicts::put_named(client, std::move(p));
+}
+
 }  // namespace
 
 Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
@@ -80,22 +101,10 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  // On this thread, where the client has a channel to its volume.
-  const caf::actor_addr client = Impl::client_address(impl_.get());
-  if (impl_ && impl_->fast) {
-    const auto timeout = impl_->options.request_timeout;
-    actors::FastPath* fast = impl_->fast.get();  // defer's jobs end before it
-    auto done = put_over_channel_or_defer<void>(
-        *fast, op + " '" + key + "'",
-        [fast, p, timeout](bool* defer, const auto&) -> std::optional<Future<void>> {
-          auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout, defer);
-          if (!done) return std::nullopt;
-          return done->ok() ? make_ready_future() : make_error_future<void>(*done);
-        },
-        [client, p](const auto&) { return state_dicts::put_named(client, p); });
-    if (done) return done->then([st] {});  // host copies live till then
-  }
-  return state_dicts::put_named(client, std::move(p)).then([st] {});
+  return put_named_here(Impl::client_address(impl_.get()), impl_ ? impl_->fast.get() : nullptr,
+                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
+                        op + " '" + key + "'", std::move(p))
+      .then([st] {});
 }
 
 Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,
@@ -108,7 +117,11 @@ Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& loc
   if (!use.ok()) return make_error_future<void>(use.status());
   auto prepared = prepare_put(**use, op, options, ShardedPart{&layout, rank});
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
-  return put_prepared(Impl::client_address(impl_.get()), key, std::move(prepared).value())
+  auto p = std::move(prepared).value();
+  if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
+  return put_named_here(Impl::client_address(impl_.get()), impl_ ? impl_->fast.get() : nullptr,
+                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
+                        op + " '" + key + "'", std::move(p))
       .then([st] {});
 }
 

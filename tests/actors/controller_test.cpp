@@ -574,8 +574,9 @@ TEST_F(SmallOpMessageTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
 }
 
 TEST_F(SmallOpMessageTest, ControllerRefusalLeavesNothingStaged) {
-  // A shard of another global shape: the controller refuses the record.
-  EXPECT_ERROR(commit(record("k", {2})), Errc::shape_mismatch, "not in global shape");
+  // The whole of another global shape (4 floats, as sent): the controller
+  // refuses the record.
+  EXPECT_ERROR(commit(record("k", {2, 2})), Errc::shape_mismatch, "not in global shape");
   // The refusal reached the volume before our reply did: nothing is left.
   auto s = stat();
   EXPECT_EQ(s.objects + s.staged, 0u);

@@ -480,6 +480,38 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   auto cut_inline = big_bytes;
   cut_inline.resize(cut_inline.size() - too_many.size() + 10);
   EXPECT_ERROR(fast_get::decode_commit(cut_inline), Errc::protocol_error, "bytes inline for");
+  // A sharded commit carries its group, layout and members; it has no
+  // prefixes, and a group has members (none without one).
+  fast_get::CommitRequest shards;
+  shards.records = {req.records[0]};
+  shards.sharded = true;
+  shards.group = "sd";
+  shards.layout = 77;
+  shards.members = {"sd", "sd/0", "sd/1"};
+  std::vector<std::byte> shard_bytes;
+  fast_get::encode_into(shards, shard_bytes);
+  auto shards_back = fast_get::decode_commit(shard_bytes);
+  ASSERT_OK(shards_back);
+  EXPECT_TRUE(shards_back->sharded);
+  EXPECT_EQ(shards_back->group, "sd");
+  EXPECT_EQ(shards_back->layout, 77u);
+  EXPECT_EQ(shards_back->members, shards.members);
+  EXPECT_FALSE(back->sharded) << "a whole-key commit";
+  auto with_prefix = shards;
+  with_prefix.prefixes = {"sd"};
+  fast_get::encode_into(with_prefix, shard_bytes);
+  EXPECT_ERROR(fast_get::decode_commit(shard_bytes), Errc::protocol_error,
+               "a sharded commit of 1 records under 1 prefixes");
+  auto no_members = shards;
+  no_members.members.clear();
+  fast_get::encode_into(no_members, shard_bytes);
+  EXPECT_ERROR(fast_get::decode_commit(shard_bytes), Errc::protocol_error,
+               "group 'sd' with 0 members");
+  auto odd_flags = bytes;
+  const std::uint32_t four = 4;
+  std::memcpy(odd_flags.data() + 20, &four, 4);
+  EXPECT_ERROR(fast_get::decode_commit(odd_flags), Errc::protocol_error,
+               "a commit with unknown flags");
   EXPECT_ERROR(fast_get::decode_commit({}), Errc::protocol_error, "no header");
   std::vector<std::byte> nothing;
   fast_get::encode_into(fast_get::CommitRequest{}, nothing);
@@ -521,6 +553,10 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   EXPECT_FALSE(refused);
   EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused),
                Errc::protocol_error, "version 0");
+  // A sharded commit's key still waiting for other shards has none yet.
+  auto pending = fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused, true);
+  ASSERT_OK(pending);
+  EXPECT_EQ(pending->versions, (std::vector<std::uint64_t>{4, 0, 6}));
   // The objects the volume staged for bytes sent inline, with their places
   // (none for a volume without shm); one per record sent inline.
   auto placed = fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{90, "seg;64"}, {91, ""}}), 3, 2,

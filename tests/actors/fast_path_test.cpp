@@ -583,6 +583,54 @@ TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
   store.close();
 }
 
+// A shard of a sharded key is one commit over the channel too, its bytes
+// inline when they fit one request (rows of a small tensor), else written
+// into an object its volume staged (4 MiB); the key commits, as the
+// actors' put_shards commits it, once every client's shards cover it, and
+// until then a read names what is missing. Replicas of one box must agree.
+TEST_P(FastPathOver, ShardsOfAShardedKeyGoOverTheChannelAndCommitOnceCovered) {
+  auto store = Store::embedded(writer_options()).value();
+  auto other = Store::connect(store.address(), reader_options()).value();
+  for (const std::int64_t rows : {std::int64_t{4}, std::int64_t{1024}}) {
+    SCOPED_TRACE(rows);
+    const Shape shape{rows, 1024};
+    auto whole = Tensor::empty(DType::float32, shape).value();
+    for (std::int64_t i = 0; i < whole.numel(); ++i) {
+      whole.data_as<float>()[i] = static_cast<float>(i % 977) + static_cast<float>(rows);
+    }
+    const auto placement = Placement::make({2}, {DimPlacement::shard(0)}).value();
+    const std::string key = "sharded" + std::to_string(rows);
+    auto put_rank = [&](Store& s, std::int64_t rank) {
+      const auto box = placement.slice_for(shape, rank).value();
+      const auto bytes = static_cast<std::size_t>(box.numel()) * 4;
+      const auto* from = whole.data_as<float>() + box.offsets()[0] * shape[1];
+      const auto before = s.fast_path_stats();
+      EXPECT_OK(s.put(key, TensorView::of(const_cast<float*>(from), box.local_shape()), shape,
+                      placement, rank)
+                    .get(kWait));
+      EXPECT_EQ(s.fast_path_stats().puts, before.puts + 1) << "rank " << rank << ", " << bytes;
+      EXPECT_EQ(s.fast_path_stats().put_misses, before.put_misses);
+    };
+    put_rank(store, 0);
+    EXPECT_ERROR(other.get(key).get(kWait), Errc::partially_committed, "missing");
+    put_rank(other, 1);
+    for (Store* s : {&store, &other}) {
+      auto back = s->get(key).get(kWait);
+      ASSERT_OK(back);
+      EXPECT_EQ(std::memcmp(back->data(), whole.data(), whole.nbytes()), 0);
+    }
+  }
+  // Two replicas of one box with different bytes: refused, as the actors
+  // refuse them.
+  const auto replicated = Placement::make({2}, {DimPlacement::replicate()}).value();
+  std::vector<float> a(8, 1.0f), b(8, 2.0f);
+  ASSERT_OK(store.put("rep", TensorView::of(a.data(), {8}), {8}, replicated, 0).get(kWait));
+  EXPECT_ERROR(other.put("rep", TensorView::of(b.data(), {8}), {8}, replicated, 1).get(kWait),
+               Errc::invalid_argument, "hold different bytes");
+  other.close();
+  store.close();
+}
+
 // StoreOptions::fast_path_spin sets how long both ends of the channel spin
 // (the volume's small-op service or tcp connection, and the caller waiting for
 // its answer). Timing is not asserted: whatever the spin, a writer and a

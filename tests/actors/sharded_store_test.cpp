@@ -344,7 +344,10 @@ TEST(ShardedStateDict, PutByOneMeshIsReadByAnotherWithOtherShapes) {
     // Ranks in an odd order: 3, 1, 0, 2. Nothing is visible before the last.
     const std::int64_t rank = (r * 3 + 3) % 4;
     Part p = part_of(v1, rank);
+    // Each rank's part is one commit over its channel.
+    const auto before = store.fast_path_stats().state_dict_puts;
     ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    EXPECT_EQ(store.fast_path_stats().state_dict_puts, before + 1) << "rank " << rank;
     EXPECT_EQ(*store.exists("m").get(kWait), r == 3) << "after rank " << rank;
     if (r < 3) {
       EXPECT_ERROR(store.get_state_dict("m").get(kWait), Errc::partially_committed,

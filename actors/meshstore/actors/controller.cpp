@@ -191,6 +191,77 @@ std::vector<std::string> group_keys(const ControllerState& st,
   return out;
 }
 
+// One sharded put's shards (or a sharded state dict's, as group `group`
+// of `members`, `layout`): checked against each other and the pending
+// shards of their keys, then added; each key its shards now cover commits
+// (a group's all at once, when every member is covered). Answers a version
+// per record: 0 for a key still waiting for shards.
+Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
+                                              const std::vector<wire::KeyRecord>& records,
+                                              const std::string& group,
+                                              const std::vector<std::string>& members,
+                                              std::uint64_t layout) {
+  auto& st = self->state;
+  st.count(ControllerCounter::notify_put_batch);
+  // Validated as a whole (against each other too), then applied.
+  if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
+    return s;
+  }
+  auto pending = st.pending;
+  for (const auto& r : records) {
+    if (auto s = validate_shard(st, pending, r); !s.ok()) return s;
+    add_shard(pending, r);
+  }
+  st.pending = std::move(pending);
+  if (!group.empty() && st.groups.count(group) == 0) {
+    st.groups[group] = ControllerState::Group{members, layout};
+  }
+  std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+  // The volumes keep them even if their writers die.
+  for (const auto& r : records) collect(r, adopted);
+  send_to_volumes(self, adopted, Verdict::commit);
+  // Commits `key`'s pending shards, all at once.
+  std::vector<std::string> committed;
+  auto commit = [&](const std::string& key) {
+    auto it = st.pending.find(key);
+    st.lost.erase(key);
+    auto& slot = st.index[key];
+    if (slot.found()) collect(slot, released);
+    slot = std::move(it->second);
+    slot.version = ++st.last_version;
+    st.touch(slot);
+    st.pending.erase(it);
+    committed.push_back(key);
+  };
+  auto complete = [&](const std::string& key) { return pending_complete(st, key); };
+  if (group.empty()) {
+    // Keys whose shards now cover them commit.
+    for (const auto& r : records) {
+      if (complete(r.key)) commit(r.key);
+    }
+  } else if (std::all_of(members.begin(), members.end(), complete)) {
+    // The whole state dict commits in this handler run, and the keys
+    // its previous version had and this one has not go with it.
+    for (const auto& m : members) commit(m);
+    st.groups.erase(group);
+    const auto stale =
+        group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
+    if (!stale.empty()) remove_keys(self, stale, Verdict::release);
+  }
+  send_to_volumes(self, released, Verdict::release);
+  if (!st.streams.empty() || !st.waiters.empty()) {
+    for (const auto& k : committed) streams_committed(self, k);
+  }
+  std::vector<std::uint64_t> versions;
+  versions.reserve(records.size());
+  for (const auto& r : records) {
+    auto it = st.index.find(r.key);
+    const bool now = std::find(committed.begin(), committed.end(), r.key) != committed.end();
+    versions.push_back(now ? it->second.version : 0);
+  }
+  return versions;
+}
+
 // Removes the keys of the groups under `prefixes` that `records` (just
 // committed, in the same handler run: no reader sees the new keys next to
 // stale ones) did not write. Only keys of the same group (written with the
@@ -367,11 +438,13 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       },
       [=](local_commit_atom, LocalCommit& job) {
         auto& st = self->state;
-        st.count(ControllerCounter::notify_put_batch);
         st.flush_due.clear();
-        auto versions = commit_batch(self, job.records);
+        if (!job.sharded) st.count(ControllerCounter::notify_put_batch);
+        auto versions = job.sharded
+                            ? put_shards(self, job.records, job.group, job.members, job.layout)
+                            : commit_batch(self, job.records);
         if (!versions.ok()) return job.done(versions.status());
-        replace_groups(self, job.records, job.prefixes);
+        if (!job.sharded) replace_groups(self, job.records, job.prefixes);
         // The volume that sent it hears of the release only after this
         // answer: what the commit superseded there is retired first.
         auto due = std::exchange(st.flush_due, {});
@@ -472,66 +545,10 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
       [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
           const std::vector<std::string>& members,
           std::uint64_t layout) -> caf::result<std::vector<std::uint64_t>> {
-        auto& st = self->state;
-        st.count(ControllerCounter::notify_put_batch);
-        st.flush_due.clear();
-        // Validated as a whole (against each other too), then applied.
-        if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
-          return to_caf_error(s);
-        }
-        auto pending = st.pending;
-        for (const auto& r : records) {
-          if (auto s = validate_shard(st, pending, r); !s.ok()) return to_caf_error(s);
-          add_shard(pending, r);
-        }
-        st.pending = std::move(pending);
-        if (!group.empty() && st.groups.count(group) == 0) {
-          st.groups[group] = ControllerState::Group{members, layout};
-        }
-        std::map<std::string, std::vector<std::uint64_t>> adopted, released;
-        // The volumes keep them even if their writers die.
-        for (const auto& r : records) collect(r, adopted);
-        send_to_volumes(self, adopted, Verdict::commit);
-        // Commits `key`'s pending shards, all at once.
-        std::vector<std::string> committed;
-        auto commit = [&](const std::string& key) {
-          auto it = st.pending.find(key);
-          st.lost.erase(key);
-          auto& slot = st.index[key];
-          if (slot.found()) collect(slot, released);
-          slot = std::move(it->second);
-          slot.version = ++st.last_version;
-          st.touch(slot);
-          st.pending.erase(it);
-          committed.push_back(key);
-        };
-        auto complete = [&](const std::string& key) { return pending_complete(st, key); };
-        if (group.empty()) {
-          // Keys whose shards now cover them commit.
-          for (const auto& r : records) {
-            if (complete(r.key)) commit(r.key);
-          }
-        } else if (std::all_of(members.begin(), members.end(), complete)) {
-          // The whole state dict commits in this handler run, and the keys
-          // its previous version had and this one has not go with it.
-          for (const auto& m : members) commit(m);
-          st.groups.erase(group);
-          const auto stale =
-              group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
-          if (!stale.empty()) remove_keys(self, stale, Verdict::release);
-        }
-        send_to_volumes(self, released, Verdict::release);
-        if (!st.streams.empty() || !st.waiters.empty()) {
-          for (const auto& k : committed) streams_committed(self, k);
-        }
-        std::vector<std::uint64_t> versions;
-        versions.reserve(records.size());
-        for (const auto& r : records) {
-          auto it = st.index.find(r.key);
-          const bool now = std::find(committed.begin(), committed.end(), r.key) != committed.end();
-          versions.push_back(now ? it->second.version : 0);
-        }
-        return answer_after_flush(self, std::move(versions));
+        self->state.flush_due.clear();
+        auto versions = put_shards(self, records, group, members, layout);
+        if (!versions.ok()) return to_caf_error(versions.status());
+        return answer_after_flush(self, std::move(versions).value());
       },
       [=](stream_open_atom, const std::string& key, std::string& manifest,
           std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {

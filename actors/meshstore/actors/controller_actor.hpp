@@ -30,6 +30,12 @@ namespace meshstore::actors {
 struct LocalCommit {
   std::vector<wire::KeyRecord> records;
   std::vector<std::string> prefixes;
+  // Shards of sharded keys (put_shards_atom's commit), in group `group` of
+  // `members` and `layout` where they are a sharded state dict's.
+  bool sharded = false;
+  std::string group;
+  std::vector<std::string> members;
+  std::uint64_t layout = 0;
   std::string volume_id;
   std::function<bool(const std::vector<std::uint64_t>&)> retire;
   std::function<void(Result<std::vector<std::uint64_t>>)> done;

@@ -287,8 +287,20 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
   return put_named(client, std::move(p));
 }
 
+namespace {
+
+// put_over_channel's outcome as put_on_caller_thread answers it.
+std::optional<Status> put_committed(actors::FastPath& fast, const actors::ChannelPut& c,
+                                    std::chrono::milliseconds timeout, bool* defer) {
+  auto done = actors::put_over_channel(fast, c, timeout, defer);
+  if (!done) return std::nullopt;
+  return done->ok() ? Status() : done->status();
+}
+
+}  // namespace
+
 bool takes_caller_thread(const actors::PutCall& call) {
-  return call.lent_items.empty() && call.staged_items.empty() && call.group_members.empty() &&
+  return call.lent_items.empty() && call.staged_items.empty() &&
          (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
 }
 
@@ -299,9 +311,19 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   actors::ChannelPut c;
   c.items = call.items;
   c.groups.assign(c.items.size(), under);
-  c.prefixes = {under};
   c.slot = under;
   c.what = call.op + " '" + under + "'";
+  if (!call.group_members.empty()) {
+    // One rank's part of a sharded state dict: its keys commit together
+    // once every rank's shards cover them (the controller's put_shards).
+    c.sharded = true;
+    c.group = under;
+    c.members = call.group_members;
+    c.layout = call.group_layout;
+    c.slot.push_back('\0');  // apart from a whole put of the same key
+    return put_committed(fast, c, timeout, defer);
+  }
+  c.prefixes = {under};
   // The commit holds only while the state dict is at the version this
   // client last saw (none: absent): one that arrives late, after its ring
   // failed and another put of this client committed, is refused rather
@@ -311,9 +333,7 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   for (auto& item : c.items) {
     if (item.key == under) item.expect_version = seen;
   }
-  auto done = actors::put_over_channel(fast, c, timeout, defer);
-  if (!done) return std::nullopt;
-  return done->ok() ? Status() : done->status();
+  return put_committed(fast, c, timeout, defer);
 }
 
 }  // namespace meshstore::state_dicts

@@ -94,7 +94,19 @@ std::size_t record_room(const ChannelPut& c, const std::string& volume_id) {
     n += 128 + 2 * item.key.size() + 16 * item.view.shape().size() + volume_id.size();
   }
   for (const auto& p : c.prefixes) n += 8 + p.size();
-  return n;
+  for (const auto& m : c.members) n += 4 + m.size();
+  return n + c.group.size();
+}
+
+// A commit request for `c`: what it commits besides its records.
+fg::CommitRequest request_for(const ChannelPut& c) {
+  fg::CommitRequest req;
+  req.prefixes = c.prefixes;
+  req.sharded = c.sharded;
+  req.group = c.group;
+  req.members = c.members;
+  req.layout = c.layout;
+  return req;
 }
 
 // `c` committed `records` at `versions`: counted, and each record in the
@@ -102,6 +114,12 @@ std::size_t record_room(const ChannelPut& c, const std::string& volume_id) {
 void learn_committed(FastPath& fast, const ChannelPut& c, std::vector<wire::KeyRecord>& records,
                      const std::vector<std::uint64_t>& versions) {
   fast.count_commit(c.whole_key);
+  if (c.sharded) {
+    // A shard is not its key's record: the key is located when read.
+    for (const auto& r : records) fast.cache().erase(r.key);
+    if (!c.group.empty()) fast.cache().erase_under(c.group);
+    return;
+  }
   for (std::size_t i = 0; i < records.size(); ++i) {
     records[i].version = versions[i];
     fast.cache().put(records[i]);
@@ -122,8 +140,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     FastPath& fast, const ChannelPut& c, const std::string& home, std::chrono::milliseconds timeout,
     const std::shared_ptr<internal::CallGuard>& guard) {
   if (guard && !guard->enter()) return cancelled(c);
-  fg::CommitRequest req;
-  req.prefixes = c.prefixes;
+  auto req = request_for(c);
   std::vector<std::vector<std::byte>> held;             // bytes assembled, packed or copied here
   std::vector<std::shared_ptr<std::byte>> from_device;  // GPU tensors' bytes, page-locked
   // A buffer of `n` bytes of this put's own (its views stay valid).
@@ -201,7 +218,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   for (const auto& item : c.items) {
     const auto& v = item.view;
     // A strided GPU view is packed on its device before it comes here.
-    if (item.slice || (!item.gather && !v.is_contiguous() && on_device(v))) return std::nullopt;
+    if ((item.slice && !c.sharded) || (!item.gather && !v.is_contiguous() && on_device(v))) {
+      return std::nullopt;
+    }
     total += v.nbytes();
     largest = std::max(largest, v.nbytes());
     sizes.push_back(v.nbytes());
@@ -272,9 +291,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     wire::RegionRef widest;
     widest.region_id = ~std::uint64_t{0};
     widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
-    fg::CommitRequest probe;
+    auto probe = request_for(c);
     probe.records = records_for(std::vector<wire::RegionRef>(c.items.size(), widest));
-    probe.prefixes = c.prefixes;
     probe.stage = layout;
     probe.release.assign(layout.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
@@ -319,9 +337,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     unused();
     return cancelled(c);
   }
-  req = fg::CommitRequest{};
+  req = request_for(c);
   req.records = records_for(staging->regions);
-  req.prefixes = c.prefixes;
   if (keep) req.stage = layout;
   auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {

@@ -31,6 +31,14 @@ struct ChannelPut {
   std::string slot;
   std::string what;        // the call, for errors
   bool whole_key = false;  // one key's put (counted as such: FastPath::count_commit)
+  // Shards of sharded keys (items with a slice): each key commits once its
+  // shards, from every rank, cover it; in `group` (of `members`, `layout`)
+  // they are one rank's part of a sharded state dict, whose keys commit
+  // together. No prefixes then.
+  bool sharded = false;
+  std::string group;
+  std::vector<std::string> members;
+  std::uint64_t layout = 0;
 };
 
 /// Puts `c` when its client has a channel (ring or tcp) to its volume, in
@@ -44,7 +52,7 @@ struct ChannelPut {
 /// pipelined pieces through page-locked memory); that commit also stages
 /// the next put's objects for a layout put again.
 /// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel yet, a sharded source or a strided one in GPU memory, a full volume, a
+/// channel yet, a strided source in GPU memory, a full volume, a
 /// precondition that no longer holds). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error
 /// with the commit on its way. With `defer`, a put whose bytes are sent

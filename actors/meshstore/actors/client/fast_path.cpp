@@ -476,8 +476,8 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   if (!m.ok()) return fail(m.status());
   const auto inlined = static_cast<std::size_t>(
       std::count_if(req.inlined.begin(), req.inlined.end(), [](const auto& b) { return b; }));
-  auto done =
-      fast_get::decode_commit_reply(*m, req.records.size(), inlined, req.stage.size(), refused);
+  auto done = fast_get::decode_commit_reply(*m, req.records.size(), inlined, req.stage.size(),
+                                            refused, req.sharded);
   // A reply that does not decode: the ring is not to be trusted.
   if (!done.ok() && !*refused) return fail(done.status());
   return done;

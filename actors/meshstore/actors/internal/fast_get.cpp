@@ -87,7 +87,7 @@ void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
   w.u32(static_cast<std::uint32_t>(r.prefixes.size()));
   w.u32(static_cast<std::uint32_t>(r.release.size()));
   w.u32(static_cast<std::uint32_t>(r.stage.size()));
-  w.u32(0);
+  w.u32(r.sharded ? kShardedCommit : 0);
   for (std::size_t i = 0; i < r.records.size(); ++i) {
     w.bytes(wire::encode(r.records[i]));
     const auto* bytes = i < r.inlined.size() && r.inlined[i] ? &*r.inlined[i] : nullptr;
@@ -103,6 +103,11 @@ void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
     w.u32(static_cast<std::uint32_t>(s.device));
     w.bytes(s.key);
   }
+  if (!r.sharded) return;
+  w.bytes(r.group);
+  w.u64(r.layout);
+  w.u32(static_cast<std::uint32_t>(r.members.size()));
+  for (const auto& m : r.members) w.bytes(m);
 }
 
 Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
@@ -121,7 +126,12 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
                std::to_string(head[2]) + " prefixes");
   }
   if (head[1] == 0 && head[3] == 0 && head[4] == 0) return bad("a commit that asks nothing");
-  if (head[5] != 0) return bad("a commit with reserved bits set");
+  if ((head[5] & ~kShardedCommit) != 0) return bad("a commit with unknown flags");
+  const bool sharded = (head[5] & kShardedCommit) != 0;
+  if (sharded && (head[1] == 0 || head[2] != 0)) {
+    return bad("a sharded commit of " + std::to_string(head[1]) + " records under " +
+               std::to_string(head[2]) + " prefixes");
+  }
   Reader r{bytes, 24, "a commit"};
   CommitRequest out;
   out.records.resize(head[1]);
@@ -170,6 +180,19 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
     }
     MESHSTORE_RETURN_IF_ERROR(r.bytes(s.key, kMaxKeyBytes));
   }
+  if (sharded) {
+    out.sharded = true;
+    MESHSTORE_RETURN_IF_ERROR(r.bytes(out.group, kMaxKeyBytes));
+    MESHSTORE_RETURN_IF_ERROR(r.u64(out.layout));
+    std::uint32_t members = 0;
+    MESHSTORE_RETURN_IF_ERROR(r.u32(members));
+    if (members > kMaxCommitRecords || (members == 0) != out.group.empty()) {
+      return bad("a sharded commit of group '" + out.group + "' with " + std::to_string(members) +
+                 " members");
+    }
+    out.members.resize(members);
+    for (auto& m : out.members) MESHSTORE_RETURN_IF_ERROR(r.bytes(m, kMaxKeyBytes));
+  }
   MESHSTORE_RETURN_IF_ERROR(r.end());
   return out;
 }
@@ -216,7 +239,8 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d) {
 }
 
 Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std::size_t records,
-                                       std::size_t inlined, std::size_t stages, bool* refused) {
+                                       std::size_t inlined, std::size_t stages, bool* refused,
+                                       bool sharded) {
   *refused = false;
   auto status = reply_status(bytes);
   if (!status.ok()) return status.status();
@@ -228,7 +252,8 @@ Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std:
     d.versions.resize(records);
     for (auto& v : d.versions) {
       MESHSTORE_RETURN_IF_ERROR(r.u64(v));
-      if (v == 0) return bad("a commit's reply with a version 0");
+      // A shard's key that still waits for other shards has none yet.
+      if (v == 0 && !sharded) return bad("a commit's reply with a version 0");
     }
     std::uint32_t placed = 0;
     MESHSTORE_RETURN_IF_ERROR(r.u32(placed));

@@ -69,13 +69,17 @@ std::vector<std::byte> encode_error(const Status& s);
 // prefixes replaced), and stages objects for the client's next put. Each
 // part may be empty.
 // Request: u32 magic "MSC4", u32 records, u32 prefixes, u32 releases,
-//          u32 stages, u32 zero; then per record u32 length + its encoding
+//          u32 stages, u32 flags; then per record u32 length + its encoding
 //          (wire::encode), u32 flags, and with flag 1 (kInlineObject) u64
 //          n + the object's n bytes (its shard names volume, not object);
 //          per prefix u32 length + its bytes; per release a u64 object id;
 //          per stage a u64 size, i32 device (-1: host memory), u32 key
 //          length, key bytes. Prefixes come
-//          with records only, at most kMaxCommitPrefixes.
+//          with records only, at most kMaxCommitPrefixes. With flag 1
+//          (kShardedCommit): the records are shards of sharded keys (the
+//          controller's put_shards; no prefixes), and after the stages
+//          come the group (u32 length + bytes, "" none), u64 layout, u32
+//          members and each u32 length + its key.
 // Reply:   the reply header, then ok: u64 version per record, u32 objects
 //          placed (one per record sent inline), each u64 id + u32 length
 //          + its shm place ("" when the volume has no shm); u32 staged
@@ -86,7 +90,8 @@ std::vector<std::byte> encode_error(const Status& s);
 //          An error commits nothing and stages nothing; what the request
 //          gives back goes unless it was malformed (protocol_error).
 inline constexpr std::uint32_t kCommitMagic = 0x3443534d;  // "MSC4", little-endian
-inline constexpr std::uint32_t kInlineObject = 1;
+inline constexpr std::uint32_t kInlineObject = 1;          ///< a record's flag
+inline constexpr std::uint32_t kShardedCommit = 1;         ///< a request's flag
 inline constexpr std::uint32_t kMaxCommitRecords = 4096;
 inline constexpr std::uint32_t kMaxCommitPrefixes = 16;
 inline constexpr std::int32_t kMaxDevices = 1024;  ///< a stage's device is below it
@@ -109,6 +114,12 @@ struct CommitRequest {
   std::vector<std::string> prefixes;
   std::vector<std::uint64_t> release;
   std::vector<StageSpec> stage;
+  /// Shards of sharded keys, committed as put_shards commits them: each
+  /// key once its shards cover it, a group's members all at once.
+  bool sharded = false;
+  std::string group;
+  std::uint64_t layout = 0;
+  std::vector<std::string> members;
 };
 /// Encodes `r` into `out` (resized).
 void encode_into(const CommitRequest& r, std::vector<std::byte>& out);
@@ -133,8 +144,11 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d);
 /// What the volume did for a request of `records` records (`inlined` of
 /// them inline) and `stages` stages, or its error (any Errc it gave:
 /// `*refused` is then set); Errc::protocol_error for a malformed reply.
+/// Every version is non-zero, except a `sharded` request's keys that wait
+/// for more shards.
 Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std::size_t records,
-                                       std::size_t inlined, std::size_t stages, bool* refused);
+                                       std::size_t inlined, std::size_t stages, bool* refused,
+                                       bool sharded = false);
 
 std::vector<std::byte> encode(const Request& r);
 /// encode() into `out` (resized), reusing its memory.

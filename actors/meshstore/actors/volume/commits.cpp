@@ -44,6 +44,10 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
   LocalCommit commit;
   commit.records = std::move(req.records);
   commit.prefixes = std::move(req.prefixes);
+  commit.sharded = req.sharded;
+  commit.group = std::move(req.group);
+  commit.members = std::move(req.members);
+  commit.layout = req.layout;
   commit.volume_id = self->state.config.volume_id;
   commit.retire = [small = self->state.small](const std::vector<std::uint64_t>& retired) {
     return small->retire(retired);
@@ -135,12 +139,26 @@ Status check_commit(const fast_get::CommitRequest& req, const std::string& volum
     if (std::any_of(r.shape.begin(), r.shape.end(), [](std::int64_t d) { return d < 0; })) {
       return Status(Errc::protocol_error, "fast commit of '" + r.key + "': a negative dimension");
     }
-    const auto numel = shape_numel(r.shape);
+    // The object is the record's box (the whole tensor unless sharded);
+    // the controller checks the box against the shape.
+    const auto& box = r.shards[0].slice;
+    const auto numel = box.numel();
     if (data->size() != r.shards[0].nbytes || numel < 0 ||
         static_cast<std::uint64_t>(numel) * dtype_size(r.dtype) != data->size()) {
       return Status(Errc::protocol_error,
                     "fast commit of '" + r.key + "': " + std::to_string(data->size()) +
-                        " bytes inline for shape " + shape_to_string(r.shape));
+                        " bytes inline for shape " + shape_to_string(r.shape) + ", box " +
+                        box.to_string());
+    }
+  }
+  if (!req.group.empty()) {
+    if (auto s = facade::check_key("fast commit", req.group); !s.ok()) {
+      return Status(Errc::protocol_error, s.message());
+    }
+  }
+  for (const auto& m : req.members) {
+    if (auto s = facade::check_key("fast commit", m); !s.ok()) {
+      return Status(Errc::protocol_error, s.message());
     }
   }
   for (const auto& s : req.stage) {
@@ -245,23 +263,27 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   }
   // The controller answers this volume without a flush: its release of
   // what the commit superseded reaches this actor before the answer.
-  self->request(controller, st.config.transport_config.request_timeout, replace_atom::value,
-                std::move(req.records), std::move(req.prefixes), true)
-      .then(
-          [stage_and_answer,
-           placed = std::move(placed).value()](std::vector<std::uint64_t>& versions) mutable {
-            stage_and_answer(std::move(versions), std::move(placed));
-          },
-          [self, done, placed_ids](caf::error& e) {
-            // Refused: nothing was committed, so what was staged for the
-            // bytes sent inline goes. After a timeout the controller may
-            // still have committed them; they stay, and go with their client.
-            if (internal::refused(e)) {
-              for (auto id : placed_ids) self->state.drop(id, true);
-              self->state.regions->prune();
-            }
-            (*done)(internal::from_caf_error(e, "commit at the controller"));
-          });
+  const auto timeout = st.config.transport_config.request_timeout;
+  auto sent = req.sharded ? self->request(controller, timeout, put_shards_atom::value,
+                                          std::move(req.records), std::move(req.group),
+                                          std::move(req.members), req.layout)
+                          : self->request(controller, timeout, replace_atom::value,
+                                          std::move(req.records), std::move(req.prefixes), true);
+  sent.then(
+      [stage_and_answer,
+       placed = std::move(placed).value()](std::vector<std::uint64_t>& versions) mutable {
+        stage_and_answer(std::move(versions), std::move(placed));
+      },
+      [self, done, placed_ids](caf::error& e) {
+        // Refused: nothing was committed, so what was staged for the
+        // bytes sent inline goes. After a timeout the controller may
+        // still have committed them; they stay, and go with their client.
+        if (internal::refused(e)) {
+          for (auto id : placed_ids) self->state.drop(id, true);
+          self->state.regions->prune();
+        }
+        (*done)(internal::from_caf_error(e, "commit at the controller"));
+      });
 }
 
 }  // namespace meshstore::actors::volume
