@@ -725,9 +725,11 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   plain.close();
 }
 
-// A full volume refuses a ring put; with LRU eviction the actor path then
-// makes room, as for any put: the put succeeds and the oldest key goes.
-TEST(FastPath, APutAFullVolumeRefusesEvictsOnTheActorPath) {
+// A full volume refuses a put over the channel; with LRU eviction the
+// controller makes room there and the put goes over the channel again: it
+// succeeds and the oldest key goes. Without eviction the put fails, saying
+// the volume is full.
+TEST(FastPath, APutAFullVolumeRefusesEvictsAndTakesTheChannelAgain) {
   StoreOptions o;
   o.volume_capacity_bytes = 48 << 10;
   o.eviction = "lru";
@@ -737,13 +739,31 @@ TEST(FastPath, APutAFullVolumeRefusesEvictsOnTheActorPath) {
   ASSERT_TRUE(has_ring(store));
   const auto before = store.fast_path_stats();
   ASSERT_OK(store.put("second", bytes_view(second)).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, before.puts);  // refused there: the actor path evicted
-  EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses + 1);
+  EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1);
+  EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses);
   EXPECT_FALSE(store.exists("first").get(kWait).value());
   std::vector<std::uint8_t> back(second.size(), 0);
   ASSERT_OK(store.get_into("second", bytes_view(back)).get(kWait));
   EXPECT_EQ(back, second);
+  // Staged rather than inline (more than a request carries): the same.
+  o.volume_capacity_bytes = 96 << 10;
+  auto staged = Store::embedded(o).value();
+  std::vector<std::uint8_t> big_first = pattern(80 << 10, 4), big_second = pattern(80 << 10, 5);
+  ASSERT_OK(staged.put("first", bytes_view(big_first)).get(kWait));
+  const auto staged_before = staged.fast_path_stats();
+  ASSERT_OK(staged.put("second", bytes_view(big_second)).get(kWait));
+  EXPECT_EQ(staged.fast_path_stats().puts, staged_before.puts + 1);
+  EXPECT_EQ(staged.fast_path_stats().put_misses, staged_before.put_misses);
+  EXPECT_FALSE(staged.exists("first").get(kWait).value());
+  testing::expect_reads_back(staged, "second", big_second);
   store.close();
+  staged.close();
+  o.eviction = "none";
+  auto strict = Store::embedded(o).value();
+  ASSERT_OK(strict.put("first", bytes_view(big_first)).get(kWait));
+  EXPECT_ERROR(strict.put("second", bytes_view(big_second)).get(kWait), Errc::out_of_capacity,
+               "is full");
+  EXPECT_TRUE(strict.exists("first").get(kWait).value());
 }
 
 // The client's end of a channel against a volume end the test plays: over

@@ -221,6 +221,7 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
                         strategy_actor strategy) {
   auto fast = config.fast_path;
+  const bool evicts = config.evict_lru;
   auto client = sys.spawn(client_detail::client_impl, std::move(config), std::move(controller),
                           std::move(strategy));
   if (fast) {
@@ -243,6 +244,31 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
       auto r = opened.get();
       return r.ok() && *r;
     });
+    // A put over the channel that a full volume refused has the controller
+    // evict there (the client actor asks it), then tries again.
+    if (evicts) {
+      fast->set_evictor([addr](const std::string& volume_id, std::uint64_t bytes,
+                               std::chrono::milliseconds timeout) {
+        auto hdl = caf::actor_cast<caf::actor>(addr);
+        if (!hdl) return false;
+        auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
+        auto evicted = done->future();
+        auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
+        caf::anon_send(
+            hdl, run_atom::value, internal::Closure{[me, done, volume_id, bytes, timeout] {
+              me->request(me->state.controller, timeout, evict_atom::value, volume_id, bytes)
+                  .then(
+                      [done](const std::vector<std::string>& keys) {
+                        done->set_value(!keys.empty());
+                      },
+                      [done](caf::error&) { done->set_value(false); });
+            }});
+        hdl = nullptr;
+        if (!evicted.wait_for(timeout)) return false;
+        auto r = evicted.get();
+        return r.ok() && *r;
+      });
+    }
   }
   return client;
 }

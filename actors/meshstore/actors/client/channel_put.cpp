@@ -126,6 +126,10 @@ void learn_committed(FastPath& fast, const ChannelPut& c, std::vector<wire::KeyR
   }
 }
 
+// How often one put has the controller evict on a full volume before it
+// leaves the put to the actors (which report the volume full).
+constexpr int kMaxEvictRounds = 64;
+
 Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {
   return Status(Errc::cancelled, c.what + ": cancelled");
 }
@@ -138,7 +142,7 @@ Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {
 // of the caller's buffers inside its entry, before the commit.
 std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     FastPath& fast, const ChannelPut& c, const std::string& home, std::chrono::milliseconds timeout,
-    const std::shared_ptr<internal::CallGuard>& guard) {
+    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal) {
   if (guard && !guard->enter()) return cancelled(c);
   auto req = request_for(c);
   std::vector<std::vector<std::byte>> held;             // bytes assembled, packed or copied here
@@ -192,6 +196,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     if (!sent && staging && staging->volume_id == home) {
       fast.keep_staging(c.slot, std::move(*staging), timeout);
     }
+    if (refused) *refusal = got.status();
     if (!sent || refused) return std::nullopt;
     // The channel failed with the commit on its way: committed or not is
     // unknown (its objects then belong to the keys, or go with this client).
@@ -206,10 +211,12 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
 }
 
-// put_over_channel, but for counting the whole-key puts it leaves.
+// put_over_channel, but for counting the whole-key puts it leaves and
+// making room on a full volume: `*refusal` is what the volume answered
+// when it refused the put (nothing committed).
 std::optional<Result<std::vector<std::uint64_t>>> put_here(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
-    const std::shared_ptr<internal::CallGuard>& guard) {
+    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal) {
   using Staging = FastPath::Staging;
   if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
   std::uint64_t total = 0, largest = 0;
@@ -254,7 +261,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
                       });
   if (!to_gpu && largest <= fg::kMaxObjectBytes &&
       total + record_room(c, home) <= fast.request_room(home)) {
-    if (auto done = put_inline(fast, c, home, timeout, guard)) return done;
+    if (auto done = put_inline(fast, c, home, timeout, guard, refusal)) return done;
+    if (!refusal->ok()) return std::nullopt;
   }
   // What the volume stages, keys for its messages; GPU memory for a GPU
   // tensor where the transport keeps objects there (cuda-ipc).
@@ -314,7 +322,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   if (!staging) {
     req.stage = layout;
     auto got = fast.commit(home, req, timeout, &sent, &refused);
-    // Nothing committed: the actors put it (and evict from a full volume).
+    // Nothing committed: the actors put it.
+    if (!got.ok() && refused) *refusal = got.status();
     if (!got.ok() || got->staged.size() != layout.size()) return std::nullopt;
     staging = Staging{home, sizes, std::move(got->staged)};
   }
@@ -345,6 +354,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     // Refused or never sent: nothing committed, the objects are still
     // this client's, and the actors put it.
     if (!sent || refused) {
+      if (refused) *refusal = got.status();
       unused();
       return std::nullopt;
     }
@@ -364,7 +374,22 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
 std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
     const std::shared_ptr<internal::CallGuard>& guard) {
-  auto done = put_here(fast, c, timeout, defer, guard);
+  Status refusal;
+  auto done = put_here(fast, c, timeout, defer, guard, &refusal);
+  // A full volume (with LRU eviction): the controller makes room there and
+  // the put tries again, as long as each round evicts something (bounded:
+  // the volume holds finitely many keys).
+  if (!done && refusal.code() == Errc::out_of_capacity) {
+    std::uint64_t bytes = 0;
+    for (const auto& item : c.items) bytes += item.view.nbytes();
+    const std::string home = fast.home();
+    for (int round = 0; round < kMaxEvictRounds && !done && !home.empty() &&
+                        refusal.code() == Errc::out_of_capacity && fast.evict(home, bytes, timeout);
+         ++round) {
+      refusal = Status();
+      done = put_here(fast, c, timeout, defer, guard, &refusal);
+    }
+  }
   if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();
   return done;
 }

@@ -118,6 +118,22 @@ bool FastPath::connect_home(std::chrono::milliseconds timeout) {
   return connector(timeout);
 }
 
+void FastPath::set_evictor(Evictor evictor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  evictor_ = std::move(evictor);
+}
+
+bool FastPath::evict(const std::string& volume_id, std::uint64_t bytes,
+                     std::chrono::milliseconds timeout) {
+  Evictor evictor;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || !evictor_) return false;
+    evictor = evictor_;
+  }
+  return evictor(volume_id, bytes, timeout);
+}
+
 void FastPath::close_ring(const std::string& volume_id) {
   std::shared_ptr<Channel> doomed;
   {

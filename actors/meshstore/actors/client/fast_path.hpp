@@ -114,6 +114,16 @@ class FastPath {
   /// is false until this client's volume changes. It may wait `timeout`:
   /// only the waiting thread calls it.
   bool connect_home(std::chrono::milliseconds timeout);
+  /// Makes room on a full volume (StoreOptions::eviction "lru"): asks the
+  /// controller to evict at least `bytes` there, waiting at most `timeout`;
+  /// true when it evicted something. The client actor sets it, only when
+  /// the store evicts.
+  using Evictor = std::function<bool(const std::string& volume_id, std::uint64_t bytes,
+                                     std::chrono::milliseconds)>;
+  void set_evictor(Evictor evictor);
+  /// Runs the evictor: false when there is none, the store closed, or it
+  /// evicted nothing.
+  bool evict(const std::string& volume_id, std::uint64_t bytes, std::chrono::milliseconds timeout);
   /// Closes the ring to `volume_id` (it went down).
   void close_ring(const std::string& volume_id);
   /// The ring to `volume_id`, which attached it, and the shm transport
@@ -288,6 +298,7 @@ class FastPath {
   std::string home_;
   bool home_connect_tried_ = false;
   HomeConnector home_connector_;
+  Evictor evictor_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
   struct Kept {
     Staging staging;
