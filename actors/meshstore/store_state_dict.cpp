@@ -183,7 +183,10 @@ Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<Ten
   if (!layout.ok()) return make_error_future<StagedStateDict>(layout.status());
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return closed_future<StagedStateDict>(op + " '" + key + "'");
-  return stage_at(client, op, key, std::move(layout).value(), {});
+  PublishTarget none;  // no version: only the channel to commit over
+  none.fast = impl_->fast;
+  none.timeout = impl_->options.request_timeout;
+  return stage_at(client, op, key, std::move(layout).value(), std::move(none));
 }
 
 Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<TensorSpec> tensors,

@@ -73,12 +73,16 @@ TEST(StagedStateDictTest, FilledInPlaceThenCommittedWithOneControlMessage) {
   ASSERT_OK(staged->state_dict().insert("step", Value::int64(41)));
 
   auto before = store.controller_counters().get(kWait).value();
+  const auto channel_commits = store.fast_path_stats().state_dict_puts;
   auto committed = staged->commit().get(kWait);
   ASSERT_OK(committed);
   EXPECT_EQ(*committed, 0u);
   auto after = store.controller_counters().get(kWait).value();
   EXPECT_EQ(after.notify_put_batch - before.notify_put_batch, 1u);
   EXPECT_EQ(after.notify_put - before.notify_put, 0u);
+  // That message: the commit request over the client's channel, naming the
+  // objects written in place (the manifest and the value inline).
+  EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_commits + 1);
   EXPECT_EQ(staged_objects(store), 0u);
 
   auto got = store.get_state_dict("ckpt").get(kWait);
@@ -98,8 +102,9 @@ TEST(StagedStateDictTest, FilledInPlaceThenCommittedWithOneControlMessage) {
   EXPECT_EQ(static_cast<const unsigned char*>(again->data())[5], big[5]);
 }
 
-// Each commit's pointer move (and the retirement of the version that falls
-// out) is one commit request over the client's channel.
+// Each commit is one commit request over the client's channel for the
+// version written in place, and one for the pointer's move (with the
+// retirement of the version that falls out).
 TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
   auto store = Store::embedded().value();
   std::set<std::string> steady, later;
@@ -109,11 +114,14 @@ TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
     EXPECT_EQ(staged->key(), "weights/v" + std::to_string(v));
     fill(staged->state_dict(), v);
     const auto channel_puts = store.fast_path_stats().puts;
+    const auto channel_commits = store.fast_path_stats().state_dict_puts;
     auto version = staged->commit().get(kWait);
     ASSERT_OK(version);
     EXPECT_EQ(*version, static_cast<std::uint64_t>(v));
-    // The pointer's move and the retirement: one commit over the channel
-    // (counted as a put of one key, the pointer).
+    // The version, written in place: one commit over the channel; then the
+    // pointer's move and the retirement: one more (counted as a put of one
+    // key, the pointer).
+    EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_commits + 1);
     EXPECT_EQ(store.fast_path_stats().puts, channel_puts + 1);
     auto names = transports::shm::own_segments();
     if (v == 3) steady = std::set<std::string>(names.begin(), names.end());

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/client/channel_put.hpp"
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/state_dict/client_calls.hpp"
 #include "meshstore/state_dict/versions.hpp"
 #include "meshstore/store/calls.hpp"
@@ -75,6 +77,40 @@ struct StagedStateDict::Impl {
     abort();
   }
 
+  // Commits `call`: objects written in place, with the manifest and the
+  // values, in one commit request over the client's channel, from its
+  // waiting thread; else (no channel, refused: nothing committed; a copy
+  // to send, which readers may stream) the actors put it.
+  static Future<std::vector<std::uint64_t>> put_staged(const std::shared_ptr<Impl>& self,
+                                                       actors::PutCall call) {
+    const std::string what = self->op + " '" + self->key + "'";
+    auto live = self->pub.fast.lock();
+    if (!live || call.staged_items.empty()) {
+      return call_client(self->client, actors::store_put_atom::value, std::move(call), what);
+    }
+    actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it
+    auto p = std::make_shared<Promise<std::vector<std::uint64_t>>>(
+        Status(Errc::shutdown, what + ": dropped"));
+    auto shared = std::make_shared<actors::PutCall>(std::move(call));
+    raw->defer([self, raw, p, shared, what] {
+      actors::ChannelPut c;
+      c.items = shared->items;
+      c.groups.assign(c.items.size(), self->key);
+      c.prefixes = shared->replace_under;
+      c.staged_items = shared->staged_items;
+      c.staged_regions = shared->staged.regions;
+      c.staged_on = shared->staged.volume_id;
+      c.staged_group = self->key;
+      c.slot = std::string(3, '\0') + self->key;  // keeps nothing staged
+      c.what = what;
+      auto done = actors::put_over_channel(*raw, c, self->pub.timeout);
+      if (done) return (void)p->set(std::move(*done));
+      call_client(self->client, actors::store_put_atom::value, std::move(*shared), what)
+          .on_complete([p](const Result<std::vector<std::uint64_t>>& r) { p->set(r); });
+    });
+    return p->future();
+  }
+
   Future<std::uint64_t> commit(const std::shared_ptr<Impl>& self) {
     const std::string what = op + " '" + key + "': commit";
     {
@@ -132,8 +168,7 @@ struct StagedStateDict::Impl {
       call.stream_manifest = manifest;  // readers may stream the copy-in
     }
     call.replace_under = {key};
-    auto put =
-        call_client(client, actors::store_put_atom::value, std::move(call), op + " '" + key + "'");
+    auto put = put_staged(self, std::move(call));
     // `self` keeps private buffers alive until the put has read them.
     auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
     put.on_complete([self, done](const Result<std::vector<std::uint64_t>>& r) {

@@ -90,17 +90,25 @@ bool write_staged(const std::shared_ptr<transports::Transport>& writer,
 // that does not fit after all is not sent).
 std::size_t record_room(const ChannelPut& c, const std::string& volume_id) {
   std::size_t n = 64;
-  for (const auto& item : c.items) {
-    n += 128 + 2 * item.key.size() + 16 * item.view.shape().size() + volume_id.size();
+  for (const auto* items : {&c.items, &c.staged_items}) {
+    for (const auto& item : *items) {
+      n += 128 + 2 * item.key.size() + 16 * item.view.shape().size() + volume_id.size();
+    }
   }
   for (const auto& p : c.prefixes) n += 8 + p.size();
   for (const auto& m : c.members) n += 4 + m.size();
   return n + c.group.size();
 }
 
-// A commit request for `c`: what it commits besides its records.
+// A commit request for `c`: what it commits besides its items' records
+// (the objects written in place first, which come with none of their bytes).
 fg::CommitRequest request_for(const ChannelPut& c) {
   fg::CommitRequest req;
+  for (std::size_t i = 0; i < c.staged_items.size(); ++i) {
+    req.records.push_back(
+        put_record(c.staged_items[i], &c.staged_regions[i], c.staged_on, c.staged_group));
+  }
+  if (!req.records.empty()) req.inlined.assign(req.records.size(), std::nullopt);
   req.prefixes = c.prefixes;
   req.sharded = c.sharded;
   req.group = c.group;
@@ -153,6 +161,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     return held.emplace_back(n).data();
   };
   bool copied = true;
+  const std::size_t first = req.records.size();  // the items' records follow
   for (std::size_t i = 0; i < c.items.size() && copied; ++i) {
     const auto& item = c.items[i];
     req.records.push_back(put_record(item, nullptr, home, c.groups[i]));
@@ -202,10 +211,10 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     // unknown (its objects then belong to the keys, or go with this client).
     return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
   }
-  for (std::size_t i = 0; i < req.records.size(); ++i) {
+  for (std::size_t i = first; i < req.records.size(); ++i) {
     auto& shard = req.records[i].shards.front();
-    shard.object_id = got->placed[i].object_id;
-    shard.place = std::move(got->placed[i].place);
+    shard.object_id = got->placed[i - first].object_id;
+    shard.place = std::move(got->placed[i - first].place);
   }
   learn_committed(fast, c, req.records, got->versions);
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
@@ -218,7 +227,10 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
     const std::shared_ptr<internal::CallGuard>& guard, Status* refusal) {
   using Staging = FastPath::Staging;
-  if (c.items.empty() || c.items.size() > fg::kMaxCommitRecords) return std::nullopt;
+  if (c.items.empty() || c.items.size() + c.staged_items.size() > fg::kMaxCommitRecords ||
+      c.staged_items.size() != c.staged_regions.size()) {
+    return std::nullopt;
+  }
   std::uint64_t total = 0, largest = 0;
   std::vector<std::uint64_t> sizes;  // what a staging is matched by
   sizes.reserve(c.items.size());
@@ -252,6 +264,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     fast.note_layout(c.slot, sizes);
     return std::nullopt;
   }
+  if (!c.staged_items.empty() && c.staged_on != home) return std::nullopt;
   // Bytes that fit one request travel in it: how they are copied, not a
   // route (the same commit either way).
   // Objects kept in GPU memory (cuda-ipc) are staged there, never inline.
@@ -284,8 +297,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   // within bounds: its next put then writes at once and commits in one
   // round trip.
   // (Not GPU objects: a staging is matched by its sizes alone.)
-  const bool keep =
-      fast.note_layout(c.slot, sizes) && total <= limits::kStagedAheadBytes && !to_gpu;
+  // (Not a commit of objects written in place: those come staged already.)
+  const bool keep = fast.note_layout(c.slot, sizes) && total <= limits::kStagedAheadBytes &&
+                    !to_gpu && c.staged_items.empty();
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -300,7 +314,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     widest.region_id = ~std::uint64_t{0};
     widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
     auto probe = request_for(c);
-    probe.records = records_for(std::vector<wire::RegionRef>(c.items.size(), widest));
+    auto records = records_for(std::vector<wire::RegionRef>(c.items.size(), widest));
+    probe.records.insert(probe.records.end(), records.begin(), records.end());
+    if (!probe.inlined.empty()) probe.inlined.resize(probe.records.size());
     probe.stage = layout;
     probe.release.assign(layout.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
@@ -347,7 +363,11 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     return cancelled(c);
   }
   req = request_for(c);
-  req.records = records_for(staging->regions);
+  {
+    auto records = records_for(staging->regions);
+    req.records.insert(req.records.end(), records.begin(), records.end());
+    if (!req.inlined.empty()) req.inlined.resize(req.records.size());
+  }
   if (keep) req.stage = layout;
   auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {

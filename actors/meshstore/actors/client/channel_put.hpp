@@ -39,6 +39,13 @@ struct ChannelPut {
   std::string group;
   std::vector<std::string> members;
   std::uint64_t layout = 0;
+  // Objects the caller wrote in place (staged for this client on volume
+  // `staged_on`, which must be its channel's): committed with the items,
+  // ahead of them, in group `staged_group`; nothing is written for them.
+  std::vector<PutItem> staged_items;
+  std::vector<wire::RegionRef> staged_regions;
+  std::string staged_on;
+  std::string staged_group;
 };
 
 /// Puts `c` when its client has a channel (ring or tcp) to its volume, in
