@@ -253,44 +253,61 @@ std::uint64_t lending_leases(Store& store) {
 // A publisher revokes its loan (retain, revoke_on_timeout) while a reader
 // store connected with `ro` is still copying a 64 MiB tensor out of it: the
 // buffers come back, and the read in flight, its copy not counted, reads
-// the retained copy instead, never bytes the trainer wrote after.
-void revoke_during_a_read(StoreOptions ro, std::chrono::milliseconds bound,
-                          StoreOptions po_store = {}) {
+// the retained copy instead, never bytes the trainer wrote after. True
+// when the read was still in flight at the revoke (else it ended first,
+// whole: the retain's copy took as long as the read).
+bool revoke_during_a_read_once(StoreOptions ro, std::chrono::milliseconds bound,
+                               StoreOptions po_store) {
   // The publisher's store copies fast (its retain takes milliseconds); the
   // reader's read is still copying when the bound passes.
   po_store.listen = "127.0.0.1:0";
   auto publisher = Store::embedded(po_store);
-  ASSERT_OK(publisher);
+  EXPECT_OK(publisher);
+  if (!publisher.ok()) return true;
   ro.host_volumes = false;
   auto reader = Store::connect(publisher->address(), ro);
-  ASSERT_OK(reader);
+  EXPECT_OK(reader);
+  if (!reader.ok()) return true;
   std::vector<float> big = ramp(16 << 20, 0.0f);
   const auto original = big;
   StateDict sd;
-  ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
+  EXPECT_OK(sd.insert("big", view_of(big, {16 << 20})));
   PublishOptions po;
   po.reclaim_timeout = bound;  // the read takes longer
   po.retain = true;
   po.revoke_on_timeout = true;
   auto pub = publisher->publish("w", sd, po).get(kWait);
-  ASSERT_OK(pub);
-  ASSERT_EQ(pub->mode(), PublishMode::direct);
+  EXPECT_OK(pub);
+  if (!pub.ok()) return true;
+  EXPECT_EQ(pub->mode(), PublishMode::direct);
   std::vector<float> dst(big.size());
   auto read = reader->get_into("w/v1/big", view_of(dst, {16 << 20}));
-  ASSERT_TRUE(eventually([&] { return lending_leases(*publisher) > 0 || read.ready(); }));
-  ASSERT_FALSE(read.ready()) << "the read ended before its lease was seen";
+  EXPECT_TRUE(eventually([&] { return lending_leases(*publisher) > 0 || read.ready(); }));
+  EXPECT_FALSE(read.ready()) << "the read ended before its lease was seen";
   // The reader still holds its lease, yet the buffers come back: the loan
   // is revoked once the bound passed.
-  ASSERT_OK(pub->reclaim().get(kWait));
+  EXPECT_OK(pub->reclaim().get(kWait));
   EXPECT_TRUE(pub->returned().ready());
   const bool in_flight = !read.ready();
   std::fill(big.begin(), big.end(), -1.0f);  // the trainer steps
   // The read in flight lost its lease: its copy did not count, and it read
   // the key again, from the copy retain made.
-  ASSERT_OK(read.get(kWait));
+  EXPECT_OK(read.get(kWait));
   EXPECT_TRUE(dst == original) << "the read returned bytes the trainer wrote after the revoke";
   EXPECT_TRUE(eventually([&] { return lending_leases(*publisher) == 0; }));
-  if (!in_flight) GTEST_SKIP() << "the read ended before the revoke (a very slow retain copy)";
+  return in_flight;
+}
+
+// revoke_during_a_read_once until the read is in flight at the revoke (at
+// most 5 tries: on a loaded host the retain's copy can outlast the read).
+void revoke_during_a_read(StoreOptions ro, std::chrono::milliseconds bound,
+                          StoreOptions po_store = {}) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    SCOPED_TRACE(attempt);
+    if (revoke_during_a_read_once(ro, bound, po_store)) return;
+    if (::testing::Test::HasFailure()) return;
+  }
+  GTEST_SKIP() << "in 5 tries the read always ended before the revoke (a very slow retain copy)";
 }
 
 TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheRetainedCopy) {
