@@ -330,8 +330,9 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   // than roll the key back, and another writer's put in between sends this
   // one down the actors' put, which writes it all the same.
   const std::uint64_t seen = fast.cache().version(under).value_or(0);
+  // (A fenced put, a publish's version, keeps its own: absent.)
   for (auto& item : c.items) {
-    if (item.key == under) item.expect_version = seen;
+    if (item.key == under && !item.expect_version) item.expect_version = seen;
   }
   return put_committed(fast, c, timeout, defer);
 }

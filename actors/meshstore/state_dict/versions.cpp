@@ -117,6 +117,34 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
   return p->future();
 }
 
+namespace {
+
+// Puts version `key` of a publish (fenced: it commits only if no other
+// writer stored it first). Over the client's channel from its waiting
+// thread (this runs on the client actor's, which the channel may need),
+// one commit request; the actors put it where the channel cannot (lent
+// items, a stream, no channel, refused).
+Future<void> put_version(const caf::actor_addr& client, const std::string& key,
+                         std::shared_ptr<PreparedPut> prepared,
+                         const std::weak_ptr<actors::FastPath>& fast,
+                         std::chrono::milliseconds timeout, const std::string& op) {
+  if (auto s = name_put(key, *prepared, std::uint64_t{0}); !s.ok()) {
+    return make_error_future<void>(s);
+  }
+  auto live = fast.lock();
+  if (!live || !takes_caller_thread(prepared->call)) return put_named(client, prepared);
+  actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it
+  auto p = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
+  raw->defer([=] {
+    auto done = put_on_caller_thread(*raw, prepared->call, timeout, nullptr);
+    if (done) return (void)p->set(done->ok() ? Result<void>() : Result<void>(*done));
+    put_named(client, prepared).on_complete([p](const Result<void>& r) { p->set(r); });
+  });
+  return p->future();
+}
+
+}  // namespace
+
 Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
                                        std::shared_ptr<PreparedPut> prepared, int keep,
                                        const std::string& op,
@@ -129,7 +157,7 @@ Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std:
       return (void)done->set_error(ptr.status());
     }
     const std::uint64_t next = ptr->value + 1;
-    put_prepared(client, version_key(prefix, next), prepared, true)
+    put_version(client, version_key(prefix, next), prepared, fast, timeout, op)
         .on_complete([=, from = *ptr](const Result<void>& put) {
           if (!put.ok()) {
             return (void)done->set_error(publish_conflict(op, prefix, next, put.status()));
