@@ -162,8 +162,9 @@ struct StoreOptions {
   /// shared-memory ring over shm, a connection of its own over tcp, actor
   /// messages over the other transports) and runs calls on the caller's
   /// thread over it (docs/architecture.md, "Data path"): puts of whole
-  /// tensors and objects (put, put_object, put_batch, state dicts) are one
-  /// commit request each, at any size; gets of whole keys whose location
+  /// tensors and objects (put, put_object, put_batch, state dicts), shards
+  /// of sharded keys and staged state dicts' commits are one commit
+  /// request each, at any size; gets of whole keys whose location
   /// this process knows are copied straight out of a volume of this host
   /// reached over shm at any size, else asked over the channel (at most
   /// 60 KiB). Same results and errors as the actors' path; false sends
@@ -264,10 +265,10 @@ struct FastPathStats {
   std::uint64_t stale = 0;   ///< gets whose known location was superseded: located afresh
   std::uint64_t rings = 0;   ///< channels open now, one per volume reached: a ring (shm),
                              ///< a tcp connection (tcp), actor messages (other transports)
-  /// Puts committed over a channel (a put_batch counts once), and the
-  /// pointer moves of publishes whose version the actors put or that were
-  /// staged (stage_publish), which take the channel from the client's
-  /// waiting thread.
+  /// Puts committed over a channel (a put_batch counts once; a shard of a
+  /// sharded key counts as one), and the pointer moves of publishes that
+  /// read the pointer through the actors or were staged (stage_publish),
+  /// which take the channel from the client's waiting thread.
   std::uint64_t puts = 0;
   /// Whole-key puts (put, put_object, put_batch: contiguous, host or GPU
   /// memory, any size) the channel was offered but sent down the actor
@@ -294,9 +295,11 @@ struct FastPathStats {
   /// volumes' shared memory, checked by their tags before the first copy
   /// and after the last (docs/architecture.md, "Direct state-dict reads").
   std::uint64_t direct_state_dicts = 0;
-  /// put_state_dict calls that ran on the caller's thread: written into
-  /// objects the volume staged for this client and committed over its
-  /// ring (docs/architecture.md, "State dict puts on the caller's thread").
+  /// State dicts committed over a channel: put_state_dict calls (written
+  /// into objects the volume staged for this client, or sent inline),
+  /// publishes' versions, each rank's part of put_sharded_state_dict, and
+  /// staged state dicts' commits (docs/architecture.md, "State dict puts
+  /// on the caller's thread").
   std::uint64_t state_dict_puts = 0;
 };
 
