@@ -66,6 +66,9 @@ void await_subscribes(Store& store, std::uint64_t n) {
   ASSERT_GE(counters(store).stream_subscribes, n);
 }
 
+// The put is one commit over the writer's channel, on its thread; the
+// client actor announces the stream and its progress as the objects are
+// written, and the commit ends it.
 TEST(StreamStateDictTest, AWaitingReaderStreamsTheVersionWhileItIsPut) {
   auto store = Store::embedded().value();
   Dict src, dst;
@@ -73,7 +76,9 @@ TEST(StreamStateDictTest, AWaitingReaderStreamsTheVersionWhileItIsPut) {
   auto before = counters(store);
   auto read = store.stream_state_dict_into("sd", dst.sd, 30s);
   await_subscribes(store, before.stream_subscribes + 1);
+  const auto channel_puts = store.fast_path_stats().state_dict_puts;
   ASSERT_OK(store.put_state_dict("sd", src.sd).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_puts + 1) << "not over the channel";
   ASSERT_OK(read.get(kWait));
   EXPECT_TRUE(dst.holds(7.0f));
   auto after = counters(store);

@@ -244,6 +244,48 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
       auto r = opened.get();
       return r.ok() && *r;
     });
+    // A state dict put over the channel and announced as a stream: this
+    // actor is the stream's writer at the controller (its death ends the
+    // stream), as for the actors' put.
+    FastPath::StreamHooks hooks;
+    hooks.open = [addr](const std::string& key, const std::string& manifest,
+                        const std::vector<wire::KeyRecord>& records,
+                        const std::vector<std::uint64_t>& filled,
+                        std::chrono::milliseconds timeout) {
+      auto hdl = caf::actor_cast<caf::actor>(addr);
+      if (!hdl) return false;
+      auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
+      auto opened = done->future();
+      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
+      caf::anon_send(hdl, run_atom::value,
+                     internal::Closure{[me, done, key, manifest, records, filled, timeout] {
+                       me->request(me->state.controller, timeout, stream_open_atom::value, key,
+                                   manifest, records, filled)
+                           .then([done](caf::ok_atom) { done->set_value(true); },
+                                 [done](caf::error&) { done->set_value(false); });
+                     }});
+      hdl = nullptr;
+      if (!opened.wait_for(timeout)) return false;
+      auto r = opened.get();
+      return r.ok() && *r;
+    };
+    hooks.progress = [addr](const std::string& key, std::vector<std::uint64_t> filled) {
+      auto hdl = caf::actor_cast<caf::actor>(addr);
+      if (!hdl) return;
+      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
+      caf::anon_send(hdl, run_atom::value, internal::Closure{[me, key, filled = std::move(filled)] {
+                       me->send(me->state.controller, stream_progress_atom::value, key, filled);
+                     }});
+    };
+    hooks.abort = [addr](const std::string& key, const std::string& why) {
+      auto hdl = caf::actor_cast<caf::actor>(addr);
+      if (!hdl) return;
+      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
+      caf::anon_send(hdl, run_atom::value, internal::Closure{[me, key, why] {
+                       me->send(me->state.controller, stream_abort_atom::value, key, why);
+                     }});
+    };
+    fast->set_stream_hooks(std::move(hooks));
     // A put over the channel that a full volume refused has the controller
     // evict there (the client actor asks it), then tries again.
     if (evicts) {

@@ -556,7 +556,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         // A second write of the same state dict ends the first one's stream.
         end_stream(self, key, StreamEnd::aborted, "a newer write of it began");
         auto writer = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!writer) return;  // already gone
+        if (!writer) return caf::ok_atom::value;  // already gone
         if (st.writers.insert(writer.address()).second) self->monitor(writer);
         st.count(ControllerCounter::streams);
         auto& stream = st.streams[key];
@@ -565,7 +565,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
         stream.records = std::move(records);
         stream.filled = std::move(filled);
         auto w = st.waiters.find(key);
-        if (w == st.waiters.end()) return;
+        if (w == st.waiters.end()) return caf::ok_atom::value;
         for (auto& waiter : w->second) {
           waiter.reply.deliver(static_cast<std::uint32_t>(StreamKind::streaming), stream.manifest,
                                stream.records, stream.filled);
@@ -573,6 +573,7 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
           st.count(ControllerCounter::stream_readers);
         }
         st.waiters.erase(w);
+        return caf::ok_atom::value;
       },
       [=](stream_progress_atom, const std::string& key, const std::vector<std::uint64_t>& filled) {
         auto it = self->state.streams.find(key);

@@ -124,8 +124,10 @@ using controller_actor = caf::typed_actor<
     // records its commit will carry (staged objects, not yet filled) and
     // the indices of those already filled. A stream ends when P commits
     // (readers are told), on stream_abort, or when its writer goes down.
-    caf::reacts_to<stream_open_atom, std::string, std::string, std::vector<wire::KeyRecord>,
-                   std::vector<std::uint64_t>>,
+    // Answered once open (a writer that commits over a channel waits for it,
+    // so its commit cannot overtake the stream).
+    caf::replies_to<stream_open_atom, std::string, std::string, std::vector<wire::KeyRecord>,
+                    std::vector<std::uint64_t>>::with<caf::ok_atom>,
     // More records of P's stream are filled.
     caf::reacts_to<stream_progress_atom, std::string, std::vector<std::uint64_t>>,
     // P's writer failed before committing: why.

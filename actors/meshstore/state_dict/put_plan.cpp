@@ -300,8 +300,7 @@ std::optional<Status> put_committed(actors::FastPath& fast, const actors::Channe
 }  // namespace
 
 bool takes_caller_thread(const actors::PutCall& call) {
-  return call.lent_items.empty() && call.staged_items.empty() &&
-         (call.stream_manifest.empty() || !actors::worth_streaming(call.items));
+  return call.lent_items.empty() && call.staged_items.empty();
 }
 
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
@@ -313,6 +312,8 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   c.groups.assign(c.items.size(), under);
   c.slot = under;
   c.what = call.op + " '" + under + "'";
+  c.stream_key = under;  // a stream when worth one
+  c.stream_manifest = call.stream_manifest;
   if (!call.group_members.empty()) {
     // One rank's part of a sharded state dict: its keys commit together
     // once every rank's shards cover them (the controller's put_shards).

@@ -331,6 +331,8 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
   c.prefixes = retired_by(prefix, next, keep);
   c.slot = std::string(1, '\0') + prefix;  // no key holds a NUL
   c.what = op + " '" + prefix + "'";
+  c.stream_key = key;  // the version's readers may stream it
+  c.stream_manifest = named.call.stream_manifest;
   auto done = actors::put_over_channel(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   if (!done->ok()) return Result<std::uint64_t>(done->status());

@@ -4,7 +4,9 @@
 #include "meshstore/actors/client/channel_put.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -33,12 +35,14 @@ namespace {
 // through page-locked memory (client_detail::write_from_device), as the
 // actors' put did. False when one could not be written; then the objects
 // hold nothing of use.
+// `filled(i)`, when given, is told each item written (a stream's progress).
 bool write_staged(const std::shared_ptr<transports::Transport>& writer,
-                  const std::vector<PutItem>& items, const std::vector<wire::RegionRef>& regions) {
+                  const std::vector<PutItem>& items, const std::vector<wire::RegionRef>& regions,
+                  const std::function<void(std::size_t)>& filled = {}) {
   const auto caps = writer->capabilities();
   std::vector<std::vector<std::byte>> gathered;  // sent from here
   gathered.reserve(items.size());
-  std::vector<Future<void>> sends;
+  std::vector<std::pair<std::size_t, Future<void>>> sends;
   bool ok = true;
   for (std::size_t i = 0; i < items.size() && ok; ++i) {
     const auto& item = items[i];
@@ -50,9 +54,9 @@ bool write_staged(const std::shared_ptr<transports::Transport>& writer,
     const std::byte* src = static_cast<const std::byte*>(item.view.data());
     if (!item.gather && on_device(item.view)) {
       if (n == 0) continue;
-      sends.push_back(caps.device_copies
-                          ? writer->write(regions[i], 0, src, n)
-                          : client_detail::write_from_device(writer, regions[i], src, n));
+      sends.emplace_back(i, caps.device_copies
+                                ? writer->write(regions[i], 0, src, n)
+                                : client_detail::write_from_device(writer, regions[i], src, n));
       continue;
     }
     const bool strided = !item.gather && !item.view.is_contiguous();
@@ -67,6 +71,7 @@ bool write_staged(const std::shared_ptr<transports::Transport>& writer,
       } else if (n > 0) {
         transports::CopyEngine::instance().copy_here(mem->get(), src, n);
       }
+      if (ok && filled) filled(i);
       continue;
     }
     if (item.gather || strided) {
@@ -78,9 +83,17 @@ bool write_staged(const std::shared_ptr<transports::Transport>& writer,
       }
       src = gathered.back().data();
     }
-    if (ok && n > 0) sends.push_back(writer->write(regions[i], 0, src, n));
+    if (ok && n > 0) {
+      sends.emplace_back(i, writer->write(regions[i], 0, src, n));
+    } else if (ok && filled) {
+      filled(i);
+    }
   }
-  for (const auto& f : sends) ok = f.get().ok() && ok;  // every send ends before its bytes go
+  for (const auto& [i, f] : sends) {  // every send ends before its bytes go
+    const bool sent = f.get().ok();
+    if (sent && ok && filled) filled(i);
+    ok = sent && ok;
+  }
   return ok;
 }
 
@@ -352,13 +365,42 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     unused();
     return cancelled(c);
   }
-  const bool written = write_staged(writer, c.items, staging->regions);
+  // Announced as a stream: readers copy each object as soon as it is
+  // written (the records of the state dict `stream_key`, written in the
+  // order of the items); the commit ends it, a failure aborts it.
+  std::optional<FastPath::StreamHooks> stream;
+  std::vector<std::size_t> in_stream(c.items.size(), SIZE_MAX);
+  if (!c.stream_manifest.empty() && c.staged_items.empty() && worth_streaming(c.items)) {
+    stream = fast.stream_hooks();
+  }
+  if (stream) {
+    std::vector<wire::KeyRecord> records;
+    std::vector<std::uint64_t> filled;
+    auto all = records_for(staging->regions);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (all[i].group != c.stream_key) continue;  // a publish's pointer
+      in_stream[i] = records.size();
+      if (c.items[i].view.nbytes() == 0) filled.push_back(records.size());
+      records.push_back(std::move(all[i]));
+    }
+    if (!stream->open(c.stream_key, c.stream_manifest, records, filled, timeout)) stream.reset();
+  }
+  auto abort_stream = [&](const std::string& why) {
+    if (stream) stream->abort(c.stream_key, c.what + ": " + why);
+  };
+  const bool written = write_staged(writer, c.items, staging->regions, [&](std::size_t i) {
+    if (stream && in_stream[i] != SIZE_MAX && c.items[i].view.nbytes() > 0) {
+      stream->progress(c.stream_key, {in_stream[i]});
+    }
+  });
   if (guard) guard->leave();
   if (!written) {
+    abort_stream("a write into its staged objects failed");
     unused();
     return std::nullopt;  // the actors put it, and report what failed
   }
   if (guard && !guard->begin_commit()) {
+    abort_stream("cancelled");
     unused();
     return cancelled(c);
   }
@@ -371,6 +413,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   if (keep) req.stage = layout;
   auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {
+    abort_stream(got.status().to_string());
     // Refused or never sent: nothing committed, the objects are still
     // this client's, and the actors put it.
     if (!sent || refused) {

@@ -46,6 +46,11 @@ struct ChannelPut {
   std::vector<wire::RegionRef> staged_regions;
   std::string staged_on;
   std::string staged_group;
+  // A state dict's put worth a stream (worth_streaming): its manifest's
+  // bytes, announced under `stream_key` for readers to copy each object
+  // (those of group `stream_key`) as soon as it is written.
+  std::string stream_key;
+  std::string stream_manifest;
 };
 
 /// Puts `c` when its client has a channel (ring or tcp) to its volume, in

@@ -134,6 +134,17 @@ bool FastPath::evict(const std::string& volume_id, std::uint64_t bytes,
   return evictor(volume_id, bytes, timeout);
 }
 
+void FastPath::set_stream_hooks(StreamHooks hooks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stream_hooks_ = std::move(hooks);
+}
+
+std::optional<FastPath::StreamHooks> FastPath::stream_hooks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return std::nullopt;
+  return stream_hooks_;
+}
+
 void FastPath::close_ring(const std::string& volume_id) {
   std::shared_ptr<Channel> doomed;
   {

@@ -124,6 +124,22 @@ class FastPath {
   /// Runs the evictor: false when there is none, the store closed, or it
   /// evicted nothing.
   bool evict(const std::string& volume_id, std::uint64_t bytes, std::chrono::milliseconds timeout);
+  /// A state dict put over the channel announced as a stream (readers copy
+  /// each object as soon as it is filled): the client actor is the
+  /// stream's writer at the controller, as for the actors' put. `open`
+  /// waits (at most its timeout) until the controller opened the stream;
+  /// `progress` and `abort` are one-way. The client actor sets them.
+  struct StreamHooks {
+    std::function<bool(const std::string& key, const std::string& manifest,
+                       const std::vector<wire::KeyRecord>& records,
+                       const std::vector<std::uint64_t>& filled, std::chrono::milliseconds)>
+        open;
+    std::function<void(const std::string& key, std::vector<std::uint64_t> filled)> progress;
+    std::function<void(const std::string& key, const std::string& why)> abort;
+  };
+  void set_stream_hooks(StreamHooks hooks);
+  /// The hooks, or none (closed, or not set).
+  std::optional<StreamHooks> stream_hooks() const;
   /// Closes the ring to `volume_id` (it went down).
   void close_ring(const std::string& volume_id);
   /// The ring to `volume_id`, which attached it, and the shm transport
@@ -299,6 +315,7 @@ class FastPath {
   bool home_connect_tried_ = false;
   HomeConnector home_connector_;
   Evictor evictor_;
+  std::optional<StreamHooks> stream_hooks_;
   std::shared_ptr<const transports::shm::ProcessWatch> controller_;
   struct Kept {
     Staging staging;

@@ -430,8 +430,13 @@ void stage_and_write(client_pointer self, const std::shared_ptr<PutOp>& op) {
           if (op->call.items[i].view.nbytes() == 0) filled.push_back(first + i);
         }
         for (auto i : filled) op->reported[i] = true;
-        self->send(self->state.controller, stream_open_atom::value, op->call.replace_under.front(),
-                   op->call.stream_manifest, put_records(op), filled);
+        // A request (the controller answers it; a plain send's answer would
+        // come back as an unexpected message): its commit follows from
+        // this actor, so in order, without waiting for the answer.
+        self->request(self->state.controller, self->state.cfg.request_timeout,
+                      stream_open_atom::value, op->call.replace_under.front(),
+                      op->call.stream_manifest, put_records(op), filled)
+            .then([](caf::ok_atom) {}, [](caf::error&) {});
       }
       std::vector<Future<void>> writes;
       writes.reserve(regions.size());
