@@ -73,9 +73,9 @@ Status name_put(const std::string& key, PreparedPut& p,
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
 
 // Whether a put of this shape may run on the caller's thread
-// (actors::put_over_channel): no lent, in-place or sharded-group items,
-// and not announced as a stream (the actors report each object's fill to
-// readers following it).
+// (actors::put_over_channel): no lent or in-place items (a staged state
+// dict's commit names those itself). Sharded groups and streamed puts
+// take it too.
 bool takes_caller_thread(const actors::PutCall& call);
 
 // put_state_dict's prepared put on the caller's thread, through
