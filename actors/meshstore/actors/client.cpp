@@ -218,99 +218,92 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
 }  // namespace
 }  // namespace client_detail
 
+namespace {
+
+// Runs `job` inside the client actor at `addr`, from any thread (fire and
+// forget): false when the actor is gone.
+bool run_inside(const caf::actor_addr& addr,
+                std::function<void(client_detail::client_pointer)> job) {
+  auto hdl = caf::actor_cast<caf::actor>(addr);
+  if (!hdl) return false;
+  auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
+  caf::anon_send(hdl, run_atom::value, internal::Closure{[me, job = std::move(job)] { job(me); }});
+  return true;
+}
+
+// Runs `job` inside the client actor at `addr` and waits, at most
+// `timeout`, for the answer it gives through its second argument: false
+// when the actor is gone, answers nothing in time, or answers false. Only
+// for threads other than the actor's (the fast path's callers and waiting
+// thread).
+bool answer_inside(
+    const caf::actor_addr& addr, std::chrono::milliseconds timeout,
+    std::function<void(client_detail::client_pointer, std::function<void(bool)>)> job) {
+  auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
+  auto answer = done->future();
+  const bool sent =
+      run_inside(addr, [done, job = std::move(job)](client_detail::client_pointer me) {
+        job(me, [done](bool v) { done->set_value(v); });
+      });
+  if (!sent || !answer.wait_for(timeout)) return false;
+  auto r = answer.get();
+  return r.ok() && *r;
+}
+
+}  // namespace
+
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
                         strategy_actor strategy) {
   auto fast = config.fast_path;
   const bool evicts = config.evict_lru;
   auto client = sys.spawn(client_detail::client_impl, std::move(config), std::move(controller),
                           std::move(strategy));
-  if (fast) {
-    // A put that finds no channel yet (the first) has the client connect to
-    // its volume and open the channel, from the fast path's waiting
-    // thread. Set before the first call can come (the actor starts later).
-    const caf::actor_addr addr = client.address();
-    fast->set_home_connector([addr](std::chrono::milliseconds timeout) {
-      auto hdl = caf::actor_cast<caf::actor>(addr);
-      if (!hdl) return false;
-      auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
-      auto opened = done->future();
-      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
-      caf::anon_send(hdl, run_atom::value, internal::Closure{[me, done] {
-                       client_detail::await_home_channel(
-                           me, [done](bool open) { done->set_value(open); });
-                     }});
-      hdl = nullptr;
-      if (!opened.wait_for(timeout)) return false;
-      auto r = opened.get();
-      return r.ok() && *r;
+  if (!fast) return client;
+  using client_detail::client_pointer;
+  const caf::actor_addr addr = client.address();
+  // A put that finds no channel yet (the first) has the client connect to
+  // its volume and open the channel, from the fast path's waiting thread.
+  // Set before the first call can come (the actor starts later).
+  fast->set_home_connector([addr](std::chrono::milliseconds timeout) {
+    return answer_inside(addr, timeout, [](client_pointer me, std::function<void(bool)> k) {
+      client_detail::await_home_channel(me, std::move(k));
     });
-    // A state dict put over the channel and announced as a stream: this
-    // actor is the stream's writer at the controller (its death ends the
-    // stream), as for the actors' put.
-    FastPath::StreamHooks hooks;
-    hooks.open = [addr](const std::string& key, const std::string& manifest,
-                        const std::vector<wire::KeyRecord>& records,
-                        const std::vector<std::uint64_t>& filled,
-                        std::chrono::milliseconds timeout) {
-      auto hdl = caf::actor_cast<caf::actor>(addr);
-      if (!hdl) return false;
-      auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
-      auto opened = done->future();
-      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
-      caf::anon_send(hdl, run_atom::value,
-                     internal::Closure{[me, done, key, manifest, records, filled, timeout] {
-                       me->request(me->state.controller, timeout, stream_open_atom::value, key,
-                                   manifest, records, filled)
-                           .then([done](caf::ok_atom) { done->set_value(true); },
-                                 [done](caf::error&) { done->set_value(false); });
-                     }});
-      hdl = nullptr;
-      if (!opened.wait_for(timeout)) return false;
-      auto r = opened.get();
-      return r.ok() && *r;
-    };
-    hooks.progress = [addr](const std::string& key, std::vector<std::uint64_t> filled) {
-      auto hdl = caf::actor_cast<caf::actor>(addr);
-      if (!hdl) return;
-      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
-      caf::anon_send(hdl, run_atom::value, internal::Closure{[me, key, filled = std::move(filled)] {
-                       me->send(me->state.controller, stream_progress_atom::value, key, filled);
-                     }});
-    };
-    hooks.abort = [addr](const std::string& key, const std::string& why) {
-      auto hdl = caf::actor_cast<caf::actor>(addr);
-      if (!hdl) return;
-      auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
-      caf::anon_send(hdl, run_atom::value, internal::Closure{[me, key, why] {
-                       me->send(me->state.controller, stream_abort_atom::value, key, why);
-                     }});
-    };
-    fast->set_stream_hooks(std::move(hooks));
-    // A put over the channel that a full volume refused has the controller
-    // evict there (the client actor asks it), then tries again.
-    if (evicts) {
-      fast->set_evictor([addr](const std::string& volume_id, std::uint64_t bytes,
-                               std::chrono::milliseconds timeout) {
-        auto hdl = caf::actor_cast<caf::actor>(addr);
-        if (!hdl) return false;
-        auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
-        auto evicted = done->future();
-        auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
-        caf::anon_send(
-            hdl, run_atom::value, internal::Closure{[me, done, volume_id, bytes, timeout] {
-              me->request(me->state.controller, timeout, evict_atom::value, volume_id, bytes)
-                  .then(
-                      [done](const std::vector<std::string>& keys) {
-                        done->set_value(!keys.empty());
-                      },
-                      [done](caf::error&) { done->set_value(false); });
-            }});
-        hdl = nullptr;
-        if (!evicted.wait_for(timeout)) return false;
-        auto r = evicted.get();
-        return r.ok() && *r;
+  });
+  // A state dict put over the channel and announced as a stream: this
+  // actor is the stream's writer at the controller (its death ends the
+  // stream), as for the actors' put.
+  FastPath::StreamHooks hooks;
+  hooks.open = [addr](const std::string& key, const std::string& manifest,
+                      const std::vector<wire::KeyRecord>& records,
+                      const std::vector<std::uint64_t>& filled, std::chrono::milliseconds timeout) {
+    return answer_inside(addr, timeout, [=](client_pointer me, std::function<void(bool)> k) {
+      me->request(me->state.controller, timeout, stream_open_atom::value, key, manifest, records,
+                  filled)
+          .then([k](caf::ok_atom) { k(true); }, [k](caf::error&) { k(false); });
+    });
+  };
+  hooks.progress = [addr](const std::string& key, std::vector<std::uint64_t> filled) {
+    run_inside(addr, [key, filled = std::move(filled)](client_pointer me) {
+      me->send(me->state.controller, stream_progress_atom::value, key, filled);
+    });
+  };
+  hooks.abort = [addr](const std::string& key, const std::string& why) {
+    run_inside(addr, [key, why](client_pointer me) {
+      me->send(me->state.controller, stream_abort_atom::value, key, why);
+    });
+  };
+  fast->set_stream_hooks(std::move(hooks));
+  // A put over the channel that a full volume refused has the controller
+  // evict there (the client actor asks it), then tries again.
+  if (evicts) {
+    fast->set_evictor([addr](const std::string& volume_id, std::uint64_t bytes,
+                             std::chrono::milliseconds timeout) {
+      return answer_inside(addr, timeout, [=](client_pointer me, std::function<void(bool)> k) {
+        me->request(me->state.controller, timeout, evict_atom::value, volume_id, bytes)
+            .then([k](const std::vector<std::string>& keys) { k(!keys.empty()); },
+                  [k](caf::error&) { k(false); });
       });
-    }
+    });
   }
   return client;
 }
