@@ -9,10 +9,13 @@
 // fails with Errc::shutdown.
 
 #include <caf/all.hpp>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "meshstore/actors/client.hpp"
+#include "meshstore/actors/client/fast_path.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/state_dict/manifest.hpp"
@@ -31,6 +34,25 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
   if (!hdl) return facade::closed_future<T>(what);
   caf::anon_send(hdl, atom, std::move(c));
   return fut;
+}
+
+// A put over the client's channel that must not run on the client actor's
+// thread (where a continuation lands; the channel may need that actor):
+// `channel` runs on `fast`'s waiting thread, and its outcome answers; where
+// it answers nullopt (nothing committed: no channel, refused), the
+// future `actors` gives does. `what` names the call in the error of a
+// store closed first. The fast path's waiting thread ends its jobs before
+// the fast path goes.
+template <class T>
+Future<T> channel_or_actors(actors::FastPath& fast, const std::string& what,
+                            std::function<std::optional<Result<T>>()> channel,
+                            std::function<Future<T>()> actors) {
+  auto p = std::make_shared<Promise<T>>(Status(Errc::shutdown, what + ": dropped"));
+  fast.defer([p, channel = std::move(channel), actors = std::move(actors)] {
+    if (auto done = channel()) return (void)p->set(std::move(*done));
+    actors().on_complete([p](const Result<T>& r) { p->set(r); });
+  });
+  return p->future();
 }
 
 // A state dict's manifest as stored (its bytes) and decoded.

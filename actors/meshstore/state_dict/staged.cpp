@@ -88,27 +88,26 @@ struct StagedStateDict::Impl {
     if (!live || call.staged_items.empty()) {
       return call_client(self->client, actors::store_put_atom::value, std::move(call), what);
     }
-    actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it
-    auto p = std::make_shared<Promise<std::vector<std::uint64_t>>>(
-        Status(Errc::shutdown, what + ": dropped"));
+    actors::FastPath* raw = live.get();
     auto shared = std::make_shared<actors::PutCall>(std::move(call));
-    raw->defer([self, raw, p, shared, what] {
-      actors::ChannelPut c;
-      c.items = shared->items;
-      c.groups.assign(c.items.size(), self->key);
-      c.prefixes = shared->replace_under;
-      c.staged_items = shared->staged_items;
-      c.staged_regions = shared->staged.regions;
-      c.staged_on = shared->staged.volume_id;
-      c.staged_group = self->key;
-      c.slot = std::string(3, '\0') + self->key;  // keeps nothing staged
-      c.what = what;
-      auto done = actors::put_over_channel(*raw, c, self->pub.timeout);
-      if (done) return (void)p->set(std::move(*done));
-      call_client(self->client, actors::store_put_atom::value, std::move(*shared), what)
-          .on_complete([p](const Result<std::vector<std::uint64_t>>& r) { p->set(r); });
-    });
-    return p->future();
+    return state_dicts::channel_or_actors<std::vector<std::uint64_t>>(
+        *raw, what,
+        [self, raw, shared, what]() -> std::optional<Result<std::vector<std::uint64_t>>> {
+          actors::ChannelPut c;
+          c.items = shared->items;
+          c.groups.assign(c.items.size(), self->key);
+          c.prefixes = shared->replace_under;
+          c.staged_items = shared->staged_items;
+          c.staged_regions = shared->staged.regions;
+          c.staged_on = shared->staged.volume_id;
+          c.staged_group = self->key;
+          c.slot = std::string(3, '\0') + self->key;  // keeps nothing staged
+          c.what = what;
+          return actors::put_over_channel(*raw, c, self->pub.timeout);
+        },
+        [self, shared, what] {
+          return call_client(self->client, actors::store_put_atom::value, std::move(*shared), what);
+        });
   }
 
   Future<std::uint64_t> commit(const std::shared_ptr<Impl>& self) {

@@ -67,28 +67,28 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
                                        Pointer from, const std::weak_ptr<actors::FastPath>& fast,
                                        std::chrono::milliseconds timeout) {
   if (auto live = fast.lock()) {
-    actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it
-    auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
-    raw->defer([=] {
-      actors::ChannelPut c;
-      c.items.push_back(pointer_item(prefix, next, from.seq));
-      c.groups.emplace_back();
-      c.prefixes = retired_by(prefix, next, keep);
-      c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
-      c.what = op + " '" + prefix + "'";
-      c.whole_key = true;  // counted as a put of one key: the pointer
-      auto moved = actors::put_over_channel(*raw, c, timeout);
-      // Moved, or the channel failed with the commit on its way (moved or
-      // not is unknown: said, never retried).
-      if (moved && moved->ok()) return (void)p->set_value(next);
-      if (moved) return (void)p->set_error(moved->status());
-      // Nothing committed (refused: another writer moved it, which the
-      // actors find, withdrawing the version and saying so; or never
-      // sent): the actors move it.
-      point_and_retire(client, prefix, next, keep, op, from)
-          .on_complete([p](const Result<std::uint64_t>& v) { p->set(v); });
-    });
-    return p->future();
+    actors::FastPath* raw = live.get();
+    return channel_or_actors<std::uint64_t>(
+        *raw, op,
+        [=]() -> std::optional<Result<std::uint64_t>> {
+          actors::ChannelPut c;
+          c.items.push_back(pointer_item(prefix, next, from.seq));
+          c.groups.emplace_back();
+          c.prefixes = retired_by(prefix, next, keep);
+          c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
+          c.what = op + " '" + prefix + "'";
+          c.whole_key = true;  // counted as a put of one key: the pointer
+          auto moved = actors::put_over_channel(*raw, c, timeout);
+          // Moved, or the channel failed with the commit on its way (moved
+          // or not is unknown: said, never retried).
+          if (!moved) return std::nullopt;
+          if (!moved->ok()) return Result<std::uint64_t>(moved->status());
+          return Result<std::uint64_t>(next);
+        },
+        // Nothing committed (refused: another writer moved it, which the
+        // actors find, withdrawing the version and saying so; or never
+        // sent): the actors move it.
+        [=] { return point_and_retire(client, prefix, next, keep, op, from); });
   }
   actors::PutCall point;
   point.op = op;
@@ -133,14 +133,15 @@ Future<void> put_version(const caf::actor_addr& client, const std::string& key,
   }
   auto live = fast.lock();
   if (!live || !takes_caller_thread(prepared->call)) return put_named(client, prepared);
-  actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it
-  auto p = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
-  raw->defer([=] {
-    auto done = put_on_caller_thread(*raw, prepared->call, timeout, nullptr);
-    if (done) return (void)p->set(done->ok() ? Result<void>() : Result<void>(*done));
-    put_named(client, prepared).on_complete([p](const Result<void>& r) { p->set(r); });
-  });
-  return p->future();
+  actors::FastPath* raw = live.get();
+  return channel_or_actors<void>(
+      *raw, op,
+      [=]() -> std::optional<Result<void>> {
+        auto done = put_on_caller_thread(*raw, prepared->call, timeout, nullptr);
+        if (!done) return std::nullopt;
+        return done->ok() ? Result<void>() : Result<void>(*done);
+      },
+      [=] { return put_named(client, prepared); });
 }
 
 }  // namespace
