@@ -321,15 +321,21 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     }
     return records;
   };
+  // The commit of the items written into `regions` (after any objects
+  // written in place: request_for's records, none of them inline).
+  auto commit_of = [&](const std::vector<wire::RegionRef>& regions) {
+    auto req = request_for(c);
+    auto records = records_for(regions);
+    req.records.insert(req.records.end(), records.begin(), records.end());
+    if (!req.inlined.empty()) req.inlined.resize(req.records.size());
+    return req;
+  };
   {
     // The records as the commit will carry them must fit one ring slot.
     wire::RegionRef widest;
     widest.region_id = ~std::uint64_t{0};
     widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
-    auto probe = request_for(c);
-    auto records = records_for(std::vector<wire::RegionRef>(c.items.size(), widest));
-    probe.records.insert(probe.records.end(), records.begin(), records.end());
-    if (!probe.inlined.empty()) probe.inlined.resize(probe.records.size());
+    auto probe = commit_of(std::vector<wire::RegionRef>(c.items.size(), widest));
     probe.stage = layout;
     probe.release.assign(layout.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
@@ -404,12 +410,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     unused();
     return cancelled(c);
   }
-  req = request_for(c);
-  {
-    auto records = records_for(staging->regions);
-    req.records.insert(req.records.end(), records.begin(), records.end());
-    if (!req.inlined.empty()) req.inlined.resize(req.records.size());
-  }
+  req = commit_of(staging->regions);
   if (keep) req.stage = layout;
   auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {
