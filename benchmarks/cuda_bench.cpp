@@ -3,7 +3,7 @@
 //
 //   build/bin/cuda_bench [--bytes 1GiB] [--iters 5] [--transport NAME] [--json] [--smoke]
 //                        [--emulated] [--calls] [--state-dict small|qwen3-0.6b|...]
-//                        [--no-fast-path] [--own-allocations]
+//                        [--own-allocations]
 //
 // One process hosts an embedded store (the client reaches its volume over
 // `--transport`, by default the store's choice). Figures, medians of
@@ -38,9 +38,6 @@
 // cudaMemcpy of the same bytes each way (put_vs_d2h, get_vs_h2d), with the cost per tensor beyond
 // that, and against the same state dict in host memory through the same store (put_vs_host,
 // get_vs_host: what the device adds to the store's work).
-// --no-fast-path sends every call through the actors (StoreOptions::
-// fast_path = false): the same figures without the direct reads and ring
-// puts of small keys (docs/gpu.md, "Whole keys: the fast path").
 // --calls instead prints what the CUDA calls behind one transfer cost
 // (median microseconds of 200): a 4-byte device-to-device copy, the IPC
 // handle of an allocation, the allocation a pointer lies in.
@@ -248,8 +245,7 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
 int main(int argc, char** argv) {
   std::size_t bytes = std::size_t{1} << 30;
   int iters = 5;
-  bool json = false, smoke = false, emulated = false, calls = false, fast_path = true,
-       own_allocations = false;
+  bool json = false, smoke = false, emulated = false, calls = false, own_allocations = false;
   std::string transport, state_dict;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -273,8 +269,6 @@ int main(int argc, char** argv) {
       calls = true;
     else if (a == "--state-dict")
       state_dict = next();
-    else if (a == "--no-fast-path")
-      fast_path = false;
     else if (a == "--own-allocations")
       own_allocations = true;
     else
@@ -329,7 +323,6 @@ int main(int argc, char** argv) {
 
   meshstore::StoreOptions o;
   o.transport = transport;
-  o.fast_path = fast_path;
   auto store = must(meshstore::Store::embedded(o), "Store::embedded");
   const meshstore::TensorView a(dev_a.get(), meshstore::DType::float32, {n}, {},
                                 meshstore::Device::cuda(0));
@@ -402,14 +395,13 @@ int main(int argc, char** argv) {
                m_get = median(get);
   if (json) {
     std::printf(
-        "{\"bytes\":%zu,\"transport\":\"%s\",\"fast_path\":%s,\"d2h_gbps\":%.2f,\"h2d_gbps\":%.2f,"
+        "{\"bytes\":%zu,\"transport\":\"%s\",\"d2h_gbps\":%.2f,\"h2d_gbps\":%.2f,"
         "\"d2d_gbps\":%.2f,"
         "\"put_from_device_gbps\":%.2f,\"get_into_device_gbps\":%.2f,"
         "\"put_from_device_vs_d2h\":%.3f,\"get_into_device_vs_h2d\":%.3f,"
         "\"put_vs_cudamemcpy\":%.3f,\"get_into_vs_cudamemcpy\":%.3f",
-        bytes, transport.empty() ? "chosen" : transport.c_str(), fast_path ? "true" : "false",
-        gb / m_d2h, gb / m_h2d, gb / m_d2d, gb / m_put, gb / m_get, m_d2h / m_put, m_h2d / m_get,
-        m_d2d / m_put, m_d2d / m_get);
+        bytes, transport.empty() ? "chosen" : transport.c_str(), gb / m_d2h, gb / m_h2d, gb / m_d2d,
+        gb / m_put, gb / m_get, m_d2h / m_put, m_h2d / m_get, m_d2d / m_put, m_d2d / m_get);
     if (direct) {
       std::printf(
           ",\"direct_publish_ms\":%.3f,\"direct_get_into_gbps\":%.2f,"

@@ -309,7 +309,7 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
 Future<Tensor> Store::get(std::string key) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
   auto call = single_get("get", actors::GetMode::tensor, key);
-  if (impl_ && impl_->fast) {
+  if (impl_) {
     Tensor t;
     auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.request_timeout, &t);
     if (fast == FastOutcome::hit && t.defined()) return make_ready_future(std::move(t));
@@ -361,7 +361,7 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   actors::GetCall call;
   // Every key on the fast path, or the whole batch on the actors (checked
   // first, so that a key it cannot serve costs no copy of the others).
-  bool fast_batch = impl_ && impl_->fast;
+  bool fast_batch = impl_ != nullptr;
   for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
     fast_batch = impl_->fast->servable(keys[i], [](const actors::FastPath::Entry& e) {
       return e.kind == wire::ObjectKind::tensor;
@@ -428,7 +428,7 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
   // that does not fit moves no byte (the actors report it). A read that
   // finds its object replaced sends the call to the actors, which write
   // every destination again.
-  bool fast_batch = impl_ && impl_->fast;
+  bool fast_batch = impl_ != nullptr;
   for (std::size_t i = 0; fast_batch && call.keys.size() > 1 && i < call.keys.size(); ++i) {
     const auto& dst = call.dsts[i];
     fast_batch = impl_->fast->servable(
@@ -501,7 +501,7 @@ Future<std::string> Store::get_object(std::string key) {
 Future<StoredObject> Store::get_stored_object(std::string key) {
   if (auto s = check_key("get_object", key); !s.ok()) return make_error_future<StoredObject>(s);
   auto call = object_call(key);
-  if (impl_ && impl_->fast) {
+  if (impl_) {
     StoredObject o;
     auto fast = fast_get_object(*impl_->fast, key, impl_->options.request_timeout, &o);
     if (fast == FastOutcome::hit) return make_ready_future(std::move(o));
@@ -596,7 +596,7 @@ Future<std::vector<VolumeStats>> Store::stats() {
 
 FastPathStats Store::fast_path_stats() const {
   FastPathStats out;
-  if (!impl_ || !impl_->fast) return out;
+  if (!impl_) return out;
   auto s = impl_->fast->stats();
   out.hits = s.hits;
   out.misses = s.misses;

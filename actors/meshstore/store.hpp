@@ -158,20 +158,7 @@ struct StoreOptions {
   std::chrono::milliseconds request_timeout{30000};
   /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on) capped at 8.
   int scheduler_threads = 0;
-  /// Each client keeps a channel to each volume it reaches (a
-  /// shared-memory ring over shm, a connection of its own over tcp, actor
-  /// messages over the other transports) and runs calls on the caller's
-  /// thread over it (docs/architecture.md, "Data path"): puts of whole
-  /// tensors and objects (put, put_object, put_batch, state dicts), shards
-  /// of sharded keys and staged state dicts' commits are one commit
-  /// request each, at any size; gets of whole keys whose location
-  /// this process knows are copied straight out of a volume of this host
-  /// reached over shm at any size, else asked over the channel (at most
-  /// 60 KiB). Same results and errors as the actors' path; false sends
-  /// every call through the actors. Store::from_env takes
-  /// MESHSTORE_FAST_PATH=0.
-  bool fast_path = true;
-  /// How long a fast-path channel's waiting end spins before it sleeps
+  /// How long a channel's waiting end spins before it sleeps
   /// (in [0, 1 s]): on a shm ring (then a futex) the volume's small-op
   /// service between requests and a caller waiting for its answer; on a tcp
   /// small-operations connection (then recv) the volume's end between
@@ -255,8 +242,10 @@ struct ControllerCounters {
   std::uint64_t pinned_locates = 0;
 };
 
-/// What this process's fast path for small gets and puts did
-/// (StoreOptions::fast_path).
+/// What this process's calls on the caller's thread did: each client keeps
+/// a channel to each volume it reaches (a shared-memory ring over shm, a
+/// connection of its own over tcp, actor messages over the other
+/// transports) and runs calls over it (docs/architecture.md, "Data path").
 struct FastPathStats {
   /// Gets served on the caller's thread: over a ring, or straight from
   /// shared memory (direct_reads).
@@ -736,7 +725,7 @@ class Store {
   Future<std::vector<VolumeStats>> stats();
   /// The controller's message counters (ControllerCounters).
   Future<ControllerCounters> controller_counters();
-  /// What this process's fast path for small gets did (StoreOptions::fast_path).
+  /// What this process's calls on the caller's thread did (FastPathStats).
   FastPathStats fast_path_stats() const;
   /// The port this store listens on (0 when it does not listen).
   std::uint16_t port() const noexcept;

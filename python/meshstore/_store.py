@@ -369,11 +369,11 @@ class Store:
         return Future(self._s.stats())
 
     def fast_path_stats(self):
-        """What this process's fast path for small gets and puts did, now
-        (a dict: hits, misses, stale, rings, puts, put_misses,
+        """What this process's calls on the caller's thread did, now (a
+        dict: hits, misses, stale, rings, puts, put_misses,
         lease_free_reads, lease_free_stale, direct_reads,
-        direct_state_dicts, state_dict_puts; all 0 with
-        fast_path=False). Not a future: read on the caller's thread."""
+        direct_state_dicts, state_dict_puts). Not a future: read on the
+        caller's thread."""
         return self._s.fast_path_stats()
 
     # -- state dicts --------------------------------------------------------

@@ -70,8 +70,6 @@ StoreOptions store_options(const py::dict& kw) {
         o.volume_pool_bytes = v.cast<std::uint64_t>();
       else if (name == "shared_memory_volumes")
         o.shared_memory_volumes = v.cast<bool>();
-      else if (name == "fast_path")
-        o.fast_path = v.cast<bool>();
       else if (name == "fast_path_spin_us")
         o.fast_path_spin = std::chrono::microseconds(v.cast<std::int64_t>());
       else if (name == "rpc_chunk_bytes")

@@ -667,22 +667,6 @@ TEST_P(FastPathOver, AnySpinServesTheSameResults) {
   }
 }
 
-// With the fast path off, nothing opens a channel, and every call takes
-// the actors and works.
-TEST_P(FastPathOver, OffSendsEveryCallThroughTheActors) {
-  StoreOptions o = writer_options();
-  o.fast_path = false;
-  auto store = Store::embedded(o).value();
-  std::vector<std::uint8_t> v = pattern(64, 5), dst(64, 0);
-  ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));
-  ASSERT_OK(store.get_into("k", bytes_view(dst)).get(kWait));
-  EXPECT_EQ(dst, v);
-  ASSERT_OK(store.put_object("o", "value").get(kWait));
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(*store.get_object("o").get(kWait), "value");
-  const auto s = store.fast_path_stats();
-  EXPECT_EQ(s.hits + s.misses + s.stale + s.rings + s.puts, 0u);
-}
-
 INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver,
                          ::testing::Values("", "tcp", "tcp-encrypted", "cma", "rpc"),
                          [](const auto& info) {
@@ -692,8 +676,8 @@ INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver,
                          });
 
 // What a ring put cannot do goes down the actor path, with its usual
-// outcome: a full volume (out_of_capacity, nothing stored), and puts with
-// the fast path off. A strided view goes over the ring, packed.
+// outcome: a full volume (out_of_capacity, nothing stored). A strided view
+// goes over the ring, packed.
 TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   StoreOptions o;
   o.volume_capacity_bytes = 48 << 10;
@@ -715,14 +699,6 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   ASSERT_OK(store.put("strided", strided).get(kWait));
   EXPECT_EQ(store.fast_path_stats().puts, puts + 2);  // "most" and "strided"
   store.close();
-
-  StoreOptions off;
-  off.fast_path = false;
-  auto plain = Store::embedded(off).value();
-  ASSERT_OK(plain.put("k", bytes_view(first)).get(kWait));
-  ASSERT_OK(plain.put("k", bytes_view(first)).get(kWait));
-  EXPECT_EQ(plain.fast_path_stats().puts, 0u);
-  plain.close();
 }
 
 // A full volume refuses a put over the channel; with LRU eviction the

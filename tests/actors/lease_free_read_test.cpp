@@ -107,17 +107,6 @@ TEST_F(LeaseFreeRead, AClientReadsWhatItPutWithoutALease) {
   EXPECT_GT(store.fast_path_stats().lease_free_reads, before);
 }
 
-TEST_F(LeaseFreeRead, WithoutTheFastPathEveryReadTakesALease) {
-  auto o = shm();
-  o.fast_path = false;
-  auto store = Store::embedded(o).value();
-  std::vector<std::uint8_t> v(kBytes, 7), back(kBytes, 0);
-  ASSERT_OK(store.put("w", bytes_view(v)).get(kWait));
-  ASSERT_OK(store.get_into("w", bytes_view(back)).get(kWait));
-  EXPECT_EQ(back, v);
-  EXPECT_EQ(store.fast_path_stats().lease_free_reads, 0u);
-}
-
 // A reader in one client, a writer in another: the reader learns where the
 // object lies from the controller's record (the writer's staging told it)
 // and reads it lease-free from the first read; the writer's overwrite

@@ -87,17 +87,12 @@ std::shared_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer s
 caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_actor controller,
                           strategy_actor strategy) {
   self->state.cfg = std::move(cfg);
-  self->state.locations =
-      self->state.cfg.fast_path
-          ? self->state.cfg.fast_path->shared_cache()
-          : std::make_shared<LocationCache>(self->state.cfg.max_cached_locations);
+  self->state.locations = self->state.cfg.fast_path->shared_cache();
   self->state.controller = std::move(controller);
   self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
   self->state.controller_process = watch_controller(self);
-  if (self->state.cfg.fast_path) {
-    self->state.cfg.fast_path->watch_controller(self->state.controller_process);
-  }
+  self->state.cfg.fast_path->watch_controller(self->state.controller_process);
   // Volumes in processes this one has no connection to: their deaths come
   // from the controller.
   self->send(self->state.controller, watch_volumes_atom::value);
@@ -254,11 +249,14 @@ bool answer_inside(
 
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
                         strategy_actor strategy) {
+  if (!config.fast_path) {
+    config.fast_path =
+        std::make_shared<FastPath>(std::make_shared<LocationCache>(config.max_cached_locations));
+  }
   auto fast = config.fast_path;
   const bool evicts = config.evict_lru;
   auto client = sys.spawn(client_detail::client_impl, std::move(config), std::move(controller),
                           std::move(strategy));
-  if (!fast) return client;
   using client_detail::client_pointer;
   const caf::actor_addr addr = client.address();
   // A put that finds no channel yet (the first) has the client connect to

@@ -306,9 +306,10 @@ struct ClientConfig {
   /// StoreOptions::eviction "lru": a put refused for capacity evicts the
   /// least recently used keys on its volume and stages again, once.
   bool evict_lru = false;
-  /// The fast path for small gets and puts (shared with the Store facade, which
-  /// reads over it); null: none. Its location cache is the client's own,
-  /// and the client opens a ring to each volume it reaches over shm.
+  /// The client's channels and location cache, shared with the Store
+  /// facade, which runs calls over them on the caller's thread; null: the
+  /// client makes its own. The client opens a channel to each volume it
+  /// reaches.
   std::shared_ptr<FastPath> fast_path;
   /// How long the fast path's rings this client opens spin before their
   /// waiting end sleeps (StoreOptions::fast_path_spin).

@@ -242,11 +242,9 @@ void Store::Impl::start_client() {
   cc.transport_config = transport_config(options);
   cc.request_timeout = options.request_timeout;
   cc.evict_lru = options.eviction == "lru";
-  if (options.fast_path) {
-    fast = std::make_shared<actors::FastPath>(
-        std::make_shared<actors::LocationCache>(cc.max_cached_locations));
-    cc.fast_path = fast;
-  }
+  fast = std::make_shared<actors::FastPath>(
+      std::make_shared<actors::LocationCache>(cc.max_cached_locations));
+  cc.fast_path = fast;
   cc.ring_spin = options.fast_path_spin;
   client = actors::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
@@ -365,9 +363,6 @@ Result<Store> Store::from_env(StoreOptions options) {
   options.rank = env->rank;
   options.local_rank = env->local_rank;
   if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
-  if (const char* e = std::getenv("MESHSTORE_FAST_PATH"); e && std::string(e) == "0") {
-    options.fast_path = false;
-  }
   if (const char* e = std::getenv("MESHSTORE_FAST_PATH_SPIN_US"); e && *e) {
     auto us = internal::parse_int("MESHSTORE_FAST_PATH_SPIN_US", e, 0, 1000000);
     if (!us.ok()) return us.status().with_context("Store::from_env");

@@ -65,8 +65,8 @@ struct Store::Impl {
   // The layouts of this store's last state-dict puts, by key (by prefix for
   // versions) and options: a put of the same layout reuses its manifest.
   std::shared_ptr<state_dicts::ManifestCache> put_layouts = state_dicts::make_manifest_cache();
-  // The fast path for small gets and puts (StoreOptions::fast_path; null when off),
-  // shared with the client actor. Set before the Store is handed out.
+  // The client's channels and location cache, for calls on the caller's
+  // thread, shared with the client actor. Set before the Store is handed out.
   std::shared_ptr<actors::FastPath> fast;
 
   // A runtime (with the network layer when `network`; `shared` when

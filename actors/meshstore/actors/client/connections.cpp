@@ -38,7 +38,7 @@ void channel_settled(client_pointer self, const std::string& volume_id) {
   if (it == st.channel_waiters.end()) return;
   auto waiters = std::move(it->second);
   st.channel_waiters.erase(it);
-  const bool open = st.cfg.fast_path && st.cfg.fast_path->has_ring(volume_id);
+  const bool open = st.cfg.fast_path->has_ring(volume_id);
   for (auto& w : waiters) w(open);
 }
 
@@ -229,9 +229,9 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             conn->transport = std::shared_ptr<transports::Transport>(std::move(transport).value());
             // The channel starts opening before the callers waiting for the
             // connection run: one of them may wait for the channel too.
-            if (st.cfg.fast_path && chosen->transport == "shm") {
+            if (chosen->transport == "shm") {
               open_ring(self, info.volume_id, handle);
-            } else if (st.cfg.fast_path) {
+            } else {
               open_small_ops(self, info.volume_id, handle, conn->transport);
             }
             finish_conn(self, info.volume_id, conn);
@@ -283,7 +283,7 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
                         [self, finish, id = info.volume_id](const ConnResult& r) {
                           if (r.ok()) {
                             self->state.home_volume = id;
-                            if (self->state.cfg.fast_path) self->state.cfg.fast_path->set_home(id);
+                            self->state.cfg.fast_path->set_home(id);
                             self->state.home_lost.clear();
                           }
                           finish(r);
@@ -314,7 +314,7 @@ void with_home_volume(client_pointer self, ConnCallback k) {
     return with_volume(self, st.home_volume, [self, k = std::move(k)](const ConnResult& r) {
       if (!r.ok()) {
         self->state.home_volume.clear();  // ask the strategy next time
-        if (self->state.cfg.fast_path) self->state.cfg.fast_path->set_home("");
+        self->state.cfg.fast_path->set_home("");
       }
       k(r);
     });
@@ -335,7 +335,7 @@ void with_home_volume(client_pointer self, ConnCallback k) {
 void await_home_channel(client_pointer self, std::function<void(bool)> k) {
   with_home_volume(self, [self, k = std::move(k)](const ConnResult& r) {
     auto& st = self->state;
-    if (!r.ok() || !st.cfg.fast_path) return k(false);
+    if (!r.ok()) return k(false);
     const auto& id = (*r)->info.volume_id;
     if (st.cfg.fast_path->has_ring(id)) return k(true);
     auto it = st.channel_waiters.find(id);
@@ -371,11 +371,11 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     }
     if (st.home_volume == id) {
       st.home_volume.clear();
-      if (st.cfg.fast_path) st.cfg.fast_path->set_home("");
+      st.cfg.fast_path->set_home("");
       st.home_lost = name + " went down (" + reason + ")";
     }
     st.locations->erase_on_volume(id);
-    if (st.cfg.fast_path) st.cfg.fast_path->close_ring(id);
+    st.cfg.fast_path->close_ring(id);
     it = st.conns.erase(it);
   }
   const std::string why = name + " went down (" + reason + ")";

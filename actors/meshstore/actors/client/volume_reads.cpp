@@ -287,12 +287,12 @@ struct LeaseFreeRead {
 
 // The lease-free read of `targets` (host copies into the caller's memory,
 // of any size, each object's region known and tagged with its id now);
-// nullopt where one is not, or the store has no fast path. One that loses
+// nullopt where one is not. One that loses
 // its race with a writer copies again under a lease, as a direct read does.
 std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const VolumeConn& c,
                                                 const std::vector<ReadTarget>& targets) {
   const auto& controller = self->state.controller_process;
-  if (!self->state.cfg.fast_path || targets.empty() || !c.transport->capabilities().maps_memory ||
+  if (targets.empty() || !c.transport->capabilities().maps_memory ||
       (controller && !controller->alive())) {
     return std::nullopt;
   }
