@@ -14,10 +14,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cinttypes>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -699,6 +702,50 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   ASSERT_OK(store.put("strided", strided).get(kWait));
   EXPECT_EQ(store.fast_path_stats().puts, puts + 2);  // "most" and "strided"
   store.close();
+}
+
+// A channel that fails (here its ring, overwritten under both ends, which
+// each then take as closed by the other) is dropped, and the client opens
+// a new one: after the put that found it broken (which the actors take),
+// puts go over a channel again.
+TEST(FastPath, AChannelThatFailedIsOpenedAgain) {
+  StoreOptions o;
+  o.transport = "shm";
+  auto store = Store::embedded(o).value();
+  std::vector<std::uint8_t> v = pattern(64, 1), back(64, 0);
+  ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));
+  ASSERT_TRUE(has_ring(store));
+  // The ring's name is unlinked once the volume attached it: found among
+  // this process's mappings (the client's end, and the volume's in this
+  // process: the same pages).
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int broken = 0;
+  while (std::getline(maps, line)) {
+    if (line.find("/dev/shm/meshstore.") == std::string::npos ||
+        line.find(".ring.") == std::string::npos) {
+      continue;
+    }
+    std::uintptr_t begin = 0, end = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &begin, &end), 2) << line;
+    std::memset(reinterpret_cast<void*>(begin), 0xff, end - begin);
+    ++broken;
+  }
+  ASSERT_GE(broken, 1) << "no ring mapped";
+  v = pattern(64, 2);
+  ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));  // finds the ring broken
+  ASSERT_OK(store.get_into("k", bytes_view(back)).get(kWait));
+  EXPECT_EQ(back, v);
+  for (std::uint8_t round = 3; round < 6; ++round) {
+    const auto before = store.fast_path_stats().puts;
+    v = pattern(64, round);
+    ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));
+    EXPECT_EQ(store.fast_path_stats().puts, before + 1)
+        << "put " << int(round) << " not over a channel";
+    ASSERT_OK(store.get_into("k", bytes_view(back)).get(kWait));
+    EXPECT_EQ(back, v);
+  }
+  EXPECT_TRUE(has_ring(store));
 }
 
 // A full volume refuses a put over the channel; with LRU eviction the

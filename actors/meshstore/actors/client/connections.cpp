@@ -201,6 +201,25 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
           });
 }
 
+// Opens the channel to `conn`'s volume: a ring over shm, else the
+// transport's small-operations channel or actor messages.
+void open_channel(client_pointer self, const VolumeConn& conn) {
+  if (conn.transport->name() == "shm") {
+    open_ring(self, conn.info.volume_id, conn.handle);
+  } else {
+    open_small_ops(self, conn.info.volume_id, conn.handle, conn.transport);
+  }
+}
+
+// The channel to `conn`'s volume failed (FastPath::take_reopen): a new one
+// opens, unless one is opening. Once per failure.
+void reopen_if_failed(client_pointer self, const VolumeConn& conn) {
+  const auto& id = conn.info.volume_id;
+  if (self->state.channel_waiters.count(id) != 0) return;  // opening
+  auto& fast = *self->state.cfg.fast_path;
+  if (fast.take_reopen(id) && !fast.has_ring(id)) open_channel(self, conn);
+}
+
 // Asks the volume for its endpoints and opens the chosen transport.
 void connect(client_pointer self, const wire::VolumeInfo& info,
              const storage_volume_actor& handle) {
@@ -229,11 +248,7 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             conn->transport = std::shared_ptr<transports::Transport>(std::move(transport).value());
             // The channel starts opening before the callers waiting for the
             // connection run: one of them may wait for the channel too.
-            if (chosen->transport == "shm") {
-              open_ring(self, info.volume_id, handle);
-            } else {
-              open_small_ops(self, info.volume_id, handle, conn->transport);
-            }
+            open_channel(self, *conn);
             finish_conn(self, info.volume_id, conn);
           },
           [=](caf::error& e) {
@@ -246,7 +261,10 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
 
 void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
   auto& st = self->state;
-  if (auto it = st.conns.find(id); it != st.conns.end()) return k(it->second);
+  if (auto it = st.conns.find(id); it != st.conns.end()) {
+    reopen_if_failed(self, *it->second);
+    return k(it->second);
+  }
   auto& waiters = st.conn_waiters[id];
   waiters.push_back(std::move(k));
   if (waiters.size() > 1) return;  // already being set up
@@ -338,6 +356,7 @@ void await_home_channel(client_pointer self, std::function<void(bool)> k) {
     if (!r.ok()) return k(false);
     const auto& id = (*r)->info.volume_id;
     if (st.cfg.fast_path->has_ring(id)) return k(true);
+    reopen_if_failed(self, **r);
     auto it = st.channel_waiters.find(id);
     if (it == st.channel_waiters.end()) return k(false);  // none opening
     it->second.push_back(k);

@@ -70,7 +70,12 @@ struct FastPath::Channel {
   }
   // Sends `request` and waits for its reply (the caller holds `mu`); over a
   // ring under a new tag, passing over late replies to abandoned requests.
-  Result<std::vector<std::byte>> exchange(std::chrono::steady_clock::time_point deadline) {
+  // `*sent` (when given) is false when the request certainly did not leave
+  // (a ring's send that failed enqueues nothing); a remote request may have
+  // left whenever it fails.
+  Result<std::vector<std::byte>> exchange(std::chrono::steady_clock::time_point deadline,
+                                          bool* sent = nullptr) {
+    if (sent) *sent = true;
     if (remote) {
       framed.resize(sizeof(token) + request.size());
       std::memcpy(framed.data(), &token, sizeof(token));
@@ -78,7 +83,10 @@ struct FastPath::Channel {
       return remote->exchange(framed.data(), framed.size(), deadline);
     }
     const std::uint64_t tag = next_tag++;
-    MESHSTORE_RETURN_IF_ERROR(ring->send(tag, request.data(), request.size(), deadline));
+    if (auto s = ring->send(tag, request.data(), request.size(), deadline); !s.ok()) {
+      if (sent) *sent = false;
+      return s;
+    }
     for (;;) {
       auto m = ring->receive(deadline);
       if (!m.ok()) return m.status();
@@ -382,6 +390,15 @@ void FastPath::close_failed(const std::string& volume_id, const std::shared_ptr<
   }
   channel->failed = true;
   drop_ring(volume_id, channel);
+  std::lock_guard<std::mutex> lock(mu_);
+  failed_.insert(volume_id);
+  // The next put to this client's volume has the client open a new one.
+  if (volume_id == home_) home_connect_tried_ = false;
+}
+
+bool FastPath::take_reopen(const std::string& volume_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !closed_ && failed_.erase(volume_id) != 0;
 }
 
 void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected) {
@@ -494,12 +511,11 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
     return Status(Errc::unsupported, "a commit of " + std::to_string(channel->request.size()) +
                                          " bytes does not fit one request");
   }
-  *sent = true;
   auto fail = [&](const Status& s) {
     close_failed(volume_id, channel, s);
     return s;
   };
-  auto m = channel->exchange(std::chrono::steady_clock::now() + timeout);
+  auto m = channel->exchange(std::chrono::steady_clock::now() + timeout, sent);
   if (!m.ok()) return fail(m.status());
   const auto inlined = static_cast<std::size_t>(
       std::count_if(req.inlined.begin(), req.inlined.end(), [](const auto& b) { return b; }));

@@ -39,6 +39,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "meshstore/actors/client/location_cache.hpp"
@@ -107,11 +108,15 @@ class FastPath {
   void set_home_connector(HomeConnector connector);
   /// Whether a put finding no channel to its volume should have the client
   /// connect first (connect_home), on the waiting thread: no volume chosen
-  /// yet, or its channel not open. Once per volume: a channel
-  /// that failed after that leaves later puts to the actors.
+  /// yet, or its channel not open. Once per volume, and again after each
+  /// failure of its channel (which the client then opens anew).
   bool may_connect_home() const;
+  /// Whether the channel to `volume_id` failed since the last call (a
+  /// request on it failed, and it was dropped): the client actor then
+  /// opens a new one, once per failure.
+  bool take_reopen(const std::string& volume_id);
   /// Runs the connector (false: none, or closed); then may_connect_home()
-  /// is false until this client's volume changes. It may wait `timeout`:
+  /// is false until this client's volume changes or its channel fails. It may wait `timeout`:
   /// only the waiting thread calls it.
   bool connect_home(std::chrono::milliseconds timeout);
   /// Makes room on a full volume (StoreOptions::eviction "lru"): asks the
@@ -313,6 +318,7 @@ class FastPath {
   bool closed_ = false;
   std::string home_;
   bool home_connect_tried_ = false;
+  std::unordered_set<std::string> failed_;  // channels dropped since take_reopen
   HomeConnector home_connector_;
   Evictor evictor_;
   std::optional<StreamHooks> stream_hooks_;

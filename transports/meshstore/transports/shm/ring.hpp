@@ -98,6 +98,7 @@ class Ring {
   /// then sleep) while its queue is full, until `deadline` (Errc::timeout).
   /// Errc::invalid_argument when `n` exceeds slot_bytes(); unavailable when
   /// the peer is gone; protocol_error when the queue's indices are corrupt.
+  /// A send that fails enqueued nothing.
   Status send(std::uint64_t tag, const void* data, std::size_t n, Deadline deadline);
   /// The next message from the other end, waiting until `deadline`
   /// (Errc::timeout). unavailable when the peer is gone and nothing is
