@@ -157,6 +157,7 @@ std::optional<Future<void>> put_on_channel(
   c.what = what;
   c.slot = std::string(2, '\0');  // apart from state dicts' and versions' slots
   c.whole_key = true;
+  c.refusals_final = true;
   for (auto& item : items) {
     c.slot += item.key;
     if (item.slice) {
@@ -164,9 +165,12 @@ std::optional<Future<void>> put_on_channel(
       c.slot += item.slice->to_string();
     } else {
       // Only over the version this client saw last, when it saw one: a put
-      // that reaches the controller late (its channel timed out and the
-      // actors put it meanwhile) is refused rather than roll the key back.
+      // that reaches the controller late (its channel timed out, the call
+      // failed, and the caller put again meanwhile) is refused rather than
+      // roll the key back. A live put refused so (another writer moved the
+      // key on) goes again unfenced (ChannelPut::cache_fenced).
       item.expect_version = fast->cache().version(item.key);
+      if (item.expect_version) c.cache_fenced.push_back(c.groups.size());
     }
     c.slot.push_back('\0');
     c.groups.emplace_back();

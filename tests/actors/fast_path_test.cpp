@@ -513,9 +513,9 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
 }
 
 // A put over the channel commits only over the version of the key its
-// writer saw last: after another client's put, the next one takes the
-// actors (and writes all the same), so a put that reaches the controller
-// late can never roll the key back. The channel serves the put after.
+// writer saw last, so a put that reaches the controller late can never
+// roll the key back: after another client's put, the next one is refused,
+// then goes over the channel again unfenced (and writes all the same).
 TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSee) {
   auto store = Store::embedded(writer_options()).value();
   std::vector<std::uint8_t> first = pattern(64, 1), theirs = pattern(64, 50),
@@ -528,8 +528,14 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
   ASSERT_EQ(store.fast_path_stats().puts, puts + 1);
   ASSERT_OK(other.put("k", bytes_view(theirs)).get(kWait));
   puts = store.fast_path_stats().puts;
+  // Commits the controller was asked for (refused ones too).
+  auto commits = [&] { return store.controller_counters().get(kWait)->notify_put_batch; };
+  auto asked = commits();
   ASSERT_OK(store.put("k", bytes_view(mine)).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, puts) << "committed over a version it never saw";
+  EXPECT_EQ(commits(), asked + 2) << "not refused over a version it never saw, then put unfenced";
+  EXPECT_EQ(store.fast_path_stats().puts, puts + 1) << "not over the channel";
+  puts = store.fast_path_stats().puts;
+  asked = commits();
   for (Store* s : {&store, &other}) {
     std::vector<std::uint8_t> back(64, 0);
     ASSERT_OK(s->get_into("k", bytes_view(back)).get(kWait));
@@ -537,6 +543,7 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
   }
   ASSERT_OK(store.put("k", bytes_view(again)).get(kWait));
   EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+  EXPECT_EQ(commits(), asked + 1);
   testing::expect_reads_back(other, "k", again);
   other.close();
   store.close();
@@ -546,8 +553,8 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
 // written and committed together (all or none), then read back by another
 // client; put again, into the objects its last commit staged ahead. After
 // another client's put of one of its keys, the batch's commit is refused
-// (it holds only over the versions its writer saw), so the actors put it,
-// whole and unconditionally; the channel serves the batch after.
+// (it holds only over the versions its writer saw), and it goes over the
+// channel again unfenced, whole: its values win.
 TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
   auto store = Store::embedded(writer_options()).value();
   std::vector<std::uint8_t> first = pattern(4, 1);
@@ -577,7 +584,10 @@ TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
   reads_back(other);
   std::vector<std::uint8_t> theirs = pattern(sizes[1], 99);
   ASSERT_OK(other.put("b1", bytes_view(theirs)).get(kWait));
-  EXPECT_EQ(put_batch(30), 0u) << "committed over a version it never saw";
+  const auto asked = store.controller_counters().get(kWait)->notify_put_batch;
+  EXPECT_EQ(put_batch(30), 1u) << "not over the channel";
+  EXPECT_EQ(store.controller_counters().get(kWait)->notify_put_batch, asked + 2)
+      << "not refused over a version it never saw, then put unfenced";
   reads_back(other);
   reads_back(store);
   EXPECT_EQ(put_batch(40), 1u);
@@ -678,10 +688,11 @@ INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver,
                            return n;
                          });
 
-// What a ring put cannot do goes down the actor path, with its usual
-// outcome: a full volume (out_of_capacity, nothing stored). A strided view
-// goes over the ring, packed.
-TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
+// A full volume refuses a put over the channel, and that refusal is the
+// put's answer (out_of_capacity, naming the volume; nothing stored), with
+// no second attempt through the actors. A strided view goes over the ring,
+// packed.
+TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
   StoreOptions o;
   o.volume_capacity_bytes = 48 << 10;
   auto store = Store::embedded(o).value();
@@ -689,14 +700,15 @@ TEST(FastPath, PutsItCannotServeTakeTheActorPath) {
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
   const auto puts = store.fast_path_stats().puts;
+  const auto misses = store.fast_path_stats().put_misses;
   std::vector<std::uint8_t> big = pattern(actors::limits::kRingReadBytes + 1, 3);
-  auto s = store.put("big", bytes_view(big)).get(kWait);
-  EXPECT_EQ(s.status().code(), Errc::out_of_capacity) << s.status().to_string();
+  EXPECT_ERROR(store.put("big", bytes_view(big)).get(kWait), Errc::out_of_capacity,
+               "volume 'volume-0' is full");
   std::vector<std::uint8_t> most = pattern(40 << 10, 4);
   ASSERT_OK(store.put("most", bytes_view(most)).get(kWait));  // over the ring
-  s = store.put("more", bytes_view(most)).get(kWait);         // refused: the actor path says so
-  EXPECT_EQ(s.status().code(), Errc::out_of_capacity) << s.status().to_string();
+  EXPECT_ERROR(store.put("more", bytes_view(most)).get(kWait), Errc::out_of_capacity, "put 'more'");
   EXPECT_EQ(store.exists("more").get(kWait).value(), false);
+  EXPECT_EQ(store.fast_path_stats().put_misses, misses) << "a refused put went to the actors";
   std::vector<float> grid(16, 1.0f);
   TensorView strided(grid.data(), DType::float32, {4, 2}, {4, 2});
   ASSERT_OK(store.put("strided", strided).get(kWait));

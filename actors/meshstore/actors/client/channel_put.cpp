@@ -454,6 +454,17 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
       done = put_here(fast, c, timeout, defer, guard, &refusal);
     }
   }
+  if (!done && !refusal.ok() && c.refusals_final) {
+    if (refusal.code() == Errc::conflict && !c.cache_fenced.empty()) {
+      // Another writer moved a key on since this client saw it: put over
+      // it, unfenced, as a put of a key this client never saw would.
+      ChannelPut unfenced = c;
+      for (auto i : c.cache_fenced) unfenced.items[i].expect_version.reset();
+      unfenced.cache_fenced.clear();
+      return put_over_channel(fast, unfenced, timeout, defer, guard);
+    }
+    return Result<std::vector<std::uint64_t>>(refusal.with_context(c.what));
+  }
   if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();
   return done;
 }

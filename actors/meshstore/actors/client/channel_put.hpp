@@ -31,6 +31,15 @@ struct ChannelPut {
   std::string slot;
   std::string what;        // the call, for errors
   bool whole_key = false;  // one key's put (counted as such: FastPath::count_commit)
+  // A refusal (the controller's no, a full volume that cannot make room)
+  // is the put's answer, instead of nullopt (the actors then put it and
+  // report the same refusal). Items whose expect_version came from this
+  // client's location cache (indices in `cache_fenced`) lose it after a
+  // conflict, and the put goes over the channel once more: such a fence
+  // keeps a late put from rolling a key back, not a writer from
+  // overwriting another's value.
+  bool refusals_final = false;
+  std::vector<std::size_t> cache_fenced;
   // Shards of sharded keys (items with a slice): each key commits once its
   // shards, from every rank, cover it; in `group` (of `members`, `layout`)
   // they are one rank's part of a sharded state dict, whose keys commit
@@ -64,8 +73,9 @@ struct ChannelPut {
 /// pipelined pieces through page-locked memory); that commit also stages
 /// the next put's objects for a layout put again.
 /// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel yet, a strided source in GPU memory, a full volume, a
-/// precondition that no longer holds). Else the outcome: the versions, one
+/// channel yet, a strided source in GPU memory, a write that failed; a
+/// full volume or a precondition that no longer holds, unless
+/// `refusals_final`). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error
 /// with the commit on its way. With `defer`, a put whose bytes are sent
 /// (tcp) and more than limits::kStagedAheadBytes is left alone: nullopt
