@@ -746,10 +746,10 @@ TEST_P(StateDictPutOver, AClosingClientGivesItsStagedObjectsBack) {
 }
 
 // A put over the channel commits only if the state dict is still the version
-// its writer last saw: another writer's put in between sends it down the
-// actors' put (which writes it all the same), so a commit that arrives
-// late can never roll the key back. Its staged objects are kept, and the
-// channel serves the next put again.
+// its writer last saw, so a commit that arrives late can never roll the key
+// back: another writer's put in between has it refused, and it goes over
+// the channel again unfenced (and writes all the same), into the objects
+// it had staged. The channel serves the next put as before.
 TEST_P(StateDictPutOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSee) {
   auto [writer, other] = writer_and_reader(options());
   ASSERT_TRUE(ring_open(writer, writer));
@@ -758,14 +758,23 @@ TEST_P(StateDictPutOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidN
   ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 2));
   ASSERT_EQ(staged_on(writer), kObjects);
   ASSERT_OK(other.put_state_dict("sd", theirs.sd, three_buckets()).get(kWait));
-  EXPECT_FALSE(put_over_the_channel(writer, "sd", src, 60))
-      << "committed over a version it never saw";
+  // Its first put of the layout, refused (it never saw the key), then put
+  // unfenced: nothing staged ahead for it, a layout put once.
+  EXPECT_EQ(staged_on(writer), kObjects);
+  // Commits the controller was asked for (refused ones too).
+  auto commits = [&] { return writer.controller_counters().get(kWait)->notify_put_batch; };
+  const auto asked = commits();
+  EXPECT_TRUE(put_over_the_channel(writer, "sd", src, 60)) << "not over the channel";
+  EXPECT_EQ(commits(), asked + 2) << "not refused over a version it never saw, then put unfenced";
   for (Store* s : {&writer, &other}) {
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
     ASSERT_OK(s->get_state_dict_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
-  EXPECT_EQ(staged_on(writer), kObjects) << "the refused put's objects, kept for the next";
+  // The refused commit's objects staged ahead go back to the volume as the
+  // refusal reaches it (a message): the retry's are kept for the next put.
+  EXPECT_TRUE(eventually([&] { return staged_on(writer) == kObjects; }))
+      << staged_on(writer) << " objects staged";
   ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 61));
   std::fill(dst.buf.begin(), dst.buf.end(), 0);
   ASSERT_OK(other.get_state_dict_into("sd", dst.sd).get(kWait));

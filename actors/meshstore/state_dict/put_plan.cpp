@@ -314,6 +314,8 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   c.what = call.op + " '" + under + "'";
   c.stream_key = under;  // a stream when worth one
   c.stream_manifest = call.stream_manifest;
+  // A refusal is the put's answer, as the actors' put would report it.
+  c.refusals_final = true;
   if (!call.group_members.empty()) {
     // One rank's part of a sharded state dict: its keys commit together
     // once every rank's shards cover them (the controller's put_shards).
@@ -326,14 +328,19 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   }
   c.prefixes = {under};
   // The commit holds only while the state dict is at the version this
-  // client last saw (none: absent): one that arrives late, after its ring
+  // client last saw (none: absent): one that arrives late, after its call
   // failed and another put of this client committed, is refused rather
-  // than roll the key back, and another writer's put in between sends this
-  // one down the actors' put, which writes it all the same.
+  // than roll the key back; another writer's put in between has this one
+  // refused, then put again unfenced (ChannelPut::cache_fenced), which
+  // writes it all the same.
   const std::uint64_t seen = fast.cache().version(under).value_or(0);
-  // (A fenced put, a publish's version, keeps its own: absent.)
-  for (auto& item : c.items) {
-    if (item.key == under && !item.expect_version) item.expect_version = seen;
+  // (A fenced put, a publish's version, keeps its own, and its refusal.)
+  for (std::size_t i = 0; i < c.items.size(); ++i) {
+    auto& item = c.items[i];
+    if (item.key == under && !item.expect_version) {
+      item.expect_version = seen;
+      c.cache_fenced.push_back(i);
+    }
   }
   return put_committed(fast, c, timeout, defer);
 }

@@ -80,8 +80,10 @@ bool takes_caller_thread(const actors::PutCall& call);
 
 // put_state_dict's prepared put on the caller's thread, through
 // actors::put_over_channel (`defer` as there): its manifest only over the
-// version this client last saw. nullopt as there, and for a put announced
-// as a stream.
+// version this client last saw (refused after another writer's put: put
+// again unfenced; a fence `call` carries, a publish's version's, stays,
+// and its refusal is the answer). nullopt as there; a refusal is the
+// answer (ChannelPut::refusals_final).
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
                                            std::chrono::milliseconds timeout,
                                            bool* defer = nullptr);

@@ -233,12 +233,23 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
 }
 
+// Whether `c`'s layout repeats the last put's under its slot: noted once
+// per call in `*repeated` (its tries after an eviction or a conflict are
+// not puts of their own, and must not make a put once look repeated).
+bool layout_repeats(FastPath& fast, const ChannelPut& c, const std::vector<std::uint64_t>& sizes,
+                    std::optional<bool>* repeated) {
+  if (!*repeated) *repeated = fast.note_layout(c.slot, sizes);
+  return **repeated;
+}
+
 // put_over_channel, but for counting the whole-key puts it leaves and
 // making room on a full volume: `*refusal` is what the volume answered
-// when it refused the put (nothing committed).
+// when it refused the put (nothing committed); `*repeated` as
+// layout_repeats.
 std::optional<Result<std::vector<std::uint64_t>>> put_here(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
-    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal) {
+    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal,
+    std::optional<bool>* repeated) {
   using Staging = FastPath::Staging;
   if (c.items.empty() || c.items.size() + c.staged_items.size() > fg::kMaxCommitRecords ||
       c.staged_items.size() != c.staged_regions.size()) {
@@ -274,7 +285,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   if (home.empty() || !writer) {
     // The actors put it (no channel to this client's volume); its layout is
     // noted for the next.
-    fast.note_layout(c.slot, sizes);
+    layout_repeats(fast, c, sizes, repeated);
     return std::nullopt;
   }
   if (!c.staged_items.empty() && c.staged_on != home) return std::nullopt;
@@ -311,8 +322,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   // round trip.
   // (Not GPU objects: a staging is matched by its sizes alone.)
   // (Not a commit of objects written in place: those come staged already.)
-  const bool keep = fast.note_layout(c.slot, sizes) && total <= limits::kStagedAheadBytes &&
-                    !to_gpu && c.staged_items.empty();
+  const bool keep = layout_repeats(fast, c, sizes, repeated) &&
+                    total <= limits::kStagedAheadBytes && !to_gpu && c.staged_items.empty();
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -439,30 +450,35 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
     const std::shared_ptr<internal::CallGuard>& guard) {
   Status refusal;
-  auto done = put_here(fast, c, timeout, defer, guard, &refusal);
-  // A full volume (with LRU eviction): the controller makes room there and
-  // the put tries again, as long as each round evicts something (bounded:
-  // the volume holds finitely many keys).
-  if (!done && refusal.code() == Errc::out_of_capacity) {
+  std::optional<bool> repeated;
+  // One try, and more while a full volume (with LRU eviction) makes room:
+  // the controller evicts there and the put tries again, as long as each
+  // round evicts something (bounded: the volume holds finitely many keys).
+  auto attempt = [&](const ChannelPut& put) {
+    refusal = Status();
+    auto done = put_here(fast, put, timeout, defer, guard, &refusal, &repeated);
+    if (done || refusal.code() != Errc::out_of_capacity) return done;
     std::uint64_t bytes = 0;
-    for (const auto& item : c.items) bytes += item.view.nbytes();
+    for (const auto& item : put.items) bytes += item.view.nbytes();
     const std::string home = fast.home();
     for (int round = 0; round < kMaxEvictRounds && !done && !home.empty() &&
                         refusal.code() == Errc::out_of_capacity && fast.evict(home, bytes, timeout);
          ++round) {
       refusal = Status();
-      done = put_here(fast, c, timeout, defer, guard, &refusal);
+      done = put_here(fast, put, timeout, defer, guard, &refusal, &repeated);
     }
+    return done;
+  };
+  auto done = attempt(c);
+  if (!done && refusal.code() == Errc::conflict && c.refusals_final && !c.cache_fenced.empty()) {
+    // Another writer moved a key on since this client saw it: put over it,
+    // unfenced, as a put of a key this client never saw would.
+    ChannelPut unfenced = c;
+    for (auto i : c.cache_fenced) unfenced.items[i].expect_version.reset();
+    unfenced.cache_fenced.clear();
+    done = attempt(unfenced);
   }
   if (!done && !refusal.ok() && c.refusals_final) {
-    if (refusal.code() == Errc::conflict && !c.cache_fenced.empty()) {
-      // Another writer moved a key on since this client saw it: put over
-      // it, unfenced, as a put of a key this client never saw would.
-      ChannelPut unfenced = c;
-      for (auto i : c.cache_fenced) unfenced.items[i].expect_version.reset();
-      unfenced.cache_fenced.clear();
-      return put_over_channel(fast, unfenced, timeout, defer, guard);
-    }
     return Result<std::vector<std::uint64_t>>(refusal.with_context(c.what));
   }
   if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();
