@@ -718,8 +718,8 @@ TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
 
 // A channel that fails (here its ring, overwritten under both ends, which
 // each then take as closed by the other) is dropped, and the client opens
-// a new one: after the put that found it broken (which the actors take),
-// puts go over a channel again.
+// a new one: the put that found it broken before its commit left goes
+// over the new channel, as do the puts after it.
 TEST(FastPath, AChannelThatFailedIsOpenedAgain) {
   StoreOptions o;
   o.transport = "shm";
@@ -744,11 +744,7 @@ TEST(FastPath, AChannelThatFailedIsOpenedAgain) {
     ++broken;
   }
   ASSERT_GE(broken, 1) << "no ring mapped";
-  v = pattern(64, 2);
-  ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));  // finds the ring broken
-  ASSERT_OK(store.get_into("k", bytes_view(back)).get(kWait));
-  EXPECT_EQ(back, v);
-  for (std::uint8_t round = 3; round < 6; ++round) {
+  for (std::uint8_t round = 2; round < 6; ++round) {  // the first finds the ring broken
     const auto before = store.fast_path_stats().puts;
     v = pattern(64, round);
     ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));

@@ -470,6 +470,16 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     return done;
   };
   auto done = attempt(c);
+  if (!done && refusal.ok() && !(defer && *defer) && fast.may_connect_home()) {
+    // The channel failed under this put before its commit left (a ring's
+    // send that failed): nothing was committed, and the client opens a new
+    // channel, from the waiting thread, for the put to take.
+    if (defer) {
+      *defer = true;
+      return std::nullopt;
+    }
+    done = attempt(c);
+  }
   if (!done && refusal.code() == Errc::conflict && c.refusals_final && !c.cache_fenced.empty()) {
     // Another writer moved a key on since this client saw it: put over it,
     // unfenced, as a put of a key this client never saw would.

@@ -73,9 +73,11 @@ struct ChannelPut {
 /// pipelined pieces through page-locked memory); that commit also stages
 /// the next put's objects for a layout put again.
 /// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel yet, a strided source in GPU memory, a write that failed; a
-/// full volume or a precondition that no longer holds, unless
-/// `refusals_final`). Else the outcome: the versions, one
+/// channel to be had, a strided source in GPU memory, a write that
+/// failed; a full volume or a precondition that no longer holds, unless
+/// `refusals_final`). A channel that failed before the commit left is
+/// opened again and the put tried on it once more (with `defer`: on the
+/// waiting thread). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error
 /// with the commit on its way. With `defer`, a put whose bytes are sent
 /// (tcp) and more than limits::kStagedAheadBytes is left alone: nullopt
