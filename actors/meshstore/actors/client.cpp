@@ -16,7 +16,6 @@
 #include "meshstore/actors/client/locations.hpp"
 #include "meshstore/actors/client/put.hpp"
 #include "meshstore/actors/client/remove.hpp"
-#include "meshstore/actors/client/stage.hpp"
 #include "meshstore/actors/client/stream.hpp"
 
 namespace meshstore::actors {
@@ -112,11 +111,6 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
         if (refused(call)) return;
         handle_put(self, std::move(call));
       },
-      [=](store_stage_atom, StageCall& call) {
-        if (refused(call)) return;
-        handle_stage(self, std::move(call));
-      },
-      [=](store_release_atom, const ReleaseStagedCall& call) { handle_release_staged(self, call); },
       [=](store_stream_atom, StreamCall& call) {
         if (refused(call)) return;
         handle_stream(self, std::move(call));

@@ -117,27 +117,12 @@ wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
                            const std::string& volume_id, const std::string& group);
 
 /// Regions staged at the client's volume and mapped writable into this
-/// process (zero-copy publishing): the caller fills them in place and
-/// commits them with a PutCall's `staged_items`.
+/// process (zero-copy publishing, stage_over_channel): the caller fills
+/// them in place and commits them with a PutCall's `staged_items`.
 struct StagedRegions {
   std::string volume_id;
   std::vector<wire::RegionRef> regions;
   std::vector<std::shared_ptr<std::byte>> memory;  // one writable mapping per region
-};
-
-/// Stages one region per size at the client's volume and maps them.
-/// Errc::unsupported, with nothing staged, when the volume's transport
-/// cannot map memory (it is on another host, or shm is off).
-struct StageCall {
-  std::string op;
-  std::vector<std::string> keys;
-  std::vector<std::uint64_t> nbytes;
-  std::shared_ptr<Promise<StagedRegions>> promise;
-};
-
-/// Gives staged regions back to their volume uncommitted (fire and forget).
-struct ReleaseStagedCall {
-  StagedRegions staged;
 };
 
 struct PutCall {
@@ -323,9 +308,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StageCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StreamCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ReleaseStagedCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ListCall)

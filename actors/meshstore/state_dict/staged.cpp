@@ -62,9 +62,12 @@ struct StagedStateDict::Impl {
       state = State::aborted;
     }
     if (!zero_copy) return;
-    // A closed store's volume reclaimed the regions (or is gone) already.
-    if (auto hdl = caf::actor_cast<caf::actor>(client)) {
-      caf::anon_send(hdl, actors::store_release_atom::value, actors::ReleaseStagedCall{staged});
+    // Given back over the channel (a ring: only a volume of this host
+    // maps its memory here), so the memory is the volume's again when this
+    // returns. A closed store's volume reclaimed the regions (or is gone)
+    // already.
+    if (auto fast = pub.fast.lock()) {
+      fast->give_back(actors::FastPath::Staging{staged.volume_id, {}, staged.regions}, pub.timeout);
     }
   }
 
@@ -234,60 +237,63 @@ struct internal::StagedAccess {
     impl->key = std::move(key);
     impl->pub = std::move(pub);
     impl->layout = std::move(layout);
-    actors::StageCall call;
-    call.op = impl->op;
     // The objects, in the order of Impl::items: the buckets, then the
     // tensors stored alone.
+    auto keys = std::make_shared<std::vector<std::string>>();
+    auto sizes = std::make_shared<std::vector<std::uint64_t>>();
     for (std::size_t b = 0; b < impl->layout.buckets(); ++b) {
-      call.keys.push_back(blob_key(impl->key, b));
-      call.nbytes.push_back(impl->layout.bucket_bytes(b));
+      keys->push_back(blob_key(impl->key, b));
+      sizes->push_back(impl->layout.bucket_bytes(b));
     }
     for (const auto& e : impl->layout.entries) {
       if (e.kind != EntryKind::tensor) continue;
-      call.keys.push_back(entry_key(impl->key, e.name));
-      call.nbytes.push_back(e.nbytes());
+      keys->push_back(entry_key(impl->key, e.name));
+      sizes->push_back(e.nbytes());
     }
-    auto keys = std::make_shared<const std::vector<std::string>>(call.keys);
-    auto sizes = std::make_shared<const std::vector<std::uint64_t>>(call.nbytes);
     const std::string what = impl->op + " '" + impl->key + "'";
     auto out = std::make_shared<Promise<StagedStateDict>>(
         Status(Errc::shutdown, what + ": the store was closed before the staging completed"));
     auto fut = out->future();
-    call_client(client, actors::store_stage_atom::value, std::move(call), what)
-        .on_complete([impl, keys, sizes, out, what](const Result<actors::StagedRegions>& r) {
-          std::vector<std::byte*> memory;
-          if (r.ok()) {
-            impl->zero_copy = true;
-            impl->staged = r.value();
-            for (const auto& m : impl->staged.memory) memory.push_back(m.get());
-          } else if (r.status().code() == Errc::unsupported) {
-            // The volume's memory is out of reach (another host, shm off):
-            // private buffers, put at commit().
-            for (auto n : *sizes) {
-              auto t = Tensor::empty(DType::uint8, {static_cast<std::int64_t>(n)});
-              if (!t.ok()) {
-                out->set_error(Status(Errc::out_of_capacity,
-                                      what + ": cannot allocate " + std::to_string(n) +
-                                          " bytes of private buffers: " + t.status().message()));
-                return;
-              }
-              memory.push_back(static_cast<std::byte*>(t->data()));
-              impl->owned.push_back(std::move(t).value());
-            }
-          } else {
-            out->set_error(r.status());
-            return;
+    auto fast = impl->pub.fast.lock();
+    if (!fast) {
+      out->set_error(Status(Errc::shutdown, what + ": the store is closed"));
+      return fut;
+    }
+    // Staged over the client's channel from its waiting thread, which may
+    // connect the client to its volume first.
+    actors::FastPath* raw = fast.get();  // its waiting thread's jobs end before it goes
+    raw->defer([raw, impl, keys, sizes, out, what] {
+      auto r = actors::stage_over_channel(*raw, *keys, *sizes, impl->pub.timeout);
+      std::vector<std::byte*> memory;
+      if (r.ok()) {
+        impl->zero_copy = true;
+        impl->staged = std::move(r).value();
+        for (const auto& m : impl->staged.memory) memory.push_back(m.get());
+      } else if (r.status().code() == Errc::unsupported) {
+        // The volume's memory is out of reach (another host, shm off, no
+        // channel): private buffers, put at commit().
+        for (auto n : *sizes) {
+          auto t = Tensor::empty(DType::uint8, {static_cast<std::int64_t>(n)});
+          if (!t.ok()) {
+            return (void)out->set_error(Status(
+                Errc::out_of_capacity, what + ": cannot allocate " + std::to_string(n) +
+                                           " bytes of private buffers: " + t.status().message()));
           }
-          auto s = fill(*impl, *keys, *sizes, memory);
-          if (!s.ok()) {
-            impl->abort();
-            out->set_error(s);
-            return;
-          }
-          StagedStateDict staged;
-          staged.impl_ = impl;
-          out->set_value(std::move(staged));
-        });
+          memory.push_back(static_cast<std::byte*>(t->data()));
+          impl->owned.push_back(std::move(t).value());
+        }
+      } else {
+        return (void)out->set_error(r.status().with_context(what));
+      }
+      auto s = fill(*impl, *keys, *sizes, memory);
+      if (!s.ok()) {
+        impl->abort();
+        return (void)out->set_error(s);
+      }
+      StagedStateDict staged;
+      staged.impl_ = impl;
+      out->set_value(std::move(staged));
+    });
     return fut;
   }
 

@@ -495,4 +495,55 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
   return done;
 }
 
+Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::string>& keys,
+                                         const std::vector<std::uint64_t>& sizes,
+                                         std::chrono::milliseconds timeout) {
+  std::string home = fast.home();
+  auto writer = fast.writer_of(home);
+  if ((home.empty() || !writer) && fast.may_connect_home() && fast.connect_home(timeout)) {
+    home = fast.home();
+    writer = fast.writer_of(home);
+  }
+  if (home.empty() || !writer) {
+    return Status(Errc::unsupported, "no channel to this client's volume");
+  }
+  if (!writer->capabilities().maps_memory) {
+    return Status(Errc::unsupported, "volume '" + home + "' is reached over " +
+                                         std::string(writer->name()) +
+                                         ", which cannot map its memory into this process");
+  }
+  FastPath::Staging all{home, sizes, {}};
+  auto fail = [&](const Status& s) {
+    if (!all.regions.empty()) fast.give_back(all, timeout);
+    return s;
+  };
+  // A stage request's reply names each object with every transport's
+  // description of it: so many per request fit one ring slot.
+  constexpr std::size_t kPerRequest = 128;
+  for (std::size_t at = 0; at < keys.size(); at += kPerRequest) {
+    fg::CommitRequest req;
+    for (std::size_t i = at; i < std::min(keys.size(), at + kPerRequest); ++i) {
+      req.stage.push_back(fg::StageSpec{keys[i], sizes[i], -1});
+    }
+    bool sent = false, refused = false;
+    auto got = fast.commit(home, req, timeout, &sent, &refused);
+    if (!got.ok()) return fail(got.status().with_context("stage at volume '" + home + "'"));
+    all.regions.insert(all.regions.end(), got->staged.begin(), got->staged.end());
+    if (got->staged.size() != req.stage.size()) {
+      return fail(Status(Errc::protocol_error,
+                         "volume '" + home + "' staged " + std::to_string(got->staged.size()) +
+                             " objects for " + std::to_string(req.stage.size()) + " keys"));
+    }
+  }
+  StagedRegions out;
+  out.volume_id = home;
+  for (const auto& r : all.regions) {
+    auto mem = writer->map_writable(r);
+    if (!mem.ok()) return fail(mem.status());
+    out.memory.push_back(std::move(mem).value());
+  }
+  out.regions = std::move(all.regions);
+  return out;
+}
+
 }  // namespace meshstore::actors

@@ -91,4 +91,16 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer = nullptr,
     const std::shared_ptr<internal::CallGuard>& guard = nullptr);
 
+/// Stages one object of each of `sizes` (named by `keys`) for this client
+/// on its volume, in stage requests over the channel, and maps them
+/// writable (stage_state_dict's zero-copy staging: the caller writes in
+/// place, and a commit over the channel names them). Errc::unsupported,
+/// with nothing staged, when no channel to the volume can be had or its
+/// transport maps no memory (another host, shm off); else the volume's
+/// refusal (full), with nothing left staged. It may connect the client to
+/// its volume first: only the waiting thread (FastPath::defer) calls it.
+Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::string>& keys,
+                                         const std::vector<std::uint64_t>& sizes,
+                                         std::chrono::milliseconds timeout);
+
 }  // namespace meshstore::actors

@@ -13,7 +13,6 @@
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/device_pieces.hpp"
 #include "meshstore/actors/client/locations.hpp"
-#include "meshstore/actors/client/stage.hpp"
 #include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 
@@ -90,6 +89,16 @@ struct PutOp {
     call.promise->set_error(s.with_context(what));
   }
 };
+
+// Gives staged (uncommitted) objects back to their volume for reuse.
+void give_back(client_pointer self, const storage_volume_actor& volume,
+               const std::vector<wire::RegionRef>& regions,
+               const std::vector<wire::RegionRef>& more) {
+  std::vector<std::uint64_t> ids;
+  for (const auto& r : regions) ids.push_back(r.region_id);
+  for (const auto& r : more) ids.push_back(r.region_id);
+  if (!ids.empty()) self->send(volume, release_atom::value, ids);
+}
 
 // Gives the lent buffers' objects back to the lending volume (their memory
 // returns to the publisher once no reader holds it). Idempotent.
