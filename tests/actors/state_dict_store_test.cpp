@@ -367,7 +367,11 @@ TEST_F(StateDictStoreTest, AStaleWriterCannotMoveThePointerBack) {
   for (auto& e : second->state_dict().entries())
     std::fill_n(static_cast<float*>(e.view.data()), 1024, 2.0f);
   EXPECT_EQ(*first->commit().get(kWait), 1u);
+  // Refused over the channel, which gives the loser's objects back: one
+  // commit asked of the controller, not a second through the actors.
+  const auto asked = store().controller_counters().get(kWait)->notify_put_batch;
   EXPECT_ERROR(second->commit().get(kWait), Errc::conflict, "version 1 was not published");
+  EXPECT_EQ(store().controller_counters().get(kWait)->notify_put_batch, asked + 1);
   auto got = store().get_state_dict("q/v1").get(kWait);
   ASSERT_OK(got);
   EXPECT_EQ(got->find("w")->owned.data_as<float>()[0], 1.0f);

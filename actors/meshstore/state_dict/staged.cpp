@@ -82,8 +82,9 @@ struct StagedStateDict::Impl {
 
   // Commits `call`: objects written in place, with the manifest and the
   // values, in one commit request over the client's channel, from its
-  // waiting thread; else (no channel, refused: nothing committed; a copy
-  // to send, which readers may stream) the actors put it.
+  // waiting thread (refused, a publish's fence say: the objects go back
+  // and the refusal is the answer); else (no channel; a copy to send,
+  // which readers may stream) the actors put it.
   static Future<std::vector<std::uint64_t>> put_staged(const std::shared_ptr<Impl>& self,
                                                        actors::PutCall call) {
     const std::string what = self->op + " '" + self->key + "'";
@@ -106,6 +107,7 @@ struct StagedStateDict::Impl {
           c.staged_group = self->key;
           c.slot = std::string(3, '\0') + self->key;  // keeps nothing staged
           c.what = what;
+          c.refusals_final = true;
           return actors::put_over_channel(*raw, c, self->pub.timeout);
         },
         [self, shared, what] {

@@ -489,6 +489,11 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     done = attempt(unfenced);
   }
   if (!done && !refusal.ok() && c.refusals_final) {
+    // The objects written in place are still this client's: the refused
+    // commit adopted none of them.
+    if (!c.staged_items.empty()) {
+      fast.give_back(FastPath::Staging{c.staged_on, {}, c.staged_regions}, timeout);
+    }
     return Result<std::vector<std::uint64_t>>(refusal.with_context(c.what));
   }
   if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();

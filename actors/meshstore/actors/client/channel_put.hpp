@@ -37,7 +37,8 @@ struct ChannelPut {
   // client's location cache (indices in `cache_fenced`) lose it after a
   // conflict, and the put goes over the channel once more: such a fence
   // keeps a late put from rolling a key back, not a writer from
-  // overwriting another's value.
+  // overwriting another's value. A refused put's `staged_regions` are
+  // given back to their volume before it answers.
   bool refusals_final = false;
   std::vector<std::size_t> cache_fenced;
   // Shards of sharded keys (items with a slice): each key commits once its
