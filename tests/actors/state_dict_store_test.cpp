@@ -351,10 +351,14 @@ TEST_F(StateDictStoreTest, AStaleWriterCannotMoveThePointerBack) {
   ASSERT_EQ(*store().publish_state_dict("p", sd).get(kWait), 1u);
   ASSERT_EQ(*store().publish_state_dict("p", sd).get(kWait), 2u);
   // v1's name is free again, so the stale commit stores it; then the
-  // pointer, read as absent, has moved: the publish is withdrawn.
+  // pointer, read as absent, has moved: the publish is withdrawn. Two
+  // commits asked of the controller (the version, the refused move), no
+  // third through the actors.
+  const auto before = store().controller_counters().get(kWait)->notify_put_batch;
   EXPECT_ERROR(stale->commit().get(kWait), Errc::conflict,
                "another writer published under 'p' at the same time, so version 1 was not "
                "published");
+  EXPECT_EQ(store().controller_counters().get(kWait)->notify_put_batch, before + 2);
   EXPECT_EQ(*store().latest_version("p").get(kWait), 2u);
   EXPECT_FALSE(*store().exists("p/v1").get(kWait));
   // And a version both writers aim at goes to the first to commit.

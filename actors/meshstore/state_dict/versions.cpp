@@ -60,6 +60,24 @@ std::vector<std::string> retired_by(const std::string& prefix, std::uint64_t nex
   return {version_key(prefix, next - static_cast<std::uint64_t>(keep))};
 }
 
+// Removes version `next` of `prefix`, which no reader was pointed at,
+// after another writer moved the pointer first (`why`, the refusal), and
+// answers the publish's conflict.
+Future<std::uint64_t> withdraw_version(const caf::actor_addr& client, const std::string& prefix,
+                                       std::uint64_t next, const std::string& op,
+                                       const Status& why) {
+  actors::RemoveCall withdraw;
+  withdraw.under = true;
+  withdraw.keys.push_back(version_key(prefix, next));
+  auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
+  call_client(client, actors::store_remove_atom::value, std::move(withdraw),
+              op + " '" + prefix + "': withdrawing version " + std::to_string(next))
+      .on_complete([=](const Result<std::size_t>&) {
+        p->set_error(publish_conflict(op, prefix, next, why));
+      });
+  return p->future();
+}
+
 }  // namespace
 
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
@@ -78,16 +96,26 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
           c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
           c.what = op + " '" + prefix + "'";
           c.whole_key = true;  // counted as a put of one key: the pointer
+          c.refusals_final = true;
           auto moved = actors::put_over_channel(*raw, c, timeout);
-          // Moved, or the channel failed with the commit on its way (moved
-          // or not is unknown: said, never retried).
+          // Moved; refused (a conflict: another writer moved it first, so
+          // this version is withdrawn, from this waiting thread); or the
+          // channel failed with the commit on its way (moved or not is
+          // unknown: said, never retried).
           if (!moved) return std::nullopt;
-          if (!moved->ok()) return Result<std::uint64_t>(moved->status());
-          return Result<std::uint64_t>(next);
+          if (moved->ok()) return Result<std::uint64_t>(next);
+          if (moved->status().code() != Errc::conflict) {
+            return Result<std::uint64_t>(moved->status());
+          }
+          // (Answered once the version is gone, or its removal's time is
+          // up; the conflict either way.)
+          auto withdrawn = withdraw_version(client, prefix, next, op, moved->status());
+          if (!withdrawn.wait_for(timeout)) {
+            return Result<std::uint64_t>(publish_conflict(op, prefix, next, moved->status()));
+          }
+          return withdrawn.get();
         },
-        // Nothing committed (refused: another writer moved it, which the
-        // actors find, withdrawing the version and saying so; or never
-        // sent): the actors move it.
+        // Nothing committed (no channel, never sent): the actors move it.
         [=] { return point_and_retire(client, prefix, next, keep, op, from); });
   }
   actors::PutCall point;
@@ -102,14 +130,8 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
           if (moved.status().code() != Errc::conflict) return (void)p->set_error(moved.status());
           // Another writer moved the pointer since it was read: withdraw
           // this version, which no reader was pointed at, and say so.
-          actors::RemoveCall withdraw;
-          withdraw.under = true;
-          withdraw.keys.push_back(version_key(prefix, next));
-          call_client(client, actors::store_remove_atom::value, std::move(withdraw),
-                      op + " '" + prefix + "': withdrawing version " + std::to_string(next))
-              .on_complete([=](const Result<std::size_t>&) {
-                p->set_error(publish_conflict(op, prefix, next, moved.status()));
-              });
+          withdraw_version(client, prefix, next, op, moved.status())
+              .on_complete([p](const Result<std::uint64_t>& r) { p->set(r); });
           return;
         }
         p->set_value(next);
