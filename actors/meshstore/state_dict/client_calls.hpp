@@ -39,8 +39,8 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
 // A put over the client's channel that must not run on the client actor's
 // thread (where a continuation lands; the channel may need that actor):
 // `channel` runs on `fast`'s waiting thread, and its outcome answers; where
-// it answers nullopt (nothing committed: no channel, refused), the
-// future `actors` gives does. `what` names the call in the error of a
+// it answers nullopt (nothing committed, and the channel cannot take it),
+// the future `actors` gives does. `what` names the call in the error of a
 // store closed first. The fast path's waiting thread ends its jobs before
 // the fast path goes.
 template <class T>

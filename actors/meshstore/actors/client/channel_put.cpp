@@ -159,7 +159,7 @@ Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {
 // them and commits them (docs/architecture.md, "Puts on the caller's
 // thread"). nullopt when it did not fit one request after all (nothing
 // sent: the caller stages them), or the volume refused it (nothing
-// committed: the actors put it). With `guard`, the bytes are copied out
+// committed: `*refusal` says why). With `guard`, the bytes are copied out
 // of the caller's buffers inside its entry, before the commit.
 std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     FastPath& fast, const ChannelPut& c, const std::string& home, std::chrono::milliseconds timeout,
@@ -233,6 +233,24 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
   return Result<std::vector<std::uint64_t>>(std::move(got->versions));
 }
 
+// The transport that writes to this client's volume (`*home`) over its
+// channel; null when it has none. With `connect`, a client without one (no
+// volume chosen yet, or its channel failed: FastPath::may_connect_home)
+// has the client actor connect it first (FastPath::connect_home: the
+// waiting thread only).
+std::shared_ptr<transports::Transport> home_writer(FastPath& fast, std::string* home,
+                                                   std::chrono::milliseconds timeout,
+                                                   bool connect) {
+  *home = fast.home();
+  auto writer = fast.writer_of(*home);
+  if ((home->empty() || !writer) && connect && fast.may_connect_home() &&
+      fast.connect_home(timeout)) {
+    *home = fast.home();
+    writer = fast.writer_of(*home);
+  }
+  return home->empty() ? nullptr : writer;
+}
+
 // Whether `c`'s layout repeats the last put's under its slot: noted once
 // per call in `*repeated` (its tries after an eviction or a conflict are
 // not puts of their own, and must not make a put once look repeated).
@@ -268,21 +286,15 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     largest = std::max(largest, v.nbytes());
     sizes.push_back(v.nbytes());
   }
-  std::string home = fast.home();
-  auto writer = fast.writer_of(home);
-  if ((home.empty() || !writer) && fast.may_connect_home()) {
+  std::string home;
+  auto writer = home_writer(fast, &home, timeout, defer == nullptr);
+  if (!writer && defer && fast.may_connect_home()) {
     // No channel yet (a client's first put): the waiting thread has the
     // client pick its volume and open the channel, then puts it here.
-    if (defer) {
-      *defer = true;
-      return std::nullopt;
-    }
-    if (fast.connect_home(timeout)) {
-      home = fast.home();
-      writer = fast.writer_of(home);
-    }
+    *defer = true;
+    return std::nullopt;
   }
-  if (home.empty() || !writer) {
+  if (!writer) {
     // The actors put it (no channel to this client's volume); its layout is
     // noted for the next.
     layout_repeats(fast, c, sizes, repeated);
@@ -368,7 +380,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   if (!staging) {
     req.stage = layout;
     auto got = fast.commit(home, req, timeout, &sent, &refused);
-    // Nothing committed: the actors put it.
+    // Nothing committed (put_over_channel answers a refusal, or the
+    // actors put it).
     if (!got.ok() && refused) *refusal = got.status();
     if (!got.ok() || got->staged.size() != layout.size()) return std::nullopt;
     staging = Staging{home, sizes, std::move(got->staged)};
@@ -426,8 +439,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   auto got = fast.commit(home, req, timeout, &sent, &refused);
   if (!got.ok()) {
     abort_stream(got.status().to_string());
-    // Refused or never sent: nothing committed, the objects are still
-    // this client's, and the actors put it.
+    // Refused or never sent: nothing committed, and the objects are still
+    // this client's (put_over_channel answers a refusal, or tries again).
     if (!sent || refused) {
       if (refused) *refusal = got.status();
       unused();
@@ -503,13 +516,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
 Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::string>& keys,
                                          const std::vector<std::uint64_t>& sizes,
                                          std::chrono::milliseconds timeout) {
-  std::string home = fast.home();
-  auto writer = fast.writer_of(home);
-  if ((home.empty() || !writer) && fast.may_connect_home() && fast.connect_home(timeout)) {
-    home = fast.home();
-    writer = fast.writer_of(home);
-  }
-  if (home.empty() || !writer) {
+  std::string home;
+  auto writer = home_writer(fast, &home, timeout, true);
+  if (!writer) {
     return Status(Errc::unsupported, "no channel to this client's volume");
   }
   if (!writer->capabilities().maps_memory) {
