@@ -414,8 +414,150 @@ TEST_P(VolumeEnd, HostileCommitsAreRefusedAndCommitNothing) {
   EXPECT_EQ(text(good->bytes), "value");
 }
 
+// A request larger than one message of its channel (a ring slot, a tcp
+// small op of 1 MiB) travels in parts, and a reply larger than one comes
+// back in parts: 16,384 objects staged in one request (2.3 MiB of it) are
+// all staged, named in one reply (more than a message too), and given
+// back in one request.
+TEST_P(VolumeEnd, ARequestLargerThanAMessageAndItsReplyTravelInParts) {
+  ASSERT_OK(attach());
+  const std::size_t message = over_tcp_ || over_actors_
+                                  ? transports::kMaxSmallOpBytes - sizeof kToken
+                                  : ring_->slot_bytes();
+  std::size_t messages = 0;
+  auto one = [&](const std::byte* p, std::size_t n, bool* sent) {
+    ++messages;
+    if (sent) *sent = true;
+    return exchange(std::vector<std::byte>(p, p + n));
+  };
+  fast_get::CommitRequest req;
+  for (int i = 0; i < 16384; ++i) {
+    req.stage.push_back({std::string(120, 'k') + std::to_string(i), 1 + std::uint64_t(i % 7)});
+  }
+  std::vector<std::byte> bytes;
+  fast_get::encode_into(req, bytes);
+  ASSERT_GT(bytes.size(), message);
+  bool sent = false;
+  auto reply = fast_get::exchange_in_parts(bytes.data(), bytes.size(), message, one, &sent);
+  ASSERT_OK(reply);
+  EXPECT_TRUE(sent);
+  ASSERT_GT(reply->size(), message);
+  EXPECT_GT(messages, (bytes.size() + message - 1) / message) << "the reply came in one part";
+  bool refused = false;
+  auto done = fast_get::decode_commit_reply(*reply, 0, 0, req.stage.size(), &refused);
+  ASSERT_OK(done);
+  ASSERT_EQ(done->staged.size(), req.stage.size());
+  for (std::size_t i = 0; i < req.stage.size(); ++i) {
+    EXPECT_EQ(done->staged[i].nbytes, req.stage[i].nbytes) << i;
+  }
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->staged, req.stage.size());
+  fast_get::CommitRequest give;
+  for (const auto& r : done->staged) give.release.push_back(r.region_id);
+  fast_get::encode_into(give, bytes);
+  reply = fast_get::exchange_in_parts(bytes.data(), bytes.size(), message, one);
+  ASSERT_OK(reply);
+  ASSERT_OK(fast_get::decode_commit_reply(*reply, 0, 0, 0, &refused));
+  stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->staged, 0u);
+  // Parts that do not fit together are refused, and the channel serves on:
+  // a fetch with no reply to fetch, unknown flags, a fetch carrying bytes.
+  auto part = [](std::uint32_t flags, std::size_t n) {
+    std::vector<std::byte> p(fast_get::kPartHeaderBytes + n, std::byte{'x'});
+    std::memcpy(p.data(), &fast_get::kPartMagic, 4);
+    std::memcpy(p.data() + 4, &flags, 4);
+    return p;
+  };
+  for (const auto& [bad, why] : std::vector<std::pair<std::vector<std::byte>, std::string>>{
+           {part(fast_get::kPartFetch, 0), "a fetch with no reply to fetch"},
+           {part(64, 4), "a part's unknown flags"},
+           {part(fast_get::kPartFetch, 4), "a fetch that is also a part"},
+           {part(fast_get::kPartFirst | fast_get::kPartLast, 3), "commit"}}) {
+    auto m = exchange(bad);
+    ASSERT_OK(m);
+    EXPECT_ERROR(fast_get::decode_commit_reply(*m, 0, 0, 0, &refused), Errc::protocol_error, why);
+  }
+  const auto id = stage("k", "value");
+  verdict(commit_atom::value, id);
+  auto good = get(id, "k");
+  ASSERT_OK(good);
+  EXPECT_EQ(text(good->bytes), "value");
+}
+
 INSTANTIATE_TEST_SUITE_P(Channels, VolumeEnd, ::testing::Values("ring", "tcp", "actors"),
                          [](const auto& info) { return std::string(info.param); });
+
+// The parts codec on its own, both ends in this process: a request of
+// 1,000 bytes over 64-byte messages arrives whole, and its reply of 5,000
+// bytes comes back whole; a request over fast_get::kMaxAssembledBytes is
+// not sent, and parts that would assemble to more are refused, leaving the
+// assembly ready for the next request.
+TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
+  fast_get::PartAssembly volume;
+  std::vector<std::byte> served;
+  std::vector<std::byte> answer(5000);
+  for (std::size_t i = 0; i < answer.size(); ++i) answer[i] = std::byte(i * 7);
+  std::size_t messages = 0;
+  auto one = [&](const std::byte* p, std::size_t n, bool* sent) -> Result<std::vector<std::byte>> {
+    ++messages;
+    if (sent) *sent = true;
+    EXPECT_LE(n, 64u);
+    std::vector<std::byte> bytes(p, p + n);
+    auto magic = fast_get::request_magic(bytes);
+    if (!magic.ok() || *magic != fast_get::kPartMagic) {
+      served = bytes;
+      return volume.first_part(answer, 64);
+    }
+    std::vector<std::byte> whole;
+    if (auto reply = volume.take(bytes, &whole)) return *reply;
+    served = whole;
+    return volume.first_part(answer, 64);
+  };
+  std::vector<std::byte> request(1000);
+  for (std::size_t i = 0; i < request.size(); ++i) request[i] = std::byte(i * 13);
+  bool sent = false;
+  auto reply = fast_get::exchange_in_parts(request.data(), request.size(), 64, one, &sent);
+  ASSERT_OK(reply);
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(served, request);
+  EXPECT_EQ(*reply, answer);
+  EXPECT_EQ(messages, (1000 + 55) / 56 + (5000 + 55) / 56 - 1);
+  // Small enough for one message: sent as it is, answered as it is.
+  messages = 0;
+  answer.resize(20);
+  reply = fast_get::exchange_in_parts(request.data(), 30, 64, one, &sent);
+  ASSERT_OK(reply);
+  EXPECT_EQ(messages, 1u);
+  EXPECT_EQ(served, std::vector<std::byte>(request.begin(), request.begin() + 30));
+  EXPECT_EQ(*reply, answer);
+  // Over the bound: nothing sent.
+  messages = 0;
+  std::vector<std::byte> huge(fast_get::kMaxAssembledBytes + 1);
+  EXPECT_ERROR(fast_get::exchange_in_parts(huge.data(), huge.size(), 1 << 20, one, &sent),
+               Errc::unsupported, "over the");
+  EXPECT_FALSE(sent);
+  EXPECT_EQ(messages, 0u);
+  // Parts that assemble to more: refused, and the next request is whole.
+  auto part = [](std::uint32_t flags, std::size_t n) {
+    std::vector<std::byte> p(fast_get::kPartHeaderBytes + n);
+    std::memcpy(p.data(), &fast_get::kPartMagic, 4);
+    std::memcpy(p.data() + 4, &flags, 4);
+    return p;
+  };
+  std::vector<std::byte> whole;
+  auto r = volume.take(part(fast_get::kPartFirst, fast_get::kMaxAssembledBytes - 10), &whole);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(fast_get::decode_reply(*r)->status, fast_get::ReplyStatus::ok);
+  r = volume.take(part(fast_get::kPartLast, 11), &whole);
+  ASSERT_TRUE(r);
+  bool refused = false;
+  EXPECT_ERROR(fast_get::decode_commit_reply(*r, 0, 0, 0, &refused), Errc::protocol_error,
+               "in parts");
+  EXPECT_FALSE(volume.take(part(fast_get::kPartFirst | fast_get::kPartLast, 5), &whole));
+  EXPECT_EQ(whole.size(), 5u);
+}
 
 TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   fast_get::CommitRequest req;

@@ -596,6 +596,40 @@ TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
   store.close();
 }
 
+// A put_batch whose commit is larger than one message of its channel
+// (6,000 keys of 200 characters: 2.5 MiB of records, over a ring slot and
+// over a tcp small op) is still one commit over the channel, its request
+// and the volume's reply in parts; every key reads back in another client.
+TEST_P(FastPathOver, APutBatchLargerThanAMessageIsOneCommitInParts) {
+  auto store = Store::embedded(writer_options()).value();
+  std::vector<std::uint8_t> first = pattern(4, 1);
+  ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
+  ASSERT_TRUE(has_ring(store));
+  constexpr int kKeys = 6000;
+  std::vector<std::vector<std::uint8_t>> values(kKeys);
+  std::vector<std::pair<std::string, TensorView>> items;
+  auto key = [](int i) { return std::string(196, 'k') + std::to_string(1000 + i); };
+  for (int i = 0; i < kKeys; ++i) {
+    values[i] = pattern(8 + i % 5, static_cast<std::uint8_t>(i));
+    items.emplace_back(key(i), bytes_view(values[i]));
+  }
+  const auto before = store.fast_path_stats();
+  const auto asked = store.controller_counters().get(kWait)->notify_put_batch;
+  ASSERT_OK(store.put_batch(std::move(items)).get(kWait));
+  EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << "not over the channel";
+  EXPECT_EQ(store.fast_path_stats().put_misses, before.put_misses);
+  EXPECT_EQ(store.controller_counters().get(kWait)->notify_put_batch, asked + 1)
+      << "not one commit";
+  auto other = Store::connect(store.address(), reader_options()).value();
+  for (int i = 0; i < kKeys; i += 599) testing::expect_reads_back(other, key(i), values[i]);
+  testing::expect_reads_back(other, key(kKeys - 1), values[kKeys - 1]);
+  auto keys = other.keys().get(kWait);
+  ASSERT_OK(keys);
+  EXPECT_EQ(keys->size(), kKeys + 1u);
+  other.close();
+  store.close();
+}
+
 // A shard of a sharded key is one commit over the channel too, its bytes
 // inline when they fit one request (rows of a small tensor), else written
 // into an object its volume staged (4 MiB); the key commits, as the

@@ -354,7 +354,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     return req;
   };
   {
-    // The records as the commit will carry them must fit one ring slot.
+    // The records as the commit will carry them must fit one request (in
+    // parts when larger than a message).
     wire::RegionRef widest;
     widest.region_id = ~std::uint64_t{0};
     widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
@@ -363,7 +364,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     probe.release.assign(layout.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
     fg::encode_into(probe, bytes);
-    if (bytes.size() > fast.request_room(home)) return std::nullopt;
+    if (bytes.size() > fg::kMaxAssembledBytes) return std::nullopt;
   }
   fg::CommitRequest req;
   auto staging = fast.take_staging(c.slot);
@@ -531,9 +532,7 @@ Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::
     if (!all.regions.empty()) fast.give_back(all, timeout);
     return s;
   };
-  // A stage request's reply names each object with every transport's
-  // description of it: so many per request fit one ring slot.
-  constexpr std::size_t kPerRequest = 128;
+  constexpr std::size_t kPerRequest = fg::kMaxCommitRecords;
   for (std::size_t at = 0; at < keys.size(); at += kPerRequest) {
     fg::CommitRequest req;
     for (std::size_t i = at; i < std::min(keys.size(), at + kPerRequest); ++i) {

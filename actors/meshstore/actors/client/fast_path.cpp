@@ -64,26 +64,40 @@ struct FastPath::Channel {
   std::uint64_t next_tag = 1;
   std::vector<std::byte> request;  // reused encoding buffer (remote: after the token)
 
-  // The largest request it carries.
+  // The largest message it carries (a larger request goes in parts).
   std::size_t max_request() const {
     return ring ? ring->slot_bytes() : transports::kMaxSmallOpBytes - sizeof(token);
   }
-  // Sends `request` and waits for its reply (the caller holds `mu`); over a
-  // ring under a new tag, passing over late replies to abandoned requests.
-  // `*sent` (when given) is false when the request certainly did not leave
-  // (a ring's send that failed enqueues nothing); a remote request may have
-  // left whenever it fails.
+  // Sends `request` and waits for its reply (the caller holds `mu`), in
+  // parts when it or its reply is larger than a message
+  // (fast_get::exchange_in_parts). `*sent` (when given) is false when the
+  // request certainly did not reach the volume (a ring's send that failed
+  // enqueues nothing); a remote request may have whenever it fails.
   Result<std::vector<std::byte>> exchange(std::chrono::steady_clock::time_point deadline,
                                           bool* sent = nullptr) {
+    return fast_get::exchange_in_parts(
+        request.data(), request.size(), max_request(),
+        [&](const std::byte* p, std::size_t n, bool* left) {
+          return exchange_one(p, n, deadline, left);
+        },
+        sent);
+  }
+
+ private:
+  // One message and its reply; over a ring under a new tag, passing over
+  // late replies to abandoned requests.
+  Result<std::vector<std::byte>> exchange_one(const std::byte* p, std::size_t n,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              bool* sent) {
     if (sent) *sent = true;
     if (remote) {
-      framed.resize(sizeof(token) + request.size());
+      framed.resize(sizeof(token) + n);
       std::memcpy(framed.data(), &token, sizeof(token));
-      std::memcpy(framed.data() + sizeof(token), request.data(), request.size());
+      std::memcpy(framed.data() + sizeof(token), p, n);
       return remote->exchange(framed.data(), framed.size(), deadline);
     }
     const std::uint64_t tag = next_tag++;
-    if (auto s = ring->send(tag, request.data(), request.size(), deadline); !s.ok()) {
+    if (auto s = ring->send(tag, p, n, deadline); !s.ok()) {
       if (sent) *sent = false;
       return s;
     }
@@ -94,7 +108,6 @@ struct FastPath::Channel {
     }
   }
 
- private:
   std::vector<std::byte> framed;  // token + request (remote)
 };
 
@@ -507,9 +520,10 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   std::unique_lock<std::mutex> lock(channel->mu);
   if (channel->failed) return Status(Errc::unavailable, "the channel failed");
   fast_get::encode_into(req, channel->request);
-  if (channel->request.size() > channel->max_request()) {
-    return Status(Errc::unsupported, "a commit of " + std::to_string(channel->request.size()) +
-                                         " bytes does not fit one request");
+  if (channel->request.size() > fast_get::kMaxAssembledBytes) {
+    return Status(Errc::unsupported,
+                  "a commit of " + std::to_string(channel->request.size()) + " bytes is over the " +
+                      std::to_string(fast_get::kMaxAssembledBytes) + " one request may take");
   }
   auto fail = [&](const Status& s) {
     close_failed(volume_id, channel, s);

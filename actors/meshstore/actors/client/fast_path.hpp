@@ -270,13 +270,14 @@ class FastPath {
   /// channel (it sends them); null: no channel, or none to write with.
   std::string home() const;
   std::shared_ptr<transports::Transport> writer_of(const std::string& volume_id) const;
-  /// The bytes one request over the channel to `volume_id` may take (0:
-  /// no channel).
+  /// The bytes one message over the channel to `volume_id` takes (0: no
+  /// channel); a larger request goes in parts (fast_get::exchange_in_parts),
+  /// one round trip each.
   std::size_t request_room(const std::string& volume_id) const;
   /// One request over the channel (ring or tcp) to `volume_id`
   /// (fast_get::CommitRequest: give back, commit, stage): what the volume
-  /// did. An error with `*sent` false did nothing (no channel, too large
-  /// for one request); with `*refused` it is the volume's refusal (nothing
+  /// did. An error with `*sent` false did nothing (no channel, over
+  /// fast_get::kMaxAssembledBytes); with `*refused` it is the volume's refusal (nothing
   /// done); else the channel failed with the request on its way (a
   /// timeout, a corrupt reply, the volume gone): the outcome is unknown and
   /// the channel is dropped. Waits at most `timeout`.

@@ -1,5 +1,6 @@
 #include "meshstore/actors/internal/fast_get.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace meshstore::actors::fast_get {
@@ -356,7 +357,7 @@ Result<ReplyStatus> reply_status(const std::vector<std::byte>& bytes) {
   }
   std::uint32_t s = 0;
   std::memcpy(&s, bytes.data(), 4);
-  if (s > static_cast<std::uint32_t>(ReplyStatus::error)) {
+  if (s > static_cast<std::uint32_t>(ReplyStatus::more)) {
     return bad("unknown reply status " + std::to_string(s));
   }
   return static_cast<ReplyStatus>(s);
@@ -369,6 +370,149 @@ Result<Reply> decode_reply(const std::vector<std::byte>& bytes) {
   r.status = *status;
   r.bytes.assign(bytes.begin() + kReplyHeader, bytes.end());
   return r;
+}
+
+// -- parts ---------------------------------------------------------------
+
+namespace {
+
+std::vector<std::byte> part_of(std::uint32_t flags, const std::byte* data, std::size_t n) {
+  std::vector<std::byte> out(kPartHeaderBytes + n);
+  std::memcpy(out.data(), &kPartMagic, 4);
+  std::memcpy(out.data() + 4, &flags, 4);
+  if (n > 0) std::memcpy(out.data() + kPartHeaderBytes, data, n);
+  return out;
+}
+
+// A reply part's header: status `more`, the second word 1 on the last.
+std::vector<std::byte> reply_part(const std::byte* data, std::size_t n, bool last) {
+  auto out = encode(ReplyStatus::more, data, n);
+  const std::uint32_t flag = last ? 1 : 0;
+  std::memcpy(out.data() + 4, &flag, 4);
+  return out;
+}
+
+// Whether `reply` is a part of a larger one (`*last`: its last).
+bool is_part(const std::vector<std::byte>& reply, bool* last) {
+  if (reply.size() < kReplyHeader) return false;
+  std::uint32_t head[2];
+  std::memcpy(head, reply.data(), 8);
+  *last = head[1] == 1;
+  return head[0] == static_cast<std::uint32_t>(ReplyStatus::more);
+}
+
+}  // namespace
+
+Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::size_t n,
+                                                 std::size_t message, const ExchangeOne& one,
+                                                 bool* sent) {
+  if (sent) *sent = false;
+  if (n > kMaxAssembledBytes) {
+    return Status(Errc::unsupported, "a request of " + std::to_string(n) + " bytes is over the " +
+                                         std::to_string(kMaxAssembledBytes) +
+                                         " one may take in parts");
+  }
+  if (message <= kPartHeaderBytes + kReplyHeader) {
+    return Status(Errc::invalid_argument,
+                  "a channel of " + std::to_string(message) + "-byte messages");
+  }
+  Result<std::vector<std::byte>> reply = Status(Errc::internal, "no reply");
+  bool last_sent = false;
+  if (n <= message) {
+    reply = one(request, n, &last_sent);
+  } else {
+    const std::size_t chunk = message - kPartHeaderBytes;
+    for (std::size_t at = 0; at < n; at += chunk) {
+      const std::size_t len = std::min(chunk, n - at);
+      const bool last = at + len == n;
+      const std::uint32_t flags = (at == 0 ? kPartFirst : 0) | (last ? kPartLast : 0);
+      const auto part = part_of(flags, request + at, len);
+      bool part_sent = false;
+      reply = one(part.data(), part.size(), &part_sent);
+      if (last) {
+        last_sent = part_sent;
+        break;
+      }
+      if (!reply.ok()) return reply.status();  // the request never reached the volume whole
+      auto status = reply_status(*reply);
+      if (!status.ok() || *status != ReplyStatus::ok || reply->size() != kReplyHeader) {
+        return reply;  // refused (an error the caller decodes) or not a part's answer
+      }
+    }
+  }
+  if (sent) *sent = last_sent;
+  if (!reply.ok()) return reply;
+  bool last = false;
+  if (!is_part(*reply, &last)) return reply;
+  // The reply comes in parts: each next one fetched.
+  std::vector<std::byte> whole(reply->begin() + kReplyHeader, reply->end());
+  const auto fetch = part_of(kPartFetch, nullptr, 0);
+  while (!last) {
+    auto next = one(fetch.data(), fetch.size(), nullptr);
+    if (!next.ok()) return next.status();
+    if (!is_part(*next, &last)) return bad("a reply's part is not one");
+    if (whole.size() + (next->size() - kReplyHeader) > kMaxAssembledBytes) {
+      return bad("a reply over " + std::to_string(kMaxAssembledBytes) + " bytes");
+    }
+    whole.insert(whole.end(), next->begin() + kReplyHeader, next->end());
+  }
+  return whole;
+}
+
+std::optional<std::vector<std::byte>> PartAssembly::take(const std::vector<std::byte>& bytes,
+                                                         std::vector<std::byte>* whole) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto refuse = [&](const std::string& why) {
+    in_.clear();
+    in_.shrink_to_fit();
+    return encode_error(bad(why));
+  };
+  if (bytes.size() < kPartHeaderBytes) return refuse("a part without its header");
+  std::uint32_t flags = 0;
+  std::memcpy(&flags, bytes.data() + 4, 4);
+  if ((flags & ~(kPartFirst | kPartLast | kPartFetch)) != 0)
+    return refuse("a part's unknown flags");
+  const std::size_t n = bytes.size() - kPartHeaderBytes;
+  if ((flags & kPartFetch) != 0) {
+    if (flags != kPartFetch || n != 0) return refuse("a fetch that is also a part");
+    if (out_at_ >= out_.size() || message_ <= kReplyHeader) {
+      return refuse("a fetch with no reply to fetch");
+    }
+    const std::size_t len = std::min(message_ - kReplyHeader, out_.size() - out_at_);
+    const bool last = out_at_ + len == out_.size();
+    auto part = reply_part(out_.data() + out_at_, len, last);
+    out_at_ += len;
+    if (last) {
+      out_.clear();
+      out_.shrink_to_fit();
+      out_at_ = 0;
+    }
+    return part;
+  }
+  if ((flags & kPartFirst) != 0) in_.clear();
+  if (in_.size() + n > kMaxAssembledBytes) {
+    return refuse("a request over " + std::to_string(kMaxAssembledBytes) + " bytes in parts");
+  }
+  in_.insert(in_.end(), bytes.begin() + kPartHeaderBytes, bytes.end());
+  if ((flags & kPartLast) == 0) return encode(ReplyStatus::ok, nullptr, 0);
+  whole->swap(in_);
+  in_.clear();
+  in_.shrink_to_fit();
+  return std::nullopt;
+}
+
+std::vector<std::byte> PartAssembly::first_part(std::vector<std::byte> reply, std::size_t message) {
+  if (reply.size() <= message) return reply;
+  if (reply.size() > kMaxAssembledBytes || message <= kReplyHeader) {
+    return encode_error(Status(
+        Errc::unsupported, "a reply of " + std::to_string(reply.size()) + " bytes is over the " +
+                               std::to_string(kMaxAssembledBytes) + " one may take in parts"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  message_ = message;
+  out_ = std::move(reply);
+  out_at_ = message - kReplyHeader;
+  return reply_part(out_.data(), out_at_, false);
 }
 
 }  // namespace meshstore::actors::fast_get

@@ -16,6 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +43,7 @@ enum class ReplyStatus : std::uint32_t {
   ok = 0,     ///< the object's bytes follow
   stale = 1,  ///< no committed object of that id and key here: locate again
   error = 2,  ///< the request was refused; a message follows
+  more = 3,   ///< a part of a reply larger than a message (below)
 };
 
 struct Reply {
@@ -92,7 +95,7 @@ std::vector<std::byte> encode_error(const Status& s);
 inline constexpr std::uint32_t kCommitMagic = 0x3443534d;  // "MSC4", little-endian
 inline constexpr std::uint32_t kInlineObject = 1;          ///< a record's flag
 inline constexpr std::uint32_t kShardedCommit = 1;         ///< a request's flag
-inline constexpr std::uint32_t kMaxCommitRecords = 4096;
+inline constexpr std::uint32_t kMaxCommitRecords = std::uint32_t{1} << 20;
 inline constexpr std::uint32_t kMaxCommitPrefixes = 16;
 inline constexpr std::int32_t kMaxDevices = 1024;  ///< a stage's device is below it
 /// One object to stage: the key it will hold (for messages), its size, and
@@ -149,6 +152,69 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d);
 Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std::size_t records,
                                        std::size_t inlined, std::size_t stages, bool* refused,
                                        bool sharded = false);
+
+// -- requests and replies larger than one message ------------------------
+//
+// A channel carries messages of a bounded size (a ring slot, a tcp small
+// op). A request larger than that travels in parts: u32 magic "MSPT", u32
+// flags (kPartFirst on the first, kPartLast on the last), then its next
+// bytes. The volume answers each part but the last with an empty ok, and
+// serves the request once the last arrives, as if it had come whole. A
+// reply larger than a message comes back the same way: the reply header
+// with status `more` (its second word 1 on the last part), then its next
+// bytes; the client asks for each next part with a part of flag
+// kPartFetch and no bytes. How bytes travel, not a route: the request and
+// its reply are the same either way. Parts assemble to at most
+// kMaxAssembledBytes; a channel carries one request at a time, so its
+// parts never interleave.
+inline constexpr std::uint32_t kPartMagic = 0x5450534d;  // "MSPT", little-endian
+inline constexpr std::uint32_t kPartFirst = 1;
+inline constexpr std::uint32_t kPartLast = 2;
+inline constexpr std::uint32_t kPartFetch = 4;
+inline constexpr std::size_t kPartHeaderBytes = 8;
+inline constexpr std::size_t kMaxAssembledBytes = std::size_t{64} << 20;
+
+/// Sends one message of `n` bytes at `p` and answers its reply; `*sent`
+/// false when it certainly did not leave.
+using ExchangeOne =
+    std::function<Result<std::vector<std::byte>>(const std::byte* p, std::size_t n, bool* sent)>;
+
+/// Sends the `n`-byte request at `request` with `one`, whose messages
+/// take at most `message` bytes: whole when it fits, else in parts; and
+/// answers its reply, assembled when it came in parts. `*sent` (when
+/// given) is false when the request certainly did not reach the volume
+/// (a part before the last failed, or the last did not leave): then
+/// nothing of it was served. Errc::unsupported when the request is over
+/// kMaxAssembledBytes (nothing sent); Errc::protocol_error for parts that
+/// do not fit together.
+Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::size_t n,
+                                                 std::size_t message, const ExchangeOne& one,
+                                                 bool* sent = nullptr);
+
+/// A volume's end of one channel's parts: the request being assembled and
+/// the reply being fetched (thread-safe; one request at a time per
+/// channel).
+class PartAssembly {
+ public:
+  /// `bytes` is a part (its magic kPartMagic). Answers the reply to send
+  /// for it, or nullopt for the last part of a request, which it moves to
+  /// `*whole`, to be served as one. A part that is malformed, or that
+  /// takes the request over kMaxAssembledBytes, drops what was assembled
+  /// and is answered a protocol_error.
+  std::optional<std::vector<std::byte>> take(const std::vector<std::byte>& bytes,
+                                             std::vector<std::byte>* whole);
+  /// `reply` to send over a channel of `message`-byte messages: itself
+  /// when it fits, else its first part, the rest kept for the client's
+  /// fetches (a reply over kMaxAssembledBytes is answered as an error).
+  std::vector<std::byte> first_part(std::vector<std::byte> reply, std::size_t message);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::byte> in_;   // the request's parts so far
+  std::vector<std::byte> out_;  // the reply being fetched
+  std::size_t out_at_ = 0;      // what of it was sent
+  std::size_t message_ = 0;     // the channel's message size (from first_part)
+};
 
 std::vector<std::byte> encode(const Request& r);
 /// encode() into `out` (resized), reusing its memory.

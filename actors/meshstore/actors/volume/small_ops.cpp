@@ -155,16 +155,16 @@ struct SmallOpService::Channel {
   std::mutex send_mu;
   bool closed = false;  // under send_mu: replies are dropped
 
+  fast_get::PartAssembly parts;  // requests and replies larger than a slot
+
   Channel(std::unique_ptr<transports::shm::Ring> r, FastPuts p)
       : ring(std::move(r)), puts(std::move(p)) {}
-  // Sends `reply` to request `tag`, without waiting for room: the client
-  // has one request out at a time, so a full queue means it stopped
-  // reading, and its request then times out on its side.
-  void reply(std::uint64_t tag, std::vector<std::byte> bytes, const std::string& volume_id) {
-    if (bytes.size() > ring->slot_bytes()) {
-      const std::string why = "volume '" + volume_id + "': the object does not fit a ring slot";
-      bytes = fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size());
-    }
+  // Sends `reply` to request `tag` (its first part when it is larger than
+  // a slot), without waiting for room: the client has one request out at
+  // a time, so a full queue means it stopped reading, and its request
+  // then times out on its side.
+  void reply(std::uint64_t tag, std::vector<std::byte> bytes) {
+    bytes = parts.first_part(std::move(bytes), ring->slot_bytes());
     std::lock_guard<std::mutex> lock(send_mu);
     if (closed) return;
     (void)ring->send(tag, bytes.data(), bytes.size(), std::chrono::steady_clock::now());
@@ -229,13 +229,13 @@ Result<std::string> SmallOpService::add_ring(std::unique_ptr<transports::shm::Ri
 
 void SmallOpService::attach_token(std::uint64_t token, FastPuts puts) {
   std::lock_guard<std::mutex> lock(mu_);
-  tokens_[token] = std::move(puts);
+  tokens_[token] = Attached{std::move(puts), std::make_shared<fast_get::PartAssembly>()};
 }
 
 void SmallOpService::owner_gone(const caf::actor_addr& owner) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = tokens_.begin(); it != tokens_.end();) {
-    it = it->second.owner == owner ? tokens_.erase(it) : std::next(it);
+    it = it->second.puts.owner == owner ? tokens_.erase(it) : std::next(it);
   }
 }
 
@@ -255,10 +255,21 @@ bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
          dead_controllers_.end();
 }
 
-void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel,
-                           const FastPuts* puts, const std::shared_ptr<Owed>& owed,
+void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* puts,
+                           const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts,
                            bool answer_here) {
   auto magic = fast_get::request_magic(bytes);
+  if (magic.ok() && *magic == fast_get::kPartMagic) {
+    if (!parts || !puts) {
+      return owed->deliver(fast_get::encode_error(
+          Status(Errc::protocol_error,
+                 "volume '" + volume_id_ + "': a request in parts from a client never attached")));
+    }
+    std::vector<std::byte> whole;
+    if (auto reply = parts->take(bytes, &whole)) return owed->deliver(*reply);
+    // The last part: the request, served as if it came whole.
+    return serve(whole, puts, owed, nullptr, answer_here);
+  }
   if (!magic.ok() || *magic != fast_get::kCommitMagic) {
     auto req = fast_get::decode_request(bytes);
     if (req.ok()) {
@@ -293,7 +304,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, Channel* channel
   if (!job.ok()) return refuse(job.status());
   job->owner = puts->owner;
   job->controller = puts->controller;
-  job->reply_limit = channel ? channel->ring->slot_bytes() : transports::kMaxSmallOpBytes;
+  job->reply_limit = fast_get::kMaxAssembledBytes;  // a larger reply comes in parts
   job->answer_here = answer_here;
   const std::size_t records = job->request.records.size();
   job->done = std::make_shared<std::function<void(Result<fast_get::CommitDone>)>>(
@@ -320,18 +331,25 @@ void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
   }
   std::uint64_t token = 0;
   std::memcpy(&token, p, kTokenBytes);
-  std::optional<FastPuts> puts;
+  std::optional<Attached> attached;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = tokens_.find(token);
-    if (it != tokens_.end()) puts = it->second;
+    if (it != tokens_.end()) attached = it->second;
   }
   if (stop_.load()) {
     return owed->deliver(
         fast_get::encode_error(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
   }
-  serve(std::vector<std::byte>(p + kTokenBytes, p + n), nullptr, puts ? &*puts : nullptr, owed,
-        answer_here);
+  if (attached) {
+    // A reply larger than a small op's message goes in parts.
+    owed->send = [send = std::move(owed->send),
+                  parts = attached->parts](const std::vector<std::byte>& reply) {
+      send(parts->first_part(reply, transports::kMaxSmallOpBytes));
+    };
+  }
+  serve(std::vector<std::byte>(p + kTokenBytes, p + n), attached ? &attached->puts : nullptr, owed,
+        attached ? attached->parts.get() : nullptr, answer_here);
 }
 
 std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size_t n) {
@@ -363,10 +381,10 @@ bool SmallOpService::drain(const std::shared_ptr<Channel>& channel) {
     if (!*m) return true;
     auto owed = std::make_shared<Owed>();
     std::weak_ptr<Channel> weak = channel;
-    owed->send = [weak, tag = (*m)->tag, id = volume_id_](const std::vector<std::byte>& reply) {
-      if (auto c = weak.lock()) c->reply(tag, reply, id);
+    owed->send = [weak, tag = (*m)->tag](const std::vector<std::byte>& reply) {
+      if (auto c = weak.lock()) c->reply(tag, reply);
     };
-    serve((*m)->bytes, channel.get(), &channel->puts, owed);
+    serve((*m)->bytes, &channel->puts, owed, &channel->parts);
   }
 }
 

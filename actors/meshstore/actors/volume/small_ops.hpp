@@ -144,10 +144,12 @@ class SmallOpService {
 
  private:
   void run();
-  // Serves one request from `channel` (null `puts`: never attached), its
-  // reply owed by `owed`.
-  void serve(const std::vector<std::byte>& bytes, Channel* channel, const FastPuts* puts,
-             const std::shared_ptr<Owed>& owed, bool answer_here = false);
+  // Serves one request (null `puts`: from a client never attached), its
+  // reply owed by `owed`; a part of a larger one (fast_get::PartAssembly)
+  // assembled in `parts` (null: none taken).
+  void serve(const std::vector<std::byte>& bytes, const FastPuts* puts,
+             const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts,
+             bool answer_here = false);
   // Answers each waiting request of `channel`; false when it must go.
   bool drain(const std::shared_ptr<Channel>& channel);
   bool controller_down(const caf::actor_addr& controller) const;
@@ -161,7 +163,12 @@ class SmallOpService {
 
   mutable std::mutex mu_;  // guards what follows
   std::vector<std::shared_ptr<Channel>> rings_;
-  std::unordered_map<std::uint64_t, FastPuts> tokens_;
+  // A token's puts, and its requests and replies in parts.
+  struct Attached {
+    FastPuts puts;
+    std::shared_ptr<fast_get::PartAssembly> parts;
+  };
+  std::unordered_map<std::uint64_t, Attached> tokens_;
   std::vector<caf::actor_addr> dead_controllers_;
   std::shared_ptr<transports::shm::Doorbell> bell_;  // set once, with thread_
   std::thread thread_;
