@@ -32,23 +32,28 @@ namespace {
 // (tcp; a strided tensor packed first), all at once, waiting
 // for every send (the transport's own deadline bounds each). GPU memory
 // takes one CUDA copy through the mapping (shm), else pipelined pieces
-// through page-locked memory (client_detail::write_from_device), as the
-// actors' put did. False when one could not be written; then the objects
+// through page-locked memory (client_detail::write_from_device). The first
+// error when one could not be written, naming its key; then the objects
 // hold nothing of use.
 // `filled(i)`, when given, is told each item written (a stream's progress).
-bool write_staged(const std::shared_ptr<transports::Transport>& writer,
-                  const std::vector<PutItem>& items, const std::vector<wire::RegionRef>& regions,
-                  const std::function<void(std::size_t)>& filled = {}) {
+Status write_staged(const std::shared_ptr<transports::Transport>& writer,
+                    const std::vector<PutItem>& items, const std::vector<wire::RegionRef>& regions,
+                    const std::function<void(std::size_t)>& filled = {}) {
   const auto caps = writer->capabilities();
   std::vector<std::vector<std::byte>> gathered;  // sent from here
   gathered.reserve(items.size());
   std::vector<std::pair<std::size_t, Future<void>>> sends;
-  bool ok = true;
-  for (std::size_t i = 0; i < items.size() && ok; ++i) {
+  Status failed;
+  auto fail = [&](std::size_t i, const Status& s) {
+    if (failed.ok()) failed = s.with_context("write '" + items[i].key + "'");
+  };
+  for (std::size_t i = 0; i < items.size() && failed.ok(); ++i) {
     const auto& item = items[i];
     const std::uint64_t n = item.view.nbytes();
     if (regions[i].nbytes != n) {
-      ok = false;
+      fail(i,
+           Status(Errc::protocol_error, "the volume staged " + std::to_string(regions[i].nbytes) +
+                                            " bytes for " + std::to_string(n)));
       break;
     }
     const std::byte* src = static_cast<const std::byte*>(item.view.data());
@@ -63,38 +68,41 @@ bool write_staged(const std::shared_ptr<transports::Transport>& writer,
     if (caps.maps_memory) {
       auto mem = writer->map_writable(regions[i]);
       if (!mem.ok()) {
-        ok = false;
+        fail(i, mem.status());
       } else if (item.gather) {
-        ok = fill_gathered_here(*item.gather, mem->get(), n).ok();
+        if (auto s = fill_gathered_here(*item.gather, mem->get(), n); !s.ok()) fail(i, s);
       } else if (strided) {
         pack_to(item.view, mem->get());  // packed straight into the object
       } else if (n > 0) {
         transports::CopyEngine::instance().copy_here(mem->get(), src, n);
       }
-      if (ok && filled) filled(i);
+      if (failed.ok() && filled) filled(i);
       continue;
     }
     if (item.gather || strided) {
       gathered.emplace_back(n);
       if (strided) {
         pack_to(item.view, gathered.back().data());
-      } else {
-        ok = fill_gathered_here(*item.gather, gathered.back().data(), n).ok();
+      } else if (auto s = fill_gathered_here(*item.gather, gathered.back().data(), n); !s.ok()) {
+        fail(i, s);
       }
       src = gathered.back().data();
     }
-    if (ok && n > 0) {
+    if (failed.ok() && n > 0) {
       sends.emplace_back(i, writer->write(regions[i], 0, src, n));
-    } else if (ok && filled) {
+    } else if (failed.ok() && filled) {
       filled(i);
     }
   }
   for (const auto& [i, f] : sends) {  // every send ends before its bytes go
-    const bool sent = f.get().ok();
-    if (sent && ok && filled) filled(i);
-    ok = sent && ok;
+    auto sent = f.get();
+    if (!sent.ok()) {
+      fail(i, sent.status());
+    } else if (failed.ok() && filled) {
+      filled(i);
+    }
   }
-  return ok;
+  return failed;
 }
 
 // What a commit's records and prefixes take beside the objects' bytes, at
@@ -158,8 +166,9 @@ Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {
 // The put in one request, its objects' bytes inline: the volume stages
 // them and commits them (docs/architecture.md, "Puts on the caller's
 // thread"). nullopt when it did not fit one request after all (nothing
-// sent: the caller stages them), or the volume refused it (nothing
-// committed: `*refusal` says why). With `guard`, the bytes are copied out
+// sent: the caller stages them), or nothing was committed for a reason
+// that is the put's answer (`*refusal`: the volume refused it, or its
+// bytes could not be read). With `guard`, the bytes are copied out
 // of the caller's buffers inside its entry, before the commit.
 std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     FastPath& fast, const ChannelPut& c, const std::string& home, std::chrono::milliseconds timeout,
@@ -173,23 +182,24 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     if (held.empty()) held.reserve(c.items.size());  // no reallocation after this
     return held.emplace_back(n).data();
   };
-  bool copied = true;
+  Status copied;
   const std::size_t first = req.records.size();  // the items' records follow
-  for (std::size_t i = 0; i < c.items.size() && copied; ++i) {
+  for (std::size_t i = 0; i < c.items.size() && copied.ok(); ++i) {
     const auto& item = c.items[i];
     req.records.push_back(put_record(item, nullptr, home, c.groups[i]));
     const auto n = static_cast<std::size_t>(item.view.nbytes());
     const char* data = static_cast<const char*>(item.view.data());
     if (!item.gather && on_device(item.view) && n > 0) {
-      // One device-to-host copy; one that fails leaves the put to the
-      // actors, which report it.
+      // One device-to-host copy.
       auto buf = internal::cuda::pinned(n);
-      copied = buf && internal::cuda::copy_bytes(buf.get(), data, n).ok();
+      copied = buf ? internal::cuda::copy_bytes(buf.get(), data, n)
+                   : Status(Errc::out_of_capacity,
+                            "no page-locked memory for " + std::to_string(n) + " bytes");
       from_device.push_back(buf);
       data = reinterpret_cast<const char*>(buf.get());
     } else if (item.gather) {
       auto* dst = hold(n);
-      copied = fill_gathered_here(*item.gather, dst, n).ok();
+      copied = fill_gathered_here(*item.gather, dst, n);
       data = reinterpret_cast<const char*>(dst);
     } else if (!item.view.is_contiguous()) {  // packed here
       auto* dst = hold(n);
@@ -203,7 +213,10 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     req.inlined.emplace_back(std::string_view(n > 0 ? data : "", n));
   }
   if (guard) guard->leave();  // the caller's bytes are copied
-  if (!copied) return std::nullopt;
+  if (!copied.ok()) {
+    *refusal = copied.with_context("'" + c.items[req.records.size() - first - 1].key + "'");
+    return std::nullopt;
+  }
   if (guard && !guard->begin_commit()) return cancelled(c);
   // What was kept staged for this put goes back with it.
   auto staging = fast.take_staging(c.slot);
@@ -261,9 +274,9 @@ bool layout_repeats(FastPath& fast, const ChannelPut& c, const std::vector<std::
 }
 
 // put_over_channel, but for counting the whole-key puts it leaves and
-// making room on a full volume: `*refusal` is what the volume answered
-// when it refused the put (nothing committed); `*repeated` as
-// layout_repeats.
+// making room on a full volume: `*refusal` is why nothing was committed,
+// when that is the put's answer (the volume refused it, or a write into
+// its staged objects failed); `*repeated` as layout_repeats.
 std::optional<Result<std::vector<std::uint64_t>>> put_here(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
     const std::shared_ptr<internal::CallGuard>& guard, Status* refusal,
@@ -419,16 +432,19 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   auto abort_stream = [&](const std::string& why) {
     if (stream) stream->abort(c.stream_key, c.what + ": " + why);
   };
-  const bool written = write_staged(writer, c.items, staging->regions, [&](std::size_t i) {
+  const Status written = write_staged(writer, c.items, staging->regions, [&](std::size_t i) {
     if (stream && in_stream[i] != SIZE_MAX && c.items[i].view.nbytes() > 0) {
       stream->progress(c.stream_key, {in_stream[i]});
     }
   });
   if (guard) guard->leave();
-  if (!written) {
-    abort_stream("a write into its staged objects failed");
+  if (!written.ok()) {
+    // Nothing committed: the write's failure is the put's answer
+    // (put_over_channel), the objects go back or stay for the next put.
+    abort_stream("a write into its staged objects failed: " + written.to_string());
     unused();
-    return std::nullopt;  // the actors put it, and report what failed
+    *refusal = written;
+    return std::nullopt;
   }
   if (guard && !guard->begin_commit()) {
     abort_stream("cancelled");

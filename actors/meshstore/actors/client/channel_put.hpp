@@ -31,8 +31,9 @@ struct ChannelPut {
   std::string slot;
   std::string what;        // the call, for errors
   bool whole_key = false;  // one key's put (counted as such: FastPath::count_commit)
-  // A refusal (the controller's no, a full volume that cannot make room)
-  // is the put's answer, instead of nullopt (the actors then put it and
+  // A refusal (the controller's no, a full volume that cannot make room),
+  // or a failure to read the items' bytes or write them into the objects
+  // staged for them (nothing committed), is the put's answer, instead of nullopt (the actors then put it and
   // report the same refusal). Items whose expect_version came from this
   // client's location cache (indices in `cache_fenced`) lose it after a
   // conflict, and the put goes over the channel once more: such a fence
@@ -74,9 +75,10 @@ struct ChannelPut {
 /// pipelined pieces through page-locked memory); that commit also stages
 /// the next put's objects for a layout put again.
 /// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel to be had, a strided source in GPU memory, a write that
-/// failed; a full volume or a precondition that no longer holds, unless
-/// `refusals_final`). A channel that failed before the commit left is
+/// channel to be had, a strided source in GPU memory; unless
+/// `refusals_final`: a full volume, a precondition that no longer holds,
+/// or bytes that could not be read or written into the staged objects,
+/// which are otherwise the answer). A channel that failed before the commit left is
 /// opened again and the put tried on it once more (with `defer`: on the
 /// waiting thread). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error
