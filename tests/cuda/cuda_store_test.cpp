@@ -833,8 +833,12 @@ TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Channels, CudaChannelPut, ::testing::Values("shm", "tcp"),
-                         [](const auto& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Channels, CudaChannelPut, ::testing::Values("shm", "tcp", "cuda-ipc"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // Direct publishing of GPU memory (PublishMode::direct asked for): the
 // version's object is the publisher's own device buffer, here at an offset

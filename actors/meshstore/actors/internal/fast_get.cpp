@@ -208,7 +208,7 @@ std::size_t encoded_size(const CommitDone& d) {
   std::size_t n = kReplyHeader + d.versions.size() * 8 + 8;
   for (const auto& p : d.placed) n += 12 + p.place.size();
   for (const auto& r : d.staged) {
-    n += 20;
+    n += 24;
     for (const auto& [name, desc] : r.described) n += 8 + name.size() + desc.size();
   }
   return n;
@@ -230,6 +230,7 @@ std::vector<std::byte> encode_commit_done(const CommitDone& d) {
   for (const auto& r : d.staged) {
     w.u64(r.region_id);
     w.u64(r.nbytes);
+    w.u32(static_cast<std::uint32_t>(r.device));
     w.u32(static_cast<std::uint32_t>(r.described.size()));
     for (const auto& [name, desc] : r.described) {
       w.bytes(name);
@@ -278,11 +279,15 @@ Result<CommitDone> decode_commit_reply(const std::vector<std::byte>& bytes, std:
     for (auto& region : d.staged) {
       MESHSTORE_RETURN_IF_ERROR(r.u64(region.region_id));
       MESHSTORE_RETURN_IF_ERROR(r.u64(region.nbytes));
-      std::uint32_t described = 0;
+      std::uint32_t device = 0, described = 0;
+      MESHSTORE_RETURN_IF_ERROR(r.u32(device));
       MESHSTORE_RETURN_IF_ERROR(r.u32(described));
-      if (region.region_id == 0 || described > kMaxDescriptions) {
-        return bad("a commit's reply with a staged object without id, or with " +
-                   std::to_string(described) + " descriptions");
+      region.device = static_cast<std::int32_t>(device);
+      if (region.region_id == 0 || described > kMaxDescriptions || region.device < -1 ||
+          region.device >= kMaxDevices) {
+        return bad("a commit's reply with a staged object without id, on device " +
+                   std::to_string(region.device) + ", or with " + std::to_string(described) +
+                   " descriptions");
       }
       for (std::uint32_t i = 0; i < described; ++i) {
         std::string name, desc;

@@ -87,9 +87,10 @@ std::vector<std::byte> encode_error(const Status& s);
 //          placed (one per record sent inline), each u64 id + u32 length
 //          + its shm place ("" when the volume has no shm); u32 staged
 //          objects (all that were asked for, or none when the volume had
-//          no room after a commit), then per object u64 id, u64 size, u32
-//          descriptions, each u32 length + its transport's name and u32
-//          length + its description; error: u32 Errc, then a message.
+//          no room after a commit), then per object u64 id, u64 size, i32
+//          device (-1: host memory), u32 descriptions, each u32 length
+//          + its transport's name and u32 length + its description;
+//          error: u32 Errc, then a message.
 //          An error commits nothing and stages nothing; what the request
 //          gives back goes unless it was malformed (protocol_error).
 inline constexpr std::uint32_t kCommitMagic = 0x3443534d;  // "MSC4", little-endian
