@@ -134,25 +134,25 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
   return true;
 }
 
-// Whole tensors or objects (`items`, in host or GPU memory) put over the client's
-// channel to its volume, on the caller's thread (docs/architecture.md,
+// Whole tensors or objects (`items`, in host or GPU memory) put over the
+// client's channel to its volume, on the caller's thread (docs/architecture.md,
 // "Puts on the caller's thread"): one commit request, all or none, with
-// their bytes inline when they fit it, else written first into objects the
-// volume stages for them (actors::put_over_channel; sent over tcp and more than
-// limits::kStagedAheadBytes: from the client's waiting thread). Done, the
-// keys are in the client's one location cache, so this process's reads
-// see them. nullopt: the actors put them (no channel yet, a full volume,
-// ...); on the waiting thread `actors_put` does. A
+// their bytes inline when they fit one message, else written first into
+// objects the volume stages for them (actors::put_over_channel; sent over
+// tcp and more than limits::kStagedAheadBytes: from the client's waiting
+// thread). Done, the keys are in the client's one location cache, so this
+// process's reads see them. A client without a channel yet (its first put)
+// has one opened from the waiting thread, and the put then takes it; where
+// none can be had, why is the put's answer, as a refusal is. A
 // `cancellable` put left to the waiting thread is cancelled through its
-// future, as the actors' put is (Future::cancel).
-// Shards of sharded keys (items with a slice) commit as the controller's
-// put_shards does: each key once every rank's shards cover it.
-std::optional<Future<void>> put_on_channel(
-    actors::FastPath* fast, std::vector<actors::PutItem> items, const std::string& what,
-    std::chrono::milliseconds timeout,
-    std::function<Future<void>(const std::shared_ptr<internal::CallGuard>&)> actors_put,
-    bool cancellable) {
-  if (fast == nullptr || items.empty()) return std::nullopt;
+// future (Future::cancel). Shards of sharded keys (items with a slice)
+// commit as the controller's put_shards does: each key once every rank's
+// shards cover it.
+// `fast` null: the store was closed (moved from).
+Future<void> put_on_channel(actors::FastPath* fast, std::chrono::milliseconds timeout,
+                            std::vector<actors::PutItem> items, const std::string& what,
+                            bool cancellable) {
+  if (fast == nullptr) return facade::closed_future<void>(what);
   actors::ChannelPut c;
   c.what = what;
   c.slot = std::string(2, '\0');  // apart from state dicts' and versions' slots
@@ -184,7 +184,7 @@ std::optional<Future<void>> put_on_channel(
         if (!done) return std::nullopt;
         return done->ok() ? make_ready_future() : make_error_future<void>(done->status());
       },
-      std::move(actors_put), cancellable);
+      cancellable);
 }
 
 }  // namespace
@@ -205,25 +205,11 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   auto st = staging("put");
   auto host = st->source(tensor, key);
   if (!host.ok()) return make_error_future<void>(host.status());
-  auto via_actors = [impl = impl_.get(), key, view = *host,
-                     st](std::shared_ptr<internal::CallGuard> guard = nullptr) {
-    actors::PutCall call;
-    call.op = "put";
-    call.items.push_back(actors::PutItem{key, view, wire::ObjectKind::tensor, nullptr});
-    call.guard = guard ? std::move(guard) : std::make_shared<internal::CallGuard>();
-    auto fut = Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call),
-                                      "put '" + key + "'");
-    return fut.then([st](const std::vector<std::uint64_t>&) {});
-  };
-  if (!impl_) return via_actors();
-  const auto timeout = impl_->options.request_timeout;
   // The bytes live as long as the put: the caller's, or staged in `st`.
   actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
-  const std::string what = "put '" + key + "'";
-  if (auto done = put_on_channel(impl_->fast.get(), {item}, what, timeout, via_actors, true)) {
-    return *done;
-  }
-  return via_actors();
+  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
+                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
+                        {item}, "put '" + key + "'", true);
 }
 
 Future<void> Store::put(std::string key, const TensorView& shard, const Shape& global_shape,
@@ -259,55 +245,31 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
   // Replicas are compared by the controller: ranks holding the same box
   // must put the same bytes.
   if (replicas > 1) item.checksum = content_checksum(*host);
-  const std::string what = "put '" + key + "' slice " + slice.to_string();
-  auto via_actors = [impl = impl_.get(), item, what,
-                     op](std::shared_ptr<internal::CallGuard> guard = nullptr) {
-    actors::PutCall call;
-    call.op = op;
-    call.items.push_back(item);
-    call.guard = guard ? std::move(guard) : std::make_shared<internal::CallGuard>();
-    return Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call), what)
-        .then([](const std::vector<std::uint64_t>&) {});
-  };
-  if (!impl_) return via_actors();
-  if (auto done = put_on_channel(impl_->fast.get(), {item}, what, impl_->options.request_timeout,
-                                 via_actors, true)) {
-    return *done;
-  }
-  return via_actors();
+  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
+                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
+                        {item}, "put '" + key + "' slice " + slice.to_string(), true);
 }
 
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {
   std::vector<std::string> keys;
   for (const auto& [k, v] : items) keys.push_back(k);
   if (auto s = check_keys("put_batch", keys, true); !s.ok()) return make_error_future<void>(s);
-  actors::PutCall call;
-  call.op = "put_batch";
   for (auto& [k, v] : items) {
     if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
   }
   auto st = staging("put_batch");
+  std::vector<actors::PutItem> batch;
   for (auto& [k, v] : items) {
     auto host = st->source(v, k);
     if (!host.ok()) return make_error_future<void>(host.status());
     // The bytes live as long as the put: the caller's, or staged in `st`.
-    call.items.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
+    batch.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
   }
-  if (call.items.empty()) return make_ready_future();
-  const std::string what = "put_batch of " + std::to_string(call.items.size()) + " keys";
-  auto via_actors = [impl = impl_.get(), call,
-                     what](std::shared_ptr<internal::CallGuard> guard = nullptr) mutable {
-    call.guard = guard ? std::move(guard) : std::make_shared<internal::CallGuard>();
-    return Impl::call_cancellable(impl, actors::store_put_atom::value, std::move(call), what)
-        .then([](const std::vector<std::uint64_t>&) {});
-  };
-  if (impl_) {
-    if (auto done = put_on_channel(impl_->fast.get(), call.items, what,
-                                   impl_->options.request_timeout, via_actors, true)) {
-      return *done;
-    }
-  }
-  return via_actors();
+  if (batch.empty()) return make_ready_future();
+  const std::string what = "put_batch of " + std::to_string(batch.size()) + " keys";
+  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
+                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
+                        std::move(batch), what, true);
 }
 
 Future<Tensor> Store::get(std::string key) {
@@ -469,21 +431,9 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
   }
   auto item = bytes_item(key, std::move(bytes), wire::ObjectKind::object);
   item.object_format = format;
-  auto via_actors = [impl = impl_.get(), item](const std::shared_ptr<internal::CallGuard>& = {}) {
-    actors::PutCall call;
-    call.op = "put_object";
-    call.items.push_back(item);
-    auto fut = Impl::call(impl, actors::store_put_atom::value, std::move(call),
-                          "put_object '" + item.key + "'");
-    return fut.then([](const std::vector<std::uint64_t>&) {});
-  };
-  if (impl_) {
-    if (auto done = put_on_channel(impl_->fast.get(), {item}, "put_object '" + item.key + "'",
-                                   impl_->options.request_timeout, via_actors, false)) {
-      return *done;
-    }
-  }
-  return via_actors();
+  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
+                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
+                        {item}, "put_object '" + item.key + "'", false);
 }
 
 namespace {

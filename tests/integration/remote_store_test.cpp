@@ -238,7 +238,9 @@ TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedO
   // (the large one) found stale, then located afresh.
   const auto fast = a.fast_path_stats();
   EXPECT_GT(fast.stale, 0u);
-  if (GetParam() == "shm") EXPECT_GT(fast.lease_free_stale, 0u);
+  if (GetParam() == "shm") {
+    EXPECT_GT(fast.lease_free_stale, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, CachedReadAfterWrite, ::testing::Values("shm", "tcp"),

@@ -239,6 +239,26 @@ bool answer_inside(
   return r.ok() && *r;
 }
 
+// answer_inside for a job that answers a Status: the answer, or why there
+// was none in time.
+Status status_inside(
+    const caf::actor_addr& addr, std::chrono::milliseconds timeout, const std::string& what,
+    std::function<void(client_detail::client_pointer, std::function<void(Status)>)> job) {
+  auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, "the client is gone"));
+  auto answer = done->future();
+  const bool sent =
+      run_inside(addr, [done, job = std::move(job)](client_detail::client_pointer me) {
+        job(me, [done](const Status& s) { s.ok() ? done->set_value() : done->set_error(s); });
+      });
+  if (!sent) return Status(Errc::shutdown, "the client is gone");
+  if (!answer.wait_for(timeout)) {
+    return Status(Errc::timeout,
+                  what + " took more than " + std::to_string(timeout.count()) + " ms");
+  }
+  auto r = answer.get();
+  return r.ok() ? Status() : r.status();
+}
+
 }  // namespace
 
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
@@ -257,9 +277,10 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
   // its volume and open the channel, from the fast path's waiting thread.
   // Set before the first call can come (the actor starts later).
   fast->set_home_connector([addr](std::chrono::milliseconds timeout) {
-    return answer_inside(addr, timeout, [](client_pointer me, std::function<void(bool)> k) {
-      client_detail::await_home_channel(me, std::move(k));
-    });
+    return status_inside(addr, timeout, "connecting to this client's volume",
+                         [](client_pointer me, std::function<void(Status)> k) {
+                           client_detail::await_home_channel(me, std::move(k));
+                         });
   });
   // A state dict put over the channel and announced as a stream: this
   // actor is the stream's writer at the controller (its death ends the

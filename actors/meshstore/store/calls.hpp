@@ -77,6 +77,23 @@ std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const
   return fut;
 }
 
+/// put_over_channel_or_defer for a put whose every outcome is the
+/// channel's (ChannelPut::refusals_final: a refusal, or no channel to be
+/// had, is its answer), so no actors' put stands behind it.
+template <class T, class Attempt>
+Future<T> put_over_channel_or_defer(actors::FastPath& fast, const std::string& what,
+                                    Attempt attempt, bool cancellable) {
+  auto unanswered = [what](const std::shared_ptr<internal::CallGuard>&) {
+    return make_error_future<T>(
+        Status(Errc::internal, what + ": the channel's put left it unanswered"));
+  };
+  auto done = put_over_channel_or_defer<T>(fast, what, std::move(attempt), std::move(unanswered),
+                                           cancellable);
+  return done ? std::move(*done)
+              : make_error_future<T>(
+                    Status(Errc::internal, what + ": the channel's put left it unanswered"));
+}
+
 /// One key read into a Tensor: get (a copy) or get_view (zero-copy if it can).
 actors::GetCall single_get(const std::string& op, actors::GetMode mode, std::string key);
 

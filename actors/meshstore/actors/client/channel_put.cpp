@@ -172,7 +172,7 @@ Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {
 // of the caller's buffers inside its entry, before the commit.
 std::optional<Result<std::vector<std::uint64_t>>> put_inline(
     FastPath& fast, const ChannelPut& c, const std::string& home, std::chrono::milliseconds timeout,
-    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal) {
+    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal, Status* unsent) {
   if (guard && !guard->enter()) return cancelled(c);
   auto req = request_for(c);
   std::vector<std::vector<std::byte>> held;             // bytes assembled, packed or copied here
@@ -232,6 +232,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
       fast.keep_staging(c.slot, std::move(*staging), timeout);
     }
     if (refused) *refusal = got.status();
+    if (!sent) *unsent = got.status();
     if (!sent || refused) return std::nullopt;
     // The channel failed with the commit on its way: committed or not is
     // unknown (its objects then belong to the keys, or go with this client).
@@ -247,21 +248,26 @@ std::optional<Result<std::vector<std::uint64_t>>> put_inline(
 }
 
 // The transport that writes to this client's volume (`*home`) over its
-// channel; null when it has none. With `connect`, a client without one (no
-// volume chosen yet, or its channel failed: FastPath::may_connect_home)
-// has the client actor connect it first (FastPath::connect_home: the
-// waiting thread only).
+// channel; null when it has none (`*why`, when given, says why). With
+// `connect`, a client without one (no volume chosen yet, or no channel
+// open to it: FastPath::may_connect_home) has the client actor connect it
+// first (FastPath::connect_home: the waiting thread only).
 std::shared_ptr<transports::Transport> home_writer(FastPath& fast, std::string* home,
-                                                   std::chrono::milliseconds timeout,
-                                                   bool connect) {
+                                                   std::chrono::milliseconds timeout, bool connect,
+                                                   Status* why = nullptr) {
   *home = fast.home();
   auto writer = fast.writer_of(*home);
-  if ((home->empty() || !writer) && connect && fast.may_connect_home() &&
-      fast.connect_home(timeout)) {
+  Status connected(Errc::unavailable, "none is open");
+  if ((home->empty() || !writer) && (connect || fast.closed())) {
+    connected = fast.connect_home(timeout);  // answers shutdown once closed
     *home = fast.home();
     writer = fast.writer_of(*home);
   }
-  return home->empty() ? nullptr : writer;
+  if (home->empty() || !writer) {
+    if (why) *why = connected.ok() ? Status(Errc::unavailable, "it closed at once") : connected;
+    return nullptr;
+  }
+  return writer;
 }
 
 // Whether `c`'s layout repeats the last put's under its slot: noted once
@@ -273,17 +279,26 @@ bool layout_repeats(FastPath& fast, const ChannelPut& c, const std::vector<std::
   return **repeated;
 }
 
-// put_over_channel, but for counting the whole-key puts it leaves and
-// making room on a full volume: `*refusal` is why nothing was committed,
-// when that is the put's answer (the volume refused it, or a write into
-// its staged objects failed); `*repeated` as layout_repeats.
+// put_over_channel, but for making room on a full volume and opening a
+// new channel: nullopt when nothing was committed, and `*refusal` says
+// why when that is the put's answer (the volume refused it, its bytes could
+// not be read or written into the staged objects, the put cannot be one
+// commit, no channel to be had), `*unsent` when its channel failed
+// before the commit left (a new one may take it); `*repeated` as layout_repeats.
 std::optional<Result<std::vector<std::uint64_t>>> put_here(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
-    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal,
+    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal, Status* unsent,
     std::optional<bool>* repeated) {
   using Staging = FastPath::Staging;
-  if (c.items.empty() || c.items.size() + c.staged_items.size() > fg::kMaxCommitRecords ||
-      c.staged_items.size() != c.staged_regions.size()) {
+  if (c.items.empty() || c.staged_items.size() != c.staged_regions.size()) {
+    *refusal = Status(Errc::internal, "a put of no items, or of staged items without objects");
+    return std::nullopt;
+  }
+  if (c.items.size() + c.staged_items.size() > fg::kMaxCommitRecords) {
+    *refusal =
+        Status(Errc::invalid_argument, std::to_string(c.items.size() + c.staged_items.size()) +
+                                           " keys, more than one commit takes (" +
+                                           std::to_string(fg::kMaxCommitRecords) + ")");
     return std::nullopt;
   }
   std::uint64_t total = 0, largest = 0;
@@ -293,6 +308,9 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     const auto& v = item.view;
     // A strided GPU view is packed on its device before it comes here.
     if ((item.slice && !c.sharded) || (!item.gather && !v.is_contiguous() && on_device(v))) {
+      *refusal = Status(Errc::internal, "'" + item.key +
+                                            "': a shard outside a sharded put, or a strided view "
+                                            "in GPU memory, reached the channel's put");
       return std::nullopt;
     }
     total += v.nbytes();
@@ -300,20 +318,27 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     sizes.push_back(v.nbytes());
   }
   std::string home;
-  auto writer = home_writer(fast, &home, timeout, defer == nullptr);
-  if (!writer && defer && fast.may_connect_home()) {
-    // No channel yet (a client's first put): the waiting thread has the
-    // client pick its volume and open the channel, then puts it here.
-    *defer = true;
-    return std::nullopt;
-  }
+  Status no_channel;
+  auto writer = home_writer(fast, &home, timeout, defer == nullptr, &no_channel);
   if (!writer) {
-    // The actors put it (no channel to this client's volume); its layout is
-    // noted for the next.
-    layout_repeats(fast, c, sizes, repeated);
+    // No channel yet (a client's first put, or its channel failed): the
+    // waiting thread has the client pick its volume and open the channel,
+    // then puts it here (as the same put: its layout noted there). Where
+    // it cannot, why is the answer.
+    if (defer && fast.may_connect_home()) {
+      *defer = true;
+    } else if (no_channel.code() == Errc::shutdown) {
+      *refusal = no_channel;
+    } else {
+      *refusal = no_channel.with_context("no channel to this client's volume");
+    }
     return std::nullopt;
   }
-  if (!c.staged_items.empty() && c.staged_on != home) return std::nullopt;
+  if (!c.staged_items.empty() && c.staged_on != home) {
+    *refusal = Status(Errc::unavailable, "the staged memory lies on volume '" + c.staged_on +
+                                             "', no longer this client's volume ('" + home + "')");
+    return std::nullopt;
+  }
   // Bytes that fit one request travel in it: how they are copied, not a
   // route (the same commit either way).
   // Objects kept in GPU memory (cuda-ipc) are staged there, never inline.
@@ -323,8 +348,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
                       });
   if (!to_gpu && largest <= fg::kMaxObjectBytes &&
       total + record_room(c, home) <= fast.request_room(home)) {
-    if (auto done = put_inline(fast, c, home, timeout, guard, refusal)) return done;
-    if (!refusal->ok()) return std::nullopt;
+    if (auto done = put_inline(fast, c, home, timeout, guard, refusal, unsent)) return done;
+    if (!refusal->ok() || !unsent->ok()) return std::nullopt;
   }
   // What the volume stages, keys for its messages; GPU memory for a GPU
   // tensor where the transport keeps objects there (cuda-ipc).
@@ -377,7 +402,13 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     probe.release.assign(layout.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
     fg::encode_into(probe, bytes);
-    if (bytes.size() > fg::kMaxAssembledBytes) return std::nullopt;
+    if (bytes.size() > fg::kMaxAssembledBytes) {
+      *refusal =
+          Status(Errc::invalid_argument, "its commit takes " + std::to_string(bytes.size()) +
+                                             " bytes of records, more than one request takes (" +
+                                             std::to_string(fg::kMaxAssembledBytes) + ")");
+      return std::nullopt;
+    }
   }
   fg::CommitRequest req;
   auto staging = fast.take_staging(c.slot);
@@ -394,10 +425,18 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   if (!staging) {
     req.stage = layout;
     auto got = fast.commit(home, req, timeout, &sent, &refused);
-    // Nothing committed (put_over_channel answers a refusal, or the
-    // actors put it).
-    if (!got.ok() && refused) *refusal = got.status();
-    if (!got.ok() || got->staged.size() != layout.size()) return std::nullopt;
+    // Nothing committed: put_over_channel answers a refusal, or tries a
+    // new channel (a stage that failed on its way committed nothing).
+    if (!got.ok()) {
+      (refused ? *refusal : *unsent) = got.status();
+      return std::nullopt;
+    }
+    if (got->staged.size() != layout.size()) {
+      *refusal = Status(Errc::protocol_error, "volume '" + home + "' staged " +
+                                                  std::to_string(got->staged.size()) +
+                                                  " objects for " + std::to_string(layout.size()));
+      return std::nullopt;
+    }
     staging = Staging{home, sizes, std::move(got->staged)};
   }
   // Not used after all: kept for the next put, or given back.
@@ -459,7 +498,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     // Refused or never sent: nothing committed, and the objects are still
     // this client's (put_over_channel answers a refusal, or tries again).
     if (!sent || refused) {
-      if (refused) *refusal = got.status();
+      (refused ? *refusal : *unsent) = got.status();
       unused();
       return std::nullopt;
     }
@@ -479,14 +518,15 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
 std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
     const std::shared_ptr<internal::CallGuard>& guard) {
-  Status refusal;
+  Status refusal, unsent;
   std::optional<bool> repeated;
   // One try, and more while a full volume (with LRU eviction) makes room:
   // the controller evicts there and the put tries again, as long as each
   // round evicts something (bounded: the volume holds finitely many keys).
   auto attempt = [&](const ChannelPut& put) {
     refusal = Status();
-    auto done = put_here(fast, put, timeout, defer, guard, &refusal, &repeated);
+    unsent = Status();
+    auto done = put_here(fast, put, timeout, defer, guard, &refusal, &unsent, &repeated);
     if (done || refusal.code() != Errc::out_of_capacity) return done;
     std::uint64_t bytes = 0;
     for (const auto& item : put.items) bytes += item.view.nbytes();
@@ -495,15 +535,16 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
                         refusal.code() == Errc::out_of_capacity && fast.evict(home, bytes, timeout);
          ++round) {
       refusal = Status();
-      done = put_here(fast, put, timeout, defer, guard, &refusal, &repeated);
+      done = put_here(fast, put, timeout, defer, guard, &refusal, &unsent, &repeated);
     }
     return done;
   };
   auto done = attempt(c);
-  if (!done && refusal.ok() && !(defer && *defer) && fast.may_connect_home()) {
-    // The channel failed under this put before its commit left (a ring's
-    // send that failed): nothing was committed, and the client opens a new
-    // channel, from the waiting thread, for the put to take.
+  const bool deferred = defer && *defer;
+  if (!done && !deferred && refusal.ok() && !unsent.ok() && fast.may_connect_home()) {
+    // There was no channel, or it failed under this put before its commit
+    // left: nothing was committed, and the client opens a new channel,
+    // from the waiting thread, for the put to take.
     if (defer) {
       *defer = true;
       return std::nullopt;
@@ -518,25 +559,27 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     unfenced.cache_fenced.clear();
     done = attempt(unfenced);
   }
-  if (!done && !refusal.ok() && c.refusals_final) {
-    // The objects written in place are still this client's: the refused
-    // commit adopted none of them.
-    if (!c.staged_items.empty()) {
-      fast.give_back(FastPath::Staging{c.staged_on, {}, c.staged_regions}, timeout);
-    }
-    return Result<std::vector<std::uint64_t>>(refusal.with_context(c.what));
+  if (done || (defer && *defer) || !c.refusals_final) return done;
+  // Nothing was committed: a refusal, or no channel to be had, is the
+  // answer. The objects written in place are still this client's.
+  if (!c.staged_items.empty()) {
+    fast.give_back(FastPath::Staging{c.staged_on, {}, c.staged_regions}, timeout);
   }
-  if (!done && c.whole_key && !(defer && *defer)) fast.count_put_miss();
-  return done;
+  const Status why =
+      !refusal.ok() ? refusal
+                    : unsent.with_context("the channel to volume '" + fast.home() + "' failed");
+  return Result<std::vector<std::uint64_t>>(why.with_context(c.what));
 }
 
 Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::string>& keys,
                                          const std::vector<std::uint64_t>& sizes,
                                          std::chrono::milliseconds timeout) {
   std::string home;
-  auto writer = home_writer(fast, &home, timeout, true);
+  Status why;
+  auto writer = home_writer(fast, &home, timeout, true, &why);
   if (!writer) {
-    return Status(Errc::unsupported, "no channel to this client's volume");
+    return why.code() == Errc::shutdown ? why
+                                        : why.with_context("no channel to this client's volume");
   }
   if (!writer->capabilities().maps_memory) {
     return Status(Errc::unsupported, "volume '" + home + "' is reached over " +

@@ -33,11 +33,10 @@ struct ChannelPut {
   bool whole_key = false;  // one key's put (counted as such: FastPath::count_commit)
   // A refusal (the controller's no, a full volume that cannot make room),
   // or a failure to read the items' bytes or write them into the objects
-  // staged for them (nothing committed), is the put's answer, instead of nullopt (the actors then put it and
-  // report the same refusal). Items whose expect_version came from this
-  // client's location cache (indices in `cache_fenced`) lose it after a
-  // conflict, and the put goes over the channel once more: such a fence
-  // keeps a late put from rolling a key back, not a writer from
+  // staged for them (nothing committed), is the put's answer, instead of nullopt (the actors then
+  // put it and report the same refusal). Items whose expect_version came from this client's
+  // location cache (indices in `cache_fenced`) lose it after a conflict, and the put goes over the
+  // channel once more: such a fence keeps a late put from rolling a key back, not a writer from
   // overwriting another's value. A refused put's `staged_regions` are
   // given back to their volume before it answers.
   bool refusals_final = false;

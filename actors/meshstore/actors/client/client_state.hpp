@@ -82,7 +82,9 @@ struct ClientState {
   bool home_pending = false;
   // Volumes whose fast-path channel is being opened, with whoever waits
   // for it (told whether it opened).
-  std::unordered_map<std::string, std::vector<std::function<void(bool)>>> channel_waiters;
+  std::unordered_map<std::string, std::vector<std::function<void(Status)>>> channel_waiters;
+  // Why the last channel to each volume did not open (none: it did).
+  std::unordered_map<std::string, Status> channel_refused;
   // key -> last record seen, shared with the fast path (the callers'
   // threads); validated by the volume on every read.
   std::shared_ptr<LocationCache> locations;

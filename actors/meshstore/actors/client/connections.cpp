@@ -30,41 +30,57 @@ void finish_conn(client_pointer self, const std::string& id, const ConnResult& r
   for (auto& w : waiters) w(r);
 }
 
-// The channel to `volume_id` opened or did not: those waiting for it
-// (await_home_channel) hear which.
-void channel_settled(client_pointer self, const std::string& volume_id) {
+// The channel to `volume_id` opened or did not (`why`): those waiting for
+// it (await_home_channel) hear which.
+void channel_settled(client_pointer self, const std::string& volume_id, Status why = Status()) {
   auto& st = self->state;
+  const bool open = st.cfg.fast_path->has_ring(volume_id);
+  if (open) {
+    st.channel_refused.erase(volume_id);
+  } else {
+    if (why.ok()) why = Status(Errc::unavailable, "the volume went down or was replaced");
+    why = why.with_context("no channel to volume '" + volume_id + "'");
+    st.log->info("client rank {}: {}", st.cfg.me.rank, why.to_string());
+    st.channel_refused[volume_id] = why;
+  }
   auto it = st.channel_waiters.find(volume_id);
   if (it == st.channel_waiters.end()) return;
   auto waiters = std::move(it->second);
   st.channel_waiters.erase(it);
-  const bool open = st.cfg.fast_path->has_ring(volume_id);
-  for (auto& w : waiters) w(open);
+  for (auto& w : waiters) w(open ? Status() : why);
 }
+
+void open_small_ops(client_pointer self, const std::string& volume_id,
+                    const storage_volume_actor& handle,
+                    std::shared_ptr<transports::Transport> transport);
 
 // Opens the fast path's ring to a volume this client reaches over shm (one
 // host): creates it, has the volume attach it, and hands it to the fast
-// path. A failure only logs: small gets then take the actor path.
+// path. Where that fails (/dev/shm full, the volume refused it), the
+// channel is actor messages instead (open_small_ops), as for a transport
+// without a channel of its own.
 void open_ring(client_pointer self, const std::string& volume_id,
-               const storage_volume_actor& handle) {
+               const storage_volume_actor& handle,
+               std::shared_ptr<transports::Transport> transport) {
   auto& st = self->state;
   st.channel_waiters[volume_id];  // being opened
+  auto instead = [self, volume_id, handle, transport](const Status& why) {
+    self->state.log->info("client rank {} -> volume '{}': no ring ({}): actor messages instead",
+                          self->state.cfg.me.rank, volume_id, why.to_string());
+    open_small_ops(self, volume_id, handle, transport);
+  };
   transports::shm::Ring::Options o;
   o.slots = 4;  // one request at a time per ring
   o.slot_bytes = static_cast<std::uint32_t>(fast_get::kMaxObjectBytes + 64);
   o.spin = st.cfg.ring_spin;
   auto ring = transports::shm::Ring::create(o);
-  if (!ring.ok()) {
-    st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank, volume_id,
-                 ring.status().to_string());
-    return channel_settled(self, volume_id);
-  }
+  if (!ring.ok()) return instead(ring.status());
   auto held = std::make_shared<std::unique_ptr<transports::shm::Ring>>(std::move(ring).value());
   const std::string name = (*held)->name();
   ask(self, handle, ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()),
       caf::actor_cast<caf::actor>(self->state.controller))
       .then(
-          [self, volume_id, handle, held](const std::string& doorbell) {
+          [self, volume_id, handle, held, instead](const std::string& doorbell) {
             auto& st = self->state;
             auto it = st.conns.find(volume_id);
             // Not if the volume went down (or was replaced) meanwhile.
@@ -72,20 +88,16 @@ void open_ring(client_pointer self, const std::string& volume_id,
               return channel_settled(self, volume_id);
             }
             auto bell = transports::shm::Doorbell::open(doorbell);
-            if (!bell.ok()) {
-              st.log->info("client rank {} -> volume '{}': no fast path: {}", st.cfg.me.rank,
-                           volume_id, bell.status().to_string());
-              return channel_settled(self, volume_id);
-            }
+            if (!bell.ok()) return instead(bell.status());
             (*held)->use_doorbell(std::move(bell).value());
             st.cfg.fast_path->add_ring(volume_id, std::move(*held), it->second->transport);
             channel_settled(self, volume_id);
           },
-          [self, volume_id](caf::error& e) {
-            self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
-                                  self->state.cfg.me.rank, volume_id,
-                                  from_caf_error(e, "ring_attach").to_string());
-            channel_settled(self, volume_id);
+          [self, volume_id, instead](caf::error& e) {
+            auto s = from_caf_error(e, "ring_attach");
+            // A volume that is down has no channel of any kind.
+            if (s.code() == Errc::unavailable) return channel_settled(self, volume_id, s);
+            instead(s);
           });
 }
 
@@ -142,12 +154,12 @@ class ActorChannel final : public transports::SmallOps {
 };
 
 // Opens the fast path's channel to a volume this client reaches over any
-// transport but shm: attaches a fresh token at the volume (whose puts it
-// commits for this client), then opens the transport's small-operations
-// channel (tcp) off this actor's thread (a connect may take long), or
-// else one over actor messages (ActorChannel), and hands it to the fast
-// path, unless the connection changed meanwhile. A failure only logs:
-// small gets and puts then take the actor path.
+// transport but shm (or over shm without a ring): attaches a fresh token
+// at the volume (whose puts it commits for this client), then opens the
+// transport's small-operations channel (tcp) off this actor's thread (a
+// connect may take long), or else one over actor messages (ActorChannel),
+// and hands it to the fast path, unless the connection changed meanwhile.
+// A failure is what waiters hear (channel_settled).
 void open_small_ops(client_pointer self, const std::string& volume_id,
                     const storage_volume_actor& handle,
                     std::shared_ptr<transports::Transport> transport) {
@@ -174,30 +186,24 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
               auto held =
                   std::make_shared<Result<std::unique_ptr<transports::SmallOps>>>(std::move(ops));
               auto me = caf::actor_cast<client_pointer>(hdl);  // runs only inside that actor
-              caf::anon_send(
-                  hdl, run_atom::value, internal::Closure{[me, volume_id, volume, held, token] {
-                    auto& st = me->state;
-                    if (!held->ok()) {
-                      st.log->info("client rank {} -> volume '{}': no fast path: {}",
-                                   st.cfg.me.rank, volume_id, held->status().to_string());
-                      return channel_settled(me, volume_id);
-                    }
-                    auto it = st.conns.find(volume_id);
-                    // Not if the volume went down (or was replaced) meanwhile.
-                    if (it == st.conns.end() || it->second->handle.address() != volume) {
-                      return channel_settled(me, volume_id);
-                    }
-                    st.cfg.fast_path->add_remote(volume_id, std::move(**held), token,
-                                                 it->second->transport);
-                    channel_settled(me, volume_id);
-                  }});
+              caf::anon_send(hdl, run_atom::value,
+                             internal::Closure{[me, volume_id, volume, held, token] {
+                               auto& st = me->state;
+                               if (!held->ok())
+                                 return channel_settled(me, volume_id, held->status());
+                               auto it = st.conns.find(volume_id);
+                               // Not if the volume went down (or was replaced) meanwhile.
+                               if (it == st.conns.end() || it->second->handle.address() != volume) {
+                                 return channel_settled(me, volume_id);
+                               }
+                               st.cfg.fast_path->add_remote(volume_id, std::move(**held), token,
+                                                            it->second->transport);
+                               channel_settled(me, volume_id);
+                             }});
             });
           },
           [self, volume_id](caf::error& e) {
-            self->state.log->info("client rank {} -> volume '{}': no fast path: {}",
-                                  self->state.cfg.me.rank, volume_id,
-                                  from_caf_error(e, "small_attach").to_string());
-            channel_settled(self, volume_id);
+            channel_settled(self, volume_id, from_caf_error(e, "small_attach"));
           });
 }
 
@@ -205,7 +211,7 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
 // transport's small-operations channel or actor messages.
 void open_channel(client_pointer self, const VolumeConn& conn) {
   if (conn.transport->name() == "shm") {
-    open_ring(self, conn.info.volume_id, conn.handle);
+    open_ring(self, conn.info.volume_id, conn.handle, conn.transport);
   } else {
     open_small_ops(self, conn.info.volume_id, conn.handle, conn.transport);
   }
@@ -350,16 +356,23 @@ void with_home_volume(client_pointer self, ConnCallback k) {
   select_home(self, finish, std::chrono::steady_clock::now() + st.cfg.request_timeout);
 }
 
-void await_home_channel(client_pointer self, std::function<void(bool)> k) {
+void await_home_channel(client_pointer self, std::function<void(Status)> k) {
   with_home_volume(self, [self, k = std::move(k)](const ConnResult& r) {
     auto& st = self->state;
-    if (!r.ok()) return k(false);
+    if (!r.ok()) return k(r.status());
     const auto& id = (*r)->info.volume_id;
-    if (st.cfg.fast_path->has_ring(id)) return k(true);
+    if (st.cfg.fast_path->has_ring(id)) return k(Status());
     reopen_if_failed(self, **r);
     auto it = st.channel_waiters.find(id);
-    if (it == st.channel_waiters.end()) return k(false);  // none opening
-    it->second.push_back(k);
+    if (it != st.channel_waiters.end()) return it->second.push_back(k);
+    // None opening: it failed to open before; this call opens one again.
+    open_channel(self, **r);
+    it = st.channel_waiters.find(id);
+    if (it != st.channel_waiters.end()) return it->second.push_back(k);
+    auto refused = st.channel_refused.find(id);
+    k(refused != st.channel_refused.end()
+          ? refused->second
+          : Status(Errc::unavailable, "no channel to volume '" + id + "'"));
   });
 }
 

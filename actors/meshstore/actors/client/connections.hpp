@@ -16,10 +16,11 @@ void with_volume(client_pointer self, const std::string& id, ConnCallback k);
 // Calls `k` with the connection to the volume the strategy picks for us.
 void with_home_volume(client_pointer self, ConnCallback k);
 
-// Connects to this client's volume (as with_home_volume) and runs `k(true)`
-// once the fast path's channel to it is open, `k(false)` when none opens
-// (a transport without one, a failure, no volume).
-void await_home_channel(client_pointer self, std::function<void(bool)> k);
+// Connects to this client's volume (as with_home_volume) and runs `k` with
+// Status() once the fast path's channel to it is open, else with why none
+// opens (no volume for this client, the volume down, the channel refused;
+// one that failed to open before is opened again).
+void await_home_channel(client_pointer self, std::function<void(Status)> k);
 
 // A monitored peer went down: fail what waits on it, forget connections and
 // locations through it.

@@ -113,7 +113,6 @@ struct FastPath::Channel {
 
 void FastPath::set_home(const std::string& volume_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (home_ != volume_id) home_connect_tried_ = false;
   home_ = volume_id;
 }
 
@@ -122,18 +121,25 @@ void FastPath::set_home_connector(HomeConnector connector) {
   home_connector_ = std::move(connector);
 }
 
+bool FastPath::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
 bool FastPath::may_connect_home() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_ || !home_connector_ || home_connect_tried_) return false;
+  if (closed_ || !home_connector_) return false;
   return home_.empty() || rings_.count(home_) == 0;
 }
 
-bool FastPath::connect_home(std::chrono::milliseconds timeout) {
+Status FastPath::connect_home(std::chrono::milliseconds timeout) {
   HomeConnector connector;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || !home_connector_) return false;
-    home_connect_tried_ = true;
+    if (closed_) {
+      return Status(Errc::shutdown, "the store was closed before the operation completed");
+    }
+    if (!home_connector_) return Status(Errc::internal, "no client to connect this store");
     connector = home_connector_;
   }
   return connector(timeout);
@@ -404,9 +410,7 @@ void FastPath::close_failed(const std::string& volume_id, const std::shared_ptr<
   channel->failed = true;
   drop_ring(volume_id, channel);
   std::lock_guard<std::mutex> lock(mu_);
-  failed_.insert(volume_id);
-  // The next put to this client's volume has the client open a new one.
-  if (volume_id == home_) home_connect_tried_ = false;
+  failed_.insert(volume_id);  // the next call to it has the client open a new one
 }
 
 bool FastPath::take_reopen(const std::string& volume_id) {

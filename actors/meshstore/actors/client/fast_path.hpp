@@ -102,23 +102,24 @@ class FastPath {
   /// connection; other transports: actor messages).
   void set_home(const std::string& volume_id);
   /// Connects this client to its volume and waits, at most `timeout`, for
-  /// the channel to it: true once it is open, false when it will not be
-  /// (a transport without one, a failure). The client actor sets it.
-  using HomeConnector = std::function<bool(std::chrono::milliseconds)>;
+  /// the channel to it: Status() once it is open, else why none is (no
+  /// volume for this client, the volume down, the channel refused). The
+  /// client actor sets it.
+  using HomeConnector = std::function<Status(std::chrono::milliseconds)>;
   void set_home_connector(HomeConnector connector);
   /// Whether a put finding no channel to its volume should have the client
   /// connect first (connect_home), on the waiting thread: no volume chosen
-  /// yet, or its channel not open. Once per volume, and again after each
-  /// failure of its channel (which the client then opens anew).
+  /// yet, or no channel open to it (never opened, or failed).
   bool may_connect_home() const;
+  /// Whether close() was called.
+  bool closed() const;
   /// Whether the channel to `volume_id` failed since the last call (a
   /// request on it failed, and it was dropped): the client actor then
   /// opens a new one, once per failure.
   bool take_reopen(const std::string& volume_id);
-  /// Runs the connector (false: none, or closed); then may_connect_home()
-  /// is false until this client's volume changes or its channel fails. It may wait `timeout`:
-  /// only the waiting thread calls it.
-  bool connect_home(std::chrono::milliseconds timeout);
+  /// Runs the connector: its answer, or Errc::shutdown once closed. It
+  /// may wait `timeout`: only the waiting thread calls it.
+  Status connect_home(std::chrono::milliseconds timeout);
   /// Makes room on a full volume (StoreOptions::eviction "lru"): asks the
   /// controller to evict at least `bytes` there, waiting at most `timeout`;
   /// true when it evicted something. The client actor sets it, only when
@@ -318,7 +319,6 @@ class FastPath {
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
   std::string home_;
-  bool home_connect_tried_ = false;
   std::unordered_set<std::string> failed_;  // channels dropped since take_reopen
   HomeConnector home_connector_;
   Evictor evictor_;
