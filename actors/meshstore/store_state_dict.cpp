@@ -65,25 +65,21 @@ std::uint64_t pointer_value(actors::FastPath* fast, const std::string& prefix) {
   return here ? here->value : 0;
 }
 
-// A named state-dict put (state_dicts::name_put) on this thread, where the
-// client has a channel to its volume; else the actors put it.
+// A named state-dict put (state_dicts::name_put) over the client's channel
+// to its volume, on this thread (or its waiting thread: put_over_channel).
 // (`fast`: the client's fast path, whose waiting thread's jobs end before
-// it goes; null for none.)
-Future<void> put_named_here(const caf::actor_addr& client, actors::FastPath* fast,
-                            std::chrono::milliseconds timeout, const std::string& what,
-                            std::shared_ptr<state_dicts::PreparedPut> p) {
-  if (fast) {
-    auto done = put_over_channel_or_defer<void>(
-        *fast, what,
-        [fast, p, timeout](bool* defer, const auto&) -> std::optional<Future<void>> {
-          auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout, defer);
-          if (!done) return std::nullopt;
-          return done->ok() ? make_ready_future() : make_error_future<void>(*done);
-        },
-        [client, p](const auto&) { return state_dicts::put_named(client, p); });
-    if (done) return std::move(*done);
-  }
-  return state_dicts::put_named(client, std::move(p));
+// it goes; null once the store is closed.)
+Future<void> put_named_here(actors::FastPath* fast, std::chrono::milliseconds timeout,
+                            const std::string& what, std::shared_ptr<state_dicts::PreparedPut> p) {
+  if (!fast) return facade::closed_future<void>(what);
+  return put_over_channel_or_defer<void>(
+      *fast, what,
+      [fast, p, timeout](bool* defer, const auto&) -> std::optional<Future<void>> {
+        auto done = state_dicts::put_on_caller_thread(*fast, p->call, timeout, defer);
+        if (!done) return std::nullopt;
+        return done->ok() ? make_ready_future() : make_error_future<void>(*done);
+      },
+      false);
 }
 
 }  // namespace
@@ -101,7 +97,7 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  return put_named_here(Impl::client_address(impl_.get()), impl_ ? impl_->fast.get() : nullptr,
+  return put_named_here(impl_ ? impl_->fast.get() : nullptr,
                         impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
                         op + " '" + key + "'", std::move(p))
       .then([st] {});
@@ -119,7 +115,7 @@ Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& loc
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  return put_named_here(Impl::client_address(impl_.get()), impl_ ? impl_->fast.get() : nullptr,
+  return put_named_here(impl_ ? impl_->fast.get() : nullptr,
                         impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
                         op + " '" + key + "'", std::move(p))
       .then([st] {});

@@ -38,21 +38,25 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
 
 // A put over the client's channel that must not run on the client actor's
 // thread (where a continuation lands; the channel may need that actor):
-// `channel` runs on `fast`'s waiting thread, and its outcome answers; where
-// it answers nullopt (nothing committed, and the channel cannot take it),
-// the future `actors` gives does. `what` names the call in the error of a
-// store closed first. The fast path's waiting thread ends its jobs before
-// the fast path goes.
+// `channel` runs on `fast`'s waiting thread, and its outcome answers
+// (ChannelPut::refusals_final: a refusal, or no channel to be had, is an
+// outcome too). `what` names the call in the error of a store closed
+// first. The fast path's waiting thread ends its jobs before the fast path
+// goes.
 template <class T>
-Future<T> channel_or_actors(actors::FastPath& fast, const std::string& what,
-                            std::function<std::optional<Result<T>>()> channel,
-                            std::function<Future<T>()> actors) {
+Future<T> on_waiting_thread(actors::FastPath& fast, const std::string& what,
+                            std::function<Result<T>()> channel) {
   auto p = std::make_shared<Promise<T>>(Status(Errc::shutdown, what + ": dropped"));
-  fast.defer([p, channel = std::move(channel), actors = std::move(actors)] {
-    if (auto done = channel()) return (void)p->set(std::move(*done));
-    actors().on_complete([p](const Result<T>& r) { p->set(r); });
-  });
+  fast.defer([p, channel = std::move(channel)] { p->set(channel()); });
   return p->future();
+}
+
+// A put's outcome over the channel with refusals_final (never nullopt:
+// only a put the channel may leave to the actors has none).
+template <class T>
+Result<T> final_outcome(std::optional<Result<T>> done, const std::string& what) {
+  if (done) return std::move(*done);
+  return Status(Errc::internal, what + ": the channel's put left it unanswered");
 }
 
 // A state dict's manifest as stored (its bytes) and decoded.

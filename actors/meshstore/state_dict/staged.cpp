@@ -80,23 +80,20 @@ struct StagedStateDict::Impl {
     abort();
   }
 
-  // Commits `call`: objects written in place, with the manifest and the
-  // values, in one commit request over the client's channel, from its
-  // waiting thread (refused, a publish's fence say: the objects go back
-  // and the refusal is the answer); else (no channel; a copy to send,
-  // which readers may stream) the actors put it.
+  // Commits `call`: objects written in place (or, where the volume's
+  // memory is not this process's to map, the staged copies), with the
+  // manifest and the values, in one commit request over the client's
+  // channel, from its waiting thread (refused, a publish's fence say: the
+  // objects go back and the refusal is the answer).
   static Future<std::vector<std::uint64_t>> put_staged(const std::shared_ptr<Impl>& self,
                                                        actors::PutCall call) {
     const std::string what = self->op + " '" + self->key + "'";
     auto live = self->pub.fast.lock();
-    if (!live || call.staged_items.empty()) {
-      return call_client(self->client, actors::store_put_atom::value, std::move(call), what);
-    }
+    if (!live) return facade::closed_future<std::vector<std::uint64_t>>(what);
     actors::FastPath* raw = live.get();
     auto shared = std::make_shared<actors::PutCall>(std::move(call));
-    return state_dicts::channel_or_actors<std::vector<std::uint64_t>>(
-        *raw, what,
-        [self, raw, shared, what]() -> std::optional<Result<std::vector<std::uint64_t>>> {
+    return state_dicts::on_waiting_thread<std::vector<std::uint64_t>>(
+        *raw, what, [self, raw, shared, what]() -> Result<std::vector<std::uint64_t>> {
           actors::ChannelPut c;
           c.items = shared->items;
           c.groups.assign(c.items.size(), self->key);
@@ -107,11 +104,13 @@ struct StagedStateDict::Impl {
           c.staged_group = self->key;
           c.slot = std::string(3, '\0') + self->key;  // keeps nothing staged
           c.what = what;
+          if (c.staged_items.empty()) {  // copies, which readers may stream
+            c.stream_key = self->key;
+            c.stream_manifest = shared->stream_manifest;
+          }
           c.refusals_final = true;
-          return actors::put_over_channel(*raw, c, self->pub.timeout);
-        },
-        [self, shared, what] {
-          return call_client(self->client, actors::store_put_atom::value, std::move(*shared), what);
+          return state_dicts::final_outcome(actors::put_over_channel(*raw, c, self->pub.timeout),
+                                            what);
         });
   }
 

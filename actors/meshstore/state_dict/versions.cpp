@@ -84,59 +84,33 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
                                        std::uint64_t next, int keep, const std::string& op,
                                        Pointer from, const std::weak_ptr<actors::FastPath>& fast,
                                        std::chrono::milliseconds timeout) {
-  if (auto live = fast.lock()) {
-    actors::FastPath* raw = live.get();
-    return channel_or_actors<std::uint64_t>(
-        *raw, op,
-        [=]() -> std::optional<Result<std::uint64_t>> {
-          actors::ChannelPut c;
-          c.items.push_back(pointer_item(prefix, next, from.seq));
-          c.groups.emplace_back();
-          c.prefixes = retired_by(prefix, next, keep);
-          c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
-          c.what = op + " '" + prefix + "'";
-          c.whole_key = true;  // counted as a put of one key: the pointer
-          c.refusals_final = true;
-          auto moved = actors::put_over_channel(*raw, c, timeout);
-          // Moved; refused (a conflict: another writer moved it first, so
-          // this version is withdrawn, from this waiting thread); or the
-          // channel failed with the commit on its way (moved or not is
-          // unknown: said, never retried).
-          if (!moved) return std::nullopt;
-          if (moved->ok()) return Result<std::uint64_t>(next);
-          if (moved->status().code() != Errc::conflict) {
-            return Result<std::uint64_t>(moved->status());
-          }
-          // (Answered once the version is gone, or its removal's time is
-          // up; the conflict either way.)
-          auto withdrawn = withdraw_version(client, prefix, next, op, moved->status());
-          if (!withdrawn.wait_for(timeout)) {
-            return Result<std::uint64_t>(publish_conflict(op, prefix, next, moved->status()));
-          }
-          return withdrawn.get();
-        },
-        // Nothing committed (no channel, never sent): the actors move it.
-        [=] { return point_and_retire(client, prefix, next, keep, op, from); });
-  }
-  actors::PutCall point;
-  point.op = op;
-  point.items.push_back(pointer_item(prefix, next, from.seq));
-  // Refused, neither the move nor the retirement happens.
-  point.retire = retired_by(prefix, next, keep);
-  auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
-  call_client(client, actors::store_put_atom::value, std::move(point), op + " '" + prefix + "'")
-      .on_complete([=](const Result<std::vector<std::uint64_t>>& moved) {
-        if (!moved.ok()) {
-          if (moved.status().code() != Errc::conflict) return (void)p->set_error(moved.status());
-          // Another writer moved the pointer since it was read: withdraw
-          // this version, which no reader was pointed at, and say so.
-          withdraw_version(client, prefix, next, op, moved.status())
-              .on_complete([p](const Result<std::uint64_t>& r) { p->set(r); });
-          return;
-        }
-        p->set_value(next);
-      });
-  return p->future();
+  auto live = fast.lock();
+  if (!live) return facade::closed_future<std::uint64_t>(op + " '" + prefix + "'");
+  actors::FastPath* raw = live.get();
+  return on_waiting_thread<std::uint64_t>(*raw, op, [=]() -> Result<std::uint64_t> {
+    actors::ChannelPut c;
+    c.items.push_back(pointer_item(prefix, next, from.seq));
+    c.groups.emplace_back();
+    c.prefixes = retired_by(prefix, next, keep);
+    c.slot = std::string(2, '\0') + prefix;  // no key holds a NUL
+    c.what = op + " '" + prefix + "'";
+    c.whole_key = true;  // counted as a put of one key: the pointer
+    c.refusals_final = true;
+    auto moved = final_outcome(actors::put_over_channel(*raw, c, timeout), c.what);
+    // Moved; refused (a conflict: another writer moved it first, so
+    // this version is withdrawn, from this waiting thread); or the
+    // channel failed with the commit on its way (moved or not is
+    // unknown: said, never retried).
+    if (moved.ok()) return Result<std::uint64_t>(next);
+    if (moved.status().code() != Errc::conflict) return moved.status();
+    // (Answered once the version is gone, or its removal's time is
+    // up; the conflict either way.)
+    auto withdrawn = withdraw_version(client, prefix, next, op, moved.status());
+    if (!withdrawn.wait_for(timeout)) {
+      return Result<std::uint64_t>(publish_conflict(op, prefix, next, moved.status()));
+    }
+    return withdrawn.get();
+  });
 }
 
 namespace {
@@ -144,8 +118,7 @@ namespace {
 // Puts version `key` of a publish (fenced: it commits only if no other
 // writer stored it first). Over the client's channel from its waiting
 // thread (this runs on the client actor's, which the channel may need),
-// one commit request; the actors put it where the channel cannot (lent
-// items, a stream, no channel, refused).
+// one commit request; the actors put lent items (direct publishing).
 Future<void> put_version(const caf::actor_addr& client, const std::string& key,
                          std::shared_ptr<PreparedPut> prepared,
                          const std::weak_ptr<actors::FastPath>& fast,
@@ -153,17 +126,15 @@ Future<void> put_version(const caf::actor_addr& client, const std::string& key,
   if (auto s = name_put(key, *prepared, std::uint64_t{0}); !s.ok()) {
     return make_error_future<void>(s);
   }
+  if (!takes_caller_thread(prepared->call)) return put_named(client, prepared);
   auto live = fast.lock();
-  if (!live || !takes_caller_thread(prepared->call)) return put_named(client, prepared);
+  if (!live) return facade::closed_future<void>(op + " '" + key + "'");
   actors::FastPath* raw = live.get();
-  return channel_or_actors<void>(
-      *raw, op,
-      [=]() -> std::optional<Result<void>> {
-        auto done = put_on_caller_thread(*raw, prepared->call, timeout, nullptr);
-        if (!done) return std::nullopt;
-        return done->ok() ? Result<void>() : Result<void>(*done);
-      },
-      [=] { return put_named(client, prepared); });
+  return on_waiting_thread<void>(*raw, op, [=]() -> Result<void> {
+    auto done = put_on_caller_thread(*raw, prepared->call, timeout, nullptr);
+    if (!done) return Status(Errc::internal, op + " '" + key + "': the channel's put left it");
+    return done->ok() ? Result<void>() : Result<void>(*done);
+  });
 }
 
 }  // namespace

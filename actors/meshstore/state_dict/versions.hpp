@@ -52,16 +52,14 @@ struct PublishTarget {
 // readers find it from now on), then retire the version that fell out of
 // the newest `keep`; its memory stays with the volumes for the next
 // version's tensors. When another writer moved the pointer in between, the
-// version is withdrawn and the publish fails with Errc::conflict. With a
-// live `fast`, the move and the retirement are one commit request over the
-// client's channel, sent from the client's waiting thread (the volume
-// commits it: one round trip, no flush); the actors move it when the
-// channel cannot.
+// version is withdrawn and the publish fails with Errc::conflict. The move
+// and the retirement are one commit request over the client's channel
+// (`fast`; Errc::shutdown once it is gone), sent from the client's waiting
+// thread (the volume commits it: one round trip, no flush).
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, int keep, const std::string& op,
-                                       Pointer from,
-                                       const std::weak_ptr<actors::FastPath>& fast = {},
-                                       std::chrono::milliseconds timeout = {});
+                                       Pointer from, const std::weak_ptr<actors::FastPath>& fast,
+                                       std::chrono::milliseconds timeout);
 
 // The version `prefix` points at (0 when it was never published), as its
 // record at the controller names it (KeyRecord::points_to): no object read.
