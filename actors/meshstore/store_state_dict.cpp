@@ -36,7 +36,6 @@ using state_dicts::pointer_at;
 using state_dicts::pointer_of;
 using state_dicts::prepare_put;
 using state_dicts::PublishTarget;
-using state_dicts::put_prepared;
 using state_dicts::read_latest_into;
 using state_dicts::read_next_into;
 using state_dicts::read_state_dict;

@@ -17,6 +17,7 @@
 #include "meshstore/actors/client/put.hpp"
 #include "meshstore/actors/client/remove.hpp"
 #include "meshstore/actors/client/stream.hpp"
+#include "meshstore/internal/cuda_copy.hpp"
 
 namespace meshstore::actors {
 namespace client_detail {
@@ -260,6 +261,64 @@ Status status_inside(
 }
 
 }  // namespace
+
+Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, PutCall& call,
+                                                std::chrono::milliseconds timeout) {
+  const auto& segments = call.lent_segments;
+  const auto& offsets = call.lent_offsets;
+  if (!call.lend_to) return Status(Errc::internal, "lent items but no lending volume");
+  if (!segments.empty() &&
+      (segments.size() != call.lent_items.size() || offsets.size() != segments.size())) {
+    return Status(Errc::internal, "lent items and their places differ in number");
+  }
+  LendRequest req;
+  for (std::size_t i = 0; i < call.lent_items.size(); ++i) {
+    const auto& item = call.lent_items[i];
+    if (!item.view.is_contiguous() || item.view.nbytes() == 0) {
+      return Status(Errc::internal,
+                    "'" + item.key + "': only whole, contiguous, non-empty tensors are lent");
+    }
+    const int device = internal::cuda::on_device(item.view) ? item.view.device().index : -1;
+    req.buffers.push_back(LentBuffer{item.key, reinterpret_cast<std::uint64_t>(item.view.data()),
+                                     item.view.nbytes(), segments.empty() ? "" : segments[i],
+                                     segments.empty() ? 0 : offsets[i], device});
+  }
+  req.token = std::move(call.loan);  // only the regions keep it from now on
+  req.revocable = call.revocable_loan;
+  auto done = std::make_shared<Promise<std::vector<wire::RegionRef>>>(
+      Status(Errc::shutdown, "the client is gone"));
+  auto answer = done->future();
+  const std::string what = "lend to volume '" + call.lend_volume + "'";
+  const bool sent = run_inside(client, [done, to = call.lend_to, req = std::move(req), timeout,
+                                        what](client_detail::client_pointer me) mutable {
+    me->request(to, timeout, lend_atom::value, std::move(req))
+        .then([done](const std::vector<wire::RegionRef>& lent) { done->set_value(lent); },
+              [done, what](caf::error& e) { done->set_error(internal::from_caf_error(e, what)); });
+  });
+  if (!sent) return Status(Errc::shutdown, "the client is gone");
+  if (!answer.wait_for(timeout + std::chrono::seconds(1))) {
+    return Status(Errc::timeout,
+                  what + " took more than " + std::to_string(timeout.count()) + " ms");
+  }
+  auto lent = answer.get();
+  if (lent.ok() && lent->size() != call.lent_items.size()) {
+    give_back_lent(client, call, *lent);
+    return Status(Errc::protocol_error, "the lending volume made " + std::to_string(lent->size()) +
+                                            " objects of " +
+                                            std::to_string(call.lent_items.size()) + " buffers");
+  }
+  return lent;
+}
+
+void give_back_lent(const caf::actor_addr& client, const PutCall& call,
+                    const std::vector<wire::RegionRef>& lent) {
+  if (lent.empty()) return;
+  std::vector<std::uint64_t> ids;
+  for (const auto& r : lent) ids.push_back(r.region_id);
+  run_inside(client, [to = call.lend_to, ids = std::move(ids)](client_detail::client_pointer me) {
+    me->send(to, discard_atom::value, ids);
+  });
+}
 
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
                         strategy_actor strategy) {

@@ -305,6 +305,21 @@ struct ClientConfig {
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
                         strategy_actor strategy);
 
+/// Direct publishing: lends `call`'s lent items to its lending volume
+/// (PutCall::lend_to, in this process) through the client actor at
+/// `client`, waiting at most `timeout`: the objects the volume made of
+/// them, in order (their loan token, PutCall::loan, goes with them). Only
+/// for threads other than the client actor's (the fast path's waiting
+/// thread). Errc::internal for items that cannot be lent (not whole,
+/// contiguous and non-empty); the volume's refusal; nothing is lent then.
+Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, PutCall& call,
+                                                std::chrono::milliseconds timeout);
+/// Gives lent objects `lent` back to `call`'s lending volume (a put that
+/// did not commit them): their memory returns to the publisher once no
+/// reader holds it. Fire and forget.
+void give_back_lent(const caf::actor_addr& client, const PutCall& call,
+                    const std::vector<wire::RegionRef>& lent);
+
 }  // namespace meshstore::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)

@@ -40,6 +40,13 @@ struct LentBuffer {
   int device = -1;
 };
 
+/// The ids of lending volumes (a process's own, for direct publishing:
+/// VolumeConfig::lending) start with this.
+inline constexpr const char* kLendingVolumePrefix = "lend:";
+inline bool is_lending_volume(const std::string& volume_id) {
+  return volume_id.rfind(kLendingVolumePrefix, 0) == 0;
+}
+
 /// A loan, sent only within one process (never serialized): the buffers,
 /// and a token every lent region keeps until its last owner (the object
 /// table, a reader's lease) lets go; the token's release is the moment the

@@ -247,12 +247,6 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
   return prepare_put_with(sd, op, options, ShardedPart{}, std::move(hint), laid_out);
 }
 
-Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
-                          std::shared_ptr<PreparedPut> p, bool fenced) {
-  return put_prepared_expecting(client, key, std::move(p),
-                                fenced ? std::optional<std::uint64_t>(0) : std::nullopt);
-}
-
 Status name_put(const std::string& key, PreparedPut& p,
                 std::optional<std::uint64_t> manifest_version) {
   const std::string op = p.call.op;
@@ -274,17 +268,36 @@ Status name_put(const std::string& key, PreparedPut& p,
   return Status();
 }
 
-Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p) {
+Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p,
+                       const std::weak_ptr<actors::FastPath>& fast,
+                       std::chrono::milliseconds timeout) {
   const std::string what = p->call.op + " '" + p->call.replace_under.front() + "'";
-  return call_client(client, actors::store_put_atom::value, std::move(p->call), what)
-      .then([](const std::vector<std::uint64_t>&) {});
+  auto live = fast.lock();
+  if (!live) return facade::closed_future<void>(what);
+  actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it goes
+  return on_waiting_thread<void>(*raw, what, [client, p, raw, timeout, what]() -> Result<void> {
+    std::vector<wire::RegionRef> lent;
+    if (!p->call.lent_items.empty()) {
+      auto made = actors::lend_items(client, p->call, timeout);
+      if (!made.ok()) return made.status().with_context(what);
+      lent = std::move(made).value();
+    }
+    auto done = put_on_caller_thread(*raw, p->call, timeout, nullptr, &lent);
+    const Status s = done ? *done : Status(Errc::internal, what + ": the channel's put left it");
+    // Not committed: the lent buffers go back to the publisher.
+    if (!s.ok()) actors::give_back_lent(client, p->call, lent);
+    if (!s.ok()) return s;
+    return Result<void>();
+  });
 }
 
 Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
                                     std::shared_ptr<PreparedPut> p,
-                                    std::optional<std::uint64_t> manifest_version) {
+                                    std::optional<std::uint64_t> manifest_version,
+                                    const std::weak_ptr<actors::FastPath>& fast,
+                                    std::chrono::milliseconds timeout) {
   if (auto s = name_put(key, *p, manifest_version); !s.ok()) return make_error_future<void>(s);
-  return put_named(client, std::move(p));
+  return put_named(client, std::move(p), fast, timeout);
 }
 
 namespace {
@@ -304,11 +317,21 @@ bool takes_caller_thread(const actors::PutCall& call) {
 }
 
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
-                                           std::chrono::milliseconds timeout, bool* defer) {
-  if (call.replace_under.size() != 1 || !takes_caller_thread(call)) return std::nullopt;
+                                           std::chrono::milliseconds timeout, bool* defer,
+                                           const std::vector<wire::RegionRef>* lent) {
+  if (call.replace_under.size() != 1 || !call.staged_items.empty()) return std::nullopt;
   const std::string& under = call.replace_under.front();
+  if (!call.lent_items.empty() && (!lent || lent->size() != call.lent_items.size())) {
+    return Status(Errc::internal, call.op + " '" + under + "': lent items that were not lent");
+  }
   actors::ChannelPut c;
   c.items = call.items;
+  if (!call.lent_items.empty()) {
+    c.lent_items = call.lent_items;
+    c.lent_regions = *lent;
+    c.lent_on = call.lend_volume;
+    c.staged_group = under;
+  }
   c.groups.assign(c.items.size(), under);
   c.slot = under;
   c.what = call.op + " '" + under + "'";

@@ -57,25 +57,26 @@ Result<std::shared_ptr<PreparedPut>> prepare_put(const StateDict& sd, const std:
 // The key a put's layout is kept under: `key` and the options that shape it.
 std::string layout_key(const std::string& key, const StateDictPutOptions& options);
 
-// Puts a prepared state dict under `key`. The commit also removes, in the
-// same step, every key the previous version owned and this one does not
-// (replace_atom), so no reader sees stale names next to new ones.
-// `fenced`: it commits only if `key` does not exist yet (Errc::conflict
-// otherwise): a published version is written by one writer.
-Future<void> put_prepared(const caf::actor_addr& client, const std::string& key,
-                          std::shared_ptr<PreparedPut> p, bool fenced = false);
 // Gives a prepared put its key: the items' keys (checked), the group's
 // members, the prefix it replaces; with `manifest_version`, the manifest's
 // precondition (put_prepared_expecting).
 Status name_put(const std::string& key, PreparedPut& p,
                 std::optional<std::uint64_t> manifest_version = std::nullopt);
-// Sends a put named by name_put to the client actor.
-Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p);
+// Puts a put named by name_put over the client's channel (`fast`), from
+// its waiting thread: its lent items (direct publishing) lent first
+// through the client actor at `client` (actors::lend_items), and given
+// back if it does not commit. The commit also removes, in the same step,
+// every key the previous version owned and this one does not, so no
+// reader sees stale names next to new ones. Errc::shutdown once `fast` is
+// gone.
+Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p,
+                       const std::weak_ptr<actors::FastPath>& fast,
+                       std::chrono::milliseconds timeout);
 
 // Whether a put of this shape may run on the caller's thread
-// (actors::put_over_channel): no lent or in-place items (a staged state
-// dict's commit names those itself). Sharded groups and streamed puts
-// take it too.
+// (actors::put_over_channel) as it is: no lent items (lent first:
+// put_named) or in-place items (a staged state dict's commit names those
+// itself). Sharded groups and streamed puts take it too.
 bool takes_caller_thread(const actors::PutCall& call);
 
 // put_state_dict's prepared put on the caller's thread, through
@@ -83,15 +84,20 @@ bool takes_caller_thread(const actors::PutCall& call);
 // version this client last saw (refused after another writer's put: put
 // again unfenced; a fence `call` carries, a publish's version's, stays,
 // and its refusal is the answer). nullopt as there; a refusal is the
-// answer (ChannelPut::refusals_final).
+// answer (ChannelPut::refusals_final). `lent`: the objects its lent items
+// were lent as (actors::lend_items), committed with it; a put with lent
+// items and none is refused (Errc::internal).
 std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
-                                           std::chrono::milliseconds timeout,
-                                           bool* defer = nullptr);
+                                           std::chrono::milliseconds timeout, bool* defer = nullptr,
+                                           const std::vector<wire::RegionRef>* lent = nullptr);
 
-// put_prepared that commits only while the manifest at `key` has commit
-// version `manifest_version` (0: absent), Errc::conflict otherwise.
+// Names `p` `key` (name_put) and puts it (put_named), committing only while
+// the manifest at `key` has commit version `manifest_version` (0: absent),
+// Errc::conflict otherwise.
 Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
                                     std::shared_ptr<PreparedPut> p,
-                                    std::optional<std::uint64_t> manifest_version);
+                                    std::optional<std::uint64_t> manifest_version,
+                                    const std::weak_ptr<actors::FastPath>& fast,
+                                    std::chrono::milliseconds timeout);
 
 }  // namespace meshstore::state_dicts

@@ -118,7 +118,8 @@ namespace {
 // Puts version `key` of a publish (fenced: it commits only if no other
 // writer stored it first). Over the client's channel from its waiting
 // thread (this runs on the client actor's, which the channel may need),
-// one commit request; the actors put lent items (direct publishing).
+// one commit request, its lent items (direct publishing) lent first
+// (put_named).
 Future<void> put_version(const caf::actor_addr& client, const std::string& key,
                          std::shared_ptr<PreparedPut> prepared,
                          const std::weak_ptr<actors::FastPath>& fast,
@@ -126,15 +127,7 @@ Future<void> put_version(const caf::actor_addr& client, const std::string& key,
   if (auto s = name_put(key, *prepared, std::uint64_t{0}); !s.ok()) {
     return make_error_future<void>(s);
   }
-  if (!takes_caller_thread(prepared->call)) return put_named(client, prepared);
-  auto live = fast.lock();
-  if (!live) return facade::closed_future<void>(op + " '" + key + "'");
-  actors::FastPath* raw = live.get();
-  return on_waiting_thread<void>(*raw, op, [=]() -> Result<void> {
-    auto done = put_on_caller_thread(*raw, prepared->call, timeout, nullptr);
-    if (!done) return Status(Errc::internal, op + " '" + key + "': the channel's put left it");
-    return done->ok() ? Result<void>() : Result<void>(*done);
-  });
+  return put_named(client, prepared, fast, timeout);
 }
 
 }  // namespace

@@ -189,7 +189,7 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   auto& sys = rt->system();
   static std::atomic<std::uint64_t> counter{0};
   actors::VolumeConfig vc;
-  vc.volume_id = "lend:" + host + "/pid" + std::to_string(::getpid()) + "/" +
+  vc.volume_id = actors::kLendingVolumePrefix + host + "/pid" + std::to_string(::getpid()) + "/" +
                  std::to_string(++counter) +
                  (kind == LendKind::shared_memory ? "/shm"
                   : kind == LendKind::device      ? "/gpu"

@@ -31,7 +31,9 @@ struct Publication::Impl {
   PublishMode mode = PublishMode::copy;
   std::uint64_t lent_bytes = 0;
   PublishOptions options;
-  caf::actor_addr client;  // weak: the store may close first
+  caf::actor_addr client;                // weak: the store may close first
+  std::weak_ptr<actors::FastPath> fast;  // the client's channels (retain)
+  std::chrono::milliseconds timeout{0};
   // Borrowed views of the published state dict: what retain copies.
   StateDict views;
   std::shared_ptr<const void> staging;  // the host copies some views are of
@@ -137,7 +139,7 @@ Future<void> retain_copy(const std::shared_ptr<PubImpl>& pub) {
         if (!prepared.ok()) return make_error_future<void>(prepared.status());
         auto p = std::make_shared<Promise<void>>();
         state_dicts::put_prepared_expecting(pub->client, key, std::move(prepared).value(),
-                                            versions.front())
+                                            versions.front(), pub->fast, pub->timeout)
             .on_complete([p](const Result<void>& r) {
               // Retired or replaced meanwhile: nothing is left to retain.
               if (!r.ok() && r.status().code() != Errc::conflict) {
@@ -363,6 +365,10 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
   pub->prefix = prefix;
   pub->options = options;
   pub->client = client;
+  if (impl_) {
+    pub->fast = impl_->fast;
+    pub->timeout = impl_->options.request_timeout;
+  }
   pub->returned = make_ready_future();
   if (options.mode != PublishMode::copy) {
     const Status refused = lending_refused(sd, options);

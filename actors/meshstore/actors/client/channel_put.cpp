@@ -111,7 +111,7 @@ Status write_staged(const std::shared_ptr<transports::Transport>& writer,
 // that does not fit after all is not sent).
 std::size_t record_room(const ChannelPut& c, const std::string& volume_id) {
   std::size_t n = 64;
-  for (const auto* items : {&c.items, &c.staged_items}) {
+  for (const auto* items : {&c.items, &c.staged_items, &c.lent_items}) {
     for (const auto& item : *items) {
       n += 128 + 2 * item.key.size() + 16 * item.view.shape().size() + volume_id.size();
     }
@@ -128,6 +128,10 @@ fg::CommitRequest request_for(const ChannelPut& c) {
   for (std::size_t i = 0; i < c.staged_items.size(); ++i) {
     req.records.push_back(
         put_record(c.staged_items[i], &c.staged_regions[i], c.staged_on, c.staged_group));
+  }
+  for (std::size_t i = 0; i < c.lent_items.size(); ++i) {
+    req.records.push_back(
+        put_record(c.lent_items[i], &c.lent_regions[i], c.lent_on, c.staged_group));
   }
   if (!req.records.empty()) req.inlined.assign(req.records.size(), std::nullopt);
   req.prefixes = c.prefixes;
@@ -290,15 +294,17 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
     const std::shared_ptr<internal::CallGuard>& guard, Status* refusal, Status* unsent,
     std::optional<bool>* repeated) {
   using Staging = FastPath::Staging;
-  if (c.items.empty() || c.staged_items.size() != c.staged_regions.size()) {
-    *refusal = Status(Errc::internal, "a put of no items, or of staged items without objects");
+  if (c.items.empty() || c.staged_items.size() != c.staged_regions.size() ||
+      c.lent_items.size() != c.lent_regions.size()) {
+    *refusal =
+        Status(Errc::internal, "a put of no items, or of staged or lent items without objects");
     return std::nullopt;
   }
-  if (c.items.size() + c.staged_items.size() > fg::kMaxCommitRecords) {
-    *refusal =
-        Status(Errc::invalid_argument, std::to_string(c.items.size() + c.staged_items.size()) +
-                                           " keys, more than one commit takes (" +
-                                           std::to_string(fg::kMaxCommitRecords) + ")");
+  const std::size_t keys = c.items.size() + c.staged_items.size() + c.lent_items.size();
+  if (keys > fg::kMaxCommitRecords) {
+    *refusal = Status(Errc::invalid_argument, std::to_string(keys) +
+                                                  " keys, more than one commit takes (" +
+                                                  std::to_string(fg::kMaxCommitRecords) + ")");
     return std::nullopt;
   }
   std::uint64_t total = 0, largest = 0;

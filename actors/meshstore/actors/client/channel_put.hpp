@@ -56,6 +56,13 @@ struct ChannelPut {
   std::vector<wire::RegionRef> staged_regions;
   std::string staged_on;
   std::string staged_group;
+  // Direct publishing: items lent to this process's lending volume
+  // (`lent_on`), whose objects are `lent_regions` (lend_items): committed
+  // with the items, after the staged ones, in group `staged_group`;
+  // nothing is written for them. Refused, the caller gives them back.
+  std::vector<PutItem> lent_items;
+  std::vector<wire::RegionRef> lent_regions;
+  std::string lent_on;
   // A state dict's put worth a stream (worth_streaming): its manifest's
   // bytes, announced under `stream_key` for readers to copy each object
   // (those of group `stream_key`) as soon as it is written.

@@ -39,8 +39,12 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
       d.staged.clear();
     }
   }
-  std::vector<std::pair<std::uint64_t, std::string>> committed;
-  for (const auto& r : req.records) committed.emplace_back(r.shards.front().object_id, r.key);
+  std::vector<std::pair<std::uint64_t, std::string>> committed;  // this volume's
+  for (const auto& r : req.records) {
+    if (r.shards.front().volume_id == self->state.config.volume_id) {
+      committed.emplace_back(r.shards.front().object_id, r.key);
+    }
+  }
   LocalCommit commit;
   commit.records = std::move(req.records);
   commit.prefixes = std::move(req.prefixes);
@@ -112,11 +116,24 @@ Result<std::vector<fast_get::CommitDone::Placed>> place_inline(
 
 }  // namespace
 
+namespace {
+
+// Whether record `r` names an object its client lent to its own process's
+// lending volume (direct publishing), not one of this volume's.
+bool lent_record(const wire::KeyRecord& r, const std::string& volume_id) {
+  return r.shards.size() == 1 && r.shards[0].volume_id != volume_id &&
+         is_lending_volume(r.shards[0].volume_id);
+}
+
+}  // namespace
+
 // Checks commit request `req` for volume `volume_id` as input from another
 // process (a channel's, or an actor message's): keys, one object of this
-// volume per record (named, or its bytes inline), inline bytes that match
-// the record's dtype and shape. The volume actor checks the rest (each
-// object given back or committed is one its client staged there).
+// volume per record (named, or its bytes inline) or one lent to a lending
+// volume (named), inline bytes that match the record's dtype and shape.
+// The volume actor checks the rest (each object of this volume given back
+// or committed is one its client staged there). A lent object is the
+// client's word, as in a commit a client actor sends the controller.
 Status check_commit(const fast_get::CommitRequest& req, const std::string& volume_id) {
   for (const auto& p : req.prefixes) {
     if (auto s = facade::check_key("fast commit", p); !s.ok()) {
@@ -130,7 +147,8 @@ Status check_commit(const fast_get::CommitRequest& req, const std::string& volum
     }
     // An object sent inline is named by the volume once it is staged.
     const auto* data = i < req.inlined.size() && req.inlined[i] ? &*req.inlined[i] : nullptr;
-    if (r.shards.size() != 1 || r.shards[0].volume_id != volume_id ||
+    const bool lent = lent_record(r, volume_id) && !data;
+    if (r.shards.size() != 1 || (r.shards[0].volume_id != volume_id && !lent) ||
         (r.shards[0].object_id == 0) != (data != nullptr) || !r.pending.empty() || r.version != 0) {
       return Status(Errc::protocol_error,
                     "fast commit of '" + r.key + "': not one object of volume '" + volume_id + "'");
@@ -188,7 +206,8 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   for (std::size_t i = 0; i < req.records.size(); ++i) {
     const auto& r = req.records[i];
     const auto& shard = r.shards.front();
-    if (!inlined(i) && !staged_by_owner(shard.object_id, shard.nbytes, false)) {
+    if (!inlined(i) && !lent_record(r, st.config.volume_id) &&
+        !staged_by_owner(shard.object_id, shard.nbytes, false)) {
       return (*done)(
           Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
                                            std::to_string(shard.object_id) +
@@ -205,7 +224,10 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   // Committed under the records' keys (objects staged ahead were staged
   // under the keys of the put before: a version's keys change).
   for (std::size_t i = 0; i < req.records.size(); ++i) {
-    if (!inlined(i)) st.objects[req.records[i].shards.front().object_id].key = req.records[i].key;
+    const auto& r = req.records[i];
+    if (!inlined(i) && !lent_record(r, st.config.volume_id)) {
+      st.objects[r.shards.front().object_id].key = r.key;
+    }
   }
   for (auto id : req.release) st.drop(id, true);
   if (!req.release.empty()) st.regions->prune();
