@@ -557,7 +557,6 @@ FastPathStats Store::fast_path_stats() const {
   out.stale = s.stale;
   out.rings = s.rings;
   out.puts = s.puts;
-  out.put_misses = s.put_misses;
   out.lease_free_reads = s.lease_free_reads;
   out.lease_free_stale = s.lease_free_stale;
   out.direct_reads = s.direct_reads;

@@ -259,12 +259,6 @@ struct FastPathStats {
   /// read the pointer through the actors or were staged (stage_publish),
   /// which take the channel from the client's waiting thread.
   std::uint64_t puts = 0;
-  /// Whole-key puts (put, put_object, put_batch: contiguous, host or GPU
-  /// memory, any size) the channel was offered but sent down the actor
-  /// path (no channel to this client's volume yet, or one that failed, a
-  /// write into its staged objects that failed). A put the volume or the
-  /// controller refused is not one: the refusal is its answer.
-  std::uint64_t put_misses = 0;
   /// Reads of objects on a volume of this host whose place this client
   /// knew (its own puts, earlier leases), copied straight from shared
   /// memory without asking the volume, and checked after the copy by the

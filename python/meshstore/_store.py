@@ -370,7 +370,7 @@ class Store:
 
     def fast_path_stats(self):
         """What this process's calls on the caller's thread did, now (a
-        dict: hits, misses, stale, rings, puts, put_misses,
+        dict: hits, misses, stale, rings, puts,
         lease_free_reads, lease_free_stale, direct_reads,
         direct_state_dicts, state_dict_puts). Not a future: read on the
         caller's thread."""

@@ -592,7 +592,6 @@ void bind_store(py::module_& m) {
              d["stale"] = f.stale;
              d["rings"] = f.rings;
              d["puts"] = f.puts;
-             d["put_misses"] = f.put_misses;
              d["lease_free_reads"] = f.lease_free_reads;
              d["lease_free_stale"] = f.lease_free_stale;
              d["direct_reads"] = f.direct_reads;

@@ -515,8 +515,7 @@ TEST(GatherScatter, PiecesOutsideTheObjectOrOverlappingAreRefusedAndNothingIsWri
   overlapping.pieces = {{a.data(), 0, 8}, {a.data(), 4, 8}};
   EXPECT_EQ(actors::fill_gathered_now(overlapping, out.data(), out.size()).code(),
             Errc::invalid_argument);
-  auto async = std::make_shared<actors::Gather>(overlapping);
-  EXPECT_EQ(actors::fill_gathered(async, out.data(), out.size()).get(kWait).status().code(),
+  EXPECT_EQ(actors::fill_gathered_here(overlapping, out.data(), out.size()).code(),
             Errc::invalid_argument);
   EXPECT_EQ(out, before);
 
@@ -548,7 +547,7 @@ TEST(GatherScatter, ALargeObjectSplitOverTheCopyThreadsIsExact) {
     at += gap + n;
   }
   auto object = std::make_shared<std::vector<std::byte>>(kBytes, std::byte{0x55});
-  ASSERT_OK(actors::fill_gathered(g, object->data(), kBytes).get(kWait));
+  ASSERT_OK(actors::fill_gathered_here(*g, object->data(), kBytes));
   EXPECT_TRUE(*object == want);
   std::shared_ptr<const std::byte> from(object, object->data());
   ASSERT_OK(actors::scatter_from(sc, from, kBytes).get(kWait));

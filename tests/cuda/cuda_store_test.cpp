@@ -821,7 +821,6 @@ TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
       ASSERT_OK(store->put(key, src.view(DType::uint8, {len})).get(kWait)) << key;
       const auto after = store->fast_path_stats();
       EXPECT_EQ(after.puts, before.puts + 1) << key << " round " << round;
-      EXPECT_EQ(after.put_misses, before.put_misses) << key;
     }
     auto host = store->get(key).get(kWait);
     ASSERT_OK(host) << key;

@@ -56,7 +56,6 @@ using locate_latest_atom = caf::atom_constant<caf::atom("loc_latest")>;
 using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
 using select_atom = caf::atom_constant<caf::atom("select")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
-using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
 using store_get_atom = caf::atom_constant<caf::atom("s_get")>;
 using store_keys_atom = caf::atom_constant<caf::atom("s_keys")>;
 using store_list_atom = caf::atom_constant<caf::atom("s_list")>;

@@ -14,7 +14,6 @@
 #include "meshstore/actors/client/connections.hpp"
 #include "meshstore/actors/client/get.hpp"
 #include "meshstore/actors/client/locations.hpp"
-#include "meshstore/actors/client/put.hpp"
 #include "meshstore/actors/client/remove.hpp"
 #include "meshstore/actors/client/stream.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
@@ -107,10 +106,6 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
       [=](run_atom, internal::Closure& c) { c.fn(); },
       [=](volume_gone_atom, const std::string& id, const std::string& reason) {
         volume_gone(self, id, reason);
-      },
-      [=](store_put_atom, PutCall& call) {
-        if (refused(call)) return;
-        handle_put(self, std::move(call));
       },
       [=](store_stream_atom, StreamCall& call) {
         if (refused(call)) return;

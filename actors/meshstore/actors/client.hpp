@@ -41,14 +41,11 @@ struct Gather {
 };
 
 /// Copies `g` into `dst`, an object of `n` bytes (zeros between the
-/// pieces), on the copy engine's threads, split over them when large.
-/// Errc::invalid_argument (nothing written) when the pieces are out of
-/// order or leave the object. `g` and `dst` stay alive until it completes.
-Future<void> fill_gathered(std::shared_ptr<const Gather> g, std::byte* dst, std::uint64_t n);
-/// fill_gathered on the calling thread.
+/// pieces), on the calling thread. Errc::invalid_argument (nothing
+/// written) when the pieces are out of order or leave the object.
 Status fill_gathered_now(const Gather& g, std::byte* dst, std::uint64_t n);
-/// fill_gathered with the calling thread copying one share and waiting for
-/// the copy engine's threads to copy the others.
+/// fill_gathered_now with the calling thread copying one share and waiting
+/// for the copy engine's threads to copy the others (split when large).
 Status fill_gathered_here(const Gather& g, std::byte* dst, std::uint64_t n);
 
 /// Where the bytes of one object of a read go, piece by piece (a state
@@ -104,18 +101,6 @@ struct PutItem {
   std::shared_ptr<const Gather> gather = nullptr;
 };
 
-/// Whether a put writing `items` is worth announcing as a stream: only when
-/// the objects besides its largest hold enough bytes for a reader to copy
-/// while the put still writes (limits::kStreamMinOverlapBytes).
-bool worth_streaming(const std::vector<PutItem>& items);
-
-/// The record a put commits for `item` (its group `group`, "" for none):
-/// one shard, the object `region` on `volume_id` (null: the volume fills
-/// it in, for bytes sent inline), with its shm place for readers on that
-/// host.
-wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
-                           const std::string& volume_id, const std::string& group);
-
 /// Regions staged at the client's volume and mapped writable into this
 /// process (zero-copy publishing, stage_over_channel): the caller fills
 /// them in place and commits them with a PutCall's `staged_items`.
@@ -151,10 +136,6 @@ struct PutCall {
   /// When set, the commit also removes every other key equal to one of
   /// these or under it (replace_atom): a state dict replaced as a whole.
   std::vector<std::string> replace_under;
-  /// Without replace_under: state dicts (groups) the same commit removes,
-  /// their memory reused (a version pointer's move retiring the version
-  /// that falls out: one controller message for both).
-  std::vector<std::string> retire;
   /// With replace_under: the manifest's bytes, to announce the put as a
   /// stream of replace_under.front() (readers copy each object as soon as
   /// it is filled). Empty: no stream.
@@ -164,11 +145,6 @@ struct PutCall {
   /// covered) and the digest of its layout. Empty: not one.
   std::vector<std::string> group_members;
   std::uint64_t group_layout = 0;
-  /// Set when the caller may cancel (Future::cancel): the client touches
-  /// the items' buffers only between guard->enter() and leave(), and
-  /// commits only after guard->begin_commit(). Null: not cancellable.
-  std::shared_ptr<internal::CallGuard> guard;
-  std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
 /// tensor: a new Tensor; into: the caller's buffers; object: bytes; view:
@@ -322,7 +298,6 @@ void give_back_lent(const caf::actor_addr& client, const PutCall& call,
 
 }  // namespace meshstore::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::PutCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StreamCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)

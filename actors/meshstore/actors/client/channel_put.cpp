@@ -26,6 +26,45 @@ using internal::cuda::on_device;
 
 namespace {
 
+// The record a put commits for `item` (its group `group`, "" for none):
+// one shard, the object `region` on `volume_id` (null: the volume fills
+// it in, for bytes sent inline), with its shm place for readers on that
+// host.
+wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
+                           const std::string& volume_id, const std::string& group) {
+  wire::KeyRecord r;
+  r.key = item.key;
+  r.kind = item.kind;
+  r.object_format = item.object_format;
+  r.expect_version = item.expect_version;
+  r.points_to = item.points_to;
+  r.dtype = item.view.dtype();
+  r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
+  r.group = group;
+  std::string place;  // for readers on the volume's host (lease-free reads)
+  if (region) {
+    auto shm = region->described.find("shm");
+    if (shm != region->described.end()) place = shm->second;
+  }
+  r.shards.push_back(wire::ShardRecord{item.slice ? *item.slice : TensorSlice::full(r.shape),
+                                       volume_id, region ? region->region_id : 0,
+                                       region ? region->nbytes : item.view.nbytes(), item.replicas,
+                                       item.checksum, std::move(place)});
+  return r;
+}
+
+// Whether a put writing `items` is worth announcing as a stream: only when
+// the objects besides its largest hold enough bytes for a reader to copy
+// while the put still writes (limits::kStreamMinOverlapBytes).
+bool worth_streaming(const std::vector<PutItem>& items) {
+  std::uint64_t total = 0, largest = 0;
+  for (const auto& item : items) {
+    total += item.view.nbytes();
+    largest = std::max(largest, item.view.nbytes());
+  }
+  return total - largest >= actors::limits::kStreamMinOverlapBytes;
+}
+
 // Writes each of `items` into the object staged for it (`regions`, in
 // order) on the caller's thread: copied (a strided host tensor packed)
 // into the volume's memory where `writer` maps it (shm), else sent with it

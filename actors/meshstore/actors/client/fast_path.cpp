@@ -610,7 +610,6 @@ FastPath::Stats FastPath::stats() const {
   s.misses = misses_.load(std::memory_order_relaxed);
   s.stale = stale_.load(std::memory_order_relaxed);
   s.puts = puts_.load(std::memory_order_relaxed);
-  s.put_misses = put_misses_.load(std::memory_order_relaxed);
   s.lease_free_reads = lease_free_reads_.load(std::memory_order_relaxed);
   s.lease_free_stale = lease_free_stale_.load(std::memory_order_relaxed);
   s.direct_reads = direct_reads_.load(std::memory_order_relaxed);

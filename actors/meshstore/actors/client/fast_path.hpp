@@ -87,7 +87,6 @@ class FastPath {
     std::uint64_t stale = 0;
     std::uint64_t rings = 0;             ///< rings (and tcp channels) open now
     std::uint64_t puts = 0;              ///< whole-key puts and batches committed over a channel
-    std::uint64_t put_misses = 0;        ///< whole-key puts a channel left to the actors
     std::uint64_t lease_free_reads = 0;  ///< reads served without a lease (count_lease_free)
     std::uint64_t lease_free_stale = 0;  ///< lease-free reads that found their object changing
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
@@ -288,12 +287,10 @@ class FastPath {
 
   Stats stats() const;
   /// put_over_channel counts what it committed: a whole key's put (or a
-  /// batch's), or a state dict's or a version's; and the whole-key puts it
-  /// left to the actors.
+  /// batch's), or a state dict's or a version's.
   void count_commit(bool whole_key) {
     (whole_key ? puts_ : state_dict_puts_).fetch_add(1, std::memory_order_relaxed);
   }
-  void count_put_miss() { put_misses_.fetch_add(1, std::memory_order_relaxed); }
   /// The client actor counts its lease-free reads (a read without a lease,
   /// checked by the object tags): served, or gone the leased way.
   void count_lease_free(bool served) {
@@ -342,9 +339,8 @@ class FastPath {
   std::unordered_map<std::string, Kept> kept_;    // under mu_
   std::unordered_map<std::string, Noted> noted_;  // under mu_
   std::uint64_t clock_ = 0;                       // under mu_
-  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, put_misses_{0},
-      lease_free_reads_{0}, lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0},
-      state_dict_puts_{0};
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, lease_free_reads_{0},
+      lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0}, state_dict_puts_{0};
 };
 
 }  // namespace meshstore::actors

@@ -14,15 +14,6 @@ void forget_locations_under(ClientState& st, const std::vector<std::string>& pre
   for (const auto& p : prefixes) st.locations->erase_under(p);
 }
 
-void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
-                     const std::vector<std::uint64_t>& versions) {
-  auto& st = self->state;
-  for (std::size_t i = 0; i < records.size() && i < versions.size(); ++i) {
-    records[i].version = versions[i];
-    st.locations->put(records[i]);
-  }
-}
-
 void cache_located(ClientState& st, const std::vector<wire::KeyRecord>& records) {
   for (const auto& r : records) {
     if (r.found()) {

@@ -17,10 +17,6 @@ namespace meshstore::actors::client_detail {
 // (a state dict's keys, about to be replaced or retired).
 void forget_locations_under(ClientState& st, const std::vector<std::string>& prefixes);
 
-// Remembers where the committed keys live, so a get of them locates nothing.
-void cache_committed(client_pointer self, std::vector<wire::KeyRecord> records,
-                     const std::vector<std::uint64_t>& versions);
-
 // Takes the controller's answer of a locate: the records found are cached,
 // the keys not found forgotten.
 void cache_located(ClientState& st, const std::vector<wire::KeyRecord>& records);

@@ -125,12 +125,6 @@ Status fill_gathered_now(const Gather& g, std::byte* dst, std::uint64_t n) {
   return Status();
 }
 
-Future<void> fill_gathered(std::shared_ptr<const Gather> g, std::byte* dst, std::uint64_t n) {
-  if (auto s = check_gather(*g, n); !s.ok()) return make_error_future<void>(s);
-  return in_runs(g->pieces, n,
-                 [g, dst, n](std::size_t lo, std::size_t hi) { fill_run(*g, dst, n, lo, hi); });
-}
-
 Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n) {
   MESHSTORE_RETURN_IF_ERROR(check_scatter(s, n));
   scatter_run(s, src, 0, s.pieces.size());
