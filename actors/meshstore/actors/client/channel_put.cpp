@@ -300,17 +300,16 @@ std::shared_ptr<transports::Transport> home_writer(FastPath& fast, std::string* 
                                                    Status* why = nullptr) {
   *home = fast.home();
   auto writer = fast.writer_of(*home);
+  if (!home->empty() && writer) return writer;
   Status connected(Errc::unavailable, "none is open");
-  if ((home->empty() || !writer) && (connect || fast.closed())) {
+  if (connect || fast.closed()) {
     connected = fast.connect_home(timeout);  // answers shutdown once closed
     *home = fast.home();
     writer = fast.writer_of(*home);
+    if (!home->empty() && writer) return writer;
   }
-  if (home->empty() || !writer) {
-    if (why) *why = connected.ok() ? Status(Errc::unavailable, "it closed at once") : connected;
-    return nullptr;
-  }
-  return writer;
+  if (why) *why = connected.ok() ? Status(Errc::unavailable, "it closed at once") : connected;
+  return nullptr;
 }
 
 // Whether `c`'s layout repeats the last put's under its slot: noted once

@@ -406,6 +406,10 @@ bool is_part(const std::vector<std::byte>& reply, bool* last) {
   return head[0] == static_cast<std::uint32_t>(ReplyStatus::more);
 }
 
+// The rest of a reply whose first part is `first` (status `more`), each
+// next part fetched with `one`: the whole reply.
+Result<std::vector<std::byte>> fetch_rest(std::vector<std::byte> first, const ExchangeOne& one);
+
 }  // namespace
 
 Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::size_t n,
@@ -421,11 +425,17 @@ Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::
     return Status(Errc::invalid_argument,
                   "a channel of " + std::to_string(message) + "-byte messages");
   }
-  Result<std::vector<std::byte>> reply = Status(Errc::internal, "no reply");
+  if (n <= message) {  // the common case: one message each way
+    auto reply = one(request, n, sent);
+    if (!reply.ok() || reply->size() < kReplyHeader) return reply;
+    std::uint32_t status = 0;
+    std::memcpy(&status, reply->data(), 4);
+    if (status != static_cast<std::uint32_t>(ReplyStatus::more)) return reply;
+    return fetch_rest(std::move(reply).value(), one);
+  }
+  Result<std::vector<std::byte>> reply = std::vector<std::byte>();
   bool last_sent = false;
-  if (n <= message) {
-    reply = one(request, n, &last_sent);
-  } else {
+  {
     const std::size_t chunk = message - kPartHeaderBytes;
     for (std::size_t at = 0; at < n; at += chunk) {
       const std::size_t len = std::min(chunk, n - at);
@@ -449,8 +459,16 @@ Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::
   if (!reply.ok()) return reply;
   bool last = false;
   if (!is_part(*reply, &last)) return reply;
+  return fetch_rest(std::move(reply).value(), one);
+}
+
+namespace {
+
+Result<std::vector<std::byte>> fetch_rest(std::vector<std::byte> first, const ExchangeOne& one) {
+  bool last = false;
+  (void)is_part(first, &last);
   // The reply comes in parts: each next one fetched.
-  std::vector<std::byte> whole(reply->begin() + kReplyHeader, reply->end());
+  std::vector<std::byte> whole(first.begin() + kReplyHeader, first.end());
   const auto fetch = part_of(kPartFetch, nullptr, 0);
   while (!last) {
     auto next = one(fetch.data(), fetch.size(), nullptr);
@@ -463,6 +481,8 @@ Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::
   }
   return whole;
 }
+
+}  // namespace
 
 std::optional<std::vector<std::byte>> PartAssembly::take(const std::vector<std::byte>& bytes,
                                                          std::vector<std::byte>* whole) {
