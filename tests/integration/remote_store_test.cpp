@@ -331,6 +331,41 @@ TEST(CustomStrategy, ClientsWaitForTheirVolumeToRegister) {
   EXPECT_EQ(*server.get("early").get(kWait)->data_as<float>(), 5.0f);
 }
 
+// A client the strategy finds no volume for (host C has none, and none
+// registers) has no channel to put over: its put, its state dict's and
+// its batch's answer why (the strategy's word, after its wait for a volume
+// to register), store nothing, and the store serves the other clients on.
+TEST(CustomStrategy, AClientWithNoVolumeIsToldWhyItsPutsFail) {
+  auto o = server_options();
+  o.host = "hostA";
+  o.custom_strategy.placement = "per_host";
+  o.custom_strategy.select = [](const ClientDesc& c,
+                                const std::vector<VolumeDesc>& volumes) -> Result<std::string> {
+    for (const auto& v : volumes) {
+      if (v.host == c.host) return v.volume_id;
+    }
+    return Status(Errc::unavailable, "no volume on " + c.host);
+  };
+  auto server = Store::embedded(o).value();
+  auto ro = rank_options(5, 1, "hostC");  // not local rank 0: hosts no volume
+  ro.request_timeout = 1s;                // how long it waits for one to register
+  auto lone = Store::connect(server.address(), ro).value();
+  float x = 7;
+  EXPECT_ERROR(lone.put("lone", TensorView::of(&x, {})).get(kWait), Errc::unavailable,
+               "no volume on hostC");
+  std::vector<float> w(64, 1.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {64})));
+  EXPECT_ERROR(lone.put_state_dict("sd", sd).get(kWait), Errc::unavailable, "no volume on hostC");
+  EXPECT_ERROR(lone.put_batch({{"a", TensorView::of(&x, {})}}).get(kWait), Errc::unavailable,
+               "no volume on hostC");
+  for (const std::string key : {"lone", "sd", "a"}) {
+    EXPECT_FALSE(*server.exists(key).get(kWait)) << key;
+  }
+  ASSERT_OK(server.put("served", TensorView::of(&x, {})).get(kWait));
+  lone.close();
+}
+
 TEST(Versions, CompatibleWhenMajorAndMinorMatch) {
   EXPECT_TRUE(actors::versions_compatible("0.1.0", "0.1.7"));
   EXPECT_FALSE(actors::versions_compatible("0.2.0", "0.1.0"));
