@@ -493,7 +493,8 @@ INSTANTIATE_TEST_SUITE_P(Channels, VolumeEnd, ::testing::Values("ring", "tcp", "
 // 1,000 bytes over 64-byte messages arrives whole, and its reply of 5,000
 // bytes comes back whole; a request over fast_get::kMaxAssembledBytes is
 // not sent, and parts that would assemble to more are refused, leaving the
-// assembly ready for the next request.
+// assembly ready for the next request; a reply abandoned part way goes at
+// the next answer.
 TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
   fast_get::PartAssembly volume;
   std::vector<std::byte> served;
@@ -557,6 +558,14 @@ TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
                "in parts");
   EXPECT_FALSE(volume.take(part(fast_get::kPartFirst | fast_get::kPartLast, 5), &whole));
   EXPECT_EQ(whole.size(), 5u);
+  // A reply in parts its client gave up on after the first part is not
+  // kept past the next answer: a fetch then finds nothing.
+  EXPECT_EQ(volume.first_part(std::vector<std::byte>(5000), 64).size(), 64u);
+  EXPECT_EQ(volume.first_part(std::vector<std::byte>(10), 64).size(), 10u);
+  r = volume.take(part(fast_get::kPartFetch, 0), &whole);
+  ASSERT_TRUE(r);
+  EXPECT_ERROR(fast_get::decode_commit_reply(*r, 0, 0, 0, &refused), Errc::protocol_error,
+               "no reply to fetch");
 }
 
 TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {

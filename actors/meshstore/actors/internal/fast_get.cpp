@@ -527,7 +527,19 @@ std::optional<std::vector<std::byte>> PartAssembly::take(const std::vector<std::
 }
 
 std::vector<std::byte> PartAssembly::first_part(std::vector<std::byte> reply, std::size_t message) {
-  if (reply.size() <= message) return reply;
+  if (reply.size() <= message) {
+    // A reply in parts its client gave up on (its request timed out) is
+    // not kept past the next answer (a part of one being fetched passes).
+    bool last = false;
+    if (is_part(reply, &last)) return reply;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!out_.empty()) {
+      out_.clear();
+      out_.shrink_to_fit();
+      out_at_ = 0;
+    }
+    return reply;
+  }
   if (reply.size() > kMaxAssembledBytes || message <= kReplyHeader) {
     return encode_error(Status(
         Errc::unsupported, "a reply of " + std::to_string(reply.size()) + " bytes is over the " +

@@ -207,6 +207,7 @@ class PartAssembly {
   /// `reply` to send over a channel of `message`-byte messages: itself
   /// when it fits, else its first part, the rest kept for the client's
   /// fetches (a reply over kMaxAssembledBytes is answered as an error).
+  /// A reply abandoned part way is dropped at the next one.
   std::vector<std::byte> first_part(std::vector<std::byte> reply, std::size_t message);
 
  private:
