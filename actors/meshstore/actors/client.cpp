@@ -338,7 +338,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
   });
   // A state dict put over the channel and announced as a stream: this
   // actor is the stream's writer at the controller (its death ends the
-  // stream), as for the actors' put.
+  // stream).
   FastPath::StreamHooks hooks;
   hooks.open = [addr](const std::string& key, const std::string& manifest,
                       const std::vector<wire::KeyRecord>& records,

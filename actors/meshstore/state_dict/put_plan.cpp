@@ -337,7 +337,7 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   c.what = call.op + " '" + under + "'";
   c.stream_key = under;  // a stream when worth one
   c.stream_manifest = call.stream_manifest;
-  // A refusal is the put's answer, as the actors' put would report it.
+  // A refusal, or no channel, is the put's answer.
   c.refusals_final = true;
   if (!call.group_members.empty()) {
     // One rank's part of a sharded state dict: its keys commit together

@@ -298,14 +298,15 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
     const std::string& op, std::chrono::milliseconds timeout, bool* defer) {
   if (!takes_caller_thread(prepared.call)) return std::nullopt;
   // The pointer as this client last saw it, if nobody moved it since (its
-  // object is still the current one): else the actors read it afresh. Over
+  // object is still the current one): else it is read afresh at the
+  // controller (publish_prepared). Over
   // tcp, where the tag cannot be read, as last seen: the commit moves it
   // only from there, and is refused if another writer moved it meanwhile.
   auto last = fast.pointer_here(prefix);
   if (!last) last = fast.pointer_last_seen(prefix);
   if (!last) return std::nullopt;
   const std::uint64_t next = last->value + 1;
-  PreparedPut named = prepared;  // the actors' put names its own on a fallback
+  PreparedPut named = prepared;  // publish_prepared names its own on a fallback
   const std::string key = version_key(prefix, next);
   if (auto s = name_put(key, named, 0); !s.ok()) return Result<std::uint64_t>(s);
   actors::ChannelPut c;

@@ -50,10 +50,11 @@ void cancel_through(const Future<T>& fut, std::shared_ptr<internal::CallGuard> g
 /// take it; it may instead set `*defer` (a put sent over the network that
 /// would hold this thread too long). Then it runs on `fast`'s waiting
 /// thread (FastPath::defer) as `attempt(nullptr, guard)`, and
-/// `actors(guard)` puts it there when the channel cannot; the future
-/// answered here completes as that one does. A `cancellable` put's future
-/// cancels it (Future::cancel) through `guard`, which both honour (null
-/// otherwise). nullopt: the caller puts it through the actors.
+/// `actors(guard)` takes it there when the channel leaves it (a publish
+/// whose pointer moved: it reads the pointer afresh); the future answered
+/// here completes as that one does. A `cancellable` put's future cancels
+/// it (Future::cancel) through `guard`, which both honour (null
+/// otherwise). nullopt: the caller takes it the same other way.
 template <class T, class Attempt, class Actors>
 std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const std::string& what,
                                                    Attempt attempt, Actors actors,

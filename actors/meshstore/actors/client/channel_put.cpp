@@ -198,8 +198,8 @@ void learn_committed(FastPath& fast, const ChannelPut& c, std::vector<wire::KeyR
   }
 }
 
-// How often one put has the controller evict on a full volume before it
-// leaves the put to the actors (which report the volume full).
+// How often one put has the controller evict on a full volume before the
+// volume's refusal (full) is its answer.
 constexpr int kMaxEvictRounds = 64;
 
 Result<std::vector<std::uint64_t>> cancelled(const ChannelPut& c) {

@@ -80,11 +80,12 @@ struct ChannelPut {
 /// one CUDA copy through the mapping), else sent with it (GPU memory in
 /// pipelined pieces through page-locked memory); that commit also stages
 /// the next put's objects for a layout put again.
-/// nullopt: nothing committed, the caller puts it through the actors (no
-/// channel to be had, a strided source in GPU memory; unless
-/// `refusals_final`: a full volume, a precondition that no longer holds,
-/// or bytes that could not be read or written into the staged objects,
-/// which are otherwise the answer). A channel that failed before the commit left is
+/// nullopt: nothing committed, and the caller takes it another way (only
+/// without `refusals_final`: a one-request publish whose pointer moved,
+/// whose caller reads the pointer afresh); with it, every reason nothing
+/// was committed is the answer (a full volume, a precondition that no
+/// longer holds, bytes that could not be read or written into the staged
+/// objects, no channel to be had). A channel that failed before the commit left is
 /// opened again and the put tried on it once more (with `defer`: on the
 /// waiting thread). Else the outcome: the versions, one
 /// per item (the location cache has the records), or the channel's error

@@ -131,7 +131,7 @@ class FastPath {
   bool evict(const std::string& volume_id, std::uint64_t bytes, std::chrono::milliseconds timeout);
   /// A state dict put over the channel announced as a stream (readers copy
   /// each object as soon as it is filled): the client actor is the
-  /// stream's writer at the controller, as for the actors' put. `open`
+  /// stream's writer at the controller (its death ends the stream). `open`
   /// waits (at most its timeout) until the controller opened the stream;
   /// `progress` and `abort` are one-way. The client actor sets them.
   struct StreamHooks {
