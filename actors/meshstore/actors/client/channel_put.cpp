@@ -609,9 +609,10 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
   if (!c.staged_items.empty()) {
     fast.give_back(FastPath::Staging{c.staged_on, {}, c.staged_regions}, timeout);
   }
-  const Status why =
-      !refusal.ok() ? refusal
-                    : unsent.with_context("the channel to volume '" + fast.home() + "' failed");
+  Status why = !refusal.ok() ? refusal
+               : !unsent.ok()
+                   ? unsent.with_context("the channel to volume '" + fast.home() + "' failed")
+                   : Status(Errc::internal, "the channel's put committed nothing and said no why");
   return Result<std::vector<std::uint64_t>>(why.with_context(c.what));
 }
 
