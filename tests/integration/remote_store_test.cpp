@@ -292,10 +292,12 @@ TEST(CustomStrategy, BadChoicesAreClearErrors) {
                "custom strategy chose volume 'volume-42', which is not registered");
 }
 
-TEST(CustomStrategy, JoinersFollowTheCustomPlacement) {
-  // A joining process learns the placement (per_host), not the default
-  // strategy name, so host B's local rank 0 hosts host B's volume.
-  auto o = server_options();  // strategy stays "singleton": ignored here
+// A server on host A whose custom strategy places a volume on each host
+// (per_host) and picks a client's own host's volume, "no volume on HOST"
+// (unavailable) while there is none. Its strategy name stays "singleton",
+// which the custom placement overrides.
+StoreOptions per_host_server() {
+  auto o = server_options();
   o.host = "hostA";
   o.custom_strategy.placement = "per_host";
   o.custom_strategy.select = [](const ClientDesc& c,
@@ -305,6 +307,13 @@ TEST(CustomStrategy, JoinersFollowTheCustomPlacement) {
     }
     return Status(Errc::unavailable, "no volume on " + c.host);
   };
+  return o;
+}
+
+TEST(CustomStrategy, JoinersFollowTheCustomPlacement) {
+  // A joining process learns the placement (per_host), not the default
+  // strategy name, so host B's local rank 0 hosts host B's volume.
+  auto o = per_host_server();
   auto server = Store::embedded(o).value();
   auto b0 = Store::connect(server.address(), rank_options(1, 0, "hostB")).value();
   float x = 2;
@@ -336,16 +345,7 @@ TEST(CustomStrategy, ClientsWaitForTheirVolumeToRegister) {
 // its batch's answer why (the strategy's word, after its wait for a volume
 // to register), store nothing, and the store serves the other clients on.
 TEST(CustomStrategy, AClientWithNoVolumeIsToldWhyItsPutsFail) {
-  auto o = server_options();
-  o.host = "hostA";
-  o.custom_strategy.placement = "per_host";
-  o.custom_strategy.select = [](const ClientDesc& c,
-                                const std::vector<VolumeDesc>& volumes) -> Result<std::string> {
-    for (const auto& v : volumes) {
-      if (v.host == c.host) return v.volume_id;
-    }
-    return Status(Errc::unavailable, "no volume on " + c.host);
-  };
+  auto o = per_host_server();
   auto server = Store::embedded(o).value();
   auto ro = rank_options(5, 1, "hostC");  // not local rank 0: hosts no volume
   ro.request_timeout = 1s;                // how long it waits for one to register
