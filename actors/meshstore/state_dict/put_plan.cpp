@@ -284,10 +284,9 @@ Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPu
     }
     auto done = put_on_caller_thread(*raw, p->call, timeout, nullptr, &lent);
     const Status s = done ? *done : Status(Errc::internal, what + ": the channel's put left it");
-    // Not committed: the lent buffers go back to the publisher.
-    if (!s.ok()) actors::give_back_lent(client, p->call, lent);
-    if (!s.ok()) return s;
-    return Result<void>();
+    if (s.ok()) return Result<void>();
+    actors::give_back_lent(client, p->call, lent);  // not committed: back to the publisher
+    return s;
   });
 }
 
