@@ -204,39 +204,6 @@ Result<Store> slow_reading_store() {
   return Store::embedded(so);
 }
 
-TEST(DirectPublishLoan, ReclaimWaitsForAReadInFlightWithinItsBound) {
-  // A 64 MiB read is still copying when the bound (1 ms) passes.
-  auto store = slow_reading_store();
-  ASSERT_OK(store);
-  std::vector<float> big = ramp(16 << 20, 0.0f);
-  StateDict sd;
-  ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
-  PublishOptions po;
-  po.reclaim_timeout = 1ms;
-  auto pub = store->publish("w", sd, po).get(kWait);
-  ASSERT_OK(pub);
-  ASSERT_EQ(pub->mode(), PublishMode::direct);
-
-  std::vector<float> dst(big.size());
-  auto read = store->get_into("w/v1/big", view_of(dst, {16 << 20}));
-  // Once the read holds its lease at the lending volume, the loan cannot end.
-  ASSERT_TRUE(eventually([&] {
-    auto stats = store->stats().get(kWait);
-    if (!stats.ok()) return false;
-    for (const auto& v : *stats) {
-      if (v.volume_id.rfind("lend:", 0) == 0 && v.leases > 0) return true;
-    }
-    return read.ready();
-  }));
-  ASSERT_FALSE(read.ready()) << "the read ended before its lease was seen";
-  EXPECT_ERROR(pub->reclaim().get(kWait), Errc::timeout, "stay lent");
-  // The read completes, whole and untorn; then the buffers come back.
-  ASSERT_OK(read.get(kWait));
-  EXPECT_EQ(dst, big);
-  EXPECT_OK(pub->returned().get(kWait));
-  EXPECT_OK(pub->reclaim().get(kWait));  // a failed reclaim may be called again
-}
-
 // The lending volume's read leases now.
 std::uint64_t lending_leases(Store& store) {
   auto stats = store.stats().get(kWait);
@@ -247,8 +214,49 @@ std::uint64_t lending_leases(Store& store) {
   return 0;
 }
 
-// A store whose reads of a 64 MiB tensor are still copying long after they
-// start: rpc in 4 KiB messages.
+TEST(DirectPublishLoan, ReclaimWaitsForAReadInFlightWithinItsBound) {
+  // A 64 MiB read is still copying when the bound (1 ms) passes, unless
+  // this host got through the rest of it between the lease being seen and
+  // the reclaim's look at the leases (a loaded host can deschedule this
+  // thread for that long): then the read has its bytes whole, the reclaim
+  // ends the loan, and the next version tries again, at most 5 times.
+  auto store = slow_reading_store();
+  ASSERT_OK(store);
+  bool waited = false;
+  for (int attempt = 0; attempt < 5 && !waited; ++attempt) {
+    SCOPED_TRACE(attempt);
+    std::vector<float> big = ramp(16 << 20, static_cast<float>(attempt));
+    StateDict sd;
+    ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
+    PublishOptions po;
+    po.reclaim_timeout = 1ms;
+    auto pub = store->publish("w", sd, po).get(kWait);
+    ASSERT_OK(pub);
+    ASSERT_EQ(pub->mode(), PublishMode::direct);
+    const std::string key = "w/v" + std::to_string(pub->version()) + "/big";
+    std::vector<float> dst(big.size());
+    auto read = store->get_into(key, view_of(dst, {16 << 20}));
+    // Once the read holds its lease at the lending volume, the loan cannot end.
+    ASSERT_TRUE(eventually([&] { return lending_leases(*store) > 0 || read.ready(); }));
+    ASSERT_FALSE(read.ready()) << "the read ended before its lease was seen";
+    auto reclaimed = pub->reclaim().get(kWait);
+    if (reclaimed.ok()) {  // the read ended first: its bytes are whole
+      ASSERT_OK(read.get(kWait));
+      EXPECT_EQ(dst, big);
+      EXPECT_TRUE(pub->returned().ready());
+      continue;
+    }
+    EXPECT_ERROR(reclaimed, Errc::timeout, "stay lent");
+    EXPECT_FALSE(pub->returned().ready()) << "the buffers came back under a read";
+    // The read completes, whole and untorn; then the buffers come back.
+    ASSERT_OK(read.get(kWait));
+    EXPECT_EQ(dst, big);
+    EXPECT_OK(pub->returned().get(kWait));
+    EXPECT_OK(pub->reclaim().get(kWait));  // a failed reclaim may be called again
+    waited = true;
+  }
+  EXPECT_TRUE(waited) << "every read finished before its reclaim looked";
+}
 
 // A publisher revokes its loan (retain, revoke_on_timeout) while a reader
 // store connected with `ro` is still copying a 64 MiB tensor out of it: the
