@@ -158,7 +158,7 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   EXPECT_EQ(m.segment_offset, kSlabHeaderBytes + kObjectHeaderBytes);  // a slab's first slot
   EXPECT_EQ(m.object_tag->load(), 0u);                                 // no object yet
   const auto ref = testing::shm_region_ref(7, 4096, m.segment, m.segment_offset);
-  auto tag = client->object_tag(ref);
+  auto tag = client->tagged_bytes(ref).tag;
   ASSERT_NE(tag, nullptr);
   EXPECT_EQ(tag->load(), 0u);
   m.object_tag->store(7);
@@ -174,9 +174,9 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   EXPECT_EQ(at.data[0], std::byte{0x3c});
   EXPECT_EQ(at.data[4095], std::byte{0x3c});
   // Elsewhere in the segment, or larger than it: none.
-  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, m.segment, 0)), nullptr);
+  EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(7, 4096, m.segment, 0)).tag, nullptr);
   EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(7, 4096, m.segment, 0)).data, nullptr);
-  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 8192, m.segment, m.segment_offset)),
+  EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(7, 8192, m.segment, m.segment_offset)).tag,
             nullptr);
   // A segment of the server's without its header (as a crafted record
   // could name): none, even at the header's offset. Nor one of anybody
@@ -185,16 +185,18 @@ TEST(ShmTransport, AClientSeesTheObjectTagTheVolumeWrites) {
   const std::string mine = address.substr(0, address.find(';')) + "999999";
   auto plain = Segment::create(mine, 8192).value();
   std::memset(plain->data(), 0x5a, plain->size());
-  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, mine, kObjectHeaderBytes)),
+  EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(7, 4096, mine, kObjectHeaderBytes)).tag,
             nullptr);
   const std::string theirs = process_prefix() + "not-a-region.1";
   auto other = Segment::create(theirs, kObjectHeaderBytes + 4096).value();
   new (other->data()) ObjectHeader{kObjectHeaderMagic, {7}};
-  EXPECT_EQ(client->object_tag(testing::shm_region_ref(7, 4096, theirs, kObjectHeaderBytes)),
+  EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(7, 4096, theirs, kObjectHeaderBytes)).tag,
             nullptr);
   // A gone segment: none (the read goes the leased way, which reports it).
-  EXPECT_EQ(client->object_tag(
-                testing::shm_region_ref(7, 4096, process_prefix() + "gone.1", kObjectHeaderBytes)),
+  EXPECT_EQ(client
+                ->tagged_bytes(testing::shm_region_ref(7, 4096, process_prefix() + "gone.1",
+                                                       kObjectHeaderBytes))
+                .tag,
             nullptr);
 }
 
@@ -231,11 +233,13 @@ TEST(ShmTransport, SmallRegionsShareSlabsEachWithItsOwnTag) {
   }
   const auto& first = small.front();
   for (const std::uint64_t off : {first.segment_offset + 64, first.segment_offset - 32}) {
-    EXPECT_EQ(client->object_tag(testing::shm_region_ref(1, 8, first.segment, off)), nullptr)
+    EXPECT_EQ(client->tagged_bytes(testing::shm_region_ref(1, 8, first.segment, off)).tag, nullptr)
         << "between slots, at " << off;
   }
   EXPECT_EQ(
-      client->object_tag(testing::shm_region_ref(1, 64 << 10, first.segment, first.segment_offset)),
+      client
+          ->tagged_bytes(testing::shm_region_ref(1, 64 << 10, first.segment, first.segment_offset))
+          .tag,
       nullptr)
       << "past its slot";
   // A freed slot (its tag cleared first, as the volume does) serves the

@@ -229,22 +229,16 @@ class Transport {
     return Status(Errc::unsupported, std::string(name()) + " cannot map a region");
   }
   /// The word that names the object living in region `src`'s memory (0:
-  /// none), mapped into this process, for a read without a lease: read it,
-  /// copy, read it again; the same object id both times means the copy is
-  /// that object's bytes (the volume clears the word before the memory
-  /// serves anything else). Null where the transport cannot show it (only
-  /// shm can today, for the memory its server allocated). Stays mapped while
-  /// the pointer lives.
-  virtual std::shared_ptr<const std::atomic<std::uint64_t>> object_tag(const wire::RegionRef& src) {
-    return tagged_bytes(src).tag;
-  }
-  /// object_tag() and the region's bytes beside it, mapped into this
-  /// process, for a copy on the caller's own thread (the fast path's
-  /// direct reads): read the tag, copy from `data`, read it again. Both
-  /// null where object_tag() would be; `data` stays mapped while `tag`
-  /// lives. A copy from `data` into GPU memory calls `before_device_copy`
-  /// first where set (shm: the mapping is page-locked from its second such
-  /// copy on, as for the transport's own device copies).
+  /// none) and the region's bytes beside it, mapped into this process, for
+  /// a read without a lease (a direct read): read the word, copy from
+  /// `data`, read it again; the same object id both times means the copy
+  /// is that object's bytes (the volume clears the word before the memory
+  /// serves anything else). Both null where the transport cannot show them
+  /// (only shm can today, for the memory its server allocated); `data`
+  /// stays mapped while `tag` lives. A copy from `data` into GPU memory
+  /// calls `before_device_copy` first where set (shm: the mapping is
+  /// page-locked from its second such copy on, as for the transport's own
+  /// device copies).
   struct TaggedBytes {
     std::shared_ptr<const std::atomic<std::uint64_t>> tag;
     const std::byte* data = nullptr;

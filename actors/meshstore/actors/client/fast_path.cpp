@@ -306,32 +306,30 @@ bool FastPath::servable(const std::string& key,
          (channel->direct(entry) || entry.nbytes <= limits::kRingReadBytes);
 }
 
-// The seqlock argument of the actors' lease-free reads (volume_reads.cpp):
-// the volume clears an object's tag before its memory serves anything
-// else, and committed bytes never change, so the same id before and after
-// the copy means the copy is that object's bytes.
 FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& entry,
                                         Channel& channel, const Consume& consume, bool to_device) {
-  auto at = channel.tagged(entry);
-  if (!at.tag) return Outcome::miss;
-  auto stale = [&] {
+  const TaggedObject object{entry.object_id, channel.tagged(entry)};
+  if (!object.at.tag) return Outcome::miss;
+  std::size_t changed = 0;
+  const auto outcome = read_tagged(
+      &object, 1,
+      [&] {
+        if (to_device && object.at.before_device_copy) object.at.before_device_copy();
+        return consume(entry, object.at.data, entry.nbytes);
+      },
+      &changed);
+  if (outcome == Outcome::stale) {
     cache_->erase_object(key, entry.object_id);
     lease_free_stale_.fetch_add(1, std::memory_order_relaxed);
     stale_.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::stale;
-  };
-  if (at.tag->load(std::memory_order_acquire) != entry.object_id) return stale();
-  if (to_device && at.before_device_copy) at.before_device_copy();
-  if (!consume(entry, at.data, entry.nbytes)) {
+  } else if (outcome == Outcome::miss) {
     misses_.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::miss;
+  } else {
+    lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
+    direct_reads_.fetch_add(1, std::memory_order_relaxed);
+    hits_.fetch_add(1, std::memory_order_relaxed);
   }
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (at.tag->load(std::memory_order_relaxed) != entry.object_id) return stale();
-  lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
-  direct_reads_.fetch_add(1, std::memory_order_relaxed);
-  hits_.fetch_add(1, std::memory_order_relaxed);
-  return Outcome::hit;
+  return outcome;
 }
 
 FastPath::Outcome FastPath::read_together(
@@ -339,47 +337,36 @@ FastPath::Outcome FastPath::read_together(
     const std::function<bool(std::size_t, const Entry&)>& accept, const ConsumeAt& consume) {
   // Counted as one lease-free read (as the actors count a volume's group
   // of objects), not as gets: hits, misses and stale count single keys.
-  auto miss = [] { return Outcome::miss; };
-  if (keys.empty()) return miss();
-  struct Part {
-    Entry entry;
-    std::shared_ptr<Channel> channel;
-    transports::Transport::TaggedBytes at;
-  };
-  std::vector<Part> parts(keys.size());
+  if (keys.empty()) return Outcome::miss;
+  std::vector<Entry> entries(keys.size());
+  std::vector<TaggedObject> objects(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    auto& p = parts[i];
-    p.channel = channel_of(keys[i], &p.entry);
-    if (!p.channel || !p.channel->direct(p.entry) || !accept(i, p.entry)) return miss();
+    auto channel = channel_of(keys[i], &entries[i]);
+    if (!channel || !channel->direct(entries[i]) || !accept(i, entries[i])) return Outcome::miss;
+    objects[i] = TaggedObject{entries[i].object_id, channel->tagged(entries[i])};
+    if (!objects[i].at.tag) return Outcome::miss;
   }
-  // The seqlock argument of read_direct, over all the objects at once:
-  // every tag names its object before the first copy and after the last,
-  // and the volume clears a tag before the object's memory serves anything
-  // else, so every copy is of a committed object that was current
-  // throughout (a writer's replace clears the old tags before it returns).
-  auto stale = [&](std::size_t i) {
-    cache_->erase_object(keys[i], parts[i].entry.object_id);
+  // One snapshot: every tag names its object before the first copy and
+  // after the last (a writer's replace clears the old tags before it
+  // returns).
+  std::size_t changed = 0;
+  const auto outcome = read_tagged(
+      objects.data(), objects.size(),
+      [&] {
+        for (std::size_t i = 0; i < objects.size(); ++i) {
+          if (!consume(i, entries[i], objects[i].at.data, entries[i].nbytes)) return false;
+        }
+        return true;
+      },
+      &changed);
+  if (outcome == Outcome::stale) {
+    cache_->erase_object(keys[changed], entries[changed].object_id);
     lease_free_stale_.fetch_add(1, std::memory_order_relaxed);
-    return Outcome::stale;
-  };
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    auto& p = parts[i];
-    p.at = p.channel->tagged(p.entry);
-    if (!p.at.tag) return miss();
-    if (p.at.tag->load(std::memory_order_acquire) != p.entry.object_id) return stale(i);
+  } else if (outcome == Outcome::hit) {
+    lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
+    direct_batches_.fetch_add(1, std::memory_order_relaxed);
   }
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (!consume(i, parts[i].entry, parts[i].at.data, parts[i].entry.nbytes)) return miss();
-  }
-  std::atomic_thread_fence(std::memory_order_acquire);
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].at.tag->load(std::memory_order_relaxed) != parts[i].entry.object_id) {
-      return stale(i);
-    }
-  }
-  lease_free_reads_.fetch_add(1, std::memory_order_relaxed);
-  direct_batches_.fetch_add(1, std::memory_order_relaxed);
-  return Outcome::hit;
+  return outcome;
 }
 
 std::optional<FastPath::Pointer> FastPath::pointer_here(const std::string& prefix) {

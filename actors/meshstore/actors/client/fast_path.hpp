@@ -48,11 +48,11 @@
 #include "meshstore/dtype.hpp"
 #include "meshstore/object_format.hpp"
 #include "meshstore/tensor.hpp"
+#include "meshstore/transports/transport.hpp"
 #include "meshstore/wire/records.hpp"
 
 namespace meshstore::transports {
 class SmallOps;
-class Transport;
 namespace shm {
 class ProcessWatch;
 class Ring;
@@ -60,6 +60,50 @@ class Ring;
 }  // namespace meshstore::transports
 
 namespace meshstore::actors {
+
+/// One object of a direct read: the object it must be, and its tag and
+/// bytes in its volume's shared memory (Transport::tagged_bytes).
+struct TaggedObject {
+  std::uint64_t object_id = 0;
+  transports::Transport::TaggedBytes at;
+};
+
+/// What a read did.
+enum class ReadOutcome {
+  hit,   ///< served: the bytes were copied
+  miss,  ///< not possible this way (nothing cached, no channel, refused, a copy failed)
+  stale  ///< an object is no longer there, or changed during the copy: locate afresh
+};
+
+/// The direct read's check (docs/architecture.md, "Direct reads"), made
+/// before its copy and again after it: the first of `objects` whose tag
+/// does not name it now, or n when every one does. Committed bytes never
+/// change, and the volume clears an object's tag before its memory serves
+/// anything else, so tags unchanged from before the copy to after it mean
+/// the copy is those objects' bytes. (The check after a copy follows an
+/// acquire fence: read_tagged, or the client actor's reads after a locate,
+/// client/volume_reads.cpp, whose copies run on the copy engine.)
+inline std::size_t first_changed(const TaggedObject* objects, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (objects[i].at.tag->load(std::memory_order_acquire) != objects[i].object_id) return i;
+  }
+  return n;
+}
+
+/// A direct read on this thread (the caller's: FastPath::read,
+/// read_together): hit: `copy()` returned true and every tag held; miss:
+/// `copy()` returned false; stale: objects[*changed] was not its object,
+/// before or after (the copy may have run: it must only write what a
+/// second read writes again).
+template <class Copy>
+ReadOutcome read_tagged(const TaggedObject* objects, std::size_t n, Copy&& copy,
+                        std::size_t* changed) {
+  if ((*changed = first_changed(objects, n)) != n) return ReadOutcome::stale;
+  if (!copy()) return ReadOutcome::miss;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if ((*changed = first_changed(objects, n)) != n) return ReadOutcome::stale;
+  return ReadOutcome::hit;
+}
 
 class FastPath {
  public:
@@ -75,12 +119,7 @@ class FastPath {
   /// The location cache it reads through.
   LocationCache& cache() const { return *cache_; }
   const std::shared_ptr<LocationCache>& shared_cache() const { return cache_; }
-  /// What a read did.
-  enum class Outcome {
-    hit,   ///< served: `consume` got the bytes
-    miss,  ///< nothing cached, no ring, refused by `accept`, or the ring failed
-    stale  ///< the volume no longer holds that object: locate afresh
-  };
+  using Outcome = ReadOutcome;
   struct Stats {
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;

@@ -71,50 +71,113 @@ Result<bool> map_views(client_pointer self, const std::shared_ptr<VolumeConn>& c
   return true;
 }
 
-// Copies a target's box out of its (leased) region: straight from the
-// mapping where the transport maps memory (host regions only: a region in
-// GPU memory, over cuda-ipc, has no mapping), else through a range read of
-// the bytes from the box's first element to its last.
+// Copies target `t`'s box out of `src`, its whole shard: one run split
+// over the copy engine's threads where the box is whole rows of it, else
+// its rows split over them.
+Future<void> copy_box_from(std::shared_ptr<const std::byte> src, const ReadTarget& t) {
+  const auto b = *t.box;
+  std::byte* dst = t.dst;
+  auto& engine = transports::CopyEngine::instance();
+  auto in_src = b.region.relative_to(b.from);
+  auto in_dst = b.region.relative_to(b.to);
+  if (in_src.ok() && in_dst.ok() && in_src->is_contiguous_in_global() &&
+      in_dst->is_contiguous_in_global()) {
+    const auto n = static_cast<std::size_t>(b.region.numel()) * b.elsize;
+    const auto from = static_cast<std::size_t>(in_src->global_flat_offset()) * b.elsize;
+    const auto to = static_cast<std::size_t>(in_dst->global_flat_offset()) * b.elsize;
+    return engine.copy(dst + to, src.get() + from, n, std::size_t{8} << 20).then([src] {});
+  }
+  // (A 0-dim box is one run, copied above.)
+  const std::int64_t rows = b.region.local_shape()[0];
+  const std::int64_t pieces = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(engine.threads(),
+                                static_cast<std::int64_t>(b.region.numel() * b.elsize >> 20)));
+  std::vector<Future<void>> parts;
+  for (std::int64_t p = 0; p < pieces; ++p) {
+    const auto [lo, hi] = chunk_range(rows, pieces, p);
+    if (lo == hi) continue;
+    Shape off = b.region.offsets(), len = b.region.local_shape();
+    off[0] += lo;
+    len[0] = hi - lo;
+    auto part = TensorSlice::make(b.region.global_shape(), off, len);
+    if (!part.ok()) return make_error_future<void>(part.status());
+    parts.push_back(engine.run(
+        [src, b, dst, part = *part] { copy_box(src.get(), b.from, dst, b.to, part, b.elsize); }));
+  }
+  return settle_all(std::move(parts));
+}
+
+// Converts elements [first, first + count) of `src` (of `from`) into `dst`
+// (of `to`, laid out from element 0).
+Status cast_range(const std::byte* src, DType from, std::byte* dst, DType to, std::size_t first,
+                  std::size_t count) {
+  TensorView v(const_cast<std::byte*>(src) + first * dtype_size(from), from,
+               {static_cast<std::int64_t>(count)});
+  return cast_to(v, to, dst + first * dtype_size(to));
+}
+
+// Whether a cast read's object holds the elements its record says.
+Status check_cast(const ReadTarget& t) {
+  const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
+  if (numel * dtype_size(t.dtype) == t.nbytes) return Status();
+  return Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
+                                          std::to_string(t.nbytes) + " bytes, not " +
+                                          std::to_string(numel) + " elements of " +
+                                          std::string(dtype_name(t.dtype)));
+}
+
+// Converts target `t`'s object, all of it in `src`, into t.dst, split over
+// the copy engine's threads.
+Future<void> cast_from(std::shared_ptr<const std::byte> src, const ReadTarget& t) {
+  if (auto s = check_cast(t); !s.ok()) return make_error_future<void>(s);
+  if (t.nbytes == 0) return make_ready_future();
+  const auto numel = static_cast<std::int64_t>(shape_numel(t.shape));
+  auto& engine = transports::CopyEngine::instance();
+  const auto pieces = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(engine.threads(), static_cast<std::int64_t>(t.nbytes >> 20)));
+  auto failed = std::make_shared<std::atomic<bool>>(false);
+  std::vector<Future<void>> parts;
+  for (std::int64_t p = 0; p < pieces; ++p) {
+    const auto [lo, hi] = chunk_range(numel, pieces, p);
+    if (lo == hi) continue;
+    parts.push_back(engine.run([src, t, lo = lo, hi = hi, failed] {
+      if (!cast_range(src.get(), t.dtype, t.dst, *t.cast_to, static_cast<std::size_t>(lo),
+                      static_cast<std::size_t>(hi - lo))
+               .ok()) {
+        failed->store(true);
+      }
+    }));
+  }
+  return settle_all(std::move(parts)).then([failed, t]() -> Status {
+    if (failed->load()) {
+      return Status(Errc::internal, "cannot cast " + std::string(dtype_name(t.dtype)) + " to " +
+                                        std::string(dtype_name(*t.cast_to)));
+    }
+    return Status();
+  });
+}
+
+// Copies target `t`'s object out of `src`, memory holding all of it (a
+// mapping of its region, or its bytes in the volume's shared memory on a
+// direct read), where the target wants it: its box, converted, scattered
+// to pieces, or whole, split over the copy engine's threads. `src` stays
+// alive until the copy is done. Host memory only.
+Future<void> copy_from(std::shared_ptr<const std::byte> src, const ReadTarget& t) {
+  if (t.box) return copy_box_from(std::move(src), t);
+  if (t.cast_to) return cast_from(std::move(src), t);
+  if (t.scatter) return scatter_from(t.scatter, std::move(src), t.nbytes);
+  const std::byte* from = src.get();
+  return transports::CopyEngine::instance()
+      .copy(t.dst, from, t.nbytes, std::size_t{8} << 20)
+      .then([src] {});
+}
+
+// Copies a target's box out of its (leased) region, through a range read
+// of the bytes from the box's first element to its last.
 Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                       const ReadTarget& t) {
   const auto b = *t.box;
   std::byte* dst = t.dst;
-  if (c->transport->capabilities().maps_memory && region.device < 0) {
-    auto mem = c->transport->map_writable(region);
-    if (!mem.ok()) return make_error_future<void>(mem.status());
-    auto src = std::move(mem).value();
-    auto& engine = transports::CopyEngine::instance();
-    auto in_src = b.region.relative_to(b.from);
-    auto in_dst = b.region.relative_to(b.to);
-    if (in_src.ok() && in_dst.ok() && in_src->is_contiguous_in_global() &&
-        in_dst->is_contiguous_in_global()) {
-      // One run in both (whole rows of a row shard): one copy, split over
-      // the engine's threads.
-      const auto n = static_cast<std::size_t>(b.region.numel()) * b.elsize;
-      const auto from = static_cast<std::size_t>(in_src->global_flat_offset()) * b.elsize;
-      const auto to = static_cast<std::size_t>(in_dst->global_flat_offset()) * b.elsize;
-      return engine.copy(dst + to, src.get() + from, n, std::size_t{8} << 20).then([src] {});
-    }
-    // Strided: the rows (first dimension) split over the engine's threads.
-    // (A 0-dim box is one run, copied above.)
-    const std::int64_t rows = b.region.local_shape()[0];
-    const std::int64_t pieces = std::max<std::int64_t>(
-        1, std::min<std::int64_t>(engine.threads(),
-                                  static_cast<std::int64_t>(b.region.numel() * b.elsize >> 20)));
-    std::vector<Future<void>> parts;
-    for (std::int64_t p = 0; p < pieces; ++p) {
-      const auto [lo, hi] = chunk_range(rows, pieces, p);
-      if (lo == hi) continue;
-      Shape off = b.region.offsets(), len = b.region.local_shape();
-      off[0] += lo;
-      len[0] = hi - lo;
-      auto part = TensorSlice::make(b.region.global_shape(), off, len);
-      if (!part.ok()) return make_error_future<void>(part.status());
-      parts.push_back(engine.run(
-          [src, b, dst, part = *part] { copy_box(src.get(), b.from, dst, b.to, part, b.elsize); }));
-    }
-    return settle_all(std::move(parts));
-  }
   Shape last = b.region.offsets();
   for (std::size_t k = 0; k < last.size(); ++k) last[k] += b.region.local_shape()[k] - 1;
   const std::int64_t lo = offset_in(b.from, b.region.offsets());
@@ -132,15 +195,6 @@ Future<void> read_box(const std::shared_ptr<VolumeConn>& c, const wire::RegionRe
           [tmp, b, dst, lo] { copy_box(tmp->data(), b.from, dst, b.to, b.region, b.elsize, lo); });
 }
 
-// Converts elements [first, first + count) of `src` (of `from`) into `dst`
-// (of `to`, laid out from element 0).
-Status cast_range(const std::byte* src, DType from, std::byte* dst, DType to, std::size_t first,
-                  std::size_t count) {
-  TensorView v(const_cast<std::byte*>(src) + first * dtype_size(from), from,
-               {static_cast<std::int64_t>(count)});
-  return cast_to(v, to, dst + first * dtype_size(to));
-}
-
 // The rest of a cast read through `scratch`, from byte `done` of the
 // object: one range read at a time, each converted while it is in cache.
 Future<void> read_cast_chunks(std::shared_ptr<VolumeConn> c, wire::RegionRef region, ReadTarget t,
@@ -156,50 +210,12 @@ Future<void> read_cast_chunks(std::shared_ptr<VolumeConn> c, wire::RegionRef reg
   });
 }
 
-// A cast read (ReadOptions::cast): the target's object, of t.dtype, lands
-// in t.dst converted to *t.cast_to, in one pass: straight from the mapping
-// where the transport maps memory, split over the copy engine's threads;
-// else through a bounded scratch buffer.
+// A cast read (ReadOptions::cast) through a bounded scratch buffer: the
+// target's object, of t.dtype, lands in t.dst converted to *t.cast_to.
 Future<void> read_cast(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                        const ReadTarget& t) {
-  const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
+  if (auto s = check_cast(t); !s.ok()) return make_error_future<void>(s);
   const std::size_t elsize = dtype_size(t.dtype);
-  if (numel * elsize != t.nbytes) {
-    return make_error_future<void>(
-        Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
-                                         std::to_string(t.nbytes) + " bytes, not " +
-                                         std::to_string(numel) + " elements of " +
-                                         std::string(dtype_name(t.dtype))));
-  }
-  if (numel == 0) return make_ready_future();
-  if (c->transport->capabilities().maps_memory && region.device < 0) {
-    auto mem = c->transport->map_read_only(region);
-    if (!mem.ok()) return make_error_future<void>(mem.status());
-    auto src = std::move(mem).value();
-    auto& engine = transports::CopyEngine::instance();
-    const auto pieces = std::max<std::int64_t>(
-        1, std::min<std::int64_t>(engine.threads(), static_cast<std::int64_t>(t.nbytes >> 20)));
-    auto failed = std::make_shared<std::atomic<bool>>(false);
-    std::vector<Future<void>> parts;
-    for (std::int64_t p = 0; p < pieces; ++p) {
-      const auto [lo, hi] = chunk_range(static_cast<std::int64_t>(numel), pieces, p);
-      if (lo == hi) continue;
-      parts.push_back(engine.run([src, t, lo = lo, hi = hi, failed] {
-        if (!cast_range(src.get(), t.dtype, t.dst, *t.cast_to, static_cast<std::size_t>(lo),
-                        static_cast<std::size_t>(hi - lo))
-                 .ok()) {
-          failed->store(true);
-        }
-      }));
-    }
-    return settle_all(std::move(parts)).then([failed, t]() -> Status {
-      if (failed->load()) {
-        return Status(Errc::internal, "cannot cast " + std::string(dtype_name(t.dtype)) + " to " +
-                                          std::string(dtype_name(*t.cast_to)));
-      }
-      return Status();
-    });
-  }
   constexpr std::size_t kScratchBytes = std::size_t{4} << 20;
   auto scratch = std::make_shared<std::vector<std::byte>>();
   try {
@@ -211,17 +227,9 @@ Future<void> read_cast(const std::shared_ptr<VolumeConn>& c, const wire::RegionR
   return read_cast_chunks(c, region, t, std::move(scratch), 0);
 }
 
-// A scattered read: straight out of the mapping where the transport maps
-// memory (the transport's cached mapping, already populated, as read_box
-// uses: a mapping of its own would fault in every page again), else
-// through a scratch copy of the whole object.
+// A scattered read through a scratch copy of the whole object.
 Future<void> read_scattered(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                             const ReadTarget& t) {
-  if (c->transport->capabilities().maps_memory && region.device < 0) {
-    auto mem = c->transport->map_writable(region);
-    if (!mem.ok()) return make_error_future<void>(mem.status());
-    return scatter_from(t.scatter, std::move(mem).value(), t.nbytes);
-  }
   auto tmp = std::make_shared<std::vector<std::byte>>();
   try {
     tmp->resize(t.nbytes);
@@ -236,8 +244,12 @@ Future<void> read_scattered(const std::shared_ptr<VolumeConn>& c, const wire::Re
   });
 }
 
-// Starts copying each target's object out of its region (`regions[i]`
-// holds targets[i]'s object: a lease's, or a lease-free read's).
+// Starts copying each target's object out of its leased region
+// (`regions[i]` holds targets[i]'s object). A box, a cast or pieces come
+// straight from the region's mapping where the transport maps memory (its
+// cached mapping, already populated: one of its own would fault in every
+// page again; host regions only: one in GPU memory, over cuda-ipc, has
+// none), else through reads of the bytes.
 std::vector<Future<void>> copy_out(const std::shared_ptr<VolumeConn>& c,
                                    const std::vector<wire::RegionRef>& regions,
                                    const std::vector<ReadTarget>& targets) {
@@ -249,6 +261,13 @@ std::vector<Future<void>> copy_out(const std::shared_ptr<VolumeConn>& c,
           Status(Errc::protocol_error, "object " + std::to_string(t.object_id) + " holds " +
                                            std::to_string(regions[i].nbytes) +
                                            " bytes, the index says " + std::to_string(t.nbytes))));
+      continue;
+    }
+    if ((t.box || t.cast_to || t.scatter) && c->transport->capabilities().maps_memory &&
+        regions[i].device < 0) {
+      auto mem = c->transport->map_writable(regions[i]);
+      reads.push_back(mem.ok() ? copy_from(std::move(mem).value(), t)
+                               : make_error_future<void>(mem.status()));
       continue;
     }
     if (t.box) {
@@ -272,34 +291,22 @@ std::vector<Future<void>> copy_out(const std::shared_ptr<VolumeConn>& c,
   return reads;
 }
 
-// A lease-free read: where this client knows each target's region and the
-// transport shows the tag naming the object there (shm), the bytes are
-// copied straight away, without asking the volume for a lease; the tags,
-// read before and after the copy, must name the target's object both
-// times. Committed bytes never change, and the volume clears an object's
-// tag before its memory serves anything else, so an unchanged tag means
-// an intact copy of that committed object; a changed one sends the read
-// the leased way (docs/architecture.md, "Lease-free reads").
-struct LeaseFreeRead {
-  std::vector<wire::RegionRef> regions;
-  std::vector<std::shared_ptr<const std::atomic<std::uint64_t>>> tags;
-};
-
-// The lease-free read of `targets` (host copies into the caller's memory,
-// of any size, each object's region known and tagged with its id now);
-// nullopt where one is not. One that loses
-// its race with a writer copies again under a lease, as a direct read does.
-std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const VolumeConn& c,
-                                                const std::vector<ReadTarget>& targets) {
+// The objects of `targets` where a direct read (read_tagged) takes them:
+// each in a same-host volume's shared memory at a place this client knows
+// (its record's, or a lease's before), its tag naming it now; nullopt
+// where one is not (a view or a GPU destination, a transport that maps
+// nothing, the controller's process gone, no place known, an object
+// replaced already).
+std::optional<std::vector<TaggedObject>> direct_read_of(client_pointer self, const VolumeConn& c,
+                                                        const std::vector<ReadTarget>& targets) {
   const auto& controller = self->state.controller_process;
   if (targets.empty() || !c.transport->capabilities().maps_memory ||
       (controller && !controller->alive())) {
     return std::nullopt;
   }
-  LeaseFreeRead d;
+  std::vector<TaggedObject> objects;
   for (const auto& t : targets) {
     if (t.view || t.device) return std::nullopt;
-    // Seen by this client, else where its record says it lies.
     wire::RegionRef region;
     auto it = c.known_regions.find(t.object_id);
     if (it != c.known_regions.end()) {
@@ -312,16 +319,11 @@ std::optional<LeaseFreeRead> lease_free_read_of(client_pointer self, const Volum
       return std::nullopt;
     }
     if (region.nbytes != t.nbytes) return std::nullopt;
-    auto tag = c.transport->object_tag(region);
-    if (!tag) return std::nullopt;
-    if (tag->load(std::memory_order_acquire) != t.object_id) {
-      self->state.cfg.fast_path->count_lease_free(false);  // replaced or removed
-      return std::nullopt;
-    }
-    d.regions.push_back(std::move(region));
-    d.tags.push_back(std::move(tag));
+    TaggedObject object{t.object_id, c.transport->tagged_bytes(region)};
+    if (!object.at.tag) return std::nullopt;
+    objects.push_back(std::move(object));
   }
-  return d;
+  return objects;
 }
 
 }  // namespace
@@ -473,19 +475,30 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
   with_volume(self, volume_id, [=](const ConnResult& conn) mutable {
     if (!conn.ok()) return (void)promise->set_error(conn.status());
     auto c = *conn;
-    auto unleased = lease_free_read_of(self, *c, targets);
-    if (!unleased) return leased_read(self, c, std::move(targets), pinned, stale, promise);
-    auto reads = copy_out(c, unleased->regions, targets);
-    await(self, settle_all(std::move(reads)), [=](const Result<void>& r) mutable {
-      // Each tag read again after the copy (seqlock style): still the
-      // object's id, so no byte copied belonged to anything else.
+    auto direct = direct_read_of(self, *c, targets);
+    if (!direct) return leased_read(self, c, std::move(targets), pinned, stale, promise);
+    // The direct read's check before the copies (replaced already: read
+    // under a lease, which locates afresh), the copies on the copy engine,
+    // and the check again once they are done.
+    auto objects = std::make_shared<std::vector<TaggedObject>>(std::move(*direct));
+    if (first_changed(objects->data(), objects->size()) != objects->size()) {
+      self->state.cfg.fast_path->count_lease_free(false);
+      return leased_read(self, c, std::move(targets), pinned, stale, promise);
+    }
+    std::vector<Future<void>> copies;
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      // The bytes stay mapped while their tag lives.
+      const auto& at = (*objects)[i].at;
+      copies.push_back(copy_from(std::shared_ptr<const std::byte>(at.tag, at.data), targets[i]));
+    }
+    await(self, settle_all(std::move(copies)), [=](const Result<void>& r) mutable {
       std::atomic_thread_fence(std::memory_order_acquire);
-      bool same = r.ok();
-      for (std::size_t i = 0; same && i < targets.size(); ++i) {
-        same = unleased->tags[i]->load(std::memory_order_relaxed) == targets[i].object_id;
-      }
+      const bool same =
+          r.ok() && first_changed(objects->data(), objects->size()) == objects->size();
       self->state.cfg.fast_path->count_lease_free(same);
       if (same) return (void)promise->set_value();
+      // Changed under the copy, or a copy failed: read again under a
+      // lease, which reports what failed.
       leased_read(self, c, std::move(targets), pinned, stale, promise);
     });
   });
