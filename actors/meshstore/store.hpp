@@ -320,7 +320,11 @@ struct TensorSpec {
 /// private buffers and commit() puts them as put_state_dict does.
 ///
 /// A handle: copies share one staged state dict. When the last copy goes
-/// before commit(), the memory is given back (abort()). Thread-compatible:
+/// before commit(), the memory is given back (abort()); the future
+/// stage_state_dict answered holds a copy too, which the store's thread
+/// that completed it lets go a moment later, so the memory of a staging
+/// dropped at once comes back on that thread (call abort() to have it
+/// back before it returns). Thread-compatible:
 /// fill disjoint tensors from any threads, but call commit() and abort()
 /// from one.
 class StagedStateDict {

@@ -263,7 +263,7 @@ struct internal::StagedAccess {
     // Staged over the client's channel from its waiting thread, which may
     // connect the client to its volume first.
     actors::FastPath* raw = fast.get();  // its waiting thread's jobs end before it goes
-    raw->defer([raw, impl, keys, sizes, out, what] {
+    raw->defer([raw, impl, keys, sizes, out, what]() mutable {
       auto r = actors::stage_over_channel(*raw, *keys, *sizes, impl->pub.timeout);
       std::vector<std::byte*> memory;
       if (r.ok()) {
@@ -291,8 +291,11 @@ struct internal::StagedAccess {
         impl->abort();
         return (void)out->set_error(s);
       }
+      // The caller's copies hold the staging from here: not this job too,
+      // or dropping the last of them would give it back on this thread,
+      // after the caller went on (the memory back when the last copy goes).
       StagedStateDict staged;
-      staged.impl_ = impl;
+      staged.impl_ = std::move(impl);
       out->set_value(std::move(staged));
     });
     return fut;
