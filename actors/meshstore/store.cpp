@@ -562,6 +562,7 @@ FastPathStats Store::fast_path_stats() const {
   out.direct_reads = s.direct_reads;
   out.direct_state_dicts = s.direct_batches;
   out.state_dict_puts = s.state_dict_puts;
+  out.resent_commits = s.resent_commits;
   return out;
 }
 

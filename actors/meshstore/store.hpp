@@ -285,6 +285,11 @@ struct FastPathStats {
   /// staged state dicts' commits (docs/architecture.md, "State dict puts
   /// on the caller's thread").
   std::uint64_t state_dict_puts = 0;
+  /// Commits sent again, with their ids, over a new connection after
+  /// their channel failed with them on their way (tcp): the volume answers
+  /// each what it did with the first, or does it then, once
+  /// (docs/architecture.md, "A commit sent again").
+  std::uint64_t resent_commits = 0;
 };
 
 /// How put_state_dict and publish_state_dict store a state dict.

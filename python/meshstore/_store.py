@@ -372,7 +372,7 @@ class Store:
         """What this process's calls on the caller's thread did, now (a
         dict: hits, misses, stale, rings, puts,
         lease_free_reads, lease_free_stale, direct_reads,
-        direct_state_dicts, state_dict_puts). Not a future: read on the
+        direct_state_dicts, state_dict_puts, resent_commits). Not a future: read on the
         caller's thread."""
         return self._s.fast_path_stats()
 

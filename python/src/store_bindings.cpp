@@ -597,6 +597,7 @@ void bind_store(py::module_& m) {
              d["direct_reads"] = f.direct_reads;
              d["direct_state_dicts"] = f.direct_state_dicts;
              d["state_dict_puts"] = f.state_dict_puts;
+             d["resent_commits"] = f.resent_commits;
              return d;
            })
       .def("stats",

@@ -347,6 +347,39 @@ TEST_P(VolumeEnd, AChannelStagesObjectsForItsClientAndTakesThemBack) {
   EXPECT_ERROR(send_commit(bytes, 0), Errc::protocol_error, "to give back is no object");
 }
 
+// A commit sent again with its id (its client's channel failed with the
+// first on its way: FastPath::commit) is answered what the first was, and
+// not done again; another id is another commit.
+TEST_P(VolumeEnd, ACommitSentAgainWithItsIdIsDoneOnce) {
+  ASSERT_OK(attach());
+  fast_get::CommitRequest req;
+  req.stage = {{"sd", 64}, {"sd#packed", 4096}};
+  req.id = 0x1d1d;
+  std::vector<std::byte> bytes;
+  fast_get::encode_into(req, bytes);
+  auto first = exchange_commit(bytes, 0, 2);
+  ASSERT_OK(first);
+  ASSERT_EQ(first->staged.size(), 2u);
+  auto again = exchange_commit(bytes, 0, 2);
+  ASSERT_OK(again);
+  ASSERT_EQ(again->staged.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again->staged[i].region_id, first->staged[i].region_id);
+  }
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->staged, 2u) << "the commit sent again was done again";
+  req.id = 0x1d1e;
+  fast_get::encode_into(req, bytes);
+  auto other = exchange_commit(bytes, 0, 2);
+  ASSERT_OK(other);
+  ASSERT_EQ(other->staged.size(), 2u);
+  EXPECT_NE(other->staged[0].region_id, first->staged[0].region_id);
+  stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(stat);
+  EXPECT_EQ(stat->staged, 4u);
+}
+
 // A commit over a channel (a state dict put on its caller's thread:
 // docs/architecture.md, "Data path") is input from another process: the
 // volume refuses one that does not decode, one naming another volume's
@@ -606,6 +639,19 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
     EXPECT_EQ(back->records[i].shards.at(0).object_id, req.records[i].shards[0].object_id);
     EXPECT_EQ(back->records[i].shards.at(0).place, "place");
   }
+  EXPECT_EQ(back->id, 0u);  // not identified
+  // An identified commit carries its id; the flag with id 0 is refused.
+  fast_get::CommitRequest identified = req;
+  identified.id = 0xfeedf00d12345678ULL;
+  std::vector<std::byte> id_bytes;
+  fast_get::encode_into(identified, id_bytes);
+  auto with_id = fast_get::decode_commit(id_bytes);
+  ASSERT_OK(with_id);
+  EXPECT_EQ(with_id->id, identified.id);
+  EXPECT_EQ(with_id->records.size(), 3u);
+  EXPECT_EQ(with_id->stage, req.stage);
+  std::memset(id_bytes.data() + 24, 0, 8);
+  EXPECT_ERROR(fast_get::decode_commit(id_bytes), Errc::protocol_error, "identified as 0");
   fast_get::CommitRequest odd_device;
   odd_device.stage = {{"x", 8, -2}};
   std::vector<std::byte> odd_bytes;

@@ -2,6 +2,7 @@
 // within a bound, nothing hangs.
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "meshstore/store.hpp"
@@ -221,6 +222,54 @@ void killed_controller_ends_fast_puts(const std::string& transport) {
 TEST(Failure, KilledControllerEndsFastPutsAtOnce) { killed_controller_ends_fast_puts(""); }
 
 TEST(Failure, KilledControllerEndsTcpFastPutsAtOnce) { killed_controller_ends_fast_puts("tcp"); }
+
+// A put whose commit is on its way over tcp when the connection stops
+// answering (the server's process frozen, as a network that drops a link
+// would leave it): past the request timeout the client cannot tell
+// whether the commit landed, so it sends the same commit again, with its
+// id, over a new connection; the volume does it once and answers both
+// (docs/architecture.md, "A commit sent again"). The put succeeds, and
+// the controller committed one put, not two.
+TEST(Failure, ACommitWhoseConnectionFailedIsSentAgainAndDoneOnce) {
+  Child serve({kTool, "serve", "--port", "0"});
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
+  StoreOptions o;
+  o.transport = "tcp";
+  o.request_timeout = 2s;  // each wait for the frozen server, then the resend's
+  auto client = Store::connect(address, o).value();
+  float x = 1;
+  ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));  // opens the channel
+  ASSERT_TRUE(eventually([&] { return client.fast_path_stats().rings >= 1; }, kBound));
+  const auto before = client.controller_counters().get(kWait);
+  ASSERT_OK(before);
+  ASSERT_EQ(client.fast_path_stats().resent_commits, 0u);
+
+  serve.signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return all_threads_stopped(serve.pid()); }, kBound));
+  x = 2;
+  auto put = std::async(std::launch::async,
+                        [&] { return client.put("k", TensorView::of(&x, {})).get(kWait); });
+  // The first connection timed out with the commit on its way; the same
+  // commit is being sent again. Then the server runs again.
+  const bool resent = eventually([&] { return client.fast_path_stats().resent_commits >= 1; }, 30s);
+  serve.signal(SIGCONT);
+  const auto done = put.get();
+  const auto stats = client.fast_path_stats();
+  ASSERT_TRUE(resent) << "the commit was not sent again; the put: " << done.status().to_string()
+                      << "; channels " << stats.rings << ", puts " << stats.puts;
+  ASSERT_OK(done);
+  EXPECT_EQ(*client.get("k").get(kWait)->data_as<float>(), 2.0f);
+  const auto after = client.controller_counters().get(kWait);
+  ASSERT_OK(after);
+  EXPECT_EQ(after->notify_put_batch, before->notify_put_batch + 1) << "the put was committed twice";
+  EXPECT_EQ(client.fast_path_stats().resent_commits, 1u);
+  // The new connection is the channel from now on.
+  x = 3;
+  ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
+  EXPECT_EQ(*client.get("k").get(kWait)->data_as<float>(), 3.0f);
+  EXPECT_EQ(client.fast_path_stats().resent_commits, 1u);
+}
 
 TEST(Failure, MeshrunExitsNonZeroWhenARankIsKilled) {
   Child c({kMeshrun, "-n", "3", "--", "sh", "-c",

@@ -70,6 +70,30 @@ inline int thread_count(int pid = 0) {
   return n;
 }
 
+/// Whether every thread of process `pid` is stopped (state T in
+/// /proc/PID/task/TID/stat): a SIGSTOP takes effect in each thread when it
+/// next runs, which on a loaded host may be well after kill() returned.
+inline bool all_threads_stopped(int pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  int threads = 0, stopped = 0;
+  if (auto* d = ::opendir(dir.c_str())) {
+    while (auto* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      ++threads;
+      std::ifstream stat(dir + "/" + e->d_name + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      // The state follows the command, which is in parentheses.
+      const auto close = line.rfind(')');
+      if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T') {
+        ++stopped;
+      }
+    }
+    ::closedir(d);
+  }
+  return threads > 0 && stopped == threads;
+}
+
 /// How many threads of this process are named `name` (their comm, as
 /// `top -H` and perf show it), by /proc.
 inline int threads_named(const std::string& name) {

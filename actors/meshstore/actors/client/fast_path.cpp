@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -219,6 +220,11 @@ void FastPath::add_remote(const std::string& volume_id,
 bool FastPath::has_ring(const std::string& volume_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return rings_.count(volume_id) != 0;
+}
+
+FastPath::FastPath(std::shared_ptr<LocationCache> cache) : cache_(std::move(cache)) {
+  std::random_device rd;
+  next_commit_id_.store((std::uint64_t{rd()} << 32) ^ (std::uint64_t{rd()} << 8));
 }
 
 FastPath::~FastPath() { stop_waiting(); }
@@ -494,7 +500,7 @@ std::size_t FastPath::request_room(const std::string& volume_id) const {
 }
 
 Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
-                                              const fast_get::CommitRequest& req,
+                                              fast_get::CommitRequest& req,
                                               std::chrono::milliseconds timeout, bool* sent,
                                               bool* refused) {
   *sent = false;
@@ -510,6 +516,7 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   }
   std::unique_lock<std::mutex> lock(channel->mu);
   if (channel->failed) return Status(Errc::unavailable, "the channel failed");
+  while (req.id == 0) req.id = next_commit_id_.fetch_add(1, std::memory_order_relaxed);
   fast_get::encode_into(req, channel->request);
   if (channel->request.size() > fast_get::kMaxAssembledBytes) {
     return Status(Errc::unsupported,
@@ -521,7 +528,17 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
     return s;
   };
   auto m = channel->exchange(std::chrono::steady_clock::now() + timeout, sent);
-  if (!m.ok()) return fail(m.status());
+  if (!m.ok()) {
+    const Status why = fail(m.status());
+    if (!*sent) return why;
+    // It may have landed: the same request again, with its id.
+    auto again = resend(volume_id, *channel, timeout);
+    if (!again) return why;
+    if (!again->ok()) {
+      return Status(why.code(), why.message() + "; sent again: " + again->status().to_string());
+    }
+    m = std::move(*again);
+  }
   const auto inlined = static_cast<std::size_t>(
       std::count_if(req.inlined.begin(), req.inlined.end(), [](const auto& b) { return b; }));
   auto done = fast_get::decode_commit_reply(*m, req.records.size(), inlined, req.stage.size(),
@@ -529,6 +546,33 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   // A reply that does not decode: the ring is not to be trusted.
   if (!done.ok() && !*refused) return fail(done.status());
   return done;
+}
+
+std::optional<Result<std::vector<std::byte>>> FastPath::resend(const std::string& volume_id,
+                                                               const Channel& failed,
+                                                               std::chrono::milliseconds timeout) {
+  if (!failed.remote || !failed.transport) return std::nullopt;
+  resent_commits_.fetch_add(1, std::memory_order_relaxed);
+  // Its connect and handshake take at most the transport's request timeout.
+  auto ops = failed.transport->open_small_ops();  // the volume knows the client by its token
+  if (!ops.ok()) return std::nullopt;
+  auto fresh = std::make_shared<Channel>();
+  fresh->remote = std::move(ops).value();
+  fresh->token = failed.token;
+  fresh->transport = failed.transport;
+  std::lock_guard<std::mutex> lock(fresh->mu);
+  fresh->request = failed.request;
+  auto m = fresh->exchange(std::chrono::steady_clock::now() + timeout);
+  if (!m.ok()) return Result<std::vector<std::byte>>(m.status());
+  {
+    // The new connection is the volume's channel from now on.
+    std::lock_guard<std::mutex> guard(mu_);
+    if (!closed_ && rings_.count(volume_id) == 0) {
+      rings_[volume_id] = fresh;
+      failed_.erase(volume_id);
+    }
+  }
+  return Result<std::vector<std::byte>>(std::move(m).value());
 }
 
 bool FastPath::note_layout(const std::string& under, const std::vector<std::uint64_t>& sizes) {
@@ -602,6 +646,7 @@ FastPath::Stats FastPath::stats() const {
   s.direct_reads = direct_reads_.load(std::memory_order_relaxed);
   s.direct_batches = direct_batches_.load(std::memory_order_relaxed);
   s.state_dict_puts = state_dict_puts_.load(std::memory_order_relaxed);
+  s.resent_commits = resent_commits_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
   return s;

@@ -110,8 +110,7 @@ class FastPath {
   /// A cached location of a whole key (the client's one location cache's).
   using Entry = LocationCache::Entry;
   /// Reads and puts through `cache`, the client actor's own.
-  explicit FastPath(std::shared_ptr<LocationCache> cache = std::make_shared<LocationCache>())
-      : cache_(std::move(cache)) {}
+  explicit FastPath(std::shared_ptr<LocationCache> cache = std::make_shared<LocationCache>());
   /// Lets the jobs handed to defer() run, then joins their thread.
   ~FastPath();
   FastPath(const FastPath&) = delete;
@@ -131,6 +130,7 @@ class FastPath {
     std::uint64_t direct_reads = 0;      ///< hits copied straight from shared memory
     std::uint64_t direct_batches = 0;    ///< read_together calls served (one snapshot each)
     std::uint64_t state_dict_puts = 0;   ///< state dicts and versions put_over_channel committed
+    std::uint64_t resent_commits = 0;    ///< commits sent again (tried) after their channel failed
   };
 
   // -- the client actor's side --
@@ -314,14 +314,18 @@ class FastPath {
   /// one round trip each.
   std::size_t request_room(const std::string& volume_id) const;
   /// One request over the channel (ring or tcp) to `volume_id`
-  /// (fast_get::CommitRequest: give back, commit, stage): what the volume
-  /// did. An error with `*sent` false did nothing (no channel, over
-  /// fast_get::kMaxAssembledBytes); with `*refused` it is the volume's refusal (nothing
-  /// done); else the channel failed with the request on its way (a
-  /// timeout, a corrupt reply, the volume gone): the outcome is unknown and
-  /// the channel is dropped. Waits at most `timeout`.
-  Result<fast_get::CommitDone> commit(const std::string& volume_id,
-                                      const fast_get::CommitRequest& req,
+  /// (fast_get::CommitRequest: give back, commit, stage), with an id it
+  /// gives `req`: what the volume did. An error with `*sent` false did
+  /// nothing (no channel, over fast_get::kMaxAssembledBytes); with
+  /// `*refused` it is the volume's refusal (nothing done). A channel that
+  /// fails with the request on its way (a timeout, a reset connection, a
+  /// corrupt reply) is dropped, and the request sent again with its id
+  /// over a new connection where the channel's transport opens one (tcp):
+  /// the volume answers it what it answered the first, or does it now,
+  /// once (docs/architecture.md, "A commit sent again"). Else, or when
+  /// that fails too, the outcome is unknown: an error with `*sent` set.
+  /// Waits at most `timeout` for each.
+  Result<fast_get::CommitDone> commit(const std::string& volume_id, fast_get::CommitRequest& req,
                                       std::chrono::milliseconds timeout, bool* sent, bool* refused);
 
   Stats stats() const;
@@ -349,6 +353,13 @@ class FastPath {
   // The caller holds the channel's lock.
   void close_failed(const std::string& volume_id, const std::shared_ptr<Channel>& channel,
                     const Status& why);
+  // Sends `failed`'s request (an identified commit whose channel failed
+  // with it on its way) again over a new connection to `volume_id`, which
+  // then serves as its channel: the reply; nullopt when the channel's
+  // transport opens none (a ring, actor messages) or it cannot connect.
+  std::optional<Result<std::vector<std::byte>>> resend(const std::string& volume_id,
+                                                       const Channel& failed,
+                                                       std::chrono::milliseconds timeout);
 
   const std::shared_ptr<LocationCache> cache_;
   mutable std::mutex mu_;  // guards rings_, closed_, home_*, controller_
@@ -379,7 +390,11 @@ class FastPath {
   std::unordered_map<std::string, Noted> noted_;  // under mu_
   std::uint64_t clock_ = 0;                       // under mu_
   std::atomic<std::uint64_t> hits_{0}, misses_{0}, stale_{0}, puts_{0}, lease_free_reads_{0},
-      lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0}, state_dict_puts_{0};
+      lease_free_stale_{0}, direct_reads_{0}, direct_batches_{0}, state_dict_puts_{0},
+      resent_commits_{0};
+  // Commit ids (fast_get::CommitRequest::id): random high bits, so that two
+  // clients' ids differ, and a count.
+  std::atomic<std::uint64_t> next_commit_id_;
 };
 
 }  // namespace meshstore::actors

@@ -88,7 +88,8 @@ void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
   w.u32(static_cast<std::uint32_t>(r.prefixes.size()));
   w.u32(static_cast<std::uint32_t>(r.release.size()));
   w.u32(static_cast<std::uint32_t>(r.stage.size()));
-  w.u32(r.sharded ? kShardedCommit : 0);
+  w.u32((r.sharded ? kShardedCommit : 0) | (r.id != 0 ? kIdentifiedCommit : 0));
+  if (r.id != 0) w.u64(r.id);
   for (std::size_t i = 0; i < r.records.size(); ++i) {
     w.bytes(wire::encode(r.records[i]));
     const auto* bytes = i < r.inlined.size() && r.inlined[i] ? &*r.inlined[i] : nullptr;
@@ -127,7 +128,9 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
                std::to_string(head[2]) + " prefixes");
   }
   if (head[1] == 0 && head[3] == 0 && head[4] == 0) return bad("a commit that asks nothing");
-  if ((head[5] & ~kShardedCommit) != 0) return bad("a commit with unknown flags");
+  if ((head[5] & ~(kShardedCommit | kIdentifiedCommit)) != 0) {
+    return bad("a commit with unknown flags");
+  }
   const bool sharded = (head[5] & kShardedCommit) != 0;
   if (sharded && (head[1] == 0 || head[2] != 0)) {
     return bad("a sharded commit of " + std::to_string(head[1]) + " records under " +
@@ -135,6 +138,10 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
   }
   Reader r{bytes, 24, "a commit"};
   CommitRequest out;
+  if ((head[5] & kIdentifiedCommit) != 0) {
+    MESHSTORE_RETURN_IF_ERROR(r.u64(out.id));
+    if (out.id == 0) return bad("a commit identified as 0");
+  }
   out.records.resize(head[1]);
   std::string field;
   for (auto& rec : out.records) {

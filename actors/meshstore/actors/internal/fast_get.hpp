@@ -82,7 +82,11 @@ std::vector<std::byte> encode_error(const Status& s);
 //          (kShardedCommit): the records are shards of sharded keys (the
 //          controller's put_shards; no prefixes), and after the stages
 //          come the group (u32 length + bytes, "" none), u64 layout, u32
-//          members and each u32 length + its key.
+//          members and each u32 length + its key. With flag 2
+//          (kIdentifiedCommit) a u64 commit id (not 0) follows the header:
+//          the volume answers a request sent again with an id it has seen
+//          (its channel failed with the first on its way) what it answered
+//          the first, and does it once.
 // Reply:   the reply header, then ok: u64 version per record, u32 objects
 //          placed (one per record sent inline), each u64 id + u32 length
 //          + its shm place ("" when the volume has no shm); u32 staged
@@ -96,6 +100,7 @@ std::vector<std::byte> encode_error(const Status& s);
 inline constexpr std::uint32_t kCommitMagic = 0x3443534d;  // "MSC4", little-endian
 inline constexpr std::uint32_t kInlineObject = 1;          ///< a record's flag
 inline constexpr std::uint32_t kShardedCommit = 1;         ///< a request's flag
+inline constexpr std::uint32_t kIdentifiedCommit = 2;      ///< a request's flag
 inline constexpr std::uint32_t kMaxCommitRecords = std::uint32_t{1} << 20;
 inline constexpr std::uint32_t kMaxCommitPrefixes = 16;
 inline constexpr std::int32_t kMaxDevices = 1024;  ///< a stage's device is below it
@@ -124,6 +129,9 @@ struct CommitRequest {
   std::string group;
   std::uint64_t layout = 0;
   std::vector<std::string> members;
+  /// The commit's id, chosen by its client (0: none): a request sent again
+  /// with it is answered as the first was, not done twice.
+  std::uint64_t id = 0;
 };
 /// Encodes `r` into `out` (resized).
 void encode_into(const CommitRequest& r, std::vector<std::byte>& out);

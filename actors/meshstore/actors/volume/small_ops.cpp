@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -147,6 +149,69 @@ struct SmallOpService::Pending {
   }
 };
 
+// Identified commits (fast_get::CommitRequest::id), by client and id: one
+// under way collects the requests sent again for it, which get its reply;
+// one done keeps its reply (the last kRecentCommits, kRecentReplyBytes in
+// all) for one sent again later. A client sends a commit again only when
+// its channel failed with the first on its way (FastPath::commit), so
+// none is done twice and none is lost. Shared with the replies' senders,
+// which may run after the service is gone.
+struct SmallOpService::Recent {
+  using Key = std::pair<caf::actor_addr, std::uint64_t>;
+  struct Entry {
+    std::optional<std::vector<std::byte>> reply;  // set once done
+    std::vector<std::shared_ptr<Owed>> waiting;
+  };
+  std::mutex mu;
+  std::map<Key, Entry> entries;
+  std::deque<Key> done;  // oldest first
+  std::size_t kept_bytes = 0;
+
+  // True when `owed` is answered by a commit `key` names: now, or once
+  // the one under way is done. False for a commit not seen: the caller
+  // does it, and its reply goes through finish().
+  bool join(const Key& key, const std::shared_ptr<Owed>& owed) {
+    std::vector<std::byte> reply;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto [it, fresh] = entries.try_emplace(key);
+      if (fresh) return false;
+      if (!it->second.reply) {
+        it->second.waiting.push_back(owed);
+        return true;
+      }
+      reply = *it->second.reply;
+    }
+    owed->deliver(reply);
+    return true;
+  }
+  // The commit `key` names answered `reply`: kept, and sent to those
+  // waiting for it.
+  void finish(const Key& key, const std::vector<std::byte>& reply) {
+    std::vector<std::shared_ptr<Owed>> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = entries.find(key);
+      if (it == entries.end() || it->second.reply) return;
+      waiting.swap(it->second.waiting);
+      if (reply.size() > kRecentReplyBytes) {
+        entries.erase(it);
+      } else {
+        it->second.reply = reply;
+        kept_bytes += reply.size();
+        done.push_back(key);
+      }
+      while (!done.empty() && (done.size() > kRecentCommits || kept_bytes > kRecentReplyBytes)) {
+        auto old = entries.find(done.front());
+        kept_bytes -= old->second.reply->size();
+        entries.erase(old);
+        done.pop_front();
+      }
+    }
+    for (auto& o : waiting) o->deliver(reply);
+  }
+};
+
 // One attached ring. The serving thread receives on it; replies are sent
 // by that thread (gets) or by the volume actor's (puts), one at a time.
 struct SmallOpService::Channel {
@@ -179,6 +244,7 @@ SmallOpService::SmallOpService(std::string volume_id, std::shared_ptr<SmallObjec
       spin_(spin),
       request_timeout_(request_timeout),
       pending_(std::make_shared<Pending>()),
+      recent_(std::make_shared<Recent>()),
       spinning_host_(internal::spinning_host()) {}
 
 SmallOpService::~SmallOpService() {
@@ -302,6 +368,16 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
   };
   auto job = commit_job(bytes, volume_id_);
   if (!job.ok()) return refuse(job.status());
+  if (job->request.id != 0) {
+    // Sent again after its channel failed: answered as the first was.
+    const Recent::Key key{puts->owner, job->request.id};
+    if (recent_->join(key, owed)) return;
+    owed->send = [recent = recent_, key,
+                  send = std::move(owed->send)](const std::vector<std::byte>& reply) {
+      recent->finish(key, reply);
+      send(reply);
+    };
+  }
   job->owner = puts->owner;
   job->controller = puts->controller;
   job->reply_limit = fast_get::kMaxAssembledBytes;  // a larger reply comes in parts

@@ -141,6 +141,14 @@ class SmallOpService {
   struct Channel;
   struct Owed;
   struct Pending;
+  struct Recent;
+
+  /// Replies of identified commits kept for a request sent again: the
+  /// last this many, of at most kRecentReplyBytes in all; a larger reply
+  /// is not kept (the commit sent again is then done again, and refused:
+  /// its objects are no longer staged).
+  static constexpr std::size_t kRecentCommits = 1024;
+  static constexpr std::size_t kRecentReplyBytes = std::size_t{16} << 20;
 
  private:
   void run();
@@ -159,6 +167,7 @@ class SmallOpService {
   const std::chrono::microseconds spin_;
   const std::chrono::milliseconds request_timeout_;
   const std::shared_ptr<Pending> pending_;
+  const std::shared_ptr<Recent> recent_;
   const bool spinning_host_;
 
   mutable std::mutex mu_;  // guards what follows
