@@ -422,6 +422,44 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
 }
 
 // FastPath against a ring whose volume end the test plays.
+// A get of a whole key whose reply fits one message of the channel takes
+// it, once the key's location is known: over tcp's small operations or
+// actor messages, up to 1 MiB (less the reply's header). A larger key
+// takes the actors (a lease, and the transport's bulk read). (Over a ring
+// every such get is a direct read: not this test's.)
+TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
+  if (std::string(GetParam()).empty()) GTEST_SKIP() << "over a ring, gets are direct reads";
+  auto store = Store::embedded(writer_options()).value();
+  auto other = Store::connect(store.address(), reader_options()).value();
+  const std::size_t message = transports::kMaxSmallOpBytes - actors::fast_get::kReplyHeaderBytes;
+  for (const std::size_t n :
+       {actors::limits::kRingReadBytes + 1, std::size_t{512} << 10, message, message + 1}) {
+    SCOPED_TRACE(n);
+    const std::string key = "m" + std::to_string(n);
+    auto src = pattern(n, static_cast<std::uint8_t>(n % 251));
+    ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
+    std::vector<std::uint8_t> dst(n, 0);
+    ASSERT_OK(other.get_into(key, bytes_view(dst)).get(kWait));  // located by the actors
+    EXPECT_EQ(dst, src);
+    ASSERT_TRUE(has_ring(other));
+    const auto before = other.fast_path_stats();
+    std::fill(dst.begin(), dst.end(), std::uint8_t{0});
+    ASSERT_OK(other.get_into(key, bytes_view(dst)).get(kWait));
+    EXPECT_EQ(dst, src);
+    auto got = other.get(key).get(kWait);
+    ASSERT_OK(got);
+    ASSERT_EQ(got->nbytes(), n);
+    EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
+    const auto after = other.fast_path_stats();
+    if (n <= message) {
+      EXPECT_EQ(after.hits, before.hits + 2) << "not over the channel";
+    } else {
+      EXPECT_EQ(after.hits, before.hits) << "larger than a message, yet over the channel";
+    }
+  }
+  other.close();
+}
+
 // Puts of every size go over the channel to the client's volume, which
 // commits them at the controller: the value is then the key's on every
 // path, for this client (its fast and its actor path) and for another.
@@ -1006,7 +1044,10 @@ TEST_P(FastPathClientEnd, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
 
-TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
+// A get's reply is one message of its channel: a key larger than that
+// (a ring's slot, a small operation's 1 MiB across hosts) is not asked for
+// there, nor is a sharded one.
+TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanAMessageMissWithoutARequest) {
   wire::KeyRecord sharded;
   sharded.key = "s";
   sharded.version = 4;
@@ -1014,12 +1055,14 @@ TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
   sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {0}, {4}).value(), "v", 8, 16});
   sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {4}, {4}).value(), "v", 9, 16});
   fast_.cache().put(sharded);
+  const std::uint64_t message =
+      remote() ? transports::kMaxSmallOpBytes - actors::fast_get::kReplyHeaderBytes
+               : actors::limits::kRingReadBytes;
   wire::KeyRecord large;
   large.key = "l";
   large.version = 5;
-  large.shape = {static_cast<std::int64_t>(actors::limits::kRingReadBytes + 1)};
-  large.shards.push_back(wire::ShardRecord{TensorSlice::full(large.shape), "v", 10,
-                                           actors::limits::kRingReadBytes + 1});
+  large.shape = {static_cast<std::int64_t>(message + 1)};
+  large.shards.push_back(wire::ShardRecord{TensorSlice::full(large.shape), "v", 10, message + 1});
   fast_.cache().put(large);
   for (const char* key : {"s", "l"}) {
     EXPECT_EQ(
@@ -1029,6 +1072,7 @@ TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanASlotMissWithoutAPlace) {
         actors::FastPath::Outcome::miss)
         << key;
   }
+  EXPECT_EQ(fast_.stats().rings, 1u) << "a request was sent, and failed";
 }
 
 INSTANTIATE_TEST_SUITE_P(Channels, FastPathClientEnd, ::testing::Values("ring", "remote"),

@@ -69,6 +69,12 @@ struct FastPath::Channel {
   std::size_t max_request() const {
     return ring ? ring->slot_bytes() : transports::kMaxSmallOpBytes - sizeof(token);
   }
+  // The largest object a get over it asks for: its reply is one message
+  // (a ring slot; a small operation's 1 MiB across hosts).
+  std::uint64_t max_get() const {
+    return ring ? limits::kRingReadBytes
+                : transports::kMaxSmallOpBytes - fast_get::kReplyHeaderBytes;
+  }
   // Sends `request` and waits for its reply (the caller holds `mu`), in
   // parts when it or its reply is larger than a message
   // (fast_get::exchange_in_parts). `*sent` (when given) is false when the
@@ -308,8 +314,7 @@ bool FastPath::servable(const std::string& key,
                         const std::function<bool(const Entry&)>& accept) const {
   Entry entry;
   auto channel = channel_of(key, &entry);
-  return channel && accept(entry) &&
-         (channel->direct(entry) || entry.nbytes <= limits::kRingReadBytes);
+  return channel && accept(entry) && (channel->direct(entry) || entry.nbytes <= channel->max_get());
 }
 
 FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& entry,
@@ -431,7 +436,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
     auto direct = read_direct(key, entry, *channel, consume, to_device);
     if (direct != Outcome::miss) return direct;
   }
-  if (entry.nbytes > limits::kRingReadBytes) {
+  if (entry.nbytes > channel->max_get()) {
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }

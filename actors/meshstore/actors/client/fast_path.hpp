@@ -226,7 +226,9 @@ class FastPath {
   /// Reads `key` when its location is cached and `accept(entry)` says the
   /// call can be served from it (kind, dtype, shape): straight from the
   /// volume's shared memory where its place is known, else over its
-  /// volume's ring (at most limits::kRingReadBytes). `consume(entry, data, n)` gets the
+  /// volume's channel, whose reply is one message (a ring's: at most
+  /// limits::kRingReadBytes; a small operation's across hosts: 1 MiB less
+  /// its header). `consume(entry, data, n)` gets the
   /// object's bytes; a direct read may call it and still answer stale (the
   /// object changed during the copy), so it must only write what the
   /// caller's actor path writes again. `to_device`: consume copies into GPU

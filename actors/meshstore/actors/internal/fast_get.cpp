@@ -356,10 +356,15 @@ Result<Request> decode_request(const std::vector<std::byte>& bytes) {
 }
 
 std::vector<std::byte> encode(ReplyStatus status, const void* data, std::size_t n) {
-  std::vector<std::byte> out(kReplyHeader + n);
-  const auto s = static_cast<std::uint32_t>(status);
-  std::memcpy(out.data(), &s, 4);
-  if (n > 0) std::memcpy(out.data() + kReplyHeader, data, n);
+  // Reserved, then appended: the bytes are written once (a sized vector
+  // would zero them first).
+  std::vector<std::byte> out;
+  out.reserve(kReplyHeader + n);
+  const std::uint32_t head[2] = {static_cast<std::uint32_t>(status), 0};
+  const auto* h = reinterpret_cast<const std::byte*>(head);
+  out.insert(out.end(), h, h + kReplyHeader);
+  const auto* b = static_cast<const std::byte*>(data);
+  if (n > 0) out.insert(out.end(), b, b + n);
   return out;
 }
 

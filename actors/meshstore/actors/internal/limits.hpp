@@ -12,7 +12,9 @@
 namespace meshstore::actors::limits {
 
 /// Route: objects a ring read serves at most (fast_get): a ring slot
-/// (this plus 64 bytes) holds the reply. Copy: a put's objects of at most
+/// (this plus 64 bytes) holds the reply. (Across hosts a get over the
+/// channel takes what one message of it carries: 1 MiB less the reply's
+/// header.) Copy: a put's objects of at most
 /// this many bytes may travel inside its commit request; larger ones are
 /// written into staged objects first (the same commit either way).
 inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;

@@ -1,6 +1,7 @@
 #include "meshstore/actors/volume/small_ops.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -34,15 +35,23 @@ void SmallObjects::remove(std::uint64_t id) {
   map_.erase(id);
 }
 
-std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(id);
-  const Entry* e = it == map_.end() ? nullptr : &it->second;
-  if (!e || !e->committed || e->key != key || e->region->size() > kMaxBytes ||
-      e->region->device() >= 0) {
-    return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
+std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& key,
+                                          std::size_t message) const {
+  std::shared_ptr<transports::Region> region;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(id);
+    const Entry* e = it == map_.end() ? nullptr : &it->second;
+    if (e && e->committed && e->key == key && e->region->device() < 0 &&
+        e->region->size() + fast_get::kReplyHeaderBytes <= message) {
+      region = e->region;
+    }
   }
-  return fast_get::encode(fast_get::ReplyStatus::ok, e->region->data(), e->region->size());
+  // Committed bytes never change, and the region held keeps its memory
+  // from being reused: a copy of an object retired meanwhile is still
+  // that object's, as a read racing a put may return.
+  if (!region) return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
+  return fast_get::encode(fast_get::ReplyStatus::ok, region->data(), region->size());
 }
 
 bool SmallObjects::current(std::uint64_t id) const {
@@ -97,13 +106,15 @@ Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
 
 // A channel's reply to one request, sent once by whoever has it first.
 struct SmallOpService::Owed {
-  std::function<void(const std::vector<std::byte>&)> send;
+  // Takes the reply by value: a get's (up to a message) is moved along,
+  // never copied, on its way to the channel.
+  std::function<void(std::vector<std::byte>)> send;
   caf::actor_addr controller;  // a put's or commit's; none for a get
   std::uint64_t id = 0;        // in Pending; 0: not there
   std::atomic<bool> sent{false};
   // Sends `reply` unless it was sent.
-  void deliver(const std::vector<std::byte>& reply) {
-    if (!sent.exchange(true)) send(reply);
+  void deliver(std::vector<std::byte> reply) {
+    if (!sent.exchange(true)) send(std::move(reply));
   }
 };
 
@@ -323,7 +334,7 @@ bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
 
 void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* puts,
                            const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts,
-                           bool answer_here) {
+                           std::size_t message, bool answer_here) {
   auto magic = fast_get::request_magic(bytes);
   if (magic.ok() && *magic == fast_get::kPartMagic) {
     if (!parts || !puts) {
@@ -334,12 +345,12 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
     std::vector<std::byte> whole;
     if (auto reply = parts->take(bytes, &whole)) return owed->deliver(*reply);
     // The last part: the request, served as if it came whole.
-    return serve(whole, puts, owed, nullptr, answer_here);
+    return serve(whole, puts, owed, nullptr, message, answer_here);
   }
   if (!magic.ok() || *magic != fast_get::kCommitMagic) {
     auto req = fast_get::decode_request(bytes);
     if (req.ok()) {
-      owed->deliver(table_->read(req->object_id, req->key));
+      owed->deliver(table_->read(req->object_id, req->key, message));
     } else {
       const std::string why = req.status().to_string();
       owed->deliver(fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size()));
@@ -373,9 +384,9 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
     const Recent::Key key{puts->owner, job->request.id};
     if (recent_->join(key, owed)) return;
     owed->send = [recent = recent_, key,
-                  send = std::move(owed->send)](const std::vector<std::byte>& reply) {
+                  send = std::move(owed->send)](std::vector<std::byte> reply) {
       recent->finish(key, reply);
-      send(reply);
+      send(std::move(reply));
     };
   }
   job->owner = puts->owner;
@@ -397,7 +408,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
 }
 
 void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
-                                  std::function<void(const std::vector<std::byte>&)> send,
+                                  std::function<void(std::vector<std::byte>)> send,
                                   bool answer_here) {
   auto owed = std::make_shared<Owed>();
   owed->send = std::move(send);
@@ -420,28 +431,61 @@ void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
   if (attached) {
     // A reply larger than a small op's message goes in parts.
     owed->send = [send = std::move(owed->send),
-                  parts = attached->parts](const std::vector<std::byte>& reply) {
-      send(parts->first_part(reply, transports::kMaxSmallOpBytes));
+                  parts = attached->parts](std::vector<std::byte> reply) {
+      send(parts->first_part(std::move(reply), transports::kMaxSmallOpBytes));
     };
   }
   serve(std::vector<std::byte>(p + kTokenBytes, p + n), attached ? &attached->puts : nullptr, owed,
-        attached ? attached->parts.get() : nullptr, answer_here);
+        attached ? attached->parts.get() : nullptr, transports::kMaxSmallOpBytes, answer_here);
 }
 
+namespace {
+
+// A reply the calling thread waits for, moved to it, not copied; a reply
+// dropped unsent (its Owed gone) ends the wait at once.
+struct AwaitedReply {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<std::vector<std::byte>> bytes;
+  bool dropped = false;
+};
+struct ReplySlot {
+  std::shared_ptr<AwaitedReply> to;
+  ~ReplySlot() {
+    std::lock_guard<std::mutex> lock(to->mu);
+    if (!to->bytes) to->dropped = true;
+    to->cv.notify_all();
+  }
+};
+
+}  // namespace
+
 std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size_t n) {
-  auto promise = std::make_shared<Promise<std::vector<std::byte>>>(
-      Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
-  auto reply = promise->future();
+  auto awaited = std::make_shared<AwaitedReply>();
+  auto slot = std::make_shared<ReplySlot>();
+  slot->to = awaited;
   serve_framed(
-      p, n, [promise](const std::vector<std::byte>& bytes) { promise->set(bytes); }, false);
+      p, n,
+      [slot](std::vector<std::byte> bytes) {
+        std::lock_guard<std::mutex> lock(slot->to->mu);
+        slot->to->bytes = std::move(bytes);
+        slot->to->cv.notify_all();
+      },
+      false);
+  slot.reset();  // the Owed holds it while the request is served
   // The actor's commit at the controller has its own timeout, and stop()
   // answers what is owed: this bound only guards against a lost callback.
-  if (!reply.wait_for(request_timeout_ + std::chrono::seconds(5))) {
+  std::unique_lock<std::mutex> lock(awaited->mu);
+  if (!awaited->cv.wait_for(lock, request_timeout_ + std::chrono::seconds(5),
+                            [&] { return awaited->bytes || awaited->dropped; })) {
     return fast_get::encode_error(
         Status(Errc::timeout, "volume '" + volume_id_ + "': a small request did not finish"));
   }
-  auto r = reply.get();
-  return r.ok() ? std::move(r).value() : fast_get::encode_error(r.status());
+  if (!awaited->bytes) {
+    return fast_get::encode_error(
+        Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
+  }
+  return std::move(*awaited->bytes);
 }
 
 bool SmallOpService::drain(const std::shared_ptr<Channel>& channel) {
@@ -457,10 +501,10 @@ bool SmallOpService::drain(const std::shared_ptr<Channel>& channel) {
     if (!*m) return true;
     auto owed = std::make_shared<Owed>();
     std::weak_ptr<Channel> weak = channel;
-    owed->send = [weak, tag = (*m)->tag](const std::vector<std::byte>& reply) {
-      if (auto c = weak.lock()) c->reply(tag, reply);
+    owed->send = [weak, tag = (*m)->tag](std::vector<std::byte> reply) {
+      if (auto c = weak.lock()) c->reply(tag, std::move(reply));
     };
-    serve((*m)->bytes, &channel->puts, owed, &channel->parts);
+    serve((*m)->bytes, &channel->puts, owed, &channel->parts, channel->ring->slot_bytes());
   }
 }
 

@@ -44,8 +44,6 @@ namespace meshstore::actors::volume {
 /// and committed bytes never change.
 class SmallObjects {
  public:
-  /// Objects of at most this many bytes are served (a ring slot's payload).
-  static constexpr std::uint64_t kMaxBytes = limits::kRingReadBytes;
   /// Object `id`, just staged; `tag` is the one clients check around a
   /// direct read (null: none, e.g. GPU memory).
   void track(std::uint64_t id, const std::shared_ptr<transports::Region>& region,
@@ -56,8 +54,12 @@ class SmallObjects {
   /// Whether object `id` is tracked and not retired: staged, or committed
   /// and not superseded.
   bool current(std::uint64_t id) const;
-  /// The reply to a get of object `id` named `key`: its bytes, or stale.
-  std::vector<std::byte> read(std::uint64_t id, const std::string& key) const;
+  /// The reply to a get of object `id` named `key`: its bytes, or stale
+  /// (not committed under that name, superseded, removed, in GPU memory,
+  /// or a reply larger than `message`, one message of the channel that
+  /// asked: the client sends no such get). Copied out of the object
+  /// while holding its region, not the table's lock.
+  std::vector<std::byte> read(std::uint64_t id, const std::string& key, std::size_t message) const;
   /// Objects the controller released (or a pin holds back superseded),
   /// before the volume actor drops them: their tags are cleared (only
   /// while they still name them), and neither gets nor unpinned leases
@@ -123,7 +125,7 @@ class SmallOpService {
   /// request that came in an actor message, answered by its response
   /// promise; else possibly from the controller's thread).
   void serve_framed(const std::byte* p, std::size_t n,
-                    std::function<void(const std::vector<std::byte>&)> send, bool answer_here);
+                    std::function<void(std::vector<std::byte>)> send, bool answer_here);
   /// serve_framed on the calling tcp connection thread, waiting for a
   /// put's outcome.
   std::vector<std::byte> serve_token(const std::byte* p, std::size_t n);
@@ -155,8 +157,10 @@ class SmallOpService {
   // Serves one request (null `puts`: from a client never attached), its
   // reply owed by `owed`; a part of a larger one (fast_get::PartAssembly)
   // assembled in `parts` (null: none taken).
+  // `message`: the bytes one message of its channel carries (a get's
+  // reply fits one).
   void serve(const std::vector<std::byte>& bytes, const FastPuts* puts,
-             const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts,
+             const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts, std::size_t message,
              bool answer_here = false);
   // Answers each waiting request of `channel`; false when it must go.
   bool drain(const std::shared_ptr<Channel>& channel);
