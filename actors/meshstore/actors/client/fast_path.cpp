@@ -521,7 +521,11 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   }
   std::unique_lock<std::mutex> lock(channel->mu);
   if (channel->failed) return Status(Errc::unavailable, "the channel failed");
-  while (req.id == 0) req.id = next_commit_id_.fetch_add(1, std::memory_order_relaxed);
+  // Identified where it can be sent again (resend): across hosts. A
+  // ring's commit is not (the volume then keeps nothing for it).
+  const bool resendable = channel->remote && channel->transport;
+  while (resendable && req.id == 0)
+    req.id = next_commit_id_.fetch_add(1, std::memory_order_relaxed);
   fast_get::encode_into(req, channel->request);
   if (channel->request.size() > fast_get::kMaxAssembledBytes) {
     return Status(Errc::unsupported,
@@ -535,7 +539,7 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   auto m = channel->exchange(std::chrono::steady_clock::now() + timeout, sent);
   if (!m.ok()) {
     const Status why = fail(m.status());
-    if (!*sent) return why;
+    if (!*sent || req.id == 0) return why;
     // It may have landed: the same request again, with its id.
     auto again = resend(volume_id, *channel, timeout);
     if (!again) return why;

@@ -316,9 +316,9 @@ class FastPath {
   /// one round trip each.
   std::size_t request_room(const std::string& volume_id) const;
   /// One request over the channel (ring or tcp) to `volume_id`
-  /// (fast_get::CommitRequest: give back, commit, stage), with an id it
-  /// gives `req`: what the volume did. An error with `*sent` false did
-  /// nothing (no channel, over fast_get::kMaxAssembledBytes); with
+  /// (fast_get::CommitRequest: give back, commit, stage): what the volume
+  /// did. Over a channel that can send it again (tcp), `req` gets an id. An error with `*sent`
+  /// false did nothing (no channel, over fast_get::kMaxAssembledBytes); with
   /// `*refused` it is the volume's refusal (nothing done). A channel that
   /// fails with the request on its way (a timeout, a reset connection, a
   /// corrupt reply) is dropped, and the request sent again with its id
