@@ -317,9 +317,10 @@ class FastPath {
   std::size_t request_room(const std::string& volume_id) const;
   /// One request over the channel (ring or tcp) to `volume_id`
   /// (fast_get::CommitRequest: give back, commit, stage): what the volume
-  /// did. Over a channel that can send it again (tcp), `req` gets an id. An error with `*sent`
-  /// false did nothing (no channel, over fast_get::kMaxAssembledBytes); with
-  /// `*refused` it is the volume's refusal (nothing done). A channel that
+  /// did. Over a channel that can send it again (tcp), `req` gets an id.
+  /// An error with `*sent` false did nothing (no channel, over
+  /// fast_get::kMaxAssembledBytes); with `*refused` it is the volume's
+  /// refusal (nothing done). A channel that
   /// fails with the request on its way (a timeout, a reset connection, a
   /// corrupt reply) is dropped, and the request sent again with its id
   /// over a new connection where the channel's transport opens one (tcp):

@@ -291,12 +291,12 @@ std::vector<Future<void>> copy_out(const std::shared_ptr<VolumeConn>& c,
   return reads;
 }
 
-// The objects of `targets` where a direct read (read_tagged) takes them:
-// each in a same-host volume's shared memory at a place this client knows
-// (its record's, or a lease's before), its tag naming it now; nullopt
-// where one is not (a view or a GPU destination, a transport that maps
-// nothing, the controller's process gone, no place known, an object
-// replaced already).
+// The objects of `targets` where a direct read takes them: each in a
+// same-host volume's shared memory at a place this client knows (its
+// record's, or a lease's before), with its tag (first_changed checks it);
+// nullopt where one is not (a view or a GPU destination, a transport that
+// maps nothing, the controller's process gone, no place known, a place
+// that is not the volume's region).
 std::optional<std::vector<TaggedObject>> direct_read_of(client_pointer self, const VolumeConn& c,
                                                         const std::vector<ReadTarget>& targets) {
   const auto& controller = self->state.controller_process;

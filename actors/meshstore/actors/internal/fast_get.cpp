@@ -439,10 +439,8 @@ Result<std::vector<std::byte>> exchange_in_parts(const std::byte* request, std::
   }
   if (n <= message) {  // the common case: one message each way
     auto reply = one(request, n, sent);
-    if (!reply.ok() || reply->size() < kReplyHeader) return reply;
-    std::uint32_t status = 0;
-    std::memcpy(&status, reply->data(), 4);
-    if (status != static_cast<std::uint32_t>(ReplyStatus::more)) return reply;
+    bool last = false;
+    if (!reply.ok() || !is_part(*reply, &last)) return reply;
     return fetch_rest(std::move(reply).value(), one);
   }
   Result<std::vector<std::byte>> reply = std::vector<std::byte>();

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "meshstore/actors/internal/fast_get.hpp"
-#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/transports/region.hpp"
