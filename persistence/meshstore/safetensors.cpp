@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -117,41 +118,80 @@ std::string header_json(const std::vector<TensorInfo>& tensors,
   return text;
 }
 
-// Checks names and lays tensors out: largest element size first (so every
-// tensor is aligned to its element size), otherwise in the given order.
-Result<std::vector<TensorInfo>> lay_out(
-    const std::vector<std::pair<std::string, std::pair<DType, Shape>>>& specs,
-    const std::string& path) {
+// Checks names and shapes and lays tensors out: largest element size first
+// (so every tensor is aligned to its element size), otherwise in the given
+// order. `what` names the call in errors.
+Result<std::vector<TensorInfo>> lay_out(const std::vector<Writer::Spec>& specs,
+                                        const std::string& what) {
   std::set<std::string> seen;
   std::vector<std::size_t> order(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     order[i] = i;
-    const auto& name = specs[i].first;
+    const auto& name = specs[i].name;
     if (name.empty() || name == "__metadata__") {
       return Status(Errc::invalid_argument,
-                    "write '" + path + "': tensor name '" + name + "' is reserved or empty");
+                    what + ": tensor name '" + name + "' is reserved or empty");
     }
     if (!seen.insert(name).second) {
-      return Status(Errc::invalid_argument,
-                    "write '" + path + "': tensor name '" + name + "' appears twice");
+      return Status(Errc::invalid_argument, what + ": tensor name '" + name + "' appears twice");
+    }
+    for (auto d : specs[i].shape) {
+      if (d < 0) {
+        return Status(Errc::invalid_argument,
+                      what + ": tensor '" + name + "' has a negative dimension");
+      }
     }
   }
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return dtype_size(specs[a].second.first) > dtype_size(specs[b].second.first);
+    return dtype_size(specs[a].dtype) > dtype_size(specs[b].dtype);
   });
   std::vector<TensorInfo> out;
   std::uint64_t at = 0;
   for (auto i : order) {
     TensorInfo t;
-    t.name = specs[i].first;
-    t.dtype = specs[i].second.first;
-    t.shape = specs[i].second.second;
+    t.name = specs[i].name;
+    t.dtype = specs[i].dtype;
+    t.shape = specs[i].shape;
     t.begin = at;
     at += static_cast<std::uint64_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
     t.end = at;
     out.push_back(std::move(t));
   }
   return out;
+}
+
+// The specs of `tensors` (views checked: host memory, or GPU memory CUDA
+// can read), and their bytes in `total`.
+Result<std::vector<Writer::Spec>> specs_of(const std::vector<NamedTensor>& tensors,
+                                           const std::string& what, std::uint64_t* total) {
+  std::vector<Writer::Spec> specs;
+  *total = 0;
+  for (const auto& t : tensors) {
+    const std::string ctx = what + ": tensor '" + t.name + "'";
+    MESHSTORE_RETURN_IF_ERROR(t.view.validate(ctx));
+    if (internal::cuda::on_device(t.view)) {
+      MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(t.view, ctx));
+    }
+    specs.push_back(Writer::Spec{t.name, t.view.dtype(), t.view.shape()});
+    *total += t.view.nbytes();
+  }
+  return specs;
+}
+
+// Copies `t`'s elements (any strides; a GPU tensor straight from the
+// device) into `dst`, contiguous.
+Status fill(const NamedTensor& t, std::byte* dst, const std::string& what) {
+  if (t.view.nbytes() == 0) return Status();
+  if (internal::cuda::on_device(t.view)) {
+    return internal::cuda::to_host(dst, t.view).with_context(what + ": tensor '" + t.name + "'");
+  }
+  pack_to(t.view, dst);
+  return Status();
+}
+
+// The 8-byte little-endian length of a header of `n` bytes, at `out`.
+void put_length(std::byte* out, std::uint64_t n) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
 }
 
 }  // namespace
@@ -200,6 +240,7 @@ Result<Header> parse_header(std::string_view text, std::uint64_t data_bytes,
     const json& v = it.value();
     if (name == "__metadata__") {
       if (!v.is_object()) return bad(file, "\"__metadata__\" is not an object of strings");
+      h.has_metadata = true;
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) {
           return bad(file, "\"__metadata__\" value of '" + m.key() + "' is not a string");
@@ -311,6 +352,7 @@ Result<Header> parse_file_image(std::string_view image, const std::string& file)
 
 struct File::Impl {
   std::string path;
+  Access access = Access::read_only;
   Header header;
   const std::byte* base = nullptr;
   std::uint64_t size = 0;
@@ -320,7 +362,7 @@ struct File::Impl {
   }
 };
 
-Result<File> File::open(const std::string& path) {
+Result<File> File::open(const std::string& path, Access access) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
@@ -336,9 +378,14 @@ Result<File> File::open(const std::string& path) {
   }
   auto impl = std::make_shared<Impl>();
   impl->path = path;
+  impl->access = access;
   impl->size = static_cast<std::uint64_t>(st.st_size);
   if (impl->size > 0) {
-    void* p = ::mmap(nullptr, impl->size, PROT_READ, MAP_SHARED, fd, 0);
+    // A private writable mapping of a file opened read-only: its pages are
+    // the page cache's until written, then this mapping's own.
+    const bool cow = access == Access::copy_on_write;
+    void* p = ::mmap(nullptr, impl->size, cow ? PROT_READ | PROT_WRITE : PROT_READ,
+                     cow ? MAP_PRIVATE : MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       const int e = errno;
       ::close(fd);
@@ -359,6 +406,7 @@ Result<File> File::open(const std::string& path) {
   return f;
 }
 
+File::Access File::access() const noexcept { return impl_->access; }
 const std::string& File::path() const noexcept { return impl_->path; }
 const Header& File::header() const noexcept { return impl_->header; }
 std::uint64_t File::size() const noexcept { return impl_->size; }
@@ -370,12 +418,13 @@ Result<TensorView> File::view(const std::string& name) const {
                   "safetensors file '" + impl_->path + "' has no tensor '" + name + "'");
   }
   const auto& t = impl_->header.tensors[it->second];
-  // The mapping is read-only (PROT_READ): a write through the view faults.
+  // A read-only mapping (PROT_READ): a write through the view faults.
   auto* p = const_cast<std::byte*>(impl_->base + impl_->header.data_start + t.begin);
   return TensorView(t.nbytes() == 0 ? nullptr : p, t.dtype, t.shape);
 }
 
 void File::release(const std::string& name) const {
+  if (impl_->access != Access::read_only) return;  // its pages may hold writes
   auto it = impl_->by_name.find(name);
   if (it == impl_->by_name.end()) return;
   const auto& t = impl_->header.tensors[it->second];
@@ -410,17 +459,7 @@ Writer::~Writer() = default;
 
 Result<Writer> Writer::open(const std::string& path, const std::vector<Spec>& specs,
                             const std::map<std::string, std::string>& metadata) {
-  std::vector<std::pair<std::string, std::pair<DType, Shape>>> named;
-  for (const auto& s : specs) {
-    for (auto d : s.shape) {
-      if (d < 0) {
-        return Status(Errc::invalid_argument,
-                      "write '" + path + "': tensor '" + s.name + "' has a negative dimension");
-      }
-    }
-    named.push_back({s.name, {s.dtype, s.shape}});
-  }
-  auto laid = lay_out(named, path);
+  auto laid = lay_out(specs, "write '" + path + "'");
   if (!laid.ok()) return laid.status();
   const std::string head = header_json(*laid, metadata);
   auto impl = std::make_unique<Impl>();
@@ -447,8 +486,7 @@ Result<Writer> Writer::open(const std::string& path, const std::vector<Spec>& sp
     return Status(Errc::io_error, "write '" + path + "': mmap: " + errno_text(e));
   }
   impl->base = static_cast<std::byte*>(p);
-  const std::uint64_t n = head.size();
-  for (int i = 0; i < 8; ++i) impl->base[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  put_length(impl->base, head.size());
   std::memcpy(impl->base + 8, head.data(), head.size());
   for (auto& t : *laid) impl->tensors.emplace(t.name, std::move(t));
   Writer w;
@@ -484,33 +522,46 @@ Status Writer::commit() {
 
 Status write_file(const std::string& path, const std::vector<NamedTensor>& tensors,
                   const std::map<std::string, std::string>& metadata, const Progress& progress) {
-  std::vector<Writer::Spec> specs;
+  const std::string what = "write '" + path + "'";
   std::uint64_t total = 0;
-  for (const auto& t : tensors) {
-    MESHSTORE_RETURN_IF_ERROR(t.view.validate("write '" + path + "': tensor '" + t.name + "'"));
-    if (internal::cuda::on_device(t.view)) {
-      // A GPU tensor is copied straight into the file's pages.
-      MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(
-          t.view, "write '" + path + "': tensor '" + t.name + "'"));
-    }
-    specs.push_back(Writer::Spec{t.name, t.view.dtype(), t.view.shape()});
-    total += t.view.nbytes();
-  }
-  auto w = Writer::open(path, specs, metadata);
+  auto specs = specs_of(tensors, what, &total);
+  if (!specs.ok()) return specs.status();
+  auto w = Writer::open(path, *specs, metadata);
   if (!w.ok()) return w.status();
   std::uint64_t done = 0;
   for (const auto& t : tensors) {
-    auto dst = w->tensor(t.name).value();
-    if (t.view.nbytes() > 0 && internal::cuda::on_device(t.view)) {
-      MESHSTORE_RETURN_IF_ERROR(internal::cuda::to_host(static_cast<std::byte*>(dst.data()), t.view)
-                                    .with_context("write '" + path + "': tensor '" + t.name + "'"));
-    } else if (t.view.nbytes() > 0) {
-      pack_to(t.view, dst.data());
-    }
+    MESHSTORE_RETURN_IF_ERROR(fill(t, static_cast<std::byte*>(w->tensor(t.name)->data()), what));
     done += t.view.nbytes();
     if (progress) progress(done, total);
   }
   return w->commit();
+}
+
+Result<std::string> serialize(const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata,
+                              const std::string& what) {
+  std::uint64_t total = 0;
+  auto specs = specs_of(tensors, what, &total);
+  if (!specs.ok()) return specs.status();
+  auto laid = lay_out(*specs, what);
+  if (!laid.ok()) return laid.status();
+  const std::string head = header_json(*laid, metadata);
+  std::string out;
+  try {
+    out.resize(8 + head.size() + total);
+  } catch (const std::bad_alloc&) {
+    return Status(Errc::out_of_capacity,
+                  what + ": cannot allocate " + std::to_string(8 + head.size() + total) + " bytes");
+  }
+  auto* base = reinterpret_cast<std::byte*>(out.data());
+  put_length(base, head.size());
+  std::memcpy(base + 8, head.data(), head.size());
+  std::map<std::string, const TensorInfo*> at;
+  for (const auto& t : *laid) at.emplace(t.name, &t);
+  for (const auto& t : tensors) {
+    MESHSTORE_RETURN_IF_ERROR(fill(t, base + 8 + head.size() + at.at(t.name)->begin, what));
+  }
+  return out;
 }
 
 // -- checkpoints ----------------------------------------------------------------

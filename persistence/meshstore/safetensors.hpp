@@ -53,6 +53,7 @@ struct TensorInfo {
 struct Header {
   std::vector<TensorInfo> tensors;
   std::map<std::string, std::string> metadata;
+  bool has_metadata = false;     // the header has "__metadata__" (perhaps empty)
   std::uint64_t data_start = 0;  // 8 + the header length
   /// The tensor named `name`, or nullptr.
   const TensorInfo* find(const std::string& name) const;
@@ -74,17 +75,29 @@ Result<Header> parse_header(std::string_view json, std::uint64_t data_bytes,
 /// parse_header.
 Result<Header> parse_file_image(std::string_view image, const std::string& file);
 
-/// A safetensors file mapped read-only. Tensors are views into the mapping
-/// (valid while any copy of the File lives); nothing is read until used,
-/// and release() lets the kernel drop pages already read. Copies share the
-/// mapping. Thread-safe for reads.
+/// A safetensors file mapped into memory. Tensors are views into the
+/// mapping (valid while any copy of the File lives); nothing is read until
+/// used, and release() lets the kernel drop pages already read. Copies
+/// share the mapping. Thread-safe for reads.
 class File {
  public:
+  /// How the file is mapped.
+  enum class Access {
+    /// Shared and read-only: views are the page cache's pages; a write
+    /// through one faults.
+    read_only,
+    /// Private and writable: views share the page cache's pages until
+    /// written; a written page becomes this mapping's own copy, and no
+    /// write reaches the file or any other mapping of it.
+    copy_on_write,
+  };
+
   /// Maps and validates `path`. Errc::not_found when it does not exist,
   /// Errc::io_error when it cannot be read, Errc::invalid_argument when it
   /// is malformed (named).
-  static Result<File> open(const std::string& path);
+  static Result<File> open(const std::string& path, Access access = Access::read_only);
 
+  Access access() const noexcept;
   const std::string& path() const noexcept;
   const Header& header() const noexcept;
   /// The file's size in bytes.
@@ -94,7 +107,8 @@ class File {
   Result<TensorView> view(const std::string& name) const;
   /// Tells the kernel the pages of tensor `name` are no longer needed in
   /// this process (the page cache keeps them): resident memory stays about
-  /// one tensor while a loader walks the file.
+  /// one tensor while a loader walks the file. Read-only mappings only: a
+  /// copy-on-write mapping keeps its pages (they may hold writes).
   void release(const std::string& name) const;
 
  private:
@@ -122,6 +136,12 @@ struct NamedTensor {
 Status write_file(const std::string& path, const std::vector<NamedTensor>& tensors,
                   const std::map<std::string, std::string>& metadata = {},
                   const Progress& progress = {});
+
+/// The bytes write_file writes for the same tensors and metadata: a whole
+/// file image in memory. `what` names the call in errors.
+Result<std::string> serialize(const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata = {},
+                              const std::string& what = "serialize");
 
 /// A file being written whose tensor bytes the caller fills in place
 /// (a store's get_into straight into the file's pages): open() lays the

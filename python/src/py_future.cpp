@@ -45,8 +45,15 @@ void set_error_factory(py::object fn) {
 
 [[noreturn]] void raise_status(const Status& status) {
   if (!error_factory) throw std::runtime_error(status.to_string());
+  // A message may quote bytes that are not UTF-8 (a malformed file's): they
+  // come through escaped rather than failing the conversion.
+  const std::string& text = status.message();
+  PyObject* message =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (!message) throw py::error_already_set();
   py::object exc = py::reinterpret_borrow<py::object>(error_factory)(
-      static_cast<int>(status.code()), std::string(errc_name(status.code())), status.message());
+      static_cast<int>(status.code()), std::string(errc_name(status.code())),
+      py::reinterpret_steal<py::object>(message));
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
   throw py::error_already_set();
 }

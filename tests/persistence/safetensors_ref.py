@@ -77,18 +77,22 @@ def reference_bytes(name, dtype, shape):
     return raw
 
 
-def write(path):
-    header = {"__metadata__": METADATA}
+def write(path, reference=None, metadata=None):
+    """Writes `reference` ({name: (dtype, shape)}, REFERENCE by default) with
+    the reference bytes, and `metadata` (METADATA by default)."""
+    reference = REFERENCE if reference is None else reference
+    header = {"__metadata__": METADATA if metadata is None else metadata}
     data = b""
     # Largest element first, so every tensor is aligned to its element size.
-    for name, (dtype, shape) in sorted(REFERENCE.items(), key=lambda kv: -DTYPES[kv[1][0]][1]):
+    for name, (dtype, shape) in sorted(reference.items(), key=lambda kv: -DTYPES[kv[1][0]][1]):
         raw = reference_bytes(name, dtype, shape)
         arr = np.frombuffer(raw, dtype=DTYPES[dtype][0]).reshape(shape)
         blob = arr.tobytes()
         header[name] = {"dtype": dtype, "shape": shape,
                         "data_offsets": [len(data), len(data) + len(blob)]}
         data += blob
-    text = json.dumps(header, ensure_ascii=False).encode("utf-8")
+    # Compact, as Hugging Face's writer: meshstore's files match these bytes.
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     text += b" " * ((8 - (8 + len(text)) % 8) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))

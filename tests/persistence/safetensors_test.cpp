@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -117,61 +118,37 @@ bool have_numpy() {
 
 // -- validation ------------------------------------------------------------------
 
+// The malformed files of tests/persistence/malformed.json (shared with the
+// Python module's tests), each refused with its fault named.
 TEST(SafetensorsHeader, MalformedFilesAreNamedErrors) {
   const std::string f = "bad.safetensors";
-  auto err = [&](const std::string& header, std::size_t data, const std::string& needle) {
-    const std::string img = image(header, data);
-    EXPECT_ERROR(st::parse_file_image(img, f), Errc::invalid_argument,
-                 "safetensors file 'bad.safetensors': " + needle)
-        << header;
+  std::ifstream in(MESHSTORE_MALFORMED_CASES);
+  ASSERT_TRUE(in) << MESHSTORE_MALFORMED_CASES;
+  const auto cases = nlohmann::json::parse(in);
+  auto unhex = [](const std::string& hex) {
+    std::string out;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+      out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    }
+    return out;
   };
-  err("[]", 0, "the header does not start with '{'");
-  err("{\"a\": ", 0, "the header is not valid JSON");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
-      "\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
-      8, "tensor name 'a' appears twice");
-  err("{\"a\": 3}", 0, "tensor 'a' is not an object");
-  err("{\"a\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
-      "tensor 'a': unknown safetensors dtype 'F33'");
-  err("{\"a\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "tensor 'a' has no dtype string");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4,
-      "tensor 'a' has a shape entry that is not a non-negative integer");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 4]}}", 4,
-      "tensor 'a' has a shape entry that is not a non-negative integer");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 4294967296], "
-      "\"data_offsets\": [0, 4]}}",
-      4, "tensor 'a': its shape overflows 64 bits");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4,
-      "tensor 'a' has no data_offsets of two non-negative integers");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4,
-      "tensor 'a' ends (0) before it begins (4)");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4,
-      "tensor 'a' holds 4 bytes, but F32 [2] needs 8");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4], \"x\": 1}}", 4,
-      "tensor 'a' has an unknown field 'x'");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
-      "\"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [2, 6]}}",
-      6, "tensor 'b' starts at data byte 2, expected 4 (it overlaps the tensor before it)");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8,
-      "tensor 'a' starts at data byte 4, expected 0 (a hole before it)");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 2,
-      "the tensors need 4 data bytes, the file has 2");
-  err("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 9,
-      "the file has 5 bytes after the last tensor");
-  err("{\"__metadata__\": {\"k\": 1}}", 0, "\"__metadata__\" value of 'k' is not a string");
-  err("{\"__metadata__\": []}", 0, "\"__metadata__\" is not an object of strings");
-  err("{\"a\xff\": 1}", 0, "the header is not valid JSON");  // not UTF-8
-
-  EXPECT_ERROR(st::parse_file_image("abc", f), Errc::invalid_argument,
-               "it has 3 bytes, fewer than the 8 of the header length");
-  std::string huge(8, '\0');
-  huge[4] = 1;  // 2^32 > 100 MB
-  EXPECT_ERROR(st::parse_file_image(huge, f), Errc::invalid_argument,
-               "its header length 4294967296 exceeds the limit of 100000000 bytes");
-  std::string past = image("{}");
-  past[0] = 100;
-  EXPECT_ERROR(st::parse_file_image(past, f), Errc::invalid_argument,
-               "its header length 100 runs past the end of the file (10 bytes)");
+  std::size_t checked = 0;
+  for (const auto& c : cases.at("headers")) {
+    const std::string header =
+        c.contains("header_hex") ? unhex(c.at("header_hex")) : c.at("header").get<std::string>();
+    const std::string img = image(header, c.at("data_bytes").get<std::size_t>());
+    EXPECT_ERROR(st::parse_file_image(img, f), Errc::invalid_argument,
+                 "safetensors file 'bad.safetensors': " + c.at("error").get<std::string>())
+        << c.at("name");
+    ++checked;
+  }
+  for (const auto& c : cases.at("images")) {
+    EXPECT_ERROR(st::parse_file_image(unhex(c.at("image_hex")), f), Errc::invalid_argument,
+                 c.at("error").get<std::string>())
+        << c.at("name");
+    ++checked;
+  }
+  EXPECT_GE(checked, 20u);
   // Valid: an empty header, metadata only, trailing padding spaces.
   EXPECT_OK(st::parse_file_image(image("{}"), f));
   auto md = st::parse_file_image(image("{\"__metadata__\": {\"k\": \"v\"}}    "), f);
@@ -277,6 +254,45 @@ TEST(SafetensorsFile, AWriterDroppedBeforeCommitLeavesNoFile) {
   EXPECT_EQ(::access(tmp.c_str(), F_OK), -1);
   EXPECT_EQ(static_cast<const float*>(st::File::open(path)->view("a")->data())[1], 2.5f);
   EXPECT_ERROR(w.commit(), Errc::invalid_argument, "committed already");
+}
+
+TEST(SafetensorsFile, SerializeMakesTheBytesWriteFileWrites) {
+  TempDir dir;
+  std::vector<Tensor> tensors;
+  const auto named = reference_tensors(tensors);
+  ASSERT_OK(st::write_file(dir.file("a.safetensors"), named, kRefMetadata));
+  std::ifstream in(dir.file("a.safetensors"), std::ios::binary);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bytes = st::serialize(named, kRefMetadata);
+  ASSERT_OK(bytes);
+  EXPECT_EQ(*bytes, written);
+  auto h = st::parse_file_image(*bytes, "image");
+  ASSERT_OK(h);
+  EXPECT_TRUE(h->has_metadata);
+  EXPECT_FALSE(st::parse_file_image(st::serialize(named).value(), "image")->has_metadata);
+  EXPECT_TRUE(st::parse_file_image(image("{\"__metadata__\": {}}"), "e")->has_metadata);
+  float x = 1;
+  EXPECT_ERROR(st::serialize({{"", TensorView::of(&x, {})}}, {}, "save"), Errc::invalid_argument,
+               "save: tensor name '' is reserved or empty");
+}
+
+TEST(SafetensorsFile, ACopyOnWriteMappingKeepsItsWritesPrivate) {
+  TempDir dir;
+  const std::string path = dir.file("c.safetensors");
+  std::vector<std::int32_t> v{1, 2, 3, 4};
+  ASSERT_OK(st::write_file(path, {{"v", TensorView::of(v.data(), {4})}}));
+  auto cow = st::File::open(path, st::File::Access::copy_on_write);
+  ASSERT_OK(cow);
+  EXPECT_EQ(cow->access(), st::File::Access::copy_on_write);
+  auto* p = static_cast<std::int32_t*>(cow->view("v")->data());
+  p[2] = 99;          // a private page now
+  cow->release("v");  // a no-op: the page holds a write
+  EXPECT_EQ(p[2], 99);
+  auto shared = st::File::open(path);  // read-only, shared
+  ASSERT_OK(shared);
+  EXPECT_EQ(static_cast<const std::int32_t*>(shared->view("v")->data())[2], 3);
+  auto again = st::File::open(path, st::File::Access::copy_on_write);  // its own pages
+  EXPECT_EQ(static_cast<const std::int32_t*>(again->view("v")->data())[2], 3);
 }
 
 // -- checkpoints ------------------------------------------------------------------------
