@@ -615,7 +615,7 @@ Status write_index(const std::string& dir, std::uint64_t total_size,
   return finish_file(fd, tmp, path);
 }
 
-Result<Checkpoint> open_checkpoint(const std::string& path) {
+Result<Checkpoint> open_checkpoint(const std::string& path, File::Access access) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int e = errno;
@@ -625,7 +625,7 @@ Result<Checkpoint> open_checkpoint(const std::string& path) {
   Checkpoint c;
   c.root = path;
   auto add_file = [&](const std::string& file) -> Status {
-    auto f = File::open(file);
+    auto f = File::open(file, access);
     if (!f.ok()) return f.status();
     const std::size_t i = c.files.size();
     for (const auto& t : f->header().tensors) {

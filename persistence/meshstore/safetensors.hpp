@@ -192,8 +192,10 @@ inline constexpr char kIndexName[] = "model.safetensors.index.json";
 /// kIndexName (validated: well-formed, "weight_map" of names to files that
 /// exist in the directory, each name found in its file, and no tensor of a
 /// file missing from the map); or a directory holding exactly one
-/// .safetensors file. Every file is opened and validated.
-Result<Checkpoint> open_checkpoint(const std::string& path);
+/// .safetensors file. Every file is opened and validated, and mapped as
+/// `access` says.
+Result<Checkpoint> open_checkpoint(const std::string& path,
+                                   File::Access access = File::Access::read_only);
 
 /// The name of shard `i` (0-based) of `n`: "model-00001-of-00003.safetensors".
 std::string shard_file_name(std::size_t i, std::size_t n);

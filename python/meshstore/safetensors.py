@@ -247,18 +247,25 @@ def load_model(model, filename, strict=True, device="cpu"):
             tied.update(n for n in group if n not in state)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [n for n in missing if n not in tied]
-    if strict and (missing or unexpected):
-        parts = []
-        if missing:
-            parts.append("missing key(s): " + ", ".join(repr(n) for n in missing))
-        if unexpected:
-            parts.append("unexpected key(s): " + ", ".join(repr(n) for n in unexpected))
-        raise RuntimeError(f"load_model '{os.fspath(filename)}' into "
-                           f"{type(model).__name__}: " + "; ".join(parts))
+    if strict:
+        _refuse_names(f"load_model '{os.fspath(filename)}'", model, missing, unexpected)
     return missing, unexpected
 
 
 # -- helpers ---------------------------------------------------------------------
+
+
+def _refuse_names(what, module, missing, unexpected):
+    """Raises RuntimeError naming `missing` and `unexpected` keys, if any
+    (load_state_dict's strict check)."""
+    if not missing and not unexpected:
+        return
+    parts = []
+    if missing:
+        parts.append("missing key(s): " + ", ".join(repr(n) for n in missing))
+    if unexpected:
+        parts.append("unexpected key(s): " + ", ".join(repr(n) for n in unexpected))
+    raise RuntimeError(f"{what} into {type(module).__name__}: " + "; ".join(parts))
 
 
 def _torch(call):

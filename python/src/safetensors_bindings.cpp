@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "meshstore/checkpoint.hpp"
 #include "meshstore/safetensors.hpp"
 #include "py_future.hpp"
 #include "tensor_bridge.hpp"
@@ -111,6 +112,65 @@ void bind_safetensors(py::module_& m) {
           },
           py::arg("name"), py::arg("raw") = false,
           "Tensor `name` over the mapping; raw: as uint8 bytes (see as_bytes).");
+
+  py::class_<st::Checkpoint>(m, "SafetensorsCheckpoint",
+                             "A checkpoint: a file, or a directory of shards with its index.")
+      .def_static(
+          "open",
+          [](const std::string& path, bool writable) {
+            auto c = without_gil([&] { return st::open_checkpoint(path, access_of(writable)); });
+            if (!c.ok()) raise_status(c.status());
+            return std::move(c).value();
+          },
+          py::arg("path"), py::arg("writable"))
+      .def_readonly("root", &st::Checkpoint::root)
+      .def_readonly("total_bytes", &st::Checkpoint::total_bytes)
+      .def("files",
+           [](const st::Checkpoint& c) {
+             py::list out;
+             for (const auto& f : c.files) out.append(f.path());
+             return out;
+           })
+      .def(
+          "entries",
+          [](const st::Checkpoint& c) {
+            py::list out;
+            for (const auto& f : c.files) {
+              for (const auto& t : f.header().tensors) {
+                out.append(py::make_tuple(t.name, std::string(dtype_safetensors_name(t.dtype)),
+                                          py::tuple(py::cast(t.shape))));
+              }
+            }
+            return out;
+          },
+          "(name, safetensors dtype, shape) of every tensor, file by file in offset order.")
+      .def(
+          "tensor",
+          [](const st::Checkpoint& c, const std::string& name) {
+            auto it = c.weight_map.find(name);
+            if (it == c.weight_map.end()) {
+              raise_status(Status(Errc::not_found,
+                                  "checkpoint '" + c.root + "' has no tensor '" + name + "'"));
+            }
+            return tensor_of(c.files[it->second], name, false);
+          },
+          py::arg("name"))
+      .def(
+          "read_into",
+          [](const st::Checkpoint& c, const std::string& name, const py::object& dst,
+             bool as_bool) {
+            auto into = import_tensor(dst, as_bool, true, "read '" + name + "'");
+            auto s = without_gil([&] {
+              auto copied = read_tensor_into(c, name, into.view);
+              // The pages read are not needed again: memory stays about
+              // one tensor over the destinations.
+              if (copied.ok()) c.files[c.weight_map.at(name)].release(name);
+              return copied;
+            });
+            if (!s.ok()) raise_status(s);
+          },
+          py::arg("name"), py::arg("dst"), py::arg("as_bool"),
+          "Copies tensor `name` into `dst` (its dtype and shape, any strides, host or GPU).");
 
   m.def(
       "safetensors_write",
