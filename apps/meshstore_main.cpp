@@ -4,6 +4,7 @@
 #include <google/protobuf/stubs/common.h>
 #include <signal.h>
 #include <spdlog/version.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -406,8 +407,15 @@ int cmd_inspect(int argc, char** argv) {
     return 1;
   }
   std::size_t tensors = 0;
+  const std::string index = c->root + "/" + meshstore::safetensors::kIndexName;
+  struct stat sb {};
+  if (c->files.size() > 1 || ::stat(index.c_str(), &sb) == 0) {
+    std::printf("index %s: %zu tensor(s) in %zu file(s)\n", index.c_str(), c->weight_map.size(),
+                c->files.size());
+  }
   for (const auto& f : c->files) {
-    std::printf("%s (%s)\n", f.path().c_str(), human_bytes(f.size()).c_str());
+    std::printf("%s (%s, %zu tensor(s))\n", f.path().c_str(), human_bytes(f.size()).c_str(),
+                f.header().tensors.size());
     for (const auto& [k, v] : f.header().metadata) {
       std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
     }

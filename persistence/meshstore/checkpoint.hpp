@@ -13,9 +13,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "meshstore/placement.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/store.hpp"
@@ -111,5 +114,56 @@ Status read_state_dict_into(const safetensors::Checkpoint& checkpoint, StateDict
 /// shape_mismatch or out_of_range, naming the tensor.
 Status read_tensor_into(const safetensors::Checkpoint& checkpoint, const std::string& name,
                         const TensorView& dst, const TensorSlice* box = nullptr);
+
+// -- a sharded save: every rank writes its boxes into the final files --------
+
+/// How the ranks of a sharded save exchange bytes: every rank calls it
+/// with its own bytes, the same number of times in the same order, and it
+/// answers every rank's bytes in rank order (torch.distributed's
+/// all_gather_object, an MPI allgather, ...). An error (a rank gone) fails
+/// the save.
+using AllGather = std::function<Result<std::vector<std::string>>(const std::string& mine)>;
+
+struct ShardedSaveOptions {
+  /// Largest tensor bytes per file (as SaveCheckpointOptions); 0 = one
+  /// file. Ignored when file_of is given.
+  std::uint64_t max_shard_bytes = 0;
+  /// Which file each tensor goes to, numbered from 1 (torchtitan's
+  /// fqn_to_index_mapping): every tensor named, files 1..N each used.
+  std::map<std::string, std::size_t> file_of;
+  std::map<std::string, std::string> metadata;  // in every file
+  /// Required when world > 1.
+  AllGather all_gather;
+  /// This rank's bytes written so far, of its total.
+  safetensors::Progress progress;
+};
+
+/// Saves a state dict sharded over `world` ranks as one consolidated
+/// checkpoint in `dir` (which must exist): full tensors in
+/// model-0000i-of-0000n.safetensors with model.safetensors.index.json, or
+/// one model.safetensors. Every rank calls it with its local tensors
+/// (`local`: this rank's box of each tensor, any strides, host or GPU
+/// memory) and each tensor's placement (the same on every rank; its mesh
+/// has `world` ranks; `rank`'s coordinates are row-major). No gather and
+/// no second pass:
+/// - the ranks exchange their local shapes and dtypes once; every rank
+///   derives the same global shapes (torch.chunk's split) and plans the
+///   same files, headers and offsets (rank 0's tensor order);
+/// - each rank writes its boxes at their offsets with pwrite (a row shard
+///   is one run, other boxes one run per row of their trailing dimensions),
+///   into temporary files named after the final ones; a box held by
+///   several ranks (Replicate) is written by the first of them only;
+/// - once every rank has flushed its writes, rank 0 renames the files into
+///   place and writes the index; every rank returns after that.
+/// A failure on any rank (bad input, a write, the exchange) fails the save
+/// on every rank that can still hear of it, and the temporaries are
+/// removed: no file a reader would accept is left, as after a rank killed
+/// mid-save (its temporaries stay under their temporary names).
+/// Errc::invalid_argument for bad input (a rank's named), io_error for the
+/// file system.
+Result<CheckpointReport> save_sharded(const std::string& dir, const StateDict& local,
+                                      const std::map<std::string, Placement>& placements,
+                                      std::int64_t rank, std::int64_t world,
+                                      const ShardedSaveOptions& options = {});
 
 }  // namespace meshstore

@@ -459,15 +459,13 @@ Writer::~Writer() = default;
 
 Result<Writer> Writer::open(const std::string& path, const std::vector<Spec>& specs,
                             const std::map<std::string, std::string>& metadata) {
-  auto laid = lay_out(specs, "write '" + path + "'");
-  if (!laid.ok()) return laid.status();
-  const std::string head = header_json(*laid, metadata);
+  auto layout = plan_file(specs, metadata, "write '" + path + "'");
+  if (!layout.ok()) return layout.status();
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->tmp = temp_name(path);
-  impl->data_start = 8 + head.size();
-  const std::uint64_t data = laid->empty() ? 0 : laid->back().end;
-  impl->size = impl->data_start + data;
+  impl->data_start = layout->data_start();
+  impl->size = layout->size();
   impl->fd = ::open(impl->tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (impl->fd < 0) {
     const int e = errno;
@@ -486,9 +484,8 @@ Result<Writer> Writer::open(const std::string& path, const std::vector<Spec>& sp
     return Status(Errc::io_error, "write '" + path + "': mmap: " + errno_text(e));
   }
   impl->base = static_cast<std::byte*>(p);
-  put_length(impl->base, head.size());
-  std::memcpy(impl->base + 8, head.data(), head.size());
-  for (auto& t : *laid) impl->tensors.emplace(t.name, std::move(t));
+  std::memcpy(impl->base, layout->prefix.data(), layout->prefix.size());
+  for (auto& t : layout->tensors) impl->tensors.emplace(t.name, std::move(t));
   Writer w;
   w.impl_ = std::move(impl);
   return w;
@@ -537,29 +534,41 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   return w->commit();
 }
 
+Result<Layout> plan_file(const std::vector<Writer::Spec>& specs,
+                         const std::map<std::string, std::string>& metadata,
+                         const std::string& what) {
+  auto laid = lay_out(specs, what);
+  if (!laid.ok()) return laid.status();
+  const std::string head = header_json(*laid, metadata);
+  Layout out;
+  out.prefix.assign(8, '\0');
+  put_length(reinterpret_cast<std::byte*>(out.prefix.data()), head.size());
+  out.prefix += head;
+  out.tensors = std::move(laid).value();
+  return out;
+}
+
 Result<std::string> serialize(const std::vector<NamedTensor>& tensors,
                               const std::map<std::string, std::string>& metadata,
                               const std::string& what) {
   std::uint64_t total = 0;
   auto specs = specs_of(tensors, what, &total);
   if (!specs.ok()) return specs.status();
-  auto laid = lay_out(*specs, what);
-  if (!laid.ok()) return laid.status();
-  const std::string head = header_json(*laid, metadata);
+  auto layout = plan_file(*specs, metadata, what);
+  if (!layout.ok()) return layout.status();
   std::string out;
   try {
-    out.resize(8 + head.size() + total);
+    out.resize(layout->size());
   } catch (const std::bad_alloc&) {
     return Status(Errc::out_of_capacity,
-                  what + ": cannot allocate " + std::to_string(8 + head.size() + total) + " bytes");
+                  what + ": cannot allocate " + std::to_string(layout->size()) + " bytes");
   }
   auto* base = reinterpret_cast<std::byte*>(out.data());
-  put_length(base, head.size());
-  std::memcpy(base + 8, head.data(), head.size());
+  std::memcpy(base, layout->prefix.data(), layout->prefix.size());
   std::map<std::string, const TensorInfo*> at;
-  for (const auto& t : *laid) at.emplace(t.name, &t);
+  for (const auto& t : layout->tensors) at.emplace(t.name, &t);
   for (const auto& t : tensors) {
-    MESHSTORE_RETURN_IF_ERROR(fill(t, base + 8 + head.size() + at.at(t.name)->begin, what));
+    MESHSTORE_RETURN_IF_ERROR(fill(t, base + layout->data_start() + at.at(t.name)->begin, what));
   }
   return out;
 }

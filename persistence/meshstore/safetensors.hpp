@@ -155,6 +155,7 @@ class Writer {
     DType dtype = DType::uint8;
     Shape shape;
   };
+
   static Result<Writer> open(const std::string& path, const std::vector<Spec>& tensors,
                              const std::map<std::string, std::string>& metadata = {});
   Writer(Writer&&) noexcept;
@@ -170,6 +171,28 @@ class Writer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// A file's layout, planned before any byte is written: the bytes that
+/// precede the data (the 8-byte length and the header, padded so the data
+/// starts at a multiple of 8) and where each tensor lies. Tensors are laid
+/// out by element size, largest first (each aligned to its element size),
+/// otherwise in the given order: what Writer, write_file and serialize
+/// write.
+struct Layout {
+  std::string prefix;               // the length and the header
+  std::vector<TensorInfo> tensors;  // in file order; offsets relative to the data
+  std::uint64_t data_start() const noexcept { return prefix.size(); }
+  std::uint64_t size() const noexcept {
+    return prefix.size() + (tensors.empty() ? 0 : tensors.back().end);
+  }
+};
+
+/// Plans the layout of a file of `specs` (names unique, non-empty, not
+/// "__metadata__"; shapes not negative) and `metadata`. `what` names the
+/// call in errors (Errc::invalid_argument).
+Result<Layout> plan_file(const std::vector<Writer::Spec>& specs,
+                         const std::map<std::string, std::string>& metadata,
+                         const std::string& what);
 
 // -- checkpoints: a file, or a directory of shards with an index ------------
 

@@ -38,6 +38,7 @@ from ._errors import (
     WrongKindError,
     from_status as _from_status,
 )
+from ._placement import Replicate, Shard
 from ._store import Future, Publication, StagedStateDict, Store, TensorSlice
 from ._tensors import Tensor
 
@@ -50,7 +51,8 @@ transport_status = _native.transport_status
 __all__ = [
     "CancelledError", "ClosedError", "ConflictError", "ConnectionError", "Error", "Future",
     "InvalidArgumentError", "MismatchError", "NotFoundError", "OutOfCapacityError",
-    "PartiallyCommittedError", "Publication", "StagedStateDict", "Store", "Tensor", "TensorSlice",
+    "PartiallyCommittedError", "Publication", "Replicate", "Shard", "StagedStateDict", "Store",
+    "Tensor", "TensorSlice",
     "TimeoutError", "UnauthenticatedError", "UnsupportedError", "WaitTimeoutError", "WrongKindError", "available_transports",
     "transport_status",
 ]

@@ -8,10 +8,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshstore/checkpoint.hpp"
+#include "meshstore/placement.hpp"
 #include "meshstore/safetensors.hpp"
 #include "py_future.hpp"
 #include "tensor_bridge.hpp"
@@ -59,6 +62,21 @@ PyTensor tensor_of(const st::File& file, const std::string& name, bool raw) {
   out.owner = std::make_shared<st::File>(file);  // copies share the mapping
   out.read_only = file.access() == st::File::Access::read_only;
   return out;
+}
+
+// A placement from Python: the mesh's shape and, per mesh dimension,
+// ("shard", dim) or ("replicate", 0).
+Placement placement_in(const Shape& mesh, const py::list& dims, const std::string& what) {
+  std::vector<DimPlacement> out;
+  for (auto h : dims) {
+    auto d = h.cast<py::tuple>();
+    const auto kind = d[0].cast<std::string>();
+    out.push_back(kind == "shard" ? DimPlacement::shard(d[1].cast<std::int64_t>())
+                                  : DimPlacement::replicate());
+  }
+  auto p = Placement::make(mesh, std::move(out));
+  if (!p.ok()) raise_status(p.status().with_context(what));
+  return std::move(p).value();
 }
 
 st::File::Access access_of(bool writable) {
@@ -157,11 +175,23 @@ void bind_safetensors(py::module_& m) {
           py::arg("name"))
       .def(
           "read_into",
-          [](const st::Checkpoint& c, const std::string& name, const py::object& dst,
-             bool as_bool) {
+          [](const st::Checkpoint& c, const std::string& name, const py::object& dst, bool as_bool,
+             const std::optional<std::pair<Shape, Shape>>& box) {
             auto into = import_tensor(dst, as_bool, true, "read '" + name + "'");
+            std::optional<TensorSlice> slice;
+            if (box) {
+              auto it = c.weight_map.find(name);
+              if (it == c.weight_map.end()) {
+                raise_status(Status(Errc::not_found,
+                                    "checkpoint '" + c.root + "' has no tensor '" + name + "'"));
+              }
+              auto made = TensorSlice::make(c.files[it->second].header().find(name)->shape,
+                                            box->first, box->second);
+              if (!made.ok()) raise_status(made.status().with_context("read '" + name + "'"));
+              slice = std::move(made).value();
+            }
             auto s = without_gil([&] {
-              auto copied = read_tensor_into(c, name, into.view);
+              auto copied = read_tensor_into(c, name, into.view, slice ? &*slice : nullptr);
               // The pages read are not needed again: memory stays about
               // one tensor over the destinations.
               if (copied.ok()) c.files[c.weight_map.at(name)].release(name);
@@ -169,8 +199,78 @@ void bind_safetensors(py::module_& m) {
             });
             if (!s.ok()) raise_status(s);
           },
-          py::arg("name"), py::arg("dst"), py::arg("as_bool"),
-          "Copies tensor `name` into `dst` (its dtype and shape, any strides, host or GPU).");
+          py::arg("name"), py::arg("dst"), py::arg("as_bool"), py::arg("box") = py::none(),
+          "Copies tensor `name` (or the box (offsets, shape) of it) into `dst` (its dtype and "
+          "shape, any strides, host or GPU).");
+
+  m.def(
+      "parse_size",
+      [](const std::string& text) {
+        auto n = st::parse_size(text);
+        if (!n.ok()) raise_status(n.status());
+        return *n;
+      },
+      py::arg("text"), "Bytes of a size such as \"5GB\" or \"1.5GiB\".");
+
+  m.def(
+      "placement_box",
+      [](const Shape& global, const Shape& mesh, const py::list& dims, std::int64_t rank) {
+        auto box = placement_in(mesh, dims, "placement").slice_for(global, rank);
+        if (!box.ok()) raise_status(box.status());
+        return py::make_tuple(py::tuple(py::cast(box->offsets())),
+                              py::tuple(py::cast(box->local_shape())));
+      },
+      py::arg("global_shape"), py::arg("mesh_shape"), py::arg("dims"), py::arg("rank"),
+      "(offsets, shape) of the box rank `rank` holds of a tensor of `global_shape`.");
+
+  m.def(
+      "save_sharded",
+      [](const std::string& dir, const py::list& items, const py::dict& placements,
+         std::int64_t rank, std::int64_t world, const std::map<std::string, std::size_t>& file_of,
+         std::uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata,
+         const py::object& all_gather) {
+        const std::string what = "save_sharded '" + dir + "'";
+        auto named = named_in(items, what);
+        StateDict local;
+        for (const auto& t : named.tensors) {
+          if (auto s = local.insert(t.name, t.view); !s.ok()) raise_status(s.with_context(what));
+        }
+        std::map<std::string, Placement> by_name;
+        for (auto [name, p] : placements) {
+          auto spec = p.cast<py::tuple>();
+          by_name.emplace(name.cast<std::string>(),
+                          placement_in(spec[0].cast<Shape>(), spec[1].cast<py::list>(), what));
+        }
+        ShardedSaveOptions o;
+        o.file_of = file_of;
+        o.max_shard_bytes = max_shard_bytes;
+        o.metadata = metadata;
+        if (!all_gather.is_none()) {
+          // Called from the save with the GIL released: takes it back.
+          o.all_gather =
+              [&all_gather](const std::string& mine) -> Result<std::vector<std::string>> {
+            py::gil_scoped_acquire gil;
+            try {
+              std::vector<std::string> out;
+              for (auto h : all_gather(py::bytes(mine))) out.push_back(h.cast<std::string>());
+              return out;
+            } catch (py::error_already_set& e) {
+              return Status(Errc::unavailable, std::string("all_gather raised ") + e.what());
+            } catch (const py::cast_error& e) {
+              return Status(Errc::protocol_error,
+                            std::string("all_gather answered something not bytes: ") + e.what());
+            }
+          };
+        }
+        auto report = without_gil(
+            [&] { return meshstore::save_sharded(dir, local, by_name, rank, world, o); });
+        if (!report.ok()) raise_status(report.status());
+        return py::make_tuple(report->tensors, report->bytes, report->files);
+      },
+      py::arg("dir"), py::arg("items"), py::arg("placements"), py::arg("rank"), py::arg("world"),
+      py::arg("file_of"), py::arg("max_shard_bytes"), py::arg("metadata"), py::arg("all_gather"),
+      "This rank's part of a sharded save (checkpoint.hpp, save_sharded): (tensors, bytes, "
+      "files) it wrote.");
 
   m.def(
       "safetensors_write",

@@ -104,6 +104,13 @@ TEST_F(ServeTest, InspectLoadAndSaveCheckpoints) {
   EXPECT_EQ(std::memcmp(back->data(), w.data(), 64), 0);
   auto again = run({"inspect", dir + "/out"}, 0);
   EXPECT_NE(again.find("total: 2 tensor(s) in 2 file(s)"), std::string::npos) << again;
+  EXPECT_NE(again.find("index " + dir +
+                       "/out/model.safetensors.index.json: 2 tensor(s) in 2 "
+                       "file(s)"),
+            std::string::npos)
+      << again;
+  EXPECT_NE(again.find("model-00002-of-00002.safetensors (144 B, 1 tensor(s))"), std::string::npos)
+      << again;
 
   // Errors: a malformed file, a bad size, a prefix with nothing under it.
   std::FILE* f = std::fopen((dir + "/bad.safetensors").c_str(), "wb");

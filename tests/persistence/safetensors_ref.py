@@ -151,6 +151,45 @@ def check(path):
         fail("%d data bytes, the tensors cover %d" % (len(data), at))
 
 
+def read(path):
+    """{name: (dtype, shape, raw bytes)} and the metadata of one file, read
+    by the format's description (header, then offsets into the data)."""
+    with open(path, "rb") as f:
+        image = f.read()
+    (n,) = struct.unpack("<Q", image[:8])
+    header = json.loads(image[8:8 + n].decode("utf-8"))
+    data = image[8 + n:]
+    metadata = header.pop("__metadata__", {})
+    out = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        out[name] = (entry["dtype"], entry["shape"], data[begin:end])
+    return out, metadata
+
+
+def read_checkpoint(path):
+    """read() of a file, or of every file of a directory with
+    model.safetensors.index.json (each tensor where the index says)."""
+    import os
+    index = os.path.join(path, "model.safetensors.index.json")
+    if not os.path.isdir(path):
+        return read(path)[0]
+    if not os.path.exists(index):
+        return read(os.path.join(path, "model.safetensors"))[0]
+    with open(index, encoding="utf-8") as f:
+        weight_map = json.load(f)["weight_map"]
+    out = {}
+    for file in sorted(set(weight_map.values())):
+        tensors, _ = read(os.path.join(path, file))
+        for name, t in tensors.items():
+            if weight_map.get(name) != file:
+                fail("%s: in %s, the index says %s" % (name, file, weight_map.get(name)))
+            out[name] = t
+    if set(out) != set(weight_map):
+        fail("the index names %d tensors, the files hold %d" % (len(weight_map), len(out)))
+    return out
+
+
 def main():
     if len(sys.argv) != 3 or sys.argv[1] not in ("write", "check"):
         print(__doc__)

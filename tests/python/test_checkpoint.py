@@ -174,3 +174,89 @@ def test_a_gpu_device_gets_the_weights_there(tmp_path):
     on_gpu = TiedLM(device="cuda")
     ckpt.load_into(on_gpu, path, assign=False)
     assert torch.equal(on_gpu.proj.weight.cpu(), model.proj.weight)
+
+
+# -- sharded saves ---------------------------------------------------------------
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torchrun import command as torchrun_command  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharded_worker.py")
+FINAL = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+         "model.safetensors.index.json"]
+
+
+def torchrun(nproc, *args):
+    cmd, ports = torchrun_command(nproc, WORKER, *args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **ports, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_sharded_save_on_two_ranks_reads_back_on_three_in_another_layout(tmp_path):
+    out = torchrun(2, "save", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("sharded_worker: ok") == 2, out.stdout + out.stderr
+    assert sorted(os.listdir(tmp_path)) == FINAL
+    # The files are whole tensors: any reader takes them as they are.
+    with st.safe_open(tmp_path / FINAL[0], framework="pt") as f:
+        assert f.keys() == ["embed", "norm", "step"] and f.metadata() == {"format": "pt"}
+    out = torchrun(3, "load", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("sharded_worker: ok") == 3, out.stdout + out.stderr
+
+
+def test_a_rank_killed_mid_save_leaves_nothing_a_reader_accepts(tmp_path):
+    out = torchrun(2, "kill", str(tmp_path))
+    assert out.returncode != 0, out.stdout + out.stderr
+    left = os.listdir(tmp_path)
+    assert not [n for n in left if n in FINAL or n == "model.safetensors"], left
+    assert all(".tmp." in n for n in left), left
+    with pytest.raises(meshstore.Error):
+        ckpt.load_sharded(tmp_path, {}, {})
+    # A later save puts the files in place and clears the dead one's.
+    out = torchrun(2, "save", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert sorted(os.listdir(tmp_path)) == FINAL
+
+
+def test_one_rank_saves_and_loads_boxes_without_torch_distributed(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    w = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    result = ckpt.save_sharded(tmp_path, {"w": w.t(), "b": torch.ones(3)},
+                               {"w": (meshstore.Shard(0),), "b": meshstore.Replicate()},
+                               max_shard_bytes="16B")
+    assert result == ckpt.SaveResult(2, 108, 2)
+    assert sorted(os.listdir(tmp_path)) == FINAL
+    assert torch.equal(st.load_file(tmp_path / FINAL[0])["w"], w.t())
+    back = ckpt.load_sharded(tmp_path, {"w": torch.zeros(6, 4)}, {"w": (meshstore.Shard(1),)})
+    assert torch.equal(back["w"], w.t())
+
+
+def test_sharded_save_arguments_are_checked_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    w = {"w": torch.ones(4)}
+    S = meshstore.Shard
+    with pytest.raises(ValueError, match="'w' has no placement"):
+        ckpt.save_sharded(tmp_path, w, {})
+    with pytest.raises(ValueError, match="one per mesh dimension"):
+        ckpt.save_sharded(tmp_path, w, {"w": (S(0), S(0))})
+    with pytest.raises(ValueError, match=r"mesh_shape \(2,\) has 2 ranks, the world 1"):
+        ckpt.save_sharded(tmp_path, w, {"w": (S(0),)}, mesh_shape=(2,))
+    with pytest.raises(ValueError, match=r"fqn_to_index\['w'\] must be a file number"):
+        ckpt.save_sharded(tmp_path, w, {"w": (S(0),)}, fqn_to_index={"w": 0})
+    with pytest.raises(ValueError, match="max_shard_bytes must be"):
+        ckpt.save_sharded(tmp_path, w, {"w": (S(0),)}, max_shard_bytes=-1)
+    with pytest.raises(meshstore.InvalidArgumentError, match="not in file_of"):
+        ckpt.save_sharded(tmp_path, {"w": torch.ones(4), "v": torch.ones(1)},
+                          {"w": (S(0),), "v": (S(0),)}, fqn_to_index={"w": 1})
+    with pytest.raises(meshstore.InvalidArgumentError, match="shards dimension 1 of a tensor"):
+        ckpt.save_sharded(tmp_path, w, {"w": (S(1),)})
+    with pytest.raises(ValueError, match="Shard: dim must be"):
+        S(-1)
+    assert os.listdir(tmp_path) == []
+    st.save_file({"w": torch.ones(4)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"rank 0's box of \[4\] is \[4\], the tensor given is"):
+        ckpt.load_sharded(tmp_path, {"w": torch.zeros(2)}, {"w": (S(0),)})
+    with pytest.raises(KeyError, match="no tensor 'v'"):
+        ckpt.load_sharded(tmp_path, {"v": torch.zeros(2)}, {"v": (S(0),)})
