@@ -19,6 +19,7 @@
 #include <set>
 
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/file_writes.hpp"
 
 namespace meshstore::safetensors {
 namespace {
@@ -169,8 +170,8 @@ Result<std::vector<Writer::Spec>> specs_of(const std::vector<NamedTensor>& tenso
   for (const auto& t : tensors) {
     const std::string ctx = what + ": tensor '" + t.name + "'";
     MESHSTORE_RETURN_IF_ERROR(t.view.validate(ctx));
-    if (internal::cuda::on_device(t.view)) {
-      MESHSTORE_RETURN_IF_ERROR(internal::cuda::check_device_view(t.view, ctx));
+    if (meshstore::internal::cuda::on_device(t.view)) {
+      MESHSTORE_RETURN_IF_ERROR(meshstore::internal::cuda::check_device_view(t.view, ctx));
     }
     specs.push_back(Writer::Spec{t.name, t.view.dtype(), t.view.shape()});
     *total += t.view.nbytes();
@@ -182,8 +183,9 @@ Result<std::vector<Writer::Spec>> specs_of(const std::vector<NamedTensor>& tenso
 // device) into `dst`, contiguous.
 Status fill(const NamedTensor& t, std::byte* dst, const std::string& what) {
   if (t.view.nbytes() == 0) return Status();
-  if (internal::cuda::on_device(t.view)) {
-    return internal::cuda::to_host(dst, t.view).with_context(what + ": tensor '" + t.name + "'");
+  if (meshstore::internal::cuda::on_device(t.view)) {
+    return meshstore::internal::cuda::to_host(dst, t.view)
+        .with_context(what + ": tensor '" + t.name + "'");
   }
   pack_to(t.view, dst);
   return Status();
@@ -434,6 +436,76 @@ void File::release(const std::string& name) const {
   if (to > from) ::madvise(const_cast<std::byte*>(impl_->base) + from, to - from, MADV_DONTNEED);
 }
 
+// -- pwrite: how tensor bytes go into files ------------------------------------
+
+namespace internal {
+
+Status pwrite_all(int fd, const std::byte* p, std::size_t n, std::uint64_t at,
+                  const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      return Status(Errc::io_error, "'" + path + "': pwrite: " + errno_text(w < 0 ? errno : EIO));
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+    at += static_cast<std::uint64_t>(w);
+  }
+  return Status();
+}
+
+Status write_box(int fd, const std::string& path, std::uint64_t base, const TensorSlice& box,
+                 const TensorView& view) {
+  if (view.shape() != box.local_shape()) {
+    return Status(Errc::shape_mismatch, "a view of " + shape_to_string(view.shape()) +
+                                            " for a box of " + shape_to_string(box.local_shape()));
+  }
+  const std::size_t elsize = dtype_size(view.dtype());
+  const std::byte* src = static_cast<const std::byte*>(view.data());
+  std::vector<std::byte> packed;
+  if (view.nbytes() > 0 && (!view.is_contiguous() || meshstore::internal::cuda::on_device(view))) {
+    try {
+      packed.resize(view.nbytes());
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::out_of_capacity,
+                    "cannot allocate " + std::to_string(view.nbytes()) + " bytes to pack a tensor");
+    }
+    MESHSTORE_RETURN_IF_ERROR(meshstore::internal::cuda::copy_view(
+        view, TensorView(packed.data(), view.dtype(), view.shape())));
+    src = packed.data();
+  }
+  const Shape& g = box.global_shape();
+  const Shape& off = box.offsets();
+  const Shape& len = box.local_shape();
+  const std::size_t k = g.size();
+  if (box.empty()) return Status();
+  if (k == 0) return pwrite_all(fd, src, elsize, base, path);
+  // The run: dimension s onward, where every dimension after s is whole.
+  std::size_t s = k - 1;
+  while (s > 0 && off[s] == 0 && len[s] == g[s]) --s;
+  std::uint64_t inner = 1;  // elements of one step along dimension s
+  for (std::size_t d = s + 1; d < k; ++d) inner *= static_cast<std::uint64_t>(g[d]);
+  const std::uint64_t run = static_cast<std::uint64_t>(len[s]) * inner * elsize;
+  // Global strides, in elements.
+  std::vector<std::uint64_t> stride(k, 1);
+  for (std::size_t d = k - 1; d > 0; --d)
+    stride[d - 1] = stride[d] * static_cast<std::uint64_t>(g[d]);
+  std::vector<std::int64_t> idx(s, 0);  // over the box's dimensions before s
+  for (std::uint64_t i = 0;; ++i) {
+    std::uint64_t at = static_cast<std::uint64_t>(off[s]) * stride[s];
+    for (std::size_t d = 0; d < s; ++d)
+      at += static_cast<std::uint64_t>(off[d] + idx[d]) * stride[d];
+    MESHSTORE_RETURN_IF_ERROR(pwrite_all(fd, src + i * run, run, base + at * elsize, path));
+    std::size_t d = s;
+    while (d > 0 && ++idx[d - 1] == len[d - 1]) idx[--d] = 0;
+    if (d == 0) break;
+  }
+  return Status();
+}
+
+}  // namespace internal
+
 // -- writing ------------------------------------------------------------------
 
 struct Writer::Impl {
@@ -523,15 +595,38 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   std::uint64_t total = 0;
   auto specs = specs_of(tensors, what, &total);
   if (!specs.ok()) return specs.status();
-  auto w = Writer::open(path, *specs, metadata);
-  if (!w.ok()) return w.status();
+  auto layout = plan_file(*specs, metadata, what);
+  if (!layout.ok()) return layout.status();
+  const std::string tmp = temp_name(path);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    return Status(Errc::io_error, what + ": create '" + tmp + "': " + errno_text(e));
+  }
+  // Every step's failure closes and removes the temporary.
+  auto fail = [&](const Status& s) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s.with_context(what);
+  };
+  // No space is reserved ahead: with pwrite a full disk is an error
+  // (ENOSPC) like any other, and reserving it (posix_fallocate) made the
+  // writes four times slower here (unwritten extents converted as they
+  // are written): 0.25 against 1.13 GB/s for 1.19 GB, page cache warm.
+  auto s = internal::pwrite_all(fd, reinterpret_cast<const std::byte*>(layout->prefix.data()),
+                                layout->prefix.size(), 0, tmp);
+  if (!s.ok()) return fail(s);
+  std::map<std::string, const TensorInfo*> at;
+  for (const auto& t : layout->tensors) at.emplace(t.name, &t);
   std::uint64_t done = 0;
   for (const auto& t : tensors) {
-    MESHSTORE_RETURN_IF_ERROR(fill(t, static_cast<std::byte*>(w->tensor(t.name)->data()), what));
+    s = internal::write_box(fd, tmp, layout->data_start() + at.at(t.name)->begin,
+                            TensorSlice::full(t.view.shape()), t.view);
+    if (!s.ok()) return fail(s.with_context("tensor '" + t.name + "'"));
     done += t.view.nbytes();
     if (progress) progress(done, total);
   }
-  return w->commit();
+  return finish_file(fd, tmp, path);
 }
 
 Result<Layout> plan_file(const std::vector<Writer::Spec>& specs,

@@ -16,7 +16,7 @@
 #include <set>
 
 #include "meshstore/checkpoint.hpp"
-#include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/file_writes.hpp"
 
 namespace meshstore {
 namespace {
@@ -245,53 +245,6 @@ Status io_error(const std::string& path, const std::string& what, int e) {
   return Status(Errc::io_error, "'" + path + "': " + what + ": " + std::strerror(e));
 }
 
-Status pwrite_all(int fd, const std::byte* p, std::size_t n, std::uint64_t at,
-                  const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return io_error(path, "pwrite", w < 0 ? errno : EIO);
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    at += static_cast<std::uint64_t>(w);
-  }
-  return Status();
-}
-
-// Writes `src` (the box `box` of a tensor of shape `global` that starts at
-// file offset `base`) into `fd`: runs of whole trailing dimensions, one
-// pwrite each. `src` is host memory, contiguous.
-Status write_box(int fd, const std::string& path, std::uint64_t base, const TensorSlice& box,
-                 std::size_t elsize, const std::byte* src) {
-  const Shape& g = box.global_shape();
-  const Shape& off = box.offsets();
-  const Shape& len = box.local_shape();
-  const std::size_t k = g.size();
-  if (box.empty()) return Status();
-  if (k == 0) return pwrite_all(fd, src, elsize, base, path);
-  // The run: dimension s onward, where every dimension after s is whole.
-  std::size_t s = k - 1;
-  while (s > 0 && off[s] == 0 && len[s] == g[s]) --s;
-  std::uint64_t inner = 1;  // elements of one step along dimension s
-  for (std::size_t d = s + 1; d < k; ++d) inner *= static_cast<std::uint64_t>(g[d]);
-  const std::uint64_t run = static_cast<std::uint64_t>(len[s]) * inner * elsize;
-  // Global strides, in elements.
-  std::vector<std::uint64_t> stride(k, 1);
-  for (std::size_t d = k - 1; d > 0; --d)
-    stride[d - 1] = stride[d] * static_cast<std::uint64_t>(g[d]);
-  std::vector<std::int64_t> idx(s, 0);  // over the box's dimensions before s
-  for (std::uint64_t i = 0;; ++i) {
-    std::uint64_t at = static_cast<std::uint64_t>(off[s]) * stride[s];
-    for (std::size_t d = 0; d < s; ++d)
-      at += static_cast<std::uint64_t>(off[d] + idx[d]) * stride[d];
-    MESHSTORE_RETURN_IF_ERROR(pwrite_all(fd, src + i * run, run, base + at * elsize, path));
-    std::size_t d = s;
-    while (d > 0 && ++idx[d - 1] == len[d - 1]) idx[--d] = 0;
-    if (d == 0) break;
-  }
-  return Status();
-}
-
 // This rank's part: the headers (rank 0) and its boxes, flushed.
 Status write_part(const Plan& plan, const StateDict& local,
                   const std::map<std::string, Placement>& placements, std::int64_t rank,
@@ -311,15 +264,10 @@ Status write_part(const Plan& plan, const StateDict& local,
     const int fd = ::open(pf.temp_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return io_error(pf.temp_path, "create", errno);
     fds[f] = fd;
-    // Every rank sets the same size; rank 0 reserves the space (a full
-    // disk fails here, not halfway through).
+    // Every rank sets the same size (no space reserved ahead: see
+    // write_file).
     if (::ftruncate(fd, static_cast<off_t>(pf.layout.size())) != 0) {
       return io_error(pf.temp_path, "ftruncate", errno);
-    }
-    if (rank == 0) {
-      if (int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(pf.layout.size())); rc != 0) {
-        return io_error(pf.temp_path, "reserve " + std::to_string(pf.layout.size()) + " bytes", rc);
-      }
     }
     return fd;
   };
@@ -328,8 +276,9 @@ Status write_part(const Plan& plan, const StateDict& local,
       auto fd = fd_of(f);
       if (!fd.ok()) return fd.status();
       const auto& prefix = plan.files[f].layout.prefix;
-      MESHSTORE_RETURN_IF_ERROR(pwrite_all(*fd, reinterpret_cast<const std::byte*>(prefix.data()),
-                                           prefix.size(), 0, plan.files[f].temp_path));
+      MESHSTORE_RETURN_IF_ERROR(
+          st::internal::pwrite_all(*fd, reinterpret_cast<const std::byte*>(prefix.data()),
+                                   prefix.size(), 0, plan.files[f].temp_path));
     }
   }
   std::uint64_t mine = 0, done = 0;
@@ -341,7 +290,6 @@ Status write_part(const Plan& plan, const StateDict& local,
     mine += e.view.nbytes();
     boxes.push_back({&e, std::move(box)});
   }
-  std::vector<std::byte> packed;
   for (const auto& [e, box] : boxes) {
     const auto f = plan.where.at(e->name).first;
     auto fd = fd_of(f);
@@ -350,16 +298,9 @@ Status write_part(const Plan& plan, const StateDict& local,
     const auto* info =
         std::find_if(pf.layout.tensors.data(), pf.layout.tensors.data() + pf.layout.tensors.size(),
                      [&](const st::TensorInfo& t) { return t.name == e->name; });
-    const std::byte* src = static_cast<const std::byte*>(e->view.data());
-    if (e->view.nbytes() > 0 && (!e->view.is_contiguous() || internal::cuda::on_device(e->view))) {
-      packed.resize(e->view.nbytes());
-      const TensorView dst(packed.data(), e->view.dtype(), e->view.shape());
-      MESHSTORE_RETURN_IF_ERROR(
-          internal::cuda::copy_view(e->view, dst).with_context("'" + e->name + "'"));
-      src = packed.data();
-    }
-    MESHSTORE_RETURN_IF_ERROR(write_box(*fd, pf.temp_path, pf.layout.data_start() + info->begin,
-                                        box, dtype_size(e->view.dtype()), src)
+    MESHSTORE_RETURN_IF_ERROR(st::internal::write_box(*fd, pf.temp_path,
+                                                      pf.layout.data_start() + info->begin, box,
+                                                      e->view)
                                   .with_context("'" + e->name + "'"));
     done += e->view.nbytes();
     report.bytes += e->view.nbytes();
