@@ -107,6 +107,7 @@ def load_into(module, path, *, device="cpu", strict=True, assign=True):
     if strict:
         _refuse_names(what, module, missing, unexpected)
 
+    owners = dict(module.named_modules(remove_duplicate=False)) if assign else {}
     with torch.no_grad():
         for names, source in plan:
             old = state[names[0]]
@@ -117,7 +118,7 @@ def load_into(module, path, *, device="cpu", strict=True, assign=True):
                 if isinstance(old, torch.nn.Parameter):
                     t = torch.nn.Parameter(t, requires_grad=old.requires_grad)
                 for name in names:
-                    _assign(module, name, t)
+                    _assign(owners, name, t)
             else:
                 dst, as_bool = export(old.detach(), what, for_write=True, name=names[0])
                 checkpoint.read_into(source, dst, as_bool)
@@ -254,9 +255,11 @@ def _mesh(mesh_shape, world, what):
     return mesh
 
 
-def _assign(module, name, value):
+def _assign(owners, name, value):
+    """Sets `name` (a parameter or buffer of the state dict) to `value`;
+    `owners` maps each module's qualified name to the module."""
     prefix, _, leaf = name.rpartition(".")
-    owner = module.get_submodule(prefix) if prefix else module
+    owner = owners[prefix]
     if leaf in owner._parameters:
         owner._parameters[leaf] = value
     else:
