@@ -329,7 +329,27 @@ def _items(tensors, what):
             f"would be saved as its own copy and loaded back untied): {groups}. Keep one name "
             "each with meshstore.safetensors.remove_shared(tensors), or save a module with "
             "save_model(model, filename)")
-    return [(name, *export(t, what, name=name)) for name, t in tensors.items()]
+    np = sys.modules.get("numpy")
+    items = []
+    for name, t in tensors.items():
+        if np is not None and isinstance(t, np.ndarray) and not t.flags.writeable:
+            # numpy exports no read-only array through DLPack (0.6 has no
+            # read-only flag); a save only reads it, so torch's view of the
+            # same bytes goes instead.
+            t = _read_only_numpy(t)
+        items.append((name, *export(t, what, name=name)))
+    return items
+
+
+def _read_only_numpy(a):
+    import warnings
+    torch = _torch("save_file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "The given NumPy array is not writable"
+        try:
+            return torch.from_numpy(a)
+        except TypeError:  # a dtype torch 1.13 lacks (uint16, ...): a copy
+            return a.copy()
 
 
 def _torch_dtypes(torch):

@@ -277,6 +277,14 @@ def test_loaded_tensors_share_the_file_copy_on_write(tmp_path):
         with pytest.raises(ValueError, match="read-only"):
             a[0] = 5
         assert f.get_slice("w")[:3].flags.writeable  # slices are copies
+        st.save_file({"w": a, "u": np.arange(3, dtype=np.uint16)[::-1].copy()},
+                     tmp_path / "again.safetensors")  # read-only arrays save too
+    assert torch.equal(st.load_file(tmp_path / "again.safetensors")["w"], w)
+    with st.safe_open(tmp_path / "again.safetensors", framework="np") as f:
+        u = f.get_tensor("u")
+        assert not u.flags.writeable and u.tolist() == [2, 1, 0]
+        st.save_file({"u": u}, tmp_path / "third.safetensors")
+    assert st.load_file(tmp_path / "third.safetensors")["u"].tolist() == [[2, 0], [1, 0], [0, 0]]
 
 
 def test_loads_and_slices_read_only_the_pages_they_touch(tmp_path):
