@@ -707,6 +707,31 @@ TEST(CudaPersistence, DeviceStateDictsSaveAndLoad) {
   EXPECT_EQ(as_floats(rm.download()), ones);
 }
 
+// A sharded save of device tensors (one strided): each box is packed from
+// the GPU and written into the final file.
+TEST(CudaPersistence, ASaveShardedOfDeviceTensorsWritesTheirBytes) {
+  SKIP_WITHOUT_CUDA();
+  testing::TempDir dir;
+  constexpr std::int64_t R = 16, C = 12;
+  std::vector<float> m(R * C);
+  std::iota(m.begin(), m.end(), 0.0f);
+  DeviceBuffer dm(m.size() * 4);
+  dm.upload(m.data());
+  StateDict local;
+  ASSERT_OK(local.insert("m", dm.view(DType::float32, {R, C})));
+  ASSERT_OK(local.insert("mt", dm.view(DType::float32, {C, R}, {1, C})));
+  const auto one = Placement::make({1}, {DimPlacement::shard(0)}).value();
+  ASSERT_OK(save_sharded(dir.path(), local, {{"m", one}, {"mt", one}}, 0, 1));
+  auto ck = safetensors::open_checkpoint(dir.path());
+  ASSERT_OK(ck);
+  const auto* saved = static_cast<const float*>(ck->files[0].view("m")->data());
+  EXPECT_EQ(std::vector<float>(saved, saved + m.size()), m);
+  const auto* t = static_cast<const float*>(ck->files[0].view("mt")->data());
+  for (std::int64_t r = 0; r < C; ++r) {
+    for (std::int64_t c = 0; c < R; ++c) ASSERT_EQ(t[r * R + c], m[c * C + r]) << r << "," << c;
+  }
+}
+
 // Two processes: this one puts from its GPU into the store it hosts; the
 // peer (this binary, --peer-get) reads into its own GPU memory.
 TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
