@@ -36,6 +36,7 @@ import torch.multiprocessing as mp
 import meshstore
 import meshstore.checkpoint as ckpt
 import meshstore.safetensors as st
+from py_bench import median_seconds as timed  # this folder's: the median of timed runs
 
 
 def qwen3_shapes(layers, vocab=151936, hidden=1024, intermediate=3072, heads=16, kv_heads=8,
@@ -63,15 +64,6 @@ def make_state(shapes, seed=0):
     g = torch.Generator().manual_seed(seed)
     return {n: torch.empty(s, dtype=torch.bfloat16).uniform_(-1, 1, generator=g)
             for n, s in shapes}
-
-
-def timed(fn, iters):
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def fsynced(path):
