@@ -335,10 +335,18 @@ void remove_stale_temporaries(const std::string& dir, const Plan& plan) {
 // flushed; older temporaries of the same names (a save killed before)
 // removed.
 Status publish(const std::string& dir, const Plan& plan) {
+  // A failure half way removes the files already renamed: no shard of an
+  // unfinished save stays under a final name. The index comes last.
+  std::size_t renamed = 0;
+  auto undo = [&](const Status& s) {
+    for (std::size_t i = 0; i < renamed; ++i) ::unlink(plan.files[i].final_path.c_str());
+    return s;
+  };
   for (const auto& f : plan.files) {
     if (::rename(f.temp_path.c_str(), f.final_path.c_str()) != 0) {
-      return io_error(f.final_path, "rename", errno);
+      return undo(io_error(f.final_path, "rename", errno));
     }
+    ++renamed;
   }
   if (plan.files.size() > 1) {
     std::map<std::string, std::string> weight_map;
@@ -346,7 +354,7 @@ Status publish(const std::string& dir, const Plan& plan) {
       const auto& path = plan.files[where.first].final_path;
       weight_map[name] = path.substr(path.rfind('/') + 1);
     }
-    MESHSTORE_RETURN_IF_ERROR(st::write_index(dir, plan.total, weight_map));
+    if (auto s = st::write_index(dir, plan.total, weight_map); !s.ok()) return undo(s);
   }
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

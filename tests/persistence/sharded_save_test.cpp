@@ -3,6 +3,7 @@
 // tensors; failures leave no file a reader would accept.
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -264,6 +265,25 @@ TEST(ShardedSave, AnExchangeThatFailsAtTheBarrierLeavesNoFileAReaderAccepts) {
   }
   EXPECT_TRUE(files_in(dir.path()).empty());
   EXPECT_FALSE(st::open_checkpoint(dir.path()).ok());
+}
+
+TEST(ShardedSave, AnIndexThatCannotBeWrittenTakesTheRenamedFilesBack) {
+  TempDir dir;
+  // A directory where the index's temporary goes: writing it fails.
+  const std::string blocker =
+      dir.file(std::string(st::kIndexName) + ".tmp." + std::to_string(::getpid()));
+  ASSERT_EQ(::mkdir(blocker.c_str(), 0755), 0);
+  const auto S = DimPlacement::shard;
+  const std::vector<Case> cases = {{"a", global(DType::float32, {4, 4}, 1), on({2}, {S(0)})},
+                                   {"b", global(DType::float32, {4, 4}, 2), on({2}, {S(1)})}};
+  ShardedSaveOptions o;
+  o.max_shard_bytes = 64;  // a file each
+  Exchange ex(2);
+  for (const auto& s : save_all(dir.path(), cases, 2, o, ex)) {
+    EXPECT_ERROR(s, Errc::io_error, st::kIndexName);
+  }
+  EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{std::string(st::kIndexName) + ".tmp." +
+                                                           std::to_string(::getpid())});
 }
 
 TEST(ShardedSave, ALaterSaveRemovesAKilledSavesTemporaries) {
