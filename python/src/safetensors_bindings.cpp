@@ -104,9 +104,8 @@ Named named_in(const py::list& items, const std::string& what) {
   return out;
 }
 
-}  // namespace
-
-void bind_safetensors(py::module_& m) {
+// Single files: mapped, written, serialized, parsed from bytes.
+void bind_files(py::module_& m) {
   py::class_<st::File>(m, "SafetensorsFile", "A safetensors file, mapped and validated.")
       .def_static(
           "open",
@@ -131,6 +130,56 @@ void bind_safetensors(py::module_& m) {
           py::arg("name"), py::arg("raw") = false,
           "Tensor `name` over the mapping; raw: as uint8 bytes (see as_bytes).");
 
+  m.def(
+      "safetensors_write",
+      [](const std::string& path, const py::list& items,
+         const std::map<std::string, std::string>& metadata) {
+        const std::string what = "save_file '" + path + "'";
+        auto named = named_in(items, what);
+        auto s = without_gil([&] { return st::write_file(path, named.tensors, metadata); });
+        if (!s.ok()) raise_status(s);
+      },
+      py::arg("path"), py::arg("items"), py::arg("metadata"));
+
+  m.def(
+      "safetensors_serialize",
+      [](const py::list& items, const std::map<std::string, std::string>& metadata) {
+        auto named = named_in(items, "save");
+        auto image = without_gil([&] { return st::serialize(named.tensors, metadata, "save"); });
+        if (!image.ok()) raise_status(image.status());
+        return py::bytes(*image);
+      },
+      py::arg("items"), py::arg("metadata"));
+
+  m.def(
+      "safetensors_load",
+      [](const py::buffer& data, bool raw_unsigned) {
+        auto info = data.request();
+        const std::string_view image(static_cast<const char*>(info.ptr),
+                                     static_cast<std::size_t>(info.size * info.itemsize));
+        auto h = st::parse_file_image(image, "<bytes>");
+        if (!h.ok()) raise_status(h.status());
+        py::list tensors;
+        for (const auto& t : h->tensors) {
+          auto copy = Tensor::empty(t.dtype, t.shape);
+          if (!copy.ok()) raise_status(copy.status().with_context("load: tensor '" + t.name + "'"));
+          if (t.nbytes() > 0)
+            std::memcpy(copy->data(), image.data() + h->data_start + t.begin, t.nbytes());
+          const bool raw = raw_unsigned && (t.dtype == DType::uint16 || t.dtype == DType::uint32 ||
+                                            t.dtype == DType::uint64);
+          PyTensor out = from_tensor(std::move(copy).value());
+          if (raw) out.view = as_bytes(out.view);
+          tensors.append(py::make_tuple(t.name, out));
+        }
+        return py::make_tuple(tensors, metadata_of(*h));
+      },
+      py::arg("data"), py::arg("raw_unsigned"),
+      "Parses a whole file image: [(name, tensor)] in file order, each a copy, and the "
+      "metadata (None without any).");
+}
+
+// Checkpoints: a file, or a sharded directory with its index.
+void bind_checkpoints(py::module_& m) {
   py::class_<st::Checkpoint>(m, "SafetensorsCheckpoint",
                              "A checkpoint: a file, or a directory of shards with its index.")
       .def_static(
@@ -202,7 +251,11 @@ void bind_safetensors(py::module_& m) {
           py::arg("name"), py::arg("dst"), py::arg("as_bool"), py::arg("box") = py::none(),
           "Copies tensor `name` (or the box (offsets, shape) of it) into `dst` (its dtype and "
           "shape, any strides, host or GPU).");
+}
 
+// save_sharded (its exchange running Python's all_gather), sizes, and the
+// box a placement gives a rank (load_sharded).
+void bind_sharded_save(py::module_& m) {
   m.def(
       "parse_size",
       [](const std::string& text) {
@@ -222,7 +275,6 @@ void bind_safetensors(py::module_& m) {
       },
       py::arg("global_shape"), py::arg("mesh_shape"), py::arg("dims"), py::arg("rank"),
       "(offsets, shape) of the box rank `rank` holds of a tensor of `global_shape`.");
-
   m.def(
       "save_sharded",
       [](const std::string& dir, const py::list& items, const py::dict& placements,
@@ -271,53 +323,14 @@ void bind_safetensors(py::module_& m) {
       py::arg("file_of"), py::arg("max_shard_bytes"), py::arg("metadata"), py::arg("all_gather"),
       "This rank's part of a sharded save (checkpoint.hpp, save_sharded): (tensors, bytes, "
       "files) it wrote.");
+}
 
-  m.def(
-      "safetensors_write",
-      [](const std::string& path, const py::list& items,
-         const std::map<std::string, std::string>& metadata) {
-        const std::string what = "save_file '" + path + "'";
-        auto named = named_in(items, what);
-        auto s = without_gil([&] { return st::write_file(path, named.tensors, metadata); });
-        if (!s.ok()) raise_status(s);
-      },
-      py::arg("path"), py::arg("items"), py::arg("metadata"));
+}  // namespace
 
-  m.def(
-      "safetensors_serialize",
-      [](const py::list& items, const std::map<std::string, std::string>& metadata) {
-        auto named = named_in(items, "save");
-        auto image = without_gil([&] { return st::serialize(named.tensors, metadata, "save"); });
-        if (!image.ok()) raise_status(image.status());
-        return py::bytes(*image);
-      },
-      py::arg("items"), py::arg("metadata"));
-
-  m.def(
-      "safetensors_load",
-      [](const py::buffer& data, bool raw_unsigned) {
-        auto info = data.request();
-        const std::string_view image(static_cast<const char*>(info.ptr),
-                                     static_cast<std::size_t>(info.size * info.itemsize));
-        auto h = st::parse_file_image(image, "<bytes>");
-        if (!h.ok()) raise_status(h.status());
-        py::list tensors;
-        for (const auto& t : h->tensors) {
-          auto copy = Tensor::empty(t.dtype, t.shape);
-          if (!copy.ok()) raise_status(copy.status().with_context("load: tensor '" + t.name + "'"));
-          if (t.nbytes() > 0)
-            std::memcpy(copy->data(), image.data() + h->data_start + t.begin, t.nbytes());
-          const bool raw = raw_unsigned && (t.dtype == DType::uint16 || t.dtype == DType::uint32 ||
-                                            t.dtype == DType::uint64);
-          PyTensor out = from_tensor(std::move(copy).value());
-          if (raw) out.view = as_bytes(out.view);
-          tensors.append(py::make_tuple(t.name, out));
-        }
-        return py::make_tuple(tensors, metadata_of(*h));
-      },
-      py::arg("data"), py::arg("raw_unsigned"),
-      "Parses a whole file image: [(name, tensor)] in file order, each a copy, and the "
-      "metadata (None without any).");
+void bind_safetensors(py::module_& m) {
+  bind_files(m);
+  bind_checkpoints(m);
+  bind_sharded_save(m);
 }
 
 }  // namespace meshstore::python
