@@ -179,8 +179,9 @@ class Writer {
 /// otherwise in the given order: what Writer, write_file and serialize
 /// write.
 struct Layout {
-  std::string prefix;               // the length and the header
-  std::vector<TensorInfo> tensors;  // in file order; offsets relative to the data
+  std::string prefix;                            // the length and the header
+  std::vector<TensorInfo> tensors;               // in file order; offsets relative to the data
+  std::map<std::string, std::uint64_t> offsets;  // tensor name -> its first byte in the file
   std::uint64_t data_start() const noexcept { return prefix.size(); }
   std::uint64_t size() const noexcept {
     return prefix.size() + (tensors.empty() ? 0 : tensors.back().end);

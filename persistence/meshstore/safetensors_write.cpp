@@ -160,15 +160,14 @@ Result<std::vector<Writer::Spec>> specs_of(const std::vector<NamedTensor>& tenso
   return specs;
 }
 
-// Copies `t`'s elements (any strides; a GPU tensor straight from the
-// device) into `dst`, contiguous.
-Status fill(const NamedTensor& t, std::byte* dst, const std::string& what) {
-  if (t.view.nbytes() == 0) return Status();
-  if (meshstore::internal::cuda::on_device(t.view)) {
-    return meshstore::internal::cuda::to_host(dst, t.view)
-        .with_context(what + ": tensor '" + t.name + "'");
+// Copies the elements of `view` (any strides; a GPU tensor straight from
+// the device) into `dst`, host memory, contiguous.
+Status pack(const TensorView& view, std::byte* dst) {
+  if (view.nbytes() == 0) return Status();
+  if (meshstore::internal::cuda::on_device(view)) {
+    return meshstore::internal::cuda::to_host(dst, view);
   }
-  pack_to(t.view, dst);
+  pack_to(view, dst);
   return Status();
 }
 
@@ -214,8 +213,7 @@ Status write_box(int fd, const std::string& path, std::uint64_t base, const Tens
       return Status(Errc::out_of_capacity,
                     "cannot allocate " + std::to_string(view.nbytes()) + " bytes to pack a tensor");
     }
-    MESHSTORE_RETURN_IF_ERROR(meshstore::internal::cuda::copy_view(
-        view, TensorView(packed.data(), view.dtype(), view.shape())));
+    MESHSTORE_RETURN_IF_ERROR(pack(view, packed.data()));
     src = packed.data();
   }
   const Shape& g = box.global_shape();
@@ -359,12 +357,10 @@ Status write_file(const std::string& path, const std::vector<NamedTensor>& tenso
   auto s = internal::pwrite_all(fd, reinterpret_cast<const std::byte*>(layout->prefix.data()),
                                 layout->prefix.size(), 0, tmp);
   if (!s.ok()) return fail(s);
-  std::map<std::string, const TensorInfo*> at;
-  for (const auto& t : layout->tensors) at.emplace(t.name, &t);
   std::uint64_t done = 0;
   for (const auto& t : tensors) {
-    s = internal::write_box(fd, tmp, layout->data_start() + at.at(t.name)->begin,
-                            TensorSlice::full(t.view.shape()), t.view);
+    s = internal::write_box(fd, tmp, layout->offsets.at(t.name), TensorSlice::full(t.view.shape()),
+                            t.view);
     if (!s.ok()) return fail(s.with_context("tensor '" + t.name + "'"));
     done += t.view.nbytes();
     if (progress) progress(done, total);
@@ -383,6 +379,7 @@ Result<Layout> plan_file(const std::vector<Writer::Spec>& specs,
   put_length(reinterpret_cast<std::byte*>(out.prefix.data()), head.size());
   out.prefix += head;
   out.tensors = std::move(laid).value();
+  for (const auto& t : out.tensors) out.offsets.emplace(t.name, out.data_start() + t.begin);
   return out;
 }
 
@@ -403,10 +400,9 @@ Result<std::string> serialize(const std::vector<NamedTensor>& tensors,
   }
   auto* base = reinterpret_cast<std::byte*>(out.data());
   std::memcpy(base, layout->prefix.data(), layout->prefix.size());
-  std::map<std::string, const TensorInfo*> at;
-  for (const auto& t : layout->tensors) at.emplace(t.name, &t);
   for (const auto& t : tensors) {
-    MESHSTORE_RETURN_IF_ERROR(fill(t, base + layout->data_start() + at.at(t.name)->begin, what));
+    MESHSTORE_RETURN_IF_ERROR(pack(t.view, base + layout->offsets.at(t.name))
+                                  .with_context(what + ": tensor '" + t.name + "'"));
   }
   return out;
 }

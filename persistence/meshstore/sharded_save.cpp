@@ -281,7 +281,7 @@ Status write_part(const Plan& plan, const StateDict& local,
                                    prefix.size(), 0, plan.files[f].temp_path));
     }
   }
-  std::uint64_t mine = 0, done = 0;
+  std::uint64_t mine = 0;
   std::vector<std::pair<const StateDict::Entry*, TensorSlice>> boxes;
   for (const auto& e : local.entries()) {
     const auto& p = placements.at(e.name);
@@ -295,17 +295,12 @@ Status write_part(const Plan& plan, const StateDict& local,
     auto fd = fd_of(f);
     if (!fd.ok()) return fd.status();
     const auto& pf = plan.files[f];
-    const auto* info =
-        std::find_if(pf.layout.tensors.data(), pf.layout.tensors.data() + pf.layout.tensors.size(),
-                     [&](const st::TensorInfo& t) { return t.name == e->name; });
-    MESHSTORE_RETURN_IF_ERROR(st::internal::write_box(*fd, pf.temp_path,
-                                                      pf.layout.data_start() + info->begin, box,
-                                                      e->view)
-                                  .with_context("'" + e->name + "'"));
-    done += e->view.nbytes();
+    MESHSTORE_RETURN_IF_ERROR(
+        st::internal::write_box(*fd, pf.temp_path, pf.layout.offsets.at(e->name), box, e->view)
+            .with_context("'" + e->name + "'"));
     report.bytes += e->view.nbytes();
     ++report.tensors;
-    if (o.progress) o.progress(done, mine);
+    if (o.progress) o.progress(report.bytes, mine);
   }
   for (std::size_t f = 0; f < fds.size(); ++f) {
     if (fds[f] >= 0 && ::fsync(fds[f]) != 0) {

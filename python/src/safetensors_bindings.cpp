@@ -203,14 +203,12 @@ void bind_checkpoints(py::module_& m) {
           [](const st::Checkpoint& c) {
             py::list out;
             for (const auto& f : c.files) {
-              for (const auto& t : f.header().tensors) {
-                out.append(py::make_tuple(t.name, std::string(dtype_safetensors_name(t.dtype)),
-                                          py::tuple(py::cast(t.shape))));
-              }
+              for (auto e : entries_of(f.header())) out.append(e);
             }
             return out;
           },
-          "(name, safetensors dtype, shape) of every tensor, file by file in offset order.")
+          "(name, safetensors dtype, shape, begin, end) of every tensor, file by file in offset "
+          "order.")
       .def(
           "tensor",
           [](const st::Checkpoint& c, const std::string& name) {

@@ -233,7 +233,9 @@ TEST(ShardedSave, ARankWithBadInputFailsEveryRankAndNothingIsWritten) {
       {"w", global(DType::float32, {4, 4}, 1), on({2}, {DimPlacement::shard(0)})}};
   Exchange ex(2);
   auto statuses = save_all(dir.path(), cases, 2, {}, ex, [](std::int64_t r, StateDict& local) {
-    if (r == 1) ASSERT_OK(local.insert("step", Value::int64(3)));
+    if (r == 1) {
+      ASSERT_OK(local.insert("step", Value::int64(3)));
+    }
   });
   EXPECT_ERROR(statuses[1], Errc::invalid_argument, "(rank 1): 'step' is a value");
   EXPECT_ERROR(statuses[0], Errc::invalid_argument, "rank 1 cannot save: 'step' is a value");
