@@ -22,10 +22,9 @@ import os
 from collections.abc import Mapping
 
 from . import _native
-from ._errors import NotFoundError
 from ._placement import Replicate, Shard, dims_of
 from ._tensors import export
-from .safetensors import FileNotFound, _items, _metadata, _refuse_names
+from .safetensors import _items, _metadata, _open, _refuse_names, _safetensors_name
 
 __all__ = ["LoadResult", "Replicate", "SaveResult", "Shard", "load_into", "load_sharded",
            "save_sharded"]
@@ -37,12 +36,6 @@ SaveResult = collections.namedtuple("SaveResult", ["tensors", "bytes", "files"])
 #: What ``load_into`` answers: the names the module has and the checkpoint
 #: lacks, and the reverse (the fields of torch's ``load_state_dict`` result).
 LoadResult = collections.namedtuple("LoadResult", ["missing_keys", "unexpected_keys"])
-
-_SAFETENSORS_NAMES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
-    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
-}
-
 
 def load_into(module, path, *, device="cpu", strict=True, assign=True):
     """Fills ``module`` (an ``nn.Module``) from the checkpoint at ``path``: a
@@ -70,11 +63,7 @@ def load_into(module, path, *, device="cpu", strict=True, assign=True):
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{what}: expected a torch.nn.Module, got {type(module).__name__}")
     target = torch.device(device)
-    try:
-        checkpoint = _native.SafetensorsCheckpoint.open(path, assign)
-    except NotFoundError as e:
-        raise FileNotFound(e.message, e.code, e.code_name) from None
-    stored = {name: (dtype, tuple(shape)) for name, dtype, shape in checkpoint.entries()}
+    checkpoint, stored = _open_checkpoint(path, assign)
     state = module.state_dict(keep_vars=True)
 
     # Names that are one tensor (tied weights), in the module's order.
@@ -95,7 +84,7 @@ def load_into(module, path, *, device="cpu", strict=True, assign=True):
     for names, source in plan:
         t = state[names[0]]
         dtype, shape = stored[source]
-        want = _SAFETENSORS_NAMES.get(str(t.dtype).replace("torch.", ""), str(t.dtype))
+        want = _safetensors_name(t.dtype) or str(t.dtype)
         if dtype != want or shape != tuple(t.shape):
             wrong.append(f"'{source}': the checkpoint holds {dtype} {list(shape)}, the module "
                          f"{want} {list(t.shape)}")
@@ -195,11 +184,7 @@ def load_sharded(dir, state_dict, placements, *, mesh_shape=None):
     what = f"load_sharded '{path}'"
     rank, world, _ = _world(None, what, exchange=False)
     mesh = _mesh(mesh_shape, world, what)
-    try:
-        checkpoint = _native.SafetensorsCheckpoint.open(path, False)
-    except NotFoundError as e:
-        raise FileNotFound(e.message, e.code, e.code_name) from None
-    stored = {name: (dtype, tuple(shape)) for name, dtype, shape in checkpoint.entries()}
+    checkpoint, stored = _open_checkpoint(path, False)
     reads = []
     for name, t in state_dict.items():
         if name not in stored:
@@ -218,6 +203,13 @@ def load_sharded(dir, state_dict, placements, *, mesh_shape=None):
         dst, as_bool = export(t, what, for_write=True, name=name)
         checkpoint.read_into(name, dst, as_bool, box)
     return state_dict
+
+
+def _open_checkpoint(path, writable):
+    """The checkpoint at `path`, and {name: (safetensors dtype, shape)} of its
+    tensors."""
+    checkpoint = _open(_native.SafetensorsCheckpoint, path, writable)
+    return checkpoint, {e[0]: (e[1], tuple(e[2])) for e in checkpoint.entries()}
 
 
 def _world(all_gather, what, exchange=True):

@@ -49,6 +49,12 @@ __all__ = [
     "save_model",
 ]
 
+# The safetensors dtype of each torch dtype safetensors can hold, by name.
+_SAFETENSORS_NAMES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+}
+
 # Safetensors dtypes a framework has no type for: fetched as raw bytes.
 _TORCH_LACKS = frozenset({"U16", "U32", "U64"})
 _NUMPY_LACKS = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
@@ -109,10 +115,7 @@ class safe_open:  # noqa: N801 (Hugging Face's name)
                 "tensors over a copy-on-write mapping) or 'np' (read-only numpy arrays)")
         self._framework = kinds[framework]
         self._device = _device(device, self._framework, path)
-        try:
-            self._file = _native.SafetensorsFile.open(path, self._framework == "pt")
-        except NotFoundError as e:
-            raise FileNotFound(e.message, e.code, e.code_name) from None
+        self._file = _open(_native.SafetensorsFile, path, self._framework == "pt")
         self._path = path
         self._entries = {e[0]: e for e in self._file.entries()}
 
@@ -318,7 +321,7 @@ def _items(tensors, what):
             if t.layout != torch.strided:
                 raise ValueError(f"{what}: tensor '{name}' is {t.layout}, not dense; save "
                                  "t.to_dense() (it may be much larger)")
-            if t.dtype not in _torch_dtypes(torch):
+            if _safetensors_name(t.dtype) is None:
                 raise ValueError(
                     f"{what}: tensor '{name}' is {t.dtype}, which safetensors has no dtype "
                     "for (it holds bool, u/int8-64, float16/32/64, bfloat16 and float8)")
@@ -352,9 +355,18 @@ def _read_only_numpy(a):
             return a.copy()
 
 
-def _torch_dtypes(torch):
-    return (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
-            torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+def _safetensors_name(dtype):
+    """The safetensors dtype of torch dtype `dtype` ("F32"), or None."""
+    return _SAFETENSORS_NAMES.get(str(dtype).replace("torch.", ""))
+
+
+def _open(kind, path, writable):
+    """kind.open(path, writable) (a native file or checkpoint), a missing
+    file raised as FileNotFound."""
+    try:
+        return kind.open(path, writable)
+    except NotFoundError as e:
+        raise FileNotFound(e.message, e.code, e.code_name) from None
 
 
 def _shared_groups(tensors):
