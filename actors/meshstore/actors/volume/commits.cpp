@@ -269,9 +269,11 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
     (*done)(std::move(d));
   };
   if (req.records.empty()) return stage_and_answer({}, {});
+  // A controller this actor saw go down (its down_msg came first) would
+  // never answer: a request to a dead remote actor only times out.
   auto controller = caf::actor_cast<caf::actor>(job.controller);
-  if (!controller) {
-    return (*done)(Status(Errc::unavailable, "fast commit: the controller is gone"));
+  if (!controller || st.controllers.count(job.controller) == 0) {
+    return (*done)(Status(Errc::unavailable, "fast commit: the controller went down"));
   }
   auto placed = place_inline(self, req.records, job.inlined, owner);
   if (!placed.ok()) return (*done)(placed.status());

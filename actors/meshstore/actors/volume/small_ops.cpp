@@ -362,10 +362,6 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
     return refuse(Status(Errc::unavailable,
                          "volume '" + volume_id_ + "': a commit from a client never attached"));
   }
-  if (controller_down(puts->controller)) {
-    return refuse(
-        Status(Errc::unavailable, "volume '" + volume_id_ + "': the controller went down"));
-  }
   auto volume = caf::actor_cast<caf::actor>(puts->volume);
   if (!volume) return refuse(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
   owed->controller = puts->controller;
@@ -404,6 +400,14 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
         settle(r.ok() ? fast_get::encode_commit_done(*r) : fast_get::encode_error(r.status()));
       });
   pending_->add(owed);
+  // Checked once owed: a controller_gone() before add() found nothing to
+  // answer, and this put would wait for a commit the dead controller
+  // never answers (a request to a dead remote actor only times out).
+  if (controller_down(puts->controller)) {
+    return pending_->settle(
+        owed, fast_get::encode_error(Status(
+                  Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
+  }
   caf::anon_send(volume, fast_commit_atom::value, std::move(job).value());
 }
 
