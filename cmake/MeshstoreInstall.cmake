@@ -23,13 +23,13 @@ set(MESHSTORE_PRIVATE_HEADER_DIRS
   "^meshstore/internal/"            # runtime internals
   "^meshstore/transports/internal/" # transport-layer internals (CAF glue of its wire struct)
   "^meshstore/transports/[a-z_]+/internal/" # one transport's internals (tcp's framing, cipher)
-  "^meshstore/actors/internal/"     # the store's internals (CAF glue of its wire records)
   "^meshstore/cuda/"                # the runtime's CUDA backends
-  "^meshstore/store/"               # the Store facade's implementation
-  "^meshstore/state_dict/"          # the state-dict engine
-  "^meshstore/actors/client/"       # the client actor's implementation
-  "^meshstore/actors/controller/"   # the controller actor's implementation
-  "^meshstore/actors/volume/")      # the storage volume's implementation
+  "^meshstore/protocol/"            # what the store's modules share (CAF interfaces, wire records)
+  "^meshstore/volume/"              # the store's modules (actors/CMakeLists.txt)
+  "^meshstore/controller/"
+  "^meshstore/client/"
+  "^meshstore/state_dicts/"
+  "^meshstore/store/")
 function(meshstore_public_headers out dir)
   file(GLOB_RECURSE headers RELATIVE ${dir} CONFIGURE_DEPENDS ${dir}/meshstore/*.hpp)
   foreach(private IN LISTS MESHSTORE_PRIVATE_HEADER_DIRS)
@@ -70,7 +70,12 @@ if(MESHSTORE_HAVE_RDMA)
 endif()
 list(APPEND MESHSTORE_EXPORTED_LIBRARIES
   meshstore_transports:transports
-  meshstore_actors:meshstore
+  meshstore_protocol:protocol
+  meshstore_volume:volume
+  meshstore_controller:controller
+  meshstore_client:client
+  meshstore_state_dicts:state_dicts
+  meshstore_store:meshstore
   meshstore_persistence:persistence)
 set(_libs "")
 set(_pc_libs "")

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/protocol/fast_get.hpp"
+#include "meshstore/protocol/records.hpp"
 #include "meshstore/state_dict.hpp"
-#include "meshstore/state_dict/manifest.hpp"
+#include "meshstore/state_dicts/manifest.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
-#include "meshstore/wire/records.hpp"
 
 namespace {
 

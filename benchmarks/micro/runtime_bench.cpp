@@ -20,17 +20,17 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/actors/internal/fast_get.hpp"
-#include "meshstore/actors/volume/state.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/protocol/fast_get.hpp"
+#include "meshstore/protocol/records.hpp"
 #include "meshstore/state_dict.hpp"
-#include "meshstore/state_dict/client_calls.hpp"
-#include "meshstore/state_dict/put_plan.hpp"
-#include "meshstore/state_dict/read_plan.hpp"
+#include "meshstore/state_dicts/client_calls.hpp"
+#include "meshstore/state_dicts/put_plan.hpp"
+#include "meshstore/state_dicts/read_plan.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/transports/shm/ring.hpp"
-#include "meshstore/wire/records.hpp"
+#include "meshstore/volume/state.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/actors/client/box.hpp"
+#include "meshstore/client/box.hpp"
 #include "meshstore/dtype.hpp"
 #include "meshstore/tensor_slice.hpp"
 #include "testing/test_util.hpp"

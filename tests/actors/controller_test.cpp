@@ -1,13 +1,13 @@
 #include <cstring>
 #include <thread>
 
-#include "meshstore/actors/actor_types.hpp"
-#include "meshstore/actors/controller_actor.hpp"
-#include "meshstore/actors/internal/fast_get.hpp"
-#include "meshstore/actors/internal/limits.hpp"
-#include "meshstore/actors/internal/wire_glue.hpp"
-#include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/protocol/actor_types.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/fast_get.hpp"
+#include "meshstore/protocol/limits.hpp"
+#include "meshstore/protocol/storage_volume_actor.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
 #include "testing/ask.hpp"
 #include "testing/test_util.hpp"
 

@@ -2,13 +2,13 @@
 // fast path for small gets and puts"): a volume attaches a client's
 // shared-memory ring (ring_attach) or a tcp small-op session (small_attach)
 // and answers gets of small committed objects on it from its own threads
-// (actors/internal/fast_get.hpp), "stale" for anything it does not hold
+// (protocol/fast_get.hpp), "stale" for anything it does not hold
 // committed under that name, an error for a malformed request; puts and
 // commits are checked as input from another process. Channels/VolumeEnd.*
 // run over every channel (ring, tcp); FastGetTest.* are the ring's own: its
 // segment truncated, one thread serving many rings, and the ring closed
 // when the volume goes.
-#include "meshstore/actors/internal/fast_get.hpp"
+#include "meshstore/protocol/fast_get.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,11 +22,11 @@
 #include <thread>
 #include <vector>
 
-#include "meshstore/actors/actor_types.hpp"
-#include "meshstore/actors/controller_actor.hpp"
-#include "meshstore/actors/internal/wire_glue.hpp"
-#include "meshstore/actors/storage_volume_actor.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/protocol/actor_types.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/storage_volume_actor.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"

@@ -7,7 +7,7 @@
 // encrypted tcp); FastPath.* are the ring's own or the options'. Then
 // FastPath itself, against a ring whose volume end the test plays:
 // replies that are corrupt are refused.
-#include "meshstore/actors/client/fast_path.hpp"
+#include "meshstore/client/fast_path.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "meshstore/actors/internal/fast_get.hpp"
-#include "meshstore/actors/internal/limits.hpp"
+#include "meshstore/protocol/fast_get.hpp"
+#include "meshstore/protocol/limits.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"

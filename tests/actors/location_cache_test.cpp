@@ -1,9 +1,9 @@
-// The client's one location cache (actors/client/location_cache.hpp),
+// The client's one location cache (client/location_cache.hpp),
 // shared by the client actor and the callers' threads: the newer of two
 // records wins, a read on the caller's thread sees only whole keys, a
 // stale object is forgotten only while the cache still names it, and the
 // cache stays bounded.
-#include "meshstore/actors/client/location_cache.hpp"
+#include "meshstore/client/location_cache.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/actors/client.hpp"
+#include "meshstore/client/client.hpp"
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/store.hpp"
 #include "testing/test_util.hpp"

@@ -1,14 +1,14 @@
 // The store's wire records: their Protobuf codec and how CAF carries them.
-#include "meshstore/wire/records.hpp"
+#include "meshstore/protocol/records.hpp"
 
 #include <algorithm>
 #include <caf/all.hpp>
 #include <typeinfo>
 #include <utility>
 
-#include "meshstore/actors/actor_types.hpp"
-#include "meshstore/actors/internal/wire_glue.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/protocol/actor_types.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
 #include "testing/region_ref.hpp"
 #include "testing/test_util.hpp"
 

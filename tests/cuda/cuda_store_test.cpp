@@ -24,13 +24,13 @@
 #include <thread>
 #include <vector>
 
-#include "meshstore/actors/client/fast_path.hpp"
-#include "meshstore/actors/internal/limits.hpp"
 #include "meshstore/checkpoint.hpp"
+#include "meshstore/client/fast_path.hpp"
 #include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/protocol/limits.hpp"
 #include "meshstore/store.hpp"
 #include "testing/revoke_race.hpp"
 #include "testing/subprocess.hpp"

@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "meshstore/actors/directory_actor.hpp"
+#include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/store.hpp"
 #include "testing/test_util.hpp"
 

@@ -10,16 +10,16 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "meshstore/actors/actor_types.hpp"
-#include "meshstore/actors/client.hpp"
-#include "meshstore/actors/client/fast_path.hpp"
-#include "meshstore/actors/internal/wire_glue.hpp"
+#include "meshstore/client/client.hpp"
+#include "meshstore/client/fast_path.hpp"
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/parse_int.hpp"
 #include "meshstore/launch_env.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/protocol/actor_types.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/options.hpp"
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/transports/registry.hpp"

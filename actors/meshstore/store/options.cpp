@@ -2,8 +2,8 @@
 
 #include "meshstore/store/options.hpp"
 
-#include "meshstore/actors/strategy_actor.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/transports/registry.hpp"
 
 namespace meshstore {

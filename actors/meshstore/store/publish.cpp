@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "meshstore/logging.hpp"
-#include "meshstore/state_dict/client_calls.hpp"
-#include "meshstore/state_dict/put_plan.hpp"
-#include "meshstore/state_dict/versions.hpp"
+#include "meshstore/protocol/checks.hpp"
+#include "meshstore/state_dicts/client_calls.hpp"
+#include "meshstore/state_dicts/put_plan.hpp"
+#include "meshstore/state_dicts/versions.hpp"
 #include "meshstore/store.hpp"
-#include "meshstore/store/checks.hpp"
 #include "meshstore/store/device_staging.hpp"
 #include "meshstore/store/store_impl.hpp"
 

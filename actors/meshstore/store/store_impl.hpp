@@ -13,14 +13,14 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/actors/controller_actor.hpp"
-#include "meshstore/actors/directory_actor.hpp"
-#include "meshstore/actors/storage_volume_actor.hpp"
-#include "meshstore/actors/strategy_actor.hpp"
+#include "meshstore/client/calls.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/directory_actor.hpp"
+#include "meshstore/protocol/storage_volume_actor.hpp"
+#include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/result.hpp"
 #include "meshstore/store.hpp"
-#include "meshstore/store/calls.hpp"
 
 namespace meshstore {
 
@@ -29,7 +29,7 @@ class FastPath;
 }
 
 namespace state_dicts {
-// The state-dict reads' manifest cache (state_dict/read_plan.hpp).
+// The state-dict reads' manifest cache (state_dicts/read_plan.hpp).
 struct ManifestCache;
 std::shared_ptr<ManifestCache> make_manifest_cache();
 }  // namespace state_dicts

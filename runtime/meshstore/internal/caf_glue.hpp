@@ -5,7 +5,7 @@
 // converts between caf::error and Status. The runtime has no wire structs of
 // its own: each layer declares the inspect overloads of its structs in its
 // own glue header (transports/internal/wire_glue.hpp,
-// actors/internal/wire_glue.hpp). Internal: CAF headers stay out of the
+// protocol/wire_glue.hpp). Internal: CAF headers stay out of the
 // public API.
 
 #include <caf/all.hpp>

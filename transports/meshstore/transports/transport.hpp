@@ -107,7 +107,7 @@ struct ClientContext {
 inline constexpr std::size_t kMaxSmallOpBytes = std::size_t{1} << 20;
 
 /// What a volume answers to a small-operation request (the fast path's
-/// protocol, actors/internal/fast_get.hpp): called on the transport's
+/// protocol, protocol/fast_get.hpp): called on the transport's
 /// thread for the connection, one request at a time per connection. It
 /// must answer every request (errors are encoded in the reply).
 using SmallOpHandler =

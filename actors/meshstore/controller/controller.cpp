@@ -1,0 +1,668 @@
+// The controller actor: the store's index (key -> version, shape, shards and
+// their volumes). It commits puts, locates keys, removes them, follows the
+// volumes' lives and runs the streams readers follow. Never touches payload
+// bytes. Its state is in controller/controller_state.hpp; sharded puts are
+// checked in controller/sharded_puts.cpp, what it tells volumes and hears
+// of them is in controller/volumes.cpp, streams in controller/streams.cpp.
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "meshstore/controller/controller_state.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
+
+namespace meshstore::actors {
+
+namespace controller_detail {
+
+void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out) {
+  for (const auto& s : r.shards) out[s.volume_id].push_back(s.object_id);
+}
+
+Status unknown_volume(const ControllerState& st, const std::string& ctx, const std::string& id) {
+  if (st.dead_volumes.count(id) != 0) {
+    return Status(Errc::unavailable,
+                  ctx + ": volume '" + id + "' went down before the commit; put it again");
+  }
+  return Status(Errc::not_found, ctx + ": unknown volume '" + id + "'");
+}
+
+}  // namespace controller_detail
+
+namespace {
+
+using namespace controller_detail;
+using internal::to_caf_error;
+
+Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
+  const std::string ctx = "notify_put '" + r.key + "'";
+  if (r.key.empty()) return Status(Errc::invalid_argument, "notify_put: empty key");
+  if (r.shards.empty()) return Status(Errc::invalid_argument, ctx + ": no shards");
+  const auto elsize = dtype_size(r.dtype);
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < r.shards.size(); ++i) {
+    const auto& s = r.shards[i];
+    if (st.volumes.count(s.volume_id) == 0) return unknown_volume(st, ctx, s.volume_id);
+    if (s.slice.global_shape() != r.shape) {
+      return Status(Errc::shape_mismatch, ctx + ": shard " + s.slice.to_string() +
+                                              " is not in global shape " +
+                                              shape_to_string(r.shape));
+    }
+    if (s.nbytes != static_cast<std::uint64_t>(s.slice.numel()) * elsize) {
+      return Status(Errc::invalid_argument, ctx + ": shard " + s.slice.to_string() + " holds " +
+                                                std::to_string(s.nbytes) + " bytes, expected " +
+                                                std::to_string(s.slice.numel() * elsize));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (s.slice.intersect(r.shards[j].slice)) {
+        return Status(Errc::invalid_argument, ctx + ": shards " + r.shards[j].slice.to_string() +
+                                                  " and " + s.slice.to_string() + " overlap");
+      }
+    }
+    covered += s.slice.numel();
+  }
+  if (covered != shape_numel(r.shape)) {
+    return Status(Errc::partially_committed, ctx + ": shards cover " + std::to_string(covered) +
+                                                 " of " + std::to_string(shape_numel(r.shape)) +
+                                                 " elements");
+  }
+  return Status();
+}
+
+// How long a write waits for a volume to confirm a flush before it answers
+// anyway (a volume that is alive but stuck; one that dies counts at once).
+constexpr auto kFlushTimeout = std::chrono::seconds(10);
+
+// Runs `answer` once every volume in `due` has handled what the write
+// told it (release or discard objects): a flush request, which a volume
+// answers after every earlier message from the controller. Until then a
+// reader whose cached location names a superseded or removed object could
+// still read it at its volume (over the ring, lease-free or with a lease)
+// after the write returned.
+void after_flush(controller_pointer self,
+                 const std::map<std::string, std::vector<std::uint64_t>>& due,
+                 std::function<void()> answer) {
+  if (due.empty()) return answer();
+  auto& st = self->state;
+  const auto token = st.next_flush++;
+  auto& wait = st.flushes[token];
+  wait.answer = std::move(answer);
+  for (const auto& [vid, ids] : due) {
+    wait.volumes.insert(vid);
+    self->request(st.volumes.at(vid), kFlushTimeout, flush_atom::value)
+        .then([self, token, vid = vid](caf::ok_atom) { flushed(self, token, vid); },
+              [self, token, vid = vid](caf::error&) { flushed(self, token, vid); });
+  }
+}
+
+// Answers the write being handled with `value` after the flushes it needs
+// (after_flush). The volume that sent the write (its fast_commit) needs
+// none: the release reaches it before this answer.
+template <class T>
+caf::result<T> answer_after_flush(controller_pointer self, T value) {
+  auto& st = self->state;
+  auto due = std::exchange(st.flush_due, {});
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (auto s = st.volume_by_addr.find(sender); s != st.volume_by_addr.end()) due.erase(s->second);
+  if (due.empty()) return value;
+  auto rp = self->make_response_promise<T>();
+  after_flush(self, due,
+              [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+  return rp;
+}
+
+// A record's precondition (KeyRecord::expect_version) against the index.
+Status check_expected(const ControllerState& st, const wire::KeyRecord& r) {
+  if (!r.expect_version) return Status();
+  const auto it = st.index.find(r.key);
+  const std::uint64_t now = it != st.index.end() && it->second.found() ? it->second.version : 0;
+  if (now == *r.expect_version) return Status();
+  const std::string expected = *r.expect_version == 0
+                                   ? std::string("expected no such key")
+                                   : "expected version " + std::to_string(*r.expect_version);
+  const std::string found =
+      now == 0 ? std::string("it is gone") : "it is at version " + std::to_string(now);
+  return Status(Errc::conflict,
+                "'" + r.key + "' was changed by another writer (" + expected + ", " + found + ")");
+}
+
+Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
+                                                const std::vector<wire::KeyRecord>& records) {
+  auto& st = self->state;
+  std::set<std::string> seen;
+  for (const auto& r : records) {
+    MESHSTORE_RETURN_IF_ERROR(validate_record(st, r));
+    if (!seen.insert(r.key).second) {
+      return Status(Errc::invalid_argument, "notify_put_batch: key '" + r.key + "' appears twice");
+    }
+    MESHSTORE_RETURN_IF_ERROR(check_expected(st, r));
+  }
+  // Validated as a whole, applied as a whole: no reader sees half a batch,
+  // since this handler runs to completion before the next message.
+  std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+  std::vector<std::uint64_t> versions;
+  versions.reserve(records.size());
+  for (const auto& r : records) {
+    st.lost.erase(r.key);
+    auto& slot = st.index[r.key];
+    if (slot.found()) collect(slot, released);
+    slot = r;
+    slot.expect_version.reset();
+    slot.version = ++st.last_version;
+    st.touch(slot);
+    versions.push_back(slot.version);
+    collect(slot, adopted);
+  }
+  send_to_volumes(self, adopted, Verdict::commit);
+  send_to_volumes(self, released, Verdict::release);
+  if (!st.streams.empty() || !st.waiters.empty()) {
+    for (const auto& r : records) streams_committed(self, r.key);
+  }
+  return versions;
+}
+
+// packed buckets "P#packed..." and the "P/..." keys written with it, not
+// keys put on their own under P/) for each P of `prefixes`, except `kept`.
+std::vector<std::string> group_keys(const ControllerState& st,
+                                    const std::vector<std::string>& prefixes,
+                                    const std::set<std::string>& kept) {
+  std::vector<std::string> out;
+  auto consider = [&](const std::string& k, const wire::KeyRecord& r, const std::string& p) {
+    if (kept.count(k) == 0 && (r.group == p || k == p)) out.push_back(k);
+  };
+  for (const auto& p : prefixes) {
+    if (auto it = st.index.find(p); it != st.index.end()) consider(p, it->second, p);
+    const std::string packed = p + "#packed";
+    for (auto it = st.index.lower_bound(packed);
+         it != st.index.end() && it->first.compare(0, packed.size(), packed) == 0; ++it) {
+      consider(it->first, it->second, p);
+    }
+    const std::string under = p + "/";
+    for (auto it = st.index.lower_bound(under);
+         it != st.index.end() && it->first.compare(0, under.size(), under) == 0; ++it) {
+      consider(it->first, it->second, p);
+    }
+  }
+  return out;
+}
+
+// One sharded put's shards (or a sharded state dict's, as group `group`
+// of `members`, `layout`): checked against each other and the pending
+// shards of their keys, then added; each key its shards now cover commits
+// (a group's all at once, when every member is covered). Answers a version
+// per record: 0 for a key still waiting for shards.
+Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
+                                              const std::vector<wire::KeyRecord>& records,
+                                              const std::string& group,
+                                              const std::vector<std::string>& members,
+                                              std::uint64_t layout) {
+  auto& st = self->state;
+  st.count(ControllerCounter::notify_put_batch);
+  // Validated as a whole (against each other too), then applied.
+  if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
+    return s;
+  }
+  auto pending = st.pending;
+  for (const auto& r : records) {
+    if (auto s = validate_shard(st, pending, r); !s.ok()) return s;
+    add_shard(pending, r);
+  }
+  st.pending = std::move(pending);
+  if (!group.empty() && st.groups.count(group) == 0) {
+    st.groups[group] = ControllerState::Group{members, layout};
+  }
+  std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+  // The volumes keep them even if their writers die.
+  for (const auto& r : records) collect(r, adopted);
+  send_to_volumes(self, adopted, Verdict::commit);
+  // Commits `key`'s pending shards, all at once.
+  std::vector<std::string> committed;
+  auto commit = [&](const std::string& key) {
+    auto it = st.pending.find(key);
+    st.lost.erase(key);
+    auto& slot = st.index[key];
+    if (slot.found()) collect(slot, released);
+    slot = std::move(it->second);
+    slot.version = ++st.last_version;
+    st.touch(slot);
+    st.pending.erase(it);
+    committed.push_back(key);
+  };
+  auto complete = [&](const std::string& key) { return pending_complete(st, key); };
+  if (group.empty()) {
+    // Keys whose shards now cover them commit.
+    for (const auto& r : records) {
+      if (complete(r.key)) commit(r.key);
+    }
+  } else if (std::all_of(members.begin(), members.end(), complete)) {
+    // The whole state dict commits in this handler run, and the keys
+    // its previous version had and this one has not go with it.
+    for (const auto& m : members) commit(m);
+    st.groups.erase(group);
+    const auto stale =
+        group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
+    if (!stale.empty()) remove_keys(self, stale, Verdict::release);
+  }
+  send_to_volumes(self, released, Verdict::release);
+  if (!st.streams.empty() || !st.waiters.empty()) {
+    for (const auto& k : committed) streams_committed(self, k);
+  }
+  std::vector<std::uint64_t> versions;
+  versions.reserve(records.size());
+  for (const auto& r : records) {
+    auto it = st.index.find(r.key);
+    const bool now = std::find(committed.begin(), committed.end(), r.key) != committed.end();
+    versions.push_back(now ? it->second.version : 0);
+  }
+  return versions;
+}
+
+// Removes the keys of the groups under `prefixes` that `records` (just
+// committed, in the same handler run: no reader sees the new keys next to
+// stale ones) did not write. Only keys of the same group (written with the
+// state dict P, or the manifest P itself) go: keys put on their own under
+// P/ stay.
+void replace_groups(controller_pointer self, const std::vector<wire::KeyRecord>& records,
+                    const std::vector<std::string>& prefixes, Verdict verdict = Verdict::release) {
+  if (prefixes.empty()) return;
+  std::set<std::string> kept;
+  for (const auto& r : records) kept.insert(r.key);
+  const auto doomed = group_keys(self->state, prefixes, kept);
+  if (!doomed.empty()) remove_keys(self, doomed, verdict);
+}
+
+// The keys that go with `key` when it is removed: for a state dict's
+// manifest, the keys written with it (its packed buckets and the entries
+// stored alone); for a version pointer (an object P with versions P/vN),
+// every version with its keys; none otherwise.
+std::vector<std::string> written_with(const ControllerState& st, const std::string& key) {
+  auto it = st.index.find(key);
+  if (it == st.index.end()) return {};
+  if (it->second.group == key) return group_keys(st, {key}, {key});
+  if (it->second.kind != wire::ObjectKind::object) return {};
+  std::vector<std::string> out;
+  const std::string v = key + "/v";
+  for (auto j = st.index.lower_bound(v);
+       j != st.index.end() && j->first.compare(0, v.size(), v) == 0; ++j) {
+    const std::string& k = j->first;
+    const bool version = k.size() > v.size() && j->second.group == k &&
+                         std::all_of(k.begin() + static_cast<std::ptrdiff_t>(v.size()), k.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; });
+    if (!version) continue;
+    out.push_back(k);
+    auto members = group_keys(st, {k}, {k});
+    out.insert(out.end(), members.begin(), members.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace controller_detail {
+
+// Drops `keys` from the index; their objects go into `released`.
+wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>& keys,
+                            std::map<std::string, std::vector<std::uint64_t>>& released) {
+  wire::RemoveReply reply;
+  for (const auto& k : keys) {
+    drop_pending(st, k, released);  // a sharded put in progress goes too
+    auto it = st.index.find(k);
+    if (it == st.index.end()) {
+      if (st.lost.erase(k) == 0) reply.missing.push_back(k);
+      continue;
+    }
+    collect(it->second, released);
+    st.index.erase(it);
+    ++reply.removed;
+  }
+  return reply;
+}
+
+// Removes `keys`; the volumes free the objects (discard) or keep their
+// memory for the next version (release). With `whole`, a state dict's
+// manifest among them takes the keys written with it along (nothing could
+// read them without it); the reply counts only `keys`.
+wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
+                              Verdict verdict, bool whole) {
+  auto& st = self->state;
+  st.count(ControllerCounter::remove);
+  std::vector<std::string> members;
+  if (whole) {
+    for (const auto& k : keys) {
+      auto m = written_with(st, k);
+      members.insert(members.end(), m.begin(), m.end());
+    }
+  }
+  std::map<std::string, std::vector<std::uint64_t>> released;
+  auto reply = drop_keys(st, keys, released);
+  drop_keys(st, members, released);  // one named among `keys` too is gone already
+  send_to_volumes(self, released, verdict);
+  return reply;
+}
+
+}  // namespace controller_detail
+
+namespace {
+
+// The records of `keys`: a missing key comes back with version 0, naming
+// why when it is known (its volume died, or it is partially committed).
+// A key found counts as used (eviction's recency).
+std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::string>& keys) {
+  std::vector<wire::KeyRecord> out;
+  out.reserve(keys.size());
+  for (const auto& k : keys) {
+    auto it = st.index.find(k);
+    if (it != st.index.end()) {
+      st.touch(it->second);
+      out.push_back(it->second);
+      continue;
+    }
+    wire::KeyRecord missing;
+    missing.key = k;
+    if (auto l = st.lost.find(k); l != st.lost.end()) missing.lost_on = l->second;
+    if (auto p = st.pending.find(k); p != st.pending.end()) {
+      missing = p->second;  // partial: its shards so far, version 0
+      missing.version = 0;
+    }
+    // A key of a sharded state dict being put (the manifest's key too,
+    // before rank 0 put it).
+    const std::string& group = missing.group.empty() ? k : missing.group;
+    if (st.groups.count(group) != 0) missing.pending = group_progress(st, group, k);
+    out.push_back(std::move(missing));
+  }
+  return out;
+}
+
+controller_actor::behavior_type controller_impl(controller_pointer self) {
+  self->set_down_handler([=](caf::down_msg& msg) {
+    // One actor may be a stream writer and a watcher (a client) at once.
+    self->state.volume_watchers.erase(msg.source);
+    if (!writer_down(self, msg)) volume_down(self, msg);
+  });
+  return {
+      [=](watch_volumes_atom) {
+        auto client = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!client) return;
+        auto& watchers = self->state.volume_watchers;
+        if (watchers.emplace(client.address(), client).second) self->monitor(client);
+      },
+      [=](register_volume_atom, const wire::VolumeInfo& info,
+          storage_volume_actor v) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        if (info.volume_id.empty())
+          return to_caf_error(Status(Errc::invalid_argument, "register_volume: empty id"));
+        if (st.volumes.count(info.volume_id)) {
+          return to_caf_error(
+              Status(Errc::invalid_argument,
+                     "register_volume: volume '" + info.volume_id + "' is already registered"));
+        }
+        self->monitor(v);
+        st.volume_by_addr[v.address()] = info.volume_id;
+        st.volumes.emplace(info.volume_id, std::move(v));
+        st.dead_volumes.erase(info.volume_id);
+        st.volume_infos.push_back(info);
+        st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
+        return caf::ok_atom::value;
+      },
+      [=](volume_atom,
+          const std::string& id) -> caf::result<wire::VolumeInfo, storage_volume_actor> {
+        auto& st = self->state;
+        auto it = st.volumes.find(id);
+        if (it == st.volumes.end())
+          return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
+        for (const auto& info : st.volume_infos) {
+          if (info.volume_id == id) return {info, it->second};
+        }
+        return to_caf_error(Status(Errc::internal, "volume '" + id + "' has no info"));
+      },
+      [=](volumes_atom) { return self->state.volume_infos; },
+      [=](notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
+        self->state.count(ControllerCounter::notify_put);
+        self->state.flush_due.clear();
+        auto versions = commit_batch(self, {r});
+        if (!versions.ok()) return to_caf_error(versions.status());
+        return answer_after_flush(self, versions->front());
+      },
+      [=](notify_put_batch_atom,
+          const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
+        self->state.count(ControllerCounter::notify_put_batch);
+        self->state.flush_due.clear();
+        auto versions = commit_batch(self, records);
+        if (!versions.ok()) return to_caf_error(versions.status());
+        return answer_after_flush(self, std::move(versions).value());
+      },
+      [=](local_commit_atom, LocalCommit& job) {
+        auto& st = self->state;
+        st.flush_due.clear();
+        if (!job.sharded) st.count(ControllerCounter::notify_put_batch);
+        auto versions = job.sharded
+                            ? put_shards(self, job.records, job.group, job.members, job.layout)
+                            : commit_batch(self, job.records);
+        if (!versions.ok()) return job.done(versions.status());
+        if (!job.sharded) replace_groups(self, job.records, job.prefixes);
+        // The volume that sent it hears of the release only after this
+        // answer: what the commit superseded there is retired first.
+        auto due = std::exchange(st.flush_due, {});
+        auto own = due.find(job.volume_id);
+        if (own != due.end() && job.retire(own->second)) due.erase(own);
+        after_flush(self, due,
+                    [done = std::move(job.done), v = std::move(versions).value()]() mutable {
+                      done(std::move(v));
+                    });
+      },
+      [=](locate_atom, const std::vector<std::string>& keys) {
+        self->state.count(ControllerCounter::locate);
+        return locate(self->state, keys);
+      },
+      [=](locate_latest_atom, const std::string& prefix, bool with_version) {
+        auto& st = self->state;
+        st.count(ControllerCounter::locate);
+        auto out = locate(st, {prefix});
+        const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
+        if (!with_version || n == 0) return out;
+        // The manifest P/vN and the keys written with it.
+        auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
+        out.insert(out.end(), std::make_move_iterator(version.begin()),
+                   std::make_move_iterator(version.end()));
+        return out;
+      },
+      [=](evict_atom, const std::string& volume_id, std::uint64_t bytes) {
+        return evict(self, volume_id, bytes);
+      },
+      [=](locate_pinned_atom, const std::vector<std::string>& keys,
+          std::uint64_t ttl_ms) -> caf::result<std::uint64_t, std::vector<wire::KeyRecord>> {
+        auto& st = self->state;
+        st.count(ControllerCounter::locate);
+        st.count(ControllerCounter::pinned_locate);
+        auto out = locate(st, keys);
+        std::vector<ControllerState::ObjectRef> refs;
+        for (const auto& r : out) {
+          if (!r.found()) continue;
+          for (const auto& shard : r.shards) refs.emplace_back(shard.volume_id, shard.object_id);
+        }
+        if (refs.empty()) return {std::uint64_t{0}, std::move(out)};
+        const auto id = st.next_pin++;
+        for (const auto& ref : refs) ++st.pinned[ref];
+        st.pins.emplace(id, std::move(refs));
+        self->delayed_send(self, std::chrono::milliseconds(ttl_ms), unpin_atom::value, id);
+        return {id, std::move(out)};
+      },
+      [=](unpin_atom, std::uint64_t id) { unpin(self, id); },
+      [=](keys_atom, const std::string& prefix) {
+        self->state.count(ControllerCounter::keys);
+        std::vector<std::string> out;
+        const auto& index = self->state.index;
+        for (auto it = index.lower_bound(prefix); it != index.end(); ++it) {
+          if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+          if (key_matches_prefix(it->first, prefix)) out.push_back(it->first);
+        }
+        return out;
+      },
+      [=](exists_atom, const std::vector<std::string>& keys) {
+        self->state.count(ControllerCounter::exists);
+        std::vector<std::uint64_t> out;
+        for (const auto& k : keys) {
+          auto it = self->state.index.find(k);
+          out.push_back(it == self->state.index.end() ? 0 : it->second.version);
+        }
+        return out;
+      },
+      [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
+        auto& st = self->state;
+        st.count(ControllerCounter::remove);
+        st.flush_due.clear();
+        std::map<std::string, std::vector<std::uint64_t>> doomed;
+        if (drop_pending(st, key, doomed)) {
+          send_to_volumes(self, doomed, Verdict::discard);
+          if (st.index.count(key) == 0) return answer_after_flush(self, caf::ok_atom::value);
+        }
+        auto it = st.index.find(key);
+        if (it == st.index.end()) {
+          // Removing a key lost with its volume acknowledges the loss.
+          if (st.lost.erase(key) != 0) return caf::ok_atom::value;
+          return to_caf_error(Status(Errc::not_found, "no such key"));
+        }
+        // A state dict's manifest takes its buckets and entries along.
+        const auto members = written_with(st, key);
+        std::map<std::string, std::vector<std::uint64_t>> released;
+        collect(it->second, released);
+        st.index.erase(it);
+        drop_keys(st, members, released);
+        send_to_volumes(self, released, Verdict::discard);
+        return answer_after_flush(self, caf::ok_atom::value);
+      },
+      [=](remove_batch_atom,
+          const std::vector<std::string>& keys) -> caf::result<wire::RemoveReply> {
+        self->state.flush_due.clear();
+        return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
+      },
+      [=](counters_atom) { return self->state.counters; },
+      [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
+          const std::vector<std::string>& members,
+          std::uint64_t layout) -> caf::result<std::vector<std::uint64_t>> {
+        self->state.flush_due.clear();
+        auto versions = put_shards(self, records, group, members, layout);
+        if (!versions.ok()) return to_caf_error(versions.status());
+        return answer_after_flush(self, std::move(versions).value());
+      },
+      [=](stream_open_atom, const std::string& key, std::string& manifest,
+          std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {
+        auto& st = self->state;
+        // A second write of the same state dict ends the first one's stream.
+        end_stream(self, key, StreamEnd::aborted, "a newer write of it began");
+        auto writer = caf::actor_cast<caf::actor>(self->current_sender());
+        if (!writer) return caf::ok_atom::value;  // already gone
+        if (st.writers.insert(writer.address()).second) self->monitor(writer);
+        st.count(ControllerCounter::streams);
+        auto& stream = st.streams[key];
+        stream.writer = writer.address();
+        stream.manifest = std::move(manifest);
+        stream.records = std::move(records);
+        stream.filled = std::move(filled);
+        auto w = st.waiters.find(key);
+        if (w == st.waiters.end()) return caf::ok_atom::value;
+        for (auto& waiter : w->second) {
+          waiter.reply.deliver(static_cast<std::uint32_t>(StreamKind::streaming), stream.manifest,
+                               stream.records, stream.filled);
+          stream.readers.insert(waiter.reader);
+          st.count(ControllerCounter::stream_readers);
+        }
+        st.waiters.erase(w);
+        return caf::ok_atom::value;
+      },
+      [=](stream_progress_atom, const std::string& key, const std::vector<std::uint64_t>& filled) {
+        auto it = self->state.streams.find(key);
+        if (it == self->state.streams.end()) return;
+        auto& stream = it->second;
+        stream.filled.insert(stream.filled.end(), filled.begin(), filled.end());
+        for (const auto& reader : stream.readers) {
+          send_event(self, reader, key, filled, StreamEnd::none, "");
+        }
+      },
+      [=](stream_abort_atom, const std::string& key, const std::string& why) {
+        auto it = self->state.streams.find(key);
+        const auto& sender = self->current_sender();
+        if (it == self->state.streams.end() || !sender || it->second.writer != sender->address()) {
+          return;  // ended already, or another writer's
+        }
+        end_stream(self, key, StreamEnd::aborted, why);
+      },
+      [=](stream_subscribe_atom, const std::string& key, std::uint64_t wait_ms)
+          -> caf::result<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                         std::vector<std::uint64_t>> {
+        auto& st = self->state;
+        st.count(ControllerCounter::stream_subscribe);
+        auto reader = caf::actor_cast<caf::actor>(self->current_sender());
+        if (auto it = st.streams.find(key); it != st.streams.end()) {
+          if (reader) it->second.readers.insert(reader.address());
+          st.count(ControllerCounter::stream_readers);
+          return {static_cast<std::uint32_t>(StreamKind::streaming), it->second.manifest,
+                  it->second.records, it->second.filled};
+        }
+        const bool committed = st.index.count(key) != 0;
+        if (committed || wait_ms == 0 || !reader) {
+          return {
+              static_cast<std::uint32_t>(committed ? StreamKind::committed : StreamKind::absent),
+              std::string(), std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>()};
+        }
+        const auto id = st.next_waiter++;
+        auto rp =
+            self->make_response_promise<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                                        std::vector<std::uint64_t>>();
+        st.waiters[key].push_back(ControllerState::Waiter{id, reader.address(), rp});
+        self->delayed_send(self, std::chrono::milliseconds(wait_ms), stream_expire_atom::value, key,
+                           id);
+        return rp;
+      },
+      [=](stream_expire_atom, const std::string& key, std::uint64_t id) {
+        auto& st = self->state;
+        auto w = st.waiters.find(key);
+        if (w == st.waiters.end()) return;
+        auto& list = w->second;
+        for (auto it = list.begin(); it != list.end(); ++it) {
+          if (it->id != id) continue;
+          it->reply.deliver(static_cast<std::uint32_t>(StreamKind::absent), std::string(),
+                            std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>());
+          list.erase(it);
+          break;
+        }
+        if (list.empty()) st.waiters.erase(w);
+      },
+      [=](replace_atom, const std::vector<wire::KeyRecord>& records,
+          const std::vector<std::string>& prefixes,
+          bool reuse) -> caf::result<std::vector<std::uint64_t>> {
+        auto& st = self->state;
+        st.flush_due.clear();
+        std::vector<std::uint64_t> versions;
+        if (!records.empty()) {
+          st.count(ControllerCounter::notify_put_batch);
+          auto committed = commit_batch(self, records);
+          if (!committed.ok()) return to_caf_error(committed.status());
+          versions = std::move(committed).value();
+        }
+        replace_groups(self, records, prefixes, reuse ? Verdict::release : Verdict::discard);
+        return answer_after_flush(self, std::move(versions));
+      },
+  };
+}
+
+}  // namespace
+
+bool key_matches_prefix(const std::string& key, const std::string& prefix) noexcept {
+  if (prefix.empty()) return true;
+  if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0) return false;
+  if (key.size() == prefix.size()) return true;
+  const char last = prefix.back();
+  if (last == '/' || last == '.') return true;
+  const char next = key[prefix.size()];
+  return next == '/' || next == '.';
+}
+
+controller_actor spawn_controller(caf::actor_system& sys) { return sys.spawn(controller_impl); }
+
+}  // namespace meshstore::actors

@@ -1,0 +1,197 @@
+#pragma once
+// The controller actor's state (its index, pending sharded puts, streams and
+// pins), shared by the files that implement the controller: controller.cpp
+// (the behaviour), controller/sharded_puts.cpp, controller/volumes.cpp and
+// controller/streams.cpp. Private to actors/.
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshstore/logging.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+
+namespace meshstore::actors::controller_detail {
+
+// A key's committed record in the index, with what only the controller
+// keeps about it. Derived rather than wrapped so that the index's records
+// pass as wire::KeyRecord wherever one is read (a reply copies the record
+// part alone).
+struct IndexEntry : wire::KeyRecord {
+  // Eviction's recency: the use tick of the key's last commit or locate
+  // here (reads a client serves from its location cache do not count).
+  // Kept in the entry, not in a map of its own: a million keys would pay
+  // a second copy of each key and a hash node (about 75 bytes a key).
+  std::uint64_t last_used = 0;
+
+  IndexEntry& operator=(const wire::KeyRecord& r) {
+    wire::KeyRecord::operator=(r);
+    return *this;
+  }
+  IndexEntry& operator=(wire::KeyRecord&& r) {
+    wire::KeyRecord::operator=(std::move(r));
+    return *this;
+  }
+};
+
+struct ControllerState {
+  static inline const char* name = "meshstore.controller";
+
+  std::map<std::string, IndexEntry> index;  // ordered: keys(prefix) is a range scan
+  std::vector<wire::VolumeInfo> volume_infos;
+  std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::map<caf::actor_addr, std::string> volume_by_addr;  // monitored volumes
+  // Keys whose volume died, with that volume's id, until put or removed again.
+  std::map<std::string, std::string> lost;
+  std::uint64_t last_version = 0;  // store-wide commit sequence
+  std::uint64_t use_tick = 0;      // IndexEntry::last_used's clock
+  void touch(IndexEntry& entry) { entry.last_used = ++use_tick; }
+  // Sharded keys whose shards do not cover their tensor yet: the shards so
+  // far (adopted by their volumes, so no reclaim takes them).
+  std::map<std::string, wire::KeyRecord> pending;
+  // Sharded state dicts being put, by manifest key: the keys that commit
+  // together (sorted) and the digest of the layout every rank computed.
+  // Their keys' shards are in `pending` (record group = the manifest key).
+  struct Group {
+    std::vector<std::string> members;
+    std::uint64_t layout = 0;
+  };
+  std::map<std::string, Group> groups;
+  // State dicts being written, by manifest key, and readers waiting for
+  // one to be written or committed.
+  struct Stream {
+    caf::actor_addr writer;
+    std::string manifest;
+    std::vector<wire::KeyRecord> records;
+    std::vector<std::uint64_t> filled;
+    std::set<caf::actor_addr> readers;
+  };
+  using SubscribeReply =
+      caf::typed_response_promise<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                                  std::vector<std::uint64_t>>;
+  struct Waiter {
+    std::uint64_t id = 0;
+    caf::actor_addr reader;
+    SubscribeReply reply;
+  };
+  std::map<std::string, Stream> streams;
+  std::map<std::string, std::vector<Waiter>> waiters;
+  std::uint64_t next_waiter = 1;
+  std::set<caf::actor_addr> writers;                      // monitored stream writers
+  std::map<caf::actor_addr, caf::actor> volume_watchers;  // monitored clients
+  std::set<std::string> dead_volumes;                     // ids of volumes that went down
+  // Pinned locates: objects a starved reader is about to open. Their
+  // release (or discard) is held back until every pin on them ends.
+  using ObjectRef = std::pair<std::string, std::uint64_t>;  // volume id, object id
+  std::map<std::uint64_t, std::vector<ObjectRef>> pins;
+  std::map<ObjectRef, std::uint32_t> pinned;  // pins per object
+  std::map<ObjectRef, bool> held_back;        // object -> discard (else release)
+  std::uint64_t next_pin = 1;
+  // Volumes told to release or discard objects by the message being
+  // handled, with those objects (send_to_volumes adds only registered
+  // volumes, and no volume goes within a handler); a write answers only
+  // once they confirmed (answer_after_flush).
+  std::map<std::string, std::vector<std::uint64_t>> flush_due;
+  // Writes waiting for those confirmations: the volumes not heard from yet,
+  // and the answer to send once there are none.
+  struct FlushWait {
+    std::set<std::string> volumes;
+    std::function<void()> answer;
+  };
+  std::map<std::uint64_t, FlushWait> flushes;
+  std::uint64_t next_flush = 1;
+  std::vector<std::uint64_t> counters =
+      std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
+  void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
+  std::shared_ptr<spdlog::logger> log = log::get("controller");
+};
+
+using controller_pointer = controller_actor::stateful_pointer<ControllerState>;
+
+/// Adds the object ids of `r`'s shards to `out`, by volume.
+void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out);
+
+// A record names volume `id`, which is not registered: Errc::unavailable
+// when it went down (a writer that staged on it just before), else
+// Errc::not_found. `ctx` names the call.
+Status unknown_volume(const ControllerState& st, const std::string& ctx, const std::string& id);
+
+// -- sharded puts (controller/sharded_puts.cpp) --------------------------------
+
+/// Elements the distinct boxes of `shards` cover, counting only boxes that
+/// have all their replicas (identical boxes count once).
+std::int64_t covered_elements(const std::vector<wire::ShardRecord>& shards);
+/// Checks one shard of a sharded put against the pending shards of its key.
+Status validate_shard(const ControllerState& st,
+                      const std::map<std::string, wire::KeyRecord>& pending,
+                      const wire::KeyRecord& r);
+/// Adds a validated shard to its key's pending set.
+void add_shard(std::map<std::string, wire::KeyRecord>& pending, const wire::KeyRecord& r);
+/// Checks a put_shards call's state dict (group): every rank names the same
+/// keys and computed the same layout, and every record belongs to it.
+Status validate_group(const ControllerState& st, const std::vector<wire::KeyRecord>& records,
+                      const std::string& group, const std::vector<std::string>& members,
+                      std::uint64_t layout);
+/// True when `key`'s pending shards cover its tensor with all replicas.
+bool pending_complete(const ControllerState& st, const std::string& key);
+/// What the sharded state dict `group` being put still waits for, as seen
+/// from its key `key`.
+std::string group_progress(const ControllerState& st, const std::string& group,
+                           const std::string& key);
+/// Drops `key`'s pending shards, and with them the rest of its state dict's
+/// group, collecting their objects; false when it has none.
+bool drop_pending(ControllerState& st, const std::string& key,
+                  std::map<std::string, std::vector<std::uint64_t>>& objects);
+
+// -- volumes (controller/volumes.cpp) -----------------------------------------
+
+// What a volume is told about some of its objects.
+enum class Verdict { commit, release, discard };
+
+/// Tells each volume which of its objects a commit adopted or dropped
+/// (release: superseded, the memory may serve the next version) or a
+/// remove dropped (discard: the memory goes back at once). A release or
+/// discard of a pinned object is held back until its pins end.
+void send_to_volumes(controller_pointer self,
+                     const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
+                     Verdict verdict);
+/// One volume confirmed the flush of write `token` (or went down, which
+/// makes its objects unreadable too); the write answers once every volume
+/// has.
+void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id);
+/// Ends pin `id`: objects no other pin holds and whose release was held
+/// back go to their volumes now.
+void unpin(controller_pointer self, std::uint64_t id);
+/// Eviction: the least recently used keys stored whole (one object) on
+/// `volume_id`, put on their own and not pinned, offered to the volume in
+/// that order; the volume drops those no reader's lease holds until
+/// `bytes` are freed, and their keys are removed. Answers the keys removed.
+caf::result<std::vector<std::string>> evict(controller_pointer self, const std::string& volume_id,
+                                            std::uint64_t bytes);
+/// A volume went down: its bytes are gone, so are the keys it held.
+void volume_down(controller_pointer self, const caf::down_msg& msg);
+/// Removes `keys` (controller.cpp); the volumes free the objects (discard)
+/// or keep their memory for the next version (release). With `whole`, a
+/// state dict's manifest among them takes the keys written with it along;
+/// the reply counts only `keys`.
+wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
+                              Verdict verdict, bool whole = false);
+
+// -- streams (controller/streams.cpp) -----------------------------------------
+
+/// Ends `key`'s stream, telling its readers how.
+void end_stream(controller_pointer self, const std::string& key, StreamEnd end,
+                const std::string& why);
+/// Tells `reader` of `key`'s stream: objects filled, or how it ended.
+void send_event(controller_pointer self, const caf::actor_addr& reader, const std::string& key,
+                const std::vector<std::uint64_t>& filled, StreamEnd end, const std::string& why);
+/// `key` committed: its stream ends, and readers waiting for it read it.
+void streams_committed(controller_pointer self, const std::string& key);
+/// A stream writer went down before committing: its streams are aborted;
+/// false when `msg` is not of a writer.
+bool writer_down(controller_pointer self, const caf::down_msg& msg);
+
+}  // namespace meshstore::actors::controller_detail

@@ -1,0 +1,204 @@
+// What the controller tells volumes and hears of them: verdicts on their
+// objects, flushes, pins, eviction, and a volume going down.
+#include <algorithm>
+#include <set>
+
+#include "meshstore/controller/controller_state.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
+
+namespace meshstore::actors::controller_detail {
+
+void send_to_volumes(controller_pointer self,
+                     const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
+                     Verdict verdict) {
+  auto& st = self->state;
+  for (const auto& [vid, all] : by_volume) {
+    auto it = st.volumes.find(vid);
+    if (it == st.volumes.end() || all.empty()) continue;
+    std::vector<std::uint64_t> ids, retired;
+    if (verdict == Verdict::commit || st.pinned.empty()) {
+      ids = all;
+    } else {
+      // A pinned object stays until its pin ends, for the pinned reader;
+      // it is retired now, so no reader that located it unpinned (from a
+      // cache) reads it once this write is answered.
+      for (auto id : all) {
+        ControllerState::ObjectRef ref{vid, id};
+        if (st.pinned.count(ref) != 0) {
+          st.held_back[ref] = verdict == Verdict::discard;
+          retired.push_back(id);
+        } else {
+          ids.push_back(id);
+        }
+      }
+      if (!retired.empty()) {
+        self->send(it->second, retire_atom::value, retired);
+        st.flush_due[vid].insert(st.flush_due[vid].end(), retired.begin(), retired.end());
+      }
+      if (ids.empty()) continue;
+    }
+    switch (verdict) {
+      case Verdict::commit:
+        self->send(it->second, commit_atom::value, ids);
+        break;
+      case Verdict::release:
+        self->send(it->second, release_atom::value, ids);
+        st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
+        break;
+      case Verdict::discard:
+        self->send(it->second, discard_atom::value, ids);
+        st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
+        break;
+    }
+  }
+}
+
+void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id) {
+  auto& st = self->state;
+  auto it = st.flushes.find(token);
+  if (it == st.flushes.end()) return;
+  it->second.volumes.erase(volume_id);
+  if (!it->second.volumes.empty()) return;
+  auto answer = std::move(it->second.answer);
+  st.flushes.erase(it);
+  answer();
+}
+
+void unpin(controller_pointer self, std::uint64_t id) {
+  auto& st = self->state;
+  auto p = st.pins.find(id);
+  if (p == st.pins.end()) return;  // ended already (unpinned, or expired)
+  std::map<std::string, std::vector<std::uint64_t>> released, discarded;
+  for (const auto& ref : p->second) {
+    auto n = st.pinned.find(ref);
+    if (n == st.pinned.end() || --n->second > 0) continue;
+    st.pinned.erase(n);
+    auto h = st.held_back.find(ref);
+    if (h == st.held_back.end()) continue;
+    (h->second ? discarded : released)[ref.first].push_back(ref.second);
+    st.held_back.erase(h);
+  }
+  st.pins.erase(p);
+  send_to_volumes(self, released, Verdict::release);
+  send_to_volumes(self, discarded, Verdict::discard);
+}
+
+caf::result<std::vector<std::string>> evict(controller_pointer self, const std::string& volume_id,
+                                            std::uint64_t bytes) {
+  auto& st = self->state;
+  auto volume = st.volumes.find(volume_id);
+  if (volume == st.volumes.end()) return std::vector<std::string>{};
+  std::vector<std::pair<std::uint64_t, const IndexEntry*>> candidates;
+  // A version pointer (the object "P" of publish_state_dict, whose versions
+  // are "P/vN") is never evicted: readers and the next publish need it.
+  auto is_pointer = [&](const std::string& key, const wire::KeyRecord& r) {
+    if (r.kind != wire::ObjectKind::object) return false;
+    auto it = st.index.lower_bound(key + "/v");
+    return it != st.index.end() && it->first.compare(0, key.size() + 2, key + "/v") == 0;
+  };
+  for (const auto& [key, r] : st.index) {
+    if (!r.group.empty() || r.shards.size() != 1 || is_pointer(key, r)) continue;
+    const auto& s = r.shards.front();
+    if (s.volume_id != volume_id || st.pinned.count({s.volume_id, s.object_id}) != 0) continue;
+    candidates.emplace_back(r.last_used, &r);
+  }
+  if (candidates.empty()) return std::vector<std::string>{};
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::uint64_t> objects;
+  std::vector<std::pair<std::string, std::uint64_t>> offered;  // key, object
+  for (const auto& [used, r] : candidates) {
+    objects.push_back(r->shards.front().object_id);
+    offered.emplace_back(r->key, r->shards.front().object_id);
+  }
+  auto rp = self->make_response_promise<std::vector<std::string>>();
+  self->request(volume->second, std::chrono::seconds(10), evict_atom::value, objects, bytes)
+      .then(
+          [self, rp, volume_id, bytes, offered](const std::vector<std::uint64_t>& dropped) mutable {
+            auto& st = self->state;
+            const std::set<std::uint64_t> gone(dropped.begin(), dropped.end());
+            std::vector<std::string> doomed;
+            std::uint64_t freed = 0;
+            for (const auto& [key, object] : offered) {
+              if (gone.count(object) == 0) continue;
+              // Still the key's value (not replaced while the volume chose).
+              auto it = st.index.find(key);
+              if (it == st.index.end() || it->second.shards.size() != 1 ||
+                  it->second.shards.front().volume_id != volume_id ||
+                  it->second.shards.front().object_id != object) {
+                continue;
+              }
+              freed += it->second.nbytes();
+              doomed.push_back(key);
+            }
+            if (!doomed.empty()) {
+              st.log->info("evicted {} key(s), {} bytes, from volume '{}' for {} bytes asked",
+                           doomed.size(), freed, volume_id, bytes);
+              remove_keys(self, doomed, Verdict::discard);
+            }
+            rp.deliver(std::move(doomed));
+          },
+          [rp](caf::error&) mutable { rp.deliver(std::vector<std::string>{}); });
+  return rp;
+}
+
+void volume_down(controller_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  auto it = st.volume_by_addr.find(msg.source);
+  if (it == st.volume_by_addr.end()) return;
+  const std::string id = it->second;
+  st.volume_by_addr.erase(it);
+  st.volumes.erase(id);
+  st.dead_volumes.insert(id);
+  st.volume_infos.erase(
+      std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
+                     [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),
+      st.volume_infos.end());
+  std::map<std::string, std::vector<std::uint64_t>> released;
+  std::size_t lost = 0;
+  for (auto k = st.index.begin(); k != st.index.end();) {
+    const bool on_dead = std::any_of(k->second.shards.begin(), k->second.shards.end(),
+                                     [&](const wire::ShardRecord& s) { return s.volume_id == id; });
+    if (!on_dead) {
+      ++k;
+      continue;
+    }
+    collect(k->second, released);  // shards on surviving volumes are freed
+    st.lost[k->first] = id;
+    k = st.index.erase(k);
+    ++lost;
+  }
+  // A sharded put in progress with a shard there cannot complete (nor can
+  // the rest of its state dict).
+  std::vector<std::string> doomed;
+  for (const auto& [key, p] : st.pending) {
+    if (std::any_of(p.shards.begin(), p.shards.end(),
+                    [&](const wire::ShardRecord& s) { return s.volume_id == id; })) {
+      doomed.push_back(key);
+    }
+  }
+  for (const auto& key : doomed) drop_pending(st, key, released);
+  // Its objects need no release any more; pins on them end with the pin.
+  for (auto h = st.held_back.begin(); h != st.held_back.end();) {
+    h = h->first.first == id ? st.held_back.erase(h) : std::next(h);
+  }
+  send_to_volumes(self, released, Verdict::discard);
+  // Writes waiting for its flush wait no more: its objects are unreadable.
+  std::vector<std::uint64_t> waiting;
+  for (const auto& [token, wait] : st.flushes) {
+    if (wait.volumes.count(id) != 0) waiting.push_back(token);
+  }
+  for (auto token : waiting) flushed(self, token, id);
+  // A volume stopped in order (its store closing) with nothing on it is
+  // news, not trouble.
+  const bool orderly =
+      msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal;
+  st.log->log(lost == 0 && orderly ? spdlog::level::info : spdlog::level::warn,
+              "volume '{}' went down ({}); {} key(s) it held are lost", id,
+              caf::to_string(msg.reason), lost);
+  for (const auto& [addr, client] : st.volume_watchers) {
+    caf::anon_send(client, volume_gone_atom::value, id, caf::to_string(msg.reason));
+  }
+}
+
+}  // namespace meshstore::actors::controller_detail

@@ -1,0 +1,183 @@
+#include "meshstore/store_mesh.hpp"
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/protocol/actor_types.hpp"
+
+namespace meshstore {
+
+// Store's way onto a runtime this process already has.
+struct internal::StoreRuntimeAccess {
+  static Result<Store> embedded(std::shared_ptr<ActorRuntime> rt, StoreOptions o) {
+    return Store::embedded_on(std::move(rt), std::move(o));
+  }
+  static Result<Store> connect(std::shared_ptr<ActorRuntime> rt, const std::string& address,
+                               StoreOptions o) {
+    return Store::connect_on(std::move(rt), address, std::move(o));
+  }
+};
+
+namespace {
+
+using store_join_atom = caf::atom_constant<caf::atom("s_join")>;
+// A process's membership in a store: join connects it.
+using store_node_actor = caf::typed_actor<caf::replies_to<store_join_atom>::with<std::string>>;
+
+// The store this process joined (one per process).
+std::mutex g_mu;
+std::shared_ptr<Store> g_store;
+
+store_node_actor::behavior_type store_node(store_node_actor::pointer self, int rank,
+                                           std::string address, std::string transport,
+                                           std::int64_t request_timeout_ms) {
+  // The store closes when this process stops serving: on serve()'s own
+  // thread, before the runtime it shares goes (never on an actor thread,
+  // which would wait for actors of its own system). A node stopped
+  // earlier (its mesh stopped) leaves the store open until then.
+  (void)self;
+  return {
+      [=](store_join_atom) -> caf::result<std::string> {
+        StoreOptions o;
+        o.rank = rank;
+        o.local_rank = rank;
+        o.transport = transport;
+        o.request_timeout = std::chrono::milliseconds(request_timeout_ms);
+        {
+          std::lock_guard<std::mutex> lock(g_mu);
+          if (g_store) {
+            return internal::to_caf_error(
+                Status(Errc::invalid_argument,
+                       "rank " + std::to_string(rank) + ": this process already joined a store"));
+          }
+        }
+        // On this process's runtime (one actor system for the mesh and the
+        // store). Blocks this scheduler thread while it connects (tens of ms).
+        auto runtime = internal::worker_runtime();
+        if (!runtime) {
+          return internal::to_caf_error(
+              Status(Errc::unavailable,
+                     "rank " + std::to_string(rank) + ": ProcMesh::serve is not running"));
+        }
+        auto s = internal::StoreRuntimeAccess::connect(std::move(runtime), address, o);
+        if (!s.ok()) {
+          return internal::to_caf_error(
+              s.status().with_context("rank " + std::to_string(rank) + " joining " + address));
+        }
+        {
+          std::lock_guard<std::mutex> lock(g_mu);
+          g_store = std::make_shared<Store>(std::move(s).value());
+        }
+        internal::at_worker_exit([] {
+          std::shared_ptr<Store> doomed;
+          {
+            std::lock_guard<std::mutex> lock(g_mu);
+            doomed = std::move(g_store);
+          }
+          if (doomed) doomed->close();
+        });
+        return "rank " + std::to_string(rank) + " joined " + address;
+      },
+  };
+}
+
+}  // namespace
+
+void add_store_actor_types(caf::actor_system_config& cfg) {
+  actors::add_actor_types(cfg);  // the store's own messages
+  cfg.add_actor_type("meshstore.store_node", store_node);
+}
+
+namespace {
+
+Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
+                                std::optional<Supervision> supervision) {
+  if (options.listen.empty()) options.listen = "127.0.0.1:0";
+  options.local_rank = -1;  // the controller is not one of the mesh's ranks
+  auto runtime = internal::proc_runtime(procs);
+  if (!runtime) return Status(Errc::shutdown, "spawn_store: the ProcMesh was stopped");
+  if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
+    return Status(Errc::invalid_argument,
+                  "spawn_store: this process's MeshOptions::add_types does not call "
+                  "add_store_actor_types (every process of the mesh must)");
+  }
+  // On the ProcMesh's runtime: one actor system for the meshes and the store.
+  auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), options);
+  if (!store.ok()) return store.status().with_context("spawn_store");
+  const auto timeout_ms = static_cast<std::int64_t>(options.request_timeout.count());
+  auto nodes =
+      supervision
+          ? procs.spawn<store_node_actor>(*supervision, "meshstore.store", "meshstore.store_node",
+                                          store->address(), options.transport, timeout_ms)
+          : procs.spawn<store_node_actor>("meshstore.store", "meshstore.store_node",
+                                          store->address(), options.transport, timeout_ms);
+  if (!nodes.ok()) {
+    store->close();
+    return nodes.status().with_context("spawn_store");
+  }
+  auto joined = nodes->call<std::string>(store_join_atom::value).get(options.request_timeout * 2);
+  Status failed = joined.ok() ? Status() : joined.status();
+  if (joined.ok()) {
+    for (const auto& r : *joined) {
+      if (!r.ok()) {
+        failed = r.status();
+        break;
+      }
+    }
+  }
+  if (!failed.ok()) {
+    store->close();
+    return failed.with_context("spawn_store");
+  }
+  return store;
+}
+
+}  // namespace
+
+Result<Store> spawn_store(ProcMesh& procs, StoreOptions options) {
+  return spawn_store_under(procs, std::move(options), std::nullopt);
+}
+
+Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision supervision) {
+  return spawn_store_under(procs, std::move(options), std::move(supervision));
+}
+
+Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
+  auto runtime = internal::mesh_runtime(mesh);
+  if (!runtime) return Status(Errc::shutdown, "spawn_store: the Mesh is closed");
+  if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
+    return Status(Errc::invalid_argument,
+                  "spawn_store: the Mesh's MeshOptions::add_types does not call "
+                  "add_store_actor_types (every rank's must)");
+  }
+  if (internal::mesh_is_local(mesh)) {
+    return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+  }
+  auto env = LaunchEnv::from_env();
+  if (!env.ok()) return env.status().with_context("spawn_store");
+  options.rank = env->rank;
+  options.local_rank = env->local_rank;
+  auto port = env->service_port("MESHSTORE_PORT", 1);
+  if (!port.ok()) return port.status().with_context("spawn_store");
+  const std::string address = env->master_addr + ":" + std::to_string(*port);
+  if (env->rank == 0) {
+    options.listen = address;
+    return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+  }
+  return internal::StoreRuntimeAccess::connect(std::move(runtime), address, std::move(options));
+}
+
+Result<std::shared_ptr<Store>> worker_store() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_store) {
+    return Status(Errc::not_found,
+                  "worker_store: this process has not joined a store (the controller calls "
+                  "spawn_store on its ProcMesh)");
+  }
+  return g_store;
+}
+
+}  // namespace meshstore

@@ -1,0 +1,127 @@
+#pragma once
+// A storage volume actor's state (storage_volume.cpp) and the jobs other
+// files of the volume share with it: staging objects, and the commits
+// that fast-path channels ask for (commits.cpp). Private to the volume.
+#include <atomic>
+#include <caf/all.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "meshstore/logging.hpp"
+#include "meshstore/protocol/storage_volume_actor.hpp"
+#include "meshstore/result.hpp"
+#include "meshstore/transports/region.hpp"
+#include "meshstore/transports/transport.hpp"
+#include "meshstore/volume/memory.hpp"
+#include "meshstore/volume/small_ops.hpp"
+
+namespace meshstore::actors::volume {
+
+struct StoredObject {
+  std::shared_ptr<transports::Region> region;
+  std::string key;  // for logs and stats
+  bool committed = false;
+  caf::actor_addr owner;  // the client that staged it
+  // Whether the region's memory goes to the pool when freed; shared with
+  // the region's deleter (discard clears it). Null for memory never pooled
+  // (a publisher's lent buffers).
+  std::shared_ptr<std::atomic<bool>> reusable;
+  // The tag clients check around a lease-free read (RegionMemory::object_tag):
+  // this object's id from its staging until it is dropped. Null: none.
+  std::atomic<std::uint64_t>* tag = nullptr;
+  // The revocable loan it belongs to (LendRequest::revocable), 0: none.
+  std::uint64_t loan = 0;
+};
+
+struct Lease {
+  std::vector<std::shared_ptr<transports::Region>> pinned;
+  caf::actor_addr owner;  // the client that opened it
+  bool revoked = false;   // a revoke took regions it pinned
+};
+
+struct VolumeState {
+  static inline const char* name = "meshstore.volume";
+
+  VolumeConfig config;
+  std::shared_ptr<transports::RegionTable> regions;
+  std::unique_ptr<volume::VolumeMemory> memory;
+  std::vector<std::unique_ptr<transports::TransportServer>> servers;
+  std::unordered_map<std::uint64_t, StoredObject> objects;
+  // Leases by (client, the client's lease id).
+  std::map<std::pair<caf::actor_addr, std::uint64_t>, Lease> leases;
+  // Revocable loans (a lending volume's): their objects' ids, by loan.
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> loans;
+  std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging
+  std::set<caf::actor_addr> controllers;  // monitored for small puts (ring_attach, small_attach)
+  std::uint64_t next_object_id = 1;
+  std::shared_ptr<spdlog::logger> log = log::get("volume");
+
+  // Small committed objects, and the service answering small requests.
+  std::shared_ptr<volume::SmallObjects> small;
+  std::shared_ptr<volume::SmallOpService> small_ops;
+
+  ~VolumeState() {
+    // The small-op service stops before anything it reads goes; puts
+    // waiting on a tcp connection's thread are answered before the
+    // servers join those threads.
+    if (small_ops) small_ops->stop();
+    if (memory) memory->forget_servers();
+    for (auto& s : servers) s->shutdown();
+  }
+
+  // A new object's region (not yet in `objects`). `device` >= 0: device
+  // memory.
+  Result<StoredObject> allocate(std::uint64_t id, std::uint64_t nbytes, int device = -1) {
+    auto allocated = memory->allocate(id, nbytes, device);
+    if (!allocated.ok()) return allocated.status();
+    StoredObject object;
+    object.region = std::move(allocated->region);
+    object.reusable = std::move(allocated->reusable);
+    object.tag = allocated->tag;
+    return object;
+  }
+
+  // Lets every one-sided transport server describe `region` in `ref`.
+  Status describe(const transports::Region& region, wire::RegionRef& ref) {
+    for (auto& s : servers) MESHSTORE_RETURN_IF_ERROR(s->describe(region, ref));
+    return Status();
+  }
+
+  // Drops object `id`; its memory is freed rather than pooled when `reuse`
+  // is false. Readers holding a lease keep it until they close.
+  void drop(std::uint64_t id, bool reuse) {
+    auto it = objects.find(id);
+    if (it == objects.end()) return;
+    if (!reuse && it->second.reusable) it->second.reusable->store(false);
+    // Lease-free readers see it gone now, though leases may keep its memory.
+    if (it->second.tag) it->second.tag->store(0, std::memory_order_release);
+    small->remove(id);
+    objects.erase(it);
+  }
+};
+
+using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
+
+/// Allocates one staged object per request, all or none, for `client`
+/// (watched: what it staged goes if it dies before a commit).
+Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
+                                           const std::vector<wire::StageRequest>& reqs,
+                                           const caf::actor& client);
+
+/// A commit request (FastCommitJob: a channel's: a ring's, tcp's, or one
+/// in a small_op message), answered through its `done`.
+void fast_commit(volume_pointer self, FastCommitJob job);
+
+/// Checks a commit request for volume `volume_id` as input from another
+/// process (keys; one object of this volume per record, named or with its
+/// bytes inline, which must match its dtype and shape): protocol_error
+/// naming what is wrong.
+Status check_commit(const fast_get::CommitRequest& req, const std::string& volume_id);
+
+}  // namespace meshstore::actors::volume
