@@ -25,8 +25,8 @@ def functions(root):
     found = []
     for line in out.splitlines():
         path, start, end, name = line.split("\t", 3)
-        if not end.isdigit():
-            continue
+        if not end.isdigit() or name.startswith("__anon"):
+            continue  # a lambda counts toward the function that holds it
         found.append((int(end) - int(start) + 1, path, int(start), name))
     return found
 

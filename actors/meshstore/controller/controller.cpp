@@ -378,6 +378,167 @@ std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::
   return out;
 }
 
+// A commit from a volume in this actor system (LocalCommit): answered once
+// every other volume flushed; the sender retires what it superseded
+// itself, before the answer.
+void local_commit(controller_pointer self, LocalCommit job) {
+  auto& st = self->state;
+  st.flush_due.clear();
+  if (!job.sharded) st.count(ControllerCounter::notify_put_batch);
+  auto versions = job.sharded ? put_shards(self, job.records, job.group, job.members, job.layout)
+                              : commit_batch(self, job.records);
+  if (!versions.ok()) return job.done(versions.status());
+  if (!job.sharded) replace_groups(self, job.records, job.prefixes);
+  // The volume that sent it hears of the release only after this
+  // answer: what the commit superseded there is retired first.
+  auto due = std::exchange(st.flush_due, {});
+  auto own = due.find(job.volume_id);
+  if (own != due.end() && job.retire(own->second)) due.erase(own);
+  after_flush(self, due, [done = std::move(job.done), v = std::move(versions).value()]() mutable {
+    done(std::move(v));
+  });
+}
+
+// `prefix`'s latest pointer; with `with_version`, then the manifest P/vN
+// it points to and the keys written with it.
+std::vector<wire::KeyRecord> locate_latest(ControllerState& st, const std::string& prefix,
+                                           bool with_version) {
+  st.count(ControllerCounter::locate);
+  auto out = locate(st, {prefix});
+  const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
+  if (!with_version || n == 0) return out;
+  auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
+  out.insert(out.end(), std::make_move_iterator(version.begin()),
+             std::make_move_iterator(version.end()));
+  return out;
+}
+
+// `keys`' locations, their objects pinned for `ttl_ms` (kept past a
+// release until then): the pin's id (0: nothing found, nothing pinned).
+caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
+    controller_pointer self, const std::vector<std::string>& keys, std::uint64_t ttl_ms) {
+  auto& st = self->state;
+  st.count(ControllerCounter::locate);
+  st.count(ControllerCounter::pinned_locate);
+  auto out = locate(st, keys);
+  std::vector<ControllerState::ObjectRef> refs;
+  for (const auto& r : out) {
+    if (!r.found()) continue;
+    for (const auto& shard : r.shards) refs.emplace_back(shard.volume_id, shard.object_id);
+  }
+  if (refs.empty()) return {std::uint64_t{0}, std::move(out)};
+  const auto id = st.next_pin++;
+  for (const auto& ref : refs) ++st.pinned[ref];
+  st.pins.emplace(id, std::move(refs));
+  self->delayed_send(self, std::chrono::milliseconds(ttl_ms), unpin_atom::value, id);
+  return {id, std::move(out)};
+}
+
+// The keys under `prefix` (key_matches_prefix), in order.
+std::vector<std::string> keys_under(ControllerState& st, const std::string& prefix) {
+  st.count(ControllerCounter::keys);
+  std::vector<std::string> out;
+  for (auto it = st.index.lower_bound(prefix); it != st.index.end(); ++it) {
+    if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+    if (key_matches_prefix(it->first, prefix)) out.push_back(it->first);
+  }
+  return out;
+}
+
+// Removes `key`, a pending sharded put of it, or the record of its loss; a
+// state dict's manifest takes its buckets and entries along.
+caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string& key) {
+  auto& st = self->state;
+  st.count(ControllerCounter::remove);
+  st.flush_due.clear();
+  std::map<std::string, std::vector<std::uint64_t>> doomed;
+  if (drop_pending(st, key, doomed)) {
+    send_to_volumes(self, doomed, Verdict::discard);
+    if (st.index.count(key) == 0) return answer_after_flush(self, caf::ok_atom::value);
+  }
+  auto it = st.index.find(key);
+  if (it == st.index.end()) {
+    // Removing a key lost with its volume acknowledges the loss.
+    if (st.lost.erase(key) != 0) return caf::ok_atom::value;
+    return to_caf_error(Status(Errc::not_found, "no such key"));
+  }
+  const auto members = written_with(st, key);
+  std::map<std::string, std::vector<std::uint64_t>> released;
+  collect(it->second, released);
+  st.index.erase(it);
+  drop_keys(st, members, released);
+  send_to_volumes(self, released, Verdict::discard);
+  return answer_after_flush(self, caf::ok_atom::value);
+}
+
+// Removes `keys`, a state dict's manifest with the keys written with it.
+caf::result<wire::RemoveReply> remove_batch(controller_pointer self,
+                                            const std::vector<std::string>& keys) {
+  self->state.flush_due.clear();
+  return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
+}
+
+// Commits `records` and replaces the groups of `prefixes` with them; what
+// they supersede is released for reuse (`reuse`) or discarded.
+caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
+                                                const std::vector<wire::KeyRecord>& records,
+                                                const std::vector<std::string>& prefixes,
+                                                bool reuse) {
+  auto& st = self->state;
+  st.flush_due.clear();
+  std::vector<std::uint64_t> versions;
+  if (!records.empty()) {
+    st.count(ControllerCounter::notify_put_batch);
+    auto committed = commit_batch(self, records);
+    if (!committed.ok()) return to_caf_error(committed.status());
+    versions = std::move(committed).value();
+  }
+  replace_groups(self, records, prefixes, reuse ? Verdict::release : Verdict::discard);
+  return answer_after_flush(self, std::move(versions));
+}
+
+// Volume `id`'s description and handle.
+caf::result<wire::VolumeInfo, storage_volume_actor> volume_of(const ControllerState& st,
+                                                              const std::string& id) {
+  auto it = st.volumes.find(id);
+  if (it == st.volumes.end())
+    return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
+  for (const auto& info : st.volume_infos) {
+    if (info.volume_id == id) return {info, it->second};
+  }
+  return to_caf_error(Status(Errc::internal, "volume '" + id + "' has no info"));
+}
+
+// Runs `commit` (commit_batch, put_shards) and answers what `answer`
+// makes of the versions it returns, once the volumes flushed.
+template <class Commit, class Answer>
+auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
+    -> caf::result<decltype(answer(std::vector<std::uint64_t>{}))> {
+  self->state.flush_due.clear();
+  auto versions = commit();
+  if (!versions.ok()) return to_caf_error(versions.status());
+  return answer_after_flush(self, answer(std::move(versions).value()));
+}
+
+// Each of `keys`' version, 0 for a key not held.
+std::vector<std::uint64_t> versions_of(ControllerState& st, const std::vector<std::string>& keys) {
+  st.count(ControllerCounter::exists);
+  std::vector<std::uint64_t> out;
+  for (const auto& k : keys) {
+    auto it = st.index.find(k);
+    out.push_back(it == st.index.end() ? 0 : it->second.version);
+  }
+  return out;
+}
+
+// The sender (a client) hears of every volume that goes down from now.
+void watch_volumes(controller_pointer self) {
+  auto client = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!client) return;
+  auto& watchers = self->state.volume_watchers;
+  if (watchers.emplace(client.address(), client).second) self->monitor(client);
+}
+
 controller_actor::behavior_type controller_impl(controller_pointer self) {
   self->set_down_handler([=](caf::down_msg& msg) {
     // One actor may be a stream writer and a watcher (a client) at once.
@@ -385,268 +546,75 @@ controller_actor::behavior_type controller_impl(controller_pointer self) {
     if (!writer_down(self, msg)) volume_down(self, msg);
   });
   return {
-      [=](watch_volumes_atom) {
-        auto client = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!client) return;
-        auto& watchers = self->state.volume_watchers;
-        if (watchers.emplace(client.address(), client).second) self->monitor(client);
-      },
+      [=](watch_volumes_atom) { watch_volumes(self); },
       [=](register_volume_atom, const wire::VolumeInfo& info,
           storage_volume_actor v) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        if (info.volume_id.empty())
-          return to_caf_error(Status(Errc::invalid_argument, "register_volume: empty id"));
-        if (st.volumes.count(info.volume_id)) {
-          return to_caf_error(
-              Status(Errc::invalid_argument,
-                     "register_volume: volume '" + info.volume_id + "' is already registered"));
-        }
-        self->monitor(v);
-        st.volume_by_addr[v.address()] = info.volume_id;
-        st.volumes.emplace(info.volume_id, std::move(v));
-        st.dead_volumes.erase(info.volume_id);
-        st.volume_infos.push_back(info);
-        st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
+        if (auto s = register_volume(self, info, std::move(v)); !s.ok()) return to_caf_error(s);
         return caf::ok_atom::value;
       },
-      [=](volume_atom,
-          const std::string& id) -> caf::result<wire::VolumeInfo, storage_volume_actor> {
-        auto& st = self->state;
-        auto it = st.volumes.find(id);
-        if (it == st.volumes.end())
-          return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
-        for (const auto& info : st.volume_infos) {
-          if (info.volume_id == id) return {info, it->second};
-        }
-        return to_caf_error(Status(Errc::internal, "volume '" + id + "' has no info"));
-      },
+      [=](volume_atom, const std::string& id) { return volume_of(self->state, id); },
       [=](volumes_atom) { return self->state.volume_infos; },
       [=](notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
         self->state.count(ControllerCounter::notify_put);
-        self->state.flush_due.clear();
-        auto versions = commit_batch(self, {r});
-        if (!versions.ok()) return to_caf_error(versions.status());
-        return answer_after_flush(self, versions->front());
+        return commit_and_answer(
+            self, [&] { return commit_batch(self, {r}); }, [](auto v) { return v.front(); });
       },
-      [=](notify_put_batch_atom,
-          const std::vector<wire::KeyRecord>& records) -> caf::result<std::vector<std::uint64_t>> {
+      [=](notify_put_batch_atom, const std::vector<wire::KeyRecord>& records) {
         self->state.count(ControllerCounter::notify_put_batch);
-        self->state.flush_due.clear();
-        auto versions = commit_batch(self, records);
-        if (!versions.ok()) return to_caf_error(versions.status());
-        return answer_after_flush(self, std::move(versions).value());
+        return commit_and_answer(
+            self, [&] { return commit_batch(self, records); }, [](auto v) { return v; });
       },
-      [=](local_commit_atom, LocalCommit& job) {
-        auto& st = self->state;
-        st.flush_due.clear();
-        if (!job.sharded) st.count(ControllerCounter::notify_put_batch);
-        auto versions = job.sharded
-                            ? put_shards(self, job.records, job.group, job.members, job.layout)
-                            : commit_batch(self, job.records);
-        if (!versions.ok()) return job.done(versions.status());
-        if (!job.sharded) replace_groups(self, job.records, job.prefixes);
-        // The volume that sent it hears of the release only after this
-        // answer: what the commit superseded there is retired first.
-        auto due = std::exchange(st.flush_due, {});
-        auto own = due.find(job.volume_id);
-        if (own != due.end() && job.retire(own->second)) due.erase(own);
-        after_flush(self, due,
-                    [done = std::move(job.done), v = std::move(versions).value()]() mutable {
-                      done(std::move(v));
-                    });
-      },
+      [=](local_commit_atom, LocalCommit& job) { local_commit(self, std::move(job)); },
       [=](locate_atom, const std::vector<std::string>& keys) {
         self->state.count(ControllerCounter::locate);
         return locate(self->state, keys);
       },
       [=](locate_latest_atom, const std::string& prefix, bool with_version) {
-        auto& st = self->state;
-        st.count(ControllerCounter::locate);
-        auto out = locate(st, {prefix});
-        const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
-        if (!with_version || n == 0) return out;
-        // The manifest P/vN and the keys written with it.
-        auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
-        out.insert(out.end(), std::make_move_iterator(version.begin()),
-                   std::make_move_iterator(version.end()));
-        return out;
+        return locate_latest(self->state, prefix, with_version);
       },
       [=](evict_atom, const std::string& volume_id, std::uint64_t bytes) {
         return evict(self, volume_id, bytes);
       },
-      [=](locate_pinned_atom, const std::vector<std::string>& keys,
-          std::uint64_t ttl_ms) -> caf::result<std::uint64_t, std::vector<wire::KeyRecord>> {
-        auto& st = self->state;
-        st.count(ControllerCounter::locate);
-        st.count(ControllerCounter::pinned_locate);
-        auto out = locate(st, keys);
-        std::vector<ControllerState::ObjectRef> refs;
-        for (const auto& r : out) {
-          if (!r.found()) continue;
-          for (const auto& shard : r.shards) refs.emplace_back(shard.volume_id, shard.object_id);
-        }
-        if (refs.empty()) return {std::uint64_t{0}, std::move(out)};
-        const auto id = st.next_pin++;
-        for (const auto& ref : refs) ++st.pinned[ref];
-        st.pins.emplace(id, std::move(refs));
-        self->delayed_send(self, std::chrono::milliseconds(ttl_ms), unpin_atom::value, id);
-        return {id, std::move(out)};
+      [=](locate_pinned_atom, const std::vector<std::string>& keys, std::uint64_t ttl_ms) {
+        return locate_pinned(self, keys, ttl_ms);
       },
       [=](unpin_atom, std::uint64_t id) { unpin(self, id); },
-      [=](keys_atom, const std::string& prefix) {
-        self->state.count(ControllerCounter::keys);
-        std::vector<std::string> out;
-        const auto& index = self->state.index;
-        for (auto it = index.lower_bound(prefix); it != index.end(); ++it) {
-          if (it->first.compare(0, prefix.size(), prefix) != 0) break;
-          if (key_matches_prefix(it->first, prefix)) out.push_back(it->first);
-        }
-        return out;
-      },
+      [=](keys_atom, const std::string& prefix) { return keys_under(self->state, prefix); },
       [=](exists_atom, const std::vector<std::string>& keys) {
-        self->state.count(ControllerCounter::exists);
-        std::vector<std::uint64_t> out;
-        for (const auto& k : keys) {
-          auto it = self->state.index.find(k);
-          out.push_back(it == self->state.index.end() ? 0 : it->second.version);
-        }
-        return out;
+        return versions_of(self->state, keys);
       },
-      [=](remove_atom, const std::string& key) -> caf::result<caf::ok_atom> {
-        auto& st = self->state;
-        st.count(ControllerCounter::remove);
-        st.flush_due.clear();
-        std::map<std::string, std::vector<std::uint64_t>> doomed;
-        if (drop_pending(st, key, doomed)) {
-          send_to_volumes(self, doomed, Verdict::discard);
-          if (st.index.count(key) == 0) return answer_after_flush(self, caf::ok_atom::value);
-        }
-        auto it = st.index.find(key);
-        if (it == st.index.end()) {
-          // Removing a key lost with its volume acknowledges the loss.
-          if (st.lost.erase(key) != 0) return caf::ok_atom::value;
-          return to_caf_error(Status(Errc::not_found, "no such key"));
-        }
-        // A state dict's manifest takes its buckets and entries along.
-        const auto members = written_with(st, key);
-        std::map<std::string, std::vector<std::uint64_t>> released;
-        collect(it->second, released);
-        st.index.erase(it);
-        drop_keys(st, members, released);
-        send_to_volumes(self, released, Verdict::discard);
-        return answer_after_flush(self, caf::ok_atom::value);
-      },
-      [=](remove_batch_atom,
-          const std::vector<std::string>& keys) -> caf::result<wire::RemoveReply> {
-        self->state.flush_due.clear();
-        return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
+      [=](remove_atom, const std::string& key) { return remove_key(self, key); },
+      [=](remove_batch_atom, const std::vector<std::string>& keys) {
+        return remove_batch(self, keys);
       },
       [=](counters_atom) { return self->state.counters; },
       [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
-          const std::vector<std::string>& members,
-          std::uint64_t layout) -> caf::result<std::vector<std::uint64_t>> {
-        self->state.flush_due.clear();
-        auto versions = put_shards(self, records, group, members, layout);
-        if (!versions.ok()) return to_caf_error(versions.status());
-        return answer_after_flush(self, std::move(versions).value());
+          const std::vector<std::string>& members, std::uint64_t layout) {
+        return commit_and_answer(
+            self, [&] { return put_shards(self, records, group, members, layout); },
+            [](auto v) { return v; });
       },
       [=](stream_open_atom, const std::string& key, std::string& manifest,
           std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {
-        auto& st = self->state;
-        // A second write of the same state dict ends the first one's stream.
-        end_stream(self, key, StreamEnd::aborted, "a newer write of it began");
-        auto writer = caf::actor_cast<caf::actor>(self->current_sender());
-        if (!writer) return caf::ok_atom::value;  // already gone
-        if (st.writers.insert(writer.address()).second) self->monitor(writer);
-        st.count(ControllerCounter::streams);
-        auto& stream = st.streams[key];
-        stream.writer = writer.address();
-        stream.manifest = std::move(manifest);
-        stream.records = std::move(records);
-        stream.filled = std::move(filled);
-        auto w = st.waiters.find(key);
-        if (w == st.waiters.end()) return caf::ok_atom::value;
-        for (auto& waiter : w->second) {
-          waiter.reply.deliver(static_cast<std::uint32_t>(StreamKind::streaming), stream.manifest,
-                               stream.records, stream.filled);
-          stream.readers.insert(waiter.reader);
-          st.count(ControllerCounter::stream_readers);
-        }
-        st.waiters.erase(w);
+        open_stream(self, key, std::move(manifest), std::move(records), std::move(filled));
         return caf::ok_atom::value;
       },
       [=](stream_progress_atom, const std::string& key, const std::vector<std::uint64_t>& filled) {
-        auto it = self->state.streams.find(key);
-        if (it == self->state.streams.end()) return;
-        auto& stream = it->second;
-        stream.filled.insert(stream.filled.end(), filled.begin(), filled.end());
-        for (const auto& reader : stream.readers) {
-          send_event(self, reader, key, filled, StreamEnd::none, "");
-        }
+        stream_progress(self, key, filled);
       },
       [=](stream_abort_atom, const std::string& key, const std::string& why) {
-        auto it = self->state.streams.find(key);
-        const auto& sender = self->current_sender();
-        if (it == self->state.streams.end() || !sender || it->second.writer != sender->address()) {
-          return;  // ended already, or another writer's
-        }
-        end_stream(self, key, StreamEnd::aborted, why);
+        abort_stream(self, key, why);
       },
-      [=](stream_subscribe_atom, const std::string& key, std::uint64_t wait_ms)
-          -> caf::result<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
-                         std::vector<std::uint64_t>> {
-        auto& st = self->state;
-        st.count(ControllerCounter::stream_subscribe);
-        auto reader = caf::actor_cast<caf::actor>(self->current_sender());
-        if (auto it = st.streams.find(key); it != st.streams.end()) {
-          if (reader) it->second.readers.insert(reader.address());
-          st.count(ControllerCounter::stream_readers);
-          return {static_cast<std::uint32_t>(StreamKind::streaming), it->second.manifest,
-                  it->second.records, it->second.filled};
-        }
-        const bool committed = st.index.count(key) != 0;
-        if (committed || wait_ms == 0 || !reader) {
-          return {
-              static_cast<std::uint32_t>(committed ? StreamKind::committed : StreamKind::absent),
-              std::string(), std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>()};
-        }
-        const auto id = st.next_waiter++;
-        auto rp =
-            self->make_response_promise<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
-                                        std::vector<std::uint64_t>>();
-        st.waiters[key].push_back(ControllerState::Waiter{id, reader.address(), rp});
-        self->delayed_send(self, std::chrono::milliseconds(wait_ms), stream_expire_atom::value, key,
-                           id);
-        return rp;
+      [=](stream_subscribe_atom, const std::string& key, std::uint64_t wait_ms) {
+        return subscribe(self, key, wait_ms);
       },
       [=](stream_expire_atom, const std::string& key, std::uint64_t id) {
-        auto& st = self->state;
-        auto w = st.waiters.find(key);
-        if (w == st.waiters.end()) return;
-        auto& list = w->second;
-        for (auto it = list.begin(); it != list.end(); ++it) {
-          if (it->id != id) continue;
-          it->reply.deliver(static_cast<std::uint32_t>(StreamKind::absent), std::string(),
-                            std::vector<wire::KeyRecord>(), std::vector<std::uint64_t>());
-          list.erase(it);
-          break;
-        }
-        if (list.empty()) st.waiters.erase(w);
+        expire_waiter(self, key, id);
       },
       [=](replace_atom, const std::vector<wire::KeyRecord>& records,
           const std::vector<std::string>& prefixes,
           bool reuse) -> caf::result<std::vector<std::uint64_t>> {
-        auto& st = self->state;
-        st.flush_due.clear();
-        std::vector<std::uint64_t> versions;
-        if (!records.empty()) {
-          st.count(ControllerCounter::notify_put_batch);
-          auto committed = commit_batch(self, records);
-          if (!committed.ok()) return to_caf_error(committed.status());
-          versions = std::move(committed).value();
-        }
-        replace_groups(self, records, prefixes, reuse ? Verdict::release : Verdict::discard);
-        return answer_after_flush(self, std::move(versions));
+        return replace(self, records, prefixes, reuse);
       },
   };
 }

@@ -180,7 +180,33 @@ void volume_down(controller_pointer self, const caf::down_msg& msg);
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
                               Verdict verdict, bool whole = false);
 
+/// Registers volume `v` described by `info`, monitored; an empty or taken
+/// id is refused.
+Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
+                       storage_volume_actor v);
+
 // -- streams (controller/streams.cpp) -----------------------------------------
+
+/// What a subscription to a stream answers: its kind (StreamKind), and
+/// while it streams its manifest, records and the objects filled so far.
+using SubscribeReply = caf::result<std::uint32_t, std::string, std::vector<wire::KeyRecord>,
+                                   std::vector<std::uint64_t>>;
+
+/// The sender begins writing `key` as a stream (a newer write ends the
+/// older one's); readers waiting for it follow it from now.
+void open_stream(controller_pointer self, const std::string& key, std::string manifest,
+                 std::vector<wire::KeyRecord> records, std::vector<std::uint64_t> filled);
+/// The writer filled `filled` of `key`'s objects: its readers are told.
+void stream_progress(controller_pointer self, const std::string& key,
+                     const std::vector<std::uint64_t>& filled);
+/// The writer of `key`'s stream gave up (`why`); another sender's abort is
+/// ignored.
+void abort_stream(controller_pointer self, const std::string& key, const std::string& why);
+/// The sender follows `key`: its stream now, its committed value, or,
+/// with `wait_ms`, a stream that begins within that many milliseconds.
+SubscribeReply subscribe(controller_pointer self, const std::string& key, std::uint64_t wait_ms);
+/// Waiter `id` of `key` waited its time: it hears that nothing streams.
+void expire_waiter(controller_pointer self, const std::string& key, std::uint64_t id);
 
 /// Ends `key`'s stream, telling its readers how.
 void end_stream(controller_pointer self, const std::string& key, StreamEnd end,

@@ -8,6 +8,23 @@
 
 namespace meshstore::actors::controller_detail {
 
+Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
+                       storage_volume_actor v) {
+  auto& st = self->state;
+  if (info.volume_id.empty()) return Status(Errc::invalid_argument, "register_volume: empty id");
+  if (st.volumes.count(info.volume_id)) {
+    return Status(Errc::invalid_argument,
+                  "register_volume: volume '" + info.volume_id + "' is already registered");
+  }
+  self->monitor(v);
+  st.volume_by_addr[v.address()] = info.volume_id;
+  st.volumes.emplace(info.volume_id, std::move(v));
+  st.dead_volumes.erase(info.volume_id);
+  st.volume_infos.push_back(info);
+  st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
+  return Status();
+}
+
 void send_to_volumes(controller_pointer self,
                      const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
                      Verdict verdict) {

@@ -279,30 +279,184 @@ struct VolumeSetup {
   std::shared_ptr<volume::SmallObjects> small;
 };
 
-storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
-                                                std::shared_ptr<VolumeSetup> setup) {
+// The volume's memory, servers and small-op service, from what
+// spawn_storage_volume prepared; small requests across hosts (tcp) go to
+// the service.
+void adopt(volume_pointer self, VolumeConfig config, VolumeSetup& setup) {
   auto& st = self->state;
   st.config = std::move(config);
-  st.regions = setup->regions;
-  st.servers = std::move(setup->servers);
+  st.regions = setup.regions;
+  st.servers = std::move(setup.servers);
   st.memory = std::make_unique<volume::VolumeMemory>(st.config.pool_bytes);
   st.memory->use_servers(st.servers);
-  st.small = std::move(setup->small);
-  st.small_ops = std::move(setup->small_ops);
-  // Small requests across hosts, on the transports that carry them (tcp).
+  st.small = std::move(setup.small);
+  st.small_ops = std::move(setup.small_ops);
   for (const auto& server : st.servers) {
     server->serve_small_ops(
         [ops = st.small_ops](const std::byte* p, std::size_t n) { return ops->serve_token(p, n); });
   }
-  self->set_down_handler([=](caf::down_msg& msg) {
-    auto& st = self->state;
-    if (st.controllers.erase(msg.source) != 0) {
-      st.small_ops->controller_gone(msg.source);
-      return;
+}
+
+// The controller committed `ids`: readable, and in the small-object table.
+void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids) {
+  for (auto id : ids) {
+    auto it = self->state.objects.find(id);
+    if (it == self->state.objects.end()) continue;
+    it->second.committed = true;
+    self->state.small->commit(id, it->second.key);
+  }
+}
+
+// Drops committed `candidates`, in order, until `bytes` are freed; what a
+// lease holds stays. Decided here, where leases open and close, so no
+// reader holds what goes: a read that arrives later finds the object gone.
+std::vector<std::uint64_t> evict(volume_pointer self, const std::vector<std::uint64_t>& candidates,
+                                 std::uint64_t bytes) {
+  auto& st = self->state;
+  std::set<const transports::Region*> leased;
+  for (const auto& [id, lease] : st.leases) {
+    for (const auto& r : lease.pinned) leased.insert(r.get());
+  }
+  std::vector<std::uint64_t> dropped;
+  std::uint64_t freed = 0;
+  for (auto id : candidates) {
+    if (freed >= bytes) break;
+    auto it = st.objects.find(id);
+    if (it == st.objects.end() || !it->second.committed ||
+        leased.count(it->second.region.get()) != 0) {
+      continue;
     }
-    st.small_ops->owner_gone(msg.source);
-    client_down(self, msg);
-  });
+    freed += it->second.region->size();
+    dropped.push_back(id);
+    st.drop(id, false);
+  }
+  st.regions->prune();
+  return dropped;
+}
+
+// A read of `ids`: their bytes when small (copied here, so no release can
+// tear them, and nothing pinned), else a lease `lease_id` of the
+// sender's that pins their regions until close_read.
+Result<wire::ReadLease> open_read(volume_pointer self, const std::vector<std::uint64_t>& ids,
+                                  std::uint64_t lease_id, bool located_pinned) {
+  auto& st = self->state;
+  auto where = [&] { return "volume '" + st.config.volume_id + "'"; };  // errors only
+  wire::ReadLease lease;
+  std::vector<std::shared_ptr<transports::Region>> pinned;
+  for (auto id : ids) {
+    auto it = st.objects.find(id);
+    // A superseded object a pin holds back is read only by the pinned
+    // readers: anyone else located it before the write that replaced
+    // it returned, and must locate again.
+    if (it == st.objects.end() || (!located_pinned && !st.small->current(id))) {
+      return Status(Errc::not_found,
+                    where() + ": object " + std::to_string(id) + " is gone (replaced or removed)");
+    }
+    pinned.push_back(it->second.region);
+    if (it->second.loan != 0) lease.revocable = true;
+    const auto& region = it->second.region;
+    lease.regions.push_back(region_ref(id, *region));
+    if (auto s = st.describe(*region, lease.regions.back()); !s.ok()) {
+      return s.with_context(where() + ": open_read");
+    }
+  }
+  std::uint64_t total = 0;
+  for (const auto& r : lease.regions) total += r.nbytes;
+  if (total <= actors::limits::kInlineBytes) {
+    for (const auto& region : pinned) {
+      if (region->device() < 0) {
+        lease.data.emplace_back(reinterpret_cast<const char*>(region->data()), region->size());
+        continue;
+      }
+      std::string bytes(region->size(), '\0');
+      if (auto s = internal::cuda::copy_bytes(bytes.data(), region->data(), bytes.size());
+          !s.ok()) {
+        return s.with_context(where() + ": open_read");
+      }
+      lease.data.push_back(std::move(bytes));
+    }
+    return lease;
+  }
+  const auto owner = watch(self, sender_of(self));
+  if (lease_id == 0 || st.leases.count({owner, lease_id}) != 0) {
+    return Status(Errc::protocol_error,
+                  "open_read: lease id " + std::to_string(lease_id) + " is zero or already open");
+  }
+  lease.lease_id = lease_id;
+  st.leases.emplace(std::make_pair(owner, lease_id), Lease{std::move(pinned), owner});
+  return lease;
+}
+
+// What `owner`, a client that died, staged and never committed goes.
+void reclaim(volume_pointer self, const caf::actor_addr& owner) {
+  auto& st = self->state;
+  std::vector<std::uint64_t> doomed;
+  for (const auto& [id, object] : st.objects) {
+    if (!object.committed && object.owner == owner) doomed.push_back(id);
+  }
+  for (auto id : doomed) st.drop(id, true);
+  st.regions->prune();
+  if (!doomed.empty()) {
+    st.log->warn("volume '{}': dropped {} object(s) staged by a client that died",
+                 st.config.volume_id, doomed.size());
+  }
+}
+
+// Attaches the sender's ring `name` (made by process `pid`) to the
+// small-op service, its puts committed at `controller`; the doorbell's name.
+Result<std::string> attach_ring(volume_pointer self, const std::string& name, std::int32_t pid,
+                                const caf::actor& controller) {
+  auto& st = self->state;
+  auto ring = transports::shm::Ring::attach(name, static_cast<pid_t>(pid), st.config.ring_spin);
+  if (!ring.ok()) {
+    return ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach");
+  }
+  return st.small_ops->add_ring(std::move(ring).value(),
+                                fast_puts_for(self, controller, sender_of(self).address()));
+}
+
+wire::VolumeStat volume_stat(volume_pointer self) {
+  auto& st = self->state;
+  wire::VolumeStat s;
+  s.volume_id = st.config.volume_id;
+  s.bytes_held = st.memory->bytes_held();
+  s.capacity_bytes = st.config.capacity_bytes;
+  for (const auto& [id, obj] : st.objects) (obj.committed ? s.objects : s.staged) += 1;
+  s.leases = st.leases.size();
+  return s;
+}
+
+// A monitored actor went down: a controller (its waiting small puts fail
+// at once) or a client (client_down).
+void on_down(volume_pointer self, const caf::down_msg& msg) {
+  auto& st = self->state;
+  if (st.controllers.erase(msg.source) != 0) {
+    st.small_ops->controller_gone(msg.source);
+    return;
+  }
+  st.small_ops->owner_gone(msg.source);
+  client_down(self, msg);
+}
+
+// A channel's request in an actor message (the transports with no channel
+// of their own): served like tcp's, answered from here.
+caf::typed_response_promise<std::vector<char>> serve_small_op(volume_pointer self,
+                                                              const std::vector<char>& request) {
+  auto rp = self->make_response_promise<std::vector<char>>();
+  self->state.small_ops->serve_framed(
+      reinterpret_cast<const std::byte*>(request.data()), request.size(),
+      [rp](const std::vector<std::byte>& reply) mutable {
+        const auto* p = reinterpret_cast<const char*>(reply.data());
+        rp.deliver(std::vector<char>(p, p + reply.size()));
+      },
+      true);
+  return rp;
+}
+
+storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
+                                                std::shared_ptr<VolumeSetup> setup) {
+  adopt(self, std::move(config), *setup);
+  self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
   return {
       [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
           -> caf::result<std::vector<wire::RegionRef>> {
@@ -311,17 +465,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         return std::move(staged).value();
       },
       [=](small_op_atom, const std::vector<char>& request) -> caf::result<std::vector<char>> {
-        // A channel's request in an actor message (the transports with no
-        // channel of their own): served like tcp's, answered from here.
-        auto rp = self->make_response_promise<std::vector<char>>();
-        self->state.small_ops->serve_framed(
-            reinterpret_cast<const std::byte*>(request.data()), request.size(),
-            [rp](const std::vector<std::byte>& reply) mutable {
-              const auto* p = reinterpret_cast<const char*>(reply.data());
-              rp.deliver(std::vector<char>(p, p + reply.size()));
-            },
-            true);
-        return rp;
+        return serve_small_op(self, request);
       },
       [=](fast_commit_atom, FastCommitJob& job) { fast_commit(self, std::move(job)); },
       [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
@@ -329,14 +473,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         if (!lent.ok()) return to_caf_error(lent.status());
         return std::move(lent).value();
       },
-      [=](commit_atom, const std::vector<std::uint64_t>& ids) {
-        for (auto id : ids) {
-          auto it = self->state.objects.find(id);
-          if (it == self->state.objects.end()) continue;
-          it->second.committed = true;
-          self->state.small->commit(id, it->second.key);
-        }
-      },
+      [=](commit_atom, const std::vector<std::uint64_t>& ids) { commit_objects(self, ids); },
       [=](release_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) self->state.drop(id, true);
         self->state.regions->prune();
@@ -347,97 +484,16 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         self->state.regions->prune();
       },
       [=](flush_atom) { return caf::ok_atom::value; },
-      [=](evict_atom, const std::vector<std::uint64_t>& candidates,
-          std::uint64_t bytes) -> std::vector<std::uint64_t> {
-        // Decided here, where leases open and close, so no reader holds
-        // what goes: a read that arrives later finds the object gone.
-        auto& st = self->state;
-        std::set<const transports::Region*> leased;
-        for (const auto& [id, lease] : st.leases) {
-          for (const auto& r : lease.pinned) leased.insert(r.get());
-        }
-        std::vector<std::uint64_t> dropped;
-        std::uint64_t freed = 0;
-        for (auto id : candidates) {
-          if (freed >= bytes) break;
-          auto it = st.objects.find(id);
-          if (it == st.objects.end() || !it->second.committed ||
-              leased.count(it->second.region.get()) != 0) {
-            continue;
-          }
-          freed += it->second.region->size();
-          dropped.push_back(id);
-          st.drop(id, false);
-        }
-        st.regions->prune();
-        return dropped;
+      [=](evict_atom, const std::vector<std::uint64_t>& candidates, std::uint64_t bytes) {
+        return evict(self, candidates, bytes);
       },
       [=](open_read_atom, const std::vector<std::uint64_t>& ids, std::uint64_t lease_id,
           bool located_pinned) -> caf::result<wire::ReadLease> {
-        auto& st = self->state;
-        wire::ReadLease lease;
-        std::vector<std::shared_ptr<transports::Region>> pinned;
-        for (auto id : ids) {
-          auto it = st.objects.find(id);
-          // A superseded object a pin holds back is read only by the pinned
-          // readers: anyone else located it before the write that replaced
-          // it returned, and must locate again.
-          if (it == st.objects.end() || (!located_pinned && !st.small->current(id))) {
-            return to_caf_error(Status(Errc::not_found, "volume '" + st.config.volume_id +
-                                                            "': object " + std::to_string(id) +
-                                                            " is gone (replaced or removed)"));
-          }
-          pinned.push_back(it->second.region);
-          if (it->second.loan != 0) lease.revocable = true;
-          const auto& region = it->second.region;
-          lease.regions.push_back(region_ref(id, *region));
-          if (auto s = st.describe(*region, lease.regions.back()); !s.ok()) {
-            return to_caf_error(s.with_context("volume '" + st.config.volume_id + "': open_read"));
-          }
-        }
-        std::uint64_t total = 0;
-        for (const auto& r : lease.regions) total += r.nbytes;
-        if (total <= actors::limits::kInlineBytes) {
-          // Small: answer with the bytes, pin nothing (copied in this handler,
-          // so no release can tear them).
-          for (const auto& region : pinned) {
-            if (region->device() < 0) {
-              lease.data.emplace_back(reinterpret_cast<const char*>(region->data()),
-                                      region->size());
-              continue;
-            }
-            std::string bytes(region->size(), '\0');
-            if (auto s = internal::cuda::copy_bytes(bytes.data(), region->data(), bytes.size());
-                !s.ok()) {
-              return to_caf_error(
-                  s.with_context("volume '" + st.config.volume_id + "': open_read"));
-            }
-            lease.data.push_back(std::move(bytes));
-          }
-          return lease;
-        }
-        const auto owner = watch(self, sender_of(self));
-        if (lease_id == 0 || st.leases.count({owner, lease_id}) != 0) {
-          return to_caf_error(Status(
-              Errc::protocol_error,
-              "open_read: lease id " + std::to_string(lease_id) + " is zero or already open"));
-        }
-        lease.lease_id = lease_id;
-        st.leases.emplace(std::make_pair(owner, lease_id), Lease{std::move(pinned), owner});
-        return lease;
+        auto lease = open_read(self, ids, lease_id, located_pinned);
+        if (!lease.ok()) return to_caf_error(lease.status());
+        return std::move(lease).value();
       },
-      [=](reclaim_atom, const caf::actor_addr& owner) {
-        auto& st = self->state;
-        std::vector<std::uint64_t> doomed;
-        for (const auto& [id, object] : st.objects) {
-          if (!object.committed && object.owner == owner) doomed.push_back(id);
-        }
-        for (auto id : doomed) st.drop(id, true);
-        st.regions->prune();
-        if (!doomed.empty())
-          st.log->warn("volume '{}': dropped {} object(s) staged by a client that died",
-                       st.config.volume_id, doomed.size());
-      },
+      [=](reclaim_atom, const caf::actor_addr& owner) { reclaim(self, owner); },
       [=](close_read_atom, std::uint64_t lease_id) {
         // Closing a lease that was never opened (its open_read failed) is fine.
         close_lease(self, lease_id);
@@ -451,15 +507,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
       },
       [=](ring_attach_atom, const std::string& name, std::int32_t pid,
           const caf::actor& controller) -> caf::result<std::string> {
-        auto& st = self->state;
-        auto ring =
-            transports::shm::Ring::attach(name, static_cast<pid_t>(pid), st.config.ring_spin);
-        if (!ring.ok()) {
-          return to_caf_error(
-              ring.status().with_context("volume '" + st.config.volume_id + "': ring_attach"));
-        }
-        auto doorbell = st.small_ops->add_ring(
-            std::move(ring).value(), fast_puts_for(self, controller, sender_of(self).address()));
+        auto doorbell = attach_ring(self, name, pid, controller);
         if (!doorbell.ok()) return to_caf_error(doorbell.status());
         return std::move(doorbell).value();
       },
@@ -470,16 +518,7 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
         self->state.small_ops->attach_token(token, fast_puts_for(self, controller, owner));
         return caf::ok_atom::value;
       },
-      [=](stat_atom) -> wire::VolumeStat {
-        auto& st = self->state;
-        wire::VolumeStat s;
-        s.volume_id = st.config.volume_id;
-        s.bytes_held = st.memory->bytes_held();
-        s.capacity_bytes = st.config.capacity_bytes;
-        for (const auto& [id, obj] : st.objects) (obj.committed ? s.objects : s.staged) += 1;
-        s.leases = st.leases.size();
-        return s;
-      },
+      [=](stat_atom) { return volume_stat(self); },
       [=](endpoints_atom) -> std::vector<transports::EndpointInfo> {
         std::vector<transports::EndpointInfo> out;
         for (const auto& s : self->state.servers) out.push_back(s->endpoint());
