@@ -52,7 +52,7 @@ void value(const std::string& bytes) {
 // A ring message, read as a request and as a reply: each accepted one
 // encodes back to what decodes to the same.
 void fast_get_message(const std::string& bytes) {
-  namespace fg = actors::fast_get;
+  namespace fg = protocol::fast_get;
   std::vector<std::byte> in(bytes.size());
   if (!bytes.empty()) std::memcpy(in.data(), bytes.data(), bytes.size());
   if (auto req = fg::decode_request(in); req.ok()) {

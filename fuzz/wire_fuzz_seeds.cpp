@@ -26,26 +26,26 @@ std::string fast_put_request() {
   r.dtype = DType::float32;
   r.shape = {2, 2};
   r.shards.push_back(wire::ShardRecord{TensorSlice::full(r.shape), "v", 0, sizeof(v)});
-  actors::fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   req.records = {r};
   req.inlined = {std::string_view(reinterpret_cast<const char*>(v), sizeof(v))};
   std::vector<std::byte> out;
-  actors::fast_get::encode_into(req, out);
+  protocol::fast_get::encode_into(req, out);
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
 // What a volume answers that put: a version, the object staged for it.
 std::string fast_put_reply() {
-  actors::fast_get::CommitDone d;
+  protocol::fast_get::CommitDone d;
   d.versions = {12};
   d.placed = {{34, "meshstore.1-2.3;64"}};
-  auto out = actors::fast_get::encode_commit_done(d);
+  auto out = protocol::fast_get::encode_commit_done(d);
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
 // What a volume answers that commit: two versions, two objects staged.
 std::string fast_commit_reply() {
-  actors::fast_get::CommitDone d;
+  protocol::fast_get::CommitDone d;
   d.versions = {7, 8};
   for (std::uint64_t i = 0; i < 2; ++i) {
     wire::RegionRef r;
@@ -54,14 +54,14 @@ std::string fast_commit_reply() {
     r.described.emplace("shm", "meshstore.1-2.3;" + std::to_string(64 * i));
     d.staged.push_back(std::move(r));
   }
-  auto out = actors::fast_get::encode_commit_done(d);
+  auto out = protocol::fast_get::encode_commit_done(d);
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
 // A commit of a manifest and a bucket staged on volume "v" under "sd",
 // giving two objects back and staging the next put's two.
 std::string fast_commit_request() {
-  actors::fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   for (std::uint64_t i = 0; i < 2; ++i) {
     wire::KeyRecord r;
     r.key = i == 0 ? "sd" : "sd#packed";
@@ -76,7 +76,7 @@ std::string fast_commit_request() {
   req.release = {8, 9};
   req.stage = {{"sd", 64}, {"sd#packed", 64}};
   std::vector<std::byte> out;
-  actors::fast_get::encode_into(req, out);
+  protocol::fast_get::encode_into(req, out);
   return std::string(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
@@ -154,13 +154,14 @@ int main(int argc, char** argv) {
       write(dir, 9, "value_string", Value::string("lr=0.1").encode()) &&
       write(dir, 9, "value_float", Value::float64(0.5).encode()) &&
       write(dir, 10, "fast_get_request",
-            as_string(actors::fast_get::encode(actors::fast_get::Request{7, "model.step"}))) &&
-      write(dir, 10, "fast_get_reply",
-            as_string(actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4))) &&
+            as_string(protocol::fast_get::encode(protocol::fast_get::Request{7, "model.step"}))) &&
+      write(
+          dir, 10, "fast_get_reply",
+          as_string(protocol::fast_get::encode(protocol::fast_get::ReplyStatus::ok, "abcd", 4))) &&
       write(dir, 10, "fast_put_request", fast_put_request()) &&
       write(dir, 10, "fast_put_reply", fast_put_reply()) &&
       write(dir, 10, "fast_put_error",
-            as_string(actors::fast_get::encode_error(Status(Errc::out_of_capacity, "full")))) &&
+            as_string(protocol::fast_get::encode_error(Status(Errc::out_of_capacity, "full")))) &&
       write(dir, 10, "fast_commit_request", fast_commit_request()) &&
       write(dir, 10, "fast_commit_reply", fast_commit_reply());
   if (!ok) {

@@ -103,7 +103,7 @@ BENCHMARK(BM_EncodeDecodeKeyRecord);
 // decode and check, the reply's encode and the client's decode. What a
 // small put costs in CPU beyond its round trip.
 void BM_InlineCommitCodec4KiB(benchmark::State& state) {
-  namespace fg = actors::fast_get;
+  namespace fg = protocol::fast_get;
   std::vector<std::byte> bytes(4096, std::byte{7});
   wire::KeyRecord r;
   r.key = "weights/step";
@@ -119,7 +119,7 @@ void BM_InlineCommitCodec4KiB(benchmark::State& state) {
         std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
     fg::encode_into(req, request);
     auto decoded = fg::decode_commit(request);
-    benchmark::DoNotOptimize(actors::volume::check_commit(*decoded, "volume-0"));
+    benchmark::DoNotOptimize(volume::check_commit(*decoded, "volume-0"));
     std::string owned(*decoded->inlined.front());  // the volume's copy
     benchmark::DoNotOptimize(owned.data());
     fg::CommitDone done;
@@ -333,7 +333,7 @@ void BM_PlanInto1000x4KiB(benchmark::State& state) {
   if (!snap.ok()) return state.SkipWithError("decode_snapshot failed");
   auto shared = std::make_shared<const state_dicts::Snapshot>(std::move(snap).value());
   for (auto _ : state) {
-    actors::GetCall into;
+    client::GetCall into;
     auto plan = state_dicts::plan_into("m", &dst.sd, "get_state_dict_into", shared, into, nullptr);
     benchmark::DoNotOptimize(plan);
   }

@@ -11,7 +11,7 @@
 #include "meshstore/tensor_slice.hpp"
 #include "testing/test_util.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 namespace {
 
 // Element `index` of the whole tensor (its row-major position), byte `k`:
@@ -201,4 +201,4 @@ TEST(ClientBox, OffsetInOfTheBoxsLastElementIsItsSizeLessOne) {
 }
 
 }  // namespace
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

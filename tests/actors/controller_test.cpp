@@ -1,3 +1,5 @@
+#include "meshstore/controller/controller.hpp"
+
 #include <cstring>
 #include <thread>
 
@@ -8,10 +10,11 @@
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
+#include "meshstore/volume/volume.hpp"
 #include "testing/ask.hpp"
 #include "testing/test_util.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::controller {
 namespace {
 
 using namespace std::chrono_literals;
@@ -30,16 +33,16 @@ class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     internal::RuntimeOptions ro;
-    ro.add_types = add_actor_types;
+    ro.add_types = protocol::add_actor_types;
     runtime_ = internal::ActorRuntime::create(ro).value();
     auto& sys = runtime_->system();
     controller_ = spawn_controller(sys);
-    VolumeConfig vc;
+    volume::VolumeConfig vc;
     vc.volume_id = "volume-0";
     vc.capacity_bytes = 1 << 20;
-    volume_ = spawn_storage_volume(sys, vc).value();
+    volume_ = volume::spawn_storage_volume(sys, vc).value();
     self_ = std::make_unique<caf::scoped_actor>(sys);
-    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, register_volume_atom::value,
+    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
                                  wire::VolumeInfo{"volume-0", "h", 1 << 20, {"rpc"}}, volume_)));
   }
   void TearDown() override {
@@ -53,7 +56,7 @@ class ControllerTest : public ::testing::Test {
 
   // Stages an object of `n` bytes at the volume; returns its id.
   std::uint64_t stage(std::uint64_t n) {
-    auto r = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+    auto r = ask<std::vector<wire::RegionRef>>(*self_, volume_, protocol::stage_atom::value,
                                                std::vector<wire::StageRequest>{stage_req("k", n)});
     EXPECT_OK(r);
     return r.ok() ? r->front().region_id : 0;
@@ -70,20 +73,20 @@ class ControllerTest : public ::testing::Test {
   }
 
   wire::VolumeStat stat() {
-    return ask<wire::VolumeStat>(*self_, volume_, stat_atom::value).value();
+    return ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value).value();
   }
 
   std::unique_ptr<internal::ActorRuntime> runtime_;
-  controller_actor controller_;
-  storage_volume_actor volume_;
+  protocol::controller_actor controller_;
+  protocol::storage_volume_actor volume_;
   std::unique_ptr<caf::scoped_actor> self_;
 };
 
 TEST_F(ControllerTest, CommittedKeyIsLocatedWithItsVersion) {
-  auto v = ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+  auto v = ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                               record("a", {2, 2}, stage(16)));
   ASSERT_OK(v);
-  auto recs = ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+  auto recs = ask<std::vector<wire::KeyRecord>>(*self_, controller_, protocol::locate_atom::value,
                                                 std::vector<std::string>{"a", "missing"});
   ASSERT_OK(recs);
   ASSERT_EQ(recs->size(), 2u);
@@ -97,22 +100,24 @@ TEST_F(ControllerTest, BatchIsAllOrNothing) {
   auto good = record("good", {4}, stage(16));
   auto bad = record("bad", {4}, stage(16));
   bad.shards.front().nbytes = 3;  // does not match 4 x float32
-  auto r = ask<std::vector<std::uint64_t>>(*self_, controller_, notify_put_batch_atom::value,
-                                           std::vector<wire::KeyRecord>{good, bad});
+  auto r =
+      ask<std::vector<std::uint64_t>>(*self_, controller_, protocol::notify_put_batch_atom::value,
+                                      std::vector<wire::KeyRecord>{good, bad});
   EXPECT_ERROR(r, Errc::invalid_argument, "'bad'");
-  auto exists = ask<std::vector<std::uint64_t>>(*self_, controller_, exists_atom::value,
+  auto exists = ask<std::vector<std::uint64_t>>(*self_, controller_, protocol::exists_atom::value,
                                                 std::vector<std::string>{"good", "bad"});
   EXPECT_EQ(*exists, (std::vector<std::uint64_t>{0, 0}));
 }
 
 TEST_F(ControllerTest, BatchRejectsDuplicateKeysAndUnknownVolumes) {
   auto a = record("a", {1}, stage(4));
-  EXPECT_ERROR((ask<std::vector<std::uint64_t>>(*self_, controller_, notify_put_batch_atom::value,
-                                                std::vector<wire::KeyRecord>{a, a})),
-               Errc::invalid_argument, "appears twice");
+  EXPECT_ERROR(
+      (ask<std::vector<std::uint64_t>>(*self_, controller_, protocol::notify_put_batch_atom::value,
+                                       std::vector<wire::KeyRecord>{a, a})),
+      Errc::invalid_argument, "appears twice");
   auto b = record("b", {1}, stage(4));
   b.shards.front().volume_id = "volume-9";
-  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, b)),
+  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, b)),
                Errc::not_found, "volume-9");
 }
 
@@ -120,15 +125,15 @@ TEST_F(ControllerTest, ShardsMustCoverTheTensor) {
   auto r = record("half", {4, 4}, stage(32));
   r.shards.front().slice = TensorSlice::make({4, 4}, {0, 0}, {2, 4}).value();
   r.shards.front().nbytes = 32;
-  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, r)),
+  EXPECT_ERROR((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, r)),
                Errc::partially_committed, "cover 8 of 16");
 }
 
 TEST_F(ControllerTest, OverwriteBumpsVersionAndReleasesTheOldObject) {
-  auto v1 =
-      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {4}, stage(16)));
-  auto v2 =
-      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("w", {8}, stage(32)));
+  auto v1 = ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
+                               record("w", {4}, stage(16)));
+  auto v2 = ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
+                               record("w", {8}, stage(32)));
   ASSERT_OK(v1);
   ASSERT_OK(v2);
   EXPECT_GT(*v2, *v1);
@@ -141,57 +146,60 @@ TEST_F(ControllerTest, OverwriteBumpsVersionAndReleasesTheOldObject) {
 TEST_F(ControllerTest, KeysMatchWholeComponents) {
   for (const char* k :
        {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb", "other"}) {
-    ASSERT_OK((
-        ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record(k, {1}, stage(4)))));
+    ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
+                                  record(k, {1}, stage(4)))));
   }
-  auto keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value,
+  auto keys = ask<std::vector<std::string>>(*self_, controller_, protocol::keys_atom::value,
                                             std::string("model.layers"));
   EXPECT_EQ(*keys, (std::vector<std::string>{"model.layers.0.w", "model.layers.1.w"}));
-  keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string("model"));
+  keys = ask<std::vector<std::string>>(*self_, controller_, protocol::keys_atom::value,
+                                       std::string("model"));
   EXPECT_EQ(keys->size(), 4u);
-  keys = ask<std::vector<std::string>>(*self_, controller_, keys_atom::value, std::string(""));
+  keys = ask<std::vector<std::string>>(*self_, controller_, protocol::keys_atom::value,
+                                       std::string(""));
   EXPECT_EQ(keys->size(), 5u);
 }
 
 TEST_F(ControllerTest, VolumeWithAnUnknownTransportDoesNotStart) {
-  VolumeConfig vc;
+  volume::VolumeConfig vc;
   vc.volume_id = "volume-x";
   vc.transports = {"rpc", "smoke-signals"};
-  EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::not_found, "smoke-signals");
+  EXPECT_ERROR(volume::spawn_storage_volume(runtime_->system(), vc), Errc::not_found,
+               "smoke-signals");
   vc.volume_id = "";
-  EXPECT_ERROR(spawn_storage_volume(runtime_->system(), vc), Errc::invalid_argument,
+  EXPECT_ERROR(volume::spawn_storage_volume(runtime_->system(), vc), Errc::invalid_argument,
                "volume id is empty");
 }
 
 TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
-  VolumeConfig vc;
+  volume::VolumeConfig vc;
   vc.volume_id = "volume-g";
   vc.orphan_grace = 50ms;
-  auto volume = spawn_storage_volume(runtime_->system(), vc).value();
-  const std::uint64_t big = 2 * actors::limits::kInlineBytes;  // read through a real lease
+  auto volume = volume::spawn_storage_volume(runtime_->system(), vc).value();
+  const std::uint64_t big = 2 * protocol::limits::kInlineBytes;  // read through a real lease
   {
     // A short-lived client: stages two objects, has one committed, opens a
     // lease on it, and dies.
     caf::scoped_actor client{runtime_->system()};
     auto regions = ask<std::vector<wire::RegionRef>>(
-        client, volume, stage_atom::value,
+        client, volume, protocol::stage_atom::value,
         std::vector<wire::StageRequest>{stage_req("a", big), stage_req("b", 200)});
     ASSERT_OK(regions);
     const auto committed_id = regions->at(0).region_id;
-    client->send(volume, commit_atom::value, std::vector<std::uint64_t>{committed_id});
+    client->send(volume, protocol::commit_atom::value, std::vector<std::uint64_t>{committed_id});
     auto lease =
-        ask<wire::ReadLease>(client, volume, open_read_atom::value,
+        ask<wire::ReadLease>(client, volume, protocol::open_read_atom::value,
                              std::vector<std::uint64_t>{committed_id}, std::uint64_t{1}, false);
     ASSERT_OK(lease);
     ASSERT_NE(lease->lease_id, 0u);
-    auto alive = ask<wire::VolumeStat>(*self_, volume, stat_atom::value).value();
+    auto alive = ask<wire::VolumeStat>(*self_, volume, protocol::stat_atom::value).value();
     EXPECT_EQ(alive.leases, 1u);
     EXPECT_EQ(alive.staged, 1u);
   }
   // Bounded wait for the volume to process the client's death and the grace.
   wire::VolumeStat s;
   for (int i = 0; i < 200; ++i) {
-    s = ask<wire::VolumeStat>(*self_, volume, stat_atom::value).value();
+    s = ask<wire::VolumeStat>(*self_, volume, protocol::stat_atom::value).value();
     if (s.leases == 0 && s.staged == 0) break;
     std::this_thread::sleep_for(10ms);
   }
@@ -204,20 +212,20 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
 
 TEST_F(ControllerTest, ClosingALeaseThatNeverOpenedIsHarmless) {
   // What a client does after its open_read timed out: close the id it chose.
-  (*self_)->send(volume_, close_read_atom::value, std::uint64_t{424242});
+  (*self_)->send(volume_, protocol::close_read_atom::value, std::uint64_t{424242});
   EXPECT_EQ(stat().leases, 0u);
-  const auto id = stage(2 * actors::limits::kInlineBytes);  // large enough to need a lease
-  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+  const auto id = stage(2 * protocol::limits::kInlineBytes);  // large enough to need a lease
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, protocol::open_read_atom::value,
                                      std::vector<std::uint64_t>{id}, std::uint64_t{0}, false)),
                Errc::protocol_error, "lease id 0");
 }
 
 // Locates `keys` pinned for `ttl_ms`; answers the pin and the records.
 std::pair<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
-    caf::scoped_actor& self, const controller_actor& controller, std::vector<std::string> keys,
-    std::uint64_t ttl_ms) {
+    caf::scoped_actor& self, const protocol::controller_actor& controller,
+    std::vector<std::string> keys, std::uint64_t ttl_ms) {
   std::pair<std::uint64_t, std::vector<wire::KeyRecord>> out{0, {}};
-  self->request(controller, 30s, locate_pinned_atom::value, std::move(keys), ttl_ms)
+  self->request(controller, 30s, protocol::locate_pinned_atom::value, std::move(keys), ttl_ms)
       .receive(
           [&](std::uint64_t pin, std::vector<wire::KeyRecord>& records) {
             out = {pin, std::move(records)};
@@ -229,9 +237,9 @@ std::pair<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
 TEST_F(ControllerTest, PinnedLocateHoldsTheReleaseOfAReplacedVersionUntilUnpinned) {
   // A reader that keeps losing the race to writers locates pinned: the
   // version it located stays readable however often the key is replaced.
-  const std::uint64_t n = 2 * actors::limits::kInlineBytes;
+  const std::uint64_t n = 2 * protocol::limits::kInlineBytes;
   const auto old_id = stage(n);
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                                 record("hot", {static_cast<std::int64_t>(n / 4)}, old_id))));
   auto [pin, records] = locate_pinned(*self_, controller_, {"hot", "absent"}, 30000);
   ASSERT_NE(pin, 0u);
@@ -240,54 +248,55 @@ TEST_F(ControllerTest, PinnedLocateHoldsTheReleaseOfAReplacedVersionUntilUnpinne
   EXPECT_FALSE(records[1].found());
   // Two overwrites and a remove commit as usual...
   for (int i = 0; i < 2; ++i) {
-    ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+    ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                                   record("hot", {static_cast<std::int64_t>(n / 4)}, stage(n)))));
   }
-  ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("hot"))));
-  EXPECT_FALSE((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+  ASSERT_OK(
+      (ask<caf::ok_atom>(*self_, controller_, protocol::remove_atom::value, std::string("hot"))));
+  EXPECT_FALSE((ask<std::vector<wire::KeyRecord>>(*self_, controller_, protocol::locate_atom::value,
                                                   std::vector<std::string>{"hot"}))
                    ->front()
                    .found());
   // ...but the located object is still there for the pinned reader; the
   // unpinned second version is gone.
   EXPECT_EQ(stat().bytes_held, n);
-  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+  auto lease = ask<wire::ReadLease>(*self_, volume_, protocol::open_read_atom::value,
                                     std::vector<std::uint64_t>{old_id}, std::uint64_t{1}, true);
   ASSERT_OK(lease);
   // A reader without the pin (one that located the old version before the
   // overwrites, and kept it in its cache) is refused: it reads the key
   // afresh, never the version the returned overwrites replaced.
-  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, protocol::open_read_atom::value,
                                      std::vector<std::uint64_t>{old_id}, std::uint64_t{2}, false)),
                Errc::not_found, "replaced or removed");
-  (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
+  (*self_)->send(volume_, protocol::close_read_atom::value, lease->lease_id);
   // Unpinning lets it go (a locate after it orders the volume's messages).
-  (*self_)->send(controller_, unpin_atom::value, pin);
-  (*self_)->send(controller_, unpin_atom::value, pin);  // a second unpin is harmless
-  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+  (*self_)->send(controller_, protocol::unpin_atom::value, pin);
+  (*self_)->send(controller_, protocol::unpin_atom::value, pin);  // a second unpin is harmless
+  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, protocol::locate_atom::value,
                                                std::vector<std::string>{"hot"})));
   EXPECT_EQ(stat().bytes_held, 0u);
   EXPECT_EQ(stat().objects, 0u);
 }
 
 TEST_F(ControllerTest, OverlappingPinsEachHoldTheObject) {
-  const std::uint64_t n = 2 * actors::limits::kInlineBytes;
+  const std::uint64_t n = 2 * protocol::limits::kInlineBytes;
   const std::int64_t elems = static_cast<std::int64_t>(n / 4);
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                                 record("k", {elems}, stage(n)))));
   EXPECT_EQ(locate_pinned(*self_, controller_, {"nothing"}, 30000).first, 0u);  // nothing to pin
   const auto first = locate_pinned(*self_, controller_, {"k"}, 30000).first;
   const auto second = locate_pinned(*self_, controller_, {"k"}, 30000).first;
   ASSERT_NE(first, 0u);
   ASSERT_NE(second, first);
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                                 record("k", {elems}, stage(n)))));
-  (*self_)->send(controller_, unpin_atom::value, first);
-  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+  (*self_)->send(controller_, protocol::unpin_atom::value, first);
+  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, protocol::locate_atom::value,
                                                std::vector<std::string>{"k"})));
   EXPECT_EQ(stat().bytes_held, 2 * n);  // the second pin still holds the old version
-  (*self_)->send(controller_, unpin_atom::value, second);
-  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+  (*self_)->send(controller_, protocol::unpin_atom::value, second);
+  ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, protocol::locate_atom::value,
                                                std::vector<std::string>{"k"})));
   EXPECT_EQ(stat().bytes_held, n);
   EXPECT_EQ(stat().objects, 1u);
@@ -296,17 +305,17 @@ TEST_F(ControllerTest, OverlappingPinsEachHoldTheObject) {
 TEST_F(ControllerTest, APinEndsAtItsDeadline) {
   // A reader that died holding a pin holds the memory only until the pin's
   // deadline.
-  const std::uint64_t n = 2 * actors::limits::kInlineBytes;
+  const std::uint64_t n = 2 * protocol::limits::kInlineBytes;
   const std::int64_t elems = static_cast<std::int64_t>(n / 4);
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                                 record("k", {elems}, stage(n)))));
   ASSERT_NE(locate_pinned(*self_, controller_, {"k"}, 50).first, 0u);
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
                                 record("k", {elems}, stage(n)))));
   // Polls (bounded) until the controller's own timer ends the pin.
   bool freed = false;
   for (int i = 0; i < 1000 && !freed; ++i) {
-    ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, locate_atom::value,
+    ASSERT_OK((ask<std::vector<wire::KeyRecord>>(*self_, controller_, protocol::locate_atom::value,
                                                  std::vector<std::string>{"k"})));
     freed = stat().bytes_held == n;
     if (!freed) std::this_thread::sleep_for(10ms);
@@ -327,14 +336,16 @@ TEST(KeyMatchesPrefix, Components) {
 }
 
 TEST_F(ControllerTest, RemoveAndRemoveBatch) {
-  ASSERT_OK((
-      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("x", {1}, stage(4)))));
-  ASSERT_OK((
-      ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, record("y", {1}, stage(4)))));
-  EXPECT_OK((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))));
-  EXPECT_ERROR((ask<caf::ok_atom>(*self_, controller_, remove_atom::value, std::string("x"))),
-               Errc::not_found, "no such key");
-  auto reply = ask<wire::RemoveReply>(*self_, controller_, remove_batch_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
+                                record("x", {1}, stage(4)))));
+  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value,
+                                record("y", {1}, stage(4)))));
+  EXPECT_OK(
+      (ask<caf::ok_atom>(*self_, controller_, protocol::remove_atom::value, std::string("x"))));
+  EXPECT_ERROR(
+      (ask<caf::ok_atom>(*self_, controller_, protocol::remove_atom::value, std::string("x"))),
+      Errc::not_found, "no such key");
+  auto reply = ask<wire::RemoveReply>(*self_, controller_, protocol::remove_batch_atom::value,
                                       std::vector<std::string>{"y", "nope"});
   ASSERT_OK(reply);
   EXPECT_EQ(reply->removed, 1u);
@@ -348,10 +359,10 @@ TEST_F(ControllerTest, RemoveAndRemoveBatch) {
 caf::behavior held_flush_volume(caf::event_based_actor* self) {
   auto held = std::make_shared<std::vector<caf::response_promise>>();
   return {
-      [](commit_atom, const std::vector<std::uint64_t>&) {},
-      [](release_atom, const std::vector<std::uint64_t>&) {},
-      [](discard_atom, const std::vector<std::uint64_t>&) {},
-      [self, held](flush_atom) {
+      [](protocol::commit_atom, const std::vector<std::uint64_t>&) {},
+      [](protocol::release_atom, const std::vector<std::uint64_t>&) {},
+      [](protocol::discard_atom, const std::vector<std::uint64_t>&) {},
+      [self, held](protocol::flush_atom) {
         held->push_back(self->make_response_promise());
         return held->back();
       },
@@ -367,9 +378,9 @@ class HeldFlushTest : public ControllerTest {
   void SetUp() override {
     ControllerTest::SetUp();
     held_ = runtime_->system().spawn(held_flush_volume);
-    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, register_volume_atom::value,
+    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
                                  wire::VolumeInfo{"volume-1", "h", 1 << 20, {"rpc"}},
-                                 caf::actor_cast<storage_volume_actor>(held_))));
+                                 caf::actor_cast<protocol::storage_volume_actor>(held_))));
   }
   void TearDown() override {
     caf::anon_send_exit(held_, caf::exit_reason::user_shutdown);
@@ -396,23 +407,25 @@ class HeldFlushTest : public ControllerTest {
 
 TEST_F(HeldFlushTest, AnOverwriteOrRemoveAnswersOnlyOnceTheVolumeDroppedWhatItReplaced) {
   // A new key releases nothing: answered at once.
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, on_held("k", 1))));
+  ASSERT_OK(
+      (ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, on_held("k", 1))));
   // Its overwrite releases object 1: no answer while the volume has not
   // confirmed (until then a cached location could still read object 1).
-  (*self_)->send(controller_, notify_put_atom::value, on_held("k", 2));
+  (*self_)->send(controller_, protocol::notify_put_atom::value, on_held("k", 2));
   EXPECT_FALSE(answered_within(300ms));
   (*self_)->send(held_, caf::ok_atom::value);
   EXPECT_TRUE(answered_within(testing::kWait));
   // The same for a remove.
-  (*self_)->send(controller_, remove_atom::value, std::string("k"));
+  (*self_)->send(controller_, protocol::remove_atom::value, std::string("k"));
   EXPECT_FALSE(answered_within(300ms));
   (*self_)->send(held_, caf::ok_atom::value);
   EXPECT_TRUE(answered_within(testing::kWait));
 }
 
 TEST_F(HeldFlushTest, AVolumeThatDiesBeforeConfirmingDoesNotHoldTheWriteUp) {
-  ASSERT_OK((ask<std::uint64_t>(*self_, controller_, notify_put_atom::value, on_held("k", 1))));
-  (*self_)->send(controller_, remove_atom::value, std::string("k"));
+  ASSERT_OK(
+      (ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, on_held("k", 1))));
+  (*self_)->send(controller_, protocol::remove_atom::value, std::string("k"));
   EXPECT_FALSE(answered_within(300ms));
   caf::anon_send_exit(held_, caf::exit_reason::kill);
   // Well before the 10 s a stuck (live) volume may take: its death ends the wait.
@@ -421,7 +434,7 @@ TEST_F(HeldFlushTest, AVolumeThatDiesBeforeConfirmingDoesNotHoldTheWriteUp) {
 
 TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
   auto r = ask<std::vector<wire::RegionRef>>(
-      *self_, volume_, stage_atom::value,
+      *self_, volume_, protocol::stage_atom::value,
       std::vector<wire::StageRequest>{stage_req("a", 600 << 10), stage_req("b", 600 << 10)});
   EXPECT_ERROR(r, Errc::out_of_capacity, "volume 'volume-0' is full");
   EXPECT_EQ(stat().staged, 0u);
@@ -429,21 +442,21 @@ TEST_F(ControllerTest, VolumeStagesAllOrNothingWithinCapacity) {
 }
 
 TEST_F(ControllerTest, LeasePinsReleasedMemoryUntilClosed) {
-  const std::uint64_t n = 2 * actors::limits::kInlineBytes;  // large: read through a lease
+  const std::uint64_t n = 2 * protocol::limits::kInlineBytes;  // large: read through a lease
   const auto id = stage(n);
-  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+  auto lease = ask<wire::ReadLease>(*self_, volume_, protocol::open_read_atom::value,
                                     std::vector<std::uint64_t>{id}, std::uint64_t{7}, false);
   ASSERT_OK(lease);
   EXPECT_NE(lease->lease_id, 0u);
   EXPECT_TRUE(lease->data.empty());
-  (*self_)->send(volume_, release_atom::value, std::vector<std::uint64_t>{id});
+  (*self_)->send(volume_, protocol::release_atom::value, std::vector<std::uint64_t>{id});
   auto s = stat();
   EXPECT_EQ(s.staged + s.objects, 0u);
   EXPECT_EQ(s.bytes_held, n);  // still pinned by the lease
-  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+  EXPECT_ERROR((ask<wire::ReadLease>(*self_, volume_, protocol::open_read_atom::value,
                                      std::vector<std::uint64_t>{id}, std::uint64_t{8}, false)),
                Errc::not_found, "is gone");
-  (*self_)->send(volume_, close_read_atom::value, lease->lease_id);
+  (*self_)->send(volume_, protocol::close_read_atom::value, lease->lease_id);
   EXPECT_EQ(stat().bytes_held, 0u);
 }
 
@@ -451,10 +464,10 @@ TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
   wire::StageRequest r = stage_req("small", 5);
   r.has_data = true;
   r.data = "hello";
-  auto regions = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+  auto regions = ask<std::vector<wire::RegionRef>>(*self_, volume_, protocol::stage_atom::value,
                                                    std::vector<wire::StageRequest>{r});
   ASSERT_OK(regions);
-  auto lease = ask<wire::ReadLease>(*self_, volume_, open_read_atom::value,
+  auto lease = ask<wire::ReadLease>(*self_, volume_, protocol::open_read_atom::value,
                                     std::vector<std::uint64_t>{regions->front().region_id},
                                     std::uint64_t{9}, false);
   ASSERT_OK(lease);
@@ -462,15 +475,15 @@ TEST_F(ControllerTest, SmallObjectsTravelInsideTheControlMessages) {
   EXPECT_EQ(lease->data, std::vector<std::string>{"hello"});
   EXPECT_EQ(stat().leases, 0u);
   r.data = "too long";
-  EXPECT_ERROR((ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+  EXPECT_ERROR((ask<std::vector<wire::RegionRef>>(*self_, volume_, protocol::stage_atom::value,
                                                   std::vector<wire::StageRequest>{r})),
                Errc::protocol_error, "inline data of 8 bytes for 5 announced");
 }
 
 }  // namespace
-}  // namespace meshstore::actors
+}  // namespace meshstore::controller
 
-namespace meshstore::actors {
+namespace meshstore::controller {
 namespace {
 
 // small_op: a channel's request in an actor message (the transports with
@@ -480,7 +493,7 @@ class SmallOpMessageTest : public ControllerTest {
   void SetUp() override {
     ControllerTest::SetUp();
     (*self_)
-        ->request(volume_, 30s, small_attach_atom::value, kToken,
+        ->request(volume_, 30s, protocol::small_attach_atom::value, kToken,
                   caf::actor_cast<caf::actor>(controller_))
         .receive([](caf::ok_atom) {}, [](caf::error& e) { FAIL() << to_string(e); });
   }
@@ -489,25 +502,25 @@ class SmallOpMessageTest : public ControllerTest {
   Status commit(const wire::KeyRecord& rec, std::vector<std::uint64_t>* objects = nullptr,
                 std::vector<std::string> retire = {}) {
     const std::string bytes(16, '\x01');
-    fast_get::CommitRequest req;
+    protocol::fast_get::CommitRequest req;
     req.records = {rec};
     req.inlined = {std::string_view(bytes)};
     req.prefixes = std::move(retire);
     std::vector<std::byte> encoded;
-    fast_get::encode_into(req, encoded);
+    protocol::fast_get::encode_into(req, encoded);
     std::vector<char> framed(sizeof(kToken));
     std::memcpy(framed.data(), &kToken, sizeof(kToken));
     framed.insert(framed.end(), reinterpret_cast<const char*>(encoded.data()),
                   reinterpret_cast<const char*>(encoded.data()) + encoded.size());
     Status out = Status(Errc::internal, "no reply");
     (*self_)
-        ->request(volume_, 30s, small_op_atom::value, framed)
+        ->request(volume_, 30s, protocol::small_op_atom::value, framed)
         .receive(
             [&](std::vector<char>& reply) {
               const auto* b = reinterpret_cast<const std::byte*>(reply.data());
               bool refused = false;
-              auto done = fast_get::decode_commit_reply(std::vector<std::byte>(b, b + reply.size()),
-                                                        1, 1, 0, &refused);
+              auto done = protocol::fast_get::decode_commit_reply(
+                  std::vector<std::byte>(b, b + reply.size()), 1, 1, 0, &refused);
               if (!done.ok()) return (void)(out = done.status());
               out = Status();
               if (objects) *objects = {done->placed.front().object_id};
@@ -518,7 +531,7 @@ class SmallOpMessageTest : public ControllerTest {
   wire::VolumeStat stat() {
     wire::VolumeStat s;
     (*self_)
-        ->request(volume_, 30s, stat_atom::value)
+        ->request(volume_, 30s, protocol::stat_atom::value)
         .receive([&](wire::VolumeStat& v) { s = v; }, [](caf::error&) {});
     return s;
   }
@@ -541,7 +554,7 @@ TEST_F(SmallOpMessageTest, CommitsInOneCallAndNamesTheObject) {
   EXPECT_EQ(s.staged, 0u);
   std::vector<wire::KeyRecord> located;
   (*self_)
-      ->request(controller_, 30s, locate_atom::value, std::vector<std::string>{"k"})
+      ->request(controller_, 30s, protocol::locate_atom::value, std::vector<std::string>{"k"})
       .receive([&](std::vector<wire::KeyRecord>& r) { located = r; }, [](caf::error&) {});
   ASSERT_EQ(located.size(), 1u);
   ASSERT_TRUE(located[0].found());
@@ -564,7 +577,7 @@ TEST_F(SmallOpMessageTest, AHostileRequestIsRefusedBeforeAnythingIsStaged) {
   std::vector<char> untokened(4, '\0');
   std::string answer;
   (*self_)
-      ->request(volume_, 30s, small_op_atom::value, untokened)
+      ->request(volume_, 30s, protocol::small_op_atom::value, untokened)
       .receive([&](std::vector<char>& r) { answer.assign(r.begin(), r.end()); },
                [](caf::error& e) { FAIL() << to_string(e); });
   EXPECT_NE(answer.find("without its token"), std::string::npos);
@@ -599,7 +612,7 @@ TEST_F(SmallOpMessageTest, ACommitRetiresTheStateDictsItNamesOrNothing) {
   auto keys = [&] {
     std::vector<std::string> out;
     (*self_)
-        ->request(controller_, 30s, keys_atom::value, std::string())
+        ->request(controller_, 30s, protocol::keys_atom::value, std::string())
         .receive([&](std::vector<std::string>& k) { out = k; }, [](caf::error&) {});
     return out;
   };
@@ -625,10 +638,10 @@ struct Subscribed {
   std::vector<std::uint64_t> filled;
 };
 
-Subscribed subscribe(caf::scoped_actor& self, const controller_actor& c, const std::string& key,
-                     std::uint64_t wait_ms) {
+Subscribed subscribe(caf::scoped_actor& self, const protocol::controller_actor& c,
+                     const std::string& key, std::uint64_t wait_ms) {
   Subscribed out;
-  self->request(c, 30s, stream_subscribe_atom::value, key, wait_ms)
+  self->request(c, 30s, protocol::stream_subscribe_atom::value, key, wait_ms)
       .receive(
           [&](std::uint32_t kind, std::string& manifest, std::vector<wire::KeyRecord>& records,
               std::vector<std::uint64_t>& filled) {
@@ -648,7 +661,7 @@ struct Event {
 Event next_event(caf::scoped_actor& self, const std::string& key) {
   Event out;
   self->receive(
-      [&](stream_event_atom, const std::string& k, std::vector<std::uint64_t>& filled,
+      [&](protocol::stream_event_atom, const std::string& k, std::vector<std::uint64_t>& filled,
           std::uint32_t end, std::string& why) {
         EXPECT_EQ(k, key);
         out = Event{std::move(filled), end, std::move(why)};
@@ -657,9 +670,9 @@ Event next_event(caf::scoped_actor& self, const std::string& key) {
   return out;
 }
 
-constexpr auto kCommitted = static_cast<std::uint32_t>(StreamEnd::committed);
-constexpr auto kAborted = static_cast<std::uint32_t>(StreamEnd::aborted);
-constexpr auto kNone = static_cast<std::uint32_t>(StreamEnd::none);
+constexpr auto kCommitted = static_cast<std::uint32_t>(protocol::StreamEnd::committed);
+constexpr auto kAborted = static_cast<std::uint32_t>(protocol::StreamEnd::aborted);
+constexpr auto kNone = static_cast<std::uint32_t>(protocol::StreamEnd::none);
 
 }  // namespace streams
 
@@ -668,27 +681,27 @@ TEST_F(ControllerTest, StreamReadersFollowProgressThenTheCommit) {
   caf::scoped_actor writer{runtime_->system()}, reader{runtime_->system()};
   const auto a = stage(64), b = stage(64);
   std::vector<wire::KeyRecord> records{record("sd", {16}, a), record("sd/w", {16}, b)};
-  writer->send(controller_, stream_open_atom::value, std::string("sd"), std::string("manifest"),
-               records, std::vector<std::uint64_t>{0});
+  writer->send(controller_, protocol::stream_open_atom::value, std::string("sd"),
+               std::string("manifest"), records, std::vector<std::uint64_t>{0});
   auto sub = subscribe(reader, controller_, "sd", 0);
-  ASSERT_EQ(sub.kind, static_cast<std::uint32_t>(StreamKind::streaming));
+  ASSERT_EQ(sub.kind, static_cast<std::uint32_t>(protocol::StreamKind::streaming));
   EXPECT_EQ(sub.manifest, "manifest");
   ASSERT_EQ(sub.records.size(), 2u);
   EXPECT_EQ(sub.records[1].shards.front().object_id, b);
   EXPECT_EQ(sub.filled, (std::vector<std::uint64_t>{0}));
 
-  writer->send(controller_, stream_progress_atom::value, std::string("sd"),
+  writer->send(controller_, protocol::stream_progress_atom::value, std::string("sd"),
                std::vector<std::uint64_t>{1});
   auto e = next_event(reader, "sd");
   EXPECT_EQ(e.filled, (std::vector<std::uint64_t>{1}));
   EXPECT_EQ(e.end, kNone);
 
   // The commit ends the stream; a later subscriber reads it as committed.
-  ASSERT_OK((ask<std::vector<std::uint64_t>>(writer, controller_, replace_atom::value, records,
-                                             std::vector<std::string>{"sd"}, true)));
+  ASSERT_OK((ask<std::vector<std::uint64_t>>(writer, controller_, protocol::replace_atom::value,
+                                             records, std::vector<std::string>{"sd"}, true)));
   EXPECT_EQ(next_event(reader, "sd").end, kCommitted);
   EXPECT_EQ(subscribe(reader, controller_, "sd", 0).kind,
-            static_cast<std::uint32_t>(StreamKind::committed));
+            static_cast<std::uint32_t>(protocol::StreamKind::committed));
 }
 
 TEST_F(ControllerTest, StreamReadersLearnOfAbortsAndOfTheWritersDeath) {
@@ -697,28 +710,29 @@ TEST_F(ControllerTest, StreamReadersLearnOfAbortsAndOfTheWritersDeath) {
   std::vector<wire::KeyRecord> records{record("p", {16}, stage(64))};
   {
     caf::scoped_actor writer{runtime_->system()};
-    writer->send(controller_, stream_open_atom::value, std::string("p"), std::string("m"), records,
-                 std::vector<std::uint64_t>{});
+    writer->send(controller_, protocol::stream_open_atom::value, std::string("p"), std::string("m"),
+                 records, std::vector<std::uint64_t>{});
     ASSERT_EQ(subscribe(reader, controller_, "p", 0).kind,
-              static_cast<std::uint32_t>(StreamKind::streaming));
+              static_cast<std::uint32_t>(protocol::StreamKind::streaming));
     // Only the stream's own writer may abort it.
-    caf::anon_send(controller_, stream_abort_atom::value, std::string("p"), std::string("forged"));
-    writer->send(controller_, stream_abort_atom::value, std::string("p"),
+    caf::anon_send(controller_, protocol::stream_abort_atom::value, std::string("p"),
+                   std::string("forged"));
+    writer->send(controller_, protocol::stream_abort_atom::value, std::string("p"),
                  std::string("transport_error: disk on fire"));
     auto e = next_event(reader, "p");
     EXPECT_EQ(e.end, kAborted);
     EXPECT_EQ(e.why, "transport_error: disk on fire");
 
-    writer->send(controller_, stream_open_atom::value, std::string("p"), std::string("m"), records,
-                 std::vector<std::uint64_t>{});
+    writer->send(controller_, protocol::stream_open_atom::value, std::string("p"), std::string("m"),
+                 records, std::vector<std::uint64_t>{});
     ASSERT_EQ(subscribe(reader, controller_, "p", 0).kind,
-              static_cast<std::uint32_t>(StreamKind::streaming));
+              static_cast<std::uint32_t>(protocol::StreamKind::streaming));
   }  // the writer dies with its stream open
   auto e = next_event(reader, "p");
   EXPECT_EQ(e.end, kAborted);
   EXPECT_NE(e.why.find("its writer went down"), std::string::npos) << e.why;
   EXPECT_EQ(subscribe(reader, controller_, "p", 0).kind,
-            static_cast<std::uint32_t>(StreamKind::absent));
+            static_cast<std::uint32_t>(protocol::StreamKind::absent));
 }
 
 TEST_F(ControllerTest, AWaitingSubscriberIsAnsweredByTheStreamTheCommitOrItsDeadline) {
@@ -726,31 +740,31 @@ TEST_F(ControllerTest, AWaitingSubscriberIsAnsweredByTheStreamTheCommitOrItsDead
   caf::scoped_actor writer{runtime_->system()};
   // Nothing happens to "late" within the wait.
   EXPECT_EQ(subscribe(*self_, controller_, "late", 50).kind,
-            static_cast<std::uint32_t>(StreamKind::absent));
+            static_cast<std::uint32_t>(protocol::StreamKind::absent));
 
   // A waiter is answered when the stream opens...
   std::vector<wire::KeyRecord> records{record("s", {16}, stage(64))};
-  auto pending = (*self_)->request(controller_, 30s, stream_subscribe_atom::value, std::string("s"),
-                                   std::uint64_t{20000});
-  writer->send(controller_, stream_open_atom::value, std::string("s"), std::string("m"), records,
-               std::vector<std::uint64_t>{});
+  auto pending = (*self_)->request(controller_, 30s, protocol::stream_subscribe_atom::value,
+                                   std::string("s"), std::uint64_t{20000});
+  writer->send(controller_, protocol::stream_open_atom::value, std::string("s"), std::string("m"),
+               records, std::vector<std::uint64_t>{});
   std::uint32_t kind = 99;
   pending.receive([&](std::uint32_t k, std::string&, std::vector<wire::KeyRecord>&,
                       std::vector<std::uint64_t>&) { kind = k; },
                   [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
-  EXPECT_EQ(kind, static_cast<std::uint32_t>(StreamKind::streaming));
+  EXPECT_EQ(kind, static_cast<std::uint32_t>(protocol::StreamKind::streaming));
 
   // ... or when the key commits without a stream (a small put).
-  auto pending2 = (*self_)->request(controller_, 30s, stream_subscribe_atom::value,
+  auto pending2 = (*self_)->request(controller_, 30s, protocol::stream_subscribe_atom::value,
                                     std::string("plain"), std::uint64_t{20000});
-  ASSERT_OK((ask<std::uint64_t>(writer, controller_, notify_put_atom::value,
+  ASSERT_OK((ask<std::uint64_t>(writer, controller_, protocol::notify_put_atom::value,
                                 record("plain", {4}, stage(16)))));
   kind = 99;
   pending2.receive([&](std::uint32_t k, std::string&, std::vector<wire::KeyRecord>&,
                        std::vector<std::uint64_t>&) { kind = k; },
                    [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
-  EXPECT_EQ(kind, static_cast<std::uint32_t>(StreamKind::committed));
+  EXPECT_EQ(kind, static_cast<std::uint32_t>(protocol::StreamKind::committed));
 }
 
 }  // namespace
-}  // namespace meshstore::actors
+}  // namespace meshstore::controller

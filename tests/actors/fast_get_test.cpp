@@ -31,12 +31,13 @@
 #include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
+#include "meshstore/volume/volume.hpp"
 #include "testing/ask.hpp"
 #include "testing/pipe.hpp"
 #include "testing/shm_resize.hpp"
 #include "testing/test_util.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 namespace {
 
 using namespace std::chrono_literals;
@@ -50,11 +51,11 @@ class FastGetTest : public ::testing::Test {
  protected:
   void SetUp() override {
     internal::RuntimeOptions ro;
-    ro.add_types = add_actor_types;
+    ro.add_types = protocol::add_actor_types;
     runtime_ = internal::ActorRuntime::create(ro).value();
-    VolumeConfig vc;
+    volume::VolumeConfig vc;
     vc.volume_id = "volume-0";
-    volume_ = spawn_storage_volume(runtime_->system(), vc).value();
+    volume_ = volume::spawn_storage_volume(runtime_->system(), vc).value();
     self_ = std::make_unique<caf::scoped_actor>(runtime_->system());
     auto ring = Ring::create({});
     ASSERT_OK(ring);
@@ -77,7 +78,7 @@ class FastGetTest : public ::testing::Test {
     r.nbytes = bytes.size();
     r.has_data = true;
     r.data = bytes;
-    auto refs = ask<std::vector<wire::RegionRef>>(*self_, volume_, stage_atom::value,
+    auto refs = ask<std::vector<wire::RegionRef>>(*self_, volume_, protocol::stage_atom::value,
                                                   std::vector<wire::StageRequest>{r});
     EXPECT_OK(refs);
     return refs.ok() ? refs->front().region_id : 0;
@@ -87,7 +88,7 @@ class FastGetTest : public ::testing::Test {
   template <class Atom>
   void verdict(Atom atom, std::uint64_t id) {
     (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id});
-    ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, stat_atom::value)));
+    ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value)));
   }
   // Attaches `ring` (ring_ by default) to the volume, its puts committed
   // at `controller`; the ring then rings the volume's doorbell. Over tcp
@@ -99,12 +100,13 @@ class FastGetTest : public ::testing::Test {
     if (over_actors_ && !ring) {
       // The channel of a transport without one of its own: small_op
       // messages under a token attached as for tcp.
-      auto ok = ask<caf::ok_atom>(*self_, volume_, small_attach_atom::value, kToken, controller);
+      auto ok = ask<caf::ok_atom>(*self_, volume_, protocol::small_attach_atom::value, kToken,
+                                  controller);
       if (ok.ok()) attached_actors_ = true;
       return ok.ok() ? Status() : ok.status();
     }
     if (!ring) ring = ring_.get();
-    auto bell = ask<std::string>(*self_, volume_, ring_attach_atom::value, ring->name(),
+    auto bell = ask<std::string>(*self_, volume_, protocol::ring_attach_atom::value, ring->name(),
                                  static_cast<std::int32_t>(getpid()), controller);
     if (!bell.ok()) return bell.status();
     auto opened = transports::shm::Doorbell::open(*bell);
@@ -113,10 +115,11 @@ class FastGetTest : public ::testing::Test {
     return Status();
   }
   Status attach_tcp(const caf::actor& controller) {
-    auto ok = ask<caf::ok_atom>(*self_, volume_, small_attach_atom::value, kToken, controller);
+    auto ok =
+        ask<caf::ok_atom>(*self_, volume_, protocol::small_attach_atom::value, kToken, controller);
     if (!ok.ok()) return ok.status();
-    auto endpoints =
-        ask<std::vector<transports::EndpointInfo>>(*self_, volume_, endpoints_atom::value);
+    auto endpoints = ask<std::vector<transports::EndpointInfo>>(*self_, volume_,
+                                                                protocol::endpoints_atom::value);
     if (!endpoints.ok()) return endpoints.status();
     auto tcp = std::find_if(endpoints->begin(), endpoints->end(),
                             [](const auto& e) { return e.transport == "tcp"; });
@@ -143,7 +146,7 @@ class FastGetTest : public ::testing::Test {
       framed.insert(framed.end(), bytes.begin(), bytes.end());
       if (tcp_) return tcp_->exchange(framed.data(), framed.size(), in(10s));
       const auto* p = reinterpret_cast<const char*>(framed.data());
-      auto reply = ask<std::vector<char>>(*self_, volume_, small_op_atom::value,
+      auto reply = ask<std::vector<char>>(*self_, volume_, protocol::small_op_atom::value,
                                           std::vector<char>(p, p + framed.size()));
       if (!reply.ok()) return reply.status();
       const auto* b = reinterpret_cast<const std::byte*>(reply->data());
@@ -157,10 +160,11 @@ class FastGetTest : public ::testing::Test {
     return std::move(m->bytes);
   }
   // A get of object `id` named `key` over the channel (or `ring`).
-  Result<fast_get::Reply> get(std::uint64_t id, const std::string& key, Ring* ring = nullptr) {
-    auto m = exchange(fast_get::encode(fast_get::Request{id, key}), ring);
+  Result<protocol::fast_get::Reply> get(std::uint64_t id, const std::string& key,
+                                        Ring* ring = nullptr) {
+    auto m = exchange(protocol::fast_get::encode(protocol::fast_get::Request{id, key}), ring);
     if (!m.ok()) return m.status();
-    return fast_get::decode_reply(*m);
+    return protocol::fast_get::decode_reply(*m);
   }
 
   // Sends a put of one object whose bytes come inline (inline_put) over
@@ -172,13 +176,14 @@ class FastGetTest : public ::testing::Test {
   // Sends commit request `bytes` (of `records` records and `stages`
   // objects to stage) over the channel: what the volume did
   // (`*refused`: a well-formed refusal).
-  Result<fast_get::CommitDone> exchange_commit(const std::vector<std::byte>& bytes,
-                                               std::size_t records, std::size_t stages,
-                                               bool* refused = nullptr, std::size_t inlined = 0) {
+  Result<protocol::fast_get::CommitDone> exchange_commit(const std::vector<std::byte>& bytes,
+                                                         std::size_t records, std::size_t stages,
+                                                         bool* refused = nullptr,
+                                                         std::size_t inlined = 0) {
     auto m = exchange(bytes);
     if (!m.ok()) return m.status();
     bool was_refused = false;
-    auto done = fast_get::decode_commit_reply(*m, records, inlined, stages, &was_refused);
+    auto done = protocol::fast_get::decode_commit_reply(*m, records, inlined, stages, &was_refused);
     if (refused) *refused = was_refused;
     return done;
   }
@@ -189,7 +194,7 @@ class FastGetTest : public ::testing::Test {
   }
   static constexpr std::uint64_t kToken = 0x5eed5eed5eed5eedULL;
   std::unique_ptr<internal::ActorRuntime> runtime_;
-  storage_volume_actor volume_;
+  protocol::storage_volume_actor volume_;
   std::unique_ptr<caf::scoped_actor> self_;
   std::unique_ptr<Ring> ring_;
   bool over_tcp_ = false;
@@ -227,23 +232,23 @@ std::vector<std::byte> inline_put(const std::string& key, DType dtype, const Sha
     whole = TensorSlice::full(shape);
   }
   r.shards.push_back(wire::ShardRecord{whole, volume, 0, n});
-  fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   req.records = {r};
   req.inlined = {std::string_view(static_cast<const char*>(data), n)};
   std::vector<std::byte> bytes;
-  fast_get::encode_into(req, bytes);
+  protocol::fast_get::encode_into(req, bytes);
   return bytes;
 }
 
 TEST_P(VolumeEnd, ACommittedSmallObjectIsServed) {
   const std::string value(3000, 'v');
   const auto id = stage("weights/step", value);
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   ASSERT_OK(attach());
   for (int i = 0; i < 100; ++i) {
     auto r = get(id, "weights/step");
     ASSERT_OK(r);
-    ASSERT_EQ(r->status, fast_get::ReplyStatus::ok);
+    ASSERT_EQ(r->status, protocol::fast_get::ReplyStatus::ok);
     EXPECT_EQ(text(r->bytes), value);
   }
 }
@@ -251,41 +256,41 @@ TEST_P(VolumeEnd, ACommittedSmallObjectIsServed) {
 TEST_P(VolumeEnd, WhatTheVolumeDoesNotHoldCommittedUnderThatNameIsStale) {
   const auto staged = stage("k", "staged, not committed");
   const auto committed = stage("k2", "committed");
-  verdict(commit_atom::value, committed);
+  verdict(protocol::commit_atom::value, committed);
   ASSERT_OK(attach());
   auto r = get(staged, "k");
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale) << "an uncommitted object";
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale) << "an uncommitted object";
   r = get(committed, "another key");
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale) << "a cached id under another name";
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale) << "a cached id under another name";
   r = get(committed + 1000, "k2");
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale) << "an id never staged";
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale) << "an id never staged";
   // Replaced: the controller releases the old object, and a get of it is
   // stale (the client then locates again), never the old bytes.
-  verdict(release_atom::value, committed);
+  verdict(protocol::release_atom::value, committed);
   r = get(committed, "k2");
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::stale);
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale);
 }
 
 TEST_P(VolumeEnd, AMalformedRequestGetsAnErrorAndTheChannelKeepsServing) {
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   ASSERT_OK(attach());
   const std::string garbage = "this is not a request at all";
   auto m = exchange(
       std::vector<std::byte>(reinterpret_cast<const std::byte*>(garbage.data()),
                              reinterpret_cast<const std::byte*>(garbage.data()) + garbage.size()));
   ASSERT_OK(m);
-  auto r = fast_get::decode_reply(*m);
+  auto r = protocol::fast_get::decode_reply(*m);
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::error);
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::error);
   EXPECT_NE(text(r->bytes).find("bad magic"), std::string::npos) << text(r->bytes);
   auto good = get(id, "k");
   ASSERT_OK(good);
-  EXPECT_EQ(good->status, fast_get::ReplyStatus::ok);
+  EXPECT_EQ(good->status, protocol::fast_get::ReplyStatus::ok);
   EXPECT_EQ(text(good->bytes), "value");
 }
 
@@ -295,7 +300,7 @@ TEST_P(VolumeEnd, AMalformedRequestGetsAnErrorAndTheChannelKeepsServing) {
 // so even a well-formed put is refused, naming that.
 TEST_P(VolumeEnd, HostileInlinePutsAreRefusedAndStoreNothing) {
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   ASSERT_OK(attach());
   const float four[4] = {1, 2, 3, 4};
   auto put = [&](const std::string& key, DType dtype, const Shape& shape) {
@@ -309,7 +314,7 @@ TEST_P(VolumeEnd, HostileInlinePutsAreRefusedAndStoreNothing) {
   EXPECT_ERROR(send_put(inline_put("elsewhere", DType::float32, {4}, four, 16, "volume-9")),
                Errc::protocol_error, "not one object of volume");
   EXPECT_ERROR(put("fine", DType::float32, {4}), Errc::unavailable, "controller");
-  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->objects, 1u);  // "k" alone: nothing staged or kept
   EXPECT_EQ(stat->staged, 0u);
@@ -323,24 +328,24 @@ TEST_P(VolumeEnd, HostileInlinePutsAreRefusedAndStoreNothing) {
 // the place its client writes it at, and counts as staged until given back.
 TEST_P(VolumeEnd, AChannelStagesObjectsForItsClientAndTakesThemBack) {
   ASSERT_OK(attach());
-  fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   req.stage = {{"sd", 64}, {"sd#packed", 256 << 10}};
   std::vector<std::byte> bytes;
-  fast_get::encode_into(req, bytes);
+  protocol::fast_get::encode_into(req, bytes);
   auto done = exchange_commit(bytes, 0, 2);
   ASSERT_OK(done);
   EXPECT_TRUE(done->versions.empty());
   ASSERT_EQ(done->staged.size(), 2u);
   EXPECT_EQ(done->staged[1].nbytes, 256u << 10);
   for (const auto& r : done->staged) EXPECT_FALSE(r.described.at("shm").empty());
-  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->staged, 2u);
-  fast_get::CommitRequest give;
+  protocol::fast_get::CommitRequest give;
   for (const auto& r : done->staged) give.release.push_back(r.region_id);
-  fast_get::encode_into(give, bytes);
+  protocol::fast_get::encode_into(give, bytes);
   ASSERT_OK(exchange_commit(bytes, 0, 0));
-  stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->staged, 0u);
   // Given back once: a second time they are no objects of this client's.
@@ -352,11 +357,11 @@ TEST_P(VolumeEnd, AChannelStagesObjectsForItsClientAndTakesThemBack) {
 // not done again; another id is another commit.
 TEST_P(VolumeEnd, ACommitSentAgainWithItsIdIsDoneOnce) {
   ASSERT_OK(attach());
-  fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   req.stage = {{"sd", 64}, {"sd#packed", 4096}};
   req.id = 0x1d1d;
   std::vector<std::byte> bytes;
-  fast_get::encode_into(req, bytes);
+  protocol::fast_get::encode_into(req, bytes);
   auto first = exchange_commit(bytes, 0, 2);
   ASSERT_OK(first);
   ASSERT_EQ(first->staged.size(), 2u);
@@ -366,16 +371,16 @@ TEST_P(VolumeEnd, ACommitSentAgainWithItsIdIsDoneOnce) {
   for (std::size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(again->staged[i].region_id, first->staged[i].region_id);
   }
-  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->staged, 2u) << "the commit sent again was done again";
   req.id = 0x1d1e;
-  fast_get::encode_into(req, bytes);
+  protocol::fast_get::encode_into(req, bytes);
   auto other = exchange_commit(bytes, 0, 2);
   ASSERT_OK(other);
   ASSERT_EQ(other->staged.size(), 2u);
   EXPECT_NE(other->staged[0].region_id, first->staged[0].region_id);
-  stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->staged, 4u);
 }
@@ -388,11 +393,11 @@ TEST_P(VolumeEnd, ACommitSentAgainWithItsIdIsDoneOnce) {
 // them. A good one goes to the controller (none here: unavailable).
 TEST_P(VolumeEnd, HostileCommitsAreRefusedAndCommitNothing) {
   const auto committed = stage("k", "value");
-  verdict(commit_atom::value, committed);
+  verdict(protocol::commit_atom::value, committed);
   const auto staged = stage("sd/x", "staged");
   ASSERT_OK(attach());
   auto request = [](std::uint64_t id, std::uint64_t nbytes, const std::string& volume) {
-    fast_get::CommitRequest req;
+    protocol::fast_get::CommitRequest req;
     wire::KeyRecord r;
     r.key = "sd/x";
     r.dtype = DType::uint8;
@@ -401,7 +406,7 @@ TEST_P(VolumeEnd, HostileCommitsAreRefusedAndCommitNothing) {
     req.records.push_back(r);
     req.prefixes = {"sd"};
     std::vector<std::byte> bytes;
-    fast_get::encode_into(req, bytes);
+    protocol::fast_get::encode_into(req, bytes);
     return bytes;
   };
   bool refused = false;
@@ -429,16 +434,16 @@ TEST_P(VolumeEnd, HostileCommitsAreRefusedAndCommitNothing) {
   // Objects to give back that are not this client's staged ones: nothing
   // goes, not even the good one beside them.
   for (std::uint64_t bad : {committed, std::uint64_t{12345}}) {
-    fast_get::CommitRequest give;
+    protocol::fast_get::CommitRequest give;
     give.release = {staged, bad};
     std::vector<std::byte> bytes;
-    fast_get::encode_into(give, bytes);
+    protocol::fast_get::encode_into(give, bytes);
     EXPECT_ERROR(send_commit(bytes, 0), Errc::protocol_error, "to give back is no object");
   }
   // Well formed, its object staged here by this ring's client: the
   // controller's to commit, and there is none here.
   EXPECT_ERROR(send_commit(request(staged, 6, "volume-0"), 1), Errc::unavailable, "controller");
-  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->objects, 1u);  // "k"
   EXPECT_EQ(stat->staged, 1u);   // "sd/x", still staged: nothing committed
@@ -463,57 +468,59 @@ TEST_P(VolumeEnd, ARequestLargerThanAMessageAndItsReplyTravelInParts) {
     if (sent) *sent = true;
     return exchange(std::vector<std::byte>(p, p + n));
   };
-  fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   for (int i = 0; i < 16384; ++i) {
     req.stage.push_back({std::string(120, 'k') + std::to_string(i), 1 + std::uint64_t(i % 7)});
   }
   std::vector<std::byte> bytes;
-  fast_get::encode_into(req, bytes);
+  protocol::fast_get::encode_into(req, bytes);
   ASSERT_GT(bytes.size(), message);
   bool sent = false;
-  auto reply = fast_get::exchange_in_parts(bytes.data(), bytes.size(), message, one, &sent);
+  auto reply =
+      protocol::fast_get::exchange_in_parts(bytes.data(), bytes.size(), message, one, &sent);
   ASSERT_OK(reply);
   EXPECT_TRUE(sent);
   ASSERT_GT(reply->size(), message);
   EXPECT_GT(messages, (bytes.size() + message - 1) / message) << "the reply came in one part";
   bool refused = false;
-  auto done = fast_get::decode_commit_reply(*reply, 0, 0, req.stage.size(), &refused);
+  auto done = protocol::fast_get::decode_commit_reply(*reply, 0, 0, req.stage.size(), &refused);
   ASSERT_OK(done);
   ASSERT_EQ(done->staged.size(), req.stage.size());
   for (std::size_t i = 0; i < req.stage.size(); ++i) {
     EXPECT_EQ(done->staged[i].nbytes, req.stage[i].nbytes) << i;
   }
-  auto stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  auto stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->staged, req.stage.size());
-  fast_get::CommitRequest give;
+  protocol::fast_get::CommitRequest give;
   for (const auto& r : done->staged) give.release.push_back(r.region_id);
-  fast_get::encode_into(give, bytes);
-  reply = fast_get::exchange_in_parts(bytes.data(), bytes.size(), message, one);
+  protocol::fast_get::encode_into(give, bytes);
+  reply = protocol::fast_get::exchange_in_parts(bytes.data(), bytes.size(), message, one);
   ASSERT_OK(reply);
-  ASSERT_OK(fast_get::decode_commit_reply(*reply, 0, 0, 0, &refused));
-  stat = ask<wire::VolumeStat>(*self_, volume_, stat_atom::value);
+  ASSERT_OK(protocol::fast_get::decode_commit_reply(*reply, 0, 0, 0, &refused));
+  stat = ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value);
   ASSERT_OK(stat);
   EXPECT_EQ(stat->staged, 0u);
   // Parts that do not fit together are refused, and the channel serves on:
   // a fetch with no reply to fetch, unknown flags, a fetch carrying bytes.
   auto part = [](std::uint32_t flags, std::size_t n) {
-    std::vector<std::byte> p(fast_get::kPartHeaderBytes + n, std::byte{'x'});
-    std::memcpy(p.data(), &fast_get::kPartMagic, 4);
+    std::vector<std::byte> p(protocol::fast_get::kPartHeaderBytes + n, std::byte{'x'});
+    std::memcpy(p.data(), &protocol::fast_get::kPartMagic, 4);
     std::memcpy(p.data() + 4, &flags, 4);
     return p;
   };
   for (const auto& [bad, why] : std::vector<std::pair<std::vector<std::byte>, std::string>>{
-           {part(fast_get::kPartFetch, 0), "a fetch with no reply to fetch"},
+           {part(protocol::fast_get::kPartFetch, 0), "a fetch with no reply to fetch"},
            {part(64, 4), "a part's unknown flags"},
-           {part(fast_get::kPartFetch, 4), "a fetch that is also a part"},
-           {part(fast_get::kPartFirst | fast_get::kPartLast, 3), "commit"}}) {
+           {part(protocol::fast_get::kPartFetch, 4), "a fetch that is also a part"},
+           {part(protocol::fast_get::kPartFirst | protocol::fast_get::kPartLast, 3), "commit"}}) {
     auto m = exchange(bad);
     ASSERT_OK(m);
-    EXPECT_ERROR(fast_get::decode_commit_reply(*m, 0, 0, 0, &refused), Errc::protocol_error, why);
+    EXPECT_ERROR(protocol::fast_get::decode_commit_reply(*m, 0, 0, 0, &refused),
+                 Errc::protocol_error, why);
   }
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   auto good = get(id, "k");
   ASSERT_OK(good);
   EXPECT_EQ(text(good->bytes), "value");
@@ -529,7 +536,7 @@ INSTANTIATE_TEST_SUITE_P(Channels, VolumeEnd, ::testing::Values("ring", "tcp", "
 // assembly ready for the next request; a reply abandoned part way goes at
 // the next answer.
 TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
-  fast_get::PartAssembly volume;
+  protocol::fast_get::PartAssembly volume;
   std::vector<std::byte> served;
   std::vector<std::byte> answer(5000);
   for (std::size_t i = 0; i < answer.size(); ++i) answer[i] = std::byte(i * 7);
@@ -539,8 +546,8 @@ TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
     if (sent) *sent = true;
     EXPECT_LE(n, 64u);
     std::vector<std::byte> bytes(p, p + n);
-    auto magic = fast_get::request_magic(bytes);
-    if (!magic.ok() || *magic != fast_get::kPartMagic) {
+    auto magic = protocol::fast_get::request_magic(bytes);
+    if (!magic.ok() || *magic != protocol::fast_get::kPartMagic) {
       served = bytes;
       return volume.first_part(answer, 64);
     }
@@ -552,7 +559,8 @@ TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
   std::vector<std::byte> request(1000);
   for (std::size_t i = 0; i < request.size(); ++i) request[i] = std::byte(i * 13);
   bool sent = false;
-  auto reply = fast_get::exchange_in_parts(request.data(), request.size(), 64, one, &sent);
+  auto reply =
+      protocol::fast_get::exchange_in_parts(request.data(), request.size(), 64, one, &sent);
   ASSERT_OK(reply);
   EXPECT_TRUE(sent);
   EXPECT_EQ(served, request);
@@ -561,48 +569,50 @@ TEST_F(FastGetTest, PartsAssembleWholeRequestsAndRepliesWithinABound) {
   // Small enough for one message: sent as it is, answered as it is.
   messages = 0;
   answer.resize(20);
-  reply = fast_get::exchange_in_parts(request.data(), 30, 64, one, &sent);
+  reply = protocol::fast_get::exchange_in_parts(request.data(), 30, 64, one, &sent);
   ASSERT_OK(reply);
   EXPECT_EQ(messages, 1u);
   EXPECT_EQ(served, std::vector<std::byte>(request.begin(), request.begin() + 30));
   EXPECT_EQ(*reply, answer);
   // Over the bound: nothing sent.
   messages = 0;
-  std::vector<std::byte> huge(fast_get::kMaxAssembledBytes + 1);
-  EXPECT_ERROR(fast_get::exchange_in_parts(huge.data(), huge.size(), 1 << 20, one, &sent),
+  std::vector<std::byte> huge(protocol::fast_get::kMaxAssembledBytes + 1);
+  EXPECT_ERROR(protocol::fast_get::exchange_in_parts(huge.data(), huge.size(), 1 << 20, one, &sent),
                Errc::unsupported, "over the");
   EXPECT_FALSE(sent);
   EXPECT_EQ(messages, 0u);
   // Parts that assemble to more: refused, and the next request is whole.
   auto part = [](std::uint32_t flags, std::size_t n) {
-    std::vector<std::byte> p(fast_get::kPartHeaderBytes + n);
-    std::memcpy(p.data(), &fast_get::kPartMagic, 4);
+    std::vector<std::byte> p(protocol::fast_get::kPartHeaderBytes + n);
+    std::memcpy(p.data(), &protocol::fast_get::kPartMagic, 4);
     std::memcpy(p.data() + 4, &flags, 4);
     return p;
   };
   std::vector<std::byte> whole;
-  auto r = volume.take(part(fast_get::kPartFirst, fast_get::kMaxAssembledBytes - 10), &whole);
+  auto r = volume.take(
+      part(protocol::fast_get::kPartFirst, protocol::fast_get::kMaxAssembledBytes - 10), &whole);
   ASSERT_TRUE(r);
-  EXPECT_EQ(fast_get::decode_reply(*r)->status, fast_get::ReplyStatus::ok);
-  r = volume.take(part(fast_get::kPartLast, 11), &whole);
+  EXPECT_EQ(protocol::fast_get::decode_reply(*r)->status, protocol::fast_get::ReplyStatus::ok);
+  r = volume.take(part(protocol::fast_get::kPartLast, 11), &whole);
   ASSERT_TRUE(r);
   bool refused = false;
-  EXPECT_ERROR(fast_get::decode_commit_reply(*r, 0, 0, 0, &refused), Errc::protocol_error,
+  EXPECT_ERROR(protocol::fast_get::decode_commit_reply(*r, 0, 0, 0, &refused), Errc::protocol_error,
                "in parts");
-  EXPECT_FALSE(volume.take(part(fast_get::kPartFirst | fast_get::kPartLast, 5), &whole));
+  EXPECT_FALSE(
+      volume.take(part(protocol::fast_get::kPartFirst | protocol::fast_get::kPartLast, 5), &whole));
   EXPECT_EQ(whole.size(), 5u);
   // A reply in parts its client gave up on after the first part is not
   // kept past the next answer: a fetch then finds nothing.
   EXPECT_EQ(volume.first_part(std::vector<std::byte>(5000), 64).size(), 64u);
   EXPECT_EQ(volume.first_part(std::vector<std::byte>(10), 64).size(), 10u);
-  r = volume.take(part(fast_get::kPartFetch, 0), &whole);
+  r = volume.take(part(protocol::fast_get::kPartFetch, 0), &whole);
   ASSERT_TRUE(r);
-  EXPECT_ERROR(fast_get::decode_commit_reply(*r, 0, 0, 0, &refused), Errc::protocol_error,
+  EXPECT_ERROR(protocol::fast_get::decode_commit_reply(*r, 0, 0, 0, &refused), Errc::protocol_error,
                "no reply to fetch");
 }
 
 TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
-  fast_get::CommitRequest req;
+  protocol::fast_get::CommitRequest req;
   for (int i = 0; i < 3; ++i) {
     wire::KeyRecord r;
     r.key = "sd/" + std::to_string(i);
@@ -621,8 +631,8 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   req.release = {41, 42};
   req.stage = {{"sd", 100}, {"sd#packed", 1 << 20, 2}};  // the second on the volume's GPU 2
   std::vector<std::byte> bytes;
-  fast_get::encode_into(req, bytes);
-  auto back = fast_get::decode_commit(bytes);
+  protocol::fast_get::encode_into(req, bytes);
+  auto back = protocol::fast_get::decode_commit(bytes);
   ASSERT_OK(back);
   ASSERT_EQ(back->records.size(), 3u);
   ASSERT_EQ(back->inlined.size(), 3u);
@@ -641,53 +651,58 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   }
   EXPECT_EQ(back->id, 0u);  // not identified
   // An identified commit carries its id; the flag with id 0 is refused.
-  fast_get::CommitRequest identified = req;
+  protocol::fast_get::CommitRequest identified = req;
   identified.id = 0xfeedf00d12345678ULL;
   std::vector<std::byte> id_bytes;
-  fast_get::encode_into(identified, id_bytes);
-  auto with_id = fast_get::decode_commit(id_bytes);
+  protocol::fast_get::encode_into(identified, id_bytes);
+  auto with_id = protocol::fast_get::decode_commit(id_bytes);
   ASSERT_OK(with_id);
   EXPECT_EQ(with_id->id, identified.id);
   EXPECT_EQ(with_id->records.size(), 3u);
   EXPECT_EQ(with_id->stage, req.stage);
   std::memset(id_bytes.data() + 24, 0, 8);
-  EXPECT_ERROR(fast_get::decode_commit(id_bytes), Errc::protocol_error, "identified as 0");
-  fast_get::CommitRequest odd_device;
+  EXPECT_ERROR(protocol::fast_get::decode_commit(id_bytes), Errc::protocol_error,
+               "identified as 0");
+  protocol::fast_get::CommitRequest odd_device;
   odd_device.stage = {{"x", 8, -2}};
   std::vector<std::byte> odd_bytes;
-  fast_get::encode_into(odd_device, odd_bytes);
-  EXPECT_ERROR(fast_get::decode_commit(odd_bytes), Errc::protocol_error, "a stage on device -2");
+  protocol::fast_get::encode_into(odd_device, odd_bytes);
+  EXPECT_ERROR(protocol::fast_get::decode_commit(odd_bytes), Errc::protocol_error,
+               "a stage on device -2");
   auto trailing = bytes;
   trailing.push_back(std::byte{0});
-  EXPECT_ERROR(fast_get::decode_commit(trailing), Errc::protocol_error, "where its fields end");
+  EXPECT_ERROR(protocol::fast_get::decode_commit(trailing), Errc::protocol_error,
+               "where its fields end");
   // The first record's flags follow its encoding: an unknown flag, or an
   // object inline larger than a request may carry, is refused.
   const std::size_t flags_at = 24 + 4 + wire::encode(req.records[0]).size();
   auto unknown = bytes;
   const std::uint32_t two = 2;
   std::memcpy(unknown.data() + flags_at, &two, 4);
-  EXPECT_ERROR(fast_get::decode_commit(unknown), Errc::protocol_error, "unknown flags");
-  fast_get::CommitRequest big;
+  EXPECT_ERROR(protocol::fast_get::decode_commit(unknown), Errc::protocol_error, "unknown flags");
+  protocol::fast_get::CommitRequest big;
   big.records = {req.records[1]};
-  const std::string too_many(fast_get::kMaxObjectBytes + 1, 'x');
+  const std::string too_many(protocol::fast_get::kMaxObjectBytes + 1, 'x');
   big.inlined = {std::string_view(too_many)};
   std::vector<std::byte> big_bytes;
-  fast_get::encode_into(big, big_bytes);
-  EXPECT_ERROR(fast_get::decode_commit(big_bytes), Errc::protocol_error, "bytes inline for");
+  protocol::fast_get::encode_into(big, big_bytes);
+  EXPECT_ERROR(protocol::fast_get::decode_commit(big_bytes), Errc::protocol_error,
+               "bytes inline for");
   auto cut_inline = big_bytes;
   cut_inline.resize(cut_inline.size() - too_many.size() + 10);
-  EXPECT_ERROR(fast_get::decode_commit(cut_inline), Errc::protocol_error, "bytes inline for");
+  EXPECT_ERROR(protocol::fast_get::decode_commit(cut_inline), Errc::protocol_error,
+               "bytes inline for");
   // A sharded commit carries its group, layout and members; it has no
   // prefixes, and a group has members (none without one).
-  fast_get::CommitRequest shards;
+  protocol::fast_get::CommitRequest shards;
   shards.records = {req.records[0]};
   shards.sharded = true;
   shards.group = "sd";
   shards.layout = 77;
   shards.members = {"sd", "sd/0", "sd/1"};
   std::vector<std::byte> shard_bytes;
-  fast_get::encode_into(shards, shard_bytes);
-  auto shards_back = fast_get::decode_commit(shard_bytes);
+  protocol::fast_get::encode_into(shards, shard_bytes);
+  auto shards_back = protocol::fast_get::decode_commit(shard_bytes);
   ASSERT_OK(shards_back);
   EXPECT_TRUE(shards_back->sharded);
   EXPECT_EQ(shards_back->group, "sd");
@@ -696,28 +711,28 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   EXPECT_FALSE(back->sharded) << "a whole-key commit";
   auto with_prefix = shards;
   with_prefix.prefixes = {"sd"};
-  fast_get::encode_into(with_prefix, shard_bytes);
-  EXPECT_ERROR(fast_get::decode_commit(shard_bytes), Errc::protocol_error,
+  protocol::fast_get::encode_into(with_prefix, shard_bytes);
+  EXPECT_ERROR(protocol::fast_get::decode_commit(shard_bytes), Errc::protocol_error,
                "a sharded commit of 1 records under 1 prefixes");
   auto no_members = shards;
   no_members.members.clear();
-  fast_get::encode_into(no_members, shard_bytes);
-  EXPECT_ERROR(fast_get::decode_commit(shard_bytes), Errc::protocol_error,
+  protocol::fast_get::encode_into(no_members, shard_bytes);
+  EXPECT_ERROR(protocol::fast_get::decode_commit(shard_bytes), Errc::protocol_error,
                "group 'sd' with 0 members");
   auto odd_flags = bytes;
   const std::uint32_t four = 4;
   std::memcpy(odd_flags.data() + 20, &four, 4);
-  EXPECT_ERROR(fast_get::decode_commit(odd_flags), Errc::protocol_error,
+  EXPECT_ERROR(protocol::fast_get::decode_commit(odd_flags), Errc::protocol_error,
                "a commit with unknown flags");
-  EXPECT_ERROR(fast_get::decode_commit({}), Errc::protocol_error, "no header");
+  EXPECT_ERROR(protocol::fast_get::decode_commit({}), Errc::protocol_error, "no header");
   std::vector<std::byte> nothing;
-  fast_get::encode_into(fast_get::CommitRequest{}, nothing);
-  EXPECT_ERROR(fast_get::decode_commit(nothing), Errc::protocol_error, "asks nothing");
+  protocol::fast_get::encode_into(protocol::fast_get::CommitRequest{}, nothing);
+  EXPECT_ERROR(protocol::fast_get::decode_commit(nothing), Errc::protocol_error, "asks nothing");
   // Replies: the versions, one per record, and the objects staged; a
   // refusal; and malformed ones.
   auto done = [](std::vector<std::uint64_t> versions, std::size_t staged,
-                 std::vector<fast_get::CommitDone::Placed> placed = {}) {
-    fast_get::CommitDone d;
+                 std::vector<protocol::fast_get::CommitDone::Placed> placed = {}) {
+    protocol::fast_get::CommitDone d;
     d.versions = std::move(versions);
     d.placed = std::move(placed);
     for (std::size_t i = 0; i < staged; ++i) {
@@ -727,10 +742,10 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
       r.described = {{"shm", "seg:" + std::to_string(i)}, {"cma", "pid:addr"}};
       d.staged.push_back(r);
     }
-    return fast_get::encode_commit_done(d);
+    return protocol::fast_get::encode_commit_done(d);
   };
   bool refused = true;
-  auto ok = fast_get::decode_commit_reply(done({4, 5, 6}, 2), 3, 0, 2, &refused);
+  auto ok = protocol::fast_get::decode_commit_reply(done({4, 5, 6}, 2), 3, 0, 2, &refused);
   ASSERT_OK(ok);
   EXPECT_EQ(ok->versions, (std::vector<std::uint64_t>{4, 5, 6}));
   ASSERT_EQ(ok->staged.size(), 2u);
@@ -739,42 +754,46 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
   EXPECT_EQ(ok->staged[1].described,
             (std::map<std::string, std::string>{{"shm", "seg:1"}, {"cma", "pid:addr"}}));
   EXPECT_FALSE(refused);
-  ASSERT_OK(fast_get::decode_commit_reply(done({4, 5, 6}, 0), 3, 0, 2, &refused))
+  ASSERT_OK(protocol::fast_get::decode_commit_reply(done({4, 5, 6}, 0), 3, 0, 2, &refused))
       << "no room to stage after a commit";
-  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5, 6}, 1), 3, 0, 2, &refused),
+  EXPECT_ERROR(protocol::fast_get::decode_commit_reply(done({4, 5, 6}, 1), 3, 0, 2, &refused),
                Errc::protocol_error, "1 objects staged of 2");
   auto cut = done({4, 5, 6}, 0);
   cut.pop_back();
-  EXPECT_ERROR(fast_get::decode_commit_reply(cut, 3, 0, 0, &refused), Errc::protocol_error,
-               "cut short");
+  EXPECT_ERROR(protocol::fast_get::decode_commit_reply(cut, 3, 0, 0, &refused),
+               Errc::protocol_error, "cut short");
   EXPECT_FALSE(refused);
-  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused),
+  EXPECT_ERROR(protocol::fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused),
                Errc::protocol_error, "version 0");
   // A sharded commit's key still waiting for other shards has none yet.
-  auto pending = fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused, true);
+  auto pending =
+      protocol::fast_get::decode_commit_reply(done({4, 0, 6}, 0), 3, 0, 0, &refused, true);
   ASSERT_OK(pending);
   EXPECT_EQ(pending->versions, (std::vector<std::uint64_t>{4, 0, 6}));
   // The objects the volume staged for bytes sent inline, with their places
   // (none for a volume without shm); one per record sent inline.
-  auto placed = fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{90, "seg;64"}, {91, ""}}), 3, 2,
-                                              0, &refused);
+  auto placed = protocol::fast_get::decode_commit_reply(
+      done({4, 5, 6}, 0, {{90, "seg;64"}, {91, ""}}), 3, 2, 0, &refused);
   ASSERT_OK(placed);
   ASSERT_EQ(placed->placed.size(), 2u);
   EXPECT_EQ(placed->placed[0].object_id, 90u);
   EXPECT_EQ(placed->placed[0].place, "seg;64");
   EXPECT_EQ(placed->placed[1].place, "");
+  EXPECT_ERROR(protocol::fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{90, "seg;64"}}), 3, 2,
+                                                       0, &refused),
+               Errc::protocol_error, "placing 1 objects of 2");
   EXPECT_ERROR(
-      fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{90, "seg;64"}}), 3, 2, 0, &refused),
-      Errc::protocol_error, "placing 1 objects of 2");
-  EXPECT_ERROR(fast_get::decode_commit_reply(
-                   done({4, 5, 6}, 0, {{90, std::string(fast_get::kMaxPlaceBytes + 1, 'p')}}), 3, 1,
-                   0, &refused),
-               Errc::protocol_error, "a commit's reply field");
-  EXPECT_ERROR(fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{0, "seg"}}), 3, 1, 0, &refused),
-               Errc::protocol_error, "without id");
-  EXPECT_ERROR(fast_get::decode_commit_reply(fast_get::encode_error(Status(Errc::conflict, "no")),
-                                             3, 0, 0, &refused),
-               Errc::conflict, "no");
+      protocol::fast_get::decode_commit_reply(
+          done({4, 5, 6}, 0, {{90, std::string(protocol::fast_get::kMaxPlaceBytes + 1, 'p')}}), 3,
+          1, 0, &refused),
+      Errc::protocol_error, "a commit's reply field");
+  EXPECT_ERROR(
+      protocol::fast_get::decode_commit_reply(done({4, 5, 6}, 0, {{0, "seg"}}), 3, 1, 0, &refused),
+      Errc::protocol_error, "without id");
+  EXPECT_ERROR(
+      protocol::fast_get::decode_commit_reply(
+          protocol::fast_get::encode_error(Status(Errc::conflict, "no")), 3, 0, 0, &refused),
+      Errc::conflict, "no");
   EXPECT_TRUE(refused);
 }
 
@@ -783,7 +802,7 @@ TEST_F(FastGetTest, TheCommitCodecRoundTripsAndRefusesWhatItCannotTrust) {
 // ring), and the volume serves other rings as before.
 TEST_F(FastGetTest, ARingTruncatedUnderTheVolumeEndsThatRingNotTheVolume) {
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   // Opened while the ring has a name: the volume takes it as it attaches.
   testing::SegmentHandle hostile(ring_->name());
   auto mapped = transports::shm::Segment::open(ring_->name(), true);
@@ -805,35 +824,36 @@ TEST_F(FastGetTest, ARingTruncatedUnderTheVolumeEndsThatRingNotTheVolume) {
   ASSERT_OK(attach(other->get()));
   auto r = get(id, "k", other->get());
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::ok);
   EXPECT_EQ(text(r->bytes), "value");
   // The truncated ring is no longer served: a request on it goes
   // unanswered (the volume closed its end, which the zeros now hide).
-  const auto again = fast_get::encode(fast_get::Request{id, "k"});
+  const auto again = protocol::fast_get::encode(protocol::fast_get::Request{id, "k"});
   ASSERT_OK(ring_->send(8, again.data(), again.size(), in(10s)));
   EXPECT_FALSE(ring_->receive(in(300ms)).ok());
 }
 
 TEST_F(FastGetTest, TheRequestCodecRefusesWhatItCannotTrust) {
-  auto req = fast_get::encode(fast_get::Request{5, "key"});
-  ASSERT_OK(fast_get::decode_request(req));
+  auto req = protocol::fast_get::encode(protocol::fast_get::Request{5, "key"});
+  ASSERT_OK(protocol::fast_get::decode_request(req));
   auto truncated = req;
   truncated.pop_back();
-  EXPECT_EQ(fast_get::decode_request(truncated).status().code(), Errc::protocol_error);
+  EXPECT_EQ(protocol::fast_get::decode_request(truncated).status().code(), Errc::protocol_error);
   auto long_key = req;
   const std::uint32_t huge = 1u << 30;
   std::memcpy(long_key.data() + 4, &huge, 4);
-  const auto s = fast_get::decode_request(long_key).status();
+  const auto s = protocol::fast_get::decode_request(long_key).status();
   EXPECT_EQ(s.code(), Errc::protocol_error);
   EXPECT_NE(s.message().find("key length"), std::string::npos) << s.to_string();
-  EXPECT_EQ(fast_get::decode_request({}).status().code(), Errc::protocol_error);
-  auto reply = fast_get::encode(static_cast<fast_get::ReplyStatus>(9), nullptr, 0);
-  EXPECT_EQ(fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
+  EXPECT_EQ(protocol::fast_get::decode_request({}).status().code(), Errc::protocol_error);
+  auto reply =
+      protocol::fast_get::encode(static_cast<protocol::fast_get::ReplyStatus>(9), nullptr, 0);
+  EXPECT_EQ(protocol::fast_get::decode_reply(reply).status().code(), Errc::protocol_error);
 }
 
 TEST_F(FastGetTest, OneThreadServesTheRingsOfEveryClient) {
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   std::vector<std::unique_ptr<Ring>> rings;
   for (int i = 0; i < 8; ++i) {
     auto ring = Ring::create({});
@@ -848,7 +868,7 @@ TEST_F(FastGetTest, OneThreadServesTheRingsOfEveryClient) {
     clients.emplace_back([&, r = ring.get()] {
       for (int i = 0; i < 50; ++i) {
         auto reply = get(id, "k", r);
-        if (reply.ok() && reply->status == fast_get::ReplyStatus::ok &&
+        if (reply.ok() && reply->status == protocol::fast_get::ReplyStatus::ok &&
             text(reply->bytes) == "value")
           served.fetch_add(1);
       }
@@ -862,7 +882,7 @@ TEST_F(FastGetTest, OneThreadServesTheRingsOfEveryClient) {
   ASSERT_OK(attach());
   auto r = get(id, "k");
   ASSERT_OK(r);
-  EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::ok);
 }
 
 // A controller that takes commits and never answers them; `received`
@@ -871,8 +891,8 @@ caf::actor silent_controller(caf::actor_system& sys, std::shared_ptr<std::atomic
   return sys.spawn([received](caf::event_based_actor* self) -> caf::behavior {
     // A put's commit from a volume in this process (LocalCommit), held
     // unanswered, as an answer would be held from one elsewhere.
-    auto held = std::make_shared<std::vector<LocalCommit>>();
-    return {[held, received](local_commit_atom, LocalCommit& job) {
+    auto held = std::make_shared<std::vector<protocol::LocalCommit>>();
+    return {[held, received](protocol::local_commit_atom, protocol::LocalCommit& job) {
       held->push_back(std::move(job));
       received->fetch_add(1);
     }};
@@ -881,7 +901,7 @@ caf::actor silent_controller(caf::actor_system& sys, std::shared_ptr<std::atomic
 
 TEST_F(FastGetTest, APutItsControllerHasNotAnsweredHoldsUpNoOtherClient) {
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   auto received = std::make_shared<std::atomic<int>>(0);
   auto controller = silent_controller(runtime_->system(), received);
   ASSERT_OK(attach(ring_.get(), controller));
@@ -895,7 +915,7 @@ TEST_F(FastGetTest, APutItsControllerHasNotAnsweredHoldsUpNoOtherClient) {
   for (int i = 0; i < 10; ++i) {
     auto r = get(id, "k", other->get());
     ASSERT_OK(r);
-    EXPECT_EQ(r->status, fast_get::ReplyStatus::ok);
+    EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::ok);
   }
   // The controller goes: the waiting put is answered at once, not after
   // the request timeout.
@@ -905,24 +925,24 @@ TEST_F(FastGetTest, APutItsControllerHasNotAnsweredHoldsUpNoOtherClient) {
   ASSERT_OK(m);
   EXPECT_EQ(m->tag, 9u);
   bool refused = false;
-  auto done = fast_get::decode_commit_reply(m->bytes, 1, 1, 0, &refused);
+  auto done = protocol::fast_get::decode_commit_reply(m->bytes, 1, 1, 0, &refused);
   EXPECT_EQ(done.status().code(), Errc::unavailable) << done.status().to_string();
 }
 
 TEST_F(FastGetTest, AttachingToARingThatIsNotThereFails) {
-  auto s = ask<std::string>(*self_, volume_, ring_attach_atom::value,
+  auto s = ask<std::string>(*self_, volume_, protocol::ring_attach_atom::value,
                             std::string("meshstore.1-1.ring.none"),
                             static_cast<std::int32_t>(getpid()), caf::actor());
   EXPECT_EQ(s.status().code(), Errc::not_found) << s.status().to_string();
   // Named by another creator than the one that made it.
-  s = ask<std::string>(*self_, volume_, ring_attach_atom::value, ring_->name(),
+  s = ask<std::string>(*self_, volume_, protocol::ring_attach_atom::value, ring_->name(),
                        static_cast<std::int32_t>(getpid() + 1), caf::actor());
   EXPECT_EQ(s.status().code(), Errc::unavailable) << s.status().to_string();
 }
 
 TEST_F(FastGetTest, AVolumeThatGoesClosesItsRings) {
   const auto id = stage("k", "value");
-  verdict(commit_atom::value, id);
+  verdict(protocol::commit_atom::value, id);
   ASSERT_OK(attach());
   ASSERT_OK(get(id, "k"));
   {
@@ -932,7 +952,7 @@ TEST_F(FastGetTest, AVolumeThatGoesClosesItsRings) {
     waiter->receive([](const caf::down_msg&) {});
   }
   volume_ = nullptr;
-  const auto req = fast_get::encode(fast_get::Request{id, "k"});
+  const auto req = protocol::fast_get::encode(protocol::fast_get::Request{id, "k"});
   auto s = ring_->send(1, req.data(), req.size(), in(10s));
   auto m = s.ok() ? ring_->receive(in(10s)) : Result<Ring::Message>(s);
   EXPECT_EQ(m.status().code(), Errc::unavailable) << m.status().to_string();
@@ -970,15 +990,15 @@ TEST(FastGetCleanup, AClientKilledAfterAPutLeavesNoSegmentBehind) {
   ASSERT_FALSE(ring_name.empty());
   {
     internal::RuntimeOptions ro;
-    ro.add_types = add_actor_types;
+    ro.add_types = protocol::add_actor_types;
     auto runtime = internal::ActorRuntime::create(ro).value();
-    VolumeConfig vc;
+    volume::VolumeConfig vc;
     vc.volume_id = "volume-0";
-    auto volume = spawn_storage_volume(runtime->system(), vc).value();
+    auto volume = volume::spawn_storage_volume(runtime->system(), vc).value();
     std::string bell;
     {
       caf::scoped_actor self{runtime->system()};
-      auto attached = ask<std::string>(self, volume, ring_attach_atom::value, ring_name,
+      auto attached = ask<std::string>(self, volume, protocol::ring_attach_atom::value, ring_name,
                                        static_cast<std::int32_t>(child), caf::actor());
       ASSERT_OK(attached);
       bell = *attached;
@@ -996,4 +1016,4 @@ TEST(FastGetCleanup, AClientKilledAfterAPutLeavesNoSegmentBehind) {
 }
 
 }  // namespace
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

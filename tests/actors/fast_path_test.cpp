@@ -83,7 +83,7 @@ TEST(FastPath, EverySizeIsPutOnTheCallersThread) {
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
-  const std::size_t limit = actors::limits::kRingReadBytes;
+  const std::size_t limit = protocol::limits::kRingReadBytes;
   for (std::size_t n : {std::size_t{1}, std::size_t{64}, std::size_t{4096}, limit}) {
     SCOPED_TRACE(n);
     const std::string key = "k" + std::to_string(n);
@@ -370,7 +370,7 @@ TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
       ASSERT_EQ(int(dst[0]), round) << "the value this round's put replaced";
     }
     EXPECT_EQ(writer.fast_path_stats().puts, puts + kRounds) << "not put over the channel";
-    if (n <= actors::limits::kRingReadBytes || std::string(GetParam()).empty()) {
+    if (n <= protocol::limits::kRingReadBytes || std::string(GetParam()).empty()) {
       EXPECT_GE(reader.fast_path_stats().stale, stale + 1) << "never read where the old value lay";
     }
   }
@@ -431,9 +431,9 @@ TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
   if (std::string(GetParam()).empty()) GTEST_SKIP() << "over a ring, gets are direct reads";
   auto store = Store::embedded(writer_options()).value();
   auto other = Store::connect(store.address(), reader_options()).value();
-  const std::size_t message = transports::kMaxSmallOpBytes - actors::fast_get::kReplyHeaderBytes;
+  const std::size_t message = transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes;
   for (const std::size_t n :
-       {actors::limits::kRingReadBytes + 1, std::size_t{512} << 10, message, message + 1}) {
+       {protocol::limits::kRingReadBytes + 1, std::size_t{512} << 10, message, message + 1}) {
     SCOPED_TRACE(n);
     const std::string key = "m" + std::to_string(n);
     auto src = pattern(n, static_cast<std::uint8_t>(n % 251));
@@ -469,7 +469,7 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
   ASSERT_TRUE(has_ring(store));
   auto other = Store::connect(store.address(), reader_options()).value();
-  const std::size_t limit = actors::limits::kRingReadBytes;
+  const std::size_t limit = protocol::limits::kRingReadBytes;
   for (std::size_t n : {std::size_t{1}, std::size_t{4096}, limit}) {
     SCOPED_TRACE(n);
     const std::string key = "p" + std::to_string(n);
@@ -513,8 +513,8 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
   // into its memory, or sent with tcp) and committed over the channel. The
   // last is more than the caller's thread waits for over tcp: sent from
   // the client's waiting thread.
-  for (const std::size_t n : {std::size_t{actors::limits::kRingReadBytes + 1}, std::size_t{2} << 20,
-                              actors::limits::kStagedAheadBytes + 1}) {
+  for (const std::size_t n : {std::size_t{protocol::limits::kRingReadBytes + 1},
+                              std::size_t{2} << 20, protocol::limits::kStagedAheadBytes + 1}) {
     SCOPED_TRACE(n);
     auto big = pattern(n, static_cast<std::uint8_t>(n));
     const auto before = store.fast_path_stats();
@@ -765,7 +765,7 @@ TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
   const auto puts = store.fast_path_stats().puts;
-  std::vector<std::uint8_t> big = pattern(actors::limits::kRingReadBytes + 1, 3);
+  std::vector<std::uint8_t> big = pattern(protocol::limits::kRingReadBytes + 1, 3);
   EXPECT_ERROR(store.put("big", bytes_view(big)).get(kWait), Errc::out_of_capacity,
                "volume 'volume-0' is full");
   std::vector<std::uint8_t> most = pattern(40 << 10, 4);
@@ -942,7 +942,7 @@ class FastPathClientEnd : public ::testing::TestWithParam<const char*> {
       request = m->bytes;
       (void)server_->send(m->tag, reply.data(), reply.size(), deadline);
     }
-    auto req = actors::fast_get::decode_request(request);
+    auto req = protocol::fast_get::decode_request(request);
     EXPECT_OK(req);
     if (req.ok()) {
       EXPECT_EQ(req->object_id, 7u);
@@ -960,12 +960,12 @@ class FastPathClientEnd : public ::testing::TestWithParam<const char*> {
   }
   // Reads "k" while the test's volume end answers the request with `reply`;
   // the read's consumer takes the bytes when `take`.
-  actors::FastPath::Outcome read_answered_with(const std::vector<std::byte>& reply,
+  client::FastPath::Outcome read_answered_with(const std::vector<std::byte>& reply,
                                                std::string* got, bool take = true) {
     std::thread volume([&] { serve_one(reply); });
     auto out = fast_.read(
-        "k", [](const actors::FastPath::Entry&) { return true; },
-        [got, take](const actors::FastPath::Entry&, const std::byte* d, std::size_t n) {
+        "k", [](const client::FastPath::Entry&) { return true; },
+        [got, take](const client::FastPath::Entry&, const std::byte* d, std::size_t n) {
           if (take) got->assign(reinterpret_cast<const char*>(d), n);
           return take;
         },
@@ -974,15 +974,15 @@ class FastPathClientEnd : public ::testing::TestWithParam<const char*> {
     return out;
   }
 
-  actors::FastPath fast_;
+  client::FastPath fast_;
   std::unique_ptr<transports::shm::Ring> server_;
   std::shared_ptr<FakeRemote::End> remote_;
 };
 
 TEST_P(FastPathClientEnd, AGoodReplyIsServed) {
   std::string got;
-  auto ok = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4);
-  EXPECT_EQ(read_answered_with(ok, &got), actors::FastPath::Outcome::hit);
+  auto ok = protocol::fast_get::encode(protocol::fast_get::ReplyStatus::ok, "abcd", 4);
+  EXPECT_EQ(read_answered_with(ok, &got), client::FastPath::Outcome::hit);
   EXPECT_EQ(got, "abcd");
   EXPECT_EQ(fast_.stats().hits, 1u);
 }
@@ -992,42 +992,42 @@ TEST_P(FastPathClientEnd, AGoodReplyIsServed) {
 // destination again and reports. The ring and the location stay.
 TEST_P(FastPathClientEnd, BytesTheConsumerCannotTakeMakeTheReadAMiss) {
   std::string got;
-  auto ok = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abcd", 4);
-  EXPECT_EQ(read_answered_with(ok, &got, /*take=*/false), actors::FastPath::Outcome::miss);
+  auto ok = protocol::fast_get::encode(protocol::fast_get::ReplyStatus::ok, "abcd", 4);
+  EXPECT_EQ(read_answered_with(ok, &got, /*take=*/false), client::FastPath::Outcome::miss);
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(fast_.stats().hits, 0u);
   EXPECT_EQ(fast_.stats().misses, 1u);
   EXPECT_EQ(fast_.stats().rings, 1u);
-  EXPECT_EQ(read_answered_with(ok, &got), actors::FastPath::Outcome::hit);
+  EXPECT_EQ(read_answered_with(ok, &got), client::FastPath::Outcome::hit);
   EXPECT_EQ(got, "abcd");
 }
 
 TEST_P(FastPathClientEnd, StaleForgetsTheLocation) {
   std::string got;
-  auto stale = actors::fast_get::encode(actors::fast_get::ReplyStatus::stale, nullptr, 0);
-  EXPECT_EQ(read_answered_with(stale, &got), actors::FastPath::Outcome::stale);
+  auto stale = protocol::fast_get::encode(protocol::fast_get::ReplyStatus::stale, nullptr, 0);
+  EXPECT_EQ(read_answered_with(stale, &got), client::FastPath::Outcome::stale);
   EXPECT_TRUE(got.empty());
   // Forgotten: the next read does not reach the ring at all.
   EXPECT_EQ(
       fast_.read(
-          "k", [](const actors::FastPath::Entry&) { return true; },
-          [](const actors::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 1s),
-      actors::FastPath::Outcome::miss);
+          "k", [](const client::FastPath::Entry&) { return true; },
+          [](const client::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 1s),
+      client::FastPath::Outcome::miss);
   EXPECT_EQ(fast_.stats().rings, 1u);  // the ring itself is fine
 }
 
 TEST_P(FastPathClientEnd, ACorruptReplyIsRefusedAndTheRingDropped) {
   std::string got;
   std::vector<std::byte> bad(12, std::byte{0xff});  // an unknown status
-  EXPECT_EQ(read_answered_with(bad, &got), actors::FastPath::Outcome::miss);
+  EXPECT_EQ(read_answered_with(bad, &got), client::FastPath::Outcome::miss);
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
 
 TEST_P(FastPathClientEnd, AReplyOfTheWrongSizeIsRefused) {
   std::string got;
-  auto short_reply = actors::fast_get::encode(actors::fast_get::ReplyStatus::ok, "abc", 3);
-  EXPECT_EQ(read_answered_with(short_reply, &got), actors::FastPath::Outcome::miss);
+  auto short_reply = protocol::fast_get::encode(protocol::fast_get::ReplyStatus::ok, "abc", 3);
+  EXPECT_EQ(read_answered_with(short_reply, &got), client::FastPath::Outcome::miss);
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
@@ -1037,9 +1037,9 @@ TEST_P(FastPathClientEnd, AVolumeThatClosesItsEndTurnsReadsIntoMisses) {
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(
       fast_.read(
-          "k", [](const actors::FastPath::Entry&) { return true; },
-          [](const actors::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 30s),
-      actors::FastPath::Outcome::miss);
+          "k", [](const client::FastPath::Entry&) { return true; },
+          [](const client::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 30s),
+      client::FastPath::Outcome::miss);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
   EXPECT_EQ(fast_.stats().rings, 0u);
 }
@@ -1056,8 +1056,8 @@ TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanAMessageMissWithoutAReques
   sharded.shards.push_back(wire::ShardRecord{TensorSlice::make({8}, {4}, {4}).value(), "v", 9, 16});
   fast_.cache().put(sharded);
   const std::uint64_t message =
-      remote() ? transports::kMaxSmallOpBytes - actors::fast_get::kReplyHeaderBytes
-               : actors::limits::kRingReadBytes;
+      remote() ? transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes
+               : protocol::limits::kRingReadBytes;
   wire::KeyRecord large;
   large.key = "l";
   large.version = 5;
@@ -1067,9 +1067,9 @@ TEST_P(FastPathClientEnd, ShardedKeysAndKeysLargerThanAMessageMissWithoutAReques
   for (const char* key : {"s", "l"}) {
     EXPECT_EQ(
         fast_.read(
-            key, [](const actors::FastPath::Entry&) { return true; },
-            [](const actors::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 1s),
-        actors::FastPath::Outcome::miss)
+            key, [](const client::FastPath::Entry&) { return true; },
+            [](const client::FastPath::Entry&, const std::byte*, std::size_t) { return true; }, 1s),
+        client::FastPath::Outcome::miss)
         << key;
   }
   EXPECT_EQ(fast_.stats().rings, 1u) << "a request was sent, and failed";

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace meshstore::actors {
+namespace meshstore::client {
 namespace {
 
 wire::KeyRecord whole(const std::string& key, std::uint64_t version, std::uint64_t object,
@@ -129,4 +129,4 @@ TEST(LocationCache, TheActorAndCallersThreadsShareItSafely) {
 }
 
 }  // namespace
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

@@ -486,19 +486,19 @@ TEST(PutLayout, TheKeptLayoutIsUsedOnlyWhenEveryEntryMatches) {
 // The gather and scatter copies themselves, on their own.
 TEST(GatherScatter, PiecesLandAtTheirOffsetsWithZerosBetween) {
   std::vector<std::byte> a(5, std::byte{1}), b(3, std::byte{2});
-  actors::Gather g;
+  client::Gather g;
   g.pieces = {{a.data(), 2, 5}, {b.data(), 10, 3}};
   std::vector<std::byte> out(16, std::byte{0x7F});
-  ASSERT_OK(actors::fill_gathered_now(g, out.data(), out.size()));
+  ASSERT_OK(client::fill_gathered_now(g, out.data(), out.size()));
   std::vector<std::byte> want(16, std::byte{0});
   std::fill(want.begin() + 2, want.begin() + 7, std::byte{1});
   std::fill(want.begin() + 10, want.begin() + 13, std::byte{2});
   EXPECT_EQ(out, want);
 
-  actors::Scatter s;
+  client::Scatter s;
   std::vector<std::byte> x(5), y(3);
   s.pieces = {{2, x.data(), 5}, {10, y.data(), 3}};
-  ASSERT_OK(actors::scatter_now(s, out.data(), out.size()));
+  ASSERT_OK(client::scatter_now(s, out.data(), out.size()));
   EXPECT_EQ(x, a);
   EXPECT_EQ(y, b);
 }
@@ -507,22 +507,22 @@ TEST(GatherScatter, PiecesOutsideTheObjectOrOverlappingAreRefusedAndNothingIsWri
   std::vector<std::byte> a(8, std::byte{1});
   std::vector<std::byte> out(16, std::byte{0x7F});
   const std::vector<std::byte> before = out;
-  actors::Gather past_end;
+  client::Gather past_end;
   past_end.pieces = {{a.data(), 12, 8}};
-  auto s = actors::fill_gathered_now(past_end, out.data(), out.size());
+  auto s = client::fill_gathered_now(past_end, out.data(), out.size());
   EXPECT_EQ(s.code(), Errc::invalid_argument) << s.to_string();
-  actors::Gather overlapping;
+  client::Gather overlapping;
   overlapping.pieces = {{a.data(), 0, 8}, {a.data(), 4, 8}};
-  EXPECT_EQ(actors::fill_gathered_now(overlapping, out.data(), out.size()).code(),
+  EXPECT_EQ(client::fill_gathered_now(overlapping, out.data(), out.size()).code(),
             Errc::invalid_argument);
-  EXPECT_EQ(actors::fill_gathered_here(overlapping, out.data(), out.size()).code(),
+  EXPECT_EQ(client::fill_gathered_here(overlapping, out.data(), out.size()).code(),
             Errc::invalid_argument);
   EXPECT_EQ(out, before);
 
   std::vector<std::byte> x(8, std::byte{0});
-  actors::Scatter huge;
+  client::Scatter huge;
   huge.pieces = {{~std::uint64_t{0} - 2, x.data(), 8}};  // offset + nbytes overflows
-  EXPECT_EQ(actors::scatter_now(huge, out.data(), out.size()).code(), Errc::out_of_range);
+  EXPECT_EQ(client::scatter_now(huge, out.data(), out.size()).code(), Errc::out_of_range);
   EXPECT_EQ(x, std::vector<std::byte>(8, std::byte{0}));
 }
 
@@ -532,8 +532,8 @@ TEST(GatherScatter, ALargeObjectSplitOverTheCopyThreadsIsExact) {
   std::mt19937 rng(7);
   std::vector<std::byte> src(kBytes);
   for (auto& b : src) b = static_cast<std::byte>(rng());
-  auto g = std::make_shared<actors::Gather>();
-  auto sc = std::make_shared<actors::Scatter>();
+  auto g = std::make_shared<client::Gather>();
+  auto sc = std::make_shared<client::Scatter>();
   std::vector<std::byte> back(kBytes, std::byte{0});
   std::vector<std::byte> want(kBytes, std::byte{0});
   std::uint64_t at = 0;
@@ -547,10 +547,10 @@ TEST(GatherScatter, ALargeObjectSplitOverTheCopyThreadsIsExact) {
     at += gap + n;
   }
   auto object = std::make_shared<std::vector<std::byte>>(kBytes, std::byte{0x55});
-  ASSERT_OK(actors::fill_gathered_here(*g, object->data(), kBytes));
+  ASSERT_OK(client::fill_gathered_here(*g, object->data(), kBytes));
   EXPECT_TRUE(*object == want);
   std::shared_ptr<const std::byte> from(object, object->data());
-  ASSERT_OK(actors::scatter_from(sc, from, kBytes).get(kWait));
+  ASSERT_OK(client::scatter_from(sc, from, kBytes).get(kWait));
   EXPECT_TRUE(back == want);
 }
 

@@ -114,7 +114,7 @@ TEST(Wire, CafSerializationGoesThroughProtobuf) {
 
 TEST(Wire, ActorTypesRegisterEveryWireStructUnderItsStableName) {
   internal::RuntimeOptions ro;
-  ro.add_types = actors::add_actor_types;
+  ro.add_types = protocol::add_actor_types;
   auto rt = internal::ActorRuntime::create(ro).value();
   auto& types = rt->system().types();
   const std::pair<const std::type_info*, const char*> expected[] = {

@@ -833,7 +833,7 @@ TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
   std::uint32_t first = 1;  // a first put finds the volume and makes the channel
   ASSERT_OK(store->put("first", TensorView(&first, DType::uint32, {1})).get(kWait));
   ASSERT_TRUE(testing::eventually([&] { return store->fast_path_stats().rings >= 1; }));
-  const std::size_t slot = actors::limits::kRingReadBytes;
+  const std::size_t slot = protocol::limits::kRingReadBytes;
   for (const std::size_t n : {std::size_t{0}, std::size_t{4}, std::size_t{4096}, slot, slot + 4,
                               std::size_t{1} << 20, (std::size_t{4} << 20) + 12}) {
     const std::string key = "dev/" + std::to_string(n);

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "meshstore/controller/controller.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/store.hpp"
 #include "testing/test_util.hpp"
@@ -367,9 +368,9 @@ TEST(CustomStrategy, AClientWithNoVolumeIsToldWhyItsPutsFail) {
 }
 
 TEST(Versions, CompatibleWhenMajorAndMinorMatch) {
-  EXPECT_TRUE(actors::versions_compatible("0.1.0", "0.1.7"));
-  EXPECT_FALSE(actors::versions_compatible("0.2.0", "0.1.0"));
-  EXPECT_FALSE(actors::versions_compatible("", "0.1.0"));
+  EXPECT_TRUE(controller::versions_compatible("0.1.0", "0.1.7"));
+  EXPECT_FALSE(controller::versions_compatible("0.2.0", "0.1.0"));
+  EXPECT_FALSE(controller::versions_compatible("", "0.1.0"));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 
 #include "meshstore/client/client_state.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Calls `f` with a reply's values, once: the first of reply, error or
 // peer-down wins; later ones are dropped.
@@ -106,4 +106,4 @@ Ask<Handle, std::decay_t<Ts>...> ask(client_pointer self, const Handle& peer, Ts
                                           caf::actor(), std::chrono::milliseconds(0)};
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

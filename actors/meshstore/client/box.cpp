@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 void copy_box(const std::byte* src, const TensorSlice& from, std::byte* dst, const TensorSlice& to,
               const TensorSlice& region, std::size_t elsize, std::int64_t skip) {
@@ -44,4 +44,4 @@ std::int64_t offset_in(const TensorSlice& from, const Shape& at) {
   return off;
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -9,7 +9,7 @@
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Copies the elements of `region` (a box inside both) from a row-major
 // buffer holding box `from` to one holding box `to`.
@@ -20,4 +20,4 @@ void copy_box(const std::byte* src, const TensorSlice& from, std::byte* dst, con
 // Element offset, in the row-major box `from`, of global position `at`.
 std::int64_t offset_in(const TensorSlice& from, const Shape& at);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

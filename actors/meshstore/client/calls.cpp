@@ -4,21 +4,21 @@
 
 #include <utility>
 
-namespace meshstore::facade {
+namespace meshstore::client {
 
-actors::GetCall single_get(const std::string& op, actors::GetMode mode, std::string key) {
-  actors::GetCall call;
+client::GetCall single_get(const std::string& op, client::GetMode mode, std::string key) {
+  client::GetCall call;
   call.op = op;
   call.mode = mode;
   call.keys.push_back(std::move(key));
   return call;
 }
 
-actors::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind) {
+client::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind) {
   auto owned = std::make_shared<const std::string>(std::move(bytes));
   TensorView view(const_cast<char*>(owned->data()), DType::uint8,
                   {static_cast<std::int64_t>(owned->size())});
-  return actors::PutItem{std::move(key), view, kind, std::move(owned)};
+  return client::PutItem{std::move(key), view, kind, std::move(owned)};
 }
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::client

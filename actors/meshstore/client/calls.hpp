@@ -15,7 +15,7 @@
 #include "meshstore/internal/call_guard.hpp"
 #include "meshstore/status.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::client {
 
 /// The future a call on a closed (or moved-from) store answers at once.
 template <class T>
@@ -56,7 +56,7 @@ void cancel_through(const Future<T>& fut, std::shared_ptr<internal::CallGuard> g
 /// it (Future::cancel) through `guard`, which both honour (null
 /// otherwise). nullopt: the caller takes it the same other way.
 template <class T, class Attempt, class Actors>
-std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const std::string& what,
+std::optional<Future<T>> put_over_channel_or_defer(client::FastPath& fast, const std::string& what,
                                                    Attempt attempt, Actors actors,
                                                    bool cancellable = false) {
   bool defer = false;
@@ -82,7 +82,7 @@ std::optional<Future<T>> put_over_channel_or_defer(actors::FastPath& fast, const
 /// channel's (ChannelPut::refusals_final: a refusal, or no channel to be
 /// had, is its answer), so no actors' put stands behind it.
 template <class T, class Attempt>
-Future<T> put_over_channel_or_defer(actors::FastPath& fast, const std::string& what,
+Future<T> put_over_channel_or_defer(client::FastPath& fast, const std::string& what,
                                     Attempt attempt, bool cancellable) {
   auto unanswered = [what](const std::shared_ptr<internal::CallGuard>&) {
     return make_error_future<T>(
@@ -96,10 +96,10 @@ Future<T> put_over_channel_or_defer(actors::FastPath& fast, const std::string& w
 }
 
 /// One key read into a Tensor: get (a copy) or get_view (zero-copy if it can).
-actors::GetCall single_get(const std::string& op, actors::GetMode mode, std::string key);
+client::GetCall single_get(const std::string& op, client::GetMode mode, std::string key);
 
 /// A put item whose bytes the item owns (an object, or a uint8 tensor of
 /// bytes the store made: a manifest, a packed blob, a value).
-actors::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind);
+client::PutItem bytes_item(std::string key, std::string bytes, wire::ObjectKind kind);
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::client

@@ -19,9 +19,9 @@
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
-namespace fg = fast_get;
+namespace fg = protocol::fast_get;
 using internal::cuda::on_device;
 
 namespace {
@@ -62,7 +62,7 @@ bool worth_streaming(const std::vector<PutItem>& items) {
     total += item.view.nbytes();
     largest = std::max(largest, item.view.nbytes());
   }
-  return total - largest >= actors::limits::kStreamMinOverlapBytes;
+  return total - largest >= protocol::limits::kStreamMinOverlapBytes;
 }
 
 // Writes each of `items` into the object staged for it (`regions`, in
@@ -71,7 +71,7 @@ bool worth_streaming(const std::vector<PutItem>& items) {
 // (tcp; a strided tensor packed first), all at once, waiting
 // for every send (the transport's own deadline bounds each). GPU memory
 // takes one CUDA copy through the mapping (shm), else pipelined pieces
-// through page-locked memory (client_detail::write_from_device). The first
+// through page-locked memory (client::write_from_device). The first
 // error when one could not be written, naming its key; then the objects
 // hold nothing of use.
 // `filled(i)`, when given, is told each item written (a stream's progress).
@@ -100,7 +100,7 @@ Status write_staged(const std::shared_ptr<transports::Transport>& writer,
       if (n == 0) continue;
       sends.emplace_back(i, caps.device_copies
                                 ? writer->write(regions[i], 0, src, n)
-                                : client_detail::write_from_device(writer, regions[i], src, n));
+                                : client::write_from_device(writer, regions[i], src, n));
       continue;
     }
     const bool strided = !item.gather && !item.view.is_contiguous();
@@ -407,7 +407,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   // Sent rather than copied (tcp): the caller's thread waits for the
   // network only as long as a put it keeps staged ahead could take; a
   // larger put is sent from the client's waiting thread (FastPath::defer).
-  if (writer && !writer->capabilities().maps_memory && total > limits::kStagedAheadBytes && defer) {
+  if (writer && !writer->capabilities().maps_memory &&
+      total > protocol::limits::kStagedAheadBytes && defer) {
     *defer = true;
     return std::nullopt;
   }
@@ -417,7 +418,8 @@ std::optional<Result<std::vector<std::uint64_t>>> put_here(
   // (Not GPU objects: a staging is matched by its sizes alone.)
   // (Not a commit of objects written in place: those come staged already.)
   const bool keep = layout_repeats(fast, c, sizes, repeated) &&
-                    total <= limits::kStagedAheadBytes && !to_gpu && c.staged_items.empty();
+                    total <= protocol::limits::kStagedAheadBytes && !to_gpu &&
+                    c.staged_items.empty();
   auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
     std::vector<wire::KeyRecord> records;
     records.reserve(c.items.size());
@@ -663,4 +665,4 @@ Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::
   return out;
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

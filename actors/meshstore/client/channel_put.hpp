@@ -17,7 +17,7 @@
 #include "meshstore/internal/call_guard.hpp"
 #include "meshstore/result.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 class FastPath;
 
@@ -113,4 +113,4 @@ Result<StagedRegions> stage_over_channel(FastPath& fast, const std::vector<std::
                                          const std::vector<std::uint64_t>& sizes,
                                          std::chrono::milliseconds timeout);
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

@@ -18,8 +18,7 @@
 #include "meshstore/client/stream.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 
-namespace meshstore::actors {
-namespace client_detail {
+namespace meshstore::client {
 namespace {
 
 using internal::from_caf_error;
@@ -27,7 +26,7 @@ using internal::from_caf_error;
 void handle_stat(client_pointer self, StatCall call) {
   auto promise = call.promise;
   auto& st = self->state;
-  ask(self, st.controller, volumes_atom::value)
+  ask(self, st.controller, protocol::volumes_atom::value)
       .then(
           [=](const std::vector<wire::VolumeInfo>& infos) {
             // A volume that does not answer (gone, but not yet dropped by
@@ -46,7 +45,7 @@ void handle_stat(client_pointer self, StatCall call) {
               };
               with_volume(self, info.volume_id, [=](const ConnResult& conn) {
                 if (!conn.ok()) return unreachable(conn.status());
-                ask(self, (*conn)->handle, stat_atom::value)
+                ask(self, (*conn)->handle, protocol::stat_atom::value)
                     .then(
                         [=](const wire::VolumeStat& s) {
                           p->set_value(VolumeStatReply{s, ""});
@@ -83,8 +82,9 @@ std::shared_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer s
 
 }  // namespace
 
-caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_actor controller,
-                          strategy_actor strategy) {
+caf::behavior client_impl(client_pointer self, ClientConfig cfg,
+                          protocol::controller_actor controller,
+                          protocol::strategy_actor strategy) {
   self->state.cfg = std::move(cfg);
   self->state.locations = self->state.cfg.fast_path->shared_cache();
   self->state.controller = std::move(controller);
@@ -94,7 +94,7 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
   self->state.cfg.fast_path->watch_controller(self->state.controller_process);
   // Volumes in processes this one has no connection to: their deaths come
   // from the controller.
-  self->send(self->state.controller, watch_volumes_atom::value);
+  self->send(self->state.controller, protocol::watch_volumes_atom::value);
   // Once the controller or strategy is gone, every call fails at once.
   auto refused = [self](auto& call) {
     if (self->state.control_down.empty()) return false;
@@ -103,40 +103,41 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
     return true;
   };
   return {
-      [=](run_atom, internal::Closure& c) { c.fn(); },
-      [=](volume_gone_atom, const std::string& id, const std::string& reason) {
+      [=](protocol::run_atom, internal::Closure& c) { c.fn(); },
+      [=](protocol::volume_gone_atom, const std::string& id, const std::string& reason) {
         volume_gone(self, id, reason);
       },
-      [=](store_stream_atom, StreamCall& call) {
+      [=](protocol::store_stream_atom, StreamCall& call) {
         if (refused(call)) return;
         handle_stream(self, std::move(call));
       },
-      [=](stream_event_atom, const std::string& key, const std::vector<std::uint64_t>& filled,
-          std::uint32_t end, const std::string& why) { stream_event(self, key, filled, end, why); },
-      [=](store_get_atom, GetCall& call) {
+      [=](protocol::stream_event_atom, const std::string& key,
+          const std::vector<std::uint64_t>& filled, std::uint32_t end,
+          const std::string& why) { stream_event(self, key, filled, end, why); },
+      [=](protocol::store_get_atom, GetCall& call) {
         if (refused(call)) return;
         handle_get(self, std::move(call));
       },
-      [=](store_keys_atom, KeysCall& call) {
+      [=](protocol::store_keys_atom, KeysCall& call) {
         if (refused(call)) return;
         auto promise = call.promise;
         const auto prefix = call.prefix;
-        ask(self, self->state.controller, keys_atom::value, prefix)
+        ask(self, self->state.controller, protocol::keys_atom::value, prefix)
             .then([=](std::vector<std::string>& keys) { promise->set_value(std::move(keys)); },
                   [=](caf::error& e) {
                     promise->set_error(from_caf_error(e, "keys '" + prefix + "'"));
                   });
       },
-      [=](store_list_atom, ListCall& call) {
+      [=](protocol::store_list_atom, ListCall& call) {
         if (refused(call)) return;
         auto promise = call.promise;
         const auto prefix = call.prefix;
-        ask(self, self->state.controller, keys_atom::value, prefix)
+        ask(self, self->state.controller, protocol::keys_atom::value, prefix)
             .then(
                 [=](std::vector<std::string>& keys) {
                   // Keys removed between the two requests come back unfound
                   // and are left out.
-                  ask(self, self->state.controller, locate_atom::value, keys)
+                  ask(self, self->state.controller, protocol::locate_atom::value, keys)
                       .then(
                           [=](std::vector<wire::KeyRecord>& records) {
                             records.erase(
@@ -153,11 +154,12 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
                   promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
                 });
       },
-      [=](store_latest_atom, LatestCall& call) {
+      [=](protocol::store_latest_atom, LatestCall& call) {
         if (refused(call)) return;
         auto promise = call.promise;
         const auto prefix = call.prefix;
-        ask(self, self->state.controller, locate_latest_atom::value, prefix, call.with_version)
+        ask(self, self->state.controller, protocol::locate_latest_atom::value, prefix,
+            call.with_version)
             .then(
                 [=](std::vector<wire::KeyRecord>& records) {
                   cache_located(self->state, records);
@@ -174,26 +176,26 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
                   promise->set_error(from_caf_error(e, "latest '" + prefix + "'"));
                 });
       },
-      [=](store_exists_atom, ExistsCall& call) {
+      [=](protocol::store_exists_atom, ExistsCall& call) {
         if (refused(call)) return;
         auto promise = call.promise;
         const auto what = describe("exists", call.keys);
-        ask(self, self->state.controller, exists_atom::value, call.keys)
+        ask(self, self->state.controller, protocol::exists_atom::value, call.keys)
             .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
                   [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
       },
-      [=](store_remove_atom, RemoveCall& call) {
+      [=](protocol::store_remove_atom, RemoveCall& call) {
         if (refused(call)) return;
         handle_remove(self, std::move(call));
       },
-      [=](store_counters_atom, CountersCall& call) {
+      [=](protocol::store_counters_atom, CountersCall& call) {
         if (refused(call)) return;
         auto promise = call.promise;
-        ask(self, self->state.controller, counters_atom::value)
+        ask(self, self->state.controller, protocol::counters_atom::value)
             .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
                   [=](caf::error& e) { promise->set_error(from_caf_error(e, "counters")); });
       },
-      [=](store_stat_atom, StatCall& call) {
+      [=](protocol::store_stat_atom, StatCall& call) {
         if (refused(call)) return;
         handle_stat(self, std::move(call));
       },
@@ -201,18 +203,16 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg, controller_acto
 }
 
 }  // namespace
-}  // namespace client_detail
-
 namespace {
 
 // Runs `job` inside the client actor at `addr`, from any thread (fire and
 // forget): false when the actor is gone.
-bool run_inside(const caf::actor_addr& addr,
-                std::function<void(client_detail::client_pointer)> job) {
+bool run_inside(const caf::actor_addr& addr, std::function<void(client::client_pointer)> job) {
   auto hdl = caf::actor_cast<caf::actor>(addr);
   if (!hdl) return false;
-  auto me = caf::actor_cast<client_detail::client_pointer>(hdl);  // runs only inside it
-  caf::anon_send(hdl, run_atom::value, internal::Closure{[me, job = std::move(job)] { job(me); }});
+  auto me = caf::actor_cast<client::client_pointer>(hdl);  // runs only inside it
+  caf::anon_send(hdl, protocol::run_atom::value,
+                 internal::Closure{[me, job = std::move(job)] { job(me); }});
   return true;
 }
 
@@ -221,15 +221,13 @@ bool run_inside(const caf::actor_addr& addr,
 // when the actor is gone, answers nothing in time, or answers false. Only
 // for threads other than the actor's (the fast path's callers and waiting
 // thread).
-bool answer_inside(
-    const caf::actor_addr& addr, std::chrono::milliseconds timeout,
-    std::function<void(client_detail::client_pointer, std::function<void(bool)>)> job) {
+bool answer_inside(const caf::actor_addr& addr, std::chrono::milliseconds timeout,
+                   std::function<void(client::client_pointer, std::function<void(bool)>)> job) {
   auto done = std::make_shared<Promise<bool>>(Status(Errc::shutdown, "the client is gone"));
   auto answer = done->future();
-  const bool sent =
-      run_inside(addr, [done, job = std::move(job)](client_detail::client_pointer me) {
-        job(me, [done](bool v) { done->set_value(v); });
-      });
+  const bool sent = run_inside(addr, [done, job = std::move(job)](client::client_pointer me) {
+    job(me, [done](bool v) { done->set_value(v); });
+  });
   if (!sent || !answer.wait_for(timeout)) return false;
   auto r = answer.get();
   return r.ok() && *r;
@@ -237,15 +235,14 @@ bool answer_inside(
 
 // answer_inside for a job that answers a Status: the answer, or why there
 // was none in time.
-Status status_inside(
-    const caf::actor_addr& addr, std::chrono::milliseconds timeout, const std::string& what,
-    std::function<void(client_detail::client_pointer, std::function<void(Status)>)> job) {
+Status status_inside(const caf::actor_addr& addr, std::chrono::milliseconds timeout,
+                     const std::string& what,
+                     std::function<void(client::client_pointer, std::function<void(Status)>)> job) {
   auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, "the client is gone"));
   auto answer = done->future();
-  const bool sent =
-      run_inside(addr, [done, job = std::move(job)](client_detail::client_pointer me) {
-        job(me, [done](const Status& s) { s.ok() ? done->set_value() : done->set_error(s); });
-      });
+  const bool sent = run_inside(addr, [done, job = std::move(job)](client::client_pointer me) {
+    job(me, [done](const Status& s) { s.ok() ? done->set_value() : done->set_error(s); });
+  });
   if (!sent) return Status(Errc::shutdown, "the client is gone");
   if (!answer.wait_for(timeout)) {
     return Status(Errc::timeout,
@@ -266,7 +263,7 @@ Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, P
       (segments.size() != call.lent_items.size() || offsets.size() != segments.size())) {
     return Status(Errc::internal, "lent items and their places differ in number");
   }
-  LendRequest req;
+  protocol::LendRequest req;
   for (std::size_t i = 0; i < call.lent_items.size(); ++i) {
     const auto& item = call.lent_items[i];
     if (!item.view.is_contiguous() || item.view.nbytes() == 0) {
@@ -274,9 +271,9 @@ Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, P
                     "'" + item.key + "': only whole, contiguous, non-empty tensors are lent");
     }
     const int device = internal::cuda::on_device(item.view) ? item.view.device().index : -1;
-    req.buffers.push_back(LentBuffer{item.key, reinterpret_cast<std::uint64_t>(item.view.data()),
-                                     item.view.nbytes(), segments.empty() ? "" : segments[i],
-                                     segments.empty() ? 0 : offsets[i], device});
+    req.buffers.push_back(protocol::LentBuffer{
+        item.key, reinterpret_cast<std::uint64_t>(item.view.data()), item.view.nbytes(),
+        segments.empty() ? "" : segments[i], segments.empty() ? 0 : offsets[i], device});
   }
   req.token = std::move(call.loan);  // only the regions keep it from now on
   req.revocable = call.revocable_loan;
@@ -285,8 +282,8 @@ Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, P
   auto answer = done->future();
   const std::string what = "lend to volume '" + call.lend_volume + "'";
   const bool sent = run_inside(client, [done, to = call.lend_to, req = std::move(req), timeout,
-                                        what](client_detail::client_pointer me) mutable {
-    me->request(to, timeout, lend_atom::value, std::move(req))
+                                        what](client::client_pointer me) mutable {
+    me->request(to, timeout, protocol::lend_atom::value, std::move(req))
         .then([done](const std::vector<wire::RegionRef>& lent) { done->set_value(lent); },
               [done, what](caf::error& e) { done->set_error(internal::from_caf_error(e, what)); });
   });
@@ -310,22 +307,22 @@ void give_back_lent(const caf::actor_addr& client, const PutCall& call,
   if (lent.empty()) return;
   std::vector<std::uint64_t> ids;
   for (const auto& r : lent) ids.push_back(r.region_id);
-  run_inside(client, [to = call.lend_to, ids = std::move(ids)](client_detail::client_pointer me) {
-    me->send(to, discard_atom::value, ids);
+  run_inside(client, [to = call.lend_to, ids = std::move(ids)](client::client_pointer me) {
+    me->send(to, protocol::discard_atom::value, ids);
   });
 }
 
-caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
-                        strategy_actor strategy) {
+caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
+                        protocol::controller_actor controller, protocol::strategy_actor strategy) {
   if (!config.fast_path) {
     config.fast_path =
         std::make_shared<FastPath>(std::make_shared<LocationCache>(config.max_cached_locations));
   }
   auto fast = config.fast_path;
   const bool evicts = config.evict_lru;
-  auto client = sys.spawn(client_detail::client_impl, std::move(config), std::move(controller),
-                          std::move(strategy));
-  using client_detail::client_pointer;
+  auto client =
+      sys.spawn(client::client_impl, std::move(config), std::move(controller), std::move(strategy));
+  using client::client_pointer;
   const caf::actor_addr addr = client.address();
   // A put that finds no channel yet (the first) has the client connect to
   // its volume and open the channel, from the fast path's waiting thread.
@@ -333,7 +330,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
   fast->set_home_connector([addr](std::chrono::milliseconds timeout) {
     return status_inside(addr, timeout, "connecting to this client's volume",
                          [](client_pointer me, std::function<void(Status)> k) {
-                           client_detail::await_home_channel(me, std::move(k));
+                           client::await_home_channel(me, std::move(k));
                          });
   });
   // A state dict put over the channel and announced as a stream: this
@@ -344,19 +341,19 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
                       const std::vector<wire::KeyRecord>& records,
                       const std::vector<std::uint64_t>& filled, std::chrono::milliseconds timeout) {
     return answer_inside(addr, timeout, [=](client_pointer me, std::function<void(bool)> k) {
-      me->request(me->state.controller, timeout, stream_open_atom::value, key, manifest, records,
-                  filled)
+      me->request(me->state.controller, timeout, protocol::stream_open_atom::value, key, manifest,
+                  records, filled)
           .then([k](caf::ok_atom) { k(true); }, [k](caf::error&) { k(false); });
     });
   };
   hooks.progress = [addr](const std::string& key, std::vector<std::uint64_t> filled) {
     run_inside(addr, [key, filled = std::move(filled)](client_pointer me) {
-      me->send(me->state.controller, stream_progress_atom::value, key, filled);
+      me->send(me->state.controller, protocol::stream_progress_atom::value, key, filled);
     });
   };
   hooks.abort = [addr](const std::string& key, const std::string& why) {
     run_inside(addr, [key, why](client_pointer me) {
-      me->send(me->state.controller, stream_abort_atom::value, key, why);
+      me->send(me->state.controller, protocol::stream_abort_atom::value, key, why);
     });
   };
   fast->set_stream_hooks(std::move(hooks));
@@ -366,7 +363,7 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
     fast->set_evictor([addr](const std::string& volume_id, std::uint64_t bytes,
                              std::chrono::milliseconds timeout) {
       return answer_inside(addr, timeout, [=](client_pointer me, std::function<void(bool)> k) {
-        me->request(me->state.controller, timeout, evict_atom::value, volume_id, bytes)
+        me->request(me->state.controller, timeout, protocol::evict_atom::value, volume_id, bytes)
             .then([k](const std::vector<std::string>& keys) { k(!keys.empty()); },
                   [k](caf::error&) { k(false); });
       });
@@ -375,4 +372,4 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_
   return client;
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

@@ -22,7 +22,7 @@
 #include "meshstore/tensor_slice.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 /// An object assembled from pieces of host memory as it is written (a state
 /// dict's packed bucket): each piece's `nbytes` at `src` land at `offset`
@@ -128,7 +128,7 @@ struct PutCall {
   /// the offset in it (LentBuffer::segment); empty when none does.
   std::vector<std::string> lent_segments;
   std::vector<std::uint64_t> lent_offsets;
-  storage_volume_actor lend_to;
+  protocol::storage_volume_actor lend_to;
   std::string lend_volume;
   std::shared_ptr<const void> loan;
   /// Nonzero: the publisher may revoke the loan (LendRequest::revocable).
@@ -278,8 +278,8 @@ struct ClientConfig {
 };
 
 /// Spawns a client actor bound to a controller and strategy.
-caf::actor spawn_client(caf::actor_system& sys, ClientConfig config, controller_actor controller,
-                        strategy_actor strategy);
+caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
+                        protocol::controller_actor controller, protocol::strategy_actor strategy);
 
 /// Direct publishing: lends `call`'s lent items to its lending volume
 /// (PutCall::lend_to, in this process) through the client actor at
@@ -296,14 +296,14 @@ Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, P
 void give_back_lent(const caf::actor_addr& client, const PutCall& call,
                     const std::vector<wire::RegionRef>& lent);
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StreamCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::GetCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::KeysCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ListCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LatestCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::ExistsCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::RemoveCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::StatCall)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::CountersCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::StreamCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::GetCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::KeysCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::ListCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::LatestCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::ExistsCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::RemoveCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::StatCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::client::CountersCall)

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 Future<void> settle_all(std::vector<Future<void>> futures) {
   return when_all(std::move(futures)).then([](const std::vector<Result<void>>& results) -> Status {
@@ -21,4 +21,4 @@ std::string describe(const std::string& op, const std::vector<std::string>& keys
          (keys.empty() ? std::string() : " (first '" + keys.front() + "')");
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

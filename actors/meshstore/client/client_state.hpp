@@ -23,7 +23,7 @@
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 /// A cancellable call's buffers (PutCall::guard, GetCall::guard; null: not
 /// cancellable): touch them only between touch_begin (false: cancelled,
@@ -39,7 +39,7 @@ inline bool may_commit(const std::shared_ptr<internal::CallGuard>& g) {
 /// A volume the client can move bytes to and from.
 struct VolumeConn {
   wire::VolumeInfo info;
-  storage_volume_actor handle;
+  protocol::storage_volume_actor handle;
   std::shared_ptr<transports::Transport> transport;
   /// Where objects of this volume lie, by object id, as this client saw
   /// them (its own puts' staging, read leases): lease-free reads
@@ -67,8 +67,8 @@ struct ClientState {
 
   ClientConfig cfg;
   std::uint64_t next_lease_id = 1;  // lease ids are this client's to choose
-  controller_actor controller;
-  strategy_actor strategy;
+  protocol::controller_actor controller;
+  protocol::strategy_actor strategy;
   // Volume connections by id, and callers waiting for one being set up.
   std::unordered_map<std::string, std::shared_ptr<VolumeConn>> conns;
   std::unordered_map<std::string, std::vector<ConnCallback>> conn_waiters;
@@ -115,7 +115,7 @@ void await(client_pointer self, Future<T> fut, F k) {
   fut.on_complete([addr, k](const Result<T>& r) {
     auto hdl = caf::actor_cast<caf::actor>(addr);
     if (!hdl) return;
-    caf::anon_send(hdl, run_atom::value, internal::Closure{[k, r]() mutable { k(r); }});
+    caf::anon_send(hdl, protocol::run_atom::value, internal::Closure{[k, r]() mutable { k(r); }});
   });
 }
 
@@ -126,4 +126,4 @@ Future<void> settle_all(std::vector<Future<void>> futures);
 /// Names a call in errors: "OP 'KEY'", or "OP of N keys (first 'KEY')".
 std::string describe(const std::string& op, const std::vector<std::string>& keys);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

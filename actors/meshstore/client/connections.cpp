@@ -17,7 +17,7 @@
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::from_caf_error;
 
@@ -51,7 +51,7 @@ void channel_settled(client_pointer self, const std::string& volume_id, Status w
 }
 
 void open_small_ops(client_pointer self, const std::string& volume_id,
-                    const storage_volume_actor& handle,
+                    const protocol::storage_volume_actor& handle,
                     std::shared_ptr<transports::Transport> transport);
 
 // Opens the fast path's ring to a volume this client reaches over shm (one
@@ -60,7 +60,7 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
 // channel is actor messages instead (open_small_ops), as for a transport
 // without a channel of its own.
 void open_ring(client_pointer self, const std::string& volume_id,
-               const storage_volume_actor& handle,
+               const protocol::storage_volume_actor& handle,
                std::shared_ptr<transports::Transport> transport) {
   auto& st = self->state;
   st.channel_waiters[volume_id];  // being opened
@@ -71,13 +71,13 @@ void open_ring(client_pointer self, const std::string& volume_id,
   };
   transports::shm::Ring::Options o;
   o.slots = 4;  // one request at a time per ring
-  o.slot_bytes = static_cast<std::uint32_t>(fast_get::kMaxObjectBytes + 64);
+  o.slot_bytes = static_cast<std::uint32_t>(protocol::fast_get::kMaxObjectBytes + 64);
   o.spin = st.cfg.ring_spin;
   auto ring = transports::shm::Ring::create(o);
   if (!ring.ok()) return instead(ring.status());
   auto held = std::make_shared<std::unique_ptr<transports::shm::Ring>>(std::move(ring).value());
   const std::string name = (*held)->name();
-  ask(self, handle, ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()),
+  ask(self, handle, protocol::ring_attach_atom::value, name, static_cast<std::int32_t>(::getpid()),
       caf::actor_cast<caf::actor>(self->state.controller))
       .then(
           [self, volume_id, handle, held, instead](const std::string& doorbell) {
@@ -123,15 +123,15 @@ class ActorChannel final : public transports::SmallOps {
         std::max(duration_cast<milliseconds>(deadline - steady_clock::now()), milliseconds(1));
     auto me = caf::actor_cast<client_pointer>(client);  // runs only inside that actor
     caf::anon_send(
-        client, run_atom::value,
+        client, protocol::run_atom::value,
         internal::Closure{[me, volume = volume_, id = volume_id_, promise, timeout,
                            bytes = std::vector<char>(p, p + n)]() mutable {
-          auto handle = caf::actor_cast<storage_volume_actor>(volume);
+          auto handle = caf::actor_cast<protocol::storage_volume_actor>(volume);
           if (!handle) {
             return (void)promise->set_error(
                 Status(Errc::unavailable, "volume '" + id + "' stopped"));
           }
-          me->request(handle, timeout, small_op_atom::value, std::move(bytes))
+          me->request(handle, timeout, protocol::small_op_atom::value, std::move(bytes))
               .then(
                   [promise](const std::vector<char>& r) {
                     const auto* b = reinterpret_cast<const std::byte*>(r.data());
@@ -161,12 +161,12 @@ class ActorChannel final : public transports::SmallOps {
 // and hands it to the fast path, unless the connection changed meanwhile.
 // A failure is what waiters hear (channel_settled).
 void open_small_ops(client_pointer self, const std::string& volume_id,
-                    const storage_volume_actor& handle,
+                    const protocol::storage_volume_actor& handle,
                     std::shared_ptr<transports::Transport> transport) {
   std::random_device rd;
   const std::uint64_t token = (std::uint64_t{rd()} << 32) ^ rd();
   self->state.channel_waiters[volume_id];  // being opened
-  ask(self, handle, small_attach_atom::value, token,
+  ask(self, handle, protocol::small_attach_atom::value, token,
       caf::actor_cast<caf::actor>(self->state.controller))
       .then(
           [self, volume_id, handle, transport, token](caf::ok_atom) {
@@ -186,7 +186,7 @@ void open_small_ops(client_pointer self, const std::string& volume_id,
               auto held =
                   std::make_shared<Result<std::unique_ptr<transports::SmallOps>>>(std::move(ops));
               auto me = caf::actor_cast<client_pointer>(hdl);  // runs only inside that actor
-              caf::anon_send(hdl, run_atom::value,
+              caf::anon_send(hdl, protocol::run_atom::value,
                              internal::Closure{[me, volume_id, volume, held, token] {
                                auto& st = me->state;
                                if (!held->ok())
@@ -228,8 +228,8 @@ void reopen_if_failed(client_pointer self, const VolumeConn& conn) {
 
 // Asks the volume for its endpoints and opens the chosen transport.
 void connect(client_pointer self, const wire::VolumeInfo& info,
-             const storage_volume_actor& handle) {
-  ask(self, handle, endpoints_atom::value)
+             const protocol::storage_volume_actor& handle) {
+  ask(self, handle, protocol::endpoints_atom::value)
       .then(
           [=](const std::vector<transports::EndpointInfo>& offered) {
             auto& st = self->state;
@@ -274,9 +274,9 @@ void with_volume(client_pointer self, const std::string& id, ConnCallback k) {
   auto& waiters = st.conn_waiters[id];
   waiters.push_back(std::move(k));
   if (waiters.size() > 1) return;  // already being set up
-  ask(self, st.controller, volume_atom::value, id)
+  ask(self, st.controller, protocol::volume_atom::value, id)
       .then([=](const wire::VolumeInfo& info,
-                const storage_volume_actor& handle) { connect(self, info, handle); },
+                const protocol::storage_volume_actor& handle) { connect(self, info, handle); },
             [=](caf::error& e) {
               auto s = from_caf_error(e, "volume '" + id + "'");
               // Every caller learnt the id from the controller or the strategy
@@ -298,9 +298,9 @@ namespace {
 void select_home(client_pointer self, std::function<void(const ConnResult&)> finish,
                  std::chrono::steady_clock::time_point deadline) {
   auto& st = self->state;
-  ask(self, st.strategy, select_atom::value, st.cfg.me)
+  ask(self, st.strategy, protocol::select_atom::value, st.cfg.me)
       .then(
-          [=](const wire::VolumeInfo& info, const storage_volume_actor&) {
+          [=](const wire::VolumeInfo& info, const protocol::storage_volume_actor&) {
             // Remembered only once connected: a volume that died in the
             // meantime must not stay this client's home.
             with_volume(self, info.volume_id,
@@ -325,7 +325,7 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
                 s.code() == Errc::unavailable && self->state.control_down.empty() &&
                 std::chrono::steady_clock::now() + std::chrono::milliseconds(50) < deadline;
             if (!retry) return finish(s);
-            self->delayed_send(self, std::chrono::milliseconds(50), run_atom::value,
+            self->delayed_send(self, std::chrono::milliseconds(50), protocol::run_atom::value,
                                internal::Closure{[=] { select_home(self, finish, deadline); }});
           });
 }
@@ -444,4 +444,4 @@ void volume_gone(client_pointer self, const std::string& id, const std::string& 
   peer_gone(self, it->second->handle.address(), reason);
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

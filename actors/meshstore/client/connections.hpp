@@ -8,7 +8,7 @@
 
 #include "meshstore/client/client_state.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Calls `k` with the connection to volume `id`, setting it up on first use.
 void with_volume(client_pointer self, const std::string& id, ConnCallback k);
@@ -29,4 +29,4 @@ void peer_down(client_pointer self, const caf::down_msg& msg);
 // for a volume whose process this one is not connected to.
 void volume_gone(client_pointer self, const std::string& id, const std::string& reason);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -12,7 +12,7 @@
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 namespace {
 
@@ -93,4 +93,4 @@ Future<void> read_into_device(const std::shared_ptr<VolumeConn>& c, const wire::
       });
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -15,7 +15,7 @@
 #include "meshstore/future.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Writes `n` bytes of GPU memory at `src` into `region` with `transport`.
 Future<void> write_from_device(const std::shared_ptr<transports::Transport>& transport,
@@ -25,4 +25,4 @@ Future<void> write_from_device(const std::shared_ptr<transports::Transport>& tra
 Future<void> read_into_device(const std::shared_ptr<VolumeConn>& c, const wire::RegionRef& region,
                               std::byte* dst, std::size_t n);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

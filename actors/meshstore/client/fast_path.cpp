@@ -16,7 +16,7 @@
 #include "meshstore/transports/shm/ring.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 namespace {
 
@@ -72,8 +72,8 @@ struct FastPath::Channel {
   // The largest object a get over it asks for: its reply is one message
   // (a ring slot; a small operation's 1 MiB across hosts).
   std::uint64_t max_get() const {
-    return ring ? limits::kRingReadBytes
-                : transports::kMaxSmallOpBytes - fast_get::kReplyHeaderBytes;
+    return ring ? protocol::limits::kRingReadBytes
+                : transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes;
   }
   // Sends `request` and waits for its reply (the caller holds `mu`), in
   // parts when it or its reply is larger than a message
@@ -82,7 +82,7 @@ struct FastPath::Channel {
   // enqueues nothing); a remote request may have whenever it fails.
   Result<std::vector<std::byte>> exchange(std::chrono::steady_clock::time_point deadline,
                                           bool* sent = nullptr) {
-    return fast_get::exchange_in_parts(
+    return protocol::fast_get::exchange_in_parts(
         request.data(), request.size(), max_request(),
         [&](const std::byte* p, std::size_t n, bool* left) {
           return exchange_one(p, n, deadline, left);
@@ -446,7 +446,8 @@ FastPath::Outcome FastPath::read(const std::string& key,
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
-  fast_get::encode_into(fast_get::Request{entry.object_id, key}, channel->request);
+  protocol::fast_get::encode_into(protocol::fast_get::Request{entry.object_id, key},
+                                  channel->request);
   const auto deadline = Clock::now() + timeout;
   // A ring that fails (the volume went down, a corrupt entry, no reply in
   // time) is dropped: the actor path then reports what happened, and a
@@ -458,16 +459,16 @@ FastPath::Outcome FastPath::read(const std::string& key,
   };
   auto m = channel->exchange(deadline);
   if (!m.ok()) return fail(m.status());
-  auto status = fast_get::reply_status(*m);
+  auto status = protocol::fast_get::reply_status(*m);
   if (!status.ok()) return fail(status.status());
-  if (*status == fast_get::ReplyStatus::stale) {
+  if (*status == protocol::fast_get::ReplyStatus::stale) {
     cache_->erase_object(key, entry.object_id);
     stale_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::stale;
   }
-  const std::byte* payload = m->data() + fast_get::kReplyHeaderBytes;
-  const std::size_t n = m->size() - fast_get::kReplyHeaderBytes;
-  if (*status == fast_get::ReplyStatus::error) {
+  const std::byte* payload = m->data() + protocol::fast_get::kReplyHeaderBytes;
+  const std::size_t n = m->size() - protocol::fast_get::kReplyHeaderBytes;
+  if (*status == protocol::fast_get::ReplyStatus::error) {
     return fail(
         Status(Errc::protocol_error,
                "volume refused a get: " + std::string(reinterpret_cast<const char*>(payload), n)));
@@ -504,10 +505,10 @@ std::size_t FastPath::request_room(const std::string& volume_id) const {
   return r == rings_.end() ? 0 : r->second->max_request();
 }
 
-Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
-                                              fast_get::CommitRequest& req,
-                                              std::chrono::milliseconds timeout, bool* sent,
-                                              bool* refused) {
+Result<protocol::fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
+                                                        protocol::fast_get::CommitRequest& req,
+                                                        std::chrono::milliseconds timeout,
+                                                        bool* sent, bool* refused) {
   *sent = false;
   *refused = false;
   std::shared_ptr<Channel> channel;
@@ -526,11 +527,12 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   const bool resendable = channel->remote && channel->transport;
   while (resendable && req.id == 0)
     req.id = next_commit_id_.fetch_add(1, std::memory_order_relaxed);
-  fast_get::encode_into(req, channel->request);
-  if (channel->request.size() > fast_get::kMaxAssembledBytes) {
-    return Status(Errc::unsupported,
-                  "a commit of " + std::to_string(channel->request.size()) + " bytes is over the " +
-                      std::to_string(fast_get::kMaxAssembledBytes) + " one request may take");
+  protocol::fast_get::encode_into(req, channel->request);
+  if (channel->request.size() > protocol::fast_get::kMaxAssembledBytes) {
+    return Status(Errc::unsupported, "a commit of " + std::to_string(channel->request.size()) +
+                                         " bytes is over the " +
+                                         std::to_string(protocol::fast_get::kMaxAssembledBytes) +
+                                         " one request may take");
   }
   auto fail = [&](const Status& s) {
     close_failed(volume_id, channel, s);
@@ -550,8 +552,8 @@ Result<fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
   }
   const auto inlined = static_cast<std::size_t>(
       std::count_if(req.inlined.begin(), req.inlined.end(), [](const auto& b) { return b; }));
-  auto done = fast_get::decode_commit_reply(*m, req.records.size(), inlined, req.stage.size(),
-                                            refused, req.sharded);
+  auto done = protocol::fast_get::decode_commit_reply(*m, req.records.size(), inlined,
+                                                      req.stage.size(), refused, req.sharded);
   // A reply that does not decode: the ring is not to be trusted.
   if (!done.ok() && !*refused) return fail(done.status());
   return done;
@@ -617,7 +619,7 @@ void FastPath::keep_staging(const std::string& under, Staging s,
         displaced.push_back(std::move(it->second.staging));
         kept_.erase(it);
       }
-      while (kept_.size() >= limits::kStagedAheadCount) {
+      while (kept_.size() >= protocol::limits::kStagedAheadCount) {
         auto oldest = least_recent(kept_);
         displaced.push_back(std::move(oldest->second.staging));
         kept_.erase(oldest);
@@ -629,9 +631,9 @@ void FastPath::keep_staging(const std::string& under, Staging s,
 }
 
 void FastPath::give_back(const Staging& s, std::chrono::milliseconds timeout) {
-  for (std::size_t at = 0; at < s.regions.size(); at += fast_get::kMaxCommitRecords) {
-    const std::size_t end = std::min(s.regions.size(), at + fast_get::kMaxCommitRecords);
-    fast_get::CommitRequest req;
+  for (std::size_t at = 0; at < s.regions.size(); at += protocol::fast_get::kMaxCommitRecords) {
+    const std::size_t end = std::min(s.regions.size(), at + protocol::fast_get::kMaxCommitRecords);
+    protocol::fast_get::CommitRequest req;
     for (std::size_t i = at; i < end; ++i) req.release.push_back(s.regions[i].region_id);
     bool sent = false, refused = false;
     auto done = commit(s.volume_id, req, timeout, &sent, &refused);
@@ -661,4 +663,4 @@ FastPath::Stats FastPath::stats() const {
   return s;
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

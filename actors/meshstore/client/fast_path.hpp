@@ -59,7 +59,7 @@ class Ring;
 }  // namespace shm
 }  // namespace meshstore::transports
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 /// One object of a direct read: the object it must be, and its tag and
 /// bytes in its volume's shared memory (Transport::tagged_bytes).
@@ -328,8 +328,10 @@ class FastPath {
   /// once (docs/architecture.md, "A commit sent again"). Else, or when
   /// that fails too, the outcome is unknown: an error with `*sent` set.
   /// Waits at most `timeout` for each.
-  Result<fast_get::CommitDone> commit(const std::string& volume_id, fast_get::CommitRequest& req,
-                                      std::chrono::milliseconds timeout, bool* sent, bool* refused);
+  Result<protocol::fast_get::CommitDone> commit(const std::string& volume_id,
+                                                protocol::fast_get::CommitRequest& req,
+                                                std::chrono::milliseconds timeout, bool* sent,
+                                                bool* refused);
 
   Stats stats() const;
   /// put_over_channel counts what it committed: a whole key's put (or a
@@ -400,4 +402,4 @@ class FastPath {
   std::atomic<std::uint64_t> next_commit_id_;
 };
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

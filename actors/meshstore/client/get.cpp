@@ -17,7 +17,7 @@
 #include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::from_caf_error;
 using internal::cuda::on_device;
@@ -45,7 +45,7 @@ struct GetOp {
   // Ends the pin, if any (the controller would end it at its deadline).
   void unpin() {
     if (pin == 0) return;
-    owner->send(owner->state.controller, unpin_atom::value, pin);
+    owner->send(owner->state.controller, protocol::unpin_atom::value, pin);
     pin = 0;
   }
   void fail(const Status& s) {
@@ -183,7 +183,7 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
 void locate_pinned(client_pointer self, const std::shared_ptr<GetOp>& op,
                    std::function<void(Result<std::vector<wire::KeyRecord>>)> k) {
   const auto ttl = static_cast<std::uint64_t>(self->state.cfg.request_timeout.count());
-  ask(self, self->state.controller, locate_pinned_atom::value, op->call.keys, ttl)
+  ask(self, self->state.controller, protocol::locate_pinned_atom::value, op->call.keys, ttl)
       .then(
           [=](std::uint64_t pin, std::vector<wire::KeyRecord>& records) {
             op->pin = pin;
@@ -353,4 +353,4 @@ void handle_get(client_pointer self, GetCall call) {
   start_get(self, op);
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -5,10 +5,10 @@
 
 #include "meshstore/client/client_state.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Runs a get call: locates its keys (from the cache when it can), reads
 // them, and locates again, pinned, when an overwrite or remove raced it.
 void handle_get(client_pointer self, GetCall call);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

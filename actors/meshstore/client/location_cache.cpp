@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 std::optional<wire::KeyRecord> LocationCache::find(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -78,4 +78,4 @@ void LocationCache::clear() {
   map_.clear();
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

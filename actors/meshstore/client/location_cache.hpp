@@ -22,7 +22,7 @@
 #include "meshstore/protocol/records.hpp"
 #include "meshstore/tensor.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 class LocationCache {
  public:
@@ -68,4 +68,4 @@ class LocationCache {
   std::size_t max_;
 };
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

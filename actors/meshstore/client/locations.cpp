@@ -6,7 +6,7 @@
 
 #include "meshstore/client/ask.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::from_caf_error;
 
@@ -36,7 +36,7 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
     }
     if (cached.size() == keys.size()) return k(std::move(cached));
   }
-  ask(self, st.controller, locate_atom::value, keys)
+  ask(self, st.controller, protocol::locate_atom::value, keys)
       .then(
           [=](std::vector<wire::KeyRecord>& records) {
             cache_located(self->state, records);
@@ -45,4 +45,4 @@ void locate(client_pointer self, const std::vector<std::string>& keys, bool use_
           [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

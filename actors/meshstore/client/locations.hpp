@@ -11,7 +11,7 @@
 #include "meshstore/protocol/records.hpp"
 #include "meshstore/result.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Drops the cached locations of every key starting with one of `prefixes`
 // (a state dict's keys, about to be replaced or retired).
@@ -26,4 +26,4 @@ void cache_located(ClientState& st, const std::vector<wire::KeyRecord>& records)
 void locate(client_pointer self, const std::vector<std::string>& keys, bool use_cache,
             std::function<void(Result<std::vector<wire::KeyRecord>>)> k);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -13,7 +13,7 @@
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 
 namespace {
 
@@ -41,7 +41,7 @@ template <class Pieces>
 std::vector<std::size_t> split_runs(const Pieces& pieces, std::uint64_t n) {
   const auto threads = static_cast<std::uint64_t>(transports::CopyEngine::instance().threads());
   const auto groups = static_cast<std::size_t>(std::max<std::uint64_t>(
-      1, std::min<std::uint64_t>(threads, n / limits::kSplitBytesPerThread)));
+      1, std::min<std::uint64_t>(threads, n / protocol::limits::kSplitBytesPerThread)));
   return runs_of(pieces, n, groups);
 }
 
@@ -55,7 +55,7 @@ Future<void> in_runs(const Pieces& pieces, std::uint64_t n, Job job) {
     parts.push_back(transports::CopyEngine::instance().run(
         [job, lo = starts[r], hi = starts[r + 1]] { job(lo, hi); }));
   }
-  return client_detail::settle_all(std::move(parts));
+  return client::settle_all(std::move(parts));
 }
 
 // in_runs with this thread running the first run and waiting for the
@@ -150,4 +150,4 @@ Status fill_gathered_here(const Gather& g, std::byte* dst, std::uint64_t n) {
   return Status();
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::client

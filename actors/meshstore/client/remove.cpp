@@ -8,7 +8,7 @@
 #include "meshstore/client/ask.hpp"
 #include "meshstore/client/locations.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::from_caf_error;
 
@@ -18,7 +18,7 @@ void handle_remove(client_pointer self, RemoveCall call) {
   auto promise = call.promise;
   if (call.single) {
     const auto key = call.keys.front();
-    ask(self, st.controller, remove_atom::value, key)
+    ask(self, st.controller, protocol::remove_atom::value, key)
         .then(
             [=](caf::ok_atom) { promise->set_value(1); },
             [=](caf::error& e) { promise->set_error(from_caf_error(e, "remove '" + key + "'")); });
@@ -30,15 +30,14 @@ void handle_remove(client_pointer self, RemoveCall call) {
   };
   if (call.under) {
     forget_locations_under(st, call.keys);
-    ask(self, st.controller, replace_atom::value, std::vector<wire::KeyRecord>{}, call.keys,
-        call.reuse)
+    ask(self, st.controller, protocol::replace_atom::value, std::vector<wire::KeyRecord>{},
+        call.keys, call.reuse)
         .then([=](const std::vector<std::uint64_t>&) { promise->set_value(call.keys.size()); },
               [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
     return;
   }
-  ask(self, st.controller, remove_batch_atom::value, call.keys).then(on_reply, [=](caf::error& e) {
-    promise->set_error(from_caf_error(e, what));
-  });
+  ask(self, st.controller, protocol::remove_batch_atom::value, call.keys)
+      .then(on_reply, [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

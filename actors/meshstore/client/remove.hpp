@@ -4,10 +4,10 @@
 
 #include "meshstore/client/client_state.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Runs a remove call at the controller, forgetting the keys' cached
 // locations first.
 void handle_remove(client_pointer self, RemoveCall call);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -11,7 +11,7 @@
 #include "meshstore/client/unpack.hpp"
 #include "meshstore/protocol/limits.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::from_caf_error;
 
@@ -29,7 +29,7 @@ struct StreamOp {
   std::vector<wire::RegionRef> regions;  // per record, from the lease
   std::vector<bool> filled, started;
   int in_flight = 0;
-  StreamEnd end = StreamEnd::none;
+  protocol::StreamEnd end = protocol::StreamEnd::none;
   std::string why;  // the writer's abort
   Status failure;   // the first read error
   bool finished = false;
@@ -57,7 +57,8 @@ void finish_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
       break;
     }
   }
-  if (op->leased && op->conn) self->send(op->conn->handle, close_read_atom::value, op->lease_id);
+  if (op->leased && op->conn)
+    self->send(op->conn->handle, protocol::close_read_atom::value, op->lease_id);
   Status unpacked;
   if (r.ok()) unpacked = finish_unpack(op->unpack);
   op->unpack.clear();
@@ -73,7 +74,7 @@ void finish_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
 // touches the destinations any more.
 void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op) {
   if (op->finished) return;
-  const bool failed = !op->failure.ok() || op->end == StreamEnd::aborted;
+  const bool failed = !op->failure.ok() || op->end == protocol::StreamEnd::aborted;
   if (failed) {
     if (op->in_flight > 0) return;  // the destinations are still being written
     if (!op->failure.ok()) return finish_stream(self, op, op->failure);
@@ -81,8 +82,8 @@ void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op) {
         self, op, Status(Errc::unavailable, "the writer aborted before its commit: " + op->why));
   }
   if (op->small) {
-    if (op->end == StreamEnd::committed)
-      finish_stream(self, op, static_cast<std::uint32_t>(StreamKind::committed));
+    if (op->end == protocol::StreamEnd::committed)
+      finish_stream(self, op, static_cast<std::uint32_t>(protocol::StreamKind::committed));
     return;
   }
   if (!op->leased) return;
@@ -102,8 +103,8 @@ void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op) {
       stream_progress(self, op);
     });
   }
-  if (op->end == StreamEnd::committed && all_started && op->in_flight == 0) {
-    finish_stream(self, op, static_cast<std::uint32_t>(StreamKind::streaming));
+  if (op->end == protocol::StreamEnd::committed && all_started && op->in_flight == 0) {
+    finish_stream(self, op, static_cast<std::uint32_t>(protocol::StreamKind::streaming));
   }
 }
 
@@ -153,7 +154,7 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
   self->state.streams.emplace(op->call.key, op);
   // A small state dict gains nothing from overlap (and the volume would
   // answer a small pin with bytes not written yet): read it once committed.
-  op->small = total <= actors::limits::kInlineBytes;
+  op->small = total <= protocol::limits::kInlineBytes;
   if (op->small) return stream_progress(self, op);
   with_volume(self, volume, [=](const ConnResult& conn) {
     if (op->finished) return;
@@ -173,7 +174,7 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
     // Pins the staged objects: a writer's abort, a retire or a replace
     // cannot free them under the reads. (Located with the stream: read
     // even if a later put superseded them.)
-    ask(self, op->conn->handle, open_read_atom::value, ids, op->lease_id, true)
+    ask(self, op->conn->handle, protocol::open_read_atom::value, ids, op->lease_id, true)
         .then(
             [=](const wire::ReadLease& lease) {
               op->leased = lease.lease_id != 0;
@@ -192,7 +193,7 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
             [=](caf::error& e) {
               auto s = from_caf_error(e, "open_read at volume '" + volume + "'");
               if (s.code() == Errc::timeout)
-                self->send(op->conn->handle, close_read_atom::value, op->lease_id);
+                self->send(op->conn->handle, protocol::close_read_atom::value, op->lease_id);
               if (s.code() == Errc::not_found) {
                 // The writer gave its objects back already: it aborted.
                 s = Status(Errc::unavailable,
@@ -214,12 +215,12 @@ void stream_event(client_pointer self, const std::string& key,
   for (auto it = range.first; it != range.second; ++it) ops.push_back(it->second);
   for (auto& op : ops) {
     mark_filled(*op, filled);
-    if (end == static_cast<std::uint32_t>(StreamEnd::committed)) {
+    if (end == static_cast<std::uint32_t>(protocol::StreamEnd::committed)) {
       // Committed means filled, reported or not.
       op->filled.assign(op->filled.size(), true);
-      op->end = StreamEnd::committed;
-    } else if (end == static_cast<std::uint32_t>(StreamEnd::aborted)) {
-      op->end = StreamEnd::aborted;
+      op->end = protocol::StreamEnd::committed;
+    } else if (end == static_cast<std::uint32_t>(protocol::StreamEnd::aborted)) {
+      op->end = protocol::StreamEnd::aborted;
       op->why = why;
     }
     stream_progress(self, op);
@@ -241,16 +242,16 @@ void handle_stream(client_pointer self, StreamCall call) {
   op->call = std::move(call);
   auto& st = self->state;
   const auto wait_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(0, op->call.wait.count()));
-  ask(self, st.controller, stream_subscribe_atom::value, op->call.key, wait_ms)
+  ask(self, st.controller, protocol::stream_subscribe_atom::value, op->call.key, wait_ms)
       .within(op->call.wait + st.cfg.request_timeout)
       .then(
           [=](std::uint32_t kind, const std::string& manifest,
               const std::vector<wire::KeyRecord>& records,
               const std::vector<std::uint64_t>& filled) {
-            if (kind == static_cast<std::uint32_t>(StreamKind::committed)) {
+            if (kind == static_cast<std::uint32_t>(protocol::StreamKind::committed)) {
               return (void)op->call.promise->set_value(kind);
             }
-            if (kind != static_cast<std::uint32_t>(StreamKind::streaming)) {
+            if (kind != static_cast<std::uint32_t>(protocol::StreamKind::streaming)) {
               return (void)op->call.promise->set_error(
                   Status(Errc::timeout, op->what + ": nothing was written within " +
                                             std::to_string(op->call.wait.count()) + " ms"));
@@ -262,4 +263,4 @@ void handle_stream(client_pointer self, StreamCall call) {
           });
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -9,7 +9,7 @@
 
 #include "meshstore/client/client_state.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Subscribes to the stream of a state dict at the controller and follows
 // it: answers StreamKind::committed (nothing to follow; read it as usual)
@@ -25,4 +25,4 @@ void stream_event(client_pointer self, const std::string& key,
 // The controller is gone: every followed stream fails with `why`.
 void controller_gone(client_pointer self, const std::string& why);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

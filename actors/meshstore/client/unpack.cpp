@@ -4,7 +4,7 @@
 
 #include "meshstore/internal/cuda_copy.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::cuda::on_device;
 
@@ -35,4 +35,4 @@ Status finish_unpack(std::vector<std::pair<Tensor, TensorView>>& unpack) {
   return first;
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

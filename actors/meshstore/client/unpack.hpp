@@ -11,7 +11,7 @@
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Where a read into `dst` lands: `dst` itself when contiguous (and, with
 // `host_only`, in host memory), else a contiguous host temporary queued in
@@ -24,4 +24,4 @@ Result<std::byte*> contiguous_target(const TensorView& dst,
 // GPU ones with CUDA (strided views by a kernel), the others by the CPU.
 Status finish_unpack(std::vector<std::pair<Tensor, TensorView>>& unpack);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -18,7 +18,7 @@
 #include "meshstore/placement.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 using internal::from_caf_error;
 
@@ -35,9 +35,10 @@ struct LeaseGuard {
     auto hdl = caf::actor_cast<caf::actor>(client);
     if (!hdl) return;
     auto self = caf::actor_cast<client_pointer>(hdl);  // runs only inside that actor
-    caf::anon_send(hdl, run_atom::value, internal::Closure{[self, volume = volume, id = lease_id] {
-                     auto v = caf::actor_cast<storage_volume_actor>(volume);
-                     if (v) self->send(v, close_read_atom::value, id);
+    caf::anon_send(hdl, protocol::run_atom::value,
+                   internal::Closure{[self, volume = volume, id = lease_id] {
+                     auto v = caf::actor_cast<protocol::storage_volume_actor>(volume);
+                     if (v) self->send(v, protocol::close_read_atom::value, id);
                    }});
   }
 };
@@ -340,7 +341,7 @@ void close_checked(client_pointer self, const std::shared_ptr<VolumeConn>& c,
                    std::uint64_t lease_id, const Result<void>& copied, std::shared_ptr<bool> stale,
                    std::shared_ptr<Promise<void>> promise) {
   const std::string volume_id = c->info.volume_id;
-  ask(self, c->handle, close_read_atom::value, lease_id, true)
+  ask(self, c->handle, protocol::close_read_atom::value, lease_id, true)
       .then(
           [=](bool whole) {
             if (whole) return (void)promise->set(copied);
@@ -366,13 +367,13 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
   std::vector<std::uint64_t> ids;
   for (const auto& t : targets) ids.push_back(t.object_id);
   const std::uint64_t lease_id = self->state.next_lease_id++;
-  ask(self, c->handle, open_read_atom::value, ids, lease_id, pinned)
+  ask(self, c->handle, protocol::open_read_atom::value, ids, lease_id, pinned)
       .then(
           [=](const wire::ReadLease& lease) mutable {
             c->remember(lease.regions);
             if (lease.regions.size() != targets.size()) {
               if (lease.lease_id != 0)
-                self->send(c->handle, close_read_atom::value, lease.lease_id);
+                self->send(c->handle, protocol::close_read_atom::value, lease.lease_id);
               return (void)promise->set_error(Status(
                   Errc::protocol_error, "volume '" + volume_id + "' answered " +
                                             std::to_string(lease.regions.size()) + " regions for " +
@@ -432,13 +433,14 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
               auto views =
                   lease.revocable ? Result<bool>(false) : map_views(self, c, lease, targets);
               if (!views.ok() || *views) {
-                if (!views.ok()) self->send(c->handle, close_read_atom::value, lease.lease_id);
+                if (!views.ok())
+                  self->send(c->handle, protocol::close_read_atom::value, lease.lease_id);
                 return (void)promise->set(views.ok() ? Result<void>() : views.status());
               }
               for (auto& t : targets) {
                 auto copy = Tensor::empty(t.dtype, t.shape);
                 if (!copy.ok()) {
-                  self->send(c->handle, close_read_atom::value, lease.lease_id);
+                  self->send(c->handle, protocol::close_read_atom::value, lease.lease_id);
                   return (void)promise->set_error(copy.status());
                 }
                 *t.view = std::move(copy).value();
@@ -448,7 +450,7 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
             auto reads = copy_out(c, lease.regions, targets);
             await(self, settle_all(std::move(reads)), [=](const Result<void>& r) {
               if (!lease.revocable) {
-                self->send(c->handle, close_read_atom::value, lease.lease_id);
+                self->send(c->handle, protocol::close_read_atom::value, lease.lease_id);
                 return (void)promise->set(r);
               }
               close_checked(self, c, lease.lease_id, r, stale, promise);
@@ -459,7 +461,8 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
             if (s.code() == Errc::not_found) *stale = true;
             // The volume may still grant the lease after our timeout: close
             // it (messages between two actors stay in order).
-            if (s.code() == Errc::timeout) self->send(c->handle, close_read_atom::value, lease_id);
+            if (s.code() == Errc::timeout)
+              self->send(c->handle, protocol::close_read_atom::value, lease_id);
             promise->set_error(std::move(s));
           });
 }
@@ -505,4 +508,4 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
   return fut;
 }
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -16,7 +16,7 @@
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 
-namespace meshstore::actors::client_detail {
+namespace meshstore::client {
 
 // Where one object of a read goes.
 struct ReadTarget {
@@ -52,4 +52,4 @@ Future<void> read_from_volume(client_pointer self, const std::string& volume_id,
                               std::vector<ReadTarget> targets, bool pinned,
                               std::shared_ptr<bool> stale);
 
-}  // namespace meshstore::actors::client_detail
+}  // namespace meshstore::client

@@ -4,6 +4,8 @@
 // bytes. Its state is in controller/controller_state.hpp; sharded puts are
 // checked in controller/sharded_puts.cpp, what it tells volumes and hears
 // of them is in controller/volumes.cpp, streams in controller/streams.cpp.
+#include "meshstore/controller/controller.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -16,9 +18,7 @@
 #include "meshstore/protocol/controller_actor.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 
-namespace meshstore::actors {
-
-namespace controller_detail {
+namespace meshstore::controller {
 
 void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out) {
   for (const auto& s : r.shards) out[s.volume_id].push_back(s.object_id);
@@ -32,11 +32,8 @@ Status unknown_volume(const ControllerState& st, const std::string& ctx, const s
   return Status(Errc::not_found, ctx + ": unknown volume '" + id + "'");
 }
 
-}  // namespace controller_detail
-
 namespace {
 
-using namespace controller_detail;
 using internal::to_caf_error;
 
 Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
@@ -94,7 +91,7 @@ void after_flush(controller_pointer self,
   wait.answer = std::move(answer);
   for (const auto& [vid, ids] : due) {
     wait.volumes.insert(vid);
-    self->request(st.volumes.at(vid), kFlushTimeout, flush_atom::value)
+    self->request(st.volumes.at(vid), kFlushTimeout, protocol::flush_atom::value)
         .then([self, token, vid = vid](caf::ok_atom) { flushed(self, token, vid); },
               [self, token, vid = vid](caf::error&) { flushed(self, token, vid); });
   }
@@ -202,7 +199,7 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
                                               const std::vector<std::string>& members,
                                               std::uint64_t layout) {
   auto& st = self->state;
-  st.count(ControllerCounter::notify_put_batch);
+  st.count(protocol::ControllerCounter::notify_put_batch);
   // Validated as a whole (against each other too), then applied.
   if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
     return s;
@@ -303,8 +300,6 @@ std::vector<std::string> written_with(const ControllerState& st, const std::stri
 
 }  // namespace
 
-namespace controller_detail {
-
 // Drops `keys` from the index; their objects go into `released`.
 wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>& keys,
                             std::map<std::string, std::vector<std::uint64_t>>& released) {
@@ -330,7 +325,7 @@ wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>&
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
                               Verdict verdict, bool whole) {
   auto& st = self->state;
-  st.count(ControllerCounter::remove);
+  st.count(protocol::ControllerCounter::remove);
   std::vector<std::string> members;
   if (whole) {
     for (const auto& k : keys) {
@@ -344,8 +339,6 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
   send_to_volumes(self, released, verdict);
   return reply;
 }
-
-}  // namespace controller_detail
 
 namespace {
 
@@ -381,10 +374,10 @@ std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::
 // A commit from a volume in this actor system (LocalCommit): answered once
 // every other volume flushed; the sender retires what it superseded
 // itself, before the answer.
-void local_commit(controller_pointer self, LocalCommit job) {
+void local_commit(controller_pointer self, protocol::LocalCommit job) {
   auto& st = self->state;
   st.flush_due.clear();
-  if (!job.sharded) st.count(ControllerCounter::notify_put_batch);
+  if (!job.sharded) st.count(protocol::ControllerCounter::notify_put_batch);
   auto versions = job.sharded ? put_shards(self, job.records, job.group, job.members, job.layout)
                               : commit_batch(self, job.records);
   if (!versions.ok()) return job.done(versions.status());
@@ -403,7 +396,7 @@ void local_commit(controller_pointer self, LocalCommit job) {
 // it points to and the keys written with it.
 std::vector<wire::KeyRecord> locate_latest(ControllerState& st, const std::string& prefix,
                                            bool with_version) {
-  st.count(ControllerCounter::locate);
+  st.count(protocol::ControllerCounter::locate);
   auto out = locate(st, {prefix});
   const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
   if (!with_version || n == 0) return out;
@@ -418,8 +411,8 @@ std::vector<wire::KeyRecord> locate_latest(ControllerState& st, const std::strin
 caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
     controller_pointer self, const std::vector<std::string>& keys, std::uint64_t ttl_ms) {
   auto& st = self->state;
-  st.count(ControllerCounter::locate);
-  st.count(ControllerCounter::pinned_locate);
+  st.count(protocol::ControllerCounter::locate);
+  st.count(protocol::ControllerCounter::pinned_locate);
   auto out = locate(st, keys);
   std::vector<ControllerState::ObjectRef> refs;
   for (const auto& r : out) {
@@ -430,13 +423,13 @@ caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
   const auto id = st.next_pin++;
   for (const auto& ref : refs) ++st.pinned[ref];
   st.pins.emplace(id, std::move(refs));
-  self->delayed_send(self, std::chrono::milliseconds(ttl_ms), unpin_atom::value, id);
+  self->delayed_send(self, std::chrono::milliseconds(ttl_ms), protocol::unpin_atom::value, id);
   return {id, std::move(out)};
 }
 
 // The keys under `prefix` (key_matches_prefix), in order.
 std::vector<std::string> keys_under(ControllerState& st, const std::string& prefix) {
-  st.count(ControllerCounter::keys);
+  st.count(protocol::ControllerCounter::keys);
   std::vector<std::string> out;
   for (auto it = st.index.lower_bound(prefix); it != st.index.end(); ++it) {
     if (it->first.compare(0, prefix.size(), prefix) != 0) break;
@@ -449,7 +442,7 @@ std::vector<std::string> keys_under(ControllerState& st, const std::string& pref
 // state dict's manifest takes its buckets and entries along.
 caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string& key) {
   auto& st = self->state;
-  st.count(ControllerCounter::remove);
+  st.count(protocol::ControllerCounter::remove);
   st.flush_due.clear();
   std::map<std::string, std::vector<std::uint64_t>> doomed;
   if (drop_pending(st, key, doomed)) {
@@ -488,7 +481,7 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
   st.flush_due.clear();
   std::vector<std::uint64_t> versions;
   if (!records.empty()) {
-    st.count(ControllerCounter::notify_put_batch);
+    st.count(protocol::ControllerCounter::notify_put_batch);
     auto committed = commit_batch(self, records);
     if (!committed.ok()) return to_caf_error(committed.status());
     versions = std::move(committed).value();
@@ -498,8 +491,8 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
 }
 
 // Volume `id`'s description and handle.
-caf::result<wire::VolumeInfo, storage_volume_actor> volume_of(const ControllerState& st,
-                                                              const std::string& id) {
+caf::result<wire::VolumeInfo, protocol::storage_volume_actor> volume_of(const ControllerState& st,
+                                                                        const std::string& id) {
   auto it = st.volumes.find(id);
   if (it == st.volumes.end())
     return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
@@ -522,7 +515,7 @@ auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
 
 // Each of `keys`' version, 0 for a key not held.
 std::vector<std::uint64_t> versions_of(ControllerState& st, const std::vector<std::string>& keys) {
-  st.count(ControllerCounter::exists);
+  st.count(protocol::ControllerCounter::exists);
   std::vector<std::uint64_t> out;
   for (const auto& k : keys) {
     auto it = st.index.find(k);
@@ -539,79 +532,81 @@ void watch_volumes(controller_pointer self) {
   if (watchers.emplace(client.address(), client).second) self->monitor(client);
 }
 
-controller_actor::behavior_type controller_impl(controller_pointer self) {
+protocol::controller_actor::behavior_type controller_impl(controller_pointer self) {
   self->set_down_handler([=](caf::down_msg& msg) {
     // One actor may be a stream writer and a watcher (a client) at once.
     self->state.volume_watchers.erase(msg.source);
     if (!writer_down(self, msg)) volume_down(self, msg);
   });
   return {
-      [=](watch_volumes_atom) { watch_volumes(self); },
-      [=](register_volume_atom, const wire::VolumeInfo& info,
-          storage_volume_actor v) -> caf::result<caf::ok_atom> {
+      [=](protocol::watch_volumes_atom) { watch_volumes(self); },
+      [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
+          protocol::storage_volume_actor v) -> caf::result<caf::ok_atom> {
         if (auto s = register_volume(self, info, std::move(v)); !s.ok()) return to_caf_error(s);
         return caf::ok_atom::value;
       },
-      [=](volume_atom, const std::string& id) { return volume_of(self->state, id); },
-      [=](volumes_atom) { return self->state.volume_infos; },
-      [=](notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
-        self->state.count(ControllerCounter::notify_put);
+      [=](protocol::volume_atom, const std::string& id) { return volume_of(self->state, id); },
+      [=](protocol::volumes_atom) { return self->state.volume_infos; },
+      [=](protocol::notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
+        self->state.count(protocol::ControllerCounter::notify_put);
         return commit_and_answer(
             self, [&] { return commit_batch(self, {r}); }, [](auto v) { return v.front(); });
       },
-      [=](notify_put_batch_atom, const std::vector<wire::KeyRecord>& records) {
-        self->state.count(ControllerCounter::notify_put_batch);
+      [=](protocol::notify_put_batch_atom, const std::vector<wire::KeyRecord>& records) {
+        self->state.count(protocol::ControllerCounter::notify_put_batch);
         return commit_and_answer(
             self, [&] { return commit_batch(self, records); }, [](auto v) { return v; });
       },
-      [=](local_commit_atom, LocalCommit& job) { local_commit(self, std::move(job)); },
-      [=](locate_atom, const std::vector<std::string>& keys) {
-        self->state.count(ControllerCounter::locate);
+      [=](protocol::local_commit_atom, protocol::LocalCommit& job) {
+        local_commit(self, std::move(job));
+      },
+      [=](protocol::locate_atom, const std::vector<std::string>& keys) {
+        self->state.count(protocol::ControllerCounter::locate);
         return locate(self->state, keys);
       },
-      [=](locate_latest_atom, const std::string& prefix, bool with_version) {
+      [=](protocol::locate_latest_atom, const std::string& prefix, bool with_version) {
         return locate_latest(self->state, prefix, with_version);
       },
-      [=](evict_atom, const std::string& volume_id, std::uint64_t bytes) {
+      [=](protocol::evict_atom, const std::string& volume_id, std::uint64_t bytes) {
         return evict(self, volume_id, bytes);
       },
-      [=](locate_pinned_atom, const std::vector<std::string>& keys, std::uint64_t ttl_ms) {
-        return locate_pinned(self, keys, ttl_ms);
+      [=](protocol::locate_pinned_atom, const std::vector<std::string>& keys,
+          std::uint64_t ttl_ms) { return locate_pinned(self, keys, ttl_ms); },
+      [=](protocol::unpin_atom, std::uint64_t id) { unpin(self, id); },
+      [=](protocol::keys_atom, const std::string& prefix) {
+        return keys_under(self->state, prefix);
       },
-      [=](unpin_atom, std::uint64_t id) { unpin(self, id); },
-      [=](keys_atom, const std::string& prefix) { return keys_under(self->state, prefix); },
-      [=](exists_atom, const std::vector<std::string>& keys) {
+      [=](protocol::exists_atom, const std::vector<std::string>& keys) {
         return versions_of(self->state, keys);
       },
-      [=](remove_atom, const std::string& key) { return remove_key(self, key); },
-      [=](remove_batch_atom, const std::vector<std::string>& keys) {
+      [=](protocol::remove_atom, const std::string& key) { return remove_key(self, key); },
+      [=](protocol::remove_batch_atom, const std::vector<std::string>& keys) {
         return remove_batch(self, keys);
       },
-      [=](counters_atom) { return self->state.counters; },
-      [=](put_shards_atom, const std::vector<wire::KeyRecord>& records, const std::string& group,
-          const std::vector<std::string>& members, std::uint64_t layout) {
+      [=](protocol::counters_atom) { return self->state.counters; },
+      [=](protocol::put_shards_atom, const std::vector<wire::KeyRecord>& records,
+          const std::string& group, const std::vector<std::string>& members, std::uint64_t layout) {
         return commit_and_answer(
             self, [&] { return put_shards(self, records, group, members, layout); },
             [](auto v) { return v; });
       },
-      [=](stream_open_atom, const std::string& key, std::string& manifest,
+      [=](protocol::stream_open_atom, const std::string& key, std::string& manifest,
           std::vector<wire::KeyRecord>& records, std::vector<std::uint64_t>& filled) {
         open_stream(self, key, std::move(manifest), std::move(records), std::move(filled));
         return caf::ok_atom::value;
       },
-      [=](stream_progress_atom, const std::string& key, const std::vector<std::uint64_t>& filled) {
-        stream_progress(self, key, filled);
-      },
-      [=](stream_abort_atom, const std::string& key, const std::string& why) {
+      [=](protocol::stream_progress_atom, const std::string& key,
+          const std::vector<std::uint64_t>& filled) { stream_progress(self, key, filled); },
+      [=](protocol::stream_abort_atom, const std::string& key, const std::string& why) {
         abort_stream(self, key, why);
       },
-      [=](stream_subscribe_atom, const std::string& key, std::uint64_t wait_ms) {
+      [=](protocol::stream_subscribe_atom, const std::string& key, std::uint64_t wait_ms) {
         return subscribe(self, key, wait_ms);
       },
-      [=](stream_expire_atom, const std::string& key, std::uint64_t id) {
+      [=](protocol::stream_expire_atom, const std::string& key, std::uint64_t id) {
         expire_waiter(self, key, id);
       },
-      [=](replace_atom, const std::vector<wire::KeyRecord>& records,
+      [=](protocol::replace_atom, const std::vector<wire::KeyRecord>& records,
           const std::vector<std::string>& prefixes,
           bool reuse) -> caf::result<std::vector<std::uint64_t>> {
         return replace(self, records, prefixes, reuse);
@@ -631,6 +626,8 @@ bool key_matches_prefix(const std::string& key, const std::string& prefix) noexc
   return next == '/' || next == '.';
 }
 
-controller_actor spawn_controller(caf::actor_system& sys) { return sys.spawn(controller_impl); }
+protocol::controller_actor spawn_controller(caf::actor_system& sys) {
+  return sys.spawn(controller_impl);
+}
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::controller

@@ -14,7 +14,7 @@
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/controller_actor.hpp"
 
-namespace meshstore::actors::controller_detail {
+namespace meshstore::controller {
 
 // A key's committed record in the index, with what only the controller
 // keeps about it. Derived rather than wrapped so that the index's records
@@ -42,7 +42,7 @@ struct ControllerState {
 
   std::map<std::string, IndexEntry> index;  // ordered: keys(prefix) is a range scan
   std::vector<wire::VolumeInfo> volume_infos;
-  std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::unordered_map<std::string, protocol::storage_volume_actor> volumes;
   std::map<caf::actor_addr, std::string> volume_by_addr;  // monitored volumes
   // Keys whose volume died, with that volume's id, until put or removed again.
   std::map<std::string, std::string> lost;
@@ -104,12 +104,12 @@ struct ControllerState {
   std::map<std::uint64_t, FlushWait> flushes;
   std::uint64_t next_flush = 1;
   std::vector<std::uint64_t> counters =
-      std::vector<std::uint64_t>(static_cast<std::size_t>(ControllerCounter::count_), 0);
-  void count(ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
+      std::vector<std::uint64_t>(static_cast<std::size_t>(protocol::ControllerCounter::count_), 0);
+  void count(protocol::ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
   std::shared_ptr<spdlog::logger> log = log::get("controller");
 };
 
-using controller_pointer = controller_actor::stateful_pointer<ControllerState>;
+using controller_pointer = protocol::controller_actor::stateful_pointer<ControllerState>;
 
 /// Adds the object ids of `r`'s shards to `out`, by volume.
 void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out);
@@ -183,7 +183,7 @@ wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::st
 /// Registers volume `v` described by `info`, monitored; an empty or taken
 /// id is refused.
 Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
-                       storage_volume_actor v);
+                       protocol::storage_volume_actor v);
 
 // -- streams (controller/streams.cpp) -----------------------------------------
 
@@ -209,15 +209,16 @@ SubscribeReply subscribe(controller_pointer self, const std::string& key, std::u
 void expire_waiter(controller_pointer self, const std::string& key, std::uint64_t id);
 
 /// Ends `key`'s stream, telling its readers how.
-void end_stream(controller_pointer self, const std::string& key, StreamEnd end,
+void end_stream(controller_pointer self, const std::string& key, protocol::StreamEnd end,
                 const std::string& why);
 /// Tells `reader` of `key`'s stream: objects filled, or how it ended.
 void send_event(controller_pointer self, const caf::actor_addr& reader, const std::string& key,
-                const std::vector<std::uint64_t>& filled, StreamEnd end, const std::string& why);
+                const std::vector<std::uint64_t>& filled, protocol::StreamEnd end,
+                const std::string& why);
 /// `key` committed: its stream ends, and readers waiting for it read it.
 void streams_committed(controller_pointer self, const std::string& key);
 /// A stream writer went down before committing: its streams are aborted;
 /// false when `msg` is not of a writer.
 bool writer_down(controller_pointer self, const caf::down_msg& msg);
 
-}  // namespace meshstore::actors::controller_detail
+}  // namespace meshstore::controller

@@ -1,20 +1,22 @@
+#include "meshstore/controller/controller.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/version.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::controller {
 namespace {
 
 struct DirectoryState {
   static inline const char* name = "meshstore.directory";
 };
 
-directory_actor::behavior_type directory_impl(
-    directory_actor::stateful_pointer<DirectoryState> self, controller_actor controller,
-    strategy_actor strategy, std::string strategy_name) {
+protocol::directory_actor::behavior_type directory_impl(
+    protocol::directory_actor::stateful_pointer<DirectoryState> self,
+    protocol::controller_actor controller, protocol::strategy_actor strategy,
+    std::string strategy_name) {
   return {
-      [=](hello_atom, const std::string& version)
-          -> caf::result<controller_actor, strategy_actor, std::string> {
+      [=](protocol::hello_atom, const std::string& version)
+          -> caf::result<protocol::controller_actor, protocol::strategy_actor, std::string> {
         if (!versions_compatible(version, meshstore::version())) {
           return internal::to_caf_error(Status(
               Errc::protocol_error,
@@ -27,8 +29,10 @@ directory_actor::behavior_type directory_impl(
 
 }  // namespace
 
-directory_actor spawn_directory(caf::actor_system& sys, controller_actor controller,
-                                strategy_actor strategy, std::string strategy_name) {
+protocol::directory_actor spawn_directory(caf::actor_system& sys,
+                                          protocol::controller_actor controller,
+                                          protocol::strategy_actor strategy,
+                                          std::string strategy_name) {
   return sys.spawn(directory_impl, std::move(controller), std::move(strategy),
                    std::move(strategy_name));
 }
@@ -38,4 +42,4 @@ bool versions_compatible(const std::string& a, const std::string& b) {
   return !a.empty() && major_minor(a) == major_minor(b);
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::controller

@@ -7,7 +7,7 @@
 
 #include "meshstore/controller/controller_state.hpp"
 
-namespace meshstore::actors::controller_detail {
+namespace meshstore::controller {
 namespace {
 
 std::string hex64(std::uint64_t v) {
@@ -223,4 +223,4 @@ bool drop_pending(ControllerState& st, const std::string& key,
   return true;
 }
 
-}  // namespace meshstore::actors::controller_detail
+}  // namespace meshstore::controller

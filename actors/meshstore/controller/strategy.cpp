@@ -2,10 +2,11 @@
 #include <map>
 #include <unordered_map>
 
+#include "meshstore/controller/controller.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::controller {
 namespace {
 
 using internal::to_caf_error;
@@ -14,12 +15,12 @@ struct StrategyState {
   static inline const char* name = "meshstore.strategy";
   StrategyPolicy policy;
   std::vector<wire::VolumeInfo> infos;
-  std::unordered_map<std::string, storage_volume_actor> volumes;
+  std::unordered_map<std::string, protocol::storage_volume_actor> volumes;
   std::map<caf::actor_addr, std::string> by_addr;  // monitored volumes
 };
 
-strategy_actor::behavior_type strategy_impl(strategy_actor::stateful_pointer<StrategyState> self,
-                                            StrategyPolicy policy) {
+protocol::strategy_actor::behavior_type strategy_impl(
+    protocol::strategy_actor::stateful_pointer<StrategyState> self, StrategyPolicy policy) {
   self->state.policy = std::move(policy);
   // A dead volume leaves the choice: new puts go to a live one or fail clearly.
   self->set_down_handler([=](caf::down_msg& msg) {
@@ -34,8 +35,8 @@ strategy_actor::behavior_type strategy_impl(strategy_actor::stateful_pointer<Str
     st.by_addr.erase(it);
   });
   return {
-      [=](register_volume_atom, const wire::VolumeInfo& info,
-          storage_volume_actor v) -> caf::result<caf::ok_atom> {
+      [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
+          protocol::storage_volume_actor v) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
         if (st.volumes.count(info.volume_id) != 0) {
           return to_caf_error(Status(Errc::invalid_argument, "strategy: volume '" + info.volume_id +
@@ -47,8 +48,8 @@ strategy_actor::behavior_type strategy_impl(strategy_actor::stateful_pointer<Str
         st.infos.push_back(info);
         return caf::ok_atom::value;
       },
-      [=](select_atom,
-          const wire::ClientInfo& client) -> caf::result<wire::VolumeInfo, storage_volume_actor> {
+      [=](protocol::select_atom, const wire::ClientInfo& client)
+          -> caf::result<wire::VolumeInfo, protocol::storage_volume_actor> {
         auto& st = self->state;
         auto id = st.policy(client, st.infos);
         if (!id.ok()) return to_caf_error(id.status());
@@ -160,8 +161,8 @@ std::vector<wire::VolumeInfo> volumes_for(const std::string& name, const Process
   return out;
 }
 
-strategy_actor spawn_strategy(caf::actor_system& sys, StrategyPolicy policy) {
+protocol::strategy_actor spawn_strategy(caf::actor_system& sys, StrategyPolicy policy) {
   return sys.spawn(strategy_impl, std::move(policy));
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::controller

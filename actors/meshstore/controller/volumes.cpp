@@ -6,10 +6,10 @@
 #include "meshstore/controller/controller_state.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 
-namespace meshstore::actors::controller_detail {
+namespace meshstore::controller {
 
 Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
-                       storage_volume_actor v) {
+                       protocol::storage_volume_actor v) {
   auto& st = self->state;
   if (info.volume_id.empty()) return Status(Errc::invalid_argument, "register_volume: empty id");
   if (st.volumes.count(info.volume_id)) {
@@ -49,21 +49,21 @@ void send_to_volumes(controller_pointer self,
         }
       }
       if (!retired.empty()) {
-        self->send(it->second, retire_atom::value, retired);
+        self->send(it->second, protocol::retire_atom::value, retired);
         st.flush_due[vid].insert(st.flush_due[vid].end(), retired.begin(), retired.end());
       }
       if (ids.empty()) continue;
     }
     switch (verdict) {
       case Verdict::commit:
-        self->send(it->second, commit_atom::value, ids);
+        self->send(it->second, protocol::commit_atom::value, ids);
         break;
       case Verdict::release:
-        self->send(it->second, release_atom::value, ids);
+        self->send(it->second, protocol::release_atom::value, ids);
         st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
         break;
       case Verdict::discard:
-        self->send(it->second, discard_atom::value, ids);
+        self->send(it->second, protocol::discard_atom::value, ids);
         st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
         break;
     }
@@ -129,7 +129,8 @@ caf::result<std::vector<std::string>> evict(controller_pointer self, const std::
     offered.emplace_back(r->key, r->shards.front().object_id);
   }
   auto rp = self->make_response_promise<std::vector<std::string>>();
-  self->request(volume->second, std::chrono::seconds(10), evict_atom::value, objects, bytes)
+  self->request(volume->second, std::chrono::seconds(10), protocol::evict_atom::value, objects,
+                bytes)
       .then(
           [self, rp, volume_id, bytes, offered](const std::vector<std::uint64_t>& dropped) mutable {
             auto& st = self->state;
@@ -214,8 +215,8 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
               "volume '{}' went down ({}); {} key(s) it held are lost", id,
               caf::to_string(msg.reason), lost);
   for (const auto& [addr, client] : st.volume_watchers) {
-    caf::anon_send(client, volume_gone_atom::value, id, caf::to_string(msg.reason));
+    caf::anon_send(client, protocol::volume_gone_atom::value, id, caf::to_string(msg.reason));
   }
 }
 
-}  // namespace meshstore::actors::controller_detail
+}  // namespace meshstore::controller

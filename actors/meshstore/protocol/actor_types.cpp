@@ -14,7 +14,7 @@
 #include "meshstore/transports/transport.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::protocol {
 
 void add_actor_types(caf::actor_system_config& cfg) {
   // The wire structs (records and RegionRef). Their names are part of the
@@ -28,6 +28,8 @@ void add_actor_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<wire::VolumeStat>("meshstore::wire::VolumeStat");
   cfg.add_message_type<wire::ClientInfo>("meshstore::wire::ClientInfo");
   cfg.add_message_type<transports::EndpointInfo>("meshstore::transports::EndpointInfo");
+  // The actor handles keep the names they had in meshstore::actors: a
+  // name is the wire's, not the C++ namespace's.
   cfg.add_message_type<storage_volume_actor>("meshstore::actors::storage_volume_actor");
   cfg.add_message_type<controller_actor>("meshstore::actors::controller_actor");
   cfg.add_message_type<strategy_actor>("meshstore::actors::strategy_actor");
@@ -43,4 +45,4 @@ void add_actor_types(caf::actor_system_config& cfg) {
       "std::vector<meshstore::transports::EndpointInfo>");
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::protocol

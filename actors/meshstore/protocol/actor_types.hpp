@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-namespace meshstore::actors {
+namespace meshstore::protocol {
 
 /// Registers the message types of the store's actors and transports with a
 /// CAF config (the wire structs of meshstore/protocol/records.hpp and
@@ -11,4 +11,4 @@ namespace meshstore::actors {
 /// processes. Every process running the store's actors calls it.
 void add_actor_types(caf::actor_system_config& cfg);
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::protocol

@@ -5,7 +5,7 @@
 
 #include <caf/all.hpp>
 
-namespace meshstore::actors {
+namespace meshstore::protocol {
 
 using register_volume_atom = caf::atom_constant<caf::atom("reg_volume")>;
 using volume_atom = caf::atom_constant<caf::atom("volume")>;
@@ -64,4 +64,4 @@ using store_remove_atom = caf::atom_constant<caf::atom("s_remove")>;
 using store_stat_atom = caf::atom_constant<caf::atom("s_stat")>;
 using store_latest_atom = caf::atom_constant<caf::atom("s_latest")>;
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::protocol

@@ -7,7 +7,7 @@
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/result.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::protocol {
 
 Status check_key(const std::string& op, const std::string& key) {
   if (key.empty()) return Status(Errc::invalid_argument, op + ": key is empty");
@@ -44,4 +44,4 @@ Status check_view(const std::string& op, const std::string& key, const TensorVie
   return Status();
 }
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::protocol

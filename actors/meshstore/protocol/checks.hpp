@@ -10,7 +10,7 @@
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::protocol {
 
 /// The longest key a store accepts, in bytes.
 constexpr std::size_t kMaxKeyBytes = 4096;
@@ -26,4 +26,4 @@ Status check_keys(const std::string& op, const std::vector<std::string>& keys, b
 /// GPU tensor, its device.
 Status check_view(const std::string& op, const std::string& key, const TensorView& view);
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::protocol

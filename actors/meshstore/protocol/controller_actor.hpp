@@ -15,7 +15,7 @@
 #include "meshstore/protocol/records.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::protocol {
 
 /// A channel's commit from a volume in the controller's process (never
 /// serialized: a small put, or a commit request of staged objects), which
@@ -168,14 +168,6 @@ enum class ControllerCounter : std::size_t {
   count_
 };
 
-/// Spawns a controller.
-controller_actor spawn_controller(caf::actor_system& sys);
+}  // namespace meshstore::protocol
 
-/// True when `key` lies under `prefix` by whole components: "a.b" is under
-/// "a" and "a.b" but not under "a.bc"; '/' and '.' separate components; an
-/// empty prefix matches everything.
-bool key_matches_prefix(const std::string& key, const std::string& prefix) noexcept;
-
-}  // namespace meshstore::actors
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LocalCommit)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::protocol::LocalCommit)

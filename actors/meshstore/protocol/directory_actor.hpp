@@ -12,7 +12,7 @@
 #include "meshstore/protocol/controller_actor.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::protocol {
 
 using hello_atom = caf::atom_constant<caf::atom("hello")>;
 
@@ -21,12 +21,4 @@ using directory_actor = caf::typed_actor<
     // Errc::protocol_error when the versions' major.minor differ.
     caf::replies_to<hello_atom, std::string>::with<controller_actor, strategy_actor, std::string>>;
 
-/// Spawns a directory handing out `controller` and `strategy`.
-directory_actor spawn_directory(caf::actor_system& sys, controller_actor controller,
-                                strategy_actor strategy, std::string strategy_name);
-
-/// True when two meshstore versions can talk ("MAJOR.MINOR.PATCH": the same
-/// major and minor).
-bool versions_compatible(const std::string& a, const std::string& b);
-
-}  // namespace meshstore::actors
+}  // namespace meshstore::protocol

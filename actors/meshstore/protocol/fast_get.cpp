@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace meshstore::actors::fast_get {
+namespace meshstore::protocol::fast_get {
 namespace {
 
 constexpr std::size_t kRequestHeader = 16;               // magic, key length, object id
@@ -562,4 +562,4 @@ std::vector<std::byte> PartAssembly::first_part(std::vector<std::byte> reply, st
   return reply_part(out_.data(), out_at_, false);
 }
 
-}  // namespace meshstore::actors::fast_get
+}  // namespace meshstore::protocol::fast_get

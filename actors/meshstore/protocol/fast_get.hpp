@@ -27,7 +27,7 @@
 #include "meshstore/protocol/records.hpp"
 #include "meshstore/result.hpp"
 
-namespace meshstore::actors::fast_get {
+namespace meshstore::protocol::fast_get {
 
 inline constexpr std::uint32_t kRequestMagic = 0x3147534d;  // "MSG1", little-endian
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
@@ -242,4 +242,4 @@ Result<ReplyStatus> reply_status(const std::vector<std::byte>& bytes);
 /// Errc::protocol_error for a reply too short or of an unknown status.
 Result<Reply> decode_reply(const std::vector<std::byte>& bytes);
 
-}  // namespace meshstore::actors::fast_get
+}  // namespace meshstore::protocol::fast_get

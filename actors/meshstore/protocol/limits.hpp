@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace meshstore::actors::limits {
+namespace meshstore::protocol::limits {
 
 /// Route: objects a ring read serves at most (fast_get): a ring slot
 /// (this plus 64 bytes) holds the reply. (Across hosts a get over the
@@ -53,4 +53,4 @@ inline constexpr std::size_t kStagedAheadCount = 4;
 /// smaller copy costs more in wake-ups than it saves.
 inline constexpr std::uint64_t kSplitBytesPerThread = std::uint64_t{1} << 20;
 
-}  // namespace meshstore::actors::limits
+}  // namespace meshstore::protocol::limits

@@ -24,7 +24,7 @@
 #include "meshstore/result.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::protocol {
 
 /// One buffer a publisher lends (direct publishing): memory of the
 /// publisher's own process, at `address`, that becomes an object as it is.
@@ -162,36 +162,7 @@ using storage_volume_actor = caf::typed_actor<
     // The outcome goes to the job's `done`.
     caf::reacts_to<fast_commit_atom, FastCommitJob>>;
 
-/// What a volume is created with.
-struct VolumeConfig {
-  std::string volume_id;
-  std::string host;
-  /// Bytes the volume may hold; 0 = unlimited.
-  std::uint64_t capacity_bytes = 0;
-  /// How long objects staged by a client that died wait for a commit that
-  /// may already be on its way before they are dropped.
-  std::chrono::milliseconds orphan_grace{30000};
-  /// Released region memory kept for reuse by later puts of the same size.
-  std::uint64_t pool_bytes = std::uint64_t{1} << 30;
-  /// How long its small-op service spins for a request before it sleeps
-  /// (StoreOptions::fast_path_spin).
-  std::chrono::microseconds ring_spin{50};
-  /// Transports to offer (registered names); empty = every built one.
-  std::vector<std::string> transports;
-  transports::TransportConfig transport_config;
-  /// The interface network transports (tcp) listen on.
-  std::string bind_host = "127.0.0.1";
-  /// A lending volume: it allocates nothing and serves only buffers its
-  /// process lends (lend_atom); no strategy places puts on it.
-  bool lending = false;
-};
+}  // namespace meshstore::protocol
 
-/// Spawns a storage volume. Fails, with nothing left running, if a requested
-/// transport is not built or its server cannot start.
-Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
-                                                  const VolumeConfig& config);
-
-}  // namespace meshstore::actors
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::LendRequest)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::actors::FastCommitJob)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::protocol::LendRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::protocol::FastCommitJob)

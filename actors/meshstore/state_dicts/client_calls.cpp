@@ -6,7 +6,7 @@
 
 namespace meshstore::state_dicts {
 
-using facade::single_get;
+using client::single_get;
 
 Result<Snapshot> decode_snapshot(const Tensor& t, const std::string& key, const std::string& op) {
   Snapshot snap;
@@ -20,9 +20,9 @@ Result<Snapshot> decode_snapshot(const Tensor& t, const std::string& key, const 
 Future<Snapshot> manifest_of(const caf::actor_addr& client, const std::string& key,
                              const std::string& op) {
   auto p = std::make_shared<Promise<Snapshot>>(Status(Errc::shutdown, op + ": dropped"));
-  call_client(client, actors::store_get_atom::value, single_get(op, actors::GetMode::tensor, key),
+  call_client(client, protocol::store_get_atom::value, single_get(op, client::GetMode::tensor, key),
               op + " '" + key + "'")
-      .on_complete([=](const Result<actors::GetOutput>& r) {
+      .on_complete([=](const Result<client::GetOutput>& r) {
         if (r.ok()) return (void)p->set(decode_snapshot(r->tensors.front(), key, op));
         if (r.status().code() == Errc::not_found) {
           return (void)p->set_error(Status(Errc::not_found, op + ": no state dict '" + key + "'"));

@@ -28,10 +28,10 @@ namespace meshstore::state_dicts {
 template <class Atom, class Call>
 auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::string& what) {
   using T = typename decltype(c.promise)::element_type::value_type;
-  c.promise = facade::make_promise<T>(what);
+  c.promise = client::make_promise<T>(what);
   auto fut = c.promise->future();
   auto hdl = caf::actor_cast<caf::actor>(client);
-  if (!hdl) return facade::closed_future<T>(what);
+  if (!hdl) return client::closed_future<T>(what);
   caf::anon_send(hdl, atom, std::move(c));
   return fut;
 }
@@ -44,7 +44,7 @@ auto call_client(const caf::actor_addr& client, Atom atom, Call c, const std::st
 // first. The fast path's waiting thread ends its jobs before the fast path
 // goes.
 template <class T>
-Future<T> on_waiting_thread(actors::FastPath& fast, const std::string& what,
+Future<T> on_waiting_thread(client::FastPath& fast, const std::string& what,
                             std::function<Result<T>()> channel) {
   auto p = std::make_shared<Promise<T>>(Status(Errc::shutdown, what + ": dropped"));
   fast.defer([p, channel = std::move(channel)] { p->set(channel()); });

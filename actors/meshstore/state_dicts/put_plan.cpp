@@ -20,9 +20,9 @@
 
 namespace meshstore::state_dicts {
 
-using facade::bytes_item;
-using facade::check_key;
+using client::bytes_item;
 using internal::cuda::on_device;
+using protocol::check_key;
 
 namespace {
 
@@ -154,8 +154,8 @@ Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const
   // gathered from the tensors as it is written (straight into the volume's
   // memory where it maps: one copy); a tensor that must be converted
   // (transfer_dtype) or is strided is packed into a buffer of its own now.
-  std::vector<std::shared_ptr<actors::Gather>> buckets(whole_too ? m.buckets() : 0);
-  for (auto& g : buckets) g = std::make_shared<actors::Gather>();
+  std::vector<std::shared_ptr<client::Gather>> buckets(whole_too ? m.buckets() : 0);
+  for (auto& g : buckets) g = std::make_shared<client::Gather>();
   for (std::size_t i = 0; i < m.entries.size() && whole_too; ++i) {
     const auto& me = m.entries[i];
     if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
@@ -180,7 +180,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const
     g.keep.push_back(std::move(copy));
   }
   for (std::size_t b = 0; b < buckets.size(); ++b) {
-    actors::PutItem item{
+    client::PutItem item{
         blob_key("", b),
         TensorView(nullptr, DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}), tensor,
         nullptr};
@@ -196,7 +196,7 @@ Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const
     // An empty box adds nothing to the cover (the other ranks' boxes
     // cover the tensor); the entry's key is not empty, or it would be packed.
     if (shard && shard->slice.empty()) continue;
-    actors::PutItem item{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr};
+    client::PutItem item{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr};
     if (me.kind == EntryKind::value) {
       item = bytes_item("/" + e.name, e.value->encode(), tensor);
     } else if (me.dtype != e.view.dtype()) {
@@ -269,23 +269,23 @@ Status name_put(const std::string& key, PreparedPut& p,
 }
 
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p,
-                       const std::weak_ptr<actors::FastPath>& fast,
+                       const std::weak_ptr<client::FastPath>& fast,
                        std::chrono::milliseconds timeout) {
   const std::string what = p->call.op + " '" + p->call.replace_under.front() + "'";
   auto live = fast.lock();
-  if (!live) return facade::closed_future<void>(what);
-  actors::FastPath* raw = live.get();  // its waiting thread's jobs end before it goes
+  if (!live) return client::closed_future<void>(what);
+  client::FastPath* raw = live.get();  // its waiting thread's jobs end before it goes
   return on_waiting_thread<void>(*raw, what, [client, p, raw, timeout, what]() -> Result<void> {
     std::vector<wire::RegionRef> lent;
     if (!p->call.lent_items.empty()) {
-      auto made = actors::lend_items(client, p->call, timeout);
+      auto made = client::lend_items(client, p->call, timeout);
       if (!made.ok()) return made.status().with_context(what);
       lent = std::move(made).value();
     }
     auto done = put_on_caller_thread(*raw, p->call, timeout, nullptr, &lent);
     const Status s = done ? *done : Status(Errc::internal, what + ": the channel's put left it");
     if (s.ok()) return Result<void>();
-    actors::give_back_lent(client, p->call, lent);  // not committed: back to the publisher
+    client::give_back_lent(client, p->call, lent);  // not committed: back to the publisher
     return s;
   });
 }
@@ -293,7 +293,7 @@ Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPu
 Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
                                     std::shared_ptr<PreparedPut> p,
                                     std::optional<std::uint64_t> manifest_version,
-                                    const std::weak_ptr<actors::FastPath>& fast,
+                                    const std::weak_ptr<client::FastPath>& fast,
                                     std::chrono::milliseconds timeout) {
   if (auto s = name_put(key, *p, manifest_version); !s.ok()) return make_error_future<void>(s);
   return put_named(client, std::move(p), fast, timeout);
@@ -302,20 +302,20 @@ Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::st
 namespace {
 
 // put_over_channel's outcome as put_on_caller_thread answers it.
-std::optional<Status> put_committed(actors::FastPath& fast, const actors::ChannelPut& c,
+std::optional<Status> put_committed(client::FastPath& fast, const client::ChannelPut& c,
                                     std::chrono::milliseconds timeout, bool* defer) {
-  auto done = actors::put_over_channel(fast, c, timeout, defer);
+  auto done = client::put_over_channel(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   return done->ok() ? Status() : done->status();
 }
 
 }  // namespace
 
-bool takes_caller_thread(const actors::PutCall& call) {
+bool takes_caller_thread(const client::PutCall& call) {
   return call.lent_items.empty() && call.staged_items.empty();
 }
 
-std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
+std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client::PutCall& call,
                                            std::chrono::milliseconds timeout, bool* defer,
                                            const std::vector<wire::RegionRef>* lent) {
   if (call.replace_under.size() != 1 || !call.staged_items.empty()) return std::nullopt;
@@ -323,7 +323,7 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
   if (!call.lent_items.empty() && (!lent || lent->size() != call.lent_items.size())) {
     return Status(Errc::internal, call.op + " '" + under + "': lent items that were not lent");
   }
-  actors::ChannelPut c;
+  client::ChannelPut c;
   c.items = call.items;
   if (!call.lent_items.empty()) {
     c.lent_items = call.lent_items;

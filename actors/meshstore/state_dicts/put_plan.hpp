@@ -18,9 +18,9 @@
 #include "meshstore/state_dicts/client_calls.hpp"
 #include "meshstore/store.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 class FastPath;
-}  // namespace meshstore::actors
+}  // namespace meshstore::client
 
 namespace meshstore::state_dicts {
 
@@ -29,7 +29,7 @@ namespace meshstore::state_dicts {
 // relative ("" for the manifest, "/NAME" for entries, "#packed" for the
 // blob) until put_prepared() gives them their key.
 struct PreparedPut {
-  actors::PutCall call;
+  client::PutCall call;
 };
 
 // One rank's part of a sharded state dict (put_sharded_state_dict).
@@ -64,30 +64,30 @@ Status name_put(const std::string& key, PreparedPut& p,
                 std::optional<std::uint64_t> manifest_version = std::nullopt);
 // Puts a put named by name_put over the client's channel (`fast`), from
 // its waiting thread: its lent items (direct publishing) lent first
-// through the client actor at `client` (actors::lend_items), and given
+// through the client actor at `client` (client::lend_items), and given
 // back if it does not commit. The commit also removes, in the same step,
 // every key the previous version owned and this one does not, so no
 // reader sees stale names next to new ones. Errc::shutdown once `fast` is
 // gone.
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p,
-                       const std::weak_ptr<actors::FastPath>& fast,
+                       const std::weak_ptr<client::FastPath>& fast,
                        std::chrono::milliseconds timeout);
 
 // Whether a put of this shape may run on the caller's thread
-// (actors::put_over_channel) as it is: no lent items (lent first:
+// (client::put_over_channel) as it is: no lent items (lent first:
 // put_named) or in-place items (a staged state dict's commit names those
 // itself). Sharded groups and streamed puts take it too.
-bool takes_caller_thread(const actors::PutCall& call);
+bool takes_caller_thread(const client::PutCall& call);
 
 // put_state_dict's prepared put on the caller's thread, through
-// actors::put_over_channel (`defer` as there): its manifest only over the
+// client::put_over_channel (`defer` as there): its manifest only over the
 // version this client last saw (refused after another writer's put: put
 // again unfenced; a fence `call` carries, a publish's version's, stays,
 // and its refusal is the answer). nullopt as there; a refusal is the
 // answer (ChannelPut::refusals_final). `lent`: the objects its lent items
-// were lent as (actors::lend_items), committed with it; a put with lent
+// were lent as (client::lend_items), committed with it; a put with lent
 // items and none is refused (Errc::internal).
-std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors::PutCall& call,
+std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client::PutCall& call,
                                            std::chrono::milliseconds timeout, bool* defer = nullptr,
                                            const std::vector<wire::RegionRef>* lent = nullptr);
 
@@ -97,7 +97,7 @@ std::optional<Status> put_on_caller_thread(actors::FastPath& fast, const actors:
 Future<void> put_prepared_expecting(const caf::actor_addr& client, const std::string& key,
                                     std::shared_ptr<PreparedPut> p,
                                     std::optional<std::uint64_t> manifest_version,
-                                    const std::weak_ptr<actors::FastPath>& fast,
+                                    const std::weak_ptr<client::FastPath>& fast,
                                     std::chrono::milliseconds timeout);
 
 }  // namespace meshstore::state_dicts

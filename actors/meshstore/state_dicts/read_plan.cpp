@@ -15,8 +15,8 @@
 
 namespace meshstore::state_dicts {
 
-using facade::ScratchPool;
 using internal::cuda::on_device;
+using state_dicts::ScratchPool;
 
 namespace {
 
@@ -48,7 +48,7 @@ std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<M
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
                                             const std::string& op,
                                             std::shared_ptr<const Snapshot> snap,
-                                            actors::GetCall& into, const Boxes* boxes, bool cast,
+                                            client::GetCall& into, const Boxes* boxes, bool cast,
                                             bool scatter) {
   auto plan = std::make_shared<IntoPlan>();
   plan->snap = std::move(snap);
@@ -61,7 +61,7 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   std::vector<const StateDict::Entry*> found(m.entries.size(), nullptr);
   std::vector<char> named(dst_entries.size(), 0);
   into.op = op;
-  into.mode = actors::GetMode::into;
+  into.mode = client::GetMode::into;
   into.cast = cast;
   for (std::size_t k = 0; k < m.entries.size(); ++k) {
     const auto& me = m.entries[k];
@@ -149,14 +149,14 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   }
   const std::size_t first_bucket = into.keys.size();
   if (m.packed_bytes > 0 && scatter) {
-    std::vector<std::shared_ptr<actors::Scatter>> pieces(m.buckets());
-    for (auto& p : pieces) p = std::make_shared<actors::Scatter>();
+    std::vector<std::shared_ptr<client::Scatter>> pieces(m.buckets());
+    for (auto& p : pieces) p = std::make_shared<client::Scatter>();
     for (std::size_t k = 0; k < m.entries.size(); ++k) {
       const auto& me = m.entries[k];
       if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
       const std::size_t b = m.bucket_of(me.offset);
       pieces[b]->pieces.push_back(
-          actors::Scatter::Piece{me.offset - m.bucket_begin(b),
+          client::Scatter::Piece{me.offset - m.bucket_begin(b),
                                  static_cast<std::byte*>(found[k]->view.data()), me.nbytes()});
     }
     into.scatters.resize(first_bucket);
@@ -282,13 +282,13 @@ namespace {
 // boxes. hit: read; miss: not possible here, or (`*too_large` set) more
 // than `max_bytes` in all, nothing copied; stale: an object changed. The
 // actors read on anything but a hit, writing every destination again.
-actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::GetCall& into,
+client::FastPath::Outcome read_directly(client::FastPath& fast, const client::GetCall& into,
                                         std::uint64_t max_bytes, bool* too_large) {
-  using Entry = actors::FastPath::Entry;
+  using Entry = client::FastPath::Entry;
   for (const auto& box : into.slices) {
-    if (box) return actors::FastPath::Outcome::miss;
+    if (box) return client::FastPath::Outcome::miss;
   }
-  if (into.fresh || into.mode != actors::GetMode::into) return actors::FastPath::Outcome::miss;
+  if (into.fresh || into.mode != client::GetMode::into) return client::FastPath::Outcome::miss;
   std::uint64_t total = 0;
   auto accept = [&](std::size_t i, const Entry& e) {
     const auto& dst = into.dsts[i];
@@ -302,7 +302,7 @@ actors::FastPath::Outcome read_directly(actors::FastPath& fast, const actors::Ge
   };
   auto consume = [&](std::size_t i, const Entry&, const std::byte* data, std::size_t n) {
     const auto* scatter = i < into.scatters.size() ? into.scatters[i].get() : nullptr;
-    if (scatter) return actors::scatter_here(*scatter, data, n).ok();
+    if (scatter) return client::scatter_here(*scatter, data, n).ok();
     transports::CopyEngine::instance().copy_here(static_cast<std::byte*>(into.dsts[i].data()), data,
                                                  n);
     return true;
@@ -317,9 +317,9 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
                                std::shared_ptr<const Snapshot> snap, int tries,
                                const CacheSlot& slot, bool guess,
                                std::shared_ptr<const Boxes> boxes, bool cast,
-                               const std::shared_ptr<actors::FastPath>& fast = nullptr) {
+                               const std::shared_ptr<client::FastPath>& fast = nullptr) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
-  actors::GetCall into;
+  client::GetCall into;
   auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get(), cast);
   if (!planned.ok()) {
     // A cached layout may be stale: check against the stored one first.
@@ -333,7 +333,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
   }
   auto plan = std::move(planned).value();
   auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
-  auto settle = [=](const Result<actors::GetOutput>& r) {
+  auto settle = [=](const Result<client::GetOutput>& r) {
     auto again = [=](const Snapshot& fresh) {
       read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh), tries + 1,
                         slot, false, boxes, cast)
@@ -374,24 +374,24 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
     // up for the whole process); a larger snapshot on the client's
     // waiting thread, the caller's future answered from there.
     bool too_large = false;
-    const auto here = read_directly(*fast, into, actors::limits::kSnapshotHereBytes, &too_large);
-    if (here == actors::FastPath::Outcome::hit) {
-      settle(actors::GetOutput{});
+    const auto here = read_directly(*fast, into, protocol::limits::kSnapshotHereBytes, &too_large);
+    if (here == client::FastPath::Outcome::hit) {
+      settle(client::GetOutput{});
       return done->future();
     }
     if (too_large) {
-      actors::FastPath* raw = fast.get();  // its waiting thread's jobs end before it
+      client::FastPath* raw = fast.get();  // its waiting thread's jobs end before it
       raw->defer([raw, client, into = std::move(into), settle, what]() mutable {
         bool unused = false;
         const auto there = read_directly(*raw, into, ~std::uint64_t{0}, &unused);
-        if (there == actors::FastPath::Outcome::hit) return settle(actors::GetOutput{});
-        call_client(client, actors::store_get_atom::value, std::move(into), what)
+        if (there == client::FastPath::Outcome::hit) return settle(client::GetOutput{});
+        call_client(client, protocol::store_get_atom::value, std::move(into), what)
             .on_complete(settle);
       });
       return done->future();
     }
   }
-  call_client(client, actors::store_get_atom::value, std::move(into), what).on_complete(settle);
+  call_client(client, protocol::store_get_atom::value, std::move(into), what).on_complete(settle);
   return done->future();
 }
 
@@ -400,7 +400,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot,
                                   std::shared_ptr<const Boxes> boxes, bool cast,
-                                  const std::shared_ptr<actors::FastPath>& fast) {
+                                  const std::shared_ptr<client::FastPath>& fast) {
   StateDict* dst = &sd;
   if (slot.cache) {
     if (auto snap = slot.cache->find(slot.key)) {
@@ -418,9 +418,9 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
                                   const std::string& op, Snapshot snap, int tries) {
   if (tries >= kMaxStateDictAttempts) return make_error_future<StateDict>(gave_up(op, key));
   const Manifest m = snap.manifest;
-  actors::GetCall call;
+  client::GetCall call;
   call.op = op;
-  call.mode = actors::GetMode::tensor;
+  call.mode = client::GetMode::tensor;
   call.keys.push_back(key);  // the manifest again, read in the same snapshot as the entries
   const std::size_t buckets = m.buckets();
   for (std::size_t b = 0; b < buckets; ++b) call.keys.push_back(blob_key(key, b));
@@ -428,7 +428,7 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
     if (me.kind != EntryKind::packed) call.keys.push_back(entry_key(key, me.name));
   }
   // Builds the state dict from one snapshot's read.
-  auto build = [=](const actors::GetOutput& out) -> Future<StateDict> {
+  auto build = [=](const client::GetOutput& out) -> Future<StateDict> {
     auto now = decode_snapshot(out.tensors.front(), key, op);
     if (!now.ok()) return make_error_future<StateDict>(now.status());
     // A writer changed the layout between our reads: plan again.
@@ -472,8 +472,8 @@ Future<StateDict> read_state_dict(const caf::actor_addr& client, const std::stri
   // plan again with it; else the error stands.
   auto result = std::make_shared<Promise<StateDict>>(Status(Errc::shutdown, op + ": dropped"));
   auto finish = [result](const Result<StateDict>& x) { result->set(x); };
-  call_client(client, actors::store_get_atom::value, std::move(call), op + " '" + key + "'")
-      .on_complete([=](const Result<actors::GetOutput>& r) {
+  call_client(client, protocol::store_get_atom::value, std::move(call), op + " '" + key + "'")
+      .on_complete([=](const Result<client::GetOutput>& r) {
         if (r.ok()) return build(*r).on_complete(finish);
         const auto code = r.status().code();
         if (code != Errc::not_found && code != Errc::wrong_kind) {

@@ -23,9 +23,9 @@
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 class FastPath;
-}  // namespace meshstore::actors
+}  // namespace meshstore::client
 
 namespace meshstore::state_dicts {
 
@@ -43,7 +43,7 @@ struct IntoPlan {
   // The packed tensors, unpacked into the destination after the read; empty
   // when every packed tensor is a whole, contiguous host tensor of its
   // stored dtype: each bucket is then scattered straight into them as it
-  // is read (actors::Scatter, one copy where the volume's memory maps).
+  // is read (client::Scatter, one copy where the volume's memory maps).
   Tensor blob;
   struct Unpack {
     std::uint64_t offset;            // where the entry starts in the blob
@@ -100,7 +100,7 @@ struct CacheSlot {
 Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
                                             const std::string& op,
                                             std::shared_ptr<const Snapshot> snap,
-                                            actors::GetCall& into, const Boxes* boxes,
+                                            client::GetCall& into, const Boxes* boxes,
                                             bool cast = false, bool scatter = true);
 
 // After the read: the packed tensors and the values into `dst`.
@@ -117,7 +117,7 @@ Status finish_into(const IntoPlan& plan, StateDict* dst);
 Future<void> read_state_dict_into(const caf::actor_addr& client, const std::string& key,
                                   StateDict& sd, const std::string& op, const CacheSlot& slot = {},
                                   std::shared_ptr<const Boxes> boxes = nullptr, bool cast = false,
-                                  const std::shared_ptr<actors::FastPath>& fast = nullptr);
+                                  const std::shared_ptr<client::FastPath>& fast = nullptr);
 
 // Reads the state dict under `key` (planned with `snap`) into new tensors:
 // packed ones are views into their bucket (get_state_dict).

@@ -7,7 +7,7 @@
 
 #include "meshstore/internal/memory.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::state_dicts {
 
 ScratchPool& ScratchPool::instance() {
   static auto* pool = new ScratchPool();  // never destroyed: buffers may come back late
@@ -40,4 +40,4 @@ void ScratchPool::give(std::size_t n, std::shared_ptr<std::byte> raw) {
   free_.emplace(n, std::move(raw));
 }
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::state_dicts

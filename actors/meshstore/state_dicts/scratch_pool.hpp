@@ -8,7 +8,7 @@
 #include <memory>
 #include <mutex>
 
-namespace meshstore::facade {
+namespace meshstore::state_dicts {
 
 /// Large scratch buffers (a state dict's packed buckets when putting, the
 /// scratch it is read into when getting), reused by the next call of the
@@ -32,4 +32,4 @@ class ScratchPool {
   std::size_t free_bytes_ = 0;
 };
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::state_dicts

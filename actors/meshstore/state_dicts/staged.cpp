@@ -20,8 +20,8 @@ namespace meshstore {
 
 namespace {
 
-using facade::bytes_item;
-using facade::check_key;
+using client::bytes_item;
+using protocol::check_key;
 using state_dicts::blob_key;
 using state_dicts::call_client;
 using state_dicts::encode_manifest;
@@ -46,8 +46,8 @@ struct StagedStateDict::Impl {
   bool zero_copy = false;
   // The tensors' objects (the packed buckets first, then one per tensor
   // stored alone), full keys, views into the memory below.
-  std::vector<actors::PutItem> items;
-  actors::StagedRegions staged;  // zero_copy: the volume's regions, mapped
+  std::vector<client::PutItem> items;
+  client::StagedRegions staged;  // zero_copy: the volume's regions, mapped
   std::vector<Tensor> owned;     // otherwise: private buffers, one per item
   enum class State { open, committed, aborted };
   std::mutex mu;  // guards state
@@ -67,7 +67,7 @@ struct StagedStateDict::Impl {
     // returns. A closed store's volume reclaimed the regions (or is gone)
     // already.
     if (auto fast = pub.fast.lock()) {
-      fast->give_back(actors::FastPath::Staging{staged.volume_id, {}, staged.regions}, pub.timeout);
+      fast->give_back(client::FastPath::Staging{staged.volume_id, {}, staged.regions}, pub.timeout);
     }
   }
 
@@ -86,15 +86,15 @@ struct StagedStateDict::Impl {
   // channel, from its waiting thread (refused, a publish's fence say: the
   // objects go back and the refusal is the answer).
   static Future<std::vector<std::uint64_t>> put_staged(const std::shared_ptr<Impl>& self,
-                                                       actors::PutCall call) {
+                                                       client::PutCall call) {
     const std::string what = self->op + " '" + self->key + "'";
     auto live = self->pub.fast.lock();
-    if (!live) return facade::closed_future<std::vector<std::uint64_t>>(what);
-    actors::FastPath* raw = live.get();
-    auto shared = std::make_shared<actors::PutCall>(std::move(call));
+    if (!live) return client::closed_future<std::vector<std::uint64_t>>(what);
+    client::FastPath* raw = live.get();
+    auto shared = std::make_shared<client::PutCall>(std::move(call));
     return state_dicts::on_waiting_thread<std::vector<std::uint64_t>>(
         *raw, what, [self, raw, shared, what]() -> Result<std::vector<std::uint64_t>> {
-          actors::ChannelPut c;
+          client::ChannelPut c;
           c.items = shared->items;
           c.groups.assign(c.items.size(), self->key);
           c.prefixes = shared->replace_under;
@@ -109,7 +109,7 @@ struct StagedStateDict::Impl {
             c.stream_manifest = shared->stream_manifest;
           }
           c.refusals_final = true;
-          return state_dicts::final_outcome(actors::put_over_channel(*raw, c, self->pub.timeout),
+          return state_dicts::final_outcome(client::put_over_channel(*raw, c, self->pub.timeout),
                                             what);
         });
   }
@@ -133,7 +133,7 @@ struct StagedStateDict::Impl {
     Manifest m;
     m.packed_bytes = layout.packed_bytes;
     m.bucket_starts = layout.bucket_starts;
-    actors::PutCall call;
+    client::PutCall call;
     call.op = op;
     for (const auto& e : sd.entries()) {
       if (!e.is_tensor()) {
@@ -262,9 +262,9 @@ struct internal::StagedAccess {
     }
     // Staged over the client's channel from its waiting thread, which may
     // connect the client to its volume first.
-    actors::FastPath* raw = fast.get();  // its waiting thread's jobs end before it goes
+    client::FastPath* raw = fast.get();  // its waiting thread's jobs end before it goes
     raw->defer([raw, impl, keys, sizes, out, what]() mutable {
-      auto r = actors::stage_over_channel(*raw, *keys, *sizes, impl->pub.timeout);
+      auto r = client::stage_over_channel(*raw, *keys, *sizes, impl->pub.timeout);
       std::vector<std::byte*> memory;
       if (r.ok()) {
         impl->zero_copy = true;
@@ -311,7 +311,7 @@ struct internal::StagedAccess {
     std::vector<std::byte*> buckets;
     for (std::size_t b = 0; b < m.buckets(); ++b, ++next) {
       buckets.push_back(memory[next]);
-      impl.items.push_back(actors::PutItem{
+      impl.items.push_back(client::PutItem{
           keys[next],
           TensorView(memory[next], DType::uint8, {static_cast<std::int64_t>(sizes[next])}),
           wire::ObjectKind::tensor, nullptr});
@@ -321,7 +321,7 @@ struct internal::StagedAccess {
       if (e.kind == EntryKind::tensor) {
         // Stored alone: the object carries the tensor's own dtype and shape.
         at = memory[next];
-        impl.items.push_back(actors::PutItem{keys[next], TensorView(at, e.dtype, e.shape),
+        impl.items.push_back(client::PutItem{keys[next], TensorView(at, e.dtype, e.shape),
                                              wire::ObjectKind::tensor, nullptr});
         ++next;
       } else if (e.nbytes() > 0) {

@@ -12,7 +12,7 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
                          const std::string& op, std::chrono::milliseconds wait,
                          const CacheSlot& slot, bool cast) {
   auto planned = std::make_shared<std::shared_ptr<IntoPlan>>();
-  actors::StreamCall c;
+  client::StreamCall c;
   c.op = op;
   c.key = key;
   c.wait = wait;
@@ -24,7 +24,7 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
     auto m = decode_manifest(manifest, key);
     if (!m.ok()) return m.status().with_context(op);
     snap->manifest = std::move(m).value();
-    actors::GetCall into;
+    client::GetCall into;
     // A stream reads whole objects into destinations: no scatters.
     auto plan = plan_into(key, dst, op, std::move(snap), into, nullptr, cast, false);
     if (!plan.ok()) return plan.status();
@@ -49,9 +49,10 @@ Future<void> stream_into(const caf::actor_addr& client, const std::string& key, 
     }
     return out;
   };
-  return call_client(client, actors::store_stream_atom::value, std::move(c), op + " '" + key + "'")
+  return call_client(client, protocol::store_stream_atom::value, std::move(c),
+                     op + " '" + key + "'")
       .then([=](std::uint32_t kind) -> Future<void> {
-        if (kind == static_cast<std::uint32_t>(actors::StreamKind::committed) ||
+        if (kind == static_cast<std::uint32_t>(protocol::StreamKind::committed) ||
             (*planned && (*planned)->casts)) {
           return read_state_dict_into(client, key, *dst, op, slot, nullptr, cast);
         }

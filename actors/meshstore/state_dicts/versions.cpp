@@ -14,7 +14,7 @@
 
 namespace meshstore::state_dicts {
 
-using facade::bytes_item;
+using client::bytes_item;
 
 namespace {
 
@@ -46,7 +46,7 @@ namespace {
 
 // The version pointer's put moving `prefix` to version `next`, only from
 // the commit this client saw it at (`seq`: compare-and-set).
-actors::PutItem pointer_item(const std::string& prefix, std::uint64_t next, std::uint64_t seq) {
+client::PutItem pointer_item(const std::string& prefix, std::uint64_t next, std::uint64_t seq) {
   auto item = bytes_item(prefix, std::to_string(next), wire::ObjectKind::object);
   item.expect_version = seq;
   item.points_to = next;
@@ -66,11 +66,11 @@ std::vector<std::string> retired_by(const std::string& prefix, std::uint64_t nex
 Future<std::uint64_t> withdraw_version(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, const std::string& op,
                                        const Status& why) {
-  actors::RemoveCall withdraw;
+  client::RemoveCall withdraw;
   withdraw.under = true;
   withdraw.keys.push_back(version_key(prefix, next));
   auto p = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
-  call_client(client, actors::store_remove_atom::value, std::move(withdraw),
+  call_client(client, protocol::store_remove_atom::value, std::move(withdraw),
               op + " '" + prefix + "': withdrawing version " + std::to_string(next))
       .on_complete([=](const Result<std::size_t>&) {
         p->set_error(publish_conflict(op, prefix, next, why));
@@ -82,13 +82,13 @@ Future<std::uint64_t> withdraw_version(const caf::actor_addr& client, const std:
 
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, int keep, const std::string& op,
-                                       Pointer from, const std::weak_ptr<actors::FastPath>& fast,
+                                       Pointer from, const std::weak_ptr<client::FastPath>& fast,
                                        std::chrono::milliseconds timeout) {
   auto live = fast.lock();
-  if (!live) return facade::closed_future<std::uint64_t>(op + " '" + prefix + "'");
-  actors::FastPath* raw = live.get();
+  if (!live) return client::closed_future<std::uint64_t>(op + " '" + prefix + "'");
+  client::FastPath* raw = live.get();
   return on_waiting_thread<std::uint64_t>(*raw, op, [=]() -> Result<std::uint64_t> {
-    actors::ChannelPut c;
+    client::ChannelPut c;
     c.items.push_back(pointer_item(prefix, next, from.seq));
     c.groups.emplace_back();
     c.prefixes = retired_by(prefix, next, keep);
@@ -96,7 +96,7 @@ Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std:
     c.what = op + " '" + prefix + "'";
     c.whole_key = true;  // counted as a put of one key: the pointer
     c.refusals_final = true;
-    auto moved = final_outcome(actors::put_over_channel(*raw, c, timeout), c.what);
+    auto moved = final_outcome(client::put_over_channel(*raw, c, timeout), c.what);
     // Moved; refused (a conflict: another writer moved it first, so
     // this version is withdrawn, from this waiting thread); or the
     // channel failed with the commit on its way (moved or not is
@@ -122,7 +122,7 @@ namespace {
 // (put_named).
 Future<void> put_version(const caf::actor_addr& client, const std::string& key,
                          std::shared_ptr<PreparedPut> prepared,
-                         const std::weak_ptr<actors::FastPath>& fast,
+                         const std::weak_ptr<client::FastPath>& fast,
                          std::chrono::milliseconds timeout, const std::string& op) {
   if (auto s = name_put(key, *prepared, std::uint64_t{0}); !s.ok()) {
     return make_error_future<void>(s);
@@ -135,7 +135,7 @@ Future<void> put_version(const caf::actor_addr& client, const std::string& key,
 Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
                                        std::shared_ptr<PreparedPut> prepared, int keep,
                                        const std::string& op,
-                                       const std::weak_ptr<actors::FastPath>& fast,
+                                       const std::weak_ptr<client::FastPath>& fast,
                                        std::chrono::milliseconds timeout) {
   auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
   pointer_at(client, prefix, op).on_complete([=](const Result<Pointer>& ptr) {
@@ -159,10 +159,10 @@ Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std:
 Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& prefix,
                            const std::string& op, bool with_version) {
   // Located at the controller: successive reads never go back a version.
-  actors::LatestCall call;
+  client::LatestCall call;
   call.prefix = prefix;
   call.with_version = with_version;
-  return call_client(client, actors::store_latest_atom::value, std::move(call),
+  return call_client(client, protocol::store_latest_atom::value, std::move(call),
                      op + " '" + prefix + "'")
       .then([=](const wire::KeyRecord& r) -> Result<Pointer> {
         if (!r.found() && !r.lost_on.empty()) {
@@ -189,7 +189,7 @@ Future<std::uint64_t> pointer_of(const caf::actor_addr& client, const std::strin
 Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std::string& prefix,
                                        StateDict* dst, const std::string& op, LatestTries tries,
                                        const std::shared_ptr<ManifestCache>& cache, bool cast,
-                                       const std::shared_ptr<actors::FastPath>& fast,
+                                       const std::shared_ptr<client::FastPath>& fast,
                                        std::uint64_t known) {
   auto read = [=](std::uint64_t v) -> Future<std::uint64_t> {
     if (v == 0) {
@@ -236,7 +236,7 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
                                      StateDict* dst, std::uint64_t after, const std::string& op,
                                      std::chrono::steady_clock::time_point deadline,
                                      const std::shared_ptr<ManifestCache>& cache, bool cast,
-                                     const std::shared_ptr<actors::FastPath>& fast,
+                                     const std::shared_ptr<client::FastPath>& fast,
                                      std::uint64_t known) {
   auto look =
       known > after ? make_ready_future(Pointer{known, 0}) : pointer_at(client, prefix, op, true);
@@ -294,7 +294,7 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
 }
 
 std::optional<Result<std::uint64_t>> publish_on_caller_thread(
-    actors::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
+    client::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
     const std::string& op, std::chrono::milliseconds timeout, bool* defer) {
   if (!takes_caller_thread(prepared.call)) return std::nullopt;
   // The pointer as this client last saw it, if nobody moved it since (its
@@ -309,7 +309,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
   PreparedPut named = prepared;  // publish_prepared names its own on a fallback
   const std::string key = version_key(prefix, next);
   if (auto s = name_put(key, named, 0); !s.ok()) return Result<std::uint64_t>(s);
-  actors::ChannelPut c;
+  client::ChannelPut c;
   c.items = std::move(named.call.items);
   c.groups.assign(c.items.size(), key);
   // The pointer moves in the same commit, only from where this client
@@ -321,7 +321,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
   c.what = op + " '" + prefix + "'";
   c.stream_key = key;  // the version's readers may stream it
   c.stream_manifest = named.call.stream_manifest;
-  auto done = actors::put_over_channel(fast, c, timeout, defer);
+  auto done = client::put_over_channel(fast, c, timeout, defer);
   if (!done) return std::nullopt;
   if (!done->ok()) return Result<std::uint64_t>(done->status());
   return Result<std::uint64_t>(next);

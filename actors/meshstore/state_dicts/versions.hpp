@@ -15,9 +15,9 @@
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dicts/read_plan.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::client {
 class FastPath;
-}  // namespace meshstore::actors
+}  // namespace meshstore::client
 
 namespace meshstore::state_dicts {
 
@@ -42,7 +42,7 @@ struct PublishTarget {
   std::uint64_t version = 0;
   int keep = 1;
   Pointer from;
-  std::weak_ptr<actors::FastPath> fast;
+  std::weak_ptr<client::FastPath> fast;
   std::chrono::milliseconds timeout{0};  // the channel's request timeout
 };
 
@@ -58,7 +58,7 @@ struct PublishTarget {
 // thread (the volume commits it: one round trip, no flush).
 Future<std::uint64_t> point_and_retire(const caf::actor_addr& client, const std::string& prefix,
                                        std::uint64_t next, int keep, const std::string& op,
-                                       Pointer from, const std::weak_ptr<actors::FastPath>& fast,
+                                       Pointer from, const std::weak_ptr<client::FastPath>& fast,
                                        std::chrono::milliseconds timeout);
 
 // The version `prefix` points at (0 when it was never published), as its
@@ -79,13 +79,13 @@ struct PreparedPut;
 // saw (its own publish, or a read) is still current (FastPath::
 // pointer_here): the version, the pointer's move from there and the retirement
 // of what falls out of the newest `keep` commit over the volume's ring in
-// one request (actors::put_over_channel), all or nothing. nullopt: nothing
+// one request (client::put_over_channel), all or nothing. nullopt: nothing
 // was committed, publish_prepared publishes it (another writer moved the
 // pointer, no ring, a put announced as a stream, ...). Else N, or the
 // ring's error with the commit on its way.
 // `defer` as put_over_channel's.
 std::optional<Result<std::uint64_t>> publish_on_caller_thread(
-    actors::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
+    client::FastPath& fast, const std::string& prefix, const PreparedPut& prepared, int keep,
     const std::string& op, std::chrono::milliseconds timeout, bool* defer = nullptr);
 
 // Publishes a prepared put as the next version under `prefix` (fenced, as
@@ -99,7 +99,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
 Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std::string& prefix,
                                        std::shared_ptr<PreparedPut> prepared, int keep,
                                        const std::string& op,
-                                       const std::weak_ptr<actors::FastPath>& fast = {},
+                                       const std::weak_ptr<client::FastPath>& fast = {},
                                        std::chrono::milliseconds timeout = {});
 
 // How a publish that lost a race says so: `why` (Errc::conflict from the
@@ -130,7 +130,7 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
                                        StateDict* dst, const std::string& op, LatestTries tries,
                                        const std::shared_ptr<ManifestCache>& cache,
                                        bool cast = false,
-                                       const std::shared_ptr<actors::FastPath>& fast = nullptr,
+                                       const std::shared_ptr<client::FastPath>& fast = nullptr,
                                        std::uint64_t known = 0);
 
 // Waits for a version newer than `after` under `prefix` and reads it (the
@@ -142,7 +142,7 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
                                      StateDict* dst, std::uint64_t after, const std::string& op,
                                      std::chrono::steady_clock::time_point deadline,
                                      const std::shared_ptr<ManifestCache>& cache, bool cast = false,
-                                     const std::shared_ptr<actors::FastPath>& fast = nullptr,
+                                     const std::shared_ptr<client::FastPath>& fast = nullptr,
                                      std::uint64_t known = 0);
 
 }  // namespace meshstore::state_dicts

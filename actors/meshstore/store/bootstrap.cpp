@@ -12,6 +12,7 @@
 
 #include "meshstore/client/client.hpp"
 #include "meshstore/client/fast_path.hpp"
+#include "meshstore/controller/controller.hpp"
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/connect.hpp"
@@ -24,14 +25,15 @@
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/version.hpp"
+#include "meshstore/volume/volume.hpp"
 
 namespace meshstore {
 
 namespace {
 
-using facade::transport_config;
 using internal::Address;
 using internal::parse_address;
+using store::transport_config;
 
 // This process's host identity: StoreOptions::host, else MESHSTORE_HOST,
 // else the hostname.
@@ -93,7 +95,7 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
     ro.scheduler_threads = options.scheduler_threads;
     ro.with_middleman = network;
     ro.tls = options.tls;
-    ro.add_types = actors::add_actor_types;
+    ro.add_types = protocol::add_actor_types;
     auto made = internal::ActorRuntime::create(ro);
     if (!made.ok()) return made.status();
     runtime = std::move(made).value();
@@ -117,9 +119,9 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
 
 Status Store::Impl::host_volumes(bool is_server) {
   auto& sys = runtime->system();
-  actors::ProcessRole role{is_server, options.local_rank, host};
-  for (auto info : actors::volumes_for(strategy_name, role, options.num_volumes)) {
-    actors::VolumeConfig vc;
+  controller::ProcessRole role{is_server, options.local_rank, host};
+  for (auto info : controller::volumes_for(strategy_name, role, options.num_volumes)) {
+    volume::VolumeConfig vc;
     vc.volume_id = info.volume_id;
     vc.host = host;
     vc.capacity_bytes = options.volume_capacity_bytes;
@@ -135,7 +137,7 @@ Status Store::Impl::host_volumes(bool is_server) {
         if (name != "shm" && name != "cuda-ipc") vc.transports.push_back(name);
       }
     }
-    auto volume = actors::spawn_storage_volume(sys, vc);
+    auto volume = volume::spawn_storage_volume(sys, vc);
     if (!volume.ok()) return volume.status();
     owned.push_back(caf::actor_cast<caf::actor>(*volume));
     info.capacity_bytes = vc.capacity_bytes;
@@ -143,9 +145,9 @@ Status Store::Impl::host_volumes(bool is_server) {
         vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
     const std::string what = "register volume '" + info.volume_id + "'";
     MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
-                                     actors::register_volume_atom::value, info, *volume));
+                                     protocol::register_volume_atom::value, info, *volume));
     MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.request_timeout, what,
-                                     actors::register_volume_atom::value, info, *volume));
+                                     protocol::register_volume_atom::value, info, *volume));
     volumes.push_back(std::move(volume).value());
   }
   const bool shared = !is_server || !options.listen.empty();
@@ -159,7 +161,7 @@ Status Store::Impl::host_volumes(bool is_server) {
 }
 
 void Store::Impl::stop_listening() {
-  actors::directory_actor published;
+  protocol::directory_actor published;
   std::shared_ptr<internal::ActorRuntime> rt;
   std::uint16_t listening = 0;
   {
@@ -176,7 +178,7 @@ void Store::Impl::stop_listening() {
 
 Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   std::lock_guard<std::mutex> one_at_a_time(lend_mu);  // always taken before mu
-  actors::controller_actor ctl;
+  protocol::controller_actor ctl;
   std::shared_ptr<internal::ActorRuntime> rt;
   {
     std::shared_lock<std::shared_mutex> lock(mu);
@@ -188,8 +190,8 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   ForeignThreadGuard guard;  // publish() may run on any thread
   auto& sys = rt->system();
   static std::atomic<std::uint64_t> counter{0};
-  actors::VolumeConfig vc;
-  vc.volume_id = actors::kLendingVolumePrefix + host + "/pid" + std::to_string(::getpid()) + "/" +
+  volume::VolumeConfig vc;
+  vc.volume_id = protocol::kLendingVolumePrefix + host + "/pid" + std::to_string(::getpid()) + "/" +
                  std::to_string(++counter) +
                  (kind == LendKind::shared_memory ? "/shm"
                   : kind == LendKind::device      ? "/gpu"
@@ -210,7 +212,7 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
             : name != "cuda-ipc" && (name != "shm" || kind == LendKind::shared_memory);
     if (offered) vc.transports.push_back(name);
   }
-  auto volume = actors::spawn_storage_volume(sys, vc);
+  auto volume = volume::spawn_storage_volume(sys, vc);
   if (!volume.ok()) return volume.status().with_context("the lending volume");
   wire::VolumeInfo info;
   info.volume_id = vc.volume_id;
@@ -219,7 +221,7 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   info.local_rank = options.local_rank;
   if (auto s = ask_ok(sys, ctl, options.request_timeout,
                       "register lending volume '" + vc.volume_id + "'",
-                      actors::register_volume_atom::value, info, *volume);
+                      protocol::register_volume_atom::value, info, *volume);
       !s.ok()) {
     caf::anon_send_exit(*volume, caf::exit_reason::user_shutdown);
     return s;
@@ -236,17 +238,17 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
 }
 
 void Store::Impl::start_client() {
-  actors::ClientConfig cc;
+  client::ClientConfig cc;
   cc.me = wire::ClientInfo{options.rank, options.local_rank, host};
   cc.forced_transport = options.transport;
   cc.transport_config = transport_config(options);
   cc.request_timeout = options.request_timeout;
   cc.evict_lru = options.eviction == "lru";
-  fast = std::make_shared<actors::FastPath>(
-      std::make_shared<actors::LocationCache>(cc.max_cached_locations));
+  fast = std::make_shared<client::FastPath>(
+      std::make_shared<client::LocationCache>(cc.max_cached_locations));
   cc.fast_path = fast;
   cc.ring_spin = options.fast_path_spin;
-  client = actors::spawn_client(runtime->system(), cc, controller, strategy);
+  client = client::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
 }
 
@@ -273,7 +275,7 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   auto impl = std::move(started).value();
   if (!listen.host.empty()) impl->data_host = listen.host;
   auto& sys = impl->runtime->system();
-  actors::StrategyPolicy policy;
+  controller::StrategyPolicy policy;
   if (options.custom_strategy.select) {
     // The placement is a built-in one; only the choice of volume is the user's.
     impl->strategy_name = options.custom_strategy.placement;
@@ -292,16 +294,16 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
     };
   } else {
     impl->strategy_name = options.strategy;
-    policy = actors::policy_by_name(options.strategy).value();
+    policy = controller::policy_by_name(options.strategy).value();
   }
-  impl->controller = actors::spawn_controller(sys);
-  impl->strategy = actors::spawn_strategy(sys, std::move(policy));
+  impl->controller = controller::spawn_controller(sys);
+  impl->strategy = controller::spawn_strategy(sys, std::move(policy));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->strategy));
   MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(true));
   if (!options.listen.empty()) {
     impl->directory =
-        actors::spawn_directory(sys, impl->controller, impl->strategy, impl->strategy_name);
+        controller::spawn_directory(sys, impl->controller, impl->strategy, impl->strategy_name);
     impl->owned.push_back(caf::actor_cast<caf::actor>(impl->directory));
     auto port = internal::publish_actor(sys, impl->directory, listen.port, listen.host, true);
     if (!port.ok()) return port.status().with_context("cannot listen on " + options.listen);
@@ -331,17 +333,17 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   auto log = log::get("store");
 
   // The server may still be starting (rank 0 of the same launch).
-  auto reached = internal::connect_with_retry<actors::directory_actor>(
+  auto reached = internal::connect_with_retry<protocol::directory_actor>(
       sys, target->host, target->port, options.connect_timeout, "meshstore");
   if (!reached.ok()) return reached.status().with_context("connect");
-  actors::directory_actor directory = std::move(reached).value();
+  protocol::directory_actor directory = std::move(reached).value();
   Status hello;
   {
     caf::scoped_actor self{sys};
-    self->request(directory, options.request_timeout, actors::hello_atom::value,
+    self->request(directory, options.request_timeout, protocol::hello_atom::value,
                   std::string(meshstore::version()))
         .receive(
-            [&](actors::controller_actor& c, actors::strategy_actor& s, std::string& name) {
+            [&](protocol::controller_actor& c, protocol::strategy_actor& s, std::string& name) {
               impl->controller = std::move(c);
               impl->strategy = std::move(s);
               impl->strategy_name = std::move(name);

@@ -9,7 +9,7 @@
 
 #include "meshstore/internal/cuda_copy.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::store {
 namespace {
 
 using internal::cuda::on_device;
@@ -180,4 +180,4 @@ Result<StateDict*> get_target(StateDict& sd, DeviceStaging& st) {
   return st.sd.get();
 }
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::store

@@ -16,7 +16,7 @@
 #include "meshstore/store.hpp"
 #include "meshstore/tensor.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::store {
 
 // Contiguous CUDA tensors go to the client as they are: per volume, it
 // copies them in one CUDA copy where the transport can (shm, cuda-ipc),
@@ -64,4 +64,4 @@ Result<const StateDict*> put_source(const StateDict& sd, DeviceStaging& st,
 /// fills `sd`).
 Result<StateDict*> get_target(StateDict& sd, DeviceStaging& st);
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::store

@@ -2,13 +2,14 @@
 
 #include "meshstore/store/options.hpp"
 
+#include "meshstore/controller/controller.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/transports/registry.hpp"
 
 namespace meshstore {
 
-namespace facade {
+namespace store {
 
 transports::TransportConfig transport_config(const StoreOptions& o) {
   transports::TransportConfig tc;
@@ -23,7 +24,7 @@ transports::TransportConfig transport_config(const StoreOptions& o) {
   return tc;
 }
 
-}  // namespace facade
+}  // namespace store
 
 Status StoreOptions::validate() const {
   auto bad = [](const std::string& m) {
@@ -45,9 +46,9 @@ Status StoreOptions::validate() const {
     return bad("connect_timeout must be positive, got " + std::to_string(connect_timeout.count()) +
                " ms");
   }
-  if (auto p = actors::policy_by_name(strategy); !p.ok()) return bad(p.status().message());
+  if (auto p = controller::policy_by_name(strategy); !p.ok()) return bad(p.status().message());
   if (custom_strategy.select) {
-    if (auto p = actors::policy_by_name(custom_strategy.placement); !p.ok()) {
+    if (auto p = controller::policy_by_name(custom_strategy.placement); !p.ok()) {
       return bad("custom_strategy.placement: " + p.status().message());
     }
   }
@@ -61,7 +62,7 @@ Status StoreOptions::validate() const {
       }
     }
   }
-  if (auto s = facade::transport_config(*this).validate(); !s.ok()) return bad(s.message());
+  if (auto s = store::transport_config(*this).validate(); !s.ok()) return bad(s.message());
   if (scheduler_threads < 0 || scheduler_threads > 256) {
     return bad("scheduler_threads must be in [0, 256], got " + std::to_string(scheduler_threads));
   }

@@ -6,10 +6,10 @@
 #include "meshstore/store.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::facade {
+namespace meshstore::store {
 
 /// The transport settings of `o`; validate() checks them and the volumes
 /// and client get them.
 transports::TransportConfig transport_config(const StoreOptions& o);
 
-}  // namespace meshstore::facade
+}  // namespace meshstore::store

@@ -32,7 +32,7 @@ struct Publication::Impl {
   std::uint64_t lent_bytes = 0;
   PublishOptions options;
   caf::actor_addr client;                // weak: the store may close first
-  std::weak_ptr<actors::FastPath> fast;  // the client's channels (retain)
+  std::weak_ptr<client::FastPath> fast;  // the client's channels (retain)
   std::chrono::milliseconds timeout{0};
   // Borrowed views of the published state dict: what retain copies.
   StateDict views;
@@ -86,7 +86,7 @@ Future<void> Publication::returned() const {
 namespace {
 
 using PubImpl = internal::PublicationAccess::Impl;
-using facade::check_key;
+using protocol::check_key;
 using state_dicts::version_key;
 
 // The least a reclaim waits, after revoking a loan, for the transfers the
@@ -119,7 +119,7 @@ Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub, bool revoked = f
               : version + "readers still copy out of its buffers after " +
                     std::to_string(bound.count()) +
                     " ms; they stay lent (reclaim again, or wait for returned())";
-  caf::delayed_anon_send(client, bound, actors::run_atom::value, internal::Closure{[done, why] {
+  caf::delayed_anon_send(client, bound, protocol::run_atom::value, internal::Closure{[done, why] {
                            done->set_error(Status(Errc::timeout, why));
                          }});
   return done->future();
@@ -129,10 +129,10 @@ Future<void> wait_returned(const std::shared_ptr<PubImpl>& pub, bool revoked = f
 // it is still the one published (its manifest's commit version unchanged).
 Future<void> retain_copy(const std::shared_ptr<PubImpl>& pub) {
   const std::string key = version_key(pub->prefix, pub->version);
-  actors::ExistsCall exists;
+  client::ExistsCall exists;
   exists.keys = {key};
-  return state_dicts::call_client(pub->client, actors::store_exists_atom::value, std::move(exists),
-                                  pub->op + " '" + key + "'")
+  return state_dicts::call_client(pub->client, protocol::store_exists_atom::value,
+                                  std::move(exists), pub->op + " '" + key + "'")
       .then([pub, key](const std::vector<std::uint64_t>& versions) -> Future<void> {
         if (versions.empty() || versions.front() == 0) return make_ready_future();  // retired
         auto prepared = state_dicts::prepare_put(pub->views, pub->op, pub->options.put);
@@ -160,7 +160,7 @@ Future<void> end_loan(const std::shared_ptr<PubImpl>& pub) {
   auto ended = std::make_shared<Promise<void>>();
   wait_returned(pub).on_complete([pub, ended](const Result<void>& r) {
     if (r.ok() || r.status().code() != Errc::timeout) return (void)ended->set(r);
-    auto lender = caf::actor_cast<actors::storage_volume_actor>(pub->lender);
+    auto lender = caf::actor_cast<protocol::storage_volume_actor>(pub->lender);
     if (!lender) return (void)ended->set(r);  // the store closed: the loan ends with it
     log::get("store")->warn("{} '{}' version {}: revoking its loan ({} ms passed)", pub->op,
                             pub->prefix, pub->version, pub->options.reclaim_timeout.count());
@@ -172,7 +172,7 @@ Future<void> end_loan(const std::shared_ptr<PubImpl>& pub) {
       wait_returned(pub, true).on_complete(
           [ended](const Result<void>& after) { ended->set(after); });
     });
-    caf::anon_send(lender, actors::revoke_atom::value, pub->loan,
+    caf::anon_send(lender, protocol::revoke_atom::value, pub->loan,
                    internal::Closure{[revoked] { revoked->set_value(); }});
   });
   return ended->future();
@@ -181,11 +181,11 @@ Future<void> end_loan(const std::shared_ptr<PubImpl>& pub) {
 // Withdraws the version: later readers wait for the next one.
 Future<void> withdraw(const std::shared_ptr<PubImpl>& pub) {
   const std::string key = version_key(pub->prefix, pub->version);
-  actors::RemoveCall remove;
+  client::RemoveCall remove;
   remove.under = true;
   remove.keys = {key};
-  return state_dicts::call_client(pub->client, actors::store_remove_atom::value, std::move(remove),
-                                  pub->op + " '" + key + "': withdrawing it")
+  return state_dicts::call_client(pub->client, protocol::store_remove_atom::value,
+                                  std::move(remove), pub->op + " '" + key + "': withdrawing it")
       .then([](std::size_t) {});
 }
 
@@ -293,7 +293,7 @@ class SharedMappings {
 // The items that can be lent: the caller's own whole, contiguous, non-empty
 // tensors, stored as they are, in host memory (`gpu` false) or on a GPU
 // (not a packed bucket, which is gathered from many).
-std::vector<std::size_t> lendable_items(const actors::PutCall& call, bool gpu) {
+std::vector<std::size_t> lendable_items(const client::PutCall& call, bool gpu) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const auto& item = call.items[i];
@@ -308,9 +308,9 @@ std::vector<std::size_t> lendable_items(const actors::PutCall& call, bool gpu) {
 
 // Moves items `lent` (ascending) of the put to its lent items, with their
 // shared-memory places when `places` has them; answers the bytes lent.
-std::uint64_t move_lent(actors::PutCall& call, const std::vector<std::size_t>& lent,
+std::uint64_t move_lent(client::PutCall& call, const std::vector<std::size_t>& lent,
                         const std::vector<ShmPlace>& places) {
-  std::vector<actors::PutItem> keep;
+  std::vector<client::PutItem> keep;
   std::uint64_t bytes = 0;
   std::size_t next = 0;
   for (std::size_t i = 0; i < call.items.size(); ++i) {
@@ -350,9 +350,9 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
     return bad("unknown mode " + std::to_string(static_cast<int>(options.mode)));
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
-  if (!client) return facade::closed_future<Publication>(op + " '" + prefix + "'");
-  auto st = facade::staging(op, false);
-  auto use = facade::put_source(sd, *st, options.put);
+  if (!client) return client::closed_future<Publication>(op + " '" + prefix + "'");
+  auto st = store::staging(op, false);
+  auto use = store::put_source(sd, *st, options.put);
   if (!use.ok()) return make_error_future<Publication>(use.status());
   auto prepared_or = state_dicts::prepare_put(**use, op, options.put);
   if (!prepared_or.ok()) {

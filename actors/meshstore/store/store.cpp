@@ -32,17 +32,17 @@ namespace meshstore {
 
 namespace {
 
-using facade::bytes_item;
-using facade::check_key;
-using facade::check_keys;
-using facade::check_view;
-using facade::single_get;
-using facade::staging;
+using client::bytes_item;
+using client::single_get;
+using protocol::check_key;
+using protocol::check_keys;
+using protocol::check_view;
+using store::staging;
 
 // The last step of a get_into: device destinations get their bytes from
 // the host staging, a copy into the caller's buffers that a cancel waits
 // for (or that a cancel before it skips).
-Status finish_into(const facade::DeviceStaging& st, internal::CallGuard& guard,
+Status finish_into(const store::DeviceStaging& st, internal::CallGuard& guard,
                    const std::string& what) {
   if (!guard.enter_final()) return Status(Errc::cancelled, what + ": cancelled");
   auto s = st.finish();
@@ -50,7 +50,7 @@ Status finish_into(const facade::DeviceStaging& st, internal::CallGuard& guard,
   return s;
 }
 
-using FastOutcome = actors::FastPath::Outcome;
+using FastOutcome = client::FastPath::Outcome;
 
 // A direct read's copy into host memory, on the caller's thread: split over
 // the copy engine's threads when large, this thread taking a share.
@@ -65,11 +65,11 @@ void copy_here(void* dst, const std::byte* src, std::size_t n) {
 // miss or stale the caller takes the actor path (stale: locating afresh).
 
 // Into a new tensor (Store::get).
-FastOutcome fast_get_tensor(actors::FastPath& fast, const std::string& key,
+FastOutcome fast_get_tensor(client::FastPath& fast, const std::string& key,
                             std::chrono::milliseconds timeout, Tensor* out) {
   return fast.read(
-      key, [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
-      [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
+      key, [](const client::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
+      [out](const client::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         auto t = Tensor::empty(e.dtype, e.shape);
         if (!t.ok()) return false;  // the actor path reports it
         copy_here(t->data(), data, n);
@@ -81,7 +81,7 @@ FastOutcome fast_get_tensor(actors::FastPath& fast, const std::string& key,
 
 // Whether `dst` can take the key `e` describes: contiguous memory of its
 // dtype and shape, on the host or a GPU (check_view checked the device).
-bool fits_into(const actors::FastPath::Entry& e, const TensorView& dst) {
+bool fits_into(const client::FastPath::Entry& e, const TensorView& dst) {
   return dst.is_contiguous() && e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() &&
          e.shape == dst.shape();
 }
@@ -90,12 +90,12 @@ bool fits_into(const actors::FastPath::Entry& e, const TensorView& dst) {
 // (Store::get_into): a memcpy into host memory, one CUDA copy into GPU
 // memory (host to device, straight from the volume's mapping on a direct
 // read).
-FastOutcome fast_get_into(actors::FastPath& fast, const std::string& key,
+FastOutcome fast_get_into(client::FastPath& fast, const std::string& key,
                           std::chrono::milliseconds timeout, const TensorView& dst) {
   const bool to_device = internal::cuda::on_device(dst);
   return fast.read(
-      key, [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); },
-      [&dst, to_device](const actors::FastPath::Entry&, const std::byte* data, std::size_t n) {
+      key, [&dst](const client::FastPath::Entry& e) { return fits_into(e, dst); },
+      [&dst, to_device](const client::FastPath::Entry&, const std::byte* data, std::size_t n) {
         if (n == 0) return true;
         if (!to_device) {
           copy_here(dst.data(), data, n);
@@ -107,11 +107,11 @@ FastOutcome fast_get_into(actors::FastPath& fast, const std::string& key,
 }
 
 // A byte object (Store::get_object, get_stored_object).
-FastOutcome fast_get_object(actors::FastPath& fast, const std::string& key,
+FastOutcome fast_get_object(client::FastPath& fast, const std::string& key,
                             std::chrono::milliseconds timeout, StoredObject* out) {
   return fast.read(
-      key, [](const actors::FastPath::Entry& e) { return e.kind == wire::ObjectKind::object; },
-      [out](const actors::FastPath::Entry& e, const std::byte* data, std::size_t n) {
+      key, [](const client::FastPath::Entry& e) { return e.kind == wire::ObjectKind::object; },
+      [out](const client::FastPath::Entry& e, const std::byte* data, std::size_t n) {
         out->bytes.assign(reinterpret_cast<const char*>(data), n);
         out->format = e.format;
         return true;
@@ -138,7 +138,7 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 // client's channel to its volume, on the caller's thread (docs/architecture.md,
 // "Puts on the caller's thread"): one commit request, all or none, with
 // their bytes inline when they fit one message, else written first into
-// objects the volume stages for them (actors::put_over_channel; sent over
+// objects the volume stages for them (client::put_over_channel; sent over
 // tcp and more than limits::kStagedAheadBytes: from the client's waiting
 // thread). Done, the keys are in the client's one location cache, so this
 // process's reads see them. A client without a channel yet (its first put)
@@ -149,11 +149,11 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 // commit as the controller's put_shards does: each key once every rank's
 // shards cover it.
 // `fast` null: the store was closed (moved from).
-Future<void> put_on_channel(actors::FastPath* fast, std::chrono::milliseconds timeout,
-                            std::vector<actors::PutItem> items, const std::string& what,
+Future<void> put_on_channel(client::FastPath* fast, std::chrono::milliseconds timeout,
+                            std::vector<client::PutItem> items, const std::string& what,
                             bool cancellable) {
-  if (fast == nullptr) return facade::closed_future<void>(what);
-  actors::ChannelPut c;
+  if (fast == nullptr) return client::closed_future<void>(what);
+  client::ChannelPut c;
   c.what = what;
   c.slot = std::string(2, '\0');  // apart from state dicts' and versions' slots
   c.whole_key = true;
@@ -176,11 +176,11 @@ Future<void> put_on_channel(actors::FastPath* fast, std::chrono::milliseconds ti
     c.groups.emplace_back();
   }
   c.items = std::move(items);
-  return facade::put_over_channel_or_defer<void>(
+  return client::put_over_channel_or_defer<void>(
       *fast, what,
       [fast, c = std::move(c), timeout](bool* defer,
                                         const auto& guard) -> std::optional<Future<void>> {
-        auto done = actors::put_over_channel(*fast, c, timeout, defer, guard);
+        auto done = client::put_over_channel(*fast, c, timeout, defer, guard);
         if (!done) return std::nullopt;
         return done->ok() ? make_ready_future() : make_error_future<void>(done->status());
       },
@@ -206,7 +206,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   auto host = st->source(tensor, key);
   if (!host.ok()) return make_error_future<void>(host.status());
   // The bytes live as long as the put: the caller's, or staged in `st`.
-  actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
+  client::PutItem item{key, *host, wire::ObjectKind::tensor, st};
   return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
                         impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
                         {item}, "put '" + key + "'", true);
@@ -239,7 +239,7 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
   auto host = st->source(shard, key);
   if (!host.ok()) return make_error_future<void>(host.status());
   // The bytes live as long as the put: the caller's, or staged in `st`.
-  actors::PutItem item{key, *host, wire::ObjectKind::tensor, st};
+  client::PutItem item{key, *host, wire::ObjectKind::tensor, st};
   item.slice = slice;
   item.replicas = replicas;
   // Replicas are compared by the controller: ranks holding the same box
@@ -258,12 +258,12 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
     if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
   }
   auto st = staging("put_batch");
-  std::vector<actors::PutItem> batch;
+  std::vector<client::PutItem> batch;
   for (auto& [k, v] : items) {
     auto host = st->source(v, k);
     if (!host.ok()) return make_error_future<void>(host.status());
     // The bytes live as long as the put: the caller's, or staged in `st`.
-    batch.push_back(actors::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
+    batch.push_back(client::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
   }
   if (batch.empty()) return make_ready_future();
   const std::string what = "put_batch of " + std::to_string(batch.size()) + " keys";
@@ -274,7 +274,7 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
 
 Future<Tensor> Store::get(std::string key) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
-  auto call = single_get("get", actors::GetMode::tensor, key);
+  auto call = single_get("get", client::GetMode::tensor, key);
   if (impl_) {
     Tensor t;
     auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.request_timeout, &t);
@@ -282,17 +282,17 @@ Future<Tensor> Store::get(std::string key) {
     call.fresh = fast == FastOutcome::stale;
   }
   const std::string what = "get '" + key + "'";
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([](const actors::GetOutput& out) { return out.tensors.front(); });
+  return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), what)
+      .then([](const client::GetOutput& out) { return out.tensors.front(); });
 }
 
 Future<Tensor> Store::get(std::string key, const TensorSlice& slice) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
   const std::string what = "get '" + key + "' slice " + slice.to_string();
-  auto call = single_get("get", actors::GetMode::tensor, std::move(key));
+  auto call = single_get("get", client::GetMode::tensor, std::move(key));
   call.slices.push_back(slice);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([](const actors::GetOutput& out) { return out.tensors.front(); });
+  return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), what)
+      .then([](const client::GetOutput& out) { return out.tensors.front(); });
 }
 
 Future<void> Store::get_into(std::string key, const TensorView& dst, const TensorSlice& slice) {
@@ -303,33 +303,33 @@ Future<void> Store::get_into(std::string key, const TensorView& dst, const Tenso
   auto st = staging(op);
   auto host = st->target(dst, key);
   if (!host.ok()) return make_error_future<void>(host.status());
-  auto call = single_get(op, actors::GetMode::into, std::move(key));
+  auto call = single_get(op, client::GetMode::into, std::move(key));
   call.dsts.push_back(*host);
   call.slices.push_back(slice);
   auto guard = std::make_shared<internal::CallGuard>();
   call.guard = guard;
-  return Impl::call_cancellable(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([st, guard, what](const actors::GetOutput&) { return finish_into(*st, *guard, what); });
+  return Impl::call_cancellable(impl_.get(), protocol::store_get_atom::value, std::move(call), what)
+      .then([st, guard, what](const client::GetOutput&) { return finish_into(*st, *guard, what); });
 }
 
 Future<Tensor> Store::get_view(std::string key) {
   if (auto s = check_key("get_view", key); !s.ok()) return make_error_future<Tensor>(s);
   const std::string what = "get_view '" + key + "'";
-  return Impl::call(impl_.get(), actors::store_get_atom::value,
-                    single_get("get_view", actors::GetMode::view, std::move(key)), what)
-      .then([](const actors::GetOutput& out) { return out.tensors.front(); });
+  return Impl::call(impl_.get(), protocol::store_get_atom::value,
+                    single_get("get_view", client::GetMode::view, std::move(key)), what)
+      .then([](const client::GetOutput& out) { return out.tensors.front(); });
 }
 
 Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   if (auto s = check_keys("get_batch", keys, false); !s.ok())
     return make_error_future<std::vector<Tensor>>(s);
   if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
-  actors::GetCall call;
+  client::GetCall call;
   // Every key on the fast path, or the whole batch on the actors (checked
   // first, so that a key it cannot serve costs no copy of the others).
   bool fast_batch = impl_ != nullptr;
   for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
-    fast_batch = impl_->fast->servable(keys[i], [](const actors::FastPath::Entry& e) {
+    fast_batch = impl_->fast->servable(keys[i], [](const client::FastPath::Entry& e) {
       return e.kind == wire::ObjectKind::tensor;
     });
   }
@@ -344,10 +344,10 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
     }
   }
   call.op = "get_batch";
-  call.mode = actors::GetMode::tensor;
+  call.mode = client::GetMode::tensor;
   call.keys = std::move(keys);
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call), "get_batch")
-      .then([](const actors::GetOutput& out) { return out.tensors; });
+  return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), "get_batch")
+      .then([](const client::GetOutput& out) { return out.tensors; });
 }
 
 Future<void> Store::get_into(std::string key, const TensorView& dst) {
@@ -369,9 +369,9 @@ Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView
 Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView>> items,
                                    const ReadOptions& options) {
   const std::string op = items.size() == 1 ? "get_into" : "get_into_batch";
-  actors::GetCall call;
+  client::GetCall call;
   call.op = op;
-  call.mode = actors::GetMode::into;
+  call.mode = client::GetMode::into;
   call.cast = options.cast;
   for (auto& [k, v] : items) {
     call.keys.push_back(k);
@@ -398,7 +398,7 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
   for (std::size_t i = 0; fast_batch && call.keys.size() > 1 && i < call.keys.size(); ++i) {
     const auto& dst = call.dsts[i];
     fast_batch = impl_->fast->servable(
-        call.keys[i], [&dst](const actors::FastPath::Entry& e) { return fits_into(e, dst); });
+        call.keys[i], [&dst](const client::FastPath::Entry& e) { return fits_into(e, dst); });
   }
   if (fast_batch && fast_every_key(call.keys.size(), &call.fresh, [&](std::size_t i) {
         return fast_get_into(*impl_->fast, call.keys[i], impl_->options.request_timeout,
@@ -415,8 +415,8 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
   const std::string what = items.size() == 1 ? op + " '" + call.keys.front() + "'" : op;
   auto guard = std::make_shared<internal::CallGuard>();
   call.guard = guard;
-  return Impl::call_cancellable(impl_.get(), actors::store_get_atom::value, std::move(call), what)
-      .then([st, guard, what](const actors::GetOutput&) { return finish_into(*st, *guard, what); });
+  return Impl::call_cancellable(impl_.get(), protocol::store_get_atom::value, std::move(call), what)
+      .then([st, guard, what](const client::GetOutput&) { return finish_into(*st, *guard, what); });
 }
 
 // -- objects -------------------------------------------------------------
@@ -438,10 +438,10 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
 
 namespace {
 
-actors::GetCall object_call(const std::string& key) {
-  actors::GetCall call;
+client::GetCall object_call(const std::string& key) {
+  client::GetCall call;
   call.op = "get_object";
-  call.mode = actors::GetMode::object;
+  call.mode = client::GetMode::object;
   call.keys.push_back(key);
   return call;
 }
@@ -461,9 +461,9 @@ Future<StoredObject> Store::get_stored_object(std::string key) {
     if (fast == FastOutcome::hit) return make_ready_future(std::move(o));
     call.fresh = fast == FastOutcome::stale;
   }
-  return Impl::call(impl_.get(), actors::store_get_atom::value, std::move(call),
+  return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call),
                     "get_object '" + key + "'")
-      .then([](const actors::GetOutput& out) {
+      .then([](const client::GetOutput& out) {
         return StoredObject{out.object, out.object_format};
       });
 }
@@ -475,10 +475,10 @@ Future<std::vector<std::string>> Store::keys(std::string prefix) {
     return make_error_future<std::vector<std::string>>(
         Status(Errc::invalid_argument, "keys: prefix contains a NUL byte"));
   }
-  actors::KeysCall call;
+  client::KeysCall call;
   const std::string what = "keys '" + prefix + "'";
   call.prefix = std::move(prefix);
-  auto fut = Impl::call(impl_.get(), actors::store_keys_atom::value, std::move(call), what);
+  auto fut = Impl::call(impl_.get(), protocol::store_keys_atom::value, std::move(call), what);
   return fut;
 }
 
@@ -487,10 +487,10 @@ Future<std::vector<KeyInfo>> Store::list(std::string prefix) {
     return make_error_future<std::vector<KeyInfo>>(
         Status(Errc::invalid_argument, "list: prefix contains a NUL byte"));
   }
-  actors::ListCall call;
+  client::ListCall call;
   const std::string what = "list '" + prefix + "'";
   call.prefix = std::move(prefix);
-  auto fut = Impl::call(impl_.get(), actors::store_list_atom::value, std::move(call), what);
+  auto fut = Impl::call(impl_.get(), protocol::store_list_atom::value, std::move(call), what);
   return fut.then([](const std::vector<wire::KeyRecord>& records) {
     std::vector<KeyInfo> out;
     out.reserve(records.size());
@@ -504,20 +504,20 @@ Future<std::vector<KeyInfo>> Store::list(std::string prefix) {
 
 Future<bool> Store::exists(std::string key) {
   if (auto s = check_key("exists", key); !s.ok()) return make_error_future<bool>(s);
-  actors::ExistsCall call;
+  client::ExistsCall call;
   const std::string what = "exists '" + key + "'";
   call.keys.push_back(std::move(key));
-  auto fut = Impl::call(impl_.get(), actors::store_exists_atom::value, std::move(call), what);
+  auto fut = Impl::call(impl_.get(), protocol::store_exists_atom::value, std::move(call), what);
   return fut.then([](const std::vector<std::uint64_t>& v) { return !v.empty() && v.front() != 0; });
 }
 
 Future<void> Store::remove(std::string key) {
   if (auto s = check_key("remove", key); !s.ok()) return make_error_future<void>(s);
-  actors::RemoveCall call;
+  client::RemoveCall call;
   const std::string what = "remove '" + key + "'";
   call.keys.push_back(std::move(key));
   call.single = true;
-  auto fut = Impl::call(impl_.get(), actors::store_remove_atom::value, std::move(call), what);
+  auto fut = Impl::call(impl_.get(), protocol::store_remove_atom::value, std::move(call), what);
   return fut.then([](std::size_t) {});
 }
 
@@ -525,19 +525,19 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
   if (auto s = check_keys("remove_batch", keys, false); !s.ok())
     return make_error_future<std::size_t>(s);
   if (keys.empty()) return make_ready_future<std::size_t>(0);
-  actors::RemoveCall call;
+  client::RemoveCall call;
   const std::string what = "remove_batch of " + std::to_string(keys.size()) + " keys";
   call.keys = std::move(keys);
-  auto fut = Impl::call(impl_.get(), actors::store_remove_atom::value, std::move(call), what);
+  auto fut = Impl::call(impl_.get(), protocol::store_remove_atom::value, std::move(call), what);
   return fut;
 }
 
 // -- operations ----------------------------------------------------------
 
 Future<std::vector<VolumeStats>> Store::stats() {
-  actors::StatCall call;
-  auto fut = Impl::call(impl_.get(), actors::store_stat_atom::value, std::move(call), "stats");
-  return fut.then([](const std::vector<actors::VolumeStatReply>& in) {
+  client::StatCall call;
+  auto fut = Impl::call(impl_.get(), protocol::store_stat_atom::value, std::move(call), "stats");
+  return fut.then([](const std::vector<client::VolumeStatReply>& in) {
     std::vector<VolumeStats> out;
     for (const auto& r : in) {
       const auto& s = r.stat;
@@ -567,11 +567,11 @@ FastPathStats Store::fast_path_stats() const {
 }
 
 Future<ControllerCounters> Store::controller_counters() {
-  actors::CountersCall call;
+  client::CountersCall call;
   auto fut =
-      Impl::call(impl_.get(), actors::store_counters_atom::value, std::move(call), "counters");
+      Impl::call(impl_.get(), protocol::store_counters_atom::value, std::move(call), "counters");
   return fut.then([](const std::vector<std::uint64_t>& v) -> Result<ControllerCounters> {
-    using C = actors::ControllerCounter;
+    using C = protocol::ControllerCounter;
     if (v.size() < static_cast<std::size_t>(C::count_)) {
       return Status(Errc::protocol_error,
                     "controller answered " + std::to_string(v.size()) + " counters");

@@ -24,7 +24,7 @@
 
 namespace meshstore {
 
-namespace actors {
+namespace client {
 class FastPath;
 }
 
@@ -54,11 +54,11 @@ struct Store::Impl {
   mutable std::shared_mutex mu;  // guards closed and the handles below
   bool closed = false;
   caf::actor client;
-  actors::controller_actor controller;  // local, or a proxy of a remote one
-  actors::strategy_actor strategy;
-  actors::directory_actor directory;
-  std::vector<actors::storage_volume_actor> volumes;  // hosted in this process
-  std::vector<caf::actor> owned;                      // actors of this process, stopped by close()
+  protocol::controller_actor controller;  // local, or a proxy of a remote one
+  protocol::strategy_actor strategy;
+  protocol::directory_actor directory;
+  std::vector<protocol::storage_volume_actor> volumes;  // hosted in this process
+  std::vector<caf::actor> owned;  // actors of this process, stopped by close()
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
@@ -67,7 +67,7 @@ struct Store::Impl {
   std::shared_ptr<state_dicts::ManifestCache> put_layouts = state_dicts::make_manifest_cache();
   // The client's channels and location cache, for calls on the caller's
   // thread, shared with the client actor. Set before the Store is handed out.
-  std::shared_ptr<actors::FastPath> fast;
+  std::shared_ptr<client::FastPath> fast;
 
   // A runtime (with the network layer when `network`; `shared` when
   // given, which must have the network layer and the store's types) and
@@ -83,7 +83,7 @@ struct Store::Impl {
   // no put is placed on it. `lending` is guarded by mu; lend_mu (taken
   // before mu) lets one caller at a time create it.
   struct Lending {
-    actors::storage_volume_actor handle;
+    protocol::storage_volume_actor handle;
     std::string volume_id;
   };
   // What a lending volume serves: process memory (cma, rdma, tcp, rpc),
@@ -128,9 +128,9 @@ struct Store::Impl {
   template <class Atom, class Call>
   static auto call(Impl* impl, Atom atom, Call c, const std::string& what) {
     using T = typename decltype(c.promise)::element_type::value_type;
-    c.promise = facade::make_promise<T>(what);
+    c.promise = client::make_promise<T>(what);
     auto fut = c.promise->future();
-    if (!send(impl, atom, std::move(c))) return facade::closed_future<T>(what);
+    if (!send(impl, atom, std::move(c))) return client::closed_future<T>(what);
     return fut;
   }
 
@@ -143,10 +143,10 @@ struct Store::Impl {
   template <class Atom, class Call>
   static auto call_cancellable(Impl* impl, Atom atom, Call c, const std::string& what) {
     using T = typename decltype(c.promise)::element_type::value_type;
-    c.promise = facade::make_promise<T>(what);
+    c.promise = client::make_promise<T>(what);
     auto fut = c.promise->future();
-    facade::cancel_through(fut, c.guard, c.promise, what);
-    if (!send(impl, atom, std::move(c))) return facade::closed_future<T>(what);
+    client::cancel_through(fut, c.guard, c.promise, what);
+    if (!send(impl, atom, std::move(c))) return client::closed_future<T>(what);
     return fut;
   }
 

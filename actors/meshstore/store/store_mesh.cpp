@@ -87,7 +87,7 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
 }  // namespace
 
 void add_store_actor_types(caf::actor_system_config& cfg) {
-  actors::add_actor_types(cfg);  // the store's own messages
+  protocol::add_actor_types(cfg);  // the store's own messages
   cfg.add_actor_type("meshstore.store_node", store_node);
 }
 

@@ -21,12 +21,9 @@ namespace meshstore {
 
 namespace {
 
-using facade::check_key;
-using facade::closed_future;
-using facade::get_target;
-using facade::put_over_channel_or_defer;
-using facade::put_source;
-using facade::staging;
+using client::closed_future;
+using client::put_over_channel_or_defer;
+using protocol::check_key;
 using state_dicts::Boxes;
 using state_dicts::CacheSlot;
 using state_dicts::manifest_of;
@@ -45,6 +42,9 @@ using state_dicts::Snapshot;
 using state_dicts::stage_at;
 using state_dicts::stream_into;
 using state_dicts::version_key;
+using store::get_target;
+using store::put_source;
+using store::staging;
 
 // prepare_put with the layout kept under `slot` in `layouts` (null: none)
 // as its hint; a put it prepares keeps its layout there for the next one.
@@ -59,7 +59,7 @@ Result<std::shared_ptr<state_dicts::PreparedPut>> prepare_with_kept_layout(
 
 // The version `prefix` names as this thread reads it with no request
 // (FastPath::pointer_here), else 0: the pointer is located.
-std::uint64_t pointer_value(actors::FastPath* fast, const std::string& prefix) {
+std::uint64_t pointer_value(client::FastPath* fast, const std::string& prefix) {
   auto here = fast ? fast->pointer_here(prefix) : std::nullopt;
   return here ? here->value : 0;
 }
@@ -68,9 +68,9 @@ std::uint64_t pointer_value(actors::FastPath* fast, const std::string& prefix) {
 // to its volume, on this thread (or its waiting thread: put_over_channel).
 // (`fast`: the client's fast path, whose waiting thread's jobs end before
 // it goes; null once the store is closed.)
-Future<void> put_named_here(actors::FastPath* fast, std::chrono::milliseconds timeout,
+Future<void> put_named_here(client::FastPath* fast, std::chrono::milliseconds timeout,
                             const std::string& what, std::shared_ptr<state_dicts::PreparedPut> p) {
-  if (!fast) return facade::closed_future<void>(what);
+  if (!fast) return client::closed_future<void>(what);
   return put_over_channel_or_defer<void>(
       *fast, what,
       [fast, p, timeout](bool* defer, const auto&) -> std::optional<Future<void>> {
@@ -145,7 +145,7 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
   // On this thread, where the pointer this client last saw is current.
   if (fast) {
     const auto timeout = impl_->options.request_timeout;
-    actors::FastPath* raw = fast.get();  // defer's jobs end before it
+    client::FastPath* raw = fast.get();  // defer's jobs end before it
     auto done = put_over_channel_or_defer<std::uint64_t>(
         *raw, op + " '" + prefix + "'",
         [raw, prefix, prepared, keep, op, timeout](
@@ -156,7 +156,7 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
           return done->ok() ? make_ready_future<std::uint64_t>(**done)
                             : make_error_future<std::uint64_t>(done->status());
         },
-        [client, prefix, prepared, keep, op, weak = std::weak_ptr<actors::FastPath>(fast),
+        [client, prefix, prepared, keep, op, weak = std::weak_ptr<client::FastPath>(fast),
          timeout](const auto&) {
           return state_dicts::publish_prepared(client, prefix, prepared, keep, op, weak, timeout);
         });
@@ -199,7 +199,7 @@ Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<Ten
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   auto specs = std::make_shared<const std::vector<TensorSpec>>(std::move(tensors));
-  std::weak_ptr<actors::FastPath> fast = impl_ ? impl_->fast : nullptr;
+  std::weak_ptr<client::FastPath> fast = impl_ ? impl_->fast : nullptr;
   const auto timeout = impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0);
   return pointer_at(client, prefix, op).then([=](const Pointer& ptr) {
     const std::uint64_t next = ptr.value + 1;

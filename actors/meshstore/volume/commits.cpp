@@ -11,7 +11,7 @@
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/volume/state.hpp"
 
-namespace meshstore::actors::volume {
+namespace meshstore::volume {
 
 namespace {
 
@@ -22,18 +22,19 @@ namespace {
 // room for it beside the version being committed (then the caller commits
 // first and stages after, as for a remote controller, in the memory the
 // commit retired).
-bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
+bool local_commit(volume_pointer self, protocol::fast_get::CommitRequest& req,
                   const std::vector<wire::StageRequest>& wanted, const caf::actor& owner,
-                  std::size_t limit, const FastCommitJob::Done& done, const caf::actor& controller,
-                  std::vector<fast_get::CommitDone::Placed> placed) {
-  fast_get::CommitDone d;
+                  std::size_t limit, const protocol::FastCommitJob::Done& done,
+                  const caf::actor& controller,
+                  std::vector<protocol::fast_get::CommitDone::Placed> placed) {
+  protocol::fast_get::CommitDone d;
   d.placed = std::move(placed);
   if (!wanted.empty() && owner) {
     auto regions = stage(self, wanted, owner);
     if (!regions.ok()) return false;
     d.versions.assign(req.records.size(), 0);  // as the reply will carry them
     d.staged = std::move(regions).value();
-    if (fast_get::encoded_size(d) > limit) {
+    if (protocol::fast_get::encoded_size(d) > limit) {
       for (const auto& r : d.staged) self->state.drop(r.region_id, true);
       self->state.regions->prune();
       d.staged.clear();
@@ -45,7 +46,7 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
       committed.emplace_back(r.shards.front().object_id, r.key);
     }
   }
-  LocalCommit commit;
+  protocol::LocalCommit commit;
   commit.records = std::move(req.records);
   commit.prefixes = std::move(req.prefixes);
   commit.sharded = req.sharded;
@@ -66,7 +67,7 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
       for (const auto& s : d.staged) ids.push_back(s.region_id);
       for (const auto& p : d.placed) ids.push_back(p.object_id);
       if (auto v = caf::actor_cast<caf::actor>(volume); v && !ids.empty()) {
-        caf::anon_send(v, release_atom::value, std::move(ids));
+        caf::anon_send(v, protocol::release_atom::value, std::move(ids));
       }
       return (*done)(r.status());
     }
@@ -75,14 +76,14 @@ bool local_commit(volume_pointer self, fast_get::CommitRequest& req,
     d.versions = std::move(r).value();
     (*done)(std::move(d));
   };
-  caf::anon_send(controller, local_commit_atom::value, std::move(commit));
+  caf::anon_send(controller, protocol::local_commit_atom::value, std::move(commit));
   return true;
 }
 
 // Stages the objects of `records` whose bytes came inline (`inlined`, per
 // record or empty) for `owner` and fills them: each record's shard then
 // names its object and place, which the reply carries (in order).
-Result<std::vector<fast_get::CommitDone::Placed>> place_inline(
+Result<std::vector<protocol::fast_get::CommitDone::Placed>> place_inline(
     volume_pointer self, std::vector<wire::KeyRecord>& records,
     std::vector<std::optional<std::string>>& inlined, const caf::actor& owner) {
   std::vector<wire::StageRequest> reqs;
@@ -97,7 +98,7 @@ Result<std::vector<fast_get::CommitDone::Placed>> place_inline(
     reqs.push_back(std::move(r));
     at.push_back(i);
   }
-  std::vector<fast_get::CommitDone::Placed> placed;
+  std::vector<protocol::fast_get::CommitDone::Placed> placed;
   if (reqs.empty()) return placed;
   if (!owner) return Status(Errc::unavailable, "fast commit: the client is gone");
   auto staged = stage(self, reqs, owner);
@@ -109,7 +110,7 @@ Result<std::vector<fast_get::CommitDone::Placed>> place_inline(
     // For readers on this host (lease-free and direct reads).
     auto shm = region.described.find("shm");
     if (shm != region.described.end()) shard.place = shm->second;
-    placed.push_back(fast_get::CommitDone::Placed{shard.object_id, shard.place});
+    placed.push_back(protocol::fast_get::CommitDone::Placed{shard.object_id, shard.place});
   }
   return placed;
 }
@@ -122,7 +123,7 @@ namespace {
 // lending volume (direct publishing), not one of this volume's.
 bool lent_record(const wire::KeyRecord& r, const std::string& volume_id) {
   return r.shards.size() == 1 && r.shards[0].volume_id != volume_id &&
-         is_lending_volume(r.shards[0].volume_id);
+         protocol::is_lending_volume(r.shards[0].volume_id);
 }
 
 }  // namespace
@@ -134,15 +135,15 @@ bool lent_record(const wire::KeyRecord& r, const std::string& volume_id) {
 // The volume actor checks the rest (each object of this volume given back
 // or committed is one its client staged there). A lent object is the
 // client's word, as in a commit a client actor sends the controller.
-Status check_commit(const fast_get::CommitRequest& req, const std::string& volume_id) {
+Status check_commit(const protocol::fast_get::CommitRequest& req, const std::string& volume_id) {
   for (const auto& p : req.prefixes) {
-    if (auto s = facade::check_key("fast commit", p); !s.ok()) {
+    if (auto s = protocol::check_key("fast commit", p); !s.ok()) {
       return Status(Errc::protocol_error, s.message());
     }
   }
   for (std::size_t i = 0; i < req.records.size(); ++i) {
     const auto& r = req.records[i];
-    if (auto s = facade::check_key("fast commit", r.key); !s.ok()) {
+    if (auto s = protocol::check_key("fast commit", r.key); !s.ok()) {
       return Status(Errc::protocol_error, s.message());
     }
     // An object sent inline is named by the volume once it is staged.
@@ -170,17 +171,17 @@ Status check_commit(const fast_get::CommitRequest& req, const std::string& volum
     }
   }
   if (!req.group.empty()) {
-    if (auto s = facade::check_key("fast commit", req.group); !s.ok()) {
+    if (auto s = protocol::check_key("fast commit", req.group); !s.ok()) {
       return Status(Errc::protocol_error, s.message());
     }
   }
   for (const auto& m : req.members) {
-    if (auto s = facade::check_key("fast commit", m); !s.ok()) {
+    if (auto s = protocol::check_key("fast commit", m); !s.ok()) {
       return Status(Errc::protocol_error, s.message());
     }
   }
   for (const auto& s : req.stage) {
-    if (auto k = facade::check_key("fast stage", s.key); !k.ok()) {
+    if (auto k = protocol::check_key("fast stage", s.key); !k.ok()) {
       return Status(Errc::protocol_error, k.message());
     }
   }
@@ -193,7 +194,7 @@ Status check_commit(const fast_get::CommitRequest& req, const std::string& volum
 // memory the commit retired). Checked as input from another process: every
 // object given back or committed must be one that client staged here, not
 // committed, of the record's size; else nothing is done.
-void fast_commit(volume_pointer self, FastCommitJob job) {
+void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
   auto done = job.done;
   auto& st = self->state;
   auto& req = job.request;
@@ -246,8 +247,8 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   // nothing and still answers the commit; alone, it is the answer.
   auto stage_and_answer = [self, done, wanted, owner, limit](
                               std::vector<std::uint64_t> versions,
-                              std::vector<fast_get::CommitDone::Placed> placed) {
-    fast_get::CommitDone d;
+                              std::vector<protocol::fast_get::CommitDone::Placed> placed) {
+    protocol::fast_get::CommitDone d;
     d.versions = std::move(versions);
     d.placed = std::move(placed);
     const bool alone = d.versions.empty();
@@ -256,7 +257,7 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
                            : Result<std::vector<wire::RegionRef>>(
                                  Status(Errc::unavailable, "the client is gone"));
       if (regions.ok()) d.staged = std::move(regions).value();
-      if (regions.ok() && fast_get::encoded_size(d) > limit) {
+      if (regions.ok() && protocol::fast_get::encoded_size(d) > limit) {
         for (const auto& r : d.staged) self->state.drop(r.region_id, true);
         self->state.regions->prune();
         d.staged.clear();
@@ -288,10 +289,10 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
   // The controller answers this volume without a flush: its release of
   // what the commit superseded reaches this actor before the answer.
   const auto timeout = st.config.transport_config.request_timeout;
-  auto sent = req.sharded ? self->request(controller, timeout, put_shards_atom::value,
+  auto sent = req.sharded ? self->request(controller, timeout, protocol::put_shards_atom::value,
                                           std::move(req.records), std::move(req.group),
                                           std::move(req.members), req.layout)
-                          : self->request(controller, timeout, replace_atom::value,
+                          : self->request(controller, timeout, protocol::replace_atom::value,
                                           std::move(req.records), std::move(req.prefixes), true);
   sent.then(
       [stage_and_answer,
@@ -310,4 +311,4 @@ void fast_commit(volume_pointer self, FastCommitJob job) {
       });
 }
 
-}  // namespace meshstore::actors::volume
+}  // namespace meshstore::volume

@@ -8,7 +8,7 @@
 
 #include "meshstore/internal/memory.hpp"
 
-namespace meshstore::actors::volume {
+namespace meshstore::volume {
 namespace {
 
 // Memory of released regions by size, bounded; shared with region
@@ -226,4 +226,4 @@ std::shared_ptr<std::byte> VolumeMemory::adopt(std::byte* data, std::uint64_t nb
 
 std::uint64_t VolumeMemory::bytes_held() const { return shared_->held->load(); }
 
-}  // namespace meshstore::actors::volume
+}  // namespace meshstore::volume

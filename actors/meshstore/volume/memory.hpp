@@ -21,7 +21,7 @@
 #include "meshstore/transports/region.hpp"
 #include "meshstore/transports/transport.hpp"
 
-namespace meshstore::actors::volume {
+namespace meshstore::volume {
 
 class VolumeMemory {
  public:
@@ -68,4 +68,4 @@ class VolumeMemory {
   std::shared_ptr<Shared> shared_;
 };
 
-}  // namespace meshstore::actors::volume
+}  // namespace meshstore::volume

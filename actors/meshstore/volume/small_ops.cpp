@@ -14,7 +14,7 @@
 #include "meshstore/protocol/atoms.hpp"
 #include "meshstore/volume/state.hpp"
 
-namespace meshstore::actors::volume {
+namespace meshstore::volume {
 
 void SmallObjects::track(std::uint64_t id, const std::shared_ptr<transports::Region>& region,
                          std::atomic<std::uint64_t>* tag) {
@@ -43,15 +43,17 @@ std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& k
     auto it = map_.find(id);
     const Entry* e = it == map_.end() ? nullptr : &it->second;
     if (e && e->committed && e->key == key && e->region->device() < 0 &&
-        e->region->size() + fast_get::kReplyHeaderBytes <= message) {
+        e->region->size() + protocol::fast_get::kReplyHeaderBytes <= message) {
       region = e->region;
     }
   }
   // Committed bytes never change, and the region held keeps its memory
   // from being reused: a copy of an object retired meanwhile is still
   // that object's, as a read racing a put may return.
-  if (!region) return fast_get::encode(fast_get::ReplyStatus::stale, nullptr, 0);
-  return fast_get::encode(fast_get::ReplyStatus::ok, region->data(), region->size());
+  if (!region)
+    return protocol::fast_get::encode(protocol::fast_get::ReplyStatus::stale, nullptr, 0);
+  return protocol::fast_get::encode(protocol::fast_get::ReplyStatus::ok, region->data(),
+                                    region->size());
 }
 
 bool SmallObjects::current(std::uint64_t id) const {
@@ -87,12 +89,12 @@ constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 // A commit request (fast_get::CommitRequest), decoded and checked as input
 // from another process, as the job for the volume actor (which checks each
 // object given back or committed is one the channel's client staged there).
-Result<FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
-                                 const std::string& volume_id) {
-  auto req = fast_get::decode_commit(bytes);
+Result<protocol::FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
+                                           const std::string& volume_id) {
+  auto req = protocol::fast_get::decode_commit(bytes);
   if (!req.ok()) return req.status();
   MESHSTORE_RETURN_IF_ERROR(check_commit(*req, volume_id));
-  FastCommitJob job;
+  protocol::FastCommitJob job;
   job.request = std::move(req).value();
   // The bytes sent inline outlive the message they came in.
   for (const auto& data : job.request.inlined) {
@@ -231,7 +233,7 @@ struct SmallOpService::Channel {
   std::mutex send_mu;
   bool closed = false;  // under send_mu: replies are dropped
 
-  fast_get::PartAssembly parts;  // requests and replies larger than a slot
+  protocol::fast_get::PartAssembly parts;  // requests and replies larger than a slot
 
   Channel(std::unique_ptr<transports::shm::Ring> r, FastPuts p)
       : ring(std::move(r)), puts(std::move(p)) {}
@@ -282,7 +284,7 @@ void SmallOpService::stop() {
     bell_->ring();
     thread.join();
   }
-  pending_->fail(nullptr, fast_get::encode_error(
+  pending_->fail(nullptr, protocol::fast_get::encode_error(
                               Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
 }
 
@@ -306,7 +308,7 @@ Result<std::string> SmallOpService::add_ring(std::unique_ptr<transports::shm::Ri
 
 void SmallOpService::attach_token(std::uint64_t token, FastPuts puts) {
   std::lock_guard<std::mutex> lock(mu_);
-  tokens_[token] = Attached{std::move(puts), std::make_shared<fast_get::PartAssembly>()};
+  tokens_[token] = Attached{std::move(puts), std::make_shared<protocol::fast_get::PartAssembly>()};
 }
 
 void SmallOpService::owner_gone(const caf::actor_addr& owner) {
@@ -322,7 +324,7 @@ void SmallOpService::controller_gone(const caf::actor_addr& controller) {
     dead_controllers_.push_back(controller);
   }
   pending_->fail(&controller,
-                 fast_get::encode_error(Status(
+                 protocol::fast_get::encode_error(Status(
                      Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
 }
 
@@ -333,12 +335,13 @@ bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
 }
 
 void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* puts,
-                           const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts,
-                           std::size_t message, bool answer_here) {
-  auto magic = fast_get::request_magic(bytes);
-  if (magic.ok() && *magic == fast_get::kPartMagic) {
+                           const std::shared_ptr<Owed>& owed,
+                           protocol::fast_get::PartAssembly* parts, std::size_t message,
+                           bool answer_here) {
+  auto magic = protocol::fast_get::request_magic(bytes);
+  if (magic.ok() && *magic == protocol::fast_get::kPartMagic) {
     if (!parts || !puts) {
-      return owed->deliver(fast_get::encode_error(
+      return owed->deliver(protocol::fast_get::encode_error(
           Status(Errc::protocol_error,
                  "volume '" + volume_id_ + "': a request in parts from a client never attached")));
     }
@@ -347,17 +350,18 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
     // The last part: the request, served as if it came whole.
     return serve(whole, puts, owed, nullptr, message, answer_here);
   }
-  if (!magic.ok() || *magic != fast_get::kCommitMagic) {
-    auto req = fast_get::decode_request(bytes);
+  if (!magic.ok() || *magic != protocol::fast_get::kCommitMagic) {
+    auto req = protocol::fast_get::decode_request(bytes);
     if (req.ok()) {
       owed->deliver(table_->read(req->object_id, req->key, message));
     } else {
       const std::string why = req.status().to_string();
-      owed->deliver(fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size()));
+      owed->deliver(protocol::fast_get::encode(protocol::fast_get::ReplyStatus::error, why.data(),
+                                               why.size()));
     }
     return;
   }
-  auto refuse = [&](Status s) { owed->deliver(fast_get::encode_error(s)); };
+  auto refuse = [&](Status s) { owed->deliver(protocol::fast_get::encode_error(s)); };
   if (!puts) {
     return refuse(Status(Errc::unavailable,
                          "volume '" + volume_id_ + "': a commit from a client never attached"));
@@ -387,17 +391,18 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
   }
   job->owner = puts->owner;
   job->controller = puts->controller;
-  job->reply_limit = fast_get::kMaxAssembledBytes;  // a larger reply comes in parts
+  job->reply_limit = protocol::fast_get::kMaxAssembledBytes;  // a larger reply comes in parts
   job->answer_here = answer_here;
   const std::size_t records = job->request.records.size();
-  job->done = std::make_shared<std::function<void(Result<fast_get::CommitDone>)>>(
-      [settle, records](Result<fast_get::CommitDone> r) {
+  job->done = std::make_shared<std::function<void(Result<protocol::fast_get::CommitDone>)>>(
+      [settle, records](Result<protocol::fast_get::CommitDone> r) {
         if (r.ok() && r->versions.size() != records) {
           r = Status(Errc::internal, "a commit of " + std::to_string(records) +
                                          " records answered " + std::to_string(r->versions.size()) +
                                          " versions");
         }
-        settle(r.ok() ? fast_get::encode_commit_done(*r) : fast_get::encode_error(r.status()));
+        settle(r.ok() ? protocol::fast_get::encode_commit_done(*r)
+                      : protocol::fast_get::encode_error(r.status()));
       });
   pending_->add(owed);
   // Checked once owed: a controller_gone() before add() found nothing to
@@ -405,10 +410,10 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
   // never answers (a request to a dead remote actor only times out).
   if (controller_down(puts->controller)) {
     return pending_->settle(
-        owed, fast_get::encode_error(Status(
+        owed, protocol::fast_get::encode_error(Status(
                   Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
   }
-  caf::anon_send(volume, fast_commit_atom::value, std::move(job).value());
+  caf::anon_send(volume, protocol::fast_commit_atom::value, std::move(job).value());
 }
 
 void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
@@ -418,7 +423,8 @@ void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
   owed->send = std::move(send);
   if (n < kTokenBytes) {
     const std::string why = "volume '" + volume_id_ + "': a small request without its token";
-    return owed->deliver(fast_get::encode(fast_get::ReplyStatus::error, why.data(), why.size()));
+    return owed->deliver(
+        protocol::fast_get::encode(protocol::fast_get::ReplyStatus::error, why.data(), why.size()));
   }
   std::uint64_t token = 0;
   std::memcpy(&token, p, kTokenBytes);
@@ -429,8 +435,8 @@ void SmallOpService::serve_framed(const std::byte* p, std::size_t n,
     if (it != tokens_.end()) attached = it->second;
   }
   if (stop_.load()) {
-    return owed->deliver(
-        fast_get::encode_error(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
+    return owed->deliver(protocol::fast_get::encode_error(
+        Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped")));
   }
   if (attached) {
     // A reply larger than a small op's message goes in parts.
@@ -482,11 +488,11 @@ std::vector<std::byte> SmallOpService::serve_token(const std::byte* p, std::size
   std::unique_lock<std::mutex> lock(awaited->mu);
   if (!awaited->cv.wait_for(lock, request_timeout_ + std::chrono::seconds(5),
                             [&] { return awaited->bytes || awaited->dropped; })) {
-    return fast_get::encode_error(
+    return protocol::fast_get::encode_error(
         Status(Errc::timeout, "volume '" + volume_id_ + "': a small request did not finish"));
   }
   if (!awaited->bytes) {
-    return fast_get::encode_error(
+    return protocol::fast_get::encode_error(
         Status(Errc::unavailable, "volume '" + volume_id_ + "' dropped a small request"));
   }
   return std::move(*awaited->bytes);
@@ -575,4 +581,4 @@ void SmallOpService::run() {
   }
 }
 
-}  // namespace meshstore::actors::volume
+}  // namespace meshstore::volume

@@ -32,7 +32,7 @@
 #include "meshstore/transports/region.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 
-namespace meshstore::actors::volume {
+namespace meshstore::volume {
 
 /// The volume's objects by id, as threads other than the volume actor see
 /// them: the small-op service serves gets of small committed host objects
@@ -159,8 +159,8 @@ class SmallOpService {
   // `message`: the bytes one message of its channel carries (a get's
   // reply fits one).
   void serve(const std::vector<std::byte>& bytes, const FastPuts* puts,
-             const std::shared_ptr<Owed>& owed, fast_get::PartAssembly* parts, std::size_t message,
-             bool answer_here = false);
+             const std::shared_ptr<Owed>& owed, protocol::fast_get::PartAssembly* parts,
+             std::size_t message, bool answer_here = false);
   // Answers each waiting request of `channel`; false when it must go.
   bool drain(const std::shared_ptr<Channel>& channel);
   bool controller_down(const caf::actor_addr& controller) const;
@@ -178,7 +178,7 @@ class SmallOpService {
   // A token's puts, and its requests and replies in parts.
   struct Attached {
     FastPuts puts;
-    std::shared_ptr<fast_get::PartAssembly> parts;
+    std::shared_ptr<protocol::fast_get::PartAssembly> parts;
   };
   std::unordered_map<std::uint64_t, Attached> tokens_;
   std::vector<caf::actor_addr> dead_controllers_;
@@ -188,4 +188,4 @@ class SmallOpService {
   std::atomic<bool> stop_{false};
 };
 
-}  // namespace meshstore::actors::volume
+}  // namespace meshstore::volume

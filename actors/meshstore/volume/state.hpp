@@ -20,8 +20,9 @@
 #include "meshstore/transports/transport.hpp"
 #include "meshstore/volume/memory.hpp"
 #include "meshstore/volume/small_ops.hpp"
+#include "meshstore/volume/volume.hpp"
 
-namespace meshstore::actors::volume {
+namespace meshstore::volume {
 
 struct StoredObject {
   std::shared_ptr<transports::Region> region;
@@ -106,7 +107,7 @@ struct VolumeState {
   }
 };
 
-using volume_pointer = storage_volume_actor::stateful_pointer<VolumeState>;
+using volume_pointer = protocol::storage_volume_actor::stateful_pointer<VolumeState>;
 
 /// Allocates one staged object per request, all or none, for `client`
 /// (watched: what it staged goes if it dies before a commit).
@@ -116,12 +117,12 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
 
 /// A commit request (FastCommitJob: a channel's: a ring's, tcp's, or one
 /// in a small_op message), answered through its `done`.
-void fast_commit(volume_pointer self, FastCommitJob job);
+void fast_commit(volume_pointer self, protocol::FastCommitJob job);
 
 /// Checks a commit request for volume `volume_id` as input from another
 /// process (keys; one object of this volume per record, named or with its
 /// bytes inline, which must match its dtype and shape): protocol_error
 /// naming what is wrong.
-Status check_commit(const fast_get::CommitRequest& req, const std::string& volume_id);
+Status check_commit(const protocol::fast_get::CommitRequest& req, const std::string& volume_id);
 
-}  // namespace meshstore::actors::volume
+}  // namespace meshstore::volume

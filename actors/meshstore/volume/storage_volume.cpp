@@ -28,8 +28,9 @@
 #include "meshstore/volume/memory.hpp"
 #include "meshstore/volume/small_ops.hpp"
 #include "meshstore/volume/state.hpp"
+#include "meshstore/volume/volume.hpp"
 
-namespace meshstore::actors {
+namespace meshstore::volume {
 namespace {
 
 using internal::to_caf_error;
@@ -88,14 +89,14 @@ void client_down(volume_pointer self, const caf::down_msg& msg) {
     it = it->second.owner == msg.source ? st.leases.erase(it) : std::next(it);
   }
   st.regions->prune();
-  self->delayed_send(self, st.config.orphan_grace, reclaim_atom::value, msg.source);
+  self->delayed_send(self, st.config.orphan_grace, protocol::reclaim_atom::value, msg.source);
 }
 
 }  // namespace
 
-Result<std::vector<wire::RegionRef>> volume::stage(volume_pointer self,
-                                                   const std::vector<wire::StageRequest>& reqs,
-                                                   const caf::actor& client) {
+Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
+                                           const std::vector<wire::StageRequest>& reqs,
+                                           const caf::actor& client) {
   auto& st = self->state;
   if (st.config.lending) {
     return Status(Errc::unsupported, "volume '" + st.config.volume_id +
@@ -169,7 +170,7 @@ namespace {
 // caller's; its deleter tells the transport servers (rdma drops what it
 // registered) and lets the loan's token go, so the token is released once
 // the last owner (the object table, a lease) is gone.
-Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const LendRequest& req) {
+Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const protocol::LendRequest& req) {
   auto& st = self->state;
   if (!st.config.lending) {
     return Status(Errc::unsupported, "volume '" + st.config.volume_id +
@@ -362,7 +363,7 @@ Result<wire::ReadLease> open_read(volume_pointer self, const std::vector<std::ui
   }
   std::uint64_t total = 0;
   for (const auto& r : lease.regions) total += r.nbytes;
-  if (total <= actors::limits::kInlineBytes) {
+  if (total <= protocol::limits::kInlineBytes) {
     for (const auto& region : pinned) {
       if (region->device() < 0) {
         lease.data.emplace_back(reinterpret_cast<const char*>(region->data()), region->size());
@@ -453,73 +454,79 @@ caf::typed_response_promise<std::vector<char>> serve_small_op(volume_pointer sel
   return rp;
 }
 
-storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
-                                                std::shared_ptr<VolumeSetup> setup) {
+protocol::storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
+                                                          std::shared_ptr<VolumeSetup> setup) {
   adopt(self, std::move(config), *setup);
   self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
   return {
-      [=](stage_atom, const std::vector<wire::StageRequest>& reqs)
+      [=](protocol::stage_atom, const std::vector<wire::StageRequest>& reqs)
           -> caf::result<std::vector<wire::RegionRef>> {
         auto staged = stage(self, reqs, sender_of(self));
         if (!staged.ok()) return to_caf_error(staged.status());
         return std::move(staged).value();
       },
-      [=](small_op_atom, const std::vector<char>& request) -> caf::result<std::vector<char>> {
-        return serve_small_op(self, request);
+      [=](protocol::small_op_atom, const std::vector<char>& request)
+          -> caf::result<std::vector<char>> { return serve_small_op(self, request); },
+      [=](protocol::fast_commit_atom, protocol::FastCommitJob& job) {
+        fast_commit(self, std::move(job));
       },
-      [=](fast_commit_atom, FastCommitJob& job) { fast_commit(self, std::move(job)); },
-      [=](lend_atom, const LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
+      [=](protocol::lend_atom,
+          const protocol::LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
         auto lent = lend(self, req);
         if (!lent.ok()) return to_caf_error(lent.status());
         return std::move(lent).value();
       },
-      [=](commit_atom, const std::vector<std::uint64_t>& ids) { commit_objects(self, ids); },
-      [=](release_atom, const std::vector<std::uint64_t>& ids) {
+      [=](protocol::commit_atom, const std::vector<std::uint64_t>& ids) {
+        commit_objects(self, ids);
+      },
+      [=](protocol::release_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) self->state.drop(id, true);
         self->state.regions->prune();
       },
-      [=](retire_atom, const std::vector<std::uint64_t>& ids) { self->state.small->retire(ids); },
-      [=](discard_atom, const std::vector<std::uint64_t>& ids) {
+      [=](protocol::retire_atom, const std::vector<std::uint64_t>& ids) {
+        self->state.small->retire(ids);
+      },
+      [=](protocol::discard_atom, const std::vector<std::uint64_t>& ids) {
         for (auto id : ids) self->state.drop(id, false);
         self->state.regions->prune();
       },
-      [=](flush_atom) { return caf::ok_atom::value; },
-      [=](evict_atom, const std::vector<std::uint64_t>& candidates, std::uint64_t bytes) {
+      [=](protocol::flush_atom) { return caf::ok_atom::value; },
+      [=](protocol::evict_atom, const std::vector<std::uint64_t>& candidates, std::uint64_t bytes) {
         return evict(self, candidates, bytes);
       },
-      [=](open_read_atom, const std::vector<std::uint64_t>& ids, std::uint64_t lease_id,
+      [=](protocol::open_read_atom, const std::vector<std::uint64_t>& ids, std::uint64_t lease_id,
           bool located_pinned) -> caf::result<wire::ReadLease> {
         auto lease = open_read(self, ids, lease_id, located_pinned);
         if (!lease.ok()) return to_caf_error(lease.status());
         return std::move(lease).value();
       },
-      [=](reclaim_atom, const caf::actor_addr& owner) { reclaim(self, owner); },
-      [=](close_read_atom, std::uint64_t lease_id) {
+      [=](protocol::reclaim_atom, const caf::actor_addr& owner) { reclaim(self, owner); },
+      [=](protocol::close_read_atom, std::uint64_t lease_id) {
         // Closing a lease that was never opened (its open_read failed) is fine.
         close_lease(self, lease_id);
       },
-      [=](close_read_atom, std::uint64_t lease_id, bool) -> bool {
+      [=](protocol::close_read_atom, std::uint64_t lease_id, bool) -> bool {
         return close_lease(self, lease_id);
       },
-      [=](revoke_atom, std::uint64_t loan, internal::Closure& done) {
+      [=](protocol::revoke_atom, std::uint64_t loan, internal::Closure& done) {
         revoke(self, loan);
         done.fn();
       },
-      [=](ring_attach_atom, const std::string& name, std::int32_t pid,
+      [=](protocol::ring_attach_atom, const std::string& name, std::int32_t pid,
           const caf::actor& controller) -> caf::result<std::string> {
         auto doorbell = attach_ring(self, name, pid, controller);
         if (!doorbell.ok()) return to_caf_error(doorbell.status());
         return std::move(doorbell).value();
       },
-      [=](small_attach_atom, std::uint64_t token,
+      [=](protocol::small_attach_atom, std::uint64_t token,
           const caf::actor& controller) -> caf::result<caf::ok_atom> {
         // Watched: its session goes when it does.
         const auto owner = watch(self, sender_of(self));
         self->state.small_ops->attach_token(token, fast_puts_for(self, controller, owner));
         return caf::ok_atom::value;
       },
-      [=](stat_atom) { return volume_stat(self); },
-      [=](endpoints_atom) -> std::vector<transports::EndpointInfo> {
+      [=](protocol::stat_atom) { return volume_stat(self); },
+      [=](protocol::endpoints_atom) -> std::vector<transports::EndpointInfo> {
         std::vector<transports::EndpointInfo> out;
         for (const auto& s : self->state.servers) out.push_back(s->endpoint());
         return out;
@@ -529,8 +536,8 @@ storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfi
 
 }  // namespace
 
-Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
-                                                  const VolumeConfig& config) {
+Result<protocol::storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
+                                                            const VolumeConfig& config) {
   if (config.volume_id.empty()) return Status(Errc::invalid_argument, "volume id is empty");
   MESHSTORE_RETURN_IF_ERROR(config.transport_config.validate());
   auto& registry = transports::builtin_registry();
@@ -569,4 +576,4 @@ Result<storage_volume_actor> spawn_storage_volume(caf::actor_system& sys,
   return sys.spawn(volume_impl, config, std::move(setup));
 }
 
-}  // namespace meshstore::actors
+}  // namespace meshstore::volume
