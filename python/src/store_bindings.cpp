@@ -403,9 +403,8 @@ PyFuture read_versioned_into(const py::list& entries, const std::string& what, C
       std::move(in.keep), in.sd);
 }
 
-}  // namespace
-
-void bind_store(py::module_& m) {
+// StagedStateDict and Publication: what stage_* and publish return.
+void bind_staged_and_publications(py::module_& m) {
   py::class_<PyStaged>(m, "StagedStateDict")
       .def_property_readonly("key", [](const PyStaged& s) { return s.staged.key(); })
       .def_property_readonly("zero_copy", [](const PyStaged& s) { return s.staged.zero_copy(); })
@@ -437,15 +436,17 @@ void bind_store(py::module_& m) {
         auto fut = released([&] { return p.pub.reclaim(); });
         return wrap_void(std::move(fut));
       });
+}
 
-  py::class_<PyStore>(m, "Store")
-      .def_static("embedded",
-                  [](const py::dict& kw) {
-                    auto o = store_options(kw);
-                    auto r = released([&] { return Store::embedded(std::move(o)); });
-                    if (!r.ok()) raise_status(r.status());
-                    return std::make_unique<PyStore>(std::move(r).value());
-                  })
+// Making, connecting and closing a Store; where it listens.
+void bind_store_lifecycle(py::class_<PyStore>& cls) {
+  cls.def_static("embedded",
+                 [](const py::dict& kw) {
+                   auto o = store_options(kw);
+                   auto r = released([&] { return Store::embedded(std::move(o)); });
+                   if (!r.ok()) raise_status(r.status());
+                   return std::make_unique<PyStore>(std::move(r).value());
+                 })
       .def_static("connect",
                   [](const std::string& address, const py::dict& kw) {
                     auto o = store_options(kw);
@@ -463,14 +464,17 @@ void bind_store(py::module_& m) {
       .def("close", &PyStore::close)
       .def_property_readonly("closed", [](PyStore& self) { return self.s().closed(); })
       .def_property_readonly("address", [](PyStore& self) { return self.s().address(); })
-      .def_property_readonly("port", [](PyStore& self) { return self.s().port(); })
-      // -- tensors and objects ---------------------------------------------------
-      .def("put",
-           [](PyStore& self, std::string key, py::object src, bool as_bool) {
-             auto in = import_tensor(src, as_bool, false, "put '" + key + "'");
-             auto fut = released([&] { return self.s().put(key, in.view); });
-             return wrap_void(std::move(fut), {in.owner});
-           })
+      .def_property_readonly("port", [](PyStore& self) { return self.s().port(); });
+}
+
+// Puts: tensors, shards, batches, objects.
+void bind_store_puts(py::class_<PyStore>& cls) {
+  cls.def("put",
+          [](PyStore& self, std::string key, py::object src, bool as_bool) {
+            auto in = import_tensor(src, as_bool, false, "put '" + key + "'");
+            auto fut = released([&] { return self.s().put(key, in.view); });
+            return wrap_void(std::move(fut), {in.owner});
+          })
       .def("put_shard",
            [](PyStore& self, std::string key, py::object src, bool as_bool, Shape g, Shape o,
               Shape l) {
@@ -486,19 +490,22 @@ void bind_store(py::module_& m) {
              auto fut = released([&] { return self.s().put_batch(std::move(in.views)); });
              return wrap_void(std::move(fut), std::move(in.keep));
            })
-      .def("put_object",
-           [](PyStore& self, std::string key, py::bytes data, int format) {
-             std::string bytes = data;
-             auto fut = released([&] {
-               return self.s().put_object(key, std::move(bytes), static_cast<ObjectFormat>(format));
-             });
-             return wrap_void(std::move(fut));
-           })
-      .def("get",
-           [](PyStore& self, std::string key) {
-             auto fut = released([&] { return get_any(self.s(), self.weak(), key); });
-             return wrap(std::move(fut), any_out);
-           })
+      .def("put_object", [](PyStore& self, std::string key, py::bytes data, int format) {
+        std::string bytes = data;
+        auto fut = released([&] {
+          return self.s().put_object(key, std::move(bytes), static_cast<ObjectFormat>(format));
+        });
+        return wrap_void(std::move(fut));
+      });
+}
+
+// Reads: get, views, slices, objects, batches, and into the caller's tensors.
+void bind_store_gets(py::class_<PyStore>& cls) {
+  cls.def("get",
+          [](PyStore& self, std::string key) {
+            auto fut = released([&] { return get_any(self.s(), self.weak(), key); });
+            return wrap(std::move(fut), any_out);
+          })
       .def("get_tensor",
            [](PyStore& self, std::string key) {
              auto fut = released([&] { return self.s().get(key); });
@@ -554,12 +561,17 @@ void bind_store(py::module_& m) {
              return wrap_void(std::move(fut), std::move(in.keep));
            })
       // -- the key space ---------------------------------------------------------
-      .def("keys",
-           [](PyStore& self, std::string prefix) {
-             auto fut = released([&] { return self.s().keys(prefix); });
-             return wrap(std::move(fut),
-                         [](const std::vector<std::string>& k) { return py::object(py::cast(k)); });
-           })
+      ;
+}
+
+// The key space: keys, list, exists, remove.
+void bind_store_keys(py::class_<PyStore>& cls) {
+  cls.def("keys",
+          [](PyStore& self, std::string prefix) {
+            auto fut = released([&] { return self.s().keys(prefix); });
+            return wrap(std::move(fut),
+                        [](const std::vector<std::string>& k) { return py::object(py::cast(k)); });
+          })
       .def("list",
            [](PyStore& self, std::string prefix) {
              auto fut = released([&] { return self.s().list(prefix); });
@@ -577,85 +589,93 @@ void bind_store(py::module_& m) {
              auto fut = released([&] { return self.s().remove(key); });
              return wrap_void(std::move(fut));
            })
-      .def("remove_batch",
-           [](PyStore& self, std::vector<std::string> keys) {
-             auto fut = released([&] { return self.s().remove_batch(std::move(keys)); });
-             return wrap(std::move(fut),
-                         [](const std::size_t& n) { return py::object(py::int_(n)); });
-           })
-      .def("fast_path_stats",
-           [](PyStore& self) {
-             const auto f = self.s().fast_path_stats();
-             py::dict d;
-             d["hits"] = f.hits;
-             d["misses"] = f.misses;
-             d["stale"] = f.stale;
-             d["rings"] = f.rings;
-             d["puts"] = f.puts;
-             d["lease_free_reads"] = f.lease_free_reads;
-             d["lease_free_stale"] = f.lease_free_stale;
-             d["direct_reads"] = f.direct_reads;
-             d["direct_state_dicts"] = f.direct_state_dicts;
-             d["state_dict_puts"] = f.state_dict_puts;
-             d["resent_commits"] = f.resent_commits;
-             return d;
-           })
-      .def("stats",
-           [](PyStore& self) {
-             auto fut = released([&] { return self.s().stats(); });
-             return wrap(std::move(fut), [](const std::vector<VolumeStats>& vs) {
-               py::list out;
-               for (const auto& v : vs) {
-                 py::dict d;
-                 d["volume_id"] = v.volume_id;
-                 d["bytes_held"] = v.bytes_held;
-                 d["capacity_bytes"] = v.capacity_bytes;
-                 d["objects"] = v.objects;
-                 d["staged"] = v.staged;
-                 d["leases"] = v.leases;
-                 d["unreachable"] = v.unreachable;
-                 out.append(d);
-               }
-               return py::object(out);
-             });
-           })
-      // -- state dicts -----------------------------------------------------------
-      .def("put_state_dict",
-           [](PyStore& self, std::string key, const py::list& entries, const py::dict& opts) {
-             auto in = state_dict_in(entries, false, "put_state_dict '" + key + "'");
-             auto o = put_options(opts);
-             auto fut = released([&] { return self.s().put_state_dict(key, *in.sd, o); });
-             return wrap_void(std::move(fut), std::move(in.keep), in.sd);
-           })
+      .def("remove_batch", [](PyStore& self, std::vector<std::string> keys) {
+        auto fut = released([&] { return self.s().remove_batch(std::move(keys)); });
+        return wrap(std::move(fut), [](const std::size_t& n) { return py::object(py::int_(n)); });
+      });
+}
+
+// What a store reports of itself: its fast path, its volumes.
+void bind_store_stats(py::class_<PyStore>& cls) {
+  cls.def("fast_path_stats",
+          [](PyStore& self) {
+            const auto f = self.s().fast_path_stats();
+            py::dict d;
+            d["hits"] = f.hits;
+            d["misses"] = f.misses;
+            d["stale"] = f.stale;
+            d["rings"] = f.rings;
+            d["puts"] = f.puts;
+            d["lease_free_reads"] = f.lease_free_reads;
+            d["lease_free_stale"] = f.lease_free_stale;
+            d["direct_reads"] = f.direct_reads;
+            d["direct_state_dicts"] = f.direct_state_dicts;
+            d["state_dict_puts"] = f.state_dict_puts;
+            d["resent_commits"] = f.resent_commits;
+            return d;
+          })
+      .def("stats", [](PyStore& self) {
+        auto fut = released([&] { return self.s().stats(); });
+        return wrap(std::move(fut), [](const std::vector<VolumeStats>& vs) {
+          py::list out;
+          for (const auto& v : vs) {
+            py::dict d;
+            d["volume_id"] = v.volume_id;
+            d["bytes_held"] = v.bytes_held;
+            d["capacity_bytes"] = v.capacity_bytes;
+            d["objects"] = v.objects;
+            d["staged"] = v.staged;
+            d["leases"] = v.leases;
+            d["unreachable"] = v.unreachable;
+            out.append(d);
+          }
+          return py::object(out);
+        });
+      });
+}
+
+// State dicts: put, get, get_into.
+void bind_store_state_dicts(py::class_<PyStore>& cls) {
+  cls.def("put_state_dict",
+          [](PyStore& self, std::string key, const py::list& entries, const py::dict& opts) {
+            auto in = state_dict_in(entries, false, "put_state_dict '" + key + "'");
+            auto o = put_options(opts);
+            auto fut = released([&] { return self.s().put_state_dict(key, *in.sd, o); });
+            return wrap_void(std::move(fut), std::move(in.keep), in.sd);
+          })
       .def("get_state_dict",
            [](PyStore& self, std::string key) {
              auto fut = released([&] { return self.s().get_state_dict(key); });
              return wrap(std::move(fut),
                          [](const StateDict& sd) { return py::object(state_dict_out(sd)); });
            })
-      .def("get_state_dict_into",
-           [](PyStore& self, std::string key, const py::list& entries, bool cast) {
-             auto in = state_dict_in(entries, true, "get_state_dict_into '" + key + "'");
-             auto sd = in.sd;
-             auto fut = released(
-                 [&] { return self.s().get_state_dict_into(key, *sd, ReadOptions{cast}); });
-             auto done = fut.then([sd]() { return sd; });
-             return wrap(
-                 std::move(done),
-                 [](const std::shared_ptr<StateDict>& s) { return py::object(values_out(*s)); },
-                 std::move(in.keep), in.sd);
-           })
-      .def("publish_state_dict",
-           [](PyStore& self, std::string prefix, const py::list& entries, int keep,
-              const py::dict& opts) {
-             auto in = state_dict_in(entries, false, "publish_state_dict '" + prefix + "'");
-             auto o = put_options(opts);
-             auto fut =
-                 released([&] { return self.s().publish_state_dict(prefix, *in.sd, keep, o); });
-             return wrap(
-                 std::move(fut), [](const std::uint64_t& v) { return py::object(py::int_(v)); },
-                 std::move(in.keep), in.sd);
-           })
+      .def("get_state_dict_into", [](PyStore& self, std::string key, const py::list& entries,
+                                     bool cast) {
+        auto in = state_dict_in(entries, true, "get_state_dict_into '" + key + "'");
+        auto sd = in.sd;
+        auto fut =
+            released([&] { return self.s().get_state_dict_into(key, *sd, ReadOptions{cast}); });
+        auto done = fut.then([sd]() { return sd; });
+        return wrap(
+            std::move(done),
+            [](const std::shared_ptr<StateDict>& s) { return py::object(values_out(*s)); },
+            std::move(in.keep), in.sd);
+      });
+}
+
+// Versions: publish, latest, next.
+void bind_store_versions(py::class_<PyStore>& cls) {
+  cls.def("publish_state_dict",
+          [](PyStore& self, std::string prefix, const py::list& entries, int keep,
+             const py::dict& opts) {
+            auto in = state_dict_in(entries, false, "publish_state_dict '" + prefix + "'");
+            auto o = put_options(opts);
+            auto fut =
+                released([&] { return self.s().publish_state_dict(prefix, *in.sd, keep, o); });
+            return wrap(
+                std::move(fut), [](const std::uint64_t& v) { return py::object(py::int_(v)); },
+                std::move(in.keep), in.sd);
+          })
       .def("publish",
            // Answers (the publish's future, the loan's): the second keeps
            // the tensors (and whatever the import made of them) alive until
@@ -701,26 +721,29 @@ void bind_store(py::module_& m) {
                    return self.s().get_latest_state_dict_into(prefix, sd, ReadOptions{cast});
                  });
            })
-      .def("get_next_state_dict_into",
-           [](PyStore& self, std::string prefix, const py::list& entries, std::uint64_t after,
-              py::object timeout, bool cast) {
-             const auto wait = seconds_arg(timeout, "timeout");
-             return read_versioned_into(entries, "get_next_state_dict_into '" + prefix + "'",
-                                        [&](StateDict& sd) {
-                                          return self.s().get_next_state_dict_into(
-                                              prefix, sd, after, wait, ReadOptions{cast});
-                                        });
-           })
-      .def("stage_publish",
-           [](PyStore& self, std::string prefix, const py::list& specs, int keep,
-              const py::dict& opts) {
-             auto s = specs_in(specs, "stage_publish '" + prefix + "'");
-             auto o = put_options(opts);
-             auto fut =
-                 released([&] { return self.s().stage_publish(prefix, std::move(s), keep, o); });
-             return wrap(std::move(fut),
-                         [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
-           })
+      .def("get_next_state_dict_into", [](PyStore& self, std::string prefix,
+                                          const py::list& entries, std::uint64_t after,
+                                          py::object timeout, bool cast) {
+        const auto wait = seconds_arg(timeout, "timeout");
+        return read_versioned_into(
+            entries, "get_next_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
+              return self.s().get_next_state_dict_into(prefix, sd, after, wait, ReadOptions{cast});
+            });
+      });
+}
+
+// Zero-copy staging: stage_publish, stage_state_dict.
+void bind_store_staging(py::class_<PyStore>& cls) {
+  cls.def("stage_publish",
+          [](PyStore& self, std::string prefix, const py::list& specs, int keep,
+             const py::dict& opts) {
+            auto s = specs_in(specs, "stage_publish '" + prefix + "'");
+            auto o = put_options(opts);
+            auto fut =
+                released([&] { return self.s().stage_publish(prefix, std::move(s), keep, o); });
+            return wrap(std::move(fut),
+                        [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
+          })
       .def("stage_state_dict",
            [](PyStore& self, std::string key, const py::list& specs, const py::dict& opts) {
              auto s = specs_in(specs, "stage_state_dict '" + key + "'");
@@ -729,7 +752,21 @@ void bind_store(py::module_& m) {
              return wrap(std::move(fut),
                          [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
            });
+}
 
+}  // namespace
+
+void bind_store(py::module_& m) {
+  bind_staged_and_publications(m);
+  py::class_<PyStore> cls(m, "Store");
+  bind_store_lifecycle(cls);
+  bind_store_puts(cls);
+  bind_store_gets(cls);
+  bind_store_keys(cls);
+  bind_store_stats(cls);
+  bind_store_state_dicts(cls);
+  bind_store_versions(cls);
+  bind_store_staging(cls);
   m.def("available_transports", &Store::available_transports);
   m.def("transport_status", [] {
     py::dict out;
