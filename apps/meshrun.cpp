@@ -154,9 +154,8 @@ std::string describe(int status) {
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// What the command line asks for.
+struct Options {
   int n = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
@@ -166,6 +165,23 @@ int main(int argc, char** argv) {
   // Mesh::from_env read; each rank checks them in full.
   std::vector<std::pair<const char*, std::string>> tls;
   bool encrypt_tcp = false;  // MESHSTORE_ENCRYPT_TCP=1 for every rank
+  char** program = nullptr;  // the program and its arguments, null-terminated
+};
+
+void print_help() {
+  std::printf(
+      "usage: meshrun -n N [--master-addr ADDR] [--master-port PORT] [--grace SECONDS]\n"
+      "               [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--encrypt-tcp]\n"
+      "               [--] program [args...]\n"
+      "Starts N ranks of program on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+      "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun does; with the\n"
+      "--tls-* files, also MESHSTORE_TLS_CERT, _KEY and _CA (mutual TLS between ranks);\n"
+      "with --encrypt-tcp, MESHSTORE_ENCRYPT_TCP=1 (the ranks' volumes seal tcp bytes).\n");
+}
+
+// The options, or exits: with the usage on a bad one, with 0 after --help.
+Options parse_options(int argc, char** argv) {
+  Options o;
   int i = 1;
   for (; i < argc; ++i) {
     const std::string a = argv[i];
@@ -174,32 +190,25 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "-n" || a == "--nproc")
-      n = parse_int(a, value(), 1, 1024);
+      o.n = parse_int(a, value(), 1, 1024);
     else if (a == "--master-addr")
-      master_addr = value();
+      o.master_addr = value();
     else if (a == "--master-port")
-      master_port = parse_int(a, value(), 1, 65535);
+      o.master_port = parse_int(a, value(), 1, 65535);
     else if (a == "--grace")
-      grace = parse_int(a, value(), 0, 3600);
+      o.grace = parse_int(a, value(), 0, 3600);
     else if (a == "--encrypt-tcp")
-      encrypt_tcp = true;
+      o.encrypt_tcp = true;
     else if (a == "--tls-cert" || a == "--tls-key" || a == "--tls-ca") {
       const char* file = value();
       if (access(file, R_OK) != 0) usage(a + ": cannot read '" + file + "': " + strerror(errno));
-      tls.emplace_back(a == "--tls-cert"  ? "MESHSTORE_TLS_CERT"
-                       : a == "--tls-key" ? "MESHSTORE_TLS_KEY"
-                                          : "MESHSTORE_TLS_CA",
-                       file);
+      o.tls.emplace_back(a == "--tls-cert"  ? "MESHSTORE_TLS_CERT"
+                         : a == "--tls-key" ? "MESHSTORE_TLS_KEY"
+                                            : "MESHSTORE_TLS_CA",
+                         file);
     } else if (a == "-h" || a == "--help") {
-      std::printf(
-          "usage: meshrun -n N [--master-addr ADDR] [--master-port PORT] [--grace SECONDS]\n"
-          "               [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--encrypt-tcp]\n"
-          "               [--] program [args...]\n"
-          "Starts N ranks of program on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-          "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, as torchrun does; with the\n"
-          "--tls-* files, also MESHSTORE_TLS_CERT, _KEY and _CA (mutual TLS between ranks);\n"
-          "with --encrypt-tcp, MESHSTORE_ENCRYPT_TCP=1 (the ranks' volumes seal tcp bytes).\n");
-      return 0;
+      print_help();
+      std::exit(0);
     } else if (a == "--") {
       ++i;
       break;
@@ -208,19 +217,22 @@ int main(int argc, char** argv) {
     else
       break;
   }
-  if (n == 0) usage("-n N is required");
-  if (!tls.empty()) {
+  if (o.n == 0) usage("-n N is required");
+  if (!o.tls.empty()) {
     int given = 0;
     for (const char* name : {"MESHSTORE_TLS_CERT", "MESHSTORE_TLS_KEY", "MESHSTORE_TLS_CA"}) {
-      given += std::any_of(tls.begin(), tls.end(),
+      given += std::any_of(o.tls.begin(), o.tls.end(),
                            [&](const auto& t) { return std::strcmp(t.first, name) == 0; });
     }
     if (given != 3) usage("--tls-cert, --tls-key and --tls-ca go together");
   }
   if (i >= argc) usage("no program given");
-  if (master_port == 0) master_port = free_port();
-  char** prog = argv + i;
+  if (o.master_port == 0) o.master_port = free_port();
+  o.program = argv + i;
+  return o;
+}
 
+void catch_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -228,40 +240,46 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
 
+// In the child: rank `r`'s environment, then the program; never returns.
+[[noreturn]] void exec_rank(const Options& o, int r, pid_t parent, int out, int err) {
+  // Own process group, so meshrun can stop the rank and what it started;
+  // and die with meshrun even if meshrun is killed with SIGKILL.
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  dup2(out, STDOUT_FILENO);
+  dup2(err, STDERR_FILENO);
+  setenv("RANK", std::to_string(r).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(o.n).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(o.n).c_str(), 1);
+  setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
+  for (const auto& [name, file] : o.tls) setenv(name, file.c_str(), 1);
+  if (o.encrypt_tcp) setenv("MESHSTORE_ENCRYPT_TCP", "1", 1);
+  execvp(o.program[0], o.program);
+  std::fprintf(stderr, "meshrun: cannot run '%s': %s\n", o.program[0], std::strerror(errno));
+  _exit(127);
+}
+
+// Forks the ranks, their output piped back; false (perror'd) on failure.
+bool start_ranks(const Options& o, std::vector<Rank>& ranks) {
   const pid_t self = getpid();
-  std::vector<Rank> ranks(n);
-  for (int r = 0; r < n; ++r) {
+  ranks.resize(o.n);
+  for (int r = 0; r < o.n; ++r) {
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
       std::perror("meshrun: pipe");
-      return 1;
+      return false;
     }
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("meshrun: fork");
-      return 1;
+      return false;
     }
-    if (pid == 0) {
-      // Own process group, so meshrun can stop the rank and what it started;
-      // and die with meshrun even if meshrun is killed with SIGKILL.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != self) _exit(1);
-      dup2(out[1], STDOUT_FILENO);
-      dup2(err[1], STDERR_FILENO);
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("MASTER_ADDR", master_addr.c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
-      for (const auto& [name, file] : tls) setenv(name, file.c_str(), 1);
-      if (encrypt_tcp) setenv("MESHSTORE_ENCRYPT_TCP", "1", 1);
-      execvp(prog[0], prog);
-      std::fprintf(stderr, "meshrun: cannot run '%s': %s\n", prog[0], std::strerror(errno));
-      _exit(127);
-    }
+    if (pid == 0) exec_rank(o, r, self, out[1], err[1]);
     setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
@@ -273,7 +291,13 @@ int main(int argc, char** argv) {
     ranks[r].out = Stream{out[0], "", stdout};
     ranks[r].err = Stream{err[0], "", stderr};
   }
+  return true;
+}
 
+// Relays the ranks' output until every rank ended; the first to fail (or
+// a signal to meshrun) stops the others: SIGTERM, then SIGKILL after
+// `grace` seconds. The rank that failed first, or -1.
+int supervise(std::vector<Rank>& ranks, int grace) {
   int first_failure = -1;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
@@ -288,7 +312,6 @@ int main(int argc, char** argv) {
     stop_all(SIGTERM);
     stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(grace);
   };
-
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Rank*, Stream*>> owners;
@@ -302,7 +325,7 @@ int main(int argc, char** argv) {
     }
     bool any_running = false;
     for (auto& r : ranks) any_running |= r.running;
-    if (!any_running && fds.empty()) break;
+    if (!any_running && fds.empty()) return first_failure;
 
     poll(fds.data(), fds.size(), 100);
     for (std::size_t k = 0; k < fds.size(); ++k) {
@@ -334,7 +357,16 @@ int main(int argc, char** argv) {
       stop_deadline = std::chrono::steady_clock::time_point::max();
     }
   }
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse_options(argc, argv);
+  catch_signals();
+  std::vector<Rank> ranks;
+  if (!start_ranks(o, ranks)) return 1;
+  const int first_failure = supervise(ranks, o.grace);
   if (first_failure >= 0) {
     const int status = ranks[first_failure].status;
     std::fprintf(stderr, "meshrun: failed: rank %d %s\n", first_failure, describe(status).c_str());
