@@ -192,152 +192,179 @@ void locate_pinned(client_pointer self, const std::shared_ptr<GetOp>& op,
           [=](caf::error& e) { k(from_caf_error(e, "locate at controller")); });
 }
 
+void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
+
+// The reads of record `i`, stored in shards: each distinct box once
+// (replicas are not read twice), and only those that overlap the box
+// asked for, into the caller's tensor or a new one.
+Status shard_targets(GetOp& op, std::size_t i, const wire::KeyRecord& rec,
+                     std::map<std::string, std::vector<ReadTarget>>& by_volume) {
+  const TensorSlice want = i < op.call.slices.size() && op.call.slices[i]
+                               ? *op.call.slices[i]
+                               : TensorSlice::full(rec.shape);
+  std::byte* dst = nullptr;
+  if (op.call.mode == GetMode::into) {
+    // Boxes are cut out of their shards by host copies: a GPU
+    // destination is assembled in host memory, then copied over.
+    auto at = contiguous_target(op.call.dsts[i], op.unpack, true);
+    if (!at.ok()) return at.status();
+    dst = *at;
+  } else {
+    auto t = Tensor::empty(rec.dtype, want.local_shape());
+    if (!t.ok()) return t.status();
+    dst = static_cast<std::byte*>(t->data());
+    op.out.tensors.push_back(std::move(t).value());
+  }
+  std::vector<TensorSlice> seen;
+  for (const auto& shard : rec.shards) {
+    if (std::find(seen.begin(), seen.end(), shard.slice) != seen.end()) continue;
+    seen.push_back(shard.slice);
+    auto both = shard.slice.intersect(want);
+    if (!both || both->empty()) continue;
+    ReadTarget target;
+    target.object_id = shard.object_id;
+    target.dst = dst;
+    target.nbytes = shard.nbytes;
+    target.box = ReadTarget::Box{shard.slice, want, *both, dtype_size(rec.dtype)};
+    target.place = shard.place;
+    by_volume[shard.volume_id].push_back(std::move(target));
+  }
+  return Status();
+}
+
+// The read of record `i`, stored whole: into the caller's tensor (or its
+// bucket's scatter), a new tensor, the object's bytes, or a view.
+Status object_target(GetOp& op, std::size_t i, const wire::KeyRecord& rec, const Scatter* scatter,
+                     std::map<std::string, std::vector<ReadTarget>>& by_volume) {
+  const auto& shard = rec.shards.front();
+  std::byte* dst = nullptr;
+  if (op.call.mode == GetMode::object) {
+    try {
+      op.out.object.assign(shard.nbytes, '\0');
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::out_of_capacity,
+                    "cannot allocate " + std::to_string(shard.nbytes) + " bytes for the object");
+    }
+    dst = reinterpret_cast<std::byte*>(op.out.object.data());
+    op.out.object_format = rec.object_format;
+    op.out.version = rec.version;
+  } else if (op.call.mode == GetMode::view) {
+    op.out.tensors.emplace_back();  // filled by the read
+  } else if (op.call.mode == GetMode::tensor) {
+    auto t = Tensor::empty(rec.dtype, rec.shape);
+    if (!t.ok()) return t.status();
+    dst = static_cast<std::byte*>(t->data());
+    op.out.tensors.push_back(std::move(t).value());
+  } else if (!scatter) {
+    auto at = contiguous_target(op.call.dsts[i], op.unpack);
+    if (!at.ok()) return at.status();
+    dst = *at;
+  }
+  ReadTarget target;
+  if (scatter) target.scatter = op.call.scatters[i];
+  target.object_id = shard.object_id;
+  target.dst = dst;
+  target.nbytes = shard.nbytes;
+  target.place = shard.place;
+  if (op.call.mode == GetMode::into && op.call.dsts[i].dtype() != rec.dtype) {
+    // A cast read (checked by check_record): the object's elements, of
+    // the stored dtype, land converted in the destination's.
+    target.cast_to = op.call.dsts[i].dtype();
+    target.dtype = rec.dtype;
+    target.shape = rec.shape;
+  }
+  // Straight into GPU memory (a strided GPU view was given a host
+  // temporary instead).
+  target.device = op.call.mode == GetMode::into && !scatter && on_device(op.call.dsts[i]) &&
+                  dst == static_cast<std::byte*>(op.call.dsts[i].data());
+  if (op.call.mode == GetMode::view) {
+    target.view = &op.out.tensors.back();
+    target.dtype = rec.dtype;
+    target.shape = rec.shape;
+  }
+  by_volume[shard.volume_id].push_back(std::move(target));
+  return Status();
+}
+
+// Every read `records` ask for, by volume.
+Status read_targets(GetOp& op, const std::vector<wire::KeyRecord>& records,
+                    std::map<std::string, std::vector<ReadTarget>>& by_volume) {
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& rec = records[i];
+    const Scatter* scatter = op.call.mode == GetMode::into && i < op.call.scatters.size()
+                                 ? op.call.scatters[i].get()
+                                 : nullptr;
+    const bool in_shards = assembled(op, i, rec);
+    if (scatter && in_shards) {
+      // A packed bucket is one whole object; shards mean another writer
+      // stored something else under its key.
+      return Status(Errc::wrong_kind,
+                    "'" + op.call.keys[i] + "' is stored in shards, not as one object");
+    }
+    MESHSTORE_RETURN_IF_ERROR(in_shards ? shard_targets(op, i, rec, by_volume)
+                                        : object_target(op, i, rec, scatter, by_volume));
+  }
+  return Status();
+}
+
+// The records the controller (or the cache) gave for `op`'s keys: checked
+// before any byte moves (a failed check leaves the caller's destinations
+// untouched), then read from their volumes.
+void read_records(client_pointer self, const std::shared_ptr<GetOp>& op,
+                  Result<std::vector<wire::KeyRecord>> records) {
+  if (!records.ok()) return op->fail(records.status());
+  if (records->size() != op->call.keys.size()) {
+    return op->fail(Status(Errc::protocol_error,
+                           "controller answered " + std::to_string(records->size()) +
+                               " records for " + std::to_string(op->call.keys.size()) + " keys"));
+  }
+  // Check everything before any byte moves: a failed check leaves the
+  // caller's destinations untouched.
+  for (std::size_t i = 0; i < records->size(); ++i) {
+    if (auto s = check_record(*op, i, (*records)[i]); !s.ok()) {
+      // A cached record may be stale (another process changed the key's
+      // shape, dtype or kind, or removed it): ask the controller once
+      // before reporting.
+      if (op->use_cache) {
+        for (const auto& k : op->call.keys) self->state.locations->erase(k);
+        op->use_cache = false;
+        --op->attempt;
+        return start_get(self, op);
+      }
+      return op->fail_named(s);
+    }
+  }
+  if (!touch_begin(op->call.guard)) {  // cancelled: read nothing
+    op->unpin();
+    return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
+  }
+  op->out = GetOutput{};
+  op->out.tensors.reserve(records->size());  // view targets point into it
+  op->unpack.clear();
+  op->stale = false;
+  std::map<std::string, std::vector<ReadTarget>> by_volume;
+  if (auto s = read_targets(*op, *records, by_volume); !s.ok()) {
+    // A failure before the reads start ends the touch it began.
+    touch_end(op->call.guard);
+    return op->fail(s);
+  }
+  auto stale = std::make_shared<bool>(false);
+  std::vector<Future<void>> groups;
+  for (auto& [vid, targets] : by_volume) {
+    groups.push_back(read_from_volume(self, vid, std::move(targets), op->pin != 0, stale));
+  }
+  await(self, settle_all(std::move(groups)), [=](const Result<void>& r) {
+    op->stale = *stale;
+    finish_get(self, op, r);  // unpacks into the destinations, or reads again
+    touch_end(op->call.guard);
+  });
+}
+
 void start_get(client_pointer self, const std::shared_ptr<GetOp>& op) {
   ++op->attempt;
   op->owner = self;
   auto on_records = [=](Result<std::vector<wire::KeyRecord>> records) {
-    if (!records.ok()) return op->fail(records.status());
-    if (records->size() != op->call.keys.size()) {
-      return op->fail(Status(Errc::protocol_error,
-                             "controller answered " + std::to_string(records->size()) +
-                                 " records for " + std::to_string(op->call.keys.size()) + " keys"));
-    }
-    // Check everything before any byte moves: a failed check leaves the
-    // caller's destinations untouched.
-    for (std::size_t i = 0; i < records->size(); ++i) {
-      if (auto s = check_record(*op, i, (*records)[i]); !s.ok()) {
-        // A cached record may be stale (another process changed the key's
-        // shape, dtype or kind, or removed it): ask the controller once
-        // before reporting.
-        if (op->use_cache) {
-          for (const auto& k : op->call.keys) self->state.locations->erase(k);
-          op->use_cache = false;
-          --op->attempt;
-          return start_get(self, op);
-        }
-        return op->fail_named(s);
-      }
-    }
-    if (!touch_begin(op->call.guard)) {  // cancelled: read nothing
-      op->unpin();
-      return (void)op->call.promise->set_error(Status(Errc::cancelled, op->what + ": cancelled"));
-    }
-    // A failure before the reads start ends the touch it began.
-    auto bail = [&op](const Status& s) {
-      touch_end(op->call.guard);
-      op->fail(s);
-    };
-    op->out = GetOutput{};
-    op->out.tensors.reserve(records->size());  // view targets point into it
-    op->unpack.clear();
-    op->stale = false;
-    auto stale = std::make_shared<bool>(false);
-    std::map<std::string, std::vector<ReadTarget>> by_volume;
-    for (std::size_t i = 0; i < records->size(); ++i) {
-      const auto& rec = (*records)[i];
-      const Scatter* scatter = op->call.mode == GetMode::into && i < op->call.scatters.size()
-                                   ? op->call.scatters[i].get()
-                                   : nullptr;
-      const bool in_shards = assembled(*op, i, rec);
-      if (scatter && in_shards) {
-        // A packed bucket is one whole object; shards mean another writer
-        // stored something else under its key.
-        return bail(Status(Errc::wrong_kind,
-                           "'" + op->call.keys[i] + "' is stored in shards, not as one object"));
-      }
-      if (in_shards) {
-        const TensorSlice want = i < op->call.slices.size() && op->call.slices[i]
-                                     ? *op->call.slices[i]
-                                     : TensorSlice::full(rec.shape);
-        std::byte* dst = nullptr;
-        if (op->call.mode == GetMode::into) {
-          // Boxes are cut out of their shards by host copies: a GPU
-          // destination is assembled in host memory, then copied over.
-          auto at = contiguous_target(op->call.dsts[i], op->unpack, true);
-          if (!at.ok()) return bail(at.status());
-          dst = *at;
-        } else {
-          auto t = Tensor::empty(rec.dtype, want.local_shape());
-          if (!t.ok()) return bail(t.status());
-          dst = static_cast<std::byte*>(t->data());
-          op->out.tensors.push_back(std::move(t).value());
-        }
-        // Each distinct box once (replicas are not read twice), and only
-        // the shards that overlap the box asked for.
-        std::vector<TensorSlice> seen;
-        for (const auto& shard : rec.shards) {
-          if (std::find(seen.begin(), seen.end(), shard.slice) != seen.end()) continue;
-          seen.push_back(shard.slice);
-          auto both = shard.slice.intersect(want);
-          if (!both || both->empty()) continue;
-          ReadTarget target;
-          target.object_id = shard.object_id;
-          target.dst = dst;
-          target.nbytes = shard.nbytes;
-          target.box = ReadTarget::Box{shard.slice, want, *both, dtype_size(rec.dtype)};
-          target.place = shard.place;
-          by_volume[shard.volume_id].push_back(std::move(target));
-        }
-        continue;
-      }
-      const auto& shard = rec.shards.front();
-      std::byte* dst = nullptr;
-      if (op->call.mode == GetMode::object) {
-        try {
-          op->out.object.assign(shard.nbytes, '\0');
-        } catch (const std::bad_alloc&) {
-          return bail(
-              Status(Errc::out_of_capacity,
-                     "cannot allocate " + std::to_string(shard.nbytes) + " bytes for the object"));
-        }
-        dst = reinterpret_cast<std::byte*>(op->out.object.data());
-        op->out.object_format = rec.object_format;
-        op->out.version = rec.version;
-      } else if (op->call.mode == GetMode::view) {
-        op->out.tensors.emplace_back();  // filled by the read
-      } else if (op->call.mode == GetMode::tensor) {
-        auto t = Tensor::empty(rec.dtype, rec.shape);
-        if (!t.ok()) return bail(t.status());
-        dst = static_cast<std::byte*>(t->data());
-        op->out.tensors.push_back(std::move(t).value());
-      } else if (!scatter) {
-        auto at = contiguous_target(op->call.dsts[i], op->unpack);
-        if (!at.ok()) return bail(at.status());
-        dst = *at;
-      }
-      ReadTarget target;
-      if (scatter) target.scatter = op->call.scatters[i];
-      target.object_id = shard.object_id;
-      target.dst = dst;
-      target.nbytes = shard.nbytes;
-      target.place = shard.place;
-      if (op->call.mode == GetMode::into && op->call.dsts[i].dtype() != rec.dtype) {
-        // A cast read (checked by check_record): the object's elements, of
-        // the stored dtype, land converted in the destination's.
-        target.cast_to = op->call.dsts[i].dtype();
-        target.dtype = rec.dtype;
-        target.shape = rec.shape;
-      }
-      // Straight into GPU memory (a strided GPU view was given a host
-      // temporary instead).
-      target.device = op->call.mode == GetMode::into && !scatter && on_device(op->call.dsts[i]) &&
-                      dst == static_cast<std::byte*>(op->call.dsts[i].data());
-      if (op->call.mode == GetMode::view) {
-        target.view = &op->out.tensors.back();
-        target.dtype = rec.dtype;
-        target.shape = rec.shape;
-      }
-      by_volume[shard.volume_id].push_back(std::move(target));
-    }
-    std::vector<Future<void>> groups;
-    for (auto& [vid, targets] : by_volume) {
-      groups.push_back(read_from_volume(self, vid, std::move(targets), op->pin != 0, stale));
-    }
-    await(self, settle_all(std::move(groups)), [=](const Result<void>& r) {
-      op->stale = *stale;
-      finish_get(self, op, r);  // unpacks into the destinations, or reads again
-      touch_end(op->call.guard);
-    });
+    read_records(self, op, std::move(records));
   };
   if (op->pin_next) return locate_pinned(self, op, std::move(on_records));
   locate(self, op->call.keys, op->use_cache, std::move(on_records));

@@ -45,30 +45,28 @@ const TensorSlice* box_of(const Boxes* boxes, const std::string& name) {
 
 std::shared_ptr<ManifestCache> make_manifest_cache() { return std::make_shared<ManifestCache>(); }
 
-Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
-                                            const std::string& op,
-                                            std::shared_ptr<const Snapshot> snap,
-                                            client::GetCall& into, const Boxes* boxes, bool cast,
-                                            bool scatter) {
-  auto plan = std::make_shared<IntoPlan>();
-  plan->snap = std::move(snap);
-  const Manifest& m = plan->snap->manifest;
+namespace {
+
+// Which destination entry each manifest entry goes to (`found`), checked:
+// each has a destination of its kind, of its dtype (or one `cast`
+// converts) and shape (or box), and the destination names nothing more;
+// else every mismatch, named, with the code of the worst.
+Status match_destination(const std::string& key, const std::string& op, const Manifest& m,
+                         const StateDict& dst, const Boxes* boxes, bool cast,
+                         std::vector<const StateDict::Entry*>& found) {
   std::vector<std::string> missing, extra, mismatched;
   bool dtype_off = false, shape_off = false, castable = false;
-  // The destination of each manifest entry, and which of the destination's
-  // entries the manifest names (the rest are extra).
-  const auto& dst_entries = dst->entries();
-  std::vector<const StateDict::Entry*> found(m.entries.size(), nullptr);
+  // Which of the destination's entries the manifest names (the rest are
+  // extra).
+  const auto& dst_entries = dst.entries();
+  found.assign(m.entries.size(), nullptr);
   std::vector<char> named(dst_entries.size(), 0);
-  into.op = op;
-  into.mode = client::GetMode::into;
-  into.cast = cast;
   for (std::size_t k = 0; k < m.entries.size(); ++k) {
     const auto& me = m.entries[k];
     // A destination laid out like the manifest (the usual case) is matched
     // by position; names are unique, so the lookup would find the same.
     const auto* e = k < dst_entries.size() && dst_entries[k].name == me.name ? &dst_entries[k]
-                                                                             : dst->find(me.name);
+                                                                             : dst.find(me.name);
     found[k] = e;
     if (e) named[static_cast<std::size_t>(e - dst_entries.data())] = 1;
     if (!e) {
@@ -108,7 +106,7 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
   }
   if (boxes) {
     for (const auto& [name, box] : *boxes) {
-      const auto* e = dst->find(name);
+      const auto* e = dst.find(name);
       if (!e || !e->is_tensor()) {
         mismatched.push_back(name + " (a box for " + (e ? "a value" : "no destination") + ")");
       } else if (!named[static_cast<std::size_t>(e - dst_entries.data())]) {
@@ -131,22 +129,31 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
                                   : Errc::invalid_argument;
     return Status(code, msg);
   }
-  auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };
-  auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap->bytes.size()));
-  if (!manifest_copy.ok()) return manifest_copy.status();
-  plan->manifest_copy = std::move(manifest_copy).value();
-  into.keys.push_back(key);
-  into.dsts.push_back(plan->manifest_copy.view());
-  // Packed tensors that are whole host tensors of their stored dtype, laid
-  // out contiguously, are copied straight out of their bucket as it is read.
-  for (std::size_t k = 0; k < m.entries.size() && scatter; ++k) {
+  return Status();
+}
+
+// Whether the packed entries can be copied straight out of their buckets
+// as they are read: whole host tensors of their stored dtype, laid out
+// contiguously.
+bool scatterable(const Manifest& m, const std::vector<const StateDict::Entry*>& found,
+                 const Boxes* boxes) {
+  for (std::size_t k = 0; k < m.entries.size(); ++k) {
     const auto& me = m.entries[k];
     if (me.kind != EntryKind::packed || found[k]->view.numel() == 0) continue;
     const auto& v = found[k]->view;
     if (box_of(boxes, me.name) || v.dtype() != me.dtype || on_device(v) || !v.is_contiguous()) {
-      scatter = false;
+      return false;
     }
   }
+  return true;
+}
+
+// The reads of the packed entries' buckets, added to `into`: scattered
+// straight into the destinations, or into one scratch blob (plan.blob)
+// that finish_into unpacks.
+Status plan_buckets(const std::string& key, const std::string& op, const Manifest& m,
+                    const std::vector<const StateDict::Entry*>& found, bool scatter, IntoPlan& plan,
+                    client::GetCall& into) {
   const std::size_t first_bucket = into.keys.size();
   if (m.packed_bytes > 0 && scatter) {
     std::vector<std::shared_ptr<client::Scatter>> pieces(m.buckets());
@@ -182,14 +189,40 @@ Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* d
       return Status(Errc::out_of_capacity, op + ": cannot allocate " +
                                                std::to_string(m.packed_bytes) + " bytes to unpack");
     }
-    plan->blob = Tensor::wrap(std::move(storage), DType::uint8,
-                              {static_cast<std::int64_t>(m.packed_bytes)}, false);
+    plan.blob = Tensor::wrap(std::move(storage), DType::uint8,
+                             {static_cast<std::int64_t>(m.packed_bytes)}, false);
     for (std::size_t b = 0; b < m.buckets(); ++b) {
       into.keys.push_back(blob_key(key, b));
-      into.dsts.push_back(TensorView(static_cast<std::byte*>(plan->blob.data()) + m.bucket_begin(b),
+      into.dsts.push_back(TensorView(static_cast<std::byte*>(plan.blob.data()) + m.bucket_begin(b),
                                      DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}));
     }
   }
+  return Status();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<IntoPlan>> plan_into(const std::string& key, StateDict* dst,
+                                            const std::string& op,
+                                            std::shared_ptr<const Snapshot> snap,
+                                            client::GetCall& into, const Boxes* boxes, bool cast,
+                                            bool scatter) {
+  auto plan = std::make_shared<IntoPlan>();
+  plan->snap = std::move(snap);
+  const Manifest& m = plan->snap->manifest;
+  into.op = op;
+  into.mode = client::GetMode::into;
+  into.cast = cast;
+  std::vector<const StateDict::Entry*> found;
+  MESHSTORE_RETURN_IF_ERROR(match_destination(key, op, m, *dst, boxes, cast, found));
+  auto scratch = [&](std::int64_t n) { return Tensor::empty(DType::uint8, {n}); };
+  auto manifest_copy = scratch(static_cast<std::int64_t>(plan->snap->bytes.size()));
+  if (!manifest_copy.ok()) return manifest_copy.status();
+  plan->manifest_copy = std::move(manifest_copy).value();
+  into.keys.push_back(key);
+  into.dsts.push_back(plan->manifest_copy.view());
+  scatter = scatter && scatterable(m, found, boxes);
+  MESHSTORE_RETURN_IF_ERROR(plan_buckets(key, op, m, found, scatter, *plan, into));
   for (std::size_t k = 0; k < m.entries.size(); ++k) {
     const auto& me = m.entries[k];
     const auto* e = found[k];
