@@ -137,18 +137,18 @@ Status Store::Impl::host_volumes(bool is_server) {
         if (name != "shm" && name != "cuda-ipc") vc.transports.push_back(name);
       }
     }
-    auto volume = volume::spawn_storage_volume(sys, vc);
-    if (!volume.ok()) return volume.status();
-    owned.push_back(caf::actor_cast<caf::actor>(*volume));
+    auto spawned = volume::spawn_storage_volume(sys, vc);
+    if (!spawned.ok()) return spawned.status();
+    owned.push_back(caf::actor_cast<caf::actor>(*spawned));
     info.capacity_bytes = vc.capacity_bytes;
     info.transports =
         vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
     const std::string what = "register volume '" + info.volume_id + "'";
     MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
-                                     protocol::register_volume_atom::value, info, *volume));
+                                     protocol::register_volume_atom::value, info, *spawned));
     MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.request_timeout, what,
-                                     protocol::register_volume_atom::value, info, *volume));
-    volumes.push_back(std::move(volume).value());
+                                     protocol::register_volume_atom::value, info, *spawned));
+    volumes.push_back(std::move(spawned).value());
   }
   const bool shared = !is_server || !options.listen.empty();
   if (options.encrypt_tcp && shared && !volumes.empty() && !runtime->tls()) {
@@ -212,8 +212,8 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
             : name != "cuda-ipc" && (name != "shm" || kind == LendKind::shared_memory);
     if (offered) vc.transports.push_back(name);
   }
-  auto volume = volume::spawn_storage_volume(sys, vc);
-  if (!volume.ok()) return volume.status().with_context("the lending volume");
+  auto spawned = volume::spawn_storage_volume(sys, vc);
+  if (!spawned.ok()) return spawned.status().with_context("the lending volume");
   wire::VolumeInfo info;
   info.volume_id = vc.volume_id;
   info.host = host;
@@ -221,19 +221,19 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   info.local_rank = options.local_rank;
   if (auto s = ask_ok(sys, ctl, options.request_timeout,
                       "register lending volume '" + vc.volume_id + "'",
-                      protocol::register_volume_atom::value, info, *volume);
+                      protocol::register_volume_atom::value, info, *spawned);
       !s.ok()) {
-    caf::anon_send_exit(*volume, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(*spawned, caf::exit_reason::user_shutdown);
     return s;
   }
   std::unique_lock<std::shared_mutex> lock(mu);
   if (closed) {
-    caf::anon_send_exit(*volume, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(*spawned, caf::exit_reason::user_shutdown);
     return Status(Errc::shutdown, "the store is closed");
   }
-  owned.push_back(caf::actor_cast<caf::actor>(*volume));
+  owned.push_back(caf::actor_cast<caf::actor>(*spawned));
   auto& made = lending[static_cast<int>(kind)];
-  made = Lending{*volume, vc.volume_id};
+  made = Lending{*spawned, vc.volume_id};
   return made;
 }
 
