@@ -80,6 +80,78 @@ std::shared_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer s
   return std::make_shared<transports::shm::ProcessWatch>(static_cast<long>(t.process_id()));
 }
 
+// The keys under the call's prefix, from the controller.
+void handle_keys(client_pointer self, const KeysCall& call) {
+  auto promise = call.promise;
+  const auto prefix = call.prefix;
+  ask(self, self->state.controller, protocol::keys_atom::value, prefix)
+      .then([=](std::vector<std::string>& keys) { promise->set_value(std::move(keys)); },
+            [=](caf::error& e) { promise->set_error(from_caf_error(e, "keys '" + prefix + "'")); });
+}
+
+// The records of the keys under the call's prefix: the keys, then their
+// locations; keys removed between the two requests come back unfound and
+// are left out.
+void handle_list(client_pointer self, const ListCall& call) {
+  auto promise = call.promise;
+  const auto prefix = call.prefix;
+  auto failed = [=](caf::error& e) {
+    promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
+  };
+  ask(self, self->state.controller, protocol::keys_atom::value, prefix)
+      .then(
+          [=](std::vector<std::string>& keys) {
+            ask(self, self->state.controller, protocol::locate_atom::value, keys)
+                .then(
+                    [=](std::vector<wire::KeyRecord>& records) {
+                      records.erase(
+                          std::remove_if(records.begin(), records.end(),
+                                         [](const wire::KeyRecord& r) { return !r.found(); }),
+                          records.end());
+                      promise->set_value(std::move(records));
+                    },
+                    failed);
+          },
+          failed);
+}
+
+// The latest pointer under the call's prefix (and, when asked, the
+// version's records), cached as located.
+void handle_latest(client_pointer self, const LatestCall& call) {
+  auto promise = call.promise;
+  const auto prefix = call.prefix;
+  ask(self, self->state.controller, protocol::locate_latest_atom::value, prefix, call.with_version)
+      .then(
+          [=](std::vector<wire::KeyRecord>& records) {
+            cache_located(self->state, records);
+            if (records.empty()) {
+              promise->set_error(
+                  Status(Errc::protocol_error,
+                         "latest '" + prefix + "': the controller answered no record"));
+              return;
+            }
+            promise->set_value(std::move(records.front()));
+          },
+          [=](caf::error& e) { promise->set_error(from_caf_error(e, "latest '" + prefix + "'")); });
+}
+
+// Each key's version (0: absent), from the controller.
+void handle_exists(client_pointer self, const ExistsCall& call) {
+  auto promise = call.promise;
+  const auto what = describe("exists", call.keys);
+  ask(self, self->state.controller, protocol::exists_atom::value, call.keys)
+      .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
+            [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
+}
+
+// The controller's counters.
+void handle_counters(client_pointer self, const CountersCall& call) {
+  auto promise = call.promise;
+  ask(self, self->state.controller, protocol::counters_atom::value)
+      .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
+            [=](caf::error& e) { promise->set_error(from_caf_error(e, "counters")); });
+}
+
 }  // namespace
 
 caf::behavior client_impl(client_pointer self, ClientConfig cfg,
@@ -119,81 +191,23 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
         handle_get(self, std::move(call));
       },
       [=](protocol::store_keys_atom, KeysCall& call) {
-        if (refused(call)) return;
-        auto promise = call.promise;
-        const auto prefix = call.prefix;
-        ask(self, self->state.controller, protocol::keys_atom::value, prefix)
-            .then([=](std::vector<std::string>& keys) { promise->set_value(std::move(keys)); },
-                  [=](caf::error& e) {
-                    promise->set_error(from_caf_error(e, "keys '" + prefix + "'"));
-                  });
+        if (!refused(call)) handle_keys(self, call);
       },
       [=](protocol::store_list_atom, ListCall& call) {
-        if (refused(call)) return;
-        auto promise = call.promise;
-        const auto prefix = call.prefix;
-        ask(self, self->state.controller, protocol::keys_atom::value, prefix)
-            .then(
-                [=](std::vector<std::string>& keys) {
-                  // Keys removed between the two requests come back unfound
-                  // and are left out.
-                  ask(self, self->state.controller, protocol::locate_atom::value, keys)
-                      .then(
-                          [=](std::vector<wire::KeyRecord>& records) {
-                            records.erase(
-                                std::remove_if(records.begin(), records.end(),
-                                               [](const wire::KeyRecord& r) { return !r.found(); }),
-                                records.end());
-                            promise->set_value(std::move(records));
-                          },
-                          [=](caf::error& e) {
-                            promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
-                          });
-                },
-                [=](caf::error& e) {
-                  promise->set_error(from_caf_error(e, "list '" + prefix + "'"));
-                });
+        if (!refused(call)) handle_list(self, call);
       },
       [=](protocol::store_latest_atom, LatestCall& call) {
-        if (refused(call)) return;
-        auto promise = call.promise;
-        const auto prefix = call.prefix;
-        ask(self, self->state.controller, protocol::locate_latest_atom::value, prefix,
-            call.with_version)
-            .then(
-                [=](std::vector<wire::KeyRecord>& records) {
-                  cache_located(self->state, records);
-                  if (records.empty()) {
-                    promise->set_error(
-                        Status(Errc::protocol_error, "latest '" + prefix +
-                                                         "': the controller answered "
-                                                         "no record"));
-                    return;
-                  }
-                  promise->set_value(std::move(records.front()));
-                },
-                [=](caf::error& e) {
-                  promise->set_error(from_caf_error(e, "latest '" + prefix + "'"));
-                });
+        if (!refused(call)) handle_latest(self, call);
       },
       [=](protocol::store_exists_atom, ExistsCall& call) {
-        if (refused(call)) return;
-        auto promise = call.promise;
-        const auto what = describe("exists", call.keys);
-        ask(self, self->state.controller, protocol::exists_atom::value, call.keys)
-            .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
-                  [=](caf::error& e) { promise->set_error(from_caf_error(e, what)); });
+        if (!refused(call)) handle_exists(self, call);
       },
       [=](protocol::store_remove_atom, RemoveCall& call) {
         if (refused(call)) return;
         handle_remove(self, std::move(call));
       },
       [=](protocol::store_counters_atom, CountersCall& call) {
-        if (refused(call)) return;
-        auto promise = call.promise;
-        ask(self, self->state.controller, protocol::counters_atom::value)
-            .then([=](std::vector<std::uint64_t>& v) { promise->set_value(std::move(v)); },
-                  [=](caf::error& e) { promise->set_error(from_caf_error(e, "counters")); });
+        if (!refused(call)) handle_counters(self, call);
       },
       [=](protocol::store_stat_atom, StatCall& call) {
         if (refused(call)) return;

@@ -15,6 +15,16 @@ namespace meshstore::volume {
 
 namespace {
 
+// False, with what `d` staged dropped, when the reply would outgrow `limit`
+// (a channel's reply in parts has a bound).
+bool fits_reply(volume_pointer self, protocol::fast_get::CommitDone& d, std::size_t limit) {
+  if (protocol::fast_get::encoded_size(d) <= limit) return true;
+  for (const auto& r : d.staged) self->state.drop(r.region_id, true);
+  self->state.regions->prune();
+  d.staged.clear();
+  return false;
+}
+
 // fast_commit's commit at a controller in this actor system, which answers
 // the channel itself (LocalCommit): one actor hop after this one, not two.
 // What the request asks staged is staged first, so it cannot land in the
@@ -34,11 +44,7 @@ bool local_commit(volume_pointer self, protocol::fast_get::CommitRequest& req,
     if (!regions.ok()) return false;
     d.versions.assign(req.records.size(), 0);  // as the reply will carry them
     d.staged = std::move(regions).value();
-    if (protocol::fast_get::encoded_size(d) > limit) {
-      for (const auto& r : d.staged) self->state.drop(r.region_id, true);
-      self->state.regions->prune();
-      d.staged.clear();
-    }
+    fits_reply(self, d, limit);
   }
   std::vector<std::pair<std::uint64_t, std::string>> committed;  // this volume's
   for (const auto& r : req.records) {
@@ -188,6 +194,66 @@ Status check_commit(const protocol::fast_get::CommitRequest& req, const std::str
   return Status();
 }
 
+// Answers a fast commit with `versions` after staging what it asked. After a
+// commit, a refusal (no room, say) or a reply too large for the channel
+// stages nothing and still answers the commit; alone, it is the answer.
+void answer_commit(volume_pointer self,
+                   const std::function<void(Result<protocol::fast_get::CommitDone>)>& done,
+                   const std::vector<wire::StageRequest>& wanted, const caf::actor& owner,
+                   std::size_t limit, std::vector<std::uint64_t> versions,
+                   std::vector<protocol::fast_get::CommitDone::Placed> placed) {
+  protocol::fast_get::CommitDone d;
+  d.versions = std::move(versions);
+  d.placed = std::move(placed);
+  const bool alone = d.versions.empty();
+  if (!wanted.empty()) {
+    auto regions =
+        owner
+            ? stage(self, wanted, owner)
+            : Result<std::vector<wire::RegionRef>>(Status(Errc::unavailable, "the client is gone"));
+    if (regions.ok()) {
+      d.staged = std::move(regions).value();
+      if (!fits_reply(self, d, limit)) {
+        regions = Status(Errc::unsupported, "volume '" + self->state.config.volume_id +
+                                                "': " + std::to_string(wanted.size()) +
+                                                " staged objects do not fit a reply");
+      }
+    }
+    if (!regions.ok() && alone) return done(regions.status());
+  }
+  done(std::move(d));
+}
+
+// Whether every object `job` commits (not inline, not lent) or gives back
+// is one its client staged here and has not committed, of the record's
+// size: a fast commit comes from another process and is checked as input.
+Status check_fast_commit(const VolumeState& st, const protocol::FastCommitJob& job) {
+  const auto& req = job.request;
+  auto staged_by_owner = [&](std::uint64_t id, std::uint64_t nbytes, bool any_size) {
+    auto it = st.objects.find(id);
+    return it != st.objects.end() && !it->second.committed && it->second.owner == job.owner &&
+           it->second.region && (any_size || it->second.region->size() == nbytes);
+  };
+  for (std::size_t i = 0; i < req.records.size(); ++i) {
+    const auto& r = req.records[i];
+    const auto& shard = r.shards.front();
+    const bool inlined = i < job.inlined.size() && job.inlined[i];
+    if (!inlined && !lent_record(r, st.config.volume_id) &&
+        !staged_by_owner(shard.object_id, shard.nbytes, false)) {
+      return Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
+                                              std::to_string(shard.object_id) +
+                                              " is no object of that size its client staged here");
+    }
+  }
+  for (auto id : req.release) {
+    if (!staged_by_owner(id, 0, true)) {
+      return Status(Errc::protocol_error, "fast commit: object " + std::to_string(id) +
+                                              " to give back is no object its client staged here");
+    }
+  }
+  return Status();
+}
+
 // A fast-path channel's request (FastCommitJob): what its client gives back
 // goes, its records commit at the controller, then what it asks is staged
 // for it (after the commit, so the next put's objects may land in the
@@ -198,30 +264,8 @@ void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
   auto done = job.done;
   auto& st = self->state;
   auto& req = job.request;
-  auto staged_by_owner = [&](std::uint64_t id, std::uint64_t nbytes, bool any_size) {
-    auto it = st.objects.find(id);
-    return it != st.objects.end() && !it->second.committed && it->second.owner == job.owner &&
-           it->second.region && (any_size || it->second.region->size() == nbytes);
-  };
   auto inlined = [&](std::size_t i) { return i < job.inlined.size() && job.inlined[i]; };
-  for (std::size_t i = 0; i < req.records.size(); ++i) {
-    const auto& r = req.records[i];
-    const auto& shard = r.shards.front();
-    if (!inlined(i) && !lent_record(r, st.config.volume_id) &&
-        !staged_by_owner(shard.object_id, shard.nbytes, false)) {
-      return (*done)(
-          Status(Errc::protocol_error, "fast commit of '" + r.key + "': object " +
-                                           std::to_string(shard.object_id) +
-                                           " is no object of that size its client staged here"));
-    }
-  }
-  for (auto id : req.release) {
-    if (!staged_by_owner(id, 0, true)) {
-      return (*done)(Status(Errc::protocol_error, "fast commit: object " + std::to_string(id) +
-                                                      " to give back is no object its client "
-                                                      "staged here"));
-    }
-  }
+  if (auto s = check_fast_commit(st, job); !s.ok()) return (*done)(s);
   // Committed under the records' keys (objects staged ahead were staged
   // under the keys of the put before: a version's keys change).
   for (std::size_t i = 0; i < req.records.size(); ++i) {
@@ -242,32 +286,10 @@ void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
     wanted.push_back(std::move(r));
   }
   const std::size_t limit = job.reply_limit;
-  // Stages what was asked, answering it with `versions`. After a commit, a
-  // refusal (no room, say) or a reply too large for the channel stages
-  // nothing and still answers the commit; alone, it is the answer.
   auto stage_and_answer = [self, done, wanted, owner, limit](
                               std::vector<std::uint64_t> versions,
                               std::vector<protocol::fast_get::CommitDone::Placed> placed) {
-    protocol::fast_get::CommitDone d;
-    d.versions = std::move(versions);
-    d.placed = std::move(placed);
-    const bool alone = d.versions.empty();
-    if (!wanted.empty()) {
-      auto regions = owner ? stage(self, wanted, owner)
-                           : Result<std::vector<wire::RegionRef>>(
-                                 Status(Errc::unavailable, "the client is gone"));
-      if (regions.ok()) d.staged = std::move(regions).value();
-      if (regions.ok() && protocol::fast_get::encoded_size(d) > limit) {
-        for (const auto& r : d.staged) self->state.drop(r.region_id, true);
-        self->state.regions->prune();
-        d.staged.clear();
-        regions = Status(Errc::unsupported, "volume '" + self->state.config.volume_id +
-                                                "': " + std::to_string(wanted.size()) +
-                                                " staged objects do not fit a reply");
-      }
-      if (!regions.ok() && alone) return (*done)(regions.status());
-    }
-    (*done)(std::move(d));
+    answer_commit(self, *done, wanted, owner, limit, std::move(versions), std::move(placed));
   };
   if (req.records.empty()) return stage_and_answer({}, {});
   // A controller this actor saw go down (its down_msg came first) would
