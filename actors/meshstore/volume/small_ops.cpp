@@ -323,9 +323,12 @@ void SmallOpService::controller_gone(const caf::actor_addr& controller) {
     std::lock_guard<std::mutex> lock(mu_);
     dead_controllers_.push_back(controller);
   }
-  pending_->fail(&controller,
-                 protocol::fast_get::encode_error(Status(
-                     Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
+  pending_->fail(&controller, controller_down_reply());
+}
+
+std::vector<std::byte> SmallOpService::controller_down_reply() const {
+  return protocol::fast_get::encode_error(
+      Status(Errc::unavailable, "volume '" + volume_id_ + "': the controller went down"));
 }
 
 bool SmallOpService::controller_down(const caf::actor_addr& controller) const {
@@ -409,9 +412,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
   // answer, and this put would wait for a commit the dead controller
   // never answers (a request to a dead remote actor only times out).
   if (controller_down(puts->controller)) {
-    return pending_->settle(
-        owed, protocol::fast_get::encode_error(Status(
-                  Errc::unavailable, "volume '" + volume_id_ + "': the controller went down")));
+    return pending_->settle(owed, controller_down_reply());
   }
   caf::anon_send(volume, protocol::fast_commit_atom::value, std::move(job).value());
 }

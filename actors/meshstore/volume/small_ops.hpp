@@ -164,6 +164,8 @@ class SmallOpService {
   // Answers each waiting request of `channel`; false when it must go.
   bool drain(const std::shared_ptr<Channel>& channel);
   bool controller_down(const caf::actor_addr& controller) const;
+  // What a put whose controller went down is answered.
+  std::vector<std::byte> controller_down_reply() const;
 
   const std::string volume_id_;
   const std::shared_ptr<SmallObjects> table_;
