@@ -197,7 +197,7 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   std::printf("meshstore %s serving on %s (strategy %s%s%s); stop with SIGTERM or Ctrl-C\n",
-              meshstore::version(), store->address().c_str(), o.strategy.c_str(),
+              meshstore::version(), store->admin().address().c_str(), o.strategy.c_str(),
               o.tls.enabled() ? ", mutual TLS" : "", o.encrypt_tcp ? ", encrypted tcp" : "");
   std::fflush(stdout);
   std::printf("meshstore serve: got %s, shutting down\n", wait_for_stop(stop));
@@ -308,7 +308,7 @@ int cmd_stat(int argc, char** argv) {
     std::fprintf(stderr, "meshstore stat: %s\n", store.status().to_string().c_str());
     return 1;
   }
-  auto stats = store->stats().get(30s);
+  auto stats = store->admin().stats().get(30s);
   auto keys = store->keys().get(30s);
   if (!stats.ok() || !keys.ok()) {
     std::fprintf(stderr, "meshstore stat: %s\n",
@@ -317,7 +317,7 @@ int cmd_stat(int argc, char** argv) {
   }
   std::printf("store %s: %zu keys, %zu volumes\n", args.get("store", default_store()).c_str(),
               keys->size(), stats->size());
-  if (auto c = store->controller_counters().get(30s); c.ok()) {
+  if (auto c = store->admin().controller_counters().get(30s); c.ok()) {
     std::printf(
         "controller messages: notify_put %llu, notify_put_batch %llu, locate %llu, exists %llu, "
         "keys %llu, remove %llu, pinned locate %llu\n",
@@ -536,7 +536,7 @@ void print_help(std::FILE* out) {
 // The transports that cannot run in this process, and why (rdma without
 // a device).
 void print_transport_status(const char* indent) {
-  for (const auto& [name, status] : meshstore::Store::transport_status()) {
+  for (const auto& [name, status] : meshstore::Store::Admin::transport_status()) {
     if (!status.ok()) {
       std::printf("%s%s unavailable on this host: %s\n", indent, name.c_str(),
                   status.message().c_str());
@@ -552,7 +552,8 @@ void print_info() {
               google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION).c_str());
   std::printf("  spdlog      %d.%d.%d\n", SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
   std::printf("  transports ");
-  for (const auto& t : meshstore::Store::available_transports()) std::printf(" %s", t.c_str());
+  for (const auto& t : meshstore::Store::Admin::available_transports())
+    std::printf(" %s", t.c_str());
   std::printf("\n");
   print_transport_status("  ");
   std::printf("  RDMA build  %s\n",
@@ -575,7 +576,7 @@ void print_info() {
       meshstore::internal::scheduler_polls());
   // Where GPU tensors move in one copy, and why not elsewhere.
   std::printf("  GPU tensors\n");
-  for (const auto& [name, status] : meshstore::Store::gpu_transport_status()) {
+  for (const auto& [name, status] : meshstore::Store::Admin::gpu_transport_status()) {
     std::printf("    %-9s %s\n", name.c_str(),
                 status.ok() ? "moved directly (no host staging)"
                             : ("staged through host memory: " + status.message()).c_str());

@@ -176,21 +176,22 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   meshstore::StoreOptions o;
   o.transport = transport;
   auto store = must(meshstore::Store::embedded(o), "Store::embedded");
-  must(store.put_state_dict("sd", in).get(600s), "put_state_dict (warm-up)");
-  must(store.get_state_dict_into("sd", out).get(600s), "get_state_dict_into (warm-up)");
-  must(store.put_state_dict("hsd", host_in).get(600s), "put_state_dict (host, warm-up)");
-  must(store.get_state_dict_into("hsd", host_out).get(600s), "get_state_dict_into (host, warm-up)");
+  must(store.state_dicts().put("sd", in).get(600s), "put_state_dict (warm-up)");
+  must(store.state_dicts().get_into("sd", out).get(600s), "get_state_dict_into (warm-up)");
+  must(store.state_dicts().put("hsd", host_in).get(600s), "put_state_dict (host, warm-up)");
+  must(store.state_dicts().get_into("hsd", host_out).get(600s),
+       "get_state_dict_into (host, warm-up)");
   std::vector<double> put, get, d2h, h2d, host_put, host_get;
   for (int r = 0; r < iters; ++r) {
     host_put.push_back(
-        time_it([&] { must(store.put_state_dict("hsd", host_in).get(600s), "put (host)"); }));
+        time_it([&] { must(store.state_dicts().put("hsd", host_in).get(600s), "put (host)"); }));
     host_get.push_back(time_it(
-        [&] { must(store.get_state_dict_into("hsd", host_out).get(600s), "get_into (host)"); }));
+        [&] { must(store.state_dicts().get_into("hsd", host_out).get(600s), "get_into (host)"); }));
     d2h.push_back(time_it([&] { copy(host.get(), scratch.get(), total, "D2H"); }));
     h2d.push_back(time_it([&] { copy(scratch.get(), host.get(), total, "H2D"); }));
-    put.push_back(time_it([&] { must(store.put_state_dict("sd", in).get(600s), "put"); }));
+    put.push_back(time_it([&] { must(store.state_dicts().put("sd", in).get(600s), "put"); }));
     get.push_back(
-        time_it([&] { must(store.get_state_dict_into("sd", out).get(600s), "get_into"); }));
+        time_it([&] { must(store.state_dicts().get_into("sd", out).get(600s), "get_into"); }));
   }
   // What came back is what went in (the first and last tensors).
   for (std::size_t i : {std::size_t{0}, shapes.size() - 1}) {
@@ -375,8 +376,8 @@ int main(int argc, char** argv) {
         0;  // lend it at every --bytes (small tensors are packed by default)
     for (int r = 0; r < iters + 1; ++r) {
       meshstore::Publication pub;
-      const double t_pub =
-          time_it([&] { pub = must(store.publish("direct", sd, po).get(600s), "publish"); });
+      const double t_pub = time_it(
+          [&] { pub = must(store.state_dicts().publish("direct", sd, po).get(600s), "publish"); });
       if (pub.mode() != meshstore::PublishMode::direct)
         die("publish did not lend the device tensor");
       copy(dev_b.get(), zeros.data(), bytes, "clearing the destination");

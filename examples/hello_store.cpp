@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
 
   Store store = check(Store::embedded(), "Store::embedded");
   std::printf("meshstore embedded store up (transports: ");
-  for (const auto& t : Store::available_transports()) std::printf("%s ", t.c_str());
+  for (const auto& t : Store::Admin::available_transports()) std::printf("%s ", t.c_str());
   std::printf(")\n\n");
 
   // 1. put a tensor, get it back as a new Tensor.
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   std::printf("  %-10s %8.3f s  %7.2f GB/s  (%.2f x memcpy)\n", "get_into", get_s, gb / get_s,
               memcpy_s / get_s);
 
-  auto stats = check(store.stats().get(10s), "stats");
+  auto stats = check(store.admin().stats().get(10s), "stats");
   for (const auto& s : stats) {
     std::printf("volume %s holds %llu bytes in %llu objects\n", s.volume_id.c_str(),
                 static_cast<unsigned long long>(s.bytes_held),

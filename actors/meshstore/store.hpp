@@ -81,7 +81,7 @@ struct StoreOptions {
   /// (Errc::out_of_capacity); "lru" first removes the least recently used
   /// keys stored whole on that volume and put on their own (not state
   /// dicts, not shards, not pinned by a reader that lost a race, not held
-  /// by a reader's lease such as a live get_view), then stages again: a
+  /// by a reader's lease such as a live view, ReadOptions::view), then stages again: a
   /// cache-style store (docs/reliability.md, "Eviction").
   /// Recency is what the controller sees: puts and locates, not reads a
   /// client serves from its location cache.
@@ -180,16 +180,90 @@ struct StoreOptions {
 /// The port `meshstore serve` listens on and the tools dial by default.
 constexpr std::uint16_t kDefaultStorePort = 29517;
 
-/// What a read may do besides copying.
+/// How get() and get_into() read a key. The defaults read the whole key,
+/// by copy, in its stored dtype.
 struct ReadOptions {
-  /// When the destination's dtype differs from the stored one, convert the
-  /// elements on the way, in the same pass as the copy: between float32 and
-  /// bfloat16 or float16 (can_cast()), rounded to nearest even (bit-exact
-  /// with torch's Tensor.to()). Whole keys (and state-dict entries) into
-  /// host memory; a box, a sharded key or a GPU destination is
-  /// Errc::unsupported (a dtype_mismatch for state-dict entries). Without
-  /// it a dtype difference is Errc::dtype_mismatch.
+  /// Read only this box of the key's global tensor (sharded or not), from
+  /// the shards that overlap it, each once (docs/sharding.md): get()
+  /// answers a tensor of the box's shape, and get_into()'s destination
+  /// must have it. Errc::out_of_range when the box is not in the key's
+  /// global shape.
+  std::optional<TensorSlice> slice;
+  /// get_into() only: when the destination's dtype differs from the stored
+  /// one, convert the elements on the way, in the same pass as the copy:
+  /// between float32 and bfloat16 or float16 (can_cast()), rounded to
+  /// nearest even (bit-exact with torch's Tensor.to()). Whole keys (and
+  /// state-dict entries) into host memory; a box, a sharded key or a GPU
+  /// destination is Errc::unsupported (a dtype_mismatch for state-dict
+  /// entries). Without it a dtype difference is Errc::dtype_mismatch.
   bool cast = false;
+  /// get() only: read without copying where it can. On a volume this
+  /// process reaches through shared memory (the shm transport), the tensor
+  /// is a read-only mapping of the stored bytes (Tensor::read_only() is
+  /// true; writing through it faults), and it keeps that version pinned in
+  /// the volume until its last copy is destroyed, even if the key is
+  /// replaced or removed meanwhile (the memory is then freed). Elsewhere,
+  /// and for small tensors that travel inline, it is a copy. The tensor may
+  /// outlive the store. Not with a slice.
+  bool view = false;
+
+  /// Shorthands: get(key, ReadOptions::box(s)), get(key,
+  /// ReadOptions::mapped()), get_into(key, dst, ReadOptions::converting()).
+  static ReadOptions box(TensorSlice s) {
+    ReadOptions o;
+    o.slice = std::move(s);
+    return o;
+  }
+  static ReadOptions mapped() {
+    ReadOptions o;
+    o.view = true;
+    return o;
+  }
+  static ReadOptions converting() {
+    ReadOptions o;
+    o.cast = true;
+    return o;
+  }
+};
+
+/// How put() stores a tensor: whole (the default), or as one shard of a
+/// sharded key (docs/sharding.md). Every rank puts its own shard; the key
+/// becomes visible, with all its shards at once, when they cover the global
+/// tensor. Until then exists() is false and get() fails with
+/// Errc::partially_committed naming the regions still missing. Ranks
+/// disagreeing on the global shape or dtype, and boxes that overlap without
+/// being identical, are refused. The next complete set of shards replaces
+/// the key as a whole. At most one of `slice` and `placement`.
+struct PutOptions {
+  /// The tensor is the box `slice` of the key's global tensor
+  /// (Placement::slice_for gives a rank's box); its shape must be the
+  /// slice's. A box put this way has one copy per version: put it again
+  /// before the version is complete and it is refused (replicated boxes:
+  /// use `placement`).
+  std::optional<TensorSlice> slice;
+  /// The tensor is rank `rank`'s shard under `placement` of a tensor of
+  /// `global_shape`: its box is placement.slice_for(global_shape, rank),
+  /// and it counts as many replicas as ranks hold that box, so the version
+  /// commits once every replica is in (a replica put again for the same
+  /// version is refused, not taken for the next one).
+  std::optional<Placement> placement;
+  Shape global_shape;     ///< with `placement`: the key's global shape
+  std::int64_t rank = 0;  ///< with `placement`: the putting rank
+
+  /// Shorthands: put(key, shard, PutOptions::box(s)), put(key, shard,
+  /// PutOptions::shard(global_shape, placement, rank)).
+  static PutOptions box(TensorSlice s) {
+    PutOptions o;
+    o.slice = std::move(s);
+    return o;
+  }
+  static PutOptions shard(Shape global_shape, Placement placement, std::int64_t rank) {
+    PutOptions o;
+    o.placement = std::move(placement);
+    o.global_shape = std::move(global_shape);
+    o.rank = rank;
+    return o;
+  }
 };
 
 /// A key's metadata, as list() reports it.
@@ -272,16 +346,16 @@ struct FastPathStats {
   /// same-host volume's shared memory without a ring or an actor (counted
   /// in lease_free_reads too; docs/architecture.md, "Direct reads").
   std::uint64_t direct_reads = 0;
-  /// State-dict reads (get_state_dict_into and the version reads into
+  /// State-dict reads (StateDicts::get_into and the version reads into
   /// tensors) served the same way as one snapshot, on the caller's thread
   /// (a version read: on the thread that got the pointer's locate):
   /// the manifest and every bucket copied straight out of same-host
   /// volumes' shared memory, checked by their tags before the first copy
   /// and after the last (docs/architecture.md, "Direct state-dict reads").
   std::uint64_t direct_state_dicts = 0;
-  /// State dicts committed over a channel: put_state_dict calls (written
+  /// State dicts committed over a channel: StateDicts::put calls (written
   /// into objects the volume staged for this client, or sent inline),
-  /// publishes' versions, each rank's part of put_sharded_state_dict, and
+  /// publishes' versions, each rank's part of StateDicts::put_sharded, and
   /// staged state dicts' commits (docs/architecture.md, "State dict puts
   /// on the caller's thread").
   std::uint64_t state_dict_puts = 0;
@@ -292,7 +366,8 @@ struct FastPathStats {
   std::uint64_t resent_commits = 0;
 };
 
-/// How put_state_dict and publish_state_dict store a state dict.
+/// How Store::StateDicts::put, put_sharded, publish and stage store a
+/// state dict.
 struct StateDictPutOptions {
   /// Tensors of at most this many bytes are packed into one blob (one
   /// object, one transfer) with a table of where each lies; larger ones are
@@ -311,7 +386,39 @@ struct StateDictPutOptions {
   std::optional<DType> transfer_dtype;
 };
 
-/// A tensor a writer fills in place: what stage_state_dict allocates.
+/// How Store::StateDicts reads a state dict into the caller's tensors
+/// (get_into, get_latest_into, get_next_into).
+struct StateDictReadOptions {
+  /// An entry stored as float32, bfloat16 or float16 may be read into a
+  /// host tensor of another of them (a bf16 version into fp32 buffers),
+  /// converted as it is copied (rounded to nearest even), in the same pass
+  /// (ReadOptions::cast). A version that needs a conversion is read once
+  /// committed rather than streamed. Not with `boxes`.
+  bool cast = false;
+  /// get_into only: for an entry named here, the destination receives that
+  /// box of the stored global tensor (Placement::slice_for gives a rank's),
+  /// read from only the shards that overlap it; the others receive the
+  /// whole entry. Works for any stored state dict, sharded or not, so a
+  /// mesh reads what another mesh put under a different sharding.
+  /// Errc::shape_mismatch when a box is not in its entry's global shape or
+  /// the destination's shape is not the box's.
+  std::map<std::string, TensorSlice> boxes;
+
+  /// Shorthands: get_into(key, sd, StateDictReadOptions::converting()),
+  /// get_into(key, sd, StateDictReadOptions::of_boxes(boxes)).
+  static StateDictReadOptions converting() {
+    StateDictReadOptions o;
+    o.cast = true;
+    return o;
+  }
+  static StateDictReadOptions of_boxes(std::map<std::string, TensorSlice> boxes) {
+    StateDictReadOptions o;
+    o.boxes = std::move(boxes);
+    return o;
+  }
+};
+
+/// A tensor a writer fills in place: what StateDicts::stage allocates.
 struct TensorSpec {
   std::string name;
   DType dtype = DType::float32;
@@ -322,11 +429,11 @@ struct TensorSpec {
 /// place and committed (zero-copy publishing; docs/state_dicts.md). On a
 /// volume this process reaches through shared memory, the tensors *are* the
 /// volume's memory: commit() moves no tensor byte. Elsewhere they are
-/// private buffers and commit() puts them as put_state_dict does.
+/// private buffers and commit() puts them as StateDicts::put does.
 ///
 /// A handle: copies share one staged state dict. When the last copy goes
 /// before commit(), the memory is given back (abort()); the future
-/// stage_state_dict answered holds a copy too, which the store's thread
+/// StateDicts::stage answered holds a copy too, which the store's thread
 /// that completed it lets go a moment later, so the memory of a staging
 /// dropped at once comes back on that thread (call abort() to have it
 /// back before it returns). Thread-compatible:
@@ -352,9 +459,9 @@ class StagedStateDict {
   const std::string& key() const;
   /// True when the tensors are the volume's shared memory.
   bool zero_copy() const noexcept;
-  /// Makes the state dict visible as a whole, exactly as put_state_dict
+  /// Makes the state dict visible as a whole, exactly as StateDicts::put
   /// would (names the previous version had and this one lacks go). Answers
-  /// the version number for stage_publish, 0 for stage_state_dict. Once
+  /// the version number for stage_publish, 0 for stage. Once
   /// only: a second call is Errc::invalid_argument. If the commit fails, the
   /// memory is given back and nothing changed.
   Future<std::uint64_t> commit();
@@ -377,7 +484,7 @@ enum class PublishMode : std::uint8_t {
   /// serve lent memory, at least one tensor large enough to be stored on its
   /// own), by copy otherwise.
   automatic = 0,
-  /// Copied into volume memory, as publish_state_dict does: the tensors are
+  /// Copied into volume memory: the tensors are
   /// the caller's again once the future completes.
   copy = 1,
   /// Lent: the large, contiguous tensors become the version's objects as
@@ -403,7 +510,7 @@ struct PublishOptions {
   /// Publication::reclaim() copies the version into volume memory before it
   /// gives the buffers back, so readers arriving later still find it;
   /// without it the version is withdrawn and later readers wait for the
-  /// next one (get_next_state_dict_into).
+  /// next one (StateDicts::get_next_into).
   bool retain = false;
   /// How long reclaim() waits for reads still copying out of the buffers
   /// (> 0); after it, reclaim() fails with Errc::timeout and the buffers
@@ -418,9 +525,19 @@ struct PublishOptions {
   /// 1 s (else Errc::timeout). Readers never see a
   /// torn value either way.
   bool revoke_on_timeout = false;
+
+  /// A version by copy keeping the newest `keep`, packed as `put` says:
+  /// publish(prefix, sd, PublishOptions::by_copy()).
+  static PublishOptions by_copy(int keep = 1, StateDictPutOptions put = {}) {
+    PublishOptions o;
+    o.mode = PublishMode::copy;
+    o.keep = keep;
+    o.put = std::move(put);
+    return o;
+  }
 };
 
-/// A published version (Store::publish). A handle: copies share it. For a
+/// A published version (Store::StateDicts::publish). A handle: copies share it. For a
 /// direct version, it says when the caller's tensors are its own again:
 /// until returned() completes, readers may be copying out of them, so the
 /// caller must neither write nor free them. The trainer's loop is
@@ -464,11 +581,17 @@ class Publication {
 /// key. Buffers passed in (TensorView) must stay valid until the returned
 /// future completes.
 ///
+/// The everyday verbs are Store's own; state dicts and the operator's
+/// calls are its two facets, state_dicts() and admin().
+///
 /// Thread-safe: any number of threads may call any method concurrently,
 /// including threads the store's runtime does not own. Move-only; a
 /// moved-from Store answers every call with Errc::shutdown.
 class Store {
  public:
+  class StateDicts;
+  class Admin;
+
   /// A whole store inside this process: controller, strategy, volumes and
   /// client actors on a private actor system. Fails with
   /// Errc::invalid_argument on a bad option.
@@ -492,200 +615,30 @@ class Store {
   /// Closes the store (see close()).
   ~Store();
 
-  // -- state dicts -----------------------------------------------------------
-  //
-  // A state dict stored under `key` is a manifest at `key` (the names in
-  // order, each one's dtype and shape), small tensors packed into one blob
-  // at "key#packed", and the other entries at "key/name" (tensors, and
-  // values as uint8 tensors); docs/state_dicts.md. The whole state dict
-  // commits at once (one controller message), and readers see one complete
-  // version: never a mix of two. One writer per key at a time. Keys put on
-  // their own under "key/" are not part of it and are left alone.
-
-  /// Stores every entry of `sd` under `key`, moving tensors in parallel, and
-  /// makes the new version visible atomically; names the previous version
-  /// had and this one lacks are removed. The tensors' memory must stay valid
-  /// until the future completes.
-  Future<void> put_state_dict(std::string key, const StateDict& sd,
-                              const StateDictPutOptions& options = {});
-  /// Reads the state dict under `key` into new tensors and values, in its
-  /// order. Errc::not_found when there is none.
-  Future<StateDict> get_state_dict(std::string key);
-  /// Reads the state dict under `key` into `sd`'s own tensors (in place, no
-  /// allocation) and values. `sd` must hold exactly the stored names, each
-  /// with the stored dtype and shape; otherwise the error lists every
-  /// missing, extra and mismatched name (Errc::dtype_mismatch or
-  /// shape_mismatch when one differs, else invalid_argument) and `sd` is
-  /// untouched. The entries are read in one snapshot of the index, so `sd`
-  /// ends holding one complete version (if a writer changed the layout in
-  /// between, the read starts over). `sd` must outlive the future.
-  Future<void> get_state_dict_into(std::string key, StateDict& sd);
-  /// get_state_dict_into with `options`: with options.cast, an entry stored
-  /// as float32, bfloat16 or float16 may be read into a host tensor of
-  /// another of them (a bf16 version into fp32 buffers), converted as it is
-  /// copied (rounded to nearest even), in the same pass.
-  Future<void> get_state_dict_into(std::string key, StateDict& sd, const ReadOptions& options);
-
-  /// Publishes `sd` as the next version under `prefix`: stores it as the
-  /// state dict "PREFIX/vN" (N = the previous version + 1, from 1), then
-  /// points the object "PREFIX" at N, then retires the version that fell
-  /// out of the newest `keep` (>= 1). A retired version's memory stays with
-  /// the volumes for the next version of the same shapes, so publishing
-  /// every step reuses the same shared-memory segments instead of faulting
-  /// in new ones. Answers N. Fenced: when another writer publishes under
-  /// `prefix` at the same time, one of them gets Errc::conflict and nothing
-  /// of its version stays (docs/state_dicts.md, "Two writers on one prefix").
-  Future<std::uint64_t> publish_state_dict(std::string prefix, const StateDict& sd, int keep = 1,
-                                           const StateDictPutOptions& options = {});
-  /// Publishes `sd` as the next version under `prefix`, as
-  /// publish_state_dict does, in the mode options.mode asks or the store
-  /// picks (PublishMode): by copy, or directly out of `sd`'s own tensors,
-  /// which readers then copy from once, straight into theirs. Answers the
-  /// Publication, which says when the tensors are the caller's again (for a
-  /// direct version: after reclaim() or the version's retirement, not when
-  /// this future completes). Errc::unsupported when options.mode is direct
-  /// and this process cannot lend (the message says why).
-  Future<Publication> publish(std::string prefix, const StateDict& sd,
-                              const PublishOptions& options = {});
-  /// Waits up to `timeout` for the state dict `key` to be written or
-  /// committed, then reads it into `sd` as get_state_dict_into does. While
-  /// a writer is still putting it, the read streams: each tensor (and the
-  /// packed blob) is copied into `sd` as soon as the writer has filled it,
-  /// so the writer's copy-in and this copy-out overlap; the call completes
-  /// when that version commits. Errc::timeout when nothing is written in
-  /// time; Errc::unavailable when the writer fails before its commit (the
-  /// contents of `sd` are then unspecified). A destination that does not
-  /// match is reported before any byte moves, as by get_state_dict_into.
-  /// `sd` must outlive the future.
-  Future<void> stream_state_dict_into(std::string key, StateDict& sd,
-                                      std::chrono::milliseconds timeout);
-  /// Waits up to `timeout` for a version newer than `after` under `prefix`
-  /// (publish_state_dict), reads it into `sd` (streamed while its writer
-  /// still puts it, the newest complete one when the writer is ahead) and
-  /// answers its number. The worker loop:
-  /// `v = store.get_next_state_dict_into("weights", sd, v, 60s).get()`.
-  Future<std::uint64_t> get_next_state_dict_into(std::string prefix, StateDict& sd,
-                                                 std::uint64_t after,
-                                                 std::chrono::milliseconds timeout);
-  /// With options.cast, as get_state_dict_into's; a version that needs a
-  /// conversion is read once committed rather than streamed.
-  Future<std::uint64_t> get_next_state_dict_into(std::string prefix, StateDict& sd,
-                                                 std::uint64_t after,
-                                                 std::chrono::milliseconds timeout,
-                                                 const ReadOptions& options);
-
-  /// Allocates a state dict of `tensors` for the caller to fill in place,
-  /// then commit() under `key` (StagedStateDict): on a volume in shared
-  /// memory, no byte is copied in. Packing follows
-  /// options.pack_max_tensor_bytes (small tensors are views into one blob);
-  /// options.transfer_dtype must be unset (the tensors are written in their
-  /// stored dtype). Names must be unique and non-empty. Errc::out_of_capacity
-  /// when the volume cannot hold them.
-  Future<StagedStateDict> stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
-                                           const StateDictPutOptions& options = {});
-  /// stage_state_dict for the next version under `prefix`: commit() stores
-  /// it as "PREFIX/vN", points "PREFIX" at N and retires the version that
-  /// fell out of the newest `keep`, as publish_state_dict does, and answers
-  /// N. The staged memory is a retired version's when the shapes repeat.
-  Future<StagedStateDict> stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
-                                        int keep = 1, const StateDictPutOptions& options = {});
-
-  /// The newest version published under `prefix`; 0 when none is.
-  Future<std::uint64_t> latest_version(std::string prefix);
-  /// Reads the newest complete version under `prefix` into `sd` (as
-  /// get_state_dict_into does); if the writer retires it before it is read,
-  /// follows the pointer to the newer one. Answers the version read.
-  /// Errc::not_found when nothing was published. `sd` must outlive the future.
-  Future<std::uint64_t> get_latest_state_dict_into(std::string prefix, StateDict& sd);
-  /// With options.cast, as get_state_dict_into's.
-  Future<std::uint64_t> get_latest_state_dict_into(std::string prefix, StateDict& sd,
-                                                   const ReadOptions& options);
-
-  // -- sharded state dicts (docs/sharding.md) ---------------------------------
-
-  /// Puts rank `rank`'s part of a sharded state dict under `key`. Every rank
-  /// of the writing mesh calls it with the same names, dtypes and global
-  /// shapes. For an entry named in `layout`, `local` holds this rank's box
-  /// of the global tensor (RankShard: Placement::shard_for gives it); the
-  /// other entries (whole tensors and values, alike on every rank) are
-  /// stored from rank 0's call only. The state dict becomes visible as a
-  /// whole, replacing the previous version, when every entry's shards cover
-  /// it; until then the previous version stays readable and `key` reads as
-  /// partially committed if there is none. Ranks that disagree on the
-  /// entries or their layout, replicas that differ in their bytes and
-  /// overlapping boxes are refused. remove(key) drops a put that will never
-  /// complete (a rank died). The options apply as for put_state_dict, but
-  /// sharded entries are never packed and no stream is announced.
-  Future<void> put_sharded_state_dict(std::string key, const StateDict& local,
-                                      const std::map<std::string, RankShard>& layout,
-                                      std::int64_t rank, const StateDictPutOptions& options = {});
-  /// get_state_dict_into where some destinations are boxes: for an entry
-  /// named in `boxes`, the destination in `sd` receives that box of the
-  /// stored global tensor (Placement::slice_for gives a rank's), read from
-  /// only the shards that overlap it; the others receive the whole entry.
-  /// Works for any stored state dict, sharded or not, so a mesh reads what
-  /// another mesh put under a different sharding. Errc::shape_mismatch when
-  /// a box is not in its entry's global shape or the destination's shape is
-  /// not the box's.
-  Future<void> get_state_dict_into(std::string key, StateDict& sd,
-                                   const std::map<std::string, TensorSlice>& boxes);
-
   // -- tensors -------------------------------------------------------------
 
-  /// Stores a copy of `tensor` under `key` (any strides; packed on the way).
-  Future<void> put(std::string key, const TensorView& tensor);
-  /// Stores one shard of a sharded tensor: `shard` is the box `slice` of the
-  /// key's global tensor (Placement::slice_for gives a rank's box). Every
-  /// rank puts its own; the key becomes visible, with all its shards at
-  /// once, when they cover the global tensor. Until then exists() is false
-  /// and get() fails with Errc::partially_committed naming the regions
-  /// still missing. A box put this way has one copy per version: put it
-  /// again before the version is complete and it is refused (replicated
-  /// boxes: use the placement overload below). Ranks disagreeing on the
-  /// global shape or dtype, and boxes that overlap without being
-  /// identical, are refused. The next complete set of shards replaces the
-  /// key as a whole. docs/sharding.md.
-  Future<void> put(std::string key, const TensorView& shard, const TensorSlice& slice);
-  /// put() of rank `rank`'s shard under `placement` of a tensor of
-  /// `global_shape`: its slice is placement.slice_for(global_shape, rank),
-  /// and its box counts as many replicas as ranks hold that box, so the
-  /// version commits once every replica is in (a replica put again for the
-  /// same version is refused, not taken for the next one).
-  Future<void> put(std::string key, const TensorView& shard, const Shape& global_shape,
-                   const Placement& placement, std::int64_t rank);
+  /// Stores a copy of `tensor` under `key` (any strides; packed on the
+  /// way): the whole key, or one shard of it (PutOptions).
+  Future<void> put(std::string key, const TensorView& tensor, const PutOptions& options = {});
   /// Stores several tensors; they move in parallel and become visible
   /// together, with one notification to the controller. Keys must be unique.
   Future<void> put_batch(std::vector<std::pair<std::string, TensorView>> items);
 
-  /// Fetches `key` into a newly allocated contiguous Tensor.
-  /// Errc::not_found if there is no such key; Errc::wrong_kind for an object.
-  Future<Tensor> get(std::string key);
-  /// Fetches the box `slice` of `key` (sharded or not) into a new tensor of
-  /// the box's shape, reading only the shards that overlap it, each once.
-  /// Errc::out_of_range when the slice is not in the key's global shape.
-  Future<Tensor> get(std::string key, const TensorSlice& slice);
-  /// Fetches the box `slice` of `key` into `dst` (shape: the box's).
-  Future<void> get_into(std::string key, const TensorView& dst, const TensorSlice& slice);
-  /// Reads `key` without copying where it can: on a volume this process
-  /// reaches through shared memory (the shm transport), the tensor is a
-  /// read-only mapping of the stored bytes (Tensor::read_only() is true;
-  /// writing through it faults), and it keeps that version pinned in the
-  /// volume until its last copy is destroyed, even if the key is replaced or
-  /// removed meanwhile (the memory is then freed). Elsewhere, and for small
-  /// tensors that travel inline, it is a copy like get(). Same errors as get().
-  /// The tensor may outlive the store.
-  Future<Tensor> get_view(std::string key);
+  /// Fetches `key` (or the box options.slice of it) into a newly allocated
+  /// contiguous Tensor, or maps it read-only with options.view.
+  /// Errc::not_found if there is no such key; Errc::wrong_kind for an
+  /// object; Errc::invalid_argument for options.cast (it converts into
+  /// get_into's destination) or a view of a slice.
+  Future<Tensor> get(std::string key, const ReadOptions& options = {});
   /// Fetches several keys, in parallel.
   Future<std::vector<Tensor>> get_batch(std::vector<std::string> keys);
 
-  /// Copies `key` into the caller's `dst` (any strides) without allocating
-  /// a tensor. dtype and shape must match: Errc::dtype_mismatch or
-  /// Errc::shape_mismatch otherwise, with `dst` untouched.
-  Future<void> get_into(std::string key, const TensorView& dst);
-  /// get_into with `options`: with options.cast, a bfloat16 or float16 key
-  /// read straight into a float32 destination (or the reverse), converted
-  /// as it is copied (docs/state_dicts.md, "Reading in another dtype").
-  Future<void> get_into(std::string key, const TensorView& dst, ReadOptions options);
+  /// Copies `key` (or the box options.slice of it) into the caller's `dst`
+  /// (any strides) without allocating a tensor. dtype and shape must match
+  /// (unless options.cast): Errc::dtype_mismatch or Errc::shape_mismatch
+  /// otherwise, with `dst` untouched. Errc::invalid_argument for
+  /// options.view.
+  Future<void> get_into(std::string key, const TensorView& dst, const ReadOptions& options = {});
   /// get_into for several keys, in parallel; every destination is checked
   /// before any byte moves.
   Future<void> get_into_batch(std::vector<std::pair<std::string, TensorView>> items);
@@ -713,7 +666,7 @@ class Store {
   Future<bool> exists(std::string key);
   /// Removes `key`; Errc::not_found if it does not exist. Readers holding
   /// the old value finish their read; its memory goes after them. The key
-  /// of a state dict (put_state_dict's, or a published version "P/vN")
+  /// of a state dict (StateDicts::put's, or a published version "P/vN")
   /// removes the whole state dict: its packed buckets and entries too, not
   /// keys put on their own under its name. A prefix P that was published
   /// to (its version pointer) removes every version P/vN with it; a direct
@@ -723,8 +676,166 @@ class Store {
   /// them were removed (a state dict's key counts once, as for remove()).
   Future<std::size_t> remove_batch(std::vector<std::string> keys);
 
-  // -- operations ----------------------------------------------------------
+  // -- facets --------------------------------------------------------------
 
+  /// State dicts: whole, sharded, published as versions, staged in place.
+  StateDicts state_dicts() const;
+  /// Usage, counters, transports and where this store listens.
+  Admin admin() const;
+
+  /// Stops the store. Calls still in flight end with Errc::shutdown (never a
+  /// hang); later calls fail with Errc::shutdown at once. Idempotent.
+  /// Blocks until the store's actors have stopped; do not call it from a
+  /// future continuation.
+  void close();
+  /// True after close().
+  bool closed() const noexcept;
+
+ private:
+  friend struct internal::StoreRuntimeAccess;
+  // embedded() and connect() on an actor runtime this process already has
+  // (a ProcMesh's, spawn_store in store_mesh.hpp); null makes its own.
+  static Result<Store> embedded_on(std::shared_ptr<internal::ActorRuntime> runtime,
+                                   StoreOptions options);
+  static Result<Store> connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
+                                  const std::string& address, StoreOptions options);
+  Future<void> put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
+                         std::uint32_t replicas);
+  Future<Tensor> get_slice(std::string key, const TensorSlice& slice);
+  Future<Tensor> get_view(std::string key);
+  Future<void> get_slice_into(std::string key, const TensorView& dst, const TensorSlice& slice);
+  Future<void> get_into_items(std::vector<std::pair<std::string, TensorView>> items,
+                              const ReadOptions& options);
+  struct Impl;
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+/// A store's state dicts (Store::state_dicts()). A state dict stored under
+/// `key` is a manifest at `key` (the names in order, each one's dtype and
+/// shape), small tensors packed into one blob at "key#packed", and the
+/// other entries at "key/name" (tensors, and values as uint8 tensors);
+/// docs/state_dicts.md. The whole state dict commits at once (one
+/// controller message), and readers see one complete version: never a mix
+/// of two. One writer per key at a time. Keys put on their own under "key/"
+/// are not part of it and are left alone.
+///
+/// A handle onto its store, cheap to copy; its calls fail with
+/// Errc::shutdown once the store is closed. Thread-safe as Store is.
+class Store::StateDicts {
+ public:
+  /// Stores every entry of `sd` under `key`, moving tensors in parallel, and
+  /// makes the new version visible atomically; names the previous version
+  /// had and this one lacks are removed. The tensors' memory must stay valid
+  /// until the future completes.
+  Future<void> put(std::string key, const StateDict& sd, const StateDictPutOptions& options = {});
+  /// Puts rank `rank`'s part of a sharded state dict under `key`. Every rank
+  /// of the writing mesh calls it with the same names, dtypes and global
+  /// shapes. For an entry named in `layout`, `local` holds this rank's box
+  /// of the global tensor (RankShard: Placement::shard_for gives it); the
+  /// other entries (whole tensors and values, alike on every rank) are
+  /// stored from rank 0's call only. The state dict becomes visible as a
+  /// whole, replacing the previous version, when every entry's shards cover
+  /// it; until then the previous version stays readable and `key` reads as
+  /// partially committed if there is none. Ranks that disagree on the
+  /// entries or their layout, replicas that differ in their bytes and
+  /// overlapping boxes are refused. remove(key) drops a put that will never
+  /// complete (a rank died). The options apply as for put(), but sharded
+  /// entries are never packed and no stream is announced. docs/sharding.md.
+  Future<void> put_sharded(std::string key, const StateDict& local,
+                           const std::map<std::string, RankShard>& layout, std::int64_t rank,
+                           const StateDictPutOptions& options = {});
+
+  /// Reads the state dict under `key` into new tensors and values, in its
+  /// order. Errc::not_found when there is none.
+  Future<StateDict> get(std::string key);
+  /// Reads the state dict under `key` into `sd`'s own tensors (in place, no
+  /// allocation) and values. `sd` must hold exactly the stored names, each
+  /// with the stored dtype and shape (or, with options.cast, a dtype it
+  /// converts to; options.boxes: a box of it); otherwise the error lists
+  /// every missing, extra and mismatched name (Errc::dtype_mismatch or
+  /// shape_mismatch when one differs, else invalid_argument) and `sd` is
+  /// untouched. The entries are read in one snapshot of the index, so `sd`
+  /// ends holding one complete version (if a writer changed the layout in
+  /// between, the read starts over). `sd` must outlive the future.
+  Future<void> get_into(std::string key, StateDict& sd, const StateDictReadOptions& options = {});
+  /// Waits up to `timeout` for the state dict `key` to be written or
+  /// committed, then reads it into `sd` as get_into does. While a writer is
+  /// still putting it, the read streams: each tensor (and the packed blob)
+  /// is copied into `sd` as soon as the writer has filled it, so the
+  /// writer's copy-in and this copy-out overlap; the call completes when
+  /// that version commits. Errc::timeout when nothing is written in time;
+  /// Errc::unavailable when the writer fails before its commit (the
+  /// contents of `sd` are then unspecified). A destination that does not
+  /// match is reported before any byte moves, as by get_into. `sd` must
+  /// outlive the future.
+  Future<void> stream_into(std::string key, StateDict& sd, std::chrono::milliseconds timeout);
+
+  /// Publishes `sd` as the next version under `prefix`: stores it as the
+  /// state dict "PREFIX/vN" (N = the previous version + 1, from 1), then
+  /// points the object "PREFIX" at N, then retires the version that fell
+  /// out of the newest options.keep. A retired version's memory stays with
+  /// the volumes for the next version of the same shapes, so publishing
+  /// every step reuses the same shared-memory segments instead of faulting
+  /// in new ones. Moves the bytes in the mode options.mode asks or the
+  /// store picks (PublishMode): by copy, or directly out of `sd`'s own
+  /// tensors, which readers then copy from once, straight into theirs.
+  /// Answers the Publication (its version() is N), which says when the
+  /// tensors are the caller's again (for a direct version: after reclaim()
+  /// or the version's retirement, not when this future completes).
+  /// Errc::unsupported when options.mode is direct and this process cannot
+  /// lend (the message says why). Fenced: when another writer publishes
+  /// under `prefix` at the same time, one of them gets Errc::conflict and
+  /// nothing of its version stays (docs/state_dicts.md, "Two writers on
+  /// one prefix").
+  Future<Publication> publish(std::string prefix, const StateDict& sd,
+                              const PublishOptions& options = {});
+  /// The newest version published under `prefix`; 0 when none is.
+  Future<std::uint64_t> latest(std::string prefix);
+  /// Reads the newest complete version under `prefix` into `sd` (as
+  /// get_into does, without boxes); if the writer retires it before it is
+  /// read, follows the pointer to the newer one. Answers the version read.
+  /// Errc::not_found when nothing was published. `sd` must outlive the
+  /// future.
+  Future<std::uint64_t> get_latest_into(std::string prefix, StateDict& sd,
+                                        const StateDictReadOptions& options = {});
+  /// Waits up to `timeout` for a version newer than `after` under `prefix`,
+  /// reads it into `sd` (streamed while its writer still puts it, the
+  /// newest complete one when the writer is ahead; without boxes) and
+  /// answers its number. The worker loop:
+  /// `v = store.state_dicts().get_next_into("weights", sd, v, 60s).get()`.
+  Future<std::uint64_t> get_next_into(std::string prefix, StateDict& sd, std::uint64_t after,
+                                      std::chrono::milliseconds timeout,
+                                      const StateDictReadOptions& options = {});
+
+  /// Allocates a state dict of `tensors` for the caller to fill in place,
+  /// then commit() under `key` (StagedStateDict): on a volume in shared
+  /// memory, no byte is copied in. Packing follows
+  /// options.pack_max_tensor_bytes (small tensors are views into one blob);
+  /// options.transfer_dtype must be unset (the tensors are written in their
+  /// stored dtype). Names must be unique and non-empty. Errc::out_of_capacity
+  /// when the volume cannot hold them.
+  Future<StagedStateDict> stage(std::string key, std::vector<TensorSpec> tensors,
+                                const StateDictPutOptions& options = {});
+  /// stage() for the next version under `prefix`: commit() stores it as
+  /// "PREFIX/vN", points "PREFIX" at N and retires the version that fell
+  /// out of the newest `keep`, as publish() does, and answers N. The staged
+  /// memory is a retired version's when the shapes repeat.
+  Future<StagedStateDict> stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
+                                        int keep = 1, const StateDictPutOptions& options = {});
+
+ private:
+  friend class Store;
+  explicit StateDicts(std::shared_ptr<Store::Impl> impl) : impl_(std::move(impl)) {}
+  Future<std::uint64_t> publish_copy(std::string prefix, const StateDict& sd, int keep,
+                                     const StateDictPutOptions& options, const std::string& op);
+  std::shared_ptr<Store::Impl> impl_;
+};
+
+/// A store's operator's view (Store::admin()): usage, counters, transports
+/// and where it listens. A handle onto its store, cheap to copy.
+class Store::Admin {
+ public:
   /// Usage of every volume.
   Future<std::vector<VolumeStats>> stats();
   /// The controller's message counters (ControllerCounters).
@@ -748,29 +859,10 @@ class Store {
   /// tensors through page-locked host memory in pipelined pieces.
   static std::vector<std::pair<std::string, Status>> gpu_transport_status();
 
-  /// Stops the store. Calls still in flight end with Errc::shutdown (never a
-  /// hang); later calls fail with Errc::shutdown at once. Idempotent.
-  /// Blocks until the store's actors have stopped; do not call it from a
-  /// future continuation.
-  void close();
-  /// True after close().
-  bool closed() const noexcept;
-
  private:
-  friend struct internal::StoreRuntimeAccess;
-  // embedded() and connect() on an actor runtime this process already has
-  // (a ProcMesh's, spawn_store in store_mesh.hpp); null makes its own.
-  static Result<Store> embedded_on(std::shared_ptr<internal::ActorRuntime> runtime,
-                                   StoreOptions options);
-  static Result<Store> connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
-                                  const std::string& address, StoreOptions options);
-  Future<void> put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
-                         std::uint32_t replicas);
-  Future<void> get_into_items(std::vector<std::pair<std::string, TensorView>> items,
-                              const ReadOptions& options);
-  struct Impl;
-  explicit Store(std::unique_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;
+  friend class Store;
+  explicit Admin(std::shared_ptr<Store::Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Store::Impl> impl_;
 };
 
 }  // namespace meshstore

@@ -96,7 +96,7 @@ int run_reader(const Args& a) {
         std::memcpy(w.buffers[t].data(), v.data(), v.nbytes());
       }
     } else {
-      seen = must(store->get_next_state_dict_into("bench", w.sd, seen, 600s).get(),
+      seen = must(store->state_dicts().get_next_into("bench", w.sd, seen, 600s).get(),
                   "reader: get_next_state_dict_into");
     }
     const std::int64_t end = now_ns();

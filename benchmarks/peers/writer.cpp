@@ -98,7 +98,7 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
     o.listen = "127.0.0.1:0";
     o.local_rank = -1;
     store = std::make_unique<meshstore::Store>(must(meshstore::Store::embedded(o), "A: store"));
-    port = store->port();
+    port = store->admin().port();
   }
   std::string redis_socket;
 #if MESHSTORE_HAVE_HIREDIS
@@ -139,13 +139,14 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
     // A produces them straight into the store's staged shared memory.
     meshstore::StagedStateDict staged;
     if (in_place) {
-      staged = must(store->stage_publish("bench", specs).get(600s), "stage_publish");
+      staged = must(store->state_dicts().stage_publish("bench", specs).get(600s), "stage_publish");
       fill(w, staged.state_dict(), r);
     } else {
       fill(w, r);
     }
     if (store)
-      subscribes = must(store->controller_counters().get(30s), "counters").stream_subscribes;
+      subscribes =
+          must(store->admin().controller_counters().get(30s), "counters").stream_subscribes;
     std::int64_t t0 = 0;
     if (contender == "redis") {
       // Every piece SET (pipelined), then the reader GETs them.
@@ -169,7 +170,7 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
       if (store) {
         // Bounded wait until the reader waits for this version.
         for (int i = 0; i < 10000; ++i) {
-          if (must(store->controller_counters().get(30s), "counters").stream_subscribes >
+          if (must(store->admin().controller_counters().get(30s), "counters").stream_subscribes >
               subscribes) {
             break;
           }
@@ -184,9 +185,10 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
       } else if (in_place) {
         must(staged.commit().get(600s), "commit");
       } else if (by_publish) {
-        last = must(store->publish("bench", w.sd, po).get(600s), "publish");
+        last = must(store->state_dicts().publish("bench", w.sd, po).get(600s), "publish");
       } else {
-        must(store->publish_state_dict("bench", w.sd).get(600s), "publish_state_dict");
+        must(store->state_dicts().publish("bench", w.sd, PublishOptions::by_copy()).get(600s),
+             "publish_state_dict");
       }
     }
     long long end = 0;

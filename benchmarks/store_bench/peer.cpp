@@ -28,7 +28,7 @@ int run_peer(const Args& a) {
   std::thread(raw_serve, lfd).detach();
   // The bare cross-memory-attach baseline reads and writes this buffer.
   std::vector<std::uint8_t> cma_buffer(a.bytes_given ? a.bytes : 0, 1);
-  std::printf("ready %u %u %lld %llu\n", static_cast<unsigned>(store.port()),
+  std::printf("ready %u %u %lld %llu\n", static_cast<unsigned>(store.admin().port()),
               static_cast<unsigned>(raw_port), static_cast<long long>(getpid()),
               static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(cma_buffer.data())));
   std::fflush(stdout);

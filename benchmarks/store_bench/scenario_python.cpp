@@ -77,12 +77,13 @@ Figures run_cpp(std::size_t n, int iters, int small_iters, const qwen3::Tensors&
     must(ssd.insert(name, TensorView(src.back().data(), DType::bfloat16, shape)), "insert");
     must(dsd.insert(name, TensorView(dst.back().data(), DType::bfloat16, shape)), "insert");
   }
-  must(store.put_state_dict("sd", ssd).get(600s), "put_state_dict");
-  must(store.get_state_dict_into("sd", dsd).get(600s), "get_state_dict_into");
+  must(store.state_dicts().put("sd", ssd).get(600s), "put_state_dict");
+  must(store.state_dicts().get_into("sd", dsd).get(600s), "get_state_dict_into");
   f.sd_put_s = median_seconds(
-      iters, [&] { must(store.put_state_dict("sd", ssd).get(600s), "put_state_dict"); });
-  f.sd_get_into_s = median_seconds(
-      iters, [&] { must(store.get_state_dict_into("sd", dsd).get(600s), "get_state_dict_into"); });
+      iters, [&] { must(store.state_dicts().put("sd", ssd).get(600s), "put_state_dict"); });
+  f.sd_get_into_s = median_seconds(iters, [&] {
+    must(store.state_dicts().get_into("sd", dsd).get(600s), "get_state_dict_into");
+  });
   store.close();
   return f;
 }

@@ -48,7 +48,7 @@ void run_reshard(const Args& a) {
       puts.push_back(store.put("reshard",
                                meshstore::TensorView(whole.data() + box.offsets()[0] * cols,
                                                      meshstore::DType::bfloat16, box.local_shape()),
-                               box));
+                               PutOptions::box(box)));
     }
     for (auto& f : puts) must(f.get(600s), "put shard");
     const double put_s = secs(t0);
@@ -60,7 +60,7 @@ void run_reshard(const Args& a) {
           store.get_into("reshard",
                          meshstore::TensorView(parts[static_cast<std::size_t>(r)].data(),
                                                meshstore::DType::bfloat16, box.local_shape()),
-                         box));
+                         ReadOptions::box(box)));
     }
     for (auto& f : gets) must(f.get(600s), "get_into column shard");
     const double get_s = secs(t0);

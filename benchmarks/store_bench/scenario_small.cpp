@@ -115,7 +115,7 @@ void run_small(const Args& a) {
   const double rtt50 = percentile(rtt, 0.5), pg50 = percentile(put_get.both, 0.5),
                pg99 = percentile(put_get.both, 0.99), put50 = percentile(put_get.write, 0.5),
                get50 = percentile(put_get.read, 0.5), get99 = percentile(put_get.read, 0.99);
-  const auto fast = store.fast_path_stats();
+  const auto fast = store.admin().fast_path_stats();
 
   // By value size, each with Redis next to it.
   const std::vector<std::size_t> sizes =

@@ -117,7 +117,7 @@ int run_soak_reader(const Args& a) {
   std::printf("ready\n");
   std::fflush(stdout);
   for (;;) {
-    auto got = store.get_next_state_dict_into("soak", b.sd, v, 30s).get();
+    auto got = store.state_dicts().get_next_into("soak", b.sd, v, 30s).get();
     if (!got.ok()) {
       if (got.status().code() == Errc::timeout) continue;
       std::fprintf(stderr, "soak reader: %s\n", got.status().to_string().c_str());
@@ -161,8 +161,9 @@ void run_soak(const Args& a) {
   std::string bad_line;
   auto start_reader = [&] {
     Reader r;
-    std::vector<std::string> args{
-        "--peer", "soak-read", "--port", std::to_string(store.port()), "--transport", a.transport};
+    std::vector<std::string> args{"--peer",      "soak-read",
+                                  "--port",      std::to_string(store.admin().port()),
+                                  "--transport", a.transport};
     if (a.smoke) args.push_back("--smoke");
     r.child = spawn_self(args);
     FILE* from = r.child->from;
@@ -208,7 +209,8 @@ void run_soak(const Args& a) {
         d[e] = pattern(version, t, static_cast<std::int64_t>(e));
     }
     must(src.sd.set_value("version", Value::int64(static_cast<std::int64_t>(version))), "value");
-    must(store.publish_state_dict("soak", src.sd, 2).get(120s), "soak: publish_state_dict");
+    must(store.state_dicts().publish("soak", src.sd, PublishOptions::by_copy(2)).get(120s),
+         "soak: publish_state_dict");
     const auto now = Clock::now();
     if (now >= next_kill) {
       // A reader dies mid-whatever it was doing; a new one takes its place.

@@ -89,12 +89,12 @@ SyncTimes time_rounds(int iters, const Put& put, const Get& get, const char* pro
 
 SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, Dict& dst,
                     int iters, bool progress) {
-  must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict (cold)");
-  must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict (warm-up)");
-  must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into (warm-up)");
+  must(store.state_dicts().put(key, src.sd).get(600s), "put_state_dict (cold)");
+  must(store.state_dicts().put(key, src.sd).get(600s), "put_state_dict (warm-up)");
+  must(store.state_dicts().get_into(key, dst.sd).get(600s), "get_state_dict_into (warm-up)");
   return time_rounds(
-      iters, [&] { must(store.put_state_dict(key, src.sd).get(600s), "put_state_dict"); },
-      [&] { must(store.get_state_dict_into(key, dst.sd).get(600s), "get_state_dict_into"); },
+      iters, [&] { must(store.state_dicts().put(key, src.sd).get(600s), "put_state_dict"); },
+      [&] { must(store.state_dicts().get_into(key, dst.sd).get(600s), "get_state_dict_into"); },
       progress ? key.c_str() : nullptr);
 }
 
@@ -104,10 +104,12 @@ SyncTimes time_sync(meshstore::Store& store, const std::string& key, Dict& src, 
 SyncTimes time_versioned_sync(meshstore::Store& store, const std::string& prefix, Dict& src,
                               Dict& dst, int iters) {
   auto publish = [&] {
-    must(store.publish_state_dict(prefix, src.sd).get(600s), "publish_state_dict");
+    must(store.state_dicts().publish(prefix, src.sd, PublishOptions::by_copy()).get(600s),
+         "publish_state_dict");
   };
   auto read = [&] {
-    must(store.get_latest_state_dict_into(prefix, dst.sd).get(600s), "get_latest_state_dict_into");
+    must(store.state_dicts().get_latest_into(prefix, dst.sd).get(600s),
+         "get_latest_state_dict_into");
   };
   for (int i = 0; i < 2; ++i) {  // cold, then warm-up
     publish();
@@ -145,7 +147,7 @@ EndToEnd time_end_to_end(const Args& a, meshstore::Store& store, std::uint16_t s
   const int warm = 2;  // the first versions fault in fresh segments
   const int rounds = iters + warm;
   auto subscribes = [&] {
-    return must(store.controller_counters().get(30s), "counters").stream_subscribes;
+    return must(store.admin().controller_counters().get(30s), "counters").stream_subscribes;
   };
   std::uint64_t last = subscribes();
   std::vector<std::string> args{"--peer",        "read",
@@ -172,7 +174,7 @@ EndToEnd time_end_to_end(const Args& a, meshstore::Store& store, std::uint16_t s
     const std::uint64_t version = static_cast<std::uint64_t>(r) + 1;
     meshstore::StagedStateDict staged;
     if (in_place) {
-      staged = must(store.stage_publish(prefix, specs).get(600s), "stage_publish");
+      staged = must(store.state_dicts().stage_publish(prefix, specs).get(600s), "stage_publish");
       for (auto& e : staged.state_dict().entries()) {
         auto* p = static_cast<std::uint16_t*>(e.view.data());
         std::fill(p, p + e.view.numel(), pattern_of(version));
@@ -185,8 +187,11 @@ EndToEnd time_end_to_end(const Args& a, meshstore::Store& store, std::uint16_t s
     last = subscribes();
     const auto t0 = Clock::now();
     const auto published =
-        in_place ? must(staged.commit().get(600s), "commit")
-                 : must(store.publish_state_dict(prefix, src.sd).get(600s), "publish");
+        in_place
+            ? must(staged.commit().get(600s), "commit")
+            : must(store.state_dicts().publish(prefix, src.sd, PublishOptions::by_copy()).get(600s),
+                   "publish")
+                  .version();
     const double put_s = secs(t0);
     unsigned long long v = 0;
     long long end_ns = 0;
@@ -228,7 +233,7 @@ int run_reader(const Args& a) {
   std::fflush(stdout);
   std::uint64_t seen = 0;
   for (int r = 0; r < a.iters; ++r) {
-    seen = must(store.get_next_state_dict_into(a.prefix, dst.sd, seen, 600s).get(),
+    seen = must(store.state_dicts().get_next_into(a.prefix, dst.sd, seen, 600s).get(),
                 "reader: get_next_state_dict_into");
     const auto end =
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
@@ -270,14 +275,14 @@ void run_weight_sync(const Args& a) {
   qwen3::Tensors small_shapes;
   for (int i = 0; i < 1000; ++i) small_shapes.push_back({"t." + std::to_string(i), {2048}});
   Dict small_src = make_dict(small_shapes, 0x4000), small_dst = make_dict(small_shapes, 0);
-  const auto fast_before = store.fast_path_stats();
+  const auto fast_before = store.admin().fast_path_stats();
   const SyncTimes small = time_sync(store, "ws_small", small_src, small_dst, iters, !a.json);
   // Its floor: one copy in (the put) and one out (the get), each timed as a
   // memcpy of the 1,000 tensors in this run.
   const double small_memcpy = median(memcpy_times(small_src, small_shapes, std::max(iters, 5)));
   const double small_vs_floor = 2 * small_memcpy / (small.put + small.get);
   // How many of its reads went without a lease (docs/architecture.md).
-  const auto fast_after = store.fast_path_stats();
+  const auto fast_after = store.admin().fast_path_stats();
   const auto lease_free = fast_after.lease_free_reads - fast_before.lease_free_reads;
   // And how many of them were direct: on the caller's thread, no actor.
   const auto direct = fast_after.direct_state_dicts - fast_before.direct_state_dicts;

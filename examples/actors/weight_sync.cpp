@@ -65,9 +65,12 @@ trainer_actor::behavior_type trainer(trainer_actor::stateful_pointer<Weights> se
         if (!store.ok()) return store_error(store.status());
         // Blocking in a handler keeps the example short; a trainer that must
         // stay responsive chains the future instead.
-        auto v = (*store)->publish_state_dict("weights", self->state.sd).get(60s);
+        auto v = (*store)
+                     ->state_dicts()
+                     .publish("weights", self->state.sd, meshstore::PublishOptions::by_copy())
+                     .get(60s);
         if (!v.ok()) return store_error(v.status());
-        return *v;
+        return v->version();
       },
   };
 }
@@ -77,7 +80,8 @@ puller_actor::behavior_type puller(puller_actor::stateful_pointer<Weights> self,
       [=](pull_atom, std::uint64_t after, int step) -> caf::result<std::uint64_t> {
         auto store = meshstore::worker_store();
         if (!store.ok()) return store_error(store.status());
-        auto v = (*store)->get_next_state_dict_into("weights", self->state.sd, after, 60s).get(90s);
+        auto v =
+            (*store)->state_dicts().get_next_into("weights", self->state.sd, after, 60s).get(90s);
         if (!v.ok()) return store_error(v.status());
         for (const auto& b : self->state.buffers) {
           for (std::size_t i = 0; i < b.size(); i += 4099) {

@@ -251,9 +251,11 @@ int main(int argc, char** argv) {
       }
       const auto extra = norm_of(1 << 16);  // 256 KiB: stored alone, a key of its own
       if (odd == "entries") (void)sd.insert("extra", extra.view());
-      s = store->put_sharded_state_dict(key, sd, {{"w", *mine}}, rank).get(60s).status();
+      s = store->state_dicts().put_sharded(key, sd, {{"w", *mine}}, rank).get(60s).status();
     } else {
-      s = store->put(key, view, global, *placement, rank).get(60s).status();
+      s = store->put(key, view, meshstore::PutOptions::shard(global, *placement, rank))
+              .get(60s)
+              .status();
     }
     if (int rc = outcome("put", s); rc >= 0) return rc;
     std::printf("rank %d put %s\n", rank, mine->slice.to_string().c_str());
@@ -295,7 +297,9 @@ int main(int argc, char** argv) {
         !sd.insert("step", meshstore::Value::int64(0)).ok()) {
       return fail(rank, "state dict", meshstore::Status(meshstore::Errc::internal, "insert"));
     }
-    auto s = store->get_state_dict_into(key, sd, {{"w", *slice}}).get(60s);
+    auto s = store->state_dicts()
+                 .get_into(key, sd, meshstore::StateDictReadOptions::of_boxes({{"w", *slice}}))
+                 .get(60s);
     if (int rc = outcome("get_state_dict_into", s.status()); rc >= 0) return rc;
     const auto want_norm = norm_of(shape.back());
     if (!check_box(rank, w, *slice)) return 1;
@@ -307,7 +311,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d got w %s, norm and step ok\n", rank, slice->to_string().c_str());
     return 0;
   }
-  auto got = store->get(key, *slice).get(60s);
+  auto got = store->get(key, meshstore::ReadOptions::box(*slice)).get(60s);
   if (int rc = outcome("get", got.status()); rc >= 0) return rc;
   if (!check_box(rank, *got, *slice)) return 1;
   std::printf("rank %d got %s ok\n", rank, slice->to_string().c_str());

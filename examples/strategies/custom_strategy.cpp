@@ -34,7 +34,7 @@ int main() {
     meshstore::StoreOptions o;
     o.rank = r;
     o.local_rank = r;
-    ranks.push_back(meshstore::Store::connect(server->address(), o).value());
+    ranks.push_back(meshstore::Store::connect(server->admin().address(), o).value());
     float v = static_cast<float>(r);
     auto put =
         ranks.back().put("rank" + std::to_string(r), meshstore::TensorView::of(&v, {})).get(30s);
@@ -43,7 +43,7 @@ int main() {
       return 1;
     }
   }
-  auto stats = server->stats().get(30s);
+  auto stats = server->admin().stats().get(30s);
   if (!stats.ok()) return 1;
   std::printf("ranks 0,1 -> volume-0; ranks 2,3 -> volume-1:\n");
   bool as_expected = true;

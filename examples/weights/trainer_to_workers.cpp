@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
       std::string how = "in place";
       if (args.in_place) {
         // The update step writes straight into the store's memory.
-        auto staged = store->stage_publish("weights", specs).get(600s);
+        auto staged = store->state_dicts().stage_publish("weights", specs).get(600s);
         if (!staged.ok()) return fail(rank, "stage step " + std::to_string(step), staged.status());
         const auto& entries = staged->state_dict().entries();
         for (std::size_t t = 0; t < entries.size(); ++t) {
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
           std::fill(buffers[t].begin(), buffers[t].end(), pattern(step, t));
         }
         t0 = Clock::now();
-        auto pub = store->publish("weights", sd, po).get(600s);
+        auto pub = store->state_dicts().publish("weights", sd, po).get(600s);
         if (pub.ok()) {
           last = *pub;
           v = pub->version();
@@ -281,9 +281,9 @@ int main(int argc, char** argv) {
   // the trainer still puts it), then check it.
   const std::string here = boot_id();
   for (int step = 1; step <= args.steps; ++step) {
-    auto v =
-        store->get_next_state_dict_into("weights", sd, static_cast<std::uint64_t>(step - 1), 300s)
-            .get(600s);
+    auto v = store->state_dicts()
+                 .get_next_into("weights", sd, static_cast<std::uint64_t>(step - 1), 300s)
+                 .get(600s);
     const long long end_ns = steady_ns(Clock::now());
     if (!v.ok()) return fail(rank, "get step " + std::to_string(step), v.status());
     const int version = static_cast<int>(*v);

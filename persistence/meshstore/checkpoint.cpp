@@ -107,7 +107,7 @@ Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix
     if (k.key == prefix) {
       // A state dict (put_state_dict) under the prefix: saved as one, by
       // its entries' names, values and packed entries included.
-      auto sd = store.get_state_dict(prefix).get(options.timeout);
+      auto sd = store.state_dicts().get(prefix).get(options.timeout);
       if (sd.ok()) {
         MESHSTORE_RETURN_IF_ERROR(make_dirs(dir));
         const std::string path = options.max_shard_bytes == 0 ? dir + "/model.safetensors" : dir;

@@ -463,8 +463,8 @@ void bind_store_lifecycle(py::class_<PyStore>& cls) {
                   })
       .def("close", &PyStore::close)
       .def_property_readonly("closed", [](PyStore& self) { return self.s().closed(); })
-      .def_property_readonly("address", [](PyStore& self) { return self.s().address(); })
-      .def_property_readonly("port", [](PyStore& self) { return self.s().port(); });
+      .def_property_readonly("address", [](PyStore& self) { return self.s().admin().address(); })
+      .def_property_readonly("port", [](PyStore& self) { return self.s().admin().port(); });
 }
 
 // Puts: tensors, shards, batches, objects.
@@ -481,7 +481,8 @@ void bind_store_puts(py::class_<PyStore>& cls) {
              const std::string what = "put '" + key + "'";
              auto in = import_tensor(src, as_bool, false, what);
              auto slice = slice_or_raise(g, o, l, what);
-             auto fut = released([&] { return self.s().put(key, in.view, slice); });
+             auto fut =
+                 released([&] { return self.s().put(key, in.view, PutOptions::box(slice)); });
              return wrap_void(std::move(fut), {in.owner});
            })
       .def("put_batch",
@@ -513,13 +514,13 @@ void bind_store_gets(py::class_<PyStore>& cls) {
            })
       .def("get_view",
            [](PyStore& self, std::string key) {
-             auto fut = released([&] { return self.s().get_view(key); });
+             auto fut = released([&] { return self.s().get(key, ReadOptions::mapped()); });
              return wrap(std::move(fut), tensor_out);
            })
       .def("get_slice",
            [](PyStore& self, std::string key, Shape g, Shape o, Shape l) {
              auto slice = slice_or_raise(g, o, l, "get '" + key + "'");
-             auto fut = released([&] { return self.s().get(key, slice); });
+             auto fut = released([&] { return self.s().get(key, ReadOptions::box(slice)); });
              return wrap(std::move(fut), tensor_out);
            })
       .def("get_object",
@@ -551,7 +552,8 @@ void bind_store_gets(py::class_<PyStore>& cls) {
              const std::string what = "get_into '" + key + "'";
              auto in = import_tensor(dst, as_bool, true, what);
              auto slice = slice_or_raise(g, o, l, what);
-             auto fut = released([&] { return self.s().get_into(key, in.view, slice); });
+             auto fut =
+                 released([&] { return self.s().get_into(key, in.view, ReadOptions::box(slice)); });
              return wrap_void(std::move(fut), {in.owner});
            })
       .def("get_into_batch",
@@ -599,7 +601,7 @@ void bind_store_keys(py::class_<PyStore>& cls) {
 void bind_store_stats(py::class_<PyStore>& cls) {
   cls.def("fast_path_stats",
           [](PyStore& self) {
-            const auto f = self.s().fast_path_stats();
+            const auto f = self.s().admin().fast_path_stats();
             py::dict d;
             d["hits"] = f.hits;
             d["misses"] = f.misses;
@@ -615,7 +617,7 @@ void bind_store_stats(py::class_<PyStore>& cls) {
             return d;
           })
       .def("stats", [](PyStore& self) {
-        auto fut = released([&] { return self.s().stats(); });
+        auto fut = released([&] { return self.s().admin().stats(); });
         return wrap(std::move(fut), [](const std::vector<VolumeStats>& vs) {
           py::list out;
           for (const auto& v : vs) {
@@ -640,27 +642,28 @@ void bind_store_state_dicts(py::class_<PyStore>& cls) {
           [](PyStore& self, std::string key, const py::list& entries, const py::dict& opts) {
             auto in = state_dict_in(entries, false, "put_state_dict '" + key + "'");
             auto o = put_options(opts);
-            auto fut = released([&] { return self.s().put_state_dict(key, *in.sd, o); });
+            auto fut = released([&] { return self.s().state_dicts().put(key, *in.sd, o); });
             return wrap_void(std::move(fut), std::move(in.keep), in.sd);
           })
       .def("get_state_dict",
            [](PyStore& self, std::string key) {
-             auto fut = released([&] { return self.s().get_state_dict(key); });
+             auto fut = released([&] { return self.s().state_dicts().get(key); });
              return wrap(std::move(fut),
                          [](const StateDict& sd) { return py::object(state_dict_out(sd)); });
            })
-      .def("get_state_dict_into", [](PyStore& self, std::string key, const py::list& entries,
-                                     bool cast) {
-        auto in = state_dict_in(entries, true, "get_state_dict_into '" + key + "'");
-        auto sd = in.sd;
-        auto fut =
-            released([&] { return self.s().get_state_dict_into(key, *sd, ReadOptions{cast}); });
-        auto done = fut.then([sd]() { return sd; });
-        return wrap(
-            std::move(done),
-            [](const std::shared_ptr<StateDict>& s) { return py::object(values_out(*s)); },
-            std::move(in.keep), in.sd);
-      });
+      .def("get_state_dict_into",
+           [](PyStore& self, std::string key, const py::list& entries, bool cast) {
+             auto in = state_dict_in(entries, true, "get_state_dict_into '" + key + "'");
+             auto sd = in.sd;
+             auto fut = released([&] {
+               return self.s().state_dicts().get_into(key, *sd, StateDictReadOptions{cast, {}});
+             });
+             auto done = fut.then([sd]() { return sd; });
+             return wrap(
+                 std::move(done),
+                 [](const std::shared_ptr<StateDict>& s) { return py::object(values_out(*s)); },
+                 std::move(in.keep), in.sd);
+           });
 }
 
 // Versions: publish, latest, next.
@@ -670,10 +673,13 @@ void bind_store_versions(py::class_<PyStore>& cls) {
              const py::dict& opts) {
             auto in = state_dict_in(entries, false, "publish_state_dict '" + prefix + "'");
             auto o = put_options(opts);
-            auto fut =
-                released([&] { return self.s().publish_state_dict(prefix, *in.sd, keep, o); });
+            auto fut = released([&] {
+              return self.s().state_dicts().publish(prefix, *in.sd,
+                                                    PublishOptions::by_copy(keep, o));
+            });
             return wrap(
-                std::move(fut), [](const std::uint64_t& v) { return py::object(py::int_(v)); },
+                std::move(fut),
+                [](const Publication& p) { return py::object(py::int_(p.version())); },
                 std::move(in.keep), in.sd);
           })
       .def("publish",
@@ -693,7 +699,7 @@ void bind_store_versions(py::class_<PyStore>& cls) {
              o.revoke_on_timeout = revoke_on_timeout;
              o.put = put_options(opts);
              auto back = std::make_shared<Promise<void>>();
-             auto fut = released([&] { return self.s().publish(prefix, *in.sd, o); });
+             auto fut = released([&] { return self.s().state_dicts().publish(prefix, *in.sd, o); });
              fut.on_complete([back](const Result<Publication>& r) {
                if (!r.ok()) back->set_value();  // nothing lent
              });
@@ -710,26 +716,28 @@ void bind_store_versions(py::class_<PyStore>& cls) {
            })
       .def("latest_version",
            [](PyStore& self, std::string prefix) {
-             auto fut = released([&] { return self.s().latest_version(prefix); });
+             auto fut = released([&] { return self.s().state_dicts().latest(prefix); });
              return wrap(std::move(fut),
                          [](const std::uint64_t& v) { return py::object(py::int_(v)); });
            })
       .def("get_latest_state_dict_into",
            [](PyStore& self, std::string prefix, const py::list& entries, bool cast) {
-             return read_versioned_into(
-                 entries, "get_latest_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
-                   return self.s().get_latest_state_dict_into(prefix, sd, ReadOptions{cast});
-                 });
+             return read_versioned_into(entries, "get_latest_state_dict_into '" + prefix + "'",
+                                        [&](StateDict& sd) {
+                                          return self.s().state_dicts().get_latest_into(
+                                              prefix, sd, StateDictReadOptions{cast, {}});
+                                        });
            })
-      .def("get_next_state_dict_into", [](PyStore& self, std::string prefix,
-                                          const py::list& entries, std::uint64_t after,
-                                          py::object timeout, bool cast) {
-        const auto wait = seconds_arg(timeout, "timeout");
-        return read_versioned_into(
-            entries, "get_next_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
-              return self.s().get_next_state_dict_into(prefix, sd, after, wait, ReadOptions{cast});
-            });
-      });
+      .def("get_next_state_dict_into",
+           [](PyStore& self, std::string prefix, const py::list& entries, std::uint64_t after,
+              py::object timeout, bool cast) {
+             const auto wait = seconds_arg(timeout, "timeout");
+             return read_versioned_into(
+                 entries, "get_next_state_dict_into '" + prefix + "'", [&](StateDict& sd) {
+                   return self.s().state_dicts().get_next_into(prefix, sd, after, wait,
+                                                               StateDictReadOptions{cast, {}});
+                 });
+           });
 }
 
 // Zero-copy staging: stage_publish, stage_state_dict.
@@ -739,19 +747,20 @@ void bind_store_staging(py::class_<PyStore>& cls) {
              const py::dict& opts) {
             auto s = specs_in(specs, "stage_publish '" + prefix + "'");
             auto o = put_options(opts);
-            auto fut =
-                released([&] { return self.s().stage_publish(prefix, std::move(s), keep, o); });
+            auto fut = released([&] {
+              return self.s().state_dicts().stage_publish(prefix, std::move(s), keep, o);
+            });
             return wrap(std::move(fut),
                         [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
           })
-      .def("stage_state_dict",
-           [](PyStore& self, std::string key, const py::list& specs, const py::dict& opts) {
-             auto s = specs_in(specs, "stage_state_dict '" + key + "'");
-             auto o = put_options(opts);
-             auto fut = released([&] { return self.s().stage_state_dict(key, std::move(s), o); });
-             return wrap(std::move(fut),
-                         [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
-           });
+      .def("stage_state_dict", [](PyStore& self, std::string key, const py::list& specs,
+                                  const py::dict& opts) {
+        auto s = specs_in(specs, "stage_state_dict '" + key + "'");
+        auto o = put_options(opts);
+        auto fut = released([&] { return self.s().state_dicts().stage(key, std::move(s), o); });
+        return wrap(std::move(fut),
+                    [](const StagedStateDict& st) { return py::cast(PyStaged{st}); });
+      });
 }
 
 }  // namespace
@@ -767,10 +776,10 @@ void bind_store(py::module_& m) {
   bind_store_state_dicts(cls);
   bind_store_versions(cls);
   bind_store_staging(cls);
-  m.def("available_transports", &Store::available_transports);
+  m.def("available_transports", &Store::Admin::available_transports);
   m.def("transport_status", [] {
     py::dict out;
-    for (const auto& [name, s] : Store::transport_status()) {
+    for (const auto& [name, s] : Store::Admin::transport_status()) {
       out[py::str(name)] = s.ok() ? py::object(py::none()) : py::object(py::str(s.message()));
     }
     return out;

@@ -46,7 +46,7 @@ struct DimPlacement {
 
 /// The box of a global tensor one rank holds, and how many ranks (this one
 /// included) hold that same box: what a sharded put of the rank's piece
-/// needs (Store::put, Store::put_sharded_state_dict).
+/// needs (Store::put, Store::StateDicts::put_sharded).
 struct RankShard {
   TensorSlice slice;
   std::uint32_t replicas = 1;

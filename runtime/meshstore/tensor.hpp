@@ -139,7 +139,8 @@ class Tensor {
   std::size_t nbytes() const noexcept {
     return static_cast<std::size_t>(numel()) * dtype_size(dtype_);
   }
-  /// True for memory that must not be written (Store::get_view on shared memory).
+  /// True for memory that must not be written (a view of shared memory:
+  /// Store::get with ReadOptions::view).
   bool read_only() const noexcept { return read_only_; }
   /// A contiguous view of this tensor's memory.
   TensorView view() const { return TensorView(data(), dtype_, shape_); }

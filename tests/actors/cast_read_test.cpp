@@ -107,8 +107,8 @@ TEST_P(CastRead, Bfloat16IntoFloat32IsExact) {
     const auto len = static_cast<std::int64_t>(n);
     ASSERT_OK(store_->put("w", TensorView(stored.data(), DType::bfloat16, {len})).get(kWait));
     std::vector<float> into(n, -7.0f);
-    ASSERT_OK(
-        store_->get_into("w", TensorView::of(into.data(), {len}), ReadOptions{true}).get(kWait));
+    ASSERT_OK(store_->get_into("w", TensorView::of(into.data(), {len}), ReadOptions::converting())
+                  .get(kWait));
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_TRUE(same_bits(into[i], reference_from_bf16(stored[i]))) << n << " element " << i;
     }
@@ -121,9 +121,10 @@ TEST_P(CastRead, Float32IntoBfloat16RoundsToNearestEven) {
   const auto len = static_cast<std::int64_t>(n);
   ASSERT_OK(store_->put("w", TensorView::of(values.data(), {len})).get(kWait));
   std::vector<std::uint16_t> into(n, 0xdead);
-  ASSERT_OK(
-      store_->get_into("w", TensorView(into.data(), DType::bfloat16, {len}), ReadOptions{true})
-          .get(kWait));
+  ASSERT_OK(store_
+                ->get_into("w", TensorView(into.data(), DType::bfloat16, {len}),
+                           ReadOptions::converting())
+                .get(kWait));
   for (std::size_t i = 0; i < n; ++i) {
     if (std::isnan(values[i])) {
       ASSERT_TRUE(std::isnan(reference_from_bf16(into[i]))) << i;
@@ -139,8 +140,8 @@ TEST_P(CastRead, Float16IntoFloat32IsExact) {
   const auto len = static_cast<std::int64_t>(stored.size());
   ASSERT_OK(store_->put("h", TensorView(stored.data(), DType::float16, {len})).get(kWait));
   std::vector<float> into(stored.size());
-  ASSERT_OK(
-      store_->get_into("h", TensorView::of(into.data(), {len}), ReadOptions{true}).get(kWait));
+  ASSERT_OK(store_->get_into("h", TensorView::of(into.data(), {len}), ReadOptions::converting())
+                .get(kWait));
   for (std::size_t i = 0; i < stored.size(); ++i) {
     ASSERT_TRUE(same_bits(into[i], reference_from_f16(stored[i]))) << "bits " << i;
   }
@@ -161,7 +162,7 @@ TEST_P(CastRead, ABfloat16StateDictReadsIntoFloat32Buffers) {
   ASSERT_OK(sd.insert("step", Value::int64(5)));
   StateDictPutOptions po;
   po.transfer_dtype = DType::bfloat16;
-  ASSERT_OK(store_->publish_state_dict("w", sd, 1, po).get(kWait));
+  ASSERT_OK(store_->state_dicts().publish("w", sd, PublishOptions::by_copy(1, po)).get(kWait));
 
   std::vector<float> big_in(n, -7.0f), small_in(300, -7.0f), square_in(2 * 64 * 64, -7.0f);
   StateDict dst;
@@ -170,10 +171,12 @@ TEST_P(CastRead, ABfloat16StateDictReadsIntoFloat32Buffers) {
   // Every other float of a wider buffer: a strided destination.
   ASSERT_OK(dst.insert("square", TensorView(square_in.data(), DType::float32, {64, 64}, {128, 2})));
   ASSERT_OK(dst.insert("step", Value::int64(0)));
-  EXPECT_ERROR(store_->get_latest_state_dict_into("w", dst).get(kWait), Errc::dtype_mismatch,
+  EXPECT_ERROR(store_->state_dicts().get_latest_into("w", dst).get(kWait), Errc::dtype_mismatch,
                "ReadOptions::cast converts");
   EXPECT_EQ(big_in[0], -7.0f);  // untouched
-  auto v = store_->get_latest_state_dict_into("w", dst, ReadOptions{true}).get(kWait);
+  auto v = store_->state_dicts()
+               .get_latest_into("w", dst, StateDictReadOptions::converting())
+               .get(kWait);
   ASSERT_OK(v);
   EXPECT_EQ(*v, 1u);
   auto expect = [](float f) { return reference_from_bf16(reference_bf16(f)); };
@@ -192,9 +195,10 @@ TEST_P(CastRead, ABfloat16StateDictReadsIntoFloat32Buffers) {
   // The worker loop: a reader waiting for the next version, which needs a
   // conversion, reads it once committed.
   std::fill(big_in.begin(), big_in.end(), -7.0f);
-  auto next = store_->get_next_state_dict_into("w", dst, 1, kWait, ReadOptions{true});
+  auto next =
+      store_->state_dicts().get_next_into("w", dst, 1, kWait, StateDictReadOptions::converting());
   for (auto& f : big) f = -f;
-  ASSERT_OK(store_->publish_state_dict("w", sd, 1, po).get(kWait));
+  ASSERT_OK(store_->state_dicts().publish("w", sd, PublishOptions::by_copy(1, po)).get(kWait));
   auto v2 = next.get(kWait);
   ASSERT_OK(v2);
   EXPECT_EQ(*v2, 2u);
@@ -203,7 +207,8 @@ TEST_P(CastRead, ABfloat16StateDictReadsIntoFloat32Buffers) {
   }
   // And the plain get.
   std::fill(small_in.begin(), small_in.end(), 0.0f);
-  ASSERT_OK(store_->get_state_dict_into("w/v2", dst, ReadOptions{true}).get(kWait));
+  ASSERT_OK(
+      store_->state_dicts().get_into("w/v2", dst, StateDictReadOptions::converting()).get(kWait));
   for (std::size_t i = 0; i < 300; ++i) {
     ASSERT_TRUE(same_bits(small_in[i], expect(small[i]))) << "get small " << i;
   }
@@ -224,13 +229,14 @@ TEST(CastReadRefusals, WithoutCastADtypeDifferenceIsAMismatchThatSaysSo) {
   // Only float pairs convert.
   std::vector<std::int32_t> ints(64);
   EXPECT_ERROR(
-      store->get_into("w", TensorView::of(ints.data(), {64}), ReadOptions{true}).get(kWait),
+      store->get_into("w", TensorView::of(ints.data(), {64}), ReadOptions::converting()).get(kWait),
       Errc::dtype_mismatch, "destination int32");
   // A strided destination gets the converted elements in place.
   std::vector<float> wide(128, -1.0f);
-  ASSERT_OK(
-      store->get_into("w", TensorView(wide.data(), DType::float32, {64}, {2}), ReadOptions{true})
-          .get(kWait));
+  ASSERT_OK(store
+                ->get_into("w", TensorView(wide.data(), DType::float32, {64}, {2}),
+                           ReadOptions::converting())
+                .get(kWait));
   for (std::size_t i = 0; i < 128; ++i) EXPECT_EQ(wide[i], i % 2 ? -1.0f : 1.0f) << i;
 }
 
@@ -241,17 +247,20 @@ TEST(CastReadRefusals, ABoxOrAShardedKeyIsNotCastYet) {
   ASSERT_OK(store->put("w", TensorView(stored.data(), DType::bfloat16, {8, 8})).get(kWait));
   std::vector<float> row(8);
   auto box = TensorSlice::make({8, 8}, {0, 0}, {1, 8}).value();
-  EXPECT_ERROR(store->get_into("w", TensorView::of(row.data(), {1, 8}), box).get(kWait),
-               Errc::dtype_mismatch, "destination float32");
+  EXPECT_ERROR(
+      store->get_into("w", TensorView::of(row.data(), {1, 8}), ReadOptions::box(box)).get(kWait),
+      Errc::dtype_mismatch, "destination float32");
   // Put in two row shards.
   for (std::int64_t first : {0, 4}) {
     auto half = TensorSlice::make({8, 8}, {first, 0}, {4, 8}).value();
-    ASSERT_OK(store->put("s", TensorView(stored.data(), DType::bfloat16, {4, 8}), half).get(kWait));
+    ASSERT_OK(
+        store->put("s", TensorView(stored.data(), DType::bfloat16, {4, 8}), PutOptions::box(half))
+            .get(kWait));
   }
   std::vector<float> whole(64);
-  EXPECT_ERROR(
-      store->get_into("s", TensorView::of(whole.data(), {8, 8}), ReadOptions{true}).get(kWait),
-      Errc::unsupported, "a cast read takes a whole key stored whole");
+  EXPECT_ERROR(store->get_into("s", TensorView::of(whole.data(), {8, 8}), ReadOptions::converting())
+                   .get(kWait),
+               Errc::unsupported, "a cast read takes a whole key stored whole");
 }
 
 }  // namespace

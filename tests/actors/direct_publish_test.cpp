@@ -84,14 +84,14 @@ class DirectPublish : public ::testing::TestWithParam<const char*> {
 
 TEST_P(DirectPublish, ReadersCopyStraightOutOfThePublishersTensors) {
   Weights w;
-  auto pub = store().publish("weights", w.sd()).get(kWait);
+  auto pub = store().state_dicts().publish("weights", w.sd()).get(kWait);
   ASSERT_OK(pub);
   EXPECT_EQ(pub->mode(), PublishMode::direct);
   EXPECT_EQ(pub->version(), 1u);
   EXPECT_EQ(pub->lent_bytes(), static_cast<std::uint64_t>(kLarge) * 4);  // only "big"
   EXPECT_FALSE(pub->returned().ready());
 
-  auto got = store().get_state_dict("weights/v1").get(kWait);
+  auto got = store().state_dicts().get("weights/v1").get(kWait);
   ASSERT_OK(got);
   EXPECT_EQ(floats(got->find("big")->owned), w.big);
   EXPECT_EQ(floats(got->find("small")->owned), w.small);
@@ -111,7 +111,7 @@ TEST_P(DirectPublish, ReadersCopyStraightOutOfThePublishersTensors) {
   EXPECT_EQ(floats(*again)[12345], -1.0f);
   // The copied entries are not.
   w.small[3] = 1000.0f;
-  auto small = store().get_state_dict("weights/v1").get(kWait);
+  auto small = store().state_dicts().get("weights/v1").get(kWait);
   ASSERT_OK(small);
   EXPECT_EQ(floats(small->find("small")->owned)[3], -5.0f);
 
@@ -121,7 +121,7 @@ TEST_P(DirectPublish, ReadersCopyStraightOutOfThePublishersTensors) {
 
 TEST_P(DirectPublish, ReclaimWithoutRetainWithdrawsTheVersionAndLaterReadersWaitForTheNext) {
   Weights w;
-  auto pub = store().publish("weights", w.sd()).get(kWait);
+  auto pub = store().state_dicts().publish("weights", w.sd()).get(kWait);
   ASSERT_OK(pub);
   ASSERT_EQ(pub->mode(), PublishMode::direct);
   ASSERT_OK(pub->reclaim().get(kWait));
@@ -134,16 +134,16 @@ TEST_P(DirectPublish, ReclaimWithoutRetainWithdrawsTheVersionAndLaterReadersWait
   ASSERT_OK(dst.insert("small", view_of(small, {16})));
   ASSERT_OK(dst.insert("square_t", view_of(square, {512, 512})));
   ASSERT_OK(dst.insert("step", Value::int64(0)));
-  EXPECT_ERROR(store().get_latest_state_dict_into("weights", dst).get(kWait), Errc::not_found,
+  EXPECT_ERROR(store().state_dicts().get_latest_into("weights", dst).get(kWait), Errc::not_found,
                "withdrawn");
 
   // A reader waiting for a version after 0 skips the withdrawn one and
   // gets the next, published (the trainer stepped) while it waits.
-  auto next = store().get_next_state_dict_into("weights", dst, 0, kWait);
+  auto next = store().state_dicts().get_next_into("weights", dst, 0, kWait);
   w.big.assign(w.big.size(), 2.0f);
   PublishOptions copy;
   copy.mode = PublishMode::copy;
-  auto pub2 = store().publish("weights", w.sd(), copy).get(kWait);
+  auto pub2 = store().state_dicts().publish("weights", w.sd(), copy).get(kWait);
   ASSERT_OK(pub2);
   EXPECT_EQ(pub2->mode(), PublishMode::copy);
   EXPECT_TRUE(pub2->returned().ready());
@@ -158,27 +158,27 @@ TEST_P(DirectPublish, ReclaimWithRetainKeepsTheVersionForLateReaders) {
   const auto original = w.big;
   PublishOptions o;
   o.retain = true;
-  auto pub = store().publish("weights", w.sd(), o).get(kWait);
+  auto pub = store().state_dicts().publish("weights", w.sd(), o).get(kWait);
   ASSERT_OK(pub);
   ASSERT_EQ(pub->mode(), PublishMode::direct);
   ASSERT_OK(pub->reclaim().get(kWait));
   EXPECT_TRUE(pub->returned().ready());
   // The trainer steps: its tensors change; the version does not.
   w.big.assign(w.big.size(), 0.0f);
-  auto got = store().get_state_dict("weights/v1").get(kWait);
+  auto got = store().state_dicts().get("weights/v1").get(kWait);
   ASSERT_OK(got);
   EXPECT_EQ(floats(got->find("big")->owned), original);
-  auto latest = store().latest_version("weights").get(kWait);
+  auto latest = store().state_dicts().latest("weights").get(kWait);
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, 1u);
 }
 
 TEST_P(DirectPublish, PublishingTheNextVersionGivesTheLastOnesBuffersBack) {
   Weights a, b;
-  auto v1 = store().publish("weights", a.sd()).get(kWait);
+  auto v1 = store().state_dicts().publish("weights", a.sd()).get(kWait);
   ASSERT_OK(v1);
   ASSERT_EQ(v1->mode(), PublishMode::direct);
-  auto v2 = store().publish("weights", b.sd()).get(kWait);  // keep = 1: v1 retires
+  auto v2 = store().state_dicts().publish("weights", b.sd()).get(kWait);  // keep = 1: v1 retires
   ASSERT_OK(v2);
   ASSERT_EQ(v2->mode(), PublishMode::direct);
   EXPECT_OK(v1->returned().get(kWait));
@@ -206,7 +206,7 @@ Result<Store> slow_reading_store() {
 
 // The lending volume's read leases now.
 std::uint64_t lending_leases(Store& store) {
-  auto stats = store.stats().get(kWait);
+  auto stats = store.admin().stats().get(kWait);
   if (!stats.ok()) return 0;
   for (const auto& v : *stats) {
     if (v.volume_id.rfind("lend:", 0) == 0) return v.leases;
@@ -230,7 +230,7 @@ TEST(DirectPublishLoan, ReclaimWaitsForAReadInFlightWithinItsBound) {
     ASSERT_OK(sd.insert("big", view_of(big, {16 << 20})));
     PublishOptions po;
     po.reclaim_timeout = 1ms;
-    auto pub = store->publish("w", sd, po).get(kWait);
+    auto pub = store->state_dicts().publish("w", sd, po).get(kWait);
     ASSERT_OK(pub);
     ASSERT_EQ(pub->mode(), PublishMode::direct);
     const std::string key = "w/v" + std::to_string(pub->version()) + "/big";
@@ -273,7 +273,7 @@ bool revoke_during_a_read_once(StoreOptions ro, std::chrono::milliseconds bound,
   EXPECT_OK(publisher);
   if (!publisher.ok()) return true;
   ro.host_volumes = false;
-  auto reader = Store::connect(publisher->address(), ro);
+  auto reader = Store::connect(publisher->admin().address(), ro);
   EXPECT_OK(reader);
   if (!reader.ok()) return true;
   std::vector<float> big = ramp(16 << 20, 0.0f);
@@ -284,7 +284,7 @@ bool revoke_during_a_read_once(StoreOptions ro, std::chrono::milliseconds bound,
   po.reclaim_timeout = bound;  // the read takes longer
   po.retain = true;
   po.revoke_on_timeout = true;
-  auto pub = publisher->publish("w", sd, po).get(kWait);
+  auto pub = publisher->state_dicts().publish("w", sd, po).get(kWait);
   EXPECT_OK(pub);
   if (!pub.ok()) return true;
   EXPECT_EQ(pub->mode(), PublishMode::direct);
@@ -356,7 +356,7 @@ TEST(DirectPublishLoan, RevokeWithoutRetainEndsTheReadInFlightAsGone) {
     PublishOptions po;
     po.reclaim_timeout = 20ms;  // the read takes far longer
     po.revoke_on_timeout = true;
-    auto pub = store->publish("w", sd, po).get(kWait);
+    auto pub = store->state_dicts().publish("w", sd, po).get(kWait);
     ASSERT_OK(pub);
     const std::string key = "w/v" + std::to_string(pub->version()) + "/big";
     std::vector<float> dst(big.size());
@@ -439,7 +439,7 @@ TEST(DirectPublishShm, TensorsInSharedMemoryAreLentAndMappedByReaders) {
   ASSERT_OK(sd.insert("w", TensorView(second, DType::float32, {n})));
   std::vector<float> small = ramp(4, 0.0f);
   ASSERT_OK(sd.insert("b", view_of(small, {4})));
-  auto pub = store->publish("shm", sd).get(kWait);
+  auto pub = store->state_dicts().publish("shm", sd).get(kWait);
   ASSERT_OK(pub);
   EXPECT_EQ(pub->mode(), PublishMode::direct);
   EXPECT_EQ(pub->lent_bytes(), static_cast<std::uint64_t>(n) * 4);
@@ -457,12 +457,12 @@ TEST(DirectPublishShm, TensorsInSharedMemoryAreLentAndMappedByReaders) {
   StateDict mixed;
   ASSERT_OK(mixed.insert("w", TensorView(second, DType::float32, {n})));
   ASSERT_OK(mixed.insert("heap", view_of(heap, {n})));
-  auto copied = store->publish("mixed", mixed).get(kWait);
+  auto copied = store->state_dicts().publish("mixed", mixed).get(kWait);
   ASSERT_OK(copied);
   EXPECT_EQ(copied->mode(), PublishMode::copy);
   PublishOptions direct;
   direct.mode = PublishMode::direct;
-  EXPECT_ERROR(store->publish("mixed", mixed, direct).get(kWait), Errc::unsupported,
+  EXPECT_ERROR(store->state_dicts().publish("mixed", mixed, direct).get(kWait), Errc::unsupported,
                "'heap' is not in a named file of /dev/shm");
 }
 
@@ -476,27 +476,27 @@ TEST(DirectPublishMode, TheStorePicksCopyWhereLendingCannotWork) {
   // A cast to bf16 makes a copy anyway.
   PublishOptions cast;
   cast.put.transfer_dtype = DType::bfloat16;
-  auto p = store->publish("cast", sd, cast).get(kWait);
+  auto p = store->state_dicts().publish("cast", sd, cast).get(kWait);
   ASSERT_OK(p);
   EXPECT_EQ(p->mode(), PublishMode::copy);
   EXPECT_EQ(p->lent_bytes(), 0u);
   EXPECT_TRUE(p->returned().ready());
   cast.mode = PublishMode::direct;
-  EXPECT_ERROR(store->publish("cast", sd, cast).get(kWait), Errc::invalid_argument,
+  EXPECT_ERROR(store->state_dicts().publish("cast", sd, cast).get(kWait), Errc::invalid_argument,
                "transfer_dtype");
 
   // Nothing large enough to be stored alone: nothing to lend.
   std::vector<float> tiny = ramp(8, 0.0f);
   StateDict small;
   ASSERT_OK(small.insert("tiny", view_of(tiny, {8})));
-  auto s = store->publish("small", small).get(kWait);
+  auto s = store->state_dicts().publish("small", small).get(kWait);
   ASSERT_OK(s);
   EXPECT_EQ(s->mode(), PublishMode::copy);
 
   // Asked for: a copy, even where lending works.
   PublishOptions copy;
   copy.mode = PublishMode::copy;
-  auto c = store->publish("copied", sd, copy).get(kWait);
+  auto c = store->state_dicts().publish("copied", sd, copy).get(kWait);
   ASSERT_OK(c);
   EXPECT_EQ(c->mode(), PublishMode::copy);
   EXPECT_OK(c->reclaim().get(kWait));
@@ -506,12 +506,12 @@ TEST(DirectPublishMode, TheStorePicksCopyWhereLendingCannotWork) {
   shm.transport = "shm";
   auto forced = Store::embedded(shm);
   ASSERT_OK(forced);
-  auto f = forced->publish("w", sd).get(kWait);
+  auto f = forced->state_dicts().publish("w", sd).get(kWait);
   ASSERT_OK(f);
   EXPECT_EQ(f->mode(), PublishMode::copy);
   PublishOptions direct;
   direct.mode = PublishMode::direct;
-  EXPECT_ERROR(forced->publish("w", sd, direct).get(kWait), Errc::unsupported,
+  EXPECT_ERROR(forced->state_dicts().publish("w", sd, direct).get(kWait), Errc::unsupported,
                "forces transport 'shm'");
 }
 
@@ -521,14 +521,17 @@ TEST(DirectPublishMode, BadOptionsAreRefusedNamingThePrefix) {
   StateDict sd;
   PublishOptions o;
   o.keep = 0;
-  EXPECT_ERROR(store->publish("p", sd, o).get(kWait), Errc::invalid_argument, "'p': keep");
+  EXPECT_ERROR(store->state_dicts().publish("p", sd, o).get(kWait), Errc::invalid_argument,
+               "'p': keep");
   o.keep = 1;
   o.reclaim_timeout = 0ms;
-  EXPECT_ERROR(store->publish("p", sd, o).get(kWait), Errc::invalid_argument, "reclaim_timeout");
+  EXPECT_ERROR(store->state_dicts().publish("p", sd, o).get(kWait), Errc::invalid_argument,
+               "reclaim_timeout");
   o.reclaim_timeout = 1s;
   o.mode = static_cast<PublishMode>(9);
-  EXPECT_ERROR(store->publish("p", sd, o).get(kWait), Errc::invalid_argument, "unknown mode");
-  EXPECT_ERROR(store->publish("", sd).get(kWait), Errc::invalid_argument, "");
+  EXPECT_ERROR(store->state_dicts().publish("p", sd, o).get(kWait), Errc::invalid_argument,
+               "unknown mode");
+  EXPECT_ERROR(store->state_dicts().publish("", sd).get(kWait), Errc::invalid_argument, "");
   EXPECT_ERROR(Publication().reclaim().get(kWait), Errc::invalid_argument, "empty");
 }
 

@@ -48,7 +48,7 @@ using testing::kWait;
 // Waits (bounded) until `store` has a ring to a volume: the client opens
 // it in the background once it first reaches the volume.
 bool has_ring(const Store& store) {
-  return eventually([&] { return store.fast_path_stats().rings >= 1; }, 10s);
+  return eventually([&] { return store.admin().fast_path_stats().rings >= 1; }, 10s);
 }
 
 std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
@@ -88,9 +88,9 @@ TEST(FastPath, EverySizeIsPutOnTheCallersThread) {
     SCOPED_TRACE(n);
     const std::string key = "k" + std::to_string(n);
     auto src = pattern(n, static_cast<std::uint8_t>(n));
-    const auto before = store.fast_path_stats().hits;
-    const auto direct = store.fast_path_stats().direct_reads;
-    const auto puts = store.fast_path_stats().puts;
+    const auto before = store.admin().fast_path_stats().hits;
+    const auto direct = store.admin().fast_path_stats().direct_reads;
+    const auto puts = store.admin().fast_path_stats().puts;
     ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
     testing::expect_reads_back(store, key, src);
     ASSERT_OK(store.put_object("o" + key, std::string(src.begin(), src.end()), ObjectFormat::pickle)
@@ -99,9 +99,11 @@ TEST(FastPath, EverySizeIsPutOnTheCallersThread) {
     ASSERT_OK(o);
     EXPECT_EQ(o->bytes, std::string(src.begin(), src.end()));
     EXPECT_EQ(o->format, ObjectFormat::pickle);
-    EXPECT_EQ(store.fast_path_stats().hits, before + 3) << "not served on the caller's thread";
-    EXPECT_EQ(store.fast_path_stats().direct_reads, direct + (testing::have_pidfd() ? 3 : 0));
-    EXPECT_EQ(store.fast_path_stats().puts, puts + 2) << "not put over the ring";
+    EXPECT_EQ(store.admin().fast_path_stats().hits, before + 3)
+        << "not served on the caller's thread";
+    EXPECT_EQ(store.admin().fast_path_stats().direct_reads,
+              direct + (testing::have_pidfd() ? 3 : 0));
+    EXPECT_EQ(store.admin().fast_path_stats().puts, puts + 2) << "not put over the ring";
   }
   // Larger than a slot carries: staged at the volume, written straight
   // into its memory and committed over the ring, with no upper bound (the
@@ -112,16 +114,16 @@ TEST(FastPath, EverySizeIsPutOnTheCallersThread) {
        {limit + 1, std::size_t{256} << 10, std::size_t{1} << 20, (std::size_t{8} << 20) + 1}) {
     SCOPED_TRACE(n);
     auto big = pattern(n, static_cast<std::uint8_t>(n >> 10));
-    const auto before = store.fast_path_stats();
+    const auto before = store.admin().fast_path_stats();
     ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));
     std::vector<std::uint8_t> dst(big.size(), 0);
     ASSERT_OK(store.get_into("big", bytes_view(dst)).get(kWait));
     EXPECT_EQ(dst, big);
     const bool direct = testing::have_pidfd();
-    EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << "not put over the ring";
-    EXPECT_EQ(store.fast_path_stats().hits, before.hits + (direct ? 1 : 0));
-    EXPECT_EQ(store.fast_path_stats().direct_reads, before.direct_reads + (direct ? 1 : 0));
-    EXPECT_EQ(store.fast_path_stats().misses, before.misses + (direct ? 0 : 1));
+    EXPECT_EQ(store.admin().fast_path_stats().puts, before.puts + 1) << "not put over the ring";
+    EXPECT_EQ(store.admin().fast_path_stats().hits, before.hits + (direct ? 1 : 0));
+    EXPECT_EQ(store.admin().fast_path_stats().direct_reads, before.direct_reads + (direct ? 1 : 0));
+    EXPECT_EQ(store.admin().fast_path_stats().misses, before.misses + (direct ? 0 : 1));
   }
   // Nothing of the process is left in /dev/shm once the store closes.
   store.close();
@@ -190,11 +192,11 @@ TEST_P(FastPathOver, AClientsFirstPutTakesTheChannel) {
   auto store = Store::embedded(writer_options()).value();
   std::vector<float> w(15, 2.5f);
   ASSERT_OK(store.put("w", TensorView::of(w.data(), {3, 5})).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, 1u) << "the first put took the actors";
-  EXPECT_GE(store.fast_path_stats().rings, 1u);
-  auto other = Store::connect(store.address(), reader_options()).value();
+  EXPECT_EQ(store.admin().fast_path_stats().puts, 1u) << "the first put took the actors";
+  EXPECT_GE(store.admin().fast_path_stats().rings, 1u);
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
   ASSERT_OK(other.put_object("o", "first").get(kWait));
-  EXPECT_EQ(other.fast_path_stats().puts, 1u) << "the first put took the actors";
+  EXPECT_EQ(other.admin().fast_path_stats().puts, 1u) << "the first put took the actors";
   auto o = store.get_object("o").get(kWait);
   ASSERT_OK(o);
   EXPECT_EQ(*o, "first");
@@ -218,7 +220,7 @@ TEST_P(FastPathOver, ErrorsAreTheActorPathsAndNothingIsWritten) {
   std::vector<float> out(15, 0.0f);
   ASSERT_OK(store.get_into("w", TensorView::of(out.data(), {3, 5})).get(kWait));
   EXPECT_EQ(out, w);
-  const auto hits = store.fast_path_stats().hits;
+  const auto hits = store.admin().fast_path_stats().hits;
   // Not served, and refused exactly as the actor path refuses.
   std::vector<double> wrong_dtype(15, -1.0);
   EXPECT_ERROR(store.get_into("w", TensorView::of(wrong_dtype.data(), {3, 5})).get(kWait),
@@ -231,7 +233,7 @@ TEST_P(FastPathOver, ErrorsAreTheActorPathsAndNothingIsWritten) {
   EXPECT_ERROR(store.get_object("w").get(kWait), Errc::wrong_kind, "holds a tensor");
   EXPECT_ERROR(store.get("obj").get(kWait), Errc::wrong_kind, "holds an object");
   EXPECT_ERROR(store.get("missing").get(kWait), Errc::not_found, "no key 'missing'");
-  EXPECT_EQ(store.fast_path_stats().hits, hits);
+  EXPECT_EQ(store.admin().fast_path_stats().hits, hits);
   // A strided destination takes the actor path and gets the same bytes.
   std::vector<float> wide(30, 0.0f);
   auto strided = TensorView(wide.data(), DType::float32, {3, 5}, {10, 1});
@@ -245,7 +247,7 @@ TEST_P(FastPathOver, ErrorsAreTheActorPathsAndNothingIsWritten) {
   // A closed store answers shutdown, as before.
   store.close();
   EXPECT_ERROR(store.get_object("obj").get(kWait), Errc::shutdown, "");
-  EXPECT_EQ(store.fast_path_stats().rings, 0u);
+  EXPECT_EQ(store.admin().fast_path_stats().rings, 0u);
 }
 
 // A strided host source is packed on the caller's thread and put over the
@@ -258,9 +260,9 @@ TEST_P(FastPathOver, AStridedSourceIsPackedAndPutOverTheChannel) {
     std::vector<float> grid(static_cast<std::size_t>(rows * 4));
     for (std::size_t i = 0; i < grid.size(); ++i) grid[i] = static_cast<float>(i);
     const TensorView strided(grid.data(), DType::float32, {rows, 2}, {4, 2});
-    const auto before = store.fast_path_stats();
+    const auto before = store.admin().fast_path_stats();
     ASSERT_OK(store.put("strided", strided).get(kWait));
-    EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << rows << " rows";
+    EXPECT_EQ(store.admin().fast_path_stats().puts, before.puts + 1) << rows << " rows";
     std::vector<float> back(static_cast<std::size_t>(rows * 2), -1.0f);
     ASSERT_OK(store.get_into("strided", TensorView::of(back.data(), {rows, 2})).get(kWait));
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -295,7 +297,7 @@ TEST_P(FastPathOver, ConcurrentCallersShareTheChannel) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(store.fast_path_stats().hits, std::uint64_t{kThreads} * 200);
+  EXPECT_EQ(store.admin().fast_path_stats().hits, std::uint64_t{kThreads} * 200);
 }
 
 // A reader in one client, a writer in another: the reader's known location
@@ -303,14 +305,14 @@ TEST_P(FastPathOver, ConcurrentCallersShareTheChannel) {
 // again, never read.
 TEST_P(FastPathOver, AStaleLocationIsLocatedAgainNotRead) {
   auto writer = Store::embedded(writer_options()).value();
-  auto reader = Store::connect(writer.address(), reader_options()).value();
+  auto reader = Store::connect(writer.admin().address(), reader_options()).value();
   std::vector<std::uint8_t> v(4096, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
   std::vector<std::uint8_t> dst(4096, 0);
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));  // learns where "k" is
   ASSERT_TRUE(has_ring(reader));
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
-  EXPECT_EQ(reader.fast_path_stats().hits, 1u);
+  EXPECT_EQ(reader.admin().fast_path_stats().hits, 1u);
   std::fill(v.begin(), v.end(), 2);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
   // Until the volume has dropped the old object the reader may still get
@@ -324,12 +326,12 @@ TEST_P(FastPathOver, AStaleLocationIsLocatedAgainNotRead) {
         return dst[0] == 2;
       },
       10s));
-  EXPECT_GE(reader.fast_path_stats().stale, 1u);
+  EXPECT_GE(reader.admin().fast_path_stats().stale, 1u);
   // Located afresh: the ring serves the new object.
-  const auto hits = reader.fast_path_stats().hits;
+  const auto hits = reader.admin().fast_path_stats().hits;
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
   EXPECT_EQ(dst[0], 2);
-  EXPECT_EQ(reader.fast_path_stats().hits, hits + 1);
+  EXPECT_EQ(reader.admin().fast_path_stats().hits, hits + 1);
   // Removed by the writer: not_found once the volume dropped it.
   ASSERT_OK(writer.remove("k").get(kWait));
   ASSERT_TRUE(eventually(
@@ -349,7 +351,7 @@ TEST_P(FastPathOver, AStaleLocationIsLocatedAgainNotRead) {
 // actors over tcp).
 TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
   auto writer = Store::embedded(writer_options()).value();
-  auto reader = Store::connect(writer.address(), reader_options()).value();
+  auto reader = Store::connect(writer.admin().address(), reader_options()).value();
   for (const std::size_t n : {std::size_t{4096}, std::size_t{256} << 10}) {
     SCOPED_TRACE(n);
     const std::string key = "k" + std::to_string(n);
@@ -359,8 +361,8 @@ TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
     ASSERT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));  // learns where it is
     ASSERT_TRUE(has_ring(reader));
     ASSERT_TRUE(has_ring(writer));
-    const auto puts = writer.fast_path_stats().puts;
-    const auto stale = reader.fast_path_stats().stale;
+    const auto puts = writer.admin().fast_path_stats().puts;
+    const auto stale = reader.admin().fast_path_stats().stale;
     constexpr int kRounds = 200;
     for (int round = 1; round <= kRounds; ++round) {
       std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(round));
@@ -369,9 +371,10 @@ TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
       ASSERT_TRUE(testing::uniform(dst)) << "torn value in round " << round;
       ASSERT_EQ(int(dst[0]), round) << "the value this round's put replaced";
     }
-    EXPECT_EQ(writer.fast_path_stats().puts, puts + kRounds) << "not put over the channel";
+    EXPECT_EQ(writer.admin().fast_path_stats().puts, puts + kRounds) << "not put over the channel";
     if (n <= protocol::limits::kRingReadBytes || std::string(GetParam()).empty()) {
-      EXPECT_GE(reader.fast_path_stats().stale, stale + 1) << "never read where the old value lay";
+      EXPECT_GE(reader.admin().fast_path_stats().stale, stale + 1)
+          << "never read where the old value lay";
     }
   }
 }
@@ -380,7 +383,7 @@ TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
 // read it over the ring: every value read is one the writer wrote whole.
 TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
   auto writer = Store::embedded(writer_options()).value();
-  auto reader = Store::connect(writer.address(), reader_options()).value();
+  auto reader = Store::connect(writer.admin().address(), reader_options()).value();
   constexpr std::size_t kBytes = 16 << 10;
   std::vector<std::uint8_t> v(kBytes, 1);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
@@ -403,7 +406,7 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
   EXPECT_GT(seen.reads, 0);
   // The readers went to the ring (served, or told their location was stale
   // by a writer faster than them)...
-  const auto s = reader.fast_path_stats();
+  const auto s = reader.admin().fast_path_stats();
   EXPECT_GT(s.hits + s.stale, 0u);
   // ...and once the writer stops, it serves the last value. Until the
   // volume has processed the controller's release of the object the reader
@@ -412,10 +415,10 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
   // release turns the next read stale, located afresh.
   EXPECT_TRUE(eventually(
       [&] {
-        const auto hits = reader.fast_path_stats().hits;
+        const auto hits = reader.admin().fast_path_stats().hits;
         EXPECT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
         EXPECT_TRUE(testing::uniform(dst)) << "torn value";
-        return reader.fast_path_stats().hits == hits + 1 && dst[0] == 199;
+        return reader.admin().fast_path_stats().hits == hits + 1 && dst[0] == 199;
       },
       10s));
   EXPECT_EQ(dst, std::vector<std::uint8_t>(kBytes, 199));
@@ -430,7 +433,7 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
 TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
   if (std::string(GetParam()).empty()) GTEST_SKIP() << "over a ring, gets are direct reads";
   auto store = Store::embedded(writer_options()).value();
-  auto other = Store::connect(store.address(), reader_options()).value();
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
   const std::size_t message = transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes;
   for (const std::size_t n :
        {protocol::limits::kRingReadBytes + 1, std::size_t{512} << 10, message, message + 1}) {
@@ -442,7 +445,7 @@ TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
     ASSERT_OK(other.get_into(key, bytes_view(dst)).get(kWait));  // located by the actors
     EXPECT_EQ(dst, src);
     ASSERT_TRUE(has_ring(other));
-    const auto before = other.fast_path_stats();
+    const auto before = other.admin().fast_path_stats();
     std::fill(dst.begin(), dst.end(), std::uint8_t{0});
     ASSERT_OK(other.get_into(key, bytes_view(dst)).get(kWait));
     EXPECT_EQ(dst, src);
@@ -450,7 +453,7 @@ TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
     ASSERT_OK(got);
     ASSERT_EQ(got->nbytes(), n);
     EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
-    const auto after = other.fast_path_stats();
+    const auto after = other.admin().fast_path_stats();
     if (n <= message) {
       EXPECT_EQ(after.hits, before.hits + 2) << "not over the channel";
     } else {
@@ -468,20 +471,20 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
   ASSERT_TRUE(has_ring(store));
-  auto other = Store::connect(store.address(), reader_options()).value();
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
   const std::size_t limit = protocol::limits::kRingReadBytes;
   for (std::size_t n : {std::size_t{1}, std::size_t{4096}, limit}) {
     SCOPED_TRACE(n);
     const std::string key = "p" + std::to_string(n);
     for (std::uint8_t round = 0; round < 3; ++round) {  // overwrites too
       auto src = pattern(n, static_cast<std::uint8_t>(n + round));
-      const auto puts = store.fast_path_stats().puts;
+      const auto puts = store.admin().fast_path_stats().puts;
       ASSERT_OK(store.put(key, bytes_view(src)).get(kWait));
-      EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+      EXPECT_EQ(store.admin().fast_path_stats().puts, puts + 1);
       std::vector<std::uint8_t> dst(n, 0);
-      const auto hits = store.fast_path_stats().hits;
+      const auto hits = store.admin().fast_path_stats().hits;
       ASSERT_OK(store.get_into(key, bytes_view(dst)).get(kWait));  // the fast path
-      EXPECT_EQ(store.fast_path_stats().hits, hits + 1);
+      EXPECT_EQ(store.admin().fast_path_stats().hits, hits + 1);
       EXPECT_EQ(dst, src);
       auto batch = store.get_batch({key, "first"}).get(kWait);  // the actor path
       ASSERT_OK(batch);
@@ -495,18 +498,18 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
   }
   // Objects too, with their format, read again on the other client's own
   // channel once it has learnt where the object lies.
-  const auto puts = store.fast_path_stats().puts;
+  const auto puts = store.admin().fast_path_stats().puts;
   ASSERT_OK(store.put_object("o", "text", ObjectFormat::utf8).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+  EXPECT_EQ(store.admin().fast_path_stats().puts, puts + 1);
   for (int read = 0; read < 2; ++read) {
     ASSERT_TRUE(read == 0 || has_ring(other));
-    const auto hits = other.fast_path_stats().hits;
+    const auto hits = other.admin().fast_path_stats().hits;
     auto o = other.get_stored_object("o").get(kWait);
     ASSERT_OK(o);
     EXPECT_EQ(o->bytes, "text");
     EXPECT_EQ(o->format, ObjectFormat::utf8);
     if (read == 1) {
-      EXPECT_EQ(other.fast_path_stats().hits, hits + 1) << "not on its channel";
+      EXPECT_EQ(other.admin().fast_path_stats().hits, hits + 1) << "not on its channel";
     }
   }
   // More than one request carries: staged at the volume, written (copied
@@ -517,16 +520,16 @@ TEST_P(FastPathOver, PutsOfEverySizeGoOverTheChannelAndEveryPathReadsThem) {
                               std::size_t{2} << 20, protocol::limits::kStagedAheadBytes + 1}) {
     SCOPED_TRACE(n);
     auto big = pattern(n, static_cast<std::uint8_t>(n));
-    const auto before = store.fast_path_stats();
+    const auto before = store.admin().fast_path_stats();
     ASSERT_OK(store.put("big", bytes_view(big)).get(kWait));
-    EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << "not over the channel";
+    EXPECT_EQ(store.admin().fast_path_stats().puts, before.puts + 1) << "not over the channel";
     testing::expect_reads_back(other, "big", big);
   }
   // An object larger than one request keeps its format on that route.
   const std::string pickled(std::size_t{200} << 10, 'p');
-  const auto objects_before = store.fast_path_stats().puts;
+  const auto objects_before = store.admin().fast_path_stats().puts;
   ASSERT_OK(store.put_object("big-object", pickled, ObjectFormat::pickle).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, objects_before + 1) << "not over the channel";
+  EXPECT_EQ(store.admin().fast_path_stats().puts, objects_before + 1) << "not over the channel";
   auto object = other.get_stored_object("big-object").get(kWait);
   ASSERT_OK(object);
   EXPECT_EQ(object->bytes, pickled);
@@ -555,19 +558,19 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
                             mine = pattern(64, 90), again = pattern(64, 120);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
   ASSERT_TRUE(has_ring(store));
-  auto other = Store::connect(store.address(), reader_options()).value();
-  auto puts = store.fast_path_stats().puts;
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
+  auto puts = store.admin().fast_path_stats().puts;
   ASSERT_OK(store.put("k", bytes_view(first)).get(kWait));
-  ASSERT_EQ(store.fast_path_stats().puts, puts + 1);
+  ASSERT_EQ(store.admin().fast_path_stats().puts, puts + 1);
   ASSERT_OK(other.put("k", bytes_view(theirs)).get(kWait));
-  puts = store.fast_path_stats().puts;
+  puts = store.admin().fast_path_stats().puts;
   // Commits the controller was asked for (refused ones too).
-  auto commits = [&] { return store.controller_counters().get(kWait)->notify_put_batch; };
+  auto commits = [&] { return store.admin().controller_counters().get(kWait)->notify_put_batch; };
   auto asked = commits();
   ASSERT_OK(store.put("k", bytes_view(mine)).get(kWait));
   EXPECT_EQ(commits(), asked + 2) << "not refused over a version it never saw, then put unfenced";
-  EXPECT_EQ(store.fast_path_stats().puts, puts + 1) << "not over the channel";
-  puts = store.fast_path_stats().puts;
+  EXPECT_EQ(store.admin().fast_path_stats().puts, puts + 1) << "not over the channel";
+  puts = store.admin().fast_path_stats().puts;
   asked = commits();
   for (Store* s : {&store, &other}) {
     std::vector<std::uint8_t> back(64, 0);
@@ -575,7 +578,7 @@ TEST_P(FastPathOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidNotSe
     EXPECT_EQ(back, mine);
   }
   ASSERT_OK(store.put("k", bytes_view(again)).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, puts + 1);
+  EXPECT_EQ(store.admin().fast_path_stats().puts, puts + 1);
   EXPECT_EQ(commits(), asked + 1);
   testing::expect_reads_back(other, "k", again);
   other.close();
@@ -593,7 +596,7 @@ TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));  // finds the volume
   ASSERT_TRUE(has_ring(store));
-  auto other = Store::connect(store.address(), reader_options()).value();
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
   const std::vector<std::size_t> sizes = {64, 4096, std::size_t{100} << 10, std::size_t{1} << 20};
   std::vector<std::vector<std::uint8_t>> values(sizes.size());
   auto put_batch = [&](std::uint8_t seed) {
@@ -602,9 +605,9 @@ TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
       values[i] = pattern(sizes[i], static_cast<std::uint8_t>(seed + i));
       items.emplace_back("b" + std::to_string(i), bytes_view(values[i]));
     }
-    const auto before = store.fast_path_stats().puts;
+    const auto before = store.admin().fast_path_stats().puts;
     EXPECT_OK(store.put_batch(std::move(items)).get(kWait));
-    return store.fast_path_stats().puts - before;
+    return store.admin().fast_path_stats().puts - before;
   };
   auto reads_back = [&](Store& s) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -617,9 +620,9 @@ TEST_P(FastPathOver, APutBatchGoesOverTheChannelAsOneCommit) {
   reads_back(other);
   std::vector<std::uint8_t> theirs = pattern(sizes[1], 99);
   ASSERT_OK(other.put("b1", bytes_view(theirs)).get(kWait));
-  const auto asked = store.controller_counters().get(kWait)->notify_put_batch;
+  const auto asked = store.admin().controller_counters().get(kWait)->notify_put_batch;
   EXPECT_EQ(put_batch(30), 1u) << "not over the channel";
-  EXPECT_EQ(store.controller_counters().get(kWait)->notify_put_batch, asked + 2)
+  EXPECT_EQ(store.admin().controller_counters().get(kWait)->notify_put_batch, asked + 2)
       << "not refused over a version it never saw, then put unfenced";
   reads_back(other);
   reads_back(store);
@@ -646,13 +649,13 @@ TEST_P(FastPathOver, APutBatchLargerThanAMessageIsOneCommitInParts) {
     values[i] = pattern(8 + i % 5, static_cast<std::uint8_t>(i));
     items.emplace_back(key(i), bytes_view(values[i]));
   }
-  const auto before = store.fast_path_stats();
-  const auto asked = store.controller_counters().get(kWait)->notify_put_batch;
+  const auto before = store.admin().fast_path_stats();
+  const auto asked = store.admin().controller_counters().get(kWait)->notify_put_batch;
   ASSERT_OK(store.put_batch(std::move(items)).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1) << "not over the channel";
-  EXPECT_EQ(store.controller_counters().get(kWait)->notify_put_batch, asked + 1)
+  EXPECT_EQ(store.admin().fast_path_stats().puts, before.puts + 1) << "not over the channel";
+  EXPECT_EQ(store.admin().controller_counters().get(kWait)->notify_put_batch, asked + 1)
       << "not one commit";
-  auto other = Store::connect(store.address(), reader_options()).value();
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
   for (int i = 0; i < kKeys; i += 599) testing::expect_reads_back(other, key(i), values[i]);
   testing::expect_reads_back(other, key(kKeys - 1), values[kKeys - 1]);
   auto keys = other.keys().get(kWait);
@@ -669,7 +672,7 @@ TEST_P(FastPathOver, APutBatchLargerThanAMessageIsOneCommitInParts) {
 // until then a read names what is missing. Replicas of one box must agree.
 TEST_P(FastPathOver, ShardsOfAShardedKeyGoOverTheChannelAndCommitOnceCovered) {
   auto store = Store::embedded(writer_options()).value();
-  auto other = Store::connect(store.address(), reader_options()).value();
+  auto other = Store::connect(store.admin().address(), reader_options()).value();
   for (const std::int64_t rows : {std::int64_t{4}, std::int64_t{1024}}) {
     SCOPED_TRACE(rows);
     const Shape shape{rows, 1024};
@@ -683,11 +686,12 @@ TEST_P(FastPathOver, ShardsOfAShardedKeyGoOverTheChannelAndCommitOnceCovered) {
       const auto box = placement.slice_for(shape, rank).value();
       const auto bytes = static_cast<std::size_t>(box.numel()) * 4;
       const auto* from = whole.data_as<float>() + box.offsets()[0] * shape[1];
-      const auto before = s.fast_path_stats();
-      EXPECT_OK(s.put(key, TensorView::of(const_cast<float*>(from), box.local_shape()), shape,
-                      placement, rank)
+      const auto before = s.admin().fast_path_stats();
+      EXPECT_OK(s.put(key, TensorView::of(const_cast<float*>(from), box.local_shape()),
+                      PutOptions::shard(shape, placement, rank))
                     .get(kWait));
-      EXPECT_EQ(s.fast_path_stats().puts, before.puts + 1) << "rank " << rank << ", " << bytes;
+      EXPECT_EQ(s.admin().fast_path_stats().puts, before.puts + 1)
+          << "rank " << rank << ", " << bytes;
     };
     put_rank(store, 0);
     EXPECT_ERROR(other.get(key).get(kWait), Errc::partially_committed, "missing");
@@ -702,9 +706,13 @@ TEST_P(FastPathOver, ShardsOfAShardedKeyGoOverTheChannelAndCommitOnceCovered) {
   // refuse them.
   const auto replicated = Placement::make({2}, {DimPlacement::replicate()}).value();
   std::vector<float> a(8, 1.0f), b(8, 2.0f);
-  ASSERT_OK(store.put("rep", TensorView::of(a.data(), {8}), {8}, replicated, 0).get(kWait));
-  EXPECT_ERROR(other.put("rep", TensorView::of(b.data(), {8}), {8}, replicated, 1).get(kWait),
-               Errc::invalid_argument, "hold different bytes");
+  ASSERT_OK(
+      store.put("rep", TensorView::of(a.data(), {8}), PutOptions::shard(Shape{8}, replicated, 0))
+          .get(kWait));
+  EXPECT_ERROR(
+      other.put("rep", TensorView::of(b.data(), {8}), PutOptions::shard(Shape{8}, replicated, 1))
+          .get(kWait),
+      Errc::invalid_argument, "hold different bytes");
   other.close();
   store.close();
 }
@@ -723,7 +731,7 @@ TEST_P(FastPathOver, AnySpinServesTheSameResults) {
     auto writer = Store::embedded(wo).value();
     auto ro = reader_options();
     ro.fast_path_spin = spin;
-    auto reader = Store::connect(writer.address(), ro).value();
+    auto reader = Store::connect(writer.admin().address(), ro).value();
     auto first = pattern(64, 9);
     ASSERT_OK(writer.put("k", bytes_view(first)).get(kWait));  // finds the volume
     ASSERT_TRUE(has_ring(writer));
@@ -737,10 +745,11 @@ TEST_P(FastPathOver, AnySpinServesTheSameResults) {
       ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
       ASSERT_EQ(dst, v);
     }
-    EXPECT_GT(writer.fast_path_stats().puts, 0u) << "the writer's puts went over its channel";
+    EXPECT_GT(writer.admin().fast_path_stats().puts, 0u)
+        << "the writer's puts went over its channel";
     // Each put replaces the object the reader knew: its gets go over the
     // channel and find it stale (then locate afresh), or hit.
-    const auto r = reader.fast_path_stats();
+    const auto r = reader.admin().fast_path_stats();
     EXPECT_GT(r.hits + r.stale, 0u) << "the reader's gets went over its channel";
   }
 }
@@ -764,7 +773,7 @@ TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
-  const auto puts = store.fast_path_stats().puts;
+  const auto puts = store.admin().fast_path_stats().puts;
   std::vector<std::uint8_t> big = pattern(protocol::limits::kRingReadBytes + 1, 3);
   EXPECT_ERROR(store.put("big", bytes_view(big)).get(kWait), Errc::out_of_capacity,
                "volume 'volume-0' is full");
@@ -775,7 +784,7 @@ TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
   std::vector<float> grid(16, 1.0f);
   TensorView strided(grid.data(), DType::float32, {4, 2}, {4, 2});
   ASSERT_OK(store.put("strided", strided).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, puts + 2);  // "most" and "strided"
+  EXPECT_EQ(store.admin().fast_path_stats().puts, puts + 2);  // "most" and "strided"
   store.close();
 }
 
@@ -808,10 +817,10 @@ TEST(FastPath, AChannelThatFailedIsOpenedAgain) {
   }
   ASSERT_GE(broken, 1) << "no ring mapped";
   for (std::uint8_t round = 2; round < 6; ++round) {  // the first finds the ring broken
-    const auto before = store.fast_path_stats().puts;
+    const auto before = store.admin().fast_path_stats().puts;
     v = pattern(64, round);
     ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));
-    EXPECT_EQ(store.fast_path_stats().puts, before + 1)
+    EXPECT_EQ(store.admin().fast_path_stats().puts, before + 1)
         << "put " << int(round) << " not over a channel";
     ASSERT_OK(store.get_into("k", bytes_view(back)).get(kWait));
     EXPECT_EQ(back, v);
@@ -831,9 +840,9 @@ TEST(FastPath, APutAFullVolumeRefusesEvictsAndTakesTheChannelAgain) {
   std::vector<std::uint8_t> first = pattern(40 << 10, 1), second = pattern(40 << 10, 2);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
   ASSERT_TRUE(has_ring(store));
-  const auto before = store.fast_path_stats();
+  const auto before = store.admin().fast_path_stats();
   ASSERT_OK(store.put("second", bytes_view(second)).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().puts, before.puts + 1);
+  EXPECT_EQ(store.admin().fast_path_stats().puts, before.puts + 1);
   EXPECT_FALSE(store.exists("first").get(kWait).value());
   std::vector<std::uint8_t> back(second.size(), 0);
   ASSERT_OK(store.get_into("second", bytes_view(back)).get(kWait));
@@ -843,9 +852,9 @@ TEST(FastPath, APutAFullVolumeRefusesEvictsAndTakesTheChannelAgain) {
   auto staged = Store::embedded(o).value();
   std::vector<std::uint8_t> big_first = pattern(80 << 10, 4), big_second = pattern(80 << 10, 5);
   ASSERT_OK(staged.put("first", bytes_view(big_first)).get(kWait));
-  const auto staged_before = staged.fast_path_stats();
+  const auto staged_before = staged.admin().fast_path_stats();
   ASSERT_OK(staged.put("second", bytes_view(big_second)).get(kWait));
-  EXPECT_EQ(staged.fast_path_stats().puts, staged_before.puts + 1);
+  EXPECT_EQ(staged.admin().fast_path_stats().puts, staged_before.puts + 1);
   EXPECT_FALSE(staged.exists("first").get(kWait).value());
   testing::expect_reads_back(staged, "second", big_second);
   store.close();

@@ -39,7 +39,7 @@ TensorView bytes_view(std::vector<std::uint8_t>& v) {
 }
 
 std::uint64_t leases_of(Store& store) {
-  auto stats = store.stats().get(kWait);
+  auto stats = store.admin().stats().get(kWait);
   return stats.ok() && !stats->empty() ? stats->front().leases : 999;
 }
 
@@ -66,7 +66,7 @@ std::pair<Store, Store> writer_and_reader(const StoreOptions& base = shm()) {
   auto writer = Store::embedded(wo).value();
   auto ro = base;
   ro.host_volumes = false;
-  auto reader = Store::connect(writer.address(), ro).value();
+  auto reader = Store::connect(writer.admin().address(), ro).value();
   return {std::move(writer), std::move(reader)};
 }
 
@@ -78,18 +78,18 @@ TEST_F(LeaseFreeRead, AClientReadsWhatItPutWithoutALease) {
   std::vector<std::uint8_t> back(kBytes, 0);
   ASSERT_OK(store.get_into("w", bytes_view(back)).get(kWait));
   EXPECT_EQ(back, v);
-  EXPECT_EQ(store.fast_path_stats().lease_free_reads, 1u);
-  EXPECT_EQ(store.fast_path_stats().lease_free_stale, 0u);
+  EXPECT_EQ(store.admin().fast_path_stats().lease_free_reads, 1u);
+  EXPECT_EQ(store.admin().fast_path_stats().lease_free_stale, 0u);
   // get() into new memory too; a view needs its lease (it pins the version).
   auto copy = store.get("w").get(kWait);
   ASSERT_OK(copy);
   EXPECT_EQ(std::memcmp(copy->data(), v.data(), kBytes), 0);
-  EXPECT_EQ(store.fast_path_stats().lease_free_reads, 2u);
+  EXPECT_EQ(store.admin().fast_path_stats().lease_free_reads, 2u);
   {
-    auto view = store.get_view("w").get(kWait);
+    auto view = store.get("w", ReadOptions::mapped()).get(kWait);
     ASSERT_OK(view);
     EXPECT_EQ(leases_of(store), 1u);
-    EXPECT_EQ(store.fast_path_stats().lease_free_reads, 2u);
+    EXPECT_EQ(store.admin().fast_path_stats().lease_free_reads, 2u);
   }
   // A state dict's packed bucket, read back by its writer.
   std::vector<std::vector<float>> tensors(50, std::vector<float>(1024));
@@ -100,11 +100,11 @@ TEST_F(LeaseFreeRead, AClientReadsWhatItPutWithoutALease) {
     ASSERT_OK(sd.insert("t." + std::to_string(t), TensorView::of(tensors[t].data(), {1024})));
     ASSERT_OK(into.insert("t." + std::to_string(t), TensorView::of(dst[t].data(), {1024})));
   }
-  ASSERT_OK(store.put_state_dict("sd", sd).get(kWait));
-  const auto before = store.fast_path_stats().lease_free_reads;
-  ASSERT_OK(store.get_state_dict_into("sd", into).get(kWait));
+  ASSERT_OK(store.state_dicts().put("sd", sd).get(kWait));
+  const auto before = store.admin().fast_path_stats().lease_free_reads;
+  ASSERT_OK(store.state_dicts().get_into("sd", into).get(kWait));
   EXPECT_EQ(dst, tensors);
-  EXPECT_GT(store.fast_path_stats().lease_free_reads, before);
+  EXPECT_GT(store.admin().fast_path_stats().lease_free_reads, before);
 }
 
 // A reader in one client, a writer in another: the reader learns where the
@@ -118,9 +118,9 @@ TEST_F(LeaseFreeRead, AReplacedObjectIsNotReadOnceTheOverwriteReturned) {
   std::vector<std::uint8_t> v(kBytes, 1), dst(kBytes, 0);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));  // located, then lease-free
-  EXPECT_EQ(reader.fast_path_stats().lease_free_reads, 1u);
+  EXPECT_EQ(reader.admin().fast_path_stats().lease_free_reads, 1u);
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));  // from its cache
-  EXPECT_EQ(reader.fast_path_stats().lease_free_reads, 2u);
+  EXPECT_EQ(reader.admin().fast_path_stats().lease_free_reads, 2u);
   EXPECT_EQ(dst[0], 1);
   std::fill(v.begin(), v.end(), 2);
   ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
@@ -132,12 +132,12 @@ TEST_F(LeaseFreeRead, AReplacedObjectIsNotReadOnceTheOverwriteReturned) {
   EXPECT_EQ(dst[0], 2);
   // It found the old object's tag cleared first: only the leased way
   // locates afresh.
-  EXPECT_GE(reader.fast_path_stats().lease_free_stale, 1u);
+  EXPECT_GE(reader.admin().fast_path_stats().lease_free_stale, 1u);
   // The new version's place came with its record: lease-free again.
-  const auto served = reader.fast_path_stats().lease_free_reads;
+  const auto served = reader.admin().fast_path_stats().lease_free_reads;
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
   EXPECT_EQ(dst[0], 2);
-  EXPECT_EQ(reader.fast_path_stats().lease_free_reads, served + 1);
+  EXPECT_EQ(reader.admin().fast_path_stats().lease_free_reads, served + 1);
   // Removed by the writer: the remove returned once the volume dropped it.
   ASSERT_OK(writer.remove("k").get(kWait));
   EXPECT_ERROR(reader.get_into("k", bytes_view(dst)).get(kWait), Errc::not_found, "k");
@@ -173,10 +173,10 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
         return dst[0] == 119;
       },
       10s));
-  const auto served = reader.fast_path_stats().lease_free_reads;
+  const auto served = reader.admin().fast_path_stats().lease_free_reads;
   ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
   EXPECT_EQ(dst[0], 119);
-  EXPECT_EQ(reader.fast_path_stats().lease_free_reads, served + 1);
+  EXPECT_EQ(reader.admin().fast_path_stats().lease_free_reads, served + 1);
 }
 
 // Direct reads (docs/architecture.md, "Direct reads"): a get, get_into or
@@ -185,7 +185,7 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
 // ring and no actor.
 using DirectRead = LeaseFreeRead;
 
-std::uint64_t direct_reads(const Store& s) { return s.fast_path_stats().direct_reads; }
+std::uint64_t direct_reads(const Store& s) { return s.admin().fast_path_stats().direct_reads; }
 
 // Once `reader` reached the volume of `writer`, it opens the volume's ring
 // in the background, and keeps the places it learns beside it: waits
@@ -194,7 +194,7 @@ bool ring_open(Store& writer, Store& reader) {
   std::vector<std::uint8_t> first(16, 1);
   if (!writer.put("first", bytes_view(first)).get(kWait).ok()) return false;
   if (!reader.get_into("first", bytes_view(first)).get(kWait).ok()) return false;
-  return eventually([&] { return reader.fast_path_stats().rings >= 1; }, 10s);
+  return eventually([&] { return reader.admin().fast_path_stats().rings >= 1; }, 10s);
 }
 
 // At every size: above the 8 MiB they once stopped at, and above the
@@ -210,9 +210,9 @@ TEST_F(DirectRead, AClientReadsItsOwnPutsOnItsThreadAtEverySize) {
     for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(i * 7 + n);
     const std::string key = "w" + std::to_string(n);
     ASSERT_OK(store.put(key, bytes_view(v)).get(kWait));
-    const auto before = store.fast_path_stats();
+    const auto before = store.admin().fast_path_stats();
     testing::expect_reads_back(store, key, v);
-    const auto after = store.fast_path_stats();
+    const auto after = store.admin().fast_path_stats();
     // Both lease-free, on the caller's thread.
     EXPECT_EQ(after.lease_free_reads, before.lease_free_reads + 2);
     EXPECT_EQ(after.direct_reads, before.direct_reads + 2);
@@ -289,10 +289,10 @@ TEST_F(DirectRead, AnotherClientsSmallPutsAreReadWithoutALeaseFromTheFirstRead) 
     const std::string key = "k" + std::to_string(n);
     std::vector<std::uint8_t> v(n, static_cast<std::uint8_t>(n >> 10)), dst(n, 0);
     ASSERT_OK(writer.put(key, bytes_view(v)).get(kWait));
-    const auto lease_free = reader.fast_path_stats().lease_free_reads;
+    const auto lease_free = reader.admin().fast_path_stats().lease_free_reads;
     ASSERT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));  // located, then lease-free
     EXPECT_EQ(dst, v);
-    EXPECT_EQ(reader.fast_path_stats().lease_free_reads, lease_free + 1);
+    EXPECT_EQ(reader.admin().fast_path_stats().lease_free_reads, lease_free + 1);
     const auto before = direct_reads(reader);
     std::fill(dst.begin(), dst.end(), 0);
     ASSERT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));
@@ -317,7 +317,7 @@ TEST_F(DirectRead, ABatchIsServedDirectlyWhenEveryKeyIs) {
     for (int i = 0; i < 3; ++i) out.emplace_back("b" + std::to_string(i), bytes_view(dsts[i]));
     return out;
   };
-  auto before = store.fast_path_stats();
+  auto before = store.admin().fast_path_stats();
   ASSERT_OK(store.get_into_batch(items()).get(kWait));
   EXPECT_EQ(dsts, values);
   auto tensors = store.get_batch({"b0", "b1", "b2"}).get(kWait);
@@ -326,13 +326,13 @@ TEST_F(DirectRead, ABatchIsServedDirectlyWhenEveryKeyIs) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(std::memcmp((*tensors)[i].data(), values[i].data(), values[i].size()), 0);
   }
-  EXPECT_EQ(store.fast_path_stats().direct_reads, before.direct_reads + 6);
-  EXPECT_EQ(store.fast_path_stats().misses, before.misses);
+  EXPECT_EQ(store.admin().fast_path_stats().direct_reads, before.direct_reads + 6);
+  EXPECT_EQ(store.admin().fast_path_stats().misses, before.misses);
   // One key overwritten by another client: the whole batch takes the
   // actors, once the volume dropped what this client's cache names.
   std::fill(values[1].begin(), values[1].end(), 9);
   ASSERT_OK(other.put("b1", bytes_view(values[1])).get(kWait));
-  before = store.fast_path_stats();
+  before = store.admin().fast_path_stats();
   for (auto& d : dsts) std::fill(d.begin(), d.end(), 0);
   ASSERT_TRUE(eventually(
       [&] {
@@ -340,8 +340,9 @@ TEST_F(DirectRead, ABatchIsServedDirectlyWhenEveryKeyIs) {
         return dsts == values;
       },
       10s));
-  EXPECT_GT(store.fast_path_stats().lease_free_stale + store.fast_path_stats().misses,
-            before.lease_free_stale + before.misses);
+  EXPECT_GT(
+      store.admin().fast_path_stats().lease_free_stale + store.admin().fast_path_stats().misses,
+      before.lease_free_stale + before.misses);
 }
 
 // The store holding the volume closes: its objects' tags are cleared as
@@ -394,10 +395,12 @@ Status read_over(Store& store, const std::string& key, std::vector<std::uint8_t>
         "layer" + std::to_string(i) + ".w",
         TensorView(buf.data() + i * bytes, DType::uint8, {static_cast<std::int64_t>(bytes)})));
   }
-  return store.get_state_dict_into(key, sd).get(kWait).status();
+  return store.state_dicts().get_into(key, sd).get(kWait).status();
 }
 
-std::uint64_t direct_state_dicts(const Store& s) { return s.fast_path_stats().direct_state_dicts; }
+std::uint64_t direct_state_dicts(const Store& s) {
+  return s.admin().fast_path_stats().direct_state_dicts;
+}
 
 // Three buckets (so three objects and the manifest in one snapshot).
 StateDictPutOptions three_buckets() {
@@ -417,7 +420,7 @@ testing::RaceCounts race_a_writer(Store& writer, Store& reader, Dict& src, int n
       [&] {
         for (int i = first; i < last; ++i) {
           std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
-          ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+          ASSERT_OK(writer.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
         }
       });
 }
@@ -427,25 +430,25 @@ TEST_F(DirectStateDict, AClientReadsItsOwnStateDictOnItsThread) {
   ASSERT_TRUE(ring_open(store, store));
   Dict src(300, 4096, 0), dst(300, 4096, 0);
   for (std::size_t i = 0; i < src.buf.size(); ++i) src.buf[i] = static_cast<std::uint8_t>(i * 31);
-  ASSERT_OK(store.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  ASSERT_OK(store.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
   // The first read plans with the stored manifest (the actors); the next
   // ones know it, and are direct.
-  ASSERT_OK(store.get_state_dict_into("sd", dst.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().get_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
   for (int round = 0; round < 3; ++round) {
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    const auto before = store.fast_path_stats();
-    ASSERT_OK(store.get_state_dict_into("sd", dst.sd).get(kWait));
+    const auto before = store.admin().fast_path_stats();
+    ASSERT_OK(store.state_dicts().get_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
-    const auto after = store.fast_path_stats();
+    const auto after = store.admin().fast_path_stats();
     EXPECT_EQ(after.direct_state_dicts, before.direct_state_dicts + 1);
     EXPECT_EQ(after.lease_free_reads, before.lease_free_reads + 1);
     EXPECT_EQ(leases_of(store), 0u);
     // A new version of the same layout, put by this client: read directly.
     for (auto& b : src.buf) b = static_cast<std::uint8_t>(b + 1);
-    ASSERT_OK(store.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+    ASSERT_OK(store.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
     const auto direct = direct_state_dicts(store);
-    ASSERT_OK(store.get_state_dict_into("sd", dst.sd).get(kWait));
+    ASSERT_OK(store.state_dicts().get_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
     EXPECT_EQ(direct_state_dicts(store), direct + 1);
   }
@@ -458,26 +461,26 @@ TEST_F(DirectStateDict, AStateDictAnotherClientReplacedIsReadAfreshNeverTheOldOn
   auto [writer, reader] = writer_and_reader();
   ASSERT_TRUE(ring_open(writer, reader));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
-  ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));  // learns the places
+  ASSERT_OK(writer.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
+  ASSERT_OK(reader.state_dicts().get_into("sd", dst.sd).get(kWait));  // learns the places
   ASSERT_TRUE(eventually(
       [&] {
         const auto direct = direct_state_dicts(reader);
-        EXPECT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+        EXPECT_OK(reader.state_dicts().get_into("sd", dst.sd).get(kWait));
         return direct_state_dicts(reader) == direct + 1;
       },
       10s));
   EXPECT_EQ(dst.buf, src.buf);
   for (std::uint8_t v = 2; v < 6; ++v) {
     std::fill(src.buf.begin(), src.buf.end(), v);
-    ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
-    const auto before = reader.fast_path_stats();
+    ASSERT_OK(writer.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
+    const auto before = reader.admin().fast_path_stats();
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+    ASSERT_OK(reader.state_dicts().get_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf) << "version " << int(v);
     // Not direct: the places it knew were dropped (stale), or forgotten
     // by the read before (miss).
-    EXPECT_EQ(reader.fast_path_stats().direct_state_dicts, before.direct_state_dicts);
+    EXPECT_EQ(reader.admin().fast_path_stats().direct_state_dicts, before.direct_state_dicts);
   }
 }
 
@@ -489,7 +492,7 @@ TEST_F(DirectStateDict, AWriterRacingReadersNeverShowsATornStateDict) {
   constexpr int kTensors = 300;
   constexpr std::size_t kBytesEach = 4096;
   Dict src(kTensors, kBytesEach, 1);
-  ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+  ASSERT_OK(writer.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
   const auto before = direct_state_dicts(reader);
   const auto seen = race_a_writer(writer, reader, src, kTensors, kBytesEach, 2, 150);
   EXPECT_EQ(seen.torn, 0);
@@ -500,7 +503,7 @@ TEST_F(DirectStateDict, AWriterRacingReadersNeverShowsATornStateDict) {
   ASSERT_TRUE(eventually(
       [&] {
         const auto direct = direct_state_dicts(reader);
-        EXPECT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+        EXPECT_OK(reader.state_dicts().get_into("sd", dst.sd).get(kWait));
         EXPECT_TRUE(uniform(dst.buf)) << "torn state dict";
         return dst.buf[0] == 149 && direct_state_dicts(reader) == direct + 1;
       },
@@ -516,13 +519,13 @@ TEST_F(DirectStateDict, ALargeStateDictIsReadDirectlyOnTheWaitingThread) {
   ASSERT_TRUE(ring_open(store, store));
   // 9 MiB: three tensors of 3 MiB, each an object of its own.
   Dict big(3, std::size_t{3} << 20, 7), big_dst(3, std::size_t{3} << 20, 0);
-  ASSERT_OK(store.put_state_dict("big", big.sd).get(kWait));
-  ASSERT_OK(store.get_state_dict_into("big", big_dst.sd).get(kWait));  // learns the layout
+  ASSERT_OK(store.state_dicts().put("big", big.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().get_into("big", big_dst.sd).get(kWait));  // learns the layout
   EXPECT_EQ(big_dst.buf, big.buf);
   std::fill(big.buf.begin(), big.buf.end(), 9);
-  ASSERT_OK(store.put_state_dict("big", big.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().put("big", big.sd).get(kWait));
   const auto before = direct_state_dicts(store);
-  ASSERT_OK(store.get_state_dict_into("big", big_dst.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().get_into("big", big_dst.sd).get(kWait));
   EXPECT_EQ(big_dst.buf, big.buf);
   EXPECT_EQ(direct_state_dicts(store), before + 1);
 }
@@ -542,13 +545,12 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
   StateDict fsd, bsd;
   ASSERT_OK(fsd.insert("w", TensorView::of(f.data(), {32768})));
   ASSERT_OK(bsd.insert("w", TensorView(bf.data(), DType::bfloat16, {32768})));
-  ASSERT_OK(store.put_state_dict("f", fsd).get(kWait));
-  ReadOptions cast;
-  cast.cast = true;
+  ASSERT_OK(store.state_dicts().put("f", fsd).get(kWait));
+  const auto cast = StateDictReadOptions::converting();
   // Boxes of a packed tensor (4 KiB) and of one stored alone (128 KiB).
   auto boxed_read = [&](const std::string& key, std::size_t bytes, std::uint8_t fill) {
     Dict d(2, bytes, fill);
-    EXPECT_OK(store.put_state_dict(key, d.sd).get(kWait));
+    EXPECT_OK(store.state_dicts().put(key, d.sd).get(kWait));
     return d;
   };
   Dict packed = boxed_read("packed", 4096, 3), alone = boxed_read("alone", 128 << 10, 4);
@@ -560,14 +562,15 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
     EXPECT_OK(sd.insert("layer1.w", TensorView(rest.data(), DType::uint8, {n})));
     std::map<std::string, TensorSlice> boxes{
         {"layer0.w", TensorSlice::make({n}, {n / 4}, {n / 2}).value()}};
-    EXPECT_OK(store.get_state_dict_into(key, sd, boxes).get(kWait));
+    EXPECT_OK(
+        store.state_dicts().get_into(key, sd, StateDictReadOptions::of_boxes(boxes)).get(kWait));
     EXPECT_EQ(half, std::vector<std::uint8_t>(half.size(), d.buf[0]));
     EXPECT_EQ(rest, std::vector<std::uint8_t>(rest.size(), d.buf[0]));
   };
   for (int round = 0; round < 2; ++round) {  // the second with every layout known
     SCOPED_TRACE(round);
     auto before = direct_state_dicts(store);
-    ASSERT_OK(store.get_state_dict_into("f", bsd, cast).get(kWait));
+    ASSERT_OK(store.state_dicts().get_into("f", bsd, cast).get(kWait));
     EXPECT_EQ(bf, std::vector<std::uint16_t>(bf.size(), 0x3fc0));  // 1.5 in bfloat16
     read_box("alone", alone);
     EXPECT_EQ(direct_state_dicts(store), before);
@@ -601,7 +604,9 @@ class StateDictPutOver : public ::testing::TestWithParam<const char*> {
   }
 };
 
-std::uint64_t state_dict_puts(const Store& s) { return s.fast_path_stats().state_dict_puts; }
+std::uint64_t state_dict_puts(const Store& s) {
+  return s.admin().fast_path_stats().state_dict_puts;
+}
 
 // How `publish` (a publish by `s`) went: "one request" (the version, the
 // pointer's move and the retirement in one commit over the channel, from
@@ -610,9 +615,9 @@ std::uint64_t state_dict_puts(const Store& s) { return s.fast_path_stats().state
 // "other" (counted neither way).
 template <class Publish>
 std::string publish_route(const Store& s, const Publish& publish) {
-  const auto before = s.fast_path_stats();
+  const auto before = s.admin().fast_path_stats();
   publish();
-  const auto after = s.fast_path_stats();
+  const auto after = s.admin().fast_path_stats();
   const auto versions = after.state_dict_puts - before.state_dict_puts;
   const auto moves = after.puts - before.puts;
   if (versions == 1 && moves == 0) return "one request";
@@ -622,7 +627,7 @@ std::string publish_route(const Store& s, const Publish& publish) {
 
 // Objects staged on `store`'s volume now (999: no answer).
 std::uint64_t staged_on(Store& store) {
-  auto stats = store.stats().get(kWait);
+  auto stats = store.admin().stats().get(kWait);
   return stats.ok() && !stats->empty() ? stats->front().staged : 999;
 }
 
@@ -631,7 +636,7 @@ std::uint64_t staged_on(Store& store) {
 bool put_over_the_channel(Store& store, const std::string& key, Dict& d, std::uint8_t v) {
   std::fill(d.buf.begin(), d.buf.end(), v);
   const auto before = state_dict_puts(store);
-  EXPECT_OK(store.put_state_dict(key, d.sd, three_buckets()).get(kWait));
+  EXPECT_OK(store.state_dicts().put(key, d.sd, three_buckets()).get(kWait));
   return state_dict_puts(store) == before + 1;
 }
 
@@ -639,9 +644,11 @@ bool put_over_the_channel(Store& store, const std::string& key, Dict& d, std::ui
 // `v`: the version it got, 0 after a failure (reported).
 std::uint64_t publish_filled(Store& store, const std::string& prefix, Dict& d, std::uint8_t v) {
   std::fill(d.buf.begin(), d.buf.end(), v);
-  auto n = store.publish_state_dict(prefix, d.sd, 2, three_buckets()).get(kWait);
+  auto n = store.state_dicts()
+               .publish(prefix, d.sd, PublishOptions::by_copy(2, three_buckets()))
+               .get(kWait);
   EXPECT_OK(n);
-  return n.ok() ? *n : 0;
+  return n.ok() ? n->version() : 0;
 }
 
 // The objects of one version of a Dict put with three_buckets(): its
@@ -656,7 +663,7 @@ TEST_P(StateDictPutOver, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore
   EXPECT_EQ(staged_on(writer), 0u) << "a layout put once keeps nothing staged";
   ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 2));
   EXPECT_EQ(staged_on(writer), kObjects) << "the next put's objects";
-  const auto volume_before = writer.stats().get(kWait);
+  const auto volume_before = writer.admin().stats().get(kWait);
   ASSERT_OK(volume_before);
   for (std::uint8_t v = 3; v < 9; ++v) {
     SCOPED_TRACE(int(v));
@@ -664,20 +671,20 @@ TEST_P(StateDictPutOver, ALayoutPutAgainIsWrittenIntoObjectsStagedByThePutBefore
       src.buf[i] = static_cast<std::uint8_t>(v + i * 7);
     }
     const auto before = state_dict_puts(writer);
-    ASSERT_OK(writer.put_state_dict("sd", src.sd, three_buckets()).get(kWait));
+    ASSERT_OK(writer.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
     EXPECT_EQ(state_dict_puts(writer), before + 1);
     // Every path reads it at once: the writer itself (directly), and
     // another client (the actors, having located it afresh).
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    ASSERT_OK(writer.get_state_dict_into("sd", dst.sd).get(kWait));
+    ASSERT_OK(writer.state_dicts().get_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+    ASSERT_OK(reader.state_dicts().get_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
   // What each put replaced went back, and one next put's objects stay
   // staged: the volume holds as much as before.
-  const auto volume_after = writer.stats().get(kWait);
+  const auto volume_after = writer.admin().stats().get(kWait);
   ASSERT_OK(volume_after);
   EXPECT_EQ(volume_after->front().objects, volume_before->front().objects);
   EXPECT_EQ(volume_after->front().bytes_held, volume_before->front().bytes_held);
@@ -695,7 +702,7 @@ TEST_P(StateDictPutOver, ASmallStateDictTakesTheChannelToo) {
     SCOPED_TRACE(int(v));
     ASSERT_TRUE(put_over_the_channel(writer, "small", src, v));
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    ASSERT_OK(reader.get_state_dict_into("small", dst.sd).get(kWait));
+    ASSERT_OK(reader.state_dicts().get_into("small", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
 }
@@ -712,13 +719,13 @@ TEST_P(StateDictPutOver, AnotherLayoutGivesTheStagedObjectsOfTheOldOneBack) {
   ASSERT_EQ(staged_on(store), kObjects);
   ASSERT_TRUE(put_over_the_channel(store, "sd", b, 5));
   EXPECT_EQ(staged_on(store), 0u);
-  ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().get_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
   ASSERT_TRUE(put_over_the_channel(store, "sd", b, 6));
   const auto staged = staged_on(store);
   EXPECT_GE(staged, kObjects);  // its manifest and buckets
   EXPECT_LT(staged, 999u);
-  ASSERT_OK(store.get_state_dict_into("sd", back.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().get_into("sd", back.sd).get(kWait));
   EXPECT_EQ(back.buf, b.buf);
 }
 
@@ -732,7 +739,7 @@ TEST_P(StateDictPutOver, AClosingClientGivesItsStagedObjectsBack) {
   // Its first put takes the actors (they pick its volume), then the channel.
   // Two state dicts: two stagings kept, given back in one request.
   for (const char* key : {"sd", "sd2"}) {
-    ASSERT_OK(client.put_state_dict(key, src.sd, three_buckets()).get(kWait));
+    ASSERT_OK(client.state_dicts().put(key, src.sd, three_buckets()).get(kWait));
     ASSERT_TRUE(put_over_the_channel(client, key, src, 1));
     ASSERT_TRUE(put_over_the_channel(client, key, src, 2));
   }
@@ -740,7 +747,7 @@ TEST_P(StateDictPutOver, AClosingClientGivesItsStagedObjectsBack) {
   client.close();
   EXPECT_EQ(staged_on(server), 0u) << "the staged objects outlived their client's store";
   for (const char* key : {"sd", "sd2"}) {
-    ASSERT_OK(server.get_state_dict_into(key, dst.sd).get(kWait));
+    ASSERT_OK(server.state_dicts().get_into(key, dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
 }
@@ -757,18 +764,18 @@ TEST_P(StateDictPutOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidN
   ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 1));
   ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 2));
   ASSERT_EQ(staged_on(writer), kObjects);
-  ASSERT_OK(other.put_state_dict("sd", theirs.sd, three_buckets()).get(kWait));
+  ASSERT_OK(other.state_dicts().put("sd", theirs.sd, three_buckets()).get(kWait));
   // Its first put of the layout, refused (it never saw the key), then put
   // unfenced: nothing staged ahead for it, a layout put once.
   EXPECT_EQ(staged_on(writer), kObjects);
   // Commits the controller was asked for (refused ones too).
-  auto commits = [&] { return writer.controller_counters().get(kWait)->notify_put_batch; };
+  auto commits = [&] { return writer.admin().controller_counters().get(kWait)->notify_put_batch; };
   const auto asked = commits();
   EXPECT_TRUE(put_over_the_channel(writer, "sd", src, 60)) << "not over the channel";
   EXPECT_EQ(commits(), asked + 2) << "not refused over a version it never saw, then put unfenced";
   for (Store* s : {&writer, &other}) {
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    ASSERT_OK(s->get_state_dict_into("sd", dst.sd).get(kWait));
+    ASSERT_OK(s->state_dicts().get_into("sd", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   }
   // The refused commit's objects staged ahead go back to the volume as the
@@ -777,7 +784,7 @@ TEST_P(StateDictPutOver, APutOverTheChannelNeverCommitsOverAVersionItsWriterDidN
       << staged_on(writer) << " objects staged";
   ASSERT_TRUE(put_over_the_channel(writer, "sd", src, 61));
   std::fill(dst.buf.begin(), dst.buf.end(), 0);
-  ASSERT_OK(other.get_state_dict_into("sd", dst.sd).get(kWait));
+  ASSERT_OK(other.state_dicts().get_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
 }
 
@@ -799,7 +806,7 @@ TEST_F(RingPut, APublishGoesOverTheRingWhileThePointerThisClientSawIsCurrent) {
     SCOPED_TRACE(int(v));
     EXPECT_EQ(publish_route(writer, [&] { ASSERT_EQ(publish(writer, v), v); }), "one request");
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    auto latest = other.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    auto latest = other.state_dicts().get_latest_into("w", dst.sd).get(kWait);
     ASSERT_OK(latest);
     EXPECT_EQ(*latest, v);
     EXPECT_EQ(dst.buf, src.buf);
@@ -811,7 +818,7 @@ TEST_F(RingPut, APublishGoesOverTheRingWhileThePointerThisClientSawIsCurrent) {
   // Not over a pointer it never saw: the actors read the pointer afresh.
   EXPECT_EQ(publish_route(writer, [&] { ASSERT_EQ(publish(writer, 60), 7u); }), "actors");
   EXPECT_EQ(publish_route(writer, [&] { ASSERT_EQ(publish(writer, 61), 8u); }), "one request");
-  auto latest = writer.get_latest_state_dict_into("w", dst.sd).get(kWait);
+  auto latest = writer.state_dicts().get_latest_into("w", dst.sd).get(kWait);
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, 8u);
   EXPECT_EQ(dst.buf, src.buf);
@@ -828,11 +835,11 @@ TEST_F(RingPut, APublishGoesOverTheRingWhileThePointerThisClientSawIsCurrent) {
   }
   ASSERT_TRUE(over_the_ring);
   ASSERT_EQ(publish(writer, 80), ++v);
-  ASSERT_EQ(*other.get_latest_state_dict_into("w", dst.sd).get(kWait), v);
+  ASSERT_EQ(*other.state_dicts().get_latest_into("w", dst.sd).get(kWait), v);
   EXPECT_EQ(dst.buf, src.buf);
   EXPECT_EQ(publish_route(other, [&] { ASSERT_EQ(publish(other, 81), ++v); }), "one request")
       << "a reader's publish did not take its ring";
-  latest = writer.get_latest_state_dict_into("w", dst.sd).get(kWait);
+  latest = writer.state_dicts().get_latest_into("w", dst.sd).get(kWait);
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, v);
   EXPECT_EQ(dst.buf, src.buf);
@@ -851,33 +858,37 @@ TEST_F(RingPut, ALatestReadAsksTheControllerOnlyOnceThePointerMoved) {
   ASSERT_TRUE(ring_open(writer, reader));
   ASSERT_TRUE(ring_open(writer, writer));
   Dict src(300, 4096, 1), dst(300, 4096, 0);
-  ASSERT_OK(writer.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait));
-  ASSERT_OK(reader.get_latest_state_dict_into("w", dst.sd).get(kWait));  // plans the layout
-  ASSERT_OK(writer.get_latest_state_dict_into("w", dst.sd).get(kWait));
+  ASSERT_OK(writer.state_dicts()
+                .publish("w", src.sd, PublishOptions::by_copy(2, three_buckets()))
+                .get(kWait));
+  ASSERT_OK(reader.state_dicts().get_latest_into("w", dst.sd).get(kWait));  // plans the layout
+  ASSERT_OK(writer.state_dicts().get_latest_into("w", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
-  auto locates = [&] { return writer.controller_counters().get(kWait)->locate; };
+  auto locates = [&] { return writer.admin().controller_counters().get(kWait)->locate; };
   // Reads `s`'s latest into dst: it must be version v, read directly after
   // `asked` requests to the controller.
   auto latest = [&](Store& s, std::uint64_t v, std::uint64_t asked) {
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    const auto direct = s.fast_path_stats().direct_state_dicts;
+    const auto direct = s.admin().fast_path_stats().direct_state_dicts;
     const auto before = locates();
-    auto got = s.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    auto got = s.state_dicts().get_latest_into("w", dst.sd).get(kWait);
     ASSERT_OK(got);
     EXPECT_EQ(*got, v);
     EXPECT_EQ(dst.buf, src.buf);
-    EXPECT_EQ(s.fast_path_stats().direct_state_dicts, direct + 1) << "not read directly";
+    EXPECT_EQ(s.admin().fast_path_stats().direct_state_dicts, direct + 1) << "not read directly";
     EXPECT_EQ(locates(), before + asked);
   };
   for (std::uint8_t v = 2; v < 6; ++v) {
     SCOPED_TRACE(int(v));
     std::fill(src.buf.begin(), src.buf.end(), v);
-    ASSERT_OK(writer.publish_state_dict("w", src.sd, 2, three_buckets()).get(kWait));
+    ASSERT_OK(writer.state_dicts()
+                  .publish("w", src.sd, PublishOptions::by_copy(2, three_buckets()))
+                  .get(kWait));
     latest(writer, v, 0);  // its own publish: it knows where everything lies
     latest(reader, v, 1);  // the pointer moved: one locate answers both
     latest(reader, v, 0);  // nothing moved: no request
     const auto before = locates();
-    EXPECT_EQ(*reader.latest_version("w").get(kWait), v);
+    EXPECT_EQ(*reader.state_dicts().latest("w").get(kWait), v);
     EXPECT_EQ(locates(), before);
   }
 }
@@ -899,7 +910,7 @@ TEST_P(StateDictPutOver, AWriterPuttingOverTheChannelNeverShowsReadersATornState
   EXPECT_GT(seen.reads, 0);
   EXPECT_GT(state_dict_puts(writer), before);
   Dict dst(kTensors, kBytesEach, 0);
-  ASSERT_OK(reader.get_state_dict_into("sd", dst.sd).get(kWait));
+  ASSERT_OK(reader.state_dicts().get_into("sd", dst.sd).get(kWait));
   EXPECT_EQ(dst.buf, src.buf);
 }
 
@@ -922,7 +933,7 @@ TEST_P(StateDictPutOver, APublishGoesOverTheChannelFromThePointerItLastSaw) {
   for (std::uint8_t v = 2; v < 5; ++v) {
     SCOPED_TRACE(int(v));
     EXPECT_EQ(publish_route(writer, [&] { ASSERT_EQ(publish(writer, v), v); }), "one request");
-    auto latest = other.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    auto latest = other.state_dicts().get_latest_into("w", dst.sd).get(kWait);
     ASSERT_OK(latest);
     EXPECT_EQ(*latest, v);
     EXPECT_EQ(dst.buf, src.buf);
@@ -933,7 +944,7 @@ TEST_P(StateDictPutOver, APublishGoesOverTheChannelFromThePointerItLastSaw) {
   EXPECT_EQ(publish_route(writer, [&] { ASSERT_EQ(publish(writer, 60), 6u); }), "actors");
   EXPECT_EQ(publish_route(writer, [&] { ASSERT_EQ(publish(writer, 61), 7u); }), "one request")
       << "not over the channel again";
-  auto latest = other.get_latest_state_dict_into("w", dst.sd).get(kWait);
+  auto latest = other.state_dicts().get_latest_into("w", dst.sd).get(kWait);
   ASSERT_OK(latest);
   EXPECT_EQ(*latest, 7u);
   EXPECT_EQ(dst.buf, src.buf);
@@ -954,16 +965,16 @@ TEST_P(StateDictPutOver, AStateDictLargerThanAKeptStagingTakesTheChannelToo) {
     SCOPED_TRACE(int(v));
     for (std::size_t i = 0; i < src.buf.size(); i += 4096) src.buf[i] = v;
     const auto before = state_dict_puts(writer);
-    ASSERT_OK(writer.put_state_dict("big", src.sd).get(kWait));
+    ASSERT_OK(writer.state_dicts().put("big", src.sd).get(kWait));
     EXPECT_EQ(state_dict_puts(writer), before + 1) << "not over the channel";
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    ASSERT_OK(reader.get_state_dict_into("big", dst.sd).get(kWait));
+    ASSERT_OK(reader.state_dicts().get_into("big", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
-    auto n = writer.publish_state_dict("w", src.sd, 1).get(kWait);
+    auto n = writer.state_dicts().publish("w", src.sd, PublishOptions::by_copy(1)).get(kWait);
     ASSERT_OK(n);
-    EXPECT_EQ(*n, v);
+    EXPECT_EQ(n->version(), v);
     std::fill(dst.buf.begin(), dst.buf.end(), 0);
-    auto latest = reader.get_latest_state_dict_into("w", dst.sd).get(kWait);
+    auto latest = reader.state_dicts().get_latest_into("w", dst.sd).get(kWait);
     ASSERT_OK(latest);
     EXPECT_EQ(*latest, v);
     EXPECT_EQ(dst.buf, src.buf);
@@ -982,14 +993,14 @@ TEST_P(StateDictPutOver, ClosingTheStoreEndsALargePutInFlight) {
   std::vector<std::uint8_t> first(16, 1);
   ASSERT_OK(client.put("first", bytes_view(first)).get(kWait));  // picks its volume
   Dict src(1, std::size_t{20} << 20, 7), dst(1, std::size_t{20} << 20, 0);
-  auto put = client.put_state_dict("big", src.sd);
+  auto put = client.state_dicts().put("big", src.sd);
   client.close();
   ASSERT_TRUE(put.ready()) << "close returned with the put still running";
   if (put.get(kWait).ok()) {
-    ASSERT_OK(server.get_state_dict_into("big", dst.sd).get(kWait));
+    ASSERT_OK(server.state_dicts().get_into("big", dst.sd).get(kWait));
     EXPECT_EQ(dst.buf, src.buf);
   } else {
-    EXPECT_ERROR(server.get_state_dict_into("big", dst.sd).get(kWait), Errc::not_found, "big");
+    EXPECT_ERROR(server.state_dicts().get_into("big", dst.sd).get(kWait), Errc::not_found, "big");
   }
 }
 

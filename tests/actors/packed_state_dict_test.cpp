@@ -86,15 +86,15 @@ TEST_P(PackedStateDict, ManySmallTensorsInSeveralBucketsArriveIntactVersionAfter
     for (auto& b : m.bytes) {
       for (auto& x : b) x = static_cast<std::uint8_t>(x * 31 + version + 1);
     }
-    ASSERT_OK(store().put_state_dict("model", m.sd(), options).get(kWait));
+    ASSERT_OK(store().state_dicts().put("model", m.sd(), options).get(kWait));
     EXPECT_TRUE(*store().exists("model#packed.1").get(kWait));
-    ASSERT_OK(store().get_state_dict_into("model", into.sd).get(kWait));
+    ASSERT_OK(store().state_dicts().get_into("model", into.sd).get(kWait));
     for (std::size_t i = 0; i < m.bytes.size(); ++i) {
       ASSERT_EQ(into.bytes[i], m.bytes[i]) << m.views[i].first << " version " << version;
     }
   }
   // Read by get_state_dict too (views into the buckets).
-  auto got = store().get_state_dict("model").get(kWait);
+  auto got = store().state_dicts().get("model").get(kWait);
   ASSERT_OK(got);
   for (std::size_t i = 0; i < m.bytes.size(); ++i) {
     const auto* e = got->find(m.views[i].first);
@@ -131,9 +131,9 @@ TEST_P(PackedStateDict, TheGapsBetweenPackedTensorsAreZeros) {
   StateDict before;
   ASSERT_OK(before.insert("full",
                           TensorView(full.data(), DType::uint8, {static_cast<std::int64_t>(end)})));
-  ASSERT_OK(store().put_state_dict("gaps", before).get(kWait));
+  ASSERT_OK(store().state_dicts().put("gaps", before).get(kWait));
   for (int round = 0; round < 3; ++round) {
-    ASSERT_OK(store().put_state_dict("gaps", round % 2 ? before : sd).get(kWait));
+    ASSERT_OK(store().state_dicts().put("gaps", round % 2 ? before : sd).get(kWait));
     if (round % 2) continue;
     auto blob = store().get("gaps#packed").get(kWait);
     ASSERT_OK(blob);
@@ -158,7 +158,7 @@ TEST_P(PackedStateDict, StridedAndConvertedPackedTensorsTakeTheScratchPath) {
   ASSERT_OK(sd.insert("plain", TensorView(plain.data(), DType::int32, {10})));
   StateDictPutOptions options;
   options.transfer_dtype = DType::bfloat16;
-  ASSERT_OK(store().put_state_dict("mixed", sd, options).get(kWait));
+  ASSERT_OK(store().state_dicts().put("mixed", sd, options).get(kWait));
 
   // Read: a strided destination, and a float32 one for a bfloat16 entry
   // (ReadOptions::cast), make the read unpack from a scratch copy.
@@ -171,9 +171,8 @@ TEST_P(PackedStateDict, StridedAndConvertedPackedTensorsTakeTheScratchPath) {
       "grid_t", TensorView(grid_back.data(), DType::bfloat16, {4, 6}).transpose(0, 1).value()));
   ASSERT_OK(into.insert("master", TensorView(master_back.data(), DType::float32, {100})));
   ASSERT_OK(into.insert("plain", TensorView(plain_back.data(), DType::int32, {10})));
-  ReadOptions cast;
-  cast.cast = true;
-  ASSERT_OK(store().get_state_dict_into("mixed", into, cast).get(kWait));
+  const auto cast = StateDictReadOptions::converting();
+  ASSERT_OK(store().state_dicts().get_into("mixed", into, cast).get(kWait));
   EXPECT_EQ(plain_back, plain);
   EXPECT_EQ(master_back, master);  // small integers survive bfloat16
   // grid_t[r][c] = grid[c][r]; the strided destination holds it so that
@@ -200,14 +199,14 @@ TEST_P(PackedStateDict, AReadThatGuessedAStaleLayoutEndsWithTheNewOne) {
   StateDict into;
   ASSERT_OK(into.insert("x", TensorView(xb.data(), DType::uint8, {4096})));
   ASSERT_OK(into.insert("y", TensorView(yb.data(), DType::uint8, {4096})));
-  ASSERT_OK(store().put_state_dict("swap", first).get(kWait));
-  ASSERT_OK(store().get_state_dict_into("swap", into).get(kWait));  // caches the layout
+  ASSERT_OK(store().state_dicts().put("swap", first).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("swap", into).get(kWait));  // caches the layout
   ASSERT_EQ(xb, x);
   ASSERT_EQ(yb, y);
   std::fill(x.begin(), x.end(), 3);
   std::fill(y.begin(), y.end(), 4);
-  ASSERT_OK(store().put_state_dict("swap", second).get(kWait));
-  ASSERT_OK(store().get_state_dict_into("swap", into).get(kWait));
+  ASSERT_OK(store().state_dicts().put("swap", second).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("swap", into).get(kWait));
   EXPECT_EQ(xb, x);
   EXPECT_EQ(yb, y);
 }
@@ -215,7 +214,7 @@ TEST_P(PackedStateDict, AReadThatGuessedAStaleLayoutEndsWithTheNewOne) {
 // The volumes' staged objects now (puts in flight, and objects staged
 // ahead for a client's next put).
 Result<std::uint64_t> staged_now(Store& store) {
-  auto stats = store.stats().get(kWait);
+  auto stats = store.admin().stats().get(kWait);
   if (!stats.ok()) return stats.status();
   std::uint64_t staged = 0;
   for (const auto& v : *stats) staged += v.staged;
@@ -256,24 +255,24 @@ TEST_P(PackedStateDict, RepeatedPutsOfOneLayoutReadBackIntactAndKeepOneStagedAhe
   options.pack_bucket_bytes = 256 << 10;  // several buckets, not streamed
   Model m(24, 7);
   Into into(m);
-  ASSERT_OK(store().put_state_dict("ahead", m.sd(), options).get(kWait));
+  ASSERT_OK(store().state_dicts().put("ahead", m.sd(), options).get(kWait));
   EXPECT_EQ(staged_reaches(store(), 0), 0u) << "one put keeps nothing staged";
   // The channel opens in the background once the client has reached its
   // volume (over tcp, a connection made on a copy-engine thread): the puts
   // below are the channel's only once it is there.
-  ASSERT_TRUE(testing::eventually([&] { return store().fast_path_stats().rings >= 1; }));
+  ASSERT_TRUE(testing::eventually([&] { return store().admin().fast_path_stats().rings >= 1; }));
   std::uint64_t ahead = 0;
   for (int version = 0; version < 5; ++version) {
     for (auto& b : m.bytes) {
       for (auto& x : b) x = static_cast<std::uint8_t>(x * 13 + version + 1);
     }
-    ASSERT_OK(store().put_state_dict("ahead", m.sd(), options).get(kWait));
+    ASSERT_OK(store().state_dicts().put("ahead", m.sd(), options).get(kWait));
     if (version == 0) {
       // Its manifest and buckets, staged again for the next put.
       ahead = objects_of(store(), "ahead");
       ASSERT_GE(ahead, 3u);
     }
-    ASSERT_OK(store().get_state_dict_into("ahead", into.sd).get(kWait));
+    ASSERT_OK(store().state_dicts().get_into("ahead", into.sd).get(kWait));
     for (std::size_t i = 0; i < m.bytes.size(); ++i) {
       ASSERT_EQ(into.bytes[i], m.bytes[i]) << m.views[i].first << " version " << version;
     }
@@ -282,10 +281,10 @@ TEST_P(PackedStateDict, RepeatedPutsOfOneLayoutReadBackIntactAndKeepOneStagedAhe
   // Another layout: what was staged ahead is given back, and the new
   // layout (put once) keeps nothing.
   Model other(10, 8);
-  ASSERT_OK(store().put_state_dict("ahead", other.sd(), options).get(kWait));
+  ASSERT_OK(store().state_dicts().put("ahead", other.sd(), options).get(kWait));
   EXPECT_EQ(staged_reaches(store(), 0), 0u);
   Into back(other);
-  ASSERT_OK(store().get_state_dict_into("ahead", back.sd).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("ahead", back.sd).get(kWait));
   for (std::size_t i = 0; i < other.bytes.size(); ++i) {
     ASSERT_EQ(back.bytes[i], other.bytes[i]) << other.views[i].first;
   }
@@ -304,8 +303,8 @@ TEST(StagedAhead, APutWritesIntoWhatThePutBeforeStagedSoRoomForTwoVersionsIsEnou
   {
     auto probe = Store::embedded();
     ASSERT_OK(probe);
-    ASSERT_OK(probe->put_state_dict("model", m.sd()).get(kWait));
-    auto stats = probe->stats().get(kWait);
+    ASSERT_OK(probe->state_dicts().put("model", m.sd()).get(kWait));
+    auto stats = probe->admin().stats().get(kWait);
     ASSERT_OK(stats);
     for (const auto& v : *stats) version_bytes += v.bytes_held;
     probe->close();
@@ -325,9 +324,9 @@ TEST(StagedAhead, APutWritesIntoWhatThePutBeforeStagedSoRoomForTwoVersionsIsEnou
     }
     // Puts back to back: each commit stages the next put's objects after
     // the controller retired the version before, in its memory.
-    ASSERT_OK(store->put_state_dict("model", m.sd()).get(kWait)) << "version " << version;
+    ASSERT_OK(store->state_dicts().put("model", m.sd()).get(kWait)) << "version " << version;
     if (version % 3 != 2) continue;
-    ASSERT_OK(store->get_state_dict_into("model", into.sd).get(kWait));
+    ASSERT_OK(store->state_dicts().get_into("model", into.sd).get(kWait));
     for (std::size_t i = 0; i < m.bytes.size(); ++i) {
       ASSERT_EQ(into.bytes[i], m.bytes[i]) << "version " << version;
     }
@@ -339,8 +338,8 @@ TEST(StagedAhead, APutWritesIntoWhatThePutBeforeStagedSoRoomForTwoVersionsIsEnou
   for (auto& v : b.bytes) {
     for (auto& x : v) x = static_cast<std::uint8_t>(x ^ 0xFF);
   }
-  auto put_a = store->put_state_dict("model", a.sd());
-  auto put_b = store->put_state_dict("model", b.sd());
+  auto put_a = store->state_dicts().put("model", a.sd());
+  auto put_b = store->state_dicts().put("model", b.sd());
   for (auto* p : {&put_a, &put_b}) {
     auto r = p->get(kWait);
     // Two versions in flight beside the committed one may not fit.
@@ -348,7 +347,7 @@ TEST(StagedAhead, APutWritesIntoWhatThePutBeforeStagedSoRoomForTwoVersionsIsEnou
       EXPECT_EQ(r.status().code(), Errc::out_of_capacity) << r.status().to_string();
     }
   }
-  ASSERT_OK(store->get_state_dict_into("model", into.sd).get(kWait));
+  ASSERT_OK(store->state_dicts().get_into("model", into.sd).get(kWait));
   EXPECT_TRUE(into.bytes == a.bytes || into.bytes == b.bytes || into.bytes == m.bytes);
   store->close();
 }
@@ -360,22 +359,22 @@ TEST(StagedAhead, StateDictsOverTheLimitOrPutOnceKeepNone) {
   std::vector<std::uint8_t> big(20 << 20, 0x5A);
   StateDict large;
   ASSERT_OK(large.insert("w", TensorView(big.data(), DType::uint8, {20 << 20})));
-  ASSERT_OK(store->put_state_dict("large", large).get(kWait));
+  ASSERT_OK(store->state_dicts().put("large", large).get(kWait));
   // The ring opens in the background once the client reached its volume.
-  ASSERT_TRUE(testing::eventually([&] { return store->fast_path_stats().rings >= 1; }));
-  for (int i = 0; i < 2; ++i) ASSERT_OK(store->put_state_dict("large", large).get(kWait));
+  ASSERT_TRUE(testing::eventually([&] { return store->admin().fast_path_stats().rings >= 1; }));
+  for (int i = 0; i < 2; ++i) ASSERT_OK(store->state_dicts().put("large", large).get(kWait));
   EXPECT_EQ(staged_reaches(*store, 0), 0u);
   // Many keys, each put once (checkpoints by step, say): none.
   Model m(20, 9);
   for (int i = 0; i < 6; ++i) {
-    ASSERT_OK(store->put_state_dict("step" + std::to_string(i), m.sd()).get(kWait));
+    ASSERT_OK(store->state_dicts().put("step" + std::to_string(i), m.sd()).get(kWait));
   }
   EXPECT_EQ(staged_reaches(*store, 0), 0u);
   // Many keys put again and again: four staged ahead at most (the least
   // recently used given back).
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 6; ++i) {
-      ASSERT_OK(store->put_state_dict("step" + std::to_string(i), m.sd()).get(kWait));
+      ASSERT_OK(store->state_dicts().put("step" + std::to_string(i), m.sd()).get(kWait));
     }
   }
   auto staged = staged_now(*store);
@@ -385,7 +384,7 @@ TEST(StagedAhead, StateDictsOverTheLimitOrPutOnceKeepNone) {
   EXPECT_EQ(staged_reaches(*store, 4 * each), 4 * each);
   // The keys read back intact after all that.
   Into into(m);
-  ASSERT_OK(store->get_state_dict_into("step5", into.sd).get(kWait));
+  ASSERT_OK(store->state_dicts().get_into("step5", into.sd).get(kWait));
   for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
   store->close();
 }
@@ -400,20 +399,20 @@ TEST(StagedAhead, AClosingClientGivesWhatItStagedAheadBack) {
   ASSERT_OK(server);
   StoreOptions co;
   co.host_volumes = false;
-  auto client = Store::connect(server->address(), co);
+  auto client = Store::connect(server->admin().address(), co);
   ASSERT_OK(client);
   Model m(30, 5);
-  ASSERT_OK(client->put_state_dict("model", m.sd()).get(kWait));
+  ASSERT_OK(client->state_dicts().put("model", m.sd()).get(kWait));
   // The client's ring opens in the background once it reached the volume.
-  ASSERT_TRUE(testing::eventually([&] { return client->fast_path_stats().rings >= 1; }));
-  for (int i = 0; i < 2; ++i) ASSERT_OK(client->put_state_dict("model", m.sd()).get(kWait));
+  ASSERT_TRUE(testing::eventually([&] { return client->admin().fast_path_stats().rings >= 1; }));
+  for (int i = 0; i < 2; ++i) ASSERT_OK(client->state_dicts().put("model", m.sd()).get(kWait));
   const std::uint64_t ahead = objects_of(*server, "model");
   ASSERT_EQ(staged_reaches(*server, ahead), ahead) << "the client's next put's, on the server";
   client->close();
   EXPECT_EQ(staged_reaches(*server, 0), 0u) << "staged objects outlived their client's store";
   // The key is intact for other readers.
   Into into(m);
-  ASSERT_OK(server->get_state_dict_into("model", into.sd).get(kWait));
+  ASSERT_OK(server->state_dicts().get_into("model", into.sd).get(kWait));
   for (std::size_t i = 0; i < m.bytes.size(); ++i) ASSERT_EQ(into.bytes[i], m.bytes[i]);
   server->close();
 }
@@ -459,8 +458,8 @@ TEST(PutLayout, TheKeptLayoutIsUsedOnlyWhenEveryEntryMatches) {
     ASSERT_OK(sd.insert("b", TensorView(b.data(), DType::float32, v.b_shape)));
     ASSERT_OK(sd.insert("c", TensorView(c.data(), v.c_dtype, {50})));
     ASSERT_OK(sd.insert("step", v.step));
-    ASSERT_OK(store->put_state_dict("m", sd, v.options).get(kWait)) << v.what;
-    auto got = store->get_state_dict("m").get(kWait);
+    ASSERT_OK(store->state_dicts().put("m", sd, v.options).get(kWait)) << v.what;
+    auto got = store->state_dicts().get("m").get(kWait);
     ASSERT_OK(got) << v.what;
     ASSERT_EQ(got->entries().size(), 4u) << v.what;
     const DType stored = v.options.transfer_dtype ? DType::bfloat16 : DType::float32;

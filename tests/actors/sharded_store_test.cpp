@@ -61,7 +61,7 @@ void put_all(Store& store, const std::string& key, const Tensor& whole, const Pl
   for (std::int64_t r = 0; r < put.world_size(); ++r) {
     auto slice = put.slice_for(whole.shape(), r).value();
     auto shard = cut(whole, slice);
-    ASSERT_OK(store.put(key, shard.view(), whole.shape(), put, r).get(kWait));
+    ASSERT_OK(store.put(key, shard.view(), PutOptions::shard(whole.shape(), put, r)).get(kWait));
     EXPECT_EQ(*store.exists(key).get(kWait), r + 1 == put.world_size()) << "after rank " << r;
   }
 }
@@ -97,7 +97,7 @@ TEST(ShardedStore, ReshardsBetweenPlacements) {
       put_all(store, key, whole, put);
       for (std::int64_t r = 0; r < get.world_size(); ++r) {
         const auto slice = get.slice_for(shape, r).value();
-        auto got = store.get(key, slice).get(kWait);
+        auto got = store.get(key, ReadOptions::box(slice)).get(kWait);
         ASSERT_OK(got);
         EXPECT_TRUE(same(*got, cut(whole, slice))) << "rank " << r;
       }
@@ -122,7 +122,7 @@ TEST(ShardedStore, LargeShardsMoveThroughEveryTransport) {
     for (std::int64_t r = 0; r < cols.world_size(); ++r) {
       const auto slice = cols.slice_for(whole.shape(), r).value();
       auto dst = Tensor::zeros(DType::float32, slice.local_shape()).value();
-      ASSERT_OK(store.get_into("w", dst.view(), slice).get(kWait));
+      ASSERT_OK(store.get_into("w", dst.view(), ReadOptions::box(slice)).get(kWait));
       EXPECT_TRUE(same(dst, cut(whole, slice))) << "rank " << r;
     }
   }
@@ -137,18 +137,18 @@ TEST(ShardedStore, SlicesInsideOneShardAndAcrossShards) {
                         TensorSlice::make({100, 100}, {0, 0}, {1, 100}).value(),      // one row
                         TensorSlice::make({100, 100}, {99, 99}, {1, 1}).value(),      // one element
                         TensorSlice::make({100, 100}, {50, 0}, {0, 100}).value()}) {  // empty
-    auto got = store.get("big", s).get(kWait);
+    auto got = store.get("big", ReadOptions::box(s)).get(kWait);
     ASSERT_OK(got);
     EXPECT_TRUE(same(*got, cut(whole, s))) << s.to_string();
   }
   // Into a caller's buffer, contiguous or strided.
   const auto s = TensorSlice::make({100, 100}, {45, 45}, {10, 10}).value();
   auto dst = Tensor::zeros(DType::float32, {10, 10}).value();
-  ASSERT_OK(store.get_into("big", dst.view(), s).get(kWait));
+  ASSERT_OK(store.get_into("big", dst.view(), ReadOptions::box(s)).get(kWait));
   EXPECT_TRUE(same(dst, cut(whole, s)));
   auto wide = Tensor::zeros(DType::float32, {10, 20}).value();
   const TensorView strided(wide.data(), DType::float32, {10, 10}, {20, 2});
-  ASSERT_OK(store.get_into("big", strided, s).get(kWait));
+  ASSERT_OK(store.get_into("big", strided, ReadOptions::box(s)).get(kWait));
   EXPECT_EQ(wide.data_as<float>()[0], whole.data_as<float>()[45 * 100 + 45]);
   EXPECT_EQ(wide.data_as<float>()[2], whole.data_as<float>()[45 * 100 + 46]);
   EXPECT_EQ(wide.data_as<float>()[1], 0.0f);
@@ -159,27 +159,27 @@ TEST(ShardedStore, APartialKeyNamesWhatIsMissingAndANewVersionReplacesTheOldWhol
   const Tensor v1 = reference({4, 6});
   const auto rows = Placement::make({2}, {P::shard(0)}).value();
   auto top = rows.slice_for({4, 6}, 0).value();
-  ASSERT_OK(store.put("k", cut(v1, top).view(), top).get(kWait));
+  ASSERT_OK(store.put("k", cut(v1, top).view(), PutOptions::box(top)).get(kWait));
   EXPECT_FALSE(*store.exists("k").get(kWait));
   EXPECT_ERROR(store.get("k").get(kWait), Errc::partially_committed,
                "'k' is partially committed: its shards cover 12 of 24 elements of [4, 6]; "
                "missing [2:4, 0:6]");
   auto bottom = rows.slice_for({4, 6}, 1).value();
-  ASSERT_OK(store.put("k", cut(v1, bottom).view(), bottom).get(kWait));
+  ASSERT_OK(store.put("k", cut(v1, bottom).view(), PutOptions::box(bottom)).get(kWait));
   EXPECT_TRUE(same(*store.get("k").get(kWait), v1));
 
   // A second version: readers keep seeing the first until it is complete.
   Tensor v2 = reference({4, 6});
   for (std::int64_t i = 0; i < v2.numel(); ++i) v2.data_as<float>()[i] += 1000;
-  ASSERT_OK(store.put("k", cut(v2, top).view(), top).get(kWait));
+  ASSERT_OK(store.put("k", cut(v2, top).view(), PutOptions::box(top)).get(kWait));
   EXPECT_TRUE(same(*store.get("k").get(kWait), v1));
-  ASSERT_OK(store.put("k", cut(v2, bottom).view(), bottom).get(kWait));
+  ASSERT_OK(store.put("k", cut(v2, bottom).view(), PutOptions::box(bottom)).get(kWait));
   EXPECT_TRUE(same(*store.get("k").get(kWait), v2));
 
   // Removing a key drops a sharded put in progress too.
-  ASSERT_OK(store.put("p", cut(v1, top).view(), top).get(kWait));
+  ASSERT_OK(store.put("p", cut(v1, top).view(), PutOptions::box(top)).get(kWait));
   ASSERT_OK(store.remove("p").get(kWait));
-  ASSERT_OK(store.put("p", cut(v1, bottom).view(), bottom).get(kWait));
+  ASSERT_OK(store.put("p", cut(v1, bottom).view(), PutOptions::box(bottom)).get(kWait));
   EXPECT_ERROR(store.get("p").get(kWait), Errc::partially_committed, "missing [0:2, 0:6]");
 }
 
@@ -192,7 +192,9 @@ TEST(ShardedStore, ReplicasInAnyOrderNeverMixTwoVersions) {
   Tensor v1 = reference({4, 3}), v2 = reference({4, 3});
   for (std::int64_t i = 0; i < v2.numel(); ++i) v2.data_as<float>()[i] += 100;
   auto put = [&](const Tensor& t, std::int64_t r) {
-    return store.put("k", cut(t, p.slice_for({4, 3}, r).value()).view(), {4, 3}, p, r).get(kWait);
+    return store
+        .put("k", cut(t, p.slice_for({4, 3}, r).value()).view(), PutOptions::shard({4, 3}, p, r))
+        .get(kWait);
   };
   ASSERT_OK(put(v1, 0));
   ASSERT_OK(put(v1, 1));
@@ -214,36 +216,39 @@ TEST(ShardedStore, DisagreementsAndBadSlicesAreRefused) {
   auto store = Store::embedded().value();
   const Tensor a = reference({4, 4});
   auto top = TensorSlice::make({4, 4}, {0, 0}, {2, 4}).value();
-  ASSERT_OK(store.put("k", cut(a, top).view(), top).get(kWait));
+  ASSERT_OK(store.put("k", cut(a, top).view(), PutOptions::box(top)).get(kWait));
   // Another rank with another global shape.
   auto other = TensorSlice::make({4, 8}, {2, 0}, {2, 8}).value();
   auto wide = reference({2, 8});
-  EXPECT_ERROR(store.put("k", wide.view(), other).get(kWait), Errc::shape_mismatch,
+  EXPECT_ERROR(store.put("k", wide.view(), PutOptions::box(other)).get(kWait), Errc::shape_mismatch,
                "ranks disagree on the global shape of 'k': [4, 4] and [4, 8]");
   // Another dtype.
   auto bottom = TensorSlice::make({4, 4}, {2, 0}, {2, 4}).value();
   std::vector<double> d(8, 1.0);
-  EXPECT_ERROR(store.put("k", TensorView::of(d.data(), {2, 4}), bottom).get(kWait),
+  EXPECT_ERROR(store.put("k", TensorView::of(d.data(), {2, 4}), PutOptions::box(bottom)).get(kWait),
                Errc::dtype_mismatch, "ranks disagree on the dtype of 'k': float32 and float64");
   // A box overlapping a stored one without being the same box.
   auto middle = TensorSlice::make({4, 4}, {1, 0}, {2, 4}).value();
-  EXPECT_ERROR(store.put("k", cut(a, middle).view(), middle).get(kWait), Errc::invalid_argument,
-               "overlaps shard [0:2, 0:4]");
+  EXPECT_ERROR(store.put("k", cut(a, middle).view(), PutOptions::box(middle)).get(kWait),
+               Errc::invalid_argument, "overlaps shard [0:2, 0:4]");
   // A box put twice for one version (one copy per version with a slice).
-  EXPECT_ERROR(store.put("k", cut(a, top).view(), top).get(kWait), Errc::invalid_argument,
+  EXPECT_ERROR(store.put("k", cut(a, top).view(), PutOptions::box(top)).get(kWait),
+               Errc::invalid_argument,
                "shard [0:2, 0:4] of [4, 4] is in already (1 of 1 replicas)");
   // A shard whose shape is not its slice's.
-  EXPECT_ERROR(store.put("k", reference({3, 4}).view(), bottom).get(kWait), Errc::shape_mismatch,
+  EXPECT_ERROR(store.put("k", reference({3, 4}).view(), PutOptions::box(bottom)).get(kWait),
+               Errc::shape_mismatch,
                "the shard has shape [3, 4], its slice [2:4, 0:4] of [4, 4] needs [2, 4]");
   // The refused shards changed nothing: the right one still completes it.
-  ASSERT_OK(store.put("k", cut(a, bottom).view(), bottom).get(kWait));
+  ASSERT_OK(store.put("k", cut(a, bottom).view(), PutOptions::box(bottom)).get(kWait));
   EXPECT_TRUE(same(*store.get("k").get(kWait), a));
   // A slice outside the key's global shape.
-  EXPECT_ERROR(store.get("k", TensorSlice::make({8, 8}, {0, 0}, {1, 1}).value()).get(kWait),
+  EXPECT_ERROR(store.get("k", ReadOptions::box(TensorSlice::make({8, 8}, {0, 0}, {1, 1}).value()))
+                   .get(kWait),
                Errc::out_of_range, "is not in its global shape [4, 4]");
   auto small = Tensor::zeros(DType::float32, {1, 1}).value();
-  EXPECT_ERROR(store.get_into("k", small.view(), top).get(kWait), Errc::shape_mismatch,
-               "slice [2, 4], destination [1, 1]");
+  EXPECT_ERROR(store.get_into("k", small.view(), ReadOptions::box(top)).get(kWait),
+               Errc::shape_mismatch, "slice [2, 4], destination [1, 1]");
 }
 
 // -- sharded state dicts ---------------------------------------------------------
@@ -318,7 +323,8 @@ void expect_reads_as(Store& store, const std::string& key, const Model& m, std::
     ASSERT_OK(sd.insert(name, Tensor::zeros(DType::float32, box.local_shape()).value()));
   }
   ASSERT_OK(sd.insert("step", Value::int64(-1)));
-  ASSERT_OK(store.get_state_dict_into(key, sd, boxes).get(kWait));
+  ASSERT_OK(
+      store.state_dicts().get_into(key, sd, StateDictReadOptions::of_boxes(boxes)).get(kWait));
   for (const auto& [name, t] : want) {
     const auto* e = sd.find(name);
     EXPECT_TRUE(same(e->owned, t)) << name << " on reader rank " << rank;
@@ -327,7 +333,7 @@ void expect_reads_as(Store& store, const std::string& key, const Model& m, std::
 }
 
 void expect_whole(Store& store, const std::string& key, const Model& m) {
-  auto got = store.get_state_dict(key).get(kWait);
+  auto got = store.state_dicts().get(key).get(kWait);
   ASSERT_OK(got);
   for (const auto& [name, t] : m.whole) {
     const auto* e = got->find(name);
@@ -345,12 +351,12 @@ TEST(ShardedStateDict, PutByOneMeshIsReadByAnotherWithOtherShapes) {
     const std::int64_t rank = (r * 3 + 3) % 4;
     Part p = part_of(v1, rank);
     // Each rank's part is one commit over its channel.
-    const auto before = store.fast_path_stats().state_dict_puts;
-    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
-    EXPECT_EQ(store.fast_path_stats().state_dict_puts, before + 1) << "rank " << rank;
+    const auto before = store.admin().fast_path_stats().state_dict_puts;
+    ASSERT_OK(store.state_dicts().put_sharded("m", p.sd, p.layout, rank).get(kWait));
+    EXPECT_EQ(store.admin().fast_path_stats().state_dict_puts, before + 1) << "rank " << rank;
     EXPECT_EQ(*store.exists("m").get(kWait), r == 3) << "after rank " << rank;
     if (r < 3) {
-      EXPECT_ERROR(store.get_state_dict("m").get(kWait), Errc::partially_committed,
+      EXPECT_ERROR(store.state_dicts().get("m").get(kWait), Errc::partially_committed,
                    "'m' is partially committed: it is sharded state dict 'm', which commits once "
                    "all its 7 keys are complete; ");
       EXPECT_ERROR(store.get("m/embed").get(kWait), Errc::partially_committed,
@@ -367,7 +373,7 @@ TEST(ShardedStateDict, PutByOneMeshIsReadByAnotherWithOtherShapes) {
   v2.placement.erase("tiny");
   for (std::int64_t rank = 0; rank < 4; ++rank) {
     Part p = part_of(v2, rank);
-    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    ASSERT_OK(store.state_dicts().put_sharded("m", p.sd, p.layout, rank).get(kWait));
     if (rank < 3) expect_whole(store, "m", v1);
   }
   expect_whole(store, "m", v2);
@@ -386,7 +392,7 @@ TEST(ShardedStateDict, PlainStateDictsAreReadByBoxesToo) {
   StateDict sd;
   for (const auto& [name, t] : m.whole) ASSERT_OK(sd.insert(name, t.view()));
   ASSERT_OK(sd.insert("step", Value::int64(m.step)));
-  ASSERT_OK(store.put_state_dict("plain", sd).get(kWait));
+  ASSERT_OK(store.state_dicts().put("plain", sd).get(kWait));
   for (std::int64_t r = 0; r < 4; ++r) expect_reads_as(store, "plain", m, r);
 }
 
@@ -394,19 +400,19 @@ TEST(ShardedStateDict, DisagreementsAndBadLayoutsAreRefusedWithNothingVisible) {
   auto store = Store::embedded().value();
   const Model m = model(0, 1);
   Part p0 = part_of(m, 0);
-  ASSERT_OK(store.put_sharded_state_dict("m", p0.sd, p0.layout, 0).get(kWait));
+  ASSERT_OK(store.state_dicts().put_sharded("m", p0.sd, p0.layout, 0).get(kWait));
 
   // A rank with an entry the others lack.
   Part extra = part_of(m, 1);
   ASSERT_OK(extra.sd.insert("extra", Tensor::zeros(DType::float32, {200, 200}).value()));
-  EXPECT_ERROR(store.put_sharded_state_dict("m", extra.sd, extra.layout, 1).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", extra.sd, extra.layout, 1).get(kWait),
                Errc::invalid_argument,
                "ranks disagree on its entries: keys only earlier ranks put: none; keys only this "
                "rank puts: 'm/extra'");
   // A rank whose global shape of an entry differs (its layout differs).
   Part shape = part_of(m, 1);
   shape.layout.at("proj").slice = TensorSlice::make({6, 16}, {0, 3}, {6, 3}).value();
-  EXPECT_ERROR(store.put_sharded_state_dict("m", shape.sd, shape.layout, 1).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", shape.sd, shape.layout, 1).get(kWait),
                Errc::invalid_argument, "ranks disagree on its layout");
   // A replica whose bytes differ from rank 0's.
   Part odd = part_of(m, 1);
@@ -422,28 +428,28 @@ TEST(ShardedStateDict, DisagreementsAndBadLayoutsAreRefusedWithNothingVisible) {
       ASSERT_OK(odd_sd.insert(e.name, *e.value));
     }
   }
-  EXPECT_ERROR(store.put_sharded_state_dict("m", odd_sd, odd.layout, 1).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", odd_sd, odd.layout, 1).get(kWait),
                Errc::invalid_argument,
                "put shard of 'm/head': replicas of shard [0:64, 0:300] of [64, 300] hold "
                "different bytes");
   // Bad input caught before anything moves.
   Part bad = part_of(m, 2);
   bad.layout.at("embed").slice = TensorSlice::make({10, 8}, {0, 0}, {2, 8}).value();
-  EXPECT_ERROR(store.put_sharded_state_dict("m", bad.sd, bad.layout, 2).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", bad.sd, bad.layout, 2).get(kWait),
                Errc::shape_mismatch,
                "entry 'embed' has shape [3, 8], its slice [0:2, 0:8] of [10, 8] needs [2, 8]");
   Part ghost = part_of(m, 2);
   ghost.layout.emplace("ghost", RankShard{TensorSlice::full({2}), 1});
-  EXPECT_ERROR(store.put_sharded_state_dict("m", ghost.sd, ghost.layout, 2).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", ghost.sd, ghost.layout, 2).get(kWait),
                Errc::invalid_argument, "the layout names 'ghost', no entry of the state dict");
-  EXPECT_ERROR(store.put_sharded_state_dict("m", p0.sd, p0.layout, -1).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", p0.sd, p0.layout, -1).get(kWait),
                Errc::invalid_argument, "rank must be >= 0, got -1");
   EXPECT_FALSE(*store.exists("m").get(kWait));
 
   // The refusals changed nothing: the right ranks complete it.
   for (std::int64_t rank = 1; rank < 4; ++rank) {
     Part p = part_of(m, rank);
-    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    ASSERT_OK(store.state_dicts().put_sharded("m", p.sd, p.layout, rank).get(kWait));
   }
   expect_whole(store, "m", m);
 
@@ -455,15 +461,19 @@ TEST(ShardedStateDict, DisagreementsAndBadLayoutsAreRefusedWithNothingVisible) {
   ASSERT_OK(sd.insert("step", Value::int64(0)));
   const std::map<std::string, TensorSlice> outside = {
       {"embed", TensorSlice::make({20, 8}, {0, 0}, {10, 8}).value()}};
-  EXPECT_ERROR(store.get_state_dict_into("m", sd, outside).get(kWait), Errc::shape_mismatch,
-               "embed (stored [10, 8], box [0:10, 0:8] of [20, 8])");
+  EXPECT_ERROR(
+      store.state_dicts().get_into("m", sd, StateDictReadOptions::of_boxes(outside)).get(kWait),
+      Errc::shape_mismatch, "embed (stored [10, 8], box [0:10, 0:8] of [20, 8])");
   const std::map<std::string, TensorSlice> smaller = {
       {"embed", TensorSlice::make({10, 8}, {0, 0}, {5, 8}).value()}};
-  EXPECT_ERROR(store.get_state_dict_into("m", sd, smaller).get(kWait), Errc::shape_mismatch,
-               "embed (box [0:5, 0:8] of [10, 8] has shape [5, 8], destination [10, 8])");
+  EXPECT_ERROR(
+      store.state_dicts().get_into("m", sd, StateDictReadOptions::of_boxes(smaller)).get(kWait),
+      Errc::shape_mismatch,
+      "embed (box [0:5, 0:8] of [10, 8] has shape [5, 8], destination [10, 8])");
   const std::map<std::string, TensorSlice> on_value = {{"step", TensorSlice::full({1})}};
-  EXPECT_ERROR(store.get_state_dict_into("m", sd, on_value).get(kWait), Errc::invalid_argument,
-               "step (a box for a value)");
+  EXPECT_ERROR(
+      store.state_dicts().get_into("m", sd, StateDictReadOptions::of_boxes(on_value)).get(kWait),
+      Errc::invalid_argument, "step (a box for a value)");
 }
 
 TEST(ShardedStateDict, RemoveDropsAPutThatWillNeverComplete) {
@@ -473,15 +483,15 @@ TEST(ShardedStateDict, RemoveDropsAPutThatWillNeverComplete) {
   const Model m = model(0, 3);
   for (std::int64_t rank : {0, 1}) {
     Part p = part_of(m, rank);
-    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    ASSERT_OK(store.state_dicts().put_sharded("m", p.sd, p.layout, rank).get(kWait));
   }
   Part again = part_of(m, 1);
-  EXPECT_ERROR(store.put_sharded_state_dict("m", again.sd, again.layout, 1).get(kWait),
+  EXPECT_ERROR(store.state_dicts().put_sharded("m", again.sd, again.layout, 1).get(kWait),
                Errc::invalid_argument, "is in already");
   ASSERT_OK(store.remove("m").get(kWait));
   for (std::int64_t rank = 0; rank < 4; ++rank) {
     Part p = part_of(m, rank);
-    ASSERT_OK(store.put_sharded_state_dict("m", p.sd, p.layout, rank).get(kWait));
+    ASSERT_OK(store.state_dicts().put_sharded("m", p.sd, p.layout, rank).get(kWait));
   }
   expect_whole(store, "m", m);
 }
@@ -492,8 +502,9 @@ TEST(ShardedStore, ReplicasWithDifferentBytesAreRefused) {
   const Tensor a = reference({4, 4});
   Tensor b = reference({4, 4});
   b.data_as<float>()[15] = 0.5f;
-  ASSERT_OK(store.put("k", a.view(), {4, 4}, p, 0).get(kWait));
-  EXPECT_ERROR(store.put("k", b.view(), {4, 4}, p, 1).get(kWait), Errc::invalid_argument,
+  ASSERT_OK(store.put("k", a.view(), PutOptions::shard({4, 4}, p, 0)).get(kWait));
+  EXPECT_ERROR(store.put("k", b.view(), PutOptions::shard({4, 4}, p, 1)).get(kWait),
+               Errc::invalid_argument,
                "replicas of shard [0:4, 0:4] of [4, 4] hold different bytes");
   // A strided view of the same bytes is the same replica.
   Tensor wide = reference({4, 8});
@@ -501,7 +512,7 @@ TEST(ShardedStore, ReplicasWithDifferentBytesAreRefused) {
     for (int c = 0; c < 4; ++c) wide.data_as<float>()[r * 8 + c] = a.data_as<float>()[r * 4 + c];
   }
   TensorView strided(wide.data(), DType::float32, {4, 4}, {8, 1});
-  ASSERT_OK(store.put("k", strided, {4, 4}, p, 1).get(kWait));
+  ASSERT_OK(store.put("k", strided, PutOptions::shard({4, 4}, p, 1)).get(kWait));
   EXPECT_TRUE(same(*store.get("k").get(kWait), a));
 }
 

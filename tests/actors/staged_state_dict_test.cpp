@@ -56,14 +56,14 @@ void fill(StateDict& sd, int step) {
 
 std::uint64_t staged_objects(Store& store) {
   std::uint64_t n = 0;
-  const auto stats = store.stats().get(kWait).value();
+  const auto stats = store.admin().stats().get(kWait).value();
   for (const auto& v : stats) n += v.staged;
   return n;
 }
 
 TEST(StagedStateDictTest, FilledInPlaceThenCommittedWithOneControlMessage) {
   auto store = Store::embedded().value();
-  auto staged = store.stage_state_dict("ckpt", specs()).get(kWait);
+  auto staged = store.state_dicts().stage("ckpt", specs()).get(kWait);
   ASSERT_OK(staged);
   EXPECT_TRUE(staged->zero_copy());
   EXPECT_EQ(staged->key(), "ckpt");
@@ -72,20 +72,20 @@ TEST(StagedStateDictTest, FilledInPlaceThenCommittedWithOneControlMessage) {
   fill(staged->state_dict(), 1);
   ASSERT_OK(staged->state_dict().insert("step", Value::int64(41)));
 
-  auto before = store.controller_counters().get(kWait).value();
-  const auto channel_commits = store.fast_path_stats().state_dict_puts;
+  auto before = store.admin().controller_counters().get(kWait).value();
+  const auto channel_commits = store.admin().fast_path_stats().state_dict_puts;
   auto committed = staged->commit().get(kWait);
   ASSERT_OK(committed);
   EXPECT_EQ(*committed, 0u);
-  auto after = store.controller_counters().get(kWait).value();
+  auto after = store.admin().controller_counters().get(kWait).value();
   EXPECT_EQ(after.notify_put_batch - before.notify_put_batch, 1u);
   EXPECT_EQ(after.notify_put - before.notify_put, 0u);
   // That message: the commit request over the client's channel, naming the
   // objects written in place (the manifest and the value inline).
-  EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_commits + 1);
+  EXPECT_EQ(store.admin().fast_path_stats().state_dict_puts, channel_commits + 1);
   EXPECT_EQ(staged_objects(store), 0u);
 
-  auto got = store.get_state_dict("ckpt").get(kWait);
+  auto got = store.state_dicts().get("ckpt").get(kWait);
   ASSERT_OK(got);
   EXPECT_TRUE(holds(*got, 1));
   ASSERT_EQ(got->size(), 5u);
@@ -109,20 +109,20 @@ TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
   auto store = Store::embedded().value();
   std::set<std::string> steady, later;
   for (int v = 1; v <= 6; ++v) {
-    auto staged = store.stage_publish("weights", specs()).get(kWait);
+    auto staged = store.state_dicts().stage_publish("weights", specs()).get(kWait);
     ASSERT_OK(staged);
     EXPECT_EQ(staged->key(), "weights/v" + std::to_string(v));
     fill(staged->state_dict(), v);
-    const auto channel_puts = store.fast_path_stats().puts;
-    const auto channel_commits = store.fast_path_stats().state_dict_puts;
+    const auto channel_puts = store.admin().fast_path_stats().puts;
+    const auto channel_commits = store.admin().fast_path_stats().state_dict_puts;
     auto version = staged->commit().get(kWait);
     ASSERT_OK(version);
     EXPECT_EQ(*version, static_cast<std::uint64_t>(v));
     // The version, written in place: one commit over the channel; then the
     // pointer's move and the retirement: one more (counted as a put of one
     // key, the pointer).
-    EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_commits + 1);
-    EXPECT_EQ(store.fast_path_stats().puts, channel_puts + 1);
+    EXPECT_EQ(store.admin().fast_path_stats().state_dict_puts, channel_commits + 1);
+    EXPECT_EQ(store.admin().fast_path_stats().puts, channel_puts + 1);
     auto names = transports::shm::own_segments();
     if (v == 3) steady = std::set<std::string>(names.begin(), names.end());
     if (v == 6) later = std::set<std::string>(names.begin(), names.end());
@@ -139,7 +139,7 @@ TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
     bufs.push_back(Tensor::zeros(s.dtype, s.shape).value());
     ASSERT_OK(dst.insert(s.name, bufs.back()));
   }
-  auto read = store.get_latest_state_dict_into("weights", dst).get(kWait);
+  auto read = store.state_dicts().get_latest_into("weights", dst).get(kWait);
   ASSERT_OK(read);
   EXPECT_EQ(*read, 6u);
   EXPECT_TRUE(holds(dst, 6));
@@ -148,7 +148,7 @@ TEST(StagedStateDictTest, PublishedVersionsReuseTheRetiredOnesSegments) {
 TEST(StagedStateDictTest, AbortAndDroppingGiveTheMemoryBack) {
   auto store = Store::embedded().value();
   {
-    auto staged = store.stage_state_dict("a", specs()).get(kWait);
+    auto staged = store.state_dicts().stage("a", specs()).get(kWait);
     ASSERT_OK(staged);
     EXPECT_EQ(staged_objects(store), 2u);
     StagedStateDict copy = *staged;  // copies share one staging
@@ -158,7 +158,7 @@ TEST(StagedStateDictTest, AbortAndDroppingGiveTheMemoryBack) {
     EXPECT_ERROR(copy.commit().get(kWait), Errc::invalid_argument, "aborted");
   }
   {
-    auto staged = store.stage_state_dict("b", specs()).get(kWait);
+    auto staged = store.state_dicts().stage("b", specs()).get(kWait);
     ASSERT_OK(staged);
     EXPECT_EQ(staged_objects(store), 2u);
   }  // the last copy goes uncommitted
@@ -168,20 +168,20 @@ TEST(StagedStateDictTest, AbortAndDroppingGiveTheMemoryBack) {
   EXPECT_FALSE(*store.exists("a").get(kWait));
   EXPECT_FALSE(*store.exists("b").get(kWait));
 
-  auto staged = store.stage_state_dict("c", specs()).get(kWait);
+  auto staged = store.state_dicts().stage("c", specs()).get(kWait);
   ASSERT_OK(staged);
   fill(staged->state_dict(), 2);
   ASSERT_OK(staged->commit().get(kWait));
   EXPECT_ERROR(staged->commit().get(kWait), Errc::invalid_argument, "committed already");
   staged->abort();  // nothing after a commit
-  auto got = store.get_state_dict("c").get(kWait);
+  auto got = store.state_dicts().get("c").get(kWait);
   ASSERT_OK(got);
   EXPECT_TRUE(holds(*got, 2));
 }
 
 TEST(StagedStateDictTest, ATensorInsertedAfterStagingIsRefused) {
   auto store = Store::embedded().value();
-  auto staged = store.stage_state_dict("x", specs()).get(kWait);
+  auto staged = store.state_dicts().stage("x", specs()).get(kWait);
   ASSERT_OK(staged);
   std::vector<float> extra(4, 1.0f);
   ASSERT_OK(staged->state_dict().insert("extra", TensorView::of(extra.data(), {4})));
@@ -195,7 +195,7 @@ TEST(StagedStateDictTest, WithoutSharedMemoryTheTensorsArePrivateAndCommitPutsTh
   StoreOptions o;
   o.shared_memory_volumes = false;  // the volume is out of this process's reach
   auto store = Store::embedded(o).value();
-  auto staged = store.stage_publish("w", specs()).get(kWait);
+  auto staged = store.state_dicts().stage_publish("w", specs()).get(kWait);
   ASSERT_OK(staged);
   EXPECT_FALSE(staged->zero_copy());
   EXPECT_EQ(staged_objects(store), 0u);  // nothing at the volume until the commit
@@ -203,7 +203,7 @@ TEST(StagedStateDictTest, WithoutSharedMemoryTheTensorsArePrivateAndCommitPutsTh
   auto version = staged->commit().get(kWait);
   ASSERT_OK(version);
   EXPECT_EQ(*version, 1u);
-  auto got = store.get_state_dict("w/v1").get(kWait);
+  auto got = store.state_dicts().get("w/v1").get(kWait);
   ASSERT_OK(got);
   EXPECT_TRUE(holds(*got, 3));
 }
@@ -211,7 +211,7 @@ TEST(StagedStateDictTest, WithoutSharedMemoryTheTensorsArePrivateAndCommitPutsTh
 TEST(StagedStateDictTest, BadSpecsAreRefusedBeforeAnythingIsStaged) {
   auto store = Store::embedded().value();
   auto stage = [&](std::vector<TensorSpec> s, StateDictPutOptions o = {}) {
-    return store.stage_state_dict("k", std::move(s), o).get(kWait);
+    return store.state_dicts().stage("k", std::move(s), o).get(kWait);
   };
   EXPECT_ERROR(stage({{"", DType::float32, {1}}}), Errc::invalid_argument, "a tensor with no name");
   EXPECT_ERROR(stage({{"a", DType::float32, {1}}, {"a", DType::int8, {2}}}), Errc::invalid_argument,
@@ -225,13 +225,14 @@ TEST(StagedStateDictTest, BadSpecsAreRefusedBeforeAnythingIsStaged) {
   StateDictPutOptions cast;
   cast.transfer_dtype = DType::bfloat16;
   EXPECT_ERROR(stage(specs(), cast), Errc::invalid_argument, "transfer_dtype does not apply");
-  EXPECT_ERROR(store.stage_state_dict("", specs()).get(kWait), Errc::invalid_argument, "key");
-  EXPECT_ERROR(store.stage_publish("p", specs(), 0).get(kWait), Errc::invalid_argument,
-               "keep must be at least 1, got 0");
+  EXPECT_ERROR(store.state_dicts().stage("", specs()).get(kWait), Errc::invalid_argument, "key");
+  EXPECT_ERROR(store.state_dicts().stage_publish("p", specs(), 0).get(kWait),
+               Errc::invalid_argument, "keep must be at least 1, got 0");
   StoreOptions small;
   small.volume_capacity_bytes = 1 << 16;
   auto tiny = Store::embedded(small).value();
-  EXPECT_ERROR(tiny.stage_state_dict("big", specs()).get(kWait), Errc::out_of_capacity, "is full");
+  EXPECT_ERROR(tiny.state_dicts().stage("big", specs()).get(kWait), Errc::out_of_capacity,
+               "is full");
   EXPECT_EQ(staged_objects(store), 0u);
   EXPECT_EQ(staged_objects(tiny), 0u);
   StagedStateDict empty;
@@ -244,10 +245,10 @@ TEST(StagedStateDictTest, AStagingMayOutliveItsStore) {
   StagedStateDict staged;
   {
     auto store = Store::embedded().value();
-    staged = store.stage_state_dict("k", specs()).get(kWait).value();
+    staged = store.state_dicts().stage("k", specs()).get(kWait).value();
     fill(staged.state_dict(), 4);
     store.close();
-    EXPECT_ERROR(store.stage_state_dict("k2", specs()).get(kWait), Errc::shutdown, "closed");
+    EXPECT_ERROR(store.state_dicts().stage("k2", specs()).get(kWait), Errc::shutdown, "closed");
   }
   // The store is gone: the commit fails cleanly and the handle goes
   // without touching the dead actors (no hang, no crash).

@@ -38,9 +38,9 @@ TEST_F(StateDictStoreTest, RoundTripsTensorsValuesAndOddNames) {
   ASSERT_OK(sd.insert("note", Value::string("héllo")));
   ASSERT_OK(sd.insert("blob", Value::bytes(std::string("\0\1", 2))));
   ASSERT_OK(sd.insert("done", Value::boolean(true)));
-  ASSERT_OK(store().put_state_dict("ckpt", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().put("ckpt", sd).get(kWait));
 
-  auto got = store().get_state_dict("ckpt").get(kWait);
+  auto got = store().state_dicts().get("ckpt").get(kWait);
   ASSERT_OK(got);
   ASSERT_EQ(got->size(), sd.size());
   for (std::size_t i = 0; i < sd.size(); ++i) {
@@ -68,21 +68,22 @@ TEST_F(StateDictStoreTest, EveryDTypeAndEmptyStateDicts) {
     ASSERT_OK(sd.insert(std::string("t.") + std::string(dtype_name(dt)), t));
     keep.push_back(t);
   }
-  ASSERT_OK(store().put_state_dict("all", sd).get(kWait));
-  auto got = store().get_state_dict("all").get(kWait);
+  ASSERT_OK(store().state_dicts().put("all", sd).get(kWait));
+  auto got = store().state_dicts().get("all").get(kWait);
   ASSERT_OK(got);
   for (std::size_t i = 0; i < keep.size(); ++i) {
     EXPECT_EQ(got->entries()[i].view.dtype(), keep[i].dtype());
     EXPECT_EQ(std::memcmp(got->entries()[i].view.data(), keep[i].data(), keep[i].nbytes()), 0);
   }
-  ASSERT_OK(store().put_state_dict("empty", StateDict()).get(kWait));
-  auto empty = store().get_state_dict("empty").get(kWait);
+  ASSERT_OK(store().state_dicts().put("empty", StateDict()).get(kWait));
+  auto empty = store().state_dicts().get("empty").get(kWait);
   ASSERT_OK(empty);
   EXPECT_TRUE(empty->empty());
-  EXPECT_ERROR(store().get_state_dict("none").get(kWait), Errc::not_found, "no state dict 'none'");
+  EXPECT_ERROR(store().state_dicts().get("none").get(kWait), Errc::not_found,
+               "no state dict 'none'");
   float x = 1;
   ASSERT_OK(store().put("plain", TensorView::of(&x, {})).get(kWait));
-  EXPECT_ERROR(store().get_state_dict("plain").get(kWait), Errc::wrong_kind, "");
+  EXPECT_ERROR(store().state_dicts().get("plain").get(kWait), Errc::wrong_kind, "");
 }
 
 TEST_F(StateDictStoreTest, GetIntoFillsTheCallersBuffersInPlace) {
@@ -91,14 +92,14 @@ TEST_F(StateDictStoreTest, GetIntoFillsTheCallersBuffersInPlace) {
   ASSERT_OK(src.insert("a", TensorView::of(a.data(), {1 << 16})));
   ASSERT_OK(src.insert("b", TensorView::of(b.data(), {10, 10})));
   ASSERT_OK(src.insert("step", Value::int64(9)));
-  ASSERT_OK(store().put_state_dict("sd", src).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd", src).get(kWait));
 
   std::vector<float> a2(1 << 16, 0.0f), b2(100, 0.0f);
   StateDict dst;
   ASSERT_OK(dst.insert("b", TensorView::of(b2.data(), {10, 10})));  // any order
   ASSERT_OK(dst.insert("a", TensorView::of(a2.data(), {1 << 16})));
   ASSERT_OK(dst.insert("step", Value::int64(0)));
-  ASSERT_OK(store().get_state_dict_into("sd", dst).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sd", dst).get(kWait));
   EXPECT_EQ(a2, a);
   EXPECT_EQ(b2, b);
   EXPECT_EQ(dst.find("a")->view.data(), static_cast<void*>(a2.data()));  // in place
@@ -111,7 +112,7 @@ TEST_F(StateDictStoreTest, MismatchesAreListedAndTheDestinationIsUntouched) {
   ASSERT_OK(src.insert("a", TensorView::of(a.data(), {64})));
   ASSERT_OK(src.insert("b", TensorView::of(b.data(), {8, 8})));
   ASSERT_OK(src.insert("c", TensorView::of(c.data(), {64})));
-  ASSERT_OK(store().put_state_dict("sd", src).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd", src).get(kWait));
 
   std::vector<float> a2(64, 0.0f), b2(64, 0.0f);
   std::vector<double> c2(64, 0.0);
@@ -119,7 +120,7 @@ TEST_F(StateDictStoreTest, MismatchesAreListedAndTheDestinationIsUntouched) {
   ASSERT_OK(dst.insert("a", TensorView::of(a2.data(), {64})));
   ASSERT_OK(dst.insert("b", TensorView::of(b2.data(), {64})));    // shape differs
   ASSERT_OK(dst.insert("zzz", TensorView::of(a2.data(), {64})));  // extra, "c" missing
-  auto r = store().get_state_dict_into("sd", dst).get(kWait);
+  auto r = store().state_dicts().get_into("sd", dst).get(kWait);
   EXPECT_ERROR(r, Errc::shape_mismatch, "missing 'c'");
   EXPECT_ERROR(r, Errc::shape_mismatch, "extra 'zzz'");
   EXPECT_ERROR(r, Errc::shape_mismatch, "'b (stored [8, 8], destination [64])'");
@@ -129,7 +130,7 @@ TEST_F(StateDictStoreTest, MismatchesAreListedAndTheDestinationIsUntouched) {
   ASSERT_OK(wrong_dtype.insert("a", TensorView::of(a2.data(), {64})));
   ASSERT_OK(wrong_dtype.insert("b", TensorView::of(b2.data(), {8, 8})));
   ASSERT_OK(wrong_dtype.insert("c", TensorView::of(c2.data(), {64})));
-  EXPECT_ERROR(store().get_state_dict_into("sd", wrong_dtype).get(kWait), Errc::dtype_mismatch,
+  EXPECT_ERROR(store().state_dicts().get_into("sd", wrong_dtype).get(kWait), Errc::dtype_mismatch,
                "'c (stored float32, destination float64)'");
   EXPECT_EQ(a2, std::vector<float>(64, 0.0f));
 }
@@ -141,16 +142,16 @@ TEST_F(StateDictStoreTest, ANewVersionWithFewerNamesRemovesTheRest) {
   ASSERT_OK(v1.insert("drop", TensorView::of(w.data(), {1000})));
   StateDictPutOptions unpacked;
   unpacked.pack_max_tensor_bytes = 0;  // one key per tensor, to see them
-  ASSERT_OK(store().put_state_dict("m", v1, unpacked).get(kWait));
+  ASSERT_OK(store().state_dicts().put("m", v1, unpacked).get(kWait));
   StateDict v2;
   ASSERT_OK(v2.insert("keep", TensorView::of(w.data(), {1000})));
-  ASSERT_OK(store().put_state_dict("m", v2, unpacked).get(kWait));
+  ASSERT_OK(store().state_dicts().put("m", v2, unpacked).get(kWait));
   EXPECT_EQ(*store().keys("m/").get(kWait), std::vector<std::string>{"m/keep"});
   // Packed again: the per-tensor keys go, the blob comes.
-  ASSERT_OK(store().put_state_dict("m", v2).get(kWait));
+  ASSERT_OK(store().state_dicts().put("m", v2).get(kWait));
   EXPECT_TRUE(store().keys("m/").get(kWait)->empty());
   EXPECT_TRUE(*store().exists("m#packed").get(kWait));
-  auto got = store().get_state_dict("m").get(kWait);
+  auto got = store().state_dicts().get("m").get(kWait);
   ASSERT_OK(got);
   EXPECT_EQ(got->size(), 1u);
 }
@@ -167,7 +168,7 @@ TEST_F(StateDictStoreTest, ReadersNeverSeeAMixOfTwoVersions) {
       EXPECT_OK(sd.insert("w" + std::to_string(t), TensorView::of(bufs[t].data(), {20000})));
     }
     EXPECT_OK(sd.insert("version", Value::int64(v)));
-    return store().put_state_dict("live", sd).get(kWait);
+    return store().state_dicts().put("live", sd).get(kWait);
   };
   ASSERT_OK(publish(0));
   std::atomic<bool> done{false};
@@ -179,7 +180,7 @@ TEST_F(StateDictStoreTest, ReadersNeverSeeAMixOfTwoVersions) {
   // In a lambda, so a failed ASSERT returns here and the writer is joined.
   [&] {
     while (!done || reads < 5) {
-      auto got = store().get_state_dict("live").get(kWait);
+      auto got = store().state_dicts().get("live").get(kWait);
       ASSERT_OK(got);
       const auto version = static_cast<float>(got->find("version")->value->as_int64());
       for (const auto& e : got->entries()) {
@@ -201,8 +202,8 @@ TEST_F(StateDictStoreTest, RemovingAVersionWhileAReaderReadsIt) {
   for (int t = 0; t < 4; ++t)
     ASSERT_OK(v0.insert("w" + std::to_string(t), TensorView::of(w.data(), {1 << 16})));
   for (int round = 0; round < 20; ++round) {
-    ASSERT_OK(store().put_state_dict("v0", v0).get(kWait));
-    auto reading = store().get_state_dict("v0");
+    ASSERT_OK(store().state_dicts().put("v0", v0).get(kWait));
+    auto reading = store().state_dicts().get("v0");
     std::vector<std::string> keys{"v0"};
     for (int t = 0; t < 4; ++t) keys.push_back("v0/w" + std::to_string(t));
     ASSERT_OK(store().remove_batch(keys).get(kWait));
@@ -231,9 +232,10 @@ TEST_F(StateDictStoreTest, PublishedVersionsReuseTheRetiredOnesMemory) {
   std::set<std::string> steady, later;
   for (std::uint64_t v = 1; v <= 10; ++v) {
     for (auto& buf : w) std::fill(buf.begin(), buf.end(), static_cast<float>(v));
-    auto published = store().publish_state_dict("weights", sd).get(kWait);
+    auto published =
+        store().state_dicts().publish("weights", sd, PublishOptions::by_copy()).get(kWait);
     ASSERT_OK(published);
-    ASSERT_EQ(*published, v);
+    ASSERT_EQ(published->version(), v);
     auto names = transports::shm::own_segments();
     if (v == 3) steady = std::set<std::string>(names.begin(), names.end());
     if (v == 9) later = std::set<std::string>(names.begin(), names.end());
@@ -243,7 +245,7 @@ TEST_F(StateDictStoreTest, PublishedVersionsReuseTheRetiredOnesMemory) {
   // the pointer's text grows from "9" to "10": a different size).
   EXPECT_FALSE(steady.empty());
   EXPECT_EQ(later, steady);
-  EXPECT_EQ(*store().latest_version("weights").get(kWait), 10u);
+  EXPECT_EQ(*store().state_dicts().latest("weights").get(kWait), 10u);
   EXPECT_FALSE(*store().exists("weights/v9").get(kWait));  // retired (keep = 1)
 
   std::vector<std::vector<float>> got(kTensors, std::vector<float>(1 << 18, 0.0f));
@@ -252,7 +254,7 @@ TEST_F(StateDictStoreTest, PublishedVersionsReuseTheRetiredOnesMemory) {
     ASSERT_OK(dst.insert("layer" + std::to_string(t), TensorView::of(got[t].data(), {1 << 18})));
   }
   ASSERT_OK(dst.insert("step", Value::int64(-1)));
-  auto read = store().get_latest_state_dict_into("weights", dst).get(kWait);
+  auto read = store().state_dicts().get_latest_into("weights", dst).get(kWait);
   ASSERT_OK(read);
   EXPECT_EQ(*read, 10u);
   EXPECT_EQ(got[3][(1 << 18) - 1], 10.0f);
@@ -260,12 +262,13 @@ TEST_F(StateDictStoreTest, PublishedVersionsReuseTheRetiredOnesMemory) {
 
 TEST_F(StateDictStoreTest, LatestPointerErrors) {
   StateDict sd;
-  EXPECT_ERROR(store().publish_state_dict("p", sd, 0).get(kWait), Errc::invalid_argument, "keep");
-  EXPECT_EQ(*store().latest_version("p").get(kWait), 0u);
-  EXPECT_ERROR(store().get_latest_state_dict_into("p", sd).get(kWait), Errc::not_found,
+  EXPECT_ERROR(store().state_dicts().publish("p", sd, PublishOptions::by_copy(0)).get(kWait),
+               Errc::invalid_argument, "keep");
+  EXPECT_EQ(*store().state_dicts().latest("p").get(kWait), 0u);
+  EXPECT_ERROR(store().state_dicts().get_latest_into("p", sd).get(kWait), Errc::not_found,
                "nothing published under 'p'");
   ASSERT_OK(store().put_object("notapointer", "hello").get(kWait));
-  EXPECT_ERROR(store().latest_version("notapointer").get(kWait), Errc::wrong_kind,
+  EXPECT_ERROR(store().state_dicts().latest("notapointer").get(kWait), Errc::wrong_kind,
                "not a version pointer");
 }
 
@@ -291,10 +294,10 @@ TEST_F(StateDictStoreTest, RacingWritersOnOnePrefixNeverLoseOrMixAVersion) {
       StateDict sd;
       ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {20000})));
       ASSERT_OK(sd.insert("writer", Value::int64(id)));
-      auto v = store().publish_state_dict("race", sd, kKeep).get(kWait);
+      auto v = store().state_dicts().publish("race", sd, PublishOptions::by_copy(kKeep)).get(kWait);
       if (v.ok()) {
         std::lock_guard<std::mutex> lock(mu);
-        won.push_back({id, r, *v});
+        won.push_back({id, r, v->version()});
       } else if (v.status().code() == Errc::conflict) {
         EXPECT_NE(v.status().message().find("another writer published under 'race'"),
                   std::string::npos)
@@ -318,14 +321,14 @@ TEST_F(StateDictStoreTest, RacingWritersOnOnePrefixNeverLoseOrMixAVersion) {
     EXPECT_TRUE(versions.insert(o.version).second) << "version " << o.version << " twice";
     newest = std::max(newest, o.version);
     // The version holds the bytes of the publish that was told it won it.
-    auto got = store().get_state_dict("race/v" + std::to_string(o.version)).get(kWait);
+    auto got = store().state_dicts().get("race/v" + std::to_string(o.version)).get(kWait);
     ASSERT_OK(got);
     EXPECT_EQ(got->find("writer")->value->as_int64(), o.writer);
     const auto* w = got->find("w")->owned.data_as<std::int32_t>();
     EXPECT_EQ(w[0], o.writer * 1000 + o.round);
     EXPECT_EQ(w[19999], o.writer * 1000 + o.round);
   }
-  EXPECT_EQ(*store().latest_version("race").get(kWait), newest);
+  EXPECT_EQ(*store().state_dicts().latest("race").get(kWait), newest);
   // A lost publish left no version behind: the stored versions are the won ones.
   std::set<std::uint64_t> stored;
   auto keys = store().keys("race").get(kWait);
@@ -344,26 +347,29 @@ TEST_F(StateDictStoreTest, AStaleWriterCannotMoveThePointerBack) {
   std::vector<float> w(1024, 1.0f);
   StateDict sd;
   ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {1024})));
-  auto stale = store().stage_publish("p", {{"w", DType::float32, {1024}}}).get(kWait);
+  auto stale = store().state_dicts().stage_publish("p", {{"w", DType::float32, {1024}}}).get(kWait);
   ASSERT_OK(stale);
   EXPECT_EQ(stale->key(), "p/v1");
   // Another writer publishes v1 and v2 meanwhile (keep 1: v1 is retired).
-  ASSERT_EQ(*store().publish_state_dict("p", sd).get(kWait), 1u);
-  ASSERT_EQ(*store().publish_state_dict("p", sd).get(kWait), 2u);
+  ASSERT_EQ(store().state_dicts().publish("p", sd, PublishOptions::by_copy()).get(kWait)->version(),
+            1u);
+  ASSERT_EQ(store().state_dicts().publish("p", sd, PublishOptions::by_copy()).get(kWait)->version(),
+            2u);
   // v1's name is free again, so the stale commit stores it; then the
   // pointer, read as absent, has moved: the publish is withdrawn. Two
   // commits asked of the controller (the version, the refused move), no
   // third through the actors.
-  const auto before = store().controller_counters().get(kWait)->notify_put_batch;
+  const auto before = store().admin().controller_counters().get(kWait)->notify_put_batch;
   EXPECT_ERROR(stale->commit().get(kWait), Errc::conflict,
                "another writer published under 'p' at the same time, so version 1 was not "
                "published");
-  EXPECT_EQ(store().controller_counters().get(kWait)->notify_put_batch, before + 2);
-  EXPECT_EQ(*store().latest_version("p").get(kWait), 2u);
+  EXPECT_EQ(store().admin().controller_counters().get(kWait)->notify_put_batch, before + 2);
+  EXPECT_EQ(*store().state_dicts().latest("p").get(kWait), 2u);
   EXPECT_FALSE(*store().exists("p/v1").get(kWait));
   // And a version both writers aim at goes to the first to commit.
-  auto first = store().stage_publish("q", {{"w", DType::float32, {1024}}}).get(kWait);
-  auto second = store().stage_publish("q", {{"w", DType::float32, {1024}}}).get(kWait);
+  auto first = store().state_dicts().stage_publish("q", {{"w", DType::float32, {1024}}}).get(kWait);
+  auto second =
+      store().state_dicts().stage_publish("q", {{"w", DType::float32, {1024}}}).get(kWait);
   ASSERT_OK(first);
   ASSERT_OK(second);
   for (auto& e : first->state_dict().entries())
@@ -373,14 +379,14 @@ TEST_F(StateDictStoreTest, AStaleWriterCannotMoveThePointerBack) {
   EXPECT_EQ(*first->commit().get(kWait), 1u);
   // Refused over the channel, which gives the loser's objects back: one
   // commit asked of the controller, not a second through the actors.
-  const auto asked = store().controller_counters().get(kWait)->notify_put_batch;
+  const auto asked = store().admin().controller_counters().get(kWait)->notify_put_batch;
   EXPECT_ERROR(second->commit().get(kWait), Errc::conflict, "version 1 was not published");
-  EXPECT_EQ(store().controller_counters().get(kWait)->notify_put_batch, asked + 1);
-  auto got = store().get_state_dict("q/v1").get(kWait);
+  EXPECT_EQ(store().admin().controller_counters().get(kWait)->notify_put_batch, asked + 1);
+  auto got = store().state_dicts().get("q/v1").get(kWait);
   ASSERT_OK(got);
   EXPECT_EQ(got->find("w")->owned.data_as<float>()[0], 1.0f);
   // The loser's memory went back: only q/v1's objects are held.
-  auto stats = store().stats().get(kWait);
+  auto stats = store().admin().stats().get(kWait);
   ASSERT_OK(stats);
   EXPECT_EQ((*stats)[0].staged, 0u);
 }
@@ -398,12 +404,12 @@ TEST_F(StateDictStoreTest, ReadersFollowTheLatestPointerWhileAWriterPublishes) {
     for (auto& buf : w) std::fill(buf.begin(), buf.end(), static_cast<float>(v));
   };
   fill(1);
-  ASSERT_OK(store().publish_state_dict("live", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("live", sd, PublishOptions::by_copy()).get(kWait));
   std::atomic<bool> done{false};
   std::thread trainer([&] {
     for (int v = 2; v <= 25; ++v) {
       fill(v);
-      EXPECT_OK(store().publish_state_dict("live", sd).get(kWait));
+      EXPECT_OK(store().state_dicts().publish("live", sd, PublishOptions::by_copy()).get(kWait));
     }
     done = true;
   });
@@ -415,7 +421,7 @@ TEST_F(StateDictStoreTest, ReadersFollowTheLatestPointerWhileAWriterPublishes) {
   std::uint64_t last = 0;
   [&] {
     for (int i = 0; i < 2000 && !(done && last == 25); ++i) {
-      auto v = store().get_latest_state_dict_into("live", dst).get(kWait);
+      auto v = store().state_dicts().get_latest_into("live", dst).get(kWait);
       ASSERT_OK(v);
       EXPECT_GE(*v, last);  // never goes back
       last = *v;
@@ -437,23 +443,23 @@ TEST_F(StateDictStoreTest, APointerThisClientMovedIsReadWithoutARequestWhileItIs
   float x = 1;
   StateDict sd;
   ASSERT_OK(sd.insert("x", TensorView::of(&x, {})));
-  ASSERT_OK(store().publish_state_dict("p", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("p", sd, PublishOptions::by_copy()).get(kWait));
   // The ring to the volume opens in the background once the client reached
   // it: a read of the pointer's tag needs it.
-  ASSERT_TRUE(testing::eventually([&] { return store().fast_path_stats().rings >= 1; }));
-  auto locates = [&] { return store().controller_counters().get(kWait)->locate; };
+  ASSERT_TRUE(testing::eventually([&] { return store().admin().fast_path_stats().rings >= 1; }));
+  auto locates = [&] { return store().admin().controller_counters().get(kWait)->locate; };
   const auto before = locates();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(*store().latest_version("p").get(kWait), 1u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*store().state_dicts().latest("p").get(kWait), 1u);
   EXPECT_EQ(locates(), before);
   x = 2;
-  ASSERT_OK(store().publish_state_dict("p", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("p", sd, PublishOptions::by_copy()).get(kWait));
   float got = 0;
   StateDict dst;
   ASSERT_OK(dst.insert("x", TensorView::of(&got, {})));
   const auto again = locates();
-  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst).get(kWait), 2u);
+  EXPECT_EQ(*store().state_dicts().get_latest_into("p", dst).get(kWait), 2u);
   EXPECT_EQ(got, 2.0f);
-  EXPECT_EQ(*store().latest_version("p").get(kWait), 2u);
+  EXPECT_EQ(*store().state_dicts().latest("p").get(kWait), 2u);
   EXPECT_EQ(locates(), again);
 }
 
@@ -473,12 +479,12 @@ TEST_F(StateDictStoreTest, PackedModeMovesSmallTensorsAsOneBlob) {
     StateDictPutOptions options;
     options.pack_max_tensor_bytes = pack;
     const std::string key = "packed" + std::to_string(pack & 0xffff);
-    ASSERT_OK(store().put_state_dict(key, sd, options).get(kWait)) << pack;
+    ASSERT_OK(store().state_dicts().put(key, sd, options).get(kWait)) << pack;
     // Packed entries have no key of their own; the blob holds them.
     EXPECT_EQ(*store().exists(key + "/strided").get(kWait), pack == 0) << pack;
     EXPECT_EQ(*store().exists(key + "#packed").get(kWait), pack != 0) << pack;
 
-    auto got = store().get_state_dict(key).get(kWait);
+    auto got = store().state_dicts().get(key).get(kWait);
     ASSERT_OK(got) << pack;
     const auto* s = got->find("strided");
     ASSERT_EQ(s->view.shape(), (Shape{5, 3}));
@@ -504,7 +510,7 @@ TEST_F(StateDictStoreTest, PackedModeMovesSmallTensorsAsOneBlob) {
     ASSERT_OK(into.insert("scalar", TensorView(&scalar2, DType::bfloat16, {})));
     ASSERT_OK(into.insert("empty", TensorView(nullptr, DType::float32, {0, 4})));
     ASSERT_OK(into.insert("step", Value::int64(0)));
-    ASSERT_OK(store().get_state_dict_into(key, into).get(kWait)) << pack;
+    ASSERT_OK(store().state_dicts().get_into(key, into).get(kWait)) << pack;
     EXPECT_EQ(small2, small) << pack;
     EXPECT_EQ(big2, big) << pack;
     EXPECT_EQ(scalar2, scalar);
@@ -522,10 +528,10 @@ TEST_F(StateDictStoreTest, AWholeStateDictCommitsWithOneControlMessage) {
   StateDictPutOptions unpacked;
   unpacked.pack_max_tensor_bytes = 0;  // 100 objects, moved in parallel
   for (const auto& options : {unpacked, StateDictPutOptions{}}) {
-    auto before = store().controller_counters().get(kWait);
+    auto before = store().admin().controller_counters().get(kWait);
     ASSERT_OK(before);
-    ASSERT_OK(store().put_state_dict("sd", sd, options).get(kWait));
-    auto after = store().controller_counters().get(kWait);
+    ASSERT_OK(store().state_dicts().put("sd", sd, options).get(kWait));
+    auto after = store().admin().controller_counters().get(kWait);
     ASSERT_OK(after);
     EXPECT_EQ(after->notify_put_batch - before->notify_put_batch, 1u);
     EXPECT_EQ(after->notify_put - before->notify_put, 0u);
@@ -545,8 +551,8 @@ TEST_F(StateDictStoreTest, Float32IsPublishedAsBFloat16RoundedToNearestEven) {
   ASSERT_OK(sd.insert("ids", TensorView::of(ids.data(), {10})));          // not a float: as is
   StateDictPutOptions options;
   options.transfer_dtype = DType::bfloat16;
-  ASSERT_OK(store().put_state_dict("cast", sd, options).get(kWait));
-  auto got = store().get_state_dict("cast").get(kWait);
+  ASSERT_OK(store().state_dicts().put("cast", sd, options).get(kWait));
+  auto got = store().state_dicts().get("cast").get(kWait);
   ASSERT_OK(got);
   for (const auto& [name, src] : {std::make_pair("big", &big), std::make_pair("small", &small)}) {
     const auto& e = *got->find(name);
@@ -563,10 +569,10 @@ TEST_F(StateDictStoreTest, Float32IsPublishedAsBFloat16RoundedToNearestEven) {
   ASSERT_OK(wrong.insert("big", TensorView::of(dst.data(), {1 << 15})));
   ASSERT_OK(wrong.insert("small", TensorView::of(small.data(), {10, 10})));
   ASSERT_OK(wrong.insert("ids", TensorView::of(ids.data(), {10})));
-  EXPECT_ERROR(store().get_state_dict_into("cast", wrong).get(kWait), Errc::dtype_mismatch,
+  EXPECT_ERROR(store().state_dicts().get_into("cast", wrong).get(kWait), Errc::dtype_mismatch,
                "stored bfloat16, destination float32");
   options.transfer_dtype = DType::int8;
-  EXPECT_ERROR(store().put_state_dict("cast2", sd, options).get(kWait), Errc::invalid_argument,
+  EXPECT_ERROR(store().state_dicts().put("cast2", sd, options).get(kWait), Errc::invalid_argument,
                "transfer_dtype");
 }
 
@@ -576,15 +582,18 @@ TEST_F(StateDictStoreTest, ReplacingAStateDictLeavesOtherKeysUnderItsName) {
   ASSERT_OK(store().put("m/own", TensorView::of(&x, {})).get(kWait));  // not part of the dict
   StateDict sd;
   ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {1 << 15})));
-  ASSERT_OK(store().publish_state_dict("m", sd).get(kWait));  // m/v1, pointer at m
-  ASSERT_OK(store().put_state_dict("m", sd).get(kWait));      // replaces the pointer object m
-  ASSERT_OK(store().put_state_dict("m", sd).get(kWait));      // and itself
+  ASSERT_OK(store()
+                .state_dicts()
+                .publish("m", sd, PublishOptions::by_copy())
+                .get(kWait));                                // m/v1, pointer at m
+  ASSERT_OK(store().state_dicts().put("m", sd).get(kWait));  // replaces the pointer object m
+  ASSERT_OK(store().state_dicts().put("m", sd).get(kWait));  // and itself
   EXPECT_TRUE(*store().exists("m/own").get(kWait));
   EXPECT_TRUE(*store().exists("m/v1/w").get(kWait));  // the published version survives
   EXPECT_TRUE(*store().exists("m/w").get(kWait));
   StateDict other;
   ASSERT_OK(other.insert("w2", TensorView::of(w.data(), {1 << 15})));
-  ASSERT_OK(store().put_state_dict("m", other).get(kWait));
+  ASSERT_OK(store().state_dicts().put("m", other).get(kWait));
   EXPECT_FALSE(*store().exists("m/w").get(kWait));  // the dict's own stale entry went
   EXPECT_TRUE(*store().exists("m/own").get(kWait));
   EXPECT_TRUE(*store().exists("m/v1").get(kWait));
@@ -599,7 +608,7 @@ TEST_F(StateDictStoreTest, RemovingAStateDictRemovesEverythingWrittenWithIt) {
   float x = 3;
   ASSERT_OK(store().put("m/own", TensorView::of(&x, {})).get(kWait));
   auto objects = [&] {
-    auto stats = store().stats().get(kWait);
+    auto stats = store().admin().stats().get(kWait);
     EXPECT_OK(stats);
     std::uint64_t n = 0;
     if (stats.ok()) {
@@ -612,14 +621,14 @@ TEST_F(StateDictStoreTest, RemovingAStateDictRemovesEverythingWrittenWithIt) {
   ASSERT_OK(sd.insert("big", TensorView::of(big.data(), {1 << 15})));
   ASSERT_OK(sd.insert("small", TensorView::of(small.data(), {16})));
   ASSERT_OK(sd.insert("step", Value::int64(7)));
-  for (const char* key : {"m", "a", "b"}) ASSERT_OK(store().put_state_dict(key, sd).get(kWait));
+  for (const char* key : {"m", "a", "b"}) ASSERT_OK(store().state_dicts().put(key, sd).get(kWait));
   EXPECT_TRUE(*store().exists("m#packed").get(kWait));
   EXPECT_TRUE(*store().exists("m/big").get(kWait));
 
   ASSERT_OK(store().remove("m").get(kWait));
   EXPECT_EQ(*store().keys("m").get(kWait), std::vector<std::string>{"m/own"});
   EXPECT_FALSE(*store().exists("m#packed").get(kWait));
-  EXPECT_EQ(store().get_state_dict("m").get(kWait).status().code(), Errc::not_found);
+  EXPECT_EQ(store().state_dicts().get("m").get(kWait).status().code(), Errc::not_found);
 
   // remove_batch counts the keys it was given, not what went with them.
   auto removed = store().remove_batch({"a", "b", "nothing"}).get(kWait);
@@ -632,19 +641,19 @@ TEST_F(StateDictStoreTest, RemovingAStateDictRemovesEverythingWrittenWithIt) {
 
   // A published version is a state dict too; its pointer and the other
   // versions stay.
-  ASSERT_OK(store().publish_state_dict("p", sd, 2).get(kWait));
-  ASSERT_OK(store().publish_state_dict("p", sd, 2).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("p", sd, PublishOptions::by_copy(2)).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("p", sd, PublishOptions::by_copy(2)).get(kWait));
   ASSERT_OK(store().remove("p/v2").get(kWait));
   EXPECT_FALSE(*store().exists("p/v2/big").get(kWait));
   EXPECT_TRUE(*store().exists("p/v1/big").get(kWait));
-  EXPECT_EQ(*store().latest_version("p").get(kWait), 2u);
+  EXPECT_EQ(*store().state_dicts().latest("p").get(kWait), 2u);
 
   // The pointer takes every version along, lent ones too: their loan ends.
-  ASSERT_OK(store().publish_state_dict("p", sd, 2).get(kWait));  // p/v3
+  ASSERT_OK(store().state_dicts().publish("p", sd, PublishOptions::by_copy(2)).get(kWait));  // p/v3
   PublishOptions direct;
   direct.mode = PublishMode::direct;
   direct.keep = 3;
-  auto lent = store().publish("p", sd, direct).get(kWait);  // p/v4
+  auto lent = store().state_dicts().publish("p", sd, direct).get(kWait);  // p/v4
   ASSERT_OK(lent);
   ASSERT_EQ(lent->mode(), PublishMode::direct);
   ASSERT_OK(store().put("p/vintage", TensorView::of(&x, {})).get(kWait));  // not a version
@@ -675,26 +684,26 @@ TEST_F(StateDictStoreTest, ACachedLayoutNeverMisleadsALaterRead) {
   ASSERT_OK(dst_two.insert("w", TensorView::of(got_b.data(), {3000})));
   ASSERT_OK(dst_two.insert("extra", Value::int64(0)));
 
-  ASSERT_OK(store().put_state_dict("sd", one).get(kWait));
-  ASSERT_OK(store().get_state_dict_into("sd", dst_one).get(kWait));  // caches layout one
-  ASSERT_OK(store().put_state_dict("sd", two).get(kWait));
-  EXPECT_ERROR(store().get_state_dict_into("sd", dst_one).get(kWait), Errc::shape_mismatch,
+  ASSERT_OK(store().state_dicts().put("sd", one).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sd", dst_one).get(kWait));  // caches layout one
+  ASSERT_OK(store().state_dicts().put("sd", two).get(kWait));
+  EXPECT_ERROR(store().state_dicts().get_into("sd", dst_one).get(kWait), Errc::shape_mismatch,
                "missing 'extra'; mismatched 'w (stored [3000], destination [1000])'");
-  ASSERT_OK(store().get_state_dict_into("sd", dst_two).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sd", dst_two).get(kWait));
   EXPECT_EQ(got_b[2999], 2.0f);
   EXPECT_EQ(dst_two.find("extra")->value->as_int64(), 5);
   ASSERT_OK(store().remove_batch({"sd", "sd/w", "sd/extra"}).get(kWait));
-  EXPECT_ERROR(store().get_state_dict_into("sd", dst_two).get(kWait), Errc::not_found,
+  EXPECT_ERROR(store().state_dicts().get_into("sd", dst_two).get(kWait), Errc::not_found,
                "no state dict 'sd'");
 
   // Versions: the layout cached for the prefix, then a new layout.
-  ASSERT_OK(store().publish_state_dict("p", one).get(kWait));
-  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst_one).get(kWait), 1u);
-  ASSERT_OK(store().publish_state_dict("p", two).get(kWait));
-  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst_two).get(kWait), 2u);
+  ASSERT_OK(store().state_dicts().publish("p", one, PublishOptions::by_copy()).get(kWait));
+  EXPECT_EQ(*store().state_dicts().get_latest_into("p", dst_one).get(kWait), 1u);
+  ASSERT_OK(store().state_dicts().publish("p", two, PublishOptions::by_copy()).get(kWait));
+  EXPECT_EQ(*store().state_dicts().get_latest_into("p", dst_two).get(kWait), 2u);
   std::fill(b.begin(), b.end(), 3.0f);
-  ASSERT_OK(store().publish_state_dict("p", two).get(kWait));
-  EXPECT_EQ(*store().get_latest_state_dict_into("p", dst_two).get(kWait), 3u);
+  ASSERT_OK(store().state_dicts().publish("p", two, PublishOptions::by_copy()).get(kWait));
+  EXPECT_EQ(*store().state_dicts().get_latest_into("p", dst_two).get(kWait), 3u);
   EXPECT_EQ(got_b[0], 3.0f);
 }
 
@@ -731,7 +740,7 @@ TEST_F(StateDictStoreTest, PackedBucketsOfAConfigurableSize) {
   ASSERT_OK(sd.insert("step", Value::int64(9)));
   StateDictPutOptions o;
   o.pack_bucket_bytes = 16 << 10;
-  ASSERT_OK(store().put_state_dict("sd", sd, o).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd", sd, o).get(kWait));
   const auto buckets = buckets_of(store(), "sd");
   EXPECT_GE(buckets.size(), 14u);  // 4 small tensors per bucket, and the big one alone
   EXPECT_EQ(buckets.front(), "sd#packed");
@@ -748,7 +757,7 @@ TEST_F(StateDictStoreTest, PackedBucketsOfAConfigurableSize) {
       EXPECT_EQ(std::memcmp(g->view.data(), e.view.data(), e.view.nbytes()), 0) << e.name;
     }
   };
-  auto got = store().get_state_dict("sd").get(kWait);  // views into each bucket
+  auto got = store().state_dicts().get("sd").get(kWait);  // views into each bucket
   ASSERT_OK(got);
   check(*got);
   std::vector<std::vector<float>> into_w(50, std::vector<float>(1000));
@@ -761,18 +770,18 @@ TEST_F(StateDictStoreTest, PackedBucketsOfAConfigurableSize) {
     }
   }
   ASSERT_OK(into.insert("step", Value::int64(0)));
-  ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sd", into).get(kWait));
   check(into);
 
   // Streamed bucket by bucket.
-  auto before = store().controller_counters().get(kWait).value();
-  auto streamed = store().stream_state_dict_into("sd2", into, kWait);
-  for (int i = 0; i < 2000 && store().controller_counters().get(kWait)->stream_subscribes <=
+  auto before = store().admin().controller_counters().get(kWait).value();
+  auto streamed = store().state_dicts().stream_into("sd2", into, kWait);
+  for (int i = 0; i < 2000 && store().admin().controller_counters().get(kWait)->stream_subscribes <=
                                   before.stream_subscribes;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  ASSERT_OK(store().put_state_dict("sd2", sd, o).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd2", sd, o).get(kWait));
   ASSERT_OK(streamed.get(kWait));
   check(into);
 
@@ -781,22 +790,22 @@ TEST_F(StateDictStoreTest, PackedBucketsOfAConfigurableSize) {
   for (const auto& e : sd.entries()) {
     if (e.is_tensor()) specs.push_back({e.name, e.view.dtype(), e.view.shape()});
   }
-  auto staged = store().stage_state_dict("sd3", specs, o).get(kWait);
+  auto staged = store().state_dicts().stage("sd3", specs, o).get(kWait);
   ASSERT_OK(staged);
   for (auto& e : staged->state_dict().entries()) {
     std::memcpy(e.view.data(), sd.find(e.name)->view.data(), e.view.nbytes());
   }
   ASSERT_OK(staged->state_dict().insert("step", Value::int64(9)));
   ASSERT_OK(staged->commit().get(kWait));
-  auto got3 = store().get_state_dict("sd3").get(kWait);
+  auto got3 = store().state_dicts().get("sd3").get(kWait);
   ASSERT_OK(got3);
   EXPECT_EQ(buckets_of(store(), "sd3").size(), buckets.size());  // the same layout
   check(*got3);
 
   // One bucket again: the replace removes the others.
-  ASSERT_OK(store().put_state_dict("sd", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd", sd).get(kWait));
   EXPECT_EQ(buckets_of(store(), "sd"), std::vector<std::string>{"sd#packed"});
-  auto again = store().get_state_dict("sd").get(kWait);
+  auto again = store().state_dicts().get("sd").get(kWait);
   ASSERT_OK(again);
   check(*again);
 }

@@ -160,7 +160,7 @@ TEST_F(StoreTest, OverwriteWithADifferentShapeReplacesTheValue) {
   EXPECT_EQ(t->shape(), (Shape{3, 2}));
   EXPECT_EQ(t->data_as<std::int64_t>()[5], 4);
   // The replaced value's memory is released.
-  auto stats = store().stats().get(kWait);
+  auto stats = store().admin().stats().get(kWait);
   ASSERT_OK(stats);
   EXPECT_EQ((*stats)[0].objects, 1u);
   EXPECT_EQ((*stats)[0].bytes_held, 48u);
@@ -243,8 +243,10 @@ TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
   std::vector<std::int32_t> small(1024, 7);
   StateDict sd;
   ASSERT_OK(sd.insert("w", TensorView::of(small.data(), {1024})));
-  ASSERT_OK(store->put_state_dict("model", sd).get(kWait));         // a state dict is never evicted
-  ASSERT_EQ(*store->publish_state_dict("pub", sd).get(kWait), 1u);  // nor a version pointer
+  ASSERT_OK(store->state_dicts().put("model", sd).get(kWait));  // a state dict is never evicted
+  ASSERT_EQ(
+      store->state_dicts().publish("pub", sd, PublishOptions::by_copy()).get(kWait)->version(),
+      1u);  // nor a version pointer
   for (int i = 0; i < 3; ++i) ASSERT_OK(store->put("k" + std::to_string(i), view).get(kWait));
   // The fourth and fifth do not fit: k0, then k1 go (put first, never read since).
   ASSERT_OK(store->put("k3", view).get(kWait));
@@ -256,9 +258,9 @@ TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
   std::vector<std::int32_t> back(1024, 0);
   StateDict into;
   ASSERT_OK(into.insert("w", TensorView::of(back.data(), {1024})));
-  ASSERT_OK(store->get_state_dict_into("model", into).get(kWait));
+  ASSERT_OK(store->state_dicts().get_into("model", into).get(kWait));
   EXPECT_EQ(back[1023], 7);
-  EXPECT_EQ(*store->latest_version("pub").get(kWait), 1u);
+  EXPECT_EQ(*store->state_dicts().latest("pub").get(kWait), 1u);
   // A put larger than the whole volume evicts what it can and still fails,
   // saying how full the volume is.
   std::vector<float> huge(512 * 1024, 2.0f);  // 2 MiB
@@ -293,7 +295,7 @@ TEST(StoreEviction, AKeyAReaderHoldsIsNotEvicted) {
         .get(kWait);
   };
   ASSERT_OK(put(0));
-  auto view = store->get_view("k0").get(kWait);  // a reader holds k0 from here
+  auto view = store->get("k0", ReadOptions::mapped()).get(kWait);  // a reader holds k0 from here
   ASSERT_OK(view);
   for (int i = 1; i < 4; ++i) ASSERT_OK(put(i));  // k0 is now the least recently used
   ASSERT_OK(put(4));                              // full: k1 goes, not the held k0
@@ -400,7 +402,7 @@ TEST_F(SmallStoreTest, FullVolumeAnswersOutOfCapacityAndStaysUsable) {
   EXPECT_ERROR(r, Errc::out_of_capacity, "volume 'volume-0' is full");
   EXPECT_FALSE(*store().exists("big").get(kWait));
   ASSERT_OK(store().put("small", TensorView::of(small.data(), {1000})).get(kWait));
-  EXPECT_EQ(store().stats().get(kWait)->front().bytes_held, 1000u);
+  EXPECT_EQ(store().admin().stats().get(kWait)->front().bytes_held, 1000u);
 }
 
 TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
@@ -416,7 +418,7 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   o = StoreOptions{};
   o.transport = "carrier-pigeon";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "no transport named 'carrier-pigeon'");
-  for (const auto& [name, status] : Store::transport_status()) {
+  for (const auto& [name, status] : Store::Admin::transport_status()) {
     if (status.ok()) continue;  // rdma on a host without a device
     o = StoreOptions{};
     o.transport = name;
@@ -426,8 +428,8 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   // Which transports move GPU tensors without host staging, and why not:
   // every transport is listed; those that copy host memory only say so;
   // shm and cuda-ipc follow CUDA itself.
-  const auto gpu = Store::gpu_transport_status();
-  EXPECT_EQ(gpu.size(), Store::transport_status().size());
+  const auto gpu = Store::Admin::gpu_transport_status();
+  EXPECT_EQ(gpu.size(), Store::Admin::transport_status().size());
   for (const auto& [name, status] : gpu) {
     if (name == "tcp" || name == "rpc" || name == "cma") {
       EXPECT_ERROR(status, Errc::unsupported, name + " copies host memory only");
@@ -479,7 +481,7 @@ TEST(StoreOptions, ForcedRpcTransportWorks) {
   float x = 2.5f;
   ASSERT_OK(store->put("x", TensorView::of(&x, {})).get(kWait));
   EXPECT_EQ(*store->get("x").get(kWait)->data_as<float>(), 2.5f);
-  EXPECT_EQ(store->stats().get(kWait)->size(), 2u);
+  EXPECT_EQ(store->admin().stats().get(kWait)->size(), 2u);
 }
 
 TEST(StoreLifecycle, ClosedStoreAnswersShutdown) {
@@ -523,7 +525,7 @@ TEST(StoreLifecycle, MovedStoreKeepsWorkingAndTheHuskAnswersShutdown) {
   EXPECT_EQ(*b.get("k").get(kWait)->data_as<float>(), 4.0f);
   EXPECT_TRUE(a.closed());  // NOLINT(bugprone-use-after-move): the point of the test
   EXPECT_ERROR(a.get("k").get(kWait), Errc::shutdown, "moved from");
-  EXPECT_ERROR(a.stats().get(kWait), Errc::shutdown, "moved from");
+  EXPECT_ERROR(a.admin().stats().get(kWait), Errc::shutdown, "moved from");
   a.close();
 }
 
@@ -662,7 +664,7 @@ TEST_F(StoreTest, ConcurrentWritersAndReadersNeverSeeATornValue) {
   EXPECT_EQ(torn.load(), 0);
   EXPECT_EQ(reads.load(), 4 * kRounds);
   // Every replaced version was freed: only the last one is held.
-  EXPECT_EQ(store().stats().get(kWait)->front().objects, 1u);
+  EXPECT_EQ(store().admin().stats().get(kWait)->front().objects, 1u);
 }
 
 TEST_F(StoreTest, ReadersAcrossAnOverwriteGetOneCompleteVersion) {

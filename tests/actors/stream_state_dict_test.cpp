@@ -56,7 +56,9 @@ struct Dict {
   }
 };
 
-ControllerCounters counters(Store& store) { return store.controller_counters().get(kWait).value(); }
+ControllerCounters counters(Store& store) {
+  return store.admin().controller_counters().get(kWait).value();
+}
 
 // Waits (bounded) until the controller has handled `n` stream subscriptions.
 void await_subscribes(Store& store, std::uint64_t n) {
@@ -74,11 +76,12 @@ TEST(StreamStateDictTest, AWaitingReaderStreamsTheVersionWhileItIsPut) {
   Dict src, dst;
   src.fill(7.0f);
   auto before = counters(store);
-  auto read = store.stream_state_dict_into("sd", dst.sd, 30s);
+  auto read = store.state_dicts().stream_into("sd", dst.sd, 30s);
   await_subscribes(store, before.stream_subscribes + 1);
-  const auto channel_puts = store.fast_path_stats().state_dict_puts;
-  ASSERT_OK(store.put_state_dict("sd", src.sd).get(kWait));
-  EXPECT_EQ(store.fast_path_stats().state_dict_puts, channel_puts + 1) << "not over the channel";
+  const auto channel_puts = store.admin().fast_path_stats().state_dict_puts;
+  ASSERT_OK(store.state_dicts().put("sd", src.sd).get(kWait));
+  EXPECT_EQ(store.admin().fast_path_stats().state_dict_puts, channel_puts + 1)
+      << "not over the channel";
   ASSERT_OK(read.get(kWait));
   EXPECT_TRUE(dst.holds(7.0f));
   auto after = counters(store);
@@ -90,9 +93,9 @@ TEST(StreamStateDictTest, ACommittedStateDictIsReadAtOnceWithoutAStream) {
   auto store = Store::embedded().value();
   Dict src, dst;
   src.fill(3.0f);
-  ASSERT_OK(store.put_state_dict("sd", src.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().put("sd", src.sd).get(kWait));
   auto before = counters(store);
-  ASSERT_OK(store.stream_state_dict_into("sd", dst.sd, 30s).get(kWait));
+  ASSERT_OK(store.state_dicts().stream_into("sd", dst.sd, 30s).get(kWait));
   EXPECT_TRUE(dst.holds(3.0f));
   EXPECT_EQ(counters(store).stream_readers, before.stream_readers);
 }
@@ -106,7 +109,7 @@ TEST(StreamStateDictTest, WorkersFollowEveryPublishedVersionNeverAMix) {
     Dict dst;
     std::uint64_t seen = 0;
     while (seen < kVersions && !failed) {
-      auto v = store.get_next_state_dict_into("weights", dst.sd, seen, 30s).get(kWait);
+      auto v = store.state_dicts().get_next_into("weights", dst.sd, seen, 30s).get(kWait);
       if (!v.ok() || *v <= seen || !dst.holds(static_cast<float>(*v))) {
         ADD_FAILURE() << (v.ok() ? "version " + std::to_string(*v) + " after " +
                                        std::to_string(seen) + " or a mix"
@@ -119,9 +122,10 @@ TEST(StreamStateDictTest, WorkersFollowEveryPublishedVersionNeverAMix) {
   });
   for (int v = 1; v <= kVersions && !failed; ++v) {
     src.fill(static_cast<float>(v));
-    auto published = store.publish_state_dict("weights", src.sd).get(kWait);
+    auto published =
+        store.state_dicts().publish("weights", src.sd, PublishOptions::by_copy()).get(kWait);
     ASSERT_OK(published);
-    ASSERT_EQ(*published, static_cast<std::uint64_t>(v));
+    ASSERT_EQ(published->version(), static_cast<std::uint64_t>(v));
   }
   worker.join();
   EXPECT_FALSE(failed);
@@ -138,9 +142,9 @@ TEST(StreamStateDictTest, AMismatchedDestinationFailsBeforeAnyByteMoves) {
                          TensorView::of(wrong.data(), {kElems / 2})));
   }
   auto before = counters(store);
-  auto read = store.stream_state_dict_into("sd", dst, 30s);
+  auto read = store.state_dicts().stream_into("sd", dst, 30s);
   await_subscribes(store, before.stream_subscribes + 1);
-  ASSERT_OK(store.put_state_dict("sd", src.sd).get(kWait));
+  ASSERT_OK(store.state_dicts().put("sd", src.sd).get(kWait));
   EXPECT_ERROR(read.get(kWait), Errc::shape_mismatch,
                "stream_state_dict_into 'sd': the destination does not match the stored state dict: "
                "missing 'norm', 'step'; mismatched 'layer.0.weight (stored [1048576], destination "
@@ -156,9 +160,9 @@ TEST(StreamStateDictTest, SmallStateDictsAreReadOnceCommitted) {
   ASSERT_OK(src.insert("a", TensorView::of(a.data(), {100})));
   ASSERT_OK(dst.insert("a", TensorView::of(b.data(), {100})));
   auto before = counters(store);
-  auto read = store.stream_state_dict_into("small", dst, 30s);
+  auto read = store.state_dicts().stream_into("small", dst, 30s);
   await_subscribes(store, before.stream_subscribes + 1);
-  ASSERT_OK(store.put_state_dict("small", src).get(kWait));
+  ASSERT_OK(store.state_dicts().put("small", src).get(kWait));
   ASSERT_OK(read.get(kWait));
   EXPECT_EQ(b, a);
 }
@@ -167,9 +171,9 @@ TEST(StreamStateDictTest, SmallStateDictsAreReadOnceCommitted) {
 // put was announced as a stream. The reader gets the bytes either way.
 bool put_is_streamed(Store& store, const std::string& key, const StateDict& src, StateDict& dst) {
   const auto before = counters(store);
-  auto read = store.stream_state_dict_into(key, dst, 30s);
+  auto read = store.state_dicts().stream_into(key, dst, 30s);
   await_subscribes(store, before.stream_subscribes + 1);
-  EXPECT_OK(store.put_state_dict(key, src).get(kWait));
+  EXPECT_OK(store.state_dicts().put(key, src).get(kWait));
   EXPECT_OK(read.get(kWait));
   return counters(store).streams > before.streams;
 }
@@ -213,17 +217,18 @@ TEST(StreamStateDictTest, NothingWrittenInTimeIsATimeout) {
   auto store = Store::embedded().value();
   Dict dst;
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_ERROR(store.stream_state_dict_into("never", dst.sd, 100ms).get(kWait), Errc::timeout,
+  EXPECT_ERROR(store.state_dicts().stream_into("never", dst.sd, 100ms).get(kWait), Errc::timeout,
                "stream_state_dict_into 'never': nothing was written within 100 ms");
-  EXPECT_ERROR(store.get_next_state_dict_into("nothing", dst.sd, 0, 150ms).get(kWait),
+  EXPECT_ERROR(store.state_dicts().get_next_into("nothing", dst.sd, 0, 150ms).get(kWait),
                Errc::timeout, "no version after 0 was published in time");
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 250ms);
-  EXPECT_ERROR(store.stream_state_dict_into("k", dst.sd, -1ms).get(kWait), Errc::invalid_argument,
-               "negative timeout");
-  EXPECT_ERROR(store.get_next_state_dict_into("", dst.sd, 0, 1s).get(kWait), Errc::invalid_argument,
-               "key");
+  EXPECT_ERROR(store.state_dicts().stream_into("k", dst.sd, -1ms).get(kWait),
+               Errc::invalid_argument, "negative timeout");
+  EXPECT_ERROR(store.state_dicts().get_next_into("", dst.sd, 0, 1s).get(kWait),
+               Errc::invalid_argument, "key");
   store.close();
-  EXPECT_ERROR(store.stream_state_dict_into("k", dst.sd, 1s).get(kWait), Errc::shutdown, "closed");
+  EXPECT_ERROR(store.state_dicts().stream_into("k", dst.sd, 1s).get(kWait), Errc::shutdown,
+               "closed");
 }
 
 }  // namespace

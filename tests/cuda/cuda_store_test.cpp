@@ -191,7 +191,7 @@ TEST(CudaClose, ClosingTheStoreWarnsOfNothing) {
   for (int round = 0; round < 5; ++round) {
     auto store = Store::embedded(StoreOptions{});
     ASSERT_OK(store);
-    auto pub = store->publish("lent", sd, po).get(kWait);
+    auto pub = store->state_dicts().publish("lent", sd, po).get(kWait);
     ASSERT_OK(pub);
     ASSERT_EQ(pub->mode(), PublishMode::direct);
     ASSERT_OK(pub->reclaim().get(kWait));
@@ -311,26 +311,26 @@ TEST_P(CudaStoreTest, StateDictsWithDeviceTensors) {
   ASSERT_OK(sd.insert("a", da.view(DType::bfloat16, {512, 1024})));  // on the device
   ASSERT_OK(sd.insert("b", TensorView(const_cast<std::uint8_t*>(b.data()), DType::uint8, {4096})));
   ASSERT_OK(sd.insert("step", Value::int64(42)));
-  ASSERT_OK(store().put_state_dict("sd", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd", sd).get(kWait));
 
   DeviceBuffer ra(a.size()), rb(b.size());
   StateDict into;
   ASSERT_OK(into.insert("a", ra.view(DType::bfloat16, {512, 1024})));
   ASSERT_OK(into.insert("b", rb.view(DType::uint8, {4096})));
   ASSERT_OK(into.insert("step", Value::int64(0)));
-  ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sd", into).get(kWait));
   EXPECT_EQ(ra.download(), a);
   EXPECT_EQ(rb.download(), b);
   EXPECT_EQ(into.find("step")->value->as_int64(), 42);
 
   // Versions: publish from the device, follow into the device.
-  ASSERT_OK(store().publish_state_dict("w", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("w", sd, PublishOptions::by_copy()).get(kWait));
   DeviceBuffer na(a.size()), nb(b.size());
   StateDict next;
   ASSERT_OK(next.insert("a", na.view(DType::bfloat16, {512, 1024})));
   ASSERT_OK(next.insert("b", nb.view(DType::uint8, {4096})));
   ASSERT_OK(next.insert("step", Value::int64(0)));
-  auto v = store().get_next_state_dict_into("w", next, 0, 30s).get(kWait);
+  auto v = store().state_dicts().get_next_into("w", next, 0, 30s).get(kWait);
   ASSERT_OK(v);
   EXPECT_EQ(*v, 1u);
   EXPECT_EQ(na.download(), a);
@@ -376,7 +376,7 @@ TEST_P(CudaStoreTest, ManySmallDeviceTensorsCrossInOneBatch) {
   const std::uint32_t host_value = 77;
   ASSERT_OK(
       sd.insert("host", TensorView(const_cast<std::uint32_t*>(&host_value), DType::uint32, {1})));
-  ASSERT_OK(store().put_state_dict("many", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().put("many", sd).get(kWait));
 
   DeviceBuffer dst(total), rbig(big.size()), rm(m.size() * 4);
   std::vector<std::uint8_t> zeros(total, 0);
@@ -389,7 +389,7 @@ TEST_P(CudaStoreTest, ManySmallDeviceTensorsCrossInOneBatch) {
   ASSERT_OK(into.insert("mt", rm.view(DType::float32, {32, 64}, {1, 32})));
   std::uint32_t host_back = 0;
   ASSERT_OK(into.insert("host", TensorView(&host_back, DType::uint32, {1})));
-  ASSERT_OK(store().get_state_dict_into("many", into).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("many", into).get(kWait));
   EXPECT_EQ(dst.download(), flat);  // every tensor in its place, the gaps untouched
   EXPECT_EQ(rbig.download(), big);
   EXPECT_EQ(as_floats(rm.download()), m);
@@ -427,8 +427,11 @@ TEST_P(CudaStoreTest, ShardedTensorsReadIntoDeviceMemory) {
   auto bottom = TensorSlice::make({R, C}, {R / 2, 0}, {R / 2, C});
   ASSERT_OK(top);
   ASSERT_OK(bottom);
-  ASSERT_OK(store().put("m", TensorView::of(m.data(), {R / 2, C}), *top).get(kWait));
-  ASSERT_OK(store().put("m", lower.view(DType::float32, {R / 2, C}), *bottom).get(kWait));
+  ASSERT_OK(
+      store().put("m", TensorView::of(m.data(), {R / 2, C}), PutOptions::box(*top)).get(kWait));
+  ASSERT_OK(store()
+                .put("m", lower.view(DType::float32, {R / 2, C}), PutOptions::box(*bottom))
+                .get(kWait));
   DeviceBuffer whole(m.size() * 4);
   ASSERT_OK(store().get_into("m", whole.view(DType::float32, {R, C})).get(kWait));
   auto raw = whole.download();
@@ -439,7 +442,8 @@ TEST_P(CudaStoreTest, ShardedTensorsReadIntoDeviceMemory) {
   auto box = TensorSlice::make({R, C}, {2, 1}, {4, 3});
   ASSERT_OK(box);
   DeviceBuffer part(4 * 3 * 4);
-  ASSERT_OK(store().get_into("m", part.view(DType::float32, {4, 3}), *box).get(kWait));
+  ASSERT_OK(
+      store().get_into("m", part.view(DType::float32, {4, 3}), ReadOptions::box(*box)).get(kWait));
   raw = part.download();
   std::vector<float> cut(12);
   std::memcpy(cut.data(), raw.data(), raw.size());
@@ -465,14 +469,14 @@ TEST_P(CudaStoreTest, DeviceStateDictEntriesPackedCastAndWhole) {
   ASSERT_OK(sd.insert("f", df.view(DType::float32, {256, 256})));
   StateDictPutOptions cast;
   cast.transfer_dtype = DType::bfloat16;
-  ASSERT_OK(store().put_state_dict("sd", sd, cast).get(kWait));
+  ASSERT_OK(store().state_dicts().put("sd", sd, cast).get(kWait));
 
   DeviceBuffer rbig(big.size()), rsmall(small.size()), rf(f.size() * 2);
   StateDict into;
   ASSERT_OK(into.insert("big", rbig.view(DType::uint8, {1024, 4096})));
   ASSERT_OK(into.insert("small", rsmall.view(DType::uint8, {1024})));
   ASSERT_OK(into.insert("f", rf.view(DType::bfloat16, {256, 256})));
-  ASSERT_OK(store().get_state_dict_into("sd", into).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sd", into).get(kWait));
   EXPECT_TRUE(rbig.download() == big);
   EXPECT_EQ(rsmall.download(), small);
   // 0.25 * k (k < 256: 8 significant bits) is exact in bfloat16: the top half
@@ -496,9 +500,12 @@ TEST_P(CudaStoreTest, DeviceStateDictEntriesPackedCastAndWhole) {
   ASSERT_OK(boxes_into.insert("big", bb.view(DType::uint8, {10, 4096})));
   ASSERT_OK(boxes_into.insert("small", sb.view(DType::uint8, {20})));
   ASSERT_OK(boxes_into.insert("f", fa.view(DType::bfloat16, {256, 256})));
-  ASSERT_OK(store()
-                .get_state_dict_into("sd", boxes_into, {{"big", *big_box}, {"small", *small_box}})
-                .get(kWait));
+  ASSERT_OK(
+      store()
+          .state_dicts()
+          .get_into("sd", boxes_into,
+                    StateDictReadOptions::of_boxes({{"big", *big_box}, {"small", *small_box}}))
+          .get(kWait));
   const auto bbytes = bb.download();
   EXPECT_TRUE(std::equal(bbytes.begin(), bbytes.end(), big.begin() + 100 * 4096));
   const auto sbytes = sb.download();
@@ -530,13 +537,13 @@ TEST_P(CudaStoreTest, ShardedStreamedAndLatestStateDictsOnTheDevice) {
     ASSERT_OK(local.insert("rep", drep.view(DType::float32, {16})));
     const std::map<std::string, RankShard> layout{{"m", RankShard{*rows, 1}},
                                                   {"rep", RankShard{*whole, 2}}};
-    ASSERT_OK(store().put_sharded_state_dict("sh", local, layout, rank).get(kWait)) << rank;
+    ASSERT_OK(store().state_dicts().put_sharded("sh", local, layout, rank).get(kWait)) << rank;
   }
   DeviceBuffer rm(m.size() * 4), rrep(rep.size() * 4);
   StateDict into;
   ASSERT_OK(into.insert("m", rm.view(DType::float32, {R, C})));
   ASSERT_OK(into.insert("rep", rrep.view(DType::float32, {16})));
-  ASSERT_OK(store().get_state_dict_into("sh", into).get(kWait));
+  ASSERT_OK(store().state_dicts().get_into("sh", into).get(kWait));
   EXPECT_EQ(as_floats(rm.download()), m);
   EXPECT_EQ(as_floats(rrep.download()), rep);
 
@@ -544,25 +551,25 @@ TEST_P(CudaStoreTest, ShardedStreamedAndLatestStateDictsOnTheDevice) {
   StateDict sd;
   ASSERT_OK(sd.insert("m", dm.view(DType::float32, {R, C})));
   ASSERT_OK(sd.insert("rep", drep.view(DType::float32, {16})));
-  ASSERT_OK(store().put_state_dict("st", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().put("st", sd).get(kWait));
   DeviceBuffer sm(m.size() * 4), srep(rep.size() * 4);
   StateDict streamed;
   ASSERT_OK(streamed.insert("m", sm.view(DType::float32, {R, C})));
   ASSERT_OK(streamed.insert("rep", srep.view(DType::float32, {16})));
-  ASSERT_OK(store().stream_state_dict_into("st", streamed, 10s).get(kWait));
+  ASSERT_OK(store().state_dicts().stream_into("st", streamed, 10s).get(kWait));
   EXPECT_EQ(as_floats(sm.download()), m);
   EXPECT_EQ(as_floats(srep.download()), rep);
 
-  ASSERT_OK(store().publish_state_dict("lw", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("lw", sd, PublishOptions::by_copy()).get(kWait));
   std::vector<float> twice(m.size());
   for (std::size_t i = 0; i < m.size(); ++i) twice[i] = 2 * m[i];
   dm.upload(twice.data());
-  ASSERT_OK(store().publish_state_dict("lw", sd).get(kWait));
+  ASSERT_OK(store().state_dicts().publish("lw", sd, PublishOptions::by_copy()).get(kWait));
   DeviceBuffer lm(m.size() * 4), lrep(rep.size() * 4);
   StateDict latest;
   ASSERT_OK(latest.insert("m", lm.view(DType::float32, {R, C})));
   ASSERT_OK(latest.insert("rep", lrep.view(DType::float32, {16})));
-  auto v = store().get_latest_state_dict_into("lw", latest).get(kWait);
+  auto v = store().state_dicts().get_latest_into("lw", latest).get(kWait);
   ASSERT_OK(v);
   EXPECT_EQ(*v, 2u);
   EXPECT_EQ(as_floats(lm.download()), twice);
@@ -625,7 +632,7 @@ TEST_F(CudaErrorsTest, BadDeviceViewsAreRefusedAndNothingIsStored) {
                Errc::invalid_argument, "get_into 'w'");
   StateDict sd;
   ASSERT_OK(sd.insert("x", TensorView(stale, DType::float32, {256}, {}, Device::cuda(0))));
-  EXPECT_ERROR(store().put_state_dict("sd", sd).get(kWait), Errc::invalid_argument,
+  EXPECT_ERROR(store().state_dicts().put("sd", sd).get(kWait), Errc::invalid_argument,
                "put_state_dict 'x'");
   // None of it stored anything.
   auto exists = store().exists("w").get(kWait);
@@ -755,7 +762,7 @@ TEST(CudaTwoProcesses, APeerReadsIntoItsOwnDeviceMemory) {
   // reads it, cuda-ipc straight from the mapping into the peer's GPU.
   for (const std::string transport : {"", "tcp", "cuda-ipc"}) {
     testing::Child peer(
-        {self, "--peer-get", store->address(), "big", std::to_string(n), transport});
+        {self, "--peer-get", store->admin().address(), "big", std::to_string(n), transport});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
     EXPECT_EQ(peer.exit_code(), 0) << "transport '" << transport << "': " << peer.output();
   }
@@ -781,26 +788,26 @@ TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
         store->put(key, TensorView(const_cast<std::uint8_t*>(bytes.data()), DType::uint8, {len}))
             .get(kWait));
     // The ring opens in the background once the client reached its volume.
-    ASSERT_TRUE(testing::eventually([&] { return store->fast_path_stats().rings >= 1; }));
+    ASSERT_TRUE(testing::eventually([&] { return store->admin().fast_path_stats().rings >= 1; }));
     DeviceBuffer dst(n);
     for (int round = 0; round < 3; ++round) {  // the third through a page-locked mapping
-      const auto before = store->fast_path_stats();
+      const auto before = store->admin().fast_path_stats();
       ASSERT_OK(store->get_into(key, dst.view(DType::uint8, {len})).get(kWait)) << key;
       EXPECT_EQ(dst.download(), bytes) << key;
-      const auto after = store->fast_path_stats();
+      const auto after = store->admin().fast_path_stats();
       EXPECT_EQ(after.direct_reads, before.direct_reads + 1) << key << " round " << round;
       EXPECT_EQ(after.misses, before.misses) << key;
     }
     std::vector<std::uint8_t> host(n);
-    const auto before = store->fast_path_stats();
+    const auto before = store->admin().fast_path_stats();
     ASSERT_OK(store->get_into(key, TensorView(host.data(), DType::uint8, {len})).get(kWait));
     EXPECT_EQ(host, bytes) << key;
-    EXPECT_EQ(store->fast_path_stats().direct_reads, before.direct_reads + 1)
+    EXPECT_EQ(store->admin().fast_path_stats().direct_reads, before.direct_reads + 1)
         << key << " into host memory";
   }
   // Another client overwrites one: this client's cached location is stale.
   StoreOptions co;
-  auto other = Store::connect(store->address(), co);
+  auto other = Store::connect(store->admin().address(), co);
   ASSERT_OK(other);
   const auto newer = random_bytes(4096, 99);
   ASSERT_OK(other
@@ -808,10 +815,10 @@ TEST(CudaFastPath, SmallReadsIntoGpuMemoryComeStraightFromTheVolume) {
                       TensorView(const_cast<std::uint8_t*>(newer.data()), DType::uint8, {4096}))
                 .get(kWait));
   DeviceBuffer dst(4096);
-  const auto before = store->fast_path_stats();
+  const auto before = store->admin().fast_path_stats();
   ASSERT_OK(store->get_into("small/4096", dst.view(DType::uint8, {4096})).get(kWait));
   EXPECT_EQ(dst.download(), newer);
-  EXPECT_EQ(store->fast_path_stats().stale, before.stale + 1);
+  EXPECT_EQ(store->admin().fast_path_stats().stale, before.stale + 1);
   other->close();
 }
 
@@ -832,7 +839,7 @@ TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
   ASSERT_OK(store);
   std::uint32_t first = 1;  // a first put finds the volume and makes the channel
   ASSERT_OK(store->put("first", TensorView(&first, DType::uint32, {1})).get(kWait));
-  ASSERT_TRUE(testing::eventually([&] { return store->fast_path_stats().rings >= 1; }));
+  ASSERT_TRUE(testing::eventually([&] { return store->admin().fast_path_stats().rings >= 1; }));
   const std::size_t slot = protocol::limits::kRingReadBytes;
   for (const std::size_t n : {std::size_t{0}, std::size_t{4}, std::size_t{4096}, slot, slot + 4,
                               std::size_t{1} << 20, (std::size_t{4} << 20) + 12}) {
@@ -842,9 +849,9 @@ TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
     DeviceBuffer src(std::max<std::size_t>(n, 1)), dst(std::max<std::size_t>(n, 1));
     if (n > 0) src.upload(bytes.data());
     for (int round = 0; round < 2; ++round) {  // the second into what the first staged ahead
-      const auto before = store->fast_path_stats();
+      const auto before = store->admin().fast_path_stats();
       ASSERT_OK(store->put(key, src.view(DType::uint8, {len})).get(kWait)) << key;
-      const auto after = store->fast_path_stats();
+      const auto after = store->admin().fast_path_stats();
       EXPECT_EQ(after.puts, before.puts + 1) << key << " round " << round;
     }
     auto host = store->get(key).get(kWait);
@@ -889,13 +896,13 @@ TEST(CudaDirectPublish, ADeviceTensorIsLentAndReadThroughCudaIpc) {
   ASSERT_OK(sd.insert("small", TensorView::of(small.data(), {16})));  // packed: copied
 
   // The store does not pick it by itself: cuda-ipc reaches only this host.
-  auto automatic = store->publish("auto", sd).get(kWait);
+  auto automatic = store->state_dicts().publish("auto", sd).get(kWait);
   ASSERT_OK(automatic);
   EXPECT_EQ(automatic->mode(), PublishMode::copy);
 
   PublishOptions po;
   po.mode = PublishMode::direct;
-  auto pub = store->publish("gpu", sd, po).get(kWait);
+  auto pub = store->state_dicts().publish("gpu", sd, po).get(kWait);
   ASSERT_OK(pub);
   EXPECT_EQ(pub->mode(), PublishMode::direct);
   EXPECT_EQ(pub->lent_bytes(), static_cast<std::uint64_t>(n) * 4);
@@ -906,7 +913,8 @@ TEST(CudaDirectPublish, ADeviceTensorIsLentAndReadThroughCudaIpc) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   ASSERT_GT(len, 0);
   self[len] = '\0';
-  testing::Child peer({self, "--peer-get", store->address(), "gpu/v1/w", std::to_string(n), ""});
+  testing::Child peer(
+      {self, "--peer-get", store->admin().address(), "gpu/v1/w", std::to_string(n), ""});
   ASSERT_TRUE(peer.wait(120s)) << peer.output();
   EXPECT_EQ(peer.exit_code(), 0) << peer.output();
 
@@ -924,7 +932,7 @@ TEST(CudaDirectPublish, ADeviceTensorIsLentAndReadThroughCudaIpc) {
   forced.transport = "tcp";
   auto tcp = Store::embedded(forced);
   ASSERT_OK(tcp);
-  EXPECT_ERROR(tcp->publish("gpu", sd, po).get(kWait), Errc::unsupported,
+  EXPECT_ERROR(tcp->state_dicts().publish("gpu", sd, po).get(kWait), Errc::unsupported,
                "cannot serve GPU memory");
 }
 
@@ -970,7 +978,8 @@ TEST(CudaTwoProcesses, VolumesWithoutSharedMemoryServeAPeer) {
   const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   ASSERT_GT(len, 0);
   self[len] = '\0';
-  testing::Child peer({self, "--peer-get", store->address(), "host", std::to_string(n), ""});
+  testing::Child peer(
+      {self, "--peer-get", store->admin().address(), "host", std::to_string(n), ""});
   ASSERT_TRUE(peer.wait(120s)) << peer.output();
   EXPECT_EQ(peer.exit_code(), 0) << peer.output();
 }
@@ -1001,13 +1010,13 @@ TEST(CudaTwoProcesses, CudaIpcKeepsDeviceObjectsOnTheGpu) {
   self[len] = '\0';
   {
     testing::Child peer(
-        {self, "--peer-get", store->address(), "gpu", std::to_string(n), "cuda-ipc"});
+        {self, "--peer-get", store->admin().address(), "gpu", std::to_string(n), "cuda-ipc"});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
     EXPECT_EQ(peer.exit_code(), 0) << peer.output();
   }
   for (const std::string transport : {"tcp", "shm"}) {
     testing::Child peer(
-        {self, "--peer-get", store->address(), "gpu", std::to_string(n), transport});
+        {self, "--peer-get", store->admin().address(), "gpu", std::to_string(n), transport});
     ASSERT_TRUE(peer.wait(120s)) << peer.output();
     EXPECT_EQ(peer.exit_code(), 3) << transport << ": " << peer.output();
     EXPECT_NE(peer.output().find("lives in GPU memory"), std::string::npos)

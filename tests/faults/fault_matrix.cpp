@@ -180,21 +180,24 @@ PhaseOps ops_for(const std::string& phase, Store& store, Pattern& out, Pattern& 
     ops.write = [&store, &out](std::uint32_t seq) -> Status {
       out.fill(seq);
       auto sd = out.state_dict();
-      return store.publish_state_dict("pub", sd, 1).get(kBound).status();
+      return store.state_dicts()
+          .publish("pub", sd, meshstore::PublishOptions::by_copy(1))
+          .get(kBound)
+          .status();
     };
     ops.read = [&store, &in, check] {
       auto sd = in.state_dict();
-      return check(store.get_latest_state_dict_into("pub", sd).get(kBound).status());
+      return check(store.state_dicts().get_latest_into("pub", sd).get(kBound).status());
     };
   } else if (phase == "stream") {
     ops.write = [&store, &out](std::uint32_t seq) -> Status {
       out.fill(seq);
       auto sd = out.state_dict();
-      return store.put_state_dict("st", sd).get(kBound).status();
+      return store.state_dicts().put("st", sd).get(kBound).status();
     };
     ops.read = [&store, &in, check] {
       auto sd = in.state_dict();
-      return check(store.stream_state_dict_into("st", sd, kStreamWait).get(kBound).status());
+      return check(store.state_dicts().stream_into("st", sd, kStreamWait).get(kBound).status());
     };
   } else if (phase == "sharded") {
     // One entry of shape [2, kElems], split by rows over two ranks; the
@@ -206,7 +209,7 @@ PhaseOps ops_for(const std::string& phase, Store& store, Pattern& out, Pattern& 
         auto shard = placement.shard_for({2, kElems}, rank).value();
         StateDict local;
         (void)local.insert("w", TensorView::of(out.tensors[rank].data(), {1, kElems}));
-        auto s = store.put_sharded_state_dict("sh", local, {{"w", shard}}, rank).get(kBound);
+        auto s = store.state_dicts().put_sharded("sh", local, {{"w", shard}}, rank).get(kBound);
         if (!s.ok()) return s.status();
       }
       return Status();
@@ -216,7 +219,7 @@ PhaseOps ops_for(const std::string& phase, Store& store, Pattern& out, Pattern& 
       std::vector<std::uint32_t> whole(2 * kElems);
       StateDict sd;
       (void)sd.insert("w", TensorView::of(whole.data(), {2, kElems}));
-      auto s = store.get_state_dict_into("sh", sd).get(kBound);
+      auto s = store.state_dicts().get_into("sh", sd).get(kBound);
       if (!s.ok()) return s.status();
       std::copy(whole.begin(), whole.begin() + kElems, in.tensors[0].begin());
       std::copy(whole.begin() + kElems, whole.end(), in.tensors[1].begin());
@@ -360,7 +363,7 @@ int run_host(const std::string& role, int argc, char** argv) {
     return 1;
   }
   if (role == "serve") {
-    std::printf("address %s\n", store->address().c_str());
+    std::printf("address %s\n", store->admin().address().c_str());
   } else {
     std::printf("ready\n");
   }

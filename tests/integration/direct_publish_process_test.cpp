@@ -33,13 +33,14 @@ class DirectPublishAcrossProcesses : public ::testing::TestWithParam<const char*
 
 TEST_P(DirectPublishAcrossProcesses, AReaderCopiesStraightOutOfThePublishersMemory) {
   auto server = server_store(GetParam());
-  Child publisher({kPeer, "publish-direct", server.address(), "weights", std::to_string(kMiB)});
+  Child publisher(
+      {kPeer, "publish-direct", server.admin().address(), "weights", std::to_string(kMiB)});
   ASSERT_TRUE(publisher.wait_for_output("published 1 lent " + std::to_string(kMiB << 20), kWait))
       << publisher.output();
   std::vector<float> dst(kElements, 0.0f);
   StateDict sd;
   ASSERT_OK(sd.insert("w", TensorView::of(dst.data(), {kElements})));
-  auto v = server.get_latest_state_dict_into("weights", sd).get(kWait);
+  auto v = server.state_dicts().get_latest_into("weights", sd).get(kWait);
   ASSERT_OK(v);
   EXPECT_EQ(*v, 1u);
   std::size_t wrong = 0;
@@ -56,7 +57,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, DirectPublishAcrossProcesses,
 
 TEST(DirectPublishAcrossProcesses, APublisherKilledMidReadGivesItsReadersUnavailable) {
   auto server = server_store("");
-  Child publisher({kPeer, "publish-direct", server.address(), "weights", std::to_string(kMiB)});
+  Child publisher(
+      {kPeer, "publish-direct", server.admin().address(), "weights", std::to_string(kMiB)});
   ASSERT_TRUE(publisher.wait_for_output("published 1", kWait)) << publisher.output();
   // Frozen, the publisher answers nothing: the read below waits on its
   // lending volume when the kill comes.
@@ -64,7 +66,7 @@ TEST(DirectPublishAcrossProcesses, APublisherKilledMidReadGivesItsReadersUnavail
   std::vector<float> dst(kElements, 0.0f);
   StateDict sd;
   ASSERT_OK(sd.insert("w", TensorView::of(dst.data(), {kElements})));
-  auto read = server.get_state_dict_into("weights/v1", sd);
+  auto read = server.state_dicts().get_into("weights/v1", sd);
   EXPECT_FALSE(read.wait_for(200ms)) << "the read ended while its publisher was frozen";
   const auto t0 = std::chrono::steady_clock::now();
   publisher.signal(SIGKILL);
@@ -75,7 +77,7 @@ TEST(DirectPublishAcrossProcesses, APublisherKilledMidReadGivesItsReadersUnavail
   EXPECT_LT(std::chrono::steady_clock::now() - t0, kBound);
   // Later readers: the version is lost with its publisher, said so; the
   // store goes on.
-  EXPECT_ERROR(server.get_latest_state_dict_into("weights", sd).get(kBound), Errc::unavailable,
+  EXPECT_ERROR(server.state_dicts().get_latest_into("weights", sd).get(kBound), Errc::unavailable,
                "lend:");
   float y = 1;
   ASSERT_OK(server.put("fresh", TensorView::of(&y, {})).get(kBound));

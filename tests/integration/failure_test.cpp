@@ -32,16 +32,16 @@ TEST(Failure, AStreamingReaderLearnsThatItsWriterDied) {
   for (std::size_t t = 0; t < bufs.size(); ++t) {
     ASSERT_OK(dst.insert("w" + std::to_string(t), TensorView::of(bufs[t].data(), {kPer})));
   }
-  auto read = server.stream_state_dict_into("sd", dst, 60s);
+  auto read = server.state_dicts().stream_into("sd", dst, 60s);
   // The writer: 256 MiB over rpc, 1 MiB at a time, in another process.
-  Child writer({kPeer, "write-state-dict", server.address(), "sd", "256"});
+  Child writer({kPeer, "write-state-dict", server.admin().address(), "sd", "256"});
   // Bounded wait until its put is announced, then freeze it mid-put.
-  for (int i = 0; i < 60000 && server.controller_counters().get(kWait)->streams < 1; ++i) {
+  for (int i = 0; i < 60000 && server.admin().controller_counters().get(kWait)->streams < 1; ++i) {
     std::this_thread::sleep_for(1ms);
   }
   writer.signal(SIGSTOP);
-  ASSERT_GE(server.controller_counters().get(kWait)->streams, 1u);
-  ASSERT_EQ(server.controller_counters().get(kWait)->stream_readers, 1u);
+  ASSERT_GE(server.admin().controller_counters().get(kWait)->streams, 1u);
+  ASSERT_EQ(server.admin().controller_counters().get(kWait)->stream_readers, 1u);
   if (writer.wait_for_output("committed", 10ms) || read.ready()) {
     GTEST_SKIP() << "the writer committed before it could be stopped";
   }
@@ -73,7 +73,7 @@ StoreOptions volume_per_process() {
 
 TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
   auto server = Store::embedded(volume_per_process()).value();
-  Child peer({kPeer, "hold", server.address(), "held"});
+  Child peer({kPeer, "hold", server.admin().address(), "held"});
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
   ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);
 
@@ -105,10 +105,10 @@ void killed_volume_ends_fast_reads(const std::string& transport) {
   StoreOptions o = volume_per_process();
   o.transport = transport;
   auto server = Store::embedded(o).value();
-  Child peer({kPeer, "hold", server.address(), "held"});
+  Child peer({kPeer, "hold", server.admin().address(), "held"});
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
   ASSERT_EQ(*server.get("held").get(kWait)->data_as<float>(), 7.0f);  // learns where it is
-  ASSERT_TRUE(eventually([&] { return server.fast_path_stats().rings >= 1; }, kBound));
+  ASSERT_TRUE(eventually([&] { return server.admin().fast_path_stats().rings >= 1; }, kBound));
   // Reads on the fast path from the peer's volume (straight from its shared
   // memory where the process watch allows, else over the ring; over its
   // tcp channel with "tcp"), one after another, until one fails.
@@ -133,7 +133,7 @@ void killed_volume_ends_fast_reads(const std::string& transport) {
       }
     }
   });
-  ASSERT_TRUE(eventually([&] { return server.fast_path_stats().hits >= 20; }, kBound));
+  ASSERT_TRUE(eventually([&] { return server.admin().fast_path_stats().hits >= 20; }, kBound));
   const auto t0 = std::chrono::steady_clock::now();
   peer.signal(SIGKILL);
   ASSERT_TRUE(peer.wait(kWait));
@@ -146,7 +146,7 @@ void killed_volume_ends_fast_reads(const std::string& transport) {
   EXPECT_LT(failed_at - t0, kBound);
   // The ring is gone with its volume; closing the store leaves none of this
   // process's segments (the ring is one).
-  EXPECT_EQ(server.fast_path_stats().rings, 0u);
+  EXPECT_EQ(server.admin().fast_path_stats().rings, 0u);
   server.close();
   EXPECT_TRUE(transports::shm::own_segments().empty());
   transports::shm::garbage_collect(false, peer.pid());  // what the killed peer left
@@ -199,11 +199,11 @@ void killed_controller_ends_fast_puts(const std::string& transport) {
   auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
-  ASSERT_TRUE(eventually([&] { return client.fast_path_stats().rings >= 1; }, kBound));
+  ASSERT_TRUE(eventually([&] { return client.admin().fast_path_stats().rings >= 1; }, kBound));
   ASSERT_TRUE(eventually(
       [&] {
         EXPECT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
-        return client.fast_path_stats().puts >= 1;
+        return client.admin().fast_path_stats().puts >= 1;
       },
       kBound))
       << "no put went over the ring to this process's volume";
@@ -240,10 +240,10 @@ TEST(Failure, ACommitWhoseConnectionFailedIsSentAgainAndDoneOnce) {
   auto client = Store::connect(address, o).value();
   float x = 1;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));  // opens the channel
-  ASSERT_TRUE(eventually([&] { return client.fast_path_stats().rings >= 1; }, kBound));
-  const auto before = client.controller_counters().get(kWait);
+  ASSERT_TRUE(eventually([&] { return client.admin().fast_path_stats().rings >= 1; }, kBound));
+  const auto before = client.admin().controller_counters().get(kWait);
   ASSERT_OK(before);
-  ASSERT_EQ(client.fast_path_stats().resent_commits, 0u);
+  ASSERT_EQ(client.admin().fast_path_stats().resent_commits, 0u);
 
   serve.signal(SIGSTOP);
   ASSERT_TRUE(eventually([&] { return all_threads_stopped(serve.pid()); }, kBound));
@@ -252,23 +252,24 @@ TEST(Failure, ACommitWhoseConnectionFailedIsSentAgainAndDoneOnce) {
                         [&] { return client.put("k", TensorView::of(&x, {})).get(kWait); });
   // The first connection timed out with the commit on its way; the same
   // commit is being sent again. Then the server runs again.
-  const bool resent = eventually([&] { return client.fast_path_stats().resent_commits >= 1; }, 30s);
+  const bool resent =
+      eventually([&] { return client.admin().fast_path_stats().resent_commits >= 1; }, 30s);
   serve.signal(SIGCONT);
   const auto done = put.get();
-  const auto stats = client.fast_path_stats();
+  const auto stats = client.admin().fast_path_stats();
   ASSERT_TRUE(resent) << "the commit was not sent again; the put: " << done.status().to_string()
                       << "; channels " << stats.rings << ", puts " << stats.puts;
   ASSERT_OK(done);
   EXPECT_EQ(*client.get("k").get(kWait)->data_as<float>(), 2.0f);
-  const auto after = client.controller_counters().get(kWait);
+  const auto after = client.admin().controller_counters().get(kWait);
   ASSERT_OK(after);
   EXPECT_EQ(after->notify_put_batch, before->notify_put_batch + 1) << "the put was committed twice";
-  EXPECT_EQ(client.fast_path_stats().resent_commits, 1u);
+  EXPECT_EQ(client.admin().fast_path_stats().resent_commits, 1u);
   // The new connection is the channel from now on.
   x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
   EXPECT_EQ(*client.get("k").get(kWait)->data_as<float>(), 3.0f);
-  EXPECT_EQ(client.fast_path_stats().resent_commits, 1u);
+  EXPECT_EQ(client.admin().fast_path_stats().resent_commits, 1u);
 }
 
 TEST(Failure, MeshrunExitsNonZeroWhenARankIsKilled) {

@@ -36,17 +36,17 @@ StoreOptions rank_options(int rank, int local_rank, const std::string& host = ""
 TEST(RemoteStore, ListeningStoreReportsItsAddress) {
   auto server = Store::embedded(server_options());
   ASSERT_OK(server);
-  EXPECT_GT(server->port(), 0);
-  EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
+  EXPECT_GT(server->admin().port(), 0);
+  EXPECT_EQ(server->admin().address(), "127.0.0.1:" + std::to_string(server->admin().port()));
   auto plain = Store::embedded();
-  EXPECT_EQ(plain->port(), 0);
-  EXPECT_EQ(plain->address(), "");
+  EXPECT_EQ(plain->admin().port(), 0);
+  EXPECT_EQ(plain->admin().address(), "");
 }
 
 TEST(RemoteStore, ConnectedRanksSeeEachOthersKeys) {
   auto server = Store::embedded(server_options()).value();
-  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
-  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  auto a = Store::connect(server.admin().address(), rank_options(1, 1)).value();
+  auto b = Store::connect(server.admin().address(), rank_options(2, 2)).value();
   std::vector<float> w(1000);
   std::iota(w.begin(), w.end(), 0.5f);
   ASSERT_OK(a.put("from_a", TensorView::of(w.data(), {10, 100})).get(kWait));
@@ -67,7 +67,7 @@ TEST(RemoteStore, LargeTensorCrossesTheNetworkInChunks) {
   auto opts = rank_options(1, 1);
   opts.transport = "rpc";          // the bytes cross CAF's network layer...
   opts.rpc_chunk_bytes = 1 << 20;  // ...in many chunks
-  auto a = Store::connect(server.address(), opts).value();
+  auto a = Store::connect(server.admin().address(), opts).value();
   std::vector<std::uint8_t> big(24 << 20);
   for (std::size_t i = 0; i < big.size(); ++i)
     big[i] = static_cast<std::uint8_t>(i * 7 + (i >> 20));
@@ -85,9 +85,9 @@ TEST(RemoteStore, PerLocalRankPlacesAVolumeInEveryRank) {
                   return o;
                 }())
                     .value();
-  auto r1 = Store::connect(server.address(), rank_options(1, 1, "hostA")).value();
-  auto r2 = Store::connect(server.address(), rank_options(2, 0, "hostB")).value();
-  auto stats = server.stats().get(kWait);
+  auto r1 = Store::connect(server.admin().address(), rank_options(1, 1, "hostA")).value();
+  auto r2 = Store::connect(server.admin().address(), rank_options(2, 0, "hostB")).value();
+  auto stats = server.admin().stats().get(kWait);
   ASSERT_OK(stats);
   std::vector<std::string> ids;
   for (const auto& s : *stats) ids.push_back(s.volume_id);
@@ -97,7 +97,7 @@ TEST(RemoteStore, PerLocalRankPlacesAVolumeInEveryRank) {
   float x = 1, y = 2;
   ASSERT_OK(r1.put("x", TensorView::of(&x, {})).get(kWait));
   ASSERT_OK(r2.put("y", TensorView::of(&y, {})).get(kWait));
-  auto after = server.stats().get(kWait);
+  auto after = server.admin().stats().get(kWait);
   ASSERT_OK(after);
   for (const auto& s : *after) {
     if (s.volume_id == "host:hostA/lr1" || s.volume_id == "host:hostB/lr0") {
@@ -115,10 +115,10 @@ TEST(RemoteStore, PerHostPlacesOneVolumePerHost) {
                   return o;
                 }())
                     .value();
-  auto a1 = Store::connect(server.address(), rank_options(1, 1, "hostA")).value();
-  auto b0 = Store::connect(server.address(), rank_options(2, 0, "hostB")).value();
-  auto b1 = Store::connect(server.address(), rank_options(3, 1, "hostB")).value();
-  auto before = server.stats().get(kWait);
+  auto a1 = Store::connect(server.admin().address(), rank_options(1, 1, "hostA")).value();
+  auto b0 = Store::connect(server.admin().address(), rank_options(2, 0, "hostB")).value();
+  auto b1 = Store::connect(server.admin().address(), rank_options(3, 1, "hostB")).value();
+  auto before = server.admin().stats().get(kWait);
   ASSERT_OK(before);
   std::vector<std::string> ids;
   for (const auto& s : *before) ids.push_back(s.volume_id);
@@ -126,7 +126,7 @@ TEST(RemoteStore, PerHostPlacesOneVolumePerHost) {
   EXPECT_EQ(ids, (std::vector<std::string>{"host:hostA", "host:hostB"}));
   float v = 3;
   ASSERT_OK(b1.put("on_b", TensorView::of(&v, {})).get(kWait));
-  auto after = server.stats().get(kWait);
+  auto after = server.admin().stats().get(kWait);
   ASSERT_OK(after);
   for (const auto& s : *after) {
     EXPECT_EQ(s.objects, s.volume_id == "host:hostB" ? 1u : 0u) << s.volume_id;
@@ -138,8 +138,8 @@ TEST(RemoteStore, ACachedLocationNeverHidesAnotherRanksChange) {
   // Rank a reads k (and caches where and what it is); rank b replaces k with
   // a different shape, then with an object. a's next reads follow.
   auto server = Store::embedded(server_options()).value();
-  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
-  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  auto a = Store::connect(server.admin().address(), rank_options(1, 1)).value();
+  auto b = Store::connect(server.admin().address(), rank_options(2, 2)).value();
   std::vector<float> four(4, 1.0f), eight(8, 2.0f);
   ASSERT_OK(b.put("k", TensorView::of(four.data(), {4})).get(kWait));
   ASSERT_OK(a.get("k").get(kWait));
@@ -161,12 +161,13 @@ TEST(RemoteStore, ACachedLocationOfAnOverwrittenKeyIsLocatedAgain) {
   // read (its tag cleared, on a's thread: the fast path's stale count), k is
   // located afresh; found gone at the volume, it is located again pinned.
   auto server = Store::embedded(server_options()).value();
-  auto a = Store::connect(server.address(), rank_options(1, 1)).value();
-  auto b = Store::connect(server.address(), rank_options(2, 2)).value();
+  auto a = Store::connect(server.admin().address(), rank_options(1, 1)).value();
+  auto b = Store::connect(server.admin().address(), rank_options(2, 2)).value();
   constexpr std::int64_t n = 64 * 1024;
   std::vector<float> first(n, 1.0f), second(n, 2.0f), third(n, 3.0f);
   auto located_again = [&] {
-    return server.controller_counters().get(kWait)->pinned_locates + a.fast_path_stats().stale;
+    return server.admin().controller_counters().get(kWait)->pinned_locates +
+           a.admin().fast_path_stats().stale;
   };
 
   ASSERT_OK(b.put("k", TensorView::of(first.data(), {n})).get(kWait));
@@ -205,8 +206,8 @@ TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedO
     o.transport = GetParam();
     return o;
   };
-  auto a = Store::connect(server.address(), opts(1)).value();
-  auto b = Store::connect(server.address(), opts(2)).value();
+  auto a = Store::connect(server.admin().address(), opts(1)).value();
+  auto b = Store::connect(server.admin().address(), opts(2)).value();
   constexpr std::int64_t n = 64 * 1024;
   std::vector<float> big(n), into(n);
   // a reaches the volume with a first read; its channel to the volume
@@ -215,7 +216,7 @@ TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedO
   std::int64_t zero = 0;
   ASSERT_OK(b.put("small", TensorView::of(&zero, {})).get(kWait));
   ASSERT_OK(a.get("small").get(kWait));
-  ASSERT_TRUE(testing::eventually([&] { return a.fast_path_stats().rings >= 1; }));
+  ASSERT_TRUE(testing::eventually([&] { return a.admin().fast_path_stats().rings >= 1; }));
   for (std::int64_t round = 0; round < 60; ++round) {
     ASSERT_OK(b.put("small", TensorView::of(&round, {})).get(kWait));
     auto small = a.get("small").get(kWait);
@@ -237,7 +238,7 @@ TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedO
   // The reads went the ways named above: by cached location, which the
   // volume's channel (the small value) and, over shm, the lease-free check
   // (the large one) found stale, then located afresh.
-  const auto fast = a.fast_path_stats();
+  const auto fast = a.admin().fast_path_stats();
   EXPECT_GT(fast.stale, 0u);
   if (GetParam() == "shm") {
     EXPECT_GT(fast.lease_free_stale, 0u);
@@ -250,11 +251,11 @@ INSTANTIATE_TEST_SUITE_P(Channels, CachedReadAfterWrite, ::testing::Values("shm"
 TEST(RemoteStore, LateJoinerFindsExistingKeys) {
   auto server = Store::embedded(server_options()).value();
   {
-    auto early = Store::connect(server.address(), rank_options(1, 1)).value();
+    auto early = Store::connect(server.admin().address(), rank_options(1, 1)).value();
     std::int64_t v = 42;
     ASSERT_OK(early.put("early", TensorView::of(&v, {})).get(kWait));
   }
-  auto late = Store::connect(server.address(), rank_options(2, 2)).value();
+  auto late = Store::connect(server.admin().address(), rank_options(2, 2)).value();
   EXPECT_EQ(*late.get("early").get(kWait)->data_as<std::int64_t>(), 42);
 }
 
@@ -316,10 +317,10 @@ TEST(CustomStrategy, JoinersFollowTheCustomPlacement) {
   // strategy name, so host B's local rank 0 hosts host B's volume.
   auto o = per_host_server();
   auto server = Store::embedded(o).value();
-  auto b0 = Store::connect(server.address(), rank_options(1, 0, "hostB")).value();
+  auto b0 = Store::connect(server.admin().address(), rank_options(1, 0, "hostB")).value();
   float x = 2;
   ASSERT_OK(b0.put("on_b", TensorView::of(&x, {})).get(kWait));
-  auto stats = server.stats().get(kWait);
+  auto stats = server.admin().stats().get(kWait);
   ASSERT_OK(stats);
   std::vector<std::string> ids;
   for (const auto& s : *stats) ids.push_back(s.volume_id);
@@ -333,10 +334,10 @@ TEST(CustomStrategy, ClientsWaitForTheirVolumeToRegister) {
   auto o = server_options("per_host");
   o.host = "hostA";
   auto server = Store::embedded(o).value();
-  auto early = Store::connect(server.address(), rank_options(3, 1, "hostB")).value();
+  auto early = Store::connect(server.admin().address(), rank_options(3, 1, "hostB")).value();
   float x = 5;
   auto put = early.put("early", TensorView::of(&x, {}));  // no volume for hostB yet
-  auto b0 = Store::connect(server.address(), rank_options(2, 0, "hostB")).value();
+  auto b0 = Store::connect(server.admin().address(), rank_options(2, 0, "hostB")).value();
   ASSERT_OK(put.get(kWait));
   EXPECT_EQ(*server.get("early").get(kWait)->data_as<float>(), 5.0f);
 }
@@ -350,14 +351,15 @@ TEST(CustomStrategy, AClientWithNoVolumeIsToldWhyItsPutsFail) {
   auto server = Store::embedded(o).value();
   auto ro = rank_options(5, 1, "hostC");  // not local rank 0: hosts no volume
   ro.request_timeout = 1s;                // how long it waits for one to register
-  auto lone = Store::connect(server.address(), ro).value();
+  auto lone = Store::connect(server.admin().address(), ro).value();
   float x = 7;
   EXPECT_ERROR(lone.put("lone", TensorView::of(&x, {})).get(kWait), Errc::unavailable,
                "no volume on hostC");
   std::vector<float> w(64, 1.0f);
   StateDict sd;
   ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {64})));
-  EXPECT_ERROR(lone.put_state_dict("sd", sd).get(kWait), Errc::unavailable, "no volume on hostC");
+  EXPECT_ERROR(lone.state_dicts().put("sd", sd).get(kWait), Errc::unavailable,
+               "no volume on hostC");
   EXPECT_ERROR(lone.put_batch({{"a", TensorView::of(&x, {})}}).get(kWait), Errc::unavailable,
                "no volume on hostC");
   for (const std::string key : {"lone", "sd", "a"}) {

@@ -166,7 +166,7 @@ void control_plane(const Certs& certs, Captured& log, std::vector<Row>& rows) {
         {"store control port (TLS)", "-", "starts", tls_store.status().to_string(), "-"});
     return;
   }
-  const std::string at = tls_store->address();
+  const std::string at = tls_store->admin().address();
   const std::string listener = "store control port, TLS";
   log.clear();
   rows.push_back(judge({listener, "a certificate the job's CA signed", "accepted: put and get"},
@@ -192,8 +192,8 @@ void control_plane(const Certs& certs, Captured& log, std::vector<Row>& rows) {
   if (!plain_store.ok()) return;
   log.clear();
   rows.push_back(judge({"store control port, no TLS", "TLS", "refused; told the store has none"},
-                       log, client_round_trip(plain_store->address(), certs.job("client")), false,
-                       Errc::unauthenticated, "does not speak TLS", ""));
+                       log, client_round_trip(plain_store->admin().address(), certs.job("client")),
+                       false, Errc::unauthenticated, "does not speak TLS", ""));
   plain_store->close();
 }
 

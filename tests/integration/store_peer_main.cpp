@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    auto put = store->put_state_dict(argv[3], sd).get(120s);
+    auto put = store->state_dicts().put(argv[3], sd).get(120s);
     if (!put.ok()) {
       std::fprintf(stderr, "peer: %s\n", put.status().to_string().c_str());
       return 1;
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
     if (!sd.insert("w", meshstore::TensorView::of(weights.data(), {n})).ok()) return 1;
     meshstore::PublishOptions po;
     po.mode = meshstore::PublishMode::direct;
-    auto pub = store->publish(argv[3], sd, po).get(60s);
+    auto pub = store->state_dicts().publish(argv[3], sd, po).get(60s);
     if (!pub.ok()) {
       std::fprintf(stderr, "peer: %s\n", pub.status().to_string().c_str());
       return 1;
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
     meshstore::StateDict sd;
     if (n <= 0 || !sd.insert("w", meshstore::TensorView::of(weights.data(), {n})).ok()) return 1;
     const auto t0 = std::chrono::steady_clock::now();
-    auto version = store->get_latest_state_dict_into(argv[3], sd).get(60s);
+    auto version = store->state_dicts().get_latest_into(argv[3], sd).get(60s);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!version.ok()) {

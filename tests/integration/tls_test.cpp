@@ -139,7 +139,7 @@ TEST_F(Tls, PeersTheCaSignedPutAndGetOverEveryTransport) {
   for (const std::string transport : {"", "tcp", "rpc"}) {
     auto o = client_options(job("client"));
     o.transport = transport;
-    auto client = Store::connect(server->address(), o);
+    auto client = Store::connect(server->admin().address(), o);
     ASSERT_OK(client);
     std::vector<float> out(1 << 18), in(out.size());
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(i) * 0.5f;
@@ -165,23 +165,23 @@ TEST_F(Tls, ACertificateAnotherCaSignedIsRefusedWithTheReasonOnBothSides) {
     // The rogue trusts the job's CA, so it accepts the server: the server
     // is the side that refuses.
     TlsLog log;
-    auto refused = Store::connect(server->address(), client_options(rogue(true)));
+    auto refused = Store::connect(server->admin().address(), client_options(rogue(true)));
     EXPECT_ERROR(refused, Errc::unauthenticated, "refused the connection");
-    EXPECT_ERROR(refused, Errc::unauthenticated, server->address());
+    EXPECT_ERROR(refused, Errc::unauthenticated, server->admin().address());
     EXPECT_TRUE(log.wait_for("its certificate does not verify under our CA file")) << log.text();
   }
   {
     // The rogue trusts only its own CA: it refuses the server's certificate
     // and says why; the server hears it refused.
     TlsLog log;
-    auto refused = Store::connect(server->address(), client_options(rogue(false)));
+    auto refused = Store::connect(server->admin().address(), client_options(rogue(false)));
     EXPECT_ERROR(refused, Errc::unauthenticated, "CN=server");
     EXPECT_ERROR(refused, Errc::unauthenticated, "does not verify under our CA file");
     EXPECT_TRUE(log.wait_for("refused a connection from 127.0.0.1:")) << log.text();
     EXPECT_NE(log.text().find("it refused our certificate"), std::string::npos) << log.text();
   }
   // The store still serves the peers it should.
-  auto good = Store::connect(server->address(), client_options(job("client")));
+  auto good = Store::connect(server->admin().address(), client_options(job("client")));
   ASSERT_OK(good);
   EXPECT_OK(good->put_object("after", "still serving").get(testing::kWait));
 }
@@ -190,7 +190,7 @@ TEST_F(Tls, APeerWithoutTlsIsRefusedAndToldWhy) {
   auto server = Store::embedded(server_options());
   ASSERT_OK(server);
   TlsLog log;
-  auto plain = Store::connect(server->address(), client_options(TlsOptions{}));
+  auto plain = Store::connect(server->admin().address(), client_options(TlsOptions{}));
   // Without TLS of its own it cannot tell a TLS store from no store at
   // all: unavailable, naming TLS first.
   EXPECT_ERROR(plain, Errc::unavailable, "it requires TLS, which this process was not given");
@@ -202,7 +202,7 @@ TEST_F(Tls, ATlsPeerOfAPlainStoreIsToldItDoesNotSpeakTls) {
   o.listen = "127.0.0.1:0";
   auto plain_server = Store::embedded(o);
   ASSERT_OK(plain_server);
-  auto refused = Store::connect(plain_server->address(), client_options(job("client")));
+  auto refused = Store::connect(plain_server->admin().address(), client_options(job("client")));
   EXPECT_ERROR(refused, Errc::unauthenticated, "refused the connection");
   EXPECT_ERROR(refused, Errc::unauthenticated, "TLS");
 }
@@ -213,7 +213,7 @@ TEST_F(Tls, ATlsPeerOfAPlainStoreIsToldItDoesNotSpeakTls) {
 TEST_F(Tls, ConnectionsThatNeverFinishAHandshakeDoNotStopTheStore) {
   auto server = Store::embedded(server_options());
   ASSERT_OK(server);
-  auto client = Store::connect(server->address(), client_options(job("client")));
+  auto client = Store::connect(server->admin().address(), client_options(job("client")));
   ASSERT_OK(client);
   auto cpu_seconds = [] {
     rusage r{};
@@ -245,7 +245,7 @@ TEST_F(Tls, ConnectionsThatNeverFinishAHandshakeDoNotStopTheStore) {
   const auto baseline = one_second_of_work();
 
   const auto port = static_cast<std::uint16_t>(
-      std::stoi(server->address().substr(server->address().rfind(':') + 1)));
+      std::stoi(server->admin().address().substr(server->admin().address().rfind(':') + 1)));
   std::vector<int> stalled;
   for (int i = 0; i < 8; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -227,7 +227,7 @@ TEST(Checkpoint, AStateDictInTheStoreIsSavedAsOne) {
   ASSERT_OK(sd.insert("big", big.view()));
   ASSERT_OK(sd.insert("small", small.view()));
   ASSERT_OK(sd.insert("step", Value::int64(9)));
-  ASSERT_OK(store.put_state_dict("opt", sd).get(kWait));
+  ASSERT_OK(store.state_dicts().put("opt", sd).get(kWait));
   TempDir dir;
   auto r = save_checkpoint(store, "opt", dir.path());
   ASSERT_OK(r);

@@ -43,7 +43,7 @@ inline RevokeRace race_revoke(Store& store, const std::string& prefix, const Sta
     po.mode = PublishMode::direct;
     po.reclaim_timeout = std::chrono::milliseconds(1);
     po.revoke_on_timeout = true;
-    auto pub = store.publish(prefix, sd, po).get(kWait);
+    auto pub = store.state_dicts().publish(prefix, sd, po).get(kWait);
     EXPECT_TRUE(is_ok(pub));
     if (!pub.ok()) return n;
     const std::string key = prefix + "/v" + std::to_string(pub->version()) + "/" + entry;

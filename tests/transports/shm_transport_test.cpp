@@ -346,7 +346,7 @@ namespace meshstore::transports::shm {
 namespace {
 
 std::uint64_t leases_of(Store& store) {
-  auto stats = store.stats().get(testing::kWait);
+  auto stats = store.admin().stats().get(testing::kWait);
   return stats.ok() && !stats->empty() ? stats->front().leases : 999;
 }
 
@@ -356,7 +356,7 @@ TEST(GetView, ZeroCopyReadOnlyAndPinsItsVersion) {
   auto store = Store::embedded(o).value();
   std::vector<float> v1(1 << 18, 1.0f), v2(1 << 18, 2.0f);
   ASSERT_OK(store.put("w", TensorView::of(v1.data(), {1 << 18})).get(testing::kWait));
-  auto view = store.get_view("w").get(testing::kWait);
+  auto view = store.get("w", ReadOptions::mapped()).get(testing::kWait);
   ASSERT_OK(view);
   EXPECT_TRUE(view->read_only());
   EXPECT_EQ(view->shape(), (Shape{1 << 18}));
@@ -385,7 +385,7 @@ TEST(GetView, AViewOutlivesItsStore) {
     auto store = Store::embedded(o).value();
     std::vector<float> w(1 << 18, 9.0f);
     ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
-    view = store.get_view("w").get(testing::kWait).value();
+    view = store.get("w", ReadOptions::mapped()).get(testing::kWait).value();
     ASSERT_TRUE(view.read_only());
   }  // the store shuts down (without waiting for the view) and unlinks its segments
   EXPECT_TRUE(own_segments().empty());
@@ -398,7 +398,7 @@ TEST(GetView, WritingThroughAViewFaults) {
   auto store = Store::embedded(o).value();
   std::vector<float> w(1 << 18, 1.0f);
   ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
-  auto view = store.get_view("w").get(testing::kWait).value();
+  auto view = store.get("w", ReadOptions::mapped()).get(testing::kWait).value();
   EXPECT_DEATH(view.data_as<float>()[0] = 5.0f, "");
 }
 
@@ -409,7 +409,7 @@ TEST(GetView, CopiesWhereNoMappingIsPossible) {
     auto store = Store::embedded(o).value();
     std::vector<float> w(1 << 18, 4.0f);
     ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
-    auto view = store.get_view("w").get(testing::kWait);
+    auto view = store.get("w", ReadOptions::mapped()).get(testing::kWait);
     ASSERT_OK(view) << transport;
     EXPECT_FALSE(view->read_only()) << transport;
     EXPECT_EQ(view->data_as<float>()[777], 4.0f);
@@ -419,10 +419,11 @@ TEST(GetView, CopiesWhereNoMappingIsPossible) {
   auto store = Store::embedded().value();
   float x = 3;
   ASSERT_OK(store.put("x", TensorView::of(&x, {})).get(testing::kWait));
-  auto v = store.get_view("x").get(testing::kWait);
+  auto v = store.get("x", ReadOptions::mapped()).get(testing::kWait);
   ASSERT_OK(v);
   EXPECT_EQ(*v->data_as<float>(), 3.0f);
-  EXPECT_ERROR(store.get_view("nope").get(testing::kWait), Errc::not_found, "nope");
+  EXPECT_ERROR(store.get("nope", ReadOptions::mapped()).get(testing::kWait), Errc::not_found,
+               "nope");
 }
 
 }  // namespace

@@ -284,7 +284,7 @@ class StoreOverTransport : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     const auto [transport, encrypted] = transport_of(GetParam());
-    for (const auto& [name, status] : Store::transport_status()) {
+    for (const auto& [name, status] : Store::Admin::transport_status()) {
       if (name == transport && !status.ok()) GTEST_SKIP() << name << ": " << status.message();
     }
     StoreOptions o;

@@ -241,7 +241,7 @@ struct CountersCall {
   std::shared_ptr<Promise<std::vector<std::uint64_t>>> promise;
 };
 
-/// One volume's stat, or why it did not answer (Store::stats).
+/// One volume's stat, or why it did not answer (Store::Admin::stats).
 struct VolumeStatReply {
   wire::VolumeStat stat;    ///< its volume_id set either way
   std::string unreachable;  ///< "" when it answered

@@ -1,4 +1,4 @@
-// Store::publish and Publication: publishing a state dict by copy or
+// Store::StateDicts::publish and Publication: publishing a state dict by copy or
 // directly out of the caller's tensors (lent to this process's lending
 // volume), and the loan's end (reclaim, retain, returned).
 
@@ -332,8 +332,8 @@ std::uint64_t move_lent(client::PutCall& call, const std::vector<std::size_t>& l
 
 }  // namespace
 
-Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
-                                   const PublishOptions& options) {
+Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDict& sd,
+                                               const PublishOptions& options) {
   const std::string op = "publish";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<Publication>(s);
   auto bad = [&](const std::string& what) {
@@ -351,15 +351,6 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
   }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return client::closed_future<Publication>(op + " '" + prefix + "'");
-  auto st = store::staging(op, false);
-  auto use = store::put_source(sd, *st, options.put);
-  if (!use.ok()) return make_error_future<Publication>(use.status());
-  auto prepared_or = state_dicts::prepare_put(**use, op, options.put);
-  if (!prepared_or.ok()) {
-    return make_error_future<Publication>(prepared_or.status().with_context(prefix));
-  }
-  auto prepared = std::move(prepared_or).value();
-
   auto pub = std::make_shared<PubImpl>();
   pub->op = op;
   pub->prefix = prefix;
@@ -370,8 +361,30 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
     pub->timeout = impl_->options.request_timeout;
   }
   pub->returned = make_ready_future();
-  if (options.mode != PublishMode::copy) {
-    const Status refused = lending_refused(sd, options);
+  // A version by copy takes the one route of every state-dict put (the
+  // caller's channel, its layout kept by prefix).
+  auto by_copy = [&] {
+    return publish_copy(prefix, sd, options.keep, options.put, op)
+        .then([pub](std::uint64_t version) {
+          pub->version = version;
+          return internal::PublicationAccess::make(pub);
+        });
+  };
+  const Status refused =
+      options.mode == PublishMode::copy ? Status() : lending_refused(sd, options);
+  if (options.mode == PublishMode::copy ||
+      (!refused.ok() && options.mode == PublishMode::automatic)) {
+    return by_copy();
+  }
+  auto st = store::staging(op, false);
+  auto use = store::put_source(sd, *st, options.put);
+  if (!use.ok()) return make_error_future<Publication>(use.status());
+  auto prepared_or = state_dicts::prepare_put(**use, op, options.put);
+  if (!prepared_or.ok()) {
+    return make_error_future<Publication>(prepared_or.status().with_context(prefix));
+  }
+  auto prepared = std::move(prepared_or).value();
+  {
     auto& call = prepared->call;
     // Host tensors are lent; GPU ones only when direct is asked for and no
     // host tensor is (cuda-ipc reaches only readers on this host, so the
@@ -454,7 +467,8 @@ Future<Publication> Store::publish(std::string prefix, const StateDict& sd,
       }
     }
   }
-  // Fenced as publish_state_dict; the host copies live till it is done.
+  if (pub->mode != PublishMode::direct) return by_copy();
+  // Fenced as a copy is; the host copies live till it is done.
   return state_dicts::publish_prepared(
              client, prefix, std::move(prepared), options.keep, op, impl_ ? impl_->fast : nullptr,
              impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0))

@@ -194,13 +194,32 @@ Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
-std::uint16_t Store::port() const noexcept { return impl_ ? impl_->port.load() : std::uint16_t{0}; }
-std::string Store::address() const { return impl_ ? impl_->address : std::string(); }
+Store::StateDicts Store::state_dicts() const { return StateDicts(impl_); }
+Store::Admin Store::admin() const { return Admin(impl_); }
+
+std::uint16_t Store::Admin::port() const noexcept {
+  return impl_ ? impl_->port.load() : std::uint16_t{0};
+}
+std::string Store::Admin::address() const { return impl_ ? impl_->address : std::string(); }
 
 // -- tensors -------------------------------------------------------------
 
-Future<void> Store::put(std::string key, const TensorView& tensor) {
+Future<void> Store::put(std::string key, const TensorView& tensor, const PutOptions& options) {
   if (auto s = check_key("put", key); !s.ok()) return make_error_future<void>(s);
+  if (options.slice && options.placement) {
+    return make_error_future<void>(Status(
+        Errc::invalid_argument, "put '" + key + "': both a slice and a placement; give one"));
+  }
+  if (options.slice) return put_shard(std::move(key), tensor, *options.slice, 1);
+  if (options.placement) {
+    auto mine = options.placement->shard_for(options.global_shape, options.rank);
+    if (!mine.ok()) return make_error_future<void>(mine.status().with_context("put '" + key + "'"));
+    return put_shard(std::move(key), tensor, mine->slice, mine->replicas);
+  }
+  if (!options.global_shape.empty() || options.rank != 0) {
+    return make_error_future<void>(Status(
+        Errc::invalid_argument, "put '" + key + "': a global shape or rank without a placement"));
+  }
   if (auto s = check_view("put", key, tensor); !s.ok()) return make_error_future<void>(s);
   auto st = staging("put");
   auto host = st->source(tensor, key);
@@ -210,17 +229,6 @@ Future<void> Store::put(std::string key, const TensorView& tensor) {
   return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
                         impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
                         {item}, "put '" + key + "'", true);
-}
-
-Future<void> Store::put(std::string key, const TensorView& shard, const Shape& global_shape,
-                        const Placement& placement, std::int64_t rank) {
-  auto mine = placement.shard_for(global_shape, rank);
-  if (!mine.ok()) return make_error_future<void>(mine.status().with_context("put '" + key + "'"));
-  return put_shard(std::move(key), shard, mine->slice, mine->replicas);
-}
-
-Future<void> Store::put(std::string key, const TensorView& shard, const TensorSlice& slice) {
-  return put_shard(std::move(key), shard, slice, 1);
 }
 
 Future<void> Store::put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
@@ -272,8 +280,21 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
                         std::move(batch), what, true);
 }
 
-Future<Tensor> Store::get(std::string key) {
+Future<Tensor> Store::get(std::string key, const ReadOptions& options) {
   if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
+  if (options.cast) {
+    return make_error_future<Tensor>(
+        Status(Errc::invalid_argument,
+               "get '" + key + "': cast converts into a destination: use get_into"));
+  }
+  if (options.view && options.slice) {
+    return make_error_future<Tensor>(
+        Status(Errc::invalid_argument, "get '" + key +
+                                           "': a view of a slice; read one or the "
+                                           "other"));
+  }
+  if (options.view) return get_view(std::move(key));
+  if (options.slice) return get_slice(std::move(key), *options.slice);
   auto call = single_get("get", client::GetMode::tensor, key);
   if (impl_) {
     Tensor t;
@@ -286,8 +307,7 @@ Future<Tensor> Store::get(std::string key) {
       .then([](const client::GetOutput& out) { return out.tensors.front(); });
 }
 
-Future<Tensor> Store::get(std::string key, const TensorSlice& slice) {
-  if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
+Future<Tensor> Store::get_slice(std::string key, const TensorSlice& slice) {
   const std::string what = "get '" + key + "' slice " + slice.to_string();
   auto call = single_get("get", client::GetMode::tensor, std::move(key));
   call.slices.push_back(slice);
@@ -295,10 +315,9 @@ Future<Tensor> Store::get(std::string key, const TensorSlice& slice) {
       .then([](const client::GetOutput& out) { return out.tensors.front(); });
 }
 
-Future<void> Store::get_into(std::string key, const TensorView& dst, const TensorSlice& slice) {
+Future<void> Store::get_slice_into(std::string key, const TensorView& dst,
+                                   const TensorSlice& slice) {
   const std::string op = "get_into";
-  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  if (auto s = check_view(op, key, dst); !s.ok()) return make_error_future<void>(s);
   const std::string what = "get_into '" + key + "' slice " + slice.to_string();
   auto st = staging(op);
   auto host = st->target(dst, key);
@@ -313,7 +332,6 @@ Future<void> Store::get_into(std::string key, const TensorView& dst, const Tenso
 }
 
 Future<Tensor> Store::get_view(std::string key) {
-  if (auto s = check_key("get_view", key); !s.ok()) return make_error_future<Tensor>(s);
   const std::string what = "get_view '" + key + "'";
   return Impl::call(impl_.get(), protocol::store_get_atom::value,
                     single_get("get_view", client::GetMode::view, std::move(key)), what)
@@ -350,13 +368,21 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
       .then([](const client::GetOutput& out) { return out.tensors; });
 }
 
-Future<void> Store::get_into(std::string key, const TensorView& dst) {
-  std::vector<std::pair<std::string, TensorView>> items;
-  items.emplace_back(std::move(key), dst);
-  return get_into_batch(std::move(items));
-}
-
-Future<void> Store::get_into(std::string key, const TensorView& dst, ReadOptions options) {
+Future<void> Store::get_into(std::string key, const TensorView& dst, const ReadOptions& options) {
+  if (options.view || options.slice) {
+    const std::string op = "get_into";
+    if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+    if (options.view) {
+      return make_error_future<void>(Status(
+          Errc::invalid_argument, "get_into '" + key + "': a view is get()'s; get_into copies"));
+    }
+    if (options.cast) {
+      return make_error_future<void>(
+          Status(Errc::unsupported, "get_into '" + key + "': cast reads whole keys, not a slice"));
+    }
+    if (auto s = check_view(op, key, dst); !s.ok()) return make_error_future<void>(s);
+    return get_slice_into(std::move(key), dst, *options.slice);
+  }
   std::vector<std::pair<std::string, TensorView>> items;
   items.emplace_back(std::move(key), dst);
   return get_into_items(std::move(items), options);
@@ -534,7 +560,7 @@ Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {
 
 // -- operations ----------------------------------------------------------
 
-Future<std::vector<VolumeStats>> Store::stats() {
+Future<std::vector<VolumeStats>> Store::Admin::stats() {
   client::StatCall call;
   auto fut = Impl::call(impl_.get(), protocol::store_stat_atom::value, std::move(call), "stats");
   return fut.then([](const std::vector<client::VolumeStatReply>& in) {
@@ -548,7 +574,7 @@ Future<std::vector<VolumeStats>> Store::stats() {
   });
 }
 
-FastPathStats Store::fast_path_stats() const {
+FastPathStats Store::Admin::fast_path_stats() const {
   FastPathStats out;
   if (!impl_) return out;
   auto s = impl_->fast->stats();
@@ -566,7 +592,7 @@ FastPathStats Store::fast_path_stats() const {
   return out;
 }
 
-Future<ControllerCounters> Store::controller_counters() {
+Future<ControllerCounters> Store::Admin::controller_counters() {
   client::CountersCall call;
   auto fut =
       Impl::call(impl_.get(), protocol::store_counters_atom::value, std::move(call), "counters");
@@ -592,11 +618,11 @@ Future<ControllerCounters> Store::controller_counters() {
   });
 }
 
-std::vector<std::string> Store::available_transports() {
+std::vector<std::string> Store::Admin::available_transports() {
   return transports::builtin_registry().names();
 }
 
-std::vector<std::pair<std::string, Status>> Store::transport_status() {
+std::vector<std::pair<std::string, Status>> Store::Admin::transport_status() {
   std::vector<std::pair<std::string, Status>> out;
   const auto& registry = transports::builtin_registry();
   for (const auto& name : registry.names()) {
@@ -606,7 +632,7 @@ std::vector<std::pair<std::string, Status>> Store::transport_status() {
   return out;
 }
 
-std::vector<std::pair<std::string, Status>> Store::gpu_transport_status() {
+std::vector<std::pair<std::string, Status>> Store::Admin::gpu_transport_status() {
   std::vector<std::pair<std::string, Status>> out;
   const auto& registry = transports::builtin_registry();
   for (const auto& name : registry.names()) {

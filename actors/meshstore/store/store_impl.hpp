@@ -44,7 +44,7 @@ struct Store::Impl {
   std::string data_host = "127.0.0.1";
   std::string strategy_name;
   // Where this store listens; 0 = not listening (any more). Read by
-  // Store::port() from any thread.
+  // Store::Admin::port() from any thread.
   std::atomic<std::uint16_t> port{0};
   std::string address;
   // Its own, or one this process's other actors share (a ProcMesh's): then

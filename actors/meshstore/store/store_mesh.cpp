@@ -111,9 +111,9 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
   auto nodes =
       supervision
           ? procs.spawn<store_node_actor>(*supervision, "meshstore.store", "meshstore.store_node",
-                                          store->address(), options.transport, timeout_ms)
+                                          store->admin().address(), options.transport, timeout_ms)
           : procs.spawn<store_node_actor>("meshstore.store", "meshstore.store_node",
-                                          store->address(), options.transport, timeout_ms);
+                                          store->admin().address(), options.transport, timeout_ms);
   if (!nodes.ok()) {
     store->close();
     return nodes.status().with_context("spawn_store");

@@ -40,7 +40,6 @@ using state_dicts::read_state_dict_into;
 using state_dicts::ShardedPart;
 using state_dicts::Snapshot;
 using state_dicts::stage_at;
-using state_dicts::stream_into;
 using state_dicts::version_key;
 using store::get_target;
 using store::put_source;
@@ -83,8 +82,8 @@ Future<void> put_named_here(client::FastPath* fast, std::chrono::milliseconds ti
 
 }  // namespace
 
-Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
-                                   const StateDictPutOptions& options) {
+Future<void> Store::StateDicts::put(std::string key, const StateDict& sd,
+                                    const StateDictPutOptions& options) {
   const std::string op = "put_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   auto st = staging(op, false);  // put_source decides per entry
@@ -102,9 +101,9 @@ Future<void> Store::put_state_dict(std::string key, const StateDict& sd,
       .then([st] {});
 }
 
-Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& local,
-                                           const std::map<std::string, RankShard>& layout,
-                                           std::int64_t rank, const StateDictPutOptions& options) {
+Future<void> Store::StateDicts::put_sharded(std::string key, const StateDict& local,
+                                            const std::map<std::string, RankShard>& layout,
+                                            std::int64_t rank, const StateDictPutOptions& options) {
   const std::string op = "put_sharded_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   auto st = staging(op, false);  // put_source decides per entry
@@ -120,15 +119,9 @@ Future<void> Store::put_sharded_state_dict(std::string key, const StateDict& loc
       .then([st] {});
 }
 
-Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateDict& sd, int keep,
-                                                const StateDictPutOptions& options) {
-  const std::string op = "publish_state_dict";
-  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
-  if (keep < 1) {
-    return make_error_future<std::uint64_t>(
-        Status(Errc::invalid_argument,
-               op + " '" + prefix + "': keep must be at least 1, got " + std::to_string(keep)));
-  }
+Future<std::uint64_t> Store::StateDicts::publish_copy(std::string prefix, const StateDict& sd,
+                                                      int keep, const StateDictPutOptions& options,
+                                                      const std::string& op) {
   const caf::actor_addr client = Impl::client_address(impl_.get());
   auto st = staging(op, false);  // put_source decides per entry
   auto use = put_source(sd, *st, options);
@@ -170,8 +163,8 @@ Future<std::uint64_t> Store::publish_state_dict(std::string prefix, const StateD
       .then([st](std::uint64_t version) { return version; });  // host copies live till then
 }
 
-Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<TensorSpec> tensors,
-                                                const StateDictPutOptions& options) {
+Future<StagedStateDict> Store::StateDicts::stage(std::string key, std::vector<TensorSpec> tensors,
+                                                 const StateDictPutOptions& options) {
   const std::string op = "stage_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<StagedStateDict>(s);
   auto layout = plan_staging(op, key, tensors, options);
@@ -184,8 +177,9 @@ Future<StagedStateDict> Store::stage_state_dict(std::string key, std::vector<Ten
   return stage_at(client, op, key, std::move(layout).value(), std::move(none));
 }
 
-Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<TensorSpec> tensors,
-                                             int keep, const StateDictPutOptions& options) {
+Future<StagedStateDict> Store::StateDicts::stage_publish(std::string prefix,
+                                                         std::vector<TensorSpec> tensors, int keep,
+                                                         const StateDictPutOptions& options) {
   const std::string op = "stage_publish";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<StagedStateDict>(s);
   if (keep < 1) {
@@ -211,8 +205,8 @@ Future<StagedStateDict> Store::stage_publish(std::string prefix, std::vector<Ten
   });
 }
 
-Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
-                                           std::chrono::milliseconds timeout) {
+Future<void> Store::StateDicts::stream_into(std::string key, StateDict& sd,
+                                            std::chrono::milliseconds timeout) {
   const std::string op = "stream_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
   if (timeout.count() < 0) {
@@ -224,23 +218,30 @@ Future<void> Store::stream_state_dict_into(std::string key, StateDict& sd,
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<void>(use.status());
-  return stream_into(client, key, *use, op, timeout,
-                     CacheSlot{Impl::manifest_cache(impl_.get()), key})
+  return state_dicts::stream_into(client, key, *use, op, timeout,
+                                  CacheSlot{Impl::manifest_cache(impl_.get()), key})
       .then([st] { return st->finish(); });
 }
 
-Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
-                                                      std::uint64_t after,
-                                                      std::chrono::milliseconds timeout) {
-  return get_next_state_dict_into(std::move(prefix), sd, after, timeout, ReadOptions{});
+namespace {
+
+// Boxes are get_into's: the version reads refuse them.
+Status no_boxes(const std::string& op, const std::string& prefix,
+                const StateDictReadOptions& options) {
+  if (options.boxes.empty()) return Status();
+  return Status(Errc::invalid_argument,
+                op + " '" + prefix + "': boxes are read by get_into, not by a version read");
 }
 
-Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateDict& sd,
-                                                      std::uint64_t after,
-                                                      std::chrono::milliseconds timeout,
-                                                      const ReadOptions& options) {
+}  // namespace
+
+Future<std::uint64_t> Store::StateDicts::get_next_into(std::string prefix, StateDict& sd,
+                                                       std::uint64_t after,
+                                                       std::chrono::milliseconds timeout,
+                                                       const StateDictReadOptions& options) {
   const std::string op = "get_next_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  if (auto s = no_boxes(op, prefix, options); !s.ok()) return make_error_future<std::uint64_t>(s);
   if (timeout.count() < 0) {
     return make_error_future<std::uint64_t>(
         Status(Errc::invalid_argument, op + " '" + prefix + "': negative timeout"));
@@ -259,7 +260,7 @@ Future<std::uint64_t> Store::get_next_state_dict_into(std::string prefix, StateD
       });
 }
 
-Future<std::uint64_t> Store::latest_version(std::string prefix) {
+Future<std::uint64_t> Store::StateDicts::latest(std::string prefix) {
   if (auto s = check_key("latest_version", prefix); !s.ok())
     return make_error_future<std::uint64_t>(s);
   if (auto v = pointer_value(impl_ ? impl_->fast.get() : nullptr, prefix)) {
@@ -268,14 +269,11 @@ Future<std::uint64_t> Store::latest_version(std::string prefix) {
   return pointer_of(Impl::client_address(impl_.get()), prefix, "latest_version");
 }
 
-Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd) {
-  return get_latest_state_dict_into(std::move(prefix), sd, ReadOptions{});
-}
-
-Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, StateDict& sd,
-                                                        const ReadOptions& options) {
+Future<std::uint64_t> Store::StateDicts::get_latest_into(std::string prefix, StateDict& sd,
+                                                         const StateDictReadOptions& options) {
   const std::string op = "get_latest_state_dict_into";
   if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+  if (auto s = no_boxes(op, prefix, options); !s.ok()) return make_error_future<std::uint64_t>(s);
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
@@ -291,7 +289,7 @@ Future<std::uint64_t> Store::get_latest_state_dict_into(std::string prefix, Stat
       });
 }
 
-Future<StateDict> Store::get_state_dict(std::string key) {
+Future<StateDict> Store::StateDicts::get(std::string key) {
   const std::string op = "get_state_dict";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
   const caf::actor_addr client = Impl::client_address(impl_.get());
@@ -300,34 +298,22 @@ Future<StateDict> Store::get_state_dict(std::string key) {
   });
 }
 
-Future<void> Store::get_state_dict_into(std::string key, StateDict& sd) {
-  return get_state_dict_into(std::move(key), sd, ReadOptions{});
-}
-
-Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
-                                        const ReadOptions& options) {
+Future<void> Store::StateDicts::get_into(std::string key, StateDict& sd,
+                                         const StateDictReadOptions& options) {
   const std::string op = "get_state_dict_into";
   if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+  if (!options.boxes.empty() && options.cast) {
+    return make_error_future<void>(
+        Status(Errc::unsupported, op + " '" + key + "': cast reads whole entries, not boxes"));
+  }
   auto st = staging(op);  // packed entries: finish_into copies them over
   auto use = get_target(sd, *st);
   if (!use.ok()) return make_error_future<void>(use.status());
-  return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
-                              CacheSlot{Impl::manifest_cache(impl_.get()), key}, nullptr,
-                              options.cast, impl_ ? impl_->fast : nullptr)
-      .then([st] { return st->finish(); });
-}
-
-Future<void> Store::get_state_dict_into(std::string key, StateDict& sd,
-                                        const std::map<std::string, TensorSlice>& boxes) {
-  const std::string op = "get_state_dict_into";
-  if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-  auto st = staging(op);  // packed entries: finish_into copies them over
-  auto use = get_target(sd, *st);
-  if (!use.ok()) return make_error_future<void>(use.status());
-  return read_state_dict_into(Impl::client_address(impl_.get()), key, **use, op,
-                              CacheSlot{Impl::manifest_cache(impl_.get()), key},
-                              std::make_shared<const Boxes>(boxes), false,
-                              impl_ ? impl_->fast : nullptr)
+  return read_state_dict_into(
+             Impl::client_address(impl_.get()), key, **use, op,
+             CacheSlot{Impl::manifest_cache(impl_.get()), key},
+             options.boxes.empty() ? nullptr : std::make_shared<const Boxes>(options.boxes),
+             options.cast, impl_ ? impl_->fast : nullptr)
       .then([st] { return st->finish(); });
 }
 
