@@ -1,7 +1,10 @@
 # What `cmake --install build --prefix P` puts under P (docs/install.md):
 #
-#   include/meshstore/...            the public headers of every layer, one tree
-#                                    (internal/ and the private folders left out)
+#   include/meshstore/...            the API: the runtime's public headers, the
+#                                    store's (store.hpp, store_mesh.hpp), the
+#                                    persistence layer's and version.hpp; the
+#                                    transports, internal/ and the store's modules
+#                                    are private (tests/install/installed_headers.txt)
 #   lib/libmeshstore_*.a             the libraries
 #   lib/cmake/meshstore/             meshstoreConfig.cmake (+ version file,
 #                                    FindCAF.cmake, the exported targets)
@@ -21,8 +24,7 @@ set(MESHSTORE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/meshstore)
 # "every public header compiles alone" check (tests/headers/).
 set(MESHSTORE_PRIVATE_HEADER_DIRS
   "^meshstore/internal/"            # runtime internals
-  "^meshstore/transports/internal/" # transport-layer internals (CAF glue of its wire struct)
-  "^meshstore/transports/[a-z_]+/internal/" # one transport's internals (tcp's framing, cipher)
+  "^meshstore/transports/"          # the transports: the store's business, not the API's
   "^meshstore/cuda/"                # the runtime's CUDA backends
   "^meshstore/protocol/"            # what the store's modules share (CAF interfaces, wire records)
   "^meshstore/volume/"              # the store's modules (actors/CMakeLists.txt)

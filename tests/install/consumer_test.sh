@@ -19,10 +19,15 @@ done
 pc=$(find "$work/prefix" -name meshstore.pc)
 config=$(find "$work/prefix" -name meshstoreConfig.cmake)
 [ -n "$pc" ] && [ -n "$config" ] || { echo "missing meshstore.pc or meshstoreConfig.cmake"; exit 1; }
-if [ -e "$work/prefix/include/meshstore/internal" ]; then
-  echo "internal headers were installed: $(ls "$work/prefix/include/meshstore/internal")"
+# Exactly the API's headers, no internals (installed_headers.txt beside this
+# script is the list; change it with the API, and say so in CHANGELOG.md).
+expected="$(dirname "$0")/installed_headers.txt"
+(cd "$work/prefix/include" && find meshstore -type f | LC_ALL=C sort) > "$work/installed.txt"
+if ! diff -u <(LC_ALL=C sort "$expected") "$work/installed.txt"; then
+  echo "the installed headers differ from $expected ('+': installed but not listed)"
   exit 1
 fi
+echo "installed headers: $(wc -l < "$work/installed.txt"), as listed"
 
 echo "== find_package(meshstore)"
 cmake -S "$consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" \

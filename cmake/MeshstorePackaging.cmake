@@ -1,0 +1,47 @@
+# Debian packages (docs/install.md), made from a build tree with
+#   cpack -G DEB --config build/CPackConfig.cmake -B OUTDIR
+#
+#   meshstore      the programs (meshstore, meshrun, store_bench), under /usr
+#   meshstore-dev  the API's headers, the static libraries (debug info
+#                  stripped), meshstoreConfig.cmake and meshstore.pc
+#
+# The Python package is not in them: where Debian's python3 looks depends on
+# the prefix chosen at configure time (python/CMakeLists.txt), so it is
+# installed with `cmake --install` (docs/python.md). tests/install/deb_test.sh
+# builds both packages, checks what each holds, unpacks them into a scratch
+# root and builds examples/consumer against that root.
+
+# The static libraries carry full debug info (-g: about 830 MB); a stripped
+# install (cmake --install --strip, and CPack, which strips) drops it from
+# them as it does from the programs.
+configure_file(${PROJECT_SOURCE_DIR}/cmake/strip_archives.cmake.in
+               ${PROJECT_BINARY_DIR}/strip_archives.cmake @ONLY)
+install(SCRIPT ${PROJECT_BINARY_DIR}/strip_archives.cmake COMPONENT Development)
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME meshstore)
+set(CPACK_PACKAGE_VENDOR "meshstore")
+set(CPACK_PACKAGE_CONTACT "meshstore developers <meshstore-dev@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Actor runtime and distributed tensor store")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL Runtime Development)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME meshstore)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION utils)
+# The programs' shared libraries (CAF, spdlog, protobuf, OpenSSL, ...), as
+# dpkg-shlibdeps (dpkg-dev, part of build-essential) finds them.
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME meshstore-dev)
+set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_SECTION libdevel)
+# What a program linking the static libraries needs: meshstoreConfig.cmake's
+# find_dependency calls and meshstore.pc's Requires.
+set(_meshstore_dev_depends
+    "meshstore (= ${PROJECT_VERSION}), libcaf-dev, libspdlog-dev, libfmt-dev, libprotobuf-dev, libssl-dev")
+if(MESHSTORE_HAVE_RDMA)
+  string(APPEND _meshstore_dev_depends ", libibverbs-dev")
+endif()
+set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS "${_meshstore_dev_depends}")
+include(CPack)
