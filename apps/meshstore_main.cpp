@@ -112,11 +112,11 @@ std::string default_store() {
 meshstore::Result<meshstore::Store> dial(const Args& args,
                                          std::chrono::milliseconds request_timeout = 10s) {
   meshstore::StoreOptions o;
-  o.local_rank = -1;
-  o.host_volumes = false;
-  o.connect_timeout = 5s;
-  o.request_timeout = request_timeout;
-  o.tls = tls_from(args);
+  o.placement.local_rank = -1;
+  o.placement.host_volumes = false;
+  o.limits.connect_timeout = 5s;
+  o.limits.request_timeout = request_timeout;
+  o.security.tls = tls_from(args);
   if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
   return meshstore::Store::connect(args.get("store", default_store()), o);
 }
@@ -182,14 +182,14 @@ int cmd_serve(int argc, char** argv) {
     return usage_error("serve", "--encrypt-tcp wants on or off, got '" + encrypt + "'");
   }
   meshstore::StoreOptions o;
-  o.encrypt_tcp = encrypt == "on";
+  o.security.encrypt_tcp = encrypt == "on";
   o.listen = args.get("host", "127.0.0.1") + ":" + std::to_string(port);
-  o.strategy = args.get("strategy", "singleton");
-  o.num_volumes = static_cast<int>(volumes);
-  o.volume_capacity_bytes = static_cast<std::uint64_t>(capacity);
+  o.placement.strategy = args.get("strategy", "singleton");
+  o.placement.num_volumes = static_cast<int>(volumes);
+  o.limits.volume_capacity_bytes = static_cast<std::uint64_t>(capacity);
   o.log_level = args.get("log-level", "");
-  o.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
-  o.tls = tls_from(args);
+  o.placement.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
+  o.security.tls = tls_from(args);
   const sigset_t stop = block_stop_signals();  // before any thread exists
   auto store = meshstore::Store::embedded(o);
   if (!store.ok()) {
@@ -197,8 +197,9 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   std::printf("meshstore %s serving on %s (strategy %s%s%s); stop with SIGTERM or Ctrl-C\n",
-              meshstore::version(), store->admin().address().c_str(), o.strategy.c_str(),
-              o.tls.enabled() ? ", mutual TLS" : "", o.encrypt_tcp ? ", encrypted tcp" : "");
+              meshstore::version(), store->admin().address().c_str(), o.placement.strategy.c_str(),
+              o.security.tls.enabled() ? ", mutual TLS" : "",
+              o.security.encrypt_tcp ? ", encrypted tcp" : "");
   std::fflush(stdout);
   std::printf("meshstore serve: got %s, shutting down\n", wait_for_stop(stop));
   std::fflush(stdout);

@@ -174,7 +174,7 @@ int run_state_dict(const std::string& which, int iters, const std::string& trans
   // host buffer and one device buffer of their size.
   auto scratch = must(meshstore::internal::cuda::device_alloc(total, 0), "device memory");
   meshstore::StoreOptions o;
-  o.transport = transport;
+  o.transport.name = transport;
   auto store = must(meshstore::Store::embedded(o), "Store::embedded");
   must(store.state_dicts().put("sd", in).get(600s), "put_state_dict (warm-up)");
   must(store.state_dicts().get_into("sd", out).get(600s), "get_state_dict_into (warm-up)");
@@ -323,7 +323,7 @@ int main(int argc, char** argv) {
   copy(dev_a.get(), host.get(), bytes, "H2D");
 
   meshstore::StoreOptions o;
-  o.transport = transport;
+  o.transport.name = transport;
   auto store = must(meshstore::Store::embedded(o), "Store::embedded");
   const meshstore::TensorView a(dev_a.get(), meshstore::DType::float32, {n}, {},
                                 meshstore::Device::cuda(0));

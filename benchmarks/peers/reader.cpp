@@ -60,10 +60,10 @@ int run_reader(const Args& a) {
     if (conn < 0) die("reader: accept");
   } else if (is_meshstore(a.contender)) {
     meshstore::StoreOptions o;
-    o.transport = transport_of(a.contender);
-    o.local_rank = -1;
-    o.host_volumes = false;
-    o.rank = 1;
+    o.transport.name = transport_of(a.contender);
+    o.placement.local_rank = -1;
+    o.placement.host_volumes = false;
+    o.placement.rank = 1;
     store = std::make_unique<meshstore::Store>(must(
         meshstore::Store::connect("127.0.0.1:" + std::to_string(a.port), o), "reader: connect"));
     std::printf("ready\n");

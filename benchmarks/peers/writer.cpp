@@ -96,7 +96,7 @@ meshstore::Result<double> run_contender(const Args& a, const std::string& conten
   if (is_meshstore(contender)) {
     meshstore::StoreOptions o;
     o.listen = "127.0.0.1:0";
-    o.local_rank = -1;
+    o.placement.local_rank = -1;
     store = std::make_unique<meshstore::Store>(must(meshstore::Store::embedded(o), "A: store"));
     port = store->admin().port();
   }

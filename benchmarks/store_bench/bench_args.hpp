@@ -18,8 +18,8 @@ struct Args {
   bool json = false;
   bool smoke = false;
   int processes = 2;
-  int tcp_streams = 2;          // StoreOptions::tcp_streams
-  bool encrypt_tcp = false;     // StoreOptions::encrypt_tcp of the store's process
+  int tcp_streams = 2;          // StoreOptions::transport.tcp_streams
+  bool encrypt_tcp = false;     // StoreOptions::security.encrypt_tcp of the store's process
   std::size_t keys = 0;         // control: the index's largest size; 0 = scenario default
   int clients = 0;              // control: clients connected at once; 0 = scenario default
   bool process_memory = false;  // internal: the peer's volumes in process memory

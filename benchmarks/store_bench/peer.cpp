@@ -18,10 +18,10 @@ namespace meshstore::bench {
 int run_peer(const Args& a) {
   meshstore::StoreOptions o;
   o.listen = (a.listen_host.empty() ? std::string("127.0.0.1") : a.listen_host) + ":0";
-  o.local_rank = -1;
-  o.encrypt_tcp = a.encrypt_tcp;
+  o.placement.local_rank = -1;
+  o.security.encrypt_tcp = a.encrypt_tcp;
   // A million tiny objects would be a million shared-memory segments.
-  if (a.process_memory) o.shared_memory_volumes = false;
+  if (a.process_memory) o.transport.shared_memory_volumes = false;
   auto store = must(meshstore::Store::embedded(o), "peer: Store::embedded");
   std::uint16_t raw_port = 0;
   const int lfd = raw_listen(raw_port);
@@ -71,16 +71,16 @@ std::unique_ptr<Peer> start_peer(std::size_t cma_bytes, bool encrypt_tcp, bool p
 
 Session open_session(const Args& a) {
   meshstore::StoreOptions o;
-  o.transport = a.transport;
-  o.tcp_streams = a.tcp_streams;
-  o.encrypt_tcp = a.encrypt_tcp;
+  o.transport.name = a.transport;
+  o.transport.tcp_streams = a.tcp_streams;
+  o.security.encrypt_tcp = a.encrypt_tcp;
   if (a.processes == 1) return Session{nullptr, must(meshstore::Store::embedded(o), "embedded")};
   const std::size_t n = a.smoke ? (std::size_t{4} << 20) : a.bytes;
   auto peer = start_peer(a.transport == "cma" && a.scenario == "single" ? n : 0, a.encrypt_tcp,
                          false, a.peer_netns, a.peer_host);
-  o.host_volumes = false;
-  o.local_rank = -1;
-  o.rank = 1;
+  o.placement.host_volumes = false;
+  o.placement.local_rank = -1;
+  o.placement.rank = 1;
   auto store = must(
       meshstore::Store::connect(peer->host + ":" + std::to_string(peer->store_port), o), "connect");
   return Session{std::move(peer), std::move(store)};
@@ -88,11 +88,11 @@ Session open_session(const Args& a) {
 
 meshstore::Store connect_helper(const Args& a, std::int64_t rank, const char* what) {
   meshstore::StoreOptions o;
-  o.transport = a.transport;
-  o.tcp_streams = a.tcp_streams;
-  o.host_volumes = false;
-  o.local_rank = -1;
-  o.rank = rank;
+  o.transport.name = a.transport;
+  o.transport.tcp_streams = a.tcp_streams;
+  o.placement.host_volumes = false;
+  o.placement.local_rank = -1;
+  o.placement.rank = rank;
   return must(meshstore::Store::connect("127.0.0.1:" + std::to_string(a.port), o), what);
 }
 

@@ -48,10 +48,10 @@ std::uint64_t rss_bytes(pid_t pid) {
 
 meshstore::Store connect_client(std::uint16_t port, std::int64_t rank) {
   meshstore::StoreOptions o;
-  o.host_volumes = false;
-  o.local_rank = -1;
-  o.rank = static_cast<int>(rank);
-  o.request_timeout = 120s;
+  o.placement.host_volumes = false;
+  o.placement.local_rank = -1;
+  o.placement.rank = static_cast<int>(rank);
+  o.limits.request_timeout = 120s;
   return must(meshstore::Store::connect("127.0.0.1:" + std::to_string(port), o), "connect");
 }
 

@@ -148,7 +148,7 @@ void run_soak(const Args& a) {
   const int seconds = a.seconds > 0 ? a.seconds : (a.smoke ? 10 : 60);
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.local_rank = -1;
+  o.placement.local_rank = -1;
   auto store = must(Store::embedded(o), "soak: Store::embedded");
   const Layout l = layout(a.smoke);
   Buffers src = buffers(l);

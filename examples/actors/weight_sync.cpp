@@ -124,7 +124,7 @@ int controller(int steps, const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
   auto procs = must(meshstore::ProcMesh::launch({{"procs", 3}}, spec, options()), "launch");
   meshstore::StoreOptions so;
-  so.strategy = "per_local_rank";  // a volume in every process
+  so.placement.strategy = "per_local_rank";  // a volume in every process
   auto store = must(meshstore::spawn_store(procs, so), "spawn_store");
   auto trainers =
       must(must(procs.slice("procs", 0, 1), "slice").spawn<trainer_actor>("trainer", "trainer"),

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   meshstore::StoreOptions options;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) {
-      options.strategy = argv[++i];
+      options.placement.strategy = argv[++i];
     } else {
       std::fprintf(stderr, "usage: ranks_exchange [--strategy NAME]\n");
       return 2;
@@ -146,6 +146,6 @@ int main(int argc, char** argv) {
       return fail(rank, "check out", out.status());
   }
   std::printf("rank %d of %d: ok (read %d tensors, strategy %s)\n", rank, world, world,
-              options.strategy.c_str());
+              options.placement.strategy.c_str());
   return 0;
 }

@@ -220,9 +220,9 @@ int main(int argc, char** argv) {
     return 0;
   };
   meshstore::StoreOptions o;
-  o.rank = rank;
-  o.local_rank = -1;       // the shards live in the server's volumes
-  o.host_volumes = false;  // so this world may exit once it has put them
+  o.placement.rank = rank;
+  o.placement.local_rank = -1;       // the shards live in the server's volumes
+  o.placement.host_volumes = false;  // so this world may exit once it has put them
   auto store = meshstore::Store::connect(store_addr, o);
   if (!store.ok()) return fail(rank, "connect", store.status());
 

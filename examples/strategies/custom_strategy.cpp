@@ -14,10 +14,10 @@ using namespace std::chrono_literals;
 int main() {
   meshstore::StoreOptions server_options;
   server_options.listen = "127.0.0.1:0";
-  server_options.num_volumes = 4;
-  server_options.local_rank = -1;  // the server is not a rank
-  server_options.custom_strategy.placement = "controller_colocated";
-  server_options.custom_strategy.select =
+  server_options.placement.num_volumes = 4;
+  server_options.placement.local_rank = -1;  // the server is not a rank
+  server_options.placement.custom_strategy.placement = "controller_colocated";
+  server_options.placement.custom_strategy.select =
       [](const meshstore::ClientDesc& client,
          const std::vector<meshstore::VolumeDesc>& volumes) -> meshstore::Result<std::string> {
     if (volumes.empty()) return meshstore::Status(meshstore::Errc::unavailable, "no volume yet");
@@ -32,8 +32,8 @@ int main() {
   std::vector<meshstore::Store> ranks;
   for (int r = 0; r < 4; ++r) {
     meshstore::StoreOptions o;
-    o.rank = r;
-    o.local_rank = r;
+    o.placement.rank = r;
+    o.placement.local_rank = r;
     ranks.push_back(meshstore::Store::connect(server->admin().address(), o).value());
     float v = static_cast<float>(r);
     auto put =

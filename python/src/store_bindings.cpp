@@ -39,57 +39,57 @@ StoreOptions store_options(const py::dict& kw) {
     const py::handle v = item.second;
     try {
       if (name == "num_volumes")
-        o.num_volumes = v.cast<int>();
+        o.placement.num_volumes = v.cast<int>();
       else if (name == "volume_capacity_bytes")
-        o.volume_capacity_bytes = v.cast<std::uint64_t>();
+        o.limits.volume_capacity_bytes = v.cast<std::uint64_t>();
       else if (name == "strategy")
-        o.strategy = v.cast<std::string>();
+        o.placement.strategy = v.cast<std::string>();
       else if (name == "rank")
-        o.rank = v.cast<int>();
+        o.placement.rank = v.cast<int>();
       else if (name == "local_rank")
-        o.local_rank = v.cast<int>();
+        o.placement.local_rank = v.cast<int>();
       else if (name == "host")
-        o.host = v.cast<std::string>();
+        o.placement.host = v.cast<std::string>();
       else if (name == "listen")
         o.listen = v.cast<std::string>();
       else if (name == "connect_timeout")
-        o.connect_timeout = seconds_arg(v, "connect_timeout");
+        o.limits.connect_timeout = seconds_arg(v, "connect_timeout");
       else if (name == "host_volumes")
-        o.host_volumes = v.cast<bool>();
+        o.placement.host_volumes = v.cast<bool>();
       else if (name == "transport")
-        o.transport = v.cast<std::string>();
+        o.transport.name = v.cast<std::string>();
       else if (name == "tcp_streams")
-        o.tcp_streams = v.cast<int>();
+        o.transport.tcp_streams = v.cast<int>();
       else if (name == "tcp_chunk_bytes")
-        o.tcp_chunk_bytes = v.cast<std::size_t>();
+        o.transport.tcp_chunk_bytes = v.cast<std::size_t>();
       else if (name == "encrypt_tcp")
-        o.encrypt_tcp = v.cast<bool>();
+        o.security.encrypt_tcp = v.cast<bool>();
       else if (name == "shm_max_mappings")
-        o.shm_max_mappings = v.cast<int>();
+        o.transport.shm_max_mappings = v.cast<int>();
       else if (name == "volume_pool_bytes")
-        o.volume_pool_bytes = v.cast<std::uint64_t>();
+        o.limits.volume_pool_bytes = v.cast<std::uint64_t>();
       else if (name == "shared_memory_volumes")
-        o.shared_memory_volumes = v.cast<bool>();
+        o.transport.shared_memory_volumes = v.cast<bool>();
       else if (name == "fast_path_spin_us")
-        o.fast_path_spin = std::chrono::microseconds(v.cast<std::int64_t>());
+        o.transport.fast_path_spin = std::chrono::microseconds(v.cast<std::int64_t>());
       else if (name == "rpc_chunk_bytes")
-        o.rpc_chunk_bytes = v.cast<std::size_t>();
+        o.transport.rpc_chunk_bytes = v.cast<std::size_t>();
       else if (name == "rpc_chunks_in_flight")
-        o.rpc_chunks_in_flight = v.cast<int>();
+        o.transport.rpc_chunks_in_flight = v.cast<int>();
       else if (name == "request_timeout")
-        o.request_timeout = seconds_arg(v, "request_timeout");
+        o.limits.request_timeout = seconds_arg(v, "request_timeout");
       else if (name == "scheduler_threads")
-        o.scheduler_threads = v.cast<int>();
+        o.limits.scheduler_threads = v.cast<int>();
       else if (name == "log_level")
         o.log_level = v.cast<std::string>();
       else if (name == "eviction")
-        o.eviction = v.cast<std::string>();
+        o.limits.eviction = v.cast<std::string>();
       else if (name == "tls_certificate")
-        o.tls.certificate = v.cast<std::string>();
+        o.security.tls.certificate = v.cast<std::string>();
       else if (name == "tls_key")
-        o.tls.key = v.cast<std::string>();
+        o.security.tls.key = v.cast<std::string>();
       else if (name == "tls_ca_file")
-        o.tls.ca_file = v.cast<std::string>();
+        o.security.tls.ca_file = v.cast<std::string>();
       else
         throw py::type_error("unknown store option '" + name + "'");
     } catch (const py::cast_error&) {

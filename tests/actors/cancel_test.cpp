@@ -27,10 +27,10 @@ constexpr std::int64_t kElems = std::int64_t{16} << 20;  // 64 MiB of uint32
 // A store whose reads and writes go slowly enough to cancel in flight.
 Store slow_store() {
   StoreOptions o;
-  o.transport = "rpc";
-  o.rpc_chunk_bytes = std::size_t{1} << 20;
-  o.rpc_chunks_in_flight = 1;
-  o.shared_memory_volumes = false;
+  o.transport.name = "rpc";
+  o.transport.rpc_chunk_bytes = std::size_t{1} << 20;
+  o.transport.rpc_chunks_in_flight = 1;
+  o.transport.shared_memory_volumes = false;
   return Store::embedded(o).value();
 }
 

@@ -90,7 +90,7 @@ class CastRead : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     StoreOptions o;
-    o.transport = GetParam();
+    o.transport.name = GetParam();
     store_ = std::make_unique<Store>(Store::embedded(o).value());
   }
   void TearDown() override { store_.reset(); }

@@ -69,7 +69,7 @@ class DirectPublish : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     StoreOptions o;
-    o.transport = GetParam();
+    o.transport.name = GetParam();
     auto store = Store::embedded(o);
     // rdma (across hosts) needs an RDMA device: skipped, saying why.
     if (!store.ok() && store.status().code() == Errc::unsupported) {
@@ -198,9 +198,9 @@ INSTANTIATE_TEST_SUITE_P(Transports, DirectPublish,
 // round trips in turn, some 100 ms even on a fast host.
 Result<Store> slow_reading_store() {
   StoreOptions so;
-  so.transport = "rpc";
-  so.rpc_chunk_bytes = 4096;
-  so.rpc_chunks_in_flight = 1;
+  so.transport.name = "rpc";
+  so.transport.rpc_chunk_bytes = 4096;
+  so.transport.rpc_chunks_in_flight = 1;
   return Store::embedded(so);
 }
 
@@ -272,7 +272,7 @@ bool revoke_during_a_read_once(StoreOptions ro, std::chrono::milliseconds bound,
   auto publisher = Store::embedded(po_store);
   EXPECT_OK(publisher);
   if (!publisher.ok()) return true;
-  ro.host_volumes = false;
+  ro.placement.host_volumes = false;
   auto reader = Store::connect(publisher->admin().address(), ro);
   EXPECT_OK(reader);
   if (!reader.ok()) return true;
@@ -320,8 +320,8 @@ void revoke_during_a_read(StoreOptions ro, std::chrono::milliseconds bound,
 
 TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheRetainedCopy) {
   StoreOptions ro;  // rpc in 4 KiB messages
-  ro.transport = "rpc";
-  ro.rpc_chunk_bytes = 4096;
+  ro.transport.name = "rpc";
+  ro.transport.rpc_chunk_bytes = 4096;
   revoke_during_a_read(ro, 20ms);  // the read takes far longer
 }
 
@@ -332,11 +332,11 @@ TEST(DirectPublishLoan, RevokeOnTimeoutEndsTheLoanAndTheReadInFlightReadsTheReta
 // and reads the retained copy.
 TEST(DirectPublishLoan, RevokeOnTimeoutEndsATcpReadInFlightAndItReadsTheRetainedCopy) {
   StoreOptions ro;  // one connection, 64 KiB a request, every record sealed
-  ro.transport = "tcp";
-  ro.tcp_streams = 1;
-  ro.tcp_chunk_bytes = 64 << 10;
+  ro.transport.name = "tcp";
+  ro.transport.tcp_streams = 1;
+  ro.transport.tcp_chunk_bytes = 64 << 10;
   StoreOptions publisher;
-  publisher.encrypt_tcp = true;
+  publisher.security.encrypt_tcp = true;
   revoke_during_a_read(ro, 1ms, publisher);  // the read takes tens of milliseconds
 }
 
@@ -386,7 +386,7 @@ TEST(DirectPublishLoan, ARevokedLoanNeverGivesACmaReaderTheBytesWrittenAfterIt) 
   // tensor. A read either completed before (the original bytes) or finds
   // the version gone; never a mix.
   StoreOptions so;
-  so.transport = "cma";
+  so.transport.name = "cma";
   auto store = Store::embedded(so);
   ASSERT_OK(store);
   constexpr std::size_t kFloats = 16 << 20;
@@ -427,7 +427,7 @@ TEST(DirectPublishShm, TensorsInSharedMemoryAreLentAndMappedByReaders) {
   // shm forced: a forced transport never falls back, so every read of the
   // lent tensor below maps its file.
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   constexpr std::int64_t n = 1 << 20;
@@ -503,7 +503,7 @@ TEST(DirectPublishMode, TheStorePicksCopyWhereLendingCannotWork) {
 
   // A store that forces shm cannot serve lent process memory.
   StoreOptions shm;
-  shm.transport = "shm";
+  shm.transport.name = "shm";
   auto forced = Store::embedded(shm);
   ASSERT_OK(forced);
   auto f = forced->state_dicts().publish("w", sd).get(kWait);

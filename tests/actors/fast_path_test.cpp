@@ -66,7 +66,7 @@ StoreOptions listening() {
 }
 StoreOptions tool() {
   StoreOptions o;
-  o.host_volumes = false;
+  o.placement.host_volumes = false;
   return o;
 }
 
@@ -142,7 +142,7 @@ TEST(FastPath, TheVolumesSmallOpThreadIsNamedForProfilers) {
 TEST(FastPath, ASpinOutsideZeroToOneSecondIsRefused) {
   for (const auto spin : {std::chrono::microseconds(-1), std::chrono::microseconds(1000001)}) {
     StoreOptions o;
-    o.fast_path_spin = spin;
+    o.transport.fast_path_spin = spin;
     EXPECT_ERROR(Store::embedded(o).status(), Errc::invalid_argument, "fast_path_spin");
   }
 }
@@ -175,8 +175,8 @@ class FastPathOver : public ::testing::TestWithParam<const char*> {
  protected:
   StoreOptions over(StoreOptions o) const {
     const std::string p = GetParam();
-    o.transport = p == "tcp-encrypted" ? "tcp" : p;
-    o.encrypt_tcp = p == "tcp-encrypted";
+    o.transport.name = p == "tcp-encrypted" ? "tcp" : p;
+    o.security.encrypt_tcp = p == "tcp-encrypted";
     return o;
   }
   StoreOptions writer_options() const { return over(listening()); }
@@ -717,7 +717,7 @@ TEST_P(FastPathOver, ShardsOfAShardedKeyGoOverTheChannelAndCommitOnceCovered) {
   store.close();
 }
 
-// StoreOptions::fast_path_spin sets how long both ends of the channel spin
+// StoreOptions::transport.fast_path_spin sets how long both ends of the channel spin
 // (the volume's small-op service or tcp connection, and the caller waiting for
 // its answer). Timing is not asserted: whatever the spin, a writer and a
 // reader in two clients serve puts and gets over their channels with the
@@ -727,10 +727,10 @@ TEST_P(FastPathOver, AnySpinServesTheSameResults) {
   for (const auto spin : {std::chrono::microseconds(0), std::chrono::microseconds(2000)}) {
     SCOPED_TRACE(spin.count());
     auto wo = writer_options();
-    wo.fast_path_spin = spin;
+    wo.transport.fast_path_spin = spin;
     auto writer = Store::embedded(wo).value();
     auto ro = reader_options();
-    ro.fast_path_spin = spin;
+    ro.transport.fast_path_spin = spin;
     auto reader = Store::connect(writer.admin().address(), ro).value();
     auto first = pattern(64, 9);
     ASSERT_OK(writer.put("k", bytes_view(first)).get(kWait));  // finds the volume
@@ -768,7 +768,7 @@ INSTANTIATE_TEST_SUITE_P(Channels, FastPathOver,
 // packed.
 TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
   StoreOptions o;
-  o.volume_capacity_bytes = 48 << 10;
+  o.limits.volume_capacity_bytes = 48 << 10;
   auto store = Store::embedded(o).value();
   std::vector<std::uint8_t> first = pattern(4, 1);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
@@ -794,7 +794,7 @@ TEST(FastPath, AFullVolumesRefusalOverTheChannelIsThePutsAnswer) {
 // over the new channel, as do the puts after it.
 TEST(FastPath, AChannelThatFailedIsOpenedAgain) {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto store = Store::embedded(o).value();
   std::vector<std::uint8_t> v = pattern(64, 1), back(64, 0);
   ASSERT_OK(store.put("k", bytes_view(v)).get(kWait));
@@ -834,8 +834,8 @@ TEST(FastPath, AChannelThatFailedIsOpenedAgain) {
 // the volume is full.
 TEST(FastPath, APutAFullVolumeRefusesEvictsAndTakesTheChannelAgain) {
   StoreOptions o;
-  o.volume_capacity_bytes = 48 << 10;
-  o.eviction = "lru";
+  o.limits.volume_capacity_bytes = 48 << 10;
+  o.limits.eviction = "lru";
   auto store = Store::embedded(o).value();
   std::vector<std::uint8_t> first = pattern(40 << 10, 1), second = pattern(40 << 10, 2);
   ASSERT_OK(store.put("first", bytes_view(first)).get(kWait));
@@ -848,7 +848,7 @@ TEST(FastPath, APutAFullVolumeRefusesEvictsAndTakesTheChannelAgain) {
   ASSERT_OK(store.get_into("second", bytes_view(back)).get(kWait));
   EXPECT_EQ(back, second);
   // Staged rather than inline (more than a request carries): the same.
-  o.volume_capacity_bytes = 96 << 10;
+  o.limits.volume_capacity_bytes = 96 << 10;
   auto staged = Store::embedded(o).value();
   std::vector<std::uint8_t> big_first = pattern(80 << 10, 4), big_second = pattern(80 << 10, 5);
   ASSERT_OK(staged.put("first", bytes_view(big_first)).get(kWait));
@@ -859,7 +859,7 @@ TEST(FastPath, APutAFullVolumeRefusesEvictsAndTakesTheChannelAgain) {
   testing::expect_reads_back(staged, "second", big_second);
   store.close();
   staged.close();
-  o.eviction = "none";
+  o.limits.eviction = "none";
   auto strict = Store::embedded(o).value();
   ASSERT_OK(strict.put("first", bytes_view(big_first)).get(kWait));
   EXPECT_ERROR(strict.put("second", bytes_view(big_second)).get(kWait), Errc::out_of_capacity,

@@ -54,7 +54,7 @@ class LeaseFreeRead : public ::testing::Test {
 
 StoreOptions shm() {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   return o;
 }
 
@@ -65,7 +65,7 @@ std::pair<Store, Store> writer_and_reader(const StoreOptions& base = shm()) {
   wo.listen = "127.0.0.1:0";
   auto writer = Store::embedded(wo).value();
   auto ro = base;
-  ro.host_volumes = false;
+  ro.placement.host_volumes = false;
   auto reader = Store::connect(writer.admin().address(), ro).value();
   return {std::move(writer), std::move(reader)};
 }
@@ -598,8 +598,8 @@ class StateDictPutOver : public ::testing::TestWithParam<const char*> {
   StoreOptions options() const {
     const std::string p = GetParam();
     StoreOptions o;
-    o.transport = ring() ? "shm" : p == "tcp_encrypted" ? "tcp" : p;
-    o.encrypt_tcp = p == "tcp_encrypted";
+    o.transport.name = ring() ? "shm" : p == "tcp_encrypted" ? "tcp" : p;
+    o.security.encrypt_tcp = p == "tcp_encrypted";
     return o;
   }
 };

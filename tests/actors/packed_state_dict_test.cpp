@@ -68,7 +68,7 @@ class PackedStateDict : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     StoreOptions o;
-    o.transport = GetParam();
+    o.transport.name = GetParam();
     auto store = Store::embedded(o);
     ASSERT_OK(store);
     store_ = std::make_unique<Store>(std::move(store).value());
@@ -314,7 +314,7 @@ TEST(StagedAhead, APutWritesIntoWhatThePutBeforeStagedSoRoomForTwoVersionsIsEnou
   // staging. A put that staged anew beside what was staged ahead would
   // need three.
   StoreOptions o;
-  o.volume_capacity_bytes = version_bytes * 5 / 2;
+  o.limits.volume_capacity_bytes = version_bytes * 5 / 2;
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   Into into(m);
@@ -398,7 +398,7 @@ TEST(StagedAhead, AClosingClientGivesWhatItStagedAheadBack) {
   auto server = Store::embedded(so);
   ASSERT_OK(server);
   StoreOptions co;
-  co.host_volumes = false;
+  co.placement.host_volumes = false;
   auto client = Store::connect(server->admin().address(), co);
   ASSERT_OK(client);
   Model m(30, 5);

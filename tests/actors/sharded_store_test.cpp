@@ -116,7 +116,7 @@ TEST(ShardedStore, LargeShardsMoveThroughEveryTransport) {
   for (const char* transport : {"shm", "tcp", "rpc"}) {
     SCOPED_TRACE(transport);
     StoreOptions o;
-    o.transport = transport;
+    o.transport.name = transport;
     auto store = Store::embedded(o).value();
     put_all(store, "w", whole, rows);
     for (std::int64_t r = 0; r < cols.world_size(); ++r) {

@@ -193,7 +193,7 @@ TEST(StagedStateDictTest, ATensorInsertedAfterStagingIsRefused) {
 
 TEST(StagedStateDictTest, WithoutSharedMemoryTheTensorsArePrivateAndCommitPutsThem) {
   StoreOptions o;
-  o.shared_memory_volumes = false;  // the volume is out of this process's reach
+  o.transport.shared_memory_volumes = false;  // the volume is out of this process's reach
   auto store = Store::embedded(o).value();
   auto staged = store.state_dicts().stage_publish("w", specs()).get(kWait);
   ASSERT_OK(staged);
@@ -229,7 +229,7 @@ TEST(StagedStateDictTest, BadSpecsAreRefusedBeforeAnythingIsStaged) {
   EXPECT_ERROR(store.state_dicts().stage_publish("p", specs(), 0).get(kWait),
                Errc::invalid_argument, "keep must be at least 1, got 0");
   StoreOptions small;
-  small.volume_capacity_bytes = 1 << 16;
+  small.limits.volume_capacity_bytes = 1 << 16;
   auto tiny = Store::embedded(small).value();
   EXPECT_ERROR(tiny.state_dicts().stage("big", specs()).get(kWait), Errc::out_of_capacity,
                "is full");

@@ -234,8 +234,8 @@ TEST(StoreListen, BeyondLoopbackItWarnsThatAnyoneCanReachIt) {
 // removing the least recently used keys put on their own; state dicts stay.
 TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
   StoreOptions o;
-  o.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
-  o.eviction = "lru";
+  o.limits.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
+  o.limits.eviction = "lru";
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   std::vector<float> chunk(64 * 1024, 1.0f);  // 256 KiB
@@ -268,14 +268,14 @@ TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
                Errc::out_of_capacity, "is full");
   // Without eviction a full volume refuses.
   StoreOptions strict = o;
-  strict.eviction = "none";
+  strict.limits.eviction = "none";
   auto refusing = Store::embedded(strict);
   ASSERT_OK(refusing);
   for (int i = 0; i < 4; ++i) ASSERT_OK(refusing->put("k" + std::to_string(i), view).get(kWait));
   EXPECT_ERROR(refusing->put("k4", view).get(kWait), Errc::out_of_capacity, "is full");
   EXPECT_TRUE(*refusing->exists("k0").get(kWait));
   StoreOptions bad = o;
-  bad.eviction = "fifo";
+  bad.limits.eviction = "fifo";
   EXPECT_ERROR(Store::embedded(bad), Errc::invalid_argument, "eviction must be");
 }
 
@@ -284,8 +284,8 @@ TEST(StoreEviction, AFullVolumeDropsTheLeastRecentlyUsedKeys) {
 // holds goes instead; once the view is gone, its key can go too.
 TEST(StoreEviction, AKeyAReaderHoldsIsNotEvicted) {
   StoreOptions o;
-  o.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
-  o.eviction = "lru";
+  o.limits.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
+  o.limits.eviction = "lru";
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   std::vector<std::vector<float>> values;
@@ -389,7 +389,7 @@ TEST_F(StoreTest, KeysExistsAndRemove) {
 class SmallStoreTest : public StoreTest {
   StoreOptions options() override {
     StoreOptions o;
-    o.volume_capacity_bytes = 1 << 20;
+    o.limits.volume_capacity_bytes = 1 << 20;
     return o;
   }
 };
@@ -407,21 +407,21 @@ TEST_F(SmallStoreTest, FullVolumeAnswersOutOfCapacityAndStaysUsable) {
 
 TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   StoreOptions o;
-  o.num_volumes = 0;
+  o.placement.num_volumes = 0;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "num_volumes");
   o = StoreOptions{};
-  o.rpc_chunk_bytes = 100;
+  o.transport.rpc_chunk_bytes = 100;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "rpc_chunk_bytes");
   o = StoreOptions{};
-  o.strategy = "random";
+  o.placement.strategy = "random";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "unknown strategy 'random'");
   o = StoreOptions{};
-  o.transport = "carrier-pigeon";
+  o.transport.name = "carrier-pigeon";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "no transport named 'carrier-pigeon'");
   for (const auto& [name, status] : Store::Admin::transport_status()) {
     if (status.ok()) continue;  // rdma on a host without a device
     o = StoreOptions{};
-    o.transport = name;
+    o.transport.name = name;
     EXPECT_ERROR(Store::embedded(o), Errc::unsupported,
                  "transport '" + name + "' is unavailable here: " + status.message());
   }
@@ -443,16 +443,16 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   o.log_level = "chatty";
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "chatty");
   o = StoreOptions{};
-  o.request_timeout = 0ms;
+  o.limits.request_timeout = 0ms;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "request_timeout");
   o = StoreOptions{};
-  o.tcp_streams = 0;
+  o.transport.tcp_streams = 0;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "tcp_streams");
   o = StoreOptions{};
-  o.tcp_chunk_bytes = 1000;
+  o.transport.tcp_chunk_bytes = 1000;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "tcp_chunk_bytes");
   o = StoreOptions{};
-  o.shm_max_mappings = 70000;
+  o.transport.shm_max_mappings = 70000;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "shm_max_mappings");
 }
 
@@ -473,9 +473,9 @@ TEST(StoreOptions, EnvironmentForcesATransportAndIsValidated) {
 
 TEST(StoreOptions, ForcedRpcTransportWorks) {
   StoreOptions o;
-  o.transport = "rpc";
-  o.strategy = "controller_colocated";
-  o.num_volumes = 2;
+  o.transport.name = "rpc";
+  o.placement.strategy = "controller_colocated";
+  o.placement.num_volumes = 2;
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   float x = 2.5f;
@@ -497,7 +497,7 @@ TEST(StoreLifecycle, ClosedStoreAnswersShutdown) {
 
 TEST(StoreLifecycle, CloseWithRequestsInFlightEndsThemWithAnError) {
   StoreOptions o;
-  o.rpc_chunk_bytes = 64 << 10;  // many chunks, so transfers are surely in flight
+  o.transport.rpc_chunk_bytes = 64 << 10;  // many chunks, so transfers are surely in flight
   auto store = Store::embedded(o).value();
   std::vector<std::uint8_t> data(32 << 20, 1);
   std::vector<Future<void>> puts;

@@ -208,7 +208,7 @@ class CudaStoreTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     SKIP_WITHOUT_CUDA();
     StoreOptions o;
-    o.transport = GetParam();
+    o.transport.name = GetParam();
     auto s = Store::embedded(o);
     if (!s.ok() && s.status().code() == Errc::unsupported) GTEST_SKIP() << s.status().message();
     ASSERT_OK(s);
@@ -834,7 +834,7 @@ class CudaChannelPut : public ::testing::TestWithParam<const char*> {};
 TEST_P(CudaChannelPut, PutsFromGpuMemoryOfEverySizeGoOverTheChannel) {
   SKIP_WITHOUT_CUDA();
   StoreOptions o;
-  o.transport = GetParam();
+  o.transport.name = GetParam();
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   std::uint32_t first = 1;  // a first put finds the volume and makes the channel
@@ -929,7 +929,7 @@ TEST(CudaDirectPublish, ADeviceTensorIsLentAndReadThroughCudaIpc) {
 
   // A store that forces a host-only transport cannot lend GPU memory.
   StoreOptions forced;
-  forced.transport = "tcp";
+  forced.transport.name = "tcp";
   auto tcp = Store::embedded(forced);
   ASSERT_OK(tcp);
   EXPECT_ERROR(tcp->state_dicts().publish("gpu", sd, po).get(kWait), Errc::unsupported,
@@ -957,7 +957,7 @@ TEST(CudaDirectPublish, ARevokedDeviceLoanNeverGivesAReaderTheBytesWrittenAfterI
       host, 4, "device");
 }
 
-// Volumes kept out of shared memory (StoreOptions::shared_memory_volumes =
+// Volumes kept out of shared memory (StoreOptions::transport.shared_memory_volumes =
 // false) still serve a peer on the host, through the transport it picks
 // itself: cuda-ipc moves host objects through the volume's shm, so such
 // volumes must not offer it.
@@ -965,7 +965,7 @@ TEST(CudaTwoProcesses, VolumesWithoutSharedMemoryServeAPeer) {
   SKIP_WITHOUT_CUDA();
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.shared_memory_volumes = false;
+  o.transport.shared_memory_volumes = false;
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   constexpr std::int64_t n = (std::int64_t{1} << 20) / 4;
@@ -991,7 +991,7 @@ TEST(CudaTwoProcesses, CudaIpcKeepsDeviceObjectsOnTheGpu) {
   SKIP_WITHOUT_CUDA();
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.transport = "cuda-ipc";
+  o.transport.name = "cuda-ipc";
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   constexpr std::int64_t n = (std::int64_t{64} << 20) / 4;
@@ -1081,7 +1081,7 @@ TEST(CudaIpc, VersionsReuseTheVolumesDeviceMemory) {
   SKIP_WITHOUT_CUDA();
   if (!internal::cuda::emulating()) GTEST_SKIP() << "counts emulated allocations";
   StoreOptions o;
-  o.transport = "cuda-ipc";
+  o.transport.name = "cuda-ipc";
   auto store = Store::embedded(o);
   ASSERT_OK(store);
   std::vector<float> v(1 << 16);
@@ -1130,8 +1130,8 @@ TEST(CudaIpc, APointerInsideAnAllocationIsFoundInIt) {
 int peer_get(const std::string& address, const std::string& key, std::int64_t n,
              const std::string& transport) {
   StoreOptions o;
-  o.transport = transport;
-  o.host_volumes = false;
+  o.transport.name = transport;
+  o.placement.host_volumes = false;
   auto store = Store::connect(address, o);
   if (!store.ok()) {
     std::fprintf(stderr, "peer: %s\n", store.status().to_string().c_str());

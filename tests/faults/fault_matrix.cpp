@@ -107,11 +107,11 @@ sigset_t role_signals() {
 meshstore::Result<Store> join(const std::string& address, int local_rank, bool host_volumes,
                               std::chrono::milliseconds connect_timeout = 30s) {
   meshstore::StoreOptions o;
-  o.rank = local_rank + 1;
-  o.local_rank = local_rank;
-  o.host_volumes = host_volumes;
-  o.connect_timeout = connect_timeout;
-  o.request_timeout = kRequestTimeout;
+  o.placement.rank = local_rank + 1;
+  o.placement.local_rank = local_rank;
+  o.placement.host_volumes = host_volumes;
+  o.limits.connect_timeout = connect_timeout;
+  o.limits.request_timeout = kRequestTimeout;
   return Store::connect(address, o);
 }
 
@@ -342,8 +342,8 @@ int run_host(const std::string& role, int argc, char** argv) {
   if (role == "serve") {
     meshstore::StoreOptions o;
     o.listen = "127.0.0.1:0";
-    o.strategy = "per_local_rank";
-    o.local_rank = -1;
+    o.placement.strategy = "per_local_rank";
+    o.placement.local_rank = -1;
     store = Store::embedded(o);
   } else {
     if (argc < 4) return 2;

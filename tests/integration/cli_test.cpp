@@ -39,7 +39,7 @@ class ServeTest : public ::testing::Test {
 
 TEST_F(ServeTest, ToolsListRemoveAndReportOnARunningStore) {
   StoreOptions o;
-  o.local_rank = 1;
+  o.placement.local_rank = 1;
   auto store = Store::connect(address_, o).value();
   std::vector<std::uint16_t> w(6, 1);
   ASSERT_OK(store.put("model.w", TensorView(w.data(), DType::bfloat16, {2, 3})).get(kWait));

@@ -24,8 +24,8 @@ constexpr std::int64_t kElements = kMiB * (1 << 20) / 4;
 Store server_store(const std::string& transport) {
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.transport = transport;
-  o.request_timeout = 60s;  // far above the bound: an error must not come from a timeout
+  o.transport.name = transport;
+  o.limits.request_timeout = 60s;  // far above the bound: an error must not come from a timeout
   return Store::embedded(o).value();
 }
 

@@ -24,7 +24,7 @@ constexpr auto kBound = 10s;
 TEST(Failure, AStreamingReaderLearnsThatItsWriterDied) {
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.request_timeout = 60s;  // far above the bound: the error must not come from a timeout
+  o.limits.request_timeout = 60s;  // far above the bound: the error must not come from a timeout
   auto server = Store::embedded(o).value();
   constexpr std::int64_t kPer = (std::int64_t{256} << 20) / 8 / 4;
   std::vector<std::vector<float>> bufs(8, std::vector<float>(kPer, 0.0f));
@@ -66,8 +66,8 @@ TEST(Failure, AStreamingReaderLearnsThatItsWriterDied) {
 StoreOptions volume_per_process() {
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.strategy = "per_local_rank";
-  o.request_timeout = 60s;
+  o.placement.strategy = "per_local_rank";
+  o.limits.request_timeout = 60s;
   return o;
 }
 
@@ -103,7 +103,7 @@ TEST(Failure, KilledVolumeProcessGivesClearErrorsAtOnce) {
 // they end with unavailable within the bound, the channel goes, nothing leaks.
 void killed_volume_ends_fast_reads(const std::string& transport) {
   StoreOptions o = volume_per_process();
-  o.transport = transport;
+  o.transport.name = transport;
   auto server = Store::embedded(o).value();
   Child peer({kPeer, "hold", server.admin().address(), "held"});
   ASSERT_TRUE(peer.wait_for_output("ready", 60s)) << peer.output();
@@ -163,7 +163,7 @@ TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   const std::string address = served_address(serve, 60s);
   ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
-  o.request_timeout = 60s;
+  o.limits.request_timeout = 60s;
   auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
@@ -194,8 +194,8 @@ void killed_controller_ends_fast_puts(const std::string& transport) {
   const std::string address = served_address(serve, 60s);
   ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
-  o.request_timeout = 60s;
-  o.transport = transport;
+  o.limits.request_timeout = 60s;
+  o.transport.name = transport;
   auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
@@ -235,8 +235,8 @@ TEST(Failure, ACommitWhoseConnectionFailedIsSentAgainAndDoneOnce) {
   const std::string address = served_address(serve, 60s);
   ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
-  o.transport = "tcp";
-  o.request_timeout = 2s;  // each wait for the frozen server, then the resend's
+  o.transport.name = "tcp";
+  o.limits.request_timeout = 2s;  // each wait for the frozen server, then the resend's
   auto client = Store::connect(address, o).value();
   float x = 1;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));  // opens the channel

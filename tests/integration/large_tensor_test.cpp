@@ -16,7 +16,7 @@ class LargeTensorTest : public ::testing::Test {
     // Forced: the bytes travel in actor messages, one chunk at a time (the
     // chosen transport in one process would be shm, which sends none).
     StoreOptions o;
-    o.transport = "rpc";
+    o.transport.name = "rpc";
     store_ = std::make_unique<Store>(Store::embedded(o).value());
   }
   Store& store() { return *store_; }
@@ -45,10 +45,10 @@ TEST_F(LargeTensorTest, OneGiBRoundTripThroughChunkedRpc) {
 // in one; over shm no payload byte travels in a message at all.
 TEST(LargeTensor, OverFourGiBThroughSharedMemory) {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   // The volume allocates 4 GiB of /dev/shm while the stage request waits:
   // on 2 busy cores that once took longer than the default 30 s.
-  o.request_timeout = std::chrono::seconds(120);
+  o.limits.request_timeout = std::chrono::seconds(120);
   auto store = Store::embedded(o).value();
   const std::size_t n = (std::size_t{4} << 30) + 4096 + 3;
   std::vector<std::uint8_t> buf(n);
@@ -82,7 +82,7 @@ TEST(LargeTensor, OverFourGiBThroughSharedMemory) {
 // key reads back, and all of them can be removed.
 TEST(LargeTensor, MoreSmallKeysThanAProcessMayMapSegments) {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto store = Store::embedded(o).value();
   constexpr int kKeys = 70000;
   for (int i = 0; i < kKeys; ++i) {

@@ -18,18 +18,18 @@ using testing::kWait;
 StoreOptions server_options(const std::string& strategy = "singleton") {
   StoreOptions o;
   o.listen = "127.0.0.1:0";
-  o.strategy = strategy;
-  o.request_timeout = 10s;
+  o.placement.strategy = strategy;
+  o.limits.request_timeout = 10s;
   return o;
 }
 
 StoreOptions rank_options(int rank, int local_rank, const std::string& host = "") {
   StoreOptions o;
-  o.rank = rank;
-  o.local_rank = local_rank;
-  o.host = host;
-  o.request_timeout = 10s;
-  o.connect_timeout = 10s;
+  o.placement.rank = rank;
+  o.placement.local_rank = local_rank;
+  o.placement.host = host;
+  o.limits.request_timeout = 10s;
+  o.limits.connect_timeout = 10s;
   return o;
 }
 
@@ -65,8 +65,8 @@ TEST(RemoteStore, ConnectedRanksSeeEachOthersKeys) {
 TEST(RemoteStore, LargeTensorCrossesTheNetworkInChunks) {
   auto server = Store::embedded(server_options()).value();
   auto opts = rank_options(1, 1);
-  opts.transport = "rpc";          // the bytes cross CAF's network layer...
-  opts.rpc_chunk_bytes = 1 << 20;  // ...in many chunks
+  opts.transport.name = "rpc";               // the bytes cross CAF's network layer...
+  opts.transport.rpc_chunk_bytes = 1 << 20;  // ...in many chunks
   auto a = Store::connect(server.admin().address(), opts).value();
   std::vector<std::uint8_t> big(24 << 20);
   for (std::size_t i = 0; i < big.size(); ++i)
@@ -81,7 +81,7 @@ TEST(RemoteStore, LargeTensorCrossesTheNetworkInChunks) {
 TEST(RemoteStore, PerLocalRankPlacesAVolumeInEveryRank) {
   auto server = Store::embedded([] {
                   auto o = server_options("per_local_rank");
-                  o.host = "hostA";
+                  o.placement.host = "hostA";
                   return o;
                 }())
                     .value();
@@ -111,7 +111,7 @@ TEST(RemoteStore, PerLocalRankPlacesAVolumeInEveryRank) {
 TEST(RemoteStore, PerHostPlacesOneVolumePerHost) {
   auto server = Store::embedded([] {
                   auto o = server_options("per_host");
-                  o.host = "hostA";
+                  o.placement.host = "hostA";
                   return o;
                 }())
                     .value();
@@ -203,7 +203,7 @@ TEST_P(CachedReadAfterWrite, NoReadAfterAWriteReturnedFindsWhatTheWriteReplacedO
   auto server = Store::embedded(server_options()).value();
   auto opts = [&](int rank) {
     auto o = rank_options(rank, rank);
-    o.transport = GetParam();
+    o.transport.name = GetParam();
     return o;
   };
   auto a = Store::connect(server.admin().address(), opts(1)).value();
@@ -261,7 +261,7 @@ TEST(RemoteStore, LateJoinerFindsExistingKeys) {
 
 TEST(RemoteStore, ConnectToNothingFailsWithinTheDeadline) {
   auto opts = rank_options(1, 1);
-  opts.connect_timeout = 500ms;
+  opts.limits.connect_timeout = 500ms;
   // Port 1 on loopback: nothing listens there.
   EXPECT_ERROR(Store::connect("127.0.0.1:1", opts), Errc::unavailable,
                "no meshstore answered at 127.0.0.1:1 after");
@@ -277,15 +277,15 @@ TEST(RemoteStore, ListeningOnABadAddressIsAnError) {
 
 TEST(CustomStrategy, BadChoicesAreClearErrors) {
   auto o = server_options();
-  o.custom_strategy.placement = "scatter";
-  o.custom_strategy.select = [](const ClientDesc&,
-                                const std::vector<VolumeDesc>&) -> Result<std::string> {
+  o.placement.custom_strategy.placement = "scatter";
+  o.placement.custom_strategy.select = [](const ClientDesc&,
+                                          const std::vector<VolumeDesc>&) -> Result<std::string> {
     return std::string("volume-0");
   };
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "custom_strategy.placement");
-  o.custom_strategy.placement = "controller_colocated";
-  o.custom_strategy.select = [](const ClientDesc&,
-                                const std::vector<VolumeDesc>&) -> Result<std::string> {
+  o.placement.custom_strategy.placement = "controller_colocated";
+  o.placement.custom_strategy.select = [](const ClientDesc&,
+                                          const std::vector<VolumeDesc>&) -> Result<std::string> {
     return std::string("volume-42");
   };
   auto store = Store::embedded(o).value();
@@ -300,10 +300,10 @@ TEST(CustomStrategy, BadChoicesAreClearErrors) {
 // which the custom placement overrides.
 StoreOptions per_host_server() {
   auto o = server_options();
-  o.host = "hostA";
-  o.custom_strategy.placement = "per_host";
-  o.custom_strategy.select = [](const ClientDesc& c,
-                                const std::vector<VolumeDesc>& volumes) -> Result<std::string> {
+  o.placement.host = "hostA";
+  o.placement.custom_strategy.placement = "per_host";
+  o.placement.custom_strategy.select =
+      [](const ClientDesc& c, const std::vector<VolumeDesc>& volumes) -> Result<std::string> {
     for (const auto& v : volumes) {
       if (v.host == c.host) return v.volume_id;
     }
@@ -332,7 +332,7 @@ TEST(CustomStrategy, ClientsWaitForTheirVolumeToRegister) {
   // per_host placement: host B's volume arrives only when its local rank 0
   // connects; a rank 1 of host B that connects first waits for it.
   auto o = server_options("per_host");
-  o.host = "hostA";
+  o.placement.host = "hostA";
   auto server = Store::embedded(o).value();
   auto early = Store::connect(server.admin().address(), rank_options(3, 1, "hostB")).value();
   float x = 5;
@@ -350,7 +350,7 @@ TEST(CustomStrategy, AClientWithNoVolumeIsToldWhyItsPutsFail) {
   auto o = per_host_server();
   auto server = Store::embedded(o).value();
   auto ro = rank_options(5, 1, "hostC");  // not local rank 0: hosts no volume
-  ro.request_timeout = 1s;                // how long it waits for one to register
+  ro.limits.request_timeout = 1s;         // how long it waits for one to register
   auto lone = Store::connect(server.admin().address(), ro).value();
   float x = 7;
   EXPECT_ERROR(lone.put("lone", TensorView::of(&x, {})).get(kWait), Errc::unavailable,

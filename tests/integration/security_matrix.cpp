@@ -143,10 +143,10 @@ struct Certs {
 // it could not connect.
 Status client_round_trip(const std::string& address, TlsOptions tls) {
   StoreOptions o;
-  o.tls = std::move(tls);
-  o.connect_timeout = 5s;
-  o.host_volumes = false;
-  o.local_rank = -1;
+  o.security.tls = std::move(tls);
+  o.limits.connect_timeout = 5s;
+  o.placement.host_volumes = false;
+  o.placement.local_rank = -1;
   auto store = Store::connect(address, o);
   if (!store.ok()) return store.status();
   float x = 7;
@@ -159,7 +159,7 @@ Status client_round_trip(const std::string& address, TlsOptions tls) {
 void control_plane(const Certs& certs, Captured& log, std::vector<Row>& rows) {
   StoreOptions so;
   so.listen = "127.0.0.1:0";
-  so.tls = certs.job("server");
+  so.security.tls = certs.job("server");
   auto tls_store = Store::embedded(so);
   if (!tls_store.ok()) {
     rows.push_back(

@@ -70,8 +70,8 @@ TEST(ShmGc, SharedMemoryOfAKilledServerIsCollected) {
   ASSERT_FALSE(address.empty()) << serve.output();
   {
     StoreOptions o;
-    o.host_volumes = false;
-    o.local_rank = -1;
+    o.placement.host_volumes = false;
+    o.placement.local_rank = -1;
     auto client = Store::connect(address, o).value();
     std::vector<float> w(1 << 18, 2.0f);  // 1 MiB: lands in a shared-memory segment
     ASSERT_OK(client.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait));

@@ -122,15 +122,15 @@ int main(int argc, char** argv) {
   }
   meshstore::StoreOptions o;
   if (write_sd) {
-    o.transport = "rpc";
-    o.rpc_chunk_bytes = std::size_t{1} << 20;
-    o.rpc_chunks_in_flight = 1;
+    o.transport.name = "rpc";
+    o.transport.rpc_chunk_bytes = std::size_t{1} << 20;
+    o.transport.rpc_chunks_in_flight = 1;
   }
-  o.rank = 1;
-  o.local_rank = hold ? (argc > 4 ? std::atoi(argv[4]) : 1) : -1;
-  o.host_volumes = hold;
-  o.connect_timeout = 30s;
-  if (read_loop) o.request_timeout = 20s;  // the bound on a call stuck on a cut link
+  o.placement.rank = 1;
+  o.placement.local_rank = hold ? (argc > 4 ? std::atoi(argv[4]) : 1) : -1;
+  o.placement.host_volumes = hold;
+  o.limits.connect_timeout = 30s;
+  if (read_loop) o.limits.request_timeout = 20s;  // the bound on a call stuck on a cut link
   auto store = meshstore::Store::connect(argv[2], o);
   if (!store.ok()) {
     std::fprintf(stderr, "peer: %s\n", store.status().to_string().c_str());

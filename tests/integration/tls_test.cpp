@@ -59,15 +59,15 @@ class Tls : public ::testing::Test {
   static StoreOptions server_options() {
     StoreOptions o;
     o.listen = "127.0.0.1:0";
-    o.tls = job("server");
+    o.security.tls = job("server");
     return o;
   }
   static StoreOptions client_options(TlsOptions tls) {
     StoreOptions o;
-    o.tls = std::move(tls);
-    o.connect_timeout = std::chrono::milliseconds(5000);
-    o.host_volumes = false;
-    o.local_rank = -1;
+    o.security.tls = std::move(tls);
+    o.limits.connect_timeout = std::chrono::milliseconds(5000);
+    o.placement.host_volumes = false;
+    o.placement.local_rank = -1;
     return o;
   }
   static TempDir* dir_;
@@ -127,7 +127,7 @@ TEST_F(Tls, CheckNamesTheFileAndWhatIsWrongWithIt) {
   EXPECT_ERROR(check_tls(not_pem), Errc::invalid_argument, "holds no PEM certificate");
   // A store refuses such options before it listens on anything.
   auto o = server_options();
-  o.tls = mismatched;
+  o.security.tls = mismatched;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "does not belong");
 }
 
@@ -138,7 +138,7 @@ TEST_F(Tls, PeersTheCaSignedPutAndGetOverEveryTransport) {
   // rpc: the bytes themselves ride in TLS-protected actor messages.
   for (const std::string transport : {"", "tcp", "rpc"}) {
     auto o = client_options(job("client"));
-    o.transport = transport;
+    o.transport.name = transport;
     auto client = Store::connect(server->admin().address(), o);
     ASSERT_OK(client);
     std::vector<float> out(1 << 18), in(out.size());

@@ -260,8 +260,8 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   ::setenv("RANK", "0", 1);  // one process plays both ranks: each reads its own
   ::setenv("LOCAL_RANK", "0", 1);
   StoreOptions so;
-  so.strategy = "per_local_rank";
-  so.scheduler_threads = 4;  // what a store's own actor system would start
+  so.placement.strategy = "per_local_rank";
+  so.limits.scheduler_threads = 4;  // what a store's own actor system would start
   auto s0 = spawn_store(*r0, so);
   ASSERT_OK(s0);
   ::setenv("RANK", "1", 1);

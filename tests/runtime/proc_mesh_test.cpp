@@ -710,8 +710,8 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
             before1 = testing::thread_count(procs->pid(1));
   const int before_here = testing::thread_count(::getpid());
   StoreOptions so;
-  so.strategy = "per_local_rank";  // a volume in each worker process
-  so.scheduler_threads = 4;        // what the controller's store's own system would start
+  so.placement.strategy = "per_local_rank";  // a volume in each worker process
+  so.limits.scheduler_threads = 4;           // what the controller's store's own system would start
   auto store = spawn_store(*procs, so);
   ASSERT_TRUE(store.ok()) << store.status().to_string();
   // Not in this process: it is the controller, not a worker.

@@ -48,7 +48,7 @@ std::set<std::string> segments_now() {
 
 TEST(ShmTransport, NextVersionOfTheSameSizeReusesTheSegment) {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto store = Store::embedded(o).value();
   std::vector<float> w(1 << 18, 1.0f);
   auto view = TensorView::of(w.data(), {1 << 18});
@@ -314,7 +314,7 @@ TEST(ShmTransport, AProcessWatchSeesItsProcessExit) {
 
 TEST(ShmTransport, VolumesCanStayOutOfSharedMemory) {
   StoreOptions o;
-  o.shared_memory_volumes = false;  // a container with a tiny /dev/shm
+  o.transport.shared_memory_volumes = false;  // a container with a tiny /dev/shm
   auto store = Store::embedded(o).value();
   std::vector<float> w(1 << 18, 6.0f);
   ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait));
@@ -322,7 +322,7 @@ TEST(ShmTransport, VolumesCanStayOutOfSharedMemory) {
   ASSERT_OK(store.get_into("w", TensorView::of(back.data(), {1 << 18})).get(kWait));
   EXPECT_EQ(back, w);
   EXPECT_TRUE(own_segments().empty());
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto forced = Store::embedded(o).value();
   EXPECT_ERROR(forced.put("w", TensorView::of(w.data(), {1 << 18})).get(kWait), Errc::unsupported,
                "offers only [cma, tcp, rpc]");
@@ -352,7 +352,7 @@ std::uint64_t leases_of(Store& store) {
 
 TEST(GetView, ZeroCopyReadOnlyAndPinsItsVersion) {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto store = Store::embedded(o).value();
   std::vector<float> v1(1 << 18, 1.0f), v2(1 << 18, 2.0f);
   ASSERT_OK(store.put("w", TensorView::of(v1.data(), {1 << 18})).get(testing::kWait));
@@ -381,7 +381,7 @@ TEST(GetView, AViewOutlivesItsStore) {
   Tensor view;
   {
     StoreOptions o;
-    o.transport = "shm";
+    o.transport.name = "shm";
     auto store = Store::embedded(o).value();
     std::vector<float> w(1 << 18, 9.0f);
     ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
@@ -394,7 +394,7 @@ TEST(GetView, AViewOutlivesItsStore) {
 
 TEST(GetView, WritingThroughAViewFaults) {
   StoreOptions o;
-  o.transport = "shm";
+  o.transport.name = "shm";
   auto store = Store::embedded(o).value();
   std::vector<float> w(1 << 18, 1.0f);
   ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));
@@ -405,7 +405,7 @@ TEST(GetView, WritingThroughAViewFaults) {
 TEST(GetView, CopiesWhereNoMappingIsPossible) {
   for (const char* transport : {"tcp", "rpc"}) {
     StoreOptions o;
-    o.transport = transport;
+    o.transport.name = transport;
     auto store = Store::embedded(o).value();
     std::vector<float> w(1 << 18, 4.0f);
     ASSERT_OK(store.put("w", TensorView::of(w.data(), {1 << 18})).get(testing::kWait));

@@ -290,7 +290,7 @@ double cpu_after_a_small_op(std::chrono::microseconds spin) {
 }
 
 // The small-operations connection spins as long as the config says
-// (StoreOptions::fast_path_spin): after answering, a server end with a 1 s
+// (StoreOptions::transport.fast_path_spin): after answering, a server end with a 1 s
 // spin keeps a core busy polling for the next request, one with 0 sleeps
 // in the kernel at once. No latency is asserted, only where the CPU goes.
 TEST(TcpSmallOpsSpin, TheServerEndSpinsAsLongAsItsConfigSays) {

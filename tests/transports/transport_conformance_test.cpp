@@ -288,8 +288,8 @@ class StoreOverTransport : public ::testing::TestWithParam<std::string> {
       if (name == transport && !status.ok()) GTEST_SKIP() << name << ": " << status.message();
     }
     StoreOptions o;
-    o.transport = transport;
-    o.encrypt_tcp = encrypted;
+    o.transport.name = transport;
+    o.security.encrypt_tcp = encrypted;
     store_ = std::make_unique<Store>(Store::embedded(o).value());
   }
   void TearDown() override { store_.reset(); }

@@ -264,7 +264,7 @@ struct ClientConfig {
   int max_read_attempts = 8;
   /// Key locations cached at most (the cache is dropped when full).
   std::size_t max_cached_locations = 1 << 16;
-  /// StoreOptions::eviction "lru": a put refused for capacity evicts the
+  /// StoreOptions::limits.eviction "lru": a put refused for capacity evicts the
   /// least recently used keys on its volume and stages again, once.
   bool evict_lru = false;
   /// The client's channels and location cache, shared with the Store
@@ -273,7 +273,7 @@ struct ClientConfig {
   /// reaches.
   std::shared_ptr<FastPath> fast_path;
   /// How long the fast path's rings this client opens spin before their
-  /// waiting end sleeps (StoreOptions::fast_path_spin).
+  /// waiting end sleeps (StoreOptions::transport.fast_path_spin).
   std::chrono::microseconds ring_spin{50};
 };
 

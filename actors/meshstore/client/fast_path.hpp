@@ -158,7 +158,7 @@ class FastPath {
   /// Runs the connector: its answer, or Errc::shutdown once closed. It
   /// may wait `timeout`: only the waiting thread calls it.
   Status connect_home(std::chrono::milliseconds timeout);
-  /// Makes room on a full volume (StoreOptions::eviction "lru"): asks the
+  /// Makes room on a full volume (StoreOptions::limits.eviction "lru"): asks the
   /// controller to evict at least `bytes` there, waiting at most `timeout`;
   /// true when it evicted something. The client actor sets it, only when
   /// the store evicts.

@@ -73,7 +73,7 @@ using controller_actor = caf::typed_actor<
                     bool /*with_version*/>::with<std::vector<wire::KeyRecord>>,
     // Ends a pin (harmless when it has already expired).
     caf::reacts_to<unpin_atom, std::uint64_t>,
-    // Eviction (StoreOptions::eviction "lru"): removes the least recently
+    // Eviction (StoreOptions::limits.eviction "lru"): removes the least recently
     // used keys stored whole on the volume, put on their own (not part of
     // a state dict), not pinned and not held by a reader's lease (the
     // volume decides that), until their objects add up to the bytes asked

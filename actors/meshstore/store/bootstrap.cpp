@@ -35,10 +35,10 @@ using internal::Address;
 using internal::parse_address;
 using store::transport_config;
 
-// This process's host identity: StoreOptions::host, else MESHSTORE_HOST,
+// This process's host identity: StoreOptions::placement.host, else MESHSTORE_HOST,
 // else the hostname.
 std::string resolve_host(const StoreOptions& o) {
-  if (!o.host.empty()) return o.host;
+  if (!o.placement.host.empty()) return o.placement.host;
   if (const char* h = std::getenv("MESHSTORE_HOST"); h && *h) return h;
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
@@ -92,9 +92,9 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
   const bool is_shared = runtime != nullptr;
   if (!runtime) {
     internal::RuntimeOptions ro;
-    ro.scheduler_threads = options.scheduler_threads;
+    ro.scheduler_threads = options.limits.scheduler_threads;
     ro.with_middleman = network;
-    ro.tls = options.tls;
+    ro.tls = options.security.tls;
     ro.add_types = protocol::add_actor_types;
     auto made = internal::ActorRuntime::create(ro);
     if (!made.ok()) return made.status();
@@ -103,13 +103,13 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
   auto impl = std::make_unique<Impl>();
   impl->shared_runtime = is_shared;
   impl->options = options;
-  if (impl->options.transport.empty()) {
+  if (impl->options.transport.name.empty()) {
     const std::string forced = transports::transport_from_env();
     if (!forced.empty()) {
       if (auto f = transports::builtin_registry().find(forced); !f.ok()) {
         return Status(Errc::invalid_argument, "MESHSTORE_TRANSPORT: " + f.status().message());
       }
-      impl->options.transport = forced;
+      impl->options.transport.name = forced;
     }
   }
   impl->host = resolve_host(options);
@@ -119,17 +119,17 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
 
 Status Store::Impl::host_volumes(bool is_server) {
   auto& sys = runtime->system();
-  controller::ProcessRole role{is_server, options.local_rank, host};
-  for (auto info : controller::volumes_for(strategy_name, role, options.num_volumes)) {
+  controller::ProcessRole role{is_server, options.placement.local_rank, host};
+  for (auto info : controller::volumes_for(strategy_name, role, options.placement.num_volumes)) {
     volume::VolumeConfig vc;
     vc.volume_id = info.volume_id;
     vc.host = host;
-    vc.capacity_bytes = options.volume_capacity_bytes;
+    vc.capacity_bytes = options.limits.volume_capacity_bytes;
     vc.transport_config = transport_config(options);
     vc.bind_host = data_host;
-    vc.pool_bytes = options.volume_pool_bytes;
-    vc.ring_spin = options.fast_path_spin;
-    if (!options.shared_memory_volumes) {
+    vc.pool_bytes = options.limits.volume_pool_bytes;
+    vc.ring_spin = options.transport.fast_path_spin;
+    if (!options.transport.shared_memory_volumes) {
       // cuda-ipc moves host objects through the volume's shared memory, so
       // it goes with shm: offered, it would outrank cma where CUDA works and
       // then fail every host read.
@@ -144,14 +144,14 @@ Status Store::Impl::host_volumes(bool is_server) {
     info.transports =
         vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
     const std::string what = "register volume '" + info.volume_id + "'";
-    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.request_timeout, what,
+    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.limits.request_timeout, what,
                                      protocol::register_volume_atom::value, info, *spawned));
-    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.request_timeout, what,
+    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.limits.request_timeout, what,
                                      protocol::register_volume_atom::value, info, *spawned));
     volumes.push_back(std::move(spawned).value());
   }
   const bool shared = !is_server || !options.listen.empty();
-  if (options.encrypt_tcp && shared && !volumes.empty() && !runtime->tls()) {
+  if (options.security.encrypt_tcp && shared && !volumes.empty() && !runtime->tls()) {
     log::get("store")->warn(
         "encrypt_tcp without TLS: the volumes here seal their tcp bytes, but their keys reach "
         "clients over control connections in the clear, so whoever can watch those can read "
@@ -218,8 +218,8 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   info.volume_id = vc.volume_id;
   info.host = host;
   info.transports = vc.transports;
-  info.local_rank = options.local_rank;
-  if (auto s = ask_ok(sys, ctl, options.request_timeout,
+  info.local_rank = options.placement.local_rank;
+  if (auto s = ask_ok(sys, ctl, options.limits.request_timeout,
                       "register lending volume '" + vc.volume_id + "'",
                       protocol::register_volume_atom::value, info, *spawned);
       !s.ok()) {
@@ -239,15 +239,15 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
 
 void Store::Impl::start_client() {
   client::ClientConfig cc;
-  cc.me = wire::ClientInfo{options.rank, options.local_rank, host};
-  cc.forced_transport = options.transport;
+  cc.me = wire::ClientInfo{options.placement.rank, options.placement.local_rank, host};
+  cc.forced_transport = options.transport.name;
   cc.transport_config = transport_config(options);
-  cc.request_timeout = options.request_timeout;
-  cc.evict_lru = options.eviction == "lru";
+  cc.request_timeout = options.limits.request_timeout;
+  cc.evict_lru = options.limits.eviction == "lru";
   fast = std::make_shared<client::FastPath>(
       std::make_shared<client::LocationCache>(cc.max_cached_locations));
   cc.fast_path = fast;
-  cc.ring_spin = options.fast_path_spin;
+  cc.ring_spin = options.transport.fast_path_spin;
   client = client::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
 }
@@ -276,10 +276,10 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   if (!listen.host.empty()) impl->data_host = listen.host;
   auto& sys = impl->runtime->system();
   controller::StrategyPolicy policy;
-  if (options.custom_strategy.select) {
+  if (options.placement.custom_strategy.select) {
     // The placement is a built-in one; only the choice of volume is the user's.
-    impl->strategy_name = options.custom_strategy.placement;
-    policy = [select = options.custom_strategy.select](
+    impl->strategy_name = options.placement.custom_strategy.placement;
+    policy = [select = options.placement.custom_strategy.select](
                  const wire::ClientInfo& c,
                  const std::vector<wire::VolumeInfo>& volumes) -> Result<std::string> {
       std::vector<VolumeDesc> descs;
@@ -293,8 +293,8 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
                     "custom strategy chose volume '" + *chosen + "', which is not registered");
     };
   } else {
-    impl->strategy_name = options.strategy;
-    policy = controller::policy_by_name(options.strategy).value();
+    impl->strategy_name = options.placement.strategy;
+    policy = controller::policy_by_name(options.placement.strategy).value();
   }
   impl->controller = controller::spawn_controller(sys);
   impl->strategy = controller::spawn_strategy(sys, std::move(policy));
@@ -313,7 +313,8 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   }
   impl->start_client();
   log::get("store")->info(
-      "store up: strategy {}, {} volume(s) here, {}", options.strategy, impl->volumes.size(),
+      "store up: strategy {}, {} volume(s) here, {}", options.placement.strategy,
+      impl->volumes.size(),
       impl->address.empty() ? std::string("not listening") : "listening on " + impl->address);
   return Store(std::move(impl));
 }
@@ -334,13 +335,13 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
 
   // The server may still be starting (rank 0 of the same launch).
   auto reached = internal::connect_with_retry<protocol::directory_actor>(
-      sys, target->host, target->port, options.connect_timeout, "meshstore");
+      sys, target->host, target->port, options.limits.connect_timeout, "meshstore");
   if (!reached.ok()) return reached.status().with_context("connect");
   protocol::directory_actor directory = std::move(reached).value();
   Status hello;
   {
     caf::scoped_actor self{sys};
-    self->request(directory, options.request_timeout, protocol::hello_atom::value,
+    self->request(directory, options.limits.request_timeout, protocol::hello_atom::value,
                   std::string(meshstore::version()))
         .receive(
             [&](protocol::controller_actor& c, protocol::strategy_actor& s, std::string& name) {
@@ -352,26 +353,26 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   }
   directory = nullptr;
   if (!hello.ok()) return hello;
-  if (options.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
+  if (options.placement.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
   impl->start_client();
-  log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address, options.rank,
-            impl->strategy_name, impl->volumes.size());
+  log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address,
+            options.placement.rank, impl->strategy_name, impl->volumes.size());
   return Store(std::move(impl));
 }
 
 Result<Store> Store::from_env(StoreOptions options) {
   auto env = LaunchEnv::from_env();
   if (!env.ok()) return env.status().with_context("Store::from_env");
-  options.rank = env->rank;
-  options.local_rank = env->local_rank;
-  if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
+  options.placement.rank = env->rank;
+  options.placement.local_rank = env->local_rank;
+  if (!options.security.tls.enabled()) options.security.tls = TlsOptions::from_env();
   if (const char* e = std::getenv("MESHSTORE_FAST_PATH_SPIN_US"); e && *e) {
     auto us = internal::parse_int("MESHSTORE_FAST_PATH_SPIN_US", e, 0, 1000000);
     if (!us.ok()) return us.status().with_context("Store::from_env");
-    options.fast_path_spin = std::chrono::microseconds(*us);
+    options.transport.fast_path_spin = std::chrono::microseconds(*us);
   }
   if (const char* e = std::getenv("MESHSTORE_ENCRYPT_TCP"); e && std::string(e) == "1") {
-    options.encrypt_tcp = true;
+    options.security.encrypt_tcp = true;
   }
   auto port = env->service_port("MESHSTORE_PORT", 1);
   if (!port.ok()) return port.status().with_context("Store::from_env");

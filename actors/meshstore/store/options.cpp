@@ -13,14 +13,14 @@ namespace store {
 
 transports::TransportConfig transport_config(const StoreOptions& o) {
   transports::TransportConfig tc;
-  tc.rpc_chunk_bytes = o.rpc_chunk_bytes;
-  tc.rpc_chunks_in_flight = o.rpc_chunks_in_flight;
-  tc.request_timeout = o.request_timeout;
-  tc.tcp_streams = o.tcp_streams;
-  tc.tcp_chunk_bytes = o.tcp_chunk_bytes;
-  tc.tcp_encrypt = o.encrypt_tcp;
-  tc.small_ops_spin = o.fast_path_spin;
-  tc.shm_max_mappings = o.shm_max_mappings;
+  tc.rpc_chunk_bytes = o.transport.rpc_chunk_bytes;
+  tc.rpc_chunks_in_flight = o.transport.rpc_chunks_in_flight;
+  tc.request_timeout = o.limits.request_timeout;
+  tc.tcp_streams = o.transport.tcp_streams;
+  tc.tcp_chunk_bytes = o.transport.tcp_chunk_bytes;
+  tc.tcp_encrypt = o.security.encrypt_tcp;
+  tc.small_ops_spin = o.transport.fast_path_spin;
+  tc.shm_max_mappings = o.transport.shm_max_mappings;
   return tc;
 }
 
@@ -30,42 +30,49 @@ Status StoreOptions::validate() const {
   auto bad = [](const std::string& m) {
     return Status(Errc::invalid_argument, "StoreOptions: " + m);
   };
-  if (num_volumes < 1 || num_volumes > 1024) {
-    return bad("num_volumes must be in [1, 1024], got " + std::to_string(num_volumes));
+  const auto& p = placement;
+  if (p.num_volumes < 1 || p.num_volumes > 1024) {
+    return bad("placement.num_volumes must be in [1, 1024], got " + std::to_string(p.num_volumes));
   }
-  if (rank < 0) return bad("rank must be >= 0, got " + std::to_string(rank));
-  if (eviction != "none" && eviction != "lru") {
-    return bad("eviction must be \"none\" or \"lru\", got \"" + eviction + "\"");
+  if (p.rank < 0) return bad("placement.rank must be >= 0, got " + std::to_string(p.rank));
+  if (p.local_rank < -1) {
+    return bad("placement.local_rank must be >= -1, got " + std::to_string(p.local_rank));
   }
-  if (local_rank < -1) return bad("local_rank must be >= -1, got " + std::to_string(local_rank));
-  if (fast_path_spin.count() < 0 || fast_path_spin > std::chrono::seconds(1)) {
-    return bad("fast_path_spin must be in [0, 1 s], got " + std::to_string(fast_path_spin.count()) +
-               " us");
+  if (auto s = controller::policy_by_name(p.strategy); !s.ok()) {
+    return bad("placement.strategy: " + s.status().message());
   }
-  if (connect_timeout.count() <= 0) {
-    return bad("connect_timeout must be positive, got " + std::to_string(connect_timeout.count()) +
-               " ms");
-  }
-  if (auto p = controller::policy_by_name(strategy); !p.ok()) return bad(p.status().message());
-  if (custom_strategy.select) {
-    if (auto p = controller::policy_by_name(custom_strategy.placement); !p.ok()) {
-      return bad("custom_strategy.placement: " + p.status().message());
+  if (p.custom_strategy.select) {
+    if (auto s = controller::policy_by_name(p.custom_strategy.placement); !s.ok()) {
+      return bad("placement.custom_strategy.placement: " + s.status().message());
     }
   }
-  if (!transport.empty()) {
-    auto f = transports::builtin_registry().find(transport);
-    if (!f.ok()) return bad("transport: " + f.status().message());
+  if (limits.eviction != "none" && limits.eviction != "lru") {
+    return bad("limits.eviction must be \"none\" or \"lru\", got \"" + limits.eviction + "\"");
+  }
+  if (limits.connect_timeout.count() <= 0) {
+    return bad("limits.connect_timeout must be positive, got " +
+               std::to_string(limits.connect_timeout.count()) + " ms");
+  }
+  if (limits.scheduler_threads < 0 || limits.scheduler_threads > 256) {
+    return bad("limits.scheduler_threads must be in [0, 256], got " +
+               std::to_string(limits.scheduler_threads));
+  }
+  const auto spin = transport.fast_path_spin;
+  if (spin.count() < 0 || spin > std::chrono::seconds(1)) {
+    return bad("transport.fast_path_spin must be in [0, 1 s], got " + std::to_string(spin.count()) +
+               " us");
+  }
+  if (!transport.name.empty()) {
+    auto f = transports::builtin_registry().find(transport.name);
+    if (!f.ok()) return bad("transport.name: " + f.status().message());
     if (f->available) {
       if (auto s = f->available(); !s.ok()) {
-        return Status(Errc::unsupported, "StoreOptions: transport '" + transport +
+        return Status(Errc::unsupported, "StoreOptions: transport '" + transport.name +
                                              "' is unavailable here: " + s.message());
       }
     }
   }
   if (auto s = store::transport_config(*this).validate(); !s.ok()) return bad(s.message());
-  if (scheduler_threads < 0 || scheduler_threads > 256) {
-    return bad("scheduler_threads must be in [0, 256], got " + std::to_string(scheduler_threads));
-  }
   if (!log_level.empty()) {
     if (auto l = log::parse_level(log_level); !l.ok()) return bad(l.status().message());
   }

@@ -358,7 +358,7 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
   pub->client = client;
   if (impl_) {
     pub->fast = impl_->fast;
-    pub->timeout = impl_->options.request_timeout;
+    pub->timeout = impl_->options.limits.request_timeout;
   }
   pub->returned = make_ready_future();
   // A version by copy takes the one route of every state-dict put (the
@@ -405,7 +405,7 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
     }
     const bool in_shm = !gpu && !lendable.empty() && places.size() == lendable.size();
     Status unlendable = refused;
-    const std::string& forced = impl_->options.transport;
+    const std::string& forced = impl_->options.transport.name;
     if (unlendable.ok() && !lendable.empty()) {
       if (gpu && !forced.empty() && forced != "cuda-ipc") {
         unlendable = Status(Errc::unsupported, "this store forces transport '" + forced +
@@ -471,7 +471,7 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
   // Fenced as a copy is; the host copies live till it is done.
   return state_dicts::publish_prepared(
              client, prefix, std::move(prepared), options.keep, op, impl_ ? impl_->fast : nullptr,
-             impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0))
+             impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0))
       .then([pub, st](std::uint64_t version) {
         pub->version = version;
         return internal::PublicationAccess::make(pub);

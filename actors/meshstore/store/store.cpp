@@ -226,9 +226,10 @@ Future<void> Store::put(std::string key, const TensorView& tensor, const PutOpti
   if (!host.ok()) return make_error_future<void>(host.status());
   // The bytes live as long as the put: the caller's, or staged in `st`.
   client::PutItem item{key, *host, wire::ObjectKind::tensor, st};
-  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
-                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
-                        {item}, "put '" + key + "'", true);
+  return put_on_channel(
+      impl_ ? impl_->fast.get() : nullptr,
+      impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0), {item},
+      "put '" + key + "'", true);
 }
 
 Future<void> Store::put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
@@ -253,9 +254,10 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
   // Replicas are compared by the controller: ranks holding the same box
   // must put the same bytes.
   if (replicas > 1) item.checksum = content_checksum(*host);
-  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
-                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
-                        {item}, "put '" + key + "' slice " + slice.to_string(), true);
+  return put_on_channel(
+      impl_ ? impl_->fast.get() : nullptr,
+      impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0), {item},
+      "put '" + key + "' slice " + slice.to_string(), true);
 }
 
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {
@@ -275,9 +277,10 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
   }
   if (batch.empty()) return make_ready_future();
   const std::string what = "put_batch of " + std::to_string(batch.size()) + " keys";
-  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
-                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
-                        std::move(batch), what, true);
+  return put_on_channel(
+      impl_ ? impl_->fast.get() : nullptr,
+      impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
+      std::move(batch), what, true);
 }
 
 Future<Tensor> Store::get(std::string key, const ReadOptions& options) {
@@ -298,7 +301,7 @@ Future<Tensor> Store::get(std::string key, const ReadOptions& options) {
   auto call = single_get("get", client::GetMode::tensor, key);
   if (impl_) {
     Tensor t;
-    auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.request_timeout, &t);
+    auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.limits.request_timeout, &t);
     if (fast == FastOutcome::hit && t.defined()) return make_ready_future(std::move(t));
     call.fresh = fast == FastOutcome::stale;
   }
@@ -354,8 +357,8 @@ Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
   if (fast_batch) {
     std::vector<Tensor> out(keys.size());
     if (fast_every_key(keys.size(), &call.fresh, [&](std::size_t i) {
-          auto fast =
-              fast_get_tensor(*impl_->fast, keys[i], impl_->options.request_timeout, &out[i]);
+          auto fast = fast_get_tensor(*impl_->fast, keys[i], impl_->options.limits.request_timeout,
+                                      &out[i]);
           return fast == FastOutcome::hit && !out[i].defined() ? FastOutcome::miss : fast;
         })) {
       return make_ready_future(std::move(out));
@@ -427,7 +430,7 @@ Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView
         call.keys[i], [&dst](const client::FastPath::Entry& e) { return fits_into(e, dst); });
   }
   if (fast_batch && fast_every_key(call.keys.size(), &call.fresh, [&](std::size_t i) {
-        return fast_get_into(*impl_->fast, call.keys[i], impl_->options.request_timeout,
+        return fast_get_into(*impl_->fast, call.keys[i], impl_->options.limits.request_timeout,
                              call.dsts[i]);
       })) {
     return make_ready_future();
@@ -457,9 +460,10 @@ Future<void> Store::put_object(std::string key, std::string bytes, ObjectFormat 
   }
   auto item = bytes_item(key, std::move(bytes), wire::ObjectKind::object);
   item.object_format = format;
-  return put_on_channel(impl_ ? impl_->fast.get() : nullptr,
-                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
-                        {item}, "put_object '" + item.key + "'", false);
+  return put_on_channel(
+      impl_ ? impl_->fast.get() : nullptr,
+      impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0), {item},
+      "put_object '" + item.key + "'", false);
 }
 
 namespace {
@@ -483,7 +487,7 @@ Future<StoredObject> Store::get_stored_object(std::string key) {
   auto call = object_call(key);
   if (impl_) {
     StoredObject o;
-    auto fast = fast_get_object(*impl_->fast, key, impl_->options.request_timeout, &o);
+    auto fast = fast_get_object(*impl_->fast, key, impl_->options.limits.request_timeout, &o);
     if (fast == FastOutcome::hit) return make_ready_future(std::move(o));
     call.fresh = fast == FastOutcome::stale;
   }

@@ -42,10 +42,10 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
   return {
       [=](store_join_atom) -> caf::result<std::string> {
         StoreOptions o;
-        o.rank = rank;
-        o.local_rank = rank;
-        o.transport = transport;
-        o.request_timeout = std::chrono::milliseconds(request_timeout_ms);
+        o.placement.rank = rank;
+        o.placement.local_rank = rank;
+        o.transport.name = transport;
+        o.limits.request_timeout = std::chrono::milliseconds(request_timeout_ms);
         {
           std::lock_guard<std::mutex> lock(g_mu);
           if (g_store) {
@@ -96,7 +96,7 @@ namespace {
 Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
                                 std::optional<Supervision> supervision) {
   if (options.listen.empty()) options.listen = "127.0.0.1:0";
-  options.local_rank = -1;  // the controller is not one of the mesh's ranks
+  options.placement.local_rank = -1;  // the controller is not one of the mesh's ranks
   auto runtime = internal::proc_runtime(procs);
   if (!runtime) return Status(Errc::shutdown, "spawn_store: the ProcMesh was stopped");
   if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
@@ -107,18 +107,20 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
   // On the ProcMesh's runtime: one actor system for the meshes and the store.
   auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), options);
   if (!store.ok()) return store.status().with_context("spawn_store");
-  const auto timeout_ms = static_cast<std::int64_t>(options.request_timeout.count());
-  auto nodes =
-      supervision
-          ? procs.spawn<store_node_actor>(*supervision, "meshstore.store", "meshstore.store_node",
-                                          store->admin().address(), options.transport, timeout_ms)
-          : procs.spawn<store_node_actor>("meshstore.store", "meshstore.store_node",
-                                          store->admin().address(), options.transport, timeout_ms);
+  const auto timeout_ms = static_cast<std::int64_t>(options.limits.request_timeout.count());
+  auto nodes = supervision
+                   ? procs.spawn<store_node_actor>(*supervision, "meshstore.store",
+                                                   "meshstore.store_node", store->admin().address(),
+                                                   options.transport.name, timeout_ms)
+                   : procs.spawn<store_node_actor>("meshstore.store", "meshstore.store_node",
+                                                   store->admin().address(), options.transport.name,
+                                                   timeout_ms);
   if (!nodes.ok()) {
     store->close();
     return nodes.status().with_context("spawn_store");
   }
-  auto joined = nodes->call<std::string>(store_join_atom::value).get(options.request_timeout * 2);
+  auto joined =
+      nodes->call<std::string>(store_join_atom::value).get(options.limits.request_timeout * 2);
   Status failed = joined.ok() ? Status() : joined.status();
   if (joined.ok()) {
     for (const auto& r : *joined) {
@@ -158,8 +160,8 @@ Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
   }
   auto env = LaunchEnv::from_env();
   if (!env.ok()) return env.status().with_context("spawn_store");
-  options.rank = env->rank;
-  options.local_rank = env->local_rank;
+  options.placement.rank = env->rank;
+  options.placement.local_rank = env->local_rank;
   auto port = env->service_port("MESHSTORE_PORT", 1);
   if (!port.ok()) return port.status().with_context("spawn_store");
   const std::string address = env->master_addr + ":" + std::to_string(*port);

@@ -95,9 +95,10 @@ Future<void> Store::StateDicts::put(std::string key, const StateDict& sd,
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  return put_named_here(impl_ ? impl_->fast.get() : nullptr,
-                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
-                        op + " '" + key + "'", std::move(p))
+  return put_named_here(
+             impl_ ? impl_->fast.get() : nullptr,
+             impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
+             op + " '" + key + "'", std::move(p))
       .then([st] {});
 }
 
@@ -113,9 +114,10 @@ Future<void> Store::StateDicts::put_sharded(std::string key, const StateDict& lo
   if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
   auto p = std::move(prepared).value();
   if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-  return put_named_here(impl_ ? impl_->fast.get() : nullptr,
-                        impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0),
-                        op + " '" + key + "'", std::move(p))
+  return put_named_here(
+             impl_ ? impl_->fast.get() : nullptr,
+             impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
+             op + " '" + key + "'", std::move(p))
       .then([st] {});
 }
 
@@ -137,7 +139,7 @@ Future<std::uint64_t> Store::StateDicts::publish_copy(std::string prefix, const 
   auto fast = impl_ ? impl_->fast : nullptr;
   // On this thread, where the pointer this client last saw is current.
   if (fast) {
-    const auto timeout = impl_->options.request_timeout;
+    const auto timeout = impl_->options.limits.request_timeout;
     client::FastPath* raw = fast.get();  // defer's jobs end before it
     auto done = put_over_channel_or_defer<std::uint64_t>(
         *raw, op + " '" + prefix + "'",
@@ -159,7 +161,7 @@ Future<std::uint64_t> Store::StateDicts::publish_copy(std::string prefix, const 
   // Fenced (docs/state_dicts.md, "Two writers on one prefix").
   return state_dicts::publish_prepared(
              client, prefix, std::move(prepared), keep, op, fast,
-             impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0))
+             impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0))
       .then([st](std::uint64_t version) { return version; });  // host copies live till then
 }
 
@@ -173,7 +175,7 @@ Future<StagedStateDict> Store::StateDicts::stage(std::string key, std::vector<Te
   if (!client) return closed_future<StagedStateDict>(op + " '" + key + "'");
   PublishTarget none;  // no version: only the channel to commit over
   none.fast = impl_->fast;
-  none.timeout = impl_->options.request_timeout;
+  none.timeout = impl_->options.limits.request_timeout;
   return stage_at(client, op, key, std::move(layout).value(), std::move(none));
 }
 
@@ -194,7 +196,7 @@ Future<StagedStateDict> Store::StateDicts::stage_publish(std::string prefix,
   const caf::actor_addr client = Impl::client_address(impl_.get());
   auto specs = std::make_shared<const std::vector<TensorSpec>>(std::move(tensors));
   std::weak_ptr<client::FastPath> fast = impl_ ? impl_->fast : nullptr;
-  const auto timeout = impl_ ? impl_->options.request_timeout : std::chrono::milliseconds(0);
+  const auto timeout = impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0);
   return pointer_at(client, prefix, op).then([=](const Pointer& ptr) {
     const std::uint64_t next = ptr.value + 1;
     const std::string key = version_key(prefix, next);

@@ -26,7 +26,7 @@ struct VolumeConfig {
   /// Released region memory kept for reuse by later puts of the same size.
   std::uint64_t pool_bytes = std::uint64_t{1} << 30;
   /// How long its small-op service spins for a request before it sleeps
-  /// (StoreOptions::fast_path_spin).
+  /// (StoreOptions::transport.fast_path_spin).
   std::chrono::microseconds ring_spin{50};
   /// Transports to offer (registered names); empty = every built one.
   std::vector<std::string> transports;

@@ -13,7 +13,7 @@ namespace meshstore::transports {
 
 /// How to make both halves of one transport.
 struct TransportFactory {
-  /// Unique name, for example "rpc"; what StoreOptions::transport names.
+  /// Unique name, for example "rpc"; what StoreOptions::transport.name names.
   std::string name;
   /// Higher wins when several transports can serve a pair.
   int priority = 0;

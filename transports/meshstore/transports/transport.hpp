@@ -73,7 +73,7 @@ struct TransportConfig {
   /// tcp: how long each end of a small-operations connection (SmallOps)
   /// spins for the next record before it sleeps in the kernel, as the shm
   /// rings' ends do: the server after each request, the client after
-  /// sending one (StoreOptions::fast_path_spin). In [0, 1 s].
+  /// sending one (StoreOptions::transport.fast_path_spin). In [0, 1 s].
   std::chrono::microseconds small_ops_spin{50};
   /// shm: segments a client keeps mapped (least recently used unmapped
   /// first); in [1, 60000].

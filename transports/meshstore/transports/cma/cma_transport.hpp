@@ -6,7 +6,7 @@
 // process_vm_readv and writes it with process_vm_writev, straight between
 // its buffer and the volume's memory: one copy, by the kernel, and no code
 // on the volume's side per byte. Like rdma, and unlike shm, nothing is
-// mapped and any memory will do (StoreOptions::shared_memory_volumes=false).
+// mapped and any memory will do (StoreOptions::transport.shared_memory_volumes=false).
 //
 // It serves a client and a volume on the same host, in the same pid
 // namespace, running as the same user; the kernel must let the client

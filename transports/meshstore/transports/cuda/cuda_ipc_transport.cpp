@@ -230,7 +230,7 @@ TransportFactory cuda_ipc_factory() {
   TransportFactory f;
   f.name = "cuda-ipc";
   // Below shm: automatic selection keeps shm (device tensors then stage
-  // through host memory); StoreOptions::transport = "cuda-ipc" asks for it.
+  // through host memory); StoreOptions::transport.name = "cuda-ipc" asks for it.
   f.priority = 19;
   f.capabilities.one_sided = true;
   f.capabilities.same_host_only = true;

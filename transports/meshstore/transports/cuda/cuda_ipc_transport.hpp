@@ -6,7 +6,7 @@
 // client maps the volume's shared-memory segments), so one transport serves
 // both. Needs CUDA in both processes, the same host and the same user.
 // Built in every build (it goes through meshstore's own CUDA calls) and
-// offered where CUDA works; StoreOptions::transport = "cuda-ipc" selects
+// offered where CUDA works; StoreOptions::transport.name = "cuda-ipc" selects
 // it (automatic selection prefers shm).
 #include "meshstore/transports/registry.hpp"
 
