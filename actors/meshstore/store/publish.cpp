@@ -330,15 +330,12 @@ std::uint64_t move_lent(client::PutCall& call, const std::vector<std::size_t>& l
   return bytes;
 }
 
-}  // namespace
-
-Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDict& sd,
-                                               const PublishOptions& options) {
-  const std::string op = "publish";
-  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<Publication>(s);
+// The checks of publish's options: OK, or invalid_argument naming the one
+// that is wrong.
+Status check_publish(const std::string& op, const std::string& prefix,
+                     const PublishOptions& options) {
   auto bad = [&](const std::string& what) {
-    return make_error_future<Publication>(
-        Status(Errc::invalid_argument, op + " '" + prefix + "': " + what));
+    return Status(Errc::invalid_argument, op + " '" + prefix + "': " + what);
   };
   if (options.keep < 1) return bad("keep must be at least 1, got " + std::to_string(options.keep));
   if (options.reclaim_timeout.count() <= 0) {
@@ -349,6 +346,101 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
       options.mode != PublishMode::direct) {
     return bad("unknown mode " + std::to_string(static_cast<int>(options.mode)));
   }
+  return Status();
+}
+
+// Which items of a prepared put this process can lend, and how.
+struct LendPlan {
+  std::vector<std::size_t> items;  // ascending; empty: none
+  bool gpu = false;                // device tensors, for cuda-ipc
+  std::vector<ShmPlace> places;    // where each lies in named shm, as far as they do
+  bool in_shm = false;             // every item lies in named shm
+  Status refused;                  // why none is lent (OK: `items` are)
+};
+
+// The plan for `call` under `mode`, where `refused` says why nothing can
+// be lent before looking at the items, and `forced` is the transport the
+// store forces ("" for none). Host tensors are lent; GPU ones only when
+// direct is asked for and no host tensor is (cuda-ipc reaches only readers
+// on this host, so the store does not pick it by itself). Buffers that all
+// lie in named shared memory are lent through a volume that offers shm
+// too: readers on this host map them.
+LendPlan plan_lending(const client::PutCall& call, Status refused, PublishMode mode,
+                      const std::string& forced) {
+  LendPlan plan;
+  plan.refused = std::move(refused);
+  if (!plan.refused.ok()) return plan;
+  plan.items = lendable_items(call, false);
+  plan.gpu = plan.items.empty() && mode == PublishMode::direct;
+  if (plan.gpu) plan.items = lendable_items(call, true);
+  if (plan.items.empty()) return plan;
+  if (!plan.gpu) {
+    const auto maps = SharedMappings::of_this_process();
+    for (auto i : plan.items) {
+      auto place = maps.find(call.items[i].view.data(), call.items[i].view.nbytes());
+      if (!place) break;
+      plan.places.push_back(*place);
+    }
+  }
+  plan.in_shm = !plan.gpu && plan.places.size() == plan.items.size();
+  if (plan.gpu && !forced.empty() && forced != "cuda-ipc") {
+    plan.refused = Status(Errc::unsupported, "this store forces transport '" + forced +
+                                                 "', which cannot serve GPU memory");
+  } else if (!plan.gpu && forced == "cuda-ipc") {
+    plan.refused = Status(Errc::unsupported,
+                          "this store forces transport 'cuda-ipc', which cannot serve host "
+                          "memory");
+  } else if (!plan.gpu && forced == "shm" && !plan.in_shm) {
+    plan.refused = Status(Errc::unsupported,
+                          "this store forces transport 'shm', and '" +
+                              call.items[plan.items[plan.places.size()]].key.substr(1) +
+                              "' is not in a named file of /dev/shm this process maps shared");
+  }
+  return plan;
+}
+
+// Makes `pub` a direct version: the plan's items of `call` are lent to
+// `lender` (volume `volume_id`) under a token that completes
+// pub.returned() when the last lent region goes. `entries` are what
+// retain copies (GPU ones the store staged on the host included), kept
+// with their `staging`.
+void lend(PubImpl& pub, client::PutCall& call, const LendPlan& plan,
+          const protocol::storage_volume_actor& lender, const std::string& volume_id,
+          const StateDict& entries, std::shared_ptr<const void> staging) {
+  pub.lent_bytes = move_lent(call, plan.items, plan.in_shm ? plan.places : std::vector<ShmPlace>{});
+  pub.mode = PublishMode::direct;
+  call.lend_to = lender;
+  call.lend_volume = volume_id;
+  // No stream: the lent tensors are whole from the start and the rest is
+  // small, so readers gain nothing from following the put, and a stream's
+  // reads come from one volume.
+  call.stream_manifest.clear();
+  auto back = std::make_shared<Promise<void>>();
+  pub.returned = back->future();
+  call.loan = std::shared_ptr<const void>(new char(0), [back](const char* p) {
+    delete p;
+    back->set_value();
+  });
+  if (pub.options.revoke_on_timeout) {
+    static std::atomic<std::uint64_t> loans{0};
+    pub.loan = call.revocable_loan = ++loans;
+    pub.lender = lender.address();
+  }
+  for (const auto& e : entries.entries()) {
+    (void)(e.is_tensor() ? pub.views.insert(e.name, e.view) : pub.views.insert(e.name, *e.value));
+  }
+  pub.staging = std::move(staging);
+}
+
+}  // namespace
+
+Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDict& sd,
+                                               const PublishOptions& options) {
+  const std::string op = "publish";
+  if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<Publication>(s);
+  if (auto s = check_publish(op, prefix, options); !s.ok()) {
+    return make_error_future<Publication>(s);
+  }
   const caf::actor_addr client = Impl::client_address(impl_.get());
   if (!client) return client::closed_future<Publication>(op + " '" + prefix + "'");
   auto pub = std::make_shared<PubImpl>();
@@ -356,10 +448,8 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
   pub->prefix = prefix;
   pub->options = options;
   pub->client = client;
-  if (impl_) {
-    pub->fast = impl_->fast;
-    pub->timeout = impl_->options.limits.request_timeout;
-  }
+  pub->fast = impl_->fast;
+  pub->timeout = impl_->options.limits.request_timeout;
   pub->returned = make_ready_future();
   // A version by copy takes the one route of every state-dict put (the
   // caller's channel, its layout kept by prefix).
@@ -370,12 +460,10 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
           return internal::PublicationAccess::make(pub);
         });
   };
+  const bool direct = options.mode == PublishMode::direct;
   const Status refused =
       options.mode == PublishMode::copy ? Status() : lending_refused(sd, options);
-  if (options.mode == PublishMode::copy ||
-      (!refused.ok() && options.mode == PublishMode::automatic)) {
-    return by_copy();
-  }
+  if (options.mode == PublishMode::copy || (!refused.ok() && !direct)) return by_copy();
   auto st = store::staging(op, false);
   auto use = store::put_source(sd, *st, options.put);
   if (!use.ok()) return make_error_future<Publication>(use.status());
@@ -384,94 +472,28 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
     return make_error_future<Publication>(prepared_or.status().with_context(prefix));
   }
   auto prepared = std::move(prepared_or).value();
-  {
-    auto& call = prepared->call;
-    // Host tensors are lent; GPU ones only when direct is asked for and no
-    // host tensor is (cuda-ipc reaches only readers on this host, so the
-    // store does not pick it by itself).
-    auto lendable = refused.ok() ? lendable_items(call, false) : std::vector<std::size_t>{};
-    const bool gpu = lendable.empty() && refused.ok() && options.mode == PublishMode::direct;
-    if (gpu) lendable = lendable_items(call, true);
-    // Buffers that all lie in named shared memory are lent through a volume
-    // that offers shm too: readers on this host map them.
-    std::vector<ShmPlace> places;
-    if (!lendable.empty() && !gpu) {
-      const auto maps = SharedMappings::of_this_process();
-      for (auto i : lendable) {
-        auto place = maps.find(call.items[i].view.data(), call.items[i].view.nbytes());
-        if (!place) break;
-        places.push_back(*place);
-      }
-    }
-    const bool in_shm = !gpu && !lendable.empty() && places.size() == lendable.size();
-    Status unlendable = refused;
-    const std::string& forced = impl_->options.transport.name;
-    if (unlendable.ok() && !lendable.empty()) {
-      if (gpu && !forced.empty() && forced != "cuda-ipc") {
-        unlendable = Status(Errc::unsupported, "this store forces transport '" + forced +
-                                                   "', which cannot serve GPU memory");
-      } else if (!gpu && forced == "cuda-ipc") {
-        unlendable = Status(Errc::unsupported,
-                            "this store forces transport 'cuda-ipc', which cannot serve host "
-                            "memory");
-      } else if (!gpu && forced == "shm" && !in_shm) {
-        unlendable = Status(Errc::unsupported,
-                            "this store forces transport 'shm', and '" +
-                                call.items[lendable[places.size()]].key.substr(1) +
-                                "' is not in a named file of /dev/shm this process maps shared");
-      }
-    }
-    if (!unlendable.ok() && options.mode == PublishMode::direct) {
-      return make_error_future<Publication>(unlendable.with_context(op + " '" + prefix + "'"));
-    }
-    if (unlendable.ok() && !lendable.empty()) {
-      using Kind = Impl::LendKind;
-      auto lending = impl_->lending_volume(gpu      ? Kind::device
-                                           : in_shm ? Kind::shared_memory
-                                                    : Kind::process);
-      if (!lending.ok() && options.mode == PublishMode::direct) {
-        return make_error_future<Publication>(
-            lending.status().with_context(op + " '" + prefix + "'"));
-      }
-      if (!lending.ok()) {
-        log::get("store")->info("{} '{}': publishing by copy: {}", op, prefix,
-                                lending.status().to_string());
-      } else {
-        pub->lent_bytes = move_lent(call, lendable, in_shm ? places : std::vector<ShmPlace>{});
-        pub->mode = PublishMode::direct;
-        call.lend_to = lending->handle;
-        call.lend_volume = lending->volume_id;
-        // No stream: the lent tensors are whole from the start and the rest
-        // is small, so readers gain nothing from following the put, and a
-        // stream's reads come from one volume.
-        call.stream_manifest.clear();
-        // The loan's token: released when the last lent region goes.
-        auto back = std::make_shared<Promise<void>>();
-        pub->returned = back->future();
-        call.loan = std::shared_ptr<const void>(new char(0), [back](const char* p) {
-          delete p;
-          back->set_value();
-        });
-        if (options.revoke_on_timeout) {
-          static std::atomic<std::uint64_t> loans{0};
-          pub->loan = call.revocable_loan = ++loans;
-          pub->lender = lending->handle.address();
-        }
-        // What retain copies: the published entries, GPU ones the store
-        // staged on the host (packed, cast) included, kept with their staging.
-        for (const auto& e : (*use)->entries()) {
-          (void)(e.is_tensor() ? pub->views.insert(e.name, e.view)
-                               : pub->views.insert(e.name, *e.value));
-        }
-        pub->staging = st;
-      }
-    }
+  const auto plan =
+      plan_lending(prepared->call, refused, options.mode, impl_->options.transport.name);
+  if (!plan.refused.ok() && direct) {
+    return make_error_future<Publication>(plan.refused.with_context(op + " '" + prefix + "'"));
   }
-  if (pub->mode != PublishMode::direct) return by_copy();
+  if (!plan.refused.ok() || plan.items.empty()) return by_copy();
+  using Kind = Impl::LendKind;
+  auto lending = impl_->lending_volume(plan.gpu      ? Kind::device
+                                       : plan.in_shm ? Kind::shared_memory
+                                                     : Kind::process);
+  if (!lending.ok() && direct) {
+    return make_error_future<Publication>(lending.status().with_context(op + " '" + prefix + "'"));
+  }
+  if (!lending.ok()) {
+    log::get("store")->info("{} '{}': publishing by copy: {}", op, prefix,
+                            lending.status().to_string());
+    return by_copy();
+  }
+  lend(*pub, prepared->call, plan, lending->handle, lending->volume_id, **use, st);
   // Fenced as a copy is; the host copies live till it is done.
-  return state_dicts::publish_prepared(
-             client, prefix, std::move(prepared), options.keep, op, impl_ ? impl_->fast : nullptr,
-             impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0))
+  return state_dicts::publish_prepared(client, prefix, std::move(prepared), options.keep, op,
+                                       impl_->fast, impl_->options.limits.request_timeout)
       .then([pub, st](std::uint64_t version) {
         pub->version = version;
         return internal::PublicationAccess::make(pub);
