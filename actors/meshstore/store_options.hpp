@@ -1,0 +1,190 @@
+#pragma once
+
+// StoreOptions: how a store is built (its four parts: placement,
+// transport, limits, security), and the strategy hooks a custom placement
+// plugs in. Included by meshstore/store.hpp; docs/config.md lists every
+// field.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
+#include "meshstore/tls.hpp"
+
+namespace meshstore {
+
+/// A volume as a placement strategy sees it.
+struct VolumeDesc {
+  std::string volume_id;
+  std::string host;
+  int local_rank = -1;  ///< the local rank hosting it; -1 for the server's volumes
+};
+
+/// A client as a placement strategy sees it.
+struct ClientDesc {
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+};
+
+/// A user-defined strategy: a built-in placement decides which processes
+/// host volumes (connecting processes follow it), and `select` decides which
+/// of the live volumes each client writes to. `select` runs in the store's
+/// strategy actor, one call at a time, on the process that created the
+/// store; it must not block.
+struct CustomStrategy {
+  /// A built-in strategy name whose volume placement to use.
+  std::string placement = "controller_colocated";
+  /// The volume id for `client` among `volumes` (registration order), or an
+  /// error (Errc::unavailable when none fits yet: the client retries).
+  std::function<Result<std::string>(const ClientDesc& client,
+                                    const std::vector<VolumeDesc>& volumes)>
+      select;
+};
+
+/// Where a store's volumes go, and who this process is to its strategy
+/// (StoreOptions::placement).
+struct StorePlacement {
+  /// Placement strategy of a store this process creates (embedded, rank 0,
+  /// meshstore serve): "singleton", "controller_colocated", "per_host" or
+  /// "per_local_rank" (docs/meshes.md). A connecting process follows the
+  /// strategy of the store it connects to.
+  std::string strategy = "singleton";
+  /// A user-defined strategy; when its `select` is set it replaces
+  /// `strategy` (examples/strategies/custom_strategy.cpp).
+  CustomStrategy custom_strategy;
+  /// Volumes the server hosts under "controller_colocated" (1 to 1024);
+  /// the other strategies place their volumes themselves.
+  int num_volumes = 1;
+  /// This process's rank (what the strategy sees).
+  int rank = 0;
+  /// This process's rank on its host; -1 when it is not a rank (a
+  /// standalone server or a tool), so no per-rank volume is placed here.
+  int local_rank = 0;
+  /// This process's host identity for placement; empty = MESHSTORE_HOST,
+  /// else the hostname.
+  std::string host;
+  /// Store::connect(): host the volumes the store's strategy places in this
+  /// process (per_host, per_local_rank). Tools that only look set false.
+  bool host_volumes = true;
+};
+
+/// How this process's clients and volumes move bytes
+/// (StoreOptions::transport).
+struct StoreTransport {
+  /// Force a transport by name ("shm", "cma", "rdma", "tcp", "rpc"); empty =
+  /// MESHSTORE_TRANSPORT, else the best one for each client-volume pair
+  /// (shm, else cma, on one host; rdma, else tcp, across hosts; rpc as the
+  /// fallback). A forced transport that cannot serve a pair is an error,
+  /// never a fallback; one that cannot run here (rdma without a device) is
+  /// Errc::unsupported at the store's start.
+  std::string name;
+  /// tcp: connections per client-volume pair, in [1, 16].
+  int tcp_streams = 2;
+  /// tcp: bytes per request on one connection, in [64 KiB, 1 GiB].
+  std::size_t tcp_chunk_bytes = std::size_t{16} << 20;
+  /// shm: segments a client keeps mapped per volume it talks to (least
+  /// recently used go first), in [1, 60000]. Each mapping counts against
+  /// vm.max_map_count (65530).
+  int shm_max_mappings = 4096;
+  /// Volumes of this process keep their bytes in shared memory (/dev/shm),
+  /// so same-host clients reach them through the shm transport. false keeps
+  /// them in process memory and offers no shm (for hosts or containers whose
+  /// /dev/shm is small: Docker's default is 64 MiB); clients then use tcp.
+  bool shared_memory_volumes = true;
+  /// Largest rpc chunk (one actor message), in [4 KiB, 1 GiB].
+  std::size_t rpc_chunk_bytes = std::size_t{64} << 20;
+  /// rpc chunks in flight per transfer, in [1, 64].
+  int rpc_chunks_in_flight = 4;
+  /// How long a channel's waiting end spins before it sleeps
+  /// (in [0, 1 s]): on a shm ring (then a futex) the volume's small-op
+  /// service between requests and a caller waiting for its answer; on a tcp
+  /// small-operations connection (then recv) the volume's end between
+  /// requests and the caller's after sending one. Longer spins answer a
+  /// request that follows soon without a wake-up (tens of microseconds on
+  /// a busy 2-core VM) at the cost of a core busy that long after each
+  /// request; 0 never spins. Applies to the channels this process's
+  /// clients open and those its volumes serve. Store::from_env takes
+  /// MESHSTORE_FAST_PATH_SPIN_US.
+  std::chrono::microseconds fast_path_spin{50};
+};
+
+/// How much the volumes hold and how long calls wait
+/// (StoreOptions::limits).
+struct StoreLimits {
+  /// Bytes each volume may hold; 0 = unlimited. A put that does not fit
+  /// fails with Errc::out_of_capacity and stores nothing (unless eviction).
+  std::uint64_t volume_capacity_bytes = 0;
+  /// What a full volume does with a put: "none" refuses it
+  /// (Errc::out_of_capacity); "lru" first removes the least recently used
+  /// keys stored whole on that volume and put on their own (not state
+  /// dicts, not shards, not pinned by a reader that lost a race, not held
+  /// by a reader's lease such as a live view, ReadOptions::view), then stages again: a
+  /// cache-style store (docs/reliability.md, "Eviction").
+  /// Recency is what the controller sees: puts and locates, not reads a
+  /// client serves from its location cache.
+  std::string eviction = "none";
+  /// Memory each volume keeps, once released (a replaced or retired
+  /// version), for the next objects of the same sizes: a state dict
+  /// published every step then reuses the same segments. Up to this many
+  /// bytes per volume; 0 keeps none.
+  std::uint64_t volume_pool_bytes = std::uint64_t{8} << 30;
+  /// Deadline of every control request (and every rpc chunk).
+  std::chrono::milliseconds request_timeout{30000};
+  /// Store::connect(): keep retrying an unreachable store this long.
+  std::chrono::milliseconds connect_timeout{30000};
+  /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on) capped at 8.
+  int scheduler_threads = 0;
+};
+
+/// Who may connect, and what is encrypted (StoreOptions::security;
+/// docs/security.md).
+struct StoreSecurity {
+  /// Mutual TLS for the store's port and its connections (docs/security.md):
+  /// a store that listens with TLS refuses every peer without a certificate
+  /// tls.ca_file signed; a connecting process needs the same CA. The data
+  /// plane's secrets then travel only over authenticated connections.
+  /// Store::from_env takes MESHSTORE_TLS_* when unset.
+  TlsOptions tls;
+  /// tcp: the volumes this process hosts encrypt and authenticate every
+  /// byte of their tcp connections (AES-256-GCM under a key handed to
+  /// clients over the control plane) and refuse clients that do not;
+  /// clients follow each volume. Costs CPU (docs/security.md, "Encrypted
+  /// tcp"); protects only with `tls` set, which keeps the key secret.
+  /// Store::from_env and meshstore serve turn it on when
+  /// MESHSTORE_ENCRYPT_TCP=1.
+  bool encrypt_tcp = false;
+};
+
+/// How a store is built, in four parts and two settings of its own. Every
+/// field is validated by Store::embedded(), connect() and from_env().
+struct StoreOptions {
+  StorePlacement placement;
+  StoreTransport transport;
+  StoreLimits limits;
+  StoreSecurity security;
+  /// Publish this store on "HOST:PORT" (port 0 picks a free one) so other
+  /// processes can Store::connect() to it; empty = private to this process.
+  /// Binds exactly HOST: keep 127.0.0.1 unless other hosts must reach it.
+  std::string listen;
+  /// Log level (trace, debug, info, warn, error, critical, off); empty
+  /// keeps MESHSTORE_LOG_LEVEL or the default "warn".
+  std::string log_level;
+
+  /// Checks every field; Errc::invalid_argument names the bad one.
+  Status validate() const;
+};
+
+/// The port `meshstore serve` listens on and the tools dial by default.
+constexpr std::uint16_t kDefaultStorePort = 29517;
+
+}  // namespace meshstore
