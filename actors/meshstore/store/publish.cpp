@@ -358,18 +358,14 @@ struct LendPlan {
   Status refused;                  // why none is lent (OK: `items` are)
 };
 
-// The plan for `call` under `mode`, where `refused` says why nothing can
-// be lent before looking at the items, and `forced` is the transport the
+// The plan for `call` under `mode`, where `forced` is the transport the
 // store forces ("" for none). Host tensors are lent; GPU ones only when
 // direct is asked for and no host tensor is (cuda-ipc reaches only readers
 // on this host, so the store does not pick it by itself). Buffers that all
 // lie in named shared memory are lent through a volume that offers shm
 // too: readers on this host map them.
-LendPlan plan_lending(const client::PutCall& call, Status refused, PublishMode mode,
-                      const std::string& forced) {
+LendPlan plan_lending(const client::PutCall& call, PublishMode mode, const std::string& forced) {
   LendPlan plan;
-  plan.refused = std::move(refused);
-  if (!plan.refused.ok()) return plan;
   plan.items = lendable_items(call, false);
   plan.gpu = plan.items.empty() && mode == PublishMode::direct;
   if (plan.gpu) plan.items = lendable_items(call, true);
@@ -464,6 +460,9 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
   const Status refused =
       options.mode == PublishMode::copy ? Status() : lending_refused(sd, options);
   if (options.mode == PublishMode::copy || (!refused.ok() && !direct)) return by_copy();
+  if (!refused.ok()) {  // direct, and nothing can be lent: before any byte is prepared
+    return make_error_future<Publication>(refused.with_context(op + " '" + prefix + "'"));
+  }
   auto st = store::staging(op, false);
   auto use = store::put_source(sd, *st, options.put);
   if (!use.ok()) return make_error_future<Publication>(use.status());
@@ -472,8 +471,7 @@ Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDi
     return make_error_future<Publication>(prepared_or.status().with_context(prefix));
   }
   auto prepared = std::move(prepared_or).value();
-  const auto plan =
-      plan_lending(prepared->call, refused, options.mode, impl_->options.transport.name);
+  const auto plan = plan_lending(prepared->call, options.mode, impl_->options.transport.name);
   if (!plan.refused.ok() && direct) {
     return make_error_future<Publication>(plan.refused.with_context(op + " '" + prefix + "'"));
   }

@@ -291,10 +291,8 @@ Future<Tensor> Store::get(std::string key, const ReadOptions& options) {
                "get '" + key + "': cast converts into a destination: use get_into"));
   }
   if (options.view && options.slice) {
-    return make_error_future<Tensor>(
-        Status(Errc::invalid_argument, "get '" + key +
-                                           "': a view of a slice; read one or the "
-                                           "other"));
+    return make_error_future<Tensor>(Status(
+        Errc::invalid_argument, "get '" + key + "': a view of a slice; read one or the other"));
   }
   if (options.view) return get_view(std::move(key));
   if (options.slice) return get_slice(std::move(key), *options.slice);
