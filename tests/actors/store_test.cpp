@@ -357,6 +357,76 @@ TEST_F(StoreTest, BadInputIsRejectedAtOnceWithTheKeyNamed) {
   EXPECT_FALSE(*store().exists("nulldata").get(kWait));
 }
 
+// The options structs of put, get and get_into, and of the state-dict
+// reads: combinations that cannot be are refused at once, naming the key,
+// and leave the store unchanged.
+TEST_F(StoreTest, OptionsThatCannotGoTogetherAreRefusedWithTheKeyNamed) {
+  std::vector<float> w = iota_floats(8), dst(8, -1.0f);
+  ASSERT_OK(store().put("w", TensorView::of(w.data(), {8})).get(kWait));
+  const auto half = TensorSlice::make({8}, {0}, {4}).value();
+  const auto rows = Placement::make({2}, {DimPlacement::shard(0)}).value();
+
+  PutOptions both = PutOptions::box(half);
+  both.placement = rows;
+  EXPECT_ERROR(store().put("s", TensorView::of(w.data(), {4}), both).get(kWait),
+               Errc::invalid_argument, "put 's': both a slice and a placement");
+  PutOptions stray;
+  stray.rank = 1;
+  EXPECT_ERROR(store().put("s", TensorView::of(w.data(), {8}), stray).get(kWait),
+               Errc::invalid_argument, "put 's': a global shape or rank without a placement");
+  EXPECT_FALSE(*store().exists("s").get(kWait));
+
+  EXPECT_ERROR(store().get("w", ReadOptions::converting()).get(kWait), Errc::invalid_argument,
+               "get 'w': cast converts into a destination: use get_into");
+  ReadOptions view_of_box = ReadOptions::box(half);
+  view_of_box.view = true;
+  EXPECT_ERROR(store().get("w", view_of_box).get(kWait), Errc::invalid_argument,
+               "get 'w': a view of a slice");
+  EXPECT_ERROR(
+      store().get_into("w", TensorView::of(dst.data(), {8}), ReadOptions::mapped()).get(kWait),
+      Errc::invalid_argument, "get_into 'w': a view is get()'s");
+  ReadOptions cast_box = ReadOptions::box(half);
+  cast_box.cast = true;
+  EXPECT_ERROR(store().get_into("w", TensorView::of(dst.data(), {4}), cast_box).get(kWait),
+               Errc::unsupported, "get_into 'w': cast reads whole keys, not a slice");
+  EXPECT_EQ(dst, std::vector<float>(8, -1.0f));
+
+  // The same options, each alone, read what they say.
+  auto box = store().get("w", ReadOptions::box(half)).get(kWait);
+  ASSERT_OK(box);
+  EXPECT_EQ(box->shape(), (Shape{4}));
+  ASSERT_OK(
+      store().get_into("w", TensorView::of(dst.data(), {4}), ReadOptions::box(half)).get(kWait));
+  EXPECT_EQ(std::vector<float>(dst.begin(), dst.begin() + 4),
+            std::vector<float>(w.begin(), w.begin() + 4));
+
+  StateDict sd;
+  ASSERT_OK(sd.insert("x", TensorView::of(w.data(), {8})));
+  ASSERT_OK(store().state_dicts().publish("p", sd, PublishOptions::by_copy()).get(kWait));
+  auto boxes = StateDictReadOptions::of_boxes({{"x", half}});
+  EXPECT_ERROR(store().state_dicts().get_latest_into("p", sd, boxes).get(kWait),
+               Errc::invalid_argument, "'p': boxes are read by get_into, not by a version read");
+  EXPECT_ERROR(store().state_dicts().get_next_into("p", sd, 0, 1s, boxes).get(kWait),
+               Errc::invalid_argument, "'p': boxes are read by get_into, not by a version read");
+  boxes.cast = true;
+  EXPECT_ERROR(store().state_dicts().get_into("p/v1", sd, boxes).get(kWait), Errc::unsupported,
+               "'p/v1': cast reads whole entries, not boxes");
+}
+
+// A facet is a handle onto its store: after close() its calls answer
+// shutdown, as the store's own do.
+TEST_F(StoreTest, FacetsAnswerShutdownOnceTheStoreIsClosed) {
+  auto dicts = store().state_dicts();
+  auto admin = store().admin();
+  ASSERT_OK(admin.stats().get(kWait));
+  store().close();
+  StateDict sd;
+  EXPECT_ERROR(dicts.get("k").get(kWait), Errc::shutdown, "");
+  EXPECT_ERROR(dicts.publish("p", sd).get(kWait), Errc::shutdown, "");
+  EXPECT_ERROR(admin.stats().get(kWait), Errc::shutdown, "");
+  EXPECT_EQ(admin.port(), 0);
+}
+
 TEST_F(StoreTest, KeysExistsAndRemove) {
   float x = 1;
   for (const char* k :
@@ -408,7 +478,11 @@ TEST_F(SmallStoreTest, FullVolumeAnswersOutOfCapacityAndStaysUsable) {
 TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   StoreOptions o;
   o.placement.num_volumes = 0;
-  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "num_volumes");
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument,
+               "StoreOptions: placement.num_volumes must be in [1, 1024], got 0");
+  o = StoreOptions{};
+  o.limits.connect_timeout = std::chrono::milliseconds(0);
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "limits.connect_timeout");
   o = StoreOptions{};
   o.transport.rpc_chunk_bytes = 100;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "rpc_chunk_bytes");
