@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -321,243 +322,303 @@ bool layout_repeats(FastPath& fast, const ChannelPut& c, const std::vector<std::
   return **repeated;
 }
 
-// put_over_channel, but for making room on a full volume and opening a
-// new channel: nullopt when nothing was committed, and `*refusal` says
-// why when that is the put's answer (the volume refused it, its bytes could
-// not be read or written into the staged objects, the put cannot be one
-// commit, no channel to be had), `*unsent` when its channel failed
-// before the commit left (a new one may take it); `*repeated` as layout_repeats.
-std::optional<Result<std::vector<std::uint64_t>>> put_here(
-    FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
-    const std::shared_ptr<internal::CallGuard>& guard, Status* refusal, Status* unsent,
-    std::optional<bool>* repeated) {
-  using Staging = FastPath::Staging;
-  if (c.items.empty() || c.staged_items.size() != c.staged_regions.size() ||
-      c.lent_items.size() != c.lent_regions.size()) {
-    *refusal =
-        Status(Errc::internal, "a put of no items, or of staged or lent items without objects");
-    return std::nullopt;
+using Attempt = std::optional<Result<std::vector<std::uint64_t>>>;
+
+// One try of put_over_channel: nullopt when nothing was committed, and
+// `refusal` says why when that is the put's answer (the volume refused it,
+// its bytes could not be read or written into the staged objects, the put
+// cannot be one commit, no channel to be had), `unsent` when its channel
+// failed before the commit left (a new one may take it). put_over_channel
+// tries again for making room on a full volume and for a new channel.
+class PutTry {
+ public:
+  PutTry(FastPath& fast, const ChannelPut& c, std::chrono::milliseconds timeout, bool* defer,
+         const std::shared_ptr<internal::CallGuard>& guard, std::optional<bool>* repeated)
+      : fast_(fast), c_(c), timeout_(timeout), defer_(defer), guard_(guard), repeated_(repeated) {}
+
+  Status refusal;
+  Status unsent;
+
+  Attempt run() {
+    if (!check_items() || !find_channel()) return std::nullopt;
+    // Bytes that fit one request travel in it: how they are copied, not a
+    // route (the same commit either way). Objects kept in GPU memory
+    // (cuda-ipc) are staged there, never inline.
+    device_objects_ = writer_->capabilities().device_memory;
+    to_gpu_ = device_objects_ && std::any_of(c_.items.begin(), c_.items.end(), [](auto& i) {
+                return !i.gather && on_device(i.view);
+              });
+    if (!to_gpu_ && largest_ <= fg::kMaxObjectBytes &&
+        total_ + record_room(c_, home_) <= fast_.request_room(home_)) {
+      if (auto done = put_inline(fast_, c_, home_, timeout_, guard_, &refusal, &unsent)) {
+        return done;
+      }
+      if (!refusal.ok() || !unsent.ok()) return std::nullopt;
+    }
+    return staged();
   }
-  const std::size_t keys = c.items.size() + c.staged_items.size() + c.lent_items.size();
-  if (keys > fg::kMaxCommitRecords) {
-    *refusal = Status(Errc::invalid_argument, std::to_string(keys) +
-                                                  " keys, more than one commit takes (" +
-                                                  std::to_string(fg::kMaxCommitRecords) + ")");
-    return std::nullopt;
+
+ private:
+  // The items as the channel takes them; their sizes, total and largest.
+  bool check_items() {
+    if (c_.items.empty() || c_.staged_items.size() != c_.staged_regions.size() ||
+        c_.lent_items.size() != c_.lent_regions.size()) {
+      return refuse(Errc::internal,
+                    "a put of no items, or of staged or lent items without objects");
+    }
+    const std::size_t keys = c_.items.size() + c_.staged_items.size() + c_.lent_items.size();
+    if (keys > fg::kMaxCommitRecords) {
+      return refuse(Errc::invalid_argument, std::to_string(keys) +
+                                                " keys, more than one commit takes (" +
+                                                std::to_string(fg::kMaxCommitRecords) + ")");
+    }
+    sizes_.reserve(c_.items.size());
+    for (const auto& item : c_.items) {
+      const auto& v = item.view;
+      // A strided GPU view is packed on its device before it comes here.
+      if ((item.slice && !c_.sharded) || (!item.gather && !v.is_contiguous() && on_device(v))) {
+        return refuse(Errc::internal, "'" + item.key +
+                                          "': a shard outside a sharded put, or a strided view "
+                                          "in GPU memory, reached the channel's put");
+      }
+      total_ += v.nbytes();
+      largest_ = std::max(largest_, v.nbytes());
+      sizes_.push_back(v.nbytes());
+    }
+    return true;
   }
-  std::uint64_t total = 0, largest = 0;
-  std::vector<std::uint64_t> sizes;  // what a staging is matched by
-  sizes.reserve(c.items.size());
-  for (const auto& item : c.items) {
-    const auto& v = item.view;
-    // A strided GPU view is packed on its device before it comes here.
-    if ((item.slice && !c.sharded) || (!item.gather && !v.is_contiguous() && on_device(v))) {
-      *refusal = Status(Errc::internal, "'" + item.key +
-                                            "': a shard outside a sharded put, or a strided view "
-                                            "in GPU memory, reached the channel's put");
+
+  // The channel to this client's volume. None yet (a client's first put,
+  // or its channel failed): the waiting thread has the client pick its
+  // volume and open the channel, then puts it here (as the same put: its
+  // layout noted there). Where it cannot, why is the answer.
+  bool find_channel() {
+    Status no_channel;
+    writer_ = home_writer(fast_, &home_, timeout_, defer_ == nullptr, &no_channel);
+    if (!writer_) {
+      if (defer_ && fast_.may_connect_home()) {
+        *defer_ = true;
+      } else if (no_channel.code() == Errc::shutdown) {
+        refusal = no_channel;
+      } else {
+        refusal = no_channel.with_context("no channel to this client's volume");
+      }
+      return false;
+    }
+    if (!c_.staged_items.empty() && c_.staged_on != home_) {
+      return refuse(Errc::unavailable, "the staged memory lies on volume '" + c_.staged_on +
+                                           "', no longer this client's volume ('" + home_ + "')");
+    }
+    return true;
+  }
+
+  // The put written into objects the volume staged for it, then one
+  // commit.
+  Attempt staged() {
+    // What the volume stages, keys for its messages; GPU memory for a GPU
+    // tensor where the transport keeps objects there (cuda-ipc).
+    layout_.reserve(c_.items.size());
+    for (const auto& item : c_.items) {
+      const bool gpu = device_objects_ && !item.gather && on_device(item.view);
+      layout_.push_back(
+          fg::StageSpec{item.key, item.view.nbytes(),
+                        gpu ? static_cast<std::int32_t>(item.view.device().index) : -1});
+    }
+    // Sent rather than copied (tcp): the caller's thread waits for the
+    // network only as long as a put it keeps staged ahead could take; a
+    // larger put is sent from the client's waiting thread (FastPath::defer).
+    if (!writer_->capabilities().maps_memory && total_ > protocol::limits::kStagedAheadBytes &&
+        defer_) {
+      *defer_ = true;
       return std::nullopt;
     }
-    total += v.nbytes();
-    largest = std::max(largest, v.nbytes());
-    sizes.push_back(v.nbytes());
-  }
-  std::string home;
-  Status no_channel;
-  auto writer = home_writer(fast, &home, timeout, defer == nullptr, &no_channel);
-  if (!writer) {
-    // No channel yet (a client's first put, or its channel failed): the
-    // waiting thread has the client pick its volume and open the channel,
-    // then puts it here (as the same put: its layout noted there). Where
-    // it cannot, why is the answer.
-    if (defer && fast.may_connect_home()) {
-      *defer = true;
-    } else if (no_channel.code() == Errc::shutdown) {
-      *refusal = no_channel;
-    } else {
-      *refusal = no_channel.with_context("no channel to this client's volume");
+    // A layout put again (a trainer's every step) is worth staging ahead,
+    // within bounds: its next put then writes at once and commits in one
+    // round trip. (Not GPU objects: a staging is matched by its sizes
+    // alone. Not a commit of objects written in place: those come staged
+    // already.)
+    keep_ = layout_repeats(fast_, c_, sizes_, repeated_) &&
+            total_ <= protocol::limits::kStagedAheadBytes && !to_gpu_ && c_.staged_items.empty();
+    if (!commit_fits() || !obtain_staging()) return std::nullopt;
+    if (guard_ && !guard_->enter()) {
+      unused();
+      return cancelled(c_);
     }
-    return std::nullopt;
+    open_stream();
+    const Status written = write_staged(writer_, c_.items, staging_->regions, [&](std::size_t i) {
+      if (stream_ && in_stream_[i] != SIZE_MAX && c_.items[i].view.nbytes() > 0) {
+        stream_->progress(c_.stream_key, {in_stream_[i]});
+      }
+    });
+    if (guard_) guard_->leave();
+    if (!written.ok()) {
+      // Nothing committed: the write's failure is the put's answer
+      // (put_over_channel), the objects go back or stay for the next put.
+      abort_stream("a write into its staged objects failed: " + written.to_string());
+      unused();
+      refusal = written;
+      return std::nullopt;
+    }
+    if (guard_ && !guard_->begin_commit()) {
+      abort_stream("cancelled");
+      unused();
+      return cancelled(c_);
+    }
+    return commit();
   }
-  if (!c.staged_items.empty() && c.staged_on != home) {
-    *refusal = Status(Errc::unavailable, "the staged memory lies on volume '" + c.staged_on +
-                                             "', no longer this client's volume ('" + home + "')");
-    return std::nullopt;
-  }
-  // Bytes that fit one request travel in it: how they are copied, not a
-  // route (the same commit either way).
-  // Objects kept in GPU memory (cuda-ipc) are staged there, never inline.
-  const bool device_objects = writer->capabilities().device_memory;
-  const bool to_gpu = device_objects && std::any_of(c.items.begin(), c.items.end(), [](auto& i) {
-                        return !i.gather && on_device(i.view);
-                      });
-  if (!to_gpu && largest <= fg::kMaxObjectBytes &&
-      total + record_room(c, home) <= fast.request_room(home)) {
-    if (auto done = put_inline(fast, c, home, timeout, guard, refusal, unsent)) return done;
-    if (!refusal->ok() || !unsent->ok()) return std::nullopt;
-  }
-  // What the volume stages, keys for its messages; GPU memory for a GPU
-  // tensor where the transport keeps objects there (cuda-ipc).
-  std::vector<fg::StageSpec> layout;
-  layout.reserve(c.items.size());
-  for (const auto& item : c.items) {
-    const bool gpu = device_objects && !item.gather && on_device(item.view);
-    layout.push_back(fg::StageSpec{item.key, item.view.nbytes(),
-                                   gpu ? static_cast<std::int32_t>(item.view.device().index) : -1});
-  }
-  // Sent rather than copied (tcp): the caller's thread waits for the
-  // network only as long as a put it keeps staged ahead could take; a
-  // larger put is sent from the client's waiting thread (FastPath::defer).
-  if (writer && !writer->capabilities().maps_memory &&
-      total > protocol::limits::kStagedAheadBytes && defer) {
-    *defer = true;
-    return std::nullopt;
-  }
-  // A layout put again (a trainer's every step) is worth staging ahead,
-  // within bounds: its next put then writes at once and commits in one
-  // round trip.
-  // (Not GPU objects: a staging is matched by its sizes alone.)
-  // (Not a commit of objects written in place: those come staged already.)
-  const bool keep = layout_repeats(fast, c, sizes, repeated) &&
-                    total <= protocol::limits::kStagedAheadBytes && !to_gpu &&
-                    c.staged_items.empty();
-  auto records_for = [&](const std::vector<wire::RegionRef>& regions) {
+
+  // The items' records, each written into its object in `regions`.
+  std::vector<wire::KeyRecord> records_for(const std::vector<wire::RegionRef>& regions) const {
     std::vector<wire::KeyRecord> records;
-    records.reserve(c.items.size());
-    for (std::size_t i = 0; i < c.items.size(); ++i) {
-      records.push_back(put_record(c.items[i], &regions[i], home, c.groups[i]));
+    records.reserve(c_.items.size());
+    for (std::size_t i = 0; i < c_.items.size(); ++i) {
+      records.push_back(put_record(c_.items[i], &regions[i], home_, c_.groups[i]));
     }
     return records;
-  };
+  }
+
   // The commit of the items written into `regions` (after any objects
   // written in place: request_for's records, none of them inline).
-  auto commit_of = [&](const std::vector<wire::RegionRef>& regions) {
-    auto req = request_for(c);
+  fg::CommitRequest commit_of(const std::vector<wire::RegionRef>& regions) const {
+    auto req = request_for(c_);
     auto records = records_for(regions);
-    req.records.insert(req.records.end(), records.begin(), records.end());
+    req.records.insert(req.records.end(), std::make_move_iterator(records.begin()),
+                       std::make_move_iterator(records.end()));
     if (!req.inlined.empty()) req.inlined.resize(req.records.size());
     return req;
-  };
-  {
-    // The records as the commit will carry them must fit one request (in
-    // parts when larger than a message).
+  }
+
+  // Whether the records as the commit will carry them fit one request (in
+  // parts when larger than a message).
+  bool commit_fits() {
     wire::RegionRef widest;
     widest.region_id = ~std::uint64_t{0};
     widest.described.emplace("shm", std::string(96, 'x'));  // longer than a segment's place
-    auto probe = commit_of(std::vector<wire::RegionRef>(c.items.size(), widest));
-    probe.stage = layout;
-    probe.release.assign(layout.size(), ~std::uint64_t{0});
+    auto probe = commit_of(std::vector<wire::RegionRef>(c_.items.size(), widest));
+    probe.stage = layout_;
+    probe.release.assign(layout_.size(), ~std::uint64_t{0});
     std::vector<std::byte> bytes;
     fg::encode_into(probe, bytes);
-    if (bytes.size() > fg::kMaxAssembledBytes) {
-      *refusal =
-          Status(Errc::invalid_argument, "its commit takes " + std::to_string(bytes.size()) +
-                                             " bytes of records, more than one request takes (" +
-                                             std::to_string(fg::kMaxAssembledBytes) + ")");
-      return std::nullopt;
-    }
+    if (bytes.size() <= fg::kMaxAssembledBytes) return true;
+    return refuse(Errc::invalid_argument, "its commit takes " + std::to_string(bytes.size()) +
+                                              " bytes of records, more than one request takes (" +
+                                              std::to_string(fg::kMaxAssembledBytes) + ")");
   }
-  fg::CommitRequest req;
-  auto staging = fast.take_staging(c.slot);
-  if (staging && (to_gpu || staging->volume_id != home || staging->sizes != sizes)) {
-    // Another layout now: given back with this put's first request.
-    if (staging->volume_id == home) {
-      for (const auto& r : staging->regions) req.release.push_back(r.region_id);
-    } else {
-      fast.give_back(*staging, timeout);
+
+  // The objects this put writes into: kept from the last put of its layout,
+  // else staged with one request (which gives a kept staging of another
+  // layout back).
+  bool obtain_staging() {
+    fg::CommitRequest req;
+    staging_ = fast_.take_staging(c_.slot);
+    if (staging_ && (to_gpu_ || staging_->volume_id != home_ || staging_->sizes != sizes_)) {
+      if (staging_->volume_id == home_) {
+        for (const auto& r : staging_->regions) req.release.push_back(r.region_id);
+      } else {
+        fast_.give_back(*staging_, timeout_);
+      }
+      staging_.reset();
     }
-    staging.reset();
-  }
-  bool sent = false, refused = false;
-  if (!staging) {
-    req.stage = layout;
-    auto got = fast.commit(home, req, timeout, &sent, &refused);
+    if (staging_) return true;
+    req.stage = layout_;
+    bool sent = false, refused = false;
+    auto got = fast_.commit(home_, req, timeout_, &sent, &refused);
     // Nothing committed: put_over_channel answers a refusal, or tries a
     // new channel (a stage that failed on its way committed nothing).
     if (!got.ok()) {
-      (refused ? *refusal : *unsent) = got.status();
-      return std::nullopt;
+      (refused ? refusal : unsent) = got.status();
+      return false;
     }
-    if (got->staged.size() != layout.size()) {
-      *refusal = Status(Errc::protocol_error, "volume '" + home + "' staged " +
-                                                  std::to_string(got->staged.size()) +
-                                                  " objects for " + std::to_string(layout.size()));
-      return std::nullopt;
+    if (got->staged.size() != layout_.size()) {
+      return refuse(Errc::protocol_error, "volume '" + home_ + "' staged " +
+                                              std::to_string(got->staged.size()) + " objects for " +
+                                              std::to_string(layout_.size()));
     }
-    staging = Staging{home, sizes, std::move(got->staged)};
+    staging_ = FastPath::Staging{home_, sizes_, std::move(got->staged)};
+    return true;
   }
-  // Not used after all: kept for the next put, or given back.
-  auto unused = [&] {
-    if (keep) return fast.keep_staging(c.slot, std::move(*staging), timeout);
-    fast.give_back(*staging, timeout);
-  };
-  if (guard && !guard->enter()) {
-    unused();
-    return cancelled(c);
-  }
+
   // Announced as a stream: readers copy each object as soon as it is
   // written (the records of the state dict `stream_key`, written in the
   // order of the items); the commit ends it, a failure aborts it.
-  std::optional<FastPath::StreamHooks> stream;
-  std::vector<std::size_t> in_stream(c.items.size(), SIZE_MAX);
-  if (!c.stream_manifest.empty() && c.staged_items.empty() && worth_streaming(c.items)) {
-    stream = fast.stream_hooks();
-  }
-  if (stream) {
+  void open_stream() {
+    in_stream_.assign(c_.items.size(), SIZE_MAX);
+    if (c_.stream_manifest.empty() || !c_.staged_items.empty() || !worth_streaming(c_.items)) {
+      return;
+    }
+    stream_ = fast_.stream_hooks();
+    if (!stream_) return;
     std::vector<wire::KeyRecord> records;
     std::vector<std::uint64_t> filled;
-    auto all = records_for(staging->regions);
+    auto all = records_for(staging_->regions);
     for (std::size_t i = 0; i < all.size(); ++i) {
-      if (all[i].group != c.stream_key) continue;  // a publish's pointer
-      in_stream[i] = records.size();
-      if (c.items[i].view.nbytes() == 0) filled.push_back(records.size());
+      if (all[i].group != c_.stream_key) continue;  // a publish's pointer
+      in_stream_[i] = records.size();
+      if (c_.items[i].view.nbytes() == 0) filled.push_back(records.size());
       records.push_back(std::move(all[i]));
     }
-    if (!stream->open(c.stream_key, c.stream_manifest, records, filled, timeout)) stream.reset();
-  }
-  auto abort_stream = [&](const std::string& why) {
-    if (stream) stream->abort(c.stream_key, c.what + ": " + why);
-  };
-  const Status written = write_staged(writer, c.items, staging->regions, [&](std::size_t i) {
-    if (stream && in_stream[i] != SIZE_MAX && c.items[i].view.nbytes() > 0) {
-      stream->progress(c.stream_key, {in_stream[i]});
+    if (!stream_->open(c_.stream_key, c_.stream_manifest, records, filled, timeout_)) {
+      stream_.reset();
     }
-  });
-  if (guard) guard->leave();
-  if (!written.ok()) {
-    // Nothing committed: the write's failure is the put's answer
-    // (put_over_channel), the objects go back or stay for the next put.
-    abort_stream("a write into its staged objects failed: " + written.to_string());
-    unused();
-    *refusal = written;
-    return std::nullopt;
   }
-  if (guard && !guard->begin_commit()) {
-    abort_stream("cancelled");
-    unused();
-    return cancelled(c);
+
+  void abort_stream(const std::string& why) {
+    if (stream_) stream_->abort(c_.stream_key, c_.what + ": " + why);
   }
-  req = commit_of(staging->regions);
-  if (keep) req.stage = layout;
-  auto got = fast.commit(home, req, timeout, &sent, &refused);
-  if (!got.ok()) {
-    abort_stream(got.status().to_string());
-    // Refused or never sent: nothing committed, and the objects are still
-    // this client's (put_over_channel answers a refusal, or tries again).
-    if (!sent || refused) {
-      (refused ? *refusal : *unsent) = got.status();
-      unused();
-      return std::nullopt;
+
+  // The staging not used after all: kept for the next put, or given back.
+  void unused() {
+    if (keep_) return fast_.keep_staging(c_.slot, std::move(*staging_), timeout_);
+    fast_.give_back(*staging_, timeout_);
+  }
+
+  Attempt commit() {
+    auto req = commit_of(staging_->regions);
+    if (keep_) req.stage = layout_;
+    bool sent = false, refused = false;
+    auto got = fast_.commit(home_, req, timeout_, &sent, &refused);
+    if (!got.ok()) {
+      abort_stream(got.status().to_string());
+      // Refused or never sent: nothing committed, and the objects are still
+      // this client's (put_over_channel answers a refusal, or tries again).
+      if (!sent || refused) {
+        (refused ? refusal : unsent) = got.status();
+        unused();
+        return std::nullopt;
+      }
+      // The ring failed with the commit on its way: committed or not is
+      // unknown (its objects then belong to the keys, or go with this client).
+      return Result<std::vector<std::uint64_t>>(got.status().with_context(c_.what));
     }
-    // The ring failed with the commit on its way: committed or not is
-    // unknown (its objects then belong to the keys, or go with this client).
-    return Result<std::vector<std::uint64_t>>(got.status().with_context(c.what));
+    learn_committed(fast_, c_, req.records, got->versions);
+    if (got->staged.size() == layout_.size() && keep_) {
+      fast_.keep_staging(c_.slot, FastPath::Staging{home_, sizes_, std::move(got->staged)},
+                         timeout_);
+    }
+    return Result<std::vector<std::uint64_t>>(std::move(got->versions));
   }
-  learn_committed(fast, c, req.records, got->versions);
-  if (got->staged.size() == layout.size() && keep) {
-    fast.keep_staging(c.slot, Staging{home, sizes, std::move(got->staged)}, timeout);
+
+  bool refuse(Errc code, std::string why) {
+    refusal = Status(code, std::move(why));
+    return false;
   }
-  return Result<std::vector<std::uint64_t>>(std::move(got->versions));
-}
+
+  FastPath& fast_;
+  const ChannelPut& c_;
+  const std::chrono::milliseconds timeout_;
+  bool* const defer_;
+  const std::shared_ptr<internal::CallGuard>& guard_;
+  std::optional<bool>* const repeated_;
+  std::uint64_t total_ = 0, largest_ = 0;
+  std::vector<std::uint64_t> sizes_;  // what a staging is matched by
+  std::string home_;
+  std::shared_ptr<transports::Transport> writer_;
+  bool device_objects_ = false, to_gpu_ = false, keep_ = false;
+  std::vector<fg::StageSpec> layout_;
+  std::optional<FastPath::Staging> staging_;
+  std::optional<FastPath::StreamHooks> stream_;
+  std::vector<std::size_t> in_stream_;  // each item's index among the stream's records
+};
 
 }  // namespace
 
@@ -570,9 +631,14 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
   // the controller evicts there and the put tries again, as long as each
   // round evicts something (bounded: the volume holds finitely many keys).
   auto attempt = [&](const ChannelPut& put) {
-    refusal = Status();
-    unsent = Status();
-    auto done = put_here(fast, put, timeout, defer, guard, &refusal, &unsent, &repeated);
+    auto once = [&] {
+      PutTry t(fast, put, timeout, defer, guard, &repeated);
+      auto done = t.run();
+      refusal = t.refusal;
+      unsent = t.unsent;
+      return done;
+    };
+    auto done = once();
     if (done || refusal.code() != Errc::out_of_capacity) return done;
     std::uint64_t bytes = 0;
     for (const auto& item : put.items) bytes += item.view.nbytes();
@@ -580,8 +646,7 @@ std::optional<Result<std::vector<std::uint64_t>>> put_over_channel(
     for (int round = 0; round < kMaxEvictRounds && !done && !home.empty() &&
                         refusal.code() == Errc::out_of_capacity && fast.evict(home, bytes, timeout);
          ++round) {
-      refusal = Status();
-      done = put_here(fast, put, timeout, defer, guard, &refusal, &unsent, &repeated);
+      done = once();
     }
     return done;
   };
