@@ -82,81 +82,57 @@ bool same_layout(const Manifest& m, const StateDict& sd, const StateDictPutOptio
   return true;
 }
 
-// Both prepare_puts: `hint` (an earlier put's layout) is used when
-// same_layout says it fits a whole state dict; `*laid_out` (when given)
-// gets the layout used.
-Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const std::string& op,
-                                                      const StateDictPutOptions& options,
-                                                      const ShardedPart& part,
-                                                      std::shared_ptr<const Snapshot> hint,
-                                                      std::shared_ptr<const Snapshot>* laid_out) {
-  auto p = std::make_shared<PreparedPut>();
-  p->call.op = op;
-  // The manifest and values are stored as uint8 tensors, so one read
-  // (one snapshot of the index) fetches them with the tensors.
-  const auto tensor = wire::ObjectKind::tensor;
-  if (options.transfer_dtype && (*options.transfer_dtype == DType::float32 ||
-                                 !can_cast(DType::float32, *options.transfer_dtype))) {
-    return Status(Errc::invalid_argument, op +
-                                              ": transfer_dtype must be bfloat16 or float16, got " +
-                                              std::string(dtype_name(*options.transfer_dtype)));
-  }
-  if (part.layout) MESHSTORE_RETURN_IF_ERROR(check_layout(sd, part, op));
-  // The box an entry is of its global tensor (nullptr: whole).
-  auto shard_of = [&](const std::string& name) -> const RankShard* {
-    if (!part.layout) return nullptr;
-    auto it = part.layout->find(name);
-    return it == part.layout->end() ? nullptr : &it->second;
-  };
-  // Whole entries, values, the manifest and the packed buckets are rank
-  // 0's to store; every rank stores its boxes.
-  const bool whole_too = part.rank == 0;
-  // The layout: the hint's when it fits, else laid out now.
-  std::shared_ptr<const Snapshot> layout;
-  if (hint && !part.layout && same_layout(hint->manifest, sd, options)) {
-    layout = std::move(hint);
-  } else {
-    auto fresh = std::make_shared<Snapshot>();
-    Manifest& lm = fresh->manifest;
-    lm.entries.reserve(sd.entries().size());
-    for (const auto& e : sd.entries()) {
-      if (const auto* shard = shard_of(e.name)) {
-        // Never packed (but an empty tensor holds nothing to store).
-        lay_out(lm, e.name, stored_dtype_of(e.view, options), shard->slice.global_shape(), 0,
-                options.pack_bucket_bytes);
-      } else if (e.is_tensor()) {
-        lay_out(lm, e.name, stored_dtype_of(e.view, options), e.view.shape(),
-                options.pack_max_tensor_bytes, options.pack_bucket_bytes);
-      } else {
-        lay_out_value(lm, e.name, *e.value);
-      }
-    }
-    fresh->bytes = encode_manifest(lm);
-    layout = std::move(fresh);
-  }
-  if (laid_out && !part.layout) *laid_out = layout;
-  const Manifest& m = layout->manifest;
-  p->call.stream_manifest = layout->bytes;
-  if (part.layout) {
-    // What every rank must agree on; the keys that commit together.
-    const auto& bytes = p->call.stream_manifest;
-    p->call.group_layout = content_checksum(TensorView(
-        const_cast<char*>(bytes.data()), DType::uint8, {static_cast<std::int64_t>(bytes.size())}));
-    p->call.group_members.push_back("");
-    for (std::size_t b = 0; b < m.buckets(); ++b) p->call.group_members.push_back(blob_key("", b));
-    for (const auto& me : m.entries) {
-      if (me.kind != EntryKind::packed) p->call.group_members.push_back("/" + me.name);
+// The box entry `name` is of its global tensor (nullptr: whole).
+const RankShard* shard_of(const ShardedPart& part, const std::string& name) {
+  if (!part.layout) return nullptr;
+  auto it = part.layout->find(name);
+  return it == part.layout->end() ? nullptr : &it->second;
+}
+
+// The layout of `sd` laid out now: its manifest and the manifest's bytes.
+std::shared_ptr<const Snapshot> lay_out_now(const StateDict& sd, const StateDictPutOptions& options,
+                                            const ShardedPart& part) {
+  auto fresh = std::make_shared<Snapshot>();
+  Manifest& lm = fresh->manifest;
+  lm.entries.reserve(sd.entries().size());
+  for (const auto& e : sd.entries()) {
+    if (const auto* shard = shard_of(part, e.name)) {
+      // Never packed (but an empty tensor holds nothing to store).
+      lay_out(lm, e.name, stored_dtype_of(e.view, options), shard->slice.global_shape(), 0,
+              options.pack_bucket_bytes);
+    } else if (e.is_tensor()) {
+      lay_out(lm, e.name, stored_dtype_of(e.view, options), e.view.shape(),
+              options.pack_max_tensor_bytes, options.pack_bucket_bytes);
+    } else {
+      lay_out_value(lm, e.name, *e.value);
     }
   }
-  if (whole_too) p->call.items.push_back(bytes_item("", p->call.stream_manifest, tensor));
-  // Small tensors travel packed into buckets: one object, one transfer and
-  // one region at the volume per bucket instead of one each. A bucket is
-  // gathered from the tensors as it is written (straight into the volume's
-  // memory where it maps: one copy); a tensor that must be converted
-  // (transfer_dtype) or is strided is packed into a buffer of its own now.
-  std::vector<std::shared_ptr<client::Gather>> buckets(whole_too ? m.buckets() : 0);
+  fresh->bytes = encode_manifest(lm);
+  return fresh;
+}
+
+// A sharded put's group: what every rank must agree on (the manifest's
+// checksum), and the keys that commit together.
+void set_group(PreparedPut& p, const Manifest& m) {
+  const auto& bytes = p.call.stream_manifest;
+  p.call.group_layout = content_checksum(TensorView(const_cast<char*>(bytes.data()), DType::uint8,
+                                                    {static_cast<std::int64_t>(bytes.size())}));
+  p.call.group_members.push_back("");
+  for (std::size_t b = 0; b < m.buckets(); ++b) p.call.group_members.push_back(blob_key("", b));
+  for (const auto& me : m.entries) {
+    if (me.kind != EntryKind::packed) p.call.group_members.push_back("/" + me.name);
+  }
+}
+
+// Small tensors travel packed into buckets: one object, one transfer and
+// one region at the volume per bucket instead of one each. A bucket is
+// gathered from the tensors as it is written (straight into the volume's
+// memory where it maps: one copy); a tensor that must be converted
+// (transfer_dtype) or is strided is packed into a buffer of its own now.
+Status add_buckets(PreparedPut& p, const StateDict& sd, const Manifest& m, const std::string& op) {
+  std::vector<std::shared_ptr<client::Gather>> buckets(m.buckets());
   for (auto& g : buckets) g = std::make_shared<client::Gather>();
-  for (std::size_t i = 0; i < m.entries.size() && whole_too; ++i) {
+  for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& me = m.entries[i];
     if (me.kind != EntryKind::packed || me.nbytes() == 0) continue;
     const auto& view = sd.entries()[i].view;
@@ -182,45 +158,94 @@ Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     client::PutItem item{
         blob_key("", b),
-        TensorView(nullptr, DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}), tensor,
-        nullptr};
+        TensorView(nullptr, DType::uint8, {static_cast<std::int64_t>(m.bucket_bytes(b))}),
+        wire::ObjectKind::tensor, nullptr};
     item.gather = std::move(buckets[b]);
-    p->call.items.push_back(std::move(item));
+    p.call.items.push_back(std::move(item));
+  }
+  return Status();
+}
+
+// The item of an entry stored under a key of its own (`me`, not packed):
+// a value's encoding, or the tensor (cast on the way to the stored dtype),
+// or its box (`shard`).
+Result<client::PutItem> entry_item(const StateDict::Entry& e, const ManifestEntry& me,
+                                   const RankShard* shard, const std::string& op) {
+  const auto tensor = wire::ObjectKind::tensor;
+  client::PutItem item{"/" + e.name, e.view, tensor, nullptr};
+  if (me.kind == EntryKind::value) {
+    item = bytes_item("/" + e.name, e.value->encode(), tensor);
+  } else if (me.dtype != e.view.dtype()) {
+    // Cast on the way: the narrower copy is what moves.
+    const std::uint64_t nbytes =
+        static_cast<std::uint64_t>(shape_numel(e.view.shape())) * dtype_size(me.dtype);
+    std::string cast;
+    try {
+      cast.assign(nbytes, '\0');
+    } catch (const std::bad_alloc&) {
+      return Status(Errc::out_of_capacity, op + ": cannot allocate " + std::to_string(nbytes) +
+                                               " bytes to cast '" + e.name + "'");
+    }
+    MESHSTORE_RETURN_IF_ERROR(cast_to(e.view, me.dtype, cast.data()));
+    auto owned = std::make_shared<const std::string>(std::move(cast));
+    item.view = TensorView(const_cast<char*>(owned->data()), me.dtype, e.view.shape());
+    item.owned_bytes = std::move(owned);
+  }
+  if (shard) {
+    item.slice = shard->slice;
+    item.replicas = shard->replicas;
+    if (shard->replicas > 1) item.checksum = content_checksum(item.view);
+  }
+  return item;
+}
+
+// Both prepare_puts: `hint` (an earlier put's layout) is used when
+// same_layout says it fits a whole state dict; `*laid_out` (when given)
+// gets the layout used.
+Result<std::shared_ptr<PreparedPut>> prepare_put_with(const StateDict& sd, const std::string& op,
+                                                      const StateDictPutOptions& options,
+                                                      const ShardedPart& part,
+                                                      std::shared_ptr<const Snapshot> hint,
+                                                      std::shared_ptr<const Snapshot>* laid_out) {
+  auto p = std::make_shared<PreparedPut>();
+  p->call.op = op;
+  if (options.transfer_dtype && (*options.transfer_dtype == DType::float32 ||
+                                 !can_cast(DType::float32, *options.transfer_dtype))) {
+    return Status(Errc::invalid_argument, op +
+                                              ": transfer_dtype must be bfloat16 or float16, got " +
+                                              std::string(dtype_name(*options.transfer_dtype)));
+  }
+  if (part.layout) MESHSTORE_RETURN_IF_ERROR(check_layout(sd, part, op));
+  // Whole entries, values, the manifest and the packed buckets are rank
+  // 0's to store; every rank stores its boxes.
+  const bool whole_too = part.rank == 0;
+  // The layout: the hint's when it fits, else laid out now.
+  std::shared_ptr<const Snapshot> layout =
+      hint && !part.layout && same_layout(hint->manifest, sd, options)
+          ? std::move(hint)
+          : lay_out_now(sd, options, part);
+  if (laid_out && !part.layout) *laid_out = layout;
+  const Manifest& m = layout->manifest;
+  p->call.stream_manifest = layout->bytes;
+  if (part.layout) set_group(*p, m);
+  // The manifest and values are stored as uint8 tensors, so one read
+  // (one snapshot of the index) fetches them with the tensors.
+  if (whole_too) {
+    p->call.items.push_back(bytes_item("", p->call.stream_manifest, wire::ObjectKind::tensor));
+    MESHSTORE_RETURN_IF_ERROR(add_buckets(*p, sd, m, op));
   }
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     const auto& e = sd.entries()[i];
     const auto& me = m.entries[i];
-    const RankShard* shard = shard_of(e.name);
+    const RankShard* shard = shard_of(part, e.name);
     if (me.kind == EntryKind::packed) continue;
     if (!shard && !whole_too) continue;
     // An empty box adds nothing to the cover (the other ranks' boxes
     // cover the tensor); the entry's key is not empty, or it would be packed.
     if (shard && shard->slice.empty()) continue;
-    client::PutItem item{"/" + e.name, e.view, wire::ObjectKind::tensor, nullptr};
-    if (me.kind == EntryKind::value) {
-      item = bytes_item("/" + e.name, e.value->encode(), tensor);
-    } else if (me.dtype != e.view.dtype()) {
-      // Cast on the way: the narrower copy is what moves.
-      const std::uint64_t nbytes =
-          static_cast<std::uint64_t>(shape_numel(e.view.shape())) * dtype_size(me.dtype);
-      std::string cast;
-      try {
-        cast.assign(nbytes, '\0');
-      } catch (const std::bad_alloc&) {
-        return Status(Errc::out_of_capacity, op + ": cannot allocate " + std::to_string(nbytes) +
-                                                 " bytes to cast '" + e.name + "'");
-      }
-      MESHSTORE_RETURN_IF_ERROR(cast_to(e.view, me.dtype, cast.data()));
-      auto owned = std::make_shared<const std::string>(std::move(cast));
-      item.view = TensorView(const_cast<char*>(owned->data()), me.dtype, e.view.shape());
-      item.owned_bytes = std::move(owned);
-    }
-    if (shard) {
-      item.slice = shard->slice;
-      item.replicas = shard->replicas;
-      if (shard->replicas > 1) item.checksum = content_checksum(item.view);
-    }
-    p->call.items.push_back(std::move(item));
+    auto item = entry_item(e, me, shard, op);
+    if (!item.ok()) return item.status();
+    p->call.items.push_back(std::move(item).value());
   }
   if (part.layout) p->call.stream_manifest.clear();  // no stream of a sharded put
   return p;
