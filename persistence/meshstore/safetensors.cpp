@@ -60,6 +60,111 @@ const TensorInfo* Header::find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// The header's "__metadata__": an object of strings.
+Status parse_metadata(const json& v, Header& h, const std::string& file) {
+  if (!v.is_object()) return bad(file, "\"__metadata__\" is not an object of strings");
+  h.has_metadata = true;
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string()) {
+      return bad(file, "\"__metadata__\" value of '" + m.key() + "' is not a string");
+    }
+    h.metadata[m.key()] = m.value().get<std::string>();
+  }
+  return Status();
+}
+
+// The element count of shape `sh` into `t.shape`, bounded so that count x
+// element size fits in 63 bits.
+Result<std::uint64_t> parse_shape(const json& sh, TensorInfo& t, const std::string& ctx,
+                                  const std::string& file) {
+  if (sh.size() > 64) return bad(file, ctx + " has " + std::to_string(sh.size()) + " dimensions");
+  const std::uint64_t limit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  std::uint64_t numel = 1;
+  bool zero = false;
+  for (const auto& d : sh) {
+    std::uint64_t n = 0;
+    if (!as_u64(d, n) || n > limit) {
+      return bad(file, ctx + " has a shape entry that is not a non-negative integer");
+    }
+    t.shape.push_back(static_cast<std::int64_t>(n));
+    if (n == 0) zero = true;
+    if (!zero && numel > limit / n) return bad(file, ctx + ": its shape overflows 64 bits");
+    if (!zero) numel *= n;
+  }
+  if (zero) numel = 0;
+  if (numel > limit / dtype_size(t.dtype))
+    return bad(file, ctx + ": its byte size overflows 64 bits");
+  return numel;
+}
+
+// One tensor's entry: its dtype, shape and data offsets, which must hold
+// exactly its bytes.
+Result<TensorInfo> parse_tensor(const std::string& name, const json& v, const std::string& file) {
+  const std::string ctx = "tensor '" + name + "'";
+  if (!v.is_object()) return bad(file, ctx + " is not an object");
+  for (auto f = v.begin(); f != v.end(); ++f) {
+    if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets") {
+      return bad(file, ctx + " has an unknown field '" + f.key() + "'");
+    }
+  }
+  TensorInfo t;
+  t.name = name;
+  auto dt = v.find("dtype");
+  if (dt == v.end() || !dt->is_string()) return bad(file, ctx + " has no dtype string");
+  auto dtype = dtype_from_name(dt->get<std::string>());
+  if (!dtype.ok()) return bad(file, ctx + ": " + dtype.status().message());
+  t.dtype = *dtype;
+  auto sh = v.find("shape");
+  if (sh == v.end() || !sh->is_array()) return bad(file, ctx + " has no shape array");
+  auto numel = parse_shape(*sh, t, ctx, file);
+  if (!numel.ok()) return numel.status();
+  auto off = v.find("data_offsets");
+  if (off == v.end() || !off->is_array() || off->size() != 2 || !as_u64((*off)[0], t.begin) ||
+      !as_u64((*off)[1], t.end)) {
+    return bad(file, ctx + " has no data_offsets of two non-negative integers");
+  }
+  if (t.end < t.begin) {
+    return bad(file, ctx + " ends (" + std::to_string(t.end) + ") before it begins (" +
+                         std::to_string(t.begin) + ")");
+  }
+  const std::uint64_t want = *numel * dtype_size(t.dtype);
+  if (t.end - t.begin != want) {
+    return bad(file, ctx + " holds " + std::to_string(t.end - t.begin) + " bytes, but " +
+                         std::string(dtype_safetensors_name(t.dtype)) + " " +
+                         shape_to_string(t.shape) + " needs " + std::to_string(want));
+  }
+  return t;
+}
+
+// The tensors tile the data: sorted by offset, no gap, no overlap, and
+// nothing after the last.
+Status check_tiling(Header& h, std::uint64_t data_bytes, const std::string& file) {
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t at = 0;
+  for (const auto& t : h.tensors) {
+    if (t.begin != at) {
+      return bad(
+          file, "tensor '" + t.name + "' starts at data byte " + std::to_string(t.begin) +
+                    ", expected " + std::to_string(at) +
+                    (t.begin < at ? " (it overlaps the tensor before it)" : " (a hole before it)"));
+    }
+    at = t.end;
+  }
+  if (at != data_bytes) {
+    return bad(file, at > data_bytes ? "the tensors need " + std::to_string(at) +
+                                           " data bytes, the file has " + std::to_string(data_bytes)
+                                     : "the file has " + std::to_string(data_bytes - at) +
+                                           " bytes after the last tensor");
+  }
+  return Status();
+}
+
+}  // namespace
+
 Result<Header> parse_header(std::string_view text, std::uint64_t data_bytes,
                             const std::string& file) {
   if (text.empty() || text.front() != '{') {
@@ -86,93 +191,15 @@ Result<Header> parse_header(std::string_view text, std::uint64_t data_bytes,
   if (!root.is_object()) return bad(file, "the header is not a JSON object");
   Header h;
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) return bad(file, "\"__metadata__\" is not an object of strings");
-      h.has_metadata = true;
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) {
-          return bad(file, "\"__metadata__\" value of '" + m.key() + "' is not a string");
-        }
-        h.metadata[m.key()] = m.value().get<std::string>();
-      }
+    if (it.key() == "__metadata__") {
+      MESHSTORE_RETURN_IF_ERROR(parse_metadata(it.value(), h, file));
       continue;
     }
-    const std::string ctx = "tensor '" + name + "'";
-    if (!v.is_object()) return bad(file, ctx + " is not an object");
-    for (auto f = v.begin(); f != v.end(); ++f) {
-      if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets") {
-        return bad(file, ctx + " has an unknown field '" + f.key() + "'");
-      }
-    }
-    TensorInfo t;
-    t.name = name;
-    auto dt = v.find("dtype");
-    if (dt == v.end() || !dt->is_string()) return bad(file, ctx + " has no dtype string");
-    auto dtype = dtype_from_name(dt->get<std::string>());
-    if (!dtype.ok()) return bad(file, ctx + ": " + dtype.status().message());
-    t.dtype = *dtype;
-    auto sh = v.find("shape");
-    if (sh == v.end() || !sh->is_array()) return bad(file, ctx + " has no shape array");
-    if (sh->size() > 64)
-      return bad(file, ctx + " has " + std::to_string(sh->size()) + " dimensions");
-    // Element count, bounded so that count x element size fits in 63 bits.
-    const std::uint64_t limit =
-        static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-    std::uint64_t numel = 1;
-    bool zero = false;
-    for (const auto& d : *sh) {
-      std::uint64_t n = 0;
-      if (!as_u64(d, n) || n > limit) {
-        return bad(file, ctx + " has a shape entry that is not a non-negative integer");
-      }
-      t.shape.push_back(static_cast<std::int64_t>(n));
-      if (n == 0) zero = true;
-      if (!zero && numel > limit / n) return bad(file, ctx + ": its shape overflows 64 bits");
-      if (!zero) numel *= n;
-    }
-    if (zero) numel = 0;
-    if (numel > limit / dtype_size(t.dtype)) {
-      return bad(file, ctx + ": its byte size overflows 64 bits");
-    }
-    auto off = v.find("data_offsets");
-    if (off == v.end() || !off->is_array() || off->size() != 2 || !as_u64((*off)[0], t.begin) ||
-        !as_u64((*off)[1], t.end)) {
-      return bad(file, ctx + " has no data_offsets of two non-negative integers");
-    }
-    if (t.end < t.begin) {
-      return bad(file, ctx + " ends (" + std::to_string(t.end) + ") before it begins (" +
-                           std::to_string(t.begin) + ")");
-    }
-    const std::uint64_t want = numel * dtype_size(t.dtype);
-    if (t.end - t.begin != want) {
-      return bad(file, ctx + " holds " + std::to_string(t.end - t.begin) + " bytes, but " +
-                           std::string(dtype_safetensors_name(t.dtype)) + " " +
-                           shape_to_string(t.shape) + " needs " + std::to_string(want));
-    }
-    h.tensors.push_back(std::move(t));
+    auto t = parse_tensor(it.key(), it.value(), file);
+    if (!t.ok()) return t.status();
+    h.tensors.push_back(std::move(t).value());
   }
-  // The tensors tile the data: sorted by offset, no gap, no overlap.
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  std::uint64_t at = 0;
-  for (const auto& t : h.tensors) {
-    if (t.begin != at) {
-      return bad(
-          file, "tensor '" + t.name + "' starts at data byte " + std::to_string(t.begin) +
-                    ", expected " + std::to_string(at) +
-                    (t.begin < at ? " (it overlaps the tensor before it)" : " (a hole before it)"));
-    }
-    at = t.end;
-  }
-  if (at != data_bytes) {
-    return bad(file, at > data_bytes ? "the tensors need " + std::to_string(at) +
-                                           " data bytes, the file has " + std::to_string(data_bytes)
-                                     : "the file has " + std::to_string(data_bytes - at) +
-                                           " bytes after the last tensor");
-  }
+  MESHSTORE_RETURN_IF_ERROR(check_tiling(h, data_bytes, file));
   return h;
 }
 
@@ -284,89 +311,88 @@ void File::release(const std::string& name) const {
   if (to > from) ::madvise(const_cast<std::byte*>(impl_->base) + from, to - from, MADV_DONTNEED);
 }
 
-Result<Checkpoint> open_checkpoint(const std::string& path, File::Access access) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    const int e = errno;
-    return Status(e == ENOENT ? Errc::not_found : Errc::io_error,
-                  "checkpoint '" + path + "': " + errno_text(e));
-  }
-  Checkpoint c;
-  c.root = path;
-  auto add_file = [&](const std::string& file) -> Status {
-    auto f = File::open(file, access);
-    if (!f.ok()) return f.status();
-    const std::size_t i = c.files.size();
-    for (const auto& t : f->header().tensors) {
-      if (!c.weight_map.emplace(t.name, i).second) {
-        return Status(Errc::invalid_argument,
-                      "checkpoint '" + path + "': tensor '" + t.name + "' is in two files");
-      }
-      c.total_bytes += t.nbytes();
-    }
-    c.files.push_back(std::move(f).value());
-    return Status();
-  };
-  if (!S_ISDIR(st.st_mode)) {
-    MESHSTORE_RETURN_IF_ERROR(add_file(path));
-    return c;
-  }
-  const std::string index_path = path + "/" + kIndexName;
-  if (::access(index_path.c_str(), F_OK) != 0) {
-    // No index: the directory must hold exactly one .safetensors file.
-    std::vector<std::string> found;
-    if (DIR* d = ::opendir(path.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        const std::string n = e->d_name;
-        const std::string ext = ".safetensors";
-        if (n.size() > ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0) {
-          found.push_back(n);
-        }
-      }
-      ::closedir(d);
-    }
-    if (found.size() != 1) {
+namespace {
+
+// Opens `file` into checkpoint `c` (at `c.root`): its tensors join the
+// weight map, none of them in two files.
+Status add_file(Checkpoint& c, const std::string& file, File::Access access) {
+  auto f = File::open(file, access);
+  if (!f.ok()) return f.status();
+  const std::size_t i = c.files.size();
+  for (const auto& t : f->header().tensors) {
+    if (!c.weight_map.emplace(t.name, i).second) {
       return Status(Errc::invalid_argument,
-                    "checkpoint '" + path + "': no " + kIndexName + ", and " +
-                        std::to_string(found.size()) +
-                        " .safetensors files (without an index, exactly one)");
+                    "checkpoint '" + c.root + "': tensor '" + t.name + "' is in two files");
     }
-    MESHSTORE_RETURN_IF_ERROR(add_file(path + "/" + found.front()));
-    return c;
+    c.total_bytes += t.nbytes();
   }
-  // The index: read and validate, then open every file it names.
+  c.files.push_back(std::move(f).value());
+  return Status();
+}
+
+// The one .safetensors file of directory `path`, which has no index.
+Result<std::string> only_file(const std::string& path) {
+  std::vector<std::string> found;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      const std::string ext = ".safetensors";
+      if (n.size() > ext.size() && n.compare(n.size() - ext.size(), ext.size(), ext) == 0) {
+        found.push_back(n);
+      }
+    }
+    ::closedir(d);
+  }
+  if (found.size() != 1) {
+    return Status(Errc::invalid_argument,
+                  "checkpoint '" + path + "': no " + kIndexName + ", and " +
+                      std::to_string(found.size()) +
+                      " .safetensors files (without an index, exactly one)");
+  }
+  return path + "/" + found.front();
+}
+
+// The index file's JSON, at most kMaxHeaderBytes of it.
+Result<json> read_index(const std::string& index_path) {
   auto fail = [&](const std::string& why) {
     return Status(Errc::invalid_argument, "index '" + index_path + "': " + why);
   };
   std::string text;
-  {
-    const int fd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      return Status(Errc::io_error, "index '" + index_path + "': " + errno_text(e));
-    }
-    char buf[1 << 16];
-    for (;;) {
-      const ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      text.append(buf, static_cast<std::size_t>(n));
-      if (text.size() > kMaxHeaderBytes) {
-        ::close(fd);
-        return fail("larger than " + std::to_string(kMaxHeaderBytes) + " bytes");
-      }
-    }
-    ::close(fd);
+  const int fd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return Status(Errc::io_error, "index '" + index_path + "': " + errno_text(e));
   }
-  json index;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > kMaxHeaderBytes) {
+      ::close(fd);
+      return fail("larger than " + std::to_string(kMaxHeaderBytes) + " bytes");
+    }
+  }
+  ::close(fd);
   try {
-    index = json::parse(text);
+    return json::parse(text);
   } catch (const json::exception& e) {
     return fail(std::string("not valid JSON: ") + e.what());
   }
-  if (!index.is_object()) return fail("not a JSON object");
-  auto wm = index.find("weight_map");
-  if (wm == index.end() || !wm->is_object()) return fail("no \"weight_map\" object");
+}
+
+// Opens every file the index at `index_path` names into `c`, and checks
+// that the index's weight map is the files' tensors, each in its file.
+Status open_indexed(Checkpoint& c, const std::string& index_path, File::Access access) {
+  auto fail = [&](const std::string& why) {
+    return Status(Errc::invalid_argument, "index '" + index_path + "': " + why);
+  };
+  auto index = read_index(index_path);
+  if (!index.ok()) return index.status();
+  if (!index->is_object()) return fail("not a JSON object");
+  auto wm = index->find("weight_map");
+  if (wm == index->end() || !wm->is_object()) return fail("no \"weight_map\" object");
   std::map<std::string, std::string> wanted;  // tensor -> file name
   std::map<std::string, std::size_t> file_index;
   for (auto it = wm->begin(); it != wm->end(); ++it) {
@@ -379,16 +405,16 @@ Result<Checkpoint> open_checkpoint(const std::string& path, File::Access access)
     wanted[it.key()] = file;
     file_index.emplace(file, 0);
   }
-  if (auto md = index.find("metadata"); md != index.end() && !md->is_object()) {
+  if (auto md = index->find("metadata"); md != index->end() && !md->is_object()) {
     return fail("\"metadata\" is not an object");
   }
   for (auto& [file, i] : file_index) {
-    const std::string full = path + "/" + file;
+    const std::string full = c.root + "/" + file;
     if (::access(full.c_str(), F_OK) != 0) {
       return fail("it names file '" + file + "', which does not exist");
     }
     i = c.files.size();
-    MESHSTORE_RETURN_IF_ERROR(add_file(full));
+    MESHSTORE_RETURN_IF_ERROR(add_file(c, full, access));
   }
   for (const auto& [name, file] : wanted) {
     auto it = c.weight_map.find(name);
@@ -401,6 +427,32 @@ Result<Checkpoint> open_checkpoint(const std::string& path, File::Access access)
       return fail("tensor '" + name + "' of '" + c.files[i].path() + "' is missing from it");
     }
   }
+  return Status();
+}
+
+}  // namespace
+
+Result<Checkpoint> open_checkpoint(const std::string& path, File::Access access) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int e = errno;
+    return Status(e == ENOENT ? Errc::not_found : Errc::io_error,
+                  "checkpoint '" + path + "': " + errno_text(e));
+  }
+  Checkpoint c;
+  c.root = path;
+  if (!S_ISDIR(st.st_mode)) {
+    MESHSTORE_RETURN_IF_ERROR(add_file(c, path, access));
+    return c;
+  }
+  const std::string index_path = path + "/" + kIndexName;
+  if (::access(index_path.c_str(), F_OK) != 0) {
+    auto file = only_file(path);
+    if (!file.ok()) return file.status();
+    MESHSTORE_RETURN_IF_ERROR(add_file(c, *file, access));
+    return c;
+  }
+  MESHSTORE_RETURN_IF_ERROR(open_indexed(c, index_path, access));
   return c;
 }
 
