@@ -59,45 +59,46 @@ struct GetOp {
   }
 };
 
+// Why key `key`'s record `r` names no committed value: lost with its
+// volume, partially committed (a state dict's group, or a sharded put
+// whose shards do not cover it yet: what they miss is named), or absent.
+Status not_found_why(const std::string& key, const wire::KeyRecord& r) {
+  if (!r.lost_on.empty()) {
+    return Status(Errc::unavailable, "'" + key + "' was stored on volume '" + r.lost_on +
+                                         "', which went down; put it again");
+  }
+  if (!r.pending.empty()) {
+    return Status(Errc::partially_committed, "'" + key + "' is partially committed: " + r.pending);
+  }
+  if (r.shards.empty()) return Status(Errc::not_found, "no key '" + key + "'");
+  std::vector<TensorSlice> missing{TensorSlice::full(r.shape)};
+  for (const auto& shard : r.shards) {
+    std::vector<TensorSlice> rest;
+    for (const auto& m : missing) {
+      for (auto& part : m.minus(shard.slice)) rest.push_back(std::move(part));
+    }
+    missing = std::move(rest);
+  }
+  std::int64_t absent = 0;
+  std::string regions;
+  for (std::size_t m = 0; m < missing.size(); ++m) {
+    absent += missing[m].numel();
+    if (m < 4) {
+      auto text = missing[m].to_string();
+      regions += (m ? ", " : "") + text.substr(0, text.find(" of "));
+    }
+  }
+  if (missing.size() > 4) regions += " and " + std::to_string(missing.size() - 4) + " more";
+  return Status(Errc::partially_committed,
+                "'" + key + "' is partially committed: its shards cover " +
+                    std::to_string(shape_numel(r.shape) - absent) + " of " +
+                    std::to_string(shape_numel(r.shape)) + " elements of " +
+                    shape_to_string(r.shape) + "; missing " + regions);
+}
+
 Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
   const auto& key = op.call.keys[i];
-  if (!r.found()) {
-    if (!r.lost_on.empty()) {
-      return Status(Errc::unavailable, "'" + key + "' was stored on volume '" + r.lost_on +
-                                           "', which went down; put it again");
-    }
-    if (!r.pending.empty()) {
-      return Status(Errc::partially_committed,
-                    "'" + key + "' is partially committed: " + r.pending);
-    }
-    if (!r.shards.empty()) {
-      // A sharded put in progress: name what its shards do not cover yet.
-      std::vector<TensorSlice> missing{TensorSlice::full(r.shape)};
-      for (const auto& shard : r.shards) {
-        std::vector<TensorSlice> rest;
-        for (const auto& m : missing) {
-          for (auto& part : m.minus(shard.slice)) rest.push_back(std::move(part));
-        }
-        missing = std::move(rest);
-      }
-      std::int64_t absent = 0;
-      std::string regions;
-      for (std::size_t m = 0; m < missing.size(); ++m) {
-        absent += missing[m].numel();
-        if (m < 4) {
-          auto text = missing[m].to_string();
-          regions += (m ? ", " : "") + text.substr(0, text.find(" of "));
-        }
-      }
-      if (missing.size() > 4) regions += " and " + std::to_string(missing.size() - 4) + " more";
-      return Status(Errc::partially_committed,
-                    "'" + key + "' is partially committed: its shards cover " +
-                        std::to_string(shape_numel(r.shape) - absent) + " of " +
-                        std::to_string(shape_numel(r.shape)) + " elements of " +
-                        shape_to_string(r.shape) + "; missing " + regions);
-    }
-    return Status(Errc::not_found, "no key '" + key + "'");
-  }
+  if (!r.found()) return not_found_why(key, r);
   const bool want_object = op.call.mode == GetMode::object;
   if (want_object && r.kind != wire::ObjectKind::object) {
     return Status(Errc::wrong_kind, "'" + key + "' holds a tensor, not an object (use get)");

@@ -108,6 +108,58 @@ void stream_progress(client_pointer self, const std::shared_ptr<StreamOp>& op) {
   }
 }
 
+// Pins the stream's staged objects at `volume` (a writer's abort, a
+// retire or a replace cannot free them under the reads; located with the
+// stream, they are read even if a later put superseded them), then
+// follows the writer.
+void pin_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
+                const std::string& volume) {
+  with_volume(self, volume, [=](const ConnResult& conn) {
+    if (op->finished) return;
+    if (!conn.ok()) {
+      op->failure = conn.status();
+      return stream_progress(self, op);
+    }
+    op->conn = *conn;
+    std::vector<std::uint64_t> ids;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < op->records.size(); ++i) {
+      if (op->targets[i] == nullptr) continue;
+      ids.push_back(op->records[i].shards.front().object_id);
+      which.push_back(i);
+    }
+    op->lease_id = self->state.next_lease_id++;
+    ask(self, op->conn->handle, protocol::open_read_atom::value, ids, op->lease_id, true)
+        .then(
+            [=](const wire::ReadLease& lease) {
+              op->leased = lease.lease_id != 0;
+              if (!op->leased || lease.regions.size() != which.size()) {
+                op->failure = Status(Errc::protocol_error,
+                                     "volume '" + volume + "' did not pin the stream's " +
+                                         std::to_string(which.size()) + " objects");
+                return stream_progress(self, op);
+              }
+              op->regions.assign(op->records.size(), wire::RegionRef{});
+              for (std::size_t k = 0; k < which.size(); ++k) {
+                op->regions[which[k]] = lease.regions[k];
+              }
+              stream_progress(self, op);
+            },
+            [=](caf::error& e) {
+              auto s = from_caf_error(e, "open_read at volume '" + volume + "'");
+              if (s.code() == Errc::timeout)
+                self->send(op->conn->handle, protocol::close_read_atom::value, op->lease_id);
+              if (s.code() == Errc::not_found) {
+                // The writer gave its objects back already: it aborted.
+                s = Status(Errc::unavailable,
+                           "the writer aborted before its commit (its objects are gone)");
+              }
+              op->failure = s;
+              stream_progress(self, op);
+            });
+  });
+}
+
 // The stream is known: plan the destinations, pin the staged objects, and
 // follow the writer.
 void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
@@ -156,53 +208,7 @@ void follow_stream(client_pointer self, const std::shared_ptr<StreamOp>& op,
   // answer a small pin with bytes not written yet): read it once committed.
   op->small = total <= protocol::limits::kInlineBytes;
   if (op->small) return stream_progress(self, op);
-  with_volume(self, volume, [=](const ConnResult& conn) {
-    if (op->finished) return;
-    if (!conn.ok()) {
-      op->failure = conn.status();
-      return stream_progress(self, op);
-    }
-    op->conn = *conn;
-    std::vector<std::uint64_t> ids;
-    std::vector<std::size_t> which;
-    for (std::size_t i = 0; i < op->records.size(); ++i) {
-      if (op->targets[i] == nullptr) continue;
-      ids.push_back(op->records[i].shards.front().object_id);
-      which.push_back(i);
-    }
-    op->lease_id = self->state.next_lease_id++;
-    // Pins the staged objects: a writer's abort, a retire or a replace
-    // cannot free them under the reads. (Located with the stream: read
-    // even if a later put superseded them.)
-    ask(self, op->conn->handle, protocol::open_read_atom::value, ids, op->lease_id, true)
-        .then(
-            [=](const wire::ReadLease& lease) {
-              op->leased = lease.lease_id != 0;
-              if (!op->leased || lease.regions.size() != which.size()) {
-                op->failure = Status(Errc::protocol_error,
-                                     "volume '" + volume + "' did not pin the stream's " +
-                                         std::to_string(which.size()) + " objects");
-                return stream_progress(self, op);
-              }
-              op->regions.assign(op->records.size(), wire::RegionRef{});
-              for (std::size_t k = 0; k < which.size(); ++k) {
-                op->regions[which[k]] = lease.regions[k];
-              }
-              stream_progress(self, op);
-            },
-            [=](caf::error& e) {
-              auto s = from_caf_error(e, "open_read at volume '" + volume + "'");
-              if (s.code() == Errc::timeout)
-                self->send(op->conn->handle, protocol::close_read_atom::value, op->lease_id);
-              if (s.code() == Errc::not_found) {
-                // The writer gave its objects back already: it aborted.
-                s = Status(Errc::unavailable,
-                           "the writer aborted before its commit (its objects are gone)");
-              }
-              op->failure = s;
-              stream_progress(self, op);
-            });
-  });
+  pin_stream(self, op, volume);
 }
 
 }  // namespace

@@ -357,6 +357,67 @@ void close_checked(client_pointer self, const std::shared_ptr<VolumeConn>& c,
           });
 }
 
+// One inline object's bytes into target `t`: cast, scattered, a box of
+// it, or copied (to GPU memory with CUDA).
+Status copy_inline(const std::string& bytes, const ReadTarget& t, const std::string& volume_id) {
+  const auto* from = reinterpret_cast<const std::byte*>(bytes.data());
+  if (t.cast_to) {
+    const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
+    if (numel * dtype_size(t.dtype) != bytes.size()) {
+      return Status(Errc::protocol_error, "volume '" + volume_id +
+                                              "' answered an inline object of the wrong size for "
+                                              "a cast read");
+    }
+    return cast_range(from, t.dtype, t.dst, *t.cast_to, 0, numel);
+  }
+  if (t.scatter) return scatter_now(*t.scatter, from, bytes.size());
+  if (const auto& b = t.box) {
+    copy_box(from, b->from, t.dst, b->to, b->region, b->elsize);
+    return Status();
+  }
+  if (t.device) return internal::cuda::copy_bytes(t.dst, bytes.data(), t.nbytes);
+  std::memcpy(t.dst, bytes.data(), t.nbytes);
+  return Status();
+}
+
+// A small read's answer: every object's bytes inline in `lease`, none
+// pinned. Each into its target (a tensor made for a view target).
+Status take_inline(const wire::ReadLease& lease, std::vector<ReadTarget>& targets,
+                   const std::string& volume_id) {
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (i >= lease.data.size() || lease.data[i].size() != targets[i].nbytes) {
+      return Status(Errc::protocol_error, "volume '" + volume_id + "' answered " +
+                                              std::to_string(lease.data.size()) +
+                                              " inline objects of the wrong size");
+    }
+    if (targets[i].view) {
+      auto t = Tensor::empty(targets[i].dtype, targets[i].shape);
+      if (!t.ok()) return t.status();
+      *targets[i].view = std::move(t).value();
+      targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
+    }
+    MESHSTORE_RETURN_IF_ERROR(copy_inline(lease.data[i], targets[i], volume_id));
+  }
+  return Status();
+}
+
+// Targets that want views: zero-copy where the transport maps the lease's
+// regions (true: done, the lease stays open until the last view goes);
+// else (false) a tensor of their own each, to copy into, like get(). A
+// revocable loan is copied: a view could not be checked.
+Result<bool> view_or_allocate(client_pointer self, const std::shared_ptr<VolumeConn>& c,
+                              const wire::ReadLease& lease, std::vector<ReadTarget>& targets) {
+  auto views = lease.revocable ? Result<bool>(false) : map_views(self, c, lease, targets);
+  if (!views.ok() || *views) return views;
+  for (auto& t : targets) {
+    auto copy = Tensor::empty(t.dtype, t.shape);
+    if (!copy.ok()) return copy.status();
+    *t.view = std::move(copy).value();
+    t.dst = static_cast<std::byte*>(t.view->data());
+  }
+  return false;
+}
+
 // Reads `targets` from `c` under a read lease: open_read pins them (or
 // answers small ones' bytes inline), the bytes are copied, the lease closes.
 // `pinned`: they were located under a pin (superseded ones still serve).
@@ -381,70 +442,14 @@ void leased_read(client_pointer self, const std::shared_ptr<VolumeConn>& c,
             }
             if (!lease.data.empty()) {
               // A small read: the bytes came inline and nothing is pinned.
-              for (std::size_t i = 0; i < targets.size(); ++i) {
-                if (i >= lease.data.size() || lease.data[i].size() != targets[i].nbytes) {
-                  return (void)promise->set_error(
-                      Status(Errc::protocol_error, "volume '" + volume_id + "' answered " +
-                                                       std::to_string(lease.data.size()) +
-                                                       " inline objects of the wrong size"));
-                }
-                if (targets[i].view) {
-                  auto t = Tensor::empty(targets[i].dtype, targets[i].shape);
-                  if (!t.ok()) return (void)promise->set_error(t.status());
-                  *targets[i].view = std::move(t).value();
-                  targets[i].dst = static_cast<std::byte*>(targets[i].view->data());
-                }
-                if (targets[i].cast_to) {
-                  const auto& t = targets[i];
-                  const auto numel = static_cast<std::size_t>(shape_numel(t.shape));
-                  if (numel * dtype_size(t.dtype) != lease.data[i].size()) {
-                    return (void)promise->set_error(
-                        Status(Errc::protocol_error, "volume '" + volume_id +
-                                                         "' answered an inline object of the "
-                                                         "wrong size for a cast read"));
-                  }
-                  auto s = cast_range(reinterpret_cast<const std::byte*>(lease.data[i].data()),
-                                      t.dtype, t.dst, *t.cast_to, 0, numel);
-                  if (!s.ok()) return (void)promise->set_error(s);
-                } else if (targets[i].scatter) {
-                  auto s = scatter_now(*targets[i].scatter,
-                                       reinterpret_cast<const std::byte*>(lease.data[i].data()),
-                                       lease.data[i].size());
-                  if (!s.ok()) return (void)promise->set_error(s);
-                } else if (const auto& b = targets[i].box) {
-                  copy_box(reinterpret_cast<const std::byte*>(lease.data[i].data()), b->from,
-                           targets[i].dst, b->to, b->region, b->elsize);
-                } else if (targets[i].device) {
-                  if (auto s = internal::cuda::copy_bytes(targets[i].dst, lease.data[i].data(),
-                                                          targets[i].nbytes);
-                      !s.ok()) {
-                    return (void)promise->set_error(s);
-                  }
-                } else {
-                  std::memcpy(targets[i].dst, lease.data[i].data(), targets[i].nbytes);
-                }
-              }
-              return (void)promise->set_value();
+              return (void)promise->set(take_inline(lease, targets, volume_id));
             }
             if (!targets.empty() && targets.front().view) {
-              // Zero-copy where the transport maps regions; the lease stays
-              // open until the last view goes. Else a copy, like get(). A
-              // revocable loan is copied: a view could not be checked.
-              auto views =
-                  lease.revocable ? Result<bool>(false) : map_views(self, c, lease, targets);
+              auto views = view_or_allocate(self, c, lease, targets);
               if (!views.ok() || *views) {
                 if (!views.ok())
                   self->send(c->handle, protocol::close_read_atom::value, lease.lease_id);
                 return (void)promise->set(views.ok() ? Result<void>() : views.status());
-              }
-              for (auto& t : targets) {
-                auto copy = Tensor::empty(t.dtype, t.shape);
-                if (!copy.ok()) {
-                  self->send(c->handle, protocol::close_read_atom::value, lease.lease_id);
-                  return (void)promise->set_error(copy.status());
-                }
-                *t.view = std::move(copy).value();
-                t.dst = static_cast<std::byte*>(t.view->data());
               }
             }
             auto reads = copy_out(c, lease.regions, targets);

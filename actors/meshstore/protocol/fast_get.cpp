@@ -112,12 +112,10 @@ void encode_into(const CommitRequest& r, std::vector<std::byte>& out) {
   for (const auto& m : r.members) w.bytes(m);
 }
 
-Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
-  if (bytes.size() < 24) {
-    return bad("a commit of " + std::to_string(bytes.size()) + " bytes has no header");
-  }
-  std::uint32_t head[6];
-  std::memcpy(head, bytes.data(), 24);
+namespace {
+
+// A commit's header: its magic, counts within bounds, known flags.
+Status check_commit_header(const std::uint32_t (&head)[6]) {
   if (head[0] != kCommitMagic) return bad("not a commit request (bad magic)");
   if (head[1] > kMaxCommitRecords || head[3] > kMaxCommitRecords || head[4] > kMaxCommitRecords) {
     return bad("a commit of " + std::to_string(head[1]) + " records, " + std::to_string(head[3]) +
@@ -136,13 +134,12 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
     return bad("a sharded commit of " + std::to_string(head[1]) + " records under " +
                std::to_string(head[2]) + " prefixes");
   }
-  Reader r{bytes, 24, "a commit"};
-  CommitRequest out;
-  if ((head[5] & kIdentifiedCommit) != 0) {
-    MESHSTORE_RETURN_IF_ERROR(r.u64(out.id));
-    if (out.id == 0) return bad("a commit identified as 0");
-  }
-  out.records.resize(head[1]);
+  return Status();
+}
+
+// The commit's records, each with its object's bytes when they came inline
+// (views into `bytes`).
+Status decode_records(Reader& r, const std::vector<std::byte>& bytes, CommitRequest& out) {
   std::string field;
   for (auto& rec : out.records) {
     MESHSTORE_RETURN_IF_ERROR(r.bytes(field, bytes.size()));
@@ -167,17 +164,20 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
         std::string_view(reinterpret_cast<const char*>(bytes.data()) + r.at, n);
     r.at += n;
   }
-  out.prefixes.resize(head[2]);
+  return Status();
+}
+
+// What follows the records: prefixes, releases, stages and a sharded
+// commit's group.
+Status decode_rest(Reader& r, CommitRequest& out) {
   for (auto& p : out.prefixes) {
     MESHSTORE_RETURN_IF_ERROR(r.bytes(p, kMaxKeyBytes));
     if (p.empty()) return bad("a commit under an empty prefix");
   }
-  out.release.resize(head[3]);
   for (auto& id : out.release) {
     MESHSTORE_RETURN_IF_ERROR(r.u64(id));
     if (id == 0) return bad("a release of object 0");
   }
-  out.stage.resize(head[4]);
   for (auto& s : out.stage) {
     MESHSTORE_RETURN_IF_ERROR(r.u64(s.nbytes));
     std::uint32_t device = 0;
@@ -188,19 +188,42 @@ Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
     }
     MESHSTORE_RETURN_IF_ERROR(r.bytes(s.key, kMaxKeyBytes));
   }
-  if (sharded) {
-    out.sharded = true;
-    MESHSTORE_RETURN_IF_ERROR(r.bytes(out.group, kMaxKeyBytes));
-    MESHSTORE_RETURN_IF_ERROR(r.u64(out.layout));
-    std::uint32_t members = 0;
-    MESHSTORE_RETURN_IF_ERROR(r.u32(members));
-    if (members > kMaxCommitRecords || (members == 0) != out.group.empty()) {
-      return bad("a sharded commit of group '" + out.group + "' with " + std::to_string(members) +
-                 " members");
-    }
-    out.members.resize(members);
-    for (auto& m : out.members) MESHSTORE_RETURN_IF_ERROR(r.bytes(m, kMaxKeyBytes));
+  if (!out.sharded) return Status();
+  MESHSTORE_RETURN_IF_ERROR(r.bytes(out.group, kMaxKeyBytes));
+  MESHSTORE_RETURN_IF_ERROR(r.u64(out.layout));
+  std::uint32_t members = 0;
+  MESHSTORE_RETURN_IF_ERROR(r.u32(members));
+  if (members > kMaxCommitRecords || (members == 0) != out.group.empty()) {
+    return bad("a sharded commit of group '" + out.group + "' with " + std::to_string(members) +
+               " members");
   }
+  out.members.resize(members);
+  for (auto& m : out.members) MESHSTORE_RETURN_IF_ERROR(r.bytes(m, kMaxKeyBytes));
+  return Status();
+}
+
+}  // namespace
+
+Result<CommitRequest> decode_commit(const std::vector<std::byte>& bytes) {
+  if (bytes.size() < 24) {
+    return bad("a commit of " + std::to_string(bytes.size()) + " bytes has no header");
+  }
+  std::uint32_t head[6];
+  std::memcpy(head, bytes.data(), 24);
+  MESHSTORE_RETURN_IF_ERROR(check_commit_header(head));
+  Reader r{bytes, 24, "a commit"};
+  CommitRequest out;
+  if ((head[5] & kIdentifiedCommit) != 0) {
+    MESHSTORE_RETURN_IF_ERROR(r.u64(out.id));
+    if (out.id == 0) return bad("a commit identified as 0");
+  }
+  out.records.resize(head[1]);
+  MESHSTORE_RETURN_IF_ERROR(decode_records(r, bytes, out));
+  out.prefixes.resize(head[2]);
+  out.release.resize(head[3]);
+  out.stage.resize(head[4]);
+  out.sharded = (head[5] & kShardedCommit) != 0;
+  MESHSTORE_RETURN_IF_ERROR(decode_rest(r, out));
   MESHSTORE_RETURN_IF_ERROR(r.end());
   return out;
 }
