@@ -96,6 +96,57 @@ Result<CheckpointReport> load_checkpoint(Store& store, const std::string& path,
   return report;
 }
 
+namespace {
+
+// Key `key`'s name relative to `prefix` ("P/T" -> "T"): keys() matched P
+// at a '/' or '.' boundary, or P ends with one.
+std::string relative_name(const std::string& prefix, const std::string& key) {
+  if (prefix.empty()) return key;
+  std::string n = key.substr(prefix.size());
+  if (!n.empty() && (n.front() == '/' || n.front() == '.') && prefix.back() != '/' &&
+      prefix.back() != '.') {
+    n.erase(0, 1);
+  }
+  return n;
+}
+
+// Writes `dir/file` of the keys `members` of `keys` (under `prefix`):
+// every tensor read from the store in parallel, straight into the file's
+// pages, then the file committed. `*done` counts the bytes read, for
+// options.progress out of `total`.
+Status save_file(Store& store, const std::string& prefix, const std::string& dir,
+                 const std::string& file, const std::vector<KeyInfo>& keys,
+                 const std::vector<std::size_t>& members, const SaveCheckpointOptions& options,
+                 std::uint64_t total, std::uint64_t* done) {
+  std::vector<st::Writer::Spec> specs;
+  for (auto i : members) {
+    specs.push_back(
+        st::Writer::Spec{relative_name(prefix, keys[i].key), keys[i].dtype, keys[i].shape});
+  }
+  auto w = st::Writer::open(dir + "/" + file, specs, options.metadata);
+  if (!w.ok()) return w.status();
+  std::vector<std::pair<std::string, TensorView>> reads;
+  for (auto i : members) {
+    auto dst = w->tensor(relative_name(prefix, keys[i].key));
+    if (!dst.ok()) return dst.status();
+    if (dst->nbytes() > 0) reads.emplace_back(keys[i].key, *dst);
+  }
+  for (std::size_t r = 0; r < reads.size(); r += 64) {
+    std::vector<std::pair<std::string, TensorView>> batch(
+        reads.begin() + static_cast<std::ptrdiff_t>(r),
+        reads.begin() + static_cast<std::ptrdiff_t>(std::min(reads.size(), r + 64)));
+    std::uint64_t bytes = 0;
+    for (const auto& [k, v] : batch) bytes += v.nbytes();
+    auto got = store.get_into_batch(batch).get(options.timeout);
+    if (!got.ok()) return got.status().with_context("save '" + prefix + "' into '" + file + "'");
+    *done += bytes;
+    if (options.progress) options.progress(*done, total);
+  }
+  return w->commit();
+}
+
+}  // namespace
+
 Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix,
                                          const std::string& dir,
                                          const SaveCheckpointOptions& options) {
@@ -123,17 +174,6 @@ Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix
   if (keys.empty()) {
     return Status(Errc::not_found, "save '" + prefix + "': no tensor keys under it");
   }
-  // Names relative to the prefix ("P/T" -> "T"); keys() matched P at a
-  // '/' or '.' boundary, or P ends with one.
-  auto name_of = [&](const std::string& key) {
-    if (prefix.empty()) return key;
-    std::string n = key.substr(prefix.size());
-    if (!n.empty() && (n.front() == '/' || n.front() == '.') && prefix.back() != '/' &&
-        prefix.back() != '.') {
-      n.erase(0, 1);
-    }
-    return n;
-  };
   MESHSTORE_RETURN_IF_ERROR(make_dirs(dir));
   std::vector<std::uint64_t> sizes;
   std::uint64_t total = 0;
@@ -149,35 +189,14 @@ Result<CheckpointReport> save_checkpoint(Store& store, const std::string& prefix
   if (options.progress) options.progress(0, total);
   for (std::size_t f = 0; f < files; ++f) {
     const std::string file = files == 1 ? "model.safetensors" : st::shard_file_name(f, files);
-    std::vector<st::Writer::Spec> specs;
     std::vector<std::size_t> members;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (file_of[i] != f) continue;
-      specs.push_back(st::Writer::Spec{name_of(keys[i].key), keys[i].dtype, keys[i].shape});
       members.push_back(i);
+      weight_map[relative_name(prefix, keys[i].key)] = file;
     }
-    auto w = st::Writer::open(dir + "/" + file, specs, options.metadata);
-    if (!w.ok()) return w.status();
-    // Every tensor of the file read in parallel, straight into its pages.
-    std::vector<std::pair<std::string, TensorView>> reads;
-    for (auto i : members) {
-      auto dst = w->tensor(name_of(keys[i].key));
-      if (!dst.ok()) return dst.status();
-      if (dst->nbytes() > 0) reads.emplace_back(keys[i].key, *dst);
-      weight_map[name_of(keys[i].key)] = file;
-    }
-    for (std::size_t r = 0; r < reads.size(); r += 64) {
-      std::vector<std::pair<std::string, TensorView>> batch(
-          reads.begin() + static_cast<std::ptrdiff_t>(r),
-          reads.begin() + static_cast<std::ptrdiff_t>(std::min(reads.size(), r + 64)));
-      std::uint64_t bytes = 0;
-      for (const auto& [k, v] : batch) bytes += v.nbytes();
-      auto got = store.get_into_batch(batch).get(options.timeout);
-      if (!got.ok()) return got.status().with_context("save '" + prefix + "' into '" + file + "'");
-      done += bytes;
-      if (options.progress) options.progress(done, total);
-    }
-    MESHSTORE_RETURN_IF_ERROR(w->commit());
+    MESHSTORE_RETURN_IF_ERROR(
+        save_file(store, prefix, dir, file, keys, members, options, total, &done));
     report.tensors += members.size();
   }
   report.bytes = total;

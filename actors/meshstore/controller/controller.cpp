@@ -532,12 +532,15 @@ void watch_volumes(controller_pointer self) {
   if (watchers.emplace(client.address(), client).second) self->monitor(client);
 }
 
+// An actor the controller monitors went down. One actor may be a stream
+// writer and a watcher (a client) at once.
+void on_down(controller_pointer self, caf::down_msg& msg) {
+  self->state.volume_watchers.erase(msg.source);
+  if (!writer_down(self, msg)) volume_down(self, msg);
+}
+
 protocol::controller_actor::behavior_type controller_impl(controller_pointer self) {
-  self->set_down_handler([=](caf::down_msg& msg) {
-    // One actor may be a stream writer and a watcher (a client) at once.
-    self->state.volume_watchers.erase(msg.source);
-    if (!writer_down(self, msg)) volume_down(self, msg);
-  });
+  self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
   return {
       [=](protocol::watch_volumes_atom) { watch_volumes(self); },
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,

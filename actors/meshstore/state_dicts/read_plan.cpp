@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "meshstore/client/fast_path.hpp"
 #include "meshstore/dtype_cast.hpp"
@@ -343,23 +344,63 @@ client::FastPath::Outcome read_directly(client::FastPath& fast, const client::Ge
   return fast.read_together(into.keys, accept, consume);
 }
 
-// `fast` (null: none) tries read_directly first; the attempts after a
-// first one run on the actors' threads and take the actors.
-Future<void> read_into_attempt(const caf::actor_addr& client, const std::string& key,
-                               StateDict* dst, const std::string& op,
-                               std::shared_ptr<const Snapshot> snap, int tries,
-                               const CacheSlot& slot, bool guess,
-                               std::shared_ptr<const Boxes> boxes, bool cast,
+// A read_state_dict_into call: what every attempt of it reads, into what.
+struct IntoCall {
+  caf::actor_addr client;
+  std::string key;
+  StateDict* dst;
+  std::string op;
+  CacheSlot slot;
+  std::shared_ptr<const Boxes> boxes;
+  bool cast;
+};
+
+// Reads `into` for `call`, its answer to `settle`: `fast` (null: none)
+// tries read_directly first, up to limits::kSnapshotHereBytes on this
+// thread (the caller's, or the client actor's after a locate, which a
+// longer copy would hold up for the whole process); a larger snapshot on
+// the client's waiting thread. Else (a miss) the actors.
+void send_read(const IntoCall& call, client::GetCall into,
+               const std::shared_ptr<client::FastPath>& fast,
+               std::function<void(const Result<client::GetOutput>&)> settle) {
+  const std::string what = call.op + " '" + call.key + "'";
+  if (fast) {
+    bool too_large = false;
+    const auto here = read_directly(*fast, into, protocol::limits::kSnapshotHereBytes, &too_large);
+    if (here == client::FastPath::Outcome::hit) return settle(client::GetOutput{});
+    if (too_large) {
+      client::FastPath* raw = fast.get();  // its waiting thread's jobs end before it
+      raw->defer([raw, client = call.client, into = std::move(into), settle, what]() mutable {
+        bool unused = false;
+        const auto there = read_directly(*raw, into, ~std::uint64_t{0}, &unused);
+        if (there == client::FastPath::Outcome::hit) return settle(client::GetOutput{});
+        call_client(client, protocol::store_get_atom::value, std::move(into), what)
+            .on_complete(settle);
+      });
+      return;
+    }
+  }
+  call_client(call.client, protocol::store_get_atom::value, std::move(into), what)
+      .on_complete(settle);
+}
+
+// One attempt of `call` planned from `snap` (`guess`: a cached layout,
+// checked against the stored one when it does not fit). `fast` as
+// send_read; the attempts after a first one run on the actors' threads and
+// take the actors.
+Future<void> read_into_attempt(std::shared_ptr<const IntoCall> call,
+                               std::shared_ptr<const Snapshot> snap, int tries, bool guess,
                                const std::shared_ptr<client::FastPath>& fast = nullptr) {
-  if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, key));
+  const auto& op = call->op;
+  if (tries >= kMaxStateDictAttempts) return make_error_future<void>(gave_up(op, call->key));
   client::GetCall into;
-  auto planned = plan_into(key, dst, op, std::move(snap), into, boxes.get(), cast);
+  auto planned =
+      plan_into(call->key, call->dst, op, std::move(snap), into, call->boxes.get(), call->cast);
   if (!planned.ok()) {
     // A cached layout may be stale: check against the stored one first.
     if (guess) {
-      return manifest_of(client, key, op).then([=](const Snapshot& fresh) {
-        return read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh),
-                                 tries, slot, false, boxes, cast);
+      return manifest_of(call->client, call->key, op).then([=](const Snapshot& fresh) {
+        return read_into_attempt(call, std::make_shared<const Snapshot>(fresh), tries, false);
       });
     }
     return make_error_future<void>(planned.status());
@@ -368,8 +409,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
   auto done = std::make_shared<Promise<void>>(Status(Errc::shutdown, op + ": dropped"));
   auto settle = [=](const Result<client::GetOutput>& r) {
     auto again = [=](const Snapshot& fresh) {
-      read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(fresh), tries + 1,
-                        slot, false, boxes, cast)
+      read_into_attempt(call, std::make_shared<const Snapshot>(fresh), tries + 1, false)
           .on_complete([done](const Result<void>& x) { done->set(x); });
     };
     if (!r.ok()) {
@@ -380,7 +420,7 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
           code != Errc::wrong_kind) {
         return (void)done->set_error(r.status());
       }
-      manifest_of(client, key, op).on_complete([=](const Result<Snapshot>& fresh) {
+      manifest_of(call->client, call->key, op).on_complete([=](const Result<Snapshot>& fresh) {
         if (fresh.ok() && fresh->bytes != plan->snap->bytes) return again(*fresh);
         // A guess read keys that may never have existed: the stored
         // manifest's own error names the problem better.
@@ -393,38 +433,14 @@ Future<void> read_into_attempt(const caf::actor_addr& client, const std::string&
     const auto& planned_bytes = plan->snap->bytes;
     if (plan->manifest_copy.nbytes() != planned_bytes.size() ||
         std::memcmp(plan->manifest_copy.data(), planned_bytes.data(), planned_bytes.size()) != 0) {
-      auto now = decode_snapshot(plan->manifest_copy, key, op);
+      auto now = decode_snapshot(plan->manifest_copy, call->key, op);
       if (!now.ok()) return (void)done->set_error(now.status());
       return again(*now);
     }
-    if (slot.cache) slot.cache->put(slot.key, plan->snap);
-    done->set(finish_into(*plan, dst));
+    if (call->slot.cache) call->slot.cache->put(call->slot.key, plan->snap);
+    done->set(finish_into(*plan, call->dst));
   };
-  const std::string what = op + " '" + key + "'";
-  if (fast) {
-    // Up to limits::kSnapshotHereBytes on this thread (the caller's, or
-    // the client actor's after a locate, which a longer copy would hold
-    // up for the whole process); a larger snapshot on the client's
-    // waiting thread, the caller's future answered from there.
-    bool too_large = false;
-    const auto here = read_directly(*fast, into, protocol::limits::kSnapshotHereBytes, &too_large);
-    if (here == client::FastPath::Outcome::hit) {
-      settle(client::GetOutput{});
-      return done->future();
-    }
-    if (too_large) {
-      client::FastPath* raw = fast.get();  // its waiting thread's jobs end before it
-      raw->defer([raw, client, into = std::move(into), settle, what]() mutable {
-        bool unused = false;
-        const auto there = read_directly(*raw, into, ~std::uint64_t{0}, &unused);
-        if (there == client::FastPath::Outcome::hit) return settle(client::GetOutput{});
-        call_client(client, protocol::store_get_atom::value, std::move(into), what)
-            .on_complete(settle);
-      });
-      return done->future();
-    }
-  }
-  call_client(client, protocol::store_get_atom::value, std::move(into), what).on_complete(settle);
+  send_read(*call, std::move(into), fast, settle);
   return done->future();
 }
 
@@ -434,16 +450,15 @@ Future<void> read_state_dict_into(const caf::actor_addr& client, const std::stri
                                   StateDict& sd, const std::string& op, const CacheSlot& slot,
                                   std::shared_ptr<const Boxes> boxes, bool cast,
                                   const std::shared_ptr<client::FastPath>& fast) {
-  StateDict* dst = &sd;
+  auto call = std::make_shared<const IntoCall>(
+      IntoCall{client, key, &sd, op, slot, std::move(boxes), cast});
   if (slot.cache) {
     if (auto snap = slot.cache->find(slot.key)) {
-      return read_into_attempt(client, key, dst, op, std::move(snap), 0, slot, true, boxes, cast,
-                               fast);
+      return read_into_attempt(call, std::move(snap), 0, true, fast);
     }
   }
   return manifest_of(client, key, op).then([=](const Snapshot& snap) {
-    return read_into_attempt(client, key, dst, op, std::make_shared<const Snapshot>(snap), 0, slot,
-                             false, boxes, cast);
+    return read_into_attempt(call, std::make_shared<const Snapshot>(snap), 0, false);
   });
 }
 
