@@ -321,6 +321,13 @@ void SmallOpService::owner_gone(const caf::actor_addr& owner) {
 void SmallOpService::controller_gone(const caf::actor_addr& controller) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Bounded: a volume outlives few controllers (a store has one; a
+    // restarted one is a new actor), and only recent ones can still be
+    // named by a client attaching.
+    constexpr std::size_t kMaxDeadControllers = 64;
+    if (dead_controllers_.size() == kMaxDeadControllers) {
+      dead_controllers_.erase(dead_controllers_.begin());
+    }
     dead_controllers_.push_back(controller);
   }
   pending_->fail(&controller, controller_down_reply());
