@@ -55,7 +55,8 @@ _SAFETENSORS_NAMES = {
     "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
 }
 
-# Safetensors dtypes a framework has no type for: fetched as raw bytes.
+# Safetensors dtypes a framework has no type for: fetched as raw bytes
+# (the one place this rule is kept; the native calls are told it).
 _TORCH_LACKS = frozenset({"U16", "U32", "U64"})
 _NUMPY_LACKS = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
 
@@ -94,7 +95,7 @@ def load(data):
     """Every tensor of a file image (``bytes``, or any buffer), by name: each
     a copy, so ``data`` may go at once."""
     _torch("load")
-    tensors, _ = _native.safetensors_load(data, True)
+    tensors, _ = _native.safetensors_load(data, _TORCH_LACKS)
     return {name: t.torch() for name, t in sorted(tensors, key=lambda e: e[0])}
 
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -153,7 +154,7 @@ void bind_files(py::module_& m) {
 
   m.def(
       "safetensors_load",
-      [](const py::buffer& data, bool raw_unsigned) {
+      [](const py::buffer& data, const std::set<std::string>& raw_dtypes) {
         auto info = data.request();
         const std::string_view image(static_cast<const char*>(info.ptr),
                                      static_cast<std::size_t>(info.size * info.itemsize));
@@ -165,17 +166,16 @@ void bind_files(py::module_& m) {
           if (!copy.ok()) raise_status(copy.status().with_context("load: tensor '" + t.name + "'"));
           if (t.nbytes() > 0)
             std::memcpy(copy->data(), image.data() + h->data_start + t.begin, t.nbytes());
-          const bool raw = raw_unsigned && (t.dtype == DType::uint16 || t.dtype == DType::uint32 ||
-                                            t.dtype == DType::uint64);
+          const bool raw = raw_dtypes.count(std::string(dtype_safetensors_name(t.dtype))) != 0;
           PyTensor out = from_tensor(std::move(copy).value());
           if (raw) out.view = as_bytes(out.view);
           tensors.append(py::make_tuple(t.name, out));
         }
         return py::make_tuple(tensors, metadata_of(*h));
       },
-      py::arg("data"), py::arg("raw_unsigned"),
-      "Parses a whole file image: [(name, tensor)] in file order, each a copy, and the "
-      "metadata (None without any).");
+      py::arg("data"), py::arg("raw_dtypes"),
+      "Parses a whole file image: [(name, tensor)] in file order, each a copy (as raw bytes "
+      "for the safetensors dtypes named in raw_dtypes), and the metadata (None without any).");
 }
 
 // Checkpoints: a file, or a sharded directory with its index.

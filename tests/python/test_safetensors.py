@@ -121,7 +121,11 @@ def test_the_reference_file_loads_bit_exact_with_raw_bytes_for_missing_types(tmp
             else:
                 assert a.dtype == ref.DTYPES[dtype][0] and list(a.shape) == shape, name
             assert raw_bytes(a) == ref.reference_bytes(name, dtype, shape), name
-    assert st.load(open(path, "rb").read()).keys() == back.keys()
+    image = st.load(open(path, "rb").read())  # the same raw-bytes rule as load_file
+    assert image.keys() == back.keys()
+    for name, t in image.items():
+        assert t.dtype == back[name].dtype and t.shape == back[name].shape, name
+        assert raw_bytes(t) == raw_bytes(back[name]), name
 
 
 def test_non_contiguous_tensors_are_saved_as_their_elements(tmp_path):
