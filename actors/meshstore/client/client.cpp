@@ -268,18 +268,18 @@ Status status_inside(const caf::actor_addr& addr, std::chrono::milliseconds time
 
 }  // namespace
 
-Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, PutCall& call,
+Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, Loan& loan,
                                                 std::chrono::milliseconds timeout) {
-  const auto& segments = call.lent_segments;
-  const auto& offsets = call.lent_offsets;
-  if (!call.lend_to) return Status(Errc::internal, "lent items but no lending volume");
+  const auto& segments = loan.segments;
+  const auto& offsets = loan.offsets;
+  if (!loan.lend_to) return Status(Errc::internal, "lent items but no lending volume");
   if (!segments.empty() &&
-      (segments.size() != call.lent_items.size() || offsets.size() != segments.size())) {
+      (segments.size() != loan.items.size() || offsets.size() != segments.size())) {
     return Status(Errc::internal, "lent items and their places differ in number");
   }
   protocol::LendRequest req;
-  for (std::size_t i = 0; i < call.lent_items.size(); ++i) {
-    const auto& item = call.lent_items[i];
+  for (std::size_t i = 0; i < loan.items.size(); ++i) {
+    const auto& item = loan.items[i];
     if (!item.view.is_contiguous() || item.view.nbytes() == 0) {
       return Status(Errc::internal,
                     "'" + item.key + "': only whole, contiguous, non-empty tensors are lent");
@@ -289,13 +289,13 @@ Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, P
         item.key, reinterpret_cast<std::uint64_t>(item.view.data()), item.view.nbytes(),
         segments.empty() ? "" : segments[i], segments.empty() ? 0 : offsets[i], device});
   }
-  req.token = std::move(call.loan);  // only the regions keep it from now on
-  req.revocable = call.revocable_loan;
+  req.token = std::move(loan.token);  // only the regions keep it from now on
+  req.revocable = loan.revocable;
   auto done = std::make_shared<Promise<std::vector<wire::RegionRef>>>(
       Status(Errc::shutdown, "the client is gone"));
   auto answer = done->future();
-  const std::string what = "lend to volume '" + call.lend_volume + "'";
-  const bool sent = run_inside(client, [done, to = call.lend_to, req = std::move(req), timeout,
+  const std::string what = "lend to volume '" + loan.volume + "'";
+  const bool sent = run_inside(client, [done, to = loan.lend_to, req = std::move(req), timeout,
                                         what](client::client_pointer me) mutable {
     me->request(to, timeout, protocol::lend_atom::value, std::move(req))
         .then([done](const std::vector<wire::RegionRef>& lent) { done->set_value(lent); },
@@ -307,21 +307,21 @@ Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, P
                   what + " took more than " + std::to_string(timeout.count()) + " ms");
   }
   auto lent = answer.get();
-  if (lent.ok() && lent->size() != call.lent_items.size()) {
-    give_back_lent(client, call, *lent);
+  if (lent.ok() && lent->size() != loan.items.size()) {
+    give_back_lent(client, loan, *lent);
     return Status(Errc::protocol_error, "the lending volume made " + std::to_string(lent->size()) +
-                                            " objects of " +
-                                            std::to_string(call.lent_items.size()) + " buffers");
+                                            " objects of " + std::to_string(loan.items.size()) +
+                                            " buffers");
   }
   return lent;
 }
 
-void give_back_lent(const caf::actor_addr& client, const PutCall& call,
+void give_back_lent(const caf::actor_addr& client, const Loan& loan,
                     const std::vector<wire::RegionRef>& lent) {
   if (lent.empty()) return;
   std::vector<std::uint64_t> ids;
   for (const auto& r : lent) ids.push_back(r.region_id);
-  run_inside(client, [to = call.lend_to, ids = std::move(ids)](client::client_pointer me) {
+  run_inside(client, [to = loan.lend_to, ids = std::move(ids)](client::client_pointer me) {
     me->send(to, protocol::discard_atom::value, ids);
   });
 }

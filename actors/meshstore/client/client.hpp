@@ -103,48 +103,63 @@ struct PutItem {
 
 /// Regions staged at the client's volume and mapped writable into this
 /// process (zero-copy publishing, stage_over_channel): the caller fills
-/// them in place and commits them with a PutCall's `staged_items`.
+/// them in place and commits them as a StateDictPut's InPlace items.
 struct StagedRegions {
   std::string volume_id;
   std::vector<wire::RegionRef> regions;
   std::vector<std::shared_ptr<std::byte>> memory;  // one writable mapping per region
 };
 
-struct PutCall {
-  std::string op;  // "put", "put_batch", "put_object": for messages
+/// Direct publishing: whole, contiguous host tensors of this process lent
+/// to `lend_to` (this process's lending volume, id `volume`) as they are,
+/// committed with the rest of a state dict's put and never copied. `token`
+/// is what their regions keep until the last reader lets go
+/// (LendRequest). If the put fails they are given back.
+struct Loan {
   std::vector<PutItem> items;
-  /// Items already written in place into `staged` (one region each, in
-  /// order): committed together with `items`, moved by nobody. If the
-  /// commit is refused, their regions are released with the others.
-  std::vector<PutItem> staged_items;
-  StagedRegions staged;
-  /// Direct publishing: whole, contiguous host tensors of this process lent
-  /// to `lend_to` (this process's lending volume, id `lend_volume`) as they
-  /// are, committed with the rest and never copied. `loan` is the token
-  /// their regions keep until the last reader lets go (LendRequest). If the
-  /// put fails they are given back.
-  std::vector<PutItem> lent_items;
-  /// Per lent item, when it lies in a named file of /dev/shm: the file and
-  /// the offset in it (LentBuffer::segment); empty when none does.
-  std::vector<std::string> lent_segments;
-  std::vector<std::uint64_t> lent_offsets;
+  /// Per item, when it lies in a named file of /dev/shm: the file and the
+  /// offset in it (LentBuffer::segment); empty when none does.
+  std::vector<std::string> segments;
+  std::vector<std::uint64_t> offsets;
   protocol::storage_volume_actor lend_to;
-  std::string lend_volume;
-  std::shared_ptr<const void> loan;
+  std::string volume;
+  std::shared_ptr<const void> token;
   /// Nonzero: the publisher may revoke the loan (LendRequest::revocable).
-  std::uint64_t revocable_loan = 0;
-  /// When set, the commit also removes every other key equal to one of
-  /// these or under it (replace_atom): a state dict replaced as a whole.
-  std::vector<std::string> replace_under;
-  /// With replace_under: the manifest's bytes, to announce the put as a
-  /// stream of replace_under.front() (readers copy each object as soon as
-  /// it is filled). Empty: no stream.
+  std::uint64_t revocable = 0;
+};
+
+/// Items already written in place into objects staged for this client
+/// (`staged`, one region each, in order; a staged state dict's commit):
+/// committed with the put's items, moved by nobody. If the commit is
+/// refused, their regions go back.
+struct InPlace {
+  std::vector<PutItem> items;
+  StagedRegions staged;
+};
+
+/// A rank's part of a sharded state dict: every key of it (sorted;
+/// committed together by put_shards once all are covered) and the digest
+/// of its layout.
+struct ShardGroup {
+  std::vector<std::string> members;
+  std::uint64_t layout = 0;
+};
+
+/// A state dict's put: its items, committed as the state dict `under`
+/// (the commit also removes every other key of the state dict it
+/// replaces, replace_atom), and what its kind adds: objects written in
+/// place, a loan (direct publishing), or one rank's part of a sharded
+/// state dict.
+struct StateDictPut {
+  std::string op;  // the call, for messages
+  std::vector<PutItem> items;
+  std::string under;  // "" until the put is named (state_dicts::name_put)
+  /// The manifest's bytes, to announce the put as a stream of `under`
+  /// (readers copy each object as soon as it is filled). Empty: no stream.
   std::string stream_manifest;
-  /// A rank's part of the sharded state dict replace_under.front(): every
-  /// key of it (sorted; committed together by put_shards once all are
-  /// covered) and the digest of its layout. Empty: not one.
-  std::vector<std::string> group_members;
-  std::uint64_t group_layout = 0;
+  std::optional<InPlace> in_place;
+  std::optional<Loan> loan;
+  std::optional<ShardGroup> group;
 };
 
 /// tensor: a new Tensor; into: the caller's buffers; object: bytes; view:
@@ -179,7 +194,8 @@ struct GetCall {
   /// GetMode::into: a destination of another float dtype than the key's
   /// gets the elements converted as they are copied (ReadOptions::cast).
   bool cast = false;
-  /// As PutCall::guard, for the destinations (GetMode::into).
+  /// A cancellable call's guard (null: not cancellable): the destinations
+  /// (GetMode::into) are written only inside its entries.
   std::shared_ptr<internal::CallGuard> guard;
   std::shared_ptr<Promise<GetOutput>> promise;
 };
@@ -281,19 +297,19 @@ struct ClientConfig {
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
                         protocol::controller_actor controller, protocol::strategy_actor strategy);
 
-/// Direct publishing: lends `call`'s lent items to its lending volume
-/// (PutCall::lend_to, in this process) through the client actor at
-/// `client`, waiting at most `timeout`: the objects the volume made of
-/// them, in order (their loan token, PutCall::loan, goes with them). Only
-/// for threads other than the client actor's (the fast path's waiting
-/// thread). Errc::internal for items that cannot be lent (not whole,
-/// contiguous and non-empty); the volume's refusal; nothing is lent then.
-Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, PutCall& call,
+/// Direct publishing: lends `loan`'s items to its lending volume
+/// (Loan::lend_to, in this process) through the client actor at `client`,
+/// waiting at most `timeout`: the objects the volume made of them, in
+/// order (the loan's token goes with them). Only for threads other than
+/// the client actor's (the fast path's waiting thread). Errc::internal for
+/// items that cannot be lent (not whole, contiguous and non-empty); the
+/// volume's refusal; nothing is lent then.
+Result<std::vector<wire::RegionRef>> lend_items(const caf::actor_addr& client, Loan& loan,
                                                 std::chrono::milliseconds timeout);
-/// Gives lent objects `lent` back to `call`'s lending volume (a put that
+/// Gives lent objects `lent` back to `loan`'s lending volume (a put that
 /// did not commit them): their memory returns to the publisher once no
 /// reader holds it. Fire and forget.
-void give_back_lent(const caf::actor_addr& client, const PutCall& call,
+void give_back_lent(const caf::actor_addr& client, const Loan& loan,
                     const std::vector<wire::RegionRef>& lent);
 
 }  // namespace meshstore::client

@@ -25,7 +25,7 @@
 
 namespace meshstore::client {
 
-/// A cancellable call's buffers (PutCall::guard, GetCall::guard; null: not
+/// A cancellable call's buffers (GetCall::guard; null: not
 /// cancellable): touch them only between touch_begin (false: cancelled,
 /// stop) and touch_end, and commit only after may_commit.
 inline bool touch_begin(const std::shared_ptr<internal::CallGuard>& g) { return !g || g->enter(); }

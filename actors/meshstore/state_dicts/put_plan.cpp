@@ -115,12 +115,13 @@ std::shared_ptr<const Snapshot> lay_out_now(const StateDict& sd, const StateDict
 // checksum), and the keys that commit together.
 void set_group(PreparedPut& p, const Manifest& m) {
   const auto& bytes = p.call.stream_manifest;
-  p.call.group_layout = content_checksum(TensorView(const_cast<char*>(bytes.data()), DType::uint8,
-                                                    {static_cast<std::int64_t>(bytes.size())}));
-  p.call.group_members.push_back("");
-  for (std::size_t b = 0; b < m.buckets(); ++b) p.call.group_members.push_back(blob_key("", b));
+  auto& group = p.call.group.emplace();
+  group.layout = content_checksum(TensorView(const_cast<char*>(bytes.data()), DType::uint8,
+                                             {static_cast<std::int64_t>(bytes.size())}));
+  group.members.push_back("");
+  for (std::size_t b = 0; b < m.buckets(); ++b) group.members.push_back(blob_key("", b));
   for (const auto& me : m.entries) {
-    if (me.kind != EntryKind::packed) p.call.group_members.push_back("/" + me.name);
+    if (me.kind != EntryKind::packed) group.members.push_back("/" + me.name);
   }
 }
 
@@ -280,37 +281,42 @@ Status name_put(const std::string& key, PreparedPut& p,
     MESHSTORE_RETURN_IF_ERROR(check_key(op, item.key));
     if (manifest_version && item.key == key) item.expect_version = *manifest_version;
   }
-  for (auto& item : p.call.lent_items) {
-    item.key = key + item.key;
-    MESHSTORE_RETURN_IF_ERROR(check_key(op, item.key));
+  if (p.call.loan) {
+    for (auto& item : p.call.loan->items) {
+      item.key = key + item.key;
+      MESHSTORE_RETURN_IF_ERROR(check_key(op, item.key));
+    }
   }
-  for (auto& m : p.call.group_members) {
-    m = key + m;
-    MESHSTORE_RETURN_IF_ERROR(check_key(op, m));
+  if (p.call.group) {
+    auto& members = p.call.group->members;
+    for (auto& m : members) {
+      m = key + m;
+      MESHSTORE_RETURN_IF_ERROR(check_key(op, m));
+    }
+    std::sort(members.begin(), members.end());
   }
-  std::sort(p.call.group_members.begin(), p.call.group_members.end());
-  p.call.replace_under = {key};
+  p.call.under = key;
   return Status();
 }
 
 Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPut> p,
                        const std::weak_ptr<client::FastPath>& fast,
                        std::chrono::milliseconds timeout) {
-  const std::string what = p->call.op + " '" + p->call.replace_under.front() + "'";
+  const std::string what = p->call.op + " '" + p->call.under + "'";
   auto live = fast.lock();
   if (!live) return client::closed_future<void>(what);
   client::FastPath* raw = live.get();  // its waiting thread's jobs end before it goes
   return on_waiting_thread<void>(*raw, what, [client, p, raw, timeout, what]() -> Result<void> {
     std::vector<wire::RegionRef> lent;
-    if (!p->call.lent_items.empty()) {
-      auto made = client::lend_items(client, p->call, timeout);
+    if (p->call.loan) {
+      auto made = client::lend_items(client, *p->call.loan, timeout);
       if (!made.ok()) return made.status().with_context(what);
       lent = std::move(made).value();
     }
     auto done = put_on_caller_thread(*raw, p->call, timeout, nullptr, &lent);
     const Status s = done ? *done : Status(Errc::internal, what + ": the channel's put left it");
     if (s.ok()) return Result<void>();
-    client::give_back_lent(client, p->call, lent);  // not committed: back to the publisher
+    if (p->call.loan) client::give_back_lent(client, *p->call.loan, lent);  // back to the publisher
     return s;
   });
 }
@@ -336,24 +342,22 @@ std::optional<Status> put_committed(client::FastPath& fast, const client::Channe
 
 }  // namespace
 
-bool takes_caller_thread(const client::PutCall& call) {
-  return call.lent_items.empty() && call.staged_items.empty();
-}
+bool takes_caller_thread(const client::StateDictPut& call) { return !call.loan && !call.in_place; }
 
-std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client::PutCall& call,
+std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client::StateDictPut& call,
                                            std::chrono::milliseconds timeout, bool* defer,
                                            const std::vector<wire::RegionRef>* lent) {
-  if (call.replace_under.size() != 1 || !call.staged_items.empty()) return std::nullopt;
-  const std::string& under = call.replace_under.front();
-  if (!call.lent_items.empty() && (!lent || lent->size() != call.lent_items.size())) {
+  if (call.under.empty() || call.in_place) return std::nullopt;
+  const std::string& under = call.under;
+  if (call.loan && (!lent || lent->size() != call.loan->items.size())) {
     return Status(Errc::internal, call.op + " '" + under + "': lent items that were not lent");
   }
   client::ChannelPut c;
   c.items = call.items;
-  if (!call.lent_items.empty()) {
-    c.lent_items = call.lent_items;
+  if (call.loan) {
+    c.lent_items = call.loan->items;
     c.lent_regions = *lent;
-    c.lent_on = call.lend_volume;
+    c.lent_on = call.loan->volume;
     c.staged_group = under;
   }
   c.groups.assign(c.items.size(), under);
@@ -363,13 +367,13 @@ std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client:
   c.stream_manifest = call.stream_manifest;
   // A refusal, or no channel, is the put's answer.
   c.refusals_final = true;
-  if (!call.group_members.empty()) {
+  if (call.group) {
     // One rank's part of a sharded state dict: its keys commit together
     // once every rank's shards cover them (the controller's put_shards).
     c.sharded = true;
     c.group = under;
-    c.members = call.group_members;
-    c.layout = call.group_layout;
+    c.members = call.group->members;
+    c.layout = call.group->layout;
     c.slot.push_back('\0');  // apart from a whole put of the same key
     return put_committed(fast, c, timeout, defer);
   }

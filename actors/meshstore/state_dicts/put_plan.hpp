@@ -29,7 +29,7 @@ namespace meshstore::state_dicts {
 // relative ("" for the manifest, "/NAME" for entries, "#packed" for the
 // blob) until put_prepared() gives them their key.
 struct PreparedPut {
-  client::PutCall call;
+  client::StateDictPut call;
 };
 
 // One rank's part of a sharded state dict (put_sharded_state_dict).
@@ -77,7 +77,7 @@ Future<void> put_named(const caf::actor_addr& client, std::shared_ptr<PreparedPu
 // (client::put_over_channel) as it is: no lent items (lent first:
 // put_named) or in-place items (a staged state dict's commit names those
 // itself). Sharded groups and streamed puts take it too.
-bool takes_caller_thread(const client::PutCall& call);
+bool takes_caller_thread(const client::StateDictPut& call);
 
 // put_state_dict's prepared put on the caller's thread, through
 // client::put_over_channel (`defer` as there): its manifest only over the
@@ -87,7 +87,7 @@ bool takes_caller_thread(const client::PutCall& call);
 // answer (ChannelPut::refusals_final). `lent`: the objects its lent items
 // were lent as (client::lend_items), committed with it; a put with lent
 // items and none is refused (Errc::internal).
-std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client::PutCall& call,
+std::optional<Status> put_on_caller_thread(client::FastPath& fast, const client::StateDictPut& call,
                                            std::chrono::milliseconds timeout, bool* defer = nullptr,
                                            const std::vector<wire::RegionRef>* lent = nullptr);
 

@@ -86,21 +86,23 @@ struct StagedStateDict::Impl {
   // channel, from its waiting thread (refused, a publish's fence say: the
   // objects go back and the refusal is the answer).
   static Future<std::vector<std::uint64_t>> put_staged(const std::shared_ptr<Impl>& self,
-                                                       client::PutCall call) {
+                                                       client::StateDictPut call) {
     const std::string what = self->op + " '" + self->key + "'";
     auto live = self->pub.fast.lock();
     if (!live) return client::closed_future<std::vector<std::uint64_t>>(what);
     client::FastPath* raw = live.get();
-    auto shared = std::make_shared<client::PutCall>(std::move(call));
+    auto shared = std::make_shared<client::StateDictPut>(std::move(call));
     return state_dicts::on_waiting_thread<std::vector<std::uint64_t>>(
         *raw, what, [self, raw, shared, what]() -> Result<std::vector<std::uint64_t>> {
           client::ChannelPut c;
           c.items = shared->items;
           c.groups.assign(c.items.size(), self->key);
-          c.prefixes = shared->replace_under;
-          c.staged_items = shared->staged_items;
-          c.staged_regions = shared->staged.regions;
-          c.staged_on = shared->staged.volume_id;
+          c.prefixes = {shared->under};
+          if (shared->in_place) {
+            c.staged_items = shared->in_place->items;
+            c.staged_regions = shared->in_place->staged.regions;
+            c.staged_on = shared->in_place->staged.volume_id;
+          }
           c.staged_group = self->key;
           c.slot = std::string(3, '\0') + self->key;  // keeps nothing staged
           c.what = what;
@@ -133,7 +135,7 @@ struct StagedStateDict::Impl {
     Manifest m;
     m.packed_bytes = layout.packed_bytes;
     m.bucket_starts = layout.bucket_starts;
-    client::PutCall call;
+    client::StateDictPut call;
     call.op = op;
     for (const auto& e : sd.entries()) {
       if (!e.is_tensor()) {
@@ -164,13 +166,12 @@ struct StagedStateDict::Impl {
     // stored it first.
     if (!pub.prefix.empty()) call.items.front().expect_version = 0;
     if (zero_copy) {
-      call.staged_items = items;
-      call.staged = staged;
+      call.in_place = client::InPlace{items, staged};
     } else {
       call.items.insert(call.items.end(), items.begin(), items.end());
       call.stream_manifest = manifest;  // readers may stream the copy-in
     }
-    call.replace_under = {key};
+    call.under = key;
     auto put = put_staged(self, std::move(call));
     // `self` keeps private buffers alive until the put has read them.
     auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));

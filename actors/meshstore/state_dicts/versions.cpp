@@ -140,7 +140,7 @@ Future<std::uint64_t> publish_prepared(const caf::actor_addr& client, const std:
   auto done = std::make_shared<Promise<std::uint64_t>>(Status(Errc::shutdown, op + ": dropped"));
   pointer_at(client, prefix, op).on_complete([=](const Result<Pointer>& ptr) {
     if (!ptr.ok()) {
-      prepared->call.loan.reset();  // nothing will be put
+      if (prepared->call.loan) prepared->call.loan->token.reset();  // nothing will be put
       return (void)done->set_error(ptr.status());
     }
     const std::uint64_t next = ptr->value + 1;

@@ -293,7 +293,7 @@ class SharedMappings {
 // The items that can be lent: the caller's own whole, contiguous, non-empty
 // tensors, stored as they are, in host memory (`gpu` false) or on a GPU
 // (not a packed bucket, which is gathered from many).
-std::vector<std::size_t> lendable_items(const client::PutCall& call, bool gpu) {
+std::vector<std::size_t> lendable_items(const client::StateDictPut& call, bool gpu) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < call.items.size(); ++i) {
     const auto& item = call.items[i];
@@ -306,10 +306,10 @@ std::vector<std::size_t> lendable_items(const client::PutCall& call, bool gpu) {
   return out;
 }
 
-// Moves items `lent` (ascending) of the put to its lent items, with their
+// Moves items `lent` (ascending) of the put to `loan`'s items, with their
 // shared-memory places when `places` has them; answers the bytes lent.
-std::uint64_t move_lent(client::PutCall& call, const std::vector<std::size_t>& lent,
-                        const std::vector<ShmPlace>& places) {
+std::uint64_t move_lent(client::StateDictPut& call, const std::vector<std::size_t>& lent,
+                        const std::vector<ShmPlace>& places, client::Loan& loan) {
   std::vector<client::PutItem> keep;
   std::uint64_t bytes = 0;
   std::size_t next = 0;
@@ -317,10 +317,10 @@ std::uint64_t move_lent(client::PutCall& call, const std::vector<std::size_t>& l
     if (next < lent.size() && lent[next] == i) {
       bytes += call.items[i].view.nbytes();
       if (next < places.size()) {
-        call.lent_segments.push_back(places[next].segment);
-        call.lent_offsets.push_back(places[next].offset);
+        loan.segments.push_back(places[next].segment);
+        loan.offsets.push_back(places[next].offset);
       }
-      call.lent_items.push_back(std::move(call.items[i]));
+      loan.items.push_back(std::move(call.items[i]));
       ++next;
     } else {
       keep.push_back(std::move(call.items[i]));
@@ -364,7 +364,8 @@ struct LendPlan {
 // on this host, so the store does not pick it by itself). Buffers that all
 // lie in named shared memory are lent through a volume that offers shm
 // too: readers on this host map them.
-LendPlan plan_lending(const client::PutCall& call, PublishMode mode, const std::string& forced) {
+LendPlan plan_lending(const client::StateDictPut& call, PublishMode mode,
+                      const std::string& forced) {
   LendPlan plan;
   plan.items = lendable_items(call, false);
   plan.gpu = plan.items.empty() && mode == PublishMode::direct;
@@ -400,26 +401,28 @@ LendPlan plan_lending(const client::PutCall& call, PublishMode mode, const std::
 // pub.returned() when the last lent region goes. `entries` are what
 // retain copies (GPU ones the store staged on the host included), kept
 // with their `staging`.
-void lend(PubImpl& pub, client::PutCall& call, const LendPlan& plan,
+void lend(PubImpl& pub, client::StateDictPut& call, const LendPlan& plan,
           const protocol::storage_volume_actor& lender, const std::string& volume_id,
           const StateDict& entries, std::shared_ptr<const void> staging) {
-  pub.lent_bytes = move_lent(call, plan.items, plan.in_shm ? plan.places : std::vector<ShmPlace>{});
+  auto& loan = call.loan.emplace();
+  pub.lent_bytes =
+      move_lent(call, plan.items, plan.in_shm ? plan.places : std::vector<ShmPlace>{}, loan);
   pub.mode = PublishMode::direct;
-  call.lend_to = lender;
-  call.lend_volume = volume_id;
+  loan.lend_to = lender;
+  loan.volume = volume_id;
   // No stream: the lent tensors are whole from the start and the rest is
   // small, so readers gain nothing from following the put, and a stream's
   // reads come from one volume.
   call.stream_manifest.clear();
   auto back = std::make_shared<Promise<void>>();
   pub.returned = back->future();
-  call.loan = std::shared_ptr<const void>(new char(0), [back](const char* p) {
+  loan.token = std::shared_ptr<const void>(new char(0), [back](const char* p) {
     delete p;
     back->set_value();
   });
   if (pub.options.revoke_on_timeout) {
     static std::atomic<std::uint64_t> loans{0};
-    pub.loan = call.revocable_loan = ++loans;
+    pub.loan = loan.revocable = ++loans;
     pub.lender = lender.address();
   }
   for (const auto& e : entries.entries()) {
