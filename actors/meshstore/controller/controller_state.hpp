@@ -173,7 +173,36 @@ caf::result<std::vector<std::string>> evict(controller_pointer self, const std::
                                             std::uint64_t bytes);
 /// A volume went down: its bytes are gone, so are the keys it held.
 void volume_down(controller_pointer self, const caf::down_msg& msg);
-/// Removes `keys` (controller.cpp); the volumes free the objects (discard)
+// -- commits and removals (controller/commits.cpp) ----------------------------
+
+/// Commits whole-key `records` (validated as a whole, each against its
+/// expect_version, then applied as a whole): a version each.
+Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
+                                                const std::vector<wire::KeyRecord>& records);
+/// One sharded put's shards (or a sharded state dict's, as group `group`
+/// of `members`, `layout`): each key its shards now cover commits (a
+/// group's all at once). A version per record: 0 for a key still waiting.
+Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
+                                              const std::vector<wire::KeyRecord>& records,
+                                              const std::string& group,
+                                              const std::vector<std::string>& members,
+                                              std::uint64_t layout);
+/// Removes the keys of the groups under `prefixes` that `records` (just
+/// committed) did not write.
+void replace_groups(controller_pointer self, const std::vector<wire::KeyRecord>& records,
+                    const std::vector<std::string>& prefixes, Verdict verdict = Verdict::release);
+/// The keys of the state dict P (its manifest, buckets and entries) for
+/// each P of `prefixes`, except `kept`.
+std::vector<std::string> group_keys(const ControllerState& st,
+                                    const std::vector<std::string>& prefixes,
+                                    const std::set<std::string>& kept);
+/// The keys that go with `key` when it is removed (a manifest's group, a
+/// version pointer's versions with theirs).
+std::vector<std::string> written_with(const ControllerState& st, const std::string& key);
+/// Drops `keys` from the index; their objects go into `released`.
+wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>& keys,
+                            std::map<std::string, std::vector<std::uint64_t>>& released);
+/// Removes `keys`; the volumes free the objects (discard)
 /// or keep their memory for the next version (release). With `whole`, a
 /// state dict's manifest among them takes the keys written with it along;
 /// the reply counts only `keys`.
