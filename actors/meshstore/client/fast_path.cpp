@@ -1,5 +1,5 @@
-// The fast path for small gets and puts: the rings, read and put through
-// the client's location cache.
+// The fast path for small gets and puts: the channels, and reads through
+// the client's location cache (commits and staging: fast_path_commits.cpp).
 
 #include "meshstore/client/fast_path.hpp"
 
@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshstore/client/fast_path_channel.hpp"
 #include "meshstore/internal/thread_name.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/fast_get.hpp"
@@ -17,106 +18,6 @@
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::client {
-
-namespace {
-
-// The least recently used entry of `map` (not empty), whose values count
-// their use in `used`.
-template <class Map>
-typename Map::iterator least_recent(Map& map) {
-  return std::min_element(map.begin(), map.end(), [](const auto& a, const auto& b) {
-    return a.second.used < b.second.used;
-  });
-}
-
-}  // namespace
-
-// One channel to a volume and what a caller needs to use it, one request
-// at a time: a ring (same host) or small operations (tcp's own connection,
-// else actor messages; each request prefixed with the token the client
-// attached with). A ring's
-// volume is also read directly, through the shm transport.
-struct FastPath::Channel {
-  std::mutex mu;  // held for a whole request and its reply
-  std::unique_ptr<transports::shm::Ring> ring;
-  // Whether a request failed: then the volume may still be working on it,
-  // so the channel is never used again (under `mu`).
-  bool failed = false;
-  std::shared_ptr<transports::Transport> shm;  // direct reads; null: none
-  // The controller's process (FastPath::watch_controller), copied here so a
-  // direct read needs no lock for it; null: not watched.
-  std::shared_ptr<const transports::shm::ProcessWatch> controller;
-  // Whether `entry` is read straight from this volume's shared memory.
-  bool direct(const Entry& entry) const { return shm && !entry.place.empty(); }
-  // Where `entry`'s object lies in that memory, with its tag; none (no tag)
-  // when the controller's process exited, the volume's did, or the place
-  // is not the volume's region.
-  transports::Transport::TaggedBytes tagged(const Entry& entry) const {
-    if (controller && !controller->alive()) return {};
-    wire::RegionRef ref;
-    ref.region_id = entry.object_id;
-    ref.nbytes = entry.nbytes;
-    ref.described.emplace("shm", entry.place);
-    return shm->tagged_bytes(ref);
-  }
-  std::unique_ptr<transports::SmallOps> remote;
-  std::uint64_t token = 0;                           // remote only
-  std::shared_ptr<transports::Transport> transport;  // remote only: writes staged objects
-  std::uint64_t next_tag = 1;
-  std::vector<std::byte> request;  // reused encoding buffer (remote: after the token)
-
-  // The largest message it carries (a larger request goes in parts).
-  std::size_t max_request() const {
-    return ring ? ring->slot_bytes() : transports::kMaxSmallOpBytes - sizeof(token);
-  }
-  // The largest object a get over it asks for: its reply is one message
-  // (a ring slot; a small operation's 1 MiB across hosts).
-  std::uint64_t max_get() const {
-    return ring ? protocol::limits::kRingReadBytes
-                : transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes;
-  }
-  // Sends `request` and waits for its reply (the caller holds `mu`), in
-  // parts when it or its reply is larger than a message
-  // (fast_get::exchange_in_parts). `*sent` (when given) is false when the
-  // request certainly did not reach the volume (a ring's send that failed
-  // enqueues nothing); a remote request may have whenever it fails.
-  Result<std::vector<std::byte>> exchange(std::chrono::steady_clock::time_point deadline,
-                                          bool* sent = nullptr) {
-    return protocol::fast_get::exchange_in_parts(
-        request.data(), request.size(), max_request(),
-        [&](const std::byte* p, std::size_t n, bool* left) {
-          return exchange_one(p, n, deadline, left);
-        },
-        sent);
-  }
-
- private:
-  // One message and its reply; over a ring under a new tag, passing over
-  // late replies to abandoned requests.
-  Result<std::vector<std::byte>> exchange_one(const std::byte* p, std::size_t n,
-                                              std::chrono::steady_clock::time_point deadline,
-                                              bool* sent) {
-    if (sent) *sent = true;
-    if (remote) {
-      framed.resize(sizeof(token) + n);
-      std::memcpy(framed.data(), &token, sizeof(token));
-      std::memcpy(framed.data() + sizeof(token), p, n);
-      return remote->exchange(framed.data(), framed.size(), deadline);
-    }
-    const std::uint64_t tag = next_tag++;
-    if (auto s = ring->send(tag, p, n, deadline); !s.ok()) {
-      if (sent) *sent = false;
-      return s;
-    }
-    for (;;) {
-      auto m = ring->receive(deadline);
-      if (!m.ok()) return m.status();
-      if (m->tag == tag) return std::move(m->bytes);
-    }
-  }
-
-  std::vector<std::byte> framed;  // token + request (remote)
-};
 
 void FastPath::set_home(const std::string& volume_id) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -503,147 +404,6 @@ std::size_t FastPath::request_room(const std::string& volume_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = rings_.find(volume_id);
   return r == rings_.end() ? 0 : r->second->max_request();
-}
-
-Result<protocol::fast_get::CommitDone> FastPath::commit(const std::string& volume_id,
-                                                        protocol::fast_get::CommitRequest& req,
-                                                        std::chrono::milliseconds timeout,
-                                                        bool* sent, bool* refused) {
-  *sent = false;
-  *refused = false;
-  std::shared_ptr<Channel> channel;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto r = rings_.find(volume_id);
-    if (closed_ || r == rings_.end()) {
-      return Status(Errc::unavailable, "no channel to volume '" + volume_id + "'");
-    }
-    channel = r->second;
-  }
-  std::unique_lock<std::mutex> lock(channel->mu);
-  if (channel->failed) return Status(Errc::unavailable, "the channel failed");
-  // Identified where it can be sent again (resend): across hosts. A
-  // ring's commit is not (the volume then keeps nothing for it).
-  const bool resendable = channel->remote && channel->transport;
-  while (resendable && req.id == 0)
-    req.id = next_commit_id_.fetch_add(1, std::memory_order_relaxed);
-  protocol::fast_get::encode_into(req, channel->request);
-  if (channel->request.size() > protocol::fast_get::kMaxAssembledBytes) {
-    return Status(Errc::unsupported, "a commit of " + std::to_string(channel->request.size()) +
-                                         " bytes is over the " +
-                                         std::to_string(protocol::fast_get::kMaxAssembledBytes) +
-                                         " one request may take");
-  }
-  auto fail = [&](const Status& s) {
-    close_failed(volume_id, channel, s);
-    return s;
-  };
-  auto m = channel->exchange(std::chrono::steady_clock::now() + timeout, sent);
-  if (!m.ok()) {
-    const Status why = fail(m.status());
-    if (!*sent || req.id == 0) return why;
-    // It may have landed: the same request again, with its id.
-    auto again = resend(volume_id, *channel, timeout);
-    if (!again) return why;
-    if (!again->ok()) {
-      return Status(why.code(), why.message() + "; sent again: " + again->status().to_string());
-    }
-    m = std::move(*again);
-  }
-  const auto inlined = static_cast<std::size_t>(
-      std::count_if(req.inlined.begin(), req.inlined.end(), [](const auto& b) { return b; }));
-  auto done = protocol::fast_get::decode_commit_reply(*m, req.records.size(), inlined,
-                                                      req.stage.size(), refused, req.sharded);
-  // A reply that does not decode: the ring is not to be trusted.
-  if (!done.ok() && !*refused) return fail(done.status());
-  return done;
-}
-
-std::optional<Result<std::vector<std::byte>>> FastPath::resend(const std::string& volume_id,
-                                                               const Channel& failed,
-                                                               std::chrono::milliseconds timeout) {
-  if (!failed.remote || !failed.transport) return std::nullopt;
-  resent_commits_.fetch_add(1, std::memory_order_relaxed);
-  // Its connect and handshake take at most the transport's request timeout.
-  auto ops = failed.transport->open_small_ops();  // the volume knows the client by its token
-  if (!ops.ok()) return std::nullopt;
-  auto fresh = std::make_shared<Channel>();
-  fresh->remote = std::move(ops).value();
-  fresh->token = failed.token;
-  fresh->transport = failed.transport;
-  std::lock_guard<std::mutex> lock(fresh->mu);
-  fresh->request = failed.request;
-  auto m = fresh->exchange(std::chrono::steady_clock::now() + timeout);
-  if (!m.ok()) return Result<std::vector<std::byte>>(m.status());
-  {
-    // The new connection is the volume's channel from now on.
-    std::lock_guard<std::mutex> guard(mu_);
-    if (!closed_ && rings_.count(volume_id) == 0) {
-      rings_[volume_id] = fresh;
-      failed_.erase(volume_id);
-    }
-  }
-  return Result<std::vector<std::byte>>(std::move(m).value());
-}
-
-bool FastPath::note_layout(const std::string& under, const std::vector<std::uint64_t>& sizes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& n = noted_[under];
-  const bool repeated = n.sizes == sizes;
-  if (!repeated) n.sizes = sizes;
-  n.used = ++clock_;
-  constexpr std::size_t kMaxNoted = 64;
-  if (noted_.size() > kMaxNoted) noted_.erase(least_recent(noted_));
-  return repeated;
-}
-
-std::optional<FastPath::Staging> FastPath::take_staging(const std::string& under) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = kept_.find(under);
-  if (it == kept_.end()) return std::nullopt;
-  auto s = std::move(it->second.staging);
-  kept_.erase(it);
-  return s;
-}
-
-void FastPath::keep_staging(const std::string& under, Staging s,
-                            std::chrono::milliseconds timeout) {
-  std::vector<Staging> displaced;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || rings_.count(s.volume_id) == 0) {
-      displaced.push_back(std::move(s));
-    } else {
-      auto it = kept_.find(under);
-      if (it != kept_.end()) {
-        displaced.push_back(std::move(it->second.staging));
-        kept_.erase(it);
-      }
-      while (kept_.size() >= protocol::limits::kStagedAheadCount) {
-        auto oldest = least_recent(kept_);
-        displaced.push_back(std::move(oldest->second.staging));
-        kept_.erase(oldest);
-      }
-      kept_[under] = Kept{std::move(s), ++clock_};
-    }
-  }
-  for (const auto& d : displaced) give_back(d, timeout);
-}
-
-void FastPath::give_back(const Staging& s, std::chrono::milliseconds timeout) {
-  for (std::size_t at = 0; at < s.regions.size(); at += protocol::fast_get::kMaxCommitRecords) {
-    const std::size_t end = std::min(s.regions.size(), at + protocol::fast_get::kMaxCommitRecords);
-    protocol::fast_get::CommitRequest req;
-    for (std::size_t i = at; i < end; ++i) req.release.push_back(s.regions[i].region_id);
-    bool sent = false, refused = false;
-    auto done = commit(s.volume_id, req, timeout, &sent, &refused);
-    if (done.ok()) continue;
-    if (done.status().code() != Errc::unavailable) {
-      log::get("client")->info("staged objects on volume '{}' not given back: {}", s.volume_id,
-                               done.status().to_string());
-    }
-    return;  // the rest go with this client
-  }
 }
 
 FastPath::Stats FastPath::stats() const {
