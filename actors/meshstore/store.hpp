@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "meshstore/dtype.hpp"
-#include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/object_format.hpp"
 #include "meshstore/placement.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "meshstore/errc.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::python {
 

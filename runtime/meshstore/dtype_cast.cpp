@@ -1,7 +1,7 @@
-#include "meshstore/dtype_cast.hpp"
-
 #include <cstring>
 #include <vector>
+
+#include "meshstore/tensor.hpp"
 
 namespace meshstore {
 

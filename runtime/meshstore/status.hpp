@@ -1,12 +1,76 @@
 #pragma once
 
+// Errc and Status: every call's outcome.
+
+#include <cstdint>
 #include <memory>
 #include <ostream>
 #include <string>
-
-#include "meshstore/errc.hpp"
+#include <string_view>
 
 namespace meshstore {
+
+/// Error codes carried by every Status. The numeric values are stable: they
+/// travel in the wire schema and may be stored, so a code is never renumbered
+/// or reused. New codes are appended.
+enum class Errc : std::int32_t {
+  /// Success.
+  ok = 0,
+  /// A public call got bad input (empty key, null data, bad option, ...).
+  invalid_argument = 1,
+  /// The key (or object, or volume) does not exist.
+  not_found = 2,
+  /// The stored dtype differs from the one the caller expects.
+  dtype_mismatch = 3,
+  /// The stored shape differs from the one the caller expects.
+  shape_mismatch = 4,
+  /// A slice, offset or length lies outside the tensor or region.
+  out_of_range = 5,
+  /// A storage volume cannot hold the bytes it was asked to store.
+  out_of_capacity = 6,
+  /// An operation did not finish within its deadline.
+  timeout = 7,
+  /// The store was closed before or while the operation ran.
+  shutdown = 8,
+  /// A Promise was destroyed without being completed.
+  broken_promise = 9,
+  /// A peer (controller, volume, transport endpoint) is unreachable or dead.
+  unavailable = 10,
+  /// A sharded key is not fully written yet: some regions are missing.
+  partially_committed = 11,
+  /// A transport failed to move bytes.
+  transport_error = 12,
+  /// A message on the wire was malformed or unexpected.
+  protocol_error = 13,
+  /// An operating-system or file operation failed.
+  io_error = 14,
+  /// The key holds an object where a tensor was expected, or the reverse.
+  wrong_kind = 15,
+  /// The requested feature or transport is not available here.
+  unsupported = 16,
+  /// The operation lost a race with concurrent writers too many times.
+  conflict = 17,
+  /// An invariant inside meshstore broke: a bug, please report it.
+  internal = 18,
+  /// A caller's wait gave up (Future::get with a timeout): the operation
+  /// itself is still running and its future can be waited on again. Not
+  /// the operation's own deadline, which is Errc::timeout.
+  wait_timeout = 19,
+  /// A peer refused this process's credentials, or this process refused
+  /// the peer's: TLS on one side only, or a certificate the other side's
+  /// CA did not sign. The message names the reason.
+  unauthenticated = 20,
+  /// The caller cancelled the operation (Future::cancel) before it
+  /// committed: nothing of it is visible, and the caller's buffer is no
+  /// longer touched.
+  cancelled = 21,
+};
+
+/// The highest code; values above it off a wire are unknown codes.
+constexpr Errc kLastErrc = Errc::cancelled;
+
+/// The snake_case name of a code, for example "not_found".
+std::string_view errc_name(Errc code) noexcept;
 
 /// The outcome of an operation: Errc::ok, or an error code with a message
 /// that says what was wrong and on which key, for example

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "meshstore/client/client.hpp"
-#include "meshstore/dtype_cast.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

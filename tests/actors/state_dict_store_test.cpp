@@ -8,8 +8,8 @@
 #include <set>
 #include <thread>
 
-#include "meshstore/dtype_cast.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "testing/test_util.hpp"
 

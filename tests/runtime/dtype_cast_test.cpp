@@ -1,10 +1,9 @@
-#include "meshstore/dtype_cast.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "meshstore/tensor.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

@@ -10,7 +10,6 @@
 
 #include "meshstore/client/client.hpp"
 #include "meshstore/client/fast_path.hpp"
-#include "meshstore/errc.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/internal/call_guard.hpp"
 #include "meshstore/status.hpp"

@@ -14,8 +14,8 @@
 #include "meshstore/client/locations.hpp"
 #include "meshstore/client/unpack.hpp"
 #include "meshstore/client/volume_reads.hpp"
-#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/tensor.hpp"
 
 namespace meshstore::client {
 

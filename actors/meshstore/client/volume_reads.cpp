@@ -13,9 +13,9 @@
 #include "meshstore/client/box.hpp"
 #include "meshstore/client/connections.hpp"
 #include "meshstore/client/device_pieces.hpp"
-#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/placement.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::client {

@@ -10,12 +10,12 @@
 #include "meshstore/client/calls.hpp"
 #include "meshstore/client/channel_put.hpp"
 #include "meshstore/client/fast_path.hpp"
-#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/protocol/checks.hpp"
 #include "meshstore/protocol/fast_get.hpp"
 #include "meshstore/state_dicts/client_calls.hpp"
 #include "meshstore/state_dicts/manifest.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::state_dicts {

@@ -8,10 +8,10 @@
 #include <functional>
 
 #include "meshstore/client/fast_path.hpp"
-#include "meshstore/dtype_cast.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/state_dicts/scratch_pool.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::state_dicts {
