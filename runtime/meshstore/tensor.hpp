@@ -173,10 +173,12 @@ void unpack_from(const void* src, const TensorView& dst) noexcept;
 std::uint64_t content_checksum(const TensorView& view);
 
 // -- casts between floating dtypes -------------------------------------------
-// Casts between floating dtypes, for moving tensors in a narrower dtype than
-// they are held in (fp32 master weights published as bf16). Rounding is
-// round-to-nearest-even, bit-exact with PyTorch's and numpy's conversions;
-// NaN stays NaN (quiet), overflow becomes infinity.
+//
+// For moving tensors in a narrower dtype than they are held in (fp32 master
+// weights published as bf16). Rounding is round-to-nearest-even, bit-exact
+// with PyTorch's and numpy's conversions; NaN stays NaN (quiet), overflow
+// becomes infinity.
+
 /// float32 -> bfloat16 bits, round to nearest even.
 std::uint16_t float_to_bfloat16(float x) noexcept;
 /// float32 -> IEEE float16 bits, round to nearest even (subnormals kept).
