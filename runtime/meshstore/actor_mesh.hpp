@@ -109,6 +109,16 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
     std::string stopped;        // why, once stopped
     std::ptrdiff_t owner = -1;  // the owning mesh's id; -1 = the root
   };
+  // member_down's steps. Which supervised mesh and rank the member at
+  // `addr` is (false: none, a rank that departed, or the caller closing).
+  bool find_failed(const caf::actor_addr& addr, std::size_t& id, int& rank, Supervised& mesh) const;
+  // FailurePolicy::restart: spawned again while the window's budget lasts,
+  // else the mesh stops.
+  void restart(caf::event_based_actor* self, std::size_t id, const MeshFailure& f,
+               const Supervision& sup, const Respawn& respawn);
+  // FailurePolicy::propagate: up the ownership tree to the root handler;
+  // a failure no one takes ends the process.
+  void propagate(std::size_t id, const MeshFailure& f);
   // Stops mesh `id` and every mesh it owns.
   void stop_mesh(std::size_t id, const MeshFailure& f);
   void stop_mesh_locked(std::size_t id, const std::string& why);
@@ -123,7 +133,7 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   std::vector<int> departed_;           // ranks that left in good order
 };
 
-/// One place converting a rank's caf::error for meshes (defined in mesh.cpp).
+/// One place converting a rank's caf::error for meshes.
 Status mesh_rank_error(int rank, const caf::error& e);
 
 /// Inside a job on a caller actor: sends (xs...) to `target` (serving

@@ -99,6 +99,39 @@ void stop_job(agent_pointer self, Reaper& reaper, std::uint64_t id, std::chrono:
   reaper.stop(std::move(group), grace, std::move(then));
 }
 
+// A launch's processes: ranks [first, first + count) of `program`, each
+// with `env` ("NAME=value" entries) and its rank.
+Result<std::vector<internal::ProcessSpec>> launch_specs(const std::string& program,
+                                                        const std::vector<std::string>& args,
+                                                        const std::vector<std::string>& env,
+                                                        std::int32_t first, std::int32_t count) {
+  if (count < 1 || count > 1024 || first < 0 ||
+      first > std::numeric_limits<std::int32_t>::max() - count) {
+    return Status(Errc::invalid_argument,
+                  "agent: a launch wants 1 to 1024 ranks from a first rank in [0, 2^31 - 1 - "
+                  "count], got " +
+                      std::to_string(count) + " from " + std::to_string(first));
+  }
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (const auto& kv : env) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status(Errc::invalid_argument, "agent: malformed environment entry '" + kv + "'");
+    }
+    vars.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  std::vector<internal::ProcessSpec> specs;
+  for (std::int32_t i = 0; i < count; ++i) {
+    internal::ProcessSpec p;
+    p.program = program;
+    p.args = args;
+    p.env = vars;
+    p.env.emplace_back(kRankEnv, std::to_string(first + i));
+    specs.push_back(std::move(p));
+  }
+  return specs;
+}
+
 agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseconds grace,
                                       std::shared_ptr<Reaper> reaper) {
   // A controller that goes away takes its processes with it.
@@ -121,32 +154,14 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
       [=](agent_launch_atom, sink_actor sink, const std::string& program,
           const std::vector<std::string>& args, const std::vector<std::string>& env,
           std::int32_t first, std::int32_t count) -> caf::result<std::uint64_t> {
-        if (!sink || count < 1 || count > 1024 || first < 0 ||
-            first > std::numeric_limits<std::int32_t>::max() - count) {
+        if (!sink) {
           return internal::to_caf_error(
-              Status(Errc::invalid_argument,
-                     "agent: a launch wants a controller and 1 to 1024 ranks from a first rank "
-                     "in [0, 2^31 - 1 - count], got " +
-                         std::to_string(count) + " from " + std::to_string(first)));
+              Status(Errc::invalid_argument, "agent: a launch wants a controller"));
         }
-        std::vector<internal::ProcessSpec> specs;
-        for (std::int32_t i = 0; i < count; ++i) {
-          internal::ProcessSpec p;
-          p.program = program;
-          p.args = args;
-          for (const auto& kv : env) {
-            const auto eq = kv.find('=');
-            if (eq == std::string::npos || eq == 0) {
-              return internal::to_caf_error(Status(
-                  Errc::invalid_argument, "agent: malformed environment entry '" + kv + "'"));
-            }
-            p.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-          }
-          p.env.emplace_back(kRankEnv, std::to_string(first + i));
-          specs.push_back(std::move(p));
-        }
+        auto specs = launch_specs(program, args, env, first, count);
+        if (!specs.ok()) return internal::to_caf_error(specs.status());
         auto group = internal::ProcessGroup::start(
-            specs,
+            *specs,
             [sink, first](int i, bool is_stderr, const std::string& line) {
               caf::anon_send(sink, proc_output_atom::value, first + i, is_stderr, line);
             },

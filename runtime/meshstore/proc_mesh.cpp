@@ -9,14 +9,12 @@
 #include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
-#include "meshstore/internal/parse_int.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
@@ -97,96 +95,6 @@ sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
   };
 }
 
-// What serve() ends with, set once.
-struct Outcome {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status why;
-  void finish(Status s) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (done) return;
-    done = true;
-    why = std::move(s);
-    cv.notify_all();
-  }
-};
-
-struct ProcState {
-  static inline const char* name = "meshstore.proc";
-};
-
-// Joins the controller at `where` (hello), then serves it; a controller
-// that goes away, before or after the hello is answered, ends it.
-proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self, int rank,
-                                    controller_actor controller, std::string where,
-                                    std::string token, std::chrono::milliseconds timeout,
-                                    std::shared_ptr<Outcome> outcome) {
-  self->monitor(controller);
-  self->request(controller, timeout, proc_hello_atom::value, token, static_cast<std::int32_t>(rank),
-                static_cast<std::int32_t>(::getpid()), caf::actor_cast<proc_actor>(self))
-      .then([](bool) {},
-            [=](caf::error& e) {
-              outcome->finish(internal::from_caf_error(e, "ProcMesh::serve: joining " + where));
-              self->quit();
-            });
-  self->set_down_handler([=](caf::down_msg& m) {
-    outcome->finish(Status(Errc::unavailable, "the controller at " + where + " went away (" +
-                                                  caf::to_string(m.reason) + ")"));
-    self->quit();
-  });
-  // Its members go with it. (Not through self->state: a stateful actor's
-  // state is gone when its attached functors run.)
-  auto members = std::make_shared<std::vector<caf::actor>>();
-  self->attach_functor([members] {
-    for (auto& a : *members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  });
-  const std::string me = "rank " + std::to_string(rank);
-  return {
-      [=](proc_spawn_atom, const std::string& mesh, const std::string& type,
-          const std::vector<std::string>& interface,
-          caf::message& args) -> caf::result<caf::actor> {
-        const std::string what = "mesh '" + mesh + "', " + me;
-        const auto& factories = self->system().config().actor_factories;
-        auto it = factories.find(type);
-        if (it == factories.end()) {
-          std::string known;
-          for (const auto& [name, f] : factories) known += (known.empty() ? "" : ", ") + name;
-          return internal::to_caf_error(Status(
-              Errc::not_found,
-              what + ": no actor type '" + type +
-                  "' is registered there (registered: " + (known.empty() ? "none" : known) + ")"));
-        }
-        caf::actor_config cfg{self->context()};
-        auto made = it->second(cfg, args);
-        if (!made.first) {
-          return internal::to_caf_error(Status(
-              Errc::invalid_argument, what + ": actor type '" + type +
-                                          "' does not take the arguments " + caf::to_string(args) +
-                                          " (a rank, then the arguments spawn() was given)"));
-        }
-        const std::vector<std::string> has(made.second.begin(), made.second.end());
-        if (has != interface) {
-          caf::anon_send_exit(made.first, caf::exit_reason::user_shutdown);
-          return internal::to_caf_error(Status(
-              Errc::invalid_argument, what + ": actor type '" + type + "' has the interface " +
-                                          internal::interface_text(has) + ", not the handle's " +
-                                          internal::interface_text(interface)));
-        }
-        auto a = caf::actor_cast<caf::actor>(std::move(made.first));
-        members->push_back(a);
-        return a;
-      },
-      // No reply reaches the controller once this process is gone: it
-      // sends this without waiting, and watches the process exit.
-      [=](proc_stop_atom) {
-        outcome->finish(Status());
-        self->quit();
-        return true;
-      },
-  };
-}
-
 // On a mesh's caller: asks `proc` (the process of member `rank`) to spawn
 // it; `done` gets the actor or an error naming the rank, at once when the
 // process goes away meanwhile (a request to a dead remote actor would only
@@ -200,6 +108,50 @@ void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
   internal::watched_request<caf::actor>(self, proc, rank, timeout, who + ": its process ",
                                         std::move(done), proc_spawn_atom::value, mesh, type,
                                         interface, args);
+}
+
+// Waits for every member's spawn. On a failure, the members made are
+// stopped and the first failure is the answer.
+Result<std::vector<caf::actor>> gather_members(std::vector<Future<caf::actor>> replies,
+                                               std::chrono::milliseconds timeout) {
+  auto all = when_all(std::move(replies)).get(timeout);
+  std::vector<caf::actor> members;
+  Status failed;
+  if (!all.ok()) {
+    failed = all.status();
+  } else {
+    for (auto& r : *all) {
+      if (r.ok()) {
+        members.push_back(*r);
+      } else if (failed.ok()) {
+        failed = r.status();
+      }
+    }
+  }
+  if (failed.ok()) return members;
+  for (auto& a : members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  return failed;
+}
+
+// How supervision restarts member `rank` of a mesh: spawned again in the
+// same process, with the same arguments.
+internal::MeshCaller::Respawn restarter(std::vector<proc_actor> procs, std::string name,
+                                        std::string type, std::vector<std::string> interface,
+                                        std::function<caf::message(int)> args,
+                                        std::chrono::milliseconds timeout) {
+  return [procs = std::move(procs), name = std::move(name), type = std::move(type),
+          interface = std::move(interface), args = std::move(args),
+          timeout](caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
+    spawn_on(self, procs[static_cast<std::size_t>(rank)], rank, timeout, name, type, interface,
+             args(rank), [done, name, rank](Result<caf::actor> a) {
+               if (!a.ok()) {
+                 log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank,
+                                        a.status().to_string());
+                 return done(caf::actor());
+               }
+               done(std::move(a).value());
+             });
+  };
 }
 
 std::string this_program() {
@@ -415,120 +367,10 @@ Status ProcMesh::Shared::wait_joined(const char* what, const std::string& progra
   }
 }
 
-namespace {
-// serve()'s runtime, while it runs (weak: serve owns it).
-std::mutex g_worker_mu;
-std::weak_ptr<internal::ActorRuntime> g_worker_runtime;
-std::vector<std::function<void()>> g_worker_exit_hooks;
-}  // namespace
-
-void internal::at_worker_exit(std::function<void()> hook) {
-  std::lock_guard<std::mutex> lock(g_worker_mu);
-  g_worker_exit_hooks.push_back(std::move(hook));
-}
-
 std::shared_ptr<internal::ActorRuntime> internal::proc_runtime(const ProcMesh& procs) {
   if (!procs.shared_) return nullptr;
   std::lock_guard<std::mutex> lock(procs.shared_->mu);
   return procs.shared_->stopped ? nullptr : procs.shared_->runtime;
-}
-
-std::shared_ptr<internal::ActorRuntime> internal::worker_runtime() {
-  std::lock_guard<std::mutex> lock(g_worker_mu);
-  return g_worker_runtime.lock();
-}
-
-bool ProcMesh::is_worker() { return std::getenv(kControllerEnv) != nullptr; }
-
-Status ProcMesh::serve(MeshOptions options) {
-  const char* where_env = std::getenv(kControllerEnv);
-  if (!where_env) {
-    return Status(Errc::invalid_argument, std::string("ProcMesh::serve: ") + kControllerEnv +
-                                              " is not set: this process was not started by "
-                                              "ProcMesh::launch");
-  }
-  const std::string where = where_env;
-  const auto colon = where.rfind(':');
-  auto parsed_rank = internal::parse_int(kRankEnv, std::getenv(kRankEnv), 0, 1 << 20);
-  if (!parsed_rank.ok()) return parsed_rank.status().with_context("ProcMesh::serve");
-  const int rank = static_cast<int>(*parsed_rank);
-  const char* token = std::getenv(kTokenEnv);
-  if (colon == std::string::npos || !token) {
-    return Status(Errc::invalid_argument,
-                  "ProcMesh::serve: malformed launch environment (" + where + ")");
-  }
-  const std::string host = where.substr(0, colon);
-  const long port = std::strtol(where.c_str() + colon + 1, nullptr, 10);
-  if (port <= 0 || port > 65535) {
-    return Status(Errc::invalid_argument, "ProcMesh::serve: bad controller port in " + where);
-  }
-  if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
-  ForeignThreadGuard guard;
-  auto outcome = std::make_shared<Outcome>();
-  internal::LifelineWatch lifeline;
-  lifeline.start([outcome, where] {
-    outcome->finish(Status(Errc::unavailable,
-                           "the controller at " + where + " went away (its lifeline closed)"));
-  });
-  auto rt =
-      internal::ActorRuntime::create(internal::mesh_runtime_options(options, true, add_proc_types));
-  if (!rt.ok()) return rt.status().with_context("ProcMesh::serve");
-  std::shared_ptr<internal::ActorRuntime> runtime = std::move(rt).value();
-  auto& sys = runtime->system();
-  {
-    std::lock_guard<std::mutex> lock(g_worker_mu);
-    g_worker_runtime = runtime;
-  }
-  {
-    auto controller = internal::connect_with_retry<controller_actor>(
-        sys, host, static_cast<std::uint16_t>(port), options.connect_timeout, "controller");
-    if (!controller.ok()) return controller.status().with_context("ProcMesh::serve");
-    auto proc = sys.spawn(proc_impl, rank, *controller, where, std::string(token),
-                          options.request_timeout, outcome);
-    {
-      std::unique_lock<std::mutex> lock(outcome->mu);
-      outcome->cv.wait(lock, [&] { return outcome->done; });
-    }
-    // The layers built on this runtime first (a store closes), here.
-    std::vector<std::function<void()>> hooks;
-    {
-      std::lock_guard<std::mutex> lock(g_worker_mu);
-      hooks.swap(g_worker_exit_hooks);
-    }
-    for (auto& h : hooks) h();
-    // Its members go with it.
-    caf::anon_send_exit(proc, caf::exit_reason::user_shutdown);
-  }
-  Status why;
-  {
-    std::lock_guard<std::mutex> lock(outcome->mu);
-    why = outcome->why;
-  }
-  if (!why.ok()) log::get("proc")->warn("rank {}: {}; stopping", rank, why.to_string());
-  // A member that never returns must not keep this process alive: the
-  // actor system waits for its actors when it goes.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool closed = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return closed; })) {
-      std::fprintf(stderr, "meshstore: rank %d: actors did not stop within 10 s; exiting\n", rank);
-      std::_Exit(why.ok() ? 0 : 1);
-    }
-  });
-  {
-    std::lock_guard<std::mutex> lock(g_worker_mu);
-    g_worker_runtime.reset();
-  }
-  runtime.reset();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    closed = true;
-  }
-  cv.notify_all();
-  watchdog.join();
-  return why;
 }
 
 Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape, LaunchSpec spec,
@@ -729,45 +571,20 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
         "spawn");
     if (!posted.ok()) p->set_error(posted);
   }
-  auto all = when_all(std::move(replies)).get(timeout + std::chrono::seconds(5));
-  std::vector<caf::actor> members;
-  Status failed;
-  if (!all.ok()) {
-    failed = all.status();
-  } else {
-    for (auto& r : *all) {
-      if (r.ok()) {
-        members.push_back(*r);
-      } else if (failed.ok()) {
-        failed = r.status();
-      }
-    }
-  }
-  if (!failed.ok()) {
-    // Nothing half-spawned stays: the members made are stopped, the name
-    // is free again.
-    for (auto& a : members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  auto members = gather_members(std::move(replies), timeout + std::chrono::seconds(5));
+  if (!members.ok()) {
+    // Nothing half-spawned stays: the name is free again.
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->names.erase(name);
-    return Status(failed.code(), "ProcMesh::spawn '" + name + "': " + failed.message());
+    return Status(members.status().code(),
+                  "ProcMesh::spawn '" + name + "': " + members.status().message());
   }
-  auto respawn = [procs, name, type, interface, args, timeout](
-                     caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
-    spawn_on(self, procs[static_cast<std::size_t>(rank)], rank, timeout, name, type, interface,
-             args(rank), [done, name, rank](Result<caf::actor> a) {
-               if (!a.ok()) {
-                 log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank,
-                                        a.status().to_string());
-                 return done(caf::actor());
-               }
-               done(std::move(a).value());
-             });
-  };
+  auto respawn = restarter(std::move(procs), name, type, interface, args, timeout);
   auto shape = Extent::make(extent_.dims());
   if (!shape.ok()) return shape.status();
   Spawned out;
-  out.id =
-      caller->add_mesh(name, std::move(members), true, std::move(supervision), std::move(respawn));
+  out.id = caller->add_mesh(name, std::move(members).value(), true, std::move(supervision),
+                            std::move(respawn));
   out.caller = std::move(caller);
   out.extent = std::move(shape).value();
   out.timeout = timeout;

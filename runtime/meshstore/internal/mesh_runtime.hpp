@@ -2,7 +2,7 @@
 
 // What Mesh and ProcMesh (controller and worker) share about their actor
 // runtime: the check of MeshOptions, the RuntimeOptions made from them, and
-// how an actor interface reads in an error. Internal; defined in mesh.cpp.
+// how an actor interface reads in an error. Internal; defined in actor_mesh.cpp.
 
 #include <caf/all.hpp>
 #include <functional>

@@ -129,88 +129,106 @@ struct ProcessGroup::Impl {
   void run() {
     auto drained_at = std::chrono::steady_clock::time_point::max();
     for (;;) {
-      fds.assign(1, pollfd{wake[0], POLLIN, 0});
-      owners.assign(1, {-1, false});
-      for (std::size_t i = 0; i < children.size(); ++i) {
-        for (bool e : {false, true}) {
-          const int fd = e ? children[i].err.fd : children[i].out.fd;
-          if (fd >= 0) {
-            fds.push_back(pollfd{fd, POLLIN, 0});
-            owners.emplace_back(static_cast<int>(i), e);
-          }
+      poll_output();
+      const bool any_running = reap();
+      const bool stop_now = escalate(any_running);
+      if (stop_now && !any_running && output_done(drained_at)) return;
+    }
+  }
+
+  // Waits up to 100 ms for output or a wake-up, and passes on what came.
+  void poll_output() {
+    fds.assign(1, pollfd{wake[0], POLLIN, 0});
+    owners.assign(1, {-1, false});
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      for (bool e : {false, true}) {
+        const int fd = e ? children[i].err.fd : children[i].out.fd;
+        if (fd >= 0) {
+          fds.push_back(pollfd{fd, POLLIN, 0});
+          owners.emplace_back(static_cast<int>(i), e);
         }
-      }
-      ::poll(fds.data(), fds.size(), 100);
-      if (fds[0].revents != 0) {
-        char b[64];
-        while (::read(wake[0], b, sizeof(b)) > 0) {
-        }
-      }
-      for (std::size_t k = 1; k < fds.size(); ++k) {
-        if (fds[k].revents == 0) continue;
-        auto& c = children[static_cast<std::size_t>(owners[k].first)];
-        drain(owners[k].first, owners[k].second, owners[k].second ? c.err : c.out);
-      }
-      bool any_running = false;
-      bool stop_now = false;
-      for (std::size_t i = 0; i < children.size(); ++i) {
-        pid_t pid;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!children[i].running) continue;
-          pid = children[i].pid;
-        }
-        int status = 0;
-        if (::waitpid(pid, &status, WNOHANG) == pid) {
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            children[i].running = false;
-          }
-          ::kill(-pid, SIGKILL);  // whatever it left in its group goes too
-          if (on_exit) on_exit(static_cast<int>(i), status);
-        } else {
-          any_running = true;
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stop_now = stopping;
-        const auto now = std::chrono::steady_clock::now();
-        if (stopping && (now >= term_at || !any_running)) {
-          if (lifeline >= 0) ::close(lifeline);  // children see end-of-file
-          lifeline = -1;
-          if (now >= term_at) {
-            for (auto& c : children) {
-              if (c.running) ::kill(-c.pid, SIGTERM);
-            }
-            term_at = std::chrono::steady_clock::time_point::max();
-          }
-        }
-        if (stopping && any_running && now >= kill_at) {
-          for (auto& c : children) {
-            if (c.running) ::kill(-c.pid, SIGKILL);
-          }
-          kill_at = std::chrono::steady_clock::time_point::max();
-        }
-      }
-      if (!stop_now || any_running) continue;
-      // Every child is reaped: its output is drained, or given up on a
-      // second later (a grandchild outside its group may hold the pipe).
-      bool open = false;
-      for (auto& c : children) open |= c.out.fd >= 0 || c.err.fd >= 0;
-      if (!open) return;
-      const auto now = std::chrono::steady_clock::now();
-      if (drained_at == std::chrono::steady_clock::time_point::max()) drained_at = now;
-      if (now - drained_at > std::chrono::seconds(1)) {
-        for (std::size_t i = 0; i < children.size(); ++i) {
-          auto& c = children[i];
-          if (c.out.fd >= 0) emit(static_cast<int>(i), false, c.out, true), ::close(c.out.fd);
-          if (c.err.fd >= 0) emit(static_cast<int>(i), true, c.err, true), ::close(c.err.fd);
-          c.out.fd = c.err.fd = -1;
-        }
-        return;
       }
     }
+    ::poll(fds.data(), fds.size(), 100);
+    if (fds[0].revents != 0) {
+      char b[64];
+      while (::read(wake[0], b, sizeof(b)) > 0) {
+      }
+    }
+    for (std::size_t k = 1; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      auto& c = children[static_cast<std::size_t>(owners[k].first)];
+      drain(owners[k].first, owners[k].second, owners[k].second ? c.err : c.out);
+    }
+  }
+
+  // Reaps the children that exited (their groups killed, on_exit told);
+  // true while any still runs.
+  bool reap() {
+    bool any_running = false;
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      pid_t pid;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!children[i].running) continue;
+        pid = children[i].pid;
+      }
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          children[i].running = false;
+        }
+        ::kill(-pid, SIGKILL);  // whatever it left in its group goes too
+        if (on_exit) on_exit(static_cast<int>(i), status);
+      } else {
+        any_running = true;
+      }
+    }
+    return any_running;
+  }
+
+  // While stopping: the lifeline closes, then SIGTERM at term_at and
+  // SIGKILL at kill_at to those still running. True once stopping.
+  bool escalate(bool any_running) {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto now = std::chrono::steady_clock::now();
+    if (stopping && (now >= term_at || !any_running)) {
+      if (lifeline >= 0) ::close(lifeline);  // children see end-of-file
+      lifeline = -1;
+      if (now >= term_at) {
+        for (auto& c : children) {
+          if (c.running) ::kill(-c.pid, SIGTERM);
+        }
+        term_at = std::chrono::steady_clock::time_point::max();
+      }
+    }
+    if (stopping && any_running && now >= kill_at) {
+      for (auto& c : children) {
+        if (c.running) ::kill(-c.pid, SIGKILL);
+      }
+      kill_at = std::chrono::steady_clock::time_point::max();
+    }
+    return stopping;
+  }
+
+  // Every child is reaped: true once its output is drained, or given up on
+  // a second after `drained_at` (a grandchild outside its group may hold
+  // the pipe).
+  bool output_done(std::chrono::steady_clock::time_point& drained_at) {
+    bool open = false;
+    for (auto& c : children) open |= c.out.fd >= 0 || c.err.fd >= 0;
+    if (!open) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (drained_at == std::chrono::steady_clock::time_point::max()) drained_at = now;
+    if (now - drained_at <= std::chrono::seconds(1)) return false;
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      auto& c = children[i];
+      if (c.out.fd >= 0) emit(static_cast<int>(i), false, c.out, true), ::close(c.out.fd);
+      if (c.err.fd >= 0) emit(static_cast<int>(i), true, c.err, true), ::close(c.err.fd);
+      c.out.fd = c.err.fd = -1;
+    }
+    return true;
   }
 
   void poke() {
@@ -239,6 +257,33 @@ struct ProcessGroup::Impl {
     }
   }
 };
+
+namespace {
+
+// In a child just forked: its own process group, its pipes as stdout and
+// stderr, the lifeline at kChildLifelineFd, then the program. Only
+// async-signal-safe calls until exec (strerror is not one).
+[[noreturn]] void exec_child(const std::string& program, char* const* argv, char* const* envp,
+                             int out, int err, int life, pid_t parent) {
+  ::setpgid(0, 0);
+  if (::getppid() != parent) ::_exit(1);
+  ::dup2(out, STDOUT_FILENO);
+  ::dup2(err, STDERR_FILENO);
+  if (life == kChildLifelineFd) {
+    ::fcntl(life, F_SETFD, 0);
+  } else {
+    ::dup2(life, kChildLifelineFd);  // without close-on-exec
+  }
+  ::execve(program.c_str(), argv, envp);
+  // The errno as digits, for the parent's log of this child's stderr.
+  char msg[] = "cannot exec the program: errno    \n";
+  int e = errno;
+  for (int d = 33; d >= 31 && e > 0; --d, e /= 10) msg[d] = static_cast<char>('0' + e % 10);
+  [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  ::_exit(127);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<ProcessSpec>& specs,
                                                           OnLine on_line, OnExit on_exit) {
@@ -288,25 +333,8 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<Proc
     for (auto& e : envs[i]) envp.push_back(e.data());
     envp.push_back(nullptr);
     const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      if (::getppid() != parent) ::_exit(1);
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(err[1], STDERR_FILENO);
-      if (life[0] == kChildLifelineFd) {
-        ::fcntl(life[0], F_SETFD, 0);
-      } else {
-        ::dup2(life[0], kChildLifelineFd);  // without close-on-exec
-      }
-      ::execve(programs[i].c_str(), argv.data(), envp.data());
-      // Only async-signal-safe calls here (strerror is not): the errno as
-      // digits, for the parent's log of this child's stderr.
-      char msg[] = "cannot exec the program: errno    \n";
-      int e = errno;
-      for (int d = 33; d >= 31 && e > 0; --d, e /= 10) msg[d] = static_cast<char>('0' + e % 10);
-      [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-      ::_exit(127);
-    }
+    if (pid == 0)
+      exec_child(programs[i], argv.data(), envp.data(), out[1], err[1], life[0], parent);
     const int fork_errno = errno;
     ::close(out[1]);
     ::close(err[1]);

@@ -1,0 +1,391 @@
+// The machinery every actor mesh shares (actor_mesh.hpp): the caller actor
+// that sends a mesh's requests and watches their targets, and supervision,
+// which applies a mesh's FailurePolicy when a member goes down. Mesh
+// (mesh.cpp) and ProcMesh (proc_mesh.cpp) build their meshes on it.
+#include "meshstore/actor_mesh.hpp"
+
+#include <algorithm>
+#include <caf/io/all.hpp>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/mesh_runtime.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore {
+
+// A job for a mesh's caller actor (local only: it carries a closure).
+struct MeshJob {
+  std::shared_ptr<internal::MeshCaller::Job> job;
+};
+
+}  // namespace meshstore
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(meshstore::MeshJob)
+
+namespace meshstore {
+namespace {
+
+// The caller's requests still waiting, by watch id, with their targets.
+struct CallerState {
+  static inline const char* name = "meshstore.mesh_caller";
+  std::uint64_t next = 1;
+  std::map<std::uint64_t, std::pair<caf::actor_addr, std::function<void(const Status&)>>> waiting;
+  std::set<caf::actor_addr> monitored;
+  std::set<caf::actor_addr> dead;             // every actor seen going down
+  std::weak_ptr<internal::MeshCaller> owner;  // supervision
+};
+using caller_pointer = caf::stateful_actor<CallerState>*;
+
+// Monitors `target` from the caller, once however often it is asked.
+void monitor_once(caller_pointer caller, const caf::actor_addr& target) {
+  if (caller->state.monitored.insert(target).second) caller->monitor(target);
+}
+
+caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCaller> owner) {
+  self->state.owner = std::move(owner);
+  self->set_down_handler([=](caf::down_msg& m) {
+    auto& st = self->state;
+    st.monitored.erase(m.source);
+    // A dead member can be monitored again (a call to it before its
+    // restart): only its first down message is a failure.
+    const bool first = st.dead.insert(m.source).second;
+    const Status why(Errc::unavailable, "went down (" + caf::to_string(m.reason) + ")");
+    std::vector<std::function<void(const Status&)>> fire;
+    for (auto it = st.waiting.begin(); it != st.waiting.end();) {
+      if (it->second.first == m.source) {
+        fire.push_back(std::move(it->second.second));
+        it = st.waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto& f : fire) f(why);
+    if (!first) return;
+    if (auto owner = st.owner.lock()) owner->member_down(self, m.source, m.reason);
+  });
+  return {
+      [=](MeshJob& j) { (*j.job)(self); },
+  };
+}
+
+}  // namespace
+
+caf::error actor_error(const Status& status) { return internal::to_caf_error(status); }
+
+namespace internal {
+
+Status check_mesh_options(const MeshOptions& options, const std::string& context) {
+  if (options.request_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status(Errc::invalid_argument,
+                  context + ": request_timeout and connect_timeout must be positive");
+  }
+  if (options.heartbeat_interval.count() <= 0 ||
+      options.connection_timeout <= options.heartbeat_interval) {
+    return Status(Errc::invalid_argument,
+                  context +
+                      ": heartbeat_interval must be positive and connection_timeout "
+                      "longer than it");
+  }
+  return Status();
+}
+
+RuntimeOptions mesh_runtime_options(const MeshOptions& options, bool network,
+                                    std::function<void(caf::actor_system_config&)> own_types) {
+  RuntimeOptions ro;
+  ro.scheduler_threads = options.scheduler_threads;
+  ro.with_middleman = network;
+  ro.heartbeat_interval = options.heartbeat_interval;
+  ro.connection_timeout = options.connection_timeout;
+  ro.tls = options.tls;
+  ro.add_types = [own = std::move(own_types),
+                  user = options.add_types](caf::actor_system_config& cfg) {
+    if (own) own(cfg);
+    if (user) user(cfg);
+  };
+  return ro;
+}
+
+std::string interface_text(const std::vector<std::string>& sigs) {
+  if (sigs.empty()) return "(untyped)";
+  std::string out;
+  for (const auto& s : sigs) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+Status mesh_rank_error(int rank, const caf::error& e) {
+  return from_caf_error(e, "rank " + std::to_string(rank));
+}
+
+std::shared_ptr<MeshCaller> MeshCaller::make(caf::actor_system& sys, RootHandler root) {
+  std::shared_ptr<MeshCaller> c(new MeshCaller());
+  c->root_ = std::move(root);
+  ForeignThreadGuard guard;  // the mesh may be made on any thread
+  c->caller_ = sys.spawn(caller_impl, std::weak_ptr<MeshCaller>(c));
+  return c;
+}
+
+MeshCaller::~MeshCaller() { close(); }
+
+Status MeshCaller::check_owner(const std::string& owner) const {
+  if (owner.empty()) return Status();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& s : supervised_) {
+    if (s.name == owner) return Status();
+  }
+  return Status(Errc::invalid_argument,
+                "Supervision::owner: no mesh '" + owner + "' was spawned here before");
+}
+
+std::size_t MeshCaller::add_mesh(std::string name, std::vector<caf::actor> members, bool supervise,
+                                 Supervision sup, Respawn respawn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::size_t id = meshes_.size();
+  std::ptrdiff_t owner = -1;
+  for (std::size_t m = 0; m < supervised_.size() && !sup.owner.empty(); ++m) {
+    if (supervised_[m].name == sup.owner) owner = static_cast<std::ptrdiff_t>(m);
+  }
+  const bool owner_stopped =
+      owner >= 0 && !supervised_[static_cast<std::size_t>(owner)].stopped.empty();
+  if (supervise && caller_) {
+    // Monitored from the caller itself (monitors are the actor's own).
+    auto watched = members;
+    caf::anon_send(caller_, MeshJob{std::make_shared<Job>([watched](caf::event_based_actor* self) {
+                     for (const auto& a : watched) {
+                       monitor_once(static_cast<caller_pointer>(self), a.address());
+                     }
+                   })});
+  }
+  meshes_.push_back(std::move(members));
+  Supervised s;
+  s.name = std::move(name);
+  s.supervise = supervise;
+  s.sup = std::move(sup);
+  s.respawn = std::move(respawn);
+  s.owner = owner;
+  supervised_.push_back(std::move(s));
+  // Spawned under an owner that stopped meanwhile: it stops at once.
+  if (owner_stopped) {
+    const auto& o = supervised_[static_cast<std::size_t>(owner)];
+    stop_mesh_locked(id, "its owner '" + o.name + "' stopped after " + o.stopped);
+  }
+  return id;
+}
+
+caf::actor MeshCaller::member(std::size_t id, int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id >= meshes_.size() || rank < 0 || static_cast<std::size_t>(rank) >= meshes_[id].size() ||
+      !supervised_[id].stopped.empty()) {
+    return caf::actor();
+  }
+  return meshes_[id][static_cast<std::size_t>(rank)];
+}
+
+Status MeshCaller::gone(std::size_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (caller_ && id < supervised_.size() && !supervised_[id].stopped.empty()) {
+    return Status(Errc::unavailable, "mesh '" + supervised_[id].name + "' was stopped after " +
+                                         supervised_[id].stopped);
+  }
+  return Status(Errc::shutdown, "the mesh is closed");
+}
+
+void MeshCaller::departed(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  departed_.push_back(rank);
+}
+
+bool MeshCaller::find_failed(const caf::actor_addr& addr, std::size_t& id, int& rank,
+                             Supervised& mesh) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!caller_) return false;  // closing: every member goes
+  rank = -1;
+  for (std::size_t m = 0; m < meshes_.size() && rank < 0; ++m) {
+    if (!supervised_[m].supervise || !supervised_[m].stopped.empty()) continue;
+    for (std::size_t r = 0; r < meshes_[m].size(); ++r) {
+      if (meshes_[m][r].address() == addr) {
+        id = m;
+        rank = static_cast<int>(r);
+        break;
+      }
+    }
+  }
+  if (rank < 0) return false;
+  if (std::find(departed_.begin(), departed_.end(), rank) != departed_.end()) return false;
+  mesh = supervised_[id];
+  return true;
+}
+
+void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr& addr,
+                             const caf::error& reason) {
+  // An actor that chose to stop is no failure.
+  if (reason == caf::exit_reason::normal) return;
+  std::size_t id = 0;
+  int rank = -1;
+  Supervised mesh;
+  if (!find_failed(addr, id, rank, mesh)) return;
+  MeshFailure f;
+  f.rank = rank;
+  f.mesh = mesh.name;
+  f.why = Status(Errc::unavailable, "rank " + std::to_string(rank) + " of mesh '" + f.mesh +
+                                        "' went down (" + caf::to_string(reason) + ")");
+  const Supervision& sup = mesh.sup;
+  if (sup.on_failure && sup.on_failure(f)) return;
+  switch (sup.policy) {
+    case FailurePolicy::restart:
+      return restart(self, id, f, sup, mesh.respawn);
+    case FailurePolicy::stop:
+      return stop_mesh(id, f);
+    case FailurePolicy::propagate:
+      return propagate(id, f);
+  }
+}
+
+void MeshCaller::restart(caf::event_based_actor* self, std::size_t id, const MeshFailure& f,
+                         const Supervision& sup, const Respawn& respawn) {
+  const auto now = std::chrono::steady_clock::now();
+  bool allowed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& times = supervised_[id].restarts;
+    times.erase(
+        std::remove_if(times.begin(), times.end(), [&](auto t) { return now - t > sup.window; }),
+        times.end());
+    allowed = static_cast<int>(times.size()) < sup.max_restarts;
+    if (allowed) times.push_back(now);
+  }
+  if (!allowed || !respawn) return stop_mesh(id, f);
+  // `done` runs on the caller actor, now or when the spawn answers.
+  const int rank = f.rank;
+  respawn(self, rank, [me = shared_from_this(), self, id, rank, f](caf::actor fresh) {
+    if (!fresh) {
+      me->stop_mesh(id, f);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(me->mu_);
+      if (!me->caller_) return;
+      me->meshes_[id][static_cast<std::size_t>(rank)] = fresh;
+    }
+    monitor_once(static_cast<caller_pointer>(self), fresh.address());
+  });
+}
+
+void MeshCaller::propagate(std::size_t id, const MeshFailure& f) {
+  // Up the ownership tree: each owner may take it; an owner that stops on
+  // failures stops (with what it owns); the others pass it on.
+  for (;;) {
+    std::ptrdiff_t up = -1;
+    Supervision owner_sup;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      up = supervised_[id].owner;
+      if (up >= 0) owner_sup = supervised_[static_cast<std::size_t>(up)].sup;
+    }
+    if (up < 0) break;
+    id = static_cast<std::size_t>(up);
+    if (owner_sup.on_failure && owner_sup.on_failure(f)) return;
+    if (owner_sup.policy == FailurePolicy::stop) return stop_mesh(id, f);
+  }
+  RootHandler root;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    root = root_;
+  }
+  if (root && root(f)) return;
+  // The root of the tree: fail fast, as a launched job's rank should.
+  log::get("mesh")->critical("unhandled mesh failure, exiting: {}", f.to_string());
+  log::get("mesh")->flush();
+  std::fprintf(stderr, "meshstore: unhandled mesh failure, exiting: %s\n", f.to_string().c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+void MeshCaller::stop_mesh(std::size_t id, const MeshFailure& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_mesh_locked(id, f.why.message());
+}
+
+void MeshCaller::stop_mesh_locked(std::size_t id, const std::string& why) {
+  if (id >= supervised_.size() || !supervised_[id].stopped.empty()) return;
+  supervised_[id].stopped = why;
+  for (const auto& a : meshes_[id]) {
+    if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  // What it owns stops with it.
+  for (std::size_t m = 0; m < supervised_.size(); ++m) {
+    if (supervised_[m].owner == static_cast<std::ptrdiff_t>(id)) {
+      stop_mesh_locked(m, "its owner '" + supervised_[id].name + "' stopped after " + why);
+    }
+  }
+}
+
+Status MeshCaller::post(Job job, const std::string& what) const {
+  // Under the lock: close() cannot stop the system between the check and
+  // the send.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!caller_) return Status(Errc::shutdown, "mesh: " + what + ": the mesh is closed");
+  caf::anon_send(caller_, MeshJob{std::make_shared<Job>(std::move(job))});
+  return Status();
+}
+
+void MeshCaller::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (caller_) caf::anon_send_exit(caller_, caf::exit_reason::user_shutdown);
+  caller_ = nullptr;
+  meshes_.clear();
+}
+
+int MeshCaller::acquire_least_busy(std::size_t id, const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (busy_.size() <= id) busy_.resize(id + 1);
+  if (turn_.size() <= id) turn_.resize(id + 1, 0);
+  auto& busy = busy_[id];
+  for (int r : ranks) {
+    if (busy.size() <= static_cast<std::size_t>(r)) busy.resize(static_cast<std::size_t>(r) + 1, 0);
+  }
+  // The least busy; among equals, the first at or after this mesh's turn,
+  // so that one caller's calls in sequence go round the members.
+  const std::size_t n = ranks.size();
+  const std::size_t start = turn_[id] % n;
+  std::size_t best = start;
+  for (std::size_t k = 1; k < n; ++k) {
+    const std::size_t i = (start + k) % n;
+    if (busy[static_cast<std::size_t>(ranks[i])] < busy[static_cast<std::size_t>(ranks[best])]) {
+      best = i;
+    }
+  }
+  turn_[id] = best + 1;
+  const int rank = ranks[best];
+  ++busy[static_cast<std::size_t>(rank)];
+  return rank;
+}
+
+void MeshCaller::release(std::size_t id, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < busy_.size() && static_cast<std::size_t>(rank) < busy_[id].size() &&
+      busy_[id][static_cast<std::size_t>(rank)] > 0) {
+    --busy_[id][static_cast<std::size_t>(rank)];
+  }
+}
+
+void MeshCaller::watch(caf::event_based_actor* self, const caf::actor_addr& target,
+                       std::function<void(const Status&)> on_down, std::uint64_t& id) {
+  auto* caller = static_cast<caller_pointer>(self);  // jobs run on the caller only
+  auto& st = caller->state;
+  id = st.next++;
+  st.waiting.emplace(id, std::make_pair(target, std::move(on_down)));
+  monitor_once(caller, target);
+}
+
+void MeshCaller::settled(caf::event_based_actor* self, std::uint64_t id) {
+  static_cast<caller_pointer>(self)->state.waiting.erase(id);
+}
+
+}  // namespace internal
+
+}  // namespace meshstore
