@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 extern char** environ;
 

@@ -56,10 +56,10 @@
 #include <vector>
 
 #include "bench_util.hpp"
-#include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor.hpp"
 #include "qwen3_shapes.hpp"
 
 using namespace std::chrono_literals;

@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/status.hpp"

@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/result.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/tls.hpp"
 

@@ -12,12 +12,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
-#include "meshstore/object_format.hpp"
-#include "meshstore/placement.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 

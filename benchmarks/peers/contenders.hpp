@@ -11,7 +11,7 @@
 
 #include "../bench_util.hpp"
 #include "bench_args.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/store.hpp"
 #include "workload.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bench_args.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::bench {
 

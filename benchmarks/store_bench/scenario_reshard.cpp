@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../bench_util.hpp"
-#include "meshstore/placement.hpp"
+#include "meshstore/tensor_slice.hpp"
 #include "peer.hpp"
 #include "scenarios.hpp"
 

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "meshstore/launch_env.hpp"
-#include "meshstore/placement.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor_slice.hpp"
 
 using namespace std::chrono_literals;
 

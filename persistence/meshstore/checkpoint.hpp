@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/placement.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor_slice.hpp"
 
 namespace meshstore {
 

@@ -25,8 +25,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
-#include "meshstore/result.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "meshstore/checkpoint.hpp"
-#include "meshstore/placement.hpp"
 #include "meshstore/safetensors.hpp"
+#include "meshstore/tensor_slice.hpp"
 #include "py_future.hpp"
 #include "tensor_bridge.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
+#include "meshstore/tensor.hpp"
 
 namespace meshstore::python {
 

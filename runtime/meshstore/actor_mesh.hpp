@@ -25,7 +25,7 @@
 
 #include "meshstore/extent.hpp"
 #include "meshstore/future.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/supervision.hpp"
 
 namespace meshstore {

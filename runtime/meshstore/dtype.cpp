@@ -1,7 +1,7 @@
-#include "meshstore/dtype.hpp"
-
 #include <array>
 #include <string>
+
+#include "meshstore/tensor.hpp"
 
 namespace meshstore {
 namespace {

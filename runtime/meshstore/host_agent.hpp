@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tls.hpp"
 
 namespace meshstore {

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::log {
 

@@ -24,7 +24,7 @@
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/launch_env.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/supervision.hpp"
 #include "meshstore/tls.hpp"
 

@@ -1,6 +1,6 @@
-#include "meshstore/placement.hpp"
-
 #include <algorithm>
+
+#include "meshstore/tensor_slice.hpp"
 
 namespace meshstore {
 

@@ -29,7 +29,7 @@
 #include "meshstore/actor_mesh.hpp"
 #include "meshstore/extent.hpp"
 #include "meshstore/mesh.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/supervision.hpp"
 
 namespace meshstore {

@@ -7,10 +7,76 @@
 #include <string_view>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore {
+
+// -- element types, and the formats of byte objects ---------------------------
+
+/// Element types. Values are stable (they travel in the wire schema).
+/// float8_e4m3fn and float8_e5m2 are opaque 1-byte types: stored and moved,
+/// never interpreted.
+enum class DType : std::uint8_t {
+  boolean = 0,
+  uint8 = 1,
+  int8 = 2,
+  int16 = 3,
+  int32 = 4,
+  int64 = 5,
+  uint16 = 6,
+  uint32 = 7,
+  uint64 = 8,
+  float16 = 9,
+  bfloat16 = 10,
+  float32 = 11,
+  float64 = 12,
+  float8_e4m3fn = 13,
+  float8_e5m2 = 14,
+};
+
+/// Every dtype, in enum order.
+const std::vector<DType>& all_dtypes();
+
+/// Bytes per element.
+std::size_t dtype_size(DType d) noexcept;
+
+/// The meshstore (and PyTorch) name, for example "bfloat16".
+std::string_view dtype_name(DType d) noexcept;
+
+/// The safetensors name, for example "BF16", "F8_E4M3".
+std::string_view dtype_safetensors_name(DType d) noexcept;
+
+/// Parses a meshstore name ("bfloat16") or a safetensors name ("BF16").
+/// Fails with Errc::invalid_argument naming the text.
+Result<DType> parse_dtype(std::string_view text);
+
+/// True when `value` is a defined DType enumerator (for values read off a wire).
+bool is_valid_dtype(std::uint32_t value) noexcept;
+
+/// What a byte object's bytes are, stored with it so that a reader in
+/// another language gives back what was put (Python: bytes, str, or the
+/// unpickled object). C++ readers see the same bytes whatever the format.
+/// The values are stable: they travel in the wire schema.
+enum class ObjectFormat : std::uint8_t {
+  bytes = 0,   ///< opaque bytes
+  utf8 = 1,    ///< text, UTF-8 encoded
+  pickle = 2,  ///< a Python pickle (meshstore's Python package writes these)
+};
+
+/// "bytes", "utf8" or "pickle".
+constexpr std::string_view object_format_name(ObjectFormat f) noexcept {
+  switch (f) {
+    case ObjectFormat::bytes:
+      return "bytes";
+    case ObjectFormat::utf8:
+      return "utf8";
+    case ObjectFormat::pickle:
+      return "pickle";
+  }
+  return "unknown";
+}
+
+// -- tensors ------------------------------------------------------------------
 
 /// Sizes of each dimension. An empty Shape is a 0-dim scalar (one element).
 using Shape = std::vector<std::int64_t>;
@@ -198,3 +264,25 @@ bool can_cast(DType from, DType to) noexcept;
 Status cast_to(const TensorView& src, DType to, void* dst);
 
 }  // namespace meshstore
+
+// -- CUDA: whether device memory can be used here -----------------------------
+// Whether this process can use CUDA device memory, and why not. The store
+// takes and fills tensors whose TensorView names a CUDA device (cuda:N)
+// directly; these calls say whether that can work here.
+
+namespace meshstore::cuda {
+
+/// True when this build has CUDA support (MESHSTORE_WITH_CUDA found a toolkit).
+bool built() noexcept;
+
+/// OK when CUDA devices can be used in this process; otherwise
+/// Errc::unavailable saying why: a build without CUDA, or the runtime's own
+/// answer (no driver: "cudaGetDeviceCount: CUDA driver version is
+/// insufficient for CUDA runtime version"; no device: "no CUDA-capable
+/// device is detected"). Asked once per process.
+Status status();
+
+/// CUDA devices this process sees (0 when status() is not OK).
+int device_count();
+
+}  // namespace meshstore::cuda

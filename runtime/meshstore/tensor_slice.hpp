@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
 namespace meshstore {
@@ -80,5 +80,105 @@ class TensorSlice {
   Shape offsets_;
   Shape local_shape_;
 };
+
+// -- placements: DTensor-style shardings as boxes -----------------------------
+// Placements: how a tensor is laid out over a mesh of ranks, as PyTorch's
+// DTensor describes it. A mesh has a shape, (2, 2) say, and ranks are laid
+// out on it row-major. Along each mesh dimension the tensor is either
+// split, Shard(d) cutting tensor dimension d into as many pieces as that
+// mesh dimension has ranks, or Replicate (every rank along it holds the
+// same). slice_for() gives the box of the global tensor a rank holds.
+//
+//   auto p = meshstore::Placement::make({2, 2}, {meshstore::DimPlacement::replicate(),
+//                                                meshstore::DimPlacement::shard(0)}).value();
+//   meshstore::TensorSlice mine = p.slice_for({100, 64}, rank).value();   // rows [0:50] or
+//   [50:100]
+
+/// What one mesh dimension does to the tensor.
+struct DimPlacement {
+  enum class Kind : std::uint8_t { replicate = 0, shard = 1 };
+  Kind kind = Kind::replicate;
+  /// Kind::shard: the tensor dimension split along this mesh dimension.
+  std::int64_t dim = 0;
+
+  /// Tensor dimension `dim` split into one piece per rank along this mesh
+  /// dimension, the way torch.chunk splits: pieces of ceil(size / ranks)
+  /// elements, the last ones shorter or empty.
+  static DimPlacement shard(std::int64_t dim) { return DimPlacement{Kind::shard, dim}; }
+  /// Every rank along this mesh dimension holds the same box.
+  static DimPlacement replicate() { return DimPlacement{Kind::replicate, 0}; }
+
+  /// "Shard(0)" or "Replicate()".
+  std::string to_string() const;
+  friend bool operator==(const DimPlacement& a, const DimPlacement& b) {
+    return a.kind == b.kind && (a.kind == Kind::replicate || a.dim == b.dim);
+  }
+  friend bool operator!=(const DimPlacement& a, const DimPlacement& b) { return !(a == b); }
+};
+
+/// The box of a global tensor one rank holds, and how many ranks (this one
+/// included) hold that same box: what a sharded put of the rank's piece
+/// needs (Store::put, Store::StateDicts::put_sharded).
+struct RankShard {
+  TensorSlice slice;
+  std::uint32_t replicas = 1;
+};
+
+/// A tensor's layout over a mesh: the mesh's shape and one DimPlacement per
+/// mesh dimension. A value type; thread-compatible.
+class Placement {
+ public:
+  /// A validated placement: at least one mesh dimension, each of at least
+  /// one rank, one DimPlacement per mesh dimension, shard dims not negative.
+  /// Errc::invalid_argument naming what is wrong.
+  static Result<Placement> make(Shape mesh_shape, std::vector<DimPlacement> dims);
+
+  const Shape& mesh_shape() const noexcept { return mesh_shape_; }
+  const std::vector<DimPlacement>& dims() const noexcept { return dims_; }
+  /// Ranks on the mesh: the product of its shape.
+  std::int64_t world_size() const noexcept { return shape_numel(mesh_shape_); }
+
+  /// Rank `rank`'s coordinates on the mesh (row-major).
+  /// Errc::out_of_range when rank is not in [0, world_size()).
+  Result<Shape> coordinates(std::int64_t rank) const;
+
+  /// The box of a tensor of `global_shape` that rank `rank` holds. Mesh
+  /// dimensions apply in order: a second Shard of the same tensor dimension
+  /// splits the piece the first one left (as DTensor does). A rank past
+  /// the end of an uneven split holds an empty box. Errc::out_of_range for a
+  /// bad rank; Errc::invalid_argument when a shard dim is not a dimension
+  /// of the tensor.
+  Result<TensorSlice> slice_for(const Shape& global_shape, std::int64_t rank) const;
+
+  /// slice_for() with the number of ranks whose box is the same (the ranks
+  /// along the Replicate mesh dimensions). Same errors.
+  Result<RankShard> shard_for(const Shape& global_shape, std::int64_t rank) const;
+
+  /// True when `rank` is the first holder of its box: its coordinate is 0
+  /// along every Replicate mesh dimension. Readers need only the primary
+  /// replicas; the primaries' boxes cover the tensor without overlap.
+  Result<bool> is_primary(std::int64_t rank) const;
+
+  /// "[Replicate(), Shard(0)] on (2, 2)".
+  std::string to_string() const;
+
+  friend bool operator==(const Placement& a, const Placement& b) {
+    return a.mesh_shape_ == b.mesh_shape_ && a.dims_ == b.dims_;
+  }
+  friend bool operator!=(const Placement& a, const Placement& b) { return !(a == b); }
+
+ private:
+  Placement(Shape mesh_shape, std::vector<DimPlacement> dims)
+      : mesh_shape_(std::move(mesh_shape)), dims_(std::move(dims)) {}
+  Shape mesh_shape_;
+  std::vector<DimPlacement> dims_;
+};
+
+/// Element range [begin, end) of piece `index` when `size` elements are
+/// split into `pieces` the way torch.chunk does: ceil(size / pieces) each,
+/// the last pieces shorter, and empty (begin == end == size) past the end.
+/// Requires pieces >= 1 and 0 <= index < pieces.
+std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t size, std::int64_t pieces,
+                                                  std::int64_t index) noexcept;
 
 }  // namespace meshstore

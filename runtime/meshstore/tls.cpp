@@ -11,7 +11,7 @@
 #include <cstring>
 #include <memory>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore {
 

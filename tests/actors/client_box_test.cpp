@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "meshstore/client/box.hpp"
-#include "meshstore/dtype.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 #include "testing/test_util.hpp"
 

@@ -8,8 +8,8 @@
 #include <map>
 #include <optional>
 
-#include "meshstore/placement.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor_slice.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

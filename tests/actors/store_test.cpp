@@ -11,8 +11,8 @@
 #include <sstream>
 #include <thread>
 
-#include "meshstore/cuda.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/tensor.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

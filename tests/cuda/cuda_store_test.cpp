@@ -26,12 +26,12 @@
 
 #include "meshstore/checkpoint.hpp"
 #include "meshstore/client/fast_path.hpp"
-#include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor.hpp"
 #include "testing/revoke_race.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"

@@ -52,8 +52,8 @@
 #include <vector>
 
 #include "meshstore/checkpoint.hpp"
-#include "meshstore/placement.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/tensor_slice.hpp"
 #include "testing/doc_table.hpp"
 #include "testing/subprocess.hpp"
 

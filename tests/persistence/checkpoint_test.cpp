@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "meshstore/cuda.hpp"
+#include "meshstore/tensor.hpp"
 #include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 

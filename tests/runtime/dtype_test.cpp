@@ -1,5 +1,4 @@
-#include "meshstore/dtype.hpp"
-
+#include "meshstore/tensor.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

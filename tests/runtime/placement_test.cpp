@@ -1,9 +1,8 @@
 // Placements: which box of a global tensor each rank of a mesh holds.
 
-#include "meshstore/placement.hpp"
-
 #include <random>
 
+#include "meshstore/tensor_slice.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

@@ -2,7 +2,6 @@
 
 #include <set>
 
-#include "meshstore/result.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {

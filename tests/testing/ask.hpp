@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "meshstore/internal/caf_glue.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::testing {
 

@@ -11,7 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "meshstore/result.hpp"
 #include "meshstore/status.hpp"
 
 namespace meshstore::testing {

@@ -15,7 +15,7 @@
 
 #include "meshstore/client/client.hpp"
 #include "meshstore/internal/call_guard.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::client {
 

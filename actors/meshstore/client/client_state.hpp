@@ -19,7 +19,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/transports/transport.hpp"
 

@@ -43,8 +43,6 @@
 #include <vector>
 
 #include "meshstore/client/location_cache.hpp"
-#include "meshstore/dtype.hpp"
-#include "meshstore/object_format.hpp"
 #include "meshstore/protocol/fast_get.hpp"
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/protocol/records.hpp"

@@ -17,8 +17,6 @@
 #include <string>
 #include <unordered_map>
 
-#include "meshstore/dtype.hpp"
-#include "meshstore/object_format.hpp"
 #include "meshstore/protocol/records.hpp"
 #include "meshstore/tensor.hpp"
 

@@ -9,7 +9,7 @@
 
 #include "meshstore/client/client_state.hpp"
 #include "meshstore/protocol/records.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::client {
 

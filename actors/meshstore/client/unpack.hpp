@@ -7,7 +7,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/result.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 

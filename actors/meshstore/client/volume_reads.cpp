@@ -14,8 +14,8 @@
 #include "meshstore/client/connections.hpp"
 #include "meshstore/client/device_pieces.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
-#include "meshstore/placement.hpp"
 #include "meshstore/tensor.hpp"
+#include "meshstore/tensor_slice.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore::client {

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "meshstore/client/client_state.hpp"
-#include "meshstore/dtype.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"

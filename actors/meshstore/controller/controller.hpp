@@ -13,7 +13,7 @@
 #include "meshstore/protocol/controller_actor.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::controller {
 

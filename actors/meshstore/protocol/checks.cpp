@@ -5,7 +5,7 @@
 #include <set>
 
 #include "meshstore/internal/cuda_copy.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::protocol {
 

@@ -25,7 +25,7 @@
 
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/protocol/records.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::protocol::fast_get {
 

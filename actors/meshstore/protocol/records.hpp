@@ -5,9 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
-#include "meshstore/object_format.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"

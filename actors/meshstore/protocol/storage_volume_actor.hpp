@@ -21,7 +21,7 @@
 #include "meshstore/protocol/atoms.hpp"
 #include "meshstore/protocol/fast_get.hpp"
 #include "meshstore/protocol/records.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::protocol {

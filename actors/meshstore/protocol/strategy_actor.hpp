@@ -12,7 +12,7 @@
 #include "meshstore/protocol/atoms.hpp"
 #include "meshstore/protocol/records.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::protocol {
 

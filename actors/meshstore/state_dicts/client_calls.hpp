@@ -18,8 +18,8 @@
 #include "meshstore/client/client.hpp"
 #include "meshstore/client/fast_path.hpp"
 #include "meshstore/future.hpp"
-#include "meshstore/result.hpp"
 #include "meshstore/state_dicts/manifest.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
 namespace meshstore::state_dicts {

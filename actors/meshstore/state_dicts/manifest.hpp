@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/dtype.hpp"
-#include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
 namespace meshstore::state_dicts {

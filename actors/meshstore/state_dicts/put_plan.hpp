@@ -13,9 +13,9 @@
 
 #include "meshstore/client/client.hpp"
 #include "meshstore/future.hpp"
-#include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dicts/client_calls.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/store.hpp"
 
 namespace meshstore::client {

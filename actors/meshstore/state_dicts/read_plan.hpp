@@ -16,10 +16,10 @@
 
 #include "meshstore/client/client.hpp"
 #include "meshstore/future.hpp"
-#include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/state_dicts/client_calls.hpp"
 #include "meshstore/state_dicts/manifest.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "meshstore/future.hpp"
-#include "meshstore/result.hpp"
 #include "meshstore/state_dicts/manifest.hpp"
 #include "meshstore/state_dicts/versions.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/store.hpp"
 
 namespace meshstore::state_dicts {

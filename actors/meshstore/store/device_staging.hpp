@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/result.hpp"
 #include "meshstore/state_dict.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/store.hpp"

@@ -19,7 +19,7 @@
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/store.hpp"
 
 namespace meshstore {

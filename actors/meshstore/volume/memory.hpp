@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/region.hpp"
 #include "meshstore/transports/transport.hpp"
 

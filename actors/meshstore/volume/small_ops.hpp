@@ -28,7 +28,7 @@
 
 #include "meshstore/protocol/fast_get.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/region.hpp"
 #include "meshstore/transports/shm/ring.hpp"
 

@@ -15,7 +15,7 @@
 
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/region.hpp"
 #include "meshstore/transports/transport.hpp"
 #include "meshstore/volume/memory.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "meshstore/protocol/storage_volume_actor.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::volume {
 

@@ -1,13 +1,13 @@
-// The CUDA calls of meshstore/cuda.hpp and meshstore/internal/cuda_copy.hpp:
+// The CUDA calls of meshstore/tensor.hpp and meshstore/internal/cuda_copy.hpp:
 // each goes to the native backend (the CUDA runtime, or "unavailable" in a
 // build without it) or, once a test switched them on, to emulated devices
 // (backend.hpp). check_device_view() is written once, here, for both.
 #include <cstdio>
 
-#include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_backend.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/internal/cuda_emulation.hpp"
+#include "meshstore/tensor.hpp"
 
 namespace meshstore {
 namespace cuda {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "meshstore/internal/foreign_thread.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tls.hpp"
 
 namespace meshstore::internal {

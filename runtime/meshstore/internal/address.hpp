@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::internal {
 

@@ -16,7 +16,7 @@
 
 #include "meshstore/internal/tls_watch.hpp"
 #include "meshstore/logging.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::internal {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The two implementations behind meshstore/cuda.hpp and
+// The two implementations behind the CUDA calls of meshstore/tensor.hpp and
 // meshstore/internal/cuda_copy.hpp: `native` (the CUDA runtime in cuda.cpp,
 // or "unavailable" answers in cuda_none.cpp) and `emulated` (host memory
 // posing as device memory, cuda_emulated.cpp, for tests where no GPU is).
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "meshstore/internal/cuda_copy.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
 namespace meshstore::internal::cuda {

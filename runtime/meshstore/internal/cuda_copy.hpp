@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/tensor.hpp"
 
 namespace meshstore::internal::cuda {

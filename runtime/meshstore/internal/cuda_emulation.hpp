@@ -1,8 +1,8 @@
 #pragma once
 // Emulated CUDA devices, for tests on machines without a GPU (docs/gpu.md,
 // "Testing without a GPU"). Once switched on, every CUDA call of this
-// process (meshstore/cuda.hpp, meshstore/internal/cuda_copy.hpp) works on
-// emulated devices instead of the CUDA runtime:
+// process (those of meshstore/tensor.hpp and meshstore/internal/cuda_copy.hpp)
+// works on emulated devices instead of the CUDA runtime:
 //
 // - "device memory" from device_alloc() lives at addresses the CPU cannot
 //   touch (mapped PROT_NONE): code that dereferences a device pointer, or

@@ -3,7 +3,7 @@
 // one parser, so every variable refuses the same things with the same words.
 #include <string>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::internal {
 

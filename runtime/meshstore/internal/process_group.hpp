@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::internal {
 

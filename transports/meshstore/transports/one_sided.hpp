@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "meshstore/future.hpp"
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::transports::one_sided {

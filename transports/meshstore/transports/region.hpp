@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::transports {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/wire/region_ref.hpp"
 
 namespace meshstore::transports {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::transports {

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/region_description.hpp"

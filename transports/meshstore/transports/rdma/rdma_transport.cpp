@@ -12,10 +12,10 @@
 #include <map>
 #include <mutex>
 
-#include "meshstore/cuda.hpp"
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/one_sided.hpp"
 #include "meshstore/transports/rdma/verbs.hpp"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/one_sided.hpp"
 
 namespace meshstore::transports::rdma {

@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/shm/peer_memory.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 

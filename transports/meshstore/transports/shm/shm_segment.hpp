@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::transports::shm {
 

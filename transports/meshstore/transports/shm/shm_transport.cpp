@@ -12,9 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meshstore/cuda.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/tensor.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/host_identity.hpp"
 #include "meshstore/transports/region_description.hpp"

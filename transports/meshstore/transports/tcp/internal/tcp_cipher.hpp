@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 
 namespace meshstore::transports::tcp {
 

@@ -15,7 +15,7 @@
 #include <random>
 #include <string>
 
-#include "meshstore/result.hpp"
+#include "meshstore/status.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::transports::tcp {
