@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -754,6 +755,43 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
   store->close();
   ::waitpid(p0, nullptr, WNOHANG);
   transports::shm::garbage_collect(false, p0);  // the killed one could not
+}
+
+// The controller of a single-controller program is often the one that
+// publishes. It is not one of the mesh's ranks (local rank -1), so under
+// per_local_rank it hosts no volume: it writes to its host's volume of the
+// lowest local rank (worker 0's), which every worker reads.
+TEST(ProcMesh, TheControllerPutsToTheStoreItSpawnedUnderPerLocalRank) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";
+  auto store = spawn_store(*procs, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto put = store->put_object("from-controller", "weights v1").get(kWait);
+  ASSERT_TRUE(put.ok()) << put.status().to_string();
+  auto got = store->get_object("from-controller").get(kWait);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "weights v1");
+  auto stats = store->admin().stats().get(kWait);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  std::map<std::string, std::uint64_t> objects;
+  for (const auto& v : *stats) objects[v.volume_id.substr(v.volume_id.rfind('/') + 1)] = v.objects;
+  EXPECT_EQ(objects, (std::map<std::string, std::uint64_t>{{"lr0", 1}, {"lr1", 0}}));
+  // A worker's own put still lands in its own volume.
+  auto users = procs->spawn<store_user_actor>("users", "store_user");
+  ASSERT_TRUE(users.ok()) << users.status().to_string();
+  auto from_worker =
+      users->slice("procs", 1, 2)
+          ->call_one<bool>(store_put_atom::value, std::string("from-rank-1"), std::string("hi"))
+          .get(kWait);
+  ASSERT_TRUE(from_worker.ok()) << from_worker.status().to_string();
+  stats = store->admin().stats().get(kWait);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  for (const auto& v : *stats) objects[v.volume_id.substr(v.volume_id.rfind('/') + 1)] = v.objects;
+  EXPECT_EQ(objects, (std::map<std::string, std::uint64_t>{{"lr0", 1}, {"lr1", 1}}));
+  store->close();
+  procs->stop();
 }
 
 // The controller of the tests above: launches two workers (or has an agent

@@ -123,11 +123,27 @@ Result<StrategyPolicy> policy_by_name(const std::string& name) {
   if (name == "per_local_rank") {
     return StrategyPolicy([](const wire::ClientInfo& c,
                              const std::vector<wire::VolumeInfo>& volumes) -> Result<std::string> {
-      for (const auto& v : volumes) {
-        if (v.host == c.host && v.local_rank == c.local_rank) return v.volume_id;
+      if (c.local_rank >= 0) {
+        for (const auto& v : volumes) {
+          if (v.host == c.host && v.local_rank == c.local_rank) return v.volume_id;
+        }
+        return none_fits("per_local_rank", c,
+                         "on host '" + c.host + "' for local rank " + std::to_string(c.local_rank),
+                         volumes);
       }
+      // A process that is not one of the ranks (a single controller, a
+      // tool) hosts no volume: it writes to its host's volume of the lowest
+      // local rank, as a rank of that host would read it.
+      const wire::VolumeInfo* lowest = nullptr;
+      for (const auto& v : volumes) {
+        if (v.host == c.host && v.local_rank >= 0 && (!lowest || v.local_rank < lowest->local_rank))
+          lowest = &v;
+      }
+      if (lowest) return lowest->volume_id;
       return none_fits("per_local_rank", c,
-                       "on host '" + c.host + "' for local rank " + std::to_string(c.local_rank),
+                       "on host '" + c.host +
+                           "' (a client without a local rank writes to its "
+                           "host's volume of the lowest local rank)",
                        volumes);
     });
   }
