@@ -44,7 +44,9 @@ struct CustomStrategy {
   /// A built-in strategy name whose volume placement to use.
   std::string placement = "controller_colocated";
   /// The volume id for `client` among `volumes` (registration order), or an
-  /// error (Errc::unavailable when none fits yet: the client retries).
+  /// error (Errc::unavailable when none fits yet: the client retries until
+  /// its request timeout; in a store spawn_store made, every volume has
+  /// registered when it returns, and the answer is final).
   std::function<Result<std::string>(const ClientDesc& client,
                                     const std::vector<VolumeDesc>& volumes)>
       select;

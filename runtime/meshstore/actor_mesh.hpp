@@ -327,13 +327,16 @@ class ActorMesh {
   }
 
   /// Sends (xs...) to every member without waiting for replies (in order,
-  /// from the mesh's caller). Errc::shutdown when the mesh is closed.
+  /// from the mesh's caller). Errc::shutdown when the mesh is closed, and
+  /// Errc::unavailable naming the failure once supervision stopped it (a
+  /// stop still on its way as tell() is called drops the message).
   template <class... Ts>
   Status tell(Ts... xs) const {
     if (!caller_) return Status(Errc::shutdown, "mesh: an empty ActorMesh");
     auto caller = caller_;
     const std::size_t id = id_;
     const std::vector<int> ranks = extent_.ranks();
+    if (!ranks.empty() && !caller->member(id, ranks.front())) return caller->gone(id);
     return caller_->post(
         [=](caf::event_based_actor* self) {
           for (int rank : ranks) {

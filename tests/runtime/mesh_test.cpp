@@ -538,6 +538,10 @@ TEST(Supervision, StopPolicyStopsTheMeshAndCallsSayWhy) {
   ASSERT_TRUE(seen.wait_for(1));
   EXPECT_ERROR(m.ask<int>(0, add_atom::value, 1).get(kWait), Errc::unavailable,
                "mesh 'faulty' was stopped after rank 1 of mesh 'faulty' went down");
+  // A tell is refused the same way, not dropped in silence (the ask above
+  // ran on the caller after the stop, so the stop is seen here).
+  EXPECT_ERROR(m.tell(add_atom::value, 1), Errc::unavailable,
+               "mesh 'faulty' was stopped after rank 1 of mesh 'faulty' went down");
 }
 
 TEST(Supervision, RestartPolicySpawnsTheMemberAgainThenStops) {

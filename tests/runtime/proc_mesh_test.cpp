@@ -794,6 +794,35 @@ TEST(ProcMesh, TheControllerPutsToTheStoreItSpawnedUnderPerLocalRank) {
   procs->stop();
 }
 
+// Once every process has joined, the strategy's "no volume for this
+// client" cannot change: the controller's put fails at once, naming why,
+// instead of asking again until its request timeout.
+TEST(ProcMesh, AControllerPutTheStrategyCannotPlaceFailsAtOnce) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.custom_strategy.placement = "per_local_rank";
+  // Each rank writes to its own volume; the controller (local rank -1) to none.
+  so.placement.custom_strategy.select =
+      [](const ClientDesc& c, const std::vector<VolumeDesc>& volumes) -> Result<std::string> {
+    for (const auto& v : volumes) {
+      if (c.local_rank >= 0 && v.local_rank == c.local_rank) return v.volume_id;
+    }
+    return Status(Errc::unavailable, "no volume for local rank " + std::to_string(c.local_rank));
+  };
+  so.limits.request_timeout = std::chrono::seconds(300);
+  auto store = spawn_store(*procs, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto put = store->put_object("nowhere", "bytes");
+  // Well inside the 300 s request timeout it waited out before.
+  ASSERT_TRUE(put.wait_for(std::chrono::seconds(30)));
+  EXPECT_ERROR(put.get(), Errc::unavailable,
+               "no volume for local rank -1; every process of the store has joined");
+  EXPECT_EQ(store->get_object("nowhere").get(kWait).status().code(), Errc::not_found);
+  store->close();
+  procs->stop();
+}
+
 // The controller of the tests above: launches two workers (or has an agent
 // start them), prints their pids, and waits to be killed.
 int controller_main(const char* agent) {

@@ -176,6 +176,7 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
   };
   return {
       [=](protocol::run_atom, internal::Closure& c) { c.fn(); },
+      [=](protocol::placement_final_atom) { self->state.placement_final = true; },
       [=](protocol::volume_gone_atom, const std::string& id, const std::string& reason) {
         volume_gone(self, id, reason);
       },

@@ -78,6 +78,9 @@ struct ClientState {
   // the strategy gave it another since): the strategy's "none yet" is then
   // no start-up race to wait out.
   std::string home_lost;
+  // Every volume this client may be given has registered (spawn_store):
+  // the strategy's "none fits" is then final, not a start-up race.
+  bool placement_final = false;
   std::vector<ConnCallback> home_waiters;
   bool home_pending = false;
   // Volumes whose fast-path channel is being opened, with whoever waits

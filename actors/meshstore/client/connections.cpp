@@ -294,7 +294,8 @@ namespace {
 
 // Asks the strategy for this client's volume. While the strategy answers
 // Errc::unavailable (the volume this client should use has not registered
-// yet: ranks start in any order), asks again every 50 ms until `deadline`.
+// yet: ranks start in any order), asks again every 50 ms until `deadline`;
+// not once the placement is final (spawn_store: every process joined).
 void select_home(client_pointer self, std::function<void(const ConnResult&)> finish,
                  std::chrono::steady_clock::time_point deadline) {
   auto& st = self->state;
@@ -320,6 +321,12 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
               return finish(Status(Errc::unavailable,
                                    "this client's volume " + self->state.home_lost +
                                        ", and the store has no other for it: " + s.message()));
+            }
+            if (s.code() == Errc::unavailable && self->state.placement_final) {
+              // No volume is still to register: "none fits" is the answer.
+              return finish(Status(Errc::unavailable,
+                                   s.message() + "; every process of the store has joined, "
+                                                 "so no volume will come for this client"));
             }
             const bool retry =
                 s.code() == Errc::unavailable && self->state.control_down.empty() &&

@@ -56,6 +56,9 @@ using locate_latest_atom = caf::atom_constant<caf::atom("loc_latest")>;
 using endpoints_atom = caf::atom_constant<caf::atom("endpoints")>;
 using select_atom = caf::atom_constant<caf::atom("select")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
+// To a client: every volume it may be given has registered (spawn_store,
+// once every process joined), so the strategy's "none fits" is final.
+using placement_final_atom = caf::atom_constant<caf::atom("plc_final")>;
 using store_get_atom = caf::atom_constant<caf::atom("s_get")>;
 using store_keys_atom = caf::atom_constant<caf::atom("s_keys")>;
 using store_list_atom = caf::atom_constant<caf::atom("s_list")>;

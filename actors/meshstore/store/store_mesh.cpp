@@ -7,6 +7,8 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/protocol/actor_types.hpp"
+#include "meshstore/protocol/atoms.hpp"
+#include "meshstore/store/store_impl.hpp"
 
 namespace meshstore {
 
@@ -18,6 +20,12 @@ struct internal::StoreRuntimeAccess {
   static Result<Store> connect(std::shared_ptr<ActorRuntime> rt, const std::string& address,
                                StoreOptions o) {
     return Store::connect_on(std::move(rt), address, std::move(o));
+  }
+  // Every volume `store`'s client may be given has registered.
+  static void placement_final(const Store& store) {
+    if (store.impl_ && store.impl_->client) {
+      caf::anon_send(store.impl_->client, protocol::placement_final_atom::value);
+    }
   }
 };
 
@@ -134,6 +142,10 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
     store->close();
     return failed.with_context("spawn_store");
   }
+  // Every process joined with its volumes: a put of the controller's that
+  // the strategy cannot place fails at once instead of waiting for a
+  // volume that will never register.
+  internal::StoreRuntimeAccess::placement_final(*store);
   return store;
 }
 
