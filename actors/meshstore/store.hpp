@@ -24,8 +24,7 @@
 #include "meshstore/state_dict_types.hpp"  // StateDicts' options, StagedStateDict, Publication
 #include "meshstore/status.hpp"
 #include "meshstore/store_options.hpp"  // StoreOptions and its parts
-#include "meshstore/store_types.hpp"
-#include "meshstore/store_types.hpp"  // ReadOptions, PutOptions, KeyInfo, the counters
+#include "meshstore/store_types.hpp"    // ReadOptions, PutOptions, KeyInfo, the counters
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
 #include "meshstore/tls.hpp"
