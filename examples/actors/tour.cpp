@@ -113,12 +113,13 @@ int controller() {
   std::printf("call(add 100) on %s:", mesh.extent().to_string().c_str());
   for (const auto& r : *sums) std::printf(" %d", r.ok() ? *r : -1);
   std::printf("\n");
-  // A slice: the members on host 1.
-  auto host1 = must(mesh.slice("hosts", 1, 2), "slice");
-  auto pids = host1.call<std::int32_t>(pid_atom::value).get(20s);
+  // A slice: the members on host 1. An index drops the dimension.
+  auto host1 = must(mesh.slice({{"hosts", 1}}), "slice");
+  auto pids = must(host1.call<std::int32_t>(pid_atom::value).get(20s), "call(pid)");
+  // call's ValueMesh has the slice's shape, and is read by coordinates.
   std::printf("call(pid) on hosts=1 %s: pids %d %d (processes %d %d)\n",
-              host1.extent().to_string().c_str(), *(*pids)[0], *(*pids)[1], procs.pid(2),
-              procs.pid(3));
+              pids.extent().to_string().c_str(), pids.item({{"procs", 0}}).value(),
+              pids.item({{"procs", 1}}).value(), procs.pid(2), procs.pid(3));
   // call_one: a point.
   auto p = must(mesh.at_point({0, 1}), "at_point");
   std::printf("call_one(add 1) at {hosts 0, procs 1}: %d\n",

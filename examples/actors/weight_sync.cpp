@@ -143,14 +143,14 @@ int controller(int steps, const std::vector<std::string>& args) {
     const auto v =
         must(trainers.call_one<std::uint64_t>(publish_atom::value, step).get(120s), "publish");
     auto got = must(pulled.get(120s), "pull");
-    for (std::size_t i = 0; i < got.size(); ++i) {
+    for (int i = 0; i < got.size(); ++i) {
       if (!got[i].ok()) {
-        std::fprintf(stderr, "weight_sync: worker %zu: %s\n", i,
+        std::fprintf(stderr, "weight_sync: worker %d: %s\n", i,
                      got[i].status().to_string().c_str());
         return 1;
       }
       if (*got[i] != v) {
-        std::fprintf(stderr, "weight_sync: worker %zu got version %llu, not %llu\n", i,
+        std::fprintf(stderr, "weight_sync: worker %d got version %llu, not %llu\n", i,
                      static_cast<unsigned long long>(*got[i]), static_cast<unsigned long long>(v));
         return 1;
       }

@@ -10,7 +10,8 @@
 //   auto workers = mesh.spawn<worker_actor>("workers", worker).value();
 //   auto grid = workers.reshape({{"hosts", 2}, {"gpus", 4}}).value();
 //   auto host1 = grid.slice("hosts", 1, 2).value();          // 4 members
-//   auto sums = host1.call<int>(add_atom::value, 1).get(10s); // 4 Result<int>
+//   auto gpu2 = grid.slice({{"gpus", 2}}).value();          // {hosts: 2}: an index drops "gpus"
+//   auto sums = host1.call<int>(add_atom::value, 1).get(10s); // ValueMesh<int> of 4
 //   auto one = grid.choose<int>(add_atom::value, 1);          // least busy
 //   host1.tell(reset_atom::value);
 
@@ -179,6 +180,69 @@ void watched_request(caf::event_based_actor* self, const Handle& target, int ran
 /// from a handler returning caf::result<T>). An ok Status gives no error.
 caf::error actor_error(const Status& status);
 
+/// What ActorMesh::call answers: one Result<R> per member of the view that
+/// was called, shaped like it (Monarch's ValueMesh). Member i is rank(i) of
+/// the whole mesh; item() finds a member by its coordinates.
+///
+///   auto sums = grid.call<int>(add_atom::value, 1).get(10s).value();
+///   int v = sums.item({{"hosts", 1}, {"gpus", 2}}).value();
+///   for (const Result<int>& r : sums) ...
+template <class R>
+class ValueMesh {
+ public:
+  ValueMesh() = default;
+  /// `values` in the row-major order of `extent` (one per member).
+  ValueMesh(Extent extent, std::vector<Result<R>> values)
+      : extent_(std::move(extent)), values_(std::move(values)) {}
+
+  /// The shape of the view that was called.
+  const Extent& extent() const noexcept { return extent_; }
+  /// Number of members (one value each).
+  int size() const noexcept { return static_cast<int>(values_.size()); }
+  /// Member i's value or error (0 <= i < size()).
+  const Result<R>& operator[](int i) const { return values_.at(static_cast<std::size_t>(i)); }
+  /// The rank, in the whole mesh, of member i.
+  int rank(int i) const { return extent_.rank(i); }
+  /// Every member's value or error, in member order.
+  const std::vector<Result<R>>& values() const noexcept { return values_; }
+  auto begin() const noexcept { return values_.begin(); }
+  auto end() const noexcept { return values_.end(); }
+
+  /// The value of the member at `coords`, one coordinate for every
+  /// dimension by name, in any order; that member's error if it failed.
+  /// Errc::invalid_argument for a dimension missing, unknown or named
+  /// twice; Errc::out_of_range for a coordinate outside its dimension.
+  Result<R> item(const std::vector<std::pair<std::string, int>>& coords) const {
+    const auto& dims = extent_.dims();
+    std::vector<int> point(dims.size(), -1);
+    for (const auto& [name, c] : coords) {
+      std::size_t d = 0;
+      while (d < dims.size() && dims[d].first != name) ++d;
+      if (d == dims.size()) {
+        return Status(Errc::invalid_argument, "ValueMesh::item: " + extent_.to_string() +
+                                                  " has no dimension '" + name + "'");
+      }
+      if (point[d] != -1) {
+        return Status(Errc::invalid_argument, "ValueMesh::item: '" + name + "' named twice");
+      }
+      point[d] = c < 0 ? -2 : c;  // -2: index_of refuses it as outside
+    }
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      if (point[d] == -1) {
+        return Status(Errc::invalid_argument, "ValueMesh::item: no coordinate for '" +
+                                                  dims[d].first + "' of " + extent_.to_string());
+      }
+    }
+    auto i = extent_.index_of(point);
+    if (!i.ok()) return i.status().with_context("ValueMesh::item");
+    return values_[static_cast<std::size_t>(*i)];
+  }
+
+ private:
+  Extent extent_ = Extent::line(0);
+  std::vector<Result<R>> values_;
+};
+
 /// The actors of one spawn(), shaped by an Extent (one dimension "ranks"
 /// as spawned; reshape() and slice() give other views). Member `i` of a
 /// view is extent().rank(i) of the whole mesh, and errors name that rank.
@@ -215,6 +279,14 @@ class ActorMesh {
     if (!e.ok()) return e.status();
     return ActorMesh(caller_, id_, std::move(e).value(), timeout_);
   }
+  /// Several dimensions in one call: an index drops its dimension, a range
+  /// {begin, end} keeps it (extent.hpp's Select), as in
+  /// `grid.slice({{"hosts", 1}, {"gpus", {0, 2}}})`.
+  Result<ActorMesh> slice(const std::vector<std::pair<std::string, Select>>& selects) const {
+    auto e = extent_.slice(selects);
+    if (!e.ok()) return e.status();
+    return ActorMesh(caller_, id_, std::move(e).value(), timeout_);
+  }
   /// The member at `point` (a coordinate per dimension), as a mesh of one.
   Result<ActorMesh> at_point(const std::vector<int>& point) const {
     auto i = extent_.index_of(point);
@@ -238,12 +310,14 @@ class ActorMesh {
     return request<R>(extent_.rank(i), nullptr, std::move(xs)...);
   }
 
-  /// Every member replies; the replies in member order, each a value or an
-  /// error naming its rank. Never fails as a whole (but for a closed mesh,
-  /// whose members each answer shutdown).
+  /// Every member replies: a ValueMesh of this view's shape, each member a
+  /// value or an error naming its rank. Never fails as a whole (but for a
+  /// closed mesh, whose members each answer shutdown).
   template <class R, class... Ts>
-  Future<std::vector<Result<R>>> call(Ts... xs) const {
-    return when_all(requests<R>(xs...));
+  Future<ValueMesh<R>> call(Ts... xs) const {
+    return when_all(requests<R>(xs...)).then([extent = extent_](const std::vector<Result<R>>& rs) {
+      return ValueMesh<R>(extent, rs);
+    });
   }
 
   /// Sends (xs...) to every member and gathers the replies in member order.

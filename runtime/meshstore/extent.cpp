@@ -2,6 +2,7 @@
 // of it covers.
 #include "meshstore/extent.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -94,6 +95,34 @@ Result<Extent> Extent::slice(const std::string& dim, int begin, int end) const {
       for (int i = 0; i < inner; ++i) {
         out.ranks_.push_back(ranks_[static_cast<std::size_t>((o * n + c) * inner + i)]);
       }
+    }
+  }
+  return out;
+}
+
+Result<Extent> Extent::slice(const std::vector<std::pair<std::string, Select>>& selects) const {
+  if (selects.empty()) return Status(Errc::invalid_argument, "slice: no dimension selected");
+  std::set<std::string> seen;
+  Extent out = *this;
+  for (const auto& [dim, sel] : selects) {
+    if (!seen.insert(dim).second) {
+      return Status(Errc::invalid_argument, "slice: dimension '" + dim + "' selected twice");
+    }
+    if (sel.drop) {
+      const auto d = std::find_if(out.dims_.begin(), out.dims_.end(),
+                                  [&](const auto& kv) { return kv.first == dim; });
+      if (d != out.dims_.end() && (sel.begin < 0 || sel.begin >= d->second)) {
+        return Status(Errc::out_of_range, "slice: " + dim + " index " + std::to_string(sel.begin) +
+                                              " outside [0, " + std::to_string(d->second) + ")");
+      }
+    }
+    auto cut = out.slice(dim, sel.begin, sel.end);
+    if (!cut.ok()) return cut.status();
+    out = std::move(cut).value();
+    if (sel.drop) {
+      // The dimension has size 1 now: dropping it keeps the members in order.
+      out.dims_.erase(std::find_if(out.dims_.begin(), out.dims_.end(),
+                                   [&](const auto& kv) { return kv.first == dim; }));
     }
   }
   return out;

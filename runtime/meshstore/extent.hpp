@@ -7,6 +7,8 @@
 //   e.size();                       // 8
 //   e.rank_of({1, 1});              // 5
 //   auto host1 = e.slice("hosts", 1, 2).value();   // 4 members: ranks 4..7
+//   auto row = e.slice({{"hosts", 1}, {"procs", {0, 2}}}).value();
+//   row.to_string();                // "{procs: 2}": ranks 4, 5 (an index drops "hosts")
 
 #include <cstdint>
 #include <string>
@@ -16,6 +18,20 @@
 #include "meshstore/status.hpp"
 
 namespace meshstore {
+
+/// One dimension's part of a multi-dimension slice: an index keeps the
+/// members at that coordinate and drops the dimension (as Monarch's
+/// `mesh.slice(hosts=1)`); a range [begin, end) keeps the dimension with
+/// end - begin members.
+struct Select {
+  /// The members at coordinate `index`; the dimension goes.
+  Select(int index) : begin(index), end(index + 1), drop(true) {}  // NOLINT: implicit on purpose
+  /// The members with begin <= coordinate < end; the dimension stays.
+  Select(int begin_, int end_) : begin(begin_), end(end_), drop(false) {}
+  int begin;
+  int end;
+  bool drop;
+};
 
 /// Named dimensions with their sizes and, for a slice, the members (ranks of
 /// the whole mesh) it covers in row-major order. A value type: not
@@ -29,7 +45,8 @@ class Extent {
   /// naming the bad dimension otherwise.
   static Result<Extent> make(std::vector<std::pair<std::string, int>> dims);
 
-  /// The dimensions, outermost first.
+  /// The dimensions, outermost first (none for a point: a slice that
+  /// dropped every dimension).
   const std::vector<std::pair<std::string, int>>& dims() const noexcept { return dims_; }
   /// Number of members.
   int size() const noexcept { return static_cast<int>(ranks_.size()); }
@@ -45,6 +62,13 @@ class Extent {
   /// its name with size end - begin. Errc::invalid_argument for an unknown
   /// dimension, Errc::out_of_range for an empty or outside range.
   Result<Extent> slice(const std::string& dim, int begin, int end) const;
+  /// Several dimensions at once, in one call: each named dimension is cut
+  /// to its Select (an index drops it); dimensions not named stay whole.
+  /// Dropping every dimension leaves a point: one member, no dimensions.
+  /// Errc::invalid_argument for no selection, an unknown dimension or one
+  /// named twice; Errc::out_of_range for an empty or outside range, or an
+  /// index outside the dimension.
+  Result<Extent> slice(const std::vector<std::pair<std::string, Select>>& selects) const;
   /// The same members viewed with other dimensions of the same total size.
   Result<Extent> reshape(std::vector<std::pair<std::string, int>> dims) const;
 

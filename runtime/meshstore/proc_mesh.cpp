@@ -480,7 +480,11 @@ ProcMesh::ProcMesh(std::shared_ptr<Shared> shared, Extent extent)
     : shared_(std::move(shared)), extent_(std::move(extent)) {}
 
 Result<ProcMesh> ProcMesh::slice(const std::string& dim, int begin, int end) const {
-  auto e = extent_.slice(dim, begin, end);
+  return slice({{dim, Select(begin, end)}});
+}
+
+Result<ProcMesh> ProcMesh::slice(const std::vector<std::pair<std::string, Select>>& selects) const {
+  auto e = extent_.slice(selects);
   if (!e.ok()) return e.status().with_context("ProcMesh::slice");
   return ProcMesh(shared_, std::move(e).value());
 }

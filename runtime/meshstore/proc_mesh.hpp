@@ -121,6 +121,9 @@ class ProcMesh {
   int size() const noexcept { return extent_.size(); }
   /// The processes with begin <= coordinate(dim) < end.
   Result<ProcMesh> slice(const std::string& dim, int begin, int end) const;
+  /// Several dimensions in one call; an index drops its dimension
+  /// (Extent::slice).
+  Result<ProcMesh> slice(const std::vector<std::pair<std::string, Select>>& selects) const;
   /// The pid of member `i` of this view (on its own host); -1 when out of
   /// range.
   int pid(int i) const;

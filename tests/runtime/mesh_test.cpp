@@ -376,6 +376,70 @@ TEST(ActorMeshShape, SlicesAndPointsPickTheRightMembers) {
                "has 4 members, not 1");
 }
 
+TEST(ActorMeshShape, OneSliceCutsSeveralDimensionsAndAnIndexDropsOne) {
+  auto mesh = Mesh::local(8).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();
+  auto grid = adders.reshape({{"hosts", 2}, {"procs", 4}}).value();
+  auto cut = grid.slice({{"hosts", 1}, {"procs", {1, 3}}});
+  ASSERT_OK(cut);
+  EXPECT_EQ(cut->extent().to_string(), "{procs: 2}");
+  EXPECT_EQ(cut->extent().ranks(), (std::vector<int>{5, 6}));
+  auto column = grid.slice({{"procs", 2}});
+  ASSERT_OK(column);
+  EXPECT_EQ(column->extent().to_string(), "{hosts: 2}");
+  EXPECT_EQ(column->extent().ranks(), (std::vector<int>{2, 6}));
+  // Dropping every dimension leaves a point: one member, callable alone.
+  auto point = grid.slice({{"procs", 3}, {"hosts", 0}});
+  ASSERT_OK(point);
+  EXPECT_EQ(point->extent().to_string(), "{}");
+  EXPECT_EQ(point->extent().ranks(), (std::vector<int>{3}));
+  EXPECT_EQ(*point->call_one<int>(add_atom::value, 1).get(kWait), 4);
+  // Three dimensions: the middle one dropped.
+  auto cube = adders.reshape({{"a", 2}, {"b", 2}, {"c", 2}}).value();
+  auto ac = cube.slice({{"b", 1}});
+  ASSERT_OK(ac);
+  EXPECT_EQ(ac->extent().to_string(), "{a: 2, c: 2}");
+  EXPECT_EQ(ac->extent().ranks(), (std::vector<int>{2, 3, 6, 7}));
+  // Bad selections name what was wrong.
+  EXPECT_ERROR(grid.slice(std::vector<std::pair<std::string, Select>>{}), Errc::invalid_argument,
+               "no dimension selected");
+  EXPECT_ERROR(grid.slice({{"gpus", 0}}), Errc::invalid_argument, "no dimension 'gpus'");
+  EXPECT_ERROR(grid.slice({{"procs", 0}, {"procs", 1}}), Errc::invalid_argument,
+               "'procs' selected twice");
+  EXPECT_ERROR(grid.slice({{"procs", 4}}), Errc::out_of_range, "procs index 4 outside [0, 4)");
+  EXPECT_ERROR(grid.slice({{"procs", -1}}), Errc::out_of_range, "procs index -1 outside [0, 4)");
+  EXPECT_ERROR(grid.slice({{"hosts", {1, 1}}}), Errc::out_of_range, "empty");
+  EXPECT_ERROR(point->slice({{"hosts", 0}}), Errc::invalid_argument, "no dimension 'hosts'");
+}
+
+TEST(ActorMeshCalls, CallAnswersAValueMeshFoundByCoordinates) {
+  auto mesh = Mesh::local(8).value();
+  auto grid =
+      mesh.spawn<adder_actor>("adders", adder, 5).value().reshape({{"hosts", 2}, {"procs", 4}});
+  ASSERT_OK(grid);
+  auto sums = grid->call<int>(add_atom::value, 10).get(kWait);
+  ASSERT_OK(sums);
+  EXPECT_EQ(sums->extent().to_string(), "{hosts: 2, procs: 4}");
+  EXPECT_EQ(sums->item({{"procs", 2}, {"hosts", 1}}).value(), 16);  // rank 6, in any order
+  EXPECT_ERROR(sums->item({{"hosts", 1}, {"procs", 1}}), Errc::out_of_capacity, "rank 5");
+  EXPECT_ERROR(sums->item({{"hosts", 1}}), Errc::invalid_argument, "no coordinate for 'procs'");
+  EXPECT_ERROR(sums->item({{"hosts", 1}, {"gpus", 0}}), Errc::invalid_argument,
+               "no dimension 'gpus'");
+  EXPECT_ERROR(sums->item({{"hosts", 0}, {"hosts", 1}}), Errc::invalid_argument,
+               "'hosts' named twice");
+  EXPECT_ERROR(sums->item({{"hosts", 2}, {"procs", 0}}), Errc::out_of_range,
+               "hosts 2 outside [0, 2)");
+  int seen = 0;
+  for (const Result<int>& r : *sums) seen += r.ok() ? 1 : 0;
+  EXPECT_EQ(seen, 7);
+  // A slice's values keep the slice's shape and the whole mesh's ranks.
+  auto column = grid->slice({{"procs", 2}}).value().call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_OK(column);
+  EXPECT_EQ(column->extent().to_string(), "{hosts: 2}");
+  EXPECT_EQ(column->rank(1), 6);
+  EXPECT_EQ(column->item({{"hosts", 1}}).value(), 6);
+}
+
 TEST(ActorMeshCalls, CallGathersEveryReplyAndEveryErrorByRank) {
   auto mesh = Mesh::local(8).value();
   auto grid =
@@ -383,12 +447,13 @@ TEST(ActorMeshCalls, CallGathersEveryReplyAndEveryErrorByRank) {
   ASSERT_OK(grid);
   auto all = grid->call<int>(add_atom::value, 10).get(kWait);
   ASSERT_OK(all);
-  ASSERT_EQ(all->size(), 8u);
+  ASSERT_EQ(all->size(), 8);
+  EXPECT_EQ(all->extent().to_string(), "{hosts: 2, procs: 4}");
   for (int r = 0; r < 8; ++r) {
     if (r == 5) {
       EXPECT_ERROR((*all)[5], Errc::out_of_capacity, "rank 5: this rank is full");
     } else {
-      EXPECT_EQ(*(*all)[static_cast<std::size_t>(r)], 10 + r);
+      EXPECT_EQ(*(*all)[r], 10 + r);
     }
   }
   auto host1 = grid->slice("hosts", 1, 2).value();

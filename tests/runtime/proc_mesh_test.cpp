@@ -194,9 +194,17 @@ TEST(ProcMesh, EveryCallStyleOnTheWholeMeshAndOnSlicesAcrossProcesses) {
   ASSERT_TRUE(host1.ok());
   auto h1 = host1->call<int>(add_atom::value, 0).get(kWait);
   ASSERT_TRUE(h1.ok());
-  ASSERT_EQ(h1->size(), 2u);
+  ASSERT_EQ(h1->size(), 2);
   EXPECT_EQ(*(*h1)[0], 102);
   EXPECT_EQ(*(*h1)[1], 103);
+  // The replies are shaped like the slice, and found by coordinates.
+  EXPECT_EQ(h1->extent().to_string(), "{hosts: 1, procs: 2}");
+  EXPECT_EQ(h1->item({{"procs", 1}, {"hosts", 0}}).value(), 103);
+  // Several dimensions in one call; an index drops its dimension.
+  auto one = w->slice({{"hosts", 1}, {"procs", 0}});
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->extent().to_string(), "{}");
+  EXPECT_EQ(one->call_one<int>(add_atom::value, 0).get(kWait).value(), 102);
 
   auto point = w->at_point({1, 0});
   ASSERT_TRUE(point.ok());
@@ -247,6 +255,16 @@ TEST(ProcMesh, EveryCallStyleOnTheWholeMeshAndOnSlicesAcrossProcesses) {
   ASSERT_TRUE(cp.ok());
   EXPECT_EQ(*(*cp)[0], procs->pid(1));
   EXPECT_EQ(*(*cp)[1], procs->pid(3));
+  // ... and a process slice that drops a dimension gives a mesh without it.
+  auto first_procs = procs->slice({{"procs", 0}});
+  ASSERT_TRUE(first_procs.ok()) << first_procs.status().to_string();
+  auto row = first_procs->spawn<worker_actor>("row", "worker", 0);
+  ASSERT_TRUE(row.ok()) << row.status().to_string();
+  EXPECT_EQ(row->extent().to_string(), "{hosts: 2}");
+  auto rp = row->call<std::int32_t>(pid_atom::value).get(kWait);
+  ASSERT_TRUE(rp.ok());
+  EXPECT_EQ(rp->item({{"hosts", 1}}).value(), procs->pid(2));
+  EXPECT_EQ(procs->slice({{"procs", 2}}).status().code(), Errc::out_of_range);
   procs->stop();
 }
 
