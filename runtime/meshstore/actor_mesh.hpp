@@ -17,10 +17,13 @@
 
 #include <caf/all.hpp>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -170,6 +173,66 @@ void watched_request(caf::event_based_actor* self, const Handle& target, int ran
             *done = true;
             finish(mesh_rank_error(rank, e));
           });
+}
+
+}  // namespace internal
+
+/// A float or double that crosses processes bit-exact, as its bits. CAF
+/// 0.17's serializer, which carries every message between processes,
+/// alters bare floating-point values (-0.0 arrives as +0.0, a NaN as -1.0,
+/// a denormal as another number) and never returns on +infinity, stalling
+/// the sender for good. So the mesh calls refuse a bare float or double,
+/// or a vector of them, at compile time; wrap the value instead, in a
+/// message or as a member of your own message type:
+///
+///   using scale_actor = caf::typed_actor<
+///       caf::replies_to<scale_atom, Exact<double>>::with<Exact<double>>>;
+///   [](scale_atom, Exact<double> x) -> Exact<double> { return 2 * x.value; }
+///   auto y = mesh.call_one<Exact<double>>(scale_atom::value, Exact<double>(0.5));
+///
+/// Every runtime registers Exact<float>, Exact<double> and vectors of them
+/// ("meshstore::Exact<float>", ...).
+template <class T>
+struct Exact {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "meshstore::Exact holds a float or a double");
+  Exact() = default;
+  Exact(T v) : value(v) {}  // NOLINT: implicit on purpose, as T converts back
+  operator T() const { return value; }
+  T value{};
+};
+
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, Exact<T>& x) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  static_assert(sizeof(Bits) == sizeof(T));
+  Bits bits = 0;
+  std::memcpy(&bits, &x.value, sizeof bits);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    std::memcpy(&x.value, &bits, sizeof bits);
+    return caf::none;
+  });
+  return f(
+      caf::meta::type_name(sizeof(T) == 4 ? "meshstore::Exact<float>" : "meshstore::Exact<double>"),
+      bits, load);
+}
+
+namespace internal {
+
+template <class T>
+struct BareFloat : std::is_floating_point<T> {};
+template <class T, class A>
+struct BareFloat<std::vector<T, A>> : std::is_floating_point<T> {};
+
+/// Refuses, at compile time, a message or reply type that CAF 0.17 cannot
+/// carry between processes intact (Exact's comment says why).
+template <class... Ts>
+constexpr void refuse_bare_floats() {
+  static_assert(!(BareFloat<std::decay_t<Ts>>::value || ...),
+                "meshstore: a bare float or double (or a vector of them) in an actor message "
+                "is not carried bit-exact between processes by CAF 0.17 (-0.0, NaN and "
+                "denormals change, +infinity stalls the sender): wrap it in "
+                "meshstore::Exact<float> or meshstore::Exact<double>");
 }
 
 }  // namespace internal
@@ -406,6 +469,7 @@ class ActorMesh {
   /// stop still on its way as tell() is called drops the message).
   template <class... Ts>
   Status tell(Ts... xs) const {
+    internal::refuse_bare_floats<Ts...>();
     if (!caller_) return Status(Errc::shutdown, "mesh: an empty ActorMesh");
     auto caller = caller_;
     const std::size_t id = id_;
@@ -427,6 +491,7 @@ class ActorMesh {
   // member); the futures in member order.
   template <class R, class... Ts>
   std::vector<Future<R>> requests(const Ts&... xs) const {
+    internal::refuse_bare_floats<R, Ts...>();
     std::vector<Future<R>> out;
     out.reserve(static_cast<std::size_t>(size()));
     if (!caller_) {
@@ -461,6 +526,7 @@ class ActorMesh {
   // `settled` (may be null) runs once the request has its answer.
   template <class R, class... Ts>
   Future<R> request(int rank, std::function<void()> settled, Ts... xs) const {
+    internal::refuse_bare_floats<R, Ts...>();
     if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
     auto p = std::make_shared<Promise<R>>();
     auto fut = p->future();

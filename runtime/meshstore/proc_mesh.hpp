@@ -149,6 +149,7 @@ class ProcMesh {
   template <class Handle, class... Ts>
   Result<ActorMesh<Handle>> spawn(Supervision supervision, const std::string& name,
                                   const std::string& type, Ts... xs) {
+    internal::refuse_bare_floats<Ts...>();
     auto interface = [](caf::actor_system& sys) {
       const auto sigs = sys.message_types<Handle>();
       return std::vector<std::string>(sigs.begin(), sigs.end());

@@ -102,6 +102,37 @@ mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
   }};
 }
 
+// Floating-point values as Exact<T>: echoed back, and the bits the worker
+// received, and the value it was spawned with.
+using echo_atom = caf::atom_constant<caf::atom("echo")>;
+using bits_atom = caf::atom_constant<caf::atom("bits")>;
+using base_atom = caf::atom_constant<caf::atom("base")>;
+using exact_actor = caf::typed_actor<
+    caf::replies_to<echo_atom, std::vector<Exact<double>>>::with<std::vector<Exact<double>>>,
+    caf::replies_to<echo_atom, std::vector<Exact<float>>>::with<std::vector<Exact<float>>>,
+    caf::replies_to<bits_atom, Exact<double>>::with<std::uint64_t>,
+    caf::replies_to<base_atom>::with<std::vector<std::uint64_t>>>;
+
+exact_actor::behavior_type exact(exact_actor::pointer, int, Exact<double> base,
+                                 Exact<float> base32) {
+  return {
+      [](echo_atom, const std::vector<Exact<double>>& xs) { return xs; },
+      [](echo_atom, const std::vector<Exact<float>>& xs) { return xs; },
+      [](bits_atom, Exact<double> x) {
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, &x.value, sizeof bits);
+        return bits;
+      },
+      [=](base_atom) {
+        std::uint64_t b = 0;
+        std::uint32_t b32 = 0;
+        std::memcpy(&b, &base.value, sizeof b);
+        std::memcpy(&b32, &base32.value, sizeof b32);
+        return std::vector<std::uint64_t>{b, b32};
+      },
+  };
+}
+
 using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
 // Puts an object into the store its process joined.
 using store_user_actor =
@@ -142,6 +173,7 @@ MeshOptions options() {
     cfg.add_actor_type("worker", worker);
     cfg.add_actor_type("mirror", mirror);
     cfg.add_actor_type("store_user", store_user);
+    cfg.add_actor_type("exact", exact);
     add_store_actor_types(cfg);
   };
   return o;
@@ -277,6 +309,77 @@ TEST(ProcMesh, ListeningOnEveryInterfaceWorksWithAnAdvertisedAddress) {
   auto w = procs->spawn<worker_actor>("w", "worker", 5);
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->call_one<int>(add_atom::value, 1).get(kWait).value(), 6);
+}
+
+template <class T, class Bits>
+T from_bits(Bits bits) {
+  static_assert(sizeof(T) == sizeof(Bits));
+  T x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+template <class Bits, class T>
+Bits to_bits(T x) {
+  Bits bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+TEST(ProcMesh, FloatsAndDoublesCrossProcessesBitExact) {
+  // The values CAF 0.17's own float packing alters or hangs on.
+  const std::vector<std::uint64_t> doubles = {
+      0x8000000000000000,  // -0.0
+      0x7ff0000000000000,  // +infinity
+      0xfff0000000000000,  // -infinity
+      0x7ff8000000000000,  // quiet NaN
+      0xfff8dead0000beef,  // a negative NaN with a payload
+      0x0000000000000001,  // the smallest denormal
+      0x000fffffffffffff,  // the largest denormal
+      0x7fefffffffffffff,  // the largest finite
+      0x3ff8000000000000,  // 1.5
+      0x400921fb54442d18,  // pi
+  };
+  const std::vector<std::uint32_t> floats = {0x80000000, 0x7f800000, 0xff800000, 0x7fc00000,
+                                             0xffc0beef, 0x00000001, 0x007fffff, 0x3fc00000};
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  // Spawn arguments cross too: -0.0 and a float NaN with a payload.
+  auto m = procs->spawn<exact_actor>("exact", "exact", Exact<double>(from_bits<double>(doubles[0])),
+                                     Exact<float>(from_bits<float>(floats[4])));
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+
+  std::vector<Exact<double>> xs;
+  for (auto b : doubles) xs.emplace_back(from_bits<double>(b));
+  auto back = m->call<std::vector<Exact<double>>>(echo_atom::value, xs).get(kWait);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  for (const auto& r : *back) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), doubles.size());
+    for (std::size_t i = 0; i < doubles.size(); ++i) {
+      EXPECT_EQ(to_bits<std::uint64_t>((*r)[i].value), doubles[i]) << "double " << i;
+    }
+  }
+  std::vector<Exact<float>> fs;
+  for (auto b : floats) fs.emplace_back(from_bits<float>(b));
+  auto fback = m->call<std::vector<Exact<float>>>(echo_atom::value, fs).get(kWait);
+  ASSERT_TRUE(fback.ok()) << fback.status().to_string();
+  for (const auto& r : *fback) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), floats.size());
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+      EXPECT_EQ(to_bits<std::uint32_t>((*r)[i].value), floats[i]) << "float " << i;
+    }
+  }
+  auto bases = m->ask<std::vector<std::uint64_t>>(1, base_atom::value).get(kWait);
+  ASSERT_TRUE(bases.ok()) << bases.status().to_string();
+  EXPECT_EQ(*bases, (std::vector<std::uint64_t>{doubles[0], floats[4]}));
+  // One way: what the other process received, as integers.
+  for (auto b : doubles) {
+    auto seen =
+        m->ask<std::uint64_t>(1, bits_atom::value, Exact<double>(from_bits<double>(b))).get(kWait);
+    ASSERT_TRUE(seen.ok()) << seen.status().to_string();
+    EXPECT_EQ(*seen, b);
+  }
 }
 
 TEST(ProcMesh, WorkersOutputComesBackLineByLineWithTheirRank) {
