@@ -16,6 +16,7 @@
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
+#include "meshstore/internal/proc_shared.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
 
@@ -30,17 +31,6 @@ std::string random_token() {
   for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", rd());
   return std::string(buf, 32);
 }
-
-// The workers joining, and those that exited.
-struct Joining {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<proc_actor> procs;
-  std::vector<int> pids;            // as each said in its hello
-  std::vector<std::string> exited;  // why, by rank; empty while running
-  int joined = 0;
-  bool stopping = false;
-};
 
 controller_actor::behavior_type controller_impl(controller_actor::pointer, std::string token,
                                                 std::shared_ptr<Joining> joining) {
@@ -80,8 +70,6 @@ void record_exit(Joining& joining, int rank, const std::string& why) {
   }
 }
 
-using OutputFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
-
 // The controller's end of the agents' processes.
 sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
                                     std::shared_ptr<Joining> joining) {
@@ -95,65 +83,6 @@ sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
   };
 }
 
-// On a mesh's caller: asks `proc` (the process of member `rank`) to spawn
-// it; `done` gets the actor or an error naming the rank, at once when the
-// process goes away meanwhile (a request to a dead remote actor would only
-// time out).
-void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
-              std::chrono::milliseconds timeout, const std::string& mesh, const std::string& type,
-              const std::vector<std::string>& interface, const caf::message& args,
-              std::function<void(Result<caf::actor>)> done) {
-  const std::string who = "rank " + std::to_string(rank);
-  if (!proc) return done(Status(Errc::unavailable, who + ": its process is gone"));
-  internal::watched_request<caf::actor>(self, proc, rank, timeout, who + ": its process ",
-                                        std::move(done), proc_spawn_atom::value, mesh, type,
-                                        interface, args);
-}
-
-// Waits for every member's spawn. On a failure, the members made are
-// stopped and the first failure is the answer.
-Result<std::vector<caf::actor>> gather_members(std::vector<Future<caf::actor>> replies,
-                                               std::chrono::milliseconds timeout) {
-  auto all = when_all(std::move(replies)).get(timeout);
-  std::vector<caf::actor> members;
-  Status failed;
-  if (!all.ok()) {
-    failed = all.status();
-  } else {
-    for (auto& r : *all) {
-      if (r.ok()) {
-        members.push_back(*r);
-      } else if (failed.ok()) {
-        failed = r.status();
-      }
-    }
-  }
-  if (failed.ok()) return members;
-  for (auto& a : members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  return failed;
-}
-
-// How supervision restarts member `rank` of a mesh: spawned again in the
-// same process, with the same arguments.
-internal::MeshCaller::Respawn restarter(std::vector<proc_actor> procs, std::string name,
-                                        std::string type, std::vector<std::string> interface,
-                                        std::function<caf::message(int)> args,
-                                        std::chrono::milliseconds timeout) {
-  return [procs = std::move(procs), name = std::move(name), type = std::move(type),
-          interface = std::move(interface), args = std::move(args),
-          timeout](caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
-    spawn_on(self, procs[static_cast<std::size_t>(rank)], rank, timeout, name, type, interface,
-             args(rank), [done, name, rank](Result<caf::actor> a) {
-               if (!a.ok()) {
-                 log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank,
-                                        a.status().to_string());
-                 return done(caf::actor());
-               }
-               done(std::move(a).value());
-             });
-  };
-}
-
 std::string this_program() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -163,132 +92,76 @@ std::string this_program() {
 
 }  // namespace
 
-// Processes a host agent started for this controller.
-struct AgentJob {
-  std::string address;
-  agent_actor agent;
-  std::uint64_t job = 0;
-  int first = 0;
-  int count = 0;
-};
-
-struct ProcMesh::Shared {
-  MeshOptions options;
-  LaunchSpec spec;
-  Extent whole = Extent::line(0);
-  // Shared with the layers built on this ProcMesh (spawn_store's store):
-  // the actor system goes when the last of them lets go.
-  std::shared_ptr<internal::ActorRuntime> runtime;
-  controller_actor controller;
-  sink_actor sink;  // attach(): the agents' output and exits
-  std::shared_ptr<Joining> joining;
-  std::unique_ptr<internal::ProcessGroup> group;  // launch()
-  std::vector<AgentJob> jobs;                     // attach()
-  std::shared_ptr<internal::MeshCaller> caller;
-  std::mutex mu;  // guards names, stopped, group, jobs
-  std::set<std::string> names;
-  bool stopped = false;
-  std::string where;  // host:port the workers join
-  std::string token;
-
-  ~Shared() { stop(); }
-
-  void stop() {
-    std::vector<proc_actor> procs;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (stopped) return;
-      stopped = true;
-    }
-    // First: the meshes answer shutdown, and the members' going away is
-    // no failure.
-    if (caller) caller->close();
-    if (joining) {
-      std::lock_guard<std::mutex> lock(joining->mu);
-      joining->stopping = true;
-      procs = joining->procs;
-      joining->procs.assign(joining->procs.size(), proc_actor());
-    }
-    // Ask every worker to stop; the group (or agent) waits for them to
-    // exit, then closes their lifeline and signals those left.
-    for (auto& p : procs) {
-      if (p) caf::anon_send(p, proc_stop_atom::value);
-    }
-    procs.clear();
-    std::unique_ptr<internal::ProcessGroup> doomed;
-    std::vector<AgentJob> remote;
-    {
-      std::lock_guard<std::mutex> lock(mu);  // pid() and signal() read them
-      doomed = std::move(group);
-      remote = std::move(jobs);
-    }
-    if (doomed) doomed->stop(spec.stop_grace);
-    doomed.reset();
-    if (!remote.empty() && runtime) {
-      // Each agent answers once its processes are gone; one that is gone
-      // itself took them with it (their lifeline), so the wait is bounded.
-      ForeignThreadGuard guard;
-      caf::scoped_actor self{runtime->system()};
-      for (auto& j : remote) {
-        // An agent known dead (its connection closed: a monitor on it fires
-        // at once) took its processes with it: asking would only time out.
-        bool down = false;
-        self->monitor(j.agent);
-        self->receive([&](const caf::down_msg&) { down = true; },
-                      caf::after(std::chrono::milliseconds(0)) >> [] {});
-        if (down) {
-          log::get("proc")->info("agent {} is gone, and its processes with it", j.address);
-          continue;
-        }
-        self->demonitor(j.agent.address());
-        self->request(j.agent, spec.stop_grace + std::chrono::seconds(2), agent_stop_atom::value,
-                      j.job, static_cast<std::int64_t>(spec.stop_grace.count()))
-            .receive([](bool) {},
-                     [&](caf::error& e) {
-                       log::get("proc")->warn(
-                           "agent {}: stopping its processes: {}", j.address,
-                           internal::from_caf_error(e, "agent_stop").to_string());
-                     });
+void ProcMesh::Shared::stop() {
+  std::vector<proc_actor> procs;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopped) return;
+    stopped = true;
+  }
+  // First: the meshes answer shutdown, and the members' going away is
+  // no failure.
+  if (caller) caller->close();
+  if (joining) {
+    std::lock_guard<std::mutex> lock(joining->mu);
+    joining->stopping = true;
+    procs = joining->procs;
+    joining->procs.assign(joining->procs.size(), proc_actor());
+  }
+  // Ask every worker to stop; the group (or agent) waits for them to
+  // exit, then closes their lifeline and signals those left.
+  for (auto& p : procs) {
+    if (p) caf::anon_send(p, proc_stop_atom::value);
+  }
+  procs.clear();
+  std::unique_ptr<internal::ProcessGroup> doomed;
+  std::vector<AgentJob> remote;
+  {
+    std::lock_guard<std::mutex> lock(mu);  // pid() and signal() read them
+    doomed = std::move(group);
+    remote = std::move(jobs);
+  }
+  if (doomed) doomed->stop(spec.stop_grace);
+  doomed.reset();
+  if (!remote.empty() && runtime) {
+    // Each agent answers once its processes are gone; one that is gone
+    // itself took them with it (their lifeline), so the wait is bounded.
+    ForeignThreadGuard guard;
+    caf::scoped_actor self{runtime->system()};
+    for (auto& j : remote) {
+      // An agent known dead (its connection closed: a monitor on it fires
+      // at once) took its processes with it: asking would only time out.
+      bool down = false;
+      self->monitor(j.agent);
+      self->receive([&](const caf::down_msg&) { down = true; },
+                    caf::after(std::chrono::milliseconds(0)) >> [] {});
+      if (down) {
+        log::get("proc")->info("agent {} is gone, and its processes with it", j.address);
+        continue;
       }
+      self->demonitor(j.agent.address());
+      self->request(j.agent, spec.stop_grace + std::chrono::seconds(2), agent_stop_atom::value,
+                    j.job, static_cast<std::int64_t>(spec.stop_grace.count()))
+          .receive([](bool) {},
+                   [&](caf::error& e) {
+                     log::get("proc")->warn("agent {}: stopping its processes: {}", j.address,
+                                            internal::from_caf_error(e, "agent_stop").to_string());
+                   });
     }
-    remote.clear();
-    caller.reset();
-    if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
-    controller = nullptr;
-    if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
-    sink = nullptr;
-    std::shared_ptr<internal::ActorRuntime> doomed_runtime;
-    {
-      std::lock_guard<std::mutex> lock(mu);  // proc_runtime() reads it
-      doomed_runtime = std::move(runtime);
-    }
-    doomed_runtime.reset();
   }
-
-  // The controller's half of a launch or attach: a runtime, the supervision
-  // caller and the published controller actor the workers join.
-  static Result<std::shared_ptr<Shared>> open(const char* what, Extent extent,
-                                              const LaunchSpec& spec, const MeshOptions& options);
-  // Waits until every worker joined, one exited first, or time ran out.
-  Status wait_joined(const char* what, const std::string& program);
-  // The environment every worker gets: the controller, the token, the world.
-  std::vector<std::pair<std::string, std::string>> worker_env() const {
-    auto env = spec.env;
-    env.emplace_back(kControllerEnv, where);
-    env.emplace_back(kTokenEnv, token);
-    env.emplace_back(kWorldEnv, std::to_string(whole.size()));
-    for (auto& kv : options.tls.env()) env.push_back(std::move(kv));
-    return env;
+  remote.clear();
+  caller.reset();
+  if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
+  controller = nullptr;
+  if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+  sink = nullptr;
+  std::shared_ptr<internal::ActorRuntime> doomed_runtime;
+  {
+    std::lock_guard<std::mutex> lock(mu);  // proc_runtime() reads it
+    doomed_runtime = std::move(runtime);
   }
-  OutputFn output() const {
-    if (spec.on_output) return spec.on_output;
-    return [](int rank, bool is_stderr, const std::string& line) {
-      std::FILE* to = is_stderr ? stderr : stdout;
-      std::fprintf(to, "[rank %d] %s\n", rank, line.c_str());
-      std::fflush(to);
-    };
-  }
-};
+  doomed_runtime.reset();
+}
 
 Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* what, Extent extent,
                                                                  const LaunchSpec& spec,
@@ -526,73 +399,6 @@ Supervision ProcMesh::default_supervision() const {
 
 void ProcMesh::stop() {
   if (shared_) shared_->stop();
-}
-
-Result<ProcMesh::Spawned> ProcMesh::spawn_members(
-    Supervision supervision, const std::string& name, const std::string& type,
-    std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
-    std::function<caf::message(int)> args) {
-  if (!shared_) return Status(Errc::shutdown, "ProcMesh::spawn: an empty ProcMesh");
-  if (name.empty()) return Status(Errc::invalid_argument, "ProcMesh::spawn: mesh name is empty");
-  if (type.empty()) {
-    return Status(Errc::invalid_argument, "ProcMesh::spawn '" + name + "': actor type is empty");
-  }
-  std::vector<proc_actor> procs;
-  std::shared_ptr<internal::MeshCaller> caller;
-  std::vector<std::string> interface;
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    if (shared_->stopped) {
-      return Status(Errc::shutdown, "ProcMesh::spawn '" + name + "': the processes were stopped");
-    }
-    if (auto s = shared_->caller->check_owner(supervision.owner); !s.ok()) {
-      return s.with_context("ProcMesh::spawn '" + name + "'");
-    }
-    if (!shared_->names.insert(name).second) {
-      return Status(Errc::invalid_argument,
-                    "ProcMesh::spawn: mesh '" + name + "' was already spawned here");
-    }
-    caller = shared_->caller;
-    interface = interface_of(shared_->runtime->system());
-    std::lock_guard<std::mutex> jl(shared_->joining->mu);
-    for (int r : extent_.ranks())
-      procs.push_back(shared_->joining->procs[static_cast<std::size_t>(r)]);
-  }
-  const auto timeout = shared_->options.request_timeout;
-  const int n = size();
-  // Every process spawns its member at once, from the mesh's caller.
-  std::vector<Future<caf::actor>> replies;
-  for (int i = 0; i < n; ++i) {
-    auto p = std::make_shared<Promise<caf::actor>>();
-    replies.push_back(p->future());
-    auto proc = procs[static_cast<std::size_t>(i)];
-    auto msg = args(i);
-    auto posted = caller->post(
-        [=](caf::event_based_actor* self) {
-          spawn_on(self, proc, i, timeout, name, type, interface, msg,
-                   [p](Result<caf::actor> a) { p->set(std::move(a)); });
-        },
-        "spawn");
-    if (!posted.ok()) p->set_error(posted);
-  }
-  auto members = gather_members(std::move(replies), timeout + std::chrono::seconds(5));
-  if (!members.ok()) {
-    // Nothing half-spawned stays: the name is free again.
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->names.erase(name);
-    return Status(members.status().code(),
-                  "ProcMesh::spawn '" + name + "': " + members.status().message());
-  }
-  auto respawn = restarter(std::move(procs), name, type, interface, args, timeout);
-  auto shape = Extent::make(extent_.dims());
-  if (!shape.ok()) return shape.status();
-  Spawned out;
-  out.id = caller->add_mesh(name, std::move(members).value(), true, std::move(supervision),
-                            std::move(respawn));
-  out.caller = std::move(caller);
-  out.extent = std::move(shape).value();
-  out.timeout = timeout;
-  return out;
 }
 
 }  // namespace meshstore

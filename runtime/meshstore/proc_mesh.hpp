@@ -161,6 +161,28 @@ class ProcMesh {
     return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
   }
 
+  /// The named singleton actor `name`, as a mesh of one member (extent
+  /// {}): the first call spawns it, of the registered type `type` with
+  /// (rank 0, xs...), on the first process of this view; every later call,
+  /// from any thread, and one made while the first is still spawning, gets
+  /// that same actor (its arguments are then unused). Monarch's
+  /// get_or_spawn_controller. Errc::invalid_argument when spawn() made a
+  /// mesh of that name, or the singleton is of another type or interface;
+  /// spawn()'s errors otherwise, after which the name is free again.
+  template <class Handle, class... Ts>
+  Result<ActorMesh<Handle>> get_or_spawn(const std::string& name, const std::string& type,
+                                         Ts... xs) {
+    internal::refuse_bare_floats<Ts...>();
+    auto interface = [](caf::actor_system& sys) {
+      const auto sigs = sys.message_types<Handle>();
+      return std::vector<std::string>(sigs.begin(), sigs.end());
+    };
+    auto args = [xs...](int rank) { return caf::make_message(rank, xs...); };
+    auto made = singleton(name, type, std::move(interface), std::move(args));
+    if (!made.ok()) return made.status();
+    return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
+  }
+
   /// Stops every process (of the whole mesh, not only this view): asks
   /// each to exit, kills those left after LaunchSpec::stop_grace, and
   /// closes the controller's actor system. Actor meshes spawned here answer
@@ -178,6 +200,10 @@ class ProcMesh {
     std::chrono::milliseconds timeout{30000};
   };
   ProcMesh(std::shared_ptr<Shared> shared, Extent extent);
+  Result<Spawned> singleton(
+      const std::string& name, const std::string& type,
+      std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+      std::function<caf::message(int)> args);
   Supervision default_supervision() const;
   Result<Spawned> spawn_members(
       Supervision supervision, const std::string& name, const std::string& type,

@@ -409,6 +409,60 @@ TEST(ProcMesh, WorkersOutputComesBackLineByLineWithTheirRank) {
   EXPECT_TRUE(has(1, "worker 1 ready"));
 }
 
+TEST(ProcMesh, GetOrSpawnGivesEveryCallerTheSameSingleton) {
+  auto procs = ProcMesh::launch({{"hosts", 2}, {"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto host1 = procs->slice({{"hosts", 1}});
+  ASSERT_TRUE(host1.ok());
+  // Four callers at once: one spawn, one actor, every bump counted.
+  std::vector<Result<ActorMesh<worker_actor>>> got(4, Status(Errc::internal, "not run"));
+  std::vector<std::thread> callers;
+  for (std::size_t t = 0; t < got.size(); ++t) {
+    callers.emplace_back([&, t] {
+      got[t] = host1->get_or_spawn<worker_actor>("counter", "worker", 0);
+      if (got[t].ok()) got[t]->tell(bump_atom::value);
+    });
+  }
+  for (auto& c : callers) c.join();
+  for (auto& g : got) {
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    EXPECT_EQ(g->extent().to_string(), "{}");
+    EXPECT_EQ(g->at(0).address(), got[0]->at(0).address());
+  }
+  EXPECT_EQ(got[0]->call_one<int>(count_atom::value).get(kWait).value(), 4);
+  // On the first process of the view: rank 2.
+  EXPECT_EQ(got[3]->call_one<std::int32_t>(pid_atom::value).get(kWait).value(), procs->pid(2));
+  // The whole mesh's callers get the same one, wherever they ask from.
+  auto again = procs->get_or_spawn<worker_actor>("counter", "worker", 7);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->call_one<int>(count_atom::value).get(kWait).value(), 4);
+
+  EXPECT_EQ(procs->get_or_spawn<worker_actor>("counter", "mirror").status().message(),
+            "ProcMesh::get_or_spawn 'counter': it is a singleton of type 'worker', not 'mirror'");
+  EXPECT_EQ(procs->get_or_spawn<other_actor>("counter", "worker").status().code(),
+            Errc::invalid_argument);
+  EXPECT_EQ(procs->spawn<worker_actor>("counter", "worker", 0).status().code(),
+            Errc::invalid_argument);
+  ASSERT_TRUE(procs->spawn<worker_actor>("plain", "worker", 0).ok());
+  auto plain = procs->get_or_spawn<worker_actor>("plain", "worker", 0);
+  EXPECT_EQ(plain.status().code(), Errc::invalid_argument);
+  EXPECT_NE(plain.status().message().find("spawn() made a mesh of that name"), std::string::npos);
+  // A failed first spawn leaves the name free.
+  auto ghost = procs->get_or_spawn<worker_actor>("ghost", "no-such-type");
+  EXPECT_FALSE(ghost.ok());
+  EXPECT_TRUE(procs->get_or_spawn<worker_actor>("ghost", "worker", 0).ok());
+  // A mesh spawned on a point of the processes (every dimension dropped).
+  auto point = procs->slice({{"hosts", 1}, {"procs", 1}});
+  ASSERT_TRUE(point.ok());
+  auto one = point->spawn<worker_actor>("one", "worker", 0);
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  EXPECT_EQ(one->extent().to_string(), "{}");
+  EXPECT_EQ(one->call_one<std::int32_t>(pid_atom::value).get(kWait).value(), procs->pid(3));
+  procs->stop();
+  EXPECT_EQ(procs->get_or_spawn<worker_actor>("counter", "worker", 0).status().code(),
+            Errc::shutdown);
+}
+
 TEST(ProcMesh, AUserMessageTypeCrossesProcesses) {
   auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
   ASSERT_TRUE(procs.ok()) << procs.status().to_string();

@@ -1,0 +1,108 @@
+#pragma once
+
+// What the copies and slices of one ProcMesh share: its processes (joining,
+// running, exited), the controller's runtime and actors, and the names of
+// the meshes spawned on them. Internal: proc_mesh.cpp launches and stops
+// the processes; proc_spawn.cpp spawns on them.
+
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/proc_protocol.hpp"
+#include "meshstore/internal/process_group.hpp"
+#include "meshstore/proc_mesh.hpp"
+
+namespace meshstore {
+namespace internal::proc {
+
+// The workers joining, and those that exited.
+struct Joining {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<proc_actor> procs;
+  std::vector<int> pids;            // as each said in its hello
+  std::vector<std::string> exited;  // why, by rank; empty while running
+  int joined = 0;
+  bool stopping = false;
+};
+
+// Processes a host agent started for this controller.
+struct AgentJob {
+  std::string address;
+  agent_actor agent;
+  std::uint64_t job = 0;
+  int first = 0;
+  int count = 0;
+};
+
+using OutputFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
+
+}  // namespace internal::proc
+
+struct ProcMesh::Shared {
+  MeshOptions options;
+  LaunchSpec spec;
+  Extent whole = Extent::line(0);
+  // Shared with the layers built on this ProcMesh (spawn_store's store):
+  // the actor system goes when the last of them lets go.
+  std::shared_ptr<internal::ActorRuntime> runtime;
+  internal::proc::controller_actor controller;
+  internal::proc::sink_actor sink;  // attach(): the agents' output and exits
+  std::shared_ptr<internal::proc::Joining> joining;
+  std::unique_ptr<internal::ProcessGroup> group;  // launch()
+  std::vector<internal::proc::AgentJob> jobs;     // attach()
+  std::shared_ptr<internal::MeshCaller> caller;
+  std::mutex mu;  // guards names, singletons, stopped, group, jobs
+  std::set<std::string> names;
+  // get_or_spawn's singletons by name (their names are in `names` too),
+  // and the lock that makes a name's first spawn the only one.
+  struct Singleton {
+    std::string type;
+    std::vector<std::string> interface;
+    Spawned spawned;
+  };
+  std::map<std::string, Singleton> singletons;
+  std::mutex singleton_mu;
+  bool stopped = false;
+  std::string where;  // host:port the workers join
+  std::string token;
+
+  ~Shared() { stop(); }
+  // Stops every process and closes the runtime (ProcMesh::stop). Idempotent.
+  void stop();
+
+  // The controller's half of a launch or attach: a runtime, the supervision
+  // caller and the published controller actor the workers join.
+  static Result<std::shared_ptr<Shared>> open(const char* what, Extent extent,
+                                              const LaunchSpec& spec, const MeshOptions& options);
+  // Waits until every worker joined, one exited first, or time ran out.
+  Status wait_joined(const char* what, const std::string& program);
+  // The environment every worker gets: the controller, the token, the world.
+  std::vector<std::pair<std::string, std::string>> worker_env() const {
+    auto env = spec.env;
+    env.emplace_back(internal::proc::kControllerEnv, where);
+    env.emplace_back(internal::proc::kTokenEnv, token);
+    env.emplace_back(internal::proc::kWorldEnv, std::to_string(whole.size()));
+    for (auto& kv : options.tls.env()) env.push_back(std::move(kv));
+    return env;
+  }
+  internal::proc::OutputFn output() const {
+    if (spec.on_output) return spec.on_output;
+    return [](int rank, bool is_stderr, const std::string& line) {
+      std::FILE* to = is_stderr ? stderr : stdout;
+      std::fprintf(to, "[rank %d] %s\n", rank, line.c_str());
+      std::fflush(to);
+    };
+  }
+};
+
+}  // namespace meshstore

@@ -1,0 +1,193 @@
+// Spawning actor meshes on a ProcMesh's processes: each member by type
+// name in its process, gathered all or nothing, restarted in place under
+// supervision; and get_or_spawn's named singletons.
+#include <mutex>
+
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/proc_shared.hpp"
+#include "meshstore/logging.hpp"
+#include "meshstore/proc_mesh.hpp"
+
+namespace meshstore {
+namespace {
+
+using namespace internal::proc;
+
+// On a mesh's caller: asks `proc` (the process of member `rank`) to spawn
+// it; `done` gets the actor or an error naming the rank, at once when the
+// process goes away meanwhile (a request to a dead remote actor would only
+// time out).
+void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
+              std::chrono::milliseconds timeout, const std::string& mesh, const std::string& type,
+              const std::vector<std::string>& interface, const caf::message& args,
+              std::function<void(Result<caf::actor>)> done) {
+  const std::string who = "rank " + std::to_string(rank);
+  if (!proc) return done(Status(Errc::unavailable, who + ": its process is gone"));
+  internal::watched_request<caf::actor>(self, proc, rank, timeout, who + ": its process ",
+                                        std::move(done), proc_spawn_atom::value, mesh, type,
+                                        interface, args);
+}
+
+// Waits for every member's spawn. On a failure, the members made are
+// stopped and the first failure is the answer.
+Result<std::vector<caf::actor>> gather_members(std::vector<Future<caf::actor>> replies,
+                                               std::chrono::milliseconds timeout) {
+  auto all = when_all(std::move(replies)).get(timeout);
+  std::vector<caf::actor> members;
+  Status failed;
+  if (!all.ok()) {
+    failed = all.status();
+  } else {
+    for (auto& r : *all) {
+      if (r.ok()) {
+        members.push_back(*r);
+      } else if (failed.ok()) {
+        failed = r.status();
+      }
+    }
+  }
+  if (failed.ok()) return members;
+  for (auto& a : members) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  return failed;
+}
+
+// How supervision restarts member `rank` of a mesh: spawned again in the
+// same process, with the same arguments.
+internal::MeshCaller::Respawn restarter(std::vector<proc_actor> procs, std::string name,
+                                        std::string type, std::vector<std::string> interface,
+                                        std::function<caf::message(int)> args,
+                                        std::chrono::milliseconds timeout) {
+  return [procs = std::move(procs), name = std::move(name), type = std::move(type),
+          interface = std::move(interface), args = std::move(args),
+          timeout](caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
+    spawn_on(self, procs[static_cast<std::size_t>(rank)], rank, timeout, name, type, interface,
+             args(rank), [done, name, rank](Result<caf::actor> a) {
+               if (!a.ok()) {
+                 log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank,
+                                        a.status().to_string());
+                 return done(caf::actor());
+               }
+               done(std::move(a).value());
+             });
+  };
+}
+
+}  // namespace
+
+Result<ProcMesh::Spawned> ProcMesh::spawn_members(
+    Supervision supervision, const std::string& name, const std::string& type,
+    std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+    std::function<caf::message(int)> args) {
+  if (!shared_) return Status(Errc::shutdown, "ProcMesh::spawn: an empty ProcMesh");
+  if (name.empty()) return Status(Errc::invalid_argument, "ProcMesh::spawn: mesh name is empty");
+  if (type.empty()) {
+    return Status(Errc::invalid_argument, "ProcMesh::spawn '" + name + "': actor type is empty");
+  }
+  std::vector<proc_actor> procs;
+  std::shared_ptr<internal::MeshCaller> caller;
+  std::vector<std::string> interface;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->stopped) {
+      return Status(Errc::shutdown, "ProcMesh::spawn '" + name + "': the processes were stopped");
+    }
+    if (auto s = shared_->caller->check_owner(supervision.owner); !s.ok()) {
+      return s.with_context("ProcMesh::spawn '" + name + "'");
+    }
+    if (!shared_->names.insert(name).second) {
+      return Status(Errc::invalid_argument,
+                    "ProcMesh::spawn: mesh '" + name + "' was already spawned here");
+    }
+    caller = shared_->caller;
+    interface = interface_of(shared_->runtime->system());
+    std::lock_guard<std::mutex> jl(shared_->joining->mu);
+    for (int r : extent_.ranks())
+      procs.push_back(shared_->joining->procs[static_cast<std::size_t>(r)]);
+  }
+  const auto timeout = shared_->options.request_timeout;
+  const int n = size();
+  // Every process spawns its member at once, from the mesh's caller.
+  std::vector<Future<caf::actor>> replies;
+  for (int i = 0; i < n; ++i) {
+    auto p = std::make_shared<Promise<caf::actor>>();
+    replies.push_back(p->future());
+    auto proc = procs[static_cast<std::size_t>(i)];
+    auto msg = args(i);
+    auto posted = caller->post(
+        [=](caf::event_based_actor* self) {
+          spawn_on(self, proc, i, timeout, name, type, interface, msg,
+                   [p](Result<caf::actor> a) { p->set(std::move(a)); });
+        },
+        "spawn");
+    if (!posted.ok()) p->set_error(posted);
+  }
+  auto members = gather_members(std::move(replies), timeout + std::chrono::seconds(5));
+  if (!members.ok()) {
+    // Nothing half-spawned stays: the name is free again.
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->names.erase(name);
+    return Status(members.status().code(),
+                  "ProcMesh::spawn '" + name + "': " + members.status().message());
+  }
+  auto respawn = restarter(std::move(procs), name, type, interface, args, timeout);
+  // The new mesh's members are 0..n-1, in this view's shape (a point: {}).
+  auto shape =
+      extent_.dims().empty() ? Extent::line(1).slice({{"ranks", 0}}) : Extent::make(extent_.dims());
+  if (!shape.ok()) return shape.status();
+  Spawned out;
+  out.id = caller->add_mesh(name, std::move(members).value(), true, std::move(supervision),
+                            std::move(respawn));
+  out.caller = std::move(caller);
+  out.extent = std::move(shape).value();
+  out.timeout = timeout;
+  return out;
+}
+
+Result<ProcMesh::Spawned> ProcMesh::singleton(
+    const std::string& name, const std::string& type,
+    std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+    std::function<caf::message(int)> args) {
+  const std::string ctx = "ProcMesh::get_or_spawn '" + name + "'";
+  if (!shared_) return Status(Errc::shutdown, "ProcMesh::get_or_spawn: an empty ProcMesh");
+  if (size() == 0) return Status(Errc::invalid_argument, ctx + ": the view has no process");
+  // One first spawn per name: a second caller waits here, then finds it.
+  std::lock_guard<std::mutex> once(shared_->singleton_mu);
+  std::shared_ptr<internal::ActorRuntime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->stopped) return Status(Errc::shutdown, ctx + ": the processes were stopped");
+    runtime = shared_->runtime;
+  }
+  const auto interface = interface_of(runtime->system());
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (auto it = shared_->singletons.find(name); it != shared_->singletons.end()) {
+      if (it->second.type != type) {
+        return Status(Errc::invalid_argument, ctx + ": it is a singleton of type '" +
+                                                  it->second.type + "', not '" + type + "'");
+      }
+      if (it->second.interface != interface) {
+        return Status(Errc::invalid_argument,
+                      ctx + ": it was spawned with another actor interface");
+      }
+      return it->second.spawned;
+    }
+    if (shared_->names.count(name)) {
+      return Status(Errc::invalid_argument, ctx + ": spawn() made a mesh of that name");
+    }
+  }
+  // The first process of this view, as a point.
+  std::vector<std::pair<std::string, Select>> first;
+  for (const auto& dim : extent_.dims()) first.emplace_back(dim.first, 0);
+  auto point = first.empty() ? Result<Extent>(extent_) : extent_.slice(first);
+  if (!point.ok()) return point.status().with_context(ctx);
+  ProcMesh one(shared_, std::move(point).value());
+  auto made = one.spawn_members(default_supervision(), name, type, std::move(interface_of),
+                                std::move(args));
+  if (!made.ok()) return made.status();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->singletons[name] = Shared::Singleton{type, interface, *made};
+  return made;
+}
+
+}  // namespace meshstore
