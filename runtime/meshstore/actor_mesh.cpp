@@ -77,6 +77,23 @@ caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCalle
 
 caf::error actor_error(const Status& status) { return internal::to_caf_error(status); }
 
+Status internal::port_error(const caf::error& e) { return from_caf_error(e, "port"); }
+
+void internal::run_stop_hook(const std::function<void(const Status&)>& hook,
+                             const caf::error& reason) {
+  Status why;
+  if (reason && reason != caf::exit_reason::normal && reason != caf::exit_reason::user_shutdown) {
+    why = from_caf_error(reason, "stopped");
+  }
+  try {
+    hook(why);
+  } catch (const std::exception& e) {
+    log::get("mesh")->warn("an on_stop hook threw: {}", e.what());
+  } catch (...) {
+    log::get("mesh")->warn("an on_stop hook threw a non-standard exception");
+  }
+}
+
 namespace internal {
 
 Status check_mesh_options(const MeshOptions& options, const std::string& context) {

@@ -29,6 +29,7 @@
 
 #include "meshstore/extent.hpp"
 #include "meshstore/future.hpp"
+#include "meshstore/mesh_values.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/supervision.hpp"
 
@@ -177,134 +178,31 @@ void watched_request(caf::event_based_actor* self, const Handle& target, int ran
 
 }  // namespace internal
 
-/// A float or double that crosses processes bit-exact, as its bits. CAF
-/// 0.17's serializer, which carries every message between processes,
-/// alters bare floating-point values (-0.0 arrives as +0.0, a NaN as -1.0,
-/// a denormal as another number) and never returns on +infinity, stalling
-/// the sender for good. So the mesh calls refuse a bare float or double,
-/// or a vector of them, at compile time; wrap the value instead, in a
-/// message or as a member of your own message type:
-///
-///   using scale_actor = caf::typed_actor<
-///       caf::replies_to<scale_atom, Exact<double>>::with<Exact<double>>>;
-///   [](scale_atom, Exact<double> x) -> Exact<double> { return 2 * x.value; }
-///   auto y = mesh.call_one<Exact<double>>(scale_atom::value, Exact<double>(0.5));
-///
-/// Every runtime registers Exact<float>, Exact<double> and vectors of them
-/// ("meshstore::Exact<float>", ...).
-template <class T>
-struct Exact {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "meshstore::Exact holds a float or a double");
-  Exact() = default;
-  Exact(T v) : value(v) {}  // NOLINT: implicit on purpose, as T converts back
-  operator T() const { return value; }
-  T value{};
-};
-
-template <class Inspector, class T>
-typename Inspector::result_type inspect(Inspector& f, Exact<T>& x) {
-  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
-  static_assert(sizeof(Bits) == sizeof(T));
-  Bits bits = 0;
-  std::memcpy(&bits, &x.value, sizeof bits);
-  auto load = caf::meta::load_callback([&]() -> caf::error {
-    std::memcpy(&x.value, &bits, sizeof bits);
-    return caf::none;
-  });
-  return f(
-      caf::meta::type_name(sizeof(T) == 4 ? "meshstore::Exact<float>" : "meshstore::Exact<double>"),
-      bits, load);
-}
-
 namespace internal {
-
-template <class T>
-struct BareFloat : std::is_floating_point<T> {};
-template <class T, class A>
-struct BareFloat<std::vector<T, A>> : std::is_floating_point<T> {};
-
-/// Refuses, at compile time, a message or reply type that CAF 0.17 cannot
-/// carry between processes intact (Exact's comment says why).
-template <class... Ts>
-constexpr void refuse_bare_floats() {
-  static_assert(!(BareFloat<std::decay_t<Ts>>::value || ...),
-                "meshstore: a bare float or double (or a vector of them) in an actor message "
-                "is not carried bit-exact between processes by CAF 0.17 (-0.0, NaN and "
-                "denormals change, +infinity stalls the sender): wrap it in "
-                "meshstore::Exact<float> or meshstore::Exact<double>");
-}
-
+/// on_stop's hook, run with the actor's exit reason as a Status; an
+/// exception it throws is logged.
+void run_stop_hook(const std::function<void(const Status&)>& hook, const caf::error& reason);
 }  // namespace internal
 
-/// A Status as the error a member actor answers with: the caller gets the
-/// same code and message, prefixed with the member's rank (for example
-/// `return meshstore::actor_error(Status(Errc::out_of_capacity, "full"));`
-/// from a handler returning caf::result<T>). An ok Status gives no error.
-caf::error actor_error(const Status& status);
-
-/// What ActorMesh::call answers: one Result<R> per member of the view that
-/// was called, shaped like it (Monarch's ValueMesh). Member i is rank(i) of
-/// the whole mesh; item() finds a member by its coordinates.
+/// Runs `hook(why)` once when the actor `self` stops, whatever stops it:
+/// it quit or failed, supervision stopped its mesh, or its process or
+/// runtime is stopping (ProcMesh::stop, Mesh::close). `why` is ok for a
+/// normal stop or a shutdown, the error otherwise. Monarch's __cleanup__:
+/// release what the actor holds outside its state (files, devices,
+/// connections). It runs on the thread that terminates the actor, after
+/// its last message. In a ProcMesh worker, MeshOptions::stop_timeout
+/// bounds the hooks when the process stops: past it, the process exits.
 ///
-///   auto sums = grid.call<int>(add_atom::value, 1).get(10s).value();
-///   int v = sums.item({{"hosts", 1}, {"gpus", 2}}).value();
-///   for (const Result<int>& r : sums) ...
-template <class R>
-class ValueMesh {
- public:
-  ValueMesh() = default;
-  /// `values` in the row-major order of `extent` (one per member).
-  ValueMesh(Extent extent, std::vector<Result<R>> values)
-      : extent_(std::move(extent)), values_(std::move(values)) {}
-
-  /// The shape of the view that was called.
-  const Extent& extent() const noexcept { return extent_; }
-  /// Number of members (one value each).
-  int size() const noexcept { return static_cast<int>(values_.size()); }
-  /// Member i's value or error (0 <= i < size()).
-  const Result<R>& operator[](int i) const { return values_.at(static_cast<std::size_t>(i)); }
-  /// The rank, in the whole mesh, of member i.
-  int rank(int i) const { return extent_.rank(i); }
-  /// Every member's value or error, in member order.
-  const std::vector<Result<R>>& values() const noexcept { return values_; }
-  auto begin() const noexcept { return values_.begin(); }
-  auto end() const noexcept { return values_.end(); }
-
-  /// The value of the member at `coords`, one coordinate for every
-  /// dimension by name, in any order; that member's error if it failed.
-  /// Errc::invalid_argument for a dimension missing, unknown or named
-  /// twice; Errc::out_of_range for a coordinate outside its dimension.
-  Result<R> item(const std::vector<std::pair<std::string, int>>& coords) const {
-    const auto& dims = extent_.dims();
-    std::vector<int> point(dims.size(), -1);
-    for (const auto& [name, c] : coords) {
-      std::size_t d = 0;
-      while (d < dims.size() && dims[d].first != name) ++d;
-      if (d == dims.size()) {
-        return Status(Errc::invalid_argument, "ValueMesh::item: " + extent_.to_string() +
-                                                  " has no dimension '" + name + "'");
-      }
-      if (point[d] != -1) {
-        return Status(Errc::invalid_argument, "ValueMesh::item: '" + name + "' named twice");
-      }
-      point[d] = c < 0 ? -2 : c;  // -2: index_of refuses it as outside
-    }
-    for (std::size_t d = 0; d < dims.size(); ++d) {
-      if (point[d] == -1) {
-        return Status(Errc::invalid_argument, "ValueMesh::item: no coordinate for '" +
-                                                  dims[d].first + "' of " + extent_.to_string());
-      }
-    }
-    auto i = extent_.index_of(point);
-    if (!i.ok()) return i.status().with_context("ValueMesh::item");
-    return values_[static_cast<std::size_t>(*i)];
-  }
-
- private:
-  Extent extent_ = Extent::line(0);
-  std::vector<Result<R>> values_;
-};
+///   worker_actor::behavior_type worker(worker_actor::pointer self, int rank) {
+///     meshstore::on_stop(self, [rank](const meshstore::Status& why) { release(rank); });
+///     return {...};
+///   }
+template <class Self>
+void on_stop(Self* self, std::function<void(const Status&)> hook) {
+  self->attach_functor([hook = std::move(hook)](const caf::error& reason) {
+    internal::run_stop_hook(hook, reason);
+  });
+}
 
 /// The actors of one spawn(), shaped by an Extent (one dimension "ranks"
 /// as spawned; reshape() and slice() give other views). Member `i` of a

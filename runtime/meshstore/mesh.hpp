@@ -67,6 +67,19 @@ struct MeshOptions {
   /// How meshes spawned without a Supervision of their own are supervised
   /// (default: propagate).
   Supervision supervision;
+  /// ProcMesh::serve: runs first in every worker process, with its rank,
+  /// before the process joins its controller, so before any actor
+  /// (Monarch's per-process setup): setting environment variables, pinning
+  /// devices, loading a library. A failure (or an exception) ends the
+  /// worker, and the controller's launch or attach fails naming the rank
+  /// and the message. The hook must return: one that hangs holds its
+  /// process until the launch's join_timeout.
+  std::function<Status(int rank)> setup;
+  /// ProcMesh::serve: how long this process's actors, and their on_stop()
+  /// hooks, have to stop once it stops serving; past it the process exits
+  /// anyway, saying so on stderr. Keep it below the controller's
+  /// LaunchSpec::stop_grace, after which the process is killed.
+  std::chrono::milliseconds stop_timeout{4000};
   /// The root of the ownership tree: failures that propagate end here. True
   /// when handled; without it, or when it answers false, the process logs
   /// the failure and exits with status 1.

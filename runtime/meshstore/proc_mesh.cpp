@@ -200,6 +200,7 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
   shared->joining->procs.resize(static_cast<std::size_t>(n));
   shared->joining->pids.resize(static_cast<std::size_t>(n), -1);
   shared->joining->exited.resize(static_cast<std::size_t>(n));
+  shared->joining->last_stderr.resize(static_cast<std::size_t>(n));
   shared->token = random_token();
   shared->controller = sys.spawn(controller_impl, shared->token, shared->joining);
   auto port = internal::publish_actor(sys, shared->controller, 0, spec.bind_host, false);
@@ -217,13 +218,15 @@ Status ProcMesh::Shared::wait_joined(const char* what, const std::string& progra
   const auto deadline = std::chrono::steady_clock::now() + spec.join_timeout;
   for (;;) {
     for (int r = 0; r < n; ++r) {
-      if (!joining->exited[static_cast<std::size_t>(r)].empty() &&
-          !joining->procs[static_cast<std::size_t>(r)]) {
-        return Status(Errc::unavailable, std::string("ProcMesh::") + what + ": rank " +
-                                             std::to_string(r) + " (" + program + ") " +
-                                             joining->exited[static_cast<std::size_t>(r)] +
-                                             " before joining (does it call ProcMesh::serve() "
-                                             "when ProcMesh::is_worker()?)");
+      const auto rank = static_cast<std::size_t>(r);
+      if (!joining->exited[rank].empty() && !joining->procs[rank]) {
+        const std::string& last = joining->last_stderr[rank];
+        return Status(Errc::unavailable,
+                      std::string("ProcMesh::") + what + ": rank " + std::to_string(r) + " (" +
+                          program + ") " + joining->exited[rank] + " before joining" +
+                          (last.empty() ? " (does it call ProcMesh::serve() when "
+                                          "ProcMesh::is_worker()?)"
+                                        : "; its last line on stderr: " + last));
       }
     }
     if (joining->joined == n) return Status();

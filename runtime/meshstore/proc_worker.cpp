@@ -171,14 +171,19 @@ void run_exit_hooks() {
 // Lets the worker's runtime go. A member that never returns must not keep
 // this process alive (the actor system waits for its actors when it goes):
 // after 10 s the process exits.
-void close_runtime(std::shared_ptr<internal::ActorRuntime> runtime, int rank, bool ok) {
+void close_runtime(std::shared_ptr<internal::ActorRuntime> runtime, int rank, bool ok,
+                   std::chrono::milliseconds limit) {
   std::mutex mu;
   std::condition_variable cv;
   bool closed = false;
   std::thread watchdog([&] {
     std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return closed; })) {
-      std::fprintf(stderr, "meshstore: rank %d: actors did not stop within 10 s; exiting\n", rank);
+    if (!cv.wait_for(lock, limit, [&] { return closed; })) {
+      std::fprintf(stderr,
+                   "meshstore: rank %d: actors did not stop within %lld ms "
+                   "(MeshOptions::stop_timeout); exiting\n",
+                   rank, static_cast<long long>(limit.count()));
+      std::fflush(stderr);
       std::_Exit(ok ? 0 : 1);
     }
   });
@@ -193,6 +198,22 @@ void close_runtime(std::shared_ptr<internal::ActorRuntime> runtime, int rank, bo
   }
   cv.notify_all();
   watchdog.join();
+}
+
+// MeshOptions::setup, before anything else of this worker; an exception is
+// a failure.
+Status run_setup(const MeshOptions& options, int rank) {
+  if (!options.setup) return Status();
+  Status s;
+  try {
+    s = options.setup(rank);
+  } catch (const std::exception& e) {
+    s = Status(Errc::internal, std::string("threw ") + e.what());
+  } catch (...) {
+    s = Status(Errc::internal, "threw a non-standard exception");
+  }
+  if (s.ok()) return s;
+  return Status(s.code(), "ProcMesh::serve: setup failed: " + s.message());
 }
 
 }  // namespace
@@ -213,6 +234,15 @@ Status ProcMesh::serve(MeshOptions options) {
   auto by = launched_by();
   if (!by.ok()) return by.status();
   if (!options.tls.enabled()) options.tls = TlsOptions::from_env();
+  if (options.stop_timeout.count() <= 0) {
+    return Status(Errc::invalid_argument, "ProcMesh::serve: stop_timeout must be positive");
+  }
+  if (auto s = run_setup(options, by->rank); !s.ok()) {
+    // On stderr, where the controller's launch finds it.
+    std::fprintf(stderr, "meshstore: rank %d: %s\n", by->rank, s.to_string().c_str());
+    std::fflush(stderr);
+    return s;
+  }
   ForeignThreadGuard guard;
   auto outcome = std::make_shared<Outcome>();
   internal::LifelineWatch lifeline;
@@ -249,7 +279,7 @@ Status ProcMesh::serve(MeshOptions options) {
     why = outcome->why;
   }
   if (!why.ok()) log::get("proc")->warn("rank {}: {}; stopping", by->rank, why.to_string());
-  close_runtime(std::move(runtime), by->rank, why.ok());
+  close_runtime(std::move(runtime), by->rank, why.ok(), options.stop_timeout);
   return why;
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -133,6 +136,44 @@ exact_actor::behavior_type exact(exact_actor::pointer, int, Exact<double> base,
   };
 }
 
+// What MeshOptions::setup saw in this process: its rank (-1: not run).
+int g_setup_rank = -1;
+using setup_atom = caf::atom_constant<caf::atom("setup")>;
+// Writes why it stopped into `dir`/stopped-RANK from its on_stop hook; with
+// `hang`, the hook then never returns.
+using stopper_actor = caf::typed_actor<caf::replies_to<setup_atom>::with<int>>;
+
+stopper_actor::behavior_type stopper(stopper_actor::pointer self, int rank, std::string dir,
+                                     bool hang) {
+  on_stop(self, [=](const Status& why) {
+    if (std::FILE* f = std::fopen((dir + "/stopped-" + std::to_string(rank)).c_str(), "w")) {
+      std::fputs(why.to_string().c_str(), f);
+      std::fclose(f);
+    }
+    while (hang) std::this_thread::sleep_for(std::chrono::seconds(1));
+  });
+  return {[](setup_atom) { return g_setup_rank; }};
+}
+
+// Sends rank * 100 + x to the port it is given, and answers once the
+// port took it, or with why it could not.
+using report_atom = caf::atom_constant<caf::atom("report")>;
+using reporter_actor = caf::typed_actor<caf::replies_to<report_atom, Port<int>, int>::with<bool>>;
+
+reporter_actor::behavior_type reporter(reporter_actor::pointer self, int rank) {
+  return {[=](report_atom, const Port<int>& port, int x) -> caf::result<bool> {
+    auto rp = self->make_response_promise<bool>();
+    port.send(self, rank * 100 + x, [rp](const Status& s) mutable {
+      if (s.ok()) {
+        rp.deliver(true);
+      } else {
+        rp.deliver(actor_error(s));
+      }
+    });
+    return rp;
+  }};
+}
+
 using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
 // Puts an object into the store its process joined.
 using store_user_actor =
@@ -174,8 +215,24 @@ MeshOptions options() {
     cfg.add_actor_type("mirror", mirror);
     cfg.add_actor_type("store_user", store_user);
     cfg.add_actor_type("exact", exact);
+    cfg.add_actor_type("stopper", stopper);
+    cfg.add_actor_type("reporter", reporter);
+    add_port_type<int>(cfg, "meshstore::test::Port<int>");
     add_store_actor_types(cfg);
   };
+  // Runs in every worker before it joins; a rank named in
+  // MESHSTORE_TEST_FAIL_SETUP fails it.
+  o.setup = [](int rank) {
+    const char* fail = std::getenv("MESHSTORE_TEST_FAIL_SETUP");
+    if (fail && std::to_string(rank) == fail) {
+      return Status(Errc::unavailable, "no device for rank " + std::to_string(rank));
+    }
+    g_setup_rank = rank;
+    return Status();
+  };
+  if (const char* ms = std::getenv("MESHSTORE_TEST_STOP_TIMEOUT_MS")) {
+    o.stop_timeout = std::chrono::milliseconds(std::atoi(ms));
+  }
   return o;
 }
 
@@ -461,6 +518,117 @@ TEST(ProcMesh, GetOrSpawnGivesEveryCallerTheSameSingleton) {
   procs->stop();
   EXPECT_EQ(procs->get_or_spawn<worker_actor>("counter", "worker", 0).status().code(),
             Errc::shutdown);
+}
+
+TEST(ProcMesh, SetupRunsInEveryWorkerBeforeItJoinsAndAFailureNamesTheRank) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto s = procs->spawn<stopper_actor>("probes", "stopper", std::string("/nonexistent"), false);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  auto seen = s->call<int>(setup_atom::value).get(kWait);
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ((*seen)[0].value(), 0);
+  EXPECT_EQ((*seen)[1].value(), 1);
+  EXPECT_EQ(g_setup_rank, -1);  // the controller does not run it
+  procs->stop();
+
+  // Rank 1's setup fails: the launch fails with its rank and its message,
+  // and leaves nothing running.
+  LaunchSpec spec;
+  spec.env = {{"MESHSTORE_TEST_FAIL_SETUP", "1"}};
+  spec.on_output = [](int, bool, const std::string&) {};
+  auto failed = ProcMesh::launch({{"procs", 2}}, spec, options());
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), Errc::unavailable);
+  const std::string msg = failed.status().message();
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("setup failed: no device for rank 1"), std::string::npos) << msg;
+}
+
+TEST(ProcMesh, StopHooksRunAsTheProcessesStopAndAreBounded) {
+  char tmpl[] = "/tmp/meshstore-stophook-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+    ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+    ASSERT_TRUE(procs->spawn<stopper_actor>("stoppers", "stopper", dir, false).ok());
+    procs->stop();
+  }
+  // ProcMesh::stop() reaped the workers: their hooks have run.
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir + "/stopped-" + std::to_string(r));
+    std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(why, "ok") << "rank " << r;
+  }
+  // A hook that never returns: the worker exits after its stop_timeout on
+  // its own, long before the controller would kill it.
+  LaunchSpec spec;
+  spec.env = {{"MESHSTORE_TEST_STOP_TIMEOUT_MS", "300"}};
+  spec.stop_grace = std::chrono::seconds(120);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  spec.on_output = [&](int, bool, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  const std::string hung = dir + "/hung";
+  ASSERT_EQ(::mkdir(hung.c_str(), 0700), 0);
+  auto procs = ProcMesh::launch({{"procs", 1}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  ASSERT_TRUE(procs->spawn<stopper_actor>("hung", "stopper", hung, true).ok());
+  procs->stop();
+  EXPECT_TRUE(std::ifstream(hung + "/stopped-0").good());
+  std::lock_guard<std::mutex> lock(mu);
+  bool said = false;
+  for (const auto& l : lines) {
+    said = said || l.find("actors did not stop within 300 ms") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ProcMesh, APortPassedInAMessageTakesTheMembersValuesUntilClosed) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto reporters = procs->spawn<reporter_actor>("reporters", "reporter");
+  ASSERT_TRUE(reporters.ok()) << reporters.status().to_string();
+  auto rx = PortReceiver<int>::open(procs->system());
+  ASSERT_TRUE(rx.ok()) << rx.status().to_string();
+  // A recv() waiting before anything arrives gets the first value.
+  auto first = rx->recv();
+  auto sent = reporters->call<bool>(report_atom::value, rx->port(), 7).get(kWait);
+  ASSERT_TRUE(sent.ok());
+  for (const auto& r : *sent) EXPECT_TRUE(r.ok()) << r.status().to_string();
+  auto a = first.get(kWait);
+  auto b = rx->recv().get(kWait);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((std::set<int>{*a, *b}), (std::set<int>{7, 107}));
+
+  // Closed: a value sent to it is undeliverable, and its sender is told.
+  rx->close();
+  auto late = reporters->call<bool>(report_atom::value, rx->port(), 8).get(kWait);
+  ASSERT_TRUE(late.ok());
+  for (const auto& r : *late)
+    EXPECT_EQ(r.status().code(), Errc::unavailable) << r.status().to_string();
+  EXPECT_EQ(rx->recv().get(kWait).status().code(), Errc::shutdown);
+
+  // A full port refuses what it cannot hold.
+  auto small = PortReceiver<int>::open(procs->system(), 1);
+  ASSERT_TRUE(small.ok());
+  auto both = reporters->call<bool>(report_atom::value, small->port(), 9).get(kWait);
+  ASSERT_TRUE(both.ok());
+  int taken = 0, full = 0;
+  for (const auto& r : *both) {
+    if (r.ok()) ++taken;
+    if (r.status().code() == Errc::out_of_capacity) ++full;
+  }
+  EXPECT_EQ(taken, 1);
+  EXPECT_EQ(full, 1);
+  EXPECT_EQ(PortReceiver<int>::open(procs->system(), 0).status().code(), Errc::invalid_argument);
+  small->close();
+  procs->stop();
 }
 
 TEST(ProcMesh, AUserMessageTypeCrossesProcesses) {

@@ -29,8 +29,9 @@ struct Joining {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<proc_actor> procs;
-  std::vector<int> pids;            // as each said in its hello
-  std::vector<std::string> exited;  // why, by rank; empty while running
+  std::vector<int> pids;                 // as each said in its hello
+  std::vector<std::string> exited;       // why, by rank; empty while running
+  std::vector<std::string> last_stderr;  // each rank's latest line on stderr
   int joined = 0;
   bool stopping = false;
 };
@@ -95,12 +96,25 @@ struct ProcMesh::Shared {
     for (auto& kv : options.tls.env()) env.push_back(std::move(kv));
     return env;
   }
+  // Each worker's output, to spec.on_output or this process's stdout and
+  // stderr; its latest stderr line is kept for a launch that fails.
   internal::proc::OutputFn output() const {
-    if (spec.on_output) return spec.on_output;
-    return [](int rank, bool is_stderr, const std::string& line) {
-      std::FILE* to = is_stderr ? stderr : stdout;
-      std::fprintf(to, "[rank %d] %s\n", rank, line.c_str());
-      std::fflush(to);
+    internal::proc::OutputFn to = spec.on_output;
+    if (!to) {
+      to = [](int rank, bool is_stderr, const std::string& line) {
+        std::FILE* f = is_stderr ? stderr : stdout;
+        std::fprintf(f, "[rank %d] %s\n", rank, line.c_str());
+        std::fflush(f);
+      };
+    }
+    return [to, joining = joining](int rank, bool is_stderr, const std::string& line) {
+      if (is_stderr && joining) {
+        std::lock_guard<std::mutex> lock(joining->mu);
+        if (rank >= 0 && rank < static_cast<int>(joining->last_stderr.size())) {
+          joining->last_stderr[static_cast<std::size_t>(rank)] = line;
+        }
+      }
+      to(rank, is_stderr, line);
     };
   }
 };

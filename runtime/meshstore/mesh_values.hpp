@@ -1,0 +1,379 @@
+#pragma once
+
+// What crosses an actor mesh besides your own types: Exact<T>, a float or
+// double carried bit-exact between processes; ValueMesh<R>, the shaped
+// replies of ActorMesh::call; and ports, typed mailboxes an owner opens and
+// passes in messages for members to send to. Included by actor_mesh.hpp.
+// Like it, this header exposes CAF on purpose.
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "meshstore/extent.hpp"
+#include "meshstore/foreign_thread.hpp"
+#include "meshstore/future.hpp"
+#include "meshstore/status.hpp"
+
+namespace meshstore {
+
+/// A float or double that crosses processes bit-exact, as its bits. CAF
+/// 0.17's serializer, which carries every message between processes,
+/// alters bare floating-point values (-0.0 arrives as +0.0, a NaN as -1.0,
+/// a denormal as another number) and never returns on +infinity, stalling
+/// the sender for good. So the mesh calls refuse a bare float or double,
+/// or a vector of them, at compile time; wrap the value instead, in a
+/// message or as a member of your own message type:
+///
+///   using scale_actor = caf::typed_actor<
+///       caf::replies_to<scale_atom, Exact<double>>::with<Exact<double>>>;
+///   [](scale_atom, Exact<double> x) -> Exact<double> { return 2 * x.value; }
+///   auto y = mesh.call_one<Exact<double>>(scale_atom::value, Exact<double>(0.5));
+///
+/// Every runtime registers Exact<float>, Exact<double> and vectors of them
+/// ("meshstore::Exact<float>", ...).
+template <class T>
+struct Exact {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "meshstore::Exact holds a float or a double");
+  Exact() = default;
+  Exact(T v) : value(v) {}  // NOLINT: implicit on purpose, as T converts back
+  operator T() const { return value; }
+  T value{};
+};
+
+template <class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, Exact<T>& x) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  static_assert(sizeof(Bits) == sizeof(T));
+  Bits bits = 0;
+  std::memcpy(&bits, &x.value, sizeof bits);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    std::memcpy(&x.value, &bits, sizeof bits);
+    return caf::none;
+  });
+  return f(
+      caf::meta::type_name(sizeof(T) == 4 ? "meshstore::Exact<float>" : "meshstore::Exact<double>"),
+      bits, load);
+}
+
+namespace internal {
+
+template <class T>
+struct BareFloat : std::is_floating_point<T> {};
+template <class T, class A>
+struct BareFloat<std::vector<T, A>> : std::is_floating_point<T> {};
+
+/// Refuses, at compile time, a message or reply type that CAF 0.17 cannot
+/// carry between processes intact (Exact's comment says why).
+template <class... Ts>
+constexpr void refuse_bare_floats() {
+  static_assert(!(BareFloat<std::decay_t<Ts>>::value || ...),
+                "meshstore: a bare float or double (or a vector of them) in an actor message "
+                "is not carried bit-exact between processes by CAF 0.17 (-0.0, NaN and "
+                "denormals change, +infinity stalls the sender): wrap it in "
+                "meshstore::Exact<float> or meshstore::Exact<double>");
+}
+
+}  // namespace internal
+
+/// What ActorMesh::call answers: one Result<R> per member of the view that
+/// was called, shaped like it (Monarch's ValueMesh). Member i is rank(i) of
+/// the whole mesh; item() finds a member by its coordinates.
+///
+///   auto sums = grid.call<int>(add_atom::value, 1).get(10s).value();
+///   int v = sums.item({{"hosts", 1}, {"gpus", 2}}).value();
+///   for (const Result<int>& r : sums) ...
+template <class R>
+class ValueMesh {
+ public:
+  ValueMesh() = default;
+  /// `values` in the row-major order of `extent` (one per member).
+  ValueMesh(Extent extent, std::vector<Result<R>> values)
+      : extent_(std::move(extent)), values_(std::move(values)) {}
+
+  /// The shape of the view that was called.
+  const Extent& extent() const noexcept { return extent_; }
+  /// Number of members (one value each).
+  int size() const noexcept { return static_cast<int>(values_.size()); }
+  /// Member i's value or error (0 <= i < size()).
+  const Result<R>& operator[](int i) const { return values_.at(static_cast<std::size_t>(i)); }
+  /// The rank, in the whole mesh, of member i.
+  int rank(int i) const { return extent_.rank(i); }
+  /// Every member's value or error, in member order.
+  const std::vector<Result<R>>& values() const noexcept { return values_; }
+  auto begin() const noexcept { return values_.begin(); }
+  auto end() const noexcept { return values_.end(); }
+
+  /// The value of the member at `coords`, one coordinate for every
+  /// dimension by name, in any order; that member's error if it failed.
+  /// Errc::invalid_argument for a dimension missing, unknown or named
+  /// twice; Errc::out_of_range for a coordinate outside its dimension.
+  Result<R> item(const std::vector<std::pair<std::string, int>>& coords) const {
+    const auto& dims = extent_.dims();
+    std::vector<int> point(dims.size(), -1);
+    for (const auto& [name, c] : coords) {
+      std::size_t d = 0;
+      while (d < dims.size() && dims[d].first != name) ++d;
+      if (d == dims.size()) {
+        return Status(Errc::invalid_argument, "ValueMesh::item: " + extent_.to_string() +
+                                                  " has no dimension '" + name + "'");
+      }
+      if (point[d] != -1) {
+        return Status(Errc::invalid_argument, "ValueMesh::item: '" + name + "' named twice");
+      }
+      point[d] = c < 0 ? -2 : c;  // -2: index_of refuses it as outside
+    }
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      if (point[d] == -1) {
+        return Status(Errc::invalid_argument, "ValueMesh::item: no coordinate for '" +
+                                                  dims[d].first + "' of " + extent_.to_string());
+      }
+    }
+    auto i = extent_.index_of(point);
+    if (!i.ok()) return i.status().with_context("ValueMesh::item");
+    return values_[static_cast<std::size_t>(*i)];
+  }
+
+ private:
+  Extent extent_ = Extent::line(0);
+  std::vector<Result<R>> values_;
+};
+
+/// A Status as the error a member actor answers with: the caller gets the
+/// same code and message, prefixed with the member's rank (for example
+/// `return meshstore::actor_error(Status(Errc::out_of_capacity, "full"));`
+/// from a handler returning caf::result<T>). An ok Status gives no error.
+caf::error actor_error(const Status& status);
+
+namespace internal {
+using port_atom = caf::atom_constant<caf::atom("m_port")>;
+/// A port send's error as a Status ("port: ...").
+Status port_error(const caf::error& e);
+
+/// One port send, as a short-lived local actor: it monitors the port while
+/// its request is out, so a port that was closed, or whose owner is gone,
+/// fails the send at once. (CAF 0.17 answers a request to a dead remote
+/// actor only with its timeout; a monitor hears of the death.)
+template <class Handle, class T>
+caf::behavior port_send_impl(caf::event_based_actor* self, Handle port, T value,
+                             std::chrono::milliseconds timeout) {
+  return {[=](port_atom) {
+    // Shared: the promise is answered from whichever handler comes first.
+    auto rp = std::make_shared<caf::response_promise>(self->make_response_promise());
+    self->monitor(port);
+    self->set_down_handler([=](caf::down_msg&) {
+      rp->deliver(caf::make_error(caf::sec::request_receiver_down));
+      self->quit();
+    });
+    self->request(port, timeout, port_atom::value, value)
+        .then(
+            [=](bool) {
+              rp->deliver(true);
+              self->quit();
+            },
+            [=](caf::error& e) {
+              rp->deliver(e);
+              self->quit();
+            });
+    return *rp;
+  }};
+}
+}  // namespace internal
+
+/// The sending end of a port: a typed mailbox of T values that its owner
+/// opened with PortReceiver<T>::open and passes to others in messages
+/// (Monarch's ports). Any actor that holds it, in this process or another,
+/// sends to it; the owner receives in arrival order. To pass it between
+/// processes, register it in every process (MeshOptions::add_types):
+/// `meshstore::add_port_type<int>(cfg, "my::Port<int>")`, with T
+/// registered too unless it is one of CAF's own. Drop every copy before
+/// its actor system goes (it holds an actor handle).
+template <class T>
+class Port {
+ public:
+  using handle_type =
+      caf::typed_actor<typename caf::replies_to<internal::port_atom, T>::template with<bool>>;
+
+  Port() = default;
+  explicit Port(handle_type handle) : handle_(std::move(handle)) {}
+  /// False for a default-constructed Port.
+  bool valid() const noexcept { return static_cast<bool>(handle_); }
+
+  /// From inside an actor (`self`): sends `value`. `done`, if given, runs
+  /// on `self` with ok once the port took it, or with why it could not be
+  /// delivered: Errc::unavailable when the port was closed or its owner is
+  /// gone, Errc::out_of_capacity when its queue is full, Errc::timeout
+  /// after `timeout`, Errc::invalid_argument for an empty Port.
+  template <class Self>
+  void send(Self* self, T value, std::function<void(const Status&)> done = {},
+            std::chrono::milliseconds timeout = std::chrono::seconds(30)) const {
+    internal::refuse_bare_floats<T>();
+    if (!handle_) {
+      if (done) done(Status(Errc::invalid_argument, "port: an empty Port"));
+      return;
+    }
+    auto sender =
+        self->spawn(internal::port_send_impl<handle_type, T>, handle_, std::move(value), timeout);
+    self->request(sender, timeout + std::chrono::seconds(1), internal::port_atom::value)
+        .then(
+            [done](bool) {
+              if (done) done(Status());
+            },
+            [done](caf::error& e) {
+              if (done) done(internal::port_error(e));
+            });
+  }
+
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, Port& p) {
+    return f(caf::meta::type_name("meshstore::Port"), p.handle_);
+  }
+
+ private:
+  handle_type handle_;
+};
+
+/// Registers Port<T> under `name` for messages between processes; call it
+/// in MeshOptions::add_types, the same in every process.
+template <class T>
+void add_port_type(caf::actor_system_config& cfg, const std::string& name) {
+  cfg.add_message_type<Port<T>>(name);
+}
+
+/// The owner's end of a port: receives what the holders of port() send,
+/// in arrival order. Copies share the port; the last copy to go closes it.
+/// Close it, or drop every copy, before its actor system goes: the system
+/// waits for an open port's actor (ProcMesh::stop() would wait). Thread-safe.
+///
+///   auto rx = PortReceiver<int>::open(procs.system()).value();
+///   workers.tell(report_atom::value, rx.port());   // members send to it
+///   int first = rx.recv().get(10s).value();
+///   rx.close();                                    // later sends fail
+template <class T>
+class PortReceiver {
+ public:
+  /// Opens a port on `system` (ProcMesh::system(), Mesh::system()) that
+  /// holds at most `capacity` values not yet received: a send past it
+  /// fails with Errc::out_of_capacity. Errc::invalid_argument for a
+  /// capacity of 0.
+  static Result<PortReceiver> open(caf::actor_system& system, std::size_t capacity = 1024) {
+    internal::refuse_bare_floats<T>();
+    if (capacity == 0) return Status(Errc::invalid_argument, "port: capacity must be at least 1");
+    auto q = std::make_shared<Queue>();
+    q->capacity = capacity;
+    typename Port<T>::handle_type handle;
+    {
+      ForeignThreadGuard guard;  // the owner may open it on any thread
+      handle = system.spawn(port_impl, q);
+    }
+    PortReceiver rx;
+    rx.q_ = q;
+    rx.port_ = Port<T>(handle);
+    // The last copy to go closes the port (a deleter on no pointer).
+    rx.closer_ = std::shared_ptr<void>(nullptr, [q](void*) { close_queue(q); });
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      q->actor = caf::actor_cast<caf::weak_actor_ptr>(handle);
+    }
+    return rx;
+  }
+
+  /// The sending end, to pass in messages.
+  Port<T> port() const { return port_; }
+
+  /// The next value, in arrival order: at once if one is waiting. After
+  /// close(), the values that arrived before it, then Errc::shutdown.
+  Future<T> recv() const {
+    if (!q_) return make_error_future<T>(Status(Errc::shutdown, "port: an empty PortReceiver"));
+    std::lock_guard<std::mutex> lock(q_->mu);
+    if (!q_->values.empty()) {
+      T v = std::move(q_->values.front());
+      q_->values.pop_front();
+      return make_ready_future<T>(std::move(v));
+    }
+    if (q_->closed) return make_error_future<T>(Status(Errc::shutdown, "port: closed"));
+    q_->waiting.push_back(std::make_shared<Promise<T>>());
+    return q_->waiting.back()->future();
+  }
+
+  /// Closes the port: later sends fail with Errc::unavailable, and
+  /// recv()s waiting answer Errc::shutdown. Idempotent.
+  void close() const {
+    if (q_) close_queue(q_);
+  }
+
+ private:
+  struct Queue {
+    std::mutex mu;
+    std::deque<T> values;
+    std::deque<std::shared_ptr<Promise<T>>> waiting;
+    std::size_t capacity = 0;
+    bool closed = false;
+    caf::weak_actor_ptr actor;  // weak: a handle must not outlive its system
+    Status push(T v) {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!waiting.empty()) {
+        auto p = std::move(waiting.front());
+        waiting.pop_front();
+        lock.unlock();
+        p->set_value(std::move(v));
+        return Status();
+      }
+      if (values.size() >= capacity) {
+        return Status(Errc::out_of_capacity,
+                      "port: full (" + std::to_string(capacity) + " values not received)");
+      }
+      values.push_back(std::move(v));
+      return Status();
+    }
+    void close() {
+      std::deque<std::shared_ptr<Promise<T>>> doomed;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        closed = true;
+        doomed.swap(waiting);
+      }
+      for (auto& p : doomed) p->set_error(Status(Errc::shutdown, "port: closed"));
+    }
+  };
+
+  static void close_queue(const std::shared_ptr<Queue>& q) {
+    caf::weak_actor_ptr actor;
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      actor = std::move(q->actor);
+      q->actor = nullptr;
+    }
+    if (auto strong = caf::actor_cast<caf::actor>(actor)) {
+      caf::anon_send_exit(strong, caf::exit_reason::user_shutdown);
+    }
+    q->close();
+  }
+
+  static typename Port<T>::handle_type::behavior_type port_impl(
+      typename Port<T>::handle_type::pointer self, std::shared_ptr<Queue> q) {
+    // Its system stopping closes it too.
+    self->attach_functor([q](const caf::error&) { q->close(); });
+    return {[q](internal::port_atom, T v) -> caf::result<bool> {
+      auto s = q->push(std::move(v));
+      if (!s.ok()) return actor_error(s);
+      return true;
+    }};
+  }
+
+  std::shared_ptr<Queue> q_;
+  Port<T> port_;
+  std::shared_ptr<void> closer_;
+};
+
+}  // namespace meshstore
