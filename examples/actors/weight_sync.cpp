@@ -57,22 +57,44 @@ struct Weights {
 // The store's error as the member's answer: the controller sees its code.
 caf::error store_error(const meshstore::Status& s) { return meshstore::actor_error(s); }
 
+// Handlers never block on a future (get() on an actor's thread would stall
+// it): on_ready runs the rest on the actor once the store answers, and the
+// response promise carries the answer back.
 trainer_actor::behavior_type trainer(trainer_actor::stateful_pointer<Weights> self, int) {
   return {
       [=](publish_atom, int step) -> caf::result<std::uint64_t> {
         for (auto& b : self->state.buffers) std::fill(b.begin(), b.end(), float(step));
         auto store = meshstore::worker_store();
         if (!store.ok()) return store_error(store.status());
-        // Blocking in a handler keeps the example short; a trainer that must
-        // stay responsive chains the future instead.
-        auto v = (*store)
-                     ->state_dicts()
-                     .publish("weights", self->state.sd, meshstore::PublishOptions::by_copy())
-                     .get(60s);
-        if (!v.ok()) return store_error(v.status());
-        return v->version();
+        auto rp = self->make_response_promise<std::uint64_t>();
+        meshstore::on_ready(self,
+                            (*store)->state_dicts().publish("weights", self->state.sd,
+                                                            meshstore::PublishOptions::by_copy()),
+                            [rp](const auto& v) mutable {
+                              if (v.ok()) {
+                                rp.deliver(v->version());
+                              } else {
+                                rp.deliver(store_error(v.status()));
+                              }
+                            });
+        return rp;
       },
   };
+}
+
+// Whether every buffer holds `step` (sampled), as the store's kind of error.
+meshstore::Status check_step(const Weights& w, int rank, int step) {
+  for (const auto& b : w.buffers) {
+    for (std::size_t i = 0; i < b.size(); i += 4099) {
+      if (b[i] != float(step)) {
+        return meshstore::Status(meshstore::Errc::internal,
+                                 "worker " + std::to_string(rank) + ": element " +
+                                     std::to_string(i) + " holds " + std::to_string(b[i]) +
+                                     ", not step " + std::to_string(step));
+      }
+    }
+  }
+  return meshstore::Status();
 }
 
 puller_actor::behavior_type puller(puller_actor::stateful_pointer<Weights> self, int rank) {
@@ -80,20 +102,19 @@ puller_actor::behavior_type puller(puller_actor::stateful_pointer<Weights> self,
       [=](pull_atom, std::uint64_t after, int step) -> caf::result<std::uint64_t> {
         auto store = meshstore::worker_store();
         if (!store.ok()) return store_error(store.status());
-        auto v =
-            (*store)->state_dicts().get_next_into("weights", self->state.sd, after, 60s).get(90s);
-        if (!v.ok()) return store_error(v.status());
-        for (const auto& b : self->state.buffers) {
-          for (std::size_t i = 0; i < b.size(); i += 4099) {
-            if (b[i] != float(step)) {
-              return store_error(meshstore::Status(
-                  meshstore::Errc::internal,
-                  "worker " + std::to_string(rank) + ": element " + std::to_string(i) + " holds " +
-                      std::to_string(b[i]) + ", not step " + std::to_string(step)));
-            }
-          }
-        }
-        return *v;
+        auto rp = self->make_response_promise<std::uint64_t>();
+        meshstore::on_ready(
+            self, (*store)->state_dicts().get_next_into("weights", self->state.sd, after, 60s),
+            [=](const meshstore::Result<std::uint64_t>& v) mutable {
+              meshstore::Status s = v.ok() ? check_step(self->state, rank, step) : v.status();
+              if (s.ok()) {
+                rp.deliver(*v);
+              } else {
+                rp.deliver(store_error(s));
+              }
+            },
+            90s);
+        return rp;
       },
   };
 }

@@ -79,6 +79,37 @@ caf::error actor_error(const Status& status) { return internal::to_caf_error(sta
 
 Status internal::port_error(const caf::error& e) { return from_caf_error(e, "port"); }
 
+caf::behavior internal::ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
+                                     std::chrono::milliseconds timeout) {
+  return {
+      [=](ready_wait_atom) {
+        auto rp = self->make_response_promise();
+        if (self->state.done) {
+          rp.deliver(true);
+          self->quit();
+          return;
+        }
+        self->state.waiting = std::move(rp);
+        self->state.has_waiting = true;
+      },
+      [=](ready_done_atom) {
+        if (!self->state.has_waiting) {
+          self->state.done = true;
+          return;
+        }
+        self->state.waiting.deliver(true);
+        self->quit();
+      },
+      caf::after(timeout) >>
+          [=] {
+            if (self->state.has_waiting) {
+              self->state.waiting.deliver(caf::make_error(caf::sec::request_timeout));
+            }
+            self->quit();
+          },
+  };
+}
+
 void internal::run_stop_hook(const std::function<void(const Status&)>& hook,
                              const caf::error& reason) {
   Status why;

@@ -179,6 +179,60 @@ void watched_request(caf::event_based_actor* self, const Handle& target, int ran
 }  // namespace internal
 
 namespace internal {
+using ready_wait_atom = caf::atom_constant<caf::atom("m_rwait")>;
+using ready_done_atom = caf::atom_constant<caf::atom("m_rdone")>;
+
+/// on_ready's go-between: answers the actor's wait once the future's
+/// callback said done, in either order, or quits after `timeout`.
+struct ReadyWaiterState {
+  bool done = false;
+  caf::response_promise waiting;
+  bool has_waiting = false;
+};
+caf::behavior ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
+                           std::chrono::milliseconds timeout);
+}  // namespace internal
+
+/// From inside an actor (`self`): runs `k(const Result<T>&)` on `self`
+/// once `future` completes, without blocking the actor's thread (get()
+/// must not be called there). After `timeout`, `k` gets Errc::timeout and
+/// the future's late result is dropped. Use it to call the store, or any
+/// Future, from a handler:
+///
+///   [=](pull_atom) -> caf::result<bool> {
+///     auto rp = self->make_response_promise<bool>();
+///     on_ready(self, store->get_into("w", t), [rp](const Result<void>& r) mutable {
+///       if (r.ok()) {
+///         rp.deliver(true);
+///       } else {
+///         rp.deliver(actor_error(r.status()));
+///       }
+///     });
+///     return rp;
+///   }
+template <class Self, class T, class F>
+void on_ready(Self* self, Future<T> future, F k,
+              std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  // The result goes in `slot` before the go-between hears of it, so it is
+  // there when `k` runs on `self` (the messages order the two).
+  auto slot = std::make_shared<Result<T>>(Status(Errc::internal, "on_ready: no result"));
+  auto waiter = self->spawn(internal::ready_waiter, timeout);
+  self->request(waiter, timeout + std::chrono::seconds(1), internal::ready_wait_atom::value)
+      .then([slot, k](bool) mutable { k(*slot); },
+            [k](caf::error& e) mutable {
+              k(Result<T>(Status(Errc::timeout, "on_ready: no result within the timeout (" +
+                                                    caf::to_string(e) + ")")));
+            });
+  // Weak: a future that never completes must not keep an actor (and so its
+  // system) alive.
+  future.on_complete([slot, w = caf::actor_cast<caf::weak_actor_ptr>(waiter)](const Result<T>& r) {
+    *slot = r;
+    if (auto to = caf::actor_cast<caf::actor>(w))
+      caf::anon_send(to, internal::ready_done_atom::value);
+  });
+}
+
+namespace internal {
 /// on_stop's hook, run with the actor's exit reason as a Status; an
 /// exception it throws is logged.
 void run_stop_hook(const std::function<void(const Status&)>& hook, const caf::error& reason);

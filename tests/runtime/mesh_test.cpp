@@ -376,6 +376,71 @@ TEST(ActorMeshShape, SlicesAndPointsPickTheRightMembers) {
                "has 4 members, not 1");
 }
 
+using await_atom = caf::atom_constant<caf::atom("await")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+
+// Answers await with the future's value + 1, through on_ready; answers
+// ping at once, even while an await waits.
+caf::behavior awaiting(caf::event_based_actor* self, Future<int> future,
+                       std::chrono::milliseconds timeout) {
+  return {
+      [=](await_atom) {
+        auto rp = self->make_response_promise();
+        on_ready(
+            self, future,
+            [rp](const Result<int>& r) mutable {
+              if (r.ok()) {
+                rp.deliver(*r + 1);
+              } else {
+                rp.deliver(actor_error(r.status()));
+              }
+            },
+            timeout);
+      },
+      [](ping_atom) { return true; },
+  };
+}
+
+TEST(OnReady, AnActorAwaitsAFutureWithoutBlockingItsThread) {
+  auto mesh = Mesh::local(1).value();
+  auto& sys = mesh.system();
+  Promise<int> later;
+  Promise<int> unfulfilled;  // kept, so its future never completes
+  caf::actor waiting, ready, never;
+  {
+    ForeignThreadGuard guard;
+    waiting = sys.spawn(awaiting, later.future(), std::chrono::milliseconds(30000));
+    ready = sys.spawn(awaiting, make_ready_future<int>(9), std::chrono::milliseconds(30000));
+    never = sys.spawn(awaiting, unfulfilled.future(), std::chrono::milliseconds(200));
+  }
+  {
+    caf::scoped_actor self{sys};
+    // The await is pending; the actor still answers other messages.
+    auto pending = self->request(waiting, std::chrono::seconds(30), await_atom::value);
+    bool pinged = false;
+    self->request(waiting, kWait, ping_atom::value)
+        .receive([&](bool b) { pinged = b; }, [&](caf::error&) {});
+    EXPECT_TRUE(pinged);
+    later.set_value(41);
+    int got = 0;
+    std::move(pending).receive([&](int v) { got = v; },
+                               [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    EXPECT_EQ(got, 42);
+    // A future already complete answers at once.
+    self->request(ready, kWait, await_atom::value)
+        .receive([&](int v) { got = v; },
+                 [&](caf::error& e) { ADD_FAILURE() << caf::to_string(e); });
+    EXPECT_EQ(got, 10);
+    // One that never completes gives a timeout error after its timeout.
+    std::string why;
+    self->request(never, kWait, await_atom::value)
+        .receive([&](int) { why = "answered"; }, [&](caf::error& e) { why = caf::to_string(e); });
+    EXPECT_NE(why.find("on_ready: no result within the timeout"), std::string::npos) << why;
+  }
+  for (auto& a : {waiting, ready, never}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  waiting = ready = never = nullptr;
+}
+
 TEST(ActorMeshShape, OneSliceCutsSeveralDimensionsAndAnIndexDropsOne) {
   auto mesh = Mesh::local(8).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();

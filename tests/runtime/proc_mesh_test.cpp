@@ -179,15 +179,21 @@ using store_put_atom = caf::atom_constant<caf::atom("s_put")>;
 using store_user_actor =
     caf::typed_actor<caf::replies_to<store_put_atom, std::string, std::string>::with<bool>>;
 
-store_user_actor::behavior_type store_user(store_user_actor::pointer, int) {
+// The put's future is awaited with on_ready: never get() on an actor's thread.
+store_user_actor::behavior_type store_user(store_user_actor::pointer self, int) {
   return {
-      [](store_put_atom, const std::string& key, const std::string& value) -> caf::result<bool> {
+      [=](store_put_atom, const std::string& key, const std::string& value) -> caf::result<bool> {
         auto store = worker_store();
-        if (!store.ok())
-          return caf::make_error(caf::sec::runtime_error, store.status().to_string());
-        auto done = (*store)->put_object(key, value).get(kWait);
-        if (!done.ok()) return caf::make_error(caf::sec::runtime_error, done.status().to_string());
-        return true;
+        if (!store.ok()) return actor_error(store.status());
+        auto rp = self->make_response_promise<bool>();
+        on_ready(self, (*store)->put_object(key, value), [rp](const Result<void>& done) mutable {
+          if (done.ok()) {
+            rp.deliver(true);
+          } else {
+            rp.deliver(actor_error(done.status()));
+          }
+        });
+        return rp;
       },
   };
 }
