@@ -1,6 +1,7 @@
 // The actor runtime in one program: it launches 4 worker processes (this
 // binary again, in worker mode), spawns an actor mesh on them, uses every
-// call style on the whole mesh and on slices, then shows supervision: a
+// call style on the whole mesh and on slices, a port the members send to
+// and a named singleton, then shows supervision: a
 // member that fails is restarted, and a process killed with -9 stops one
 // mesh, reaches the root handler through another, and ends a third that
 // could not restart on a dead process.
@@ -31,12 +32,14 @@ using add_atom = caf::atom_constant<caf::atom("add")>;
 using pid_atom = caf::atom_constant<caf::atom("pid")>;
 using note_atom = caf::atom_constant<caf::atom("note")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
+using report_atom = caf::atom_constant<caf::atom("report")>;
 // A worker: adds its rank to what it is sent, tells its pid, prints notes,
-// fails when asked.
+// sends its rank to a port, fails when asked.
 using worker_actor =
     caf::typed_actor<caf::replies_to<add_atom, int>::with<int>,
                      caf::replies_to<pid_atom>::with<std::int32_t>,
-                     caf::reacts_to<note_atom, std::string>, caf::reacts_to<fail_atom>>;
+                     caf::reacts_to<note_atom, std::string>,
+                     caf::reacts_to<report_atom, meshstore::Port<int>>, caf::reacts_to<fail_atom>>;
 
 worker_actor::behavior_type worker(worker_actor::pointer self, int rank) {
   return {
@@ -46,6 +49,7 @@ worker_actor::behavior_type worker(worker_actor::pointer self, int rank) {
         std::printf("member %d got note: %s\n", rank, s.c_str());
         std::fflush(stdout);
       },
+      [=](report_atom, const meshstore::Port<int>& port) { port.send(self, rank); },
       [=](fail_atom) { self->quit(caf::make_error(caf::sec::runtime_error, "asked to fail")); },
   };
 }
@@ -54,7 +58,10 @@ worker_actor::behavior_type worker(worker_actor::pointer self, int rank) {
 meshstore::MeshOptions options() {
   meshstore::MeshOptions o;
   o.request_timeout = 20s;
-  o.add_types = [](caf::actor_system_config& cfg) { cfg.add_actor_type("worker", worker); };
+  o.add_types = [](caf::actor_system_config& cfg) {
+    cfg.add_actor_type("worker", worker);
+    meshstore::add_port_type<int>(cfg, "tour::Port<int>");
+  };
   return o;
 }
 
@@ -148,6 +155,19 @@ int controller() {
   // here with their rank.
   check(host1.tell(note_atom::value, std::string("hello host 1")), "tell");
   check(mesh.call<int>(add_atom::value, 0).get(20s).status(), "call");  // after the notes, in order
+  // A port: passed in a message, every member sends its rank to it.
+  auto rx = must(meshstore::PortReceiver<int>::open(procs.system()), "port");
+  check(mesh.tell(report_atom::value, rx.port()), "tell");
+  int ranks = 0;
+  for (int i = 0; i < mesh.size(); ++i) ranks += must(rx.recv().get(20s), "recv");
+  std::printf("port: %d values received, ranks summing to %d\n", mesh.size(), ranks);
+  rx.close();  // before procs.stop(): an open port would hold its system
+  // A named singleton: whoever asks first spawns it, every caller shares it.
+  auto one = must(procs.get_or_spawn<worker_actor>("coordinator", "worker"), "get_or_spawn");
+  auto same = must(procs.get_or_spawn<worker_actor>("coordinator", "worker"), "get_or_spawn");
+  std::printf("get_or_spawn twice: one actor, in process %d and %d\n",
+              one.call_one<std::int32_t>(pid_atom::value).get(20s).value(),
+              same.call_one<std::int32_t>(pid_atom::value).get(20s).value());
 
   // Supervision. restart: a member that fails is spawned again.
   std::printf("\nsupervision\n");
