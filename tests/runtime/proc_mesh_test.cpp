@@ -105,6 +105,21 @@ mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
   }};
 }
 
+// A float's or double's bits, and back.
+template <class T, class Bits>
+T from_bits(Bits bits) {
+  static_assert(sizeof(T) == sizeof(Bits));
+  T x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+template <class Bits, class T>
+Bits to_bits(T x) {
+  Bits bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
 // Floating-point values as Exact<T>: echoed back, and the bits the worker
 // received, and the value it was spawned with.
 using echo_atom = caf::atom_constant<caf::atom("echo")>;
@@ -121,17 +136,10 @@ exact_actor::behavior_type exact(exact_actor::pointer, int, Exact<double> base,
   return {
       [](echo_atom, const std::vector<Exact<double>>& xs) { return xs; },
       [](echo_atom, const std::vector<Exact<float>>& xs) { return xs; },
-      [](bits_atom, Exact<double> x) {
-        std::uint64_t bits = 0;
-        std::memcpy(&bits, &x.value, sizeof bits);
-        return bits;
-      },
+      [](bits_atom, Exact<double> x) { return to_bits<std::uint64_t>(x.value); },
       [=](base_atom) {
-        std::uint64_t b = 0;
-        std::uint32_t b32 = 0;
-        std::memcpy(&b, &base.value, sizeof b);
-        std::memcpy(&b32, &base32.value, sizeof b32);
-        return std::vector<std::uint64_t>{b, b32};
+        return std::vector<std::uint64_t>{to_bits<std::uint64_t>(base.value),
+                                          to_bits<std::uint32_t>(base32.value)};
       },
   };
 }
@@ -374,18 +382,20 @@ TEST(ProcMesh, ListeningOnEveryInterfaceWorksWithAnAdvertisedAddress) {
   EXPECT_EQ(w->call_one<int>(add_atom::value, 1).get(kWait).value(), 6);
 }
 
+// Every member echoes `bits` as Exact<T> values; each comes back unchanged.
 template <class T, class Bits>
-T from_bits(Bits bits) {
-  static_assert(sizeof(T) == sizeof(Bits));
-  T x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
-template <class Bits, class T>
-Bits to_bits(T x) {
-  Bits bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return bits;
+void expect_echoed_bit_exact(const ActorMesh<exact_actor>& m, const std::vector<Bits>& bits) {
+  std::vector<Exact<T>> xs;
+  for (auto b : bits) xs.emplace_back(from_bits<T>(b));
+  auto back = m.call<std::vector<Exact<T>>>(echo_atom::value, xs).get(kWait);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  for (const auto& r : *back) {
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      EXPECT_EQ(to_bits<Bits>((*r)[i].value), bits[i]) << sizeof(T) * 8 << "-bit value " << i;
+    }
+  }
 }
 
 TEST(ProcMesh, FloatsAndDoublesCrossProcessesBitExact) {
@@ -411,28 +421,8 @@ TEST(ProcMesh, FloatsAndDoublesCrossProcessesBitExact) {
                                      Exact<float>(from_bits<float>(floats[4])));
   ASSERT_TRUE(m.ok()) << m.status().to_string();
 
-  std::vector<Exact<double>> xs;
-  for (auto b : doubles) xs.emplace_back(from_bits<double>(b));
-  auto back = m->call<std::vector<Exact<double>>>(echo_atom::value, xs).get(kWait);
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
-  for (const auto& r : *back) {
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_EQ(r->size(), doubles.size());
-    for (std::size_t i = 0; i < doubles.size(); ++i) {
-      EXPECT_EQ(to_bits<std::uint64_t>((*r)[i].value), doubles[i]) << "double " << i;
-    }
-  }
-  std::vector<Exact<float>> fs;
-  for (auto b : floats) fs.emplace_back(from_bits<float>(b));
-  auto fback = m->call<std::vector<Exact<float>>>(echo_atom::value, fs).get(kWait);
-  ASSERT_TRUE(fback.ok()) << fback.status().to_string();
-  for (const auto& r : *fback) {
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_EQ(r->size(), floats.size());
-    for (std::size_t i = 0; i < floats.size(); ++i) {
-      EXPECT_EQ(to_bits<std::uint32_t>((*r)[i].value), floats[i]) << "float " << i;
-    }
-  }
+  expect_echoed_bit_exact<double>(*m, doubles);
+  expect_echoed_bit_exact<float>(*m, floats);
   auto bases = m->ask<std::vector<std::uint64_t>>(1, base_atom::value).get(kWait);
   ASSERT_TRUE(bases.ok()) << bases.status().to_string();
   EXPECT_EQ(*bases, (std::vector<std::uint64_t>{doubles[0], floats[4]}));
