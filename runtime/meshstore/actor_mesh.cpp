@@ -90,10 +90,9 @@ caf::behavior internal::ready_waiter(caf::stateful_actor<ReadyWaiterState>* self
           return;
         }
         self->state.waiting = std::move(rp);
-        self->state.has_waiting = true;
       },
       [=](ready_done_atom) {
-        if (!self->state.has_waiting) {
+        if (!self->state.waiting.pending()) {
           self->state.done = true;
           return;
         }
@@ -102,7 +101,7 @@ caf::behavior internal::ready_waiter(caf::stateful_actor<ReadyWaiterState>* self
       },
       caf::after(timeout) >>
           [=] {
-            if (self->state.has_waiting) {
+            if (self->state.waiting.pending()) {
               self->state.waiting.deliver(caf::make_error(caf::sec::request_timeout));
             }
             self->quit();

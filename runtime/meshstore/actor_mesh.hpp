@@ -18,12 +18,10 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -186,8 +184,7 @@ using ready_done_atom = caf::atom_constant<caf::atom("m_rdone")>;
 /// callback said done, in either order, or quits after `timeout`.
 struct ReadyWaiterState {
   bool done = false;
-  caf::response_promise waiting;
-  bool has_waiting = false;
+  caf::response_promise waiting;  // pending() once the wait came first
 };
 caf::behavior ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
                            std::chrono::milliseconds timeout);

@@ -108,22 +108,22 @@ Result<Extent> Extent::slice(const std::vector<std::pair<std::string, Select>>& 
     if (!seen.insert(dim).second) {
       return Status(Errc::invalid_argument, "slice: dimension '" + dim + "' selected twice");
     }
-    if (sel.drop) {
-      const auto d = std::find_if(out.dims_.begin(), out.dims_.end(),
-                                  [&](const auto& kv) { return kv.first == dim; });
-      if (d != out.dims_.end() && (sel.begin < 0 || sel.begin >= d->second)) {
-        return Status(Errc::out_of_range, "slice: " + dim + " index " + std::to_string(sel.begin) +
-                                              " outside [0, " + std::to_string(d->second) + ")");
-      }
+    // Where `dim` is (slice() below refuses an unknown one); slicing keeps
+    // the dimensions in place.
+    const auto d =
+        static_cast<std::size_t>(std::find_if(out.dims_.begin(), out.dims_.end(),
+                                              [&](const auto& kv) { return kv.first == dim; }) -
+                                 out.dims_.begin());
+    if (sel.drop && d < out.dims_.size() && (sel.begin < 0 || sel.begin >= out.dims_[d].second)) {
+      return Status(Errc::out_of_range, "slice: " + dim + " index " + std::to_string(sel.begin) +
+                                            " outside [0, " + std::to_string(out.dims_[d].second) +
+                                            ")");
     }
     auto cut = out.slice(dim, sel.begin, sel.end);
     if (!cut.ok()) return cut.status();
     out = std::move(cut).value();
-    if (sel.drop) {
-      // The dimension has size 1 now: dropping it keeps the members in order.
-      out.dims_.erase(std::find_if(out.dims_.begin(), out.dims_.end(),
-                                   [&](const auto& kv) { return kv.first == dim; }));
-    }
+    // A dropped dimension has size 1 now: erasing it keeps the members in order.
+    if (sel.drop) out.dims_.erase(out.dims_.begin() + static_cast<std::ptrdiff_t>(d));
   }
   return out;
 }

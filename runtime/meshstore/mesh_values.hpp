@@ -336,28 +336,26 @@ class PortReceiver {
       values.push_back(std::move(v));
       return Status();
     }
-    void close() {
+    // Closed: the waiting recv()s fail; answers the port's actor, for the
+    // owner to stop (once: later calls answer none).
+    caf::weak_actor_ptr close() {
       std::deque<std::shared_ptr<Promise<T>>> doomed;
+      caf::weak_actor_ptr was;
       {
         std::lock_guard<std::mutex> lock(mu);
         closed = true;
         doomed.swap(waiting);
+        std::swap(was, actor);
       }
       for (auto& p : doomed) p->set_error(Status(Errc::shutdown, "port: closed"));
+      return was;
     }
   };
 
   static void close_queue(const std::shared_ptr<Queue>& q) {
-    caf::weak_actor_ptr actor;
-    {
-      std::lock_guard<std::mutex> lock(q->mu);
-      actor = std::move(q->actor);
-      q->actor = nullptr;
-    }
-    if (auto strong = caf::actor_cast<caf::actor>(actor)) {
+    if (auto strong = caf::actor_cast<caf::actor>(q->close())) {
       caf::anon_send_exit(strong, caf::exit_reason::user_shutdown);
     }
-    q->close();
   }
 
   static typename Port<T>::handle_type::behavior_type port_impl(

@@ -150,15 +150,9 @@ class ProcMesh {
   Result<ActorMesh<Handle>> spawn(Supervision supervision, const std::string& name,
                                   const std::string& type, Ts... xs) {
     internal::refuse_bare_floats<Ts...>();
-    auto interface = [](caf::actor_system& sys) {
-      const auto sigs = sys.message_types<Handle>();
-      return std::vector<std::string>(sigs.begin(), sigs.end());
-    };
     auto args = [xs...](int rank) { return caf::make_message(rank, xs...); };
-    auto made =
-        spawn_members(std::move(supervision), name, type, std::move(interface), std::move(args));
-    if (!made.ok()) return made.status();
-    return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
+    return mesh_of<Handle>(
+        spawn_members(std::move(supervision), name, type, interface_of<Handle>(), std::move(args)));
   }
 
   /// The named singleton actor `name`, as a mesh of one member (extent
@@ -173,14 +167,8 @@ class ProcMesh {
   Result<ActorMesh<Handle>> get_or_spawn(const std::string& name, const std::string& type,
                                          Ts... xs) {
     internal::refuse_bare_floats<Ts...>();
-    auto interface = [](caf::actor_system& sys) {
-      const auto sigs = sys.message_types<Handle>();
-      return std::vector<std::string>(sigs.begin(), sigs.end());
-    };
     auto args = [xs...](int rank) { return caf::make_message(rank, xs...); };
-    auto made = singleton(name, type, std::move(interface), std::move(args));
-    if (!made.ok()) return made.status();
-    return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
+    return mesh_of<Handle>(singleton(name, type, interface_of<Handle>(), std::move(args)));
   }
 
   /// Stops every process (of the whole mesh, not only this view): asks
@@ -200,6 +188,20 @@ class ProcMesh {
     std::chrono::milliseconds timeout{30000};
   };
   ProcMesh(std::shared_ptr<Shared> shared, Extent extent);
+  // spawn() and get_or_spawn(): Handle's message signatures, which each
+  // process checks against the actor type it makes, and the mesh made.
+  template <class Handle>
+  static std::function<std::vector<std::string>(caf::actor_system&)> interface_of() {
+    return [](caf::actor_system& sys) {
+      const auto sigs = sys.message_types<Handle>();
+      return std::vector<std::string>(sigs.begin(), sigs.end());
+    };
+  }
+  template <class Handle>
+  static Result<ActorMesh<Handle>> mesh_of(Result<Spawned> made) {
+    if (!made.ok()) return made.status();
+    return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
+  }
   Result<Spawned> singleton(
       const std::string& name, const std::string& type,
       std::function<std::vector<std::string>(caf::actor_system&)> interface_of,

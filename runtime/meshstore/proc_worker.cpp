@@ -170,7 +170,7 @@ void run_exit_hooks() {
 
 // Lets the worker's runtime go. A member that never returns must not keep
 // this process alive (the actor system waits for its actors when it goes):
-// after 10 s the process exits.
+// after `limit` (MeshOptions::stop_timeout) the process exits.
 void close_runtime(std::shared_ptr<internal::ActorRuntime> runtime, int rank, bool ok,
                    std::chrono::milliseconds limit) {
   std::mutex mu;

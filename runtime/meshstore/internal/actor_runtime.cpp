@@ -8,10 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meshstore/actor_mesh.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/tls_watch.hpp"
+#include "meshstore/mesh_values.hpp"
 
 namespace meshstore::internal {
 
@@ -91,7 +91,7 @@ struct MeshstoreConfig : caf::actor_system_config {
         });
     add_message_type<std::vector<std::uint64_t>>("std::vector<uint64_t>");
     add_message_type<std::vector<char>>("std::vector<char>");
-    // Floating-point values as their bits (actor_mesh.hpp, Exact).
+    // Floating-point values as their bits (mesh_values.hpp, Exact).
     add_message_type<Exact<float>>("meshstore::Exact<float>");
     add_message_type<Exact<double>>("meshstore::Exact<double>");
     add_message_type<std::vector<Exact<float>>>("std::vector<meshstore::Exact<float>>");
