@@ -57,7 +57,9 @@ class Store {
   class Admin;
 
   /// A whole store inside this process: controller, strategy, volumes and
-  /// client actors on a private actor system. Fails with
+  /// client actors on the process's actor runtime, which the process's
+  /// other stores and meshes share (docs/actors.md, "One runtime per
+  /// process"). Fails with
   /// Errc::invalid_argument on a bad option.
   static Result<Store> embedded(StoreOptions options = {});
 

@@ -10,8 +10,7 @@
 // calls give. Like proc_mesh.hpp, this header exposes CAF.
 //
 //   opts.add_types = [](caf::actor_system_config& cfg) {
-//     meshstore::add_store_actor_types(cfg);        // in every process
-//     cfg.add_actor_type("puller", puller);
+//     cfg.add_actor_type("puller", puller);         // the store's are there
 //   };
 //   auto procs = meshstore::ProcMesh::launch({{"procs", 3}}, {}, opts).value();
 //   meshstore::StoreOptions so;
@@ -30,9 +29,10 @@
 
 namespace meshstore {
 
-/// Registers the actor type that joins a process to a store
-/// ("meshstore.store_node"). Call it in MeshOptions::add_types of the
-/// controller and of every worker.
+/// Registers the store's message types and the actor type that joins a
+/// process to a store ("meshstore.store_node"). A program that links this
+/// file has them in its process runtime already (add_process_types); the
+/// call stays for programs that made it, and does no harm.
 void add_store_actor_types(caf::actor_system_config& cfg);
 
 /// Creates a store in this process (options as for Store::embedded;
@@ -49,8 +49,7 @@ Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision sup
 /// rank. Rank 0 creates the store on its Mesh's runtime and listens where
 /// Store::from_env would (MASTER_ADDR, MESHSTORE_PORT or MASTER_PORT + 1);
 /// every other rank joins it on its own Mesh's runtime, with its rank and
-/// local rank. One actor system per process for the mesh and the store.
-/// The Mesh's add_types must call add_store_actor_types. On a
+/// local rank. One actor system per process for the mesh and the store. On a
 /// Mesh::local, one store in this process. Errors as Store::from_env.
 Result<Store> spawn_store(Mesh& mesh, StoreOptions options = {});
 

@@ -143,7 +143,9 @@ struct StoreLimits {
   std::chrono::milliseconds request_timeout{30000};
   /// Store::connect(): keep retrying an unreachable store this long.
   std::chrono::milliseconds connect_timeout{30000};
-  /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on) capped at 8.
+  /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on)
+  /// capped at 8. The process's runtime takes it from the first store or
+  /// mesh that starts it; a later one keeps the running one's (with a warning).
   int scheduler_threads = 0;
 };
 

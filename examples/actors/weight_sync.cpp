@@ -123,7 +123,6 @@ meshstore::MeshOptions options() {
   meshstore::MeshOptions o;
   o.request_timeout = 120s;
   o.add_types = [](caf::actor_system_config& cfg) {
-    meshstore::add_store_actor_types(cfg);
     cfg.add_actor_type("trainer", trainer);
     cfg.add_actor_type("puller", puller);
   };

@@ -211,28 +211,40 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
   };
 }
 
+// In the process's runtime whatever the process makes first.
+[[maybe_unused]] const bool kProcTypes = internal::register_process_types(add_proc_types);
+
 }  // namespace
 
 struct HostAgent::Impl {
-  std::unique_ptr<internal::ActorRuntime> runtime;
+  std::shared_ptr<internal::ActorRuntime> runtime;  // the process's
   agent_actor agent;
   std::shared_ptr<Reaper> reaper = std::make_shared<Reaper>();
   std::uint16_t port = 0;
   std::mutex mu;
 
   void stop() {
-    std::unique_ptr<internal::ActorRuntime> doomed;
+    std::shared_ptr<internal::ActorRuntime> doomed;
+    caf::actor stopping;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (agent && runtime) {
         ForeignThreadGuard guard;
         internal::unpublish_actor(runtime->system(), agent, port);
       }
-      if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+      stopping = caf::actor_cast<caf::actor>(agent);
       agent = nullptr;
       doomed = std::move(runtime);
     }
-    doomed.reset();  // waits for the agent, which hands its processes to the reaper
+    if (doomed) {
+      // The agent hands its processes to the reaper as it exits; the
+      // process's runtime stays up for the store or mesh beside it.
+      if (internal::stop_actors(doomed->system(), {stopping}, std::chrono::seconds(30)) > 0) {
+        log::get("agent")->warn("stop: the agent's actor did not stop within 30 s");
+      }
+    }
+    stopping = nullptr;
+    doomed.reset();
     reaper->join();
   }
   ~Impl() { stop(); }
@@ -250,8 +262,8 @@ Result<HostAgent> HostAgent::start(AgentOptions options) {
   ro.with_middleman = true;
   ro.add_types = add_proc_types;
   ro.tls = options.tls;
-  auto rt = internal::ActorRuntime::create(ro);
-  if (!rt.ok()) return rt.status().with_context("HostAgent::start");
+  auto rt = internal::process_runtime(ro, "HostAgent::start");
+  if (!rt.ok()) return rt.status();
   auto impl = std::make_unique<Impl>();
   impl->runtime = std::move(rt).value();
   auto& sys = impl->runtime->system();

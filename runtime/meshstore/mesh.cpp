@@ -140,6 +140,9 @@ void add_mesh_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<registry_actor>("meshstore::mesh_registry_actor");
 }
 
+// In the process's runtime whatever the process makes first.
+[[maybe_unused]] const bool kMeshTypes = internal::register_process_types(add_mesh_types);
+
 }  // namespace
 
 struct Mesh::Impl {
@@ -153,6 +156,7 @@ struct Mesh::Impl {
   std::mutex mu;  // guards registry, owned and names
   registry_actor registry;
   std::vector<caf::actor> owned;
+  std::uint16_t port = 0;  // rank 0's registry listens on it
   std::set<std::string> names;
   std::shared_ptr<internal::MeshCaller> caller;  // shared with the ActorMeshes
 
@@ -176,25 +180,40 @@ struct Mesh::Impl {
   void close() {
     leave();
     std::shared_ptr<internal::ActorRuntime> doomed;
+    std::vector<caf::actor> stopping;
+    registry_actor published;
     {
       std::lock_guard<std::mutex> lock(mu);
       // First: ActorMeshes that outlive the mesh answer shutdown from now on
       // and hold no handle into the system that goes next.
       if (caller) caller->close();
       caller = nullptr;
-      for (auto& a : owned) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      stopping = std::move(owned);
       owned.clear();
+      if (port != 0) published = registry;
       registry = nullptr;
       doomed = std::move(runtime);
     }
+    if (!doomed) return;
+    ForeignThreadGuard guard;  // any thread may close the mesh
+    // The process's runtime stays up: the listener and this mesh's actors
+    // go now, as they went with an own runtime.
+    if (published) internal::unpublish_actor(doomed->system(), published, port);
+    published = nullptr;
+    const auto late = internal::stop_actors(doomed->system(), stopping, options.stop_timeout);
+    if (late > 0) {
+      log::get("mesh")->warn("close: {} of this mesh's actors did not stop within {} ms", late,
+                             options.stop_timeout.count());
+    }
+    stopping.clear();
     doomed.reset();
   }
 };
 
 Result<std::unique_ptr<Mesh::Impl>> Mesh::Impl::start(const MeshOptions& options, bool network) {
   MESHSTORE_RETURN_IF_ERROR(internal::check_mesh_options(options, "MeshOptions"));
-  auto rt = internal::ActorRuntime::create(
-      internal::mesh_runtime_options(options, network, add_mesh_types));
+  auto rt = internal::process_runtime(
+      internal::mesh_runtime_options(options, network, add_mesh_types), "Mesh");
   if (!rt.ok()) return rt.status();
   auto impl = std::make_unique<Mesh::Impl>();
   impl->options = options;
@@ -243,6 +262,7 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
     if (!bound.ok()) {
       return bound.status().with_context("Mesh::from_env: cannot listen on " + address);
     }
+    impl->port = *bound;
     internal::warn_if_exposed(env->master_addr, *bound, "the mesh's rank 0", impl->runtime->tls());
   } else {
     auto reached = internal::connect_with_retry<registry_actor>(

@@ -86,9 +86,19 @@ struct MeshOptions {
   std::function<bool(const MeshFailure&)> on_failure;
 };
 
+/// Registers message and actor types (as MeshOptions::add_types does) in
+/// the process's actor runtime, which every store, mesh and agent of the
+/// process shares (docs/actors.md, "One runtime per process"). A running
+/// runtime takes no new types, so call it before the first of them: a
+/// program that starts a HostAgent or a Store before the ProcMesh whose
+/// actors need its types. Errc::invalid_argument, naming the types, when a
+/// runtime is running already without them.
+Status add_process_types(std::function<void(caf::actor_system_config&)> add);
+
 /// The ranks of a launched job as an actor runtime: every rank runs one
 /// Mesh; spawn() is collective. Move-only; close() (or the destructor)
-/// stops this rank's actors and its actor system.
+/// stops this rank's actors. It runs on the process's actor runtime,
+/// which every store, mesh and agent of the process shares (add_process_types).
 /// Thread-safe: spawn() may be called from any thread (ranks must call the
 /// spawns of one mesh in the same order).
 class Mesh {
@@ -169,7 +179,8 @@ class Mesh {
     return ActorMesh<Handle>(std::move(c), id, Extent::line(n), timeout());
   }
 
-  /// Stops this rank's actors and actor system. Idempotent.
+  /// Stops this rank's actors and its listener, and lets go of the
+  /// process's runtime (which stops with its last user). Idempotent.
   void close();
 
  private:

@@ -90,6 +90,38 @@ std::string this_program() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
+// In the process's runtime whatever the process makes first.
+[[maybe_unused]] const bool kProcTypes = internal::register_process_types(add_proc_types);
+
+// Asks each agent to stop this controller's job there. Each answers once
+// its processes are gone; one that is gone itself took them with it (their
+// lifeline), so the wait is bounded.
+void stop_agent_jobs(internal::ActorRuntime& runtime, const std::vector<AgentJob>& remote,
+                     std::chrono::milliseconds grace) {
+  ForeignThreadGuard guard;
+  caf::scoped_actor self{runtime.system()};
+  for (auto& j : remote) {
+    // An agent known dead (its connection closed: a monitor on it fires
+    // at once) took its processes with it: asking would only time out.
+    bool down = false;
+    self->monitor(j.agent);
+    self->receive([&](const caf::down_msg&) { down = true; },
+                  caf::after(std::chrono::milliseconds(0)) >> [] {});
+    if (down) {
+      log::get("proc")->info("agent {} is gone, and its processes with it", j.address);
+      continue;
+    }
+    self->demonitor(j.agent.address());
+    self->request(j.agent, grace + std::chrono::seconds(2), agent_stop_atom::value, j.job,
+                  static_cast<std::int64_t>(grace.count()))
+        .receive([](bool) {},
+                 [&](caf::error& e) {
+                   log::get("proc")->warn("agent {}: stopping its processes: {}", j.address,
+                                          internal::from_caf_error(e, "agent_stop").to_string());
+                 });
+  }
+}
+
 }  // namespace
 
 void ProcMesh::Shared::stop() {
@@ -123,43 +155,29 @@ void ProcMesh::Shared::stop() {
   }
   if (doomed) doomed->stop(spec.stop_grace);
   doomed.reset();
-  if (!remote.empty() && runtime) {
-    // Each agent answers once its processes are gone; one that is gone
-    // itself took them with it (their lifeline), so the wait is bounded.
-    ForeignThreadGuard guard;
-    caf::scoped_actor self{runtime->system()};
-    for (auto& j : remote) {
-      // An agent known dead (its connection closed: a monitor on it fires
-      // at once) took its processes with it: asking would only time out.
-      bool down = false;
-      self->monitor(j.agent);
-      self->receive([&](const caf::down_msg&) { down = true; },
-                    caf::after(std::chrono::milliseconds(0)) >> [] {});
-      if (down) {
-        log::get("proc")->info("agent {} is gone, and its processes with it", j.address);
-        continue;
-      }
-      self->demonitor(j.agent.address());
-      self->request(j.agent, spec.stop_grace + std::chrono::seconds(2), agent_stop_atom::value,
-                    j.job, static_cast<std::int64_t>(spec.stop_grace.count()))
-          .receive([](bool) {},
-                   [&](caf::error& e) {
-                     log::get("proc")->warn("agent {}: stopping its processes: {}", j.address,
-                                            internal::from_caf_error(e, "agent_stop").to_string());
-                   });
-    }
-  }
+  if (!remote.empty() && runtime) stop_agent_jobs(*runtime, remote, spec.stop_grace);
   remote.clear();
   caller.reset();
-  if (controller) caf::anon_send_exit(controller, caf::exit_reason::user_shutdown);
-  controller = nullptr;
-  if (sink) caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
-  sink = nullptr;
   std::shared_ptr<internal::ActorRuntime> doomed_runtime;
   {
     std::lock_guard<std::mutex> lock(mu);  // proc_runtime() reads it
     doomed_runtime = std::move(runtime);
   }
+  if (doomed_runtime) {
+    // The process's runtime stays up: the workers' door and this
+    // controller's actors go now, as they went with an own runtime.
+    ForeignThreadGuard guard;
+    auto& sys = doomed_runtime->system();
+    if (controller && port != 0) internal::unpublish_actor(sys, controller, port);
+    const std::vector<caf::actor> mine{caf::actor_cast<caf::actor>(controller),
+                                       caf::actor_cast<caf::actor>(sink)};
+    if (internal::stop_actors(sys, mine, options.stop_timeout) > 0) {
+      log::get("proc")->warn("stop: the controller's actors did not stop within {} ms",
+                             options.stop_timeout.count());
+    }
+  }
+  controller = nullptr;
+  sink = nullptr;
   doomed_runtime.reset();
 }
 
@@ -191,8 +209,8 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
   shared->spec = spec;
   shared->whole = std::move(extent);
   auto rt =
-      internal::ActorRuntime::create(internal::mesh_runtime_options(options, true, add_proc_types));
-  if (!rt.ok()) return rt.status().with_context(ctx);
+      internal::process_runtime(internal::mesh_runtime_options(options, true, add_proc_types), ctx);
+  if (!rt.ok()) return rt.status();
   shared->runtime = std::move(rt).value();
   auto& sys = shared->runtime->system();
   shared->caller = internal::MeshCaller::make(sys, options.on_failure);
@@ -205,6 +223,7 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
   shared->controller = sys.spawn(controller_impl, shared->token, shared->joining);
   auto port = internal::publish_actor(sys, shared->controller, 0, spec.bind_host, false);
   if (!port.ok()) return port.status().with_context(ctx + ": cannot listen on " + spec.bind_host);
+  shared->port = *port;
   internal::warn_if_exposed(spec.bind_host, *port, "the ProcMesh controller",
                             shared->runtime->tls());
   shared->where = (spec.advertise_host.empty() ? spec.bind_host : spec.advertise_host) + ":" +

@@ -172,8 +172,9 @@ class ProcMesh {
   }
 
   /// Stops every process (of the whole mesh, not only this view): asks
-  /// each to exit, kills those left after LaunchSpec::stop_grace, and
-  /// closes the controller's actor system. Actor meshes spawned here answer
+  /// each to exit, kills those left after LaunchSpec::stop_grace, stops
+  /// the controller's own actors and lets go of the process's runtime
+  /// (shared with its stores and agents). Actor meshes spawned here answer
   /// Errc::shutdown afterwards. Idempotent.
   void stop();
 

@@ -216,6 +216,9 @@ Status run_setup(const MeshOptions& options, int rank) {
   return Status(s.code(), "ProcMesh::serve: setup failed: " + s.message());
 }
 
+// In the process's runtime whatever the process makes first.
+[[maybe_unused]] const bool kProcTypes = internal::register_process_types(add_proc_types);
+
 }  // namespace
 
 void internal::at_worker_exit(std::function<void()> hook) {
@@ -250,9 +253,9 @@ Status ProcMesh::serve(MeshOptions options) {
     outcome->finish(Status(Errc::unavailable,
                            "the controller at " + where + " went away (its lifeline closed)"));
   });
-  auto rt =
-      internal::ActorRuntime::create(internal::mesh_runtime_options(options, true, add_proc_types));
-  if (!rt.ok()) return rt.status().with_context("ProcMesh::serve");
+  auto rt = internal::process_runtime(internal::mesh_runtime_options(options, true, add_proc_types),
+                                      "ProcMesh::serve");
+  if (!rt.ok()) return rt.status();
   std::shared_ptr<internal::ActorRuntime> runtime = std::move(rt).value();
   auto& sys = runtime->system();
   {

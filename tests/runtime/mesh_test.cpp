@@ -249,7 +249,6 @@ TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
 TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   MeshOptions o;
   o.request_timeout = 20s;
-  o.add_types = [](caf::actor_system_config& cfg) { add_store_actor_types(cfg); };
   const auto mesh_port = free_port();
   auto r0 = join_as(0, mesh_port, o);
   auto r1 = join_as(1, mesh_port, o);
@@ -282,26 +281,17 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   r0->close();
 }
 
-TEST(Mesh, SpawnStoreWantsTheStoreTypes) {
+TEST(Mesh, SpawnStoreNeedsNoRegistrationOfYours) {
+  // The store's types are in every process runtime of a program that
+  // links it.
   auto mesh = Mesh::local(1);
   ASSERT_OK(mesh);
-  EXPECT_ERROR(spawn_store(*mesh), Errc::invalid_argument, "add_store_actor_types");
+  auto store = spawn_store(*mesh);
+  ASSERT_OK(store);
+  ASSERT_OK(store->put_object("k", "v").get(kWait));
+  store->close();
   mesh->close();
   EXPECT_ERROR(spawn_store(*mesh), Errc::shutdown, "closed");
-}
-
-TEST(Mesh, AnUnregisteredUserTypeFailsAcrossProcessesWithAnError) {
-  // Without add_types the Point cannot be serialized: the call fails, naming
-  // the rank, instead of hanging (within a process it would still work).
-  auto [r0, r1] = join_two(/*register_point=*/false);
-  ASSERT_OK(r0);
-  ASSERT_OK(r1);
-  auto [m0, m1] = spawn_both<mirror_actor, mirror_actor>(*r0, *r1, "mirrors", mirror, mirror);
-  ASSERT_OK(m1);
-  auto p = m1->ask<Point>(0, mirror_atom::value, Point{3, 4}).get(kWait);
-  EXPECT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("rank 0"), std::string::npos) << p.status().to_string();
-  EXPECT_OK(m1->ask<Point>(1, mirror_atom::value, Point{3, 4}).get(kWait));  // its own member
 }
 
 TEST(Mesh, RanksThatSpawnAMeshWithDifferentInterfacesAreRefused) {

@@ -224,7 +224,10 @@ MeshOptions options() {
   MeshOptions o;
   o.request_timeout = 20s;
   o.add_types = [](caf::actor_system_config& cfg) {
-    cfg.add_message_type<Point>("meshstore::test::ProcPoint");
+    // A worker started with MESHSTORE_TEST_NO_POINT lacks the Point.
+    if (!(ProcMesh::is_worker() && std::getenv("MESHSTORE_TEST_NO_POINT"))) {
+      cfg.add_message_type<Point>("meshstore::test::ProcPoint");
+    }
     cfg.add_actor_type("worker", worker);
     cfg.add_actor_type("mirror", mirror);
     cfg.add_actor_type("store_user", store_user);
@@ -637,6 +640,62 @@ TEST(ProcMesh, AUserMessageTypeCrossesProcesses) {
   EXPECT_EQ((*r)[0]->x, -5);
   EXPECT_EQ((*r)[1]->x, -4);
   EXPECT_EQ((*r)[1]->y, procs->pid(1));  // computed in the other process
+}
+
+TEST(ProcMesh, AUserTypeAWorkerLacksIsRefusedAtSpawnNamingTheRank) {
+  // Without its registration the worker's actor has another interface:
+  // the spawn is refused naming the rank and the type, instead of a call
+  // that hangs.
+  LaunchSpec spec;
+  spec.env = {{"MESHSTORE_TEST_NO_POINT", "1"}};
+  auto procs = ProcMesh::launch({{"procs", 1}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto m = procs->spawn<mirror_actor>("mirrors", "mirror");
+  EXPECT_ERROR(m, Errc::invalid_argument, "rank 0");
+  EXPECT_NE(m.status().message().find("meshstore::test::ProcPoint"), std::string::npos)
+      << m.status().to_string();
+  procs->stop();
+}
+
+// A type no runtime of this process registered.
+struct LateType {
+  std::int32_t x = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LateType& t) {
+  return f(caf::meta::type_name("test::Late"), t.x);
+}
+
+TEST(ProcMesh, AStoreAProcMeshAndAnAgentShareOneRuntime) {
+  auto agent = HostAgent::start();
+  ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+  auto procs = ProcMesh::launch({{"procs", 1}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.listen = "127.0.0.1:0";
+  auto store = Store::embedded(so);
+  ASSERT_OK(store);
+  // One actor system: one clock thread (each system runs one).
+  EXPECT_EQ(testing::threads_named("caf.clock"), 1);
+  // Types cannot join a running runtime: refused naming them.
+  auto late = add_process_types(
+      [](caf::actor_system_config& cfg) { cfg.add_message_type<LateType>("test::Late"); });
+  EXPECT_EQ(late.code(), Errc::invalid_argument);
+  EXPECT_NE(late.message().find("'test::Late'"), std::string::npos) << late.to_string();
+  // Closing one stops only its own actors: the others keep working.
+  ASSERT_OK(store->put_object("k", "v").get(kWait));
+  store->close();
+  agent->stop();
+  auto w = procs->spawn<worker_actor>("after", "worker", 1);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_TRUE(w->call<std::int32_t>(pid_atom::value).get(kWait).ok());
+  auto again = Store::embedded();
+  ASSERT_OK(again);
+  EXPECT_EQ(testing::threads_named("caf.clock"), 1);
+  again->close();
+  procs->stop();
+  // The last one out takes the runtime with it.
+  EXPECT_EQ(testing::threads_named("caf.clock"), 0);
 }
 
 TEST(ProcMesh, BadSpawnsAreRefusedNamingTheRankAndLeaveNothingBehind) {
@@ -1279,6 +1338,12 @@ int main(int argc, char** argv) {
   }
   if (role == "netns-controller") return meshstore::netns_controller_main();
   if (role == "netns-vanish-controller") return meshstore::netns_vanish_main();
+  // The agents some tests start in this process share its runtime with
+  // the ProcMeshes: the tests' types are there from the start.
+  if (auto s = meshstore::add_process_types(meshstore::options().add_types); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.to_string().c_str());
+    return 1;
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

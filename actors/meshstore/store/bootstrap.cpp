@@ -82,6 +82,11 @@ Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::millise
   return out;
 }
 
+// The store's message types are in the process's runtime whichever store,
+// mesh or agent the process makes first.
+[[maybe_unused]] const bool kStoreTypes =
+    internal::register_process_types(protocol::add_actor_types);
+
 }  // namespace
 
 Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
@@ -89,19 +94,17 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
   MESHSTORE_RETURN_IF_ERROR(options.validate());
   if (!options.log_level.empty()) MESHSTORE_RETURN_IF_ERROR(log::set_level(options.log_level));
   std::shared_ptr<internal::ActorRuntime> runtime = std::move(shared);
-  const bool is_shared = runtime != nullptr;
   if (!runtime) {
     internal::RuntimeOptions ro;
     ro.scheduler_threads = options.limits.scheduler_threads;
     ro.with_middleman = network;
     ro.tls = options.security.tls;
     ro.add_types = protocol::add_actor_types;
-    auto made = internal::ActorRuntime::create(ro);
+    auto made = internal::process_runtime(ro, "store");
     if (!made.ok()) return made.status();
     runtime = std::move(made).value();
   }
   auto impl = std::make_unique<Impl>();
-  impl->shared_runtime = is_shared;
   impl->options = options;
   if (impl->options.transport.name.empty()) {
     const std::string forced = transports::transport_from_env();
@@ -411,11 +414,7 @@ void Store::Impl::close() {
     if (local != order.end() && local != order.begin()) {
       std::rotate(order.begin() + 1, local, local + 1);
     }
-    if (shared_runtime) {
-      stopping = std::move(order);  // waited for below, outside the lock
-    } else {
-      for (const auto& a : order) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    }
+    stopping = std::move(order);  // waited for below, outside the lock
     // Handles must be gone before the actor system, or its shutdown waits forever.
     owned.clear();
     client = nullptr;
@@ -426,22 +425,12 @@ void Store::Impl::close() {
     controller = nullptr;
     doomed = std::move(runtime);
   }
-  if (!stopping.empty() && doomed) {
-    // A shared runtime stays up: wait (bounded) until this store's actors
-    // are gone, as the destruction of an own runtime would.
-    ForeignThreadGuard guard;
-    caf::scoped_actor self{doomed->system()};
-    for (const auto& a : stopping) self->monitor(a);
-    for (const auto& a : stopping) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    std::size_t down = 0;
-    bool late = false;
-    while (down < stopping.size() && !late) {
-      self->receive([&](const caf::down_msg&) { ++down; },
-                    caf::after(std::chrono::seconds(30)) >> [&] { late = true; });
-    }
-    if (late) {
-      log::get("store")->warn("close: {} of this store's actors did not stop within 30 s",
-                              stopping.size() - down);
+  if (doomed) {
+    // The process's runtime stays up: wait (bounded) until this store's
+    // actors are gone, as the destruction of an own runtime would.
+    const auto late = internal::stop_actors(doomed->system(), stopping, std::chrono::seconds(30));
+    if (late > 0) {
+      log::get("store")->warn("close: {} of this store's actors did not stop within 30 s", late);
     }
     stopping.clear();
   }

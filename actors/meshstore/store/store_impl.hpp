@@ -47,10 +47,10 @@ struct Store::Impl {
   // Store::Admin::port() from any thread.
   std::atomic<std::uint16_t> port{0};
   std::string address;
-  // Its own, or one this process's other actors share (a ProcMesh's): then
-  // close() stops only this store's actors and waits for them.
+  // The process's runtime (internal::process_runtime), which other stores
+  // and meshes share: close() stops only this store's actors and waits
+  // for them.
   std::shared_ptr<internal::ActorRuntime> runtime;
-  bool shared_runtime = false;
   mutable std::shared_mutex mu;  // guards closed and the handles below
   bool closed = false;
   caf::actor client;

@@ -101,17 +101,21 @@ void add_store_actor_types(caf::actor_system_config& cfg) {
 
 namespace {
 
+// In the process's runtime whatever the process makes first: a program
+// that uses spawn_store registers nothing itself.
+[[maybe_unused]] const bool kStoreNodeType =
+    internal::register_process_types(add_store_actor_types);
+
+}  // namespace
+
+namespace {
+
 Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
                                 std::optional<Supervision> supervision) {
   if (options.listen.empty()) options.listen = "127.0.0.1:0";
   options.placement.local_rank = -1;  // the controller is not one of the mesh's ranks
   auto runtime = internal::proc_runtime(procs);
   if (!runtime) return Status(Errc::shutdown, "spawn_store: the ProcMesh was stopped");
-  if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
-    return Status(Errc::invalid_argument,
-                  "spawn_store: this process's MeshOptions::add_types does not call "
-                  "add_store_actor_types (every process of the mesh must)");
-  }
   // On the ProcMesh's runtime: one actor system for the meshes and the store.
   auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), options);
   if (!store.ok()) return store.status().with_context("spawn_store");
@@ -162,11 +166,6 @@ Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision sup
 Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
   auto runtime = internal::mesh_runtime(mesh);
   if (!runtime) return Status(Errc::shutdown, "spawn_store: the Mesh is closed");
-  if (runtime->system().config().actor_factories.count("meshstore.store_node") == 0) {
-    return Status(Errc::invalid_argument,
-                  "spawn_store: the Mesh's MeshOptions::add_types does not call "
-                  "add_store_actor_types (every rank's must)");
-  }
   if (internal::mesh_is_local(mesh)) {
     return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
   }

@@ -164,6 +164,8 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
     threads = std::clamp(static_cast<int>(usable_cpus()), 2, 8);
   }
   std::unique_ptr<ActorRuntime> rt(new ActorRuntime());
+  rt->options_ = options;
+  rt->options_.add_types = nullptr;
   rt->threads_ = threads;
   rt->tls_ = options.with_middleman && options.tls.enabled();
   rt->config_ = std::make_unique<MeshstoreConfig>(threads, options);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meshstore/internal/foreign_thread.hpp"
 #include "meshstore/status.hpp"
@@ -47,6 +48,10 @@ class ActorRuntime {
 
   caf::actor_system& system() noexcept { return *system_; }
   int scheduler_threads() const noexcept { return threads_; }
+  /// What it was made with (add_types aside).
+  const RuntimeOptions& options() const noexcept { return options_; }
+  /// Its configuration, with every registered message type.
+  const caf::actor_system_config& config() const noexcept { return *config_; }
   /// Whether this system's connections are TLS (RuntimeOptions::tls).
   bool tls() const noexcept { return tls_; }
 
@@ -54,9 +59,37 @@ class ActorRuntime {
   ActorRuntime() = default;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
+  RuntimeOptions options_;
   int threads_ = 0;
   bool tls_ = false;
 };
+
+/// The process's runtime (docs/architecture.md, "One runtime per
+/// process"): every Store, Mesh, ProcMesh (controller and worker) and
+/// HostAgent of a process runs on it. The first of them makes it, with the
+/// network layer always loaded and every layer's message types
+/// (register_process_types); it goes when the last lets go, and the next
+/// one makes a new one. A later caller gets the running one when `wanted`
+/// fits it: the same TLS identity when it uses the network (CAF 0.17 gives
+/// an actor system one certificate, so a process that speaks with a second
+/// one, a test of refusal, gets a runtime for each), and message types it
+/// already has (else Errc::invalid_argument naming the missing ones, and
+/// `who`). Other differences (threads, heartbeats) keep the running
+/// runtime's settings and are logged once.
+Result<std::shared_ptr<ActorRuntime>> process_runtime(const RuntimeOptions& wanted,
+                                                      const std::string& who);
+
+/// Adds message types to every process runtime made from now on. Each
+/// layer calls it from a static initializer in the file that makes its
+/// objects, so a linked layer's types are there whichever object the
+/// program makes first. Returns true (for that initializer).
+bool register_process_types(std::function<void(caf::actor_system_config&)> add);
+
+/// Sends `actors` an exit and waits until each is gone, at most `limit`;
+/// how many did not stop in time. An ActorRuntime that stays up (the
+/// process's) does not wait for them as its destruction would.
+std::size_t stop_actors(caf::actor_system& sys, const std::vector<caf::actor>& actors,
+                        std::chrono::milliseconds limit);
 
 /// A closure run inside an actor (continuations of futures that must touch
 /// actor state). Local only: never crosses a process.

@@ -74,7 +74,8 @@ struct ProcMesh::Shared {
   std::map<std::string, Singleton> singletons;
   std::mutex singleton_mu;
   bool stopped = false;
-  std::string where;  // host:port the workers join
+  std::string where;       // host:port the workers join
+  std::uint16_t port = 0;  // where's port, on which the controller listens
   std::string token;
 
   ~Shared() { stop(); }
