@@ -15,6 +15,7 @@
 //   auto one = grid.choose<int>(add_atom::value, 1);          // least busy
 //   host1.tell(reset_atom::value);
 
+#include <algorithm>
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
@@ -319,7 +320,7 @@ class ActorMesh {
           Errc::out_of_range,
           "mesh: rank " + std::to_string(i) + " outside [0, " + std::to_string(size()) + ")"));
     }
-    return request<R>(extent_.rank(i), nullptr, std::move(xs)...);
+    return request<R>(i, nullptr, std::move(xs)...);
   }
 
   /// Every member replies: a ValueMesh of this view's shape, each member a
@@ -360,11 +361,13 @@ class ActorMesh {
       return make_error_future<R>(Status(Errc::invalid_argument, "choose: the mesh is empty"));
     }
     if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
-    const int rank = caller_->acquire_least_busy(id_, extent_.ranks());
+    const std::vector<int> ranks = extent_.ranks();
+    const int rank = caller_->acquire_least_busy(id_, ranks);
+    const int i = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
     auto caller = caller_;
     const std::size_t id = id_;
     return request<R>(
-        rank, [caller, id, rank] { caller->release(id, rank); }, std::move(xs)...);
+        i, [caller, id, rank] { caller->release(id, rank); }, std::move(xs)...);
   }
 
   /// Sends (xs...) to every member and calls `on_reply(rank, Result<R>)` for
@@ -424,10 +427,16 @@ class ActorMesh {
     const std::size_t id = id_;
     const std::vector<int> ranks = extent_.ranks();
     if (!ranks.empty() && !caller->member(id, ranks.front())) return caller->gone(id);
+    CallContext view;  // built only for members that take it
+    if constexpr (internal::takes_context<Handle, Ts...>()) view = view_context();
     return caller_->post(
         [=](caf::event_based_actor* self) {
-          for (int rank : ranks) {
-            if (auto target = caf::actor_cast<Handle>(caller->member(id, rank))) {
+          for (std::size_t i = 0; i < ranks.size(); ++i) {
+            auto target = caf::actor_cast<Handle>(caller->member(id, ranks[i]));
+            if (!target) continue;
+            if constexpr (internal::takes_context<Handle, Ts...>()) {
+              self->send(target, in_view(view, i), xs...);
+            } else {
               self->send(target, xs...);
             }
           }
@@ -458,11 +467,17 @@ class ActorMesh {
     const std::size_t id = id_;
     const auto timeout = timeout_;
     const std::vector<int> ranks = extent_.ranks();
+    CallContext view;  // built only for members that take it
+    if constexpr (internal::takes_context<Handle, Ts...>()) view = view_context();
     auto job = [=](caf::event_based_actor* self) {
       for (std::size_t i = 0; i < ranks.size(); ++i) {
         auto p = ps[i];
-        send_one<R>(
-            self, caller, id, ranks[i], timeout, [p](Result<R> r) { p->set(std::move(r)); }, xs...);
+        auto finish = [p](Result<R> r) { p->set(std::move(r)); };
+        if constexpr (internal::takes_context<Handle, Ts...>()) {
+          send_one<R>(self, caller, id, ranks[i], timeout, finish, in_view(view, i), xs...);
+        } else {
+          send_one<R>(self, caller, id, ranks[i], timeout, finish, xs...);
+        }
       }
     };
     if (auto s = caller_->post(std::move(job), "call"); !s.ok()) {
@@ -471,12 +486,17 @@ class ActorMesh {
     return out;
   }
 
-  // Sends (xs...) to `rank` of the whole mesh from the caller actor;
+  // Sends (xs...) to member `i` of this view from the caller actor;
   // `settled` (may be null) runs once the request has its answer.
   template <class R, class... Ts>
-  Future<R> request(int rank, std::function<void()> settled, Ts... xs) const {
+  Future<R> request(int i, std::function<void()> settled, Ts... xs) const {
     internal::refuse_bare_floats<R, Ts...>();
     if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
+    const int rank = extent_.rank(i);
+    CallContext ctx;  // built only for a member that takes it
+    if constexpr (internal::takes_context<Handle, Ts...>()) {
+      ctx = in_view(view_context(), static_cast<std::size_t>(i));
+    }
     auto p = std::make_shared<Promise<R>>();
     auto fut = p->future();
     auto caller = caller_;
@@ -487,7 +507,11 @@ class ActorMesh {
       p->set(std::move(r));
     };
     auto job = [=](caf::event_based_actor* self) {
-      send_one<R>(self, caller, id, rank, timeout, finish, xs...);
+      if constexpr (internal::takes_context<Handle, Ts...>()) {
+        send_one<R>(self, caller, id, rank, timeout, finish, ctx, xs...);
+      } else {
+        send_one<R>(self, caller, id, rank, timeout, finish, xs...);
+      }
     };
     if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
       if (settled) settled();
@@ -511,6 +535,20 @@ class ActorMesh {
     }
     internal::watched_request<R>(self, target, rank, timeout, "rank " + std::to_string(rank) + " ",
                                  std::move(finish), xs...);
+  }
+
+  // The context of this view's members (CallContext), rank 0.
+  CallContext view_context() const {
+    CallContext c;
+    for (const auto& [name, n] : extent_.dims()) {
+      c.dims.push_back(name);
+      c.sizes.push_back(n);
+    }
+    return c;
+  }
+  static CallContext in_view(CallContext c, std::size_t i) {
+    c.rank = static_cast<std::int32_t>(i);
+    return c;
   }
 
   std::shared_ptr<internal::MeshCaller> caller_;

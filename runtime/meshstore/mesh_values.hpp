@@ -1,7 +1,8 @@
 #pragma once
 
 // What crosses an actor mesh besides your own types: Exact<T>, a float or
-// double carried bit-exact between processes; ValueMesh<R>, the shaped
+// double carried bit-exact between processes; CallContext, the message's
+// rank in the view called, for handlers that take it; ValueMesh<R>, the shaped
 // replies of ActorMesh::call; and ports, typed mailboxes an owner opens and
 // passes in messages for members to send to. Included by actor_mesh.hpp.
 // Like it, this header exposes CAF on purpose.
@@ -66,7 +67,63 @@ typename Inspector::result_type inspect(Inspector& f, Exact<T>& x) {
       bits, load);
 }
 
+/// What a handler learns about the call it serves when it takes a
+/// CallContext first (Monarch's context().message.rank): the rank of the
+/// message within the view it was sent to, and that view's shape. A mesh
+/// call (ask, call, call_one, choose, broadcast, stream, accumulate, tell)
+/// puts it first by itself when the member's interface takes
+/// (CallContext, args...); a member of a view of 2 of a mesh of 8 sees
+/// rank 0 or 1 and size() 2, whatever its rank in the whole mesh:
+///
+///   using worker_actor = caf::typed_actor<
+///       caf::replies_to<CallContext, where_atom>::with<std::int32_t>>;
+///   [](const CallContext& ctx, where_atom) { return ctx.rank; }
+///   auto ranks = grid.slice({{"hosts", 1}}).value().call<std::int32_t>(where_atom::value);
+struct CallContext {
+  /// The member's index in the view called, row-major: 0 <= rank < size().
+  std::int32_t rank = 0;
+  /// The view's dimensions and their sizes.
+  std::vector<std::string> dims;
+  std::vector<std::int32_t> sizes;
+
+  /// The number of members of the view.
+  int size() const {
+    int n = 1;
+    for (auto s : sizes) n *= s;
+    return n;
+  }
+  /// The member's coordinate in `dim` of the view; -1 when the view has no
+  /// such dimension (an index in a slice dropped it).
+  int coordinate(const std::string& dim) const {
+    int stride = size();
+    int rest = rank;
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      stride /= sizes[d] > 0 ? sizes[d] : 1;
+      const int c = stride > 0 ? rest / stride : 0;
+      rest -= c * stride;
+      if (dims[d] == dim) return c;
+    }
+    return -1;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CallContext& c) {
+  return f(caf::meta::type_name("meshstore::CallContext"), c.rank, c.dims, c.sizes);
+}
+
 namespace internal {
+
+/// Whether `Handle`'s interface takes (CallContext, Ts...): the mesh calls
+/// then put the call's context first. Never for an untyped caf::actor.
+template <class Handle, class... Ts>
+constexpr bool takes_context() {
+  if constexpr (std::is_same_v<Handle, caf::actor>) {
+    return false;
+  } else {
+    return caf::response_type<typename Handle::signatures, CallContext, std::decay_t<Ts>...>::valid;
+  }
+}
 
 template <class T>
 struct BareFloat : std::is_floating_point<T> {};

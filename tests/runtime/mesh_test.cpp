@@ -170,6 +170,66 @@ TEST(Mesh, ThreadsThatSpawnAndAskMayOutliveTheMesh) {
   worker.join();
 }
 
+// A member that asks for the call's context (CallContext first) next to
+// handlers that do not.
+using where_atom = caf::atom_constant<caf::atom("where")>;
+using note_atom = caf::atom_constant<caf::atom("note")>;
+using noted_atom = caf::atom_constant<caf::atom("noted")>;
+using where_actor =
+    caf::typed_actor<caf::replies_to<CallContext, where_atom>::with<std::vector<std::int32_t>>,
+                     caf::reacts_to<CallContext, note_atom>,
+                     caf::replies_to<noted_atom>::with<std::int32_t>,
+                     caf::replies_to<add_atom, int>::with<int>>;
+
+where_actor::behavior_type where(where_actor::pointer self, int rank) {
+  auto noted = std::make_shared<std::int32_t>(-1);
+  return {
+      // Its own rank, and the message's: rank, size and coordinates in the view.
+      [=](const CallContext& c, where_atom) {
+        return std::vector<std::int32_t>{rank, c.rank, c.size(), c.coordinate("hosts"),
+                                         c.coordinate("gpus")};
+      },
+      [=](const CallContext& c, note_atom) { *noted = c.rank; },
+      [=](noted_atom) { return *noted; },
+      [=](add_atom, int x) { return x + rank; },
+  };
+}
+
+TEST(Mesh, AHandlerThatTakesTheCallContextGetsTheMessagesRankInTheView) {
+  auto mesh = Mesh::local(4).value();
+  auto flat = mesh.spawn<where_actor>("where", where).value();
+  auto grid = flat.reshape({{"hosts", 2}, {"gpus", 2}}).value();
+  // The whole grid: the message's rank is the member's.
+  auto all = grid.call<std::vector<std::int32_t>>(where_atom::value).get(kWait);
+  ASSERT_OK(all);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(*(*all)[i], (std::vector<std::int32_t>{i, i, 4, i / 2, i % 2}));
+  }
+  // Host 1 (an index drops "hosts"): members 2 and 3 see ranks 0 and 1 of 2.
+  auto host1 = grid.slice({{"hosts", 1}}).value();
+  auto in_host1 = host1.call<std::vector<std::int32_t>>(where_atom::value).get(kWait);
+  ASSERT_OK(in_host1);
+  EXPECT_EQ(*(*in_host1)[0], (std::vector<std::int32_t>{2, 0, 2, -1, 0}));
+  EXPECT_EQ(*(*in_host1)[1], (std::vector<std::int32_t>{3, 1, 2, -1, 1}));
+  // One member asked alone: the view of one it was sent to.
+  auto one = grid.slice({{"hosts", 1}, {"gpus", 1}}).value();
+  EXPECT_EQ(*one.call_one<std::vector<std::int32_t>>(where_atom::value).get(kWait),
+            (std::vector<std::int32_t>{3, 0, 1, -1, -1}));
+  EXPECT_EQ(*host1.ask<std::vector<std::int32_t>>(1, where_atom::value).get(kWait),
+            (std::vector<std::int32_t>{3, 1, 2, -1, 1}));
+  auto chosen = host1.choose<std::vector<std::int32_t>>(where_atom::value).get(kWait);
+  ASSERT_OK(chosen);
+  EXPECT_EQ((*chosen)[1], (*chosen)[0] - 2) << "the view's rank of the member chosen";
+  // tell too; and a handler without the context gets none.
+  auto gpu1 = grid.slice({{"gpus", 1}}).value();  // members 1 and 3
+  ASSERT_OK(gpu1.tell(note_atom::value));
+  // The asks leave the mesh's caller after the tells: each member has its note.
+  EXPECT_EQ(*flat.ask<std::int32_t>(3, noted_atom::value).get(kWait), 1);
+  EXPECT_EQ(*flat.ask<std::int32_t>(1, noted_atom::value).get(kWait), 0);
+  EXPECT_EQ(*flat.ask<std::int32_t>(0, noted_atom::value).get(kWait), -1);
+  EXPECT_EQ(*gpu1.call<int>(add_atom::value, 10).get(kWait)->item({{"hosts", 1}}), 13);
+}
+
 TEST(Mesh, ErrorOfOneRankSurfacesWithTheRankNamed) {
   auto mesh = Mesh::local(3).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, 2).value();

@@ -144,6 +144,19 @@ exact_actor::behavior_type exact(exact_actor::pointer, int, Exact<double> base,
   };
 }
 
+// Its own rank and the call's context (CallContext), from another process.
+using where_atom = caf::atom_constant<caf::atom("where")>;
+using where_actor =
+    caf::typed_actor<caf::replies_to<CallContext, where_atom>::with<std::vector<std::int32_t>>>;
+
+where_actor::behavior_type where(where_actor::pointer, int rank) {
+  return {
+      [=](const CallContext& c, where_atom) {
+        return std::vector<std::int32_t>{rank, c.rank, c.size(), c.coordinate("procs")};
+      },
+  };
+}
+
 // What MeshOptions::setup saw in this process: its rank (-1: not run).
 int g_setup_rank = -1;
 using setup_atom = caf::atom_constant<caf::atom("setup")>;
@@ -232,6 +245,8 @@ MeshOptions options() {
     cfg.add_actor_type("mirror", mirror);
     cfg.add_actor_type("store_user", store_user);
     cfg.add_actor_type("exact", exact);
+    cfg.add_message_type<std::vector<std::int32_t>>("std::vector<int32_t>");  // where's reply
+    cfg.add_actor_type("where", where);
     cfg.add_actor_type("stopper", stopper);
     cfg.add_actor_type("reporter", reporter);
     add_port_type<int>(cfg, "meshstore::test::Port<int>");
@@ -696,6 +711,22 @@ TEST(ProcMesh, AStoreAProcMeshAndAnAgentShareOneRuntime) {
   procs->stop();
   // The last one out takes the runtime with it.
   EXPECT_EQ(testing::threads_named("caf.clock"), 0);
+}
+
+TEST(ProcMesh, TheCallContextCrossesProcessesWithTheMessagesRankInTheView) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto m = procs->spawn<where_actor>("where", "where");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto all = m->call<std::vector<std::int32_t>>(where_atom::value).get(kWait);
+  ASSERT_TRUE(all.ok()) << all.status().to_string();
+  EXPECT_EQ(*(*all)[0], (std::vector<std::int32_t>{0, 0, 2, 0}));
+  EXPECT_EQ(*(*all)[1], (std::vector<std::int32_t>{1, 1, 2, 1}));
+  // Rank 1 alone: the first (and only) of a view of one.
+  auto second = m->slice({{"procs", {1, 2}}}).value();
+  EXPECT_EQ(*second.call_one<std::vector<std::int32_t>>(where_atom::value).get(kWait),
+            (std::vector<std::int32_t>{1, 0, 1, 0}));
+  procs->stop();
 }
 
 TEST(ProcMesh, BadSpawnsAreRefusedNamingTheRankAndLeaveNothingBehind) {

@@ -96,6 +96,7 @@ struct MeshstoreConfig : caf::actor_system_config {
     add_message_type<Exact<double>>("meshstore::Exact<double>");
     add_message_type<std::vector<Exact<float>>>("std::vector<meshstore::Exact<float>>");
     add_message_type<std::vector<Exact<double>>>("std::vector<meshstore::Exact<double>>");
+    add_message_type<CallContext>("meshstore::CallContext");
     if (options.add_types) options.add_types(*this);
     if (options.with_middleman) {
       load<caf::io::middleman>();
