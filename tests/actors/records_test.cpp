@@ -71,11 +71,13 @@ TEST(Wire, OtherStructsRoundTrip) {
   EXPECT_EQ(lease_back.regions[1].nbytes, 200u);
   EXPECT_EQ(lease_back.data, lease.data);
 
-  wire::VolumeInfo info{"volume-3", "hostA", 1 << 20, {"rpc"}};
+  wire::VolumeInfo info{"volume-3", "hostA", 1 << 20, {"rpc"}, 2, "127.0.0.1:4242"};
   wire::VolumeInfo info_back;
   ASSERT_OK(wire::decode(wire::encode(info), info_back));
   EXPECT_EQ(info_back.volume_id, "volume-3");
   EXPECT_EQ(info_back.transports, std::vector<std::string>{"rpc"});
+  EXPECT_EQ(info_back.local_rank, 2);
+  EXPECT_EQ(info_back.control, "127.0.0.1:4242");  // the hosting process's door
 }
 
 TEST(Wire, MalformedBytesAreAProtocolError) {

@@ -1,6 +1,8 @@
-// Stores on different actor systems (CAF nodes) talking over loopback TCP:
-// one listens, others connect. Each Store has its own actor system, so this
-// crosses CAF's network layer exactly as separate processes do.
+// Stores that listen and connect, in one process: they share its actor
+// runtime, so control goes to the local actors (CAF hands back the actor
+// itself for a connection to its own node) and bytes take the transport
+// chosen. Across processes: failure_test.cpp, direct_connection_test.cpp
+// and the multiprocess launches.
 
 #include <numeric>
 

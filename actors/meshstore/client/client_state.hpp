@@ -83,6 +83,10 @@ struct ClientState {
   bool placement_final = false;
   std::vector<ConnCallback> home_waiters;
   bool home_pending = false;
+  // The doors (VolumeInfo::control) of other processes this client has
+  // connected to directly, and what waits on one being connected.
+  std::set<std::string> doors;
+  std::unordered_map<std::string, std::vector<std::function<void()>>> door_waiters;
   // Volumes whose fast-path channel is being opened, with whoever waits
   // for it (told whether it opened).
   std::unordered_map<std::string, std::vector<std::function<void(Status)>>> channel_waiters;

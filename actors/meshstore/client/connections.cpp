@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 #include <chrono>
 #include <random>
 #include <utility>
@@ -12,6 +14,7 @@
 
 #include "meshstore/client/ask.hpp"
 #include "meshstore/client/stream.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/protocol/fast_get.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -226,9 +229,50 @@ void reopen_if_failed(client_pointer self, const VolumeConn& conn) {
   if (fast.take_reopen(id) && !fast.has_ring(id)) open_channel(self, conn);
 }
 
+// Connects this process to the process hosting `info`'s volume directly,
+// through its door (VolumeInfo::control), once per process and before the
+// first message to it: CAF then routes their messages without the store's
+// server (docs/architecture.md, "Direct connections"). Then `k`, whatever
+// the outcome: the server still routes when the door cannot be reached.
+void reach_directly(client_pointer self, const wire::VolumeInfo& info,
+                    const protocol::storage_volume_actor& handle, std::function<void()> k) {
+  auto& st = self->state;
+  const std::string door = info.control;
+  if (door.empty() || handle.node() == self->node() || st.doors.count(door)) return k();
+  auto& waiters = st.door_waiters[door];
+  waiters.push_back(std::move(k));
+  if (waiters.size() > 1) return;  // being connected
+  auto done = [self, door] {
+    self->state.doors.insert(door);
+    auto ks = std::move(self->state.door_waiters[door]);
+    self->state.door_waiters.erase(door);
+    for (auto& f : ks) f();
+  };
+  auto at = internal::parse_address(door);
+  if (!at.ok()) {
+    st.log->warn("volume '{}': its process's door '{}' is malformed: {}", info.volume_id, door,
+                 at.status().to_string());
+    return done();
+  }
+  auto& sys = self->system();
+  const caf::io::middleman_actor mm = sys.has_openssl_manager()
+                                          ? sys.openssl_manager().actor_handle()
+                                          : sys.middleman().actor_handle();
+  self->request(mm, st.cfg.request_timeout, caf::connect_atom::value, at->host, at->port)
+      .then([done](const caf::node_id&, const caf::strong_actor_ptr&,
+                   const std::set<std::string>&) { done(); },
+            [self, done, door, id = info.volume_id](caf::error& e) {
+              self->state.log->warn(
+                  "volume '{}': cannot connect to its process at {} ({}); its messages go "
+                  "through the store's server",
+                  id, door, self->system().render(e));
+              done();
+            });
+}
+
 // Asks the volume for its endpoints and opens the chosen transport.
-void connect(client_pointer self, const wire::VolumeInfo& info,
-             const protocol::storage_volume_actor& handle) {
+void ask_endpoints(client_pointer self, const wire::VolumeInfo& info,
+                   const protocol::storage_volume_actor& handle) {
   ask(self, handle, protocol::endpoints_atom::value)
       .then(
           [=](const std::vector<transports::EndpointInfo>& offered) {
@@ -261,6 +305,12 @@ void connect(client_pointer self, const wire::VolumeInfo& info,
             finish_conn(self, info.volume_id,
                         from_caf_error(e, "endpoints of volume '" + info.volume_id + "'"));
           });
+}
+
+// Connects to the volume: directly to its process first, then its endpoints.
+void connect(client_pointer self, const wire::VolumeInfo& info,
+             const protocol::storage_volume_actor& handle) {
+  reach_directly(self, info, handle, [=] { ask_endpoints(self, info, handle); });
 }
 
 }  // namespace

@@ -199,6 +199,7 @@ std::string encode(const VolumeInfo& x) {
   p.set_capacity_bytes(x.capacity_bytes);
   for (const auto& t : x.transports) p.add_transports(t);
   p.set_local_rank(x.local_rank);
+  p.set_control(x.control);
   return serialize(p);
 }
 
@@ -210,6 +211,7 @@ Status decode(const std::string& bytes, VolumeInfo& x) {
   x.capacity_bytes = p.capacity_bytes();
   x.transports.assign(p.transports().begin(), p.transports().end());
   x.local_rank = p.local_rank();
+  x.control = p.control();
   return Status();
 }
 

@@ -116,6 +116,10 @@ struct VolumeInfo {
   std::vector<std::string> transports;
   /// The local rank of the process hosting it; -1 for a server's volumes.
   std::int32_t local_rank = -1;
+  /// "HOST:PORT" where a client connects to the hosting process directly
+  /// (ActorRuntime::door); empty for a server's volumes, which every
+  /// client reaches directly already.
+  std::string control;
 };
 
 /// A volume's usage.

@@ -144,6 +144,7 @@ Status Store::Impl::host_volumes(bool is_server) {
     if (!spawned.ok()) return spawned.status();
     owned.push_back(caf::actor_cast<caf::actor>(*spawned));
     info.capacity_bytes = vc.capacity_bytes;
+    info.control = control_door(is_server);
     info.transports =
         vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
     const std::string what = "register volume '" + info.volume_id + "'";
@@ -161,6 +162,17 @@ Status Store::Impl::host_volumes(bool is_server) {
         "them; give the store TLS options too (docs/security.md)");
   }
   return Status();
+}
+
+std::string Store::Impl::control_door(bool is_server) {
+  // A server's volumes share its process with the directory every client
+  // connected to: they are reached directly already.
+  if (is_server) return {};
+  auto door = runtime->door(data_host);
+  if (door.ok()) return *door;
+  log::get("store")->warn("no direct connections to this process's volumes: {}",
+                          door.status().to_string());
+  return {};
 }
 
 void Store::Impl::stop_listening() {
@@ -222,6 +234,7 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
   info.host = host;
   info.transports = vc.transports;
   info.local_rank = options.placement.local_rank;
+  info.control = control_door(false);
   if (auto s = ask_ok(sys, ctl, options.limits.request_timeout,
                       "register lending volume '" + vc.volume_id + "'",
                       protocol::register_volume_atom::value, info, *spawned);

@@ -76,6 +76,9 @@ struct Store::Impl {
                                              std::shared_ptr<internal::ActorRuntime> shared);
   // Spawns and registers the volumes the strategy places in this process.
   Status host_volumes(bool is_server);
+  // Where other clients connect to this process directly for its volumes
+  // (VolumeInfo::control); empty for a server's.
+  std::string control_door(bool is_server);
 
   // This process's lending volume (direct publishing: it serves buffers the
   // process lends, through one-sided and network transports), spawned and

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/idle_spin.hpp"
 #include "meshstore/internal/tls_watch.hpp"
 #include "meshstore/mesh_values.hpp"
@@ -179,7 +180,32 @@ Result<std::unique_ptr<ActorRuntime>> ActorRuntime::create(const RuntimeOptions&
   return rt;
 }
 
+Result<std::string> ActorRuntime::door(const std::string& host) {
+  if (!options_.with_middleman) {
+    return Status(Errc::unavailable, "door: this runtime has no network");
+  }
+  std::lock_guard<std::mutex> lock(doors_mu_);
+  for (const auto& [h, port] : doors_) {
+    if (h == host) return host + ":" + std::to_string(port);
+  }
+  ForeignThreadGuard guard;  // any thread may open it
+  if (!door_) {
+    // Nothing comes through it but connections: it answers no message.
+    door_ = system_->spawn([]() -> caf::behavior { return {[](caf::ok_atom) {}}; });
+  }
+  auto port = publish_actor(*system_, door_, 0, host, false);
+  if (!port.ok()) return port.status().with_context("door on " + host);
+  doors_.emplace_back(host, *port);
+  return host + ":" + std::to_string(*port);
+}
+
 ActorRuntime::~ActorRuntime() {
+  if (door_) {
+    ForeignThreadGuard guard;
+    for (const auto& [host, port] : doors_) unpublish_actor(*system_, door_, port);
+    caf::anon_send_exit(door_, caf::exit_reason::user_shutdown);
+    door_ = nullptr;
+  }
   if (system_) forget_system(*system_);
   system_.reset();
   if (tls_) tls_watch_end();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,22 @@ class ActorRuntime {
   const caf::actor_system_config& config() const noexcept { return *config_; }
   /// Whether this system's connections are TLS (RuntimeOptions::tls).
   bool tls() const noexcept { return tls_; }
+  /// "HOST:PORT" where other processes connect to this one directly (with
+  /// the network: a door actor published on `host`, once per host, over TLS
+  /// when the runtime has it). A process that reaches this one only through
+  /// a third (each connected to a store's server) connects here, and CAF
+  /// then routes their messages directly (docs/architecture.md, "Direct
+  /// connections"). Errc::unavailable when it cannot listen there.
+  Result<std::string> door(const std::string& host);
 
  private:
   ActorRuntime() = default;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   RuntimeOptions options_;
+  std::mutex doors_mu_;                                       // guards doors_
+  std::vector<std::pair<std::string, std::uint16_t>> doors_;  // host, port
+  caf::actor door_;                                           // published on each
   int threads_ = 0;
   bool tls_ = false;
 };
