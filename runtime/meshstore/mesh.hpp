@@ -62,7 +62,10 @@ struct MeshOptions {
   /// `[](caf::actor_system_config& cfg) { cfg.add_message_type<Point>("my::Point"); }`
   /// (each with an `inspect` overload). Every rank must register the same
   /// types under the same names. A type not registered travels within a
-  /// process only; sent to another rank, the call fails.
+  /// process only; sent to another rank, the call fails. The process's
+  /// runtime takes them when this object starts it; a later object's are
+  /// checked against the running runtime's, so the function may run more
+  /// than once: keep it free of other effects.
   std::function<void(caf::actor_system_config&)> add_types;
   /// How meshes spawned without a Supervision of their own are supervised
   /// (default: propagate).
