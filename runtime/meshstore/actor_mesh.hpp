@@ -472,12 +472,9 @@ class ActorMesh {
     auto job = [=](caf::event_based_actor* self) {
       for (std::size_t i = 0; i < ranks.size(); ++i) {
         auto p = ps[i];
-        auto finish = [p](Result<R> r) { p->set(std::move(r)); };
-        if constexpr (internal::takes_context<Handle, Ts...>()) {
-          send_one<R>(self, caller, id, ranks[i], timeout, finish, in_view(view, i), xs...);
-        } else {
-          send_one<R>(self, caller, id, ranks[i], timeout, finish, xs...);
-        }
+        send_one<R>(
+            self, caller, id, ranks[i], timeout, [p](Result<R> r) { p->set(std::move(r)); },
+            in_view(view, i), xs...);
       }
     };
     if (auto s = caller_->post(std::move(job), "call"); !s.ok()) {
@@ -507,11 +504,7 @@ class ActorMesh {
       p->set(std::move(r));
     };
     auto job = [=](caf::event_based_actor* self) {
-      if constexpr (internal::takes_context<Handle, Ts...>()) {
-        send_one<R>(self, caller, id, rank, timeout, finish, ctx, xs...);
-      } else {
-        send_one<R>(self, caller, id, rank, timeout, finish, xs...);
-      }
+      send_one<R>(self, caller, id, rank, timeout, finish, ctx, xs...);
     };
     if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
       if (settled) settled();
@@ -522,19 +515,25 @@ class ActorMesh {
 
   // On the caller: one request to `rank` of mesh `id`, watched so that a
   // member that dies answers at once; `finish` gets the reply or an error
-  // naming the rank.
+  // naming the rank. `ctx` goes first when the member's handler takes it.
   template <class R, class F, class... Ts>
   static void send_one(caf::event_based_actor* self,
                        const std::shared_ptr<internal::MeshCaller>& caller, std::size_t id,
-                       int rank, std::chrono::milliseconds timeout, F finish, const Ts&... xs) {
+                       int rank, std::chrono::milliseconds timeout, F finish,
+                       const CallContext& ctx, const Ts&... xs) {
     auto target = caf::actor_cast<Handle>(caller->member(id, rank));
     if (!target) {
       const Status why = caller->gone(id);
       finish(Status(why.code(), "rank " + std::to_string(rank) + ": " + why.message()));
       return;
     }
-    internal::watched_request<R>(self, target, rank, timeout, "rank " + std::to_string(rank) + " ",
-                                 std::move(finish), xs...);
+    const std::string prefix = "rank " + std::to_string(rank) + " ";
+    if constexpr (internal::takes_context<Handle, Ts...>()) {
+      internal::watched_request<R>(self, target, rank, timeout, prefix, std::move(finish), ctx,
+                                   xs...);
+    } else {
+      internal::watched_request<R>(self, target, rank, timeout, prefix, std::move(finish), xs...);
+    }
   }
 
   // The context of this view's members (CallContext), rank 0.

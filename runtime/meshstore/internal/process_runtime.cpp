@@ -67,11 +67,17 @@ std::vector<std::string> missing_types(const std::function<void(caf::actor_syste
   return named;
 }
 
+// 'a', 'b', 'c'
+std::string quoted(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
+  return out;
+}
+
 Status admit(const ActorRuntime& rt, const RuntimeOptions& wanted, const std::string& who) {
   const auto missing = missing_types(wanted.add_types, rt.config());
   if (!missing.empty()) {
-    std::string names;
-    for (const auto& n : missing) names += (names.empty() ? "'" : ", '") + n + "'";
+    const std::string names = quoted(missing);
     return Status(Errc::invalid_argument,
                   who + ": type(s) " + names +
                       " were not registered when this process's actor runtime started, and a "
@@ -179,8 +185,7 @@ Status add_process_types(std::function<void(caf::actor_system_config&)> add) {
     auto rt = live.runtime.lock();
     if (!rt) continue;
     if (auto missing = internal::missing_types(add, rt->config()); !missing.empty()) {
-      std::string names;
-      for (const auto& n : missing) names += (names.empty() ? "'" : ", '") + n + "'";
+      const std::string names = internal::quoted(missing);
       return Status(Errc::invalid_argument,
                     "add_process_types: this process's actor runtime is running already, "
                     "without type(s) " +
