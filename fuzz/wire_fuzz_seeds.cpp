@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
   lease.regions.push_back(region);
   lease.data.push_back("inline bytes");
   wire::RemoveReply removed{2, {"a", "b"}};
-  wire::VolumeInfo volume{"volume-0", "host-a", 1 << 20, {"shm", "tcp", "rpc"}, 0};
+  wire::VolumeInfo volume{"volume-0", "host-a", 1 << 20, {"shm", "tcp", "rpc"}, 0, ""};
   wire::VolumeStat stat{"volume-0", 100, 1 << 20, 3, 1, 2};
   wire::ClientInfo client{1, 0, "host-a"};
   state_dicts::Manifest m;

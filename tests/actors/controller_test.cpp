@@ -42,8 +42,9 @@ class ControllerTest : public ::testing::Test {
     vc.capacity_bytes = 1 << 20;
     volume_ = volume::spawn_storage_volume(sys, vc).value();
     self_ = std::make_unique<caf::scoped_actor>(sys);
-    ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
-                                 wire::VolumeInfo{"volume-0", "h", 1 << 20, {"rpc"}}, volume_)));
+    ASSERT_OK(
+        (ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
+                           wire::VolumeInfo{"volume-0", "h", 1 << 20, {"rpc"}, -1, ""}, volume_)));
   }
   void TearDown() override {
     caf::anon_send_exit(controller_, caf::exit_reason::user_shutdown);
@@ -379,7 +380,7 @@ class HeldFlushTest : public ControllerTest {
     ControllerTest::SetUp();
     held_ = runtime_->system().spawn(held_flush_volume);
     ASSERT_OK((ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
-                                 wire::VolumeInfo{"volume-1", "h", 1 << 20, {"rpc"}},
+                                 wire::VolumeInfo{"volume-1", "h", 1 << 20, {"rpc"}, -1, ""},
                                  caf::actor_cast<protocol::storage_volume_actor>(held_))));
   }
   void TearDown() override {
