@@ -52,6 +52,44 @@ bool worth_streaming(const std::vector<PutItem>& items) {
   return total - largest >= protocol::limits::kStreamMinOverlapBytes;
 }
 
+namespace {
+
+// Contiguous host tensors copied into mapped objects in batches of about
+// limits::kWriteBatchBytes, one CopyEngine::copy_all_here each; `filled`
+// is told each item once its batch has landed.
+class WriteBatch {
+ public:
+  explicit WriteBatch(const std::function<void(std::size_t)>& filled) : filled_(filled) {}
+
+  void add(std::size_t item, std::shared_ptr<std::byte> mapping, const std::byte* src,
+           std::uint64_t n) {
+    copies_.push_back({mapping.get(), src, static_cast<std::size_t>(n)});
+    items_.push_back(item);
+    mappings_.push_back(std::move(mapping));
+    if ((bytes_ += n) >= protocol::limits::kWriteBatchBytes) flush();
+  }
+
+  void flush() {
+    transports::CopyEngine::instance().copy_all_here(copies_);
+    if (filled_) {
+      for (auto i : items_) filled_(i);
+    }
+    copies_.clear();
+    items_.clear();
+    mappings_.clear();
+    bytes_ = 0;
+  }
+
+ private:
+  const std::function<void(std::size_t)>& filled_;
+  std::vector<transports::CopyEngine::Copy> copies_;
+  std::vector<std::size_t> items_;
+  std::vector<std::shared_ptr<std::byte>> mappings_;  // mapped until copied
+  std::uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
 Status write_staged(const std::shared_ptr<transports::Transport>& writer,
                     const std::vector<PutItem>& items, const std::vector<wire::RegionRef>& regions,
                     const std::function<void(std::size_t)>& filled) {
@@ -63,6 +101,7 @@ Status write_staged(const std::shared_ptr<transports::Transport>& writer,
   auto fail = [&](std::size_t i, const Status& s) {
     if (failed.ok()) failed = s.with_context("write '" + items[i].key + "'");
   };
+  WriteBatch batch(filled);
   for (std::size_t i = 0; i < items.size() && failed.ok(); ++i) {
     const auto& item = items[i];
     const std::uint64_t n = item.view.nbytes();
@@ -89,8 +128,9 @@ Status write_staged(const std::shared_ptr<transports::Transport>& writer,
         if (auto s = fill_gathered_here(*item.gather, mem->get(), n); !s.ok()) fail(i, s);
       } else if (strided) {
         pack_to(item.view, mem->get());  // packed straight into the object
-      } else if (n > 0) {
-        transports::CopyEngine::instance().copy_here(mem->get(), src, n);
+      } else {
+        batch.add(i, *mem, src, n);
+        continue;
       }
       if (failed.ok() && filled) filled(i);
       continue;
@@ -110,6 +150,7 @@ Status write_staged(const std::shared_ptr<transports::Transport>& writer,
       filled(i);
     }
   }
+  if (failed.ok()) batch.flush();
   for (const auto& [i, f] : sends) {  // every send ends before its bytes go
     auto sent = f.get();
     if (!sent.ok()) {

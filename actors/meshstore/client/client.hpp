@@ -20,6 +20,7 @@
 #include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/tensor.hpp"
 #include "meshstore/tensor_slice.hpp"
+#include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/transport.hpp"
 
 namespace meshstore::client {
@@ -70,10 +71,12 @@ Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<cons
                           std::uint64_t n);
 /// scatter_from on the calling thread.
 Status scatter_now(const Scatter& s, const std::byte* src, std::uint64_t n);
-/// scatter_from with the calling thread copying one share and waiting
-/// for the copy engine's threads to copy the others: it returns once every
-/// piece is copied.
-Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n);
+/// Appends the pieces of `s` out of `src`, an object of `n` bytes, to
+/// `copies`, for one CopyEngine::copy_all_here with the copies of other
+/// objects. Errc::out_of_range (nothing appended) when a piece leaves the
+/// object.
+Status scatter_copies(const Scatter& s, const std::byte* src, std::uint64_t n,
+                      std::vector<transports::CopyEngine::Copy>* copies);
 
 /// One tensor (or object) of a put.
 struct PutItem {

@@ -246,7 +246,7 @@ FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& ent
 
 FastPath::Outcome FastPath::read_together(
     const std::vector<std::string>& keys,
-    const std::function<bool(std::size_t, const Entry&)>& accept, const ConsumeAt& consume) {
+    const std::function<bool(std::size_t, const Entry&)>& accept, const ConsumeAll& consume) {
   // Counted as one lease-free read (as the actors count a volume's group
   // of objects), not as gets: hits, misses and stale count single keys.
   if (keys.empty()) return Outcome::miss;
@@ -265,10 +265,9 @@ FastPath::Outcome FastPath::read_together(
   const auto outcome = read_tagged(
       objects.data(), objects.size(),
       [&] {
-        for (std::size_t i = 0; i < objects.size(); ++i) {
-          if (!consume(i, entries[i], objects[i].at.data, entries[i].nbytes)) return false;
-        }
-        return true;
+        std::vector<const std::byte*> data(objects.size());
+        for (std::size_t i = 0; i < objects.size(); ++i) data[i] = objects[i].at.data;
+        return consume(entries, data);
       },
       &changed);
   if (outcome == Outcome::stale) {

@@ -243,14 +243,16 @@ class FastPath {
   /// the answer is miss. Every object's tag is checked before any copy and
   /// again after all of them, so a hit means every object was committed
   /// and unchanged from the first copy to the last (docs/architecture.md,
-  /// "Direct state-dict reads"). `consume(i, entry, data, n)` copies key
-  /// i's bytes, synchronously (it may split them over the copy engine and
-  /// wait); it may run and the answer still be stale, so it must only write
-  /// what the caller's actor path writes again. Host memory only.
-  using ConsumeAt = std::function<bool(std::size_t, const Entry&, const std::byte*, std::size_t)>;
+  /// "Direct state-dict reads"). `consume(entries, data)` copies every
+  /// key's bytes (key i's at data[i], entries[i].nbytes of them),
+  /// synchronously, in one batch (CopyEngine::copy_all_here); it may run
+  /// and the answer still be stale, so it must only write what the
+  /// caller's actor path writes again. Host memory only.
+  using ConsumeAll =
+      std::function<bool(const std::vector<Entry>&, const std::vector<const std::byte*>&)>;
   Outcome read_together(const std::vector<std::string>& keys,
                         const std::function<bool(std::size_t, const Entry&)>& accept,
-                        const ConsumeAt& consume);
+                        const ConsumeAll& consume);
 
   /// A version pointer as read on this thread with no request: the
   /// version it names and its own commit's version (the precondition of

@@ -138,9 +138,13 @@ Future<void> scatter_from(std::shared_ptr<const Scatter> s, std::shared_ptr<cons
                  [s, src](std::size_t lo, std::size_t hi) { scatter_run(*s, src.get(), lo, hi); });
 }
 
-Status scatter_here(const Scatter& s, const std::byte* src, std::uint64_t n) {
+Status scatter_copies(const Scatter& s, const std::byte* src, std::uint64_t n,
+                      std::vector<transports::CopyEngine::Copy>* copies) {
   MESHSTORE_RETURN_IF_ERROR(check_scatter(s, n));
-  in_runs_here(s.pieces, n, [&](std::size_t lo, std::size_t hi) { scatter_run(s, src, lo, hi); });
+  for (const auto& p : s.pieces) {
+    if (p.nbytes > 0)
+      copies->push_back({p.dst, src + p.offset, static_cast<std::size_t>(p.nbytes)});
+  }
   return Status();
 }
 

@@ -53,4 +53,10 @@ inline constexpr std::size_t kStagedAheadCount = 4;
 /// smaller copy costs more in wake-ups than it saves.
 inline constexpr std::uint64_t kSplitBytesPerThread = std::uint64_t{1} << 20;
 
+/// Copy: a put's tensors are copied into the volume's mapped objects in
+/// batches of about this many bytes, one CopyEngine::copy_all_here each (a
+/// model's tensors of a few MiB keep every thread busy at once); a
+/// streamed put's readers are told of each batch as it lands.
+inline constexpr std::uint64_t kWriteBatchBytes = std::uint64_t{64} << 20;
+
 }  // namespace meshstore::protocol::limits

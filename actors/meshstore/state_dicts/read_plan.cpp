@@ -334,11 +334,20 @@ client::FastPath::Outcome read_directly(client::FastPath& fast, const client::Ge
     return e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() && e.shape == dst.shape() &&
            dst.is_contiguous() && !on_device(dst) && e.nbytes == dst.nbytes();
   };
-  auto consume = [&](std::size_t i, const Entry&, const std::byte* data, std::size_t n) {
-    const auto* scatter = i < into.scatters.size() ? into.scatters[i].get() : nullptr;
-    if (scatter) return client::scatter_here(*scatter, data, n).ok();
-    transports::CopyEngine::instance().copy_here(static_cast<std::byte*>(into.dsts[i].data()), data,
-                                                 n);
+  // Every key's bytes in one batch: a model's tensors of a few MiB each
+  // keep every copy thread busy at once.
+  auto consume = [&](const std::vector<Entry>& entries, const std::vector<const std::byte*>& data) {
+    std::vector<transports::CopyEngine::Copy> copies;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const auto n = static_cast<std::size_t>(entries[i].nbytes);
+      const auto* scatter = i < into.scatters.size() ? into.scatters[i].get() : nullptr;
+      if (!scatter) {
+        copies.push_back({static_cast<std::byte*>(into.dsts[i].data()), data[i], n});
+      } else if (!client::scatter_copies(*scatter, data[i], n, &copies).ok()) {
+        return false;
+      }
+    }
+    transports::CopyEngine::instance().copy_all_here(copies);
     return true;
   };
   return fast.read_together(into.keys, accept, consume);

@@ -142,16 +142,44 @@ Future<void> CopyEngine::copy(std::byte* dst, const std::byte* src, std::size_t 
   return fut;
 }
 
-void CopyEngine::copy_here(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
-  if (n == 0) return;
-  const std::size_t step = split_step(n, impl_->workers.size());
-  std::vector<Future<void>> others;
-  for (std::size_t at = step; at < n; at += step) {
-    const std::size_t len = std::min(step, n - at);
-    others.push_back(run([=] { std::memcpy(dst + at, src + at, len); }));
+void CopyEngine::copy_all_here(const std::vector<Copy>& copies) noexcept {
+  std::size_t total = 0;
+  for (const auto& c : copies) total += c.n;
+  if (total == 0) return;
+  // Runs of `step` bytes of the batch each (the last shorter), cut across
+  // and inside copies.
+  const std::size_t step = split_step(total, impl_->workers.size());
+  std::vector<std::vector<Copy>> runs(1);
+  std::size_t in_run = 0;
+  for (const auto& c : copies) {
+    for (std::size_t at = 0; at < c.n;) {
+      if (in_run == step) {
+        runs.emplace_back();
+        in_run = 0;
+      }
+      const std::size_t len = std::min(c.n - at, step - in_run);
+      runs.back().push_back(Copy{c.dst + at, c.src + at, len});
+      at += len;
+      in_run += len;
+    }
   }
-  std::memcpy(dst, src, std::min(step, n));
+  auto copy_run = [](const std::vector<Copy>& run) {
+    for (const auto& c : run) std::memcpy(c.dst, c.src, c.n);
+  };
+  std::vector<Future<void>> others;
+  for (std::size_t r = 1; r < runs.size(); ++r) {
+    others.push_back(run([&copy_run, &mine = runs[r]] { copy_run(mine); }));
+  }
+  copy_run(runs[0]);
   for (const auto& f : others) f.wait();
+}
+
+void CopyEngine::copy_here(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+  if (split_step(n, impl_->workers.size()) >= n) {  // one run: no batch to build
+    if (n > 0) std::memcpy(dst, src, n);
+    return;
+  }
+  copy_all_here({Copy{dst, src, n}});
 }
 
 }  // namespace meshstore::transports

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "meshstore/future.hpp"
 
@@ -24,9 +25,22 @@ class CopyEngine {
   Future<void> copy(std::byte* dst, const std::byte* src, std::size_t n,
                     std::size_t split_from) noexcept;
 
-  /// Copies `n` bytes split as copy() splits one of at least `split_from`
-  /// bytes, with the calling thread copying the first piece and waiting
-  /// for the others; returns when every byte is copied.
+  /// One copy of a batch: `n` bytes from `src` to `dst`.
+  struct Copy {
+    std::byte* dst = nullptr;
+    const std::byte* src = nullptr;
+    std::size_t n = 0;
+  };
+
+  /// Copies every one of `copies` (which must not overlap), their bytes cut
+  /// into one run per MiB up to one per thread, whatever the copies' sizes,
+  /// with the calling thread copying the first run and waiting for the
+  /// others; returns when every byte is copied. Many tensors of a few MiB
+  /// then keep every thread busy at once, where a copy_here() each would
+  /// wait on each one's pieces in turn.
+  void copy_all_here(const std::vector<Copy>& copies) noexcept;
+
+  /// copy_all_here() of one copy.
   void copy_here(std::byte* dst, const std::byte* src, std::size_t n) noexcept;
 
   /// Runs `job` (a copy of some other shape: a box out of a shard) on a
