@@ -3,8 +3,8 @@
 // call style on the whole mesh and on slices, a port the members send to
 // and a named singleton, then shows supervision: a
 // member that fails is restarted, and a process killed with -9 stops one
-// mesh, reaches the root handler through another, and ends a third that
-// could not restart on a dead process.
+// mesh, reaches the root handler through another, and is started again
+// with a third mesh's member in it.
 //
 //   build/bin/actor_tour
 //
@@ -108,7 +108,10 @@ int controller() {
   opts.on_failure = events.handler("root handler", true);  // the top of the ownership tree
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto procs = must(meshstore::ProcMesh::launch({{"hosts", 2}, {"procs", 2}}, {}, opts), "launch");
+  meshstore::LaunchSpec spec;
+  spec.max_relaunches = 1;  // a worker that dies is started again, once
+  auto procs =
+      must(meshstore::ProcMesh::launch({{"hosts", 2}, {"procs", 2}}, spec, opts), "launch");
   auto mesh = must(procs.spawn<worker_actor>("workers", "worker"), "spawn");
   std::printf(
       "launched %d processes %s and spawned a mesh on them in %.0f ms\n", procs.size(),
@@ -196,8 +199,17 @@ int controller() {
   std::printf("  killing process 3 (pid %d) with SIGKILL\n", procs.pid(3));
   check(procs.signal(3, SIGKILL), "signal");
   // Three events: "stopped" stops, "workers" reaches the root handler,
-  // "restarted" cannot restart on a dead process and stops.
+  // "restarted" is told, then restarts its member in the process started
+  // in place of the dead one.
   if (!events.wait_for(4)) check(meshstore::Status(meshstore::Errc::timeout, "no event"), "kill");
+  auto member3 = must(restarted.slice({{"hosts", 1}, {"procs", 1}}), "slice");
+  for (int i = 0; i < 250; ++i) {  // the relaunch and the restart are asynchronous
+    if (member3.call_one<std::int32_t>(pid_atom::value).get(20s).ok()) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  std::printf("  process 3 started again (pid %d): 'restarted' answers add(5) = %d there\n",
+              member3.call_one<std::int32_t>(pid_atom::value).get(20s).value(),
+              member3.call_one<int>(add_atom::value, 5).get(20s).value());
   auto after = stopped.call<int>(add_atom::value, 0).get(20s);
   std::printf("  a call to the stopped mesh: %s\n", (*after)[0].status().to_string().c_str());
   auto alive = mesh.slice("hosts", 0, 1).value().call<int>(add_atom::value, 0).get(20s);

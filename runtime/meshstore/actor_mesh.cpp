@@ -371,12 +371,17 @@ void MeshCaller::stop_mesh_locked(std::size_t id, const std::string& why) {
   }
 }
 
-Status MeshCaller::post(Job job, const std::string& what) const {
+Status MeshCaller::post(Job job, const std::string& what, std::chrono::milliseconds after) const {
   // Under the lock: close() cannot stop the system between the check and
   // the send.
   std::lock_guard<std::mutex> lock(mu_);
   if (!caller_) return Status(Errc::shutdown, "mesh: " + what + ": the mesh is closed");
-  caf::anon_send(caller_, MeshJob{std::make_shared<Job>(std::move(job))});
+  MeshJob j{std::make_shared<Job>(std::move(job))};
+  if (after.count() > 0) {
+    caf::delayed_anon_send(caller_, after, std::move(j));
+  } else {
+    caf::anon_send(caller_, std::move(j));
+  }
   return Status();
 }
 

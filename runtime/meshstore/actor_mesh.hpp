@@ -82,8 +82,10 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   /// On the caller actor: the member at `addr` went down for `reason`.
   void member_down(caf::event_based_actor* self, const caf::actor_addr& addr,
                    const caf::error& reason);
-  /// Runs `job` on the caller actor; Errc::shutdown once closed.
-  Status post(Job job, const std::string& what) const;
+  /// Runs `job` on the caller actor, `after` from now (0: at once);
+  /// Errc::shutdown once closed.
+  Status post(Job job, const std::string& what,
+              std::chrono::milliseconds after = std::chrono::milliseconds(0)) const;
   /// Stops the caller and drops every handle. Idempotent.
   void close();
   /// choose(): the rank of `ranks` (of mesh `id`) with the fewest requests

@@ -168,6 +168,7 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
             [sink, first](int i, int status) {
               caf::anon_send(sink, proc_exit_atom::value, first + i,
                              internal::ProcessGroup::describe(status));
+              return false;  // not started again: attach() does not relaunch yet
             });
         if (!group.ok()) return internal::to_caf_error(group.status().with_context("agent"));
         const std::uint64_t id = self->state.next++;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <caf/io/all.hpp>
 #include <condition_variable>
 #include <cstdio>
@@ -37,10 +38,14 @@ controller_actor::behavior_type controller_impl(controller_actor::pointer, std::
   return {
       [=](proc_hello_atom, const std::string& t, std::int32_t rank, std::int32_t pid,
           proc_actor proc) -> caf::result<bool> {
-        std::lock_guard<std::mutex> lock(joining->mu);
+        std::unique_lock<std::mutex> lock(joining->mu);
         if (t != token) {
           return internal::to_caf_error(
               Status(Errc::protocol_error, "this process was not launched by this controller"));
+        }
+        if (joining->stopping) {
+          return internal::to_caf_error(
+              Status(Errc::shutdown, "the controller is stopping its processes"));
         }
         if (rank < 0 || rank >= static_cast<std::int32_t>(joining->procs.size()) ||
             joining->procs[static_cast<std::size_t>(rank)]) {
@@ -48,26 +53,67 @@ controller_actor::behavior_type controller_impl(controller_actor::pointer, std::
               Status(Errc::invalid_argument,
                      "rank " + std::to_string(rank) + " joined twice or is out of range"));
         }
-        joining->procs[static_cast<std::size_t>(rank)] = std::move(proc);
-        joining->pids[static_cast<std::size_t>(rank)] = pid;
+        const auto r = static_cast<std::size_t>(rank);
+        joining->procs[r] = proc;
+        joining->pids[r] = pid;
         ++joining->joined;
-        log::get("proc")->debug("rank {} (pid {}) joined", rank, pid);
+        ++joining->joins[r];
+        if (joining->coming_back[r]) {
+          joining->coming_back[r] = false;
+          joining->exited[r].clear();
+          log::get("proc")->warn("rank {} (pid {}) joined again", rank, pid);
+        } else {
+          log::get("proc")->debug("rank {} (pid {}) joined", rank, pid);
+        }
+        auto waiting = std::move(joining->waiters[r]);
+        joining->waiters[r].clear();
         joining->cv.notify_all();
+        lock.unlock();
+        for (auto& w : waiting) w(proc);
         return true;
       },
   };
 }
 
-// A process exited: recorded for launch's wait, and a warning once the
-// mesh is up (its members' failures reach supervision on their own).
-void record_exit(Joining& joining, int rank, const std::string& why) {
-  std::lock_guard<std::mutex> lock(joining.mu);
-  if (rank < 0 || rank >= static_cast<int>(joining.exited.size())) return;
-  joining.exited[static_cast<std::size_t>(rank)] = why;
-  joining.cv.notify_all();
-  if (!joining.stopping && joining.joined == static_cast<int>(joining.procs.size())) {
-    log::get("proc")->warn("rank {} {}", rank, why);
+// A process exited: started again when `may_relaunch` and its rank's
+// budget allows (LaunchSpec::max_relaunches; true), else recorded for
+// launch's wait, with a warning once the mesh is up (its members' failures
+// reach supervision on their own), and whoever waits for it to come back
+// told it will not.
+bool record_exit(Joining& joining, int rank, const std::string& why, bool may_relaunch) {
+  std::vector<std::function<void(proc_actor)>> give_up;
+  {
+    std::lock_guard<std::mutex> lock(joining.mu);
+    if (rank < 0 || rank >= static_cast<int>(joining.exited.size())) return false;
+    const auto r = static_cast<std::size_t>(rank);
+    const bool was_joined = static_cast<bool>(joining.procs[r]);
+    if (may_relaunch && joining.up && !joining.stopping) {
+      const auto now = std::chrono::steady_clock::now();
+      auto& times = joining.relaunches[r];
+      times.erase(std::remove_if(times.begin(), times.end(),
+                                 [&](auto t) { return now - t > joining.relaunch_window; }),
+                  times.end());
+      if (static_cast<int>(times.size()) < joining.max_relaunches) {
+        times.push_back(now);
+        if (was_joined) --joining.joined;
+        joining.procs[r] = proc_actor();
+        joining.pids[r] = -1;
+        joining.coming_back[r] = true;
+        log::get("proc")->warn("rank {} {}: starting it again ({} of {} within {} ms)", rank, why,
+                               times.size(), joining.max_relaunches,
+                               joining.relaunch_window.count());
+        return true;
+      }
+    }
+    joining.exited[r] = why;
+    joining.coming_back[r] = false;
+    give_up = std::move(joining.waiters[r]);
+    joining.waiters[r].clear();
+    joining.cv.notify_all();
+    if (!joining.stopping && joining.up) log::get("proc")->warn("rank {} {}", rank, why);
   }
+  for (auto& w : give_up) w(proc_actor());
+  return false;
 }
 
 // The controller's end of the agents' processes.
@@ -78,7 +124,7 @@ sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
         on_output(rank, is_stderr, line);
       },
       [=](proc_exit_atom, std::int32_t rank, const std::string& why) {
-        record_exit(*joining, rank, why);
+        record_exit(*joining, rank, why, false);  // attach() does not relaunch yet
       },
   };
 }
@@ -137,6 +183,7 @@ void ProcMesh::Shared::stop() {
   if (joining) {
     std::lock_guard<std::mutex> lock(joining->mu);
     joining->stopping = true;
+    for (auto& w : joining->waiters) w.clear();  // their caller is closed
     procs = joining->procs;
     joining->procs.assign(joining->procs.size(), proc_actor());
   }
@@ -194,6 +241,10 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
     return Status(Errc::invalid_argument,
                   ctx + ": join_timeout must be positive, stop_grace not negative");
   }
+  if (spec.max_relaunches < 0 || (spec.max_relaunches > 0 && spec.relaunch_window.count() <= 0)) {
+    return Status(Errc::invalid_argument,
+                  ctx + ": max_relaunches must not be negative, and relaunch_window positive");
+  }
   MESHSTORE_RETURN_IF_ERROR(internal::check_mesh_options(options, ctx));
   if (spec.bind_host.empty()) return Status(Errc::invalid_argument, ctx + ": bind_host is empty");
   const std::string& advertised =
@@ -214,11 +265,9 @@ Result<std::shared_ptr<ProcMesh::Shared>> ProcMesh::Shared::open(const char* wha
   shared->runtime = std::move(rt).value();
   auto& sys = shared->runtime->system();
   shared->caller = internal::MeshCaller::make(sys, options.on_failure);
-  shared->joining = std::make_shared<Joining>();
-  shared->joining->procs.resize(static_cast<std::size_t>(n));
-  shared->joining->pids.resize(static_cast<std::size_t>(n), -1);
-  shared->joining->exited.resize(static_cast<std::size_t>(n));
-  shared->joining->last_stderr.resize(static_cast<std::size_t>(n));
+  shared->joining = std::make_shared<Joining>(static_cast<std::size_t>(n));
+  shared->joining->max_relaunches = spec.max_relaunches;
+  shared->joining->relaunch_window = spec.relaunch_window;
   shared->token = random_token();
   shared->controller = sys.spawn(controller_impl, shared->token, shared->joining);
   auto port = internal::publish_actor(sys, shared->controller, 0, spec.bind_host, false);
@@ -290,7 +339,7 @@ Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape
   auto joining = shared->joining;
   auto group =
       internal::ProcessGroup::start(specs, shared->output(), [joining](int rank, int status) {
-        record_exit(*joining, rank, internal::ProcessGroup::describe(status));
+        return record_exit(*joining, rank, internal::ProcessGroup::describe(status), true);
       });
   if (!group.ok()) return group.status().with_context("ProcMesh::launch");
   {
@@ -300,6 +349,10 @@ Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape
   if (auto s = shared->wait_joined("launch", program); !s.ok()) {
     shared->stop();
     return s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(joining->mu);
+    joining->up = true;  // a worker that dies from now on may be started again
   }
   Extent whole = shared->whole;
   return ProcMesh(std::move(shared), std::move(whole));

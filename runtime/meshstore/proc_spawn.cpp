@@ -1,6 +1,7 @@
 // Spawning actor meshes on a ProcMesh's processes: each member by type
 // name in its process, gathered all or nothing, restarted in place under
 // supervision; and get_or_spawn's named singletons.
+#include <atomic>
 #include <mutex>
 
 #include "meshstore/internal/caf_glue.hpp"
@@ -51,24 +52,88 @@ Result<std::vector<caf::actor>> gather_members(std::vector<Future<caf::actor>> r
   return failed;
 }
 
-// How supervision restarts member `rank` of a mesh: spawned again in the
-// same process, with the same arguments.
-internal::MeshCaller::Respawn restarter(std::vector<proc_actor> procs, std::string name,
-                                        std::string type, std::vector<std::string> interface,
+// Where supervision respawns members: the processes of a mesh's members,
+// as they are when the restart runs (a worker started again joins anew).
+struct Homes {
+  std::shared_ptr<Joining> joining;
+  std::vector<int> ranks;  // member -> process rank
+  std::weak_ptr<internal::MeshCaller> caller;
+  bool relaunches = false;  // LaunchSpec::max_relaunches > 0
+  std::chrono::milliseconds join_timeout{0};
+
+  // Member `m`'s process now, and how often it has joined.
+  std::pair<proc_actor, std::uint64_t> now(int m) const {
+    const auto r = static_cast<std::size_t>(ranks[static_cast<std::size_t>(m)]);
+    std::lock_guard<std::mutex> lock(joining->mu);
+    return {joining->procs[r], joining->joins[r]};
+  }
+
+  // On the caller: `then` gets member `m`'s process once it has joined
+  // more than `seen` times (at once if it has), or an empty handle when it
+  // will not come back (it exited for good, the mesh stopped, or
+  // join_timeout passed).
+  void when_back(caf::event_based_actor* self, int m, std::uint64_t seen,
+                 std::function<void(caf::event_based_actor*, proc_actor)> then) const {
+    const auto r = static_cast<std::size_t>(ranks[static_cast<std::size_t>(m)]);
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    auto fire = [caller = caller, once, then](proc_actor p) {
+      if (once->exchange(true)) return;
+      if (auto c = caller.lock()) {
+        (void)c->post([then, p](caf::event_based_actor* self) { then(self, p); }, "restart");
+      }
+    };
+    proc_actor back;
+    bool settled = false;  // back, or never coming back
+    {
+      std::lock_guard<std::mutex> lock(joining->mu);
+      if (joining->joins[r] > seen && joining->procs[r]) {
+        back = joining->procs[r];
+        settled = true;
+      } else if (joining->stopping || (!joining->coming_back[r] && !joining->exited[r].empty())) {
+        settled = true;
+      } else {
+        joining->waiters[r].push_back(fire);
+      }
+    }
+    if (settled) return then(self, back);  // outside the lock: `then` may stop the mesh
+    if (auto c = caller.lock()) {
+      (void)c->post([fire](caf::event_based_actor*) { fire(proc_actor()); }, "restart",
+                    join_timeout);
+    }
+  }
+};
+
+// How supervision restarts member `rank` of a mesh: spawned again in its
+// process, with the same arguments; when that process is gone and may be
+// started again (LaunchSpec::max_relaunches), in the new one once it joins.
+internal::MeshCaller::Respawn restarter(Homes homes, std::string name, std::string type,
+                                        std::vector<std::string> interface,
                                         std::function<caf::message(int)> args,
                                         std::chrono::milliseconds timeout) {
-  return [procs = std::move(procs), name = std::move(name), type = std::move(type),
+  return [homes = std::move(homes), name = std::move(name), type = std::move(type),
           interface = std::move(interface), args = std::move(args),
           timeout](caf::event_based_actor* self, int rank, std::function<void(caf::actor)> done) {
-    spawn_on(self, procs[static_cast<std::size_t>(rank)], rank, timeout, name, type, interface,
-             args(rank), [done, name, rank](Result<caf::actor> a) {
-               if (!a.ok()) {
-                 log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank,
-                                        a.status().to_string());
-                 return done(caf::actor());
-               }
-               done(std::move(a).value());
-             });
+    auto give_up = [done, name, rank](const Status& why) {
+      log::get("proc")->warn("mesh '{}': cannot restart rank {}: {}", name, rank, why.to_string());
+      done(caf::actor());
+    };
+    auto finish = [done, give_up](Result<caf::actor> a) {
+      if (!a.ok()) return give_up(a.status());
+      done(std::move(a).value());
+    };
+    const auto now = homes.now(rank);
+    const std::uint64_t seen = now.second;
+    const auto msg = args(rank);
+    spawn_on(self, now.first, rank, timeout, name, type, interface, msg, [=](Result<caf::actor> a) {
+      if (a.ok() || !homes.relaunches) return finish(std::move(a));
+      // Its process is gone: wait for the one started in its place.
+      homes.when_back(self, rank, seen, [=](caf::event_based_actor* self, proc_actor fresh) {
+        if (!fresh) {
+          return give_up(Status(Errc::unavailable, "its process did not come back"));
+        }
+        spawn_on(self, fresh, rank, timeout, name, type, interface, msg, finish);
+      });
+    });
   };
 }
 
@@ -129,7 +194,13 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
     return Status(members.status().code(),
                   "ProcMesh::spawn '" + name + "': " + members.status().message());
   }
-  auto respawn = restarter(std::move(procs), name, type, interface, args, timeout);
+  Homes homes;
+  homes.joining = shared_->joining;
+  homes.ranks = extent_.ranks();
+  homes.caller = caller;
+  homes.relaunches = shared_->spec.max_relaunches > 0;
+  homes.join_timeout = shared_->spec.join_timeout;
+  auto respawn = restarter(std::move(homes), name, type, interface, args, timeout);
   // The new mesh's members are 0..n-1, in this view's shape (a point: {}).
   auto shape =
       extent_.dims().empty() ? Extent::line(1).slice({{"ranks", 0}}) : Extent::make(extent_.dims());

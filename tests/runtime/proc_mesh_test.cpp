@@ -491,7 +491,7 @@ TEST(ProcMesh, GetOrSpawnGivesEveryCallerTheSameSingleton) {
   for (std::size_t t = 0; t < got.size(); ++t) {
     callers.emplace_back([&, t] {
       got[t] = host1->get_or_spawn<worker_actor>("counter", "worker", 0);
-      if (got[t].ok()) got[t]->tell(bump_atom::value);
+      if (got[t].ok()) (void)got[t]->tell(bump_atom::value);
     });
   }
   for (auto& c : callers) c.join();
@@ -842,6 +842,70 @@ TEST(ProcMesh, KillNineUnderStopPolicyStopsTheMeshAndTellsTheHandler) {
     EXPECT_NE(r.status().message().find("was stopped after rank 1"), std::string::npos)
         << r.status().to_string();
   }
+}
+
+TEST(ProcMesh, ADeadWorkerIsStartedAgainAndItsRestartedMembersComeBackInIt) {
+  LaunchSpec spec;
+  spec.max_relaunches = 1;
+  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  Failures restarted_failures, stopped_failures;
+  Supervision restart;
+  restart.policy = FailurePolicy::restart;
+  restart.on_failure = restarted_failures.handler(false);
+  auto w = procs->spawn<worker_actor>(restart, "comes-back", "worker", 10);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  Supervision stop;
+  stop.policy = FailurePolicy::stop;
+  stop.on_failure = stopped_failures.handler(false);
+  auto kept = procs->spawn<worker_actor>(stop, "stays-stopped", "worker", 0);
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  auto one = w->slice("procs", 1, 2).value();
+  ASSERT_TRUE(one.tell(bump_atom::value).ok());
+  ASSERT_EQ(one.call_one<int>(count_atom::value).get(kWait).value(), 1);
+  const int old_pid = procs->pid(1);
+
+  ASSERT_TRUE(procs->signal(1, SIGKILL).ok());
+  ASSERT_TRUE(restarted_failures.wait_for(1));
+  EXPECT_EQ(restarted_failures.seen[0].rank, 1);
+  // A new process in rank 1's place, and the member spawned in it afresh.
+  ASSERT_TRUE(eventually([&] {
+    auto c = one.call_one<int>(count_atom::value).get(kWait);
+    return c.ok() && *c == 0;
+  }));
+  const auto pid = one.call_one<std::int32_t>(pid_atom::value).get(kWait);
+  ASSERT_TRUE(pid.ok()) << pid.status().to_string();
+  EXPECT_NE(*pid, old_pid);
+  EXPECT_EQ(*pid, procs->pid(1));
+  EXPECT_EQ(one.call_one<int>(add_atom::value, 1).get(kWait).value(), 12);
+  // Rank 0 never stopped; the mesh under `stop` stays stopped.
+  EXPECT_EQ(w->slice("procs", 0, 1)->call_one<int>(count_atom::value).get(kWait).value(), 0);
+  ASSERT_TRUE(stopped_failures.wait_for(1));
+  EXPECT_EQ(kept->slice("procs", 1, 2)->call_one<int>(count_atom::value).get(kWait).status().code(),
+            Errc::unavailable);
+
+  // The budget is one start per rank: killed again, rank 1 stays dead and
+  // the restarting mesh stops.
+  ASSERT_TRUE(procs->signal(1, SIGKILL).ok());
+  ASSERT_TRUE(restarted_failures.wait_for(2));
+  EXPECT_TRUE(eventually([&] {
+    return one.call_one<int>(count_atom::value).get(kWait).status().code() == Errc::unavailable &&
+           w->slice("procs", 0, 1)->call_one<int>(count_atom::value).get(kWait).status().code() ==
+               Errc::unavailable;
+  }));
+  EXPECT_EQ(procs->pid(1), *pid);  // the last one it had
+}
+
+TEST(ProcMesh, RelaunchSettingsAreChecked) {
+  LaunchSpec negative;
+  negative.max_relaunches = -1;
+  EXPECT_EQ(ProcMesh::launch({{"procs", 1}}, negative, options()).status().code(),
+            Errc::invalid_argument);
+  LaunchSpec no_window;
+  no_window.max_relaunches = 2;
+  no_window.relaunch_window = 0ms;
+  EXPECT_EQ(ProcMesh::launch({{"procs", 1}}, no_window, options()).status().code(),
+            Errc::invalid_argument);
 }
 
 TEST(ProcMesh, RestartPolicySpawnsTheMemberAgainOnItsProcess) {

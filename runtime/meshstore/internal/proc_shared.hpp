@@ -5,7 +5,9 @@
 // the meshes spawned on them. Internal: proc_mesh.cpp launches and stops
 // the processes; proc_spawn.cpp spawns on them.
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -24,8 +26,18 @@
 namespace meshstore {
 namespace internal::proc {
 
-// The workers joining, and those that exited.
+// The workers joining, and those that exited (or were started again).
 struct Joining {
+  explicit Joining(std::size_t n)
+      : procs(n),
+        pids(n, -1),
+        exited(n),
+        last_stderr(n),
+        joins(n, 0),
+        relaunches(n),
+        coming_back(n, false),
+        waiters(n) {}
+
   std::mutex mu;
   std::condition_variable cv;
   std::vector<proc_actor> procs;
@@ -34,6 +46,17 @@ struct Joining {
   std::vector<std::string> last_stderr;  // each rank's latest line on stderr
   int joined = 0;
   bool stopping = false;
+  // Relaunching (LaunchSpec::max_relaunches, launch() only): on once
+  // every worker joined.
+  bool up = false;
+  int max_relaunches = 0;
+  std::chrono::milliseconds relaunch_window{0};
+  std::vector<std::uint64_t> joins;  // by rank: how often it joined
+  std::vector<std::vector<std::chrono::steady_clock::time_point>> relaunches;  // in the window
+  std::vector<bool> coming_back;  // by rank: started again, not joined yet
+  // By rank: told the process's actor when it joins again, or an empty
+  // one when it will not (it exited for good, or the mesh stops).
+  std::vector<std::vector<std::function<void(proc_actor)>>> waiters;
 };
 
 // Processes a host agent started for this controller.

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <thread>
 
+#include "meshstore/logging.hpp"
+
 extern char** environ;
 
 namespace meshstore::internal {
@@ -79,8 +81,14 @@ struct ProcessGroup::Impl {
   OnExit on_exit;
   mutable std::mutex mu;  // guards children's pid/running, stopping, deadline
   std::vector<Child> children;
+  // What each child is started with, kept to start it again: resolved
+  // paths, argv and "K=V" environments, made before any fork.
+  std::vector<std::string> programs;
+  std::vector<std::vector<std::string>> argvs, envs;
   int wake[2] = {-1, -1};
-  int lifeline = -1;  // the write end: closed when the group stops
+  int lifeline = -1;       // the write end: closed when the group stops
+  int lifeline_read = -1;  // what each child gets as its lifeline
+  pid_t parent = -1;
   bool stopping = false;
   // stop(): the lifeline closes and SIGTERM goes out at term_at, SIGKILL at
   // kill_at, to the children still running.
@@ -180,7 +188,7 @@ struct ProcessGroup::Impl {
           children[i].running = false;
         }
         ::kill(-pid, SIGKILL);  // whatever it left in its group goes too
-        if (on_exit) on_exit(static_cast<int>(i), status);
+        if (on_exit && on_exit(static_cast<int>(i), status)) any_running |= start_again(i);
       } else {
         any_running = true;
       }
@@ -231,6 +239,35 @@ struct ProcessGroup::Impl {
     return true;
   }
 
+  // Forks child `i` with its program, its pipes and the lifeline. Errc::
+  // unavailable when a pipe or the fork fails (nothing left open).
+  Status start_child(std::size_t i);
+
+  // On the pump thread: child `i`, reaped, started again unless the group
+  // is stopping; its old pipes' last output passed on first. True once it
+  // runs.
+  bool start_again(std::size_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) return false;
+    }
+    auto& c = children[i];
+    for (auto* st : {&c.out, &c.err}) {
+      if (st->fd < 0) continue;
+      drain(static_cast<int>(i), st == &c.err, *st);
+      if (st->fd >= 0) {
+        emit(static_cast<int>(i), st == &c.err, *st, true);
+        ::close(st->fd);
+        st->fd = -1;
+      }
+    }
+    if (auto s = start_child(i); !s.ok()) {
+      log::get("proc")->error("process {} could not be started again: {}", i, s.to_string());
+      return false;
+    }
+    return true;
+  }
+
   void poke() {
     if (wake[1] >= 0) {
       const char b = 1;
@@ -252,7 +289,7 @@ struct ProcessGroup::Impl {
   }
 
   ~Impl() {
-    for (int fd : {wake[0], wake[1], lifeline}) {
+    for (int fd : {wake[0], wake[1], lifeline, lifeline_read}) {
       if (fd >= 0) ::close(fd);
     }
   }
@@ -285,24 +322,63 @@ namespace {
 
 }  // namespace
 
+Status ProcessGroup::Impl::start_child(std::size_t i) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    return Status(Errc::unavailable, std::string("launch: pipe: ") + std::strerror(errno));
+  }
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(out[0]);
+    ::close(out[1]);
+    return Status(Errc::unavailable, std::string("launch: pipe: ") + std::strerror(e));
+  }
+  std::vector<char*> argv, envp;
+  for (auto& a : argvs[i]) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : envs[i]) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0)
+    exec_child(programs[i], argv.data(), envp.data(), out[1], err[1], lifeline_read, parent);
+  const int fork_errno = errno;
+  ::close(out[1]);
+  ::close(err[1]);
+  if (pid < 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return Status(Errc::unavailable, std::string("launch: fork: ") + std::strerror(fork_errno));
+  }
+  ::setpgid(pid, pid);
+  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+  auto& c = children[i];
+  c.out.fd = out[0];
+  c.err.fd = err[0];
+  c.out.partial.clear();
+  c.err.partial.clear();
+  std::lock_guard<std::mutex> lock(mu);
+  c.pid = pid;
+  c.running = true;
+  return Status();
+}
+
 Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<ProcessSpec>& specs,
                                                           OnLine on_line, OnExit on_exit) {
   // Everything the children need is made before the first fork: the child
   // runs only async-signal-safe calls until exec.
-  std::vector<std::string> programs;
-  std::vector<std::vector<std::string>> argvs, envs;
+  auto impl = std::make_unique<Impl>();
   for (const auto& s : specs) {
     auto p = resolve(s.program);
     if (!p.ok()) return p.status();
-    programs.push_back(*p);
+    impl->programs.push_back(*p);
     std::vector<std::string> argv{s.program};
     argv.insert(argv.end(), s.args.begin(), s.args.end());
-    argvs.push_back(std::move(argv));
+    impl->argvs.push_back(std::move(argv));
     auto env = s.env;
     env.emplace_back(kLifelineEnv, std::to_string(kChildLifelineFd));
-    envs.push_back(child_environment(env));
+    impl->envs.push_back(child_environment(env));
   }
-  auto impl = std::make_unique<Impl>();
   impl->on_line = std::move(on_line);
   impl->on_exit = std::move(on_exit);
   int life[2];
@@ -310,52 +386,15 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<Proc
     return Status(Errc::unavailable, std::string("launch: pipe: ") + std::strerror(errno));
   }
   impl->lifeline = life[1];
-  const pid_t parent = ::getpid();
+  impl->lifeline_read = life[0];  // kept: a child started again gets it too
+  impl->parent = ::getpid();
+  impl->children.resize(specs.size());
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-      const int e = errno;
+    if (auto st = impl->start_child(i); !st.ok()) {
       impl->abandon();
-      ::close(life[0]);
-      return Status(Errc::unavailable, std::string("launch: pipe: ") + std::strerror(e));
+      return st;
     }
-    if (::pipe2(err, O_CLOEXEC) != 0) {
-      const int e = errno;
-      ::close(out[0]);
-      ::close(out[1]);
-      impl->abandon();
-      ::close(life[0]);
-      return Status(Errc::unavailable, std::string("launch: pipe: ") + std::strerror(e));
-    }
-    std::vector<char*> argv, envp;
-    for (auto& a : argvs[i]) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : envs[i]) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0)
-      exec_child(programs[i], argv.data(), envp.data(), out[1], err[1], life[0], parent);
-    const int fork_errno = errno;
-    ::close(out[1]);
-    ::close(err[1]);
-    if (pid < 0) {
-      ::close(out[0]);
-      ::close(err[0]);
-      impl->abandon();
-      ::close(life[0]);
-      return Status(Errc::unavailable, std::string("launch: fork: ") + std::strerror(fork_errno));
-    }
-    ::setpgid(pid, pid);
-    ::fcntl(out[0], F_SETFL, O_NONBLOCK);
-    ::fcntl(err[0], F_SETFL, O_NONBLOCK);
-    Impl::Child c;
-    c.pid = pid;
-    c.running = true;
-    c.out.fd = out[0];
-    c.err.fd = err[0];
-    impl->children.push_back(std::move(c));
   }
-  ::close(life[0]);
   // The pump's poll set, sized here: the pump thread allocates nothing (it
   // wakes every 100 ms for as long as a child runs).
   impl->fds.reserve(1 + 2 * impl->children.size());

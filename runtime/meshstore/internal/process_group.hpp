@@ -38,8 +38,11 @@ class ProcessGroup {
   /// A line the process at `index` wrote (without its newline), on the pump
   /// thread.
   using OnLine = std::function<void(int index, bool is_stderr, const std::string& line)>;
-  /// The process at `index` exited with waitpid's `status`, on the pump thread.
-  using OnExit = std::function<void(int index, int status)>;
+  /// The process at `index` exited with waitpid's `status`, on the pump
+  /// thread. True: start it again, with the same program, arguments and
+  /// environment, at the same index (unless the group is stopping; a start
+  /// that fails is logged and leaves it exited).
+  using OnExit = std::function<bool(int index, int status)>;
 
   /// Starts every spec. Errc::not_found naming a program that is not there
   /// or not executable; Errc::unavailable when fork or pipe fails (the
