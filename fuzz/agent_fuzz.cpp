@@ -116,7 +116,7 @@ bool structured(FuzzedDataProvider& in) {
   const std::uint64_t job =
       in.ConsumeBool() ? target->live_job : in.ConsumeIntegral<std::uint64_t>();
   caf::message msg;
-  switch (in.ConsumeIntegralInRange<int>(0, 2)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 3)) {
     case 0: {
       const bool with_sink = in.ConsumeBool();
       const auto count = in.ConsumeIntegral<std::int32_t>();
@@ -131,6 +131,9 @@ bool structured(FuzzedDataProvider& in) {
     case 1:
       msg = caf::make_message(agent_signal_atom::value, job, in.ConsumeIntegral<std::int32_t>(),
                               in.ConsumeIntegral<std::int32_t>());
+      break;
+    case 2:  // the live job's rank runs: refused, logged, nothing started
+      msg = caf::make_message(agent_relaunch_atom::value, job, in.ConsumeIntegral<std::int32_t>());
       break;
     default: {
       // A stop of the live job waits for it: keep that grace short.
@@ -176,6 +179,8 @@ void write_seeds(const char* dir) {
                         std::int32_t{0}),
       caf::make_message(agent_signal_atom::value, std::uint64_t{999}, std::int32_t{0},
                         std::int32_t{15}),
+      caf::make_message(agent_relaunch_atom::value, target->live_job, std::int32_t{1000}),
+      caf::make_message(agent_relaunch_atom::value, std::uint64_t{999}, std::int32_t{3}),
       caf::make_message(agent_stop_atom::value, std::uint64_t{999}, std::int64_t{100}),
       caf::make_message(agent_stop_atom::value, target->live_job, std::int64_t{0}),
   };

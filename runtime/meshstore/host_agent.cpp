@@ -85,6 +85,23 @@ struct Reaper {
   }
 };
 
+// Job `id`'s processes and the index of `rank` among them.
+// Errc::not_found for no such job, Errc::out_of_range for a rank outside it.
+Result<std::pair<internal::ProcessGroup*, int>> process_of(agent_pointer self, std::uint64_t id,
+                                                           std::int32_t rank) {
+  auto it = self->state.jobs->find(id);
+  if (it == self->state.jobs->end()) {
+    return Status(Errc::not_found, "agent: no job " + std::to_string(id));
+  }
+  // In 64 bits: a peer's rank may be any int32.
+  const std::int64_t index = std::int64_t{rank} - it->second.first;
+  if (index < 0 || index >= it->second.group->size()) {
+    return Status(Errc::out_of_range,
+                  "agent: job " + std::to_string(id) + " has no rank " + std::to_string(rank));
+  }
+  return std::make_pair(it->second.group.get(), static_cast<int>(index));
+}
+
 // Stops job `id`; `then` runs once its processes are gone.
 void stop_job(agent_pointer self, Reaper& reaper, std::uint64_t id, std::chrono::milliseconds grace,
               std::function<void()> then = nullptr) {
@@ -168,7 +185,6 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
             [sink, first](int i, int status) {
               caf::anon_send(sink, proc_exit_atom::value, first + i,
                              internal::ProcessGroup::describe(status));
-              return false;  // not started again: attach() does not relaunch yet
             });
         if (!group.ok()) return internal::to_caf_error(group.status().with_context("agent"));
         const std::uint64_t id = self->state.next++;
@@ -184,21 +200,21 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
       },
       [=](agent_signal_atom, std::uint64_t id, std::int32_t rank,
           std::int32_t sig) -> caf::result<bool> {
-        auto it = self->state.jobs->find(id);
-        if (it == self->state.jobs->end()) {
-          return internal::to_caf_error(
-              Status(Errc::not_found, "agent: no job " + std::to_string(id)));
-        }
-        // In 64 bits: a peer's rank may be any int32.
-        const std::int64_t index = std::int64_t{rank} - it->second.first;
-        if (index < 0 || index > std::numeric_limits<std::int32_t>::max()) {
-          return internal::to_caf_error(
-              Status(Errc::out_of_range,
-                     "agent: job " + std::to_string(id) + " has no rank " + std::to_string(rank)));
-        }
-        auto s = it->second.group->signal(static_cast<int>(index), sig);
+        auto at = process_of(self, id, rank);
+        if (!at.ok()) return internal::to_caf_error(at.status());
+        auto s = at->first->signal(at->second, sig);
         if (!s.ok()) return internal::to_caf_error(s.with_context("agent"));
         return true;
+      },
+      // Sent by the controller once it decided (its budget per rank).
+      [=](agent_relaunch_atom, std::uint64_t id, std::int32_t rank) {
+        auto at = process_of(self, id, rank);
+        auto s = at.ok() ? at->first->relaunch(at->second) : at.status();
+        if (!s.ok()) {
+          log::get("agent")->warn("job {}: rank {} not started again: {}", id, rank, s.to_string());
+          return;
+        }
+        log::get("agent")->info("job {}: starting rank {} again", id, rank);
       },
       // Answers once the job's processes are gone.
       [=](agent_stop_atom, std::uint64_t id, std::int64_t grace_ms) -> caf::result<bool> {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <caf/io/all.hpp>
 #include <condition_variable>
 #include <cstdio>
@@ -116,15 +117,23 @@ bool record_exit(Joining& joining, int rank, const std::string& why, bool may_re
   return false;
 }
 
-// The controller's end of the agents' processes.
+// The controller's end of the agents' processes. A rank that exits and
+// may be started again (record_exit) is, by the agent that ran it.
 sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
-                                    std::shared_ptr<Joining> joining) {
+                                    std::shared_ptr<Joining> joining,
+                                    std::shared_ptr<AgentJobs> agents) {
   return {
       [=](proc_output_atom, std::int32_t rank, bool is_stderr, const std::string& line) {
         on_output(rank, is_stderr, line);
       },
       [=](proc_exit_atom, std::int32_t rank, const std::string& why) {
-        record_exit(*joining, rank, why, false);  // attach() does not relaunch yet
+        if (!record_exit(*joining, rank, why, true)) return;
+        std::lock_guard<std::mutex> lock(agents->mu);
+        for (const auto& j : agents->jobs) {
+          if (rank >= j.first && rank < j.first + j.count) {
+            caf::anon_send(j.agent, agent_relaunch_atom::value, j.job, rank);
+          }
+        }
       },
   };
 }
@@ -198,7 +207,11 @@ void ProcMesh::Shared::stop() {
   {
     std::lock_guard<std::mutex> lock(mu);  // pid() and signal() read them
     doomed = std::move(group);
-    remote = std::move(jobs);
+  }
+  {
+    std::lock_guard<std::mutex> lock(agent_jobs->mu);
+    remote = std::move(agent_jobs->jobs);
+    agent_jobs->jobs.clear();
   }
   if (doomed) doomed->stop(spec.stop_grace);
   doomed.reset();
@@ -337,11 +350,17 @@ Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape
     specs.push_back(std::move(p));
   }
   auto joining = shared->joining;
-  auto group =
-      internal::ProcessGroup::start(specs, shared->output(), [joining](int rank, int status) {
-        return record_exit(*joining, rank, internal::ProcessGroup::describe(status), true);
+  // The group, for its own exits' relaunch (set before any may happen:
+  // only once every worker joined; the pump ends before the group goes).
+  auto self_group = std::make_shared<std::atomic<internal::ProcessGroup*>>(nullptr);
+  auto group = internal::ProcessGroup::start(
+      specs, shared->output(), [joining, self_group](int rank, int status) {
+        if (record_exit(*joining, rank, internal::ProcessGroup::describe(status), true)) {
+          if (auto* g = self_group->load()) (void)g->relaunch(rank);
+        }
       });
   if (!group.ok()) return group.status().with_context("ProcMesh::launch");
+  self_group->store(group->get());
   {
     std::lock_guard<std::mutex> lock(shared->mu);
     shared->group = std::move(group).value();
@@ -386,7 +405,7 @@ Result<ProcMesh> ProcMesh::attach(const std::vector<std::string>& agents,
   if (!opened.ok()) return opened.status();
   auto shared = std::move(opened).value();
   auto& sys = shared->runtime->system();
-  shared->sink = sys.spawn(sink_impl, shared->output(), shared->joining);
+  shared->sink = sys.spawn(sink_impl, shared->output(), shared->joining, shared->agent_jobs);
   const std::string program = spec.program.empty() ? this_program() : spec.program;
   std::vector<std::string> env;
   for (const auto& [k, v] : shared->worker_env()) env.push_back(k + "=" + v);
@@ -406,8 +425,8 @@ Result<ProcMesh> ProcMesh::attach(const std::vector<std::string>& agents,
                   static_cast<std::int32_t>(per))
         .receive(
             [&](std::uint64_t job) {
-              std::lock_guard<std::mutex> lock(shared->mu);
-              shared->jobs.push_back(
+              std::lock_guard<std::mutex> lock(shared->agent_jobs->mu);
+              shared->agent_jobs->jobs.push_back(
                   AgentJob{agents[static_cast<std::size_t>(h)], *agent, job, h * per, per});
             },
             [&](caf::error& e) {
@@ -419,6 +438,10 @@ Result<ProcMesh> ProcMesh::attach(const std::vector<std::string>& agents,
   if (!failed.ok()) {
     shared->stop();
     return failed;
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared->joining->mu);
+    shared->joining->up = true;  // a worker that dies from now on may be started again
   }
   Extent whole = shared->whole;
   return ProcMesh(std::move(shared), std::move(whole));
@@ -455,7 +478,8 @@ Status ProcMesh::signal(int i, int sig) const {
     return Status(Errc::shutdown, "ProcMesh::signal: the processes were stopped");
   }
   if (shared_->group) return shared_->group->signal(rank, sig);
-  for (const auto& j : shared_->jobs) {
+  std::lock_guard<std::mutex> jobs_lock(shared_->agent_jobs->mu);
+  for (const auto& j : shared_->agent_jobs->jobs) {
     if (rank >= j.first && rank < j.first + j.count) {
       // The agent does it; a rank that is gone answers through supervision.
       caf::anon_send(j.agent, agent_signal_atom::value, j.job, static_cast<std::int32_t>(rank),

@@ -71,12 +71,13 @@ struct LaunchSpec {
   std::chrono::milliseconds join_timeout{30000};
   /// stop(): how long workers have to exit before they are killed.
   std::chrono::milliseconds stop_grace{5000};
-  /// launch(): a worker that dies after launch() returned is started
-  /// again (same rank, program, arguments and environment; its setup hook
-  /// runs again) at most this many times within `relaunch_window`, per
-  /// rank. Once it joins, the members it held come back under
-  /// FailurePolicy::restart; other meshes keep their failure. 0 (the
-  /// default): a dead worker stays dead. attach() does not relaunch yet.
+  /// A worker that dies after launch() or attach() returned is started
+  /// again (same rank, program, arguments and environment, by this
+  /// process or by the agent that ran it; its setup hook runs again) at
+  /// most this many times within `relaunch_window`, per rank. Once it
+  /// joins, the members it held come back under FailurePolicy::restart;
+  /// other meshes keep their failure. 0 (the default): a dead worker
+  /// stays dead.
   int max_relaunches = 0;
   std::chrono::milliseconds relaunch_window{60000};
 };

@@ -844,11 +844,10 @@ TEST(ProcMesh, KillNineUnderStopPolicyStopsTheMeshAndTellsTheHandler) {
   }
 }
 
-TEST(ProcMesh, ADeadWorkerIsStartedAgainAndItsRestartedMembersComeBackInIt) {
-  LaunchSpec spec;
-  spec.max_relaunches = 1;
-  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
-  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+// On 2 processes started with max_relaunches 1: rank 1 killed with -9 is
+// started again with a fresh member of a mesh under `restart`, a mesh
+// under `stop` stays stopped; killed again, past its budget, it stays dead.
+void a_dead_worker_comes_back_once(Result<ProcMesh>& procs) {
   Failures restarted_failures, stopped_failures;
   Supervision restart;
   restart.policy = FailurePolicy::restart;
@@ -894,6 +893,25 @@ TEST(ProcMesh, ADeadWorkerIsStartedAgainAndItsRestartedMembersComeBackInIt) {
                Errc::unavailable;
   }));
   EXPECT_EQ(procs->pid(1), *pid);  // the last one it had
+}
+
+TEST(ProcMesh, ADeadWorkerIsStartedAgainAndItsRestartedMembersComeBackInIt) {
+  LaunchSpec spec;
+  spec.max_relaunches = 1;
+  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  a_dead_worker_comes_back_once(procs);
+}
+
+TEST(ProcMesh, AnAgentStartsADeadWorkerAgainWhenTheControllerSays) {
+  auto agent = HostAgent::start();
+  ASSERT_TRUE(agent.ok()) << agent.status().to_string();
+  LaunchSpec spec;
+  spec.max_relaunches = 1;
+  auto procs = ProcMesh::attach({"127.0.0.1:" + std::to_string(agent->port())}, {{"procs", 2}},
+                                spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  a_dead_worker_comes_back_once(procs);
 }
 
 TEST(ProcMesh, RelaunchSettingsAreChecked) {

@@ -36,6 +36,7 @@ using controller_actor =
 using agent_launch_atom = caf::atom_constant<caf::atom("a_launch")>;
 using agent_signal_atom = caf::atom_constant<caf::atom("a_signal")>;
 using agent_stop_atom = caf::atom_constant<caf::atom("a_stop")>;
+using agent_relaunch_atom = caf::atom_constant<caf::atom("a_relaunch")>;
 using proc_output_atom = caf::atom_constant<caf::atom("p_output")>;
 using proc_exit_atom = caf::atom_constant<caf::atom("p_exit")>;
 
@@ -45,12 +46,14 @@ using sink_actor =
     caf::typed_actor<caf::reacts_to<proc_output_atom, std::int32_t, bool, std::string>,
                      caf::reacts_to<proc_exit_atom, std::int32_t, std::string>>;
 // A host agent: launch (sink, program, args, env as K=V, first rank,
-// count) starts ranks first..first+count-1 and answers a job id; signal (job, rank, signal); stop
-// (job, grace in ms) answers once the job's processes are gone.
+// count) starts ranks first..first+count-1 and answers a job id; signal (job, rank, signal);
+// relaunch (job, rank) starts an exited rank again (the controller decided); stop (job, grace in
+// ms) answers once the job's processes are gone.
 using agent_actor = caf::typed_actor<
     caf::replies_to<agent_launch_atom, sink_actor, std::string, std::vector<std::string>,
                     std::vector<std::string>, std::int32_t, std::int32_t>::with<std::uint64_t>,
     caf::replies_to<agent_signal_atom, std::uint64_t, std::int32_t, std::int32_t>::with<bool>,
+    caf::reacts_to<agent_relaunch_atom, std::uint64_t, std::int32_t>,
     caf::replies_to<agent_stop_atom, std::uint64_t, std::int64_t>::with<bool>>;
 
 inline void add_proc_types(caf::actor_system_config& cfg) {

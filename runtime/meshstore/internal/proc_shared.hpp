@@ -68,6 +68,13 @@ struct AgentJob {
   int count = 0;
 };
 
+// The agents' jobs of an attach(): read by the controller's sink, which
+// asks an agent to start a rank again.
+struct AgentJobs {
+  std::mutex mu;
+  std::vector<AgentJob> jobs;
+};
+
 using OutputFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
 
 }  // namespace internal::proc
@@ -82,10 +89,11 @@ struct ProcMesh::Shared {
   internal::proc::controller_actor controller;
   internal::proc::sink_actor sink;  // attach(): the agents' output and exits
   std::shared_ptr<internal::proc::Joining> joining;
-  std::unique_ptr<internal::ProcessGroup> group;  // launch()
-  std::vector<internal::proc::AgentJob> jobs;     // attach()
+  std::unique_ptr<internal::ProcessGroup> group;           // launch()
+  std::shared_ptr<internal::proc::AgentJobs> agent_jobs =  // attach()
+      std::make_shared<internal::proc::AgentJobs>();
   std::shared_ptr<internal::MeshCaller> caller;
-  std::mutex mu;  // guards names, singletons, stopped, group, jobs
+  std::mutex mu;  // guards names, singletons, stopped, group
   std::set<std::string> names;
   // get_or_spawn's singletons by name (their names are in `names` too),
   // and the lock that makes a name's first spawn the only one.

@@ -81,6 +81,7 @@ struct ProcessGroup::Impl {
   OnExit on_exit;
   mutable std::mutex mu;  // guards children's pid/running, stopping, deadline
   std::vector<Child> children;
+  std::vector<bool> again;  // by child: relaunch() asked, not yet started
   // What each child is started with, kept to start it again: resolved
   // paths, argv and "K=V" environments, made before any fork.
   std::vector<std::string> programs;
@@ -138,7 +139,7 @@ struct ProcessGroup::Impl {
     auto drained_at = std::chrono::steady_clock::time_point::max();
     for (;;) {
       poll_output();
-      const bool any_running = reap();
+      const bool any_running = reap() | start_asked();
       const bool stop_now = escalate(any_running);
       if (stop_now && !any_running && output_done(drained_at)) return;
     }
@@ -188,7 +189,7 @@ struct ProcessGroup::Impl {
           children[i].running = false;
         }
         ::kill(-pid, SIGKILL);  // whatever it left in its group goes too
-        if (on_exit && on_exit(static_cast<int>(i), status)) any_running |= start_again(i);
+        if (on_exit) on_exit(static_cast<int>(i), status);
       } else {
         any_running = true;
       }
@@ -243,14 +244,28 @@ struct ProcessGroup::Impl {
   // unavailable when a pipe or the fork fails (nothing left open).
   Status start_child(std::size_t i);
 
-  // On the pump thread: child `i`, reaped, started again unless the group
-  // is stopping; its old pipes' last output passed on first. True once it
-  // runs.
-  bool start_again(std::size_t i) {
+  // On the pump thread: the children relaunch() asked for that have
+  // exited, started again unless the group is stopping. True when one
+  // runs now.
+  bool start_asked() {
+    std::vector<std::size_t> now;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (stopping) return false;
+      for (std::size_t i = 0; i < children.size(); ++i) {
+        if (!again[i]) continue;
+        again[i] = false;
+        if (children[i].running) continue;  // relaunch() refused it: never here
+        if (!stopping) now.push_back(i);
+      }
     }
+    bool started = false;
+    for (auto i : now) started |= start_again(i);
+    return started;
+  }
+
+  // Child `i`, reaped, started again; its old pipes' last output passed
+  // on first. True once it runs.
+  bool start_again(std::size_t i) {
     auto& c = children[i];
     for (auto* st : {&c.out, &c.err}) {
       if (st->fd < 0) continue;
@@ -389,6 +404,7 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(const std::vector<Proc
   impl->lifeline_read = life[0];  // kept: a child started again gets it too
   impl->parent = ::getpid();
   impl->children.resize(specs.size());
+  impl->again.assign(specs.size(), false);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (auto st = impl->start_child(i); !st.ok()) {
       impl->abandon();
@@ -433,6 +449,24 @@ Status ProcessGroup::signal(int index, int sig) {
     return Status(Errc::unavailable, "process " + std::to_string(index) + " already exited");
   }
   ::kill(-c.pid, sig);
+  return Status();
+}
+
+Status ProcessGroup::relaunch(int index) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (index < 0 || index >= static_cast<int>(impl_->children.size())) {
+      return Status(Errc::out_of_range, "process " + std::to_string(index) + " outside [0, " +
+                                            std::to_string(impl_->children.size()) + ")");
+    }
+    if (impl_->stopping) return Status(Errc::shutdown, "the processes are stopping");
+    if (impl_->children[static_cast<std::size_t>(index)].running) {
+      return Status(Errc::invalid_argument, "process " + std::to_string(index) +
+                                                " is running: only one that exited starts again");
+    }
+    impl_->again[static_cast<std::size_t>(index)] = true;
+  }
+  impl_->poke();
   return Status();
 }
 

@@ -39,10 +39,8 @@ class ProcessGroup {
   /// thread.
   using OnLine = std::function<void(int index, bool is_stderr, const std::string& line)>;
   /// The process at `index` exited with waitpid's `status`, on the pump
-  /// thread. True: start it again, with the same program, arguments and
-  /// environment, at the same index (unless the group is stopping; a start
-  /// that fails is logged and leaves it exited).
-  using OnExit = std::function<bool(int index, int status)>;
+  /// thread.
+  using OnExit = std::function<void(int index, int status)>;
 
   /// Starts every spec. Errc::not_found naming a program that is not there
   /// or not executable; Errc::unavailable when fork or pipe fails (the
@@ -62,6 +60,13 @@ class ProcessGroup {
   /// Sends `sig` to process `index`'s process group. Errc::out_of_range for
   /// a bad index, Errc::unavailable once it exited.
   Status signal(int index, int sig);
+  /// Starts process `index` again, once it has exited, with the same
+  /// program, arguments and environment, on the pump thread (from any
+  /// thread, on_exit's included; asynchronous: a start that fails is
+  /// logged and leaves it exited). Errc::out_of_range for a bad index,
+  /// Errc::invalid_argument while it runs, Errc::shutdown once the group
+  /// stops.
+  Status relaunch(int index);
   /// Lets the processes exit on their own (after being told to by other
   /// means) for grace / 2; then closes their lifeline and sends SIGTERM to
   /// those still running, and SIGKILL to those left after `grace`. Returns
