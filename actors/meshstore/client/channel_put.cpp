@@ -32,18 +32,21 @@ constexpr int kMaxEvictRounds = 64;
 // `connect`, a client without one (no volume chosen yet, or no channel
 // open to it: FastPath::may_connect_home) has the client actor connect it
 // first (FastPath::connect_home: the waiting thread only).
+// `*may_connect`, when given, is FastPath::may_connect_home() as read
+// together with the missing writer (FastPath::home_writer).
 std::shared_ptr<transports::Transport> home_writer(FastPath& fast, std::string* home,
                                                    std::chrono::milliseconds timeout, bool connect,
-                                                   Status* why = nullptr) {
-  *home = fast.home();
-  auto writer = fast.writer_of(*home);
-  if (!home->empty() && writer) return writer;
+                                                   Status* why = nullptr,
+                                                   bool* may_connect = nullptr) {
+  bool connectable = false;
+  auto writer = fast.home_writer(home, &connectable);
+  if (may_connect) *may_connect = connectable;
+  if (writer) return writer;
   Status connected(Errc::unavailable, "none is open");
   if (connect || fast.closed()) {
     connected = fast.connect_home(timeout);  // answers shutdown once closed
-    *home = fast.home();
-    writer = fast.writer_of(*home);
-    if (!home->empty() && writer) return writer;
+    writer = fast.home_writer(home, &connectable);
+    if (writer) return writer;
   }
   if (why) *why = connected.ok() ? Status(Errc::unavailable, "it closed at once") : connected;
   return nullptr;
@@ -130,9 +133,10 @@ class PutTry {
   // layout noted there). Where it cannot, why is the answer.
   bool find_channel() {
     Status no_channel;
-    writer_ = home_writer(fast_, &home_, timeout_, defer_ == nullptr, &no_channel);
+    bool may_connect = false;
+    writer_ = home_writer(fast_, &home_, timeout_, defer_ == nullptr, &no_channel, &may_connect);
     if (!writer_) {
-      if (defer_ && fast_.may_connect_home()) {
+      if (defer_ && may_connect) {
         *defer_ = true;
       } else if (no_channel.code() == Errc::shutdown) {
         refusal = no_channel;

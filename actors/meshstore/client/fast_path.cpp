@@ -36,6 +36,10 @@ bool FastPath::closed() const {
 
 bool FastPath::may_connect_home() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return may_connect_home_locked();
+}
+
+bool FastPath::may_connect_home_locked() const {
   if (closed_ || !home_connector_) return false;
   return home_.empty() || rings_.count(home_) == 0;
 }
@@ -392,11 +396,16 @@ std::string FastPath::home() const {
   return home_;
 }
 
-std::shared_ptr<transports::Transport> FastPath::writer_of(const std::string& volume_id) const {
+std::shared_ptr<transports::Transport> FastPath::home_writer(std::string* home,
+                                                             bool* may_connect) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto r = rings_.find(volume_id);
-  if (r == rings_.end()) return nullptr;
-  return r->second->ring ? r->second->shm : r->second->transport;
+  *home = home_;
+  std::shared_ptr<transports::Transport> writer;
+  if (auto r = rings_.find(home_); !home_.empty() && r != rings_.end()) {
+    writer = r->second->ring ? r->second->shm : r->second->transport;
+  }
+  *may_connect = !writer && may_connect_home_locked();
+  return writer;
 }
 
 std::size_t FastPath::request_room(const std::string& volume_id) const {

@@ -305,12 +305,15 @@ class FastPath {
   /// that fails); a volume gone, or a ring failed, has them go with this
   /// client.
   void give_back(const Staging& s, std::chrono::milliseconds timeout);
-  /// This client's volume ("" for none yet), and the transport the
-  /// caller's thread writes objects staged on `volume_id` with: the shm
-  /// transport of its ring (it maps them), or the transport of its tcp
-  /// channel (it sends them); null: no channel, or none to write with.
+  /// This client's volume ("" for none yet).
   std::string home() const;
-  std::shared_ptr<transports::Transport> writer_of(const std::string& volume_id) const;
+  /// home() (in `*home`) and the transport the caller's thread writes
+  /// objects staged on it with: the shm transport of its ring (it maps
+  /// them), or the transport of its tcp channel (it sends them); null: no
+  /// channel, or none to write with, and then `*may_connect` =
+  /// may_connect_home(). All read at once, so a channel another call
+  /// opens meanwhile is not taken for one that cannot be opened.
+  std::shared_ptr<transports::Transport> home_writer(std::string* home, bool* may_connect) const;
   /// The bytes one message over the channel to `volume_id` takes (0: no
   /// channel); a larger request goes in parts (fast_get::exchange_in_parts),
   /// one round trip each.
@@ -367,6 +370,9 @@ class FastPath {
                                                        std::chrono::milliseconds timeout);
 
   const std::shared_ptr<LocationCache> cache_;
+  // may_connect_home() with mu_ held.
+  bool may_connect_home_locked() const;
+
   mutable std::mutex mu_;  // guards rings_, closed_, home_*, controller_
   std::unordered_map<std::string, std::shared_ptr<Channel>> rings_;
   bool closed_ = false;
