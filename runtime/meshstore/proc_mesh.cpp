@@ -129,10 +129,8 @@ sink_actor::behavior_type sink_impl(sink_actor::pointer, OutputFn on_output,
       [=](proc_exit_atom, std::int32_t rank, const std::string& why) {
         if (!record_exit(*joining, rank, why, true)) return;
         std::lock_guard<std::mutex> lock(agents->mu);
-        for (const auto& j : agents->jobs) {
-          if (rank >= j.first && rank < j.first + j.count) {
-            caf::anon_send(j.agent, agent_relaunch_atom::value, j.job, rank);
-          }
+        if (const auto* j = agents->holding(rank)) {
+          caf::anon_send(j->agent, agent_relaunch_atom::value, j->job, rank);
         }
       },
   };
@@ -310,7 +308,10 @@ Status ProcMesh::Shared::wait_joined(const char* what, const std::string& progra
                                         : "; its last line on stderr: " + last));
       }
     }
-    if (joining->joined == n) return Status();
+    if (joining->joined == n) {
+      joining->up = true;  // a worker that dies from now on may be started again
+      return Status();
+    }
     if (joining->cv.wait_until(lock, deadline) == std::cv_status::timeout && joining->joined < n) {
       std::string missing;
       for (int r = 0; r < n; ++r) {
@@ -368,10 +369,6 @@ Result<ProcMesh> ProcMesh::launch(std::vector<std::pair<std::string, int>> shape
   if (auto s = shared->wait_joined("launch", program); !s.ok()) {
     shared->stop();
     return s;
-  }
-  {
-    std::lock_guard<std::mutex> lock(joining->mu);
-    joining->up = true;  // a worker that dies from now on may be started again
   }
   Extent whole = shared->whole;
   return ProcMesh(std::move(shared), std::move(whole));
@@ -439,10 +436,6 @@ Result<ProcMesh> ProcMesh::attach(const std::vector<std::string>& agents,
     shared->stop();
     return failed;
   }
-  {
-    std::lock_guard<std::mutex> lock(shared->joining->mu);
-    shared->joining->up = true;  // a worker that dies from now on may be started again
-  }
   Extent whole = shared->whole;
   return ProcMesh(std::move(shared), std::move(whole));
 }
@@ -479,13 +472,11 @@ Status ProcMesh::signal(int i, int sig) const {
   }
   if (shared_->group) return shared_->group->signal(rank, sig);
   std::lock_guard<std::mutex> jobs_lock(shared_->agent_jobs->mu);
-  for (const auto& j : shared_->agent_jobs->jobs) {
-    if (rank >= j.first && rank < j.first + j.count) {
-      // The agent does it; a rank that is gone answers through supervision.
-      caf::anon_send(j.agent, agent_signal_atom::value, j.job, static_cast<std::int32_t>(rank),
-                     static_cast<std::int32_t>(sig));
-      return Status();
-    }
+  if (const auto* j = shared_->agent_jobs->holding(rank)) {
+    // The agent does it; a rank that is gone answers through supervision.
+    caf::anon_send(j->agent, agent_signal_atom::value, j->job, static_cast<std::int32_t>(rank),
+                   static_cast<std::int32_t>(sig));
+    return Status();
   }
   return Status(Errc::not_found, "ProcMesh::signal: no process for rank " + std::to_string(rank));
 }

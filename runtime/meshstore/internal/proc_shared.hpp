@@ -46,8 +46,8 @@ struct Joining {
   std::vector<std::string> last_stderr;  // each rank's latest line on stderr
   int joined = 0;
   bool stopping = false;
-  // Relaunching (LaunchSpec::max_relaunches, launch() only): on once
-  // every worker joined.
+  // Relaunching (LaunchSpec::max_relaunches): on once every worker
+  // joined (wait_joined).
   bool up = false;
   int max_relaunches = 0;
   std::chrono::milliseconds relaunch_window{0};
@@ -73,6 +73,13 @@ struct AgentJob {
 struct AgentJobs {
   std::mutex mu;
   std::vector<AgentJob> jobs;
+  // The job that runs `rank` (null: none), with `mu` held.
+  const AgentJob* holding(int rank) const {
+    for (const auto& j : jobs) {
+      if (rank >= j.first && rank < j.first + j.count) return &j;
+    }
+    return nullptr;
+  }
 };
 
 using OutputFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
@@ -117,7 +124,8 @@ struct ProcMesh::Shared {
   // caller and the published controller actor the workers join.
   static Result<std::shared_ptr<Shared>> open(const char* what, Extent extent,
                                               const LaunchSpec& spec, const MeshOptions& options);
-  // Waits until every worker joined, one exited first, or time ran out.
+  // Waits until every worker joined (from then on a dead one may be
+  // started again: Joining::up), one exited first, or time ran out.
   Status wait_joined(const char* what, const std::string& program);
   // The environment every worker gets: the controller, the token, the world.
   std::vector<std::pair<std::string, std::string>> worker_env() const {

@@ -232,12 +232,18 @@ struct ProcessGroup::Impl {
     if (drained_at == std::chrono::steady_clock::time_point::max()) drained_at = now;
     if (now - drained_at <= std::chrono::seconds(1)) return false;
     for (std::size_t i = 0; i < children.size(); ++i) {
-      auto& c = children[i];
-      if (c.out.fd >= 0) emit(static_cast<int>(i), false, c.out, true), ::close(c.out.fd);
-      if (c.err.fd >= 0) emit(static_cast<int>(i), true, c.err, true), ::close(c.err.fd);
-      c.out.fd = c.err.fd = -1;
+      close_stream(static_cast<int>(i), false, children[i].out);
+      close_stream(static_cast<int>(i), true, children[i].err);
     }
     return true;
+  }
+
+  // Passes on what is left of a stream's partial line and closes it.
+  void close_stream(int index, bool is_stderr, Stream& s) {
+    if (s.fd < 0) return;
+    emit(index, is_stderr, s, true);
+    ::close(s.fd);
+    s.fd = -1;
   }
 
   // Forks child `i` with its program, its pipes and the lifeline. Errc::
@@ -269,12 +275,8 @@ struct ProcessGroup::Impl {
     auto& c = children[i];
     for (auto* st : {&c.out, &c.err}) {
       if (st->fd < 0) continue;
-      drain(static_cast<int>(i), st == &c.err, *st);
-      if (st->fd >= 0) {
-        emit(static_cast<int>(i), st == &c.err, *st, true);
-        ::close(st->fd);
-        st->fd = -1;
-      }
+      drain(static_cast<int>(i), st == &c.err, *st);  // closes it at end of file
+      close_stream(static_cast<int>(i), st == &c.err, *st);
     }
     if (auto s = start_child(i); !s.ok()) {
       log::get("proc")->error("process {} could not be started again: {}", i, s.to_string());
