@@ -19,6 +19,7 @@ namespace {
 using mesh_join_atom = caf::atom_constant<caf::atom("mesh_join")>;
 using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
 using mesh_leave_atom = caf::atom_constant<caf::atom("mesh_leave")>;
+using mesh_door_atom = caf::atom_constant<caf::atom("mesh_door")>;
 
 // Rank 0's registry: collects each mesh's actors by rank and answers every
 // joiner once all ranks are in (or, after the timeout, an error naming the
@@ -27,7 +28,8 @@ using registry_actor = caf::typed_actor<
     caf::replies_to<mesh_join_atom, std::string, std::int32_t, std::vector<caf::actor>,
                     std::vector<std::string>>::with<std::vector<caf::actor>>,
     caf::reacts_to<mesh_expire_atom, std::string>,
-    caf::replies_to<mesh_leave_atom, std::int32_t>::with<bool>>;
+    caf::replies_to<mesh_leave_atom, std::int32_t>::with<bool>,
+    caf::replies_to<mesh_door_atom, std::int32_t, std::string>::with<std::vector<std::string>>>;
 
 struct Pending {
   std::vector<caf::actor> slots;
@@ -44,6 +46,8 @@ struct RegistryState {
   // Meshes whose ranks disagreed on the actor interface: every rank of
   // them, earlier or later, gets this error.
   std::map<std::string, caf::error> failed;
+  // By rank > 0: where the later ranks connect to it (from_env).
+  std::map<std::int32_t, std::string> doors;
 };
 
 // Whether ranks [first, first + n) of mesh `name` are free to join.
@@ -63,56 +67,65 @@ Status check_slots(const Pending& p, const std::string& name, std::int32_t first
   return Status();
 }
 
+// A rank's members of mesh `name` (ranks first..): answered with every
+// rank's once all are in.
+caf::result<std::vector<caf::actor>> join_mesh(registry_actor::stateful_pointer<RegistryState> self,
+                                               int world, std::chrono::milliseconds timeout,
+                                               const std::string& name, std::int32_t first,
+                                               const std::vector<caf::actor>& actors,
+                                               const std::vector<std::string>& interface) {
+  auto& st = self->state;
+  if (auto f = st.failed.find(name); f != st.failed.end()) return f->second;
+  if (st.complete.count(name) != 0) {
+    return internal::to_caf_error(
+        Status(Errc::invalid_argument, "mesh '" + name + "' is already complete"));
+  }
+  auto [it, fresh] = st.pending.try_emplace(name);
+  auto& p = it->second;
+  if (fresh) {
+    p.slots.resize(static_cast<std::size_t>(world));
+    self->delayed_send(self, timeout, mesh_expire_atom::value, name);
+  }
+  if (p.interface_rank < 0) {
+    p.interface = interface;
+    p.interface_rank = first;
+  } else if (p.interface != interface) {
+    auto err = internal::to_caf_error(
+        Status(Errc::invalid_argument, "mesh '" + name + "': rank " + std::to_string(first) +
+                                           " spawned it with another actor interface than rank " +
+                                           std::to_string(p.interface_rank) + " (" +
+                                           internal::interface_text(interface) + " vs " +
+                                           internal::interface_text(p.interface) + ")"));
+    for (auto& w : p.waiting) w.deliver(err);
+    st.pending.erase(it);
+    st.failed.emplace(name, err);
+    return err;
+  }
+  // Check every slot first: a rejected join leaves nothing behind.
+  if (auto s = check_slots(p, name, first, actors.size()); !s.ok()) {
+    return internal::to_caf_error(s);
+  }
+  for (std::size_t i = 0; i < actors.size(); ++i)
+    p.slots[static_cast<std::size_t>(first) + i] = actors[i];
+  auto rp = self->make_response_promise<std::vector<caf::actor>>();
+  p.waiting.push_back(rp);
+  if (std::all_of(p.slots.begin(), p.slots.end(),
+                  [](const caf::actor& a) { return static_cast<bool>(a); })) {
+    auto all = std::move(p.slots);
+    for (auto& w : p.waiting) w.deliver(all);
+    st.complete.emplace(name, std::move(all));
+    st.pending.erase(it);
+  }
+  return rp;
+}
+
 registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,
                                             int world, std::chrono::milliseconds timeout,
                                             std::weak_ptr<internal::MeshCaller> owner) {
   return {
       [=](mesh_join_atom, const std::string& name, std::int32_t first,
-          const std::vector<caf::actor>& actors,
-          const std::vector<std::string>& interface) -> caf::result<std::vector<caf::actor>> {
-        auto& st = self->state;
-        if (auto f = st.failed.find(name); f != st.failed.end()) return f->second;
-        if (st.complete.count(name) != 0) {
-          return internal::to_caf_error(
-              Status(Errc::invalid_argument, "mesh '" + name + "' is already complete"));
-        }
-        auto [it, fresh] = st.pending.try_emplace(name);
-        auto& p = it->second;
-        if (fresh) {
-          p.slots.resize(static_cast<std::size_t>(world));
-          self->delayed_send(self, timeout, mesh_expire_atom::value, name);
-        }
-        if (p.interface_rank < 0) {
-          p.interface = interface;
-          p.interface_rank = first;
-        } else if (p.interface != interface) {
-          auto err = internal::to_caf_error(Status(
-              Errc::invalid_argument, "mesh '" + name + "': rank " + std::to_string(first) +
-                                          " spawned it with another actor interface than rank " +
-                                          std::to_string(p.interface_rank) + " (" +
-                                          internal::interface_text(interface) + " vs " +
-                                          internal::interface_text(p.interface) + ")"));
-          for (auto& w : p.waiting) w.deliver(err);
-          st.pending.erase(it);
-          st.failed.emplace(name, err);
-          return err;
-        }
-        // Check every slot first: a rejected join leaves nothing behind.
-        if (auto s = check_slots(p, name, first, actors.size()); !s.ok()) {
-          return internal::to_caf_error(s);
-        }
-        for (std::size_t i = 0; i < actors.size(); ++i)
-          p.slots[static_cast<std::size_t>(first) + i] = actors[i];
-        auto rp = self->make_response_promise<std::vector<caf::actor>>();
-        p.waiting.push_back(rp);
-        if (std::all_of(p.slots.begin(), p.slots.end(),
-                        [](const caf::actor& a) { return static_cast<bool>(a); })) {
-          auto all = std::move(p.slots);
-          for (auto& w : p.waiting) w.deliver(all);
-          st.complete.emplace(name, std::move(all));
-          st.pending.erase(it);
-        }
-        return rp;
+          const std::vector<caf::actor>& actors, const std::vector<std::string>& interface) {
+        return join_mesh(self, world, timeout, name, first, actors, interface);
       },
       [=](mesh_expire_atom, const std::string& name) {
         auto it = self->state.pending.find(name);
@@ -129,8 +142,20 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
       // A rank closing its Mesh in good order: its members going away next
       // is not a failure for the owner's supervision.
       [=](mesh_leave_atom, std::int32_t rank) {
+        self->state.doors.erase(rank);
         if (auto c = owner.lock()) c->departed(rank);
         return true;
+      },
+      // A rank > 0 of a launched job names its door and learns those of
+      // the ranks before it, which it connects to (one at a time here: of
+      // any two ranks, the later learns the earlier's door).
+      [=](mesh_door_atom, std::int32_t rank, const std::string& door) {
+        std::vector<std::string> before;
+        for (const auto& [r, d] : self->state.doors) {
+          if (r != rank) before.push_back(d);
+        }
+        if (!door.empty()) self->state.doors[rank] = door;
+        return before;
       },
   };
 }
@@ -239,6 +264,38 @@ Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
   return Mesh(std::move(impl).value());
 }
 
+// A rank > 0 of a launched job, before it returns from from_env: opens its
+// door on the interface that reaches rank 0, names it to rank 0's
+// registry, and connects to the doors of the ranks that did so before it,
+// so that the ranks' messages to each other do not pass through rank 0
+// (docs/architecture.md, "Direct connections"). Before any actor of this
+// rank exists, so none of their messages changes route in flight. A door
+// that cannot be reached costs a warning: rank 0 still routes.
+void reach_other_ranks(internal::ActorRuntime& runtime, const registry_actor& registry, int rank,
+                       const MeshOptions& options, const std::string& master_addr) {
+  auto& sys = runtime.system();
+  std::string door;
+  if (auto d = runtime.door(internal::local_address_towards(master_addr)); d.ok()) {
+    door = *d;
+  } else {
+    log::get("mesh")->warn("rank {}: {}; the other ranks reach it through rank 0", rank,
+                           d.status().to_string());
+  }
+  std::vector<std::string> doors;
+  {
+    caf::scoped_actor self{sys};
+    self->request(registry, options.request_timeout, mesh_door_atom::value,
+                  static_cast<std::int32_t>(rank), door)
+        .receive([&](std::vector<std::string>& ds) { doors = std::move(ds); },
+                 [&](caf::error& e) {
+                   log::get("mesh")->warn(
+                       "rank {}: rank 0 named no peers ({}); they are reached through it", rank,
+                       sys.render(e));
+                 });
+  }
+  internal::reach_doors(sys, doors, options.connect_timeout, "rank 0");
+}
+
 Result<Mesh> Mesh::from_env(MeshOptions options) {
   ForeignThreadGuard guard;  // this thread may outlive the mesh
   auto env = LaunchEnv::from_env();
@@ -269,6 +326,7 @@ Result<Mesh> Mesh::from_env(MeshOptions options) {
         sys, env->master_addr, port, options.connect_timeout, "mesh registry");
     if (!reached.ok()) return reached.status().with_context("Mesh::from_env");
     impl->registry = std::move(reached).value();
+    reach_other_ranks(*impl->runtime, impl->registry, impl->rank, options, env->master_addr);
   }
   return Mesh(std::move(impl));
 }

@@ -38,7 +38,7 @@ controller_actor::behavior_type controller_impl(controller_actor::pointer, std::
                                                 std::shared_ptr<Joining> joining) {
   return {
       [=](proc_hello_atom, const std::string& t, std::int32_t rank, std::int32_t pid,
-          proc_actor proc) -> caf::result<bool> {
+          proc_actor proc, const std::string& door) -> caf::result<std::vector<std::string>> {
         std::unique_lock<std::mutex> lock(joining->mu);
         if (t != token) {
           return internal::to_caf_error(
@@ -57,6 +57,14 @@ controller_actor::behavior_type controller_impl(controller_actor::pointer, std::
         const auto r = static_cast<std::size_t>(rank);
         joining->procs[r] = proc;
         joining->pids[r] = pid;
+        joining->doors[r] = door;
+        // Its peers so far; each that joins later reaches it in turn.
+        std::vector<std::string> peers;
+        for (std::size_t i = 0; i < joining->doors.size(); ++i) {
+          if (i != r && joining->procs[i] && !joining->doors[i].empty()) {
+            peers.push_back(joining->doors[i]);
+          }
+        }
         ++joining->joined;
         ++joining->joins[r];
         if (joining->coming_back[r]) {
@@ -71,7 +79,7 @@ controller_actor::behavior_type controller_impl(controller_actor::pointer, std::
         joining->cv.notify_all();
         lock.unlock();
         for (auto& w : waiting) w(proc);
-        return true;
+        return peers;
       },
   };
 }
@@ -99,6 +107,7 @@ bool record_exit(Joining& joining, int rank, const std::string& why, bool may_re
         if (was_joined) --joining.joined;
         joining.procs[r] = proc_actor();
         joining.pids[r] = -1;
+        joining.doors[r].clear();
         joining.coming_back[r] = true;
         log::get("proc")->warn("rank {} {}: starting it again ({} of {} within {} ms)", rank, why,
                                times.size(), joining.max_relaunches,
@@ -107,6 +116,7 @@ bool record_exit(Joining& joining, int rank, const std::string& why, bool may_re
       }
     }
     joining.exited[r] = why;
+    joining.doors[r].clear();
     joining.coming_back[r] = false;
     give_up = std::move(joining.waiters[r]);
     joining.waiters[r].clear();

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
@@ -45,20 +47,52 @@ struct ProcState {
   static inline const char* name = "meshstore.proc";
 };
 
-// Joins the controller at `where` (hello), then serves it; a controller
-// that goes away, before or after the hello is answered, ends it.
+// Connects this process to each of `doors`, the processes that joined
+// before it, and waits for every connection (awaited: no spawn is served
+// before) so that no message to a peer is routed through the controller
+// once its members exist (docs/architecture.md, "Direct connections"). A
+// door that cannot be reached costs a warning: the controller still
+// routes to it.
+void reach_peers(proc_actor::stateful_pointer<ProcState> self, int rank,
+                 const std::vector<std::string>& doors, std::chrono::milliseconds timeout) {
+  const auto limit = std::min(timeout, internal::kDoorTimeout);
+  for (const auto& door : doors) {
+    auto at = internal::parse_address(door);
+    if (!at.ok()) {
+      log::get("proc")->warn("rank {}: a peer's door is malformed: {}", rank,
+                             at.status().to_string());
+      continue;
+    }
+    self->request(internal::connector(self->system()), limit, caf::connect_atom::value, at->host,
+                  at->port)
+        .await(
+            [](const caf::node_id&, const caf::strong_actor_ptr&, const std::set<std::string>&) {},
+            [self, rank, door](caf::error& e) {
+              log::get("proc")->warn(
+                  "rank {}: cannot connect to the peer at {} ({}); its messages go through "
+                  "the controller",
+                  rank, door, self->system().render(e));
+            });
+  }
+}
+
+// Joins the controller at `where` (hello, offering this process's `door`),
+// connects to its peers, then serves it; a controller that goes away,
+// before or after the hello is answered, ends it.
 proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self, int rank,
                                     controller_actor controller, std::string where,
-                                    std::string token, std::chrono::milliseconds timeout,
+                                    std::string token, std::string door,
+                                    std::chrono::milliseconds timeout,
                                     std::shared_ptr<Outcome> outcome) {
   self->monitor(controller);
   self->request(controller, timeout, proc_hello_atom::value, token, static_cast<std::int32_t>(rank),
-                static_cast<std::int32_t>(::getpid()), caf::actor_cast<proc_actor>(self))
-      .then([](bool) {},
-            [=](caf::error& e) {
-              outcome->finish(internal::from_caf_error(e, "ProcMesh::serve: joining " + where));
-              self->quit();
-            });
+                static_cast<std::int32_t>(::getpid()), caf::actor_cast<proc_actor>(self), door)
+      .await(
+          [=](const std::vector<std::string>& peers) { reach_peers(self, rank, peers, timeout); },
+          [=](caf::error& e) {
+            outcome->finish(internal::from_caf_error(e, "ProcMesh::serve: joining " + where));
+            self->quit();
+          });
   self->set_down_handler([=](caf::down_msg& m) {
     outcome->finish(Status(Errc::unavailable, "the controller at " + where + " went away (" +
                                                   caf::to_string(m.reason) + ")"));
@@ -266,7 +300,17 @@ Status ProcMesh::serve(MeshOptions options) {
     auto controller = internal::connect_with_retry<controller_actor>(
         sys, by->host, by->port, options.connect_timeout, "controller");
     if (!controller.ok()) return controller.status().with_context("ProcMesh::serve");
-    auto proc = sys.spawn(proc_impl, by->rank, *controller, by->where, by->token,
+    // Where the other workers connect to this one: on the interface that
+    // reaches the controller. Without one, their messages to it go
+    // through the controller.
+    std::string door;
+    if (auto d = runtime->door(internal::local_address_towards(by->host)); d.ok()) {
+      door = *d;
+    } else {
+      log::get("proc")->warn("rank {}: {}; the other workers reach it through the controller",
+                             by->rank, d.status().to_string());
+    }
+    auto proc = sys.spawn(proc_impl, by->rank, *controller, by->where, by->token, door,
                           options.request_timeout, outcome);
     {
       std::unique_lock<std::mutex> lock(outcome->mu);

@@ -27,6 +27,7 @@
 
 #include "meshstore/host_agent.hpp"
 #include "meshstore/store_mesh.hpp"
+#include "testing/sockets.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/test_util.hpp"
 
@@ -102,6 +103,21 @@ using mirror_actor = caf::typed_actor<caf::replies_to<mirror_atom, Point>::with<
 mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
   return {[=](mirror_atom, Point p) {
     return Point{-p.x + rank, static_cast<std::int32_t>(::getpid())};
+  }};
+}
+
+// Asks another worker's member, and answers what it said: a message from
+// one worker process to another.
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
+using relay_actor = caf::typed_actor<caf::replies_to<relay_atom, worker_actor, int>::with<int>>;
+
+relay_actor::behavior_type relay(relay_actor::pointer self, int) {
+  return {[=](relay_atom, const worker_actor& to, int x) -> caf::result<int> {
+    auto rp = self->make_response_promise<int>();
+    self->request(to, 10s, add_atom::value, x)
+        .then([rp](int r) mutable { rp.deliver(r); },
+              [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+    return rp;
   }};
 }
 
@@ -243,6 +259,8 @@ MeshOptions options() {
     }
     cfg.add_actor_type("worker", worker);
     cfg.add_actor_type("mirror", mirror);
+    cfg.add_message_type<worker_actor>("meshstore::test::worker_actor");
+    cfg.add_actor_type("relay", relay);
     cfg.add_actor_type("store_user", store_user);
     cfg.add_actor_type("exact", exact);
     cfg.add_message_type<std::vector<std::int32_t>>("std::vector<int32_t>");  // where's reply
@@ -386,6 +404,40 @@ TEST(ProcMesh, EveryCallStyleOnTheWholeMeshAndOnSlicesAcrossProcesses) {
   ASSERT_TRUE(rp.ok());
   EXPECT_EQ(rp->item({{"hosts", 1}}).value(), procs->pid(2));
   EXPECT_EQ(procs->slice({{"procs", 2}}).status().code(), Errc::out_of_range);
+  procs->stop();
+}
+
+// Each pair of workers holds a TCP connection of its own (the later to
+// join connects to the earlier's door), so their messages to each other do
+// not pass through the controller.
+void expect_connected(int a, int b, const std::string& which) {
+  EXPECT_FALSE(testing::connected_ports(a, b).empty() && testing::connected_ports(b, a).empty())
+      << which << ": no connection of their own; their messages go through the controller";
+}
+
+TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnConnections) {
+  auto procs = ProcMesh::launch({{"procs", 3}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("workers", "worker", 100);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  auto relays = procs->spawn<relay_actor>("relays", "relay");
+  ASSERT_TRUE(relays.ok()) << relays.status().to_string();
+  for (int from = 0; from < 3; ++from) {
+    for (int to = 0; to < 3; ++to) {
+      if (from == to) continue;
+      auto r = relays->slice({{"procs", from}})
+                   ->call_one<int>(relay_atom::value, w->at(to), from)
+                   .get(kWait);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(*r, from + 100 + to) << "rank " << from << " asking rank " << to;
+    }
+  }
+  for (int a = 0; a < 3; ++a) {
+    for (int b = a + 1; b < 3; ++b) {
+      expect_connected(procs->pid(a), procs->pid(b),
+                       "ranks " + std::to_string(a) + " and " + std::to_string(b));
+    }
+  }
   procs->stop();
 }
 
@@ -877,6 +929,8 @@ void a_dead_worker_comes_back_once(Result<ProcMesh>& procs) {
   EXPECT_NE(*pid, old_pid);
   EXPECT_EQ(*pid, procs->pid(1));
   EXPECT_EQ(one.call_one<int>(add_atom::value, 1).get(kWait).value(), 12);
+  // The new process connects to its peer as the first did.
+  expect_connected(procs->pid(1), procs->pid(0), "the restarted rank 1 and rank 0");
   // Rank 0 never stopped; the mesh under `stop` stays stopped.
   EXPECT_EQ(w->slice("procs", 0, 1)->call_one<int>(count_atom::value).get(kWait).value(), 0);
   ASSERT_TRUE(stopped_failures.wait_for(1));

@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <caf/io/all.hpp>
-#include <caf/openssl/all.hpp>
 #include <chrono>
 #include <random>
 #include <utility>
@@ -15,6 +13,7 @@
 #include "meshstore/client/ask.hpp"
 #include "meshstore/client/stream.hpp"
 #include "meshstore/internal/address.hpp"
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/protocol/fast_get.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -254,11 +253,8 @@ void reach_directly(client_pointer self, const wire::VolumeInfo& info,
                  at.status().to_string());
     return done();
   }
-  auto& sys = self->system();
-  const caf::io::middleman_actor mm = sys.has_openssl_manager()
-                                          ? sys.openssl_manager().actor_handle()
-                                          : sys.middleman().actor_handle();
-  self->request(mm, st.cfg.request_timeout, caf::connect_atom::value, at->host, at->port)
+  self->request(internal::connector(self->system()), st.cfg.request_timeout,
+                caf::connect_atom::value, at->host, at->port)
       .then([done](const caf::node_id&, const caf::strong_actor_ptr&,
                    const std::set<std::string>&) { done(); },
             [self, done, door, id = info.volume_id](caf::error& e) {

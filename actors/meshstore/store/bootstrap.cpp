@@ -45,31 +45,6 @@ std::string resolve_host(const StoreOptions& o) {
   return buf;
 }
 
-// The address of this host's interface that reaches `host` (the one the
-// control plane uses), found by routing a connected UDP socket there (no
-// packet is sent). Loopback when it cannot be found.
-std::string local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "127.0.0.1";
-  std::string out = "127.0.0.1";
-  const int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-      out = buf;
-    }
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
 // Asks `target` (local or remote) and waits for an ok_atom.
 template <class Handle, class... Ts>
 Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
@@ -345,7 +320,7 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   auto started = Impl::start(options, true, std::move(runtime));
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
-  impl->data_host = local_address_towards(target->host);
+  impl->data_host = internal::local_address_towards(target->host);
   auto& sys = impl->runtime->system();
   auto log = log::get("store");
 

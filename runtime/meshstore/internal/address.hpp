@@ -19,6 +19,12 @@ struct Address {
 /// port, no host, a bad port, an unclosed '[').
 Result<Address> parse_address(const std::string& text);
 
+/// The address of this host's interface that reaches `host`, found by
+/// routing a connected UDP socket there (no packet is sent): what a peer
+/// that reaches `host` can most likely reach this process on. "127.0.0.1"
+/// when it cannot be found.
+std::string local_address_towards(const std::string& host);
+
 /// True for a host only this machine reaches: "localhost", 127.0.0.0/8
 /// and ::1 (an empty host means every interface: false).
 bool is_loopback_host(const std::string& host);

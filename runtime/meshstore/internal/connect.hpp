@@ -11,9 +11,13 @@
 #include <caf/openssl/all.hpp>
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "meshstore/internal/address.hpp"
 #include "meshstore/internal/tls_watch.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/status.hpp"
@@ -39,6 +43,54 @@ Result<std::uint16_t> publish_actor(caf::actor_system& sys, const Handle& whom, 
 template <class Handle>
 void unpublish_actor(caf::actor_system& sys, const Handle& whom, std::uint16_t port) {
   sys.middleman().unpublish(whom, port);
+}
+
+/// The actor that opens `sys`'s connections to other processes, for a
+/// caf::connect_atom request from inside an actor: the OpenSSL manager's
+/// with TLS, else the middleman's.
+inline caf::io::middleman_actor connector(caf::actor_system& sys) {
+  return sys.has_openssl_manager() ? sys.openssl_manager().actor_handle()
+                                   : sys.middleman().actor_handle();
+}
+
+/// How long a process tries a peer's door (ActorRuntime::door) before its
+/// messages to that peer keep going through the process that introduced
+/// them.
+inline constexpr std::chrono::milliseconds kDoorTimeout{5000};
+
+/// Connects `sys` to each of `doors` ("HOST:PORT", other processes'
+/// ActorRuntime::door), all at once, from a thread outside the system, and
+/// waits for each (at most min(timeout, kDoorTimeout)). CAF then routes
+/// messages between this process and each of them directly. One that cannot
+/// be reached costs a warning: `via` (the process that introduced them)
+/// still routes. Answers how many were reached.
+inline std::size_t reach_doors(caf::actor_system& sys, const std::vector<std::string>& doors,
+                               std::chrono::milliseconds timeout, const std::string& via) {
+  const auto limit = std::min(timeout, kDoorTimeout);
+  caf::scoped_actor self{sys};
+  using Answer = decltype(self->request(connector(sys), limit, caf::connect_atom::value,
+                                        std::string(), std::uint16_t()));
+  std::vector<std::pair<std::string, Answer>> asked;
+  std::size_t reached = 0;
+  for (const auto& door : doors) {
+    auto at = parse_address(door);
+    if (!at.ok()) {
+      log::get("connect")->warn("a peer's door is malformed: {}", at.status().to_string());
+      continue;
+    }
+    asked.emplace_back(
+        door, self->request(connector(sys), limit, caf::connect_atom::value, at->host, at->port));
+  }
+  for (auto& [door, answer] : asked) {
+    answer.receive([&](const caf::node_id&, const caf::strong_actor_ptr&,
+                       const std::set<std::string>&) { ++reached; },
+                   [&, &d = door](caf::error& e) {
+                     log::get("connect")->warn(
+                         "cannot connect to the peer at {} ({}); its messages go through {}", d,
+                         sys.render(e), via);
+                   });
+  }
+  return reached;
 }
 
 /// The actor of type Handle published at host:port, retrying every 50 ms

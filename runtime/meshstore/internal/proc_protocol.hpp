@@ -28,10 +28,13 @@ using proc_actor =
     caf::typed_actor<caf::replies_to<proc_spawn_atom, std::string, std::string,
                                      std::vector<std::string>, caf::message>::with<caf::actor>,
                      caf::replies_to<proc_stop_atom>::with<bool>>;
-// The controller's actor, which launched workers join.
+// The controller's actor, which launched workers join: hello (token,
+// rank, pid, the worker's actor, its door: "HOST:PORT" or empty) answers
+// the doors of the workers that joined before it, which it connects to
+// before it serves (docs/architecture.md, "Direct connections").
 using controller_actor =
     caf::typed_actor<caf::replies_to<proc_hello_atom, std::string, std::int32_t, std::int32_t,
-                                     proc_actor>::with<bool>>;
+                                     proc_actor, std::string>::with<std::vector<std::string>>>;
 
 using agent_launch_atom = caf::atom_constant<caf::atom("a_launch")>;
 using agent_signal_atom = caf::atom_constant<caf::atom("a_signal")>;

@@ -31,6 +31,7 @@ struct Joining {
   explicit Joining(std::size_t n)
       : procs(n),
         pids(n, -1),
+        doors(n),
         exited(n),
         last_stderr(n),
         joins(n, 0),
@@ -42,6 +43,7 @@ struct Joining {
   std::condition_variable cv;
   std::vector<proc_actor> procs;
   std::vector<int> pids;                 // as each said in its hello
+  std::vector<std::string> doors;        // as each said in its hello: its peers connect there
   std::vector<std::string> exited;       // why, by rank; empty while running
   std::vector<std::string> last_stderr;  // each rank's latest line on stderr
   int joined = 0;
