@@ -15,7 +15,10 @@
 //   - call throughput: ActorMesh::call to every rank, and the bare
 //     equivalent (one scoped_actor, one request per rank, every reply);
 //   - the ratios ours / bare (1.0 = no overhead; higher = slower);
-//   - with --launch: launch + spawn (median of rounds) and the process floor.
+//   - with --launch: launch + spawn (median of rounds) and the process floor,
+//     and an actor's round trip from worker rank 0 to rank 1 next to the
+//     same from rank 0 to the controller (1.0: the workers talk as
+//     directly as each talks to the controller).
 // Never asserts a timing: a benchmark prints figures.
 
 #include <sys/wait.h>
@@ -25,7 +28,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -48,6 +53,49 @@ echo_actor::behavior_type echo(echo_actor::pointer, int rank) {
 using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+// --launch: a member that asks an echo actor n times, one after another,
+// and answers each round trip's time in ns: an actor's round trip from a
+// worker process to another process.
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using ping_actor =
+    caf::typed_actor<caf::replies_to<ping_atom, echo_actor, int>::with<std::vector<std::uint64_t>>>;
+
+struct Pings {
+  ping_actor::pointer self;
+  echo_actor to;
+  int n = 0;
+  std::vector<std::uint64_t> ns;
+  caf::typed_response_promise<std::vector<std::uint64_t>> rp;
+};
+
+void ping_next(const std::shared_ptr<Pings>& p) {
+  if (static_cast<int>(p->ns.size()) == p->n) {
+    p->rp.deliver(p->ns);
+    return;
+  }
+  const auto t0 = Clock::now();
+  p->self->request(p->to, 10s, echo_atom::value, 0)
+      .then(
+          [p, t0](int) {
+            p->ns.push_back(static_cast<std::uint64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+            ping_next(p);
+          },
+          [p](caf::error& e) { p->rp.deliver(std::move(e)); });
+}
+
+ping_actor::behavior_type pinger(ping_actor::pointer self, int) {
+  return {[=](ping_atom, const echo_actor& to, int n) {
+    auto p = std::make_shared<Pings>();
+    p->self = self;
+    p->to = to;
+    p->n = n;
+    p->rp = self->make_response_promise<std::vector<std::uint64_t>>();
+    ping_next(p);
+    return p->rp;
+  }};
 }
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
@@ -168,7 +216,11 @@ void measure(caf::actor_system& sys, const meshstore::ActorMesh<echo_actor>& ech
 meshstore::MeshOptions worker_options() {
   meshstore::MeshOptions o;
   o.request_timeout = 60s;
-  o.add_types = [](caf::actor_system_config& cfg) { cfg.add_actor_type("echo", echo); };
+  o.add_types = [](caf::actor_system_config& cfg) {
+    cfg.add_actor_type("echo", echo);
+    cfg.add_actor_type("pinger", pinger);
+    cfg.add_message_type<echo_actor>("mesh_bench::echo_actor");
+  };
   return o;
 }
 
@@ -191,6 +243,32 @@ double process_floor_ms(int n) {
   return us_since(t0) / 1000.0;
 }
 
+// An actor's round trip from one worker process: to the controller's
+// process (the baseline, a direct connection) and to another worker (rank
+// 1), each the median of `iters`, alternating.
+struct RoundTrips {
+  double to_controller_us = 0;
+  double to_worker_us = 0;
+};
+
+RoundTrips worker_round_trips(meshstore::ProcMesh& procs,
+                              const meshstore::ActorMesh<echo_actor>& echoes, int iters) {
+  auto pingers = must(procs.spawn<ping_actor>("pingers", "pinger"), "spawn pingers");
+  auto first = must(pingers.slice({{"procs", 0}}), "slice");
+  const echo_actor here = procs.system().spawn(echo, -1);
+  std::vector<double> to_controller, to_worker;
+  const int chunk = 100;
+  for (int done = 0; done < iters; done += chunk) {
+    for (const auto& [to, into] : {std::pair{here, &to_controller}, {echoes.at(1), &to_worker}}) {
+      auto ns = must(
+          first.call_one<std::vector<std::uint64_t>>(ping_atom::value, to, chunk).get(60s), "ping");
+      for (auto x : ns) into->push_back(static_cast<double>(x) / 1000.0);
+    }
+  }
+  caf::anon_send_exit(here, caf::exit_reason::user_shutdown);
+  return {percentile(to_controller, 0.5), percentile(to_worker, 0.5)};
+}
+
 // --launch: this program is the controller of its own worker processes.
 int launch_mode(const Args& a) {
   meshstore::LaunchSpec spec;  // this program again, in worker mode
@@ -207,18 +285,25 @@ int launch_mode(const Args& a) {
   auto procs = must(meshstore::ProcMesh::launch({{"procs", a.procs}}, spec, worker_options()),
                     "ProcMesh::launch");
   auto echoes = must(procs.spawn<echo_actor>("echoes", "echo"), "spawn");
+  const auto trips = worker_round_trips(procs, echoes, a.iters);
   Extra extra;
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 ",\"mode\":\"launch\",\"launch_spawn_ms\":%.2f,\"process_floor_ms\":%.2f,"
-                "\"launch_vs_floor\":%.2f",
-                median(launch_ms), median(floor_ms), median(launch_ms) / median(floor_ms));
+                "\"launch_vs_floor\":%.2f,\"worker_to_controller_p50_us\":%.1f,"
+                "\"worker_to_worker_p50_us\":%.1f,\"worker_pair_vs_controller\":%.3f",
+                median(launch_ms), median(floor_ms), median(launch_ms) / median(floor_ms),
+                trips.to_controller_us, trips.to_worker_us,
+                trips.to_worker_us / trips.to_controller_us);
   extra.json = buf;
   std::snprintf(buf, sizeof(buf),
                 "| launch %d processes + spawn a mesh (ms, median of %d) | %.2f (fork+exec+wait "
-                "of /bin/true) | %.2f | %.2f |\n",
+                "of /bin/true) | %.2f | %.2f |\n"
+                "| round trip from rank 0 (us, p50) | %.1f (to the controller) | %.1f (to rank 1) "
+                "| %.2f |\n",
                 a.procs, a.rounds, median(floor_ms), median(launch_ms),
-                median(launch_ms) / median(floor_ms));
+                median(launch_ms) / median(floor_ms), trips.to_controller_us, trips.to_worker_us,
+                trips.to_worker_us / trips.to_controller_us);
   extra.rows = buf;
   measure(procs.system(), echoes, a, extra);
   procs.stop();
