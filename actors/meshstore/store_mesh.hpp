@@ -41,7 +41,9 @@ void add_store_actor_types(caf::actor_system_config& cfg);
 /// rank i and local rank i. Returns this process's client once all have
 /// joined. Errors name the rank that could not join (the store is closed
 /// again); `supervision` applies to the store's processes (default: the
-/// ProcMesh's).
+/// ProcMesh's). On a ProcMesh::from_env it is collective, as spawn_store
+/// on a Mesh below: every rank calls it, rank 0 creates the store, and each
+/// rank gets its own client (`supervision` is not used).
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options = {});
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision supervision);
 

@@ -164,6 +164,36 @@ std::string interface_text(const std::vector<std::string>& sigs) {
   return out;
 }
 
+Result<caf::actor> spawn_named(caf::execution_unit* host, const std::string& type,
+                               const std::vector<std::string>& interface, caf::message& args,
+                               const std::string& what) {
+  auto& sys = host->system();
+  const auto& factories = sys.config().actor_factories;
+  auto it = factories.find(type);
+  if (it == factories.end()) {
+    std::string known;
+    for (const auto& [name, f] : factories) known += (known.empty() ? "" : ", ") + name;
+    return Status(Errc::not_found, what + ": no actor type '" + type +
+                                       "' is registered there (registered: " +
+                                       (known.empty() ? "none" : known) + ")");
+  }
+  caf::actor_config cfg{host};
+  auto made = it->second(cfg, args);
+  if (!made.first) {
+    return Status(Errc::invalid_argument,
+                  what + ": actor type '" + type + "' does not take the arguments " +
+                      caf::to_string(args) + " (a rank, then the arguments spawn() was given)");
+  }
+  const std::vector<std::string> has(made.second.begin(), made.second.end());
+  if (has != interface) {
+    caf::anon_send_exit(made.first, caf::exit_reason::user_shutdown);
+    return Status(Errc::invalid_argument, what + ": actor type '" + type + "' has the interface " +
+                                              interface_text(has) + ", not the handle's " +
+                                              interface_text(interface));
+  }
+  return caf::actor_cast<caf::actor>(std::move(made.first));
+}
+
 Status mesh_rank_error(int rank, const caf::error& e) {
   return from_caf_error(e, "rank " + std::to_string(rank));
 }

@@ -20,6 +20,7 @@ using mesh_join_atom = caf::atom_constant<caf::atom("mesh_join")>;
 using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
 using mesh_leave_atom = caf::atom_constant<caf::atom("mesh_leave")>;
 using mesh_door_atom = caf::atom_constant<caf::atom("mesh_door")>;
+using mesh_single_atom = caf::atom_constant<caf::atom("mesh_one")>;
 
 // Rank 0's registry: collects each mesh's actors by rank and answers every
 // joiner once all ranks are in (or, after the timeout, an error naming the
@@ -29,7 +30,9 @@ using registry_actor = caf::typed_actor<
                     std::vector<std::string>>::with<std::vector<caf::actor>>,
     caf::reacts_to<mesh_expire_atom, std::string>,
     caf::replies_to<mesh_leave_atom, std::int32_t>::with<bool>,
-    caf::replies_to<mesh_door_atom, std::int32_t, std::string>::with<std::vector<std::string>>>;
+    caf::replies_to<mesh_door_atom, std::int32_t, std::string>::with<std::vector<std::string>>,
+    caf::replies_to<mesh_single_atom, std::string, std::string, std::vector<std::string>,
+                    caf::message>::with<caf::actor>>;
 
 struct Pending {
   std::vector<caf::actor> slots;
@@ -48,6 +51,13 @@ struct RegistryState {
   std::map<std::string, caf::error> failed;
   // By rank > 0: where the later ranks connect to it (from_env).
   std::map<std::int32_t, std::string> doors;
+  // Named singletons (ProcMesh::get_or_spawn under from_env), made here.
+  struct Single {
+    std::string type;
+    std::vector<std::string> interface;
+    caf::actor actor;
+  };
+  std::map<std::string, Single> singles;
 };
 
 // Whether ranks [first, first + n) of mesh `name` are free to join.
@@ -119,9 +129,46 @@ caf::result<std::vector<caf::actor>> join_mesh(registry_actor::stateful_pointer<
   return rp;
 }
 
+// The named singleton `name`: made here, on rank 0, by its first caller
+// (of any rank); the same actor for every later one.
+caf::result<caf::actor> single(registry_actor::stateful_pointer<RegistryState> self,
+                               const std::shared_ptr<std::vector<caf::actor>>& made,
+                               const std::string& name, const std::string& type,
+                               const std::vector<std::string>& interface, caf::message& args) {
+  auto& st = self->state;
+  const std::string ctx = "singleton '" + name + "'";
+  if (auto it = st.singles.find(name); it != st.singles.end()) {
+    if (it->second.type != type) {
+      return internal::to_caf_error(
+          Status(Errc::invalid_argument,
+                 ctx + " is of type '" + it->second.type + "', not '" + type + "'"));
+    }
+    if (it->second.interface != interface) {
+      return internal::to_caf_error(
+          Status(Errc::invalid_argument, ctx + " was spawned with another actor interface"));
+    }
+    return it->second.actor;
+  }
+  if (st.pending.count(name) || st.complete.count(name) || st.failed.count(name)) {
+    return internal::to_caf_error(
+        Status(Errc::invalid_argument, ctx + ": spawn() made a mesh of that name"));
+  }
+  auto a = internal::spawn_named(self->context(), type, interface, args, ctx + " on rank 0");
+  if (!a.ok()) return internal::to_caf_error(a.status());
+  made->push_back(*a);
+  st.singles.emplace(name, RegistryState::Single{type, interface, *a});
+  return *a;
+}
+
 registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,
                                             int world, std::chrono::milliseconds timeout,
                                             std::weak_ptr<internal::MeshCaller> owner) {
+  // The singletons go with the registry (with the mesh, on rank 0). Not
+  // through self->state: it is gone when attached functors run.
+  auto made = std::make_shared<std::vector<caf::actor>>();
+  self->attach_functor([made] {
+    for (auto& a : *made) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  });
   return {
       [=](mesh_join_atom, const std::string& name, std::int32_t first,
           const std::vector<caf::actor>& actors, const std::vector<std::string>& interface) {
@@ -157,6 +204,9 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
         if (!door.empty()) self->state.doors[rank] = door;
         return before;
       },
+      [=](mesh_single_atom, const std::string& name, const std::string& type,
+          const std::vector<std::string>& interface,
+          caf::message& args) { return single(self, made, name, type, interface, args); },
   };
 }
 
@@ -377,6 +427,31 @@ Status Mesh::reserve(const std::string& name) {
                   "Mesh::spawn: mesh '" + name + "' was already spawned here");
   }
   return Status();
+}
+
+Result<caf::actor> Mesh::single(const std::string& name, const std::string& type,
+                                std::vector<std::string> interface, caf::message args) {
+  registry_actor registry;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->runtime)
+      return Status(Errc::shutdown, "singleton '" + name + "': the mesh is closed");
+    registry = impl_->registry;
+  }
+  Result<caf::actor> out = Status(Errc::internal, "no answer");
+  ForeignThreadGuard guard;  // before self: it goes after self
+  caf::scoped_actor self{system()};
+  self->request(registry, impl_->options.request_timeout, mesh_single_atom::value, name, type,
+                std::move(interface), std::move(args))
+      .receive([&](caf::actor& a) { out = std::move(a); },
+               [&](caf::error& e) { out = internal::from_caf_error(e, "get_or_spawn"); });
+  return out;
+}
+
+void Mesh::release(const std::string& name) {
+  if (!impl_) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->names.erase(name);
 }
 
 Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<caf::actor> mine,

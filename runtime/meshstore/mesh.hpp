@@ -76,7 +76,9 @@ struct MeshOptions {
   /// devices, loading a library. A failure (or an exception) ends the
   /// worker, and the controller's launch or attach fails naming the rank
   /// and the message. The hook must return: one that hangs holds its
-  /// process until the launch's join_timeout.
+  /// process until the launch's join_timeout. ProcMesh::from_env runs it
+  /// too, first, with the launcher's rank: a failure is from_env's
+  /// ("ProcMesh::from_env: setup failed: ..."). Mesh does not run it.
   std::function<Status(int rank)> setup;
   /// ProcMesh::serve: how long this process's actors, and their on_stop()
   /// hooks, have to stop once it stops serving; past it the process exits
@@ -187,6 +189,7 @@ class Mesh {
   void close();
 
  private:
+  friend class ProcMesh;  // from_env: a ProcMesh over this rank's Mesh
   friend std::shared_ptr<internal::ActorRuntime> internal::mesh_runtime(const Mesh& mesh);
   friend bool internal::mesh_is_local(const Mesh& mesh);
   struct Impl;
@@ -195,6 +198,12 @@ class Mesh {
   // Errc::shutdown when closed or moved from; Errc::invalid_argument for an
   // empty or already used name; else records the name.
   Status reserve(const std::string& name);
+  // Frees a reserved name whose spawn failed before it joined.
+  void release(const std::string& name);
+  // The named singleton `name` of the registered type `type`, made on
+  // rank 0's registry by its first caller (ProcMesh::get_or_spawn).
+  Result<caf::actor> single(const std::string& name, const std::string& type,
+                            std::vector<std::string> interface, caf::message args);
   std::chrono::milliseconds timeout() const noexcept;
   Supervision default_supervision() const;
   // The caller shared with this mesh's ActorMeshes; null once closed.

@@ -189,10 +189,24 @@ void stop_agent_jobs(internal::ActorRuntime& runtime, const std::vector<AgentJob
 
 void ProcMesh::Shared::stop() {
   std::vector<proc_actor> procs;
+  std::unique_ptr<Mesh> mesh;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (stopped) return;
     stopped = true;
+    mesh = std::move(spmd);
+  }
+  if (mesh) {
+    // from_env: this rank leaves; the launcher owns the processes.
+    mesh->close();
+    mesh.reset();
+    caller.reset();
+    std::shared_ptr<internal::ActorRuntime> last;
+    {
+      std::lock_guard<std::mutex> lock(mu);  // proc_runtime() reads it
+      last = std::move(runtime);
+    }
+    return;
   }
   // First: the meshes answer shutdown, and the members' going away is
   // no failure.
@@ -465,6 +479,7 @@ Result<ProcMesh> ProcMesh::slice(const std::vector<std::pair<std::string, Select
 
 int ProcMesh::pid(int i) const {
   if (!shared_ || i < 0 || i >= size()) return -1;
+  if (!shared_->joining) return extent_.rank(i) == shared_->self_rank ? ::getpid() : -1;
   std::lock_guard<std::mutex> lock(shared_->joining->mu);
   return shared_->joining->pids[static_cast<std::size_t>(extent_.rank(i))];
 }
@@ -479,6 +494,10 @@ Status ProcMesh::signal(int i, int sig) const {
   std::lock_guard<std::mutex> lock(shared_->mu);
   if (shared_->stopped) {
     return Status(Errc::shutdown, "ProcMesh::signal: the processes were stopped");
+  }
+  if (!shared_->joining) {
+    return Status(Errc::invalid_argument,
+                  "ProcMesh::signal: under from_env the launcher owns the processes");
   }
   if (shared_->group) return shared_->group->signal(rank, sig);
   std::lock_guard<std::mutex> jobs_lock(shared_->agent_jobs->mu);

@@ -40,6 +40,9 @@ class ActorRuntime;
 /// The controller's actor runtime of `procs` (null once stopped): for the
 /// layers built on a ProcMesh (spawn_store), so that they share it.
 std::shared_ptr<ActorRuntime> proc_runtime(const ProcMesh& procs);
+/// The rank's Mesh of a ProcMesh::from_env (null for launch and attach, or
+/// once stopped): what spawn_store builds the store of a launched job on.
+Mesh* proc_spmd_mesh(const ProcMesh& procs);
 /// In a worker, while ProcMesh::serve runs: its actor runtime; else null.
 std::shared_ptr<ActorRuntime> worker_runtime();
 /// In a worker: `hook` runs on serve()'s own thread when it stops serving,
@@ -123,7 +126,28 @@ class ProcMesh {
                                  std::vector<std::pair<std::string, int>> shape,
                                  LaunchSpec spec = {}, MeshOptions options = {});
 
+  /// The ranks of a job a launcher started (meshrun, torchrun, mpirun,
+  /// srun: LaunchEnv), each running this same program, as one process
+  /// mesh: SPMD, with no controller. Its shape is {hosts: WORLD_SIZE /
+  /// LOCAL_WORLD_SIZE, procs: LOCAL_WORLD_SIZE} ({procs: WORLD_SIZE} when
+  /// LOCAL_WORLD_SIZE does not divide WORLD_SIZE), rank r being member r
+  /// (ranks numbered host by host, as those launchers do). spawn() is
+  /// collective: every rank calls it, in the same order, on the whole
+  /// mesh, and makes its own member of the registered type; it returns
+  /// once every rank's is in. Rank 0 holds the registry (on MASTER_ADDR at
+  /// MESHSTORE_MESH_PORT, default MASTER_PORT + 2) and supervises; the
+  /// ranks connect to each other directly. Errors: the launch
+  /// environment's, and Errc::unavailable when rank 0 cannot listen or the
+  /// others cannot reach it within MeshOptions::connect_timeout. (It
+  /// replaces Mesh::from_env.)
+  static Result<ProcMesh> from_env(MeshOptions options = {});
+
   ProcMesh() = default;
+
+  /// This process's member index in the whole mesh: its rank under
+  /// from_env; -1 in the controller of launch() or attach(), which is no
+  /// member.
+  int rank() const noexcept;
 
   /// The shape of this view; member i is process extent().rank(i).
   const Extent& extent() const noexcept { return extent_; }
@@ -134,9 +158,11 @@ class ProcMesh {
   /// (Extent::slice).
   Result<ProcMesh> slice(const std::vector<std::pair<std::string, Select>>& selects) const;
   /// The pid of member `i` of this view (on its own host); -1 when out of
-  /// range.
+  /// range, and under from_env for every rank but this process's.
   int pid(int i) const;
   /// Sends `sig` to member `i`'s process (tests, demos: SIGKILL).
+  /// Errc::invalid_argument under from_env: the launcher owns the
+  /// processes.
   Status signal(int i, int sig) const;
   /// The controller's actor system (to spawn your own local actors); not
   /// after stop().
@@ -169,9 +195,10 @@ class ProcMesh {
   /// (rank 0, xs...), on the first process of this view; every later call,
   /// from any thread, and one made while the first is still spawning, gets
   /// that same actor (its arguments are then unused). Monarch's
-  /// get_or_spawn_controller. Errc::invalid_argument when spawn() made a
-  /// mesh of that name, or the singleton is of another type or interface;
-  /// spawn()'s errors otherwise, after which the name is free again.
+  /// get_or_spawn_controller. Under from_env any rank may call it: the
+  /// singleton lives on rank 0, made by the first caller of any rank. Errc::invalid_argument when
+  /// spawn() made a mesh of that name, or the singleton is of another type or interface; spawn()'s
+  /// errors otherwise, after which the name is free again.
   template <class Handle, class... Ts>
   Result<ActorMesh<Handle>> get_or_spawn(const std::string& name, const std::string& type,
                                          Ts... xs) {
@@ -191,6 +218,7 @@ class ProcMesh {
 
  private:
   friend std::shared_ptr<internal::ActorRuntime> internal::proc_runtime(const ProcMesh& procs);
+  friend Mesh* internal::proc_spmd_mesh(const ProcMesh& procs);
   struct Spawned {
     std::shared_ptr<internal::MeshCaller> caller;
     std::size_t id = 0;
@@ -218,6 +246,15 @@ class ProcMesh {
       std::function<caf::message(int)> args);
   Supervision default_supervision() const;
   Result<Spawned> spawn_members(
+      Supervision supervision, const std::string& name, const std::string& type,
+      std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+      std::function<caf::message(int)> args);
+  // singleton() under from_env: made by rank 0's registry.
+  Result<Spawned> singleton_spmd(const std::string& name, const std::string& type,
+                                 const std::vector<std::string>& interface,
+                                 const std::function<caf::message(int)>& args);
+  // spawn_members under from_env: this rank's member, then every rank's.
+  Result<Spawned> spawn_collective(
       Supervision supervision, const std::string& name, const std::string& type,
       std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
       std::function<caf::message(int)> args);

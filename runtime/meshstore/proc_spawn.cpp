@@ -148,6 +148,10 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
   if (type.empty()) {
     return Status(Errc::invalid_argument, "ProcMesh::spawn '" + name + "': actor type is empty");
   }
+  if (!shared_->joining) {
+    return spawn_collective(std::move(supervision), name, type, std::move(interface_of),
+                            std::move(args));
+  }
   std::vector<proc_actor> procs;
   std::shared_ptr<internal::MeshCaller> caller;
   std::vector<std::string> interface;
@@ -246,6 +250,15 @@ Result<ProcMesh::Spawned> ProcMesh::singleton(
     if (shared_->names.count(name)) {
       return Status(Errc::invalid_argument, ctx + ": spawn() made a mesh of that name");
     }
+  }
+  if (!shared_->joining) {
+    // from_env: rank 0's registry makes it, for every rank.
+    auto made = singleton_spmd(name, type, interface, args);
+    if (!made.ok()) return Status(made.status().code(), ctx + ": " + made.status().message());
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->names.insert(name);
+    shared_->singletons[name] = Shared::Singleton{type, interface, *made};
+    return made;
   }
   // The first process of this view, as a point.
   std::vector<std::pair<std::string, Select>> first;

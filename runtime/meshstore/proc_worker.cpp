@@ -19,6 +19,7 @@
 #include "meshstore/internal/mesh_runtime.hpp"
 #include "meshstore/internal/parse_int.hpp"
 #include "meshstore/internal/proc_protocol.hpp"
+#include "meshstore/internal/proc_shared.hpp"
 #include "meshstore/internal/process_group.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/proc_mesh.hpp"
@@ -109,36 +110,11 @@ proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self
       [=](proc_spawn_atom, const std::string& mesh, const std::string& type,
           const std::vector<std::string>& interface,
           caf::message& args) -> caf::result<caf::actor> {
-        const std::string what = "mesh '" + mesh + "', " + me;
-        const auto& factories = self->system().config().actor_factories;
-        auto it = factories.find(type);
-        if (it == factories.end()) {
-          std::string known;
-          for (const auto& [name, f] : factories) known += (known.empty() ? "" : ", ") + name;
-          return internal::to_caf_error(Status(
-              Errc::not_found,
-              what + ": no actor type '" + type +
-                  "' is registered there (registered: " + (known.empty() ? "none" : known) + ")"));
-        }
-        caf::actor_config cfg{self->context()};
-        auto made = it->second(cfg, args);
-        if (!made.first) {
-          return internal::to_caf_error(Status(
-              Errc::invalid_argument, what + ": actor type '" + type +
-                                          "' does not take the arguments " + caf::to_string(args) +
-                                          " (a rank, then the arguments spawn() was given)"));
-        }
-        const std::vector<std::string> has(made.second.begin(), made.second.end());
-        if (has != interface) {
-          caf::anon_send_exit(made.first, caf::exit_reason::user_shutdown);
-          return internal::to_caf_error(Status(
-              Errc::invalid_argument, what + ": actor type '" + type + "' has the interface " +
-                                          internal::interface_text(has) + ", not the handle's " +
-                                          internal::interface_text(interface)));
-        }
-        auto a = caf::actor_cast<caf::actor>(std::move(made.first));
-        members->push_back(a);
-        return a;
+        auto a = internal::spawn_named(self->context(), type, interface, args,
+                                       "mesh '" + mesh + "', " + me);
+        if (!a.ok()) return internal::to_caf_error(a.status());
+        members->push_back(*a);
+        return *a;
       },
       // No reply reaches the controller once this process is gone: it
       // sends this without waiting, and watches the process exit.
@@ -149,6 +125,24 @@ proc_actor::behavior_type proc_impl(proc_actor::stateful_pointer<ProcState> self
       },
   };
 }
+
+}  // namespace
+
+Status internal::proc::run_setup(const MeshOptions& options, int rank, const char* what) {
+  if (!options.setup) return Status();
+  Status s;
+  try {
+    s = options.setup(rank);
+  } catch (const std::exception& e) {
+    s = Status(Errc::internal, std::string("threw ") + e.what());
+  } catch (...) {
+    s = Status(Errc::internal, "threw a non-standard exception");
+  }
+  if (s.ok()) return s;
+  return Status(s.code(), std::string(what) + ": setup failed: " + s.message());
+}
+
+namespace {
 
 // serve()'s runtime, while it runs (weak: serve owns it).
 std::mutex g_worker_mu;
@@ -234,22 +228,6 @@ void close_runtime(std::shared_ptr<internal::ActorRuntime> runtime, int rank, bo
   watchdog.join();
 }
 
-// MeshOptions::setup, before anything else of this worker; an exception is
-// a failure.
-Status run_setup(const MeshOptions& options, int rank) {
-  if (!options.setup) return Status();
-  Status s;
-  try {
-    s = options.setup(rank);
-  } catch (const std::exception& e) {
-    s = Status(Errc::internal, std::string("threw ") + e.what());
-  } catch (...) {
-    s = Status(Errc::internal, "threw a non-standard exception");
-  }
-  if (s.ok()) return s;
-  return Status(s.code(), "ProcMesh::serve: setup failed: " + s.message());
-}
-
 // In the process's runtime whatever the process makes first.
 [[maybe_unused]] const bool kProcTypes = internal::register_process_types(add_proc_types);
 
@@ -274,7 +252,7 @@ Status ProcMesh::serve(MeshOptions options) {
   if (options.stop_timeout.count() <= 0) {
     return Status(Errc::invalid_argument, "ProcMesh::serve: stop_timeout must be positive");
   }
-  if (auto s = run_setup(options, by->rank); !s.ok()) {
+  if (auto s = run_setup(options, by->rank, "ProcMesh::serve"); !s.ok()) {
     // On stderr, where the controller's launch finds it.
     std::fprintf(stderr, "meshstore: rank %d: %s\n", by->rank, s.to_string().c_str());
     std::fflush(stderr);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/proc_mesh.hpp"
 #include "meshstore/store_mesh.hpp"
 #include "testing/test_util.hpp"
 
@@ -122,6 +123,68 @@ std::pair<Result<ActorMesh<H0>>, Result<ActorMesh<H1>>> spawn_both(Mesh& r0, Mes
   auto first = r0.spawn<H0>(name, f0);
   t.join();
   return {std::move(first), std::move(second)};
+}
+
+// A job of one rank, as a launcher would describe it, on a fresh port.
+void launched_alone() {
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  ::setenv("MESHSTORE_MESH_PORT", std::to_string(free_port()).c_str(), 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "1", 1);
+  ::setenv("RANK", "0", 1);
+  ::setenv("LOCAL_RANK", "0", 1);
+}
+
+TEST(ProcMeshFromEnv, ALaunchedJobIsAProcMeshWithCollectiveSpawnsAndSingletons) {
+  launched_alone();
+  MeshOptions o;
+  o.request_timeout = 20s;
+  o.add_types = [](caf::actor_system_config& cfg) { cfg.add_actor_type("adder", adder); };
+  int setup_rank = -1;
+  o.setup = [&](int rank) {
+    setup_rank = rank;
+    return Status();
+  };
+  auto procs = ProcMesh::from_env(o);
+  ASSERT_OK(procs);
+  EXPECT_EQ(setup_rank, 0);
+  EXPECT_EQ(procs->rank(), 0);
+  EXPECT_EQ(procs->extent().to_string(), "{procs: 1}");
+  EXPECT_EQ(procs->pid(0), ::getpid());
+  auto adders = procs->spawn<adder_actor>("adders", "adder", -1);
+  ASSERT_OK(adders);
+  EXPECT_EQ(adders->extent().to_string(), "{procs: 1}");
+  EXPECT_EQ(*adders->ask<int>(0, add_atom::value, 1).get(kWait), 1);
+  auto one = procs->get_or_spawn<adder_actor>("one", "adder", -1);
+  ASSERT_OK(one);
+  EXPECT_EQ(one->extent().to_string(), "{}");
+  EXPECT_EQ(*one->call_one<int>(add_atom::value, 2).get(kWait), 2);
+  // The same actor for a later caller; its arguments are not used.
+  EXPECT_EQ(procs->get_or_spawn<adder_actor>("one", "adder", 0)->at(0), one->at(0));
+  EXPECT_ERROR(procs->get_or_spawn<adder_actor>("adders", "adder", -1), Errc::invalid_argument,
+               "spawn() made a mesh of that name");
+  EXPECT_ERROR(procs->spawn<adder_actor>("adders", "adder", 1), Errc::invalid_argument,
+               "mesh 'adders' was already spawned here");
+  EXPECT_ERROR(procs->spawn<adder_actor>("ghost", "no-such-type", -1), Errc::not_found,
+               "no actor type 'no-such-type'");
+  EXPECT_OK(procs->spawn<adder_actor>("ghost", "adder", -1));  // the name is free again
+  EXPECT_ERROR(procs->signal(0, SIGTERM), Errc::invalid_argument, "launcher owns");
+  procs->stop();
+  EXPECT_ERROR(adders->ask<int>(0, add_atom::value, 1).get(kWait), Errc::shutdown, "");
+  EXPECT_ERROR(procs->spawn<adder_actor>("late", "adder", -1), Errc::shutdown, "stopped");
+}
+
+TEST(ProcMeshFromEnv, ASetupThatFailsFailsTheJoinWithItsMessage) {
+  launched_alone();
+  MeshOptions o;
+  o.setup = [](int rank) {
+    return Status(Errc::unavailable, "no device for rank " + std::to_string(rank));
+  };
+  EXPECT_ERROR(ProcMesh::from_env(o), Errc::unavailable,
+               "ProcMesh::from_env: setup failed: no device for rank 0");
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_ERROR(ProcMesh::from_env(), Errc::invalid_argument, "ProcMesh::from_env");
 }
 
 TEST(Mesh, LocalMeshSpawnsOneActorPerRank) {

@@ -28,4 +28,14 @@ RuntimeOptions mesh_runtime_options(const MeshOptions& options, bool network,
 /// An actor interface (its signatures) in words: "(untyped)" when empty.
 std::string interface_text(const std::vector<std::string>& sigs);
 
+/// Makes an actor of the registered type `type` (add_actor_type) from
+/// `args` on `host` (an actor's context, or the system's
+/// dummy_execution_unit() from any thread) and checks that it has
+/// `interface`. Errors begin with `what`: Errc::not_found for a type not
+/// registered (naming those that are), Errc::invalid_argument for arguments
+/// it does not take or another interface (both named).
+Result<caf::actor> spawn_named(caf::execution_unit* host, const std::string& type,
+                               const std::vector<std::string>& interface, caf::message& args,
+                               const std::string& what);
+
 }  // namespace meshstore::internal

@@ -86,10 +86,19 @@ struct AgentJobs {
 
 using OutputFn = std::function<void(int rank, bool is_stderr, const std::string& line)>;
 
+// MeshOptions::setup for rank `rank`, before anything else of the process
+// (ProcMesh::serve, ProcMesh::from_env); an exception is a failure, and a
+// failure's message begins with `what`.
+Status run_setup(const MeshOptions& options, int rank, const char* what);
+
 }  // namespace internal::proc
 
 struct ProcMesh::Shared {
   MeshOptions options;
+  // from_env: this rank's Mesh (its registry, its caller) and its rank;
+  // nothing of a controller's below is used.
+  std::unique_ptr<Mesh> spmd;
+  int self_rank = -1;
   LaunchSpec spec;
   Extent whole = Extent::line(0);
   // Shared with the layers built on this ProcMesh (spawn_store's store):
