@@ -71,6 +71,10 @@ Result<int> Extent::index_of(const std::vector<int>& point) const {
 }
 
 Result<Extent> Extent::slice(const std::string& dim, int begin, int end) const {
+  return cut(dim, begin, end, 1);
+}
+
+Result<Extent> Extent::cut(const std::string& dim, int begin, int end, int step) const {
   std::size_t d = 0;
   while (d < dims_.size() && dims_[d].first != dim) ++d;
   if (d == dims_.size()) {
@@ -78,6 +82,10 @@ Result<Extent> Extent::slice(const std::string& dim, int begin, int end) const {
                   "slice: extent " + to_string() + " has no dimension '" + dim + "'");
   }
   const int n = dims_[d].second;
+  if (step < 1) {
+    return Status(Errc::invalid_argument,
+                  "slice: " + dim + " step " + std::to_string(step) + " is below 1");
+  }
   if (begin < 0 || end > n || begin >= end) {
     return Status(Errc::out_of_range, "slice: " + dim + " [" + std::to_string(begin) + ", " +
                                           std::to_string(end) + ") is empty or outside [0, " +
@@ -89,9 +97,10 @@ Result<Extent> Extent::slice(const std::string& dim, int begin, int end) const {
   const int outer = size() / (n * inner);
   Extent out;
   out.dims_ = dims_;
-  out.dims_[d].second = end - begin;
+  out.dims_[d].second =
+      static_cast<int>((static_cast<std::int64_t>(end) - begin + step - 1) / step);
   for (int o = 0; o < outer; ++o) {
-    for (int c = begin; c < end; ++c) {
+    for (std::int64_t c = begin; c < end; c += step) {
       for (int i = 0; i < inner; ++i) {
         out.ranks_.push_back(ranks_[static_cast<std::size_t>((o * n + c) * inner + i)]);
       }
@@ -119,7 +128,7 @@ Result<Extent> Extent::slice(const std::vector<std::pair<std::string, Select>>& 
                                             " outside [0, " + std::to_string(out.dims_[d].second) +
                                             ")");
     }
-    auto cut = out.slice(dim, sel.begin, sel.end);
+    auto cut = out.cut(dim, sel.begin, sel.end, sel.step);
     if (!cut.ok()) return cut.status();
     out = std::move(cut).value();
     // A dropped dimension has size 1 now: erasing it keeps the members in order.

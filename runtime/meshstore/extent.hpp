@@ -9,6 +9,7 @@
 //   auto host1 = e.slice("hosts", 1, 2).value();   // 4 members: ranks 4..7
 //   auto row = e.slice({{"hosts", 1}, {"procs", {0, 2}}}).value();
 //   row.to_string();                // "{procs: 2}": ranks 4, 5 (an index drops "hosts")
+//   auto even = e.slice({{"procs", {0, 4, 2}}}).value();  // procs 0 and 2: ranks 0, 2, 4, 6
 
 #include <cstdint>
 #include <string>
@@ -22,14 +23,19 @@ namespace meshstore {
 /// One dimension's part of a multi-dimension slice: an index keeps the
 /// members at that coordinate and drops the dimension (as Monarch's
 /// `mesh.slice(hosts=1)`); a range [begin, end) keeps the dimension with
-/// end - begin members.
+/// end - begin members; a range with a step keeps every step-th coordinate
+/// from begin (as Python's `slice(0, 8, 2)`: 0, 2, 4, 6).
 struct Select {
   /// The members at coordinate `index`; the dimension goes.
   Select(int index) : begin(index), end(index + 1), drop(true) {}  // NOLINT: implicit on purpose
   /// The members with begin <= coordinate < end; the dimension stays.
   Select(int begin_, int end_) : begin(begin_), end(end_), drop(false) {}
+  /// The members at coordinates begin, begin + step, ... below end (step
+  /// >= 1); the dimension stays, with ceil((end - begin) / step) members.
+  Select(int begin_, int end_, int step_) : begin(begin_), end(end_), step(step_), drop(false) {}
   int begin;
   int end;
+  int step = 1;
   bool drop;
 };
 
@@ -63,11 +69,12 @@ class Extent {
   /// dimension, Errc::out_of_range for an empty or outside range.
   Result<Extent> slice(const std::string& dim, int begin, int end) const;
   /// Several dimensions at once, in one call: each named dimension is cut
-  /// to its Select (an index drops it); dimensions not named stay whole.
-  /// Dropping every dimension leaves a point: one member, no dimensions.
+  /// to its Select (an index drops it; a step keeps every step-th
+  /// coordinate); dimensions not named stay whole. Dropping every
+  /// dimension leaves a point: one member, no dimensions.
   /// Errc::invalid_argument for no selection, an unknown dimension or one
-  /// named twice; Errc::out_of_range for an empty or outside range, or an
-  /// index outside the dimension.
+  /// named twice, or a step below 1; Errc::out_of_range for an empty or
+  /// outside range, or an index outside the dimension.
   Result<Extent> slice(const std::vector<std::pair<std::string, Select>>& selects) const;
   /// The same members viewed with other dimensions of the same total size.
   Result<Extent> reshape(std::vector<std::pair<std::string, int>> dims) const;
@@ -76,6 +83,8 @@ class Extent {
   std::string to_string() const;
 
  private:
+  // Dimension `dim` cut to coordinates begin, begin + step, ... below end.
+  Result<Extent> cut(const std::string& dim, int begin, int end, int step) const;
   std::vector<std::pair<std::string, int>> dims_;
   std::vector<int> ranks_;
 };

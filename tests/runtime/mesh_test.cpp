@@ -590,6 +590,35 @@ TEST(ActorMeshShape, OneSliceCutsSeveralDimensionsAndAnIndexDropsOne) {
   EXPECT_ERROR(point->slice({{"hosts", 0}}), Errc::invalid_argument, "no dimension 'hosts'");
 }
 
+TEST(ActorMeshShape, AStepKeepsEveryNthCoordinate) {
+  auto mesh = Mesh::local(8).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();
+  auto grid = adders.reshape({{"hosts", 2}, {"procs", 4}}).value();
+  // Every other proc on every host, as Python's slice(0, 4, 2).
+  auto even = grid.slice({{"procs", {0, 4, 2}}});
+  ASSERT_OK(even);
+  EXPECT_EQ(even->extent().to_string(), "{hosts: 2, procs: 2}");
+  EXPECT_EQ(even->extent().ranks(), (std::vector<int>{0, 2, 4, 6}));
+  auto sums = even->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_OK(sums);
+  EXPECT_EQ(sums->item({{"hosts", 1}, {"procs", 1}}).value(), 6);  // rank 6 answers 0 + 6
+  // A step that does not divide the range keeps the last coordinate it
+  // reaches below the end; with an index on another dimension.
+  auto odd = grid.slice({{"hosts", 1}, {"procs", {1, 4, 2}}});
+  ASSERT_OK(odd);
+  EXPECT_EQ(odd->extent().to_string(), "{procs: 2}");
+  EXPECT_EQ(odd->extent().ranks(), (std::vector<int>{5, 7}));
+  auto one = grid.slice({{"procs", {3, 4, 100}}});
+  ASSERT_OK(one);
+  EXPECT_EQ(one->extent().ranks(), (std::vector<int>{3, 7}));
+  // Steps of a slice compose: every other of every other.
+  auto line = adders.slice({{"ranks", {0, 8, 2}}}).value();
+  EXPECT_EQ(line.slice({{"ranks", {0, 4, 2}}})->extent().ranks(), (std::vector<int>{0, 4}));
+  EXPECT_ERROR(grid.slice({{"procs", {0, 4, 0}}}), Errc::invalid_argument, "procs step 0");
+  EXPECT_ERROR(grid.slice({{"procs", {0, 4, -1}}}), Errc::invalid_argument, "below 1");
+  EXPECT_ERROR(grid.slice({{"procs", {2, 2, 1}}}), Errc::out_of_range, "empty");
+}
+
 TEST(ActorMeshCalls, CallAnswersAValueMeshFoundByCoordinates) {
   auto mesh = Mesh::local(8).value();
   auto grid =
