@@ -4,7 +4,8 @@
 //   build/bin/meshrun -n 4 -- build/bin/mesh_bench [--iters N] [--json] [--smoke]
 //   build/bin/mesh_bench --launch [-n 4] [--iters N] [--json] [--smoke]
 //
-// Under meshrun every rank joins the mesh (SPMD) and spawns an echo actor;
+// Under meshrun every rank joins the process mesh (ProcMesh::from_env,
+// SPMD) and spawns an echo actor;
 // rank 0 measures and prints, the others wait for it. With --launch one
 // program is the controller: it launches N worker processes itself
 // (ProcMesh::launch, this binary in worker mode), times launch + spawn of an
@@ -34,7 +35,6 @@
 #include <vector>
 
 #include "bench_util.hpp"
-#include "meshstore/mesh.hpp"
 #include "meshstore/proc_mesh.hpp"
 
 using namespace std::chrono_literals;
@@ -318,13 +318,12 @@ int main(int argc, char** argv) {
   }
   const Args a = parse(argc, argv);
   if (a.launch) return launch_mode(a);
-  meshstore::MeshOptions o;
-  o.request_timeout = 60s;
-  auto mesh = must(meshstore::Mesh::from_env(o), "Mesh::from_env");
-  if (mesh.world_size() < 2) die("run it under meshrun with at least 2 ranks (-n 4)");
-  auto echoes = must(mesh.spawn<echo_actor>("echoes", echo), "spawn echoes");
-  if (mesh.rank() == 0) measure(mesh.system(), echoes, a);
+  auto procs = must(meshstore::ProcMesh::from_env(worker_options()), "ProcMesh::from_env");
+  if (procs.size() < 2) die("run it under meshrun with at least 2 ranks (-n 4)");
+  auto echoes = must(procs.spawn<echo_actor>("echoes", "echo"), "spawn echoes");
+  if (procs.rank() == 0) measure(procs.system(), echoes, a);
   // Collective: the others wait here until rank 0 has measured.
-  must(mesh.spawn<echo_actor>("done", echo), "spawn done");
+  must(procs.spawn<echo_actor>("done", "echo"), "spawn done");
+  procs.stop();
   return 0;
 }
