@@ -21,6 +21,8 @@ using mesh_expire_atom = caf::atom_constant<caf::atom("mesh_exp")>;
 using mesh_leave_atom = caf::atom_constant<caf::atom("mesh_leave")>;
 using mesh_door_atom = caf::atom_constant<caf::atom("mesh_door")>;
 using mesh_single_atom = caf::atom_constant<caf::atom("mesh_one")>;
+using mesh_set_atom = caf::atom_constant<caf::atom("mesh_set")>;
+using mesh_value_atom = caf::atom_constant<caf::atom("mesh_value")>;
 
 // Rank 0's registry: collects each mesh's actors by rank and answers every
 // joiner once all ranks are in (or, after the timeout, an error naming the
@@ -32,7 +34,9 @@ using registry_actor = caf::typed_actor<
     caf::replies_to<mesh_leave_atom, std::int32_t>::with<bool>,
     caf::replies_to<mesh_door_atom, std::int32_t, std::string>::with<std::vector<std::string>>,
     caf::replies_to<mesh_single_atom, std::string, std::string, std::vector<std::string>,
-                    caf::message>::with<caf::actor>>;
+                    caf::message>::with<caf::actor>,
+    caf::replies_to<mesh_set_atom, std::string, std::string>::with<bool>,
+    caf::replies_to<mesh_value_atom, std::string>::with<std::string>>;
 
 struct Pending {
   std::vector<caf::actor> slots;
@@ -58,6 +62,9 @@ struct RegistryState {
     caf::actor actor;
   };
   std::map<std::string, Single> singles;
+  // The rendezvous: values by key, and the reads waiting for a key.
+  std::map<std::string, std::string> values;
+  std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> value_waiters;
 };
 
 // Whether ranks [first, first + n) of mesh `name` are free to join.
@@ -207,6 +214,26 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
       [=](mesh_single_atom, const std::string& name, const std::string& type,
           const std::vector<std::string>& interface,
           caf::message& args) { return single(self, made, name, type, interface, args); },
+      [=](mesh_set_atom, const std::string& key, const std::string& value) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!st.values.emplace(key, value).second) {
+          return internal::to_caf_error(
+              Status(Errc::invalid_argument, "rendezvous: '" + key + "' is set already"));
+        }
+        if (auto it = st.value_waiters.find(key); it != st.value_waiters.end()) {
+          for (auto& w : it->second) w.deliver(value);
+          st.value_waiters.erase(it);
+        }
+        return true;
+      },
+      // Answered once the key is set; the reader's own timeout bounds it.
+      [=](mesh_value_atom, const std::string& key) -> caf::result<std::string> {
+        auto& st = self->state;
+        if (auto it = st.values.find(key); it != st.values.end()) return it->second;
+        auto rp = self->make_response_promise<std::string>();
+        st.value_waiters[key].push_back(rp);
+        return rp;
+      },
   };
 }
 
@@ -233,6 +260,7 @@ struct Mesh::Impl {
   std::vector<caf::actor> owned;
   std::uint16_t port = 0;  // rank 0's registry listens on it
   std::set<std::string> names;
+  std::map<std::string, int> rendezvous;         // mesh_rendezvous_key's counts
   std::shared_ptr<internal::MeshCaller> caller;  // shared with the ActorMeshes
 
   static Result<std::unique_ptr<Impl>> start(const MeshOptions& options, bool network);
@@ -445,6 +473,45 @@ Result<caf::actor> Mesh::single(const std::string& name, const std::string& type
                 std::move(interface), std::move(args))
       .receive([&](caf::actor& a) { out = std::move(a); },
                [&](caf::error& e) { out = internal::from_caf_error(e, "get_or_spawn"); });
+  return out;
+}
+
+Status internal::mesh_set_value(Mesh& mesh, const std::string& key, const std::string& value) {
+  registry_actor registry;
+  {
+    std::lock_guard<std::mutex> lock(mesh.impl_->mu);
+    if (!mesh.impl_->runtime) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
+    registry = mesh.impl_->registry;
+  }
+  Status out;
+  ForeignThreadGuard guard;  // before self: it goes after self
+  caf::scoped_actor self{mesh.system()};
+  self->request(registry, mesh.timeout(), mesh_set_atom::value, key, value)
+      .receive([](bool) {},
+               [&](caf::error& e) { out = internal::from_caf_error(e, "rendezvous"); });
+  return out;
+}
+
+std::string internal::mesh_rendezvous_key(Mesh& mesh, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mesh.impl_->mu);
+  return what + "#" + std::to_string(mesh.impl_->rendezvous[what]++);
+}
+
+Result<std::string> internal::mesh_value(Mesh& mesh, const std::string& key) {
+  registry_actor registry;
+  {
+    std::lock_guard<std::mutex> lock(mesh.impl_->mu);
+    if (!mesh.impl_->runtime) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
+    registry = mesh.impl_->registry;
+  }
+  Result<std::string> out = Status(Errc::internal, "no answer");
+  ForeignThreadGuard guard;  // before self: it goes after self
+  caf::scoped_actor self{mesh.system()};
+  self->request(registry, mesh.timeout(), mesh_value_atom::value, key)
+      .receive([&](std::string& v) { out = std::move(v); },
+               [&](caf::error& e) {
+                 out = internal::from_caf_error(e, "rendezvous: waiting for '" + key + "'");
+               });
   return out;
 }
 

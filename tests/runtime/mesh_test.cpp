@@ -404,6 +404,37 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
   r0->close();
 }
 
+TEST(Mesh, AStoreSpawnedOnLaunchedRanksNeedsOnlyTheMeshsPort) {
+  MeshOptions o;
+  o.request_timeout = 20s;
+  const auto mesh_port = free_port();
+  auto r0 = join_as(0, mesh_port, o);
+  auto r1 = join_as(1, mesh_port, o);
+  ASSERT_OK(r0);
+  ASSERT_OK(r1);
+  ::unsetenv("MESHSTORE_PORT");
+  // Twice: each collective spawn_store gets its own store, in order.
+  for (int round = 0; round < 2; ++round) {
+    ::setenv("RANK", "0", 1);  // one process plays both ranks: each reads its own
+    ::setenv("LOCAL_RANK", "0", 1);
+    auto s0 = spawn_store(*r0);
+    ASSERT_OK(s0);
+    // Rank 0's store took a free port, not MASTER_PORT + 1, and the others
+    // learn it from the mesh's registry.
+    EXPECT_NE(s0->admin().port(), 29501);
+    ::setenv("RANK", "1", 1);
+    ::setenv("LOCAL_RANK", "1", 1);
+    auto s1 = spawn_store(*r1);
+    ASSERT_OK(s1);
+    ASSERT_OK(s1->put_object("round", std::to_string(round)).get(kWait));
+    EXPECT_EQ(s0->get_object("round").get(kWait).value(), std::to_string(round));
+    s1->close();
+    s0->close();
+  }
+  r1->close();
+  r0->close();
+}
+
 TEST(Mesh, SpawnStoreNeedsNoRegistrationOfYours) {
   // The store's types are in every process runtime of a program that
   // links it.

@@ -1,6 +1,7 @@
 #include "meshstore/store_mesh.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 
@@ -176,14 +177,33 @@ Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
   if (!env.ok()) return env.status().with_context("spawn_store");
   options.placement.rank = env->rank;
   options.placement.local_rank = env->local_rank;
-  auto port = env->service_port("MESHSTORE_PORT", 1);
-  if (!port.ok()) return port.status().with_context("spawn_store");
-  const std::string address = env->master_addr + ":" + std::to_string(*port);
-  if (env->rank == 0) {
-    options.listen = address;
-    return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+  if (const char* fixed = std::getenv("MESHSTORE_PORT"); fixed && *fixed) {
+    // Where Store::from_env looks.
+    auto port = env->service_port("MESHSTORE_PORT", 1);
+    if (!port.ok()) return port.status().with_context("spawn_store");
+    const std::string address = env->master_addr + ":" + std::to_string(*port);
+    if (env->rank == 0) {
+      options.listen = address;
+      return internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+    }
+    return internal::StoreRuntimeAccess::connect(std::move(runtime), address, std::move(options));
   }
-  return internal::StoreRuntimeAccess::connect(std::move(runtime), address, std::move(options));
+  // One rendezvous: rank 0's store listens on a free port, and the mesh's
+  // registry hands its address to the other ranks.
+  const std::string key = internal::mesh_rendezvous_key(mesh, "meshstore.store");
+  if (env->rank == 0) {
+    options.listen = env->master_addr + ":0";
+    auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+    if (!store.ok()) return store;
+    if (auto s = internal::mesh_set_value(mesh, key, store->admin().address()); !s.ok()) {
+      store->close();
+      return s.with_context("spawn_store");
+    }
+    return store;
+  }
+  auto address = internal::mesh_value(mesh, key);
+  if (!address.ok()) return address.status().with_context("spawn_store");
+  return internal::StoreRuntimeAccess::connect(std::move(runtime), *address, std::move(options));
 }
 
 Result<std::shared_ptr<Store>> worker_store() {
