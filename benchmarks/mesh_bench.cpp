@@ -16,7 +16,8 @@
 //   - call throughput: ActorMesh::call to every rank, and the bare
 //     equivalent (one scoped_actor, one request per rank, every reply);
 //   - the ratios ours / bare (1.0 = no overhead; higher = slower);
-//   - with --launch: launch + spawn (median of rounds) and the process floor,
+//   - with --launch: launch + spawn (median of rounds) and the process floor;
+//     spawn_store on the launched processes next to Store::embedded alone;
 //     and an actor's round trip from worker rank 0 to rank 1 next to the
 //     same from rank 0 to the controller (1.0: the workers talk as
 //     directly as each talks to the controller).
@@ -36,6 +37,8 @@
 
 #include "bench_util.hpp"
 #include "meshstore/proc_mesh.hpp"
+#include "meshstore/store.hpp"
+#include "meshstore/store_mesh.hpp"
 
 using namespace std::chrono_literals;
 using meshstore::bench::die;
@@ -273,14 +276,24 @@ RoundTrips worker_round_trips(meshstore::ProcMesh& procs,
 int launch_mode(const Args& a) {
   meshstore::LaunchSpec spec;  // this program again, in worker mode
   std::vector<double> launch_ms, floor_ms;
+  std::vector<double> store_ms, embedded_ms;
   for (int r = 0; r < a.rounds; ++r) {
     floor_ms.push_back(process_floor_ms(a.procs));
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();
     auto procs = must(meshstore::ProcMesh::launch({{"procs", a.procs}}, spec, worker_options()),
                       "ProcMesh::launch");
     must(procs.spawn<echo_actor>("echoes", "echo"), "spawn");
     launch_ms.push_back(us_since(t0) / 1000.0);
+    // A store across the processes, next to one in this process alone.
+    t0 = Clock::now();
+    auto store = must(meshstore::spawn_store(procs), "spawn_store");
+    store_ms.push_back(us_since(t0) / 1000.0);
+    store.close();
     procs.stop();
+    t0 = Clock::now();
+    auto alone = must(meshstore::Store::embedded(), "Store::embedded");
+    embedded_ms.push_back(us_since(t0) / 1000.0);
+    alone.close();
   }
   auto procs = must(meshstore::ProcMesh::launch({{"procs", a.procs}}, spec, worker_options()),
                     "ProcMesh::launch");
@@ -291,19 +304,25 @@ int launch_mode(const Args& a) {
   std::snprintf(buf, sizeof(buf),
                 ",\"mode\":\"launch\",\"launch_spawn_ms\":%.2f,\"process_floor_ms\":%.2f,"
                 "\"launch_vs_floor\":%.2f,\"worker_to_controller_p50_us\":%.1f,"
-                "\"worker_to_worker_p50_us\":%.1f,\"worker_pair_vs_controller\":%.3f",
+                "\"worker_to_worker_p50_us\":%.1f,\"worker_pair_vs_controller\":%.3f,"
+                "\"spawn_store_ms\":%.2f,\"embedded_store_ms\":%.2f,"
+                "\"spawn_store_vs_embedded\":%.2f",
                 median(launch_ms), median(floor_ms), median(launch_ms) / median(floor_ms),
                 trips.to_controller_us, trips.to_worker_us,
-                trips.to_worker_us / trips.to_controller_us);
+                trips.to_worker_us / trips.to_controller_us, median(store_ms), median(embedded_ms),
+                median(store_ms) / median(embedded_ms));
   extra.json = buf;
   std::snprintf(buf, sizeof(buf),
                 "| launch %d processes + spawn a mesh (ms, median of %d) | %.2f (fork+exec+wait "
                 "of /bin/true) | %.2f | %.2f |\n"
                 "| round trip from rank 0 (us, p50) | %.1f (to the controller) | %.1f (to rank 1) "
-                "| %.2f |\n",
+                "| %.2f |\n"
+                "| spawn_store on %d processes (ms, median of %d) | %.2f (Store::embedded alone) "
+                "| %.2f | %.2f |\n",
                 a.procs, a.rounds, median(floor_ms), median(launch_ms),
                 median(launch_ms) / median(floor_ms), trips.to_controller_us, trips.to_worker_us,
-                trips.to_worker_us / trips.to_controller_us);
+                trips.to_worker_us / trips.to_controller_us, a.procs, a.rounds, median(embedded_ms),
+                median(store_ms), median(store_ms) / median(embedded_ms));
   extra.rows = buf;
   measure(procs.system(), echoes, a, extra);
   procs.stop();
