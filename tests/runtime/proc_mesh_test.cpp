@@ -1322,6 +1322,72 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
   transports::shm::garbage_collect(false, p0);  // the killed one could not
 }
 
+// Under the restart policy, with the process started again: the store's
+// member in rank 1 comes back in the new process and its volume rejoins
+// the store empty. The key it held is gone (the controller dropped it and
+// said so); new puts land in it again.
+TEST(ProcMesh, AStoreProcessStartedAgainRejoinsTheStoreEmpty) {
+  Failures failures;
+  Supervision restart;
+  restart.policy = FailurePolicy::restart;
+  restart.on_failure = failures.handler(false);
+  LaunchSpec spec;
+  spec.max_relaunches = 1;
+  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";  // a volume in each worker process
+  auto store = spawn_store(*procs, so, restart);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto users = procs->spawn<store_user_actor>(restart, "users", "store_user");
+  ASSERT_TRUE(users.ok()) << users.status().to_string();
+  auto rank1 = users->slice({{"procs", 1}}).value();
+  ASSERT_TRUE(rank1.call_one<bool>(store_put_atom::value, std::string("old"), std::string("v1"))
+                  .get(kWait)
+                  .ok());
+  ASSERT_EQ(store->get_object("old").get(kWait).value(), "v1");
+
+  const int old_pid = procs->pid(1);
+  ASSERT_TRUE(procs->signal(1, SIGKILL).ok());
+  ASSERT_TRUE(failures.wait_for(2));  // the store's member and the user
+  std::set<std::string> failed;
+  {
+    std::lock_guard<std::mutex> lock(failures.mu);
+    for (const auto& f : failures.seen) {
+      EXPECT_EQ(f.rank, 1);
+      failed.insert(f.mesh);
+    }
+  }
+  EXPECT_EQ(failed, (std::set<std::string>{"meshstore.store", "users"}));
+  // A new process, whose volume registers again under its old name.
+  ASSERT_TRUE(eventually([&] {
+    return procs->pid(1) != old_pid &&
+           rank1.call_one<bool>(store_put_atom::value, std::string("new"), std::string("v2"))
+               .get(kWait)
+               .ok();
+  }));
+  EXPECT_EQ(store->get_object("new").get(kWait).value(), "v2");
+  // What the old volume held is gone, and a read of it says so: this
+  // client saw the volume go ("... which went down; put it again"), one
+  // that did not finds no such key.
+  auto old = store->get_object("old").get(kWait);
+  ASSERT_FALSE(old.ok());
+  const auto& why = old.status();
+  EXPECT_TRUE((why.code() == Errc::unavailable &&
+               why.message().find("which went down") != std::string::npos) ||
+              why.code() == Errc::not_found)
+      << why.to_string();
+  auto stats = store->admin().stats().get(kWait);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  for (const auto& v : *stats) {
+    if (v.volume_id.substr(v.volume_id.rfind('/') + 1) == "lr1") {
+      EXPECT_EQ(v.objects, 1u);  // "new" alone
+    }
+  }
+  store->close();
+  procs->stop();
+}
+
 // The controller of a single-controller program is often the one that
 // publishes. It is not one of the mesh's ranks (local rank -1), so under
 // per_local_rank it hosts no volume: it writes to its host's volume of the

@@ -36,9 +36,10 @@ using store_join_atom = caf::atom_constant<caf::atom("s_join")>;
 // A process's membership in a store: join connects it.
 using store_node_actor = caf::typed_actor<caf::replies_to<store_join_atom>::with<std::string>>;
 
-// The store this process joined (one per process).
+// The store this process joined (one per process), and its address.
 std::mutex g_mu;
 std::shared_ptr<Store> g_store;
+std::string g_joined;
 
 store_node_actor::behavior_type store_node(store_node_actor::pointer self, int rank,
                                            std::string address, std::string transport,
@@ -47,7 +48,10 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
   // thread, before the runtime it shares goes (never on an actor thread,
   // which would wait for actors of its own system). A node stopped
   // earlier (its mesh stopped) leaves the store open until then.
-  (void)self;
+  // It joins at once: a node that supervision spawned again, in a process
+  // started again, is asked by no one, and its volumes rejoin the store
+  // (empty) this way. spawn_store's own join then finds it joined.
+  caf::anon_send(self, store_join_atom::value);
   return {
       [=](store_join_atom) -> caf::result<std::string> {
         StoreOptions o;
@@ -55,12 +59,15 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
         o.placement.local_rank = rank;
         o.transport.name = transport;
         o.limits.request_timeout = std::chrono::milliseconds(request_timeout_ms);
+        const std::string joined = "rank " + std::to_string(rank) + " joined " + address;
         {
           std::lock_guard<std::mutex> lock(g_mu);
+          if (g_store && g_joined == address) return joined;
           if (g_store) {
             return internal::to_caf_error(
-                Status(Errc::invalid_argument,
-                       "rank " + std::to_string(rank) + ": this process already joined a store"));
+                Status(Errc::invalid_argument, "rank " + std::to_string(rank) +
+                                                   ": this process already joined a store (" +
+                                                   g_joined + ")"));
           }
         }
         // On this process's runtime (one actor system for the mesh and the
@@ -79,6 +86,7 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
         {
           std::lock_guard<std::mutex> lock(g_mu);
           g_store = std::make_shared<Store>(std::move(s).value());
+          g_joined = address;
         }
         internal::at_worker_exit([] {
           std::shared_ptr<Store> doomed;
@@ -88,7 +96,7 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
           }
           if (doomed) doomed->close();
         });
-        return "rank " + std::to_string(rank) + " joined " + address;
+        return joined;
       },
   };
 }
