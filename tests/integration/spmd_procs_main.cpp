@@ -29,6 +29,7 @@
 
 #include "meshstore/proc_mesh.hpp"
 #include "meshstore/store_mesh.hpp"
+#include "testing/ask.hpp"
 #include "testing/sockets.hpp"
 
 using namespace std::chrono_literals;
@@ -62,11 +63,7 @@ worker_actor::behavior_type worker(worker_actor::pointer, int rank, int base) {
 
 relay_actor::behavior_type relay(relay_actor::pointer self, int) {
   return {[=](relay_atom, const worker_actor& to, int x) -> caf::result<int> {
-    auto rp = self->make_response_promise<int>();
-    self->request(to, 10s, add_atom::value, x)
-        .then([rp](int r) mutable { rp.deliver(r); },
-              [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-    return rp;
+    return meshstore::testing::ask_and_answer<int>(self, to, add_atom::value, x);
   }};
 }
 

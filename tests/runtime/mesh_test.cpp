@@ -370,11 +370,7 @@ TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
 }
 
 TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
-  MeshOptions o;
-  o.request_timeout = 20s;
-  const auto mesh_port = free_port();
-  auto r0 = join_as(0, mesh_port, o);
-  auto r1 = join_as(1, mesh_port, o);
+  auto [r0, r1] = join_two(false);
   ASSERT_OK(r0);
   ASSERT_OK(r1);
   const int before = testing::thread_count();  // every thread of this process
@@ -405,11 +401,7 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksSharesTheirActorSystems) {
 }
 
 TEST(Mesh, AStoreSpawnedOnLaunchedRanksNeedsOnlyTheMeshsPort) {
-  MeshOptions o;
-  o.request_timeout = 20s;
-  const auto mesh_port = free_port();
-  auto r0 = join_as(0, mesh_port, o);
-  auto r1 = join_as(1, mesh_port, o);
+  auto [r0, r1] = join_two(false);
   ASSERT_OK(r0);
   ASSERT_OK(r1);
   ::unsetenv("MESHSTORE_PORT");

@@ -27,6 +27,7 @@
 
 #include "meshstore/host_agent.hpp"
 #include "meshstore/store_mesh.hpp"
+#include "testing/ask.hpp"
 #include "testing/sockets.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/test_util.hpp"
@@ -113,11 +114,7 @@ using relay_actor = caf::typed_actor<caf::replies_to<relay_atom, worker_actor, i
 
 relay_actor::behavior_type relay(relay_actor::pointer self, int) {
   return {[=](relay_atom, const worker_actor& to, int x) -> caf::result<int> {
-    auto rp = self->make_response_promise<int>();
-    self->request(to, 10s, add_atom::value, x)
-        .then([rp](int r) mutable { rp.deliver(r); },
-              [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-    return rp;
+    return testing::ask_and_answer<int>(self, to, add_atom::value, x);
   }};
 }
 

@@ -20,4 +20,17 @@ Result<R> ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
   return out;
 }
 
+/// From inside actor `self`: asks `h` (10 s at most) and answers `self`'s
+/// own caller with the single-value reply of type R, or the error. What
+/// a test's relaying actor returns from its handler: a message from one
+/// process's actor to another's, and back.
+template <class R, class Self, class Handle, class... Ts>
+caf::typed_response_promise<R> ask_and_answer(Self* self, const Handle& h, Ts&&... xs) {
+  auto rp = self->template make_response_promise<R>();
+  self->request(h, std::chrono::seconds(10), std::forward<Ts>(xs)...)
+      .then([rp](R r) mutable { rp.deliver(std::move(r)); },
+            [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
 }  // namespace meshstore::testing
