@@ -23,6 +23,7 @@ using mesh_door_atom = caf::atom_constant<caf::atom("mesh_door")>;
 using mesh_single_atom = caf::atom_constant<caf::atom("mesh_one")>;
 using mesh_set_atom = caf::atom_constant<caf::atom("mesh_set")>;
 using mesh_value_atom = caf::atom_constant<caf::atom("mesh_value")>;
+using mesh_fail_atom = caf::atom_constant<caf::atom("mesh_fail")>;
 
 // Rank 0's registry: collects each mesh's actors by rank and answers every
 // joiner once all ranks are in (or, after the timeout, an error naming the
@@ -36,7 +37,8 @@ using registry_actor = caf::typed_actor<
     caf::replies_to<mesh_single_atom, std::string, std::string, std::vector<std::string>,
                     caf::message>::with<caf::actor>,
     caf::replies_to<mesh_set_atom, std::string, std::string>::with<bool>,
-    caf::replies_to<mesh_value_atom, std::string>::with<std::string>>;
+    caf::replies_to<mesh_value_atom, std::string>::with<std::string>,
+    caf::reacts_to<mesh_fail_atom, std::string, std::int32_t, caf::error>>;
 
 struct Pending {
   std::vector<caf::actor> slots;
@@ -225,6 +227,22 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
           st.value_waiters.erase(it);
         }
         return true;
+      },
+      // A rank that could not make its member of `name`: every rank's
+      // spawn of it fails now, naming that rank and why, instead of
+      // waiting for it until the timeout; the name stays refused.
+      [=](mesh_fail_atom, const std::string& name, std::int32_t rank, const caf::error& why) {
+        auto& st = self->state;
+        if (st.complete.count(name) || st.failed.count(name)) return;
+        const auto reason = internal::from_caf_error(why, "");
+        auto err = internal::to_caf_error(
+            Status(reason.code(), "mesh '" + name + "': rank " + std::to_string(rank) +
+                                      " could not spawn its member: " + reason.message()));
+        if (auto it = st.pending.find(name); it != st.pending.end()) {
+          for (auto& w : it->second.waiting) w.deliver(err);
+          st.pending.erase(it);
+        }
+        st.failed.emplace(name, err);
       },
       // Answered once the key is set; the reader's own timeout bounds it.
       [=](mesh_value_atom, const std::string& key) -> caf::result<std::string> {
@@ -515,10 +533,20 @@ Result<std::string> internal::mesh_value(Mesh& mesh, const std::string& key) {
   return out;
 }
 
-void Mesh::release(const std::string& name) {
+void Mesh::release(const std::string& name, const Status& why) {
   if (!impl_) return;
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->names.erase(name);
+  registry_actor registry;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->names.erase(name);
+    if (is_local() || !impl_->runtime) return;
+    registry = impl_->registry;
+  }
+  // The other ranks learn it at once (best effort: without it they wait
+  // for this rank until the registry's timeout).
+  ForeignThreadGuard guard;
+  caf::anon_send(registry, mesh_fail_atom::value, name, static_cast<std::int32_t>(rank()),
+                 internal::to_caf_error(why));
 }
 
 Result<std::vector<caf::actor>> Mesh::join(const std::string& name, std::vector<caf::actor> mine,

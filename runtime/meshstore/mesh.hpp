@@ -213,8 +213,9 @@ class Mesh {
   // Errc::shutdown when closed or moved from; Errc::invalid_argument for an
   // empty or already used name; else records the name.
   Status reserve(const std::string& name);
-  // Frees a reserved name whose spawn failed before it joined.
-  void release(const std::string& name);
+  // Frees a reserved name whose spawn failed before it joined (`why`),
+  // and fails the other ranks' spawns of it at once.
+  void release(const std::string& name, const Status& why);
   // The named singleton `name` of the registered type `type`, made on
   // rank 0's registry by its first caller (ProcMesh::get_or_spawn).
   Result<caf::actor> single(const std::string& name, const std::string& type,

@@ -89,9 +89,9 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
   auto mine = internal::spawn_named(sys.dummy_execution_unit(), type, interface, msg,
                                     ctx + ", rank " + std::to_string(me));
   if (!mine.ok()) {
-    // Nothing is left here and the name is free again; the other ranks
-    // wait for this one until the registry's timeout, which names it.
-    mesh->release(name);
+    // Nothing is left here and the name is free again here; the other
+    // ranks' spawns of it fail at once, naming this rank.
+    mesh->release(name, mine.status());
     return mine.status();
   }
   auto all = mesh->join(name, {*mine}, interface);

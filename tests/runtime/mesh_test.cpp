@@ -168,7 +168,9 @@ TEST(ProcMeshFromEnv, ALaunchedJobIsAProcMeshWithCollectiveSpawnsAndSingletons) 
                "mesh 'adders' was already spawned here");
   EXPECT_ERROR(procs->spawn<adder_actor>("ghost", "no-such-type", -1), Errc::not_found,
                "no actor type 'no-such-type'");
-  EXPECT_OK(procs->spawn<adder_actor>("ghost", "adder", -1));  // the name is free again
+  // The job's registry keeps the failed mesh refused under its name.
+  EXPECT_ERROR(procs->spawn<adder_actor>("ghost", "adder", -1), Errc::not_found,
+               "mesh 'ghost': rank 0 could not spawn its member");
   EXPECT_ERROR(procs->signal(0, SIGTERM), Errc::invalid_argument, "launcher owns");
   procs->stop();
   EXPECT_ERROR(adders->ask<int>(0, add_atom::value, 1).get(kWait), Errc::shutdown, "");
