@@ -30,6 +30,7 @@
 #include "testing/ask.hpp"
 #include "testing/sockets.hpp"
 #include "testing/subprocess.hpp"
+#include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -435,6 +436,28 @@ TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnConnections) {
                        "ranks " + std::to_string(a) + " and " + std::to_string(b));
     }
   }
+  procs->stop();
+}
+
+// The same over TLS: the workers' doors are published, and reached,
+// through CAF's OpenSSL module with the job's certificates.
+TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnTlsConnections) {
+  testing::TempDir dir;
+  const std::string cmd =
+      std::string(MESHSTORE_MAKE_CERTS) + " " + dir.file("job") + " node > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto o = options();
+  o.tls = TlsOptions{dir.file("job/node.pem"), dir.file("job/node.key"), dir.file("job/ca.pem")};
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("workers", "worker", 100);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  auto relays = procs->spawn<relay_actor>("relays", "relay");
+  ASSERT_TRUE(relays.ok()) << relays.status().to_string();
+  auto r = relays->slice({{"procs", 1}})->call_one<int>(relay_atom::value, w->at(0), 1).get(kWait);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(*r, 1 + 100 + 0);
+  expect_connected(procs->pid(0), procs->pid(1), "ranks 0 and 1, over TLS");
   procs->stop();
 }
 
