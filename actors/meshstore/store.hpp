@@ -33,6 +33,7 @@ namespace meshstore {
 
 namespace internal {
 struct StoreRuntimeAccess;
+struct StoreDirectory;
 class ActorRuntime;
 }  // namespace internal
 
@@ -163,8 +164,12 @@ class Store {
   // (a ProcMesh's, spawn_store in store_mesh.hpp); null makes its own.
   static Result<Store> embedded_on(std::shared_ptr<internal::ActorRuntime> runtime,
                                    StoreOptions options);
+  // With `directory` (the store's directory actor, handed over a
+  // connection this process already has), no connection to `address` is
+  // opened: `address` only names the store in messages.
   static Result<Store> connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
-                                  const std::string& address, StoreOptions options);
+                                  const std::string& address, StoreOptions options,
+                                  const internal::StoreDirectory* directory = nullptr);
   Future<void> put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
                          std::uint32_t replicas);
   Future<Tensor> get_slice(std::string key, const TensorSlice& slice);

@@ -50,14 +50,14 @@ Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision sup
 /// The same for a launched job (SPMD, Mesh::from_env): call it on every
 /// rank, in the same order as the job's other collective calls. Rank 0
 /// creates the store on its Mesh's runtime, listening on MASTER_ADDR on a
-/// free port, and hands the address to the other ranks through the mesh's
-/// registry: the job needs no port but the mesh's. With MESHSTORE_PORT
-/// set, rank 0 listens there instead and the others connect there, as
-/// Store::from_env does. Every other rank joins it on its own Mesh's
-/// runtime, with its rank and local rank. One actor system per process for
-/// the mesh and the store. On a Mesh::local, one store in this process.
-/// Errors as Store::from_env, and Errc::timeout when rank 0's address does
-/// not come within the mesh's request timeout.
+/// free port, and hands it to the other ranks through the mesh's registry,
+/// over the connections they already have: the job needs no port but the
+/// mesh's, and this works under TLS. With MESHSTORE_PORT set, rank 0
+/// listens there instead and the others connect there, as Store::from_env
+/// does (not under TLS: see docs/security.md, "Not built"). Every other rank joins it on its own
+/// Mesh's runtime, with its rank and local rank. One actor system per process for the mesh and the
+/// store. On a Mesh::local, one store in this process. Errors as Store::from_env, and Errc::timeout
+/// when rank 0's address does not come within the mesh's request timeout.
 Result<Store> spawn_store(Mesh& mesh, StoreOptions options = {});
 
 /// In a process of a ProcMesh: the store it joined through spawn_store

@@ -36,8 +36,8 @@ using registry_actor = caf::typed_actor<
     caf::replies_to<mesh_door_atom, std::int32_t, std::string>::with<std::vector<std::string>>,
     caf::replies_to<mesh_single_atom, std::string, std::string, std::vector<std::string>,
                     caf::message>::with<caf::actor>,
-    caf::replies_to<mesh_set_atom, std::string, std::string>::with<bool>,
-    caf::replies_to<mesh_value_atom, std::string>::with<std::string>,
+    caf::replies_to<mesh_set_atom, std::string, std::string, caf::actor>::with<bool>,
+    caf::replies_to<mesh_value_atom, std::string>::with<std::string, caf::actor>,
     caf::reacts_to<mesh_fail_atom, std::string, std::int32_t, caf::error>>;
 
 struct Pending {
@@ -65,8 +65,9 @@ struct RegistryState {
   };
   std::map<std::string, Single> singles;
   // The rendezvous: values by key, and the reads waiting for a key.
-  std::map<std::string, std::string> values;
-  std::map<std::string, std::vector<caf::typed_response_promise<std::string>>> value_waiters;
+  std::map<std::string, std::pair<std::string, caf::actor>> values;
+  std::map<std::string, std::vector<caf::typed_response_promise<std::string, caf::actor>>>
+      value_waiters;
 };
 
 // Whether ranks [first, first + n) of mesh `name` are free to join.
@@ -216,14 +217,16 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
       [=](mesh_single_atom, const std::string& name, const std::string& type,
           const std::vector<std::string>& interface,
           caf::message& args) { return single(self, made, name, type, interface, args); },
-      [=](mesh_set_atom, const std::string& key, const std::string& value) -> caf::result<bool> {
+      [=](mesh_set_atom, const std::string& key, const std::string& text,
+          const caf::actor& actor) -> caf::result<bool> {
+        const std::pair<std::string, caf::actor> value{text, actor};
         auto& st = self->state;
         if (!st.values.emplace(key, value).second) {
           return internal::to_caf_error(
               Status(Errc::invalid_argument, "rendezvous: '" + key + "' is set already"));
         }
         if (auto it = st.value_waiters.find(key); it != st.value_waiters.end()) {
-          for (auto& w : it->second) w.deliver(value);
+          for (auto& w : it->second) w.deliver(value.first, value.second);
           st.value_waiters.erase(it);
         }
         return true;
@@ -245,10 +248,12 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
         st.failed.emplace(name, err);
       },
       // Answered once the key is set; the reader's own timeout bounds it.
-      [=](mesh_value_atom, const std::string& key) -> caf::result<std::string> {
+      [=](mesh_value_atom, const std::string& key) -> caf::result<std::string, caf::actor> {
         auto& st = self->state;
-        if (auto it = st.values.find(key); it != st.values.end()) return it->second;
-        auto rp = self->make_response_promise<std::string>();
+        if (auto it = st.values.find(key); it != st.values.end()) {
+          return {it->second.first, it->second.second};
+        }
+        auto rp = self->make_response_promise<std::string, caf::actor>();
         st.value_waiters[key].push_back(rp);
         return rp;
       },
@@ -494,7 +499,8 @@ Result<caf::actor> Mesh::single(const std::string& name, const std::string& type
   return out;
 }
 
-Status internal::mesh_set_value(Mesh& mesh, const std::string& key, const std::string& value) {
+Status internal::mesh_set_value(Mesh& mesh, const std::string& key, const std::string& text,
+                                const caf::actor& actor) {
   registry_actor registry;
   {
     std::lock_guard<std::mutex> lock(mesh.impl_->mu);
@@ -504,7 +510,7 @@ Status internal::mesh_set_value(Mesh& mesh, const std::string& key, const std::s
   Status out;
   ForeignThreadGuard guard;  // before self: it goes after self
   caf::scoped_actor self{mesh.system()};
-  self->request(registry, mesh.timeout(), mesh_set_atom::value, key, value)
+  self->request(registry, mesh.timeout(), mesh_set_atom::value, key, text, actor)
       .receive([](bool) {},
                [&](caf::error& e) { out = internal::from_caf_error(e, "rendezvous"); });
   return out;
@@ -515,18 +521,20 @@ std::string internal::mesh_rendezvous_key(Mesh& mesh, const std::string& what) {
   return what + "#" + std::to_string(mesh.impl_->rendezvous[what]++);
 }
 
-Result<std::string> internal::mesh_value(Mesh& mesh, const std::string& key) {
+Result<std::pair<std::string, caf::actor>> internal::mesh_value(Mesh& mesh,
+                                                                const std::string& key) {
   registry_actor registry;
   {
     std::lock_guard<std::mutex> lock(mesh.impl_->mu);
     if (!mesh.impl_->runtime) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
     registry = mesh.impl_->registry;
   }
-  Result<std::string> out = Status(Errc::internal, "no answer");
+  Result<std::pair<std::string, caf::actor>> out = Status(Errc::internal, "no answer");
   ForeignThreadGuard guard;  // before self: it goes after self
   caf::scoped_actor self{mesh.system()};
   self->request(registry, mesh.timeout(), mesh_value_atom::value, key)
-      .receive([&](std::string& v) { out = std::move(v); },
+      .receive([&](std::string& text,
+                   caf::actor& actor) { out = std::make_pair(std::move(text), std::move(actor)); },
                [&](caf::error& e) {
                  out = internal::from_caf_error(e, "rendezvous: waiting for '" + key + "'");
                });

@@ -38,13 +38,15 @@ class ActorRuntime;
 std::shared_ptr<ActorRuntime> mesh_runtime(const Mesh& mesh);
 /// Whether `mesh` is a Mesh::local one (every rank in this process).
 bool mesh_is_local(const Mesh& mesh);
-/// The job's rendezvous, in rank 0's mesh registry: a value under `key`,
-/// set once (a second set of the key is Errc::invalid_argument), and
-/// read by any rank, waiting for it until the mesh's request timeout
-/// (Errc::timeout naming the key). What spawn_store hands its address
-/// out through, so that a launched job needs one port.
-Status mesh_set_value(Mesh& mesh, const std::string& key, const std::string& value);
-Result<std::string> mesh_value(Mesh& mesh, const std::string& key);
+/// The job's rendezvous, in rank 0's mesh registry: a value under `key`
+/// (a text and an actor handle, which may be null: handles travel over the
+/// connections the ranks already have), set once (a second set of the key is
+/// Errc::invalid_argument), and read by any rank, waiting for it until the
+/// mesh's request timeout (Errc::timeout naming the key). What spawn_store
+/// hands its store out through, so that a launched job needs one port.
+Status mesh_set_value(Mesh& mesh, const std::string& key, const std::string& text,
+                      const caf::actor& actor);
+Result<std::pair<std::string, caf::actor>> mesh_value(Mesh& mesh, const std::string& key);
 /// A fresh rendezvous key for the next collective call `what` on `mesh`
 /// ("what#N"): the same on every rank, which make those calls in the same
 /// order.
@@ -204,8 +206,9 @@ class Mesh {
   friend std::shared_ptr<internal::ActorRuntime> internal::mesh_runtime(const Mesh& mesh);
   friend bool internal::mesh_is_local(const Mesh& mesh);
   friend Status internal::mesh_set_value(Mesh& mesh, const std::string& key,
-                                         const std::string& value);
-  friend Result<std::string> internal::mesh_value(Mesh& mesh, const std::string& key);
+                                         const std::string& text, const caf::actor& actor);
+  friend Result<std::pair<std::string, caf::actor>> internal::mesh_value(Mesh& mesh,
+                                                                         const std::string& key);
   friend std::string internal::mesh_rendezvous_key(Mesh& mesh, const std::string& what);
   struct Impl;
   explicit Mesh(std::unique_ptr<Impl> impl);

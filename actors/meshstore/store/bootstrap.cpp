@@ -311,7 +311,8 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
 }
 
 Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
-                                const std::string& address, StoreOptions options) {
+                                const std::string& address, StoreOptions options,
+                                const internal::StoreDirectory* via) {
   ForeignThreadGuard guard;  // as in embedded()
   auto target = parse_address(address);
   if (!target.ok()) return target.status().with_context("connect");
@@ -324,11 +325,16 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   auto& sys = impl->runtime->system();
   auto log = log::get("store");
 
-  // The server may still be starting (rank 0 of the same launch).
-  auto reached = internal::connect_with_retry<protocol::directory_actor>(
-      sys, target->host, target->port, options.limits.connect_timeout, "meshstore");
-  if (!reached.ok()) return reached.status().with_context("connect");
-  protocol::directory_actor directory = std::move(reached).value();
+  protocol::directory_actor directory;
+  if (via) {
+    directory = via->handle;
+  } else {
+    // The server may still be starting (rank 0 of the same launch).
+    auto reached = internal::connect_with_retry<protocol::directory_actor>(
+        sys, target->host, target->port, options.limits.connect_timeout, "meshstore");
+    if (!reached.ok()) return reached.status().with_context("connect");
+    directory = std::move(reached).value();
+  }
   Status hello;
   {
     caf::scoped_actor self{sys};

@@ -24,6 +24,16 @@
 
 namespace meshstore {
 
+// A store's directory actor, as Store::connect_on takes it from a process
+// that already reaches the store (spawn_store on a launched mesh).
+struct internal::StoreDirectory {
+  protocol::directory_actor handle;
+};
+
+}  // namespace meshstore
+
+namespace meshstore {
+
 namespace client {
 class FastPath;
 }

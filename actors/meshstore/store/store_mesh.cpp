@@ -19,8 +19,12 @@ struct internal::StoreRuntimeAccess {
     return Store::embedded_on(std::move(rt), std::move(o));
   }
   static Result<Store> connect(std::shared_ptr<ActorRuntime> rt, const std::string& address,
-                               StoreOptions o) {
-    return Store::connect_on(std::move(rt), address, std::move(o));
+                               StoreOptions o, const StoreDirectory* via = nullptr) {
+    return Store::connect_on(std::move(rt), address, std::move(o), via);
+  }
+  // Its directory actor (what connect() takes as `via`); null without one.
+  static caf::actor directory(const Store& store) {
+    return store.impl_ ? caf::actor_cast<caf::actor>(store.impl_->directory) : caf::actor();
   }
   // Every volume `store`'s client may be given has registered.
   static void placement_final(const Store& store) {
@@ -196,22 +200,33 @@ Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
     }
     return internal::StoreRuntimeAccess::connect(std::move(runtime), address, std::move(options));
   }
-  // One rendezvous: rank 0's store listens on a free port, and the mesh's
-  // registry hands its address to the other ranks.
+  // One rendezvous: rank 0's store listens on a free port (for clients
+  // from elsewhere), and the mesh's registry hands its address and its
+  // directory actor to the other ranks, who reach it over the connection
+  // to rank 0 they already have: a second connection between two
+  // connected processes breaks CAF 0.17's TLS links.
   const std::string key = internal::mesh_rendezvous_key(mesh, "meshstore.store");
   if (env->rank == 0) {
     options.listen = env->master_addr + ":0";
     auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
     if (!store.ok()) return store;
-    if (auto s = internal::mesh_set_value(mesh, key, store->admin().address()); !s.ok()) {
+    if (auto s = internal::mesh_set_value(mesh, key, store->admin().address(),
+                                          internal::StoreRuntimeAccess::directory(*store));
+        !s.ok()) {
       store->close();
       return s.with_context("spawn_store");
     }
     return store;
   }
-  auto address = internal::mesh_value(mesh, key);
-  if (!address.ok()) return address.status().with_context("spawn_store");
-  return internal::StoreRuntimeAccess::connect(std::move(runtime), *address, std::move(options));
+  auto told = internal::mesh_value(mesh, key);
+  if (!told.ok()) return told.status().with_context("spawn_store");
+  if (!told->second) {
+    return Status(Errc::protocol_error,
+                  "spawn_store: rank 0 named its store " + told->first + " without its actor");
+  }
+  internal::StoreDirectory via{caf::actor_cast<protocol::directory_actor>(told->second)};
+  return internal::StoreRuntimeAccess::connect(std::move(runtime), told->first, std::move(options),
+                                               &via);
 }
 
 Result<std::shared_ptr<Store>> worker_store() {
