@@ -170,6 +170,42 @@ caf::result<caf::actor> single(registry_actor::stateful_pointer<RegistryState> s
   return *a;
 }
 
+// The rendezvous: `key`'s value, set once; the readers waiting for it
+// get it now.
+caf::result<bool> set_value(registry_actor::stateful_pointer<RegistryState> self,
+                            const std::string& key, const std::string& text,
+                            const caf::actor& actor) {
+  const std::pair<std::string, caf::actor> value{text, actor};
+  auto& st = self->state;
+  if (!st.values.emplace(key, value).second) {
+    return internal::to_caf_error(
+        Status(Errc::invalid_argument, "rendezvous: '" + key + "' is set already"));
+  }
+  if (auto it = st.value_waiters.find(key); it != st.value_waiters.end()) {
+    for (auto& w : it->second) w.deliver(value.first, value.second);
+    st.value_waiters.erase(it);
+  }
+  return true;
+}
+
+// A rank that could not make its member of `name`: every rank's spawn of
+// it fails now, naming that rank and why, instead of waiting for it until
+// the timeout; the name stays refused.
+void fail_mesh(registry_actor::stateful_pointer<RegistryState> self, const std::string& name,
+               std::int32_t rank, const caf::error& why) {
+  auto& st = self->state;
+  if (st.complete.count(name) || st.failed.count(name)) return;
+  const auto reason = internal::from_caf_error(why, "");
+  auto err = internal::to_caf_error(
+      Status(reason.code(), "mesh '" + name + "': rank " + std::to_string(rank) +
+                                " could not spawn its member: " + reason.message()));
+  if (auto it = st.pending.find(name); it != st.pending.end()) {
+    for (auto& w : it->second.waiting) w.deliver(err);
+    st.pending.erase(it);
+  }
+  st.failed.emplace(name, err);
+}
+
 registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,
                                             int world, std::chrono::milliseconds timeout,
                                             std::weak_ptr<internal::MeshCaller> owner) {
@@ -217,35 +253,11 @@ registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<Reg
       [=](mesh_single_atom, const std::string& name, const std::string& type,
           const std::vector<std::string>& interface,
           caf::message& args) { return single(self, made, name, type, interface, args); },
-      [=](mesh_set_atom, const std::string& key, const std::string& text,
-          const caf::actor& actor) -> caf::result<bool> {
-        const std::pair<std::string, caf::actor> value{text, actor};
-        auto& st = self->state;
-        if (!st.values.emplace(key, value).second) {
-          return internal::to_caf_error(
-              Status(Errc::invalid_argument, "rendezvous: '" + key + "' is set already"));
-        }
-        if (auto it = st.value_waiters.find(key); it != st.value_waiters.end()) {
-          for (auto& w : it->second) w.deliver(value.first, value.second);
-          st.value_waiters.erase(it);
-        }
-        return true;
+      [=](mesh_set_atom, const std::string& key, const std::string& text, const caf::actor& actor) {
+        return set_value(self, key, text, actor);
       },
-      // A rank that could not make its member of `name`: every rank's
-      // spawn of it fails now, naming that rank and why, instead of
-      // waiting for it until the timeout; the name stays refused.
       [=](mesh_fail_atom, const std::string& name, std::int32_t rank, const caf::error& why) {
-        auto& st = self->state;
-        if (st.complete.count(name) || st.failed.count(name)) return;
-        const auto reason = internal::from_caf_error(why, "");
-        auto err = internal::to_caf_error(
-            Status(reason.code(), "mesh '" + name + "': rank " + std::to_string(rank) +
-                                      " could not spawn its member: " + reason.message()));
-        if (auto it = st.pending.find(name); it != st.pending.end()) {
-          for (auto& w : it->second.waiting) w.deliver(err);
-          st.pending.erase(it);
-        }
-        st.failed.emplace(name, err);
+        fail_mesh(self, name, rank, why);
       },
       // Answered once the key is set; the reader's own timeout bounds it.
       [=](mesh_value_atom, const std::string& key) -> caf::result<std::string, caf::actor> {
@@ -482,13 +494,8 @@ Status Mesh::reserve(const std::string& name) {
 
 Result<caf::actor> Mesh::single(const std::string& name, const std::string& type,
                                 std::vector<std::string> interface, caf::message args) {
-  registry_actor registry;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (!impl_->runtime)
-      return Status(Errc::shutdown, "singleton '" + name + "': the mesh is closed");
-    registry = impl_->registry;
-  }
+  auto registry = caf::actor_cast<registry_actor>(registry_handle());
+  if (!registry) return Status(Errc::shutdown, "singleton '" + name + "': the mesh is closed");
   Result<caf::actor> out = Status(Errc::internal, "no answer");
   ForeignThreadGuard guard;  // before self: it goes after self
   caf::scoped_actor self{system()};
@@ -501,12 +508,8 @@ Result<caf::actor> Mesh::single(const std::string& name, const std::string& type
 
 Status internal::mesh_set_value(Mesh& mesh, const std::string& key, const std::string& text,
                                 const caf::actor& actor) {
-  registry_actor registry;
-  {
-    std::lock_guard<std::mutex> lock(mesh.impl_->mu);
-    if (!mesh.impl_->runtime) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
-    registry = mesh.impl_->registry;
-  }
+  auto registry = caf::actor_cast<registry_actor>(mesh.registry_handle());
+  if (!registry) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
   Status out;
   ForeignThreadGuard guard;  // before self: it goes after self
   caf::scoped_actor self{mesh.system()};
@@ -523,12 +526,8 @@ std::string internal::mesh_rendezvous_key(Mesh& mesh, const std::string& what) {
 
 Result<std::pair<std::string, caf::actor>> internal::mesh_value(Mesh& mesh,
                                                                 const std::string& key) {
-  registry_actor registry;
-  {
-    std::lock_guard<std::mutex> lock(mesh.impl_->mu);
-    if (!mesh.impl_->runtime) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
-    registry = mesh.impl_->registry;
-  }
+  auto registry = caf::actor_cast<registry_actor>(mesh.registry_handle());
+  if (!registry) return Status(Errc::shutdown, "rendezvous: the mesh is closed");
   Result<std::pair<std::string, caf::actor>> out = Status(Errc::internal, "no answer");
   ForeignThreadGuard guard;  // before self: it goes after self
   caf::scoped_actor self{mesh.system()};
@@ -539,6 +538,11 @@ Result<std::pair<std::string, caf::actor>> internal::mesh_value(Mesh& mesh,
                  out = internal::from_caf_error(e, "rendezvous: waiting for '" + key + "'");
                });
   return out;
+}
+
+caf::actor Mesh::registry_handle() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->runtime ? caf::actor_cast<caf::actor>(impl_->registry) : caf::actor();
 }
 
 void Mesh::release(const std::string& name, const Status& why) {

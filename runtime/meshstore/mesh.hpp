@@ -216,6 +216,8 @@ class Mesh {
   // Errc::shutdown when closed or moved from; Errc::invalid_argument for an
   // empty or already used name; else records the name.
   Status reserve(const std::string& name);
+  // Rank 0's registry (here or remote); null once closed.
+  caf::actor registry_handle() const;
   // Frees a reserved name whose spawn failed before it joined (`why`),
   // and fails the other ranks' spawns of it at once.
   void release(const std::string& name, const Status& why);
