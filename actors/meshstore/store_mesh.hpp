@@ -54,10 +54,12 @@ Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision sup
 /// over the connections they already have: the job needs no port but the
 /// mesh's, and this works under TLS. With MESHSTORE_PORT set, rank 0
 /// listens there instead and the others connect there, as Store::from_env
-/// does (not under TLS: see docs/security.md, "Not built"). Every other rank joins it on its own
-/// Mesh's runtime, with its rank and local rank. One actor system per process for the mesh and the
-/// store. On a Mesh::local, one store in this process. Errors as Store::from_env, and Errc::timeout
-/// when rank 0's address does not come within the mesh's request timeout.
+/// does (not under TLS: see docs/security.md, "Not built"). Every other
+/// rank joins it on its own Mesh's runtime, with its rank and local rank.
+/// One actor system per process for the mesh and the store. On a
+/// Mesh::local, one store in this process. Errors as Store::from_env, and
+/// Errc::timeout when rank 0's address does not come within the mesh's
+/// request timeout.
 Result<Store> spawn_store(Mesh& mesh, StoreOptions options = {});
 
 /// In a process of a ProcMesh: the store it joined through spawn_store

@@ -87,6 +87,17 @@ Status check_slots(const Pending& p, const std::string& name, std::int32_t first
   return Status();
 }
 
+// Mesh `name` cannot be made: every rank waiting for it gets `err`, and
+// so does every later one (the name stays refused).
+caf::error refuse_mesh(RegistryState& st, const std::string& name, caf::error err) {
+  if (auto it = st.pending.find(name); it != st.pending.end()) {
+    for (auto& w : it->second.waiting) w.deliver(err);
+    st.pending.erase(it);
+  }
+  st.failed.emplace(name, err);
+  return err;
+}
+
 // A rank's members of mesh `name` (ranks first..): answered with every
 // rank's once all are in.
 caf::result<std::vector<caf::actor>> join_mesh(registry_actor::stateful_pointer<RegistryState> self,
@@ -116,10 +127,7 @@ caf::result<std::vector<caf::actor>> join_mesh(registry_actor::stateful_pointer<
                                            std::to_string(p.interface_rank) + " (" +
                                            internal::interface_text(interface) + " vs " +
                                            internal::interface_text(p.interface) + ")"));
-    for (auto& w : p.waiting) w.deliver(err);
-    st.pending.erase(it);
-    st.failed.emplace(name, err);
-    return err;
+    return refuse_mesh(st, name, std::move(err));
   }
   // Check every slot first: a rejected join leaves nothing behind.
   if (auto s = check_slots(p, name, first, actors.size()); !s.ok()) {
@@ -196,14 +204,10 @@ void fail_mesh(registry_actor::stateful_pointer<RegistryState> self, const std::
   auto& st = self->state;
   if (st.complete.count(name) || st.failed.count(name)) return;
   const auto reason = internal::from_caf_error(why, "");
-  auto err = internal::to_caf_error(
-      Status(reason.code(), "mesh '" + name + "': rank " + std::to_string(rank) +
-                                " could not spawn its member: " + reason.message()));
-  if (auto it = st.pending.find(name); it != st.pending.end()) {
-    for (auto& w : it->second.waiting) w.deliver(err);
-    st.pending.erase(it);
-  }
-  st.failed.emplace(name, err);
+  refuse_mesh(st, name,
+              internal::to_caf_error(
+                  Status(reason.code(), "mesh '" + name + "': rank " + std::to_string(rank) +
+                                            " could not spawn its member: " + reason.message())));
 }
 
 registry_actor::behavior_type registry_impl(registry_actor::stateful_pointer<RegistryState> self,

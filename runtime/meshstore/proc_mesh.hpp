@@ -249,6 +249,10 @@ class ProcMesh {
       Supervision supervision, const std::string& name, const std::string& type,
       std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
       std::function<caf::message(int)> args);
+  // Under from_env: the rank's Mesh and its caller; Errc::shutdown (after
+  // `ctx`) once stopped.
+  Result<std::pair<Mesh*, std::shared_ptr<internal::MeshCaller>>> spmd_parts(
+      const std::string& ctx) const;
   // singleton() under from_env: made by rank 0's registry.
   Result<Spawned> singleton_spmd(const std::string& name, const std::string& type,
                                  const std::vector<std::string>& interface,

@@ -58,6 +58,15 @@ Mesh* internal::proc_spmd_mesh(const ProcMesh& procs) {
 
 int ProcMesh::rank() const noexcept { return shared_ ? shared_->self_rank : -1; }
 
+Result<std::pair<Mesh*, std::shared_ptr<internal::MeshCaller>>> ProcMesh::spmd_parts(
+    const std::string& ctx) const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (shared_->stopped) {
+    return Status(Errc::shutdown, (ctx.empty() ? "" : ctx + ": ") + "the mesh was stopped");
+  }
+  return std::make_pair(shared_->spmd.get(), shared_->caller);
+}
+
 Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
     Supervision supervision, const std::string& name, const std::string& type,
     std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
@@ -69,14 +78,9 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
                       ": under from_env, spawn is collective: every rank spawns on the whole "
                       "mesh, not on a slice (slice the actor mesh it makes instead)");
   }
-  Mesh* mesh = nullptr;
-  std::shared_ptr<internal::MeshCaller> caller;
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    if (shared_->stopped) return Status(Errc::shutdown, ctx + ": the mesh was stopped");
-    mesh = shared_->spmd.get();
-    caller = shared_->caller;
-  }
+  auto parts = spmd_parts(ctx);
+  if (!parts.ok()) return parts.status();
+  auto [mesh, caller] = std::move(parts).value();
   if (auto s = caller->check_owner(supervision.owner); !s.ok()) return s.with_context(ctx);
   if (auto s = mesh->reserve(name); !s.ok()) {
     if (s.code() == Errc::shutdown) return Status(Errc::shutdown, ctx + ": the mesh was stopped");
@@ -117,14 +121,9 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
 Result<ProcMesh::Spawned> ProcMesh::singleton_spmd(const std::string& name, const std::string& type,
                                                    const std::vector<std::string>& interface,
                                                    const std::function<caf::message(int)>& args) {
-  Mesh* mesh = nullptr;
-  std::shared_ptr<internal::MeshCaller> caller;
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    if (shared_->stopped) return Status(Errc::shutdown, "the mesh was stopped");
-    mesh = shared_->spmd.get();
-    caller = shared_->caller;
-  }
+  auto parts = spmd_parts("");
+  if (!parts.ok()) return parts.status();
+  auto [mesh, caller] = std::move(parts).value();
   auto one = mesh->single(name, type, interface, args(0));
   if (!one.ok()) return one.status();
   // Supervised by its owner, rank 0, where it lives; it is not made again.

@@ -30,10 +30,6 @@ struct internal::StoreDirectory {
   protocol::directory_actor handle;
 };
 
-}  // namespace meshstore
-
-namespace meshstore {
-
 namespace client {
 class FastPath;
 }

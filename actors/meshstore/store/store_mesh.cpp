@@ -127,7 +127,6 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
                                 std::optional<Supervision> supervision) {
   // A launched job (ProcMesh::from_env): collective, as on its Mesh.
   if (Mesh* mesh = internal::proc_spmd_mesh(procs)) return spawn_store(*mesh, std::move(options));
-  if (procs.rank() >= 0) return Status(Errc::shutdown, "spawn_store: the ProcMesh was stopped");
   if (options.listen.empty()) options.listen = "127.0.0.1:0";
   options.placement.local_rank = -1;  // the controller is not one of the mesh's ranks
   auto runtime = internal::proc_runtime(procs);
