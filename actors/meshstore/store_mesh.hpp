@@ -43,7 +43,8 @@ void add_store_actor_types(caf::actor_system_config& cfg);
 /// again); `supervision` applies to the store's processes (default: the
 /// ProcMesh's). On a ProcMesh::from_env it is collective, as spawn_store
 /// on a Mesh below: every rank calls it, rank 0 creates the store, and each
-/// rank gets its own client (`supervision` is not used).
+/// rank gets its own client (`supervision` is not used). On a
+/// ProcMesh::local it is Store::embedded(options) on the mesh's runtime.
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options = {});
 Result<Store> spawn_store(ProcMesh& procs, StoreOptions options, Supervision supervision);
 

@@ -2,15 +2,17 @@
 //
 //   build/bin/meshrun -n 3 -- build/bin/mesh_broadcast
 //
-// Every rank joins the mesh (Mesh::from_env) and spawns its member of the
-// "workers" mesh: a typed actor that squares numbers and reports its rank.
+// Every rank joins the job as one process mesh (ProcMesh::from_env) and
+// spawns its member of the "workers" mesh from a function (each rank makes
+// its own: nothing to register): a typed actor that squares numbers and
+// reports its rank.
 // Rank 0 broadcasts to all members and gathers the replies into one future,
 // addresses one rank alone, then releases everyone.
 
 #include <cstdio>
 #include <memory>
 
-#include "meshstore/mesh.hpp"
+#include "meshstore/proc_mesh.hpp"
 
 using namespace std::chrono_literals;
 
@@ -33,12 +35,12 @@ worker_actor::behavior_type worker(worker_actor::pointer, int rank,
 }
 
 int main() {
-  auto mesh = meshstore::Mesh::from_env();
+  auto mesh = meshstore::ProcMesh::from_env();
   if (!mesh.ok()) {
     std::fprintf(stderr, "mesh_broadcast: %s\n", mesh.status().to_string().c_str());
     return 1;
   }
-  const int rank = mesh->rank(), world = mesh->world_size();
+  const int rank = mesh->rank(), world = mesh->size();
   auto released = std::make_shared<meshstore::Promise<void>>();
   auto done = released->future();
   auto workers = mesh->spawn<worker_actor>("workers", worker, released);

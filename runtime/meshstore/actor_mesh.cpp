@@ -415,11 +415,18 @@ Status MeshCaller::post(Job job, const std::string& what, std::chrono::milliseco
   return Status();
 }
 
-void MeshCaller::close() {
+std::vector<caf::actor> MeshCaller::close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (caller_) caf::anon_send_exit(caller_, caf::exit_reason::user_shutdown);
   caller_ = nullptr;
+  std::vector<caf::actor> held;
+  for (auto& members : meshes_) {
+    for (auto& m : members) {
+      if (m) held.push_back(std::move(m));
+    }
+  }
   meshes_.clear();
+  return held;
 }
 
 int MeshCaller::acquire_least_busy(std::size_t id, const std::vector<int>& ranks) {

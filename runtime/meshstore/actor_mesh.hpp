@@ -86,8 +86,10 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   /// Errc::shutdown once closed.
   Status post(Job job, const std::string& what,
               std::chrono::milliseconds after = std::chrono::milliseconds(0)) const;
-  /// Stops the caller and drops every handle. Idempotent.
-  void close();
+  /// Stops the caller and drops every handle; answers the members it held
+  /// (restarted ones included: what a mesh whose members live in this
+  /// process stops next). Idempotent: empty the second time.
+  std::vector<caf::actor> close();
   /// choose(): the rank of `ranks` (of mesh `id`) with the fewest requests
   /// in flight through choose(), counted as one more until release(); ties
   /// go round the members in turn.

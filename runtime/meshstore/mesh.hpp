@@ -113,6 +113,8 @@ struct MeshOptions {
 /// runtime is running already without them.
 Status add_process_types(std::function<void(caf::actor_system_config&)> add);
 
+/// Deprecated in 0.2, gone in 0.3: ProcMesh::from_env and ProcMesh::local
+/// do all of this, with spawn() from a function or by type name.
 /// The ranks of a launched job as an actor runtime: every rank runs one
 /// Mesh; spawn() is collective. Move-only; close() (or the destructor)
 /// stops this rank's actors. It runs on the process's actor runtime,

@@ -196,6 +196,7 @@ void ProcMesh::Shared::stop() {
     stopped = true;
     mesh = std::move(spmd);
   }
+  if (local) return stop_here();
   if (mesh) {
     // from_env: this rank leaves; the launcher owns the processes.
     mesh->close();
@@ -479,6 +480,7 @@ Result<ProcMesh> ProcMesh::slice(const std::vector<std::pair<std::string, Select
 
 int ProcMesh::pid(int i) const {
   if (!shared_ || i < 0 || i >= size()) return -1;
+  if (shared_->local) return ::getpid();
   if (!shared_->joining) return extent_.rank(i) == shared_->self_rank ? ::getpid() : -1;
   std::lock_guard<std::mutex> lock(shared_->joining->mu);
   return shared_->joining->pids[static_cast<std::size_t>(extent_.rank(i))];
@@ -494,6 +496,10 @@ Status ProcMesh::signal(int i, int sig) const {
   std::lock_guard<std::mutex> lock(shared_->mu);
   if (shared_->stopped) {
     return Status(Errc::shutdown, "ProcMesh::signal: the processes were stopped");
+  }
+  if (shared_->local) {
+    return Status(Errc::invalid_argument,
+                  "ProcMesh::signal: every member of a local mesh is this process");
   }
   if (!shared_->joining) {
     return Status(Errc::invalid_argument,

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,11 @@ std::shared_ptr<ActorRuntime> proc_runtime(const ProcMesh& procs);
 /// The rank's Mesh of a ProcMesh::from_env (null for launch and attach, or
 /// once stopped): what spawn_store builds the store of a launched job on.
 Mesh* proc_spmd_mesh(const ProcMesh& procs);
+/// Whether `procs` is a ProcMesh::local (every member this process).
+bool proc_is_local(const ProcMesh& procs);
+/// Makes member `rank` of a mesh in this process (on `host`'s system):
+/// from a registered type and its arguments, or from a function.
+using MemberMaker = std::function<Result<caf::actor>(caf::execution_unit* host, int rank)>;
 /// In a worker, while ProcMesh::serve runs: its actor runtime; else null.
 std::shared_ptr<ActorRuntime> worker_runtime();
 /// In a worker: `hook` runs on serve()'s own thread when it stops serving,
@@ -142,11 +148,22 @@ class ProcMesh {
   /// replaces Mesh::from_env.)
   static Result<ProcMesh> from_env(MeshOptions options = {});
 
+  /// A process mesh of `shape` whose every member is this process (no
+  /// process is started: Monarch's this_proc, and what Mesh::local was):
+  /// spawn() makes each member here, on this process's runtime, by type
+  /// name or from a function, supervised here; slices, get_or_spawn and
+  /// spawn_store work as on launched processes. MeshOptions::setup is not
+  /// run (no process starts). For tests, single-process programs, and a
+  /// store embedded beside its own actors. Errc::invalid_argument for a
+  /// bad shape (1 to 4096 members) or option.
+  static Result<ProcMesh> local(std::vector<std::pair<std::string, int>> shape,
+                                MeshOptions options = {});
+
   ProcMesh() = default;
 
   /// This process's member index in the whole mesh: its rank under
   /// from_env; -1 in the controller of launch() or attach(), which is no
-  /// member.
+  /// member, and under local(), where this process is every member.
   int rank() const noexcept;
 
   /// The shape of this view; member i is process extent().rank(i).
@@ -161,8 +178,8 @@ class ProcMesh {
   /// range, and under from_env for every rank but this process's.
   int pid(int i) const;
   /// Sends `sig` to member `i`'s process (tests, demos: SIGKILL).
-  /// Errc::invalid_argument under from_env: the launcher owns the
-  /// processes.
+  /// Errc::invalid_argument under from_env (the launcher owns the
+  /// processes) and under local() (it would be this process).
   Status signal(int i, int sig) const;
   /// The controller's actor system (to spawn your own local actors); not
   /// after stop().
@@ -188,6 +205,32 @@ class ProcMesh {
     auto args = [xs...](int rank) { return caf::make_message(rank, xs...); };
     return mesh_of<Handle>(
         spawn_members(std::move(supervision), name, type, interface_of<Handle>(), std::move(args)));
+  }
+
+  /// Spawns `fun(self, int rank, xs...)` as every member of this view,
+  /// rank being its index in the new mesh, as Mesh::spawn did. A function
+  /// does not travel between processes, so this is for local() (each
+  /// member made here) and from_env() (collective: every rank makes its
+  /// own, on the whole mesh); on launched or attached processes it is
+  /// Errc::invalid_argument (register the type and spawn it by name).
+  /// Errors otherwise as spawn() by type name.
+  template <class Handle, class F, class... Ts>
+  auto spawn(const std::string& name, F fun, Ts... xs)
+      -> std::enable_if_t<!std::is_convertible<F, std::string>::value, Result<ActorMesh<Handle>>> {
+    return spawn<Handle>(default_supervision(), name, std::move(fun), std::move(xs)...);
+  }
+  /// The same, supervised by `supervision`: restart calls `fun` again.
+  template <class Handle, class F, class... Ts>
+  auto spawn(Supervision supervision, const std::string& name, F fun, Ts... xs)
+      -> std::enable_if_t<!std::is_convertible<F, std::string>::value, Result<ActorMesh<Handle>>> {
+    using Made = decltype(std::declval<caf::actor_system&>().spawn(fun, 0, xs...));
+    static_assert(std::is_same<Made, Handle>::value || std::is_same<Handle, caf::actor>::value,
+                  "ProcMesh::spawn<Handle>: `fun` makes an actor of another type than Handle");
+    Maker make = [fun, xs...](caf::execution_unit* host, int rank) -> Result<caf::actor> {
+      return caf::actor_cast<caf::actor>(host->system().spawn(fun, rank, xs...));
+    };
+    return mesh_of<Handle>(
+        spawn_made(std::move(supervision), name, interface_of<Handle>(), std::move(make)));
   }
 
   /// The named singleton actor `name`, as a mesh of one member (extent
@@ -219,6 +262,8 @@ class ProcMesh {
  private:
   friend std::shared_ptr<internal::ActorRuntime> internal::proc_runtime(const ProcMesh& procs);
   friend Mesh* internal::proc_spmd_mesh(const ProcMesh& procs);
+  friend bool internal::proc_is_local(const ProcMesh& procs);
+  using Maker = internal::MemberMaker;
   struct Spawned {
     std::shared_ptr<internal::MeshCaller> caller;
     std::size_t id = 0;
@@ -245,6 +290,9 @@ class ProcMesh {
       std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
       std::function<caf::message(int)> args);
   Supervision default_supervision() const;
+  // The shape of a mesh spawned on this view: its dims, members 0..n-1
+  // (a point: {}).
+  Result<Extent> member_shape() const;
   Result<Spawned> spawn_members(
       Supervision supervision, const std::string& name, const std::string& type,
       std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
@@ -257,11 +305,18 @@ class ProcMesh {
   Result<Spawned> singleton_spmd(const std::string& name, const std::string& type,
                                  const std::vector<std::string>& interface,
                                  const std::function<caf::message(int)>& args);
-  // spawn_members under from_env: this rank's member, then every rank's.
-  Result<Spawned> spawn_collective(
-      Supervision supervision, const std::string& name, const std::string& type,
-      std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
-      std::function<caf::message(int)> args);
+  // Spawns with `make` where a member is made in this process: every
+  // member under local() (spawn_here), this rank's under from_env
+  // (spawn_collective); refused on launched processes.
+  Result<Spawned> spawn_made(
+      Supervision supervision, const std::string& name,
+      const std::function<std::vector<std::string>(caf::actor_system&)>& interface_of, Maker make);
+  // Under from_env: this rank's member, then every rank's.
+  Result<Spawned> spawn_collective(Supervision supervision, const std::string& name,
+                                   const std::vector<std::string>& interface, const Maker& make);
+  // Under local(): every member of this view, here.
+  Result<Spawned> spawn_here(Supervision supervision, const std::string& name,
+                             const std::vector<std::string>& interface, const Maker& make);
 
   std::shared_ptr<Shared> shared_;
   Extent extent_ = Extent::line(0);

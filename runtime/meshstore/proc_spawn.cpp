@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/mesh_runtime.hpp"
 #include "meshstore/internal/proc_shared.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/proc_mesh.hpp"
@@ -137,7 +138,28 @@ internal::MeshCaller::Respawn restarter(Homes homes, std::string name, std::stri
   };
 }
 
+// Makes a member of the registered type `type` in this process, with
+// (its rank, the spawn's arguments): what spawn() by name does under
+// local() and from_env.
+internal::MemberMaker named_maker(
+    const std::string& mesh, std::string type,
+    std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
+    std::function<caf::message(int)> args) {
+  const std::string ctx = "ProcMesh::spawn '" + mesh + "', rank ";
+  return [type = std::move(type), interface_of = std::move(interface_of), args = std::move(args),
+          ctx](caf::execution_unit* host, int rank) -> Result<caf::actor> {
+    auto msg = args(rank);
+    return internal::spawn_named(host, type, interface_of(host->system()), msg,
+                                 ctx + std::to_string(rank));
+  };
+}
+
 }  // namespace
+
+Result<Extent> ProcMesh::member_shape() const {
+  return extent_.dims().empty() ? Extent::line(1).slice({{"ranks", 0}})
+                                : Extent::make(extent_.dims());
+}
 
 Result<ProcMesh::Spawned> ProcMesh::spawn_members(
     Supervision supervision, const std::string& name, const std::string& type,
@@ -149,8 +171,9 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
     return Status(Errc::invalid_argument, "ProcMesh::spawn '" + name + "': actor type is empty");
   }
   if (!shared_->joining) {
-    return spawn_collective(std::move(supervision), name, type, std::move(interface_of),
-                            std::move(args));
+    // local() or from_env: the members are made in this process.
+    return spawn_made(std::move(supervision), name, interface_of,
+                      named_maker(name, type, interface_of, std::move(args)));
   }
   std::vector<proc_actor> procs;
   std::shared_ptr<internal::MeshCaller> caller;
@@ -205,9 +228,7 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_members(
   homes.relaunches = shared_->spec.max_relaunches > 0;
   homes.join_timeout = shared_->spec.join_timeout;
   auto respawn = restarter(std::move(homes), name, type, interface, args, timeout);
-  // The new mesh's members are 0..n-1, in this view's shape (a point: {}).
-  auto shape =
-      extent_.dims().empty() ? Extent::line(1).slice({{"ranks", 0}}) : Extent::make(extent_.dims());
+  auto shape = member_shape();
   if (!shape.ok()) return shape.status();
   Spawned out;
   out.id = caller->add_mesh(name, std::move(members).value(), true, std::move(supervision),
@@ -251,7 +272,7 @@ Result<ProcMesh::Spawned> ProcMesh::singleton(
       return Status(Errc::invalid_argument, ctx + ": spawn() made a mesh of that name");
     }
   }
-  if (!shared_->joining) {
+  if (!shared_->joining && !shared_->local) {
     // from_env: rank 0's registry makes it, for every rank.
     auto made = singleton_spmd(name, type, interface, args);
     if (!made.ok()) return Status(made.status().code(), ctx + ": " + made.status().message());

@@ -67,10 +67,10 @@ Result<std::pair<Mesh*, std::shared_ptr<internal::MeshCaller>>> ProcMesh::spmd_p
   return std::make_pair(shared_->spmd.get(), shared_->caller);
 }
 
-Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
-    Supervision supervision, const std::string& name, const std::string& type,
-    std::function<std::vector<std::string>(caf::actor_system&)> interface_of,
-    std::function<caf::message(int)> args) {
+Result<ProcMesh::Spawned> ProcMesh::spawn_collective(Supervision supervision,
+                                                     const std::string& name,
+                                                     const std::vector<std::string>& interface,
+                                                     const Maker& make) {
   const std::string ctx = "ProcMesh::spawn '" + name + "'";
   if (extent_.size() != shared_->whole.size()) {
     return Status(Errc::invalid_argument,
@@ -87,11 +87,12 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
     return Status(s.code(), "ProcMesh::spawn: mesh '" + name + "' was already spawned here");
   }
   auto& sys = shared_->runtime->system();
-  const auto interface = interface_of(sys);
   const int me = shared_->self_rank;
-  auto msg = args(me);
-  auto mine = internal::spawn_named(sys.dummy_execution_unit(), type, interface, msg,
-                                    ctx + ", rank " + std::to_string(me));
+  Result<caf::actor> mine = Status(Errc::internal, "not made");
+  {
+    ForeignThreadGuard guard;  // spawn() may be called from any thread
+    mine = make(sys.dummy_execution_unit(), me);
+  }
   if (!mine.ok()) {
     // Nothing is left here and the name is free again here; the other
     // ranks' spawns of it fail at once, naming this rank.
@@ -100,13 +101,12 @@ Result<ProcMesh::Spawned> ProcMesh::spawn_collective(
   }
   auto all = mesh->join(name, {*mine}, interface);
   if (!all.ok()) return all.status();
-  // Restarts spawn this rank's member again, with the same arguments; the
+  // Restarts make this rank's member again, with the same arguments; the
   // owner (rank 0) restarts only its own.
-  auto respawn = [type, interface, args, me, ctx](caf::event_based_actor* self, int r,
-                                                  std::function<void(caf::actor)> done) {
+  auto respawn = [make, me](caf::event_based_actor* self, int r,
+                            std::function<void(caf::actor)> done) {
     if (r != me) return done(caf::actor());
-    auto msg = args(r);
-    auto again = internal::spawn_named(self->context(), type, interface, msg, ctx);
+    auto again = make(self->context(), r);
     done(again.ok() ? *again : caf::actor());
   };
   Spawned out;

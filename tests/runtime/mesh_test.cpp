@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -201,12 +202,12 @@ TEST(Mesh, LocalMeshSpawnsOneActorPerRank) {
   EXPECT_EQ(*adders->ask<int>(2, add_atom::value, 1).get(kWait), 3);
 }
 
-TEST(Mesh, ThreadsThatSpawnAndAskMayOutliveTheMesh) {
+TEST(ProcMeshLocal, ThreadsThatSpawnAndAskMayOutliveTheMesh) {
   // spawn() and ask() from a thread that lives on after the mesh closes (a
   // caller's pool thread): CAF leaves a reference to the actor system in
   // each thread that spawns, and the mesh must not leave one behind, or
   // close() waits for that thread forever (the test would end by timeout).
-  auto mesh = Mesh::local(2).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}).value();
   std::mutex mu;
   std::condition_variable cv;
   int step = 0;  // 1: the thread asked; 2: the mesh is closed
@@ -226,7 +227,7 @@ TEST(Mesh, ThreadsThatSpawnAndAskMayOutliveTheMesh) {
     ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return step == 1; }));
   }
   EXPECT_EQ(*answer, 6);
-  mesh.close();
+  mesh.stop();
   {
     std::lock_guard<std::mutex> lock(mu);
     step = 2;
@@ -260,8 +261,8 @@ where_actor::behavior_type where(where_actor::pointer self, int rank) {
   };
 }
 
-TEST(Mesh, AHandlerThatTakesTheCallContextGetsTheMessagesRankInTheView) {
-  auto mesh = Mesh::local(4).value();
+TEST(ProcMeshLocal, AHandlerThatTakesTheCallContextGetsTheMessagesRankInTheView) {
+  auto mesh = ProcMesh::local({{"ranks", 4}}).value();
   auto flat = mesh.spawn<where_actor>("where", where).value();
   auto grid = flat.reshape({{"hosts", 2}, {"gpus", 2}}).value();
   // The whole grid: the message's rank is the member's.
@@ -295,8 +296,8 @@ TEST(Mesh, AHandlerThatTakesTheCallContextGetsTheMessagesRankInTheView) {
   EXPECT_EQ(*gpu1.call<int>(add_atom::value, 10).get(kWait)->item({{"hosts", 1}}), 13);
 }
 
-TEST(Mesh, ErrorOfOneRankSurfacesWithTheRankNamed) {
-  auto mesh = Mesh::local(3).value();
+TEST(ProcMeshLocal, ErrorOfOneRankSurfacesWithTheRankNamed) {
+  auto mesh = ProcMesh::local({{"ranks", 3}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, 2).value();
   EXPECT_ERROR(adders.broadcast<int>(add_atom::value, 1).get(kWait), Errc::out_of_capacity,
                "rank 2: this rank is full");
@@ -304,10 +305,10 @@ TEST(Mesh, ErrorOfOneRankSurfacesWithTheRankNamed) {
                "rank 7 outside [0, 3)");
 }
 
-TEST(Mesh, DeadRankIsReportedNotAwaited) {
+TEST(ProcMeshLocal, DeadRankIsReportedNotAwaited) {
   MeshOptions o;
   o.request_timeout = 60s;  // far above what the test waits: the error must not be a timeout
-  auto mesh = Mesh::local(2, o).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}, o).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
   caf::anon_send(adders.at(1), die_atom::value);
   // Locally CAF answers at once (receiver down); a remote rank is caught by
@@ -315,15 +316,15 @@ TEST(Mesh, DeadRankIsReportedNotAwaited) {
   EXPECT_ERROR(adders.ask<int>(1, add_atom::value, 1).get(10s), Errc::unavailable, "rank 1");
 }
 
-TEST(Mesh, AnActorMeshUsedAfterCloseAnswersShutdown) {
-  // An ActorMesh may outlive its Mesh (a copy kept by a service): after
-  // close() its calls answer shutdown, its handles are empty, and holding
-  // it does not keep the closed mesh's actor system from stopping.
-  auto mesh = Mesh::local(3).value();
+TEST(ProcMeshLocal, AnActorMeshUsedAfterStopAnswersShutdown) {
+  // An ActorMesh may outlive its ProcMesh (a copy kept by a service):
+  // after stop() its calls answer shutdown, its handles are empty, and
+  // holding it does not keep the stopped mesh's actors alive.
+  auto mesh = ProcMesh::local({{"ranks", 3}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
   auto copy = adders;
   EXPECT_EQ(*copy.ask<int>(2, add_atom::value, 1).get(kWait), 3);
-  mesh.close();
+  mesh.stop();
   EXPECT_ERROR(copy.ask<int>(1, add_atom::value, 1).get(kWait), Errc::shutdown, "closed");
   EXPECT_ERROR(adders.broadcast<int>(add_atom::value, 1).get(kWait), Errc::shutdown, "closed");
   EXPECT_FALSE(adders.at(0));
@@ -332,10 +333,10 @@ TEST(Mesh, AnActorMeshUsedAfterCloseAnswersShutdown) {
   EXPECT_ERROR(empty.ask<int>(0, add_atom::value, 1).get(kWait), Errc::out_of_range, "outside");
 }
 
-TEST(Mesh, ManyCallsInFlightFromManyThreads) {
+TEST(ProcMeshLocal, ManyCallsInFlightFromManyThreads) {
   // Every call goes through the mesh's one caller actor: many at once, from
   // several threads, each gets its own answer.
-  auto mesh = Mesh::local(4).value();
+  auto mesh = ProcMesh::local({{"ranks", 4}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
   std::vector<std::thread> threads;
   std::vector<int> wrong(4, 0);
@@ -429,17 +430,17 @@ TEST(Mesh, AStoreSpawnedOnLaunchedRanksNeedsOnlyTheMeshsPort) {
   r0->close();
 }
 
-TEST(Mesh, SpawnStoreNeedsNoRegistrationOfYours) {
+TEST(ProcMeshLocal, SpawnStoreNeedsNoRegistrationOfYours) {
   // The store's types are in every process runtime of a program that
   // links it.
-  auto mesh = Mesh::local(1);
+  auto mesh = ProcMesh::local({{"ranks", 1}});
   ASSERT_OK(mesh);
   auto store = spawn_store(*mesh);
   ASSERT_OK(store);
   ASSERT_OK(store->put_object("k", "v").get(kWait));
   store->close();
-  mesh->close();
-  EXPECT_ERROR(spawn_store(*mesh), Errc::shutdown, "closed");
+  mesh->stop();
+  EXPECT_ERROR(spawn_store(*mesh), Errc::shutdown, "stopped");
 }
 
 TEST(Mesh, RanksThatSpawnAMeshWithDifferentInterfacesAreRefused) {
@@ -490,7 +491,7 @@ gate_actor::behavior_type gate(gate_actor::stateful_pointer<GateState> self, int
 }
 
 TEST(ActorMeshShape, SlicesAndPointsPickTheRightMembers) {
-  auto mesh = Mesh::local(8).value();
+  auto mesh = ProcMesh::local({{"ranks", 8}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();
   EXPECT_EQ(adders.extent().to_string(), "{ranks: 8}");
   auto grid = adders.reshape({{"hosts", 2}, {"procs", 4}});
@@ -540,7 +541,7 @@ caf::behavior awaiting(caf::event_based_actor* self, Future<int> future,
 }
 
 TEST(OnReady, AnActorAwaitsAFutureWithoutBlockingItsThread) {
-  auto mesh = Mesh::local(1).value();
+  auto mesh = ProcMesh::local({{"ranks", 1}}).value();
   auto& sys = mesh.system();
   Promise<int> later;
   Promise<int> unfulfilled;  // kept, so its future never completes
@@ -580,7 +581,7 @@ TEST(OnReady, AnActorAwaitsAFutureWithoutBlockingItsThread) {
 }
 
 TEST(ActorMeshShape, OneSliceCutsSeveralDimensionsAndAnIndexDropsOne) {
-  auto mesh = Mesh::local(8).value();
+  auto mesh = ProcMesh::local({{"ranks", 8}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();
   auto grid = adders.reshape({{"hosts", 2}, {"procs", 4}}).value();
   auto cut = grid.slice({{"hosts", 1}, {"procs", {1, 3}}});
@@ -616,7 +617,7 @@ TEST(ActorMeshShape, OneSliceCutsSeveralDimensionsAndAnIndexDropsOne) {
 }
 
 TEST(ActorMeshShape, AStepKeepsEveryNthCoordinate) {
-  auto mesh = Mesh::local(8).value();
+  auto mesh = ProcMesh::local({{"ranks", 8}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, 5).value();
   auto grid = adders.reshape({{"hosts", 2}, {"procs", 4}}).value();
   // Every other proc on every host, as Python's slice(0, 4, 2).
@@ -645,7 +646,7 @@ TEST(ActorMeshShape, AStepKeepsEveryNthCoordinate) {
 }
 
 TEST(ActorMeshCalls, CallAnswersAValueMeshFoundByCoordinates) {
-  auto mesh = Mesh::local(8).value();
+  auto mesh = ProcMesh::local({{"ranks", 8}}).value();
   auto grid =
       mesh.spawn<adder_actor>("adders", adder, 5).value().reshape({{"hosts", 2}, {"procs", 4}});
   ASSERT_OK(grid);
@@ -673,7 +674,7 @@ TEST(ActorMeshCalls, CallAnswersAValueMeshFoundByCoordinates) {
 }
 
 TEST(ActorMeshCalls, CallGathersEveryReplyAndEveryErrorByRank) {
-  auto mesh = Mesh::local(8).value();
+  auto mesh = ProcMesh::local({{"ranks", 8}}).value();
   auto grid =
       mesh.spawn<adder_actor>("adders", adder, 5).value().reshape({{"hosts", 2}, {"procs", 4}});
   ASSERT_OK(grid);
@@ -698,7 +699,7 @@ TEST(ActorMeshCalls, CallGathersEveryReplyAndEveryErrorByRank) {
 }
 
 TEST(ActorMeshCalls, StreamAccumulateAndTell) {
-  auto mesh = Mesh::local(8).value();
+  auto mesh = ProcMesh::local({{"ranks", 8}}).value();
   auto grid =
       mesh.spawn<adder_actor>("adders", adder, 5).value().reshape({{"hosts", 2}, {"procs", 4}});
   ASSERT_OK(grid);
@@ -738,7 +739,7 @@ TEST(ActorMeshCalls, StreamAccumulateAndTell) {
 TEST(ActorMeshCalls, ChooseGoesRoundIdleMembersInTurn) {
   // One call at a time: every member is as busy as the others, and each
   // takes its turn (not member 0 every time).
-  auto mesh = Mesh::local(3).value();
+  auto mesh = ProcMesh::local({{"ranks", 3}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
   std::vector<int> ranks;
   for (int i = 0; i < 6; ++i) ranks.push_back(*adders.choose<int>(add_atom::value, 0).get(kWait));
@@ -753,7 +754,7 @@ TEST(ActorMeshCalls, ChooseGoesRoundIdleMembersInTurn) {
 TEST(ActorMeshCalls, ChooseSendsToTheLeastBusyMember) {
   // Gates hold every request until opened: four chooses in flight land on
   // four different members, then a fifth on one of them again.
-  auto mesh = Mesh::local(4).value();
+  auto mesh = ProcMesh::local({{"ranks", 4}}).value();
   auto gates = mesh.spawn<gate_actor>("gates", gate).value();
   std::vector<Future<int>> replies;
   for (int i = 0; i < 5; ++i) replies.push_back(gates.choose<int>(add_atom::value, 0));
@@ -767,7 +768,7 @@ TEST(ActorMeshCalls, ChooseSendsToTheLeastBusyMember) {
   std::vector<int> first_four(ranks.begin(), ranks.begin() + 4);
   std::sort(first_four.begin(), first_four.end());
   EXPECT_EQ(first_four, (std::vector<int>{0, 1, 2, 3}));
-  mesh.close();
+  mesh.stop();
   EXPECT_ERROR(gates.choose<int>(add_atom::value, 0).get(kWait), Errc::shutdown, "closed");
   EXPECT_ERROR(gates.tell(open_atom::value), Errc::shutdown, "closed");
 }
@@ -808,7 +809,7 @@ struct Seen {
 };
 
 TEST(Supervision, AFailedMemberReachesTheHandlerWithItsRank) {
-  auto mesh = Mesh::local(4).value();
+  auto mesh = ProcMesh::local({{"ranks", 4}}).value();
   Seen seen;
   Supervision s;
   s.on_failure = seen.handler(true);
@@ -824,7 +825,7 @@ TEST(Supervision, AFailedMemberReachesTheHandlerWithItsRank) {
 }
 
 TEST(Supervision, StopPolicyStopsTheMeshAndCallsSayWhy) {
-  auto mesh = Mesh::local(3).value();
+  auto mesh = ProcMesh::local({{"ranks", 3}}).value();
   Seen seen;
   Supervision s;
   s.policy = FailurePolicy::stop;
@@ -842,7 +843,7 @@ TEST(Supervision, StopPolicyStopsTheMeshAndCallsSayWhy) {
 }
 
 TEST(Supervision, RestartPolicySpawnsTheMemberAgainThenStops) {
-  auto mesh = Mesh::local(2).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}).value();
   Seen seen;
   Supervision s;
   s.policy = FailurePolicy::restart;
@@ -870,7 +871,7 @@ TEST(Supervision, UnhandledFailuresPropagateToTheRootHandler) {
   Seen root;
   MeshOptions o;
   o.on_failure = root.handler(true);
-  auto mesh = Mesh::local(2, o).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}, o).value();
   auto m =
       mesh.spawn<faulty_actor>("faulty", faulty, std::make_shared<std::atomic<int>>(0)).value();
   ASSERT_OK(m.tell(fail_atom::value));
@@ -883,7 +884,7 @@ TEST(Supervision, AnUnhandledFailureClimbsToTheOwnersHandler) {
   MeshOptions o;
   Seen root;
   o.on_failure = root.handler(true);
-  auto mesh = Mesh::local(2, o).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}, o).value();
   Seen parent_seen;
   Supervision parent;
   parent.on_failure = parent_seen.handler(true);  // the owner takes it
@@ -907,7 +908,7 @@ TEST(Supervision, AnOwnerThatStopsTakesWhatItOwnsWithIt) {
   MeshOptions o;
   Seen root;
   o.on_failure = root.handler(true);
-  auto mesh = Mesh::local(2, o).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}, o).value();
   Supervision top;
   top.policy = FailurePolicy::stop;
   auto t =
@@ -941,7 +942,7 @@ TEST(Supervision, AnOwnerThatStopsTakesWhatItOwnsWithIt) {
 }
 
 TEST(Supervision, AnUnknownOwnerIsRefusedBeforeAnyActorExists) {
-  auto mesh = Mesh::local(2).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}).value();
   Supervision s;
   s.owner = "nobody";
   EXPECT_ERROR(mesh.spawn<faulty_actor>(s, "orphan", faulty, std::make_shared<std::atomic<int>>(0)),
@@ -954,11 +955,11 @@ TEST(Supervision, AMemberThatStopsNormallyIsNoFailure) {
   Seen root;
   MeshOptions o;
   o.on_failure = root.handler(true);
-  auto mesh = Mesh::local(2, o).value();
+  auto mesh = ProcMesh::local({{"ranks", 2}}, o).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
   ASSERT_OK(adders.tell(die_atom::value));  // quits with exit reason "normal"
   EXPECT_ERROR(adders.ask<int>(1, add_atom::value, 1).get(kWait), Errc::unavailable, "rank 1");
-  mesh.close();
+  mesh.stop();
   std::lock_guard<std::mutex> lock(root.mu);
   EXPECT_TRUE(root.failures.empty());
 }
@@ -967,7 +968,7 @@ TEST(SupervisionDeathTest, WithoutARootHandlerAnUnhandledFailureExitsNonZero) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
-        auto mesh = Mesh::local(2).value();
+        auto mesh = ProcMesh::local({{"ranks", 2}}).value();
         auto m = mesh.spawn<faulty_actor>("faulty", faulty, std::make_shared<std::atomic<int>>(0))
                      .value();
         (void)m.slice("ranks", 1, 2)->tell(fail_atom::value);
@@ -978,14 +979,85 @@ TEST(SupervisionDeathTest, WithoutARootHandlerAnUnhandledFailureExitsNonZero) {
       ::testing::ExitedWithCode(1), "unhandled mesh failure, exiting: .*rank 1 of mesh 'faulty'");
 }
 
-TEST(Mesh, NamesAreUniqueAndChecked) {
-  auto mesh = Mesh::local(2).value();
+TEST(ProcMeshLocal, NamesAreUniqueAndChecked) {
+  auto mesh = ProcMesh::local({{"ranks", 2}}).value();
   ASSERT_OK(mesh.spawn<adder_actor>("a", adder, -1));
   EXPECT_ERROR(mesh.spawn<adder_actor>("a", adder, -1), Errc::invalid_argument, "already spawned");
   EXPECT_ERROR(mesh.spawn<adder_actor>("", adder, -1), Errc::invalid_argument, "name is empty");
-  EXPECT_ERROR(Mesh::local(0), Errc::invalid_argument, "world size");
-  mesh.close();
-  EXPECT_ERROR(mesh.spawn<adder_actor>("b", adder, -1), Errc::shutdown, "closed");
+  EXPECT_ERROR(ProcMesh::local({{"ranks", 0}}), Errc::invalid_argument, "ProcMesh::local");
+  EXPECT_ERROR(ProcMesh::local({{"ranks", 4097}}), Errc::invalid_argument,
+               "between 1 and 4096 members, not 4097");
+  mesh.stop();
+  EXPECT_ERROR(mesh.spawn<adder_actor>("b", adder, -1), Errc::shutdown, "stopped");
+  EXPECT_ERROR(mesh.spawn<adder_actor>("c", "adder", -1), Errc::shutdown, "stopped");
+}
+
+// A member that counts the members alive (made minus stopped) and fails on
+// request.
+using live_actor =
+    caf::typed_actor<caf::replies_to<add_atom, int>::with<int>, caf::reacts_to<fail_atom>>;
+live_actor::behavior_type live(live_actor::pointer self, int rank,
+                               std::shared_ptr<std::atomic<int>> alive) {
+  alive->fetch_add(1);
+  on_stop(self, [alive](const Status&) { alive->fetch_sub(1); });
+  return {
+      [=](add_atom, int x) { return x + rank; },
+      [=](fail_atom) { self->quit(caf::sec::runtime_error); },
+  };
+}
+
+TEST(ProcMeshLocal, SpawnsByTypeNameAndFromAFunctionOnTheMeshOrASlice) {
+  MeshOptions o;
+  o.add_types = [](caf::actor_system_config& cfg) { cfg.add_actor_type("adder", adder); };
+  auto procs = ProcMesh::local({{"hosts", 2}, {"gpus", 2}}, o).value();
+  EXPECT_EQ(procs.size(), 4);
+  EXPECT_EQ(procs.rank(), -1) << "this process is every member, not one";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(procs.pid(i), ::getpid());
+  EXPECT_ERROR(procs.signal(0, SIGTERM), Errc::invalid_argument, "this process");
+  // By type name: the mesh has the view's shape.
+  auto named = procs.spawn<adder_actor>("named", "adder", -1).value();
+  EXPECT_EQ(named.extent().dims(), procs.extent().dims());
+  auto sums = named.call<int>(add_atom::value, 10).get(kWait).value();
+  EXPECT_EQ(*sums.item({{"hosts", 1}, {"gpus", 0}}), 12);
+  // On a slice: its members, ranked 0..n-1 in the new mesh.
+  auto host1 = procs.slice({{"hosts", 1}}).value();
+  auto small = host1.spawn<adder_actor>("small", "adder", -1).value();
+  EXPECT_EQ(small.size(), 2);
+  EXPECT_EQ(small.broadcast<int>(add_atom::value, 0).get(kWait).value(), (std::vector<int>{0, 1}));
+  // From a function, with its arguments.
+  auto made = procs.spawn<adder_actor>("made", adder, 3).value();
+  EXPECT_ERROR(made.ask<int>(3, add_atom::value, 1).get(kWait), Errc::out_of_capacity,
+               "rank 3: this rank is full");
+  EXPECT_EQ(*made.ask<int>(2, add_atom::value, 1).get(kWait), 3);
+  // A singleton: one actor, however often asked for.
+  auto one = procs.get_or_spawn<adder_actor>("one", "adder", -1).value();
+  auto again = procs.get_or_spawn<adder_actor>("one", "adder", -1).value();
+  EXPECT_EQ(one.at(0), again.at(0));
+  // Refused before any actor exists: an unknown type, another interface.
+  EXPECT_ERROR(procs.spawn<adder_actor>("ghost", "no-such-type", -1), Errc::not_found,
+               "no actor type 'no-such-type'");
+  EXPECT_ERROR(procs.spawn<live_actor>("other", "adder", -1), Errc::invalid_argument,
+               "has the interface");
+  EXPECT_OK(procs.spawn<adder_actor>("ghost", "adder", -1)) << "a failed spawn frees its name";
+}
+
+TEST(ProcMeshLocal, StopStopsEveryMemberRestartedOnesToo) {
+  auto alive = std::make_shared<std::atomic<int>>(0);
+  auto procs = ProcMesh::local({{"ranks", 3}}).value();
+  Seen seen;
+  Supervision s;
+  s.policy = FailurePolicy::restart;
+  s.on_failure = seen.handler(false);
+  auto m = procs.spawn<live_actor>(s, "live", live, alive).value();
+  EXPECT_TRUE(eventually([&] { return alive->load() == 3; }));  // each starts on its own
+  ASSERT_OK(m.slice("ranks", 1, 2)->tell(fail_atom::value));
+  ASSERT_TRUE(seen.wait_for(1));
+  // Restarted: the new member answers, and three are alive again.
+  EXPECT_EQ(*m.ask<int>(1, add_atom::value, 5).get(kWait), 6);
+  EXPECT_TRUE(eventually([&] { return alive->load() == 3; }));
+  procs.stop();  // waits for them, within MeshOptions::stop_timeout
+  EXPECT_EQ(alive->load(), 0);
+  EXPECT_ERROR(m.ask<int>(0, add_atom::value, 1).get(kWait), Errc::shutdown, "closed");
 }
 
 }  // namespace

@@ -824,6 +824,11 @@ TEST(ProcMesh, BadSpawnsAreRefusedNamingTheRankAndLeaveNothingBehind) {
   EXPECT_NE(mismatched.status().message().find("rank"), std::string::npos);
 
   EXPECT_EQ(procs->spawn<worker_actor>("", "worker", 1).status().code(), Errc::invalid_argument);
+  // A function does not travel to another process.
+  auto from_function = procs->spawn<mirror_actor>("d", mirror);
+  ASSERT_FALSE(from_function.ok());
+  EXPECT_EQ(from_function.status().code(), Errc::invalid_argument);
+  EXPECT_NE(from_function.status().message().find("spawn it by name"), std::string::npos);
   // The refused names are free again; a used one is not.
   ASSERT_TRUE(procs->spawn<worker_actor>("c", "worker", 1).ok());
   EXPECT_EQ(procs->spawn<worker_actor>("c", "worker", 1).status().code(), Errc::invalid_argument);

@@ -127,6 +127,15 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
                                 std::optional<Supervision> supervision) {
   // A launched job (ProcMesh::from_env): collective, as on its Mesh.
   if (Mesh* mesh = internal::proc_spmd_mesh(procs)) return spawn_store(*mesh, std::move(options));
+  if (internal::proc_is_local(procs)) {
+    // Every member is this process: the store is embedded here, on the
+    // mesh's runtime.
+    auto runtime = internal::proc_runtime(procs);
+    if (!runtime) return Status(Errc::shutdown, "spawn_store: the ProcMesh was stopped");
+    auto store = internal::StoreRuntimeAccess::embedded(std::move(runtime), std::move(options));
+    if (!store.ok()) return store.status().with_context("spawn_store");
+    return store;
+  }
   if (options.listen.empty()) options.listen = "127.0.0.1:0";
   options.placement.local_rank = -1;  // the controller is not one of the mesh's ranks
   auto runtime = internal::proc_runtime(procs);

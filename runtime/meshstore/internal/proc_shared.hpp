@@ -99,6 +99,9 @@ struct ProcMesh::Shared {
   // nothing of a controller's below is used.
   std::unique_ptr<Mesh> spmd;
   int self_rank = -1;
+  // local(): every member is this process; nothing of a controller's or
+  // of from_env's is used.
+  bool local = false;
   LaunchSpec spec;
   Extent whole = Extent::line(0);
   // Shared with the layers built on this ProcMesh (spawn_store's store):
@@ -130,6 +133,9 @@ struct ProcMesh::Shared {
   ~Shared() { stop(); }
   // Stops every process and closes the runtime (ProcMesh::stop). Idempotent.
   void stop();
+  // stop() under local(): the members here stop, bounded by the options'
+  // stop_timeout (proc_local.cpp). Called once, `stopped` set.
+  void stop_here();
 
   // The controller's half of a launch or attach: a runtime, the supervision
   // caller and the published controller actor the workers join.
