@@ -2,12 +2,13 @@
 
 // A store stood up across a ProcMesh by its controller: the controller
 // creates the store (controller actor, strategy, the volumes its strategy
-// places there), and every process of the mesh joins it as an actor of the
-// mesh "meshstore.store", hosting the volumes the strategy places in it
-// (per_local_rank: one each). Actors in those processes reach the store
-// through worker_store(). A store process that dies is a MeshFailure of
-// "meshstore.store" (supervision.hpp), besides the errors the store's own
-// calls give. Like proc_mesh.hpp, this header exposes CAF.
+// places there), and every process of the mesh joins it through two
+// meshes: "meshstore.volumes", hosting the volumes the strategy places in
+// it (per_local_rank: one each), and "meshstore.store", its client.
+// Actors in those processes reach the store through worker_store(). A
+// store process that dies is a MeshFailure of both (supervision.hpp), a
+// volume that dies one of "meshstore.volumes", besides the errors the
+// store's own calls give. Like proc_mesh.hpp, this header exposes CAF.
 //
 //   opts.add_types = [](caf::actor_system_config& cfg) {
 //     cfg.add_actor_type("puller", puller);         // the store's are there

@@ -461,6 +461,40 @@ TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnTlsConnections) {
   procs->stop();
 }
 
+// A store across TLS workers: each process joins it over the connection
+// it has to the controller (a second connection between two connected
+// processes breaks CAF 0.17's TLS links), and a put in one worker is read
+// in the controller and in the other worker.
+TEST(ProcMesh, AStoreSpawnedAcrossTlsWorkersServesThemAll) {
+  testing::TempDir dir;
+  const std::string cmd =
+      std::string(MESHSTORE_MAKE_CERTS) + " " + dir.file("job") + " node > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto o = options();
+  o.tls = TlsOptions{dir.file("job/node.pem"), dir.file("job/node.key"), dir.file("job/ca.pem")};
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";
+  so.security.tls = o.tls;
+  auto store = spawn_store(*procs, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto users = procs->spawn<store_user_actor>("users", "store_user");
+  ASSERT_TRUE(users.ok()) << users.status().to_string();
+  for (int r = 0; r < 2; ++r) {
+    const std::string key = "from-rank-" + std::to_string(r);
+    auto put = users->slice({{"procs", r}})
+                   ->call_one<bool>(store_put_atom::value, key, std::string("tls"))
+                   .get(kWait);
+    ASSERT_TRUE(put.ok()) << key << ": " << put.status().to_string();
+    auto got = store->get_object(key).get(kWait);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status().to_string();
+    EXPECT_EQ(*got, "tls");
+  }
+  store->close();
+  procs->stop();
+}
+
 TEST(ProcMesh, ListeningOnEveryInterfaceWorksWithAnAdvertisedAddress) {
   LaunchSpec spec;
   spec.bind_host = "0.0.0.0";
@@ -1328,16 +1362,20 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
   EXPECT_LT(testing::thread_count(procs->pid(0)) - before0, 3);
   EXPECT_LT(testing::thread_count(procs->pid(1)) - before1, 4);
   EXPECT_LT(testing::thread_count(::getpid()) - before_here, 3);
-  // A store process killed: supervision names the store mesh.
+  // A store process killed: supervision names the store's two meshes,
+  // its volumes and its client, with the rank (and the users' mesh).
   const int p0 = procs->pid(0), p1 = procs->pid(1);
   ASSERT_TRUE(procs->signal(0, SIGKILL).ok());
-  ASSERT_TRUE(failures.wait_for(1));
+  ASSERT_TRUE(failures.wait_for(3));
   std::set<std::string> meshes;
   {
     std::lock_guard<std::mutex> lock(failures.mu);
-    for (const auto& f : failures.seen) meshes.insert(f.mesh);
+    for (const auto& f : failures.seen) {
+      EXPECT_EQ(f.rank, 0);
+      meshes.insert(f.mesh);
+    }
   }
-  EXPECT_EQ(meshes.count("meshstore.store"), 1u);
+  EXPECT_EQ(meshes, (std::set<std::string>{"meshstore.store", "meshstore.volumes", "users"}));
   // The surviving worker closes its store when the mesh stops: no segment
   // of it is left.
   procs->stop();
@@ -1374,7 +1412,7 @@ TEST(ProcMesh, AStoreProcessStartedAgainRejoinsTheStoreEmpty) {
 
   const int old_pid = procs->pid(1);
   ASSERT_TRUE(procs->signal(1, SIGKILL).ok());
-  ASSERT_TRUE(failures.wait_for(2));  // the store's member and the user
+  ASSERT_TRUE(failures.wait_for(3));  // the store's volumes, its client, the user
   std::set<std::string> failed;
   {
     std::lock_guard<std::mutex> lock(failures.mu);
@@ -1383,7 +1421,7 @@ TEST(ProcMesh, AStoreProcessStartedAgainRejoinsTheStoreEmpty) {
       failed.insert(f.mesh);
     }
   }
-  EXPECT_EQ(failed, (std::set<std::string>{"meshstore.store", "users"}));
+  EXPECT_EQ(failed, (std::set<std::string>{"meshstore.store", "meshstore.volumes", "users"}));
   // A new process, whose volume registers again under its old name.
   ASSERT_TRUE(eventually([&] {
     return procs->pid(1) != old_pid &&
@@ -1409,6 +1447,68 @@ TEST(ProcMesh, AStoreProcessStartedAgainRejoinsTheStoreEmpty) {
       EXPECT_EQ(v.objects, 1u);  // "new" alone
     }
   }
+  store->close();
+  procs->stop();
+}
+
+// Under the stop policy a store process killed stops the store's meshes:
+// every volume goes (the survivors' with them) and the controller says
+// which keys were lost; the store itself answers with the reason, it does
+// not hang.
+TEST(ProcMesh, KillNineOfAStoreProcessUnderStopPolicyStopsTheStoresMeshes) {
+  Failures failures;
+  Supervision stop;
+  stop.policy = FailurePolicy::stop;
+  stop.on_failure = failures.handler(false);
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";
+  auto store = spawn_store(*procs, so, stop);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ASSERT_TRUE(store->put_object("on-rank-0", "v").get(kWait).ok());  // the controller's: lr0
+  const int p1 = procs->pid(1);
+  ASSERT_TRUE(procs->signal(1, SIGKILL).ok());
+  ASSERT_TRUE(failures.wait_for(2));
+  std::set<std::string> failed;
+  {
+    std::lock_guard<std::mutex> lock(failures.mu);
+    for (const auto& f : failures.seen) {
+      EXPECT_EQ(f.rank, 1);
+      failed.insert(f.mesh);
+    }
+  }
+  EXPECT_EQ(failed, (std::set<std::string>{"meshstore.store", "meshstore.volumes"}));
+  // Rank 0's volume was stopped with its mesh: its key is gone too.
+  ASSERT_TRUE(eventually([&] {
+    auto got = store->get_object("on-rank-0").get(kWait);
+    return !got.ok() &&
+           (got.status().code() == Errc::unavailable || got.status().code() == Errc::not_found);
+  }));
+  store->close();
+  procs->stop();
+  ::waitpid(p1, nullptr, WNOHANG);
+  transports::shm::garbage_collect(false, p1);  // the killed one could not
+}
+
+// What spawn_store's options say of volumes reaches the volumes it makes
+// in the processes: their capacity, and a put that does not fit is
+// refused there.
+TEST(ProcMesh, TheStoresVolumeOptionsReachTheVolumesInItsProcesses) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";
+  so.limits.volume_capacity_bytes = 4096;
+  auto store = spawn_store(*procs, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto stats = store->admin().stats().get(kWait);
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  ASSERT_EQ(stats->size(), 2u);
+  for (const auto& v : *stats) EXPECT_EQ(v.capacity_bytes, 4096u) << v.volume_id;
+  EXPECT_ERROR(store->put_object("too-big", std::string(8192, 'x')).get(kWait),
+               Errc::out_of_capacity, "too-big");
+  EXPECT_TRUE(store->put_object("fits", std::string(1024, 'x')).get(kWait).ok());
   store->close();
   procs->stop();
 }

@@ -23,6 +23,7 @@
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/options.hpp"
 #include "meshstore/store/store_impl.hpp"
+#include "meshstore/store/volume_hosting.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "meshstore/version.hpp"
 #include "meshstore/volume/volume.hpp"
@@ -33,29 +34,9 @@ namespace {
 
 using internal::Address;
 using internal::parse_address;
+using store::ask_ok;
+using store::resolve_host;
 using store::transport_config;
-
-// This process's host identity: StoreOptions::placement.host, else MESHSTORE_HOST,
-// else the hostname.
-std::string resolve_host(const StoreOptions& o) {
-  if (!o.placement.host.empty()) return o.placement.host;
-  if (const char* h = std::getenv("MESHSTORE_HOST"); h && *h) return h;
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-// Asks `target` (local or remote) and waits for an ok_atom.
-template <class Handle, class... Ts>
-Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
-              const std::string& what, Ts&&... xs) {
-  caf::scoped_actor self{sys};
-  Status out;
-  self->request(target, timeout, std::forward<Ts>(xs)...)
-      .receive([](caf::ok_atom) {},
-               [&](caf::error& e) { out = internal::from_caf_error(e, what); });
-  return out;
-}
 
 // The store's message types are in the process's runtime whichever store,
 // mesh or agent the process makes first.
@@ -96,39 +77,19 @@ Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
 }
 
 Status Store::Impl::host_volumes(bool is_server) {
-  auto& sys = runtime->system();
-  controller::ProcessRole role{is_server, options.placement.local_rank, host};
-  for (auto info : controller::volumes_for(strategy_name, role, options.placement.num_volumes)) {
-    volume::VolumeConfig vc;
-    vc.volume_id = info.volume_id;
-    vc.host = host;
-    vc.capacity_bytes = options.limits.volume_capacity_bytes;
-    vc.transport_config = transport_config(options);
-    vc.bind_host = data_host;
-    vc.pool_bytes = options.limits.volume_pool_bytes;
-    vc.ring_spin = options.transport.fast_path_spin;
-    if (!options.transport.shared_memory_volumes) {
-      // cuda-ipc moves host objects through the volume's shared memory, so
-      // it goes with shm: offered, it would outrank cma where CUDA works and
-      // then fail every host read.
-      for (const auto& name : transports::builtin_registry().names()) {
-        if (name != "shm" && name != "cuda-ipc") vc.transports.push_back(name);
-      }
-    }
-    auto spawned = volume::spawn_storage_volume(sys, vc);
-    if (!spawned.ok()) return spawned.status();
-    owned.push_back(caf::actor_cast<caf::actor>(*spawned));
-    info.capacity_bytes = vc.capacity_bytes;
-    info.control = control_door(is_server);
-    info.transports =
-        vc.transports.empty() ? transports::builtin_registry().names() : vc.transports;
-    const std::string what = "register volume '" + info.volume_id + "'";
-    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, controller, options.limits.request_timeout, what,
-                                     protocol::register_volume_atom::value, info, *spawned));
-    MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, strategy, options.limits.request_timeout, what,
-                                     protocol::register_volume_atom::value, info, *spawned));
-    volumes.push_back(std::move(spawned).value());
-  }
+  store::VolumeHost h;
+  h.runtime = runtime.get();
+  h.options = &options;
+  h.host = host;
+  h.data_host = data_host;
+  h.controller = controller;
+  h.strategy = strategy;
+  h.strategy_name = strategy_name;
+  h.is_server = is_server;
+  h.door = doors;
+  auto made = store::host_volumes(h, &owned);
+  if (!made.ok()) return made.status();
+  volumes = std::move(made).value();
   const bool shared = !is_server || !options.listen.empty();
   if (options.security.encrypt_tcp && shared && !volumes.empty() && !runtime->tls()) {
     log::get("store")->warn(
@@ -140,14 +101,12 @@ Status Store::Impl::host_volumes(bool is_server) {
 }
 
 std::string Store::Impl::control_door(bool is_server) {
-  // A server's volumes share its process with the directory every client
-  // connected to: they are reached directly already.
-  if (is_server) return {};
-  auto door = runtime->door(data_host);
-  if (door.ok()) return *door;
-  log::get("store")->warn("no direct connections to this process's volumes: {}",
-                          door.status().to_string());
-  return {};
+  store::VolumeHost h;
+  h.runtime = runtime.get();
+  h.data_host = data_host;
+  h.is_server = is_server;
+  h.door = doors;
+  return store::control_door(h);
 }
 
 void Store::Impl::stop_listening() {
@@ -327,6 +286,10 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
 
   protocol::directory_actor directory;
   if (via) {
+    // Handed over a connection this process has: it is in a mesh whose
+    // processes are connected to each other already, so its volumes open
+    // no door (a second connection breaks CAF 0.17's TLS links).
+    impl->doors = false;
     directory = via->handle;
   } else {
     // The server may still be starting (rank 0 of the same launch).

@@ -49,6 +49,10 @@ struct Store::Impl {
   // one its control plane uses.
   std::string data_host = "127.0.0.1";
   std::string strategy_name;
+  // Whether this process's volumes open a door for direct connections
+  // (VolumeInfo::control): not when the store was joined through a mesh,
+  // whose processes are connected to each other already.
+  bool doors = true;
   // Where this store listens; 0 = not listening (any more). Read by
   // Store::Admin::port() from any thread.
   std::atomic<std::uint16_t> port{0};

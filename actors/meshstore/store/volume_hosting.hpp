@@ -1,0 +1,69 @@
+#pragma once
+
+// Hosting a store's volumes in a process: what a Store does for its own
+// process (Store::Impl::host_volumes) and what a volume node of a store
+// spawned on a ProcMesh does (store_mesh.cpp, "meshstore.volumes").
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/storage_volume_actor.hpp"
+#include "meshstore/protocol/strategy_actor.hpp"
+#include "meshstore/status.hpp"
+#include "meshstore/store_options.hpp"
+
+namespace meshstore::store {
+
+// This process's host identity: StoreOptions::placement.host, else
+// MESHSTORE_HOST, else the hostname.
+std::string resolve_host(const StoreOptions& o);
+
+// Asks `target` (local or remote) and waits for an ok_atom.
+template <class Handle, class... Ts>
+Status ask_ok(caf::actor_system& sys, const Handle& target, std::chrono::milliseconds timeout,
+              const std::string& what, Ts&&... xs) {
+  caf::scoped_actor self{sys};
+  Status out;
+  self->request(target, timeout, std::forward<Ts>(xs)...)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& e) { out = internal::from_caf_error(e, what); });
+  return out;
+}
+
+// What a process needs to host its volumes of a store.
+struct VolumeHost {
+  internal::ActorRuntime* runtime = nullptr;
+  const StoreOptions* options = nullptr;  // placement, limits, transport
+  std::string host;                       // resolve_host
+  std::string data_host;                  // the interface its data listeners (tcp) bind to
+  protocol::controller_actor controller;
+  protocol::strategy_actor strategy;
+  std::string strategy_name;
+  bool is_server = false;  // the controller's own process
+  // Whether clients in other processes are to connect here directly (a
+  // door). Not in a mesh whose processes are connected to each other
+  // already: a second connection between two connected processes breaks
+  // CAF 0.17's TLS links.
+  bool door = true;
+};
+
+// Where other clients connect to this process directly for its volumes
+// (VolumeInfo::control); empty for a server's, whose volumes share its
+// process with the directory every client reached already, and without
+// `door`.
+std::string control_door(const VolumeHost& h);
+
+// Spawns the volumes the strategy places in this process and registers
+// each with the controller and the strategy. Every volume spawned is
+// appended to `*owned` as it is made, also when a later one fails, so
+// that the caller stops it.
+Result<std::vector<protocol::storage_volume_actor>> host_volumes(const VolumeHost& h,
+                                                                 std::vector<caf::actor>* owned);
+
+}  // namespace meshstore::store
