@@ -434,14 +434,17 @@ class ActorMesh {
     CallContext view;  // built only for members that take it
     if constexpr (internal::takes_context<Handle, Ts...>()) view = view_context();
     return caller_->post(
-        [=](caf::event_based_actor* self) {
+        [=](caf::event_based_actor*) {
           for (std::size_t i = 0; i < ranks.size(); ++i) {
             auto target = caf::actor_cast<Handle>(caller->member(id, ranks[i]));
             if (!target) continue;
+            // Anonymous: a member's answer goes nowhere (sent back to the
+            // caller, which expects none, it would return to the member as
+            // an error that stops it).
             if constexpr (internal::takes_context<Handle, Ts...>()) {
-              self->send(target, in_view(view, i), xs...);
+              caf::anon_send(target, in_view(view, i), xs...);
             } else {
-              self->send(target, xs...);
+              caf::anon_send(target, xs...);
             }
           }
         },

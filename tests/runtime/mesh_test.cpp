@@ -725,6 +725,19 @@ TEST(ActorMeshCalls, StreamAccumulateAndTell) {
   auto sum = host0.accumulate<int>(
       0, [](int acc, int x) { return acc + x; }, add_atom::value, 1);
   EXPECT_EQ(*sum.get(kWait), 10);
+  // tell to a handler that answers: the answers are dropped, and the
+  // members stay up (an answer sent back to the mesh's caller, which
+  // expects none, would come back to them as an error that stops them).
+  ASSERT_OK(grid->tell(add_atom::value, 1));
+  auto alive = grid->call<int>(add_atom::value, 0).get(kWait);
+  ASSERT_OK(alive);
+  for (int r = 0; r < 8; ++r) {
+    if (r == 5) {  // up, and refusing as before
+      EXPECT_ERROR((*alive)[static_cast<std::size_t>(r)], Errc::out_of_capacity, "rank 5");
+    } else {
+      EXPECT_OK((*alive)[static_cast<std::size_t>(r)]);
+    }
+  }
   // tell: fire and forget. Host 1's members stop; host 0's still answer.
   ASSERT_OK(grid->slice("hosts", 1, 2)->tell(die_atom::value));
   auto after = grid->call<int>(add_atom::value, 0).get(kWait);
