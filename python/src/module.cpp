@@ -11,6 +11,7 @@
 namespace meshstore::python {
 void bind_store(py::module_& m);
 void bind_safetensors(py::module_& m);
+void bind_actors(py::module_& m);
 }  // namespace meshstore::python
 
 PYBIND11_MODULE(_native, m) {
@@ -21,5 +22,6 @@ PYBIND11_MODULE(_native, m) {
   mp::bind_tensor(m);
   mp::bind_store(m);
   mp::bind_safetensors(m);
+  mp::bind_actors(m);
   m.attr("__version__") = MESHSTORE_VERSION_STRING;
 }

@@ -1,0 +1,409 @@
+"""Actor meshes from Python, with Monarch's names (``monarch.actor``), on
+meshstore's C++ runtime (docs/python.md, "Actors").
+
+    from meshstore.actor import Actor, endpoint, this_proc
+
+    class Counter(Actor):
+        def __init__(self, start):
+            self.n = start
+
+        @endpoint
+        def incr(self, by=1):
+            self.n += by
+            return self.n
+
+    counters = this_proc().spawn("counters", Counter, 0)
+    counters.incr.call_one(5).get()          # 5
+
+Built so far: actors in this process (``this_proc()``, ``local_procs``),
+every endpoint adverb, ValueMesh, slices, context, and ActorError. Not
+built yet: worker processes (``HostMesh.spawn_procs``), supervision hooks
+(``__supervise__``), tensors outside pickle.
+"""
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import pickle
+import sys
+import threading
+import weakref
+
+from .. import _errors, _native
+from .._store import Future as _StoreFuture
+from . import _runtime
+from ._runtime import Context, Point
+
+__all__ = [
+    "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
+    "ProcMesh", "ValueMesh", "context", "current_rank", "current_size", "endpoint",
+    "local_procs", "this_proc", "unhandled_fault_hook",
+]
+
+
+class Actor:
+    """Base class of an actor: its ``@endpoint`` methods are what a mesh of
+    it answers. One instance per member; its calls run on the process's
+    actor loop (a sync endpoint one call at a time, ``async def`` ones
+    interleaved at their awaits)."""
+
+
+def endpoint(fn):
+    """Marks a method of an Actor as an endpoint (sync or ``async def``)."""
+    fn._meshstore_endpoint = True
+    return fn
+
+
+class ActorError(Exception):
+    """An endpoint raised: ``rank`` (the member's rank in its mesh),
+    ``exception_type`` (the name of the exception's type), ``message`` and
+    ``remote_traceback`` (the endpoint's traceback, as text)."""
+
+    def __init__(self, rank, exception_type, message, remote_traceback):
+        super().__init__(
+            f"rank {rank}: {exception_type}: {message}\n"
+            f"--- the endpoint's traceback ---\n{remote_traceback}")
+        self.rank = rank
+        self.exception_type = exception_type
+        self.message = message
+        self.remote_traceback = remote_traceback
+
+
+def context():
+    """The current call's Context (inside an endpoint or an actor's
+    ``__init__``); raises RuntimeError elsewhere."""
+    c = _runtime.current()
+    if c is None:
+        raise RuntimeError("context(): not inside an actor's endpoint or __init__")
+    return c
+
+
+def current_rank():
+    """This actor's rank in its mesh, as a Point (``.rank``, ``["dim"]``)."""
+    return context().actor_rank
+
+
+def current_size():
+    """This actor's mesh's sizes, by dimension (a dict)."""
+    return dict(context().actor_size)
+
+
+class Future(_StoreFuture):
+    """An adverb's pending result: ``await`` it, or ``get(timeout=None)``."""
+
+    __slots__ = ()
+
+    def get(self, timeout=None):
+        """The result, waiting at most `timeout` seconds (None: as long as it
+        takes); raises ActorError when an endpoint raised, meshstore.Error
+        for a runtime failure (a member gone, the mesh stopped), or the
+        built-in TimeoutError when the wait gives up."""
+        return self.result(timeout)
+
+
+class ValueMesh:
+    """Every member's value of a ``call``, in member order, with the view's
+    shape: ``values()``, ``items()`` (Point, value), ``item(**coords)``."""
+
+    def __init__(self, dims, values):
+        self._dims = list(dims)
+        self._values = list(values)
+
+    def __len__(self):
+        return len(self._values)
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __getitem__(self, i):
+        return self._values[i]
+
+    def values(self):
+        return list(self._values)
+
+    def items(self):
+        names = [d for d, _ in self._dims]
+        sizes = [s for _, s in self._dims]
+        return [(Point(i, names, sizes), v) for i, v in enumerate(self._values)]
+
+    def item(self, **coords):
+        """The value at these coordinates (every dimension named once)."""
+        names = {d for d, _ in self._dims}
+        if set(coords) != names:
+            raise ValueError(
+                f"item(): name every dimension of {dict(self._dims)} once, got {coords}")
+        index = 0
+        for d, s in self._dims:
+            c = coords[d]
+            if not 0 <= c < s:
+                raise IndexError(f"item(): {d}={c} outside [0, {s})")
+            index = index * s + c
+        return self._values[index]
+
+    @property
+    def extent(self):
+        return dict(self._dims)
+
+    def __repr__(self):
+        return f"ValueMesh({dict(self._dims)}, {self._values})"
+
+
+def _raise_error(rank, info):
+    exc_type, message, text = info
+    raise ActorError(rank, exc_type, message, text)
+
+
+def _value(rank, reply):
+    ok, body = _runtime.decode(reply)
+    if ok:
+        return body
+    _raise_error(rank, body)
+
+
+def _pack(args, kwargs):
+    try:
+        return pickle.dumps((args, kwargs))
+    except Exception as e:
+        raise TypeError(f"an endpoint's arguments must pickle: {e}") from e
+
+
+class _Stream:
+    """Each member's value as it lands: ``for v in s`` or ``async for v in
+    s``. An endpoint that raised ends the iteration with its ActorError."""
+
+    def __init__(self, futures, ranks):
+        self._futures = futures
+        self._ranks = ranks
+
+    def _decode(self, i):
+        return _value(self._ranks[i], self._futures[i].result())
+
+    def __iter__(self):
+        pending = {}
+        done = concurrent.futures.Future
+        for i, f in enumerate(self._futures):
+            c = done()
+            f.add_done_callback(lambda _f, c=c: c.set_result(None))
+            pending[c] = i
+        while pending:
+            finished, _ = concurrent.futures.wait(
+                list(pending), return_when=concurrent.futures.FIRST_COMPLETED)
+            for c in finished:
+                yield self._decode(pending.pop(c))
+
+    async def __aiter__(self):
+        async def one(i):
+            await self._futures[i]
+            return i
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(self._futures))]
+        try:
+            for t in asyncio.as_completed(tasks):
+                yield self._decode(await t)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+
+class Endpoint:
+    """An endpoint of an actor mesh, with the adverbs: ``call``,
+    ``call_one``, ``choose``, ``broadcast`` and ``stream``."""
+
+    def __init__(self, mesh, name):
+        self._mesh = mesh
+        self._name = name
+
+    def call(self, *args, **kwargs):
+        """Every member of the view: a Future of a ValueMesh. Raises the
+        first ActorError (by member) when an endpoint raised."""
+        native = self._mesh._native
+        ranks = native.ranks()
+        dims = native.dims()
+
+        def values(replies):
+            out = []
+            for i, (ok, body) in enumerate(replies):
+                if not ok:  # a runtime failure (a member gone): meshstore.Error
+                    raise _errors.from_status(*body)
+                out.append(_value(ranks[i], body))
+            return ValueMesh(dims, out)
+
+        return Future(native.call(self._name, _pack(args, kwargs)), values)
+
+    def call_one(self, *args, **kwargs):
+        """The view's one member (invalid_argument for more than one)."""
+        native = self._mesh._native
+        rank = native.ranks()[0] if native.size >= 1 else -1
+        return Future(native.call_one(self._name, _pack(args, kwargs)),
+                      lambda reply: _value(rank, reply))
+
+    def choose(self, *args, **kwargs):
+        """One member of the view, the least busy with choose() calls."""
+        native = self._mesh._native
+        return Future(native.choose(self._name, _pack(args, kwargs)),
+                      lambda reply: _value(-1, reply))
+
+    def broadcast(self, *args, **kwargs):
+        """Every member, fire and forget (an endpoint's error is dropped)."""
+        self._mesh._native.tell(self._name, _pack(args, kwargs))
+
+    def stream(self, *args, **kwargs):
+        """Every member's value as it lands (sync or async iteration)."""
+        native = self._mesh._native
+        futures = [_StoreFuture(f) for f in native.requests(self._name, _pack(args, kwargs))]
+        return _Stream(futures, native.ranks())
+
+
+class ActorMesh:
+    """A mesh of actors of one class: its endpoints are attributes
+    (``mesh.incr.call_one()``); ``slice(**dims)`` views part of it."""
+
+    def __init__(self, native, cls, name):
+        self._native = native
+        self._cls = cls
+        self._name = name
+
+    def __getattr__(self, name):
+        attr = getattr(self._cls, name, None)
+        if attr is None or not getattr(attr, "_meshstore_endpoint", False):
+            raise AttributeError(f"{self._cls.__name__} has no endpoint '{name}'")
+        return Endpoint(self, name)
+
+    @property
+    def size(self):
+        return self._native.size
+
+    def __len__(self):
+        return self._native.size
+
+    @property
+    def extent(self):
+        return dict(self._native.dims())
+
+    def slice(self, **dims):
+        """A view: ``slice(hosts=1)`` (an int drops the dimension),
+        ``slice(gpus=slice(0, 2))`` or with a step."""
+        return ActorMesh(self._native.slice(_selects(dims)), self._cls, self._name)
+
+    def __repr__(self):
+        return f"<ActorMesh '{self._name}' of {self._cls.__name__} {self.extent}>"
+
+
+def _selects(dims):
+    out = []
+    for d, sel in dims.items():
+        if isinstance(sel, int):
+            out.append((d, sel))
+        elif isinstance(sel, slice):
+            start = 0 if sel.start is None else sel.start
+            if sel.stop is None:
+                raise ValueError(f"slice({d}=...): give the slice's end")
+            out.append((d, start, sel.stop, 1 if sel.step is None else sel.step))
+        else:
+            raise TypeError(f"slice({d}=...): an int or a slice, not {type(sel).__name__}")
+    return out
+
+
+def unhandled_fault_hook(failure):
+    """Called with a failure no supervisor handled (a dict: mesh, rank,
+    why). The default prints it and ends this process, as Monarch's does;
+    replace ``meshstore.actor.unhandled_fault_hook`` to do otherwise (a
+    truthy answer means handled)."""
+    print(f"meshstore.actor: unhandled failure of rank {failure['rank']} of mesh "
+          f"'{failure['mesh']}': {failure['why']}", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
+def _on_failure(mesh, rank, why):
+    hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
+    return bool(hook({"mesh": mesh, "rank": rank, "why": why}))
+
+
+_live = weakref.WeakSet()
+
+
+class ProcMesh:
+    """Processes with a shape, to spawn actor meshes on. ``this_proc()``
+    and ``local_procs(...)`` are meshes of this process."""
+
+    def __init__(self, native):
+        self._native = native
+        _live.add(self)
+
+    @property
+    def size(self):
+        return self._native.size
+
+    @property
+    def extent(self):
+        return dict(self._native.dims())
+
+    def slice(self, **dims):
+        return ProcMesh(self._native.slice(_selects(dims)))
+
+    def spawn(self, name, cls, *args, **kwargs):
+        """An actor mesh `name` of `cls`, one member per process of this
+        view, each made as ``cls(*args, **kwargs)`` (with its rank set for
+        ``current_rank()``)."""
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise TypeError(f"spawn(): {cls!r} is not a subclass of meshstore.actor.Actor")
+        dims = self._native.dims()
+        names = [d for d, _ in dims]
+        sizes = [s for _, s in dims]
+        instances = []
+        for rank in range(self._native.size):
+            inst = _runtime.construct(cls, rank, names, sizes, args, kwargs)
+            inst._meshstore_member = (Point(rank, names, sizes), dict(dims))
+            instances.append(inst)
+        _runtime.actor_loop()
+        return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name)
+
+    def stop(self):
+        """Stops every actor spawned here; their calls answer ShutdownError."""
+        self._native.stop()
+
+    @property
+    def initialized(self):
+        """Awaitable (and ``get()``-able): done once the processes are up,
+        which for a mesh of this process they are."""
+        return _Ready()
+
+
+class _Ready:
+    def __await__(self):
+        return None
+        yield  # noqa: unreachable (makes this a generator)
+
+    def get(self, timeout=None):
+        return None
+
+
+def local_procs(**shape):
+    """A process mesh of this shape (``local_procs(gpus=4)``) whose every
+    member is this process: each actor spawned on it is made here."""
+    if not shape:
+        raise ValueError("local_procs(): give at least one dimension, e.g. gpus=4")
+    return ProcMesh(_native.ProcMesh.local(list(shape.items()), _on_failure))
+
+
+_this = None
+_this_lock = threading.Lock()
+
+
+def this_proc():
+    """This process as a mesh of one."""
+    global _this
+    with _this_lock:
+        if _this is None:
+            _this = ProcMesh(_native.ProcMesh.local([("procs", 1)], _on_failure))
+        return _this
+
+
+@atexit.register
+def _stop_all():
+    # Before the interpreter goes: no runtime thread may wait for Python then.
+    for p in list(_live):
+        try:
+            p.stop()
+        except Exception:  # noqa: BLE001 (exiting anyway)
+            pass

@@ -1,0 +1,158 @@
+"""The process's side of Python actors: the actor loop that runs every
+endpoint call, the context an endpoint sees, and the replies' encoding.
+
+The C++ member of a Python actor (python/src/actor_bindings.cpp) calls
+`run` on a runtime thread, with the GIL; `run` only posts the call to the
+actor loop, an asyncio loop on a thread of its own, and returns. A sync
+endpoint runs on that loop thread, one call at a time; an async one runs
+as a task on it, so several may be in flight at once. Either way the
+reply goes back through `complete(bytes)`.
+"""
+
+import asyncio
+import contextvars
+import inspect
+import pickle
+import threading
+import traceback
+
+_VALUE, _ERROR = b"V", b"E"
+
+_loop = None
+_loop_lock = threading.Lock()
+
+
+def actor_loop():
+    """The process's actor loop, started on first use (a daemon thread)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="meshstore-actors", daemon=True)
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+class Point:
+    """A rank in a mesh with its coordinates: `rank`, and `point["dim"]` (or
+    `point.coords`) for the coordinate in each dimension."""
+
+    __slots__ = ("rank", "coords")
+
+    def __init__(self, rank, dims, sizes):
+        self.rank = rank
+        coords = {}
+        rest = rank
+        stride = 1
+        for s in sizes:
+            stride *= s
+        for d, s in zip(dims, sizes):
+            stride //= s if s > 0 else 1
+            coords[d] = rest // stride if stride > 0 else 0
+            rest -= coords[d] * stride
+        self.coords = coords
+
+    def __getitem__(self, dim):
+        return self.coords[dim]
+
+    def __int__(self):
+        return self.rank
+
+    def __eq__(self, other):
+        if isinstance(other, Point):
+            return self.rank == other.rank and self.coords == other.coords
+        return self.rank == other
+
+    def __hash__(self):
+        return hash(self.rank)
+
+    def __repr__(self):
+        return f"Point({self.rank}, {self.coords})"
+
+
+class Context:
+    """What an endpoint sees of its call (`context()`): the actor's own rank
+    in its mesh (`actor_rank`, a Point) and the message's rank in the view
+    it was sent to (`message_rank`, a Point of that view)."""
+
+    __slots__ = ("actor_rank", "actor_size", "message_rank", "message_size")
+
+    def __init__(self, actor_rank, actor_size, message_rank, message_size):
+        self.actor_rank = actor_rank
+        self.actor_size = actor_size
+        self.message_rank = message_rank
+        self.message_size = message_size
+
+
+_context = contextvars.ContextVar("meshstore_actor_context", default=None)
+
+
+def current():
+    return _context.get()
+
+
+def construct(cls, rank, dims, sizes, args, kwargs):
+    """Makes member `rank`'s instance, with its context set for __init__."""
+    me = Point(rank, dims, sizes)
+    size = dict(zip(dims, sizes))
+    ctx = contextvars.copy_context()
+    ctx.run(_context.set, Context(me, size, me, size))
+    return ctx.run(cls, *args, **kwargs)
+
+
+def _error_reply(exc):
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return _ERROR + pickle.dumps((type(exc).__name__, str(exc), text))
+
+
+def _value_reply(value):
+    try:
+        return _VALUE + pickle.dumps(value)
+    except Exception as e:  # noqa: BLE001 (the caller learns why)
+        return _error_reply(TypeError(f"the endpoint's result cannot be pickled: {e}"))
+
+
+def _task_reply(task):
+    if task.cancelled():
+        return _error_reply(asyncio.CancelledError("the endpoint's task was cancelled"))
+    exc = task.exception()
+    return _error_reply(exc) if exc is not None else _value_reply(task.result())
+
+
+def run(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
+    """Called by the runtime (GIL held): posts the call to the actor loop."""
+    actor_loop().call_soon_threadsafe(
+        _start, instance, rank, msg_rank, dims, sizes, endpoint, payload, complete)
+
+
+def _start(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
+    ctx = contextvars.copy_context()
+    try:
+        member = getattr(instance, "_meshstore_member", None)
+        me, my_size = member if member is not None else (Point(rank, [], []), {})
+        ctx.run(_context.set, Context(
+            me, my_size, Point(msg_rank, dims, sizes), dict(zip(dims, sizes))))
+        method = getattr(type(instance), endpoint, None)
+        if method is None or not getattr(method, "_meshstore_endpoint", False):
+            raise AttributeError(
+                f"{type(instance).__name__} has no endpoint '{endpoint}'")
+        args, kwargs = pickle.loads(payload)
+        result = ctx.run(getattr(instance, endpoint), *args, **kwargs)
+    except BaseException as e:  # noqa: BLE001 (the caller gets it)
+        complete(_error_reply(e))
+        return
+    if inspect.isawaitable(result):
+        async def awaited():
+            return await result
+        task = asyncio.get_running_loop().create_task(awaited(), context=ctx)
+        task.add_done_callback(lambda t: complete(_task_reply(t)))
+    else:
+        complete(_value_reply(result))
+
+
+def decode(reply):
+    """(True, value) or (False, (type name, message, traceback))."""
+    kind, body = reply[:1], reply[1:]
+    return kind == _VALUE, pickle.loads(body)
