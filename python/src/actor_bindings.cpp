@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/proc_mesh.hpp"
 #include "py_future.hpp"
 
@@ -22,10 +23,16 @@ namespace meshstore::python {
 namespace {
 
 using py_call_atom = caf::atom_constant<caf::atom("py_call")>;
+using py_init_atom = caf::atom_constant<caf::atom("py_init")>;
 // A Python actor: (the call's context, endpoint, pickled arguments) ->
-// the pickled reply ("V" + value or "E" + the endpoint's exception).
+// the pickled reply ("V" + value or "E" + the endpoint's exception). A
+// member spawned by type name in a worker process is made empty and gets
+// its instance from init, called on the whole mesh (whose shape the
+// context carries): the pickled class and arguments -> the reply of its
+// __init__.
 using py_actor = caf::typed_actor<
-    caf::replies_to<CallContext, py_call_atom, std::string, std::string>::with<std::string>>;
+    caf::replies_to<CallContext, py_call_atom, std::string, std::string>::with<std::string>,
+    caf::replies_to<CallContext, py_init_atom, std::string>::with<std::string>>;
 
 // The Python side of one mesh's members: their instances by rank, and the
 // runner that starts an endpoint call on the actor loop. Released with
@@ -45,51 +52,118 @@ struct PyMembers {
   }
 };
 
-// Hands one call to the actor loop; `done` gets the reply. On a runtime
-// thread: takes the GIL only to post.
-Status post_call(const PyMembers& members, int rank, const CallContext& ctx,
-                 const std::string& endpoint, const std::string& args,
-                 std::shared_ptr<Promise<std::string>> done) {
+// A Python object that any thread may drop: its last reference goes with
+// the GIL taken (or is leaked once the interpreter is exiting).
+struct GilObject {
+  explicit GilObject(py::object o) : object(std::move(o)) {}
+  ~GilObject() {
+    if (interpreter_finalizing()) {
+      object.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    object = py::object();
+  }
+  py::object object;
+};
+
+// Runs `fn` (GIL held) to hand work to the actor loop, which completes
+// it; on a runtime thread, which takes the GIL only to post.
+template <class F>
+Status post(const std::string& what, F&& fn) {
   if (interpreter_finalizing()) {
     return Status(Errc::shutdown, "the Python interpreter is exiting");
   }
   py::gil_scoped_acquire gil;
   try {
-    auto complete =
-        py::cpp_function([done](py::bytes reply) { done->set_value(std::string(reply)); });
-    members.runner(members.instances.at(static_cast<std::size_t>(rank)), rank, ctx.rank, ctx.dims,
-                   ctx.sizes, endpoint, py::bytes(args), complete);
+    fn();
   } catch (const py::error_already_set& e) {
-    return Status(Errc::internal, "endpoint '" + endpoint + "': " + e.what());
+    return Status(Errc::internal, what + ": " + e.what());
   }
   return Status();
 }
 
-py_actor::behavior_type py_member(py_actor::pointer self, int rank,
-                                  std::shared_ptr<PyMembers> members) {
+// The request being handled is answered with `done`'s reply (on_ready: on
+// the actor, once the loop completed it).
+caf::result<std::string> answer(py_actor::pointer self,
+                                const std::shared_ptr<Promise<std::string>>& done) {
+  auto rp = self->make_response_promise<std::string>();
+  // No bound of its own: the caller's request has one.
+  on_ready(
+      self, done->future(),
+      [rp](const Result<std::string>& r) mutable {
+        if (r.ok()) {
+          rp.deliver(*r);
+        } else {
+          rp.deliver(actor_error(r.status()));
+        }
+      },
+      std::chrono::hours(24 * 365));
+  return rp;
+}
+
+// A member whose instance is members->instances[slot]: made by the caller
+// (a local mesh's) or by init (a worker's).
+py_actor::behavior_type py_member_at(py_actor::pointer self, int rank, int slot,
+                                     std::shared_ptr<PyMembers> members) {
   return {
       [=](const CallContext& ctx, py_call_atom, const std::string& endpoint,
           const std::string& args) -> caf::result<std::string> {
         auto done = std::make_shared<Promise<std::string>>();
-        if (auto s = post_call(*members, rank, ctx, endpoint, args, done); !s.ok()) {
-          return actor_error(s);
-        }
-        auto rp = self->make_response_promise<std::string>();
-        // No bound of its own: the caller's request has one.
-        on_ready(
-            self, done->future(),
-            [rp](const Result<std::string>& r) mutable {
-              if (r.ok()) {
-                rp.deliver(*r);
-              } else {
-                rp.deliver(actor_error(r.status()));
-              }
-            },
-            std::chrono::hours(24 * 365));
-        return rp;
+        Status posted = post("endpoint '" + endpoint + "'", [&] {
+          auto complete =
+              py::cpp_function([done](py::bytes reply) { done->set_value(std::string(reply)); });
+          members->runner(members->instances.at(static_cast<std::size_t>(slot)), rank, ctx.rank,
+                          ctx.dims, ctx.sizes, endpoint, py::bytes(args), complete);
+        });
+        if (!posted.ok()) return actor_error(posted);
+        return answer(self, done);
+      },
+      [=](const CallContext& ctx, py_init_atom,
+          const std::string& made_as) -> caf::result<std::string> {
+        auto done = std::make_shared<Promise<std::string>>();
+        Status posted = post("init", [&] {
+          // On the loop: the instance goes in its slot, then the reply.
+          auto complete =
+              py::cpp_function([done, members, slot](py::object instance, py::bytes reply) {
+                if (!instance.is_none()) {
+                  members->instances.at(static_cast<std::size_t>(slot)) = std::move(instance);
+                }
+                done->set_value(std::string(reply));
+              });
+          py::module_::import("meshstore.actor._runtime")
+              .attr("construct_here")(py::bytes(made_as), rank, ctx.dims, ctx.sizes, complete);
+        });
+        if (!posted.ok()) return actor_error(posted);
+        return answer(self, done);
       },
   };
 }
+
+// A local mesh's member: its instance made by the caller.
+py_actor::behavior_type py_member(py_actor::pointer self, int rank,
+                                  std::shared_ptr<PyMembers> members) {
+  return py_member_at(self, rank, rank, std::move(members));
+}
+
+// A worker's member, spawned by type name ("meshstore.py_actor"): empty
+// until init.
+py_actor::behavior_type py_member_named(py_actor::pointer self, int rank) {
+  auto members = std::make_shared<PyMembers>();
+  {
+    py::gil_scoped_acquire gil;
+    members->instances.emplace_back(py::none());
+    members->runner = py::module_::import("meshstore.actor._runtime").attr("run");
+  }
+  return py_member_at(self, rank, 0, std::move(members));
+}
+
+// In every process runtime of a program that imports meshstore: workers
+// spawn it by name.
+[[maybe_unused]] const bool kPyActorType =
+    internal::register_process_types([](caf::actor_system_config& cfg) {
+      cfg.add_actor_type("meshstore.py_actor", py_member_named);
+    });
 
 // Python's slice arguments: (dim, index) or (dim, begin, end, step).
 std::vector<std::pair<std::string, Select>> selects_of(const std::vector<py::tuple>& args) {
@@ -128,6 +202,23 @@ T must(Result<T> r) {
 
 using Mesh = ActorMesh<py_actor>;
 
+// Mesh options whose unhandled failures go to Python's hook (the GIL
+// taken on the runtime's thread), which answers whether it handled one.
+MeshOptions options_with(py::object on_failure) {
+  MeshOptions o;
+  auto hook = std::make_shared<GilObject>(std::move(on_failure));
+  o.on_failure = [hook](const MeshFailure& f) {
+    if (interpreter_finalizing()) return true;
+    py::gil_scoped_acquire gil;
+    try {
+      return hook->object(f.mesh, f.rank, f.why.to_string()).cast<bool>();
+    } catch (const py::error_already_set&) {
+      return false;
+    }
+  };
+  return o;
+}
+
 void bind_actor_mesh(py::module_& m) {
   py::class_<Mesh>(m, "ActorMesh")
       .def_property_readonly("size", &Mesh::size)
@@ -165,6 +256,15 @@ void bind_actor_mesh(py::module_& m) {
              }
              return out;
            })
+      .def("init",
+           [](const Mesh& a, py::bytes made_as) {
+             return wrap(a.call<std::string>(py_init_atom::value, std::string(made_as)),
+                         [](const ValueMesh<std::string>& vm) {
+                           py::list out;
+                           for (const auto& r : vm) out.append(reply_of(r));
+                           return py::object(out);
+                         });
+           })
       .def("tell", [](const Mesh& a, const std::string& ep, py::bytes args) {
         if (auto s = a.tell(py_call_atom::value, ep, std::string(args)); !s.ok()) raise_status(s);
       });
@@ -174,21 +274,30 @@ void bind_proc_mesh(py::module_& m) {
   py::class_<ProcMesh>(m, "ProcMesh")
       .def_static("local",
                   [](const std::vector<std::pair<std::string, int>>& shape, py::object on_failure) {
-                    MeshOptions o;
-                    // An unhandled failure goes to Python's hook (the GIL taken
-                    // on the runtime's thread); it answers whether it handled it.
-                    auto hook = std::make_shared<py::object>(std::move(on_failure));
-                    o.on_failure = [hook](const MeshFailure& f) {
-                      if (interpreter_finalizing()) return true;
-                      py::gil_scoped_acquire gil;
-                      try {
-                        return (*hook)(f.mesh, f.rank, f.why.to_string()).cast<bool>();
-                      } catch (const py::error_already_set&) {
-                        return false;
-                      }
-                    };
-                    return must(without_gil([&] { return ProcMesh::local(shape, o); }));
+                    return must(without_gil([&] {
+                      return ProcMesh::local(shape, options_with(std::move(on_failure)));
+                    }));
                   })
+      .def_static(
+          "launch",
+          [](const std::vector<std::pair<std::string, int>>& shape, const std::string& program,
+             const std::vector<std::string>& args,
+             const std::vector<std::pair<std::string, std::string>>& env, py::object on_failure) {
+            LaunchSpec spec;
+            spec.program = program;
+            spec.args = args;
+            spec.env = env;
+            return must(without_gil([&] {
+              return ProcMesh::launch(shape, spec, options_with(std::move(on_failure)));
+            }));
+          })
+      .def("is_local", [](const ProcMesh& p) { return internal::proc_is_local(p); })
+      .def("pid", &ProcMesh::pid)
+      .def(
+          "spawn_named",
+          [](ProcMesh& p, const std::string& name) {
+            return must(without_gil([&] { return p.spawn<py_actor>(name, "meshstore.py_actor"); }));
+          })
       .def_property_readonly("size", &ProcMesh::size)
       .def("dims", [](const ProcMesh& p) { return dims_of(p.extent()); })
       .def("slice", [](const ProcMesh& p,
@@ -202,6 +311,12 @@ void bind_proc_mesh(py::module_& m) {
              return must(without_gil([&] { return p.spawn<py_actor>(name, py_member, members); }));
            })
       .def("stop", [](ProcMesh& p) { without_gil([&] { p.stop(); }); });
+  // In a worker process (ProcMesh::launch started it): serves its
+  // controller until it stops or goes away.
+  m.def("serve_procs", [] {
+    auto s = without_gil([] { return ProcMesh::serve(); });
+    if (!s.ok()) raise_status(s);
+  });
 }
 
 }  // namespace

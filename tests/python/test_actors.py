@@ -1,8 +1,10 @@
 """meshstore.actor: Python actors on the C++ runtime, with Monarch's names
-(docs/python.md, "Actors"). Every mesh here is a mesh of this process
-(this_proc, local_procs): its members are made in the test's process."""
+(docs/python.md, "Actors"): meshes of this process (this_proc,
+local_procs), then meshes of worker processes (this_host().spawn_procs)."""
 
 import asyncio
+import os
+import signal
 import threading
 
 import pytest
@@ -182,3 +184,122 @@ def test_a_get_that_gives_up_raises_the_builtin_timeout(grid):
     with pytest.raises(TimeoutError):
         m.slice(hosts=0, gpus=0).nap.call_one(2).get(timeout=0.05)
     assert grid.initialized.get() is None
+
+
+# -- worker processes ---------------------------------------------------------
+
+
+class Where(Actor):
+    def __init__(self, tag):
+        self.tag = tag
+
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    @endpoint
+    def hello(self, who):
+        print(f"hello {who} from rank {current_rank().rank}", flush=True)
+        return f"{self.tag}:{current_rank().rank}:{who}"
+
+    @endpoint
+    def fail(self):
+        raise KeyError("missing")
+
+    @endpoint
+    async def rendezvous_file(self, directory, n):
+        # Each worker writes its rank, then waits until all n have: only
+        # calls that run at once, in n processes, get through (bounded).
+        open(os.path.join(directory, str(current_rank().rank)), "w").close()
+        for _ in range(1000):
+            if len(os.listdir(directory)) >= n:
+                return current_rank().rank
+            await asyncio.sleep(0.01)
+        raise TimeoutError("the other workers never came")
+
+
+class FailsToStart(Actor):
+    def __init__(self):
+        if current_rank().rank == 1:
+            raise RuntimeError("no device for rank 1")
+
+    @endpoint
+    def ok(self):
+        return True
+
+
+def _bootstrap():  # runs first in every worker (spawn_procs(bootstrap=...))
+    os.environ["MESHSTORE_TEST_BOOTSTRAPPED"] = f"pid {os.getpid()}"
+
+
+class Env(Actor):
+    @endpoint
+    def get(self, name):
+        return os.environ.get(name)
+
+
+def test_bootstrap_runs_first_in_every_worker():
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2}, bootstrap=_bootstrap)
+    try:
+        m = procs.spawn("env", Env)
+        got = m.get.call("MESHSTORE_TEST_BOOTSTRAPPED").get(timeout=30).values()
+        assert got == [f"pid {procs.pid(0)}", f"pid {procs.pid(1)}"]
+    finally:
+        procs.stop()
+    with pytest.raises(ValueError, match="positive int"):
+        ma.this_host().spawn_procs(per_host={"gpus": 0})
+
+
+@pytest.fixture
+def workers():
+    procs = ma.this_host().spawn_procs(per_host={"gpus": 2})
+    yield procs
+    procs.stop()
+
+
+def test_worker_processes_run_the_actors_each_in_its_own_process(workers, tmp_path):
+    assert workers.extent == {"gpus": 2}
+    assert workers.initialized.get() is None
+    m = workers.spawn("where", Where, "w")
+    pids = m.pid.call().get(timeout=30).values()
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert pids == [workers.pid(0), workers.pid(1)]
+    assert m.hello.call("you").get(timeout=30).values() == ["w:0:you", "w:1:you"]
+    assert m.slice(gpus=1).hello.call_one("one").get(timeout=30) == "w:1:one"
+    assert sorted(m.pid.stream()) == sorted(pids)
+    with pytest.raises(ActorError) as err:
+        m.slice(gpus=0).fail.call_one().get(timeout=30)
+    assert err.value.rank == 0 and err.value.exception_type == "KeyError"
+    assert "raise KeyError" in err.value.remote_traceback
+    assert m.rendezvous_file.call(str(tmp_path), 2).get(timeout=30).values() == [0, 1]
+
+
+def test_an_init_that_raises_fails_the_spawn_naming_the_rank(workers):
+    with pytest.raises(ActorError) as err:
+        workers.spawn("fails", FailsToStart)
+    assert err.value.rank == 1 and "no device for rank 1" in err.value.message
+
+
+def test_a_killed_worker_reaches_the_fault_hook_and_stop_leaves_no_process(monkeypatch):
+    seen = []
+    got = threading.Event()
+
+    def hook(failure):
+        seen.append(failure)
+        got.set()
+        return True  # handled: this process goes on
+
+    monkeypatch.setattr(ma, "unhandled_fault_hook", hook)
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2})
+    m = procs.spawn("where", Where, "k")
+    pids = m.pid.call().get(timeout=30).values()
+    os.kill(pids[1], signal.SIGKILL)
+    assert got.wait(30), "the killed worker's failure never reached the hook"
+    assert seen[0]["mesh"] == "where" and seen[0]["rank"] == 1
+    with pytest.raises(meshstore.Error):
+        m.slice(procs=1).pid.call_one().get(timeout=30)
+    assert m.slice(procs=0).pid.call_one().get(timeout=30) == pids[0]
+    procs.stop()
+    for pid in pids:  # reaped by the controller: neither is left
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -15,15 +15,15 @@ meshstore's C++ runtime (docs/python.md, "Actors").
     counters = this_proc().spawn("counters", Counter, 0)
     counters.incr.call_one(5).get()          # 5
 
-Built so far: actors in this process (``this_proc()``, ``local_procs``),
-every endpoint adverb, ValueMesh, slices, context, and ActorError. Not
-built yet: worker processes (``HostMesh.spawn_procs``), supervision hooks
-(``__supervise__``), tensors outside pickle.
+Worker processes on this host: ``this_host().spawn_procs(per_host={"gpus":
+2})``; every member in this process: ``this_proc()``, ``local_procs(...)``.
+Not built yet: several hosts, ``__supervise__``, tensors outside pickle.
 """
 
 import asyncio
 import atexit
 import concurrent.futures
+import json
 import os
 import pickle
 import sys
@@ -37,8 +37,8 @@ from ._runtime import Context, Point
 
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
-    "ProcMesh", "ValueMesh", "context", "current_rank", "current_size", "endpoint",
-    "local_procs", "this_proc", "unhandled_fault_hook",
+    "HostMesh", "ProcMesh", "ValueMesh", "context", "current_rank", "current_size",
+    "endpoint", "local_procs", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -347,6 +347,8 @@ class ProcMesh:
         ``current_rank()``)."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn(): {cls!r} is not a subclass of meshstore.actor.Actor")
+        if not self._native.is_local():
+            return self._spawn_in_workers(name, cls, args, kwargs)
         dims = self._native.dims()
         names = [d for d, _ in dims]
         sizes = [s for _, s in dims]
@@ -358,8 +360,30 @@ class ProcMesh:
         _runtime.actor_loop()
         return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name)
 
+    def _spawn_in_workers(self, name, cls, args, kwargs):
+        # The class and arguments travel pickled: the class by reference,
+        # so the workers must import it (a module on their path, or the
+        # controller's main script, which each worker loads as __mp_main__).
+        try:
+            made_as = pickle.dumps((cls, args, kwargs))
+        except Exception as e:
+            raise TypeError(f"spawn(): the class and its arguments must pickle: {e}") from e
+        native = self._native.spawn_named(name)
+        replies = Future(native.init(made_as)).get()
+        ranks = native.ranks()
+        for i, (ok, body) in enumerate(replies):
+            if not ok:
+                raise _errors.from_status(*body)
+            _value(ranks[i], body)  # raises the ActorError of a failed __init__
+        return ActorMesh(native, cls, name)
+
+    def pid(self, i):
+        """The process id of member `i` of this view (-1 when unknown)."""
+        return self._native.pid(i)
+
     def stop(self):
-        """Stops every actor spawned here; their calls answer ShutdownError."""
+        """Stops every actor spawned here, and the processes started for
+        it; their calls answer ClosedError."""
         self._native.stop()
 
     @property
@@ -384,6 +408,38 @@ def local_procs(**shape):
     if not shape:
         raise ValueError("local_procs(): give at least one dimension, e.g. gpus=4")
     return ProcMesh(_native.ProcMesh.local(list(shape.items()), _on_failure))
+
+
+class HostMesh:
+    """Hosts to start processes on: ``this_host()`` is this one."""
+
+    def spawn_procs(self, per_host=None, bootstrap=None):
+        """Starts ``per_host`` worker processes on this host (``{"gpus": 4}``:
+        a mesh of shape {gpus: 4}), each a Python interpreter running the
+        C++ worker loop, and waits until they joined. ``bootstrap``, a
+        function, runs first in every worker (module-level, so that it
+        pickles by reference). Each worker's output comes back with its
+        rank; the workers stop with ``stop()`` or when this process goes."""
+        per_host = dict(per_host or {"procs": 1})
+        for d, n in per_host.items():
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"spawn_procs(): per_host[{d!r}] must be a positive int, not {n!r}")
+        env = [("MESHSTORE_ACTOR_SYSPATH", json.dumps([p for p in sys.path if p]))]
+        main = sys.modules.get("__main__")
+        main_file = getattr(main, "__file__", None)
+        if main_file and getattr(main, "__spec__", None) is None:
+            env.append(("MESHSTORE_ACTOR_MAIN", os.path.abspath(main_file)))
+        if bootstrap is not None:
+            env.append(("MESHSTORE_ACTOR_BOOTSTRAP", pickle.dumps(bootstrap).hex()))
+        native = _native.ProcMesh.launch(
+            list(per_host.items()), sys.executable, ["-m", "meshstore.actor._worker"], env,
+            _on_failure)
+        return ProcMesh(native)
+
+
+def this_host():
+    """This host, to start worker processes on (``spawn_procs``)."""
+    return HostMesh()
 
 
 _this = None

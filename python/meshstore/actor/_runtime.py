@@ -102,6 +102,24 @@ def construct(cls, rank, dims, sizes, args, kwargs):
     return ctx.run(cls, *args, **kwargs)
 
 
+def construct_here(made_as, rank, dims, sizes, complete):
+    """In a worker (GIL held, on a runtime thread): makes member `rank`'s
+    instance from the pickled (class, args, kwargs) on the actor loop, then
+    calls complete(instance or None, reply)."""
+    actor_loop().call_soon_threadsafe(_construct, made_as, rank, dims, sizes, complete)
+
+
+def _construct(made_as, rank, dims, sizes, complete):
+    try:
+        cls, args, kwargs = pickle.loads(made_as)
+        inst = construct(cls, rank, list(dims), list(sizes), args, kwargs)
+        inst._meshstore_member = (Point(rank, list(dims), list(sizes)), dict(zip(dims, sizes)))
+    except BaseException as e:  # noqa: BLE001 (the spawn fails with it)
+        complete(None, _error_reply(e))
+        return
+    complete(inst, _value_reply(None))
+
+
 def _error_reply(exc):
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return _ERROR + pickle.dumps((type(exc).__name__, str(exc), text))
