@@ -237,6 +237,18 @@ class Store:
         1), the other ranks connect."""
         return cls(_native.Store.from_env(options))
 
+    @classmethod
+    def _spawn_on(cls, native_procs, options):
+        # A store across a meshstore.actor ProcMesh (torchstore's
+        # initialize(mesh=...)): the C++ spawn_store.
+        return cls(_native.Store.spawn_on(native_procs, options))
+
+    @classmethod
+    def _of_this_worker(cls):
+        # In a worker of a ProcMesh: the store its process joined (closed by
+        # the process when it stops serving; close() here does nothing).
+        return cls(_native.Store.of_this_worker())
+
     def close(self):
         """Stops the store; calls in flight end with ClosedError. Idempotent."""
         self._s.close()

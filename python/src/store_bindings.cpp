@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "meshstore/store.hpp"
+#include "meshstore/store_mesh.hpp"
 #include "py_future.hpp"
 #include "store_convert.hpp"
 #include "tensor_bridge.hpp"
@@ -27,8 +28,11 @@ using namespace std::chrono_literals;
 class PyStore {
  public:
   explicit PyStore(Store s) : store_(std::make_shared<Store>(std::move(s))) {}
+  // A store this process joined as a worker (worker_store): not this
+  // object's to close.
+  explicit PyStore(std::shared_ptr<Store> joined) : store_(std::move(joined)), owned_(false) {}
   ~PyStore() {
-    if (!store_ || store_->closed()) return;
+    if (!store_ || !owned_ || store_->closed()) return;
     if (interpreter_finalizing()) return;  // atexit closed every store already
     without_gil([&] { store_->close(); });
   }
@@ -38,11 +42,13 @@ class PyStore {
   Store& s() { return *store_; }
   std::weak_ptr<Store> weak() { return store_; }
   void close() {
+    if (!owned_) return;  // the worker's process closes it when it stops serving
     without_gil([&] { store_->close(); });
   }
 
  private:
   std::shared_ptr<Store> store_;
+  bool owned_ = true;
 };
 
 // A tensor or an object, as get() answers for a key of either kind.
@@ -226,6 +232,19 @@ void bind_store_lifecycle(py::class_<PyStore>& cls) {
                   [](const py::dict& kw) {
                     auto o = store_options(kw);
                     auto r = released([&] { return Store::from_env(std::move(o)); });
+                    if (!r.ok()) raise_status(r.status());
+                    return std::make_unique<PyStore>(std::move(r).value());
+                  })
+      .def_static("spawn_on",
+                  [](ProcMesh& procs, const py::dict& kw) {
+                    auto o = store_options(kw);
+                    auto r = released([&] { return spawn_store(procs, std::move(o)); });
+                    if (!r.ok()) raise_status(r.status());
+                    return std::make_unique<PyStore>(std::move(r).value());
+                  })
+      .def_static("of_this_worker",
+                  [] {
+                    auto r = worker_store();
                     if (!r.ok()) raise_status(r.status());
                     return std::make_unique<PyStore>(std::move(r).value());
                   })

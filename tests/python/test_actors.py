@@ -303,3 +303,60 @@ def test_a_killed_worker_reaches_the_fault_hook_and_stop_leaves_no_process(monke
     for pid in pids:  # reaped by the controller: neither is left
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+# -- torchstore on a process mesh --------------------------------------------
+
+
+class Trainer(Actor):
+    @endpoint
+    async def publish(self, step):
+        import torch
+
+        import meshstore.torchstore as ts
+        sd = {"w": torch.full((4, 4), float(step)), "b": torch.arange(4) + step}
+        await ts.put_state_dict(sd, "weights")
+        return os.getpid()
+
+
+class Generator(Actor):
+    @endpoint
+    async def pull(self):
+        import torch
+
+        import meshstore.torchstore as ts
+        mine = {"w": torch.zeros(4, 4), "b": torch.zeros(4, dtype=torch.int64)}
+        got = await ts.get_state_dict("weights", user_state_dict=mine)
+        assert got["w"].data_ptr() == mine["w"].data_ptr()  # pulled in place
+        await ts.put(f"seen.{current_rank().rank}", got["w"][0, 0].item())
+        return got["w"][0, 0].item(), got["b"].tolist()
+
+
+def test_torchstore_initialized_on_a_process_mesh_serves_its_actors():
+    import meshstore.torchstore as ts
+    from meshstore.torchstore.strategy import LocalRankStrategy
+
+    procs = ma.this_host().spawn_procs(per_host={"procs": 3})
+    try:
+        asyncio.run(ts.initialize(mesh=procs, strategy=LocalRankStrategy()))
+        trainer = procs.slice(procs=0).spawn("trainer", Trainer)
+        generators = procs.slice(procs=slice(1, 3)).spawn("generators", Generator)
+        writer = trainer.publish.call_one(7).get(timeout=60)
+        assert writer == procs.pid(0)
+        pulled = generators.pull.call().get(timeout=60).values()
+        assert pulled == [(7.0, [7, 8, 9, 10])] * 2
+
+        async def read_back():
+            return [await ts.get(f"seen.{r}") for r in (0, 1)], await ts.keys("seen")
+
+        seen, keys = asyncio.run(read_back())
+        assert seen == [7.0, 7.0] and sorted(keys) == ["seen.0", "seen.1"]
+        # A volume in each process (LocalRankStrategy), none in this one.
+        store = asyncio.run(ts.client())
+        assert len(store.stats().result(timeout=60)) == 3
+    finally:
+        asyncio.run(ts.shutdown())
+        procs.stop()
+    with pytest.raises(TypeError, match="meshstore.actor ProcMesh"):
+        asyncio.run(ts.initialize(mesh=object(), strategy=LocalRankStrategy()))
+    asyncio.run(ts.shutdown())

@@ -81,15 +81,26 @@ async def initialize(num_storage_volumes=1, strategy=None, store_name=DEFAULT_TO
     """Creates the store in this process (``num_storage_volumes`` volumes next
     to it). ``options`` are meshstore's store options (listen="127.0.0.1:0"
     lets other processes Store.connect to it); a transport given to the
-    strategy is the store's ``transport``. A Monarch ``mesh`` has no meaning
-    here: spawn processes with meshrun or torchrun and use
-    initialize_spmd()."""
-    if mesh is not None:
-        raise NotImplementedError("meshstore.torchstore has no Monarch ProcMesh: launch the "
-                                  "ranks with torchrun or meshrun and call initialize_spmd()")
+    strategy is the store's ``transport``.
+
+    With ``mesh``, a meshstore.actor ProcMesh (``this_host().spawn_procs``):
+    the store spans its processes, as torchstore's does a Monarch mesh's.
+    The controller (this process) holds the index; the strategy places the
+    volumes in the processes (LocalRankStrategy: one in each), and the
+    actors there reach it with the module's calls (any store name resolves
+    to the one store their process joined)."""
     _sessions.claim(store_name)
     strategy = _strategy(strategy, num_storage_volumes)
     opts = {**strategy.options(), **options}
+    if mesh is not None:
+        native = getattr(mesh, "_native", None)
+        if native is None:
+            raise TypeError("initialize(mesh=...): a meshstore.actor ProcMesh "
+                            f"(this_host().spawn_procs(...)), not {type(mesh).__name__}")
+        if strategy.placement == "controller_colocated":
+            opts.setdefault("num_volumes", num_storage_volumes)
+        _sessions.sessions[store_name] = _sessions.Session(Store._spawn_on(native, opts))
+        return
     if strategy.placement == "controller_colocated":
         opts.setdefault("num_volumes", num_storage_volumes)
     _sessions.sessions[store_name] = _sessions.Session(Store.embedded(**opts))
