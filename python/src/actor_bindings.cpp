@@ -291,6 +291,23 @@ void bind_proc_mesh(py::module_& m) {
               return ProcMesh::launch(shape, spec, options_with(std::move(on_failure)));
             }));
           })
+      .def_static(
+          "attach",
+          [](const std::vector<std::string>& agents,
+             const std::vector<std::pair<std::string, int>>& shape, const std::string& program,
+             const std::vector<std::string>& args,
+             const std::vector<std::pair<std::string, std::string>>& env, py::object on_failure,
+             const std::string& bind_host, const std::string& advertise_host) {
+            LaunchSpec spec;
+            spec.program = program;
+            spec.args = args;
+            spec.env = env;
+            spec.bind_host = bind_host;
+            spec.advertise_host = advertise_host;
+            return must(without_gil([&] {
+              return ProcMesh::attach(agents, shape, spec, options_with(std::move(on_failure)));
+            }));
+          })
       .def("is_local", [](const ProcMesh& p) { return internal::proc_is_local(p); })
       .def("pid", &ProcMesh::pid)
       .def(

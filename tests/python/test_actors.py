@@ -5,12 +5,14 @@ local_procs), then meshes of worker processes (this_host().spawn_procs)."""
 import asyncio
 import os
 import signal
+import subprocess
 import threading
 
 import pytest
 
 import meshstore
 import meshstore.actor as ma
+from conftest import bin_path
 from meshstore.actor import (Actor, ActorError, ValueMesh, context, current_rank, current_size,
                              endpoint, local_procs, this_proc)
 
@@ -303,6 +305,40 @@ def test_a_killed_worker_reaches_the_fault_hook_and_stop_leaves_no_process(monke
     for pid in pids:  # reaped by the controller: neither is left
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _start_agent():
+    proc = subprocess.Popen([bin_path("meshstore"), "agent", "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()  # "meshstore 0.2.0 agent listening on HOST:PORT; ..."
+    address = line.split("listening on ")[1].split(";")[0]
+    return proc, address
+
+
+def test_worker_processes_through_host_agents():
+    agents = [_start_agent() for _ in range(2)]
+    try:
+        procs = ma.hosts([a for _, a in agents]).spawn_procs(per_host={"gpus": 2})
+        try:
+            assert procs.extent == {"hosts": 2, "gpus": 2}
+            m = procs.spawn("where", Where, "a")
+            pids = m.pid.call().get(timeout=30).values()
+            assert len(set(pids)) == 4
+            assert m.slice(hosts=1).hello.call("h1").get(timeout=30).values() == [
+                "a:2:h1", "a:3:h1"]
+            # Each agent started its host's ranks: they are its children.
+            def parent(pid):
+                with open(f"/proc/{pid}/stat") as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[1])
+            assert [parent(p) for p in pids] == [agents[0][0].pid] * 2 + [agents[1][0].pid] * 2
+        finally:
+            procs.stop()
+    finally:
+        for proc, _ in agents:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        ma.hosts(["nowhere"])
 
 
 # -- torchstore on a process mesh --------------------------------------------

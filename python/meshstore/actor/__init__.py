@@ -38,7 +38,7 @@ from ._runtime import Context, Point
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
     "HostMesh", "ProcMesh", "ValueMesh", "context", "current_rank", "current_size",
-    "endpoint", "local_procs", "this_host", "this_proc", "unhandled_fault_hook",
+    "endpoint", "hosts", "local_procs", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -411,7 +411,16 @@ def local_procs(**shape):
 
 
 class HostMesh:
-    """Hosts to start processes on: ``this_host()`` is this one."""
+    """Hosts to start processes on: ``this_host()`` is this one;
+    ``hosts(agents)`` those whose ``meshstore agent`` runs at each address."""
+
+    def __init__(self, agents=None, bind_host="127.0.0.1", advertise_host=""):
+        self._agents = list(agents) if agents else None
+        self._bind = (bind_host, advertise_host)
+
+    @property
+    def extent(self):
+        return {"hosts": len(self._agents) if self._agents else 1}
 
     def spawn_procs(self, per_host=None, bootstrap=None):
         """Starts ``per_host`` worker processes on this host (``{"gpus": 4}``:
@@ -431,15 +440,37 @@ class HostMesh:
             env.append(("MESHSTORE_ACTOR_MAIN", os.path.abspath(main_file)))
         if bootstrap is not None:
             env.append(("MESHSTORE_ACTOR_BOOTSTRAP", pickle.dumps(bootstrap).hex()))
-        native = _native.ProcMesh.launch(
-            list(per_host.items()), sys.executable, ["-m", "meshstore.actor._worker"], env,
-            _on_failure)
+        args = ["-m", "meshstore.actor._worker"]
+        if self._agents:
+            # Each agent starts its host's block of ranks: the mesh is
+            # {hosts: len(agents), **per_host}.
+            shape = [("hosts", len(self._agents))] + list(per_host.items())
+            native = _native.ProcMesh.attach(
+                self._agents, shape, sys.executable, args, env, _on_failure, *self._bind)
+        else:
+            native = _native.ProcMesh.launch(
+                list(per_host.items()), sys.executable, args, env, _on_failure)
         return ProcMesh(native)
 
 
 def this_host():
     """This host, to start worker processes on (``spawn_procs``)."""
     return HostMesh()
+
+
+def hosts(agents, bind_host="127.0.0.1", advertise_host=""):
+    """The hosts where ``meshstore agent --listen HOST:PORT`` runs, one
+    "HOST:PORT" each: ``spawn_procs(per_host=...)`` starts that many worker
+    processes through each agent (the C++ ``ProcMesh::attach``), as a mesh
+    {hosts: len(agents), **per_host}. The interpreter's path
+    (sys.executable) and the controller's sys.path must exist on every
+    host. The workers join this process at ``bind_host`` (an address of
+    this host they reach; with a wildcard such as 0.0.0.0, give
+    ``advertise_host``)."""
+    agents = list(agents)
+    if not agents or not all(isinstance(a, str) and ":" in a for a in agents):
+        raise ValueError(f"hosts(): one or more 'HOST:PORT' agent addresses, not {agents!r}")
+    return HostMesh(agents, bind_host, advertise_host)
 
 
 _this = None
