@@ -153,6 +153,9 @@ def test_an_endpoint_that_raises_reaches_the_caller_with_its_rank_and_traceback(
     assert "raise ValueError(why)" in e.remote_traceback
     with pytest.raises(ActorError, match="rank 0: ValueError: boom"):
         m.fail.call("boom").get(timeout=10)
+    with pytest.raises(ActorError) as chosen:  # the member that raised names itself
+        m.slice(hosts=1).fail.choose("picked").get(timeout=10)
+    assert chosen.value.rank in (2, 3)
     # The member is still up.
     assert m.incr.call().get(timeout=10).values() == [1, 1, 1, 1]
 

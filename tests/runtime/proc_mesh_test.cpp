@@ -439,15 +439,21 @@ TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnConnections) {
   procs->stop();
 }
 
+// A job's certificates (examples/tls/make_certs.sh) in `dir`: one node
+// identity every process of the test's job uses.
+void job_tls(testing::TempDir& dir, TlsOptions* out) {
+  const std::string cmd =
+      std::string(MESHSTORE_MAKE_CERTS) + " " + dir.file("job") + " node > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  *out = TlsOptions{dir.file("job/node.pem"), dir.file("job/node.key"), dir.file("job/ca.pem")};
+}
+
 // The same over TLS: the workers' doors are published, and reached,
 // through CAF's OpenSSL module with the job's certificates.
 TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnTlsConnections) {
   testing::TempDir dir;
-  const std::string cmd =
-      std::string(MESHSTORE_MAKE_CERTS) + " " + dir.file("job") + " node > /dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto o = options();
-  o.tls = TlsOptions{dir.file("job/node.pem"), dir.file("job/node.key"), dir.file("job/ca.pem")};
+  ASSERT_NO_FATAL_FAILURE(job_tls(dir, &o.tls));
   auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
   ASSERT_TRUE(procs.ok()) << procs.status().to_string();
   auto w = procs->spawn<worker_actor>("workers", "worker", 100);
@@ -467,11 +473,8 @@ TEST(ProcMesh, WorkersTalkToEachOtherOverTheirOwnTlsConnections) {
 // in the controller and in the other worker.
 TEST(ProcMesh, AStoreSpawnedAcrossTlsWorkersServesThemAll) {
   testing::TempDir dir;
-  const std::string cmd =
-      std::string(MESHSTORE_MAKE_CERTS) + " " + dir.file("job") + " node > /dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto o = options();
-  o.tls = TlsOptions{dir.file("job/node.pem"), dir.file("job/node.key"), dir.file("job/ca.pem")};
+  ASSERT_NO_FATAL_FAILURE(job_tls(dir, &o.tls));
   auto procs = ProcMesh::launch({{"procs", 2}}, {}, o);
   ASSERT_TRUE(procs.ok()) << procs.status().to_string();
   StoreOptions so;

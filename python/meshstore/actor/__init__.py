@@ -56,7 +56,8 @@ def endpoint(fn):
 
 
 class ActorError(Exception):
-    """An endpoint raised: ``rank`` (the member's rank in its mesh),
+    """An endpoint raised: ``rank`` (the rank, in its mesh, of the member
+    whose endpoint raised, whichever adverb reached it),
     ``exception_type`` (the name of the exception's type), ``message`` and
     ``remote_traceback`` (the endpoint's traceback, as text)."""
 
@@ -149,16 +150,11 @@ class ValueMesh:
         return f"ValueMesh({dict(self._dims)}, {self._values})"
 
 
-def _raise_error(rank, info):
-    exc_type, message, text = info
-    raise ActorError(rank, exc_type, message, text)
-
-
-def _value(rank, reply):
+def _value(reply):
     ok, body = _runtime.decode(reply)
     if ok:
         return body
-    _raise_error(rank, body)
+    raise ActorError(*body)
 
 
 def _pack(args, kwargs):
@@ -172,12 +168,11 @@ class _Stream:
     """Each member's value as it lands: ``for v in s`` or ``async for v in
     s``. An endpoint that raised ends the iteration with its ActorError."""
 
-    def __init__(self, futures, ranks):
+    def __init__(self, futures):
         self._futures = futures
-        self._ranks = ranks
 
     def _decode(self, i):
-        return _value(self._ranks[i], self._futures[i].result())
+        return _value(self._futures[i].result())
 
     def __iter__(self):
         pending = {}
@@ -217,15 +212,14 @@ class Endpoint:
         """Every member of the view: a Future of a ValueMesh. Raises the
         first ActorError (by member) when an endpoint raised."""
         native = self._mesh._native
-        ranks = native.ranks()
         dims = native.dims()
 
         def values(replies):
             out = []
-            for i, (ok, body) in enumerate(replies):
+            for ok, body in replies:
                 if not ok:  # a runtime failure (a member gone): meshstore.Error
                     raise _errors.from_status(*body)
-                out.append(_value(ranks[i], body))
+                out.append(_value(body))
             return ValueMesh(dims, out)
 
         return Future(native.call(self._name, _pack(args, kwargs)), values)
@@ -233,15 +227,12 @@ class Endpoint:
     def call_one(self, *args, **kwargs):
         """The view's one member (invalid_argument for more than one)."""
         native = self._mesh._native
-        rank = native.ranks()[0] if native.size >= 1 else -1
-        return Future(native.call_one(self._name, _pack(args, kwargs)),
-                      lambda reply: _value(rank, reply))
+        return Future(native.call_one(self._name, _pack(args, kwargs)), _value)
 
     def choose(self, *args, **kwargs):
         """One member of the view, the least busy with choose() calls."""
         native = self._mesh._native
-        return Future(native.choose(self._name, _pack(args, kwargs)),
-                      lambda reply: _value(-1, reply))
+        return Future(native.choose(self._name, _pack(args, kwargs)), _value)
 
     def broadcast(self, *args, **kwargs):
         """Every member, fire and forget (an endpoint's error is dropped)."""
@@ -251,7 +242,7 @@ class Endpoint:
         """Every member's value as it lands (sync or async iteration)."""
         native = self._mesh._native
         futures = [_StoreFuture(f) for f in native.requests(self._name, _pack(args, kwargs))]
-        return _Stream(futures, native.ranks())
+        return _Stream(futures)
 
 
 class ActorMesh:
@@ -370,11 +361,10 @@ class ProcMesh:
             raise TypeError(f"spawn(): the class and its arguments must pickle: {e}") from e
         native = self._native.spawn_named(name)
         replies = Future(native.init(made_as)).get()
-        ranks = native.ranks()
-        for i, (ok, body) in enumerate(replies):
+        for ok, body in replies:
             if not ok:
                 raise _errors.from_status(*body)
-            _value(ranks[i], body)  # raises the ActorError of a failed __init__
+            _value(body)  # raises the ActorError of a failed __init__
         return ActorMesh(native, cls, name)
 
     def pid(self, i):

@@ -115,28 +115,30 @@ def _construct(made_as, rank, dims, sizes, complete):
         inst = construct(cls, rank, list(dims), list(sizes), args, kwargs)
         inst._meshstore_member = (Point(rank, list(dims), list(sizes)), dict(zip(dims, sizes)))
     except BaseException as e:  # noqa: BLE001 (the spawn fails with it)
-        complete(None, _error_reply(e))
+        complete(None, _error_reply(e, rank))
         return
-    complete(inst, _value_reply(None))
+    complete(inst, _value_reply(None, rank))
 
 
-def _error_reply(exc):
+def _error_reply(exc, rank):
+    # With the member's rank: the caller of choose() does not know which
+    # member answered.
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return _ERROR + pickle.dumps((type(exc).__name__, str(exc), text))
+    return _ERROR + pickle.dumps((rank, type(exc).__name__, str(exc), text))
 
 
-def _value_reply(value):
+def _value_reply(value, rank):
     try:
         return _VALUE + pickle.dumps(value)
     except Exception as e:  # noqa: BLE001 (the caller learns why)
-        return _error_reply(TypeError(f"the endpoint's result cannot be pickled: {e}"))
+        return _error_reply(TypeError(f"the endpoint's result cannot be pickled: {e}"), rank)
 
 
-def _task_reply(task):
+def _task_reply(task, rank):
     if task.cancelled():
-        return _error_reply(asyncio.CancelledError("the endpoint's task was cancelled"))
+        return _error_reply(asyncio.CancelledError("the endpoint's task was cancelled"), rank)
     exc = task.exception()
-    return _error_reply(exc) if exc is not None else _value_reply(task.result())
+    return _error_reply(exc, rank) if exc is not None else _value_reply(task.result(), rank)
 
 
 def run(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
@@ -159,18 +161,18 @@ def _start(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
         args, kwargs = pickle.loads(payload)
         result = ctx.run(getattr(instance, endpoint), *args, **kwargs)
     except BaseException as e:  # noqa: BLE001 (the caller gets it)
-        complete(_error_reply(e))
+        complete(_error_reply(e, rank))
         return
     if inspect.isawaitable(result):
         async def awaited():
             return await result
         task = asyncio.get_running_loop().create_task(awaited(), context=ctx)
-        task.add_done_callback(lambda t: complete(_task_reply(t)))
+        task.add_done_callback(lambda t: complete(_task_reply(t, rank)))
     else:
-        complete(_value_reply(result))
+        complete(_value_reply(result, rank))
 
 
 def decode(reply):
-    """(True, value) or (False, (type name, message, traceback))."""
+    """(True, value) or (False, (member rank, type name, message, traceback))."""
     kind, body = reply[:1], reply[1:]
     return kind == _VALUE, pickle.loads(body)
