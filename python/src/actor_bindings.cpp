@@ -17,6 +17,7 @@
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/proc_mesh.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
 #include "py_future.hpp"
 
 namespace meshstore::python {
@@ -328,6 +329,10 @@ void bind_proc_mesh(py::module_& m) {
              return must(without_gil([&] { return p.spawn<py_actor>(name, py_member, members); }));
            })
       .def("stop", [](ProcMesh& p) { without_gil([&] { p.stop(); }); });
+  // The per-process part of this process's /dev/shm names (what
+  // `meshstore gc` recognises once the process is gone): actor arguments'
+  // tensors travel in segments named with it.
+  m.def("shm_prefix", [] { return transports::shm::process_prefix(); });
   // In a worker process (ProcMesh::launch started it): serves its
   // controller until it stops or goes away.
   m.def("serve_procs", [] {

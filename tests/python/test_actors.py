@@ -279,6 +279,54 @@ def test_worker_processes_run_the_actors_each_in_its_own_process(workers, tmp_pa
     assert m.rendezvous_file.call(str(tmp_path), 2).get(timeout=30).values() == [0, 1]
 
 
+class Tensors(Actor):
+    @endpoint
+    def describe(self, t, scale=1.0):
+        # What arrived, and proof the receiver may write to it (its copy).
+        t.mul_(scale)
+        return float(t.double().sum()), tuple(t.shape), str(t.dtype)
+
+    @endpoint
+    def shm_stats(self):
+        return dict(_runtime_stats())
+
+
+def _runtime_stats():
+    from meshstore.actor import _runtime
+    return _runtime.stats
+
+
+def _arg_segments():
+    prefix = meshstore._native.shm_prefix()
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefix + "arg")]
+
+
+def test_tensors_as_arguments_go_through_shared_memory_not_the_pickle(workers):
+    import torch
+
+    m = workers.spawn("tensors", Tensors)
+    big = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB
+    before = dict(_runtime_stats())
+    got = m.describe.call(big, scale=2.0).get(timeout=60).values()
+    want = (float(big.double().sum()) * 2, (1 << 20,), "torch.float32")
+    assert got == [want, want]
+    after = _runtime_stats()
+    assert after["tensors_in_shm"] == before["tensors_in_shm"] + 1  # one segment for both
+    assert after["bytes_in_shm"] == before["bytes_in_shm"] + big.numel() * 4
+    assert torch.equal(big, torch.arange(1 << 20, dtype=torch.float32))  # not written back
+    assert _arg_segments() == []  # gone once both answered
+    # A small tensor, a bfloat16 one, a view, and call_one, choose, stream.
+    small = torch.ones(4)
+    assert m.slice(gpus=0).describe.call_one(small).get(timeout=60) == (4.0, (4,), "torch.float32")
+    odd = torch.ones(512, 256, dtype=torch.bfloat16)[::2]  # strided: sent contiguous
+    assert m.describe.choose(odd).get(timeout=60) == (256.0 * 256, (256, 256), "torch.bfloat16")
+    assert [r[0] for r in m.describe.stream(big)] == [want[0] / 2] * 2
+    assert _runtime_stats()["tensors_in_shm"] == before["tensors_in_shm"] + 3
+    assert _arg_segments() == []
+    # Workers pickle nothing of their own here: the tensors came mapped.
+    assert m.shm_stats.call().get(timeout=60).values()[0]["tensors_in_shm"] == 0
+
+
 def test_an_init_that_raises_fails_the_spawn_naming_the_rank(workers):
     with pytest.raises(ActorError) as err:
         workers.spawn("fails", FailsToStart)

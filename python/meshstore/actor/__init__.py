@@ -157,11 +157,24 @@ def _value(reply):
     raise ActorError(*body)
 
 
-def _pack(args, kwargs):
+def _pack(args, kwargs, shm):
     try:
-        return pickle.dumps((args, kwargs))
+        return _runtime.pack(args, kwargs, shm)
     except Exception as e:
         raise TypeError(f"an endpoint's arguments must pickle: {e}") from e
+
+
+def _sent(send, segments):
+    # send() makes the call; the arguments' segments go once it is done:
+    # every receiver has mapped them by then (it answered, or it is gone).
+    try:
+        native_future = send()
+    except BaseException:
+        _runtime.unlink(segments)
+        raise
+    if segments:
+        native_future.add_done_callback(lambda: _runtime.unlink(segments))
+    return native_future
 
 
 class _Stream:
@@ -213,6 +226,7 @@ class Endpoint:
         first ActorError (by member) when an endpoint raised."""
         native = self._mesh._native
         dims = native.dims()
+        payload, segments = _pack(args, kwargs, self._mesh._shm)
 
         def values(replies):
             out = []
@@ -222,37 +236,58 @@ class Endpoint:
                 out.append(_value(body))
             return ValueMesh(dims, out)
 
-        return Future(native.call(self._name, _pack(args, kwargs)), values)
+        return Future(_sent(lambda: native.call(self._name, payload), segments), values)
 
     def call_one(self, *args, **kwargs):
         """The view's one member (invalid_argument for more than one)."""
-        native = self._mesh._native
-        return Future(native.call_one(self._name, _pack(args, kwargs)), _value)
+        payload, segments = _pack(args, kwargs, self._mesh._shm)
+        return Future(_sent(lambda: self._mesh._native.call_one(self._name, payload), segments), _value)
 
     def choose(self, *args, **kwargs):
         """One member of the view, the least busy with choose() calls."""
-        native = self._mesh._native
-        return Future(native.choose(self._name, _pack(args, kwargs)), _value)
+        payload, segments = _pack(args, kwargs, self._mesh._shm)
+        return Future(_sent(lambda: self._mesh._native.choose(self._name, payload), segments), _value)
 
     def broadcast(self, *args, **kwargs):
-        """Every member, fire and forget (an endpoint's error is dropped)."""
-        self._mesh._native.tell(self._name, _pack(args, kwargs))
+        """Every member, fire and forget (an endpoint's error is dropped).
+        Its tensors travel in the message (nothing says when a segment
+        could go)."""
+        payload, _ = _pack(args, kwargs, False)
+        self._mesh._native.tell(self._name, payload)
 
     def stream(self, *args, **kwargs):
         """Every member's value as it lands (sync or async iteration)."""
-        native = self._mesh._native
-        futures = [_StoreFuture(f) for f in native.requests(self._name, _pack(args, kwargs))]
-        return _Stream(futures)
+        payload, segments = _pack(args, kwargs, self._mesh._shm)
+        try:
+            natives = self._mesh._native.requests(self._name, payload)
+        except BaseException:
+            _runtime.unlink(segments)
+            raise
+        if segments:
+            left = [len(natives)]
+            lock = threading.Lock()
+
+            def one_done():
+                with lock:
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    _runtime.unlink(segments)
+
+            for f in natives:
+                f.add_done_callback(one_done)
+        return _Stream([_StoreFuture(f) for f in natives])
 
 
 class ActorMesh:
     """A mesh of actors of one class: its endpoints are attributes
     (``mesh.incr.call_one()``); ``slice(**dims)`` views part of it."""
 
-    def __init__(self, native, cls, name):
+    def __init__(self, native, cls, name, shm):
         self._native = native
         self._cls = cls
         self._name = name
+        self._shm = shm  # its members share this host: tensors go through shared memory
 
     def __getattr__(self, name):
         attr = getattr(self._cls, name, None)
@@ -274,7 +309,7 @@ class ActorMesh:
     def slice(self, **dims):
         """A view: ``slice(hosts=1)`` (an int drops the dimension),
         ``slice(gpus=slice(0, 2))`` or with a step."""
-        return ActorMesh(self._native.slice(_selects(dims)), self._cls, self._name)
+        return ActorMesh(self._native.slice(_selects(dims)), self._cls, self._name, self._shm)
 
     def __repr__(self):
         return f"<ActorMesh '{self._name}' of {self._cls.__name__} {self.extent}>"
@@ -317,8 +352,9 @@ class ProcMesh:
     """Processes with a shape, to spawn actor meshes on. ``this_proc()``
     and ``local_procs(...)`` are meshes of this process."""
 
-    def __init__(self, native):
+    def __init__(self, native, same_host=True):
         self._native = native
+        self._same_host = same_host
         _live.add(self)
 
     @property
@@ -330,7 +366,7 @@ class ProcMesh:
         return dict(self._native.dims())
 
     def slice(self, **dims):
-        return ProcMesh(self._native.slice(_selects(dims)))
+        return ProcMesh(self._native.slice(_selects(dims)), self._same_host)
 
     def spawn(self, name, cls, *args, **kwargs):
         """An actor mesh `name` of `cls`, one member per process of this
@@ -349,7 +385,7 @@ class ProcMesh:
             inst._meshstore_member = (Point(rank, names, sizes), dict(dims))
             instances.append(inst)
         _runtime.actor_loop()
-        return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name)
+        return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name, True)
 
     def _spawn_in_workers(self, name, cls, args, kwargs):
         # The class and arguments travel pickled: the class by reference,
@@ -365,7 +401,7 @@ class ProcMesh:
             if not ok:
                 raise _errors.from_status(*body)
             _value(body)  # raises the ActorError of a failed __init__
-        return ActorMesh(native, cls, name)
+        return ActorMesh(native, cls, name, self._same_host)
 
     def pid(self, i):
         """The process id of member `i` of this view (-1 when unknown)."""
@@ -437,9 +473,9 @@ class HostMesh:
             shape = [("hosts", len(self._agents))] + list(per_host.items())
             native = _native.ProcMesh.attach(
                 self._agents, shape, sys.executable, args, env, _on_failure, *self._bind)
-        else:
-            native = _native.ProcMesh.launch(
-                list(per_host.items()), sys.executable, args, env, _on_failure)
+            return ProcMesh(native, same_host=False)
+        native = _native.ProcMesh.launch(
+            list(per_host.items()), sys.executable, args, env, _on_failure)
         return ProcMesh(native)
 
 

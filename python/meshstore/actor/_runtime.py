@@ -11,12 +11,104 @@ reply goes back through `complete(bytes)`.
 
 import asyncio
 import contextvars
+import importlib
 import inspect
+import io
+import itertools
+import mmap
+import os
 import pickle
+import sys
 import threading
 import traceback
 
 _VALUE, _ERROR = b"V", b"E"
+
+# Arguments: a CPU tensor of at least this many bytes travels in a shared
+# memory segment of its own, not in the pickle (between processes of one
+# host): one copy in, mapped (copy-on-write) on the other side. Below it,
+# a segment's create, map and unlink cost more than the bytes' copy
+# through the message.
+SHM_MIN_BYTES = 64 << 10
+_SHM_DIR = "/dev/shm/"
+_SHM_KIND = "meshstore.shm"
+_segment_ids = itertools.count()
+# What the argument pickler did in this process (tests read it).
+stats = {"tensors_in_shm": 0, "bytes_in_shm": 0}
+
+
+class _ArgPickler(pickle.Pickler):
+    """Pickles an endpoint's arguments; large CPU tensors go to segments
+    (named in `segments`, which the caller unlinks once the call is done)."""
+
+    def __init__(self, buf, segments):
+        super().__init__(buf, protocol=pickle.HIGHEST_PROTOCOL)
+        self.segments = segments
+
+    def persistent_id(self, obj):
+        torch = sys.modules.get("torch")
+        if (torch is None or not isinstance(obj, torch.Tensor) or obj.device.type != "cpu"
+                or obj.is_sparse or obj.element_size() * obj.numel() < SHM_MIN_BYTES):
+            return None
+        from .. import _native
+        t = obj.detach().contiguous()
+        nbytes = t.element_size() * t.numel()
+        name = f"{_native.shm_prefix()}arg{next(_segment_ids)}"
+        fd = os.open(_SHM_DIR + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        self.segments.append(_SHM_DIR + name)
+        try:
+            os.ftruncate(fd, nbytes)
+            with mmap.mmap(fd, nbytes) as m:
+                dst = torch.frombuffer(m, dtype=torch.uint8)
+                dst.copy_(t.reshape(-1).view(torch.uint8))
+                del dst  # before the mapping closes
+        finally:
+            os.close(fd)
+        stats["tensors_in_shm"] += 1
+        stats["bytes_in_shm"] += nbytes
+        return (_SHM_KIND, name, str(t.dtype).rsplit(".", 1)[1], tuple(t.shape), nbytes)
+
+
+class _ArgUnpickler(pickle.Unpickler):
+    """The other side: a segment's tensor, mapped copy-on-write (the
+    endpoint may write to it; no other receiver sees that)."""
+
+    def persistent_load(self, pid):
+        kind, name, dtype, shape, nbytes = pid
+        if kind != _SHM_KIND or "/" in name:
+            raise pickle.UnpicklingError(f"unknown argument reference {kind!r}")
+        torch = importlib.import_module("torch")
+        fd = os.open(_SHM_DIR + name, os.O_RDONLY)
+        try:
+            m = mmap.mmap(fd, nbytes, flags=mmap.MAP_PRIVATE,
+                          prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        return torch.frombuffer(m, dtype=getattr(torch, dtype)).reshape(shape)
+
+
+def pack(args, kwargs, shm):
+    """(payload, segments): the pickled arguments, and the segments to
+    unlink once every receiver answered (none without `shm`)."""
+    segments = []
+    buf = io.BytesIO()
+    try:
+        if shm:
+            _ArgPickler(buf, segments).dump((args, kwargs))
+        else:
+            pickle.dump((args, kwargs), buf, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:
+        unlink(segments)
+        raise
+    return buf.getvalue(), segments
+
+
+def unlink(segments):
+    for path in segments:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 _loop = None
 _loop_lock = threading.Lock()
@@ -158,7 +250,7 @@ def _start(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
         if method is None or not getattr(method, "_meshstore_endpoint", False):
             raise AttributeError(
                 f"{type(instance).__name__} has no endpoint '{endpoint}'")
-        args, kwargs = pickle.loads(payload)
+        args, kwargs = _ArgUnpickler(io.BytesIO(payload)).load()
         result = ctx.run(getattr(instance, endpoint), *args, **kwargs)
     except BaseException as e:  # noqa: BLE001 (the caller gets it)
         complete(_error_reply(e, rank))
