@@ -327,6 +327,20 @@ def test_tensors_as_arguments_go_through_shared_memory_not_the_pickle(workers):
     assert m.shm_stats.call().get(timeout=60).values()[0]["tensors_in_shm"] == 0
 
 
+def test_workers_that_ran_torch_on_their_actor_loop_exit_cleanly(capfd):
+    # Their actor loop is stopped before the interpreter finalizes: ended
+    # by finalization instead, it aborted the worker ("terminate called
+    # without an active exception") after a 64 MiB sum.
+    import torch
+
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2})
+    m = procs.spawn("tensors", Tensors)
+    assert len(m.describe.call(torch.ones(16 << 20)).get(timeout=60)) == 2
+    procs.stop()
+    err = capfd.readouterr().err
+    assert "terminate called" not in err and "Fatal Python error" not in err, err
+
+
 def test_an_init_that_raises_fails_the_spawn_naming_the_rank(workers):
     with pytest.raises(ActorError) as err:
         workers.spawn("fails", FailsToStart)

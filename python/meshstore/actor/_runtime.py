@@ -10,6 +10,7 @@ reply goes back through `complete(bytes)`.
 """
 
 import asyncio
+import atexit
 import contextvars
 import importlib
 import inspect
@@ -111,20 +112,40 @@ def unlink(segments):
             pass
 
 _loop = None
+_loop_thread = None
 _loop_lock = threading.Lock()
 
 
 def actor_loop():
     """The process's actor loop, started on first use (a daemon thread)."""
-    global _loop
+    global _loop, _loop_thread
     with _loop_lock:
         if _loop is None:
             loop = asyncio.new_event_loop()
             thread = threading.Thread(
                 target=loop.run_forever, name="meshstore-actors", daemon=True)
             thread.start()
-            _loop = loop
+            _loop, _loop_thread = loop, thread
         return _loop
+
+
+@atexit.register
+def stop_loop(timeout=5.0):
+    """Stops the actor loop and waits (at most `timeout` s) for its thread.
+    At exit, before the interpreter finalizes: a daemon thread that ran
+    torch code and is ended by finalization instead unwinds through
+    torch's thread-local tensors, which need the GIL, and the process
+    aborts ("terminate called without an active exception")."""
+    global _loop, _loop_thread
+    with _loop_lock:
+        loop, thread = _loop, _loop_thread
+        _loop = _loop_thread = None
+    if loop is None:
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout)
+    if not thread.is_alive():
+        loop.close()
 
 
 class Point:

@@ -34,7 +34,11 @@ def main():
     if bootstrap:
         pickle.loads(bytes.fromhex(bootstrap))()
     from meshstore import _native
-    _native.serve_procs()
+    from meshstore.actor import _runtime
+    try:
+        _native.serve_procs()
+    finally:
+        _runtime.stop_loop()  # before the interpreter finalizes (see stop_loop)
 
 
 if __name__ == "__main__":
