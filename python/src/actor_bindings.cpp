@@ -203,10 +203,21 @@ T must(Result<T> r) {
 
 using Mesh = ActorMesh<py_actor>;
 
+// Python's TLS files, (certificate, key, CA) or none.
+TlsOptions tls_of(const std::vector<std::string>& files) {
+  if (files.empty()) return {};
+  if (files.size() != 3) {
+    raise_status(Status(Errc::invalid_argument,
+                        "TLS: give tls_certificate, tls_key and tls_ca_file together"));
+  }
+  return TlsOptions{files[0], files[1], files[2]};
+}
+
 // Mesh options whose unhandled failures go to Python's hook (the GIL
 // taken on the runtime's thread), which answers whether it handled one.
-MeshOptions options_with(py::object on_failure) {
+MeshOptions options_with(py::object on_failure, const TlsOptions& tls = {}) {
   MeshOptions o;
+  o.tls = tls;
   auto hook = std::make_shared<GilObject>(std::move(on_failure));
   o.on_failure = [hook](const MeshFailure& f) {
     if (interpreter_finalizing()) return true;
@@ -279,35 +290,34 @@ void bind_proc_mesh(py::module_& m) {
                       return ProcMesh::local(shape, options_with(std::move(on_failure)));
                     }));
                   })
-      .def_static(
-          "launch",
-          [](const std::vector<std::pair<std::string, int>>& shape, const std::string& program,
-             const std::vector<std::string>& args,
-             const std::vector<std::pair<std::string, std::string>>& env, py::object on_failure) {
-            LaunchSpec spec;
-            spec.program = program;
-            spec.args = args;
-            spec.env = env;
-            return must(without_gil([&] {
-              return ProcMesh::launch(shape, spec, options_with(std::move(on_failure)));
-            }));
-          })
+      .def_static("launch",
+                  [](const std::vector<std::pair<std::string, int>>& shape,
+                     const std::string& program, const std::vector<std::string>& args,
+                     const std::vector<std::pair<std::string, std::string>>& env,
+                     py::object on_failure, const std::vector<std::string>& tls) {
+                    LaunchSpec spec;
+                    spec.program = program;
+                    spec.args = args;
+                    spec.env = env;
+                    const auto o = options_with(std::move(on_failure), tls_of(tls));
+                    return must(without_gil([&] { return ProcMesh::launch(shape, spec, o); }));
+                  })
       .def_static(
           "attach",
           [](const std::vector<std::string>& agents,
              const std::vector<std::pair<std::string, int>>& shape, const std::string& program,
              const std::vector<std::string>& args,
              const std::vector<std::pair<std::string, std::string>>& env, py::object on_failure,
-             const std::string& bind_host, const std::string& advertise_host) {
+             const std::string& bind_host, const std::string& advertise_host,
+             const std::vector<std::string>& tls) {
             LaunchSpec spec;
             spec.program = program;
             spec.args = args;
             spec.env = env;
             spec.bind_host = bind_host;
             spec.advertise_host = advertise_host;
-            return must(without_gil([&] {
-              return ProcMesh::attach(agents, shape, spec, options_with(std::move(on_failure)));
-            }));
+            const auto o = options_with(std::move(on_failure), tls_of(tls));
+            return must(without_gil([&] { return ProcMesh::attach(agents, shape, spec, o); }));
           })
       .def("is_local", [](const ProcMesh& p) { return internal::proc_is_local(p); })
       .def("pid", &ProcMesh::pid)

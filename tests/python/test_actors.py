@@ -372,6 +372,25 @@ def test_a_killed_worker_reaches_the_fault_hook_and_stop_leaves_no_process(monke
             os.kill(pid, 0)
 
 
+def test_worker_processes_over_mutual_tls(tmp_path):
+    make_certs = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tls",
+                              "make_certs.sh")
+    subprocess.run([make_certs, str(tmp_path / "job"), "node"], check=True, capture_output=True)
+    files = {"tls_certificate": str(tmp_path / "job" / "node.pem"),
+             "tls_key": str(tmp_path / "job" / "node.key"),
+             "tls_ca_file": str(tmp_path / "job" / "ca.pem")}
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2}, **files)
+    try:
+        m = procs.spawn("env", Env)
+        # Each worker got the job's files, and answers over TLS.
+        assert m.get.call("MESHSTORE_TLS_CERT").get(timeout=30).values() == [
+            files["tls_certificate"]] * 2
+    finally:
+        procs.stop()
+    with pytest.raises(ValueError, match="together"):
+        ma.this_host().spawn_procs(per_host={"procs": 1}, tls_certificate=files["tls_certificate"])
+
+
 def _start_agent():
     proc = subprocess.Popen([bin_path("meshstore"), "agent", "--listen", "127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -444,17 +444,31 @@ class HostMesh:
         self._agents = list(agents) if agents else None
         self._bind = (bind_host, advertise_host)
 
+    @staticmethod
+    def _tls(certificate, key, ca_file):
+        given = [f for f in (certificate, key, ca_file) if f]
+        if not given:
+            return []
+        if len(given) != 3:
+            raise ValueError("spawn_procs(): give tls_certificate, tls_key and tls_ca_file together")
+        return [str(certificate), str(key), str(ca_file)]
+
     @property
     def extent(self):
         return {"hosts": len(self._agents) if self._agents else 1}
 
-    def spawn_procs(self, per_host=None, bootstrap=None):
+    def spawn_procs(self, per_host=None, bootstrap=None, *, tls_certificate=None, tls_key=None,
+                    tls_ca_file=None):
         """Starts ``per_host`` worker processes on this host (``{"gpus": 4}``:
         a mesh of shape {gpus: 4}), each a Python interpreter running the
         C++ worker loop, and waits until they joined. ``bootstrap``, a
         function, runs first in every worker (module-level, so that it
         pickles by reference). Each worker's output comes back with its
-        rank; the workers stop with ``stop()`` or when this process goes."""
+        rank; the workers stop with ``stop()`` or when this process goes.
+        With ``tls_certificate``, ``tls_key`` and ``tls_ca_file`` (PEM files,
+        as the store takes them) every connection between this process and
+        the workers, and between workers, is mutual TLS; the workers get the
+        same files (docs/security.md)."""
         per_host = dict(per_host or {"procs": 1})
         for d, n in per_host.items():
             if not isinstance(n, int) or n < 1:
@@ -467,15 +481,16 @@ class HostMesh:
         if bootstrap is not None:
             env.append(("MESHSTORE_ACTOR_BOOTSTRAP", pickle.dumps(bootstrap).hex()))
         args = ["-m", "meshstore.actor._worker"]
+        tls = self._tls(tls_certificate, tls_key, tls_ca_file)
         if self._agents:
             # Each agent starts its host's block of ranks: the mesh is
             # {hosts: len(agents), **per_host}.
             shape = [("hosts", len(self._agents))] + list(per_host.items())
             native = _native.ProcMesh.attach(
-                self._agents, shape, sys.executable, args, env, _on_failure, *self._bind)
+                self._agents, shape, sys.executable, args, env, _on_failure, *self._bind, tls)
             return ProcMesh(native, same_host=False)
         native = _native.ProcMesh.launch(
-            list(per_host.items()), sys.executable, args, env, _on_failure)
+            list(per_host.items()), sys.executable, args, env, _on_failure, tls)
         return ProcMesh(native)
 
 
