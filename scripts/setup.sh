@@ -18,6 +18,8 @@ PACKAGES=(
   python3 python3-numpy
   # the Python package (docs/python.md) and its tests
   python3-dev pybind11-dev libdlpack-dev python3-torch python3-pytest python3-pytest-asyncio
+  # pip wheel and pip install of it (docs/install.md, "Python: pip")
+  python3-pip python3-setuptools python3-wheel python3-venv
   # objects of classes defined in functions (meshstore.torchstore, as torchstore)
   python3-cloudpickle
   # peer_bench's contenders (docs/performance.md) and its chart
