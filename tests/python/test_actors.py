@@ -391,6 +391,75 @@ def test_worker_processes_over_mutual_tls(tmp_path):
         ma.this_host().spawn_procs(per_host={"procs": 1}, tls_certificate=files["tls_certificate"])
 
 
+_supervised = []  # (handled, failure) as Supervisor.__supervise__ saw them
+_supervised_event = threading.Event()
+
+
+class Supervisor(Actor):
+    """Spawns a mesh of its own (on worker processes it starts) and
+    supervises it."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def __supervise__(self, failure):
+        _supervised.append((self.handles, dict(failure)))
+        _supervised_event.set()
+        return self.handles
+
+    @endpoint
+    def start(self):
+        self.procs = ma.this_host().spawn_procs(per_host={"procs": 2})
+        self.children = self.procs.spawn("children", Where, "c")
+        return self.children.pid.call().get(timeout=30).values()
+
+    @endpoint
+    def finish(self):
+        self.procs.stop()
+
+
+def test_the_actor_that_spawned_a_mesh_supervises_it(monkeypatch):
+    hooked = []
+    hook_called = threading.Event()
+
+    def hook(failure):
+        hooked.append(dict(failure))
+        hook_called.set()
+        return True
+
+    monkeypatch.setattr(ma, "unhandled_fault_hook", hook)
+    here = local_procs(ranks=2)
+    try:
+        sups = here.spawn("supervisors", Supervisor, True)
+        handling = sups.slice(ranks=0)
+        # Handled by __supervise__: the hook hears nothing.
+        _supervised.clear()
+        _supervised_event.clear()
+        pids = handling.start.call_one().get(timeout=60)
+        os.kill(pids[1], signal.SIGKILL)
+        assert _supervised_event.wait(30), "__supervise__ was never called"
+        assert _supervised == [(True, {"mesh": "children", "rank": 1,
+                                       "why": _supervised[0][1]["why"]})]
+        assert "went down" in _supervised[0][1]["why"]
+        assert hooked == []
+        handling.finish.call_one().get(timeout=60)
+    finally:
+        here.stop()
+    # Not handled (__supervise__ answers falsy): the hook gets it.
+    here = local_procs(ranks=1)
+    try:
+        passing = here.spawn("passing", Supervisor, False)
+        _supervised_event.clear()
+        pids = passing.start.call_one().get(timeout=60)
+        os.kill(pids[0], signal.SIGKILL)
+        assert _supervised_event.wait(30) and hook_called.wait(30)
+        assert _supervised[-1][0] is False
+        assert [(f["mesh"], f["rank"]) for f in hooked] == [("children", 0)]
+        passing.finish.call_one().get(timeout=60)
+    finally:
+        here.stop()
+
+
 def _start_agent():
     proc = subprocess.Popen([bin_path("meshstore"), "agent", "--listen", "127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

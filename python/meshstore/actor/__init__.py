@@ -37,7 +37,7 @@ from ._runtime import Context, Point
 
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
-    "HostMesh", "ProcMesh", "ValueMesh", "context", "current_rank", "current_size",
+    "HostMesh", "MeshFailure", "ProcMesh", "ValueMesh", "context", "current_rank", "current_size",
     "endpoint", "hosts", "local_procs", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
@@ -340,9 +340,34 @@ def unhandled_fault_hook(failure):
     os._exit(1)
 
 
-def _on_failure(mesh, rank, why):
-    hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
-    return bool(hook({"mesh": mesh, "rank": rank, "why": why}))
+class MeshFailure(dict):
+    """A member of an actor mesh failed: ``failure["mesh"]`` (its name),
+    ``["rank"]`` and ``["why"]`` (the runtime's reason), also as
+    attributes."""
+
+    __getattr__ = dict.__getitem__
+
+
+class _Faults:
+    """Where a process mesh's failures go: to the actor that spawned the
+    mesh (its ``__supervise__(failure)``; truthy means handled), else, or
+    when it does not handle it, to ``unhandled_fault_hook``."""
+
+    def __init__(self):
+        self.owners = {}  # mesh name -> the actor instance that spawned it
+
+    def __call__(self, mesh, rank, why):
+        failure = MeshFailure(mesh=mesh, rank=rank, why=why)
+        owner = self.owners.get(mesh)
+        supervise = getattr(owner, "__supervise__", None)
+        if supervise is not None:
+            try:
+                if supervise(failure):
+                    return True
+            except Exception as e:  # noqa: BLE001 (the hook hears of it)
+                failure["why"] = f"{why}; __supervise__ raised {e!r}"
+        hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
+        return bool(hook(failure))
 
 
 _live = weakref.WeakSet()
@@ -352,8 +377,9 @@ class ProcMesh:
     """Processes with a shape, to spawn actor meshes on. ``this_proc()``
     and ``local_procs(...)`` are meshes of this process."""
 
-    def __init__(self, native, same_host=True):
+    def __init__(self, native, faults, same_host=True):
         self._native = native
+        self._faults = faults
         self._same_host = same_host
         _live.add(self)
 
@@ -366,7 +392,7 @@ class ProcMesh:
         return dict(self._native.dims())
 
     def slice(self, **dims):
-        return ProcMesh(self._native.slice(_selects(dims)), self._same_host)
+        return ProcMesh(self._native.slice(_selects(dims)), self._faults, self._same_host)
 
     def spawn(self, name, cls, *args, **kwargs):
         """An actor mesh `name` of `cls`, one member per process of this
@@ -374,6 +400,9 @@ class ProcMesh:
         ``current_rank()``)."""
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn(): {cls!r} is not a subclass of meshstore.actor.Actor")
+        # Spawned from inside an actor's endpoint: that actor owns the mesh
+        # and supervises it (__supervise__).
+        self._faults.owners[name] = _runtime.current_instance()
         if not self._native.is_local():
             return self._spawn_in_workers(name, cls, args, kwargs)
         dims = self._native.dims()
@@ -433,7 +462,8 @@ def local_procs(**shape):
     member is this process: each actor spawned on it is made here."""
     if not shape:
         raise ValueError("local_procs(): give at least one dimension, e.g. gpus=4")
-    return ProcMesh(_native.ProcMesh.local(list(shape.items()), _on_failure))
+    faults = _Faults()
+    return ProcMesh(_native.ProcMesh.local(list(shape.items()), faults), faults)
 
 
 class HostMesh:
@@ -482,16 +512,17 @@ class HostMesh:
             env.append(("MESHSTORE_ACTOR_BOOTSTRAP", pickle.dumps(bootstrap).hex()))
         args = ["-m", "meshstore.actor._worker"]
         tls = self._tls(tls_certificate, tls_key, tls_ca_file)
+        faults = _Faults()
         if self._agents:
             # Each agent starts its host's block of ranks: the mesh is
             # {hosts: len(agents), **per_host}.
             shape = [("hosts", len(self._agents))] + list(per_host.items())
             native = _native.ProcMesh.attach(
-                self._agents, shape, sys.executable, args, env, _on_failure, *self._bind, tls)
-            return ProcMesh(native, same_host=False)
+                self._agents, shape, sys.executable, args, env, faults, *self._bind, tls)
+            return ProcMesh(native, faults, same_host=False)
         native = _native.ProcMesh.launch(
-            list(per_host.items()), sys.executable, args, env, _on_failure, tls)
-        return ProcMesh(native)
+            list(per_host.items()), sys.executable, args, env, faults, tls)
+        return ProcMesh(native, faults)
 
 
 def this_host():
@@ -523,7 +554,8 @@ def this_proc():
     global _this
     with _this_lock:
         if _this is None:
-            _this = ProcMesh(_native.ProcMesh.local([("procs", 1)], _on_failure))
+            faults = _Faults()
+            _this = ProcMesh(_native.ProcMesh.local([("procs", 1)], faults), faults)
         return _this
 
 

@@ -202,10 +202,16 @@ class Context:
 
 
 _context = contextvars.ContextVar("meshstore_actor_context", default=None)
+_instance = contextvars.ContextVar("meshstore_actor_instance", default=None)
 
 
 def current():
     return _context.get()
+
+
+def current_instance():
+    """The actor whose endpoint (or __init__) runs, or None."""
+    return _instance.get()
 
 
 def construct(cls, rank, dims, sizes, args, kwargs):
@@ -269,6 +275,7 @@ def _start(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
         me, my_size = member if member is not None else (Point(rank, [], []), {})
         ctx.run(_context.set, Context(
             me, my_size, Point(msg_rank, dims, sizes), dict(zip(dims, sizes))))
+        ctx.run(_instance.set, instance)
         method = getattr(type(instance), endpoint, None)
         if method is None or not getattr(method, "_meshstore_endpoint", False):
             raise AttributeError(
