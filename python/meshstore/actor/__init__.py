@@ -401,8 +401,20 @@ class ProcMesh:
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn(): {cls!r} is not a subclass of meshstore.actor.Actor")
         # Spawned from inside an actor's endpoint: that actor owns the mesh
-        # and supervises it (__supervise__).
-        self._faults.owners[name] = _runtime.current_instance()
+        # and supervises it (__supervise__). Known before the first member
+        # can fail; a name already spawned keeps its owner.
+        owners = self._faults.owners
+        added = name not in owners
+        if added:
+            owners[name] = _runtime.current_instance()
+        try:
+            return self._spawn(name, cls, args, kwargs)
+        except BaseException:
+            if added:
+                owners.pop(name, None)
+            raise
+
+    def _spawn(self, name, cls, args, kwargs):
         if not self._native.is_local():
             return self._spawn_in_workers(name, cls, args, kwargs)
         dims = self._native.dims()
@@ -444,7 +456,8 @@ class ProcMesh:
     @property
     def initialized(self):
         """Awaitable (and ``get()``-able): done once the processes are up,
-        which for a mesh of this process they are."""
+        which they are once spawn_procs returned (and always for a mesh of
+        this process)."""
         return _Ready()
 
 
