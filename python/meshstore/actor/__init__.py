@@ -164,6 +164,19 @@ def _pack(args, kwargs, shm):
         raise TypeError(f"an endpoint's arguments must pickle: {e}") from e
 
 
+def _after_unlink(segments, then):
+    # The caller sees the call's value only once its segments are gone:
+    # the done callback (below) unlinks them too, but on the completing
+    # thread, which may run after a waiter woke.
+    if not segments:
+        return then
+
+    def value(reply):
+        _runtime.unlink(segments)
+        return then(reply)
+    return value
+
+
 def _sent(send, segments):
     # send() makes the call; the arguments' segments go once it is done:
     # every receiver has mapped them by then (it answered, or it is gone).
@@ -181,8 +194,9 @@ class _Stream:
     """Each member's value as it lands: ``for v in s`` or ``async for v in
     s``. An endpoint that raised ends the iteration with its ActorError."""
 
-    def __init__(self, futures):
+    def __init__(self, futures, segments):
         self._futures = futures
+        self._segments = segments  # gone once the last value is out
 
     def _decode(self, i):
         return _value(self._futures[i].result())
@@ -198,7 +212,10 @@ class _Stream:
             finished, _ = concurrent.futures.wait(
                 list(pending), return_when=concurrent.futures.FIRST_COMPLETED)
             for c in finished:
-                yield self._decode(pending.pop(c))
+                i = pending.pop(c)
+                if not pending:
+                    _runtime.unlink(self._segments)
+                yield self._decode(i)
 
     async def __aiter__(self):
         async def one(i):
@@ -206,8 +223,13 @@ class _Stream:
             return i
         tasks = [asyncio.ensure_future(one(i)) for i in range(len(self._futures))]
         try:
+            left = len(tasks)
             for t in asyncio.as_completed(tasks):
-                yield self._decode(await t)
+                i = await t
+                left -= 1
+                if left == 0:
+                    _runtime.unlink(self._segments)
+                yield self._decode(i)
         finally:
             for t in tasks:
                 t.cancel()
@@ -236,17 +258,20 @@ class Endpoint:
                 out.append(_value(body))
             return ValueMesh(dims, out)
 
-        return Future(_sent(lambda: native.call(self._name, payload), segments), values)
+        return Future(_sent(lambda: native.call(self._name, payload), segments),
+                      _after_unlink(segments, values))
 
     def call_one(self, *args, **kwargs):
         """The view's one member (invalid_argument for more than one)."""
         payload, segments = _pack(args, kwargs, self._mesh._shm)
-        return Future(_sent(lambda: self._mesh._native.call_one(self._name, payload), segments), _value)
+        return Future(_sent(lambda: self._mesh._native.call_one(self._name, payload), segments),
+                      _after_unlink(segments, _value))
 
     def choose(self, *args, **kwargs):
         """One member of the view, the least busy with choose() calls."""
         payload, segments = _pack(args, kwargs, self._mesh._shm)
-        return Future(_sent(lambda: self._mesh._native.choose(self._name, payload), segments), _value)
+        return Future(_sent(lambda: self._mesh._native.choose(self._name, payload), segments),
+                      _after_unlink(segments, _value))
 
     def broadcast(self, *args, **kwargs):
         """Every member, fire and forget (an endpoint's error is dropped).
@@ -276,7 +301,7 @@ class Endpoint:
 
             for f in natives:
                 f.add_done_callback(one_done)
-        return _Stream([_StoreFuture(f) for f in natives])
+        return _Stream([_StoreFuture(f) for f in natives], segments)
 
 
 class ActorMesh:
