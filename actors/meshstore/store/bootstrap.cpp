@@ -298,19 +298,12 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
     if (!reached.ok()) return reached.status().with_context("connect");
     directory = std::move(reached).value();
   }
-  Status hello;
-  {
-    caf::scoped_actor self{sys};
-    self->request(directory, options.limits.request_timeout, protocol::hello_atom::value,
-                  std::string(meshstore::version()))
-        .receive(
-            [&](protocol::controller_actor& c, protocol::strategy_actor& s, std::string& name) {
-              impl->controller = std::move(c);
-              impl->strategy = std::move(s);
-              impl->strategy_name = std::move(name);
-            },
-            [&](caf::error& e) { hello = internal::from_caf_error(e, "connect to " + address); });
-  }
+  store::VolumeHost answer;
+  const Status hello = store::ask_directory(sys, directory, options.limits.request_timeout,
+                                            "connect to " + address, &answer);
+  impl->controller = std::move(answer.controller);
+  impl->strategy = std::move(answer.strategy);
+  impl->strategy_name = std::move(answer.strategy_name);
   directory = nullptr;
   if (!hello.ok()) return hello;
   if (options.placement.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));

@@ -12,7 +12,6 @@
 #include "meshstore/protocol/atoms.hpp"
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/store/volume_hosting.hpp"
-#include "meshstore/version.hpp"
 
 namespace meshstore {
 
@@ -130,25 +129,6 @@ std::mutex g_mu;
 std::shared_ptr<Store> g_store;
 std::string g_joined;
 
-// The store's controller and strategy, asked of its directory.
-Status hello(internal::ActorRuntime& runtime, const NodeSpec& spec, store::VolumeHost* h) {
-  caf::scoped_actor self{runtime.system()};
-  Status out;
-  self->request(caf::actor_cast<protocol::directory_actor>(spec.directory),
-                std::chrono::milliseconds(spec.request_timeout_ms), protocol::hello_atom::value,
-                std::string(meshstore::version()))
-      .receive(
-          [&](protocol::controller_actor& c, protocol::strategy_actor& s, std::string& name) {
-            h->controller = std::move(c);
-            h->strategy = std::move(s);
-            h->strategy_name = std::move(name);
-          },
-          [&](caf::error& e) {
-            out = internal::from_caf_error(e, "the store at " + spec.address);
-          });
-  return out;
-}
-
 volume_node_actor::behavior_type volume_node(volume_node_actor::pointer self, int rank,
                                              NodeSpec spec) {
   // It joins at once, as a store node does: one that supervision spawned
@@ -173,7 +153,9 @@ volume_node_actor::behavior_type volume_node(volume_node_actor::pointer self, in
         auto target = internal::parse_address(spec.address);
         h.data_host = internal::local_address_towards(target.ok() ? target->host : "127.0.0.1");
         h.door = false;  // the mesh's processes are connected to each other
-        Status s = hello(*runtime, spec, &h);
+        Status s = store::ask_directory(
+            runtime->system(), caf::actor_cast<protocol::directory_actor>(spec.directory),
+            std::chrono::milliseconds(spec.request_timeout_ms), "the store at " + spec.address, &h);
         std::vector<caf::actor> made;
         Result<std::vector<protocol::storage_volume_actor>> volumes = s;
         if (s.ok()) volumes = store::host_volumes(h, &made);

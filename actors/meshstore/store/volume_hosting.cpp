@@ -10,6 +10,7 @@
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/options.hpp"
 #include "meshstore/transports/registry.hpp"
+#include "meshstore/version.hpp"
 #include "meshstore/volume/volume.hpp"
 
 namespace meshstore::store {
@@ -20,6 +21,21 @@ std::string resolve_host(const StoreOptions& o) {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
+}
+
+Status ask_directory(caf::actor_system& sys, const protocol::directory_actor& directory,
+                     std::chrono::milliseconds timeout, const std::string& what, VolumeHost* h) {
+  caf::scoped_actor self{sys};
+  Status out;
+  self->request(directory, timeout, protocol::hello_atom::value, std::string(meshstore::version()))
+      .receive(
+          [&](protocol::controller_actor& c, protocol::strategy_actor& s, std::string& name) {
+            h->controller = std::move(c);
+            h->strategy = std::move(s);
+            h->strategy_name = std::move(name);
+          },
+          [&](caf::error& e) { out = internal::from_caf_error(e, what); });
+  return out;
 }
 
 std::string control_door(const VolumeHost& h) {

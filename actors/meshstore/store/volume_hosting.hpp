@@ -13,6 +13,7 @@
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/status.hpp"
@@ -52,6 +53,12 @@ struct VolumeHost {
   // CAF 0.17's TLS links.
   bool door = true;
 };
+
+// Asks the store's `directory` for its controller, strategy and strategy
+// name (a version check: an incompatible store refuses), into `*h`;
+// failures read "`what`: ...".
+Status ask_directory(caf::actor_system& sys, const protocol::directory_actor& directory,
+                     std::chrono::milliseconds timeout, const std::string& what, VolumeHost* h);
 
 // Where other clients connect to this process directly for its volumes
 // (VolumeInfo::control); empty for a server's, whose volumes share its
