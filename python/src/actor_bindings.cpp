@@ -195,6 +195,13 @@ py::tuple reply_of(const Result<std::string>& r) {
                             std::string(errc_name(r.status().code())), r.status().message()));
 }
 
+// Every member's reply of a call, in member order (reply_of each).
+py::object replies_of(const ValueMesh<std::string>& vm) {
+  py::list out;
+  for (const auto& r : vm) out.append(reply_of(r));
+  return std::move(out);
+}
+
 template <class T>
 T must(Result<T> r) {
   if (!r.ok()) raise_status(r.status());
@@ -251,11 +258,7 @@ void bind_actor_mesh(py::module_& m) {
       .def("call",
            [](const Mesh& a, const std::string& ep, py::bytes args) {
              return wrap(a.call<std::string>(py_call_atom::value, ep, std::string(args)),
-                         [](const ValueMesh<std::string>& vm) {
-                           py::list out;
-                           for (const auto& r : vm) out.append(reply_of(r));
-                           return py::object(out);
-                         });
+                         replies_of);
            })
       .def("requests",
            [](const Mesh& a, const std::string& ep, py::bytes args) {
@@ -271,11 +274,7 @@ void bind_actor_mesh(py::module_& m) {
       .def("init",
            [](const Mesh& a, py::bytes made_as) {
              return wrap(a.call<std::string>(py_init_atom::value, std::string(made_as)),
-                         [](const ValueMesh<std::string>& vm) {
-                           py::list out;
-                           for (const auto& r : vm) out.append(reply_of(r));
-                           return py::object(out);
-                         });
+                         replies_of);
            })
       .def("tell", [](const Mesh& a, const std::string& ep, py::bytes args) {
         if (auto s = a.tell(py_call_atom::value, ep, std::string(args)); !s.ok()) raise_status(s);

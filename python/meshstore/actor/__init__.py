@@ -447,9 +447,7 @@ class ProcMesh:
         sizes = [s for _, s in dims]
         instances = []
         for rank in range(self._native.size):
-            inst = _runtime.construct(cls, rank, names, sizes, args, kwargs)
-            inst._meshstore_member = (Point(rank, names, sizes), dict(dims))
-            instances.append(inst)
+            instances.append(_runtime.construct(cls, rank, names, sizes, args, kwargs))
         _runtime.actor_loop()
         return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name, True)
 

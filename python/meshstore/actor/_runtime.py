@@ -220,7 +220,9 @@ def construct(cls, rank, dims, sizes, args, kwargs):
     size = dict(zip(dims, sizes))
     ctx = contextvars.copy_context()
     ctx.run(_context.set, Context(me, size, me, size))
-    return ctx.run(cls, *args, **kwargs)
+    inst = ctx.run(cls, *args, **kwargs)
+    inst._meshstore_member = (me, size)  # what its endpoints' context says of it
+    return inst
 
 
 def construct_here(made_as, rank, dims, sizes, complete):
@@ -234,7 +236,6 @@ def _construct(made_as, rank, dims, sizes, complete):
     try:
         cls, args, kwargs = pickle.loads(made_as)
         inst = construct(cls, rank, list(dims), list(sizes), args, kwargs)
-        inst._meshstore_member = (Point(rank, list(dims), list(sizes)), dict(zip(dims, sizes)))
     except BaseException as e:  # noqa: BLE001 (the spawn fails with it)
         complete(None, _error_reply(e, rank))
         return
