@@ -187,7 +187,8 @@ TEST_F(ControllerTest, DeadClientsLeasesAndStagingAreReclaimed) {
         std::vector<wire::StageRequest>{stage_req("a", big), stage_req("b", 200)});
     ASSERT_OK(regions);
     const auto committed_id = regions->at(0).region_id;
-    client->send(volume, protocol::commit_atom::value, std::vector<std::uint64_t>{committed_id});
+    client->send(volume, protocol::commit_atom::value, std::vector<std::uint64_t>{committed_id},
+                 std::vector<wire::KeyRecord>{});
     auto lease =
         ask<wire::ReadLease>(client, volume, protocol::open_read_atom::value,
                              std::vector<std::uint64_t>{committed_id}, std::uint64_t{1}, false);
@@ -360,7 +361,9 @@ TEST_F(ControllerTest, RemoveAndRemoveBatch) {
 caf::behavior held_flush_volume(caf::event_based_actor* self) {
   auto held = std::make_shared<std::vector<caf::response_promise>>();
   return {
-      [](protocol::commit_atom, const std::vector<std::uint64_t>&) {},
+      [](protocol::commit_atom, const std::vector<std::uint64_t>&,
+         const std::vector<wire::KeyRecord>&) {},
+      [](protocol::held_records_atom) { return std::vector<wire::KeyRecord>{}; },
       [](protocol::release_atom, const std::vector<std::uint64_t>&) {},
       [](protocol::discard_atom, const std::vector<std::uint64_t>&) {},
       [self, held](protocol::flush_atom) {

@@ -87,7 +87,11 @@ class FastGetTest : public ::testing::Test {
   // volume handled it (a request from the same sender comes after it).
   template <class Atom>
   void verdict(Atom atom, std::uint64_t id) {
-    (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id});
+    if constexpr (std::is_same_v<Atom, protocol::commit_atom>) {
+      (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id}, std::vector<wire::KeyRecord>{});
+    } else {
+      (*self_)->send(volume_, atom, std::vector<std::uint64_t>{id});
+    }
     ASSERT_OK((ask<wire::VolumeStat>(*self_, volume_, protocol::stat_atom::value)));
   }
   // Attaches `ring` (ring_ by default) to the volume, its puts committed

@@ -27,6 +27,9 @@ wire::KeyRecord sample_record() {
                       0xfeedfacecafebeefULL, std::string("shm\0place", 9)});
   r.group = "model";
   r.pending = "waiting for 'model/x'";
+  r.group_commit = 10;
+  r.group_size = 7;
+  r.points_to = 3;
   return r;
 }
 
@@ -48,6 +51,9 @@ void expect_same(const wire::KeyRecord& a, const wire::KeyRecord& b) {
   }
   EXPECT_EQ(a.group, b.group);
   EXPECT_EQ(a.pending, b.pending);
+  EXPECT_EQ(a.group_commit, b.group_commit);
+  EXPECT_EQ(a.group_size, b.group_size);
+  EXPECT_EQ(a.points_to, b.points_to);
   EXPECT_EQ(a.nbytes(), 64u);
 }
 

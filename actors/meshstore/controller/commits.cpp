@@ -64,11 +64,50 @@ Status check_expected(const ControllerState& st, const wire::KeyRecord& r) {
                 "'" + r.key + "' was changed by another writer (" + expected + ", " + found + ")");
 }
 
+// "commit of 'k'", or of several keys, for errors.
+std::string describe_commit(const std::vector<wire::KeyRecord>& records) {
+  if (records.empty()) return "commit";
+  if (records.size() == 1) return "commit of '" + records.front().key + "'";
+  return "commit of " + std::to_string(records.size()) + " keys (first '" + records.front().key +
+         "')";
+}
+
+// Stamps the keys of each state dict (group) that `committed` (one
+// commit's index entries) wrote with that commit: the version of its first
+// key there, and how many it wrote (a rebuilt index restores a state dict
+// only whole). Other keys carry none. A commit writes one group or few.
+void stamp_groups(const std::vector<IndexEntry*>& committed) {
+  struct Group {
+    const std::string* name;
+    std::uint64_t first;
+    std::uint32_t size;
+  };
+  std::vector<Group> groups;
+  auto find = [&](const std::string& g) {
+    return std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return *x.name == g; });
+  };
+  for (const auto* r : committed) {
+    if (r->group.empty()) continue;
+    auto it = find(r->group);
+    if (it == groups.end()) {
+      groups.push_back(Group{&r->group, r->version, 1});
+    } else {
+      ++it->size;
+    }
+  }
+  for (auto* r : committed) {
+    const auto it = r->group.empty() ? groups.end() : find(r->group);
+    r->group_commit = it == groups.end() ? 0 : it->first;
+    r->group_size = it == groups.end() ? 0 : it->size;
+  }
+}
+
 }  // namespace
 
 Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
                                                 const std::vector<wire::KeyRecord>& records) {
   auto& st = self->state;
+  MESHSTORE_RETURN_IF_ERROR(refuse_while_rebuilding(st, describe_commit(records)));
   std::set<std::string> seen;
   for (const auto& r : records) {
     MESHSTORE_RETURN_IF_ERROR(validate_record(st, r));
@@ -79,9 +118,11 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   }
   // Validated as a whole, applied as a whole: no reader sees half a batch,
   // since this handler runs to completion before the next message.
-  std::map<std::string, std::vector<std::uint64_t>> adopted, released;
+  std::map<std::string, std::vector<std::uint64_t>> released;
   std::vector<std::uint64_t> versions;
   versions.reserve(records.size());
+  std::vector<IndexEntry*> committed;
+  committed.reserve(records.size());
   for (const auto& r : records) {
     st.lost.erase(r.key);
     auto& slot = st.index[r.key];
@@ -91,9 +132,10 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     slot.version = ++st.last_version;
     st.touch(slot);
     versions.push_back(slot.version);
-    collect(slot, adopted);
+    committed.push_back(&slot);
   }
-  send_to_volumes(self, adopted, Verdict::commit);
+  stamp_groups(committed);
+  send_commits(self, committed);
   send_to_volumes(self, released, Verdict::release);
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& r : records) streams_committed(self, r.key);
@@ -138,6 +180,7 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
                                               std::uint64_t layout) {
   auto& st = self->state;
   st.count(protocol::ControllerCounter::notify_put_batch);
+  MESHSTORE_RETURN_IF_ERROR(refuse_while_rebuilding(st, "sharded " + describe_commit(records)));
   // Validated as a whole (against each other too), then applied.
   if (auto s = validate_group(st, records, group, members, layout); !s.ok()) {
     return s;
@@ -164,6 +207,8 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     if (slot.found()) collect(slot, released);
     slot = std::move(it->second);
     slot.version = ++st.last_version;
+    slot.group_commit = 0;  // a state dict's are stamped once it is whole
+    slot.group_size = 0;
     st.touch(slot);
     st.pending.erase(it);
     committed.push_back(key);
@@ -179,10 +224,18 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     // its previous version had and this one has not go with it.
     for (const auto& m : members) commit(m);
     st.groups.erase(group);
+    for (const auto& m : members) {
+      auto& slot = st.index.at(m);
+      slot.group_commit = st.index.at(committed.front()).version;
+      slot.group_size = static_cast<std::uint32_t>(members.size());
+    }
     const auto stale =
         group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
     if (!stale.empty()) remove_keys(self, stale, Verdict::release);
   }
+  std::vector<IndexEntry*> records_now;
+  for (const auto& k : committed) records_now.push_back(&st.index.at(k));
+  send_commits(self, records_now);
   send_to_volumes(self, released, Verdict::release);
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& k : committed) streams_committed(self, k);

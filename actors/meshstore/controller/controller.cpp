@@ -131,10 +131,14 @@ void local_commit(controller_pointer self, protocol::LocalCommit job) {
 
 // `prefix`'s latest pointer; with `with_version`, then the manifest P/vN
 // it points to and the keys written with it.
-std::vector<wire::KeyRecord> locate_latest(ControllerState& st, const std::string& prefix,
-                                           bool with_version) {
+caf::result<std::vector<wire::KeyRecord>> locate_latest(ControllerState& st,
+                                                        const std::string& prefix,
+                                                        bool with_version) {
   st.count(protocol::ControllerCounter::locate);
   auto out = locate(st, {prefix});
+  if (st.rebuild.active && !out.front().found()) {
+    return to_caf_error(refuse_while_rebuilding(st, "latest '" + prefix + "'"));
+  }
   const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
   if (!with_version || n == 0) return out;
   auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
@@ -150,6 +154,7 @@ caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
   auto& st = self->state;
   st.count(protocol::ControllerCounter::locate);
   st.count(protocol::ControllerCounter::pinned_locate);
+  if (auto s = refuse_while_rebuilding(st, "locate"); !s.ok()) return to_caf_error(s);
   auto out = locate(st, keys);
   std::vector<ControllerState::ObjectRef> refs;
   for (const auto& r : out) {
@@ -165,8 +170,11 @@ caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
 }
 
 // The keys under `prefix` (key_matches_prefix), in order.
-std::vector<std::string> keys_under(ControllerState& st, const std::string& prefix) {
+caf::result<std::vector<std::string>> keys_under(ControllerState& st, const std::string& prefix) {
   st.count(protocol::ControllerCounter::keys);
+  if (auto s = refuse_while_rebuilding(st, "keys '" + prefix + "'"); !s.ok()) {
+    return to_caf_error(s);
+  }
   std::vector<std::string> out;
   for (auto it = st.index.lower_bound(prefix); it != st.index.end(); ++it) {
     if (it->first.compare(0, prefix.size(), prefix) != 0) break;
@@ -180,6 +188,9 @@ std::vector<std::string> keys_under(ControllerState& st, const std::string& pref
 caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string& key) {
   auto& st = self->state;
   st.count(protocol::ControllerCounter::remove);
+  if (auto s = refuse_while_rebuilding(st, "remove '" + key + "'"); !s.ok()) {
+    return to_caf_error(s);
+  }
   st.flush_due.clear();
   std::map<std::string, std::vector<std::uint64_t>> doomed;
   if (drop_pending(st, key, doomed)) {
@@ -204,6 +215,7 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
 // Removes `keys`, a state dict's manifest with the keys written with it.
 caf::result<wire::RemoveReply> remove_batch(controller_pointer self,
                                             const std::vector<std::string>& keys) {
+  if (auto s = refuse_while_rebuilding(self->state, "remove"); !s.ok()) return to_caf_error(s);
   self->state.flush_due.clear();
   return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
 }
@@ -251,12 +263,17 @@ auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
 }
 
 // Each of `keys`' version, 0 for a key not held.
-std::vector<std::uint64_t> versions_of(ControllerState& st, const std::vector<std::string>& keys) {
+// (While the index is rebuilt, a key not back yet is refused, not 0.)
+caf::result<std::vector<std::uint64_t>> versions_of(ControllerState& st,
+                                                    const std::vector<std::string>& keys) {
   st.count(protocol::ControllerCounter::exists);
   std::vector<std::uint64_t> out;
   for (const auto& k : keys) {
     auto it = st.index.find(k);
     out.push_back(it == st.index.end() ? 0 : it->second.version);
+    if (out.back() == 0 && st.rebuild.active) {
+      return to_caf_error(refuse_while_rebuilding(st, "exists '" + k + "'"));
+    }
   }
   return out;
 }
@@ -269,6 +286,39 @@ void watch_volumes(controller_pointer self) {
   if (watchers.emplace(client.address(), client).second) self->monitor(client);
 }
 
+// Registers volume `v` and takes the records it keeps into the index
+// (rebuild.cpp), then answers. A volume that does not tell them within the
+// flush bound joins with none.
+caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::VolumeInfo& info,
+                                      protocol::storage_volume_actor v) {
+  if (auto s = register_volume(self, info, v); !s.ok()) return to_caf_error(s);
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  self->request(v, kFlushTimeout, protocol::held_records_atom::value)
+      .then(
+          [=](std::vector<wire::KeyRecord>& records, std::vector<std::string>& peers) mutable {
+            take_records(self, info.volume_id, std::move(records), peers);
+            rp.deliver(caf::ok_atom::value);
+          },
+          [=](caf::error& e) mutable {
+            self->state.log->warn("volume '{}' did not tell its records: {}", info.volume_id,
+                                  self->system().render(e));
+            rp.deliver(caf::ok_atom::value);
+          });
+  return rp;
+}
+
+// While the index is rebuilt, a locate that misses a key is refused
+// rather than answered "no such key": the key may be on its way back.
+caf::result<std::vector<wire::KeyRecord>> locate_or_wait(ControllerState& st,
+                                                         const std::vector<std::string>& keys) {
+  auto out = locate(st, keys);
+  if (!st.rebuild.active) return out;
+  for (const auto& r : out) {
+    if (!r.found()) return to_caf_error(refuse_while_rebuilding(st, "locate '" + r.key + "'"));
+  }
+  return out;
+}
+
 // An actor the controller monitors went down. One actor may be a stream
 // writer and a watcher (a client) at once.
 void on_down(controller_pointer self, caf::down_msg& msg) {
@@ -276,15 +326,15 @@ void on_down(controller_pointer self, caf::down_msg& msg) {
   if (!writer_down(self, msg)) volume_down(self, msg);
 }
 
-protocol::controller_actor::behavior_type controller_impl(controller_pointer self) {
+protocol::controller_actor::behavior_type controller_impl(controller_pointer self,
+                                                          ControllerOptions options) {
+  self->state.rebuild_grace = options.rebuild_grace;
   self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
   return {
       [=](protocol::watch_volumes_atom) { watch_volumes(self); },
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
-          protocol::storage_volume_actor v) -> caf::result<caf::ok_atom> {
-        if (auto s = register_volume(self, info, std::move(v)); !s.ok()) return to_caf_error(s);
-        return caf::ok_atom::value;
-      },
+          protocol::storage_volume_actor v) { return join_volume(self, info, std::move(v)); },
+      [=](protocol::rebuild_end_atom, std::uint64_t epoch) { end_rebuild(self, epoch); },
       [=](protocol::volume_atom, const std::string& id) { return volume_of(self->state, id); },
       [=](protocol::volumes_atom) { return self->state.volume_infos; },
       [=](protocol::notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
@@ -302,7 +352,7 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
       },
       [=](protocol::locate_atom, const std::vector<std::string>& keys) {
         self->state.count(protocol::ControllerCounter::locate);
-        return locate(self->state, keys);
+        return locate_or_wait(self->state, keys);
       },
       [=](protocol::locate_latest_atom, const std::string& prefix, bool with_version) {
         return locate_latest(self->state, prefix, with_version);
@@ -366,8 +416,8 @@ bool key_matches_prefix(const std::string& key, const std::string& prefix) noexc
   return next == '/' || next == '.';
 }
 
-protocol::controller_actor spawn_controller(caf::actor_system& sys) {
-  return sys.spawn(controller_impl);
+protocol::controller_actor spawn_controller(caf::actor_system& sys, ControllerOptions options) {
+  return sys.spawn(controller_impl, options);
 }
 
 }  // namespace meshstore::controller

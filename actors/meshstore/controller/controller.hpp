@@ -6,6 +6,7 @@
 // directory_actor.hpp).
 
 #include <caf/all.hpp>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,8 +18,16 @@
 
 namespace meshstore::controller {
 
+/// How a controller runs.
+struct ControllerOptions {
+  /// How long a rebuild of the index waits for the volumes its records
+  /// name (docs/reliability.md, "The controller's loss"); commits are
+  /// refused meanwhile.
+  std::chrono::milliseconds rebuild_grace{2000};
+};
+
 /// Spawns a controller.
-protocol::controller_actor spawn_controller(caf::actor_system& sys);
+protocol::controller_actor spawn_controller(caf::actor_system& sys, ControllerOptions options = {});
 
 /// True when `key` lies under `prefix` by whole components: "a.b" is under
 /// "a" and "a.b" but not under "a.bc"; '/' and '.' separate components; an

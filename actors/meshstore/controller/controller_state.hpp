@@ -3,6 +3,7 @@
 // pins), shared by the files that implement the controller: controller.cpp
 // (the behaviour), controller/sharded_puts.cpp, controller/volumes.cpp and
 // controller/streams.cpp. Private to actors/.
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,8 +38,36 @@ struct IndexEntry : wire::KeyRecord {
   }
 };
 
+// A rebuild of the index from the records its volumes keep
+// (controller/rebuild.cpp): a controller that starts against live volumes
+// takes each one's records as it registers.
+struct Rebuild {
+  // A version of a key some volume reported, newest so far, waiting until
+  // every volume its shards name reported it too (and, for a state dict,
+  // until every key its commit wrote is complete).
+  struct Candidate {
+    wire::KeyRecord record;
+    std::set<std::string> reported_by;
+  };
+  // While on, commits are refused and a locate that misses a key says the
+  // index is being rebuilt; it ends when every volume the reporting ones
+  // knew of has reported and no record waits for a volume, or at its
+  // deadline.
+  bool active = false;
+  std::uint64_t epoch = 0;  // the deadline's (a deadline of an ended rebuild is stale)
+  std::chrono::steady_clock::time_point began{};
+  std::set<std::string> reported;  // volumes that reported their records
+  std::set<std::string> expected;  // volumes the reporting ones knew of
+  std::map<std::string, Candidate> candidates;
+  std::uint64_t restored = 0;  // keys restored so far
+};
+
 struct ControllerState {
   static inline const char* name = "meshstore.controller";
+
+  // How long a rebuild waits for the volumes its records name.
+  std::chrono::milliseconds rebuild_grace{2000};
+  Rebuild rebuild;
 
   std::map<std::string, IndexEntry> index;  // ordered: keys(prefix) is a range scan
   std::vector<wire::VolumeInfo> volume_infos;
@@ -209,10 +238,37 @@ wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>&
 wire::RemoveReply remove_keys(controller_pointer self, const std::vector<std::string>& keys,
                               Verdict verdict, bool whole = false);
 
+/// Tells the volumes in other processes which volumes `joined` the store
+/// and which `left` it (one that joins hears of every volume): a
+/// controller rebuilding the index waits for the volumes they knew.
+void tell_peers(controller_pointer self, const std::vector<std::string>& joined,
+                const std::vector<std::string>& left);
+
 /// Registers volume `v` described by `info`, monitored; an empty or taken
 /// id is refused.
 Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
                        protocol::storage_volume_actor v);
+
+/// Tells the volumes their part of committed `records` (index entries):
+/// the objects they back, and, to a volume in another process, the
+/// records to keep beside them, which it confirms before the write is
+/// answered (flush_due): an acknowledged commit is on every volume it
+/// names that outlives this process.
+void send_commits(controller_pointer self, const std::vector<IndexEntry*>& records);
+
+// -- rebuilding the index (controller/rebuild.cpp) ----------------------------
+
+/// Volume `volume_id`, just registered, keeps `records`: what is newer than
+/// the index and complete (every shard's volume reported it; a state
+/// dict's whole commit; a version pointer's version) goes into the index.
+/// `peers` are the volumes it knew of: the rebuild waits for them too.
+void take_records(controller_pointer self, const std::string& volume_id,
+                  std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers);
+/// The rebuild's deadline `epoch` passed: what still waits for a volume is
+/// dropped (its keys lost, naming that volume) and commits resume.
+void end_rebuild(controller_pointer self, std::uint64_t epoch);
+/// Errc::unavailable naming `ctx` while a rebuild is on, else OK.
+Status refuse_while_rebuilding(const ControllerState& st, const std::string& ctx);
 
 // -- streams (controller/streams.cpp) -----------------------------------------
 

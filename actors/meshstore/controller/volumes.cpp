@@ -22,7 +22,21 @@ Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
   st.dead_volumes.erase(info.volume_id);
   st.volume_infos.push_back(info);
   st.log->info("volume '{}' on host '{}' registered", info.volume_id, info.host);
+  tell_peers(self, {info.volume_id}, {});
   return Status();
+}
+
+void tell_peers(controller_pointer self, const std::vector<std::string>& joined,
+                const std::vector<std::string>& left) {
+  auto& st = self->state;
+  std::vector<std::string> all;
+  for (const auto& info : st.volume_infos) all.push_back(info.volume_id);
+  for (const auto& [id, v] : st.volumes) {
+    // A volume in this process goes with the index: it needs no list.
+    if (v.node() == self->node()) continue;
+    const bool joining = std::find(joined.begin(), joined.end(), id) != joined.end();
+    self->send(v, protocol::peers_atom::value, joining ? all : joined, left);
+  }
 }
 
 void send_to_volumes(controller_pointer self,
@@ -56,7 +70,7 @@ void send_to_volumes(controller_pointer self,
     }
     switch (verdict) {
       case Verdict::commit:
-        self->send(it->second, protocol::commit_atom::value, ids);
+        self->send(it->second, protocol::commit_atom::value, ids, std::vector<wire::KeyRecord>{});
         break;
       case Verdict::release:
         self->send(it->second, protocol::release_atom::value, ids);
@@ -67,6 +81,45 @@ void send_to_volumes(controller_pointer self,
         st.flush_due[vid].insert(st.flush_due[vid].end(), ids.begin(), ids.end());
         break;
     }
+  }
+}
+
+void send_commits(controller_pointer self, const std::vector<IndexEntry*>& records) {
+  auto& st = self->state;
+  struct Part {
+    const protocol::storage_volume_actor* volume = nullptr;  // null: not registered
+    bool keeps = false;  // in another process: it keeps the records
+    std::vector<std::uint64_t> ids;
+    std::vector<wire::KeyRecord> records;
+  };
+  std::map<std::string, Part> parts;
+  for (const auto* r : records) {
+    for (std::size_t i = 0; i < r->shards.size(); ++i) {
+      const auto& vid = r->shards[i].volume_id;
+      auto [at, fresh] = parts.try_emplace(vid);
+      auto& part = at->second;
+      if (fresh) {
+        auto v = st.volumes.find(vid);
+        part.volume = v == st.volumes.end() ? nullptr : &v->second;
+        // A volume in this process dies with the index: it needs no copy
+        // (and the embedded store's commits pay none).
+        part.keeps = part.volume && part.volume->node() != self->node();
+      }
+      part.ids.push_back(r->shards[i].object_id);
+      // The record once per volume, however many of its shards lie there.
+      if (part.keeps && std::none_of(r->shards.begin(), r->shards.begin() + i,
+                                     [&](const auto& s) { return s.volume_id == vid; })) {
+        part.records.push_back(*r);
+      }
+    }
+  }
+  for (auto& [vid, part] : parts) {
+    if (!part.volume) continue;
+    // Answered only once it has them (a flush, which it answers after
+    // this message): an acknowledged commit is on every volume it names.
+    if (part.keeps) st.flush_due[vid];
+    self->send(*part.volume, protocol::commit_atom::value, std::move(part.ids),
+               std::move(part.records));
   }
 }
 
@@ -217,6 +270,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   for (const auto& [addr, client] : st.volume_watchers) {
     caf::anon_send(client, protocol::volume_gone_atom::value, id, caf::to_string(msg.reason));
   }
+  tell_peers(self, {}, {id});
 }
 
 }  // namespace meshstore::controller

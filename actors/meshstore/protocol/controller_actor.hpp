@@ -43,6 +43,9 @@ struct LocalCommit {
 
 using controller_actor = caf::typed_actor<
     // A volume joins; the controller tells it about commits and releases.
+    // Its committed records (held_records_atom) are taken into the index
+    // before the answer: a controller that starts against live volumes
+    // rebuilds its index from them (controller/rebuild.cpp).
     caf::replies_to<register_volume_atom, wire::VolumeInfo,
                     storage_volume_actor>::with<caf::ok_atom>,
     // A volume by id (Errc::not_found if unknown).
@@ -141,7 +144,9 @@ using controller_actor = caf::typed_actor<
     // A subscription's wait is over (sent by the controller to itself).
     caf::reacts_to<stream_expire_atom, std::string, std::uint64_t>,
     // Commits as notify_put_batch_atom, answering `done` (LocalCommit).
-    caf::reacts_to<local_commit_atom, LocalCommit>>;
+    caf::reacts_to<local_commit_atom, LocalCommit>,
+    // A rebuild's deadline (sent by the controller to itself).
+    caf::reacts_to<rebuild_end_atom, std::uint64_t>>;
 
 /// What stream_subscribe answers.
 enum class StreamKind : std::uint32_t {

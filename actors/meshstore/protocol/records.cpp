@@ -64,6 +64,8 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_has_expect_version(x.expect_version.has_value());
   p->set_expect_version(x.expect_version.value_or(0));
   p->set_points_to(x.points_to);
+  p->set_group_commit(x.group_commit);
+  p->set_group_size(x.group_size);
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -97,6 +99,8 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.group = p.group();
   x.pending = p.pending();
   x.points_to = p.points_to();
+  x.group_commit = p.group_commit();
+  x.group_size = p.group_size();
   x.shards.clear();
   for (const auto& ps : p.shards()) {
     ShardRecord s;

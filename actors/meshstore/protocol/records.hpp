@@ -70,6 +70,12 @@ struct KeyRecord {
   /// state dict is P/vN, so that one locate answers the latest version and
   /// where it lies (locate_latest); 0 for every other key.
   std::uint64_t points_to = 0;
+  /// A key of a state dict (group): the commit that wrote its group, as
+  /// the version of the first key it wrote, and how many keys of the group
+  /// it wrote. Stamped by the controller; a rebuilt index restores a state
+  /// dict only with every key of that commit (docs/reliability.md).
+  std::uint64_t group_commit = 0;
+  std::uint32_t group_size = 0;
 
   bool found() const noexcept { return version != 0; }
   /// Total stored bytes over all shards.

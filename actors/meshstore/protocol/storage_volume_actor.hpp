@@ -92,8 +92,20 @@ using storage_volume_actor = caf::typed_actor<
     // process as staged objects (uncommitted until the controller commits
     // them), memory untouched; any other volume answers Errc::unsupported.
     caf::replies_to<lend_atom, LendRequest>::with<std::vector<wire::RegionRef>>,
-    // From the controller: these objects now back committed keys.
-    caf::reacts_to<commit_atom, std::vector<std::uint64_t>>,
+    // From the controller: these objects now back committed keys, and
+    // these are the committed records that name objects here, which the
+    // volume keeps beside them (a new controller rebuilds its index from
+    // them: held_records_atom).
+    caf::reacts_to<commit_atom, std::vector<std::uint64_t>, std::vector<wire::KeyRecord>>,
+    // The committed records this volume keeps, one per record (a key's
+    // shards here share one), and the store's other volumes as it last
+    // heard of them (peers_atom); committed objects that no record names
+    // are dropped first.
+    caf::replies_to<held_records_atom>::with<std::vector<wire::KeyRecord>,
+                                             std::vector<std::string>>,
+    // From the controller: volumes that joined the store, and volumes that
+    // left it (a rebuilt index waits for the volumes its volumes knew).
+    caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<std::string>>,
     // These objects are no longer referenced (superseded, removed, or a
     // failed put's staging); their memory goes once no lease pins it.
     caf::reacts_to<release_atom, std::vector<std::uint64_t>>,

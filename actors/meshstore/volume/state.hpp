@@ -38,6 +38,11 @@ struct StoredObject {
   std::atomic<std::uint64_t>* tag = nullptr;
   // The revocable loan it belongs to (LendRequest::revocable), 0: none.
   std::uint64_t loan = 0;
+  // The record the controller committed for it (its key's, naming every
+  // shard), from which a new controller rebuilds its index; null while
+  // staged, or adopted as one shard of a key not yet covered. Shared by
+  // the objects of one record on this volume.
+  std::shared_ptr<const wire::KeyRecord> record;
 };
 
 struct Lease {
@@ -60,6 +65,7 @@ struct VolumeState {
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> loans;
   std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging
   std::set<caf::actor_addr> controllers;  // monitored for small puts (ring_attach, small_attach)
+  std::set<std::string> peers;            // the store's volumes, as the controller last told
   std::uint64_t next_object_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
 
@@ -105,6 +111,11 @@ struct VolumeState {
     small->remove(id);
     objects.erase(it);
   }
+  // Drops `ids` (drop), then gives back the memory no lease holds.
+  void drop_all(const std::vector<std::uint64_t>& ids, bool reuse) {
+    for (auto id : ids) drop(id, reuse);
+    regions->prune();
+  }
 };
 
 using volume_pointer = protocol::storage_volume_actor::stateful_pointer<VolumeState>;
@@ -114,6 +125,24 @@ using volume_pointer = protocol::storage_volume_actor::stateful_pointer<VolumeSt
 Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
                                            const std::vector<wire::StageRequest>& reqs,
                                            const caf::actor& client);
+
+/// The controller committed: objects `ids` back keys now (adopted: no
+/// reclaim takes them), and `records` (the committed records naming
+/// objects here) are kept beside their objects (records_kept.cpp).
+void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
+                    std::vector<wire::KeyRecord> records);
+
+/// The committed records this volume keeps, one per record, and the
+/// store's volumes it knows of, for a controller rebuilding its index.
+/// Committed objects without a record (the shards of a sharded put no
+/// controller finished) are dropped first: no controller will commit them
+/// now.
+caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
+    volume_pointer self);
+
+/// The controller says which volumes joined the store and which left it.
+void update_peers(volume_pointer self, const std::vector<std::string>& joined,
+                  const std::vector<std::string>& left);
 
 /// A commit request (FastCommitJob: a channel's: a ring's, tcp's, or one
 /// in a small_op message), answered through its `done`.

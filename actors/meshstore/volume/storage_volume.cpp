@@ -299,15 +299,6 @@ void adopt(volume_pointer self, VolumeConfig config, VolumeSetup& setup) {
 }
 
 // The controller committed `ids`: readable, and in the small-object table.
-void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids) {
-  for (auto id : ids) {
-    auto it = self->state.objects.find(id);
-    if (it == self->state.objects.end()) continue;
-    it->second.committed = true;
-    self->state.small->commit(id, it->second.key);
-  }
-}
-
 // Drops committed `candidates`, in order, until `bytes` are freed; what a
 // lease holds stays. Decided here, where leases open and close, so no
 // reader holds what goes: a read that arrives later finds the object gone.
@@ -476,19 +467,19 @@ protocol::storage_volume_actor::behavior_type volume_impl(volume_pointer self, V
         if (!lent.ok()) return to_caf_error(lent.status());
         return std::move(lent).value();
       },
-      [=](protocol::commit_atom, const std::vector<std::uint64_t>& ids) {
-        commit_objects(self, ids);
-      },
+      [=](protocol::commit_atom, const std::vector<std::uint64_t>& ids,
+          std::vector<wire::KeyRecord>& records) { commit_objects(self, ids, std::move(records)); },
+      [=](protocol::held_records_atom) { return held_records(self); },
+      [=](protocol::peers_atom, const std::vector<std::string>& joined,
+          const std::vector<std::string>& left) { update_peers(self, joined, left); },
       [=](protocol::release_atom, const std::vector<std::uint64_t>& ids) {
-        for (auto id : ids) self->state.drop(id, true);
-        self->state.regions->prune();
+        self->state.drop_all(ids, true);
       },
       [=](protocol::retire_atom, const std::vector<std::uint64_t>& ids) {
         self->state.small->retire(ids);
       },
       [=](protocol::discard_atom, const std::vector<std::uint64_t>& ids) {
-        for (auto id : ids) self->state.drop(id, false);
-        self->state.regions->prune();
+        self->state.drop_all(ids, false);
       },
       [=](protocol::flush_atom) { return caf::ok_atom::value; },
       [=](protocol::evict_atom, const std::vector<std::uint64_t>& candidates, std::uint64_t bytes) {

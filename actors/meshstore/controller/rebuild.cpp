@@ -1,0 +1,249 @@
+// Rebuilding the index from its volumes. Each volume keeps, beside every
+// committed object, the record the controller committed for it
+// (volume/records_kept.cpp); a controller that starts against live volumes
+// takes each one's records as it registers:
+//
+// - the newest version of each key wins; the objects of older ones go;
+// - a key comes back once every volume its shards name has reported it;
+// - a state dict (a group) comes back whole: its manifest with every key
+//   the same commit wrote (KeyRecord::group_commit, group_size), or none;
+// - a version pointer comes back once the version it names is back.
+//
+// Until nothing waits for a volume (or the rebuild's deadline), commits are
+// refused with Errc::unavailable and a locate that misses a key says why.
+// At the deadline, what still waits is dropped and its keys are lost,
+// naming the volume that never came.
+#include <algorithm>
+
+#include "meshstore/controller/controller_state.hpp"
+
+namespace meshstore::controller {
+
+namespace {
+
+using Objects = std::map<std::string, std::vector<std::uint64_t>>;
+
+// The objects of `r` on volume `vid`, into `out`.
+void collect_on(const wire::KeyRecord& r, const std::string& vid, Objects& out) {
+  for (const auto& s : r.shards) {
+    if (s.volume_id == vid) out[vid].push_back(s.object_id);
+  }
+}
+
+// The objects of candidate `c` on the volumes that reported it, into `out`.
+void collect_reported(const Rebuild::Candidate& c, Objects& out) {
+  for (const auto& vid : c.reported_by) collect_on(c.record, vid, out);
+}
+
+// Whether every volume `c`'s shards name reported it and is registered.
+bool complete(const ControllerState& st, const Rebuild::Candidate& c) {
+  return std::all_of(c.record.shards.begin(), c.record.shards.end(), [&](const auto& s) {
+    return c.reported_by.count(s.volume_id) != 0 && st.volumes.count(s.volume_id) != 0;
+  });
+}
+
+// A volume `c` waits for: one its shards name that has not reported it.
+std::string awaited(const Rebuild::Candidate& c) {
+  for (const auto& s : c.record.shards) {
+    if (c.reported_by.count(s.volume_id) == 0) return s.volume_id;
+  }
+  return c.record.shards.empty() ? std::string() : c.record.shards.front().volume_id;
+}
+
+// A volume the reporting ones knew of that has not reported; "" if none.
+std::string missing_volume(const Rebuild& rb) {
+  for (const auto& id : rb.expected) {
+    if (rb.reported.count(id) == 0) return id;
+  }
+  return {};
+}
+
+// What the rebuild waits for first: a volume it expects, or one a
+// candidate's shards name.
+std::string waiting_for(const Rebuild& rb) {
+  auto id = missing_volume(rb);
+  if (id.empty() && !rb.candidates.empty()) id = awaited(rb.candidates.begin()->second);
+  return id;
+}
+
+// Merges record `r` that volume `vid` keeps; what it supersedes (or what
+// supersedes it) goes into `stale`.
+void take_one(ControllerState& st, const std::string& vid, wire::KeyRecord r, Objects& stale) {
+  auto& rb = st.rebuild;
+  st.last_version = std::max(st.last_version, r.version);
+  auto in_index = st.index.find(r.key);
+  // Once the rebuild is over, the index holds what was written since: it
+  // wins over a volume that comes late.
+  if (in_index != st.index.end() && (!rb.active || in_index->second.version >= r.version)) {
+    collect_on(r, vid, stale);
+    return;
+  }
+  auto it = rb.candidates.find(r.key);
+  if (it == rb.candidates.end()) {
+    auto key = r.key;
+    rb.candidates.emplace(std::move(key), Rebuild::Candidate{std::move(r), {vid}});
+    return;
+  }
+  auto& c = it->second;
+  if (c.record.version > r.version) {
+    collect_on(r, vid, stale);
+  } else if (c.record.version == r.version) {
+    c.reported_by.insert(vid);
+  } else {
+    collect_reported(c, stale);
+    c = Rebuild::Candidate{std::move(r), {vid}};
+  }
+}
+
+// Candidate `key` goes into the index (a newer version than the entry it
+// replaces, whose objects go into `stale`).
+void restore(ControllerState& st, const std::string& key, Objects& stale) {
+  auto it = st.rebuild.candidates.find(key);
+  auto& slot = st.index[key];
+  if (slot.found()) collect(slot, stale);
+  slot = std::move(it->second.record);
+  st.touch(slot);
+  st.lost.erase(key);
+  st.rebuild.candidates.erase(it);
+  ++st.rebuild.restored;
+}
+
+// Restores state dict `group` when its manifest and every key its commit
+// wrote are complete; drops its keys of older commits.
+void restore_group(ControllerState& st, const std::string& group,
+                   const std::vector<std::string>& keys, Objects& stale) {
+  auto& cands = st.rebuild.candidates;
+  auto manifest = cands.find(group);
+  std::uint64_t commit = 0;
+  std::uint32_t size = 0;
+  if (manifest != cands.end() && manifest->second.record.group == group) {
+    commit = manifest->second.record.group_commit;
+    size = manifest->second.record.group_size;
+  } else if (auto in = st.index.find(group); in != st.index.end()) {
+    commit = in->second.group_commit;  // restored already: these are older
+  } else {
+    return;  // the manifest has not been reported yet
+  }
+  std::vector<std::string> ready;
+  for (const auto& k : keys) {
+    const auto& c = cands.at(k);
+    if (c.record.group_commit < commit) {
+      collect_reported(c, stale);
+      cands.erase(k);
+    } else if (c.record.group_commit == commit && complete(st, c)) {
+      ready.push_back(k);
+    }
+  }
+  if (manifest == cands.end() || ready.size() != size) return;
+  for (const auto& k : ready) restore(st, k, stale);
+}
+
+// Restores every candidate that is complete, state dicts whole, then the
+// version pointers whose versions are back.
+void restore_ready(ControllerState& st, Objects& stale) {
+  std::map<std::string, std::vector<std::string>> groups;
+  std::vector<std::string> whole;
+  for (const auto& [k, c] : st.rebuild.candidates) {
+    if (!c.record.group.empty()) {
+      groups[c.record.group].push_back(k);
+    } else if (c.record.points_to == 0 && complete(st, c)) {
+      whole.push_back(k);
+    }
+  }
+  for (const auto& k : whole) restore(st, k, stale);
+  for (const auto& [g, keys] : groups) restore_group(st, g, keys, stale);
+  std::vector<std::string> pointers;
+  for (const auto& [k, c] : st.rebuild.candidates) {
+    if (c.record.group.empty() && c.record.points_to != 0 && complete(st, c) &&
+        st.index.count(k + "/v" + std::to_string(c.record.points_to)) != 0) {
+      pointers.push_back(k);
+    }
+  }
+  for (const auto& k : pointers) restore(st, k, stale);
+}
+
+}  // namespace
+
+void take_records(controller_pointer self, const std::string& volume_id,
+                  std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers) {
+  auto& st = self->state;
+  auto& rb = st.rebuild;
+  rb.reported.insert(volume_id);
+  // The volumes it knew of may hold newer versions: wait for them, unless
+  // the index is already being written to again.
+  if (rb.active || st.index.empty()) rb.expected.insert(peers.begin(), peers.end());
+  // A restarted rebuild counts afresh.
+  if (!rb.active) rb.restored = 0;
+  Objects stale;
+  for (auto& r : records) {
+    if (r.found()) take_one(st, volume_id, std::move(r), stale);
+  }
+  // Nothing comes back while a volume that may hold a newer version of it
+  // is still expected: no reader sees a version go back.
+  if (missing_volume(rb).empty()) restore_ready(st, stale);
+  send_to_volumes(self, stale, Verdict::discard);
+  st.flush_due.clear();  // a registration answers without waiting for these
+  if (rb.candidates.empty() && missing_volume(rb).empty()) {
+    if (rb.active || rb.restored != 0) {
+      st.log->info("index rebuilt from {} volume(s): {} key(s) back", rb.reported.size(),
+                   rb.restored);
+    }
+    rb.active = false;
+    rb.expected.clear();
+    return;
+  }
+  if (rb.active) return;
+  rb.active = true;
+  rb.began = std::chrono::steady_clock::now();
+  const auto epoch = ++rb.epoch;
+  st.log->info("rebuilding the index: {} key(s) wait, and for volume '{}' (at most {} ms)",
+               rb.candidates.size(), waiting_for(rb), st.rebuild_grace.count());
+  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+}
+
+void end_rebuild(controller_pointer self, std::uint64_t epoch) {
+  auto& st = self->state;
+  auto& rb = st.rebuild;
+  if (!rb.active || epoch != rb.epoch) return;
+  // The volumes still expected are given up: what is complete without
+  // them comes back, the rest is lost.
+  const auto missing = missing_volume(rb);
+  Objects dropped;
+  restore_ready(st, dropped);
+  for (const auto& [k, c] : rb.candidates) {
+    collect_reported(c, dropped);
+    // Its own shard's volume, or (a state dict's key, a version pointer)
+    // the volume that held what it waited for.
+    st.lost[k] = complete(st, c) && !missing.empty() ? missing : awaited(c);
+  }
+  if (rb.candidates.empty()) {
+    st.log->warn("index rebuilt without volume '{}', which never came back; {} key(s) back",
+                 missing, rb.restored);
+  } else {
+    st.log->warn(
+        "index rebuilt without {} key(s) whose volumes never came back (first: '{}', "
+        "on volume '{}'); {} key(s) back",
+        rb.candidates.size(), rb.candidates.begin()->first, st.lost[rb.candidates.begin()->first],
+        rb.restored);
+  }
+  rb.candidates.clear();
+  rb.expected.clear();
+  rb.active = false;
+  send_to_volumes(self, dropped, Verdict::discard);
+  st.flush_due.clear();
+}
+
+Status refuse_while_rebuilding(const ControllerState& st, const std::string& ctx) {
+  const auto& rb = st.rebuild;
+  if (!rb.active) return Status();
+  const auto left = st.rebuild_grace - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           std::chrono::steady_clock::now() - rb.began);
+  return Status(Errc::unavailable,
+                ctx + ": the controller is rebuilding its index from its volumes (" +
+                    std::to_string(rb.restored) + " key(s) back, " +
+                    std::to_string(rb.candidates.size()) + " waiting, and for volume '" +
+                    waiting_for(rb) + "'); a failover is in progress, " + "at most " +
+                    std::to_string(std::max<std::int64_t>(0, left.count())) + " ms more");
+}
+
+}  // namespace meshstore::controller

@@ -1,0 +1,66 @@
+// The index's copy on a volume: each committed object keeps the record
+// the controller committed for it, so that a controller that starts
+// against live volumes rebuilds its index from them (the controller's
+// controller/rebuild.cpp; docs/reliability.md, "The controller's loss").
+#include <memory>
+#include <unordered_set>
+
+#include "meshstore/protocol/wire_glue.hpp"
+#include "meshstore/volume/state.hpp"
+
+namespace meshstore::volume {
+
+void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
+                    std::vector<wire::KeyRecord> records) {
+  auto& st = self->state;
+  for (auto id : ids) {
+    auto it = st.objects.find(id);
+    if (it == st.objects.end()) continue;
+    it->second.committed = true;
+    st.small->commit(id, it->second.key);
+  }
+  for (auto& r : records) {
+    if (!r.found()) continue;
+    auto kept = std::make_shared<const wire::KeyRecord>(std::move(r));
+    for (const auto& shard : kept->shards) {
+      if (shard.volume_id != st.config.volume_id) continue;
+      // An object dropped since (a release that overtook nothing: the
+      // controller's messages arrive in order) has no record to keep.
+      auto it = st.objects.find(shard.object_id);
+      if (it != st.objects.end() && it->second.committed) it->second.record = kept;
+    }
+  }
+}
+
+caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
+    volume_pointer self) {
+  auto& st = self->state;
+  std::vector<std::uint64_t> orphans;
+  std::unordered_set<const wire::KeyRecord*> seen;
+  std::vector<wire::KeyRecord> out;
+  for (const auto& [id, object] : st.objects) {
+    if (!object.committed) continue;
+    if (!object.record) {
+      orphans.push_back(id);
+      continue;
+    }
+    if (seen.insert(object.record.get()).second) out.push_back(*object.record);
+  }
+  for (auto id : orphans) st.drop(id, false);
+  if (!orphans.empty()) {
+    st.regions->prune();
+    st.log->warn(
+        "volume '{}': dropped {} object(s) no committed record names (a sharded "
+        "put its controller never finished)",
+        st.config.volume_id, orphans.size());
+  }
+  return {std::move(out), std::vector<std::string>(st.peers.begin(), st.peers.end())};
+}
+
+void update_peers(volume_pointer self, const std::vector<std::string>& joined,
+                  const std::vector<std::string>& left) {
+  self->state.peers.insert(joined.begin(), joined.end());
+  for (const auto& id : left) self->state.peers.erase(id);
+}
+
+}  // namespace meshstore::volume
