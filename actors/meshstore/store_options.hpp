@@ -143,6 +143,12 @@ struct StoreLimits {
   std::chrono::milliseconds request_timeout{30000};
   /// Store::connect(): keep retrying an unreachable store this long.
   std::chrono::milliseconds connect_timeout{30000};
+  /// Store::connect(): when the store's server goes down (its controller),
+  /// keep reconnecting to the same address this long; a server restarted
+  /// there gets this process's volumes back, and rebuilds its index from
+  /// them (docs/reliability.md, "The controller's loss"). Calls fail with
+  /// Errc::unavailable meanwhile. 0 = never reconnect.
+  std::chrono::milliseconds reconnect_timeout{60000};
   /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on)
   /// capped at 8. The process's runtime takes it from the first store or
   /// mesh that starts it; a later one keeps the running one's (with a warning).

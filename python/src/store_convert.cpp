@@ -46,6 +46,9 @@ StoreOptions store_options(const py::dict& kw) {
         o.listen = v.cast<std::string>();
       else if (name == "connect_timeout")
         o.limits.connect_timeout = seconds_arg(v, "connect_timeout");
+      else if (name == "reconnect_timeout")  // 0: never reconnect
+        o.limits.reconnect_timeout = v.cast<double>() == 0 ? std::chrono::milliseconds(0)
+                                                           : seconds_arg(v, "reconnect_timeout");
       else if (name == "host_volumes")
         o.placement.host_volumes = v.cast<bool>();
       else if (name == "transport")

@@ -120,7 +120,7 @@ class RebuildTest : public ::testing::Test {
   Records held(int i) {
     Records out;
     (*self_)
-        ->request(volumes_[i], 10s, protocol::held_records_atom::value)
+        ->request(volumes_[i], 10s, protocol::held_records_atom::value, caf::actor())
         .receive([&](Records& r, std::vector<std::string>&) { out = std::move(r); },
                  [&](caf::error& e) { ADD_FAILURE() << volumes_rt_->system().render(e); });
     return out;

@@ -2,6 +2,7 @@
 // within a bound, nothing hangs.
 
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <thread>
 
@@ -179,6 +180,80 @@ TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   EXPECT_ERROR(client.put("k2", TensorView::of(&x, {})).get(kBound), Errc::unavailable,
                "unreachable");
   transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
+}
+
+// The store's server killed, then started again at the same address (as a
+// supervisor would): this process reconnects, its volume registers with the
+// new controller, which rebuilds its index from the records the volume kept.
+// Every key comes back bit-exact at its last version, a state dict whole, and
+// puts go on.
+TEST(Failure, AServerRestartedAtItsAddressGetsItsKeysBackFromTheVolumes) {
+  Child serve({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
+  StoreOptions o;
+  o.limits.request_timeout = 60s;
+  auto client = Store::connect(address, o).value();
+  std::vector<float> w(1000);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i) * 0.5f;
+  ASSERT_OK(client.put("w", TensorView::of(w.data(), {1000})).get(kWait));
+  float x = 3, x2 = 4;
+  ASSERT_OK(client.put("x", TensorView::of(&x, {})).get(kWait));
+  ASSERT_OK(client.put("x", TensorView::of(&x2, {})).get(kWait));  // the version to come back
+  std::vector<std::int32_t> ids(7, 3);
+  StateDict sd;
+  ASSERT_OK(sd.insert("layer.weight", TensorView::of(w.data(), {10, 100})));
+  ASSERT_OK(sd.insert("ids", TensorView::of(ids.data(), {7})));
+  ASSERT_OK(sd.insert("step", Value::int64(1234)));
+  ASSERT_OK(client.state_dicts().put("ckpt", sd).get(kWait));
+  ASSERT_OK(client.state_dicts().publish("pub", sd).get(kWait));
+  ASSERT_OK(client.state_dicts().publish("pub", sd).get(kWait));
+
+  serve.signal(SIGKILL);
+  ASSERT_TRUE(serve.wait(kWait));
+  transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
+  // While no server answers, calls that need the controller fail at once;
+  // they do not hang.
+  EXPECT_ERROR(client.keys().get(kBound), Errc::unavailable, "");
+
+  const std::string port = address.substr(address.rfind(':') + 1);
+  Child again({kTool, "serve", "--port", port, "--strategy", "per_local_rank"});
+  ASSERT_FALSE(served_address(again, 60s).empty()) << again.output();
+  ASSERT_TRUE(eventually([&] { return client.get("x").get(kBound).ok(); }, 30s)) << again.output();
+  EXPECT_EQ(*client.get("x").get(kBound)->data_as<float>(), 4.0f);
+  auto back = client.get("w").get(kBound);
+  ASSERT_OK(back);
+  EXPECT_EQ(std::memcmp(back->data(), w.data(), w.size() * sizeof(float)), 0);
+  auto got = client.state_dicts().get("ckpt").get(kBound);
+  ASSERT_OK(got);
+  ASSERT_EQ(got->size(), sd.size());
+  for (std::size_t i = 0; i < sd.size(); ++i) {
+    const auto& a = sd.entries()[i];
+    const auto& b = got->entries()[i];
+    ASSERT_EQ(a.is_tensor(), b.is_tensor()) << a.name;
+    if (a.is_tensor()) {
+      EXPECT_EQ(std::memcmp(b.view.data(), a.view.data(), a.view.nbytes()), 0) << a.name;
+    } else {
+      EXPECT_EQ(*b.value, *a.value) << a.name;
+    }
+  }
+  EXPECT_EQ(*client.state_dicts().latest("pub").get(kBound), 2u);
+  StateDict latest;
+  std::vector<float> w2(1000);
+  std::vector<std::int32_t> ids2(7);
+  ASSERT_OK(latest.insert("layer.weight", TensorView::of(w2.data(), {10, 100})));
+  ASSERT_OK(latest.insert("ids", TensorView::of(ids2.data(), {7})));
+  ASSERT_OK(latest.insert("step", Value::int64(0)));
+  EXPECT_EQ(*client.state_dicts().get_latest_into("pub", latest).get(kBound), 2u);
+  EXPECT_EQ(w2, w);
+  EXPECT_EQ(ids2, ids);
+  // Writes go on, at versions above the old ones.
+  float y = 5;
+  ASSERT_OK(client.put("after", TensorView::of(&y, {})).get(kBound));
+  EXPECT_EQ(*client.get("after").get(kBound)->data_as<float>(), 5.0f);
+  ASSERT_OK(client.put("x", TensorView::of(&y, {})).get(kBound));
+  EXPECT_EQ(*client.get("x").get(kBound)->data_as<float>(), 5.0f);
+  client.close();
 }
 
 // A client whose volume lives in its own process (per_local_rank) puts

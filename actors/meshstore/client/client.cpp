@@ -80,6 +80,29 @@ std::shared_ptr<transports::shm::ProcessWatch> watch_controller(client_pointer s
   return std::make_shared<transports::shm::ProcessWatch>(static_cast<long>(t.process_id()));
 }
 
+// `controller` and `strategy` serve this client from now: at its start,
+// and when the store's server came back (store/reconnect.cpp), with this
+// process's volumes registered with them already.
+void take_control(client_pointer self, protocol::controller_actor controller,
+                  protocol::strategy_actor strategy) {
+  auto& st = self->state;
+  st.controller = std::move(controller);
+  st.strategy = std::move(strategy);
+  st.control_down.clear();
+  st.controller_process = watch_controller(self);
+  st.cfg.fast_path->watch_controller(st.controller_process);
+  // Watched from the start, not from the first request: a process that
+  // only hosts volumes asks the controller nothing, yet must learn of its
+  // death to reconnect (on_control_down).
+  for (const auto& peer :
+       {caf::actor_cast<caf::actor>(st.controller), caf::actor_cast<caf::actor>(st.strategy)}) {
+    if (peer && st.monitored.insert(peer.address()).second) self->monitor(peer);
+  }
+  // Volumes in processes this one has no connection to: their deaths come
+  // from the controller.
+  self->send(st.controller, protocol::watch_volumes_atom::value);
+}
+
 // The keys under the call's prefix, from the controller.
 void handle_keys(client_pointer self, const KeysCall& call) {
   auto promise = call.promise;
@@ -159,14 +182,8 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
                           protocol::strategy_actor strategy) {
   self->state.cfg = std::move(cfg);
   self->state.locations = self->state.cfg.fast_path->shared_cache();
-  self->state.controller = std::move(controller);
-  self->state.strategy = std::move(strategy);
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
-  self->state.controller_process = watch_controller(self);
-  self->state.cfg.fast_path->watch_controller(self->state.controller_process);
-  // Volumes in processes this one has no connection to: their deaths come
-  // from the controller.
-  self->send(self->state.controller, protocol::watch_volumes_atom::value);
+  take_control(self, std::move(controller), std::move(strategy));
   // Once the controller or strategy is gone, every call fails at once.
   auto refused = [self](auto& call) {
     if (self->state.control_down.empty()) return false;
@@ -177,6 +194,12 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
   return {
       [=](protocol::run_atom, internal::Closure& c) { c.fn(); },
       [=](protocol::placement_final_atom) { self->state.placement_final = true; },
+      [=](protocol::reconnected_atom, protocol::controller_actor& c, protocol::strategy_actor& s) {
+        self->state.locations->clear();
+        take_control(self, std::move(c), std::move(s));
+        self->state.log->info("client rank {}: reconnected to the store's new controller",
+                              self->state.cfg.me.rank);
+      },
       [=](protocol::volume_gone_atom, const std::string& id, const std::string& reason) {
         volume_gone(self, id, reason);
       },

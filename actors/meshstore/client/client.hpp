@@ -294,6 +294,11 @@ struct ClientConfig {
   /// How long the fast path's rings this client opens spin before their
   /// waiting end sleeps (StoreOptions::transport.fast_path_spin).
   std::chrono::microseconds ring_spin{50};
+  /// Called (on the client actor's thread) when the controller or the
+  /// strategy goes down, with why: the store then reconnects to a
+  /// restarted server (store/reconnect.cpp) and sends the client
+  /// (reconnected_atom, controller, strategy). Null: calls fail for good.
+  std::function<void(const std::string&)> on_control_down;
 };
 
 /// Spawns a client actor bound to a controller and strategy.

@@ -464,7 +464,10 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     it = st.conns.erase(it);
   }
   const std::string why = name + " went down (" + reason + ")";
-  if (name == "the controller" || name == "the strategy") st.control_down = why;
+  if ((name == "the controller" || name == "the strategy") && st.control_down.empty()) {
+    st.control_down = why;
+    if (st.cfg.on_control_down) st.cfg.on_control_down(why);
+  }
   if (name == "the controller") {
     controller_gone(self, why);
     // Every call fails from now on, the fast path's direct reads too.

@@ -293,7 +293,8 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
                                       protocol::storage_volume_actor v) {
   if (auto s = register_volume(self, info, v); !s.ok()) return to_caf_error(s);
   auto rp = self->make_response_promise<caf::ok_atom>();
-  self->request(v, kFlushTimeout, protocol::held_records_atom::value)
+  self->request(v, kFlushTimeout, protocol::held_records_atom::value,
+                caf::actor_cast<caf::actor>(self))
       .then(
           [=](std::vector<wire::KeyRecord>& records, std::vector<std::string>& peers) mutable {
             take_records(self, info.volume_id, std::move(records), peers);

@@ -44,6 +44,7 @@ using stage_atom = caf::atom_constant<caf::atom("stage")>;
 using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using held_records_atom = caf::atom_constant<caf::atom("held_recs")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
+using reconnected_atom = caf::atom_constant<caf::atom("reconnectd")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

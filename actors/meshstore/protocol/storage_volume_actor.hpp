@@ -100,9 +100,11 @@ using storage_volume_actor = caf::typed_actor<
     // The committed records this volume keeps, one per record (a key's
     // shards here share one), and the store's other volumes as it last
     // heard of them (peers_atom); committed objects that no record names
-    // are dropped first.
-    caf::replies_to<held_records_atom>::with<std::vector<wire::KeyRecord>,
-                                             std::vector<std::string>>,
+    // are dropped first. Asked by a controller the volume registers with,
+    // naming itself: the volume's channels commit there from now (a
+    // failover's new controller).
+    caf::replies_to<held_records_atom, caf::actor>::with<std::vector<wire::KeyRecord>,
+                                                         std::vector<std::string>>,
     // From the controller: volumes that joined the store, and volumes that
     // left it (a rebuilt index waits for the volumes its volumes knew).
     caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<std::string>>,

@@ -22,6 +22,7 @@
 #include "meshstore/protocol/actor_types.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/options.hpp"
+#include "meshstore/store/reconnect.hpp"
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/store/volume_hosting.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -87,9 +88,13 @@ Status Store::Impl::host_volumes(bool is_server) {
   h.strategy_name = strategy_name;
   h.is_server = is_server;
   h.door = doors;
-  auto made = store::host_volumes(h, &owned);
+  std::vector<wire::VolumeInfo> infos;
+  auto made = store::host_volumes(h, &owned, &infos);
   if (!made.ok()) return made.status();
   volumes = std::move(made).value();
+  for (std::size_t i = 0; i < volumes.size(); ++i) {
+    registered.push_back(Registered{infos[i], volumes[i], true});
+  }
   const bool shared = !is_server || !options.listen.empty();
   if (options.security.encrypt_tcp && shared && !volumes.empty() && !runtime->tls()) {
     log::get("store")->warn(
@@ -182,6 +187,7 @@ Result<Store::Impl::Lending> Store::Impl::lending_volume(LendKind kind) {
     return Status(Errc::shutdown, "the store is closed");
   }
   owned.push_back(caf::actor_cast<caf::actor>(*spawned));
+  registered.push_back(Registered{info, *spawned, false});
   auto& made = lending[static_cast<int>(kind)];
   made = Lending{*spawned, vc.volume_id};
   return made;
@@ -198,6 +204,12 @@ void Store::Impl::start_client() {
       std::make_shared<client::LocationCache>(cc.max_cached_locations));
   cc.fast_path = fast;
   cc.ring_spin = options.transport.fast_path_spin;
+  if (reconnector) {
+    cc.on_control_down =
+        [weak = std::weak_ptr<store::Reconnector>(reconnector)](const std::string& why) {
+          if (auto r = weak.lock()) r->control_down(why);
+        };
+  }
   client = client::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
 }
@@ -307,6 +319,12 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   directory = nullptr;
   if (!hello.ok()) return hello;
   if (options.placement.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
+  if (!via && options.limits.reconnect_timeout.count() > 0) {
+    impl->server = address;
+    impl->reconnector = std::make_shared<store::Reconnector>(
+        address, options.limits.reconnect_timeout,
+        [raw = impl.get()](std::chrono::milliseconds slice) { return raw->rejoin(slice); });
+  }
   impl->start_client();
   log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address,
             options.placement.rank, impl->strategy_name, impl->volumes.size());
@@ -337,7 +355,56 @@ Result<Store> Store::from_env(StoreOptions options) {
   return connect(address, std::move(options));
 }
 
+Status Store::Impl::rejoin(std::chrono::milliseconds slice) {
+  std::shared_ptr<internal::ActorRuntime> rt;
+  std::vector<Registered> mine;
+  caf::actor me;
+  {
+    std::shared_lock<std::shared_mutex> lock(mu);
+    if (closed) return Status(Errc::shutdown, "the store is closed");
+    rt = runtime;
+    mine = registered;
+    me = client;
+  }
+  auto target = parse_address(server);
+  if (!target.ok()) return target.status();
+  auto& sys = rt->system();
+  auto reached = internal::connect_with_retry<protocol::directory_actor>(
+      sys, target->host, target->port, slice, "meshstore");
+  if (!reached.ok()) return reached.status();
+  store::VolumeHost answer;
+  MESHSTORE_RETURN_IF_ERROR(
+      store::ask_directory(sys, *reached, slice, "reconnect to " + server, &answer));
+  // The new controller rebuilds its index from the records these volumes
+  // keep as each registers (an attempt cut short may have registered some
+  // already: that one is there).
+  const auto timeout =
+      std::min(options.limits.request_timeout, std::chrono::milliseconds(std::chrono::seconds(10)));
+  auto again = [&](const auto& at, const Registered& r) {
+    auto s = store::ask_ok(sys, at, timeout, "register volume '" + r.info.volume_id + "' again",
+                           protocol::register_volume_atom::value, r.info, r.handle);
+    const bool there = s.code() == Errc::invalid_argument &&
+                       s.message().find("is already registered") != std::string::npos;
+    return there ? Status() : s;
+  };
+  for (const auto& r : mine) {
+    MESHSTORE_RETURN_IF_ERROR(again(answer.controller, r));
+    if (r.with_strategy) MESHSTORE_RETURN_IF_ERROR(again(answer.strategy, r));
+  }
+  {
+    std::unique_lock<std::shared_mutex> lock(mu);
+    if (closed) return Status(Errc::shutdown, "the store is closed");
+    controller = answer.controller;
+    strategy = answer.strategy;
+  }
+  caf::anon_send(me, protocol::reconnected_atom::value, std::move(answer.controller),
+                 std::move(answer.strategy));
+  return Status();
+}
+
 void Store::Impl::close() {
+  // Reconnecting ends first: it asks actors of the runtime that goes.
+  if (reconnector) reconnector->stop();
   // The listener goes first: a process that connects while this store
   // closes (a rank starting the next store on the same port) is refused
   // and retries, instead of reaching actors that are going away.
@@ -370,6 +437,7 @@ void Store::Impl::close() {
     client = nullptr;
     volumes.clear();
     for (auto& l : lending) l = Lending{};
+    registered.clear();
     directory = nullptr;
     strategy = nullptr;
     controller = nullptr;

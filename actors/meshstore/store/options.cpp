@@ -53,6 +53,10 @@ Status StoreOptions::validate() const {
     return bad("limits.connect_timeout must be positive, got " +
                std::to_string(limits.connect_timeout.count()) + " ms");
   }
+  if (limits.reconnect_timeout.count() < 0) {
+    return bad("limits.reconnect_timeout must not be negative, got " +
+               std::to_string(limits.reconnect_timeout.count()) + " ms");
+  }
   if (limits.scheduler_threads < 0 || limits.scheduler_threads > 256) {
     return bad("limits.scheduler_threads must be in [0, 256], got " +
                std::to_string(limits.scheduler_threads));

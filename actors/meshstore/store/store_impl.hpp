@@ -33,6 +33,9 @@ struct internal::StoreDirectory {
 namespace client {
 class FastPath;
 }
+namespace store {
+class Reconnector;
+}
 
 namespace state_dicts {
 // The state-dict reads' manifest cache (state_dicts/read_plan.hpp).
@@ -69,6 +72,19 @@ struct Store::Impl {
   protocol::directory_actor directory;
   std::vector<protocol::storage_volume_actor> volumes;  // hosted in this process
   std::vector<caf::actor> owned;  // actors of this process, stopped by close()
+  // What this process registered (its volumes, its lending volumes: those
+  // with the controller only), for a restarted controller (rejoin).
+  struct Registered {
+    wire::VolumeInfo info;
+    protocol::storage_volume_actor handle;
+    bool with_strategy = true;
+  };
+  std::vector<Registered> registered;
+  // The server this store joined (Store::connect: "HOST:PORT"), and what
+  // reconnects to it when its controller goes down (null: an embedded
+  // store, one joined through a mesh, or limits.reconnect_timeout 0).
+  std::string server;
+  std::shared_ptr<store::Reconnector> reconnector;
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();
@@ -107,6 +123,10 @@ struct Store::Impl {
   std::mutex lend_mu;
   Lending lending[3];  // by LendKind
   void start_client();
+  // Reconnects to `server` (one attempt, at most `slice` to reach it),
+  // registers this process's volumes again and hands the new controller
+  // and strategy to the client actor.
+  Status rejoin(std::chrono::milliseconds slice);
 
   ~Impl() { close(); }
 

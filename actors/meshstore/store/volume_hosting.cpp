@@ -47,8 +47,8 @@ std::string control_door(const VolumeHost& h) {
   return {};
 }
 
-Result<std::vector<protocol::storage_volume_actor>> host_volumes(const VolumeHost& h,
-                                                                 std::vector<caf::actor>* owned) {
+Result<std::vector<protocol::storage_volume_actor>> host_volumes(
+    const VolumeHost& h, std::vector<caf::actor>* owned, std::vector<wire::VolumeInfo>* infos) {
   const StoreOptions& options = *h.options;
   auto& sys = h.runtime->system();
   std::vector<protocol::storage_volume_actor> volumes;
@@ -84,6 +84,7 @@ Result<std::vector<protocol::storage_volume_actor>> host_volumes(const VolumeHos
     MESHSTORE_RETURN_IF_ERROR(ask_ok(sys, h.strategy, timeout, what,
                                      protocol::register_volume_atom::value, info, *spawned));
     volumes.push_back(std::move(spawned).value());
+    if (infos) infos->push_back(info);
   }
   return volumes;
 }

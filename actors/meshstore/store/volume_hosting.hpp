@@ -69,8 +69,9 @@ std::string control_door(const VolumeHost& h);
 // Spawns the volumes the strategy places in this process and registers
 // each with the controller and the strategy. Every volume spawned is
 // appended to `*owned` as it is made, also when a later one fails, so
-// that the caller stops it.
-Result<std::vector<protocol::storage_volume_actor>> host_volumes(const VolumeHost& h,
-                                                                 std::vector<caf::actor>* owned);
+// that the caller stops it; with `infos`, what each registered as.
+Result<std::vector<protocol::storage_volume_actor>> host_volumes(
+    const VolumeHost& h, std::vector<caf::actor>* owned,
+    std::vector<wire::VolumeInfo>* infos = nullptr);
 
 }  // namespace meshstore::store

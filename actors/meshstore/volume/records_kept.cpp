@@ -33,8 +33,14 @@ void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
 }
 
 caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
-    volume_pointer self) {
+    volume_pointer self, const caf::actor& controller) {
   auto& st = self->state;
+  // Asked by the controller this volume registers with: its channels'
+  // puts commit there from now (after a failover, not at the dead one).
+  if (controller) {
+    if (st.controllers.insert(controller.address()).second) self->monitor(controller);
+    st.small_ops->controller_is(controller.address());
+  }
   std::vector<std::uint64_t> orphans;
   std::unordered_set<const wire::KeyRecord*> seen;
   std::vector<wire::KeyRecord> out;

@@ -378,7 +378,8 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
   }
   auto volume = caf::actor_cast<caf::actor>(puts->volume);
   if (!volume) return refuse(Status(Errc::unavailable, "volume '" + volume_id_ + "' stopped"));
-  owed->controller = puts->controller;
+  const caf::actor_addr controller = controller_for(*puts);
+  owed->controller = controller;
   std::weak_ptr<Pending> pending = pending_;
   auto settle = [pending, owed](const std::vector<std::byte>& reply) {
     if (auto p = pending.lock()) {
@@ -400,7 +401,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
     };
   }
   job->owner = puts->owner;
-  job->controller = puts->controller;
+  job->controller = controller;
   job->reply_limit = protocol::fast_get::kMaxAssembledBytes;  // a larger reply comes in parts
   job->answer_here = answer_here;
   const std::size_t records = job->request.records.size();
@@ -418,7 +419,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
   // Checked once owed: a controller_gone() before add() found nothing to
   // answer, and this put would wait for a commit the dead controller
   // never answers (a request to a dead remote actor only times out).
-  if (controller_down(puts->controller)) {
+  if (controller_down(controller)) {
     return pending_->settle(owed, controller_down_reply());
   }
   caf::anon_send(volume, protocol::fast_commit_atom::value, std::move(job).value());

@@ -135,6 +135,13 @@ class SmallOpService {
   /// now (a request to a dead remote actor would only time out), and
   /// later ones at once.
   void controller_gone(const caf::actor_addr& controller);
+  /// `controller` is the store's controller from now (a failover's: the
+  /// one this volume registered with last); every channel's puts commit
+  /// there, whichever controller the channel was attached with.
+  void controller_is(const caf::actor_addr& controller) {
+    std::lock_guard<std::mutex> lock(mu_);
+    controller_now_ = controller;
+  }
   /// The volume stops: the thread ends (within one poll), and every put
   /// still owed a reply is answered unavailable. Idempotent.
   void stop();
@@ -184,6 +191,12 @@ class SmallOpService {
   };
   std::unordered_map<std::uint64_t, Attached> tokens_;
   std::vector<caf::actor_addr> dead_controllers_;
+  caf::actor_addr controller_now_;  // controller_is; null: each channel's own
+  // Where `puts`' commits go: the controller_is one, else the channel's.
+  caf::actor_addr controller_for(const FastPuts& puts) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return controller_now_ ? controller_now_ : puts.controller;
+  }
   std::shared_ptr<transports::shm::Doorbell> bell_;  // set once, with thread_
   std::thread thread_;
   std::atomic<std::uint64_t> generation_{0};  // bumped when rings_ changes

@@ -136,9 +136,10 @@ void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
 /// store's volumes it knows of, for a controller rebuilding its index.
 /// Committed objects without a record (the shards of a sharded put no
 /// controller finished) are dropped first: no controller will commit them
-/// now.
+/// now. `controller`, when set, is the controller asking, which this
+/// volume registers with: its channels' puts commit there from now.
 caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
-    volume_pointer self);
+    volume_pointer self, const caf::actor& controller);
 
 /// The controller says which volumes joined the store and which left it.
 void update_peers(volume_pointer self, const std::vector<std::string>& joined,

@@ -469,7 +469,7 @@ protocol::storage_volume_actor::behavior_type volume_impl(volume_pointer self, V
       },
       [=](protocol::commit_atom, const std::vector<std::uint64_t>& ids,
           std::vector<wire::KeyRecord>& records) { commit_objects(self, ids, std::move(records)); },
-      [=](protocol::held_records_atom) { return held_records(self); },
+      [=](protocol::held_records_atom, const caf::actor& c) { return held_records(self, c); },
       [=](protocol::peers_atom, const std::vector<std::string>& joined,
           const std::vector<std::string>& left) { update_peers(self, joined, left); },
       [=](protocol::release_atom, const std::vector<std::uint64_t>& ids) {

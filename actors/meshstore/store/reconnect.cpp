@@ -1,0 +1,89 @@
+#include "meshstore/store/reconnect.hpp"
+
+#include <algorithm>
+
+#include "meshstore/foreign_thread.hpp"
+#include "meshstore/logging.hpp"
+
+namespace meshstore::store {
+
+namespace {
+
+// One attempt's share of the time left: short, so that stop() is not kept
+// waiting by a connection attempt.
+constexpr std::chrono::milliseconds kAttempt{250};
+constexpr std::chrono::milliseconds kBetween{100};
+
+}  // namespace
+
+Reconnector::Reconnector(std::string address, std::chrono::milliseconds timeout,
+                         std::function<Status(std::chrono::milliseconds)> attempt)
+    : address_(std::move(address)), timeout_(timeout), attempt_(std::move(attempt)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Reconnector::~Reconnector() { stop(); }
+
+void Reconnector::control_down(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    why_ = why.empty() ? "the controller went down" : why;
+  }
+  cv_.notify_all();
+}
+
+void Reconnector::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Reconnector::pause(std::chrono::milliseconds d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !cv_.wait_for(lock, d, [&] { return stopping_; });
+}
+
+void Reconnector::run() {
+  // Asks actors with scoped actors of the store's system.
+  ForeignThreadGuard guard;
+  for (;;) {
+    std::string why;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !why_.empty(); });
+      if (stopping_) return;
+      why = std::exchange(why_, {});
+    }
+    reconnect(why);
+  }
+}
+
+void Reconnector::reconnect(const std::string& why) {
+  auto log = log::get("store");
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout_;
+  log->warn("{}; reconnecting to the store at {} for up to {} ms", why, address_, timeout_.count());
+  Status last(Errc::unavailable, "no attempt was made");
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    last = attempt_(std::min(left, kAttempt));
+    if (last.ok()) {
+      log->info("reconnected to the store at {} after {} ms", address_,
+                std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - start)
+                    .count());
+      return;
+    }
+    if (last.code() == Errc::shutdown || !pause(kBetween)) return;
+  }
+  log->error("gave up reconnecting to the store at {} after {} ms: {}; its calls fail from now",
+             address_, timeout_.count(), last.to_string());
+}
+
+}  // namespace meshstore::store

@@ -1,0 +1,56 @@
+#pragma once
+
+// A connected store's way back to a restarted server: when the controller
+// (or strategy) it joined goes down, a thread of the store reconnects to
+// the same address for up to StoreOptions::limits.reconnect_timeout,
+// registers this process's volumes with the new controller (which rebuilds
+// its index from them: controller/rebuild.cpp) and strategy, and hands the
+// new handles to the client actor. docs/reliability.md, "The controller's
+// loss".
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "meshstore/status.hpp"
+
+namespace meshstore::store {
+
+class Reconnector {
+ public:
+  /// `attempt` tries once, for at most the time it is given: OK once this
+  /// process rejoined. `address` and `timeout` are for the logs.
+  Reconnector(std::string address, std::chrono::milliseconds timeout,
+              std::function<Status(std::chrono::milliseconds)> attempt);
+  ~Reconnector();
+  Reconnector(const Reconnector&) = delete;
+  Reconnector& operator=(const Reconnector&) = delete;
+
+  /// The controller or strategy went down (`why`): reconnecting begins.
+  /// Called from the client actor's thread; returns at once.
+  void control_down(const std::string& why);
+  /// Stops reconnecting and joins the thread (the store is closing).
+  void stop();
+
+ private:
+  void run();
+  // Reconnects until it succeeds, the timeout passes or stop(); logs how.
+  void reconnect(const std::string& why);
+  // Waits `d` or until stop(); false once stopping.
+  bool pause(std::chrono::milliseconds d);
+
+  const std::string address_;
+  const std::chrono::milliseconds timeout_;
+  const std::function<Status(std::chrono::milliseconds)> attempt_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string why_;  // non-empty: reconnect
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace meshstore::store
