@@ -89,6 +89,7 @@ meshstore::Result<meshstore::Store> dial(const Args& args,
   o.placement.host_volumes = false;
   o.limits.connect_timeout = 5s;
   o.limits.request_timeout = request_timeout;
+  o.limits.reconnect_timeout = 0ms;  // a tool's one command fails rather than wait
   o.security.tls = tls_from(args);
   if (auto lvl = args.get("log-level", ""); !lvl.empty()) o.log_level = lvl;
   return meshstore::Store::connect(args.get("store", default_store()), o);

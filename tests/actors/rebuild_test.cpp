@@ -113,6 +113,17 @@ class RebuildTest : public ::testing::Test {
   Result<Versions> commit(const Records& records) {
     return ask<Versions>(*self_, controller_, protocol::notify_put_batch_atom::value, records);
   }
+  // What needs both volumes back: "split" (a shard on each), the state
+  // dict "sd" (its manifest on volume-0, "sd/w" on volume-1) and the
+  // version pointer "p" (on volume-0) to "p/v1" (on volume-1).
+  void commit_across_both() {
+    ASSERT_OK(commit({record("split", {0, 1})}));
+    ASSERT_OK(commit({record("sd", {0}, "sd"), record("sd/w", {1}, "sd")}));
+    auto pointer = record("p", {0});
+    pointer.points_to = 1;
+    ASSERT_OK(commit({record("p/v1", {1}, "p/v1")}));
+    ASSERT_OK(commit({pointer}));
+  }
   Result<Records> locate(const std::vector<std::string>& keys) {
     return ask<Records>(*self_, controller_, protocol::locate_atom::value, keys);
   }
@@ -173,12 +184,7 @@ TEST_F(RebuildTest, AControllerStartedAgainstLiveVolumesGetsEveryKeyBack) {
   ASSERT_OK(join(1));
   ASSERT_OK(commit({record("a", {0})}));
   ASSERT_OK(commit({record("a", {0})}));  // the newer version is the one to come back
-  ASSERT_OK(commit({record("split", {0, 1})}));
-  ASSERT_OK(commit({record("sd", {0}, "sd"), record("sd/w", {1}, "sd")}));
-  auto pointer = record("p", {0});
-  pointer.points_to = 1;
-  ASSERT_OK(commit({record("p/v1", {1}, "p/v1")}));
-  ASSERT_OK(commit({pointer}));
+  commit_across_both();
   const std::vector<std::string> keys = {"a", "split", "sd", "sd/w", "p/v1", "p"};
   auto before = locate(keys);
   ASSERT_OK(before);
@@ -219,12 +225,7 @@ TEST_F(RebuildTest, WhatWaitsForAVolumeThatNeverComesBackIsDroppedWhole) {
   ASSERT_OK(join(0));
   ASSERT_OK(join(1));
   ASSERT_OK(commit({record("solo", {0})}));
-  ASSERT_OK(commit({record("split", {0, 1})}));
-  ASSERT_OK(commit({record("sd", {0}, "sd"), record("sd/w", {1}, "sd")}));
-  auto pointer = record("p", {0});
-  pointer.points_to = 1;
-  ASSERT_OK(commit({record("p/v1", {1}, "p/v1")}));
-  ASSERT_OK(commit({pointer}));
+  commit_across_both();
   const std::uint64_t solo_version = locate({"solo"}).value().front().version;
   ASSERT_EQ(objects(0), 4u);  // solo, split's half, sd, p
 

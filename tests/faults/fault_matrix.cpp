@@ -25,7 +25,10 @@
 // them is left and every process has exited.
 //
 // Roles a cell kills: volume (volume0), client (the reader), writer (the
-// phase's writer: for "stream" the stream's writer), controller (serve).
+// phase's writer: for "stream" the stream's writer), controller (serve),
+// failover (serve, started again at once at the same address: the
+// survivors reconnect, the new controller rebuilds its index from the
+// volumes, and every survivor must go on; the keys on volume1 serve again).
 // Phases: idle (no call in flight: the survivors' next call), put, get,
 // publish (publish_state_dict / get_latest_state_dict_into), stream
 // (put_state_dict / stream_state_dict_into), sharded (a sharded state dict
@@ -78,7 +81,7 @@ constexpr std::chrono::milliseconds kStreamWait = 2s;
 constexpr std::int64_t kElems = 256 * 1024;
 constexpr int kTensors = 4;
 
-const std::vector<std::string> kRoles = {"volume", "client", "writer", "controller"};
+const std::vector<std::string> kRoles = {"volume", "client", "writer", "controller", "failover"};
 const std::vector<std::string> kPhases = {"idle",   "put",     "get",       "publish",
                                           "stream", "sharded", "checkpoint"};
 
@@ -253,9 +256,10 @@ PhaseOps ops_for(const std::string& phase, Store& store, Pattern& out, Pattern& 
 }
 
 // writer|reader ADDRESS PHASE DIR: prints "running" once its first call
-// succeeded, then "tick N start=NS" after each call and "error N at=NS start=NS:
-// MESSAGE" after each failure (at most 20, then it exits 3); "TORN ..." and
-// exit 4 for a torn read. An idle role makes one call per SIGUSR1.
+// succeeded, then "tick N start=NS end=NS" after each call and "error N
+// at=NS start=NS: MESSAGE" after each failure (then it pauses 10 ms; once
+// it has failed for kBound, it exits 3); "TORN ..." and exit 4 for a torn
+// read. An idle role makes one call per SIGUSR1.
 int run_client(bool writer, const std::string& address, const std::string& phase,
                const std::string& dir) {
   role_signals();
@@ -291,6 +295,7 @@ int run_client(bool writer, const std::string& address, const std::string& phase
   }
   std::uint32_t seq = 2;
   int ticks = 0, errors = 0;
+  std::int64_t failing_since = 0;  // the first error since the last success
   bool running = false;
   sigset_t usr1;
   sigemptyset(&usr1);
@@ -311,7 +316,9 @@ int run_client(bool writer, const std::string& address, const std::string& phase
         std::printf("running\n");
         running = true;
       }
-      std::printf("tick %d start=%lld\n", ++ticks, static_cast<long long>(start));
+      failing_since = 0;
+      std::printf("tick %d start=%lld end=%lld\n", ++ticks, static_cast<long long>(start),
+                  static_cast<long long>(now_ns()));
     } else if (s.message().rfind("TORN: ", 0) == 0) {
       std::printf("TORN %s\n", s.message().c_str());
       std::fflush(stdout);
@@ -319,12 +326,16 @@ int run_client(bool writer, const std::string& address, const std::string& phase
     } else if (!running && !writer && (s.code() == Errc::not_found || s.code() == Errc::io_error)) {
       // The reader got ahead of the writer's first write: try again.
     } else {
-      std::printf("error %d at=%lld start=%lld: %s\n", ++errors, static_cast<long long>(now_ns()),
+      const std::int64_t at = now_ns();
+      std::printf("error %d at=%lld start=%lld: %s\n", ++errors, static_cast<long long>(at),
                   static_cast<long long>(start), s.to_string().c_str());
-      if (errors >= 20) {
+      if (failing_since == 0) failing_since = at;
+      if (at - failing_since > std::chrono::nanoseconds(kBound).count()) {
         std::fflush(stdout);
         return 3;
       }
+      // Paced: a store coming back (failover) is not flooded, nor the log.
+      std::this_thread::sleep_for(10ms);
     }
     std::fflush(stdout);
   }
@@ -333,7 +344,8 @@ int run_client(bool writer, const std::string& address, const std::string& phase
   return 0;
 }
 
-// serve: the store; prints "address HOST:PORT" and waits for SIGTERM.
+// serve [ADDRESS]: the store (at ADDRESS, else a free port of 127.0.0.1);
+// prints "address HOST:PORT" and waits for SIGTERM.
 // volume ADDRESS LOCAL_RANK: hosts that local rank's volume; volume 1 also
 // puts the control keys. Prints "ready" and waits for SIGTERM.
 int run_host(const std::string& role, int argc, char** argv) {
@@ -341,7 +353,7 @@ int run_host(const std::string& role, int argc, char** argv) {
   meshstore::Result<Store> store = Status(Errc::internal, "unset");
   if (role == "serve") {
     meshstore::StoreOptions o;
-    o.listen = "127.0.0.1:0";
+    o.listen = argc >= 3 ? argv[2] : "127.0.0.1:0";
     o.placement.strategy = "per_local_rank";
     o.placement.local_rank = -1;
     store = Store::embedded(o);
@@ -378,9 +390,13 @@ int run_host(const std::string& role, int argc, char** argv) {
   return 0;
 }
 
-// check ADDRESS: reads the control keys on volume 1 and puts and gets a new
-// key there; prints "serving" or what failed.
-int run_check(const std::string& address) {
+// check ADDRESS [failover]: reads the control keys on volume 1 and puts and
+// gets a new key there; prints "serving" or what failed. After a failover
+// a read is asked again (within the bound) while the new controller
+// rebuilds its index, and also while it answers "no such key": a process
+// that never knew the store cannot tell a restarted server that no volume
+// has rejoined yet from an empty store (docs/reliability.md).
+int run_check(const std::string& address, bool failover) {
   auto store = join(address, 1, false, 5s);
   if (!store.ok()) {
     std::printf("not serving: %s\n", store.status().to_string().c_str());
@@ -388,10 +404,21 @@ int run_check(const std::string& address) {
   }
   std::vector<std::uint32_t> v(kElems);
   for (int i = 0; i < 3; ++i) {
-    auto s = store->get_into("control/" + std::to_string(i), TensorView::of(v.data(), {kElems}))
-                 .get(kBound);
+    // While a failover's controller rebuilds its index (at most 2 s) the
+    // read is refused as unavailable: asked again, within the bound.
+    const auto deadline = std::chrono::steady_clock::now() + kBound;
+    Status s;
+    do {
+      s = store->get_into("control/" + std::to_string(i), TensorView::of(v.data(), {kElems}))
+              .get(kBound)
+              .status();
+    } while (((s.code() == Errc::unavailable &&
+               s.message().find("rebuilding its index") != std::string::npos) ||
+              (failover && s.code() == Errc::not_found)) &&
+             std::chrono::steady_clock::now() < deadline &&
+             (std::this_thread::sleep_for(20ms), true));
     if (!s.ok() || v[0] != 11 || v[kElems - 1] != 11) {
-      std::printf("not serving: control/%d: %s\n", i, s.status().to_string().c_str());
+      std::printf("not serving: control/%d: %s\n", i, s.to_string().c_str());
       return 1;
     }
   }
@@ -456,7 +483,34 @@ struct Cell {
   bool pass = true;
   std::string writer, reader, serving, leaks, notes;
   double worst_ms = 0;
+  double back_ms = -1;  // failover: kill to the end of the first call that succeeded after it
 };
+
+// The ms from `killed_at` to the end of the first call in `out` that
+// succeeded after the role's first failure since the kill (a call it
+// served from what it held, before it learned of the death, does not
+// count); -1 if none.
+double back_after_ms(const std::string& out, std::int64_t killed_at) {
+  long long failed_at = killed_at;
+  for (std::size_t p = out.find("error "); p != std::string::npos; p = out.find("error ", p + 1)) {
+    int n = 0;
+    long long at = 0, start = 0;
+    if (std::sscanf(out.c_str() + p, "error %d at=%lld start=%lld", &n, &at, &start) == 3 &&
+        at >= killed_at) {
+      failed_at = at;
+      break;
+    }
+  }
+  for (std::size_t p = out.find("tick "); p != std::string::npos; p = out.find("tick ", p + 1)) {
+    int tick = 0;
+    long long start = 0, end = 0;
+    if (std::sscanf(out.c_str() + p, "tick %d start=%lld end=%lld", &tick, &start, &end) == 3 &&
+        start >= failed_at) {
+      return static_cast<double>(end - killed_at) / 1e6;
+    }
+  }
+  return -1;
+}
 
 std::string shm_left(const std::vector<pid_t>& pids) {
   std::string left;
@@ -536,9 +590,9 @@ std::string watch_survivor(Child& c, std::int64_t killed_at, std::int64_t dead_a
       cell.pass = false;
       return "kept succeeding with a dead peer";
     }
-    if (idle && first_named.empty() && errors.size() > retried) {
+    if (idle && (first_named.empty() || goes_on) && errors.size() > retried) {
       retried = errors.size();
-      c.signal(SIGUSR1);  // an error that did not name it: one more call
+      c.signal(SIGUSR1);  // one more call: the error did not name it, or it must go on
     }
     c.wait_for_output("tick " + std::to_string(last_tick(c.output()) + 1) + " ", 100ms);
   }
@@ -595,11 +649,22 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
                   : role == "client" ? reader.get()
                   : role == "writer" ? writer.get()
                                      : serve.get();
+  const bool failover = role == "failover";
   const std::size_t w_off = writer->output().size(), r_off = reader->output().size();
   const std::int64_t killed_at = now_ns();
   victim->signal(SIGKILL);
   victim->wait(5s);
   const std::int64_t dead_at = now_ns();
+  // failover: the store again at its address, as a supervisor would start it.
+  std::unique_ptr<Child> again;
+  if (failover) {
+    again = std::make_unique<Child>(std::vector<std::string>{self, "serve", address});
+    if (!again->wait_for_output("address ", 30s)) {
+      cell.pass = false;
+      cell.notes = "the store did not start again: " + again->output();
+    }
+    pids.push_back(again->pid());
+  }
 
   // What each survivor must do: after a volume or the controller dies, its
   // calls fail naming it (the checkpoint reader reads files: it goes on);
@@ -610,7 +675,7 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   const std::vector<std::string> names_store = {"controller", "the store is unreachable"};
   const std::vector<std::string> names_writer = {"writer"};
   if (victim != writer.get()) {
-    const bool goes_on = role == "client";
+    const bool goes_on = role == "client" || failover;
     cell.writer =
         watch_survivor(*writer, killed_at, dead_at, w_off,
                        role == "volume" ? names_volume : names_store, goes_on, idle, cell);
@@ -619,7 +684,7 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   }
   if (victim != reader.get()) {
     const bool files = phase == "checkpoint";
-    const bool goes_on = role == "writer" || files;
+    const bool goes_on = role == "writer" || files || failover;
     // A stream reader waiting for the next write when the volume dies (not
     // reading from it) learns nothing is written any more at its deadline.
     auto names_for_reader = role == "writer"   ? names_writer
@@ -635,11 +700,22 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   }
 
   // Keys on live volumes still serve, for a process that comes now.
-  Child check({self, "check", address});
+  Child check(failover ? std::vector<std::string>{self, "check", address, "failover"}
+                       : std::vector<std::string>{self, "check", address});
   check.wait(kBound + 20s);
   const bool serving = check.output().find("serving") == 0;
   if (role == "controller") {
     cell.serving = serving ? "serving (unexpected)" : "no: the index died with the controller";
+  } else if (failover) {
+    for (auto* c : {writer.get(), reader.get()}) {
+      const double ms = back_after_ms(c->output(), killed_at);
+      if (ms >= 0) cell.back_ms = cell.back_ms < 0 ? ms : std::max(cell.back_ms, ms);
+    }
+    char back[96];
+    std::snprintf(back, sizeof(back), "yes, every survivor's calls again %.0f ms after the kill",
+                  cell.back_ms);
+    cell.serving = serving ? back : "NO: " + check.output().substr(0, 200);
+    cell.pass &= serving;
   } else {
     cell.serving = serving ? "yes" : "NO: " + check.output().substr(0, 200);
     cell.pass &= serving;
@@ -647,12 +723,14 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
 
   // Stop the survivors; gc for the killed process; nothing may be left.
   const pid_t killed = victim->pid();
-  for (Child* c : {reader.get(), writer.get(), vol1.get(), vol0.get(), serve.get()}) {
-    if (c != victim) c->signal(SIGTERM);
+  const std::vector<Child*> all = {reader.get(), writer.get(), vol1.get(),
+                                   vol0.get(),   serve.get(),  again.get()};
+  for (Child* c : all) {
+    if (c && c != victim) c->signal(SIGTERM);
   }
   std::string stuck;
-  for (Child* c : {reader.get(), writer.get(), vol1.get(), vol0.get(), serve.get()}) {
-    if (c != victim && !c->wait(kBound)) {
+  for (Child* c : all) {
+    if (c && c != victim && !c->wait(kBound)) {
       stuck += " " + std::to_string(c->pid());
     }
   }
@@ -732,7 +810,9 @@ int main(int argc, char** argv) {
   if ((role == "writer" || role == "reader") && argc >= 5) {
     return run_client(role == "writer", argv[2], argv[3], argv[4]);
   }
-  if (role == "check" && argc >= 3) return run_check(argv[2]);
+  if (role == "check" && argc >= 3) {
+    return run_check(argv[2], argc >= 4 && std::string(argv[3]) == "failover");
+  }
   std::vector<std::string> cells;
   std::string table, doc;
   for (int i = 1; i < argc; ++i) {

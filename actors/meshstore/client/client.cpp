@@ -196,6 +196,11 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
       [=](protocol::placement_final_atom) { self->state.placement_final = true; },
       [=](protocol::reconnected_atom, protocol::controller_actor& c, protocol::strategy_actor& s) {
         self->state.locations->clear();
+        // The volumes it knew: until they are back, the new controller
+        // answers no miss (it may not have heard of a key yet).
+        std::vector<std::string> known;
+        for (const auto& [id, conn] : self->state.conns) known.push_back(id);
+        self->send(c, protocol::expect_volumes_atom::value, std::move(known));
         take_control(self, std::move(c), std::move(s));
         self->state.log->info("client rank {}: reconnected to the store's new controller",
                               self->state.cfg.me.rank);
@@ -378,9 +383,12 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
   hooks.open = [addr](const std::string& key, const std::string& manifest,
                       const std::vector<wire::KeyRecord>& records,
                       const std::vector<std::uint64_t>& filled, std::chrono::milliseconds timeout) {
+    // Asked so that a dead controller answers at once (a put then goes on
+    // without a stream), not at the timeout.
     return answer_inside(addr, timeout, [=](client_pointer me, std::function<void(bool)> k) {
-      me->request(me->state.controller, timeout, protocol::stream_open_atom::value, key, manifest,
-                  records, filled)
+      ask(me, me->state.controller, protocol::stream_open_atom::value, key, manifest, records,
+          filled)
+          .within(timeout)
           .then([k](caf::ok_atom) { k(true); }, [k](caf::error&) { k(false); });
     });
   };
@@ -401,7 +409,8 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
     fast->set_evictor([addr](const std::string& volume_id, std::uint64_t bytes,
                              std::chrono::milliseconds timeout) {
       return answer_inside(addr, timeout, [=](client_pointer me, std::function<void(bool)> k) {
-        me->request(me->state.controller, timeout, protocol::evict_atom::value, volume_id, bytes)
+        ask(me, me->state.controller, protocol::evict_atom::value, volume_id, bytes)
+            .within(timeout)
             .then([k](const std::vector<std::string>& keys) { k(!keys.empty()); },
                   [k](caf::error&) { k(false); });
       });

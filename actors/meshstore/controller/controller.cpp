@@ -336,6 +336,9 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
           protocol::storage_volume_actor v) { return join_volume(self, info, std::move(v)); },
       [=](protocol::rebuild_end_atom, std::uint64_t epoch) { end_rebuild(self, epoch); },
+      [=](protocol::expect_volumes_atom, const std::vector<std::string>& ids) {
+        expect_volumes(self, ids);
+      },
       [=](protocol::volume_atom, const std::string& id) { return volume_of(self->state, id); },
       [=](protocol::volumes_atom) { return self->state.volume_infos; },
       [=](protocol::notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {

@@ -264,6 +264,10 @@ void send_commits(controller_pointer self, const std::vector<IndexEntry*>& recor
 /// `peers` are the volumes it knew of: the rebuild waits for them too.
 void take_records(controller_pointer self, const std::string& volume_id,
                   std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers);
+/// A client that reconnected to this controller knew volumes `ids`: while
+/// the index is empty or being rebuilt, nothing is answered "no such key"
+/// until they reported (or the deadline), since they may hold it.
+void expect_volumes(controller_pointer self, const std::vector<std::string>& ids);
 /// The rebuild's deadline `epoch` passed: what still waits for a volume is
 /// dropped (its keys lost, naming that volume) and commits resume.
 void end_rebuild(controller_pointer self, std::uint64_t epoch);

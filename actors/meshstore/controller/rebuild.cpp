@@ -162,6 +162,20 @@ void restore_ready(ControllerState& st, Objects& stale) {
   for (const auto& k : pointers) restore(st, k, stale);
 }
 
+// Turns the rebuild on (commits refused, misses answered "rebuilding"),
+// with its deadline, unless it is on already.
+void begin_rebuild(controller_pointer self) {
+  auto& st = self->state;
+  auto& rb = st.rebuild;
+  if (rb.active) return;
+  rb.active = true;
+  rb.began = std::chrono::steady_clock::now();
+  const auto epoch = ++rb.epoch;
+  st.log->info("rebuilding the index: {} key(s) wait, and for volume '{}' (at most {} ms)",
+               rb.candidates.size(), waiting_for(rb), st.rebuild_grace.count());
+  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+}
+
 }  // namespace
 
 void take_records(controller_pointer self, const std::string& volume_id,
@@ -192,13 +206,19 @@ void take_records(controller_pointer self, const std::string& volume_id,
     rb.expected.clear();
     return;
   }
-  if (rb.active) return;
-  rb.active = true;
-  rb.began = std::chrono::steady_clock::now();
-  const auto epoch = ++rb.epoch;
-  st.log->info("rebuilding the index: {} key(s) wait, and for volume '{}' (at most {} ms)",
-               rb.candidates.size(), waiting_for(rb), st.rebuild_grace.count());
-  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+  begin_rebuild(self);
+}
+
+void expect_volumes(controller_pointer self, const std::vector<std::string>& ids) {
+  auto& st = self->state;
+  auto& rb = st.rebuild;
+  // An index written to since it was rebuilt (or never rebuilt and not
+  // empty) waits for nothing: what a late volume brings is merged then.
+  if (!rb.active && !st.index.empty()) return;
+  for (const auto& id : ids) {
+    if (rb.reported.count(id) == 0) rb.expected.insert(id);
+  }
+  if (!missing_volume(rb).empty()) begin_rebuild(self);
 }
 
 void end_rebuild(controller_pointer self, std::uint64_t epoch) {

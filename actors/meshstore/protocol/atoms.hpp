@@ -45,6 +45,7 @@ using commit_atom = caf::atom_constant<caf::atom("commit")>;
 using held_records_atom = caf::atom_constant<caf::atom("held_recs")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
 using reconnected_atom = caf::atom_constant<caf::atom("reconnectd")>;
+using expect_volumes_atom = caf::atom_constant<caf::atom("expect_vol")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

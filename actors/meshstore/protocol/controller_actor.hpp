@@ -146,7 +146,11 @@ using controller_actor = caf::typed_actor<
     // Commits as notify_put_batch_atom, answering `done` (LocalCommit).
     caf::reacts_to<local_commit_atom, LocalCommit>,
     // A rebuild's deadline (sent by the controller to itself).
-    caf::reacts_to<rebuild_end_atom, std::uint64_t>>;
+    caf::reacts_to<rebuild_end_atom, std::uint64_t>,
+    // A client that reconnected after a failover knew these volumes: a
+    // controller with an empty index (or rebuilding it) waits for them
+    // before it answers a miss (controller/rebuild.cpp).
+    caf::reacts_to<expect_volumes_atom, std::vector<std::string>>>;
 
 /// What stream_subscribe answers.
 enum class StreamKind : std::uint32_t {

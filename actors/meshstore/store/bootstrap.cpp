@@ -9,6 +9,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <set>
 
 #include "meshstore/client/client.hpp"
 #include "meshstore/client/fast_path.hpp"
@@ -369,12 +370,29 @@ Status Store::Impl::rejoin(std::chrono::milliseconds slice) {
   auto target = parse_address(server);
   if (!target.ok()) return target.status();
   auto& sys = rt->system();
-  auto reached = internal::connect_with_retry<protocol::directory_actor>(
-      sys, target->host, target->port, slice, "meshstore");
-  if (!reached.ok()) return reached.status();
+  // One bounded attempt: a request to the middleman's connector, which
+  // answers within `slice` even when the connection attempt itself hangs
+  // (remote_actor has no deadline: close() would wait on it).
+  protocol::directory_actor directory;
+  {
+    caf::scoped_actor self{sys};
+    Status reached(Errc::unavailable, "no answer from " + server);
+    self->request(internal::connector(sys), slice, caf::connect_atom::value, target->host,
+                  target->port)
+        .receive(
+            [&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+              directory = caf::actor_cast<protocol::directory_actor>(std::move(ptr));
+              if (directory) reached = Status();
+            },
+            [&](caf::error& e) {
+              reached = Status(Errc::unavailable,
+                               "no meshstore answered at " + server + ": " + sys.render(e));
+            });
+    MESHSTORE_RETURN_IF_ERROR(reached);
+  }
   store::VolumeHost answer;
   MESHSTORE_RETURN_IF_ERROR(
-      store::ask_directory(sys, *reached, slice, "reconnect to " + server, &answer));
+      store::ask_directory(sys, directory, slice, "reconnect to " + server, &answer));
   // The new controller rebuilds its index from the records these volumes
   // keep as each registers (an attempt cut short may have registered some
   // already: that one is there).
