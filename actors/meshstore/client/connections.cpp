@@ -496,8 +496,14 @@ void peer_down(client_pointer self, const caf::down_msg& msg) {
 
 void volume_gone(client_pointer self, const std::string& id, const std::string& reason) {
   auto it = self->state.conns.find(id);
-  if (it == self->state.conns.end()) return;  // never talked to it: nothing waits on it
-  peer_gone(self, it->second->handle.address(), reason);
+  if (it != self->state.conns.end()) return peer_gone(self, it->second->handle.address(), reason);
+  // Being connected to (the controller named it before it went): those
+  // waiting fail now, not when a request to its dead process times out
+  // (CAF tells only directly connected nodes of a death).
+  if (self->state.conn_waiters.count(id) != 0) {
+    finish_conn(self, id,
+                Status(Errc::unavailable, "volume '" + id + "' went down (" + reason + ")"));
+  }
 }
 
 }  // namespace meshstore::client
