@@ -254,6 +254,41 @@ TEST_F(RebuildTest, WhatWaitsForAVolumeThatNeverComesBackIsDroppedWhole) {
   ASSERT_OK(commit({record("after", {0})}));
 }
 
+// A sharded state dict, put by two ranks (put_shards), is stamped as one
+// commit when it becomes whole and comes back whole.
+TEST_F(RebuildTest, AShardedStateDictPutByTwoRanksComesBackWhole) {
+  start_controller();
+  ASSERT_OK(join(0));
+  ASSERT_OK(join(1));
+  const std::vector<std::string> members = {"g", "g/w"};
+  auto halves = record("g/w", {0, 1}, "g");
+  auto rank = [&](int i) {
+    auto part = halves;
+    part.shards = {halves.shards[i]};
+    Records records{part};
+    if (i == 0) records.push_back(record("g", {0}, "g"));
+    return ask<Versions>(*self_, controller_, protocol::put_shards_atom::value, records,
+                         std::string("g"), members, std::uint64_t{7});
+  };
+  ASSERT_OK(rank(0));
+  ASSERT_OK(rank(1));
+  auto want = locate(members);
+  ASSERT_OK(want);
+  for (const auto& r : *want) {
+    SCOPED_TRACE(r.key);
+    EXPECT_EQ(r.group_commit, want->front().version);
+    EXPECT_EQ(r.group_size, 2u);
+  }
+
+  stop_controller();
+  start_controller();
+  ASSERT_OK(join(0));
+  ASSERT_OK(join(1));
+  auto got = locate(members);
+  ASSERT_OK(got);
+  for (std::size_t i = 0; i < members.size(); ++i) expect_same(got->at(i), want->at(i));
+}
+
 TEST_F(RebuildTest, TheNewestVersionWinsWhicheverVolumeReportsFirst) {
   start_controller();
   ASSERT_OK(join(0));

@@ -207,8 +207,6 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     if (slot.found()) collect(slot, released);
     slot = std::move(it->second);
     slot.version = ++st.last_version;
-    slot.group_commit = 0;  // a state dict's are stamped once it is whole
-    slot.group_size = 0;
     st.touch(slot);
     st.pending.erase(it);
     committed.push_back(key);
@@ -224,17 +222,15 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     // its previous version had and this one has not go with it.
     for (const auto& m : members) commit(m);
     st.groups.erase(group);
-    for (const auto& m : members) {
-      auto& slot = st.index.at(m);
-      slot.group_commit = st.index.at(committed.front()).version;
-      slot.group_size = static_cast<std::uint32_t>(members.size());
-    }
     const auto stale =
         group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
     if (!stale.empty()) remove_keys(self, stale, Verdict::release);
   }
+  // A state dict's keys (all in `group`) are stamped as one commit; a
+  // sharded key put on its own carries no group.
   std::vector<IndexEntry*> records_now;
   for (const auto& k : committed) records_now.push_back(&st.index.at(k));
+  stamp_groups(records_now);
   send_commits(self, records_now);
   send_to_volumes(self, released, Verdict::release);
   if (!st.streams.empty() || !st.waiters.empty()) {

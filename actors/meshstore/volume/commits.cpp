@@ -274,8 +274,7 @@ void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
       st.objects[r.shards.front().object_id].key = r.key;
     }
   }
-  for (auto id : req.release) st.drop(id, true);
-  if (!req.release.empty()) st.regions->prune();
+  if (!req.release.empty()) st.drop_all(req.release, true);
   const auto owner = caf::actor_cast<caf::actor>(job.owner);
   std::vector<wire::StageRequest> wanted;
   for (auto& s : req.stage) {
@@ -326,8 +325,7 @@ void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
         // bytes sent inline goes. After a timeout the controller may
         // still have committed them; they stay, and go with their client.
         if (internal::refused(e)) {
-          for (auto id : placed_ids) self->state.drop(id, true);
-          self->state.regions->prune();
+          self->state.drop_all(placed_ids, true);
         }
         (*done)(internal::from_caf_error(e, "commit at the controller"));
       });

@@ -52,9 +52,8 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
     }
     if (seen.insert(object.record.get()).second) out.push_back(*object.record);
   }
-  for (auto id : orphans) st.drop(id, false);
   if (!orphans.empty()) {
-    st.regions->prune();
+    st.drop_all(orphans, false);
     st.log->warn(
         "volume '{}': dropped {} object(s) no committed record names (a sharded "
         "put its controller never finished)",

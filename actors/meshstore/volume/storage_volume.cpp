@@ -180,8 +180,7 @@ Result<std::vector<wire::RegionRef>> lend(volume_pointer self, const protocol::L
   std::vector<wire::RegionRef> out;
   std::vector<std::uint64_t> made;
   auto undo = [&](Status s) {
-    for (auto id : made) st.drop(id, false);
-    st.regions->prune();
+    st.drop_all(made, false);
     return s.with_context("volume '" + st.config.volume_id + "': lend");
   };
   for (const auto& b : req.buffers) {
@@ -298,7 +297,6 @@ void adopt(volume_pointer self, VolumeConfig config, VolumeSetup& setup) {
   }
 }
 
-// The controller committed `ids`: readable, and in the small-object table.
 // Drops committed `candidates`, in order, until `bytes` are freed; what a
 // lease holds stays. Decided here, where leases open and close, so no
 // reader holds what goes: a read that arrives later finds the object gone.
@@ -386,8 +384,7 @@ void reclaim(volume_pointer self, const caf::actor_addr& owner) {
   for (const auto& [id, object] : st.objects) {
     if (!object.committed && object.owner == owner) doomed.push_back(id);
   }
-  for (auto id : doomed) st.drop(id, true);
-  st.regions->prune();
+  st.drop_all(doomed, true);
   if (!doomed.empty()) {
     st.log->warn("volume '{}': dropped {} object(s) staged by a client that died",
                  st.config.volume_id, doomed.size());
