@@ -484,6 +484,10 @@ TEST(StoreOptions, InvalidOptionsAreRejectedWithTheFieldNamed) {
   o.limits.connect_timeout = std::chrono::milliseconds(0);
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "limits.connect_timeout");
   o = StoreOptions{};
+  o.limits.reconnect_timeout = std::chrono::milliseconds(-1);
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument,
+               "limits.reconnect_timeout must not be negative, got -1 ms");
+  o = StoreOptions{};
   o.transport.rpc_chunk_bytes = 100;
   EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "rpc_chunk_bytes");
   o = StoreOptions{};

@@ -128,6 +128,9 @@ def test_bad_options_are_refused_by_name():
         meshstore.Store.embedded(request_timeout=-1)
     with pytest.raises(ValueError, match="fast_path_spin"):
         meshstore.Store.embedded(fast_path_spin_us=-1)
+    with pytest.raises(ValueError, match="reconnect_timeout"):
+        meshstore.Store.embedded(reconnect_timeout=-1)
+    meshstore.Store.embedded(reconnect_timeout=0).close()  # 0: never reconnect
     with pytest.raises(TypeError, match="'strategy' has the wrong type"):
         meshstore.Store.embedded(strategy=3)
 
