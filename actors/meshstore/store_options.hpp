@@ -146,8 +146,9 @@ struct StoreLimits {
   /// Store::connect(): when the store's server goes down (its controller),
   /// keep reconnecting to the same address this long; a server restarted
   /// there gets this process's volumes back, and rebuilds its index from
-  /// them (docs/reliability.md, "The controller's loss"). Calls fail with
-  /// Errc::unavailable meanwhile. 0 = never reconnect.
+  /// them (docs/reliability.md, "The controller's loss"). Calls wait for
+  /// it meanwhile, up to request_timeout, then fail with
+  /// Errc::unavailable. 0 = never reconnect: calls fail at once.
   std::chrono::milliseconds reconnect_timeout{60000};
   /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on)
   /// capped at 8. The process's runtime takes it from the first store or

@@ -4,6 +4,7 @@
 // loopback, as two processes would be: the controller's "process" is
 // stopped whole and a new one started.
 #include <chrono>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -44,6 +45,7 @@ class RebuildTest : public ::testing::Test {
       volume::VolumeConfig vc;
       vc.volume_id = vid(i);
       vc.capacity_bytes = 1 << 20;
+      vc.await_controller = 10s;  // its commits wait through a failover
       volumes_.push_back(volume::spawn_storage_volume(volumes_rt_->system(), vc).value());
     }
     self_ = std::make_unique<caf::scoped_actor>(volumes_rt_->system());
@@ -196,28 +198,47 @@ TEST_F(RebuildTest, AControllerStartedAgainstLiveVolumesGetsEveryKeyBack) {
   start_controller();
   ASSERT_OK(join(0));
   // Until volume-1 is back, what waits for it is not answered "no such
-  // key", and nothing commits.
-  auto waiting = locate({"split"});
-  ASSERT_FALSE(waiting.ok());
-  EXPECT_EQ(waiting.status().code(), Errc::unavailable);
-  EXPECT_NE(waiting.status().message().find("rebuilding its index"), std::string::npos)
-      << waiting.status().to_string();
-  auto refused = commit({record("new", {0})});
-  EXPECT_EQ(refused.status().code(), Errc::unavailable) << refused.status().to_string();
+  // key", and nothing commits: they wait (each from a thread of its own).
+  auto fresh = record("new", {0});
+  auto in_thread = [this](auto call) {
+    return std::async(std::launch::async, [this, call] {
+      caf::scoped_actor me{volumes_rt_->system()};
+      return call(me);
+    });
+  };
+  auto waiting = in_thread([&](caf::scoped_actor& me) {
+    return ask<Records>(me, controller_, protocol::locate_atom::value,
+                        std::vector<std::string>{"split"});
+  });
+  auto committing = in_thread([&, fresh](caf::scoped_actor& me) {
+    return ask<Versions>(me, controller_, protocol::notify_put_batch_atom::value, Records{fresh});
+  });
   // Even a key whole on volume-0 waits: volume-1 might hold a newer version.
-  EXPECT_EQ(locate({"a"}).status().code(), Errc::unavailable);
+  auto whole = in_thread([&](caf::scoped_actor& me) {
+    return ask<Records>(me, controller_, protocol::locate_atom::value,
+                        std::vector<std::string>{"a"});
+  });
+  // Still waiting (a bounded look: an answer now would be a wrong one).
+  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
+  EXPECT_EQ(committing.wait_for(0ms), std::future_status::timeout);
+  EXPECT_EQ(whole.wait_for(0ms), std::future_status::timeout);
 
   ASSERT_OK(join(1));
+  auto split = waiting.get();
+  ASSERT_OK(split);
+  expect_same(split->front(), before->at(1));
+  ASSERT_OK(whole.get());
+  auto committed = committing.get();
+  ASSERT_OK(committed);
+  // The commit that waited went on above the old versions.
+  EXPECT_GT(committed->front(), before->back().version);
   auto after = locate(keys);
   ASSERT_OK(after);
   for (std::size_t i = 0; i < keys.size(); ++i) expect_same(after->at(i), before->at(i));
-  // Nothing was dropped or left behind (the refused commit's object stays
-  // staged with its stager), and the versions go on above the old ones.
-  EXPECT_EQ(objects(0), objects0);
+  // Nothing was dropped or left behind: volume-0 holds one object more,
+  // the waiting commit's.
+  EXPECT_EQ(objects(0), objects0 + 1);
   EXPECT_EQ(objects(1), objects1);
-  auto next = commit({record("new", {0})});
-  ASSERT_OK(next);
-  EXPECT_GT(next->front(), before->back().version);
 }
 
 TEST_F(RebuildTest, WhatWaitsForAVolumeThatNeverComesBackIsDroppedWhole) {
@@ -232,14 +253,9 @@ TEST_F(RebuildTest, WhatWaitsForAVolumeThatNeverComesBackIsDroppedWhole) {
   stop_controller();
   start_controller(300ms);
   ASSERT_OK(join(0));
-  // At the deadline the rebuild ends without volume-1.
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  Result<Records> found = Status(Errc::unavailable, "not asked");
-  while (std::chrono::steady_clock::now() < deadline) {
-    found = locate({"solo", "split", "sd", "sd/w", "p"});
-    if (found.ok() || found.status().code() != Errc::unavailable) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  // The locate waits for the deadline, where the rebuild ends without
+  // volume-1.
+  auto found = locate({"solo", "split", "sd", "sd/w", "p"});
   ASSERT_OK(found);
   EXPECT_EQ(found->at(0).version, solo_version);
   // What volume-0 held part of is lost, naming volume-1; what only
@@ -289,6 +305,97 @@ TEST_F(RebuildTest, AShardedStateDictPutByTwoRanksComesBackWhole) {
   for (std::size_t i = 0; i < members.size(); ++i) expect_same(got->at(i), want->at(i));
 }
 
+// A controller that takes one commit and dies before it answers: with
+// `commit_first`, once it told the volume (the commit happened), else at
+// once (it did not). Asked by the volume as a remote controller is.
+caf::behavior dying_controller(caf::event_based_actor* self, bool commit_first) {
+  return {
+      [=](protocol::replace_atom, Records records, const std::vector<std::string>&,
+          bool) -> caf::result<Versions> {
+        if (commit_first) {
+          std::vector<std::uint64_t> ids;
+          for (auto& r : records) {
+            r.version = 41;
+            ids.push_back(r.shards.front().object_id);
+          }
+          auto volume = caf::actor_cast<protocol::storage_volume_actor>(self->current_sender());
+          self->send(volume, protocol::commit_atom::value, ids, std::move(records));
+        }
+        auto never = self->make_response_promise<Versions>();
+        self->quit(caf::exit_reason::kill);
+        return never;
+      },
+  };
+}
+
+// A channel's commit (FastCommitJob) at volume-0 whose controller dies
+// before answering it is held, and goes on once a new controller
+// registers the volume: done once, whether or not the dead one committed
+// it.
+class CommitThroughFailoverTest : public RebuildTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  // Volume-0 commits at a dying controller in the other actor system.
+  void register_dying(bool commit_first) {
+    controller_rt_ = networked_runtime();
+    auto dying = controller_rt_->system().spawn(dying_controller, commit_first);
+    auto port = internal::publish_actor(controller_rt_->system(), dying, 0, "127.0.0.1", true);
+    ASSERT_OK(port);
+    auto remote = internal::connect_with_retry<caf::actor>(volumes_rt_->system(), "127.0.0.1",
+                                                           *port, 10s, "controller");
+    ASSERT_OK(remote);
+    dying_ = *remote;
+    (*self_)
+        ->request(volumes_[0], 10s, protocol::held_records_atom::value, dying_)
+        .receive([](Records&, std::vector<std::string>&) {},
+                 [&](caf::error& e) { ADD_FAILURE() << volumes_rt_->system().render(e); });
+  }
+  // Sends `r` as a channel's commit; its answer comes in the future.
+  std::future<Result<Versions>> fast_commit(const wire::KeyRecord& r) {
+    auto answer = std::make_shared<std::promise<Result<Versions>>>();
+    auto fut = answer->get_future();
+    protocol::FastCommitJob job;
+    job.request.records = {r};
+    job.owner = (*self_)->address();
+    job.controller = dying_.address();
+    job.reply_limit = 1 << 20;
+    job.done = std::make_shared<std::function<void(Result<protocol::fast_get::CommitDone>)>>(
+        [answer](Result<protocol::fast_get::CommitDone> d) {
+          answer->set_value(d.ok() ? Result<Versions>(d->versions) : Result<Versions>(d.status()));
+        });
+    (*self_)->send(volumes_[0], protocol::fast_commit_atom::value, std::move(job));
+    return fut;
+  }
+  caf::actor dying_;
+};
+
+TEST_P(CommitThroughFailoverTest, IsDoneOnceByTheNextController) {
+  const bool commit_first = GetParam();
+  register_dying(commit_first);
+  auto answer = fast_commit(record("k", {0}));
+  // Held (a bounded look: an answer now would be a wrong one).
+  EXPECT_EQ(answer.wait_for(200ms), std::future_status::timeout);
+  controller_rt_.reset();  // the dead controller's process goes whole
+  dying_ = nullptr;
+
+  start_controller();
+  ASSERT_OK(join(0));
+  ASSERT_EQ(answer.wait_for(10s), std::future_status::ready);
+  auto versions = answer.get();
+  ASSERT_OK(versions);
+  ASSERT_EQ(versions->size(), 1u);
+  // The dead controller's version if it committed (the new one rebuilt it
+  // from the volume), else the new controller's first: never both.
+  EXPECT_EQ(versions->front(), commit_first ? 41u : 1u);
+  auto found = locate({"k"});
+  ASSERT_OK(found);
+  EXPECT_EQ(found->front().version, versions->front());
+  EXPECT_EQ(objects(0), 1u);
+  ASSERT_EQ(held(0).size(), 1u);
+  EXPECT_EQ(held(0).front().version, versions->front());
+}
+
+INSTANTIATE_TEST_SUITE_P(DeadControllerCommitted, CommitThroughFailoverTest, ::testing::Bool());
+
 TEST_F(RebuildTest, TheNewestVersionWinsWhicheverVolumeReportsFirst) {
   start_controller();
   ASSERT_OK(join(0));
@@ -312,9 +419,14 @@ TEST_F(RebuildTest, TheNewestVersionWinsWhicheverVolumeReportsFirst) {
   start_controller();
   ASSERT_OK(join(1));
   // Volume-1 knew of volume-0: nothing is back before it is.
-  EXPECT_EQ(locate({"k"}).status().code(), Errc::unavailable);
+  auto waiting = std::async(std::launch::async, [this] {
+    caf::scoped_actor me{volumes_rt_->system()};
+    return ask<Records>(me, controller_, protocol::locate_atom::value,
+                        std::vector<std::string>{"k"});
+  });
+  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
   ASSERT_OK(join(0));
-  auto got = locate({"k"});
+  auto got = waiting.get();
   ASSERT_OK(got);
   expect_same(got->front(), want->front());
   // The older version's object went.

@@ -1,6 +1,7 @@
 // kill -9 of a process in a running store: the others get clear errors
 // within a bound, nothing hangs.
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -159,12 +160,15 @@ TEST(Failure, KilledVolumeProcessEndsTcpFastPathReadsInFlight) {
   killed_volume_ends_fast_reads("tcp");
 }
 
+// Without reconnecting (limits.reconnect_timeout 0), a dead server's
+// calls fail at once.
 TEST(Failure, KilledServerGivesClearErrorsAtOnce) {
   Child serve({kTool, "serve", "--port", "0"});
   const std::string address = served_address(serve, 60s);
   ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
   o.limits.request_timeout = 60s;
+  o.limits.reconnect_timeout = 0ms;
   auto client = Store::connect(address, o).value();
   float x = 3;
   ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
@@ -212,14 +216,38 @@ TEST(Failure, AServerRestartedAtItsAddressGetsItsKeysBackFromTheVolumes) {
   serve.signal(SIGKILL);
   ASSERT_TRUE(serve.wait(kWait));
   transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
-  // While no server answers, calls that need the controller fail at once;
-  // they do not hang.
-  EXPECT_ERROR(client.keys().get(kBound), Errc::unavailable, "");
+  // While no server answers, calls wait for one (up to their own timeout).
+  // One in flight when the client heard of the death fails at once: asked
+  // again until this process knows (a call that waits).
+  auto listed = client.keys();
+  for (int i = 0; i < 100 && listed.wait_for(100ms); ++i) {
+    EXPECT_ERROR(listed.get(kWait), Errc::unavailable, "went down");
+    listed = client.keys();
+  }
+  ASSERT_FALSE(listed.ready()) << "keys() failed at once during the gap: "
+                               << listed.get(kWait).status().to_string();
+  auto read = client.get("x");
+  // A small put over the ring answers on the caller's thread: from one of
+  // its own. This process's volume holds it.
+  float g = 6;
+  auto put = std::async(std::launch::async,
+                        [&] { return client.put("gap", TensorView::of(&g, {})).get(kBound); });
+  EXPECT_FALSE(read.wait_for(100ms)) << read.get(kWait).status().to_string();
+  EXPECT_EQ(put.wait_for(0ms), std::future_status::timeout) << put.get().status().to_string();
 
   const std::string port = address.substr(address.rfind(':') + 1);
   Child again({kTool, "serve", "--port", port, "--strategy", "per_local_rank"});
   ASSERT_FALSE(served_address(again, 60s).empty()) << again.output();
-  ASSERT_TRUE(eventually([&] { return client.get("x").get(kBound).ok(); }, 30s)) << again.output();
+  // What waited goes on: the read and the listing see the old keys, the
+  // put commits once.
+  auto x_then = read.get(kBound);
+  ASSERT_OK(x_then);
+  EXPECT_EQ(*x_then->data_as<float>(), 4.0f);
+  auto names = listed.get(kBound);
+  ASSERT_OK(names);
+  EXPECT_NE(std::find(names->begin(), names->end(), "w"), names->end());
+  ASSERT_OK(put.get());
+  EXPECT_EQ(*client.get("gap").get(kBound)->data_as<float>(), 6.0f);
   EXPECT_EQ(*client.get("x").get(kBound)->data_as<float>(), 4.0f);
   auto back = client.get("w").get(kBound);
   ASSERT_OK(back);
@@ -270,6 +298,7 @@ void killed_controller_ends_fast_puts(const std::string& transport) {
   ASSERT_FALSE(address.empty()) << serve.output();
   StoreOptions o;
   o.limits.request_timeout = 60s;
+  o.limits.reconnect_timeout = 0ms;  // no failover to wait for
   o.transport.name = transport;
   auto client = Store::connect(address, o).value();
   float x = 3;
@@ -290,6 +319,65 @@ void killed_controller_ends_fast_puts(const std::string& transport) {
   EXPECT_NE(s.status().code(), Errc::timeout) << "the put hung until its timeout";
   EXPECT_ERROR(s, Errc::unavailable, "");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, kBound);
+  client.close();
+  transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
+}
+
+// A server closed in order (its store's close(), SIGTERM): calls fail at
+// once; they do not wait for a failover (the store still reconnects, should
+// a server come back).
+TEST(Failure, AServerClosedInOrderFailsCallsAtOnce) {
+  StoreOptions so;
+  so.listen = "127.0.0.1:0";
+  auto server = Store::embedded(so).value();
+  StoreOptions o;
+  o.limits.request_timeout = 60s;  // far above the bound: a wait would show
+  auto client = Store::connect(server.admin().address(), o).value();
+  float x = 3;
+  ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
+  server.close();
+  auto r = client.keys().get(kBound);
+  EXPECT_NE(r.status().code(), Errc::timeout) << "keys() waited for a failover";
+  EXPECT_ERROR(r, Errc::unavailable, "went down");
+  auto p = client.put("k2", TensorView::of(&x, {})).get(kBound);
+  EXPECT_NE(p.status().code(), Errc::timeout) << "the put waited for a failover";
+  EXPECT_ERROR(p, Errc::unavailable, "");
+  client.close();
+}
+
+// A server that never comes back: calls that waited for it fail once the
+// store gives up reconnecting, and a put held by this process's volume
+// once its wait is over, each saying why.
+TEST(Failure, CallsWaitingForAServerThatNeverComesBackFailNamingTheFailover) {
+  Child serve({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
+  StoreOptions o;
+  o.limits.request_timeout = 60s;
+  o.limits.reconnect_timeout = 1s;
+  auto client = Store::connect(address, o).value();
+  float x = 3;
+  ASSERT_OK(client.put("k", TensorView::of(&x, {})).get(kWait));
+
+  serve.signal(SIGKILL);
+  ASSERT_TRUE(serve.wait(kWait));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto put = client.put("k2", TensorView::of(&x, {}));
+  auto read = client.get("k");
+  auto s = put.get(kBound);
+  EXPECT_NE(s.status().code(), Errc::timeout) << "the put hung until its timeout";
+  EXPECT_ERROR(s, Errc::unavailable, "a failover is in progress; no new controller within 1000 ms");
+  auto r = read.get(kBound);
+  EXPECT_ERROR(r, Errc::unavailable, "");
+  // In flight when the death was heard of ("went down"), or waited for the
+  // server and gave up.
+  const auto& msg = r.status().message();
+  EXPECT_TRUE(msg.find("no store came back") != std::string::npos ||
+              msg.find("went down") != std::string::npos)
+      << msg;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kBound);
+  // From now on, calls fail at once.
+  EXPECT_ERROR(client.keys().get(kBound), Errc::unavailable, "no store came back");
   client.close();
   transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
 }

@@ -175,6 +175,85 @@ void handle_counters(client_pointer self, const CountersCall& call) {
             [=](caf::error& e) { promise->set_error(from_caf_error(e, "counters")); });
 }
 
+// Fails the parked calls whose deadline passed; checks again at the next.
+void expire_parked(client_pointer self);
+
+void arm_park_timer(client_pointer self) {
+  auto& st = self->state;
+  if (st.park_timer || st.parked.empty()) return;
+  auto first = std::min_element(st.parked.begin(), st.parked.end(),
+                                [](const ClientState::Parked& a, const ClientState::Parked& b) {
+                                  return a.deadline < b.deadline;
+                                });
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      first->deadline - std::chrono::steady_clock::now());
+  st.park_timer = true;
+  self->delayed_send(self, std::max(left, std::chrono::milliseconds(1)), protocol::run_atom::value,
+                     internal::Closure{[self] { expire_parked(self); }});
+}
+
+void expire_parked(client_pointer self) {
+  auto& st = self->state;
+  st.park_timer = false;
+  const auto now = std::chrono::steady_clock::now();
+  auto over = std::stable_partition(st.parked.begin(), st.parked.end(),
+                                    [&](const ClientState::Parked& p) { return p.deadline > now; });
+  std::vector<ClientState::Parked> failed(std::make_move_iterator(over),
+                                          std::make_move_iterator(st.parked.end()));
+  st.parked.erase(over, st.parked.end());
+  for (auto& p : failed) {
+    p.fail(Status(Errc::unavailable, st.control_down +
+                                         "; a failover is in progress, and the store was not back "
+                                         "within the request timeout (" +
+                                         std::to_string(st.cfg.request_timeout.count()) +
+                                         " ms after)"));
+  }
+  arm_park_timer(self);
+}
+
+// Whether `call` cannot run now: the controller or the strategy is gone.
+// While the store reconnects to a server that died (not one closed in
+// order), the call waits for it (run by `handle` once back) up to the
+// request timeout after the death; otherwise it fails at once.
+template <class Call, class Handle>
+bool held_back(client_pointer self, Call& call, Handle handle) {
+  auto& st = self->state;
+  if (st.control_down.empty()) return false;
+  auto promise = call.promise;
+  if (!st.cfg.on_control_down || !st.reconnect_over.empty() || st.control_closed) {
+    promise->set_error(Status(
+        Errc::unavailable, "the store is unreachable: " +
+                               (st.reconnect_over.empty() ? st.control_down : st.reconnect_over)));
+    return true;
+  }
+  auto parked = std::make_shared<Call>(std::move(call));
+  // Until the request timeout after the death, not after the call: a
+  // caller's next call does not wait that long again.
+  st.parked.push_back(ClientState::Parked{st.control_down_at + st.cfg.request_timeout,
+                                          [self, parked, handle] { handle(self, *parked); },
+                                          [promise](const Status& s) { promise->set_error(s); }});
+  arm_park_timer(self);
+  return true;
+}
+
+// The store is back (store/reconnect.cpp): the new controller and
+// strategy serve this client, and the calls that waited run.
+void reconnected(client_pointer self, protocol::controller_actor c, protocol::strategy_actor s) {
+  self->state.locations->clear();
+  // The volumes it knew: until they are back, the new controller
+  // answers no miss (it may not have heard of a key yet).
+  std::vector<std::string> known;
+  for (const auto& [id, conn] : self->state.conns) known.push_back(id);
+  self->send(c, protocol::expect_volumes_atom::value, std::move(known));
+  take_control(self, std::move(c), std::move(s));
+  auto parked = std::exchange(self->state.parked, {});
+  self->state.log->info(
+      "client rank {}: reconnected to the store's new controller; {} call(s) "
+      "that waited go on",
+      self->state.cfg.me.rank, parked.size());
+  for (auto& p : parked) p.run();
+}
+
 }  // namespace
 
 caf::behavior client_impl(client_pointer self, ClientConfig cfg,
@@ -184,63 +263,63 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
   self->state.locations = self->state.cfg.fast_path->shared_cache();
   self->set_down_handler([=](caf::down_msg& msg) { peer_down(self, msg); });
   take_control(self, std::move(controller), std::move(strategy));
-  // Once the controller or strategy is gone, every call fails at once.
-  auto refused = [self](auto& call) {
-    if (self->state.control_down.empty()) return false;
-    call.promise->set_error(
-        Status(Errc::unavailable, "the store is unreachable: " + self->state.control_down));
-    return true;
-  };
+  // Once the controller or strategy is gone, calls wait for the store to
+  // be back (held_back).
+  auto get = [](client_pointer me, GetCall& c) { handle_get(me, std::move(c)); };
+  auto stream = [](client_pointer me, StreamCall& c) { handle_stream(me, std::move(c)); };
+  auto remove = [](client_pointer me, RemoveCall& c) { handle_remove(me, std::move(c)); };
+  auto stat = [](client_pointer me, StatCall& c) { handle_stat(me, std::move(c)); };
   return {
       [=](protocol::run_atom, internal::Closure& c) { c.fn(); },
       [=](protocol::placement_final_atom) { self->state.placement_final = true; },
       [=](protocol::reconnected_atom, protocol::controller_actor& c, protocol::strategy_actor& s) {
-        self->state.locations->clear();
-        // The volumes it knew: until they are back, the new controller
-        // answers no miss (it may not have heard of a key yet).
-        std::vector<std::string> known;
-        for (const auto& [id, conn] : self->state.conns) known.push_back(id);
-        self->send(c, protocol::expect_volumes_atom::value, std::move(known));
-        take_control(self, std::move(c), std::move(s));
-        self->state.log->info("client rank {}: reconnected to the store's new controller",
-                              self->state.cfg.me.rank);
+        reconnected(self, std::move(c), std::move(s));
       },
       [=](protocol::volume_gone_atom, const std::string& id, const std::string& reason) {
         volume_gone(self, id, reason);
       },
       [=](protocol::store_stream_atom, StreamCall& call) {
-        if (refused(call)) return;
-        handle_stream(self, std::move(call));
+        if (!held_back(self, call, stream)) handle_stream(self, std::move(call));
       },
       [=](protocol::stream_event_atom, const std::string& key,
           const std::vector<std::uint64_t>& filled, std::uint32_t end,
           const std::string& why) { stream_event(self, key, filled, end, why); },
       [=](protocol::store_get_atom, GetCall& call) {
-        if (refused(call)) return;
-        handle_get(self, std::move(call));
+        if (!held_back(self, call, get)) handle_get(self, std::move(call));
       },
       [=](protocol::store_keys_atom, KeysCall& call) {
-        if (!refused(call)) handle_keys(self, call);
+        if (!held_back(self, call, [](client_pointer me, KeysCall& c) { handle_keys(me, c); })) {
+          handle_keys(self, call);
+        }
       },
       [=](protocol::store_list_atom, ListCall& call) {
-        if (!refused(call)) handle_list(self, call);
+        if (!held_back(self, call, [](client_pointer me, ListCall& c) { handle_list(me, c); })) {
+          handle_list(self, call);
+        }
       },
       [=](protocol::store_latest_atom, LatestCall& call) {
-        if (!refused(call)) handle_latest(self, call);
+        if (!held_back(self, call,
+                       [](client_pointer me, LatestCall& c) { handle_latest(me, c); })) {
+          handle_latest(self, call);
+        }
       },
       [=](protocol::store_exists_atom, ExistsCall& call) {
-        if (!refused(call)) handle_exists(self, call);
+        if (!held_back(self, call,
+                       [](client_pointer me, ExistsCall& c) { handle_exists(me, c); })) {
+          handle_exists(self, call);
+        }
       },
       [=](protocol::store_remove_atom, RemoveCall& call) {
-        if (refused(call)) return;
-        handle_remove(self, std::move(call));
+        if (!held_back(self, call, remove)) handle_remove(self, std::move(call));
       },
       [=](protocol::store_counters_atom, CountersCall& call) {
-        if (!refused(call)) handle_counters(self, call);
+        if (!held_back(self, call,
+                       [](client_pointer me, CountersCall& c) { handle_counters(me, c); })) {
+          handle_counters(self, call);
+        }
       },
       [=](protocol::store_stat_atom, StatCall& call) {
-        if (refused(call)) return;
-        handle_stat(self, std::move(call));
+        if (!held_back(self, call, stat)) handle_stat(self, std::move(call));
       },
   };
 }
@@ -352,6 +431,15 @@ void give_back_lent(const caf::actor_addr& client, const Loan& loan,
   for (const auto& r : lent) ids.push_back(r.region_id);
   run_inside(client, [to = loan.lend_to, ids = std::move(ids)](client::client_pointer me) {
     me->send(to, protocol::discard_atom::value, ids);
+  });
+}
+
+void reconnect_failed(const caf::actor& client, const std::string& why) {
+  run_inside(client.address(), [why](client::client_pointer me) {
+    auto& st = me->state;
+    st.reconnect_over = why;
+    auto parked = std::exchange(st.parked, {});
+    for (auto& p : parked) p.fail(Status(Errc::unavailable, "the store is unreachable: " + why));
   });
 }
 

@@ -301,6 +301,10 @@ struct ClientConfig {
   std::function<void(const std::string&)> on_control_down;
 };
 
+/// The store gave up reconnecting (`why`): the client's calls waiting for
+/// it fail, and later ones at once.
+void reconnect_failed(const caf::actor& client, const std::string& why);
+
 /// Spawns a client actor bound to a controller and strategy.
 caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
                         protocol::controller_actor controller, protocol::strategy_actor strategy);

@@ -100,8 +100,27 @@ struct ClientState {
   std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void(caf::error&)>>> waiting;
   std::set<caf::actor_addr> monitored;
   std::uint64_t next_wait = 1;
-  // Why the controller or strategy is gone; empty while they live.
+  // Why the controller or strategy is gone (empty while they live), and
+  // since when.
   std::string control_down;
+  std::chrono::steady_clock::time_point control_down_at;
+  // It stopped in order (its store was closed): calls fail at once rather
+  // than wait (the store still reconnects, should a server come back).
+  bool control_closed = false;
+  // Calls that came while it was gone and the store reconnects
+  // (ClientConfig::on_control_down): each runs once the store is back
+  // (reconnected_atom), or fails at its deadline, the request timeout
+  // after control_down_at.
+  struct Parked {
+    std::chrono::steady_clock::time_point deadline;
+    std::function<void()> run;
+    std::function<void(const Status&)> fail;
+  };
+  std::vector<Parked> parked;
+  bool park_timer = false;  // a check of the deadlines is on its way
+  // Why the store stopped reconnecting (reconnect_failed): calls fail at
+  // once from then.
+  std::string reconnect_over;
   // The controller's process where it runs on this host, another process
   // (null otherwise): lease-free reads (the fast path's direct ones too)
   // stop once it has exited, before its down message arrives, as the

@@ -464,8 +464,15 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     it = st.conns.erase(it);
   }
   const std::string why = name + " went down (" + reason + ")";
+  // Stopped in order (its store closing): news, not trouble.
+  static const std::string kShutdown =
+      caf::to_string(caf::make_error(caf::exit_reason::user_shutdown));
+  static const std::string kNormal = caf::to_string(caf::make_error(caf::exit_reason::normal));
+  const bool orderly = reason == kShutdown || reason == kNormal;
   if ((name == "the controller" || name == "the strategy") && st.control_down.empty()) {
     st.control_down = why;
+    st.control_down_at = std::chrono::steady_clock::now();
+    st.control_closed = orderly;
     if (st.cfg.on_control_down) st.cfg.on_control_down(why);
   }
   if (name == "the controller") {
@@ -473,11 +480,6 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     // Every call fails from now on, the fast path's direct reads too.
     st.locations->clear();
   }
-  // Stopped in order (its store closing): news, not trouble.
-  static const std::string kShutdown =
-      caf::to_string(caf::make_error(caf::exit_reason::user_shutdown));
-  static const std::string kNormal = caf::to_string(caf::make_error(caf::exit_reason::normal));
-  const bool orderly = reason == kShutdown || reason == kNormal;
   st.log->log(orderly ? spdlog::level::info : spdlog::level::warn, "client rank {}: {}",
               st.cfg.me.rank, why);
   auto w = st.waiting.find(source);

@@ -111,13 +111,17 @@ std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::
 // A commit from a volume in this actor system (LocalCommit): answered once
 // every other volume flushed; the sender retires what it superseded
 // itself, before the answer.
-void local_commit(controller_pointer self, protocol::LocalCommit job) {
+caf::result<void> local_commit(controller_pointer self, protocol::LocalCommit& job) {
   auto& st = self->state;
+  if (st.rebuild.active) return caf::skip;  // waits for the index
   st.flush_due.clear();
   if (!job.sharded) st.count(protocol::ControllerCounter::notify_put_batch);
   auto versions = job.sharded ? put_shards(self, job.records, job.group, job.members, job.layout)
                               : commit_batch(self, job.records);
-  if (!versions.ok()) return job.done(versions.status());
+  if (!versions.ok()) {
+    job.done(versions.status());
+    return {};
+  }
   if (!job.sharded) replace_groups(self, job.records, job.prefixes);
   // The volume that sent it hears of the release only after this
   // answer: what the commit superseded there is retired first.
@@ -127,6 +131,7 @@ void local_commit(controller_pointer self, protocol::LocalCommit job) {
   after_flush(self, due, [done = std::move(job.done), v = std::move(versions).value()]() mutable {
     done(std::move(v));
   });
+  return {};
 }
 
 // `prefix`'s latest pointer; with `with_version`, then the manifest P/vN
@@ -134,11 +139,9 @@ void local_commit(controller_pointer self, protocol::LocalCommit job) {
 caf::result<std::vector<wire::KeyRecord>> locate_latest(ControllerState& st,
                                                         const std::string& prefix,
                                                         bool with_version) {
+  if (st.rebuild.active && st.index.count(prefix) == 0) return caf::skip;
   st.count(protocol::ControllerCounter::locate);
   auto out = locate(st, {prefix});
-  if (st.rebuild.active && !out.front().found()) {
-    return to_caf_error(refuse_while_rebuilding(st, "latest '" + prefix + "'"));
-  }
   const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
   if (!with_version || n == 0) return out;
   auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
@@ -152,9 +155,9 @@ caf::result<std::vector<wire::KeyRecord>> locate_latest(ControllerState& st,
 caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
     controller_pointer self, const std::vector<std::string>& keys, std::uint64_t ttl_ms) {
   auto& st = self->state;
+  if (st.rebuild.active) return caf::skip;
   st.count(protocol::ControllerCounter::locate);
   st.count(protocol::ControllerCounter::pinned_locate);
-  if (auto s = refuse_while_rebuilding(st, "locate"); !s.ok()) return to_caf_error(s);
   auto out = locate(st, keys);
   std::vector<ControllerState::ObjectRef> refs;
   for (const auto& r : out) {
@@ -171,10 +174,8 @@ caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
 
 // The keys under `prefix` (key_matches_prefix), in order.
 caf::result<std::vector<std::string>> keys_under(ControllerState& st, const std::string& prefix) {
+  if (st.rebuild.active) return caf::skip;
   st.count(protocol::ControllerCounter::keys);
-  if (auto s = refuse_while_rebuilding(st, "keys '" + prefix + "'"); !s.ok()) {
-    return to_caf_error(s);
-  }
   std::vector<std::string> out;
   for (auto it = st.index.lower_bound(prefix); it != st.index.end(); ++it) {
     if (it->first.compare(0, prefix.size(), prefix) != 0) break;
@@ -187,10 +188,8 @@ caf::result<std::vector<std::string>> keys_under(ControllerState& st, const std:
 // state dict's manifest takes its buckets and entries along.
 caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string& key) {
   auto& st = self->state;
+  if (st.rebuild.active) return caf::skip;
   st.count(protocol::ControllerCounter::remove);
-  if (auto s = refuse_while_rebuilding(st, "remove '" + key + "'"); !s.ok()) {
-    return to_caf_error(s);
-  }
   st.flush_due.clear();
   std::map<std::string, std::vector<std::uint64_t>> doomed;
   if (drop_pending(st, key, doomed)) {
@@ -215,7 +214,7 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
 // Removes `keys`, a state dict's manifest with the keys written with it.
 caf::result<wire::RemoveReply> remove_batch(controller_pointer self,
                                             const std::vector<std::string>& keys) {
-  if (auto s = refuse_while_rebuilding(self->state, "remove"); !s.ok()) return to_caf_error(s);
+  if (self->state.rebuild.active) return caf::skip;
   self->state.flush_due.clear();
   return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
 }
@@ -227,6 +226,7 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
                                                 const std::vector<std::string>& prefixes,
                                                 bool reuse) {
   auto& st = self->state;
+  if (st.rebuild.active) return caf::skip;
   st.flush_due.clear();
   std::vector<std::uint64_t> versions;
   if (!records.empty()) {
@@ -256,6 +256,7 @@ caf::result<wire::VolumeInfo, protocol::storage_volume_actor> volume_of(const Co
 template <class Commit, class Answer>
 auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
     -> caf::result<decltype(answer(std::vector<std::uint64_t>{}))> {
+  if (self->state.rebuild.active) return caf::skip;
   self->state.flush_due.clear();
   auto versions = commit();
   if (!versions.ok()) return to_caf_error(versions.status());
@@ -263,18 +264,16 @@ auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
 }
 
 // Each of `keys`' version, 0 for a key not held.
-// (While the index is rebuilt, a key not back yet is refused, not 0.)
+// (While the index is rebuilt, a key not back yet waits: skipped.)
 caf::result<std::vector<std::uint64_t>> versions_of(ControllerState& st,
                                                     const std::vector<std::string>& keys) {
-  st.count(protocol::ControllerCounter::exists);
   std::vector<std::uint64_t> out;
   for (const auto& k : keys) {
     auto it = st.index.find(k);
     out.push_back(it == st.index.end() ? 0 : it->second.version);
-    if (out.back() == 0 && st.rebuild.active) {
-      return to_caf_error(refuse_while_rebuilding(st, "exists '" + k + "'"));
-    }
+    if (out.back() == 0 && st.rebuild.active) return caf::skip;
   }
+  st.count(protocol::ControllerCounter::exists);
   return out;
 }
 
@@ -308,16 +307,17 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
   return rp;
 }
 
-// While the index is rebuilt, a locate that misses a key is refused
-// rather than answered "no such key": the key may be on its way back.
+// While the index is rebuilt, a locate that misses a key waits (skipped:
+// CAF runs it again after the next message) rather than answering "no
+// such key": the key may be on its way back.
 caf::result<std::vector<wire::KeyRecord>> locate_or_wait(ControllerState& st,
                                                          const std::vector<std::string>& keys) {
-  auto out = locate(st, keys);
-  if (!st.rebuild.active) return out;
-  for (const auto& r : out) {
-    if (!r.found()) return to_caf_error(refuse_while_rebuilding(st, "locate '" + r.key + "'"));
+  if (st.rebuild.active && std::any_of(keys.begin(), keys.end(),
+                                       [&](const auto& k) { return st.index.count(k) == 0; })) {
+    return caf::skip;
   }
-  return out;
+  st.count(protocol::ControllerCounter::locate);
+  return locate(st, keys);
 }
 
 // An actor the controller monitors went down. One actor may be a stream
@@ -352,10 +352,9 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
             self, [&] { return commit_batch(self, records); }, [](auto v) { return v; });
       },
       [=](protocol::local_commit_atom, protocol::LocalCommit& job) {
-        local_commit(self, std::move(job));
+        return local_commit(self, job);
       },
       [=](protocol::locate_atom, const std::vector<std::string>& keys) {
-        self->state.count(protocol::ControllerCounter::locate);
         return locate_or_wait(self->state, keys);
       },
       [=](protocol::locate_latest_atom, const std::string& prefix, bool with_version) {

@@ -269,10 +269,8 @@ void take_records(controller_pointer self, const std::string& volume_id,
 /// until they reported (or the deadline), since they may hold it.
 void expect_volumes(controller_pointer self, const std::vector<std::string>& ids);
 /// The rebuild's deadline `epoch` passed: what still waits for a volume is
-/// dropped (its keys lost, naming that volume) and commits resume.
+/// dropped (its keys lost, naming that volume) and what waited runs.
 void end_rebuild(controller_pointer self, std::uint64_t epoch);
-/// Errc::unavailable naming `ctx` while a rebuild is on, else OK.
-Status refuse_while_rebuilding(const ControllerState& st, const std::string& ctx);
 
 // -- streams (controller/streams.cpp) -----------------------------------------
 

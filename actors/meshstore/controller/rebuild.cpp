@@ -9,10 +9,11 @@
 //   the same commit wrote (KeyRecord::group_commit, group_size), or none;
 // - a version pointer comes back once the version it names is back.
 //
-// Until nothing waits for a volume (or the rebuild's deadline), commits are
-// refused with Errc::unavailable and a locate that misses a key says why.
-// At the deadline, what still waits is dropped and its keys are lost,
-// naming the volume that never came.
+// Until nothing waits for a volume (or the rebuild's deadline), commits,
+// removes and reads of a key not back yet wait: their handlers skip the
+// message (caf::skip), which CAF runs again after the next one this actor
+// takes, and finish_rebuild sends one. At the deadline, what still waits
+// is dropped and its keys are lost, naming the volume that never came.
 #include <algorithm>
 
 #include "meshstore/controller/controller_state.hpp"
@@ -162,8 +163,8 @@ void restore_ready(ControllerState& st, Objects& stale) {
   for (const auto& k : pointers) restore(st, k, stale);
 }
 
-// Turns the rebuild on (commits refused, misses answered "rebuilding"),
-// with its deadline, unless it is on already.
+// Turns the rebuild on (commits and misses wait), with its deadline,
+// unless it is on already.
 void begin_rebuild(controller_pointer self) {
   auto& st = self->state;
   auto& rb = st.rebuild;
@@ -174,6 +175,16 @@ void begin_rebuild(controller_pointer self) {
   st.log->info("rebuilding the index: {} key(s) wait, and for volume '{}' (at most {} ms)",
                rb.candidates.size(), waiting_for(rb), st.rebuild_grace.count());
   self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+}
+
+// The rebuild is over: what waited for it runs. A message skipped is run
+// again once the actor takes another from the same queue: this one, which
+// rebuild_end ignores (no rebuild has epoch 0).
+void finish_rebuild(controller_pointer self) {
+  auto& rb = self->state.rebuild;
+  rb.active = false;
+  rb.expected.clear();
+  self->send(self, protocol::rebuild_end_atom::value, std::uint64_t{0});
 }
 
 }  // namespace
@@ -202,8 +213,7 @@ void take_records(controller_pointer self, const std::string& volume_id,
       st.log->info("index rebuilt from {} volume(s): {} key(s) back", rb.reported.size(),
                    rb.restored);
     }
-    rb.active = false;
-    rb.expected.clear();
+    finish_rebuild(self);
     return;
   }
   begin_rebuild(self);
@@ -247,23 +257,9 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
         rb.restored);
   }
   rb.candidates.clear();
-  rb.expected.clear();
-  rb.active = false;
+  finish_rebuild(self);
   send_to_volumes(self, dropped, Verdict::discard);
   st.flush_due.clear();
-}
-
-Status refuse_while_rebuilding(const ControllerState& st, const std::string& ctx) {
-  const auto& rb = st.rebuild;
-  if (!rb.active) return Status();
-  const auto left = st.rebuild_grace - std::chrono::duration_cast<std::chrono::milliseconds>(
-                                           std::chrono::steady_clock::now() - rb.began);
-  return Status(Errc::unavailable,
-                ctx + ": the controller is rebuilding its index from its volumes (" +
-                    std::to_string(rb.restored) + " key(s) back, " +
-                    std::to_string(rb.candidates.size()) + " waiting, and for volume '" +
-                    waiting_for(rb) + "'); a failover is in progress, " + "at most " +
-                    std::to_string(std::max<std::int64_t>(0, left.count())) + " ms more");
 }
 
 }  // namespace meshstore::controller

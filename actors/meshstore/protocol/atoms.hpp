@@ -46,6 +46,8 @@ using held_records_atom = caf::atom_constant<caf::atom("held_recs")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
 using reconnected_atom = caf::atom_constant<caf::atom("reconnectd")>;
 using expect_volumes_atom = caf::atom_constant<caf::atom("expect_vol")>;
+// A volume's commits waiting for a new controller: their deadline passed.
+using commits_wait_atom = caf::atom_constant<caf::atom("cmt_wait")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

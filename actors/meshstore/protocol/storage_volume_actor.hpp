@@ -108,6 +108,10 @@ using storage_volume_actor = caf::typed_actor<
     // From the controller: volumes that joined the store, and volumes that
     // left it (a rebuilt index waits for the volumes its volumes knew).
     caf::reacts_to<peers_atom, std::vector<std::string>, std::vector<std::string>>,
+    // Its own: commits held for a new controller go to the one that
+    // registered it (`resume`), or those whose wait is over fail
+    // (VolumeConfig::await_controller).
+    caf::reacts_to<commits_wait_atom, bool>,
     // These objects are no longer referenced (superseded, removed, or a
     // failed put's staging); their memory goes once no lease pins it.
     caf::reacts_to<release_atom, std::vector<std::uint64_t>>,

@@ -88,6 +88,7 @@ Status Store::Impl::host_volumes(bool is_server) {
   h.strategy = strategy;
   h.strategy_name = strategy_name;
   h.is_server = is_server;
+  h.awaits_failover = reconnector != nullptr;
   h.door = doors;
   std::vector<wire::VolumeInfo> infos;
   auto made = store::host_volumes(h, &owned, &infos);
@@ -319,13 +320,23 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   impl->strategy_name = std::move(answer.strategy_name);
   directory = nullptr;
   if (!hello.ok()) return hello;
-  if (options.placement.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
+  // Made first: the volumes hosted here wait for a failover's controller
+  // when there is one to wait for.
   if (!via && options.limits.reconnect_timeout.count() > 0) {
     impl->server = address;
     impl->reconnector = std::make_shared<store::Reconnector>(
         address, options.limits.reconnect_timeout,
-        [raw = impl.get()](std::chrono::milliseconds slice) { return raw->rejoin(slice); });
+        [raw = impl.get()](std::chrono::milliseconds slice) { return raw->rejoin(slice); },
+        [raw = impl.get()](const std::string& why) {
+          caf::actor me;
+          {
+            std::shared_lock<std::shared_mutex> lock(raw->mu);
+            me = raw->client;
+          }
+          if (me) client::reconnect_failed(me, why);
+        });
   }
+  if (options.placement.host_volumes) MESHSTORE_RETURN_IF_ERROR(impl->host_volumes(false));
   impl->start_client();
   log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address,
             options.placement.rank, impl->strategy_name, impl->volumes.size());

@@ -17,8 +17,12 @@ constexpr std::chrono::milliseconds kBetween{100};
 }  // namespace
 
 Reconnector::Reconnector(std::string address, std::chrono::milliseconds timeout,
-                         std::function<Status(std::chrono::milliseconds)> attempt)
-    : address_(std::move(address)), timeout_(timeout), attempt_(std::move(attempt)) {
+                         std::function<Status(std::chrono::milliseconds)> attempt,
+                         std::function<void(const std::string&)> gave_up)
+    : address_(std::move(address)),
+      timeout_(timeout),
+      attempt_(std::move(attempt)),
+      gave_up_(std::move(gave_up)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -84,6 +88,10 @@ void Reconnector::reconnect(const std::string& why) {
   }
   log->error("gave up reconnecting to the store at {} after {} ms: {}; its calls fail from now",
              address_, timeout_.count(), last.to_string());
+  if (gave_up_) {
+    gave_up_("no store came back at " + address_ + " within " + std::to_string(timeout_.count()) +
+             " ms (" + last.to_string() + ")");
+  }
 }
 
 }  // namespace meshstore::store

@@ -24,8 +24,10 @@ class Reconnector {
  public:
   /// `attempt` tries once, for at most the time it is given: OK once this
   /// process rejoined. `address` and `timeout` are for the logs.
+  /// `gave_up` is told why once `timeout` passed without a rejoin.
   Reconnector(std::string address, std::chrono::milliseconds timeout,
-              std::function<Status(std::chrono::milliseconds)> attempt);
+              std::function<Status(std::chrono::milliseconds)> attempt,
+              std::function<void(const std::string&)> gave_up);
   ~Reconnector();
   Reconnector(const Reconnector&) = delete;
   Reconnector& operator=(const Reconnector&) = delete;
@@ -46,6 +48,7 @@ class Reconnector {
   const std::string address_;
   const std::chrono::milliseconds timeout_;
   const std::function<Status(std::chrono::milliseconds)> attempt_;
+  const std::function<void(const std::string&)> gave_up_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::string why_;  // non-empty: reconnect

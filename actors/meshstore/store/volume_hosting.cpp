@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "meshstore/controller/controller.hpp"
@@ -62,6 +63,13 @@ Result<std::vector<protocol::storage_volume_actor>> host_volumes(
     vc.bind_host = h.data_host;
     vc.pool_bytes = options.limits.volume_pool_bytes;
     vc.ring_spin = options.transport.fast_path_spin;
+    // A volume outside the server's process outlives its controller: its
+    // commits wait for the one the store reconnects to, answered well
+    // before their client's own timeout.
+    if (h.awaits_failover) {
+      vc.await_controller =
+          std::min(options.limits.reconnect_timeout, options.limits.request_timeout * 3 / 4);
+    }
     if (!options.transport.shared_memory_volumes) {
       // cuda-ipc moves host objects through the volume's shared memory, so
       // it goes with shm: offered, it would outrank cma where CUDA works and

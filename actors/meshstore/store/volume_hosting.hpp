@@ -47,6 +47,10 @@ struct VolumeHost {
   protocol::strategy_actor strategy;
   std::string strategy_name;
   bool is_server = false;  // the controller's own process
+  // The store reconnects to a restarted server (StoreOptions::limits.
+  // reconnect_timeout): commits wait for its controller (VolumeConfig::
+  // await_controller).
+  bool awaits_failover = false;
   // Whether clients in other processes are to connect here directly (a
   // door). Not in a mesh whose processes are connected to each other
   // already: a second connection between two connected processes breaks

@@ -254,17 +254,68 @@ Status check_fast_commit(const VolumeState& st, const protocol::FastCommitJob& j
   return Status();
 }
 
+namespace {
+
+// What commit request `req` asks staged after its commit.
+std::vector<wire::StageRequest> stage_requests(const protocol::fast_get::CommitRequest& req) {
+  std::vector<wire::StageRequest> wanted;
+  for (const auto& s : req.stage) {
+    wire::StageRequest r;
+    r.key = s.key;
+    r.nbytes = s.nbytes;
+    r.device = s.device;
+    wanted.push_back(std::move(r));
+  }
+  return wanted;
+}
+
+}  // namespace
+
+std::optional<std::vector<std::uint64_t>> committed_already(const VolumeState& st,
+                                                            const protocol::FastCommitJob& job) {
+  std::vector<std::uint64_t> versions;
+  for (std::size_t i = 0; i < job.request.records.size(); ++i) {
+    const auto& r = job.request.records[i];
+    const bool inlined = i < job.inlined.size() && job.inlined[i];
+    // A lent object is another volume's, and inline bytes are not staged
+    // yet: such a commit cannot have happened (or cannot be told).
+    if (inlined || lent_record(r, st.config.volume_id)) return std::nullopt;
+    auto it = st.objects.find(r.shards.front().object_id);
+    if (it == st.objects.end() || !it->second.committed || it->second.owner != job.owner ||
+        !it->second.record || it->second.record->key != r.key) {
+      return std::nullopt;
+    }
+    versions.push_back(it->second.record->version);
+  }
+  if (versions.empty()) return std::nullopt;
+  return versions;
+}
+
 // A fast-path channel's request (FastCommitJob): what its client gives back
 // goes, its records commit at the controller, then what it asks is staged
 // for it (after the commit, so the next put's objects may land in the
 // memory the commit retired). Checked as input from another process: every
 // object given back or committed must be one that client staged here, not
-// committed, of the record's size; else nothing is done.
-void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
+// committed, of the record's size; else nothing is done. One held through
+// a failover (commit_waits.cpp) that the dead controller committed is
+// answered as committed.
+void fast_commit(volume_pointer self, protocol::FastCommitJob job,
+                 std::vector<protocol::fast_get::CommitDone::Placed> placed_before) {
   auto done = job.done;
   auto& st = self->state;
   auto& req = job.request;
   auto inlined = [&](std::size_t i) { return i < job.inlined.size() && job.inlined[i]; };
+  const auto owner = caf::actor_cast<caf::actor>(job.owner);
+  const auto wanted = stage_requests(req);
+  const std::size_t limit = job.reply_limit;
+  auto stage_and_answer = [self, done, wanted, owner, limit](
+                              std::vector<std::uint64_t> versions,
+                              std::vector<protocol::fast_get::CommitDone::Placed> placed) {
+    answer_commit(self, *done, wanted, owner, limit, std::move(versions), std::move(placed));
+  };
+  if (auto versions = committed_already(st, job)) {
+    return stage_and_answer(std::move(*versions), std::move(placed_before));
+  }
   if (auto s = check_fast_commit(st, job); !s.ok()) return (*done)(s);
   // Committed under the records' keys (objects staged ahead were staged
   // under the keys of the put before: a version's keys change).
@@ -275,38 +326,30 @@ void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
     }
   }
   if (!req.release.empty()) st.drop_all(req.release, true);
-  const auto owner = caf::actor_cast<caf::actor>(job.owner);
-  std::vector<wire::StageRequest> wanted;
-  for (auto& s : req.stage) {
-    wire::StageRequest r;
-    r.key = std::move(s.key);
-    r.nbytes = s.nbytes;
-    r.device = s.device;
-    wanted.push_back(std::move(r));
-  }
-  const std::size_t limit = job.reply_limit;
-  auto stage_and_answer = [self, done, wanted, owner, limit](
-                              std::vector<std::uint64_t> versions,
-                              std::vector<protocol::fast_get::CommitDone::Placed> placed) {
-    answer_commit(self, *done, wanted, owner, limit, std::move(versions), std::move(placed));
-  };
-  if (req.records.empty()) return stage_and_answer({}, {});
+  if (req.records.empty()) return stage_and_answer({}, std::move(placed_before));
   // A controller this actor saw go down (its down_msg came first) would
-  // never answer: a request to a dead remote actor only times out.
+  // never answer: a request to a dead remote actor only times out. The
+  // commit waits for a new one, or fails.
   auto controller = caf::actor_cast<caf::actor>(job.controller);
   if (!controller || st.controllers.count(job.controller) == 0) {
+    if (hold_commit(self, job, std::move(placed_before))) return;
     return (*done)(Status(Errc::unavailable, "fast commit: the controller went down"));
   }
   auto placed = place_inline(self, req.records, job.inlined, owner);
   if (!placed.ok()) return (*done)(placed.status());
   std::vector<std::uint64_t> placed_ids;
   for (const auto& p : *placed) placed_ids.push_back(p.object_id);
+  placed->insert(placed->begin(), placed_before.begin(), placed_before.end());
   // In this actor system: CAF 0.17 gives each system of a process a node
   // id of its own, so another system's controller is remote.
   if (!job.answer_here && controller.node() == self->node() &&
       local_commit(self, req, wanted, owner, limit, done, controller, *placed)) {
     return;
   }
+  // Kept until answered: if the controller dies first, the commit is held
+  // for the next one.
+  job.inlined.clear();
+  const auto token = track_sent(self, job, *placed, job.controller);
   // The controller answers this volume without a flush: its release of
   // what the commit superseded reaches this actor before the answer.
   const auto timeout = st.config.transport_config.request_timeout;
@@ -316,11 +359,12 @@ void fast_commit(volume_pointer self, protocol::FastCommitJob job) {
                           : self->request(controller, timeout, protocol::replace_atom::value,
                                           std::move(req.records), std::move(req.prefixes), true);
   sent.then(
-      [stage_and_answer,
+      [self, token, stage_and_answer,
        placed = std::move(placed).value()](std::vector<std::uint64_t>& versions) mutable {
-        stage_and_answer(std::move(versions), std::move(placed));
+        if (sent_answered(self, token)) stage_and_answer(std::move(versions), std::move(placed));
       },
-      [self, done, placed_ids](caf::error& e) {
+      [self, done, token, placed_ids](caf::error& e) {
+        if (!sent_answered(self, token)) return;  // held for a new controller
         // Refused: nothing was committed, so what was staged for the
         // bytes sent inline goes. After a timeout the controller may
         // still have committed them; they stay, and go with their client.

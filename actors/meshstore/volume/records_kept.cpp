@@ -40,6 +40,12 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
   if (controller) {
     if (st.controllers.insert(controller.address()).second) self->monitor(controller);
     st.small_ops->controller_is(controller.address());
+    st.awaiting = st.config.await_controller.count() > 0;
+    st.small_ops->await_controller(st.awaiting);
+    // Once this answer is on its way: the controller takes these records
+    // before the held commits, whose versions then go on above them.
+    st.controller_now = controller;
+    self->send(self, protocol::commits_wait_atom::value, true);
   }
   std::vector<std::uint64_t> orphans;
   std::unordered_set<const wire::KeyRecord*> seen;

@@ -330,7 +330,7 @@ void SmallOpService::controller_gone(const caf::actor_addr& controller) {
     }
     dead_controllers_.push_back(controller);
   }
-  pending_->fail(&controller, controller_down_reply());
+  if (!await_controller_.load()) pending_->fail(&controller, controller_down_reply());
 }
 
 std::vector<std::byte> SmallOpService::controller_down_reply() const {
@@ -416,10 +416,10 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
                       : protocol::fast_get::encode_error(r.status()));
       });
   pending_->add(owed);
-  // Checked once owed: a controller_gone() before add() found nothing to
-  // answer, and this put would wait for a commit the dead controller
-  // never answers (a request to a dead remote actor only times out).
-  if (controller_down(controller)) {
+  // Checked once owed (unless a new controller is awaited: the actor holds
+  // it): a controller_gone() before add() found nothing to answer, and this put would wait for a
+  // commit the dead controller never answers (a request to a dead remote actor only times out).
+  if (!await_controller_.load() && controller_down(controller)) {
     return pending_->settle(owed, controller_down_reply());
   }
   caf::anon_send(volume, protocol::fast_commit_atom::value, std::move(job).value());

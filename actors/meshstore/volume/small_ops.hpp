@@ -133,8 +133,13 @@ class SmallOpService {
   void owner_gone(const caf::actor_addr& owner);
   /// `controller` went down: puts waiting for it are answered unavailable
   /// now (a request to a dead remote actor would only time out), and
-  /// later ones at once.
+  /// later ones at once; unless the volume awaits a new controller
+  /// (await_controller), which then answers them.
   void controller_gone(const caf::actor_addr& controller);
+  /// The volume's commits wait for a new controller when theirs went down
+  /// (VolumeConfig::await_controller): the service leaves their answers to
+  /// the volume actor, which holds them until then (commit_waits.cpp).
+  void await_controller(bool on) { await_controller_.store(on); }
   /// `controller` is the store's controller from now (a failover's: the
   /// one this volume registered with last); every channel's puts commit
   /// there, whichever controller the channel was attached with.
@@ -181,6 +186,7 @@ class SmallOpService {
   const std::shared_ptr<Pending> pending_;
   const std::shared_ptr<Recent> recent_;
   const bool spinning_host_;
+  std::atomic<bool> await_controller_{false};
 
   mutable std::mutex mu_;  // guards what follows
   std::vector<std::shared_ptr<Channel>> rings_;

@@ -4,10 +4,12 @@
 // that fast-path channels ask for (commits.cpp). Private to the volume.
 #include <atomic>
 #include <caf/all.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -51,6 +53,16 @@ struct Lease {
   bool revoked = false;   // a revoke took regions it pinned
 };
 
+// A channel's commit held while the store has no controller (a failover;
+// commit_waits.cpp), or sent to a controller in another process and not
+// answered yet (held if that controller dies).
+struct HeldCommit {
+  protocol::FastCommitJob job;  // its release done, its inline bytes placed
+  std::vector<protocol::fast_get::CommitDone::Placed> placed;  // for its inline bytes
+  caf::actor_addr controller;                                  // where it was sent
+  std::chrono::steady_clock::time_point deadline;              // when held: fails then
+};
+
 struct VolumeState {
   static inline const char* name = "meshstore.volume";
 
@@ -68,6 +80,17 @@ struct VolumeState {
   std::set<std::string> peers;            // the store's volumes, as the controller last told
   std::uint64_t next_object_id = 1;
   std::shared_ptr<spdlog::logger> log = log::get("volume");
+  // Commits waiting for a new controller, and those sent to a controller
+  // in another process, not answered yet (by token); commit_waits.cpp.
+  std::vector<HeldCommit> held_commits;
+  std::map<std::uint64_t, HeldCommit> commits_sent;
+  std::uint64_t next_sent = 1;
+  bool wait_timer = false;    // a commits_wait message is on its way
+  bool awaiting = false;      // commits wait for a new controller (await_controller)
+  caf::actor controller_now;  // the controller that registered it last
+  // When its controller went down (held commits wait from then); reset
+  // once a new one registered it.
+  std::chrono::steady_clock::time_point controller_down_at;
 
   // Small committed objects, and the service answering small requests.
   std::shared_ptr<volume::SmallObjects> small;
@@ -146,8 +169,45 @@ void update_peers(volume_pointer self, const std::vector<std::string>& joined,
                   const std::vector<std::string>& left);
 
 /// A commit request (FastCommitJob: a channel's: a ring's, tcp's, or one
-/// in a small_op message), answered through its `done`.
-void fast_commit(volume_pointer self, protocol::FastCommitJob job);
+/// in a small_op message), answered through its `done`. `placed`: what
+/// was staged for its inline bytes before it was held (HeldCommit).
+void fast_commit(volume_pointer self, protocol::FastCommitJob job,
+                 std::vector<protocol::fast_get::CommitDone::Placed> placed = {});
+
+// -- commits through a failover (commit_waits.cpp) ----------------------------
+
+/// Holds `job` until a new controller registers this volume (resume_held)
+/// or VolumeConfig::await_controller passes: false, with nothing held,
+/// when the volume does not await one.
+bool hold_commit(volume_pointer self, protocol::FastCommitJob& job,
+                 std::vector<protocol::fast_get::CommitDone::Placed> placed);
+/// `job`, sent to `controller` (in another process) now: a token that
+/// sent_answered takes when the answer comes. Kept (a copy) so that the
+/// controller's death holds it for the next one; 0 when not awaiting.
+std::uint64_t track_sent(volume_pointer self, const protocol::FastCommitJob& job,
+                         const std::vector<protocol::fast_get::CommitDone::Placed>& placed,
+                         const caf::actor_addr& controller);
+/// Whether sent commit `token` is still owed its answer (false: it was
+/// held when its controller died, and is answered from there).
+bool sent_answered(volume_pointer self, std::uint64_t token);
+/// `controller` died: what was sent to it and not answered is held
+/// (`hold`; else, the controller closed in order, nothing waits for a next
+/// one until one registers this volume).
+void controller_lost(volume_pointer self, const caf::actor_addr& controller, bool hold);
+/// A controller registered this volume (VolumeState::controller_now):
+/// every held commit goes on, to it.
+void resume_held(volume_pointer self);
+/// Fails the held commits whose wait is over.
+void expire_held(volume_pointer self);
+/// A commits_wait message: resume_held when `resume`, else expire_held.
+inline void held_commits_due(volume_pointer self, bool resume) {
+  resume ? resume_held(self) : expire_held(self);
+}
+/// The versions of `job`'s records if its commit happened already (the
+/// controller that died committed it before answering: its objects here
+/// are committed, each with its record); nullopt otherwise.
+std::optional<std::vector<std::uint64_t>> committed_already(const VolumeState& st,
+                                                            const protocol::FastCommitJob& job);
 
 /// Checks a commit request for volume `volume_id` as input from another
 /// process (keys; one object of this volume per record, named or with its

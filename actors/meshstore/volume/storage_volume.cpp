@@ -291,6 +291,8 @@ void adopt(volume_pointer self, VolumeConfig config, VolumeSetup& setup) {
   st.memory->use_servers(st.servers);
   st.small = std::move(setup.small);
   st.small_ops = std::move(setup.small_ops);
+  st.awaiting = st.config.await_controller.count() > 0;
+  st.small_ops->await_controller(st.awaiting);
   for (const auto& server : st.servers) {
     server->serve_small_ops(
         [ops = st.small_ops](const std::byte* p, std::size_t n) { return ops->serve_token(p, n); });
@@ -416,11 +418,17 @@ wire::VolumeStat volume_stat(volume_pointer self) {
 }
 
 // A monitored actor went down: a controller (its waiting small puts fail
-// at once) or a client (client_down).
+// at once, or wait for the next: commit_waits.cpp) or a client
+// (client_down).
 void on_down(volume_pointer self, const caf::down_msg& msg) {
   auto& st = self->state;
   if (st.controllers.erase(msg.source) != 0) {
+    // Stopped in order (its store closed): nothing waits for a next one.
+    const bool orderly =
+        msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal;
+    if (orderly) st.small_ops->await_controller(false);
     st.small_ops->controller_gone(msg.source);
+    controller_lost(self, msg.source, !orderly);
     return;
   }
   st.small_ops->owner_gone(msg.source);
@@ -467,6 +475,7 @@ protocol::storage_volume_actor::behavior_type volume_impl(volume_pointer self, V
       [=](protocol::commit_atom, const std::vector<std::uint64_t>& ids,
           std::vector<wire::KeyRecord>& records) { commit_objects(self, ids, std::move(records)); },
       [=](protocol::held_records_atom, const caf::actor& c) { return held_records(self, c); },
+      [=](protocol::commits_wait_atom, bool resume) { held_commits_due(self, resume); },
       [=](protocol::peers_atom, const std::vector<std::string>& joined,
           const std::vector<std::string>& left) { update_peers(self, joined, left); },
       [=](protocol::release_atom, const std::vector<std::uint64_t>& ids) {

@@ -36,6 +36,12 @@ struct VolumeConfig {
   /// A lending volume: it allocates nothing and serves only buffers its
   /// process lends (lend_atom); no strategy places puts on it.
   bool lending = false;
+  /// How long a channel's commit waits for a new controller when the
+  /// store's controller went down (a failover: the store reconnects and
+  /// registers this volume again); 0: it fails at once. A commit the dead
+  /// controller never answered is sent again then, and done once
+  /// (docs/reliability.md, "The controller's loss").
+  std::chrono::milliseconds await_controller{0};
 };
 
 /// Spawns a storage volume. Fails, with nothing left running, if a requested
