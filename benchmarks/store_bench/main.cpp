@@ -30,6 +30,9 @@
 //       one's clients commit tiny keys one at a time, 64 in flight and 1,000
 //       a call, time exists and get as the index grows, read the peer's
 //       memory per key, then connect --clients clients at once.
+//   store_bench --scenario failover [--keys 1000000] [--iters 10] [--json]
+//       kill -9 of `meshstore serve`, started again at its port, to the
+//       first read, with 10k, 100k and 1M keys on this process's volume.
 //   --processes 1     everything in one process (an embedded store)
 //   --transport cuda-ipc   runs cuda_bench (GPU memory) instead
 //   store_bench --smoke      every scenario, tiny, for CI (single and small
@@ -122,6 +125,8 @@ int run(int argc, char** argv) {
     run_safetensors_load(w);
     w.scenario = "control";
     run_control(w);
+    w.scenario = "failover";
+    run_failover(w);
     return 0;
   }
   if (a.scenario == "single")
@@ -136,6 +141,8 @@ int run(int argc, char** argv) {
     run_python(a);
   else if (a.scenario == "control")
     run_control(a);
+  else if (a.scenario == "failover")
+    run_failover(a);
   else
     run_weight_sync(a);
   return 0;

@@ -37,6 +37,11 @@ void run_python(const Args& a);
 /// to --keys, the server's memory per key, and --clients clients at once.
 void run_control(const Args& a);
 
+/// --scenario failover: kill -9 of the store's server, started again at its
+/// address, to the first read, with 10k, 100k and 1M keys (--keys caps);
+/// the rebuild rate, and the volume process's memory per key.
+void run_failover(const Args& a);
+
 /// --scenario soak: a publisher and readers killed and restarted at random
 /// for --seconds; memory and /dev/shm over time, every version checked.
 void run_soak(const Args& a);

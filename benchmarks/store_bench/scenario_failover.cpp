@@ -1,0 +1,244 @@
+// store_bench --scenario failover: how long a store is without its
+// controller. `meshstore serve` (controller, strategy, no volume) runs in a
+// child process; this process joins it with Store::connect and hosts the
+// volume, which keeps the keys and their committed records. For each index
+// size (10,000, 100,000 and 1,000,000 keys; --keys caps it) the server is
+// killed with SIGKILL and started again at the same port --iters times
+// (default 10); each run times, from the kill:
+// - the first successful read: the key known to the new controller
+//   (exists, made right after the kill: it waits through the gap; asked
+//   again only when it was already at the dead controller), then its get;
+// - of that, the new process's start until it serves (the baseline: the
+//   part no store change can shorten).
+// The rebuild rate is the marginal one: the keys added between two sizes
+// over the growth of the median time to the first read. The volume
+// process's memory per key (objects, their records, bookkeeping) is its
+// RSS growth over the keys added. First, what keeping each commit for a
+// failover costs a put: 1,000-key put_batch calls into this volume against
+// a second store's that keeps none (reconnect_timeout 0), alternated.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../bench_util.hpp"
+#include "meshstore/store.hpp"
+#include "scenarios.hpp"
+
+using namespace std::chrono_literals;
+
+namespace meshstore::bench {
+namespace {
+
+// This process's resident memory, in bytes (VmRSS).
+std::uint64_t own_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  die("no VmRSS for this process");
+}
+
+// A port free on 127.0.0.1 now (the server is started at it again and again).
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    die("no free port");
+  }
+  ::close(fd);
+  return ntohs(sa.sin_port);
+}
+
+// `meshstore serve` at `port`, once it serves: the seconds that took.
+std::unique_ptr<Child> serve(std::uint16_t port, double* took) {
+  const auto t0 = Clock::now();
+  auto child = spawn(own_dir() + "/meshstore",
+                     {"serve", "--port", std::to_string(port), "--strategy", "per_local_rank"});
+  char line[512];
+  while (std::fgets(line, sizeof(line), child->from)) {
+    if (std::string(line).find("serving on") != std::string::npos) {
+      if (took) *took = secs(t0);
+      return child;
+    }
+  }
+  die("meshstore serve at port " + std::to_string(port) + " ended before serving");
+}
+
+void kill_server(std::unique_ptr<Child>& server) {
+  ::kill(server->pid, SIGKILL);
+  server.reset();  // reaped
+}
+
+// Puts keys "k/FIRST" up to "k/LAST" (excluded), 1,000 a call.
+void fill(meshstore::Store& store, std::size_t first, std::size_t last) {
+  static float one = 1.0f;
+  const meshstore::TensorView v(&one, meshstore::DType::float32, {});
+  for (std::size_t at = first; at < last;) {
+    std::vector<std::pair<std::string, meshstore::TensorView>> batch;
+    for (; at < last && batch.size() < 1000; ++at) batch.emplace_back("k/" + std::to_string(at), v);
+    must(store.put_batch(std::move(batch)).get(300s), "put_batch");
+  }
+}
+
+// What holding commits for a failover costs a put: 1,000-key put_batch
+// calls into a volume that keeps a copy of each commit until answered
+// (`held`), against one that does not (reconnect_timeout 0), alternated
+// in this run; the calls per second of each.
+std::pair<double, double> hold_cost(meshstore::Store& held, meshstore::Store& bare, int calls) {
+  static float one = 1.0f;
+  const meshstore::TensorView v(&one, meshstore::DType::float32, {});
+  double t_held = 0, t_bare = 0;
+  for (int i = 0; i < calls; ++i) {
+    for (auto* s : {&held, &bare}) {
+      std::vector<std::pair<std::string, meshstore::TensorView>> batch;
+      for (int k = 0; k < 1000; ++k) batch.emplace_back("h/" + std::to_string(k), v);
+      const auto t0 = Clock::now();
+      must(s->put_batch(std::move(batch)).get(300s), "put_batch");
+      (s == &held ? t_held : t_bare) += secs(t0);
+    }
+  }
+  return {calls / t_held, calls / t_bare};
+}
+
+struct Run {
+  double first_read = 0;  // seconds from the kill
+  double start = 0;       // of which the new server's start
+};
+
+// One failover: kill, start again, read. `key` was put before.
+Run failover(meshstore::Store& store, std::unique_ptr<Child>& server, std::uint16_t port,
+             const std::string& key) {
+  Run run;
+  const auto t0 = Clock::now();
+  kill_server(server);
+  // Asked of the controller (a get may be served from this process's
+  // location cache and volume without it): made now, it waits for the
+  // new server; one the client had already sent to the dead one fails
+  // ("went down") and is made again.
+  auto known = store.exists(key);
+  server = serve(port, &run.start);
+  for (int attempt = 0;; ++attempt) {
+    auto got = known.get(300s);
+    if (got.ok() && *got) break;
+    if (attempt == 100 || got.ok() ||
+        got.status().message().find("went down") == std::string::npos) {
+      die("'" + key +
+          "' after failover: " + (got.ok() ? std::string("not found") : got.status().to_string()));
+    }
+    known = store.exists(key);
+  }
+  must(store.get(key).get(300s), "get after failover");
+  run.first_read = secs(t0);
+  return run;
+}
+
+}  // namespace
+
+void run_failover(const Args& a) {
+  std::vector<std::size_t> sizes =
+      a.smoke ? std::vector<std::size_t>{1000} : std::vector<std::size_t>{10000, 100000, 1000000};
+  if (a.keys) {
+    sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](auto n) { return n > a.keys; }),
+                sizes.end());
+    if (sizes.empty() || sizes.back() != a.keys) sizes.push_back(a.keys);
+  }
+  const int runs = a.iters ? a.iters : (a.smoke ? 2 : 10);
+  const std::uint16_t port = free_port();
+  auto server = serve(port, nullptr);
+  meshstore::StoreOptions o;
+  o.placement.local_rank = 0;                 // per_local_rank: the volume lives here
+  o.transport.shared_memory_volumes = false;  // a million objects, not a million segments
+  o.limits.request_timeout = 300s;
+  auto store = must(meshstore::Store::connect("127.0.0.1:" + std::to_string(port), o), "connect");
+  std::pair<double, double> hold{0, 0};
+  {
+    auto bare_options = o;
+    bare_options.placement.local_rank = 1;
+    bare_options.limits.reconnect_timeout = std::chrono::milliseconds(0);
+    auto bare = must(meshstore::Store::connect("127.0.0.1:" + std::to_string(port), bare_options),
+                     "connect");
+    hold = hold_cost(store, bare, a.smoke ? 5 : 200);
+    bare.close();
+  }
+  const std::uint64_t rss0 = own_rss();
+
+  struct Row {
+    std::size_t keys;
+    double first_read, first_read_min, first_read_max, start;
+    double bytes_per_key;
+  };
+  std::vector<Row> rows;
+  std::size_t have = 0;
+  for (auto n : sizes) {
+    std::fprintf(stderr, "store_bench failover: %zu keys\n", n);
+    fill(store, have, n);
+    have = n;
+    const auto rss = own_rss();
+    std::vector<double> reads, starts;
+    for (int i = 0; i < runs; ++i) {
+      auto r = failover(store, server, port, "k/" + std::to_string(i * 7919 % n));
+      reads.push_back(r.first_read);
+      starts.push_back(r.start);
+      std::fprintf(stderr, "  run %d: first read %.0f ms (server start %.0f ms)\n", i + 1,
+                   r.first_read * 1e3, r.start * 1e3);
+    }
+    rows.push_back(Row{n, median(reads), *std::min_element(reads.begin(), reads.end()),
+                       *std::max_element(reads.begin(), reads.end()), median(starts),
+                       static_cast<double>(rss > rss0 ? rss - rss0 : 0) / static_cast<double>(n)});
+  }
+  store.close();
+  kill_server(server);
+
+  // The rebuild's rate: keys added over the time they added.
+  auto rate = [&](std::size_t i) {
+    if (i == 0) return 0.0;
+    const double dt = rows[i].first_read - rows[i - 1].first_read;
+    return dt > 0 ? static_cast<double>(rows[i].keys - rows[i - 1].keys) / dt : 0.0;
+  };
+  if (a.json) {
+    std::printf("{\"scenario\":\"failover\",\"runs\":%d,\"sizes\":[", runs);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      std::printf(
+          "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
+          "\"first_read_ms_max\":%.1f,\"server_start_ms_median\":%.1f,"
+          "\"first_read_over_start\":%.2f,\"rebuild_keys_per_s\":%.0f,\"bytes_per_key\":%.0f}",
+          i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
+          r.start * 1e3, r.first_read / r.start, rate(i), r.bytes_per_key);
+    }
+    std::printf("],\"put_batch_1000_per_s_held\":%.0f,\"put_batch_1000_per_s_bare\":%.0f}\n",
+                hold.first, hold.second);
+    return;
+  }
+  std::printf("failover: kill -9 of the server to the first read, median of %d runs\n", runs);
+  std::printf("%10s %14s %12s %12s %10s %14s %12s\n", "keys", "first read ms", "min ms", "max ms",
+              "start ms", "read / start", "rebuild k/s");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    std::printf("%10zu %14.0f %12.0f %12.0f %10.0f %14.2f %12.0f\n", r.keys, r.first_read * 1e3,
+                r.first_read_min * 1e3, r.first_read_max * 1e3, r.start * 1e3,
+                r.first_read / r.start, rate(i) / 1e3);
+  }
+  std::printf("volume process memory per key (objects, records, bookkeeping): %.0f bytes at %zu\n",
+              rows.back().bytes_per_key, rows.back().keys);
+  std::printf(
+      "1,000-key put_batch into this process's volume: %.0f calls/s keeping each commit for a "
+      "failover, %.0f/s not (reconnect_timeout 0): %.2f x\n",
+      hold.first, hold.second, hold.first / hold.second);
+}
+
+}  // namespace meshstore::bench
