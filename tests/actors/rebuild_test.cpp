@@ -305,6 +305,23 @@ TEST_F(RebuildTest, AShardedStateDictPutByTwoRanksComesBackWhole) {
   for (std::size_t i = 0; i < members.size(); ++i) expect_same(got->at(i), want->at(i));
 }
 
+// A reconnecting process may register a volume twice (an attempt cut
+// short got that far): the same volume is answered OK, once in the index;
+// another actor under its id is refused.
+TEST_F(RebuildTest, RegisteringTheSameVolumeAgainIsOkAnotherUnderItsIdIsNot) {
+  start_controller();
+  ASSERT_OK(join(0));
+  ASSERT_OK(commit({record("a", {0})}));
+  ASSERT_OK(join(0));
+  auto found = locate({"a"});
+  ASSERT_OK(found);
+  EXPECT_EQ(found->front().version, 1u);
+  auto other =
+      ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
+                        wire::VolumeInfo{vid(0), "h", 1 << 20, {"rpc"}, -1, ""}, volumes_[1]);
+  EXPECT_ERROR(other, Errc::invalid_argument, "is already registered");
+}
+
 // A controller that takes one commit and dies before it answers: with
 // `commit_first`, once it told the volume (the commit happened), else at
 // once (it did not). Asked by the volume as a remote controller is.

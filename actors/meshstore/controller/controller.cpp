@@ -290,6 +290,12 @@ void watch_volumes(controller_pointer self) {
 // flush bound joins with none.
 caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::VolumeInfo& info,
                                       protocol::storage_volume_actor v) {
+  // The same volume again (a reconnecting process whose earlier attempt
+  // got this far): it is here, its records taken.
+  auto known = self->state.volumes.find(info.volume_id);
+  if (known != self->state.volumes.end() && known->second.address() == v.address()) {
+    return caf::ok_atom::value;
+  }
   if (auto s = register_volume(self, info, v); !s.ok()) return to_caf_error(s);
   auto rp = self->make_response_promise<caf::ok_atom>();
   self->request(v, kFlushTimeout, protocol::held_records_atom::value,

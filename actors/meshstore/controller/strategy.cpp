@@ -38,7 +38,11 @@ protocol::strategy_actor::behavior_type strategy_impl(
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
           protocol::storage_volume_actor v) -> caf::result<caf::ok_atom> {
         auto& st = self->state;
-        if (st.volumes.count(info.volume_id) != 0) {
+        auto known = st.volumes.find(info.volume_id);
+        if (known != st.volumes.end() && known->second.address() == v.address()) {
+          return caf::ok_atom::value;  // the same volume again (a reconnect's retry)
+        }
+        if (known != st.volumes.end()) {
           return to_caf_error(Status(Errc::invalid_argument, "strategy: volume '" + info.volume_id +
                                                                  "' is already registered"));
         }

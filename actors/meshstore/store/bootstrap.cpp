@@ -406,15 +406,12 @@ Status Store::Impl::rejoin(std::chrono::milliseconds slice) {
       store::ask_directory(sys, directory, slice, "reconnect to " + server, &answer));
   // The new controller rebuilds its index from the records these volumes
   // keep as each registers (an attempt cut short may have registered some
-  // already: that one is there).
+  // already: registering the same volume again answers OK).
   const auto timeout =
       std::min(options.limits.request_timeout, std::chrono::milliseconds(std::chrono::seconds(10)));
   auto again = [&](const auto& at, const Registered& r) {
-    auto s = store::ask_ok(sys, at, timeout, "register volume '" + r.info.volume_id + "' again",
-                           protocol::register_volume_atom::value, r.info, r.handle);
-    const bool there = s.code() == Errc::invalid_argument &&
-                       s.message().find("is already registered") != std::string::npos;
-    return there ? Status() : s;
+    return store::ask_ok(sys, at, timeout, "register volume '" + r.info.volume_id + "' again",
+                         protocol::register_volume_atom::value, r.info, r.handle);
   };
   for (const auto& r : mine) {
     MESHSTORE_RETURN_IF_ERROR(again(answer.controller, r));
