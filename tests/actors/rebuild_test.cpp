@@ -264,10 +264,16 @@ TEST_F(RebuildTest, WhatWaitsForAVolumeThatNeverComesBackIsDroppedWhole) {
     SCOPED_TRACE(found->at(i).key);
     EXPECT_FALSE(found->at(i).found());
     EXPECT_EQ(found->at(i).lost_on, found->at(i).key == "sd/w" ? "" : vid(1));
+    // What no volume left knows may have been on volume-1.
+    EXPECT_EQ(found->at(i).maybe_lost_on, found->at(i).key == "sd/w" ? vid(1) : "");
   }
+  EXPECT_EQ(locate({"never-put"}).value().front().maybe_lost_on, vid(1));
   // The halves of what was dropped went from volume-0.
   EXPECT_EQ(objects(0), 1u);
   ASSERT_OK(commit({record("after", {0})}));
+  // Once volume-1 is back, a miss is a plain miss again.
+  ASSERT_OK(join(1));
+  EXPECT_EQ(locate({"never-put"}).value().front().maybe_lost_on, "");
 }
 
 // A sharded state dict, put by two ranks (put_shards), is stamped as one

@@ -28,7 +28,11 @@
 // phase's writer: for "stream" the stream's writer), controller (serve),
 // failover (serve, started again at once at the same address: the
 // survivors reconnect, the new controller rebuilds its index from the
-// volumes, and every survivor must go on; the keys on volume1 serve again).
+// volumes, and every survivor must go on; the keys on volume1 serve again),
+// failover+volume (serve and volume0 together, serve started again: the
+// survivors, clients of volume0, fail naming what died; the new controller
+// gives volume0 up at its rebuild's deadline and the keys on volume1 serve
+// again).
 // Phases: idle (no call in flight: the survivors' next call), put, get,
 // publish (publish_state_dict / get_latest_state_dict_into), stream
 // (put_state_dict / stream_state_dict_into), sharded (a sharded state dict
@@ -81,7 +85,8 @@ constexpr std::chrono::milliseconds kStreamWait = 2s;
 constexpr std::int64_t kElems = 256 * 1024;
 constexpr int kTensors = 4;
 
-const std::vector<std::string> kRoles = {"volume", "client", "writer", "controller", "failover"};
+const std::vector<std::string> kRoles = {"volume",     "client",   "writer",
+                                         "controller", "failover", "failover+volume"};
 const std::vector<std::string> kPhases = {"idle",   "put",     "get",       "publish",
                                           "stream", "sharded", "checkpoint"};
 
@@ -301,6 +306,9 @@ int run_client(bool writer, const std::string& address, const std::string& phase
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   if (idle) {
+    // Its calls come only once the victim is dead: a not_found is an
+    // answer, not a reader ahead of the writer's first write.
+    running = true;
     std::printf("running\n");
     std::fflush(stdout);
   }
@@ -645,11 +653,15 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
                   : role == "client" ? reader.get()
                   : role == "writer" ? writer.get()
                                      : serve.get();
-  const bool failover = role == "failover";
+  const bool with_volume = role == "failover+volume";
+  Child* also = with_volume ? vol0.get() : nullptr;  // killed with the victim
+  const bool failover = role == "failover" || with_volume;
   const std::size_t w_off = writer->output().size(), r_off = reader->output().size();
   const std::int64_t killed_at = now_ns();
   victim->signal(SIGKILL);
+  if (also) also->signal(SIGKILL);
   victim->wait(5s);
+  if (also) also->wait(5s);
   const std::int64_t dead_at = now_ns();
   // failover: the store again at its address, as a supervisor would start it.
   std::unique_ptr<Child> again;
@@ -670,23 +682,29 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   const std::vector<std::string> names_volume = {"/lr0'", "no volume on host"};
   const std::vector<std::string> names_store = {"controller", "the store is unreachable"};
   const std::vector<std::string> names_writer = {"writer"};
+  // Both died: an error may name either.
+  std::vector<std::string> names_both = names_volume;
+  names_both.insert(names_both.end(), names_store.begin(), names_store.end());
   if (victim != writer.get()) {
-    const bool goes_on = role == "client" || failover;
-    cell.writer =
-        watch_survivor(*writer, killed_at, dead_at, w_off,
-                       role == "volume" ? names_volume : names_store, goes_on, idle, cell);
+    const bool goes_on = role == "client" || (failover && !with_volume);
+    cell.writer = watch_survivor(*writer, killed_at, dead_at, w_off,
+                                 role == "volume" ? names_volume
+                                 : with_volume    ? names_both
+                                                  : names_store,
+                                 goes_on, idle, cell);
   } else {
     cell.writer = "killed";
   }
   if (victim != reader.get()) {
     const bool files = phase == "checkpoint";
-    const bool goes_on = role == "writer" || files || failover;
+    const bool goes_on = role == "writer" || files || (failover && !with_volume);
     // A stream reader waiting for the next write when the volume dies (not
     // reading from it) learns nothing is written any more at its deadline.
     auto names_for_reader = role == "writer"   ? names_writer
                             : role == "volume" ? names_volume
+                            : with_volume      ? names_both
                                                : names_store;
-    if (role == "volume" && phase == "stream") {
+    if ((role == "volume" || with_volume) && phase == "stream") {
       names_for_reader.push_back("nothing was written within");
     }
     cell.reader =
@@ -702,6 +720,10 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   const bool serving = check.output().find("serving") == 0;
   if (role == "controller") {
     cell.serving = serving ? "serving (unexpected)" : "no: the index died with the controller";
+  } else if (with_volume) {
+    cell.serving = serving ? "yes, volume1's keys after the rebuild gave volume0 up"
+                           : "NO: " + check.output().substr(0, 200);
+    cell.pass &= serving;
   } else if (failover) {
     for (auto* c : {writer.get(), reader.get()}) {
       const double ms = back_after_ms(c->output(), killed_at);
@@ -722,15 +744,16 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   const std::vector<Child*> all = {reader.get(), writer.get(), vol1.get(),
                                    vol0.get(),   serve.get(),  again.get()};
   for (Child* c : all) {
-    if (c && c != victim) c->signal(SIGTERM);
+    if (c && c != victim && c != also) c->signal(SIGTERM);
   }
   std::string stuck;
   for (Child* c : all) {
-    if (c && c != victim && !c->wait(kBound)) {
+    if (c && c != victim && c != also && !c->wait(kBound)) {
       stuck += " " + std::to_string(c->pid());
     }
   }
   meshstore::transports::shm::garbage_collect(false, killed);
+  if (also) meshstore::transports::shm::garbage_collect(false, also->pid());
   const std::string left = shm_left(pids);
   cell.leaks = left.empty() && stuck.empty()
                    ? "none"

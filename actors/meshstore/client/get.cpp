@@ -70,7 +70,9 @@ Status not_found_why(const std::string& key, const wire::KeyRecord& r) {
   if (!r.pending.empty()) {
     return Status(Errc::partially_committed, "'" + key + "' is partially committed: " + r.pending);
   }
-  if (r.shards.empty()) return Status(Errc::not_found, "no key '" + key + "'");
+  if (r.shards.empty()) {
+    return Status(Errc::not_found, "no key '" + key + "'" + wire::maybe_lost_note(r));
+  }
   std::vector<TensorSlice> missing{TensorSlice::full(r.shape)};
   for (const auto& shard : r.shards) {
     std::vector<TensorSlice> rest;

@@ -94,7 +94,11 @@ std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::
     }
     wire::KeyRecord missing;
     missing.key = k;
-    if (auto l = st.lost.find(k); l != st.lost.end()) missing.lost_on = l->second;
+    if (auto l = st.lost.find(k); l != st.lost.end()) {
+      missing.lost_on = l->second;
+    } else if (!st.rebuild.given_up.empty()) {
+      missing.maybe_lost_on = *st.rebuild.given_up.begin();
+    }
     if (auto p = st.pending.find(k); p != st.pending.end()) {
       missing = p->second;  // partial: its shards so far, version 0
       missing.version = 0;

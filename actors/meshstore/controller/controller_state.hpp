@@ -49,10 +49,9 @@ struct Rebuild {
     wire::KeyRecord record;
     std::set<std::string> reported_by;
   };
-  // While on, commits are refused and a locate that misses a key says the
-  // index is being rebuilt; it ends when every volume the reporting ones
-  // knew of has reported and no record waits for a volume, or at its
-  // deadline.
+  // While on, commits and a locate that misses a key wait; it ends when
+  // every volume the reporting ones knew of has reported and no record
+  // waits for a volume, or at its deadline.
   bool active = false;
   std::uint64_t epoch = 0;  // the deadline's (a deadline of an ended rebuild is stale)
   std::chrono::steady_clock::time_point began{};
@@ -60,6 +59,9 @@ struct Rebuild {
   std::set<std::string> expected;  // volumes the reporting ones knew of
   std::map<std::string, Candidate> candidates;
   std::uint64_t restored = 0;  // keys restored so far
+  // Volumes a deadline gave up that have not registered since: a key the
+  // index misses may have been on them (KeyRecord::maybe_lost_on).
+  std::set<std::string> given_up;
 };
 
 struct ControllerState {

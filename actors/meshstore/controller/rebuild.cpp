@@ -194,6 +194,7 @@ void take_records(controller_pointer self, const std::string& volume_id,
   auto& st = self->state;
   auto& rb = st.rebuild;
   rb.reported.insert(volume_id);
+  rb.given_up.erase(volume_id);
   // The volumes it knew of may hold newer versions: wait for them, unless
   // the index is already being written to again.
   if (rb.active || st.index.empty()) rb.expected.insert(peers.begin(), peers.end());
@@ -238,6 +239,9 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
   // The volumes still expected are given up: what is complete without
   // them comes back, the rest is lost.
   const auto missing = missing_volume(rb);
+  for (const auto& id : rb.expected) {
+    if (rb.reported.count(id) == 0) rb.given_up.insert(id);
+  }
   Objects dropped;
   restore_ready(st, dropped);
   for (const auto& [k, c] : rb.candidates) {

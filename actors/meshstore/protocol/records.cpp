@@ -58,6 +58,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   for (auto d : x.shape) p->add_shape(d);
   p->set_version(x.version);
   p->set_lost_on(x.lost_on);
+  p->set_maybe_lost_on(x.maybe_lost_on);
   p->set_group(x.group);
   p->set_pending(x.pending);
   p->set_object_format(static_cast<std::uint32_t>(x.object_format));
@@ -96,6 +97,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.shape.assign(p.shape().begin(), p.shape().end());
   x.version = p.version();
   x.lost_on = p.lost_on();
+  x.maybe_lost_on = p.maybe_lost_on();
   x.group = p.group();
   x.pending = p.pending();
   x.points_to = p.points_to();
@@ -257,6 +259,12 @@ Status decode(const std::string& bytes, ClientInfo& x) {
   x.local_rank = p.local_rank();
   x.host = p.host();
   return Status();
+}
+
+std::string maybe_lost_note(const KeyRecord& r) {
+  if (r.maybe_lost_on.empty()) return {};
+  return "; it may have been on volume '" + r.maybe_lost_on +
+         "', which did not come back after the controller's failover";
 }
 
 }  // namespace meshstore::wire

@@ -53,6 +53,10 @@ struct KeyRecord {
   std::vector<ShardRecord> shards;
   /// For a key that is gone because its volume died: that volume's id.
   std::string lost_on;
+  /// In a locate reply (version 0) from a controller whose rebuild gave up
+  /// a volume that never came back: that volume, which may have held the
+  /// key (no surviving volume knows whether it did).
+  std::string maybe_lost_on;
   /// The state dict this key belongs to (its manifest key), "" for a key
   /// put on its own. Replacing a state dict removes its group's other keys.
   std::string group;
@@ -147,6 +151,11 @@ struct ClientInfo {
 
 // Codec: each struct to and from its Protobuf encoding. decode() validates
 // (known dtype, well-formed slices) and fails with Errc::protocol_error.
+/// "; it may have been on volume 'X', which did not come back after the
+/// controller's failover" for a record naming such a volume
+/// (KeyRecord::maybe_lost_on), else "": what a "no such key" adds.
+std::string maybe_lost_note(const KeyRecord& r);
+
 std::string encode(const KeyRecord& x);
 std::string encode(const StageRequest& x);
 std::string encode(const ReadLease& x);

@@ -25,7 +25,12 @@ Future<Snapshot> manifest_of(const caf::actor_addr& client, const std::string& k
       .on_complete([=](const Result<client::GetOutput>& r) {
         if (r.ok()) return (void)p->set(decode_snapshot(r->tensors.front(), key, op));
         if (r.status().code() == Errc::not_found) {
-          return (void)p->set_error(Status(Errc::not_found, op + ": no state dict '" + key + "'"));
+          // What the key's miss said of a volume it may have been on.
+          const auto& why = r.status().message();
+          const auto note = why.find("; it may have been on volume");
+          return (void)p->set_error(
+              Status(Errc::not_found, op + ": no state dict '" + key + "'" +
+                                          (note == std::string::npos ? "" : why.substr(note))));
         }
         if (r.status().code() == Errc::wrong_kind) {
           return (void)p->set_error(

@@ -170,14 +170,14 @@ Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& pre
                                                "' was stored on volume '" + r.lost_on +
                                                "', which went down; publish again");
         }
-        if (!r.found()) return Pointer{};
+        if (!r.found()) return Pointer{0, 0, wire::maybe_lost_note(r)};
         if (r.points_to == 0) {
           return Status(Errc::wrong_kind,
                         op + ": '" + prefix + "' is not a version pointer (it holds " +
                             (r.kind == wire::ObjectKind::tensor ? "a tensor" : "an object") +
                             " that no publish wrote)");
         }
-        return Pointer{r.points_to, r.version};
+        return Pointer{r.points_to, r.version, {}};
       });
 }
 
@@ -191,10 +191,10 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
                                        const std::shared_ptr<ManifestCache>& cache, bool cast,
                                        const std::shared_ptr<client::FastPath>& fast,
                                        std::uint64_t known) {
-  auto read = [=](std::uint64_t v) -> Future<std::uint64_t> {
+  auto read = [=](std::uint64_t v, const std::string& note) -> Future<std::uint64_t> {
     if (v == 0) {
       return make_error_future<std::uint64_t>(
-          Status(Errc::not_found, op + ": nothing published under '" + prefix + "'"));
+          Status(Errc::not_found, op + ": nothing published under '" + prefix + "'" + note));
     }
     auto p = std::make_shared<Promise<std::uint64_t>>();
     read_state_dict_into(client, version_key(prefix, v), *dst, op, versions_slot(cache, prefix),
@@ -224,11 +224,11 @@ Future<std::uint64_t> read_latest_into(const caf::actor_addr& client, const std:
         });
     return p->future();
   };
-  if (known != 0) return read(known);
+  if (known != 0) return read(known, "");
   // The pointer and where its version lies in one request: the read that
   // follows goes straight to the volumes' memory where it can.
   return pointer_at(client, prefix, op, true).then([=](const Pointer& ptr) {
-    return read(ptr.value);
+    return read(ptr.value, ptr.note);
   });
 }
 
@@ -238,8 +238,8 @@ Future<std::uint64_t> read_next_into(const caf::actor_addr& client, const std::s
                                      const std::shared_ptr<ManifestCache>& cache, bool cast,
                                      const std::shared_ptr<client::FastPath>& fast,
                                      std::uint64_t known) {
-  auto look =
-      known > after ? make_ready_future(Pointer{known, 0}) : pointer_at(client, prefix, op, true);
+  auto look = known > after ? make_ready_future(Pointer{known, 0, {}})
+                            : pointer_at(client, prefix, op, true);
   return look.then([=](const Pointer& ptr) -> Future<std::uint64_t> {
     const std::uint64_t latest = ptr.value;
     auto p = std::make_shared<Promise<std::uint64_t>>(

@@ -30,6 +30,7 @@ std::string version_key(const std::string& prefix, std::uint64_t v);
 struct Pointer {
   std::uint64_t value = 0;
   std::uint64_t seq = 0;
+  std::string note;  // none: why it may be gone (wire::maybe_lost_note)
 };
 
 // Where a publish goes: version `version` under `prefix`, keeping the
