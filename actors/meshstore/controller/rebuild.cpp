@@ -96,6 +96,36 @@ void take_one(ControllerState& st, const std::string& vid, wire::KeyRecord r, Ob
   }
 }
 
+// Whether record `r`, which volume `vid` keeps, can go straight into the
+// index (once no volume is expected: restore_alone): it is that volume's
+// alone, of no state dict, no version pointer, and no other volume
+// reported a version of its key.
+bool stands_alone(const ControllerState& st, const std::string& vid, const wire::KeyRecord& r) {
+  if (!r.group.empty() || r.points_to != 0) return false;
+  for (const auto& s : r.shards) {
+    if (s.volume_id != vid) return false;
+  }
+  return st.rebuild.candidates.count(r.key) == 0;
+}
+
+// Restores `r` (stands_alone) without the candidates' bookkeeping, the
+// way a rebuild from one volume spends most of its time: the newer of it
+// and the index's version stays (the index's, once the rebuild is over),
+// the other's objects go into `stale`.
+void restore_alone(ControllerState& st, const std::string& vid, wire::KeyRecord r, Objects& stale) {
+  st.last_version = std::max(st.last_version, r.version);
+  auto [it, fresh] = st.index.try_emplace(r.key);
+  if (!fresh) {
+    // As take_one: once the rebuild is over, what was written since wins.
+    if (!st.rebuild.active || it->second.version >= r.version) return collect_on(r, vid, stale);
+    collect(it->second, stale);
+  }
+  it->second = std::move(r);
+  st.touch(it->second);
+  if (!st.lost.empty()) st.lost.erase(it->first);
+  ++st.rebuild.restored;
+}
+
 // Candidate `key` goes into the index (a newer version than the entry it
 // replaces, whose objects go into `stale`).
 void restore(ControllerState& st, const std::string& key, Objects& stale) {
@@ -201,8 +231,15 @@ void take_records(controller_pointer self, const std::string& volume_id,
   // A restarted rebuild counts afresh.
   if (!rb.active) rb.restored = 0;
   Objects stale;
+  // With no other volume to wait for, what stands alone needs no candidate.
+  const bool alone_ok = missing_volume(rb).empty();
   for (auto& r : records) {
-    if (r.found()) take_one(st, volume_id, std::move(r), stale);
+    if (!r.found()) continue;
+    if (alone_ok && stands_alone(st, volume_id, r)) {
+      restore_alone(st, volume_id, std::move(r), stale);
+    } else {
+      take_one(st, volume_id, std::move(r), stale);
+    }
   }
   // Nothing comes back while a volume that may hold a newer version of it
   // is still expected: no reader sees a version go back.

@@ -48,15 +48,19 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
     self->send(self, protocol::commits_wait_atom::value, true);
   }
   std::vector<std::uint64_t> orphans;
-  std::unordered_set<const wire::KeyRecord*> seen;
+  std::unordered_set<const wire::KeyRecord*> seen;  // records of several shards here
   std::vector<wire::KeyRecord> out;
+  out.reserve(st.objects.size());
   for (const auto& [id, object] : st.objects) {
     if (!object.committed) continue;
     if (!object.record) {
       orphans.push_back(id);
       continue;
     }
-    if (seen.insert(object.record.get()).second) out.push_back(*object.record);
+    // A record of one shard names one object: it comes once without a look.
+    if (object.record->shards.size() == 1 || seen.insert(object.record.get()).second) {
+      out.push_back(*object.record);
+    }
   }
   if (!orphans.empty()) {
     st.drop_all(orphans, false);
