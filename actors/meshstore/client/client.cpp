@@ -17,6 +17,7 @@
 #include "meshstore/client/remove.hpp"
 #include "meshstore/client/stream.hpp"
 #include "meshstore/internal/cuda_copy.hpp"
+#include "meshstore/internal/deadlines.hpp"
 
 namespace meshstore::client {
 namespace {
@@ -181,27 +182,15 @@ void expire_parked(client_pointer self);
 void arm_park_timer(client_pointer self) {
   auto& st = self->state;
   if (st.park_timer || st.parked.empty()) return;
-  auto first = std::min_element(st.parked.begin(), st.parked.end(),
-                                [](const ClientState::Parked& a, const ClientState::Parked& b) {
-                                  return a.deadline < b.deadline;
-                                });
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      first->deadline - std::chrono::steady_clock::now());
   st.park_timer = true;
-  self->delayed_send(self, std::max(left, std::chrono::milliseconds(1)), protocol::run_atom::value,
+  self->delayed_send(self, internal::until_first(st.parked), protocol::run_atom::value,
                      internal::Closure{[self] { expire_parked(self); }});
 }
 
 void expire_parked(client_pointer self) {
   auto& st = self->state;
   st.park_timer = false;
-  const auto now = std::chrono::steady_clock::now();
-  auto over = std::stable_partition(st.parked.begin(), st.parked.end(),
-                                    [&](const ClientState::Parked& p) { return p.deadline > now; });
-  std::vector<ClientState::Parked> failed(std::make_move_iterator(over),
-                                          std::make_move_iterator(st.parked.end()));
-  st.parked.erase(over, st.parked.end());
-  for (auto& p : failed) {
+  for (auto& p : internal::take_due(st.parked, std::chrono::steady_clock::now())) {
     p.fail(Status(Errc::unavailable, st.control_down +
                                          "; a failover is in progress, and the store was not back "
                                          "within the request timeout (" +
@@ -229,9 +218,10 @@ bool held_back(client_pointer self, Call& call, Handle handle) {
   auto parked = std::make_shared<Call>(std::move(call));
   // Until the request timeout after the death, not after the call: a
   // caller's next call does not wait that long again.
-  st.parked.push_back(ClientState::Parked{st.control_down_at + st.cfg.request_timeout,
-                                          [self, parked, handle] { handle(self, *parked); },
-                                          [promise](const Status& s) { promise->set_error(s); }});
+  st.parked.push_back(
+      ClientState::Parked{st.control_down_at + st.cfg.request_timeout,
+                          [self, parked, handle] { handle(self, std::move(*parked)); },
+                          [promise](const Status& s) { promise->set_error(s); }});
   arm_park_timer(self);
   return true;
 }
@@ -265,10 +255,6 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
   take_control(self, std::move(controller), std::move(strategy));
   // Once the controller or strategy is gone, calls wait for the store to
   // be back (held_back).
-  auto get = [](client_pointer me, GetCall& c) { handle_get(me, std::move(c)); };
-  auto stream = [](client_pointer me, StreamCall& c) { handle_stream(me, std::move(c)); };
-  auto remove = [](client_pointer me, RemoveCall& c) { handle_remove(me, std::move(c)); };
-  auto stat = [](client_pointer me, StatCall& c) { handle_stat(me, std::move(c)); };
   return {
       [=](protocol::run_atom, internal::Closure& c) { c.fn(); },
       [=](protocol::placement_final_atom) { self->state.placement_final = true; },
@@ -279,47 +265,34 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
         volume_gone(self, id, reason);
       },
       [=](protocol::store_stream_atom, StreamCall& call) {
-        if (!held_back(self, call, stream)) handle_stream(self, std::move(call));
+        if (!held_back(self, call, handle_stream)) handle_stream(self, std::move(call));
       },
       [=](protocol::stream_event_atom, const std::string& key,
           const std::vector<std::uint64_t>& filled, std::uint32_t end,
           const std::string& why) { stream_event(self, key, filled, end, why); },
       [=](protocol::store_get_atom, GetCall& call) {
-        if (!held_back(self, call, get)) handle_get(self, std::move(call));
+        if (!held_back(self, call, handle_get)) handle_get(self, std::move(call));
       },
       [=](protocol::store_keys_atom, KeysCall& call) {
-        if (!held_back(self, call, [](client_pointer me, KeysCall& c) { handle_keys(me, c); })) {
-          handle_keys(self, call);
-        }
+        if (!held_back(self, call, handle_keys)) handle_keys(self, call);
       },
       [=](protocol::store_list_atom, ListCall& call) {
-        if (!held_back(self, call, [](client_pointer me, ListCall& c) { handle_list(me, c); })) {
-          handle_list(self, call);
-        }
+        if (!held_back(self, call, handle_list)) handle_list(self, call);
       },
       [=](protocol::store_latest_atom, LatestCall& call) {
-        if (!held_back(self, call,
-                       [](client_pointer me, LatestCall& c) { handle_latest(me, c); })) {
-          handle_latest(self, call);
-        }
+        if (!held_back(self, call, handle_latest)) handle_latest(self, call);
       },
       [=](protocol::store_exists_atom, ExistsCall& call) {
-        if (!held_back(self, call,
-                       [](client_pointer me, ExistsCall& c) { handle_exists(me, c); })) {
-          handle_exists(self, call);
-        }
+        if (!held_back(self, call, handle_exists)) handle_exists(self, call);
       },
       [=](protocol::store_remove_atom, RemoveCall& call) {
-        if (!held_back(self, call, remove)) handle_remove(self, std::move(call));
+        if (!held_back(self, call, handle_remove)) handle_remove(self, std::move(call));
       },
       [=](protocol::store_counters_atom, CountersCall& call) {
-        if (!held_back(self, call,
-                       [](client_pointer me, CountersCall& c) { handle_counters(me, c); })) {
-          handle_counters(self, call);
-        }
+        if (!held_back(self, call, handle_counters)) handle_counters(self, call);
       },
       [=](protocol::store_stat_atom, StatCall& call) {
-        if (!held_back(self, call, stat)) handle_stat(self, std::move(call));
+        if (!held_back(self, call, handle_stat)) handle_stat(self, std::move(call));
       },
   };
 }

@@ -13,6 +13,7 @@
 // "The controller's loss".
 #include <algorithm>
 
+#include "meshstore/internal/deadlines.hpp"
 #include "meshstore/volume/state.hpp"
 
 namespace meshstore::volume {
@@ -25,13 +26,8 @@ using Placed = protocol::fast_get::CommitDone::Placed;
 void arm_timer(volume_pointer self) {
   auto& st = self->state;
   if (st.wait_timer || st.held_commits.empty()) return;
-  auto first = std::min_element(
-      st.held_commits.begin(), st.held_commits.end(),
-      [](const HeldCommit& a, const HeldCommit& b) { return a.deadline < b.deadline; });
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      first->deadline - std::chrono::steady_clock::now());
   st.wait_timer = true;
-  self->delayed_send(self, std::max(left, std::chrono::milliseconds(1)),
+  self->delayed_send(self, internal::until_first(st.held_commits),
                      protocol::commits_wait_atom::value, false);
 }
 
@@ -133,13 +129,7 @@ void resume_held(volume_pointer self) {
 void expire_held(volume_pointer self) {
   auto& st = self->state;
   st.wait_timer = false;
-  const auto now = std::chrono::steady_clock::now();
-  auto over = std::stable_partition(st.held_commits.begin(), st.held_commits.end(),
-                                    [&](const HeldCommit& h) { return h.deadline > now; });
-  std::vector<HeldCommit> failed(std::make_move_iterator(over),
-                                 std::make_move_iterator(st.held_commits.end()));
-  st.held_commits.erase(over, st.held_commits.end());
-  for (auto& h : failed) {
+  for (auto& h : internal::take_due(st.held_commits, std::chrono::steady_clock::now())) {
     // Its objects stay staged with their client, as after any refusal.
     (*h.job.done)(
         Status(Errc::unavailable, "volume '" + st.config.volume_id +

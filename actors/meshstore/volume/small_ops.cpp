@@ -416,9 +416,9 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
                       : protocol::fast_get::encode_error(r.status()));
       });
   pending_->add(owed);
-  // Checked once owed (unless a new controller is awaited: the actor holds
-  // it): a controller_gone() before add() found nothing to answer, and this put would wait for a
-  // commit the dead controller never answers (a request to a dead remote actor only times out).
+  // Checked once owed: a controller_gone() before add() found nothing to
+  // answer, and the dead controller never would (unless a new one is
+  // awaited: the actor holds the commit for it).
   if (!await_controller_.load() && controller_down(controller)) {
     return pending_->settle(owed, controller_down_reply());
   }
