@@ -56,21 +56,24 @@ const char* wait_for_stop(const sigset_t& stop) {
 int cmd_serve(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args(
-          "serve", argc, argv,
-          with_tls({"host", "port", "strategy", "volumes", "capacity", "encrypt-tcp", "log-level"}),
-          args, rc)) {
+  if (!parse_args("serve", argc, argv,
+                  with_tls({"host", "port", "strategy", "volumes", "replicas", "capacity",
+                            "encrypt-tcp", "log-level"}),
+                  args, rc)) {
     return rc;
   }
   if (!args.positional.empty())
     return usage_error("serve", "unexpected argument '" + args.positional[0] + "'");
-  long long port = 0, volumes = 0, capacity = 0;
+  long long port = 0, volumes = 0, replicas = 0, capacity = 0;
   if (!parse_number(args.get("port", std::to_string(meshstore::kDefaultStorePort)), 0, 65535,
                     port)) {
     return usage_error("serve", "--port wants a number in [0, 65535]");
   }
   if (!parse_number(args.get("volumes", "1"), 1, 1024, volumes)) {
     return usage_error("serve", "--volumes wants a number in [1, 1024]");
+  }
+  if (!parse_number(args.get("replicas", "1"), 1, 16, replicas)) {
+    return usage_error("serve", "--replicas wants a number in [1, 16]");
   }
   if (!parse_number(args.get("capacity", "0"), 0, 1LL << 62, capacity)) {
     return usage_error("serve", "--capacity wants a byte count (0 = unlimited)");
@@ -86,6 +89,7 @@ int cmd_serve(int argc, char** argv) {
   o.listen = args.get("host", "127.0.0.1") + ":" + std::to_string(port);
   o.placement.strategy = args.get("strategy", "singleton");
   o.placement.num_volumes = static_cast<int>(volumes);
+  o.placement.replicas = static_cast<int>(replicas);
   o.limits.volume_capacity_bytes = static_cast<std::uint64_t>(capacity);
   o.log_level = args.get("log-level", "");
   o.placement.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
@@ -284,7 +288,7 @@ void print_help(std::FILE* out) {
                "\n"
                "commands:\n"
                "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
-               "        [--capacity BYTES] [--encrypt-tcp off] [--log-level warn]\n"
+               "        [--replicas 1] [--capacity BYTES] [--encrypt-tcp off] [--log-level warn]\n"
                "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C\n"
                "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
                "            run a host agent: starts and stops worker processes for controllers\n"

@@ -66,6 +66,19 @@ struct StorePlacement {
   /// Volumes the server hosts under "controller_colocated" (1 to 1024);
   /// the other strategies place their volumes themselves.
   int num_volumes = 1;
+  /// Volumes that keep each key put whole (1 to 16; docs/reliability.md,
+  /// "Copies"): before such a put commits, the controller has that many
+  /// minus one other volumes copy its object, on hosts other than the
+  /// writer's first; a read takes any copy and falls over to another when
+  /// one's volume dies, and the copies a dead volume took are made again
+  /// in the background. Fewer volumes than this keep what they can. Sharded
+  /// keys keep the replicas their placement gives. Set where the store's
+  /// controller runs (Store::embedded, meshstore serve --replicas).
+  int replicas = 1;
+  /// The share of the time, in (0, 1], that making copies again after a
+  /// volume died may take: after each copy the controller pauses so long
+  /// that copying takes at most this share of the time.
+  double repair_share = 0.25;
   /// This process's rank (what the strategy sees).
   int rank = 0;
   /// This process's rank on its host; -1 when it is not a rank (a

@@ -89,6 +89,10 @@ struct PutOptions {
   std::optional<Placement> placement;
   Shape global_shape;     ///< with `placement`: the key's global shape
   std::int64_t rank = 0;  ///< with `placement`: the putting rank
+  /// Volumes that keep this key (1 to 16; 0: the store's
+  /// placement.replicas): the put commits once every copy is written.
+  /// Copies are of keys put whole: not with `slice` or `placement`.
+  std::uint32_t replicas = 0;
 
   /// Shorthands: put(key, shard, PutOptions::box(s)), put(key, shard,
   /// PutOptions::shard(global_shape, placement, rank)).
@@ -115,7 +119,8 @@ struct KeyInfo {
   Shape shape;
   std::uint64_t nbytes = 0;
   std::uint64_t version = 0;  ///< store-wide commit sequence number of its current value
-  std::size_t shards = 0;
+  std::size_t shards = 0;     ///< boxes it is stored in (1: whole)
+  std::size_t copies = 1;     ///< volumes keeping a whole key (placement.replicas)
 };
 
 /// A byte object with its format, as get_stored_object() answers it.

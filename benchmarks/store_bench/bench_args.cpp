@@ -9,17 +9,18 @@
 namespace meshstore::bench {
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "store_bench: %s\n"
-               "usage: store_bench [--scenario "
-               "single|small|weight-sync|reshard|safetensors-load|python|soak|control|failover]\n"
-               "                   [--transport shm|tcp|rpc] [--tcp-streams N] [--encrypt-tcp]\n"
-               "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
-               "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
-               "[--smoke]\n"
-               "                   [--peer-netns NS --peer-host ADDR]  (small: the peer and "
-               "Redis in network namespace NS at ADDR)\n",
-               why);
+  std::fprintf(
+      stderr,
+      "store_bench: %s\n"
+      "usage: store_bench [--scenario "
+      "single|small|weight-sync|reshard|safetensors-load|python|soak|control|failover|replicas]\n"
+      "                   [--transport shm|tcp|rpc] [--tcp-streams N] [--encrypt-tcp]\n"
+      "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
+      "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
+      "[--smoke]\n"
+      "                   [--peer-netns NS --peer-host ADDR]  (small: the peer and "
+      "Redis in network namespace NS at ADDR)\n",
+      why);
   std::exit(2);
 }
 
@@ -105,7 +106,8 @@ Args parse(int argc, char** argv) {
   }
   if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync" &&
       a.scenario != "reshard" && a.scenario != "safetensors-load" && a.scenario != "python" &&
-      a.scenario != "soak" && a.scenario != "control" && a.scenario != "failover")
+      a.scenario != "soak" && a.scenario != "control" && a.scenario != "failover" &&
+      a.scenario != "replicas")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
   if (a.seconds < 0) usage("--seconds must be positive");

@@ -31,6 +31,7 @@
 //       a call, time exists and get as the index grows, read the peer's
 //       memory per key, then connect --clients clients at once.
 //   store_bench --scenario failover [--keys 1000000] [--iters 10] [--json]
+//   store_bench --scenario replicas [--bytes 1073741824] [--iters 5] [--json]
 //       kill -9 of `meshstore serve`, started again at its port, to the
 //       first read, with 10k, 100k and 1M keys on this process's volume.
 //   --processes 1     everything in one process (an embedded store)
@@ -127,6 +128,8 @@ int run(int argc, char** argv) {
     run_control(w);
     w.scenario = "failover";
     run_failover(w);
+    w.scenario = "replicas";
+    run_replicas(w);
     return 0;
   }
   if (a.scenario == "single")
@@ -143,6 +146,8 @@ int run(int argc, char** argv) {
     run_control(a);
   else if (a.scenario == "failover")
     run_failover(a);
+  else if (a.scenario == "replicas")
+    run_replicas(a);
   else
     run_weight_sync(a);
   return 0;

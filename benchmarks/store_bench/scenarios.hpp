@@ -42,6 +42,10 @@ void run_control(const Args& a);
 /// the rebuild rate, and the volume process's memory per key.
 void run_failover(const Args& a);
 
+/// --scenario replicas: put throughput keeping two copies of each key
+/// against one (a 1 GiB tensor, 1,000 x 4 KiB), in one run.
+void run_replicas(const Args& a);
+
 /// --scenario soak: a publisher and readers killed and restarted at random
 /// for --seconds; memory and /dev/shm over time, every version checked.
 void run_soak(const Args& a);

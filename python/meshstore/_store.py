@@ -270,20 +270,28 @@ class Store:
 
     # -- tensors and objects -----------------------------------------------
 
-    def put(self, key, value, slice=None):  # noqa: A002 (torchstore's name)
+    def put(self, key, value, slice=None, replicas=None):  # noqa: A002 (torchstore's name)
         """Stores `value` under `key`: a tensor (anything with __dlpack__) is
         copied in; bytes and str are stored as themselves; any other object
         is pickled (by cloudpickle where pickle cannot: a class defined in
         a function). With `slice` (a TensorSlice), `value` is that box of a
-        sharded tensor: the key appears once the shards cover it."""
+        sharded tensor: the key appears once the shards cover it. With
+        `replicas` (1 to 16), a tensor put whole is kept on that many
+        volumes instead of the store's `replicas`."""
         _key(key, "put")
+        if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool)):
+            raise TypeError(f"put '{key}': replicas must be an int, got {type(replicas).__name__}")
         if is_tensor(value):
             src, as_bool = export(value, f"put '{key}'")
             if slice is not None:
+                if replicas is not None:
+                    raise ValueError(f"put '{key}': replicas are of keys put whole, not of a slice")
                 return Future(self._s.put_shard(key, src, as_bool, *slice._args()))
-            return Future(self._s.put(key, src, as_bool))
+            return Future(self._s.put(key, src, as_bool, -1 if replicas is None else replicas))
         if slice is not None:
             raise TypeError(f"put '{key}': a slice needs a tensor, got {type(value).__name__}")
+        if replicas is not None:
+            raise TypeError(f"put '{key}': replicas need a tensor, got {type(value).__name__}")
         data, fmt = _encode_object(value)
         return Future(self._s.put_object(key, data, fmt))
 

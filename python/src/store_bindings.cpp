@@ -133,6 +133,7 @@ py::list key_infos_out(const std::vector<KeyInfo>& infos) {
     d["nbytes"] = k.nbytes;
     d["version"] = k.version;
     d["shards"] = k.shards;
+    d["copies"] = k.copies;
     out.append(d);
   }
   return out;
@@ -257,9 +258,16 @@ void bind_store_lifecycle(py::class_<PyStore>& cls) {
 // Puts: tensors, shards, batches, objects.
 void bind_store_puts(py::class_<PyStore>& cls) {
   cls.def("put",
-          [](PyStore& self, std::string key, py::object src, bool as_bool) {
+          [](PyStore& self, std::string key, py::object src, bool as_bool, int replicas) {
             auto in = import_tensor(src, as_bool, false, "put '" + key + "'");
-            auto fut = released([&] { return self.s().put(key, in.view); });
+            PutOptions o;  // replicas -1: the store's
+            if (replicas == 0 || replicas < -1) {
+              raise_status(Status(Errc::invalid_argument,
+                                  "put '" + key + "': replicas must be in [1, 16], got " +
+                                      std::to_string(replicas)));
+            }
+            if (replicas > 0) o.replicas = static_cast<std::uint32_t>(replicas);
+            auto fut = released([&] { return self.s().put(key, in.view, o); });
             return wrap_void(std::move(fut), {in.owner});
           })
       .def("put_shard",

@@ -32,6 +32,10 @@ StoreOptions store_options(const py::dict& kw) {
     try {
       if (name == "num_volumes")
         o.placement.num_volumes = v.cast<int>();
+      else if (name == "replicas")
+        o.placement.replicas = v.cast<int>();
+      else if (name == "repair_share")
+        o.placement.repair_share = v.cast<double>();
       else if (name == "volume_capacity_bytes")
         o.limits.volume_capacity_bytes = v.cast<std::uint64_t>();
       else if (name == "strategy")

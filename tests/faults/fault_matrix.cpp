@@ -24,7 +24,10 @@
 // survivors and `gc` for the killed process, no shared memory of any of
 // them is left and every process has exited.
 //
-// Roles a cell kills: volume (volume0), client (the reader), writer (the
+// Roles a cell kills: volume (volume0), volume+copies (volume0, in a store
+// keeping each key put whole on both volumes, placement.replicas 2: the
+// reader goes on reading what was committed, from volume1, except a
+// sharded state dict, which is not copied), client (the reader), writer (the
 // phase's writer: for "stream" the stream's writer), controller (serve),
 // failover (serve, started again at once at the same address: the
 // survivors reconnect, the new controller rebuilds its index from the
@@ -85,8 +88,8 @@ constexpr std::chrono::milliseconds kStreamWait = 2s;
 constexpr std::int64_t kElems = 256 * 1024;
 constexpr int kTensors = 4;
 
-const std::vector<std::string> kRoles = {"volume",     "client",   "writer",
-                                         "controller", "failover", "failover+volume"};
+const std::vector<std::string> kRoles = {"volume",     "volume+copies", "client",         "writer",
+                                         "controller", "failover",      "failover+volume"};
 const std::vector<std::string> kPhases = {"idle",   "put",     "get",       "publish",
                                           "stream", "sharded", "checkpoint"};
 
@@ -362,6 +365,7 @@ int run_host(const std::string& role, int argc, char** argv) {
   if (role == "serve") {
     meshstore::StoreOptions o;
     o.listen = argc >= 3 ? argv[2] : "127.0.0.1:0";
+    o.placement.replicas = argc >= 4 ? std::atoi(argv[3]) : 1;
     o.placement.strategy = "per_local_rank";
     o.placement.local_rank = -1;
     store = Store::embedded(o);
@@ -612,7 +616,11 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   cell.phase = phase;
   char tmpl[] = "/tmp/meshstore-faults-XXXXXX";
   const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
-  auto serve = std::make_unique<Child>(std::vector<std::string>{self, "serve"});
+  // volume+copies: the store keeps each key put whole on both volumes.
+  const bool copies = role == "volume+copies";
+  auto serve =
+      std::make_unique<Child>(copies ? std::vector<std::string>{self, "serve", "127.0.0.1:0", "2"}
+                                     : std::vector<std::string>{self, "serve"});
   if (!serve->wait_for_output("address ", 30s) || !serve->wait_for_output("\n", 5s)) {
     cell.pass = false;
     cell.notes = "the store did not start: " + serve->output();
@@ -649,10 +657,10 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
     return cell;
   }
   std::vector<pid_t> pids = {serve->pid(), vol0->pid(), vol1->pid(), writer->pid(), reader->pid()};
-  Child* victim = role == "volume"   ? vol0.get()
-                  : role == "client" ? reader.get()
-                  : role == "writer" ? writer.get()
-                                     : serve.get();
+  Child* victim = role == "volume" || copies ? vol0.get()
+                  : role == "client"         ? reader.get()
+                  : role == "writer"         ? writer.get()
+                                             : serve.get();
   const bool with_volume = role == "failover+volume";
   Child* also = with_volume ? vol0.get() : nullptr;  // killed with the victim
   const bool failover = role == "failover" || with_volume;
@@ -685,26 +693,32 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   // Both died: an error may name either.
   std::vector<std::string> names_both = names_volume;
   names_both.insert(names_both.end(), names_store.begin(), names_store.end());
+  // With copies, what was committed before the kill stays readable: the
+  // reader goes on (a stream reader reads the last committed version from
+  // its copy; a read in flight at volume0 may fail naming it), except for
+  // what is not copied (a sharded state dict).
+  const bool copied_reads = copies && phase != "sharded";
   if (victim != writer.get()) {
-    const bool goes_on = role == "client" || (failover && !with_volume);
+    const bool goes_on =
+        role == "client" || (failover && !with_volume) || (copies && phase == "get");
     cell.writer = watch_survivor(*writer, killed_at, dead_at, w_off,
-                                 role == "volume" ? names_volume
-                                 : with_volume    ? names_both
-                                                  : names_store,
+                                 role == "volume" || copies ? names_volume
+                                 : with_volume              ? names_both
+                                                            : names_store,
                                  goes_on, idle, cell);
   } else {
     cell.writer = "killed";
   }
   if (victim != reader.get()) {
     const bool files = phase == "checkpoint";
-    const bool goes_on = role == "writer" || files || (failover && !with_volume);
+    const bool goes_on = role == "writer" || files || (failover && !with_volume) || copied_reads;
     // A stream reader waiting for the next write when the volume dies (not
     // reading from it) learns nothing is written any more at its deadline.
-    auto names_for_reader = role == "writer"   ? names_writer
-                            : role == "volume" ? names_volume
-                            : with_volume      ? names_both
-                                               : names_store;
-    if ((role == "volume" || with_volume) && phase == "stream") {
+    auto names_for_reader = role == "writer"             ? names_writer
+                            : role == "volume" || copies ? names_volume
+                            : with_volume                ? names_both
+                                                         : names_store;
+    if ((role == "volume" || with_volume || copies) && phase == "stream") {
       names_for_reader.push_back("nothing was written within");
     }
     cell.reader =

@@ -1,7 +1,8 @@
 // The linearizability check (docs/reliability.md): the checker on histories
 // whose verdict is known, then concurrent clients putting, reading and
 // removing a few keys while the store's server is killed and started again
-// at its address; every key's history must be linearizable.
+// at its address, and while volumes keeping copies of the keys are killed;
+// every key's history must be linearizable.
 #include "faults/linearizability.hpp"
 
 #include <algorithm>
@@ -95,6 +96,7 @@ TEST(LinearizabilityChecker, ManyConcurrentOperationsStayCheapWithMemoisation) {
 // -- the store under failover ----------------------------------------------
 
 const std::string kTool = MESHSTORE_TOOL_PATH;
+const std::string kPeer = MESHSTORE_TEST_PEER_PATH;
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -104,14 +106,22 @@ std::int64_t now_ns() {
 
 // One client's loop: random puts (values unique to it), gets and removes
 // on `keys` until `stop`, each recorded with its call and return times.
+// After a write that failed it only reads for 20 calls: a write whose
+// outcome is unknown may be placed anywhere after its call, and many of
+// them (a client whose volume is dead) make the check search long.
 void client_loop(Store& store, int client, const std::vector<std::string>& keys,
                  const std::atomic<bool>& stop, std::mutex& mu,
                  std::map<std::string, std::vector<RegisterOp>>& history) {
   std::mt19937 gen(static_cast<unsigned>(client) * 7919u + 1);
   std::int32_t seq = 0;
+  int reads_only = 0;
   while (!stop.load()) {
     const std::string& key = keys[gen() % keys.size()];
-    const unsigned dice = gen() % 20;
+    unsigned dice = gen() % 20;
+    if (reads_only > 0) {
+      --reads_only;
+      dice = 9;  // a get
+    }
     RegisterOp op;
     op.client = client;
     op.call = now_ns();
@@ -138,22 +148,105 @@ void client_loop(Store& store, int client, const std::vector<std::string>& keys,
                    : s.status().code() == Errc::not_found ? Outcome::absent
                                                           : Outcome::unknown;
     }
+    if (op.outcome == Outcome::unknown) reads_only = 20;
     op.ret = op.outcome == Outcome::unknown ? RegisterOp::kNever : now_ns();
     std::lock_guard<std::mutex> lock(mu);
     history[key].push_back(op);
   }
 }
 
+// Clients on three keys, each history recorded, checked once they stop.
+class Clients {
+ public:
+  // Four clients, two on each store.
+  Clients(Store& a, Store& b) {
+    for (int c = 0; c < 4; ++c) {
+      clients_.emplace_back(
+          [this, c, &a, &b] { client_loop(c % 2 ? b : a, c, keys_, stop_, mu_, history_); });
+    }
+  }
+  ~Clients() { stop(); }
+
+  const std::vector<std::string>& keys() const { return keys_; }
+
+  // Whether the clients made `n` more calls (bounded: 30 s).
+  bool more_calls(std::size_t n = 300) {
+    const auto before = ops();
+    return eventually([&] { return ops() >= before + n; }, 30s);
+  }
+  // A process is killed now (a call in flight across it is counted).
+  void kill_at_now() { kills_.push_back(now_ns()); }
+
+  // Stops the clients and checks every key's history.
+  void stop_and_check() {
+    stop();
+    std::size_t states = 0, across = 0, failed = 0;
+    for (const auto& [key, h] : history_) {
+      std::string why;
+      std::size_t n = 0;
+      EXPECT_TRUE(linearizable(h, &why, &n)) << key << ": " << h.size() << " operations: " << why;
+      states += n;
+      for (const auto& op : h) {
+        failed += op.outcome == Outcome::unknown;
+        for (auto k : kills_) across += op.call <= k && op.ret > k;
+      }
+    }
+    std::printf(
+        "linearizability: %zu operations on %zu keys (%zu across a kill, %zu failed), %zu "
+        "configurations searched\n",
+        ops(), history_.size(), across, failed, states);
+  }
+
+ private:
+  std::size_t ops() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t n = 0;
+    for (const auto& [k, h] : history_) n += h.size();
+    return n;
+  }
+  void stop() {
+    stop_ = true;
+    for (auto& t : clients_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  const std::vector<std::string> keys_ = {"lin/a", "lin/b", "lin/c"};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<std::string, std::vector<RegisterOp>> history_;
+  std::vector<std::int64_t> kills_;
+  std::vector<std::thread> clients_;
+};
+
+// `meshstore serve` at `port` ("0": any) with `extra` arguments; empty
+// when it did not start (the test fails with its output).
+std::unique_ptr<Child> serve(const std::string& port, const std::vector<std::string>& extra,
+                             std::string* address) {
+  std::vector<std::string> argv{kTool, "serve", "--port", port, "--strategy", "per_local_rank"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto server = std::make_unique<Child>(argv);
+  *address = served_address(*server, 60s);
+  EXPECT_FALSE(address->empty()) << server->output();
+  return address->empty() ? nullptr : std::move(server);
+}
+
+// Kills `child` with SIGKILL and frees the shared memory it held.
+void kill_hard(Child& child) {
+  child.signal(SIGKILL);
+  ASSERT_TRUE(child.wait(10s));
+  transports::shm::garbage_collect(false, child.pid());
+}
+
 // Four clients in two stores (one hosting the volume every key lives on,
 // one hosting none) on three keys; the server is killed with SIGKILL and
 // started again at its port twice (MESHSTORE_LINEARIZABILITY_FAILOVERS=N:
-// N times), each after 300 more calls. Volumes are not killed: without
-// replicas a volume's death loses its keys by design.
+// N times), each after 300 more calls. Volumes are not killed here (the
+// next test kills them, with copies).
 TEST(Linearizability, PutGetAndRemoveStayLinearizableThroughFailovers) {
-  auto server = std::make_unique<Child>(
-      std::vector<std::string>{kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
-  const std::string address = served_address(*server, 60s);
-  ASSERT_FALSE(address.empty()) << server->output();
+  std::string address;
+  auto server = serve("0", {}, &address);
+  ASSERT_TRUE(server);
   const std::string port = address.substr(address.rfind(':') + 1);
   StoreOptions o;
   o.limits.request_timeout = 10s;
@@ -161,64 +254,80 @@ TEST(Linearizability, PutGetAndRemoveStayLinearizableThroughFailovers) {
   auto holder = Store::connect(address, o).value();
   o.placement.host_volumes = false;
   auto other = Store::connect(address, o).value();
-
-  const std::vector<std::string> keys = {"lin/a", "lin/b", "lin/c"};
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::map<std::string, std::vector<RegisterOp>> history;
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 4; ++c) {
-    clients.emplace_back(
-        [&, c] { client_loop(c % 2 ? other : holder, c, keys, stop, mu, history); });
-  }
-  auto ops = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    std::size_t n = 0;
-    for (const auto& [k, h] : history) n += h.size();
-    return n;
-  };
+  Clients run(holder, other);
   // Two failovers in CI; MESHSTORE_LINEARIZABILITY_FAILOVERS asks for more
   // (the long form).
   int failovers = 2;
   if (const char* e = std::getenv("MESHSTORE_LINEARIZABILITY_FAILOVERS")) {
     failovers = std::max(1, std::min(1000, std::atoi(e)));
   }
-  std::vector<std::int64_t> kills;
   for (int failover = 0; failover < failovers; ++failover) {
-    // Bounded: some calls between two kills.
-    const auto before = ops();
-    ASSERT_TRUE(eventually([&] { return ops() >= before + 300; }, 30s)) << "no progress";
-    kills.push_back(now_ns());
-    server->signal(SIGKILL);
-    ASSERT_TRUE(server->wait(10s));
-    transports::shm::garbage_collect(false, server->pid());
-    server = std::make_unique<Child>(
-        std::vector<std::string>{kTool, "serve", "--port", port, "--strategy", "per_local_rank"});
-    ASSERT_FALSE(served_address(*server, 60s).empty()) << server->output();
+    ASSERT_TRUE(run.more_calls()) << "no progress";
+    run.kill_at_now();
+    kill_hard(*server);
+    server = serve(port, {}, &address);
+    ASSERT_TRUE(server);
   }
-  // Calls go on after the last failover.
-  const auto before = ops();
-  ASSERT_TRUE(eventually([&] { return ops() >= before + 300; }, 30s)) << "no progress";
-  stop = true;
-  for (auto& t : clients) t.join();
-
-  std::size_t states = 0, across = 0, failed = 0;
-  for (const auto& [key, h] : history) {
-    std::string why;
-    std::size_t n = 0;
-    EXPECT_TRUE(linearizable(h, &why, &n)) << key << ": " << h.size() << " operations: " << why;
-    states += n;
-    for (const auto& op : h) {
-      failed += op.outcome == Outcome::unknown;
-      for (auto k : kills) across += op.call <= k && op.ret > k;
-    }
-  }
-  std::printf(
-      "linearizability: %zu operations on %zu keys (%zu across a kill, %zu failed), %zu "
-      "configurations searched\n",
-      ops(), history.size(), across, failed, states);
+  ASSERT_TRUE(run.more_calls()) << "no progress";  // calls go on after the last failover
+  run.stop_and_check();
   holder.close();
   other.close();
+}
+
+// Two copies of each key (serve --replicas 2) on the volumes of three peer
+// processes (local ranks 1 to 3); four clients in two stores hosting no
+// volume, placed on the volumes of local ranks 1 and 2. After 300 calls
+// each, the volume of rank 3 (copies only), then rank 1's (one store's
+// writes), then the server are killed with SIGKILL and started again.
+// Before a volume is killed every key has its two copies (the controller
+// made them again after the last kill), so no committed key may be lost.
+TEST(Linearizability, PutGetAndRemoveStayLinearizableThroughVolumeKillsWithCopies) {
+  std::string address;
+  const std::vector<std::string> copies{"--replicas", "2"};
+  auto server = serve("0", copies, &address);
+  ASSERT_TRUE(server);
+  const std::string port = address.substr(address.rfind(':') + 1);
+  auto volume = [&](int rank) {
+    auto peer = std::make_unique<Child>(std::vector<std::string>{
+        kPeer, "hold", address, "peer/" + std::to_string(rank), std::to_string(rank)});
+    EXPECT_TRUE(peer->wait_for_output("ready", 60s)) << peer->output();
+    return peer;
+  };
+  std::vector<std::unique_ptr<Child>> volumes;
+  for (int rank = 1; rank <= 3; ++rank) volumes.push_back(volume(rank));
+  StoreOptions o;
+  o.limits.request_timeout = 5s;
+  o.placement.host_volumes = false;
+  o.placement.local_rank = 1;
+  auto first = Store::connect(address, o).value();
+  o.placement.local_rank = 2;
+  auto second = Store::connect(address, o).value();
+  Clients run(first, second);
+  // Every key that is held has both its copies.
+  auto whole = [&] {
+    auto listed = first.list("lin/").get(kWait);
+    if (!listed.ok()) return false;
+    return std::all_of(listed->begin(), listed->end(),
+                       [](const KeyInfo& k) { return k.copies == 2; });
+  };
+  for (int rank : {3, 1}) {
+    ASSERT_TRUE(run.more_calls()) << "no progress";
+    ASSERT_TRUE(eventually(whole, 30s)) << "keys short of copies";
+    run.kill_at_now();
+    kill_hard(*volumes[rank - 1]);
+    ASSERT_TRUE(run.more_calls()) << "no progress with volume " << rank << " dead";
+    volumes[rank - 1] = volume(rank);
+  }
+  ASSERT_TRUE(run.more_calls()) << "no progress";
+  run.kill_at_now();
+  kill_hard(*server);
+  server = serve(port, copies, &address);
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(run.more_calls()) << "no progress after the failover";
+  run.stop_and_check();
+  first.close();
+  second.close();
+  for (auto& v : volumes) kill_hard(*v);
 }
 
 }  // namespace

@@ -228,6 +228,26 @@ def test_encrypted_tcp_moves_tensors_whole():
         assert torch.equal(into, t)
 
 
+def test_replicas_keep_each_key_on_two_volumes():
+    # replicas=2: the put commits with a copy on the other volume.
+    with meshstore.Store.embedded(
+        strategy="controller_colocated", num_volumes=2, replicas=2
+    ) as store:
+        t = torch.randn(512, 512)
+        store.put("kept", t).result()
+        info = store.list("kept").result()[0]
+        assert (info["copies"], info["shards"]) == (2, 1)
+        assert torch.equal(store.get("kept").result().torch(), t)
+        store.put("once", t, replicas=1).result()
+        assert store.list("once").result()[0]["copies"] == 1
+        with pytest.raises(meshstore.InvalidArgumentError, match="replicas must be in"):
+            store.put("bad", t, replicas=0)
+        with pytest.raises(TypeError, match="replicas need a tensor"):
+            store.put("bad", b"bytes", replicas=2)
+    with pytest.raises(meshstore.InvalidArgumentError, match="placement.replicas"):
+        meshstore.Store.embedded(replicas=0)
+
+
 def test_encrypt_tcp_wants_a_bool():
     with pytest.raises(TypeError):
         meshstore.Store.embedded(encrypt_tcp="yes")

@@ -31,6 +31,7 @@ wire::KeyRecord put_record(const PutItem& item, const wire::RegionRef* region,
   r.dtype = item.view.dtype();
   r.shape = item.slice ? item.slice->global_shape() : item.view.shape();
   r.group = group;
+  r.copies = item.copies;
   std::string place;  // for readers on the volume's host (lease-free reads)
   if (region) {
     auto shm = region->described.find("shm");

@@ -91,6 +91,9 @@ struct PutItem {
   std::optional<TensorSlice> slice = std::nullopt;
   /// With `slice`: the copies of this box one version gets (replicas).
   std::uint32_t replicas = 1;
+  /// Volumes that keep a key put whole (KeyRecord::copies; 0: the
+  /// store's default).
+  std::uint32_t copies = 0;
   /// With replicas > 1: content_checksum() of the bytes (0 = none).
   std::uint64_t checksum = 0;
   /// An object's format (kind object only).

@@ -17,6 +17,7 @@
 #include "meshstore/client/fast_path.hpp"
 #include "meshstore/future.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/status.hpp"
@@ -85,8 +86,7 @@ struct ClientState {
   bool home_pending = false;
   // The doors (VolumeInfo::control) of other processes this client has
   // connected to directly, and what waits on one being connected.
-  std::set<std::string> doors;
-  std::unordered_map<std::string, std::vector<std::function<void()>>> door_waiters;
+  internal::DoorsReached doors;
   // Volumes whose fast-path channel is being opened, with whoever waits
   // for it (told whether it opened).
   std::unordered_map<std::string, std::vector<std::function<void(Status)>>> channel_waiters;

@@ -235,35 +235,9 @@ void reopen_if_failed(client_pointer self, const VolumeConn& conn) {
 // the outcome: the server still routes when the door cannot be reached.
 void reach_directly(client_pointer self, const wire::VolumeInfo& info,
                     const protocol::storage_volume_actor& handle, std::function<void()> k) {
-  auto& st = self->state;
-  const std::string door = info.control;
-  if (door.empty() || handle.node() == self->node() || st.doors.count(door)) return k();
-  auto& waiters = st.door_waiters[door];
-  waiters.push_back(std::move(k));
-  if (waiters.size() > 1) return;  // being connected
-  auto done = [self, door] {
-    self->state.doors.insert(door);
-    auto ks = std::move(self->state.door_waiters[door]);
-    self->state.door_waiters.erase(door);
-    for (auto& f : ks) f();
-  };
-  auto at = internal::parse_address(door);
-  if (!at.ok()) {
-    st.log->warn("volume '{}': its process's door '{}' is malformed: {}", info.volume_id, door,
-                 at.status().to_string());
-    return done();
-  }
-  self->request(internal::connector(self->system()), st.cfg.request_timeout,
-                caf::connect_atom::value, at->host, at->port)
-      .then([done](const caf::node_id&, const caf::strong_actor_ptr&,
-                   const std::set<std::string>&) { done(); },
-            [self, done, door, id = info.volume_id](caf::error& e) {
-              self->state.log->warn(
-                  "volume '{}': cannot connect to its process at {} ({}); its messages go "
-                  "through the store's server",
-                  id, door, self->system().render(e));
-              done();
-            });
+  if (handle.node() == self->node()) return k();
+  internal::reach_door(self, self->state.doors, info.control, self->state.cfg.request_timeout,
+                       "volume '" + info.volume_id + "'", std::move(k));
 }
 
 // Asks the volume for its endpoints and opens the chosen transport.
@@ -365,7 +339,7 @@ void select_home(client_pointer self, std::function<void(const ConnResult&)> fin
             if (s.code() == Errc::unavailable && !self->state.home_lost.empty()) {
               // Not a volume yet to register: this client's own went down.
               return finish(Status(Errc::unavailable,
-                                   "this client's volume " + self->state.home_lost +
+                                   "this client's " + self->state.home_lost +
                                        ", and the store has no other for it: " + s.message()));
             }
             if (s.code() == Errc::unavailable && self->state.placement_final) {

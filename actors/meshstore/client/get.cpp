@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +43,13 @@ struct GetOp {
   client_pointer owner = nullptr;  // the client running it, which holds the pin
   // For strided destinations: the contiguous staging tensor and its target.
   std::vector<std::pair<Tensor, TensorView>> unpack;
+  // Volumes a read of this call failed at (dead, or unreachable): a key
+  // kept as copies is read from another copy the next time, which
+  // `other_copies` says the last records had.
+  std::set<std::string> avoid;
+  std::mutex avoid_mu;
+  bool other_copies = false;
+  bool failed_at_volume = false;  // this attempt: a volume's read failed
 
   // Ends the pin, if any (the controller would end it at its deadline).
   void unpin() {
@@ -150,7 +159,7 @@ Status check_record(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
 bool assembled(const GetOp& op, std::size_t i, const wire::KeyRecord& r) {
   const bool boxed =
       i < op.call.slices.size() && op.call.slices[i] && !op.call.slices[i]->is_full();
-  return boxed || r.shards.size() != 1 || !r.shards.front().slice.is_full();
+  return boxed || (r.shards.size() != 1 && !r.copied()) || !r.shards.front().slice.is_full();
 }
 
 void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
@@ -165,6 +174,14 @@ void finish_get(client_pointer self, const std::shared_ptr<GetOp>& op, const Res
       for (const auto& k : op->call.keys) st.locations->erase(k);
       op->use_cache = false;
       op->pin_next = true;
+      return start_get(self, op);
+    }
+    // A volume failed: read another copy, or (a location from the cache)
+    // ask the controller where the key is now, once.
+    if (!op->stale && op->failed_at_volume && (op->other_copies || op->use_cache) &&
+        op->attempt < st.cfg.max_read_attempts) {
+      for (const auto& k : op->call.keys) st.locations->erase(k);
+      op->use_cache = false;
       return start_get(self, op);
     }
     if (op->stale) {
@@ -197,6 +214,21 @@ void locate_pinned(client_pointer self, const std::shared_ptr<GetOp>& op,
 
 void start_get(client_pointer self, const std::shared_ptr<GetOp>& op);
 
+// The shards of `rec` in the order a read prefers them: those on volumes
+// no read of this call failed at first. Notes whether a key kept as
+// copies has another copy to fall over to.
+std::vector<const wire::ShardRecord*> by_preference(GetOp& op, const wire::KeyRecord& rec) {
+  std::vector<const wire::ShardRecord*> out;
+  for (const auto& s : rec.shards) {
+    if (op.avoid.count(s.volume_id) == 0) out.push_back(&s);
+  }
+  if (rec.copied() && out.size() > 1) op.other_copies = true;
+  for (const auto& s : rec.shards) {
+    if (op.avoid.count(s.volume_id) != 0) out.push_back(&s);
+  }
+  return out;
+}
+
 // The reads of record `i`, stored in shards: each distinct box once
 // (replicas are not read twice), and only those that overlap the box
 // asked for, into the caller's tensor or a new one.
@@ -219,7 +251,8 @@ Status shard_targets(GetOp& op, std::size_t i, const wire::KeyRecord& rec,
     op.out.tensors.push_back(std::move(t).value());
   }
   std::vector<TensorSlice> seen;
-  for (const auto& shard : rec.shards) {
+  for (const auto* at : by_preference(op, rec)) {
+    const auto& shard = *at;
     if (std::find(seen.begin(), seen.end(), shard.slice) != seen.end()) continue;
     seen.push_back(shard.slice);
     auto both = shard.slice.intersect(want);
@@ -239,7 +272,7 @@ Status shard_targets(GetOp& op, std::size_t i, const wire::KeyRecord& rec,
 // bucket's scatter), a new tensor, the object's bytes, or a view.
 Status object_target(GetOp& op, std::size_t i, const wire::KeyRecord& rec, const Scatter* scatter,
                      std::map<std::string, std::vector<ReadTarget>>& by_volume) {
-  const auto& shard = rec.shards.front();
+  const auto& shard = *by_preference(op, rec).front();
   std::byte* dst = nullptr;
   if (op.call.mode == GetMode::object) {
     try {
@@ -287,6 +320,24 @@ Status object_target(GetOp& op, std::size_t i, const wire::KeyRecord& rec, const
   }
   by_volume[shard.volume_id].push_back(std::move(target));
   return Status();
+}
+
+// `read` of volume `vid`, which adds `vid` to op->avoid when it fails
+// (written on a transport's thread, read once every read ended).
+Future<void> noting_failure(const std::shared_ptr<GetOp>& op, const std::string& vid,
+                            Future<void> read) {
+  auto done = std::make_shared<Promise<void>>();
+  auto out = done->future();
+  read.on_complete([op, vid, done](const Result<void>& r) {
+    if (r.ok()) return (void)done->set_value();
+    {
+      std::lock_guard<std::mutex> hold(op->avoid_mu);
+      op->avoid.insert(vid);
+      op->failed_at_volume = true;
+    }
+    done->set_error(r.status());
+  });
+  return out;
 }
 
 // Every read `records` ask for, by volume.
@@ -345,6 +396,8 @@ void read_records(client_pointer self, const std::shared_ptr<GetOp>& op,
   op->out.tensors.reserve(records->size());  // view targets point into it
   op->unpack.clear();
   op->stale = false;
+  op->other_copies = false;
+  op->failed_at_volume = false;
   std::map<std::string, std::vector<ReadTarget>> by_volume;
   if (auto s = read_targets(*op, *records, by_volume); !s.ok()) {
     // A failure before the reads start ends the touch it began.
@@ -354,7 +407,8 @@ void read_records(client_pointer self, const std::shared_ptr<GetOp>& op,
   auto stale = std::make_shared<bool>(false);
   std::vector<Future<void>> groups;
   for (auto& [vid, targets] : by_volume) {
-    groups.push_back(read_from_volume(self, vid, std::move(targets), op->pin != 0, stale));
+    auto read = read_from_volume(self, vid, std::move(targets), op->pin != 0, stale);
+    groups.push_back(noting_failure(op, vid, std::move(read)));
   }
   await(self, settle_all(std::move(groups)), [=](const Result<void>& r) {
     op->stale = *stale;

@@ -16,7 +16,9 @@ std::optional<LocationCache::Entry> LocationCache::entry(const std::string& key)
   auto it = map_.find(key);
   if (it == map_.end()) return std::nullopt;
   const auto& r = it->second;
-  if (!r.found() || r.shards.size() != 1 || !r.shards[0].slice.is_full() || !r.pending.empty()) {
+  // A key kept as copies is read from its first copy.
+  if (!r.found() || (r.shards.size() != 1 && !r.copied()) || !r.shards[0].slice.is_full() ||
+      !r.pending.empty()) {
     return std::nullopt;
   }
   const auto& s = r.shards[0];

@@ -9,6 +9,7 @@
 
 #include "meshstore/controller/controller_state.hpp"
 #include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/limits.hpp"
 
 namespace meshstore::controller {
 
@@ -18,9 +19,24 @@ Status validate_record(const ControllerState& st, const wire::KeyRecord& r) {
   const std::string ctx = "notify_put '" + r.key + "'";
   if (r.key.empty()) return Status(Errc::invalid_argument, "notify_put: empty key");
   if (r.shards.empty()) return Status(Errc::invalid_argument, ctx + ": no shards");
+  if (r.copies > protocol::limits::kMaxCopies) {
+    return Status(Errc::invalid_argument, ctx + ": " + std::to_string(r.copies) +
+                                              " copies wanted, at most " +
+                                              std::to_string(protocol::limits::kMaxCopies));
+  }
   const auto elsize = dtype_size(r.dtype);
+  // Copies of the whole key (make_copies) are checked as one shard.
+  const std::size_t distinct = r.copied() ? 1 : r.shards.size();
+  for (std::size_t i = 1; i < r.shards.size() && distinct == 1; ++i) {
+    if (st.volumes.count(r.shards[i].volume_id) == 0) {
+      return unknown_volume(st, ctx, r.shards[i].volume_id);
+    }
+    if (r.shards[i].nbytes != r.shards[0].nbytes) {
+      return Status(Errc::invalid_argument, ctx + ": its copies differ in size");
+    }
+  }
   std::int64_t covered = 0;
-  for (std::size_t i = 0; i < r.shards.size(); ++i) {
+  for (std::size_t i = 0; i < distinct; ++i) {
     const auto& s = r.shards[i];
     if (st.volumes.count(s.volume_id) == 0) return unknown_volume(st, ctx, s.volume_id);
     if (s.slice.global_shape() != r.shape) {
@@ -128,6 +144,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
   stamp_groups(committed);
   send_commits(self, committed);
   send_to_volumes(self, released, Verdict::release);
+  note_thin(self, committed);
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& r : records) streams_committed(self, r.key);
   }

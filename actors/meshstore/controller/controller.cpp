@@ -112,19 +112,18 @@ std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::
   return out;
 }
 
-// A commit from a volume in this actor system (LocalCommit): answered once
-// every other volume flushed; the sender retires what it superseded
-// itself, before the answer.
-caf::result<void> local_commit(controller_pointer self, protocol::LocalCommit& job) {
+// Commits `job` (LocalCommit) and answers it once every other volume
+// flushed; the sender retires what it superseded itself, before the
+// answer. A commit that fails after copies were made for it discards them.
+void finish_local_commit(controller_pointer self, protocol::LocalCommit& job, bool copies_made) {
   auto& st = self->state;
-  if (st.rebuild.active) return caf::skip;  // waits for the index
   st.flush_due.clear();
   if (!job.sharded) st.count(protocol::ControllerCounter::notify_put_batch);
   auto versions = job.sharded ? put_shards(self, job.records, job.group, job.members, job.layout)
                               : commit_batch(self, job.records);
   if (!versions.ok()) {
-    job.done(versions.status());
-    return {};
+    if (copies_made) discard_copies(self, job.records);
+    return job.done(versions.status());
   }
   if (!job.sharded) replace_groups(self, job.records, job.prefixes);
   // The volume that sent it hears of the release only after this
@@ -134,6 +133,22 @@ caf::result<void> local_commit(controller_pointer self, protocol::LocalCommit& j
   if (own != due.end() && job.retire(own->second)) due.erase(own);
   after_flush(self, due, [done = std::move(job.done), v = std::move(versions).value()]() mutable {
     done(std::move(v));
+  });
+}
+
+// A commit from a volume in this actor system (LocalCommit), after the
+// copies its keys want (wants_copies).
+caf::result<void> local_commit(controller_pointer self, protocol::LocalCommit& job) {
+  if (self->state.rebuild.active) return caf::skip;  // waits for the index
+  if (job.sharded || !wants_copies(self->state, job.records)) {
+    finish_local_commit(self, job, false);
+    return {};
+  }
+  auto held = std::make_shared<protocol::LocalCommit>(std::move(job));
+  make_copies(self, held->records, [self, held](Result<std::vector<wire::KeyRecord>> copied) {
+    if (!copied.ok()) return held->done(copied.status());
+    held->records = std::move(copied).value();
+    finish_local_commit(self, *held, true);
   });
   return {};
 }
@@ -223,26 +238,6 @@ caf::result<wire::RemoveReply> remove_batch(controller_pointer self,
   return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
 }
 
-// Commits `records` and replaces the groups of `prefixes` with them; what
-// they supersede is released for reuse (`reuse`) or discarded.
-caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
-                                                const std::vector<wire::KeyRecord>& records,
-                                                const std::vector<std::string>& prefixes,
-                                                bool reuse) {
-  auto& st = self->state;
-  if (st.rebuild.active) return caf::skip;
-  st.flush_due.clear();
-  std::vector<std::uint64_t> versions;
-  if (!records.empty()) {
-    st.count(protocol::ControllerCounter::notify_put_batch);
-    auto committed = commit_batch(self, records);
-    if (!committed.ok()) return to_caf_error(committed.status());
-    versions = std::move(committed).value();
-  }
-  replace_groups(self, records, prefixes, reuse ? Verdict::release : Verdict::discard);
-  return answer_after_flush(self, std::move(versions));
-}
-
 // Volume `id`'s description and handle.
 caf::result<wire::VolumeInfo, protocol::storage_volume_actor> volume_of(const ControllerState& st,
                                                                         const std::string& id) {
@@ -265,6 +260,96 @@ auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
   auto versions = commit();
   if (!versions.ok()) return to_caf_error(versions.status());
   return answer_after_flush(self, answer(std::move(versions).value()));
+}
+
+// A write whose keys want copies (wants_copies): the copies are made
+// first, then `commit` runs on the records naming them, and the answer,
+// what `answer` makes of its versions, goes once the volumes flushed (the
+// sender's own volume excepted, as answer_after_flush). A commit that
+// fails then discards the copies.
+template <class T, class Commit, class Answer>
+caf::result<T> commit_after_copies(controller_pointer self, std::vector<wire::KeyRecord> records,
+                                   Commit commit, Answer answer) {
+  auto rp = self->make_response_promise<T>();
+  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto sender = self->state.volume_by_addr.count(from) ? self->state.volume_by_addr[from] : "";
+  make_copies(
+      self, std::move(records),
+      [self, rp, commit, answer, sender](Result<std::vector<wire::KeyRecord>> copied) mutable {
+        if (!copied.ok()) return (void)rp.deliver(to_caf_error(copied.status()));
+        auto& st = self->state;
+        st.flush_due.clear();
+        auto versions = commit(*copied);
+        if (!versions.ok()) {
+          discard_copies(self, *copied);
+          return (void)rp.deliver(to_caf_error(versions.status()));
+        }
+        auto due = std::exchange(st.flush_due, {});
+        due.erase(sender);
+        after_flush(self, due, [rp, v = answer(std::move(versions).value())]() mutable {
+          rp.deliver(std::move(v));
+        });
+      });
+  return rp;
+}
+
+// Commits one key (after its copies: commit_after_copies), answering its version.
+caf::result<std::uint64_t> notify_put(controller_pointer self, const wire::KeyRecord& r) {
+  auto commit = [self](const std::vector<wire::KeyRecord>& rs) {
+    self->state.count(protocol::ControllerCounter::notify_put);
+    return commit_batch(self, rs);
+  };
+  auto first = [](std::vector<std::uint64_t> v) { return v.front(); };
+  if (self->state.rebuild.active) return caf::skip;
+  if (wants_copies(self->state, {r})) {
+    return commit_after_copies<std::uint64_t>(self, {r}, commit, first);
+  }
+  return commit_and_answer(
+      self, [&] { return commit({r}); }, first);
+}
+
+// Commits a batch of keys as a whole (after their copies).
+caf::result<std::vector<std::uint64_t>> notify_put_batch(
+    controller_pointer self, const std::vector<wire::KeyRecord>& records) {
+  auto commit = [self](const std::vector<wire::KeyRecord>& rs) {
+    self->state.count(protocol::ControllerCounter::notify_put_batch);
+    return commit_batch(self, rs);
+  };
+  auto all = [](std::vector<std::uint64_t> v) { return v; };
+  if (self->state.rebuild.active) return caf::skip;
+  if (wants_copies(self->state, records)) {
+    return commit_after_copies<std::vector<std::uint64_t>>(self, records, commit, all);
+  }
+  return commit_and_answer(
+      self, [&] { return commit(records); }, all);
+}
+
+// Commits `records` and replaces the groups of `prefixes` with them; what
+// they supersede is released for reuse (`reuse`) or discarded.
+caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
+                                                const std::vector<wire::KeyRecord>& records,
+                                                const std::vector<std::string>& prefixes,
+                                                bool reuse) {
+  auto& st = self->state;
+  if (st.rebuild.active) return caf::skip;
+  auto commit = [self, prefixes, reuse](
+                    const std::vector<wire::KeyRecord>& rs) -> Result<std::vector<std::uint64_t>> {
+    std::vector<std::uint64_t> versions;
+    if (!rs.empty()) {
+      self->state.count(protocol::ControllerCounter::notify_put_batch);
+      auto committed = commit_batch(self, rs);
+      if (!committed.ok()) return committed.status();
+      versions = std::move(committed).value();
+    }
+    replace_groups(self, rs, prefixes, reuse ? Verdict::release : Verdict::discard);
+    return versions;
+  };
+  auto all = [](std::vector<std::uint64_t> v) { return v; };
+  if (wants_copies(st, records)) {
+    return commit_after_copies<std::vector<std::uint64_t>>(self, records, commit, all);
+  }
+  return commit_and_answer(
+      self, [&] { return commit(records); }, all);
 }
 
 // Each of `keys`' version, 0 for a key not held.
@@ -308,6 +393,7 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
           [=](std::vector<wire::KeyRecord>& records, std::vector<std::string>& peers) mutable {
             take_records(self, info.volume_id, std::move(records), peers);
             rp.deliver(caf::ok_atom::value);
+            queue_thin_keys(self);  // a volume to put copies on
           },
           [=](caf::error& e) mutable {
             self->state.log->warn("volume '{}' did not tell its records: {}", info.volume_id,
@@ -340,26 +426,23 @@ void on_down(controller_pointer self, caf::down_msg& msg) {
 protocol::controller_actor::behavior_type controller_impl(controller_pointer self,
                                                           ControllerOptions options) {
   self->state.rebuild_grace = options.rebuild_grace;
+  self->state.copies.wanted = options.replicas;
+  self->state.copies.repair_share = options.repair_share;
   self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
   return {
       [=](protocol::watch_volumes_atom) { watch_volumes(self); },
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
           protocol::storage_volume_actor v) { return join_volume(self, info, std::move(v)); },
       [=](protocol::rebuild_end_atom, std::uint64_t epoch) { end_rebuild(self, epoch); },
+      [=](protocol::repair_atom) { repair_due(self); },
       [=](protocol::expect_volumes_atom, const std::vector<std::string>& ids) {
         expect_volumes(self, ids);
       },
       [=](protocol::volume_atom, const std::string& id) { return volume_of(self->state, id); },
       [=](protocol::volumes_atom) { return self->state.volume_infos; },
-      [=](protocol::notify_put_atom, const wire::KeyRecord& r) -> caf::result<std::uint64_t> {
-        self->state.count(protocol::ControllerCounter::notify_put);
-        return commit_and_answer(
-            self, [&] { return commit_batch(self, {r}); }, [](auto v) { return v.front(); });
-      },
+      [=](protocol::notify_put_atom, const wire::KeyRecord& r) { return notify_put(self, r); },
       [=](protocol::notify_put_batch_atom, const std::vector<wire::KeyRecord>& records) {
-        self->state.count(protocol::ControllerCounter::notify_put_batch);
-        return commit_and_answer(
-            self, [&] { return commit_batch(self, records); }, [](auto v) { return v; });
+        return notify_put_batch(self, records);
       },
       [=](protocol::local_commit_atom, protocol::LocalCommit& job) {
         return local_commit(self, job);

@@ -24,6 +24,11 @@ struct ControllerOptions {
   /// name (docs/reliability.md, "The controller's loss"); commits are
   /// refused meanwhile.
   std::chrono::milliseconds rebuild_grace{2000};
+  /// Volumes that keep each whole key (StoreOptions::placement.replicas).
+  std::uint32_t replicas = 1;
+  /// The share of the time making copies again after a volume died may
+  /// take (StoreOptions::placement.repair_share), in (0, 1].
+  double repair_share = 0.25;
 };
 
 /// Spawns a controller.

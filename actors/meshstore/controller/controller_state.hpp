@@ -4,6 +4,7 @@
 // (the behaviour), controller/sharded_puts.cpp, controller/volumes.cpp and
 // controller/streams.cpp. Private to actors/.
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,6 +71,22 @@ struct ControllerState {
   // How long a rebuild waits for the volumes its records name.
   std::chrono::milliseconds rebuild_grace{2000};
   Rebuild rebuild;
+  // Copies of whole keys (StoreOptions::placement.replicas;
+  // controller/copies.cpp).
+  struct Copies {
+    std::uint32_t wanted = 1;         // volumes that keep each whole key
+    bool per_key = false;             // a put asked for copies itself (PutOptions::replicas)
+    double repair_share = 0.25;       // of the time making copies again may take
+    std::size_t next_target = 0;      // where the next choice of volumes starts
+    std::deque<std::string> repairs;  // keys short of copies, oldest first
+    std::set<std::string> queued;     // the keys in `repairs`
+    bool repairing = false;           // a repair or its pause is under way
+    std::uint64_t repaired = 0;       // copies made again
+    // Copy requests under way, by token: each ends itself when the
+    // volume named (its source or target) went down.
+    std::map<std::uint64_t, std::function<void(const std::string&)>> in_flight;
+    std::uint64_t next_batch = 1;
+  } copies;
 
   std::map<std::string, IndexEntry> index;  // ordered: keys(prefix) is a range scan
   std::vector<wire::VolumeInfo> volume_infos;
@@ -250,6 +267,40 @@ void tell_peers(controller_pointer self, const std::vector<std::string>& joined,
 /// id is refused.
 Status register_volume(controller_pointer self, const wire::VolumeInfo& info,
                        protocol::storage_volume_actor v);
+
+// -- copies of whole keys (controller/copies.cpp) ------------------------------
+
+/// The volumes that are to keep whole key `r` (its own count, else the store's).
+std::uint32_t copies_wanted(const ControllerState& st, const wire::KeyRecord& r);
+/// Whether a commit of `records` must wait for copies: one of them is a
+/// whole key stored once that wants more, and another volume could take one.
+bool wants_copies(const ControllerState& st, const std::vector<wire::KeyRecord>& records);
+/// Has volumes that hold no copy copy each whole key of `records` that
+/// wants more copies (other hosts first), then calls `done` with the
+/// records naming every copy (each with its `copies`); or with the first
+/// failure, every copy made discarded.
+void make_copies(controller_pointer self, std::vector<wire::KeyRecord> records,
+                 std::function<void(Result<std::vector<wire::KeyRecord>>)> done);
+/// Volume `dead` went down: when `entry` has copies elsewhere, its copy
+/// there leaves the record, the key is queued for repair, and true.
+bool keep_copies(ControllerState& st, IndexEntry& entry, const std::string& dead);
+/// Queues the keys of `committed` (index entries a commit just wrote)
+/// that got fewer copies than they want (a target failed), and repairs.
+void note_thin(controller_pointer self, const std::vector<IndexEntry*>& committed);
+/// Queues every whole key with fewer copies than it wants (a volume
+/// joined, an index was rebuilt) and starts repairing.
+void queue_thin_keys(controller_pointer self);
+/// Makes the copies of the next queued key again, unless a repair runs.
+void repair_next(controller_pointer self);
+/// A repair's pause is over: the next one starts.
+void repair_due(controller_pointer self);
+/// Discards the copies `records` name beyond their first shard (a commit
+/// that failed after make_copies made them).
+void discard_copies(controller_pointer self, const std::vector<wire::KeyRecord>& records);
+/// Volume `id` went down: the copies under way from it or onto it end
+/// (from it: the write fails; onto it: the key commits with one copy
+/// fewer, made again later).
+void copies_lost_volume(controller_pointer self, const std::string& id);
 
 /// Tells the volumes their part of committed `records` (index entries):
 /// the objects they back, and, to a volume in another process, the

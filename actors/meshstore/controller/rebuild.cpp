@@ -72,6 +72,7 @@ std::string waiting_for(const Rebuild& rb) {
 void take_one(ControllerState& st, const std::string& vid, wire::KeyRecord r, Objects& stale) {
   auto& rb = st.rebuild;
   st.last_version = std::max(st.last_version, r.version);
+  if (r.copies > 1) st.copies.per_key = true;
   auto in_index = st.index.find(r.key);
   // Once the rebuild is over, the index holds what was written since: it
   // wins over a volume that comes late.
@@ -90,6 +91,13 @@ void take_one(ControllerState& st, const std::string& vid, wire::KeyRecord r, Ob
     collect_on(r, vid, stale);
   } else if (c.record.version == r.version) {
     c.reported_by.insert(vid);
+    // A copy made again after a volume died: the volumes that kept the
+    // record from before it may not name it.
+    for (auto& s : r.shards) {
+      const bool known = std::any_of(c.record.shards.begin(), c.record.shards.end(),
+                                     [&](const auto& k) { return k.volume_id == s.volume_id; });
+      if (!known && r.copied()) c.record.shards.push_back(std::move(s));
+    }
   } else {
     collect_reported(c, stale);
     c = Rebuild::Candidate{std::move(r), {vid}};
@@ -215,6 +223,7 @@ void finish_rebuild(controller_pointer self) {
   rb.active = false;
   rb.expected.clear();
   self->send(self, protocol::rebuild_end_atom::value, std::uint64_t{0});
+  queue_thin_keys(self);  // copies a volume that never came back took
 }
 
 }  // namespace
@@ -280,6 +289,16 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
     if (rb.reported.count(id) == 0) rb.given_up.insert(id);
   }
   Objects dropped;
+  // A key kept as copies comes back with those whose volumes reported it.
+  for (auto& [k, c] : rb.candidates) {
+    if (!c.record.copied()) continue;
+    auto& shards = c.record.shards;
+    auto gone = [&](const wire::ShardRecord& s) {
+      return c.reported_by.count(s.volume_id) == 0 || st.volumes.count(s.volume_id) == 0;
+    };
+    if (std::all_of(shards.begin(), shards.end(), gone)) continue;
+    shards.erase(std::remove_if(shards.begin(), shards.end(), gone), shards.end());
+  }
   restore_ready(st, dropped);
   for (const auto& [k, c] : rb.candidates) {
     collect_reported(c, dropped);

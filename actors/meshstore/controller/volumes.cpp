@@ -225,12 +225,15 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
       std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
                      [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),
       st.volume_infos.end());
+  copies_lost_volume(self, id);  // copies from it or onto it end now
   std::map<std::string, std::vector<std::uint64_t>> released;
   std::size_t lost = 0;
+  std::vector<IndexEntry*> kept;  // keys with copies on other volumes
   for (auto k = st.index.begin(); k != st.index.end();) {
     const bool on_dead = std::any_of(k->second.shards.begin(), k->second.shards.end(),
                                      [&](const wire::ShardRecord& s) { return s.volume_id == id; });
-    if (!on_dead) {
+    if (!on_dead || keep_copies(st, k->second, id)) {
+      if (on_dead) kept.push_back(&k->second);
       ++k;
       continue;
     }
@@ -265,8 +268,13 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   const bool orderly =
       msg.reason == caf::exit_reason::user_shutdown || msg.reason == caf::exit_reason::normal;
   st.log->log(lost == 0 && orderly ? spdlog::level::info : spdlog::level::warn,
-              "volume '{}' went down ({}); {} key(s) it held are lost", id,
-              caf::to_string(msg.reason), lost);
+              "volume '{}' went down ({}); {} key(s) it held are lost, {} kept by their copies", id,
+              caf::to_string(msg.reason), lost, kept.size());
+  // The volumes keeping the others hear the records without it (a rebuild
+  // waits for no dead copy), and the copies it took are made again.
+  send_commits(self, kept);
+  st.flush_due.clear();
+  repair_next(self);
   for (const auto& [addr, client] : st.volume_watchers) {
     caf::anon_send(client, protocol::volume_gone_atom::value, id, caf::to_string(msg.reason));
   }

@@ -48,6 +48,12 @@ using reconnected_atom = caf::atom_constant<caf::atom("reconnectd")>;
 using expect_volumes_atom = caf::atom_constant<caf::atom("expect_vol")>;
 // A volume's commits waiting for a new controller: their deadline passed.
 using commits_wait_atom = caf::atom_constant<caf::atom("cmt_wait")>;
+// Copies of whole keys (StoreOptions::replicas): a volume copies objects
+// of another volume (copy_from), tells itself a copy ended (copied), and
+// the controller paces what it makes again after a volume died (repair).
+using copy_from_atom = caf::atom_constant<caf::atom("copy_from")>;
+using copied_atom = caf::atom_constant<caf::atom("copied")>;
+using repair_atom = caf::atom_constant<caf::atom("repair")>;
 using release_atom = caf::atom_constant<caf::atom("release")>;
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

@@ -147,6 +147,8 @@ using controller_actor = caf::typed_actor<
     caf::reacts_to<local_commit_atom, LocalCommit>,
     // A rebuild's deadline (sent by the controller to itself).
     caf::reacts_to<rebuild_end_atom, std::uint64_t>,
+    // Its own: make again the next copy a dead volume took (controller/copies.cpp).
+    caf::reacts_to<repair_atom>,
     // A client that reconnected after a failover knew these volumes: a
     // controller with an empty index (or rebuilding it) waits for them
     // before it answers a miss (controller/rebuild.cpp).

@@ -59,4 +59,8 @@ inline constexpr std::uint64_t kSplitBytesPerThread = std::uint64_t{1} << 20;
 /// streamed put's readers are told of each batch as it lands.
 inline constexpr std::uint64_t kWriteBatchBytes = std::uint64_t{64} << 20;
 
+/// Copies of whole keys: the most volumes one key may be kept on
+/// (StorePlacement::replicas, PutOptions::replicas).
+inline constexpr std::uint32_t kMaxCopies = 16;
+
 }  // namespace meshstore::protocol::limits

@@ -67,6 +67,7 @@ void to_proto(const KeyRecord& x, pb::KeyRecord* p) {
   p->set_points_to(x.points_to);
   p->set_group_commit(x.group_commit);
   p->set_group_size(x.group_size);
+  p->set_copies(x.copies);
   for (const auto& s : x.shards) {
     auto* ps = p->add_shards();
     to_proto(s.slice, ps->mutable_slice());
@@ -103,6 +104,7 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
   x.points_to = p.points_to();
   x.group_commit = p.group_commit();
   x.group_size = p.group_size();
+  x.copies = p.copies();
   x.shards.clear();
   for (const auto& ps : p.shards()) {
     ShardRecord s;
@@ -120,7 +122,19 @@ Status from_proto(const pb::KeyRecord& p, KeyRecord& x) {
 
 }  // namespace
 
+bool KeyRecord::copied() const noexcept {
+  if (shards.size() < 2) return false;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    if (!shards[i].slice.is_full()) return false;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (shards[j].volume_id == shards[i].volume_id) return false;
+    }
+  }
+  return true;
+}
+
 std::uint64_t KeyRecord::nbytes() const noexcept {
+  if (copied()) return shards.front().nbytes;
   std::uint64_t n = 0;
   for (const auto& s : shards) n += s.nbytes;
   return n;

@@ -80,9 +80,17 @@ struct KeyRecord {
   /// dict only with every key of that commit (docs/reliability.md).
   std::uint64_t group_commit = 0;
   std::uint32_t group_size = 0;
+  /// How many volumes keep this whole key (StoreOptions::replicas), as the
+  /// controller decided at its commit (0 or 1: one). Its shards are then
+  /// copies of the whole tensor, each on its own volume: fewer than
+  /// `copies` while the controller makes again those a dead volume took.
+  std::uint32_t copies = 0;
 
   bool found() const noexcept { return version != 0; }
-  /// Total stored bytes over all shards.
+  /// Whether the shards are copies of the whole tensor on distinct volumes
+  /// (more than one shard, each a full box): a read takes any one.
+  bool copied() const noexcept;
+  /// Stored bytes over all shards, one copy of a copied() key counted.
   std::uint64_t nbytes() const noexcept;
 };
 

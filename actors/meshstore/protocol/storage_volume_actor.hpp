@@ -112,6 +112,16 @@ using storage_volume_actor = caf::typed_actor<
     // registered it (`resume`), or those whose wait is over fail
     // (VolumeConfig::await_controller).
     caf::reacts_to<commits_wait_atom, bool>,
+    // From the controller: copy objects `ids` (of those sizes, for those
+    // keys) of volume `from` (a storage volume's handle, whose process's
+    // door is the string: VolumeInfo::control) into objects of this
+    // volume, staged for the sender, which commits or discards them.
+    // Answers their ids here, in order; nothing stays staged on an error.
+    caf::replies_to<copy_from_atom, caf::actor, std::string, std::vector<std::uint64_t>,
+                    std::vector<std::uint64_t>,
+                    std::vector<std::string>>::with<std::vector<std::uint64_t>>,
+    // Its own: copy `token`'s transfers ended (Errc value, 0 = ok; why).
+    caf::reacts_to<copied_atom, std::uint64_t, std::int32_t, std::string>,
     // These objects are no longer referenced (superseded, removed, or a
     // failed put's staging); their memory goes once no lease pins it.
     caf::reacts_to<release_atom, std::vector<std::uint64_t>>,

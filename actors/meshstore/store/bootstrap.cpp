@@ -260,7 +260,10 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
     impl->strategy_name = options.placement.strategy;
     policy = controller::policy_by_name(options.placement.strategy).value();
   }
-  impl->controller = controller::spawn_controller(sys);
+  controller::ControllerOptions copts;
+  copts.replicas = static_cast<std::uint32_t>(options.placement.replicas);
+  copts.repair_share = options.placement.repair_share;
+  impl->controller = controller::spawn_controller(sys, copts);
   impl->strategy = controller::spawn_strategy(sys, std::move(policy));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->strategy));

@@ -34,6 +34,12 @@ Status StoreOptions::validate() const {
   if (p.num_volumes < 1 || p.num_volumes > 1024) {
     return bad("placement.num_volumes must be in [1, 1024], got " + std::to_string(p.num_volumes));
   }
+  if (p.replicas < 1 || p.replicas > 16) {
+    return bad("placement.replicas must be in [1, 16], got " + std::to_string(p.replicas));
+  }
+  if (!(p.repair_share > 0.0 && p.repair_share <= 1.0)) {
+    return bad("placement.repair_share must be in (0, 1], got " + std::to_string(p.repair_share));
+  }
   if (p.rank < 0) return bad("placement.rank must be >= 0, got " + std::to_string(p.rank));
   if (p.local_rank < -1) {
     return bad("placement.local_rank must be >= -1, got " + std::to_string(p.local_rank));

@@ -204,6 +204,17 @@ Future<void> Store::put(std::string key, const TensorView& tensor, const PutOpti
     return make_error_future<void>(Status(
         Errc::invalid_argument, "put '" + key + "': both a slice and a placement; give one"));
   }
+  if (options.replicas > 16) {
+    return make_error_future<void>(Status(
+        Errc::invalid_argument,
+        "put '" + key + "': replicas must be in [1, 16], got " + std::to_string(options.replicas)));
+  }
+  if (options.replicas != 0 && (options.slice || options.placement)) {
+    return make_error_future<void>(
+        Status(Errc::invalid_argument, "put '" + key +
+                                           "': replicas with a slice or placement; copies are of "
+                                           "keys put whole (a placement's replicas are its own)"));
+  }
   if (options.slice) return put_shard(std::move(key), tensor, *options.slice, 1);
   if (options.placement) {
     auto mine = options.placement->shard_for(options.global_shape, options.rank);
@@ -220,6 +231,7 @@ Future<void> Store::put(std::string key, const TensorView& tensor, const PutOpti
   if (!host.ok()) return make_error_future<void>(host.status());
   // The bytes live as long as the put: the caller's, or staged in `st`.
   client::PutItem item{key, *host, wire::ObjectKind::tensor, st};
+  item.copies = options.replicas;
   return put_on_channel(
       impl_ ? impl_->fast.get() : nullptr,
       impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0), {item},
@@ -518,7 +530,8 @@ Future<std::vector<KeyInfo>> Store::list(std::string prefix) {
     out.reserve(records.size());
     for (const auto& r : records) {
       out.push_back(KeyInfo{r.key, r.kind == wire::ObjectKind::object, r.object_format, r.dtype,
-                            r.shape, r.nbytes(), r.version, r.shards.size()});
+                            r.shape, r.nbytes(), r.version, r.copied() ? 1 : r.shards.size(),
+                            r.copied() ? r.shards.size() : 1});
     }
     return out;
   });

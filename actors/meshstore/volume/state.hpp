@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "meshstore/internal/connect.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/storage_volume_actor.hpp"
 #include "meshstore/status.hpp"
@@ -92,6 +93,21 @@ struct VolumeState {
   // once a new one registered it.
   std::chrono::steady_clock::time_point controller_down_at;
 
+  // Copies of other volumes' objects under way (copies.cpp), by token,
+  // and the transports to those volumes.
+  struct Copy {
+    caf::actor from;
+    caf::typed_response_promise<std::vector<std::uint64_t>> reply;
+    std::vector<std::uint64_t> ids;  // the staged objects, in order
+    std::vector<std::shared_ptr<transports::Region>> regions;
+    std::uint64_t lease = 0;  // at the source; 0: none
+  };
+  std::map<std::uint64_t, Copy> copying;
+  std::uint64_t next_copy = 1;
+  std::map<caf::actor_addr, std::shared_ptr<transports::Transport>> links;
+  // The doors of the copy sources' processes this volume connected to.
+  internal::DoorsReached doors;
+
   // Small committed objects, and the service answering small requests.
   std::shared_ptr<volume::SmallObjects> small;
   std::shared_ptr<volume::SmallOpService> small_ops;
@@ -154,6 +170,20 @@ Result<std::vector<wire::RegionRef>> stage(volume_pointer self,
 /// objects here) are kept beside their objects (records_kept.cpp).
 void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
                     std::vector<wire::KeyRecord> records);
+
+/// The volume a copy reads from, and its process's door (VolumeInfo::control).
+struct CopySource {
+  caf::actor handle;
+  std::string door;
+};
+/// Copies objects `ids` (of `sizes`, for `keys`) of volume `from` into
+/// objects staged here for the sender (copies.cpp): answers their ids.
+caf::result<std::vector<std::uint64_t>> copy_from(volume_pointer self, const CopySource& from,
+                                                  const std::vector<std::uint64_t>& ids,
+                                                  const std::vector<std::uint64_t>& sizes,
+                                                  const std::vector<std::string>& keys);
+/// Copy `token` ended: `code` 0, or the Errc of its failure and `why`.
+void copied(volume_pointer self, std::uint64_t token, std::int32_t code, const std::string& why);
 
 /// The committed records this volume keeps, one per record, and the
 /// store's volumes it knows of, for a controller rebuilding its index.

@@ -450,43 +450,47 @@ caf::typed_response_promise<std::vector<char>> serve_small_op(volume_pointer sel
   return rp;
 }
 
+// A result as a handler's answer: the value, or the error.
+template <class T>
+caf::result<T> answer(Result<T> r) {
+  if (!r.ok()) return to_caf_error(r.status());
+  return std::move(r).value();
+}
+
+using Ids = std::vector<std::uint64_t>;
+
 protocol::storage_volume_actor::behavior_type volume_impl(volume_pointer self, VolumeConfig config,
                                                           std::shared_ptr<VolumeSetup> setup) {
   adopt(self, std::move(config), *setup);
   self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
   return {
-      [=](protocol::stage_atom, const std::vector<wire::StageRequest>& reqs)
-          -> caf::result<std::vector<wire::RegionRef>> {
-        auto staged = stage(self, reqs, sender_of(self));
-        if (!staged.ok()) return to_caf_error(staged.status());
-        return std::move(staged).value();
+      [=](protocol::stage_atom, const std::vector<wire::StageRequest>& reqs) {
+        return answer(stage(self, reqs, sender_of(self)));
       },
       [=](protocol::small_op_atom, const std::vector<char>& request)
           -> caf::result<std::vector<char>> { return serve_small_op(self, request); },
       [=](protocol::fast_commit_atom, protocol::FastCommitJob& job) {
         fast_commit(self, std::move(job));
       },
-      [=](protocol::lend_atom,
-          const protocol::LendRequest& req) -> caf::result<std::vector<wire::RegionRef>> {
-        auto lent = lend(self, req);
-        if (!lent.ok()) return to_caf_error(lent.status());
-        return std::move(lent).value();
+      [=](protocol::lend_atom, const protocol::LendRequest& req) {
+        return answer(lend(self, req));
       },
       [=](protocol::commit_atom, const std::vector<std::uint64_t>& ids,
           std::vector<wire::KeyRecord>& records) { commit_objects(self, ids, std::move(records)); },
       [=](protocol::held_records_atom, const caf::actor& c) { return held_records(self, c); },
       [=](protocol::commits_wait_atom, bool resume) { held_commits_due(self, resume); },
+      [=](protocol::copy_from_atom, const caf::actor& from, const std::string& door, const Ids& ids,
+          const Ids& n, const std::vector<std::string>& keys) {
+        return copy_from(self, CopySource{from, door}, ids, n, keys);
+      },
+      [=](protocol::copied_atom, std::uint64_t t, std::int32_t c, const std::string& w) {
+        copied(self, t, c, w);
+      },
       [=](protocol::peers_atom, const std::vector<std::string>& joined,
           const std::vector<std::string>& left) { update_peers(self, joined, left); },
-      [=](protocol::release_atom, const std::vector<std::uint64_t>& ids) {
-        self->state.drop_all(ids, true);
-      },
-      [=](protocol::retire_atom, const std::vector<std::uint64_t>& ids) {
-        self->state.small->retire(ids);
-      },
-      [=](protocol::discard_atom, const std::vector<std::uint64_t>& ids) {
-        self->state.drop_all(ids, false);
-      },
+      [=](protocol::release_atom, const Ids& ids) { self->state.drop_all(ids, true); },
+      [=](protocol::retire_atom, const Ids& ids) { self->state.small->retire(ids); },
+      [=](protocol::discard_atom, const Ids& ids) { self->state.drop_all(ids, false); },
       [=](protocol::flush_atom) { return caf::ok_atom::value; },
       [=](protocol::evict_atom, const std::vector<std::uint64_t>& candidates, std::uint64_t bytes) {
         return evict(self, candidates, bytes);

@@ -11,9 +11,11 @@
 #include <caf/openssl/all.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -91,6 +93,52 @@ inline std::size_t reach_doors(caf::actor_system& sys, const std::vector<std::st
                    });
   }
   return reached;
+}
+
+/// The doors an event-based actor reached (reach_door), and the work
+/// waiting for one being reached. Kept in the actor's state.
+struct DoorsReached {
+  std::set<std::string> reached;
+  std::unordered_map<std::string, std::vector<std::function<void()>>> waiting;
+};
+
+/// From event-based actor `self`: connects this process to `door` (another
+/// process's ActorRuntime::door), once per door, asynchronously through the
+/// middleman's (or OpenSSL manager's) actor, then runs `k` whatever the
+/// outcome: the process that introduced the other one still routes their
+/// messages, at the cost a warning (naming `what`) tells. `doors` is
+/// `self`'s own state.
+template <class Self>
+void reach_door(Self* self, DoorsReached& doors, const std::string& door,
+                std::chrono::milliseconds timeout, const std::string& what,
+                std::function<void()> k) {
+  if (door.empty() || doors.reached.count(door)) return k();
+  auto& waiters = doors.waiting[door];
+  waiters.push_back(std::move(k));
+  if (waiters.size() > 1) return;  // being connected
+  auto done = [&doors, door] {
+    doors.reached.insert(door);
+    auto ks = std::move(doors.waiting[door]);
+    doors.waiting.erase(door);
+    for (auto& f : ks) f();
+  };
+  auto at = parse_address(door);
+  if (!at.ok()) {
+    log::get("connect")->warn("{}: its process's door '{}' is malformed: {}", what, door,
+                              at.status().to_string());
+    return done();
+  }
+  self->request(connector(self->system()), std::min(timeout, kDoorTimeout),
+                caf::connect_atom::value, at->host, at->port)
+      .then([done](const caf::node_id&, const caf::strong_actor_ptr&,
+                   const std::set<std::string>&) { done(); },
+            [self, done, door, what](caf::error& e) {
+              log::get("connect")->warn(
+                  "{}: cannot connect to its process at {} ({}); its messages go through the "
+                  "process that introduced it",
+                  what, door, self->system().render(e));
+              done();
+            });
 }
 
 /// The actor of type Handle published at host:port, retrying every 50 ms
