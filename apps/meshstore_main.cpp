@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <caf/config.hpp>
 #include <cerrno>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli.hpp"
@@ -58,7 +60,7 @@ int cmd_serve(int argc, char** argv) {
   int rc = 0;
   if (!parse_args("serve", argc, argv,
                   with_tls({"host", "port", "strategy", "volumes", "replicas", "capacity",
-                            "encrypt-tcp", "log-level"}),
+                            "standby-of", "encrypt-tcp", "log-level"}),
                   args, rc)) {
     return rc;
   }
@@ -94,18 +96,37 @@ int cmd_serve(int argc, char** argv) {
   o.log_level = args.get("log-level", "");
   o.placement.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
   o.security.tls = tls_from(args);
+  o.standby_of = args.get("standby-of", "");
   const sigset_t stop = block_stop_signals();  // before any thread exists
+  // A stop signal while the store starts (a standby waits there until its
+  // primary is gone) ends the process: nothing serves yet.
+  std::atomic<bool> serving{false};
+  const char* stopped_by = nullptr;
+  std::thread stopper([&] {
+    stopped_by = wait_for_stop(stop);
+    if (!serving.load()) {
+      std::printf("meshstore serve: got %s before serving, stopped\n", stopped_by);
+      std::fflush(stdout);
+      std::_Exit(0);
+    }
+  });
+  if (!o.standby_of.empty()) {
+    std::printf("meshstore serve: standing by for %s\n", o.standby_of.c_str());
+    std::fflush(stdout);
+  }
   auto store = meshstore::Store::embedded(o);
   if (!store.ok()) {
     std::fprintf(stderr, "meshstore serve: %s\n", store.status().to_string().c_str());
-    return 1;
+    std::_Exit(1);  // the stopper thread waits for a signal
   }
+  serving = true;
   std::printf("meshstore %s serving on %s (strategy %s%s%s); stop with SIGTERM or Ctrl-C\n",
               meshstore::version(), store->admin().address().c_str(), o.placement.strategy.c_str(),
               o.security.tls.enabled() ? ", mutual TLS" : "",
               o.security.encrypt_tcp ? ", encrypted tcp" : "");
   std::fflush(stdout);
-  std::printf("meshstore serve: got %s, shutting down\n", wait_for_stop(stop));
+  stopper.join();
+  std::printf("meshstore serve: got %s, shutting down\n", stopped_by);
   std::fflush(stdout);
   store->close();
   std::printf("meshstore serve: stopped\n");
@@ -280,43 +301,46 @@ int cmd_gc(int argc, char** argv) {
 }
 
 void print_help(std::FILE* out) {
-  std::fprintf(out,
-               "meshstore %s: a distributed tensor store on CAF actors\n"
-               "\n"
-               "usage: meshstore <command> [options]\n"
-               "       meshstore --version | --help\n"
-               "\n"
-               "commands:\n"
-               "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
-               "        [--replicas 1] [--capacity BYTES] [--encrypt-tcp off] [--log-level warn]\n"
-               "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C\n"
-               "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
-               "            run a host agent: starts and stops worker processes for controllers\n"
-               "            (ProcMesh::attach) until SIGTERM or Ctrl-C, then stops them all\n"
-               "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
-               "  rm KEY... [--store HOST:PORT]     remove keys\n"
-               "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
-               "  inspect FILE|DIR                  a safetensors checkpoint: tensors, dtypes,\n"
-               "                                    shapes, bytes, metadata, total\n"
-               "  load FILE|DIR [--prefix P] [--store HOST:PORT]\n"
-               "            put a safetensors checkpoint's tensors (tensor T as key P/T)\n"
-               "  save PREFIX DIR [--max-shard-size 5GB] [--store HOST:PORT]\n"
-               "            write the tensors under PREFIX as a checkpoint (key P/T as T)\n"
-               "  gc [--dry-run] [--pid PID]\n"
-               "            remove shared memory that crashed (killed) meshstore processes left\n"
-               "  version   print the version\n"
-               "  info      print the build: dependencies, transports, optional features\n"
-               "  help      print this help\n"
-               "\n"
-               "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Every command that\n"
-               "talks to a store or an agent (serve and agent too) takes --tls-cert FILE\n"
-               "--tls-key FILE --tls-ca FILE, else $MESHSTORE_TLS_CERT, _KEY, _CA: mutual TLS\n"
-               "(docs/security.md). serve --encrypt-tcp on (or $MESHSTORE_ENCRYPT_TCP=1)\n"
-               "seals the volumes' tcp bytes with AES-256-GCM. Strategies: singleton,\n"
-               "controller_colocated, per_host, per_local_rank (docs/meshes.md).\n"
-               "Programs next to this one in build/bin: meshrun (the launcher), hello_store (the\n"
-               "embedded-store demo), store_bench (benchmarks). Docs: docs/.\n",
-               meshstore::version(), meshstore::kDefaultStorePort, meshstore::kDefaultStorePort);
+  std::fprintf(
+      out,
+      "meshstore %s: a distributed tensor store on CAF actors\n"
+      "\n"
+      "usage: meshstore <command> [options]\n"
+      "       meshstore --version | --help\n"
+      "\n"
+      "commands:\n"
+      "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
+      "        [--replicas 1] [--capacity BYTES] [--standby-of HOST:PORT]\n"
+      "        [--encrypt-tcp off] [--log-level warn]\n"
+      "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C;\n"
+      "            --standby-of: wait until the store there is gone, then take over\n"
+      "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
+      "            run a host agent: starts and stops worker processes for controllers\n"
+      "            (ProcMesh::attach) until SIGTERM or Ctrl-C, then stops them all\n"
+      "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
+      "  rm KEY... [--store HOST:PORT]     remove keys\n"
+      "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
+      "  inspect FILE|DIR                  a safetensors checkpoint: tensors, dtypes,\n"
+      "                                    shapes, bytes, metadata, total\n"
+      "  load FILE|DIR [--prefix P] [--store HOST:PORT]\n"
+      "            put a safetensors checkpoint's tensors (tensor T as key P/T)\n"
+      "  save PREFIX DIR [--max-shard-size 5GB] [--store HOST:PORT]\n"
+      "            write the tensors under PREFIX as a checkpoint (key P/T as T)\n"
+      "  gc [--dry-run] [--pid PID]\n"
+      "            remove shared memory that crashed (killed) meshstore processes left\n"
+      "  version   print the version\n"
+      "  info      print the build: dependencies, transports, optional features\n"
+      "  help      print this help\n"
+      "\n"
+      "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Every command that\n"
+      "talks to a store or an agent (serve and agent too) takes --tls-cert FILE\n"
+      "--tls-key FILE --tls-ca FILE, else $MESHSTORE_TLS_CERT, _KEY, _CA: mutual TLS\n"
+      "(docs/security.md). serve --encrypt-tcp on (or $MESHSTORE_ENCRYPT_TCP=1)\n"
+      "seals the volumes' tcp bytes with AES-256-GCM. Strategies: singleton,\n"
+      "controller_colocated, per_host, per_local_rank (docs/meshes.md).\n"
+      "Programs next to this one in build/bin: meshrun (the launcher), hello_store (the\n"
+      "embedded-store demo), store_bench (benchmarks). Docs: docs/.\n",
+      meshstore::version(), meshstore::kDefaultStorePort, meshstore::kDefaultStorePort);
 }
 
 // The transports that cannot run in this process, and why (rdma without

@@ -188,7 +188,7 @@ struct StoreSecurity {
   bool encrypt_tcp = false;
 };
 
-/// How a store is built, in four parts and two settings of its own. Every
+/// How a store is built, in four parts and three settings of its own. Every
 /// field is validated by Store::embedded(), connect() and from_env().
 struct StoreOptions {
   StorePlacement placement;
@@ -199,6 +199,14 @@ struct StoreOptions {
   /// processes can Store::connect() to it; empty = private to this process.
   /// Binds exactly HOST: keep 127.0.0.1 unless other hosts must reach it.
   std::string listen;
+  /// A standby for the store serving at this "HOST:PORT" (with `listen`;
+  /// docs/reliability.md, "A standby"): Store::embedded() reaches that
+  /// store (within limits.connect_timeout, else Errc::unavailable), waits
+  /// until it is gone, and only then starts this store's controller and
+  /// listens: connected stores given both addresses
+  /// (Store::connect("PRIMARY,STANDBY")) reconnect to it, and their
+  /// volumes rebuild its index. Empty: serve at once.
+  std::string standby_of;
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".
   std::string log_level;

@@ -48,6 +48,8 @@ StoreOptions store_options(const py::dict& kw) {
         o.placement.host = v.cast<std::string>();
       else if (name == "listen")
         o.listen = v.cast<std::string>();
+      else if (name == "standby_of")
+        o.standby_of = v.cast<std::string>();
       else if (name == "connect_timeout")
         o.limits.connect_timeout = seconds_arg(v, "connect_timeout");
       else if (name == "reconnect_timeout")  // 0: never reconnect

@@ -24,6 +24,7 @@
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/options.hpp"
 #include "meshstore/store/reconnect.hpp"
+#include "meshstore/store/standby.hpp"
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/store/volume_hosting.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -37,7 +38,9 @@ namespace {
 using internal::Address;
 using internal::parse_address;
 using store::ask_ok;
+using store::reach_one;
 using store::resolve_host;
+using store::servers_of;
 using store::transport_config;
 
 // The store's message types are in the process's runtime whichever store,
@@ -239,6 +242,10 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   auto impl = std::move(started).value();
   if (!listen.host.empty()) impl->data_host = listen.host;
   auto& sys = impl->runtime->system();
+  if (!options.standby_of.empty()) {
+    MESHSTORE_RETURN_IF_ERROR(
+        store::await_primary_loss(sys, options.standby_of, options.limits.connect_timeout));
+  }
   controller::StrategyPolicy policy;
   if (options.placement.custom_strategy.select) {
     // The placement is a built-in one; only the choice of volume is the user's.
@@ -290,10 +297,13 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
                                 const std::string& address, StoreOptions options,
                                 const internal::StoreDirectory* via) {
   ForeignThreadGuard guard;  // as in embedded()
-  auto target = parse_address(address);
-  if (!target.ok()) return target.status().with_context("connect");
-  if (target->port == 0)
-    return Status(Errc::invalid_argument, "connect: address '" + address + "' has port 0");
+  auto servers = servers_of(address);
+  if (!servers.ok()) return servers.status();
+  if (!options.standby_of.empty()) {
+    return Status(Errc::invalid_argument,
+                  "connect: StoreOptions::standby_of is for a store that serves (embedded)");
+  }
+  auto target = parse_address(servers->front());
   auto started = Impl::start(options, true, std::move(runtime));
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
@@ -309,9 +319,7 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
     impl->doors = false;
     directory = via->handle;
   } else {
-    // The server may still be starting (rank 0 of the same launch).
-    auto reached = internal::connect_with_retry<protocol::directory_actor>(
-        sys, target->host, target->port, options.limits.connect_timeout, "meshstore");
+    auto reached = reach_one(sys, *servers, options.limits.connect_timeout);
     if (!reached.ok()) return reached.status().with_context("connect");
     directory = std::move(reached).value();
   }
@@ -326,10 +334,12 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   // Made first: the volumes hosted here wait for a failover's controller
   // when there is one to wait for.
   if (!via && options.limits.reconnect_timeout.count() > 0) {
-    impl->server = address;
+    impl->servers = *servers;
     impl->reconnector = std::make_shared<store::Reconnector>(
-        address, options.limits.reconnect_timeout,
-        [raw = impl.get()](std::chrono::milliseconds slice) { return raw->rejoin(slice); },
+        *servers, options.limits.reconnect_timeout,
+        [raw = impl.get()](const std::string& at, std::chrono::milliseconds slice) {
+          return raw->rejoin(at, slice);
+        },
         [raw = impl.get()](const std::string& why) {
           caf::actor me;
           {
@@ -370,7 +380,7 @@ Result<Store> Store::from_env(StoreOptions options) {
   return connect(address, std::move(options));
 }
 
-Status Store::Impl::rejoin(std::chrono::milliseconds slice) {
+Status Store::Impl::rejoin(const std::string& server, std::chrono::milliseconds slice) {
   std::shared_ptr<internal::ActorRuntime> rt;
   std::vector<Registered> mine;
   caf::actor me;

@@ -31,6 +31,9 @@ Status StoreOptions::validate() const {
     return Status(Errc::invalid_argument, "StoreOptions: " + m);
   };
   const auto& p = placement;
+  if (!standby_of.empty() && listen.empty()) {
+    return bad("standby_of '" + standby_of + "' needs listen: a standby serves at its own address");
+  }
   if (p.num_volumes < 1 || p.num_volumes > 1024) {
     return bad("placement.num_volumes must be in [1, 1024], got " + std::to_string(p.num_volumes));
   }

@@ -16,10 +16,20 @@ constexpr std::chrono::milliseconds kBetween{100};
 
 }  // namespace
 
-Reconnector::Reconnector(std::string address, std::chrono::milliseconds timeout,
-                         std::function<Status(std::chrono::milliseconds)> attempt,
-                         std::function<void(const std::string&)> gave_up)
-    : address_(std::move(address)),
+namespace {
+
+std::string joined(const std::vector<std::string>& addresses) {
+  std::string out;
+  for (const auto& a : addresses) out += (out.empty() ? "" : " or ") + a;
+  return out;
+}
+
+}  // namespace
+
+Reconnector::Reconnector(std::vector<std::string> addresses, std::chrono::milliseconds timeout,
+                         Attempt attempt, std::function<void(const std::string&)> gave_up)
+    : addresses_(std::move(addresses)),
+      named_(joined(addresses_)),
       timeout_(timeout),
       attempt_(std::move(attempt)),
       gave_up_(std::move(gave_up)) {
@@ -70,26 +80,29 @@ void Reconnector::reconnect(const std::string& why) {
   auto log = log::get("store");
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + timeout_;
-  log->warn("{}; reconnecting to the store at {} for up to {} ms", why, address_, timeout_.count());
+  log->warn("{}; reconnecting to the store at {} for up to {} ms", why, named_, timeout_.count());
   Status last(Errc::unavailable, "no attempt was made");
-  for (;;) {
+  for (std::size_t turn = 0;; ++turn) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
-    last = attempt_(std::min(left, kAttempt));
+    const std::string& at = addresses_[turn % addresses_.size()];
+    last = attempt_(at, std::min(left, kAttempt));
     if (last.ok()) {
-      log->info("reconnected to the store at {} after {} ms", address_,
+      log->info("reconnected to the store at {} after {} ms", at,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - start)
                     .count());
       return;
     }
-    if (last.code() == Errc::shutdown || !pause(kBetween)) return;
+    if (last.code() == Errc::shutdown) return;
+    // A pause once every address was tried.
+    if ((turn + 1) % addresses_.size() == 0 && !pause(kBetween)) return;
   }
   log->error("gave up reconnecting to the store at {} after {} ms: {}; its calls fail from now",
-             address_, timeout_.count(), last.to_string());
+             named_, timeout_.count(), last.to_string());
   if (gave_up_) {
-    gave_up_("no store came back at " + address_ + " within " + std::to_string(timeout_.count()) +
+    gave_up_("no store came back at " + named_ + " within " + std::to_string(timeout_.count()) +
              " ms (" + last.to_string() + ")");
   }
 }

@@ -2,7 +2,9 @@
 
 // A connected store's way back to a restarted server: when the controller
 // (or strategy) it joined goes down, a thread of the store reconnects to
-// the same address for up to StoreOptions::limits.reconnect_timeout,
+// the same address, or to the next of the addresses it was given (a
+// standby: StoreOptions::standby_of), in turn, for up to
+// StoreOptions::limits.reconnect_timeout,
 // registers this process's volumes with the new controller (which rebuilds
 // its index from them: controller/rebuild.cpp) and strategy, and hands the
 // new handles to the client actor. docs/reliability.md, "The controller's
@@ -15,6 +17,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "meshstore/status.hpp"
 
@@ -22,12 +25,12 @@ namespace meshstore::store {
 
 class Reconnector {
  public:
-  /// `attempt` tries once, for at most the time it is given: OK once this
-  /// process rejoined. `address` and `timeout` are for the logs.
+  /// `attempt` tries one of `addresses` (in turn, from the first) once,
+  /// for at most the time it is given: OK once this process rejoined.
   /// `gave_up` is told why once `timeout` passed without a rejoin.
-  Reconnector(std::string address, std::chrono::milliseconds timeout,
-              std::function<Status(std::chrono::milliseconds)> attempt,
-              std::function<void(const std::string&)> gave_up);
+  using Attempt = std::function<Status(const std::string& address, std::chrono::milliseconds)>;
+  Reconnector(std::vector<std::string> addresses, std::chrono::milliseconds timeout,
+              Attempt attempt, std::function<void(const std::string&)> gave_up);
   ~Reconnector();
   Reconnector(const Reconnector&) = delete;
   Reconnector& operator=(const Reconnector&) = delete;
@@ -45,9 +48,10 @@ class Reconnector {
   // Waits `d` or until stop(); false once stopping.
   bool pause(std::chrono::milliseconds d);
 
-  const std::string address_;
+  const std::vector<std::string> addresses_;
+  const std::string named_;  // the addresses, for the logs
   const std::chrono::milliseconds timeout_;
-  const std::function<Status(std::chrono::milliseconds)> attempt_;
+  const Attempt attempt_;
   const std::function<void(const std::string&)> gave_up_;
   std::mutex mu_;
   std::condition_variable cv_;

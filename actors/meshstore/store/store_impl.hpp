@@ -80,10 +80,11 @@ struct Store::Impl {
     bool with_strategy = true;
   };
   std::vector<Registered> registered;
-  // The server this store joined (Store::connect: "HOST:PORT"), and what
-  // reconnects to it when its controller goes down (null: an embedded
-  // store, one joined through a mesh, or limits.reconnect_timeout 0).
-  std::string server;
+  // The servers this store may join (Store::connect: "HOST:PORT", or a
+  // primary and its standbys, comma-separated), and what reconnects to
+  // them when its controller goes down (null: an embedded store, one
+  // joined through a mesh, or limits.reconnect_timeout 0).
+  std::vector<std::string> servers;
   std::shared_ptr<store::Reconnector> reconnector;
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
@@ -126,7 +127,7 @@ struct Store::Impl {
   // Reconnects to `server` (one attempt, at most `slice` to reach it),
   // registers this process's volumes again and hands the new controller
   // and strategy to the client actor.
-  Status rejoin(std::chrono::milliseconds slice);
+  Status rejoin(const std::string& server, std::chrono::milliseconds slice);
 
   ~Impl() { close(); }
 
