@@ -721,6 +721,11 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
     if ((role == "volume" || with_volume || copies) && phase == "stream") {
       names_for_reader.push_back("nothing was written within");
     }
+    // With copies the reader may be streaming from the copy while the
+    // writer's put, whose volume died, aborts: the reader is told that.
+    if (copies && phase == "stream") {
+      names_for_reader.push_back("the writer aborted before its commit");
+    }
     cell.reader =
         watch_survivor(*reader, killed_at, dead_at, r_off, names_for_reader, goes_on, idle, cell);
   } else {

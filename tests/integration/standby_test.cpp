@@ -52,8 +52,8 @@ TEST(Standby, TakesOverWhenThePrimaryIsKilledAndEveryKeyReadsBack) {
   Child standby({kTool, "serve", "--port", std::to_string(port), "--strategy", "per_local_rank",
                  "--standby-of", first});
   // Standing by: connected to the primary, not serving.
-  ASSERT_TRUE(eventually([&] { return !connected_ports(standby.pid(), primary.pid()).empty(); },
-                         60s))
+  ASSERT_TRUE(
+      eventually([&] { return !connected_ports(standby.pid(), primary.pid()).empty(); }, 60s))
       << standby.output();
   EXPECT_EQ(standby.output().find("serving on"), std::string::npos) << standby.output();
 
@@ -104,8 +104,8 @@ TEST(Standby, AStandbyStoppedBeforeItServesExitsCleanly) {
   const std::string first = served_address(primary, 60s);
   ASSERT_FALSE(first.empty()) << primary.output();
   Child standby({kTool, "serve", "--port", "0", "--standby-of", first});
-  ASSERT_TRUE(eventually([&] { return !connected_ports(standby.pid(), primary.pid()).empty(); },
-                         60s))
+  ASSERT_TRUE(
+      eventually([&] { return !connected_ports(standby.pid(), primary.pid()).empty(); }, 60s))
       << standby.output();
   standby.signal(SIGTERM);
   ASSERT_TRUE(standby.wait(kWait));
@@ -119,8 +119,7 @@ TEST(Standby, AStandbyStoppedBeforeItServesExitsCleanly) {
 TEST(Standby, BadAddressesAndAMissingPrimaryAreRefused) {
   StoreOptions o;
   o.standby_of = "127.0.0.1:1";
-  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument,
-               "standby_of '127.0.0.1:1' needs listen");
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument, "standby_of '127.0.0.1:1' needs listen");
   o.listen = "127.0.0.1:0";
   o.limits.connect_timeout = 300ms;
   EXPECT_ERROR(Store::embedded(o), Errc::unavailable, "the primary must be serving");
