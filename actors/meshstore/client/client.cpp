@@ -431,8 +431,15 @@ caf::actor spawn_client(caf::actor_system& sys, ClientConfig config,
   // A put that finds no channel yet (the first) has the client connect to
   // its volume and open the channel, from the fast path's waiting thread.
   // Set before the first call can come (the actor starts later).
+  // The connection answers within its own deadlines: the wait for the
+  // strategy to name a volume, then reaching it and opening the channel,
+  // each the client's request timeout, counted from when the actor takes
+  // the job. Waiting only `timeout` here raced the strategy's own answer
+  // (a put failed as a timeout, not with the strategy's why), so this wait
+  // only backstops an answer never sent.
   fast->set_home_connector([addr](std::chrono::milliseconds timeout) {
-    return status_inside(addr, timeout, "connecting to this client's volume",
+    return status_inside(addr, 3 * timeout + std::chrono::seconds(1),
+                         "connecting to this client's volume",
                          [](client_pointer me, std::function<void(Status)> k) {
                            client::await_home_channel(me, std::move(k));
                          });
