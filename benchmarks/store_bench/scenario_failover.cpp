@@ -9,7 +9,10 @@
 //   (exists, made right after the kill: it waits through the gap; asked
 //   again only when it was already at the dead controller), then its get;
 // - of that, the new process's start until it serves (the baseline: the
-//   part no store change can shorten).
+//   part no store change can shorten);
+// - the first write after that read: a put of the key, which commits only
+//   once the whole index is back (a read of a key the new controller has
+//   already may answer before the rebuild is over).
 // The rebuild rate is the marginal one: the keys added between two sizes
 // over the growth of the median time to the first read. The volume
 // process's memory per key (objects, their records, bookkeeping) is its
@@ -115,8 +118,9 @@ std::pair<double, double> hold_cost(meshstore::Store& held, meshstore::Store& ba
 }
 
 struct Run {
-  double first_read = 0;  // seconds from the kill
-  double start = 0;       // of which the new server's start
+  double first_read = 0;   // seconds from the kill
+  double start = 0;        // of which the new server's start
+  double first_write = 0;  // seconds from the kill: the index whole again
 };
 
 // One failover: kill, start again, read. `key` was put before.
@@ -143,6 +147,10 @@ Run failover(meshstore::Store& store, std::unique_ptr<Child>& server, std::uint1
   }
   must(store.get(key).get(300s), "get after failover");
   run.first_read = secs(t0);
+  static float two = 2.0f;
+  must(store.put(key, meshstore::TensorView(&two, meshstore::DType::float32, {})).get(300s),
+       "put after failover");
+  run.first_write = secs(t0);
   return run;
 }
 
@@ -178,7 +186,7 @@ void run_failover(const Args& a) {
 
   struct Row {
     std::size_t keys;
-    double first_read, first_read_min, first_read_max, start;
+    double first_read, first_read_min, first_read_max, start, first_write;
     double bytes_per_key;
   };
   std::vector<Row> rows;
@@ -188,16 +196,19 @@ void run_failover(const Args& a) {
     fill(store, have, n);
     have = n;
     const auto rss = own_rss();
-    std::vector<double> reads, starts;
+    std::vector<double> reads, starts, writes;
     for (int i = 0; i < runs; ++i) {
       auto r = failover(store, server, port, "k/" + std::to_string(i * 7919 % n));
       reads.push_back(r.first_read);
       starts.push_back(r.start);
-      std::fprintf(stderr, "  run %d: first read %.0f ms (server start %.0f ms)\n", i + 1,
-                   r.first_read * 1e3, r.start * 1e3);
+      writes.push_back(r.first_write);
+      std::fprintf(stderr,
+                   "  run %d: first read %.0f ms (server start %.0f ms), first write %.0f ms\n",
+                   i + 1, r.first_read * 1e3, r.start * 1e3, r.first_write * 1e3);
     }
     rows.push_back(Row{n, median(reads), *std::min_element(reads.begin(), reads.end()),
                        *std::max_element(reads.begin(), reads.end()), median(starts),
+                       median(writes),
                        static_cast<double>(rss > rss0 ? rss - rss0 : 0) / static_cast<double>(n)});
   }
   store.close();
@@ -216,22 +227,23 @@ void run_failover(const Args& a) {
       std::printf(
           "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
           "\"first_read_ms_max\":%.1f,\"server_start_ms_median\":%.1f,"
-          "\"first_read_over_start\":%.2f,\"rebuild_keys_per_s\":%.0f,\"bytes_per_key\":%.0f}",
+          "\"first_read_over_start\":%.2f,\"first_write_ms_median\":%.1f,"
+          "\"rebuild_keys_per_s\":%.0f,\"bytes_per_key\":%.0f}",
           i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
-          r.start * 1e3, r.first_read / r.start, rate(i), r.bytes_per_key);
+          r.start * 1e3, r.first_read / r.start, r.first_write * 1e3, rate(i), r.bytes_per_key);
     }
     std::printf("],\"put_batch_1000_per_s_held\":%.0f,\"put_batch_1000_per_s_bare\":%.0f}\n",
                 hold.first, hold.second);
     return;
   }
   std::printf("failover: kill -9 of the server to the first read, median of %d runs\n", runs);
-  std::printf("%10s %14s %12s %12s %10s %14s %12s\n", "keys", "first read ms", "min ms", "max ms",
-              "start ms", "read / start", "rebuild k/s");
+  std::printf("%10s %14s %12s %12s %10s %14s %15s %12s\n", "keys", "first read ms", "min ms",
+              "max ms", "start ms", "read / start", "first write ms", "rebuild k/s");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    std::printf("%10zu %14.0f %12.0f %12.0f %10.0f %14.2f %12.0f\n", r.keys, r.first_read * 1e3,
-                r.first_read_min * 1e3, r.first_read_max * 1e3, r.start * 1e3,
-                r.first_read / r.start, rate(i) / 1e3);
+    std::printf("%10zu %14.0f %12.0f %12.0f %10.0f %14.2f %15.0f %12.0f\n", r.keys,
+                r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3, r.start * 1e3,
+                r.first_read / r.start, r.first_write * 1e3, rate(i) / 1e3);
   }
   std::printf("volume process memory per key (objects, records, bookkeeping): %.0f bytes at %zu\n",
               rows.back().bytes_per_key, rows.back().keys);
