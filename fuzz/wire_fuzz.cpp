@@ -1,5 +1,5 @@
 // libFuzzer target: every decoder a peer's bytes reach on the control plane
-// (the store's wire records, RegionRef), the fast path's ring messages
+// (the store's wire records and their list, RegionRef), the fast path's ring messages
 // (fast_get: get, put and commit requests a volume decodes, replies a client
 // decodes) and the
 // state-dict manifest and value codecs (stored bytes a reader decodes). The first input byte picks
@@ -109,7 +109,7 @@ void fast_get_message(const std::string& bytes) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 11) {
+  switch (data[0] % 12) {
     case 0:
       round_trip<wire::KeyRecord>(bytes);
       break;
@@ -139,6 +139,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case 9:
       value(bytes);
+      break;
+    case 11:
+      round_trip<std::vector<wire::KeyRecord>>(bytes);
       break;
     default:
       fast_get_message(bytes);

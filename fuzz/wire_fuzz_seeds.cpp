@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
       write(dir, 10, "fast_put_error",
             as_string(protocol::fast_get::encode_error(Status(Errc::out_of_capacity, "full")))) &&
       write(dir, 10, "fast_commit_request", fast_commit_request()) &&
-      write(dir, 10, "fast_commit_reply", fast_commit_reply());
+      write(dir, 10, "fast_commit_reply", fast_commit_reply()) &&
+      write(dir, 11, "key_record_list", wire::encode(std::vector<wire::KeyRecord>{rec, object}));
   if (!ok) {
     std::fprintf(stderr, "wire_fuzz_seeds: cannot write into %s\n", dir.c_str());
     return 1;

@@ -120,6 +120,36 @@ TEST(Wire, CafSerializationGoesThroughProtobuf) {
   expect_same(sample_record(), back);
 }
 
+// A list of records (a locate's answer, a volume's records for a rebuild)
+// crosses as one KeyRecordList encoding, and comes back whole; bytes that
+// are no list are a protocol error naming it.
+TEST(Wire, AListOfRecordsTravelsAsOneEncoding) {
+  auto rt = internal::ActorRuntime::create({}).value();
+  auto& sys = rt->system();
+  std::vector<wire::KeyRecord> list{sample_record(), sample_record(), wire::KeyRecord{}};
+  list[1].key = "second";
+  std::vector<char> buf;
+  {
+    caf::binary_serializer sink{sys, buf};
+    ASSERT_FALSE(sink(list));
+  }
+  const auto proto = wire::encode(list);
+  EXPECT_NE(std::search(buf.begin(), buf.end(), proto.begin(), proto.end()), buf.end());
+  std::vector<wire::KeyRecord> back;
+  caf::binary_deserializer source{sys, buf};
+  ASSERT_FALSE(source(back));
+  ASSERT_EQ(back.size(), 3u);
+  expect_same(list[0], back[0]);
+  EXPECT_EQ(back[1].key, "second");
+  EXPECT_FALSE(back[2].found());
+
+  std::vector<wire::KeyRecord> empty{sample_record()};
+  ASSERT_OK(wire::decode(wire::encode(std::vector<wire::KeyRecord>{}), empty));
+  EXPECT_TRUE(empty.empty());  // decoding replaces what was there
+  EXPECT_ERROR(wire::decode(std::string("\xff\xff\xff\xff garbage", 12), back),
+               Errc::protocol_error, "KeyRecordList");
+}
+
 TEST(Wire, ActorTypesRegisterEveryWireStructUnderItsStableName) {
   internal::RuntimeOptions ro;
   ro.add_types = protocol::add_actor_types;
@@ -133,7 +163,8 @@ TEST(Wire, ActorTypesRegisterEveryWireStructUnderItsStableName) {
       {&typeid(wire::RemoveReply), "meshstore::wire::RemoveReply"},
       {&typeid(wire::VolumeInfo), "meshstore::wire::VolumeInfo"},
       {&typeid(wire::VolumeStat), "meshstore::wire::VolumeStat"},
-      {&typeid(wire::ClientInfo), "meshstore::wire::ClientInfo"}};
+      {&typeid(wire::ClientInfo), "meshstore::wire::ClientInfo"},
+      {&typeid(std::vector<wire::KeyRecord>), "meshstore::wire::KeyRecordList"}};
   for (const auto& [type, name] : expected) {
     EXPECT_EQ(types.portable_name(0, type), name);
     EXPECT_NE(types.make_value(name), nullptr) << name;

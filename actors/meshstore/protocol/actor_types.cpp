@@ -19,6 +19,10 @@ namespace meshstore::protocol {
 void add_actor_types(caf::actor_system_config& cfg) {
   // The wire structs (records and RegionRef). Their names are part of the
   // protocol: a process registering another name cannot talk to this one.
+  // A list of records travels as one KeyRecordList encoding (wire_glue.hpp).
+  // Before KeyRecord: registering a type registers its std::vector too,
+  // and the first name given a type is the one CAF keeps.
+  cfg.add_message_type<std::vector<wire::KeyRecord>>("meshstore::wire::KeyRecordList");
   cfg.add_message_type<wire::KeyRecord>("meshstore::wire::KeyRecord");
   cfg.add_message_type<wire::StageRequest>("meshstore::wire::StageRequest");
   cfg.add_message_type<wire::RegionRef>("meshstore::wire::RegionRef");
@@ -37,7 +41,6 @@ void add_actor_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<transports::rpc::rpc_endpoint_actor>(
       "meshstore::transports::rpc::rpc_endpoint_actor");
   cfg.add_message_type<std::vector<wire::VolumeInfo>>("std::vector<meshstore::wire::VolumeInfo>");
-  cfg.add_message_type<std::vector<wire::KeyRecord>>("std::vector<meshstore::wire::KeyRecord>");
   cfg.add_message_type<std::vector<wire::StageRequest>>(
       "std::vector<meshstore::wire::StageRequest>");
   cfg.add_message_type<std::vector<wire::RegionRef>>("std::vector<meshstore::wire::RegionRef>");

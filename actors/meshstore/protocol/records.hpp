@@ -165,6 +165,8 @@ struct ClientInfo {
 std::string maybe_lost_note(const KeyRecord& r);
 
 std::string encode(const KeyRecord& x);
+/// A list of records as one KeyRecordList.
+std::string encode(const std::vector<KeyRecord>& x);
 std::string encode(const StageRequest& x);
 std::string encode(const ReadLease& x);
 std::string encode(const RemoveReply& x);
@@ -173,6 +175,7 @@ std::string encode(const VolumeStat& x);
 std::string encode(const ClientInfo& x);
 
 Status decode(const std::string& bytes, KeyRecord& x);
+Status decode(const std::string& bytes, std::vector<KeyRecord>& x);
 Status decode(const std::string& bytes, StageRequest& x);
 Status decode(const std::string& bytes, ReadLease& x);
 Status decode(const std::string& bytes, RemoveReply& x);

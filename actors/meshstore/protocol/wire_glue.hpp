@@ -21,4 +21,11 @@ MESHSTORE_WIRE_INSPECT(VolumeInfo)
 MESHSTORE_WIRE_INSPECT(VolumeStat)
 MESHSTORE_WIRE_INSPECT(ClientInfo)
 
+/// A list of key records travels as one KeyRecordList encoding, not as a
+/// CAF list of per-record encodings.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, std::vector<KeyRecord>& x) {
+  return ::meshstore::internal::inspect_as_proto(f, x, "meshstore::wire::KeyRecordList");
+}
+
 }  // namespace meshstore::wire
