@@ -3,6 +3,7 @@
 // volumes and the controller run in two actor systems connected over
 // loopback, as two processes would be: the controller's "process" is
 // stopped whole and a new one started.
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <map>
@@ -44,8 +45,8 @@ class RebuildTest : public ::testing::Test {
     for (int i = 0; i < 2; ++i) {
       volume::VolumeConfig vc;
       vc.volume_id = vid(i);
-      vc.capacity_bytes = 1 << 20;
-      vc.await_controller = 10s;  // its commits wait through a failover
+      vc.capacity_bytes = 16 << 20;  // room for tens of thousands of small keys
+      vc.await_controller = 10s;     // its commits wait through a failover
       volumes_.push_back(volume::spawn_storage_volume(volumes_rt_->system(), vc).value());
     }
     self_ = std::make_unique<caf::scoped_actor>(volumes_rt_->system());
@@ -114,6 +115,37 @@ class RebuildTest : public ::testing::Test {
   }
   Result<Versions> commit(const Records& records) {
     return ask<Versions>(*self_, controller_, protocol::notify_put_batch_atom::value, records);
+  }
+  // `n` objects of 16 bytes staged at volume `i` in one request.
+  std::vector<std::uint64_t> stage_many(int i, std::size_t n) {
+    std::vector<wire::StageRequest> requests(n);
+    for (auto& r : requests) {
+      r.key = "k";
+      r.nbytes = 16;
+    }
+    auto refs = ask<std::vector<wire::RegionRef>>(*self_, volumes_[i], protocol::stage_atom::value,
+                                                  requests);
+    EXPECT_OK(refs);
+    std::vector<std::uint64_t> ids;
+    for (std::size_t j = 0; refs.ok() && j < refs->size(); ++j)
+      ids.push_back(refs->at(j).region_id);
+    return ids;
+  }
+  // `n` float32 keys "`prefix`/i" of shape {4}, each whole on volume `on`,
+  // staged in one request and committed in one batch; their records.
+  Records many(int on, const std::string& prefix, std::size_t n) {
+    const auto ids = stage_many(on, n);
+    Records out(ids.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      out[i].key = prefix + "/" + std::to_string(i);
+      out[i].dtype = DType::float32;
+      out[i].shape = {4};
+      out[i].shards.push_back({TensorSlice::full({4}), vid(on), ids[i], 16});
+    }
+    auto versions = commit(out);
+    EXPECT_OK(versions);
+    for (std::size_t i = 0; versions.ok() && i < out.size(); ++i) out[i].version = versions->at(i);
+    return out;
   }
   // What needs both volumes back: "split" (a shard on each), the state
   // dict "sd" (its manifest on volume-0, "sd/w" on volume-1) and the
@@ -455,6 +487,103 @@ TEST_F(RebuildTest, TheNewestVersionWinsWhicheverVolumeReportsFirst) {
   // The older version's object went.
   EXPECT_EQ(objects(1), objects1 - 1);
   EXPECT_TRUE(held(1).empty());
+}
+
+// A volume sends a registering controller its records in parts of this
+// many (volume/records_kept.cpp), the last as its answer.
+constexpr std::size_t kPart = 16384;
+
+TEST_F(RebuildTest, AVolumeWithManyRecordsGivesThemAllBackInParts) {
+  start_controller();
+  ASSERT_OK(join(0));
+  ASSERT_OK(join(1));
+  const auto keys = many(0, "w", 2 * kPart + 100);  // three parts
+  ASSERT_EQ(keys.size(), 2 * kPart + 100);
+  ASSERT_OK(commit({record("split", {0, 1})}));
+  const auto objects0 = objects(0);
+
+  stop_controller();
+  start_controller();
+  ASSERT_OK(join(0));
+  // Volume-0 knew of volume-1: with all of volume-0's parts taken, a key
+  // whole on it still waits (volume-1 might hold a newer version).
+  auto waiting = std::async(std::launch::async, [this] {
+    caf::scoped_actor me{volumes_rt_->system()};
+    return ask<Records>(me, controller_, protocol::locate_atom::value,
+                        std::vector<std::string>{"w/0", "w/" + std::to_string(2 * kPart + 99)});
+  });
+  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
+  ASSERT_OK(join(1));
+  ASSERT_OK(waiting.get());
+  std::vector<std::string> names;
+  for (const auto& r : keys) names.push_back(r.key);
+  names.push_back("split");
+  auto got = locate(names);
+  ASSERT_OK(got);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got->at(i).found()) << keys[i].key;
+    ASSERT_EQ(got->at(i).version, keys[i].version) << keys[i].key;
+    ASSERT_EQ(got->at(i).shards.front().object_id, keys[i].shards.front().object_id);
+  }
+  EXPECT_EQ(got->back().shards.size(), 2u);
+  EXPECT_EQ(objects(0), objects0);  // nothing dropped
+  // A commit goes on above every version that came back.
+  auto fresh = commit({record("fresh", {1})});
+  ASSERT_OK(fresh);
+  EXPECT_GT(fresh->front(), got->back().version);
+}
+
+// A volume can keep an older version of a key beside the newest (the
+// controller died before the older one's release came). Whichever part
+// brings which, the newest comes back and the older one's object goes.
+TEST_F(RebuildTest, TheNewestVersionWinsWhicheverPartHoldsIt) {
+  start_controller();
+  ASSERT_OK(join(0));                     // volume-0 alone: it waits for no other volume
+  ASSERT_OK(commit({record("x", {0})}));  // every version below is 2 or more
+  // Every key has an older version (1) whose object was staged before the
+  // newest's: two parts and more.
+  const std::size_t n = kPart + 100;
+  const auto early = stage_many(0, n);
+  const auto keys = many(0, "k", n);
+  ASSERT_EQ(early.size(), n);
+  ASSERT_EQ(keys.size(), n);
+  Records older = keys;
+  for (std::size_t i = 0; i < n; ++i) {
+    older[i].version = 1;
+    older[i].shards.front().object_id = early[i];
+  }
+  (*self_)->send(volumes_[0], protocol::commit_atom::value, early, older);
+  // The order the volume lists its records in, which its parts follow:
+  // some key's older version comes a part ahead of its newest, and some
+  // key's after it.
+  const auto kept = held(0);
+  std::map<std::string, std::size_t> older_at, newest_at;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i].key == "x") continue;
+    (kept[i].version == 1 ? older_at : newest_at)[kept[i].key] = i;
+  }
+  ASSERT_EQ(older_at.size(), n);
+  bool older_ahead = false, newest_ahead = false;
+  for (const auto& [key, at] : older_at) {
+    older_ahead |= at / kPart < newest_at.at(key) / kPart;
+    newest_ahead |= newest_at.at(key) / kPart < at / kPart;
+  }
+  ASSERT_TRUE(older_ahead && newest_ahead) << "no key's versions are in two parts both ways";
+  const auto objects0 = objects(0);
+
+  stop_controller();
+  start_controller();
+  ASSERT_OK(join(0));
+  std::vector<std::string> names;
+  for (const auto& r : keys) names.push_back(r.key);
+  auto got = locate(names);
+  ASSERT_OK(got);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(got->at(i).found()) << names[i];
+    ASSERT_EQ(got->at(i).version, keys[i].version) << names[i];
+    ASSERT_EQ(got->at(i).shards.front().object_id, keys[i].shards.front().object_id);
+  }
+  EXPECT_EQ(objects(0), objects0 - n);  // every older version's object went
 }
 
 }  // namespace

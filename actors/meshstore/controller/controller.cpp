@@ -398,9 +398,26 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
           [=](caf::error& e) mutable {
             self->state.log->warn("volume '{}' did not tell its records: {}", info.volume_id,
                                   self->system().render(e));
+            // Its parts taken so far stay; it waits for no last part now.
+            self->state.rebuild.reporting.erase(info.volume_id);
             rp.deliver(caf::ok_atom::value);
           });
   return rp;
+}
+
+// A part of registering volume `id`'s records, ahead of its answer to
+// held_records (many records come in parts): taken as they come, from
+// that volume only.
+void take_part(controller_pointer self, const std::string& id,
+               std::vector<wire::KeyRecord>& records, const std::vector<std::string>& peers) {
+  auto& st = self->state;
+  auto it = st.volumes.find(id);
+  if (it == st.volumes.end() ||
+      it->second.address() != caf::actor_cast<caf::actor_addr>(self->current_sender())) {
+    st.log->warn("records said to be volume '{}''s from another actor: ignored", id);
+    return;
+  }
+  take_records(self, id, std::move(records), peers, false);
 }
 
 // While the index is rebuilt, a locate that misses a key waits (skipped:
@@ -433,6 +450,8 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
       [=](protocol::watch_volumes_atom) { watch_volumes(self); },
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
           protocol::storage_volume_actor v) { return join_volume(self, info, std::move(v)); },
+      [=](protocol::held_records_atom, const std::string& id, std::vector<wire::KeyRecord>& records,
+          const std::vector<std::string>& peers) { take_part(self, id, records, peers); },
       [=](protocol::rebuild_end_atom, std::uint64_t epoch) { end_rebuild(self, epoch); },
       [=](protocol::repair_atom) { repair_due(self); },
       [=](protocol::expect_volumes_atom, const std::vector<std::string>& ids) {

@@ -57,6 +57,9 @@ struct Rebuild {
   std::uint64_t epoch = 0;  // the deadline's (a deadline of an ended rebuild is stale)
   std::chrono::steady_clock::time_point began{};
   std::set<std::string> reported;  // volumes that reported their records
+  // Volumes whose records come in parts and whose last part has not come:
+  // nothing waits on them as finished until it does.
+  std::set<std::string> reporting;
   std::set<std::string> expected;  // volumes the reporting ones knew of
   std::map<std::string, Candidate> candidates;
   std::uint64_t restored = 0;  // keys restored so far
@@ -315,8 +318,12 @@ void send_commits(controller_pointer self, const std::vector<IndexEntry*>& recor
 /// the index and complete (every shard's volume reported it; a state
 /// dict's whole commit; a version pointer's version) goes into the index.
 /// `peers` are the volumes it knew of: the rebuild waits for them too.
+/// Many records come in parts: `last` is false for each but the last, and
+/// a part begins (or keeps alive) a rebuild of an empty index, which waits
+/// for the volume's last part before anything waiting for it is decided.
 void take_records(controller_pointer self, const std::string& volume_id,
-                  std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers);
+                  std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers,
+                  bool last = true);
 /// A client that reconnected to this controller knew volumes `ids`: while
 /// the index is empty or being rebuilt, nothing is answered "no such key"
 /// until they reported (or the deadline), since they may hold it.

@@ -51,10 +51,14 @@ std::string awaited(const Rebuild::Candidate& c) {
   return c.record.shards.empty() ? std::string() : c.record.shards.front().volume_id;
 }
 
-// A volume the reporting ones knew of that has not reported; "" if none.
-std::string missing_volume(const Rebuild& rb) {
+// A volume the reporting ones knew of that has not reported, or one whose
+// records still come in parts, other than `except`; "" if none.
+std::string missing_volume(const Rebuild& rb, const std::string& except = {}) {
   for (const auto& id : rb.expected) {
-    if (rb.reported.count(id) == 0) return id;
+    if (rb.reported.count(id) == 0 && id != except) return id;
+  }
+  for (const auto& id : rb.reporting) {
+    if (id != except) return id;
   }
   return {};
 }
@@ -215,6 +219,15 @@ void begin_rebuild(controller_pointer self) {
   self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
 }
 
+// A part of a volume's records came: the rebuild's deadline starts again
+// (a deadline counts from the last sign of progress, not from the first
+// part of a million records).
+void extend_rebuild(controller_pointer self) {
+  auto& st = self->state;
+  const auto epoch = ++st.rebuild.epoch;
+  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+}
+
 // The rebuild is over: what waited for it runs. A message skipped is run
 // again once the actor takes another from the same queue: this one, which
 // rebuild_end ignores (no rebuild has epoch 0).
@@ -229,19 +242,34 @@ void finish_rebuild(controller_pointer self) {
 }  // namespace
 
 void take_records(controller_pointer self, const std::string& volume_id,
-                  std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers) {
+                  std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers,
+                  bool last) {
   auto& st = self->state;
   auto& rb = st.rebuild;
-  rb.reported.insert(volume_id);
-  rb.given_up.erase(volume_id);
+  const bool first = rb.reporting.count(volume_id) == 0;
   // The volumes it knew of may hold newer versions: wait for them, unless
   // the index is already being written to again.
   if (rb.active || st.index.empty()) rb.expected.insert(peers.begin(), peers.end());
   // A restarted rebuild counts afresh.
-  if (!rb.active) rb.restored = 0;
+  if (!rb.active && first) rb.restored = 0;
+  if (!last) {
+    rb.reporting.insert(volume_id);
+    // An empty index waits for the rest; a rebuild under way waits longer.
+    if (rb.active) {
+      extend_rebuild(self);
+    } else if (st.index.empty()) {
+      begin_rebuild(self);
+    }
+  } else {
+    rb.reporting.erase(volume_id);
+    rb.reported.insert(volume_id);
+    rb.given_up.erase(volume_id);
+  }
   Objects stale;
-  // With no other volume to wait for, what stands alone needs no candidate.
-  const bool alone_ok = missing_volume(rb).empty();
+  // With no other volume to wait for, what stands alone needs no candidate
+  // (this volume's earlier parts are its own: a newer version in a later
+  // part replaces an older one restored from an earlier).
+  const bool alone_ok = missing_volume(rb, volume_id).empty();
   for (auto& r : records) {
     if (!r.found()) continue;
     if (alone_ok && stands_alone(st, volume_id, r)) {
@@ -251,10 +279,12 @@ void take_records(controller_pointer self, const std::string& volume_id,
     }
   }
   // Nothing comes back while a volume that may hold a newer version of it
-  // is still expected: no reader sees a version go back.
-  if (missing_volume(rb).empty()) restore_ready(st, stale);
+  // is still expected, this one's later parts included: no reader sees a
+  // version go back.
+  if (last && missing_volume(rb).empty()) restore_ready(st, stale);
   send_to_volumes(self, stale, Verdict::discard);
   st.flush_due.clear();  // a registration answers without waiting for these
+  if (!last) return;     // what waits on this volume is decided with its last part
   if (rb.candidates.empty() && missing_volume(rb).empty()) {
     if (rb.active || rb.restored != 0) {
       st.log->info("index rebuilt from {} volume(s): {} key(s) back", rb.reported.size(),

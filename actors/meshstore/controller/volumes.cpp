@@ -221,6 +221,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   st.volume_by_addr.erase(it);
   st.volumes.erase(id);
   st.dead_volumes.insert(id);
+  st.rebuild.reporting.erase(id);  // its last part will not come
   st.volume_infos.erase(
       std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
                      [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),

@@ -102,7 +102,9 @@ using storage_volume_actor = caf::typed_actor<
     // heard of them (peers_atom); committed objects that no record names
     // are dropped first. Asked by a controller the volume registers with,
     // naming itself: the volume's channels commit there from now (a
-    // failover's new controller).
+    // failover's new controller). Many records go in parts: each but the
+    // last to that controller ahead of the answer (held_records_atom with
+    // this volume's id), the answer holding the last part.
     caf::replies_to<held_records_atom, caf::actor>::with<std::vector<wire::KeyRecord>,
                                                          std::vector<std::string>>,
     // From the controller: volumes that joined the store, and volumes that

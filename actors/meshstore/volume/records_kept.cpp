@@ -2,13 +2,24 @@
 // the controller committed for it, so that a controller that starts
 // against live volumes rebuilds its index from them (the controller's
 // controller/rebuild.cpp; docs/reliability.md, "The controller's loss").
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <unordered_set>
 
+#include "meshstore/protocol/controller_actor.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/volume/state.hpp"
 
 namespace meshstore::volume {
+
+namespace {
+
+// Records per part of the answer to a controller's held_records: the
+// controller takes one part while the next is encoded and on its way.
+constexpr std::size_t kRecordsPerPart = 16384;
+
+}  // namespace
 
 void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
                     std::vector<wire::KeyRecord> records) {
@@ -69,7 +80,21 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
         "put its controller never finished)",
         st.config.volume_id, orphans.size());
   }
-  return {std::move(out), std::vector<std::string>(st.peers.begin(), st.peers.end())};
+  std::vector<std::string> peers(st.peers.begin(), st.peers.end());
+  // To a controller asking: every full part but the last goes ahead as its
+  // own message (in order, before the answer), the answer is the last.
+  if (controller && out.size() > kRecordsPerPart) {
+    const auto to = caf::actor_cast<protocol::controller_actor>(controller);
+    const std::size_t ahead = (out.size() - 1) / kRecordsPerPart * kRecordsPerPart;
+    for (std::size_t i = 0; i < ahead; i += kRecordsPerPart) {
+      std::vector<wire::KeyRecord> part(std::make_move_iterator(out.begin() + i),
+                                        std::make_move_iterator(out.begin() + i + kRecordsPerPart));
+      self->send(to, protocol::held_records_atom::value, st.config.volume_id, std::move(part),
+                 peers);
+    }
+    out.erase(out.begin(), out.begin() + ahead);
+  }
+  return {std::move(out), std::move(peers)};
 }
 
 void update_peers(volume_pointer self, const std::vector<std::string>& joined,

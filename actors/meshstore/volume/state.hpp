@@ -190,7 +190,9 @@ void copied(volume_pointer self, std::uint64_t token, std::int32_t code, const s
 /// Committed objects without a record (the shards of a sharded put no
 /// controller finished) are dropped first: no controller will commit them
 /// now. `controller`, when set, is the controller asking, which this
-/// volume registers with: its channels' puts commit there from now.
+/// volume registers with: its channels' puts commit there from now. To it
+/// the records go in parts: each but the last as its own held_records
+/// message ahead of the answer, which is the last part.
 caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
     volume_pointer self, const caf::actor& controller);
 
