@@ -244,9 +244,7 @@ caf::result<wire::VolumeInfo, protocol::storage_volume_actor> volume_of(const Co
   auto it = st.volumes.find(id);
   if (it == st.volumes.end())
     return to_caf_error(Status(Errc::not_found, "no volume '" + id + "'"));
-  for (const auto& info : st.volume_infos) {
-    if (info.volume_id == id) return {info, it->second};
-  }
+  if (const auto* info = st.info_of(id)) return {*info, it->second};
   return to_caf_error(Status(Errc::internal, "volume '" + id + "' has no info"));
 }
 

@@ -93,6 +93,13 @@ struct ControllerState {
 
   std::map<std::string, IndexEntry> index;  // ordered: keys(prefix) is a range scan
   std::vector<wire::VolumeInfo> volume_infos;
+  // Registered volume `id`'s description, or null.
+  const wire::VolumeInfo* info_of(const std::string& id) const {
+    for (const auto& v : volume_infos) {
+      if (v.volume_id == id) return &v;
+    }
+    return nullptr;
+  }
   std::unordered_map<std::string, protocol::storage_volume_actor> volumes;
   std::map<caf::actor_addr, std::string> volume_by_addr;  // monitored volumes
   // Keys whose volume died, with that volume's id, until put or removed again.

@@ -27,13 +27,6 @@ bool whole(const wire::KeyRecord& r) {
   return r.shards.size() == 1 ? r.shards.front().slice.is_full() : r.copied();
 }
 
-const wire::VolumeInfo* info_of(const ControllerState& st, const std::string& id) {
-  for (const auto& v : st.volume_infos) {
-    if (v.volume_id == id) return &v;
-  }
-  return nullptr;
-}
-
 // Up to `n` registered volumes that hold no copy of `r`: on hosts none of
 // its copies is on first, taken in turn (Copies::next_target) so that
 // copies spread over the volumes.
@@ -42,7 +35,7 @@ std::vector<std::string> pick_targets(ControllerState& st, const wire::KeyRecord
   std::set<std::string> holders, hosts;
   for (const auto& s : r.shards) {
     holders.insert(s.volume_id);
-    if (const auto* info = info_of(st, s.volume_id)) hosts.insert(info->host);
+    if (const auto* info = st.info_of(s.volume_id)) hosts.insert(info->host);
   }
   std::vector<std::string> out;
   const std::size_t count = st.volume_infos.size();
@@ -150,7 +143,7 @@ void send_batch(controller_pointer self, const std::shared_ptr<CopyJob>& job, Ba
         Status(Errc::unavailable,
                "volume '" + (s == st.volumes.end() ? batch.source : batch.target) + "' went down"));
   }
-  const auto* source = info_of(st, batch.source);
+  const auto* source = st.info_of(batch.source);
   self->request(t->second, copy_deadline(batch.bytes), protocol::copy_from_atom::value,
                 caf::actor_cast<caf::actor>(s->second), source ? source->control : std::string(),
                 batch.ids, batch.sizes, batch.keys)
