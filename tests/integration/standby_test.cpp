@@ -3,10 +3,6 @@
 // killed, and stores given both addresses go on with it; their volumes
 // rebuild its index, so every key put before the kill reads back.
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstring>
 
 #include "meshstore/store.hpp"
@@ -22,29 +18,11 @@ using namespace std::chrono_literals;
 const std::string kTool = MESHSTORE_TOOL_PATH;
 constexpr auto kBound = 10s;
 
-// A loopback port free now, below the kernel's ephemeral range (32768 and
-// up on Debian): the standby binds it only when it takes over, and no
-// outgoing connection of another process takes such a port meanwhile.
-int free_port() {
-  for (int i = 0; i < 200; ++i) {
-    const int port = 20000 + static_cast<int>((getpid() * 7919L + i * 104729L) % 9000);
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    close(fd);
-    if (free) return port;
-  }
-  return 0;
-}
-
 TEST(Standby, TakesOverWhenThePrimaryIsKilledAndEveryKeyReadsBack) {
   Child primary({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
   const std::string first = served_address(primary, 60s);
   ASSERT_FALSE(first.empty()) << primary.output();
-  const int port = free_port();
+  const int port = free_port();  // testing/sockets.hpp
   ASSERT_NE(port, 0);
   const std::string second = "127.0.0.1:" + std::to_string(port);
   Child standby({kTool, "serve", "--port", std::to_string(port), "--strategy", "per_local_rank",

@@ -1,8 +1,5 @@
 #include "meshstore/mesh.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +15,7 @@
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/proc_mesh.hpp"
 #include "meshstore/store_mesh.hpp"
+#include "testing/sockets.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore {
@@ -25,6 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::eventually;
+using testing::free_port;
 using testing::kWait;
 
 using add_atom = caf::atom_constant<caf::atom("add")>;
@@ -67,22 +66,6 @@ using mirror_actor = caf::typed_actor<caf::replies_to<mirror_atom, Point>::with<
 // Answers the point mirrored, shifted by its rank.
 mirror_actor::behavior_type mirror(mirror_actor::pointer, int rank) {
   return {[=](mirror_atom, Point p) { return Point{-p.x + rank, -p.y}; }};
-}
-
-// A port nothing listens on now (the kernel's pick for port 0).
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  std::uint16_t port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 // Rank `rank` of a two-rank job whose registry is on 127.0.0.1:`port`, as

@@ -2,12 +2,17 @@
 
 // Which TCP sockets a process holds, read from /proc: tests of direct
 // connections check that two processes hold a connection of their own
-// rather than reaching each other through a third.
+// rather than reaching each other through a third. And a free port for a
+// test's listener.
 
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -62,6 +67,31 @@ inline std::set<int> connected_ports(int from, int to) {
     if (listening.count(p)) out.insert(p);
   }
   return out;
+}
+
+// A loopback port free now, for a listener a test starts later (a server
+// process, a rank's registry), or 0 if none was found. Taken at random
+// below the kernel's ephemeral range (32768 and up on Debian), so that no
+// outgoing connection of another process takes it meanwhile, as one may a
+// port the kernel picked for port 0.
+inline std::uint16_t free_port() {
+  std::mt19937 pick(std::random_device{}());
+  std::uniform_int_distribution<int> in_range(20000, 28999);
+  for (int i = 0; i < 200; ++i) {
+    const auto port = static_cast<std::uint16_t>(in_range(pick));
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // as the listener will
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;
 }
 
 }  // namespace meshstore::testing
