@@ -205,6 +205,16 @@ void restore_ready(ControllerState& st, Objects& stale) {
   for (const auto& k : pointers) restore(st, k, stale);
 }
 
+// Starts the rebuild's deadline, rebuild_grace from now; one started
+// before is stale. Again at each part of a volume's records: a deadline
+// counts from the last sign of progress, not from the first part of a
+// million records.
+void arm_deadline(controller_pointer self) {
+  auto& st = self->state;
+  const auto epoch = ++st.rebuild.epoch;
+  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+}
+
 // Turns the rebuild on (commits and misses wait), with its deadline,
 // unless it is on already.
 void begin_rebuild(controller_pointer self) {
@@ -213,19 +223,9 @@ void begin_rebuild(controller_pointer self) {
   if (rb.active) return;
   rb.active = true;
   rb.began = std::chrono::steady_clock::now();
-  const auto epoch = ++rb.epoch;
   st.log->info("rebuilding the index: {} key(s) wait, and for volume '{}' (at most {} ms)",
                rb.candidates.size(), waiting_for(rb), st.rebuild_grace.count());
-  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
-}
-
-// A part of a volume's records came: the rebuild's deadline starts again
-// (a deadline counts from the last sign of progress, not from the first
-// part of a million records).
-void extend_rebuild(controller_pointer self) {
-  auto& st = self->state;
-  const auto epoch = ++st.rebuild.epoch;
-  self->delayed_send(self, st.rebuild_grace, protocol::rebuild_end_atom::value, epoch);
+  arm_deadline(self);
 }
 
 // The rebuild is over: what waited for it runs. A message skipped is run
@@ -256,7 +256,7 @@ void take_records(controller_pointer self, const std::string& volume_id,
     rb.reporting.insert(volume_id);
     // An empty index waits for the rest; a rebuild under way waits longer.
     if (rb.active) {
-      extend_rebuild(self);
+      arm_deadline(self);
     } else if (st.index.empty()) {
       begin_rebuild(self);
     }

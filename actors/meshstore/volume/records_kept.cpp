@@ -2,7 +2,6 @@
 // the controller committed for it, so that a controller that starts
 // against live volumes rebuilds its index from them (the controller's
 // controller/rebuild.cpp; docs/reliability.md, "The controller's loss").
-#include <algorithm>
 #include <iterator>
 #include <memory>
 #include <unordered_set>
