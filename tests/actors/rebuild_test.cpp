@@ -3,7 +3,6 @@
 // volumes and the controller run in two actor systems connected over
 // loopback, as two processes would be: the controller's "process" is
 // stopped whole and a new one started.
-#include <algorithm>
 #include <chrono>
 #include <future>
 #include <map>
@@ -160,6 +159,26 @@ class RebuildTest : public ::testing::Test {
   }
   Result<Records> locate(const std::vector<std::string>& keys) {
     return ask<Records>(*self_, controller_, protocol::locate_atom::value, keys);
+  }
+  // A locate of `keys` asked from a thread of its own: it may wait for
+  // the rebuild.
+  std::future<Result<Records>> locate_later(std::vector<std::string> keys) {
+    return std::async(std::launch::async, [this, keys = std::move(keys)] {
+      caf::scoped_actor me{volumes_rt_->system()};
+      return ask<Records>(me, controller_, protocol::locate_atom::value, keys);
+    });
+  }
+  // Every key of `keys` is back at its version, on its object.
+  void expect_back(const Records& keys) {
+    std::vector<std::string> names;
+    for (const auto& r : keys) names.push_back(r.key);
+    auto got = locate(names);
+    ASSERT_OK(got);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(got->at(i).found()) << names[i];
+      ASSERT_EQ(got->at(i).version, keys[i].version) << names[i];
+      ASSERT_EQ(got->at(i).shards.front().object_id, keys[i].shards.front().object_id);
+    }
   }
   // The records volume `i` keeps.
   Records held(int i) {
@@ -474,11 +493,7 @@ TEST_F(RebuildTest, TheNewestVersionWinsWhicheverVolumeReportsFirst) {
   start_controller();
   ASSERT_OK(join(1));
   // Volume-1 knew of volume-0: nothing is back before it is.
-  auto waiting = std::async(std::launch::async, [this] {
-    caf::scoped_actor me{volumes_rt_->system()};
-    return ask<Records>(me, controller_, protocol::locate_atom::value,
-                        std::vector<std::string>{"k"});
-  });
+  auto waiting = locate_later({"k"});
   EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
   ASSERT_OK(join(0));
   auto got = waiting.get();
@@ -507,30 +522,19 @@ TEST_F(RebuildTest, AVolumeWithManyRecordsGivesThemAllBackInParts) {
   ASSERT_OK(join(0));
   // Volume-0 knew of volume-1: with all of volume-0's parts taken, a key
   // whole on it still waits (volume-1 might hold a newer version).
-  auto waiting = std::async(std::launch::async, [this] {
-    caf::scoped_actor me{volumes_rt_->system()};
-    return ask<Records>(me, controller_, protocol::locate_atom::value,
-                        std::vector<std::string>{"w/0", "w/" + std::to_string(2 * kPart + 99)});
-  });
+  auto waiting = locate_later({"w/0", "w/" + std::to_string(2 * kPart + 99)});
   EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
   ASSERT_OK(join(1));
   ASSERT_OK(waiting.get());
-  std::vector<std::string> names;
-  for (const auto& r : keys) names.push_back(r.key);
-  names.push_back("split");
-  auto got = locate(names);
-  ASSERT_OK(got);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_TRUE(got->at(i).found()) << keys[i].key;
-    ASSERT_EQ(got->at(i).version, keys[i].version) << keys[i].key;
-    ASSERT_EQ(got->at(i).shards.front().object_id, keys[i].shards.front().object_id);
-  }
-  EXPECT_EQ(got->back().shards.size(), 2u);
+  expect_back(keys);
+  auto split = locate({"split"});
+  ASSERT_OK(split);
+  EXPECT_EQ(split->front().shards.size(), 2u);
   EXPECT_EQ(objects(0), objects0);  // nothing dropped
   // A commit goes on above every version that came back.
   auto fresh = commit({record("fresh", {1})});
   ASSERT_OK(fresh);
-  EXPECT_GT(fresh->front(), got->back().version);
+  EXPECT_GT(fresh->front(), split->front().version);
 }
 
 // A volume can keep an older version of a key beside the newest (the
@@ -574,15 +578,7 @@ TEST_F(RebuildTest, TheNewestVersionWinsWhicheverPartHoldsIt) {
   stop_controller();
   start_controller();
   ASSERT_OK(join(0));
-  std::vector<std::string> names;
-  for (const auto& r : keys) names.push_back(r.key);
-  auto got = locate(names);
-  ASSERT_OK(got);
-  for (std::size_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(got->at(i).found()) << names[i];
-    ASSERT_EQ(got->at(i).version, keys[i].version) << names[i];
-    ASSERT_EQ(got->at(i).shards.front().object_id, keys[i].shards.front().object_id);
-  }
+  expect_back(keys);
   EXPECT_EQ(objects(0), objects0 - n);  // every older version's object went
 }
 
