@@ -55,12 +55,24 @@ const char* wait_for_stop(const sigset_t& stop) {
   return sig == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
+// What `meshstore serve` prints once it serves: where, how, and where its
+// metrics are.
+void print_serving(meshstore::Store& store, const meshstore::StoreOptions& o) {
+  std::printf("meshstore %s serving on %s (strategy %s%s%s); stop with SIGTERM or Ctrl-C\n",
+              meshstore::version(), store.admin().address().c_str(), o.placement.strategy.c_str(),
+              o.security.tls.enabled() ? ", mutual TLS" : "",
+              o.security.encrypt_tcp ? ", encrypted tcp" : "");
+  if (auto at = store.admin().metrics_address(); !at.empty()) {
+    std::printf("meshstore serve: metrics on http://%s/metrics\n", at.c_str());
+  }
+}
+
 int cmd_serve(int argc, char** argv) {
   Args args;
   int rc = 0;
   if (!parse_args("serve", argc, argv,
                   with_tls({"host", "port", "strategy", "volumes", "replicas", "capacity",
-                            "standby-of", "encrypt-tcp", "log-level"}),
+                            "standby-of", "encrypt-tcp", "log-level", "metrics"}),
                   args, rc)) {
     return rc;
   }
@@ -97,6 +109,7 @@ int cmd_serve(int argc, char** argv) {
   o.placement.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
   o.security.tls = tls_from(args);
   o.standby_of = args.get("standby-of", "");
+  o.metrics = args.get("metrics", "");
   const sigset_t stop = block_stop_signals();  // before any thread exists
   // A stop signal while the store starts (a standby waits there until its
   // primary is gone) ends the process: nothing serves yet.
@@ -120,10 +133,7 @@ int cmd_serve(int argc, char** argv) {
     std::_Exit(1);  // the stopper thread waits for a signal
   }
   serving = true;
-  std::printf("meshstore %s serving on %s (strategy %s%s%s); stop with SIGTERM or Ctrl-C\n",
-              meshstore::version(), store->admin().address().c_str(), o.placement.strategy.c_str(),
-              o.security.tls.enabled() ? ", mutual TLS" : "",
-              o.security.encrypt_tcp ? ", encrypted tcp" : "");
+  print_serving(*store, o);
   std::fflush(stdout);
   stopper.join();
   std::printf("meshstore serve: got %s, shutting down\n", stopped_by);
@@ -311,9 +321,10 @@ void print_help(std::FILE* out) {
       "commands:\n"
       "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
       "        [--replicas 1] [--capacity BYTES] [--standby-of HOST:PORT]\n"
-      "        [--encrypt-tcp off] [--log-level warn]\n"
+      "        [--encrypt-tcp off] [--log-level warn] [--metrics HOST:PORT]\n"
       "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C;\n"
       "            --standby-of: wait until the store there is gone, then take over\n"
+      "            --metrics: serve /metrics, /healthz and /readyz there (port 0: any)\n"
       "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
       "            run a host agent: starts and stops worker processes for controllers\n"
       "            (ProcMesh::attach) until SIGTERM or Ctrl-C, then stops them all\n"

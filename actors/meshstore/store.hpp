@@ -313,6 +313,9 @@ class Store::Admin {
   Future<ControllerCounters> controller_counters();
   /// What this process's calls on the caller's thread did (FastPathStats).
   FastPathStats fast_path_stats() const;
+  /// Where this process serves /metrics, /healthz and /readyz
+  /// (StoreOptions::metrics, with the port it got); empty when it does not.
+  std::string metrics_address() const;
   /// The port this store listens on (0 when it does not listen).
   std::uint16_t port() const noexcept;
   /// "HOST:PORT" this store listens on, or "" when it does not listen.

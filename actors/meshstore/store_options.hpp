@@ -207,6 +207,14 @@ struct StoreOptions {
   /// (Store::connect("PRIMARY,STANDBY")) reconnect to it, and their
   /// volumes rebuild its index. Empty: serve at once.
   std::string standby_of;
+  /// Serve this process's /metrics (Prometheus' text format), /healthz and
+  /// /readyz on "HOST:PORT" (port 0 picks a free one:
+  /// Store::Admin::metrics_address() says which); empty = none
+  /// (docs/operations.md). Every process of a store may serve its own:
+  /// each reports its own volumes, the controller's process every volume.
+  /// Binds exactly HOST: keep 127.0.0.1 unless a scraper elsewhere must
+  /// reach it. Not yet over TLS: refused with security.tls.
+  std::string metrics;
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".
   std::string log_level;

@@ -2,6 +2,10 @@
 // path, the controller's counters, where it listens) and which transports
 // this build has.
 
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,9 +24,11 @@ std::uint16_t Store::Admin::port() const noexcept {
 }
 std::string Store::Admin::address() const { return impl_ ? impl_->address : std::string(); }
 
-Future<std::vector<VolumeStats>> Store::Admin::stats() {
+Future<std::vector<VolumeStats>> Store::Admin::stats() { return Impl::volume_stats(impl_.get()); }
+
+Future<std::vector<VolumeStats>> Store::Impl::volume_stats(Impl* impl) {
   client::StatCall call;
-  auto fut = Impl::call(impl_.get(), protocol::store_stat_atom::value, std::move(call), "stats");
+  auto fut = Impl::call(impl, protocol::store_stat_atom::value, std::move(call), "stats");
   return fut.then([](const std::vector<client::VolumeStatReply>& in) {
     std::vector<VolumeStats> out;
     for (const auto& r : in) {
@@ -35,9 +41,12 @@ Future<std::vector<VolumeStats>> Store::Admin::stats() {
 }
 
 FastPathStats Store::Admin::fast_path_stats() const {
+  return impl_ ? impl_->fast_path_stats() : FastPathStats{};
+}
+
+FastPathStats Store::Impl::fast_path_stats() const {
   FastPathStats out;
-  if (!impl_) return out;
-  auto s = impl_->fast->stats();
+  auto s = fast->stats();
   out.hits = s.hits;
   out.misses = s.misses;
   out.stale = s.stale;
@@ -53,9 +62,12 @@ FastPathStats Store::Admin::fast_path_stats() const {
 }
 
 Future<ControllerCounters> Store::Admin::controller_counters() {
+  return Impl::controller_counters(impl_.get());
+}
+
+Future<ControllerCounters> Store::Impl::controller_counters(Impl* impl) {
   client::CountersCall call;
-  auto fut =
-      Impl::call(impl_.get(), protocol::store_counters_atom::value, std::move(call), "counters");
+  auto fut = Impl::call(impl, protocol::store_counters_atom::value, std::move(call), "counters");
   return fut.then([](const std::vector<std::uint64_t>& v) -> Result<ControllerCounters> {
     using C = protocol::ControllerCounter;
     if (v.size() < static_cast<std::size_t>(C::count_)) {
@@ -76,6 +88,44 @@ Future<ControllerCounters> Store::Admin::controller_counters() {
     out.pinned_locates = at(C::pinned_locate);
     return out;
   });
+}
+
+std::string Store::Admin::metrics_address() const {
+  if (!impl_) return {};
+  std::shared_lock<std::shared_mutex> lock(impl_->mu);
+  return impl_->metrics_server ? impl_->metrics_server->address() : std::string();
+}
+
+Status Store::Impl::serve_metrics() {
+  if (options.metrics.empty()) return Status();
+  // A scrape waits at most this long for the store's answer.
+  const auto wait = std::min(options.limits.request_timeout, std::chrono::milliseconds(5000));
+  store::MetricsSource source;
+  source.volumes = [this, wait]() -> Result<std::vector<VolumeStats>> {
+    auto all = volume_stats(this).get(wait);
+    if (!all.ok() || hosts_controller) return all;
+    std::set<std::string> here;
+    {
+      std::shared_lock<std::shared_mutex> lock(mu);
+      for (const auto& r : registered) here.insert(r.info.volume_id);
+    }
+    std::vector<VolumeStats> mine;
+    for (auto& v : *all) {
+      if (here.count(v.volume_id)) mine.push_back(std::move(v));
+    }
+    return mine;
+  };
+  if (hosts_controller) {
+    source.controller = [this, wait] { return controller_counters(this).get(wait); };
+  }
+  source.client = [this] { return fast_path_stats(); };
+  source.ready_without_volumes = !hosts_controller;
+  auto server = store::MetricsServer::start(options.metrics, std::move(source));
+  if (!server.ok()) return server.status().with_context("StoreOptions: metrics");
+  meter = true;
+  std::unique_lock<std::shared_mutex> lock(mu);
+  metrics_server = std::move(server).value();
+  return Status();
 }
 
 std::vector<std::string> Store::Admin::available_transports() {

@@ -241,6 +241,7 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   if (!started.ok()) return started.status();
   auto impl = std::move(started).value();
   if (!listen.host.empty()) impl->data_host = listen.host;
+  impl->hosts_controller = true;
   auto& sys = impl->runtime->system();
   if (!options.standby_of.empty()) {
     MESHSTORE_RETURN_IF_ERROR(
@@ -290,6 +291,7 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
       "store up: strategy {}, {} volume(s) here, {}", options.placement.strategy,
       impl->volumes.size(),
       impl->address.empty() ? std::string("not listening") : "listening on " + impl->address);
+  MESHSTORE_RETURN_IF_ERROR(impl->serve_metrics());
   return Store(std::move(impl));
 }
 
@@ -353,6 +355,7 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   impl->start_client();
   log->info("connected to {} as rank {} (strategy {}, {} volume(s) here)", address,
             options.placement.rank, impl->strategy_name, impl->volumes.size());
+  MESHSTORE_RETURN_IF_ERROR(impl->serve_metrics());
   return Store(std::move(impl));
 }
 
@@ -442,6 +445,14 @@ Status Store::Impl::rejoin(const std::string& server, std::chrono::milliseconds 
 }
 
 void Store::Impl::close() {
+  // The metrics server goes first, waiting for requests in flight: they
+  // reach this Impl through a plain pointer.
+  std::unique_ptr<store::MetricsServer> metrics_stopping;
+  {
+    std::unique_lock<std::shared_mutex> lock(mu);
+    metrics_stopping = std::move(metrics_server);
+  }
+  metrics_stopping.reset();
   // Reconnecting ends first: it asks actors of the runtime that goes.
   if (reconnector) reconnector->stop();
   // The listener goes first: a process that connects while this store

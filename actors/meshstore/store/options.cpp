@@ -3,6 +3,7 @@
 #include "meshstore/store/options.hpp"
 
 #include "meshstore/controller/controller.hpp"
+#include "meshstore/internal/address.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/transports/registry.hpp"
@@ -33,6 +34,14 @@ Status StoreOptions::validate() const {
   const auto& p = placement;
   if (!standby_of.empty() && listen.empty()) {
     return bad("standby_of '" + standby_of + "' needs listen: a standby serves at its own address");
+  }
+  if (!metrics.empty()) {
+    if (auto a = internal::parse_address(metrics); !a.ok()) {
+      return bad("metrics: " + a.status().message());
+    }
+    if (security.tls.enabled()) {
+      return bad("metrics '" + metrics + "' with security.tls: metrics over TLS are not built yet");
+    }
   }
   if (p.num_volumes < 1 || p.num_volumes > 1024) {
     return bad("placement.num_volumes must be in [1, 1024], got " + std::to_string(p.num_volumes));

@@ -24,6 +24,7 @@
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/device_staging.hpp"
+#include "meshstore/store/metrics.hpp"
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 
@@ -199,43 +200,46 @@ Store::Admin Store::admin() const { return Admin(impl_); }
 // -- tensors -------------------------------------------------------------
 
 Future<void> Store::put(std::string key, const TensorView& tensor, const PutOptions& options) {
-  if (auto s = check_key("put", key); !s.ok()) return make_error_future<void>(s);
-  if (options.slice && options.placement) {
-    return make_error_future<void>(Status(
-        Errc::invalid_argument, "put '" + key + "': both a slice and a placement; give one"));
-  }
-  if (options.replicas > 16) {
-    return make_error_future<void>(Status(
-        Errc::invalid_argument,
-        "put '" + key + "': replicas must be in [1, 16], got " + std::to_string(options.replicas)));
-  }
-  if (options.replicas != 0 && (options.slice || options.placement)) {
-    return make_error_future<void>(
-        Status(Errc::invalid_argument, "put '" + key +
-                                           "': replicas with a slice or placement; copies are of "
-                                           "keys put whole (a placement's replicas are its own)"));
-  }
-  if (options.slice) return put_shard(std::move(key), tensor, *options.slice, 1);
-  if (options.placement) {
-    auto mine = options.placement->shard_for(options.global_shape, options.rank);
-    if (!mine.ok()) return make_error_future<void>(mine.status().with_context("put '" + key + "'"));
-    return put_shard(std::move(key), tensor, mine->slice, mine->replicas);
-  }
-  if (!options.global_shape.empty() || options.rank != 0) {
-    return make_error_future<void>(Status(
-        Errc::invalid_argument, "put '" + key + "': a global shape or rank without a placement"));
-  }
-  if (auto s = check_view("put", key, tensor); !s.ok()) return make_error_future<void>(s);
-  auto st = staging("put");
-  auto host = st->source(tensor, key);
-  if (!host.ok()) return make_error_future<void>(host.status());
-  // The bytes live as long as the put: the caller's, or staged in `st`.
-  client::PutItem item{key, *host, wire::ObjectKind::tensor, st};
-  item.copies = options.replicas;
-  return put_on_channel(
-      impl_ ? impl_->fast.get() : nullptr,
-      impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0), {item},
-      "put '" + key + "'", true);
+  return store::metered(Impl::metered(impl_.get()), store::Op::put, [&]() -> Future<void> {
+    if (auto s = check_key("put", key); !s.ok()) return make_error_future<void>(s);
+    if (options.slice && options.placement) {
+      return make_error_future<void>(Status(
+          Errc::invalid_argument, "put '" + key + "': both a slice and a placement; give one"));
+    }
+    if (options.replicas > 16) {
+      return make_error_future<void>(
+          Status(Errc::invalid_argument, "put '" + key + "': replicas must be in [1, 16], got " +
+                                             std::to_string(options.replicas)));
+    }
+    if (options.replicas != 0 && (options.slice || options.placement)) {
+      return make_error_future<void>(Status(
+          Errc::invalid_argument, "put '" + key +
+                                      "': replicas with a slice or placement; copies are of "
+                                      "keys put whole (a placement's replicas are its own)"));
+    }
+    if (options.slice) return put_shard(std::move(key), tensor, *options.slice, 1);
+    if (options.placement) {
+      auto mine = options.placement->shard_for(options.global_shape, options.rank);
+      if (!mine.ok())
+        return make_error_future<void>(mine.status().with_context("put '" + key + "'"));
+      return put_shard(std::move(key), tensor, mine->slice, mine->replicas);
+    }
+    if (!options.global_shape.empty() || options.rank != 0) {
+      return make_error_future<void>(Status(
+          Errc::invalid_argument, "put '" + key + "': a global shape or rank without a placement"));
+    }
+    if (auto s = check_view("put", key, tensor); !s.ok()) return make_error_future<void>(s);
+    auto st = staging("put");
+    auto host = st->source(tensor, key);
+    if (!host.ok()) return make_error_future<void>(host.status());
+    // The bytes live as long as the put: the caller's, or staged in `st`.
+    client::PutItem item{key, *host, wire::ObjectKind::tensor, st};
+    item.copies = options.replicas;
+    return put_on_channel(
+        impl_ ? impl_->fast.get() : nullptr,
+        impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0), {item},
+        "put '" + key + "'", true);
+  }());
 }
 
 Future<void> Store::put_shard(std::string key, const TensorView& shard, const TensorSlice& slice,
@@ -267,51 +271,55 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
 }
 
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : items) keys.push_back(k);
-  if (auto s = check_keys("put_batch", keys, true); !s.ok()) return make_error_future<void>(s);
-  for (auto& [k, v] : items) {
-    if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
-  }
-  auto st = staging("put_batch");
-  std::vector<client::PutItem> batch;
-  for (auto& [k, v] : items) {
-    auto host = st->source(v, k);
-    if (!host.ok()) return make_error_future<void>(host.status());
-    // The bytes live as long as the put: the caller's, or staged in `st`.
-    batch.push_back(client::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
-  }
-  if (batch.empty()) return make_ready_future();
-  const std::string what = "put_batch of " + std::to_string(batch.size()) + " keys";
-  return put_on_channel(
-      impl_ ? impl_->fast.get() : nullptr,
-      impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
-      std::move(batch), what, true);
+  return store::metered(Impl::metered(impl_.get()), store::Op::put_batch, [&]() -> Future<void> {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : items) keys.push_back(k);
+    if (auto s = check_keys("put_batch", keys, true); !s.ok()) return make_error_future<void>(s);
+    for (auto& [k, v] : items) {
+      if (auto s = check_view("put_batch", k, v); !s.ok()) return make_error_future<void>(s);
+    }
+    auto st = staging("put_batch");
+    std::vector<client::PutItem> batch;
+    for (auto& [k, v] : items) {
+      auto host = st->source(v, k);
+      if (!host.ok()) return make_error_future<void>(host.status());
+      // The bytes live as long as the put: the caller's, or staged in `st`.
+      batch.push_back(client::PutItem{std::move(k), *host, wire::ObjectKind::tensor, st});
+    }
+    if (batch.empty()) return make_ready_future();
+    const std::string what = "put_batch of " + std::to_string(batch.size()) + " keys";
+    return put_on_channel(
+        impl_ ? impl_->fast.get() : nullptr,
+        impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
+        std::move(batch), what, true);
+  }());
 }
 
 Future<Tensor> Store::get(std::string key, const ReadOptions& options) {
-  if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
-  if (options.cast) {
-    return make_error_future<Tensor>(
-        Status(Errc::invalid_argument,
-               "get '" + key + "': cast converts into a destination: use get_into"));
-  }
-  if (options.view && options.slice) {
-    return make_error_future<Tensor>(Status(
-        Errc::invalid_argument, "get '" + key + "': a view of a slice; read one or the other"));
-  }
-  if (options.view) return get_view(std::move(key));
-  if (options.slice) return get_slice(std::move(key), *options.slice);
-  auto call = single_get("get", client::GetMode::tensor, key);
-  if (impl_) {
-    Tensor t;
-    auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.limits.request_timeout, &t);
-    if (fast == FastOutcome::hit && t.defined()) return make_ready_future(std::move(t));
-    call.fresh = fast == FastOutcome::stale;
-  }
-  const std::string what = "get '" + key + "'";
-  return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), what)
-      .then([](const client::GetOutput& out) { return out.tensors.front(); });
+  return store::metered(Impl::metered(impl_.get()), store::Op::get, [&]() -> Future<Tensor> {
+    if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
+    if (options.cast) {
+      return make_error_future<Tensor>(
+          Status(Errc::invalid_argument,
+                 "get '" + key + "': cast converts into a destination: use get_into"));
+    }
+    if (options.view && options.slice) {
+      return make_error_future<Tensor>(Status(
+          Errc::invalid_argument, "get '" + key + "': a view of a slice; read one or the other"));
+    }
+    if (options.view) return get_view(std::move(key));
+    if (options.slice) return get_slice(std::move(key), *options.slice);
+    auto call = single_get("get", client::GetMode::tensor, key);
+    if (impl_) {
+      Tensor t;
+      auto fast = fast_get_tensor(*impl_->fast, key, impl_->options.limits.request_timeout, &t);
+      if (fast == FastOutcome::hit && t.defined()) return make_ready_future(std::move(t));
+      call.fresh = fast == FastOutcome::stale;
+    }
+    const std::string what = "get '" + key + "'";
+    return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), what)
+        .then([](const client::GetOutput& out) { return out.tensors.front(); });
+  }());
 }
 
 Future<Tensor> Store::get_slice(std::string key, const TensorSlice& slice) {
@@ -346,57 +354,65 @@ Future<Tensor> Store::get_view(std::string key) {
 }
 
 Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
-  if (auto s = check_keys("get_batch", keys, false); !s.ok())
-    return make_error_future<std::vector<Tensor>>(s);
-  if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
-  client::GetCall call;
-  // Every key on the fast path, or the whole batch on the actors (checked
-  // first, so that a key it cannot serve costs no copy of the others).
-  bool fast_batch = impl_ != nullptr;
-  for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
-    fast_batch = impl_->fast->servable(keys[i], [](const client::FastPath::Entry& e) {
-      return e.kind == wire::ObjectKind::tensor;
-    });
-  }
-  if (fast_batch) {
-    std::vector<Tensor> out(keys.size());
-    if (fast_every_key(keys.size(), &call.fresh, [&](std::size_t i) {
-          auto fast = fast_get_tensor(*impl_->fast, keys[i], impl_->options.limits.request_timeout,
-                                      &out[i]);
-          return fast == FastOutcome::hit && !out[i].defined() ? FastOutcome::miss : fast;
-        })) {
-      return make_ready_future(std::move(out));
-    }
-  }
-  call.op = "get_batch";
-  call.mode = client::GetMode::tensor;
-  call.keys = std::move(keys);
-  return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), "get_batch")
-      .then([](const client::GetOutput& out) { return out.tensors; });
+  return store::metered(
+      Impl::metered(impl_.get()), store::Op::get_batch, [&]() -> Future<std::vector<Tensor>> {
+        if (auto s = check_keys("get_batch", keys, false); !s.ok())
+          return make_error_future<std::vector<Tensor>>(s);
+        if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
+        client::GetCall call;
+        // Every key on the fast path, or the whole batch on the actors (checked
+        // first, so that a key it cannot serve costs no copy of the others).
+        bool fast_batch = impl_ != nullptr;
+        for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
+          fast_batch = impl_->fast->servable(keys[i], [](const client::FastPath::Entry& e) {
+            return e.kind == wire::ObjectKind::tensor;
+          });
+        }
+        if (fast_batch) {
+          std::vector<Tensor> out(keys.size());
+          if (fast_every_key(keys.size(), &call.fresh, [&](std::size_t i) {
+                auto fast = fast_get_tensor(*impl_->fast, keys[i],
+                                            impl_->options.limits.request_timeout, &out[i]);
+                return fast == FastOutcome::hit && !out[i].defined() ? FastOutcome::miss : fast;
+              })) {
+            return make_ready_future(std::move(out));
+          }
+        }
+        call.op = "get_batch";
+        call.mode = client::GetMode::tensor;
+        call.keys = std::move(keys);
+        return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call),
+                          "get_batch")
+            .then([](const client::GetOutput& out) { return out.tensors; });
+      }());
 }
 
 Future<void> Store::get_into(std::string key, const TensorView& dst, const ReadOptions& options) {
-  if (options.view || options.slice) {
-    const std::string op = "get_into";
-    if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-    if (options.view) {
-      return make_error_future<void>(Status(
-          Errc::invalid_argument, "get_into '" + key + "': a view is get()'s; get_into copies"));
+  return store::metered(Impl::metered(impl_.get()), store::Op::get_into, [&]() -> Future<void> {
+    if (options.view || options.slice) {
+      const std::string op = "get_into";
+      if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+      if (options.view) {
+        return make_error_future<void>(Status(
+            Errc::invalid_argument, "get_into '" + key + "': a view is get()'s; get_into copies"));
+      }
+      if (options.cast) {
+        return make_error_future<void>(Status(
+            Errc::unsupported, "get_into '" + key + "': cast reads whole keys, not a slice"));
+      }
+      if (auto s = check_view(op, key, dst); !s.ok()) return make_error_future<void>(s);
+      return get_slice_into(std::move(key), dst, *options.slice);
     }
-    if (options.cast) {
-      return make_error_future<void>(
-          Status(Errc::unsupported, "get_into '" + key + "': cast reads whole keys, not a slice"));
-    }
-    if (auto s = check_view(op, key, dst); !s.ok()) return make_error_future<void>(s);
-    return get_slice_into(std::move(key), dst, *options.slice);
-  }
-  std::vector<std::pair<std::string, TensorView>> items;
-  items.emplace_back(std::move(key), dst);
-  return get_into_items(std::move(items), options);
+    std::vector<std::pair<std::string, TensorView>> items;
+    items.emplace_back(std::move(key), dst);
+    return get_into_items(std::move(items), options);
+  }());
 }
 
 Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView>> items) {
-  return get_into_items(std::move(items), ReadOptions{});
+  return store::metered(
+      Impl::metered(impl_.get()), store::Op::get_into_batch,
+      [&]() -> Future<void> { return get_into_items(std::move(items), ReadOptions{}); }());
 }
 
 Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView>> items,
@@ -547,13 +563,15 @@ Future<bool> Store::exists(std::string key) {
 }
 
 Future<void> Store::remove(std::string key) {
-  if (auto s = check_key("remove", key); !s.ok()) return make_error_future<void>(s);
-  client::RemoveCall call;
-  const std::string what = "remove '" + key + "'";
-  call.keys.push_back(std::move(key));
-  call.single = true;
-  auto fut = Impl::call(impl_.get(), protocol::store_remove_atom::value, std::move(call), what);
-  return fut.then([](std::size_t) {});
+  return store::metered(Impl::metered(impl_.get()), store::Op::remove, [&]() -> Future<void> {
+    if (auto s = check_key("remove", key); !s.ok()) return make_error_future<void>(s);
+    client::RemoveCall call;
+    const std::string what = "remove '" + key + "'";
+    call.keys.push_back(std::move(key));
+    call.single = true;
+    auto fut = Impl::call(impl_.get(), protocol::store_remove_atom::value, std::move(call), what);
+    return fut.then([](std::size_t) {});
+  }());
 }
 
 Future<std::size_t> Store::remove_batch(std::vector<std::string> keys) {

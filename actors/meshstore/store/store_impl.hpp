@@ -21,6 +21,7 @@
 #include "meshstore/protocol/strategy_actor.hpp"
 #include "meshstore/status.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/store/metrics_server.hpp"
 
 namespace meshstore {
 
@@ -183,6 +184,25 @@ struct Store::Impl {
     if (!send(impl, atom, std::move(c))) return client::closed_future<T>(what);
     return fut;
   }
+
+  // What Store::Admin reports, for the admin facet and the metrics server
+  // (static: a moved-from Store answers like a closed one).
+  static Future<std::vector<VolumeStats>> volume_stats(Impl* impl);
+  static Future<ControllerCounters> controller_counters(Impl* impl);
+  FastPathStats fast_path_stats() const;
+
+  // The metrics server (options.metrics; docs/operations.md), guarded by
+  // mu; close() stops it before anything else. Its requests reach this
+  // Impl through a plain pointer, which its stop makes safe.
+  std::unique_ptr<store::MetricsServer> metrics_server;
+  // Whether this store's calls are counted (OpMetrics): it serves metrics.
+  // Set before the Store is handed out.
+  bool meter = false;
+  // Whether the controller lives in this process (an embedded store).
+  bool hosts_controller = false;
+  static bool metered(const Impl* impl) { return impl && impl->meter; }
+  // Starts metrics_server when options.metrics names an address.
+  Status serve_metrics();
 
   // Stops accepting connections (the published directory), once.
   void stop_listening();
