@@ -13,7 +13,8 @@ namespace meshstore::bench {
       stderr,
       "store_bench: %s\n"
       "usage: store_bench [--scenario "
-      "single|small|weight-sync|reshard|safetensors-load|python|soak|control|failover|replicas]\n"
+      "single|small|weight-sync|reshard|safetensors-load|python|soak|control|failover|replicas|\n"
+      "                   metrics]\n"
       "                   [--transport shm|tcp|rpc] [--tcp-streams N] [--encrypt-tcp]\n"
       "                   [--model qwen3-0.6b|qwen3-1.7b|qwen3-4b-8layers]\n"
       "                   [--bytes N[KiB|MiB|GiB]] [--iters N] [--processes 1|2] [--json] "
@@ -107,7 +108,7 @@ Args parse(int argc, char** argv) {
   if (a.scenario != "single" && a.scenario != "small" && a.scenario != "weight-sync" &&
       a.scenario != "reshard" && a.scenario != "safetensors-load" && a.scenario != "python" &&
       a.scenario != "soak" && a.scenario != "control" && a.scenario != "failover" &&
-      a.scenario != "replicas")
+      a.scenario != "replicas" && a.scenario != "metrics")
     usage(("unknown scenario '" + a.scenario + "'").c_str());
   if (a.iters < 0) usage("--iters must be positive");
   if (a.seconds < 0) usage("--seconds must be positive");

@@ -34,6 +34,9 @@
 //   store_bench --scenario replicas [--bytes 1073741824] [--iters 5] [--json]
 //       kill -9 of `meshstore serve`, started again at its port, to the
 //       first read, with 10k, 100k and 1M keys on this process's volume.
+//   store_bench --scenario metrics [--iters 4000] [--json]
+//       4 KiB put + get_into and 64 MiB put / get_into with metrics served
+//       (StoreOptions::metrics) against without, alternating in one run.
 //   --processes 1     everything in one process (an embedded store)
 //   --transport cuda-ipc   runs cuda_bench (GPU memory) instead
 //   store_bench --smoke      every scenario, tiny, for CI (single and small
@@ -130,6 +133,8 @@ int run(int argc, char** argv) {
     run_failover(w);
     w.scenario = "replicas";
     run_replicas(w);
+    w.scenario = "metrics";
+    run_metrics(w);
     return 0;
   }
   if (a.scenario == "single")
@@ -148,6 +153,8 @@ int run(int argc, char** argv) {
     run_failover(a);
   else if (a.scenario == "replicas")
     run_replicas(a);
+  else if (a.scenario == "metrics")
+    run_metrics(a);
   else
     run_weight_sync(a);
   return 0;

@@ -45,6 +45,7 @@ void run_failover(const Args& a);
 /// --scenario replicas: put throughput keeping two copies of each key
 /// against one (a 1 GiB tensor, 1,000 x 4 KiB), in one run.
 void run_replicas(const Args& a);
+void run_metrics(const Args& a);
 
 /// --scenario soak: a publisher and readers killed and restarted at random
 /// for --seconds; memory and /dev/shm over time, every version checked.

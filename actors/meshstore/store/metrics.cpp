@@ -2,25 +2,13 @@
 
 #include "meshstore/store/metrics.hpp"
 
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/histogram.h>
-#include <prometheus/registry.h>
+#include <prometheus/metric_family.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 
 namespace meshstore::store {
-
-namespace {
-
-// From 5 us (a get on the caller's thread) to a minute (a large state dict
-// across hosts), about three buckets a decade.
-const prometheus::Histogram::BucketBoundaries& latency_buckets() {
-  static const prometheus::Histogram::BucketBoundaries b{
-      5e-6,   1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
-      2.5e-2, 5e-2, 0.1,    0.25, 0.5,  1.0,    2.5,  5.0,  10.0,   30.0, 60.0};
-  return b;
-}
-
-}  // namespace
 
 const char* op_name(Op op) {
   switch (op) {
@@ -59,30 +47,57 @@ OpMetrics& OpMetrics::instance() {
   return *metrics;
 }
 
-OpMetrics::OpMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
-  auto& latency = prometheus::BuildHistogram()
-                      .Name("meshstore_operation_duration_seconds")
-                      .Help(
-                          "Time from a store call to its completion, by call (op), "
-                          "failed calls included")
-                      .Register(*registry_);
-  for (std::size_t i = 0; i < latency_.size(); ++i) {
-    latency_[i] = &latency.Add({{"op", op_name(static_cast<Op>(i))}}, latency_buckets());
-  }
-  failures_ = &prometheus::BuildCounter()
-                   .Name("meshstore_operation_failures_total")
-                   .Help("Store calls that ended with an error, by call (op) and error code (code)")
-                   .Register(*registry_);
-}
-
 void OpMetrics::observe(Op op, double seconds, const Status& status) {
   const auto i = static_cast<std::size_t>(op);
-  if (i >= latency_.size()) return;
-  latency_[i]->Observe(seconds);
+  if (i >= kOps) return;
+  auto& l = latency_[i];
+  const auto b = std::lower_bound(kBounds.begin(), kBounds.end(), seconds) - kBounds.begin();
+  l.buckets[static_cast<std::size_t>(b)].fetch_add(1, std::memory_order_relaxed);
+  l.sum_ns.fetch_add(static_cast<std::uint64_t>(std::max(0.0, seconds) * 1e9),
+                     std::memory_order_relaxed);
   if (!status.ok()) {
-    failures_->Add({{"op", op_name(op)}, {"code", std::string(errc_name(status.code()))}})
-        .Increment();
+    const auto code = static_cast<std::size_t>(status.code());
+    if (code < kCodes) failures_[i][code].fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+std::vector<prometheus::MetricFamily> OpMetrics::collect() const {
+  using prometheus::ClientMetric;
+  prometheus::MetricFamily latency;
+  latency.name = "meshstore_operation_duration_seconds";
+  latency.help = "Time from a store call to its completion, by call (op), failed calls included";
+  latency.type = prometheus::MetricType::Histogram;
+  prometheus::MetricFamily failures;
+  failures.name = "meshstore_operation_failures_total";
+  failures.help = "Store calls that ended with an error, by call (op) and error code (code)";
+  failures.type = prometheus::MetricType::Counter;
+  for (std::size_t i = 0; i < kOps; ++i) {
+    const char* op = op_name(static_cast<Op>(i));
+    const auto& l = latency_[i];
+    ClientMetric m;
+    m.label = {{"op", op}};
+    // Read without a lock: the count is the buckets' sum, so the two always
+    // agree; a call counted during the read may miss the sum until the next.
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b < l.buckets.size(); ++b) {
+      cumulative += l.buckets[b].load(std::memory_order_relaxed);
+      const double bound =
+          b < kBounds.size() ? kBounds[b] : std::numeric_limits<double>::infinity();
+      m.histogram.bucket.push_back({cumulative, bound});
+    }
+    m.histogram.sample_count = cumulative;
+    m.histogram.sample_sum = static_cast<double>(l.sum_ns.load(std::memory_order_relaxed)) / 1e9;
+    latency.metric.push_back(std::move(m));
+    for (std::size_t c = 1; c < kCodes; ++c) {
+      const auto n = failures_[i][c].load(std::memory_order_relaxed);
+      if (n == 0) continue;  // a series appears with its first failure
+      ClientMetric f;
+      f.label = {{"code", std::string(errc_name(static_cast<Errc>(c)))}, {"op", op}};
+      f.counter.value = static_cast<double>(n);
+      failures.metric.push_back(std::move(f));
+    }
+  }
+  return {std::move(latency), std::move(failures)};
 }
 
 }  // namespace meshstore::store

@@ -1,24 +1,22 @@
 #pragma once
 
 // What a store's calls took, for /metrics (docs/operations.md): one
-// latency histogram per kind of call and failures by error code, in one
-// process-wide prometheus-cpp registry. Recorded only by stores that serve
+// latency histogram per kind of call and failures by error code, kept once
+// per process. Recorded only by stores that serve
 // metrics (StoreOptions::metrics): a store without them pays nothing.
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meshstore/future.hpp"
 #include "meshstore/status.hpp"
 
 namespace prometheus {
-class Histogram;
-class Registry;
-template <typename T>
-class Family;
-class Counter;
+struct MetricFamily;
 }  // namespace prometheus
 
 namespace meshstore::store {
@@ -43,9 +41,10 @@ enum class Op {
 /// The label value of `op` ("put", "get_into", ...).
 const char* op_name(Op op);
 
-/// The histograms and failure counters of this process's calls. Recording
-/// is lock-free (prometheus-cpp's atomic counters); a failure's first
-/// (op, code) pair takes the family's lock once to make its series.
+/// The histograms and failure counters of this process's calls, as
+/// relaxed atomic counters: recording takes no lock. (prometheus-cpp's own
+/// Histogram takes a mutex in each Observe, which the hot path must not;
+/// its data model and text format write these out.)
 class OpMetrics {
  public:
   /// The process's one instance (made on first use, never destroyed).
@@ -54,15 +53,26 @@ class OpMetrics {
   /// Counts one call of `op` that took `seconds` and ended with `status`.
   void observe(Op op, double seconds, const Status& status);
 
-  /// The registry holding the series, for the metrics server to serialize.
-  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  /// The two families, meshstore_operation_duration_seconds and
+  /// meshstore_operation_failures_total, as they stand.
+  std::vector<prometheus::MetricFamily> collect() const;
+
+  /// The buckets' upper bounds, in seconds (an implicit +Inf follows).
+  static constexpr std::array<double, 22> kBounds{
+      5e-6,   1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
+      2.5e-2, 5e-2, 0.1,    0.25, 0.5,  1.0,    2.5,  5.0,  10.0,   30.0, 60.0};
 
  private:
-  OpMetrics();
+  OpMetrics() = default;
+  static constexpr std::size_t kOps = static_cast<std::size_t>(Op::count_);
+  static constexpr std::size_t kCodes = static_cast<std::size_t>(kLastErrc) + 1;
 
-  std::shared_ptr<prometheus::Registry> registry_;
-  std::array<prometheus::Histogram*, static_cast<std::size_t>(Op::count_)> latency_{};
-  prometheus::Family<prometheus::Counter>* failures_ = nullptr;
+  struct Latency {
+    std::array<std::atomic<std::uint64_t>, kBounds.size() + 1> buckets{};  // not cumulative
+    std::atomic<std::uint64_t> sum_ns{0};
+  };
+  std::array<Latency, kOps> latency_{};
+  std::array<std::array<std::atomic<std::uint64_t>, kCodes>, kOps> failures_{};
 };
 
 /// `f` as it is, counted in OpMetrics once it completes when `on`: the

@@ -4,7 +4,6 @@
 
 #include <civetweb.h>
 #include <prometheus/metric_family.h>
-#include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
 #include <cstring>
@@ -176,7 +175,7 @@ MetricsServer::~MetricsServer() {
 }
 
 std::string MetricsServer::scrape() const {
-  auto families = OpMetrics::instance().registry()->Collect();
+  auto families = OpMetrics::instance().collect();
   if (source_.volumes) {
     auto v = source_.volumes();
     if (v.ok()) volume_families(*v, &families);
