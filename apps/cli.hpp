@@ -49,6 +49,8 @@ std::string human_bytes(std::uint64_t n);
 /// quarter: "load: 50% (1.2 GiB of 2.4 GiB)".
 safetensors::Progress progress_bar(const std::string& what);
 
+/// meshstore top (cli_top.cpp).
+int cmd_top(int argc, char** argv);
 /// meshstore inspect, load and save.
 int cmd_inspect(int argc, char** argv);
 int cmd_load(int argc, char** argv);

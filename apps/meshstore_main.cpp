@@ -331,6 +331,10 @@ void print_help(std::FILE* out) {
       "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"
       "  rm KEY... [--store HOST:PORT]     remove keys\n"
       "  stat [--store HOST:PORT]          volumes with the bytes they hold\n"
+      "  top [--store HOST:PORT] [--metrics HOST:PORT[,...]] [--keys 5] [--once]\n"
+      "        [--interval-ms 1000]\n"
+      "            volumes, calls per second with p50/p99 (from those /metrics) and the\n"
+      "            keys holding the most bytes, every second; --once: one frame\n"
       "  inspect FILE|DIR                  a safetensors checkpoint: tensors, dtypes,\n"
       "                                    shapes, bytes, metadata, total\n"
       "  load FILE|DIR [--prefix P] [--store HOST:PORT]\n"
@@ -429,6 +433,7 @@ int main(int argc, char** argv) {
   if (cmd == "ls") return cmd_ls(argc, argv);
   if (cmd == "rm") return cmd_rm(argc, argv);
   if (cmd == "stat") return cmd_stat(argc, argv);
+  if (cmd == "top") return cmd_top(argc, argv);
   if (cmd == "gc") return cmd_gc(argc, argv);
   if (cmd == "inspect") return cmd_inspect(argc, argv);
   if (cmd == "load") return cmd_load(argc, argv);

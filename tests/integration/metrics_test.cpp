@@ -26,6 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 
 const char* const kPeer = MESHSTORE_TEST_PEER_PATH;
+const char* const kTool = MESHSTORE_TOOL_PATH;
 const char* const kPromtool = "/usr/bin/promtool";
 const char* const kPrometheus = "/usr/bin/prometheus";
 
@@ -181,6 +182,39 @@ TEST(Metrics, ReadyzSaysWhyWhileTheOnlyVolumesProcessIsDead) {
       std::vector<std::string>{kPeer, "hold", server.admin().address(), "again"});
   ASSERT_TRUE(peer->wait_for_output("ready", 60s)) << peer->output();
   ASSERT_TRUE(eventually([&] { return http_get(at, "/readyz").status == 200; }));
+}
+
+// `meshstore top --once` against a store whose calls this process makes
+// while the tool's window is open: the volume, the calls with their rates
+// and percentiles, and the largest key first.
+TEST(Metrics, TopShowsTheVolumesTheCallsAndTheLargestKeys) {
+  StoreOptions o = with_metrics();
+  o.listen = "127.0.0.1:0";
+  auto store = Store::embedded(o).value();
+  std::vector<float> big(64 * 1024, 1.0f), small(16, 1.0f);
+  ASSERT_OK(store.put("big", TensorView::of(big.data(), {64 * 1024})).get(kWait));
+  ASSERT_OK(store.put("small", TensorView::of(small.data(), {16})).get(kWait));
+  const auto volume = store.admin().stats().get(kWait).value().at(0).volume_id;
+  Child top({kTool, "top", "--once", "--store", store.admin().address(), "--metrics",
+             store.admin().metrics_address(), "--interval-ms", "1500", "--keys", "1"});
+  // Calls until the tool has printed its frame (bounded by kWait).
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (!top.wait(0ms) && std::chrono::steady_clock::now() < until) {
+    ASSERT_OK(store.put("small", TensorView::of(small.data(), {16})).get(kWait));
+    ASSERT_OK(store.get_into("small", TensorView::of(small.data(), {16})).get(kWait));
+  }
+  ASSERT_TRUE(top.wait(kWait));
+  const auto out = top.output();
+  EXPECT_EQ(top.exit_code(), 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(volume + " +serving +[0-9.]+ KiB +unlimited +2 ")))
+      << out;
+  EXPECT_TRUE(
+      std::regex_search(out, std::regex("\nput +[0-9.]+ +[0-9.]+ (us|ms) +[0-9.]+ (us|ms)")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("\nget_into +[0-9.]+ "))) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("2 keys; the 1 holding the most bytes:\n +big +256\.0 KiB")))
+      << out;
 }
 
 // Debian's real Prometheus scrapes a store on loopback; its HTTP API then

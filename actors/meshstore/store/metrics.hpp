@@ -75,17 +75,31 @@ class OpMetrics {
   std::array<std::array<std::atomic<std::uint64_t>, kCodes>, kOps> failures_{};
 };
 
-/// `f` as it is, counted in OpMetrics once it completes when `on`: the
-/// time from this call to its completion.
-template <class T>
-Future<T> metered(bool on, Op op, Future<T> f) {
-  if (!on) return f;
-  const auto start = std::chrono::steady_clock::now();
-  f.on_complete([op, start](const Result<T>& r) {
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    OpMetrics::instance().observe(op, took.count(), r.status());
-  });
-  return f;
-}
+/// Times one call: made before the call starts (its work on the caller's
+/// thread included), then given the call's future, which it returns as it
+/// is, counted in OpMetrics once it completes. Off, it only passes the
+/// future on.
+class Meter {
+ public:
+  Meter(bool on, Op op)
+      : on_(on),
+        op_(op),
+        start_(on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
+
+  template <class T>
+  Future<T> operator()(Future<T> f) const {
+    if (!on_) return f;
+    f.on_complete([op = op_, start = start_](const Result<T>& r) {
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      OpMetrics::instance().observe(op, took.count(), r.status());
+    });
+    return f;
+  }
+
+ private:
+  bool on_;
+  Op op_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace meshstore::store

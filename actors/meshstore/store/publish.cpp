@@ -436,75 +436,74 @@ void lend(PubImpl& pub, client::StateDictPut& call, const LendPlan& plan,
 
 Future<Publication> Store::StateDicts::publish(std::string prefix, const StateDict& sd,
                                                const PublishOptions& options) {
-  return store::metered(
-      Impl::metered(impl_.get()), store::Op::publish, [&]() -> Future<Publication> {
-        const std::string op = "publish";
-        if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<Publication>(s);
-        if (auto s = check_publish(op, prefix, options); !s.ok()) {
-          return make_error_future<Publication>(s);
-        }
-        const caf::actor_addr client = Impl::client_address(impl_.get());
-        if (!client) return client::closed_future<Publication>(op + " '" + prefix + "'");
-        auto pub = std::make_shared<PubImpl>();
-        pub->op = op;
-        pub->prefix = prefix;
-        pub->options = options;
-        pub->client = client;
-        pub->fast = impl_->fast;
-        pub->timeout = impl_->options.limits.request_timeout;
-        pub->returned = make_ready_future();
-        // A version by copy takes the one route of every state-dict put (the
-        // caller's channel, its layout kept by prefix).
-        auto by_copy = [&] {
-          return publish_copy(prefix, sd, options.keep, options.put, op)
-              .then([pub](std::uint64_t version) {
-                pub->version = version;
-                return internal::PublicationAccess::make(pub);
-              });
-        };
-        const bool direct = options.mode == PublishMode::direct;
-        const Status refused =
-            options.mode == PublishMode::copy ? Status() : lending_refused(sd, options);
-        if (options.mode == PublishMode::copy || (!refused.ok() && !direct)) return by_copy();
-        if (!refused.ok()) {  // direct, and nothing can be lent: before any byte is prepared
-          return make_error_future<Publication>(refused.with_context(op + " '" + prefix + "'"));
-        }
-        auto st = store::staging(op, false);
-        auto use = store::put_source(sd, *st, options.put);
-        if (!use.ok()) return make_error_future<Publication>(use.status());
-        auto prepared_or = state_dicts::prepare_put(**use, op, options.put);
-        if (!prepared_or.ok()) {
-          return make_error_future<Publication>(prepared_or.status().with_context(prefix));
-        }
-        auto prepared = std::move(prepared_or).value();
-        const auto plan = plan_lending(prepared->call, options.mode, impl_->options.transport.name);
-        if (!plan.refused.ok() && direct) {
-          return make_error_future<Publication>(
-              plan.refused.with_context(op + " '" + prefix + "'"));
-        }
-        if (!plan.refused.ok() || plan.items.empty()) return by_copy();
-        using Kind = Impl::LendKind;
-        auto lending = impl_->lending_volume(plan.gpu      ? Kind::device
-                                             : plan.in_shm ? Kind::shared_memory
-                                                           : Kind::process);
-        if (!lending.ok() && direct) {
-          return make_error_future<Publication>(
-              lending.status().with_context(op + " '" + prefix + "'"));
-        }
-        if (!lending.ok()) {
-          log::get("store")->info("{} '{}': publishing by copy: {}", op, prefix,
-                                  lending.status().to_string());
-          return by_copy();
-        }
-        lend(*pub, prepared->call, plan, lending->handle, lending->volume_id, **use, st);
-        // Fenced as a copy is; the host copies live till it is done.
-        return state_dicts::publish_prepared(client, prefix, std::move(prepared), options.keep, op,
-                                             impl_->fast, impl_->options.limits.request_timeout)
-            .then([pub, st](std::uint64_t version) {
-              pub->version = version;
-              return internal::PublicationAccess::make(pub);
-            });
-      }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::publish);
+  return meter([&]() -> Future<Publication> {
+    const std::string op = "publish";
+    if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<Publication>(s);
+    if (auto s = check_publish(op, prefix, options); !s.ok()) {
+      return make_error_future<Publication>(s);
+    }
+    const caf::actor_addr client = Impl::client_address(impl_.get());
+    if (!client) return client::closed_future<Publication>(op + " '" + prefix + "'");
+    auto pub = std::make_shared<PubImpl>();
+    pub->op = op;
+    pub->prefix = prefix;
+    pub->options = options;
+    pub->client = client;
+    pub->fast = impl_->fast;
+    pub->timeout = impl_->options.limits.request_timeout;
+    pub->returned = make_ready_future();
+    // A version by copy takes the one route of every state-dict put (the
+    // caller's channel, its layout kept by prefix).
+    auto by_copy = [&] {
+      return publish_copy(prefix, sd, options.keep, options.put, op)
+          .then([pub](std::uint64_t version) {
+            pub->version = version;
+            return internal::PublicationAccess::make(pub);
+          });
+    };
+    const bool direct = options.mode == PublishMode::direct;
+    const Status refused =
+        options.mode == PublishMode::copy ? Status() : lending_refused(sd, options);
+    if (options.mode == PublishMode::copy || (!refused.ok() && !direct)) return by_copy();
+    if (!refused.ok()) {  // direct, and nothing can be lent: before any byte is prepared
+      return make_error_future<Publication>(refused.with_context(op + " '" + prefix + "'"));
+    }
+    auto st = store::staging(op, false);
+    auto use = store::put_source(sd, *st, options.put);
+    if (!use.ok()) return make_error_future<Publication>(use.status());
+    auto prepared_or = state_dicts::prepare_put(**use, op, options.put);
+    if (!prepared_or.ok()) {
+      return make_error_future<Publication>(prepared_or.status().with_context(prefix));
+    }
+    auto prepared = std::move(prepared_or).value();
+    const auto plan = plan_lending(prepared->call, options.mode, impl_->options.transport.name);
+    if (!plan.refused.ok() && direct) {
+      return make_error_future<Publication>(plan.refused.with_context(op + " '" + prefix + "'"));
+    }
+    if (!plan.refused.ok() || plan.items.empty()) return by_copy();
+    using Kind = Impl::LendKind;
+    auto lending = impl_->lending_volume(plan.gpu      ? Kind::device
+                                         : plan.in_shm ? Kind::shared_memory
+                                                       : Kind::process);
+    if (!lending.ok() && direct) {
+      return make_error_future<Publication>(
+          lending.status().with_context(op + " '" + prefix + "'"));
+    }
+    if (!lending.ok()) {
+      log::get("store")->info("{} '{}': publishing by copy: {}", op, prefix,
+                              lending.status().to_string());
+      return by_copy();
+    }
+    lend(*pub, prepared->call, plan, lending->handle, lending->volume_id, **use, st);
+    // Fenced as a copy is; the host copies live till it is done.
+    return state_dicts::publish_prepared(client, prefix, std::move(prepared), options.keep, op,
+                                         impl_->fast, impl_->options.limits.request_timeout)
+        .then([pub, st](std::uint64_t version) {
+          pub->version = version;
+          return internal::PublicationAccess::make(pub);
+        });
+  }());
 }
 
 }  // namespace meshstore

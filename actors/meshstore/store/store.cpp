@@ -1,6 +1,5 @@
-// The Store facade's own calls: tensors, objects, the key space and
-// close (its admin() facet is store/admin.cpp). Bootstrap and internals live in store/, the
-// state-dict calls in store_state_dict.cpp.
+// The Store facade's own calls: tensors, objects, the key space, close
+// (admin(): admin.cpp; state dicts: store_state_dict.cpp).
 
 #include "meshstore/store.hpp"
 
@@ -200,7 +199,8 @@ Store::Admin Store::admin() const { return Admin(impl_); }
 // -- tensors -------------------------------------------------------------
 
 Future<void> Store::put(std::string key, const TensorView& tensor, const PutOptions& options) {
-  return store::metered(Impl::metered(impl_.get()), store::Op::put, [&]() -> Future<void> {
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::put);
+  return meter([&]() -> Future<void> {
     if (auto s = check_key("put", key); !s.ok()) return make_error_future<void>(s);
     if (options.slice && options.placement) {
       return make_error_future<void>(Status(
@@ -271,7 +271,8 @@ Future<void> Store::put_shard(std::string key, const TensorView& shard, const Te
 }
 
 Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> items) {
-  return store::metered(Impl::metered(impl_.get()), store::Op::put_batch, [&]() -> Future<void> {
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::put_batch);
+  return meter([&]() -> Future<void> {
     std::vector<std::string> keys;
     for (const auto& [k, v] : items) keys.push_back(k);
     if (auto s = check_keys("put_batch", keys, true); !s.ok()) return make_error_future<void>(s);
@@ -296,7 +297,8 @@ Future<void> Store::put_batch(std::vector<std::pair<std::string, TensorView>> it
 }
 
 Future<Tensor> Store::get(std::string key, const ReadOptions& options) {
-  return store::metered(Impl::metered(impl_.get()), store::Op::get, [&]() -> Future<Tensor> {
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get);
+  return meter([&]() -> Future<Tensor> {
     if (auto s = check_key("get", key); !s.ok()) return make_error_future<Tensor>(s);
     if (options.cast) {
       return make_error_future<Tensor>(
@@ -354,41 +356,41 @@ Future<Tensor> Store::get_view(std::string key) {
 }
 
 Future<std::vector<Tensor>> Store::get_batch(std::vector<std::string> keys) {
-  return store::metered(
-      Impl::metered(impl_.get()), store::Op::get_batch, [&]() -> Future<std::vector<Tensor>> {
-        if (auto s = check_keys("get_batch", keys, false); !s.ok())
-          return make_error_future<std::vector<Tensor>>(s);
-        if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
-        client::GetCall call;
-        // Every key on the fast path, or the whole batch on the actors (checked
-        // first, so that a key it cannot serve costs no copy of the others).
-        bool fast_batch = impl_ != nullptr;
-        for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
-          fast_batch = impl_->fast->servable(keys[i], [](const client::FastPath::Entry& e) {
-            return e.kind == wire::ObjectKind::tensor;
-          });
-        }
-        if (fast_batch) {
-          std::vector<Tensor> out(keys.size());
-          if (fast_every_key(keys.size(), &call.fresh, [&](std::size_t i) {
-                auto fast = fast_get_tensor(*impl_->fast, keys[i],
-                                            impl_->options.limits.request_timeout, &out[i]);
-                return fast == FastOutcome::hit && !out[i].defined() ? FastOutcome::miss : fast;
-              })) {
-            return make_ready_future(std::move(out));
-          }
-        }
-        call.op = "get_batch";
-        call.mode = client::GetMode::tensor;
-        call.keys = std::move(keys);
-        return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call),
-                          "get_batch")
-            .then([](const client::GetOutput& out) { return out.tensors; });
-      }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get_batch);
+  return meter([&]() -> Future<std::vector<Tensor>> {
+    if (auto s = check_keys("get_batch", keys, false); !s.ok())
+      return make_error_future<std::vector<Tensor>>(s);
+    if (keys.empty()) return make_ready_future(std::vector<Tensor>{});
+    client::GetCall call;
+    // Every key on the fast path, or the whole batch on the actors (checked
+    // first, so that a key it cannot serve costs no copy of the others).
+    bool fast_batch = impl_ != nullptr;
+    for (std::size_t i = 0; fast_batch && i < keys.size(); ++i) {
+      fast_batch = impl_->fast->servable(keys[i], [](const client::FastPath::Entry& e) {
+        return e.kind == wire::ObjectKind::tensor;
+      });
+    }
+    if (fast_batch) {
+      std::vector<Tensor> out(keys.size());
+      if (fast_every_key(keys.size(), &call.fresh, [&](std::size_t i) {
+            auto fast = fast_get_tensor(*impl_->fast, keys[i],
+                                        impl_->options.limits.request_timeout, &out[i]);
+            return fast == FastOutcome::hit && !out[i].defined() ? FastOutcome::miss : fast;
+          })) {
+        return make_ready_future(std::move(out));
+      }
+    }
+    call.op = "get_batch";
+    call.mode = client::GetMode::tensor;
+    call.keys = std::move(keys);
+    return Impl::call(impl_.get(), protocol::store_get_atom::value, std::move(call), "get_batch")
+        .then([](const client::GetOutput& out) { return out.tensors; });
+  }());
 }
 
 Future<void> Store::get_into(std::string key, const TensorView& dst, const ReadOptions& options) {
-  return store::metered(Impl::metered(impl_.get()), store::Op::get_into, [&]() -> Future<void> {
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get_into);
+  return meter([&]() -> Future<void> {
     if (options.view || options.slice) {
       const std::string op = "get_into";
       if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
@@ -410,9 +412,8 @@ Future<void> Store::get_into(std::string key, const TensorView& dst, const ReadO
 }
 
 Future<void> Store::get_into_batch(std::vector<std::pair<std::string, TensorView>> items) {
-  return store::metered(
-      Impl::metered(impl_.get()), store::Op::get_into_batch,
-      [&]() -> Future<void> { return get_into_items(std::move(items), ReadOptions{}); }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get_into_batch);
+  return meter([&]() -> Future<void> { return get_into_items(std::move(items), ReadOptions{}); }());
 }
 
 Future<void> Store::get_into_items(std::vector<std::pair<std::string, TensorView>> items,
@@ -563,7 +564,8 @@ Future<bool> Store::exists(std::string key) {
 }
 
 Future<void> Store::remove(std::string key) {
-  return store::metered(Impl::metered(impl_.get()), store::Op::remove, [&]() -> Future<void> {
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::remove);
+  return meter([&]() -> Future<void> {
     if (auto s = check_key("remove", key); !s.ok()) return make_error_future<void>(s);
     client::RemoveCall call;
     const std::string what = "remove '" + key + "'";

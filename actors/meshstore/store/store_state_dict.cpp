@@ -85,25 +85,25 @@ Future<void> put_named_here(client::FastPath* fast, std::chrono::milliseconds ti
 
 Future<void> Store::StateDicts::put(std::string key, const StateDict& sd,
                                     const StateDictPutOptions& options) {
-  return store::metered(
-      Impl::metered(impl_.get()), store::Op::put_state_dict, [&]() -> Future<void> {
-        const std::string op = "put_state_dict";
-        if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-        auto st = staging(op, false);  // put_source decides per entry
-        auto use = put_source(sd, *st, options);
-        if (!use.ok()) return make_error_future<void>(use.status());
-        auto prepared =
-            prepare_with_kept_layout(**use, op, options, Impl::put_layout_cache(impl_.get()).get(),
-                                     state_dicts::layout_key(key, options));
-        if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
-        auto p = std::move(prepared).value();
-        if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
-        return put_named_here(
-                   impl_ ? impl_->fast.get() : nullptr,
-                   impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
-                   op + " '" + key + "'", std::move(p))
-            .then([st] {});
-      }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::put_state_dict);
+  return meter([&]() -> Future<void> {
+    const std::string op = "put_state_dict";
+    if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+    auto st = staging(op, false);  // put_source decides per entry
+    auto use = put_source(sd, *st, options);
+    if (!use.ok()) return make_error_future<void>(use.status());
+    auto prepared =
+        prepare_with_kept_layout(**use, op, options, Impl::put_layout_cache(impl_.get()).get(),
+                                 state_dicts::layout_key(key, options));
+    if (!prepared.ok()) return make_error_future<void>(prepared.status().with_context(key));
+    auto p = std::move(prepared).value();
+    if (auto s = state_dicts::name_put(key, *p); !s.ok()) return make_error_future<void>(s);
+    return put_named_here(
+               impl_ ? impl_->fast.get() : nullptr,
+               impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0),
+               op + " '" + key + "'", std::move(p))
+        .then([st] {});
+  }());
 }
 
 Future<void> Store::StateDicts::put_sharded(std::string key, const StateDict& local,
@@ -277,61 +277,59 @@ Future<std::uint64_t> Store::StateDicts::latest(std::string prefix) {
 
 Future<std::uint64_t> Store::StateDicts::get_latest_into(std::string prefix, StateDict& sd,
                                                          const StateDictReadOptions& options) {
-  return store::metered(
-      Impl::metered(impl_.get()), store::Op::get_latest, [&]() -> Future<std::uint64_t> {
-        const std::string op = "get_latest_state_dict_into";
-        if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
-        if (auto s = no_boxes(op, prefix, options); !s.ok())
-          return make_error_future<std::uint64_t>(s);
-        auto st = staging(op);  // packed entries: finish_into copies them over
-        auto use = get_target(sd, *st);
-        if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
-        // The pointer read on this thread where this client knows where it lies
-        // (and then the version too), else located at the controller.
-        auto fast = impl_ ? impl_->fast : nullptr;
-        const std::uint64_t known = pointer_value(fast.get(), prefix);
-        return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, {},
-                                Impl::manifest_cache(impl_.get()), options.cast, fast, known)
-            .then([st](std::uint64_t version) -> Result<std::uint64_t> {
-              MESHSTORE_RETURN_IF_ERROR(st->finish());
-              return version;
-            });
-      }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get_latest);
+  return meter([&]() -> Future<std::uint64_t> {
+    const std::string op = "get_latest_state_dict_into";
+    if (auto s = check_key(op, prefix); !s.ok()) return make_error_future<std::uint64_t>(s);
+    if (auto s = no_boxes(op, prefix, options); !s.ok()) return make_error_future<std::uint64_t>(s);
+    auto st = staging(op);  // packed entries: finish_into copies them over
+    auto use = get_target(sd, *st);
+    if (!use.ok()) return make_error_future<std::uint64_t>(use.status());
+    // The pointer read on this thread where this client knows where it lies
+    // (and then the version too), else located at the controller.
+    auto fast = impl_ ? impl_->fast : nullptr;
+    const std::uint64_t known = pointer_value(fast.get(), prefix);
+    return read_latest_into(Impl::client_address(impl_.get()), prefix, *use, op, {},
+                            Impl::manifest_cache(impl_.get()), options.cast, fast, known)
+        .then([st](std::uint64_t version) -> Result<std::uint64_t> {
+          MESHSTORE_RETURN_IF_ERROR(st->finish());
+          return version;
+        });
+  }());
 }
 
 Future<StateDict> Store::StateDicts::get(std::string key) {
-  return store::metered(Impl::metered(impl_.get()), store::Op::get_state_dict,
-                        [&]() -> Future<StateDict> {
-                          const std::string op = "get_state_dict";
-                          if (auto s = check_key(op, key); !s.ok())
-                            return make_error_future<StateDict>(s);
-                          const caf::actor_addr client = Impl::client_address(impl_.get());
-                          return manifest_of(client, key, op).then([=](const Snapshot& snap) {
-                            return read_state_dict(client, key, op, snap, 0);
-                          });
-                        }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get_state_dict);
+  return meter([&]() -> Future<StateDict> {
+    const std::string op = "get_state_dict";
+    if (auto s = check_key(op, key); !s.ok()) return make_error_future<StateDict>(s);
+    const caf::actor_addr client = Impl::client_address(impl_.get());
+    return manifest_of(client, key, op).then([=](const Snapshot& snap) {
+      return read_state_dict(client, key, op, snap, 0);
+    });
+  }());
 }
 
 Future<void> Store::StateDicts::get_into(std::string key, StateDict& sd,
                                          const StateDictReadOptions& options) {
-  return store::metered(
-      Impl::metered(impl_.get()), store::Op::get_state_dict_into, [&]() -> Future<void> {
-        const std::string op = "get_state_dict_into";
-        if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
-        if (!options.boxes.empty() && options.cast) {
-          return make_error_future<void>(Status(
-              Errc::unsupported, op + " '" + key + "': cast reads whole entries, not boxes"));
-        }
-        auto st = staging(op);  // packed entries: finish_into copies them over
-        auto use = get_target(sd, *st);
-        if (!use.ok()) return make_error_future<void>(use.status());
-        return read_state_dict_into(
-                   Impl::client_address(impl_.get()), key, **use, op,
-                   CacheSlot{Impl::manifest_cache(impl_.get()), key},
-                   options.boxes.empty() ? nullptr : std::make_shared<const Boxes>(options.boxes),
-                   options.cast, impl_ ? impl_->fast : nullptr)
-            .then([st] { return st->finish(); });
-      }());
+  const store::Meter meter(Impl::metered(impl_.get()), store::Op::get_state_dict_into);
+  return meter([&]() -> Future<void> {
+    const std::string op = "get_state_dict_into";
+    if (auto s = check_key(op, key); !s.ok()) return make_error_future<void>(s);
+    if (!options.boxes.empty() && options.cast) {
+      return make_error_future<void>(
+          Status(Errc::unsupported, op + " '" + key + "': cast reads whole entries, not boxes"));
+    }
+    auto st = staging(op);  // packed entries: finish_into copies them over
+    auto use = get_target(sd, *st);
+    if (!use.ok()) return make_error_future<void>(use.status());
+    return read_state_dict_into(
+               Impl::client_address(impl_.get()), key, **use, op,
+               CacheSlot{Impl::manifest_cache(impl_.get()), key},
+               options.boxes.empty() ? nullptr : std::make_shared<const Boxes>(options.boxes),
+               options.cast, impl_ ? impl_->fast : nullptr)
+        .then([st] { return st->finish(); });
+  }());
 }
 
 }  // namespace meshstore
