@@ -25,6 +25,7 @@
 #include "meshstore/host_agent.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/idle_spin.hpp"
+#include "meshstore/logging.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/transports/copy_engine.hpp"
@@ -347,6 +348,8 @@ void print_help(std::FILE* out) {
       "  info      print the build: dependencies, transports, optional features\n"
       "  help      print this help\n"
       "\n"
+      "Every command takes --log-format text|json (else $MESHSTORE_LOG_FORMAT): json\n"
+      "writes one JSON object per log line (docs/operations.md).\n"
       "--store defaults to $MESHSTORE_ADDR, else 127.0.0.1:%u. Every command that\n"
       "talks to a store or an agent (serve and agent too) takes --tls-cert FILE\n"
       "--tls-key FILE --tls-ca FILE, else $MESHSTORE_TLS_CERT, _KEY, _CA: mutual TLS\n"
@@ -408,6 +411,34 @@ void print_info() {
   }
 }
 
+// Takes --log-format FORMAT (or --log-format=FORMAT), which every command
+// accepts, out of argv and applies it; false after printing why it is bad.
+bool take_log_format(int& argc, char** argv) {
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i], format;
+    int taken = 1;
+    if (a.rfind("--log-format=", 0) == 0) {
+      format = a.substr(13);
+    } else if (a == "--log-format" && i + 1 < argc) {
+      format = argv[i + 1];
+      taken = 2;
+    } else if (a == "--log-format") {
+      usage_error(argv[1], "--log-format needs a value");
+      return false;
+    } else {
+      continue;
+    }
+    if (auto s = meshstore::log::set_format(format); !s.ok()) {
+      usage_error(argv[1], "--log-format: " + s.message());
+      return false;
+    }
+    for (int j = i; j + taken <= argc; ++j) argv[j] = argv[j + taken];
+    argc -= taken;
+    --i;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -415,6 +446,7 @@ int main(int argc, char** argv) {
     print_help(stderr);
     return 2;
   }
+  if (!take_log_format(argc, argv)) return 2;
   const std::string cmd = argv[1];
   if (cmd == "--version" || cmd == "version") {
     std::printf("meshstore %s\n", meshstore::version());

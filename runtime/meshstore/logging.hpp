@@ -26,4 +26,17 @@ Status set_level(std::string_view level);
 /// The level in force, as its name.
 std::string current_level();
 
+/// Sets how every meshstore logger writes a line, present and future:
+/// "text" ("[time] [logger] [level] message", the default) or "json": one
+/// JSON object per line with time (UTC, ISO 8601, ms), level, logger,
+/// message, key (when the message names one as the store's messages do:
+/// "get 'w': ...", "key 'w' ...") and rank (the launcher's RANK, OMPI_COMM_WORLD_RANK or
+/// SLURM_PROCID, when set), for log shippers (docs/operations.md). The
+/// initial format comes from MESHSTORE_LOG_FORMAT, else "text". Fails with
+/// Errc::invalid_argument on another name.
+Status set_format(std::string_view format);
+
+/// The format in force: "text" or "json".
+std::string current_format();
+
 }  // namespace meshstore::log

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "meshstore/store.hpp"
@@ -144,6 +145,31 @@ TEST(Metrics, EverySeriesIsDocumented) {
         << name << " is not in docs/operations.md";
   }
   EXPECT_GE(seen, 10) << scrape;
+}
+
+// `meshstore serve --log-format json`: every line it logs is one JSON
+// object with the fields a log shipper reads.
+TEST(Metrics, ServeWritesJsonLogLines) {
+  Child serve({kTool, "serve", "--port", "0", "--log-format", "json", "--log-level", "info"});
+  ASSERT_FALSE(served_address(serve, kWait).empty()) << serve.output();
+  serve.signal(SIGTERM);
+  ASSERT_TRUE(serve.wait(kWait));
+  EXPECT_EQ(serve.exit_code(), 0) << serve.output();
+  std::istringstream in(serve.output());
+  int logged = 0;
+  bool store_up = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("meshstore ", 0) == 0) continue;  // the tool's own lines on stdout
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    for (const char* field : {"time", "level", "logger", "message"}) {
+      EXPECT_TRUE(j.contains(field)) << field << " missing: " << line;
+    }
+    store_up |= j["message"].get<std::string>().rfind("store up", 0) == 0;
+    ++logged;
+  }
+  EXPECT_GE(logged, 1);
+  EXPECT_TRUE(store_up) << serve.output();
 }
 
 TEST(Metrics, AStoreWithoutMetricsServesNone) {
