@@ -396,6 +396,12 @@ class Store:
         caller's thread."""
         return self._s.fast_path_stats()
 
+    def metrics_address(self):
+        """Where this store serves /metrics, /healthz and /readyz
+        ("HOST:PORT", the option metrics= with the port it got), or "" when
+        it does not (docs/operations.md)."""
+        return self._s.metrics_address()
+
     # -- state dicts --------------------------------------------------------
 
     def put_state_dict(self, key, state_dict, transfer_dtype=None, **options):

@@ -394,6 +394,7 @@ void bind_store_keys(py::class_<PyStore>& cls) {
 
 // What a store reports of itself: its fast path, its volumes.
 void bind_store_stats(py::class_<PyStore>& cls) {
+  cls.def("metrics_address", [](PyStore& self) { return self.s().admin().metrics_address(); });
   cls.def("fast_path_stats",
           [](PyStore& self) {
             const auto f = self.s().admin().fast_path_stats();

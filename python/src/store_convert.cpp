@@ -83,6 +83,8 @@ StoreOptions store_options(const py::dict& kw) {
         o.limits.scheduler_threads = v.cast<int>();
       else if (name == "log_level")
         o.log_level = v.cast<std::string>();
+      else if (name == "metrics")
+        o.metrics = v.cast<std::string>();
       else if (name == "eviction")
         o.limits.eviction = v.cast<std::string>();
       else if (name == "tls_certificate")

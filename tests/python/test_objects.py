@@ -125,3 +125,30 @@ def test_small_values_go_over_the_channel(transport):
     # The option that sent every call through the actors is gone: one route.
     with pytest.raises(TypeError, match="unknown store option 'fast_path'"):
         meshstore.Store.embedded(fast_path=False)
+
+
+def test_a_store_with_metrics_serves_its_calls_to_prometheus():
+    import re
+    import urllib.request
+
+    with meshstore.Store.embedded(metrics="127.0.0.1:0") as s:
+        at = s.metrics_address()
+        assert re.fullmatch(r"127\.0\.0\.1:[1-9][0-9]*", at), at
+        s.put("w", torch.ones(256)).result()
+        s.get("w").result()
+        # A call is counted by its future's callback, which may run just
+        # after result() returned: ask again, within a bound.
+        deadline = time.monotonic() + 30
+        while True:
+            body = urllib.request.urlopen(f"http://{at}/metrics", timeout=10).read().decode()
+            counted = re.search(
+                r'^meshstore_operation_duration_seconds_count\{op="get"\} [1-9]', body, re.M)
+            if counted or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert counted, body
+        assert re.search(r'^meshstore_keys\{volume="[^"]+"\} 1$', body, re.M), body
+        ready = urllib.request.urlopen(f"http://{at}/readyz", timeout=10)
+        assert ready.status == 200
+    with meshstore.Store.embedded() as s:
+        assert s.metrics_address() == ""
