@@ -95,27 +95,32 @@ void client_families(const FastPathStats& s, std::vector<MetricFamily>* out) {
                      MetricType::Counter);
   add(gets, static_cast<double>(s.hits), {{"route", "caller_thread"}});
   add(gets, static_cast<double>(s.misses), {{"route", "actor"}});
-  auto direct =
-      family("meshstore_client_direct_reads_total",
-             "Gets copied straight from a same-host volume's shared memory", MetricType::Counter);
-  add(direct, static_cast<double>(s.direct_reads));
-  auto stale =
-      family("meshstore_client_stale_locations_total",
-             "Gets whose known location was superseded and located afresh", MetricType::Counter);
-  add(stale, static_cast<double>(s.stale));
-  auto puts = family("meshstore_client_channel_puts_total",
-                     "Puts committed over a channel to a volume", MetricType::Counter);
-  add(puts, static_cast<double>(s.puts));
-  auto resent =
-      family("meshstore_client_resent_commits_total",
-             "Commits sent again over a new connection after theirs failed", MetricType::Counter);
-  add(resent, static_cast<double>(s.resent_commits));
-  auto channels = family("meshstore_client_channels",
-                         "Channels open to volumes (a ring, a tcp connection, actor messages)",
-                         MetricType::Gauge);
-  add(channels, static_cast<double>(s.rings));
-  for (auto* f : {&gets, &direct, &stale, &puts, &resent, &channels}) {
-    out->push_back(std::move(*f));
+  out->push_back(std::move(gets));
+  // One sample each, no labels.
+  const struct {
+    const char* name;
+    const char* help;
+    MetricType type;
+    std::uint64_t value;
+  } singles[] = {
+      {"meshstore_client_direct_reads_total",
+       "Gets copied straight from a same-host volume's shared memory", MetricType::Counter,
+       s.direct_reads},
+      {"meshstore_client_stale_locations_total",
+       "Gets whose known location was superseded and located afresh", MetricType::Counter, s.stale},
+      {"meshstore_client_channel_puts_total", "Puts committed over a channel to a volume",
+       MetricType::Counter, s.puts},
+      {"meshstore_client_resent_commits_total",
+       "Commits sent again over a new connection after theirs failed", MetricType::Counter,
+       s.resent_commits},
+      {"meshstore_client_channels",
+       "Channels open to volumes (a ring, a tcp connection, actor messages)", MetricType::Gauge,
+       s.rings},
+  };
+  for (const auto& one : singles) {
+    auto f = family(one.name, one.help, one.type);
+    add(f, static_cast<double>(one.value));
+    out->push_back(std::move(f));
   }
 }
 
