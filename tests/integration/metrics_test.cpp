@@ -239,7 +239,7 @@ TEST(Metrics, TopShowsTheVolumesTheCallsAndTheLargestKeys) {
       << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("\nget_into +[0-9.]+ "))) << out;
   EXPECT_TRUE(std::regex_search(
-      out, std::regex("2 keys; the 1 holding the most bytes:\n +big +256\.0 KiB")))
+      out, std::regex("2 keys; the 1 holding the most bytes:\n +big +256\\.0 KiB")))
       << out;
 }
 
