@@ -3,7 +3,6 @@
 // p50 and p99 (from the /metrics of the processes named), and the keys
 // holding the most bytes (docs/operations.md, "meshstore top").
 
-#include <civetweb.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 
 #include "cli.hpp"
 #include "meshstore/internal/address.hpp"
+#include "meshstore/store/metrics_server.hpp"
 
 namespace meshstore::cli {
 namespace {
@@ -31,34 +31,6 @@ using namespace std::chrono_literals;
 using Buckets = std::map<double, double>;
 // By op, as one scrape of one or more processes gave them (summed).
 using Histograms = std::map<std::string, Buckets>;
-
-// GET /metrics from "HOST:PORT": the body, or why not in `*why`.
-std::string scrape(const std::string& address, std::string* why) {
-  auto at = internal::parse_address(address);
-  if (!at.ok()) {
-    *why = at.status().message();
-    return {};
-  }
-  char err[256] = {0};
-  mg_connection* conn = mg_connect_client(at->host.c_str(), at->port, 0, err, sizeof err);
-  if (!conn) {
-    *why = std::string("cannot connect: ") + err;
-    return {};
-  }
-  mg_printf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", address.c_str());
-  std::string body;
-  if (mg_get_response(conn, err, sizeof err, 10000) < 0) {
-    *why = std::string("no answer: ") + err;
-  } else if (mg_get_response_info(conn)->status_code != 200) {
-    *why = "answered " + std::to_string(mg_get_response_info(conn)->status_code);
-  } else {
-    char buf[16384];
-    int n = 0;
-    while ((n = mg_read(conn, buf, sizeof buf)) > 0) body.append(buf, static_cast<std::size_t>(n));
-  }
-  mg_close_connection(conn);
-  return body;
-}
 
 // The call histograms in a scrape, added into `out`.
 void add_histograms(const std::string& text, Histograms* out) {
@@ -117,10 +89,13 @@ struct Top {
 Histograms scrape_all(const Top& t, std::vector<std::string>* notes) {
   Histograms h;
   for (const auto& at : t.metrics) {
-    std::string why;
-    const auto body = scrape(at, &why);
-    if (!why.empty()) notes->push_back("metrics " + at + ": " + why);
-    add_histograms(body, &h);
+    const auto got = store::http_get(at, "/metrics");
+    if (got.status == 200) {
+      add_histograms(got.body, &h);
+    } else {
+      notes->push_back("metrics " + at + ": " +
+                       (got.status ? "answered " + std::to_string(got.status) : got.error));
+    }
   }
   return h;
 }

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "meshstore/store.hpp"
-#include "testing/http.hpp"
+#include "meshstore/store/metrics_server.hpp"
 #include "testing/sockets.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"
@@ -25,6 +25,8 @@ namespace meshstore::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using store::http_get;
+using store::HttpReply;
 
 const char* const kPeer = MESHSTORE_TEST_PEER_PATH;
 const char* const kTool = MESHSTORE_TOOL_PATH;

@@ -205,6 +205,34 @@ std::string MetricsServer::not_ready() const {
   return {};
 }
 
+HttpReply http_get(const std::string& address, const std::string& path, int timeout_ms) {
+  HttpReply out;
+  auto at = internal::parse_address(address);
+  if (!at.ok()) {
+    out.error = at.status().message();
+    return out;
+  }
+  init_civetweb_once();
+  char why[256] = {0};
+  mg_connection* conn = mg_connect_client(at->host.c_str(), at->port, 0, why, sizeof why);
+  if (!conn) {
+    out.error = std::string("cannot connect: ") + why;
+    return out;
+  }
+  mg_printf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path.c_str(), address.c_str());
+  if (mg_get_response(conn, why, sizeof why, timeout_ms) < 0) {
+    out.error = std::string("no answer: ") + why;
+  } else {
+    out.status = mg_get_response_info(conn)->status_code;
+    char buf[16384];
+    int n = 0;
+    while ((n = mg_read(conn, buf, sizeof buf)) > 0)
+      out.body.append(buf, static_cast<std::size_t>(n));
+  }
+  mg_close_connection(conn);
+  return out;
+}
+
 int MetricsServer::on_metrics(mg_connection* conn, void* self) {
   answer(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8",
          static_cast<MetricsServer*>(self)->scrape());

@@ -68,4 +68,15 @@ class MetricsServer {
   std::string address_;
 };
 
+/// One HTTP GET answered, as a scraper sees it (`meshstore top`, tests).
+struct HttpReply {
+  int status = 0;  ///< 0 when no answer came (`error` says why)
+  std::string body;
+  std::string error;
+};
+
+/// GET `path` from "HOST:PORT" over civetweb's client, waiting at most
+/// `timeout_ms` for the answer.
+HttpReply http_get(const std::string& address, const std::string& path, int timeout_ms = 10000);
+
 }  // namespace meshstore::store
