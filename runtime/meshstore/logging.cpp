@@ -69,9 +69,9 @@ class JsonFormatter final : public spdlog::formatter {
     const auto n = std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &utc);
     std::snprintf(when + n, sizeof when - n, ".%03dZ", static_cast<int>(ms));
     const std::string text(msg.payload.data(), msg.payload.size());
+    const auto level = spdlog::level::to_string_view(msg.level);
     nlohmann::json line = {{"time", when},
-                           {"level", std::string(spdlog::level::to_string_view(msg.level).data(),
-                                                 spdlog::level::to_string_view(msg.level).size())},
+                           {"level", std::string(level.data(), level.size())},
                            {"logger", std::string(msg.logger_name.data(), msg.logger_name.size())},
                            {"message", text}};
     if (auto key = named_key(text); !key.empty()) line["key"] = std::move(key);

@@ -453,7 +453,7 @@ void Store::Impl::close() {
     metrics_stopping = std::move(metrics_server);
   }
   metrics_stopping.reset();
-  // Reconnecting ends first: it asks actors of the runtime that goes.
+  // Reconnecting ends next: it asks actors of the runtime that goes.
   if (reconnector) reconnector->stop();
   // The listener goes first: a process that connects while this store
   // closes (a rank starting the next store on the same port) is refused

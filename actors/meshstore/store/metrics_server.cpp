@@ -147,8 +147,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& a
   if (!at.ok()) return at.status().with_context("metrics address");
   init_civetweb_once();
   std::unique_ptr<MetricsServer> server(new MetricsServer(std::move(source)));
-  const bool v6 = at->host.find(':') != std::string::npos;
-  const std::string ports = (v6 ? "[" + at->host + "]" : at->host) + ":" + std::to_string(at->port);
+  // An IPv6 literal in brackets, as civetweb and "HOST:PORT" write it.
+  const std::string host =
+      at->host.find(':') != std::string::npos ? "[" + at->host + "]" : at->host;
+  const std::string ports = host + ":" + std::to_string(at->port);
   // Two threads serve: a scrape, and a health check beside it.
   const char* options[] = {
       "listening_ports", ports.c_str(),       "num_threads", "2",    "request_timeout_ms",
@@ -170,7 +172,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& a
   mg_server_port bound[4];
   const int n = mg_get_server_ports(server->ctx_, 4, bound);
   const int port = n > 0 ? bound[0].port : at->port;
-  server->address_ = (v6 ? "[" + at->host + "]" : at->host) + ":" + std::to_string(port);
+  server->address_ = host + ":" + std::to_string(port);
   log::get("store")->info("serving /metrics, /healthz and /readyz on {}", server->address_);
   return server;
 }
