@@ -1,6 +1,7 @@
 #include "meshstore/controller/controller.hpp"
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "meshstore/internal/actor_runtime.hpp"
@@ -426,6 +427,72 @@ TEST_F(HeldFlushTest, AnOverwriteOrRemoveAnswersOnlyOnceTheVolumeDroppedWhatItRe
   EXPECT_FALSE(answered_within(300ms));
   (*self_)->send(held_, caf::ok_atom::value);
   EXPECT_TRUE(answered_within(testing::kWait));
+}
+
+// A reader hears of a write only once it is settled: until the volume
+// that held what the write replaced or removed confirmed, a locate of the
+// key waits (a reader that saw the new value, or the key gone, could
+// otherwise be followed by one reading the old object from its cache),
+// and a later write of the key waits for the earlier one. Other keys are
+// answered at once.
+TEST_F(HeldFlushTest, AReaderHearsOfAWriteOnlyOnceTheVolumesHandledIt) {
+  ASSERT_OK(
+      (ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, on_held("k", 1))));
+  // Moves k to volume-0: object 1 on the held volume is released.
+  (*self_)->send(controller_, protocol::notify_put_atom::value, record("k", {1}, stage(4)));
+  caf::scoped_actor reader{runtime_->system()};
+  auto located = [&](std::chrono::milliseconds t) {
+    std::optional<std::vector<wire::KeyRecord>> out;
+    reader->receive([&](std::vector<wire::KeyRecord>& r) { out = std::move(r); },
+                    caf::after(t) >> [] {});
+    return out;
+  };
+  reader->send(controller_, protocol::locate_atom::value, std::vector<std::string>{"k"});
+  EXPECT_FALSE(located(300ms));
+  caf::scoped_actor other{runtime_->system()};
+  auto elsewhere = ask<std::vector<wire::KeyRecord>>(
+      other, controller_, protocol::locate_atom::value, std::vector<std::string>{"other"});
+  ASSERT_OK(elsewhere);
+  EXPECT_FALSE(elsewhere->front().found());
+  // A third write of k releases volume-0's object, which that volume
+  // confirms at once; it still waits for the second.
+  (*self_)->send(controller_, protocol::notify_put_atom::value, on_held("k", 3));
+  EXPECT_FALSE(answered_within(300ms));
+  (*self_)->send(held_, caf::ok_atom::value);
+  EXPECT_TRUE(answered_within(testing::kWait));
+  EXPECT_TRUE(answered_within(testing::kWait));
+  // The reader is told of the write it asked after: k on volume-0.
+  auto seen = located(testing::kWait);
+  ASSERT_TRUE(seen);
+  ASSERT_TRUE(seen->front().found());
+  EXPECT_EQ(seen->front().shards.front().volume_id, "volume-0");
+  // A removal: the key is said to be gone (by a locate, exists or keys)
+  // only once the volume confirmed.
+  (*self_)->send(controller_, protocol::remove_atom::value, std::string("k"));
+  reader->send(controller_, protocol::locate_atom::value, std::vector<std::string>{"k"});
+  caf::scoped_actor asker{runtime_->system()};
+  asker->send(controller_, protocol::exists_atom::value, std::vector<std::string>{"k"});
+  asker->send(controller_, protocol::keys_atom::value, std::string("k"));
+  EXPECT_FALSE(located(300ms));
+  std::optional<std::vector<std::uint64_t>> versions;
+  std::optional<std::vector<std::string>> listed;
+  auto listen = [&](std::chrono::milliseconds t) {
+    asker->receive([&](std::vector<std::uint64_t>& v) { versions = std::move(v); },
+                   [&](std::vector<std::string>& k) { listed = std::move(k); },
+                   caf::after(t) >> [] {});
+  };
+  listen(50ms);
+  EXPECT_FALSE(versions || listed);
+  (*self_)->send(held_, caf::ok_atom::value);
+  EXPECT_TRUE(answered_within(testing::kWait));
+  seen = located(testing::kWait);
+  ASSERT_TRUE(seen);
+  EXPECT_FALSE(seen->front().found());
+  listen(testing::kWait);
+  listen(testing::kWait);
+  ASSERT_TRUE(versions && listed);
+  EXPECT_EQ(*versions, std::vector<std::uint64_t>{0});
+  EXPECT_TRUE(listed->empty());
 }
 
 TEST_F(HeldFlushTest, AVolumeThatDiesBeforeConfirmingDoesNotHoldTheWriteUp) {

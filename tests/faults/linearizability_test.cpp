@@ -184,7 +184,9 @@ class Clients {
     for (const auto& [key, h] : history_) {
       std::string why;
       std::size_t n = 0;
-      EXPECT_TRUE(linearizable(h, &why, &n)) << key << ": " << h.size() << " operations: " << why;
+      const bool ok = linearizable(h, &why, &n);
+      EXPECT_TRUE(ok) << key << ": " << h.size() << " operations: " << why << "\n"
+                      << (ok ? std::string() : around_the_stuck_one(h, why));
       states += n;
       for (const auto& op : h) {
         failed += op.outcome == Outcome::unknown;
@@ -203,6 +205,38 @@ class Clients {
     std::size_t n = 0;
     for (const auto& [k, h] : history_) n += h.size();
     return n;
+  }
+  // The operations overlapping the 20 ms before the one `why` names, and
+  // the kills, in ms from the first call: what a failure needs to be read.
+  std::string around_the_stuck_one(const std::vector<RegisterOp>& h, const std::string& why) {
+    const RegisterOp* stuck = nullptr;
+    for (const auto& op : h) {
+      if (why.find(describe(op)) != std::string::npos) stuck = &op;
+    }
+    if (stuck == nullptr) return {};
+    std::int64_t t0 = stuck->call;
+    for (const auto& op : h) t0 = std::min(t0, op.call);
+    auto ms = [t0](std::int64_t t) {
+      return t == RegisterOp::kNever ? std::string("never") : std::to_string((t - t0) / 1e6);
+    };
+    std::vector<RegisterOp> near;
+    for (const auto& op : h) {
+      if (op.ret >= stuck->call - 20'000'000 && op.call <= stuck->ret) near.push_back(op);
+    }
+    std::sort(near.begin(), near.end(),
+              [](const RegisterOp& a, const RegisterOp& b) { return a.call < b.call; });
+    std::string out = "kills at ms:";
+    for (auto k : kills_) out += " " + ms(k);
+    out += "\n";
+    for (const auto& op : near) {
+      const char* kind = op.kind == Kind::put ? "put" : op.kind == Kind::get ? "get" : "remove";
+      const char* outcome = op.outcome == Outcome::done     ? ""
+                            : op.outcome == Outcome::absent ? " (absent)"
+                                                            : " (unknown)";
+      out += "  " + ms(op.call) + " .. " + ms(op.ret) + "  client " + std::to_string(op.client) +
+             " " + kind + " " + std::to_string(op.value) + outcome + "\n";
+    }
+    return out;
   }
   void stop() {
     stop_ = true;

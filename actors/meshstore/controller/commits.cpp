@@ -134,6 +134,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     st.lost.erase(r.key);
     auto& slot = st.index[r.key];
     if (slot.found()) collect(slot, released);
+    st.wrote(r.key);
     slot = r;
     slot.expect_version.reset();
     slot.version = ++st.last_version;
@@ -142,8 +143,10 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     committed.push_back(&slot);
   }
   stamp_groups(committed);
-  send_commits(self, committed);
+  // Released first: the writer's own volume (answered without a flush)
+  // has let go of what a key held before its new objects serve a read.
   send_to_volumes(self, released, Verdict::release);
+  send_commits(self, committed);
   note_thin(self, committed);
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& r : records) streams_committed(self, r.key);
@@ -212,6 +215,7 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     st.lost.erase(key);
     auto& slot = st.index[key];
     if (slot.found()) collect(slot, released);
+    st.wrote(key);
     slot = std::move(it->second);
     slot.version = ++st.last_version;
     st.touch(slot);
@@ -238,8 +242,8 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
   std::vector<IndexEntry*> records_now;
   for (const auto& k : committed) records_now.push_back(&st.index.at(k));
   stamp_groups(records_now);
+  send_to_volumes(self, released, Verdict::release);  // first, as commit_batch
   send_commits(self, records_now);
-  send_to_volumes(self, released, Verdict::release);
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& k : committed) streams_committed(self, k);
   }
@@ -304,6 +308,7 @@ wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>&
       continue;
     }
     collect(it->second, released);
+    st.wrote(k, true);
     st.index.erase(it);
     ++reply.removed;
   }

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "meshstore/controller/controller_state.hpp"
@@ -37,45 +38,56 @@ namespace {
 
 using internal::to_caf_error;
 
-// How long a write waits for a volume to confirm a flush before it answers
-// anyway (a volume that is alive but stuck; one that dies counts at once).
-constexpr auto kFlushTimeout = std::chrono::seconds(10);
-
-// Runs `answer` once every volume in `due` has handled what the write
-// told it (release or discard objects): a flush request, which a volume
-// answers after every earlier message from the controller. Until then a
-// reader whose cached location names a superseded or removed object could
-// still read it at its volume (over the ring, lease-free or with a lease)
-// after the write returned.
-void after_flush(controller_pointer self,
-                 const std::map<std::string, std::vector<std::uint64_t>>& due,
-                 std::function<void()> answer) {
-  if (due.empty()) return answer();
-  auto& st = self->state;
-  const auto token = st.next_flush++;
-  auto& wait = st.flushes[token];
-  wait.answer = std::move(answer);
-  for (const auto& [vid, ids] : due) {
-    wait.volumes.insert(vid);
-    self->request(st.volumes.at(vid), kFlushTimeout, protocol::flush_atom::value)
-        .then([self, token, vid = vid](caf::ok_atom) { flushed(self, token, vid); },
-              [self, token, vid = vid](caf::error&) { flushed(self, token, vid); });
-  }
+// The flushes the write being handled needs, from `sender`: the volume
+// that sent it (its fast_commit) hears of the release before the answer,
+// and the release before its new objects (commit_batch), so a write that
+// only replaced objects there needs no flush of it. A write that removed
+// a key, or that others flush too, waits for it as well: until it
+// confirms, a reader told the key is gone (or read a copy elsewhere)
+// could be followed by one reading the old object there.
+std::map<std::string, std::vector<std::uint64_t>> flushes_needed(ControllerState& st,
+                                                                 const std::string& sender) {
+  auto due = std::exchange(st.flush_due, {});
+  auto own = due.find(sender);
+  if (own != due.end() && due.size() == 1 && !st.removed_any) due.erase(own);
+  return due;
 }
 
-// Answers the write being handled with `value` after the flushes it needs
-// (after_flush). The volume that sent the write (its fast_commit) needs
-// none: the release reaches it before this answer.
+// The id of the volume that sent the message being handled ("" for none).
+std::string sending_volume(controller_pointer self) {
+  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  auto s = self->state.volume_by_addr.find(sender);
+  return s == self->state.volume_by_addr.end() ? std::string() : s->second;
+}
+
+// Answers the write being handled with `value` once it is settled
+// (after_flush, flushes_needed).
 template <class T>
 caf::result<T> answer_after_flush(controller_pointer self, T value) {
-  auto& st = self->state;
-  auto due = std::exchange(st.flush_due, {});
-  const auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
-  if (auto s = st.volume_by_addr.find(sender); s != st.volume_by_addr.end()) due.erase(s->second);
-  if (due.empty()) return value;
+  auto due = flushes_needed(self->state, sending_volume(self));
+  if (due.empty() && self->state.unsettled.empty()) {
+    self->state.written.clear();
+    return value;
+  }
   auto rp = self->make_response_promise<T>();
   after_flush(self, due,
               [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+  return rp;
+}
+
+// `values` (what a read answers, about the keys of `seen`) once every
+// write of those keys is settled: no reader hears of a write before the
+// volumes it told handled it (docs/reliability.md, "A write is seen once
+// it is settled").
+// (Called when settling(seen): the fast path answers at once.)
+template <class... Ts>
+caf::result<Ts...> answer_settled(controller_pointer self, const std::vector<wire::KeyRecord>& seen,
+                                  Ts... values) {
+  auto rp = self->make_response_promise<Ts...>();
+  auto held = std::make_shared<std::tuple<Ts...>>(std::move(values)...);
+  after_settled(self, seen, [rp, held]() mutable {
+    std::apply([&rp](auto&... v) { rp.deliver(std::move(v)...); }, *held);
+  });
   return rp;
 }
 
@@ -117,7 +129,7 @@ std::vector<wire::KeyRecord> locate(ControllerState& st, const std::vector<std::
 // answer. A commit that fails after copies were made for it discards them.
 void finish_local_commit(controller_pointer self, protocol::LocalCommit& job, bool copies_made) {
   auto& st = self->state;
-  st.flush_due.clear();
+  st.begin_write();
   if (!job.sharded) st.count(protocol::ControllerCounter::notify_put_batch);
   auto versions = job.sharded ? put_shards(self, job.records, job.group, job.members, job.layout)
                               : commit_batch(self, job.records);
@@ -155,17 +167,20 @@ caf::result<void> local_commit(controller_pointer self, protocol::LocalCommit& j
 
 // `prefix`'s latest pointer; with `with_version`, then the manifest P/vN
 // it points to and the keys written with it.
-caf::result<std::vector<wire::KeyRecord>> locate_latest(ControllerState& st,
+caf::result<std::vector<wire::KeyRecord>> locate_latest(controller_pointer self,
                                                         const std::string& prefix,
                                                         bool with_version) {
+  auto& st = self->state;
   if (st.rebuild.active && st.index.count(prefix) == 0) return caf::skip;
   st.count(protocol::ControllerCounter::locate);
   auto out = locate(st, {prefix});
   const std::uint64_t n = out.front().found() ? out.front().points_to : 0;
-  if (!with_version || n == 0) return out;
-  auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
-  out.insert(out.end(), std::make_move_iterator(version.begin()),
-             std::make_move_iterator(version.end()));
+  if (with_version && n != 0) {
+    auto version = locate(st, group_keys(st, {prefix + "/v" + std::to_string(n)}, {}));
+    out.insert(out.end(), std::make_move_iterator(version.begin()),
+               std::make_move_iterator(version.end()));
+  }
+  if (settling(st, out)) return answer_settled(self, out, out);
   return out;
 }
 
@@ -183,16 +198,29 @@ caf::result<std::uint64_t, std::vector<wire::KeyRecord>> locate_pinned(
     if (!r.found()) continue;
     for (const auto& shard : r.shards) refs.emplace_back(shard.volume_id, shard.object_id);
   }
-  if (refs.empty()) return {std::uint64_t{0}, std::move(out)};
-  const auto id = st.next_pin++;
-  for (const auto& ref : refs) ++st.pinned[ref];
-  st.pins.emplace(id, std::move(refs));
-  self->delayed_send(self, std::chrono::milliseconds(ttl_ms), protocol::unpin_atom::value, id);
+  std::uint64_t id = 0;
+  if (!refs.empty()) {
+    id = st.next_pin++;
+    for (const auto& ref : refs) ++st.pinned[ref];
+    st.pins.emplace(id, std::move(refs));
+    self->delayed_send(self, std::chrono::milliseconds(ttl_ms), protocol::unpin_atom::value, id);
+  }
+  if (settling(st, out)) return answer_settled(self, out, id, out);
   return {id, std::move(out)};
 }
 
-// The keys under `prefix` (key_matches_prefix), in order.
-caf::result<std::vector<std::string>> keys_under(ControllerState& st, const std::string& prefix) {
+// Records naming `keys` only: what settling and answer_settled look at.
+std::vector<wire::KeyRecord> naming(const std::vector<std::string>& keys) {
+  std::vector<wire::KeyRecord> out(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i].key = keys[i];
+  return out;
+}
+
+// The keys under `prefix` (key_matches_prefix), in order; once the writes
+// of keys under it (a removed one too) are settled.
+caf::result<std::vector<std::string>> keys_under(controller_pointer self,
+                                                 const std::string& prefix) {
+  auto& st = self->state;
   if (st.rebuild.active) return caf::skip;
   st.count(protocol::ControllerCounter::keys);
   std::vector<std::string> out;
@@ -200,6 +228,11 @@ caf::result<std::vector<std::string>> keys_under(ControllerState& st, const std:
     if (it->first.compare(0, prefix.size(), prefix) != 0) break;
     if (key_matches_prefix(it->first, prefix)) out.push_back(it->first);
   }
+  std::vector<std::string> written;
+  for (const auto& [key, token] : st.unsettled) {
+    if (key_matches_prefix(key, prefix)) written.push_back(key);
+  }
+  if (!written.empty()) return answer_settled(self, naming(written), out);
   return out;
 }
 
@@ -209,7 +242,7 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
   auto& st = self->state;
   if (st.rebuild.active) return caf::skip;
   st.count(protocol::ControllerCounter::remove);
-  st.flush_due.clear();
+  st.begin_write();
   std::map<std::string, std::vector<std::uint64_t>> doomed;
   if (drop_pending(st, key, doomed)) {
     send_to_volumes(self, doomed, Verdict::discard);
@@ -224,6 +257,7 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
   const auto members = written_with(st, key);
   std::map<std::string, std::vector<std::uint64_t>> released;
   collect(it->second, released);
+  st.wrote(key, true);
   st.index.erase(it);
   drop_keys(st, members, released);
   send_to_volumes(self, released, Verdict::discard);
@@ -234,7 +268,7 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
 caf::result<wire::RemoveReply> remove_batch(controller_pointer self,
                                             const std::vector<std::string>& keys) {
   if (self->state.rebuild.active) return caf::skip;
-  self->state.flush_due.clear();
+  self->state.begin_write();
   return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
 }
 
@@ -254,7 +288,7 @@ template <class Commit, class Answer>
 auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
     -> caf::result<decltype(answer(std::vector<std::uint64_t>{}))> {
   if (self->state.rebuild.active) return caf::skip;
-  self->state.flush_due.clear();
+  self->state.begin_write();
   auto versions = commit();
   if (!versions.ok()) return to_caf_error(versions.status());
   return answer_after_flush(self, answer(std::move(versions).value()));
@@ -262,28 +296,26 @@ auto commit_and_answer(controller_pointer self, Commit commit, Answer answer)
 
 // A write whose keys want copies (wants_copies): the copies are made
 // first, then `commit` runs on the records naming them, and the answer,
-// what `answer` makes of its versions, goes once the volumes flushed (the
-// sender's own volume excepted, as answer_after_flush). A commit that
+// what `answer` makes of its versions, goes once the write is settled
+// (flushes_needed, after_flush). A commit that
 // fails then discards the copies.
 template <class T, class Commit, class Answer>
 caf::result<T> commit_after_copies(controller_pointer self, std::vector<wire::KeyRecord> records,
                                    Commit commit, Answer answer) {
   auto rp = self->make_response_promise<T>();
-  const auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
-  auto sender = self->state.volume_by_addr.count(from) ? self->state.volume_by_addr[from] : "";
+  const auto sender = sending_volume(self);
   make_copies(
       self, std::move(records),
       [self, rp, commit, answer, sender](Result<std::vector<wire::KeyRecord>> copied) mutable {
         if (!copied.ok()) return (void)rp.deliver(to_caf_error(copied.status()));
         auto& st = self->state;
-        st.flush_due.clear();
+        st.begin_write();
         auto versions = commit(*copied);
         if (!versions.ok()) {
           discard_copies(self, *copied);
           return (void)rp.deliver(to_caf_error(versions.status()));
         }
-        auto due = std::exchange(st.flush_due, {});
-        due.erase(sender);
+        auto due = flushes_needed(st, sender);
         after_flush(self, due, [rp, v = answer(std::move(versions).value())]() mutable {
           rp.deliver(std::move(v));
         });
@@ -352,8 +384,10 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
 
 // Each of `keys`' version, 0 for a key not held.
 // (While the index is rebuilt, a key not back yet waits: skipped.)
-caf::result<std::vector<std::uint64_t>> versions_of(ControllerState& st,
+// A write of them not settled yet is answered once it is (answer_settled).
+caf::result<std::vector<std::uint64_t>> versions_of(controller_pointer self,
                                                     const std::vector<std::string>& keys) {
+  auto& st = self->state;
   std::vector<std::uint64_t> out;
   for (const auto& k : keys) {
     auto it = st.index.find(k);
@@ -361,6 +395,9 @@ caf::result<std::vector<std::uint64_t>> versions_of(ControllerState& st,
     if (out.back() == 0 && st.rebuild.active) return caf::skip;
   }
   st.count(protocol::ControllerCounter::exists);
+  if (st.unsettled.empty()) return out;
+  const auto seen = naming(keys);
+  if (settling(st, seen)) return answer_settled(self, seen, out);
   return out;
 }
 
@@ -421,14 +458,18 @@ void take_part(controller_pointer self, const std::string& id,
 // While the index is rebuilt, a locate that misses a key waits (skipped:
 // CAF runs it again after the next message) rather than answering "no
 // such key": the key may be on its way back.
-caf::result<std::vector<wire::KeyRecord>> locate_or_wait(ControllerState& st,
+// A located write not settled yet is answered once it is (answer_settled).
+caf::result<std::vector<wire::KeyRecord>> locate_or_wait(controller_pointer self,
                                                          const std::vector<std::string>& keys) {
+  auto& st = self->state;
   if (st.rebuild.active && std::any_of(keys.begin(), keys.end(),
                                        [&](const auto& k) { return st.index.count(k) == 0; })) {
     return caf::skip;
   }
   st.count(protocol::ControllerCounter::locate);
-  return locate(st, keys);
+  auto out = locate(st, keys);
+  if (settling(st, out)) return answer_settled(self, out, out);
+  return out;
 }
 
 // An actor the controller monitors went down. One actor may be a stream
@@ -465,10 +506,10 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
         return local_commit(self, job);
       },
       [=](protocol::locate_atom, const std::vector<std::string>& keys) {
-        return locate_or_wait(self->state, keys);
+        return locate_or_wait(self, keys);
       },
       [=](protocol::locate_latest_atom, const std::string& prefix, bool with_version) {
-        return locate_latest(self->state, prefix, with_version);
+        return locate_latest(self, prefix, with_version);
       },
       [=](protocol::evict_atom, const std::string& volume_id, std::uint64_t bytes) {
         return evict(self, volume_id, bytes);
@@ -476,11 +517,9 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
       [=](protocol::locate_pinned_atom, const std::vector<std::string>& keys,
           std::uint64_t ttl_ms) { return locate_pinned(self, keys, ttl_ms); },
       [=](protocol::unpin_atom, std::uint64_t id) { unpin(self, id); },
-      [=](protocol::keys_atom, const std::string& prefix) {
-        return keys_under(self->state, prefix);
-      },
+      [=](protocol::keys_atom, const std::string& prefix) { return keys_under(self, prefix); },
       [=](protocol::exists_atom, const std::vector<std::string>& keys) {
-        return versions_of(self->state, keys);
+        return versions_of(self, keys);
       },
       [=](protocol::remove_atom, const std::string& key) { return remove_key(self, key); },
       [=](protocol::remove_batch_atom, const std::vector<std::string>& keys) {

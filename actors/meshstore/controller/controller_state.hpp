@@ -153,14 +153,39 @@ struct ControllerState {
   // volumes, and no volume goes within a handler); a write answers only
   // once they confirmed (answer_after_flush).
   std::map<std::string, std::vector<std::uint64_t>> flush_due;
-  // Writes waiting for those confirmations: the volumes not heard from yet,
-  // and the answer to send once there are none.
+  // The keys the message being handled wrote (committed or removed), and
+  // whether it removed any: a write is settled once the volumes it told
+  // confirmed, and until then no reader hears of it (after_flush,
+  // answer_settled; docs/reliability.md, "A write is seen once it is
+  // settled").
+  std::vector<std::string> written;
+  bool removed_any = false;
+  // A write's keys are changed now: clears flush_due and written.
+  void begin_write() {
+    flush_due.clear();
+    written.clear();
+    removed_any = false;
+  }
+  // Key `key` was committed (removed: `removed`) by the write being handled.
+  void wrote(const std::string& key, bool removed = false) {
+    written.push_back(key);
+    removed_any = removed_any || removed;
+  }
+  // Writes not settled yet: the volumes not heard from, the earlier writes
+  // of the same keys not settled yet (`before`), the answer to send once
+  // there are none, and what waits for this one to settle (later writes
+  // of its keys, and reads of them).
   struct FlushWait {
     std::set<std::string> volumes;
+    std::size_t before = 0;
+    std::vector<std::string> keys;
     std::function<void()> answer;
+    std::vector<std::function<void()>> then;
   };
   std::map<std::uint64_t, FlushWait> flushes;
   std::uint64_t next_flush = 1;
+  // Keys whose last write is not settled, and that write (a flushes token).
+  std::unordered_map<std::string, std::uint64_t> unsettled;
   std::vector<std::uint64_t> counters =
       std::vector<std::uint64_t>(static_cast<std::size_t>(protocol::ControllerCounter::count_), 0);
   void count(protocol::ControllerCounter c) { ++counters[static_cast<std::size_t>(c)]; }
@@ -168,6 +193,11 @@ struct ControllerState {
 };
 
 using controller_pointer = protocol::controller_actor::stateful_pointer<ControllerState>;
+
+/// How long a write waits for a volume to confirm a flush before it
+/// settles anyway (a volume that is alive but stuck; one that dies counts
+/// at once), and a joining volume has to tell its records.
+inline constexpr auto kFlushTimeout = std::chrono::seconds(10);
 
 /// Adds the object ids of `r`'s shards to `out`, by volume.
 void collect(const wire::KeyRecord& r, std::map<std::string, std::vector<std::uint64_t>>& out);
@@ -216,8 +246,24 @@ enum class Verdict { commit, release, discard };
 void send_to_volumes(controller_pointer self,
                      const std::map<std::string, std::vector<std::uint64_t>>& by_volume,
                      Verdict verdict);
+/// Runs `answer` once the write being handled is settled: every volume
+/// in `due` confirmed a flush (it handled what the write told it:
+/// release or discard objects), and every earlier write of the keys it
+/// wrote (ControllerState::written) settled. Until then, a reader whose
+/// cached location names a superseded or removed object could still read
+/// it at its volume, so no reader hears of the write (after_settled)
+/// and the writer has no answer.
+void after_flush(controller_pointer self,
+                 const std::map<std::string, std::vector<std::uint64_t>>& due,
+                 std::function<void()> answer);
+/// Whether a write of a key of `records` is not settled yet.
+bool settling(const ControllerState& st, const std::vector<wire::KeyRecord>& records);
+/// Runs `then` once every write of the keys of `records` not settled yet
+/// is (at once when none is).
+void after_settled(controller_pointer self, const std::vector<wire::KeyRecord>& records,
+                   std::function<void()> then);
 /// One volume confirmed the flush of write `token` (or went down, which
-/// makes its objects unreadable too); the write answers once every volume
+/// makes its objects unreadable too); the write settles once every volume
 /// has.
 void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id);
 /// Ends pin `id`: objects no other pin holds and whose release was held

@@ -280,14 +280,14 @@ void repair_next(controller_pointer self) {
         st.log->info("key '{}' has {} of {} copies again", r.key, it->second.shards.size(),
                      r.copies);
         send_commits(self, {&it->second});
-        st.flush_due.clear();
+        st.begin_write();
       } else if (done.ok()) {
         std::map<std::string, std::vector<std::uint64_t>> extra;
         for (std::size_t i = r.shards.size(); i < done->front().shards.size(); ++i) {
           extra[done->front().shards[i].volume_id].push_back(done->front().shards[i].object_id);
         }
         send_to_volumes(self, extra, Verdict::discard);
-        st.flush_due.clear();
+        st.begin_write();
       }
       // A pause that keeps repairs to their share of the time.
       const auto took = Clock::now() - began;

@@ -283,8 +283,8 @@ void take_records(controller_pointer self, const std::string& volume_id,
   // version go back.
   if (last && missing_volume(rb).empty()) restore_ready(st, stale);
   send_to_volumes(self, stale, Verdict::discard);
-  st.flush_due.clear();  // a registration answers without waiting for these
-  if (!last) return;     // what waits on this volume is decided with its last part
+  st.begin_write();   // a registration answers without waiting for these
+  if (!last) return;  // what waits on this volume is decided with its last part
   if (rb.candidates.empty() && missing_volume(rb).empty()) {
     if (rb.active || rb.restored != 0) {
       st.log->info("index rebuilt from {} volume(s): {} key(s) back", rb.reported.size(),
@@ -349,7 +349,7 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
   rb.candidates.clear();
   finish_rebuild(self);
   send_to_volumes(self, dropped, Verdict::discard);
-  st.flush_due.clear();
+  st.begin_write();
 }
 
 }  // namespace meshstore::controller

@@ -1,6 +1,8 @@
 // What the controller tells volumes and hears of them: verdicts on their
 // objects, flushes, pins, eviction, and a volume going down.
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <set>
 
 #include "meshstore/controller/controller_state.hpp"
@@ -123,15 +125,96 @@ void send_commits(controller_pointer self, const std::vector<IndexEntry*>& recor
   }
 }
 
-void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id) {
+namespace {
+
+// Write `token` settles if nothing is left to wait for: its keys are no
+// longer unsettled, its answer goes, and what waited for it runs.
+void settle_if_done(controller_pointer self, std::uint64_t token) {
   auto& st = self->state;
   auto it = st.flushes.find(token);
-  if (it == st.flushes.end()) return;
-  it->second.volumes.erase(volume_id);
-  if (!it->second.volumes.empty()) return;
-  auto answer = std::move(it->second.answer);
+  if (it == st.flushes.end() || !it->second.volumes.empty() || it->second.before != 0) return;
+  auto wait = std::move(it->second);
   st.flushes.erase(it);
-  answer();
+  for (const auto& k : wait.keys) {
+    auto u = st.unsettled.find(k);
+    if (u != st.unsettled.end() && u->second == token) st.unsettled.erase(u);
+  }
+  if (wait.answer) wait.answer();
+  for (auto& then : wait.then) then();
+}
+
+// The writes not settled yet of the keys of `records`.
+std::set<std::uint64_t> unsettled_writes(const ControllerState& st,
+                                         const std::vector<wire::KeyRecord>& records) {
+  std::set<std::uint64_t> out;
+  if (st.unsettled.empty()) return out;
+  for (const auto& r : records) {
+    if (auto u = st.unsettled.find(r.key); u != st.unsettled.end()) out.insert(u->second);
+  }
+  return out;
+}
+
+}  // namespace
+
+void after_flush(controller_pointer self,
+                 const std::map<std::string, std::vector<std::uint64_t>>& due,
+                 std::function<void()> answer) {
+  auto& st = self->state;
+  std::set<std::uint64_t> earlier;
+  if (!st.unsettled.empty()) {
+    for (const auto& k : st.written) {
+      if (auto u = st.unsettled.find(k); u != st.unsettled.end()) earlier.insert(u->second);
+    }
+  }
+  if (due.empty() && earlier.empty()) {
+    st.written.clear();
+    return answer();
+  }
+  const auto token = st.next_flush++;
+  auto& wait = st.flushes[token];
+  wait.answer = std::move(answer);
+  wait.keys = std::exchange(st.written, {});
+  for (const auto& k : wait.keys) st.unsettled[k] = token;
+  for (auto e : earlier) {
+    ++wait.before;
+    st.flushes.at(e).then.push_back([self, token] {
+      auto it = self->state.flushes.find(token);
+      if (it == self->state.flushes.end()) return;
+      --it->second.before;
+      settle_if_done(self, token);
+    });
+  }
+  for (const auto& [vid, ids] : due) {
+    wait.volumes.insert(vid);
+    self->request(st.volumes.at(vid), kFlushTimeout, protocol::flush_atom::value)
+        .then([self, token, vid = vid](caf::ok_atom) { flushed(self, token, vid); },
+              [self, token, vid = vid](caf::error&) { flushed(self, token, vid); });
+  }
+}
+
+bool settling(const ControllerState& st, const std::vector<wire::KeyRecord>& records) {
+  return !unsettled_writes(st, records).empty();
+}
+
+void after_settled(controller_pointer self, const std::vector<wire::KeyRecord>& records,
+                   std::function<void()> then) {
+  auto& st = self->state;
+  const auto writes = unsettled_writes(st, records);
+  if (writes.empty()) return then();
+  auto left = std::make_shared<std::size_t>(writes.size());
+  auto run = std::make_shared<std::function<void()>>(std::move(then));
+  for (auto w : writes) {
+    st.flushes.at(w).then.push_back([left, run] {
+      if (--*left == 0) (*run)();
+    });
+  }
+}
+
+void flushed(controller_pointer self, std::uint64_t token, const std::string& volume_id) {
+  auto it = self->state.flushes.find(token);
+  if (it == self->state.flushes.end()) return;
+  it->second.volumes.erase(volume_id);
+  settle_if_done(self, token);
 }
 
 void unpin(controller_pointer self, std::uint64_t id) {
@@ -274,7 +357,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   // The volumes keeping the others hear the records without it (a rebuild
   // waits for no dead copy), and the copies it took are made again.
   send_commits(self, kept);
-  st.flush_due.clear();
+  st.begin_write();
   repair_next(self);
   for (const auto& [addr, client] : st.volume_watchers) {
     caf::anon_send(client, protocol::volume_gone_atom::value, id, caf::to_string(msg.reason));
