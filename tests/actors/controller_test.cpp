@@ -359,9 +359,19 @@ TEST_F(ControllerTest, RemoveAndRemoveBatch) {
 
 // A stand-in volume that answers `flush` only when sent `ok_atom` (or never,
 // if it is killed first); it takes commits, releases and discards silently.
+// Sent a record and a controller, it commits the record there itself, as a
+// volume's fast_commit does, and answers the controller's answer.
 caf::behavior held_flush_volume(caf::event_based_actor* self) {
   auto held = std::make_shared<std::vector<caf::response_promise>>();
   return {
+      [self](const caf::actor& controller, const wire::KeyRecord& r) {
+        auto rp = self->make_response_promise();
+        self->request(controller, testing::kWait, protocol::replace_atom::value,
+                      std::vector<wire::KeyRecord>{r}, std::vector<std::string>{}, true)
+            .then([rp](std::vector<std::uint64_t>& v) mutable { rp.deliver(std::move(v)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
       [](protocol::commit_atom, const std::vector<std::uint64_t>&,
          const std::vector<wire::KeyRecord>&) {},
       [](protocol::held_records_atom, const caf::actor&) {
@@ -473,6 +483,8 @@ TEST_F(HeldFlushTest, AReaderHearsOfAWriteOnlyOnceTheVolumesHandledIt) {
   caf::scoped_actor asker{runtime_->system()};
   asker->send(controller_, protocol::exists_atom::value, std::vector<std::string>{"k"});
   asker->send(controller_, protocol::keys_atom::value, std::string("k"));
+  caf::scoped_actor remover{runtime_->system()};
+  remover->send(controller_, protocol::remove_atom::value, std::string("k"));
   EXPECT_FALSE(located(300ms));
   std::optional<std::vector<std::uint64_t>> versions;
   std::optional<std::vector<std::string>> listed;
@@ -481,8 +493,15 @@ TEST_F(HeldFlushTest, AReaderHearsOfAWriteOnlyOnceTheVolumesHandledIt) {
                    [&](std::vector<std::string>& k) { listed = std::move(k); },
                    caf::after(t) >> [] {});
   };
+  std::optional<caf::error> refused;
+  auto removed = [&](std::chrono::milliseconds t) {
+    remover->receive([&](caf::error& e) { refused = std::move(e); }, [](caf::ok_atom) {},
+                     caf::after(t) >> [] {});
+    return refused.has_value();
+  };
   listen(50ms);
   EXPECT_FALSE(versions || listed);
+  EXPECT_FALSE(removed(0ms));  // a second remove is told "no such key" only then too
   (*self_)->send(held_, caf::ok_atom::value);
   EXPECT_TRUE(answered_within(testing::kWait));
   seen = located(testing::kWait);
@@ -493,6 +512,36 @@ TEST_F(HeldFlushTest, AReaderHearsOfAWriteOnlyOnceTheVolumesHandledIt) {
   ASSERT_TRUE(versions && listed);
   EXPECT_EQ(*versions, std::vector<std::uint64_t>{0});
   EXPECT_TRUE(listed->empty());
+  ASSERT_TRUE(removed(testing::kWait));
+  EXPECT_EQ(internal::from_caf_error(*refused, "remove").code(), Errc::not_found);
+}
+
+// A volume's own commit (its fast_commit) that releases an object of that
+// volume is answered at once: the volume hears of the release before the
+// answer, and answers its client only then. A reader still waits for the
+// volume's flush: until the volume dropped the old object, a reader told
+// of the new one could be followed by one reading the old one from its
+// cache.
+TEST_F(HeldFlushTest, AVolumesOwnOverwriteAnswersAtOnceButReadersWaitForItsFlush) {
+  ASSERT_OK(
+      (ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, on_held("k", 1))));
+  auto own = ask<std::vector<std::uint64_t>>(
+      *self_, held_, caf::actor_cast<caf::actor>(controller_), on_held("k", 2));
+  ASSERT_OK(own);
+  ASSERT_EQ(own->size(), 1u);
+  caf::scoped_actor reader{runtime_->system()};
+  std::optional<std::vector<wire::KeyRecord>> seen;
+  auto located = [&](std::chrono::milliseconds t) {
+    reader->receive([&](std::vector<wire::KeyRecord>& r) { seen = std::move(r); },
+                    caf::after(t) >> [] {});
+    return seen.has_value();
+  };
+  reader->send(controller_, protocol::locate_atom::value, std::vector<std::string>{"k"});
+  EXPECT_FALSE(located(300ms));
+  (*self_)->send(held_, caf::ok_atom::value);
+  ASSERT_TRUE(located(testing::kWait));
+  ASSERT_TRUE(seen->front().found());
+  EXPECT_EQ(seen->front().shards.front().object_id, 2u);
 }
 
 TEST_F(HeldFlushTest, AVolumeThatDiesBeforeConfirmingDoesNotHoldTheWriteUp) {

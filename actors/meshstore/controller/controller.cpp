@@ -38,19 +38,21 @@ namespace {
 
 using internal::to_caf_error;
 
-// The flushes the write being handled needs, from `sender`: the volume
-// that sent it (its fast_commit) hears of the release before the answer,
-// and the release before its new objects (commit_batch), so a write that
-// only replaced objects there needs no flush of it. A write that removed
-// a key, or that others flush too, waits for it as well: until it
-// confirms, a reader told the key is gone (or read a copy elsewhere)
-// could be followed by one reading the old object there.
-std::map<std::string, std::vector<std::uint64_t>> flushes_needed(ControllerState& st,
-                                                                 const std::string& sender) {
-  auto due = std::exchange(st.flush_due, {});
-  auto own = due.find(sender);
-  if (own != due.end() && due.size() == 1 && !st.removed_any) due.erase(own);
-  return due;
+// The flushes the write being handled waits for, and the volume among
+// them its writer's answer need not wait for: `sender`, the volume that
+// sent it (its fast_commit), hears of what the write released or
+// discarded there before it hears the answer, and answers its client only
+// then. Readers still wait for that flush too (after_flush): another
+// reader told of the write could otherwise be followed by one reading
+// the old object there from its cache.
+struct Flushes {
+  std::map<std::string, std::vector<std::uint64_t>> due;
+  std::string unwaited;
+};
+Flushes flushes_needed(ControllerState& st, const std::string& sender) {
+  Flushes f{std::exchange(st.flush_due, {}), {}};
+  if (!sender.empty() && f.due.count(sender) != 0) f.unwaited = sender;
+  return f;
 }
 
 // The id of the volume that sent the message being handled ("" for none).
@@ -64,14 +66,15 @@ std::string sending_volume(controller_pointer self) {
 // (after_flush, flushes_needed).
 template <class T>
 caf::result<T> answer_after_flush(controller_pointer self, T value) {
-  auto due = flushes_needed(self->state, sending_volume(self));
-  if (due.empty() && self->state.unsettled.empty()) {
+  auto f = flushes_needed(self->state, sending_volume(self));
+  if (f.due.empty() && self->state.unsettled.empty()) {
     self->state.written.clear();
     return value;
   }
   auto rp = self->make_response_promise<T>();
-  after_flush(self, due,
-              [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); });
+  after_flush(
+      self, f.due, [rp, value = std::move(value)]() mutable { rp.deliver(std::move(value)); },
+      f.unwaited);
   return rp;
 }
 
@@ -252,7 +255,13 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
   if (it == st.index.end()) {
     // Removing a key lost with its volume acknowledges the loss.
     if (st.lost.erase(key) != 0) return caf::ok_atom::value;
-    return to_caf_error(Status(Errc::not_found, "no such key"));
+    auto absent = to_caf_error(Status(Errc::not_found, "no such key"));
+    // Told only once a removal of it under way is settled (as a locate).
+    const auto seen = naming({key});
+    if (!settling(st, seen)) return absent;
+    auto rp = self->make_response_promise<caf::ok_atom>();
+    after_settled(self, seen, [rp, absent]() mutable { rp.deliver(absent); });
+    return rp;
   }
   const auto members = written_with(st, key);
   std::map<std::string, std::vector<std::uint64_t>> released;
@@ -268,8 +277,15 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
 caf::result<wire::RemoveReply> remove_batch(controller_pointer self,
                                             const std::vector<std::string>& keys) {
   if (self->state.rebuild.active) return caf::skip;
-  self->state.begin_write();
-  return answer_after_flush(self, remove_keys(self, keys, Verdict::discard, true));
+  auto& st = self->state;
+  st.begin_write();
+  auto reply = remove_keys(self, keys, Verdict::discard, true);
+  // A key said missing is told so only once a write of it under way is
+  // settled: its answer waits for them as for the keys it removed.
+  for (const auto& k : reply.missing) {
+    if (st.unsettled.count(k) != 0) st.written.push_back(k);
+  }
+  return answer_after_flush(self, std::move(reply));
 }
 
 // Volume `id`'s description and handle.
@@ -315,10 +331,11 @@ caf::result<T> commit_after_copies(controller_pointer self, std::vector<wire::Ke
           discard_copies(self, *copied);
           return (void)rp.deliver(to_caf_error(versions.status()));
         }
-        auto due = flushes_needed(st, sender);
-        after_flush(self, due, [rp, v = answer(std::move(versions).value())]() mutable {
-          rp.deliver(std::move(v));
-        });
+        auto f = flushes_needed(st, sender);
+        after_flush(
+            self, f.due,
+            [rp, v = answer(std::move(versions).value())]() mutable { rp.deliver(std::move(v)); },
+            f.unwaited);
       });
   return rp;
 }

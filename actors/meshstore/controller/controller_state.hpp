@@ -172,11 +172,12 @@ struct ControllerState {
     removed_any = removed_any || removed;
   }
   // Writes not settled yet: the volumes not heard from, the earlier writes
-  // of the same keys not settled yet (`before`), the answer to send once
-  // there are none, and what waits for this one to settle (later writes
-  // of its keys, and reads of them).
+  // of the same keys not settled yet (`before`), the writer's answer (sent
+  // once there are none, or only `unwaited` is left), and what waits for
+  // this one to settle (later writes of its keys, and reads of them).
   struct FlushWait {
     std::set<std::string> volumes;
+    std::string unwaited;
     std::size_t before = 0;
     std::vector<std::string> keys;
     std::function<void()> answer;
@@ -253,9 +254,11 @@ void send_to_volumes(controller_pointer self,
 /// cached location names a superseded or removed object could still read
 /// it at its volume, so no reader hears of the write (after_settled)
 /// and the writer has no answer.
+/// The answer need not wait for volume `unwaited` (the sender of the
+/// write, which hears of it before the answer), though readers do.
 void after_flush(controller_pointer self,
                  const std::map<std::string, std::vector<std::uint64_t>>& due,
-                 std::function<void()> answer);
+                 std::function<void()> answer, const std::string& unwaited = {});
 /// Whether a write of a key of `records` is not settled yet.
 bool settling(const ControllerState& st, const std::vector<wire::KeyRecord>& records);
 /// Runs `then` once every write of the keys of `records` not settled yet

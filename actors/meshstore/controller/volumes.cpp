@@ -127,19 +127,25 @@ void send_commits(controller_pointer self, const std::vector<IndexEntry*>& recor
 
 namespace {
 
-// Write `token` settles if nothing is left to wait for: its keys are no
-// longer unsettled, its answer goes, and what waited for it runs.
+// Write `token`'s answer goes once only its unwaited volume may be left
+// to hear from; it settles once nothing is left to wait for: its keys are
+// no longer unsettled, and what waited for it runs.
 void settle_if_done(controller_pointer self, std::uint64_t token) {
   auto& st = self->state;
   auto it = st.flushes.find(token);
-  if (it == st.flushes.end() || !it->second.volumes.empty() || it->second.before != 0) return;
+  if (it == st.flushes.end() || it->second.before != 0) return;
+  auto& volumes = it->second.volumes;
+  if (it->second.answer &&
+      (volumes.empty() || (volumes.size() == 1 && volumes.count(it->second.unwaited) != 0))) {
+    std::exchange(it->second.answer, nullptr)();
+  }
+  if (!volumes.empty()) return;
   auto wait = std::move(it->second);
   st.flushes.erase(it);
   for (const auto& k : wait.keys) {
     auto u = st.unsettled.find(k);
     if (u != st.unsettled.end() && u->second == token) st.unsettled.erase(u);
   }
-  if (wait.answer) wait.answer();
   for (auto& then : wait.then) then();
 }
 
@@ -158,7 +164,7 @@ std::set<std::uint64_t> unsettled_writes(const ControllerState& st,
 
 void after_flush(controller_pointer self,
                  const std::map<std::string, std::vector<std::uint64_t>>& due,
-                 std::function<void()> answer) {
+                 std::function<void()> answer, const std::string& unwaited) {
   auto& st = self->state;
   std::set<std::uint64_t> earlier;
   if (!st.unsettled.empty()) {
@@ -173,6 +179,7 @@ void after_flush(controller_pointer self,
   const auto token = st.next_flush++;
   auto& wait = st.flushes[token];
   wait.answer = std::move(answer);
+  wait.unwaited = unwaited;
   wait.keys = std::exchange(st.written, {});
   for (const auto& k : wait.keys) st.unsettled[k] = token;
   for (auto e : earlier) {
@@ -190,6 +197,7 @@ void after_flush(controller_pointer self,
         .then([self, token, vid = vid](caf::ok_atom) { flushed(self, token, vid); },
               [self, token, vid = vid](caf::error&) { flushed(self, token, vid); });
   }
+  settle_if_done(self, token);  // the answer may go now (unwaited)
 }
 
 bool settling(const ControllerState& st, const std::vector<wire::KeyRecord>& records) {
