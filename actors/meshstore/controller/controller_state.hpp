@@ -175,10 +175,14 @@ struct ControllerState {
   // of the same keys not settled yet (`before`), the writer's answer (sent
   // once there are none, or only `unwaited` is left), and what waits for
   // this one to settle (later writes of its keys, and reads of them).
+  // An earlier write left waiting only for `unwaited`'s flush does not
+  // hold the answer (`answer_before` does not count it): that volume
+  // handles what it was told before it relays this answer.
   struct FlushWait {
     std::set<std::string> volumes;
     std::string unwaited;
     std::size_t before = 0;
+    std::size_t answer_before = 0;
     std::vector<std::string> keys;
     std::function<void()> answer;
     std::vector<std::function<void()>> then;

@@ -127,19 +127,23 @@ void send_commits(controller_pointer self, const std::vector<IndexEntry*>& recor
 
 namespace {
 
+// Whether write `w` waits for no flush but (maybe) `volume`'s.
+bool only_unwaited_left(const ControllerState::FlushWait& w, const std::string& volume) {
+  return w.volumes.empty() || (w.volumes.size() == 1 && w.volumes.count(volume) != 0);
+}
+
 // Write `token`'s answer goes once only its unwaited volume may be left
 // to hear from; it settles once nothing is left to wait for: its keys are
 // no longer unsettled, and what waited for it runs.
 void settle_if_done(controller_pointer self, std::uint64_t token) {
   auto& st = self->state;
   auto it = st.flushes.find(token);
-  if (it == st.flushes.end() || it->second.before != 0) return;
-  auto& volumes = it->second.volumes;
-  if (it->second.answer &&
-      (volumes.empty() || (volumes.size() == 1 && volumes.count(it->second.unwaited) != 0))) {
-    std::exchange(it->second.answer, nullptr)();
+  if (it == st.flushes.end()) return;
+  auto& w = it->second;
+  if (w.answer && w.answer_before == 0 && only_unwaited_left(w, w.unwaited)) {
+    std::exchange(w.answer, nullptr)();
   }
-  if (!volumes.empty()) return;
+  if (w.before != 0 || !w.volumes.empty()) return;
   auto wait = std::move(it->second);
   st.flushes.erase(it);
   for (const auto& k : wait.keys) {
@@ -183,11 +187,18 @@ void after_flush(controller_pointer self,
   wait.keys = std::exchange(st.written, {});
   for (const auto& k : wait.keys) st.unsettled[k] = token;
   for (auto e : earlier) {
+    auto& before = st.flushes.at(e);
+    // Left waiting only for the volume this answer goes through: that
+    // volume has handled what `e` told it by the time it relays this.
+    const bool through = !unwaited.empty() && before.before == 0 && !before.answer &&
+                         only_unwaited_left(before, unwaited);
     ++wait.before;
-    st.flushes.at(e).then.push_back([self, token] {
+    if (!through) ++wait.answer_before;
+    before.then.push_back([self, token, through] {
       auto it = self->state.flushes.find(token);
       if (it == self->state.flushes.end()) return;
       --it->second.before;
+      if (!through) --it->second.answer_before;
       settle_if_done(self, token);
     });
   }
