@@ -134,7 +134,7 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     st.lost.erase(r.key);
     auto& slot = st.index[r.key];
     if (slot.found()) collect(slot, released);
-    st.wrote(r.key);
+    st.written.push_back(r.key);
     slot = r;
     slot.expect_version.reset();
     slot.version = ++st.last_version;
@@ -143,8 +143,9 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     committed.push_back(&slot);
   }
   stamp_groups(committed);
-  // Released first: the writer's own volume (answered without a flush)
-  // has let go of what a key held before its new objects serve a read.
+  // Released first: a volume drops what a key held before its small-object
+  // table serves the key's new objects there (other readers wait for the
+  // write to settle: after_flush).
   send_to_volumes(self, released, Verdict::release);
   send_commits(self, committed);
   note_thin(self, committed);
@@ -215,7 +216,7 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     st.lost.erase(key);
     auto& slot = st.index[key];
     if (slot.found()) collect(slot, released);
-    st.wrote(key);
+    st.written.push_back(key);
     slot = std::move(it->second);
     slot.version = ++st.last_version;
     st.touch(slot);
@@ -308,7 +309,7 @@ wire::RemoveReply drop_keys(ControllerState& st, const std::vector<std::string>&
       continue;
     }
     collect(it->second, released);
-    st.wrote(k, true);
+    st.written.push_back(k);
     st.index.erase(it);
     ++reply.removed;
   }

@@ -80,8 +80,8 @@ caf::result<T> answer_after_flush(controller_pointer self, T value) {
 
 // `values` (what a read answers, about the keys of `seen`) once every
 // write of those keys is settled: no reader hears of a write before the
-// volumes it told handled it (docs/reliability.md, "A write is seen once
-// it is settled").
+// volumes it told handled it (docs/architecture.md, "Readers wait for the
+// same flushes").
 // (Called when settling(seen): the fast path answers at once.)
 template <class... Ts>
 caf::result<Ts...> answer_settled(controller_pointer self, const std::vector<wire::KeyRecord>& seen,
@@ -266,7 +266,7 @@ caf::result<caf::ok_atom> remove_key(controller_pointer self, const std::string&
   const auto members = written_with(st, key);
   std::map<std::string, std::vector<std::uint64_t>> released;
   collect(it->second, released);
-  st.wrote(key, true);
+  st.written.push_back(key);
   st.index.erase(it);
   drop_keys(st, members, released);
   send_to_volumes(self, released, Verdict::discard);

@@ -153,23 +153,15 @@ struct ControllerState {
   // volumes, and no volume goes within a handler); a write answers only
   // once they confirmed (answer_after_flush).
   std::map<std::string, std::vector<std::uint64_t>> flush_due;
-  // The keys the message being handled wrote (committed or removed), and
-  // whether it removed any: a write is settled once the volumes it told
-  // confirmed, and until then no reader hears of it (after_flush,
-  // answer_settled; docs/reliability.md, "A write is seen once it is
-  // settled").
+  // The keys the message being handled wrote (committed or removed): a
+  // write is settled once the volumes it told confirmed, and until then
+  // no reader hears of it (after_flush, answer_settled; docs/architecture.md,
+  // "Readers wait for the same flushes").
   std::vector<std::string> written;
-  bool removed_any = false;
   // A write's keys are changed now: clears flush_due and written.
   void begin_write() {
     flush_due.clear();
     written.clear();
-    removed_any = false;
-  }
-  // Key `key` was committed (removed: `removed`) by the write being handled.
-  void wrote(const std::string& key, bool removed = false) {
-    written.push_back(key);
-    removed_any = removed_any || removed;
   }
   // Writes not settled yet: the volumes not heard from, the earlier writes
   // of the same keys not settled yet (`before`), the writer's answer (sent
