@@ -34,12 +34,21 @@ struct Job {
 
 using Jobs = std::map<std::uint64_t, Job>;
 
+// What HostAgent::stats reports, counted where it happens (the actor, and
+// the process groups' exit callbacks on their own threads).
+struct AgentCounters {
+  std::atomic<std::uint64_t> jobs{0};
+  std::atomic<std::uint64_t> started{0};
+  std::atomic<std::uint64_t> exits{0};
+};
+
 struct AgentState {
   static inline const char* name = "meshstore.agent";
   std::uint64_t next = 1;
   // Shared with the exit functor: a stateful actor's state is gone when its
   // attached functors run.
   std::shared_ptr<Jobs> jobs = std::make_shared<Jobs>();
+  std::shared_ptr<AgentCounters> counters;
 };
 
 using agent_pointer = agent_actor::stateful_pointer<AgentState>;
@@ -113,6 +122,7 @@ void stop_job(agent_pointer self, Reaper& reaper, std::uint64_t id, std::chrono:
   }
   auto group = std::move(it->second.group);
   jobs.erase(it);
+  self->state.counters->jobs.fetch_sub(1);
   reaper.stop(std::move(group), grace, std::move(then));
 }
 
@@ -149,8 +159,45 @@ Result<std::vector<internal::ProcessSpec>> launch_specs(const std::string& progr
   return specs;
 }
 
+// Starts ranks [first, first + count) of `program` for the controller whose
+// `sink` hears their output and exits: the new job's id.
+Result<std::uint64_t> launch(agent_pointer self, sink_actor sink, const std::string& program,
+                             const std::vector<std::string>& args,
+                             const std::vector<std::string>& env, std::int32_t first,
+                             std::int32_t count) {
+  if (!sink) return Status(Errc::invalid_argument, "agent: a launch wants a controller");
+  auto specs = launch_specs(program, args, env, first, count);
+  if (!specs.ok()) return specs.status();
+  auto counters = self->state.counters;
+  auto group = internal::ProcessGroup::start(
+      *specs,
+      [sink, first](int i, bool is_stderr, const std::string& line) {
+        caf::anon_send(sink, proc_output_atom::value, first + i, is_stderr, line);
+      },
+      [sink, first, counters](int i, int status) {
+        counters->exits.fetch_add(1);
+        caf::anon_send(sink, proc_exit_atom::value, first + i,
+                       internal::ProcessGroup::describe(status));
+      });
+  if (!group.ok()) return group.status().with_context("agent");
+  counters->jobs.fetch_add(1);
+  counters->started.fetch_add(static_cast<std::uint64_t>(count));
+  const std::uint64_t id = self->state.next++;
+  self->monitor(sink);
+  Job job;
+  job.group = std::move(group).value();
+  job.sink = std::move(sink);
+  job.first = first;
+  self->state.jobs->emplace(id, std::move(job));
+  log::get("agent")->info("job {}: started ranks {}..{} of {}", id, first, first + count - 1,
+                          program);
+  return id;
+}
+
 agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseconds grace,
-                                      std::shared_ptr<Reaper> reaper) {
+                                      std::shared_ptr<Reaper> reaper,
+                                      std::shared_ptr<AgentCounters> counters) {
+  self->state.counters = counters;
   // A controller that goes away takes its processes with it.
   self->set_down_handler([=](caf::down_msg& m) {
     std::vector<std::uint64_t> doomed;
@@ -163,40 +210,18 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
       stop_job(self, *reaper, id, grace);
     }
   });
-  self->attach_functor([jobs = self->state.jobs, reaper, grace] {
+  self->attach_functor([jobs = self->state.jobs, reaper, grace, counters] {
     for (auto& [id, job] : *jobs) reaper->stop(std::move(job.group), grace);
     jobs->clear();
+    counters->jobs = 0;
   });
   return {
       [=](agent_launch_atom, sink_actor sink, const std::string& program,
           const std::vector<std::string>& args, const std::vector<std::string>& env,
           std::int32_t first, std::int32_t count) -> caf::result<std::uint64_t> {
-        if (!sink) {
-          return internal::to_caf_error(
-              Status(Errc::invalid_argument, "agent: a launch wants a controller"));
-        }
-        auto specs = launch_specs(program, args, env, first, count);
-        if (!specs.ok()) return internal::to_caf_error(specs.status());
-        auto group = internal::ProcessGroup::start(
-            *specs,
-            [sink, first](int i, bool is_stderr, const std::string& line) {
-              caf::anon_send(sink, proc_output_atom::value, first + i, is_stderr, line);
-            },
-            [sink, first](int i, int status) {
-              caf::anon_send(sink, proc_exit_atom::value, first + i,
-                             internal::ProcessGroup::describe(status));
-            });
-        if (!group.ok()) return internal::to_caf_error(group.status().with_context("agent"));
-        const std::uint64_t id = self->state.next++;
-        self->monitor(sink);
-        Job job;
-        job.group = std::move(group).value();
-        job.sink = std::move(sink);
-        job.first = first;
-        self->state.jobs->emplace(id, std::move(job));
-        log::get("agent")->info("job {}: started ranks {}..{} of {}", id, first, first + count - 1,
-                                program);
-        return id;
+        auto id = launch(self, std::move(sink), program, args, env, first, count);
+        if (!id.ok()) return internal::to_caf_error(id.status());
+        return *id;
       },
       [=](agent_signal_atom, std::uint64_t id, std::int32_t rank,
           std::int32_t sig) -> caf::result<bool> {
@@ -214,6 +239,7 @@ agent_actor::behavior_type agent_impl(agent_pointer self, std::chrono::milliseco
           log::get("agent")->warn("job {}: rank {} not started again: {}", id, rank, s.to_string());
           return;
         }
+        counters->started.fetch_add(1);
         log::get("agent")->info("job {}: starting rank {} again", id, rank);
       },
       // Answers once the job's processes are gone.
@@ -237,6 +263,7 @@ struct HostAgent::Impl {
   std::shared_ptr<internal::ActorRuntime> runtime;  // the process's
   agent_actor agent;
   std::shared_ptr<Reaper> reaper = std::make_shared<Reaper>();
+  std::shared_ptr<AgentCounters> counters = std::make_shared<AgentCounters>();
   std::uint16_t port = 0;
   std::mutex mu;
 
@@ -284,7 +311,7 @@ Result<HostAgent> HostAgent::start(AgentOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->runtime = std::move(rt).value();
   auto& sys = impl->runtime->system();
-  impl->agent = sys.spawn(agent_impl, options.stop_grace, impl->reaper);
+  impl->agent = sys.spawn(agent_impl, options.stop_grace, impl->reaper, impl->counters);
   auto port = internal::publish_actor(sys, impl->agent, options.port, options.host, true);
   if (!port.ok()) {
     return port.status().with_context("HostAgent::start: cannot listen on " + options.host + ":" +
@@ -304,6 +331,19 @@ std::uint16_t HostAgent::port() const noexcept { return impl_ ? impl_->port : 0;
 
 void HostAgent::stop() {
   if (impl_) impl_->stop();
+}
+
+AgentStats HostAgent::stats() const {
+  AgentStats s;
+  if (!impl_) return s;
+  const auto& c = *impl_->counters;
+  s.jobs = c.jobs.load();
+  s.process_exits = c.exits.load();
+  s.processes_started = c.started.load();
+  // Exits counted before their start (a process that ended at once) do not
+  // make it negative.
+  s.processes = s.processes_started > s.process_exits ? s.processes_started - s.process_exits : 0;
+  return s;
 }
 
 }  // namespace meshstore

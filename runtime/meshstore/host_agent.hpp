@@ -32,6 +32,16 @@ struct AgentOptions {
   TlsOptions tls;
 };
 
+/// What a host agent has running and has done since it started
+/// (HostAgent::stats; the meshstore_agent_* series of `meshstore agent
+/// --metrics`, docs/operations.md).
+struct AgentStats {
+  std::uint64_t jobs = 0;               ///< launches running (not yet stopped)
+  std::uint64_t processes = 0;          ///< worker processes alive now
+  std::uint64_t processes_started = 0;  ///< started, relaunched ones included
+  std::uint64_t process_exits = 0;      ///< exits seen, whatever their status
+};
+
 /// A running host agent. Move-only; stop() (or the destructor) stops every
 /// process it started. Thread-safe.
 class HostAgent {
@@ -45,6 +55,8 @@ class HostAgent {
 
   /// The port it listens on.
   std::uint16_t port() const noexcept;
+  /// Its jobs and processes now (any thread).
+  AgentStats stats() const;
   /// Stops every process it started, then itself. Idempotent.
   void stop();
 

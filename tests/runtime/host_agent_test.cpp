@@ -112,5 +112,33 @@ TEST_F(HostAgentRequests, AStopWithAnEnormousGraceStillStopsTheJob) {
   EXPECT_OK(ask<bool>(agent_stop_atom::value, job, std::numeric_limits<std::int64_t>::min()));
 }
 
+// What the agent reports of its jobs and processes (HostAgent::stats, the
+// meshstore_agent_* series): a launch of two, one that ends, and a stop.
+TEST_F(HostAgentRequests, StatsCountTheJobsAndProcessesAsTheyComeAndGo) {
+  EXPECT_EQ(agent_->stats().processes, 0u);
+  const auto waiting = launch(0);
+  ASSERT_NE(waiting, 0u);
+  const auto ending = launch(1, "true", {});
+  ASSERT_NE(ending, 0u);
+  AgentStats s;
+  ASSERT_TRUE(testing::eventually([&] {
+    s = agent_->stats();
+    return s.process_exits == 1;
+  })) << s.processes
+      << " alive";
+  EXPECT_EQ(s.jobs, 2u);
+  EXPECT_EQ(s.processes_started, 2u);
+  EXPECT_EQ(s.processes, 1u);
+  EXPECT_OK(ask<bool>(agent_stop_atom::value, waiting, std::int64_t{1000}));
+  EXPECT_OK(ask<bool>(agent_stop_atom::value, ending, std::int64_t{1000}));
+  ASSERT_TRUE(testing::eventually([&] {
+    s = agent_->stats();
+    return s.process_exits == 2;
+  })) << s.processes
+      << " alive";
+  EXPECT_EQ(s.jobs, 0u);
+  EXPECT_EQ(s.processes, 0u);
+}
+
 }  // namespace
 }  // namespace meshstore
