@@ -81,6 +81,7 @@ std::string seconds_text(double s) {
 struct Top {
   Args args;
   std::vector<std::string> metrics;  // the processes whose calls are shown
+  TlsOptions tls;                    // the store's: its /metrics are HTTPS then
   int keys = 5;
   std::chrono::milliseconds interval{1000};
 };
@@ -89,7 +90,7 @@ struct Top {
 Histograms scrape_all(const Top& t, std::vector<std::string>* notes) {
   Histograms h;
   for (const auto& at : t.metrics) {
-    const auto got = store::http_get(at, "/metrics");
+    const auto got = store::http_get(at, "/metrics", 10000, t.tls);
     if (got.status == 200) {
       add_histograms(got.body, &h);
     } else {
@@ -198,6 +199,7 @@ int cmd_top(int argc, char** argv) {
   }
   t.keys = static_cast<int>(keys);
   t.interval = std::chrono::milliseconds(interval);
+  t.tls = tls_from(t.args);
   std::stringstream list(t.args.get("metrics", ""));
   for (std::string at; std::getline(list, at, ',');) {
     if (at.empty()) continue;

@@ -28,6 +28,7 @@
 #include "meshstore/logging.hpp"
 #include "meshstore/safetensors.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/store/metrics_server.hpp"
 #include "meshstore/transports/copy_engine.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "meshstore/version.hpp"
@@ -64,7 +65,8 @@ void print_serving(meshstore::Store& store, const meshstore::StoreOptions& o) {
               o.security.tls.enabled() ? ", mutual TLS" : "",
               o.security.encrypt_tcp ? ", encrypted tcp" : "");
   if (auto at = store.admin().metrics_address(); !at.empty()) {
-    std::printf("meshstore serve: metrics on http://%s/metrics\n", at.c_str());
+    std::printf("meshstore serve: metrics on %s://%s/metrics\n",
+                o.security.tls.enabled() ? "https" : "http", at.c_str());
   }
 }
 
@@ -147,7 +149,8 @@ int cmd_serve(int argc, char** argv) {
 int cmd_agent(int argc, char** argv) {
   Args args;
   int rc = 0;
-  if (!parse_args("agent", argc, argv, with_tls({"listen", "grace-ms", "log-level"}), args, rc)) {
+  if (!parse_args("agent", argc, argv, with_tls({"listen", "grace-ms", "log-level", "metrics"}),
+                  args, rc)) {
     return rc;
   }
   if (!args.positional.empty())
@@ -176,12 +179,27 @@ int cmd_agent(int argc, char** argv) {
     std::fprintf(stderr, "meshstore agent: %s\n", agent.status().to_string().c_str());
     return 1;
   }
+  std::unique_ptr<meshstore::store::MetricsServer> metrics;
+  if (const auto at = args.get("metrics", ""); !at.empty()) {
+    auto served = meshstore::store::MetricsServer::start(
+        at, meshstore::store::agent_metrics([a = &*agent] { return a->stats(); }), o.tls);
+    if (!served.ok()) {
+      std::fprintf(stderr, "meshstore agent: --metrics: %s\n", served.status().to_string().c_str());
+      return 1;
+    }
+    metrics = std::move(served).value();
+  }
   std::printf("meshstore %s agent listening on %s:%u%s; stop with SIGTERM or Ctrl-C\n",
               meshstore::version(), o.host.c_str(), static_cast<unsigned>(agent->port()),
               o.tls.enabled() ? " (mutual TLS)" : "");
+  if (metrics) {
+    std::printf("meshstore agent: metrics on %s://%s/metrics\n", metrics->scheme(),
+                metrics->address().c_str());
+  }
   std::fflush(stdout);
   std::printf("meshstore agent: got %s, stopping its processes\n", wait_for_stop(stop));
   std::fflush(stdout);
+  metrics.reset();  // before the agent it reads
   agent->stop();
   std::printf("meshstore agent: stopped\n");
   return 0;
@@ -327,6 +345,7 @@ void print_help(std::FILE* out) {
       "            --standby-of: wait until the store there is gone, then take over\n"
       "            --metrics: serve /metrics, /healthz and /readyz there (port 0: any)\n"
       "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
+      "        [--metrics HOST:PORT]\n"
       "            run a host agent: starts and stops worker processes for controllers\n"
       "            (ProcMesh::attach) until SIGTERM or Ctrl-C, then stops them all\n"
       "  ls [PREFIX] [--store HOST:PORT]   keys with dtype, shape, bytes, version\n"

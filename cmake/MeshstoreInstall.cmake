@@ -118,7 +118,7 @@ install(FILES ${PROJECT_BINARY_DIR}/meshstoreConfig.cmake
 # pkg-config: meshstore.pc, relocatable (it finds the prefix from its own
 # place), listing every library a static link needs.
 set(MESHSTORE_PC_REQUIRES "spdlog protobuf openssl prometheus-cpp-core")
-set(MESHSTORE_PC_LIBS "${_pc_libs}-lcaf_openssl -lcaf_io -lcaf_core -lcivetweb -lrt -ldl -pthread")
+set(MESHSTORE_PC_LIBS "${_pc_libs}-lcaf_openssl -lcaf_io -lcaf_core -lrt -ldl -pthread")
 if(MESHSTORE_HAVE_RDMA)
   string(APPEND MESHSTORE_PC_REQUIRES " libibverbs")
 endif()

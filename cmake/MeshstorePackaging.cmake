@@ -42,7 +42,7 @@ set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_SECTION libdevel)
 # What a program linking the static libraries needs: meshstoreConfig.cmake's
 # find_dependency calls and meshstore.pc's Requires.
 set(_meshstore_dev_depends
-    "meshstore (= ${PROJECT_VERSION}), libcaf-dev, libspdlog-dev, libfmt-dev, libprotobuf-dev, libssl-dev, prometheus-cpp-dev, libcivetweb-dev")
+    "meshstore (= ${PROJECT_VERSION}), libcaf-dev, libspdlog-dev, libfmt-dev, libprotobuf-dev, libssl-dev, prometheus-cpp-dev, libboost-dev")
 if(MESHSTORE_HAVE_RDMA)
   string(APPEND _meshstore_dev_depends ", libibverbs-dev")
 endif()

@@ -14,9 +14,9 @@ PACKAGES=(
   libibverbs-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
-  # /metrics (docs/operations.md): the metrics library and its web server;
-  # prometheus itself (and promtool) for the tests that scrape a store
-  prometheus-cpp-dev libcivetweb-dev prometheus
+  # /metrics (docs/operations.md): the metrics library, Boost.Beast for its
+  # HTTP(S); prometheus itself (and promtool) for the tests that scrape a store
+  prometheus-cpp-dev libboost-dev prometheus
   clang libclang-rt-dev
   python3 python3-numpy
   # the Python package (docs/python.md) and its tests

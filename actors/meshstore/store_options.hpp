@@ -213,7 +213,9 @@ struct StoreOptions {
   /// (docs/operations.md). Every process of a store may serve its own:
   /// each reports its own volumes, the controller's process every volume.
   /// Binds exactly HOST: keep 127.0.0.1 unless a scraper elsewhere must
-  /// reach it. Not yet over TLS: refused with security.tls.
+  /// reach it (another host is warned about). With security.tls the
+  /// endpoints are HTTPS with the same certificates, and /metrics answers
+  /// only a client whose certificate security.tls.ca_file signed.
   std::string metrics;
   /// Log level (trace, debug, info, warn, error, critical, off); empty
   /// keeps MESHSTORE_LOG_LEVEL or the default "warn".

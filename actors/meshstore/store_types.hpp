@@ -140,6 +140,8 @@ struct VolumeStats {
   /// Why the volume did not answer ("" when it did; the counts are then
   /// zero): one the controller still lists that is gone or cut off.
   std::string unreachable;
+  std::uint64_t evictions = 0;      ///< objects evicted since the volume started
+  std::uint64_t evicted_bytes = 0;  ///< their bytes
 };
 
 /// Control messages the store's controller has handled since it started:
@@ -209,6 +211,10 @@ struct FastPathStats {
   /// each what it did with the first, or does it then, once
   /// (docs/architecture.md, "A commit sent again").
   std::uint64_t resent_commits = 0;
+  /// The channels open now (`rings`), by the transport each serves: "shm"
+  /// (a ring), "tcp" (a connection of its own), or another transport's
+  /// name (actor messages).
+  std::map<std::string, std::uint64_t> channels;
 };
 
 }  // namespace meshstore

@@ -30,9 +30,12 @@ if [[ ! -f $dir/ca.pem ]]; then
 fi
 for n in "${names[@]}"; do
   key "$dir/$n.key"
-  openssl req -new -key "$dir/$n.key" -subj "/CN=$n" -out "$dir/$n.csr" 2>/dev/null
+  # NAME (and loopback) as subjectAltNames too: HTTPS clients such as
+  # Prometheus check the server's name there (docs/operations.md).
+  openssl req -new -key "$dir/$n.key" -subj "/CN=$n" \
+    -addext "subjectAltName=DNS:$n,IP:127.0.0.1" -out "$dir/$n.csr" 2>/dev/null
   openssl x509 -req -in "$dir/$n.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
-    -days 825 -out "$dir/$n.pem" 2>/dev/null
+    -copy_extensions copy -days 825 -out "$dir/$n.pem" 2>/dev/null
   rm -f "$dir/$n.csr"
 done
 chmod 644 "$dir/ca.pem" "$dir"/*.pem

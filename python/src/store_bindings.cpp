@@ -424,6 +424,8 @@ void bind_store_stats(py::class_<PyStore>& cls) {
             d["objects"] = v.objects;
             d["staged"] = v.staged;
             d["leases"] = v.leases;
+            d["evictions"] = v.evictions;
+            d["evicted_bytes"] = v.evicted_bytes;
             d["unreachable"] = v.unreachable;
             out.append(d);
           }

@@ -16,6 +16,8 @@
 
 #include "meshstore/store.hpp"
 #include "meshstore/store/metrics_server.hpp"
+#include "meshstore/transports/shm/shm_segment.hpp"
+#include "testing/prometheus.hpp"
 #include "testing/sockets.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"
@@ -31,7 +33,6 @@ using store::HttpReply;
 const char* const kPeer = MESHSTORE_TEST_PEER_PATH;
 const char* const kTool = MESHSTORE_TOOL_PATH;
 const char* const kPromtool = "/usr/bin/promtool";
-const char* const kPrometheus = "/usr/bin/prometheus";
 
 // The value of the sample `series` (name and labels exactly as written) in
 // a scrape; -1 when it is absent.
@@ -132,12 +133,56 @@ TEST(Metrics, ABadAddressOrABusyPortIsRefusedWithTheOptionNamed) {
 
 // Every series a scrape holds (with a controller, volumes and a client) is
 // in the reference, docs/operations.md, written as `name`.
-TEST(Metrics, EverySeriesIsDocumented) {
-  std::ifstream in(std::string(MESHSTORE_SOURCE_DIR) + "/docs/operations.md");
-  ASSERT_TRUE(in) << "docs/operations.md";
-  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto store = Store::embedded(with_metrics()).value();
+// A full volume with eviction "lru" counts what it evicts; the client
+// counts its channels by the transport each serves (a ring: shm).
+TEST(Metrics, EvictionsAndChannelsByTransportAreCounted) {
+  StoreOptions o = with_metrics();
+  o.limits.volume_capacity_bytes = std::uint64_t{1} << 20;  // four 256 KiB tensors
+  o.limits.eviction = "lru";
+  auto store = Store::embedded(o).value();
+  std::vector<float> chunk(64 * 1024, 1.0f);  // 256 KiB
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_OK(
+        store.put("k" + std::to_string(i), TensorView::of(chunk.data(), {64 * 1024})).get(kWait));
+  }
+  const auto volume = store.admin().stats().get(kWait).value().at(0);
+  EXPECT_EQ(volume.evictions, 2u);
+  EXPECT_EQ(volume.evicted_bytes, 2u * 256 * 1024);
   const auto scrape = http_get(store.admin().metrics_address(), "/metrics").body;
+  const std::string l = "{volume=\"" + volume.volume_id + "\"}";
+  EXPECT_EQ(sample(scrape, "meshstore_evictions_total" + l), 2) << scrape;
+  EXPECT_EQ(sample(scrape, "meshstore_evicted_bytes_total" + l), 2 * 256 * 1024) << scrape;
+  const auto channels = store.admin().fast_path_stats().channels;
+  ASSERT_EQ(channels.size(), 1u);
+  EXPECT_EQ(channels.begin()->first, "shm");
+  EXPECT_EQ(sample(scrape, "meshstore_client_channels{transport=\"shm\"}"), 1) << scrape;
+}
+
+// A direct publish lends the caller's memory: the process reports the loan
+// until the store gives the memory back (the version's reclaim).
+TEST(Metrics, AProcessReportsItsDirectPublishLoansUntilReclaimed) {
+  auto store = Store::embedded(with_metrics()).value();
+  const auto at = store.admin().metrics_address();
+  const double before = sample(http_get(at, "/metrics").body, "meshstore_client_loans");
+  ASSERT_GE(before, 0);
+  std::vector<float> w(64 * 1024, 2.0f);
+  StateDict sd;
+  ASSERT_OK(sd.insert("w", TensorView::of(w.data(), {64 * 1024})));
+  PublishOptions direct;
+  direct.mode = PublishMode::direct;
+  auto published = store.state_dicts().publish("pub", sd, direct).get(kWait);
+  ASSERT_OK(published);
+  EXPECT_EQ(sample(http_get(at, "/metrics").body, "meshstore_client_loans"), before + 1);
+  ASSERT_OK(published->reclaim().get(kWait));
+  ASSERT_TRUE(eventually(
+      [&] { return sample(http_get(at, "/metrics").body, "meshstore_client_loans") == before; }));
+}
+
+// The series of a scrape, each checked to be in the reference as `name`.
+int expect_documented(const std::string& scrape) {
+  std::ifstream in(std::string(MESHSTORE_SOURCE_DIR) + "/docs/operations.md");
+  EXPECT_TRUE(in) << "docs/operations.md";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::regex type_line("# TYPE (meshstore_[a-z_]+) ");
   int seen = 0;
   for (auto it = std::sregex_iterator(scrape.begin(), scrape.end(), type_line);
@@ -146,7 +191,13 @@ TEST(Metrics, EverySeriesIsDocumented) {
     EXPECT_NE(doc.find("`" + name + "`"), std::string::npos)
         << name << " is not in docs/operations.md";
   }
-  EXPECT_GE(seen, 10) << scrape;
+  return seen;
+}
+
+TEST(Metrics, EverySeriesIsDocumented) {
+  auto store = Store::embedded(with_metrics()).value();
+  const auto scrape = http_get(store.admin().metrics_address(), "/metrics").body;
+  EXPECT_GE(expect_documented(scrape), 10) << scrape;
 }
 
 // `meshstore serve --log-format json`: every line it logs is one JSON
@@ -212,6 +263,69 @@ TEST(Metrics, ReadyzSaysWhyWhileTheOnlyVolumesProcessIsDead) {
   ASSERT_TRUE(eventually([&] { return http_get(at, "/readyz").status == 200; }));
 }
 
+// /readyz of a process joined to a `meshstore serve` that is killed: 503
+// saying a failover is under way at once (not after a scrape's wait), and
+// 200 again once a server is back at the address and the volumes rejoined.
+TEST(Metrics, ReadyzSaysAFailoverIsUnderWayUntilTheServerIsBack) {
+  Child serve({kTool, "serve", "--port", "0", "--strategy", "per_local_rank"});
+  const std::string address = served_address(serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve.output();
+  StoreOptions o = with_metrics();
+  o.limits.request_timeout = 30s;
+  auto store = Store::connect(address, o).value();
+  const auto at = store.admin().metrics_address();
+  float x = 3;
+  ASSERT_OK(store.put("x", TensorView::of(&x, {})).get(kWait));
+  ASSERT_TRUE(eventually([&] { return http_get(at, "/readyz").status == 200; }));
+
+  serve.signal(SIGKILL);
+  ASSERT_TRUE(serve.wait(kWait));
+  // (The first answers may say the controller did not answer a scrape's
+  // question: the store learns of the death a moment later.)
+  HttpReply down;
+  ASSERT_TRUE(eventually([&] {
+    down = http_get(at, "/readyz", 2000);
+    return down.status == 503 && down.body.find("a failover is under way") != std::string::npos;
+  })) << down.status
+      << " " << down.body << down.error;
+  EXPECT_EQ(http_get(at, "/healthz").status, 200);
+
+  const std::string port = address.substr(address.rfind(':') + 1);
+  Child again({kTool, "serve", "--port", port, "--strategy", "per_local_rank"});
+  ASSERT_FALSE(served_address(again, 60s).empty()) << again.output();
+  HttpReply up;
+  ASSERT_TRUE(eventually([&] {
+    up = http_get(at, "/readyz");
+    return up.status == 200;
+  })) << up.body;
+  EXPECT_EQ(*store.get("x").get(kWait)->data_as<float>(), 3.0f);
+  store.close();
+  transports::shm::garbage_collect(false, serve.pid());  // what the killed server left
+}
+
+// `meshstore agent --metrics`: the agent's health and its (no) workers,
+// without the calls' series a store process has.
+TEST(Metrics, AnAgentServesItsHealthAndItsProcesses) {
+  Child agent({kTool, "agent", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(agent.wait_for_output("/metrics\n", 60s)) << agent.output();
+  std::smatch m;
+  const auto out = agent.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("metrics on http://([0-9.:]+)/metrics"))) << out;
+  const std::string at = m[1];
+  EXPECT_EQ(http_get(at, "/healthz").status, 200);
+  const auto ready = http_get(at, "/readyz");
+  EXPECT_EQ(ready.status, 200) << ready.body;
+  const auto scrape = http_get(at, "/metrics");
+  ASSERT_EQ(scrape.status, 200) << scrape.error;
+  EXPECT_EQ(sample(scrape.body, "meshstore_agent_processes"), 0) << scrape.body;
+  EXPECT_EQ(sample(scrape.body, "meshstore_agent_jobs"), 0) << scrape.body;
+  EXPECT_EQ(scrape.body.find("meshstore_operation_duration_seconds"), std::string::npos);
+  EXPECT_EQ(expect_documented(scrape.body), 5) << scrape.body;
+  agent.signal(SIGTERM);
+  ASSERT_TRUE(agent.wait(kWait));
+  EXPECT_EQ(agent.exit_code(), 0) << agent.output();
+}
+
 // `meshstore top --once` against a store whose calls this process makes
 // while the tool's window is open: the volume, the calls with their rates
 // and percentiles, and the largest key first.
@@ -248,8 +362,8 @@ TEST(Metrics, TopShowsTheVolumesTheCallsAndTheLargestKeys) {
 // Debian's real Prometheus scrapes a store on loopback; its HTTP API then
 // answers the keys the test put and the count of its gets.
 TEST(Metrics, ARealPrometheusScrapesTheStore) {
-  if (access(kPrometheus, X_OK) != 0)
-    GTEST_SKIP() << kPrometheus << " absent (Debian's prometheus)";
+  if (access(Prometheus::kPath, X_OK) != 0)
+    GTEST_SKIP() << Prometheus::kPath << " absent (Debian's prometheus)";
   auto store = Store::embedded(with_metrics()).value();
   std::vector<float> w(256, 1.0f);
   for (int i = 0; i < 5; ++i) {
@@ -261,30 +375,14 @@ TEST(Metrics, ARealPrometheusScrapesTheStore) {
   ASSERT_GE(gets_before, 0);
   for (int i = 0; i < 4; ++i) ASSERT_OK(store.get("k0").get(kWait));
 
-  TempDir dir;
-  std::ofstream(dir.path() + "/prometheus.yml")
-      << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-      << "scrape_configs:\n  - job_name: meshstore\n    static_configs:\n"
-      << "      - targets: ['" << store.admin().metrics_address() << "']\n";
-  const auto port = free_port();
-  ASSERT_NE(port, 0);
-  const std::string web = "127.0.0.1:" + std::to_string(port);
-  Child prometheus({kPrometheus, "--config.file=" + dir.path() + "/prometheus.yml",
-                    "--storage.tsdb.path=" + dir.path() + "/data", "--web.listen-address=" + web,
-                    "--log.level=warn"});
-  // One instant query's single value, or -1 while Prometheus has none.
-  auto query = [&](const std::string& q) {
-    auto r = http_get(web, "/api/v1/query?query=" + q);
-    if (r.status != 200) return -1.0;
-    auto j = nlohmann::json::parse(r.body, nullptr, false);
-    if (j.is_discarded() || j["data"]["result"].empty()) return -1.0;
-    return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
-  };
+  Prometheus prometheus("  - job_name: meshstore\n    static_configs:\n      - targets: ['" +
+                        store.admin().metrics_address() + "']\n");
+  ASSERT_TRUE(prometheus.ok());
   double keys = -1, gets = -1;
   ASSERT_TRUE(eventually(
       [&] {
-        keys = query("meshstore_keys");
-        gets = query("meshstore_operation_duration_seconds_count%7Bop%3D%22get%22%7D");
+        keys = prometheus.query("meshstore_keys");
+        gets = prometheus.query("meshstore_operation_duration_seconds_count%7Bop%3D%22get%22%7D");
         return keys == 5 && gets == gets_before + 4;
       },
       60s))

@@ -428,6 +428,9 @@ FastPath::Stats FastPath::stats() const {
   s.resent_commits = resent_commits_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   s.rings = rings_.size();
+  for (const auto& [volume, c] : rings_) {
+    s.channels[c->ring ? "shm" : c->transport ? std::string(c->transport->name()) : "actor"] += 1;
+  }
   return s;
 }
 

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -129,6 +130,7 @@ class FastPath {
     std::uint64_t direct_batches = 0;    ///< read_together calls served (one snapshot each)
     std::uint64_t state_dict_puts = 0;   ///< state dicts and versions put_over_channel committed
     std::uint64_t resent_commits = 0;    ///< commits sent again (tried) after their channel failed
+    std::map<std::string, std::uint64_t> channels;  ///< open now, by transport (shm, tcp, ...)
   };
 
   // -- the client actor's side --

@@ -266,6 +266,8 @@ std::string encode(const VolumeStat& x) {
   p.set_objects(x.objects);
   p.set_staged(x.staged);
   p.set_leases(x.leases);
+  p.set_evictions(x.evictions);
+  p.set_evicted_bytes(x.evicted_bytes);
   return serialize(p);
 }
 
@@ -278,6 +280,8 @@ Status decode(const std::string& bytes, VolumeStat& x) {
   x.objects = p.objects();
   x.staged = p.staged();
   x.leases = p.leases();
+  x.evictions = p.evictions();
+  x.evicted_bytes = p.evicted_bytes();
   return Status();
 }
 

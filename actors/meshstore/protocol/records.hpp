@@ -148,6 +148,8 @@ struct VolumeStat {
   std::uint64_t objects = 0;
   std::uint64_t staged = 0;
   std::uint64_t leases = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t evicted_bytes = 0;
 };
 
 /// Who a client is, for the strategy.

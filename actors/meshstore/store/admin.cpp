@@ -14,6 +14,7 @@
 #include "meshstore/client/client.hpp"
 #include "meshstore/client/fast_path.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/store/reconnect.hpp"
 #include "meshstore/store/store_impl.hpp"
 #include "meshstore/transports/registry.hpp"
 
@@ -34,7 +35,7 @@ Future<std::vector<VolumeStats>> Store::Impl::volume_stats(Impl* impl) {
     for (const auto& r : in) {
       const auto& s = r.stat;
       out.push_back(VolumeStats{s.volume_id, s.bytes_held, s.capacity_bytes, s.objects, s.staged,
-                                s.leases, r.unreachable});
+                                s.leases, r.unreachable, s.evictions, s.evicted_bytes});
     }
     return out;
   });
@@ -58,6 +59,7 @@ FastPathStats Store::Impl::fast_path_stats() const {
   out.direct_state_dicts = s.direct_batches;
   out.state_dict_puts = s.state_dict_puts;
   out.resent_commits = s.resent_commits;
+  out.channels = s.channels;
   return out;
 }
 
@@ -120,7 +122,14 @@ Status Store::Impl::serve_metrics() {
   }
   source.client = [this] { return fast_path_stats(); };
   source.ready_without_volumes = !hosts_controller;
-  auto server = store::MetricsServer::start(options.metrics, std::move(source));
+  if (reconnector) {
+    source.not_ready = [r = reconnector] {
+      auto down = r->down();
+      return down.empty() ? down : "not joined to the store's controller: " + down;
+    };
+  }
+  auto server =
+      store::MetricsServer::start(options.metrics, std::move(source), options.security.tls);
   if (!server.ok()) return server.status().with_context("StoreOptions: metrics");
   meter = true;
   std::unique_lock<std::shared_mutex> lock(mu);

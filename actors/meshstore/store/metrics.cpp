@@ -10,6 +10,11 @@
 
 namespace meshstore::store {
 
+std::atomic<std::uint64_t>& loans_outstanding() {
+  static std::atomic<std::uint64_t> n{0};
+  return n;
+}
+
 const char* op_name(Op op) {
   switch (op) {
     case Op::put:

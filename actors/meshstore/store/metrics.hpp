@@ -21,6 +21,11 @@ struct MetricFamily;
 
 namespace meshstore::store {
 
+/// Direct-publish loans this process has outstanding: versions whose lent
+/// memory the store has not given back yet (publish.cpp counts them; the
+/// meshstore_client_loans series).
+std::atomic<std::uint64_t>& loans_outstanding();
+
 /// The calls measured, each a value of the series' `op` label.
 enum class Op {
   put,

@@ -1,16 +1,14 @@
-// MetricsServer: /metrics, /healthz and /readyz on civetweb.
+// MetricsServer: /metrics, /healthz and /readyz (on HttpServer).
 
 #include "meshstore/store/metrics_server.hpp"
 
-#include <civetweb.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
-#include <cstring>
-#include <mutex>
 #include <utility>
 
 #include "meshstore/internal/address.hpp"
+#include "meshstore/internal/tls_watch.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/store/metrics.hpp"
 
@@ -41,6 +39,22 @@ void add(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels 
   f.metric.push_back(std::move(m));
 }
 
+// A series of one sample, no labels.
+struct Single {
+  const char* name;
+  const char* help;
+  MetricType type;
+  std::uint64_t value;
+};
+
+void add_singles(std::initializer_list<Single> singles, std::vector<MetricFamily>* out) {
+  for (const auto& one : singles) {
+    auto f = family(one.name, one.help, one.type);
+    add(f, static_cast<double>(one.value));
+    out->push_back(std::move(f));
+  }
+}
+
 // One gauge a volume for each of its figures; the `up` gauge says which
 // answered (the others' figures are zero).
 void volume_families(const std::vector<VolumeStats>& volumes, std::vector<MetricFamily>* out) {
@@ -53,6 +67,10 @@ void volume_families(const std::vector<VolumeStats>& volumes, std::vector<Metric
   auto staged = family("meshstore_staged_objects", "Objects of puts still in flight on a volume",
                        MetricType::Gauge);
   auto leases = family("meshstore_leases", "Read leases open on a volume", MetricType::Gauge);
+  auto evictions = family("meshstore_evictions_total", "Objects a volume evicted to make room",
+                          MetricType::Counter);
+  auto evicted = family("meshstore_evicted_bytes_total", "Bytes of the objects a volume evicted",
+                        MetricType::Counter);
   auto up = family("meshstore_volume_up",
                    "1 when a volume the controller lists answered, 0 when it is gone or cut off",
                    MetricType::Gauge);
@@ -63,9 +81,13 @@ void volume_families(const std::vector<VolumeStats>& volumes, std::vector<Metric
     add(capacity, static_cast<double>(v.capacity_bytes), l);
     add(staged, static_cast<double>(v.staged), l);
     add(leases, static_cast<double>(v.leases), l);
+    add(evictions, static_cast<double>(v.evictions), l);
+    add(evicted, static_cast<double>(v.evicted_bytes), l);
     add(up, v.unreachable.empty() ? 1.0 : 0.0, l);
   }
-  for (auto* f : {&keys, &held, &capacity, &staged, &leases, &up}) out->push_back(std::move(*f));
+  for (auto* f : {&keys, &held, &capacity, &staged, &leases, &evictions, &evicted, &up}) {
+    out->push_back(std::move(*f));
+  }
 }
 
 void controller_families(const ControllerCounters& c, std::vector<MetricFamily>* out) {
@@ -96,93 +118,110 @@ void client_families(const FastPathStats& s, std::vector<MetricFamily>* out) {
   add(gets, static_cast<double>(s.hits), {{"route", "caller_thread"}});
   add(gets, static_cast<double>(s.misses), {{"route", "actor"}});
   out->push_back(std::move(gets));
-  // One sample each, no labels.
-  const struct {
-    const char* name;
-    const char* help;
-    MetricType type;
-    std::uint64_t value;
-  } singles[] = {
-      {"meshstore_client_direct_reads_total",
-       "Gets copied straight from a same-host volume's shared memory", MetricType::Counter,
-       s.direct_reads},
-      {"meshstore_client_stale_locations_total",
-       "Gets whose known location was superseded and located afresh", MetricType::Counter, s.stale},
-      {"meshstore_client_channel_puts_total", "Puts committed over a channel to a volume",
-       MetricType::Counter, s.puts},
-      {"meshstore_client_resent_commits_total",
-       "Commits sent again over a new connection after theirs failed", MetricType::Counter,
-       s.resent_commits},
-      {"meshstore_client_channels",
-       "Channels open to volumes (a ring, a tcp connection, actor messages)", MetricType::Gauge,
-       s.rings},
-  };
-  for (const auto& one : singles) {
-    auto f = family(one.name, one.help, one.type);
-    add(f, static_cast<double>(one.value));
-    out->push_back(std::move(f));
+  auto channels = family("meshstore_client_channels",
+                         "Channels open to volumes, by the transport each serves (shm: a ring; "
+                         "tcp: a connection of its own; others: actor messages)",
+                         MetricType::Gauge);
+  for (const auto& [transport, n] : s.channels) {
+    add(channels, static_cast<double>(n), {{"transport", transport}});
   }
-}
-
-// A complete response with a plain-text body.
-void answer(mg_connection* conn, int code, const char* reason, const char* type,
-            const std::string& body) {
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-cache\r\nConnection: close\r\n\r\n",
-            code, reason, type, body.size());
-  mg_write(conn, body.data(), body.size());
-}
-
-void init_civetweb_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { mg_init_library(0); });
+  out->push_back(std::move(channels));
+  add_singles({{"meshstore_client_direct_reads_total",
+                "Gets copied straight from a same-host volume's shared memory", MetricType::Counter,
+                s.direct_reads},
+               {"meshstore_client_stale_locations_total",
+                "Gets whose known location was superseded and located afresh", MetricType::Counter,
+                s.stale},
+               {"meshstore_client_channel_puts_total", "Puts committed over a channel to a volume",
+                MetricType::Counter, s.puts},
+               {"meshstore_client_resent_commits_total",
+                "Commits sent again over a new connection after theirs failed", MetricType::Counter,
+                s.resent_commits},
+               {"meshstore_client_loans",
+                "Direct-publish loans this process has outstanding: versions whose lent memory the "
+                "store has not given back yet",
+                MetricType::Gauge, loans_outstanding().load(std::memory_order_relaxed)}},
+              out);
 }
 
 }  // namespace
 
+MetricsSource agent_metrics(std::function<AgentStats()> stats) {
+  MetricsSource source;
+  source.calls = false;
+  source.not_ready = [] { return std::string(); };
+  source.more = [stats = std::move(stats)](std::vector<MetricFamily>* out) {
+    const AgentStats s = stats();
+    add_singles(
+        {{"meshstore_agent_jobs", "Launches the agent runs for controllers, not yet stopped",
+          MetricType::Gauge, s.jobs},
+         {"meshstore_agent_processes", "Worker processes of the agent alive now", MetricType::Gauge,
+          s.processes},
+         {"meshstore_agent_processes_started_total",
+          "Worker processes the agent started, relaunched ones included", MetricType::Counter,
+          s.processes_started},
+         {"meshstore_agent_process_exits_total",
+          "Exits of the agent's worker processes, whatever their status", MetricType::Counter,
+          s.process_exits}},
+        out);
+  };
+  return source;
+}
+
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& address,
-                                                            MetricsSource source) {
+                                                            MetricsSource source,
+                                                            const TlsOptions& tls) {
   auto at = internal::parse_address(address);
   if (!at.ok()) return at.status().with_context("metrics address");
-  init_civetweb_once();
   std::unique_ptr<MetricsServer> server(new MetricsServer(std::move(source)));
-  // An IPv6 literal in brackets, as civetweb and "HOST:PORT" write it.
-  const std::string host =
-      at->host.find(':') != std::string::npos ? "[" + at->host + "]" : at->host;
-  const std::string ports = host + ":" + std::to_string(at->port);
-  // Two threads serve: a scrape, and a health check beside it.
-  const char* options[] = {
-      "listening_ports", ports.c_str(),       "num_threads", "2",    "request_timeout_ms",
-      "10000",           "enable_keep_alive", "no",          nullptr};
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof callbacks);
-  mg_init_data init{&callbacks, server.get(), options};
-  char why[256] = {0};
-  unsigned code = 0;
-  mg_error_data error{&code, why, sizeof why};
-  server->ctx_ = mg_start2(&init, &error);
-  if (!server->ctx_) {
-    return Status(Errc::unavailable, "cannot serve metrics on " + address + ": " +
-                                         (why[0] ? std::string(why) : "civetweb did not start"));
+  const bool tls_on = tls.enabled();
+  auto http = HttpServer::start(
+      "metrics", address, tls,
+      [self = server.get(), tls_on](const HttpAsk& ask) { return self->answer(ask, tls_on); });
+  if (!http.ok()) return http.status();
+  server->http_ = std::move(http).value();
+  auto log = log::get("store");
+  log->info("serving /metrics, /healthz and /readyz on {}://{}", server->http_->scheme(),
+            server->address());
+  if (!internal::is_loopback_host(at->host)) {
+    log->warn("metrics on {} can be reached from other hosts{}", server->address(),
+              tls_on ? ""
+                     : " without TLS: anyone who reaches it reads the store's keys' sizes "
+                       "and call rates");
   }
-  mg_set_request_handler(server->ctx_, "/metrics$", &MetricsServer::on_metrics, server.get());
-  mg_set_request_handler(server->ctx_, "/healthz$", &MetricsServer::on_healthz, server.get());
-  mg_set_request_handler(server->ctx_, "/readyz$", &MetricsServer::on_readyz, server.get());
-  mg_server_port bound[4];
-  const int n = mg_get_server_ports(server->ctx_, 4, bound);
-  const int port = n > 0 ? bound[0].port : at->port;
-  server->address_ = host + ":" + std::to_string(port);
-  log::get("store")->info("serving /metrics, /healthz and /readyz on {}", server->address_);
   return server;
 }
 
-MetricsServer::~MetricsServer() {
-  if (ctx_) mg_stop(ctx_);  // waits for the requests in flight
+MetricsServer::~MetricsServer() = default;  // the server first: it stops at once
+
+const std::string& MetricsServer::address() const { return http_->address(); }
+
+HttpAnswer MetricsServer::answer(const HttpAsk& ask, bool tls) const {
+  if (ask.path == "/metrics") {
+    if (tls && !ask.certified) {
+      return {403, "a client certificate signed by the store's CA is needed for /metrics\n"};
+    }
+    return {200, scrape(), "text/plain; version=0.0.4; charset=utf-8"};
+  }
+  if (ask.path == "/healthz") return {200, "ok\n"};
+  if (ask.path == "/readyz") {
+    auto why = not_ready();
+    if (why.empty()) return {200, "ready\n"};
+    return {503, "not ready: " + why + "\n"};
+  }
+  return {404, "no such path: " + ask.path + " (/metrics, /healthz, /readyz)\n"};
 }
 
 std::string MetricsServer::scrape() const {
-  auto families = OpMetrics::instance().collect();
+  std::vector<MetricFamily> families;
+  if (source_.calls) families = OpMetrics::instance().collect();
+  auto refusals = family("meshstore_tls_refusals_total",
+                         "TLS connections this process refused in their handshake (no "
+                         "certificate its CA signed, or no TLS), on any of its listeners",
+                         MetricType::Counter);
+  add(refusals, static_cast<double>(internal::tls_refusals()));
+  families.push_back(std::move(refusals));
+  if (source_.more) source_.more(&families);
   if (source_.volumes) {
     auto v = source_.volumes();
     if (v.ok()) volume_families(*v, &families);
@@ -196,7 +235,10 @@ std::string MetricsServer::scrape() const {
 }
 
 std::string MetricsServer::not_ready() const {
-  if (!source_.volumes) return "no store";
+  if (source_.not_ready) {
+    if (auto why = source_.not_ready(); !why.empty()) return why;
+  }
+  if (!source_.volumes) return source_.not_ready ? std::string() : "no store";
   auto v = source_.volumes();
   if (!v.ok()) return "the store does not answer: " + v.status().to_string();
   for (const auto& s : *v) {
@@ -205,55 +247,6 @@ std::string MetricsServer::not_ready() const {
   }
   if (v->empty() && !source_.ready_without_volumes) return "no volume is serving";
   return {};
-}
-
-HttpReply http_get(const std::string& address, const std::string& path, int timeout_ms) {
-  HttpReply out;
-  auto at = internal::parse_address(address);
-  if (!at.ok()) {
-    out.error = at.status().message();
-    return out;
-  }
-  init_civetweb_once();
-  char why[256] = {0};
-  mg_connection* conn = mg_connect_client(at->host.c_str(), at->port, 0, why, sizeof why);
-  if (!conn) {
-    out.error = std::string("cannot connect: ") + why;
-    return out;
-  }
-  mg_printf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path.c_str(), address.c_str());
-  if (mg_get_response(conn, why, sizeof why, timeout_ms) < 0) {
-    out.error = std::string("no answer: ") + why;
-  } else {
-    out.status = mg_get_response_info(conn)->status_code;
-    char buf[16384];
-    int n = 0;
-    while ((n = mg_read(conn, buf, sizeof buf)) > 0)
-      out.body.append(buf, static_cast<std::size_t>(n));
-  }
-  mg_close_connection(conn);
-  return out;
-}
-
-int MetricsServer::on_metrics(mg_connection* conn, void* self) {
-  answer(conn, 200, "OK", "text/plain; version=0.0.4; charset=utf-8",
-         static_cast<MetricsServer*>(self)->scrape());
-  return 200;
-}
-
-int MetricsServer::on_healthz(mg_connection* conn, void*) {
-  answer(conn, 200, "OK", "text/plain; charset=utf-8", "ok\n");
-  return 200;
-}
-
-int MetricsServer::on_readyz(mg_connection* conn, void* self) {
-  auto why = static_cast<MetricsServer*>(self)->not_ready();
-  if (why.empty()) {
-    answer(conn, 200, "OK", "text/plain; charset=utf-8", "ready\n");
-    return 200;
-  }
-  answer(conn, 503, "Service Unavailable", "text/plain; charset=utf-8", "not ready: " + why + "\n");
-  return 503;
 }
 
 }  // namespace meshstore::store

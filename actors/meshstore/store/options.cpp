@@ -39,9 +39,6 @@ Status StoreOptions::validate() const {
     if (auto a = internal::parse_address(metrics); !a.ok()) {
       return bad("metrics: " + a.status().message());
     }
-    if (security.tls.enabled()) {
-      return bad("metrics '" + metrics + "' with security.tls: metrics over TLS are not built yet");
-    }
   }
   if (p.num_volumes < 1 || p.num_volumes > 1024) {
     return bad("placement.num_volumes must be in [1, 1024], got " + std::to_string(p.num_volumes));

@@ -417,8 +417,10 @@ void lend(PubImpl& pub, client::StateDictPut& call, const LendPlan& plan,
   call.stream_manifest.clear();
   auto back = std::make_shared<Promise<void>>();
   pub.returned = back->future();
+  store::loans_outstanding().fetch_add(1, std::memory_order_relaxed);
   loan.token = std::shared_ptr<const void>(new char(0), [back](const char* p) {
     delete p;
+    store::loans_outstanding().fetch_sub(1, std::memory_order_relaxed);
     back->set_value();
   });
   if (pub.options.revoke_on_timeout) {

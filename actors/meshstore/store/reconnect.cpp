@@ -43,8 +43,14 @@ void Reconnector::control_down(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     why_ = why.empty() ? "the controller went down" : why;
+    down_ = why_ + "; reconnecting to the store at " + named_ + " (a failover is under way)";
   }
   cv_.notify_all();
+}
+
+std::string Reconnector::down() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return down_;
 }
 
 void Reconnector::stop() {
@@ -89,6 +95,10 @@ void Reconnector::reconnect(const std::string& why) {
     const std::string& at = addresses_[turn % addresses_.size()];
     last = attempt_(at, std::min(left, kAttempt));
     if (last.ok()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (why_.empty()) down_.clear();  // else it went down again meanwhile
+      }
       log->info("reconnected to the store at {} after {} ms", at,
                 std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::steady_clock::now() - start)
@@ -101,10 +111,13 @@ void Reconnector::reconnect(const std::string& why) {
   }
   log->error("gave up reconnecting to the store at {} after {} ms: {}; its calls fail from now",
              named_, timeout_.count(), last.to_string());
-  if (gave_up_) {
-    gave_up_("no store came back at " + named_ + " within " + std::to_string(timeout_.count()) +
-             " ms (" + last.to_string() + ")");
+  const std::string gone = "no store came back at " + named_ + " within " +
+                           std::to_string(timeout_.count()) + " ms (" + last.to_string() + ")";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    down_ = gone;
   }
+  if (gave_up_) gave_up_(gone);
 }
 
 }  // namespace meshstore::store

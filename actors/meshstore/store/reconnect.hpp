@@ -38,6 +38,10 @@ class Reconnector {
   /// The controller or strategy went down (`why`): reconnecting begins.
   /// Called from the client actor's thread; returns at once.
   void control_down(const std::string& why);
+  /// "" while the store is joined to its controller; else why not: the
+  /// controller went down and reconnecting is under way, or it gave up.
+  /// (/readyz's reason; any thread.)
+  std::string down() const;
   /// Stops reconnecting and joins the thread (the store is closing).
   void stop();
 
@@ -53,9 +57,10 @@ class Reconnector {
   const std::chrono::milliseconds timeout_;
   const Attempt attempt_;
   const std::function<void(const std::string&)> gave_up_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::string why_;  // non-empty: reconnect
+  std::string why_;   // non-empty: reconnect
+  std::string down_;  // what down() says
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -74,6 +74,9 @@ struct VolumeState {
   std::unordered_map<std::uint64_t, StoredObject> objects;
   // Leases by (client, the client's lease id).
   std::map<std::pair<caf::actor_addr, std::uint64_t>, Lease> leases;
+  // Objects evict() dropped, and their bytes, since the volume started.
+  std::uint64_t evictions = 0;
+  std::uint64_t evicted_bytes = 0;
   // Revocable loans (a lending volume's): their objects' ids, by loan.
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> loans;
   std::set<caf::actor_addr> watched;      // clients monitored for their leases and staging

@@ -319,6 +319,8 @@ std::vector<std::uint64_t> evict(volume_pointer self, const std::vector<std::uin
       continue;
     }
     freed += it->second.region->size();
+    st.evictions += 1;
+    st.evicted_bytes += it->second.region->size();
     dropped.push_back(id);
     st.drop(id, false);
   }
@@ -414,6 +416,8 @@ wire::VolumeStat volume_stat(volume_pointer self) {
   s.capacity_bytes = st.config.capacity_bytes;
   for (const auto& [id, obj] : st.objects) (obj.committed ? s.objects : s.staged) += 1;
   s.leases = st.leases.size();
+  s.evictions = st.evictions;
+  s.evicted_bytes = st.evicted_bytes;
   return s;
 }
 

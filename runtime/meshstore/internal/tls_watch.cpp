@@ -160,6 +160,9 @@ void note(SSL* ssl, int rc, bool handshake, const char* call) {
     session->reported = true;
   }
   const int fd = SSL_get_fd(ssl);
+  // Not a connection of CAF's (those have a socket): one over memory
+  // buffers, such as the HTTP server's (store/http.cpp), reports its own.
+  if (fd < 0) return;
   std::uint16_t peer_port = session != nullptr ? session->peer_port : 0;
   std::string peer = session != nullptr ? session->peer : std::string();
   if (peer.empty()) peer = endpoint(fd, true, &peer_port);
@@ -175,6 +178,7 @@ void note(SSL* ssl, int rc, bool handshake, const char* call) {
     if (peer_closed(e)) {
       log->info("a connection from {} to port {} ended during the TLS handshake", peer, local_port);
     } else {
+      count_tls_refusal();
       log->warn("refused a connection from {} to port {}: {}", peer.empty() ? "?" : peer,
                 local_port, reason);
     }
@@ -199,6 +203,13 @@ Fn real(const char* name) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<std::uint64_t> g_refusals{0};
+}  // namespace
+
+void count_tls_refusal() { g_refusals.fetch_add(1, std::memory_order_relaxed); }
+std::uint64_t tls_refusals() { return g_refusals.load(std::memory_order_relaxed); }
 
 void tls_watch_begin() { g_watching.fetch_add(1); }
 void tls_watch_end() { g_watching.fetch_sub(1); }

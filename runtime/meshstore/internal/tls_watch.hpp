@@ -19,6 +19,13 @@ namespace meshstore::internal {
 void tls_watch_begin();
 void tls_watch_end();
 
+/// TLS connections this process refused in their handshake (a peer with
+/// no certificate or one its CA did not sign, or one not speaking TLS),
+/// on any listener: the actor links' and the metrics endpoint's.
+std::uint64_t tls_refusals();
+/// Counts one such refusal (the listeners that report their own).
+void count_tls_refusal();
+
 /// A point in the sequence of recorded failures, taken before a connect.
 std::uint64_t tls_failure_mark();
 
