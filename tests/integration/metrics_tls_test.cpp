@@ -5,57 +5,45 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "meshstore/store.hpp"
 #include "meshstore/store/http.hpp"
 #include "testing/prometheus.hpp"
-#include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
+#include "testing/tls_certs.hpp"
 
 namespace meshstore {
 namespace {
 
 using store::http_get;
-using testing::TempDir;
 
-// One CA with a server and a client certificate, and another CA with a
-// "rogue" certificate that also trusts the job's CA (so only the server's
-// check can refuse it), made once by examples/tls/make_certs.sh.
+// The job's certificates (testing/tls_certs.hpp), made once.
 class MetricsTls : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string make = MESHSTORE_MAKE_CERTS;
-    const std::string cmd = make + " " + dir_->file("job") + " server client > /dev/null && " +
-                            make + " " + dir_->file("other") + " rogue > /dev/null && cat " +
-                            dir_->file("other/ca.pem") + " " + dir_->file("job/ca.pem") + " > " +
-                            dir_->file("both-cas.pem");
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    dir_ = new testing::TlsCerts();
+    ASSERT_TRUE(dir_->made()) << MESHSTORE_MAKE_CERTS << " failed";
   }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
   }
-  static TlsOptions job(const std::string& name) {
-    return TlsOptions{dir_->file("job/" + name + ".pem"), dir_->file("job/" + name + ".key"),
-                      dir_->file("job/ca.pem")};
-  }
+  static TlsOptions job(const std::string& name) { return dir_->job(name); }
+  // No certificate, only the CA that checks the server: a health probe.
   static TlsOptions probe() { return TlsOptions{"", "", dir_->file("job/ca.pem")}; }
-  static TlsOptions rogue() {
-    return TlsOptions{dir_->file("other/rogue.pem"), dir_->file("other/rogue.key"),
-                      dir_->file("both-cas.pem")};
-  }
+  // Trusts the job's CA, so only the store's check of its certificate
+  // refuses it.
+  static TlsOptions rogue() { return dir_->rogue(true); }
   static Store tls_store() {
     StoreOptions o;
     o.security.tls = job("server");
     o.metrics = "127.0.0.1:0";
     return Store::embedded(o).value();
   }
-  static TempDir* dir_;
+  static testing::TlsCerts* dir_;
 };
-TempDir* MetricsTls::dir_ = nullptr;
+testing::TlsCerts* MetricsTls::dir_ = nullptr;
 
 TEST_F(MetricsTls, OnlyAClientTheStoresCaSignedReadsTheMetrics) {
   auto store = tls_store();

@@ -30,10 +30,11 @@
 #include "meshstore/internal/memory.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/store/http.hpp"
 #include "meshstore/transports/registry.hpp"
 #include "testing/doc_table.hpp"
 #include "testing/region_ref.hpp"
-#include "testing/temp_dir.hpp"
+#include "testing/tls_certs.hpp"
 
 using namespace std::chrono_literals;
 
@@ -118,26 +119,7 @@ std::string cell(std::string s) {
 
 // -- the control plane ----------------------------------------------------
 
-struct Certs {
-  testing::TempDir dir;
-  bool made = false;
-  Certs() {
-    const std::string make = MESHSTORE_MAKE_CERTS;
-    const std::string cmd = make + " " + dir.file("job") + " server client > /dev/null && " + make +
-                            " " + dir.file("other") + " rogue > /dev/null && cat " +
-                            dir.file("other/ca.pem") + " " + dir.file("job/ca.pem") + " > " +
-                            dir.file("both-cas.pem");
-    made = std::system(cmd.c_str()) == 0;
-  }
-  TlsOptions job(const std::string& name) const {
-    return TlsOptions{dir.file("job/" + name + ".pem"), dir.file("job/" + name + ".key"),
-                      dir.file("job/ca.pem")};
-  }
-  TlsOptions rogue(bool trusts_job_ca) const {
-    return TlsOptions{dir.file("other/rogue.pem"), dir.file("other/rogue.key"),
-                      trusts_job_ca ? dir.file("both-cas.pem") : dir.file("other/ca.pem")};
-  }
-};
+using Certs = testing::TlsCerts;
 
 // A client of the store at `address` with `tls`: its put and get, or why
 // it could not connect.
@@ -195,6 +177,55 @@ void control_plane(const Certs& certs, Captured& log, std::vector<Row>& rows) {
                        log, client_round_trip(plain_store->admin().address(), certs.job("client")),
                        false, Errc::unauthenticated, "does not speak TLS", ""));
   plain_store->close();
+}
+
+// -- the metrics endpoint (HTTPS with the store's certificates) --------------
+
+// A GET's answer as a status: ok for 200, else what came back or why
+// nothing did.
+Status http_status(const store::HttpReply& r) {
+  if (r.status == 200) return Status();
+  if (r.status == 403) {
+    return Status(Errc::unauthenticated, "403 " + r.body.substr(0, r.body.find('\n')));
+  }
+  if (r.status != 0) return Status(Errc::protocol_error, "HTTP " + std::to_string(r.status));
+  return Status(Errc::unavailable, r.error);
+}
+
+void metrics_endpoint(const Certs& certs, Captured& log, std::vector<Row>& rows) {
+  StoreOptions so;
+  so.security.tls = certs.job("server");
+  so.metrics = "127.0.0.1:0";
+  auto store = Store::embedded(so);
+  if (!store.ok()) {
+    rows.push_back({"metrics endpoint, TLS", "-", "starts", store.status().to_string(), "-"});
+    return;
+  }
+  const std::string at = store->admin().metrics_address();
+  const std::string listener = "metrics endpoint, TLS";
+  const TlsOptions probe{"", "", certs.file("job/ca.pem")};
+  auto get = [&](const std::string& path, const TlsOptions& tls) {
+    return http_status(store::http_get(at, path, 10000, tls));
+  };
+  log.clear();
+  rows.push_back(judge({listener, "a certificate the job's CA signed", "accepted: /metrics"}, log,
+                       get("/metrics", certs.job("client")), true, Errc::ok, "", ""));
+  log.clear();
+  rows.push_back(judge({listener, "TLS, no certificate (a probe)", "accepted: /healthz"}, log,
+                       get("/healthz", probe), true, Errc::ok, "", ""));
+  log.clear();
+  rows.push_back(judge({listener, "TLS, no certificate (a probe)", "/metrics refused: 403"}, log,
+                       get("/metrics", probe), false, Errc::unauthenticated,
+                       "client certificate signed by the store's CA", ""));
+  log.clear();
+  rows.push_back(judge({listener, "no TLS", "refused in the handshake; logged"}, log,
+                       get("/healthz", {}), false, Errc::unavailable, "",
+                       "refused an HTTPS connection"));
+  log.clear();
+  rows.push_back(judge({listener, "a certificate another CA signed", "refused; logged"}, log,
+                       get("/metrics", certs.rogue(true)), false, Errc::unavailable, "",
+                       "refused an HTTPS connection"));
+  store->close();
 }
 
 // -- the data plane (a volume's tcp server) ---------------------------------
@@ -293,12 +324,13 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   {
     Certs certs;
-    if (!certs.made) {
+    if (!certs.made()) {
       std::fprintf(stderr, "security_matrix: cannot make certificates with %s\n",
                    MESHSTORE_MAKE_CERTS);
       return 1;
     }
     control_plane(certs, log, rows);
+    metrics_endpoint(certs, log, rows);
   }
   data_plane(log, rows);
   std::ostringstream md;

@@ -23,39 +23,25 @@
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
+#include "testing/tls_certs.hpp"
 
 namespace meshstore {
 namespace {
-
-using testing::TempDir;
 
 // One CA with a server and a client certificate, and another CA with a
 // "rogue" certificate, made once for the suite by examples/tls/make_certs.sh.
 class Tls : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string make = MESHSTORE_MAKE_CERTS;
-    const std::string cmd = make + " " + dir_->file("job") + " server client > /dev/null && " +
-                            make + " " + dir_->file("other") + " rogue > /dev/null && cat " +
-                            dir_->file("other/ca.pem") + " " + dir_->file("job/ca.pem") + " > " +
-                            dir_->file("both-cas.pem");
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    dir_ = new testing::TlsCerts();
+    ASSERT_TRUE(dir_->made()) << MESHSTORE_MAKE_CERTS << " failed";
   }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
   }
-  static TlsOptions job(const std::string& name) {
-    return TlsOptions{dir_->file("job/" + name + ".pem"), dir_->file("job/" + name + ".key"),
-                      dir_->file("job/ca.pem")};
-  }
-  // A certificate the other CA signed; it trusts that CA and, when asked,
-  // the job's CA too (so it accepts the job's server).
-  static TlsOptions rogue(bool trusts_the_job_ca) {
-    return TlsOptions{dir_->file("other/rogue.pem"), dir_->file("other/rogue.key"),
-                      trusts_the_job_ca ? dir_->file("both-cas.pem") : dir_->file("other/ca.pem")};
-  }
+  static TlsOptions job(const std::string& name) { return dir_->job(name); }
+  static TlsOptions rogue(bool trusts_the_job_ca) { return dir_->rogue(trusts_the_job_ca); }
   static StoreOptions server_options() {
     StoreOptions o;
     o.listen = "127.0.0.1:0";
@@ -70,9 +56,9 @@ class Tls : public ::testing::Test {
     o.placement.local_rank = -1;
     return o;
   }
-  static TempDir* dir_;
+  static testing::TlsCerts* dir_;
 };
-TempDir* Tls::dir_ = nullptr;
+testing::TlsCerts* Tls::dir_ = nullptr;
 
 // Collects what the "tls" logger writes while it lives.
 class TlsLog {

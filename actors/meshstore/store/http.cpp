@@ -70,11 +70,23 @@ Result<std::unique_ptr<asio::ssl::context>> tls_context(const TlsOptions& tls, b
   return ctx;
 }
 
+// Why a handshake failed, as the listeners of the control plane say it
+// (internal/tls_watch.cpp).
+std::string why_refused(const error_code& ec) {
+  const std::string m = ec.message();
+  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
+  if (has("http request") || has("wrong version number") || has("unknown protocol")) {
+    return "it does not speak TLS (" + m + "): plain HTTP to an HTTPS port?";
+  }
+  if (has("certificate verify failed") || has("no certificate")) {
+    return "its certificate does not verify under our CA file (" + m + ")";
+  }
+  return "the TLS handshake failed: " + m;
+}
+
 HttpAnswer answer_of(const HttpHandler& handler, const http::request<http::empty_body>& req,
                      bool certified) {
-  if (req.method() != http::verb::get && req.method() != http::verb::head) {
-    return {405, "only GET is served\n"};
-  }
+  if (req.method() != http::verb::get) return {405, "only GET is served\n"};
   HttpAsk ask;
   ask.path = std::string(req.target().substr(0, req.target().find('?')));
   ask.certified = certified;
@@ -124,12 +136,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     response_.set(http::field::content_type, a.type);
     response_.set(http::field::cache_control, "no-cache");
     response_.keep_alive(false);
-    if (request_.method() == http::verb::head) {
-      response_.content_length(a.body.size());
-    } else {
-      response_.body() = std::move(a.body);
-      response_.prepare_payload();
-    }
+    response_.body() = std::move(a.body);
+    response_.prepare_payload();
     http::async_write(
         stream_, response_,
         [self = this->shared_from_this()](error_code, std::size_t) { self->close(); });
@@ -148,7 +156,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const auto peer = socket.remote_endpoint(ignored);
     log::get("tls")->warn("refused an HTTPS connection from {} to port {}: {}",
                           join(peer.address().to_string(), peer.port()),
-                          socket.local_endpoint(ignored).port(), ec.message());
+                          socket.local_endpoint(ignored).port(), why_refused(ec));
   }
 
   // A client certificate the CA signed: a wrong one fails the handshake,

@@ -33,8 +33,8 @@ struct HttpAnswer {
 /// Answers requests on any of the server's threads.
 using HttpHandler = std::function<HttpAnswer(const HttpAsk&)>;
 
-/// A running server: GET (and HEAD) go to the handler, other methods get
-/// 405. Stops at once when destroyed, waiting for the answers in flight.
+/// A running server: GETs go to the handler, other methods get 405. Stops at once when destroyed,
+/// waiting for the answers in flight.
 class HttpServer {
  public:
   /// Listens on `address` ("HOST:PORT", port 0 picks a free one), with
