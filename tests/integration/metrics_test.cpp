@@ -2,6 +2,7 @@
 // its operators, read over HTTP on loopback as a scraper would.
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "meshstore/logging.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/store/metrics_server.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
@@ -176,6 +178,26 @@ TEST(Metrics, AProcessReportsItsDirectPublishLoansUntilReclaimed) {
   ASSERT_OK(published->reclaim().get(kWait));
   ASSERT_TRUE(eventually(
       [&] { return sample(http_get(at, "/metrics").body, "meshstore_client_loans") == before; }));
+}
+
+// An endpoint any host can reach says so when it starts, as every listener
+// does (internal::warn_if_exposed); one on loopback says nothing.
+TEST(Metrics, BeyondLoopbackTheEndpointWarnsWhatAnyoneCanRead) {
+  std::ostringstream seen;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(seen);
+  auto logger = log::get("network");
+  logger->sinks().push_back(sink);
+  {
+    auto quiet = Store::embedded(with_metrics()).value();
+    EXPECT_EQ(seen.str().find("not loopback"), std::string::npos) << seen.str();
+    StoreOptions every;
+    every.metrics = "0.0.0.0:0";
+    auto exposed = Store::embedded(every).value();
+    EXPECT_NE(seen.str().find("the metrics endpoint listens on 0.0.0.0:"), std::string::npos)
+        << seen.str();
+    EXPECT_NE(seen.str().find("can read the store's series"), std::string::npos) << seen.str();
+  }
+  logger->sinks().pop_back();
 }
 
 // The series of a scrape, each checked to be in the reference as `name`.

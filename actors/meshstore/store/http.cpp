@@ -70,20 +70,6 @@ Result<std::unique_ptr<asio::ssl::context>> tls_context(const TlsOptions& tls, b
   return ctx;
 }
 
-// Why a handshake failed, as the listeners of the control plane say it
-// (internal/tls_watch.cpp).
-std::string why_refused(const error_code& ec) {
-  const std::string m = ec.message();
-  auto has = [&](const char* s) { return m.find(s) != std::string::npos; };
-  if (has("http request") || has("wrong version number") || has("unknown protocol")) {
-    return "it does not speak TLS (" + m + "): plain HTTP to an HTTPS port?";
-  }
-  if (has("certificate verify failed") || has("no certificate")) {
-    return "its certificate does not verify under our CA file (" + m + ")";
-  }
-  return "the TLS handshake failed: " + m;
-}
-
 HttpAnswer answer_of(const HttpHandler& handler, const http::request<http::empty_body>& req,
                      bool certified) {
   if (req.method() != http::verb::get) return {405, "only GET is served\n"};
@@ -156,7 +142,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const auto peer = socket.remote_endpoint(ignored);
     log::get("tls")->warn("refused an HTTPS connection from {} to port {}: {}",
                           join(peer.address().to_string(), peer.port()),
-                          socket.local_endpoint(ignored).port(), why_refused(ec));
+                          socket.local_endpoint(ignored).port(),
+                          internal::describe_handshake_failure(
+                              stream_.native_handle(),
+                              ec.category() == asio::error::get_ssl_category()
+                                  ? ERR_reason_error_string(static_cast<unsigned long>(ec.value()))
+                                  : nullptr));
   }
 
   // A client certificate the CA signed: a wrong one fails the handshake,
@@ -254,7 +245,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& what,
   if (net.acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) {
     return cannot(ec.message());
   }
-  server->address_ = join(at->host, net.acceptor.local_endpoint().port());
+  server->port_ = net.acceptor.local_endpoint().port();
+  server->address_ = join(at->host, server->port_);
   net.accept();
   for (int i = 0; i < std::max(1, threads); ++i) {
     net.threads.emplace_back([&net] { net.io.run(); });

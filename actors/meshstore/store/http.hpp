@@ -8,6 +8,7 @@
 // SSL_get_peer_certificate in OpenSSL 3 and calls a null pointer on the
 // first connection; civetweb issue #1334.)
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -54,6 +55,8 @@ class HttpServer {
 
   /// Where it listens, as "HOST:PORT" with the port it got.
   const std::string& address() const { return address_; }
+  /// The port it got.
+  std::uint16_t port() const { return port_; }
   /// "https" over TLS, else "http".
   const char* scheme() const { return tls_ ? "https" : "http"; }
 
@@ -63,6 +66,7 @@ class HttpServer {
 
   std::unique_ptr<Net> net_;
   std::string address_;
+  std::uint16_t port_ = 0;
   bool tls_ = false;
 };
 

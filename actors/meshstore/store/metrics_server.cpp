@@ -180,15 +180,11 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& a
       [self = server.get(), tls_on](const HttpAsk& ask) { return self->answer(ask, tls_on); });
   if (!http.ok()) return http.status();
   server->http_ = std::move(http).value();
-  auto log = log::get("store");
-  log->info("serving /metrics, /healthz and /readyz on {}://{}", server->http_->scheme(),
-            server->address());
-  if (!internal::is_loopback_host(at->host)) {
-    log->warn("metrics on {} can be reached from other hosts{}", server->address(),
-              tls_on ? ""
-                     : " without TLS: anyone who reaches it reads the store's keys' sizes "
-                       "and call rates");
-  }
+  log::get("store")->info("serving /metrics, /healthz and /readyz on {}://{}",
+                          server->http_->scheme(), server->address());
+  internal::warn_if_exposed(at->host, server->http_->port(), "the metrics endpoint", tls_on,
+                            "read the store's series: its volumes, their keys and bytes, and "
+                            "its call rates");
   return server;
 }
 

@@ -62,8 +62,8 @@ bool is_loopback_host(const std::string& host) {
   return false;
 }
 
-bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what,
-                     bool tls) {
+bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what, bool tls,
+                     const char* risk) {
   if (is_loopback_host(host)) return false;
   if (tls) {
     log::get("network")->info("{} listens on {}:{} with mutual TLS", what,
@@ -72,10 +72,9 @@ bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::str
   }
   log::get("network")->warn(
       "{} listens on {}:{}, which is not loopback, without authentication or encryption: "
-      "anyone who reaches that port can read, overwrite and remove every key (and, for an "
-      "agent, start processes). Listen on 127.0.0.1 unless other hosts must connect, and then "
-      "only on a trusted network, or give it TLS options (docs/security.md)",
-      what, host.empty() ? std::string("*") : host, port);
+      "anyone who reaches that port can {}. Listen on 127.0.0.1 unless other hosts must "
+      "connect, and then only on a trusted network, or give it TLS options (docs/security.md)",
+      what, host.empty() ? std::string("*") : host, port, risk);
   return true;
 }
 

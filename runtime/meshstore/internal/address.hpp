@@ -29,12 +29,16 @@ std::string local_address_towards(const std::string& host);
 /// and ::1 (an empty host means every interface: false).
 bool is_loopback_host(const std::string& host);
 
+/// What anyone who reaches a control-plane port without TLS can do.
+inline constexpr const char* kControlPlaneRisk =
+    "read, overwrite and remove every key (and, for an agent, start processes)";
+
 /// Logs a warning (component "network") when `what` listens on `host`,
-/// port `port`, that host is not loopback and `tls` is off: the control
-/// plane then has no authentication, so whoever reaches the port can read,
-/// overwrite and remove everything. Nothing for a loopback host; an info
+/// port `port`, that host is not loopback and `tls` is off: there is then
+/// no authentication, so whoever reaches the port can do `risk` ("anyone
+/// who reaches that port can RISK"). Nothing for a loopback host; an info
 /// line with TLS. Answers whether it warned.
-bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what,
-                     bool tls);
+bool warn_if_exposed(const std::string& host, std::uint16_t port, const std::string& what, bool tls,
+                     const char* risk = kControlPlaneRisk);
 
 }  // namespace meshstore::internal

@@ -117,8 +117,12 @@ std::string describe(SSL* ssl, int ssl_error) {
     return "the peer closed the connection during the TLS handshake (a peer that does not "
            "speak TLS, that refused our certificate, or a port probe)";
   }
-  const unsigned long err = ERR_peek_last_error();
-  const char* reason = ERR_reason_error_string(err);
+  return describe_handshake_failure(ssl, ERR_reason_error_string(ERR_peek_last_error()));
+}
+
+}  // namespace
+
+std::string describe_handshake_failure(SSL* ssl, const char* reason) {
   const std::string detail = reason != nullptr ? reason : "no detail from OpenSSL";
   const long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK || contains(reason, "certificate verify failed")) {
@@ -146,6 +150,8 @@ std::string describe(SSL* ssl, int ssl_error) {
   }
   return "the TLS handshake failed: " + detail;
 }
+
+namespace {
 
 // Records, and on the accepting side logs, a failed OpenSSL call.
 void note(SSL* ssl, int rc, bool handshake, const char* call) {

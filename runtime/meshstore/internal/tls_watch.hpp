@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+struct ssl_st;
+
 namespace meshstore::internal {
 
 /// Counts actor systems with TLS on: failures are watched only while one
@@ -25,6 +27,12 @@ void tls_watch_end();
 std::uint64_t tls_refusals();
 /// Counts one such refusal (the listeners that report their own).
 void count_tls_refusal();
+
+/// Why a TLS handshake on `ssl` failed, given OpenSSL's reason string for
+/// it (null: none), in the words the listeners log: no TLS, no
+/// certificate, one the CA did not sign (naming its subject), a refusal of
+/// ours. For a listener that reports its own refusals (store/http.cpp).
+std::string describe_handshake_failure(ssl_st* ssl, const char* reason);
 
 /// A point in the sequence of recorded failures, taken before a connect.
 std::uint64_t tls_failure_mark();
