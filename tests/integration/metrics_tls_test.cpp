@@ -11,7 +11,7 @@
 #include "meshstore/store/http.hpp"
 #include "testing/prometheus.hpp"
 #include "testing/test_util.hpp"
-#include "testing/tls_certs.hpp"
+#include "testing/tls_fixture.hpp"
 
 namespace meshstore {
 namespace {
@@ -19,31 +19,20 @@ namespace {
 using store::http_get;
 
 // The job's certificates (testing/tls_certs.hpp), made once.
-class MetricsTls : public ::testing::Test {
+class MetricsTls : public testing::TlsCertsTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TlsCerts();
-    ASSERT_TRUE(dir_->made()) << MESHSTORE_MAKE_CERTS << " failed";
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static TlsOptions job(const std::string& name) { return dir_->job(name); }
   // No certificate, only the CA that checks the server: a health probe.
-  static TlsOptions probe() { return TlsOptions{"", "", dir_->file("job/ca.pem")}; }
+  static TlsOptions probe() { return TlsOptions{"", "", certs_->file("job/ca.pem")}; }
   // Trusts the job's CA, so only the store's check of its certificate
   // refuses it.
-  static TlsOptions rogue() { return dir_->rogue(true); }
+  static TlsOptions rogue() { return certs_->rogue(true); }
   static Store tls_store() {
     StoreOptions o;
     o.security.tls = job("server");
     o.metrics = "127.0.0.1:0";
     return Store::embedded(o).value();
   }
-  static testing::TlsCerts* dir_;
 };
-testing::TlsCerts* MetricsTls::dir_ = nullptr;
 
 TEST_F(MetricsTls, OnlyAClientTheStoresCaSignedReadsTheMetrics) {
   auto store = tls_store();
@@ -95,7 +84,7 @@ TEST_F(MetricsTls, PlainHttpAndAnotherCasCertificateAreRefusedAndCounted) {
 TEST_F(MetricsTls, AClientChecksTheServersCertificate) {
   auto store = tls_store();
   const auto untrusting = http_get(store.admin().metrics_address(), "/healthz", 5000,
-                                   TlsOptions{"", "", dir_->file("other/ca.pem")});
+                                   TlsOptions{"", "", certs_->file("other/ca.pem")});
   EXPECT_EQ(untrusting.status, 0);
   EXPECT_NE(untrusting.error.find("certificate"), std::string::npos) << untrusting.error;
 }
@@ -132,7 +121,7 @@ TEST_F(MetricsTls, ARealPrometheusScrapesOverTlsWithACertificate) {
 TEST_F(MetricsTls, MissingCertificateFilesAreRefusedByName) {
   StoreOptions o;
   o.security.tls = job("server");
-  o.security.tls.key = dir_->file("job/none.key");
+  o.security.tls.key = certs_->file("job/none.key");
   o.metrics = "127.0.0.1:0";
   auto bad = Store::embedded(o);
   ASSERT_FALSE(bad.ok());

@@ -23,25 +23,16 @@
 #include "testing/subprocess.hpp"
 #include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
-#include "testing/tls_certs.hpp"
+#include "testing/tls_fixture.hpp"
 
 namespace meshstore {
 namespace {
 
 // One CA with a server and a client certificate, and another CA with a
 // "rogue" certificate, made once for the suite by examples/tls/make_certs.sh.
-class Tls : public ::testing::Test {
+class Tls : public testing::TlsCertsTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TlsCerts();
-    ASSERT_TRUE(dir_->made()) << MESHSTORE_MAKE_CERTS << " failed";
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static TlsOptions job(const std::string& name) { return dir_->job(name); }
-  static TlsOptions rogue(bool trusts_the_job_ca) { return dir_->rogue(trusts_the_job_ca); }
+  static TlsOptions rogue(bool trusts_the_job_ca) { return certs_->rogue(trusts_the_job_ca); }
   static StoreOptions server_options() {
     StoreOptions o;
     o.listen = "127.0.0.1:0";
@@ -56,9 +47,7 @@ class Tls : public ::testing::Test {
     o.placement.local_rank = -1;
     return o;
   }
-  static testing::TlsCerts* dir_;
 };
-testing::TlsCerts* Tls::dir_ = nullptr;
 
 // Collects what the "tls" logger writes while it lives.
 class TlsLog {
@@ -100,16 +89,16 @@ TEST_F(Tls, CheckNamesTheFileAndWhatIsWrongWithIt) {
   no_key.key.clear();
   EXPECT_ERROR(check_tls(no_key), Errc::invalid_argument, "missing: key");
   auto missing = job("server");
-  missing.certificate = dir_->file("job/nobody.pem");
+  missing.certificate = certs_->file("job/nobody.pem");
   EXPECT_ERROR(check_tls(missing), Errc::invalid_argument, "nobody.pem' cannot be read");
   auto mismatched = job("server");
-  mismatched.key = dir_->file("job/client.key");
+  mismatched.key = certs_->file("job/client.key");
   EXPECT_ERROR(check_tls(mismatched), Errc::invalid_argument, "does not belong to certificate");
   auto foreign = rogue(false);
-  foreign.ca_file = dir_->file("job/ca.pem");
+  foreign.ca_file = certs_->file("job/ca.pem");
   EXPECT_ERROR(check_tls(foreign), Errc::invalid_argument, "does not verify under ca_file");
   auto not_pem = job("server");
-  not_pem.certificate = dir_->file("job/ca.srl");
+  not_pem.certificate = certs_->file("job/ca.srl");
   EXPECT_ERROR(check_tls(not_pem), Errc::invalid_argument, "holds no PEM certificate");
   // A store refuses such options before it listens on anything.
   auto o = server_options();
