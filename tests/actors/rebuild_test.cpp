@@ -3,6 +3,7 @@
 // volumes and the controller run in two actor systems connected over
 // loopback, as two processes would be: the controller's "process" is
 // stopped whole and a new one started.
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -581,6 +582,104 @@ TEST_F(RebuildTest, TheNewestVersionWinsWhicheverPartHoldsIt) {
   expect_back(keys);
   EXPECT_EQ(objects(0), objects0 - n);  // every older version's object went
 }
+
+// -- a controller that dies in the middle of telling its volumes ----------
+
+using relay_idle_atom = caf::atom_constant<caf::atom("relayidle")>;
+
+// How many more messages a Relay lets through: -1 for all; once 0, it
+// drops the rest (counted), as the network does with what a killed
+// process had not sent yet.
+struct Cut {
+  std::atomic<int> left{-1};
+  std::atomic<int> dropped{0};
+};
+
+// Stands between the controller and a volume, registered in the volume's
+// place: passes each message on as it came (requests answered by the
+// volume), until its Cut says stop.
+caf::behavior relay(caf::event_based_actor* self, caf::actor volume, std::shared_ptr<Cut> cut) {
+  self->set_default_handler([volume, cut](caf::scheduled_actor* s,
+                                          caf::message_view& x) -> caf::result<caf::message> {
+    int left = cut->left.load();
+    while (left > 0 && !cut->left.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left == 0) {
+      ++cut->dropped;
+      return caf::message();  // an answer no one reads: its asker is killed next
+    }
+    return static_cast<caf::event_based_actor*>(s)->delegate(volume, x.move_content_to_message());
+  });
+  return {[](relay_idle_atom) {}};
+}
+
+// A key overwritten as the controller's process dies: whichever of the
+// messages telling volume-0 of the new version got there (none, the first,
+// or all), the next controller finds a committed version of the key, the
+// old or the new, never none. One parameter per way of committing: a
+// batch (notify_put_batch) and a sharded put (put_shards).
+class OverwriteAsTheControllerDiesTest
+    : public RebuildTest,
+      public ::testing::WithParamInterface<std::tuple<bool, int>> {
+ protected:
+  Result<Versions> commit_by(bool sharded, const Records& records) {
+    if (!sharded) return commit(records);
+    return ask<Versions>(*self_, controller_, protocol::put_shards_atom::value, records,
+                         std::string(), std::vector<std::string>(), std::uint64_t{0});
+  }
+};
+
+TEST_P(OverwriteAsTheControllerDiesTest, LeavesTheOldOrTheNewVersionNeverNone) {
+  const auto [sharded, passed] = GetParam();
+  auto cut = std::make_shared<Cut>();
+  auto relayed = caf::actor_cast<protocol::storage_volume_actor>(
+      volumes_rt_->system().spawn(relay, caf::actor_cast<caf::actor>(volumes_[0]), cut));
+  start_controller();
+  ASSERT_OK(ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
+                              wire::VolumeInfo{vid(0), "h", 1 << 20, {"rpc"}, -1, ""}, relayed));
+  auto old = record("a", {0});
+  auto v1 = commit_by(sharded, {old});
+  ASSERT_OK(v1);
+  auto fresh = record("a", {0});  // staged before the cut: its object exists
+  // The controller dies once `passed` of its messages for the overwrite
+  // reached the volume: the rest (and the flush it waits on) are lost.
+  cut->left = passed;
+  if (sharded) {
+    caf::anon_send(controller_, protocol::put_shards_atom::value, Records{fresh}, std::string(),
+                   std::vector<std::string>(), std::uint64_t{0});
+  } else {
+    caf::anon_send(controller_, protocol::notify_put_batch_atom::value, Records{fresh});
+  }
+  ASSERT_TRUE(testing::eventually([&] { return cut->dropped.load() > 0; }, 10s))
+      << "the overwrite sent volume-0 no more than " << passed << " message(s)";
+  stop_controller();
+  caf::anon_send_exit(relayed, caf::exit_reason::user_shutdown);
+
+  start_controller();
+  ASSERT_OK(join(0));
+  auto found = locate({"a"});
+  ASSERT_OK(found);
+  const auto& a = found->front();
+  ASSERT_TRUE(a.found()) << "the key was lost: the old version went before the new one came";
+  ASSERT_EQ(a.shards.size(), 1u);
+  const bool is_old = a.shards.front().object_id == old.shards.front().object_id;
+  const bool is_new = a.shards.front().object_id == fresh.shards.front().object_id;
+  EXPECT_TRUE(is_old || is_new) << "object " << a.shards.front().object_id;
+  if (is_old) {
+    EXPECT_EQ(a.version, v1->front());
+  } else if (is_new) {
+    EXPECT_GT(a.version, v1->front());
+  }
+  // The version that lost keeps no record on the volume, once rebuilt.
+  EXPECT_TRUE(testing::eventually([&] { return held(0).size() == 1; }, 10s)) << held(0).size();
+}
+
+INSTANTIATE_TEST_SUITE_P(Messages, OverwriteAsTheControllerDiesTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(0, 1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+                           return std::string(std::get<0>(info.param) ? "sharded" : "batch") + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "_passed";
+                         });
 
 }  // namespace
 }  // namespace meshstore::controller

@@ -143,11 +143,13 @@ Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
     committed.push_back(&slot);
   }
   stamp_groups(committed);
-  // Released first: a volume drops what a key held before its small-object
-  // table serves the key's new objects there (other readers wait for the
-  // write to settle: after_flush).
-  send_to_volumes(self, released, Verdict::release);
+  // The new records first, then the release of what they superseded: a
+  // controller that dies between the two leaves both versions on the
+  // volumes (a rebuild keeps the newer), never neither. Readers see no
+  // difference: the write is answered, and its readers told, once the
+  // volumes flushed both (after_flush).
   send_commits(self, committed);
+  send_to_volumes(self, released, Verdict::release);
   note_thin(self, committed);
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& r : records) streams_committed(self, r.key);
@@ -234,17 +236,22 @@ Result<std::vector<std::uint64_t>> put_shards(controller_pointer self,
     // its previous version had and this one has not go with it.
     for (const auto& m : members) commit(m);
     st.groups.erase(group);
-    const auto stale =
-        group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
-    if (!stale.empty()) remove_keys(self, stale, Verdict::release);
   }
   // A state dict's keys (all in `group`) are stamped as one commit; a
   // sharded key put on its own carries no group.
   std::vector<IndexEntry*> records_now;
   for (const auto& k : committed) records_now.push_back(&st.index.at(k));
   stamp_groups(records_now);
-  send_to_volumes(self, released, Verdict::release);  // first, as commit_batch
+  // As commit_batch: the new records reach the volumes before anything
+  // this commit supersedes is released, the keys its state dict's
+  // previous version had and this one has not included.
   send_commits(self, records_now);
+  send_to_volumes(self, released, Verdict::release);
+  if (!group.empty() && !committed.empty()) {
+    const auto stale =
+        group_keys(st, {group}, std::set<std::string>(members.begin(), members.end()));
+    if (!stale.empty()) remove_keys(self, stale, Verdict::release);
+  }
   if (!st.streams.empty() || !st.waiters.empty()) {
     for (const auto& k : committed) streams_committed(self, k);
   }
