@@ -613,72 +613,120 @@ caf::behavior relay(caf::event_based_actor* self, caf::actor volume, std::shared
   return {[](relay_idle_atom) {}};
 }
 
-// A key overwritten as the controller's process dies: whichever of the
-// messages telling volume-0 of the new version got there (none, the first,
-// or all), the next controller finds a committed version of the key, the
-// old or the new, never none. One parameter per way of committing: a
-// batch (notify_put_batch) and a sharded put (put_shards).
-class OverwriteAsTheControllerDiesTest
-    : public RebuildTest,
-      public ::testing::WithParamInterface<std::tuple<bool, int>> {
+// A controller that dies while it tells a volume of an overwrite of "a".
+class DyingControllerTest : public RebuildTest {
  protected:
+  // Registers the first `volumes` volumes at a new controller, volume
+  // `relayed` through a relay; commits "a" there (old_, at v1_), then
+  // overwrites it (fresh_) and the controller's system goes once `passed`
+  // of the overwrite's messages reached that volume: the rest (and the
+  // flush the controller waits on) are lost. A batch commit, or with
+  // `sharded` a sharded put (put_shards). With `fresh_first` the new
+  // version's object is staged before the old one's (a volume lists its
+  // objects in no set order: both orders are tried).
+  void overwrite_as_the_controller_dies(int relayed, bool sharded, int passed, bool fresh_first,
+                                        int volumes = 1) {
+    auto cut = std::make_shared<Cut>();
+    auto relay_actor = caf::actor_cast<protocol::storage_volume_actor>(
+        volumes_rt_->system().spawn(relay, caf::actor_cast<caf::actor>(volumes_[relayed]), cut));
+    start_controller();
+    for (int i = 0; i < volumes; ++i) {
+      ASSERT_OK(ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
+                                  wire::VolumeInfo{vid(i), "h", 1 << 20, {"rpc"}, -1, ""},
+                                  i == relayed ? relay_actor : volumes_[i]));
+    }
+    if (fresh_first) fresh_ = record("a", {relayed});
+    old_ = record("a", {relayed});
+    if (!fresh_first) fresh_ = record("a", {relayed});
+    auto v1 = commit_by(sharded, {old_});
+    ASSERT_OK(v1);
+    v1_ = v1->front();
+    cut->left = passed;
+    if (sharded) {
+      caf::anon_send(controller_, protocol::put_shards_atom::value, Records{fresh_}, std::string(),
+                     std::vector<std::string>(), std::uint64_t{0});
+    } else {
+      caf::anon_send(controller_, protocol::notify_put_batch_atom::value, Records{fresh_});
+    }
+    ASSERT_TRUE(testing::eventually([&] { return cut->dropped.load() > 0; }, 10s))
+        << "the overwrite sent the volume no more than " << passed << " message(s)";
+    stop_controller();
+    caf::anon_send_exit(relay_actor, caf::exit_reason::user_shutdown);
+  }
   Result<Versions> commit_by(bool sharded, const Records& records) {
     if (!sharded) return commit(records);
     return ask<Versions>(*self_, controller_, protocol::put_shards_atom::value, records,
                          std::string(), std::vector<std::string>(), std::uint64_t{0});
   }
+  // "a" as the controller finds it: the new version, else the old one.
+  void expect_a(bool fresh) {
+    auto found = locate({"a"});
+    ASSERT_OK(found);
+    const auto& a = found->front();
+    ASSERT_TRUE(a.found()) << "the key was lost: the old version went before the new one came";
+    ASSERT_EQ(a.shards.size(), 1u);
+    const auto& want = fresh ? fresh_ : old_;
+    EXPECT_EQ(a.shards.front().object_id, want.shards.front().object_id)
+        << "the " << (fresh ? "old" : "new") << " version came back";
+    if (fresh) {
+      EXPECT_GT(a.version, v1_);
+    } else {
+      EXPECT_EQ(a.version, v1_);
+    }
+  }
+
+  wire::KeyRecord old_, fresh_;
+  std::uint64_t v1_ = 0;
 };
 
-TEST_P(OverwriteAsTheControllerDiesTest, LeavesTheOldOrTheNewVersionNeverNone) {
-  const auto [sharded, passed] = GetParam();
-  auto cut = std::make_shared<Cut>();
-  auto relayed = caf::actor_cast<protocol::storage_volume_actor>(
-      volumes_rt_->system().spawn(relay, caf::actor_cast<caf::actor>(volumes_[0]), cut));
-  start_controller();
-  ASSERT_OK(ask<caf::ok_atom>(*self_, controller_, protocol::register_volume_atom::value,
-                              wire::VolumeInfo{vid(0), "h", 1 << 20, {"rpc"}, -1, ""}, relayed));
-  auto old = record("a", {0});
-  auto v1 = commit_by(sharded, {old});
-  ASSERT_OK(v1);
-  auto fresh = record("a", {0});  // staged before the cut: its object exists
-  // The controller dies once `passed` of its messages for the overwrite
-  // reached the volume: the rest (and the flush it waits on) are lost.
-  cut->left = passed;
-  if (sharded) {
-    caf::anon_send(controller_, protocol::put_shards_atom::value, Records{fresh}, std::string(),
-                   std::vector<std::string>(), std::uint64_t{0});
-  } else {
-    caf::anon_send(controller_, protocol::notify_put_batch_atom::value, Records{fresh});
-  }
-  ASSERT_TRUE(testing::eventually([&] { return cut->dropped.load() > 0; }, 10s))
-      << "the overwrite sent volume-0 no more than " << passed << " message(s)";
-  stop_controller();
-  caf::anon_send_exit(relayed, caf::exit_reason::user_shutdown);
+// Whichever of the overwrite's messages got to volume-0 (none, the first,
+// or the first two), the next controller finds a committed version of "a",
+// never none: the new one once its records got there (they go first), the
+// old one otherwise. One parameter per way of committing.
+class OverwriteAsTheControllerDiesTest
+    : public DyingControllerTest,
+      public ::testing::WithParamInterface<std::tuple<bool, int, bool>> {};
 
+TEST_P(OverwriteAsTheControllerDiesTest, LeavesTheOldOrTheNewVersionNeverNone) {
+  const auto [sharded, passed, fresh_first] = GetParam();
+  overwrite_as_the_controller_dies(0, sharded, passed, fresh_first);
   start_controller();
   ASSERT_OK(join(0));
-  auto found = locate({"a"});
-  ASSERT_OK(found);
-  const auto& a = found->front();
-  ASSERT_TRUE(a.found()) << "the key was lost: the old version went before the new one came";
-  ASSERT_EQ(a.shards.size(), 1u);
-  const bool is_old = a.shards.front().object_id == old.shards.front().object_id;
-  const bool is_new = a.shards.front().object_id == fresh.shards.front().object_id;
-  EXPECT_TRUE(is_old || is_new) << "object " << a.shards.front().object_id;
-  if (is_old) {
-    EXPECT_EQ(a.version, v1->front());
-  } else if (is_new) {
-    EXPECT_GT(a.version, v1->front());
-  }
+  // A sharded put first adopts its objects (a message without records).
+  expect_a(passed >= (sharded ? 2 : 1));
   // The version that lost keeps no record on the volume, once rebuilt.
   EXPECT_TRUE(testing::eventually([&] { return held(0).size() == 1; }, 10s)) << held(0).size();
 }
 
+// A volume that registers after its rebuild gave it up, with the index
+// written to again, and keeps two versions of a key the index lacks (its
+// controller died between the new one's commit and the old one's release):
+// the newer comes back, whichever it lists first.
+class LateVolumeTest : public DyingControllerTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(LateVolumeTest, ItsNewerVersionWinsOverItsOlderOne) {
+  overwrite_as_the_controller_dies(1, false, 1, GetParam(), 2);
+  ASSERT_EQ(held(1).size(), 2u) << "volume-1 keeps both versions of 'a'";
+  start_controller(300ms);
+  ASSERT_OK(join(0));                     // volume-1, its peer, is given up after 300 ms
+  ASSERT_OK(commit({record("b", {0})}));  // answered once the rebuild is over
+  ASSERT_OK(join(1));
+  expect_a(true);
+  EXPECT_TRUE(testing::eventually([&] { return held(1).size() == 1; }, 10s)) << held(1).size();
+}
+
 INSTANTIATE_TEST_SUITE_P(Messages, OverwriteAsTheControllerDiesTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(0, 1, 2)),
-                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& info) {
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(0, 1, 2),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int, bool>>& info) {
                            return std::string(std::get<0>(info.param) ? "sharded" : "batch") + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "_passed";
+                                  std::to_string(std::get<1>(info.param)) + "_passed" +
+                                  (std::get<2>(info.param) ? "_new_staged_first"
+                                                           : "_old_staged_first");
+                         });
+INSTANTIATE_TEST_SUITE_P(StagingOrders, LateVolumeTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "new" : "old") + "_staged_first";
                          });
 
 }  // namespace

@@ -452,6 +452,7 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
                                   self->system().render(e));
             // Its parts taken so far stay; it waits for no last part now.
             self->state.rebuild.reporting.erase(info.volume_id);
+            self->state.rebuild.late_keys.erase(info.volume_id);
             rp.deliver(caf::ok_atom::value);
           });
   return rp;

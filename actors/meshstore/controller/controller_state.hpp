@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "meshstore/logging.hpp"
@@ -62,6 +63,10 @@ struct Rebuild {
   std::set<std::string> reporting;
   std::set<std::string> expected;  // volumes the reporting ones knew of
   std::map<std::string, Candidate> candidates;
+  // A volume registering after the index was written to again: the keys
+  // its records restored so far (its parts come one by one), which a
+  // newer version among its own records may still replace.
+  std::map<std::string, std::unordered_set<std::string>> late_keys;
   std::uint64_t restored = 0;  // keys restored so far
   // Volumes a deadline gave up that have not registered since: a key the
   // index misses may have been on them (KeyRecord::maybe_lost_on).

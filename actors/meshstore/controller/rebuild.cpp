@@ -15,6 +15,7 @@
 // takes, and finish_rebuild sends one. At the deadline, what still waits
 // is dropped and its keys are lost, naming the volume that never came.
 #include <algorithm>
+#include <unordered_set>
 
 #include "meshstore/controller/controller_state.hpp"
 
@@ -71,16 +72,32 @@ std::string waiting_for(const Rebuild& rb) {
   return id;
 }
 
-// Merges record `r` that volume `vid` keeps; what it supersedes (or what
+// How the records of one registering volume meet the index: during a
+// rebuild (or a registration against an empty index) the newest version
+// of a key wins, wherever it came from; once the index is written to
+// again, what was committed since wins over a volume that comes late, and
+// only an entry that volume's own records put there (a newer version of
+// it among them may come after) gives way.
+struct Taking {
+  const std::string& vid;
+  bool newest_wins;
+  std::unordered_set<std::string>* own;  // !newest_wins: keys its records restored
+
+  bool may_replace(const std::string& key) const {
+    return newest_wins || (own != nullptr && own->count(key) != 0);
+  }
+};
+
+// Merges record `r` that volume `t.vid` keeps; what it supersedes (or what
 // supersedes it) goes into `stale`.
-void take_one(ControllerState& st, const std::string& vid, wire::KeyRecord r, Objects& stale) {
+void take_one(ControllerState& st, const Taking& t, wire::KeyRecord r, Objects& stale) {
   auto& rb = st.rebuild;
+  const auto& vid = t.vid;
   st.last_version = std::max(st.last_version, r.version);
   if (r.copies > 1) st.copies.per_key = true;
   auto in_index = st.index.find(r.key);
-  // Once the rebuild is over, the index holds what was written since: it
-  // wins over a volume that comes late.
-  if (in_index != st.index.end() && (!rb.active || in_index->second.version >= r.version)) {
+  if (in_index != st.index.end() &&
+      (!t.may_replace(r.key) || in_index->second.version >= r.version)) {
     collect_on(r, vid, stale);
     return;
   }
@@ -122,16 +139,18 @@ bool stands_alone(const ControllerState& st, const std::string& vid, const wire:
 
 // Restores `r` (stands_alone) without the candidates' bookkeeping, the
 // way a rebuild from one volume spends most of its time: the newer of it
-// and the index's version stays (the index's, once the rebuild is over),
-// the other's objects go into `stale`.
-void restore_alone(ControllerState& st, const std::string& vid, wire::KeyRecord r, Objects& stale) {
+// and the index's version stays (as Taking says), the other's objects go
+// into `stale`.
+void restore_alone(ControllerState& st, const Taking& t, wire::KeyRecord r, Objects& stale) {
   st.last_version = std::max(st.last_version, r.version);
   auto [it, fresh] = st.index.try_emplace(r.key);
   if (!fresh) {
-    // As take_one: once the rebuild is over, what was written since wins.
-    if (!st.rebuild.active || it->second.version >= r.version) return collect_on(r, vid, stale);
+    if (!t.may_replace(r.key) || it->second.version >= r.version) {
+      return collect_on(r, t.vid, stale);
+    }
     collect(it->second, stale);
   }
+  if (t.own != nullptr) t.own->insert(r.key);
   it->second = std::move(r);
   st.touch(it->second);
   if (!st.lost.empty()) st.lost.erase(it->first);
@@ -247,6 +266,7 @@ void take_records(controller_pointer self, const std::string& volume_id,
   auto& st = self->state;
   auto& rb = st.rebuild;
   const bool first = rb.reporting.count(volume_id) == 0;
+  const bool newest_wins = rb.active || st.index.empty();
   // The volumes it knew of may hold newer versions: wait for them, unless
   // the index is already being written to again.
   if (rb.active || st.index.empty()) rb.expected.insert(peers.begin(), peers.end());
@@ -270,14 +290,16 @@ void take_records(controller_pointer self, const std::string& volume_id,
   // (this volume's earlier parts are its own: a newer version in a later
   // part replaces an older one restored from an earlier).
   const bool alone_ok = missing_volume(rb, volume_id).empty();
+  const Taking taking{volume_id, newest_wins, newest_wins ? nullptr : &rb.late_keys[volume_id]};
   for (auto& r : records) {
     if (!r.found()) continue;
     if (alone_ok && stands_alone(st, volume_id, r)) {
-      restore_alone(st, volume_id, std::move(r), stale);
+      restore_alone(st, taking, std::move(r), stale);
     } else {
-      take_one(st, volume_id, std::move(r), stale);
+      take_one(st, taking, std::move(r), stale);
     }
   }
+  if (last) rb.late_keys.erase(volume_id);
   // Nothing comes back while a volume that may hold a newer version of it
   // is still expected, this one's later parts included: no reader sees a
   // version go back.

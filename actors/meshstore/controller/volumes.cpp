@@ -324,6 +324,7 @@ void volume_down(controller_pointer self, const caf::down_msg& msg) {
   st.volumes.erase(id);
   st.dead_volumes.insert(id);
   st.rebuild.reporting.erase(id);  // its last part will not come
+  st.rebuild.late_keys.erase(id);
   st.volume_infos.erase(
       std::remove_if(st.volume_infos.begin(), st.volume_infos.end(),
                      [&](const wire::VolumeInfo& v) { return v.volume_id == id; }),
