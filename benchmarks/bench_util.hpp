@@ -96,14 +96,17 @@ struct Child {
   }
 };
 
-/// Starts `program` with `args` (after the program name) as a Child.
-inline std::unique_ptr<Child> spawn(const std::string& program, std::vector<std::string> args) {
+/// Starts `program` with `args` (after the program name) as a Child; with
+/// `with_stderr` its stderr comes through `from` too.
+inline std::unique_ptr<Child> spawn(const std::string& program, std::vector<std::string> args,
+                                    bool with_stderr = false) {
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) die("pipe");
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, in[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  if (with_stderr) posix_spawn_file_actions_adddup2(&fa, out[1], 2);
   args.insert(args.begin(), program);
   std::vector<char*> argv;
   for (auto& x : args) argv.push_back(x.data());

@@ -19,6 +19,12 @@
 // RSS growth over the keys added. First, what keeping each commit for a
 // failover costs a put: 1,000-key put_batch calls into this volume against
 // a second store's that keeps none (reconnect_timeout 0), alternated.
+// Then a standby's takeover: a second server waits with --standby-of for
+// the first to die (the client joined both addresses); each run kills the
+// serving one, times the first read and write as above, and starts the
+// next standby at the dead one's port. The standby has started already:
+// no process start is in its figure. Sizes up to 100,000 keys (--keys for
+// more), on a store of its own.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -66,19 +72,39 @@ std::uint16_t free_port() {
   return ntohs(sa.sin_port);
 }
 
+// The child's output up to a line holding `what`, or the end of it.
+bool wait_for_line(Child& child, const std::string& what) {
+  char line[512];
+  while (std::fgets(line, sizeof(line), child.from)) {
+    if (std::string(line).find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
 // `meshstore serve` at `port`, once it serves: the seconds that took.
 std::unique_ptr<Child> serve(std::uint16_t port, double* took) {
   const auto t0 = Clock::now();
   auto child = spawn(own_dir() + "/meshstore",
                      {"serve", "--port", std::to_string(port), "--strategy", "per_local_rank"});
-  char line[512];
-  while (std::fgets(line, sizeof(line), child->from)) {
-    if (std::string(line).find("serving on") != std::string::npos) {
-      if (took) *took = secs(t0);
-      return child;
-    }
+  if (!wait_for_line(*child, "serving on")) {
+    die("meshstore serve at port " + std::to_string(port) + " ended before serving");
   }
-  die("meshstore serve at port " + std::to_string(port) + " ended before serving");
+  if (took) *took = secs(t0);
+  return child;
+}
+
+// A standby at `port` of the server at `primary`, once it reached that
+// server (its log line says so; its stderr comes through the pipe).
+std::unique_ptr<Child> stand_by(std::uint16_t port, std::uint16_t primary) {
+  auto child =
+      spawn(own_dir() + "/meshstore",
+            {"serve", "--port", std::to_string(port), "--strategy", "per_local_rank",
+             "--standby-of", "127.0.0.1:" + std::to_string(primary), "--log-level", "info"},
+            true);
+  if (!wait_for_line(*child, "standing by for the store at")) {
+    die("the standby at port " + std::to_string(port) + " ended before it stood by");
+  }
+  return child;
 }
 
 void kill_server(std::unique_ptr<Child>& server) {
@@ -123,18 +149,11 @@ struct Run {
   double first_write = 0;  // seconds from the kill: the index whole again
 };
 
-// One failover: kill, start again, read. `key` was put before.
-Run failover(meshstore::Store& store, std::unique_ptr<Child>& server, std::uint16_t port,
-             const std::string& key) {
-  Run run;
-  const auto t0 = Clock::now();
-  kill_server(server);
-  // Asked of the controller (a get may be served from this process's
-  // location cache and volume without it): made now, it waits for the
-  // new server; one the client had already sent to the dead one fails
-  // ("went down") and is made again.
-  auto known = store.exists(key);
-  server = serve(port, &run.start);
+// From kill time `t0`: the first read of `key` (put before), then the first
+// write, as Run counts them; `known` is the exists() made right after the
+// kill.
+void read_then_write(meshstore::Store& store, const std::string& key, meshstore::Future<bool> known,
+                     Clock::time_point t0, Run& run) {
   for (int attempt = 0;; ++attempt) {
     auto got = known.get(300s);
     if (got.ok() && *got) break;
@@ -151,7 +170,158 @@ Run failover(meshstore::Store& store, std::unique_ptr<Child>& server, std::uint1
   must(store.put(key, meshstore::TensorView(&two, meshstore::DType::float32, {})).get(300s),
        "put after failover");
   run.first_write = secs(t0);
+}
+
+// One failover: kill, start again, read. `key` was put before.
+Run failover(meshstore::Store& store, std::unique_ptr<Child>& server, std::uint16_t port,
+             const std::string& key) {
+  Run run;
+  const auto t0 = Clock::now();
+  kill_server(server);
+  // Asked of the controller (a get may be served from this process's
+  // location cache and volume without it): made now, it waits for the
+  // new server; one the client had already sent to the dead one fails
+  // ("went down") and is made again.
+  auto known = store.exists(key);
+  server = serve(port, &run.start);
+  read_then_write(store, key, std::move(known), t0, run);
   return run;
+}
+
+// One takeover: the serving `primary` (at ports[0]) is killed, `standby`
+// (at ports[1]) takes over, and a new standby of it starts at ports[0]
+// once the first read and write are timed; the ports swap.
+Run takeover(meshstore::Store& store, std::unique_ptr<Child>& primary,
+             std::unique_ptr<Child>& standby, std::uint16_t ports[2], const std::string& key) {
+  Run run;
+  const auto t0 = Clock::now();
+  kill_server(primary);
+  auto known = store.exists(key);
+  read_then_write(store, key, std::move(known), t0, run);
+  primary = std::move(standby);
+  std::swap(ports[0], ports[1]);
+  standby = stand_by(ports[1], ports[0]);
+  return run;
+}
+
+struct Row {
+  std::size_t keys;
+  double first_read, first_read_min, first_read_max, start, first_write;
+  double bytes_per_key;
+};
+
+// The row of `runs` at `keys` (memory per key given).
+Row row_of(std::size_t keys, const std::vector<Run>& runs, double bytes_per_key) {
+  std::vector<double> reads, starts, writes;
+  for (const auto& r : runs) {
+    reads.push_back(r.first_read);
+    starts.push_back(r.start);
+    writes.push_back(r.first_write);
+  }
+  return Row{keys,
+             median(reads),
+             *std::min_element(reads.begin(), reads.end()),
+             *std::max_element(reads.begin(), reads.end()),
+             median(starts),
+             median(writes),
+             bytes_per_key};
+}
+
+// The standby's takeovers at each of `sizes`, `runs` each, on a store of
+// its own joined to both servers.
+std::vector<Row> standby_rows(const std::vector<std::size_t>& sizes, int runs,
+                              const meshstore::StoreOptions& o) {
+  std::uint16_t ports[2] = {free_port(), free_port()};
+  while (ports[1] == ports[0]) ports[1] = free_port();
+  auto primary = serve(ports[0], nullptr);
+  auto standby = stand_by(ports[1], ports[0]);
+  auto store = must(
+      meshstore::Store::connect(
+          "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]), o),
+      "connect to the primary and its standby");
+  std::vector<Row> rows;
+  std::size_t have = 0;
+  for (auto n : sizes) {
+    std::fprintf(stderr, "store_bench failover: a standby's takeover at %zu keys\n", n);
+    fill(store, have, n);
+    have = n;
+    std::vector<Run> done;
+    for (int i = 0; i < runs; ++i) {
+      done.push_back(takeover(store, primary, standby, ports, "k/" + std::to_string(i * 7919 % n)));
+      std::fprintf(stderr, "  run %d: first read %.0f ms, first write %.0f ms\n", i + 1,
+                   done.back().first_read * 1e3, done.back().first_write * 1e3);
+    }
+    rows.push_back(row_of(n, done, 0));
+  }
+  store.close();
+  kill_server(standby);
+  kill_server(primary);
+  return rows;
+}
+
+// The rebuild's rate at row i: keys added over the time they added.
+double rate(const std::vector<Row>& rows, std::size_t i) {
+  if (i == 0) return 0.0;
+  const double dt = rows[i].first_read - rows[i - 1].first_read;
+  return dt > 0 ? static_cast<double>(rows[i].keys - rows[i - 1].keys) / dt : 0.0;
+}
+
+void print_failover(const Args& a, int runs, const std::vector<Row>& rows,
+                    const std::vector<Row>& standby, std::pair<double, double> hold) {
+  if (a.json) {
+    std::printf("{\"scenario\":\"failover\",\"runs\":%d,\"sizes\":[", runs);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      std::printf(
+          "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
+          "\"first_read_ms_max\":%.1f,\"server_start_ms_median\":%.1f,"
+          "\"first_read_over_start\":%.2f,\"first_write_ms_median\":%.1f,"
+          "\"rebuild_keys_per_s\":%.0f,\"bytes_per_key\":%.0f}",
+          i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
+          r.start * 1e3, r.first_read / r.start, r.first_write * 1e3, rate(rows, i),
+          r.bytes_per_key);
+    }
+    std::printf("],\"standby\":[");
+    for (std::size_t i = 0; i < standby.size(); ++i) {
+      const auto& r = standby[i];
+      std::printf(
+          "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
+          "\"first_read_ms_max\":%.1f,\"first_write_ms_median\":%.1f}",
+          i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
+          r.first_write * 1e3);
+    }
+    std::printf("],\"put_batch_1000_per_s_held\":%.0f,\"put_batch_1000_per_s_bare\":%.0f}\n",
+                hold.first, hold.second);
+    return;
+  }
+  std::printf("failover: kill -9 of the server to the first read, median of %d runs\n", runs);
+  std::printf("%10s %14s %12s %12s %10s %14s %15s %12s\n", "keys", "first read ms", "min ms",
+              "max ms", "start ms", "read / start", "first write ms", "rebuild k/s");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    std::printf("%10zu %14.0f %12.0f %12.0f %10.0f %14.2f %15.0f %12.0f\n", r.keys,
+                r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3, r.start * 1e3,
+                r.first_read / r.start, r.first_write * 1e3, rate(rows, i) / 1e3);
+  }
+  std::printf("volume process memory per key (objects, records, bookkeeping): %.0f bytes at %zu\n",
+              rows.back().bytes_per_key, rows.back().keys);
+  std::printf("a standby's takeover: kill -9 of the primary to the first read, median of %d runs\n",
+              runs);
+  std::printf("%10s %14s %12s %12s %15s %20s\n", "keys", "first read ms", "min ms", "max ms",
+              "first write ms", "read / restart's");
+  for (const auto& r : standby) {
+    double restart = 0;
+    for (const auto& q : rows) {
+      if (q.keys == r.keys) restart = q.first_read;
+    }
+    std::printf("%10zu %14.0f %12.0f %12.0f %15.0f %20.2f\n", r.keys, r.first_read * 1e3,
+                r.first_read_min * 1e3, r.first_read_max * 1e3, r.first_write * 1e3,
+                restart > 0 ? r.first_read / restart : 0.0);
+  }
+  std::printf(
+      "1,000-key put_batch into this process's volume: %.0f calls/s keeping each commit for a "
+      "failover, %.0f/s not (reconnect_timeout 0): %.2f x\n",
+      hold.first, hold.second, hold.first / hold.second);
 }
 
 }  // namespace
@@ -184,11 +354,6 @@ void run_failover(const Args& a) {
   }
   const std::uint64_t rss0 = own_rss();
 
-  struct Row {
-    std::size_t keys;
-    double first_read, first_read_min, first_read_max, start, first_write;
-    double bytes_per_key;
-  };
   std::vector<Row> rows;
   std::size_t have = 0;
   for (auto n : sizes) {
@@ -196,61 +361,25 @@ void run_failover(const Args& a) {
     fill(store, have, n);
     have = n;
     const auto rss = own_rss();
-    std::vector<double> reads, starts, writes;
+    std::vector<Run> done;
     for (int i = 0; i < runs; ++i) {
-      auto r = failover(store, server, port, "k/" + std::to_string(i * 7919 % n));
-      reads.push_back(r.first_read);
-      starts.push_back(r.start);
-      writes.push_back(r.first_write);
+      done.push_back(failover(store, server, port, "k/" + std::to_string(i * 7919 % n)));
+      const auto& r = done.back();
       std::fprintf(stderr,
                    "  run %d: first read %.0f ms (server start %.0f ms), first write %.0f ms\n",
                    i + 1, r.first_read * 1e3, r.start * 1e3, r.first_write * 1e3);
     }
-    rows.push_back(Row{n, median(reads), *std::min_element(reads.begin(), reads.end()),
-                       *std::max_element(reads.begin(), reads.end()), median(starts),
-                       median(writes),
-                       static_cast<double>(rss > rss0 ? rss - rss0 : 0) / static_cast<double>(n)});
+    rows.push_back(
+        row_of(n, done, static_cast<double>(rss > rss0 ? rss - rss0 : 0) / static_cast<double>(n)));
   }
   store.close();
   kill_server(server);
-
-  // The rebuild's rate: keys added over the time they added.
-  auto rate = [&](std::size_t i) {
-    if (i == 0) return 0.0;
-    const double dt = rows[i].first_read - rows[i - 1].first_read;
-    return dt > 0 ? static_cast<double>(rows[i].keys - rows[i - 1].keys) / dt : 0.0;
-  };
-  if (a.json) {
-    std::printf("{\"scenario\":\"failover\",\"runs\":%d,\"sizes\":[", runs);
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      std::printf(
-          "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
-          "\"first_read_ms_max\":%.1f,\"server_start_ms_median\":%.1f,"
-          "\"first_read_over_start\":%.2f,\"first_write_ms_median\":%.1f,"
-          "\"rebuild_keys_per_s\":%.0f,\"bytes_per_key\":%.0f}",
-          i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
-          r.start * 1e3, r.first_read / r.start, r.first_write * 1e3, rate(i), r.bytes_per_key);
-    }
-    std::printf("],\"put_batch_1000_per_s_held\":%.0f,\"put_batch_1000_per_s_bare\":%.0f}\n",
-                hold.first, hold.second);
-    return;
+  std::vector<std::size_t> standby_sizes;
+  for (auto n : sizes) {
+    if (n <= 100000 || n == a.keys) standby_sizes.push_back(n);
   }
-  std::printf("failover: kill -9 of the server to the first read, median of %d runs\n", runs);
-  std::printf("%10s %14s %12s %12s %10s %14s %15s %12s\n", "keys", "first read ms", "min ms",
-              "max ms", "start ms", "read / start", "first write ms", "rebuild k/s");
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    std::printf("%10zu %14.0f %12.0f %12.0f %10.0f %14.2f %15.0f %12.0f\n", r.keys,
-                r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3, r.start * 1e3,
-                r.first_read / r.start, r.first_write * 1e3, rate(i) / 1e3);
-  }
-  std::printf("volume process memory per key (objects, records, bookkeeping): %.0f bytes at %zu\n",
-              rows.back().bytes_per_key, rows.back().keys);
-  std::printf(
-      "1,000-key put_batch into this process's volume: %.0f calls/s keeping each commit for a "
-      "failover, %.0f/s not (reconnect_timeout 0): %.2f x\n",
-      hold.first, hold.second, hold.first / hold.second);
+  const auto standby = standby_rows(standby_sizes, runs, o);
+  print_failover(a, runs, rows, standby, hold);
 }
 
 }  // namespace meshstore::bench

@@ -1,6 +1,9 @@
 #include "meshstore/store/reconnect.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <random>
 
 #include "meshstore/foreign_thread.hpp"
 #include "meshstore/logging.hpp"
@@ -12,7 +15,21 @@ namespace {
 // One attempt's share of the time left: short, so that stop() is not kept
 // waiting by a connection attempt.
 constexpr std::chrono::milliseconds kAttempt{250};
-constexpr std::chrono::milliseconds kBetween{100};
+// The pause once every address was tried: 5 ms after the first round,
+// doubling up to 100 ms (a server restarted in place, or a standby, serves
+// some 20 ms after the kill: a fixed 100 ms pause was most of a failover),
+// each drawn from its upper half so that the processes of a large job do
+// not all knock at once.
+constexpr std::chrono::milliseconds kFirstPause{5};
+constexpr std::chrono::milliseconds kMaxPause{100};
+
+std::chrono::milliseconds pause_after(std::size_t rounds, std::minstd_rand& gen) {
+  auto d = kFirstPause;
+  for (std::size_t i = 1; i < rounds && d < kMaxPause; ++i) d *= 2;
+  d = std::min(d, kMaxPause);
+  std::uniform_int_distribution<std::int64_t> half(d.count() / 2, d.count());
+  return std::chrono::milliseconds(half(gen));
+}
 
 }  // namespace
 
@@ -88,6 +105,8 @@ void Reconnector::reconnect(const std::string& why) {
   const auto deadline = start + timeout_;
   log->warn("{}; reconnecting to the store at {} for up to {} ms", why, named_, timeout_.count());
   Status last(Errc::unavailable, "no attempt was made");
+  std::minstd_rand gen(static_cast<std::uint32_t>(
+      std::chrono::steady_clock::now().time_since_epoch().count() ^ ::getpid()));
   for (std::size_t turn = 0;; ++turn) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -107,7 +126,8 @@ void Reconnector::reconnect(const std::string& why) {
     }
     if (last.code() == Errc::shutdown) return;
     // A pause once every address was tried.
-    if ((turn + 1) % addresses_.size() == 0 && !pause(kBetween)) return;
+    const std::size_t rounds = (turn + 1) / addresses_.size();
+    if ((turn + 1) % addresses_.size() == 0 && !pause(pause_after(rounds, gen))) return;
   }
   log->error("gave up reconnecting to the store at {} after {} ms: {}; its calls fail from now",
              named_, timeout_.count(), last.to_string());
