@@ -287,6 +287,14 @@ class Tensors(Actor):
         return float(t.double().sum()), tuple(t.shape), str(t.dtype)
 
     @endpoint
+    def keep(self, t, scale=1.0):
+        self.kept = self.describe(t, scale)  # a broadcast's: no answer
+
+    @endpoint
+    def last_kept(self):
+        return self.kept
+
+    @endpoint
     def shm_stats(self):
         return dict(_runtime_stats())
 
@@ -325,6 +333,27 @@ def test_tensors_as_arguments_go_through_shared_memory_not_the_pickle(workers):
     assert _arg_segments() == []
     # Workers pickle nothing of their own here: the tensors came mapped.
     assert m.shm_stats.call().get(timeout=60).values()[0]["tensors_in_shm"] == 0
+
+
+def test_a_broadcasts_tensors_go_through_shared_memory_and_its_last_receiver_unlinks(workers):
+    import torch
+
+    m = workers.spawn("kept", Tensors)
+    big = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB
+    before = dict(_runtime_stats())
+    m.keep.broadcast(big, scale=3.0)
+    # A call made after the broadcast reaches each member after it.
+    want = (float(big.double().sum()) * 3, (1 << 20,), "torch.float32")
+    assert m.last_kept.call().get(timeout=60).values() == [want, want]
+    assert _runtime_stats()["tensors_in_shm"] == before["tensors_in_shm"] + 1
+    assert _arg_segments() == []  # the second member to map it unlinked it
+    assert torch.equal(big, torch.arange(1 << 20, dtype=torch.float32))  # not written back
+    # To a slice of one member: that one unlinks it.
+    one = m.slice(gpus=1)
+    one.keep.broadcast(big)
+    assert one.last_kept.call_one().get(timeout=60) == (want[0] / 3, (1 << 20,), "torch.float32")
+    assert _arg_segments() == []
+    assert _runtime_stats()["tensors_in_shm"] == before["tensors_in_shm"] + 2
 
 
 def test_workers_that_ran_torch_on_their_actor_loop_exit_cleanly(capfd):

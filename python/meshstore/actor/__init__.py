@@ -24,6 +24,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import json
+import math
 import os
 import pickle
 import sys
@@ -157,9 +158,9 @@ def _value(reply):
     raise ActorError(*body)
 
 
-def _pack(args, kwargs, shm):
+def _pack(args, kwargs, shm, receivers=0):
     try:
-        return _runtime.pack(args, kwargs, shm)
+        return _runtime.pack(args, kwargs, shm, receivers)
     except Exception as e:
         raise TypeError(f"an endpoint's arguments must pickle: {e}") from e
 
@@ -275,10 +276,19 @@ class Endpoint:
 
     def broadcast(self, *args, **kwargs):
         """Every member, fire and forget (an endpoint's error is dropped).
-        Its tensors travel in the message (nothing says when a segment
-        could go)."""
-        payload, _ = _pack(args, kwargs, False)
-        self._mesh._native.tell(self._name, payload)
+        Its large tensors go through shared memory on a host as a call's
+        do; with no answer to say when, the last member to map a segment
+        unlinks it."""
+        native = self._mesh._native
+        receivers = math.prod(n for _, n in native.dims())
+        payload, segments = _pack(args, kwargs, self._mesh._shm, receivers)
+        try:
+            native.tell(self._name, payload)
+        except BaseException:
+            _runtime.unlink(segments)
+            raise
+        if segments:
+            _runtime.forget_at_exit(segments)
 
     def stream(self, *args, **kwargs):
         """Every member's value as it lands (sync or async iteration)."""

@@ -12,6 +12,7 @@ reply goes back through `complete(bytes)`.
 import asyncio
 import atexit
 import contextvars
+import fcntl
 import importlib
 import inspect
 import io
@@ -40,11 +41,15 @@ stats = {"tensors_in_shm": 0, "bytes_in_shm": 0}
 
 class _ArgPickler(pickle.Pickler):
     """Pickles an endpoint's arguments; large CPU tensors go to segments
-    (named in `segments`, which the caller unlinks once the call is done)."""
+    (named in `segments`, which the caller unlinks once the call is done).
+    With `receivers` (a broadcast: no answer says when a segment may go),
+    each segment counts the receivers left after the tensor's bytes, and
+    the last to map it unlinks it."""
 
-    def __init__(self, buf, segments):
+    def __init__(self, buf, segments, receivers=0):
         super().__init__(buf, protocol=pickle.HIGHEST_PROTOCOL)
         self.segments = segments
+        self.receivers = receivers
 
     def persistent_id(self, obj):
         torch = sys.modules.get("torch")
@@ -65,11 +70,14 @@ class _ArgPickler(pickle.Pickler):
             done = 0
             while done < nbytes:
                 done += os.pwrite(fd, data[done:], done)
+            if self.receivers:
+                os.pwrite(fd, self.receivers.to_bytes(8, "little"), nbytes)
         finally:
             os.close(fd)
         stats["tensors_in_shm"] += 1
         stats["bytes_in_shm"] += nbytes
-        return (_SHM_KIND, name, str(t.dtype).rsplit(".", 1)[1], tuple(t.shape), nbytes)
+        return (_SHM_KIND, name, str(t.dtype).rsplit(".", 1)[1], tuple(t.shape), nbytes,
+                bool(self.receivers))
 
 
 class _ArgUnpickler(pickle.Unpickler):
@@ -77,27 +85,46 @@ class _ArgUnpickler(pickle.Unpickler):
     endpoint may write to it; no other receiver sees that)."""
 
     def persistent_load(self, pid):
-        kind, name, dtype, shape, nbytes = pid
+        kind, name, dtype, shape, nbytes, counted = pid
         if kind != _SHM_KIND or "/" in name:
             raise pickle.UnpicklingError(f"unknown argument reference {kind!r}")
         torch = importlib.import_module("torch")
-        fd = os.open(_SHM_DIR + name, os.O_RDONLY)
+        fd = os.open(_SHM_DIR + name, os.O_RDWR if counted else os.O_RDONLY)
         try:
             m = mmap.mmap(fd, nbytes, flags=mmap.MAP_PRIVATE,
                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            if counted:
+                _count_receiver(fd, _SHM_DIR + name, nbytes)
         finally:
             os.close(fd)
         return torch.frombuffer(m, dtype=getattr(torch, dtype)).reshape(shape)
 
 
-def pack(args, kwargs, shm):
+def _count_receiver(fd, path, at):
+    """One receiver of a broadcast's segment has it mapped: the count after
+    the bytes (at `at`) goes down, under the file's lock; the last unlinks
+    the segment (its mappings keep the memory)."""
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        left = int.from_bytes(os.pread(fd, 8, at), "little") - 1
+        os.pwrite(fd, max(left, 0).to_bytes(8, "little"), at)
+        if left <= 0:
+            unlink([path])
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def pack(args, kwargs, shm, receivers=0):
     """(payload, segments): the pickled arguments, and the segments to
-    unlink once every receiver answered (none without `shm`)."""
+    unlink once every receiver answered (none without `shm`). With
+    `receivers` (a broadcast), the last of that many receivers unlinks each
+    segment; the caller unlinks at exit those still there (a receiver that
+    died first: `forget_at_exit`)."""
     segments = []
     buf = io.BytesIO()
     try:
         if shm:
-            _ArgPickler(buf, segments).dump((args, kwargs))
+            _ArgPickler(buf, segments, receivers).dump((args, kwargs))
         else:
             pickle.dump((args, kwargs), buf, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:
@@ -112,6 +139,28 @@ def unlink(segments):
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+# A broadcast's segments, which their receivers unlink: those a receiver
+# never mapped (it died first) go when this process exits.
+_broadcast_segments = set()
+_broadcast_lock = threading.Lock()
+
+
+def forget_at_exit(segments):
+    with _broadcast_lock:
+        # Bounded: those already unlinked by their receivers go from the set.
+        if len(_broadcast_segments) > 1024:
+            for path in [p for p in _broadcast_segments if not os.path.exists(p)]:
+                _broadcast_segments.discard(path)
+        _broadcast_segments.update(segments)
+
+
+@atexit.register
+def _unlink_broadcast_segments():
+    with _broadcast_lock:
+        unlink(list(_broadcast_segments))
+        _broadcast_segments.clear()
 
 _loop = None
 _loop_thread = None
