@@ -432,7 +432,8 @@ class Supervisor(Actor):
         self.handles = handles
 
     def __supervise__(self, failure):
-        _supervised.append((self.handles, dict(failure)))
+        # On the actor loop, as its endpoints run: never on a runtime thread.
+        _supervised.append((self.handles, dict(failure), threading.current_thread().name))
         _supervised_event.set()
         return self.handles
 
@@ -468,7 +469,7 @@ def test_the_actor_that_spawned_a_mesh_supervises_it(monkeypatch):
         os.kill(pids[1], signal.SIGKILL)
         assert _supervised_event.wait(30), "__supervise__ was never called"
         assert _supervised == [(True, {"mesh": "children", "rank": 1,
-                                       "why": _supervised[0][1]["why"]})]
+                                       "why": _supervised[0][1]["why"]}, "meshstore-actors")]
         assert "went down" in _supervised[0][1]["why"]
         assert hooked == []
         handling.finish.call_one().get(timeout=60)

@@ -16,13 +16,16 @@ meshstore's C++ runtime (docs/python.md, "Actors").
     counters.incr.call_one(5).get()          # 5
 
 Worker processes on this host: ``this_host().spawn_procs(per_host={"gpus":
-2})``; every member in this process: ``this_proc()``, ``local_procs(...)``.
-Not built yet: several hosts, ``__supervise__``, tensors outside pickle.
+2})``; on several hosts through ``meshstore agent``: ``hosts([...])``; every
+member in this process: ``this_proc()``, ``local_procs(...)``. A mesh's
+failures go to the actor that spawned it (``__supervise__``, run on the
+actor loop), else to ``unhandled_fault_hook``.
 """
 
 import asyncio
 import atexit
 import concurrent.futures
+import inspect
 import json
 import math
 import os
@@ -392,17 +395,46 @@ class _Faults:
         self.owners = {}  # mesh name -> the actor instance that spawned it
 
     def __call__(self, mesh, rank, why):
+        # On a runtime thread, with the GIL: it answers whether the failure
+        # was handled (False: the runtime ends this process).
         failure = MeshFailure(mesh=mesh, rank=rank, why=why)
         owner = self.owners.get(mesh)
         supervise = getattr(owner, "__supervise__", None)
-        if supervise is not None:
-            try:
-                if supervise(failure):
-                    return True
-            except Exception as e:  # noqa: BLE001 (the hook hears of it)
-                failure["why"] = f"{why}; __supervise__ raised {e!r}"
-        hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
-        return bool(hook(failure))
+        if supervise is None:
+            return _to_the_hook(failure)
+        # The owner decides on the actor loop, between its endpoints' calls,
+        # as an actor handles any message; no runtime thread runs it or
+        # waits for it. The runtime hears "taken" now; what the owner does
+        # not handle goes to the hook from there.
+        try:
+            asyncio.run_coroutine_threadsafe(
+                _supervise(supervise, failure), _runtime.actor_loop())
+        except RuntimeError:  # the loop has stopped: the process is ending
+            return _to_the_hook(failure)
+        return True
+
+
+def _to_the_hook(failure):
+    hook = getattr(sys.modules[__name__], "unhandled_fault_hook")
+    return bool(hook(failure))
+
+
+async def _supervise(supervise, failure):
+    why = failure["why"]
+    try:
+        handled = supervise(failure)
+        if inspect.isawaitable(handled):
+            handled = await handled
+        if handled:
+            return
+    except Exception as e:  # noqa: BLE001 (the hook hears of it)
+        failure["why"] = f"{why}; __supervise__ raised {e!r}"
+    if not _to_the_hook(failure):
+        # What the runtime does with a failure no one handled.
+        print(f"meshstore.actor: rank {failure['rank']} of mesh '{failure['mesh']}' failed and "
+              f"neither __supervise__ nor unhandled_fault_hook handled it: {failure['why']}",
+              file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 _live = weakref.WeakSet()
