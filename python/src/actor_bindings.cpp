@@ -238,8 +238,26 @@ MeshOptions options_with(py::object on_failure, const TlsOptions& tls = {}) {
   return o;
 }
 
+// Deletes a mesh with the GIL released: its last copy may let go of the
+// process's actor runtime, whose shutdown waits for every actor, and one
+// of them may be waiting for the GIL (a call's completion handing Python
+// its value) while Python frees the mesh with the GIL held: a deadlock
+// (a rank's script returning while a peer's reply still came in). At
+// interpreter exit no other thread may take the GIL, so it is kept.
+template <class T>
+struct DeleteWithoutGil {
+  void operator()(T* p) const {
+    if (p == nullptr) return;
+    if (interpreter_finalizing() || PyGILState_Check() == 0) {
+      delete p;
+      return;
+    }
+    without_gil([p] { delete p; });
+  }
+};
+
 void bind_actor_mesh(py::module_& m) {
-  py::class_<Mesh>(m, "ActorMesh")
+  py::class_<Mesh, std::unique_ptr<Mesh, DeleteWithoutGil<Mesh>>>(m, "ActorMesh")
       .def_property_readonly("size", &Mesh::size)
       .def("dims", [](const Mesh& a) { return dims_of(a.extent()); })
       .def("ranks", [](const Mesh& a) { return a.extent().ranks(); })
@@ -282,7 +300,7 @@ void bind_actor_mesh(py::module_& m) {
 }
 
 void bind_proc_mesh(py::module_& m) {
-  py::class_<ProcMesh>(m, "ProcMesh")
+  py::class_<ProcMesh, std::unique_ptr<ProcMesh, DeleteWithoutGil<ProcMesh>>>(m, "ProcMesh")
       .def_static("local",
                   [](const std::vector<std::pair<std::string, int>>& shape, py::object on_failure) {
                     return must(without_gil([&] {
@@ -318,6 +336,12 @@ void bind_proc_mesh(py::module_& m) {
             const auto o = options_with(std::move(on_failure), tls_of(tls));
             return must(without_gil([&] { return ProcMesh::attach(agents, shape, spec, o); }));
           })
+      .def_static("from_env",
+                  [](py::object on_failure, const std::vector<std::string>& tls) {
+                    const auto o = options_with(std::move(on_failure), tls_of(tls));
+                    return must(without_gil([&] { return ProcMesh::from_env(o); }));
+                  })
+      .def("rank", &ProcMesh::rank)
       .def("is_local", [](const ProcMesh& p) { return internal::proc_is_local(p); })
       .def("pid", &ProcMesh::pid)
       .def(

@@ -579,3 +579,14 @@ def test_torchstore_initialized_on_a_process_mesh_serves_its_actors():
     with pytest.raises(TypeError, match="meshstore.actor ProcMesh"):
         asyncio.run(ts.initialize(mesh=object(), strategy=LocalRankStrategy()))
     asyncio.run(ts.shutdown())
+
+
+def test_from_env_outside_a_launched_job_names_what_is_missing(monkeypatch):
+    # Under a launcher: examples/python/actor_spmd.py (ctest, torchrun).
+    for var in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(meshstore.InvalidArgumentError) as err:
+        ma.from_env()
+    assert "RANK is not set" in str(err.value) and "torchrun" in str(err.value)
+    with pytest.raises(ValueError, match=r"from_env\(\): give tls_certificate"):
+        ma.from_env(tls_certificate="cert.pem")

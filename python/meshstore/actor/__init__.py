@@ -42,7 +42,8 @@ from ._runtime import Context, Point
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
     "HostMesh", "MeshFailure", "ProcMesh", "ValueMesh", "context", "current_rank", "current_size",
-    "endpoint", "hosts", "local_procs", "this_host", "this_proc", "unhandled_fault_hook",
+    "endpoint", "from_env", "hosts", "local_procs", "this_host", "this_proc",
+    "unhandled_fault_hook",
 ]
 
 
@@ -482,16 +483,26 @@ class ProcMesh:
             raise
 
     def _spawn(self, name, cls, args, kwargs):
-        if not self._native.is_local():
+        me = self._native.rank()
+        if not self._native.is_local() and me < 0:
             return self._spawn_in_workers(name, cls, args, kwargs)
         dims = self._native.dims()
         names = [d for d, _ in dims]
         sizes = [s for _, s in dims]
-        instances = []
-        for rank in range(self._native.size):
-            instances.append(_runtime.construct(cls, rank, names, sizes, args, kwargs))
+        # Every member made here (local), or, under from_env, this rank's
+        # alone (the spawn is collective: each rank makes its own).
+        instances = [None] * self._native.size
+        for rank in range(self._native.size) if me < 0 else [me]:
+            instances[rank] = _runtime.construct(cls, rank, names, sizes, args, kwargs)
         _runtime.actor_loop()
-        return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name, True)
+        return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name,
+                         self._same_host)
+
+    @property
+    def rank(self):
+        """This process's rank in a mesh of from_env(); -1 for the others
+        (this process is their controller, or every member)."""
+        return self._native.rank()
 
     def _spawn_in_workers(self, name, cls, args, kwargs):
         # The class and arguments travel pickled: the class by reference,
@@ -535,6 +546,22 @@ class _Ready:
         return None
 
 
+def from_env(*, tls_certificate=None, tls_key=None, tls_ca_file=None):
+    """The ranks of a job a launcher started (torchrun, meshrun, mpirun,
+    srun), each running this same script, as one process mesh (the C++
+    ``ProcMesh::from_env``): shape {hosts: WORLD_SIZE / LOCAL_WORLD_SIZE,
+    procs: LOCAL_WORLD_SIZE}, rank 0 holding the registry (MASTER_ADDR at
+    MESHSTORE_MESH_PORT, default MASTER_PORT + 2). ``spawn`` on it is
+    collective: every rank calls it, in the same order, and makes its own
+    member; it returns once every rank's is in. Any rank may then call the
+    mesh; a failure goes to rank 0's ``__supervise__`` or hook."""
+    tls = HostMesh._tls(tls_certificate, tls_key, tls_ca_file, "from_env")
+    faults = _Faults()
+    native = _native.ProcMesh.from_env(faults, tls)
+    one_host = all(n == 1 for d, n in native.dims() if d == "hosts")
+    return ProcMesh(native, faults, same_host=one_host)
+
+
 def local_procs(**shape):
     """A process mesh of this shape (``local_procs(gpus=4)``) whose every
     member is this process: each actor spawned on it is made here."""
@@ -553,12 +580,12 @@ class HostMesh:
         self._bind = (bind_host, advertise_host)
 
     @staticmethod
-    def _tls(certificate, key, ca_file):
+    def _tls(certificate, key, ca_file, caller="spawn_procs"):
         given = [f for f in (certificate, key, ca_file) if f]
         if not given:
             return []
         if len(given) != 3:
-            raise ValueError("spawn_procs(): give tls_certificate, tls_key and tls_ca_file together")
+            raise ValueError(f"{caller}(): give tls_certificate, tls_key and tls_ca_file together")
         return [str(certificate), str(key), str(ca_file)]
 
     @property
