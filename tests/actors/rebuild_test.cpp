@@ -61,10 +61,11 @@ class RebuildTest : public ::testing::Test {
 
   // A controller in a system of its own, reached from the volumes' system
   // over loopback.
-  void start_controller(std::chrono::milliseconds grace = 2000ms) {
+  void start_controller(std::chrono::milliseconds grace = 2000ms, bool took_over = false) {
     controller_rt_ = networked_runtime();
     ControllerOptions options;
     options.rebuild_grace = grace;
+    options.took_over = took_over;
     own_controller_ = spawn_controller(controller_rt_->system(), options);
     auto port =
         internal::publish_actor(controller_rt_->system(), own_controller_, 0, "127.0.0.1", true);
@@ -581,6 +582,44 @@ TEST_F(RebuildTest, TheNewestVersionWinsWhicheverPartHoldsIt) {
   ASSERT_OK(join(0));
   expect_back(keys);
   EXPECT_EQ(objects(0), objects0 - n);  // every older version's object went
+}
+
+// A standby's controller (ControllerOptions::took_over) takes over a store
+// that existed: until a volume of that store reports, a miss waits rather
+// than answer "no such key", even for a caller that never knew the store;
+// a fresh volume (no records, no peers) does not end the wait.
+TEST_F(RebuildTest, AStandbysControllerWaitsForAVolumeOfTheStoreItTookOver) {
+  start_controller();
+  ASSERT_OK(join(0));
+  auto a = record("a", {0});
+  auto v = commit({a});
+  ASSERT_OK(v);
+  stop_controller();
+
+  start_controller(10s, true);
+  auto reading = locate_later({"a"});
+  ASSERT_OK(join(1));  // never registered before: it ends no wait
+  // A bounded look: an answer now would be "no such key".
+  EXPECT_EQ(reading.wait_for(200ms), std::future_status::timeout);
+  ASSERT_OK(join(0));
+  ASSERT_EQ(reading.wait_for(10s), std::future_status::ready);
+  auto got = reading.get();
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->front().found()) << "read empty before the old volume came";
+  EXPECT_EQ(got->front().version, v->front());
+}
+
+// With no volume of the old store at all, the wait ends at the deadline:
+// misses are answered, and commits go on.
+TEST_F(RebuildTest, AStandbyWithNoOldVolumeServesAfterTheDeadline) {
+  start_controller(300ms, true);
+  ASSERT_OK(join(0));
+  auto reading = locate_later({"nothing"});
+  ASSERT_EQ(reading.wait_for(10s), std::future_status::ready);
+  auto got = reading.get();
+  ASSERT_OK(got);
+  EXPECT_FALSE(got->front().found());
+  ASSERT_OK(commit({record("a", {0})}));
 }
 
 // -- a controller that dies in the middle of telling its volumes ----------

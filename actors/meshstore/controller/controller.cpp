@@ -503,6 +503,7 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
   self->state.copies.wanted = options.replicas;
   self->state.copies.repair_share = options.repair_share;
   self->set_down_handler([=](caf::down_msg& msg) { on_down(self, msg); });
+  if (options.took_over) await_old_volumes(self);
   return {
       [=](protocol::watch_volumes_atom) { watch_volumes(self); },
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,

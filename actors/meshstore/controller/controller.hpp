@@ -29,6 +29,12 @@ struct ControllerOptions {
   /// The share of the time making copies again after a volume died may
   /// take (StoreOptions::placement.repair_share), in (0, 1].
   double repair_share = 0.25;
+  /// A standby's controller, taking over a store that existed: until a
+  /// volume of that store reports (one that keeps records, or knew volumes
+  /// not registered here), misses and
+  /// commits wait as during a rebuild, at most rebuild_grace, so that no
+  /// process, not even one that never knew the store, reads it empty.
+  bool took_over = false;
 };
 
 /// Spawns a controller.

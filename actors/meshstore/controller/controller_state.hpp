@@ -62,6 +62,10 @@ struct Rebuild {
   // nothing waits on them as finished until it does.
   std::set<std::string> reporting;
   std::set<std::string> expected;  // volumes the reporting ones knew of
+  // A standby took over a store that existed (ControllerOptions::took_over)
+  // and no volume of it has reported yet (one that keeps records, or knew
+  // volumes not registered here).
+  bool awaits_old_volume = false;
   std::map<std::string, Candidate> candidates;
   // A volume registering after the index was written to again: the keys
   // its records restored so far (its parts come one by one), which a
@@ -388,6 +392,9 @@ void expect_volumes(controller_pointer self, const std::vector<std::string>& ids
 /// The rebuild's deadline `epoch` passed: what still waits for a volume is
 /// dropped (its keys lost, naming that volume) and what waited runs.
 void end_rebuild(controller_pointer self, std::uint64_t epoch);
+/// A standby's controller starts: until a volume of the store it took over
+/// reports, what a rebuild holds back waits (ControllerOptions::took_over).
+void await_old_volumes(controller_pointer self);
 
 // -- streams (controller/streams.cpp) -----------------------------------------
 

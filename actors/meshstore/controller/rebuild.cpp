@@ -52,9 +52,14 @@ std::string awaited(const Rebuild::Candidate& c) {
   return c.record.shards.empty() ? std::string() : c.record.shards.front().volume_id;
 }
 
+// What a standby's controller waits for before any volume of the store it
+// took over reported (Rebuild::awaits_old_volume).
+const std::string kAnOldVolume = "(any volume of the store taken over)";
+
 // A volume the reporting ones knew of that has not reported, or one whose
 // records still come in parts, other than `except`; "" if none.
 std::string missing_volume(const Rebuild& rb, const std::string& except = {}) {
+  if (rb.awaits_old_volume) return kAnOldVolume;
   for (const auto& id : rb.expected) {
     if (rb.reported.count(id) == 0 && id != except) return id;
   }
@@ -267,6 +272,15 @@ void take_records(controller_pointer self, const std::string& volume_id,
   auto& rb = st.rebuild;
   const bool first = rb.reporting.count(volume_id) == 0;
   const bool newest_wins = rb.active || st.index.empty();
+  // A volume of the store a standby took over: it keeps records, or knew
+  // volumes this controller has not seen (a fresh one knows only those
+  // registered here, which told it so as it registered).
+  if (rb.awaits_old_volume &&
+      (!records.empty() || std::any_of(peers.begin(), peers.end(), [&](const std::string& id) {
+        return st.volumes.count(id) == 0;
+      }))) {
+    rb.awaits_old_volume = false;
+  }
   // The volumes it knew of may hold newer versions: wait for them, unless
   // the index is already being written to again.
   if (rb.active || st.index.empty()) rb.expected.insert(peers.begin(), peers.end());
@@ -334,6 +348,13 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
   auto& st = self->state;
   auto& rb = st.rebuild;
   if (!rb.active || epoch != rb.epoch) return;
+  if (rb.awaits_old_volume) {
+    rb.awaits_old_volume = false;
+    st.log->warn(
+        "no volume of the store this standby took over reported within {} ms: it serves what "
+        "the volumes that came hold",
+        st.rebuild_grace.count());
+  }
   // The volumes still expected are given up: what is complete without
   // them comes back, the rest is lost.
   const auto missing = missing_volume(rb);
@@ -359,8 +380,10 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
     st.lost[k] = complete(st, c) && !missing.empty() ? missing : awaited(c);
   }
   if (rb.candidates.empty()) {
-    st.log->warn("index rebuilt without volume '{}', which never came back; {} key(s) back",
-                 missing, rb.restored);
+    if (!missing.empty()) {
+      st.log->warn("index rebuilt without volume '{}', which never came back; {} key(s) back",
+                   missing, rb.restored);
+    }
   } else {
     st.log->warn(
         "index rebuilt without {} key(s) whose volumes never came back (first: '{}', "
@@ -372,6 +395,11 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
   finish_rebuild(self);
   send_to_volumes(self, dropped, Verdict::discard);
   st.begin_write();
+}
+
+void await_old_volumes(controller_pointer self) {
+  self->state.rebuild.awaits_old_volume = true;
+  begin_rebuild(self);
 }
 
 }  // namespace meshstore::controller

@@ -271,6 +271,7 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   controller::ControllerOptions copts;
   copts.replicas = static_cast<std::uint32_t>(options.placement.replicas);
   copts.repair_share = options.placement.repair_share;
+  copts.took_over = !options.standby_of.empty();
   impl->controller = controller::spawn_controller(sys, copts);
   impl->strategy = controller::spawn_strategy(sys, std::move(policy));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
