@@ -35,6 +35,7 @@ namespace meshstore::store {
 struct MetricsSource {
   /// The volumes this process answers for: every volume the controller
   /// lists where the controller lives here, else the ones hosted here.
+  /// Unset in a process with no store (a host agent), ready while it runs.
   std::function<Result<std::vector<VolumeStats>>()> volumes;
   /// The controller's counters; unset where the controller lives elsewhere.
   std::function<Result<ControllerCounters>()> controller;

@@ -208,10 +208,8 @@ Fn real(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
 
-}  // namespace
+std::atomic<std::uint64_t> g_refusals{0};  // tls_refusals()
 
-namespace {
-std::atomic<std::uint64_t> g_refusals{0};
 }  // namespace
 
 void count_tls_refusal() { g_refusals.fetch_add(1, std::memory_order_relaxed); }
