@@ -11,6 +11,7 @@
 #include <atomic>
 #include <caf/config.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,38 +71,33 @@ void print_serving(meshstore::Store& store, const meshstore::StoreOptions& o) {
   }
 }
 
-int cmd_serve(int argc, char** argv) {
-  Args args;
-  int rc = 0;
-  if (!parse_args("serve", argc, argv,
-                  with_tls({"host", "port", "strategy", "volumes", "replicas", "capacity",
-                            "standby-of", "encrypt-tcp", "log-level", "metrics"}),
-                  args, rc)) {
-    return rc;
-  }
-  if (!args.positional.empty())
-    return usage_error("serve", "unexpected argument '" + args.positional[0] + "'");
+// `meshstore serve`'s options from its arguments into `o`; what was wrong
+// with them, "" when nothing.
+std::string serve_options(const Args& args, meshstore::StoreOptions& o) {
   long long port = 0, volumes = 0, replicas = 0, capacity = 0;
   if (!parse_number(args.get("port", std::to_string(meshstore::kDefaultStorePort)), 0, 65535,
                     port)) {
-    return usage_error("serve", "--port wants a number in [0, 65535]");
+    return "--port wants a number in [0, 65535]";
   }
   if (!parse_number(args.get("volumes", "1"), 1, 1024, volumes)) {
-    return usage_error("serve", "--volumes wants a number in [1, 1024]");
+    return "--volumes wants a number in [1, 1024]";
   }
   if (!parse_number(args.get("replicas", "1"), 1, 16, replicas)) {
-    return usage_error("serve", "--replicas wants a number in [1, 16]");
+    return "--replicas wants a number in [1, 16]";
   }
   if (!parse_number(args.get("capacity", "0"), 0, 1LL << 62, capacity)) {
-    return usage_error("serve", "--capacity wants a byte count (0 = unlimited)");
+    return "--capacity wants a byte count (0 = unlimited)";
+  }
+  long long rebuild_ms = 0;
+  if (!parse_number(args.get("rebuild-timeout-ms", "2000"), 1, 3600000, rebuild_ms)) {
+    return "--rebuild-timeout-ms wants milliseconds in [1, 3600000]";
   }
   const char* env_encrypt = std::getenv("MESHSTORE_ENCRYPT_TCP");
   const std::string encrypt =
       args.get("encrypt-tcp", env_encrypt && std::string(env_encrypt) == "1" ? "on" : "off");
   if (encrypt != "on" && encrypt != "off") {
-    return usage_error("serve", "--encrypt-tcp wants on or off, got '" + encrypt + "'");
+    return "--encrypt-tcp wants on or off, got '" + encrypt + "'";
   }
-  meshstore::StoreOptions o;
   o.security.encrypt_tcp = encrypt == "on";
   o.listen = args.get("host", "127.0.0.1") + ":" + std::to_string(port);
   o.placement.strategy = args.get("strategy", "singleton");
@@ -112,7 +108,26 @@ int cmd_serve(int argc, char** argv) {
   o.placement.local_rank = -1;  // a server is not a rank: per-rank volumes live in the ranks
   o.security.tls = tls_from(args);
   o.standby_of = args.get("standby-of", "");
+  o.state_dir = args.get("state-dir", "");
+  o.limits.rebuild_timeout = std::chrono::milliseconds(rebuild_ms);
   o.metrics = args.get("metrics", "");
+  return {};
+}
+
+int cmd_serve(int argc, char** argv) {
+  Args args;
+  int rc = 0;
+  if (!parse_args(
+          "serve", argc, argv,
+          with_tls({"host", "port", "strategy", "volumes", "replicas", "capacity", "standby-of",
+                    "state-dir", "rebuild-timeout-ms", "encrypt-tcp", "log-level", "metrics"}),
+          args, rc)) {
+    return rc;
+  }
+  if (!args.positional.empty())
+    return usage_error("serve", "unexpected argument '" + args.positional[0] + "'");
+  meshstore::StoreOptions o;
+  if (auto wrong = serve_options(args, o); !wrong.empty()) return usage_error("serve", wrong);
   const sigset_t stop = block_stop_signals();  // before any thread exists
   // A stop signal while the store starts (a standby waits there until its
   // primary is gone) ends the process: nothing serves yet.
@@ -340,9 +355,12 @@ void print_help(std::FILE* out) {
       "commands:\n"
       "  serve [--host 127.0.0.1] [--port %u] [--strategy singleton] [--volumes 1]\n"
       "        [--replicas 1] [--capacity BYTES] [--standby-of HOST:PORT]\n"
+      "        [--state-dir DIR] [--rebuild-timeout-ms 2000]\n"
       "        [--encrypt-tcp off] [--log-level warn] [--metrics HOST:PORT]\n"
       "            run a standalone store (controller + volumes) until SIGTERM or Ctrl-C;\n"
       "            --standby-of: wait until the store there is gone, then take over\n"
+      "            --state-dir: started again after its death, wait for its volumes\n"
+      "            before answering that a key does not exist (one server per DIR)\n"
       "            --metrics: serve /metrics, /healthz and /readyz there (port 0: any)\n"
       "  agent [--listen 127.0.0.1:29600] [--grace-ms 5000] [--log-level info]\n"
       "        [--metrics HOST:PORT]\n"

@@ -163,6 +163,13 @@ struct StoreLimits {
   /// it meanwhile, up to request_timeout, then fail with
   /// Errc::unavailable. 0 = never reconnect: calls fail at once.
   std::chrono::milliseconds reconnect_timeout{60000};
+  /// A server whose controller rebuilds its index from the volumes (a
+  /// standby taking over, a server restarted with state_dir): how long it
+  /// waits for a volume it expects, counted from its start or from the
+  /// last records that came. Meanwhile misses, commits and removals wait;
+  /// after it, the keys only a missing volume held are lost, and named in
+  /// its log (docs/reliability.md, "The controller's loss").
+  std::chrono::milliseconds rebuild_timeout{2000};
   /// Actor scheduler threads; 0 = max(2, the CPUs the process may run on)
   /// capped at 8. The process's runtime takes it from the first store or
   /// mesh that starts it; a later one keeps the running one's (with a warning).
@@ -188,7 +195,7 @@ struct StoreSecurity {
   bool encrypt_tcp = false;
 };
 
-/// How a store is built, in four parts and three settings of its own. Every
+/// How a store is built, in four parts and five settings of its own. Every
 /// field is validated by Store::embedded(), connect() and from_env().
 struct StoreOptions {
   StorePlacement placement;
@@ -207,6 +214,16 @@ struct StoreOptions {
   /// (Store::connect("PRIMARY,STANDBY")) reconnect to it, and their
   /// volumes rebuild its index. Empty: serve at once.
   std::string standby_of;
+  /// A directory this server keeps its state in (with `listen`;
+  /// docs/reliability.md, "A server restarted in place"): a lock held while
+  /// it lives, so no second live server shares it (Errc::unavailable), and
+  /// a marker while it serves, removed when it closes. A server that finds
+  /// the marker knows the last one died serving: its controller waits, as a
+  /// standby's does, for a volume of that store (at most
+  /// limits.rebuild_timeout) before it answers that a key does not exist,
+  /// so that no process reads the restarted store empty. Empty: none (a
+  /// restarted server cannot tell a restart from a fresh start).
+  std::string state_dir;
   /// Serve this process's /metrics (Prometheus' text format), /healthz and
   /// /readyz on "HOST:PORT" (port 0 picks a free one:
   /// Store::Admin::metrics_address() says which); empty = none

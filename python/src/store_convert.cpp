@@ -24,6 +24,42 @@ std::chrono::milliseconds seconds_arg(const py::handle& v, const char* name) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000 + 0.5));
 }
 
+namespace {
+
+// A transport or security option of StoreOptions into `o`; false when
+// `name` is none.
+bool transport_option(StoreOptions& o, const std::string& name, py::handle v) {
+  if (name == "transport")
+    o.transport.name = v.cast<std::string>();
+  else if (name == "tcp_streams")
+    o.transport.tcp_streams = v.cast<int>();
+  else if (name == "tcp_chunk_bytes")
+    o.transport.tcp_chunk_bytes = v.cast<std::size_t>();
+  else if (name == "encrypt_tcp")
+    o.security.encrypt_tcp = v.cast<bool>();
+  else if (name == "shm_max_mappings")
+    o.transport.shm_max_mappings = v.cast<int>();
+  else if (name == "shared_memory_volumes")
+    o.transport.shared_memory_volumes = v.cast<bool>();
+  else if (name == "fast_path_spin_us")
+    o.transport.fast_path_spin = std::chrono::microseconds(v.cast<std::int64_t>());
+  else if (name == "rpc_chunk_bytes")
+    o.transport.rpc_chunk_bytes = v.cast<std::size_t>();
+  else if (name == "rpc_chunks_in_flight")
+    o.transport.rpc_chunks_in_flight = v.cast<int>();
+  else if (name == "tls_certificate")
+    o.security.tls.certificate = v.cast<std::string>();
+  else if (name == "tls_key")
+    o.security.tls.key = v.cast<std::string>();
+  else if (name == "tls_ca_file")
+    o.security.tls.ca_file = v.cast<std::string>();
+  else
+    return false;
+  return true;
+}
+
+}  // namespace
+
 StoreOptions store_options(const py::dict& kw) {
   StoreOptions o;
   for (auto item : kw) {
@@ -50,6 +86,10 @@ StoreOptions store_options(const py::dict& kw) {
         o.listen = v.cast<std::string>();
       else if (name == "standby_of")
         o.standby_of = v.cast<std::string>();
+      else if (name == "state_dir")
+        o.state_dir = v.cast<std::string>();
+      else if (name == "rebuild_timeout")
+        o.limits.rebuild_timeout = seconds_arg(v, "rebuild_timeout");
       else if (name == "connect_timeout")
         o.limits.connect_timeout = seconds_arg(v, "connect_timeout");
       else if (name == "reconnect_timeout")  // 0: never reconnect
@@ -57,26 +97,8 @@ StoreOptions store_options(const py::dict& kw) {
                                                            : seconds_arg(v, "reconnect_timeout");
       else if (name == "host_volumes")
         o.placement.host_volumes = v.cast<bool>();
-      else if (name == "transport")
-        o.transport.name = v.cast<std::string>();
-      else if (name == "tcp_streams")
-        o.transport.tcp_streams = v.cast<int>();
-      else if (name == "tcp_chunk_bytes")
-        o.transport.tcp_chunk_bytes = v.cast<std::size_t>();
-      else if (name == "encrypt_tcp")
-        o.security.encrypt_tcp = v.cast<bool>();
-      else if (name == "shm_max_mappings")
-        o.transport.shm_max_mappings = v.cast<int>();
       else if (name == "volume_pool_bytes")
         o.limits.volume_pool_bytes = v.cast<std::uint64_t>();
-      else if (name == "shared_memory_volumes")
-        o.transport.shared_memory_volumes = v.cast<bool>();
-      else if (name == "fast_path_spin_us")
-        o.transport.fast_path_spin = std::chrono::microseconds(v.cast<std::int64_t>());
-      else if (name == "rpc_chunk_bytes")
-        o.transport.rpc_chunk_bytes = v.cast<std::size_t>();
-      else if (name == "rpc_chunks_in_flight")
-        o.transport.rpc_chunks_in_flight = v.cast<int>();
       else if (name == "request_timeout")
         o.limits.request_timeout = seconds_arg(v, "request_timeout");
       else if (name == "scheduler_threads")
@@ -87,13 +109,7 @@ StoreOptions store_options(const py::dict& kw) {
         o.metrics = v.cast<std::string>();
       else if (name == "eviction")
         o.limits.eviction = v.cast<std::string>();
-      else if (name == "tls_certificate")
-        o.security.tls.certificate = v.cast<std::string>();
-      else if (name == "tls_key")
-        o.security.tls.key = v.cast<std::string>();
-      else if (name == "tls_ca_file")
-        o.security.tls.ca_file = v.cast<std::string>();
-      else
+      else if (!transport_option(o, name, v))
         throw py::type_error("unknown store option '" + name + "'");
     } catch (const py::cast_error&) {
       throw py::type_error("store option '" + name +

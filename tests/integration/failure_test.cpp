@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "meshstore/store.hpp"
 #include "testing/subprocess.hpp"
+#include "testing/temp_dir.hpp"
 #include "testing/test_util.hpp"
 
 namespace meshstore::testing {
@@ -282,6 +284,97 @@ TEST(Failure, AServerRestartedAtItsAddressGetsItsKeysBackFromTheVolumes) {
   ASSERT_OK(client.put("x", TensorView::of(&y, {})).get(kBound));
   EXPECT_EQ(*client.get("x").get(kBound)->data_as<float>(), 5.0f);
   client.close();
+}
+
+// A server started again from its state directory knows it restarts a
+// store: a process that never knew the store, asking right after the
+// restart, before the store's volume rejoined, waits for it and reads its
+// key (a server that cannot tell a restart from a fresh start answers
+// "not found" there). One live server per directory; a clean close leaves
+// none of its state, and the next server answers a miss at once.
+TEST(Failure, AServerRestartedFromItsStateDirWaitsForItsVolumesBeforeAMiss) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  auto serve_from = [&](const std::string& port) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{kTool, "serve", "--port", port, "--strategy", "per_local_rank",
+                                 "--state-dir", dir.path(), "--rebuild-timeout-ms", "120000"});
+  };
+  auto serve = serve_from("0");
+  const std::string address = served_address(*serve, 60s);
+  ASSERT_FALSE(address.empty()) << serve->output();
+  const std::string port = address.substr(address.rfind(':') + 1);
+  Child holder({kPeer, "hold", address, "k"});  // its volume keeps "k"
+  ASSERT_TRUE(holder.wait_for_output("ready", 60s)) << holder.output();
+
+  Child twin({kTool, "serve", "--port", "0", "--state-dir", dir.path()});
+  ASSERT_TRUE(twin.wait(kWait)) << twin.output();
+  EXPECT_EQ(twin.exit_code(), 1);
+  EXPECT_NE(twin.output().find("another live server holds it (serving at " + address + ")"),
+            std::string::npos)
+      << twin.output();
+
+  holder.signal(SIGSTOP);  // its volume cannot rejoin until it goes on
+  serve->signal(SIGKILL);
+  ASSERT_TRUE(serve->wait(kWait));
+  transports::shm::garbage_collect(false, serve->pid());
+  serve = serve_from(port);
+  ASSERT_EQ(served_address(*serve, 60s), address) << serve->output();
+  StoreOptions o;
+  o.placement.host_volumes = false;
+  o.limits.request_timeout = 120s;
+  auto fresh = Store::connect(address, o).value();
+  auto read = fresh.get("k");
+  EXPECT_FALSE(read.wait_for(200ms))
+      << "answered before the store's volume rejoined: " << read.get(kWait).status().to_string();
+  holder.signal(SIGCONT);
+  auto k = read.get(kBound);
+  ASSERT_OK(k);
+  EXPECT_EQ(*k->data_as<float>(), 7.0f);
+  EXPECT_NE(serve->output().find("restarting its store"), std::string::npos) << serve->output();
+  fresh.close();
+
+  serve->signal(SIGTERM);
+  ASSERT_TRUE(serve->wait(kWait));
+  EXPECT_EQ(serve->exit_code(), 0) << serve->output();
+  holder.signal(SIGKILL);
+  ASSERT_TRUE(holder.wait(kWait));
+  transports::shm::garbage_collect(false, holder.pid());
+  serve = serve_from(port);
+  ASSERT_EQ(served_address(*serve, 60s), address) << serve->output();
+  auto afresh = Store::connect(address, o).value();
+  // Not after the 120 s the server would wait for a volume of a restarted store.
+  EXPECT_ERROR(afresh.get("k").get(kBound), Errc::not_found, "");
+  afresh.close();
+}
+
+// A state directory is one live server's; bad ones are refused, naming
+// the option. A server closed cleanly leaves it to the next one.
+TEST(Failure, AStateDirIsOneLiveServersAndBadOnesAreRefused) {
+  TempDir dir;
+  StoreOptions o;
+  o.state_dir = dir.path();
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument,
+               "state_dir '" + dir.path() + "' needs listen");
+  o.listen = "127.0.0.1:0";
+  o.limits.rebuild_timeout = 0ms;
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument,
+               "limits.rebuild_timeout must be positive");
+  o.limits.rebuild_timeout = 2s;
+  o.state_dir = dir.file("none");
+  EXPECT_ERROR(Store::embedded(o), Errc::invalid_argument,
+               "state_dir '" + dir.file("none") + "': not a directory");
+  o.state_dir = dir.path();
+  auto first = Store::embedded(o);
+  ASSERT_OK(first);
+  EXPECT_ERROR(Store::embedded(o), Errc::unavailable,
+               "state_dir '" + dir.path() + "': another live server holds it (serving at " +
+                   first->admin().address() + ")");
+  first->close();
+  auto next = Store::embedded(o);
+  ASSERT_OK(next);
+  EXPECT_ERROR(next->get("k").get(kBound), Errc::not_found, "");
+  next->close();
 }
 
 // A client whose volume lives in its own process (per_local_rank) puts

@@ -133,6 +133,18 @@ def test_bad_options_are_refused_by_name():
     meshstore.Store.embedded(reconnect_timeout=0).close()  # 0: never reconnect
     with pytest.raises(TypeError, match="'strategy' has the wrong type"):
         meshstore.Store.embedded(strategy=3)
+    with pytest.raises(ValueError, match="rebuild_timeout"):
+        meshstore.Store.embedded(rebuild_timeout=0)
+    with pytest.raises(ValueError, match="state_dir '/nonexistent/dir' needs listen"):
+        meshstore.Store.embedded(state_dir="/nonexistent/dir")
+
+
+def test_a_servers_state_dir_is_held_while_it_serves(tmp_path):
+    first = meshstore.Store.embedded(listen="127.0.0.1:0", state_dir=str(tmp_path))
+    with pytest.raises(ConnectionError, match="another live server holds it"):
+        meshstore.Store.embedded(listen="127.0.0.1:0", state_dir=str(tmp_path))
+    first.close()
+    meshstore.Store.embedded(listen="127.0.0.1:0", state_dir=str(tmp_path)).close()
 
 
 def slow_store():

@@ -48,6 +48,17 @@ using store::transport_config;
 [[maybe_unused]] const bool kStoreTypes =
     internal::register_process_types(protocol::add_actor_types);
 
+// Whether this server restarts a store whose last server died serving
+// (its state directory's marker was left), said in its log.
+bool restarts(const store::StateDir* dir) {
+  if (dir == nullptr || !dir->restarted()) return false;
+  log::get("store")->warn(
+      "the last server of this state directory{} did not close: restarting its store; misses "
+      "wait for one of its volumes",
+      dir->last_address().empty() ? std::string() : " (at " + dir->last_address() + ")");
+  return true;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Store::Impl>> Store::Impl::start(
@@ -243,6 +254,11 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   if (!listen.host.empty()) impl->data_host = listen.host;
   impl->hosts_controller = true;
   auto& sys = impl->runtime->system();
+  if (!options.state_dir.empty()) {
+    auto held = store::StateDir::claim(options.state_dir);
+    if (!held.ok()) return held.status();
+    impl->state_dir = std::move(held).value();
+  }
   if (!options.standby_of.empty()) {
     MESHSTORE_RETURN_IF_ERROR(
         store::await_primary_loss(sys, options.standby_of, options.limits.connect_timeout));
@@ -271,7 +287,8 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
   controller::ControllerOptions copts;
   copts.replicas = static_cast<std::uint32_t>(options.placement.replicas);
   copts.repair_share = options.placement.repair_share;
-  copts.took_over = !options.standby_of.empty();
+  copts.rebuild_grace = options.limits.rebuild_timeout;
+  copts.took_over = !options.standby_of.empty() || restarts(impl->state_dir.get());
   impl->controller = controller::spawn_controller(sys, copts);
   impl->strategy = controller::spawn_strategy(sys, std::move(policy));
   impl->owned.push_back(caf::actor_cast<caf::actor>(impl->controller));
@@ -286,6 +303,7 @@ Result<Store> Store::embedded_on(std::shared_ptr<internal::ActorRuntime> runtime
     impl->port = *port;
     impl->address = listen.host + ":" + std::to_string(*port);
     internal::warn_if_exposed(listen.host, *port, "the store", impl->runtime->tls());
+    if (impl->state_dir) MESHSTORE_RETURN_IF_ERROR(impl->state_dir->serving(impl->address));
   }
   impl->start_client();
   log::get("store")->info(
@@ -507,6 +525,8 @@ void Store::Impl::close() {
   // into the store meanwhile (and get Errc::shutdown) instead of blocking
   // a thread this shutdown waits for.
   doomed.reset();
+  // Closed cleanly: the next server from this directory starts afresh.
+  state_dir.reset();
 }
 
 }  // namespace meshstore

@@ -35,6 +35,9 @@ Status StoreOptions::validate() const {
   if (!standby_of.empty() && listen.empty()) {
     return bad("standby_of '" + standby_of + "' needs listen: a standby serves at its own address");
   }
+  if (!state_dir.empty() && listen.empty()) {
+    return bad("state_dir '" + state_dir + "' needs listen: it is a server's");
+  }
   if (!metrics.empty()) {
     if (auto a = internal::parse_address(metrics); !a.ok()) {
       return bad("metrics: " + a.status().message());
@@ -71,6 +74,10 @@ Status StoreOptions::validate() const {
   if (limits.reconnect_timeout.count() < 0) {
     return bad("limits.reconnect_timeout must not be negative, got " +
                std::to_string(limits.reconnect_timeout.count()) + " ms");
+  }
+  if (limits.rebuild_timeout.count() <= 0) {
+    return bad("limits.rebuild_timeout must be positive, got " +
+               std::to_string(limits.rebuild_timeout.count()) + " ms");
   }
   if (limits.scheduler_threads < 0 || limits.scheduler_threads > 256) {
     return bad("limits.scheduler_threads must be in [0, 256], got " +

@@ -22,6 +22,7 @@
 #include "meshstore/status.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/store/metrics_server.hpp"
+#include "meshstore/store/state_dir.hpp"
 
 namespace meshstore {
 
@@ -200,6 +201,9 @@ struct Store::Impl {
   bool meter = false;
   // Whether the controller lives in this process (an embedded store).
   bool hosts_controller = false;
+  // A server's state directory (options.state_dir), released by close()
+  // once this store's actors are gone; null: none.
+  std::unique_ptr<store::StateDir> state_dir;
   static bool metered(const Impl* impl) { return impl && impl->meter; }
   // Starts metrics_server when options.metrics names an address.
   Status serve_metrics();
