@@ -375,7 +375,7 @@ caf::behavior held_flush_volume(caf::event_based_actor* self) {
       [](protocol::commit_atom, const std::vector<std::uint64_t>&,
          const std::vector<wire::KeyRecord>&) {},
       [](protocol::held_records_atom, const caf::actor&) {
-        return caf::make_message(std::vector<wire::KeyRecord>{}, std::vector<std::string>{});
+        return caf::make_message(wire::HeldRecords{}, std::vector<std::string>{});
       },
       [](protocol::release_atom, const std::vector<std::uint64_t>&) {},
       [](protocol::discard_atom, const std::vector<std::uint64_t>&) {},

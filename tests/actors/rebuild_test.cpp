@@ -187,8 +187,9 @@ class RebuildTest : public ::testing::Test {
     Records out;
     (*self_)
         ->request(volumes_[i], 10s, protocol::held_records_atom::value, caf::actor())
-        .receive([&](Records& r, std::vector<std::string>&) { out = std::move(r); },
-                 [&](caf::error& e) { ADD_FAILURE() << volumes_rt_->system().render(e); });
+        .receive(
+            [&](wire::HeldRecords& r, std::vector<std::string>&) { out = std::move(r).take(); },
+            [&](caf::error& e) { ADD_FAILURE() << volumes_rt_->system().render(e); });
     return out;
   }
   std::uint64_t objects(int i) {
@@ -422,7 +423,7 @@ class CommitThroughFailoverTest : public RebuildTest, public ::testing::WithPara
     dying_ = *remote;
     (*self_)
         ->request(volumes_[0], 10s, protocol::held_records_atom::value, dying_)
-        .receive([](Records&, std::vector<std::string>&) {},
+        .receive([](wire::HeldRecords&, std::vector<std::string>&) {},
                  [&](caf::error& e) { ADD_FAILURE() << volumes_rt_->system().render(e); });
   }
   // Sends `r` as a channel's commit; its answer comes in the future.

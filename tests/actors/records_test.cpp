@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <caf/all.hpp>
+#include <memory>
 #include <typeinfo>
 #include <utility>
 
@@ -150,6 +151,46 @@ TEST(Wire, AListOfRecordsTravelsAsOneEncoding) {
                Errc::protocol_error, "KeyRecordList");
 }
 
+// A volume's records for a rebuild (HeldRecords) are encoded straight from
+// the records it keeps, shared, not copied: they cross as the same
+// KeyRecordList, and the receiver owns what it decoded. In the sender's
+// own actor system (nothing serialized) take() copies the kept ones.
+TEST(Wire, HeldRecordsAreEncodedFromTheKeptRecordsAndDecodedIntoOwnedOnes) {
+  auto rt = internal::ActorRuntime::create({}).value();
+  auto& sys = rt->system();
+  auto kept = std::make_shared<const wire::KeyRecord>(sample_record());
+  wire::HeldRecords held;
+  held.kept = {kept, kept};
+  wire::KeyRecord second = sample_record();
+  second.key = "second";
+  held.records = {second};
+  EXPECT_EQ(held.size(), 3u);
+  EXPECT_EQ(wire::encode(held), wire::encode(std::vector<wire::KeyRecord>{*kept, *kept, second}));
+  std::vector<char> buf;
+  {
+    caf::binary_serializer sink{sys, buf};
+    ASSERT_FALSE(sink(held));
+  }
+  wire::HeldRecords back;
+  back.kept = {kept};  // decoding replaces what was there
+  caf::binary_deserializer source{sys, buf};
+  ASSERT_FALSE(source(back));
+  EXPECT_TRUE(back.kept.empty());
+  auto records = std::move(back).take();
+  ASSERT_EQ(records.size(), 3u);
+  expect_same(*kept, records[0]);
+  expect_same(*kept, records[1]);
+  EXPECT_EQ(records[2].key, "second");
+  EXPECT_EQ(kept.use_count(), 3);  // the sender's stay its own
+  auto copies = std::move(held).take();
+  ASSERT_EQ(copies.size(), 3u);
+  EXPECT_EQ(copies[0].key, kept->key);
+  EXPECT_EQ(copies[2].key, "second");
+  EXPECT_EQ(wire::encode(copies[0]), wire::encode(*kept));
+  EXPECT_ERROR(wire::decode(std::string("\xff\xff\xff\xff garbage", 12), back),
+               Errc::protocol_error, "KeyRecordList");
+}
+
 TEST(Wire, ActorTypesRegisterEveryWireStructUnderItsStableName) {
   internal::RuntimeOptions ro;
   ro.add_types = protocol::add_actor_types;
@@ -164,6 +205,7 @@ TEST(Wire, ActorTypesRegisterEveryWireStructUnderItsStableName) {
       {&typeid(wire::VolumeInfo), "meshstore::wire::VolumeInfo"},
       {&typeid(wire::VolumeStat), "meshstore::wire::VolumeStat"},
       {&typeid(wire::ClientInfo), "meshstore::wire::ClientInfo"},
+      {&typeid(wire::HeldRecords), "meshstore::wire::HeldRecords"},
       {&typeid(std::vector<wire::KeyRecord>), "meshstore::wire::KeyRecordList"}};
   for (const auto& [type, name] : expected) {
     EXPECT_EQ(types.portable_name(0, type), name);

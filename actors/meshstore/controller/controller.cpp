@@ -442,8 +442,8 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
   self->request(v, kFlushTimeout, protocol::held_records_atom::value,
                 caf::actor_cast<caf::actor>(self))
       .then(
-          [=](std::vector<wire::KeyRecord>& records, std::vector<std::string>& peers) mutable {
-            take_records(self, info.volume_id, std::move(records), peers);
+          [=](wire::HeldRecords& records, std::vector<std::string>& peers) mutable {
+            take_records(self, info.volume_id, std::move(records).take(), peers);
             rp.deliver(caf::ok_atom::value);
             queue_thin_keys(self);  // a volume to put copies on
           },
@@ -461,8 +461,8 @@ caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::Volum
 // A part of registering volume `id`'s records, ahead of its answer to
 // held_records (many records come in parts): taken as they come, from
 // that volume only.
-void take_part(controller_pointer self, const std::string& id,
-               std::vector<wire::KeyRecord>& records, const std::vector<std::string>& peers) {
+void take_part(controller_pointer self, const std::string& id, wire::HeldRecords& records,
+               const std::vector<std::string>& peers) {
   auto& st = self->state;
   auto it = st.volumes.find(id);
   if (it == st.volumes.end() ||
@@ -470,7 +470,7 @@ void take_part(controller_pointer self, const std::string& id,
     st.log->warn("records said to be volume '{}''s from another actor: ignored", id);
     return;
   }
-  take_records(self, id, std::move(records), peers, false);
+  take_records(self, id, std::move(records).take(), peers, false);
 }
 
 // While the index is rebuilt, a locate that misses a key waits (skipped:
@@ -508,7 +508,7 @@ protocol::controller_actor::behavior_type controller_impl(controller_pointer sel
       [=](protocol::watch_volumes_atom) { watch_volumes(self); },
       [=](protocol::register_volume_atom, const wire::VolumeInfo& info,
           protocol::storage_volume_actor v) { return join_volume(self, info, std::move(v)); },
-      [=](protocol::held_records_atom, const std::string& id, std::vector<wire::KeyRecord>& records,
+      [=](protocol::held_records_atom, const std::string& id, wire::HeldRecords& records,
           const std::vector<std::string>& peers) { take_part(self, id, records, peers); },
       [=](protocol::rebuild_end_atom, std::uint64_t epoch) { end_rebuild(self, epoch); },
       [=](protocol::repair_atom) { repair_due(self); },

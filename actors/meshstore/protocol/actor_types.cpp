@@ -31,6 +31,7 @@ void add_actor_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<wire::VolumeInfo>("meshstore::wire::VolumeInfo");
   cfg.add_message_type<wire::VolumeStat>("meshstore::wire::VolumeStat");
   cfg.add_message_type<wire::ClientInfo>("meshstore::wire::ClientInfo");
+  cfg.add_message_type<wire::HeldRecords>("meshstore::wire::HeldRecords");
   cfg.add_message_type<transports::EndpointInfo>("meshstore::transports::EndpointInfo");
   // The actor handles keep the names they had in meshstore::actors: a
   // name is the wire's, not the C++ namespace's.

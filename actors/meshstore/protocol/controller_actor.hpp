@@ -51,8 +51,7 @@ using controller_actor = caf::typed_actor<
     // A registering volume's records, a part ahead of its answer to
     // held_records_atom (many records come in parts): its id, the part,
     // the volumes it knows of.
-    caf::reacts_to<held_records_atom, std::string, std::vector<wire::KeyRecord>,
-                   std::vector<std::string>>,
+    caf::reacts_to<held_records_atom, std::string, wire::HeldRecords, std::vector<std::string>>,
     // A volume by id (Errc::not_found if unknown).
     caf::replies_to<volume_atom, std::string>::with<wire::VolumeInfo, storage_volume_actor>,
     // Every registered volume.

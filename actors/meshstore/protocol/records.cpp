@@ -6,6 +6,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <iterator>
+
 #include "meshstore/protocol/records.pb.h"
 #include "meshstore/transports/internal/region_ref_proto.hpp"
 
@@ -173,6 +175,31 @@ Status decode(const std::string& bytes, std::vector<KeyRecord>& x) {
     MESHSTORE_RETURN_IF_ERROR(from_proto(p->records(i), x[static_cast<std::size_t>(i)]));
   }
   return Status();
+}
+
+std::string encode(const HeldRecords& x) {
+  google::protobuf::Arena arena;
+  auto* p = google::protobuf::Arena::CreateMessage<pb::KeyRecordList>(&arena);
+  p->mutable_records()->Reserve(static_cast<int>(x.size()));
+  for (const auto& r : x.kept) to_proto(*r, p->add_records());
+  for (const auto& r : x.records) to_proto(r, p->add_records());
+  return serialize(*p);
+}
+
+Status decode(const std::string& bytes, HeldRecords& x) {
+  x.kept.clear();
+  return decode(bytes, x.records);
+}
+
+std::vector<KeyRecord> HeldRecords::take() && {
+  if (kept.empty()) return std::move(records);
+  std::vector<KeyRecord> out;
+  out.reserve(size());
+  for (const auto& r : kept) out.push_back(*r);
+  std::move(records.begin(), records.end(), std::back_inserter(out));
+  kept.clear();
+  records.clear();
+  return out;
 }
 
 std::string encode(const StageRequest& x) {

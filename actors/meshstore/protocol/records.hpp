@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,6 +95,21 @@ struct KeyRecord {
   std::uint64_t nbytes() const noexcept;
 };
 
+/// The records a volume keeps, on their way to a controller
+/// (held_records_atom): the sender shares its kept records (no copy of a
+/// million of them), the receiver owns what it decoded. Travels as one
+/// KeyRecordList.
+struct HeldRecords {
+  std::vector<std::shared_ptr<const KeyRecord>> kept;  // the sender's
+  std::vector<KeyRecord> records;                      // decoded by the receiver
+
+  std::size_t size() const { return kept.size() + records.size(); }
+  /// Every record, in the order they are encoded, moved out: copies of
+  /// those kept (a receiver in the sender's actor system, where nothing
+  /// was serialized), then the decoded ones.
+  std::vector<KeyRecord> take() &&;
+};
+
 /// A request to stage (allocate, not yet visible) an object at a volume.
 struct StageRequest {
   std::string key;
@@ -169,6 +185,8 @@ std::string maybe_lost_note(const KeyRecord& r);
 std::string encode(const KeyRecord& x);
 /// A list of records as one KeyRecordList.
 std::string encode(const std::vector<KeyRecord>& x);
+/// Kept and decoded records alike, as one KeyRecordList.
+std::string encode(const HeldRecords& x);
 std::string encode(const StageRequest& x);
 std::string encode(const ReadLease& x);
 std::string encode(const RemoveReply& x);
@@ -178,6 +196,8 @@ std::string encode(const ClientInfo& x);
 
 Status decode(const std::string& bytes, KeyRecord& x);
 Status decode(const std::string& bytes, std::vector<KeyRecord>& x);
+/// Into `x.records`.
+Status decode(const std::string& bytes, HeldRecords& x);
 Status decode(const std::string& bytes, StageRequest& x);
 Status decode(const std::string& bytes, ReadLease& x);
 Status decode(const std::string& bytes, RemoveReply& x);

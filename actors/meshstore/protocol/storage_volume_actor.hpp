@@ -105,7 +105,7 @@ using storage_volume_actor = caf::typed_actor<
     // failover's new controller). Many records go in parts: each but the
     // last to that controller ahead of the answer (held_records_atom with
     // this volume's id), the answer holding the last part.
-    caf::replies_to<held_records_atom, caf::actor>::with<std::vector<wire::KeyRecord>,
+    caf::replies_to<held_records_atom, caf::actor>::with<wire::HeldRecords,
                                                          std::vector<std::string>>,
     // From the controller: volumes that joined the store, and volumes that
     // left it (a rebuilt index waits for the volumes its volumes knew).

@@ -20,6 +20,7 @@ MESHSTORE_WIRE_INSPECT(RemoveReply)
 MESHSTORE_WIRE_INSPECT(VolumeInfo)
 MESHSTORE_WIRE_INSPECT(VolumeStat)
 MESHSTORE_WIRE_INSPECT(ClientInfo)
+MESHSTORE_WIRE_INSPECT(HeldRecords)
 
 /// A list of key records travels as one KeyRecordList encoding, not as a
 /// CAF list of per-record encodings.

@@ -42,7 +42,7 @@ void commit_objects(volume_pointer self, const std::vector<std::uint64_t>& ids,
   }
 }
 
-caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
+caf::result<wire::HeldRecords, std::vector<std::string>> held_records(
     volume_pointer self, const caf::actor& controller) {
   auto& st = self->state;
   // Asked by the controller this volume registers with: its channels'
@@ -59,7 +59,8 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
   }
   std::vector<std::uint64_t> orphans;
   std::unordered_set<const wire::KeyRecord*> seen;  // records of several shards here
-  std::vector<wire::KeyRecord> out;
+  // Shared, not copied: each is encoded straight from the object's record.
+  std::vector<std::shared_ptr<const wire::KeyRecord>> out;
   out.reserve(st.objects.size());
   for (const auto& [id, object] : st.objects) {
     if (!object.committed) continue;
@@ -69,7 +70,7 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
     }
     // A record of one shard names one object: it comes once without a look.
     if (object.record->shards.size() == 1 || seen.insert(object.record.get()).second) {
-      out.push_back(*object.record);
+      out.push_back(object.record);
     }
   }
   if (!orphans.empty()) {
@@ -86,14 +87,17 @@ caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records
     const auto to = caf::actor_cast<protocol::controller_actor>(controller);
     const std::size_t ahead = (out.size() - 1) / kRecordsPerPart * kRecordsPerPart;
     for (std::size_t i = 0; i < ahead; i += kRecordsPerPart) {
-      std::vector<wire::KeyRecord> part(std::make_move_iterator(out.begin() + i),
-                                        std::make_move_iterator(out.begin() + i + kRecordsPerPart));
+      wire::HeldRecords part;
+      part.kept.assign(std::make_move_iterator(out.begin() + i),
+                       std::make_move_iterator(out.begin() + i + kRecordsPerPart));
       self->send(to, protocol::held_records_atom::value, st.config.volume_id, std::move(part),
                  peers);
     }
     out.erase(out.begin(), out.begin() + ahead);
   }
-  return {std::move(out), std::move(peers)};
+  wire::HeldRecords last;
+  last.kept = std::move(out);
+  return {std::move(last), std::move(peers)};
 }
 
 void update_peers(volume_pointer self, const std::vector<std::string>& joined,

@@ -196,8 +196,8 @@ void copied(volume_pointer self, std::uint64_t token, std::int32_t code, const s
 /// volume registers with: its channels' puts commit there from now. To it
 /// the records go in parts: each but the last as its own held_records
 /// message ahead of the answer, which is the last part.
-caf::result<std::vector<wire::KeyRecord>, std::vector<std::string>> held_records(
-    volume_pointer self, const caf::actor& controller);
+caf::result<wire::HeldRecords, std::vector<std::string>> held_records(volume_pointer self,
+                                                                      const caf::actor& controller);
 
 /// The controller says which volumes joined the store and which left it.
 void update_peers(volume_pointer self, const std::vector<std::string>& joined,
