@@ -355,8 +355,10 @@ int run_client(bool writer, const std::string& address, const std::string& phase
   return 0;
 }
 
-// serve [ADDRESS]: the store (at ADDRESS, else a free port of 127.0.0.1);
-// prints "address HOST:PORT" and waits for SIGTERM.
+// serve [ADDRESS [REPLICAS [STATE_DIR]]]: the store (at ADDRESS, else a
+// free port of 127.0.0.1; its state in STATE_DIR, so that started again
+// there it knows it restarts the store); prints "address HOST:PORT" and
+// waits for SIGTERM.
 // volume ADDRESS LOCAL_RANK: hosts that local rank's volume; volume 1 also
 // puts the control keys. Prints "ready" and waits for SIGTERM.
 int run_host(const std::string& role, int argc, char** argv) {
@@ -366,6 +368,7 @@ int run_host(const std::string& role, int argc, char** argv) {
     meshstore::StoreOptions o;
     o.listen = argc >= 3 ? argv[2] : "127.0.0.1:0";
     o.placement.replicas = argc >= 4 ? std::atoi(argv[3]) : 1;
+    if (argc >= 5) o.state_dir = argv[4];
     o.placement.strategy = "per_local_rank";
     o.placement.local_rank = -1;
     store = Store::embedded(o);
@@ -402,13 +405,13 @@ int run_host(const std::string& role, int argc, char** argv) {
   return 0;
 }
 
-// check ADDRESS [failover]: reads the control keys on volume 1 and puts and
-// gets a new key there; prints "serving" or what failed. After a failover
-// a read is asked again (within the bound) while the new controller
-// answers "no such key": a process that never knew the store cannot tell
-// a restarted server that no volume has rejoined yet from an empty store
-// (docs/reliability.md). A read during the rebuild waits for it.
-int run_check(const std::string& address, bool failover) {
+// check ADDRESS: reads the control keys on volume 1 and puts and gets a
+// new key there; prints "serving" or what failed. After a failover this
+// process never knew the store: the server, started again from its state
+// directory, knows it restarts one and has its reads wait until a volume
+// of it rejoined (docs/reliability.md, "A server restarted in place"), so
+// each is asked once.
+int run_check(const std::string& address) {
   auto store = join(address, 1, false, 5s);
   if (!store.ok()) {
     std::printf("not serving: %s\n", store.status().to_string().c_str());
@@ -416,15 +419,10 @@ int run_check(const std::string& address, bool failover) {
   }
   std::vector<std::uint32_t> v(kElems);
   for (int i = 0; i < 3; ++i) {
-    const auto deadline = std::chrono::steady_clock::now() + kBound;
-    Status s;
-    do {
-      s = store->get_into("control/" + std::to_string(i), TensorView::of(v.data(), {kElems}))
-              .get(kBound)
-              .status();
-    } while (failover && s.code() == Errc::not_found &&
-             std::chrono::steady_clock::now() < deadline &&
-             (std::this_thread::sleep_for(20ms), true));
+    const auto s =
+        store->get_into("control/" + std::to_string(i), TensorView::of(v.data(), {kElems}))
+            .get(kBound)
+            .status();
     if (!s.ok() || v[0] != 11 || v[kElems - 1] != 11) {
       std::printf("not serving: control/%d: %s\n", i, s.to_string().c_str());
       return 1;
@@ -618,9 +616,10 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   const std::string dir = mkdtemp(tmpl) ? tmpl : "/tmp";
   // volume+copies: the store keeps each key put whole on both volumes.
   const bool copies = role == "volume+copies";
-  auto serve =
-      std::make_unique<Child>(copies ? std::vector<std::string>{self, "serve", "127.0.0.1:0", "2"}
-                                     : std::vector<std::string>{self, "serve"});
+  const std::string state = dir + "/state";
+  ::mkdir(state.c_str(), 0700);
+  auto serve = std::make_unique<Child>(
+      std::vector<std::string>{self, "serve", "127.0.0.1:0", copies ? "2" : "1", state});
   if (!serve->wait_for_output("address ", 30s) || !serve->wait_for_output("\n", 5s)) {
     cell.pass = false;
     cell.notes = "the store did not start: " + serve->output();
@@ -674,7 +673,7 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   // failover: the store again at its address, as a supervisor would start it.
   std::unique_ptr<Child> again;
   if (failover) {
-    again = std::make_unique<Child>(std::vector<std::string>{self, "serve", address});
+    again = std::make_unique<Child>(std::vector<std::string>{self, "serve", address, "1", state});
     if (!again->wait_for_output("address ", 30s)) {
       cell.pass = false;
       cell.notes = "the store did not start again: " + again->output();
@@ -733,8 +732,7 @@ Cell run_cell(const std::string& self, const std::string& role, const std::strin
   }
 
   // Keys on live volumes still serve, for a process that comes now.
-  Child check(failover ? std::vector<std::string>{self, "check", address, "failover"}
-                       : std::vector<std::string>{self, "check", address});
+  Child check({self, "check", address});
   check.wait(kBound + 20s);
   const bool serving = check.output().find("serving") == 0;
   if (role == "controller") {
@@ -849,7 +847,7 @@ int main(int argc, char** argv) {
     return run_client(role == "writer", argv[2], argv[3], argv[4]);
   }
   if (role == "check" && argc >= 3) {
-    return run_check(argv[2], argc >= 4 && std::string(argv[3]) == "failover");
+    return run_check(argv[2]);
   }
   std::vector<std::string> cells;
   std::string table, doc;
