@@ -145,6 +145,39 @@ TEST_F(ControllerTest, OverwriteBumpsVersionAndReleasesTheOldObject) {
   EXPECT_EQ(s.bytes_held, 32u);
 }
 
+// A commit sent again after its answer was lost (a channel that failed, a
+// failover) names the objects its keys already name: it is answered with
+// their versions and applied once; the objects stay (applied again, it
+// released them). One only partly so is refused, changing nothing.
+TEST_F(ControllerTest, ACommitSentAgainIsAnsweredWithItsVersionsAndAppliedOnce) {
+  const auto w = record("w", {4}, stage(16));
+  auto v1 = ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, w);
+  ASSERT_OK(v1);
+  auto again = ask<std::uint64_t>(*self_, controller_, protocol::notify_put_atom::value, w);
+  ASSERT_OK(again);
+  EXPECT_EQ(*again, *v1);
+  auto s = stat();
+  EXPECT_EQ(s.objects, 1u);  // not released by its own commit
+  EXPECT_EQ(s.bytes_held, 16u);
+  auto fenced = w;
+  fenced.expect_version = 0;  // as the first send had it: no such key then
+  auto batch = ask<std::vector<std::uint64_t>>(*self_, controller_, protocol::replace_atom::value,
+                                               std::vector<wire::KeyRecord>{fenced},
+                                               std::vector<std::string>{}, true);
+  ASSERT_OK(batch);
+  EXPECT_EQ(*batch, (std::vector<std::uint64_t>{*v1}));
+  EXPECT_EQ(stat().objects, 1u);
+
+  const auto x = record("x", {4}, stage(16));
+  auto vx =
+      ask<std::vector<std::uint64_t>>(*self_, controller_, protocol::notify_put_batch_atom::value,
+                                      std::vector<wire::KeyRecord>{w, x});
+  EXPECT_ERROR(vx, Errc::conflict, "a commit sent again was applied before, and 'x'");
+  auto exists = ask<std::vector<std::uint64_t>>(*self_, controller_, protocol::exists_atom::value,
+                                                std::vector<std::string>{"w", "x"});
+  EXPECT_EQ(*exists, (std::vector<std::uint64_t>{*v1, 0}));
+}
+
 TEST_F(ControllerTest, KeysMatchWholeComponents) {
   for (const char* k :
        {"model.layers.0.w", "model.layers.1.w", "model.layers_extra", "model/emb", "other"}) {

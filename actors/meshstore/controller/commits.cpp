@@ -3,6 +3,7 @@
 // each tells the volumes.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -111,6 +112,35 @@ void stamp_groups(const std::vector<IndexEntry*>& committed) {
 }
 
 }  // namespace
+
+std::optional<Result<std::vector<std::uint64_t>>> resent(
+    const ControllerState& st, const std::vector<wire::KeyRecord>& records) {
+  std::vector<std::uint64_t> versions;
+  const wire::KeyRecord* changed = nullptr;  // a key written since
+  for (const auto& r : records) {
+    const auto it = st.index.find(r.key);
+    const bool same = !r.shards.empty() && it != st.index.end() && it->second.found() &&
+                      it->second.points_to == r.points_to &&
+                      std::any_of(it->second.shards.begin(), it->second.shards.end(),
+                                  [&](const wire::ShardRecord& s) {
+                                    return s.volume_id == r.shards.front().volume_id &&
+                                           s.object_id == r.shards.front().object_id &&
+                                           s.object_id != 0;
+                                  });
+    if (same) {
+      versions.push_back(it->second.version);
+    } else if (changed == nullptr) {
+      changed = &r;
+    }
+  }
+  if (versions.empty()) return std::nullopt;
+  if (changed != nullptr) {
+    return Result<std::vector<std::uint64_t>>(
+        Status(Errc::conflict, "a commit sent again was applied before, and '" + changed->key +
+                                   "' has been written since"));
+  }
+  return Result<std::vector<std::uint64_t>>(std::move(versions));
+}
 
 Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
                                                 const std::vector<wire::KeyRecord>& records) {

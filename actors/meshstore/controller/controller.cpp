@@ -155,6 +155,12 @@ void finish_local_commit(controller_pointer self, protocol::LocalCommit& job, bo
 // copies its keys want (wants_copies).
 caf::result<void> local_commit(controller_pointer self, protocol::LocalCommit& job) {
   if (self->state.rebuild.active) return caf::skip;  // waits for the index
+  if (!job.sharded) {
+    if (auto again = resent(self->state, job.records)) {
+      job.done(std::move(*again));
+      return {};
+    }
+  }
   if (job.sharded || !wants_copies(self->state, job.records)) {
     finish_local_commit(self, job, false);
     return {};
@@ -348,6 +354,10 @@ caf::result<std::uint64_t> notify_put(controller_pointer self, const wire::KeyRe
   };
   auto first = [](std::vector<std::uint64_t> v) { return v.front(); };
   if (self->state.rebuild.active) return caf::skip;
+  if (auto again = resent(self->state, {r})) {
+    if (!again->ok()) return to_caf_error(again->status());
+    return first(std::move(*again).value());
+  }
   if (wants_copies(self->state, {r})) {
     return commit_after_copies<std::uint64_t>(self, {r}, commit, first);
   }
@@ -364,6 +374,10 @@ caf::result<std::vector<std::uint64_t>> notify_put_batch(
   };
   auto all = [](std::vector<std::uint64_t> v) { return v; };
   if (self->state.rebuild.active) return caf::skip;
+  if (auto again = resent(self->state, records)) {
+    if (!again->ok()) return to_caf_error(again->status());
+    return std::move(*again).value();
+  }
   if (wants_copies(self->state, records)) {
     return commit_after_copies<std::vector<std::uint64_t>>(self, records, commit, all);
   }
@@ -379,6 +393,11 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
                                                 bool reuse) {
   auto& st = self->state;
   if (st.rebuild.active) return caf::skip;
+  // Sent again: its groups were replaced with it, once.
+  if (auto again = resent(st, records)) {
+    if (!again->ok()) return to_caf_error(again->status());
+    return std::move(*again).value();
+  }
   auto commit = [self, prefixes, reuse](
                     const std::vector<wire::KeyRecord>& rs) -> Result<std::vector<std::uint64_t>> {
     std::vector<std::uint64_t> versions;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -287,6 +288,15 @@ caf::result<std::vector<std::string>> evict(controller_pointer self, const std::
 void volume_down(controller_pointer self, const caf::down_msg& msg);
 // -- commits and removals (controller/commits.cpp) ----------------------------
 
+/// Whether whole-key `records` are a commit already applied, sent again
+/// (its answer was lost: a channel that failed, a failover): each names, as
+/// its first shard, the object its key's entry names now (an object id is
+/// never reused on its volume), with the same pointer. nullopt when none
+/// does: a new commit. Else the answer: their versions, or Errc::conflict
+/// when only some do (it was applied, and others wrote some of its keys
+/// since). Nothing is applied again, released or copied either way.
+std::optional<Result<std::vector<std::uint64_t>>> resent(
+    const ControllerState& st, const std::vector<wire::KeyRecord>& records);
 /// Commits whole-key `records` (validated as a whole, each against its
 /// expect_version, then applied as a whole): a version each.
 Result<std::vector<std::uint64_t>> commit_batch(controller_pointer self,
