@@ -395,6 +395,15 @@ void send_commits(controller_pointer self, const std::vector<IndexEntry*>& recor
 void take_records(controller_pointer self, const std::string& volume_id,
                   std::vector<wire::KeyRecord> records, const std::vector<std::string>& peers,
                   bool last = true);
+/// Registers volume `v` and takes the records it keeps into the index
+/// (take_records), then answers; a volume that does not tell them within
+/// the flush bound joins with none.
+caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::VolumeInfo& info,
+                                      protocol::storage_volume_actor v);
+/// A part of registering volume `id`'s records, ahead of its answer to
+/// held_records: taken as it comes, from that volume only.
+void take_part(controller_pointer self, const std::string& id, wire::HeldRecords& records,
+               const std::vector<std::string>& peers);
 /// A client that reconnected to this controller knew volumes `ids`: while
 /// the index is empty or being rebuilt, nothing is answered "no such key"
 /// until they reported (or the deadline), since they may hold it.

@@ -18,6 +18,8 @@
 #include <unordered_set>
 
 #include "meshstore/controller/controller_state.hpp"
+#include "meshstore/protocol/controller_actor.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
 
 namespace meshstore::controller {
 
@@ -400,6 +402,53 @@ void end_rebuild(controller_pointer self, std::uint64_t epoch) {
 void await_old_volumes(controller_pointer self) {
   self->state.rebuild.awaits_old_volume = true;
   begin_rebuild(self);
+}
+
+// Registers volume `v` and takes the records it keeps into the index
+// (rebuild.cpp), then answers. A volume that does not tell them within the
+// flush bound joins with none.
+caf::result<caf::ok_atom> join_volume(controller_pointer self, const wire::VolumeInfo& info,
+                                      protocol::storage_volume_actor v) {
+  // The same volume again (a reconnecting process whose earlier attempt
+  // got this far): it is here, its records taken.
+  auto known = self->state.volumes.find(info.volume_id);
+  if (known != self->state.volumes.end() && known->second.address() == v.address()) {
+    return caf::ok_atom::value;
+  }
+  if (auto s = register_volume(self, info, v); !s.ok()) return internal::to_caf_error(s);
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  self->request(v, kFlushTimeout, protocol::held_records_atom::value,
+                caf::actor_cast<caf::actor>(self))
+      .then(
+          [=](wire::HeldRecords& records, std::vector<std::string>& peers) mutable {
+            take_records(self, info.volume_id, std::move(records).take(), peers);
+            rp.deliver(caf::ok_atom::value);
+            queue_thin_keys(self);  // a volume to put copies on
+          },
+          [=](caf::error& e) mutable {
+            self->state.log->warn("volume '{}' did not tell its records: {}", info.volume_id,
+                                  self->system().render(e));
+            // Its parts taken so far stay; it waits for no last part now.
+            self->state.rebuild.reporting.erase(info.volume_id);
+            self->state.rebuild.late_keys.erase(info.volume_id);
+            rp.deliver(caf::ok_atom::value);
+          });
+  return rp;
+}
+
+// A part of registering volume `id`'s records, ahead of its answer to
+// held_records (many records come in parts): taken as they come, from
+// that volume only.
+void take_part(controller_pointer self, const std::string& id, wire::HeldRecords& records,
+               const std::vector<std::string>& peers) {
+  auto& st = self->state;
+  auto it = st.volumes.find(id);
+  if (it == st.volumes.end() ||
+      it->second.address() != caf::actor_cast<caf::actor_addr>(self->current_sender())) {
+    st.log->warn("records said to be volume '{}''s from another actor: ignored", id);
+    return;
+  }
+  take_records(self, id, std::move(records).take(), peers, false);
 }
 
 }  // namespace meshstore::controller
