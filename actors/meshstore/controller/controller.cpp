@@ -346,23 +346,33 @@ caf::result<T> commit_after_copies(controller_pointer self, std::vector<wire::Ke
   return rp;
 }
 
-// Commits one key (after its copies: commit_after_copies), answering its version.
+// Commits whole-key `records` with `commit` and answers what `answer`
+// makes of their versions: a commit sent again (resent) at once, one whose
+// keys want copies once they are made (commit_after_copies), any other
+// once the volumes flushed (commit_and_answer).
+template <class T, class Commit, class Answer>
+caf::result<T> commit_whole(controller_pointer self, const std::vector<wire::KeyRecord>& records,
+                            Commit commit, Answer answer) {
+  if (self->state.rebuild.active) return caf::skip;
+  if (auto again = resent(self->state, records)) {
+    if (!again->ok()) return to_caf_error(again->status());
+    return answer(std::move(*again).value());
+  }
+  if (wants_copies(self->state, records)) {
+    return commit_after_copies<T>(self, records, commit, answer);
+  }
+  return commit_and_answer(
+      self, [&] { return commit(records); }, answer);
+}
+
+// Commits one key (after its copies), answering its version.
 caf::result<std::uint64_t> notify_put(controller_pointer self, const wire::KeyRecord& r) {
   auto commit = [self](const std::vector<wire::KeyRecord>& rs) {
     self->state.count(protocol::ControllerCounter::notify_put);
     return commit_batch(self, rs);
   };
   auto first = [](std::vector<std::uint64_t> v) { return v.front(); };
-  if (self->state.rebuild.active) return caf::skip;
-  if (auto again = resent(self->state, {r})) {
-    if (!again->ok()) return to_caf_error(again->status());
-    return first(std::move(*again).value());
-  }
-  if (wants_copies(self->state, {r})) {
-    return commit_after_copies<std::uint64_t>(self, {r}, commit, first);
-  }
-  return commit_and_answer(
-      self, [&] { return commit({r}); }, first);
+  return commit_whole<std::uint64_t>(self, std::vector<wire::KeyRecord>{r}, commit, first);
 }
 
 // Commits a batch of keys as a whole (after their copies).
@@ -373,16 +383,7 @@ caf::result<std::vector<std::uint64_t>> notify_put_batch(
     return commit_batch(self, rs);
   };
   auto all = [](std::vector<std::uint64_t> v) { return v; };
-  if (self->state.rebuild.active) return caf::skip;
-  if (auto again = resent(self->state, records)) {
-    if (!again->ok()) return to_caf_error(again->status());
-    return std::move(*again).value();
-  }
-  if (wants_copies(self->state, records)) {
-    return commit_after_copies<std::vector<std::uint64_t>>(self, records, commit, all);
-  }
-  return commit_and_answer(
-      self, [&] { return commit(records); }, all);
+  return commit_whole<std::vector<std::uint64_t>>(self, records, commit, all);
 }
 
 // Commits `records` and replaces the groups of `prefixes` with them; what
@@ -391,13 +392,7 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
                                                 const std::vector<wire::KeyRecord>& records,
                                                 const std::vector<std::string>& prefixes,
                                                 bool reuse) {
-  auto& st = self->state;
-  if (st.rebuild.active) return caf::skip;
-  // Sent again: its groups were replaced with it, once.
-  if (auto again = resent(st, records)) {
-    if (!again->ok()) return to_caf_error(again->status());
-    return std::move(*again).value();
-  }
+  // Sent again (resent), its groups were replaced with it, once.
   auto commit = [self, prefixes, reuse](
                     const std::vector<wire::KeyRecord>& rs) -> Result<std::vector<std::uint64_t>> {
     std::vector<std::uint64_t> versions;
@@ -411,11 +406,7 @@ caf::result<std::vector<std::uint64_t>> replace(controller_pointer self,
     return versions;
   };
   auto all = [](std::vector<std::uint64_t> v) { return v; };
-  if (wants_copies(st, records)) {
-    return commit_after_copies<std::vector<std::uint64_t>>(self, records, commit, all);
-  }
-  return commit_and_answer(
-      self, [&] { return commit(records); }, all);
+  return commit_whole<std::vector<std::uint64_t>>(self, records, commit, all);
 }
 
 // Each of `keys`' version, 0 for a key not held.
