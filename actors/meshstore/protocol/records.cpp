@@ -155,14 +155,26 @@ Status decode(const std::string& bytes, KeyRecord& x) {
   return from_proto(p, x);
 }
 
-// A list's messages are many small allocations: on an arena they go in
-// one sweep (a volume's records for a rebuild are a million of them).
-std::string encode(const std::vector<KeyRecord>& x) {
+namespace {
+
+// A KeyRecordList of `n` records, which `add` puts into it. A list's
+// messages are many small allocations: on an arena they go in one sweep (a
+// volume's records for a rebuild are a million of them).
+template <class Add>
+std::string encode_list(std::size_t n, Add add) {
   google::protobuf::Arena arena;
   auto* p = google::protobuf::Arena::CreateMessage<pb::KeyRecordList>(&arena);
-  p->mutable_records()->Reserve(static_cast<int>(x.size()));
-  for (const auto& r : x) to_proto(r, p->add_records());
+  p->mutable_records()->Reserve(static_cast<int>(n));
+  add(p);
   return serialize(*p);
+}
+
+}  // namespace
+
+std::string encode(const std::vector<KeyRecord>& x) {
+  return encode_list(x.size(), [&](pb::KeyRecordList* p) {
+    for (const auto& r : x) to_proto(r, p->add_records());
+  });
 }
 
 Status decode(const std::string& bytes, std::vector<KeyRecord>& x) {
@@ -178,12 +190,10 @@ Status decode(const std::string& bytes, std::vector<KeyRecord>& x) {
 }
 
 std::string encode(const HeldRecords& x) {
-  google::protobuf::Arena arena;
-  auto* p = google::protobuf::Arena::CreateMessage<pb::KeyRecordList>(&arena);
-  p->mutable_records()->Reserve(static_cast<int>(x.size()));
-  for (const auto& r : x.kept) to_proto(*r, p->add_records());
-  for (const auto& r : x.records) to_proto(r, p->add_records());
-  return serialize(*p);
+  return encode_list(x.size(), [&](pb::KeyRecordList* p) {
+    for (const auto& r : x.kept) to_proto(*r, p->add_records());
+    for (const auto& r : x.records) to_proto(r, p->add_records());
+  });
 }
 
 Status decode(const std::string& bytes, HeldRecords& x) {
