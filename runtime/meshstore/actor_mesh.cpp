@@ -1,5 +1,5 @@
-// The machinery every actor mesh shares (actor_mesh.hpp): the caller actor
-// that sends a mesh's requests and watches their targets, and supervision,
+// The machinery every actor mesh shares (actor_mesh.hpp): the caller (its
+// requests in mesh_requests.cpp), and supervision on its caller actor,
 // which applies a mesh's FailurePolicy when a member goes down. Mesh
 // (mesh.cpp) and ProcMesh (proc_mesh.cpp) build their meshes on it.
 #include "meshstore/actor_mesh.hpp"
@@ -13,6 +13,7 @@
 
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/mesh_requests.hpp"
 #include "meshstore/internal/mesh_runtime.hpp"
 #include "meshstore/logging.hpp"
 
@@ -201,8 +202,11 @@ Status mesh_rank_error(int rank, const caf::error& e) {
 std::shared_ptr<MeshCaller> MeshCaller::make(caf::actor_system& sys, RootHandler root) {
   std::shared_ptr<MeshCaller> c(new MeshCaller());
   c->root_ = std::move(root);
-  ForeignThreadGuard guard;  // the mesh may be made on any thread
-  c->caller_ = sys.spawn(caller_impl, std::weak_ptr<MeshCaller>(c));
+  {
+    ForeignThreadGuard guard;  // the mesh may be made on any thread
+    c->caller_ = sys.spawn(caller_impl, std::weak_ptr<MeshCaller>(c));
+  }
+  c->requests_ = make_requests(sys);
   return c;
 }
 
@@ -310,16 +314,52 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
   f.mesh = mesh.name;
   f.why = Status(Errc::unavailable, "rank " + std::to_string(rank) + " of mesh '" + f.mesh +
                                         "' went down (" + caf::to_string(reason) + ")");
+  // Calls to the mesh wait until the failure is dealt with (held): then
+  // they go to the members it has (a restart's new one), or answer why it
+  // has none (stopped).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.emplace(id, std::vector<std::function<void()>>{});
+  }
   const Supervision& sup = mesh.sup;
-  if (sup.on_failure && sup.on_failure(f)) return;
+  if (sup.on_failure && sup.on_failure(f)) return release_held(id, rank);
   switch (sup.policy) {
     case FailurePolicy::restart:
       return restart(self, id, f, sup, mesh.respawn);
     case FailurePolicy::stop:
-      return stop_mesh(id, f);
+      stop_mesh(id, f);
+      return release_held(id, rank);
     case FailurePolicy::propagate:
-      return propagate(id, f);
+      propagate(id, f);
+      return release_held(id, rank);
   }
+}
+
+bool MeshCaller::member_or_hold(std::size_t id, int rank, const std::function<void()>& again,
+                                caf::actor& out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = held_.find(id);
+  if (it != held_.end()) {
+    it->second.push_back(again);
+    return true;
+  }
+  if (id < meshes_.size() && rank >= 0 && static_cast<std::size_t>(rank) < meshes_[id].size() &&
+      supervised_[id].stopped.empty()) {
+    out = meshes_[id][static_cast<std::size_t>(rank)];
+  }
+  return false;
+}
+
+void MeshCaller::release_held(std::size_t id, int rank) {
+  std::vector<std::function<void()>> again;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = held_.find(id);
+    if (it == held_.end()) return;
+    again = std::move(it->second);
+    held_.erase(it);
+  }
+  for (auto& f : again) f();
 }
 
 void MeshCaller::restart(caf::event_based_actor* self, std::size_t id, const MeshFailure& f,
@@ -335,20 +375,23 @@ void MeshCaller::restart(caf::event_based_actor* self, std::size_t id, const Mes
     allowed = static_cast<int>(times.size()) < sup.max_restarts;
     if (allowed) times.push_back(now);
   }
-  if (!allowed || !respawn) return stop_mesh(id, f);
-  // `done` runs on the caller actor, now or when the spawn answers.
   const int rank = f.rank;
+  if (!allowed || !respawn) {
+    stop_mesh(id, f);
+    return release_held(id, rank);
+  }
+  // `done` runs on the caller actor, now or when the spawn answers.
   respawn(self, rank, [me = shared_from_this(), self, id, rank, f](caf::actor fresh) {
     if (!fresh) {
       me->stop_mesh(id, f);
-      return;
+      return me->release_held(id, rank);
     }
     {
       std::lock_guard<std::mutex> lock(me->mu_);
-      if (!me->caller_) return;
-      me->meshes_[id][static_cast<std::size_t>(rank)] = fresh;
+      if (me->caller_) me->meshes_[id][static_cast<std::size_t>(rank)] = fresh;
     }
     monitor_once(static_cast<caller_pointer>(self), fresh.address());
+    me->release_held(id, rank);
   });
 }
 
@@ -416,8 +459,20 @@ Status MeshCaller::post(Job job, const std::string& what, std::chrono::milliseco
 }
 
 std::vector<caf::actor> MeshCaller::close() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (caller_) caf::anon_send_exit(caller_, caf::exit_reason::user_shutdown);
+  auto companion = close_requests();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (caller_ && companion && delivering_here(*requests_)) {
+    // Closed by an answer its companion is delivering, whose enqueue holds
+    // the lock disconnect() takes: the caller actor stops it, then quits.
+    caf::anon_send(caller_,
+                   MeshJob{std::make_shared<Job>([companion](caf::event_based_actor* self) {
+                     stop_companion(companion);
+                     self->quit(caf::exit_reason::user_shutdown);
+                   })});
+    companion = nullptr;
+  } else if (caller_) {
+    caf::anon_send_exit(caller_, caf::exit_reason::user_shutdown);
+  }
   caller_ = nullptr;
   std::vector<caf::actor> held;
   for (auto& members : meshes_) {
@@ -426,6 +481,14 @@ std::vector<caf::actor> MeshCaller::close() {
     }
   }
   meshes_.clear();
+  auto held_calls = std::move(held_);
+  held_.clear();
+  lock.unlock();
+  for (auto& [member, again] : held_calls) {
+    for (auto& f : again) f();  // each answers shutdown now
+  }
+  // Not under `mu_`: an answer being delivered may need it to finish.
+  if (companion) stop_companion(companion);
   return held;
 }
 

@@ -4,8 +4,9 @@
 // slices of it, and the call styles: call (every member, each reply or
 // error), call_one, choose (the least busy member), stream (each reply as
 // it lands), accumulate (a fold), tell (fire and forget), plus ask (one
-// rank) and broadcast (fail fast). Every request goes through the mesh's
-// one caller actor. Made by Mesh::spawn (mesh.hpp).
+// rank) and broadcast (fail fast). Requests go out from the calling
+// thread, with the mesh's caller (MeshCaller) as their sender. Made by
+// ProcMesh::spawn (proc_mesh.hpp).
 //
 //   auto workers = mesh.spawn<worker_actor>("workers", worker).value();
 //   auto grid = workers.reshape({{"hosts", 2}, {"gpus", 4}}).value();
@@ -16,10 +17,12 @@
 //   host1.tell(reset_atom::value);
 
 #include <algorithm>
+#include <caf/actor_companion.hpp>
 #include <caf/all.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,14 +40,16 @@ namespace meshstore {
 namespace internal {
 
 /// What a Mesh shares with its ActorMeshes: the members of every mesh it
-/// spawned, and one long-lived caller actor that sends every request and
-/// monitors the members it asked (so a rank that dies fails its calls at
-/// once). Mesh::close() closes it: the caller stops, the member handles are
-/// dropped, and every call after that answers Errc::shutdown, so an
-/// ActorMesh may outlive its Mesh without touching a stopped actor system.
-/// In the owner's process it also supervises (supervision.hpp): it monitors
-/// every member of a supervised mesh and applies the mesh's Supervision
-/// when one dies. Thread-safe.
+/// spawned; a companion actor (CAF's actor_companion) that is the sender
+/// of every request, sent from the calling thread, and monitors the
+/// members it asked (so a rank that dies fails its calls at once); and one
+/// long-lived caller actor that runs jobs (a restart's spawns). Closing it
+/// (ProcMesh::stop) stops both, drops the member handles and answers every
+/// call after that, and every call still waiting, with Errc::shutdown, so
+/// an ActorMesh may outlive its mesh without touching a stopped actor
+/// system. In the owner's process the caller actor also supervises
+/// (supervision.hpp): it monitors every member of a supervised mesh and
+/// applies the mesh's Supervision when one dies. Thread-safe.
 class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
  public:
   /// Work for the caller actor, run on it with the caller as `self`.
@@ -73,6 +78,13 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
                        Supervision sup, Respawn respawn);
   /// Member `rank` of mesh `id`; an empty handle once closed or stopped.
   caf::actor member(std::size_t id, int rank) const;
+  /// Member `rank` of mesh `id` in `out` (empty once closed or stopped),
+  /// and false; or, while the failure of a member of the mesh is being
+  /// dealt with (supervision: a restart or a stop under way), true, and
+  /// `again` runs once it is (on the caller actor), to send the call to
+  /// the member the mesh then has or answer why it has none.
+  bool member_or_hold(std::size_t id, int rank, const std::function<void()>& again,
+                      caf::actor& out) const;
   /// Why member() is empty: Errc::shutdown when the mesh is closed,
   /// Errc::unavailable naming the failure when it was stopped after one.
   Status gone(std::size_t id) const;
@@ -97,9 +109,27 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   /// A choose() request to `rank` of mesh `id` settled.
   void release(std::size_t id, int rank);
 
-  /// Inside a job: monitors `target` (once per target) until settled(id);
-  /// if it goes down first, `on_down` gets an unavailable Status ("went
-  /// down (reason)"). Sets `id`.
+  struct Requests;  // what the companion waits on (actor_mesh.cpp)
+  /// Runs `send(self, requests)` on the calling thread, under the requests'
+  /// lock: it sends requests from `self`, the caller's companion, each
+  /// watched (watch_request) and answered through settle_request. The
+  /// companion's messages are handled on the thread that delivers them, so
+  /// no actor of this process wakes for a call. Answers that came meanwhile
+  /// run before it returns. Errc::shutdown once closed.
+  Status send(const std::function<void(caf::actor_companion*, Requests*)>& send) const;
+  /// Inside send(): monitors `target` (once per target) until the request
+  /// is settled (settle_request with the id answered); if the target goes
+  /// down first, `fail` gets an unavailable Status, "`prefix`went down
+  /// (reason)", and a Status of Errc::shutdown if the caller closes first.
+  static std::uint64_t watch_request(Requests* rq, const caf::actor_addr& target,
+                                     std::string prefix, std::function<void(const Status&)> fail);
+  /// Inside a request's handler: the request of watch `id` has its answer;
+  /// `done` runs once the requests' lock is released, unless its target's
+  /// death or the caller's close answered it first.
+  static void settle_request(Requests* rq, std::uint64_t id, std::function<void()> done);
+
+  /// Inside a job (a spawn's request): watches `target` as watch_request
+  /// does, from the caller actor, until settled(id). Sets `id`.
   static void watch(caf::event_based_actor* self, const caf::actor_addr& target,
                     std::function<void(const Status&)> on_down, std::uint64_t& id);
   /// Inside a job: the request of watch `id` has its reply or error.
@@ -127,11 +157,19 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   // FailurePolicy::propagate: up the ownership tree to the root handler;
   // a failure no one takes ends the process.
   void propagate(std::size_t id, const MeshFailure& f);
+  // The failure of `rank` of mesh `id` is dealt with: the calls held for
+  // the mesh go again.
+  void release_held(std::size_t id, int rank);
+  // close()'s first step: no request goes out any more, and those waiting
+  // answer Errc::shutdown; the companion, for close() to stop (null when
+  // closed before).
+  caf::strong_actor_ptr close_requests();
   // Stops mesh `id` and every mesh it owns.
   void stop_mesh(std::size_t id, const MeshFailure& f);
   void stop_mesh_locked(std::size_t id, const std::string& why);
 
-  mutable std::mutex mu_;  // guards everything below
+  std::shared_ptr<Requests> requests_;  // set once by make()
+  mutable std::mutex mu_;               // guards everything below
   caf::actor caller_;
   RootHandler root_;
   std::vector<std::vector<caf::actor>> meshes_;
@@ -139,44 +177,33 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   std::vector<std::vector<int>> busy_;  // choose() requests in flight, by mesh and rank
   std::vector<std::size_t> turn_;       // choose(): where the next tie-break starts, by mesh
   std::vector<int> departed_;           // ranks that left in good order
+  // Calls held for a failed member, by mesh and rank, until release().
+  mutable std::map<std::size_t, std::vector<std::function<void()>>> held_;
 };
 
 /// One place converting a rank's caf::error for meshes.
 Status mesh_rank_error(int rank, const caf::error& e);
 
-/// Inside a job on a caller actor: sends (xs...) to `target` (serving
-/// `rank`) and calls `finish` once with its reply (R) or an error naming
-/// the rank: CAF's (mesh_rank_error), or the target's death as the
-/// caller's monitor sees it (`down_prefix` + "went down (reason)"), at once
-/// rather than after the timeout.
-template <class R, class Handle, class F, class... Ts>
-void watched_request(caf::event_based_actor* self, const Handle& target, int rank,
-                     std::chrono::milliseconds timeout, const std::string& down_prefix, F finish,
-                     const Ts&... xs) {
-  auto done = std::make_shared<bool>(false);
-  auto watch_id = std::make_shared<std::uint64_t>(0);
-  MeshCaller::watch(
-      self, target.address(),
-      [=](const Status& down) {
-        if (*done) return;
-        *done = true;
-        finish(Status(down.code(), down_prefix + down.message()));
-      },
-      *watch_id);
-  self->request(target, timeout, xs...)
-      .then(
-          [=](R r) {
-            MeshCaller::settled(self, *watch_id);
-            if (*done) return;
-            *done = true;
-            finish(std::move(r));
-          },
-          [=](caf::error& e) {
-            MeshCaller::settled(self, *watch_id);
-            if (*done) return;
-            *done = true;
-            finish(mesh_rank_error(rank, e));
-          });
+/// Inside MeshCaller::send: sends (xs...) to `dest` as a request from the
+/// companion `self` (which has no request() of its own: this is CAF's
+/// requester mixin's, with its compile-time checks against a typed `dest`);
+/// `ok` gets the reply, `error` CAF's error (a timeout after `timeout`).
+template <class Handle, class Ok, class Error, class... Ts>
+void companion_request(caf::actor_companion* self, const Handle& dest,
+                       std::chrono::milliseconds timeout, Ok ok, Error error, const Ts&... xs) {
+  using token = caf::detail::type_list<
+      typename caf::detail::implicit_conversions<typename std::decay<Ts>::type>::type...>;
+  static_assert(caf::response_type_unbox<caf::signatures_of_t<Handle>, token>::valid,
+                "receiver does not accept given message");
+  using Output = caf::response_type_t<
+      typename Handle::signatures,
+      typename caf::detail::implicit_conversions<typename std::decay<Ts>::type>::type...>;
+  caf::detail::type_checker<Output, Ok>::check();
+  const auto id = self->new_request_id(caf::message_priority::normal);
+  self->add_multiplexed_response_handler(id.response_id(),
+                                         caf::behavior{std::move(ok), std::move(error)});
+  caf::detail::profiled_send(self, self->ctrl(), dest, id, {}, nullptr, xs...);
+  self->request_response_timeout(caf::duration{timeout}, id);
 }
 
 }  // namespace internal
@@ -427,33 +454,19 @@ class ActorMesh {
   Status tell(Ts... xs) const {
     internal::refuse_bare_floats<Ts...>();
     if (!caller_) return Status(Errc::shutdown, "mesh: an empty ActorMesh");
-    auto caller = caller_;
-    const std::size_t id = id_;
     const std::vector<int> ranks = extent_.ranks();
-    if (!ranks.empty() && !caller->member(id, ranks.front())) return caller->gone(id);
+    if (!ranks.empty() && !caller_->member(id_, ranks.front())) return caller_->gone(id_);
     CallContext view;  // built only for members that take it
     if constexpr (internal::takes_context<Handle, Ts...>()) view = view_context();
-    return caller_->post(
-        [=](caf::event_based_actor*) {
-          for (std::size_t i = 0; i < ranks.size(); ++i) {
-            auto target = caf::actor_cast<Handle>(caller->member(id, ranks[i]));
-            if (!target) continue;
-            // Anonymous: a member's answer goes nowhere (sent back to the
-            // caller, which expects none, it would return to the member as
-            // an error that stops it).
-            if constexpr (internal::takes_context<Handle, Ts...>()) {
-              caf::anon_send(target, in_view(view, i), xs...);
-            } else {
-              caf::anon_send(target, xs...);
-            }
-          }
-        },
-        "tell");
+    // From this thread, as requests go: a tell and a later call of this
+    // thread reach a member in that order.
+    for (std::size_t i = 0; i < ranks.size(); ++i) tell_member(ranks[i], in_view(view, i), xs...);
+    return Status();
   }
 
  private:
-  // Sends (xs...) to every member with one job on the caller (not one per
-  // member); the futures in member order.
+  // Sends (xs...) to every member, from this thread; the futures in
+  // member order.
   template <class R, class... Ts>
   std::vector<Future<R>> requests(const Ts&... xs) const {
     internal::refuse_bare_floats<R, Ts...>();
@@ -465,81 +478,102 @@ class ActorMesh {
       }
       return out;
     }
-    std::vector<std::shared_ptr<Promise<R>>> ps;
-    for (int i = 0; i < size(); ++i) {
-      ps.push_back(std::make_shared<Promise<R>>());
-      out.push_back(ps.back()->future());
-    }
-    auto caller = caller_;
-    const std::size_t id = id_;
-    const auto timeout = timeout_;
     const std::vector<int> ranks = extent_.ranks();
     CallContext view;  // built only for members that take it
     if constexpr (internal::takes_context<Handle, Ts...>()) view = view_context();
-    auto job = [=](caf::event_based_actor* self) {
-      for (std::size_t i = 0; i < ranks.size(); ++i) {
-        auto p = ps[i];
-        send_one<R>(
-            self, caller, id, ranks[i], timeout, [p](Result<R> r) { p->set(std::move(r)); },
-            in_view(view, i), xs...);
-      }
-    };
-    if (auto s = caller_->post(std::move(job), "call"); !s.ok()) {
-      for (auto& p : ps) p->set_error(s);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      auto p = std::make_shared<Promise<R>>();
+      out.push_back(p->future());
+      send_member<R>(
+          ranks[i], in_view(view, i), [p](Result<R> r) { p->set(std::move(r)); }, xs...);
     }
     return out;
   }
 
-  // Sends (xs...) to member `i` of this view from the caller actor;
-  // `settled` (may be null) runs once the request has its answer.
+  // Sends (xs...) to member `i` of this view from this thread; `settled`
+  // (may be null) runs once the request has its answer.
   template <class R, class... Ts>
   Future<R> request(int i, std::function<void()> settled, Ts... xs) const {
     internal::refuse_bare_floats<R, Ts...>();
     if (!caller_) return make_error_future<R>(Status(Errc::shutdown, "mesh: an empty ActorMesh"));
-    const int rank = extent_.rank(i);
     CallContext ctx;  // built only for a member that takes it
     if constexpr (internal::takes_context<Handle, Ts...>()) {
       ctx = in_view(view_context(), static_cast<std::size_t>(i));
     }
     auto p = std::make_shared<Promise<R>>();
     auto fut = p->future();
-    auto caller = caller_;
-    const std::size_t id = id_;
-    const auto timeout = timeout_;
-    auto finish = [p, settled](Result<R> r) {
-      if (settled) settled();
-      p->set(std::move(r));
-    };
-    auto job = [=](caf::event_based_actor* self) {
-      send_one<R>(self, caller, id, rank, timeout, finish, ctx, xs...);
-    };
-    if (auto s = caller_->post(job, "rank " + std::to_string(rank)); !s.ok()) {
-      if (settled) settled();
-      return make_error_future<R>(s);
-    }
+    send_member<R>(
+        extent_.rank(i), ctx,
+        [p, settled](Result<R> r) {
+          if (settled) settled();
+          p->set(std::move(r));
+        },
+        xs...);
     return fut;
   }
 
-  // On the caller: one request to `rank` of mesh `id`, watched so that a
-  // member that dies answers at once; `finish` gets the reply or an error
-  // naming the rank. `ctx` goes first when the member's handler takes it.
+  // Sends (xs...) to `rank` of the mesh from this thread, or, while that
+  // member's failure is dealt with (a restart), once it is
+  // (MeshCaller::member_or_hold); `finish` gets the answer.
   template <class R, class F, class... Ts>
-  static void send_one(caf::event_based_actor* self,
-                       const std::shared_ptr<internal::MeshCaller>& caller, std::size_t id,
-                       int rank, std::chrono::milliseconds timeout, F finish,
-                       const CallContext& ctx, const Ts&... xs) {
-    auto target = caf::actor_cast<Handle>(caller->member(id, rank));
+  void send_member(int rank, const CallContext& ctx, F finish, const Ts&... xs) const {
+    const auto again = [mesh = *this, rank, ctx, finish, xs...] {
+      mesh.template send_member<R>(rank, ctx, finish, xs...);
+    };
+    caf::actor member;
+    if (caller_->member_or_hold(id_, rank, again, member)) return;
+    const auto target = caf::actor_cast<Handle>(member);
+    auto s = caller_->send([&](caf::actor_companion* self, internal::MeshCaller::Requests* rq) {
+      send_one<R>(self, rq, target, rank, timeout_, finish, ctx, xs...);
+    });
+    if (!s.ok()) finish(s);
+  }
+
+  // tell() to `rank` of the mesh, as send_member sends.
+  template <class... Ts>
+  void tell_member(int rank, const CallContext& ctx, const Ts&... xs) const {
+    const auto again = [mesh = *this, rank, ctx, xs...] { mesh.tell_member(rank, ctx, xs...); };
+    caf::actor member;
+    if (caller_->member_or_hold(id_, rank, again, member)) return;
+    const auto target = caf::actor_cast<Handle>(member);
+    if (!target) return;
+    // Anonymous: a member's answer goes nowhere.
+    if constexpr (internal::takes_context<Handle, Ts...>()) {
+      caf::anon_send(target, ctx, xs...);
+    } else {
+      caf::anon_send(target, xs...);
+    }
+  }
+
+  // Inside MeshCaller::send: one request to `target`, `rank` of this
+  // mesh, watched so that a member that dies answers at once; `finish`
+  // gets the reply or an error naming the rank (an empty `target`: why
+  // the mesh has none). `ctx` goes first when the member's handler takes
+  // it.
+  template <class R, class F, class... Ts>
+  void send_one(caf::actor_companion* self, internal::MeshCaller::Requests* rq,
+                const Handle& target, int rank, std::chrono::milliseconds timeout, F finish,
+                const CallContext& ctx, const Ts&... xs) const {
     if (!target) {
-      const Status why = caller->gone(id);
+      const Status why = caller_->gone(id_);
       finish(Status(why.code(), "rank " + std::to_string(rank) + ": " + why.message()));
       return;
     }
-    const std::string prefix = "rank " + std::to_string(rank) + " ";
+    using Caller = internal::MeshCaller;
+    auto fin = std::make_shared<F>(std::move(finish));
+    const auto id =
+        Caller::watch_request(rq, target.address(), "rank " + std::to_string(rank) + " ",
+                              [fin](const Status& s) { (*fin)(s); });
+    auto ok = [rq, id, fin](R r) {
+      Caller::settle_request(rq, id, [fin, r = std::move(r)]() mutable { (*fin)(std::move(r)); });
+    };
+    auto error = [rq, id, fin, rank](caf::error& e) {
+      Caller::settle_request(rq, id, [fin, s = internal::mesh_rank_error(rank, e)] { (*fin)(s); });
+    };
     if constexpr (internal::takes_context<Handle, Ts...>()) {
-      internal::watched_request<R>(self, target, rank, timeout, prefix, std::move(finish), ctx,
-                                   xs...);
+      internal::companion_request(self, target, timeout, ok, error, ctx, xs...);
     } else {
-      internal::watched_request<R>(self, target, rank, timeout, prefix, std::move(finish), xs...);
+      internal::companion_request(self, target, timeout, ok, error, xs...);
     }
   }
 

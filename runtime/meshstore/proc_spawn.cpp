@@ -15,6 +15,41 @@ namespace {
 
 using namespace internal::proc;
 
+// Inside a job on a caller actor: sends (xs...) to `target` (serving
+// `rank`) and calls `finish` once with its reply (R) or an error naming
+// the rank: CAF's (mesh_rank_error), or the target's death as the
+// caller's monitor sees it (`down_prefix` + "went down (reason)"), at once
+// rather than after the timeout.
+template <class R, class Handle, class F, class... Ts>
+void watched_request(caf::event_based_actor* self, const Handle& target, int rank,
+                     std::chrono::milliseconds timeout, const std::string& down_prefix, F finish,
+                     const Ts&... xs) {
+  auto done = std::make_shared<bool>(false);
+  auto watch_id = std::make_shared<std::uint64_t>(0);
+  internal::MeshCaller::watch(
+      self, target.address(),
+      [=](const Status& down) {
+        if (*done) return;
+        *done = true;
+        finish(Status(down.code(), down_prefix + down.message()));
+      },
+      *watch_id);
+  self->request(target, timeout, xs...)
+      .then(
+          [=](R r) {
+            internal::MeshCaller::settled(self, *watch_id);
+            if (*done) return;
+            *done = true;
+            finish(std::move(r));
+          },
+          [=](caf::error& e) {
+            internal::MeshCaller::settled(self, *watch_id);
+            if (*done) return;
+            *done = true;
+            finish(internal::mesh_rank_error(rank, e));
+          });
+}
+
 // On a mesh's caller: asks `proc` (the process of member `rank`) to spawn
 // it; `done` gets the actor or an error naming the rank, at once when the
 // process goes away meanwhile (a request to a dead remote actor would only
@@ -25,9 +60,8 @@ void spawn_on(caf::event_based_actor* self, const proc_actor& proc, int rank,
               std::function<void(Result<caf::actor>)> done) {
   const std::string who = "rank " + std::to_string(rank);
   if (!proc) return done(Status(Errc::unavailable, who + ": its process is gone"));
-  internal::watched_request<caf::actor>(self, proc, rank, timeout, who + ": its process ",
-                                        std::move(done), proc_spawn_atom::value, mesh, type,
-                                        interface, args);
+  watched_request<caf::actor>(self, proc, rank, timeout, who + ": its process ", std::move(done),
+                              proc_spawn_atom::value, mesh, type, interface, args);
 }
 
 // Waits for every member's spawn. On a failure, the members made are

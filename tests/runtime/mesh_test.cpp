@@ -317,8 +317,9 @@ TEST(ProcMeshLocal, AnActorMeshUsedAfterStopAnswersShutdown) {
 }
 
 TEST(ProcMeshLocal, ManyCallsInFlightFromManyThreads) {
-  // Every call goes through the mesh's one caller actor: many at once, from
-  // several threads, each gets its own answer.
+  // Every call goes out from its own thread through the mesh's one
+  // companion: many at once, from several threads, each gets its own
+  // answer.
   auto mesh = ProcMesh::local({{"ranks", 4}}).value();
   auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
   std::vector<std::thread> threads;
@@ -335,6 +336,49 @@ TEST(ProcMeshLocal, ManyCallsInFlightFromManyThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong, (std::vector<int>{0, 0, 0, 0}));
+}
+
+// Keeps every call waiting: it never answers.
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
+using holder_actor = caf::typed_actor<caf::replies_to<hold_atom>::with<int>>;
+holder_actor::behavior_type holder(holder_actor::pointer self, int) {
+  auto held = std::make_shared<std::vector<caf::typed_response_promise<int>>>();
+  return {[=](hold_atom) {
+    held->push_back(self->make_response_promise<int>());
+    return held->back();
+  }};
+}
+
+TEST(ProcMeshLocal, ACallStillWaitingWhenTheMeshStopsAnswersShutdown) {
+  MeshOptions o;
+  o.request_timeout = 60s;  // far above what the test waits: the error must not be a timeout
+  auto mesh = ProcMesh::local({{"ranks", 1}}, o).value();
+  auto holders = mesh.spawn<holder_actor>("holders", holder).value();
+  auto waiting = holders.ask<int>(0, hold_atom::value);
+  mesh.stop();
+  EXPECT_ERROR(waiting.get(kWait), Errc::shutdown,
+               "rank 0 had not answered when the mesh was closed");
+}
+
+TEST(ProcMeshLocal, AnAnswerMayCallTheMeshAgain) {
+  // A reply's continuation runs on the thread that delivered it (here the
+  // member's scheduler thread), outside the mesh's locks: it may ask the
+  // mesh again.
+  auto mesh = ProcMesh::local({{"ranks", 2}}).value();
+  auto adders = mesh.spawn<adder_actor>("adders", adder, -1).value();
+  // Held by the callbacks: set() may still run when get() returns.
+  auto chained = std::make_shared<Promise<int>>();
+  auto second = chained->future();
+  adders.ask<int>(0, add_atom::value, 1).on_complete([chained, adders](const Result<int>& r) {
+    if (!r.ok()) {
+      chained->set(r);
+      return;
+    }
+    adders.ask<int>(1, add_atom::value, *r).on_complete([chained](const Result<int>& r2) {
+      chained->set(r2);
+    });
+  });
+  EXPECT_EQ(*second.get(kWait), 2);  // (1 + rank 0) + rank 1
 }
 
 TEST(Mesh, AUserMessageTypeCrossesProcessesOnceRegistered) {
