@@ -335,12 +335,13 @@ void MeshCaller::member_down(caf::event_based_actor* self, const caf::actor_addr
   }
 }
 
-bool MeshCaller::member_or_hold(std::size_t id, int rank, const std::function<void()>& again,
+bool MeshCaller::member_or_hold(std::size_t id, int rank,
+                                const std::function<std::function<void()>()>& again,
                                 caf::actor& out) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = held_.find(id);
   if (it != held_.end()) {
-    it->second.push_back(again);
+    it->second.push_back(again());
     return true;
   }
   if (id < meshes_.size() && rank >= 0 && static_cast<std::size_t>(rank) < meshes_[id].size() &&

@@ -79,11 +79,10 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   /// Member `rank` of mesh `id`; an empty handle once closed or stopped.
   caf::actor member(std::size_t id, int rank) const;
   /// Member `rank` of mesh `id` in `out` (empty once closed or stopped),
-  /// and false; or, while the failure of a member of the mesh is being
-  /// dealt with (supervision: a restart or a stop under way), true, and
-  /// `again` runs once it is (on the caller actor), to send the call to
-  /// the member the mesh then has or answer why it has none.
-  bool member_or_hold(std::size_t id, int rank, const std::function<void()>& again,
+  /// and false; or, while supervision deals with a member's failure (a
+  /// restart or a stop under way), true: what `again()` makes (the call,
+  /// its arguments copied only then) runs once it is dealt with.
+  bool member_or_hold(std::size_t id, int rank, const std::function<std::function<void()>()>& again,
                       caf::actor& out) const;
   /// Why member() is empty: Errc::shutdown when the mesh is closed,
   /// Errc::unavailable naming the failure when it was stopped after one.
@@ -465,8 +464,7 @@ class ActorMesh {
   }
 
  private:
-  // Sends (xs...) to every member, from this thread; the futures in
-  // member order.
+  // Sends (xs...) to every member; the futures in member order.
   template <class R, class... Ts>
   std::vector<Future<R>> requests(const Ts&... xs) const {
     internal::refuse_bare_floats<R, Ts...>();
@@ -512,13 +510,14 @@ class ActorMesh {
     return fut;
   }
 
-  // Sends (xs...) to `rank` of the mesh from this thread, or, while that
-  // member's failure is dealt with (a restart), once it is
-  // (MeshCaller::member_or_hold); `finish` gets the answer.
+  // Sends (xs...) to `rank` of the mesh from this thread, or once a failure
+  // is dealt with (member_or_hold); `finish` gets the answer.
   template <class R, class F, class... Ts>
   void send_member(int rank, const CallContext& ctx, F finish, const Ts&... xs) const {
-    const auto again = [mesh = *this, rank, ctx, finish, xs...] {
-      mesh.template send_member<R>(rank, ctx, finish, xs...);
+    auto again = [&]() -> std::function<void()> {
+      return [mesh = *this, rank, ctx, finish, xs...] {
+        mesh.template send_member<R>(rank, ctx, finish, xs...);
+      };
     };
     caf::actor member;
     if (caller_->member_or_hold(id_, rank, again, member)) return;
@@ -532,7 +531,9 @@ class ActorMesh {
   // tell() to `rank` of the mesh, as send_member sends.
   template <class... Ts>
   void tell_member(int rank, const CallContext& ctx, const Ts&... xs) const {
-    const auto again = [mesh = *this, rank, ctx, xs...] { mesh.tell_member(rank, ctx, xs...); };
+    auto again = [&]() -> std::function<void()> {
+      return [mesh = *this, rank, ctx, xs...] { mesh.tell_member(rank, ctx, xs...); };
+    };
     caf::actor member;
     if (caller_->member_or_hold(id_, rank, again, member)) return;
     const auto target = caf::actor_cast<Handle>(member);
@@ -545,11 +546,10 @@ class ActorMesh {
     }
   }
 
-  // Inside MeshCaller::send: one request to `target`, `rank` of this
-  // mesh, watched so that a member that dies answers at once; `finish`
-  // gets the reply or an error naming the rank (an empty `target`: why
-  // the mesh has none). `ctx` goes first when the member's handler takes
-  // it.
+  // Inside MeshCaller::send: one request to `target`, `rank` of this mesh,
+  // watched so that a member that dies answers at once; `finish` gets the
+  // reply or an error naming the rank (no `target`: why the mesh has none).
+  // `ctx` goes first when the member's handler takes it.
   template <class R, class F, class... Ts>
   void send_one(caf::actor_companion* self, internal::MeshCaller::Requests* rq,
                 const Handle& target, int rank, std::chrono::milliseconds timeout, F finish,
