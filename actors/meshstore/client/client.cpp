@@ -200,30 +200,15 @@ void expire_parked(client_pointer self) {
   arm_park_timer(self);
 }
 
-// Whether `call` cannot run now: the controller or the strategy is gone.
-// While the store reconnects to a server that died (not one closed in
-// order), the call waits for it (run by `handle` once back) up to the
-// request timeout after the death; otherwise it fails at once.
+// Whether `call` cannot run now (wait_for_store); `handle` runs it once
+// the store is back.
 template <class Call, class Handle>
 bool held_back(client_pointer self, Call& call, Handle handle) {
-  auto& st = self->state;
-  if (st.control_down.empty()) return false;
-  auto promise = call.promise;
-  if (!st.cfg.on_control_down || !st.reconnect_over.empty() || st.control_closed) {
-    promise->set_error(Status(
-        Errc::unavailable, "the store is unreachable: " +
-                               (st.reconnect_over.empty() ? st.control_down : st.reconnect_over)));
-    return true;
-  }
+  if (self->state.control_down.empty()) return false;
   auto parked = std::make_shared<Call>(std::move(call));
-  // Until the request timeout after the death, not after the call: a
-  // caller's next call does not wait that long again.
-  st.parked.push_back(
-      ClientState::Parked{st.control_down_at + st.cfg.request_timeout,
-                          [self, parked, handle] { handle(self, std::move(*parked)); },
-                          [promise](const Status& s) { promise->set_error(s); }});
-  arm_park_timer(self);
-  return true;
+  return wait_for_store(
+      self, [self, parked, handle] { handle(self, std::move(*parked)); },
+      [promise = parked->promise](const Status& s) { promise->set_error(s); });
 }
 
 // The store is back (store/reconnect.cpp): the new controller and
@@ -235,6 +220,9 @@ void reconnected(client_pointer self, protocol::controller_actor c, protocol::st
   std::vector<std::string> known;
   for (const auto& [id, conn] : self->state.conns) known.push_back(id);
   self->send(c, protocol::expect_volumes_atom::value, std::move(known));
+  // The new strategy learns the volumes again as they register: until
+  // then "no volume fits" is no final answer.
+  self->state.placement_final = false;
   take_control(self, std::move(c), std::move(s));
   auto parked = std::exchange(self->state.parked, {});
   self->state.log->info(
@@ -298,6 +286,25 @@ caf::behavior client_impl(client_pointer self, ClientConfig cfg,
 }
 
 }  // namespace
+
+bool wait_for_store(client_pointer self, std::function<void()> run,
+                    std::function<void(const Status&)> fail) {
+  auto& st = self->state;
+  if (st.control_down.empty()) return false;
+  if (!st.cfg.on_control_down || !st.reconnect_over.empty() || st.control_closed) {
+    fail(Status(Errc::unavailable,
+                "the store is unreachable: " +
+                    (st.reconnect_over.empty() ? st.control_down : st.reconnect_over)));
+    return true;
+  }
+  // Until the request timeout after the death, not after the call: a
+  // caller's next call does not wait that long again.
+  st.parked.push_back(ClientState::Parked{st.control_down_at + st.cfg.request_timeout,
+                                          std::move(run), std::move(fail)});
+  arm_park_timer(self);
+  return true;
+}
+
 namespace {
 
 // Runs `job` inside the client actor at `addr`, from any thread (fire and

@@ -133,6 +133,14 @@ struct ClientState {
 
 using client_pointer = caf::stateful_actor<ClientState>*;
 
+/// Whether a call cannot run now because the controller or the strategy
+/// is gone. While the store waits for a failover (it reconnects to a
+/// server that died, not one closed in order), `run` runs once the store
+/// is back, or `fail` at the request timeout after the death; otherwise
+/// `fail` runs at once. False, touching neither, while the store is up.
+bool wait_for_store(client_pointer self, std::function<void()> run,
+                    std::function<void(const Status&)> fail);
+
 /// Runs `k(result)` inside the client actor once `fut` completes, whatever
 /// thread completes it. Dropped (with its captures) if the client is gone.
 template <class T, class F>

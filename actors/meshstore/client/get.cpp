@@ -366,7 +366,21 @@ Status read_targets(GetOp& op, const std::vector<wire::KeyRecord>& records,
 // untouched), then read from their volumes.
 void read_records(client_pointer self, const std::shared_ptr<GetOp>& op,
                   Result<std::vector<wire::KeyRecord>> records) {
-  if (!records.ok()) return op->fail(records.status());
+  if (!records.ok()) {
+    // The controller died with this locate in flight: a read is asked
+    // again of the controller the store fails over to.
+    const bool again = wait_for_store(
+        self,
+        [self, op] {
+          op->pin = 0;  // the dead controller's
+          op->use_cache = false;
+          --op->attempt;
+          start_get(self, op);
+        },
+        [op](const Status& s) { op->fail(s); });
+    if (!again) op->fail(records.status());
+    return;
+  }
   if (records->size() != op->call.keys.size()) {
     return op->fail(Status(Errc::protocol_error,
                            "controller answered " + std::to_string(records->size()) +
