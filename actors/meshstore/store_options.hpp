@@ -90,6 +90,19 @@ struct StorePlacement {
   /// Store::connect(): host the volumes the store's strategy places in this
   /// process (per_host, per_local_rank). Tools that only look set false.
   bool host_volumes = true;
+  /// spawn_store on a ProcMesh that launch() or attach() made: the member
+  /// of the mesh (an index into it) whose process runs the store's
+  /// controller and strategy, as the one-member actor mesh
+  /// "meshstore.controller" under the store's supervision. -1 (default):
+  /// the calling process runs them, as Store::embedded does. With the
+  /// restart policy and LaunchSpec::max_relaunches, a controller whose
+  /// process dies starts again in the process launched in its place and
+  /// rebuilds its index from the volumes that survived, while every
+  /// client's calls wait for it (docs/reliability.md, "A controller
+  /// restarted by its ProcMesh"). Not with a custom strategy's `select`
+  /// (a function cannot cross processes); ignored by every other way of
+  /// making a store.
+  int controller_process = -1;
 };
 
 /// How this process's clients and volumes move bytes

@@ -97,6 +97,8 @@ StoreOptions store_options(const py::dict& kw) {
                                                            : seconds_arg(v, "reconnect_timeout");
       else if (name == "host_volumes")
         o.placement.host_volumes = v.cast<bool>();
+      else if (name == "controller_process")
+        o.placement.controller_process = v.cast<int>();
       else if (name == "volume_pool_bytes")
         o.limits.volume_pool_bytes = v.cast<std::uint64_t>();
       else if (name == "request_timeout")

@@ -301,7 +301,22 @@ struct Failures {
     std::unique_lock<std::mutex> lock(mu);
     return cv.wait_for(lock, kWait, [&] { return seen.size() >= n; });
   }
+  // The restart policy, its failures told here (the handler answers
+  // false: no process exits).
+  Supervision restarting() {
+    Supervision restart;
+    restart.policy = FailurePolicy::restart;
+    restart.on_failure = handler(false);
+    return restart;
+  }
 };
+
+// A launch whose dead workers are started again once.
+LaunchSpec relaunching_once() {
+  LaunchSpec spec;
+  spec.max_relaunches = 1;
+  return spec;
+}
 
 TEST(ProcMesh, EveryCallStyleOnTheWholeMeshAndOnSlicesAcrossProcesses) {
   auto procs = ProcMesh::launch({{"hosts", 2}, {"procs", 2}}, {}, options());
@@ -1394,12 +1409,8 @@ TEST(ProcMesh, AStoreSpawnedAcrossTheProcessesServesTheirActorsAndLeavesNothingB
 // said so); new puts land in it again.
 TEST(ProcMesh, AStoreProcessStartedAgainRejoinsTheStoreEmpty) {
   Failures failures;
-  Supervision restart;
-  restart.policy = FailurePolicy::restart;
-  restart.on_failure = failures.handler(false);
-  LaunchSpec spec;
-  spec.max_relaunches = 1;
-  auto procs = ProcMesh::launch({{"procs", 2}}, spec, options());
+  const Supervision restart = failures.restarting();
+  auto procs = ProcMesh::launch({{"procs", 2}}, relaunching_once(), options());
   ASSERT_TRUE(procs.ok()) << procs.status().to_string();
   StoreOptions so;
   so.placement.strategy = "per_local_rank";  // a volume in each worker process
@@ -1578,6 +1589,109 @@ TEST(ProcMesh, AControllerPutTheStrategyCannotPlaceFailsAtOnce) {
   EXPECT_ERROR(put.get(), Errc::unavailable,
                "no volume for local rank -1; every process of the store has joined");
   EXPECT_EQ(store->get_object("nowhere").get(kWait).status().code(), Errc::not_found);
+  store->close();
+  procs->stop();
+}
+
+// With placement.controller_process, the store's controller and strategy
+// run in a process of the mesh, as the one-member mesh
+// "meshstore.controller". kill -9 of that process under the restart
+// policy: the ProcMesh launches it again, the controller starts again
+// there and rebuilds its index from the volumes that survived, and the
+// calls made meanwhile wait for it instead of failing.
+TEST(ProcMesh, AControllerWhoseProcessIsKilledStartsAgainWithEveryKeyOfTheSurvivors) {
+  Failures failures;
+  const Supervision restart = failures.restarting();
+  auto procs = ProcMesh::launch({{"procs", 3}}, relaunching_once(), options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";  // a volume in each worker process
+  so.placement.controller_process = 2;
+  auto store = spawn_store(*procs, so, restart);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto users = procs->spawn<store_user_actor>(restart, "users", "store_user");
+  ASSERT_TRUE(users.ok()) << users.status().to_string();
+  auto rank1 = users->slice({{"procs", 1}}).value();
+  const std::string weights(100000, 'w');
+  ASSERT_TRUE(store->put_object("from-controller", weights).get(kWait).ok());  // lr0
+  ASSERT_TRUE(
+      rank1.call_one<bool>(store_put_atom::value, std::string("from-rank-1"),
+                           std::string("v1"))
+          .get(kWait)
+          .ok());  // lr1
+  ASSERT_TRUE(
+      rank1.call_one<bool>(store_put_atom::value, std::string("overwritten"), std::string("old"))
+          .get(kWait)
+          .ok());
+  ASSERT_TRUE(store->put_object("overwritten", "new").get(kWait).ok());
+
+  const int old_pid = procs->pid(2);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(procs->signal(2, SIGKILL).ok());
+  // Made while the controller is gone: it waits for the new one.
+  auto first = store->get_object("from-rank-1");
+  ASSERT_TRUE(failures.wait_for(4));  // the controller, its volumes, its client, the user
+  std::set<std::string> failed;
+  {
+    std::lock_guard<std::mutex> lock(failures.mu);
+    for (const auto& f : failures.seen) failed.insert(f.mesh);
+  }
+  EXPECT_EQ(failed, (std::set<std::string>{"meshstore.controller", "meshstore.store",
+                                           "meshstore.volumes", "users"}));
+  auto got = first.get(kWait);
+  const auto back = std::chrono::steady_clock::now() - killed;
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, "v1");
+  std::printf(
+      "first read back %lld ms after the kill\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(back).count()));
+  EXPECT_NE(procs->pid(2), old_pid);
+  auto big = store->get_object("from-controller").get(kWait);
+  ASSERT_TRUE(big.ok()) << big.status().to_string();
+  EXPECT_TRUE(*big == weights);
+  EXPECT_EQ(store->get_object("overwritten").get(kWait).value(), "new");
+  // The store takes writes again, from here and from the workers.
+  ASSERT_TRUE(store->put_object("after", "a").get(kWait).ok());
+  ASSERT_TRUE(eventually([&] {
+    return rank1.call_one<bool>(store_put_atom::value, std::string("after-1"), std::string("b"))
+        .get(kWait)
+        .ok();
+  }));
+  EXPECT_EQ(store->get_object("after").get(kWait).value(), "a");
+  EXPECT_EQ(store->get_object("after-1").get(kWait).value(), "b");
+  // Closing the store stops its controller's mesh: no failure for that.
+  const std::size_t before = failures.seen.size();
+  store->close();
+  procs->stop();
+  std::lock_guard<std::mutex> lock(failures.mu);
+  EXPECT_EQ(failures.seen.size(), before);
+}
+
+TEST(ProcMesh, AControllerProcessOutsideTheMeshOrWithAFunctionIsRefused) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";
+  so.placement.controller_process = 2;
+  EXPECT_ERROR(spawn_store(*procs, so), Errc::invalid_argument,
+               "placement.controller_process 2 is not a member of the ProcMesh, which has 2");
+  so.placement.controller_process = -2;
+  EXPECT_ERROR(spawn_store(*procs, so), Errc::invalid_argument,
+               "placement.controller_process must be >= -1, got -2");
+  so.placement.controller_process = 0;
+  so.placement.custom_strategy.placement = "per_local_rank";
+  so.placement.custom_strategy.select =
+      [](const ClientDesc&, const std::vector<VolumeDesc>& v) -> Result<std::string> {
+    return v.front().volume_id;
+  };
+  EXPECT_ERROR(spawn_store(*procs, so), Errc::invalid_argument,
+               "a function cannot cross processes");
+  // Nothing was left behind: the mesh takes a store on process 0.
+  so.placement.custom_strategy = {};
+  auto store = spawn_store(*procs, so);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  ASSERT_TRUE(store->put_object("k", "v").get(kWait).ok());
+  EXPECT_EQ(store->get_object("k").get(kWait).value(), "v");
   store->close();
   procs->stop();
 }

@@ -302,6 +302,9 @@ struct ClientConfig {
   /// restarted server (store/reconnect.cpp) and sends the client
   /// (reconnected_atom, controller, strategy). Null: calls fail for good.
   std::function<void(const std::string&)> on_control_down;
+  /// The controller stops in order only when its store closes (a store
+  /// whose ProcMesh restarts its controller): no reconnecting then.
+  bool orderly_stop_closes = false;
 };
 
 /// The store gave up reconnecting (`why`): the client's calls waiting for

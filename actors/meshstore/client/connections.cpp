@@ -447,7 +447,9 @@ void peer_gone(client_pointer self, const caf::actor_addr& source, const std::st
     st.control_down = why;
     st.control_down_at = std::chrono::steady_clock::now();
     st.control_closed = orderly;
-    if (st.cfg.on_control_down) st.cfg.on_control_down(why);
+    if (st.cfg.on_control_down && !(orderly && st.cfg.orderly_stop_closes)) {
+      st.cfg.on_control_down(why);
+    }
   }
   if (name == "the controller") {
     controller_gone(self, why);

@@ -91,6 +91,12 @@ protocol::directory_actor spawn_directory(caf::actor_system& sys,
                                           protocol::strategy_actor strategy,
                                           std::string strategy_name);
 
+/// Spawns a relay directory (protocol::relay_directory_actor) for a
+/// strategy named `strategy_name`: it hands out whichever controller and
+/// strategy were handed to it last, while that controller lives.
+protocol::relay_directory_actor spawn_relay_directory(caf::actor_system& sys,
+                                                      std::string strategy_name);
+
 /// True when two meshstore versions can talk ("MAJOR.MINOR.PATCH": the same
 /// major and minor).
 bool versions_compatible(const std::string& a, const std::string& b);

@@ -225,6 +225,7 @@ void Store::Impl::start_client() {
         [weak = std::weak_ptr<store::Reconnector>(reconnector)](const std::string& why) {
           if (auto r = weak.lock()) r->control_down(why);
         };
+    cc.orderly_stop_closes = relay != nullptr;
   }
   client = client::spawn_client(runtime->system(), cc, controller, strategy);
   owned.push_back(client);
@@ -354,8 +355,9 @@ Result<Store> Store::connect_on(std::shared_ptr<internal::ActorRuntime> runtime,
   if (!hello.ok()) return hello;
   // Made first: the volumes hosted here wait for a failover's controller
   // when there is one to wait for.
-  if (!via && options.limits.reconnect_timeout.count() > 0) {
+  if ((!via || via->relays) && options.limits.reconnect_timeout.count() > 0) {
     impl->servers = *servers;
+    if (via) impl->relay = via->handle;
     impl->reconnector = std::make_shared<store::Reconnector>(
         *servers, options.limits.reconnect_timeout,
         [raw = impl.get()](const std::string& at, std::chrono::milliseconds slice) {
@@ -406,21 +408,25 @@ Status Store::Impl::rejoin(const std::string& server, std::chrono::milliseconds 
   std::shared_ptr<internal::ActorRuntime> rt;
   std::vector<Registered> mine;
   caf::actor me;
+  caf::actor_addr gone;  // the controller that went down
   {
     std::shared_lock<std::shared_mutex> lock(mu);
     if (closed) return Status(Errc::shutdown, "the store is closed");
     rt = runtime;
     mine = registered;
     me = client;
+    gone = controller.address();
   }
-  auto target = parse_address(server);
-  if (!target.ok()) return target.status();
   auto& sys = rt->system();
-  // One bounded attempt: a request to the middleman's connector, which
-  // answers within `slice` even when the connection attempt itself hangs
-  // (remote_actor has no deadline: close() would wait on it).
-  protocol::directory_actor directory;
-  {
+  // Through a relay directory: it answers once the controller that its
+  // ProcMesh started again handed itself over.
+  protocol::directory_actor directory = relay;
+  if (!directory) {
+    auto target = parse_address(server);
+    if (!target.ok()) return target.status();
+    // One bounded attempt: a request to the middleman's connector, which
+    // answers within `slice` even when the connection attempt itself hangs
+    // (remote_actor has no deadline: close() would wait on it).
     caf::scoped_actor self{sys};
     Status reached(Errc::unavailable, "no answer from " + server);
     self->request(internal::connector(sys), slice, caf::connect_atom::value, target->host,
@@ -439,6 +445,11 @@ Status Store::Impl::rejoin(const std::string& server, std::chrono::milliseconds 
   store::VolumeHost answer;
   MESHSTORE_RETURN_IF_ERROR(
       store::ask_directory(sys, directory, slice, "reconnect to " + server, &answer));
+  // A relay may not have heard of the death yet (a request to the dead
+  // controller would only time out).
+  if (relay && answer.controller.address() == gone) {
+    return Status(Errc::unavailable, "the relay still names the controller that went down");
+  }
   // The new controller rebuilds its index from the records these volumes
   // keep as each registers (an attempt cut short may have registered some
   // already: registering the same volume again answers OK).
@@ -483,6 +494,7 @@ void Store::Impl::close() {
   if (fast) fast->close();
   std::shared_ptr<internal::ActorRuntime> doomed;
   std::vector<caf::actor> stopping;
+  std::vector<std::function<void()>> closing;
   {
     std::unique_lock<std::shared_mutex> lock(mu);
     if (closed) return;
@@ -501,6 +513,7 @@ void Store::Impl::close() {
       std::rotate(order.begin() + 1, local, local + 1);
     }
     stopping = std::move(order);  // waited for below, outside the lock
+    closing = std::move(on_close);
     // Handles must be gone before the actor system, or its shutdown waits forever.
     owned.clear();
     client = nullptr;
@@ -508,6 +521,7 @@ void Store::Impl::close() {
     for (auto& l : lending) l = Lending{};
     registered.clear();
     directory = nullptr;
+    relay = nullptr;
     strategy = nullptr;
     controller = nullptr;
     doomed = std::move(runtime);
@@ -525,6 +539,7 @@ void Store::Impl::close() {
   // into the store meanwhile (and get Errc::shutdown) instead of blocking
   // a thread this shutdown waits for.
   doomed.reset();
+  for (auto& f : closing) f();
   // Closed cleanly: the next server from this directory starts afresh.
   state_dir.reset();
 }

@@ -27,22 +27,11 @@ transports::TransportConfig transport_config(const StoreOptions& o) {
 
 }  // namespace store
 
-Status StoreOptions::validate() const {
-  auto bad = [](const std::string& m) {
-    return Status(Errc::invalid_argument, "StoreOptions: " + m);
-  };
-  const auto& p = placement;
-  if (!standby_of.empty() && listen.empty()) {
-    return bad("standby_of '" + standby_of + "' needs listen: a standby serves at its own address");
-  }
-  if (!state_dir.empty() && listen.empty()) {
-    return bad("state_dir '" + state_dir + "' needs listen: it is a server's");
-  }
-  if (!metrics.empty()) {
-    if (auto a = internal::parse_address(metrics); !a.ok()) {
-      return bad("metrics: " + a.status().message());
-    }
-  }
+namespace {
+
+// StorePlacement's own ranges (its message, without "StoreOptions: ").
+Status check_placement(const StorePlacement& p) {
+  auto bad = [](const std::string& m) { return Status(Errc::invalid_argument, m); };
   if (p.num_volumes < 1 || p.num_volumes > 1024) {
     return bad("placement.num_volumes must be in [1, 1024], got " + std::to_string(p.num_volumes));
   }
@@ -56,6 +45,10 @@ Status StoreOptions::validate() const {
   if (p.local_rank < -1) {
     return bad("placement.local_rank must be >= -1, got " + std::to_string(p.local_rank));
   }
+  if (p.controller_process < -1) {
+    return bad("placement.controller_process must be >= -1, got " +
+               std::to_string(p.controller_process));
+  }
   if (auto s = controller::policy_by_name(p.strategy); !s.ok()) {
     return bad("placement.strategy: " + s.status().message());
   }
@@ -64,6 +57,27 @@ Status StoreOptions::validate() const {
       return bad("placement.custom_strategy.placement: " + s.status().message());
     }
   }
+  return Status();
+}
+
+}  // namespace
+
+Status StoreOptions::validate() const {
+  auto bad = [](const std::string& m) {
+    return Status(Errc::invalid_argument, "StoreOptions: " + m);
+  };
+  if (!standby_of.empty() && listen.empty()) {
+    return bad("standby_of '" + standby_of + "' needs listen: a standby serves at its own address");
+  }
+  if (!state_dir.empty() && listen.empty()) {
+    return bad("state_dir '" + state_dir + "' needs listen: it is a server's");
+  }
+  if (!metrics.empty()) {
+    if (auto a = internal::parse_address(metrics); !a.ok()) {
+      return bad("metrics: " + a.status().message());
+    }
+  }
+  if (auto s = check_placement(placement); !s.ok()) return bad(s.message());
   if (limits.eviction != "none" && limits.eviction != "lru") {
     return bad("limits.eviction must be \"none\" or \"lru\", got \"" + limits.eviction + "\"");
   }

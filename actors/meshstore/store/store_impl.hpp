@@ -6,6 +6,7 @@
 #include <atomic>
 #include <caf/all.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -30,6 +31,9 @@ namespace meshstore {
 // that already reaches the store (spawn_store on a launched mesh).
 struct internal::StoreDirectory {
   protocol::directory_actor handle;
+  // A relay directory (protocol::relay_directory_actor): its controller
+  // may go down and come back, so the store reconnects through it.
+  bool relays = false;
 };
 
 namespace client {
@@ -88,6 +92,13 @@ struct Store::Impl {
   // joined through a mesh, or limits.reconnect_timeout 0).
   std::vector<std::string> servers;
   std::shared_ptr<store::Reconnector> reconnector;
+  // A relay directory this store reconnects through, over the connection
+  // the process has (then `servers` only names it).
+  protocol::directory_actor relay;
+  // Run by close() once this store's own actors stopped (under mu's
+  // guard): what spawn_store set up beside the store (the controller's
+  // mesh).
+  std::vector<std::function<void()>> on_close;
   // Manifests the state-dict reads planned with; plain data, so the read
   // chains may hold it past close().
   std::shared_ptr<state_dicts::ManifestCache> manifests = state_dicts::make_manifest_cache();

@@ -1,73 +1,28 @@
 #include "meshstore/store_mesh.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <optional>
 
+#include "meshstore/controller/controller.hpp"
+#include "meshstore/foreign_thread.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
 #include "meshstore/internal/address.hpp"
 #include "meshstore/internal/caf_glue.hpp"
+#include "meshstore/internal/connect.hpp"
+#include "meshstore/logging.hpp"
 #include "meshstore/protocol/actor_types.hpp"
 #include "meshstore/protocol/atoms.hpp"
+#include "meshstore/protocol/directory_actor.hpp"
+#include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/store_impl.hpp"
-#include "meshstore/store/volume_hosting.hpp"
+#include "meshstore/store/store_nodes.hpp"
 
 namespace meshstore {
-
-// Store's way onto a runtime this process already has.
-struct internal::StoreRuntimeAccess {
-  static Result<Store> embedded(std::shared_ptr<ActorRuntime> rt, StoreOptions o) {
-    return Store::embedded_on(std::move(rt), std::move(o));
-  }
-  static Result<Store> connect(std::shared_ptr<ActorRuntime> rt, const std::string& address,
-                               StoreOptions o, const StoreDirectory* via = nullptr) {
-    return Store::connect_on(std::move(rt), address, std::move(o), via);
-  }
-  // Its directory actor (what connect() takes as `via`); null without one.
-  static caf::actor directory(const Store& store) {
-    return store.impl_ ? caf::actor_cast<caf::actor>(store.impl_->directory) : caf::actor();
-  }
-  // Every volume `store`'s client may be given has registered.
-  static void placement_final(const Store& store) {
-    if (store.impl_ && store.impl_->client) {
-      caf::anon_send(store.impl_->client, protocol::placement_final_atom::value);
-    }
-  }
-};
-
-namespace {
-
-// What a process of a ProcMesh needs to join a store spawned on it: the
-// store's address and directory (handed over the connection to the
-// controller the process has: a second one breaks CAF 0.17's TLS links),
-// and the options its volumes and its client take from the controller's
-// StoreOptions.
-struct NodeSpec {
-  std::string address;
-  caf::actor directory;
-  std::string transport;
-  std::int64_t request_timeout_ms = 30000;
-  std::int32_t num_volumes = 1;
-  std::uint64_t capacity_bytes = 0;
-  std::uint64_t pool_bytes = 0;
-  bool shared_memory_volumes = true;
-  std::int64_t fast_path_spin_us = 50;
-  std::int32_t tcp_streams = 2;
-  std::uint64_t tcp_chunk_bytes = 0;
-  bool encrypt_tcp = false;
-  std::int32_t shm_max_mappings = 4096;
-  std::uint64_t rpc_chunk_bytes = 0;
-  std::int32_t rpc_chunks_in_flight = 4;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, NodeSpec& x) {
-  return f(caf::meta::type_name("meshstore::NodeSpec"), x.address, x.directory, x.transport,
-           x.request_timeout_ms, x.num_volumes, x.capacity_bytes, x.pool_bytes,
-           x.shared_memory_volumes, x.fast_path_spin_us, x.tcp_streams, x.tcp_chunk_bytes,
-           x.encrypt_tcp, x.shm_max_mappings, x.rpc_chunk_bytes, x.rpc_chunks_in_flight);
-}
+namespace store_nodes {
 
 NodeSpec node_spec(const StoreOptions& o, std::string address, caf::actor directory) {
   NodeSpec n;
@@ -75,6 +30,7 @@ NodeSpec node_spec(const StoreOptions& o, std::string address, caf::actor direct
   n.directory = std::move(directory);
   n.transport = o.transport.name;
   n.request_timeout_ms = static_cast<std::int64_t>(o.limits.request_timeout.count());
+  n.reconnect_timeout_ms = static_cast<std::int64_t>(o.limits.reconnect_timeout.count());
   n.num_volumes = o.placement.num_volumes;
   n.capacity_bytes = o.limits.volume_capacity_bytes;
   n.pool_bytes = o.limits.volume_pool_bytes;
@@ -89,7 +45,6 @@ NodeSpec node_spec(const StoreOptions& o, std::string address, caf::actor direct
   return n;
 }
 
-// The options of process `rank` of the mesh (rank and local rank alike).
 StoreOptions node_options(const NodeSpec& n, int rank) {
   StoreOptions o;
   o.placement.rank = rank;
@@ -97,6 +52,7 @@ StoreOptions node_options(const NodeSpec& n, int rank) {
   o.placement.num_volumes = n.num_volumes;
   o.transport.name = n.transport;
   o.limits.request_timeout = std::chrono::milliseconds(n.request_timeout_ms);
+  o.limits.reconnect_timeout = std::chrono::milliseconds(n.reconnect_timeout_ms);
   o.limits.volume_capacity_bytes = n.capacity_bytes;
   o.limits.volume_pool_bytes = n.pool_bytes;
   o.transport.shared_memory_volumes = n.shared_memory_volumes;
@@ -114,63 +70,12 @@ Status rank_error(int rank, Errc code, const std::string& what) {
   return Status(code, "rank " + std::to_string(rank) + ": " + what);
 }
 
-using store_join_atom = caf::atom_constant<caf::atom("s_join")>;
-// A process's membership in a store: join connects it.
-using store_node_actor = caf::typed_actor<caf::replies_to<store_join_atom>::with<std::string>>;
-// A process's volumes of a store (the mesh "meshstore.volumes"): join
-// spawns and registers them. It is linked to them: a volume that dies
-// takes the node with it (a MeshFailure naming the rank), and the node
-// that stops takes its volumes.
-using volume_join_atom = caf::atom_constant<caf::atom("v_join")>;
-using volume_node_actor = caf::typed_actor<caf::replies_to<volume_join_atom>::with<std::string>>;
+namespace {
 
 // The store this process joined (one per process), and its address.
 std::mutex g_mu;
 std::shared_ptr<Store> g_store;
 std::string g_joined;
-
-volume_node_actor::behavior_type volume_node(volume_node_actor::pointer self, int rank,
-                                             NodeSpec spec) {
-  // It joins at once, as a store node does: one that supervision spawned
-  // again is asked by no one, and its volumes rejoin the store (empty).
-  caf::anon_send(self, volume_join_atom::value);
-  auto joined = std::make_shared<std::string>();
-  return {
-      [=](volume_join_atom) -> caf::result<std::string> {
-        if (!joined->empty()) return *joined;
-        // On this process's runtime. Blocks this scheduler thread while
-        // the controller registers the volumes (a few ms).
-        auto runtime = internal::worker_runtime();
-        if (!runtime) {
-          return internal::to_caf_error(
-              rank_error(rank, Errc::unavailable, "ProcMesh::serve is not running"));
-        }
-        const StoreOptions o = node_options(spec, rank);
-        store::VolumeHost h;
-        h.runtime = runtime.get();
-        h.options = &o;
-        h.host = store::resolve_host(o);
-        auto target = internal::parse_address(spec.address);
-        h.data_host = internal::local_address_towards(target.ok() ? target->host : "127.0.0.1");
-        h.door = false;  // the mesh's processes are connected to each other
-        Status s = store::ask_directory(
-            runtime->system(), caf::actor_cast<protocol::directory_actor>(spec.directory),
-            std::chrono::milliseconds(spec.request_timeout_ms), "the store at " + spec.address, &h);
-        std::vector<caf::actor> made;
-        Result<std::vector<protocol::storage_volume_actor>> volumes = s;
-        if (s.ok()) volumes = store::host_volumes(h, &made);
-        if (!volumes.ok()) {
-          for (auto& v : made) caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
-          return internal::to_caf_error(
-              volumes.status().with_context("rank " + std::to_string(rank) + " hosting volumes"));
-        }
-        for (auto& v : made) self->link_to(v);
-        *joined = "rank " + std::to_string(rank) + " hosts " + std::to_string(volumes->size()) +
-                  " volume(s) of " + spec.address;
-        return *joined;
-      },
-  };
-}
 
 store_node_actor::behavior_type store_node(store_node_actor::pointer self, int rank,
                                            NodeSpec spec) {
@@ -205,7 +110,8 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
           return internal::to_caf_error(
               rank_error(rank, Errc::unavailable, "ProcMesh::serve is not running"));
         }
-        internal::StoreDirectory via{caf::actor_cast<protocol::directory_actor>(spec.directory)};
+        internal::StoreDirectory via{caf::actor_cast<protocol::directory_actor>(spec.directory),
+                                     spec.relays};
         auto s = internal::StoreRuntimeAccess::connect(std::move(runtime), address, o, &via);
         if (!s.ok()) {
           return internal::to_caf_error(
@@ -230,12 +136,15 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
 }
 
 }  // namespace
+}  // namespace store_nodes
 
 void add_store_actor_types(caf::actor_system_config& cfg) {
   protocol::add_actor_types(cfg);  // the store's own messages
-  cfg.add_message_type<NodeSpec>("meshstore::NodeSpec");
-  cfg.add_actor_type("meshstore.store_node", store_node);
-  cfg.add_actor_type("meshstore.volume_node", volume_node);
+  cfg.add_message_type<store_nodes::NodeSpec>("meshstore::NodeSpec");
+  cfg.add_message_type<store_nodes::ControlSpec>("meshstore::ControlSpec");
+  cfg.add_actor_type("meshstore.controller_node", store_nodes::controller_node);
+  cfg.add_actor_type("meshstore.store_node", store_nodes::store_node);
+  cfg.add_actor_type("meshstore.volume_node", store_nodes::volume_node);
 }
 
 namespace {
@@ -249,13 +158,25 @@ namespace {
 
 namespace {
 
+using store_nodes::controller_join_atom;
+using store_nodes::controller_node_actor;
+using store_nodes::controller_stop_atom;
+using store_nodes::ControlSpec;
+using store_nodes::node_spec;
+using store_nodes::NodeSpec;
+using store_nodes::store_join_atom;
+using store_nodes::store_node_actor;
+using store_nodes::volume_join_atom;
+using store_nodes::volume_node_actor;
+
 // Spawns the node mesh `name` of actor type `type` (supervised by
 // `supervision`, else the ProcMesh's default) and has every member join:
-// Ok once all have, else the first failure, naming its rank.
-template <class Handle, class Atom>
-Status spawn_nodes(ProcMesh& procs, const std::optional<Supervision>& supervision,
-                   const std::string& name, const std::string& type, const NodeSpec& spec,
-                   std::chrono::milliseconds timeout) {
+// the mesh once all have, else the first failure, naming its rank.
+template <class Handle, class Atom, class Spec>
+Result<ActorMesh<Handle>> spawn_nodes(ProcMesh& procs,
+                                      const std::optional<Supervision>& supervision,
+                                      const std::string& name, const std::string& type,
+                                      const Spec& spec, std::chrono::milliseconds timeout) {
   auto nodes = supervision ? procs.spawn<Handle>(*supervision, name, type, spec)
                            : procs.spawn<Handle>(name, type, spec);
   if (!nodes.ok()) return nodes.status();
@@ -264,7 +185,114 @@ Status spawn_nodes(ProcMesh& procs, const std::optional<Supervision>& supervisio
   for (const auto& r : *joined) {
     if (!r.ok()) return r.status();
   }
+  return nodes;
+}
+
+// The volumes first, as a mesh of their own, then a client per process:
+// each client finds every volume its strategy may give it registered.
+Status spawn_members(ProcMesh& procs, const std::optional<Supervision>& supervision,
+                     const NodeSpec& spec, std::chrono::milliseconds timeout) {
+  auto volumes = spawn_nodes<volume_node_actor, volume_join_atom>(
+      procs, supervision, "meshstore.volumes", "meshstore.volume_node", spec, timeout);
+  if (!volumes.ok()) return volumes.status();
+  return spawn_nodes<store_node_actor, store_join_atom>(procs, supervision, "meshstore.store",
+                                                        "meshstore.store_node", spec, timeout)
+      .status();
+}
+
+// Member `i` of `procs` alone, as a view of one process.
+Result<ProcMesh> member_view(const ProcMesh& procs, int i) {
+  const auto& dims = procs.extent().dims();
+  std::vector<std::pair<std::string, Select>> at;
+  int rest = i;
+  for (auto d = dims.size(); d-- > 0;) {
+    const int c = rest % dims[d].second;
+    rest /= dims[d].second;
+    at.insert(at.begin(), {dims[d].first, Select(c, c + 1)});
+  }
+  return procs.slice(at);
+}
+
+Status check_controller_process(const ProcMesh& procs, const StoreOptions& options) {
+  const int at = options.placement.controller_process;
+  auto bad = [](const std::string& what) {
+    return Status(Errc::invalid_argument, "spawn_store: placement.controller_process " + what);
+  };
+  if (at >= procs.size()) {
+    return bad(std::to_string(at) + " is not a member of the ProcMesh, which has " +
+               std::to_string(procs.size()));
+  }
+  if (options.placement.custom_strategy.select) {
+    return bad("cannot run a custom strategy's select: a function cannot cross processes");
+  }
+  if (!options.state_dir.empty() || !options.standby_of.empty()) {
+    return bad("is for a store its ProcMesh restarts, not with state_dir or standby_of");
+  }
   return Status();
+}
+
+// spawn_store with the controller in process `controller_process` of
+// `procs`: a relay directory here, published at `listen`, the controller
+// mesh of one member there, then the volumes and clients as always, and
+// this process's client through the relay.
+Result<Store> spawn_relayed(ProcMesh& procs, StoreOptions options,
+                            const std::optional<Supervision>& supervision,
+                            std::shared_ptr<internal::ActorRuntime> runtime) {
+  MESHSTORE_RETURN_IF_ERROR(options.validate());
+  MESHSTORE_RETURN_IF_ERROR(check_controller_process(procs, options));
+  auto member = member_view(procs, options.placement.controller_process);
+  if (!member.ok()) return member.status().with_context("spawn_store");
+  auto listen = internal::parse_address(options.listen);
+  if (!listen.ok()) return listen.status().with_context("StoreOptions: listen");
+  ForeignThreadGuard guard;  // spawns and publishes from this thread
+  auto& sys = runtime->system();
+  auto relay = controller::spawn_relay_directory(sys, options.placement.strategy);
+  auto port = internal::publish_actor(sys, relay, listen->port, listen->host, true);
+  if (!port.ok()) {
+    caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
+    return port.status().with_context("spawn_store: cannot listen on " + options.listen);
+  }
+  const std::string address = listen->host + ":" + std::to_string(*port);
+  internal::warn_if_exposed(listen->host, *port, "the store", runtime->tls());
+  auto undo = [runtime, relay, p = *port] {
+    ForeignThreadGuard guard;  // close() may run on any thread
+    internal::unpublish_actor(runtime->system(), relay, p);
+    caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
+  };
+  NodeSpec spec = node_spec(options, address, caf::actor_cast<caf::actor>(relay));
+  spec.relays = true;
+  ControlSpec control;
+  control.directory = spec.directory;
+  control.strategy = options.placement.strategy;
+  control.replicas = options.placement.replicas;
+  control.repair_share_ppm = static_cast<std::int64_t>(options.placement.repair_share * 1e6);
+  control.rebuild_timeout_ms = static_cast<std::int64_t>(options.limits.rebuild_timeout.count());
+  control.node = spec;
+  const auto timeout = options.limits.request_timeout;
+  auto controllers = spawn_nodes<controller_node_actor, controller_join_atom>(
+      *member, supervision, "meshstore.controller", "meshstore.controller_node", control, timeout);
+  Status failed = controllers.status();
+  if (failed.ok()) failed = spawn_members(procs, supervision, spec, timeout);
+  Result<Store> store = failed;
+  if (failed.ok()) {
+    options.placement.local_rank = -1;  // the controller is not one of the mesh's ranks
+    options.placement.host_volumes = false;
+    internal::StoreDirectory via{caf::actor_cast<protocol::directory_actor>(relay), true};
+    store = internal::StoreRuntimeAccess::connect(runtime, address, options, &via);
+  }
+  if (!store.ok()) {
+    // Best effort: a node that cannot be told stops with its process.
+    if (controllers.ok()) static_cast<void>(controllers->tell(controller_stop_atom::value));
+    undo();
+    return store.status().with_context("spawn_store");
+  }
+  internal::StoreRuntimeAccess::on_close(
+      *store, [controllers = std::move(controllers).value(), undo]() mutable {
+        static_cast<void>(controllers.tell(controller_stop_atom::value));  // best effort, as above
+        undo();
+      });
+  internal::StoreRuntimeAccess::placement_final(*store);
+  return store;
 }
 
 Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
@@ -281,6 +309,9 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
     return store;
   }
   if (options.listen.empty()) options.listen = "127.0.0.1:0";
+  if (options.placement.controller_process >= 0) {
+    return spawn_relayed(procs, std::move(options), supervision, std::move(runtime));
+  }
   options.placement.local_rank = -1;  // the controller is not one of the mesh's ranks
   // The controller and strategy here, on the ProcMesh's runtime: one actor
   // system for the meshes and the store.
@@ -289,14 +320,7 @@ Result<Store> spawn_store_under(ProcMesh& procs, StoreOptions options,
   const auto spec =
       node_spec(options, store->admin().address(), internal::StoreRuntimeAccess::directory(*store));
   const auto timeout = options.limits.request_timeout;
-  // The volumes first, as a mesh of their own, then a client per process:
-  // each client finds every volume its strategy may give it registered.
-  Status failed = spawn_nodes<volume_node_actor, volume_join_atom>(
-      procs, supervision, "meshstore.volumes", "meshstore.volume_node", spec, timeout);
-  if (failed.ok()) {
-    failed = spawn_nodes<store_node_actor, store_join_atom>(procs, supervision, "meshstore.store",
-                                                            "meshstore.store_node", spec, timeout);
-  }
+  const Status failed = spawn_members(procs, supervision, spec, timeout);
   if (!failed.ok()) {
     store->close();
     return failed.with_context("spawn_store");
@@ -369,7 +393,8 @@ Result<Store> spawn_store(Mesh& mesh, StoreOptions options) {
 }
 
 Result<std::shared_ptr<Store>> worker_store() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  using store_nodes::g_store;
+  std::lock_guard<std::mutex> lock(store_nodes::g_mu);
   if (!g_store) {
     return Status(Errc::not_found,
                   "worker_store: this process has not joined a store (the controller calls "
