@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "bench_args.hpp"
+#include "meshstore/proc_mesh.hpp"
 #include "peer.hpp"
 #include "scenarios.hpp"
 
@@ -91,6 +92,9 @@ int run_cuda_bench(const Args& a) {
 }
 
 int run(int argc, char** argv) {
+  // A worker of --scenario failover's ProcMesh (this binary, launched
+  // again): it serves the controller until stopped.
+  if (ProcMesh::is_worker()) return ProcMesh::serve().ok() ? 0 : 1;
   const Args a = parse(argc, argv);
   if (a.peer == "serve") return run_peer(a);
   if (a.peer == "read") return run_reader(a);

@@ -24,7 +24,13 @@
 // serving one, times the first read and write as above, and starts the
 // next standby at the dead one's port. The standby has started already:
 // no process start is in its figure. Sizes up to 100,000 keys (--keys for
-// more), on a store of its own.
+// more), on a store of its own. Last, a controller restarted by its
+// ProcMesh (StorePlacement::controller_process): this process launches
+// two workers (this binary again), spawns a store on them with the
+// controller in worker 1 and every key on worker 0's volume, and each run
+// kills worker 1; the ProcMesh launches it again and the controller
+// starts there. Its baseline is a one-process launch (start to joined),
+// which the relaunch includes. Same sizes as the standby's.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -40,6 +46,7 @@
 
 #include "../bench_util.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/store_mesh.hpp"
 #include "scenarios.hpp"
 
 using namespace std::chrono_literals;
@@ -259,6 +266,62 @@ std::vector<Row> standby_rows(const std::vector<std::size_t>& sizes, int runs,
   return rows;
 }
 
+// How long a one-process ProcMesh takes to launch (start until it joined):
+// the part of a relaunch no store change can shorten.
+double launch_time() {
+  const auto t0 = Clock::now();
+  auto one = must(meshstore::ProcMesh::launch({{"procs", 1}}), "launch one process");
+  const double took = secs(t0);
+  one.stop();
+  return took;
+}
+
+// A controller restarted by its ProcMesh at each of `sizes`, `runs` each:
+// two workers, the controller in worker 1 (killed each run), every key on
+// worker 0's volume.
+std::vector<Row> procmesh_rows(const std::vector<std::size_t>& sizes, int runs) {
+  std::vector<double> starts;
+  for (int i = 0; i < 3; ++i) starts.push_back(launch_time());
+  meshstore::LaunchSpec spec;
+  spec.max_relaunches = runs * static_cast<int>(sizes.size()) + 1;
+  spec.relaunch_window = std::chrono::hours(24);
+  auto procs = must(meshstore::ProcMesh::launch({{"procs", 2}}, spec), "launch 2 workers");
+  meshstore::Supervision restart;
+  restart.policy = meshstore::FailurePolicy::restart;
+  restart.max_restarts = spec.max_relaunches;
+  restart.window = spec.relaunch_window;
+  restart.on_failure = [](const meshstore::MeshFailure&) { return false; };  // the policy
+  meshstore::StoreOptions o;
+  o.placement.strategy = "per_local_rank";  // this process's puts: worker 0's volume
+  o.placement.controller_process = 1;
+  o.transport.shared_memory_volumes = false;  // a million objects, not a million segments
+  o.limits.request_timeout = 300s;
+  auto store = must(meshstore::spawn_store(procs, o, restart), "spawn_store");
+  std::vector<Row> rows;
+  std::size_t have = 0;
+  for (auto n : sizes) {
+    std::fprintf(stderr, "store_bench failover: a controller its ProcMesh restarts, %zu keys\n", n);
+    fill(store, have, n);
+    have = n;
+    std::vector<Run> done;
+    for (int i = 0; i < runs; ++i) {
+      const std::string key = "k/" + std::to_string(i * 7919 % n);
+      Run run;
+      run.start = median(starts);
+      const auto t0 = Clock::now();
+      must(procs.signal(1, SIGKILL), "kill -9 of the controller's process");
+      read_then_write(store, key, store.exists(key), t0, run);
+      done.push_back(run);
+      std::fprintf(stderr, "  run %d: first read %.0f ms, first write %.0f ms\n", i + 1,
+                   run.first_read * 1e3, run.first_write * 1e3);
+    }
+    rows.push_back(row_of(n, done, 0));
+  }
+  store.close();
+  procs.stop();
+  return rows;
+}
+
 // The rebuild's rate at row i: keys added over the time they added.
 double rate(const std::vector<Row>& rows, std::size_t i) {
   if (i == 0) return 0.0;
@@ -266,8 +329,41 @@ double rate(const std::vector<Row>& rows, std::size_t i) {
   return dt > 0 ? static_cast<double>(rows[i].keys - rows[i - 1].keys) / dt : 0.0;
 }
 
+// The standby's or the ProcMesh's rows (`what`), as JSON.
+void print_json_rows(const char* what, const std::vector<Row>& rows) {
+  std::printf("\"%s\":[", what);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    std::printf(
+        "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
+        "\"first_read_ms_max\":%.1f,\"first_write_ms_median\":%.1f,\"start_ms_median\":%.1f}",
+        i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
+        r.first_write * 1e3, r.start * 1e3);
+  }
+  std::printf("],");
+}
+
+// The standby's or the ProcMesh's rows, as a table beside the restart in
+// place's first reads (`restarts`).
+void print_rows(const std::vector<Row>& rows, const std::vector<Row>& restarts, bool start) {
+  std::printf("%10s %14s %12s %12s %15s %20s%s\n", "keys", "first read ms", "min ms", "max ms",
+              "first write ms", "read / restart's", start ? "   launch ms   read / launch" : "");
+  for (const auto& r : rows) {
+    double restart = 0;
+    for (const auto& q : restarts) {
+      if (q.keys == r.keys) restart = q.first_read;
+    }
+    std::printf("%10zu %14.0f %12.0f %12.0f %15.0f %20.2f", r.keys, r.first_read * 1e3,
+                r.first_read_min * 1e3, r.first_read_max * 1e3, r.first_write * 1e3,
+                restart > 0 ? r.first_read / restart : 0.0);
+    if (start) std::printf(" %11.0f %15.2f", r.start * 1e3, r.first_read / r.start);
+    std::printf("\n");
+  }
+}
+
 void print_failover(const Args& a, int runs, const std::vector<Row>& rows,
-                    const std::vector<Row>& standby, std::pair<double, double> hold) {
+                    const std::vector<Row>& standby, const std::vector<Row>& procmesh,
+                    std::pair<double, double> hold) {
   if (a.json) {
     std::printf("{\"scenario\":\"failover\",\"runs\":%d,\"sizes\":[", runs);
     for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -281,16 +377,10 @@ void print_failover(const Args& a, int runs, const std::vector<Row>& rows,
           r.start * 1e3, r.first_read / r.start, r.first_write * 1e3, rate(rows, i),
           r.bytes_per_key);
     }
-    std::printf("],\"standby\":[");
-    for (std::size_t i = 0; i < standby.size(); ++i) {
-      const auto& r = standby[i];
-      std::printf(
-          "%s{\"keys\":%zu,\"first_read_ms_median\":%.1f,\"first_read_ms_min\":%.1f,"
-          "\"first_read_ms_max\":%.1f,\"first_write_ms_median\":%.1f}",
-          i ? "," : "", r.keys, r.first_read * 1e3, r.first_read_min * 1e3, r.first_read_max * 1e3,
-          r.first_write * 1e3);
-    }
-    std::printf("],\"put_batch_1000_per_s_held\":%.0f,\"put_batch_1000_per_s_bare\":%.0f}\n",
+    std::printf("],");
+    print_json_rows("standby", standby);
+    print_json_rows("procmesh", procmesh);
+    std::printf("\"put_batch_1000_per_s_held\":%.0f,\"put_batch_1000_per_s_bare\":%.0f}\n",
                 hold.first, hold.second);
     return;
   }
@@ -307,17 +397,12 @@ void print_failover(const Args& a, int runs, const std::vector<Row>& rows,
               rows.back().bytes_per_key, rows.back().keys);
   std::printf("a standby's takeover: kill -9 of the primary to the first read, median of %d runs\n",
               runs);
-  std::printf("%10s %14s %12s %12s %15s %20s\n", "keys", "first read ms", "min ms", "max ms",
-              "first write ms", "read / restart's");
-  for (const auto& r : standby) {
-    double restart = 0;
-    for (const auto& q : rows) {
-      if (q.keys == r.keys) restart = q.first_read;
-    }
-    std::printf("%10zu %14.0f %12.0f %12.0f %15.0f %20.2f\n", r.keys, r.first_read * 1e3,
-                r.first_read_min * 1e3, r.first_read_max * 1e3, r.first_write * 1e3,
-                restart > 0 ? r.first_read / restart : 0.0);
-  }
+  print_rows(standby, rows, false);
+  std::printf(
+      "a controller its ProcMesh restarts: kill -9 of its process to the first read, median of "
+      "%d runs\n",
+      runs);
+  print_rows(procmesh, rows, true);
   std::printf(
       "1,000-key put_batch into this process's volume: %.0f calls/s keeping each commit for a "
       "failover, %.0f/s not (reconnect_timeout 0): %.2f x\n",
@@ -379,7 +464,8 @@ void run_failover(const Args& a) {
     if (n <= 100000 || n == a.keys) standby_sizes.push_back(n);
   }
   const auto standby = standby_rows(standby_sizes, runs, o);
-  print_failover(a, runs, rows, standby, hold);
+  const auto procmesh = procmesh_rows(standby_sizes, runs);
+  print_failover(a, runs, rows, standby, procmesh, hold);
 }
 
 }  // namespace meshstore::bench
