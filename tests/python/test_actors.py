@@ -581,6 +581,35 @@ def test_torchstore_initialized_on_a_process_mesh_serves_its_actors():
     asyncio.run(ts.shutdown())
 
 
+def test_the_store_controller_runs_in_the_worker_asked_for():
+    import meshstore.torchstore as ts
+    from meshstore.torchstore.strategy import LocalRankStrategy
+
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2})
+    try:
+        with pytest.raises(meshstore.Error, match="controller_process 2 is not a member"):
+            asyncio.run(ts.initialize(mesh=procs, strategy=LocalRankStrategy(),
+                                      controller_process=2))
+        asyncio.run(ts.shutdown())
+        # The controller (and the store's index) in worker 1: the
+        # ProcMesh restarts it with its process (docs/reliability.md).
+        asyncio.run(ts.initialize(mesh=procs, strategy=LocalRankStrategy(),
+                                  controller_process=1))
+        writer = procs.slice(procs=0).spawn("trainer", Trainer)
+        assert writer.publish.call_one(3).get(timeout=60) == procs.pid(0)
+
+        async def read_back():
+            import torch
+            got = await ts.get_state_dict("weights")
+            return got["w"], got["b"]
+
+        w, b = asyncio.run(read_back())
+        assert w[0, 0].item() == 3.0 and b.tolist() == [3, 4, 5, 6]
+    finally:
+        asyncio.run(ts.shutdown())
+        procs.stop()
+
+
 def test_from_env_outside_a_launched_job_names_what_is_missing(monkeypatch):
     # Under a launcher: examples/python/actor_spmd.py (ctest, torchrun).
     for var in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
