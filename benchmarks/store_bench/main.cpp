@@ -31,9 +31,11 @@
 //       a call, time exists and get as the index grows, read the peer's
 //       memory per key, then connect --clients clients at once.
 //   store_bench --scenario failover [--keys 1000000] [--iters 10] [--json]
-//   store_bench --scenario replicas [--bytes 1073741824] [--iters 5] [--json]
 //       kill -9 of `meshstore serve`, started again at its port, to the
-//       first read, with 10k, 100k and 1M keys on this process's volume.
+//       first read, with 10k, 100k and 1M keys on this process's volume;
+//       a standby's takeover; and a controller its ProcMesh restarts
+//       (two workers: this binary again).
+//   store_bench --scenario replicas [--bytes 1073741824] [--iters 5] [--json]
 //   store_bench --scenario metrics [--iters 4000] [--json]
 //       4 KiB put + get_into and 64 MiB put / get_into with metrics served
 //       (StoreOptions::metrics) against without, alternating in one run.

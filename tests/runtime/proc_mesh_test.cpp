@@ -1657,8 +1657,17 @@ TEST(ProcMesh, AControllerWhoseProcessIsKilledStartsAgainWithEveryKeyOfTheSurviv
         .get(kWait)
         .ok();
   }));
+  // The relaunched process joined the store again, once its controller
+  // was up: its worker puts too.
+  auto rank2 = users->slice({{"procs", 2}}).value();
+  ASSERT_TRUE(eventually([&] {
+    return rank2.call_one<bool>(store_put_atom::value, std::string("after-2"), std::string("c"))
+        .get(kWait)
+        .ok();
+  }));
   EXPECT_EQ(store->get_object("after").get(kWait).value(), "a");
   EXPECT_EQ(store->get_object("after-1").get(kWait).value(), "b");
+  EXPECT_EQ(store->get_object("after-2").get(kWait).value(), "c");
   // Closing the store stops its controller's mesh: no failure for that.
   const std::size_t before = failures.seen.size();
   store->close();

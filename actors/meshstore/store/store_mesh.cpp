@@ -66,6 +66,15 @@ StoreOptions node_options(const NodeSpec& n, int rank) {
   return o;
 }
 
+bool try_again_soon(const NodeSpec& spec,
+                    std::optional<std::chrono::steady_clock::time_point>& since,
+                    const Status& failed) {
+  if (!spec.relays || failed.code() != Errc::unavailable) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (!since) since = now;
+  return now - *since < std::chrono::milliseconds(spec.reconnect_timeout_ms);
+}
+
 Status rank_error(int rank, Errc code, const std::string& what) {
   return Status(code, "rank " + std::to_string(rank) + ": " + what);
 }
@@ -87,6 +96,9 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
   // started again, is asked by no one, and rejoins the store this way.
   // spawn_store's own join then finds it joined.
   caf::anon_send(self, store_join_atom::value);
+  // Since when its joins fail while a relayed store's controller starts
+  // again (a process relaunched with it): it tries again meanwhile.
+  auto failing_since = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
   return {
       [=](store_join_atom) -> caf::result<std::string> {
         // Its volumes are the volume node's ("meshstore.volumes").
@@ -113,6 +125,9 @@ store_node_actor::behavior_type store_node(store_node_actor::pointer self, int r
         internal::StoreDirectory via{caf::actor_cast<protocol::directory_actor>(spec.directory),
                                      spec.relays};
         auto s = internal::StoreRuntimeAccess::connect(std::move(runtime), address, o, &via);
+        if (!s.ok() && try_again_soon(spec, *failing_since, s.status())) {
+          caf::delayed_anon_send(self, std::chrono::milliseconds(20), store_join_atom::value);
+        }
         if (!s.ok()) {
           return internal::to_caf_error(
               s.status().with_context("rank " + std::to_string(rank) + " joining " + address));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meshstore/internal/caf_glue.hpp"
@@ -107,6 +108,13 @@ NodeSpec node_spec(const StoreOptions& o, std::string address, caf::actor direct
 
 // The options of process `rank` of the mesh (rank and local rank alike).
 StoreOptions node_options(const NodeSpec& n, int rank);
+
+// Whether a node whose join failed with `failed` tries again in a moment:
+// under a relay, while the controller starts again, up to the reconnect
+// timeout since the first failure (`since`, set by the first call).
+bool try_again_soon(const NodeSpec& spec,
+                    std::optional<std::chrono::steady_clock::time_point>& since,
+                    const Status& failed);
 
 // `what` failed in process `rank`.
 Status rank_error(int rank, Errc code, const std::string& what);

@@ -93,16 +93,6 @@ Result<std::string> join_volumes(volume_node_actor::pointer self, int rank, cons
          " volume(s) of " + spec.address;
 }
 
-// Whether `hosted`'s node tries `what` again in a moment: under a relay,
-// while the controller starts again, up to the reconnect timeout since
-// the first failed try.
-bool try_again_soon(const NodeSpec& spec, HostedVolumes& hosted, const Status& failed) {
-  if (!spec.relays || failed.code() != Errc::unavailable) return false;
-  const auto now = std::chrono::steady_clock::now();
-  if (!hosted.down_since) hosted.down_since = now;
-  return now - *hosted.down_since < std::chrono::milliseconds(spec.reconnect_timeout_ms);
-}
-
 }  // namespace
 
 volume_node_actor::behavior_type volume_node(volume_node_actor::pointer self, int rank,
@@ -135,7 +125,7 @@ volume_node_actor::behavior_type volume_node(volume_node_actor::pointer self, in
         if (!hosted->joined.empty()) return hosted->joined;
         auto joined = join_volumes(self, rank, spec, *hosted);
         if (!joined.ok()) {
-          if (try_again_soon(spec, *hosted, joined.status())) {
+          if (try_again_soon(spec, hosted->down_since, joined.status())) {
             caf::delayed_anon_send(self, std::chrono::milliseconds(20), volume_join_atom::value);
           }
           return internal::to_caf_error(joined.status());
