@@ -415,7 +415,8 @@ Status Store::Impl::rejoin(const std::string& server, std::chrono::milliseconds 
     rt = runtime;
     mine = registered;
     me = client;
-    gone = controller.address();
+    // Through a relay only: a server started again has a new controller.
+    if (relay) gone = controller.address();
   }
   auto& sys = rt->system();
   // Through a relay directory: it answers once the controller that its
@@ -444,12 +445,7 @@ Status Store::Impl::rejoin(const std::string& server, std::chrono::milliseconds 
   }
   store::VolumeHost answer;
   MESHSTORE_RETURN_IF_ERROR(
-      store::ask_directory(sys, directory, slice, "reconnect to " + server, &answer));
-  // A relay may not have heard of the death yet (a request to the dead
-  // controller would only time out).
-  if (relay && answer.controller.address() == gone) {
-    return Status(Errc::unavailable, "the relay still names the controller that went down");
-  }
+      store::ask_directory(sys, directory, slice, "reconnect to " + server, &answer, gone));
   // The new controller rebuilds its index from the records these volumes
   // keep as each registers (an attempt cut short may have registered some
   // already: registering the same volume again answers OK).

@@ -9,12 +9,10 @@
 
 #include "meshstore/controller/controller.hpp"
 #include "meshstore/internal/actor_runtime.hpp"
-#include "meshstore/internal/address.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/actor_types.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/store/store_nodes.hpp"
-#include "meshstore/store/volume_hosting.hpp"
 
 namespace meshstore::store_nodes {
 namespace {
@@ -61,13 +59,7 @@ void start_control(controller_node_actor::pointer self, int rank, const ControlS
             // they register (a few ms).
             StoreOptions o = node_options(spec.node, rank);
             o.placement.local_rank = -1;
-            store::VolumeHost h;
-            h.runtime = runtime.get();
-            h.options = &o;
-            h.host = store::resolve_host(o);
-            auto target = internal::parse_address(spec.node.address);
-            h.data_host = internal::local_address_towards(target.ok() ? target->host : "127.0.0.1");
-            h.door = false;
+            store::VolumeHost h = node_volume_host(runtime.get(), o, spec.node);
             h.controller = ctl;
             h.strategy = strategy;
             h.strategy_name = spec.strategy;

@@ -75,6 +75,18 @@ bool try_again_soon(const NodeSpec& spec,
   return now - *since < std::chrono::milliseconds(spec.reconnect_timeout_ms);
 }
 
+store::VolumeHost node_volume_host(internal::ActorRuntime* runtime, const StoreOptions& o,
+                                   const NodeSpec& spec) {
+  store::VolumeHost h;
+  h.runtime = runtime;
+  h.options = &o;
+  h.host = store::resolve_host(o);
+  auto target = internal::parse_address(spec.address);
+  h.data_host = internal::local_address_towards(target.ok() ? target->host : "127.0.0.1");
+  h.door = false;
+  return h;
+}
+
 Status rank_error(int rank, Errc code, const std::string& what) {
   return Status(code, "rank " + std::to_string(rank) + ": " + what);
 }

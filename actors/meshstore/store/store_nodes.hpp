@@ -15,6 +15,7 @@
 #include "meshstore/proc_mesh.hpp"
 #include "meshstore/store.hpp"
 #include "meshstore/store/store_impl.hpp"
+#include "meshstore/store/volume_hosting.hpp"
 
 namespace meshstore {
 
@@ -115,6 +116,12 @@ StoreOptions node_options(const NodeSpec& n, int rank);
 bool try_again_soon(const NodeSpec& spec,
                     std::optional<std::chrono::steady_clock::time_point>& since,
                     const Status& failed);
+
+// How this process hosts volumes of `spec`'s store with options `o` (kept
+// by the caller): on the worker's `runtime`, with no door of their own
+// (the mesh's processes are connected to each other already).
+store::VolumeHost node_volume_host(internal::ActorRuntime* runtime, const StoreOptions& o,
+                                   const NodeSpec& spec);
 
 // `what` failed in process `rank`.
 Status rank_error(int rank, Errc code, const std::string& what);

@@ -25,7 +25,8 @@ std::string resolve_host(const StoreOptions& o) {
 }
 
 Status ask_directory(caf::actor_system& sys, const protocol::directory_actor& directory,
-                     std::chrono::milliseconds timeout, const std::string& what, VolumeHost* h) {
+                     std::chrono::milliseconds timeout, const std::string& what, VolumeHost* h,
+                     const caf::actor_addr& gone) {
   caf::scoped_actor self{sys};
   Status out;
   self->request(directory, timeout, protocol::hello_atom::value, std::string(meshstore::version()))
@@ -36,6 +37,10 @@ Status ask_directory(caf::actor_system& sys, const protocol::directory_actor& di
             h->strategy_name = std::move(name);
           },
           [&](caf::error& e) { out = internal::from_caf_error(e, what); });
+  if (out.ok() && gone && h->controller.address() == gone) {
+    out = Status(Errc::unavailable,
+                 what + ": the directory still names the controller that went down");
+  }
   return out;
 }
 

@@ -60,9 +60,13 @@ struct VolumeHost {
 
 // Asks the store's `directory` for its controller, strategy and strategy
 // name (a version check: an incompatible store refuses), into `*h`;
-// failures read "`what`: ...".
+// failures read "`what`: ...". With `gone` (the controller that went
+// down), an answer that still names it is `unavailable`: a relay
+// directory may not have heard of the death yet, and a request to the
+// dead controller would only time out.
 Status ask_directory(caf::actor_system& sys, const protocol::directory_actor& directory,
-                     std::chrono::milliseconds timeout, const std::string& what, VolumeHost* h);
+                     std::chrono::milliseconds timeout, const std::string& what, VolumeHost* h,
+                     const caf::actor_addr& gone = caf::actor_addr());
 
 // Where other clients connect to this process directly for its volumes
 // (VolumeInfo::control); empty for a server's, whose volumes share its

@@ -6,13 +6,11 @@
 #include <optional>
 
 #include "meshstore/internal/actor_runtime.hpp"
-#include "meshstore/internal/address.hpp"
 #include "meshstore/logging.hpp"
 #include "meshstore/protocol/actor_types.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/store_nodes.hpp"
-#include "meshstore/store/volume_hosting.hpp"
 
 namespace meshstore::store_nodes {
 namespace {
@@ -35,12 +33,7 @@ Status register_again(caf::actor_system& sys, const NodeSpec& spec, HostedVolume
   store::VolumeHost answer;
   MESHSTORE_RETURN_IF_ERROR(store::ask_directory(
       sys, caf::actor_cast<protocol::directory_actor>(spec.directory),
-      std::chrono::milliseconds(250), "the store at " + spec.address, &answer));
-  // The relay may not have heard of the death yet (a request to the dead
-  // controller would only time out).
-  if (answer.controller.address() == hosted.gone) {
-    return Status(Errc::unavailable, "the relay still names the controller that went down");
-  }
+      std::chrono::milliseconds(250), "the store at " + spec.address, &answer, hosted.gone));
   const auto timeout = std::min(std::chrono::milliseconds(spec.request_timeout_ms),
                                 std::chrono::milliseconds(10000));
   for (std::size_t i = 0; i < hosted.volumes.size(); ++i) {
@@ -65,13 +58,7 @@ Result<std::string> join_volumes(volume_node_actor::pointer self, int rank, cons
   auto runtime = internal::worker_runtime();
   if (!runtime) return rank_error(rank, Errc::unavailable, "ProcMesh::serve is not running");
   const StoreOptions o = node_options(spec, rank);
-  store::VolumeHost h;
-  h.runtime = runtime.get();
-  h.options = &o;
-  h.host = store::resolve_host(o);
-  auto target = internal::parse_address(spec.address);
-  h.data_host = internal::local_address_towards(target.ok() ? target->host : "127.0.0.1");
-  h.door = false;  // the mesh's processes are connected to each other
+  store::VolumeHost h = node_volume_host(runtime.get(), o, spec);
   h.awaits_failover = spec.relays;
   Status s = store::ask_directory(
       runtime->system(), caf::actor_cast<protocol::directory_actor>(spec.directory),
