@@ -238,10 +238,13 @@ class Store:
         return cls(_native.Store.from_env(options))
 
     @classmethod
-    def _spawn_on(cls, native_procs, options):
+    def _spawn_on(cls, native_procs, options, supervision=None):
         # A store across a meshstore.actor ProcMesh (torchstore's
-        # initialize(mesh=...)): the C++ spawn_store.
-        return cls(_native.Store.spawn_on(native_procs, options))
+        # initialize(mesh=...)): the C++ spawn_store, its meshes supervised
+        # by `supervision` (a meshstore.actor.Supervision; None: the
+        # ProcMesh's default).
+        native_sup = supervision._native() if supervision is not None else None
+        return cls(_native.Store.spawn_on(native_procs, options, native_sup))
 
     @classmethod
     def _of_this_worker(cls):

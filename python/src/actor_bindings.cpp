@@ -10,7 +10,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +23,7 @@
 #include "meshstore/proc_mesh.hpp"
 #include "meshstore/transports/shm/shm_segment.hpp"
 #include "py_future.hpp"
+#include "supervision.hpp"
 
 namespace meshstore::python {
 namespace {
@@ -27,13 +32,12 @@ using py_call_atom = caf::atom_constant<caf::atom("py_call")>;
 using py_init_atom = caf::atom_constant<caf::atom("py_init")>;
 // A Python actor: (the call's context, endpoint, pickled arguments) ->
 // the pickled reply ("V" + value or "E" + the endpoint's exception). A
-// member spawned by type name in a worker process is made empty and gets
-// its instance from init, called on the whole mesh (whose shape the
-// context carries): the pickled class and arguments -> the reply of its
-// __init__.
+// member spawned by type name in a worker process makes its instance from
+// its spawn's arguments; init waits for that and answers its __init__'s
+// reply.
 using py_actor = caf::typed_actor<
     caf::replies_to<CallContext, py_call_atom, std::string, std::string>::with<std::string>,
-    caf::replies_to<CallContext, py_init_atom, std::string>::with<std::string>>;
+    caf::replies_to<CallContext, py_init_atom>::with<std::string>>;
 
 // The Python side of one mesh's members: their instances by rank, and the
 // runner that starts an endpoint call on the actor loop. Released with
@@ -84,79 +88,132 @@ Status post(const std::string& what, F&& fn) {
   return Status();
 }
 
-// The request being handled is answered with `done`'s reply (on_ready: on
-// the actor, once the loop completed it).
-caf::result<std::string> answer(py_actor::pointer self,
-                                const std::shared_ptr<Promise<std::string>>& done) {
-  auto rp = self->make_response_promise<std::string>();
-  // No bound of its own: the caller's request has one.
-  on_ready(
-      self, done->future(),
-      [rp](const Result<std::string>& r) mutable {
-        if (r.ok()) {
-          rp.deliver(*r);
-        } else {
-          rp.deliver(actor_error(r.status()));
-        }
-      },
-      std::chrono::hours(24 * 365));
-  return rp;
+// Answers `rp` with `r`.
+void deliver(caf::response_promise& rp, const Result<std::string>& r) {
+  if (r.ok()) {
+    rp.deliver(*r);
+  } else {
+    rp.deliver(actor_error(r.status()));
+  }
 }
 
-// A member whose instance is members->instances[slot]: made by the caller
-// (a local mesh's) or by init (a worker's).
-py_actor::behavior_type py_member_at(py_actor::pointer self, int rank, int slot,
-                                     std::shared_ptr<PyMembers> members) {
-  return {
-      [=](const CallContext& ctx, py_call_atom, const std::string& endpoint,
-          const std::string& args) -> caf::result<std::string> {
-        auto done = std::make_shared<Promise<std::string>>();
-        Status posted = post("endpoint '" + endpoint + "'", [&] {
-          auto complete =
-              py::cpp_function([done](py::bytes reply) { done->set_value(std::string(reply)); });
-          members->runner(members->instances.at(static_cast<std::size_t>(slot)), rank, ctx.rank,
-                          ctx.dims, ctx.sizes, endpoint, py::bytes(args), complete);
-        });
-        if (!posted.ok()) return actor_error(posted);
-        return answer(self, done);
-      },
-      [=](const CallContext& ctx, py_init_atom,
-          const std::string& made_as) -> caf::result<std::string> {
-        auto done = std::make_shared<Promise<std::string>>();
-        Status posted = post("init", [&] {
-          // On the loop: the instance goes in its slot, then the reply.
-          auto complete =
-              py::cpp_function([done, members, slot](py::object instance, py::bytes reply) {
-                if (!instance.is_none()) {
-                  members->instances.at(static_cast<std::size_t>(slot)) = std::move(instance);
-                }
-                done->set_value(std::string(reply));
-              });
-          py::module_::import("meshstore.actor._runtime")
-              .attr("construct_here")(py::bytes(made_as), rank, ctx.dims, ctx.sizes, complete);
-        });
-        if (!posted.ok()) return actor_error(posted);
-        return answer(self, done);
-      },
-  };
+// The request being handled is answered, through `rp`, with `done`'s
+// reply (on the actor, once the loop completed it).
+void deliver_when(py_actor::pointer self, caf::response_promise rp,
+                  const std::shared_ptr<Promise<std::string>>& done) {
+  // No bound of its own: the caller's request has one.
+  on_ready(
+      self, done->future(), [rp](const Result<std::string>& r) mutable { deliver(rp, r); },
+      std::chrono::hours(24 * 365));
+}
+
+// Posts endpoint `endpoint`'s call on members->instances[slot] to the
+// actor loop: its reply completes the promise returned.
+Result<std::shared_ptr<Promise<std::string>>> start_call(const std::shared_ptr<PyMembers>& members,
+                                                         int slot, int rank, const CallContext& ctx,
+                                                         const std::string& endpoint,
+                                                         const std::string& args) {
+  auto done = std::make_shared<Promise<std::string>>();
+  Status posted = post("endpoint '" + endpoint + "'", [&] {
+    auto complete =
+        py::cpp_function([done](py::bytes reply) { done->set_value(std::string(reply)); });
+    members->runner(members->instances.at(static_cast<std::size_t>(slot)), rank, ctx.rank, ctx.dims,
+                    ctx.sizes, endpoint, py::bytes(args), complete);
+  });
+  if (!posted.ok()) return posted;
+  return done;
+}
+
+caf::result<std::string> call_now(py_actor::pointer self, const std::shared_ptr<PyMembers>& members,
+                                  int slot, int rank, const CallContext& ctx,
+                                  const std::string& endpoint, const std::string& args) {
+  auto done = start_call(members, slot, rank, ctx, endpoint, args);
+  if (!done.ok()) return actor_error(done.status());
+  auto rp = self->make_response_promise<std::string>();
+  deliver_when(self, rp, *done);
+  return rp;
 }
 
 // A local mesh's member: its instance made by the caller.
 py_actor::behavior_type py_member(py_actor::pointer self, int rank,
                                   std::shared_ptr<PyMembers> members) {
-  return py_member_at(self, rank, rank, std::move(members));
+  return {
+      [=](const CallContext& ctx, py_call_atom, const std::string& endpoint,
+          const std::string& args) -> caf::result<std::string> {
+        return call_now(self, members, rank, rank, ctx, endpoint, args);
+      },
+      [=](const CallContext&, py_init_atom) -> caf::result<std::string> {
+        return actor_error(
+            Status(Errc::invalid_argument, "init: a local mesh's member is made by its caller"));
+      },
+  };
 }
 
-// A worker's member, spawned by type name ("meshstore.py_actor"): empty
-// until init.
-py_actor::behavior_type py_member_named(py_actor::pointer self, int rank) {
+// A worker's member's making: its __init__'s reply ("V" + None, or "E" +
+// the error), and the calls that came before it.
+struct Making {
+  bool done = false;
+  Result<std::string> reply{Status(Errc::internal, "init: not made yet")};
+  std::vector<std::function<void()>> waiting;
+  bool made() const { return done && reply.ok() && !reply->empty() && reply->front() == 'V'; }
+};
+
+// A worker's member, spawned by type name ("meshstore.py_actor") with the
+// pickled (class, args, kwargs, dims, sizes): it makes its instance as it
+// starts, on the actor loop, so that a member supervision restarts is
+// made again from the same arguments. Calls that arrive first wait for
+// it; init answers its __init__'s reply, and after an __init__ that
+// raised every call answers that error.
+py_actor::behavior_type py_member_named(py_actor::pointer self, int rank, std::string made_as) {
   auto members = std::make_shared<PyMembers>();
-  {
-    py::gil_scoped_acquire gil;
+  auto making = std::make_shared<Making>();
+  auto made = std::make_shared<Promise<std::string>>();
+  Status posted = post("init", [&] {
     members->instances.emplace_back(py::none());
     members->runner = py::module_::import("meshstore.actor._runtime").attr("run");
-  }
-  return py_member_at(self, rank, 0, std::move(members));
+    // On the loop: the instance goes in its slot, then the reply.
+    auto complete = py::cpp_function([made, members](py::object instance, py::bytes reply) {
+      if (!instance.is_none()) members->instances.at(0) = std::move(instance);
+      made->set_value(std::string(reply));
+    });
+    py::module_::import("meshstore.actor._runtime")
+        .attr("construct_here")(py::bytes(made_as), rank, complete);
+  });
+  if (!posted.ok()) made->set_error(posted);
+  on_ready(
+      self, made->future(),
+      [making](const Result<std::string>& r) {
+        making->reply = r;
+        making->done = true;
+        auto waiting = std::move(making->waiting);
+        for (auto& go : waiting) go();
+      },
+      std::chrono::hours(24 * 365));
+  // `k(rp)` once the member is made (now, if it is).
+  auto once_made = [self, making](auto k) -> caf::result<std::string> {
+    auto rp = self->make_response_promise<std::string>();
+    if (making->done) {
+      k(rp);
+    } else {
+      making->waiting.push_back([k, rp]() mutable { k(rp); });
+    }
+    return rp;
+  };
+  return {
+      [=](const CallContext& ctx, py_call_atom, const std::string& endpoint,
+          const std::string& args) -> caf::result<std::string> {
+        if (making->made()) return call_now(self, members, 0, rank, ctx, endpoint, args);
+        return once_made([=](caf::response_promise rp) {
+          if (!making->made()) return deliver(rp, making->reply);
+          auto done = start_call(members, 0, rank, ctx, endpoint, args);
+          if (!done.ok()) return deliver(rp, done.status());
+          deliver_when(self, rp, *done);
+        });
+      },
+      [=](const CallContext&, py_init_atom) -> caf::result<std::string> {
+        return once_made([=](caf::response_promise rp) { deliver(rp, making->reply); });
+      },
+  };
 }
 
 // In every process runtime of a program that imports meshstore: workers
@@ -290,76 +347,106 @@ void bind_actor_mesh(py::module_& m) {
              return out;
            })
       .def("init",
-           [](const Mesh& a, py::bytes made_as) {
-             return wrap(a.call<std::string>(py_init_atom::value, std::string(made_as)),
-                         replies_of);
-           })
+           [](const Mesh& a) { return wrap(a.call<std::string>(py_init_atom::value), replies_of); })
       .def("tell", [](const Mesh& a, const std::string& ep, py::bytes args) {
         if (auto s = a.tell(py_call_atom::value, ep, std::string(args)); !s.ok()) raise_status(s);
       });
 }
 
-void bind_proc_mesh(py::module_& m) {
-  py::class_<ProcMesh, std::unique_ptr<ProcMesh, DeleteWithoutGil<ProcMesh>>>(m, "ProcMesh")
-      .def_static("local",
-                  [](const std::vector<std::pair<std::string, int>>& shape, py::object on_failure) {
-                    return must(without_gil([&] {
-                      return ProcMesh::local(shape, options_with(std::move(on_failure)));
-                    }));
-                  })
-      .def_static("launch",
-                  [](const std::vector<std::pair<std::string, int>>& shape,
-                     const std::string& program, const std::vector<std::string>& args,
-                     const std::vector<std::pair<std::string, std::string>>& env,
-                     py::object on_failure, const std::vector<std::string>& tls) {
-                    LaunchSpec spec;
-                    spec.program = program;
-                    spec.args = args;
-                    spec.env = env;
-                    const auto o = options_with(std::move(on_failure), tls_of(tls));
-                    return must(without_gil([&] { return ProcMesh::launch(shape, spec, o); }));
-                  })
+// Python's (max_relaunches, relaunch window in milliseconds).
+using Relaunch = std::pair<int, std::int64_t>;
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// What spawn_procs starts: `program args...` with `env`, relaunched as
+// `relaunch` says.
+LaunchSpec spec_of(const std::string& program, const std::vector<std::string>& args, const Env& env,
+                   const Relaunch& relaunch) {
+  LaunchSpec spec;
+  spec.program = program;
+  spec.args = args;
+  spec.env = env;
+  spec.max_relaunches = relaunch.first;
+  spec.relaunch_window = std::chrono::milliseconds(relaunch.second);
+  return spec;
+}
+
+// p.spawn<py_actor>(args...), under `supervision` when Python gave one
+// (else the ProcMesh's default).
+template <class... Args>
+Mesh spawn_supervised(ProcMesh& p, const std::optional<PySupervision>& supervision,
+                      Args&&... args) {
+  std::optional<Supervision> sup;
+  if (supervision) sup = supervision_of(*supervision);
+  return must(without_gil([&] {
+    return sup ? p.spawn<py_actor>(*sup, std::forward<Args>(args)...)
+               : p.spawn<py_actor>(std::forward<Args>(args)...);
+  }));
+}
+
+using PyProcMesh = py::class_<ProcMesh, std::unique_ptr<ProcMesh, DeleteWithoutGil<ProcMesh>>>;
+
+// How a ProcMesh comes to be: this process, launched, through agents, or
+// a launched job's ranks.
+void bind_proc_mesh_starts(PyProcMesh& cls) {
+  cls.def_static("local",
+                 [](const std::vector<std::pair<std::string, int>>& shape, py::object on_failure) {
+                   return must(without_gil([&] {
+                     return ProcMesh::local(shape, options_with(std::move(on_failure)));
+                   }));
+                 })
+      .def_static(
+          "launch",
+          [](const std::vector<std::pair<std::string, int>>& shape, const std::string& program,
+             const std::vector<std::string>& args, const Env& env, py::object on_failure,
+             const std::vector<std::string>& tls, const Relaunch& relaunch) {
+            const auto spec = spec_of(program, args, env, relaunch);
+            const auto o = options_with(std::move(on_failure), tls_of(tls));
+            return must(without_gil([&] { return ProcMesh::launch(shape, spec, o); }));
+          })
       .def_static(
           "attach",
           [](const std::vector<std::string>& agents,
              const std::vector<std::pair<std::string, int>>& shape, const std::string& program,
-             const std::vector<std::string>& args,
-             const std::vector<std::pair<std::string, std::string>>& env, py::object on_failure,
+             const std::vector<std::string>& args, const Env& env, py::object on_failure,
              const std::string& bind_host, const std::string& advertise_host,
-             const std::vector<std::string>& tls) {
-            LaunchSpec spec;
-            spec.program = program;
-            spec.args = args;
-            spec.env = env;
+             const std::vector<std::string>& tls, const Relaunch& relaunch) {
+            auto spec = spec_of(program, args, env, relaunch);
             spec.bind_host = bind_host;
             spec.advertise_host = advertise_host;
             const auto o = options_with(std::move(on_failure), tls_of(tls));
             return must(without_gil([&] { return ProcMesh::attach(agents, shape, spec, o); }));
           })
-      .def_static("from_env",
-                  [](py::object on_failure, const std::vector<std::string>& tls) {
-                    const auto o = options_with(std::move(on_failure), tls_of(tls));
-                    return must(without_gil([&] { return ProcMesh::from_env(o); }));
-                  })
-      .def("rank", &ProcMesh::rank)
+      .def_static("from_env", [](py::object on_failure, const std::vector<std::string>& tls) {
+        const auto o = options_with(std::move(on_failure), tls_of(tls));
+        return must(without_gil([&] { return ProcMesh::from_env(o); }));
+      });
+}
+
+void bind_proc_mesh(py::module_& m) {
+  PyProcMesh cls(m, "ProcMesh");
+  bind_proc_mesh_starts(cls);
+  cls.def("rank", &ProcMesh::rank)
       .def("is_local", [](const ProcMesh& p) { return internal::proc_is_local(p); })
       .def("pid", &ProcMesh::pid)
-      .def(
-          "spawn_named",
-          [](ProcMesh& p, const std::string& name) {
-            return must(without_gil([&] { return p.spawn<py_actor>(name, "meshstore.py_actor"); }));
-          })
+      .def("spawn_named",
+           [](ProcMesh& p, const std::string& name, py::bytes made_as,
+              const std::optional<PySupervision>& supervision) {
+             // A worker's members, each made from `made_as` as it starts.
+             return spawn_supervised(p, supervision, name, "meshstore.py_actor",
+                                     std::string(made_as));
+           })
       .def_property_readonly("size", &ProcMesh::size)
       .def("dims", [](const ProcMesh& p) { return dims_of(p.extent()); })
       .def("slice", [](const ProcMesh& p,
                        const std::vector<py::tuple>& s) { return must(p.slice(selects_of(s))); })
       .def("spawn",
            [](ProcMesh& p, const std::string& name, std::vector<py::object> instances,
-              py::object runner) {
+              py::object runner, const std::optional<PySupervision>& supervision) {
+             // This process's members, their instances made by the caller.
              auto members = std::make_shared<PyMembers>();
              members->instances = std::move(instances);
              members->runner = std::move(runner);
-             return must(without_gil([&] { return p.spawn<py_actor>(name, py_member, members); }));
+             return spawn_supervised(p, supervision, name, py_member, members);
            })
       .def("stop", [](ProcMesh& p) { without_gil([&] { p.stop(); }); });
   // The per-process part of this process's /dev/shm names (what

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "meshstore/store_mesh.hpp"
 #include "py_future.hpp"
 #include "store_convert.hpp"
+#include "supervision.hpp"
 #include "tensor_bridge.hpp"
 
 namespace meshstore::python {
@@ -236,13 +238,19 @@ void bind_store_lifecycle(py::class_<PyStore>& cls) {
                     if (!r.ok()) raise_status(r.status());
                     return std::make_unique<PyStore>(std::move(r).value());
                   })
-      .def_static("spawn_on",
-                  [](ProcMesh& procs, const py::dict& kw) {
-                    auto o = store_options(kw);
-                    auto r = released([&] { return spawn_store(procs, std::move(o)); });
-                    if (!r.ok()) raise_status(r.status());
-                    return std::make_unique<PyStore>(std::move(r).value());
-                  })
+      .def_static(
+          "spawn_on",
+          [](ProcMesh& procs, const py::dict& kw, const std::optional<PySupervision>& supervision) {
+            auto o = store_options(kw);
+            std::optional<Supervision> sup;
+            if (supervision) sup = supervision_of(*supervision);
+            auto r = released([&] {
+              return sup ? spawn_store(procs, std::move(o), *sup)
+                         : spawn_store(procs, std::move(o));
+            });
+            if (!r.ok()) raise_status(r.status());
+            return std::make_unique<PyStore>(std::move(r).value());
+          })
       .def_static("of_this_worker",
                   [] {
                     auto r = worker_store();

@@ -38,10 +38,11 @@ from .. import _errors, _native
 from .._store import Future as _StoreFuture
 from . import _runtime
 from ._runtime import Context, Point
+from ._supervision import Supervision
 
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
-    "HostMesh", "MeshFailure", "ProcMesh", "ValueMesh", "context", "current_rank", "current_size",
+    "HostMesh", "MeshFailure", "ProcMesh", "Supervision", "ValueMesh", "context", "current_rank", "current_size",
     "endpoint", "from_env", "hosts", "local_procs", "this_host", "this_proc",
     "unhandled_fault_hook",
 ]
@@ -465,7 +466,16 @@ class ProcMesh:
     def spawn(self, name, cls, *args, **kwargs):
         """An actor mesh `name` of `cls`, one member per process of this
         view, each made as ``cls(*args, **kwargs)`` (with its rank set for
-        ``current_rank()``)."""
+        ``current_rank()``). ``spawn(Supervision(...), name, cls, ...)``
+        says what a member's death does (the default: ``__supervise__``
+        of the spawning actor, else ``unhandled_fault_hook``)."""
+        supervision = None
+        if isinstance(name, Supervision):
+            if not args:
+                raise TypeError("spawn(supervision, name, cls, *args): the actor class is missing")
+            supervision, name, cls, args = name, cls, args[0], args[1:]
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spawn(): the mesh's name must be a non-empty str, not {name!r}")
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn(): {cls!r} is not a subclass of meshstore.actor.Actor")
         # Spawned from inside an actor's endpoint: that actor owns the mesh
@@ -476,27 +486,28 @@ class ProcMesh:
         if added:
             owners[name] = _runtime.current_instance()
         try:
-            return self._spawn(name, cls, args, kwargs)
+            return self._spawn(name, cls, args, kwargs,
+                               supervision._native() if supervision else None)
         except BaseException:
             if added:
                 owners.pop(name, None)
             raise
 
-    def _spawn(self, name, cls, args, kwargs):
-        me = self._native.rank()
-        if not self._native.is_local() and me < 0:
-            return self._spawn_in_workers(name, cls, args, kwargs)
+    def _spawn(self, name, cls, args, kwargs, supervision):
         dims = self._native.dims()
         names = [d for d, _ in dims]
         sizes = [s for _, s in dims]
+        me = self._native.rank()
+        if not self._native.is_local() and me < 0:
+            return self._spawn_in_workers(name, (cls, args, kwargs, names, sizes), supervision)
         # Every member made here (local), or, under from_env, this rank's
         # alone (the spawn is collective: each rank makes its own).
         instances = [None] * self._native.size
         for rank in range(self._native.size) if me < 0 else [me]:
             instances[rank] = _runtime.construct(cls, rank, names, sizes, args, kwargs)
         _runtime.actor_loop()
-        return ActorMesh(self._native.spawn(name, instances, _runtime.run), cls, name,
-                         self._same_host)
+        return ActorMesh(self._native.spawn(name, instances, _runtime.run, supervision), cls,
+                         name, self._same_host)
 
     @property
     def rank(self):
@@ -504,16 +515,20 @@ class ProcMesh:
         (this process is their controller, or every member)."""
         return self._native.rank()
 
-    def _spawn_in_workers(self, name, cls, args, kwargs):
-        # The class and arguments travel pickled: the class by reference,
-        # so the workers must import it (a module on their path, or the
-        # controller's main script, which each worker loads as __mp_main__).
+    def _spawn_in_workers(self, name, made, supervision):
+        # The class, arguments and shape travel pickled, as the members'
+        # spawn arguments (a restarted member is made again from them): the
+        # class by reference, so the workers must import it (a module on
+        # their path, or the controller's main script, which each worker
+        # loads as __mp_main__).
         try:
-            made_as = pickle.dumps((cls, args, kwargs))
+            made_as = pickle.dumps(made)
         except Exception as e:
             raise TypeError(f"spawn(): the class and its arguments must pickle: {e}") from e
-        native = self._native.spawn_named(name)
-        replies = Future(native.init(made_as)).get()
+        cls = made[0]
+        native = self._native.spawn_named(name, made_as, supervision)
+        # Each member answers once its __init__ ran.
+        replies = Future(native.init()).get()
         for ok, body in replies:
             if not ok:
                 raise _errors.from_status(*body)
@@ -592,8 +607,8 @@ class HostMesh:
     def extent(self):
         return {"hosts": len(self._agents) if self._agents else 1}
 
-    def spawn_procs(self, per_host=None, bootstrap=None, *, tls_certificate=None, tls_key=None,
-                    tls_ca_file=None):
+    def spawn_procs(self, per_host=None, bootstrap=None, *, max_relaunches=0,
+                    relaunch_window=60.0, tls_certificate=None, tls_key=None, tls_ca_file=None):
         """Starts ``per_host`` worker processes on this host (``{"gpus": 4}``:
         a mesh of shape {gpus: 4}), each a Python interpreter running the
         C++ worker loop, and waits until they joined. ``bootstrap``, a
@@ -603,11 +618,16 @@ class HostMesh:
         With ``tls_certificate``, ``tls_key`` and ``tls_ca_file`` (PEM files,
         as the store takes them) every connection between this process and
         the workers, and between workers, is mutual TLS; the workers get the
-        same files (docs/security.md)."""
+        same files (docs/security.md). With ``max_relaunches=N`` a worker
+        that dies is started again (same rank, bootstrap run again) at most
+        N times within ``relaunch_window`` seconds; members of meshes
+        spawned with ``Supervision("restart")`` come back in it, made
+        again from their class and arguments."""
         per_host = dict(per_host or {"procs": 1})
         for d, n in per_host.items():
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"spawn_procs(): per_host[{d!r}] must be a positive int, not {n!r}")
+        relaunch = _relaunch(max_relaunches, relaunch_window)
         env = [("MESHSTORE_ACTOR_SYSPATH", json.dumps([p for p in sys.path if p]))]
         main = sys.modules.get("__main__")
         main_file = getattr(main, "__file__", None)
@@ -623,11 +643,22 @@ class HostMesh:
             # {hosts: len(agents), **per_host}.
             shape = [("hosts", len(self._agents))] + list(per_host.items())
             native = _native.ProcMesh.attach(
-                self._agents, shape, sys.executable, args, env, faults, *self._bind, tls)
+                self._agents, shape, sys.executable, args, env, faults, *self._bind, tls, relaunch)
             return ProcMesh(native, faults, same_host=False)
         native = _native.ProcMesh.launch(
-            list(per_host.items()), sys.executable, args, env, faults, tls)
+            list(per_host.items()), sys.executable, args, env, faults, tls, relaunch)
         return ProcMesh(native, faults)
+
+
+def _relaunch(max_relaunches, window):
+    # spawn_procs's relaunch budget as the native launch takes it.
+    if isinstance(max_relaunches, bool) or not isinstance(max_relaunches, int) or max_relaunches < 0:
+        raise ValueError(f"spawn_procs(): max_relaunches must be an int >= 0, not {max_relaunches!r}")
+    if (isinstance(window, bool) or not isinstance(window, (int, float))
+            or not math.isfinite(window) or window < 0.001):
+        raise ValueError(f"spawn_procs(): relaunch_window must be a number of seconds >= 0.001, "
+                         f"not {window!r}")
+    return (max_relaunches, int(round(window * 1000)))
 
 
 def this_host():

@@ -274,16 +274,17 @@ def construct(cls, rank, dims, sizes, args, kwargs):
     return inst
 
 
-def construct_here(made_as, rank, dims, sizes, complete):
+def construct_here(made_as, rank, complete):
     """In a worker (GIL held, on a runtime thread): makes member `rank`'s
-    instance from the pickled (class, args, kwargs) on the actor loop, then
-    calls complete(instance or None, reply)."""
-    actor_loop().call_soon_threadsafe(_construct, made_as, rank, dims, sizes, complete)
+    instance from the pickled (class, args, kwargs, dims, sizes) on the
+    actor loop, then calls complete(instance or None, reply). A member
+    that supervision restarts is made here again from the same bytes."""
+    actor_loop().call_soon_threadsafe(_construct, made_as, rank, complete)
 
 
-def _construct(made_as, rank, dims, sizes, complete):
+def _construct(made_as, rank, complete):
     try:
-        cls, args, kwargs = pickle.loads(made_as)
+        cls, args, kwargs, dims, sizes = pickle.loads(made_as)
         inst = construct(cls, rank, list(dims), list(sizes), args, kwargs)
     except BaseException as e:  # noqa: BLE001 (the spawn fails with it)
         complete(None, _error_reply(e, rank))

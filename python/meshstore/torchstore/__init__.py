@@ -88,7 +88,21 @@ async def initialize(num_storage_volumes=1, strategy=None, store_name=DEFAULT_TO
     The controller (this process) holds the index; the strategy places the
     volumes in the processes (LocalRankStrategy: one in each), and the
     actors there reach it with the module's calls (any store name resolves
-    to the one store their process joined)."""
+    to the one store their process joined). ``supervision``, a
+    meshstore.actor.Supervision, says what a store process's death does
+    (``Supervision("restart")`` with ``spawn_procs(max_relaunches=N)``: the
+    process comes back and its volume rejoins; with
+    ``controller_process=i`` the controller too, rebuilt from the
+    volumes; docs/reliability.md)."""
+    supervision = options.pop("supervision", None)
+    if supervision is not None:
+        from ..actor import Supervision
+        if not isinstance(supervision, Supervision):
+            raise TypeError("initialize(supervision=...): a meshstore.actor.Supervision, "
+                            f"not {type(supervision).__name__}")
+        if mesh is None:
+            raise ValueError("initialize(supervision=...): only with mesh=..., whose processes "
+                             "it supervises")
     _sessions.claim(store_name)
     strategy = _strategy(strategy, num_storage_volumes)
     opts = {**strategy.options(), **options}
@@ -99,7 +113,7 @@ async def initialize(num_storage_volumes=1, strategy=None, store_name=DEFAULT_TO
                             f"(this_host().spawn_procs(...)), not {type(mesh).__name__}")
         if strategy.placement == "controller_colocated":
             opts.setdefault("num_volumes", num_storage_volumes)
-        _sessions.sessions[store_name] = _sessions.Session(Store._spawn_on(native, opts))
+        _sessions.sessions[store_name] = _sessions.Session(Store._spawn_on(native, opts, supervision))
         return
     if strategy.placement == "controller_colocated":
         opts.setdefault("num_volumes", num_storage_volumes)
