@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -1674,6 +1675,120 @@ TEST(ProcMesh, AControllerWhoseProcessIsKilledStartsAgainWithEveryKeyOfTheSurviv
   procs->stop();
   std::lock_guard<std::mutex> lock(failures.mu);
   EXPECT_EQ(failures.seen.size(), before);
+}
+
+// One writer's puts, sequential, while the controller is killed: each
+// outcome, and whether it was in flight at the kill.
+struct PutLog {
+  struct Put {
+    int i = 0;
+    Status outcome;
+    bool spanned_kill = false;
+  };
+  std::vector<Put> puts;  // read once the loop ended
+  std::atomic<int> done{0};
+  std::atomic<int> ok_after_kill{0};
+};
+
+// Puts `key_of(i)` = `value_of(i)` for i = 0, 1, ... one after another
+// until `stop`, noting which were in flight at `killed_at` (0: not yet).
+void put_in_a_loop(Store& store, const std::function<std::string(int)>& key_of,
+                   const std::function<std::string(int)>& value_of,
+                   const std::atomic<std::int64_t>& killed_at, const std::atomic<bool>& stop,
+                   PutLog& log) {
+  auto now = [] { return std::chrono::steady_clock::now().time_since_epoch().count(); };
+  for (int i = 0; !stop.load(); ++i) {
+    const auto began = now();
+    auto put = store.put_object(key_of(i), value_of(i)).get(kWait);
+    const auto kill = killed_at.load();
+    PutLog::Put p{i, put.ok() ? Status() : put.status(), kill != 0 && began < kill};
+    if (kill != 0 && !p.spanned_kill && put.ok()) ++log.ok_after_kill;
+    log.puts.push_back(std::move(p));
+    ++log.done;
+  }
+}
+
+// Puts in flight when the controller's process is killed (its ProcMesh
+// restarts it): each either commits, and reads back bit-exact, or fails
+// with a clear error and leaves its key absent or whole; a key written
+// over and over reads back its last acknowledged value (a commit replayed
+// across the failover never lands over a later one).
+TEST(ProcMesh, PutsInFlightWhenTheControllerIsKilledCommitOnceOrFailClearly) {
+  Failures failures;
+  const Supervision restart = failures.restarting();
+  auto procs = ProcMesh::launch({{"procs", 3}}, relaunching_once(), options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  StoreOptions so;
+  so.placement.strategy = "per_local_rank";
+  so.placement.controller_process = 2;
+  auto store = spawn_store(*procs, so, restart);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  auto payload = [](int i) { return std::string(64 * 1024, static_cast<char>('a' + i % 26)); };
+  auto key = [](int i) { return "inflight." + std::to_string(i); };
+  std::atomic<std::int64_t> killed_at{0};
+  std::atomic<bool> stop{false};
+  PutLog many, one;
+  std::thread many_keys([&] { put_in_a_loop(*store, key, payload, killed_at, stop, many); });
+  std::thread one_key([&] {
+    put_in_a_loop(
+        *store, [](int) { return std::string("seq"); }, [](int i) { return std::to_string(i); },
+        killed_at, stop, one);
+  });
+  // Both loops run, then the kill, then both go on past the failover.
+  ASSERT_TRUE(eventually([&] { return many.done >= 10 && one.done >= 10; }));
+  killed_at = std::chrono::steady_clock::now().time_since_epoch().count();
+  ASSERT_TRUE(procs->signal(2, SIGKILL).ok());
+  const bool went_on =
+      eventually([&] { return many.ok_after_kill >= 5 && one.ok_after_kill >= 5; });
+  stop = true;
+  many_keys.join();
+  one_key.join();
+  ASSERT_TRUE(went_on) << "the writers did not go on after the failover";
+
+  int spanned = 0, failed = 0;
+  for (const auto& p : many.puts) {
+    spanned += p.spanned_kill ? 1 : 0;
+    auto got = store->get_object(key(p.i)).get(kWait);
+    if (p.outcome.ok()) {
+      ASSERT_TRUE(got.ok()) << key(p.i)
+                            << " was acknowledged, then lost: " << got.status().to_string();
+      EXPECT_TRUE(*got == payload(p.i)) << key(p.i) << " reads back other bytes";
+      continue;
+    }
+    ++failed;
+    EXPECT_TRUE(p.outcome.code() == Errc::unavailable || p.outcome.code() == Errc::timeout)
+        << key(p.i) << ": " << p.outcome.to_string();
+    if (got.ok()) {
+      EXPECT_TRUE(*got == payload(p.i)) << key(p.i) << " failed, yet reads back other bytes";
+    } else {
+      EXPECT_EQ(got.status().code(), Errc::not_found) << got.status().to_string();
+    }
+  }
+  // The one key: its last acknowledged value, or that of a later put that
+  // failed after committing; never an older one.
+  int last_ok = -1;
+  std::set<int> failed_later;
+  for (const auto& p : one.puts) {
+    spanned += p.spanned_kill ? 1 : 0;
+    if (p.outcome.ok()) {
+      last_ok = p.i;
+      failed_later.clear();
+    } else {
+      ++failed;
+      failed_later.insert(p.i);
+    }
+  }
+  auto seq = store->get_object("seq").get(kWait);
+  ASSERT_TRUE(seq.ok()) << seq.status().to_string();
+  const int v = std::stoi(*seq);
+  EXPECT_TRUE(v == last_ok || failed_later.count(v) == 1)
+      << "seq reads back " << v << "; its last acknowledged put was " << last_ok;
+  // Each loop always has a put out: the kill caught at least one.
+  EXPECT_GE(spanned, 1);
+  std::printf("%zu + %zu puts, %d in flight at the kill, %d failed\n", many.puts.size(),
+              one.puts.size(), spanned, failed);
+  store->close();
+  procs->stop();
 }
 
 TEST(ProcMesh, AControllerProcessOutsideTheMeshOrWithAFunctionIsRefused) {
