@@ -12,6 +12,7 @@ namespace meshstore::python {
 void bind_store(py::module_& m);
 void bind_safetensors(py::module_& m);
 void bind_actors(py::module_& m);
+void bind_ports(py::module_& m);
 }  // namespace meshstore::python
 
 PYBIND11_MODULE(_native, m) {
@@ -23,5 +24,6 @@ PYBIND11_MODULE(_native, m) {
   mp::bind_store(m);
   mp::bind_safetensors(m);
   mp::bind_actors(m);
+  mp::bind_ports(m);
   m.attr("__version__") = MESHSTORE_VERSION_STRING;
 }

@@ -265,6 +265,8 @@ class Port {
   explicit Port(handle_type handle) : handle_(std::move(handle)) {}
   /// False for a default-constructed Port.
   bool valid() const noexcept { return static_cast<bool>(handle_); }
+  /// The port's actor (for a layer that names it to other processes).
+  const handle_type& handle() const noexcept { return handle_; }
 
   /// From inside an actor (`self`): sends `value`. `done`, if given, runs
   /// on `self` with ok once the port took it, or with why it could not be

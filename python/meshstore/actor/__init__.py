@@ -38,10 +38,13 @@ from .. import _errors, _native
 from .._store import Future as _StoreFuture
 from . import _runtime
 from ._runtime import Context, Point
+from ._ports import Channel, Port, PortReceiver
+from ._ports import _close_all as _close_ports
 from ._supervision import Supervision
 
 __all__ = [
-    "Actor", "ActorError", "ActorMesh", "Context", "Endpoint", "Future", "Point",
+    "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Future", "Point",
+    "Port", "PortReceiver",
     "HostMesh", "MeshFailure", "ProcMesh", "Supervision", "ValueMesh", "context", "current_rank", "current_size",
     "endpoint", "from_env", "hosts", "local_procs", "this_host", "this_proc",
     "unhandled_fault_hook",
@@ -698,6 +701,7 @@ def this_proc():
 @atexit.register
 def _stop_all():
     # Before the interpreter goes: no runtime thread may wait for Python then.
+    _close_ports()
     for p in list(_live):
         try:
             p.stop()

@@ -1,0 +1,124 @@
+"""Channels: a port that actors send values to, and its receiver (Monarch's
+``Channel``, ``Port``, ``PortReceiver``), on the C++ ``Port<T>`` and
+``PortReceiver<T>`` (runtime/meshstore/mesh_values.hpp).
+
+    port, receiver = Channel.open()
+    workers.report.call(port).get()      # each member: port.send(value)
+    first = receiver.recv().get(timeout=10)
+"""
+
+import math
+import pickle
+import weakref
+
+from .. import _native
+from .._store import Future as _StoreFuture
+
+
+class _Future(_StoreFuture):
+    __slots__ = ()
+
+    def get(self, timeout=None):
+        """The result, waiting at most `timeout` seconds (None: as long as
+        it takes); the built-in TimeoutError when the wait gives up."""
+        return self.result(timeout)
+
+
+def _seconds(what, timeout):
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout) or timeout < 0.001):
+        raise ValueError(f"{what}: timeout must be a number of seconds >= 0.001, not {timeout!r}")
+    return float(timeout)
+
+
+class Port:
+    """The sending end of a channel. Pass it to actors in a call's
+    arguments (or return it from one): it pickles as a handle on the
+    receiver's port, valid in every process of the mesh."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native):
+        self._native = native
+
+    def send(self, value, timeout=30.0):
+        """Sends `value` (pickled) to the receiver. The Future completes
+        with None once the port took it. It raises ConnectionError when the
+        port is closed or its receiver's process is gone: at once when this
+        Port reached it before, else once that process fails to answer a
+        lookup (at most 5 s); OutOfCapacityError when ``capacity`` values
+        wait unreceived; TimeoutError after `timeout` seconds."""
+        seconds = _seconds("Port.send()", timeout)
+        try:
+            payload = pickle.dumps(value)
+        except Exception as e:
+            raise TypeError(f"Port.send(): the value must pickle: {e}") from e
+        return _Future(self._native.send(payload, seconds))
+
+    def __reduce__(self):
+        return (_port_from_bytes, (self._native.to_bytes(),))
+
+    def __repr__(self):
+        return "Port()"
+
+
+def _port_from_bytes(handle):
+    return Port(_native.Port.from_bytes(handle))
+
+
+_open = weakref.WeakSet()  # receivers to close before the runtime goes
+
+
+class PortReceiver:
+    """The receiving end of a channel: values in arrival order. Closing it
+    (or dropping it) makes later sends fail."""
+
+    __slots__ = ("_native", "__weakref__")
+
+    def __init__(self, native):
+        self._native = native
+        _open.add(self)
+
+    def recv(self):
+        """A Future of the next value, at once when one waits. After
+        ``close()``: the values that arrived before it, then ClosedError."""
+        return _Future(self._native.recv(), pickle.loads)
+
+    def close(self):
+        """Later sends fail with ConnectionError; waiting recv()s raise
+        ClosedError. Idempotent."""
+        self._native.close()
+        _open.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Channel:
+    """Monarch's ``Channel``: ``Channel.open()`` makes a port and its
+    receiver."""
+
+    @staticmethod
+    def open(capacity=1024):
+        """(Port, PortReceiver) of a new port in this process, holding at
+        most `capacity` values not yet received (a send past that raises
+        OutOfCapacityError). Open it once the meshes it is passed to exist
+        (``spawn_procs``, ``this_proc()``, ``from_env()``): it lives on this
+        process's actor runtime, which they share."""
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"Channel.open(): capacity must be an int >= 1, not {capacity!r}")
+        receiver = PortReceiver(_native.PortReceiver.open(capacity))
+        return Port(receiver._native.port()), receiver
+
+
+def _close_all():
+    # At exit, before the meshes stop: an open port's actor would keep its
+    # runtime waiting.
+    for r in list(_open):
+        try:
+            r.close()
+        except Exception:  # noqa: BLE001 (exiting anyway)
+            pass
