@@ -206,6 +206,24 @@ Future<void> send_from_outside(caf::actor_system& system, std::shared_ptr<PortOb
   return out;
 }
 
+// Runs `fn` without the GIL when this thread holds it: dropping the last
+// reference to the process's runtime waits for its threads, one of which
+// may be waiting for the GIL (a hook's last reference going).
+template <class F>
+void without_gil_if_held(F&& fn) {
+  if (interpreter_finalizing() || PyGILState_Check() == 0) return fn();
+  without_gil(std::forward<F>(fn));
+}
+
+void let_go(std::shared_ptr<internal::ActorRuntime> rt) {
+  without_gil_if_held([&] { rt.reset(); });
+}
+
+std::shared_ptr<ReceiverObject> new_receiver() {
+  return std::shared_ptr<ReceiverObject>(
+      new ReceiverObject(), [](ReceiverObject* r) { without_gil_if_held([r] { delete r; }); });
+}
+
 std::shared_ptr<PortObject> port_from_bytes(const std::string& bytes) {
   auto p = std::make_shared<PortObject>();
   auto rt = this_runtime("Port");
@@ -214,10 +232,12 @@ std::shared_ptr<PortObject> port_from_bytes(const std::string& bytes) {
   std::uint64_t raw = 0;
   caf::binary_deserializer source(system, bytes.data(), bytes.size());
   if (auto err = source(p->node, raw)) {
-    raise_status(
-        Status(Errc::invalid_argument, "Port: not a port's bytes (" + system.render(err) + ")"));
+    const auto why = system.render(err);
+    let_go(std::move(rt));
+    raise_status(Status(Errc::invalid_argument, "Port: not a port's bytes (" + why + ")"));
   }
   p->name = static_cast<caf::atom_value>(raw);
+  let_go(std::move(rt));
   return p;
 }
 
@@ -231,19 +251,25 @@ void bind_ports(py::module_& m) {
              const auto timeout =
                  std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0));
              auto rt = p->live();
-             return wrap_void(without_gil(
-                 [&] { return send_from_outside(rt->system(), p, std::move(v), timeout); }));
+             return wrap_void(without_gil([&] {
+               auto sent = send_from_outside(rt->system(), p, std::move(v), timeout);
+               rt.reset();
+               return sent;
+             }));
            })
       .def("to_bytes",
            [](const PortObject& p) {
-             return py::bytes(port_bytes(p.live()->system(), p.node, p.name));
+             auto rt = p.live();
+             auto bytes = port_bytes(rt->system(), p.node, p.name);
+             let_go(std::move(rt));
+             return py::bytes(bytes);
            })
       .def_static("from_bytes", [](const py::bytes& b) { return port_from_bytes(std::string(b)); });
   py::class_<ReceiverObject, std::shared_ptr<ReceiverObject>>(m, "PortReceiver")
       .def_static(
           "open",
           [](std::size_t capacity) {
-            auto r = std::make_shared<ReceiverObject>();
+            auto r = new_receiver();
             r->runtime = this_runtime("Channel.open");
             auto rx = without_gil([&] { return PyReceiver::open(r->runtime->system(), capacity); });
             if (!rx.ok()) raise_status(rx.status());
