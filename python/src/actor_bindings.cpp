@@ -295,24 +295,9 @@ MeshOptions options_with(py::object on_failure, const TlsOptions& tls = {}) {
   return o;
 }
 
-// Deletes a mesh with the GIL released: its last copy may let go of the
-// process's actor runtime, whose shutdown waits for every actor, and one
-// of them may be waiting for the GIL (a call's completion handing Python
-// its value) while Python frees the mesh with the GIL held: a deadlock
-// (a rank's script returning while a peer's reply still came in). At
-// interpreter exit no other thread may take the GIL, so it is kept.
-template <class T>
-struct DeleteWithoutGil {
-  void operator()(T* p) const {
-    if (p == nullptr) return;
-    if (interpreter_finalizing() || PyGILState_Check() == 0) {
-      delete p;
-      return;
-    }
-    without_gil([p] { delete p; });
-  }
-};
-
+// Meshes are deleted with DeleteWithoutGil (py_future.hpp): a mesh's
+// last copy may let go of the process's actor runtime while a peer's reply
+// still comes in (a rank's script returning).
 void bind_actor_mesh(py::module_& m) {
   py::class_<Mesh, std::unique_ptr<Mesh, DeleteWithoutGil<Mesh>>>(m, "ActorMesh")
       .def_property_readonly("size", &Mesh::size)

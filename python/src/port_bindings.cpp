@@ -1,7 +1,8 @@
 // _native.Port and _native.PortReceiver: meshstore.actor's Channel, on the
 // C++ Port<T> and PortReceiver<T> (mesh_values.hpp) with T = the pickled
-// value's bytes. A Port pickles as its CAF handle's bytes, so it travels
-// in an endpoint's arguments and results to any process of the mesh.
+// value's bytes. A Port pickles as where its receiver is (node and
+// registry name), so it travels in an endpoint's arguments and results,
+// and in other ports' values, to any process of the mesh.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -46,8 +47,8 @@ std::shared_ptr<internal::ActorRuntime> this_runtime(const std::string& who) {
 // A port as Python holds it: where its actor is (the node and the name
 // its receiver registered it under), not a handle (one in a Python object
 // that outlives its system would hang the system's shutdown), and the
-// runtime it is sent from. The handle is looked up at a send (CAF's
-// remote_lookup) and kept weakly.
+// runtime it is sent from. The handle is looked up at a send (look_up)
+// and kept weakly.
 struct PortObject {
   caf::node_id node;
   caf::atom_value name = caf::atom("");
@@ -206,22 +207,14 @@ Future<void> send_from_outside(caf::actor_system& system, std::shared_ptr<PortOb
   return out;
 }
 
-// Runs `fn` without the GIL when this thread holds it: dropping the last
-// reference to the process's runtime waits for its threads, one of which
-// may be waiting for the GIL (a hook's last reference going).
-template <class F>
-void without_gil_if_held(F&& fn) {
-  if (interpreter_finalizing() || PyGILState_Check() == 0) return fn();
-  without_gil(std::forward<F>(fn));
-}
-
+// The last reference to the process's runtime goes without the GIL
+// (without_gil_if_held, py_future.hpp).
 void let_go(std::shared_ptr<internal::ActorRuntime> rt) {
   without_gil_if_held([&] { rt.reset(); });
 }
 
 std::shared_ptr<ReceiverObject> new_receiver() {
-  return std::shared_ptr<ReceiverObject>(
-      new ReceiverObject(), [](ReceiverObject* r) { without_gil_if_held([r] { delete r; }); });
+  return std::shared_ptr<ReceiverObject>(new ReceiverObject(), DeleteWithoutGil<ReceiverObject>());
 }
 
 std::shared_ptr<PortObject> port_from_bytes(const std::string& bytes) {

@@ -58,6 +58,30 @@ auto without_gil(F&& f) -> decltype(f()) {
   }
 }
 
+/// Runs f() without the GIL when this thread holds it (and the
+/// interpreter is not exiting, when no other thread may take the GIL):
+/// for dropping what may hold the last reference to the process's actor
+/// runtime, whose shutdown waits for every actor and runtime thread, one
+/// of which may be waiting for the GIL (a call's completion handing Python
+/// its value, a hook's last reference going) while Python frees the
+/// object with the GIL held: a deadlock.
+template <class F>
+void without_gil_if_held(F&& f) {
+  if (interpreter_finalizing() || PyGILState_Check() == 0) {
+    f();
+    return;
+  }
+  without_gil(std::forward<F>(f));
+}
+
+/// A holder's deleter that deletes with without_gil_if_held.
+template <class T>
+struct DeleteWithoutGil {
+  void operator()(T* p) const {
+    if (p != nullptr) without_gil_if_held([p] { delete p; });
+  }
+};
+
 /// Raises the Python exception for `status` (meshstore.Error and its
 /// subclasses, made by the factory meshstore/_errors.py registers).
 [[noreturn]] void raise_status(const Status& status);
