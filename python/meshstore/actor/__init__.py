@@ -36,18 +36,17 @@ import weakref
 
 from .. import _errors, _native
 from .._store import Future as _StoreFuture
-from . import _runtime
+from . import _checks, _runtime
 from ._runtime import Context, Point
 from ._ports import Channel, Port, PortReceiver
 from ._ports import _close_all as _close_ports
 from ._supervision import Supervision
 
 __all__ = [
-    "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Future", "Point",
-    "Port", "PortReceiver",
-    "HostMesh", "MeshFailure", "ProcMesh", "Supervision", "ValueMesh", "context", "current_rank", "current_size",
-    "endpoint", "from_env", "hosts", "local_procs", "this_host", "this_proc",
-    "unhandled_fault_hook",
+    "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Future", "HostMesh",
+    "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Supervision", "ValueMesh",
+    "context", "current_rank", "current_size", "endpoint", "from_env", "hosts", "local_procs",
+    "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -502,7 +501,8 @@ class ProcMesh:
         sizes = [s for _, s in dims]
         me = self._native.rank()
         if not self._native.is_local() and me < 0:
-            return self._spawn_in_workers(name, (cls, args, kwargs, names, sizes), supervision)
+            return self._spawn_in_workers(name, cls, (cls, args, kwargs, names, sizes),
+                                          supervision)
         # Every member made here (local), or, under from_env, this rank's
         # alone (the spawn is collective: each rank makes its own).
         instances = [None] * self._native.size
@@ -518,7 +518,7 @@ class ProcMesh:
         (this process is their controller, or every member)."""
         return self._native.rank()
 
-    def _spawn_in_workers(self, name, made, supervision):
+    def _spawn_in_workers(self, name, cls, made, supervision):
         # The class, arguments and shape travel pickled, as the members'
         # spawn arguments (a restarted member is made again from them): the
         # class by reference, so the workers must import it (a module on
@@ -528,7 +528,6 @@ class ProcMesh:
             made_as = pickle.dumps(made)
         except Exception as e:
             raise TypeError(f"spawn(): the class and its arguments must pickle: {e}") from e
-        cls = made[0]
         native = self._native.spawn_named(name, made_as, supervision)
         # Each member answers once its __init__ ran.
         replies = Future(native.init()).get()
@@ -655,13 +654,9 @@ class HostMesh:
 
 def _relaunch(max_relaunches, window):
     # spawn_procs's relaunch budget as the native launch takes it.
-    if isinstance(max_relaunches, bool) or not isinstance(max_relaunches, int) or max_relaunches < 0:
-        raise ValueError(f"spawn_procs(): max_relaunches must be an int >= 0, not {max_relaunches!r}")
-    if (isinstance(window, bool) or not isinstance(window, (int, float))
-            or not math.isfinite(window) or window < 0.001):
-        raise ValueError(f"spawn_procs(): relaunch_window must be a number of seconds >= 0.001, "
-                         f"not {window!r}")
-    return (max_relaunches, int(round(window * 1000)))
+    budget = _checks.count("spawn_procs(): max_relaunches", max_relaunches, 0)
+    window = _checks.seconds("spawn_procs(): relaunch_window", window)
+    return (budget, int(round(window * 1000)))
 
 
 def this_host():

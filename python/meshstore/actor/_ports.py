@@ -7,12 +7,12 @@
     first = receiver.recv().get(timeout=10)
 """
 
-import math
 import pickle
 import weakref
 
 from .. import _native
 from .._store import Future as _StoreFuture
+from ._checks import count, seconds
 
 
 class _Future(_StoreFuture):
@@ -22,13 +22,6 @@ class _Future(_StoreFuture):
         """The result, waiting at most `timeout` seconds (None: as long as
         it takes); the built-in TimeoutError when the wait gives up."""
         return self.result(timeout)
-
-
-def _seconds(what, timeout):
-    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout) or timeout < 0.001):
-        raise ValueError(f"{what}: timeout must be a number of seconds >= 0.001, not {timeout!r}")
-    return float(timeout)
 
 
 class Port:
@@ -48,12 +41,12 @@ class Port:
         Port reached it before, else once that process fails to answer a
         lookup (at most 5 s); OutOfCapacityError when ``capacity`` values
         wait unreceived; TimeoutError after `timeout` seconds."""
-        seconds = _seconds("Port.send()", timeout)
+        timeout = seconds("Port.send(): timeout", timeout)
         try:
             payload = pickle.dumps(value)
         except Exception as e:
             raise TypeError(f"Port.send(): the value must pickle: {e}") from e
-        return _Future(self._native.send(payload, seconds))
+        return _Future(self._native.send(payload, timeout))
 
     def __reduce__(self):
         return (_port_from_bytes, (self._native.to_bytes(),))
@@ -108,8 +101,7 @@ class Channel:
         OutOfCapacityError). Open it once the meshes it is passed to exist
         (``spawn_procs``, ``this_proc()``, ``from_env()``): it lives on this
         process's actor runtime, which they share."""
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"Channel.open(): capacity must be an int >= 1, not {capacity!r}")
+        capacity = count("Channel.open(): capacity", capacity, 1)
         receiver = PortReceiver(_native.PortReceiver.open(capacity))
         return Port(receiver._native.port()), receiver
 

@@ -1,7 +1,7 @@
 """How an actor mesh is supervised: ``Supervision``, the C++
 ``meshstore::Supervision`` (runtime/meshstore/supervision.hpp)."""
 
-import math
+from ._checks import count, seconds
 
 _POLICIES = ("propagate", "stop", "restart")
 
@@ -31,16 +31,9 @@ class Supervision:
         if policy not in _POLICIES:
             raise ValueError(f"Supervision(): policy must be one of {', '.join(_POLICIES)}, "
                              f"not {policy!r}")
-        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"Supervision(): max_restarts must be an int >= 0, "
-                             f"not {max_restarts!r}")
-        if (isinstance(window, bool) or not isinstance(window, (int, float))
-                or not math.isfinite(window) or window < 0.001):
-            raise ValueError(f"Supervision(): window must be a number of seconds >= 0.001, "
-                             f"not {window!r}")
         self.policy = policy
-        self.max_restarts = max_restarts
-        self.window = float(window)
+        self.max_restarts = count("Supervision(): max_restarts", max_restarts, 0)
+        self.window = seconds("Supervision(): window", window)
 
     def _native(self):
         # What the native calls take: (policy, max_restarts, window in ms).
