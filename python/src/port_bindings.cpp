@@ -108,9 +108,7 @@ std::string port_bytes(caf::actor_system& system, const caf::node_id& node, caf:
 
 constexpr std::chrono::milliseconds kLookupTimeout{5000};
 
-Status gone() {
-  return Status(Errc::unavailable, "port: its receiver is gone (closed, or its process went away)");
-}
+Status gone() { return internal::port_receiver_gone(); }
 
 // The port's handle when this process knows it without asking: kept from
 // an earlier send while its actor lives, or in this process's registry.

@@ -78,7 +78,20 @@ caf::behavior caller_impl(caller_pointer self, std::weak_ptr<internal::MeshCalle
 
 caf::error actor_error(const Status& status) { return internal::to_caf_error(status); }
 
-Status internal::port_error(const caf::error& e) { return from_caf_error(e, "port"); }
+Status internal::port_receiver_gone() {
+  return Status(Errc::unavailable, "port: its receiver is gone (closed, or its process went away)");
+}
+
+Status internal::port_error(const caf::error& e) {
+  // The monitor heard of the port's actor's death (a close, or its
+  // process's), or CAF answered the request with the same: one wording,
+  // whichever came first, with CAF's reason beside it.
+  auto s = from_caf_error(e, "port");
+  if (s.code() != Errc::unavailable || e.category() != caf::atom("system")) return s;
+  if (e == caf::sec::request_receiver_down) return port_receiver_gone();
+  return Status(Errc::unavailable,
+                "port: its receiver is gone or unreachable (" + caf::to_string(e) + ")");
+}
 
 caf::behavior internal::ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
                                      std::chrono::milliseconds timeout) {

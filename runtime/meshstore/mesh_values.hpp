@@ -214,8 +214,11 @@ caf::error actor_error(const Status& status);
 
 namespace internal {
 using port_atom = caf::atom_constant<caf::atom("m_port")>;
-/// A port send's error as a Status ("port: ...").
+/// A port send's error as a Status ("port: ..."): a receiver that is
+/// closed or whose process went away is port_receiver_gone().
 Status port_error(const caf::error& e);
+/// unavailable: "port: its receiver is gone (closed, or its process went away)".
+Status port_receiver_gone();
 
 /// One port send, as a short-lived local actor: it monitors the port while
 /// its request is out, so a port that was closed, or whose owner is gone,

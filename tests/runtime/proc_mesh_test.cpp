@@ -749,8 +749,7 @@ TEST(ProcMesh, APortPassedInAMessageTakesTheMembersValuesUntilClosed) {
   rx->close();
   auto late = reporters->call<bool>(report_atom::value, rx->port(), 8).get(kWait);
   ASSERT_TRUE(late.ok());
-  for (const auto& r : *late)
-    EXPECT_EQ(r.status().code(), Errc::unavailable) << r.status().to_string();
+  for (const auto& r : *late) EXPECT_ERROR(r, Errc::unavailable, "its receiver is gone");
   EXPECT_EQ(rx->recv().get(kWait).status().code(), Errc::shutdown);
 
   // A full port refuses what it cannot hold.
