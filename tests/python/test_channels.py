@@ -1,6 +1,7 @@
 """meshstore.actor's channels (docs/python.md, "Channels"): a port passed
 to actors in calls, members sending to it from this process and from
-worker processes, a port of ports, and sends that cannot be delivered."""
+worker processes, a port of ports, sends that cannot be delivered, and
+``send(endpoint, ..., port=)``: members sending their results to a port."""
 
 import asyncio
 import os
@@ -13,7 +14,7 @@ import pytest
 
 import meshstore
 import meshstore.actor as ma
-from meshstore.actor import Actor, Channel, Port, current_rank, endpoint
+from meshstore.actor import Actor, ActorError, Channel, Port, current_rank, endpoint, send
 
 
 class Reporter(Actor):
@@ -48,6 +49,35 @@ class Reporter(Actor):
         await ports.send(mine)
         with inbox:
             return await inbox.recv()
+
+
+class Squarer(Actor):
+    def __init__(self):
+        self.calls = 0
+
+    @endpoint
+    def square(self, x):
+        self.calls += 1
+        return (current_rank().rank, os.getpid(), x * x)
+
+    @endpoint
+    async def later(self, x):
+        await asyncio.sleep(0)
+        return current_rank().rank + x
+
+    @endpoint
+    def fail_on(self, rank):
+        if current_rank().rank == rank:
+            raise KeyError(f"rank {rank} refuses")
+        return "fine"
+
+    @endpoint
+    def unpicklable(self):
+        return lambda: None
+
+    @endpoint
+    def count(self):
+        return self.calls
 
 
 def _received(receiver, n):
@@ -141,6 +171,93 @@ def test_a_send_to_a_port_whose_process_died_fails_naming_it(monkeypatch):
         assert time.monotonic() - started < 10
     finally:
         procs.stop()
+
+
+def test_send_with_a_port_has_every_member_send_its_result_there():
+    here = ma.local_procs(ranks=3)
+    try:
+        squarers = here.spawn("squarers", Squarer)
+        port, receiver = Channel.open()
+        with receiver:
+            assert send(squarers.square, (4,), port=port) is None  # waits for nothing
+            me = os.getpid()
+            assert _received(receiver, 3) == [(0, me, 16), (1, me, 16), (2, me, 16)]
+            # A view is the selection; kwargs and async endpoints too.
+            send(squarers.slice(ranks=slice(1, 3)).later, kwargs={"x": 10}, port=port)
+            assert _received(receiver, 2) == [11, 12]
+            # An endpoint that raises: the receiver's recv() raises its
+            # ActorError, naming the rank; the others' values still come.
+            send(squarers.fail_on, (1,), port=port)
+            values, errors = [], []
+            for _ in range(3):
+                try:
+                    values.append(receiver.recv().get(timeout=30))
+                except ActorError as e:
+                    errors.append(e)
+            assert values == ["fine", "fine"]
+            assert len(errors) == 1 and errors[0].rank == 1
+            assert errors[0].exception_type == "KeyError" and "refuses" in errors[0].message
+            # A result that cannot be pickled reaches the port as why.
+            send(squarers.slice(ranks=0).unpicklable, port=port)
+            with pytest.raises(ActorError, match="cannot be pickled"):
+                receiver.recv().get(timeout=30)
+    finally:
+        here.stop()
+
+
+def test_send_to_worker_processes_and_to_one_chosen_member():
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2})
+    try:
+        squarers = procs.spawn("squarers", Squarer)
+        pids = [procs.pid(0), procs.pid(1)]
+        port, receiver = Channel.open()
+        with receiver:
+            send(squarers.square, (3,), port=port)
+            assert _received(receiver, 2) == [(0, pids[0], 9), (1, pids[1], 9)]
+            # "choose": one member runs it (every member's count, asked
+            # after the send from this process, sees it: 1 call in all).
+            send(squarers.square, (5,), port=port, selection="choose")
+            rank, pid, value = receiver.recv().get(timeout=30)
+            assert value == 25 and pid == pids[rank]
+            counts = squarers.count.call().get(timeout=30).values()
+            assert sum(counts) == 3 and counts[rank] == 2
+            # Without a port the results are dropped, as broadcast drops them.
+            send(squarers.square, (6,))
+            assert sum(squarers.count.call().get(timeout=30).values()) == 5
+    finally:
+        procs.stop()
+
+
+def test_a_port_carries_an_exception_that_recv_raises():
+    ma.this_proc()
+    port, receiver = Channel.open()
+    with receiver:
+        port.exception(ValueError("from the sender")).get(timeout=30)
+        port.send("after").get(timeout=30)
+        with pytest.raises(ValueError, match="from the sender"):
+            receiver.recv().get(timeout=30)
+        assert receiver.recv().get(timeout=30) == "after"
+        with pytest.raises(TypeError, match="an exception, not str"):
+            port.exception("not an exception")
+
+
+def test_bad_send_arguments_are_refused():
+    here = ma.this_proc()
+    squarers = here.spawn("refusing", Squarer)
+    port, receiver = Channel.open()
+    with receiver:
+        with pytest.raises(TypeError, match="must be an actor mesh's endpoint"):
+            send(lambda x: x, (1,), port=port)
+        with pytest.raises(TypeError, match="args must be a tuple or list"):
+            send(squarers.square, 1, port=port)
+        with pytest.raises(TypeError, match="kwargs must be a dict or None"):
+            send(squarers.square, (1,), kwargs=[1], port=port)
+        with pytest.raises(TypeError, match="port must be a meshstore.actor.Port"):
+            send(squarers.square, (1,), port=receiver)
+        with pytest.raises(ValueError, match="selection must be 'all' or 'choose'"):
+            send(squarers.square, (1,), port=port, selection="some")
+        with pytest.raises(TypeError, match="arguments must pickle"):
+            send(squarers.square, (lambda: None,), port=port)
 
 
 def test_bad_channel_arguments_are_refused():

@@ -37,7 +37,7 @@ import weakref
 from .. import _errors, _native
 from .._store import Future as _StoreFuture
 from . import _checks, _runtime
-from ._runtime import Context, Point
+from ._runtime import ActorError, Context, Point
 from ._ports import Channel, Port, PortReceiver
 from ._ports import _close_all as _close_ports
 from ._supervision import Supervision
@@ -46,7 +46,7 @@ __all__ = [
     "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Future", "HostMesh",
     "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Supervision", "ValueMesh",
     "context", "current_rank", "current_size", "endpoint", "from_env", "hosts", "local_procs",
-    "this_host", "this_proc", "unhandled_fault_hook",
+    "send", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -61,22 +61,6 @@ def endpoint(fn):
     """Marks a method of an Actor as an endpoint (sync or ``async def``)."""
     fn._meshstore_endpoint = True
     return fn
-
-
-class ActorError(Exception):
-    """An endpoint raised: ``rank`` (the rank, in its mesh, of the member
-    whose endpoint raised, whichever adverb reached it),
-    ``exception_type`` (the name of the exception's type), ``message`` and
-    ``remote_traceback`` (the endpoint's traceback, as text)."""
-
-    def __init__(self, rank, exception_type, message, remote_traceback):
-        super().__init__(
-            f"rank {rank}: {exception_type}: {message}\n"
-            f"--- the endpoint's traceback ---\n{remote_traceback}")
-        self.rank = rank
-        self.exception_type = exception_type
-        self.message = message
-        self.remote_traceback = remote_traceback
 
 
 def context():
@@ -165,9 +149,9 @@ def _value(reply):
     raise ActorError(*body)
 
 
-def _pack(args, kwargs, shm, receivers=0):
+def _pack(args, kwargs, shm, receivers=0, port=None):
     try:
-        return _runtime.pack(args, kwargs, shm, receivers)
+        return _runtime.pack(args, kwargs, shm, receivers, port)
     except Exception as e:
         raise TypeError(f"an endpoint's arguments must pickle: {e}") from e
 
@@ -286,9 +270,17 @@ class Endpoint:
         Its large tensors go through shared memory on a host as a call's
         do; with no answer to say when, the last member to map a segment
         unlinks it."""
+        self._send(args, kwargs, None, "all")
+
+    def _send(self, args, kwargs, port, selection):
+        # broadcast() and send(): fire and forget, to every member or one.
         native = self._mesh._native
+        if selection == "choose":
+            payload, segments = _pack(args, kwargs, self._mesh._shm, port=port)
+            _sent(lambda: native.choose(self._name, payload), segments)
+            return
         receivers = math.prod(n for _, n in native.dims())
-        payload, segments = _pack(args, kwargs, self._mesh._shm, receivers)
+        payload, segments = _pack(args, kwargs, self._mesh._shm, receivers, port)
         try:
             native.tell(self._name, payload)
         except BaseException:
@@ -319,6 +311,29 @@ class Endpoint:
             for f in natives:
                 f.add_done_callback(one_done)
         return _Stream([_StoreFuture(f) for f in natives], segments)
+
+
+def send(endpoint, args=(), kwargs=None, port=None, selection="all"):
+    """Monarch's ``send``: calls `endpoint` (``mesh.method``) with `args`
+    and `kwargs` on every member of its view (``selection="all"``) or on
+    one, the least busy (``"choose"``), without waiting for anything. With
+    `port` (a Port of ``Channel.open()``), each member sends its result
+    there itself, not through this process: the receiver gets one value
+    per member, or an endpoint's ActorError raised by its ``recv()``.
+    Without one the results are dropped, as ``broadcast`` drops them."""
+    if not isinstance(endpoint, Endpoint):
+        raise TypeError(f"send(): the endpoint must be an actor mesh's endpoint "
+                        f"(mesh.method), not {type(endpoint).__name__}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"send(): args must be a tuple or list, not {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"send(): kwargs must be a dict or None, not {type(kwargs).__name__}")
+    if port is not None and not isinstance(port, Port):
+        raise TypeError(f"send(): port must be a meshstore.actor.Port or None, "
+                        f"not {type(port).__name__}")
+    if selection not in ("all", "choose"):
+        raise ValueError(f"send(): selection must be 'all' or 'choose', not {selection!r}")
+    endpoint._send(tuple(args), dict(kwargs or {}), port, selection)
 
 
 class ActorMesh:

@@ -48,11 +48,37 @@ class Port:
             raise TypeError(f"Port.send(): the value must pickle: {e}") from e
         return _Future(self._native.send(payload, timeout))
 
+    def exception(self, exc, timeout=30.0):
+        """Sends `exc`, an exception (pickled), which the receiver's recv()
+        raises instead of returning a value. The Future is send()'s."""
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"Port.exception(): an exception, not {type(exc).__name__}")
+        return self.send(_Raised(exc), timeout)
+
     def __reduce__(self):
         return (_port_from_bytes, (self._native.to_bytes(),))
 
     def __repr__(self):
         return "Port()"
+
+
+class _Raised:
+    """An exception on its way through a port (Port.exception)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __reduce__(self):
+        return (_Raised, (self.exc,))
+
+
+def _received(payload):
+    value = pickle.loads(payload)
+    if isinstance(value, _Raised):
+        raise value.exc
+    return value
 
 
 def _port_from_bytes(handle):
@@ -73,9 +99,11 @@ class PortReceiver:
         _open.add(self)
 
     def recv(self):
-        """A Future of the next value, at once when one waits. After
-        ``close()``: the values that arrived before it, then ClosedError."""
-        return _Future(self._native.recv(), pickle.loads)
+        """A Future of the next value, at once when one waits; one sent
+        with Port.exception() is raised instead (an endpoint's ActorError,
+        for a send with a port). After ``close()``: the values that
+        arrived before it, then ClosedError."""
+        return _Future(self._native.recv(), _received)
 
     def close(self):
         """Later sends fail with ConnectionError; waiting recv()s raise

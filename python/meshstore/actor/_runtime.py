@@ -26,6 +26,25 @@ import traceback
 
 _VALUE, _ERROR = b"V", b"E"
 
+
+class ActorError(Exception):
+    """An endpoint raised: ``rank`` (the rank, in its mesh, of the member
+    whose endpoint raised, whichever adverb reached it),
+    ``exception_type`` (the name of the exception's type), ``message`` and
+    ``remote_traceback`` (the endpoint's traceback, as text)."""
+
+    def __init__(self, rank, exception_type, message, remote_traceback):
+        super().__init__(
+            f"rank {rank}: {exception_type}: {message}\n"
+            f"--- the endpoint's traceback ---\n{remote_traceback}")
+        self.rank = rank
+        self.exception_type = exception_type
+        self.message = message
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):  # it crosses processes on a port (send(..., port=))
+        return (ActorError, (self.rank, self.exception_type, self.message, self.remote_traceback))
+
 # Arguments: a CPU tensor of at least this many bytes travels in a shared
 # memory segment of its own, not in the pickle (between processes of one
 # host): one copy in, mapped (copy-on-write) on the other side. Below it,
@@ -114,19 +133,21 @@ def _count_receiver(fd, path, at):
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def pack(args, kwargs, shm, receivers=0):
+def pack(args, kwargs, shm, receivers=0, port=None):
     """(payload, segments): the pickled arguments, and the segments to
     unlink once every receiver answered (none without `shm`). With
     `receivers` (a broadcast), the last of that many receivers unlinks each
     segment; the caller unlinks at exit those still there (a receiver that
-    died first: `forget_at_exit`)."""
+    died first: `forget_at_exit`). With `port`, each member sends the
+    endpoint's result there (`send(..., port=)`)."""
     segments = []
     buf = io.BytesIO()
+    call = (args, kwargs) if port is None else (args, kwargs, port)
     try:
         if shm:
-            _ArgPickler(buf, segments, receivers).dump((args, kwargs))
+            _ArgPickler(buf, segments, receivers).dump(call)
         else:
-            pickle.dump((args, kwargs), buf, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(call, buf, protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:
         unlink(segments)
         raise
@@ -292,11 +313,14 @@ def _construct(made_as, rank, complete):
     complete(inst, _value_reply(None, rank))
 
 
+def _traceback(exc):
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
 def _error_reply(exc, rank):
     # With the member's rank: the caller of choose() does not know which
     # member answered.
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return _ERROR + pickle.dumps((rank, type(exc).__name__, str(exc), text))
+    return _ERROR + pickle.dumps((rank, type(exc).__name__, str(exc), _traceback(exc)))
 
 
 def _value_reply(value, rank):
@@ -306,11 +330,54 @@ def _value_reply(value, rank):
         return _error_reply(TypeError(f"the endpoint's result cannot be pickled: {e}"), rank)
 
 
-def _task_reply(task, rank):
-    if task.cancelled():
-        return _error_reply(asyncio.CancelledError("the endpoint's task was cancelled"), rank)
-    exc = task.exception()
-    return _error_reply(exc, rank) if exc is not None else _value_reply(task.result(), rank)
+class _Outcome:
+    """Where a call's outcome goes: the caller's answer (`complete`), and,
+    for a send with a port, the port: the endpoint's value, or its
+    ActorError, which the receiver's recv() raises."""
+
+    __slots__ = ("complete", "rank", "port", "what")
+
+    def __init__(self, complete, rank, port=None, what=""):
+        self.complete = complete
+        self.rank = rank
+        self.port = port
+        self.what = what
+
+    def value(self, value):
+        if self.port is None:
+            self.complete(_value_reply(value, self.rank))
+            return
+        try:
+            sent = self.port.send(value)
+        except TypeError as e:  # the value does not pickle: the port hears why
+            sent = self.port.exception(ActorError(
+                self.rank, "TypeError", f"the endpoint's result cannot be pickled: {e}", ""))
+        self._watch(sent)
+        self.complete(_value_reply(None, self.rank))
+
+    def error(self, exc):
+        if self.port is not None:
+            self._watch(self.port.exception(
+                ActorError(self.rank, type(exc).__name__, str(exc), _traceback(exc))))
+        self.complete(_error_reply(exc, self.rank))
+
+    def task(self, task):
+        if task.cancelled():
+            self.error(asyncio.CancelledError("the endpoint's task was cancelled"))
+        elif task.exception() is not None:
+            self.error(task.exception())
+        else:
+            self.value(task.result())
+
+    def _watch(self, sent):
+        # An undeliverable result comes back to its sender: this member,
+        # which has no caller waiting, says so on its stderr.
+        def check(f):
+            e = f.exception()
+            if e is not None:
+                print(f"meshstore.actor: rank {self.rank}: {self.what}'s result could not be "
+                      f"sent to its port: {e}", file=sys.stderr, flush=True)
+        sent.add_done_callback(check)
 
 
 def run(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
@@ -321,28 +388,31 @@ def run(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
 
 def _start(instance, rank, msg_rank, dims, sizes, endpoint, payload, complete):
     ctx = contextvars.copy_context()
+    outcome = _Outcome(complete, rank)
     try:
         member = getattr(instance, "_meshstore_member", None)
         me, my_size = member if member is not None else (Point(rank, [], []), {})
         ctx.run(_context.set, Context(
             me, my_size, Point(msg_rank, dims, sizes), dict(zip(dims, sizes))))
         ctx.run(_instance.set, instance)
+        call = _ArgUnpickler(io.BytesIO(payload)).load()
+        if len(call) > 2:
+            outcome.port, outcome.what = call[2], f"{type(instance).__name__}.{endpoint}"
         method = getattr(type(instance), endpoint, None)
         if method is None or not getattr(method, "_meshstore_endpoint", False):
             raise AttributeError(
                 f"{type(instance).__name__} has no endpoint '{endpoint}'")
-        args, kwargs = _ArgUnpickler(io.BytesIO(payload)).load()
-        result = ctx.run(getattr(instance, endpoint), *args, **kwargs)
+        result = ctx.run(getattr(instance, endpoint), *call[0], **call[1])
     except BaseException as e:  # noqa: BLE001 (the caller gets it)
-        complete(_error_reply(e, rank))
+        outcome.error(e)
         return
     if inspect.isawaitable(result):
         async def awaited():
             return await result
         task = asyncio.get_running_loop().create_task(awaited(), context=ctx)
-        task.add_done_callback(lambda t: complete(_task_reply(t, rank)))
+        task.add_done_callback(outcome.task)
     else:
-        complete(_value_reply(result, rank))
+        outcome.value(result)
 
 
 def decode(reply):
