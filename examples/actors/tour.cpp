@@ -1,7 +1,7 @@
 // The actor runtime in one program: it launches 4 worker processes (this
 // binary again, in worker mode), spawns an actor mesh on them, uses every
 // call style on the whole mesh and on slices, a port the members send to
-// and a named singleton, then shows supervision: a
+// (and one their replies go to, with send) and a named singleton, then shows supervision: a
 // member that fails is restarted, and a process killed with -9 stops one
 // mesh, reaches the root handler through another, and is started again
 // with a third mesh's member in it.
@@ -164,6 +164,14 @@ int controller() {
   int ranks = 0;
   for (int i = 0; i < mesh.size(); ++i) ranks += must(rx.recv().get(20s), "recv");
   std::printf("port: %d values received, ranks summing to %d\n", mesh.size(), ranks);
+  // send with a port: each member's reply goes to the port, not to us.
+  check(mesh.send(rx.port(), add_atom::value, 1000), "send");
+  int replies = 0;
+  for (int i = 0; i < mesh.size(); ++i) replies += must(rx.recv().get(20s), "recv");
+  std::printf("send: %d replies at the port, summing to %d\n", mesh.size(), replies);
+  if (replies != 1000 * mesh.size() + ranks) {
+    check(meshstore::Status(meshstore::Errc::internal, "the replies' sum is wrong"), "send");
+  }
   rx.close();  // before procs.stop(): an open port would hold its system
   // A named singleton: whoever asks first spawns it, every caller shares it.
   auto one = must(procs.get_or_spawn<worker_actor>("coordinator", "worker"), "get_or_spawn");

@@ -93,6 +93,16 @@ Status internal::port_error(const caf::error& e) {
                 "port: its receiver is gone or unreachable (" + caf::to_string(e) + ")");
 }
 
+Status internal::port_reply_error(const caf::error& e) {
+  return from_caf_error(e, "port: a member's call failed");
+}
+
+void internal::port_reply_dropped(std::size_t capacity) {
+  log::get("mesh")->warn(
+      "port: full ({} values not received): a member's reply to ActorMesh::send was dropped",
+      capacity);
+}
+
 caf::behavior internal::ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
                                      std::chrono::milliseconds timeout) {
   return {

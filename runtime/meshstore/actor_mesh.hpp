@@ -3,10 +3,10 @@
 // ActorMesh<Handle>: the typed actors of one mesh, with a shape (Extent),
 // slices of it, and the call styles: call (every member, each reply or
 // error), call_one, choose (the least busy member), stream (each reply as
-// it lands), accumulate (a fold), tell (fire and forget), plus ask (one
-// rank) and broadcast (fail fast). Requests go out from the calling
-// thread, with the mesh's caller (MeshCaller) as their sender. Made by
-// ProcMesh::spawn (proc_mesh.hpp).
+// it lands), accumulate (a fold), tell (fire and forget), send (the
+// replies go to a port), plus ask (one rank) and broadcast (fail fast). Requests go out from the
+// calling thread, with the mesh's caller (MeshCaller) as their sender. Made by ProcMesh::spawn
+// (proc_mesh.hpp).
 //
 //   auto workers = mesh.spawn<worker_actor>("workers", worker).value();
 //   auto grid = workers.reshape({{"hosts", 2}, {"gpus", 4}}).value();
@@ -207,85 +207,6 @@ void companion_request(caf::actor_companion* self, const Handle& dest,
 
 }  // namespace internal
 
-namespace internal {
-using ready_wait_atom = caf::atom_constant<caf::atom("m_rwait")>;
-using ready_done_atom = caf::atom_constant<caf::atom("m_rdone")>;
-
-/// on_ready's go-between: answers the actor's wait once the future's
-/// callback said done, in either order, or quits after `timeout`.
-struct ReadyWaiterState {
-  bool done = false;
-  caf::response_promise waiting;  // pending() once the wait came first
-};
-caf::behavior ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
-                           std::chrono::milliseconds timeout);
-}  // namespace internal
-
-/// From inside an actor (`self`): runs `k(const Result<T>&)` on `self`
-/// once `future` completes, without blocking the actor's thread (get()
-/// must not be called there). After `timeout`, `k` gets Errc::timeout and
-/// the future's late result is dropped. Use it to call the store, or any
-/// Future, from a handler:
-///
-///   [=](pull_atom) -> caf::result<bool> {
-///     auto rp = self->make_response_promise<bool>();
-///     on_ready(self, store->get_into("w", t), [rp](const Result<void>& r) mutable {
-///       if (r.ok()) {
-///         rp.deliver(true);
-///       } else {
-///         rp.deliver(actor_error(r.status()));
-///       }
-///     });
-///     return rp;
-///   }
-template <class Self, class T, class F>
-void on_ready(Self* self, Future<T> future, F k,
-              std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  // The result goes in `slot` before the go-between hears of it, so it is
-  // there when `k` runs on `self` (the messages order the two).
-  auto slot = std::make_shared<Result<T>>(Status(Errc::internal, "on_ready: no result"));
-  auto waiter = self->spawn(internal::ready_waiter, timeout);
-  self->request(waiter, timeout + std::chrono::seconds(1), internal::ready_wait_atom::value)
-      .then([slot, k](bool) mutable { k(*slot); },
-            [k](caf::error& e) mutable {
-              k(Result<T>(Status(Errc::timeout, "on_ready: no result within the timeout (" +
-                                                    caf::to_string(e) + ")")));
-            });
-  // Weak: a future that never completes must not keep an actor (and so its
-  // system) alive.
-  future.on_complete([slot, w = caf::actor_cast<caf::weak_actor_ptr>(waiter)](const Result<T>& r) {
-    *slot = r;
-    if (auto to = caf::actor_cast<caf::actor>(w))
-      caf::anon_send(to, internal::ready_done_atom::value);
-  });
-}
-
-namespace internal {
-/// on_stop's hook, run with the actor's exit reason as a Status; an
-/// exception it throws is logged.
-void run_stop_hook(const std::function<void(const Status&)>& hook, const caf::error& reason);
-}  // namespace internal
-
-/// Runs `hook(why)` once when the actor `self` stops, whatever stops it:
-/// it quit or failed, supervision stopped its mesh, or its process or
-/// runtime is stopping (ProcMesh::stop, Mesh::close). `why` is ok for a
-/// normal stop or a shutdown, the error otherwise. Monarch's __cleanup__:
-/// release what the actor holds outside its state (files, devices,
-/// connections). It runs on the thread that terminates the actor, after
-/// its last message. In a ProcMesh worker, MeshOptions::stop_timeout
-/// bounds the hooks when the process stops: past it, the process exits.
-///
-///   worker_actor::behavior_type worker(worker_actor::pointer self, int rank) {
-///     meshstore::on_stop(self, [rank](const meshstore::Status& why) { release(rank); });
-///     return {...};
-///   }
-template <class Self>
-void on_stop(Self* self, std::function<void(const Status&)> hook) {
-  self->attach_functor([hook = std::move(hook)](const caf::error& reason) {
-    internal::run_stop_hook(hook, reason);
-  });
-}
-
 /// The actors of one spawn(), shaped by an Extent (one dimension "ranks"
 /// as spawned; reshape() and slice() give other views). Member `i` of a
 /// view is extent().rank(i) of the whole mesh, and errors name that rank.
@@ -452,6 +373,37 @@ class ActorMesh {
   template <class... Ts>
   Status tell(Ts... xs) const {
     internal::refuse_bare_floats<Ts...>();
+    return tell_all(nullptr, xs...);
+  }
+
+  /// Monarch's send with a port: sends (xs...) to every member of this view
+  /// without waiting, and each member's reply goes to `port` (in whichever
+  /// process holds its PortReceiver), not to the caller; a member's error
+  /// arrives there in its place, as recv()'s error. The members' reply to
+  /// (xs...) must be exactly one R (checked at compile time). To send to
+  /// one member, send on a slice or at_point(). Answers as tell() does, and
+  /// Errc::invalid_argument for an empty Port. A member that dies before
+  /// it replies sends nothing (wait on recv() with a timeout), and a reply
+  /// that finds the port full or closed is dropped (logged when full).
+  ///
+  ///   auto rx = PortReceiver<int>::open(procs.system()).value();
+  ///   workers.send(rx.port(), add_atom::value, 1);     // each member's sum
+  ///   for (int i = 0; i < workers.size(); ++i) sums.push_back(rx.recv().get(10s).value());
+  template <class R, class... Ts>
+  Status send(const Port<R>& port, Ts... xs) const {
+    static_assert(!std::is_same_v<Handle, caf::actor>, "send with a port needs a typed mesh");
+    static_assert(internal::replies_with<Handle, R, Ts...>(),
+                  "send: the members do not answer this message with exactly the port's type");
+    internal::refuse_bare_floats<R, Ts...>();
+    if (!port.valid()) return Status(Errc::invalid_argument, "send: an empty Port");
+    return tell_all(port.handle(), xs...);
+  }
+
+ private:
+  // tell() and send(): (xs...) to every member, from `from` (a port's
+  // handle, which gets the replies) or anonymously (nullptr).
+  template <class From, class... Ts>
+  Status tell_all(const From& from, const Ts&... xs) const {
     if (!caller_) return Status(Errc::shutdown, "mesh: an empty ActorMesh");
     const std::vector<int> ranks = extent_.ranks();
     if (!ranks.empty() && !caller_->member(id_, ranks.front())) return caller_->gone(id_);
@@ -459,11 +411,12 @@ class ActorMesh {
     if constexpr (internal::takes_context<Handle, Ts...>()) view = view_context();
     // From this thread, as requests go: a tell and a later call of this
     // thread reach a member in that order.
-    for (std::size_t i = 0; i < ranks.size(); ++i) tell_member(ranks[i], in_view(view, i), xs...);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      tell_member(ranks[i], in_view(view, i), from, xs...);
+    }
     return Status();
   }
 
- private:
   // Sends (xs...) to every member; the futures in member order.
   template <class R, class... Ts>
   std::vector<Future<R>> requests(const Ts&... xs) const {
@@ -528,21 +481,28 @@ class ActorMesh {
     if (!s.ok()) finish(s);
   }
 
-  // tell() to `rank` of the mesh, as send_member sends.
-  template <class... Ts>
-  void tell_member(int rank, const CallContext& ctx, const Ts&... xs) const {
+  // tell_all() to `rank` of the mesh, as send_member sends.
+  template <class From, class... Ts>
+  void tell_member(int rank, const CallContext& ctx, const From& from, const Ts&... xs) const {
     auto again = [&]() -> std::function<void()> {
-      return [mesh = *this, rank, ctx, xs...] { mesh.tell_member(rank, ctx, xs...); };
+      return [mesh = *this, rank, ctx, from, xs...] { mesh.tell_member(rank, ctx, from, xs...); };
     };
     caf::actor member;
     if (caller_->member_or_hold(id_, rank, again, member)) return;
     const auto target = caf::actor_cast<Handle>(member);
     if (!target) return;
-    // Anonymous: a member's answer goes nowhere.
-    if constexpr (internal::takes_context<Handle, Ts...>()) {
-      caf::anon_send(target, ctx, xs...);
+    if constexpr (std::is_same_v<From, std::nullptr_t>) {
+      // Anonymous: a member's answer goes nowhere.
+      if constexpr (internal::takes_context<Handle, Ts...>()) {
+        caf::anon_send(target, ctx, xs...);
+      } else {
+        caf::anon_send(target, xs...);
+      }
+    } else if constexpr (internal::takes_context<Handle, Ts...>()) {
+      // From the port: the member's answer (or error) goes to it.
+      caf::send_as(from, target, ctx, xs...);
     } else {
-      caf::anon_send(target, xs...);
+      caf::send_as(from, target, xs...);
     }
   }
 

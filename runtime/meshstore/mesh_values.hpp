@@ -3,8 +3,10 @@
 // What crosses an actor mesh besides your own types: Exact<T>, a float or
 // double carried bit-exact between processes; CallContext, the message's
 // rank in the view called, for handlers that take it; ValueMesh<R>, the shaped
-// replies of ActorMesh::call; and ports, typed mailboxes an owner opens and
-// passes in messages for members to send to. Included by actor_mesh.hpp.
+// replies of ActorMesh::call; ports, typed mailboxes an owner opens and
+// passes in messages for members to send to (or ActorMesh::send replies
+// to); and what a member's handlers use: actor_error, on_ready (a Future
+// awaited without blocking) and on_stop. Included by actor_mesh.hpp.
 // Like it, this header exposes CAF on purpose.
 
 #include <caf/all.hpp>
@@ -125,6 +127,23 @@ constexpr bool takes_context() {
   }
 }
 
+/// Whether `Handle`'s members answer (Ts...), with the call's context
+/// first where they take it, with exactly one R: what ActorMesh::send
+/// delivers to a Port<R>.
+template <class Handle, class R, class... Ts>
+constexpr bool replies_with() {
+  using Sigs = typename Handle::signatures;
+  if constexpr (takes_context<Handle, Ts...>()) {
+    return std::is_same_v<typename caf::response_type<Sigs, CallContext, std::decay_t<Ts>...>::type,
+                          caf::detail::type_list<R>>;
+  } else if constexpr (caf::response_type<Sigs, std::decay_t<Ts>...>::valid) {
+    return std::is_same_v<typename caf::response_type<Sigs, std::decay_t<Ts>...>::type,
+                          caf::detail::type_list<R>>;
+  } else {
+    return false;
+  }
+}
+
 template <class T>
 struct BareFloat : std::is_floating_point<T> {};
 template <class T, class A>
@@ -219,6 +238,12 @@ using port_atom = caf::atom_constant<caf::atom("m_port")>;
 Status port_error(const caf::error& e);
 /// unavailable: "port: its receiver is gone (closed, or its process went away)".
 Status port_receiver_gone();
+/// A member's error answered to ActorMesh::send, as the port's recv()
+/// gives it: the member's code, "port: a member's call failed: ...".
+Status port_reply_error(const caf::error& e);
+/// Logs, as a warning, a member's reply to ActorMesh::send that a full
+/// port (of `capacity` values) dropped: its sender cannot be told.
+void port_reply_dropped(std::size_t capacity);
 
 /// One port send, as a short-lived local actor: it monitors the port while
 /// its request is out, so a port that was closed, or whose owner is gone,
@@ -257,12 +282,16 @@ caf::behavior port_send_impl(caf::event_based_actor* self, Handle port, T value,
 /// processes, register it in every process (MeshOptions::add_types):
 /// `meshstore::add_port_type<int>(cfg, "my::Port<int>")`, with T
 /// registered too unless it is one of CAF's own. Drop every copy before
-/// its actor system goes (it holds an actor handle).
+/// its actor system goes (it holds an actor handle). ActorMesh::send
+/// delivers members' replies of type T to a port.
 template <class T>
 class Port {
  public:
+  /// (port_atom, T): Port::send's request. A bare T: a member's reply to
+  /// ActorMesh::send, sent with the port as its sender.
   using handle_type =
-      caf::typed_actor<typename caf::replies_to<internal::port_atom, T>::template with<bool>>;
+      caf::typed_actor<typename caf::replies_to<internal::port_atom, T>::template with<bool>,
+                       caf::reacts_to<T>>;
 
   Port() = default;
   explicit Port(handle_type handle) : handle_(std::move(handle)) {}
@@ -354,14 +383,17 @@ class PortReceiver {
   Port<T> port() const { return port_; }
 
   /// The next value, in arrival order: at once if one is waiting. After
-  /// close(), the values that arrived before it, then Errc::shutdown.
+  /// close(), the values that arrived before it, then Errc::shutdown. A
+  /// member whose call through ActorMesh::send failed gives its error in
+  /// its place ("port: a member's call failed: ...").
   Future<T> recv() const {
     if (!q_) return make_error_future<T>(Status(Errc::shutdown, "port: an empty PortReceiver"));
     std::lock_guard<std::mutex> lock(q_->mu);
     if (!q_->values.empty()) {
-      T v = std::move(q_->values.front());
+      Result<T> v = std::move(q_->values.front());
       q_->values.pop_front();
-      return make_ready_future<T>(std::move(v));
+      if (!v.ok()) return make_error_future<T>(v.status());
+      return make_ready_future<T>(std::move(v).value());
     }
     if (q_->closed) return make_error_future<T>(Status(Errc::shutdown, "port: closed"));
     q_->waiting.push_back(std::make_shared<Promise<T>>());
@@ -377,18 +409,18 @@ class PortReceiver {
  private:
   struct Queue {
     std::mutex mu;
-    std::deque<T> values;
+    std::deque<Result<T>> values;  // a value, or a member's error (ActorMesh::send)
     std::deque<std::shared_ptr<Promise<T>>> waiting;
     std::size_t capacity = 0;
     bool closed = false;
     caf::weak_actor_ptr actor;  // weak: a handle must not outlive its system
-    Status push(T v) {
+    Status push(Result<T> v) {
       std::unique_lock<std::mutex> lock(mu);
       if (!waiting.empty()) {
         auto p = std::move(waiting.front());
         waiting.pop_front();
         lock.unlock();
-        p->set_value(std::move(v));
+        p->set(std::move(v));
         return Status();
       }
       if (values.size() >= capacity) {
@@ -424,16 +456,104 @@ class PortReceiver {
       typename Port<T>::handle_type::pointer self, std::shared_ptr<Queue> q) {
     // Its system stopping closes it too.
     self->attach_functor([q](const caf::error&) { q->close(); });
+    // A member's error answered to ActorMesh::send arrives as an error
+    // message (CAF's default handler would stop the port).
+    self->set_error_handler([q](caf::error& e) { reply(*q, internal::port_reply_error(e)); });
     return {[q](internal::port_atom, T v) -> caf::result<bool> {
-      auto s = q->push(std::move(v));
-      if (!s.ok()) return actor_error(s);
-      return true;
-    }};
+              auto s = q->push(std::move(v));
+              if (!s.ok()) return actor_error(s);
+              return true;
+            },
+            [q](T v) { reply(*q, std::move(v)); }};
+  }
+  // A member's reply to ActorMesh::send: it has no one to tell of a full
+  // port, so the drop is logged.
+  static void reply(Queue& q, Result<T> v) {
+    if (!q.push(std::move(v)).ok()) internal::port_reply_dropped(q.capacity);
   }
 
   std::shared_ptr<Queue> q_;
   Port<T> port_;
   std::shared_ptr<void> closer_;
 };
+
+namespace internal {
+using ready_wait_atom = caf::atom_constant<caf::atom("m_rwait")>;
+using ready_done_atom = caf::atom_constant<caf::atom("m_rdone")>;
+
+/// on_ready's go-between: answers the actor's wait once the future's
+/// callback said done, in either order, or quits after `timeout`.
+struct ReadyWaiterState {
+  bool done = false;
+  caf::response_promise waiting;  // pending() once the wait came first
+};
+caf::behavior ready_waiter(caf::stateful_actor<ReadyWaiterState>* self,
+                           std::chrono::milliseconds timeout);
+}  // namespace internal
+
+/// From inside an actor (`self`): runs `k(const Result<T>&)` on `self`
+/// once `future` completes, without blocking the actor's thread (get()
+/// must not be called there). After `timeout`, `k` gets Errc::timeout and
+/// the future's late result is dropped. Use it to call the store, or any
+/// Future, from a handler:
+///
+///   [=](pull_atom) -> caf::result<bool> {
+///     auto rp = self->make_response_promise<bool>();
+///     on_ready(self, store->get_into("w", t), [rp](const Result<void>& r) mutable {
+///       if (r.ok()) {
+///         rp.deliver(true);
+///       } else {
+///         rp.deliver(actor_error(r.status()));
+///       }
+///     });
+///     return rp;
+///   }
+template <class Self, class T, class F>
+void on_ready(Self* self, Future<T> future, F k,
+              std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  // The result goes in `slot` before the go-between hears of it, so it is
+  // there when `k` runs on `self` (the messages order the two).
+  auto slot = std::make_shared<Result<T>>(Status(Errc::internal, "on_ready: no result"));
+  auto waiter = self->spawn(internal::ready_waiter, timeout);
+  self->request(waiter, timeout + std::chrono::seconds(1), internal::ready_wait_atom::value)
+      .then([slot, k](bool) mutable { k(*slot); },
+            [k](caf::error& e) mutable {
+              k(Result<T>(Status(Errc::timeout, "on_ready: no result within the timeout (" +
+                                                    caf::to_string(e) + ")")));
+            });
+  // Weak: a future that never completes must not keep an actor (and so its
+  // system) alive.
+  future.on_complete([slot, w = caf::actor_cast<caf::weak_actor_ptr>(waiter)](const Result<T>& r) {
+    *slot = r;
+    if (auto to = caf::actor_cast<caf::actor>(w))
+      caf::anon_send(to, internal::ready_done_atom::value);
+  });
+}
+
+namespace internal {
+/// on_stop's hook, run with the actor's exit reason as a Status; an
+/// exception it throws is logged.
+void run_stop_hook(const std::function<void(const Status&)>& hook, const caf::error& reason);
+}  // namespace internal
+
+/// Runs `hook(why)` once when the actor `self` stops, whatever stops it:
+/// it quit or failed, supervision stopped its mesh, or its process or
+/// runtime is stopping (ProcMesh::stop, Mesh::close). `why` is ok for a
+/// normal stop or a shutdown, the error otherwise. Monarch's __cleanup__:
+/// release what the actor holds outside its state (files, devices,
+/// connections). It runs on the thread that terminates the actor, after
+/// its last message. In a ProcMesh worker, MeshOptions::stop_timeout
+/// bounds the hooks when the process stops: past it, the process exits.
+///
+///   worker_actor::behavior_type worker(worker_actor::pointer self, int rank) {
+///     meshstore::on_stop(self, [rank](const meshstore::Status& why) { release(rank); });
+///     return {...};
+///   }
+template <class Self>
+void on_stop(Self* self, std::function<void(const Status&)> hook) {
+  self->attach_functor([hook = std::move(hook)](const caf::error& reason) {
+    internal::run_stop_hook(hook, reason);
+  });
+}
 
 }  // namespace meshstore

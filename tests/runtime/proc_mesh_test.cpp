@@ -48,9 +48,11 @@ using count_atom = caf::atom_constant<caf::atom("count")>;
 using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using say_atom = caf::atom_constant<caf::atom("say")>;
 using netns_atom = caf::atom_constant<caf::atom("netns")>;
+using half_atom = caf::atom_constant<caf::atom("half")>;
 using worker_actor = caf::typed_actor<
-    caf::replies_to<add_atom, int>::with<int>, caf::replies_to<pid_atom>::with<std::int32_t>,
-    caf::reacts_to<bump_atom>, caf::replies_to<count_atom>::with<int>, caf::reacts_to<fail_atom>,
+    caf::replies_to<add_atom, int>::with<int>, caf::replies_to<half_atom, int>::with<int>,
+    caf::replies_to<pid_atom>::with<std::int32_t>, caf::reacts_to<bump_atom>,
+    caf::replies_to<count_atom>::with<int>, caf::reacts_to<fail_atom>,
     caf::reacts_to<say_atom, std::string>, caf::replies_to<netns_atom>::with<std::string>>;
 // Another interface, for the mismatch test.
 using other_actor = caf::typed_actor<caf::replies_to<add_atom, int, int>::with<int>>;
@@ -66,12 +68,21 @@ struct WorkerState {
   int bumps = 0;
 };
 
-// Answers x + base + rank; counts bumps; fails (quits with an error) on
-// `fail`; prints what it is told to say.
+// Answers x + base + rank, and x / 2 (an odd x is refused with an error);
+// counts bumps; fails (quits with an error) on `fail`; prints what it is
+// told to say.
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, int rank,
                                    int base) {
   return {
       [=](add_atom, int x) { return x + base + rank; },
+      [=](half_atom, int x) -> caf::result<int> {
+        if (x % 2 != 0) {
+          return actor_error(
+              Status(Errc::invalid_argument,
+                     "rank " + std::to_string(rank) + " cannot halve " + std::to_string(x)));
+        }
+        return x / 2;
+      },
       [](pid_atom) { return static_cast<std::int32_t>(::getpid()); },
       [=](bump_atom) { ++self->state.bumps; },
       [=](count_atom) { return self->state.bumps; },
@@ -766,6 +777,74 @@ TEST(ProcMesh, APortPassedInAMessageTakesTheMembersValuesUntilClosed) {
   EXPECT_EQ(full, 1);
   EXPECT_EQ(PortReceiver<int>::open(procs->system(), 0).status().code(), Errc::invalid_argument);
   small->close();
+  procs->stop();
+}
+
+// recv()s of `rx` until every value of `want` came; answers what came.
+std::multiset<int> recv_until(const PortReceiver<int>& rx, const std::set<int>& want) {
+  std::multiset<int> got;
+  std::set<int> missing = want;
+  while (!missing.empty()) {
+    auto r = rx.recv().get(kWait);
+    if (!r.ok()) {
+      ADD_FAILURE() << "waiting for " << missing.size() << " values: " << r.status().to_string();
+      break;
+    }
+    got.insert(*r);
+    missing.erase(*r);
+  }
+  return got;
+}
+
+TEST(ProcMesh, SendWithAPortHasEachMembersReplyGoThere) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto w = procs->spawn<worker_actor>("workers", "worker", 100);
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  auto rx = PortReceiver<int>::open(procs->system());
+  ASSERT_TRUE(rx.ok()) << rx.status().to_string();
+
+  // Every member's reply, from the worker processes straight to the port.
+  ASSERT_OK(w->send(rx->port(), add_atom::value, 1));
+  EXPECT_EQ(recv_until(*rx, {101, 102}), (std::multiset<int>{101, 102}));
+
+  // A slice sends to its members only: rank 0 would have answered 101
+  // before its 110 (one sender's messages arrive in order).
+  auto second = w->slice({{"procs", {1, 2}}});
+  ASSERT_OK(second);
+  ASSERT_OK(second->send(rx->port(), add_atom::value, 1));
+  ASSERT_OK(w->send(rx->port(), add_atom::value, 10));
+  EXPECT_EQ(recv_until(*rx, {110, 111}), (std::multiset<int>{102, 110, 111}));
+
+  // A member's error arrives in its place, and the port goes on.
+  ASSERT_OK(w->send(rx->port(), half_atom::value, 3));
+  for (int i = 0; i < 2; ++i) {
+    auto r = rx->recv().get(kWait);
+    EXPECT_ERROR(r, Errc::invalid_argument, "port: a member's call failed");
+    EXPECT_NE(r.status().message().find("cannot halve 3"), std::string::npos)
+        << r.status().to_string();
+  }
+  ASSERT_OK(w->send(rx->port(), half_atom::value, 8));
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(rx->recv().get(kWait).value(), 4);
+
+  // An empty port, and a stopped mesh, are refused.
+  EXPECT_ERROR(w->send(Port<int>(), add_atom::value, 1), Errc::invalid_argument, "empty Port");
+  rx->close();
+  procs->stop();
+  EXPECT_EQ(w->send(rx->port(), add_atom::value, 1).code(), Errc::shutdown);
+}
+
+TEST(ProcMesh, SendWithAPortGivesAHandlerThatTakesItTheCallContext) {
+  auto procs = ProcMesh::launch({{"procs", 2}}, {}, options());
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  auto m = procs->spawn<where_actor>("where", "where");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto rx = PortReceiver<std::vector<std::int32_t>>::open(procs->system());
+  ASSERT_TRUE(rx.ok()) << rx.status().to_string();
+  // Rank 1 alone: the first (and only) of a view of one.
+  ASSERT_OK(m->slice({{"procs", {1, 2}}})->send(rx->port(), where_atom::value));
+  EXPECT_EQ(rx->recv().get(kWait).value(), (std::vector<std::int32_t>{1, 0, 1, 0}));
+  rx->close();
   procs->stop();
 }
 
