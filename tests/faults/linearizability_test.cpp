@@ -1,8 +1,10 @@
 // The linearizability check (docs/reliability.md): the checker on histories
 // whose verdict is known, then concurrent clients putting, reading and
 // removing a few keys while the store's server is killed and started again
-// at its address, and while volumes keeping copies of the keys are killed;
-// every key's history must be linearizable.
+// at its address, while volumes keeping copies of the keys are killed, and
+// while the process of a ProcMesh that runs the store's controller is
+// killed and launched again; every key's history must be linearizable.
+// The binary is the ProcMesh's worker too (main() below).
 #include "faults/linearizability.hpp"
 
 #include <algorithm>
@@ -13,7 +15,9 @@
 #include <random>
 #include <thread>
 
+#include "meshstore/proc_mesh.hpp"
 #include "meshstore/store.hpp"
+#include "meshstore/store_mesh.hpp"
 #include "testing/subprocess.hpp"
 #include "testing/test_util.hpp"
 
@@ -364,5 +368,58 @@ TEST(Linearizability, PutGetAndRemoveStayLinearizableThroughVolumeKillsWithCopie
   for (auto& v : volumes) kill_hard(*v);
 }
 
+// The store on a ProcMesh of two processes with its controller in process
+// 1 (placement.controller_process), under the restart policy: process 1 is
+// killed with SIGKILL twice (MESHSTORE_LINEARIZABILITY_FAILOVERS=N: N
+// times), and the ProcMesh launches it again, where the controller starts
+// again and rebuilds its index from the volumes. Four clients in this
+// process (local rank -1 writes to process 0's volume, which lives on)
+// call throughout, through the relay that finds the new controller.
+TEST(Linearizability, PutGetAndRemoveStayLinearizableThroughControllerProcessRestarts) {
+  int failovers = 2;
+  if (const char* e = std::getenv("MESHSTORE_LINEARIZABILITY_FAILOVERS")) {
+    failovers = std::max(1, std::min(50, std::atoi(e)));
+  }
+  LaunchSpec spec;
+  spec.max_relaunches = failovers;
+  spec.relaunch_window = std::chrono::hours(1);
+  auto procs = ProcMesh::launch({{"procs", 2}}, spec, MeshOptions{});
+  ASSERT_TRUE(procs.ok()) << procs.status().to_string();
+  Supervision restart;
+  restart.policy = FailurePolicy::restart;
+  restart.max_restarts = failovers;
+  restart.window = std::chrono::hours(1);
+  StoreOptions o;
+  o.limits.request_timeout = 10s;
+  o.placement.strategy = "per_local_rank";
+  o.placement.controller_process = 1;
+  auto store = spawn_store(*procs, o, restart);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  Clients run(*store, *store);
+  for (int failover = 0; failover < failovers; ++failover) {
+    ASSERT_TRUE(run.more_calls()) << "no progress";
+    const int old_pid = procs->pid(1);
+    run.kill_at_now();
+    ASSERT_OK(procs->signal(1, SIGKILL));
+    // Launched again (a new pid), then calls go on through its controller.
+    ASSERT_TRUE(eventually([&] { return procs->pid(1) > 0 && procs->pid(1) != old_pid; }, 30s))
+        << "process 1 was not launched again";
+    transports::shm::garbage_collect(false, old_pid);
+  }
+  ASSERT_TRUE(run.more_calls()) << "no progress after the last failover";
+  run.stop_and_check();
+  store->close();
+  procs->stop();
+}
+
 }  // namespace
 }  // namespace meshstore::testing
+
+// The ProcMesh's workers are this binary.
+int main(int argc, char** argv) {
+  if (meshstore::ProcMesh::is_worker()) {
+    return meshstore::ProcMesh::serve(meshstore::MeshOptions{}).ok() ? 0 : 3;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
