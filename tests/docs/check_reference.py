@@ -2,8 +2,9 @@
 """The reference pages cannot drift from the code: every `Errc` code in
 runtime/meshstore/status.hpp has its entry in docs/errors.md ("### name
 (N)", the same number) and no entry names a code that does not exist; every
-StoreOptions field in actors/meshstore/store_options.hpp has its row in
-docs/config.md (`placement.num_volumes`, `listen`, ...); every environment
+StoreOptions field in actors/meshstore/store_options.hpp, and every
+MeshOptions field in runtime/meshstore/mesh.hpp, has its row in
+docs/config.md (`placement.num_volumes`, `listen`, `heartbeat_interval`, ...); every environment
 variable the libraries, programs and Python package read ("MESHSTORE_..."
 as a string in their sources) is named in docs/config.md.
 Usage: check_reference.py REPO_ROOT. Prints "check_reference: ok" or what
@@ -69,6 +70,11 @@ def problems(root):
     for name in option_names(root):
         if f"| `{name}` |" not in config:
             yield f"docs/config.md: no row for StoreOptions' `{name}`"
+    mesh = (root / "runtime/meshstore/mesh.hpp").read_text(encoding="utf-8")
+    section = config.split("## MeshOptions", 1)[-1].split("\n## ", 1)[0]
+    for field in struct_fields(mesh, "MeshOptions") or ["(no struct MeshOptions in mesh.hpp)"]:
+        if f"| `{field}` |" not in section:
+            yield f"docs/config.md: no row for MeshOptions' `{field}` under ## MeshOptions"
     for var in environment_variables(root):
         if not re.search(r"\b" + var + r"\b", config):
             yield f"docs/config.md: {var} is read by the code but not named"
