@@ -29,6 +29,8 @@ PACKAGES=(
   redis-server libhiredis-dev
   openmpi-bin libopenmpi-dev
   gnuplot-nox
+  # the C++ API reference (docs/reference/, ctest style.api_docs)
+  doxygen
 )
 
 missing=()

@@ -74,6 +74,7 @@ struct StateDictReadOptions {
     o.cast = true;
     return o;
   }
+  /// Options reading the entries named in `boxes` as those boxes.
   static StateDictReadOptions of_boxes(std::map<std::string, TensorSlice> boxes) {
     StateDictReadOptions o;
     o.boxes = std::move(boxes);
@@ -83,9 +84,9 @@ struct StateDictReadOptions {
 
 /// A tensor a writer fills in place: what StateDicts::stage allocates.
 struct TensorSpec {
-  std::string name;
-  DType dtype = DType::float32;
-  Shape shape;
+  std::string name;              ///< the entry's name in the state dict
+  DType dtype = DType::float32;  ///< its element type
+  Shape shape;                   ///< its shape
 };
 
 /// A state dict whose tensors were allocated by the store, to be filled in
@@ -107,9 +108,13 @@ class StagedStateDict {
   /// An empty handle (every call fails or is empty).
   StagedStateDict();
   ~StagedStateDict();
+  /// Another handle to the same staged state dict.
   StagedStateDict(const StagedStateDict&);
+  /// Makes this a handle to the other's staged state dict, letting go of its own.
   StagedStateDict& operator=(const StagedStateDict&);
+  /// Moves the handle; the moved-from one is empty.
   StagedStateDict(StagedStateDict&&) noexcept;
+  /// Takes over the other's handle, letting go of its own; the moved-from one is empty.
   StagedStateDict& operator=(StagedStateDict&&) noexcept;
 
   /// The entries: one tensor per TensorSpec, in order, writable, with
@@ -163,6 +168,7 @@ const char* publish_mode_name(PublishMode mode) noexcept;
 
 /// How publish() stores a version.
 struct PublishOptions {
+  /// How the bytes move: by copy, lent (direct), or the store's pick.
   PublishMode mode = PublishMode::automatic;
   /// Versions kept readable (>= 1); publishing retires the one that falls
   /// out, and a retired direct version gives its buffers back.

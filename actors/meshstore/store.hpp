@@ -77,7 +77,9 @@ class Store {
   /// torch.distributed on MASTER_PORT); every other rank connects to it.
   static Result<Store> from_env(StoreOptions options = {});
 
+  /// Moves the handle; the moved-from Store answers every call with Errc::shutdown.
   Store(Store&&) noexcept;
+  /// Lets go of the store this one held (as the destructor does), then takes over the other.
   Store& operator=(Store&&) noexcept;
   /// Closes the store (see close()).
   ~Store();

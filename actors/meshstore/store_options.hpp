@@ -23,16 +23,16 @@ namespace meshstore {
 
 /// A volume as a placement strategy sees it.
 struct VolumeDesc {
-  std::string volume_id;
-  std::string host;
-  int local_rank = -1;  ///< the local rank hosting it; -1 for the server's volumes
+  std::string volume_id;  ///< the volume's id, as `select` answers it
+  std::string host;       ///< the host identity of the process hosting it
+  int local_rank = -1;    ///< the local rank hosting it; -1 for the server's volumes
 };
 
 /// A client as a placement strategy sees it.
 struct ClientDesc {
-  int rank = 0;
-  int local_rank = 0;
-  std::string host;
+  int rank = 0;        ///< the client process's rank (StorePlacement::rank)
+  int local_rank = 0;  ///< its rank on its host (StorePlacement::local_rank)
+  std::string host;    ///< its host identity (StorePlacement::host, resolved)
 };
 
 /// A user-defined strategy: a built-in placement decides which processes
@@ -211,10 +211,10 @@ struct StoreSecurity {
 /// How a store is built, in four parts and five settings of its own. Every
 /// field is validated by Store::embedded(), connect() and from_env().
 struct StoreOptions {
-  StorePlacement placement;
-  StoreTransport transport;
-  StoreLimits limits;
-  StoreSecurity security;
+  StorePlacement placement;  ///< where the volumes go, and who this process is to them
+  StoreTransport transport;  ///< how this process's clients and volumes move bytes
+  StoreLimits limits;        ///< how much the volumes hold and how long calls wait
+  StoreSecurity security;    ///< who may connect, and what is encrypted
   /// Publish this store on "HOST:PORT" (port 0 picks a free one) so other
   /// processes can Store::connect() to it; empty = private to this process.
   /// Binds exactly HOST: keep 127.0.0.1 unless other hosts must reach it.

@@ -54,11 +54,13 @@ struct ReadOptions {
     o.slice = std::move(s);
     return o;
   }
+  /// Options with `view` set: read without copying where it can.
   static ReadOptions mapped() {
     ReadOptions o;
     o.view = true;
     return o;
   }
+  /// Options with `cast` set: convert the dtype on the way.
   static ReadOptions converting() {
     ReadOptions o;
     o.cast = true;
@@ -101,6 +103,7 @@ struct PutOptions {
     o.slice = std::move(s);
     return o;
   }
+  /// Options putting rank `rank`'s shard under `placement` of a tensor of `global_shape`.
   static PutOptions shard(Shape global_shape, Placement placement, std::int64_t rank) {
     PutOptions o;
     o.placement = std::move(placement);
@@ -112,26 +115,26 @@ struct PutOptions {
 
 /// A key's metadata, as list() reports it.
 struct KeyInfo {
-  std::string key;
+  std::string key;                                   ///< the key's name
   bool is_object = false;                            ///< a byte object (put_object), not a tensor
   ObjectFormat object_format = ObjectFormat::bytes;  ///< an object's format
-  DType dtype = DType::uint8;
-  Shape shape;
-  std::uint64_t nbytes = 0;
-  std::uint64_t version = 0;  ///< store-wide commit sequence number of its current value
-  std::size_t shards = 0;     ///< boxes it is stored in (1: whole)
-  std::size_t copies = 1;     ///< volumes keeping a whole key (placement.replicas)
+  DType dtype = DType::uint8;  ///< a tensor's element type (uint8 for an object)
+  Shape shape;                 ///< a tensor's global shape (an object's: one dim, its byte count)
+  std::uint64_t nbytes = 0;    ///< stored bytes over all shards (one copy of a copied key)
+  std::uint64_t version = 0;   ///< store-wide commit sequence number of its current value
+  std::size_t shards = 0;      ///< boxes it is stored in (1: whole)
+  std::size_t copies = 1;      ///< volumes keeping a whole key (placement.replicas)
 };
 
 /// A byte object with its format, as get_stored_object() answers it.
 struct StoredObject {
-  std::string bytes;
-  ObjectFormat format = ObjectFormat::bytes;
+  std::string bytes;                          ///< the object's bytes, as put
+  ObjectFormat format = ObjectFormat::bytes;  ///< what the bytes are, as put
 };
 
 /// One volume's usage, as stats() reports it.
 struct VolumeStats {
-  std::string volume_id;
+  std::string volume_id;             ///< the volume's id
   std::uint64_t bytes_held = 0;      ///< payload bytes in memory, staged and leased included
   std::uint64_t capacity_bytes = 0;  ///< 0 = unlimited
   std::uint64_t objects = 0;         ///< committed objects
@@ -148,11 +151,11 @@ struct VolumeStats {
 /// how many round trips to it the calls cost (a state dict's put commits with
 /// one notify_put_batch, whatever its size).
 struct ControllerCounters {
-  std::uint64_t notify_put = 0;
-  std::uint64_t notify_put_batch = 0;
-  std::uint64_t locate = 0;
-  std::uint64_t exists = 0;
-  std::uint64_t keys = 0;
+  std::uint64_t notify_put = 0;        ///< single-key commits (only tests send them)
+  std::uint64_t notify_put_batch = 0;  ///< commits of puts, batches, shards and state dicts
+  std::uint64_t locate = 0;            ///< lookups of where keys are stored
+  std::uint64_t exists = 0;            ///< checks of whether keys exist
+  std::uint64_t keys = 0;              ///< listings of the keys under a prefix
   std::uint64_t remove = 0;   ///< remove, remove_batch, replacing a state dict, retiring a version
   std::uint64_t streams = 0;  ///< state dict puts readers could stream
   std::uint64_t stream_readers = 0;     ///< reads that streamed one (overlapping its put)

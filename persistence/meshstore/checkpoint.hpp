@@ -25,6 +25,7 @@
 
 namespace meshstore {
 
+/// What load_checkpoint loads, under which keys, and how.
 struct LoadOptions {
   /// Tensor T is stored as key "PREFIX/T" ("" = as "T").
   std::string prefix;
@@ -36,15 +37,17 @@ struct LoadOptions {
   /// Bytes put in flight together: the mapping's pages read for them are
   /// released after each batch.
   std::uint64_t batch_bytes = std::uint64_t{256} << 20;
+  /// Called with the bytes put so far, of the total: at the start and after each batch.
   safetensors::Progress progress;
+  /// How long each batch's put may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
 };
 
 /// What a load or a save moved.
 struct CheckpointReport {
-  std::size_t tensors = 0;
-  std::uint64_t bytes = 0;
-  std::size_t files = 0;
+  std::size_t tensors = 0;  ///< Tensors moved (save_sharded: the boxes this rank wrote).
+  std::uint64_t bytes = 0;  ///< Bytes of tensor data moved (save_sharded: this rank's).
+  std::size_t files = 0;    ///< Safetensors files read or written (the index not counted).
 };
 
 /// Puts the tensors of the checkpoint at `path` (a file or a directory,
@@ -54,12 +57,16 @@ struct CheckpointReport {
 Result<CheckpointReport> load_checkpoint(Store& store, const std::string& path,
                                          const LoadOptions& options = {});
 
+/// How save_checkpoint and save_state_dict write a checkpoint.
 struct SaveCheckpointOptions {
   /// Largest tensor bytes per file (0 = one file, model.safetensors);
   /// above it, model-0000i-of-0000n.safetensors and the index.
   std::uint64_t max_shard_bytes = 0;
+  /// Written into every file's `__metadata__`.
   std::map<std::string, std::string> metadata;
+  /// Called with the tensor bytes saved so far, of the total.
   safetensors::Progress progress;
+  /// save_checkpoint: how long each call to the store may take.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
 };
 
@@ -124,6 +131,7 @@ Status read_tensor_into(const safetensors::Checkpoint& checkpoint, const std::st
 /// the save.
 using AllGather = std::function<Result<std::vector<std::string>>(const std::string& mine)>;
 
+/// How save_sharded cuts the checkpoint into files and how the ranks talk.
 struct ShardedSaveOptions {
   /// Largest tensor bytes per file (as SaveCheckpointOptions); 0 = one
   /// file. Ignored when file_of is given.
@@ -131,7 +139,7 @@ struct ShardedSaveOptions {
   /// Which file each tensor goes to, numbered from 1 (torchtitan's
   /// fqn_to_index_mapping): every tensor named, files 1..N each used.
   std::map<std::string, std::size_t> file_of;
-  std::map<std::string, std::string> metadata;  // in every file
+  std::map<std::string, std::string> metadata;  ///< Written into every file's `__metadata__`.
   /// Required when world > 1.
   AllGather all_gather;
   /// This rank's bytes written so far, of its total.

@@ -39,20 +39,21 @@ Result<DType> dtype_from_name(std::string_view name);
 
 /// One tensor of a file: where its bytes lie, relative to the data start.
 struct TensorInfo {
-  std::string name;
-  DType dtype = DType::uint8;
-  Shape shape;
-  std::uint64_t begin = 0;  // data_offsets[0]
-  std::uint64_t end = 0;    // data_offsets[1]
+  std::string name;            ///< The tensor's name.
+  DType dtype = DType::uint8;  ///< Its element type.
+  Shape shape;                 ///< Its shape.
+  std::uint64_t begin = 0;     ///< data_offsets[0]: its first byte.
+  std::uint64_t end = 0;       ///< data_offsets[1]: one past its last byte.
+  /// Its size in bytes: end - begin.
   std::uint64_t nbytes() const noexcept { return end - begin; }
 };
 
 /// A validated header: tensors sorted by their offsets.
 struct Header {
-  std::vector<TensorInfo> tensors;
-  std::map<std::string, std::string> metadata;
-  bool has_metadata = false;     // the header has "__metadata__" (perhaps empty)
-  std::uint64_t data_start = 0;  // 8 + the header length
+  std::vector<TensorInfo> tensors;              ///< Every tensor, by offset.
+  std::map<std::string, std::string> metadata;  ///< The `__metadata__` strings.
+  bool has_metadata = false;                    ///< The header has `__metadata__` (perhaps empty).
+  std::uint64_t data_start = 0;                 ///< Where the data starts: 8 + the header length.
   /// The tensor named `name`, or nullptr.
   const TensorInfo* find(const std::string& name) const;
 };
@@ -95,8 +96,11 @@ class File {
   /// is malformed (named).
   static Result<File> open(const std::string& path, Access access = Access::read_only);
 
+  /// How the file is mapped.
   Access access() const noexcept;
+  /// The path it was opened at.
   const std::string& path() const noexcept;
+  /// Its validated header.
   const Header& header() const noexcept;
   /// The file's size in bytes.
   std::uint64_t size() const noexcept;
@@ -119,8 +123,8 @@ using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
 /// One tensor to write: its name and its elements (any strides).
 struct NamedTensor {
-  std::string name;
-  TensorView view;
+  std::string name;  ///< The tensor's name in the file.
+  TensorView view;   ///< Its elements.
 };
 
 /// Writes `tensors` (names unique, non-empty, not "__metadata__") and
@@ -148,15 +152,22 @@ Result<std::string> serialize(const std::vector<NamedTensor>& tensors,
 /// file is removed.
 class Writer {
  public:
+  /// One tensor the file will hold.
   struct Spec {
-    std::string name;
-    DType dtype = DType::uint8;
-    Shape shape;
+    std::string name;            ///< The tensor's name.
+    DType dtype = DType::uint8;  ///< Its element type.
+    Shape shape;                 ///< Its shape.
   };
 
+  /// Lays out a file of `tensors` and `metadata` (as plan_file), and creates
+  /// and maps it under a temporary name next to `path`. Errc::invalid_argument
+  /// for bad specs, Errc::io_error for the file system (a full disk included).
   static Result<Writer> open(const std::string& path, const std::vector<Spec>& tensors,
                              const std::map<std::string, std::string>& metadata = {});
+  /// Moves the writer; the moved-from one is empty (only assign to it or destroy it).
   Writer(Writer&&) noexcept;
+  /// Drops the file this one was writing (its temporary file removed when
+  /// uncommitted), then takes over the other's.
   Writer& operator=(Writer&&) noexcept;
   ~Writer();
   /// Writable view of tensor `name`'s bytes (contiguous, in the mapping).
@@ -177,10 +188,12 @@ class Writer {
 /// otherwise in the given order: what Writer, write_file and serialize
 /// write.
 struct Layout {
-  std::string prefix;                            // the length and the header
-  std::vector<TensorInfo> tensors;               // in file order; offsets relative to the data
-  std::map<std::string, std::uint64_t> offsets;  // tensor name -> its first byte in the file
+  std::string prefix;                            ///< The length and the header.
+  std::vector<TensorInfo> tensors;               ///< In file order; offsets relative to the data.
+  std::map<std::string, std::uint64_t> offsets;  ///< Tensor name -> its first byte in the file.
+  /// Where the data starts in the file.
   std::uint64_t data_start() const noexcept { return prefix.size(); }
+  /// The file's size in bytes.
   std::uint64_t size() const noexcept {
     return prefix.size() + (tensors.empty() ? 0 : tensors.back().end);
   }
@@ -197,7 +210,7 @@ Result<Layout> plan_file(const std::vector<Writer::Spec>& specs,
 
 /// Where each tensor of a checkpoint lives.
 struct Checkpoint {
-  std::string root;  // the file, or the directory
+  std::string root;  ///< The file, or the directory, as opened.
   /// The files, opened and validated (mapped, nothing read yet); one for a
   /// single-file checkpoint.
   std::vector<File> files;
@@ -227,7 +240,7 @@ struct SaveOptions {
   /// Largest tensor bytes per file; 0 = one file. A tensor larger than
   /// this gets a file of its own.
   std::uint64_t max_shard_bytes = 0;
-  std::map<std::string, std::string> metadata;  // in every file
+  std::map<std::string, std::string> metadata;  ///< Written into every file's `__metadata__`.
 };
 
 /// Plans which tensors go to which file (in order, greedy up to

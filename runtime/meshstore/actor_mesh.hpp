@@ -216,6 +216,8 @@ template <class Handle>
 class ActorMesh {
  public:
   ActorMesh() = default;
+  /// The view `extent` of mesh `id` of `caller`, whose calls time out after
+  /// `timeout`. Internal: get one from a spawn() or from a view of another.
   ActorMesh(std::shared_ptr<internal::MeshCaller> caller, std::size_t id, Extent extent,
             std::chrono::milliseconds timeout)
       : caller_(std::move(caller)), id_(id), extent_(std::move(extent)), timeout_(timeout) {}

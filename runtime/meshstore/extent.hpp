@@ -33,10 +33,10 @@ struct Select {
   /// The members at coordinates begin, begin + step, ... below end (step
   /// >= 1); the dimension stays, with ceil((end - begin) / step) members.
   Select(int begin_, int end_, int step_) : begin(begin_), end(end_), step(step_), drop(false) {}
-  int begin;
-  int end;
-  int step = 1;
-  bool drop;
+  int begin;     ///< First coordinate kept (the index, for an index).
+  int end;       ///< One past the last coordinate of the range (index + 1, for an index).
+  int step = 1;  ///< Distance between kept coordinates; 1 keeps every one.
+  bool drop;     ///< True for an index: the dimension is dropped from the slice.
 };
 
 /// Named dimensions with their sizes and, for a slice, the members (ranks of

@@ -188,6 +188,7 @@ class [[nodiscard]] Future {
   using ValueOrUnit = std::conditional_t<std::is_void_v<T>, Unit, T>;
 
  public:
+  /// The type of the value this future yields (void for none).
   using value_type = T;
 
   /// An invalid future with no state; valid() is false.
@@ -267,8 +268,8 @@ class [[nodiscard]] Future {
   }
 
   /// Chains `f` after this future. `f` takes the value (nothing for
-  /// Future<void>) and may return a value, a Result<U>, a Status, nothing,
-  /// or a Future<U>; then() returns the matching Future. An error skips `f`
+  /// Future<void>) and may return a value, a `Result<U>`, a Status, nothing,
+  /// or a `Future<U>`; then() returns the matching Future. An error skips `f`
   /// and flows into the returned future unchanged. An exception thrown by
   /// `f` becomes Errc::internal. `f` runs where on_complete() callbacks run.
   template <class F>
@@ -338,6 +339,7 @@ Future<U> make_future_from_state(std::shared_ptr<internal::FutureState<U>> s) {
 template <class T>
 class Promise {
  public:
+  /// The type of the value this promise completes with (void for none).
   using value_type = T;
 
   /// A promise whose drop reports Errc::broken_promise.
@@ -346,7 +348,10 @@ class Promise {
   explicit Promise(Status if_dropped)
       : state_(std::make_shared<internal::FutureState<T>>(std::move(if_dropped))) {}
 
+  /// Moves the promise; the moved-from one has no state and completes nothing.
   Promise(Promise&&) noexcept = default;
+  /// Drops this promise's own state first (as if destroyed: its futures get the
+  /// drop Status unless already completed), then takes `other`'s.
   Promise& operator=(Promise&& other) noexcept {
     if (this != &other) {
       drop();

@@ -19,6 +19,8 @@
 
 namespace meshstore {
 
+/// How HostAgent::start runs an agent: where it listens, how it stops
+/// processes, and its TLS.
 struct AgentOptions {
   /// The address to listen on. Only controllers that can reach it can use
   /// the agent: 127.0.0.1 (the default) keeps it to this host.
@@ -49,7 +51,9 @@ class HostAgent {
   /// Listens on options.host:port. Errc::invalid_argument for an empty
   /// host, Errc::unavailable when the address cannot be bound.
   static Result<HostAgent> start(AgentOptions options = {});
+  /// Moves the agent; the moved-from handle is empty (port() is 0).
   HostAgent(HostAgent&&) noexcept;
+  /// Stops the agent this handle held (as stop() does), then takes over the other.
   HostAgent& operator=(HostAgent&&) noexcept;
   ~HostAgent();
 

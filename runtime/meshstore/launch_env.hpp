@@ -17,12 +17,12 @@ namespace meshstore {
 /// them: export them yourself). meshrun sets all of torchrun's.
 /// A value type; thread-compatible.
 struct LaunchEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  std::string master_addr;
-  std::uint16_t master_port = 0;
+  int rank = 0;                   ///< This process's rank among all processes.
+  int world_size = 1;             ///< Number of processes in the run.
+  int local_rank = 0;             ///< This process's rank among the processes on its host.
+  int local_world_size = 1;       ///< Number of processes on this host.
+  std::string master_addr;        ///< MASTER_ADDR: the host of rank 0 (never empty when read).
+  std::uint16_t master_port = 0;  ///< MASTER_PORT; service_port() counts from it.
   /// Which launcher's variables were used: "torchrun", "openmpi" or "slurm".
   std::string source;
 

@@ -66,6 +66,8 @@ struct MeshOptions {
   /// and the members behind it are down (a host whose network vanished
   /// without closing its sockets). connection_timeout > heartbeat_interval > 0.
   std::chrono::milliseconds heartbeat_interval{1000};
+  /// How long a connection may stay silent before it is dropped (see
+  /// heartbeat_interval).
   std::chrono::milliseconds connection_timeout{10000};
   /// Mutual TLS on every connection between processes (docs/security.md).
   /// Mesh::from_env and ProcMesh::serve take MESHSTORE_TLS_* when unset;
@@ -131,11 +133,15 @@ class Mesh {
   /// actor here. For tests and single-process use.
   static Result<Mesh> local(int world_size, MeshOptions options = {});
 
+  /// Moves the handle; the moved-from mesh is empty.
   Mesh(Mesh&&) noexcept;
+  /// Closes the mesh this one held (as close() does), then takes over the other.
   Mesh& operator=(Mesh&&) noexcept;
   ~Mesh();
 
+  /// This process's rank in the job (0 for a local mesh or a moved-from one).
   int rank() const noexcept;
+  /// Number of ranks in the job (0 for a moved-from mesh).
   int world_size() const noexcept;
   /// This rank's actor system (to spawn more of your own actors).
   caf::actor_system& system();

@@ -49,8 +49,11 @@ struct Exact {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "meshstore::Exact holds a float or a double");
   Exact() = default;
+  /// Wraps `v`.
   Exact(T v) : value(v) {}  // NOLINT: implicit on purpose, as T converts back
+  /// The wrapped value.
   operator T() const { return value; }
+  /// The value, carried bit for bit.
   T value{};
 };
 
@@ -86,6 +89,7 @@ struct CallContext {
   std::int32_t rank = 0;
   /// The view's dimensions and their sizes.
   std::vector<std::string> dims;
+  /// The size of each of `dims`, in the same order.
   std::vector<std::int32_t> sizes;
 
   /// The number of members of the view.
@@ -187,7 +191,9 @@ class ValueMesh {
   int rank(int i) const { return extent_.rank(i); }
   /// Every member's value or error, in member order.
   const std::vector<Result<R>>& values() const noexcept { return values_; }
+  /// Iterator to member 0's Result (see values()).
   auto begin() const noexcept { return values_.begin(); }
+  /// Iterator past the last member's Result.
   auto end() const noexcept { return values_.end(); }
 
   /// The value of the member at `coords`, one coordinate for every
@@ -294,6 +300,7 @@ class Port {
                        caf::reacts_to<T>>;
 
   Port() = default;
+  /// The port whose actor is `handle` (PortReceiver<T>::open makes one).
   explicit Port(handle_type handle) : handle_(std::move(handle)) {}
   /// False for a default-constructed Port.
   bool valid() const noexcept { return static_cast<bool>(handle_); }

@@ -88,6 +88,8 @@ struct LaunchSpec {
   /// other meshes keep their failure. 0 (the default): a dead worker
   /// stays dead.
   int max_relaunches = 0;
+  /// The sliding window over which max_relaunches counts a rank's relaunches
+  /// (positive when max_relaunches is).
   std::chrono::milliseconds relaunch_window{60000};
 };
 
@@ -168,6 +170,7 @@ class ProcMesh {
 
   /// The shape of this view; member i is process extent().rank(i).
   const Extent& extent() const noexcept { return extent_; }
+  /// Number of processes in this view.
   int size() const noexcept { return extent_.size(); }
   /// The processes with begin <= coordinate(dim) < end.
   Result<ProcMesh> slice(const std::string& dim, int begin, int end) const;

@@ -31,21 +31,31 @@ class Value {
   /// What the value holds; the numbers are stable (they are stored).
   enum class Kind : std::uint8_t { bytes = 0, string = 1, int64 = 2, float64 = 3, boolean = 4 };
 
+  /// A bytes value holding `b`.
   static Value bytes(std::string b);
+  /// A string value holding `s`.
   static Value string(std::string s);
+  /// An int64 value holding `v`.
   static Value int64(std::int64_t v);
+  /// A float64 value holding `v`.
   static Value float64(double v);
+  /// A boolean value holding `v`.
   static Value boolean(bool v);
 
+  /// What the value holds.
   Kind kind() const noexcept { return kind_; }
   /// The bytes of a bytes or string value ("" for the others).
   const std::string& text() const noexcept { return text_; }
+  /// The number of an int64 value (1 or 0 for a boolean, 0 for the others).
   std::int64_t as_int64() const noexcept { return i_; }
+  /// The number of a float64 value (0 for the others).
   double as_float64() const noexcept { return f_; }
+  /// True for a true boolean or a non-zero int64; false otherwise.
   bool as_bool() const noexcept { return i_ != 0; }
 
   /// Bit-exact equality (kind and content; float64 compared by bits).
   bool operator==(const Value& other) const noexcept;
+  /// The negation of operator==.
   bool operator!=(const Value& other) const noexcept { return !(*this == other); }
 
   /// The value as stored: a kind byte, then the content (little-endian).
@@ -66,7 +76,9 @@ class Value {
 /// Thread-compatible.
 class StateDict {
  public:
+  /// One named entry: a tensor (borrowed or owned) or a plain value.
   struct Entry {
+    /// The entry's flattened name.
     std::string name;
     /// The tensor's memory (for an owned tensor, a view of `owned`).
     TensorView view;
@@ -74,6 +86,7 @@ class StateDict {
     Tensor owned;
     /// Set for a plain value instead of a tensor.
     std::optional<Value> value;
+    /// True for a tensor entry, false for a plain value.
     bool is_tensor() const noexcept { return !value.has_value(); }
   };
 
@@ -85,7 +98,9 @@ class StateDict {
   /// Adds a plain value. Same errors.
   Status insert(std::string name, Value value);
 
+  /// Number of entries, tensors and values.
   std::size_t size() const noexcept { return entries_.size(); }
+  /// True when there is no entry.
   bool empty() const noexcept { return entries_.empty(); }
   /// Entries in insertion order.
   const std::vector<Entry>& entries() const noexcept { return entries_; }
@@ -107,24 +122,35 @@ class StateDict {
 /// as a model's parameters and an optimizer's state come. A value type.
 class Nested {
  public:
+  /// What a node is.
   enum class Kind { map, list, tensor, value };
 
+  /// An empty map.
   static Nested map();
+  /// An empty list.
   static Nested list();
+  /// A borrowed tensor: the caller keeps the memory of `view` alive.
   static Nested tensor(const TensorView& view);
+  /// An owned tensor.
   static Nested tensor(Tensor tensor);
+  /// A plain value.
   static Nested value(Value v);
 
+  /// What this node is.
   Kind kind() const noexcept { return kind_; }
   /// Map: sets child `key` (replacing one of the same key). Returns *this.
   Nested& set(std::string key, Nested child);
   /// List: appends a child. Returns *this.
   Nested& push(Nested child);
-  /// Map children by key, list children in order.
+  /// Map children by key.
   const std::map<std::string, Nested>& children() const noexcept { return map_; }
+  /// List children in order.
   const std::vector<Nested>& items() const noexcept { return list_; }
+  /// Tensor: its memory (for an owned tensor, a view of owned()).
   const TensorView& view() const noexcept { return view_; }
+  /// Tensor: the tensor when owned; undefined when borrowed.
   const Tensor& owned() const noexcept { return owned_; }
+  /// Value: the value; empty for the other kinds.
   const std::optional<Value>& val() const noexcept { return value_; }
 
  private:

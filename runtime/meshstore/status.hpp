@@ -123,6 +123,7 @@ std::ostream& operator<<(std::ostream& os, const Status& s);
 /// there is a programming error, not an error flow.
 class BadResultAccess : public std::logic_error {
  public:
+  /// An exception whose what() names the error `s` that was read as a value.
   explicit BadResultAccess(const Status& s)
       : std::logic_error("Result::value() on an error: " + s.to_string()) {}
 };
@@ -146,6 +147,7 @@ class [[nodiscard]] Result {
 
   /// True when a value is held.
   bool ok() const noexcept { return v_.index() == 0; }
+  /// Same as ok().
   explicit operator bool() const noexcept { return ok(); }
 
   /// The error, or an ok Status when a value is held.
@@ -156,10 +158,13 @@ class [[nodiscard]] Result {
     check();
     return std::get<0>(v_);
   }
+  /// The value, mutable; throws BadResultAccess on an error result.
   T& value() & {
     check();
     return std::get<0>(v_);
   }
+  /// The value as an rvalue, to move it out of a temporary result; throws
+  /// BadResultAccess on an error result.
   T&& value() && {
     check();
     return std::get<0>(std::move(v_));
@@ -167,9 +172,13 @@ class [[nodiscard]] Result {
   /// The value, or `fallback` on an error.
   T value_or(T fallback) const& { return ok() ? std::get<0>(v_) : std::move(fallback); }
 
+  /// Same as value().
   const T& operator*() const& { return value(); }
+  /// Same as value().
   T& operator*() & { return value(); }
+  /// Member access on the value; throws BadResultAccess on an error result.
   const T* operator->() const { return &value(); }
+  /// Member access on the value; throws BadResultAccess on an error result.
   T* operator->() { return &value(); }
 
  private:
@@ -183,11 +192,17 @@ class [[nodiscard]] Result {
 template <>
 class [[nodiscard]] Result<void> {
  public:
+  /// Success.
   Result() = default;
+  /// The result `status`: success when it is ok, otherwise that error.
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
+  /// True on success.
   bool ok() const noexcept { return status_.ok(); }
+  /// Same as ok().
   explicit operator bool() const noexcept { return ok(); }
+  /// The error, or an ok Status on success.
   Status status() const { return status_; }
+  /// Does nothing on success; throws BadResultAccess on an error result.
   void value() const {
     if (!ok()) throw BadResultAccess(status_);
   }

@@ -55,9 +55,11 @@ enum class FailurePolicy {
 
 /// How a mesh is supervised (Mesh::spawn's optional first argument).
 struct Supervision {
+  /// What happens to a failure on_failure did not take.
   FailurePolicy policy = FailurePolicy::propagate;
   /// restart: at most this many restarts within `window`.
   int max_restarts = 3;
+  /// restart: the sliding window over which max_restarts counts.
   std::chrono::milliseconds window{60000};
   /// Called first, on the mesh's caller actor (keep it short, do not block
   /// on calls to the same mesh): true when it handled the failure, and the

@@ -88,10 +88,12 @@ enum class DeviceType : std::uint8_t { cpu = 0, cuda = 1 };
 
 /// A device: the CPU, or a CUDA device by index.
 struct Device {
-  DeviceType type = DeviceType::cpu;
-  int index = 0;
+  DeviceType type = DeviceType::cpu;  ///< The CPU or a CUDA device.
+  int index = 0;                      ///< A CUDA device's index; ignored for the CPU.
 
+  /// The CPU.
   static Device cpu() { return {}; }
+  /// CUDA device `index`.
   static Device cuda(int index) { return {DeviceType::cuda, index}; }
   /// "cpu" or "cuda:N".
   std::string to_string() const;
@@ -143,12 +145,19 @@ class TensorView {
     return TensorView(static_cast<void*>(data), dtype_of<T>(), std::move(shape));
   }
 
+  /// The address of the first element (element 0 of every dim).
   void* data() const noexcept { return data_; }
+  /// The element type.
   DType dtype() const noexcept { return dtype_; }
+  /// The size of each dim.
   const Shape& shape() const noexcept { return shape_; }
+  /// The step of each dim, in elements (row-major when built without strides).
   const Strides& strides() const noexcept { return strides_; }
+  /// Where the memory lives.
   Device device() const noexcept { return device_; }
+  /// Number of dims (0 for a scalar).
   std::int64_t ndim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
+  /// Number of elements (as shape_numel).
   std::int64_t numel() const noexcept { return shape_numel(shape_); }
   /// Bytes the elements occupy when packed: numel() * dtype_size().
   std::size_t nbytes() const noexcept;
@@ -192,16 +201,24 @@ class Tensor {
   /// be written (a store's zero-copy view: writing it faults).
   static Tensor wrap(std::shared_ptr<std::byte> storage, DType dtype, Shape shape, bool read_only);
 
+  /// False for a default-constructed tensor; true for one from empty(), zeros() or wrap().
   bool defined() const noexcept { return defined_; }
+  /// The first element's memory; null for an undefined tensor.
   void* data() const noexcept { return storage_.get(); }
+  /// data() cast to T*; T is not checked against dtype().
   template <class T>
   T* data_as() const noexcept {
     return static_cast<T*>(data());
   }
+  /// The element type.
   DType dtype() const noexcept { return dtype_; }
+  /// The size of each dim (row-major, contiguous).
   const Shape& shape() const noexcept { return shape_; }
+  /// Number of dims (0 for a scalar).
   std::int64_t ndim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
+  /// Number of elements (as shape_numel).
   std::int64_t numel() const noexcept { return shape_numel(shape_); }
+  /// Bytes of the elements: numel() * dtype_size(dtype()).
   std::size_t nbytes() const noexcept {
     return static_cast<std::size_t>(numel()) * dtype_size(dtype_);
   }

@@ -26,9 +26,13 @@ class TensorSlice {
   /// The slice covering all of `global_shape`.
   static TensorSlice full(Shape global_shape);
 
+  /// The shape of the whole tensor.
   const Shape& global_shape() const noexcept { return global_shape_; }
+  /// The global coordinates of the box's first element, one per dim.
   const Shape& offsets() const noexcept { return offsets_; }
+  /// The box's own shape.
   const Shape& local_shape() const noexcept { return local_shape_; }
+  /// Number of dims (of the global tensor and of the box alike).
   std::int64_t ndim() const noexcept { return static_cast<std::int64_t>(global_shape_.size()); }
   /// Elements inside the box.
   std::int64_t numel() const noexcept { return shape_numel(local_shape_); }
@@ -96,7 +100,9 @@ class TensorSlice {
 
 /// What one mesh dimension does to the tensor.
 struct DimPlacement {
+  /// How a mesh dimension lays the tensor out: replicated or sharded.
   enum class Kind : std::uint8_t { replicate = 0, shard = 1 };
+  /// Whether the tensor is replicated or split along this mesh dimension.
   Kind kind = Kind::replicate;
   /// Kind::shard: the tensor dimension split along this mesh dimension.
   std::int64_t dim = 0;
@@ -120,8 +126,8 @@ struct DimPlacement {
 /// included) hold that same box: what a sharded put of the rank's piece
 /// needs (Store::put, Store::StateDicts::put_sharded).
 struct RankShard {
-  TensorSlice slice;
-  std::uint32_t replicas = 1;
+  TensorSlice slice;           ///< The box the rank holds.
+  std::uint32_t replicas = 1;  ///< Ranks holding that same box, this one included.
 };
 
 /// A tensor's layout over a mesh: the mesh's shape and one DimPlacement per
@@ -133,7 +139,9 @@ class Placement {
   /// Errc::invalid_argument naming what is wrong.
   static Result<Placement> make(Shape mesh_shape, std::vector<DimPlacement> dims);
 
+  /// The mesh's shape (ranks row-major on it).
   const Shape& mesh_shape() const noexcept { return mesh_shape_; }
+  /// One DimPlacement per mesh dimension, in order.
   const std::vector<DimPlacement>& dims() const noexcept { return dims_; }
   /// Ranks on the mesh: the product of its shape.
   std::int64_t world_size() const noexcept { return shape_numel(mesh_shape_); }
