@@ -124,6 +124,18 @@ Result<std::shared_ptr<Promise<std::string>>> start_call(const std::shared_ptr<P
   return done;
 }
 
+// Monarch's __cleanup__: as a member stops (its mesh or process stopping,
+// supervision's stop), its instance's __cleanup__(exc) is posted to the
+// actor loop (_runtime.cleanup). No runtime thread waits for it: Python's
+// ProcMesh.stop and a worker's end wait there, bounded.
+void post_cleanup(const std::shared_ptr<PyMembers>& members, std::size_t slot, const Status& why) {
+  static_cast<void>(post("__cleanup__", [&] {
+    if (slot >= members->instances.size() || members->instances[slot].is_none()) return;
+    py::object exc = why.ok() ? py::object(py::none()) : py::object(py::str(why.to_string()));
+    py::module_::import("meshstore.actor._runtime").attr("cleanup")(members->instances[slot], exc);
+  }));
+}
+
 caf::result<std::string> call_now(py_actor::pointer self, const std::shared_ptr<PyMembers>& members,
                                   int slot, int rank, const CallContext& ctx,
                                   const std::string& endpoint, const std::string& args) {
@@ -137,6 +149,9 @@ caf::result<std::string> call_now(py_actor::pointer self, const std::shared_ptr<
 // A local mesh's member: its instance made by the caller.
 py_actor::behavior_type py_member(py_actor::pointer self, int rank,
                                   std::shared_ptr<PyMembers> members) {
+  on_stop(self, [members, rank](const Status& why) {
+    post_cleanup(members, static_cast<std::size_t>(rank), why);
+  });
   return {
       [=](const CallContext& ctx, py_call_atom, const std::string& endpoint,
           const std::string& args) -> caf::result<std::string> {
@@ -180,6 +195,7 @@ py_actor::behavior_type py_member_named(py_actor::pointer self, int rank, std::s
         .attr("construct_here")(py::bytes(made_as), rank, complete);
   });
   if (!posted.ok()) made->set_error(posted);
+  on_stop(self, [members](const Status& why) { post_cleanup(members, 0, why); });
   on_ready(
       self, made->future(),
       [making](const Result<std::string>& r) {

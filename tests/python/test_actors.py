@@ -184,6 +184,67 @@ def test_stop_ends_every_call(grid):
         grid.spawn("late", Counter, 0)
 
 
+class Tidy(Actor):
+    """Writes what its __cleanup__ was given into `directory`/rank-R."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    def __cleanup__(self, exc):
+        with open(os.path.join(self.directory, f"rank-{current_rank().rank}"), "w") as f:
+            f.write(f"{os.getpid()} {exc!r}")
+
+
+class AsyncTidy(Tidy):
+    async def __cleanup__(self, exc):
+        await asyncio.sleep(0.01)  # stop() waits for the awaits too
+        super().__cleanup__(exc)
+
+
+class UntidyAtRankOne(Tidy):
+    def __cleanup__(self, exc):
+        if current_rank().rank == 1:
+            raise OSError("the device would not let go")
+        super().__cleanup__(exc)
+
+
+def _cleaned(directory):
+    return {name: open(os.path.join(directory, name)).read()
+            for name in sorted(os.listdir(directory))}
+
+
+def test_cleanup_runs_once_as_this_process_members_stop(grid, tmp_path, capfd):
+    tidy, untidy = tmp_path / "tidy", tmp_path / "untidy"
+    tidy.mkdir()
+    untidy.mkdir()
+    m = grid.spawn("tidy", AsyncTidy, str(tidy))
+    assert len(m.pid.call().get(timeout=10).values()) == 4
+    grid.spawn("untidy", UntidyAtRankOne, str(untidy))
+    assert os.listdir(tidy) == []  # not before the stop
+    grid.stop()  # returns once every __cleanup__ ran, the async ones too
+    me = os.getpid()
+    assert _cleaned(str(tidy)) == {f"rank-{r}": f"{me} None" for r in range(4)}
+    # Rank 1's raised: reported, and the others ran all the same.
+    assert sorted(os.listdir(untidy)) == ["rank-0", "rank-2", "rank-3"]
+    assert "rank 1: UntidyAtRankOne.__cleanup__ raised" in capfd.readouterr().err
+
+
+def test_cleanup_runs_in_each_worker_before_it_exits(tmp_path):
+    procs = ma.this_host().spawn_procs(per_host={"procs": 2})
+    try:
+        m = procs.spawn("tidy", Tidy, str(tmp_path))
+        pids = m.pid.call().get(timeout=30).values()
+        assert os.listdir(tmp_path) == []  # not before the stop
+    finally:
+        procs.stop()
+    # The workers ran it before they exited; stop() waited for them.
+    assert _cleaned(str(tmp_path)) == {f"rank-{r}": f"{pids[r]} None" for r in range(2)}
+
+
 def test_a_get_that_gives_up_raises_the_builtin_timeout(grid):
     m = grid.spawn("grid", Counter, 0)
     with pytest.raises(TimeoutError):

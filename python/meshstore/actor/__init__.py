@@ -54,7 +54,14 @@ class Actor:
     """Base class of an actor: its ``@endpoint`` methods are what a mesh of
     it answers. One instance per member; its calls run on the process's
     actor loop (a sync endpoint one call at a time, ``async def`` ones
-    interleaved at their awaits)."""
+    interleaved at their awaits).
+
+    ``__cleanup__(self, exc)`` (sync or ``async def``), if defined, runs
+    once as the member stops: its mesh's process mesh stopping, its process
+    ending, or supervision stopping its mesh. ``exc`` is None for a normal
+    stop, else a RuntimeError saying why. Its exceptions are printed on
+    the member's stderr. ``stop()`` and a worker's end wait for it, at
+    most 4 s."""
 
 
 def endpoint(fn):
@@ -558,8 +565,11 @@ class ProcMesh:
 
     def stop(self):
         """Stops every actor spawned here, and the processes started for
-        it; their calls answer ClosedError."""
+        it; their calls answer ClosedError. Returns once their
+        ``__cleanup__`` ran (at most 4 s for this process's members; a
+        worker process runs its own members' before it exits)."""
         self._native.stop()
+        _runtime.wait_for_cleanups()
 
     @property
     def initialized(self):

@@ -203,12 +203,14 @@ def actor_loop():
 
 @atexit.register
 def stop_loop(timeout=5.0):
-    """Stops the actor loop and waits (at most `timeout` s) for its thread.
-    At exit, before the interpreter finalizes: a daemon thread that ran
-    torch code and is ended by finalization instead unwinds through
-    torch's thread-local tensors, which need the GIL, and the process
-    aborts ("terminate called without an active exception")."""
+    """Stops the actor loop and waits (at most `timeout` s) for its thread,
+    once the members' __cleanup__ calls under way ended (at most
+    CLEANUP_TIMEOUT s). At exit, before the interpreter finalizes: a daemon
+    thread that ran torch code and is ended by finalization instead
+    unwinds through torch's thread-local tensors, which need the GIL, and
+    the process aborts ("terminate called without an active exception")."""
     global _loop, _loop_thread
+    wait_for_cleanups()
     with _loop_lock:
         loop, thread = _loop, _loop_thread
         _loop = _loop_thread = None
@@ -218,6 +220,83 @@ def stop_loop(timeout=5.0):
     thread.join(timeout)
     if not thread.is_alive():
         loop.close()
+
+
+# Monarch's __cleanup__ calls posted and not yet ended, and how long
+# ProcMesh.stop() and a process's end wait for them.
+CLEANUP_TIMEOUT = 4.0
+_cleanups = 0
+_cleanups_ended = threading.Condition()
+
+
+def cleanup(instance, why):
+    """Called by the runtime (GIL held) as a member stops: posts its
+    __cleanup__(exc) to the actor loop (exc None for a normal stop, else a
+    RuntimeError saying why). Nothing once the loop is gone."""
+    global _cleanups
+    if getattr(type(instance), "__cleanup__", None) is None:
+        return
+    with _loop_lock:
+        loop = _loop
+    if loop is None:
+        return
+    with _cleanups_ended:
+        _cleanups += 1
+    try:
+        loop.call_soon_threadsafe(_run_cleanup, instance, why)
+    except RuntimeError:  # the loop closed meanwhile
+        _cleanup_ended()
+
+
+def _cleanup_ended():
+    global _cleanups
+    with _cleanups_ended:
+        _cleanups -= 1
+        _cleanups_ended.notify_all()
+
+
+def wait_for_cleanups(timeout=None):
+    """Waits (at most `timeout` s, CLEANUP_TIMEOUT by default) until every
+    __cleanup__ posted has ended; never on the actor loop itself."""
+    if threading.current_thread() is _loop_thread:
+        return
+    with _cleanups_ended:
+        _cleanups_ended.wait_for(
+            lambda: _cleanups == 0, CLEANUP_TIMEOUT if timeout is None else timeout)
+
+
+def _cleanup_failed(instance, exc):
+    me = getattr(instance, "_meshstore_member", None)
+    rank = me[0].rank if me is not None else "?"
+    print(f"meshstore.actor: rank {rank}: {type(instance).__name__}.__cleanup__ raised:\n"
+          f"{_traceback(exc)}", file=sys.stderr, flush=True)
+
+
+def _run_cleanup(instance, why):
+    ctx = contextvars.copy_context()
+    member = getattr(instance, "_meshstore_member", None)
+    if member is not None:
+        me, size = member
+        ctx.run(_context.set, Context(me, size, me, size))
+    ctx.run(_instance.set, instance)
+    try:
+        result = ctx.run(instance.__cleanup__, None if why is None else RuntimeError(why))
+    except BaseException as e:  # noqa: BLE001 (reported; the stop goes on)
+        _cleanup_failed(instance, e)
+        _cleanup_ended()
+        return
+    if not inspect.isawaitable(result):
+        _cleanup_ended()
+        return
+
+    async def awaited():
+        try:
+            await result
+        except BaseException as e:  # noqa: BLE001 (as above)
+            _cleanup_failed(instance, e)
+        finally:
+            _cleanup_ended()
+    asyncio.get_running_loop().create_task(awaited(), context=ctx)
 
 
 class Point:
