@@ -11,7 +11,8 @@ lists every guide. Usage: check_guides.py REPO_ROOT. Prints
 import re
 import sys
 import textwrap
-from pathlib import Path
+
+import doc_check
 
 CUT = re.compile(r"^\s*(\.\.\.|// \.\.\.|# \.\.\.)\s*$")
 
@@ -35,11 +36,6 @@ def segments(block):
 
 def dedented_lines(path):
     return [l.strip() for l in path.read_text(encoding="utf-8").splitlines()]
-
-
-def found_in(segment, lines):
-    want = [l.strip() for l in segment]
-    return any(lines[i:i + len(want)] == want for i in range(len(lines) - len(want) + 1))
 
 
 def ctest_names(root):
@@ -89,17 +85,10 @@ def problems(root):
         sources = [dedented_lines(e) for e in examples if e.is_file()]
         for block in code_blocks(text):
             for seg in segments(block):
-                if not any(found_in(seg, lines) for lines in sources):
+                want = [l.strip() for l in seg]
+                if not any(doc_check.contains_run(lines, want) for lines in sources):
                     yield f"{where}: a block is not in its examples: {seg[0].strip()!r}"
 
 
-def main():
-    found = list(problems(Path(sys.argv[1])))
-    for p in found:
-        print(p)
-    print("check_guides: ok" if not found else f"check_guides: {len(found)} problem(s)")
-    return 1 if found else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(doc_check.run("check_guides", problems))

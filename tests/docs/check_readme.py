@@ -8,7 +8,8 @@ Usage: check_readme.py REPO_ROOT. Prints "check_readme: ok" or what is wrong."""
 import re
 import sys
 import textwrap
-from pathlib import Path
+
+import doc_check
 
 README_MAX, OVERVIEW_MAX = 120, 300
 COMMANDS = [
@@ -20,12 +21,6 @@ COMMANDS = [
 
 def blocks(text, lang):
     return [m.group(1) for m in re.finditer(r"^```" + lang + r"\n(.*?)^```$", text, re.M | re.S)]
-
-
-def contains_lines(block, part):
-    """Whether `part`'s lines appear in `block`, together and in order."""
-    b, p = block.splitlines(), part.splitlines()
-    return any(b[i:i + len(p)] == p for i in range(len(b) - len(p) + 1))
 
 
 def problems(root):
@@ -42,7 +37,8 @@ def problems(root):
         yield "examples/readme_tour.cpp: no README snippet markers"
     else:
         snippet = textwrap.dedent(m.group(1))
-        if not any(contains_lines(b, snippet) for b in blocks(readme, "cpp")):
+        if not any(doc_check.contains_run(b.splitlines(), snippet.splitlines())
+                   for b in blocks(readme, "cpp")):
             yield "README.md: its C++ example is not examples/readme_tour.cpp's snippet"
     quick = (root / "examples/python/asyncio_quickstart.py").read_text(encoding="utf-8")
     code = re.sub(r'\A""".*?"""\n', "", quick, flags=re.S)
@@ -55,13 +51,5 @@ def problems(root):
         yield f"docs/overview.md: more than {OVERVIEW_MAX} lines"
 
 
-def main():
-    found = list(problems(Path(sys.argv[1])))
-    for p in found:
-        print(p)
-    print("check_readme: ok" if not found else f"check_readme: {len(found)} problem(s)")
-    return 1 if found else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(doc_check.run("check_readme", problems))

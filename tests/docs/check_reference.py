@@ -12,7 +12,8 @@ is missing."""
 
 import re
 import sys
-from pathlib import Path
+
+import doc_check
 
 OPTION_GROUPS = {"StorePlacement": "placement", "StoreTransport": "transport",
                  "StoreLimits": "limits", "StoreSecurity": "security", "StoreOptions": ""}
@@ -80,13 +81,5 @@ def problems(root):
             yield f"docs/config.md: {var} is read by the code but not named"
 
 
-def main():
-    found = list(problems(Path(sys.argv[1])))
-    for p in found:
-        print(p)
-    print("check_reference: ok" if not found else f"check_reference: {len(found)} problem(s)")
-    return 1 if found else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(doc_check.run("check_reference", problems))
