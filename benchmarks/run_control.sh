@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The control-plane figures of docs/scale-out.md: runs `store_bench
+# The control-plane figures of docs/performance.md: runs `store_bench
 # --scenario control --json` (arguments go to it, e.g. --keys 100000) and
 # writes control.json, control.dat and control.png (exists and get latency
 # against the index's size) into results/control-DATE/ (or $OUT).

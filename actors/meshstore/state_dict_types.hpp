@@ -143,7 +143,7 @@ class StagedStateDict {
   std::shared_ptr<Impl> impl_;
 };
 
-/// How publish() moves a state dict's bytes (docs/state_dicts.md, "Direct
+/// How publish() moves a state dict's bytes (docs/publishing.md, "Direct
 /// publishing"). The third way, in place, is stage_publish: the tensors are
 /// the volume's memory from the start.
 enum class PublishMode : std::uint8_t {

@@ -259,7 +259,7 @@ class Store::StateDicts {
   /// Errc::unsupported when options.mode is direct and this process cannot
   /// lend (the message says why). Fenced: when another writer publishes
   /// under `prefix` at the same time, one of them gets Errc::conflict and
-  /// nothing of its version stays (docs/state_dicts.md, "Two writers on
+  /// nothing of its version stays (docs/publishing.md, "Two writers on
   /// one prefix").
   Future<Publication> publish(std::string prefix, const StateDict& sd,
                               const PublishOptions& options = {});

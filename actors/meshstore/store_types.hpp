@@ -169,7 +169,7 @@ struct ControllerCounters {
 /// What this process's calls on the caller's thread did: each client keeps
 /// a channel to each volume it reaches (a shared-memory ring over shm, a
 /// connection of its own over tcp, actor messages over the other
-/// transports) and runs calls over it (docs/architecture.md, "Data path").
+/// transports) and runs calls over it (docs/internals/data-path.md).
 struct FastPathStats {
   /// Gets served on the caller's thread: over a ring, or straight from
   /// shared memory (direct_reads).
@@ -186,33 +186,35 @@ struct FastPathStats {
   /// Reads of objects on a volume of this host whose place this client
   /// knew (its own puts, earlier leases), copied straight from shared
   /// memory without asking the volume, and checked after the copy by the
-  /// object's tag (docs/architecture.md, "Lease-free reads").
+  /// object's tag (docs/internals/data-path.md, "Lease-free reads").
   std::uint64_t lease_free_reads = 0;
   /// Lease-free reads that found their object replaced, removed or changing:
   /// read again the leased way (never returned).
   std::uint64_t lease_free_stale = 0;
-  /// Hits that were lease-free reads on the caller's thread: a whole key of
-  /// at most 8 MiB whose place this client knew, copied straight out of a
+  /// Hits that were lease-free reads on the caller's thread: a whole key,
+  /// of any size, whose place this client knew, copied straight out of a
   /// same-host volume's shared memory without a ring or an actor (counted
-  /// in lease_free_reads too; docs/architecture.md, "Direct reads").
+  /// in lease_free_reads too; docs/internals/data-path-small-ops.md,
+  /// "Direct reads").
   std::uint64_t direct_reads = 0;
   /// State-dict reads (StateDicts::get_into and the version reads into
   /// tensors) served the same way as one snapshot, on the caller's thread
   /// (a version read: on the thread that got the pointer's locate):
   /// the manifest and every bucket copied straight out of same-host
   /// volumes' shared memory, checked by their tags before the first copy
-  /// and after the last (docs/architecture.md, "Direct state-dict reads").
+  /// and after the last (docs/internals/data-path-small-ops.md, "Direct
+  /// state-dict reads").
   std::uint64_t direct_state_dicts = 0;
   /// State dicts committed over a channel: StateDicts::put calls (written
   /// into objects the volume staged for this client, or sent inline),
   /// publishes' versions, each rank's part of StateDicts::put_sharded, and
-  /// staged state dicts' commits (docs/architecture.md, "State dict puts
-  /// on the caller's thread").
+  /// staged state dicts' commits (docs/internals/data-path-small-ops.md,
+  /// "Puts on the caller's thread").
   std::uint64_t state_dict_puts = 0;
   /// Commits sent again, with their ids, over a new connection after
   /// their channel failed with them on their way (tcp): the volume answers
   /// each what it did with the first, or does it then, once
-  /// (docs/architecture.md, "A commit sent again").
+  /// (docs/internals/data-path.md, "A commit sent again").
   std::uint64_t resent_commits = 0;
   /// The channels open now (`rings`), by the transport each serves: "shm"
   /// (a ring), "tcp" (a connection of its own), or another transport's

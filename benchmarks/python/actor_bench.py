@@ -1,4 +1,4 @@
-"""Python actors (meshstore.actor, docs/python.md "Actors") against the C++
+"""Python actors (meshstore.actor, docs/python-actors.md) against the C++
 runtime they are built on, in the same run.
 
     PYTHONPATH=build/python python3 benchmarks/python/actor_bench.py [-n 4] [--iters 300]

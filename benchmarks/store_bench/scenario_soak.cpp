@@ -83,7 +83,7 @@ std::uint64_t rss_bytes() {
 }
 
 // Bytes of /dev/shm segments this process created (meshstore names its
-// segments meshstore.PID-START...; docs/transports.md).
+// segments meshstore.PID-START...; docs/shm.md).
 std::uint64_t shm_bytes() {
   const std::string prefix = "meshstore." + std::to_string(getpid()) + "-";
   std::uint64_t total = 0;

@@ -281,7 +281,8 @@ void run_weight_sync(const Args& a) {
   // memcpy of the 1,000 tensors in this run.
   const double small_memcpy = median(memcpy_times(small_src, small_shapes, std::max(iters, 5)));
   const double small_vs_floor = 2 * small_memcpy / (small.put + small.get);
-  // How many of its reads went without a lease (docs/architecture.md).
+  // How many of its reads went without a lease (docs/internals/data-path.md,
+  // "Lease-free reads").
   const auto fast_after = store.admin().fast_path_stats();
   const auto lease_free = fast_after.lease_free_reads - fast_before.lease_free_reads;
   // And how many of them were direct: on the caller's thread, no actor.

@@ -1,4 +1,4 @@
-"""Channels and supervision with Monarch-style actors (docs/python.md,
+"""Channels and supervision with Monarch-style actors (docs/python-actors.md,
 "Channels" and "Supervision"): the controller opens a channel and hands
 its port to two worker processes, which report each step's progress on it
 as they work; the controller reads the reports as they arrive. The

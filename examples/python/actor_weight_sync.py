@@ -1,9 +1,9 @@
-"""Weight sync with Monarch-style actors on meshstore (docs/python.md,
-"Actors"): one controller script starts three worker processes, spans a
-store over them (torchstore's API), spawns a trainer on one and a mesh of
-generators on the other two. Each step the trainer trains and publishes
-its weights; every generator pulls them into its own model, in place, and
-both sides report a checksum the controller compares.
+"""Weight sync with Monarch-style actors on meshstore
+(docs/python-actors.md): one controller script starts three worker
+processes, spans a store over them (torchstore's API), spawns a trainer
+on one and a mesh of generators on the other two. Each step the trainer
+trains and publishes its weights; every generator pulls them into its own
+model, in place, and both sides report a checksum the controller compares.
 
     PYTHONPATH=build/python python3 examples/python/actor_weight_sync.py
 """

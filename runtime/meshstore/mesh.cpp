@@ -136,7 +136,7 @@ Result<Mesh> Mesh::local(int world_size, MeshOptions options) {
 // door on the interface that reaches rank 0, names it to rank 0's
 // registry, and connects to the doors of the ranks that did so before it,
 // so that the ranks' messages to each other do not pass through rank 0
-// (docs/architecture.md, "Direct connections"). Before any actor of this
+// (docs/internals/connections.md, "Direct connections"). Before any actor of this
 // rank exists, so none of their messages changes route in flight. A door
 // that cannot be reached costs a warning: rank 0 still routes.
 void reach_other_ranks(internal::ActorRuntime& runtime, const registry_actor& registry, int rank,

@@ -2,7 +2,8 @@
 // the calling thread with a companion actor (CAF's actor_companion) as
 // their sender; the companion's replies, timeouts and down messages are
 // handled on the thread that delivers them, and the answers run once the
-// requests' lock is released. docs/architecture.md, "The runtime layer".
+// requests' lock is released. docs/internals/runtime.md, "Meshes:
+// requests from the calling thread".
 #include "meshstore/internal/mesh_requests.hpp"
 
 #include <caf/scoped_execution_unit.hpp>

@@ -51,7 +51,7 @@ struct ProcState {
 // Connects this process to each of `doors`, the processes that joined
 // before it, and waits for every connection (awaited: no spawn is served
 // before) so that no message to a peer is routed through the controller
-// once its members exist (docs/architecture.md, "Direct connections"). A
+// once its members exist (docs/internals/connections.md, "Direct connections"). A
 // door that cannot be reached costs a warning: the controller still
 // routes to it.
 void reach_peers(proc_actor::stateful_pointer<ProcState> self, int rank,

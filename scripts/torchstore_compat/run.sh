@@ -10,7 +10,7 @@
 # test modules import on torch 1.13, skipping what needs DTensor. Needs
 # build/python (scripts/build.sh). Modules testing torchstore's internals
 # are not run; conftest.py's NOT_HERE skips, with its reason, each public
-# test that the stand-ins cannot run (docs/python.md, "torchstore's own
+# test that the stand-ins cannot run (docs/torchstore.md, "torchstore's own
 # tests").
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,5 @@
-// The volume end of the fast path's channels (docs/architecture.md, "The
-// fast path for small gets and puts"): a volume attaches a client's
+// The volume end of the fast path's channels (docs/internals/data-path-small-ops.md,
+// "The fast path for small gets and puts"): a volume attaches a client's
 // shared-memory ring (ring_attach) or a tcp small-op session (small_attach)
 // and answers gets of small committed objects on it from its own threads
 // (protocol/fast_get.hpp), "stale" for anything it does not hold
@@ -390,7 +390,7 @@ TEST_P(VolumeEnd, ACommitSentAgainWithItsIdIsDoneOnce) {
 }
 
 // A commit over a channel (a state dict put on its caller's thread:
-// docs/architecture.md, "Data path") is input from another process: the
+// docs/internals/data-path-small-ops.md) is input from another process: the
 // volume refuses one that does not decode, one naming another volume's
 // object, an object that is not staged here by the channel's client, already
 // committed, or of another size, and commits (and gives back) nothing of

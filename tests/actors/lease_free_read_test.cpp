@@ -1,4 +1,4 @@
-// Lease-free reads (docs/architecture.md, "Lease-free reads"): a client that
+// Lease-free reads (docs/internals/data-path.md, "Lease-free reads"): a client that
 // knows where an object lies on a volume of its host (its own put, an
 // earlier lease) copies it straight out of shared memory, checked by the
 // object's tag before and after, without asking the volume. The same
@@ -179,7 +179,7 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
   EXPECT_EQ(reader.admin().fast_path_stats().lease_free_reads, served + 1);
 }
 
-// Direct reads (docs/architecture.md, "Direct reads"): a get, get_into or
+// Direct reads (docs/internals/data-path-small-ops.md, "Direct reads"): a get, get_into or
 // get_object of a whole key of any size whose place the client knows is
 // copied on the caller's thread, checked by the object's tag, with no
 // ring and no actor.
@@ -365,8 +365,8 @@ TEST_F(DirectRead, AReaderOfAClosedStoreGetsAnErrorNotTheOldBytes) {
   EXPECT_EQ(direct_reads(reader), served);
 }
 
-// Direct state-dict reads (docs/architecture.md, "Direct state-dict
-// reads"): get_state_dict_into of a layout read before, whose manifest and
+// Direct state-dict reads (docs/internals/data-path-small-ops.md,
+// "Direct state-dict reads"): get_state_dict_into of a layout read before, whose manifest and
 // buckets lie on volumes of this host at places the client knows, copies
 // them all on the caller's thread as one snapshot, every tag checked before
 // the first copy and after the last.
@@ -579,14 +579,15 @@ TEST_F(DirectStateDict, ReadsItCannotServeTakeTheActors) {
   }
 }
 
-// State dict puts on the caller's thread (docs/architecture.md, "Data
-// path"): where the client has a channel to its volume, put_state_dict
-// writes into objects the volume staged for it and commits them over the
-// channel; a layout put again has its next objects staged by that same
-// request. Channels/StateDictPutOver.* run over every channel: the ring
-// (the objects written in the volume's shared memory), tcp and encrypted
-// tcp (the objects sent with the tcp transport). RingPut.* are the ring's
-// own: publishes and latest reads, which read the version pointer's tag.
+// State dict puts on the caller's thread
+// (docs/internals/data-path-small-ops.md, "Puts on the caller's thread"):
+// where the client has a channel to its volume, put_state_dict writes into
+// objects the volume staged for it and commits them over the channel; a
+// layout put again has its next objects staged by that same request.
+// Channels/StateDictPutOver.* run over every channel: the ring (the objects
+// written in the volume's shared memory), tcp and encrypted tcp (the objects
+// sent with the tcp transport). RingPut.* are the ring's own: publishes and
+// latest reads, which read the version pointer's tag.
 using RingPut = LeaseFreeRead;
 
 class StateDictPutOver : public ::testing::TestWithParam<const char*> {

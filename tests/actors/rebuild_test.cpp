@@ -1,5 +1,5 @@
 // A controller that starts against live volumes rebuilds its index from the
-// records they keep (docs/reliability.md, "The controller's loss"). The
+// records they keep (docs/failover.md, "The controller's loss"). The
 // volumes and the controller run in two actor systems connected over
 // loopback, as two processes would be: the controller's "process" is
 // stopped whole and a new one started.

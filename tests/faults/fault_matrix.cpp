@@ -409,7 +409,7 @@ int run_host(const std::string& role, int argc, char** argv) {
 // new key there; prints "serving" or what failed. After a failover this
 // process never knew the store: the server, started again from its state
 // directory, knows it restarts one and has its reads wait until a volume
-// of it rejoined (docs/reliability.md, "A server restarted in place"), so
+// of it rejoined (docs/failover.md, "A server restarted in place"), so
 // each is asked once.
 int run_check(const std::string& address) {
   auto store = join(address, 1, false, 5s);

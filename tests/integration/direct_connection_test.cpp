@@ -1,4 +1,4 @@
-// Direct connections (docs/architecture.md, "Direct connections"): a
+// Direct connections (docs/internals/connections.md, "Direct connections"): a
 // client in one process that reads a volume in another, each connected
 // only to the store's server in a third, connects to the volume's process
 // itself, so that their control messages do not pass through the server.

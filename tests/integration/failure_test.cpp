@@ -484,7 +484,7 @@ TEST(Failure, KilledControllerEndsTcpFastPutsAtOnce) { killed_controller_ends_fa
 // would leave it): past the request timeout the client cannot tell
 // whether the commit landed, so it sends the same commit again, with its
 // id, over a new connection; the volume does it once and answers both
-// (docs/architecture.md, "A commit sent again"). The put succeeds, and
+// (docs/internals/data-path.md, "A commit sent again"). The put succeeds, and
 // the controller committed one put, not two.
 TEST(Failure, ACommitWhoseConnectionFailedIsSentAgainAndDoneOnce) {
   Child serve({kTool, "serve", "--port", "0"});

@@ -5,7 +5,7 @@
 //   - a collective spawn by type name, called from every rank, and a slice
 //     of the actor mesh it made;
 //   - that each pair of ranks talks over a connection of its own, not
-//     through rank 0 (docs/architecture.md, "Direct connections");
+//     through rank 0 (docs/internals/connections.md, "Direct connections");
 //   - what only a controller can do is refused with a clear error: a spawn
 //     on a slice, signal; a type one rank lacks fails every rank's spawn
 //     at once, naming that rank;

@@ -1,5 +1,5 @@
 """meshstore.actor: Python actors on the C++ runtime, with Monarch's names
-(docs/python.md, "Actors"): meshes of this process (this_proc,
+(docs/python-actors.md): meshes of this process (this_proc,
 local_procs), then meshes of worker processes (this_host().spawn_procs)."""
 
 import asyncio
@@ -653,7 +653,7 @@ def test_the_store_controller_runs_in_the_worker_asked_for():
                                       controller_process=2))
         asyncio.run(ts.shutdown())
         # The controller (and the store's index) in worker 1: the
-        # ProcMesh restarts it with its process (docs/reliability.md).
+        # ProcMesh restarts it with its process (docs/failover.md).
         asyncio.run(ts.initialize(mesh=procs, strategy=LocalRankStrategy(),
                                   controller_process=1))
         writer = procs.slice(procs=0).spawn("trainer", Trainer)

@@ -1,4 +1,4 @@
-"""meshstore.actor's channels (docs/python.md, "Channels"): a port passed
+"""meshstore.actor's channels (docs/python-actors.md, "Channels"): a port passed
 to actors in calls, members sending to it from this process and from
 worker processes, a port of ports, sends that cannot be delivered, and
 ``send(endpoint, ..., port=)``: members sending their results to a port."""

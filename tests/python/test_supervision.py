@@ -1,4 +1,4 @@
-"""meshstore.actor's supervision from Python (docs/python.md, "Supervision"):
+"""meshstore.actor's supervision from Python (docs/python-actors.md, "Supervision"):
 Supervision's policies on worker processes, spawn_procs(max_relaunches=...)
 bringing a killed worker back with its members made again, and a store
 whose controller process is killed coming back with its keys."""

@@ -1,7 +1,7 @@
 #pragma once
 
 // What one commit over the channel carries, and the writes before it
-// (docs/architecture.md, "Puts on the caller's thread"): the record of
+// (docs/internals/data-path-small-ops.md, "Puts on the caller's thread"): the record of
 // each item, the request, the put whose bytes ride inline in it, and the
 // write of items into objects the volume staged for them. The put's
 // control flow (which of these, retried how) is channel_put.cpp's.

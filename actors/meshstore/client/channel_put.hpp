@@ -1,7 +1,7 @@
 #pragma once
 
 // Puts on the caller's thread over the client's channel to its volume
-// (docs/architecture.md, "Puts on the caller's thread"): every put a
+// (docs/internals/data-path-small-ops.md, "Puts on the caller's thread"): every put a
 // channel takes (a whole tensor or object, a batch, a state dict, a
 // version) is one commit request, its bytes inline or written first into
 // objects the volume staged for it.

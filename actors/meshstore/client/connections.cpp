@@ -231,7 +231,7 @@ void reopen_if_failed(client_pointer self, const VolumeConn& conn) {
 // Connects this process to the process hosting `info`'s volume directly,
 // through its door (VolumeInfo::control), once per process and before the
 // first message to it: CAF then routes their messages without the store's
-// server (docs/architecture.md, "Direct connections"). Then `k`, whatever
+// server (docs/internals/connections.md, "Direct connections"). Then `k`, whatever
 // the outcome: the server still routes when the door cannot be reached.
 void reach_directly(client_pointer self, const wire::VolumeInfo& info,
                     const protocol::storage_volume_actor& handle, std::function<void()> k) {

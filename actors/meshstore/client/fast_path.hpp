@@ -1,7 +1,7 @@
 #pragma once
 
-// The fast path for small gets and puts (issue 26; docs/architecture.md,
-// "The fast path"): a caller's thread reads a small whole object from a
+// The fast path for small gets and puts (issue 26;
+// docs/internals/data-path-small-ops.md): a caller's thread reads a small whole object from a
 // same-host volume over a shared-memory ring (transports/shm/ring.hpp),
 // without any actor, and puts one through its own volume's ring (the
 // volume's actor commits it). What it needs lives here, shared by the
@@ -13,7 +13,7 @@
 // - the rings, one per same-host volume, created by the client actor when
 //   it connects to the volume over shm and attached by the volume;
 // - the objects staged ahead for this client's next puts larger than one
-//   request (docs/architecture.md, "Puts on the caller's thread"), which
+//   request (docs/internals/data-path-small-ops.md, "Puts on the caller's thread"), which
 //   the caller's thread writes and commits over the channel
 //   (client/channel_put.hpp).
 // A read of a key whose object's place in the volume's shared memory is
@@ -74,7 +74,7 @@ enum class ReadOutcome {
   stale  ///< an object is no longer there, or changed during the copy: locate afresh
 };
 
-/// The direct read's check (docs/architecture.md, "Direct reads"), made
+/// The direct read's check (docs/internals/data-path-small-ops.md, "Direct reads"), made
 /// before its copy and again after it: the first of `objects` whose tag
 /// does not name it now, or n when every one does. Committed bytes never
 /// change, and the volume clears an object's tag before its memory serves
@@ -244,7 +244,7 @@ class FastPath {
   /// ring to, and `accept(i, entry)` must say yes, else nothing is read and
   /// the answer is miss. Every object's tag is checked before any copy and
   /// again after all of them, so a hit means every object was committed
-  /// and unchanged from the first copy to the last (docs/architecture.md,
+  /// and unchanged from the first copy to the last (docs/internals/data-path-small-ops.md,
   /// "Direct state-dict reads"). `consume(entries, data)` copies every
   /// key's bytes (key i's at data[i], entries[i].nbytes of them),
   /// synchronously, in one batch (CopyEngine::copy_all_here); it may run
@@ -330,7 +330,7 @@ class FastPath {
   /// corrupt reply) is dropped, and the request sent again with its id
   /// over a new connection where the channel's transport opens one (tcp):
   /// the volume answers it what it answered the first, or does it now,
-  /// once (docs/architecture.md, "A commit sent again"). Else, or when
+  /// once (docs/internals/data-path.md, "A commit sent again"). Else, or when
   /// that fails too, the outcome is unknown: an error with `*sent` set.
   /// Waits at most `timeout` for each.
   Result<protocol::fast_get::CommitDone> commit(const std::string& volume_id,

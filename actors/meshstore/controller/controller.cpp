@@ -80,8 +80,8 @@ caf::result<T> answer_after_flush(controller_pointer self, T value) {
 
 // `values` (what a read answers, about the keys of `seen`) once every
 // write of those keys is settled: no reader hears of a write before the
-// volumes it told handled it (docs/architecture.md, "Readers wait for the
-// same flushes").
+// volumes it told handled it (docs/internals/actors.md, "Readers wait for
+// the same flushes").
 // (Called when settling(seen): the fast path answers at once.)
 template <class... Ts>
 caf::result<Ts...> answer_settled(controller_pointer self, const std::vector<wire::KeyRecord>& seen,

@@ -165,8 +165,8 @@ struct ControllerState {
   std::map<std::string, std::vector<std::uint64_t>> flush_due;
   // The keys the message being handled wrote (committed or removed): a
   // write is settled once the volumes it told confirmed, and until then
-  // no reader hears of it (after_flush, answer_settled; docs/architecture.md,
-  // "Readers wait for the same flushes").
+  // no reader hears of it (after_flush, answer_settled;
+  // docs/internals/actors.md, "Readers wait for the same flushes").
   std::vector<std::string> written;
   // A write's keys are changed now: clears flush_due and written.
   void begin_write() {

@@ -5,8 +5,8 @@
 // (volume/small_ops.hpp) answers from its small-object table without
 // going through the volume actor. Puts are commit requests (below): the
 // service hands them to the volume actor, which commits them and answers.
-// Private to actors/; docs/architecture.md, "Data path", describes the
-// whole path.
+// Private to actors/; docs/internals/data-path.md, "Data path", and
+// docs/internals/data-path-small-ops.md describe the whole path.
 //
 // Get request:  u32 magic, u32 key length, u64 object id, key bytes.
 // Reply:        u32 status, u32 reserved, then the object's bytes (ok) or
@@ -63,7 +63,7 @@ std::vector<std::byte> encode_error(const Status& s);
 // -- puts: staging and commits (issue 48) ---------------------------------
 //
 // Every put over a channel is one commit request, on the caller's thread
-// (docs/architecture.md, "Puts on the caller's thread"). A record's object
+// (docs/internals/data-path-small-ops.md, "Puts on the caller's thread"). A record's object
 // either came with the request (its bytes inline: a put that fits one
 // request; the volume stages the object and copies them in) or is one this
 // volume staged for the client, which wrote it. One request does what a

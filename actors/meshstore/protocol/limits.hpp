@@ -2,7 +2,7 @@
 
 // Every size that picks a route or a way to copy on the data path, in one
 // place, each with the measurement or limit that set it
-// (docs/architecture.md, "The thresholds"). Those marked "route" choose
+// (docs/internals/data-path.md, "The thresholds"). Those marked "route" choose
 // between two ways to the same answer; issue 48 removes them as the routes
 // merge. Those marked "copy" choose how to move bytes and stay.
 

@@ -39,7 +39,7 @@ struct ShardRecord {
   /// transport's description of its region (segment, offset), as the
   /// writer was told at staging; empty when unknown. Only a hint: a
   /// lease-free read trusts it once the object's tag there names it
-  /// (docs/architecture.md, "Lease-free reads").
+  /// (docs/internals/data-path.md, "Lease-free reads").
   std::string place{};
 };
 

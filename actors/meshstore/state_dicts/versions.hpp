@@ -75,8 +75,8 @@ Future<Pointer> pointer_at(const caf::actor_addr& client, const std::string& pre
 
 struct PreparedPut;
 
-// publish_prepared on the caller's thread (docs/architecture.md, "State
-// dict puts on the caller's thread"), where the pointer this client last
+// publish_prepared on the caller's thread
+// (docs/internals/data-path-small-ops.md, "Versions"), where the pointer this client last
 // saw (its own publish, or a read) is still current (FastPath::
 // pointer_here): the version, the pointer's move from there and the retirement
 // of what falls out of the newest `keep` commit over the volume's ring in
@@ -90,7 +90,7 @@ std::optional<Result<std::uint64_t>> publish_on_caller_thread(
     const std::string& op, std::chrono::milliseconds timeout, bool* defer = nullptr);
 
 // Publishes a prepared put as the next version under `prefix` (fenced, as
-// docs/state_dicts.md "Two writers on one prefix" says): reads the pointer,
+// docs/publishing.md "Two writers on one prefix" says): reads the pointer,
 // stores "PREFIX/vN" only if no other writer stored it, then moves the
 // pointer from the value read and retires what fell out of the newest
 // `keep` (point_and_retire). Answers N; the loser of a race gets

@@ -134,19 +134,19 @@ bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
 }
 
 // Whole tensors or objects (`items`, in host or GPU memory) put over the
-// client's channel to its volume, on the caller's thread (docs/architecture.md,
-// "Puts on the caller's thread"): one commit request, all or none, with
-// their bytes inline when they fit one message, else written first into
-// objects the volume stages for them (client::put_over_channel; sent over
-// tcp and more than limits::kStagedAheadBytes: from the client's waiting
-// thread). Done, the keys are in the client's one location cache, so this
-// process's reads see them. A client without a channel yet (its first put)
-// has one opened from the waiting thread, and the put then takes it; where
-// none can be had, why is the put's answer, as a refusal is. A
-// `cancellable` put left to the waiting thread is cancelled through its
-// future (Future::cancel). Shards of sharded keys (items with a slice)
-// commit as the controller's put_shards does: each key once every rank's
-// shards cover it.
+// client's channel to its volume, on the caller's thread
+// (docs/internals/data-path-small-ops.md, "Puts on the caller's thread"):
+// one commit request, all or none, with their bytes inline when they fit one
+// message, else written first into objects the volume stages for them
+// (client::put_over_channel; sent over tcp and more than
+// limits::kStagedAheadBytes: from the client's waiting thread). Done, the
+// keys are in the client's one location cache, so this process's reads see
+// them. A client without a channel yet (its first put) has one opened from
+// the waiting thread, and the put then takes it; where none can be had, why
+// is the put's answer, as a refusal is. A `cancellable` put left to the
+// waiting thread is cancelled through its future (Future::cancel). Shards of
+// sharded keys (items with a slice) commit as the controller's put_shards
+// does: each key once every rank's shards cover it.
 // `fast` null: the store was closed (moved from).
 Future<void> put_on_channel(client::FastPath* fast, std::chrono::milliseconds timeout,
                             std::vector<client::PutItem> items, const std::string& what,

@@ -162,7 +162,7 @@ Future<std::uint64_t> Store::StateDicts::publish_copy(std::string prefix, const 
     // Host copies live till then.
     if (done) return done->then([st](std::uint64_t version) { return version; });
   }
-  // Fenced (docs/state_dicts.md, "Two writers on one prefix").
+  // Fenced (docs/publishing.md, "Two writers on one prefix").
   return state_dicts::publish_prepared(
              client, prefix, std::move(prepared), keep, op, fast,
              impl_ ? impl_->options.limits.request_timeout : std::chrono::milliseconds(0))

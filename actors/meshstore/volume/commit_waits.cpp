@@ -9,7 +9,7 @@
 // and the answer comes after it), so its objects here are committed with
 // their records and the volume answers from them (committed_already);
 // otherwise no volume names its objects and the new controller commits
-// it. The objects are the commit's idempotent identity. docs/reliability.md,
+// it. The objects are the commit's idempotent identity. docs/failover.md,
 // "The controller's loss".
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // The index's copy on a volume: each committed object keeps the record
 // the controller committed for it, so that a controller that starts
 // against live volumes rebuilds its index from them (the controller's
-// controller/rebuild.cpp; docs/reliability.md, "The controller's loss").
+// controller/rebuild.cpp; docs/failover.md, "The controller's loss").
 #include <iterator>
 #include <memory>
 #include <unordered_set>

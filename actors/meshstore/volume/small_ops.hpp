@@ -1,6 +1,6 @@
 #pragma once
 // A volume's small-op service: one thread that serves the small gets, puts
-// and commits of every client's channel to this volume (docs/architecture.md,
+// and commits of every client's channel to this volume (docs/internals/data-path-small-ops.md,
 // "The small-op service"). Clients on this host send them over a
 // shared-memory ring each (transports/shm/ring.hpp); the thread polls all
 // the rings and, when they are all empty, sleeps on the volume's doorbell,

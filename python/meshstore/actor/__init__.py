@@ -1,5 +1,5 @@
 """Actor meshes from Python, with Monarch's names (``monarch.actor``), on
-meshstore's C++ runtime (docs/python.md, "Actors").
+meshstore's C++ runtime (docs/python-actors.md).
 
     from meshstore.actor import Actor, endpoint, this_proc
 

@@ -13,7 +13,7 @@ class Supervision:
     - ``"propagate"`` (the default): the failure goes to the actor that
       spawned the mesh (``__supervise__``), else to
       ``unhandled_fault_hook``;
-    - ``"stop"``: the mesh stops; its calls raise ``UnavailableError``
+    - ``"stop"``: the mesh stops; its calls raise ``ConnectionError``
       naming the failure;
     - ``"restart"``: the member is made again with the same class and
       arguments (its ``__init__`` runs again, with no state of the old

@@ -19,7 +19,7 @@ defined in functions go through cloudpickle; optimizer state dicts keep
 their int keys; a strategy's transport type picks the store's transport;
 ``initialize_spmd`` returns once every rank has joined. The submodules are
 torchstore's: ``spmd`` (SPMDEnv), ``strategy``, ``transport``
-(TransportType) and ``logging`` (init_logging). docs/python.md lists what
+(TransportType) and ``logging`` (init_logging). docs/torchstore.md lists what
 differs.
 """
 
@@ -93,7 +93,7 @@ async def initialize(num_storage_volumes=1, strategy=None, store_name=DEFAULT_TO
     (``Supervision("restart")`` with ``spawn_procs(max_relaunches=N)``: the
     process comes back and its volume rejoins; with
     ``controller_process=i`` the controller too, rebuilt from the
-    volumes; docs/reliability.md)."""
+    volumes; docs/failover.md)."""
     supervision = options.pop("supervision", None)
     if supervision is not None:
         from ..actor import Supervision
@@ -320,7 +320,7 @@ async def put_state_dict(state_dict, key, store_name=DEFAULT_TORCHSTORE_NAME,
     from others, cuda-ipc for GPU tensors). The tensors stay lent until the
     next put_state_dict of `key` (which waits for reads still copying out of
     them) or shutdown(): as with torchstore, write them only when no reader
-    is pulling (docs/python.md, "direct_rdma"). With transfer_dtype, the
+    is pulling (docs/torchstore.md, "direct_rdma"). With transfer_dtype, the
     cast tensors are copies, published by copy."""
     session = _sessions.session(store_name)
     store, stored = session.store, _key(key, "put_state_dict")

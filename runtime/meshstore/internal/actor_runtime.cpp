@@ -77,7 +77,8 @@ struct MeshstoreConfig : caf::actor_system_config {
     // second for 25 ms after every burst of messages, preempting the copy
     // engine's threads on a 2-vCPU host: store_bench --scenario reshard
     // went from 0.54-0.57 to 0.66-0.70 x memcpy, and small round trips got
-    // no slower (docs/architecture.md, Threading).
+    // no slower (docs/internals/wire-and-threads.md, "Scheduler threads and
+    // waiting").
     set("work-stealing.moderate-poll-attempts", static_cast<std::size_t>(0));
     // How long it spins first: longer on a host with cores to spare, where
     // waking a sleeping worker cost a small put most of its time
@@ -109,7 +110,7 @@ struct MeshstoreConfig : caf::actor_system_config {
       // close is delivered; while a worker is still deserializing, the
       // kernel can hand that fd to a new connection, whose handshake the
       // late cleanup then erases: its replies are dropped for good
-      // (docs/architecture.md, "Connecting processes").
+      // (docs/internals/connections.md, "No BASP workers").
       set("middleman.workers", static_cast<std::size_t>(0));
       if (options.tls.enabled()) {
         // Setting any of these turns on CAF's mutual authentication:

@@ -59,8 +59,8 @@ class ActorRuntime {
   /// the network: a door actor published on `host`, once per host, over TLS
   /// when the runtime has it). A process that reaches this one only through
   /// a third (each connected to a store's server) connects here, and CAF
-  /// then routes their messages directly (docs/architecture.md, "Direct
-  /// connections"). Errc::unavailable when it cannot listen there.
+  /// then routes their messages directly (docs/internals/connections.md,
+  /// "Direct connections"). Errc::unavailable when it cannot listen there.
   Result<std::string> door(const std::string& host);
 
  private:
@@ -75,7 +75,7 @@ class ActorRuntime {
   bool tls_ = false;
 };
 
-/// The process's runtime (docs/architecture.md, "One runtime per
+/// The process's runtime (docs/internals/runtime.md, "One runtime per
 /// process"): every Store, Mesh, ProcMesh (controller and worker) and
 /// HostAgent of a process runs on it. The first of them makes it, with the
 /// network layer always loaded and every layer's message types

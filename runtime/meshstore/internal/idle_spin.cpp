@@ -125,7 +125,7 @@ std::size_t scheduler_polls() {
   // asleep when the ring's thread hands it the put; on the 2-vCPU VM they
   // made an actor 4 x slower to reach after 200 us idle (64 against 15
   // us), the spinning workers holding both cores (docs/performance.md,
-  // "Waking threads on a many-core host").
+  // "On the 16-core host: waking threads").
   static const std::size_t polls = [] {
     const std::size_t fallback = spinning_host() ? 5000 : 100;
     const char* env = std::getenv("MESHSTORE_SCHEDULER_POLLS");

@@ -4,8 +4,9 @@
 // after the kernel wakes the thread: 15-30 us on the 2-vCPU reference VM,
 // more on the 16-core Firecracker host). Which pays depends on the host:
 // on 2 vCPUs a spinner takes the core the thread it waits for needs; with
-// many cores it takes a core nobody needs. docs/architecture.md,
-// "Threading and shutdown", has the figures.
+// many cores it takes a core nobody needs. docs/internals/wire-and-threads.md,
+// "Scheduler threads and waiting", has the rule; docs/performance.md the
+// figures.
 #include <chrono>
 #include <cstddef>
 #include <string>

@@ -31,7 +31,7 @@ using proc_actor =
 // The controller's actor, which launched workers join: hello (token,
 // rank, pid, the worker's actor, its door: "HOST:PORT" or empty) answers
 // the doors of the workers that joined before it, which it connects to
-// before it serves (docs/architecture.md, "Direct connections").
+// before it serves (docs/internals/connections.md, "Direct connections").
 using controller_actor =
     caf::typed_actor<caf::replies_to<proc_hello_atom, std::string, std::int32_t, std::int32_t,
                                      proc_actor, std::string>::with<std::vector<std::string>>>;

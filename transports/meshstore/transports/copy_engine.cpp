@@ -48,7 +48,7 @@ namespace {
 // core this process may run on (internal::usable_cpus(): a rank bound to 2
 // cores of a large host gets 2) up to 16 (at least 2). On a 16-core host, 16 threads took shm
 // get_into from 0.60-0.79 to 0.90-0.91 x of a copy over every core, where 8
-// fell short (docs/performance.md, 2026-11-26).
+// fell short (docs/performance.md, "One tensor").
 unsigned worker_count() {
   const unsigned hw = std::max(2u, internal::usable_cpus());
   const unsigned fallback = std::min(hw, 16u);

@@ -27,7 +27,7 @@ struct RegionMemory {
   /// The word naming the object that lives in `memory` (0: none), in
   /// memory same-host clients map (the shm server's segment header): the
   /// volume writes it, a client reads it around a read made without a
-  /// lease (docs/architecture.md, "Lease-free reads"). Null where there is none.
+  /// lease (docs/internals/data-path.md, "Lease-free reads"). Null where there is none.
   std::atomic<std::uint64_t>* object_tag = nullptr;
 };
 

@@ -1,2 +1,3 @@
 """An in-process stand-in for Monarch's actors (the conformance run's shim):
-meshstore has no Python actors yet (docs/python.md). See actor.py."""
+it runs each "actor" in the test's own process; meshstore's own Python actors
+(docs/python-actors.md) are not what this run drives. See actor.py."""

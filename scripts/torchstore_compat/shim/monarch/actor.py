@@ -5,7 +5,7 @@ test's own process, with its rank.
 What this does not give, and what a test relying on it cannot show here:
 separate processes (each rank's own LOCAL_RANK, its own client and volume),
 and values crossing a process boundary. Tests that need those wait for
-meshstore's Python actors (docs/python.md, "What differs from torchstore").
+meshstore's Python actors (docs/torchstore.md, "What differs from torchstore").
 """
 
 import asyncio

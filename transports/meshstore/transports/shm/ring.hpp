@@ -2,7 +2,7 @@
 
 // A request/reply channel between two processes on one host, in one
 // shared-memory segment: the building block of issue 26's fast path for
-// small operations (docs/transports.md, "The ring"). Two single-producer,
+// small operations (docs/shm.md, "The ring"). Two single-producer,
 // single-consumer queues of fixed-size slots, one each way. A receiver that
 // finds its queue empty spins for a moment (Options::spin), then sleeps on a
 // futex in the segment; a sender wakes it only when it sleeps, so a busy

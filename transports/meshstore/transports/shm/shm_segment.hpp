@@ -20,7 +20,7 @@ namespace meshstore::transports::shm {
 /// region's bytes start kObjectHeaderBytes in (cache-line aligned), after a
 /// magic number and the tag that names the object living there (0: none;
 /// RegionMemory::object_tag). Clients check the tag around a read made
-/// without a lease (docs/architecture.md, "Lease-free reads").
+/// without a lease (docs/internals/data-path.md, "Lease-free reads").
 struct ObjectHeader {
   std::uint64_t magic;
   std::atomic<std::uint64_t> object;
@@ -105,7 +105,7 @@ class Segment {
 
 /// A process of this host, watched for its exit through a pidfd: alive()
 /// until it exits (a zombie not yet reaped counts as exited). Lease-free
-/// reads (docs/architecture.md, "Lease-free reads") ask it first, so a
+/// reads (docs/internals/data-path.md, "Lease-free reads") ask it first, so a
 /// volume killed with its segments still mapped is never read from: a
 /// tag its process can no longer clear proves nothing.
 class ProcessWatch {
