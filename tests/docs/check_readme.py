@@ -2,7 +2,8 @@
 """The README and the overview stay what a newcomer can use: the README at
 most 120 lines, starting with the two commands; its C++ and Python examples
 the very code ctest runs (examples/readme_tour.cpp between its markers,
-examples/python/asyncio_quickstart.py); docs/overview.md at most 300 lines.
+examples/python/asyncio_quickstart.py); docs/overview.md at most 300 lines,
+and no other page under docs/ over 600 (split a page by task instead).
 Usage: check_readme.py REPO_ROOT. Prints "check_readme: ok" or what is wrong."""
 
 import re
@@ -11,7 +12,7 @@ import textwrap
 
 import doc_check
 
-README_MAX, OVERVIEW_MAX = 120, 300
+README_MAX, OVERVIEW_MAX, PAGE_MAX = 120, 300, 600
 COMMANDS = [
     "bash scripts/setup.sh && bash scripts/build.sh && build/bin/hello_store",
     "bash scripts/setup.sh && bash scripts/build.sh && ctest --test-dir build "
@@ -49,6 +50,10 @@ def problems(root):
         yield "docs/overview.md: missing"
     elif len(overview.read_text(encoding="utf-8").splitlines()) > OVERVIEW_MAX:
         yield f"docs/overview.md: more than {OVERVIEW_MAX} lines"
+    for page in sorted((root / "docs").rglob("*.md")):
+        n = len(page.read_text(encoding="utf-8").splitlines())
+        if page != overview and n > PAGE_MAX:
+            yield f"{page.relative_to(root)}: {n} lines, more than {PAGE_MAX}: split it by task"
 
 
 if __name__ == "__main__":
