@@ -30,6 +30,7 @@ using internal::registry_impl;
 void add_mesh_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<caf::actor>>("std::vector<caf::actor>");
   cfg.add_message_type<registry_actor>("meshstore::mesh_registry_actor");
+  internal::refuse_floats_in_interface<registry_actor>();  // it crosses processes
 }
 
 // In the process's runtime whatever the process makes first.

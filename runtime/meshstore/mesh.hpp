@@ -167,6 +167,7 @@ class Mesh {
     using Spawned = decltype(std::declval<caf::actor_system&>().spawn(fun, 0, xs...));
     static_assert(std::is_same<Spawned, Handle>::value || std::is_same<Handle, caf::actor>::value,
                   "Mesh::spawn<Handle>: `fun` makes an actor of another type than Handle");
+    internal::refuse_floats_in_interface<Handle>();  // its messages cross processes
     // Checked before any actor exists: an open mesh, a fresh name.
     if (auto c = caller()) {
       if (auto s = c->check_owner(supervision.owner); !s.ok()) {

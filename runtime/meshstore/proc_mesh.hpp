@@ -285,6 +285,7 @@ class ProcMesh {
   }
   template <class Handle>
   static Result<ActorMesh<Handle>> mesh_of(Result<Spawned> made) {
+    internal::refuse_floats_in_interface<Handle>();  // its messages cross processes
     if (!made.ok()) return made.status();
     return ActorMesh<Handle>(std::move(made->caller), made->id, made->extent, made->timeout);
   }

@@ -146,6 +146,19 @@ Bits to_bits(T x) {
   return bits;
 }
 
+// A user's message type with floating-point members, as Exact<T> (a bare
+// double member does not compile: style.float_in_type_refused).
+struct Reading {
+  std::string name;
+  Exact<double> value;
+  std::vector<Exact<float>> samples;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Reading& r) {
+  return f(caf::meta::type_name("meshstore::test::Reading"), r.name, r.value, r.samples);
+}
+
 // Floating-point values as Exact<T>: echoed back, and the bits the worker
 // received, and the value it was spawned with.
 using echo_atom = caf::atom_constant<caf::atom("echo")>;
@@ -155,6 +168,7 @@ using exact_actor = caf::typed_actor<
     caf::replies_to<echo_atom, std::vector<Exact<double>>>::with<std::vector<Exact<double>>>,
     caf::replies_to<echo_atom, std::vector<Exact<float>>>::with<std::vector<Exact<float>>>,
     caf::replies_to<bits_atom, Exact<double>>::with<std::uint64_t>,
+    caf::replies_to<echo_atom, Reading>::with<Reading>,
     caf::replies_to<base_atom>::with<std::vector<std::uint64_t>>>;
 
 exact_actor::behavior_type exact(exact_actor::pointer, int, Exact<double> base,
@@ -163,6 +177,7 @@ exact_actor::behavior_type exact(exact_actor::pointer, int, Exact<double> base,
       [](echo_atom, const std::vector<Exact<double>>& xs) { return xs; },
       [](echo_atom, const std::vector<Exact<float>>& xs) { return xs; },
       [](bits_atom, Exact<double> x) { return to_bits<std::uint64_t>(x.value); },
+      [](echo_atom, const Reading& r) { return r; },
       [=](base_atom) {
         return std::vector<std::uint64_t>{to_bits<std::uint64_t>(base.value),
                                           to_bits<std::uint32_t>(base32.value)};
@@ -272,6 +287,7 @@ MeshOptions options() {
     cfg.add_message_type<worker_actor>("meshstore::test::worker_actor");
     cfg.add_actor_type("relay", relay);
     cfg.add_actor_type("store_user", store_user);
+    cfg.add_message_type<Reading>("meshstore::test::Reading");
     cfg.add_actor_type("exact", exact);
     cfg.add_message_type<std::vector<std::int32_t>>("std::vector<int32_t>");  // where's reply
     cfg.add_actor_type("where", where);
@@ -586,6 +602,19 @@ TEST(ProcMesh, FloatsAndDoublesCrossProcessesBitExact) {
         m->ask<std::uint64_t>(1, bits_atom::value, Exact<double>(from_bits<double>(b))).get(kWait);
     ASSERT_TRUE(seen.ok()) << seen.status().to_string();
     EXPECT_EQ(*seen, b);
+  }
+  // Inside a message type of the user's own: each member, bit for bit.
+  for (auto b : doubles) {
+    Reading r{"sensor", from_bits<double>(b), {}};
+    for (auto f : floats) r.samples.emplace_back(from_bits<float>(f));
+    auto back = m->ask<Reading>(0, echo_atom::value, r).get(kWait);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->name, "sensor");
+    EXPECT_EQ(to_bits<std::uint64_t>(back->value.value), b);
+    ASSERT_EQ(back->samples.size(), floats.size());
+    for (std::size_t i = 0; i < floats.size(); ++i) {
+      EXPECT_EQ(to_bits<std::uint32_t>(back->samples[i].value), floats[i]) << "sample " << i;
+    }
   }
 }
 

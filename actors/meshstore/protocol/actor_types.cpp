@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "meshstore/mesh_values.hpp"
 #include "meshstore/protocol/controller_actor.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
 #include "meshstore/protocol/records.hpp"
@@ -47,6 +48,18 @@ void add_actor_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<wire::RegionRef>>("std::vector<meshstore::wire::RegionRef>");
   cfg.add_message_type<std::vector<transports::EndpointInfo>>(
       "std::vector<meshstore::transports::EndpointInfo>");
+  // Every type above crosses processes through CAF's serializer, which
+  // alters floats (mesh_values.hpp, Exact): none may hold one, checked at
+  // compile time down to each member, in the interfaces' messages too.
+  meshstore::internal::refuse_bare_floats<wire::KeyRecord, wire::StageRequest, wire::RegionRef,
+                                          wire::ReadLease, wire::RemoveReply, wire::VolumeInfo,
+                                          wire::VolumeStat, wire::ClientInfo, wire::HeldRecords,
+                                          transports::EndpointInfo>();
+  meshstore::internal::refuse_floats_in_interface<storage_volume_actor>();
+  meshstore::internal::refuse_floats_in_interface<controller_actor>();
+  meshstore::internal::refuse_floats_in_interface<strategy_actor>();
+  meshstore::internal::refuse_floats_in_interface<directory_actor>();
+  meshstore::internal::refuse_floats_in_interface<transports::rpc::rpc_endpoint_actor>();
 }
 
 }  // namespace meshstore::protocol

@@ -14,6 +14,7 @@
 #include "meshstore/internal/caf_glue.hpp"
 #include "meshstore/internal/connect.hpp"
 #include "meshstore/logging.hpp"
+#include "meshstore/mesh_values.hpp"
 #include "meshstore/protocol/actor_types.hpp"
 #include "meshstore/protocol/atoms.hpp"
 #include "meshstore/protocol/directory_actor.hpp"
@@ -169,6 +170,7 @@ void add_store_actor_types(caf::actor_system_config& cfg) {
   protocol::add_actor_types(cfg);  // the store's own messages
   cfg.add_message_type<store_nodes::NodeSpec>("meshstore::NodeSpec");
   cfg.add_message_type<store_nodes::ControlSpec>("meshstore::ControlSpec");
+  internal::refuse_bare_floats<store_nodes::NodeSpec, store_nodes::ControlSpec>();  // no float
   cfg.add_actor_type("meshstore.controller_node", store_nodes::controller_node);
   cfg.add_actor_type("meshstore.store_node", store_nodes::store_node);
   cfg.add_actor_type("meshstore.volume_node", store_nodes::volume_node);

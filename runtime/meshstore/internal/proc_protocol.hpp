@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "meshstore/mesh_values.hpp"
+
 namespace meshstore::internal::proc {
 
 // What a launched worker finds in its environment.
@@ -64,6 +66,11 @@ inline void add_proc_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<controller_actor>("meshstore::proc_controller_actor");
   cfg.add_message_type<sink_actor>("meshstore::proc_sink_actor");
   cfg.add_message_type<agent_actor>("meshstore::agent_actor");
+  // Their messages cross processes: no float inside (mesh_values.hpp, Exact).
+  refuse_floats_in_interface<proc_actor>();
+  refuse_floats_in_interface<controller_actor>();
+  refuse_floats_in_interface<sink_actor>();
+  refuse_floats_in_interface<agent_actor>();
 }
 
 }  // namespace meshstore::internal::proc
