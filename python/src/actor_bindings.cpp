@@ -436,6 +436,14 @@ void bind_proc_mesh(py::module_& m) {
              return spawn_supervised(p, supervision, name, "meshstore.py_actor",
                                      std::string(made_as));
            })
+      .def("get_or_spawn_named",
+           [](ProcMesh& p, const std::string& name, py::bytes made_as) {
+             // The named singleton, made from `made_as` by its first caller
+             // on the view's first process (rank 0's under from_env).
+             const std::string made(made_as);
+             return must(without_gil(
+                 [&] { return p.get_or_spawn<py_actor>(name, "meshstore.py_actor", made); }));
+           })
       .def_property_readonly("size", &ProcMesh::size)
       .def("dims", [](const ProcMesh& p) { return dims_of(p.extent()); })
       .def("slice", [](const ProcMesh& p,

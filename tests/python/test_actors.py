@@ -252,6 +252,48 @@ def test_a_get_that_gives_up_raises_the_builtin_timeout(grid):
     assert grid.initialized.get() is None
 
 
+def test_get_or_spawn_makes_one_named_actor_for_every_caller():
+    # Four threads ask at once: one is made, with the first arguments that
+    # got there; the others' go unused.
+    got = []
+
+    def ask(start):
+        mesh = ma.get_or_spawn_controller("tally", Counter, start, 100).get(timeout=10)
+        got.append(mesh.incr.call_one().get(timeout=10))
+
+    threads = [threading.Thread(target=ask, args=(s,)) for s in (1000, 2000, 3000, 4000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    first = min(got) - 100
+    assert first in (1000, 2000, 3000, 4000)
+    assert sorted(got) == [first + 100 * i for i in (1, 2, 3, 4)]
+    same = this_proc().get_or_spawn("tally", Counter, 0)
+    assert same.size == 1 and same.extent == {}
+    assert same.value.call_one().get(timeout=10) == first + 400
+    assert same.where.call_one().get(timeout=10)["rank"] == 0
+
+
+def test_get_or_spawn_refuses_another_class_a_spawned_name_and_reports_a_failed_init(grid):
+    this_proc().get_or_spawn("solo", Counter, 0)
+    with pytest.raises(ValueError, match=r"get_or_spawn\('solo'\): it is a singleton of "
+                                         r".*\.Counter, not .*\.Where"):
+        this_proc().get_or_spawn("solo", Where, "w")
+    grid.spawn("spawned", Counter, 0)
+    with pytest.raises(ValueError, match="spawn\\(\\) made a mesh of that name"):
+        grid.get_or_spawn("spawned", Counter, 0)
+    for _ in range(2):  # the name stays taken by the member whose __init__ raised
+        with pytest.raises(ActorError, match="no device for rank 0"):
+            this_proc().get_or_spawn("broken", FailsToStartAtZero)
+    with pytest.raises(TypeError, match="not a subclass of meshstore.actor.Actor"):
+        this_proc().get_or_spawn("x", dict)
+    with pytest.raises(TypeError, match="must pickle"):
+        this_proc().get_or_spawn("x", Counter, lambda: 0)
+    with pytest.raises(TypeError, match="non-empty str"):
+        ma.get_or_spawn_controller("", Counter, 0)
+
+
 # -- worker processes ---------------------------------------------------------
 
 
@@ -292,6 +334,37 @@ class FailsToStart(Actor):
     @endpoint
     def ok(self):
         return True
+
+
+class FailsToStartAtZero(Actor):
+    def __init__(self):
+        raise RuntimeError(f"no device for rank {current_rank().rank}")
+
+
+class AsksForAController(Actor):
+    @endpoint
+    def ask(self):
+        try:
+            ma.get_or_spawn_controller("from_a_worker", Counter, 0)
+        except RuntimeError as e:
+            return str(e)
+        return "made"
+
+
+def test_a_singleton_of_worker_processes_lives_in_the_first_and_workers_ask_their_controller(
+        workers):
+    # Made in the view's first process; every view of these processes
+    # gets that one.
+    one = workers.get_or_spawn("one", Where, "single")
+    assert one.pid.call_one().get(timeout=30) == workers.pid(0)
+    again = workers.slice(gpus=1).get_or_spawn("one", Where, "unused")
+    assert again.hello.call_one("x").get(timeout=30) == "single:0:x"
+    other = workers.slice(gpus=1).get_or_spawn("two", Where, "second")
+    assert other.pid.call_one().get(timeout=30) == workers.pid(1)
+    # A worker cannot reach its controller's singletons yet: said, not faked.
+    askers = workers.spawn("askers", AsksForAController)
+    said = askers.slice(gpus=0).ask.call_one().get(timeout=30)
+    assert "in a worker process" in said and "cannot be sent to a worker yet" in said, said
 
 
 def _bootstrap():  # runs first in every worker (spawn_procs(bootstrap=...))

@@ -45,8 +45,8 @@ from ._supervision import Supervision
 __all__ = [
     "Actor", "ActorError", "ActorMesh", "Channel", "Context", "Endpoint", "Future", "HostMesh",
     "MeshFailure", "Point", "Port", "PortReceiver", "ProcMesh", "Supervision", "ValueMesh",
-    "context", "current_rank", "current_size", "endpoint", "from_env", "hosts", "local_procs",
-    "send", "this_host", "this_proc", "unhandled_fault_hook",
+    "context", "current_rank", "current_size", "endpoint", "from_env", "get_or_spawn_controller",
+    "hosts", "local_procs", "send", "this_host", "this_proc", "unhandled_fault_hook",
 ]
 
 
@@ -534,6 +534,35 @@ class ProcMesh:
         return ActorMesh(self._native.spawn(name, instances, _runtime.run, supervision), cls,
                          name, self._same_host)
 
+    def get_or_spawn(self, name, cls, *args, **kwargs):
+        """The named singleton actor `name`, as an actor mesh of one member
+        (extent ``{}``): the first call makes it, as ``cls(*args,
+        **kwargs)``, on the first process of this view (under
+        ``from_env()``, on rank 0, whichever rank calls first); every later
+        call, from any thread or rank, gets that same actor and its
+        arguments go unused. The class and its arguments must pickle (the
+        member is made from them, as a worker's are). Raises ValueError
+        when ``spawn`` made a mesh of that name, or it is a singleton of
+        another class; the ActorError of an ``__init__`` that raised, at
+        this call and every later one (the name stays taken)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"get_or_spawn(): the name must be a non-empty str, not {name!r}")
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise TypeError(f"get_or_spawn(): {cls!r} is not a subclass of meshstore.actor.Actor")
+        try:
+            made_as = pickle.dumps((cls, args, kwargs, [], []))
+        except Exception as e:
+            raise TypeError(f"get_or_spawn(): the class and its arguments must pickle: {e}") from e
+        native = self._native.get_or_spawn_named(name, made_as)
+        for ok, body in Future(native.init()).get():
+            if not ok:
+                raise _errors.from_status(*body)
+            made = _value(body)  # raises the ActorError of a failed __init__
+            if made != _runtime.class_name(cls):
+                raise ValueError(f"get_or_spawn('{name}'): it is a singleton of {made}, "
+                                 f"not {_runtime.class_name(cls)}")
+        return ActorMesh(native, cls, name, self._same_host)
+
     @property
     def rank(self):
         """This process's rank in a mesh of from_env(); -1 for the others
@@ -716,6 +745,36 @@ def this_proc():
             faults = _Faults()
             _this = ProcMesh(_native.ProcMesh.local([("procs", 1)], faults), faults)
         return _this
+
+
+def get_or_spawn_controller(name, cls, *args, **kwargs):
+    """Monarch's named singleton: the actor `name` of this process,
+    ``this_proc().get_or_spawn(name, cls, *args, **kwargs)``, made by the
+    first caller of any thread. Returns a done future of its actor mesh
+    (``.get()`` or ``await``). Raises RuntimeError in a worker process of
+    ``spawn_procs``: Monarch's controller lives in the process that started
+    the workers, and an actor mesh cannot be sent to a worker yet; under
+    ``from_env()``, ``procs.get_or_spawn`` makes one for every rank."""
+    if _runtime.in_worker:
+        raise RuntimeError(
+            f"get_or_spawn_controller('{name}') in a worker process: the controller lives "
+            "in the process that started the workers, and an actor mesh cannot be sent to "
+            "a worker yet; get it there and call it from there")
+    return _Done(this_proc().get_or_spawn(name, cls, *args, **kwargs))
+
+
+class _Done:
+    """A future that is already done (awaitable, and ``get()``-able)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def __await__(self):
+        return self._value
+        yield  # noqa: unreachable (makes this a generator)
+
+    def get(self, timeout=None):
+        return self._value
 
 
 @atexit.register

@@ -56,6 +56,8 @@ _SHM_KIND = "meshstore.shm"
 _segment_ids = itertools.count()
 # What the argument pickler did in this process (tests read it).
 stats = {"tensors_in_shm": 0, "bytes_in_shm": 0}
+# Whether this process is a worker of spawn_procs (set by _worker.main).
+in_worker = False
 
 
 class _ArgPickler(pickle.Pickler):
@@ -389,7 +391,14 @@ def _construct(made_as, rank, complete):
     except BaseException as e:  # noqa: BLE001 (the spawn fails with it)
         complete(None, _error_reply(e, rank))
         return
-    complete(inst, _value_reply(None, rank))
+    complete(inst, _value_reply(class_name(cls), rank))
+
+
+def class_name(cls):
+    """What a worker's member answers to init: its class, by name (the
+    controller's script is __mp_main__ in a worker, __main__ there)."""
+    module = "__main__" if cls.__module__ == "__mp_main__" else cls.__module__
+    return f"{module}.{cls.__qualname__}"
 
 
 def _traceback(exc):

@@ -35,6 +35,7 @@ def main():
         pickle.loads(bytes.fromhex(bootstrap))()
     from meshstore import _native
     from meshstore.actor import _runtime
+    _runtime.in_worker = True
     try:
         _native.serve_procs()
     finally:
