@@ -298,6 +298,15 @@ Status MeshCaller::gone(std::size_t id) const {
   return Status(Errc::shutdown, "the mesh is closed");
 }
 
+Status MeshCaller::unless_stopped(std::size_t id, int rank, Status s) const {
+  if (s.code() != Errc::unavailable) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!caller_ || id >= supervised_.size() || supervised_[id].stopped.empty()) return s;
+  return Status(Errc::unavailable, "rank " + std::to_string(rank) + ": mesh '" +
+                                       supervised_[id].name + "' was stopped after " +
+                                       supervised_[id].stopped);
+}
+
 void MeshCaller::departed(int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   departed_.push_back(rank);

@@ -87,6 +87,11 @@ class MeshCaller : public std::enable_shared_from_this<MeshCaller> {
   /// Why member() is empty: Errc::shutdown when the mesh is closed,
   /// Errc::unavailable naming the failure when it was stopped after one.
   Status gone(std::size_t id) const;
+  /// `s` (a call to member `rank` of mesh `id` that failed), or, when it
+  /// is `unavailable` and supervision stopped the mesh, gone()'s reason:
+  /// a call in flight when its member was stopped fails as a later call
+  /// does, naming the failure, not the stop's exit.
+  Status unless_stopped(std::size_t id, int rank, Status s) const;
   /// Rank `rank` left the job in good order (it closed its Mesh): its
   /// members going away is not a failure.
   void departed(int rank);
@@ -523,14 +528,17 @@ class ActorMesh {
     }
     using Caller = internal::MeshCaller;
     auto fin = std::make_shared<F>(std::move(finish));
+    auto failed = [fin, caller = caller_, mesh = id_, rank](const Status& s) {
+      (*fin)(caller->unless_stopped(mesh, rank, s));
+    };
     const auto id =
-        Caller::watch_request(rq, target.address(), "rank " + std::to_string(rank) + " ",
-                              [fin](const Status& s) { (*fin)(s); });
+        Caller::watch_request(rq, target.address(), "rank " + std::to_string(rank) + " ", failed);
     auto ok = [rq, id, fin](R r) {
       Caller::settle_request(rq, id, [fin, r = std::move(r)]() mutable { (*fin)(std::move(r)); });
     };
-    auto error = [rq, id, fin, rank](caf::error& e) {
-      Caller::settle_request(rq, id, [fin, s = internal::mesh_rank_error(rank, e)] { (*fin)(s); });
+    auto error = [rq, id, failed, rank](caf::error& e) {
+      Caller::settle_request(rq, id,
+                             [failed, s = internal::mesh_rank_error(rank, e)] { failed(s); });
     };
     if constexpr (internal::takes_context<Handle, Ts...>()) {
       internal::companion_request(self, target, timeout, ok, error, ctx, xs...);

@@ -882,6 +882,38 @@ TEST(Supervision, StopPolicyStopsTheMeshAndCallsSayWhy) {
                "mesh 'faulty' was stopped after rank 1 of mesh 'faulty' went down");
 }
 
+// Rank 0 keeps every add's answer pending (a call in flight until it
+// stops); the others answer x.
+faulty_actor::behavior_type holding(faulty_actor::pointer self, int rank) {
+  auto held = std::make_shared<std::vector<caf::typed_response_promise<int>>>();
+  return {
+      [=](add_atom, int x) {
+        auto rp = self->make_response_promise<int>();
+        if (rank == 0) {
+          held->push_back(rp);
+        } else {
+          rp.deliver(x);
+        }
+        return rp;
+      },
+      [=](fail_atom) { self->quit(caf::sec::runtime_error); },
+  };
+}
+
+TEST(Supervision, ACallInFlightWhenTheStopPolicyStopsItsMemberSaysWhy) {
+  auto mesh = ProcMesh::local({{"ranks", 2}}).value();
+  Supervision s;
+  s.policy = FailurePolicy::stop;
+  auto m = mesh.spawn<faulty_actor>(s, "holding", holding).value();
+  auto in_flight = m.ask<int>(0, add_atom::value, 1);
+  ASSERT_EQ(*m.ask<int>(1, add_atom::value, 7).get(kWait), 7);
+  ASSERT_OK(m.slice("ranks", 1, 2)->tell(fail_atom::value));
+  // Rank 0 went down because the policy stopped it: the call says so, as
+  // a call made after the stop does, not "went down (user_shutdown)".
+  EXPECT_ERROR(in_flight.get(kWait), Errc::unavailable,
+               "rank 0: mesh 'holding' was stopped after rank 1 of mesh 'holding' went down");
+}
+
 TEST(Supervision, RestartPolicySpawnsTheMemberAgainThenStops) {
   auto mesh = ProcMesh::local({{"ranks", 2}}).value();
   Seen seen;
