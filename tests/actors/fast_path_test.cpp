@@ -397,9 +397,10 @@ TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
       [&](std::vector<std::uint8_t>& mine) {
         return reader.get_into("k", bytes_view(mine)).get(kWait).status();
       },
-      [&] {
+      [&](const std::function<void()>& pace) {
         for (int i = 2; i < 200; ++i) {
           std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+          pace();
           ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
         }
       });

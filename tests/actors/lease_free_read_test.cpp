@@ -155,9 +155,10 @@ TEST_F(LeaseFreeRead, AWriterRacingReadersNeverShowsATornValue) {
       [&](std::vector<std::uint8_t>& mine) {
         return reader.get_into("k", bytes_view(mine)).get(kWait).status();
       },
-      [&] {
+      [&](const std::function<void()>& pace) {
         for (int i = 2; i < 120; ++i) {
           std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+          pace();
           ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
         }
       });
@@ -250,9 +251,10 @@ TEST_F(DirectRead, AWriterRacingReadersOfALargeKeyNeverShowsATornValue) {
       [&](std::vector<std::uint8_t>& mine) {
         return reader.get_into("big", bytes_view(mine)).get(kWait).status();
       },
-      [&] {
+      [&](const std::function<void()>& pace) {
         for (int i = 2; i < 40; ++i) {
           std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+          pace();
           ASSERT_OK(writer.put("big", bytes_view(v)).get(kWait));
         }
       });
@@ -417,9 +419,10 @@ testing::RaceCounts race_a_writer(Store& writer, Store& reader, Dict& src, int n
   return testing::race_readers(
       n * bytes, 2,
       [&](std::vector<std::uint8_t>& mine) { return read_over(reader, "sd", mine, n, bytes); },
-      [&] {
+      [&](const std::function<void()>& pace) {
         for (int i = first; i < last; ++i) {
           std::fill(src.buf.begin(), src.buf.end(), static_cast<std::uint8_t>(i));
+          pace();
           ASSERT_OK(writer.state_dicts().put("sd", src.sd, three_buckets()).get(kWait));
         }
       });
