@@ -279,6 +279,40 @@ TEST_P(VolumeEnd, WhatTheVolumeDoesNotHoldCommittedUnderThatNameIsStale) {
   EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale);
 }
 
+// A check (a get too large for one message, read next with the
+// transport's bulk read) says whether the object is still committed under
+// its key, with no bytes, on the same terms as a get.
+TEST_P(VolumeEnd, ACheckSaysWhetherAnObjectIsCommittedUnderItsNameWithoutItsBytes) {
+  const auto staged = stage("k", "staged, not committed");
+  const auto committed = stage("k2", "committed");
+  verdict(protocol::commit_atom::value, committed);
+  ASSERT_OK(attach());
+  auto check = [&](std::uint64_t id, const std::string& key) {
+    protocol::fast_get::Request req{id, key, true};
+    auto bytes = protocol::fast_get::encode(req);
+    auto decoded = protocol::fast_get::decode_request(bytes);
+    EXPECT_OK(decoded);
+    EXPECT_TRUE(decoded.ok() && decoded->check) << "not a check once decoded";
+    auto m = exchange(bytes);
+    return m.ok() ? protocol::fast_get::decode_reply(*m)
+                  : Result<protocol::fast_get::Reply>(m.status());
+  };
+  auto r = check(committed, "k2");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::ok);
+  EXPECT_TRUE(r->bytes.empty()) << "a check carries no bytes";
+  for (const auto& [id, key] : std::vector<std::pair<std::uint64_t, std::string>>{
+           {staged, "k"}, {committed, "another key"}, {committed + 1000, "k2"}}) {
+    r = check(id, key);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale) << id << " " << key;
+  }
+  verdict(protocol::release_atom::value, committed);  // replaced
+  r = check(committed, "k2");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->status, protocol::fast_get::ReplyStatus::stale) << "released, yet current";
+}
+
 TEST_P(VolumeEnd, AMalformedRequestGetsAnErrorAndTheChannelKeepsServing) {
   const auto id = stage("k", "value");
   verdict(protocol::commit_atom::value, id);

@@ -183,6 +183,13 @@ class FastPathOver : public ::testing::TestWithParam<const char*> {
   }
   StoreOptions writer_options() const { return over(listening()); }
   StoreOptions reader_options() const { return over(tool()); }
+  // Whether a get above one message (up to 8 MiB) is checked over the
+  // channel, then read with the transport's bulk read (two-sided
+  // transports: tcp, rpc).
+  bool bulk_reads() const {
+    const std::string p = GetParam();
+    return p == "tcp" || p == "tcp-encrypted" || p == "rpc";
+  }
 };
 
 // A client's first put has the client pick its volume and open the
@@ -349,12 +356,13 @@ TEST_P(FastPathOver, AStaleLocationIsLocatedAgainNotRead) {
 // until the old object is retired (its tag cleared, gets no longer serve
 // it), which the controller does itself when the volume is in its process.
 // Both kinds of put over the channel: in one request (4 KiB), and staged,
-// written and committed (256 KiB; read directly over the ring, by the
-// actors over tcp).
+// written and committed (256 KiB and 2 MiB; read directly over the ring;
+// over tcp and rpc in one reply, or checked and then read in bulk above
+// one message; by the actors over cma).
 TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
   auto writer = Store::embedded(writer_options()).value();
   auto reader = Store::connect(writer.admin().address(), reader_options()).value();
-  for (const std::size_t n : {std::size_t{4096}, std::size_t{256} << 10}) {
+  for (const std::size_t n : {std::size_t{4096}, std::size_t{256} << 10, std::size_t{2} << 20}) {
     SCOPED_TRACE(n);
     const std::string key = "k" + std::to_string(n);
     std::vector<std::uint8_t> v(n, 0);
@@ -374,7 +382,8 @@ TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
       ASSERT_EQ(int(dst[0]), round) << "the value this round's put replaced";
     }
     EXPECT_EQ(writer.admin().fast_path_stats().puts, puts + kRounds) << "not put over the channel";
-    if (n <= protocol::limits::kRingReadBytes || std::string(GetParam()).empty()) {
+    if (n <= protocol::limits::kRingReadBytes || std::string(GetParam()).empty() ||
+        (n > transports::kMaxSmallOpBytes && bulk_reads())) {
       EXPECT_GE(reader.admin().fast_path_stats().stale, stale + 1)
           << "never read where the old value lay";
     }
@@ -382,64 +391,80 @@ TEST_P(FastPathOver, AReadAfterAnOverwriteReturnedNeverFindsTheOldValue) {
 }
 
 // One writer replaces a key continuously while readers in another client
-// read it over the ring: every value read is one the writer wrote whole.
+// read it over their channel: every value read is one the writer wrote
+// whole. 16 KiB goes in one reply (or a direct read over the ring); 2 MiB
+// is checked over the channel and read in bulk over tcp and rpc.
 TEST_P(FastPathOver, AWriterRacingReadersNeverShowsATornValue) {
   auto writer = Store::embedded(writer_options()).value();
   auto reader = Store::connect(writer.admin().address(), reader_options()).value();
-  constexpr std::size_t kBytes = 16 << 10;
-  std::vector<std::uint8_t> v(kBytes, 1);
-  ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
-  std::vector<std::uint8_t> dst(kBytes);
-  ASSERT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
-  ASSERT_TRUE(has_ring(reader));
-  const auto seen = testing::race_readers(
-      kBytes, 2,
-      [&](std::vector<std::uint8_t>& mine) {
-        return reader.get_into("k", bytes_view(mine)).get(kWait).status();
-      },
-      [&](const std::function<void()>& pace) {
-        for (int i = 2; i < 200; ++i) {
-          std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
-          pace();
-          ASSERT_OK(writer.put("k", bytes_view(v)).get(kWait));
-        }
-      });
-  EXPECT_EQ(seen.torn, 0);
-  EXPECT_EQ(seen.failed, 0);
-  EXPECT_GT(seen.reads, 0);
-  // The readers went to the ring (served, or told their location was stale
-  // by a writer faster than them)...
-  const auto s = reader.admin().fast_path_stats();
-  EXPECT_GT(s.hits + s.stale, 0u);
-  // ...and once the writer stops, it serves the last value. Until the
-  // volume has processed the controller's release of the object the reader
-  // last located, that object (a complete older version) may still be read
-  // (documented: a read racing a put may return the previous version); its
-  // release turns the next read stale, located afresh.
-  EXPECT_TRUE(eventually(
-      [&] {
-        const auto hits = reader.admin().fast_path_stats().hits;
-        EXPECT_OK(reader.get_into("k", bytes_view(dst)).get(kWait));
-        EXPECT_TRUE(testing::uniform(dst)) << "torn value";
-        return reader.admin().fast_path_stats().hits == hits + 1 && dst[0] == 199;
-      },
-      10s));
-  EXPECT_EQ(dst, std::vector<std::uint8_t>(kBytes, 199));
+  for (const std::size_t bytes : {std::size_t{16} << 10, std::size_t{2} << 20}) {
+    SCOPED_TRACE(bytes);
+    const std::string key = "k" + std::to_string(bytes);
+    std::vector<std::uint8_t> v(bytes, 1);
+    ASSERT_OK(writer.put(key, bytes_view(v)).get(kWait));
+    std::vector<std::uint8_t> dst(bytes);
+    ASSERT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));
+    ASSERT_TRUE(has_ring(reader));
+    const auto before = reader.admin().fast_path_stats();
+    const auto seen = testing::race_readers(
+        bytes, 2,
+        [&](std::vector<std::uint8_t>& mine) {
+          return reader.get_into(key, bytes_view(mine)).get(kWait).status();
+        },
+        [&](const std::function<void()>& pace) {
+          for (int i = 2; i < 200; ++i) {
+            std::fill(v.begin(), v.end(), static_cast<std::uint8_t>(i));
+            pace();
+            ASSERT_OK(writer.put(key, bytes_view(v)).get(kWait));
+          }
+        });
+    EXPECT_EQ(seen.torn, 0);
+    EXPECT_EQ(seen.failed, 0);
+    EXPECT_GT(seen.reads, 0);
+    // The readers went to the channel (served, or told their location was
+    // stale by a writer faster than them), unless it is cma's and above
+    // one message (the actors')...
+    const bool over_channel = bytes <= transports::kMaxSmallOpBytes / 2 || bulk_reads() ||
+                              std::string(GetParam()).empty();
+    const auto s = reader.admin().fast_path_stats();
+    if (over_channel) {
+      EXPECT_GT(s.hits + s.stale, before.hits + before.stale);
+    }
+    // ...and once the writer stops, it serves the last value. Until the
+    // volume has processed the controller's release of the object the
+    // reader last located, that object (a complete older version) may still
+    // be read (documented: a read racing a put may return the previous
+    // version); its release turns the next read stale, located afresh.
+    EXPECT_TRUE(eventually(
+        [&] {
+          const auto hits = reader.admin().fast_path_stats().hits;
+          EXPECT_OK(reader.get_into(key, bytes_view(dst)).get(kWait));
+          EXPECT_TRUE(testing::uniform(dst)) << "torn value";
+          const bool served = reader.admin().fast_path_stats().hits == hits + 1;
+          return (served || !over_channel) && dst[0] == 199;
+        },
+        10s));
+    EXPECT_EQ(dst, std::vector<std::uint8_t>(bytes, 199));
+  }
 }
 
 // FastPath against a ring whose volume end the test plays.
 // A get of a whole key whose reply fits one message of the channel takes
 // it, once the key's location is known: over tcp's small operations or
-// actor messages, up to 1 MiB (less the reply's header). A larger key
-// takes the actors (a lease, and the transport's bulk read). (Over a ring
-// every such get is a direct read: not this test's.)
+// actor messages, up to 1 MiB (less the reply's header). A larger key, up
+// to 8 MiB (limits::kSnapshotHereBytes), is checked over the channel, then
+// read with a two-sided transport's bulk read (tcp, rpc), on the caller's
+// thread too; over cma (one-sided), and above 8 MiB, it takes the actors
+// (a lease, and the transport's read). (Over a ring every such get is a
+// direct read: not this test's.)
 TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
   if (std::string(GetParam()).empty()) GTEST_SKIP() << "over a ring, gets are direct reads";
   auto store = Store::embedded(writer_options()).value();
   auto other = Store::connect(store.admin().address(), reader_options()).value();
   const std::size_t message = transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes;
-  for (const std::size_t n :
-       {protocol::limits::kRingReadBytes + 1, std::size_t{512} << 10, message, message + 1}) {
+  const std::size_t here = protocol::limits::kSnapshotHereBytes;
+  for (const std::size_t n : {protocol::limits::kRingReadBytes + 1, std::size_t{512} << 10, message,
+                              message + 1, here, here + 1}) {
     SCOPED_TRACE(n);
     const std::string key = "m" + std::to_string(n);
     auto src = pattern(n, static_cast<std::uint8_t>(n % 251));
@@ -457,8 +482,9 @@ TEST_P(FastPathOver, AGetWhoseReplyFitsOneMessageTakesTheChannel) {
     ASSERT_EQ(got->nbytes(), n);
     EXPECT_EQ(std::memcmp(got->data(), src.data(), n), 0);
     const auto after = other.admin().fast_path_stats();
-    if (n <= message) {
+    if (n <= message || (bulk_reads() && n <= here)) {
       EXPECT_EQ(after.hits, before.hits + 2) << "not over the channel";
+      EXPECT_EQ(after.misses, before.misses) << "left to the actors";
     } else {
       EXPECT_EQ(after.hits, before.hits) << "larger than a message, yet over the channel";
     }

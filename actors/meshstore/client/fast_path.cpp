@@ -219,7 +219,9 @@ bool FastPath::servable(const std::string& key,
                         const std::function<bool(const Entry&)>& accept) const {
   Entry entry;
   auto channel = channel_of(key, &entry);
-  return channel && accept(entry) && (channel->direct(entry) || entry.nbytes <= channel->max_get());
+  return channel && accept(entry) &&
+         (channel->direct(entry) || entry.nbytes <= channel->max_get() ||
+          channel->bulk_reads(entry));
 }
 
 FastPath::Outcome FastPath::read_direct(const std::string& key, const Entry& entry,
@@ -329,7 +331,7 @@ void FastPath::drop_ring(const std::string& volume_id, const std::shared_ptr<Cha
 FastPath::Outcome FastPath::read(const std::string& key,
                                  const std::function<bool(const Entry&)>& accept,
                                  const Consume& consume, std::chrono::milliseconds timeout,
-                                 bool to_device) {
+                                 bool to_device, const Place& place) {
   Entry entry;
   auto channel = channel_of(key, &entry);
   if (!channel || !accept(entry)) {
@@ -341,6 +343,7 @@ FastPath::Outcome FastPath::read(const std::string& key,
     if (direct != Outcome::miss) return direct;
   }
   if (entry.nbytes > channel->max_get()) {
+    if (channel->bulk_reads(entry)) return read_bulk(key, entry, channel, consume, place, timeout);
     misses_.fetch_add(1, std::memory_order_relaxed);
     return Outcome::miss;
   }
@@ -389,6 +392,57 @@ FastPath::Outcome FastPath::read(const std::string& key,
   }
   hits_.fetch_add(1, std::memory_order_relaxed);
   return Outcome::hit;
+}
+
+FastPath::Outcome FastPath::read_bulk(const std::string& key, const Entry& entry,
+                                      const std::shared_ptr<Channel>& channel,
+                                      const Consume& consume, const Place& place,
+                                      std::chrono::milliseconds timeout) {
+  namespace fg = protocol::fast_get;
+  auto outcome = [&](Outcome o) {
+    (o == Outcome::hit     ? hits_
+     : o == Outcome::stale ? stale_
+                           : misses_)
+        .fetch_add(1, std::memory_order_relaxed);
+    if (o == Outcome::stale) cache_->erase_object(key, entry.object_id);
+    return o;
+  };
+  {
+    std::unique_lock<std::mutex> lock(channel->mu);
+    if (channel->failed) return outcome(Outcome::miss);
+    fg::encode_into(fg::Request{entry.object_id, key, true}, channel->request);
+    auto m = channel->exchange(std::chrono::steady_clock::now() + timeout);
+    auto status = m.ok() ? fg::reply_status(*m) : Result<fg::ReplyStatus>(m.status());
+    if (status.ok() && *status == fg::ReplyStatus::stale) return outcome(Outcome::stale);
+    if (status.ok() && (*status != fg::ReplyStatus::ok || m->size() != fg::kReplyHeaderBytes)) {
+      status =
+          Status(Errc::protocol_error, "volume answered a check of '" + key + "' with status " +
+                                           std::to_string(static_cast<int>(*status)) + " and " +
+                                           std::to_string(m->size()) + " bytes");
+    }
+    if (!status.ok()) {
+      close_failed(entry.volume_id, channel, status.status());
+      return outcome(Outcome::miss);
+    }
+  }
+  // The object was committed under `key` and current at the check; its
+  // bytes never change, and its region (id = object id) is found until it
+  // is dropped, so the read below is that object's or fails.
+  std::vector<std::byte> own;
+  std::byte* dst = place ? place(entry) : nullptr;
+  if (dst == nullptr) {
+    own.resize(entry.nbytes);
+    dst = own.data();
+  }
+  wire::RegionRef ref;
+  ref.region_id = entry.object_id;
+  ref.nbytes = entry.nbytes;
+  auto read = channel->transport->read(ref, 0, dst, entry.nbytes).get();
+  if (!read.ok()) {
+    // Dropped since the check: located afresh. Else the actors' path says.
+    return outcome(read.status().code() == Errc::not_found ? Outcome::stale : Outcome::miss);
+  }
+  return outcome(consume(entry, dst, entry.nbytes) ? Outcome::hit : Outcome::miss);
 }
 
 std::string FastPath::home() const {

@@ -223,20 +223,30 @@ class FastPath {
   /// a miss, and the actor path writes the destination again and reports.
   using Consume = std::function<bool(const Entry&, const std::byte*, std::size_t)>;
 
+  /// Where a read larger than one message may put the object's bytes
+  /// itself (host memory of entry.nbytes), or null: a buffer of its own.
+  using Place = std::function<std::byte*(const Entry&)>;
+
   /// Reads `key` when its location is cached and `accept(entry)` says the
   /// call can be served from it (kind, dtype, shape): straight from the
   /// volume's shared memory where its place is known, else over its
   /// volume's channel, whose reply is one message (a ring's: at most
   /// limits::kRingReadBytes; a small operation's across hosts: 1 MiB less
-  /// its header). `consume(entry, data, n)` gets the
-  /// object's bytes; a direct read may call it and still answer stale (the
-  /// object changed during the copy), so it must only write what the
-  /// caller's actor path writes again. `to_device`: consume copies into GPU
-  /// memory (a direct read lets the transport page-lock its mapping for
-  /// that). Waits for a ring's reply at most `timeout`. One request at a
-  /// time per ring.
+  /// its header); a larger object across hosts is checked over the channel
+  /// (still committed under `key`), then read with the transport's bulk
+  /// read, into `place(entry)` where given (two-sided transports, up to
+  /// limits::kSnapshotHereBytes: Channel::bulk_reads). The
+  /// transport's own deadline bounds that read. `consume(entry, data, n)`
+  /// gets the object's bytes (`data` is place's memory when the bulk read
+  /// went there); a direct read may call it and still answer stale (the
+  /// object changed during the copy), so it, and what place() lets the
+  /// bulk read write, must only be what the caller's actor path writes
+  /// again. `to_device`: consume copies into GPU memory (a direct read lets
+  /// the transport page-lock its mapping for that). Waits for a channel's
+  /// reply at most `timeout`. One request at a time per channel.
   Outcome read(const std::string& key, const std::function<bool(const Entry&)>& accept,
-               const Consume& consume, std::chrono::milliseconds timeout, bool to_device = false);
+               const Consume& consume, std::chrono::milliseconds timeout, bool to_device = false,
+               const Place& place = {});
 
   /// Reads every key in `keys` straight from its volume's shared memory as
   /// one snapshot (a state dict's manifest and buckets): each key's
@@ -357,6 +367,10 @@ class FastPath {
   // is no longer there, or changed during the copy).
   Outcome read_direct(const std::string& key, const Entry& entry, Channel& channel,
                       const Consume& consume, bool to_device);
+  // The check of `entry` over `channel`, then its bulk read (read()).
+  Outcome read_bulk(const std::string& key, const Entry& entry,
+                    const std::shared_ptr<Channel>& channel, const Consume& consume,
+                    const Place& place, std::chrono::milliseconds timeout);
   void drop_ring(const std::string& volume_id, const std::shared_ptr<Channel>& expected);
   // A request on `channel` failed for `why`: never used again (the volume
   // may still be working on it), dropped, logged unless the volume went.

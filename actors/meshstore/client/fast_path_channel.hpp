@@ -60,6 +60,19 @@ struct FastPath::Channel {
     return ring ? protocol::limits::kRingReadBytes
                 : transports::kMaxSmallOpBytes - protocol::fast_get::kReplyHeaderBytes;
   }
+  // Whether a get of `entry`, larger than one message, is a check over
+  // this channel, then the transport's bulk read of the object by id, on
+  // the caller's thread: over a two-sided transport (tcp, rpc; one-sided
+  // ones need the region described by the volume actor), and up to
+  // limits::kSnapshotHereBytes, as a state dict's snapshot. A larger read
+  // takes the actors, off the caller's thread, which it would otherwise
+  // hold (an asyncio loop among them) for the whole transfer, and where a
+  // cancel stops it.
+  bool bulk_reads(const Entry& entry) const {
+    if (ring || !transport || entry.nbytes > protocol::limits::kSnapshotHereBytes) return false;
+    const auto caps = transport->capabilities();
+    return !caps.one_sided && !caps.device_memory;
+  }
   // Sends `request` and waits for its reply (the caller holds `mu`), in
   // parts when it or its reply is larger than a message
   // (fast_get::exchange_in_parts). `*sent` (when given) is false when the

@@ -348,7 +348,7 @@ std::vector<std::byte> encode(const Request& r) {
 
 void encode_into(const Request& r, std::vector<std::byte>& out) {
   out.resize(kRequestHeader + r.key.size());
-  const std::uint32_t magic = kRequestMagic;
+  const std::uint32_t magic = r.check ? kCheckMagic : kRequestMagic;
   const auto key_len = static_cast<std::uint32_t>(r.key.size());
   std::memcpy(out.data(), &magic, 4);
   std::memcpy(out.data() + 4, &key_len, 4);
@@ -365,7 +365,8 @@ Result<Request> decode_request(const std::vector<std::byte>& bytes) {
   std::memcpy(&magic, bytes.data(), 4);
   std::memcpy(&key_len, bytes.data() + 4, 4);
   std::memcpy(&r.object_id, bytes.data() + 8, 8);
-  if (magic != kRequestMagic) return bad("not a get request (bad magic)");
+  if (magic != kRequestMagic && magic != kCheckMagic) return bad("not a get request (bad magic)");
+  r.check = magic == kCheckMagic;
   if (key_len == 0 || key_len > kMaxKeyBytes) {
     return bad("key length " + std::to_string(key_len) + " is outside [1, " +
                std::to_string(kMaxKeyBytes) + "]");

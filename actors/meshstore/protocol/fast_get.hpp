@@ -11,6 +11,11 @@
 // Get request:  u32 magic, u32 key length, u64 object id, key bytes.
 // Reply:        u32 status, u32 reserved, then the object's bytes (ok) or
 //               a message (error); "stale" carries nothing.
+// Check:        a get request under kCheckMagic, for an object larger than
+//               one message: "ok" carries nothing, and says the object is
+//               committed under that key, current and in host memory, so
+//               the client reads it with the transport's bulk read (by its
+//               id, which is its region's); "stale" as for a get.
 // Every field read from the ring is validated: a malformed message is an
 // Errc::protocol_error, never a read out of bounds.
 
@@ -30,6 +35,7 @@
 namespace meshstore::protocol::fast_get {
 
 inline constexpr std::uint32_t kRequestMagic = 0x3147534d;  // "MSG1", little-endian
+inline constexpr std::uint32_t kCheckMagic = 0x314b534d;    // "MSK1", little-endian
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 /// Objects served over a ring at most (a ring slot holds the reply).
 inline constexpr std::uint64_t kMaxObjectBytes = limits::kRingReadBytes;
@@ -37,6 +43,7 @@ inline constexpr std::uint64_t kMaxObjectBytes = limits::kRingReadBytes;
 struct Request {
   std::uint64_t object_id = 0;
   std::string key;
+  bool check = false;  ///< a check (kCheckMagic): no bytes in the reply
 };
 
 enum class ReplyStatus : std::uint32_t {
@@ -51,8 +58,8 @@ struct Reply {
   std::vector<std::byte> bytes;  ///< ok: the object; error: the message
 };
 
-/// The first word of a request: which request it is (kRequestMagic or
-/// kCommitMagic).
+/// The first word of a request: which request it is (kRequestMagic,
+/// kCheckMagic, kCommitMagic or kPartMagic).
 Result<std::uint32_t> request_magic(const std::vector<std::byte>& bytes);
 
 inline constexpr std::size_t kMaxPlaceBytes = 1024;

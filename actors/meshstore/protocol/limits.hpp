@@ -25,6 +25,10 @@ inline constexpr std::uint64_t kRingReadBytes = std::uint64_t{60} << 10;
 /// which a longer copy would hold up for every other call of the process.
 /// A larger one is copied on the client's waiting thread (FastPath::defer)
 /// and its caller answered from there: the same route at any size.
+/// Route: the largest get across hosts that a caller's thread checks over
+/// its channel and reads with the transport's bulk read (FastPath::read);
+/// a larger one goes through the actors, off the caller's thread, where a
+/// cancel can stop it.
 inline constexpr std::uint64_t kSnapshotHereBytes = std::uint64_t{8} << 20;
 
 /// Copy: on the actors' path (what no channel takes), calls moving at

@@ -18,14 +18,13 @@
 #include "meshstore/client/channel_put.hpp"
 #include "meshstore/client/client.hpp"
 #include "meshstore/client/fast_path.hpp"
-#include "meshstore/internal/cuda_copy.hpp"
 #include "meshstore/protocol/checks.hpp"
 #include "meshstore/protocol/limits.hpp"
 #include "meshstore/protocol/wire_glue.hpp"
 #include "meshstore/store/device_staging.hpp"
+#include "meshstore/store/fast_reads.hpp"
 #include "meshstore/store/metrics.hpp"
 #include "meshstore/store/store_impl.hpp"
-#include "meshstore/transports/copy_engine.hpp"
 
 namespace meshstore {
 
@@ -50,88 +49,11 @@ Status finish_into(const store::DeviceStaging& st, internal::CallGuard& guard,
 }
 
 using FastOutcome = client::FastPath::Outcome;
-
-// A direct read's copy into host memory, on the caller's thread: split over
-// the copy engine's threads when large, this thread taking a share.
-void copy_here(void* dst, const std::byte* src, std::size_t n) {
-  if (n > 0) transports::CopyEngine::instance().copy_here(static_cast<std::byte*>(dst), src, n);
-}
-
-// The fast path (fast_path.hpp): a small whole key whose location this
-// client knows, on a volume of this host, read on the caller's thread over
-// the volume's ring, no actor involved. Each helper says which entries its
-// call can be served from (kind, dtype, shape) and where the bytes go. On
-// miss or stale the caller takes the actor path (stale: locating afresh).
-
-// Into a new tensor (Store::get).
-FastOutcome fast_get_tensor(client::FastPath& fast, const std::string& key,
-                            std::chrono::milliseconds timeout, Tensor* out) {
-  return fast.read(
-      key, [](const client::FastPath::Entry& e) { return e.kind == wire::ObjectKind::tensor; },
-      [out](const client::FastPath::Entry& e, const std::byte* data, std::size_t n) {
-        auto t = Tensor::empty(e.dtype, e.shape);
-        if (!t.ok()) return false;  // the actor path reports it
-        copy_here(t->data(), data, n);
-        *out = std::move(t).value();
-        return true;
-      },
-      timeout);
-}
-
-// Whether `dst` can take the key `e` describes: contiguous memory of its
-// dtype and shape, on the host or a GPU (check_view checked the device).
-bool fits_into(const client::FastPath::Entry& e, const TensorView& dst) {
-  return dst.is_contiguous() && e.kind == wire::ObjectKind::tensor && e.dtype == dst.dtype() &&
-         e.shape == dst.shape();
-}
-
-// Into the caller's contiguous view of the key's dtype and shape
-// (Store::get_into): a memcpy into host memory, one CUDA copy into GPU
-// memory (host to device, straight from the volume's mapping on a direct
-// read).
-FastOutcome fast_get_into(client::FastPath& fast, const std::string& key,
-                          std::chrono::milliseconds timeout, const TensorView& dst) {
-  const bool to_device = internal::cuda::on_device(dst);
-  return fast.read(
-      key, [&dst](const client::FastPath::Entry& e) { return fits_into(e, dst); },
-      [&dst, to_device](const client::FastPath::Entry&, const std::byte* data, std::size_t n) {
-        if (n == 0) return true;
-        if (!to_device) {
-          copy_here(dst.data(), data, n);
-          return true;
-        }
-        return internal::cuda::copy_bytes(dst.data(), data, n).ok();
-      },
-      timeout, to_device);
-}
-
-// A byte object (Store::get_object, get_stored_object).
-FastOutcome fast_get_object(client::FastPath& fast, const std::string& key,
-                            std::chrono::milliseconds timeout, StoredObject* out) {
-  return fast.read(
-      key, [](const client::FastPath::Entry& e) { return e.kind == wire::ObjectKind::object; },
-      [out](const client::FastPath::Entry& e, const std::byte* data, std::size_t n) {
-        out->bytes.assign(reinterpret_cast<const char*>(data), n);
-        out->format = e.format;
-        return true;
-      },
-      timeout);
-}
-
-// Keys 0..n-1 read on the fast path in turn (`read(i)`), up to the first
-// one not served: true when every one was; else `*fresh` says whether that
-// one found its location stale (the actors then locate afresh).
-template <class Read>
-bool fast_every_key(std::size_t n, bool* fresh, const Read& read) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto outcome = read(i);
-    if (outcome != FastOutcome::hit) {
-      *fresh = outcome == FastOutcome::stale;
-      return false;
-    }
-  }
-  return true;
-}
+using store::fast_every_key;
+using store::fast_get_into;
+using store::fast_get_object;
+using store::fast_get_tensor;
+using store::fits_into;
 
 // Whole tensors or objects (`items`, in host or GPU memory) put over the
 // client's channel to its volume, on the caller's thread

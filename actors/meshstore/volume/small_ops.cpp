@@ -16,70 +16,6 @@
 
 namespace meshstore::volume {
 
-void SmallObjects::track(std::uint64_t id, const std::shared_ptr<transports::Region>& region,
-                         std::atomic<std::uint64_t>* tag) {
-  std::lock_guard<std::mutex> lock(mu_);
-  map_[id] = Entry{std::string(), region, tag, false};
-}
-
-void SmallObjects::commit(std::uint64_t id, const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(id);
-  if (it == map_.end()) return;
-  it->second.key = key;
-  it->second.committed = true;
-}
-
-void SmallObjects::remove(std::uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  map_.erase(id);
-}
-
-std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& key,
-                                          std::size_t message) const {
-  std::shared_ptr<transports::Region> region;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(id);
-    const Entry* e = it == map_.end() ? nullptr : &it->second;
-    if (e && e->committed && e->key == key && e->region->device() < 0 &&
-        e->region->size() + protocol::fast_get::kReplyHeaderBytes <= message) {
-      region = e->region;
-    }
-  }
-  // Committed bytes never change, and the region held keeps its memory
-  // from being reused: a copy of an object retired meanwhile is still
-  // that object's, as a read racing a put may return.
-  if (!region)
-    return protocol::fast_get::encode(protocol::fast_get::ReplyStatus::stale, nullptr, 0);
-  return protocol::fast_get::encode(protocol::fast_get::ReplyStatus::ok, region->data(),
-                                    region->size());
-}
-
-bool SmallObjects::current(std::uint64_t id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return map_.count(id) != 0;
-}
-
-bool SmallObjects::retire(const std::vector<std::uint64_t>& ids) {
-  std::lock_guard<std::mutex> lock(mu_);
-  bool all = true;
-  for (auto id : ids) {
-    auto it = map_.find(id);
-    if (it == map_.end()) continue;  // dropped (the actor cleared its tag), or retired
-    if (it->second.tag) {
-      // The region is held here, so its memory (and the tag in it) is this
-      // object's until the actor drops it; the tag names it until then.
-      std::uint64_t expected = id;
-      it->second.tag->compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
-    } else {
-      all = false;
-    }
-    map_.erase(it);
-  }
-  return all;
-}
-
 namespace {
 
 // How often the serving thread asks whether each ring's client still runs
@@ -102,6 +38,20 @@ Result<protocol::FastCommitJob> commit_job(const std::vector<std::byte>& bytes,
   }
   job.request.inlined.clear();
   return job;
+}
+
+// The reply to a get or a check: `bytes` is neither a commit nor a part of
+// one; a get's reply fits one `message` of its channel.
+std::vector<std::byte> answer_get(const SmallObjects& table, const std::vector<std::byte>& bytes,
+                                  std::size_t message) {
+  auto req = protocol::fast_get::decode_request(bytes);
+  if (!req.ok()) {
+    const std::string why = req.status().to_string();
+    return protocol::fast_get::encode(protocol::fast_get::ReplyStatus::error, why.data(),
+                                      why.size());
+  }
+  return req->check ? table.check(req->object_id, req->key)
+                    : table.read(req->object_id, req->key, message);
 }
 
 }  // namespace
@@ -361,15 +311,7 @@ void SmallOpService::serve(const std::vector<std::byte>& bytes, const FastPuts* 
     return serve(whole, puts, owed, nullptr, message, answer_here);
   }
   if (!magic.ok() || *magic != protocol::fast_get::kCommitMagic) {
-    auto req = protocol::fast_get::decode_request(bytes);
-    if (req.ok()) {
-      owed->deliver(table_->read(req->object_id, req->key, message));
-    } else {
-      const std::string why = req.status().to_string();
-      owed->deliver(protocol::fast_get::encode(protocol::fast_get::ReplyStatus::error, why.data(),
-                                               why.size()));
-    }
-    return;
+    return owed->deliver(answer_get(*table_, bytes, message));
   }
   auto refuse = [&](Status s) { owed->deliver(protocol::fast_get::encode_error(s)); };
   if (!puts) {

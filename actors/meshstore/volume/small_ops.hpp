@@ -59,6 +59,12 @@ class SmallObjects {
   /// asked: the client sends no such get). Copied out of the object
   /// while holding its region, not the table's lock.
   std::vector<std::byte> read(std::uint64_t id, const std::string& key, std::size_t message) const;
+  /// The reply to a check of object `id` named `key` (a get too large for
+  /// one message): ok, with no bytes, when read() would serve it but for
+  /// its size, so the client reads it with the transport's bulk read by
+  /// id; else stale. A bulk read that follows returns this object's bytes
+  /// or fails (not_found once it is dropped): committed bytes never change.
+  std::vector<std::byte> check(std::uint64_t id, const std::string& key) const;
   /// Objects the controller released (or a pin holds back superseded),
   /// before the volume actor drops them: their tags are cleared (only
   /// while they still name them), and neither gets nor unpinned leases
