@@ -28,10 +28,8 @@ std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& k
   std::shared_ptr<transports::Region> region;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(id);
-    const Entry* e = it == map_.end() ? nullptr : &it->second;
-    if (e && e->committed && e->key == key && e->region->device() < 0 &&
-        e->region->size() + protocol::fast_get::kReplyHeaderBytes <= message) {
+    const Entry* e = committed_on_host(id, key);
+    if (e && e->region->size() + protocol::fast_get::kReplyHeaderBytes <= message) {
       region = e->region;
     }
   }
@@ -46,12 +44,18 @@ std::vector<std::byte> SmallObjects::read(std::uint64_t id, const std::string& k
 
 std::vector<std::byte> SmallObjects::check(std::uint64_t id, const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = map_.find(id);
-  const bool ok = it != map_.end() && it->second.committed && it->second.key == key &&
-                  it->second.region->device() < 0;
+  const bool ok = committed_on_host(id, key) != nullptr;
   return protocol::fast_get::encode(
       ok ? protocol::fast_get::ReplyStatus::ok : protocol::fast_get::ReplyStatus::stale, nullptr,
       0);
+}
+
+const SmallObjects::Entry* SmallObjects::committed_on_host(std::uint64_t id,
+                                                           const std::string& key) const {
+  auto it = map_.find(id);
+  if (it == map_.end()) return nullptr;
+  const Entry& e = it->second;
+  return e.committed && e.key == key && e.region->device() < 0 ? &e : nullptr;
 }
 
 bool SmallObjects::current(std::uint64_t id) const {

@@ -81,6 +81,9 @@ class SmallObjects {
     std::atomic<std::uint64_t>* tag = nullptr;
     bool committed = false;
   };
+  // Object `id` when a get or a check of it under `key` is answered from
+  // here: committed under that key, in host memory; else null. Under mu_.
+  const Entry* committed_on_host(std::uint64_t id, const std::string& key) const;
   mutable std::mutex mu_;  // guards map_
   std::unordered_map<std::uint64_t, Entry> map_;
 };
